@@ -1,0 +1,154 @@
+"""Pass pipelines that mix mlir-mx passes with upstream ones.
+
+A pipeline is written exactly like upstream's textual form,
+``builtin.module(mx-to-linalg, canonicalize, func.func(convert-linalg-to-loops))``,
+or as the flat list the per-pass flags of ``mx-opt`` produce.  Elements
+naming a pass of our registry become Python callables; everything else is
+handed to upstream's pipeline parser unchanged.  All of it lands, in order,
+in one upstream ``PassManager``.
+
+Upstream passes anchored on ``func.func`` (like ``convert-linalg-to-loops``)
+may be named at module level, as ``mlir-opt`` allows: they are nested into
+``func.func(...)`` automatically.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir, passmanager
+
+from mlir_mx.passes.registry import OptionError, lookup
+
+__all__ = ["PipelineElement", "PipelineError", "split_pipeline", "build_pass_manager"]
+
+
+class PipelineError(ValueError):
+    """A pipeline that does not parse, or names an unknown pass or option."""
+
+
+@dataclass(frozen=True)
+class PipelineElement:
+    """One element: ``name{options}`` or ``anchor(nested, ...)``."""
+
+    name: str
+    options: str = ""
+    nested: tuple[PipelineElement, ...] | None = None
+
+    def __str__(self) -> str:
+        if self.nested is not None:
+            return f"{self.name}({','.join(str(e) for e in self.nested)})"
+        return f"{self.name}{{{self.options}}}" if self.options else self.name
+
+
+def split_pipeline(text: str) -> list[PipelineElement]:
+    """Parse a comma-separated pipeline text into elements (bracket aware)."""
+    elems, pos = _parse_list(text.strip(), 0, closing=None)
+    return elems
+
+
+def _parse_list(text: str, i: int, closing: str | None):
+    elems: list[PipelineElement] = []
+    n = len(text)
+    while True:
+        while i < n and (text[i].isspace() or text[i] == ","):
+            i += 1
+        if i >= n:
+            if closing:
+                raise PipelineError(f"expected '{closing}' at end of pipeline '{text}'")
+            return elems, i
+        if closing and text[i] == closing:
+            return elems, i + 1
+        j = i
+        while j < n and text[j] not in "{(),":
+            j += 1
+        name = text[i:j].strip()
+        if not name:
+            raise PipelineError(f"expected a pass name at offset {i} in '{text}'")
+        if j < n and text[j] == "{":
+            depth, k = 0, j
+            while k < n:
+                if text[k] == "{":
+                    depth += 1
+                elif text[k] == "}":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                k += 1
+            if depth:
+                raise PipelineError(f"unbalanced '{{' in pipeline '{text}'")
+            elems.append(PipelineElement(name, text[j + 1 : k].strip()))
+            i = k + 1
+        elif j < n and text[j] == "(":
+            nested, i = _parse_list(text, j + 1, closing=")")
+            elems.append(PipelineElement(name, nested=tuple(nested)))
+        else:
+            elems.append(PipelineElement(name))
+            i = j
+
+
+_ANCHORS = ("builtin.module", "func.func", "gpu.module", "any")
+
+
+def build_pass_manager(
+    elements: list[PipelineElement] | str,
+    context: ir.Context | None = None,
+    anchor: str = "builtin.module",
+) -> passmanager.PassManager:
+    """Build one upstream PassManager running ``elements`` in order.
+
+    ``elements`` may be a pipeline string: either ``builtin.module(...)`` or a
+    bare list.  Raises :class:`PipelineError` naming the offending element.
+    """
+    if isinstance(elements, str):
+        elements = split_pipeline(elements)
+    if len(elements) == 1 and elements[0].nested is not None and elements[0].name == anchor:
+        elements = list(elements[0].nested)
+    pm = passmanager.PassManager(anchor, context=context)
+    for el in elements:
+        _add(pm, el, anchor)
+    return pm
+
+
+def _add(pm, el: PipelineElement, anchor: str) -> None:
+    if el.nested is not None:
+        if el.name not in _ANCHORS and "." not in el.name:
+            raise PipelineError(f"'{el.name}' is not an operation name to nest a pipeline on")
+        for sub in el.nested:
+            if sub.nested is None and lookup(sub.name) is not None:
+                raise PipelineError(
+                    f"mlir-mx pass '{sub.name}' must run at the top level, not nested in '{el.name}'"
+                )
+        _add_upstream(pm, str(el), el)
+        return
+    spec = lookup(el.name)
+    if spec is not None:
+        try:
+            spec.add_to(pm, el.options)
+        except OptionError as err:
+            raise PipelineError(str(err)) from None
+        return
+    try:
+        _add_upstream(pm, str(el), el)
+    except PipelineError:
+        # mlir-opt nests op-specific passes implicitly; do the same for the
+        # common case of function passes named at module level.
+        if anchor == "builtin.module":
+            try:
+                _add_upstream(pm, f"func.func({el})", el)
+                return
+            except PipelineError:
+                pass
+        raise
+
+
+def _add_upstream(pm, text: str, el: PipelineElement) -> None:
+    try:
+        pm.add(text)
+    except (ValueError, ir.MLIRError) as err:
+        lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+        detail = next((ln.split("error: ", 1)[1] for ln in lines if "error: " in ln), None)
+        if detail is None:
+            detail = next((ln for ln in lines if "no such option" in ln), lines[-1] if lines else "")
+            detail = detail.replace("<Pass-Options-Parser>: ", "")
+        raise PipelineError(f"pass '{el.name}': {detail}") from None
