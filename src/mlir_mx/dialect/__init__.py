@@ -1,0 +1,110 @@
+"""The ``mx`` dialect: IRDL definition, the ``!mx.tensor`` type, op builders,
+verifier and the seed syntax at the text boundary.
+
+Typical use::
+
+    from mlir import ir
+    from mlir_mx.dialect import parse_module, print_module
+
+    ctx = ir.Context()
+    module = parse_module(text, ctx, filename="f.mlir")   # loads mx, verifies
+    print(print_module(module))                           # v1 custom syntax
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+
+from mlir_mx.diagnostics import Diagnostic, DiagnosticError, capture_diagnostics, from_mlir_error
+from mlir_mx.dialect.irdl import load_dialect
+from mlir_mx.dialect.ops import (
+    OpView,
+    block_matmul,
+    dequantize_block,
+    fold_scale,
+    is_mx_op,
+    mx_type,
+    quantize_block,
+)
+from mlir_mx.dialect.syntax import SourceMap, to_custom, to_generic
+from mlir_mx.dialect.types import ELEMENT_TYPES, SCALE_TYPES, MXTensorType, MXTypeError, is_mx_type
+from mlir_mx.dialect.verifier import op_errors, verify_module
+
+__all__ = [
+    "ELEMENT_TYPES",
+    "SCALE_TYPES",
+    "MXTensorType",
+    "MXTypeError",
+    "OpView",
+    "block_matmul",
+    "dequantize_block",
+    "fold_scale",
+    "is_mx_op",
+    "is_mx_type",
+    "load_dialect",
+    "mx_type",
+    "op_errors",
+    "parse_module",
+    "print_module",
+    "quantize_block",
+    "remap_diagnostics",
+    "verify_module",
+]
+
+
+def remap_diagnostics(diags: list[Diagnostic], smap: SourceMap | None, filename: str) -> None:
+    """Point diagnostics at the user's file and original columns (in place)."""
+    for d in diags:
+        if d.file in ("-", "<stdin>", filename) and d.line is not None:
+            d.file = filename
+            if smap is not None:
+                d.line, d.col = smap.to_source(d.line, d.col)
+        remap_diagnostics(d.notes, smap, filename)
+
+
+def parse_module(
+    text: str, context: ir.Context | None = None, filename: str = "-", verify: bool = True
+) -> ir.Module:
+    """Parse MLIR text that may use the mx custom syntax; load mx; verify.
+
+    Raises :class:`DiagnosticError` with ``file:line:col`` diagnostics for a
+    parse error, an invalid ``!mx.tensor`` or an op that does not verify.
+    """
+    ctx = context or ir.Context.current
+    load_dialect(ctx)
+    generic, smap = to_generic(text, filename)
+    with capture_diagnostics(ctx) as diags:
+        try:
+            module = ir.Module.parse(generic, ctx)
+        except ir.MLIRError as err:
+            found = from_mlir_error(err) or diags
+            remap_diagnostics(found, smap, filename)
+            raise DiagnosticError(found) from None
+        if verify and not verify_module(module.operation):
+            remap_diagnostics(diags, smap, filename)
+            raise DiagnosticError(list(diags))
+    return module
+
+
+def print_module(
+    module,
+    generic: bool = False,
+    debug_info: bool = False,
+    pretty_debug_info: bool = False,
+    filename: str | None = None,
+) -> str:
+    """Print with the v1 custom syntax (``generic=True``: generic op form).
+
+    ``filename`` replaces the ``"-"`` buffer name upstream's parser gives
+    locations (``Module.parse`` takes no source name) in debug info.
+    """
+    op = getattr(module, "operation", module)
+    text = op.get_asm(
+        print_generic_op_form=generic,
+        enable_debug_info=debug_info,
+        pretty_debug_info=pretty_debug_info,
+        assume_verified=False,
+    )
+    if debug_info and filename and filename != "-":
+        text = text.replace('loc("-":', f'loc("{filename}":')
+    return to_custom(text, generic_ops=generic)

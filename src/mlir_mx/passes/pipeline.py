@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from mlir import ir, passmanager
 
-from mlir_mx.passes.registry import OptionError, lookup
+from mlir_mx.passes.registry import OptionError, lookup, lookup_extension
 
 __all__ = ["PipelineElement", "PipelineError", "split_pipeline", "build_pass_manager"]
 
@@ -119,6 +119,11 @@ def _add(pm, el: PipelineElement, anchor: str) -> None:
                 raise PipelineError(
                     f"mlir-mx pass '{sub.name}' must run at the top level, not nested in '{el.name}'"
                 )
+        _add_upstream(pm, str(el), el)
+        return
+    ext = lookup_extension(el.name)
+    if ext is not None:
+        lookup(ext.before).add_to(pm, "")
         _add_upstream(pm, str(el), el)
         return
     spec = lookup(el.name)

@@ -38,6 +38,9 @@ __all__ = [
     "PassError",
     "PassSpec",
     "register_pass",
+    "register_upstream_extension",
+    "lookup_extension",
+    "all_extensions",
     "lookup",
     "all_passes",
     "parse_options",
@@ -216,6 +219,38 @@ def register_pass(
         return fn
 
     return deco
+
+
+@dataclass(frozen=True)
+class UpstreamExtension:
+    """An upstream pass that, when named, first runs one of our passes.
+
+    ``canonicalize`` is the example: our ``mx-canonicalize`` runs, then
+    upstream's ``canonicalize`` with the options the user gave.
+    """
+
+    argument: str
+    before: str
+    summary: str
+
+
+_EXTENSIONS: dict[str, UpstreamExtension] = {}
+
+
+def register_upstream_extension(argument: str, before: str, summary: str) -> None:
+    """Make the upstream pass ``argument`` run our pass ``before`` first."""
+    _EXTENSIONS[argument] = UpstreamExtension(argument, before, summary)
+
+
+def lookup_extension(argument: str) -> UpstreamExtension | None:
+    """The extension registered for upstream pass ``argument``, or None."""
+    _ensure_loaded()
+    return _EXTENSIONS.get(argument)
+
+
+def all_extensions() -> list[UpstreamExtension]:
+    _ensure_loaded()
+    return [_EXTENSIONS[k] for k in sorted(_EXTENSIONS)]
 
 
 def _ensure_loaded() -> None:

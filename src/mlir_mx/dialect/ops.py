@@ -1,0 +1,119 @@
+"""Builders and typed accessors for the four mx ops.
+
+Every mx op is built here and nowhere else (nothing outside ``dialect/``
+creates mx ops from strings).  Builders take upstream ``ir.Value`` operands
+and return the result ``ir.Value``; they use the current insertion point and
+location unless ``ip``/``loc`` are given, like upstream's generated builders.
+
+Semantics (all four are pure, value semantics on tensors):
+
+``mx.quantize_block``    f32 tensor -> ``!mx.tensor``: OCP MX quantization.
+``mx.dequantize_block``  ``!mx.tensor`` -> f32 tensor: element x 2^scale.
+``mx.block_matmul``      (mx lhs [M,K] blocked along K, rhs [K,N] f32 or mx
+                         blocked along K (``axis = 0``), acc [M,N] f32) ->
+                         acc + dequant(lhs) x rhs, destination-passing style.
+``mx.fold_scale``        (``!mx.tensor``, f32 alpha) -> same type: multiply
+                         the tensor's real values by alpha.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+
+from mlir_mx.dialect.types import MXTensorType, is_mx_type
+
+__all__ = [
+    "quantize_block",
+    "dequantize_block",
+    "block_matmul",
+    "fold_scale",
+    "mx_type",
+    "is_mx_op",
+    "OpView",
+]
+
+
+def _ty(t: MXTensorType | ir.Type, ctx=None) -> ir.Type:
+    return t.to_mlir(ctx) if isinstance(t, MXTensorType) else t
+
+
+def _create(name, operands, result, loc, ip) -> ir.Value:
+    op = ir.Operation.create(name, results=[result], operands=list(operands), loc=loc, ip=ip)
+    return op.result
+
+
+def quantize_block(input: ir.Value, result_type: MXTensorType | ir.Type, *, loc=None, ip=None) -> ir.Value:
+    """``%r = mx.quantize_block %input : tensor<...xf32> -> !mx.tensor<...>``"""
+    return _create("mx.quantize_block", [input], _ty(result_type, input.context), loc, ip)
+
+
+def dequantize_block(input: ir.Value, result_type: ir.Type | None = None, *, loc=None, ip=None) -> ir.Value:
+    """``%r = mx.dequantize_block %t : !mx.tensor<...> -> tensor<...xf32>``
+
+    The result type defaults to an f32 tensor of the input's shape.
+    """
+    if result_type is None:
+        shape = mx_type(input).shape
+        result_type = ir.RankedTensorType.get(list(shape), ir.F32Type.get(input.context))
+    return _create("mx.dequantize_block", [input], result_type, loc, ip)
+
+
+def block_matmul(lhs: ir.Value, rhs: ir.Value, acc: ir.Value, *, loc=None, ip=None) -> ir.Value:
+    """``%r = mx.block_matmul %a, %b, %acc : !mx.tensor<..>, T, tensor<..> -> tensor<..>``
+
+    The result type is the accumulator's (destination-passing style).
+    """
+    return _create("mx.block_matmul", [lhs, rhs, acc], acc.type, loc, ip)
+
+
+def fold_scale(input: ir.Value, alpha: ir.Value, *, loc=None, ip=None) -> ir.Value:
+    """``%r = mx.fold_scale %t, %alpha : !mx.tensor<..>, f32 -> !mx.tensor<..>``"""
+    return _create("mx.fold_scale", [input, alpha], input.type, loc, ip)
+
+
+def mx_type(value_or_type: ir.Value | ir.Type) -> MXTensorType:
+    """Typed view of the ``!mx.tensor`` type of a value (or of a type)."""
+    t = value_or_type.type if isinstance(value_or_type, ir.Value) else value_or_type
+    return MXTensorType.from_mlir(t)
+
+
+def is_mx_op(op) -> bool:
+    """True for the four mx ops."""
+    return op.name.startswith("mx.")
+
+
+class OpView:
+    """Typed accessors over a generic mx operation (``op.operation``).
+
+    ``OpView(op).input``, ``.result``, ``.input_type`` (an
+    :class:`MXTensorType` when the value is mx-typed) and so on.
+    """
+
+    _NAMES = {
+        "mx.quantize_block": ("input",),
+        "mx.dequantize_block": ("input",),
+        "mx.block_matmul": ("lhs", "rhs", "acc"),
+        "mx.fold_scale": ("input", "alpha"),
+    }
+
+    def __init__(self, op):
+        self.operation = getattr(op, "operation", op)
+        if self.operation.name not in self._NAMES:
+            raise ValueError(f"not an mx op: {self.operation.name}")
+
+    @property
+    def name(self) -> str:
+        return self.operation.name
+
+    @property
+    def result(self) -> ir.Value:
+        return self.operation.results[0]
+
+    def __getattr__(self, attr: str):
+        names = OpView._NAMES[self.operation.name]
+        if attr in names:
+            return self.operation.operands[names.index(attr)]
+        if attr.endswith("_type") and attr[:-5] in names + ("result",):
+            v = self.result if attr == "result_type" else getattr(self, attr[:-5])
+            return MXTensorType.from_mlir(v.type) if is_mx_type(v.type) else v.type
+        raise AttributeError(attr)
