@@ -124,13 +124,13 @@ class _Scanner:
                 while j < n and t[j] in _ID_CHARS:
                     j += 1
                 name = t[i:j]
-                if name in _OPS:
+                if name in _OPS and _after_assignment(t, i):
                     self.emit(t[start:i], start, True)
                     end, generic = self.translate_op(name, i, j)
                     self.emit(generic, i, False)
                     i = start = end
                     continue
-                if name.startswith("mx.") and (j < n and t[j] in " \t\n%{:("):
+                if _after_assignment(t, i) and j < n and t[j] in " \t\n%{:(":
                     raise _Error(f"custom op '{name}' is unknown (mx ops: {', '.join(_OPS)})", i)
                 i = j
                 continue
@@ -228,6 +228,14 @@ class _Scanner:
         generic = f'"{name}"({", ".join(operands)}){attrs} : ({", ".join(in_types)}) -> {res}'
         generic += "\n" * (t.count("\n", i, e) - generic.count("\n"))
         return e, generic
+
+
+def _after_assignment(t: str, i: int) -> bool:
+    """True when t[i] starts an op: it follows ``%r =`` (every mx op has a result)."""
+    k = i - 1
+    while k >= 0 and t[k] in " \t\r\n":
+        k -= 1
+    return k >= 0 and t[k] == "=" and (k == 0 or t[k - 1] not in "=!<>")
 
 
 def _ws(t: str, k: int) -> int:

