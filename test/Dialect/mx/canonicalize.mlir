@@ -87,6 +87,7 @@ func.func @identity(%t: !t) -> !t {
 // MX: tensor.splat
 // MX: arith.mulf
 // MX-NOT: mx.fold_scale
+// MX: return
 func.func @dequant_const(%t: !t) -> tensor<32x64xf32> {
   %c4 = arith.constant 4.0 : f32
   %0 = mx.fold_scale %t, %c4 : !t, f32 -> !t
