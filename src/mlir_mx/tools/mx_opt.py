@@ -47,6 +47,7 @@ class Options:
     allow_unregistered: bool = False
     dump_pipeline: bool = False
     pipeline: list[PipelineElement] = field(default_factory=list)
+    spelling: dict[str, str] = field(default_factory=dict)  # pass name -> flag as typed
 
 
 def _help() -> str:
@@ -142,6 +143,7 @@ def parse_args(argv: list[str]) -> Options | str:
                 raise ToolError(f"invalid --pass-pipeline: {err}") from None
         elif name.startswith("--") and len(name) > 2:
             opts.pipeline.append(PipelineElement(name[2:], value.strip() if eq else ""))
+            opts.spelling.setdefault(name[2:], arg.partition("=")[0])
         else:
             raise ToolError(f"Unknown command line argument '{arg}'.  Try: '{PROG} --help'")
     if len(inputs) > 1:
@@ -161,7 +163,8 @@ def _check_pipeline(opts: Options) -> None:
         msg = str(err)
         if "does not refer to a registered pass" in msg:
             bad = msg.split("'")[1] if "'" in msg else msg
-            raise ToolError(f"Unknown command line argument '--{bad}'.  Try: '{PROG} --help'") from None
+            flag = opts.spelling.get(bad, f"--{bad}")
+            raise ToolError(f"Unknown command line argument '{flag}'.  Try: '{PROG} --help'") from None
         raise ToolError(msg) from None
     if opts.dump_pipeline:
         print(str(pm), file=sys.stderr)
