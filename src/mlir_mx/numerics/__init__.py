@@ -1,0 +1,57 @@
+"""The numpy oracle for OCP MX v1.0 block-scaled formats.
+
+Every MX kernel in this project is tested bit-for-bit against :func:`quantize` and
+:func:`dequantize`; the semantics are stated in ``docs/numerics.md``.
+"""
+
+from .formats import (
+    ELEMENT_FORMATS,
+    SCALE_BIAS,
+    SCALE_DTYPE,
+    SCALE_NAN_CODE,
+    SCALE_TYPE,
+    ElementFormat,
+    decode_elements,
+    decode_scales,
+    element_bits,
+    element_format,
+    finite_codes,
+)
+from .mx import (
+    MIN_SHARED_EXP,
+    NAN_SHARED_EXP,
+    MXArray,
+    block_amax,
+    dequantize,
+    encode_scales,
+    f32_exponent,
+    quantize,
+    round_to_element,
+    scale_shape,
+    shared_exponent,
+)
+
+__all__ = [
+    "ELEMENT_FORMATS",
+    "MIN_SHARED_EXP",
+    "NAN_SHARED_EXP",
+    "SCALE_BIAS",
+    "SCALE_DTYPE",
+    "SCALE_NAN_CODE",
+    "SCALE_TYPE",
+    "ElementFormat",
+    "MXArray",
+    "block_amax",
+    "decode_elements",
+    "decode_scales",
+    "dequantize",
+    "element_bits",
+    "element_format",
+    "encode_scales",
+    "f32_exponent",
+    "finite_codes",
+    "quantize",
+    "round_to_element",
+    "scale_shape",
+    "shared_exponent",
+]

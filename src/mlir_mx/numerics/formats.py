@@ -1,0 +1,194 @@
+"""OCP MX v1.0 element and scale formats.
+
+Each element format is described by an :class:`ElementFormat`, keyed by its MLIR
+type spelling (``f8E4M3FN``, ``f8E5M2``, ``f6E2M3FN``, ``f6E3M2FN``, ``f4E2M1FN``,
+``i8``).  Floating-point element codes are stored in the matching ``ml_dtypes``
+dtype, one element per byte (FP6/FP4 are NOT packed; the code sits in the low
+``bits`` bits of the byte, the ``ml_dtypes`` layout).  MXINT8 codes are ``np.int8``;
+code ``c`` represents ``c * 2**-6``.
+
+The shared scale is E8M0 (``f8E8M0FNU``): code ``k`` in 0..254 is ``2**(k - 127)``
+(code 0 is ``2**-127``, an f32 subnormal, never zero) and code 255 is NaN.
+
+See ``docs/numerics.md`` for the full semantics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+__all__ = [
+    "ELEMENT_FORMATS",
+    "SCALE_BIAS",
+    "SCALE_DTYPE",
+    "SCALE_NAN_CODE",
+    "SCALE_TYPE",
+    "ElementFormat",
+    "decode_elements",
+    "decode_scales",
+    "element_format",
+    "element_bits",
+    "finite_codes",
+]
+
+SCALE_TYPE = "f8E8M0FNU"
+SCALE_DTYPE = np.dtype(ml_dtypes.float8_e8m0fnu)
+SCALE_BIAS = 127
+SCALE_NAN_CODE = 255
+
+
+@dataclass(frozen=True)
+class ElementFormat:
+    """One MX element format.
+
+    ``ebits``/``mbits``/``bias`` describe the floating-point layout (for ``i8``:
+    ``ebits = 0``, ``mbits = 6`` fractional bits, ``bias = 0``).  ``emax`` is the
+    exponent of the largest power of two that is a normal value (the ``emax_elem``
+    of the OCP spec), ``max_normal`` the largest finite magnitude, and
+    ``min_subnormal`` the smallest positive magnitude (``2**-6`` for ``i8``).
+    """
+
+    name: str
+    dtype: np.dtype
+    bits: int
+    emax: int
+    max_normal: float
+    ebits: int
+    mbits: int
+    bias: int
+    min_subnormal: float
+    is_int: bool = False
+    has_nan: bool = False
+    has_inf: bool = False
+
+    @property
+    def min_normal_exp(self) -> int:
+        """Exponent of the smallest normal binade (``1 - bias``); 0 for ``i8``."""
+        return 1 - self.bias if not self.is_int else 0
+
+    @property
+    def num_codes(self) -> int:
+        """Number of distinct codes (``2**bits``)."""
+        return 1 << self.bits
+
+    @property
+    def sign_bit(self) -> int:
+        """Mask of the sign bit inside the code byte (float formats only)."""
+        return 1 << (self.bits - 1)
+
+
+def _fp(name, dtype, bits, ebits, mbits, bias, emax, max_normal, has_nan, has_inf):
+    return ElementFormat(
+        name=name,
+        dtype=np.dtype(dtype),
+        bits=bits,
+        emax=emax,
+        max_normal=float(max_normal),
+        ebits=ebits,
+        mbits=mbits,
+        bias=bias,
+        min_subnormal=float(2.0 ** (1 - bias - mbits)),
+        has_nan=has_nan,
+        has_inf=has_inf,
+    )
+
+
+ELEMENT_FORMATS: dict[str, ElementFormat] = {
+    f.name: f
+    for f in (
+        _fp("f8E4M3FN", ml_dtypes.float8_e4m3fn, 8, 4, 3, 7, 8, 448.0, True, False),
+        _fp("f8E5M2", ml_dtypes.float8_e5m2, 8, 5, 2, 15, 15, 57344.0, True, True),
+        _fp("f6E2M3FN", ml_dtypes.float6_e2m3fn, 6, 2, 3, 1, 2, 7.5, False, False),
+        _fp("f6E3M2FN", ml_dtypes.float6_e3m2fn, 6, 3, 2, 3, 4, 28.0, False, False),
+        _fp("f4E2M1FN", ml_dtypes.float4_e2m1fn, 4, 2, 1, 1, 2, 6.0, False, False),
+        ElementFormat(
+            name="i8",
+            dtype=np.dtype(np.int8),
+            bits=8,
+            emax=0,
+            max_normal=127.0 / 64.0,
+            ebits=0,
+            mbits=6,
+            bias=0,
+            min_subnormal=2.0**-6,
+            is_int=True,
+        ),
+    )
+}
+
+
+def element_format(name: str | ElementFormat) -> ElementFormat:
+    """Look up an element format by its MLIR type spelling.
+
+    An :class:`ElementFormat` is returned unchanged.  Unknown names raise
+    ``ValueError`` listing the valid names (never ``KeyError``).
+    """
+    if isinstance(name, ElementFormat):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(
+            f"element: expected a format name (str), got {type(name).__name__}; "
+            f"valid names: {', '.join(ELEMENT_FORMATS)}"
+        )
+    try:
+        return ELEMENT_FORMATS[name]
+    except KeyError:
+        raise ValueError(
+            f"element: unknown MX element format {name!r}; valid names: {', '.join(ELEMENT_FORMATS)}"
+        ) from None
+
+
+def element_bits(codes: np.ndarray, element: str | ElementFormat) -> np.ndarray:
+    """The raw code bits of element ``codes`` as ``uint8`` (int8 codes as two's complement)."""
+    fmt = element_format(element)
+    codes = np.asarray(codes)
+    if codes.dtype != fmt.dtype:
+        raise TypeError(f"codes: expected dtype {fmt.dtype} for {fmt.name}, got {codes.dtype}")
+    return codes.view(np.uint8)
+
+
+def decode_elements(codes: np.ndarray, element: str | ElementFormat) -> np.ndarray:
+    """Real values of element ``codes`` as float64 (exact).
+
+    Float formats decode exactly like ``ml_dtypes`` (including NaN/Inf codes of
+    E4M3/E5M2, which MX quantization never produces); ``i8`` code ``c`` decodes to
+    ``c / 64`` (code -128 decodes to -2.0 although it is never produced).
+    """
+    fmt = element_format(element)
+    codes = np.asarray(codes)
+    if codes.dtype != fmt.dtype:
+        raise TypeError(f"codes: expected dtype {fmt.dtype} for {fmt.name}, got {codes.dtype}")
+    if fmt.is_int:
+        return codes.astype(np.float64) * 2.0**-6
+    return codes.astype(np.float64)
+
+
+def decode_scales(scales: np.ndarray) -> np.ndarray:
+    """Values of E8M0 ``scales`` as float64: ``2**(code - 127)``, NaN for code 255.
+
+    Code 0 is ``2**-127`` (never zero).  Every value is exactly representable in
+    float32 (code 0 as an f32 subnormal).
+    """
+    scales = np.asarray(scales)
+    if scales.dtype != SCALE_DTYPE:
+        raise TypeError(f"scales: expected dtype {SCALE_DTYPE} ({SCALE_TYPE}), got {scales.dtype}")
+    k = scales.view(np.uint8).astype(np.int32)
+    out = np.ldexp(1.0, k - SCALE_BIAS)
+    return np.where(k == SCALE_NAN_CODE, np.nan, out)
+
+
+def finite_codes(element: str | ElementFormat) -> np.ndarray:
+    """Every code of ``element`` that decodes to a finite value, as a 1-D array.
+
+    For ``i8`` this excludes -128 (a valid decode, -2.0, but never produced by
+    quantization); for E4M3 it excludes the two NaN codes, for E5M2 the NaN and
+    Inf codes.  Both signed zeros of the float formats are included.
+    """
+    fmt = element_format(element)
+    if fmt.is_int:
+        return np.arange(-127, 128, dtype=np.int8)
+    raw = np.arange(fmt.num_codes, dtype=np.uint8).view(fmt.dtype)
+    return raw[np.isfinite(raw.astype(np.float64))]

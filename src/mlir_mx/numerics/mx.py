@@ -1,0 +1,358 @@
+"""The numpy oracle for OCP MX v1.0 quantization and dequantization.
+
+Every compiled MX kernel in this project is tested bit-for-bit against
+:func:`quantize` and :func:`dequantize`.  The semantics (FLOOR scale rule read from
+the f32 exponent bits, RNE element rounding with saturation, NaN blocks, zero
+blocks, MXINT8, single-rounding dequantize) are stated in ``docs/numerics.md``.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from .formats import (
+    SCALE_BIAS,
+    SCALE_DTYPE,
+    SCALE_NAN_CODE,
+    ElementFormat,
+    decode_elements,
+    decode_scales,
+    element_format,
+)
+
+__all__ = [
+    "MIN_SHARED_EXP",
+    "NAN_SHARED_EXP",
+    "MXArray",
+    "block_amax",
+    "dequantize",
+    "encode_scales",
+    "f32_exponent",
+    "quantize",
+    "round_to_element",
+    "scale_shape",
+    "shared_exponent",
+]
+
+#: Smallest shared exponent (E8M0 code 0 = 2**-127); the FLOOR rule is clamped here.
+MIN_SHARED_EXP = -SCALE_BIAS
+#: Pseudo shared exponent of a block that holds a NaN or an Inf (E8M0 code 255 = NaN).
+NAN_SHARED_EXP = SCALE_NAN_CODE - SCALE_BIAS
+
+# Input dtypes quantize() accepts; all are converted to float32 first (float32 is the
+# reference input type; float16 and bfloat16 convert exactly, float64 rounds RNE).
+_ACCEPTED_INPUT_DTYPES = (
+    np.dtype(np.float32),
+    np.dtype(np.float64),
+    np.dtype(np.float16),
+    np.dtype(ml_dtypes.bfloat16),
+)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_block_size(block_size) -> int:
+    if isinstance(block_size, (bool, np.bool_)) or not isinstance(block_size, (int, np.integer)):
+        raise TypeError(f"block_size: expected a positive int, got {type(block_size).__name__}")
+    block_size = int(block_size)
+    if block_size <= 0:
+        raise ValueError(f"block_size: must be positive, got {block_size}")
+    return block_size
+
+
+def _normalize_axis(axis, ndim: int, arg: str = "axis") -> int:
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{arg}: expected an int, got {type(axis).__name__}")
+    axis = int(axis)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{arg}: {axis} is out of range for an array of rank {ndim}")
+    return axis % ndim
+
+
+def _check_blocked_shape(shape, block_size: int, axis: int, arg: str) -> None:
+    n = shape[axis]
+    if n % block_size != 0:
+        raise ValueError(
+            f"{arg}: blocked axis {axis} has size {n}, not a multiple of block_size {block_size}"
+        )
+
+
+def scale_shape(shape, block_size: int, axis: int) -> tuple[int, ...]:
+    """Shape of the E8M0 scale tensor: ``shape`` with ``shape[axis] // block_size``.
+
+    Raises ``ValueError`` when ``shape[axis]`` is not a multiple of ``block_size``.
+    """
+    shape = tuple(operator.index(s) for s in shape)
+    if len(shape) == 0:
+        raise ValueError("shape: MX arrays need rank >= 1, got a rank-0 shape")
+    block_size = _check_block_size(block_size)
+    axis = _normalize_axis(axis, len(shape))
+    _check_blocked_shape(shape, block_size, axis, "shape")
+    out = list(shape)
+    out[axis] //= block_size
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def f32_exponent(x) -> np.ndarray:
+    """``floor(log2(|x|))`` read from the float32 exponent bits: biased exponent - 127.
+
+    ``x`` must be float32.  Zero and f32 subnormals give -127 (exponent field 0);
+    Inf and NaN give 128 (exponent field 255).  Returns int32.
+    """
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        raise TypeError(f"x: expected float32, got {x.dtype}")
+    bits = x.view(np.uint32)
+    return ((bits >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int32) - np.int32(127)
+
+
+def shared_exponent(amax, element: str | ElementFormat) -> np.ndarray:
+    """The OCP MX FLOOR rule: ``floor(log2(amax)) - emax_elem``, clamped below at -127.
+
+    ``amax`` is the float32 block maximum magnitude; ``floor(log2(amax))`` is read
+    from its exponent bits (:func:`f32_exponent`).  A non-finite ``amax`` (a block
+    holding a NaN or an Inf) gives :data:`NAN_SHARED_EXP` (128), so that
+    ``shared_exp + 127`` is always the E8M0 scale code (255 = NaN).  For finite
+    ``amax`` the result lies in ``[-127, 127 - emax]``.  Returns int32.
+    """
+    fmt = element_format(element)
+    amax = np.asarray(amax)
+    if amax.dtype != np.float32:
+        raise TypeError(f"amax: expected float32, got {amax.dtype}")
+    e = np.maximum(f32_exponent(amax) - np.int32(fmt.emax), np.int32(MIN_SHARED_EXP))
+    return np.where(np.isfinite(amax), e, np.int32(NAN_SHARED_EXP)).astype(np.int32)
+
+
+def encode_scales(shared_exp) -> np.ndarray:
+    """E8M0 scale codes for shared exponents in ``[-127, 128]`` (128 = NaN)."""
+    e = np.asarray(shared_exp)
+    if not np.issubdtype(e.dtype, np.integer):
+        raise TypeError(f"shared_exp: expected an integer array, got {e.dtype}")
+    if e.size and (e.min() < MIN_SHARED_EXP or e.max() > NAN_SHARED_EXP):
+        raise ValueError(
+            f"shared_exp: values must lie in [{MIN_SHARED_EXP}, {NAN_SHARED_EXP}], "
+            f"got [{e.min()}, {e.max()}]"
+        )
+    return (e.astype(np.int32) + SCALE_BIAS).astype(np.uint8).view(SCALE_DTYPE)
+
+
+def _blocked(x: np.ndarray, block_size: int, axis: int) -> np.ndarray:
+    """View ``x`` as ``(..., nblocks, block_size)`` with the blocked axis moved last."""
+    xm = np.moveaxis(x, axis, -1)
+    return xm.reshape(xm.shape[:-1] + (xm.shape[-1] // block_size, block_size))
+
+
+def _unblocked(xb: np.ndarray, axis: int) -> np.ndarray:
+    xm = xb.reshape(xb.shape[:-2] + (xb.shape[-2] * xb.shape[-1],))
+    return np.moveaxis(xm, -1, axis)
+
+
+def _as_f32_input(x) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype not in _ACCEPTED_INPUT_DTYPES:
+        raise TypeError(
+            f"x: expected a float32 array (float64, float16 and bfloat16 are converted to "
+            f"float32 first), got dtype {x.dtype}"
+        )
+    if x.ndim == 0:
+        raise ValueError("x: MX quantization needs rank >= 1, got a rank-0 array")
+    with np.errstate(over="ignore"):
+        return x.astype(np.float32)
+
+
+def block_amax(x, block_size: int = 32, axis: int = -1) -> np.ndarray:
+    """Per-block ``max |x|`` in float32, shaped like the scales (NaN if the block has a NaN)."""
+    x = _as_f32_input(x)
+    block_size = _check_block_size(block_size)
+    axis = _normalize_axis(axis, x.ndim)
+    _check_blocked_shape(x.shape, block_size, axis, "x")
+    amax = np.max(np.abs(_blocked(x, block_size, axis)), axis=-1)
+    return np.moveaxis(amax, -1, axis)
+
+
+def round_to_element(p, element: str | ElementFormat) -> np.ndarray:
+    """Round scaled values ``p`` (float32 or float64) to element codes.
+
+    Round to nearest, ties to even, with saturation to ``+-max_normal`` (sign kept;
+    E5M2 saturates too, never Inf).  Zeros keep their sign in the float formats.
+    ``p`` must be finite.  For ``i8`` the code is ``rint(p * 64)`` clamped to
+    ``[-127, 127]``.
+
+    A float64 ``p`` must be exactly representable in float32 unless ``|p| < 2**-126``
+    (values below that round to zero in every element format whichever way they are
+    rounded): the final cast goes float64 -> float32 -> element, because ml_dtypes'
+    float64 casts are not single-rounding.  :func:`quantize` guarantees this.
+    """
+    fmt = element_format(element)
+    p = np.asarray(p)
+    if p.dtype not in (np.float32, np.float64):
+        raise TypeError(f"p: expected float32 or float64, got {p.dtype}")
+    if not np.all(np.isfinite(p)):
+        raise ValueError("p: scaled values must be finite (NaN/Inf blocks are handled by quantize)")
+    p = p.astype(np.float64)
+    if fmt.is_int:
+        return np.clip(np.rint(p * 64.0), -127.0, 127.0).astype(np.int8)
+    # Saturate BEFORE the narrow cast: ml_dtypes maps E4M3 overflow to NaN and E5M2
+    # overflow to Inf.  np.clip keeps the sign of zero.
+    p = np.clip(p, -fmt.max_normal, fmt.max_normal)
+    return p.astype(np.float32).astype(fmt.dtype)
+
+
+# --------------------------------------------------------------------------- MXArray
+
+
+@dataclass(eq=False)
+class MXArray:
+    """An MX-encoded tensor: element codes plus one E8M0 scale per block.
+
+    ``codes`` has the full logical shape and dtype ``element_format(element).dtype``
+    (FP6/FP4 one element per byte, not packed).  ``scales`` has dtype
+    ``ml_dtypes.float8_e8m0fnu`` and shape ``codes.shape`` with
+    ``shape[axis] // block_size``.  Blocks are ``block_size`` consecutive elements
+    along ``axis``.  ``axis`` is normalized to be non-negative.
+
+    Raw ``uint8`` arrays are accepted for ``scales`` and for the codes of the float
+    formats (they are reinterpreted, not converted).
+    """
+
+    codes: np.ndarray
+    scales: np.ndarray
+    element: str
+    block_size: int
+    axis: int = -1
+
+    def __post_init__(self) -> None:
+        fmt = element_format(self.element)
+        self.element = fmt.name
+        codes = np.asarray(self.codes)
+        if codes.dtype == np.uint8 and not fmt.is_int:
+            codes = codes.view(fmt.dtype)
+        if codes.dtype != fmt.dtype:
+            raise TypeError(f"codes: expected dtype {fmt.dtype} for {fmt.name}, got {codes.dtype}")
+        if codes.ndim == 0:
+            raise ValueError("codes: MX arrays need rank >= 1, got a rank-0 array")
+        if not fmt.is_int and fmt.bits < 8 and codes.size:
+            if (codes.view(np.uint8) >> np.uint8(fmt.bits)).any():
+                raise ValueError(
+                    f"codes: {fmt.name} codes must fit in the low {fmt.bits} bits of each byte"
+                )
+        scales = np.asarray(self.scales)
+        if scales.dtype == np.uint8:
+            scales = scales.view(SCALE_DTYPE)
+        if scales.dtype != SCALE_DTYPE:
+            raise TypeError(f"scales: expected dtype {SCALE_DTYPE} (f8E8M0FNU), got {scales.dtype}")
+        self.block_size = _check_block_size(self.block_size)
+        self.axis = _normalize_axis(self.axis, codes.ndim)
+        _check_blocked_shape(codes.shape, self.block_size, self.axis, "codes")
+        expected = scale_shape(codes.shape, self.block_size, self.axis)
+        if scales.shape != expected:
+            raise ValueError(
+                f"scales: expected shape {expected} for codes of shape {codes.shape} "
+                f"(block_size {self.block_size} along axis {self.axis}), got {scales.shape}"
+            )
+        self.codes = codes
+        self.scales = scales
+
+    @property
+    def format(self) -> ElementFormat:
+        return element_format(self.element)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.codes.shape)
+
+    @property
+    def scale_shape(self) -> tuple[int, ...]:
+        return tuple(self.scales.shape)
+
+    @property
+    def ndim(self) -> int:
+        return self.codes.ndim
+
+    def element_values(self) -> np.ndarray:
+        """Real values of the element codes (float64, exact, unscaled)."""
+        return decode_elements(self.codes, self.format)
+
+    def scale_values(self) -> np.ndarray:
+        """Values of the E8M0 scales (float64, exact; NaN for code 255)."""
+        return decode_scales(self.scales)
+
+    def dequantize(self) -> np.ndarray:
+        return dequantize(self)
+
+    def bitwise_equal(self, other: MXArray) -> bool:
+        """True when both arrays have the same layout and identical code and scale bytes."""
+        return (
+            isinstance(other, MXArray)
+            and self.element == other.element
+            and self.block_size == other.block_size
+            and self.axis == other.axis
+            and self.shape == other.shape
+            and np.array_equal(self.codes.view(np.uint8), other.codes.view(np.uint8))
+            and np.array_equal(self.scales.view(np.uint8), other.scales.view(np.uint8))
+        )
+
+
+# --------------------------------------------------------------------------- quantize
+
+
+def quantize(x, element: str = "f8E4M3FN", block_size: int = 32, axis: int = -1) -> MXArray:
+    """Quantize ``x`` to MX with OCP MX v1.0 semantics (see ``docs/numerics.md``).
+
+    ``x`` is float32 (float64, float16 and bfloat16 are converted to float32 first;
+    float64 -> float32 rounds to nearest even and may overflow to Inf), any rank
+    >= 1; blocks are ``block_size`` consecutive elements along ``axis``, whose size
+    must be a multiple of ``block_size``.
+
+    Per block: ``shared_exp = f32_exponent(amax) - emax`` clamped below at -127
+    (scale code ``shared_exp + 127``); elements ``x / 2**shared_exp`` (exact) rounded
+    to nearest even in the element format with saturation to ``+-max_normal``.  A
+    block holding a NaN or an Inf gets scale code 255 (NaN) and all-zero element
+    codes.
+    """
+    fmt = element_format(element)
+    x = _as_f32_input(x)
+    block_size = _check_block_size(block_size)
+    axis = _normalize_axis(axis, x.ndim)
+    _check_blocked_shape(x.shape, block_size, axis, "x")
+
+    xb = _blocked(x, block_size, axis)  # (..., nblocks, block_size) float32
+    finite = np.isfinite(xb).all(axis=-1)
+    amax = np.max(np.abs(xb), axis=-1)  # float32, exact
+    amax = np.where(finite, amax, np.float32(np.inf))
+    shared = shared_exponent(amax, fmt)  # int32, 128 for NaN blocks
+
+    # Exact division by the power-of-two scale (in float64: no overflow or underflow).
+    safe_x = np.where(finite[..., None], xb, np.float32(0)).astype(np.float64)
+    safe_e = np.where(finite, shared, 0)
+    p = np.ldexp(safe_x, -safe_e[..., None])
+    code_bits = round_to_element(p, fmt).view(np.uint8)
+    codes_b = np.where(finite[..., None], code_bits, np.uint8(0)).view(fmt.dtype)
+
+    codes = np.ascontiguousarray(_unblocked(codes_b, axis))
+    scales = np.ascontiguousarray(np.moveaxis(encode_scales(shared), -1, axis))
+    return MXArray(codes=codes, scales=scales, element=fmt.name, block_size=block_size, axis=axis)
+
+
+def dequantize(a: MXArray) -> np.ndarray:
+    """Decode ``a`` to float32: ``f32(element_value * 2**(scale_code - 127))``.
+
+    The product is formed exactly in float64 and rounded once to float32 (round to
+    nearest even, f32 subnormals kept, overflow to +-Inf), which equals an IEEE f32
+    multiply of the two exactly-representable f32 factors.  Scale code 255 gives NaN
+    for the whole block.
+    """
+    if not isinstance(a, MXArray):
+        raise TypeError(f"a: expected an MXArray, got {type(a).__name__}")
+    vals = a.element_values()
+    scales = np.repeat(a.scale_values(), a.block_size, axis=a.axis)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (vals * scales).astype(np.float32)
