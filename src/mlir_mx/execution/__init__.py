@@ -1,0 +1,11 @@
+"""JIT compilation and execution of lowered modules (numpy in, numpy out)."""
+
+from mlir_mx.execution.runner import (
+    Runner,
+    clear_cache,
+    compile_module,
+    numpy_dtype,
+    runtime_libraries,
+)
+
+__all__ = ["Runner", "clear_cache", "compile_module", "numpy_dtype", "runtime_libraries"]

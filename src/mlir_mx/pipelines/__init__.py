@@ -1,0 +1,38 @@
+"""Named pass pipelines shipped as package data.
+
+A pipeline is a text file ``<name>.txt`` next to this module: one pipeline
+element per line (an upstream pass with options, an ``anchor(...)`` nest or a
+pass of our registry), ``#`` comments and blank lines ignored.
+:func:`load_pipeline` returns the elements joined with commas, ready for
+:func:`mlir_mx.passes.pipeline.build_pass_manager` (and composable with other
+pipelines by joining with ``,``).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+__all__ = ["load_pipeline", "available_pipelines"]
+
+
+def _files():
+    return resources.files(__name__)
+
+
+def available_pipelines() -> list[str]:
+    """Names of the shipped pipelines (without ``.txt``), sorted."""
+    return sorted(p.name[: -len(".txt")] for p in _files().iterdir() if p.name.endswith(".txt"))
+
+
+def load_pipeline(name: str) -> str:
+    """The pipeline ``name`` as one comma-separated pipeline string."""
+    path = _files() / f"{name}.txt"
+    if not path.is_file():
+        known = ", ".join(available_pipelines()) or "none"
+        raise KeyError(f"no pipeline named '{name}' (available: {known})")
+    elements = []
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            elements.append(line.rstrip(","))
+    return ",".join(elements)

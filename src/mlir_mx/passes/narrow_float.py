@@ -1,0 +1,402 @@
+"""``mx-expand-narrow-floats``: software conversions for f8/f6/f4/E8M0.
+
+Rewrites ``arith.extf`` / ``arith.truncf`` from and to ``f8E4M3FN``,
+``f8E5M2``, ``f6E2M3FN``, ``f6E3M2FN``, ``f4E2M1FN`` and ``f8E8M0FNU`` (scalar,
+vector or static tensor; every op is elementwise) and ``arith.scaling_extf`` /
+``arith.scaling_truncf`` into ``arith.bitcast`` to the same-width integer
+(f8 -> i8, f6 -> i6, f4 -> i4), a handful of branch-free integer / f32 ops
+(``arith.select``, no control flow, vectorizable) and ``arith.bitcast`` i32 <->
+f32.  Everything it emits is handled by ``convert-arith-to-llvm``, which maps
+the narrow float types to i8/i6/i4 itself.
+
+Semantics are bit-exact with ml_dtypes (0.5/0.6), which tests check on every
+code and on an f32 sweep:
+
+* extf: exact for every code.  E4M3FN ``S.1111.111`` -> NaN; E5M2 Inf/NaN;
+  E8M0 code 0 -> 2^-127 (the f32 subnormal 0x00400000), code 255 -> NaN.
+* truncf f32 -> element formats: round to nearest, ties to even, narrow
+  subnormals exact.  Overflow: ``|x| > 464`` -> NaN for E4M3FN (464 is the tie
+  between 448 and the NaN code and rounds to even, 448); ``|x| >= 61440`` ->
+  Inf for E5M2; FP6/FP4 saturate to +-max (Inf included).  NaN -> NaN for
+  E4M3FN/E5M2 (sign kept); for FP6/FP4, which have no NaN, NaN -> a zero whose
+  sign is the INVERSE of the NaN's sign (+NaN -> -0.0), exactly as ml_dtypes.
+* truncf f32 -> E8M0 (as ml_dtypes): for a normal f32, the exponent rounded up
+  when the mantissa is >= 1.5 (ties away from zero: 1.5 -> 2, 3 -> 4); a
+  positive f32 subnormal x gives 2^-127 when x <= 2^-127 and 2^-126 otherwise;
+  0, negatives, Inf, NaN and results above 2^127 give NaN (code 255).
+
+Wide sides other than f32: extf to f16/bf16/f64 goes through an exact extf to
+f32 and one (correctly rounded) upstream extf/truncf; truncf from f16/bf16
+goes through an exact extf to f32.  truncf from f64 is REJECTED (PassError):
+f64 -> f32 -> narrow would round twice (ml_dtypes does exactly that, APFloat
+does not), so there is no single defensible answer.
+
+FIXME(upstream): ``arith-expand`` has no f8E4M3FN/f8E5M2/f6 conversions at
+22.1.x (added by llvm-project PR #216653), and ``convert-arith-to-llvm``
+silently leaves them in place (#221950).  Its E8M0 extf maps code 0 to +0.0,
+its f32 -> E8M0 truncf floors instead of rounding (#215295), and its f4E2M1
+truncf rounds ties up.  Once upstream is fixed this pass can shrink to the
+fast paths (the f16 widening trick).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+from mlir import ir
+from mlir.dialects import arith
+
+from mlir_mx.passes.registry import Option, PassError, register_pass
+
+__all__ = ["expand_narrow_floats", "NarrowFormat", "narrow_format"]
+
+
+@dataclass(frozen=True)
+class NarrowFormat:
+    """An OCP narrow float: ``ebits`` exponent and ``mbits`` mantissa bits."""
+
+    name: str
+    ebits: int
+    mbits: int
+    bias: int
+    # 'nan': E4M3FN (S.1111.111 NaN, overflow -> NaN); 'ieee': E5M2 (Inf/NaN);
+    # 'sat': FP6/FP4 (no Inf/NaN, saturate); 'e8m0': unsigned exponent only.
+    kind: str
+
+    @property
+    def width(self) -> int:
+        return self.ebits + self.mbits + (0 if self.kind == "e8m0" else 1)
+
+    @property
+    def max_finite(self) -> float:
+        if self.kind == "nan":  # the all-ones mantissa is NaN at the top exponent
+            return 2.0 ** ((1 << self.ebits) - 1 - self.bias) * (2 - 2 * 2.0**-self.mbits)
+        top = (1 << self.ebits) - (2 if self.kind == "ieee" else 1)
+        return 2.0 ** (top - self.bias) * (2 - 2.0**-self.mbits)
+
+
+_FORMATS = {
+    "f8E4M3FN": NarrowFormat("f8E4M3FN", 4, 3, 7, "nan"),
+    "f8E5M2": NarrowFormat("f8E5M2", 5, 2, 15, "ieee"),
+    "f6E2M3FN": NarrowFormat("f6E2M3FN", 2, 3, 1, "sat"),
+    "f6E3M2FN": NarrowFormat("f6E3M2FN", 3, 2, 3, "sat"),
+    "f4E2M1FN": NarrowFormat("f4E2M1FN", 2, 1, 1, "sat"),
+    "f8E8M0FNU": NarrowFormat("f8E8M0FNU", 8, 0, 127, "e8m0"),
+}
+
+
+def narrow_format(t: ir.Type) -> NarrowFormat | None:
+    """The narrow format of scalar float type ``t``, or None."""
+    return _FORMATS.get(str(t))
+
+
+def _f32_bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def _element_type(t: ir.Type) -> ir.Type:
+    return t.element_type if isinstance(t, ir.ShapedType) else t
+
+
+class _Builder:
+    """Emits elementwise arith ops of one shape (scalar, vector or tensor)."""
+
+    def __init__(self, like: ir.Type, loc: ir.Location):
+        self.loc = loc
+        self.shaped = like if isinstance(like, ir.ShapedType) else None
+        if self.shaped is not None and not self.shaped.has_static_shape:
+            raise PassError(
+                "mx-expand-narrow-floats: dynamically shaped operands are not supported", loc
+            )
+
+    def ty(self, elem: ir.Type) -> ir.Type:
+        """``elem`` in this builder's shape."""
+        s = self.shaped
+        if s is None:
+            return elem
+        if isinstance(s, ir.VectorType):
+            return ir.VectorType.get(s.shape, elem, scalable=s.scalable_dims)
+        return ir.RankedTensorType.get(s.shape, elem)
+
+    def const(self, value, elem: ir.Type) -> ir.Value:
+        if isinstance(elem, ir.IntegerType):
+            w = elem.width
+            value = int(value) & ((1 << w) - 1)
+            if value >= 1 << (w - 1):  # IntegerAttr wants the signed value
+                value -= 1 << w
+            attr = ir.IntegerAttr.get(elem, value)
+        else:
+            attr = ir.FloatAttr.get(elem, float(value))
+        if self.shaped is not None:
+            attr = ir.DenseElementsAttr.get_splat(self.ty(elem), attr)
+        return arith.ConstantOp(self.ty(elem), attr, loc=self.loc).result
+
+    def i32(self, v: int) -> ir.Value:
+        return self.const(v, ir.IntegerType.get_signless(32))
+
+    def bitcast(self, v: ir.Value, elem: ir.Type) -> ir.Value:
+        return arith.BitcastOp(self.ty(elem), v, loc=self.loc).result
+
+    def cmp(self, pred: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        p = getattr(arith.CmpIPredicate, pred)
+        return arith.CmpIOp(p, a, b, loc=self.loc).result
+
+    def select(self, c: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+        return arith.SelectOp(c, a, b, loc=self.loc).result
+
+    def __getattr__(self, name: str):
+        # b.addi(x, y), b.andi(...), b.shrui(...), b.mulf(...) ...
+        fn = getattr(arith, name)
+        return lambda *args: fn(*args, loc=self.loc)
+
+
+# --------------------------------------------------------------------------
+# extf: narrow -> f32
+
+
+def _ext_to_f32(b: _Builder, x: ir.Value, fmt: NarrowFormat, f16_widening: bool) -> ir.Value:
+    """Exact narrow -> f32 conversion of ``x`` (narrow float typed)."""
+    i32 = ir.IntegerType.get_signless(32)
+    f32 = ir.F32Type.get()
+    iw = ir.IntegerType.get_signless(fmt.width)
+    code = b.bitcast(x, iw)
+
+    if fmt.kind == "e8m0":
+        c = b.extui(b.ty(i32), code)
+        bits = b.shli(c, b.i32(23))
+        # code 0 is 2^-127, the f32 subnormal 0x00400000 (not zero).
+        bits = b.select(b.cmp("eq", c, b.i32(0)), b.i32(0x00400000), bits)
+        bits = b.select(b.cmp("eq", c, b.i32(255)), b.i32(0x7FC00000), bits)
+        return b.bitcast(bits, f32)
+
+    if f16_widening and fmt.name in ("f8E4M3FN", "f8E5M2"):
+        # Place the byte into an f16 and widen with the hardware conversion
+        # (vcvtph2ps): no f32 subnormal operands, hence no microcode assists.
+        i16 = ir.IntegerType.get_signless(16)
+        f16 = ir.F16Type.get()
+        c = b.extui(b.ty(i16), code)
+        c16 = lambda v: b.const(v, i16)  # noqa: E731
+        if fmt.name == "f8E5M2":  # E5M2 is exactly the top byte of an f16
+            h = b.shli(c, c16(8))
+            return b.extf(b.ty(f32), b.bitcast(h, f16))
+        # E4M3: S.EEEE.MMM -> f16 S.0EEEE.MMM0000000 = value * 2^-8.
+        h = b.ori(b.andi(b.shli(c, c16(8)), c16(0x8000)), b.andi(b.shli(c, c16(7)), c16(0x3F80)))
+        mag = b.andi(c, c16(0x7F))
+        h = b.select(b.cmp("eq", mag, c16(0x7F)), b.ori(h, c16(0x7E00)), h)  # NaN
+        w = b.extf(b.ty(f32), b.bitcast(h, f16))
+        return b.mulf(w, b.const(256.0, f32))
+
+    n = fmt.ebits + fmt.mbits
+    c = b.extui(b.ty(i32), code)
+    sign = b.shli(b.andi(c, b.i32(1 << n)), b.i32(31 - n))
+    mag = b.andi(c, b.i32((1 << n) - 1))
+    # Normal codes: move exponent/mantissa into place and rebias.
+    norm = b.addi(b.shli(mag, b.i32(23 - fmt.mbits)), b.i32((127 - fmt.bias) << 23))
+    # Subnormal codes (exponent field 0): mantissa * 2^(1 - bias - mbits), exact.
+    sub = b.mulf(b.uitofp(b.ty(f32), mag), b.const(2.0 ** (1 - fmt.bias - fmt.mbits), f32))
+    bits = b.select(b.cmp("ult", mag, b.i32(1 << fmt.mbits)), b.bitcast(sub, i32), norm)
+    if fmt.kind == "nan":
+        bits = b.select(b.cmp("eq", mag, b.i32((1 << n) - 1)), b.i32(0x7FC00000), bits)
+    elif fmt.kind == "ieee":
+        inf_code = ((1 << fmt.ebits) - 1) << fmt.mbits
+        bits = b.select(b.cmp("eq", mag, b.i32(inf_code)), b.i32(0x7F800000), bits)
+        bits = b.select(b.cmp("ugt", mag, b.i32(inf_code)), b.i32(0x7FC00000), bits)
+    return b.bitcast(b.ori(bits, sign), f32)
+
+
+# --------------------------------------------------------------------------
+# truncf: f32 -> narrow
+
+
+def _trunc_from_f32(b: _Builder, x: ir.Value, fmt: NarrowFormat, out_elem: ir.Type) -> ir.Value:
+    """f32 -> narrow, bit-exact with ml_dtypes (RNE; see the module docstring)."""
+    i32 = ir.IntegerType.get_signless(32)
+    f32 = ir.F32Type.get()
+    iw = ir.IntegerType.get_signless(fmt.width)
+    bits = b.bitcast(x, i32)
+
+    if fmt.kind == "e8m0":
+        # Normal f32: exponent + (mantissa >= 1.5); the carry does it.
+        code = b.shrui(b.addi(bits, b.i32(0x00400000)), b.i32(23))
+        # Positive f32 subnormal: 2^-127 if x <= 2^-127 else 2^-126.
+        sub = b.extui(b.ty(i32), b.cmp("ugt", bits, b.i32(0x00400000)))
+        code = b.select(b.cmp("ult", bits, b.i32(0x00800000)), sub, code)
+        # 0, negatives, Inf, NaN: (bits - 1) >= 0x7f7fffff unsigned.
+        bad = b.cmp("uge", b.subi(bits, b.i32(1)), b.i32(0x7F7FFFFF))
+        code = b.select(bad, b.i32(255), code)
+        return b.bitcast(b.trunci(b.ty(iw), code), out_elem)
+
+    n = fmt.ebits + fmt.mbits
+    sh = 23 - fmt.mbits
+    absb = b.andi(bits, b.i32(0x7FFFFFFF))
+    sign = b.shli(b.shrui(bits, b.i32(31)), b.i32(n))
+    # Normal results: round to nearest even on the f32 bits, then rebias.
+    odd = b.andi(b.shrui(absb, b.i32(sh)), b.i32(1))
+    rounded = b.addi(b.addi(absb, odd), b.i32((1 << (sh - 1)) - 1))
+    norm = b.subi(b.shrui(rounded, b.i32(sh)), b.i32((127 - fmt.bias) << fmt.mbits))
+    # Subnormal results: adding C, whose ulp is the narrow subnormal step,
+    # makes the (RNE) f32 adder round; the low bits are then the code.  A
+    # result of 1 << mbits is min-normal, which is also its correct code.
+    magic = 2.0 ** (24 - fmt.bias - fmt.mbits)
+    cbits = b.i32(_f32_bits(magic))
+    s = b.addf(b.bitcast(absb, f32), b.const(magic, f32))
+    sub = b.subi(b.bitcast(s, i32), cbits)
+    min_normal = _f32_bits(2.0 ** (1 - fmt.bias))
+    code = b.select(b.cmp("ult", absb, b.i32(min_normal)), sub, norm)
+    # Overflow.
+    if fmt.kind == "nan":
+        # 464 (tie between 448 and the NaN code) rounds to even: 448.
+        thr = _f32_bits(fmt.max_finite + _half_ulp(fmt))
+        code = b.select(b.cmp("ugt", absb, b.i32(thr)), b.i32((1 << n) - 1), code)
+    elif fmt.kind == "ieee":
+        thr = _f32_bits(fmt.max_finite + _half_ulp(fmt))  # the tie rounds to Inf
+        inf_code = ((1 << fmt.ebits) - 1) << fmt.mbits
+        code = b.select(b.cmp("uge", absb, b.i32(thr)), b.i32(inf_code), code)
+        nan = b.cmp("ugt", absb, b.i32(0x7F800000))
+        code = b.select(nan, b.i32(inf_code | (1 << (fmt.mbits - 1))), code)
+    else:  # saturate; NaN -> zero with the inverse sign (ml_dtypes)
+        max_code = (1 << n) - 1
+        code = b.select(b.cmp("ugt", absb, b.i32(_f32_bits(fmt.max_finite))), b.i32(max_code), code)
+        nan = b.cmp("ugt", absb, b.i32(0x7F800000))
+        code = b.select(nan, b.i32(0), code)
+        sign = b.select(nan, b.xori(sign, b.i32(1 << n)), sign)
+    code = b.ori(code, sign)
+    return b.bitcast(b.trunci(b.ty(iw), code), out_elem)
+
+
+def _half_ulp(fmt: NarrowFormat) -> float:
+    """Half the spacing of the narrow format just below its largest finite."""
+    e = math.floor(math.log2(fmt.max_finite))
+    return 2.0 ** (e - fmt.mbits - 1)
+
+
+# --------------------------------------------------------------------------
+# The rewrites
+
+
+def _is_std_float(t: ir.Type) -> bool:
+    return str(t) in ("f16", "bf16", "f32", "f64")
+
+
+def _to_f32(b: _Builder, v: ir.Value, elem: ir.Type, loc) -> ir.Value:
+    """Exact widening of a standard float (f16/bf16/f32) value to f32."""
+    s = str(elem)
+    if s == "f32":
+        return v
+    if s in ("f16", "bf16"):
+        return b.extf(b.ty(ir.F32Type.get()), v)
+    raise PassError(
+        f"mx-expand-narrow-floats: truncation from {elem} to a narrow float is not "
+        "supported (f64 -> f32 -> narrow would round twice); truncate to f32 first",
+        loc,
+    )
+
+
+def _from_f32(b: _Builder, v: ir.Value, elem: ir.Type) -> ir.Value:
+    """f32 -> standard float ``elem`` with one upstream (RNE) conversion."""
+    s = str(elem)
+    if s == "f32":
+        return v
+    if s == "f64":
+        return b.extf(b.ty(elem), v)
+    return b.truncf(b.ty(elem), v)
+
+
+def _rewrite(op: ir.Operation, f16_widening: bool) -> bool:
+    """Rewrite one op in place; return False when it is not ours to touch."""
+    name = op.name
+    loc = op.location
+    if name in ("arith.extf", "arith.truncf"):
+        src, res = op.operands[0], op.results[0]
+        se, re = _element_type(src.type), _element_type(res.type)
+        sf, rf = narrow_format(se), narrow_format(re)
+        if sf is None and rf is None:
+            return False
+        with ir.InsertionPoint(op), loc:
+            b = _Builder(src.type, loc)
+            if sf is not None and rf is not None:  # narrow -> narrow: exact ext, one rounding
+                w = _ext_to_f32(b, src, sf, f16_widening)
+                new = _trunc_from_f32(b, w, rf, re)
+            elif sf is not None:
+                if not _is_std_float(re):
+                    raise PassError(f"mx-expand-narrow-floats: unsupported target type {re}", loc)
+                new = _from_f32(b, _ext_to_f32(b, src, sf, f16_widening), re)
+            else:
+                if not _is_std_float(se):
+                    raise PassError(f"mx-expand-narrow-floats: unsupported source type {se}", loc)
+                new = _trunc_from_f32(b, _to_f32(b, src, se, loc), rf, re)
+        res.replace_all_uses_with(new)
+        return True
+    if name in ("arith.scaling_extf", "arith.scaling_truncf"):
+        src, scale, res = op.operands[0], op.operands[1], op.results[0]
+        se, ce, re = (_element_type(v.type) for v in (src, scale, res))
+        if not any(narrow_format(t) for t in (se, ce, re)):
+            return False
+        with ir.InsertionPoint(op), loc:
+            b = _Builder(src.type, loc)
+            if narrow_format(ce) is not None:
+                s32 = _ext_to_f32(b, scale, narrow_format(ce), f16_widening)
+            else:
+                s32 = _to_f32(b, scale, ce, loc)
+            if name == "arith.scaling_extf":
+                x = (
+                    _ext_to_f32(b, src, narrow_format(se), f16_widening)
+                    if narrow_format(se)
+                    else _to_f32(b, src, se, loc)
+                )
+                y = b.mulf(x, s32)
+                if narrow_format(re) is not None:
+                    new = _trunc_from_f32(b, y, narrow_format(re), re)
+                else:
+                    new = _from_f32(b, y, re)
+            else:
+                x = (
+                    _ext_to_f32(b, src, narrow_format(se), f16_widening)
+                    if narrow_format(se)
+                    else _to_f32(b, src, se, loc)
+                )
+                q = b.divf(x, s32)
+                if narrow_format(re) is not None:
+                    new = _trunc_from_f32(b, q, narrow_format(re), re)
+                else:
+                    new = _from_f32(b, q, re)
+        res.replace_all_uses_with(new)
+        return True
+    return False
+
+
+_OPS = ("arith.extf", "arith.truncf", "arith.scaling_extf", "arith.scaling_truncf")
+
+
+@register_pass(
+    "mx-expand-narrow-floats",
+    "Expand arith conversions from/to f8/f6/f4/E8M0 into integer and f32 arithmetic "
+    "that convert-arith-to-llvm handles",
+    options=[
+        Option(
+            "f16-widening",
+            bool,
+            True,
+            "Widen f8E4M3FN/f8E5M2 through f16 (hardware f16->f32 conversion) "
+            "instead of pure integer arithmetic.",
+        )
+    ],
+)
+def expand_narrow_floats(op: ir.Operation, *, f16_widening: bool = True) -> None:
+    """Run the expansion on every nested op of ``op`` (normally a module)."""
+    todo: list[ir.Operation] = []
+
+    def collect(o):
+        if o.operation.name in _OPS:
+            todo.append(o.operation)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(collect)
+    dead = []
+    for o in todo:
+        if _rewrite(o, f16_widening):
+            dead.append(o)
+    for o in dead:
+        o.erase()
