@@ -203,6 +203,7 @@ _PASS_MODULES = (
     "mlir_mx.passes.canonicalize",
     "mlir_mx.passes.mx_to_linalg",
     "mlir_mx.passes.narrow_float",
+    "mlir_mx.passes.pin_map_constants",
 )
 _loaded = False
 

@@ -2,7 +2,9 @@
 
 A pipeline is a text file ``<name>.txt`` next to this module: one pipeline
 element per line (an upstream pass with options, an ``anchor(...)`` nest or a
-pass of our registry), ``#`` comments and blank lines ignored.
+pass of our registry), ``#`` comments and blank lines ignored;
+``{pipelines_dir}`` expands to this directory (where the transform schedules,
+``*.mlir``, live).
 :func:`load_pipeline` returns the elements joined with commas, ready for
 :func:`mlir_mx.passes.pipeline.build_pass_manager` (and composable with other
 pipelines by joining with ``,``).
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-__all__ = ["load_pipeline", "available_pipelines"]
+__all__ = ["load_pipeline", "available_pipelines", "data_dir", "schedule_path"]
 
 
 def _files():
@@ -34,5 +36,18 @@ def load_pipeline(name: str) -> str:
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
-            elements.append(line.rstrip(","))
+            elements.append(line.rstrip(",").replace("{pipelines_dir}", data_dir()))
     return ",".join(elements)
+
+
+def data_dir() -> str:
+    """Directory of the shipped pipelines and transform schedules."""
+    return str(_files())
+
+
+def schedule_path(name: str = "schedules") -> str:
+    """Path of a shipped transform library (``<name>.mlir``)."""
+    path = _files() / f"{name}.mlir"
+    if not path.is_file():
+        raise KeyError(f"no transform library named '{name}'")
+    return str(path)
