@@ -232,8 +232,9 @@ def test_requantize_any_encoding(q):
     * a block that dequantizes to a NaN/Inf anywhere becomes a NaN block (scale 255,
       codes 0);
     * otherwise the scale never grows (except by one step for a block holding i8 code
-      -128, whose value -2.0 lies above the top binade), the result is canonical (a fixed point), and the
-      real values are preserved, except that E4M3 values with mantissa 1.875 moved up to
+      -128, whose value -2.0 lies above the top binade, and whose other values then lose
+      one bit), the result is canonical (a fixed point), and the real values of every
+      other block are preserved, except that E4M3 values with mantissa 1.875 moved up to
       the top binade exceed 448 * X' and saturate there."""
     fmt = element_format(q.element)
     d = dequantize(q)
@@ -254,7 +255,9 @@ def test_requantize_any_encoding(q):
     assert np.all(s2[~bad_blocks] <= (s1 + grow)[~bad_blocks])
     d2 = dequantize(q2)
     X2 = np.repeat(np.ldexp(1.0, s2 - 127), q.block_size, q.axis)
-    good = ~np.repeat(bad_blocks, q.block_size, q.axis)
+    # A block holding i8 code -128 requantizes with a scale one step larger,
+    # which drops one bit of precision: its values are not preserved.
+    good = ~np.repeat(bad_blocks | has_m128, q.block_size, q.axis)
     lim = fmt.max_normal * X2
     expected = np.clip(d.astype(np.float64), -lim, lim)
     assert np.array_equal(d2[good].astype(np.float64), expected[good])
