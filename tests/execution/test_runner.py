@@ -189,3 +189,33 @@ def test_cache():
 def test_bad_module_raises():
     with pytest.raises(Exception, match="custom op|expected"):
         Runner("func.func @f( {")
+
+
+def test_two_results_of_a_call_do_not_abort_the_process():
+    # Upstream's dealloc lowering creates memref<?xi1> ownership flags here,
+    # and finalize-memref-to-llvm aborts on an i1 store; mx-legalize-i1-memrefs
+    # in lower-to-llvm keeps the process alive and the result right.
+    text = """
+func.func private @ext(%a: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
+  %e = tensor.empty() : tensor<8xf32>
+  %1 = linalg.generic {indexing_maps = [affine_map<(d0)->(d0)>, affine_map<(d0)->(d0)>], iterator_types = ["parallel"]} ins(%a : tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    %t = arith.mulf %in, %in : f32
+    linalg.yield %t : f32
+  } -> tensor<8xf32>
+  return %1, %a : tensor<8xf32>, tensor<8xf32>
+}
+func.func @caller(%a: tensor<8xf32>) -> tensor<8xf32> {
+  %r:2 = call @ext(%a) : (tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>)
+  %e = tensor.empty() : tensor<8xf32>
+  %1 = linalg.generic {indexing_maps = [affine_map<(d0)->(d0)>, affine_map<(d0)->(d0)>, affine_map<(d0)->(d0)>], iterator_types = ["parallel"]} ins(%r#0, %r#1 : tensor<8xf32>, tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%in: f32, %in2: f32, %o: f32):
+    %t = arith.addf %in, %in2 : f32
+    linalg.yield %t : f32
+  } -> tensor<8xf32>
+  return %1 : tensor<8xf32>
+}
+"""
+    x = np.arange(8, dtype=np.float32)
+    out = Runner(text).invoke("caller", x)
+    np.testing.assert_array_equal(out, x * x + x)

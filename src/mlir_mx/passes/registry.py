@@ -204,6 +204,7 @@ _PASS_MODULES = (
     "mlir_mx.passes.mx_to_linalg",
     "mlir_mx.passes.narrow_float",
     "mlir_mx.passes.pin_map_constants",
+    "mlir_mx.passes.legalize_i1_memrefs",
 )
 _loaded = False
 
