@@ -219,3 +219,51 @@ func.func @caller(%a: tensor<8xf32>) -> tensor<8xf32> {
     x = np.arange(8, dtype=np.float32)
     out = Runner(text).invoke("caller", x)
     np.testing.assert_array_equal(out, x * x + x)
+
+
+MX_T = "!mx.tensor<4x64xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU>"
+MX_MODULE = f"""
+func.func @q(%x: tensor<4x64xf32>) -> {MX_T} {{
+  %0 = mx.quantize_block %x : tensor<4x64xf32> -> {MX_T}
+  return %0 : {MX_T}
+}}
+func.func @dq(%t: {MX_T}) -> tensor<4x64xf32> {{
+  %0 = mx.dequantize_block %t : {MX_T} -> tensor<4x64xf32>
+  return %0 : tensor<4x64xf32>
+}}
+"""
+
+
+def _mx_runner():
+    from mlir_mx.pipelines import load_pipeline
+
+    return Runner(MX_MODULE, "mx-to-linalg," + load_pipeline("lower-to-llvm"))
+
+
+def test_mx_arguments_and_results_are_mxarrays():
+    from mlir_mx.numerics import MXArray, dequantize, quantize
+
+    r = _mx_runner()
+    x = np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)
+    got = r.q(x)
+    assert isinstance(got, MXArray)
+    assert got.bitwise_equal(quantize(x, "f8E4M3FN", 32))
+    np.testing.assert_array_equal(r.dq(got), dequantize(got))
+    # a (codes, scales) pair is accepted too
+    np.testing.assert_array_equal(r.dq((got.codes, got.scales)), dequantize(got))
+
+
+def test_mx_argument_errors_name_the_argument():
+    from mlir_mx.numerics import quantize
+
+    r = _mx_runner()
+    x = np.zeros((4, 64), np.float32)
+    with pytest.raises(TypeError, match=r"dq: argument 1 \('%arg0'\): expected an MXArray with element f8E4M3FN"):
+        r.dq(quantize(x, "f4E2M1FN", 32))
+    with pytest.raises(TypeError, match="expected an MXArray or a"):
+        r.dq(x)
+    good = quantize(x, "f8E4M3FN", 32)
+    with pytest.raises(ValueError, match=r"'%arg0 scales'\): expected shape \(4, 2\), got \(2, 4\)"):
+        r.dq((good.codes, np.ascontiguousarray(good.scales.T)))
+    with pytest.raises(TypeError, match=r"'%arg0 codes'\): expected dtype float8_e4m3fn"):
+        r.dq((good.codes.view(np.uint8), good.scales))

@@ -38,7 +38,8 @@ import numpy as np
 from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 
-from mlir_mx.dialect import parse_module, print_module
+from mlir_mx.dialect import MXTensorType, is_mx_type, parse_module, print_module
+from mlir_mx.numerics import MXArray
 from mlir_mx.passes.pipeline import build_pass_manager
 from mlir_mx.pipelines import load_pipeline
 
@@ -103,13 +104,57 @@ class _Param:
 
 
 @dataclass(frozen=True)
+class _MXParam:
+    """An ``!mx.tensor`` parameter: passed as an :class:`MXArray` (or a
+    ``(codes, scales)`` pair) and lowered by mx-to-linalg to two buffers,
+    mantissa first."""
+
+    name: str
+    type: str
+    mx: MXTensorType
+    parts: tuple[_Param, _Param]
+    error: str | None = None
+
+    @property
+    def is_buffer(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
 class _Signature:
     name: str
-    args: tuple[_Param, ...]
-    results: tuple[_Param, ...]
+    args: tuple[_Param | _MXParam, ...]
+    results: tuple[_Param | _MXParam, ...]
+
+    @property
+    def flat_args(self) -> tuple[_Param, ...]:
+        return _flatten(self.args)
+
+    @property
+    def flat_results(self) -> tuple[_Param, ...]:
+        return _flatten(self.results)
 
 
-def _param(name: str, t: ir.Type) -> _Param:
+def _flatten(params) -> tuple[_Param, ...]:
+    out: list[_Param] = []
+    for p in params:
+        out.extend(p.parts if isinstance(p, _MXParam) else (p,))
+    return tuple(out)
+
+
+def _param(name: str, t: ir.Type) -> _Param | _MXParam:
+    if is_mx_type(t):
+        mx = MXTensorType.from_mlir(t)
+        return _MXParam(
+            name,
+            str(mx),
+            mx,
+            (
+                _param(f"{name} codes", mx.mantissa_tensor_type(t.context)),
+                _param(f"{name} scales", mx.scale_tensor_type(t.context)),
+            ),
+        )
+    t = t.maybe_downcast()
     if isinstance(t, ir.RankedTensorType | ir.MemRefType):
         elem = t.element_type
         dt = numpy_dtype(elem)
@@ -384,13 +429,14 @@ class Runner:
         sig = self.signature(name)
         if len(args) != len(sig.args):
             raise TypeError(f"{name}: expected {len(sig.args)} argument(s), got {len(args)}")
-        for p in sig.args + sig.results:
+        for p in sig.flat_args + sig.flat_results:
             if p.error:
                 raise TypeError(f"{name}: {p.name}: {p.error}")
+        args = _split_mx_args(name, sig.args, args)
         keep: list = []  # everything native code points to, alive until return
         packed: list = []
         buffers: list[np.ndarray] = []
-        for i, (p, a) in enumerate(zip(sig.args, args, strict=True)):
+        for i, (p, a) in enumerate(zip(sig.flat_args, args, strict=True)):
             if p.is_buffer:
                 arr = self._check_buffer(name, i, p, a)
                 buffers.append(arr)
@@ -403,7 +449,7 @@ class Runner:
                 keep.append(cell)
                 packed.append(ctypes.pointer(cell))
 
-        res = sig.results
+        res = sig.flat_results
         out = None
         if len(res) == 1 and not res[0].is_buffer:
             out = _result_ctype(res[0])()
@@ -437,6 +483,7 @@ class Runner:
                 results.append(self._take(p, v, buffers, freed))
             else:
                 results.append(_scalar_out(p, v))
+        results = _group_mx_results(sig.results, results)
         return results[0] if len(results) == 1 else tuple(results)
 
     def _take(self, p: _Param, d, args: list[np.ndarray], freed: set[int]) -> np.ndarray:
@@ -468,6 +515,48 @@ class Runner:
             freed.add(alloc)
             _libc.free(alloc)
         return arr
+
+
+def _split_mx_args(fn: str, params, args) -> list:
+    """Expand each MXArray / (codes, scales) argument into its two buffers."""
+    flat: list = []
+    for i, (p, a) in enumerate(zip(params, args, strict=True)):
+        if not isinstance(p, _MXParam):
+            flat.append(a)
+            continue
+        where = f"{fn}: argument {i + 1} ('{p.name}')"
+        if isinstance(a, MXArray):
+            want = (p.mx.element_type, p.mx.block_size, p.mx.block_axis)
+            got = (a.element, a.block_size, a.axis)
+            if want != got:
+                raise TypeError(
+                    f"{where}: expected an MXArray with element {want[0]}, block_size "
+                    f"{want[1]}, axis {want[2]} for {p.type}; got element {got[0]}, "
+                    f"block_size {got[1]}, axis {got[2]}"
+                )
+            flat += [a.codes, a.scales]
+        elif isinstance(a, tuple | list) and len(a) == 2:
+            flat += list(a)
+        else:
+            raise TypeError(
+                f"{where}: expected an MXArray or a (codes, scales) pair for {p.type}, "
+                f"got {type(a).__name__}"
+            )
+    return flat
+
+
+def _group_mx_results(params, values: list) -> list:
+    """Regroup the (codes, scales) buffers of mx results into MXArrays."""
+    out, k = [], 0
+    for p in params:
+        if isinstance(p, _MXParam):
+            codes, scales = values[k], values[k + 1]
+            out.append(MXArray(codes, scales, p.mx.element_type, p.mx.block_size, p.mx.block_axis))
+            k += 2
+        else:
+            out.append(values[k])
+            k += 1
+    return out
 
 
 def _inside(ptr: int, a: np.ndarray) -> bool:
