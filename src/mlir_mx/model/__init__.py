@@ -1,0 +1,49 @@
+"""The byte/FLOP model read from IR, machine ceilings, measurement and plots.
+
+Typical use::
+
+    from mlir_mx.model import M4, analyze, shift
+    km = analyze(text)                 # bytes and FLOPs of the lowered IR
+    km.intensity, km.time_floor(M4), km.breakdown()
+
+``mlir_mx.model.measure`` measures this machine and times kernels;
+``mlir_mx.model.plots`` draws the roofline and time charts; ``docs/model.md``
+states the rules.
+"""
+
+from mlir_mx.model.ir_model import (
+    BUFFERIZE,
+    Buffer,
+    KernelModel,
+    LinalgCount,
+    ModelError,
+    Shift,
+    analyze,
+    analyze_all,
+    element_bits,
+    lower_to_linalg,
+    shift,
+)
+from mlir_mx.model.machines import M4, MACHINES, Machine, get_machine
+from mlir_mx.model.report import Row, model_rows, roofline_table
+
+__all__ = [
+    "BUFFERIZE",
+    "M4",
+    "MACHINES",
+    "Buffer",
+    "KernelModel",
+    "LinalgCount",
+    "Machine",
+    "ModelError",
+    "Row",
+    "Shift",
+    "analyze",
+    "analyze_all",
+    "element_bits",
+    "get_machine",
+    "lower_to_linalg",
+    "model_rows",
+    "roofline_table",
+    "shift",
+]

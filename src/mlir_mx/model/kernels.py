@@ -1,0 +1,174 @@
+"""The matmul variants the roofline compares, as IR.
+
+Each variant is a module with ``@kernel`` (one ``C += A x B`` on tensors,
+the accumulator as ``outs``, returned) and, for timing, ``@bench`` (the same
+contraction inside an ``scf.for`` running ``%n`` times on the same
+accumulator, so a measurement does not include Python's call overhead):
+
+``f32``            a plain f32 matmul, one ``linalg.generic`` (mulf, addf).
+``mx-a``           ``mx.block_matmul`` with an mx lhs, f32 rhs.
+``mx-ab``          both operands mx (rhs blocked along K, ``axis = 0``).
+``mx-ab-blocked``  ``mx-ab`` lowered with ``mx-to-linalg{matmul-lowering=blocked}``.
+
+The mx ops are built with the dialect builders; the f32 baseline has no mx
+op and is written as text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mlir import ir
+from mlir.dialects import arith, func, scf
+
+from mlir_mx.dialect import MXTensorType, block_matmul, load_dialect, print_module
+
+__all__ = [
+    "VARIANTS",
+    "Shape",
+    "Variant",
+    "VariantUnavailable",
+    "blocked_lowering_available",
+    "parse_shape",
+    "variant_module_text",
+]
+
+
+class VariantUnavailable(RuntimeError):
+    """The variant needs a lowering this build does not have."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    lhs_mx: bool
+    rhs_mx: bool
+    matmul_lowering: str | None = None  # mx-to-linalg option, None = default
+
+    @property
+    def is_mx(self) -> bool:
+        return self.lhs_mx or self.rhs_mx
+
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant("f32", False, False),
+        Variant("mx-a", True, False),
+        Variant("mx-ab", True, True),
+        Variant("mx-ab-blocked", True, True, "blocked"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    M: int
+    N: int
+    K: int
+
+    def __str__(self) -> str:
+        return f"{self.M}x{self.N}x{self.K}"
+
+
+def parse_shape(text: str, block_size: int = 32) -> Shape:
+    """``"32x64x64"`` (M x N x K) -> Shape; K must be a multiple of the block size."""
+    m = re.fullmatch(r"\s*(\d+)x(\d+)x(\d+)\s*", text)
+    if not m:
+        raise ValueError(f"bad shape '{text}': expected MxNxK, e.g. 32x64x64")
+    M, N, K = (int(g) for g in m.groups())
+    if min(M, N, K) < 1:
+        raise ValueError(f"bad shape '{text}': sizes must be positive")
+    if K % block_size:
+        raise ValueError(
+            f"bad shape '{text}': K={K} is not a multiple of the block size {block_size}"
+        )
+    return Shape(M, N, K)
+
+
+def _f32_text(s: Shape) -> str:
+    M, N, K = s.M, s.N, s.K
+    a, b, c = f"tensor<{M}x{K}xf32>", f"tensor<{K}x{N}xf32>", f"tensor<{M}x{N}xf32>"
+    generic = """linalg.generic {{indexing_maps = [affine_map<(m, n, k) -> (m, k)>,
+        affine_map<(m, n, k) -> (k, n)>, affine_map<(m, n, k) -> (m, n)>],
+        iterator_types = ["parallel", "parallel", "reduction"]}}
+        ins({a_}, {b_} : {a}, {b}) outs({c_} : {c}) {{
+    ^bb0(%x: f32, %y: f32, %acc: f32):
+      %p = arith.mulf %x, %y : f32
+      %s = arith.addf %acc, %p : f32
+      linalg.yield %s : f32
+    }} -> {c}"""
+    kern = generic.format(a_="%a", b_="%b", c_="%c", a=a, b=b, c=c)
+    loop = generic.format(a_="%a", b_="%b", c_="%x0", a=a, b=b, c=c)
+    return f"""func.func @kernel(%a: {a}, %b: {b}, %c: {c}) -> {c} {{
+  %0 = {kern}
+  return %0 : {c}
+}}
+func.func @bench(%a: {a}, %b: {b}, %c: {c}, %n: index) -> {c} {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %r = scf.for %i = %c0 to %n step %c1 iter_args(%x0 = %c) -> ({c}) {{
+    %y = {loop}
+    scf.yield %y : {c}
+  }}
+  return %r : {c}
+}}
+"""
+
+
+def _mx_text(s: Shape, v: Variant, element: str, block_size: int) -> str:
+    ctx = ir.Context()
+    load_dialect(ctx)
+    with ctx, ir.Location.unknown():
+        f32 = ir.F32Type.get()
+        a_t = MXTensorType((s.M, s.K), element, block_size).to_mlir(ctx)
+        if v.rhs_mx:
+            b_t = MXTensorType((s.K, s.N), element, block_size, axis=0).to_mlir(ctx)
+        else:
+            b_t = ir.RankedTensorType.get([s.K, s.N], f32)
+        c_t = ir.RankedTensorType.get([s.M, s.N], f32)
+        idx = ir.IndexType.get()
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            kern = func.FuncOp("kernel", ir.FunctionType.get([a_t, b_t, c_t], [c_t]))
+            entry = kern.add_entry_block()
+            with ir.InsertionPoint(entry):
+                a, b, c = entry.arguments
+                func.ReturnOp([block_matmul(a, b, c)])
+            bench = func.FuncOp("bench", ir.FunctionType.get([a_t, b_t, c_t, idx], [c_t]))
+            entry = bench.add_entry_block()
+            with ir.InsertionPoint(entry):
+                a, b, c, n = entry.arguments
+                c0 = arith.ConstantOp(idx, 0).result
+                c1 = arith.ConstantOp(idx, 1).result
+                loop = scf.ForOp(c0, n, c1, [c])
+                with ir.InsertionPoint(loop.body):
+                    scf.YieldOp([block_matmul(a, b, loop.inner_iter_args[0])])
+                func.ReturnOp([loop.results[0]])
+        return print_module(module)
+
+
+def variant_module_text(
+    variant: str, shape: Shape, element: str = "f8E4M3FN", block_size: int = 32
+) -> str:
+    """The module (``@kernel`` and ``@bench``) of ``variant`` at ``shape``, before lowering."""
+    v = VARIANTS.get(variant)
+    if v is None:
+        raise ValueError(f"unknown variant '{variant}' (available: {', '.join(VARIANTS)})")
+    if not v.is_mx:
+        return _f32_text(shape)
+    return _mx_text(shape, v, element, block_size)
+
+
+def blocked_lowering_available() -> str | None:
+    """None when ``mx-to-linalg{matmul-lowering=blocked}`` lowers a matmul, else why not."""
+    from mlir_mx.model.ir_model import lower_to_linalg
+
+    text = variant_module_text("mx-ab", Shape(1, 1, 32))
+    try:
+        lower_to_linalg(text, "blocked")
+    except Exception as err:  # noqa: BLE001 - any failure means "not available"
+        msg = str(err).strip().splitlines()
+        return msg[0] if msg else type(err).__name__
+    return None

@@ -1,0 +1,374 @@
+"""Measure this machine's ceilings and time kernels through the Runner.
+
+Ceilings (both written as MLIR and compiled by :class:`~mlir_mx.execution.Runner`
+with the ``lower-to-llvm`` pipeline):
+
+* **bandwidth**: a STREAM triad ``a[i] = b[i] + s * c[i]`` over three f32
+  arrays much larger than the last-level cache (``vector<16xf32>`` loads,
+  ``vector.fma``, stores); bytes counted the STREAM way, 12 per element
+  (write-allocate traffic is not counted).
+* **peak**: a register-resident loop of ``vector.fma`` on ``vector<16xf32>``
+  with :data:`FMA_ACCUMULATORS` independent accumulators (enough to cover
+  the FMA latency), 2 FLOPs per lane per FMA.
+
+With ``threads > 1`` the same compiled function runs concurrently from that
+many Python threads (ctypes releases the GIL during the native call), each on
+its own slice (bandwidth) or its own loop (peak); the figures are the sums.
+numpy's figures are reported beside them for reference: ``np.copyto``
+bandwidth (2 x nbytes per copy) and a large ``np.dot`` in GFLOP/s (numpy's
+BLAS uses its own threads).
+
+Kernels: :func:`time_kernel` runs a variant's ``@bench`` (the contraction in
+an ``scf.for``, ``n`` calls per native entry) and reports per-call times:
+median, min, max and spread over several samples after a warm-up.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from mlir_mx.execution import Runner
+from mlir_mx.model.kernels import VARIANTS, Shape, VariantUnavailable, variant_module_text
+from mlir_mx.model.machines import Machine
+
+__all__ = [
+    "FMA_ACCUMULATORS",
+    "KernelTiming",
+    "Timing",
+    "measure_bandwidth",
+    "measure_machine",
+    "measure_peak",
+    "numpy_bandwidth",
+    "numpy_gflops",
+    "time_kernel",
+    "time_repeated",
+]
+
+FMA_ACCUMULATORS = 12
+_LANES = 16
+
+
+@dataclass
+class Timing:
+    """Per-call seconds over ``samples`` samples of ``calls`` calls each."""
+
+    median: float
+    min: float
+    max: float
+    samples: int
+    calls: int
+
+    @property
+    def spread(self) -> float:
+        """``(max - min) / median``."""
+        return (self.max - self.min) / self.median if self.median else 0.0
+
+
+def time_repeated(
+    run: Callable[[int], None],
+    *,
+    samples: int = 7,
+    target_s: float = 0.02,
+    budget_s: float = 3.0,
+) -> Timing:
+    """Time ``run(n)`` (n calls) and return per-call statistics.
+
+    One calibration call (also the warm-up) picks ``n`` so that one sample
+    takes about ``target_s``; then up to ``samples`` samples, fewer (at least
+    3) when they would exceed ``budget_s``.
+    """
+    t0 = time.perf_counter()
+    run(1)
+    one = max(time.perf_counter() - t0, 1e-9)
+    n = max(1, int(target_s / one))
+    run(n)  # warm-up at the sample size
+    if samples * n * one > budget_s:
+        samples = max(3, int(budget_s / (n * one)))
+    per_call = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        run(n)
+        per_call.append((time.perf_counter() - t0) / n)
+    per_call.sort()
+    return Timing(float(np.median(per_call)), per_call[0], per_call[-1], len(per_call), n)
+
+
+# ================================================================ kernel timing
+
+
+@dataclass
+class KernelTiming:
+    variant: str
+    shape: Shape
+    timing: Timing
+    max_abs_error: float  # of one call against numpy on the dequantized operands
+
+
+def _inputs(v, shape: Shape, element: str, block_size: int, rng):
+    from mlir_mx.numerics import dequantize, quantize
+
+    a = rng.standard_normal((shape.M, shape.K)).astype(np.float32)
+    b = rng.standard_normal((shape.K, shape.N)).astype(np.float32)
+    args: list[np.ndarray] = []
+    if v.lhs_mx:
+        qa = quantize(a, element, block_size, axis=1)
+        args += [np.ascontiguousarray(qa.codes), np.ascontiguousarray(qa.scales)]
+        a = dequantize(qa)
+    else:
+        args.append(a)
+    if v.rhs_mx:
+        qb = quantize(b, element, block_size, axis=0)
+        args += [np.ascontiguousarray(qb.codes), np.ascontiguousarray(qb.scales)]
+        b = dequantize(qb)
+    else:
+        args.append(b)
+    return args, a.astype(np.float64) @ b.astype(np.float64)
+
+
+def time_kernel(
+    variant: str,
+    shape: Shape,
+    element: str = "f8E4M3FN",
+    block_size: int = 32,
+    *,
+    samples: int = 7,
+    budget_s: float = 3.0,
+    seed: int = 0,
+) -> KernelTiming:
+    """Compile ``variant`` at ``shape`` through the Runner and time ``@bench``.
+
+    Raises :class:`VariantUnavailable` when the variant's lowering is missing.
+    """
+    from mlir_mx.model.ir_model import ModelError, lower_to_linalg
+
+    v = VARIANTS[variant]
+    text = variant_module_text(variant, shape, element, block_size)
+    try:
+        lowered = lower_to_linalg(text, v.matmul_lowering)
+    except ModelError as err:
+        if v.matmul_lowering:
+            raise VariantUnavailable(f"{variant}: {err}") from None
+        raise
+    runner = Runner(lowered)
+    rng = np.random.default_rng(seed)
+    args, ref = _inputs(v, shape, element, block_size, rng)
+    acc = np.zeros((shape.M, shape.N), np.float32)
+    out = runner.invoke("bench", *args, acc, 1)
+    err = float(np.max(np.abs(out - ref))) if out.size else 0.0
+
+    def run(n: int) -> None:
+        runner.invoke("bench", *args, acc, n)
+
+    timing = time_repeated(run, samples=samples, budget_s=budget_s)
+    return KernelTiming(variant, shape, timing, err)
+
+
+# ================================================================== ceilings
+
+_TRIAD = f"""
+func.func @triad(%a: memref<?xf32>, %b: memref<?xf32>, %c: memref<?xf32>, %s: f32, %reps: index) {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %cl = arith.constant {_LANES} : index
+  %n = memref.dim %a, %c0 : memref<?xf32>
+  %sv = vector.broadcast %s : f32 to vector<{_LANES}xf32>
+  scf.for %r = %c0 to %reps step %c1 {{
+    scf.for %i = %c0 to %n step %cl {{
+      %vb = vector.load %b[%i] : memref<?xf32>, vector<{_LANES}xf32>
+      %vc = vector.load %c[%i] : memref<?xf32>, vector<{_LANES}xf32>
+      %va = vector.fma %vc, %sv, %vb : vector<{_LANES}xf32>
+      vector.store %va, %a[%i] : memref<?xf32>, vector<{_LANES}xf32>
+    }}
+  }}
+  return
+}}
+"""
+
+
+def _fma_text(acc: int = FMA_ACCUMULATORS, lanes: int = _LANES) -> str:
+    vt = f"vector<{lanes}xf32>"
+    inits = "\n".join(
+        f"  %k{i} = arith.constant {float(i) + 1.0:e} : f32\n"
+        f"  %s{i} = arith.addf %x, %k{i} : f32\n"
+        f"  %v{i} = vector.broadcast %s{i} : f32 to {vt}"
+        for i in range(acc)
+    )
+    iters = ", ".join(f"%x{i} = %v{i}" for i in range(acc))
+    types = ", ".join([vt] * acc)
+    body = "\n".join(f"    %y{i} = vector.fma %x{i}, %m, %d : {vt}" for i in range(acc))
+    ys = ", ".join(f"%y{i}" for i in range(acc))
+    sums = [f"%r#{0}"]
+    sum_lines = []
+    for i in range(1, acc):
+        sum_lines.append(f"  %t{i} = arith.addf {sums[-1]}, %r#{i} : {vt}")
+        sums.append(f"%t{i}")
+    sum_text = "\n".join(sum_lines)
+    return f"""
+func.func @fma_peak(%x: f32, %n: index) -> f32 {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %m = arith.constant dense<0.999999> : {vt}
+  %d = arith.constant dense<1.0e-06> : {vt}
+{inits}
+  %r:{acc} = scf.for %i = %c0 to %n step %c1 iter_args({iters}) -> ({types}) {{
+{body}
+    scf.yield {ys} : {types}
+  }}
+{sum_text}
+  %red = vector.reduction <add>, {sums[-1]} : {vt} into f32
+  return %red : f32
+}}
+"""
+
+
+def _parallel(threads: int, work: Callable[[int], None]) -> float:
+    """Run ``work(t)`` on ``threads`` threads at once; wall seconds of the whole."""
+    if threads == 1:
+        t0 = time.perf_counter()
+        work(0)
+        return time.perf_counter() - t0
+    barrier = threading.Barrier(threads + 1)
+
+    def body(t):
+        barrier.wait()
+        work(t)
+
+    ts = [threading.Thread(target=body, args=(t,)) for t in range(threads)]
+    for t in ts:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in ts:
+        t.join()
+    return time.perf_counter() - t0
+
+
+def measure_bandwidth(
+    threads: int = 1, mib_per_array: int = 256, reps: int = 5
+) -> tuple[float, float]:
+    """STREAM-triad bandwidth (bytes/s): (best, median) over ``reps`` passes."""
+    runner = Runner(_TRIAD)
+    n = mib_per_array * (1 << 20) // 4
+    n -= n % (_LANES * threads)
+    a = np.zeros(n, np.float32)
+    b = np.full(n, 1.0, np.float32)
+    c = np.full(n, 2.0, np.float32)
+    chunk = n // threads
+    parts = [
+        (
+            a[i * chunk : (i + 1) * chunk],
+            b[i * chunk : (i + 1) * chunk],
+            c[i * chunk : (i + 1) * chunk],
+        )
+        for i in range(threads)
+    ]
+
+    def work(t):
+        x, y, z = parts[t]
+        runner.invoke("triad", x, y, z, 3.0, 1)
+
+    work_all = lambda: _parallel(threads, work)  # noqa: E731
+    work_all()  # warm-up: page faults
+    rates = sorted(12.0 * chunk * threads / work_all() for _ in range(reps))
+    if not np.allclose(a[:16], 7.0):
+        raise RuntimeError("triad kernel produced wrong values")
+    return rates[-1], float(np.median(rates))
+
+
+def measure_peak(threads: int = 1, seconds: float = 0.3, reps: int = 3) -> tuple[float, float]:
+    """Peak f32 FMA rate (FLOP/s): (best, median) over ``reps`` runs."""
+    runner = Runner(_fma_text())
+    per_iter = FMA_ACCUMULATORS * _LANES * 2
+    t0 = time.perf_counter()
+    runner.invoke("fma_peak", 0.5, 100_000)
+    one = max(time.perf_counter() - t0, 1e-6) / 100_000
+    n = max(1000, int(seconds / one))
+
+    def work(t):
+        runner.invoke("fma_peak", 0.5 + t, n)
+
+    rates = sorted(per_iter * n * threads / _parallel(threads, work) for _ in range(reps))
+    return rates[-1], float(np.median(rates))
+
+
+def numpy_bandwidth(mib: int = 256, reps: int = 5) -> float:
+    """``np.copyto`` bandwidth (bytes/s, 2 x nbytes per copy), best of ``reps``."""
+    src = np.ones(mib * (1 << 20) // 4, np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    best = 0.0
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = max(best, 2.0 * src.nbytes / (time.perf_counter() - t0))
+    return best
+
+
+def numpy_gflops(n: int = 2048, reps: int = 3) -> float:
+    """A large f32 ``np.dot`` in FLOP/s (``2 n^3`` per product), best of ``reps``."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    np.dot(a, b)
+    best = 0.0
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        np.dot(a, b)
+        best = max(best, 2.0 * n**3 / (time.perf_counter() - t0))
+    return best
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def measure_machine(threads: int = 1, progress: Callable[[str], None] | None = None) -> Machine:
+    """Measure this machine's ceilings (a few seconds) and return a :class:`Machine`."""
+    say = progress or (lambda s: None)
+    t0 = time.perf_counter()
+    say(f"measuring memory bandwidth (MLIR STREAM triad, {threads} thread(s))...")
+    bw, bw_med = measure_bandwidth(threads)
+    say(f"  triad {bw / 1e9:.1f} GB/s (median {bw_med / 1e9:.1f}); numpy copyto...")
+    np_bw = numpy_bandwidth()
+    say(f"  np.copyto {np_bw / 1e9:.1f} GB/s")
+    say(f"measuring peak f32 rate (MLIR vector.fma x{FMA_ACCUMULATORS}, {threads} thread(s))...")
+    peak, peak_med = measure_peak(threads)
+    say(f"  fma loop {peak / 1e9:.1f} GFLOP/s (median {peak_med / 1e9:.1f}); numpy dot...")
+    np_fl = numpy_gflops()
+    say(f"  np.dot {np_fl / 1e9:.1f} GFLOP/s  ({time.perf_counter() - t0:.1f} s)")
+    return Machine(
+        "measured",
+        bandwidth=bw,
+        peak=peak,
+        ridge_band=0.0,
+        source=f"measured on {_cpu_model()} ({os.cpu_count()} CPUs), {threads} thread(s)",
+        threads=threads,
+        reference={"numpy copyto GB/s": np_bw, "numpy dot GFLOP/s": np_fl},
+        details={
+            "bandwidth kernel": "MLIR STREAM triad, 3 x 256 MiB f32, 12 B/element",
+            "peak kernel": f"MLIR vector.fma vector<{_LANES}xf32> x {FMA_ACCUMULATORS} accumulators",
+            "bandwidth median GB/s": f"{bw_med / 1e9:.2f}",
+            "peak median GFLOP/s": f"{peak_med / 1e9:.2f}",
+        },
+    )
+
+
+# keep ml_dtypes imported: the Runner's narrow dtypes come from it
+_ = ml_dtypes
+_ = VariantUnavailable

@@ -1,0 +1,133 @@
+"""Rows of the roofline table: one (variant, shape) each, modelled and measured."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir_mx.model.ir_model import KernelModel, ModelError, Shift, analyze, shift
+from mlir_mx.model.kernels import VARIANTS, Shape, variant_module_text
+from mlir_mx.model.machines import Machine
+from mlir_mx.model.measure import Timing
+
+__all__ = ["Row", "model_rows", "roofline_table", "shifts"]
+
+
+@dataclass
+class Row:
+    """One kernel: its model, and its measured time when it was timed."""
+
+    variant: str
+    shape: Shape | None
+    model: KernelModel | None
+    measured: Timing | None = None
+    unavailable: str | None = None  # why the variant could not be built
+    label: str = ""  # for IR files: the file name
+
+    @property
+    def name(self) -> str:
+        return self.label or self.variant
+
+    @property
+    def shape_text(self) -> str:
+        return str(self.shape) if self.shape else "-"
+
+    def achieved(self) -> float | None:
+        """Measured FLOP/s: the model's FLOPs over the median time."""
+        if self.measured is None or self.model is None:
+            return None
+        return self.model.flops / self.measured.median
+
+
+def model_rows(
+    shapes: list[Shape], variants: list[str], element: str = "f8E4M3FN", block_size: int = 32
+) -> list[Row]:
+    """Analyze each variant at each shape (an unavailable lowering becomes a row saying so)."""
+    rows = []
+    for s in shapes:
+        for v in variants:
+            text = variant_module_text(v, s, element, block_size)
+            try:
+                km = analyze(text, "kernel", matmul_lowering=VARIANTS[v].matmul_lowering)
+            except ModelError as err:
+                if VARIANTS[v].matmul_lowering is None:
+                    raise
+                rows.append(Row(v, s, None, unavailable=str(err)))
+                continue
+            km.label = f"{v} {s}"
+            rows.append(Row(v, s, km))
+    return rows
+
+
+def shifts(rows: list[Row]) -> list[tuple[Row, Row, Shift]]:
+    """(f32 row, mx row, decomposition) for every mx row with an f32 row at its shape."""
+    out = []
+    base = {r.shape: r for r in rows if r.variant == "f32" and r.model is not None}
+    for r in rows:
+        if r.variant != "f32" and r.model is not None and r.shape in base:
+            out.append((base[r.shape], r, shift(base[r.shape].model, r.model)))
+    return out
+
+
+def _ns(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return f"{t * 1e9:,.1f}"
+
+
+def roofline_table(rows: list[Row], machine: Machine) -> str:
+    """The text table: bytes, FLOPs (useful/dequant), intensity, times, ratio."""
+    head = (
+        "variant", "shape", "bytes", "FLOPs", "useful", "dequant", "I (F/B)",
+        "attain GF/s", "bound", "model ns", "measured ns", "meas/model",
+    )  # fmt: skip
+    lines = [head]
+    for r in rows:
+        if r.model is None:
+            lines.append((r.name, r.shape_text, f"unavailable: {r.unavailable}"))
+            continue
+        km = r.model
+        floor = km.time_floor(machine)
+        meas = r.measured.median if r.measured else None
+        lines.append(
+            (
+                r.name,
+                r.shape_text,
+                f"{km.bytes:,}",
+                f"{km.flops:,}",
+                f"{km.flops_useful:,}",
+                f"{km.flops_dequant:,}",
+                f"{km.intensity:.3f}",
+                f"{km.attainable(machine) / 1e9:.1f}",
+                km.bound(machine),
+                _ns(floor),
+                _ns(meas),
+                f"{meas / floor:.1f}x" if meas else "-",
+            )
+        )
+    widths = [
+        max(len(row[i]) for row in lines if len(row) > i and len(row) == len(head))
+        for i in range(len(head))
+    ]
+    out = []
+    for row in lines:
+        if len(row) != len(head):
+            out.append(f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]}")
+            continue
+        cells = [
+            c.ljust(w) if i < 2 or i == 8 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        out.append("  ".join(cells).rstrip())
+    out.insert(1, "-" * len(out[0]))
+    sh = shifts(rows)
+    if sh:
+        out.append("")
+        for b, r, s in sh:
+            t_b, t_r = b.model.time_floor(machine), r.model.time_floor(machine)
+            line = (
+                f"{r.variant} vs f32 at {r.shape_text}: {s.label}; modelled time {t_r / t_b:.2f}x"
+            )
+            if b.measured and r.measured:
+                line += f", measured time {r.measured.median / b.measured.median:.2f}x"
+            out.append(line)
+    return "\n".join(out)

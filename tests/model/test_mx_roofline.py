@@ -1,0 +1,87 @@
+"""The mx-roofline CLI: the table on the M4 preset, plots, and one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlir_mx.tools.mx_roofline import main
+
+
+def test_table_m4(capsys, mx_to_linalg):
+    assert (
+        main(
+            ["--shape", "32x64x64", "--shape", "1x64x64", "--variants", "f32,mx-a,mx-ab", "--quiet"]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "m4: BW 120.0 GB/s, peak 560.0 GFLOP/s" in out
+    lines = {
+        tuple(ln.split()[:2]): ln.split()
+        for ln in out.splitlines()
+        if ln.split()[:1] in (["f32"], ["mx-a"], ["mx-ab"])
+    }
+    f32 = lines[("f32", "32x64x64")]
+    assert f32[2:5] == ["32,768", "262,144", "262,144"] and "468.1" in f32
+    mx = lines[("mx-a", "32x64x64")]
+    assert (
+        mx[2:8] == ["26,688", "393,216", "262,144", "131,072", "14.734", "560.0"] and "702.2" in mx
+    )
+    assert "139.2" in lines[("mx-a", "1x64x64")] and "88.3" in lines[("mx-a", "1x64x64")]
+    assert "4,546" in lines[("mx-ab", "1x64x64")]
+    assert "mx-a vs f32 at 32x64x64: 1.84x = 1.23x bytes x 1.50x FLOPs; modelled time 1.50x" in out
+    assert "mx-a vs f32 at 1x64x64: 1.52x = 1.01x bytes x 1.50x FLOPs" in out
+
+
+def test_plots_and_breakdown(tmp_path, capsys, mx_to_linalg):
+    assert main(["--variants", "f32,mx-a", "--out", str(tmp_path), "--breakdown", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "A scale" in out and "C (accumulator)" in out
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["roofline.png", "roofline.svg", "time.png", "time.svg"]
+    assert "1.84x = 1.23x bytes x 1.50x FLOPs" in (tmp_path / "roofline.svg").read_text()
+
+
+def test_blocked_variant_never_fails(capsys, mx_to_linalg):
+    assert main(["--shape", "1x64x64", "--variants", "f32,mx-ab-blocked", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.startswith("mx-ab-blocked"))
+    assert "unavailable" in row or "1x64x64" in row
+
+
+def test_ir_file(tmp_path, capsys, mx_to_linalg):
+    from mlir_mx.model.kernels import Shape, variant_module_text
+
+    f = tmp_path / "k.mlir"
+    f.write_text(variant_module_text("mx-a", Shape(32, 64, 64)))
+    assert main([str(f), "--function", "kernel", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "k.mlir:@kernel" in out and "26,688" in out and "393,216" in out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--shape", "32x64"], "bad shape '32x64'"),
+        (["--shape", "4x4x33"], "not a multiple of the block size"),
+        (["--variants", "f32,mx-z"], "unknown variant 'mx-z'"),
+        (["--machine", "m9"], "unknown machine 'm9'"),
+        (["--element", "f7"], "unknown element type 'f7'"),
+        (["/nonexistent/k.mlir"], "cannot read '/nonexistent/k.mlir'"),
+        (["--bogus"], "unrecognized arguments"),
+    ],
+)
+def test_errors(capsys, argv, message):
+    assert main(argv + ["--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("mx-roofline: error: ") and message in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_invalid_ir(tmp_path, capsys):
+    f = tmp_path / "bad.mlir"
+    f.write_text("func.func @f( {\n")
+    assert main([str(f), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("mx-roofline: error: ") and "bad.mlir" in err
+    assert len(err.strip().splitlines()) == 1
