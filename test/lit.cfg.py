@@ -42,3 +42,8 @@ config.environment["PATH"] = os.pathsep.join(
 )
 config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(("%mlir_mx_src", os.path.join(os.path.dirname(config.test_source_root), "src", "mlir_mx")))
+
+# Shipped pipelines and transform schedules (package data).
+from mlir_mx.pipelines import data_dir  # noqa: E402
+
+config.substitutions.append(("%mx_pipelines", data_dir()))

@@ -205,6 +205,7 @@ _PASS_MODULES = (
     "mlir_mx.passes.narrow_float",
     "mlir_mx.passes.pin_map_constants",
     "mlir_mx.passes.legalize_i1_memrefs",
+    "mlir_mx.passes.legalize_subbyte_vectors",
 )
 _loaded = False
 

@@ -23,6 +23,20 @@ module attributes {transform.with_named_sequence} {
     transform.yield
   }
 
+  // The execution tiling: also tile M by 8, so each tile's vectors are
+  // 8x32x32 (the v1 tiling leaves M whole: 32x32x32 at the v1 shape, and
+  // M x 32 x 32 in general, which compiles slowly for large M).  K stays
+  // equal to the block size.
+  transform.named_sequence @mx_tile_exec(%root: !transform.any_op {transform.readonly}) {
+    %matmul = transform.structured.match ops{["linalg.generic"]}
+        attributes {iterator_types = [#linalg.iterator_type<parallel>, #linalg.iterator_type<parallel>, #linalg.iterator_type<reduction>]} in %root
+      : (!transform.any_op) -> !transform.any_op
+    %tiled, %loop_m, %loop_n, %loop_k =
+      transform.structured.tile_using_for %matmul tile_sizes [8, 32, 32]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+    transform.yield
+  }
+
   // Vectorize the tiled block matmul (run after mx-pin-map-constants; without
   // it the vectorizer refuses the floordiv map: "Attempted to vectorize, but
   // failed").

@@ -19,8 +19,19 @@ from mlir import ir
 
 from mlir_mx import __version__
 from mlir_mx.diagnostics import Diagnostic, DiagnosticError, capture_diagnostics, from_mlir_error
-from mlir_mx.dialect import load_dialect, parse_module, print_module, remap_diagnostics, verify_module
-from mlir_mx.passes.pipeline import PipelineElement, PipelineError, build_pass_manager, split_pipeline
+from mlir_mx.dialect import (
+    load_dialect,
+    parse_module,
+    print_module,
+    remap_diagnostics,
+    verify_module,
+)
+from mlir_mx.passes.pipeline import (
+    PipelineElement,
+    PipelineError,
+    build_pass_manager,
+    split_pipeline,
+)
 from mlir_mx.passes.registry import all_extensions, all_passes
 from mlir_mx.tools.driver import (
     SPLIT_MARKER,
