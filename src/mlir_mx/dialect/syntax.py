@@ -113,7 +113,7 @@ class _Scanner:
                 continue
             if c == "!" and t.startswith(_TYPE_START, i):
                 self.emit(t[start:i], start, True)
-                end = _match_angle(t, i + len(_TYPE_START) - 1)
+                end = _match_close(t, i + len(_TYPE_START) - 1)
                 if end < 0:
                     raise _Error("unbalanced '<' in !mx.tensor type", i)
                 self.emit(self.translate_type(i, end), i, False)
@@ -158,7 +158,7 @@ class _Scanner:
                 i = _skip_string(t, i)
                 continue
             if t.startswith(_TYPE_START, i):
-                end = _match_angle(t, i + len(_TYPE_START) - 1)
+                end = _match_close(t, i + len(_TYPE_START) - 1)
                 if end < 0 or end > b:
                     raise _Error("unbalanced '<' in !mx.tensor type", i)
                 out.append(t[start:i])
@@ -194,7 +194,7 @@ class _Scanner:
             )
         attrs = ""
         if k < n and t[k] == "{":
-            e = _match_brace(t, k)
+            e = _match_close(t, k)
             if e < 0:
                 raise _Error("unbalanced '{' in attribute dictionary", k)
             attrs = " " + self.translate_span(k, e)
@@ -260,8 +260,10 @@ def _skip_string(t: str, i: int) -> int:
     return n
 
 
-def _match_angle(t: str, i: int) -> int:
-    """Given t[i] == '<', the offset just past the matching '>' (-1 if none)."""
+def _match_close(t: str, i: int) -> int:
+    """Given an opening bracket at t[i] (``<``, ``(``, ``[`` or ``{``), the offset
+    just past its matching closer (-1 if none).  Brackets of all kinds nest;
+    strings and the ``->`` arrow are skipped."""
     depth, j, n = 0, i, len(t)
     while j < n:
         c = t[j]
@@ -277,28 +279,6 @@ def _match_angle(t: str, i: int) -> int:
             depth -= 1
             if depth == 0:
                 return j + 1
-        elif c == "\n" and depth == 0:
-            return -1
-        j += 1
-    return -1
-
-
-def _match_brace(t: str, i: int) -> int:
-    depth, j, n = 0, i, len(t)
-    while j < n:
-        c = t[j]
-        if c == '"':
-            j = _skip_string(t, j)
-            continue
-        if c == "-" and t.startswith("->", j):
-            j += 2
-            continue
-        if c in "{[(<":
-            depth += 1
-        elif c in "}])>":
-            depth -= 1
-            if depth == 0:
-                return j + 1
         j += 1
     return -1
 
@@ -308,14 +288,14 @@ def _scan_type(t: str, k: int) -> int:
     n = len(t)
     j = k
     if j < n and t[j] == "(":
-        e = _match_brace(t, j)
+        e = _match_close(t, j)
         return k if e < 0 else e
     if j < n and t[j] == "!":
         j += 1
     while j < n and t[j] in _ID_CHARS:
         j += 1
     if j < n and t[j] == "<" and j > k:
-        e = _match_angle(t, j)
+        e = _match_close(t, j)
         return k if e < 0 else e
     return j
 
@@ -360,7 +340,7 @@ def to_custom(text: str, generic_ops: bool = False) -> str:
             i = _skip_string(text, i)
             continue
         if c == "!" and text.startswith(_TYPE_START, i):
-            end = _match_angle(text, i + len(_TYPE_START) - 1)
+            end = _match_close(text, i + len(_TYPE_START) - 1)
             if end > 0:
                 try:
                     custom = MXTensorType.parse_unverified(text[i:end]).custom_str()
@@ -409,7 +389,7 @@ def _generic_op_to_custom(text: str, i: int, m: re.Match) -> tuple[int, str] | N
     k = _ws(text, close + 1)
     attrs = ""
     if k < len(text) and text[k] == "{":
-        e = _match_brace(text, k)
+        e = _match_close(text, k)
         if e < 0:
             return None
         attrs = " " + to_custom(text[k:e])
@@ -419,7 +399,7 @@ def _generic_op_to_custom(text: str, i: int, m: re.Match) -> tuple[int, str] | N
     k = _ws(text, k + 1)
     if not text.startswith("(", k):
         return None
-    e = _match_brace(text, k)
+    e = _match_close(text, k)
     in_types = [to_custom(x) for x in _split_commas(text[k + 1 : e - 1])]
     k = _ws(text, e)
     if not text.startswith("->", k):
