@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     bq = quantize(bf, "f8E4M3FN", B, axis=0)
     runs = [
         ("2. v1 block_matmul, mx x f32, scalar loops (fused generic)", False, "mx-to-linalg," + lower),
-        ("3. same kernel tiled [0,32,32] + mx-pin-map-constants + vectorized", False,
+        ("3. same kernel tiled [8,32,32] + mx-pin-map-constants + vectorized", False,
          load_pipeline("mx-vectorize") + "," + lower),
         ("4. both operands quantized (mx x mx), scalar loops", True, "mx-to-linalg," + lower),
     ]  # fmt: skip
