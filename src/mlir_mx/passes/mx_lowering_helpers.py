@@ -40,6 +40,8 @@ __all__ = [
     "pow2_neg_shared_exp",
     "scaled_to_element",
     "block_amax",
+    "expand_axis",
+    "mantissa_to_f32",
     "PARALLEL",
     "REDUCTION",
 ]
@@ -169,6 +171,18 @@ def element_to_f32(x: ir.Value, element: str) -> ir.Value:
     return arith.ExtFOp(f32(), x).result
 
 
+def mantissa_to_f32(x: ir.Value, element: str) -> ir.Value:
+    """An element code widened to f32 WITHOUT the i8 factor 2^-6.
+
+    ``extf`` for the float formats (exact); ``sitofp`` for ``i8`` (exact: the
+    code itself, -127..127).  The blocked matmul lowering folds the 2^-6 of
+    MXINT8 into its per-block scale multiply instead.
+    """
+    if element == "i8":
+        return arith.SIToFPOp(f32(), x).result
+    return arith.ExtFOp(f32(), x).result
+
+
 def scale_to_f32(s: ir.Value) -> ir.Value:
     """``extf`` of an E8M0 scale: 2^(code-127), NaN for code 255."""
     return arith.ExtFOp(f32(), s).result
@@ -264,6 +278,27 @@ def expand_blocks(x: ir.Value, t: MXTensorType) -> ir.Value:
             for g in reassoc
         ]
     )
+    return tensor.ExpandShapeOp(result, x, attr, [], out_shape).result
+
+
+def expand_axis(x: ir.Value, axis: int, block_size: int) -> ir.Value:
+    """``tensor.expand_shape`` of ``x`` splitting ``axis`` into (size / B, B).
+
+    Keeps the element type (mantissa codes, f32, ...); a pure view: it
+    bufferizes to ``memref.expand_shape`` (no copy).
+    """
+    tt = ir.RankedTensorType(x.type)
+    shape = list(tt.shape)
+    out_shape = shape[:axis] + [shape[axis] // block_size, block_size] + shape[axis + 1 :]
+    reassoc, j = [], 0
+    for i in range(len(shape)):
+        reassoc.append([j, j + 1] if i == axis else [j])
+        j += 2 if i == axis else 1
+    i64 = ir.IntegerType.get_signless(64)
+    attr = ir.ArrayAttr.get(
+        [ir.ArrayAttr.get([ir.IntegerAttr.get(i64, k) for k in g]) for g in reassoc]
+    )
+    result = ir.RankedTensorType.get(out_shape, tt.element_type)
     return tensor.ExpandShapeOp(result, x, attr, [], out_shape).result
 
 

@@ -13,8 +13,11 @@ operands of the four mx ops, which are lowered to ``linalg.generic``:
 
 * ``dequantize_block``: one elementwise generic, the scale read through
   ``d_axis floordiv B``; payload ``extf``, ``extf``, ``mulf``.
-* ``block_matmul`` (``matmul-lowering=fused``, the v1 form): one generic over
-  (m, n, k) writing the accumulator in place; mx x f32 and mx x mx.
+* ``block_matmul``: ``matmul-lowering=fused`` (the v1 form): one generic over
+  (m, n, k) writing the accumulator in place; ``matmul-lowering=blocked``: K
+  split into (K/B, B) by ``tensor.expand_shape``, a partial-product generic
+  then a per-block scale generic (no ``floordiv``; about 2 FLOPs per point
+  instead of 3 or 4); mx x f32 and mx x mx.
 * ``quantize_block``: block amax (``expand_shape`` + reduction), E8M0 codes
   from the amax exponent bits, scaled/saturated/rounded elements.
 * ``fold_scale``: a constant power-of-two alpha adds to the scale codes
@@ -34,7 +37,7 @@ from __future__ import annotations
 import math as pymath
 
 from mlir import ir
-from mlir.dialects import arith, builtin, tensor
+from mlir.dialects import arith, builtin, linalg, tensor
 
 from mlir_mx.dialect.types import MXTensorType, is_mx_type
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
@@ -44,7 +47,7 @@ from mlir_mx.passes.registry import Option, PassError, register_pass
 __all__ = ["mx_to_linalg", "MATMUL_LOWERINGS"]
 
 #: Values of the ``matmul-lowering`` option.
-MATMUL_LOWERINGS = ("fused",)
+MATMUL_LOWERINGS = ("fused", "blocked")
 
 _CAST = "builtin.unrealized_conversion_cast"
 _MX_OPS = ("mx.quantize_block", "mx.dequantize_block", "mx.block_matmul", "mx.fold_scale")
@@ -60,7 +63,9 @@ _MX_OPS = ("mx.quantize_block", "mx.dequantize_block", "mx.block_matmul", "mx.fo
             str,
             "fused",
             "How mx.block_matmul lowers: 'fused' (one generic over (m, n, k) that "
-            "rebuilds the mx operand(s) in its payload, the v1 form)",
+            "rebuilds the mx operand(s) in its payload, the v1 form) or 'blocked' "
+            "(K split into (K/B, B): partial products of the mantissas, then one "
+            "scale multiply per block; no floordiv, tiles and vectorizes as is)",
         )
     ],
 )
@@ -350,6 +355,13 @@ def _scale_elements(x: ir.Value, scale: ir.Value, t: MXTensorType) -> ir.Value:
 
 
 def _lower_matmul(op: ir.Operation, matmul_lowering: str) -> list[ir.Value]:
+    if matmul_lowering == "blocked":
+        return _lower_matmul_blocked(op)
+    return _lower_matmul_fused(op)
+
+
+def _lower_matmul_fused(op: ir.Operation) -> list[ir.Value]:
+    """One generic over (m, n, k); the scales are read through ``d2 floordiv B``."""
     lhs, rhs, acc = op.operands
     lt = MXTensorType.from_mlir(lhs.type)
     am, ascale = _unpack(lhs)
@@ -377,6 +389,99 @@ def _lower_matmul(op: ir.Operation, matmul_lowering: str) -> list[ir.Value]:
         return [arith.AddFOp(c, arith.MulFOp(av, b).result).result]
 
     return h.generic([am, ascale, rhs], [acc], [mk, m_kb, kn, mn], iters, body)
+
+
+#: Discardable attribute naming the generics of the blocked matmul lowering,
+#: for transform schedules (``schedules-blocked.mlir``) to match on.
+KERNEL_ATTR = "mx.kernel"
+#: Sub-byte mantissas (f4/f6): one code per byte in memory, but LLVM packs
+#: ``<N x i4>`` / ``<N x i6>`` vectors, so a vector load of them reads wrong
+#: values.  Their partial-product generic is tagged differently so that the
+#: vectorizing schedule leaves it scalar.
+_SUB_BYTE = ("f4E2M1FN", "f6E2M3FN", "f6E3M2FN")
+
+
+def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
+    """Block-factored matmul: K split into (K/B, B), no ``floordiv`` anywhere.
+
+    1. ``tensor.expand_shape``: A mantissa (M, K) -> (M, K/B, B); B (mantissa,
+       or the f32 rhs) (K, N) -> (K/B, B, N).
+    2. Partial products over (d0, d1, d2, d3) = (m, n, kb, kk), iterators
+       parallel x3, reduction; maps (d0, d2, d3), (d2, d3, d1), (d0, d2, d1)
+       into a zero-filled (M, K/B, N) f32 tensor (n innermost: contiguous
+       vectors along n when vectorized); payload ``extf`` (``sitofp``
+       for i8) of the mantissa(s), ``mulf``, ``addf``.
+    3. Scales over (m, n, kb), iterators parallel, parallel, reduction; maps
+       (d0, d2, d1) (partials), (d0, d2) (A scale), (d2, d1) (B scale), (d0, d1)
+       (the accumulator, ``outs``: updated in place); payload ``extf`` of the
+       scale(s), ``mulf`` (sa * sb, and the exact 2^-6 per i8 operand),
+       ``mulf`` with the partial, ``addf``.
+
+    2 FLOPs per (m, n, k) point plus 2 (mx x f32) or 3 (mx x mx) per block.
+    """
+    lhs, rhs, acc = op.operands
+    lt = MXTensorType.from_mlir(lhs.type)
+    bs = lt.block_size
+    am, ascale = _unpack(lhs)
+    acc_t = ir.RankedTensorType(acc.type)
+    m, n = acc_t.shape
+    k = MXTensorType.from_mlir(lhs.type).shape[1]
+    kb = k // bs
+    rhs_mx = is_mx_type(rhs.type)
+    rt = MXTensorType.from_mlir(rhs.type) if rhs_mx else None
+    if rhs_mx:
+        bm, bscale = _unpack(rhs)
+    else:
+        bm, bscale = rhs, None
+
+    a3 = h.expand_axis(am, 1, bs)  # (M, K/B, B)
+    b3 = h.expand_axis(bm, 0, bs)  # (K/B, B, N)
+    # Partials are laid out (M, K/B, N) so that a vector along n is contiguous.
+    init = linalg.fill(h.const_f32(0.0), outs=[h.empty([m, kb, n], h.f32())])
+    d = ir.AffineDimExpr.get
+
+    def pmap(*dims):
+        return ir.AffineMap.get(4, 0, [d(i) for i in dims])
+
+    b_elem = rt.element_type if rhs_mx else None
+
+    def partial_body(a, b, c):
+        av = h.mantissa_to_f32(a, lt.element_type)
+        bv = h.mantissa_to_f32(b, b_elem) if rhs_mx else b
+        return [arith.AddFOp(c, arith.MulFOp(av, bv).result).result]
+
+    partial_op_results = h.generic(
+        [a3, b3], [init], [pmap(0, 2, 3), pmap(2, 3, 1), pmap(0, 2, 1)],
+        [h.PARALLEL, h.PARALLEL, h.PARALLEL, h.REDUCTION], partial_body,
+    )  # fmt: skip
+    partials = partial_op_results[0]
+    sub_byte = lt.element_type in _SUB_BYTE or (rhs_mx and b_elem in _SUB_BYTE)
+    _owner_op(partials).attributes[KERNEL_ATTR] = ir.StringAttr.get(
+        "block_partials_subbyte" if sub_byte else "block_partials"
+    )
+
+    def smap(*dims):
+        return ir.AffineMap.get(3, 0, [d(i) for i in dims])
+
+    n_i8 = (lt.element_type == "i8") + (rhs_mx and b_elem == "i8")
+
+    def scale_body(p, *rest):
+        *scales, c = rest
+        s = h.scale_to_f32(scales[0])
+        if len(scales) == 2:
+            s = arith.MulFOp(s, h.scale_to_f32(scales[1])).result
+        if n_i8:
+            # MXINT8's implicit 2^-6, once per block instead of once per
+            # element.  Exact while the product stays >= 2^-149 (always for
+            # mx x f32: an E8M0 scale is >= 2^-127).
+            s = arith.MulFOp(s, h.const_f32(2.0 ** (-6 * n_i8))).result
+        return [arith.AddFOp(c, arith.MulFOp(p, s).result).result]
+
+    ins = [partials, ascale] + ([bscale] if rhs_mx else [])
+    maps = [smap(0, 2, 1), smap(0, 2)] + ([smap(2, 1)] if rhs_mx else []) + [smap(0, 1)]
+    out = h.generic(ins, [acc], maps, [h.PARALLEL, h.PARALLEL, h.REDUCTION], scale_body)
+    _owner_op(out[0]).attributes[KERNEL_ATTR] = ir.StringAttr.get("block_scales")
+    return out
 
 
 def _power_of_two(alpha: ir.Value) -> int | None:
