@@ -3,21 +3,21 @@
 //
 // Without mx-pin-map-constants the vectorizer refuses the floordiv map, with
 // upstream's message:
-// RUN: not mx-opt %s --mx-to-linalg --transform-preload-library="transform-library-paths=%mx_pipelines/schedules.mlir" --transform-interpreter="entry-point=mx_tile" --transform-interpreter="entry-point=mx_vectorize" 2>&1 | FileCheck %s --check-prefix=NOPIN
+// RUN: not mx-opt %s --mx-to-linalg="matmul-lowering=fused" --transform-preload-library="transform-library-paths=%mx_pipelines/schedules.mlir" --transform-interpreter="entry-point=mx_tile" --transform-interpreter="entry-point=mx_vectorize" 2>&1 | FileCheck %s --check-prefix=NOPIN
 //
 // With it, the tiled op vectorizes (no unit-dim folding, the write-up's
 // hand-edited form (d0, 0)):
-// RUN: mx-opt %s --mx-to-linalg --transform-preload-library="transform-library-paths=%mx_pipelines/schedules.mlir" --transform-interpreter="entry-point=mx_tile" --mx-pin-map-constants --transform-interpreter="entry-point=mx_vectorize" | FileCheck %s --check-prefix=VEC
+// RUN: mx-opt %s --mx-to-linalg="matmul-lowering=fused" --transform-preload-library="transform-library-paths=%mx_pipelines/schedules.mlir" --transform-interpreter="entry-point=mx_tile" --mx-pin-map-constants --transform-interpreter="entry-point=mx_vectorize" | FileCheck %s --check-prefix=VEC
 //
 // After tiling and pinning, unit-dim folding drops the scale's unit axis
 // (the write-up's second hand-edited file: map (d0) over a rank-1 slice):
-// RUN: mx-opt %s --mx-to-linalg --transform-preload-library="transform-library-paths=%mx_pipelines/schedules.mlir" --transform-interpreter="entry-point=mx_tile" --mx-pin-map-constants --linalg-fold-unit-extent-dims | FileCheck %s --check-prefix=FOLD
+// RUN: mx-opt %s --mx-to-linalg="matmul-lowering=fused" --transform-preload-library="transform-library-paths=%mx_pipelines/schedules.mlir" --transform-interpreter="entry-point=mx_tile" --mx-pin-map-constants --linalg-fold-unit-extent-dims | FileCheck %s --check-prefix=FOLD
 //
 // The default entry point is the v1 tiling schedule, so the original
 // two-tool pipe works in one tool:
-// RUN: mx-opt %s --mx-to-linalg --transform-preload-library="transform-library-paths=%mx_pipelines/schedules.mlir" --transform-interpreter | FileCheck %s --check-prefix=TILE
+// RUN: mx-opt %s --mx-to-linalg="matmul-lowering=fused" --transform-preload-library="transform-library-paths=%mx_pipelines/schedules.mlir" --transform-interpreter | FileCheck %s --check-prefix=TILE
 // ... and piping into upstream mlir-opt still works:
-// RUN: mx-opt %s --mx-to-linalg | mlir-opt --transform-preload-library="transform-library-paths=%mx_pipelines/schedules.mlir" --transform-interpreter | FileCheck %s --check-prefix=TILE
+// RUN: mx-opt %s --mx-to-linalg="matmul-lowering=fused" | mlir-opt --transform-preload-library="transform-library-paths=%mx_pipelines/schedules.mlir" --transform-interpreter | FileCheck %s --check-prefix=TILE
 
 // NOPIN: error: Attempted to vectorize, but failed
 

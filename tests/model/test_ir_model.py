@@ -5,12 +5,18 @@ from __future__ import annotations
 import pytest
 
 from mlir_mx.model import M4, analyze, shift
-from mlir_mx.model.kernels import Shape, blocked_lowering_available, variant_module_text
+from mlir_mx.model.kernels import VARIANTS, Shape, blocked_lowering_available, variant_module_text
 from mlir_mx.model.report import model_rows
 
 
+def _analyze(variant: str, shape: Shape, element: str = "f8E4M3FN"):
+    """Model ``variant`` lowered the way the variant says (mx-a/mx-ab: fused, the v1 form)."""
+    text = variant_module_text(variant, shape, element)
+    return analyze(text, "kernel", matmul_lowering=VARIANTS[variant].matmul_lowering)
+
+
 def _models(shape: Shape, variants=("f32", "mx-a", "mx-ab")):
-    return {v: analyze(variant_module_text(v, shape), "kernel") for v in variants}
+    return {v: _analyze(v, shape) for v in variants}
 
 
 def test_m4_preset():
@@ -64,7 +70,7 @@ def test_writeup_m1(mx_to_linalg):
 
 
 def test_breakdown_roles(mx_to_linalg):
-    km = analyze(variant_module_text("mx-a", Shape(32, 64, 64)), "kernel")
+    km = _analyze("mx-a", Shape(32, 64, 64))
     assert [(b.name, b.bytes) for b in km.buffers] == [
         ("A mantissa", 2048),
         ("A scale", 64),
@@ -81,7 +87,7 @@ def test_breakdown_roles(mx_to_linalg):
     "element, mant_bytes", [("f4E2M1FN", 1024), ("f6E2M3FN", 1536), ("f8E5M2", 2048)]
 )
 def test_sub_byte_elements(mx_to_linalg, element, mant_bytes):
-    km = analyze(variant_module_text("mx-a", Shape(32, 64, 64), element), "kernel")
+    km = _analyze("mx-a", Shape(32, 64, 64), element)
     a = km.buffers[0]
     assert a.name == "A mantissa" and a.element == element
     assert a.bytes == mant_bytes  # 2048 elements x 4/6/8 bits

@@ -54,7 +54,7 @@ def test_ir_file(tmp_path, capsys, mx_to_linalg):
 
     f = tmp_path / "k.mlir"
     f.write_text(variant_module_text("mx-a", Shape(32, 64, 64)))
-    assert main([str(f), "--function", "kernel", "--quiet"]) == 0
+    assert main([str(f), "--function", "kernel", "--matmul-lowering", "fused", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "k.mlir:@kernel" in out and "26,688" in out and "393,216" in out
 

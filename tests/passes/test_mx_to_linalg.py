@@ -22,6 +22,10 @@ B0 = "!mx.tensor<64x16xf8E5M2, block_size = 32, scale_type = f8E8M0FNU, axis = 0
 T8 = "!mx.tensor<8x64xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU>"
 
 
+#: The v1 structure tests pin the fused lowering (the default is blocked).
+FUSED = "mx-to-linalg{matmul-lowering=fused}"
+
+
 def lower(text: str, pipeline: str = "mx-to-linalg") -> tuple[ir.Module, str]:
     ctx = ir.Context()
     module = parse_module(text, ctx, "t.mlir")
@@ -60,7 +64,7 @@ def assert_clean(text: str) -> None:
 def test_registered_with_option():
     spec = lookup("mx-to-linalg")
     assert spec is not None
-    assert spec.option("matmul-lowering").default == "fused"
+    assert spec.option("matmul-lowering").default == "blocked"
 
 
 def test_matmul_signature_goes_from_three_to_four_arguments():
@@ -69,7 +73,7 @@ def test_matmul_signature_goes_from_three_to_four_arguments():
       %0 = mx.block_matmul %a, %b, %acc : {A}, tensor<64x64xf32>, tensor<32x64xf32> -> tensor<32x64xf32>
       return %0 : tensor<32x64xf32>
     }}"""
-    module, out = lower(text)
+    module, out = lower(text, FUSED)
     assert_clean(out)
     ins, res = func_types(module)["mm"]
     assert ins == [
@@ -89,7 +93,7 @@ def test_mx_times_mx_has_five_arguments_and_one_generic():
       %0 = mx.block_matmul %a, %b, %acc : {A}, {B0}, tensor<32x16xf32> -> tensor<32x16xf32>
       return %0 : tensor<32x16xf32>
     }}"""
-    module, out = lower(text)
+    module, out = lower(text, FUSED)
     assert_clean(out)
     ins, _ = func_types(module)["mm"]
     assert ins[2:4] == ["tensor<64x16xf8E5M2>", "tensor<2x16xf8E8M0FNU>"]
@@ -240,7 +244,7 @@ def test_then_bufferize_is_copy_free_for_matmul():
       %0 = mx.block_matmul %a, %b, %acc : {A}, tensor<64x64xf32>, tensor<32x64xf32> -> tensor<32x64xf32>
       return %0 : tensor<32x64xf32>
     }}"""
-    _, out = lower(text, "mx-to-linalg,one-shot-bufferize{bufferize-function-boundaries=1}")
+    _, out = lower(text, FUSED + ",one-shot-bufferize{bufferize-function-boundaries=1}")
     assert "memref.copy" not in out
     assert "memref.alloc" not in out
     assert "bufferization.to_tensor" not in out

@@ -127,4 +127,7 @@ def test_loop_ranges_from_bare_dims():
             ir.AffineMap.get(3, 0, [d[2], d[1]]),
         ]
         assert loop_ranges(maps, [(32, 64), (32, 2), (64, 16)]) == [32, 16, 64]
-        assert loop_ranges(maps, [None, None, (64, 16)]) is None  # d0 unknown
+        # d0 unknown (only unranked/dynamic operands name it); d1, d2 from B
+        assert loop_ranges(maps, [None, None, (64, 16)]) == [None, 16, 64]
+        assert loop_ranges(maps, [(None, 64), None, None]) == [None, None, 64]
+        assert loop_ranges(maps, [None, None, None]) is None

@@ -107,11 +107,15 @@ def is_monotone(e: ir.AffineExpr) -> bool:
     return False  # mod, symbols, anything unknown
 
 
-def loop_ranges(maps: list[ir.AffineMap], shapes: list[tuple[int, ...] | None]) -> list[int] | None:
-    """Static trip count of every loop, from bare-dim results; None if unknown.
+def loop_ranges(
+    maps: list[ir.AffineMap], shapes: list[tuple[int | None, ...] | None]
+) -> list[int | None] | None:
+    """Static trip count of every loop, from bare-dim results.
 
-    ``shapes[i]`` is operand i's static shape (``()`` for a scalar, None when
-    dynamic or unranked).
+    ``shapes[i]`` is operand i's shape (``()`` for a scalar, None when
+    unranked; a dynamic size is None).  A loop whose range cannot be derived
+    is None; expressions using it are left alone.  Returns None when no loop
+    range is known at all.
     """
     if not maps:
         return None
@@ -123,22 +127,29 @@ def loop_ranges(maps: list[ir.AffineMap], shapes: list[tuple[int, ...] | None]) 
         for j, r in enumerate(amap.results):
             r = _down(r)
             if isinstance(r, ir.AffineDimExpr) and j < len(shape):
-                if ranges[r.position] is None:
+                if ranges[r.position] is None and shape[j] is not None and shape[j] > 0:
                     ranges[r.position] = shape[j]
-    if any(r is None or r <= 0 for r in ranges):
+    if all(r is None for r in ranges):
         return None
-    return ranges  # type: ignore[return-value]
+    return ranges
 
 
-def pin_map_results(amap: ir.AffineMap, ranges: list[int]) -> ir.AffineMap | None:
-    """``amap`` with every box-constant monotone result pinned; None if unchanged."""
+def pin_map_results(amap: ir.AffineMap, ranges: list[int | None]) -> ir.AffineMap | None:
+    """``amap`` with every box-constant monotone result pinned; None if unchanged.
+
+    A result using a loop of unknown range (None) is left alone.
+    """
     lo = [0] * len(ranges)
-    hi = [r - 1 for r in ranges]
+    hi = [0 if r is None else r - 1 for r in ranges]
     changed = False
     results = []
     for r in amap.results:
         d = _down(r)
-        if isinstance(d, ir.AffineDimExpr | ir.AffineConstantExpr) or not is_monotone(d):
+        if (
+            isinstance(d, ir.AffineDimExpr | ir.AffineConstantExpr)
+            or not is_monotone(d)
+            or any(ranges[k] is None for k in _dims_used(d))
+        ):
             results.append(r)
             continue
         a, b = evaluate(d, lo), evaluate(d, hi)
@@ -152,10 +163,22 @@ def pin_map_results(amap: ir.AffineMap, ranges: list[int]) -> ir.AffineMap | Non
     return ir.AffineMap.get(amap.n_dims, amap.n_symbols, results, amap.context)
 
 
-def _static_shape(t: ir.Type) -> tuple[int, ...] | None:
+def _dims_used(e: ir.AffineExpr) -> set[int]:
+    e = _down(e)
+    if isinstance(e, ir.AffineDimExpr):
+        return {e.position}
+    if isinstance(e, ir.AffineBinaryExpr):
+        return _dims_used(e.lhs) | _dims_used(e.rhs)
+    return set()
+
+
+def _static_shape(t: ir.Type) -> tuple[int | None, ...] | None:
+    """Operand shape with None for dynamic sizes (``()`` for scalars)."""
     t = t.maybe_downcast()
     if isinstance(t, ir.RankedTensorType | ir.MemRefType):
-        return tuple(t.shape) if t.has_static_shape else None
+        return tuple(None if t.is_dynamic_dim(i) else t.shape[i] for i in range(t.rank))
+    if isinstance(t, ir.ShapedType):
+        return None
     return ()  # a scalar operand: its map has no results
 
 

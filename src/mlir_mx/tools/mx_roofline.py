@@ -52,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
         "--measure-kernels", action="store_true", help="time the kernels on this machine"
     )
     p.add_argument("--function", help="model only this function of the IR files")
+    p.add_argument(
+        "--matmul-lowering",
+        choices=("fused", "blocked"),
+        help="mx-to-linalg matmul lowering for IR files (default: the pass's default)",
+    )
     p.add_argument("--breakdown", action="store_true", help="print the per-buffer breakdown")
     p.add_argument("--out", help="directory for roofline.{png,svg} and time.{png,svg}")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -75,7 +80,7 @@ def _file_rows(args, say):
             raise _Error(f"cannot read '{f}': {getattr(err, 'strerror', None) or err}") from None
         name = "<stdin>" if f == "-" else f
         try:
-            models = analyze_all(text, filename=name)
+            models = analyze_all(text, filename=name, matmul_lowering=args.matmul_lowering)
         except DiagnosticError as err:
             raise _Error(_first_line(err)) from None
         for km in models:

@@ -1,4 +1,4 @@
-// RUN: mx-opt %s --mx-to-linalg --one-shot-bufferize="bufferize-function-boundaries=1" | FileCheck %s
+// RUN: mx-opt %s --mx-to-linalg="matmul-lowering=fused" --one-shot-bufferize="bufferize-function-boundaries=1" | FileCheck %s
 
 // After the split only upstream IR is left, and stock one-shot-bufferize turns
 // each (mantissa, scale) tensor pair into a memref pair.  The matmul updates

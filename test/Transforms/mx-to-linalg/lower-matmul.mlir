@@ -1,4 +1,4 @@
-// RUN: mx-opt %s --mx-to-linalg | FileCheck %s
+// RUN: mx-opt %s --mx-to-linalg="matmul-lowering=fused" | FileCheck %s
 // RUN: mx-opt %s --mx-to-linalg=matmul-lowering=fused | FileCheck %s
 
 // block_matmul, fused form (v1): ONE linalg.generic over (d0, d1, d2) = (m, n, k)
