@@ -18,7 +18,13 @@ from mlir_mx.model.report import Row, shifts  # noqa: E402
 
 __all__ = ["roofline_plot", "time_plot"]
 
-_COLORS = {"f32": "tab:blue", "mx-a": "tab:red", "mx-ab": "darkred", "mx-ab-blocked": "orangered"}
+_COLORS = {
+    "f32": "tab:blue",
+    "mx-a": "tab:red",
+    "mx-ab": "darkred",
+    "mx-a-blocked": "tab:orange",
+    "mx-ab-blocked": "orangered",
+}
 _MARKERS = ["^", "D", "v", "P", "X", "*", "h"]
 
 
@@ -93,7 +99,9 @@ def roofline_plot(rows: list[Row], machine: Machine, out_dir, stem: str = "roofl
         seen.add(lab)
     per_base: dict = {}
     for b, r, s in shifts(rows):
-        k = per_base.setdefault(id(b), [0])
+        # arrows leaving nearby points share a label stack (shapes with the
+        # same f32 intensity, e.g. every M = 1 GEMV, would overlap otherwise)
+        k = per_base.setdefault(round(float(np.log10(b.model.intensity)), 1), [0])
         p0 = (b.model.intensity, b.model.attainable(machine) / 1e9)
         p1 = (r.model.intensity, r.model.attainable(machine) / 1e9)
         ax.annotate(
@@ -102,7 +110,8 @@ def roofline_plot(rows: list[Row], machine: Machine, out_dir, stem: str = "roofl
                         "connectionstyle": f"arc3,rad={0.25 * (k[0] + 1)}"},
         )  # fmt: skip
         ax.text(
-            p0[0] * 1.08, min(p0[1], p1[1]) * 0.72 ** (k[0] + 1), s.label,
+            p0[0] * 1.08, min(p0[1], p1[1]) * 0.72 ** (k[0] + 1),
+            s.label if len({x.shape for x in rows}) == 1 else f"{r.shape_text}: {s.label}",
             fontsize=8, color=_color(r.variant), ha="left", va="top",
         )  # fmt: skip
         k[0] += 1
@@ -117,7 +126,7 @@ def roofline_plot(rows: list[Row], machine: Machine, out_dir, stem: str = "roofl
         f"Roofline on {machine.name}: {machine.bandwidth / 1e9:.0f} GB/s, {machine.peak / 1e9:.0f} GFLOP/s"
     )
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return _save(fig, Path(out_dir), stem)
 
 
