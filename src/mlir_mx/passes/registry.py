@@ -262,13 +262,7 @@ def _ensure_loaded() -> None:
         return
     _loaded = True
     for mod in _PASS_MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as err:
-            # A pass module not written yet is simply absent from the registry;
-            # any other import failure is a bug and propagates.
-            if err.name != mod:
-                raise
+        importlib.import_module(mod)
 
 
 def lookup(argument: str) -> PassSpec | None:
