@@ -176,15 +176,19 @@ def _ext_to_f32(b: _Builder, x: ir.Value, fmt: NarrowFormat, f16_widening: bool)
         # (vcvtph2ps): no f32 subnormal operands, hence no microcode assists.
         i16 = ir.IntegerType.get_signless(16)
         f16 = ir.F16Type.get()
-        c = b.extui(b.ty(i16), code)
         c16 = lambda v: b.const(v, i16)  # noqa: E731
         if fmt.name == "f8E5M2":  # E5M2 is exactly the top byte of an f16
-            h = b.shli(c, c16(8))
+            h = b.shli(b.extui(b.ty(i16), code), c16(8))
             return b.extf(b.ty(f32), b.bitcast(h, f16))
-        # E4M3: S.EEEE.MMM -> f16 S.0EEEE.MMM0000000 = value * 2^-8.
-        h = b.ori(b.andi(b.shli(c, c16(8)), c16(0x8000)), b.andi(b.shli(c, c16(7)), c16(0x3F80)))
-        mag = b.andi(c, c16(0x7F))
-        h = b.select(b.cmp("eq", mag, c16(0x7F)), b.ori(h, c16(0x7E00)), h)  # NaN
+        # E4M3: S.EEEE.MMM -> f16 S.0EEEE.MMM0000000 = value * 2^-8 (E4M3
+        # subnormals land on f16 subnormals, which vcvtph2ps widens exactly).
+        # Sign-extending the byte copies S into bits 8..15; after << 7, bit 15
+        # is S, bit 14 is S again (masked off) and bits 13..7 are EEEE.MMM:
+        # one shift and one mask instead of two of each plus an or.
+        h = b.andi(b.shli(b.extsi(b.ty(i16), code), c16(7)), c16(0xBF80))
+        # NaN (S.1111.111): tested on the byte itself (one byte compare).
+        nan = b.cmp("eq", b.andi(code, b.const(0x7F, iw)), b.const(0x7F, iw))
+        h = b.select(nan, b.ori(h, c16(0x7E00)), h)
         w = b.extf(b.ty(f32), b.bitcast(h, f16))
         return b.mulf(w, b.const(256.0, f32))
 

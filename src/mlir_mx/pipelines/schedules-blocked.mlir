@@ -8,10 +8,15 @@
 //   mx.kernel = "block_scales"            scale x partial, accumulated over kb
 //
 // Entry point @mx_blocked_vectorize (used by mx-vectorize-blocked.txt):
-//   partials: interchange to (m, kb, kk, n), tile [1, 1, 0, 32], vectorize:
-//     vector<1x1xBx32>; n (contiguous in B and in the partials) is the vector
+//   partials: interchange to (m, kb, kk, n), tile [1, 1, 8, 32], vectorize:
+//     vector<1x1x8x32>; n (contiguous in B and in the partials) is the vector
 //     dimension, kk is reduced by elementwise adds (multi_reduction,
-//     "innerparallel").
+//     "innerparallel") in chunks of 8 (an scf.for over kk / 8 carrying the
+//     partial tile).  Measured (bench/decode_gemv.py): a whole 32x32 tile
+//     (kk untiled) converts 1024 codes before the first multiply and spills
+//     ~30 zmm registers to the stack per tile; 8 rows x 32 keep everything in
+//     registers: 1x4096x4096 mx x mx 1.5x faster.  kk = 4 / n = 64 are within
+//     noise; kk = 8, n = 128 and n = 64, kk = 8 spill again.
 //   scales: interchange to (m, kb, n), tile [1, 1, 32], vectorize: vector<1x1x32>.
 //   sub-byte partials: interchange and tile only, NOT vectorized: vector
 //     loads of f4/f6 memrefs are wrong on the CPU (LLVM packs <N x i4> in
@@ -24,9 +29,9 @@ module attributes {transform.with_named_sequence} {
       : (!transform.any_op) -> !transform.any_op
     %p_i = transform.structured.interchange %partials iterator_interchange = [0, 2, 3, 1]
       : (!transform.any_op) -> !transform.any_op
-    %p_t, %p_l0, %p_l1, %p_l2 = transform.structured.tile_using_for %p_i tile_sizes [1, 1, 0, 32]
-      : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
-    transform.structured.vectorize %p_t vector_sizes [1, 1, 32, 32] : !transform.any_op
+    %p_t, %p_l0, %p_l1, %p_l2, %p_l3 = transform.structured.tile_using_for %p_i tile_sizes [1, 1, 8, 32]
+      : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+    transform.structured.vectorize %p_t vector_sizes [1, 1, 8, 32] : !transform.any_op
 
     %sub = transform.structured.match ops{["linalg.generic"]}
         attributes {mx.kernel = "block_partials_subbyte"} in %root
