@@ -25,7 +25,7 @@ from mlir_mx.model.plots import roofline_plot, time_plot
 from mlir_mx.model.report import model_rows, roofline_table
 
 SHAPES = ("32x64x64", "1x64x64", "1x4096x4096", "128x256x512")
-VARIANTS = ("f32", "mx-a", "mx-ab", "mx-ab-blocked")
+VARIANTS = ("f32", "mx-a", "mx-ab", "mx-a-blocked", "mx-ab-blocked")
 
 
 def _lscpu() -> dict[str, str]:
@@ -80,6 +80,11 @@ def main() -> int:
     unavailable = "\n".join(
         f"- {r.variant} {r.shape_text}: {r.unavailable}" for r in rows if r.unavailable
     )
+    from mlir_mx.model.kernels import VARIANTS as ALL_VARIANTS
+
+    pipelines = "; ".join(
+        f"{v}: `{ALL_VARIANTS[v].exec_pipeline or 'scalar loops'}`" for v in VARIANTS
+    )
     md = f"""# Measured roofline, {date}
 
 Command: `{" ".join([Path(sys.executable).name, *sys.argv])}` ({time.perf_counter() - t0:.0f} s)
@@ -102,7 +107,8 @@ Command: `{" ".join([Path(sys.executable).name, *sys.argv])}` ({time.perf_counte
 Bytes and FLOPs read from the bufferized IR of each variant's `@kernel`; modelled
 time = max(bytes / BW, FLOPs / peak) with the measured ceilings above; measured =
 median per-call time of `@bench` (the contraction in an `scf.for`, many calls per
-native entry, after a warm-up), lowered with `lower-to-llvm` and run by the Runner.
+native entry, after a warm-up), run by the Runner. Each variant is compiled with
+its execution pipeline and then `lower-to-llvm`: {pipelines}.
 
 ```
 {table}

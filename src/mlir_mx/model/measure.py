@@ -156,7 +156,12 @@ def time_kernel(
         if v.matmul_lowering:
             raise VariantUnavailable(f"{variant}: {err}") from None
         raise
-    runner = Runner(lowered)
+    from mlir_mx.pipelines import load_pipeline
+
+    pipeline = load_pipeline("lower-to-llvm")
+    if v.exec_pipeline:
+        pipeline = load_pipeline(v.exec_pipeline) + "," + pipeline
+    runner = Runner(lowered, pipeline)
     rng = np.random.default_rng(seed)
     args, ref = _inputs(v, shape, element, block_size, rng)
     acc = np.zeros((shape.M, shape.N), np.float32)
