@@ -139,7 +139,7 @@ def time_plot(rows: list[Row], machine: Machine, out_dir, stem: str = "time") ->
     measured = any(r.measured for r in rows)
     per = len(variants) * (2 if measured else 1)
     width = 0.8 / per
-    fig, ax = plt.subplots(figsize=(max(7, 2.2 * len(shapes) * per / 2), 5))
+    fig, ax = plt.subplots(figsize=(min(16, max(7, 2.2 * len(shapes) * per / 2)), 5.5))
     base = {r.shape_text: r for r in rows if r.variant == "f32"}
     for i, sh in enumerate(shapes):
         k = 0
