@@ -33,7 +33,6 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -44,6 +43,7 @@ import numpy as np  # noqa: E402
 from mlir_mx import numerics as N  # noqa: E402
 from mlir_mx.execution import Runner  # noqa: E402
 from mlir_mx.model.kernels import parse_shape, variant_module_text  # noqa: E402
+from mlir_mx.model.measure import cpu_model  # noqa: E402
 from mlir_mx.pipelines import load_pipeline, schedule_path  # noqa: E402
 
 SHAPES = ("1x4096x4096", "8x2048x2048")
@@ -157,17 +157,6 @@ def main(argv=None) -> int:
     return 0
 
 
-def _cpu() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return "unknown"
-
-
 def write_report(ns, rows, total) -> None:
     date = datetime.date.today().isoformat()
     out = Path(ns.out)
@@ -178,7 +167,7 @@ def write_report(ns, rows, total) -> None:
         f"# Decode GEMV: mx x mx vs f32 ({date})",
         "",
         f"- Command: `{cmd.strip()}`",
-        f"- Machine: {_cpu()} ({os.cpu_count()} CPUs); threads: 1 (JIT code single-threaded; "
+        f"- Machine: {cpu_model()} ({os.cpu_count()} CPUs); threads: 1 (JIT code single-threaded; "
         "numpy with OPENBLAS/MKL/OMP_NUM_THREADS=1)",
         f"- Elements: {ELEMENT}, block 32, E8M0 scales; shapes M x N x K; {ns.reps} samples "
         "after a warm-up, each sample ~20 ms of back-to-back calls (`@bench` loops n calls)",

@@ -29,7 +29,6 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -39,7 +38,7 @@ import numpy as np  # noqa: E402
 from mlir_mx import numerics as N  # noqa: E402
 from mlir_mx.execution import Runner  # noqa: E402
 from mlir_mx.model.kernels import parse_shape, variant_module_text  # noqa: E402
-from mlir_mx.model.measure import time_repeated  # noqa: E402
+from mlir_mx.model.measure import cpu_model, time_repeated  # noqa: E402
 from mlir_mx.pipelines import load_pipeline  # noqa: E402
 
 SHAPES = ("32x64x64", "1x4096x4096", "128x256x512", "8x2048x2048")
@@ -124,17 +123,6 @@ def main(argv=None) -> int:
     return 0
 
 
-def _cpu() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return "unknown"
-
-
 def _ms(x) -> str:
     return "n/a" if x is None else f"{x * 1e3:.3f}"
 
@@ -153,7 +141,7 @@ def write_report(ns, rows, total) -> None:
         f"# mx.block_matmul: fused vs blocked lowering ({date})",
         "",
         f"- Command: `{cmd.strip()}`",
-        f"- Machine: {_cpu()} ({os.cpu_count()} CPUs); threads: 1 (the JIT code is "
+        f"- Machine: {cpu_model()} ({os.cpu_count()} CPUs); threads: 1 (the JIT code is "
         "single-threaded; numpy with OPENBLAS/MKL/OMP_NUM_THREADS=1)",
         f"- Elements: {ELEMENT}, block 32, E8M0 scales; shapes M x N x K; median per "
         "call after a warm-up (up to 5 samples, `@bench` loops n calls per native entry)",

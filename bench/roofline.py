@@ -12,7 +12,6 @@ import argparse
 import datetime
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,24 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from mlir_mx.model.kernels import VariantUnavailable, parse_shape
-from mlir_mx.model.measure import measure_machine, time_kernel
+from mlir_mx.model.measure import lscpu, measure_machine, time_kernel
 from mlir_mx.model.plots import roofline_plot, time_plot
 from mlir_mx.model.report import model_rows, roofline_table
 
 SHAPES = ("32x64x64", "1x64x64", "1x4096x4096", "128x256x512")
 VARIANTS = ("f32", "mx-a", "mx-ab", "mx-a-blocked", "mx-ab-blocked")
-
-
-def _lscpu() -> dict[str, str]:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return {}
-    info = {}
-    for line in out.splitlines():
-        k, _, v = line.partition(":")
-        info[k.strip()] = v.strip()
-    return info
 
 
 def main() -> int:
@@ -70,7 +57,7 @@ def main() -> int:
     plots = roofline_plot(rows, machine, out, f"roofline-{date}") + time_plot(
         rows, machine, out, f"time-{date}"
     )
-    cpu = _lscpu()
+    cpu = lscpu()
     timings = "\n".join(
         f"| {r.variant} | {r.shape_text} | {r.measured.median * 1e6:,.2f} | {r.measured.min * 1e6:,.2f} | "
         f"{r.measured.max * 1e6:,.2f} | {r.measured.spread:.1%} | {r.measured.samples} x {r.measured.calls} |"

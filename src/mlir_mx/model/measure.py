@@ -377,3 +377,26 @@ def measure_machine(threads: int = 1, progress: Callable[[str], None] | None = N
 # keep ml_dtypes imported: the Runner's narrow dtypes come from it
 _ = ml_dtypes
 _ = VariantUnavailable
+
+
+# ================================================================== machine
+
+
+def lscpu() -> dict[str, str]:
+    """``lscpu`` as a dict (empty when unavailable), for benchmark reports."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    info = {}
+    for line in out.splitlines():
+        k, _, v = line.partition(":")
+        info[k.strip()] = v.strip()
+    return info
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``lscpu``), or ``unknown``."""
+    return lscpu().get("Model name", "unknown")
