@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from mlir_mx.diagnostics import Diagnostic
 
 __all__ = [
+    "tool_main",
     "Chunk",
     "ToolError",
     "read_input",
@@ -25,6 +26,24 @@ SPLIT_MARKER = "// -----"
 
 class ToolError(Exception):
     """A user error of a tool (bad flag, unreadable file); exit code 1."""
+
+
+def tool_main(prog: str, parse, run, argv: list[str] | None) -> int:
+    """The shared ``main()`` of the CLIs: ``parse(argv)`` returns options or a
+    string to print (``--help``); ``run(options)`` returns the exit code.  A
+    :class:`ToolError` becomes ``prog: message`` on stderr and exit code 1."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        opts = parse(argv)
+        if isinstance(opts, str):
+            print(opts)
+            return 0
+        return run(opts)
+    except ToolError as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 @dataclass

@@ -39,6 +39,7 @@ from mlir_mx.tools.driver import (
     format_diagnostic,
     read_input,
     split_input,
+    tool_main,
     verify_expected,
 )
 
@@ -247,18 +248,7 @@ def run(opts: Options) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mx-opt`` console script."""
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        opts = parse_args(argv)
-        if isinstance(opts, str):
-            print(opts)
-            return 0
-        return run(opts)
-    except ToolError as err:
-        print(f"{PROG}: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    return tool_main(PROG, parse_args, run, argv)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from mlir_mx.diagnostics import DiagnosticError
 from mlir_mx.execution.runner import Runner, runtime_libraries
 from mlir_mx.passes.pipeline import PipelineError
 from mlir_mx.pipelines import load_pipeline
-from mlir_mx.tools.driver import ToolError, format_diagnostic, read_input
+from mlir_mx.tools.driver import ToolError, format_diagnostic, read_input, tool_main
 
 PROG = "mx-runner"
 _RESULTS = ("void", "f32", "i32", "i64")
@@ -134,16 +134,7 @@ def _flush_c_stdout() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mx-runner`` console script."""
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        opts = _parse(argv)
-        if isinstance(opts, str):
-            print(opts)
-            return 0
-        return run(opts)
-    except ToolError as err:
-        print(f"{PROG}: {err}", file=sys.stderr)
-        return 1
+    return tool_main(PROG, _parse, run, argv)
 
 
 if __name__ == "__main__":
