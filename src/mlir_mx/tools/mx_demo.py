@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from mlir_mx.execution import Runner
+from mlir_mx.model.kernels import Shape, variant_module_text
 from mlir_mx.numerics import ELEMENT_FORMATS, dequantize, quantize
 from mlir_mx.pipelines import load_pipeline
 
@@ -37,17 +38,6 @@ def quantize_module(elem: str) -> str:
         f"func.func @quantize(%x: tensor<{M}x{K}xf32>) -> {t} {{\n"
         f"  %q = mx.quantize_block %x : tensor<{M}x{K}xf32> -> {t}\n"
         f"  return %q : {t}\n}}\n"
-    )
-
-
-def matmul_module(rhs_mx: bool) -> str:
-    a = _mx((M, K), "f8E4M3FN")
-    b = _mx((K, N), "f8E4M3FN", axis=0) if rhs_mx else f"tensor<{K}x{N}xf32>"
-    c = f"tensor<{M}x{N}xf32>"
-    return (
-        f"func.func @block_matmul(%a: {a}, %b: {b}, %acc: {c}) -> {c} {{\n"
-        f"  %0 = mx.block_matmul %a, %b, %acc : {a}, {b}, {c} -> {c}\n"
-        f"  return %0 : {c}\n}}\n"
     )
 
 
@@ -101,14 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     for title, rhs_mx, pipeline in runs:
         print(f"\n{title}: {M}x{N}x{K}, f8E4M3FN")
         t0 = time.perf_counter()
-        r = Runner(matmul_module(rhs_mx), pipeline)
+        # the model's variant modules: @kernel is the v1 block_matmul function
+        r = Runner(variant_module_text("mx-ab" if rhs_mx else "mx-a", Shape(M, N, K)), pipeline)
         t1 = time.perf_counter()
         acc = rng.standard_normal((M, N)).astype(np.float32)
         b_in = bq if rhs_mx else bf
         b_deq = dequantize(bq) if rhs_mx else bf
         a_deq = dequantize(a)
         exact = acc.astype(np.float64) + a_deq.astype(np.float64) @ b_deq.astype(np.float64)
-        got = r.block_matmul(a, b_in, acc.copy())
+        got = r.kernel(a, b_in, acc.copy())
         err = np.abs(got - exact)
         bound = _bound(a_deq, b_deq) + 2.0**-24 * np.abs(exact)
         good = bool(np.all(err <= bound))
