@@ -26,7 +26,7 @@ from mlir_mx.dialect.ops import (
     mx_type,
     quantize_block,
 )
-from mlir_mx.dialect.syntax import SourceMap, to_custom, to_generic
+from mlir_mx.dialect.syntax import SourceMap, remap_locations, to_custom, to_generic
 from mlir_mx.dialect.types import ELEMENT_TYPES, SCALE_TYPES, MXTensorType, MXTypeError, is_mx_type
 from mlir_mx.dialect.verifier import op_errors, verify_module
 
@@ -52,14 +52,20 @@ __all__ = [
 ]
 
 
-def remap_diagnostics(diags: list[Diagnostic], smap: SourceMap | None, filename: str) -> None:
-    """Point diagnostics at the user's file and original columns (in place)."""
+def remap_diagnostics(
+    diags: list[Diagnostic], smap: SourceMap | None, filename: str
+) -> list[Diagnostic]:
+    """Point diagnostics at the user's file and original columns, and spell
+    the mx types in their messages in the custom syntax (in place; returned)."""
     for d in diags:
         if d.file in ("-", "<stdin>", filename) and d.line is not None:
             d.file = filename
             if smap is not None:
                 d.line, d.col = smap.to_source(d.line, d.col)
+        if "!mx.tensor<" in d.message:
+            d.message = to_custom(d.message, generic_ops=True)
         remap_diagnostics(d.notes, smap, filename)
+    return diags
 
 
 def parse_module(
@@ -69,6 +75,10 @@ def parse_module(
 
     Raises :class:`DiagnosticError` with ``file:line:col`` diagnostics for a
     parse error, an invalid ``!mx.tensor`` or an op that does not verify.
+    The module's locations are those of ``text`` (columns included, across
+    the translation of the custom syntax); their file name stays upstream's
+    ``"-"`` (``Module.parse`` takes none): :func:`print_module` and the
+    diagnostics replace it with ``filename``.
     """
     ctx = context or ir.Context.current
     load_dialect(ctx)
@@ -77,11 +87,12 @@ def parse_module(
         try:
             module = ir.Module.parse(generic, ctx)
         except ir.MLIRError as err:
-            found = from_mlir_error(err) or diags
+            found = from_mlir_error(err, default_file=filename) or diags
             remap_diagnostics(found, smap, filename)
             raise DiagnosticError(found) from None
+        remap_locations(module.operation, smap)
         if verify and not verify_module(module.operation):
-            remap_diagnostics(diags, smap, filename)
+            remap_diagnostics(diags, None, filename)
             raise DiagnosticError(list(diags))
     return module
 

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 
 from mlir import ir
 
+from mlir_mx.diagnostics import DiagnosticError, MXError
 from mlir_mx.dialect import parse_module
-from mlir_mx.passes.pipeline import build_pass_manager
+from mlir_mx.passes.pipeline import run_pipeline
 
 __all__ = [
     "BUFFERIZE",
@@ -104,7 +105,7 @@ _VIEWS = {
 }
 
 
-class ModelError(ValueError):
+class ModelError(MXError, ValueError):
     """The IR cannot be modelled (no function, a dynamic shape, ...)."""
 
 
@@ -271,15 +272,12 @@ def shift(base: KernelModel, variant: KernelModel) -> Shift:
 # ======================================================================= analysis
 
 
-def _run(pipeline: str, module: ir.Module, ctx: ir.Context) -> None:
-    """Run ``pipeline``; a failure becomes a :class:`ModelError` with the first diagnostic."""
+def _run(pipeline: str, module: ir.Module, filename: str = "-") -> None:
+    """Run ``pipeline``; a failure becomes a :class:`ModelError` with its located diagnostics."""
     try:
-        build_pass_manager(pipeline, ctx).run(module.operation)
-    except ir.MLIRError as err:
-        diags = [d.message for d in getattr(err, "error_diagnostics", [])]
-        detail = diags[0] if diags else str(err).strip().splitlines()[-1]
-        name = pipeline.split("{")[0]
-        raise ModelError(detail if detail.startswith(name) else f"{name}: {detail}") from None
+        run_pipeline(module, pipeline, filename=filename)
+    except DiagnosticError as err:
+        raise ModelError(err.diagnostics) from None
 
 
 def lower_to_linalg(module_or_text: ir.Module | str, matmul_lowering: str | None = None) -> str:
@@ -291,7 +289,7 @@ def lower_to_linalg(module_or_text: ir.Module | str, matmul_lowering: str | None
         if not _has_mx(module):
             return str(module)
         opt = f"{{matmul-lowering={matmul_lowering}}}" if matmul_lowering else ""
-        _run("mx-to-linalg" + opt, module, ctx)
+        _run("mx-to-linalg" + opt, module)
         return str(module)
 
 
@@ -339,9 +337,9 @@ def analyze_all(
             raise ModelError("matmul-lowering given but the module has no mx ops")
         steps += [BUFFERIZE, "canonicalize"]
         for step in steps:
-            _run(step, module, ctx)
+            _run(step, module, filename)
         bufferized = str(module)
-        _run("linalg-generalize-named-ops", module, ctx)
+        _run("linalg-generalize-named-ops", module, filename)
         models = []
         for fn in module.body.operations:
             fn = fn.operation

@@ -18,12 +18,27 @@ from dataclasses import dataclass
 
 from mlir import ir, passmanager
 
+from mlir_mx.diagnostics import (
+    Diagnostic,
+    DiagnosticError,
+    MXError,
+    capture_diagnostics,
+    from_mlir_error,
+)
+
+from mlir_mx.dialect import remap_diagnostics
 from mlir_mx.passes.registry import OptionError, lookup, lookup_extension
 
-__all__ = ["PipelineElement", "PipelineError", "split_pipeline", "build_pass_manager"]
+__all__ = [
+    "PipelineElement",
+    "PipelineError",
+    "split_pipeline",
+    "build_pass_manager",
+    "run_pipeline",
+]
 
 
-class PipelineError(ValueError):
+class PipelineError(MXError, ValueError):
     """A pipeline that does not parse, or names an unknown pass or option."""
 
 
@@ -108,6 +123,35 @@ def build_pass_manager(
     for el in elements:
         _add(pm, el, anchor)
     return pm
+
+
+def run_pipeline(
+    module,
+    pipeline: list[PipelineElement] | str,
+    *,
+    filename: str | None = None,
+    anchor: str = "builtin.module",
+) -> list[Diagnostic]:
+    """Run ``pipeline`` on ``module`` (an ``ir.Module`` or operation): the one
+    way every stage of mlir-mx runs passes.
+
+    Diagnostics are captured rather than printed.  An upstream failure (an
+    ``MLIRError``: a pass that fails, a verifier error after a pass) raises
+    :class:`DiagnosticError` with every diagnostic emitted, located
+    (``filename`` replaces upstream's ``"-"`` buffer name).  A pipeline that
+    does not parse raises :class:`PipelineError` before anything runs.
+    Returns the warnings and remarks emitted by a successful run.
+    """
+    op = getattr(module, "operation", module)
+    pm = build_pass_manager(pipeline, op.context, anchor)
+    with capture_diagnostics(op.context) as diags:
+        try:
+            pm.run(op)
+        except ir.MLIRError as err:
+            seen = {str(d) for d in diags}
+            found = list(diags) + [d for d in from_mlir_error(err) if str(d) not in seen]
+            raise DiagnosticError(remap_diagnostics(found, None, filename or "-")) from None
+    return remap_diagnostics([d for d in diags if d.severity != "error"], None, filename or "-")
 
 
 def _add(pm, el: PipelineElement, anchor: str) -> None:

@@ -9,7 +9,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from mlir_mx.diagnostics import Diagnostic
+from mlir_mx.diagnostics import Diagnostic, MXError
 
 __all__ = [
     "tool_main",
@@ -24,7 +24,7 @@ __all__ = [
 SPLIT_MARKER = "// -----"
 
 
-class ToolError(Exception):
+class ToolError(MXError):
     """A user error of a tool (bad flag, unreadable file); exit code 1."""
 
 
