@@ -25,7 +25,6 @@ from mlir_mx.diagnostics import (
     capture_diagnostics,
     from_mlir_error,
 )
-
 from mlir_mx.dialect import remap_diagnostics
 from mlir_mx.passes.registry import OptionError, lookup, lookup_extension
 

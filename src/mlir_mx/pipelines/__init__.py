@@ -14,7 +14,13 @@ from __future__ import annotations
 
 from importlib import resources
 
-__all__ = ["load_pipeline", "available_pipelines", "data_dir", "schedule_path"]
+__all__ = [
+    "load_pipeline",
+    "available_pipelines",
+    "data_dir",
+    "default_pipeline",
+    "schedule_path",
+]
 
 
 def _files():
@@ -51,3 +57,16 @@ def schedule_path(name: str = "schedules") -> str:
     if not path.is_file():
         raise KeyError(f"no transform library named '{name}'")
     return str(path)
+
+
+def default_pipeline(module=None) -> str:
+    """The pipeline the Runner and ``mx-runner`` use when none is given.
+
+    ``module`` is the parsed ``ir.Module`` about to be compiled (unused
+    today: the choice is the same for every module).  This is the one place
+    that decides it: ``mx-to-linalg`` (a no-op without mx ops, with the
+    pass's default matmul lowering) then ``lower-to-llvm``, which accepts
+    linalg on tensors and tensor-level elementwise arith.
+    """
+    del module
+    return "mx-to-linalg," + load_pipeline("lower-to-llvm")
