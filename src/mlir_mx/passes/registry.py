@@ -208,6 +208,7 @@ _REGISTRY: dict[str, PassSpec] = {}
 # importing the registry stays cheap and free of import cycles.
 _PASS_MODULES = (
     "mlir_mx.passes.canonicalize",
+    "mlir_mx.passes.fuse_scales",
     "mlir_mx.passes.mx_to_linalg",
     "mlir_mx.passes.narrow_float",
     "mlir_mx.passes.pin_map_constants",
