@@ -28,6 +28,7 @@ libraries): constructing a second Runner for the same text reuses the engine.
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -282,8 +283,13 @@ def compile_module(
     return compiled
 
 
+@functools.cache
 def _descriptor_type(rank: int):
-    """ctypes struct of a ranked memref descriptor (element pointer as void*)."""
+    """ctypes struct of a ranked memref descriptor (element pointer as void*).
+
+    Cached: creating a ctypes type (and its pointer type) costs tens of
+    microseconds, which would dominate the call of a small kernel.
+    """
     fields = [
         ("allocated", ctypes.c_void_p),
         ("aligned", ctypes.c_void_p),

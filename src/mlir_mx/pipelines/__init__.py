@@ -4,7 +4,7 @@ A pipeline is a text file ``<name>.txt`` next to this module: one pipeline
 element per line (an upstream pass with options, an ``anchor(...)`` nest or a
 pass of our registry), ``#`` comments and blank lines ignored;
 ``{pipelines_dir}`` expands to this directory (where the transform schedules,
-``*.mlir``, live).
+``*.mlir``, live) and a line ``include NAME`` inserts the pipeline ``NAME``.
 :func:`load_pipeline` returns the elements joined with commas, ready for
 :func:`mlir_mx.passes.pipeline.build_pass_manager` (and composable with other
 pipelines by joining with ``,``).
@@ -28,16 +28,24 @@ def available_pipelines() -> list[str]:
 
 def load_pipeline(name: str) -> str:
     """The pipeline ``name`` as one comma-separated pipeline string."""
+    return ",".join(_elements(name, ()))
+
+
+def _elements(name: str, including: tuple[str, ...]) -> list[str]:
+    if name in including:
+        raise KeyError(f"pipeline '{name}' includes itself ({' -> '.join(including + (name,))})")
     path = _files() / f"{name}.txt"
     if not path.is_file():
         known = ", ".join(available_pipelines()) or "none"
         raise KeyError(f"no pipeline named '{name}' (available: {known})")
-    elements = []
+    elements: list[str] = []
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
-        if line:
+        if line.startswith("include "):
+            elements += _elements(line.split(None, 1)[1].strip(), including + (name,))
+        elif line:
             elements.append(line.rstrip(",").replace("{pipelines_dir}", data_dir()))
-    return ",".join(elements)
+    return elements
 
 
 def data_dir() -> str:
