@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from importlib import resources
 
-__all__ = ["load_pipeline", "available_pipelines", "data_dir", "schedule_path"]
+__all__ = [
+    "load_pipeline",
+    "available_pipelines",
+    "data_dir",
+    "schedule_path",
+    "kernel_pipeline",
+    "threads_pipeline",
+]
 
 
 def _files():
@@ -59,3 +66,46 @@ def schedule_path(name: str = "schedules") -> str:
     if not path.is_file():
         raise KeyError(f"no transform library named '{name}'")
     return str(path)
+
+
+def threads_pipeline(threads: int) -> str:
+    """Lower ``scf.parallel`` to tasks of upstream's async runtime.
+
+    ``async-parallel-for`` shards each parallel loop into at most
+    ``8 * threads`` tasks (our kernels' loops have ``threads`` iterations, so
+    at most ``threads`` run at once); the rest lowers ``async`` to runtime
+    calls (``libmlir_async_runtime.so``, loaded by the Runner).  Harmless on
+    a module without ``scf.parallel``.
+    """
+    return ",".join(
+        [
+            f"async-parallel-for{{num-workers={max(1, threads)} min-task-size=1}}",
+            "async-to-async-runtime",
+            "async-runtime-ref-counting",
+            "async-runtime-ref-counting-opt",
+            "convert-async-to-llvm",
+        ]
+    )
+
+
+def kernel_pipeline(schedule: str = "auto", threads: int = 0) -> str:
+    """The default lowering of an mx module: generated matmul kernels, then LLVM.
+
+    ``mx-to-linalg`` (blocked matmuls) -> ``bufferize`` -> ``mx-matmul-kernels``
+    (``schedule``, ``threads``; 0 = this machine's cores) -> threads -> the
+    rest of ``lower-to-llvm``.
+    """
+    from mlir_mx.kernels.plan import default_threads
+
+    threads = threads or default_threads()
+    return ",".join(
+        [
+            "mx-to-linalg{matmul-lowering=blocked}",
+            # tensor-level elementwise arith (e.g. what --canonicalize leaves)
+            "convert-elementwise-to-linalg",
+            load_pipeline("bufferize"),
+            f"mx-matmul-kernels{{schedule={schedule} threads={threads}}}",
+            threads_pipeline(threads),
+            load_pipeline("memref-to-llvm"),
+        ]
+    )
