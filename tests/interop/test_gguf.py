@@ -126,6 +126,7 @@ def test_gguf_file_round_trip_is_bit_exact(tmp_path):
         "blk.0.ffn_up.weight": realistic_weight((96, 256), 2),  # (n_out, n_in)
         "blk.0.ffn_gate_exps.weight": realistic_weight((2, 16, 64), 3),  # MoE experts
         "vec": realistic_weight((64,), 4),
+        "one_block": realistic_weight((32,), 5),
     }
     qs = {k: quantize(x, "f4E2M1FN", 32, axis=-1) for k, x in xs.items()}
     path = tmp_path / "w.gguf"
@@ -137,6 +138,8 @@ def test_gguf_file_round_trip_is_bit_exact(tmp_path):
     assert list(back) == list(qs)
     for k in qs:
         assert back[k].bitwise_equal(qs[k]), k
+        # new, writable arrays: nothing points into the reader's read-only memory map
+        assert back[k].codes.flags.writeable and back[k].scales.flags.writeable, k
 
     # The file as gguf itself sees it: MXFP4 tensors with ne = numpy shape reversed,
     # decoding (with ggml's tables) to the oracle's values.

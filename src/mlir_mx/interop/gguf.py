@@ -109,7 +109,7 @@ def mxfp4_from_ggml(data, shape) -> MXArray:
             f"({nblocks * MXFP4_BLOCK_BYTES} bytes)"
         )
     blocks = data.reshape(nblocks, MXFP4_BLOCK_BYTES)
-    scales = np.ascontiguousarray(blocks[:, 0]).reshape(shape[:-1] + (-1,))
+    scales = blocks[:, 0].copy().reshape(shape[:-1] + (-1,))
     _reject_nan_scales(scales, "data", "read as MXFP4")
     qs = blocks[:, 1:]
     codes = np.empty((nblocks, MXFP4_BLOCK), np.uint8)
