@@ -19,6 +19,7 @@ function and the argument; nothing reaches native code unless it is safe:
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -119,8 +120,13 @@ def scalar_cell(fn: str, i: int, p, a):
     return CTYPES[p.dtype.itemsize].from_buffer_copy(value.tobytes())
 
 
+@functools.cache
 def descriptor_type(rank: int):
-    """ctypes struct of a ranked memref descriptor (element pointer as void*)."""
+    """ctypes struct of a ranked memref descriptor (element pointer as void*).
+
+    Cached: creating a ctypes type (and its pointer type) costs tens of
+    microseconds, which would dominate the call of a small kernel.
+    """
     fields = [
         ("allocated", ctypes.c_void_p),
         ("aligned", ctypes.c_void_p),

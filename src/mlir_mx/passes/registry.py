@@ -214,6 +214,7 @@ _PASS_MODULES = (
     "mlir_mx.passes.pin_map_constants",
     "mlir_mx.passes.legalize_i1_memrefs",
     "mlir_mx.passes.legalize_subbyte_vectors",
+    "mlir_mx.passes.matmul_kernels",
 )
 _loaded = False
 

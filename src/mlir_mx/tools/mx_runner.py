@@ -1,9 +1,10 @@
 """``mx-runner``: the mlir-runner of the mx dialect.
 
 Lowers the input (mx IR, linalg on tensors, or anything in between) with
-:func:`mlir_mx.pipelines.default_pipeline` (``mx-to-linalg`` + the
-``lower-to-llvm`` bundle), JIT-compiles it through the one
-:class:`mlir_mx.execution.Runner`, and calls the entry point::
+:func:`mlir_mx.execution.runner.default_pipeline` (the Runner's default:
+the generated matmul kernels for a module with mx ops, ``lower-to-llvm``
+otherwise), JIT-compiles it through the one :class:`mlir_mx.execution.Runner`,
+and calls the entry point::
 
     mx-runner roundtrip.mlir -e main --entry-point-result=void
 

@@ -5,9 +5,12 @@
 // block_matmul, block-factored form: K is split into (K/B, B) by
 // tensor.expand_shape, so every indexing map is a projected permutation.
 //   1. partial products over (d0, d1, d2, d3) = (m, n, kb, kk) into a
-//      zero-filled (M, K/B, N) tensor: 2 FLOPs per (m, n, k) point;
-//   2. scale x partial accumulated over kb into the accumulator (outs, in
-//      place): 2 (mx x f32) or 3 (mx x mx) FLOPs per block.
+//      zero-filled (M, K/B, N) tensor, p = p + a * b (contracted: one FMA) on
+//      the exact element values: 2 FLOPs per (m, n, k) point;
+//   2. c = c + p * (sa * sb) (contracted) accumulated over kb into the
+//      accumulator (outs, in place): 2 (mx x f32) or 3 (mx x mx) FLOPs per block.
+// These f32 operations define the matmul's numerics (docs/numerics.md);
+// mx-matmul-kernels replaces the pair by a kernel doing the same ones.
 
 // NOFLOOR-NOT: floordiv
 
@@ -29,15 +32,15 @@
 // CHECK-SAME:      ins(%[[A3]], %[[B3]] : tensor<32x2x32xf8E4M3FN>, tensor<2x32x64xf32>) outs(%[[Z]] : tensor<32x2x64xf32>) attrs = {mx.kernel = "block_partials"}
 // CHECK:         ^bb0(%[[IA:.*]]: f8E4M3FN, %[[IB:.*]]: f32, %[[OUT:.*]]: f32):
 // CHECK-NEXT:      %[[X:.*]] = arith.extf %[[IA]] : f8E4M3FN to f32
-// CHECK-NEXT:      %[[M:.*]] = arith.mulf %[[X]], %[[IB]] : f32
-// CHECK-NEXT:      %[[S:.*]] = arith.addf %[[OUT]], %[[M]] : f32
+// CHECK-NEXT:      %[[M:.*]] = arith.mulf %[[X]], %[[IB]] fastmath<contract> : f32
+// CHECK-NEXT:      %[[S:.*]] = arith.addf %[[OUT]], %[[M]] fastmath<contract> : f32
 // CHECK-NEXT:      linalg.yield %[[S]] : f32
 // CHECK:         %[[R:.*]] = linalg.generic {indexing_maps = [#[[SP]], #[[SA]], #[[C]]], iterator_types = ["parallel", "parallel", "reduction"]}
 // CHECK-SAME:      ins(%[[P]], %[[ASC]] : tensor<32x2x64xf32>, tensor<32x2xf8E8M0FNU>) outs(%[[ACC]] : tensor<32x64xf32>) attrs = {mx.kernel = "block_scales"}
 // CHECK:         ^bb0(%[[IP:.*]]: f32, %[[IS:.*]]: f8E8M0FNU, %[[OUT:.*]]: f32):
 // CHECK-NEXT:      %[[Y:.*]] = arith.extf %[[IS]] : f8E8M0FNU to f32
-// CHECK-NEXT:      %[[T:.*]] = arith.mulf %[[IP]], %[[Y]] : f32
-// CHECK-NEXT:      %[[S:.*]] = arith.addf %[[OUT]], %[[T]] : f32
+// CHECK-NEXT:      %[[T:.*]] = arith.mulf %[[IP]], %[[Y]] fastmath<contract> : f32
+// CHECK-NEXT:      %[[S:.*]] = arith.addf %[[OUT]], %[[T]] fastmath<contract> : f32
 // CHECK-NEXT:      linalg.yield %[[S]] : f32
 // CHECK:         return %[[R]] : tensor<32x64xf32>
 
@@ -73,8 +76,8 @@ func.func @matmul(%a: !mx.tensor<32x64xf8E4M3FN, block_size = 32, scale_type = f
 // CHECK:         ^bb0(%[[IA:.*]]: f8E4M3FN, %[[IB:.*]]: f8E5M2, %[[OUT:.*]]: f32):
 // CHECK-NEXT:      %[[X:.*]] = arith.extf %[[IA]] : f8E4M3FN to f32
 // CHECK-NEXT:      %[[Y:.*]] = arith.extf %[[IB]] : f8E5M2 to f32
-// CHECK-NEXT:      %[[M:.*]] = arith.mulf %[[X]], %[[Y]] : f32
-// CHECK-NEXT:      %[[S:.*]] = arith.addf %[[OUT]], %[[M]] : f32
+// CHECK-NEXT:      %[[M:.*]] = arith.mulf %[[X]], %[[Y]] fastmath<contract> : f32
+// CHECK-NEXT:      %[[S:.*]] = arith.addf %[[OUT]], %[[M]] fastmath<contract> : f32
 // CHECK-NEXT:      linalg.yield %[[S]] : f32
 // CHECK:         %[[R:.*]] = linalg.generic {indexing_maps = [#[[SP]], #[[SA]], #[[SB]], #[[C]]], iterator_types = ["parallel", "parallel", "reduction"]}
 // CHECK-SAME:      ins(%[[P]], %[[ASC]], %[[BSC]] : tensor<32x2x16xf32>, tensor<32x2xf8E8M0FNU>, tensor<2x16xf8E8M0FNU>) outs(%[[ACC]] : tensor<32x16xf32>)
@@ -82,8 +85,8 @@ func.func @matmul(%a: !mx.tensor<32x64xf8E4M3FN, block_size = 32, scale_type = f
 // CHECK-NEXT:      %[[UF:.*]] = arith.extf %[[U]] : f8E8M0FNU to f32
 // CHECK-NEXT:      %[[VF:.*]] = arith.extf %[[V]] : f8E8M0FNU to f32
 // CHECK-NEXT:      %[[SC:.*]] = arith.mulf %[[UF]], %[[VF]] : f32
-// CHECK-NEXT:      %[[T:.*]] = arith.mulf %[[IP]], %[[SC]] : f32
-// CHECK-NEXT:      %[[S:.*]] = arith.addf %[[OUT]], %[[T]] : f32
+// CHECK-NEXT:      %[[T:.*]] = arith.mulf %[[IP]], %[[SC]] fastmath<contract> : f32
+// CHECK-NEXT:      %[[S:.*]] = arith.addf %[[OUT]], %[[T]] fastmath<contract> : f32
 // CHECK-NEXT:      linalg.yield %[[S]] : f32
 // CHECK:         return %[[R]] : tensor<32x16xf32>
 
@@ -101,26 +104,27 @@ func.func @matmul_mx_mx(%a: !mx.tensor<32x64xf8E4M3FN, block_size = 32, scale_ty
   return %0 : tensor<32x16xf32>
 }
 
-// MXINT8 (both operands): sitofp of the codes in the partial product; the
-// implicit 2^-6 of each i8 operand is folded into the per-block scale
-// (2^-12 here), not applied per element.  f4 mantissas are tagged so that the
-// vectorizing schedule leaves them scalar.
+// MXINT8 (both operands): the exact element values (sitofp of the code times
+// 2^-6) in the partial product; their products are exact.  f4 mantissas are
+// tagged so that the stock vectorizing schedule leaves them scalar.
 // CHECK-LABEL: func.func @matmul_i8(
 // CHECK:         linalg.generic
 // CHECK-SAME:      attrs = {mx.kernel = "block_partials"}
-// CHECK:         ^bb0(%[[IA:.*]]: i8, %[[IB:.*]]: i8, %{{.*}}: f32):
-// CHECK-NEXT:      arith.sitofp %[[IA]] : i8 to f32
-// CHECK-NEXT:      arith.sitofp %[[IB]] : i8 to f32
-// CHECK-NEXT:      arith.mulf
-// CHECK-NEXT:      arith.addf
-// CHECK:         ^bb0(%{{.*}}: f32, %{{.*}}: f8E8M0FNU, %{{.*}}: f8E8M0FNU, %{{.*}}: f32):
+// CHECK:         ^bb0(%[[IA:.*]]: i8, %[[IB:.*]]: i8, %[[OUT:.*]]: f32):
+// CHECK-NEXT:      %[[CA:.*]] = arith.sitofp %[[IA]] : i8 to f32
+// CHECK-NEXT:      %[[F:.*]] = arith.constant 1.562500e-02 : f32
+// CHECK-NEXT:      %[[VA:.*]] = arith.mulf %[[CA]], %[[F]] : f32
+// CHECK-NEXT:      %[[CB:.*]] = arith.sitofp %[[IB]] : i8 to f32
+// CHECK-NEXT:      %[[F2:.*]] = arith.constant 1.562500e-02 : f32
+// CHECK-NEXT:      %[[VB:.*]] = arith.mulf %[[CB]], %[[F2]] : f32
+// CHECK-NEXT:      %[[M:.*]] = arith.mulf %[[VA]], %[[VB]] fastmath<contract> : f32
+// CHECK-NEXT:      arith.addf %[[OUT]], %[[M]] fastmath<contract> : f32
+// CHECK:         ^bb0(%[[P:.*]]: f32, %{{.*}}: f8E8M0FNU, %{{.*}}: f8E8M0FNU, %[[O:.*]]: f32):
 // CHECK-NEXT:      arith.extf
 // CHECK-NEXT:      arith.extf
 // CHECK-NEXT:      %[[SC:.*]] = arith.mulf
-// CHECK-NEXT:      %[[F:.*]] = arith.constant 2.44140625E-4 : f32
-// CHECK-NEXT:      arith.mulf %[[SC]], %[[F]] : f32
-// CHECK-NEXT:      arith.mulf
-// CHECK-NEXT:      arith.addf
+// CHECK-NEXT:      %[[T:.*]] = arith.mulf %[[P]], %[[SC]] fastmath<contract> : f32
+// CHECK-NEXT:      arith.addf %[[O]], %[[T]] fastmath<contract> : f32
 func.func @matmul_i8(%a: !mx.tensor<4x32xi8, block_size = 32, scale_type = f8E8M0FNU>, %b: !mx.tensor<32x8xi8, block_size = 32, scale_type = f8E8M0FNU, axis = 0>, %acc: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = mx.block_matmul %a, %b, %acc : !mx.tensor<4x32xi8, block_size = 32, scale_type = f8E8M0FNU>, !mx.tensor<32x8xi8, block_size = 32, scale_type = f8E8M0FNU, axis = 0>, tensor<4x8xf32> -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
@@ -132,8 +136,8 @@ func.func @matmul_i8(%a: !mx.tensor<4x32xi8, block_size = 32, scale_type = f8E8M
 // CHECK:           arith.extf %{{.*}} : f4E2M1FN to f32
 // CHECK:         ^bb0(%{{.*}}: f32, %{{.*}}: f8E8M0FNU, %{{.*}}: f32):
 // CHECK-NEXT:      arith.extf
-// CHECK-NEXT:      arith.mulf
-// CHECK-NEXT:      arith.addf
+// CHECK-NEXT:      arith.mulf {{.*}} fastmath<contract>
+// CHECK-NEXT:      arith.addf {{.*}} fastmath<contract>
 func.func @matmul_f4(%a: !mx.tensor<4x64xf4E2M1FN, block_size = 32, scale_type = f8E8M0FNU>, %b: tensor<64x8xf32>, %acc: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = mx.block_matmul %a, %b, %acc : !mx.tensor<4x64xf4E2M1FN, block_size = 32, scale_type = f8E8M0FNU>, tensor<64x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>

@@ -1,0 +1,96 @@
+"""Write an MXFP4 weight to a GGUF file, read it back and check it against the oracle.
+
+    python examples/gguf_roundtrip.py [--out w.gguf] [--shape N_OUT N_IN] [--seed S]
+
+The weight is f32 data shaped like an LLM linear layer, ``(n_out, n_in)``: normal
+with standard deviation 0.02 plus 0.1% outliers at 10-50x.  It is quantized with the
+oracle (``quantize``, MXFP4: E2M1 elements, E8M0 scales, blocks of 32 along n_in),
+written with the ``gguf`` package, read back, and checked:
+
+* the MXArray read back equals ``quantize(x)`` bit for bit;
+* ggml's own decoder (``gguf.quants.dequantize``) on the file's bytes gives the
+  oracle's ``dequantize`` values;
+* the matmul right-hand side ``B = W^T`` (blocked along K) equals the oracle's
+  quantization of ``x.T`` along axis 0.
+
+Prints the storage cost and the quantization error against f32; exits 1 if a check
+fails.  Needs ``pip install 'mlir-mx[gguf]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+from mlir_mx.interop import weight_to_rhs
+from mlir_mx.interop.gguf import read_gguf, write_gguf
+from mlir_mx.numerics import dequantize, quantize
+
+NAME = "blk.0.ffn_down.weight"
+
+
+def make_weight(n_out: int, n_in: int, seed: int) -> np.ndarray:
+    """f32 ``(n_out, n_in)``: N(0, 0.02) with 0.1% outliers scaled by 10-50."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(0.0, 0.02, size=(n_out, n_in)).astype(np.float32)
+    outliers = rng.random(w.shape) < 0.001
+    w[outliers] *= rng.uniform(10.0, 50.0, size=int(outliers.sum())).astype(np.float32)
+    return w
+
+
+def ggml_decode(path: str, name: str, shape) -> tuple[np.ndarray, int]:
+    """Decode tensor ``name`` with gguf's ggml decoder; also return its byte count."""
+    import gguf
+    from gguf import quants
+
+    for t in gguf.GGUFReader(path).tensors:
+        if t.name == name:
+            values = quants.dequantize(t.data, gguf.GGMLQuantizationType.MXFP4)
+            return values.reshape(shape), int(t.n_bytes)
+    raise KeyError(name)
+
+
+def run(path: str, n_out: int, n_in: int, seed: int) -> bool:
+    x = make_weight(n_out, n_in, seed)
+    q = quantize(x, "f4E2M1FN", 32, axis=-1)
+    write_gguf(path, {NAME: q}, metadata={"mlir_mx.example.seed": seed})
+    w = read_gguf(path)[NAME]
+
+    bit_exact = w.bitwise_equal(q)
+    ggml_values, nbytes = ggml_decode(path, NAME, x.shape)
+    decoded = dequantize(w)
+    ggml_equal = np.array_equal(ggml_values, decoded)
+    rhs_ok = weight_to_rhs(w).bitwise_equal(quantize(x.T, "f4E2M1FN", 32, axis=0))
+
+    err = decoded.astype(np.float64) - x
+    rel_rms = np.sqrt(np.mean(err**2) / np.mean(x.astype(np.float64) ** 2))
+    print(f"weight {NAME}: {n_out} x {n_in} f32, seed {seed} -> {path}")
+    print(f"  MXFP4 tensor bytes: {nbytes} ({nbytes * 8 / x.size:.2f} bits per element)")
+    print(f"  read back == quantize(x) bit for bit: {'yes' if bit_exact else 'NO'}")
+    print(f"  ggml decoder == dequantize:           {'yes' if ggml_equal else 'NO'}")
+    print(f"  B = W^T (axis 0) == quantize(x.T):    {'yes' if rhs_ok else 'NO'}")
+    print(f"  error vs f32: relative RMS {rel_rms:.4f}, max abs {np.abs(err).max():.4g}")
+    return bit_exact and ggml_equal and rhs_ok
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", help="GGUF file to write (default: a temporary file)")
+    p.add_argument("--shape", nargs=2, type=int, default=(512, 2048), metavar=("N_OUT", "N_IN"))
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    n_out, n_in = args.shape
+    if n_out < 1 or n_in < 32 or n_in % 32:
+        p.error(f"--shape: N_OUT >= 1 and N_IN a positive multiple of 32, got {n_out} {n_in}")
+    if args.out:
+        return 0 if run(args.out, n_out, n_in, args.seed) else 1
+    with tempfile.TemporaryDirectory() as tmp:
+        return 0 if run(os.path.join(tmp, "weight.gguf"), n_out, n_in, args.seed) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

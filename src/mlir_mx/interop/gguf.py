@@ -1,0 +1,238 @@
+"""Read and write GGUF files with MXFP4 tensors (ggml ``block_mxfp4``) as MXArrays.
+
+ggml stores an MXFP4 tensor as rows of 17-byte blocks along its contiguous axis
+``ne0``: one E8M0 byte ``e`` then 16 bytes ``qs`` in which byte ``j`` holds element
+``j`` in its low nibble and element ``j + 16`` in its high nibble.  A linear
+layer's weight is ``ne = [n_in, n_out]``, i.e. the numpy shape ``(n_out, n_in)``
+blocked along ``n_in``.  It maps to ``MXArray(element="f4E2M1FN", block_size=32,
+axis=-1)`` of the same numpy shape:
+
+* the scale byte is the E8M0 code unchanged and each nibble is the E2M1 code
+  unchanged (``docs/interop.md`` proves the values equal OCP's);
+* the one conversion is the layout: the scales are gathered out of the interleaved
+  blocks and the codes are re-ordered from ggml's split-half nibble order.
+
+Scale byte 255 is NaN in OCP E8M0 but ``2**127`` in ggml's decoder, so it is
+rejected in both directions.  The ``gguf`` package (``pip install
+'mlir-mx[gguf]'``, MXFP4 since gguf 0.18.0) is imported on first use.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+from mlir_mx.numerics import SCALE_DTYPE, SCALE_NAN_CODE, MXArray, element_format
+
+__all__ = [
+    "GGML_KVALUES",
+    "MXFP4_BLOCK",
+    "MXFP4_BLOCK_BYTES",
+    "ggml_e8m0_half",
+    "mxfp4_from_ggml",
+    "mxfp4_to_ggml",
+    "read_gguf",
+    "write_gguf",
+]
+
+MXFP4_BLOCK = 32
+MXFP4_BLOCK_BYTES = 17
+#: ggml's ``kvalues_mxfp4``: twice the E2M1 value of each 4-bit code.
+GGML_KVALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
+_F4 = element_format("f4E2M1FN")
+
+
+def ggml_e8m0_half(e) -> np.ndarray:
+    """ggml's ``ggml_e8m0_to_fp32_half``: E8M0 byte ``e`` to ``2**(e - 128)`` as float32.
+
+    Built from the f32 bits like ggml does: ``0x00200000 << e`` for ``e < 2`` (the
+    subnormals ``2**-128`` and ``2**-127``), ``(e - 1) << 23`` otherwise.  Byte 255
+    gives ``2**127``, not NaN.
+    """
+    e = np.asarray(e, dtype=np.uint8).astype(np.uint32)
+    bits = np.where(e < 2, np.uint32(0x00200000) << e, (e - np.uint32(1)) << np.uint32(23))
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def _gguf():
+    try:
+        import gguf
+    except ImportError as e:  # pragma: no cover - exercised only without the extra
+        raise ImportError(
+            "GGUF support needs the 'gguf' package (>= 0.18.0 for MXFP4): "
+            "pip install 'mlir-mx[gguf]'"
+        ) from e
+    if not hasattr(gguf.GGMLQuantizationType, "MXFP4"):
+        raise ImportError(
+            f"the installed gguf {getattr(gguf, '__version__', '?')} has no MXFP4 type; "
+            "gguf >= 0.18.0 is needed: pip install 'mlir-mx[gguf]'"
+        )
+    return gguf
+
+
+def _reject_nan_scales(scales: np.ndarray, arg: str, direction: str) -> None:
+    nan = scales == SCALE_NAN_CODE
+    if nan.any():
+        first = np.unravel_index(int(np.argmax(nan)), scales.shape)
+        raise ValueError(
+            f"{arg}: {int(nan.sum())} block(s) have scale byte 255 (first at block index "
+            f"{tuple(int(i) for i in first)}): OCP E8M0 reads it as NaN, ggml as 2**127, so it "
+            f"cannot be {direction} without changing the values"
+        )
+
+
+def mxfp4_from_ggml(data, shape) -> MXArray:
+    """Convert the raw bytes of a ggml MXFP4 tensor to an MXArray of numpy ``shape``.
+
+    ``data`` is a ``uint8`` array (any shape, e.g. the ``(n_out, n_in / 32 * 17)``
+    array ``gguf.GGUFReader`` gives) holding ``prod(shape) / 32`` blocks of 17 bytes
+    in row-major order; ``shape`` is the numpy shape, ggml's ``ne`` reversed, whose
+    last axis is a multiple of 32.  Returns ``MXArray(codes (shape), scales
+    (shape[:-1] + (shape[-1] // 32,)), "f4E2M1FN", 32, axis=-1)`` in new
+    C-contiguous arrays.
+    """
+    shape = tuple(int(s) for s in shape)
+    if len(shape) == 0 or shape[-1] % MXFP4_BLOCK:
+        raise ValueError(
+            f"shape: ggml MXFP4 needs rank >= 1 and a last axis that is a multiple of 32, "
+            f"got {shape}"
+        )
+    data = np.asarray(data)
+    if data.dtype != np.uint8:
+        raise TypeError(f"data: expected the raw uint8 bytes of the tensor, got dtype {data.dtype}")
+    nblocks = int(np.prod(shape)) // MXFP4_BLOCK
+    if data.size != nblocks * MXFP4_BLOCK_BYTES:
+        raise ValueError(
+            f"data: {data.size} bytes do not hold the {nblocks} MXFP4 blocks of shape {shape} "
+            f"({nblocks * MXFP4_BLOCK_BYTES} bytes)"
+        )
+    blocks = data.reshape(nblocks, MXFP4_BLOCK_BYTES)
+    scales = blocks[:, 0].copy().reshape(shape[:-1] + (-1,))
+    _reject_nan_scales(scales, "data", "read as MXFP4")
+    qs = blocks[:, 1:]
+    codes = np.empty((nblocks, MXFP4_BLOCK), np.uint8)
+    codes[:, :16] = qs & np.uint8(0x0F)
+    codes[:, 16:] = qs >> np.uint8(4)
+    return MXArray(
+        codes=codes.reshape(shape).view(_F4.dtype),
+        scales=scales.view(SCALE_DTYPE),
+        element=_F4.name,
+        block_size=MXFP4_BLOCK,
+        axis=-1,
+    )
+
+
+def mxfp4_to_ggml(a: MXArray) -> np.ndarray:
+    """The raw ggml MXFP4 bytes of ``a``: ``uint8`` of shape ``a.shape[:-1] + (n / 32 * 17,)``.
+
+    ``a`` must be ``f4E2M1FN`` with block size 32 along its last axis (ggml's
+    ``ne0``; use :func:`mlir_mx.interop.transpose` for a weight blocked along axis
+    0) and no NaN scale (byte 255).
+    """
+    if not isinstance(a, MXArray):
+        raise TypeError(f"a: expected an MXArray, got {type(a).__name__}")
+    if a.element != _F4.name or a.block_size != MXFP4_BLOCK or a.axis != a.ndim - 1:
+        raise ValueError(
+            f"a: ggml MXFP4 is f4E2M1FN in blocks of 32 along the last axis; got {a.element} "
+            f"in blocks of {a.block_size} along axis {a.axis} of shape {a.shape}"
+        )
+    scales = a.scales.view(np.uint8)
+    _reject_nan_scales(scales, "a", "written as ggml MXFP4")
+    codes = np.ascontiguousarray(a.codes).view(np.uint8).reshape(-1, MXFP4_BLOCK)
+    out = np.empty((codes.shape[0], MXFP4_BLOCK_BYTES), np.uint8)
+    out[:, 0] = scales.reshape(-1)
+    out[:, 1:] = codes[:, :16] | (codes[:, 16:] << np.uint8(4))
+    return out.reshape(a.shape[:-1] + (a.shape[-1] // MXFP4_BLOCK * MXFP4_BLOCK_BYTES,))
+
+
+def read_gguf(path: str | os.PathLike, names=None) -> dict[str, MXArray]:
+    """Read the MXFP4 tensors of the GGUF file ``path`` as MXArrays, by tensor name.
+
+    With ``names`` (an iterable of tensor names) exactly those are read, in that
+    order; a name missing from the file or naming a tensor of another type raises
+    ``ValueError``.  Without it every MXFP4 tensor is read and the others are
+    skipped.  Each tensor's numpy shape is its GGUF ``ne`` reversed.
+    """
+    gguf = _gguf()
+    try:
+        reader = gguf.GGUFReader(os.fspath(path), "r")
+    except FileNotFoundError:
+        raise
+    except (ValueError, OSError, EOFError) as e:
+        raise ValueError(f"{os.fspath(path)}: not a readable GGUF file: {e}") from e
+    mxfp4 = gguf.GGMLQuantizationType.MXFP4
+    by_name = {t.name: t for t in reader.tensors}
+    if names is None:
+        wanted = [n for n, t in by_name.items() if t.tensor_type == mxfp4]
+    else:
+        wanted = [names] if isinstance(names, str) else list(names)
+    out = {}
+    for name in wanted:
+        t = by_name.get(name)
+        if t is None:
+            have = ", ".join(n for n, t in by_name.items() if t.tensor_type == mxfp4) or "none"
+            raise ValueError(f"{os.fspath(path)}: no tensor {name!r} (MXFP4 tensors: {have})")
+        if t.tensor_type != mxfp4:
+            raise ValueError(
+                f"{os.fspath(path)}: tensor {name!r} is {gguf.GGMLQuantizationType(t.tensor_type).name}, "
+                "not MXFP4"
+            )
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        out[name] = mxfp4_from_ggml(t.data, shape)
+    return out
+
+
+def _add_metadata(writer, metadata: Mapping) -> None:
+    for key, value in metadata.items():
+        if not isinstance(key, str):
+            raise TypeError(f"metadata: keys must be str, got {type(key).__name__}")
+        if isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            writer.add_int64(key, value)
+        elif isinstance(value, float):
+            writer.add_float64(key, value)
+        elif isinstance(value, str):
+            writer.add_string(key, value)
+        else:
+            raise TypeError(
+                f"metadata: {key!r} has a {type(value).__name__}; bool, int, float or str expected"
+            )
+
+
+def write_gguf(
+    path: str | os.PathLike,
+    tensors: Mapping[str, MXArray],
+    *,
+    arch: str = "mlir-mx",
+    metadata: Mapping | None = None,
+) -> None:
+    """Write ``tensors`` (name -> MXFP4 MXArray) to a new GGUF file at ``path``.
+
+    Every array must be valid for :func:`mxfp4_to_ggml` (checked before the file is
+    created).  ``arch`` becomes ``general.architecture``; ``metadata`` adds
+    key/values (bool, int as int64, float as float64, str).
+    """
+    gguf = _gguf()
+    if not isinstance(tensors, Mapping) or not tensors:
+        raise ValueError("tensors: expected a non-empty mapping of name -> MXArray")
+    raw = {}
+    for name, a in tensors.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"tensors: names must be non-empty str, got {name!r}")
+        try:
+            raw[name] = mxfp4_to_ggml(a)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"tensors[{name!r}]: {e}") from None
+    writer = gguf.GGUFWriter(os.fspath(path), arch)
+    try:
+        _add_metadata(writer, metadata or {})
+        for name, data in raw.items():
+            writer.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()

@@ -1,0 +1,81 @@
+"""Generated MX matmul kernels: one family for every batch size.
+
+The kernels implement ``C += A x B`` (A MX, B MX or f32) in the blocked order
+of :mod:`mlir_mx.kernels.problem` as loop nests of upstream ``scf`` /
+``memref`` / ``vector`` / ``arith`` ops, built with the Python bindings:
+
+* :mod:`~mlir_mx.kernels.stream`: decode and small batches, B widened in
+  registers as it streams by;
+* :mod:`~mlir_mx.kernels.packed`: prefill, B widened once into packed f32
+  panels that a register-tiled microkernel reuses for every row tile.
+
+:mod:`~mlir_mx.kernels.plan` picks the schedule and its tiles from the shape
+(``schedule=auto``); the ``mx-matmul-kernels`` pass puts a kernel in place of
+the ``mx-to-linalg`` blocked matmul, and :func:`kernel_module` builds a
+stand-alone module around one kernel (for the library API and tests).
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith, func
+
+from mlir_mx.kernels.builder import KernelBuilder
+from mlir_mx.kernels.plan import SCHEDULES, KernelPlan, plan_kernel
+from mlir_mx.kernels.problem import Operands, Problem
+
+__all__ = [
+    "KernelBuilder",
+    "KernelPlan",
+    "Operands",
+    "Problem",
+    "SCHEDULES",
+    "emit_matmul",
+    "kernel_module",
+    "plan_kernel",
+]
+
+
+def emit_matmul(prob: Problem, ops: Operands, plan: KernelPlan) -> None:
+    """Emit the kernel of ``plan`` at the current insertion point and location."""
+    # Constants are created before an anchor op that precedes the kernel, so
+    # that they dominate every loop the kernel builds after it.
+    anchor = arith.ConstantOp(ir.IndexType.get(), 0)
+    kb = KernelBuilder(ir.InsertionPoint(anchor))
+    plan.emit(kb, prob, ops)
+    anchor.operation.erase()
+
+
+def _memref(shape, elem: str) -> ir.Type:
+    dims = [ir.ShapedType.get_dynamic_size() if s is None else s for s in shape]
+    return ir.MemRefType.get(dims, ir.Type.parse(elem))
+
+
+def kernel_module(prob: Problem, plan: KernelPlan, name: str = "matmul") -> ir.Module:
+    """A module with ``func @name(a, sa, b, [sb,] c)`` on memrefs running one kernel.
+
+    ``a``/``sa``: A's codes (M x K) and E8M0 scales (M x K/B); ``b``: B's
+    codes (K x N, blocked along K) or an f32 K x N; ``sb``: B's scales
+    (K/B x N, only when B is MX); ``c``: the f32 M x N accumulator, updated
+    in place.  M may be dynamic (``prob.m is None``).
+    """
+    m = prob.m
+    types = [
+        _memref([m, prob.k], prob.a_elem),
+        _memref([m, prob.kblocks], "f8E8M0FNU"),
+        _memref([prob.k, prob.n], prob.b_elem or "f32"),
+    ]
+    if prob.b_is_mx:
+        types.append(_memref([prob.kblocks, prob.n], "f8E8M0FNU"))
+    types.append(_memref([m, prob.n], "f32"))
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        fn = func.FuncOp(name, ir.FunctionType.get(types, []))
+        entry = fn.add_entry_block()
+        with ir.InsertionPoint(entry):
+            args = list(entry.arguments)
+            sb = args[3] if prob.b_is_mx else None
+            ops = Operands(args[0], args[1], args[2], sb, args[-1])
+            emit_matmul(prob, ops, plan)
+            func.ReturnOp([])
+    return module

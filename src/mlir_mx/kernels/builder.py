@@ -1,0 +1,309 @@
+"""A small IR builder for the generated matmul kernels.
+
+The kernels are loop nests of ``scf``/``memref``/``vector``/``arith`` ops built
+directly on the upstream Python bindings.  :class:`KernelBuilder` keeps the
+emitting code short: typed constants (hoisted to one insertion point and
+reused), loops as context managers, vector loads and stores, and the few casts
+the kernels need.  It builds at the current insertion point and location,
+like every other builder of this project.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import contextmanager
+
+from mlir import ir
+from mlir.dialects import arith, builtin, llvm, math, memref, scf, vector
+
+__all__ = ["KernelBuilder", "Loop"]
+
+
+class Loop:
+    """An ``scf.for`` under construction: ``iv``, ``args`` and ``results``."""
+
+    def __init__(self, op: scf.ForOp):
+        self.op = op
+        self.iv = op.induction_variable
+        self.args = list(op.inner_iter_args)
+        self._yielded = False
+
+    def yield_(self, values: Sequence[ir.Value] = ()) -> None:
+        scf.YieldOp(list(values))
+        self._yielded = True
+
+    @property
+    def results(self) -> list[ir.Value]:
+        return list(self.op.results)
+
+
+class KernelBuilder:
+    """Emit kernel IR; constants go to ``const_ip`` (before the kernel)."""
+
+    def __init__(self, const_ip: ir.InsertionPoint):
+        self.const_ip = const_ip
+        self._consts: dict[tuple, ir.Value] = {}
+        self.f32 = ir.F32Type.get()
+        self.f16 = ir.F16Type.get()
+        self.index = ir.IndexType.get()
+        self.i1 = ir.IntegerType.get_signless(1)
+        self.i8 = ir.IntegerType.get_signless(8)
+        self.i16 = ir.IntegerType.get_signless(16)
+        self.i32 = ir.IntegerType.get_signless(32)
+
+    # -- types ---------------------------------------------------------------
+
+    @staticmethod
+    def vec(n: int, elem: ir.Type) -> ir.VectorType:
+        return ir.VectorType.get([n], elem)
+
+    # -- constants -------------------------------------------------------------
+
+    def const(self, value, t: ir.Type) -> ir.Value:
+        """A constant of scalar or vector type ``t`` (splat), created once."""
+        key = (str(t), value if not isinstance(value, float) else ("f", value.hex()))
+        hit = self._consts.get(key)
+        if hit is not None:
+            return hit
+        elem = t.element_type if isinstance(t, ir.VectorType) else t
+        if isinstance(elem, ir.IndexType):
+            attr = ir.IntegerAttr.get(elem, int(value))
+        elif isinstance(elem, ir.IntegerType):
+            w = elem.width
+            v = int(value) & ((1 << w) - 1)
+            if w > 1 and v >= 1 << (w - 1):
+                v -= 1 << w
+            attr = ir.IntegerAttr.get(elem, v)
+        else:
+            attr = ir.FloatAttr.get(elem, float(value))
+        if isinstance(t, ir.VectorType):
+            attr = ir.DenseElementsAttr.get_splat(t, attr)
+        with self.const_ip:
+            v = arith.ConstantOp(t, attr).result
+        self._consts[key] = v
+        return v
+
+    def const_array(self, values: Sequence[int], t: ir.VectorType) -> ir.Value:
+        """A constant integer vector with the given lane values, created once."""
+        key = (str(t), "array", tuple(values))
+        hit = self._consts.get(key)
+        if hit is None:
+            import numpy as np
+
+            w = t.element_type.width
+            arr = np.array([int(v) & ((1 << w) - 1) for v in values], dtype=f"uint{w}")
+            attr = ir.DenseElementsAttr.get(arr.view(f"int{w}"), type=t)
+            with self.const_ip:
+                hit = arith.ConstantOp(t, attr).result
+            self._consts[key] = hit
+        return hit
+
+    def idx(self, value: int) -> ir.Value:
+        return self.const(value, self.index)
+
+    # -- index arithmetic (folded when static) ------------------------------
+
+    def add(self, a, b) -> ir.Value:
+        return arith.AddIOp(self._i(a), self._i(b)).result
+
+    def mul(self, a, b) -> ir.Value:
+        return arith.MulIOp(self._i(a), self._i(b)).result
+
+    def sub(self, a, b) -> ir.Value:
+        return arith.SubIOp(self._i(a), self._i(b)).result
+
+    def min(self, a, b) -> ir.Value:
+        return arith.MinSIOp(self._i(a), self._i(b)).result
+
+    def max(self, a, b) -> ir.Value:
+        return arith.MaxSIOp(self._i(a), self._i(b)).result
+
+    def divu(self, a, b) -> ir.Value:
+        return arith.DivUIOp(self._i(a), self._i(b)).result
+
+    def ceildivu(self, a, b) -> ir.Value:
+        return arith.CeilDivUIOp(self._i(a), self._i(b)).result
+
+    def icmp(self, pred: str, a, b) -> ir.Value:
+        return arith.CmpIOp(getattr(arith.CmpIPredicate, pred), self._i(a), self._i(b)).result
+
+    def _i(self, v) -> ir.Value:
+        return self.idx(v) if isinstance(v, int) else v
+
+    # -- loops -------------------------------------------------------------------
+
+    @contextmanager
+    def loop(self, lb, ub, step, iter_args: Sequence[ir.Value] = ()):
+        """``scf.for``; the body must call ``loop.yield_`` when it carries values."""
+        op = scf.ForOp(self._i(lb), self._i(ub), self._i(step), list(iter_args))
+        loop = Loop(op)
+        with ir.InsertionPoint(op.body):
+            yield loop
+            if not loop._yielded:
+                scf.YieldOp([])
+
+    @contextmanager
+    def if_(self, cond: ir.Value):
+        """``scf.if`` without results or else branch."""
+        op = scf.IfOp(cond)
+        with ir.InsertionPoint(op.then_block):
+            yield
+            scf.YieldOp([])
+
+    @contextmanager
+    def parallel(self, lb, ub, step):
+        """One-dimensional ``scf.parallel`` without reductions; yields the iv."""
+        op = scf.ParallelOp([], [self._i(lb)], [self._i(ub)], [self._i(step)], [])
+        block = op.regions[0].blocks.append(self.index)
+        with ir.InsertionPoint(block):
+            yield block.arguments[0]
+            scf.ReduceOp([], 0)
+
+    # -- memory ------------------------------------------------------------------
+
+    def vload(self, mem: ir.Value, indices, n: int, elem: ir.Type | None = None) -> ir.Value:
+        elem = elem or ir.MemRefType(mem.type).element_type
+        return vector.LoadOp(self.vec(n, elem), mem, [self._i(i) for i in indices]).result
+
+    def vstore(self, v: ir.Value, mem: ir.Value, indices) -> None:
+        vector.StoreOp(v, mem, [self._i(i) for i in indices])
+
+    def masked_vload(self, mem, indices, mask, passthru) -> ir.Value:
+        return vector.MaskedLoadOp(
+            passthru.type, mem, [self._i(i) for i in indices], mask, passthru
+        ).result
+
+    def masked_vstore(self, v, mem, indices, mask) -> None:
+        vector.MaskedStoreOp(mem, [self._i(i) for i in indices], mask, v)
+
+    def load(self, mem: ir.Value, indices) -> ir.Value:
+        return memref.LoadOp(mem, [self._i(i) for i in indices]).result
+
+    def store(self, v: ir.Value, mem: ir.Value, indices) -> None:
+        memref.StoreOp(v, mem, [self._i(i) for i in indices])
+
+    def prefetch(self, mem: ir.Value, indices, locality: int = 3) -> None:
+        """``memref.prefetch`` for reading into the data cache."""
+        i32 = ir.IntegerType.get_signless(32)
+        memref.PrefetchOp(
+            mem, [self._i(i) for i in indices], False, ir.IntegerAttr.get(i32, locality), True
+        )
+
+    def alloc(
+        self,
+        shape: Sequence[int],
+        elem: ir.Type,
+        dynamic: Sequence[ir.Value] = (),
+        *,
+        alignment: int = 64,
+    ) -> ir.Value:
+        """``memref.alloc`` (``-1`` in ``shape`` marks a dynamic size)."""
+        t = ir.MemRefType.get(
+            [ir.ShapedType.get_dynamic_size() if s < 0 else s for s in shape], elem
+        )
+        i64 = ir.IntegerType.get_signless(64)
+        return memref.AllocOp(
+            t, list(dynamic), [], alignment=ir.IntegerAttr.get(i64, alignment)
+        ).result
+
+    def dealloc(self, mem: ir.Value) -> None:
+        memref.DeallocOp(mem)
+
+    def as_bytes(self, mem: ir.Value) -> ir.Value:
+        """The same buffer seen as ``i8`` elements (one byte per element).
+
+        FIXME(upstream): there is no memref element-type cast.  Every
+        element type this is used on (f8/f6/f4/E8M0/i8) is one byte per
+        element in memory, and both memref types lower to the same LLVM
+        descriptor, so ``reconcile-unrealized-casts`` folds this cast away.
+        """
+        t = ir.MemRefType(mem.type)
+        if t.element_type == self.i8:
+            return mem
+        shape = [
+            ir.ShapedType.get_dynamic_size() if t.is_dynamic_dim(i) else t.shape[i]
+            for i in range(t.rank)
+        ]
+        to = ir.MemRefType.get(shape, self.i8, layout=t.layout)
+        return builtin.UnrealizedConversionCastOp([to], [mem]).results[0]
+
+    def dim(self, mem: ir.Value, i: int) -> ir.Value:
+        return memref.DimOp(mem, self.idx(i)).result
+
+    # -- vectors -------------------------------------------------------------------
+
+    def broadcast(self, s: ir.Value, n: int) -> ir.Value:
+        return vector.BroadcastOp(self.vec(n, s.type), s).result
+
+    def slice(self, v: ir.Value, offset: int, size: int) -> ir.Value:
+        vt = ir.VectorType(v.type)
+        if offset == 0 and size == vt.shape[0]:
+            return v
+        return vector.ExtractStridedSliceOp(
+            self.vec(size, vt.element_type), v, [offset], [size], [1]
+        ).result
+
+    def fma(self, a, b, c) -> ir.Value:
+        return vector.FMAOp(a, b, c).result
+
+    def scalar_fma(self, a, b, c) -> ir.Value:
+        return math.FmaOp(a, b, c).result
+
+    def shuffle(self, a: ir.Value, b: ir.Value, mask: Sequence[int]) -> ir.Value:
+        return vector.ShuffleOp(a, b, list(mask)).result
+
+    def vbitcast(self, v: ir.Value, n: int, elem: ir.Type) -> ir.Value:
+        """``vector.bitcast`` to ``vector<n x elem>`` (same total width)."""
+        return vector.BitCastOp(self.vec(n, elem), v).result
+
+    def intrinsic(self, name: str, result: ir.Type, args: Sequence[ir.Value]) -> ir.Value:
+        """``llvm.call_intrinsic`` (only for features :mod:`.cpu` reports)."""
+        return llvm.CallIntrinsicOp(result, ir.StringAttr.get(name), list(args), [], []).result
+
+    def mask(self, n: int, count: ir.Value) -> ir.Value:
+        """``vector.create_mask`` of ``n`` lanes, the first ``count`` set."""
+        return vector.CreateMaskOp(self.vec(n, self.i1), [count]).result
+
+    # -- elementwise arith (vectors or scalars) ------------------------------------
+
+    def fadd(self, a, b):
+        return arith.AddFOp(a, b).result
+
+    def fmul(self, a, b):
+        return arith.MulFOp(a, b).result
+
+    def andi(self, a, b):
+        return arith.AndIOp(a, b).result
+
+    def ori(self, a, b):
+        return arith.OrIOp(a, b).result
+
+    def xori(self, a, b):
+        return arith.XOrIOp(a, b).result
+
+    def shli(self, a, b):
+        return arith.ShLIOp(a, b).result
+
+    def shrui(self, a, b):
+        return arith.ShRUIOp(a, b).result
+
+    def cmpi(self, pred: str, a, b):
+        return arith.CmpIOp(getattr(arith.CmpIPredicate, pred), a, b).result
+
+    def select(self, c, a, b):
+        return arith.SelectOp(c, a, b).result
+
+    def extsi(self, v, t):
+        return arith.ExtSIOp(t, v).result
+
+    def extui(self, v, t):
+        return arith.ExtUIOp(t, v).result
+
+    def extf(self, v, t):
+        return arith.ExtFOp(t, v).result
+
+    def sitofp(self, v, t):
+        return arith.SIToFPOp(t, v).result
+
+    def bitcast(self, v, t):
+        return arith.BitcastOp(t, v).result

@@ -1,0 +1,236 @@
+"""The packed schedule: prefill (large M), BLAS-style.
+
+B's codes are widened once per call into packed f32 panels that every row
+tile of A reuses, and a register-tiled microkernel applies the scale product
+once per block per accumulator tile (GotoBLAS/BLIS loop order)::
+
+    A -> af (M x K f32, once), sa -> f32
+    parallel over column panels jc (nc columns, one or more per thread)
+      for pc in K step kc:                       # K chunk, kc a multiple of B
+        pack: bp[jr][k][0:nr] = widen(B[pc + k, jc + jr*nr : +nr])
+              sbp[kb][n]      = decode(sb[pc/B + kb, jc + n])
+        for jr in nc / nr:                       # B micro-panel stays in L1
+          for ir in M / mr:                      # A rows stream from L2
+            c = C[ir*mr : +mr, jr*nr : +nr]      # mr x nr/16 registers
+            for kb in kc / B:
+              p = 0                              # mr x nr/16 registers
+              for kk in B: p += a[m, k] * bp[jr][k][:]
+              c = fma(p, sa[m, kb] * sbp[kb][:], c)
+            C[...] = c
+
+Per output element this is exactly the blocked order of
+:mod:`mlir_mx.kernels.problem`, so results equal the streaming schedule's
+bit for bit.  Rows past M (the last row tile) are computed on zero rows of
+``af`` and never stored; columns past N are zero in the panels and masked
+in C.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+
+from mlir_mx.kernels.builder import KernelBuilder
+from mlir_mx.kernels.problem import Operands, PreparedA, Problem, prepare_a
+from mlir_mx.kernels.widen import LANES, decode_scales, decoder
+
+__all__ = ["PackedConfig", "emit_packed"]
+
+#: Codes widened per pack step (the table decoder's width).
+_PACK_W = 64
+
+
+@dataclass(frozen=True)
+class PackedConfig:
+    """Tile parameters of the packed schedule."""
+
+    mr: int = 6  # rows per microkernel tile
+    nv: int = 2  # f32 vectors per microkernel tile (nr = 16 nv columns)
+    kc: int = 256  # K chunk (a multiple of the block size)
+    nc: int = 256  # columns per panel (a multiple of 64)
+    ku: int = 8  # unroll of the in-block loop
+    threads: int = 1
+
+    @property
+    def nr(self) -> int:
+        return LANES * self.nv
+
+
+def emit_packed(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: PackedConfig) -> None:
+    """Emit the packed kernel at the current insertion point."""
+    if cfg.kc % prob.block or cfg.nc % _PACK_W or cfg.nc % cfg.nr:
+        raise ValueError(f"packed kernel: kc must be a multiple of {prob.block}, nc of 64 and nr")
+    pa = prepare_a(kb, prob, ops, cfg.mr)
+    k = _Packed(kb, prob, ops, cfg, pa)
+    panels = -(-prob.n // cfg.nc)
+    if cfg.threads > 1 and panels > 1:
+        with kb.parallel(0, panels, 1) as j:
+            k.panel(kb.mul(j, cfg.nc))
+    else:
+        with kb.loop(0, panels, 1) as j:
+            k.panel(kb.mul(j.iv, cfg.nc))
+    kb.dealloc(pa.af)
+    kb.dealloc(pa.saf)
+
+
+class _Packed:
+    def __init__(self, kb, prob: Problem, ops: Operands, cfg: PackedConfig, pa: PreparedA):
+        self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
+        self.b = kb.as_bytes(ops.b) if prob.b_is_mx else ops.b
+        self.sb = kb.as_bytes(ops.sb) if prob.b_is_mx else None
+        self.dec = decoder(prob.b_elem) if prob.b_is_mx else None
+        kc = min(cfg.kc, prob.k)
+        self.kc = kc - kc % prob.block or prob.block
+        self.col_tail = prob.n % cfg.nr != 0
+        self.row_tail = prob.m is None or prob.m % cfg.mr != 0
+
+    # -- one column panel --------------------------------------------------------------
+
+    def panel(self, jc: ir.Value) -> None:
+        kb, prob, cfg = self.kb, self.prob, self.cfg
+        kc = self.kc
+        bp = kb.alloc([cfg.nc // cfg.nr, kc, cfg.nr], kb.f32)
+        sbp = kb.alloc([kc // prob.block, cfg.nc], kb.f32) if prob.b_is_mx else None
+        width = kb.min(cfg.nc, kb.sub(prob.n, jc))  # columns of this panel
+        full = prob.k - prob.k % kc
+        if full:
+            with kb.loop(0, full, kc) as pc:
+                self.chunk(jc, width, pc.iv, kc, bp, sbp)
+        if prob.k % kc:
+            self.chunk(jc, width, kb.idx(full), prob.k % kc, bp, sbp)
+        kb.dealloc(bp)
+        if sbp is not None:
+            kb.dealloc(sbp)
+
+    def chunk(self, jc, width, pc, kc: int, bp, sbp) -> None:
+        """Pack B[pc : pc + kc, panel] and run the microkernels over it."""
+        kb, cfg = self.kb, self.cfg
+        self.pack(jc, width, pc, kc, bp, sbp)
+        n_micro = kb.ceildivu(width, cfg.nr)
+        with kb.loop(0, n_micro, 1) as jr:
+            with kb.loop(0, self.pa.mp, cfg.mr) as ir_:
+                self.micro(jc, width, jr.iv, ir_.iv, pc, kc, bp, sbp)
+
+    def pack(self, jc, width, pc, kc: int, bp, sbp) -> None:
+        kb, prob, cfg = self.kb, self.prob, self.cfg
+        groups = cfg.nc // _PACK_W
+        with kb.loop(0, kc, 1) as k:
+            for g in range(groups):
+                col = _PACK_W * g
+                mask = self._mask(width, col, _PACK_W)
+                vecs = self.b_codes(kb.add(pc, k.iv), kb.add(jc, col), mask)
+                for v, w in enumerate(vecs):
+                    c = col + LANES * v
+                    kb.vstore(w, bp, [c // cfg.nr, k.iv, c % cfg.nr])
+        if sbp is not None:
+            kb0 = kb.divu(pc, prob.block)
+            with kb.loop(0, kc // prob.block, 1) as s:
+                for col in range(0, cfg.nc, LANES):
+                    mask = self._mask(width, col, LANES)
+                    raw = self._bytes(self.sb, [kb.add(kb0, s.iv), kb.add(jc, col)], LANES, mask)
+                    kb.vstore(decode_scales(kb, raw), sbp, [s.iv, col])
+
+    def _mask(self, width, col: int, n: int):
+        """Lanes of columns [col, col + n) inside the panel (None when never partial)."""
+        if self.prob.n % self.cfg.nc == 0:
+            return None
+        kb = self.kb
+        return kb.mask(n, kb.max(kb.min(n, kb.sub(width, col)), 0))
+
+    def _bytes(self, mem, idx, n: int, mask):
+        kb = self.kb
+        if mask is None:
+            return kb.vload(mem, idx, n)
+        return kb.masked_vload(mem, idx, mask, kb.const(0, kb.vec(n, kb.i8)))
+
+    def b_codes(self, k, n0, mask) -> list[ir.Value]:
+        """64 columns of row ``k`` of B, widened (zeros where masked)."""
+        kb = self.kb
+        if self.prob.b_is_mx:
+            return self.dec.decode(kb, self._bytes(self.b, [k, n0], _PACK_W, mask))
+        zero = kb.const(0.0, kb.vec(_PACK_W, kb.f32))
+        if mask is None:
+            row = kb.vload(self.b, [k, n0], _PACK_W)
+        else:
+            row = kb.masked_vload(self.b, [k, n0], mask, zero)
+        return [kb.slice(row, i, LANES) for i in range(0, _PACK_W, LANES)]
+
+    # -- the microkernel -------------------------------------------------------------
+
+    def micro(self, jc, width, jr, m0, pc, kc: int, bp, sbp) -> None:
+        kb, prob, cfg = self.kb, self.prob, self.cfg
+        mr, nv, nr = cfg.mr, cfg.nv, cfg.nr
+        c_mem = self.ops.c
+        col0 = kb.add(jc, kb.mul(jr, nr))
+        masks = self._col_masks(width, jr)
+        rows = [kb.add(m0, r) for r in range(mr)]
+        # Loads of rows past M read row M - 1 (never stored back).
+        load_rows = [kb.min(r, kb.sub(self.pa.m, 1)) for r in rows] if self.row_tail else rows
+        c = []
+        for r in range(mr):
+            for v in range(nv):
+                c.append(self._load_c(c_mem, load_rows[r], kb.add(col0, LANES * v), masks[v]))
+        zero = kb.const(0.0, kb.vec(LANES, kb.f32))
+        kb0 = kb.divu(pc, prob.block)
+        with kb.loop(0, kc // prob.block, 1, c) as blk:
+            k_base = kb.mul(blk.iv, prob.block)
+            ku = cfg.ku if prob.block % cfg.ku == 0 else 1
+            with kb.loop(0, prob.block, ku, [zero] * (mr * nv)) as kk:
+                p = list(kk.args)
+                for u in range(ku):
+                    k = kb.add(k_base, kb.add(kk.iv, u))
+                    bvec = [kb.vload(bp, [jr, k, LANES * v], LANES) for v in range(nv)]
+                    ka = kb.add(pc, k)
+                    for r in range(mr):
+                        a = kb.broadcast(kb.load(self.pa.af, [rows[r], ka]), LANES)
+                        for v in range(nv):
+                            p[r * nv + v] = kb.fma(a, bvec[v], p[r * nv + v])
+                kk.yield_(p)
+            p = kk.results
+            cc = list(blk.args)
+            sbv = None
+            if sbp is not None:
+                sbv = [
+                    kb.vload(sbp, [blk.iv, kb.add(kb.mul(jr, nr), LANES * v)], LANES)
+                    for v in range(nv)
+                ]
+            for r in range(mr):
+                sa = kb.broadcast(kb.load(self.pa.saf, [rows[r], kb.add(kb0, blk.iv)]), LANES)
+                for v in range(nv):
+                    s = kb.fmul(sa, sbv[v]) if sbv is not None else sa
+                    cc[r * nv + v] = kb.fma(p[r * nv + v], s, cc[r * nv + v])
+            blk.yield_(cc)
+        c = blk.results
+        for r in range(mr):
+
+            def store(r=r):
+                for v in range(nv):
+                    self._store_c(c[r * nv + v], c_mem, rows[r], kb.add(col0, LANES * v), masks[v])
+
+            if self.row_tail:
+                with kb.if_(kb.icmp("ult", rows[r], self.pa.m)):
+                    store()
+            else:
+                store()
+
+    def _col_masks(self, width, jr) -> list:
+        kb, cfg = self.kb, self.cfg
+        if not self.col_tail:
+            return [None] * cfg.nv
+        left = kb.sub(width, kb.mul(jr, cfg.nr))
+        return [
+            kb.mask(LANES, kb.max(kb.min(LANES, kb.sub(left, LANES * v)), 0)) for v in range(cfg.nv)
+        ]
+
+    def _load_c(self, mem, row, col, mask):
+        kb = self.kb
+        if mask is None:
+            return kb.vload(mem, [row, col], LANES)
+        return kb.masked_vload(mem, [row, col], mask, kb.const(0.0, kb.vec(LANES, kb.f32)))
+
+    def _store_c(self, v, mem, row, col, mask) -> None:
+        if mask is None:
+            self.kb.vstore(v, mem, [row, col])
+        else:
+            self.kb.masked_vstore(v, mem, [row, col], mask)

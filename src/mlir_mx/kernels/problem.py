@@ -1,0 +1,147 @@
+"""What a generated matmul kernel computes, and the parts every schedule shares.
+
+A kernel computes ``C += A x B`` with ``A`` an MX matrix (M x K, blocked along
+K) and ``B`` either an MX matrix (K x N, blocked along K: ``axis = 0``) or an
+f32 matrix, in the **blocked order** that defines ``mx.block_matmul``'s
+numerics in this project (``docs/numerics.md``)::
+
+    for each (m, n):  c = C[m, n]
+      for kb in 0 .. K/B:                       # blocks, in order
+        p = 0
+        for kk in 0 .. B:                       # elements of the block, in order
+          p = fma(a[m, kb*B+kk], b[kb*B+kk, n], p)
+        c = fma(p, sa[m, kb] * sb[kb, n], c)    # sa * sb: one f32 multiply
+      C[m, n] = c
+
+with ``a``/``b`` the exact f32 element values and ``sa``/``sb`` the E8M0
+scales (``sb = 1`` for an f32 ``B``).  Every schedule, tile size and thread
+count performs exactly these f32 operations on each output element, so they
+all give bit-identical results; the ``mx-to-linalg`` blocked lowering spells
+the same operations as two ``linalg.generic`` ops.
+
+:func:`prepare_a` widens ``A`` once per call into an f32 buffer, times
+``2^-exp2(B)`` so that the products with the widened ``B`` are the exact
+element products (``Decoder.exp2``), and decodes ``A``'s scales.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mlir import ir
+
+from mlir_mx.kernels.builder import KernelBuilder
+from mlir_mx.kernels.widen import LANES, decode_scales, decoder
+
+__all__ = ["Problem", "Operands", "prepare_a", "vector_loop", "PreparedA"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Static description of one matmul: shapes (M may be dynamic), formats."""
+
+    m: int | None  # None: dynamic
+    n: int
+    k: int
+    block: int
+    a_elem: str
+    b_elem: str | None  # None: an f32 B
+
+    @property
+    def kblocks(self) -> int:
+        return self.k // self.block
+
+    @property
+    def b_is_mx(self) -> bool:
+        return self.b_elem is not None
+
+    def b_exp2(self) -> int:
+        """Factor of the widened B values (0 for an f32 B)."""
+        return decoder(self.b_elem).exp2 if self.b_is_mx else 0
+
+
+@dataclass(frozen=True)
+class Operands:
+    """The kernel's buffers: codes and scales of A (and B when MX), and C."""
+
+    a: ir.Value
+    sa: ir.Value
+    b: ir.Value
+    sb: ir.Value | None
+    c: ir.Value
+
+
+@dataclass(frozen=True)
+class PreparedA:
+    af: ir.Value  # (Mp, K) f32: A's element values * 2^-exp2(B); rows >= M are 0
+    saf: ir.Value  # (Mp, K/B) f32 decoded scales; rows >= M are 0
+    m: ir.Value  # M (index)
+    mp: ir.Value  # M rounded up to the row-group size
+
+
+def vector_loop(kb: KernelBuilder, total: int, width: int, body: Callable) -> None:
+    """Call ``body(offset, mask)`` over ``[0, total)`` in vectors of ``width``.
+
+    Full vectors run in an ``scf.for`` with ``mask = None``; a static tail
+    (``total % width`` lanes) gets one call with a ``vector.create_mask``.
+    """
+    full = total - total % width
+    if full:
+        with kb.loop(0, full, width) as lp:
+            body(lp.iv, None)
+    if total % width:
+        body(kb.idx(full), kb.mask(width, kb.idx(total % width)))
+
+
+def _load_bytes(kb: KernelBuilder, mem, idx, n: int, mask):
+    if mask is None:
+        return kb.vload(mem, idx, n)
+    return kb.masked_vload(mem, idx, mask, kb.const(0, kb.vec(n, kb.i8)))
+
+
+def _store(kb: KernelBuilder, v, mem, idx, mask) -> None:
+    if mask is None:
+        kb.vstore(v, mem, idx)
+    else:
+        kb.masked_vstore(v, mem, idx, mask)
+
+
+def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> PreparedA:
+    """Widen A's codes and decode A's scales into f32 buffers (rows padded to ``group``)."""
+    a8, sa8 = kb.as_bytes(ops.a), kb.as_bytes(ops.sa)
+    if prob.m is None:
+        m = kb.dim(ops.a, 0)
+        mp = kb.mul(kb.ceildivu(m, group), group)
+        dyn = [mp]
+        rows = -1
+    else:
+        m = kb.idx(prob.m)
+        rows = -(-prob.m // group) * group
+        mp = kb.idx(rows)
+        dyn = []
+    af = kb.alloc([rows, prob.k], kb.f32, dyn)
+    saf = kb.alloc([rows, prob.kblocks], kb.f32, dyn)
+    dec = decoder(prob.a_elem)
+    factor = kb.const(2.0 ** (-dec.exp2 - prob.b_exp2()), kb.vec(LANES, kb.f32))
+    zero = kb.const(0.0, kb.vec(LANES, kb.f32))
+
+    with kb.loop(0, m, 1) as row:
+        r = row.iv
+
+        def widen(off, mask):
+            (v,) = dec.decode(kb, _load_bytes(kb, a8, [r, off], LANES, mask))
+            _store(kb, kb.fmul(v, factor), af, [r, off], mask)
+
+        def scales(off, mask):
+            v = decode_scales(kb, _load_bytes(kb, sa8, [r, off], LANES, mask))
+            _store(kb, v, saf, [r, off], mask)
+
+        vector_loop(kb, prob.k, LANES, widen)
+        vector_loop(kb, prob.kblocks, LANES, scales)
+    with kb.loop(m, mp, 1) as row:  # padding rows: zeros
+        vector_loop(kb, prob.k, LANES, lambda off, mask: _store(kb, zero, af, [row.iv, off], mask))
+        vector_loop(
+            kb, prob.kblocks, LANES, lambda off, mask: _store(kb, zero, saf, [row.iv, off], mask)
+        )
+    return PreparedA(af, saf, m, mp)

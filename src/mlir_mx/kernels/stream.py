@@ -1,0 +1,190 @@
+"""The streaming schedule: decode (M = 1) and small batches.
+
+B is read once, in order, and widened in registers: for every block row
+range ``kb`` and every column tile of ``16 * nv`` columns, the ``B`` rows of
+the block are loaded, widened and multiplied into the partial sums of all
+rows of A (``p``, in registers), then each partial is scaled into ``C``
+(``fma(p, sa * sb, c)``, C read and written once per block and tile)::
+
+    parallel over column chunks (one per thread)
+      for kb in blocks:
+        for each column tile n0 of the chunk:
+          sbv = scales of B for (kb, n0)             (mx x mx)
+          [widen the B tile into an L1 scratch when there are several row groups]
+          for each group of `mr` rows:
+            p = 0;  for kk in block: p += a[m, k] * b[k, n0:n0+16nv]
+            c[m, n0:..] = fma(p, sa[m, kb] * sbv, c[m, n0:..])
+
+Streaming ``kb`` outermost keeps the ``B`` accesses of a block within ``B``
+rows that are read in parallel left to right (one stream per row), which the
+hardware prefetchers follow; iterating a column tile down all of K instead
+touches one cache line per 4 KiB page and runs at a fraction of the memory
+bandwidth (measured: ``bench/results``).
+
+Column tails (N not a multiple of the tile) use masked loads and stores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+
+from mlir_mx.kernels.builder import KernelBuilder
+from mlir_mx.kernels.problem import Operands, PreparedA, Problem, prepare_a
+from mlir_mx.kernels.widen import LANES, decode_scales, decoder
+
+__all__ = ["StreamConfig", "emit_stream"]
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Tile parameters of the streaming schedule."""
+
+    mr: int = 1  # rows of A per register group
+    nv: int = 4  # f32 vectors (x16 columns) per column tile
+    ku: int = 4  # unroll of the in-block loop
+    threads: int = 1
+    prefetch: int = 0  # software prefetch distance in blocks (0: none)
+
+
+def emit_stream(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: StreamConfig) -> None:
+    """Emit the streaming kernel at the current insertion point."""
+    pa = prepare_a(kb, prob, ops, cfg.mr)
+    k = _Kernel(kb, prob, ops, cfg, pa)
+    tile = LANES * cfg.nv
+    chunks = max(1, cfg.threads)
+    # Column chunk per thread: whole tiles, the last chunk takes the rest.
+    per = -(-prob.n // chunks)
+    per = -(-per // tile) * tile
+    chunks = -(-prob.n // per)
+    if chunks > 1:
+        with kb.parallel(0, chunks, 1) as t:
+            lo = kb.mul(t, per)
+            k.chunk(lo, kb.min(kb.add(lo, per), prob.n))
+    else:
+        k.chunk(kb.idx(0), kb.idx(prob.n))
+    kb.dealloc(pa.af)
+    kb.dealloc(pa.saf)
+
+
+class _Kernel:
+    def __init__(self, kb, prob: Problem, ops: Operands, cfg: StreamConfig, pa: PreparedA):
+        self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
+        self.b = kb.as_bytes(ops.b) if prob.b_is_mx else ops.b
+        self.sb = kb.as_bytes(ops.sb) if prob.b_is_mx else None
+        self.dec = decoder(prob.b_elem) if prob.b_is_mx else None
+        self.single_group = prob.m is not None and prob.m <= cfg.mr
+
+    def chunk(self, lo: ir.Value, hi: ir.Value) -> None:
+        """All blocks of the columns [lo, hi)."""
+        kb, cfg = self.kb, self.cfg
+        tile = LANES * cfg.nv
+        width = kb.sub(hi, lo)
+        full_tiles = kb.add(lo, kb.mul(kb.divu(width, tile), tile))
+        full_vecs = kb.add(lo, kb.mul(kb.divu(width, LANES), LANES))
+        # Several row groups share each widened B tile through an L1 scratch.
+        self.scratch = None
+        if not self.single_group:
+            self.scratch = kb.alloc([self.prob.block, tile], kb.f32)
+        with kb.loop(0, self.prob.kblocks, 1) as blk:
+            with kb.loop(lo, full_tiles, tile) as t:
+                self.tile(blk.iv, t.iv, cfg.nv, None)
+            with kb.loop(full_tiles, full_vecs, LANES) as t:
+                self.tile(blk.iv, t.iv, 1, None)
+            rest = kb.sub(hi, full_vecs)
+            with kb.if_(kb.icmp("sgt", rest, 0)):
+                self.tile(blk.iv, full_vecs, 1, kb.mask(LANES, rest))
+        if self.scratch is not None:
+            kb.dealloc(self.scratch)
+
+    # -- one column tile of one block -------------------------------------------------
+
+    def tile(self, blk, n0, nv: int, mask) -> None:
+        kb, prob, cfg = self.kb, self.prob, self.cfg
+        bs = prob.block
+        sbv = None
+        if prob.b_is_mx:
+            sbv = [
+                decode_scales(kb, self._bytes(self.sb, [blk, kb.add(n0, LANES * v)], LANES, mask))
+                for v in range(nv)
+            ]
+        k0 = kb.mul(blk, bs)
+        if cfg.prefetch and prob.b_is_mx:
+            # The same columns of the rows `prefetch` blocks ahead (clamped).
+            ahead = kb.min(kb.add(k0, cfg.prefetch * bs), prob.k - bs)
+            for r in range(bs):
+                kb.prefetch(self.b, [kb.add(ahead, r), n0])
+        if self.single_group:
+            self.group(blk, k0, n0, nv, mask, kb.idx(0), prob.m, sbv, scratch=None)
+            return
+        scratch = self.scratch
+        with kb.loop(0, bs, 1) as kk:
+            for v, w in enumerate(self.b_row(kb.add(k0, kk.iv), n0, nv, mask)):
+                kb.vstore(w, scratch, [kk.iv, LANES * v])
+        with kb.loop(0, self.pa.mp, cfg.mr) as g:
+            self.group(blk, k0, n0, nv, mask, g.iv, cfg.mr, sbv, scratch=scratch)
+
+    def b_row(self, k, n0, nv: int, mask) -> list[ir.Value]:
+        """Row ``k`` of B at columns ``n0 .. n0 + 16 nv``, widened to f32."""
+        kb = self.kb
+        if not self.prob.b_is_mx:
+            if mask is None:
+                return [kb.vload(self.b, [k, kb.add(n0, LANES * v)], LANES) for v in range(nv)]
+            pt = kb.const(0.0, kb.vec(LANES, kb.f32))
+            return [kb.masked_vload(self.b, [k, n0], mask, pt)]
+        return self.dec.decode(kb, self._bytes(self.b, [k, n0], LANES * nv, mask))
+
+    def _bytes(self, mem, idx, n: int, mask):
+        kb = self.kb
+        if mask is None:
+            return kb.vload(mem, idx, n)
+        return kb.masked_vload(mem, idx, mask, kb.const(0, kb.vec(n, kb.i8)))
+
+    def group(self, blk, k0, n0, nv: int, mask, m0, mr: int, sbv, scratch) -> None:
+        """Rows ``m0 .. m0 + mr`` of one (block, tile): partials, then scale into C."""
+        kb, prob, cfg = self.kb, self.prob, self.cfg
+        af = self.pa.af
+        zero = kb.const(0.0, kb.vec(LANES, kb.f32))
+        n_acc = mr * nv
+        ku = cfg.ku if prob.block % cfg.ku == 0 else 1
+        with kb.loop(0, prob.block, ku, [zero] * n_acc) as kk:
+            p = list(kk.args)
+            for u in range(ku):
+                kk_u = kb.add(kk.iv, u)
+                k = kb.add(k0, kk_u)
+                if scratch is None:
+                    bvec = self.b_row(k, n0, nv, mask)
+                else:
+                    bvec = [kb.vload(scratch, [kk_u, LANES * v], LANES) for v in range(nv)]
+                for r in range(mr):
+                    a = kb.broadcast(kb.load(af, [kb.add(m0, r), k]), LANES)
+                    for v in range(nv):
+                        p[r * nv + v] = kb.fma(a, bvec[v], p[r * nv + v])
+            kk.yield_(p)
+        p = kk.results
+        for r in range(mr):
+            m = kb.add(m0, r)
+            sa = kb.broadcast(kb.load(self.pa.saf, [m, blk]), LANES)
+            self._scale_row(m, n0, nv, mask, p[r * nv : (r + 1) * nv], sa, sbv)
+
+    def _scale_row(self, m, n0, nv, mask, p, sa, sbv) -> None:
+        if self.single_group:
+            self._scale_row_unguarded(m, n0, nv, mask, p, sa, sbv)
+        else:  # padding rows (m >= M) are computed, never stored
+            with self.kb.if_(self.kb.icmp("ult", m, self.pa.m)):
+                self._scale_row_unguarded(m, n0, nv, mask, p, sa, sbv)
+
+    def _scale_row_unguarded(self, m, n0, nv, mask, p, sa, sbv) -> None:
+        kb = self.kb
+        c = self.ops.c
+        for v in range(nv):
+            s = kb.fmul(sa, sbv[v]) if sbv is not None else sa
+            col = kb.add(n0, LANES * v)
+            if mask is None:
+                cv = kb.vload(c, [m, col], LANES)
+                kb.vstore(kb.fma(p[v], s, cv), c, [m, col])
+            else:
+                pt = kb.const(0.0, kb.vec(LANES, kb.f32))
+                cv = kb.masked_vload(c, [m, col], mask, pt)
+                kb.masked_vstore(kb.fma(p[v], s, cv), c, [m, col], mask)

@@ -1,0 +1,187 @@
+"""Exact widening of MX element codes and E8M0 scales to f32 vectors.
+
+Every decoder takes a vector of raw code bytes (``vector<n x i8>``, one code
+per byte, the code in the low bits as stored by the oracle) and returns
+``n / 16`` vectors of 16 f32 lanes holding ``value * 2^exp2``: the exact
+element value times a power of two that the decoder is free to choose
+(:attr:`Decoder.exp2`).  The kernels compensate the factor exactly on the
+other operand (``A`` is widened once per call, see ``docs/numerics.md``), so a
+product of two widened values is the exact product of the element values.
+
+Float formats are placed into an f16 and widened by the hardware
+``f16 -> f32`` conversion (``vcvtph2ps``): an f16 has room for every
+exponent of E4M3/E5M2/FP6/FP4 and the format's subnormals land on f16
+subnormals, so no f32 subnormal (and no microcode assist) ever appears:
+
+* E5M2 is the top byte of an f16 (``exp2 = 0``; Inf and NaN included).
+* E4M3, FP6 and FP4: ``S.E..E.M..M`` becomes ``S.0..0E..E.M..M0..0``, the
+  value times ``2^(bias - 15)``; E4M3's NaN code (``S.1111.111``) is mapped
+  to an f16 NaN explicitly.
+* MXINT8: ``sitofp`` of the code, i.e. the value times ``2^6``.
+
+With AVX512-VBMI, 64 float codes are widened by table lookups instead
+(:class:`Decoder` ``table=True``): two ``vpermi2b`` pick the high and low
+byte of the bf16 encoding of each code's value (the same ``value * 2^exp2``;
+every MX element value is exact in bf16, NaN included) from two 128-entry
+byte tables held in registers, the sign bit is or-ed in, and byte/word
+interleaves with zero make the f32 (a bf16 is the top half of an f32).
+About half the instructions of the f16 path per code (``bench/results``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+from mlir import ir
+
+from mlir_mx.kernels.builder import KernelBuilder
+from mlir_mx.kernels.cpu import has_features
+from mlir_mx.numerics.formats import ELEMENT_FORMATS, ElementFormat, decode_elements
+
+__all__ = ["Decoder", "decoder", "decode_scales", "LANES"]
+
+#: f32 lanes per vector register (AVX-512).
+LANES = 16
+
+#: f32 bits of 2^-127 (E8M0 code 0, an f32 subnormal) and of a quiet NaN.
+_F32_2_POW_M127 = 0x00400000
+_F32_QNAN = 0x7FC00000
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """Widening of one element format: ``decode`` yields ``value * 2^exp2``."""
+
+    fmt: ElementFormat
+    table: bool = False  # 64-code vpermi2b lookups (needs avx512vbmi)
+
+    @property
+    def exp2(self) -> int:
+        f = self.fmt
+        if f.is_int:
+            return 6
+        if f.name == "f8E5M2":
+            return 0
+        return f.bias - 15
+
+    def decode(self, kb: KernelBuilder, codes: ir.Value) -> list[ir.Value]:
+        """``codes``: ``vector<n x i8>`` (n a multiple of 16) -> n/16 f32 vectors."""
+        n = ir.VectorType(codes.type).shape[0]
+        if self.table and n == 64:
+            return self._table_decode(kb, codes)
+        if self.fmt.is_int:
+            wide = kb.sitofp(kb.extsi(codes, kb.vec(n, kb.i32)), kb.vec(n, kb.f32))
+            return [kb.slice(wide, i, LANES) for i in range(0, n, LANES)]
+        h = self._to_f16_bits(kb, codes, n)
+        f16 = kb.bitcast(h, kb.vec(n, kb.f16))
+        out = []
+        for i in range(0, n, LANES):
+            out.append(kb.extf(kb.slice(f16, i, LANES), kb.vec(LANES, kb.f32)))
+        return out
+
+    def _to_f16_bits(self, kb: KernelBuilder, codes: ir.Value, n: int) -> ir.Value:
+        f = self.fmt
+        v16 = kb.vec(n, kb.i16)
+        if f.name == "f8E5M2":
+            return kb.shli(kb.extui(codes, v16), kb.const(8, v16))
+        x = codes
+        if f.bits < 8:  # put the sign bit at bit 7 of the byte
+            x = kb.shli(codes, kb.const(8 - f.bits, codes.type))
+        # Sign extension copies S into bits 8..15; after the shift the
+        # exponent's low bit sits at f16 bit 10, S at bit 15, and the mask
+        # drops the other copies of S.
+        shift = 2 + f.bits - f.mbits
+        mag = ((1 << (f.ebits + f.mbits)) - 1) << (10 - f.mbits)
+        h = kb.andi(kb.shli(kb.extsi(x, v16), kb.const(shift, v16)), kb.const(0x8000 | mag, v16))
+        if f.has_nan:  # E4M3FN: S.1111.111 -> f16 NaN (tested on the byte)
+            low = kb.const(0x7F, codes.type)
+            nan = kb.cmpi("eq", kb.andi(codes, low), low)
+            h = kb.select(nan, kb.ori(h, kb.const(0x7E00, v16)), h)
+        return h
+
+    # -- the VBMI table path ---------------------------------------------------
+
+    def _tables(self) -> tuple[list[int], list[int]]:
+        """High and low bytes of bf16(value * 2^exp2) for codes 0..127 (sign excluded)."""
+        f = self.fmt
+        codes = np.arange(128, dtype=np.uint8)
+        if f.bits < 8:  # the whole code fits in 7 bits: the table covers the sign
+            codes = np.where(codes < f.num_codes, codes, 0).astype(np.uint8)
+        vals = decode_elements(codes.view(f.dtype), f.name) * 2.0**self.exp2
+        bits = vals.astype(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
+        if not np.array_equal(
+            bits.view(ml_dtypes.bfloat16).astype(np.float64), vals, equal_nan=True
+        ):
+            raise AssertionError(f"{f.name}: a value is not exact in bf16")
+        return [int(b) >> 8 for b in bits], [int(b) & 0xFF for b in bits]
+
+    def _table_decode(self, kb: KernelBuilder, codes: ir.Value) -> list[ir.Value]:
+        """64 codes -> 4 x 16 f32 (columns in order), ~14 instructions.
+
+        ``vpermb`` (a static ``vector.shuffle``) reorders the codes so that
+        the in-lane byte interleaves (``vpunpck{l,h}bw``) of the looked-up
+        (low, high) bf16 bytes, split into even and odd words by a shift and
+        a mask, come out as columns 0-15, 16-31, 32-47, 48-63.
+        """
+        hi_t, lo_t = self._tables()
+        v64 = kb.vec(64, kb.i8)
+        b = kb.shuffle(codes, codes, _TABLE_PERM)
+        tables = [kb.const_array(t[i : i + 64], v64) for t in (hi_t, lo_t) for i in (0, 64)]
+        name = "llvm.x86.avx512.vpermi2var.qi.512"
+        hi = kb.intrinsic(name, v64, [tables[0], b, tables[1]])
+        lo = kb.intrinsic(name, v64, [tables[2], b, tables[3]])
+        if self.fmt.bits == 8:  # bit 7 is the sign: or it into the high byte
+            hi = kb.ori(hi, kb.andi(b, kb.const(0x80, v64)))
+        v16i = kb.vec(16, kb.i32)
+        out = []
+        for half in (0, 8):
+            mask = [
+                j
+                for lane in range(4)
+                for i in range(half, half + 8)
+                for j in (16 * lane + i, 64 + 16 * lane + i)
+            ]
+            w = kb.vbitcast(kb.shuffle(lo, hi, mask), 16, kb.i32)
+            even = kb.shli(w, kb.const(16, v16i))
+            odd = kb.andi(w, kb.const(-65536, v16i))
+            out += [kb.bitcast(even, kb.vec(16, kb.f32)), kb.bitcast(odd, kb.vec(16, kb.f32))]
+        return out
+
+
+#: Code order for :meth:`Decoder._table_decode`: position
+#: ``16 L + 8 h + 2 d + e`` takes column ``32 h + 16 e + 4 L + d``.
+_TABLE_PERM = [
+    32 * h + 16 * e + 4 * lane + d
+    for lane in range(4)
+    for h in range(2)
+    for d in range(4)
+    for e in range(2)
+]
+
+
+def decoder(element: str, vbmi: bool | None = None) -> Decoder:
+    """The :class:`Decoder` of MX element type ``element`` (``f8E4M3FN``, ``i8``, ...).
+
+    ``vbmi``: use the table path (default: when the CPU has AVX512-VBMI).
+    """
+    fmt = ELEMENT_FORMATS[element]
+    if vbmi is None:
+        vbmi = has_features("avx512f", "avx512bw", "avx512vbmi")
+    return Decoder(fmt, table=bool(vbmi) and not fmt.is_int)
+
+
+def decode_scales(kb: KernelBuilder, codes: ir.Value) -> ir.Value:
+    """E8M0 codes (``vector<n x i8>``) -> ``vector<n x f32>``, exactly.
+
+    Code ``c`` is ``2^(c - 127)``: its bits shifted into the f32 exponent
+    field; code 0 is the f32 subnormal 2^-127 and code 255 is NaN.
+    """
+    n = ir.VectorType(codes.type).shape[0]
+    v32 = kb.vec(n, kb.i32)
+    c = kb.extui(codes, v32)
+    bits = kb.shli(c, kb.const(23, v32))
+    bits = kb.select(kb.cmpi("eq", c, kb.const(0, v32)), kb.const(_F32_2_POW_M127, v32), bits)
+    bits = kb.select(kb.cmpi("eq", c, kb.const(255, v32)), kb.const(_F32_QNAN, v32), bits)
+    return kb.bitcast(bits, kb.vec(n, kb.f32))

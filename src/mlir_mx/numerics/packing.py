@@ -1,0 +1,154 @@
+"""Packed storage of sub-byte MX element codes: FP4 two per byte, FP6 four per three bytes.
+
+The oracle's :class:`MXArray` keeps one code per byte (the ``ml_dtypes`` layout: the
+code in the low ``bits`` bits, the rest zero).  These helpers convert between that
+and the packed layout, which is a little-endian bit stream along the last
+(contiguous) axis of the codes array: element ``k`` of a row occupies bits
+``[bits * k, bits * k + bits)``, bit 0 being the least significant bit of byte 0.
+
+* FP4 (``f4E2M1FN``): byte ``i`` holds element ``2i`` in its low nibble (bits 0-3)
+  and element ``2i + 1`` in its high nibble (bits 4-7).
+* FP6 (``f6E2M3FN``, ``f6E3M2FN``): bytes ``3j .. 3j+2`` hold elements
+  ``4j .. 4j+3``; read as the little-endian 24-bit word
+  ``w = b0 | b1 << 8 | b2 << 16``, element ``4j + k`` is ``(w >> 6k) & 0x3f``.
+* 8-bit formats are stored as they are (packing is the identity), so callers can
+  treat every element format alike.
+
+The packed axis is always the last one, whatever the MX blocking axis is.  Its
+length must be a multiple of the codes per packing group (2 for FP4, 4 for FP6);
+other lengths are rejected with ``ValueError`` (no implicit padding).  The layout,
+and why it was chosen over ggml's split-half nibble order, is documented in
+``docs/numerics.md`` ("Packed storage").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .formats import ElementFormat, element_format
+
+__all__ = [
+    "pack_codes",
+    "packed_shape",
+    "packing_group",
+    "unpack_codes",
+    "unpacked_shape",
+]
+
+# bits -> (codes per group, bytes per group)
+_GROUPS = {4: (2, 1), 6: (4, 3), 8: (1, 1)}
+
+
+def packing_group(element: str | ElementFormat) -> tuple[int, int]:
+    """``(codes, bytes)`` of one packing group: (2, 1) for FP4, (4, 3) for FP6, (1, 1) else."""
+    return _GROUPS[element_format(element).bits]
+
+
+def packed_shape(shape, element: str | ElementFormat) -> tuple[int, ...]:
+    """Shape of the packed ``uint8`` array for codes of logical ``shape``.
+
+    Raises ``ValueError`` when the last axis is not a multiple of the group size.
+    """
+    fmt = element_format(element)
+    shape = tuple(int(s) for s in shape)
+    _check_axis(shape, fmt, "codes")
+    codes, nbytes = _GROUPS[fmt.bits]
+    return shape[:-1] + (shape[-1] // codes * nbytes,)
+
+
+def unpacked_shape(shape, element: str | ElementFormat) -> tuple[int, ...]:
+    """Logical codes shape for a packed ``uint8`` array of ``shape`` (inverse of packed_shape)."""
+    fmt = element_format(element)
+    shape = tuple(int(s) for s in shape)
+    if len(shape) == 0:
+        raise ValueError("packed: packed codes need rank >= 1, got a rank-0 array")
+    codes, nbytes = _GROUPS[fmt.bits]
+    if shape[-1] % nbytes:
+        raise ValueError(
+            f"packed: last axis has {shape[-1]} bytes, not a multiple of {nbytes}: "
+            f"{fmt.name} packs {codes} codes into {nbytes} bytes"
+        )
+    return shape[:-1] + (shape[-1] // nbytes * codes,)
+
+
+def _check_axis(shape: tuple[int, ...], fmt: ElementFormat, arg: str) -> None:
+    if len(shape) == 0:
+        raise ValueError(f"{arg}: packing needs rank >= 1, got a rank-0 array")
+    codes, nbytes = _GROUPS[fmt.bits]
+    if shape[-1] % codes:
+        raise ValueError(
+            f"{arg}: the packed (last) axis has length {shape[-1]}, not a multiple of "
+            f"{codes}: {fmt.name} packs {codes} codes into {nbytes} byte(s) along the last "
+            f"axis (pad the axis, or pack along an axis whose length is a multiple of {codes})"
+        )
+
+
+def _code_bytes(codes, fmt: ElementFormat) -> np.ndarray:
+    """The codes as a C-contiguous ``uint8`` array, validated (no bits above ``fmt.bits``)."""
+    codes = np.asarray(codes)
+    if codes.ndim == 0:  # checked first: np.ascontiguousarray would make it rank 1
+        raise ValueError("codes: packing needs rank >= 1, got a rank-0 array")
+    if codes.dtype == np.uint8 and not fmt.is_int:
+        raw = codes
+    elif codes.dtype == fmt.dtype:
+        raw = codes.view(np.uint8)
+    else:
+        raise TypeError(
+            f"codes: expected dtype {fmt.dtype} (or uint8 code bytes) for {fmt.name}, "
+            f"got {codes.dtype}"
+        )
+    if fmt.bits < 8 and raw.size and (raw >> np.uint8(fmt.bits)).any():
+        raise ValueError(
+            f"codes: {fmt.name} codes must fit in the low {fmt.bits} bits of each byte"
+        )
+    return np.ascontiguousarray(raw)
+
+
+def pack_codes(codes, element: str | ElementFormat) -> np.ndarray:
+    """Pack element ``codes`` (one per byte) along the last axis into a new ``uint8`` array.
+
+    ``codes`` has dtype ``element_format(element).dtype`` or ``uint8`` (raw code
+    bytes; not for ``i8``), rank >= 1.  FP4: two codes per byte, even element in the
+    low nibble; FP6: four codes per three bytes, little-endian bit stream; 8-bit
+    formats: the code bytes unchanged (a copy).  The last axis length must be a
+    multiple of 2 (FP4) or 4 (FP6), else ``ValueError``.
+    """
+    fmt = element_format(element)
+    raw = _code_bytes(codes, fmt)
+    _check_axis(raw.shape, fmt, "codes")
+    if fmt.bits == 8:
+        return raw.copy()
+    if fmt.bits == 4:
+        return raw[..., 0::2] | (raw[..., 1::2] << np.uint8(4))
+    groups = raw.reshape(raw.shape[:-1] + (raw.shape[-1] // 4, 4)).astype(np.uint32)
+    word = groups[..., 0] | groups[..., 1] << 6 | groups[..., 2] << 12 | groups[..., 3] << 18
+    out = np.stack([word & 0xFF, (word >> 8) & 0xFF, word >> 16], axis=-1).astype(np.uint8)
+    return out.reshape(packed_shape(raw.shape, fmt))
+
+
+def unpack_codes(packed, element: str | ElementFormat) -> np.ndarray:
+    """Inverse of :func:`pack_codes`: one code per byte, dtype ``element_format(element).dtype``.
+
+    ``packed`` is a ``uint8`` array of rank >= 1 whose last axis holds whole packing
+    groups (any length for FP4, a multiple of 3 for FP6), else ``ValueError``.
+    ``unpack_codes(pack_codes(c, e), e)`` equals ``c`` bit for bit.
+    """
+    fmt = element_format(element)
+    packed = np.asarray(packed)
+    if packed.dtype != np.uint8:
+        raise TypeError(f"packed: expected a uint8 array, got dtype {packed.dtype}")
+    shape = unpacked_shape(packed.shape, fmt)  # also rejects rank 0
+    packed = np.ascontiguousarray(packed)
+    if fmt.bits == 8:
+        return packed.copy().view(fmt.dtype)
+    out = np.empty(shape, np.uint8)
+    if fmt.bits == 4:
+        out[..., 0::2] = packed & np.uint8(0x0F)
+        out[..., 1::2] = packed >> np.uint8(4)
+        return out.view(fmt.dtype)
+    b = packed.reshape(packed.shape[:-1] + (packed.shape[-1] // 3, 3)).astype(np.uint32)
+    word = b[..., 0] | b[..., 1] << 8 | b[..., 2] << 16
+    quads = out.reshape(shape[:-1] + (shape[-1] // 4, 4))
+    for k in range(4):
+        quads[..., k] = (word >> (6 * k)) & 0x3F
+    return out.view(fmt.dtype)

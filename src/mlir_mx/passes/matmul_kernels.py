@@ -1,0 +1,149 @@
+"""``mx-matmul-kernels``: replace the blocked matmul by a generated kernel.
+
+Runs on buffers, after ``bufferize`` (one-shot bufferization and the
+deallocation pipeline): it finds the two ``linalg.generic`` ops that
+``mx-to-linalg{matmul-lowering=blocked}`` emits for one ``mx.block_matmul``
+(tagged ``mx.kernel = "block_partials"`` and ``"block_scales"``), with the
+``(M, K/B, N)`` partials buffer between them, and puts one kernel of
+:mod:`mlir_mx.kernels` in their place.  The partials buffer, its fill and
+its deallocation go away: no partials tensor exists at any M.
+
+The kernel performs the same f32 operations per output element as the two
+generics (the blocked order, ``docs/numerics.md``), so the rewrite never
+changes a result; the pass only chooses how fast it runs:
+
+* ``schedule``: ``auto`` (by M: ``decode`` for M = 1, ``small`` up to 16,
+  ``prefill`` above) or one of ``decode``, ``small``, ``prefill``;
+* ``threads``: parallel column panels (``scf.parallel``, lowered by
+  ``async-parallel-for``); 0 means the cores of this machine.
+
+A pair whose operands it cannot handle (a non-unit innermost stride, an
+unexpected user of the partials buffer) is left to the generic lowering.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+
+from mlir_mx.kernels import Operands, Problem, emit_matmul, plan_kernel
+from mlir_mx.kernels.plan import SCHEDULES
+from mlir_mx.passes.registry import Option, PassError, register_pass
+
+__all__ = ["mx_matmul_kernels"]
+
+_KERNEL_ATTR = "mx.kernel"
+
+
+@register_pass(
+    "mx-matmul-kernels",
+    "Replace each blocked MX matmul (after bufferization) by a generated, "
+    "vectorized and optionally multi-threaded kernel chosen by shape",
+    options=[
+        Option(
+            "schedule",
+            str,
+            "auto",
+            "Kernel schedule: 'auto' (by M), 'decode', 'small' or 'prefill'",
+        ),
+        Option("threads", int, 0, "Threads (parallel column panels); 0: this machine's cores"),
+    ],
+)
+def mx_matmul_kernels(op: ir.Operation, *, schedule: str = "auto", threads: int = 0) -> None:
+    """Rewrite every blocked matmul pair under ``op``."""
+    op = getattr(op, "operation", op)
+    if schedule not in SCHEDULES:
+        raise PassError(
+            f"mx-matmul-kernels: unknown schedule '{schedule}' (available: {', '.join(SCHEDULES)})",
+            op.location,
+        )
+    if threads < 0:
+        raise PassError(f"mx-matmul-kernels: threads must be >= 0, got {threads}", op.location)
+    for scales in _collect(op, lambda o: _tag(o) == "block_scales"):
+        match = _match(scales)
+        if match is None:
+            continue
+        prob, ops, dead = match
+        plan = plan_kernel(prob, schedule, threads or None)
+        with ir.InsertionPoint(scales), scales.location:
+            emit_matmul(prob, ops, plan)
+        for d in dead:
+            d.erase()
+
+
+def _collect(root: ir.Operation, pred) -> list[ir.Operation]:
+    found: list[ir.Operation] = []
+
+    def visit(o):
+        o = o.operation
+        if pred(o):
+            found.append(o)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit)
+    return found
+
+
+def _tag(o: ir.Operation) -> str | None:
+    if o.name != "linalg.generic" or _KERNEL_ATTR not in o.attributes:
+        return None
+    return ir.StringAttr(o.attributes[_KERNEL_ATTR]).value
+
+
+def _owner(v: ir.Value) -> ir.Operation | None:
+    owner = v.owner
+    op = getattr(owner, "operation", owner)
+    return op if isinstance(op, ir.Operation) else None
+
+
+def _unit_inner_stride(v: ir.Value) -> bool:
+    t = ir.MemRefType(v.type)
+    strides, _offset = t.get_strides_and_offset()
+    return t.has_static_shape and strides[-1] == 1
+
+
+def _match(scales: ir.Operation):
+    """(problem, operands, ops to erase) for one scales generic, or None."""
+    ins = list(scales.operands)[:-1]
+    acc = scales.operands[len(scales.operands) - 1]
+    partials_buf = ins[0]
+    alloc = _owner(partials_buf)
+    if alloc is None or alloc.name != "memref.alloc":
+        return None
+    partials = fill = None
+    dead: list[ir.Operation] = []
+    for use in partials_buf.uses:
+        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        if user == scales:
+            continue
+        if _tag(user) in ("block_partials", "block_partials_subbyte"):
+            partials = user
+        elif user.name == "linalg.fill":
+            fill = user
+        elif user.name == "memref.dealloc":
+            dead.append(user)
+        else:
+            return None
+    if partials is None or fill is None:
+        return None
+    a3, b3 = partials.operands[0], partials.operands[1]
+    a_src, b_src = _owner(a3), _owner(b3)
+    if a_src is None or b_src is None or "expand_shape" not in a_src.name + b_src.name:
+        return None
+    a, b = a_src.operands[0], b_src.operands[0]
+    sa = ins[1]
+    sb = ins[2] if len(ins) == 3 else None
+    if not all(_unit_inner_stride(v) for v in (a, b, sa, acc) + ((sb,) if sb else ())):
+        return None
+    a_t, b_t = ir.MemRefType(a.type), ir.MemRefType(b.type)
+    block = ir.MemRefType(a3.type).shape[-1]
+    m, k = a_t.shape
+    n = b_t.shape[1]
+    b_elem = None if sb is None else str(b_t.element_type)
+    prob = Problem(m, n, k, block, str(a_t.element_type), b_elem)
+    ops = Operands(a, sa, b, sb, acc)
+    dead = [scales, partials, fill] + dead + [alloc]
+    # The expand_shape views die with the partials generic (unless used elsewhere).
+    for view in (a_src, b_src):
+        if sum(1 for _ in view.results[0].uses) == 1:
+            dead.append(view)
+    return prob, ops, dead
