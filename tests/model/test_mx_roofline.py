@@ -115,3 +115,18 @@ def test_nothing_to_model_is_an_error(tmp_path, capsys, text):
 def test_help_returns_0(capsys):
     assert main(["--help"]) == 0
     assert "usage: mx-roofline" in capsys.readouterr().out
+
+
+def test_failing_lowering_is_a_located_diagnostic(tmp_path, capsys):
+    t = "!mx.tensor<4x32xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU>"
+    f = tmp_path / "k.mlir"
+    f.write_text(
+        f"func.func @f(%c: i1, %x: tensor<4x32xf32>) -> tensor<4x32xf32> {{\n"
+        f"  %q = mx.quantize_block %x : tensor<4x32xf32> -> {t}\n"
+        f"  %r = scf.if %c -> ({t}) {{\n    scf.yield %q : {t}\n  }} else {{\n    scf.yield %q : {t}\n  }}\n"
+        f"  %d = mx.dequantize_block %r : {t} -> tensor<4x32xf32>\n  return %d : tensor<4x32xf32>\n}}\n"
+    )
+    assert main([str(f), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{f}:4:5: error: mx-to-linalg: an !mx.tensor value is still used by 'scf.yield'")
+    assert "Traceback" not in err

@@ -223,7 +223,8 @@ def _bufferizable_guard(op, pass_) -> None:
     def visit(o):
         o = o.operation
         types = [(r.type, o.location) for r in o.results]
-        if "function_type" in o.attributes:  # declarations have no block arguments
+        declaration = not any(len(r.blocks) for r in o.regions)
+        if declaration and "function_type" in o.attributes:  # no block arguments to check
             try:
                 ft = ir.FunctionType(ir.TypeAttr(o.attributes["function_type"]).value)
                 types += [(t, o.location) for t in list(ft.inputs) + list(ft.results)]
