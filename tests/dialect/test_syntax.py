@@ -1,0 +1,147 @@
+"""The syntax layer as one tokenizer: adversarial inputs (see also the lit test
+test/Dialect/mx/syntax-adversarial.mlir): comments and strings holding mx
+syntax, affine sets with >=, aliases, CRLF, nesting, operand columns and
+debuginfo locations."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from mlir import ir
+
+from mlir_mx.diagnostics import DiagnosticError
+from mlir_mx.dialect import parse_module, print_module
+from mlir_mx.dialect.syntax import MAX_NESTING, to_custom, to_generic, tokenize
+
+T = "!mx.tensor<4x32xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU>"
+FOLD = f"""func.func @f(%t: {T}, %a: f32) -> {T} {{
+  %0 = mx.fold_scale %t, %a : {T}, f32 -> {T}
+  return %0 : {T}
+}}
+"""
+
+
+def _error(text: str, filename: str = "f.mlir"):
+    with pytest.raises(DiagnosticError) as info:
+        parse_module(text, ir.Context(), filename)
+    return info.value.diagnostics[0]
+
+
+def test_tokens_keep_offsets_and_match_brackets():
+    text = 'x = affine_set<(d0) : (d0 >= 0)> // a > b\n"s>" -> <f32>'
+    toks = tokenize(text)
+    assert "".join(t.text for t in toks) == text
+    assert all(text[t.start : t.end] == t.text for t in toks)
+    kinds = {t.text: t.kind for t in toks}
+    assert kinds[">="] == "cmp" and kinds["->"] == "arrow"
+    assert kinds["// a > b"] == "comment" and kinds['"s>"'] == "string"
+    opener = next(i for i, t in enumerate(toks) if t.text == "<")
+    assert toks[toks[opener].match].text == ">" and toks[toks[opener].match].start == text.index(">", 30)
+
+
+def test_comment_inside_op_and_mx_syntax_in_comments():
+    text = FOLD.replace(
+        "mx.fold_scale %t, %a :", "mx.fold_scale %t, // mx.fold_scale %x, %y : f32 -> f32\n    %a :"
+    )
+    out = print_module(parse_module(text, ir.Context()))
+    assert f"mx.fold_scale %arg0, %arg1 : {T}, f32 -> {T}" in out
+
+
+def test_strings_with_mx_syntax_are_left_alone():
+    note = f'"%r = mx.fold_scale %t, %a : {T}, f32 -> {T} // >= <= \\"q\\""'
+    text = FOLD.replace("mx.fold_scale %t, %a :", f"mx.fold_scale %t, %a {{note = {note}}} :")
+    generic, _ = to_generic(text)
+    assert note in generic
+    out = print_module(parse_module(text, ir.Context()))
+    assert "{note = " + note.replace('\\"', "\\22") + "}" in out  # the printer escapes '"' as \\22
+    # a string equal to an op name is not an op when printing
+    assert to_custom('{n = "mx.fold_scale"} : () -> ()') == '{n = "mx.fold_scale"} : () -> ()'
+
+
+def test_affine_set_with_ge_on_an_mx_op():
+    attr = "{s = affine_set<(d0)[s0] : (d0 - s0 >= 0, -d0 + 31 >= 0)>}"
+    text = FOLD.replace("mx.fold_scale %t, %a :", f"mx.fold_scale %t, %a {attr} :")
+    out = print_module(parse_module(text, ir.Context()))
+    assert "#set = affine_set<(d0)[s0] : (d0 - s0 >= 0, -d0 + 31 >= 0)>" in out
+    assert "mx.fold_scale %arg0, %arg1 {s = #set}" in out
+
+
+def test_aliases_of_mx_types_and_attributes():
+    text = f"!a = {T}\n#l = loc(\"src.py\":7:3)\n" + FOLD.replace(T, "!a").replace(
+        "return %0", "return %0 loc(#l)"
+    ).replace("return %0 loc(#l) : !a", "return %0 : !a loc(#l)")
+    module = parse_module(text, ir.Context())
+    out = print_module(module, debug_info=True, filename="f.mlir")
+    assert f"mx.fold_scale %arg0, %arg1 : {T}, f32 -> {T}" in out
+    assert 'loc("src.py":7:3)' in out  # an explicit location is kept as written
+
+
+def test_crlf_line_endings():
+    text = FOLD.replace("\n", "\r\n")
+    out = print_module(parse_module(text, ir.Context()))
+    assert f"mx.fold_scale %arg0, %arg1 : {T}, f32 -> {T}" in out
+    bad = text.replace("%t, %a :", "%t, %nope :")
+    d = _error(bad)
+    assert (d.line, d.col) == (2, 26) and "undeclared SSA value" in d.message
+
+
+def test_operand_errors_point_at_the_operand():
+    d = _error(FOLD.replace("%t, %a :", "%t, %nope :"))
+    assert (d.file, d.line, d.col) == ("f.mlir", 2, 26)
+    line = FOLD.replace("%t, %a :", "%t, %nope :").splitlines()[1]
+    assert line[d.col - 1 :].startswith("%nope")
+    d = _error(FOLD.replace("%0 = mx.fold_scale %t, %a", "%0 = mx.fold_scale %a, %t"))
+    assert (d.line, d.col) == (2, 22) and "expects different type" in d.message
+    assert T in d.message  # the message spells the type in the custom syntax
+
+
+def test_debuginfo_columns_after_custom_types():
+    module = parse_module(FOLD, ir.Context(), "f.mlir")
+    out = print_module(module, debug_info=True, filename="f.mlir")
+    line1 = FOLD.splitlines()[0]
+    # %a comes after a long custom type on line 1; its column is the source's
+    col_a = line1.index("%a") + 1
+    assert f'%arg1: f32 loc("f.mlir":1:{col_a})' in out
+    locs = set(re.findall(r'loc\("f.mlir":(\d+):(\d+)\)', out))
+    assert ("2", "8") in locs and ("3", "3") in locs  # the op, the return
+
+
+def test_debuginfo_columns_of_a_multi_line_op():
+    text = FOLD.replace(f"%t, %a : {T}, f32", f"%t, %a :\n      {T},\n      f32")
+    module = parse_module(text, ir.Context(), "f.mlir")
+    out = print_module(module, debug_info=True, filename="f.mlir")
+    ret_line = text.splitlines().index(f"  return %0 : {T}") + 1
+    assert f'loc("f.mlir":{ret_line}:3)' in out or f"{ret_line}:3" in out
+
+
+def _nested(depth: int) -> str:
+    return "module {\n" * depth + "}\n" * depth
+
+
+def test_nesting_limit():
+    parse_module(_nested(MAX_NESTING), ir.Context())  # at the limit: fine
+    d = _error(_nested(MAX_NESTING + 1))
+    assert (d.line, d.col) == (MAX_NESTING + 1, 8)
+    assert f"nest deeper than {MAX_NESTING} levels" in d.message
+    d = _error("func.func @f() {\n  %x = \"t.op\"() {a = " + "[" * 3000 + "]" * 3000 + "} : () -> ()\n}")
+    assert d.line == 2 and "nest deeper" in d.message
+
+
+def test_no_result_and_statement_position():
+    d = _error(FOLD.replace("%0 = mx.fold_scale", "mx.fold_scale"))
+    assert (d.line, d.col) == (2, 3) and "produces a result" in d.message
+    # an attribute named like an op, on its own line, is not an op
+    text = FOLD.replace("mx.fold_scale %t, %a :", "mx.fold_scale %t, %a {\n    mx.fold_scale = 1 : i32} :")
+    assert "mx.fold_scale = 1 : i32" in print_module(parse_module(text, ir.Context()))
+
+
+def test_every_truncation_is_an_error_or_a_module():
+    """No malformed prefix makes the layer raise anything but a diagnostic."""
+    text = FOLD + f'!b = {T}\n#s = affine_set<(d0) : (d0 >= 0)>\nfunc.func @g(%x: tensor<4x32xf32>) -> !b {{\n  %q = mx.quantize_block %x {{n = "//<"}} : tensor<4x32xf32> -> !b // c\n  return %q : !b\n}}\n'
+    for end in range(0, len(text), 5):
+        try:
+            parse_module(text[:end], ir.Context(), "t.mlir")
+        except DiagnosticError as err:
+            for d in err.diagnostics:
+                assert d.file == "t.mlir" or d.file is None, str(d)
