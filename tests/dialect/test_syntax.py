@@ -145,3 +145,45 @@ def test_every_truncation_is_an_error_or_a_module():
         except DiagnosticError as err:
             for d in err.diagnostics:
                 assert d.file == "t.mlir" or d.file is None, str(d)
+
+
+# The reduced fuzzer mutant (seed 7, case 3081): upstream's parser resolves the
+# forward use of %c to the constant inside the generic's region, the region
+# fails to parse, and the process aborts ("LLVM ERROR: operation destroyed but
+# still has uses"; mlir-opt 22.1.8 too).  FIXME(upstream).
+INVISIBLE = """#map = affine_map<(d0, d1) -> (d0, d1)>
+      %17 = arith.select %16, %c255_i32_1, %15 : i32
+    %6 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%4 : tensor<1x1xf32>) outs(%5 : tensor<1x1xf8E8M0FNU>) {
+      %c255_i32_1 = arith.constant 255 : i32
+    ^bb0(%in: f8E4M3FN, %in_0: f8E8M0FNU, %out: f32):
+"""
+
+
+def test_invisible_forward_use():
+    d = _error(INVISIBLE)
+    assert (d.line, d.col) == (2, 31) and "use of undeclared SSA value name" in d.message
+
+
+def test_visible_uses_are_not_refused():
+    # names defined in an enclosing header ((%i) of scf.forall), block
+    # arguments, CFG forward references and names reused in other functions
+    text = """func.func @a(%n: index) -> index {
+  scf.forall (%i) in (4) {
+    %k = arith.addi %i, %i : index
+  }
+  cf.br ^bb2
+^bb1:
+  return %x : index
+^bb2:
+  %x = arith.addi %n, %n : index
+  cf.br ^bb1
+}
+func.func @b(%n: index) {
+  %c1 = arith.constant 1 : index
+  scf.for %i = %n to %n step %c1 {
+    %k = arith.addi %i, %i : index
+  }
+  return
+}
+"""
+    parse_module(text, ir.Context())

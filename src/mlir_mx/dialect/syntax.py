@@ -44,7 +44,17 @@ from mlir_mx.diagnostics import Diagnostic, DiagnosticError
 from mlir_mx.dialect.irdl import OP_NAMES
 from mlir_mx.dialect.types import MXTensorType, MXTypeError
 
-__all__ = ["MAX_NESTING", "SourceMap", "Token", "tokenize", "to_generic", "to_custom", "remap_locations"]
+__all__ = [
+    "MAX_NESTING",
+    "SourceMap",
+    "Token",
+    "tokenize",
+    "to_generic",
+    "to_custom",
+    "remap_locations",
+    "silent_failure",
+    "invisible_use",
+]
 
 #: Deepest bracket/region nesting accepted.  Upstream's parser recurses per
 #: level and overflows an 8 MiB stack at a few thousand nested regions
@@ -148,6 +158,8 @@ class SourceMap:
     anchors: list[tuple[int, int, bool]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        #: Source offset of a use :func:`invisible_use` suspects, else None.
+        self.suspect: int | None = None
         self._src_lines: list[int] | None = None
         self._out_lines: list[int] | None = None
         self._keys: list[int] | None = None
@@ -269,6 +281,7 @@ class _Translator:
 
     # -- the walk ----------------------------------------------------------
     def run(self) -> str:
+        self.map.suspect = invisible_use(self.toks)
         toks, i, copied = self.toks, 0, 0
         while i < len(toks):
             t = toks[i]
@@ -390,7 +403,10 @@ class _Translator:
         if not self.is_(k, "arrow"):
             raise _Error(f"expected '->' and the result type of '{name}'", self.off(k))
         arrow = toks[k].start
-        (res,), _ = self.type_list(self.sig(k + 1), "a result type", name)
+        k = self.sig(k + 1)
+        res = (k, self.type_end(k))
+        if res[1] == k:
+            raise _Error(f"expected a result type of '{name}'", self.off(k))
         lines_before = self.newlines
         self.emit(f'"{name}"(', start, False)
         for j, v in enumerate(operands):
@@ -412,6 +428,82 @@ class _Translator:
         emitted = self.newlines - lines_before
         self.emit("\n" * (self.text.count("\n", start, end) - emitted), end, False)
         return res[1]
+
+
+def silent_failure(text: str, filename: str = "-") -> Diagnostic:
+    """A located diagnostic for an upstream parse failure that came without one.
+
+    Upstream fails silently on an op without custom assembly written in
+    custom form outside an assignment (e.g. a bare ``mx.block_matmul`` that
+    the translation leaves alone because it looks like an attribute name):
+    point at the first such mx op name, else at the start of the input.
+    """
+    toks = tokenize(text)
+    for i, t in enumerate(toks):
+        if t.kind == "ident" and t.text in OP_NAMES:
+            p = i - 1
+            while p >= 0 and toks[p].kind in _SKIP:
+                p -= 1
+            if p < 0 or toks[p].text != "=":
+                line = text.count("\n", 0, t.start) + 1
+                col = t.start - (text.rfind("\n", 0, t.start) + 1) + 1
+                msg = f"'{t.text}' produces a result: bind it, as in '%r = {t.text} ...'"
+                return Diagnostic("error", msg, filename, line, col)
+    return Diagnostic("error", "unable to parse module assembly (upstream gave no location)", filename, 1, 1)
+
+
+def _defines(toks: list[Token], i: int) -> bool:
+    """Whether value token ``i`` is a definition ``%x =`` or ``%x:N =``."""
+    j = i + 1
+    while j < len(toks) and toks[j].kind in _SKIP:
+        j += 1
+    if j < len(toks) and toks[j].text == ":":  # %x:2 = ...
+        j += 1
+        while j < len(toks) and toks[j].kind in _SKIP:
+            j += 1
+        if j >= len(toks) or toks[j].kind != "number":
+            return False
+        j += 1
+        while j < len(toks) and toks[j].kind in _SKIP:
+            j += 1
+    return j < len(toks) and toks[j].text == "="
+
+
+def invisible_use(toks: list[Token]) -> int | None:
+    """Offset of a ``%x`` that looks unable to see any definition, else None.
+
+    The candidate: no other ``%x`` sits in a block enclosing it, and ``%x`` is
+    defined (``%x = ...``) only inside regions that do not enclose it.  Such
+    IR never verifies, and upstream's parser can ABORT on it: it resolves the
+    forward reference to the op of a region that then fails to parse and is
+    destroyed while still used ("LLVM ERROR: operation destroyed but still
+    has uses"; mlir-opt 22.1.8 too; FIXME(upstream), reproducer
+    tests/dialect/test_syntax.py::test_invisible_forward_use).  Custom
+    syntax can define names in forms this scan does not know (``scf.forall
+    (%i)``), so a candidate is only a suspicion: :func:`parse_module` then
+    parses in a subprocess first (:func:`mlir_mx.dialect.parse_module`).
+    """
+    stack: list[int] = [-1]
+    seen: dict[str, list[tuple[int, int, bool]]] = {}  # name -> (token, block, defines)
+    chains: dict[int, tuple[int, ...]] = {}
+    for i, t in enumerate(toks):
+        if t.kind == "open" and t.text == "{":
+            stack.append(i)
+        elif t.kind == "close" and t.text == "}" and len(stack) > 1:
+            stack.pop()
+        elif t.kind == "value":
+            name = t.text.split("#", 1)[0]
+            seen.setdefault(name, []).append((i, stack[-1], _defines(toks, i)))
+            chains[i] = tuple(stack)
+    for occurrences in seen.values():
+        if len(occurrences) < 2 or not any(d for _, _, d in occurrences):
+            continue
+        for i, _, defines in occurrences:
+            if not defines and not any(
+                j != i and blk in chains[i] for j, blk, _ in occurrences
+            ):
+                return toks[i].start
+    return None
 
 
 def to_generic(text: str, filename: str = "-") -> tuple[str, SourceMap]:

@@ -27,6 +27,7 @@ import numpy as np
 from mlir_mx.numerics import MXArray
 
 __all__ = [
+    "check_compile_args",
     "check_buffer",
     "scalar_cell",
     "descriptor",
@@ -38,6 +39,32 @@ __all__ = [
 
 #: Raw storage of a scalar passed by pointer (the packed C interface).
 CTYPES = {1: ctypes.c_uint8, 2: ctypes.c_uint16, 4: ctypes.c_uint32, 8: ctypes.c_uint64}
+
+
+def check_compile_args(module, pipeline, opt_level, shared_libs, context) -> None:
+    """Refuse bad Runner/compile_module arguments before upstream sees them
+    (an opt level outside 0..3 hits an LLVM ``UNREACHABLE`` and aborts)."""
+    from mlir import ir
+
+    if not isinstance(module, str | ir.Module):
+        raise TypeError(f"module: expected an ir.Module or MLIR text (str), got {type(module).__name__}")
+    if pipeline is not None and not isinstance(pipeline, str):
+        raise TypeError(f"pipeline: expected a pipeline string or None, got {type(pipeline).__name__}")
+    if isinstance(opt_level, bool) or not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
+        raise ValueError(f"opt_level: expected an integer in 0..3, got {opt_level!r}")
+    if context is not None and not isinstance(context, ir.Context):
+        raise TypeError(f"context: expected an ir.Context or None, got {type(context).__name__}")
+    if shared_libs is None:
+        return
+    if isinstance(shared_libs, str | bytes) or not hasattr(shared_libs, "__iter__"):
+        raise TypeError("shared_libs: expected a list of library paths")
+    for lib in shared_libs:
+        if not isinstance(lib, str):
+            raise TypeError(f"shared_libs: expected paths (str), got {type(lib).__name__}")
+        try:
+            ctypes.CDLL(lib)
+        except OSError as err:
+            raise ValueError(f"shared_libs: cannot load '{lib}': {err}") from None
 
 
 def _where(fn: str, i: int, p) -> str:

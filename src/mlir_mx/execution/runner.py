@@ -338,6 +338,7 @@ def compile_module(
             "schedule/threads configure the default pipeline; with an explicit pipeline, "
             "set them in it (mx-matmul-kernels{schedule=... threads=...})"
         )
+    args_.check_compile_args(module, pipeline, opt_level, shared_libs, context)
     if threads is not None and (not isinstance(threads, int) or threads < 0):
         raise ValueError(f"threads must be a non-negative integer, got {threads!r}")
     text = print_module(module) if isinstance(module, ir.Module) else module
