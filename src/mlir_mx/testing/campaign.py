@@ -90,9 +90,16 @@ class Report:
 
 
 def _suite(name: str):
-    if name not in _SUITES:
-        raise ValueError(f"unknown suite '{name}' (available: {', '.join(_SUITES)})")
-    return importlib.import_module(_SUITES[name])
+    """A suite by short name, or any module path with a ``case`` function."""
+    if name in _SUITES:
+        return importlib.import_module(_SUITES[name])
+    try:
+        mod = importlib.import_module(name)
+    except ImportError:
+        mod = None
+    if mod is None or not hasattr(mod, "case"):
+        raise ValueError(f"unknown suite '{name}' (available: {', '.join(_SUITES)}, or a module with case())")
+    return mod
 
 
 def run_inline(suite: str, seed: int, indices) -> Report:
