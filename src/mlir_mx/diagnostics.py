@@ -119,7 +119,11 @@ def location_parts(loc: ir.Location) -> tuple[str | None, int | None, int | None
 
 def _convert(info) -> Diagnostic:
     file, line, col = location_parts(info.location)
-    d = Diagnostic(_SEVERITY.get(info.severity, "error"), str(info.message), file, line, col)
+    message = str(info.message)
+    loc = str(info.location)
+    if file is None and loc != "loc(unknown)":
+        message = f"{loc}: {message}"  # a location without a file: say it, as mlir-opt does
+    d = Diagnostic(_SEVERITY.get(info.severity, "error"), message, file, line, col)
     d.notes = [_convert(n) for n in info.notes]
     return d
 

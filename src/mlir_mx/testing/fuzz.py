@@ -182,6 +182,10 @@ def case(seed: int, index: int) -> Outcome:
         return Outcome(index, "silent", config, f"exit code {rc}: {stderr[:300]}", text)
     if _LOCATED.search(stderr) or stderr.startswith("mx-opt: error: "):
         return Outcome(index, "rejected", config)
+    if "loc(" in text and re.search(r"^<unknown>: error: ", stderr, re.M):
+        # the input located the op itself, outside any file (loc("name"),
+        # loc(unknown)): the diagnostic is where the input says, as in mlir-opt
+        return Outcome(index, "rejected", config)
     return Outcome(index, "unlocated" if "error" in stderr else "silent", config, stderr[:500], text)
 
 

@@ -228,7 +228,13 @@ def verify_expected(text: str, filename: str, diags: list[Diagnostic]) -> list[D
     for d in diags:
         if not match(d):
             problems.append(
-                Diagnostic("error", f"unexpected {d.severity}: {d.message}", d.file or filename, d.line, d.col)
+                Diagnostic(
+                    "error",
+                    f"unexpected {d.severity}: {d.message}",
+                    (d.file or filename) if d.line is not None else None,
+                    d.line,
+                    d.col,
+                )
             )
         for n in d.notes:
             match(n)
