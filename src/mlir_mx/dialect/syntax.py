@@ -281,6 +281,7 @@ class _Translator:
 
     # -- the walk ----------------------------------------------------------
     def run(self) -> str:
+        _check_zero_divisors(self.toks)
         self.map.suspect = invisible_use(self.toks)
         toks, i, copied = self.toks, 0, 0
         while i < len(toks):
@@ -450,6 +451,24 @@ def silent_failure(text: str, filename: str = "-") -> Diagnostic:
                 msg = f"'{t.text}' produces a result: bind it, as in '%r = {t.text} ...'"
                 return Diagnostic("error", msg, filename, line, col)
     return Diagnostic("error", "unable to parse module assembly (upstream gave no location)", filename, 1, 1)
+
+
+def _check_zero_divisors(toks: list[Token]) -> None:
+    """Refuse ``mod 0``, ``floordiv 0`` and ``ceildiv 0`` in affine expressions.
+
+    Undefined, and upstream aborts on them: composing such an indexing map
+    (linalg's verifier, ``AffineMap::compose``) casts the folded division to
+    a constant and asserts (mlir-opt 22.1.8 too; FIXME(upstream), reproducer
+    tests/dialect/test_syntax.py::test_affine_division_by_zero).
+    """
+    for i, t in enumerate(toks):
+        if t.kind != "ident" or t.text not in ("mod", "floordiv", "ceildiv"):
+            continue
+        j = i + 1
+        while j < len(toks) and (toks[j].kind in _SKIP or toks[j].text == "("):
+            j += 1
+        if j < len(toks) and toks[j].kind == "number" and toks[j].text.strip("0") == "":
+            raise _Error(f"affine expression divides by zero ('{t.text} 0')", t.start)
 
 
 def _defines(toks: list[Token], i: int) -> bool:

@@ -5,6 +5,7 @@ printing diagnostics with the source line and a caret, and checking
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
@@ -17,6 +18,7 @@ from mlir_mx.diagnostics import Diagnostic, MXError, from_mlir_error
 
 __all__ = [
     "tool_main",
+    "ArgParser",
     "print_diagnostics",
     "register_source",
     "Chunk",
@@ -32,6 +34,24 @@ SPLIT_MARKER = "// -----"
 
 class ToolError(MXError):
     """A user error of a tool (bad flag, unreadable file); exit code 1."""
+
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse for the tools: a usage error is a :class:`ToolError` (one
+    line, exit code 1 through :func:`tool_main`, where argparse would exit 2)
+    and ``-h``/``--help`` returns the help text instead of exiting."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, add_help=False, **kwargs)
+        self.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+
+    def error(self, message):
+        raise ToolError(message)
+
+    def parse(self, argv):
+        """Parsed arguments, or the help text when ``-h``/``--help`` is given."""
+        args = self.parse_args(argv)
+        return self.format_help().rstrip() if args.help else args
 
 
 #: Texts read by the running tool, by file name, so that located diagnostics

@@ -18,26 +18,19 @@ prints its located diagnostic (``file:line:col: error: ...``).  The shared
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
-from mlir_mx.tools.driver import ToolError, register_source, tool_main
+from mlir_mx.tools.driver import ArgParser, ToolError, register_source, tool_main
 
 PROG = "mx-roofline"
 DEFAULT_SHAPES = ("32x64x64", "1x64x64")
 DEFAULT_VARIANTS = "f32,mx-a,mx-ab,mx-ab-blocked"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 1 (argparse would exit 2)
-        raise ToolError(message)
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0], add_help=False)
-    p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+def _parser() -> ArgParser:
+    p = ArgParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("files", nargs="*", help="mx IR files ('-' for standard input)")
     p.add_argument("--shape", action="append", default=[], help="MxNxK (repeatable)")
     p.add_argument(
@@ -122,10 +115,9 @@ def _time_file_row(row, say):
 
 
 def _parse(argv):
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.help:
-        return parser.format_help().rstrip()
+    args = _parser().parse(argv)
+    if isinstance(args, str):
+        return args
     if args.block_size < 1:
         raise ToolError(f"--block-size must be a positive integer, got {args.block_size}")
     if args.threads < 1:
