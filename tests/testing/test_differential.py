@@ -33,8 +33,8 @@ def _fold_then_dequantize(alpha: float) -> Program:
 def test_the_tester_catches_a_result_changing_rewrite():
     """mx-fuse-scales is the opt-in, inexact fusion: as a 'pipeline' it must
     be caught (semantics/3-fold-scale-requantize.mlir: 3.5 vs 3.375)."""
-    fused = D.Variant("fuse-scales", D._lower("mx-fuse-scales,mx-to-linalg"))
-    plain = D.Variant("blocked", D._lower("mx-to-linalg"))
+    fused = D.Variant("fuse-scales", D.then_llvm("mx-fuse-scales,mx-to-linalg"))
+    plain = D.Variant("blocked", D.then_llvm("mx-to-linalg"))
     p = _fold_then_dequantize(3.0)
     x = np.ones((1, 32), np.float32)
     x[0, 0] = 1.125
@@ -57,7 +57,7 @@ def test_variants_are_one_registry():
     names = [v.name for v in D.VARIANTS]
     assert len(names) == len(set(names))
     assert {"fused", "blocked", "fused-vectorized", "blocked-vectorized"} <= set(names)
-    extra = D.Variant("extra", D._lower("mx-to-linalg"), "blocked")
+    extra = D.Variant("extra", D.then_llvm("mx-to-linalg"), "blocked")
     D.register_variant(extra)
     try:
         assert D.VARIANTS[-1] is extra and [v.name for v in D.VARIANTS].count("extra") == 1

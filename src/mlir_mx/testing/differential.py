@@ -33,7 +33,7 @@ from mlir_mx import numerics as N
 from mlir_mx.testing.programs import Program, random_inputs, random_program
 
 __all__ = [
-    "Variant", "VARIANTS", "register_variant", "Program", "random_program", "random_inputs",
+    "Variant", "VARIANTS", "register_variant", "then_llvm", "Program", "random_program", "random_inputs",
     "matmul_bound", "evaluate", "check", "run", "Report",
 ]  # fmt: skip
 
@@ -55,7 +55,10 @@ class Variant:
     supports: Callable[[Program], bool] = lambda program: True
 
 
-def _lower(prefix: str) -> Callable[[], str]:
+def then_llvm(prefix: str) -> Callable[[], str]:
+    """A pipeline factory: ``prefix`` (pipeline text, or ``@name`` of a shipped
+    pipeline) followed by ``lower-to-llvm``."""
+
     def pipeline() -> str:
         from mlir_mx.pipelines import load_pipeline
 
@@ -72,10 +75,10 @@ def _vectorizable_fused(p: Program) -> bool:
 
 #: THE list of pipelines the tester compares (extend with register_variant).
 VARIANTS: list[Variant] = [
-    Variant("fused", _lower("mx-to-linalg{matmul-lowering=fused}"), "fused"),
-    Variant("blocked", _lower("mx-to-linalg{matmul-lowering=blocked}"), "blocked"),
-    Variant("fused-vectorized", _lower("@mx-vectorize"), None, _vectorizable_fused),
-    Variant("blocked-vectorized", _lower("@mx-vectorize-blocked"), None),
+    Variant("fused", then_llvm("mx-to-linalg{matmul-lowering=fused}"), "fused"),
+    Variant("blocked", then_llvm("mx-to-linalg{matmul-lowering=blocked}"), "blocked"),
+    Variant("fused-vectorized", then_llvm("@mx-vectorize"), None, _vectorizable_fused),
+    Variant("blocked-vectorized", then_llvm("@mx-vectorize-blocked"), None),
     Variant("runner-default", lambda: None, "blocked"),
 ]
 
