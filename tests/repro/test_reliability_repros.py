@@ -206,3 +206,20 @@ def test_runner_masked_arrays_and_matrix(v1):
     out = v1.block_matmul(a, b.view(np.matrix), acc)
     np.testing.assert_array_equal(out, np.full((32, 64), 64.0, np.float32))
     np.testing.assert_array_equal(np.asarray(acc), out)  # updated in place, as an ndarray
+
+
+def test_the_same_buffer_returned_twice_is_copied_before_it_is_freed():
+    """Found by the differential tester (seed 2026, batch 6): after
+    --canonicalize, `return %q, %q` returned one buffer twice; the Runner
+    freed it after the first copy and read freed memory for the second."""
+    t = "!mx.tensor<4x32xf6E2M3FN, block_size = 32, scale_type = f8E8M0FNU>"
+    src = (
+        f"func.func @f(%x: tensor<4x32xf32>) -> ({t}, {t}) {{\n"
+        f"  %q = mx.quantize_block %x : tensor<4x32xf32> -> {t}\n"
+        f"  return %q, %q : {t}, {t}\n}}\n"
+    )
+    x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+    want = quantize(x, "f6E2M3FN", 32)
+    for _ in range(20):  # freed memory is often reused at once
+        a, b = Runner(src).f(x)
+        assert a.bitwise_equal(want) and b.bitwise_equal(want)

@@ -35,7 +35,7 @@ FIXME(upstream): custom assembly formats for IRDL ops/types do not exist at
 from __future__ import annotations
 
 from mlir_mx.diagnostics import Diagnostic, DiagnosticError
-from mlir_mx.dialect.guards import check_zero_divisors, invisible_use, silent_failure
+from mlir_mx.dialect.guards import scan, silent_failure
 from mlir_mx.dialect.irdl import OP_NAMES
 from mlir_mx.dialect.tokens import (
     MAX_NESTING,
@@ -59,7 +59,6 @@ __all__ = [
     "to_custom",
     "remap_locations",
     "silent_failure",
-    "invisible_use",
 ]
 
 # ------------------------------------------------------------------ parsing
@@ -118,8 +117,6 @@ class _Translator:
 
     # -- the walk ----------------------------------------------------------
     def run(self) -> str:
-        check_zero_divisors(self.toks)
-        self.map.suspect = invisible_use(self.toks)
         toks, i, copied = self.toks, 0, 0
         while i < len(toks):
             t = toks[i]
@@ -271,19 +268,27 @@ class _Translator:
 def to_generic(text: str, filename: str = "-") -> tuple[str, SourceMap]:
     """Rewrite custom mx syntax in ``text`` to the generic forms.
 
-    Returns the translated text and the map back to ``text``'s positions.
+    Returns the translated text and the map back to ``text``'s positions
+    (``map.suspect``: the offset :func:`guards.scan` suspects, if any).
     Raises :class:`DiagnosticError` (``file:line:col: error: ...``) for a
-    malformed or invalid mx construct, or for nesting deeper than
-    :data:`MAX_NESTING`.
+    malformed or invalid mx construct, or for input upstream would crash on
+    (:mod:`mlir_mx.dialect.guards`).  Text without mx syntax is not
+    tokenized at all (a 50 MB LLVM-dialect module costs one regex scan).
     """
     try:
-        tr = _Translator(text)
-        out = tr.run()
+        suspect = scan(text)
+        if "mx." in text:
+            tr = _Translator(text)
+            out, smap = tr.run(), tr.map
+        else:
+            smap = SourceMap(text, text, [(0, 0, True)])
+            out = text
     except TextError as e:
         line = text.count("\n", 0, e.offset) + 1
         col = e.offset - (text.rfind("\n", 0, e.offset) + 1) + 1
         raise DiagnosticError(Diagnostic("error", e.message, filename, line, col)) from None
-    return out, tr.map
+    smap.suspect = suspect
+    return out, smap
 
 
 # ---------------------------------------------------------------- printing --

@@ -49,7 +49,7 @@ _PAIRS = {">": "<", ")": "(", "]": "[", "}": "{"}
 SKIP = ("ws", "comment")
 
 
-@dataclass
+@dataclass(slots=True)
 class Token:
     """One token: its kind (a group name of the tokenizer), text and offsets."""
 
@@ -72,8 +72,9 @@ def tokenize(text: str) -> list[Token]:
     """The tokens of ``text`` (whitespace and comments included) with brackets matched.
 
     Matching is tolerant (a stray closer is ignored, a closer pops to its
-    opener), because malformed input is upstream's to report.  Raises
-    ``_Error`` when brackets nest deeper than :data:`MAX_NESTING`.
+    opener), because malformed input is upstream's to report (and nesting
+    deeper than :data:`MAX_NESTING` is refused before, by
+    :func:`mlir_mx.dialect.guards.scan`).
     """
     toks: list[Token] = []
     stack: list[int] = []
@@ -81,12 +82,6 @@ def tokenize(text: str) -> list[Token]:
         kind = m.lastgroup
         tok = Token(kind, m.group(), m.start(), m.end())
         if kind == "open":
-            if len(stack) >= MAX_NESTING:
-                raise TextError(
-                    f"brackets and regions nest deeper than {MAX_NESTING} levels; "
-                    "refusing to parse (upstream's recursive parser would overflow the stack)",
-                    m.start(),
-                )
             stack.append(len(toks))
         elif kind == "close":
             want = _PAIRS[tok.text]

@@ -501,17 +501,22 @@ class Runner:
             return _scalar_out(res[0], out)
         values = [out] if len(res) == 1 else [getattr(out, f"r{i}") for i in range(len(res))]
         results = []
-        freed: set[int] = set()
+        owned: set[int] = set()
         for p, v in zip(res, values, strict=True):
             if p.is_buffer:
-                results.append(self._take(p, v, buffers, freed))
+                results.append(self._take(p, v, buffers, owned))
             else:
                 results.append(_scalar_out(p, v))
+        # Free only after every copy: two results may be the same buffer
+        # (`return %x, %x`), and the second copy must not read freed memory.
+        for alloc in owned:
+            _libc.free(alloc)
         results = args_.group_mx_results(sig.results, results, _MXParam)
         return results[0] if len(results) == 1 else tuple(results)
 
-    def _take(self, p: _Param, d, args: list[np.ndarray], freed: set[int]) -> np.ndarray:
-        """Copy a returned memref into a fresh array and free its buffer."""
+    def _take(self, p: _Param, d, args: list[np.ndarray], owned: set[int]) -> np.ndarray:
+        """Copy a returned memref into a fresh array; add its buffer to ``owned``
+        (to be freed by the caller) when the caller owns it."""
         rank = len(p.shape)
         shape = tuple(d.shape[:]) if rank else ()
         strides = tuple(d.strides[:]) if rank else ()
@@ -533,11 +538,9 @@ class Runner:
         if (
             self._compiled.owns_results
             and alloc
-            and alloc not in freed
             and not any(_inside(alloc, a) for a in args)
         ):
-            freed.add(alloc)
-            _libc.free(alloc)
+            owned.add(alloc)
         return arr
 
 

@@ -56,13 +56,11 @@ func.func @add(%a: tensor<4x4xf32>, %b: tensor<4x4xf32>) -> tensor<4x4xf32> {
   return %r : tensor<4x4xf32>
 }
 func.func @scalars(%x: f32, %n: i64, %i: index, %flag: i1) -> f32 {
-  %nf = arith.sitofp %n : i64 to f32
   %ii = arith.index_cast %i : index to i64
-  %if = arith.sitofp %ii : i64 to f32
-  %s = arith.addf %x, %nf : f32
-  %t = arith.addf %s, %if : f32
-  %z = arith.constant 0.0 : f32
-  %r = arith.select %flag, %t, %z : f32
+  %sum = arith.addi %n, %ii : i64
+  %f = arith.sitofp %sum : i64 to f32
+  %t = arith.addf %x, %f : f32
+  %r = arith.select %flag, %t, %x : f32
   return %r : f32
 }
 func.func @store(%m: memref<5xi32>, %v: i32) {
@@ -132,7 +130,7 @@ def _reference(fn: str, args: list):
     if fn == "add":
         return args[0] + args[1]
     if fn == "scalars":
-        return np.float32(args[0] + args[1] + args[2]) if args[3] else np.float32(0)
+        return np.float32(args[0] + np.float32(args[1] + args[2])) if args[3] else np.float32(args[0])
     if fn == "store":
         return None
     return args[0] * args[0]
