@@ -44,6 +44,7 @@ from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 
 from mlir_mx.dialect import MXTensorType, is_mx_type, parse_module, print_module
+from mlir_mx.kernels.cpu import host_features
 from mlir_mx.numerics import MXArray
 from mlir_mx.passes.pipeline import build_pass_manager
 from mlir_mx.pipelines import kernel_pipeline, load_pipeline
@@ -348,7 +349,8 @@ def compile_module(
     libs = tuple(shared_libs) if shared_libs is not None else tuple(runtime_libraries())
     # The async runtime is loaded into the process instead (load_async_runtime).
     libs = tuple(p for p in libs if Path(p).name != _ASYNC_RUNTIME)
-    key = (text, pipeline, opt_level, libs, schedule, threads or 0)
+    # The kernels depend on the CPU features (MLIR_MX_CPU_FEATURES may change them).
+    key = (text, pipeline, opt_level, libs, schedule, threads or 0, host_features())
     hit = _CACHE.get(key)
     if hit is not None:
         _CACHE.move_to_end(key)

@@ -27,7 +27,7 @@ in C.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlir import ir
 
@@ -61,12 +61,23 @@ def emit_packed(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: PackedConf
     """Emit the packed kernel at the current insertion point."""
     if cfg.kc % prob.block or cfg.nc % _PACK_W or cfg.nc % cfg.nr:
         raise ValueError(f"packed kernel: kc must be a multiple of {prob.block}, nc of 64 and nr")
+    # Narrow the panels when N is too small to give every thread one.
+    nc = cfg.nc
+    while nc > _PACK_W and -(-prob.n // nc) < cfg.threads:
+        nc -= _PACK_W
+    nc -= nc % cfg.nr
+    if nc % _PACK_W or nc <= 0:
+        nc = cfg.nc
+    cfg = replace(cfg, nc=nc)
     pa = prepare_a(kb, prob, ops, cfg.mr)
     k = _Packed(kb, prob, ops, cfg, pa)
     panels = -(-prob.n // cfg.nc)
-    if cfg.threads > 1 and panels > 1:
-        with kb.parallel(0, panels, 1) as j:
-            k.panel(kb.mul(j, cfg.nc))
+    tasks = min(cfg.threads, panels)
+    if tasks > 1:
+        # One task per thread, panels dealt round-robin (t, t + tasks, ...).
+        with kb.parallel(0, tasks, 1) as t:
+            with kb.loop(t, panels, tasks) as j:
+                k.panel(kb.mul(j.iv, cfg.nc))
     else:
         with kb.loop(0, panels, 1) as j:
             k.panel(kb.mul(j.iv, cfg.nc))

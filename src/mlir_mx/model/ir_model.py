@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from mlir import ir
 
 from mlir_mx.dialect import parse_module
-from mlir_mx.passes.pipeline import build_pass_manager
+from mlir_mx.passes.pipeline import PipelineError, build_pass_manager
 
 __all__ = [
     "BUFFERIZE",
@@ -273,12 +273,16 @@ def shift(base: KernelModel, variant: KernelModel) -> Shift:
 
 def _run(pipeline: str, module: ir.Module, ctx: ir.Context) -> None:
     """Run ``pipeline``; a failure becomes a :class:`ModelError` with the first diagnostic."""
+    name = pipeline.split("{")[0]
     try:
-        build_pass_manager(pipeline, ctx).run(module.operation)
+        pm = build_pass_manager(pipeline, ctx)
+    except PipelineError as err:
+        raise ModelError(f"{name}: {err}") from None
+    try:
+        pm.run(module.operation)
     except ir.MLIRError as err:
         diags = [d.message for d in getattr(err, "error_diagnostics", [])]
         detail = diags[0] if diags else str(err).strip().splitlines()[-1]
-        name = pipeline.split("{")[0]
         raise ModelError(detail if detail.startswith(name) else f"{name}: {detail}") from None
 
 

@@ -44,6 +44,7 @@ _KERNEL_ATTR = "mx.kernel"
             str,
             "auto",
             "Kernel schedule: 'auto' (by M), 'decode', 'small' or 'prefill'",
+            choices=SCHEDULES,
         ),
         Option("threads", int, 0, "Threads (parallel column panels); 0: this machine's cores"),
     ],
