@@ -20,8 +20,9 @@ from mlir_mx.dialect import load_dialect, parse_module, print_module
 from mlir_mx.execution import Runner
 from mlir_mx.kernels import Problem, kernel_module, plan_kernel
 from mlir_mx.kernels.cpu import has_features
+from mlir_mx.numerics import ELEMENT_FORMATS, pack_codes
 from mlir_mx.passes.pipeline import build_pass_manager
-from mlir_mx.pipelines import load_pipeline
+from mlir_mx.pipelines import load_pipeline, threads_pipeline
 
 REFERENCE = "mx-to-linalg{matmul-lowering=blocked}," + load_pipeline("lower-to-llvm")
 # Quick set: every element type as A and as B (mx x mx, rotated) and two mx x f32.
@@ -94,22 +95,46 @@ def test_default_runner_lowers_mx_and_picks_by_shape():
         assert plan_kernel(Problem(m, 32, 64, 32, "f8E4M3FN", "f8E4M3FN")).schedule == expect
 
 
-def test_dynamic_m_kernel_serves_every_m():
-    """One kernel module with a dynamic M (the library's case) for several M."""
-    prob = Problem(None, 48, 96, 32, "f8E4M3FN", "f8E4M3FN")
+def _kernel_runner(prob: Problem, schedule: str, threads: int) -> Runner:
     with ir.Context() as ctx, ir.Location.unknown():
         load_dialect(ctx)
-        text = str(kernel_module(prob, plan_kernel(prob, "small", 2)))
-    memref_pipeline = load_pipeline("memref-to-llvm")
-    r = Runner(text, "async-parallel-for{num-workers=2 min-task-size=1},async-to-async-runtime,"
-               "async-runtime-ref-counting,async-runtime-ref-counting-opt,convert-async-to-llvm,"
-               + memref_pipeline)  # fmt: skip
+        text = str(kernel_module(prob, plan_kernel(prob, schedule, threads)))
+    return Runner(text, threads_pipeline(threads) + "," + load_pipeline("memref-to-llvm"))
+
+
+def test_dynamic_m_kernel_serves_every_m():
+    """One kernel module with a dynamic M (the library's case) for several M."""
+    r = _kernel_runner(Problem(None, 48, 96, 32, "f8E4M3FN", "f8E4M3FN"), "small", 2)
     for m in (1, 4, 5, 11):
         args, acc, exact, bound = case(m, 96, 48, "f8E4M3FN", "f8E4M3FN")
         qa, qb = args
         c = acc.copy()
         r.matmul(qa.codes, qa.scales, qb.codes, qb.scales, c)
         assert np.all(np.abs(c - exact) <= bound)
+
+
+@pytest.mark.parametrize("ea,eb", [("f4E2M1FN", "f4E2M1FN"), ("f6E2M3FN", "f6E3M2FN"),
+                                   ("f8E4M3FN", "f4E2M1FN"), ("f4E2M1FN", None)])  # fmt: skip
+@pytest.mark.parametrize("schedule,m", [("decode", 1), ("small", 6), ("prefill", 19)])
+def test_packed_subbyte_codes(ea, eb, schedule, m):
+    """Packed FP4/FP6 codes (two per byte / four per three bytes) give the same bits."""
+    k, n = 128, 136
+    args, acc, exact, bound = case(m, k, n, ea, eb)
+    qa, b = args
+    ref = c = None
+    for packed in (False, True):
+        r = _kernel_runner(Problem(m, n, k, 32, ea, eb, packed=packed), schedule, 2)
+
+        def pk(x, e, packed=packed):  # 8-bit codes are stored as they are
+            return pack_codes(x, e) if packed and ELEMENT_FORMATS[e].bits < 8 else x
+
+        bargs = [pk(b.codes, eb), b.scales] if eb else [b]
+        c = acc.copy()
+        r.matmul(pk(qa.codes, ea), qa.scales, *bargs, c)
+        assert np.all(np.abs(c - exact) <= bound)
+        if ref is None:
+            ref = c
+    np.testing.assert_array_equal(_bits(ref), _bits(c))
 
 
 def test_pass_replaces_the_pair_and_frees_nothing_twice():

@@ -71,6 +71,7 @@ _DTYPES: dict[str, np.dtype] = {
     "i32": np.dtype(np.int32),
     "i16": np.dtype(np.int16),
     "i8": np.dtype(np.int8),
+    "ui8": np.dtype(np.uint8),
     "i1": np.dtype(np.bool_),
     "index": np.dtype(np.int64),
     "f8E4M3FN": np.dtype(ml_dtypes.float8_e4m3fn),

@@ -57,13 +57,20 @@ def kernel_module(prob: Problem, plan: KernelPlan, name: str = "matmul") -> ir.M
     ``a``/``sa``: A's codes (M x K) and E8M0 scales (M x K/B); ``b``: B's
     codes (K x N, blocked along K) or an f32 K x N; ``sb``: B's scales
     (K/B x N, only when B is MX); ``c``: the f32 M x N accumulator, updated
-    in place.  M may be dynamic (``prob.m is None``).
+    in place.  M may be dynamic (``prob.m is None``).  With ``prob.packed``,
+    FP4/FP6 codes are ``ui8`` memrefs of packed bytes (``numerics.pack_codes``).
     """
     m = prob.m
+
+    def codes(rows, cols, elem):
+        if prob.packed and prob.code_columns(elem, cols) != cols:
+            return _memref([rows, prob.code_columns(elem, cols)], "ui8")  # packed bytes
+        return _memref([rows, cols], elem)
+
     types = [
-        _memref([m, prob.k], prob.a_elem),
+        codes(m, prob.k, prob.a_elem),
         _memref([m, prob.kblocks], "f8E8M0FNU"),
-        _memref([prob.k, prob.n], prob.b_elem or "f32"),
+        codes(prob.k, prob.n, prob.b_elem) if prob.b_is_mx else _memref([prob.k, prob.n], "f32"),
     ]
     if prob.b_is_mx:
         types.append(_memref([prob.kblocks, prob.n], "f8E8M0FNU"))

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from mlir import ir
 
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.problem import Operands, PreparedA, Problem, prepare_a
+from mlir_mx.kernels.problem import CodeRows, Operands, PreparedA, Problem, prepare_a
 from mlir_mx.kernels.widen import LANES, decode_scales, decoder
 
 __all__ = ["PackedConfig", "emit_packed"]
@@ -88,7 +88,7 @@ def emit_packed(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: PackedConf
 class _Packed:
     def __init__(self, kb, prob: Problem, ops: Operands, cfg: PackedConfig, pa: PreparedA):
         self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
-        self.b = kb.as_bytes(ops.b) if prob.b_is_mx else ops.b
+        self.b = CodeRows(kb, ops.b, prob.b_elem, prob.packed) if prob.b_is_mx else ops.b
         self.sb = kb.as_bytes(ops.sb) if prob.b_is_mx else None
         self.dec = decoder(prob.b_elem) if prob.b_is_mx else None
         kc = min(cfg.kc, prob.k)
@@ -129,8 +129,8 @@ class _Packed:
         with kb.loop(0, kc, 1) as k:
             for g in range(groups):
                 col = _PACK_W * g
-                mask = self._mask(width, col, _PACK_W)
-                vecs = self.b_codes(kb.add(pc, k.iv), kb.add(jc, col), mask)
+                valid = self._valid(width, col, _PACK_W)
+                vecs = self.b_codes(kb.add(pc, k.iv), kb.add(jc, col), valid)
                 for v, w in enumerate(vecs):
                     c = col + LANES * v
                     kb.vstore(w, bp, [c // cfg.nr, k.iv, c % cfg.nr])
@@ -138,33 +138,23 @@ class _Packed:
             kb0 = kb.divu(pc, prob.block)
             with kb.loop(0, kc // prob.block, 1) as s:
                 for col in range(0, cfg.nc, LANES):
-                    mask = self._mask(width, col, LANES)
-                    raw = self._bytes(self.sb, [kb.add(kb0, s.iv), kb.add(jc, col)], LANES, mask)
+                    valid = self._valid(width, col, LANES)
+                    idx = [kb.add(kb0, s.iv), kb.add(jc, col)]
+                    raw = kb.load_lanes(self.sb, idx, LANES, valid)
                     kb.vstore(decode_scales(kb, raw), sbp, [s.iv, col])
 
-    def _mask(self, width, col: int, n: int):
-        """Lanes of columns [col, col + n) inside the panel (None when never partial)."""
+    def _valid(self, width, col: int, n: int):
+        """Columns of [col, col + n) inside the panel (None when never partial)."""
         if self.prob.n % self.cfg.nc == 0:
             return None
-        kb = self.kb
-        return kb.mask(n, kb.max(kb.min(n, kb.sub(width, col)), 0))
+        return self.kb.max(self.kb.min(n, self.kb.sub(width, col)), 0)
 
-    def _bytes(self, mem, idx, n: int, mask):
-        kb = self.kb
-        if mask is None:
-            return kb.vload(mem, idx, n)
-        return kb.masked_vload(mem, idx, mask, kb.const(0, kb.vec(n, kb.i8)))
-
-    def b_codes(self, k, n0, mask) -> list[ir.Value]:
-        """64 columns of row ``k`` of B, widened (zeros where masked)."""
+    def b_codes(self, k, n0, valid) -> list[ir.Value]:
+        """64 columns of row ``k`` of B, widened (zeros past ``valid``)."""
         kb = self.kb
         if self.prob.b_is_mx:
-            return self.dec.decode(kb, self._bytes(self.b, [k, n0], _PACK_W, mask))
-        zero = kb.const(0.0, kb.vec(_PACK_W, kb.f32))
-        if mask is None:
-            row = kb.vload(self.b, [k, n0], _PACK_W)
-        else:
-            row = kb.masked_vload(self.b, [k, n0], mask, zero)
+            return self.dec.decode(kb, self.b.load(k, n0, _PACK_W, valid))
+        row = kb.load_lanes(self.b, [k, n0], _PACK_W, valid)
         return [kb.slice(row, i, LANES) for i in range(0, _PACK_W, LANES)]
 
     # -- the microkernel -------------------------------------------------------------
@@ -174,14 +164,15 @@ class _Packed:
         mr, nv, nr = cfg.mr, cfg.nv, cfg.nr
         c_mem = self.ops.c
         col0 = kb.add(jc, kb.mul(jr, nr))
-        masks = self._col_masks(width, jr)
+        valids = self._col_valid(width, jr)
         rows = [kb.add(m0, r) for r in range(mr)]
         # Loads of rows past M read row M - 1 (never stored back).
         load_rows = [kb.min(r, kb.sub(self.pa.m, 1)) for r in rows] if self.row_tail else rows
         c = []
         for r in range(mr):
             for v in range(nv):
-                c.append(self._load_c(c_mem, load_rows[r], kb.add(col0, LANES * v), masks[v]))
+                idx = [load_rows[r], kb.add(col0, LANES * v)]
+                c.append(kb.load_lanes(c_mem, idx, LANES, valids[v]))
         zero = kb.const(0.0, kb.vec(LANES, kb.f32))
         kb0 = kb.divu(pc, prob.block)
         with kb.loop(0, kc // prob.block, 1, c) as blk:
@@ -217,7 +208,8 @@ class _Packed:
 
             def store(r=r):
                 for v in range(nv):
-                    self._store_c(c[r * nv + v], c_mem, rows[r], kb.add(col0, LANES * v), masks[v])
+                    idx = [rows[r], kb.add(col0, LANES * v)]
+                    kb.store_lanes(c[r * nv + v], c_mem, idx, valids[v])
 
             if self.row_tail:
                 with kb.if_(kb.icmp("ult", rows[r], self.pa.m)):
@@ -225,23 +217,10 @@ class _Packed:
             else:
                 store()
 
-    def _col_masks(self, width, jr) -> list:
+    def _col_valid(self, width, jr) -> list:
+        """Valid columns of each vector of micro-panel ``jr`` (None: all)."""
         kb, cfg = self.kb, self.cfg
         if not self.col_tail:
             return [None] * cfg.nv
         left = kb.sub(width, kb.mul(jr, cfg.nr))
-        return [
-            kb.mask(LANES, kb.max(kb.min(LANES, kb.sub(left, LANES * v)), 0)) for v in range(cfg.nv)
-        ]
-
-    def _load_c(self, mem, row, col, mask):
-        kb = self.kb
-        if mask is None:
-            return kb.vload(mem, [row, col], LANES)
-        return kb.masked_vload(mem, [row, col], mask, kb.const(0.0, kb.vec(LANES, kb.f32)))
-
-    def _store_c(self, v, mem, row, col, mask) -> None:
-        if mask is None:
-            self.kb.vstore(v, mem, [row, col])
-        else:
-            self.kb.masked_vstore(v, mem, [row, col], mask)
+        return [kb.max(kb.min(LANES, kb.sub(left, LANES * v)), 0) for v in range(cfg.nv)]

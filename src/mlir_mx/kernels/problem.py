@@ -33,8 +33,9 @@ from mlir import ir
 
 from mlir_mx.kernels.builder import KernelBuilder
 from mlir_mx.kernels.widen import LANES, decode_scales, decoder
+from mlir_mx.numerics.packing import packing_group
 
-__all__ = ["Problem", "Operands", "prepare_a", "vector_loop", "PreparedA"]
+__all__ = ["Problem", "Operands", "CodeRows", "prepare_a", "vector_loop", "PreparedA"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class Problem:
     block: int
     a_elem: str
     b_elem: str | None  # None: an f32 B
+    #: FP4/FP6 codes packed along each row (``mlir_mx.numerics.packing``)
+    #: instead of one code per byte.
+    packed: bool = False
 
     @property
     def kblocks(self) -> int:
@@ -60,6 +64,13 @@ class Problem:
         """Factor of the widened B values (0 for an f32 B)."""
         return decoder(self.b_elem).exp2 if self.b_is_mx else 0
 
+    def code_columns(self, elem: str, columns: int) -> int:
+        """Columns of the codes memref holding ``columns`` codes of ``elem``."""
+        if not self.packed:
+            return columns
+        codes, nbytes = packing_group(elem)
+        return columns // codes * nbytes
+
 
 @dataclass(frozen=True)
 class Operands:
@@ -72,6 +83,28 @@ class Operands:
     c: ir.Value
 
 
+class CodeRows:
+    """Reads runs of codes from a row-major codes buffer, one code per byte
+    out (packed FP4/FP6 rows are unpacked in registers)."""
+
+    def __init__(self, kb: KernelBuilder, mem: ir.Value, element: str, packed: bool):
+        self.kb = kb
+        self.mem = kb.as_bytes(mem)
+        self.dec = decoder(element)
+        self.group = self.dec.group if packed else (1, 1)
+
+    def load(self, row, col, n: int, valid=None) -> ir.Value:
+        """``n`` codes of ``row`` from column ``col`` (codes past ``valid`` read 0)."""
+        kb = self.kb
+        codes, nbytes = self.group
+        if codes == 1:
+            return kb.load_lanes(self.mem, [row, col], n, valid)
+        bcol = kb.mul(kb.divu(col, codes), nbytes)
+        bvalid = None if valid is None else kb.mul(kb.ceildivu(valid, codes), nbytes)
+        raw = kb.load_lanes(self.mem, [row, bcol], n // codes * nbytes, bvalid)
+        return self.dec.unpack(kb, raw)
+
+
 @dataclass(frozen=True)
 class PreparedA:
     af: ir.Value  # (Mp, K) f32: A's element values * 2^-exp2(B); rows >= M are 0
@@ -81,35 +114,23 @@ class PreparedA:
 
 
 def vector_loop(kb: KernelBuilder, total: int, width: int, body: Callable) -> None:
-    """Call ``body(offset, mask)`` over ``[0, total)`` in vectors of ``width``.
+    """Call ``body(offset, valid)`` over ``[0, total)`` in vectors of ``width``.
 
-    Full vectors run in an ``scf.for`` with ``mask = None``; a static tail
-    (``total % width`` lanes) gets one call with a ``vector.create_mask``.
+    Full vectors run in an ``scf.for`` with ``valid = None``; a static tail
+    (``total % width`` lanes) gets one call with ``valid`` its lane count.
     """
     full = total - total % width
     if full:
         with kb.loop(0, full, width) as lp:
             body(lp.iv, None)
     if total % width:
-        body(kb.idx(full), kb.mask(width, kb.idx(total % width)))
-
-
-def _load_bytes(kb: KernelBuilder, mem, idx, n: int, mask):
-    if mask is None:
-        return kb.vload(mem, idx, n)
-    return kb.masked_vload(mem, idx, mask, kb.const(0, kb.vec(n, kb.i8)))
-
-
-def _store(kb: KernelBuilder, v, mem, idx, mask) -> None:
-    if mask is None:
-        kb.vstore(v, mem, idx)
-    else:
-        kb.masked_vstore(v, mem, idx, mask)
+        body(kb.idx(full), kb.idx(total % width))
 
 
 def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> PreparedA:
     """Widen A's codes and decode A's scales into f32 buffers (rows padded to ``group``)."""
-    a8, sa8 = kb.as_bytes(ops.a), kb.as_bytes(ops.sa)
+    rows_a = CodeRows(kb, ops.a, prob.a_elem, prob.packed)
+    sa8 = kb.as_bytes(ops.sa)
     if prob.m is None:
         m = kb.dim(ops.a, 0)
         mp = kb.mul(kb.ceildivu(m, group), group)
@@ -122,26 +143,26 @@ def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> Pr
         dyn = []
     af = kb.alloc([rows, prob.k], kb.f32, dyn)
     saf = kb.alloc([rows, prob.kblocks], kb.f32, dyn)
-    dec = decoder(prob.a_elem)
+    dec = rows_a.dec
     factor = kb.const(2.0 ** (-dec.exp2 - prob.b_exp2()), kb.vec(LANES, kb.f32))
     zero = kb.const(0.0, kb.vec(LANES, kb.f32))
 
     with kb.loop(0, m, 1) as row:
         r = row.iv
 
-        def widen(off, mask):
-            (v,) = dec.decode(kb, _load_bytes(kb, a8, [r, off], LANES, mask))
-            _store(kb, kb.fmul(v, factor), af, [r, off], mask)
+        def widen(off, valid):
+            (v,) = dec.decode(kb, rows_a.load(r, off, LANES, valid))
+            kb.store_lanes(kb.fmul(v, factor), af, [r, off], valid)
 
-        def scales(off, mask):
-            v = decode_scales(kb, _load_bytes(kb, sa8, [r, off], LANES, mask))
-            _store(kb, v, saf, [r, off], mask)
+        def scales(off, valid):
+            v = decode_scales(kb, kb.load_lanes(sa8, [r, off], LANES, valid))
+            kb.store_lanes(v, saf, [r, off], valid)
 
         vector_loop(kb, prob.k, LANES, widen)
         vector_loop(kb, prob.kblocks, LANES, scales)
     with kb.loop(m, mp, 1) as row:  # padding rows: zeros
-        vector_loop(kb, prob.k, LANES, lambda off, mask: _store(kb, zero, af, [row.iv, off], mask))
+        vector_loop(kb, prob.k, LANES, lambda off, v: kb.store_lanes(zero, af, [row.iv, off], v))
         vector_loop(
-            kb, prob.kblocks, LANES, lambda off, mask: _store(kb, zero, saf, [row.iv, off], mask)
+            kb, prob.kblocks, LANES, lambda off, v: kb.store_lanes(zero, saf, [row.iv, off], v)
         )
     return PreparedA(af, saf, m, mp)

@@ -19,6 +19,13 @@ subnormals, so no f32 subnormal (and no microcode assist) ever appears:
   to an f16 NaN explicitly.
 * MXINT8: ``sitofp`` of the code, i.e. the value times ``2^6``.
 
+Packed FP4/FP6 codes (``mlir_mx.numerics.packing``: a little-endian bit
+stream along the row, FP4 two per byte, FP6 four per three bytes) are first
+unpacked in registers (:meth:`Decoder.unpack`): FP4 splits the nibbles and
+interleaves them (static shuffles); FP6 uses ``vpmultishiftqb`` with VBMI
+(one byte permutation, one multishift, one mask per 64 codes) or shifts of
+static byte shuffles otherwise.
+
 With AVX512-VBMI, 64 float codes are widened by table lookups instead
 (:class:`Decoder` ``table=True``): two ``vpermi2b`` pick the high and low
 byte of the bf16 encoding of each code's value (the same ``value * 2^exp2``;
@@ -39,6 +46,7 @@ from mlir import ir
 from mlir_mx.kernels.builder import KernelBuilder
 from mlir_mx.kernels.cpu import has_features
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, ElementFormat, decode_elements
+from mlir_mx.numerics.packing import packing_group
 
 __all__ = ["Decoder", "decoder", "decode_scales", "LANES"]
 
@@ -65,6 +73,48 @@ class Decoder:
         if f.name == "f8E5M2":
             return 0
         return f.bias - 15
+
+    @property
+    def group(self) -> tuple[int, int]:
+        """``(codes, bytes)`` of one packing group (``(1, 1)`` for 8-bit formats)."""
+        return packing_group(self.fmt)
+
+    def packed_bytes(self, n_codes: int) -> int:
+        """Bytes holding ``n_codes`` packed codes."""
+        codes, nbytes = self.group
+        return n_codes // codes * nbytes
+
+    def unpack(self, kb: KernelBuilder, raw: ir.Value) -> ir.Value:
+        """Packed bytes (``vector<b x i8>``) -> one code per byte (``vector<n x i8>``)."""
+        codes, nbytes = self.group
+        if codes == 1:
+            return raw
+        b = ir.VectorType(raw.type).shape[0]
+        n = b // nbytes * codes
+        vb = kb.vec(b, kb.i8)
+        if self.fmt.bits == 4:
+            lo = kb.andi(raw, kb.const(0x0F, vb))
+            hi = kb.shrui(raw, kb.const(4, vb))
+            return kb.shuffle(lo, hi, [j for i in range(b) for j in (i, b + i)])
+        if n == 64 and self.table:
+            return _unpack6_multishift(kb, raw)
+        # FP6 generic: per group (b0, b1, b2) -> 4 codes by shifts and masks.
+        g = b // 3
+        parts = [kb.shuffle(raw, raw, [3 * i + j for i in range(g)]) for j in range(3)]
+        vg = kb.vec(g, kb.i8)
+        m = lambda v: kb.const(v, vg)  # noqa: E731
+        b0, b1, b2 = parts
+        c0 = kb.andi(b0, m(0x3F))
+        c1 = kb.ori(kb.shrui(b0, m(6)), kb.shli(kb.andi(b1, m(0x0F)), m(2)))
+        c2 = kb.ori(kb.shrui(b1, m(4)), kb.shli(kb.andi(b2, m(0x03)), m(4)))
+        c3 = kb.shrui(b2, m(2))
+        c01 = kb.shuffle(c0, c1, [j for i in range(g) for j in (i, g + i)])
+        c23 = kb.shuffle(c2, c3, [j for i in range(g) for j in (i, g + i)])
+        return kb.shuffle(
+            c01,
+            c23,
+            [j for i in range(g) for j in (2 * i, 2 * i + 1, 2 * g + 2 * i, 2 * g + 2 * i + 1)],
+        )
 
     def decode(self, kb: KernelBuilder, codes: ir.Value) -> list[ir.Value]:
         """``codes``: ``vector<n x i8>`` (n a multiple of 16) -> n/16 f32 vectors."""
@@ -148,6 +198,17 @@ class Decoder:
             odd = kb.andi(w, kb.const(-65536, v16i))
             out += [kb.bitcast(even, kb.vec(16, kb.f32)), kb.bitcast(odd, kb.vec(16, kb.f32))]
         return out
+
+
+def _unpack6_multishift(kb: KernelBuilder, raw: ir.Value) -> ir.Value:
+    """48 bytes of packed FP6 -> 64 codes: qword q gets bytes 6q..6q+5 (codes
+    8q..8q+7), ``vpmultishiftqb`` picks each code's 8-bit window at bit 6r, and
+    a mask keeps its 6 bits."""
+    v64 = kb.vec(64, kb.i8)
+    spread = kb.shuffle(raw, raw, [6 * q + min(i, 5) for q in range(8) for i in range(8)])
+    offsets = kb.const_array([6 * r for q in range(8) for r in range(8)], v64)
+    fields = kb.intrinsic("llvm.x86.avx512.pmultishift.qb.512", v64, [offsets, spread])
+    return kb.andi(fields, kb.const(0x3F, v64))
 
 
 #: Code order for :meth:`Decoder._table_decode`: position
