@@ -103,7 +103,9 @@ def _wheel_library(name: str) -> Path:
 
 def runtime_libraries() -> list[str]:
     """Paths of libmlir_c_runner_utils.so and libmlir_runner_utils.so."""
-    return [str(_wheel_library(n)) for n in ("libmlir_c_runner_utils.so", "libmlir_runner_utils.so")]
+    return [
+        str(_wheel_library(n)) for n in ("libmlir_c_runner_utils.so", "libmlir_runner_utils.so")
+    ]
 
 
 _ASYNC_RUNTIME = "libmlir_async_runtime.so"
@@ -123,7 +125,9 @@ def load_async_runtime() -> None:
     """
     global _async_runtime_handle
     if _async_runtime_handle is None:
-        _async_runtime_handle = ctypes.CDLL(str(_wheel_library(_ASYNC_RUNTIME)), mode=ctypes.RTLD_GLOBAL)
+        _async_runtime_handle = ctypes.CDLL(
+            str(_wheel_library(_ASYNC_RUNTIME)), mode=ctypes.RTLD_GLOBAL
+        )
 
 
 def _has_mx_ops(module: ir.Module) -> bool:
@@ -263,7 +267,8 @@ def _signatures(module: ir.Module) -> dict[str, _Signature]:
 class _Compiled:
     """A lowered module and its engine; shared by every Runner of the same key."""
 
-    def __init__(self, text, pipeline, opt_level, shared_libs, context, schedule, threads):
+    def __init__(self, text, pipeline, opt_level, shared_libs, context, schedule, threads,
+                 cache_dir=None):  # fmt: skip
         self.context = context or ir.Context()
         with self.context, ir.Location.unknown():
             # parse_module loads the mx dialect and reads its custom syntax, so
@@ -275,8 +280,16 @@ class _Compiled:
             self.pipeline = pipeline
             self.signatures = _signatures(module)
             load_async_runtime()
-            build_pass_manager(pipeline, self.context).run(module.operation)
-            _check_lowered(module)
+            cached = _DiskCache(cache_dir, text, pipeline) if cache_dir else None
+            lowered = cached.load(self.context) if cached else None
+            self.from_disk = lowered is not None
+            if lowered is None:
+                build_pass_manager(pipeline, self.context).run(module.operation)
+                _check_lowered(module)
+                if cached:
+                    cached.store(module)
+            else:
+                module = lowered
             self.module = module
             self.engine = ExecutionEngine(
                 module, opt_level=opt_level, shared_libs=list(shared_libs)
@@ -313,6 +326,67 @@ def _check_lowered(module: ir.Module) -> None:
         )
 
 
+class _DiskCache:
+    """The lowered (LLVM dialect) module of one compilation, as MLIR bytecode.
+
+    What upstream lets us reload: the bindings cannot load object code into an
+    ExecutionEngine, so a hit skips parsing-time passes (ours and MLIR's) but
+    not LLVM's code generation (measured: ``docs/library.md``).  Keyed by the
+    text, the pipeline, the CPU features and the versions of mlir-mx and the
+    bindings; a file that does not load is ignored and rewritten.
+    """
+
+    def __init__(self, directory, text: str, pipeline: str):
+        import hashlib
+        from importlib import metadata
+
+        import mlir_mx
+
+        try:
+            bindings = metadata.version("xtc-mlir-python-bindings")
+        except metadata.PackageNotFoundError:  # pragma: no cover - source builds
+            bindings = "unknown"
+        h = hashlib.sha256()
+        for part in (
+            text,
+            pipeline,
+            " ".join(sorted(host_features())),
+            mlir_mx.__version__,
+            bindings,
+        ):
+            h.update(part.encode())
+            h.update(b"\0")
+        self.path = Path(directory) / f"{h.hexdigest()}.mlirbc"
+
+    def load(self, context: ir.Context) -> ir.Module | None:
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return None
+        try:
+            module = ir.Module.parse(data, context)
+            _check_lowered(module)
+            return module
+        except (ir.MLIRError, RuntimeError, ValueError):
+            return None
+
+    def store(self, module: ir.Module) -> None:
+        import io
+        import os
+        import tempfile
+
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            buf = io.BytesIO()
+            module.operation.write_bytecode(buf)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(buf.getvalue())
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a read-only or full cache directory only costs the next process time
+
+
 _CACHE: OrderedDict[tuple, _Compiled] = OrderedDict()
 _CACHE_SIZE = 64
 
@@ -331,8 +405,12 @@ def compile_module(
     context: ir.Context | None = None,
     schedule: str = "auto",
     threads: int | None = None,
+    cache_dir=None,
 ) -> _Compiled:
     """Compile (or fetch from the LRU cache) ``module`` lowered by ``pipeline``.
+
+    ``cache_dir``: also keep the lowered module on disk there, so another
+    process skips the passes (see :class:`_DiskCache`).
 
     ``pipeline=None`` picks :func:`default_pipeline` (``schedule`` and
     ``threads`` apply to it only; ``threads=None`` or 0: this machine's cores).
@@ -356,7 +434,9 @@ def compile_module(
     if hit is not None:
         _CACHE.move_to_end(key)
         return hit
-    compiled = _Compiled(text, pipeline, opt_level, libs, context, schedule, threads or 0)
+    compiled = _Compiled(
+        text, pipeline, opt_level, libs, context, schedule, threads or 0, cache_dir
+    )
     _CACHE[key] = compiled
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
@@ -414,6 +494,7 @@ class Runner:
         context: ir.Context | None = None,
         schedule: str = "auto",
         threads: int | None = None,
+        cache_dir=None,
     ):
         self._compiled = compile_module(
             module,
@@ -423,6 +504,7 @@ class Runner:
             context=context,
             schedule=schedule,
             threads=threads,
+            cache_dir=cache_dir,
         )
 
     @classmethod

@@ -46,7 +46,7 @@ class Problem:
     n: int
     k: int
     block: int
-    a_elem: str
+    a_elem: str | None  # None: an f32 A (the library's activations; no scales)
     b_elem: str | None  # None: an f32 B
     #: FP4/FP6 codes packed along each row (``mlir_mx.numerics.packing``)
     #: instead of one code per byte.
@@ -55,6 +55,10 @@ class Problem:
     @property
     def kblocks(self) -> int:
         return self.k // self.block
+
+    @property
+    def a_is_mx(self) -> bool:
+        return self.a_elem is not None
 
     @property
     def b_is_mx(self) -> bool:
@@ -77,7 +81,7 @@ class Operands:
     """The kernel's buffers: codes and scales of A (and B when MX), and C."""
 
     a: ir.Value
-    sa: ir.Value
+    sa: ir.Value | None  # None for an f32 A
     b: ir.Value
     sb: ir.Value | None
     c: ir.Value
@@ -128,9 +132,14 @@ def vector_loop(kb: KernelBuilder, total: int, width: int, body: Callable) -> No
 
 
 def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> PreparedA:
-    """Widen A's codes and decode A's scales into f32 buffers (rows padded to ``group``)."""
-    rows_a = CodeRows(kb, ops.a, prob.a_elem, prob.packed)
-    sa8 = kb.as_bytes(ops.sa)
+    """Widen A's codes and decode A's scales into f32 buffers (rows padded to ``group``).
+
+    An f32 A is copied times ``2^-exp2(B)`` (exact unless it overflows, i.e.
+    only for |a| near the top of the f32 range with the f16 widening of B),
+    with scales 1.
+    """
+    rows_a = CodeRows(kb, ops.a, prob.a_elem, prob.packed) if prob.a_is_mx else None
+    sa8 = kb.as_bytes(ops.sa) if prob.a_is_mx else None
     if prob.m is None:
         m = kb.dim(ops.a, 0)
         mp = kb.mul(kb.ceildivu(m, group), group)
@@ -143,19 +152,26 @@ def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> Pr
         dyn = []
     af = kb.alloc([rows, prob.k], kb.f32, dyn)
     saf = kb.alloc([rows, prob.kblocks], kb.f32, dyn)
-    dec = rows_a.dec
-    factor = kb.const(2.0 ** (-dec.exp2 - prob.b_exp2()), kb.vec(LANES, kb.f32))
+    a_exp2 = rows_a.dec.exp2 if rows_a else 0
+    factor = kb.const(2.0 ** (-a_exp2 - prob.b_exp2()), kb.vec(LANES, kb.f32))
     zero = kb.const(0.0, kb.vec(LANES, kb.f32))
+    one = kb.const(1.0, kb.vec(LANES, kb.f32))
 
     with kb.loop(0, m, 1) as row:
         r = row.iv
 
         def widen(off, valid):
-            (v,) = dec.decode(kb, rows_a.load(r, off, LANES, valid))
+            if rows_a is None:
+                v = kb.load_lanes(ops.a, [r, off], LANES, valid)
+            else:
+                (v,) = rows_a.dec.decode(kb, rows_a.load(r, off, LANES, valid))
             kb.store_lanes(kb.fmul(v, factor), af, [r, off], valid)
 
         def scales(off, valid):
-            v = decode_scales(kb, kb.load_lanes(sa8, [r, off], LANES, valid))
+            if sa8 is None:
+                v = one
+            else:
+                v = decode_scales(kb, kb.load_lanes(sa8, [r, off], LANES, valid))
             kb.store_lanes(v, saf, [r, off], valid)
 
         vector_loop(kb, prob.k, LANES, widen)
