@@ -51,6 +51,9 @@ class PackedConfig:
     nc: int = 256  # columns per panel (a multiple of 64)
     ku: int = 8  # unroll of the in-block loop
     threads: int = 1
+    #: Accumulators in registers across the K chunk (else in an L1 tile,
+    #: updated once per block: room for a larger mr x nv of partials).
+    c_regs: bool = True
 
     @property
     def nr(self) -> int:
@@ -103,6 +106,7 @@ class _Packed:
         kc = self.kc
         bp = kb.alloc([cfg.nc // cfg.nr, kc, cfg.nr], kb.f32)
         sbp = kb.alloc([kc // prob.block, cfg.nc], kb.f32) if prob.b_is_mx else None
+        self.ctile = None if cfg.c_regs else kb.alloc([cfg.mr, cfg.nr], kb.f32)
         width = kb.min(cfg.nc, kb.sub(prob.n, jc))  # columns of this panel
         full = prob.k - prob.k % kc
         if full:
@@ -113,6 +117,8 @@ class _Packed:
         kb.dealloc(bp)
         if sbp is not None:
             kb.dealloc(sbp)
+        if self.ctile is not None:
+            kb.dealloc(self.ctile)
 
     def chunk(self, jc, width, pc, kc: int, bp, sbp) -> None:
         """Pack B[pc : pc + kc, panel] and run the microkernels over it."""
@@ -173,6 +179,11 @@ class _Packed:
             for v in range(nv):
                 idx = [load_rows[r], kb.add(col0, LANES * v)]
                 c.append(kb.load_lanes(c_mem, idx, LANES, valids[v]))
+        ctile = self.ctile
+        if ctile is not None:  # the accumulators live in the L1 tile
+            for i, cv in enumerate(c):
+                kb.vstore(cv, ctile, [i // nv, LANES * (i % nv)])
+            c = []
         zero = kb.const(0.0, kb.vec(LANES, kb.f32))
         kb0 = kb.divu(pc, prob.block)
         with kb.loop(0, kc // prob.block, 1, c) as blk:
@@ -191,6 +202,8 @@ class _Packed:
                 kk.yield_(p)
             p = kk.results
             cc = list(blk.args)
+            if ctile is not None:
+                cc = [kb.vload(ctile, [i // nv, LANES * (i % nv)], LANES) for i in range(mr * nv)]
             sbv = None
             if sbp is not None:
                 sbv = [
@@ -202,8 +215,14 @@ class _Packed:
                 for v in range(nv):
                     s = kb.fmul(sa, sbv[v]) if sbv is not None else sa
                     cc[r * nv + v] = kb.fma(p[r * nv + v], s, cc[r * nv + v])
+            if ctile is not None:
+                for i, cv in enumerate(cc):
+                    kb.vstore(cv, ctile, [i // nv, LANES * (i % nv)])
+                cc = []
             blk.yield_(cc)
         c = blk.results
+        if ctile is not None:
+            c = [kb.vload(ctile, [i // nv, LANES * (i % nv)], LANES) for i in range(mr * nv)]
         for r in range(mr):
 
             def store(r=r):

@@ -178,10 +178,15 @@ class Decoder:
         hi_t, lo_t = self._tables()
         v64 = kb.vec(64, kb.i8)
         b = kb.shuffle(codes, codes, _TABLE_PERM)
-        tables = [kb.const_array(t[i : i + 64], v64) for t in (hi_t, lo_t) for i in (0, 64)]
-        name = "llvm.x86.avx512.vpermi2var.qi.512"
-        hi = kb.intrinsic(name, v64, [tables[0], b, tables[1]])
-        lo = kb.intrinsic(name, v64, [tables[2], b, tables[3]])
+        if self.fmt.num_codes <= 64:  # FP6/FP4: one 64-entry table each (vpermb)
+            name = "llvm.x86.avx512.permvar.qi.512"
+            hi = kb.intrinsic(name, v64, [kb.const_array(hi_t[:64], v64), b])
+            lo = kb.intrinsic(name, v64, [kb.const_array(lo_t[:64], v64), b])
+        else:  # 128 magnitudes: two tables each (vpermi2b)
+            tables = [kb.const_array(t[i : i + 64], v64) for t in (hi_t, lo_t) for i in (0, 64)]
+            name = "llvm.x86.avx512.vpermi2var.qi.512"
+            hi = kb.intrinsic(name, v64, [tables[0], b, tables[1]])
+            lo = kb.intrinsic(name, v64, [tables[2], b, tables[3]])
         if self.fmt.bits == 8:  # bit 7 is the sign: or it into the high byte
             hi = kb.ori(hi, kb.andi(b, kb.const(0x80, v64)))
         v16i = kb.vec(16, kb.i32)
