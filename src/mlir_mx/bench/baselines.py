@@ -91,7 +91,7 @@ def numpy_methods(p: Problem, threads: int) -> list[Method]:
 def torch_available() -> str | None:
     """None when torch can be imported, else why not."""
     if importlib.util.find_spec("torch") is None:
-        return "torch is not installed (pip install 'mlir-mx[bench]' or torch)"
+        return "torch is not installed (pip install 'mlir-mx[torch]', a CPU build)"
     return None
 
 

@@ -11,7 +11,7 @@ Examples::
 Every result is checked against the oracle before it is timed; a wrong result
 prints ``mx-bench: error: WRONG RESULT: ...`` and exits 1 (no results file).
 Writes ``mx-bench-<date>-<tag>.json`` and ``.md`` under ``--out``.  torch and
-ggml-python are optional (``pip install 'mlir-mx[bench]'``, see docs/bench.md);
+ggml-python are optional (extras ``torch`` and ``bench``, see docs/bench.md);
 each is skipped with a note when absent.
 """
 
