@@ -53,6 +53,7 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     rec = json.loads(js.read_text())
     assert rec["command"] == f"mx-bench --quick --out {tmp_path}"
     assert rec["machine"]["cpu"] and "avx512f" in rec["machine"]["cpu_features"]
+    assert {"loadavg_start", "loadavg_end", "cpu_steal", "total_s"} <= set(rec)
     assert [r["threads"] for r in rec["roofs"]] == [1, 2]
     assert all(r["bandwidth"] > 0 and r["peak"] > 0 for r in rec["roofs"])
     rows = rec["rows"]

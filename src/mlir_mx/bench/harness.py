@@ -18,7 +18,15 @@ from mlir_mx.model.measure import Timing, time_repeated
 
 from .baselines import numpy_methods, torch_methods
 from .ggml_baseline import ggml_methods
-from .machine import Roof, loadavg, machine_info, measure_roof, thread_limits
+from .machine import (
+    Roof,
+    cpu_jiffies,
+    loadavg,
+    machine_info,
+    measure_roof,
+    steal_fraction,
+    thread_limits,
+)
 from .method import Method, Skipped
 from .ours import our_methods
 from .problem import Problem, make_problem
@@ -138,7 +146,7 @@ def _group(p, threads, roof, opts, compiled, skipped, say) -> list[dict]:
 
 def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
     """Run the whole benchmark; returns the record written by :mod:`.report`."""
-    t_start = time.perf_counter()
+    t_start, jiffies = time.perf_counter(), cpu_jiffies()
     record = {
         "tool": "mx-bench",
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -170,6 +178,7 @@ def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
         ratios=_ratios_by_group(rows),
         skipped=[{"method": k, "reason": v} for k, v in skipped.items()],
         loadavg_end=loadavg(),
+        cpu_steal=steal_fraction(jiffies, cpu_jiffies()),
         total_s=time.perf_counter() - t_start,
     )
     return record

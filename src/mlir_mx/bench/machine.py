@@ -14,7 +14,17 @@ import numpy as np
 
 from mlir_mx.model.measure import cpu_model, lscpu, measure_bandwidth, measure_peak
 
-__all__ = ["CPU_FEATURES", "Roof", "cpu_features", "loadavg", "machine_info", "measure_roof"]
+__all__ = [
+    "CPU_FEATURES",
+    "Roof",
+    "cpu_features",
+    "cpu_jiffies",
+    "loadavg",
+    "machine_info",
+    "measure_roof",
+    "steal_fraction",
+    "thread_limits",
+]
 
 #: /proc/cpuinfo flags that decide which kernels can run fast here.
 CPU_FEATURES = (
@@ -53,6 +63,24 @@ def loadavg() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
+
+
+def cpu_jiffies() -> tuple[int, int] | None:
+    """(steal, total) CPU time from /proc/stat, or None: the steal share of a
+    run says how much a hypervisor gave the cores to other guests meanwhile."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def steal_fraction(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float | None:
+    """Share of CPU time stolen between two :func:`cpu_jiffies` readings."""
+    if not start or not end or end[1] <= start[1]:
+        return None
+    return (end[0] - start[0]) / (end[1] - start[1])
 
 
 def _versions() -> dict[str, str]:

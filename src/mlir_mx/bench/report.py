@@ -28,6 +28,10 @@ def write_results(record: dict, out: Path) -> tuple[Path, Path]:
     return js, md
 
 
+def _pct(x: float | None) -> str:
+    return "unknown" if x is None else f"{x:.1%}"
+
+
 def _header(r: dict) -> list[str]:
     m = r["machine"]
     have = [k for k, v in m["cpu_features"].items() if v]
@@ -49,7 +53,8 @@ def _header(r: dict) -> list[str]:
         "(numpy BLAS via threadpoolctl, torch.set_num_threads, ggml n_threads; "
         "the 'kernel threads' column says what each method really used)",
         f"- Load average (1/5/15 min) at start {r['loadavg_start']}, at end {r['loadavg_end']} "
-        "(the cores are shared: a load near the core count means a busy machine)",
+        "(the cores are shared: a load near the core count means a busy machine); "
+        f"CPU time stolen by the hypervisor during the run: {_pct(r.get('cpu_steal'))}",
         f"- Total run time {r['total_s']:.0f} s; samples per timing up to "
         f"{r['options']['samples']} (budget {r['options']['budget_s']} s), median reported, "
         "spread = (max - min) / median",
