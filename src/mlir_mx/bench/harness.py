@@ -20,11 +20,11 @@ from .baselines import numpy_methods, torch_methods
 from .ggml_baseline import ggml_methods
 from .machine import (
     Roof,
-    cpu_jiffies,
+    cpu_sample,
     loadavg,
     machine_info,
     measure_roof,
-    steal_fraction,
+    other_load,
     thread_limits,
 )
 from .method import Method, Skipped
@@ -112,14 +112,17 @@ def _ratios(rows: list[dict]) -> list[dict]:
 def _measure(p: Problem, m: Method, threads: int, roof: Roof, opts: Options, say) -> dict:
     err = m.oracle.check(m.name, f"{p.where}, {threads} thread(s)", m.result(), m.out_unit)
     time.sleep(opts.settle_s)
+    cpu0 = cpu_sample()
     timing = time_repeated(
         m.run, samples=opts.samples, target_s=opts.target_s, budget_s=opts.budget_s
     )
     row = _row(p, m, timing, roof, threads, err)
+    row["cpu"] = other_load(cpu0, cpu_sample())
     say(
         f"    {m.name:<20} {timing.median * 1e3:10.3f} ms (spread {timing.spread:5.1%}) "
         f"{row['gb_per_s']:7.1f} GB/s {row['gflop_per_s']:8.1f} GFLOP/s "
         f"{row['roof_fraction']:6.1%} of {row['roof']} roof; err/bound {err:.2g}"
+        + (f"; others used {row['cpu']['others']:.0%} of the cores" if row["cpu"] else "")
     )
     return row
 
@@ -146,7 +149,7 @@ def _group(p, threads, roof, opts, compiled, skipped, say) -> list[dict]:
 
 def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
     """Run the whole benchmark; returns the record written by :mod:`.report`."""
-    t_start, jiffies = time.perf_counter(), cpu_jiffies()
+    t_start, cpu0 = time.perf_counter(), cpu_sample()
     record = {
         "tool": "mx-bench",
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -178,7 +181,7 @@ def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
         ratios=_ratios_by_group(rows),
         skipped=[{"method": k, "reason": v} for k, v in skipped.items()],
         loadavg_end=loadavg(),
-        cpu_steal=steal_fraction(jiffies, cpu_jiffies()),
+        cpu=other_load(cpu0, cpu_sample()),
         total_s=time.perf_counter() - t_start,
     )
     return record

@@ -18,11 +18,12 @@ __all__ = [
     "CPU_FEATURES",
     "Roof",
     "cpu_features",
-    "cpu_jiffies",
+    "CpuSample",
+    "cpu_sample",
     "loadavg",
     "machine_info",
     "measure_roof",
-    "steal_fraction",
+    "other_load",
     "thread_limits",
 ]
 
@@ -65,22 +66,42 @@ def loadavg() -> list[float] | None:
         return None
 
 
-def cpu_jiffies() -> tuple[int, int] | None:
-    """(steal, total) CPU time from /proc/stat, or None: the steal share of a
-    run says how much a hypervisor gave the cores to other guests meanwhile."""
+@dataclass(frozen=True)
+class CpuSample:
+    """CPU seconds from /proc/stat (all CPUs together) and of this process."""
+
+    busy: float  # user + nice + system + irq + softirq, every process
+    steal: float  # time the hypervisor gave the cores to other guests
+    total: float  # every state (CPU count x wall time)
+    own: float  # this process (all its threads)
+
+
+def cpu_sample() -> CpuSample | None:
+    """Now's :class:`CpuSample`, or None where /proc/stat is unreadable."""
     try:
         with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
+            v = [int(x) for x in f.readline().split()[1:9]]
     except (OSError, ValueError):
         return None
-    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+    v += [0] * (8 - len(v))
+    hz = os.sysconf("SC_CLK_TCK")
+    t = os.times()
+    return CpuSample(
+        (v[0] + v[1] + v[2] + v[5] + v[6]) / hz, v[7] / hz, sum(v) / hz, t.user + t.system
+    )
 
 
-def steal_fraction(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float | None:
-    """Share of CPU time stolen between two :func:`cpu_jiffies` readings."""
-    if not start or not end or end[1] <= start[1]:
+def other_load(a: CpuSample | None, b: CpuSample | None) -> dict[str, float] | None:
+    """Between two samples: the share of all cores that OTHER processes used
+    (``others``, what disturbs a timing on shared cores) and that the hypervisor
+    stole (``steal``); None when too short to tell."""
+    # /proc/stat and os.times count in clock ticks (10 ms): below 0.2 CPU
+    # seconds the shares would be noise.
+    if a is None or b is None or b.total - a.total < 0.2:
         return None
-    return (end[0] - start[0]) / (end[1] - start[1])
+    span = b.total - a.total
+    others = max(0.0, (b.busy - a.busy) - (b.own - a.own)) / span
+    return {"others": min(others, 1.0), "steal": (b.steal - a.steal) / span}
 
 
 def _versions() -> dict[str, str]:

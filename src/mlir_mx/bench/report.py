@@ -28,8 +28,8 @@ def write_results(record: dict, out: Path) -> tuple[Path, Path]:
     return js, md
 
 
-def _pct(x: float | None) -> str:
-    return "unknown" if x is None else f"{x:.1%}"
+def _pct(cpu: dict | None, key: str) -> str:
+    return "unknown" if not cpu else f"{cpu[key]:.0%}"
 
 
 def _header(r: dict) -> list[str]:
@@ -53,8 +53,10 @@ def _header(r: dict) -> list[str]:
         "(numpy BLAS via threadpoolctl, torch.set_num_threads, ggml n_threads; "
         "the 'kernel threads' column says what each method really used)",
         f"- Load average (1/5/15 min) at start {r['loadavg_start']}, at end {r['loadavg_end']} "
-        "(the cores are shared: a load near the core count means a busy machine); "
-        f"CPU time stolen by the hypervisor during the run: {_pct(r.get('cpu_steal'))}",
+        "(load counts every process on the cores, ours too)",
+        f"- Share of the cores used by other processes during the run: "
+        f"{_pct(r['cpu'], 'others')}, stolen by the hypervisor: {_pct(r['cpu'], 'steal')}; "
+        "per row in the 'others' column (a timing with others well above 0 was disturbed)",
         f"- Total run time {r['total_s']:.0f} s; samples per timing up to "
         f"{r['options']['samples']} (budget {r['options']['budget_s']} s), median reported, "
         "spread = (max - min) / median",
@@ -91,8 +93,8 @@ def _rows_table(r: dict) -> list[str]:
         "measured time. vs numpy: numpy f32 time / this time (> 1: faster).",
         "",
         "| shape | format | threads | method | kernel threads | median ms | min ms | spread "
-        "| GB/s | GFLOP/s | roof | % roof | vs numpy f32 | err/bound | compile s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| GB/s | GFLOP/s | roof | % roof | vs numpy f32 | err/bound | compile s | others |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     numpy = {
         (x["shape"], x["format"], x["threads"]): x["median_s"]
@@ -107,7 +109,8 @@ def _rows_table(r: dict) -> list[str]:
             f"| {x['shape']} | {x['format']} | {x['threads']} | {x['method']} "
             f"| {x['method_threads']} | {x['median_s'] * 1e3:.3f} | {x['min_s'] * 1e3:.3f} "
             f"| {x['spread']:.1%} | {x['gb_per_s']:.1f} | {x['gflop_per_s']:.1f} | {x['roof']} "
-            f"| {x['roof_fraction']:.1%} | {vs} | {x['max_err_over_bound']:.2g} | {comp} |"
+            f"| {x['roof_fraction']:.1%} | {vs} | {x['max_err_over_bound']:.2g} | {comp} "
+            f"| {_pct(x.get('cpu'), 'others')} |"
         )
     return lines
 
