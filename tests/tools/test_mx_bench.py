@@ -110,6 +110,21 @@ def test_wrong_result_is_a_failure_not_a_row(tmp_path, monkeypatch, capsys):
     assert not list(tmp_path.iterdir())
 
 
+def test_kernel_that_does_not_compile_fails_the_run(tmp_path, monkeypatch, capsys):
+    from mlir_mx.execution import Runner
+
+    def build():
+        return Runner("func.func @bench(%x: i32) {\n  return %y : i32\n}\n")
+
+    broken = ours.OurVariant("ours bad ir", "mx-ab", build, 1, "none")
+    monkeypatch.setattr(ours, "our_variants", lambda *a, **k: [broken])
+    monkeypatch.setattr(harness, "FAMILIES", ())
+    rc = main(["--quick", "--shapes", "1x8x32", "--threads", "1", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.count("\n") == 1
+    assert err.startswith("mx-bench: error: ours bad ir at 1x8x32 f8E4M3FN: does not compile: ")
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

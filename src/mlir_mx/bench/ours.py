@@ -17,7 +17,7 @@ from mlir_mx.model.kernels import Shape, variant_module_text
 from mlir_mx.pipelines import load_pipeline
 
 from .method import Method
-from .problem import Problem, mx_bytes
+from .problem import BenchFailure, Problem, mx_bytes
 
 __all__ = ["OurVariant", "our_methods", "our_variants"]
 
@@ -95,7 +95,11 @@ def our_methods(
             raise ValueError(f"{v.label}: unknown operands {v.operands!r}")
         say(f"    compiling {v.label} ({v.schedule})...")
         t0 = time.perf_counter()
-        runner = v.build()
+        try:
+            runner = v.build()
+        except Exception as err:  # a kernel that does not compile fails the run
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise BenchFailure(f"{v.label} at {p.where}: does not compile: {first}") from err
         seconds = time.perf_counter() - t0
         key = _engine_key(runner)
         cached = key in compiled
