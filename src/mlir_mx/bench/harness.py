@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mlir_mx.model.kernels import Shape
@@ -53,7 +53,11 @@ class Options:
     budget_s: float = 4.0
     #: pause before each timing so the previous library's spinning workers sleep
     settle_s: float = 0.3
-    skipped: list[str] = field(default_factory=list)
+    #: a timing during which other processes used more than this share of the
+    #: cores is repeated (after ``retry_wait_s``) up to ``retries`` times
+    max_others: float = 0.1
+    retries: int = 3
+    retry_wait_s: float = 5.0
 
 
 def _row(p: Problem, m: Method, t: Timing, roof: Roof, threads: int, err: float) -> dict:
@@ -111,13 +115,22 @@ def _ratios(rows: list[dict]) -> list[dict]:
 
 def _measure(p: Problem, m: Method, threads: int, roof: Roof, opts: Options, say) -> dict:
     err = m.oracle.check(m.name, f"{p.where}, {threads} thread(s)", m.result(), m.out_unit)
-    time.sleep(opts.settle_s)
-    cpu0 = cpu_sample()
-    timing = time_repeated(
-        m.run, samples=opts.samples, target_s=opts.target_s, budget_s=opts.budget_s
-    )
+    for attempt in range(1, opts.retries + 2):
+        time.sleep(opts.settle_s)
+        cpu0 = cpu_sample()
+        timing = time_repeated(
+            m.run, samples=opts.samples, target_s=opts.target_s, budget_s=opts.budget_s
+        )
+        cpu = other_load(cpu0, cpu_sample())
+        if cpu is None or cpu["others"] <= opts.max_others or attempt > opts.retries:
+            break
+        say(
+            f"    {m.name}: other processes used {cpu['others']:.0%} of the cores while it "
+            f"was timed; timing again in {opts.retry_wait_s:g} s"
+        )
+        time.sleep(opts.retry_wait_s)
     row = _row(p, m, timing, roof, threads, err)
-    row["cpu"] = other_load(cpu0, cpu_sample())
+    row["cpu"], row["attempts"] = cpu, attempt
     say(
         f"    {m.name:<20} {timing.median * 1e3:10.3f} ms (spread {timing.spread:5.1%}) "
         f"{row['gb_per_s']:7.1f} GB/s {row['gflop_per_s']:8.1f} GFLOP/s "
@@ -155,7 +168,7 @@ def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "tag": opts.tag,
         "command": opts.command,
-        "options": {k: v for k, v in asdict(opts).items() if k not in ("out", "skipped")},
+        "options": {k: v for k, v in asdict(opts).items() if k != "out"},
         "machine": machine_info(),
         "loadavg_start": loadavg(),
     }

@@ -32,6 +32,11 @@ def _pct(cpu: dict | None, key: str) -> str:
     return "unknown" if not cpu else f"{cpu[key]:.0%}"
 
 
+def _tries(row: dict) -> str:
+    n = row.get("attempts", 1)
+    return f" (timed {n}x)" if n > 1 else ""
+
+
 def _header(r: dict) -> list[str]:
     m = r["machine"]
     have = [k for k, v in m["cpu_features"].items() if v]
@@ -56,7 +61,9 @@ def _header(r: dict) -> list[str]:
         "(load counts every process on the cores, ours too)",
         f"- Share of the cores used by other processes during the run: "
         f"{_pct(r['cpu'], 'others')}, stolen by the hypervisor: {_pct(r['cpu'], 'steal')}; "
-        "per row in the 'others' column (a timing with others well above 0 was disturbed)",
+        "per row in the 'others' column: a timing during which others used more than "
+        f"{r['options']['max_others']:.0%} was repeated up to {r['options']['retries']} times "
+        "('timed Nx'); one still above that was disturbed",
         f"- Total run time {r['total_s']:.0f} s; samples per timing up to "
         f"{r['options']['samples']} (budget {r['options']['budget_s']} s), median reported, "
         "spread = (max - min) / median",
@@ -110,7 +117,7 @@ def _rows_table(r: dict) -> list[str]:
             f"| {x['method_threads']} | {x['median_s'] * 1e3:.3f} | {x['min_s'] * 1e3:.3f} "
             f"| {x['spread']:.1%} | {x['gb_per_s']:.1f} | {x['gflop_per_s']:.1f} | {x['roof']} "
             f"| {x['roof_fraction']:.1%} | {vs} | {x['max_err_over_bound']:.2g} | {comp} "
-            f"| {_pct(x.get('cpu'), 'others')} |"
+            f"| {_pct(x.get('cpu'), 'others')}{_tries(x)} |"
         )
     return lines
 

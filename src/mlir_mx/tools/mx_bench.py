@@ -101,7 +101,7 @@ def _parse(argv: list[str]):
         samples=samples,
     )
     if ns.quick:
-        opts.target_s, opts.budget_s, opts.settle_s = 0.002, 0.2, 0.0
+        opts.target_s, opts.budget_s, opts.settle_s, opts.retries = 0.002, 0.2, 0.0, 0
     return opts, ns.quiet
 
 
