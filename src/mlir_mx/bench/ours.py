@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlir_mx.execution import Runner
+from mlir_mx.kernels import Problem as KProblem
+from mlir_mx.kernels import plan_kernel
 from mlir_mx.model.kernels import Shape, variant_module_text
-from mlir_mx.pipelines import load_pipeline
 
 from .method import Method
 from .problem import BenchFailure, Problem, mx_bytes
@@ -48,27 +49,32 @@ def our_variants(
 ) -> list[OurVariant]:
     """Our kernels to time at ``shape`` in a group run at ``threads`` threads.
 
-    THIS IS THE ONE PLACE TO EDIT when our kernels change (the lead is adding
-    automatic kernel selection to the Runner, with a ``threads=`` argument):
-    return one :class:`OurVariant` per kernel/schedule to compare, each with
-    an honest ``kernel_threads``.  The harness compiles each (timing the
-    compile), checks it against the oracle and times it.
+    THIS IS THE ONE PLACE TO EDIT when our kernels change: one
+    :class:`OurVariant` per kernel/schedule to compare, each with an honest
+    ``kernel_threads``.  The harness compiles each (timing the compile),
+    checks it against the oracle and times it.
 
-    Today: the blocked, vectorized schedule (``mx-vectorize-blocked`` +
-    ``lower-to-llvm``) for mx x mx and mx x f32.  These kernels are
-    single-threaded, so at ``threads=2`` they still run on one thread and say so.
+    The generated kernels of ``mx-matmul-kernels`` through the Runner's
+    default pipeline: mx x mx and mx x f32 with the schedule ``auto`` picks
+    for this M, and mx x mx with each other schedule ("per schedule"), all
+    on ``threads`` threads.
     """
-    pipeline = load_pipeline("mx-vectorize-blocked") + "," + load_pipeline("lower-to-llvm")
+    chosen = plan_kernel(
+        KProblem(shape.M, shape.N, shape.K, block_size, element, element), "auto", threads
+    ).schedule
     variants = []
-    for operands, label in (("mx-ab", "ours mx x mx"), ("mx-a", "ours mx x f32")):
+    rows = [("mx-ab", "ours mx x mx", "auto"), ("mx-a", "ours mx x f32", "auto")]
+    rows += [("mx-ab", f"ours mx x mx {s}", s) for s in ("decode", "small", "prefill")
+             if s != chosen and (s != "decode" or shape.M == 1)]  # fmt: skip
+    for operands, label, schedule in rows:
         text = variant_module_text(operands, shape, element, block_size)
         variants.append(
             OurVariant(
                 label=label,
                 operands=operands,
-                build=lambda t=text: Runner(t, pipeline),
-                kernel_threads=1,
-                schedule="mx-vectorize-blocked",
+                build=lambda t=text, s=schedule: Runner(t, threads=threads, schedule=s),
+                kernel_threads=threads,
+                schedule=f"mx-matmul-kernels {chosen if schedule == 'auto' else schedule}",
             )
         )
     return variants
