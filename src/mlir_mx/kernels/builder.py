@@ -98,6 +98,19 @@ class KernelBuilder:
             self._consts[key] = hit
         return hit
 
+    def const_array_f32(self, values: Sequence[float], t: ir.VectorType) -> ir.Value:
+        """A constant f32 vector with the given lane values, created once."""
+        key = (str(t), "f32array", tuple(float(v).hex() for v in values))
+        hit = self._consts.get(key)
+        if hit is None:
+            import numpy as np
+
+            attr = ir.DenseElementsAttr.get(np.array(values, dtype=np.float32), type=t)
+            with self.const_ip:
+                hit = arith.ConstantOp(t, attr).result
+            self._consts[key] = hit
+        return hit
+
     def idx(self, value: int) -> ir.Value:
         return self.const(value, self.index)
 

@@ -82,7 +82,7 @@ def plan_kernel(prob: Problem, schedule: str = "auto", threads: int | None = Non
     if schedule == "auto":
         schedule = classify(prob.m)
     if schedule == "decode":
-        return KernelPlan("decode", StreamConfig(mr=1, nv=4, ku=32, threads=threads))
+        return KernelPlan("decode", StreamConfig(mr=1, nv=4, ku=8, threads=threads))
     if schedule == "small":
         return KernelPlan("small", StreamConfig(mr=SMALL_MR, nv=4, ku=8, threads=threads))
     return KernelPlan("prefill", PackedConfig(threads=threads))

@@ -151,6 +151,14 @@ class Decoder:
             h = kb.select(nan, kb.ori(h, kb.const(0x7E00, v16)), h)
         return h
 
+    def table_values(self) -> list[float]:
+        """``value * 2^exp2`` of every code (``2^bits`` entries), as :meth:`decode` gives."""
+        codes = np.arange(self.fmt.num_codes, dtype=np.uint8 if not self.fmt.is_int else np.int8)
+        return [
+            float(v)
+            for v in decode_elements(codes.view(self.fmt.dtype), self.fmt.name) * 2.0**self.exp2
+        ]
+
     # -- the VBMI table path ---------------------------------------------------
 
     def _tables(self) -> tuple[list[int], list[int]]:
