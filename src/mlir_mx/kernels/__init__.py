@@ -51,7 +51,9 @@ def _memref(shape, elem: str) -> ir.Type:
     return ir.MemRefType.get(dims, ir.Type.parse(elem))
 
 
-def kernel_module(prob: Problem, plan: KernelPlan, name: str = "matmul") -> ir.Module:
+def kernel_module(
+    prob: Problem, plan: KernelPlan, name: str = "matmul", *, bench: bool = False
+) -> ir.Module:
     """A module with ``func @name(a, sa, b, [sb,] c)`` on memrefs running one kernel.
 
     ``a``/``sa``: A's codes (M x K) and E8M0 scales (M x K/B), or an f32
@@ -60,6 +62,8 @@ def kernel_module(prob: Problem, plan: KernelPlan, name: str = "matmul") -> ir.M
     (K/B x N, only when B is MX); ``c``: the f32 M x N accumulator, updated
     in place.  M may be dynamic (``prob.m is None``).  With ``prob.packed``,
     FP4/FP6 codes are ``ui8`` memrefs of packed bytes (``numerics.pack_codes``).
+    ``bench=True`` adds ``func @bench(..., n: index)`` calling ``@name`` ``n``
+    times (timing without Python's call overhead).
     """
     m = prob.m
 
@@ -89,4 +93,23 @@ def kernel_module(prob: Problem, plan: KernelPlan, name: str = "matmul") -> ir.M
             ops = Operands(a, sa, b, sb, args[0])
             emit_matmul(prob, ops, plan)
             func.ReturnOp([])
+        if bench:
+            _bench_function(fn, types)
     return module
+
+
+def _bench_function(kernel: func.FuncOp, types: list[ir.Type]) -> None:
+    from mlir.dialects import scf
+
+    index = ir.IndexType.get()
+    fn = func.FuncOp("bench", ir.FunctionType.get(types + [index], []))
+    entry = fn.add_entry_block()
+    with ir.InsertionPoint(entry):
+        args = list(entry.arguments)
+        zero = arith.ConstantOp(index, 0).result
+        one = arith.ConstantOp(index, 1).result
+        loop = scf.ForOp(zero, args[-1], one)
+        with ir.InsertionPoint(loop.body):
+            func.CallOp(kernel, args[:-1])
+            scf.YieldOp([])
+        func.ReturnOp([])
