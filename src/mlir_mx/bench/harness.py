@@ -58,6 +58,9 @@ class Options:
     max_others: float = 0.1
     retries: int = 3
     retry_wait_s: float = 5.0
+    #: the MLP benchmark (``mlir_mx.bench.mlp``): (d, f) and token counts
+    mlp: tuple[int, int] | None = None
+    mlp_tokens: tuple[int, ...] = (1, 128)
 
 
 def _row(p: Problem, m: Method, t: Timing, roof: Roof, threads: int, err: float) -> dict:
@@ -188,6 +191,11 @@ def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
                 with thread_limits(t):
                     rows += _group(p, t, roofs[t], opts, compiled, skipped, say)
             del p
+    if opts.mlp:
+        from .mlp import run_mlp
+
+        record["mlp"] = run_mlp(*opts.mlp, opts.threads, list(opts.mlp_tokens), say,
+                                samples=opts.samples)  # fmt: skip
     record.update(
         roofs=[asdict(r) for r in roofs.values()],
         rows=rows,

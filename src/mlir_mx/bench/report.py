@@ -160,5 +160,11 @@ def _notes(r: dict) -> list[str]:
 
 def markdown(record: dict) -> str:
     """The markdown rendering of a run record."""
-    lines = _header(record) + _rows_table(record) + _ratio_table(record) + _notes(record)
+    lines = _header(record)
+    if record["rows"]:
+        lines += _rows_table(record) + _ratio_table(record) + _notes(record)
+    if record.get("mlp"):
+        from .mlp import mlp_markdown
+
+        lines += [""] + mlp_markdown(record["mlp"])
     return "\n".join(lines) + "\n"

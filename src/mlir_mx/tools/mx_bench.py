@@ -7,6 +7,7 @@ Examples::
     mx-bench                                   # the default shapes at 1 and 2 threads
     mx-bench --shapes 1x4096x4096 --threads 2 --formats f8E4M3FN,f4E2M1FN
     mx-bench --quick --out /tmp/r              # tiny shapes, seconds (the test suite runs this)
+    mx-bench --mlp                             # the 4096 -> 14336 -> 4096 MXFP4 MLP (GGUF weights)
 
 Every result is checked against the oracle before it is timed; a wrong result
 prints ``mx-bench: error: WRONG RESULT: ...`` and exits 1 (no results file).
@@ -53,6 +54,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="bench/results", help="results directory (bench/results)")
     p.add_argument("--tag", help="results file tag (default: 'default', or 'quick')")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument(
+        "--mlp",
+        nargs="?",
+        const="4096,14336",
+        metavar="D,F",
+        help="run the MXFP4 MLP benchmark (d -> f -> d; default 4096,14336; --quick: 128,256) "
+        "instead of the matmul shapes",
+    )
+    p.add_argument("--mlp-tokens", default="1,128", help="the MLP's batch sizes (1,128)")
     return p
 
 
@@ -83,7 +93,14 @@ def _parse(argv: list[str]):
         formats = [element_format(f.strip()).name for f in ns.formats.split(",")]
     except (ValueError, TypeError) as err:
         raise ToolError(f"error: {err}") from None
-    tag = ns.tag or ("quick" if ns.quick else "default")
+    mlp = None
+    if ns.mlp is not None:
+        d_f = "128,256" if ns.quick and ns.mlp == "4096,14336" else ns.mlp
+        mlp = tuple(_ints(d_f, "--mlp"))
+        if len(mlp) != 2 or any(v % 32 for v in mlp):
+            raise ToolError(f"error: --mlp: expected D,F, multiples of 32, got '{ns.mlp}'")
+        shapes = [] if ns.shapes is None else shapes
+    tag = ns.tag or ("quick" if ns.quick else "default") + ("-mlp" if mlp else "")
     if not re.fullmatch(r"[A-Za-z0-9._-]+", tag):
         raise ToolError(f"error: --tag: use letters, digits, '.', '_' or '-', got '{tag}'")
     samples = ns.samples if ns.samples is not None else (3 if ns.quick else 9)
@@ -99,6 +116,8 @@ def _parse(argv: list[str]):
         quick=ns.quick,
         block_size=BLOCK_SIZE,
         samples=samples,
+        mlp=mlp,
+        mlp_tokens=tuple(_ints(ns.mlp_tokens, "--mlp-tokens")),
     )
     if ns.quick:
         opts.target_s, opts.budget_s, opts.settle_s, opts.retries = 0.002, 0.2, 0.0, 0
