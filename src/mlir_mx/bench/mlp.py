@@ -28,7 +28,7 @@ import numpy as np
 from mlir_mx.bench.machine import thread_limits
 from mlir_mx.model.measure import time_repeated
 
-__all__ = ["make_weights", "run_mlp"]
+__all__ = ["NAMES", "dense", "make_weights", "mlp_forward", "mxfp4_through_gguf", "run_mlp"]
 
 NAMES = ("gate", "up", "down")
 
@@ -50,7 +50,7 @@ def _silu(x: np.ndarray) -> np.ndarray:
     return x / (np.float32(1) + np.exp(-x))
 
 
-def _mlp(mm, x: np.ndarray) -> np.ndarray:
+def mlp_forward(mm, x: np.ndarray) -> np.ndarray:
     return mm["down"](_silu(mm["gate"](x)) * mm["up"](x))
 
 
@@ -96,7 +96,7 @@ class _Ggml:
         self.gg.ggml_free(self.ctx)
 
 
-def _quantized(w32: dict, say) -> tuple[dict, int, bool]:
+def mxfp4_through_gguf(w32: dict, say) -> tuple[dict, int, bool]:
     """MXFP4 weights through a GGUF file: (weights read back, file bytes, bit-exact)."""
     from mlir_mx.interop.gguf import read_gguf, write_gguf
     from mlir_mx.numerics import quantize
@@ -122,7 +122,7 @@ def _errors(y: np.ndarray, ref64: np.ndarray, ref32: np.ndarray) -> tuple[float,
     )
 
 
-def _dense(weights_t: dict) -> dict:
+def dense(weights_t: dict) -> dict:
     """``x @ W.T`` per projection, from transposed (in, out) arrays."""
     return {n: (lambda a, w=w: a @ w) for n, w in weights_t.items()}
 
@@ -148,26 +148,26 @@ def run_mlp(d: int, f: int, threads: list[int], tokens: list[int], say, samples:
 
     say(f"MLP {d} -> {f} -> {d}, MXFP4 weights, M in {tokens}, threads {threads}")
     w32 = make_weights(d, f)
-    q, gguf_bytes, exact = _quantized(w32, say)
+    q, gguf_bytes, exact = mxfp4_through_gguf(w32, say)
     deq_t = {n: np.ascontiguousarray(dequantize(q[n]).T) for n in NAMES}
-    ref32_mm = _dense({n: np.ascontiguousarray(w32[n].T) for n in NAMES})
-    ref64_mm = _dense({n: w.astype(np.float64) for n, w in deq_t.items()})
+    ref32_mm = dense({n: np.ascontiguousarray(w32[n].T) for n in NAMES})
+    ref64_mm = dense({n: w.astype(np.float64) for n, w in deq_t.items()})
     del w32
     rows, skipped = [], ggml_available()
     rng = np.random.default_rng(1)
     ours_bytes = 0
     for m in tokens:
         x = rng.standard_normal((m, d)).astype(np.float32)
-        ref64, ref32 = _mlp(ref64_mm, x.astype(np.float64)), _mlp(ref32_mm, x)
+        ref64, ref32 = mlp_forward(ref64_mm, x.astype(np.float64)), mlp_forward(ref32_mm, x)
         for t in threads:
             say(f"  M = {m}, {t} thread(s):")
             with thread_limits(t):
                 lins = {n: mlir_mx.Linear(q[n], threads=t) for n in NAMES}
                 ours_bytes = sum(lin.nbytes for lin in lins.values())
-                numpy_mm = _dense(deq_t)
+                numpy_mm = dense(deq_t)
                 methods = {
-                    "ours (mlir_mx.Linear)": lambda a, li=lins: _mlp(li, a),
-                    "numpy f32": lambda a, mm=numpy_mm: _mlp(mm, a),
+                    "ours (mlir_mx.Linear)": lambda a, li=lins: mlp_forward(li, a),
+                    "numpy f32": lambda a, mm=numpy_mm: mlp_forward(mm, a),
                 }
                 gg = None if skipped else _Ggml(q, d, f, m, t)
                 if gg is not None:
