@@ -91,7 +91,7 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     }
     text = md.read_text()
     assert f"`mx-bench --quick --out {tmp_path}`" in text
-    assert "| 5x40x96 | f8E4M3FN | 2 | ours mx x mx | 1 |" in text
+    assert "| 5x40x96 | f8E4M3FN | 2 | ours mx x mx | 2 |" in text
     assert "## Our kernels against each baseline" in text
 
 
