@@ -150,7 +150,10 @@ def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> Pr
         rows = -(-prob.m // group) * group
         mp = kb.idx(rows)
         dyn = []
-    af = kb.alloc([rows, prob.k], kb.f32, dyn)
+    # Rows of af a multiple of 4 KiB apart would share one L1 set: the
+    # microkernel reads mr rows at once, so pad the row by one cache line.
+    ld = prob.k + (LANES if (prob.k * 4) % 4096 == 0 else 0)
+    af = kb.alloc([rows, ld], kb.f32, dyn)
     saf = kb.alloc([rows, prob.kblocks], kb.f32, dyn)
     a_exp2 = rows_a.dec.exp2 if rows_a else 0
     factor = kb.const(2.0 ** (-a_exp2 - prob.b_exp2()), kb.vec(LANES, kb.f32))
