@@ -33,6 +33,7 @@ from mlir import ir
 
 from mlir_mx.kernels.builder import KernelBuilder
 from mlir_mx.kernels.problem import CodeRows, Operands, PreparedA, Problem, prepare_a
+from mlir_mx.kernels.stream import interleave_pairs
 from mlir_mx.kernels.widen import LANES, decode_scales, decoder
 
 __all__ = ["PackedConfig", "emit_packed"]
@@ -159,6 +160,9 @@ class _Packed:
         """64 columns of row ``k`` of B, widened (zeros past ``valid``)."""
         kb = self.kb
         if self.prob.b_is_mx:
+            if self.prob.packed and self.dec.values16 and valid is None:
+                raw = kb.vload(self.b.mem, [k, kb.divu(n0, 2)], _PACK_W // 2)
+                return interleave_pairs(kb, self.dec.decode_pairs(kb, raw))
             return self.dec.decode(kb, self.b.load(k, n0, _PACK_W, valid))
         row = kb.load_lanes(self.b, [k, n0], _PACK_W, valid)
         return [kb.slice(row, i, LANES) for i in range(0, _PACK_W, LANES)]

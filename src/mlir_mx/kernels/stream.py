@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from mlir import ir
 
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.cpu import has_features
 from mlir_mx.kernels.problem import CodeRows, Operands, PreparedA, Problem, prepare_a
 from mlir_mx.kernels.widen import LANES, decode_scales, decoder
 
@@ -47,9 +46,6 @@ class StreamConfig:
     ku: int = 4  # unroll of the in-block loop
     threads: int = 1
     prefetch: int = 0  # software prefetch distance in blocks (0: none)
-    #: Decode with packed FP4 B and an MX A: per-row product tables (see
-    #: ``_Kernel.group_products``) instead of widening B.
-    product_table: bool = True
 
 
 def emit_stream(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: StreamConfig) -> None:
@@ -79,19 +75,9 @@ class _Kernel:
         self.sb = kb.as_bytes(ops.sb) if prob.b_is_mx else None
         self.dec = decoder(prob.b_elem) if prob.b_is_mx else None
         self.single_group = prob.m is not None and prob.m <= cfg.mr
-        # A product a * b of an MX value and an FP4 value is exact in f32, so
-        # p + round(a * b) == fma(a, b, p): a table of a * (the 16 FP4 values)
-        # per row of B and one vpermps per 16 codes replace the widening.
-        self.products = (
-            cfg.product_table
-            and cfg.mr == 1
-            and self.single_group
-            and prob.a_is_mx
-            and prob.packed
-            and prob.b_elem == "f4E2M1FN"
-            and cfg.nv % 2 == 0
-            and has_features("avx512f")
-        )
+        # Packed FP4 on full tiles: columns come in (even, odd) pairs of
+        # vectors (Decoder.decode_pairs), interleaved once per block.
+        self.pairs = prob.b_is_mx and prob.packed and self.dec.values16 and cfg.nv % 2 == 0
 
     def chunk(self, lo: ir.Value, hi: ir.Value) -> None:
         """All blocks of the columns [lo, hi)."""
@@ -152,13 +138,16 @@ class _Kernel:
             return [
                 kb.load_lanes(self.b, [k, kb.add(n0, LANES * v)], LANES, valid) for v in range(nv)
             ]
+        if self._paired(nv, valid):
+            raw = kb.vload(self.b.mem, [k, kb.divu(n0, 2)], LANES * nv // 2)
+            return self.dec.decode_pairs(kb, raw)
         return self.dec.decode(kb, self.b.load(k, n0, LANES * nv, valid))
+
+    def _paired(self, nv: int, valid) -> bool:
+        return self.pairs and valid is None and nv == self.cfg.nv
 
     def group(self, blk, k0, n0, nv: int, valid, m0, mr: int, sbv, scratch) -> None:
         """Rows ``m0 .. m0 + mr`` of one (block, tile): partials, then scale into C."""
-        if self.products and valid is None and nv == self.cfg.nv:
-            self.group_products(blk, k0, n0, nv, m0, sbv)
-            return
         kb, prob, cfg = self.kb, self.prob, self.cfg
         af = self.pa.af
         zero = kb.const(0.0, kb.vec(LANES, kb.f32))
@@ -179,49 +168,12 @@ class _Kernel:
                         p[r * nv + v] = kb.fma(a, bvec[v], p[r * nv + v])
             kk.yield_(p)
         p = kk.results
+        if self._paired(nv, valid):
+            p = [w for r in range(mr) for w in interleave_pairs(kb, p[r * nv : (r + 1) * nv])]
         for r in range(mr):
             m = kb.add(m0, r)
             sa = kb.broadcast(kb.load(self.pa.saf, [m, blk]), LANES)
             self._scale_row(m, n0, nv, valid, p[r * nv : (r + 1) * nv], sa, sbv)
-
-    def group_products(self, blk, k0, n0, nv: int, m0, sbv) -> None:
-        """One row, packed FP4 B: ``T = a[k] * values``, ``p += T[code]`` (vpermps).
-
-        16 packed bytes hold 32 codes: the low nibbles are the even columns,
-        the high nibbles the odd ones (``vpermps`` reads only the low 4 bits
-        of each index, so the low nibble needs no mask).  Even and odd sums
-        are interleaved back into column order once per block.
-        """
-        kb, prob, cfg = self.kb, self.prob, self.cfg
-        v16f, v16i = kb.vec(LANES, kb.f32), kb.vec(LANES, kb.i32)
-        zero = kb.const(0.0, v16f)
-        values = self.dec.table_values()  # the 16 values * 2^exp2, as decode() gives them
-        vals = kb.const_array_f32(values, v16f)
-        four = kb.const(4, v16i)
-        name = "llvm.x86.avx512.permvar.sf.512"
-        bytes_mem = self.b.mem
-        ku = cfg.ku if prob.block % cfg.ku == 0 else 1
-        with kb.loop(0, prob.block, ku, [zero] * nv) as kk:
-            p = list(kk.args)
-            for u in range(ku):
-                k = kb.add(k0, kb.add(kk.iv, u))
-                t = kb.fmul(kb.broadcast(kb.load(self.pa.af, [m0, k]), LANES), vals)
-                for q in range(nv // 2):
-                    col = kb.divu(kb.add(n0, 2 * LANES * q), 2)
-                    idx = kb.extui(kb.vload(bytes_mem, [k, col], LANES), v16i)
-                    lo = kb.intrinsic(name, v16f, [t, idx])
-                    hi = kb.intrinsic(name, v16f, [t, kb.shrui(idx, four)])
-                    p[2 * q] = kb.fadd(p[2 * q], lo)
-                    p[2 * q + 1] = kb.fadd(p[2 * q + 1], hi)
-            kk.yield_(p)
-        p = kk.results
-        natural = []
-        for q in range(nv // 2):
-            even, odd = p[2 * q], p[2 * q + 1]
-            natural.append(kb.shuffle(even, odd, [j for i in range(8) for j in (i, 16 + i)]))
-            natural.append(kb.shuffle(even, odd, [j for i in range(8, 16) for j in (i, 16 + i)]))
-        sa = kb.broadcast(kb.load(self.pa.saf, [m0, blk]), LANES)
-        self._scale_row(m0, n0, nv, None, natural, sa, sbv)
 
     def _scale_row(self, m, n0, nv, valid, p, sa, sbv) -> None:
         if self.single_group:
@@ -238,3 +190,13 @@ class _Kernel:
             col = kb.add(n0, LANES * v)
             cv = kb.load_lanes(c, [m, col], LANES, valid)
             kb.store_lanes(kb.fma(p[v], s, cv), c, [m, col], valid)
+
+
+def interleave_pairs(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:
+    """(even, odd) column vectors of each 32 columns -> the two vectors in column order."""
+    out = []
+    for q in range(0, len(vecs), 2):
+        even, odd = vecs[q], vecs[q + 1]
+        out.append(kb.shuffle(even, odd, [j for i in range(8) for j in (i, 16 + i)]))
+        out.append(kb.shuffle(even, odd, [j for i in range(8, 16) for j in (i, 16 + i)]))
+    return out

@@ -26,7 +26,12 @@ interleaves them (static shuffles); FP6 uses ``vpmultishiftqb`` with VBMI
 (one byte permutation, one multishift, one mask per 64 codes) or shifts of
 static byte shuffles otherwise.
 
-With AVX512-VBMI, 64 float codes are widened by table lookups instead
+FP4 (16 codes) with AVX-512: the 16 values sit in one register and
+``vpermps`` picks each code's value (two instructions per 16 codes); packed
+codes give the even columns from the low nibbles and the odd ones from the
+high nibbles (:meth:`Decoder.decode_pairs`), interleaved once per block.
+
+With AVX512-VBMI, 64 other float codes are widened by table lookups instead
 (:class:`Decoder` ``table=True``): two ``vpermi2b`` pick the high and low
 byte of the bf16 encoding of each code's value (the same ``value * 2^exp2``;
 every MX element value is exact in bf16, NaN included) from two 128-entry
@@ -64,6 +69,8 @@ class Decoder:
 
     fmt: ElementFormat
     table: bool = False  # 64-code vpermi2b lookups (needs avx512vbmi)
+    #: FP4 only: the 16 values in one register, ``vpermps`` by code (avx512f)
+    values16: bool = False
 
     @property
     def exp2(self) -> int:
@@ -119,6 +126,12 @@ class Decoder:
     def decode(self, kb: KernelBuilder, codes: ir.Value) -> list[ir.Value]:
         """``codes``: ``vector<n x i8>`` (n a multiple of 16) -> n/16 f32 vectors."""
         n = ir.VectorType(codes.type).shape[0]
+        if self.values16:
+            v16i = kb.vec(LANES, kb.i32)
+            return [
+                self.lookup16(kb, kb.extui(kb.slice(codes, i, LANES), v16i))
+                for i in range(0, n, LANES)
+            ]
         if self.table and n == 64:
             return self._table_decode(kb, codes)
         if self.fmt.is_int:
@@ -150,6 +163,23 @@ class Decoder:
             nan = kb.cmpi("eq", kb.andi(codes, low), low)
             h = kb.select(nan, kb.ori(h, kb.const(0x7E00, v16)), h)
         return h
+
+    def lookup16(self, kb: KernelBuilder, idx: ir.Value) -> ir.Value:
+        """FP4: ``values[idx & 15]`` for 16 dword indices (``vpermps`` reads the low 4 bits)."""
+        v16f = kb.vec(LANES, kb.f32)
+        values = kb.const_array_f32(self.table_values(), v16f)
+        return kb.intrinsic("llvm.x86.avx512.permvar.sf.512", v16f, [values, idx])
+
+    def decode_pairs(self, kb: KernelBuilder, raw: ir.Value) -> list[ir.Value]:
+        """Packed FP4, ``16 q`` bytes -> ``2 q`` f32 vectors: for each 16 bytes
+        (32 codes) the even columns (low nibbles), then the odd ones (high)."""
+        v16i = kb.vec(LANES, kb.i32)
+        four = kb.const(4, v16i)
+        out = []
+        for i in range(0, ir.VectorType(raw.type).shape[0], LANES):
+            idx = kb.extui(kb.slice(raw, i, LANES), v16i)
+            out += [self.lookup16(kb, idx), self.lookup16(kb, kb.shrui(idx, four))]
+        return out
 
     def table_values(self) -> list[float]:
         """``value * 2^exp2`` of every code (``2^bits`` entries), as :meth:`decode` gives."""
@@ -243,7 +273,8 @@ def decoder(element: str, vbmi: bool | None = None) -> Decoder:
     fmt = ELEMENT_FORMATS[element]
     if vbmi is None:
         vbmi = has_features("avx512f", "avx512bw", "avx512vbmi")
-    return Decoder(fmt, table=bool(vbmi) and not fmt.is_int)
+    values16 = fmt.bits == 4 and has_features("avx512f")
+    return Decoder(fmt, table=bool(vbmi) and not fmt.is_int, values16=values16)
 
 
 def decode_scales(kb: KernelBuilder, codes: ir.Value) -> ir.Value:
