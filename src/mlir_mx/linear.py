@@ -12,7 +12,7 @@ MX) activations with the generated kernels of :mod:`mlir_mx.kernels`::
   blocked along ``in``), FP4/FP6 codes packed two per byte / four per three
   bytes (``Linear.nbytes``: 4.25 bits per FP4 element with block 32).
 * One compiled kernel per (activation kind, shape class, threads) serves
-  every batch size M: ``decode`` for M = 1, ``small`` up to 16 rows,
+  every batch size M: ``decode`` for M = 1, ``small`` up to 48 rows,
   ``prefill`` above; each is compiled on first use with a dynamic M.
 * Results are those of ``mx.block_matmul`` (the blocked order,
   ``docs/numerics.md``): bit-identical across batch sizes and thread counts.

@@ -46,9 +46,9 @@ _PACK_W = 64
 class PackedConfig:
     """Tile parameters of the packed schedule."""
 
-    mr: int = 6  # rows per microkernel tile
+    mr: int = 8  # rows per microkernel tile
     nv: int = 2  # f32 vectors per microkernel tile (nr = 16 nv columns)
-    kc: int = 256  # K chunk (a multiple of the block size)
+    kc: int = 512  # K chunk (a multiple of the block size)
     nc: int = 256  # columns per panel (a multiple of 64)
     ku: int = 8  # unroll of the in-block loop
     threads: int = 1

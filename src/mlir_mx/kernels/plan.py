@@ -28,7 +28,7 @@ __all__ = ["SCHEDULES", "KernelPlan", "plan_kernel", "default_threads", "SMALL_M
 SCHEDULES = ("auto", "decode", "small", "prefill")
 
 #: Largest M the streaming schedule is chosen for by ``auto``.
-SMALL_MAX_M = 16
+SMALL_MAX_M = 48
 #: Rows of A per register group in the ``small`` schedule.
 SMALL_MR = 4
 
