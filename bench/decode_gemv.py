@@ -1,6 +1,6 @@
 """Decode GEMV (small M) with MX operands, side by side with f32 GEMVs.
 
-    /tmp/venv/bin/python bench/decode_gemv.py [--out bench/results] [--shapes 1x4096x4096,8x2048x2048]
+    python bench/decode_gemv.py [--out bench/results] [--shapes 1x4096x4096,8x2048x2048]
 
 One run, one thread on both sides (the JIT code is single-threaded; numpy
 with OPENBLAS/MKL/OMP_NUM_THREADS=1).  Shapes are M x N x K; elements
@@ -162,7 +162,7 @@ def write_report(ns, rows, total) -> None:
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"decode-gemv-{date}.md"
-    cmd = "/tmp/venv/bin/python bench/decode_gemv.py " + " ".join(sys.argv[1:])
+    cmd = "python bench/decode_gemv.py " + " ".join(sys.argv[1:])
     lines = [
         f"# Decode GEMV: mx x mx vs f32 ({date})",
         "",

@@ -1,6 +1,6 @@
 """Fused vs block-factored lowering of ``mx.block_matmul``, measured on this machine.
 
-    /tmp/venv/bin/python bench/matmul_lowerings.py [--out bench/results] [--shapes 32x64x64,...]
+    python bench/matmul_lowerings.py [--out bench/results] [--shapes 32x64x64,...]
 
 For each shape (M x N x K) and operand kind (mx x f32: ``mx-a``; mx x mx:
 ``mx-ab``; f8E4M3FN elements, block 32) it compiles the ``@bench`` module of
@@ -136,7 +136,7 @@ def write_report(ns, rows, total) -> None:
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"matmul-lowerings-{date}.md"
-    cmd = "/tmp/venv/bin/python bench/matmul_lowerings.py " + " ".join(sys.argv[1:])
+    cmd = "python bench/matmul_lowerings.py " + " ".join(sys.argv[1:])
     lines = [
         f"# mx.block_matmul: fused vs blocked lowering ({date})",
         "",

@@ -1,6 +1,6 @@
 """Measured roofline on this machine: ceilings, kernel times, table and plots.
 
-    /tmp/venv/bin/python bench/roofline.py [--threads 1] [--out bench/results]
+    python bench/roofline.py [--threads 1] [--out bench/results]
 
 Writes ``roofline-<date>.md`` (table, command, machine) and
 ``roofline-<date>.{png,svg}`` / ``time-<date>.{png,svg}`` under ``--out``.

@@ -30,35 +30,15 @@ import itertools
 
 import numpy as np
 import pytest
+from matmul_cases import ELEMENTS, case, matmul_text
 from mlir import ir
 
-from mlir_mx import numerics as N
 from mlir_mx.dialect import parse_module
 from mlir_mx.execution import Runner
 from mlir_mx.passes.pipeline import build_pass_manager
 from mlir_mx.pipelines import load_pipeline
 
-ELEMENTS = ("f8E4M3FN", "f8E5M2", "f6E2M3FN", "f6E3M2FN", "f4E2M1FN", "i8")
 LOWERINGS = ("fused", "blocked")
-U = 2.0**-24
-
-
-def _mx(shape, elem, axis) -> str:
-    dims = "x".join(str(d) for d in shape)
-    ax = ", axis = 0" if axis == 0 else ""
-    return f"!mx.tensor<{dims}x{elem}, block_size = 32, scale_type = f8E8M0FNU{ax}>"
-
-
-def matmul_text(m: int, k: int, n: int, ea: str, eb: str | None) -> str:
-    """``@mm(A, B, acc) = block_matmul``; B is f32 when ``eb`` is None."""
-    ta = _mx((m, k), ea, 1)
-    tb = _mx((k, n), eb, 0) if eb else f"tensor<{k}x{n}xf32>"
-    c = f"tensor<{m}x{n}xf32>"
-    return (
-        f"func.func @mm(%a: {ta}, %b: {tb}, %acc: {c}) -> {c} {{\n"
-        f"  %0 = mx.block_matmul %a, %b, %acc : {ta}, {tb}, {c} -> {c}\n"
-        f"  return %0 : {c}\n}}"
-    )
 
 
 def pipeline(lowering: str, vectorized: bool = False) -> str:
@@ -66,43 +46,6 @@ def pipeline(lowering: str, vectorized: bool = False) -> str:
         assert lowering == "blocked"
         return load_pipeline("mx-vectorize-blocked") + "," + load_pipeline("lower-to-llvm")
     return f"mx-to-linalg{{matmul-lowering={lowering}}}," + load_pipeline("lower-to-llvm")
-
-
-def _values(shape, axis, rng) -> np.ndarray:
-    """Normal values whose blocks (along ``axis``) have scales 2^-20..2^20; one zero block."""
-    x = rng.standard_normal(shape).astype(np.float32)
-    nb = shape[axis] // 32
-    other = shape[1 - axis]
-    e = rng.integers(-20, 21, (nb, other) if axis == 0 else (other, nb))
-    factor = np.repeat(np.exp2(e), 32, axis=axis if axis == 0 else 1).astype(np.float32)
-    if axis == 1:
-        x *= factor
-    else:
-        x *= factor
-    if axis == 1:
-        x[0, :32] = 0.0
-    else:
-        x[:32, 0] = 0.0
-    return x
-
-
-def case(m, k, n, ea, eb, seed=0):
-    """(args, acc, exact, bound) for one problem."""
-    rng = np.random.default_rng(seed)
-    qa = N.quantize(_values((m, k), 1, rng), ea, 32)
-    a = N.dequantize(qa).astype(np.float64)
-    if eb:
-        qb = N.quantize(_values((k, n), 0, rng), eb, 32, axis=0)
-        b = N.dequantize(qb).astype(np.float64)
-        args = (qa, qb)
-    else:
-        bf = _values((k, n), 0, rng)
-        b = bf.astype(np.float64)
-        args = (qa, bf)
-    acc = rng.standard_normal((m, n)).astype(np.float32)
-    exact = acc.astype(np.float64) + a @ b
-    bound = (k + 2) * U * (np.abs(acc) + np.abs(a) @ np.abs(b))
-    return args, acc, exact, bound
 
 
 def run(lowering, m, k, n, ea, eb, vectorized=False, seed=0):

@@ -31,3 +31,16 @@ def test_example_rejects_a_bad_shape(example, capsys):
         example["main"](["--shape", "4", "33"])
     assert e.value.code == 2
     assert "N_IN a positive multiple of 32" in capsys.readouterr().err
+
+
+MLP = Path(__file__).resolve().parents[2] / "examples" / "mlp_mxfp4.py"
+
+
+def test_mlp_example_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MLIR_MX_CACHE_DIR", str(tmp_path / "cache"))
+    mod = runpy.run_path(str(MLP), run_name="mlp_mxfp4")
+    assert mod["main"](["--dims", "64", "128", "--tokens", "1", "20", "--threads", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "round trip bit-exact: yes" in text
+    assert "4.250 bits per weight" in text
+    assert "M =    1:" in text and "M =   20:" in text

@@ -222,4 +222,4 @@ def test_unavailable_variant_is_reported_not_raised(mx_to_linalg, monkeypatch):
     )
     rows = model_rows([Shape(1, 64, 64)], ["f32", "mx-ab-tiled"])
     assert rows[0].model is not None
-    assert rows[1].model is None and "unknown matmul-lowering 'tiled'" in rows[1].unavailable
+    assert rows[1].model is None and "'tiled' is not one of: fused, blocked" in rows[1].unavailable

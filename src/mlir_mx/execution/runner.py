@@ -54,6 +54,7 @@ from mlir_mx.dialect import MXTensorType, is_mx_type, parse_module, print_module
 from mlir_mx.execution import arguments as args_
 from mlir_mx.execution.effects import written_parameters
 from mlir_mx.execution.lowered import check_lowered, check_symbols
+from mlir_mx.kernels.cpu import host_features
 from mlir_mx.passes.pipeline import run_pipeline
 from mlir_mx.pipelines import kernel_pipeline, load_pipeline
 
@@ -79,6 +80,7 @@ _DTYPES: dict[str, np.dtype] = {
     "i32": np.dtype(np.int32),
     "i16": np.dtype(np.int16),
     "i8": np.dtype(np.int8),
+    "ui8": np.dtype(np.uint8),
     "i1": np.dtype(np.bool_),
     "index": np.dtype(np.int64),
     "f8E4M3FN": np.dtype(ml_dtypes.float8_e4m3fn),
@@ -107,7 +109,9 @@ def _wheel_library(name: str) -> Path:
 
 def runtime_libraries() -> list[str]:
     """Paths of libmlir_c_runner_utils.so and libmlir_runner_utils.so."""
-    return [str(_wheel_library(n)) for n in ("libmlir_c_runner_utils.so", "libmlir_runner_utils.so")]
+    return [
+        str(_wheel_library(n)) for n in ("libmlir_c_runner_utils.so", "libmlir_runner_utils.so")
+    ]
 
 
 _ASYNC_RUNTIME = "libmlir_async_runtime.so"
@@ -127,7 +131,9 @@ def load_async_runtime() -> None:
     """
     global _async_runtime_handle
     if _async_runtime_handle is None:
-        _async_runtime_handle = ctypes.CDLL(str(_wheel_library(_ASYNC_RUNTIME)), mode=ctypes.RTLD_GLOBAL)
+        _async_runtime_handle = ctypes.CDLL(
+            str(_wheel_library(_ASYNC_RUNTIME)), mode=ctypes.RTLD_GLOBAL
+        )
 
 
 def _has_mx_ops(module: ir.Module) -> bool:
@@ -269,8 +275,9 @@ class _Compiled:
     """A lowered module and its engine; shared by every Runner of the same key."""
 
     def __init__(
-        self, text, pipeline, opt_level, shared_libs, context, schedule, threads, validate=None
-    ):
+        self, text, pipeline, opt_level, shared_libs, context, schedule, threads,
+        cache_dir=None, validate=None,
+    ):  # fmt: skip
         self.context = context or ir.Context()
         with self.context, ir.Location.unknown():
             # parse_module loads the mx dialect and reads its custom syntax, so
@@ -284,8 +291,16 @@ class _Compiled:
                 pipeline = default_pipeline(module, schedule=schedule, threads=threads)
             self.pipeline = pipeline
             load_async_runtime()
-            run_pipeline(module, pipeline)
-            check_lowered(module)
+            cached = _DiskCache(cache_dir, text, pipeline) if cache_dir else None
+            lowered = cached.load(self.context) if cached else None
+            self.from_disk = lowered is not None
+            if lowered is None:
+                run_pipeline(module, pipeline)
+                check_lowered(module)
+                if cached:
+                    cached.store(module)
+            else:
+                module = lowered
             check_symbols(module, shared_libs)
             self.module = module
             self.engine = ExecutionEngine(
@@ -303,6 +318,67 @@ class _Compiled:
                 params = self.signatures[name].flat_args
                 self._writes[name] = written_parameters(self.module, name, params)
             return self._writes[name]
+
+
+class _DiskCache:
+    """The lowered (LLVM dialect) module of one compilation, as MLIR bytecode.
+
+    What upstream lets us reload: the bindings cannot load object code into an
+    ExecutionEngine, so a hit skips parsing-time passes (ours and MLIR's) but
+    not LLVM's code generation (measured: ``docs/library.md``).  Keyed by the
+    text, the pipeline, the CPU features and the versions of mlir-mx and the
+    bindings; a file that does not load is ignored and rewritten.
+    """
+
+    def __init__(self, directory, text: str, pipeline: str):
+        import hashlib
+        from importlib import metadata
+
+        import mlir_mx
+
+        try:
+            bindings = metadata.version("xtc-mlir-python-bindings")
+        except metadata.PackageNotFoundError:  # pragma: no cover - source builds
+            bindings = "unknown"
+        h = hashlib.sha256()
+        for part in (
+            text,
+            pipeline,
+            " ".join(sorted(host_features())),
+            mlir_mx.__version__,
+            bindings,
+        ):
+            h.update(part.encode())
+            h.update(b"\0")
+        self.path = Path(directory) / f"{h.hexdigest()}.mlirbc"
+
+    def load(self, context: ir.Context) -> ir.Module | None:
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return None
+        try:
+            module = ir.Module.parse(data, context)
+            check_lowered(module)
+            return module
+        except (ir.MLIRError, DiagnosticError, RuntimeError, ValueError):
+            return None
+
+    def store(self, module: ir.Module) -> None:
+        import io
+        import os
+        import tempfile
+
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            buf = io.BytesIO()
+            module.operation.write_bytecode(buf)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(buf.getvalue())
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a read-only or full cache directory only costs the next process time
 
 
 _CACHE: OrderedDict[tuple, _Compiled] = OrderedDict()
@@ -323,9 +399,13 @@ def compile_module(
     context: ir.Context | None = None,
     schedule: str = "auto",
     threads: int | None = None,
+    cache_dir=None,
     validate=None,
 ) -> _Compiled:
     """Compile (or fetch from the LRU cache) ``module`` lowered by ``pipeline``.
+
+    ``cache_dir``: also keep the lowered module on disk there, so another
+    process skips the passes (see :class:`_DiskCache`).
 
     ``pipeline=None`` picks :func:`default_pipeline` (``schedule`` and
     ``threads`` apply to it only; ``threads=None`` or 0: this machine's cores).
@@ -347,14 +427,17 @@ def compile_module(
     libs = tuple(shared_libs) if shared_libs is not None else tuple(runtime_libraries())
     # The async runtime is loaded into the process instead (load_async_runtime).
     libs = tuple(p for p in libs if Path(p).name != _ASYNC_RUNTIME)
-    key = (text, pipeline, opt_level, libs, schedule, threads or 0)
+    # The kernels depend on the CPU features (MLIR_MX_CPU_FEATURES may change them).
+    key = (text, pipeline, opt_level, libs, schedule, threads or 0, host_features())
     hit = _CACHE.get(key)
     if hit is not None:
         _CACHE.move_to_end(key)
         if validate is not None:
             validate(hit.signatures)
         return hit
-    compiled = _Compiled(text, pipeline, opt_level, libs, context, schedule, threads or 0, validate)
+    compiled = _Compiled(
+        text, pipeline, opt_level, libs, context, schedule, threads or 0, cache_dir, validate
+    )
     _CACHE[key] = compiled
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
@@ -399,6 +482,7 @@ class Runner:
         context: ir.Context | None = None,
         schedule: str = "auto",
         threads: int | None = None,
+        cache_dir=None,
         validate=None,
     ):
         self._compiled = compile_module(
@@ -409,6 +493,7 @@ class Runner:
             context=context,
             schedule=schedule,
             threads=threads,
+            cache_dir=cache_dir,
             validate=validate,
         )
 

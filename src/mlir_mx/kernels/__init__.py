@@ -51,22 +51,36 @@ def _memref(shape, elem: str) -> ir.Type:
     return ir.MemRefType.get(dims, ir.Type.parse(elem))
 
 
-def kernel_module(prob: Problem, plan: KernelPlan, name: str = "matmul") -> ir.Module:
+def kernel_module(
+    prob: Problem, plan: KernelPlan, name: str = "matmul", *, bench: bool = False
+) -> ir.Module:
     """A module with ``func @name(a, sa, b, [sb,] c)`` on memrefs running one kernel.
 
-    ``a``/``sa``: A's codes (M x K) and E8M0 scales (M x K/B); ``b``: B's
+    ``a``/``sa``: A's codes (M x K) and E8M0 scales (M x K/B), or an f32
+    ``a`` alone when ``prob.a_elem`` is None; ``b``: B's
     codes (K x N, blocked along K) or an f32 K x N; ``sb``: B's scales
     (K/B x N, only when B is MX); ``c``: the f32 M x N accumulator, updated
-    in place.  M may be dynamic (``prob.m is None``).
+    in place.  M may be dynamic (``prob.m is None``).  With ``prob.packed``,
+    FP4/FP6 codes are ``ui8`` memrefs of packed bytes (``numerics.pack_codes``).
+    ``bench=True`` adds ``func @bench(..., n: index)`` calling ``@name`` ``n``
+    times (timing without Python's call overhead).
     """
     m = prob.m
-    types = [
-        _memref([m, prob.k], prob.a_elem),
-        _memref([m, prob.kblocks], "f8E8M0FNU"),
-        _memref([prob.k, prob.n], prob.b_elem or "f32"),
-    ]
+
+    def codes(rows, cols, elem):
+        if prob.packed and prob.code_columns(elem, cols) != cols:
+            return _memref([rows, prob.code_columns(elem, cols)], "ui8")  # packed bytes
+        return _memref([rows, cols], elem)
+
+    types = []
+    if prob.a_is_mx:
+        types += [codes(m, prob.k, prob.a_elem), _memref([m, prob.kblocks], "f8E8M0FNU")]
+    else:
+        types.append(_memref([m, prob.k], "f32"))
     if prob.b_is_mx:
-        types.append(_memref([prob.kblocks, prob.n], "f8E8M0FNU"))
+        types += [codes(prob.k, prob.n, prob.b_elem), _memref([prob.kblocks, prob.n], "f8E8M0FNU")]
+    else:
+        types.append(_memref([prob.k, prob.n], "f32"))
     types.append(_memref([m, prob.n], "f32"))
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):
@@ -74,8 +88,28 @@ def kernel_module(prob: Problem, plan: KernelPlan, name: str = "matmul") -> ir.M
         entry = fn.add_entry_block()
         with ir.InsertionPoint(entry):
             args = list(entry.arguments)
-            sb = args[3] if prob.b_is_mx else None
-            ops = Operands(args[0], args[1], args[2], sb, args[-1])
+            a, sa = (args.pop(0), args.pop(0)) if prob.a_is_mx else (args.pop(0), None)
+            b, sb = (args.pop(0), args.pop(0)) if prob.b_is_mx else (args.pop(0), None)
+            ops = Operands(a, sa, b, sb, args[0])
             emit_matmul(prob, ops, plan)
             func.ReturnOp([])
+        if bench:
+            _bench_function(fn, types)
     return module
+
+
+def _bench_function(kernel: func.FuncOp, types: list[ir.Type]) -> None:
+    from mlir.dialects import scf
+
+    index = ir.IndexType.get()
+    fn = func.FuncOp("bench", ir.FunctionType.get(types + [index], []))
+    entry = fn.add_entry_block()
+    with ir.InsertionPoint(entry):
+        args = list(entry.arguments)
+        zero = arith.ConstantOp(index, 0).result
+        one = arith.ConstantOp(index, 1).result
+        loop = scf.ForOp(zero, args[-1], one)
+        with ir.InsertionPoint(loop.body):
+            func.CallOp(kernel, args[:-1])
+            scf.YieldOp([])
+        func.ReturnOp([])

@@ -98,6 +98,19 @@ class KernelBuilder:
             self._consts[key] = hit
         return hit
 
+    def const_array_f32(self, values: Sequence[float], t: ir.VectorType) -> ir.Value:
+        """A constant f32 vector with the given lane values, created once."""
+        key = (str(t), "f32array", tuple(float(v).hex() for v in values))
+        hit = self._consts.get(key)
+        if hit is None:
+            import numpy as np
+
+            attr = ir.DenseElementsAttr.get(np.array(values, dtype=np.float32), type=t)
+            with self.const_ip:
+                hit = arith.ConstantOp(t, attr).result
+            self._consts[key] = hit
+        return hit
+
     def idx(self, value: int) -> ir.Value:
         return self.const(value, self.index)
 
@@ -167,6 +180,24 @@ class KernelBuilder:
 
     def vstore(self, v: ir.Value, mem: ir.Value, indices) -> None:
         vector.StoreOp(v, mem, [self._i(i) for i in indices])
+
+    def load_lanes(self, mem: ir.Value, indices, n: int, valid=None) -> ir.Value:
+        """``n`` lanes from ``mem``; with ``valid`` (lane count), lanes past it read 0."""
+        if valid is None:
+            return self.vload(mem, indices, n)
+        elem = ir.MemRefType(mem.type).element_type
+        zero = 0.0 if isinstance(elem, ir.FloatType) else 0
+        return self.masked_vload(
+            mem, indices, self.mask(n, valid), self.const(zero, self.vec(n, elem))
+        )
+
+    def store_lanes(self, v: ir.Value, mem: ir.Value, indices, valid=None) -> None:
+        """Store ``v``; with ``valid`` (lane count), only the lanes before it."""
+        if valid is None:
+            self.vstore(v, mem, indices)
+        else:
+            n = ir.VectorType(v.type).shape[0]
+            self.masked_vstore(v, mem, indices, self.mask(n, valid))
 
     def masked_vload(self, mem, indices, mask, passthru) -> ir.Value:
         return vector.MaskedLoadOp(
@@ -260,9 +291,9 @@ class KernelBuilder:
         """``llvm.call_intrinsic`` (only for features :mod:`.cpu` reports)."""
         return llvm.CallIntrinsicOp(result, ir.StringAttr.get(name), list(args), [], []).result
 
-    def mask(self, n: int, count: ir.Value) -> ir.Value:
-        """``vector.create_mask`` of ``n`` lanes, the first ``count`` set."""
-        return vector.CreateMaskOp(self.vec(n, self.i1), [count]).result
+    def mask(self, n: int, count) -> ir.Value:
+        """``vector.create_mask`` of ``n`` lanes, the first ``count`` set (clamped to [0, n])."""
+        return vector.CreateMaskOp(self.vec(n, self.i1), [self._i(count)]).result
 
     # -- elementwise arith (vectors or scalars) ------------------------------------
 

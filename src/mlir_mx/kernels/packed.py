@@ -27,12 +27,13 @@ in C.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlir import ir
 
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.problem import Operands, PreparedA, Problem, prepare_a
+from mlir_mx.kernels.problem import CodeRows, Operands, PreparedA, Problem, prepare_a
+from mlir_mx.kernels.stream import interleave_pairs
 from mlir_mx.kernels.widen import LANES, decode_scales, decoder
 
 __all__ = ["PackedConfig", "emit_packed"]
@@ -45,12 +46,15 @@ _PACK_W = 64
 class PackedConfig:
     """Tile parameters of the packed schedule."""
 
-    mr: int = 6  # rows per microkernel tile
+    mr: int = 8  # rows per microkernel tile
     nv: int = 2  # f32 vectors per microkernel tile (nr = 16 nv columns)
-    kc: int = 256  # K chunk (a multiple of the block size)
+    kc: int = 512  # K chunk (a multiple of the block size)
     nc: int = 256  # columns per panel (a multiple of 64)
     ku: int = 8  # unroll of the in-block loop
     threads: int = 1
+    #: Accumulators in registers across the K chunk (else in an L1 tile,
+    #: updated once per block: room for a larger mr x nv of partials).
+    c_regs: bool = True
 
     @property
     def nr(self) -> int:
@@ -61,12 +65,23 @@ def emit_packed(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: PackedConf
     """Emit the packed kernel at the current insertion point."""
     if cfg.kc % prob.block or cfg.nc % _PACK_W or cfg.nc % cfg.nr:
         raise ValueError(f"packed kernel: kc must be a multiple of {prob.block}, nc of 64 and nr")
+    # Narrow the panels when N is too small to give every thread one.
+    nc = cfg.nc
+    while nc > _PACK_W and -(-prob.n // nc) < cfg.threads:
+        nc -= _PACK_W
+    nc -= nc % cfg.nr
+    if nc % _PACK_W or nc <= 0:
+        nc = cfg.nc
+    cfg = replace(cfg, nc=nc)
     pa = prepare_a(kb, prob, ops, cfg.mr)
     k = _Packed(kb, prob, ops, cfg, pa)
     panels = -(-prob.n // cfg.nc)
-    if cfg.threads > 1 and panels > 1:
-        with kb.parallel(0, panels, 1) as j:
-            k.panel(kb.mul(j, cfg.nc))
+    tasks = min(cfg.threads, panels)
+    if tasks > 1:
+        # One task per thread, panels dealt round-robin (t, t + tasks, ...).
+        with kb.parallel(0, tasks, 1) as t:
+            with kb.loop(t, panels, tasks) as j:
+                k.panel(kb.mul(j.iv, cfg.nc))
     else:
         with kb.loop(0, panels, 1) as j:
             k.panel(kb.mul(j.iv, cfg.nc))
@@ -77,7 +92,7 @@ def emit_packed(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: PackedConf
 class _Packed:
     def __init__(self, kb, prob: Problem, ops: Operands, cfg: PackedConfig, pa: PreparedA):
         self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
-        self.b = kb.as_bytes(ops.b) if prob.b_is_mx else ops.b
+        self.b = CodeRows(kb, ops.b, prob.b_elem, prob.packed) if prob.b_is_mx else ops.b
         self.sb = kb.as_bytes(ops.sb) if prob.b_is_mx else None
         self.dec = decoder(prob.b_elem) if prob.b_is_mx else None
         kc = min(cfg.kc, prob.k)
@@ -92,6 +107,7 @@ class _Packed:
         kc = self.kc
         bp = kb.alloc([cfg.nc // cfg.nr, kc, cfg.nr], kb.f32)
         sbp = kb.alloc([kc // prob.block, cfg.nc], kb.f32) if prob.b_is_mx else None
+        self.ctile = None if cfg.c_regs else kb.alloc([cfg.mr, cfg.nr], kb.f32)
         width = kb.min(cfg.nc, kb.sub(prob.n, jc))  # columns of this panel
         full = prob.k - prob.k % kc
         if full:
@@ -102,6 +118,8 @@ class _Packed:
         kb.dealloc(bp)
         if sbp is not None:
             kb.dealloc(sbp)
+        if self.ctile is not None:
+            kb.dealloc(self.ctile)
 
     def chunk(self, jc, width, pc, kc: int, bp, sbp) -> None:
         """Pack B[pc : pc + kc, panel] and run the microkernels over it."""
@@ -118,8 +136,8 @@ class _Packed:
         with kb.loop(0, kc, 1) as k:
             for g in range(groups):
                 col = _PACK_W * g
-                mask = self._mask(width, col, _PACK_W)
-                vecs = self.b_codes(kb.add(pc, k.iv), kb.add(jc, col), mask)
+                valid = self._valid(width, col, _PACK_W)
+                vecs = self.b_codes(kb.add(pc, k.iv), kb.add(jc, col), valid)
                 for v, w in enumerate(vecs):
                     c = col + LANES * v
                     kb.vstore(w, bp, [c // cfg.nr, k.iv, c % cfg.nr])
@@ -127,33 +145,26 @@ class _Packed:
             kb0 = kb.divu(pc, prob.block)
             with kb.loop(0, kc // prob.block, 1) as s:
                 for col in range(0, cfg.nc, LANES):
-                    mask = self._mask(width, col, LANES)
-                    raw = self._bytes(self.sb, [kb.add(kb0, s.iv), kb.add(jc, col)], LANES, mask)
+                    valid = self._valid(width, col, LANES)
+                    idx = [kb.add(kb0, s.iv), kb.add(jc, col)]
+                    raw = kb.load_lanes(self.sb, idx, LANES, valid)
                     kb.vstore(decode_scales(kb, raw), sbp, [s.iv, col])
 
-    def _mask(self, width, col: int, n: int):
-        """Lanes of columns [col, col + n) inside the panel (None when never partial)."""
+    def _valid(self, width, col: int, n: int):
+        """Columns of [col, col + n) inside the panel (None when never partial)."""
         if self.prob.n % self.cfg.nc == 0:
             return None
-        kb = self.kb
-        return kb.mask(n, kb.max(kb.min(n, kb.sub(width, col)), 0))
+        return self.kb.max(self.kb.min(n, self.kb.sub(width, col)), 0)
 
-    def _bytes(self, mem, idx, n: int, mask):
-        kb = self.kb
-        if mask is None:
-            return kb.vload(mem, idx, n)
-        return kb.masked_vload(mem, idx, mask, kb.const(0, kb.vec(n, kb.i8)))
-
-    def b_codes(self, k, n0, mask) -> list[ir.Value]:
-        """64 columns of row ``k`` of B, widened (zeros where masked)."""
+    def b_codes(self, k, n0, valid) -> list[ir.Value]:
+        """64 columns of row ``k`` of B, widened (zeros past ``valid``)."""
         kb = self.kb
         if self.prob.b_is_mx:
-            return self.dec.decode(kb, self._bytes(self.b, [k, n0], _PACK_W, mask))
-        zero = kb.const(0.0, kb.vec(_PACK_W, kb.f32))
-        if mask is None:
-            row = kb.vload(self.b, [k, n0], _PACK_W)
-        else:
-            row = kb.masked_vload(self.b, [k, n0], mask, zero)
+            if self.prob.packed and self.dec.values16 and valid is None:
+                raw = kb.vload(self.b.mem, [k, kb.divu(n0, 2)], _PACK_W // 2)
+                return interleave_pairs(kb, self.dec.decode_pairs(kb, raw))
+            return self.dec.decode(kb, self.b.load(k, n0, _PACK_W, valid))
+        row = kb.load_lanes(self.b, [k, n0], _PACK_W, valid)
         return [kb.slice(row, i, LANES) for i in range(0, _PACK_W, LANES)]
 
     # -- the microkernel -------------------------------------------------------------
@@ -163,14 +174,20 @@ class _Packed:
         mr, nv, nr = cfg.mr, cfg.nv, cfg.nr
         c_mem = self.ops.c
         col0 = kb.add(jc, kb.mul(jr, nr))
-        masks = self._col_masks(width, jr)
+        valids = self._col_valid(width, jr)
         rows = [kb.add(m0, r) for r in range(mr)]
         # Loads of rows past M read row M - 1 (never stored back).
         load_rows = [kb.min(r, kb.sub(self.pa.m, 1)) for r in rows] if self.row_tail else rows
         c = []
         for r in range(mr):
             for v in range(nv):
-                c.append(self._load_c(c_mem, load_rows[r], kb.add(col0, LANES * v), masks[v]))
+                idx = [load_rows[r], kb.add(col0, LANES * v)]
+                c.append(kb.load_lanes(c_mem, idx, LANES, valids[v]))
+        ctile = self.ctile
+        if ctile is not None:  # the accumulators live in the L1 tile
+            for i, cv in enumerate(c):
+                kb.vstore(cv, ctile, [i // nv, LANES * (i % nv)])
+            c = []
         zero = kb.const(0.0, kb.vec(LANES, kb.f32))
         kb0 = kb.divu(pc, prob.block)
         with kb.loop(0, kc // prob.block, 1, c) as blk:
@@ -189,6 +206,8 @@ class _Packed:
                 kk.yield_(p)
             p = kk.results
             cc = list(blk.args)
+            if ctile is not None:
+                cc = [kb.vload(ctile, [i // nv, LANES * (i % nv)], LANES) for i in range(mr * nv)]
             sbv = None
             if sbp is not None:
                 sbv = [
@@ -200,13 +219,20 @@ class _Packed:
                 for v in range(nv):
                     s = kb.fmul(sa, sbv[v]) if sbv is not None else sa
                     cc[r * nv + v] = kb.fma(p[r * nv + v], s, cc[r * nv + v])
+            if ctile is not None:
+                for i, cv in enumerate(cc):
+                    kb.vstore(cv, ctile, [i // nv, LANES * (i % nv)])
+                cc = []
             blk.yield_(cc)
         c = blk.results
+        if ctile is not None:
+            c = [kb.vload(ctile, [i // nv, LANES * (i % nv)], LANES) for i in range(mr * nv)]
         for r in range(mr):
 
             def store(r=r):
                 for v in range(nv):
-                    self._store_c(c[r * nv + v], c_mem, rows[r], kb.add(col0, LANES * v), masks[v])
+                    idx = [rows[r], kb.add(col0, LANES * v)]
+                    kb.store_lanes(c[r * nv + v], c_mem, idx, valids[v])
 
             if self.row_tail:
                 with kb.if_(kb.icmp("ult", rows[r], self.pa.m)):
@@ -214,23 +240,10 @@ class _Packed:
             else:
                 store()
 
-    def _col_masks(self, width, jr) -> list:
+    def _col_valid(self, width, jr) -> list:
+        """Valid columns of each vector of micro-panel ``jr`` (None: all)."""
         kb, cfg = self.kb, self.cfg
         if not self.col_tail:
             return [None] * cfg.nv
         left = kb.sub(width, kb.mul(jr, cfg.nr))
-        return [
-            kb.mask(LANES, kb.max(kb.min(LANES, kb.sub(left, LANES * v)), 0)) for v in range(cfg.nv)
-        ]
-
-    def _load_c(self, mem, row, col, mask):
-        kb = self.kb
-        if mask is None:
-            return kb.vload(mem, [row, col], LANES)
-        return kb.masked_vload(mem, [row, col], mask, kb.const(0.0, kb.vec(LANES, kb.f32)))
-
-    def _store_c(self, v, mem, row, col, mask) -> None:
-        if mask is None:
-            self.kb.vstore(v, mem, [row, col])
-        else:
-            self.kb.masked_vstore(v, mem, [row, col], mask)
+        return [kb.max(kb.min(LANES, kb.sub(left, LANES * v)), 0) for v in range(cfg.nv)]

@@ -28,7 +28,7 @@ __all__ = ["SCHEDULES", "KernelPlan", "plan_kernel", "default_threads", "SMALL_M
 SCHEDULES = ("auto", "decode", "small", "prefill")
 
 #: Largest M the streaming schedule is chosen for by ``auto``.
-SMALL_MAX_M = 16
+SMALL_MAX_M = 48
 #: Rows of A per register group in the ``small`` schedule.
 SMALL_MR = 4
 
@@ -82,7 +82,7 @@ def plan_kernel(prob: Problem, schedule: str = "auto", threads: int | None = Non
     if schedule == "auto":
         schedule = classify(prob.m)
     if schedule == "decode":
-        return KernelPlan("decode", StreamConfig(mr=1, nv=4, ku=32, threads=threads))
+        return KernelPlan("decode", StreamConfig(mr=1, nv=4, ku=8, threads=threads))
     if schedule == "small":
         return KernelPlan("small", StreamConfig(mr=SMALL_MR, nv=4, ku=8, threads=threads))
     return KernelPlan("prefill", PackedConfig(threads=threads))

@@ -33,8 +33,9 @@ from mlir import ir
 
 from mlir_mx.kernels.builder import KernelBuilder
 from mlir_mx.kernels.widen import LANES, decode_scales, decoder
+from mlir_mx.numerics.packing import packing_group
 
-__all__ = ["Problem", "Operands", "prepare_a", "vector_loop", "PreparedA"]
+__all__ = ["Problem", "Operands", "CodeRows", "prepare_a", "vector_loop", "PreparedA"]
 
 
 @dataclass(frozen=True)
@@ -45,12 +46,19 @@ class Problem:
     n: int
     k: int
     block: int
-    a_elem: str
+    a_elem: str | None  # None: an f32 A (the library's activations; no scales)
     b_elem: str | None  # None: an f32 B
+    #: FP4/FP6 codes packed along each row (``mlir_mx.numerics.packing``)
+    #: instead of one code per byte.
+    packed: bool = False
 
     @property
     def kblocks(self) -> int:
         return self.k // self.block
+
+    @property
+    def a_is_mx(self) -> bool:
+        return self.a_elem is not None
 
     @property
     def b_is_mx(self) -> bool:
@@ -60,16 +68,45 @@ class Problem:
         """Factor of the widened B values (0 for an f32 B)."""
         return decoder(self.b_elem).exp2 if self.b_is_mx else 0
 
+    def code_columns(self, elem: str, columns: int) -> int:
+        """Columns of the codes memref holding ``columns`` codes of ``elem``."""
+        if not self.packed:
+            return columns
+        codes, nbytes = packing_group(elem)
+        return columns // codes * nbytes
+
 
 @dataclass(frozen=True)
 class Operands:
     """The kernel's buffers: codes and scales of A (and B when MX), and C."""
 
     a: ir.Value
-    sa: ir.Value
+    sa: ir.Value | None  # None for an f32 A
     b: ir.Value
     sb: ir.Value | None
     c: ir.Value
+
+
+class CodeRows:
+    """Reads runs of codes from a row-major codes buffer, one code per byte
+    out (packed FP4/FP6 rows are unpacked in registers)."""
+
+    def __init__(self, kb: KernelBuilder, mem: ir.Value, element: str, packed: bool):
+        self.kb = kb
+        self.mem = kb.as_bytes(mem)
+        self.dec = decoder(element)
+        self.group = self.dec.group if packed else (1, 1)
+
+    def load(self, row, col, n: int, valid=None) -> ir.Value:
+        """``n`` codes of ``row`` from column ``col`` (codes past ``valid`` read 0)."""
+        kb = self.kb
+        codes, nbytes = self.group
+        if codes == 1:
+            return kb.load_lanes(self.mem, [row, col], n, valid)
+        bcol = kb.mul(kb.divu(col, codes), nbytes)
+        bvalid = None if valid is None else kb.mul(kb.ceildivu(valid, codes), nbytes)
+        raw = kb.load_lanes(self.mem, [row, bcol], n // codes * nbytes, bvalid)
+        return self.dec.unpack(kb, raw)
 
 
 @dataclass(frozen=True)
@@ -81,35 +118,28 @@ class PreparedA:
 
 
 def vector_loop(kb: KernelBuilder, total: int, width: int, body: Callable) -> None:
-    """Call ``body(offset, mask)`` over ``[0, total)`` in vectors of ``width``.
+    """Call ``body(offset, valid)`` over ``[0, total)`` in vectors of ``width``.
 
-    Full vectors run in an ``scf.for`` with ``mask = None``; a static tail
-    (``total % width`` lanes) gets one call with a ``vector.create_mask``.
+    Full vectors run in an ``scf.for`` with ``valid = None``; a static tail
+    (``total % width`` lanes) gets one call with ``valid`` its lane count.
     """
     full = total - total % width
     if full:
         with kb.loop(0, full, width) as lp:
             body(lp.iv, None)
     if total % width:
-        body(kb.idx(full), kb.mask(width, kb.idx(total % width)))
-
-
-def _load_bytes(kb: KernelBuilder, mem, idx, n: int, mask):
-    if mask is None:
-        return kb.vload(mem, idx, n)
-    return kb.masked_vload(mem, idx, mask, kb.const(0, kb.vec(n, kb.i8)))
-
-
-def _store(kb: KernelBuilder, v, mem, idx, mask) -> None:
-    if mask is None:
-        kb.vstore(v, mem, idx)
-    else:
-        kb.masked_vstore(v, mem, idx, mask)
+        body(kb.idx(full), kb.idx(total % width))
 
 
 def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> PreparedA:
-    """Widen A's codes and decode A's scales into f32 buffers (rows padded to ``group``)."""
-    a8, sa8 = kb.as_bytes(ops.a), kb.as_bytes(ops.sa)
+    """Widen A's codes and decode A's scales into f32 buffers (rows padded to ``group``).
+
+    An f32 A is copied times ``2^-exp2(B)`` (exact unless it overflows, i.e.
+    only for |a| near the top of the f32 range with the f16 widening of B),
+    with scales 1.
+    """
+    rows_a = CodeRows(kb, ops.a, prob.a_elem, prob.packed) if prob.a_is_mx else None
+    sa8 = kb.as_bytes(ops.sa) if prob.a_is_mx else None
     if prob.m is None:
         m = kb.dim(ops.a, 0)
         mp = kb.mul(kb.ceildivu(m, group), group)
@@ -120,28 +150,38 @@ def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> Pr
         rows = -(-prob.m // group) * group
         mp = kb.idx(rows)
         dyn = []
-    af = kb.alloc([rows, prob.k], kb.f32, dyn)
+    # Rows of af a multiple of 4 KiB apart would share one L1 set: the
+    # microkernel reads mr rows at once, so pad the row by one cache line.
+    ld = prob.k + (LANES if (prob.k * 4) % 4096 == 0 else 0)
+    af = kb.alloc([rows, ld], kb.f32, dyn)
     saf = kb.alloc([rows, prob.kblocks], kb.f32, dyn)
-    dec = decoder(prob.a_elem)
-    factor = kb.const(2.0 ** (-dec.exp2 - prob.b_exp2()), kb.vec(LANES, kb.f32))
+    a_exp2 = rows_a.dec.exp2 if rows_a else 0
+    factor = kb.const(2.0 ** (-a_exp2 - prob.b_exp2()), kb.vec(LANES, kb.f32))
     zero = kb.const(0.0, kb.vec(LANES, kb.f32))
+    one = kb.const(1.0, kb.vec(LANES, kb.f32))
 
     with kb.loop(0, m, 1) as row:
         r = row.iv
 
-        def widen(off, mask):
-            (v,) = dec.decode(kb, _load_bytes(kb, a8, [r, off], LANES, mask))
-            _store(kb, kb.fmul(v, factor), af, [r, off], mask)
+        def widen(off, valid):
+            if rows_a is None:
+                v = kb.load_lanes(ops.a, [r, off], LANES, valid)
+            else:
+                (v,) = rows_a.dec.decode(kb, rows_a.load(r, off, LANES, valid))
+            kb.store_lanes(kb.fmul(v, factor), af, [r, off], valid)
 
-        def scales(off, mask):
-            v = decode_scales(kb, _load_bytes(kb, sa8, [r, off], LANES, mask))
-            _store(kb, v, saf, [r, off], mask)
+        def scales(off, valid):
+            if sa8 is None:
+                v = one
+            else:
+                v = decode_scales(kb, kb.load_lanes(sa8, [r, off], LANES, valid))
+            kb.store_lanes(v, saf, [r, off], valid)
 
         vector_loop(kb, prob.k, LANES, widen)
         vector_loop(kb, prob.kblocks, LANES, scales)
     with kb.loop(m, mp, 1) as row:  # padding rows: zeros
-        vector_loop(kb, prob.k, LANES, lambda off, mask: _store(kb, zero, af, [row.iv, off], mask))
+        vector_loop(kb, prob.k, LANES, lambda off, v: kb.store_lanes(zero, af, [row.iv, off], v))
         vector_loop(
-            kb, prob.kblocks, LANES, lambda off, mask: _store(kb, zero, saf, [row.iv, off], mask)
+            kb, prob.kblocks, LANES, lambda off, v: kb.store_lanes(zero, saf, [row.iv, off], v)
         )
     return PreparedA(af, saf, m, mp)

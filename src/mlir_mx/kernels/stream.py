@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from mlir import ir
 
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.problem import Operands, PreparedA, Problem, prepare_a
+from mlir_mx.kernels.problem import CodeRows, Operands, PreparedA, Problem, prepare_a
 from mlir_mx.kernels.widen import LANES, decode_scales, decoder
 
 __all__ = ["StreamConfig", "emit_stream"]
@@ -71,10 +71,13 @@ def emit_stream(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: StreamConf
 class _Kernel:
     def __init__(self, kb, prob: Problem, ops: Operands, cfg: StreamConfig, pa: PreparedA):
         self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
-        self.b = kb.as_bytes(ops.b) if prob.b_is_mx else ops.b
+        self.b = CodeRows(kb, ops.b, prob.b_elem, prob.packed) if prob.b_is_mx else ops.b
         self.sb = kb.as_bytes(ops.sb) if prob.b_is_mx else None
         self.dec = decoder(prob.b_elem) if prob.b_is_mx else None
         self.single_group = prob.m is not None and prob.m <= cfg.mr
+        # Packed FP4 on full tiles: columns come in (even, odd) pairs of
+        # vectors (Decoder.decode_pairs), interleaved once per block.
+        self.pairs = prob.b_is_mx and prob.packed and self.dec.values16 and cfg.nv % 2 == 0
 
     def chunk(self, lo: ir.Value, hi: ir.Value) -> None:
         """All blocks of the columns [lo, hi)."""
@@ -94,19 +97,22 @@ class _Kernel:
                 self.tile(blk.iv, t.iv, 1, None)
             rest = kb.sub(hi, full_vecs)
             with kb.if_(kb.icmp("sgt", rest, 0)):
-                self.tile(blk.iv, full_vecs, 1, kb.mask(LANES, rest))
+                self.tile(blk.iv, full_vecs, 1, rest)
         if self.scratch is not None:
             kb.dealloc(self.scratch)
 
     # -- one column tile of one block -------------------------------------------------
 
-    def tile(self, blk, n0, nv: int, mask) -> None:
+    def tile(self, blk, n0, nv: int, valid) -> None:
+        """Columns ``n0 .. n0 + 16 nv`` of block ``blk`` (``valid``: columns in a tail)."""
         kb, prob, cfg = self.kb, self.prob, self.cfg
         bs = prob.block
         sbv = None
         if prob.b_is_mx:
             sbv = [
-                decode_scales(kb, self._bytes(self.sb, [blk, kb.add(n0, LANES * v)], LANES, mask))
+                decode_scales(
+                    kb, kb.load_lanes(self.sb, [blk, kb.add(n0, LANES * v)], LANES, valid)
+                )
                 for v in range(nv)
             ]
         k0 = kb.mul(blk, bs)
@@ -116,32 +122,31 @@ class _Kernel:
             for r in range(bs):
                 kb.prefetch(self.b, [kb.add(ahead, r), n0])
         if self.single_group:
-            self.group(blk, k0, n0, nv, mask, kb.idx(0), prob.m, sbv, scratch=None)
+            self.group(blk, k0, n0, nv, valid, kb.idx(0), prob.m, sbv, scratch=None)
             return
         scratch = self.scratch
         with kb.loop(0, bs, 1) as kk:
-            for v, w in enumerate(self.b_row(kb.add(k0, kk.iv), n0, nv, mask)):
+            for v, w in enumerate(self.b_row(kb.add(k0, kk.iv), n0, nv, valid)):
                 kb.vstore(w, scratch, [kk.iv, LANES * v])
         with kb.loop(0, self.pa.mp, cfg.mr) as g:
-            self.group(blk, k0, n0, nv, mask, g.iv, cfg.mr, sbv, scratch=scratch)
+            self.group(blk, k0, n0, nv, valid, g.iv, cfg.mr, sbv, scratch=scratch)
 
-    def b_row(self, k, n0, nv: int, mask) -> list[ir.Value]:
+    def b_row(self, k, n0, nv: int, valid) -> list[ir.Value]:
         """Row ``k`` of B at columns ``n0 .. n0 + 16 nv``, widened to f32."""
         kb = self.kb
         if not self.prob.b_is_mx:
-            if mask is None:
-                return [kb.vload(self.b, [k, kb.add(n0, LANES * v)], LANES) for v in range(nv)]
-            pt = kb.const(0.0, kb.vec(LANES, kb.f32))
-            return [kb.masked_vload(self.b, [k, n0], mask, pt)]
-        return self.dec.decode(kb, self._bytes(self.b, [k, n0], LANES * nv, mask))
+            return [
+                kb.load_lanes(self.b, [k, kb.add(n0, LANES * v)], LANES, valid) for v in range(nv)
+            ]
+        if self._paired(nv, valid):
+            raw = kb.vload(self.b.mem, [k, kb.divu(n0, 2)], LANES * nv // 2)
+            return self.dec.decode_pairs(kb, raw)
+        return self.dec.decode(kb, self.b.load(k, n0, LANES * nv, valid))
 
-    def _bytes(self, mem, idx, n: int, mask):
-        kb = self.kb
-        if mask is None:
-            return kb.vload(mem, idx, n)
-        return kb.masked_vload(mem, idx, mask, kb.const(0, kb.vec(n, kb.i8)))
+    def _paired(self, nv: int, valid) -> bool:
+        return self.pairs and valid is None and nv == self.cfg.nv
 
-    def group(self, blk, k0, n0, nv: int, mask, m0, mr: int, sbv, scratch) -> None:
+    def group(self, blk, k0, n0, nv: int, valid, m0, mr: int, sbv, scratch) -> None:
         """Rows ``m0 .. m0 + mr`` of one (block, tile): partials, then scale into C."""
         kb, prob, cfg = self.kb, self.prob, self.cfg
         af = self.pa.af
@@ -154,7 +159,7 @@ class _Kernel:
                 kk_u = kb.add(kk.iv, u)
                 k = kb.add(k0, kk_u)
                 if scratch is None:
-                    bvec = self.b_row(k, n0, nv, mask)
+                    bvec = self.b_row(k, n0, nv, valid)
                 else:
                     bvec = [kb.vload(scratch, [kk_u, LANES * v], LANES) for v in range(nv)]
                 for r in range(mr):
@@ -163,28 +168,35 @@ class _Kernel:
                         p[r * nv + v] = kb.fma(a, bvec[v], p[r * nv + v])
             kk.yield_(p)
         p = kk.results
+        if self._paired(nv, valid):
+            p = [w for r in range(mr) for w in interleave_pairs(kb, p[r * nv : (r + 1) * nv])]
         for r in range(mr):
             m = kb.add(m0, r)
             sa = kb.broadcast(kb.load(self.pa.saf, [m, blk]), LANES)
-            self._scale_row(m, n0, nv, mask, p[r * nv : (r + 1) * nv], sa, sbv)
+            self._scale_row(m, n0, nv, valid, p[r * nv : (r + 1) * nv], sa, sbv)
 
-    def _scale_row(self, m, n0, nv, mask, p, sa, sbv) -> None:
+    def _scale_row(self, m, n0, nv, valid, p, sa, sbv) -> None:
         if self.single_group:
-            self._scale_row_unguarded(m, n0, nv, mask, p, sa, sbv)
+            self._scale_row_unguarded(m, n0, nv, valid, p, sa, sbv)
         else:  # padding rows (m >= M) are computed, never stored
             with self.kb.if_(self.kb.icmp("ult", m, self.pa.m)):
-                self._scale_row_unguarded(m, n0, nv, mask, p, sa, sbv)
+                self._scale_row_unguarded(m, n0, nv, valid, p, sa, sbv)
 
-    def _scale_row_unguarded(self, m, n0, nv, mask, p, sa, sbv) -> None:
+    def _scale_row_unguarded(self, m, n0, nv, valid, p, sa, sbv) -> None:
         kb = self.kb
         c = self.ops.c
         for v in range(nv):
             s = kb.fmul(sa, sbv[v]) if sbv is not None else sa
             col = kb.add(n0, LANES * v)
-            if mask is None:
-                cv = kb.vload(c, [m, col], LANES)
-                kb.vstore(kb.fma(p[v], s, cv), c, [m, col])
-            else:
-                pt = kb.const(0.0, kb.vec(LANES, kb.f32))
-                cv = kb.masked_vload(c, [m, col], mask, pt)
-                kb.masked_vstore(kb.fma(p[v], s, cv), c, [m, col], mask)
+            cv = kb.load_lanes(c, [m, col], LANES, valid)
+            kb.store_lanes(kb.fma(p[v], s, cv), c, [m, col], valid)
+
+
+def interleave_pairs(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:
+    """(even, odd) column vectors of each 32 columns -> the two vectors in column order."""
+    out = []
+    for q in range(0, len(vecs), 2):
+        even, odd = vecs[q], vecs[q + 1]
+        out.append(kb.shuffle(even, odd, [j for i in range(8) for j in (i, 16 + i)]))
+        out.append(kb.shuffle(even, odd, [j for i in range(8, 16) for j in (i, 16 + i)]))
+    return out

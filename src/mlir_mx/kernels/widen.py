@@ -19,7 +19,19 @@ subnormals, so no f32 subnormal (and no microcode assist) ever appears:
   to an f16 NaN explicitly.
 * MXINT8: ``sitofp`` of the code, i.e. the value times ``2^6``.
 
-With AVX512-VBMI, 64 float codes are widened by table lookups instead
+Packed FP4/FP6 codes (``mlir_mx.numerics.packing``: a little-endian bit
+stream along the row, FP4 two per byte, FP6 four per three bytes) are first
+unpacked in registers (:meth:`Decoder.unpack`): FP4 splits the nibbles and
+interleaves them (static shuffles); FP6 uses ``vpmultishiftqb`` with VBMI
+(one byte permutation, one multishift, one mask per 64 codes) or shifts of
+static byte shuffles otherwise.
+
+FP4 (16 codes) with AVX-512: the 16 values sit in one register and
+``vpermps`` picks each code's value (two instructions per 16 codes); packed
+codes give the even columns from the low nibbles and the odd ones from the
+high nibbles (:meth:`Decoder.decode_pairs`), interleaved once per block.
+
+With AVX512-VBMI, 64 other float codes are widened by table lookups instead
 (:class:`Decoder` ``table=True``): two ``vpermi2b`` pick the high and low
 byte of the bf16 encoding of each code's value (the same ``value * 2^exp2``;
 every MX element value is exact in bf16, NaN included) from two 128-entry
@@ -39,6 +51,7 @@ from mlir import ir
 from mlir_mx.kernels.builder import KernelBuilder
 from mlir_mx.kernels.cpu import has_features
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, ElementFormat, decode_elements
+from mlir_mx.numerics.packing import packing_group
 
 __all__ = ["Decoder", "decoder", "decode_scales", "LANES"]
 
@@ -56,6 +69,8 @@ class Decoder:
 
     fmt: ElementFormat
     table: bool = False  # 64-code vpermi2b lookups (needs avx512vbmi)
+    #: FP4 only: the 16 values in one register, ``vpermps`` by code (avx512f)
+    values16: bool = False
 
     @property
     def exp2(self) -> int:
@@ -66,9 +81,57 @@ class Decoder:
             return 0
         return f.bias - 15
 
+    @property
+    def group(self) -> tuple[int, int]:
+        """``(codes, bytes)`` of one packing group (``(1, 1)`` for 8-bit formats)."""
+        return packing_group(self.fmt)
+
+    def packed_bytes(self, n_codes: int) -> int:
+        """Bytes holding ``n_codes`` packed codes."""
+        codes, nbytes = self.group
+        return n_codes // codes * nbytes
+
+    def unpack(self, kb: KernelBuilder, raw: ir.Value) -> ir.Value:
+        """Packed bytes (``vector<b x i8>``) -> one code per byte (``vector<n x i8>``)."""
+        codes, nbytes = self.group
+        if codes == 1:
+            return raw
+        b = ir.VectorType(raw.type).shape[0]
+        n = b // nbytes * codes
+        vb = kb.vec(b, kb.i8)
+        if self.fmt.bits == 4:
+            lo = kb.andi(raw, kb.const(0x0F, vb))
+            hi = kb.shrui(raw, kb.const(4, vb))
+            return kb.shuffle(lo, hi, [j for i in range(b) for j in (i, b + i)])
+        if n == 64 and self.table:
+            return _unpack6_multishift(kb, raw)
+        # FP6 generic: per group (b0, b1, b2) -> 4 codes by shifts and masks.
+        g = b // 3
+        parts = [kb.shuffle(raw, raw, [3 * i + j for i in range(g)]) for j in range(3)]
+        vg = kb.vec(g, kb.i8)
+        m = lambda v: kb.const(v, vg)  # noqa: E731
+        b0, b1, b2 = parts
+        c0 = kb.andi(b0, m(0x3F))
+        c1 = kb.ori(kb.shrui(b0, m(6)), kb.shli(kb.andi(b1, m(0x0F)), m(2)))
+        c2 = kb.ori(kb.shrui(b1, m(4)), kb.shli(kb.andi(b2, m(0x03)), m(4)))
+        c3 = kb.shrui(b2, m(2))
+        c01 = kb.shuffle(c0, c1, [j for i in range(g) for j in (i, g + i)])
+        c23 = kb.shuffle(c2, c3, [j for i in range(g) for j in (i, g + i)])
+        return kb.shuffle(
+            c01,
+            c23,
+            [j for i in range(g) for j in (2 * i, 2 * i + 1, 2 * g + 2 * i, 2 * g + 2 * i + 1)],
+        )
+
     def decode(self, kb: KernelBuilder, codes: ir.Value) -> list[ir.Value]:
         """``codes``: ``vector<n x i8>`` (n a multiple of 16) -> n/16 f32 vectors."""
         n = ir.VectorType(codes.type).shape[0]
+        if self.values16:
+            v16i = kb.vec(LANES, kb.i32)
+            return [
+                self.lookup16(kb, kb.extui(kb.slice(codes, i, LANES), v16i))
+                for i in range(0, n, LANES)
+            ]
         if self.table and n == 64:
             return self._table_decode(kb, codes)
         if self.fmt.is_int:
@@ -101,6 +164,31 @@ class Decoder:
             h = kb.select(nan, kb.ori(h, kb.const(0x7E00, v16)), h)
         return h
 
+    def lookup16(self, kb: KernelBuilder, idx: ir.Value) -> ir.Value:
+        """FP4: ``values[idx & 15]`` for 16 dword indices (``vpermps`` reads the low 4 bits)."""
+        v16f = kb.vec(LANES, kb.f32)
+        values = kb.const_array_f32(self.table_values(), v16f)
+        return kb.intrinsic("llvm.x86.avx512.permvar.sf.512", v16f, [values, idx])
+
+    def decode_pairs(self, kb: KernelBuilder, raw: ir.Value) -> list[ir.Value]:
+        """Packed FP4, ``16 q`` bytes -> ``2 q`` f32 vectors: for each 16 bytes
+        (32 codes) the even columns (low nibbles), then the odd ones (high)."""
+        v16i = kb.vec(LANES, kb.i32)
+        four = kb.const(4, v16i)
+        out = []
+        for i in range(0, ir.VectorType(raw.type).shape[0], LANES):
+            idx = kb.extui(kb.slice(raw, i, LANES), v16i)
+            out += [self.lookup16(kb, idx), self.lookup16(kb, kb.shrui(idx, four))]
+        return out
+
+    def table_values(self) -> list[float]:
+        """``value * 2^exp2`` of every code (``2^bits`` entries), as :meth:`decode` gives."""
+        codes = np.arange(self.fmt.num_codes, dtype=np.uint8 if not self.fmt.is_int else np.int8)
+        return [
+            float(v)
+            for v in decode_elements(codes.view(self.fmt.dtype), self.fmt.name) * 2.0**self.exp2
+        ]
+
     # -- the VBMI table path ---------------------------------------------------
 
     def _tables(self) -> tuple[list[int], list[int]]:
@@ -128,10 +216,15 @@ class Decoder:
         hi_t, lo_t = self._tables()
         v64 = kb.vec(64, kb.i8)
         b = kb.shuffle(codes, codes, _TABLE_PERM)
-        tables = [kb.const_array(t[i : i + 64], v64) for t in (hi_t, lo_t) for i in (0, 64)]
-        name = "llvm.x86.avx512.vpermi2var.qi.512"
-        hi = kb.intrinsic(name, v64, [tables[0], b, tables[1]])
-        lo = kb.intrinsic(name, v64, [tables[2], b, tables[3]])
+        if self.fmt.num_codes <= 64:  # FP6/FP4: one 64-entry table each (vpermb)
+            name = "llvm.x86.avx512.permvar.qi.512"
+            hi = kb.intrinsic(name, v64, [kb.const_array(hi_t[:64], v64), b])
+            lo = kb.intrinsic(name, v64, [kb.const_array(lo_t[:64], v64), b])
+        else:  # 128 magnitudes: two tables each (vpermi2b)
+            tables = [kb.const_array(t[i : i + 64], v64) for t in (hi_t, lo_t) for i in (0, 64)]
+            name = "llvm.x86.avx512.vpermi2var.qi.512"
+            hi = kb.intrinsic(name, v64, [tables[0], b, tables[1]])
+            lo = kb.intrinsic(name, v64, [tables[2], b, tables[3]])
         if self.fmt.bits == 8:  # bit 7 is the sign: or it into the high byte
             hi = kb.ori(hi, kb.andi(b, kb.const(0x80, v64)))
         v16i = kb.vec(16, kb.i32)
@@ -148,6 +241,17 @@ class Decoder:
             odd = kb.andi(w, kb.const(-65536, v16i))
             out += [kb.bitcast(even, kb.vec(16, kb.f32)), kb.bitcast(odd, kb.vec(16, kb.f32))]
         return out
+
+
+def _unpack6_multishift(kb: KernelBuilder, raw: ir.Value) -> ir.Value:
+    """48 bytes of packed FP6 -> 64 codes: qword q gets bytes 6q..6q+5 (codes
+    8q..8q+7), ``vpmultishiftqb`` picks each code's 8-bit window at bit 6r, and
+    a mask keeps its 6 bits."""
+    v64 = kb.vec(64, kb.i8)
+    spread = kb.shuffle(raw, raw, [6 * q + min(i, 5) for q in range(8) for i in range(8)])
+    offsets = kb.const_array([6 * r for q in range(8) for r in range(8)], v64)
+    fields = kb.intrinsic("llvm.x86.avx512.pmultishift.qb.512", v64, [offsets, spread])
+    return kb.andi(fields, kb.const(0x3F, v64))
 
 
 #: Code order for :meth:`Decoder._table_decode`: position
@@ -169,7 +273,8 @@ def decoder(element: str, vbmi: bool | None = None) -> Decoder:
     fmt = ELEMENT_FORMATS[element]
     if vbmi is None:
         vbmi = has_features("avx512f", "avx512bw", "avx512vbmi")
-    return Decoder(fmt, table=bool(vbmi) and not fmt.is_int)
+    values16 = fmt.bits == 4 and has_features("avx512f")
+    return Decoder(fmt, table=bool(vbmi) and not fmt.is_int, values16=values16)
 
 
 def decode_scales(kb: KernelBuilder, codes: ir.Value) -> ir.Value:

@@ -31,7 +31,7 @@ from mlir import ir
 
 from mlir_mx.diagnostics import DiagnosticError, MXError
 from mlir_mx.dialect import parse_module
-from mlir_mx.passes.pipeline import run_pipeline
+from mlir_mx.passes.pipeline import PipelineError, run_pipeline
 
 __all__ = [
     "BUFFERIZE",
@@ -276,6 +276,8 @@ def _run(pipeline: str, module: ir.Module, filename: str = "-") -> None:
     """Run ``pipeline``; a failure becomes a :class:`ModelError` with its located diagnostics."""
     try:
         run_pipeline(module, pipeline, filename=filename)
+    except PipelineError as err:
+        raise ModelError(f"{pipeline.split('{')[0]}: {err}") from None
     except DiagnosticError as err:
         raise ModelError(err.diagnostics) from None
 

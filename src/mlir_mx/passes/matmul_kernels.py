@@ -12,7 +12,7 @@ The kernel performs the same f32 operations per output element as the two
 generics (the blocked order, ``docs/numerics.md``), so the rewrite never
 changes a result; the pass only chooses how fast it runs:
 
-* ``schedule``: ``auto`` (by M: ``decode`` for M = 1, ``small`` up to 16,
+* ``schedule``: ``auto`` (by M: ``decode`` for M = 1, ``small`` up to 48,
   ``prefill`` above) or one of ``decode``, ``small``, ``prefill``;
 * ``threads``: parallel column panels (``scf.parallel``, lowered by
   ``async-parallel-for``); 0 means the cores of this machine.
@@ -44,6 +44,7 @@ _KERNEL_ATTR = "mx.kernel"
             str,
             "auto",
             "Kernel schedule: 'auto' (by M), 'decode', 'small' or 'prefill'",
+            choices=SCHEDULES,
         ),
         Option("threads", int, 0, "Threads (parallel column panels); 0: this machine's cores"),
     ],

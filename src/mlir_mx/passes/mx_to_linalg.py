@@ -69,6 +69,7 @@ _MX_OPS = ("mx.quantize_block", "mx.dequantize_block", "mx.block_matmul", "mx.fo
             "rebuilds the mx operand(s) in its payload, the v1 form) or 'blocked' "
             "(K split into (K/B, B): partial products of the mantissas, then one "
             "scale multiply per block; no floordiv, tiles and vectorizes as is)",
+            choices=MATMUL_LOWERINGS,
         )
     ],
 )

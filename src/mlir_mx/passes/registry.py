@@ -75,8 +75,17 @@ class Option:
     type: type  # bool, int, float, str, or list (comma-separated strings)
     default: Any
     help: str
+    #: The allowed values (checked when the option is parsed), if restricted.
+    choices: tuple | None = None
 
     def parse(self, text: str) -> Any:
+        value = self._parse(text)
+        if self.choices is not None and value not in self.choices:
+            allowed = ", ".join(str(c) for c in self.choices)
+            raise OptionError(f"option '{self.name}': '{text}' is not one of: {allowed}")
+        return value
+
+    def _parse(self, text: str) -> Any:
         if self.type is bool:
             low = text.strip().lower()
             if low in ("1", "true", "on", "yes", ""):

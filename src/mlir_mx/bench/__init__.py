@@ -1,0 +1,21 @@
+"""``mx-bench``: MX matmul kernels side by side with what a user would otherwise run.
+
+One process, one run, the same thread count for every method of a group:
+
+* :mod:`.baselines`  numpy f32 (BLAS), the ml_dtypes + numpy emulation, torch
+  f32/bf16 (when torch is installed);
+* :mod:`.ggml_baseline`  ggml Q8_0 and MXFP4 through ggml-python (when installed);
+* :mod:`.ours`  our compiled kernels; :func:`.ours.our_variants` is the one list
+  of them;
+* :mod:`.problem`  inputs and the oracle every result is checked against;
+* :mod:`.machine`  CPU model/features, thread control, the measured roofs;
+* :mod:`.harness`  the loop (build, check, time, progress lines);
+* :mod:`.report`  the JSON and markdown files under ``bench/results/``.
+
+The command itself is :mod:`mlir_mx.tools.mx_bench`; the method, byte counts
+and tolerances are described in ``docs/bench.md``.
+"""
+
+from .problem import BenchFailure
+
+__all__ = ["BenchFailure"]

@@ -1,0 +1,141 @@
+"""The baselines a user would run without us: numpy f32, the ml_dtypes
+emulation, torch f32/bf16.
+
+Thread counts are set by the harness for the whole group
+(:func:`mlir_mx.bench.machine.thread_limits`): numpy's BLAS through
+threadpoolctl, torch through ``torch.set_num_threads``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+
+from mlir_mx.numerics import MXArray
+
+from .method import Method, Skipped
+from .problem import Problem, mx_bytes
+
+__all__ = ["emulate_dequantize", "numpy_methods", "torch_methods"]
+
+BF16_UNIT = 2.0**-8
+
+
+def emulate_dequantize(q: MXArray) -> np.ndarray:
+    """Dequantize the way a user writes it with ml_dtypes: codes -> f32 values,
+    times ``2^(scale - 127)`` (ml_dtypes' E8M0 -> f32 conversion), per block."""
+    vals = q.codes.astype(np.float32)
+    if q.codes.dtype == np.int8:  # MXINT8: code c is c * 2^-6
+        vals *= np.float32(2.0**-6)
+    scales = q.scales.astype(np.float32)
+    shape = vals.shape
+    bs = q.block_size
+    if q.axis == 1:
+        vals = vals.reshape(shape[0], shape[1] // bs, bs) * scales[:, :, None]
+    else:
+        vals = vals.reshape(shape[0] // bs, bs, shape[1]) * scales[:, None, :]
+    return vals.reshape(shape)
+
+
+def numpy_methods(p: Problem, threads: int) -> list[Method]:
+    """numpy f32 ``a @ b`` and the two emulations (dequantization timed)."""
+    s = p.shape
+    mk, kn, mn = s.M * s.K, s.K * s.N, s.M * s.N
+    da, db, qa, qb = p.da, p.db, p.qa, p.qb
+    bs = p.block_size
+    f32 = Method(
+        "numpy f32",
+        "baseline",
+        threads,
+        4 * (mk + kn + mn),
+        run=lambda n: [da @ db for _ in range(n)],
+        result=lambda: da @ db,
+        oracle=p.oracle,
+        note="BLAS sgemm on the dequantized operands",
+    )
+
+    def emu_ab():
+        return emulate_dequantize(qa) @ emulate_dequantize(qb)
+
+    def emu_a():
+        return emulate_dequantize(qa) @ db
+
+    # Bytes: the MX operands read, their f32 values written and read back by
+    # the GEMM, the other operand and the output.
+    ab = Method(
+        "emulation mx x mx",
+        "baseline",
+        threads,
+        mx_bytes(s.M, s.K, bs) + mx_bytes(s.K, s.N, bs) + 8 * (mk + kn) + 4 * mn,
+        run=lambda n: [emu_ab() for _ in range(n)],
+        result=emu_ab,
+        oracle=p.oracle,
+        operands="mx-ab",
+        note="ml_dtypes dequantize of A and B, then numpy f32 matmul",
+    )
+    a = Method(
+        "emulation mx x f32",
+        "baseline",
+        threads,
+        mx_bytes(s.M, s.K, bs) + 8 * mk + 4 * kn + 4 * mn,
+        run=lambda n: [emu_a() for _ in range(n)],
+        result=emu_a,
+        oracle=p.oracle,
+        operands="mx-a",
+        note="ml_dtypes dequantize of A, then numpy f32 matmul",
+    )
+    return [f32, ab, a]
+
+
+def torch_available() -> str | None:
+    """None when torch can be imported, else why not."""
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed (pip install 'mlir-mx[torch]', a CPU build)"
+    return None
+
+
+def torch_methods(p: Problem, threads: int) -> list[Method] | Skipped:
+    """torch f32 and bf16 ``a @ b`` (operands converted once, outside the timing)."""
+    why = torch_available()
+    if why:
+        return Skipped("torch f32/bf16", why)
+    import torch
+
+    s = p.shape
+    mk, kn, mn = s.M * s.K, s.K * s.N, s.M * s.N
+    ta, tb = torch.from_numpy(p.da), torch.from_numpy(p.db)
+    # MX element values have at most 7 significant bits (MXINT8; E4M3 has 4)
+    # and power-of-two scales, so they are exact in bf16 (8 bits) unless they
+    # fall below f32's normal range; the oracle check would catch that.
+    ha, hb = ta.to(torch.bfloat16), tb.to(torch.bfloat16)
+
+    def f32():
+        return (ta @ tb).numpy()
+
+    def bf16():
+        return (ha @ hb).float().numpy()
+
+    return [
+        Method(
+            "torch f32",
+            "baseline",
+            threads,
+            4 * (mk + kn + mn),
+            run=lambda n: [ta @ tb for _ in range(n)],
+            result=f32,
+            oracle=p.oracle,
+            note=f"torch {torch.__version__}",
+        ),
+        Method(
+            "torch bf16",
+            "baseline",
+            threads,
+            2 * (mk + kn + mn),
+            run=lambda n: [ha @ hb for _ in range(n)],
+            result=bf16,
+            oracle=p.oracle,
+            out_unit=BF16_UNIT,
+            note=f"torch {torch.__version__}; bf16 output (bound includes its rounding)",
+        ),
+    ]

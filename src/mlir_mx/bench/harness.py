@@ -1,0 +1,215 @@
+"""The benchmark loop: per (shape, format), per thread count, every method is
+built, checked against the oracle, then timed; progress lines as it goes.
+
+A wrong result raises :class:`~mlir_mx.bench.problem.BenchFailure` at once:
+it is a failure of the run, never a row.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from mlir_mx.model.kernels import Shape
+from mlir_mx.model.measure import Timing, time_repeated
+
+from .baselines import numpy_methods, torch_methods
+from .ggml_baseline import ggml_methods
+from .machine import (
+    Roof,
+    cpu_sample,
+    loadavg,
+    machine_info,
+    measure_roof,
+    other_load,
+    thread_limits,
+)
+from .method import Method, Skipped
+from .ours import our_methods
+from .problem import Problem, make_problem
+
+__all__ = ["Options", "run_bench"]
+
+FAMILIES = (numpy_methods, torch_methods, ggml_methods)
+
+
+@dataclass
+class Options:
+    """Everything a run depends on (recorded in the results)."""
+
+    shapes: list[Shape]
+    formats: list[str]
+    threads: list[int]
+    command: str
+    tag: str
+    out: Path
+    quick: bool = False
+    block_size: int = 32
+    samples: int = 9
+    target_s: float = 0.05
+    budget_s: float = 4.0
+    #: pause before each timing so the previous library's spinning workers sleep
+    settle_s: float = 0.3
+    #: a timing during which other processes used more than this share of the
+    #: cores is repeated (after ``retry_wait_s``) up to ``retries`` times
+    max_others: float = 0.1
+    retries: int = 3
+    retry_wait_s: float = 5.0
+    #: the MLP benchmark (``mlir_mx.bench.mlp``): (d, f) and token counts
+    mlp: tuple[int, int] | None = None
+    mlp_tokens: tuple[int, ...] = (1, 128)
+
+
+def _row(p: Problem, m: Method, t: Timing, roof: Roof, threads: int, err: float) -> dict:
+    s = p.shape
+    t_bw = m.bytes_moved / roof.bandwidth
+    t_pk = p.flops / roof.peak
+    return {
+        "shape": str(s),
+        "M": s.M,
+        "N": s.N,
+        "K": s.K,
+        "format": p.element,
+        "block_size": p.block_size,
+        "threads": threads,
+        "method": m.name,
+        "kind": m.kind,
+        "operands": m.operands,
+        "method_threads": m.threads,
+        "median_s": t.median,
+        "min_s": t.min,
+        "max_s": t.max,
+        "spread": t.spread,
+        "samples": t.samples,
+        "calls_per_sample": t.calls,
+        "bytes": m.bytes_moved,
+        "gb_per_s": m.bytes_moved / t.median / 1e9,
+        "gflop_per_s": p.flops / t.median / 1e9,
+        "roof": "bandwidth" if t_bw >= t_pk else "peak",
+        "roof_fraction": max(t_bw, t_pk) / t.median,
+        "max_err_over_bound": err,
+        "compile_s": m.compile_s,
+        "note": m.note,
+    }
+
+
+def _ratios(rows: list[dict]) -> list[dict]:
+    """Speedup of each of our rows over each baseline row of the same group."""
+    out = []
+    for o in (r for r in rows if r["kind"] == "ours"):
+        for b in (r for r in rows if r["kind"] == "baseline"):
+            out.append(
+                {
+                    "shape": o["shape"],
+                    "format": o["format"],
+                    "threads": o["threads"],
+                    "ours": o["method"],
+                    "baseline": b["method"],
+                    # emulation rows compare only with kernels of the same operands
+                    "like_for_like": b["operands"] in (None, o["operands"]),
+                    "speedup": b["median_s"] / o["median_s"],
+                }
+            )
+    return out
+
+
+def _measure(p: Problem, m: Method, threads: int, roof: Roof, opts: Options, say) -> dict:
+    err = m.oracle.check(m.name, f"{p.where}, {threads} thread(s)", m.result(), m.out_unit)
+    for attempt in range(1, opts.retries + 2):
+        time.sleep(opts.settle_s)
+        cpu0 = cpu_sample()
+        timing = time_repeated(
+            m.run, samples=opts.samples, target_s=opts.target_s, budget_s=opts.budget_s
+        )
+        cpu = other_load(cpu0, cpu_sample())
+        if cpu is None or cpu["others"] <= opts.max_others or attempt > opts.retries:
+            break
+        say(
+            f"    {m.name}: other processes used {cpu['others']:.0%} of the cores while it "
+            f"was timed; timing again in {opts.retry_wait_s:g} s"
+        )
+        time.sleep(opts.retry_wait_s)
+    row = _row(p, m, timing, roof, threads, err)
+    row["cpu"], row["attempts"] = cpu, attempt
+    say(
+        f"    {m.name:<20} {timing.median * 1e3:10.3f} ms (spread {timing.spread:5.1%}) "
+        f"{row['gb_per_s']:7.1f} GB/s {row['gflop_per_s']:8.1f} GFLOP/s "
+        f"{row['roof_fraction']:6.1%} of {row['roof']} roof; err/bound {err:.2g}"
+        + (f"; others used {row['cpu']['others']:.0%} of the cores" if row["cpu"] else "")
+    )
+    return row
+
+
+def _group(p, threads, roof, opts, compiled, skipped, say) -> list[dict]:
+    rows = []
+    families: list[Callable] = [*FAMILIES, lambda p, t: our_methods(p, t, compiled, say)]
+    for family in families:
+        got = family(p, threads)
+        if isinstance(got, Skipped):
+            if got.name not in skipped:
+                skipped[got.name] = got.reason
+                say(f"    note: skipping {got.name}: {got.reason}")
+            continue
+        try:
+            for m in got:
+                rows.append(_measure(p, m, threads, roof, opts, say))
+        finally:
+            for m in got:
+                if m.close:
+                    m.close()
+    return rows
+
+
+def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
+    """Run the whole benchmark; returns the record written by :mod:`.report`."""
+    t_start, cpu0 = time.perf_counter(), cpu_sample()
+    record = {
+        "tool": "mx-bench",
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "tag": opts.tag,
+        "command": opts.command,
+        "options": {k: v for k, v in asdict(opts).items() if k != "out"},
+        "machine": machine_info(),
+        "loadavg_start": loadavg(),
+    }
+    record["options"]["shapes"] = [str(s) for s in opts.shapes]
+    say(f"mx-bench on {record['machine']['cpu']}, load average {record['loadavg_start']}")
+    roofs = {t: measure_roof(t, opts.quick, say) for t in opts.threads}
+    rows: list[dict] = []
+    compiled: dict[int, float] = {}
+    skipped: dict[str, str] = {}
+    for shape in opts.shapes:
+        for element in opts.formats:
+            say(f"{shape} {element}: quantizing the inputs, computing the f64 oracle...")
+            p = make_problem(shape, element, opts.block_size)
+            _ = p.oracle
+            for t in opts.threads:
+                say(f"  {shape} {element} at {t} thread(s):")
+                with thread_limits(t):
+                    rows += _group(p, t, roofs[t], opts, compiled, skipped, say)
+            del p
+    if opts.mlp:
+        from .mlp import run_mlp
+
+        record["mlp"] = run_mlp(*opts.mlp, opts.threads, list(opts.mlp_tokens), say,
+                                samples=opts.samples)  # fmt: skip
+    record.update(
+        roofs=[asdict(r) for r in roofs.values()],
+        rows=rows,
+        ratios=_ratios_by_group(rows),
+        skipped=[{"method": k, "reason": v} for k, v in skipped.items()],
+        loadavg_end=loadavg(),
+        cpu=other_load(cpu0, cpu_sample()),
+        total_s=time.perf_counter() - t_start,
+    )
+    return record
+
+
+def _ratios_by_group(rows: list[dict]) -> list[dict]:
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["shape"], r["format"], r["threads"]), []).append(r)
+    return [x for g in groups.values() for x in _ratios(g)]

@@ -1,0 +1,194 @@
+"""The machine side of a benchmark run: CPU model and features, library
+versions, the thread count of every library, and the measured roofs."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import platform
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from mlir_mx.model.measure import cpu_model, lscpu, measure_bandwidth, measure_peak
+
+__all__ = [
+    "CPU_FEATURES",
+    "Roof",
+    "cpu_features",
+    "CpuSample",
+    "cpu_sample",
+    "loadavg",
+    "machine_info",
+    "measure_roof",
+    "other_load",
+    "thread_limits",
+]
+
+#: /proc/cpuinfo flags that decide which kernels can run fast here.
+CPU_FEATURES = (
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
+
+
+def cpu_features() -> dict[str, bool]:
+    """Each of :data:`CPU_FEATURES`: present in /proc/cpuinfo's flags?"""
+    flags: set[str] = set()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    if not flags:
+        flags = set(lscpu().get("Flags", "").split())
+    return {name: name in flags for name in CPU_FEATURES}
+
+
+def loadavg() -> list[float] | None:
+    """The 1/5/15-minute load averages (other work sharing the cores), or None."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """CPU seconds from /proc/stat (all CPUs together) and of this process."""
+
+    busy: float  # user + nice + system + irq + softirq, every process
+    steal: float  # time the hypervisor gave the cores to other guests
+    total: float  # every state (CPU count x wall time)
+    own: float  # this process (all its threads)
+
+
+def cpu_sample() -> CpuSample | None:
+    """Now's :class:`CpuSample`, or None where /proc/stat is unreadable."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    v += [0] * (8 - len(v))
+    hz = os.sysconf("SC_CLK_TCK")
+    t = os.times()
+    return CpuSample(
+        (v[0] + v[1] + v[2] + v[5] + v[6]) / hz, v[7] / hz, sum(v) / hz, t.user + t.system
+    )
+
+
+def other_load(a: CpuSample | None, b: CpuSample | None) -> dict[str, float] | None:
+    """Between two samples: the share of all cores that OTHER processes used
+    (``others``, what disturbs a timing on shared cores) and that the hypervisor
+    stole (``steal``); None when too short to tell."""
+    # /proc/stat and os.times count in clock ticks (10 ms): below 0.2 CPU
+    # seconds the shares would be noise.
+    if a is None or b is None or b.total - a.total < 0.2:
+        return None
+    span = b.total - a.total
+    others = max(0.0, (b.busy - a.busy) - (b.own - a.own)) / span
+    return {"others": min(others, 1.0), "steal": (b.steal - a.steal) / span}
+
+
+def _versions() -> dict[str, str]:
+    import ml_dtypes
+
+    out = {"python": platform.python_version(), "numpy": np.__version__}
+    out["ml_dtypes"] = ml_dtypes.__version__
+    for mod in ("torch", "ggml", "threadpoolctl"):
+        with contextlib.suppress(Exception):
+            out[mod] = __import__(mod).__version__
+    return out
+
+
+def _blas() -> list[dict]:
+    from threadpoolctl import threadpool_info
+
+    keep = ("internal_api", "version", "architecture", "threading_layer", "num_threads")
+    return [
+        {k: v for k, v in lib.items() if k in keep}
+        for lib in threadpool_info()
+        if lib.get("user_api") == "blas"
+    ]
+
+
+def machine_info() -> dict:
+    """What a results file records about the machine."""
+    return {
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "cpu_features": cpu_features(),
+        "platform": platform.platform(),
+        "versions": _versions(),
+        "blas": _blas(),
+        "env": {
+            k: os.environ[k]
+            for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS")
+            if k in os.environ
+        },
+    }
+
+
+@contextlib.contextmanager
+def thread_limits(threads: int) -> Iterator[None]:
+    """numpy's BLAS (threadpoolctl) and torch (``set_num_threads``) at ``threads``."""
+    from threadpoolctl import threadpool_limits
+
+    torch = None
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+    old = torch.get_num_threads() if torch else None
+    with threadpool_limits(limits=threads, user_api="blas"):
+        if torch:
+            torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            if torch:
+                torch.set_num_threads(old)
+
+
+@dataclass
+class Roof:
+    """Measured ceilings at one thread count (bytes/s, FLOP/s): best and median."""
+
+    threads: int
+    bandwidth: float
+    bandwidth_median: float
+    peak: float
+    peak_median: float
+    method: str
+
+
+def measure_roof(threads: int, quick: bool, say: Callable[[str], None]) -> Roof:
+    """STREAM triad and FMA peak (:mod:`mlir_mx.model.measure`) at ``threads``."""
+    mib, reps, secs = (16, 2, 0.05) if quick else (256, 5, 0.3)
+    say(f"  roof at {threads} thread(s): triad over 3 x {mib} MiB f32...")
+    bw, bw_med = measure_bandwidth(threads, mib_per_array=mib, reps=reps)
+    say(f"  roof at {threads} thread(s): vector.fma peak...")
+    pk, pk_med = measure_peak(threads, seconds=secs)
+    say(
+        f"  roof at {threads} thread(s): {bw / 1e9:.1f} GB/s (median {bw_med / 1e9:.1f}), "
+        f"{pk / 1e9:.1f} GFLOP/s (median {pk_med / 1e9:.1f})"
+    )
+    method = (
+        f"MLIR STREAM triad (3 x {mib} MiB f32, 12 B/element, best of {reps})"
+        f"{' [quick: cache-resident, not a memory roof]' if quick else ''}; "
+        "MLIR vector.fma vector<16xf32> x 12 accumulators (f32 FMA peak); "
+        f"{threads} Python thread(s) running the compiled loop"
+    )
+    return Roof(threads, bw, bw_med, pk, pk_med, method)

@@ -1,0 +1,47 @@
+"""What the harness needs from each benchmarked method."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .problem import Oracle
+
+__all__ = ["Method", "Skipped"]
+
+
+@dataclass
+class Method:
+    """One way of computing the product, ready to check and time.
+
+    ``run(n)`` performs ``n`` back-to-back calls (timed); ``result()`` returns
+    the (M, N) product of one call for the oracle check; ``bytes_moved`` is the
+    compulsory traffic of one call (see ``docs/bench.md``).  ``threads`` is the
+    number of threads the method really uses (a single-threaded kernel in a
+    2-thread group says 1).
+    """
+
+    name: str
+    kind: str  # "baseline" or "ours"
+    threads: int
+    bytes_moved: int
+    run: Callable[[int], object]
+    result: Callable[[], np.ndarray]
+    oracle: Oracle
+    #: unit roundoff of the output type (0: f32 output)
+    out_unit: float = 0.0
+    #: "mx-ab" (mx x mx) / "mx-a" (mx x f32) for methods that take MX operands
+    operands: str | None = None
+    compile_s: float | None = None
+    note: str = ""
+    close: Callable[[], None] | None = None
+
+
+@dataclass
+class Skipped:
+    """A method family that cannot run here, and why (printed and recorded)."""
+
+    name: str
+    reason: str

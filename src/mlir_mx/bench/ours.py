@@ -1,0 +1,198 @@
+"""Our compiled kernels, as benchmark methods.
+
+:func:`our_variants` is the ONE list of our kernels that ``mx-bench`` times;
+everything else here turns its entries into checked, timed methods.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from mlir import ir
+
+from mlir_mx.dialect import load_dialect
+from mlir_mx.execution import Runner
+from mlir_mx.kernels import Problem as KProblem
+from mlir_mx.kernels import kernel_module, plan_kernel
+from mlir_mx.model.kernels import Shape, variant_module_text
+from mlir_mx.numerics import ELEMENT_FORMATS, pack_codes
+from mlir_mx.numerics.packing import packing_group
+from mlir_mx.pipelines import load_pipeline, threads_pipeline
+
+from .method import Method
+from .problem import BenchFailure, Problem, mx_bytes
+
+__all__ = ["OurVariant", "our_methods", "our_variants"]
+
+
+@dataclass(frozen=True)
+class OurVariant:
+    """One of our kernels: how to build it and how to call it.
+
+    ``build()`` returns a :class:`~mlir_mx.execution.Runner` (or anything with
+    the same ``invoke``) whose ``entry`` function takes the operands, the f32
+    (M, N) accumulator and a call count ``n`` (``C += A B``, ``n`` times; the
+    ``@bench`` convention of :mod:`mlir_mx.model.kernels`).
+    ``operands`` is ``"mx-ab"`` (mx x mx: called with ``qa, qb``) or
+    ``"mx-a"`` (mx x f32: ``qa`` and the dequantized ``db``).
+    ``kernel_threads`` is the number of threads the kernel really uses.
+    """
+
+    label: str
+    operands: str
+    build: Callable[[], Runner]
+    kernel_threads: int
+    schedule: str
+    entry: str = "bench"
+    #: the kernel's arguments from (qa, qb or db); default: the two as they are
+    args: Callable | None = None
+    #: bytes of B as this kernel stores it (default: one code per byte)
+    b_bytes: Callable[[int, int, int], int] | None = None
+
+
+def our_variants(
+    shape: Shape, threads: int, element: str = "f8E4M3FN", block_size: int = 32
+) -> list[OurVariant]:
+    """Our kernels to time at ``shape`` in a group run at ``threads`` threads.
+
+    THIS IS THE ONE PLACE TO EDIT when our kernels change: one
+    :class:`OurVariant` per kernel/schedule to compare, each with an honest
+    ``kernel_threads``.  The harness compiles each (timing the compile),
+    checks it against the oracle and times it.
+
+    The generated kernels of ``mx-matmul-kernels`` through the Runner's
+    default pipeline: mx x mx and mx x f32 with the schedule ``auto`` picks
+    for this M, and mx x mx with each other schedule ("per schedule"), all
+    on ``threads`` threads.
+    """
+    chosen = plan_kernel(
+        KProblem(shape.M, shape.N, shape.K, block_size, element, element), "auto", threads
+    ).schedule
+    variants = []
+    rows = [("mx-ab", "ours mx x mx", "auto"), ("mx-a", "ours mx x f32", "auto")]
+    rows += [("mx-ab", f"ours mx x mx {s}", s) for s in ("decode", "small", "prefill")
+             if s != chosen and (s != "decode" or shape.M == 1)]  # fmt: skip
+    for operands, label, schedule in rows:
+        text = variant_module_text(operands, shape, element, block_size)
+        variants.append(
+            OurVariant(
+                label=label,
+                operands=operands,
+                build=lambda t=text, s=schedule: Runner(t, threads=threads, schedule=s),
+                kernel_threads=threads,
+                schedule=f"mx-matmul-kernels {chosen if schedule == 'auto' else schedule}",
+            )
+        )
+    if ELEMENT_FORMATS[element].bits < 8:
+        variants.append(_packed_variant(shape, threads, element, block_size, chosen))
+    return variants
+
+
+def _packed_variant(shape: Shape, threads: int, element: str, bs: int, schedule: str):
+    """mx x mx with FP4/FP6 codes packed (the library's storage), same kernels."""
+    prob = KProblem(shape.M, shape.N, shape.K, bs, element, element, packed=True)
+
+    def build():
+        with ir.Context() as ctx, ir.Location.unknown():
+            load_dialect(ctx)
+            text = str(kernel_module(prob, plan_kernel(prob, schedule, threads), bench=True))
+        return Runner(text, threads_pipeline(threads) + "," + load_pipeline("memref-to-llvm"))
+
+    def args(qa, qb):
+        return (pack_codes(qa.codes, element), qa.scales, pack_codes(qb.codes, element), qb.scales)
+
+    def b_bytes(k, n, block):
+        return packed_size(k * n, element) + k * n // block
+
+    return OurVariant(
+        label="ours mx x mx packed",
+        operands="mx-ab",
+        build=build,
+        kernel_threads=threads,
+        schedule=f"mx-matmul-kernels {schedule}, codes packed",
+        args=args,
+        b_bytes=b_bytes,
+    )
+
+
+def packed_size(n_codes: int, element: str) -> int:
+    codes, nbytes = packing_group(element)
+    return n_codes // codes * nbytes
+
+
+def _engine_key(runner) -> int | None:
+    engine = getattr(runner, "engine", None)
+    return id(engine) if engine is not None else None
+
+
+def our_methods(
+    p: Problem, threads: int, compiled: dict[int, float], say: Callable[[str], None]
+) -> list[Method]:
+    """Build (compile, timed) every :func:`our_variants` entry as a :class:`Method`.
+
+    ``compiled`` maps an engine's id to its compile seconds across the run: a
+    kernel the Runner's cache already holds (same module and pipeline at
+    another thread count) reports the seconds of its first compile.
+    """
+    s, bs = p.shape, p.block_size
+    methods = []
+    for v in our_variants(s, threads, p.element, bs):
+        if v.operands not in ("mx-ab", "mx-a"):
+            raise ValueError(f"{v.label}: unknown operands {v.operands!r}")
+        say(f"    compiling {v.label} ({v.schedule})...")
+        t0 = time.perf_counter()
+        try:
+            runner = v.build()
+        except Exception as err:  # a kernel that does not compile fails the run
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise BenchFailure(f"{v.label} at {p.where}: does not compile: {first}") from err
+        engine = getattr(runner, "engine", None)
+        if engine is not None:
+            # LLJIT emits machine code at the first symbol lookup: count it.
+            engine.raw_lookup("_mlir_ciface_" + v.entry)
+        seconds = time.perf_counter() - t0
+        key = _engine_key(runner)
+        cached = key in compiled
+        if key is not None and not cached:
+            compiled[key] = seconds
+        compile_s = compiled[key] if cached else seconds
+        args = (p.qa, p.qb) if v.operands == "mx-ab" else (p.qa, p.db)
+        if v.args is not None:
+            args = v.args(*args)
+        b_bytes = mx_bytes(s.K, s.N, bs) if v.operands == "mx-ab" else 4 * s.K * s.N
+        if v.b_bytes is not None:
+            b_bytes = v.b_bytes(s.K, s.N, bs)
+        acc = np.zeros((s.M, s.N), np.float32)
+
+        def run(n, r=runner, e=v.entry, a=args, c=acc):
+            r.invoke(e, *a, c, n)
+
+        def result(r=runner, e=v.entry, a=args):
+            c = np.zeros((s.M, s.N), np.float32)
+            out = r.invoke(e, *a, c, 1)
+            return c if out is None else out
+
+        note = f"schedule {v.schedule}"
+        if v.kernel_threads < threads:
+            note += f"; single-threaded kernel: runs on {v.kernel_threads} of {threads} threads"
+        if cached:
+            note += "; compiled earlier in this run (Runner cache)"
+        methods.append(
+            Method(
+                v.label,
+                "ours",
+                v.kernel_threads,
+                # A and B as stored, the accumulator read and written.
+                mx_bytes(s.M, s.K, bs) + b_bytes + 8 * s.M * s.N,
+                run=run,
+                result=result,
+                oracle=p.oracle,
+                compile_s=compile_s,
+                operands=v.operands,
+                note=note,
+            )
+        )
+    return methods

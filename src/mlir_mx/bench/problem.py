@@ -1,0 +1,126 @@
+"""One benchmark problem (shape, element format): its inputs and its oracle.
+
+Inputs are standard-normal f32 ``A`` (M x K) and ``B`` (K x N), quantized with
+the oracle (:func:`mlir_mx.numerics.quantize`): ``A`` blocked along K
+(``axis=1``), ``B`` blocked along K (``axis=0``).  ``da``/``db`` are their
+dequantized f32 values; every method except ggml multiplies exactly these
+values, so one oracle serves them all.
+
+The oracle is ``da @ db`` in f64 (exact: products of MX values are exact in
+f64 and K <= 2^20 sums of them stay well inside f64's precision for these
+magnitudes).  Tolerance, from the summation order: a method that forms each
+product with at most one f32 rounding and adds K of them in f32 in ANY order
+is within ``gamma = (K + 2) * 2^-24 * sum_k |a_ik| |b_kj|`` of the exact sum
+(the classic ``gamma_K`` bound, with 2 spare units for the product and the
+block-scale multiply).  A method that rounds its output to a narrower type
+with unit roundoff ``u`` (torch bf16: ``u = 2^-8``) gets
+``gamma + u * (|exact| + gamma)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mlir_mx import numerics as N
+from mlir_mx.model.kernels import Shape
+
+__all__ = ["BenchFailure", "Oracle", "Problem", "make_problem", "mx_bytes"]
+
+F32_UNIT = 2.0**-24
+
+
+class BenchFailure(Exception):
+    """A method produced a wrong result (or could not run); the run fails."""
+
+
+@dataclass
+class Oracle:
+    """Exact f64 product and the f32 summation bound of one pair of operands."""
+
+    exact: np.ndarray  # (M, N) float64
+    gamma: np.ndarray  # (M, N) float64: (K + 2) * 2^-24 * |A| @ |B|
+
+    @classmethod
+    def of(cls, a: np.ndarray, b: np.ndarray) -> Oracle:
+        """The oracle of ``a @ b`` (f32 or f64 arrays holding the exact operand values)."""
+        a64 = a.astype(np.float64)
+        b64 = b.astype(np.float64)
+        exact = a64 @ b64
+        np.abs(a64, out=a64)
+        np.abs(b64, out=b64)
+        gamma = (a.shape[1] + 2) * F32_UNIT * (a64 @ b64)
+        return cls(exact, gamma)
+
+    def check(self, method: str, where: str, got: np.ndarray, out_unit: float = 0.0) -> float:
+        """``max |got - exact| / bound``; raises :class:`BenchFailure` when above 1.
+
+        ``out_unit`` is the unit roundoff of the method's output type (0 for f32).
+        """
+        got = np.asarray(got)
+        if got.shape != self.exact.shape:
+            raise BenchFailure(
+                f"{method} at {where}: result has shape {got.shape}, expected {self.exact.shape}"
+            )
+        bound = self.gamma + out_unit * (np.abs(self.exact) + self.gamma)
+        err = np.abs(got.astype(np.float64) - self.exact)
+        bad = ~(err <= bound)  # NaN counts as wrong
+        ratio = np.divide(err, bound, out=np.zeros_like(err), where=bound > 0)
+        if bad.any():
+            i, j = (int(x) for x in np.argwhere(bad)[0])
+            raise BenchFailure(
+                f"WRONG RESULT: {method} at {where}: {int(bad.sum())} of {bad.size} outputs "
+                f"outside the tolerance; first at [{i}, {j}]: got {got[i, j]!r}, "
+                f"exact {self.exact[i, j]!r}, bound {bound[i, j]:.3g}"
+            )
+        return float(ratio.max()) if ratio.size else 0.0
+
+
+@dataclass
+class Problem:
+    """The inputs of one (shape, element format) and their oracle."""
+
+    shape: Shape
+    element: str
+    block_size: int
+    a: np.ndarray  # (M, K) f32, before quantization
+    b: np.ndarray  # (K, N) f32, before quantization
+    qa: N.MXArray  # blocked along K (axis 1)
+    qb: N.MXArray  # blocked along K (axis 0)
+    da: np.ndarray  # dequantize(qa), f32
+    db: np.ndarray  # dequantize(qb), f32
+    #: per-problem cache (oracles of other operand sets, e.g. ggml's)
+    cache: dict = field(default_factory=dict)
+
+    @property
+    def where(self) -> str:
+        return f"{self.shape} {self.element}"
+
+    @property
+    def flops(self) -> int:
+        """Useful FLOPs: ``2 M N K``."""
+        s = self.shape
+        return 2 * s.M * s.N * s.K
+
+    @property
+    def oracle(self) -> Oracle:
+        """The oracle of ``da @ db`` (computed once)."""
+        if "mx" not in self.cache:
+            self.cache["mx"] = Oracle.of(self.da, self.db)
+        return self.cache["mx"]
+
+
+def make_problem(shape: Shape, element: str, block_size: int = 32, seed: int = 0) -> Problem:
+    """Random inputs of ``shape``, quantized to ``element`` with blocks of ``block_size``."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((shape.M, shape.K), dtype=np.float32)
+    b = rng.standard_normal((shape.K, shape.N), dtype=np.float32)
+    qa = N.quantize(a, element, block_size, axis=1)
+    qb = N.quantize(b, element, block_size, axis=0)
+    return Problem(shape, element, block_size, a, b, qa, qb, N.dequantize(qa), N.dequantize(qb))
+
+
+def mx_bytes(rows: int, cols: int, block_size: int) -> int:
+    """Bytes of an MX operand as stored here: one byte per code, one per scale."""
+    return rows * cols + rows * cols // block_size

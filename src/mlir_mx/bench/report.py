@@ -1,0 +1,170 @@
+"""The results files of a run: ``mx-bench-<date>-<tag>.json`` and ``.md``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+__all__ = ["RATIO_BASELINES", "markdown", "write_results"]
+
+#: baseline columns of the speedup table, in order
+RATIO_BASELINES = (
+    "numpy f32",
+    "emulation",
+    "torch f32",
+    "torch bf16",
+    "ggml Q8_0",
+    "ggml MXFP4",
+)
+
+
+def write_results(record: dict, out: Path) -> tuple[Path, Path]:
+    """Write the JSON record and its markdown rendering; returns both paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"mx-bench-{record['date'][:10]}-{record['tag']}"
+    js, md = out / f"{stem}.json", out / f"{stem}.md"
+    js.write_text(json.dumps(record, indent=1) + "\n")
+    md.write_text(markdown(record))
+    return js, md
+
+
+def _pct(cpu: dict | None, key: str) -> str:
+    return "unknown" if not cpu else f"{cpu[key]:.0%}"
+
+
+def _tries(row: dict) -> str:
+    n = row.get("attempts", 1)
+    return f" (timed {n}x)" if n > 1 else ""
+
+
+def _header(r: dict) -> list[str]:
+    m = r["machine"]
+    have = [k for k, v in m["cpu_features"].items() if v]
+    lack = [k for k, v in m["cpu_features"].items() if not v]
+    vers = ", ".join(f"{k} {v}" for k, v in m["versions"].items())
+    blas = "; ".join(
+        " ".join(str(b.get(k, "")) for k in ("internal_api", "version", "architecture"))
+        for b in m["blas"]
+    )
+    lines = [
+        f"# mx-bench: {r['tag']} ({r['date']})",
+        "",
+        f"- Command: `{r['command']}`",
+        f"- Machine: {m['cpu']}, {m['cpus']} CPUs; {m['platform']}",
+        f"- CPU features: {', '.join(have) or 'none of the listed'}; "
+        f"absent: {', '.join(lack) or 'none'}",
+        f"- Versions: {vers}; BLAS: {blas or 'unknown'}",
+        f"- Thread counts: {', '.join(str(t) for t in r['options']['threads'])} "
+        "(numpy BLAS via threadpoolctl, torch.set_num_threads, ggml n_threads; "
+        "the 'kernel threads' column says what each method really used)",
+        f"- Load average (1/5/15 min) at start {r['loadavg_start']}, at end {r['loadavg_end']} "
+        "(load counts every process on the cores, ours too)",
+        f"- Share of the cores used by other processes during the run: "
+        f"{_pct(r['cpu'], 'others')}, stolen by the hypervisor: {_pct(r['cpu'], 'steal')}; "
+        "per row in the 'others' column: a timing during which others used more than "
+        f"{r['options']['max_others']:.0%} was repeated up to {r['options']['retries']} times "
+        "('timed Nx'); one still above that was disturbed",
+        f"- Total run time {r['total_s']:.0f} s; samples per timing up to "
+        f"{r['options']['samples']} (budget {r['options']['budget_s']} s), median reported, "
+        "spread = (max - min) / median",
+        "- Every result was checked against the oracle (f64 product of the exact operand "
+        "values, tolerance (K+2) 2^-24 sum|a||b|) before it was timed; see docs/bench.md",
+    ]
+    if m.get("env"):
+        lines.append(f"- Environment: {m['env']}")
+    for s in r["skipped"]:
+        lines.append(f"- Skipped {s['method']}: {s['reason']}")
+    lines += [
+        "",
+        "## Measured roofs",
+        "",
+        "| threads | bandwidth GB/s (median) | peak GFLOP/s (median) | how |",
+        "|---|---|---|---|",
+    ]
+    for roof in r["roofs"]:
+        lines.append(
+            f"| {roof['threads']} | {roof['bandwidth'] / 1e9:.1f} "
+            f"({roof['bandwidth_median'] / 1e9:.1f}) | {roof['peak'] / 1e9:.1f} "
+            f"({roof['peak_median'] / 1e9:.1f}) | {roof['method']} |"
+        )
+    return lines
+
+
+def _rows_table(r: dict) -> list[str]:
+    lines = [
+        "",
+        "## Results",
+        "",
+        "Times per call. GB/s: the method's compulsory bytes / time (docs/bench.md). "
+        "% roof: time at the roof that bounds the method (bandwidth or f32 FMA peak) / "
+        "measured time. vs numpy: numpy f32 time / this time (> 1: faster).",
+        "",
+        "| shape | format | threads | method | kernel threads | median ms | min ms | spread "
+        "| GB/s | GFLOP/s | roof | % roof | vs numpy f32 | err/bound | compile s | others |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    numpy = {
+        (x["shape"], x["format"], x["threads"]): x["median_s"]
+        for x in r["rows"]
+        if x["method"] == "numpy f32"
+    }
+    for x in r["rows"]:
+        base = numpy.get((x["shape"], x["format"], x["threads"]))
+        vs = f"{base / x['median_s']:.2f}" if base else "-"
+        comp = f"{x['compile_s']:.2f}" if x["compile_s"] is not None else "-"
+        lines.append(
+            f"| {x['shape']} | {x['format']} | {x['threads']} | {x['method']} "
+            f"| {x['method_threads']} | {x['median_s'] * 1e3:.3f} | {x['min_s'] * 1e3:.3f} "
+            f"| {x['spread']:.1%} | {x['gb_per_s']:.1f} | {x['gflop_per_s']:.1f} | {x['roof']} "
+            f"| {x['roof_fraction']:.1%} | {vs} | {x['max_err_over_bound']:.2g} | {comp} "
+            f"| {_pct(x.get('cpu'), 'others')}{_tries(x)} |"
+        )
+    return lines
+
+
+def _ratio_table(r: dict) -> list[str]:
+    lines = [
+        "",
+        "## Our kernels against each baseline",
+        "",
+        "Speedup = baseline time / our time at the same thread count (> 1: ours faster). "
+        "'emulation' is the emulation of the same operands (mx x mx or mx x f32).",
+        "",
+        "| shape | format | threads | ours | " + " | ".join(RATIO_BASELINES) + " |",
+        "|---|---|---|---|" + "---|" * len(RATIO_BASELINES),
+    ]
+    table: dict[tuple, dict[str, float]] = {}
+    for q in r["ratios"]:
+        if not q["like_for_like"]:
+            continue
+        col = "emulation" if q["baseline"].startswith("emulation") else q["baseline"]
+        key = (q["shape"], q["format"], q["threads"], q["ours"])
+        table.setdefault(key, {})[col] = q["speedup"]
+    for key, cols in table.items():
+        cells = " | ".join(f"{cols[c]:.2f}" if c in cols else "-" for c in RATIO_BASELINES)
+        lines.append(f"| {' | '.join(str(k) for k in key)} | {cells} |")
+    return lines
+
+
+def _notes(r: dict) -> list[str]:
+    notes: dict[tuple[str, str], list[str]] = {}
+    for x in r["rows"]:
+        if x["note"]:
+            threads = notes.setdefault((x["method"], x["note"]), [])
+            if str(x["threads"]) not in threads:
+                threads.append(str(x["threads"]))
+    return ["", "## Notes", ""] + [
+        f"- {method} ({'/'.join(t)} thread(s)): {note}" for (method, note), t in notes.items()
+    ]
+
+
+def markdown(record: dict) -> str:
+    """The markdown rendering of a run record."""
+    lines = _header(record)
+    if record["rows"]:
+        lines += _rows_table(record) + _ratio_table(record) + _notes(record)
+    if record.get("mlp"):
+        from .mlp import mlp_markdown
+
+        lines += [""] + mlp_markdown(record["mlp"])
+    return "\n".join(lines) + "\n"

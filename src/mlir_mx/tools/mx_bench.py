@@ -1,0 +1,153 @@
+"""``mx-bench``: our MX matmul kernels side by side with numpy f32 (BLAS), the
+ml_dtypes emulation, torch f32/bf16 and ggml Q8_0/MXFP4, in one process and
+one run, at each thread count.
+
+Examples::
+
+    mx-bench                                   # the default shapes at 1 and 2 threads
+    mx-bench --shapes 1x4096x4096 --threads 2 --formats f8E4M3FN,f4E2M1FN
+    mx-bench --quick --out /tmp/r              # tiny shapes, seconds (the test suite runs this)
+    mx-bench --mlp                             # the 4096 -> 14336 -> 4096 MXFP4 MLP (GGUF weights)
+
+Every result is checked against the oracle before it is timed; a wrong result
+prints ``mx-bench: error: WRONG RESULT: ...`` and exits 1 (no results file).
+Writes ``mx-bench-<date>-<tag>.json`` and ``.md`` under ``--out``.  torch and
+ggml-python are optional (extras ``torch`` and ``bench``, see docs/bench.md);
+each is skipped with a note when absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from mlir_mx.tools.driver import ToolError, tool_main
+
+PROG = "mx-bench"
+DEFAULT_SHAPES = "1x8192x8192,8x4096x4096,256x4096x4096"
+QUICK_SHAPES = "1x64x128,5x40x96"
+BLOCK_SIZE = 32
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 1 (argparse would exit 2)
+        raise ToolError(f"error: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0], add_help=False)
+    p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    p.add_argument(
+        "--shapes",
+        help=f"comma-separated MxNxK (default {DEFAULT_SHAPES}; --quick: {QUICK_SHAPES})",
+    )
+    p.add_argument(
+        "--formats", default="f8E4M3FN", help="comma-separated MX element formats (f8E4M3FN)"
+    )
+    p.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
+    p.add_argument("--quick", action="store_true", help="tiny shapes, few samples (seconds)")
+    p.add_argument("--samples", type=int, help="timed samples per method (9; --quick: 3)")
+    p.add_argument("--out", default="bench/results", help="results directory (bench/results)")
+    p.add_argument("--tag", help="results file tag (default: 'default', or 'quick')")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument(
+        "--mlp",
+        nargs="?",
+        const="4096,14336",
+        metavar="D,F",
+        help="run the MXFP4 MLP benchmark (d -> f -> d; default 4096,14336; --quick: 128,256) "
+        "instead of the matmul shapes",
+    )
+    p.add_argument("--mlp-tokens", default="1,128", help="the MLP's batch sizes (1,128)")
+    return p
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ToolError(f"error: {what}: expected comma-separated integers, got '{text}'") from None
+    if any(v < 1 for v in vals):
+        raise ToolError(f"error: {what}: values must be positive, got '{text}'")
+    return vals
+
+
+def _parse(argv: list[str]):
+    from mlir_mx.bench.harness import Options
+    from mlir_mx.model.kernels import parse_shape
+    from mlir_mx.numerics import element_format
+
+    p = _parser()
+    ns = p.parse_args(argv)
+    if ns.help:
+        return p.format_help()
+    try:
+        shapes = [
+            parse_shape(s, BLOCK_SIZE)
+            for s in (ns.shapes or (QUICK_SHAPES if ns.quick else DEFAULT_SHAPES)).split(",")
+        ]
+        formats = [element_format(f.strip()).name for f in ns.formats.split(",")]
+    except (ValueError, TypeError) as err:
+        raise ToolError(f"error: {err}") from None
+    mlp = None
+    if ns.mlp is not None:
+        d_f = "128,256" if ns.quick and ns.mlp == "4096,14336" else ns.mlp
+        mlp = tuple(_ints(d_f, "--mlp"))
+        if len(mlp) != 2 or any(v % 32 for v in mlp):
+            raise ToolError(f"error: --mlp: expected D,F, multiples of 32, got '{ns.mlp}'")
+        shapes = [] if ns.shapes is None else shapes
+    tag = ns.tag or ("quick" if ns.quick else "default") + ("-mlp" if mlp else "")
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", tag):
+        raise ToolError(f"error: --tag: use letters, digits, '.', '_' or '-', got '{tag}'")
+    samples = ns.samples if ns.samples is not None else (3 if ns.quick else 9)
+    if samples < 3:
+        raise ToolError(f"error: --samples: at least 3, got {samples}")
+    opts = Options(
+        shapes=shapes,
+        formats=formats,
+        threads=_ints(ns.threads, "--threads"),
+        command=" ".join([PROG, *(shlex.quote(a) for a in argv)]),
+        tag=tag,
+        out=Path(ns.out),
+        quick=ns.quick,
+        block_size=BLOCK_SIZE,
+        samples=samples,
+        mlp=mlp,
+        mlp_tokens=tuple(_ints(ns.mlp_tokens, "--mlp-tokens")),
+    )
+    if ns.quick:
+        opts.target_s, opts.budget_s, opts.settle_s, opts.retries = 0.002, 0.2, 0.0, 0
+    return opts, ns.quiet
+
+
+def run(parsed) -> int:
+    """Run the benchmark with parsed options; exit code."""
+    from mlir_mx.bench.harness import run_bench
+    from mlir_mx.bench.problem import BenchFailure
+    from mlir_mx.bench.report import write_results
+
+    opts, quiet = parsed
+    cpus = os.cpu_count() or 1
+    say = (lambda s: None) if quiet else (lambda s: print(s, flush=True))
+    if max(opts.threads) > cpus:
+        say(f"note: {max(opts.threads)} threads on {cpus} CPUs: oversubscribed")
+    try:
+        record = run_bench(opts, say)
+    except BenchFailure as err:
+        raise ToolError(f"error: {err}") from None
+    js, md = write_results(record, opts.out)
+    print(f"wrote {js} and {md}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``mx-bench`` console script."""
+    return tool_main(PROG, _parse, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""mx-bench's parts: the emulation dequantizes like the oracle, the oracle's
+tolerance accepts any f32 summation order and rejects real errors, and the
+ggml baseline checks against its own operands."""
+
+import numpy as np
+import pytest
+
+from mlir_mx import numerics as N
+from mlir_mx.bench.baselines import emulate_dequantize
+from mlir_mx.bench.ggml_baseline import ggml_available, ggml_methods
+from mlir_mx.bench.problem import BenchFailure, Oracle, make_problem
+from mlir_mx.model.kernels import Shape
+
+
+@pytest.mark.parametrize("element", list(N.ELEMENT_FORMATS))
+@pytest.mark.parametrize("axis", [0, 1])
+def test_emulation_dequantizes_bit_exactly(element, axis):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((64, 64)) * np.exp2(rng.integers(-20, 20, (64, 64)))).astype(
+        np.float32
+    )
+    q = N.quantize(x, element, 32, axis=axis)
+    got, want = emulate_dequantize(q), N.dequantize(q)
+    assert got.dtype == np.float32
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_oracle_accepts_f32_in_any_order_and_rejects_errors():
+    p = make_problem(Shape(3, 16, 256), "f8E4M3FN")
+    o = p.oracle
+    # f32 sums in two different orders are both inside the bound
+    assert o.check("fwd", "t", p.da @ p.db) <= 1
+    rev = (p.da[:, ::-1].copy() @ p.db[::-1, :].copy()).astype(np.float32)
+    assert o.check("rev", "t", rev) <= 1
+    bad = (p.da @ p.db).astype(np.float32)
+    bad[2, 5] += np.float32(1e-2)
+    with pytest.raises(BenchFailure, match=r"WRONG RESULT: bad at t: 1 of 48 .* \[2, 5\]"):
+        o.check("bad", "t", bad)
+    nan = (p.da @ p.db).astype(np.float32)
+    nan[0, 0] = np.nan
+    with pytest.raises(BenchFailure, match="WRONG RESULT"):
+        o.check("nan", "t", nan)
+    with pytest.raises(BenchFailure, match="shape"):
+        o.check("shape", "t", nan[:2])
+
+
+def test_oracle_output_rounding_term():
+    a = np.ones((1, 32), np.float32)
+    b = np.full((32, 1), 1.0 + 2.0**-10, np.float32)
+    o = Oracle.of(a, b)
+    rounded = np.array([[32.0]], np.float32)  # 32 + 2^-5 rounded to bf16
+    with pytest.raises(BenchFailure):
+        o.check("f32 output", "t", rounded)
+    assert o.check("bf16 output", "t", rounded, out_unit=2.0**-8) <= 1
+
+
+@pytest.mark.skipif(ggml_available() is not None, reason=f"{ggml_available()}")
+def test_ggml_methods_match_their_own_oracle():
+    p = make_problem(Shape(3, 40, 96), "f8E4M3FN")
+    methods = ggml_methods(p, 1)
+    try:
+        assert [m.name for m in methods] == ["ggml Q8_0", "ggml MXFP4"]
+        for m in methods:
+            assert m.oracle.check(m.name, "t", m.result()) <= 1
+            # ggml's result is NOT the MX oracle's: the formats differ
+            with pytest.raises(BenchFailure):
+                p.oracle.check(m.name, "t", m.result())
+    finally:
+        for m in methods:
+            m.close()
+
+
+def test_a_disturbed_timing_is_repeated(monkeypatch):
+    from pathlib import Path
+
+    from mlir_mx.bench import harness
+    from mlir_mx.bench.machine import Roof
+    from mlir_mx.bench.method import Method
+
+    p = make_problem(Shape(2, 8, 32), "f8E4M3FN")
+    m = Method("numpy", "baseline", 1, 100, lambda n: None, lambda: p.da @ p.db, p.oracle)
+    shares = iter([0.6, 0.3, 0.05])
+    monkeypatch.setattr(harness, "other_load", lambda a, b: {"others": next(shares), "steal": 0})
+    opts = harness.Options(
+        [p.shape],
+        ["f8E4M3FN"],
+        [1],
+        "mx-bench",
+        "t",
+        Path("."),
+        samples=3,
+        target_s=1e-4,
+        budget_s=0.01,
+        settle_s=0,
+        retry_wait_s=0,
+    )
+    roof = Roof(1, 1e10, 1e10, 1e11, 1e11, "test")
+    row = harness._measure(p, m, 1, roof, opts, lambda s: None)
+    assert row["attempts"] == 3 and row["cpu"]["others"] == 0.05
+    shares = iter([0.9] * 10)
+    opts.retries = 1
+    row = harness._measure(p, m, 1, roof, opts, lambda s: None)
+    assert row["attempts"] == 2 and row["cpu"]["others"] == 0.9  # kept, and says so

@@ -1,0 +1,121 @@
+"""Exact widening of codes and scales (``mlir_mx.kernels.widen``), every code.
+
+Each decoder is compiled into a tiny kernel that widens every code of a
+format (and every E8M0 scale code) and compared bit for bit with the oracle
+(``decode_elements`` times the decoder's power of two).  Packed FP4/FP6
+unpacking is checked against ``mlir_mx.numerics.unpack_codes``.  Both the
+VBMI table path and the f16 path run when the machine has VBMI; otherwise the
+f16 path only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mlir import ir
+from mlir.dialects import func
+
+from mlir_mx.execution import Runner
+from mlir_mx.kernels.builder import KernelBuilder
+from mlir_mx.kernels.cpu import has_features
+from mlir_mx.kernels.widen import Decoder, decode_scales
+from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements, pack_codes, unpack_codes
+from mlir_mx.numerics import decode_scales as oracle_scales
+from mlir_mx.pipelines import load_pipeline
+
+FLOATS = ("f8E4M3FN", "f8E5M2", "f6E2M3FN", "f6E3M2FN", "f4E2M1FN")
+PATHS = [False] + ([True] if has_features("avx512f", "avx512bw", "avx512vbmi") else [])
+
+
+def _module(n_in: int, body) -> str:
+    """``@f(%in: memref<n_in x i8>, %out: memref<64 x f32|i8>)`` around ``body(kb, v)``."""
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.create()
+        i8 = ir.IntegerType.get_signless(8)
+        with ir.InsertionPoint(module.body):
+            out_elem = body.out_elem()
+            ftype = ir.FunctionType.get(
+                [ir.MemRefType.get([n_in], i8), ir.MemRefType.get([64], out_elem)], []
+            )
+            fn = func.FuncOp("f", ftype)
+            entry = fn.add_entry_block()
+            with ir.InsertionPoint(entry):
+                anchor = func.ReturnOp([])
+                kb = KernelBuilder(ir.InsertionPoint(anchor))
+                with ir.InsertionPoint(anchor):
+                    v = kb.vload(entry.arguments[0], [0], n_in)
+                    for i, w in enumerate(body(kb, v)):
+                        width = ir.VectorType(w.type).shape[0]
+                        kb.vstore(w, entry.arguments[1], [i * width])
+        return str(module)
+
+
+class _Decode:
+    def __init__(self, dec):
+        self.dec = dec
+
+    def out_elem(self):
+        return ir.F32Type.get()
+
+    def __call__(self, kb, v):
+        return self.dec.decode(kb, v)
+
+
+class _Unpack(_Decode):
+    def out_elem(self):
+        return ir.IntegerType.get_signless(8)
+
+    def __call__(self, kb, v):
+        return [self.dec.unpack(kb, v)]
+
+
+def _run(text: str, data: np.ndarray, out_dtype) -> np.ndarray:
+    out = np.zeros(64, out_dtype)
+    Runner(text, load_pipeline("memref-to-llvm")).f(data.view(np.int8), out)
+    return out
+
+
+@pytest.mark.parametrize("table", PATHS, ids=lambda t: "table" if t else "f16")
+@pytest.mark.parametrize("element", FLOATS + ("i8",))
+def test_every_code_widens_exactly(element, table):
+    fmt = ELEMENT_FORMATS[element]
+    dec = Decoder(fmt, table=table and not fmt.is_int)
+    text = _module(64, _Decode(dec))
+    for start in range(0, fmt.num_codes, 64):
+        raw = ((np.arange(64) + start) % fmt.num_codes).astype(np.uint8)
+        got = _run(text, raw, np.float32)
+        want = (decode_elements(raw.view(fmt.dtype), fmt) * 2.0**dec.exp2).astype(np.float32)
+        nan = np.isnan(want)  # any NaN encoding (payloads differ between paths)
+        np.testing.assert_array_equal(np.isnan(got), nan)
+        np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
+@pytest.mark.parametrize("table", PATHS, ids=lambda t: "vbmi" if t else "generic")
+@pytest.mark.parametrize("element", ["f4E2M1FN", "f6E2M3FN", "f6E3M2FN"])
+def test_packed_codes_unpack_exactly(element, table):
+    fmt = ELEMENT_FORMATS[element]
+    dec = Decoder(fmt, table=table)
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, fmt.num_codes, 64).astype(np.uint8).view(fmt.dtype)
+    packed = pack_codes(codes, element)
+    got = _run(_module(packed.size, _Unpack(dec)), packed, np.int8)
+    np.testing.assert_array_equal(got.view(np.uint8), unpack_codes(packed, element).view(np.uint8))
+
+
+def test_every_scale_code_decodes_exactly():
+    class _Scales(_Decode):
+        def __call__(self, kb, v):
+            return [decode_scales(kb, v)]
+
+    text = _module(64, _Scales(None))
+    for start in range(0, 256, 64):
+        raw = (np.arange(64) + start).astype(np.uint8)
+        got = _run(text, raw, np.float32)
+        want = oracle_scales(raw.view(ml_dtypes_e8m0())).astype(np.float32)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def ml_dtypes_e8m0():
+    import ml_dtypes
+
+    return ml_dtypes.float8_e8m0fnu

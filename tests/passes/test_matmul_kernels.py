@@ -1,0 +1,183 @@
+"""``mx-matmul-kernels``: the generated kernels against the oracle and each other.
+
+Every schedule class (decode, small, prefill), every element format (mx x f32
+and mx x mx), 1 and 2 threads, odd M and N not a multiple of any tile: the
+result is within the bound of :mod:`matmul_cases` of the exact f64 result and
+**bit-identical** to the ``mx-to-linalg{matmul-lowering=blocked}`` scalar
+lowering it replaces (the same f32 operations per element), hence identical
+across schedules and thread counts.  The table (AVX512-VBMI) and the f16
+widening paths are both checked when the machine has VBMI.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matmul_cases import ELEMENTS, case, matmul_text
+from mlir import ir
+
+from mlir_mx.dialect import load_dialect, parse_module, print_module
+from mlir_mx.execution import Runner
+from mlir_mx.kernels import Problem, kernel_module, plan_kernel
+from mlir_mx.kernels.cpu import has_features
+from mlir_mx.numerics import ELEMENT_FORMATS, pack_codes
+from mlir_mx.passes.pipeline import build_pass_manager
+from mlir_mx.pipelines import load_pipeline, threads_pipeline
+
+REFERENCE = "mx-to-linalg{matmul-lowering=blocked}," + load_pipeline("lower-to-llvm")
+# Quick set: every element type as A and as B (mx x mx, rotated) and two mx x f32.
+_PAIRS = [(e, ELEMENTS[(i + 1) % len(ELEMENTS)]) for i, e in enumerate(ELEMENTS)] + [
+    ("f8E4M3FN", None),
+    ("f4E2M1FN", None),
+]
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x).view(np.uint32)
+
+
+def _run(text, args, acc, **kw) -> np.ndarray:
+    c = acc.copy()
+    got = Runner(text, **kw).invoke("mm", *args, c)
+    np.testing.assert_array_equal(_bits(c), _bits(got))  # updated in place
+    return got
+
+
+def _check(m, k, n, ea, eb, runs):
+    """Each of ``runs`` (Runner kwargs) within the bound and equal to the reference bits."""
+    text = matmul_text(m, k, n, ea, eb)
+    args, acc, exact, bound = case(m, k, n, ea, eb)
+    ref = _run(text, args, acc, pipeline=REFERENCE)
+    assert np.all(np.abs(ref - exact) <= bound)
+    for kw in runs:
+        got = _run(text, args, acc, **kw)
+        err = np.abs(got - exact)
+        assert np.all(err <= bound), f"{kw}: max err/bound {np.max(err / bound):.3g}"
+        assert np.array_equal(_bits(got), _bits(ref)), f"{kw}: not bit-identical to the reference"
+
+
+@pytest.mark.parametrize("ea,eb", _PAIRS, ids=lambda x: x or "f32")
+def test_every_format_every_class(ea, eb):
+    _check(1, 96, 100, ea, eb, [dict(threads=1, schedule="decode"), dict(threads=2)])
+    _check(5, 64, 70, ea, eb, [dict(threads=1, schedule="small"), dict(threads=2)])
+    _check(37, 288, 130, ea, eb, [dict(threads=1), dict(threads=2, schedule="prefill")])
+
+
+@pytest.mark.parametrize("schedule", ["decode", "small", "prefill"])
+@pytest.mark.parametrize("m,k,n", [(1, 32, 1), (1, 64, 16), (3, 32, 65), (17, 128, 64)])
+def test_odd_shapes(schedule, m, k, n):
+    if schedule == "decode" and m != 1:
+        schedule = "small"
+    _check(m, k, n, "f8E4M3FN", "f8E4M3FN", [dict(schedule=schedule, threads=2)])
+
+
+def test_f16_widening_path_equals_table_path(monkeypatch):
+    """Without VBMI the kernels widen through f16; same bits either way."""
+    runs = [dict(threads=1, schedule=s) for s in ("small", "prefill")]
+    if has_features("avx512vbmi"):  # the table path, which this machine uses
+        _check(9, 96, 100, "f8E4M3FN", "f4E2M1FN", runs)
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-avx512vbmi")
+    assert not has_features("avx512vbmi")
+    _check(9, 96, 100, "f8E4M3FN", "f4E2M1FN", runs)
+    _check(9, 96, 100, "f6E3M2FN", "f8E5M2", runs)
+
+
+def test_default_runner_lowers_mx_and_picks_by_shape():
+    """``Runner(mx_text)`` with no pipeline runs the kernels (the old default failed)."""
+    for m, expect in ((1, "decode"), (8, "small"), (64, "prefill")):
+        text = matmul_text(m, 64, 32, "f8E4M3FN", "f8E4M3FN")
+        r = Runner(text, threads=1)
+        assert "mx-matmul-kernels{schedule=auto threads=1}" in r._compiled.pipeline
+        ctx = ir.Context()
+        module = parse_module(text, ctx)
+        t = module.body.operations[0].regions[0].blocks[0].operations[0]
+        assert t.operation.name == "mx.block_matmul"
+        assert plan_kernel(Problem(m, 32, 64, 32, "f8E4M3FN", "f8E4M3FN")).schedule == expect
+
+
+def _kernel_runner(prob: Problem, schedule: str, threads: int) -> Runner:
+    with ir.Context() as ctx, ir.Location.unknown():
+        load_dialect(ctx)
+        text = str(kernel_module(prob, plan_kernel(prob, schedule, threads)))
+    return Runner(text, threads_pipeline(threads) + "," + load_pipeline("memref-to-llvm"))
+
+
+def test_dynamic_m_kernel_serves_every_m():
+    """One kernel module with a dynamic M (the library's case) for several M."""
+    r = _kernel_runner(Problem(None, 48, 96, 32, "f8E4M3FN", "f8E4M3FN"), "small", 2)
+    for m in (1, 4, 5, 11):
+        args, acc, exact, bound = case(m, 96, 48, "f8E4M3FN", "f8E4M3FN")
+        qa, qb = args
+        c = acc.copy()
+        r.matmul(qa.codes, qa.scales, qb.codes, qb.scales, c)
+        assert np.all(np.abs(c - exact) <= bound)
+
+
+@pytest.mark.parametrize("ea,eb", [("f4E2M1FN", "f4E2M1FN"), ("f6E2M3FN", "f6E3M2FN"),
+                                   ("f8E4M3FN", "f4E2M1FN"), ("f4E2M1FN", None)])  # fmt: skip
+@pytest.mark.parametrize("schedule,m", [("decode", 1), ("small", 6), ("prefill", 19)])
+def test_packed_subbyte_codes(ea, eb, schedule, m):
+    """Packed FP4/FP6 codes (two per byte / four per three bytes) give the same bits."""
+    k, n = 128, 136
+    args, acc, exact, bound = case(m, k, n, ea, eb)
+    qa, b = args
+    ref = c = None
+    for packed in (False, True):
+        r = _kernel_runner(Problem(m, n, k, 32, ea, eb, packed=packed), schedule, 2)
+
+        def pk(x, e, packed=packed):  # 8-bit codes are stored as they are
+            return pack_codes(x, e) if packed and ELEMENT_FORMATS[e].bits < 8 else x
+
+        bargs = [pk(b.codes, eb), b.scales] if eb else [b]
+        c = acc.copy()
+        r.matmul(pk(qa.codes, ea), qa.scales, *bargs, c)
+        assert np.all(np.abs(c - exact) <= bound)
+        if ref is None:
+            ref = c
+    np.testing.assert_array_equal(_bits(ref), _bits(c))
+
+
+def test_pass_replaces_the_pair_and_frees_nothing_twice():
+    """After the pass: no partials buffer, no linalg.generic, vector FMAs, and
+    with threads an scf.parallel over column chunks."""
+    text = matmul_text(37, 128, 130, "f8E4M3FN", "f8E4M3FN")
+    ctx = ir.Context()
+    module = parse_module(text, ctx)
+    pipe = (
+        "mx-to-linalg{matmul-lowering=blocked},"
+        + load_pipeline("bufferize")
+        + ",mx-matmul-kernels{schedule=auto threads=2}"
+    )
+    build_pass_manager(pipe, ctx).run(module.operation)
+    out = print_module(module)
+    assert "linalg.generic" not in out
+    assert "memref<37x4x130xf32>" not in out  # the (M, K/B, N) partials
+    assert "vector.fma" in out
+    assert "scf.parallel" in out
+
+
+def test_bad_options():
+    from mlir_mx.passes.pipeline import PipelineError
+
+    ctx = ir.Context()
+    with pytest.raises(PipelineError, match="'fast' is not one of: auto, decode, small, prefill"):
+        build_pass_manager("mx-matmul-kernels{schedule=fast}", ctx)
+    module = parse_module(matmul_text(1, 32, 16, "f8E4M3FN", None), ctx)
+    pm = build_pass_manager("mx-to-linalg,mx-matmul-kernels{threads=-1}", ctx)
+    with pytest.raises(ir.MLIRError, match="threads must be >= 0"):
+        pm.run(module.operation)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ea", ["f8E5M2", "f6E2M3FN", "f6E3M2FN", "i8"])
+def test_every_class_mx_times_f32(ea):
+    test_every_format_every_class(ea, None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ea", ELEMENTS)
+@pytest.mark.parametrize("eb", ELEMENTS + (None,), ids=lambda x: x or "f32")
+@pytest.mark.parametrize("m,k,n", [(1, 512, 200), (12, 256, 257), (70, 320, 300)])
+def test_sweep(m, k, n, ea, eb):
+    _check(m, k, n, ea, eb, [dict(threads=t, schedule=s) for t in (1, 2)
+                             for s in ("small", "prefill")])  # fmt: skip

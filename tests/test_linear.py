@@ -1,0 +1,114 @@
+"""The library API: ``mlir_mx.matmul`` / ``mlir_mx.Linear`` against the oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matmul_cases import U
+
+import mlir_mx
+from mlir_mx.numerics import MXArray, dequantize, quantize
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLIR_MX_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _weight(element, n=200, k=256, seed=0):
+    rng = np.random.default_rng(seed)
+    return quantize(rng.standard_normal((n, k)).astype(np.float32), element, 32)
+
+
+def _check(y, x64, w64):
+    ref = x64 @ w64.T
+    bound = (w64.shape[1] + 2) * U * (np.abs(x64) @ np.abs(w64.T))
+    assert y.dtype == np.float32
+    assert np.all(np.abs(y - ref) <= bound)
+
+
+@pytest.mark.parametrize("element", ["f4E2M1FN", "f6E3M2FN", "f8E4M3FN", "i8"])
+def test_every_batch_size_one_weight(element):
+    w = _weight(element)
+    lin = mlir_mx.Linear(w, threads=2)
+    w64 = dequantize(w).astype(np.float64)
+    rng = np.random.default_rng(1)
+    rows = {}
+    x_all = rng.standard_normal((33, 256)).astype(np.float32)
+    for m in (1, 2, 16, 17, 33):  # decode, small, prefill
+        y = lin(x_all[:m])
+        _check(y, x_all[:m].astype(np.float64), w64)
+        rows[m] = y
+    # Batch invariance: a row's result does not depend on the batch it is in.
+    for m, y in rows.items():
+        np.testing.assert_array_equal(y.view(np.uint32), rows[33][:m].view(np.uint32))
+
+
+def test_mx_activations_and_vectors():
+    w = _weight("f4E2M1FN")
+    lin = mlir_mx.Linear(w, threads=1)
+    rng = np.random.default_rng(2)
+    xq = quantize(rng.standard_normal((5, 256)).astype(np.float32), "f4E2M1FN", 32)
+    _check(lin(xq), dequantize(xq).astype(np.float64), dequantize(w).astype(np.float64))
+    x = rng.standard_normal(256).astype(np.float32)
+    assert lin(x).shape == (200,)
+    np.testing.assert_array_equal(lin(x), lin(x[None])[0])
+
+
+def test_weight_in_either_layout_and_threads():
+    w = _weight("f8E5M2", n=96, k=64)
+    b = quantize(dequantize(w).T.copy(), "f8E5M2", 32, axis=0)  # (in, out), axis 0
+    assert b.bitwise_equal(MXArray(w.codes.T.copy(), w.scales.T.copy(), "f8E5M2", 32, 0))
+    x = np.random.default_rng(3).standard_normal((7, 64)).astype(np.float32)
+    y1 = mlir_mx.matmul(x, w, threads=1)
+    y2 = mlir_mx.matmul(x, b, threads=2)
+    np.testing.assert_array_equal(y1.view(np.uint32), y2.view(np.uint32))
+
+
+def test_fp4_weight_takes_4_25_bits_per_element():
+    lin = mlir_mx.Linear(_weight("f4E2M1FN", n=128, k=4096))
+    assert lin.nbytes * 8 / (128 * 4096) == 4.25
+
+
+def test_persistent_cache_is_written_and_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLIR_MX_CACHE_DIR", str(tmp_path / "c2"))
+    w = _weight("f4E2M1FN", n=64, k=64)
+    x = np.ones((1, 64), np.float32)
+    y = mlir_mx.Linear(w, threads=1)(x)
+    files = list((tmp_path / "c2").glob("*.mlirbc"))
+    assert len(files) == 1
+    from mlir_mx.execution import clear_cache
+
+    clear_cache()
+    lin = mlir_mx.Linear(w, threads=1)
+    np.testing.assert_array_equal(lin(x), y)
+    assert lin._runners[(None, "decode", 1)]._compiled.from_disk
+    files[0].write_bytes(b"garbage")  # a broken entry is recompiled, not fatal
+    clear_cache()
+    np.testing.assert_array_equal(mlir_mx.Linear(w, threads=1)(x), y)
+
+
+@pytest.mark.parametrize(
+    "x,err,match",
+    [
+        (np.ones((2, 63), np.float32), ValueError, r"x: expected shape \(M, 64\)"),
+        (np.ones((2, 64), np.float64), TypeError, "x: expected dtype float32"),
+        ([1.0] * 64, TypeError, "x: expected a numpy array or an MXArray"),
+    ],
+)
+def test_bad_activations_are_named(x, err, match):
+    lin = mlir_mx.Linear(_weight("f8E4M3FN", n=32, k=64))
+    with pytest.raises(err, match=match):
+        lin(x)
+
+
+def test_bad_weight_and_threads():
+    with pytest.raises(TypeError, match="weight: expected an MXArray"):
+        mlir_mx.Linear(np.ones((4, 32), np.float32))
+    with pytest.raises(ValueError, match="threads: expected a positive integer"):
+        mlir_mx.Linear(_weight("f8E4M3FN", n=32, k=64), threads=0)
+
+
+def test_empty_batch():
+    lin = mlir_mx.Linear(_weight("f8E4M3FN", n=32, k=64))
+    assert lin(np.zeros((0, 64), np.float32)).shape == (0, 32)

@@ -1,0 +1,166 @@
+"""mx-bench: the harness works end to end (--quick), a wrong result fails the
+run, and bad arguments get one-line errors.  No timing is asserted."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mlir_mx.bench import harness, ours
+from mlir_mx.bench.baselines import torch_available
+from mlir_mx.bench.ggml_baseline import ggml_available
+from mlir_mx.tools.mx_bench import main
+
+ROW_FIELDS = {
+    "shape",
+    "M",
+    "N",
+    "K",
+    "format",
+    "block_size",
+    "threads",
+    "method",
+    "kind",
+    "method_threads",
+    "median_s",
+    "min_s",
+    "max_s",
+    "spread",
+    "samples",
+    "bytes",
+    "gb_per_s",
+    "gflop_per_s",
+    "roof",
+    "roof_fraction",
+    "max_err_over_bound",
+    "compile_s",
+}
+
+
+def test_quick_run_writes_json_and_markdown(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlir_mx.tools.mx_bench", "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "5x40x96 f8E4M3FN at 2 thread(s):" in proc.stdout  # progress lines
+    [js] = tmp_path.glob("mx-bench-*-quick.json")
+    [md] = tmp_path.glob("mx-bench-*-quick.md")
+    rec = json.loads(js.read_text())
+    assert rec["command"] == f"mx-bench --quick --out {tmp_path}"
+    assert rec["machine"]["cpu"] and "avx512f" in rec["machine"]["cpu_features"]
+    assert {"loadavg_start", "loadavg_end", "cpu", "total_s"} <= set(rec)
+    assert [r["threads"] for r in rec["roofs"]] == [1, 2]
+    assert all(r["bandwidth"] > 0 and r["peak"] > 0 for r in rec["roofs"])
+    rows = rec["rows"]
+    assert all(ROW_FIELDS <= set(r) for r in rows)
+    assert all(0 <= r["max_err_over_bound"] <= 1 for r in rows)
+    # quick timings are too short to attribute CPU time: None, or a share
+    assert all(r["cpu"] is None or 0 <= r["cpu"]["others"] <= 1 for r in rows)
+    methods = {(r["shape"], r["threads"], r["method"]) for r in rows}
+    for shape in ("1x64x128", "5x40x96"):
+        for t in (1, 2):
+            for m in (
+                "numpy f32",
+                "emulation mx x mx",
+                "emulation mx x f32",
+                "ours mx x mx",
+                "ours mx x f32",
+            ):
+                assert (shape, t, m) in methods
+    ours_rows = [r for r in rows if r["kind"] == "ours"]
+    # our kernels run on the group's thread count
+    assert all(r["compile_s"] > 0 and r["method_threads"] == r["threads"] for r in ours_rows)
+    skipped = {s["method"] for s in rec["skipped"]}
+    for name, why, family in (
+        ("torch f32", torch_available(), "torch f32/bf16"),
+        ("ggml Q8_0", ggml_available(), "ggml Q8_0/MXFP4"),
+    ):
+        present = any(r["method"] == name for r in rows)
+        assert present == (why is None) and (family in skipped) == (why is not None)
+    # the auto-selected kernels and mx x mx with each other schedule
+    assert {q["ours"] for q in rec["ratios"]} == {
+        "ours mx x mx",
+        "ours mx x f32",
+        "ours mx x mx small",
+        "ours mx x mx prefill",
+    }
+    text = md.read_text()
+    assert f"`mx-bench --quick --out {tmp_path}`" in text
+    assert "| 5x40x96 | f8E4M3FN | 2 | ours mx x mx | 2 |" in text
+    assert "## Our kernels against each baseline" in text
+
+
+class _WrongRunner:
+    """Computes the right shape and adds 1 to one element."""
+
+    def invoke(self, name, qa, qb, acc, n):
+        from mlir_mx.numerics import dequantize
+
+        acc += n * (dequantize(qa) @ dequantize(qb))
+        acc[0, 0] += 1.0
+
+
+def test_wrong_result_is_a_failure_not_a_row(tmp_path, monkeypatch, capsys):
+    wrong = ours.OurVariant("ours broken", "mx-ab", _WrongRunner, 1, "none")
+    monkeypatch.setattr(ours, "our_variants", lambda *a, **k: [wrong])
+    monkeypatch.setattr(harness, "FAMILIES", ())
+    rc = main(["--quick", "--shapes", "2x8x64", "--threads", "1", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err.startswith("mx-bench: error: WRONG RESULT: ours broken at 2x8x64 f8E4M3FN")
+    assert "first at [0, 0]" in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_kernel_that_does_not_compile_fails_the_run(tmp_path, monkeypatch, capsys):
+    from mlir_mx.execution import Runner
+
+    def build():
+        return Runner("func.func @bench(%x: i32) {\n  return %y : i32\n}\n")
+
+    broken = ours.OurVariant("ours bad ir", "mx-ab", build, 1, "none")
+    monkeypatch.setattr(ours, "our_variants", lambda *a, **k: [broken])
+    monkeypatch.setattr(harness, "FAMILIES", ())
+    rc = main(["--quick", "--shapes", "1x8x32", "--threads", "1", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.count("\n") == 1
+    assert err.startswith("mx-bench: error: ours bad ir at 1x8x32 f8E4M3FN: does not compile: ")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--shapes", "1x8x30"], "K=30 is not a multiple of the block size 32"),
+        (["--shapes", "8x8"], "bad shape '8x8'"),
+        (["--formats", "f9E9"], "unknown MX element format 'f9E9'"),
+        (["--threads", "0"], "--threads: values must be positive"),
+        (["--threads", "two"], "--threads: expected comma-separated integers"),
+        (["--tag", "a/b"], "--tag: use letters"),
+        (["--samples", "1"], "--samples: at least 3"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_arguments(args, message, capsys):
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("mx-bench: error: ") and message in err and err.count("\n") == 1
+
+
+def test_help(capsys):
+    assert main(["--help"]) == 0
+    assert "--threads" in capsys.readouterr().out
+
+
+def test_our_variants_are_runner_constructions():
+    from mlir_mx.model.kernels import Shape
+
+    vs = ours.our_variants(Shape(1, 8, 32), threads=2)
+    assert {v.operands for v in vs} == {"mx-ab", "mx-a"}
+    runner = vs[0].build()
+    acc = np.zeros((1, 8), np.float32)
+    assert "bench" in runner.functions and acc.shape == (1, 8)
