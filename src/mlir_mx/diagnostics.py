@@ -133,9 +133,17 @@ def capture_diagnostics(context: ir.Context):
     """Collect every diagnostic emitted in ``context`` into a list (yielded).
 
     Diagnostics are consumed (not printed to stderr by MLIR); the caller
-    decides what to print.
+    decides what to print.  Disables the context's multithreading (see the
+    FIXME below).
     """
     collected: list[Diagnostic] = []
+    # FIXME(upstream): the 22.1.8 bindings call a Python diagnostic handler
+    # from MLIR's worker threads without taking the GIL (nanobind aborts the
+    # process: "incref_check ... while the GIL was not held"; a verifier error
+    # emitted while canonicalize runs on several functions in parallel).
+    # llvm-project#215781, fix in review as #215848.  So a context we attach
+    # a handler to runs its passes on one thread.
+    context.enable_multithreading(False)
 
     def handler(d) -> bool:
         collected.append(_convert(d))

@@ -197,3 +197,28 @@ def test_diagnostics_spell_mx_types_in_the_custom_syntax(tmp_path):
     # located at the operand (column 22), not at the op (column 8)
     assert f"{p}:3:22: error: use of value '%c1' expects different type than prior uses" in err
     assert V1 in err and "array<i64" not in err
+
+
+# Reduced fuzzer mutant (seed 2026, case 4152): nested func.func ops fail
+# verification on MLIR's worker threads, whose diagnostics reached our Python
+# handler without the GIL: "Critical nanobind error: incref_check" and
+# SIGABRT, most runs.  FIXME(upstream) llvm-project#215781: contexts with a
+# Python diagnostic handler run single-threaded.
+NESTED_FUNCS = f"""func.func @q(%x: tensor<32x64xf32>) -> {V1} {{
+func.func @m(%a: {V1}, %b: tensor<64x64xf32>) -> tensor<32x64xf32> {{
+}}
+func.func @n(%a: {V1}) -> tensor<32x16xf32> {{
+}}
+  %r = mx.quantize_block %x : tensor<32x64xf32> -> {V1}
+  return %r : {V1}
+}}
+func.func @d(%t: {V1}) -> tensor<32x64xf32> {{
+}}
+"""
+
+
+def test_diagnostics_from_parallel_verification_do_not_abort():
+    for _ in range(4):
+        rc, _, err = run(["-", "--canonicalize"], stdin=NESTED_FUNCS)
+        assert rc == 1, err
+        assert "<stdin>:2:1: error: 'func.func' op symbol's parent must have the SymbolTable trait" in err
