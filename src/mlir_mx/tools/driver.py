@@ -74,7 +74,9 @@ def print_diagnostics(prog: str, diags: list[Diagnostic], file=None) -> None:
     sources = _SOURCES.get() or {}
     for d in diags:
         if d.file is None:
-            print(f"{prog}: {d.severity}: {d.message}", file=file)
+            # a message that spells its severity already ("error: ...") keeps one
+            message = d.message.removeprefix(f"{d.severity}: ")
+            print(f"{prog}: {d.severity}: {message}", file=file)
         else:
             print(format_diagnostic(d, sources), file=file)
 
