@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlir_mx.model.measure import cpu_model, lscpu, measure_bandwidth, measure_peak
+from mlir_mx.kernels.cpu import feature_table
+from mlir_mx.model.measure import cpu_model, measure_bandwidth, measure_peak
 
 __all__ = [
-    "CPU_FEATURES",
     "Roof",
     "cpu_features",
     "CpuSample",
@@ -27,35 +27,9 @@ __all__ = [
     "thread_limits",
 ]
 
-#: /proc/cpuinfo flags that decide which kernels can run fast here.
-CPU_FEATURES = (
-    "avx2",
-    "fma",
-    "f16c",
-    "avx512f",
-    "avx512bw",
-    "avx512vl",
-    "avx512_vnni",
-    "avx512_bf16",
-    "avx512_fp16",
-    "avx_vnni",
-    "amx_tile",
-    "amx_bf16",
-    "amx_int8",
-)
-
-
 def cpu_features() -> dict[str, bool]:
-    """Each of :data:`CPU_FEATURES`: present in /proc/cpuinfo's flags?"""
-    flags: set[str] = set()
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    if not flags:
-        flags = set(lscpu().get("Flags", "").split())
-    return {name: name in flags for name in CPU_FEATURES}
+    """The CPU features that matter to the kernels, present or not (``mlir_mx.kernels.cpu``)."""
+    return feature_table()
 
 
 def loadavg() -> list[float] | None:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import functools
 import os
 
-__all__ = ["host_features", "has_features", "features_summary"]
+__all__ = ["INTERESTING", "host_features", "has_features", "feature_table", "features_summary"]
 
-#: Features the kernels look at (for reports).
+#: Features that decide which kernels can run fast here (reports, mx-bench).
 INTERESTING = (
     "avx2",
     "fma",
@@ -29,9 +29,11 @@ INTERESTING = (
     "avx512_vnni",
     "avx512_bf16",
     "avx512_fp16",
+    "avx_vnni",
+    "gfni",
     "amx_tile",
     "amx_bf16",
-    "gfni",
+    "amx_int8",
 )
 
 
@@ -64,6 +66,12 @@ def has_features(*names: str) -> bool:
     """True when every feature in ``names`` is available."""
     f = host_features()
     return all(n in f for n in names)
+
+
+def feature_table() -> dict[str, bool]:
+    """Each of :data:`INTERESTING`: present on this machine?"""
+    f = host_features()
+    return {name: name in f for name in INTERESTING}
 
 
 def features_summary() -> str:

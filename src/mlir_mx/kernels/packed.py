@@ -32,9 +32,9 @@ from dataclasses import dataclass, replace
 from mlir import ir
 
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.problem import CodeRows, Operands, PreparedA, Problem, prepare_a
+from mlir_mx.kernels.problem import KernelState, Operands, PreparedA, Problem, prepare_a
 from mlir_mx.kernels.stream import interleave_pairs
-from mlir_mx.kernels.widen import LANES, decode_scales, decoder
+from mlir_mx.kernels.widen import LANES, decode_scales
 
 __all__ = ["PackedConfig", "emit_packed"]
 
@@ -85,16 +85,12 @@ def emit_packed(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: PackedConf
     else:
         with kb.loop(0, panels, 1) as j:
             k.panel(kb.mul(j.iv, cfg.nc))
-    kb.dealloc(pa.af)
-    kb.dealloc(pa.saf)
+    k.free()
 
 
-class _Packed:
+class _Packed(KernelState):
     def __init__(self, kb, prob: Problem, ops: Operands, cfg: PackedConfig, pa: PreparedA):
-        self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
-        self.b = CodeRows(kb, ops.b, prob.b_elem, prob.packed) if prob.b_is_mx else ops.b
-        self.sb = kb.as_bytes(ops.sb) if prob.b_is_mx else None
-        self.dec = decoder(prob.b_elem) if prob.b_is_mx else None
+        super().__init__(kb, prob, ops, cfg, pa)
         kc = min(cfg.kc, prob.k)
         self.kc = kc - kc % prob.block or prob.block
         self.col_tail = prob.n % cfg.nr != 0

@@ -35,7 +35,15 @@ from mlir_mx.kernels.builder import KernelBuilder
 from mlir_mx.kernels.widen import LANES, decode_scales, decoder
 from mlir_mx.numerics.packing import packing_group
 
-__all__ = ["Problem", "Operands", "CodeRows", "prepare_a", "vector_loop", "PreparedA"]
+__all__ = [
+    "Problem",
+    "Operands",
+    "CodeRows",
+    "KernelState",
+    "prepare_a",
+    "vector_loop",
+    "PreparedA",
+]
 
 
 @dataclass(frozen=True)
@@ -185,3 +193,19 @@ def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> Pr
             kb, prob.kblocks, LANES, lambda off, v: kb.store_lanes(zero, saf, [row.iv, off], v)
         )
     return PreparedA(af, saf, m, mp)
+
+
+class KernelState:
+    """What every schedule reads: the problem, its buffers, A widened once,
+    and B's codes/scales readers (``b`` is the f32 buffer for an f32 B)."""
+
+    def __init__(self, kb: KernelBuilder, prob: Problem, ops: Operands, cfg, pa: PreparedA):
+        self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
+        self.b = CodeRows(kb, ops.b, prob.b_elem, prob.packed) if prob.b_is_mx else ops.b
+        self.sb = kb.as_bytes(ops.sb) if prob.b_is_mx else None
+        self.dec = decoder(prob.b_elem) if prob.b_is_mx else None
+
+    def free(self) -> None:
+        """Free A's widened buffers (after the kernel's loops)."""
+        self.kb.dealloc(self.pa.af)
+        self.kb.dealloc(self.pa.saf)

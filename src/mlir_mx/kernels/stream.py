@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from mlir import ir
 
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.problem import CodeRows, Operands, PreparedA, Problem, prepare_a
-from mlir_mx.kernels.widen import LANES, decode_scales, decoder
+from mlir_mx.kernels.problem import KernelState, Operands, PreparedA, Problem, prepare_a
+from mlir_mx.kernels.widen import LANES, decode_scales
 
 __all__ = ["StreamConfig", "emit_stream"]
 
@@ -64,16 +64,12 @@ def emit_stream(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: StreamConf
             k.chunk(lo, kb.min(kb.add(lo, per), prob.n))
     else:
         k.chunk(kb.idx(0), kb.idx(prob.n))
-    kb.dealloc(pa.af)
-    kb.dealloc(pa.saf)
+    k.free()
 
 
-class _Kernel:
+class _Kernel(KernelState):
     def __init__(self, kb, prob: Problem, ops: Operands, cfg: StreamConfig, pa: PreparedA):
-        self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
-        self.b = CodeRows(kb, ops.b, prob.b_elem, prob.packed) if prob.b_is_mx else ops.b
-        self.sb = kb.as_bytes(ops.sb) if prob.b_is_mx else None
-        self.dec = decoder(prob.b_elem) if prob.b_is_mx else None
+        super().__init__(kb, prob, ops, cfg, pa)
         self.single_group = prob.m is not None and prob.m <= cfg.mr
         # Packed FP4 on full tiles: columns come in (even, odd) pairs of
         # vectors (Decoder.decode_pairs), interleaved once per block.
