@@ -85,13 +85,6 @@ class MXTensorType:
         s[self.block_axis] //= self.block_size
         return tuple(s)
 
-    @property
-    def num_blocks(self) -> int:
-        n = 1
-        for d in self.scale_shape:
-            n *= d
-        return n
-
     def mantissa_tensor_type(self, context: ir.Context | None = None) -> ir.Type:
         """``tensor<shape x element>``: the first value of the 1:N split."""
         return ir.Type.parse(_tensor(self.shape, self.element_type), context)
@@ -99,9 +92,6 @@ class MXTensorType:
     def scale_tensor_type(self, context: ir.Context | None = None) -> ir.Type:
         """``tensor<scale_shape x scale>``: the second value of the 1:N split."""
         return ir.Type.parse(_tensor(self.scale_shape, self.scale_type), context)
-
-    def with_shape(self, shape, axis: int | None = None) -> MXTensorType:
-        return MXTensorType(tuple(shape), self.element_type, self.block_size, self.scale_type, axis)
 
     # ---------------------------------------------------------------- verifying
     def errors(self) -> list[str]:
@@ -266,12 +256,6 @@ class MXTensorType:
         return cls.parse(str(t))
 
     # ------------------------------------------------------------------ helpers
-    def canonical(self) -> MXTensorType:
-        """Same type with the axis made explicit (what the IR stores)."""
-        return MXTensorType(
-            self.shape, self.element_type, self.block_size, self.scale_type, self.block_axis
-        )
-
     def __eq__(self, other) -> bool:  # axis=None and axis=rank-1 are the same type
         if not isinstance(other, MXTensorType):
             return NotImplemented

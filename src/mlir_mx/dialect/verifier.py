@@ -36,10 +36,6 @@ def _shape_of(t: ir.Type) -> tuple[int, ...]:
     return MXTensorType.from_mlir(t).shape if is_mx_type(t) else _tensor_shape(t)
 
 
-def _fmt(shape) -> str:
-    return "x".join(str(d) for d in shape)
-
-
 def _mx(t: ir.Type, what: str) -> tuple[MXTensorType | None, str | None]:
     if not is_mx_type(t):
         return None, f"{what} must be an !mx.tensor, got {t}"

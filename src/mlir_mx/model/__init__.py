@@ -24,7 +24,8 @@ from mlir_mx.model.ir_model import (
     lower_to_linalg,
     shift,
 )
-from mlir_mx.model.machines import M4, MACHINES, Machine, get_machine
+from mlir_mx.model.machines import M4, MACHINES, Machine
+from mlir_mx.model.measure import get_machine
 from mlir_mx.model.report import Row, model_rows, roofline_table
 
 __all__ = [

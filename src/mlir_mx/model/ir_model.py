@@ -174,7 +174,6 @@ class KernelModel:
     buffers: list[Buffer]
     temporaries: list[Buffer]
     ops: list[LinalgCount]
-    bufferized_ir: str = ""
     notes: list[str] = field(default_factory=list)
     label: str = ""
 
@@ -340,7 +339,6 @@ def analyze_all(
         steps += [BUFFERIZE, "canonicalize"]
         for step in steps:
             _run(step, module, filename)
-        bufferized = str(module)
         _run("linalg-generalize-named-ops", module, filename)
         models = []
         for fn in module.body.operations:
@@ -353,9 +351,7 @@ def analyze_all(
                 and ir.StringAttr(attrs["sym_visibility"]).value != "public"
             ):
                 continue
-            m = _model_function(fn)
-            m.bufferized_ir = bufferized
-            models.append(m)
+            models.append(_model_function(fn))
     return models
 
 

@@ -3,15 +3,16 @@
 ``MACHINES["m4"]`` is the write-up's base M4: 120 GB/s (Apple's published
 LPDDR5X bandwidth) and 560 GFLOP/s (not published; estimated from core count,
 FMA units, lane width and clock), with the ridge drawn as a band 30% either
-side because the peak is an estimate.  :func:`get_machine` ``("measure")``
-measures this machine instead (see :mod:`mlir_mx.model.measure`).
+side because the peak is an estimate.  This module is data only;
+:func:`mlir_mx.model.measure.get_machine` returns a preset by name or
+measures this machine (``"measure"``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["MACHINES", "M4", "Machine", "get_machine"]
+__all__ = ["MACHINES", "M4", "Machine"]
 
 
 @dataclass
@@ -62,15 +63,3 @@ M4 = Machine(
 )
 
 MACHINES: dict[str, Machine] = {"m4": M4}
-
-
-def get_machine(name: str, *, threads: int = 1, progress=None) -> Machine:
-    """A preset by name, or ``"measure"``: this machine's measured ceilings."""
-    if name == "measure":
-        from mlir_mx.model.measure import measure_machine
-
-        return measure_machine(threads=threads, progress=progress)
-    m = MACHINES.get(name)
-    if m is None:
-        raise KeyError(f"unknown machine '{name}' (available: {', '.join(MACHINES)}, measure)")
-    return m

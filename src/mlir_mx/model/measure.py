@@ -31,17 +31,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from mlir_mx.execution import Runner
 from mlir_mx.model.kernels import VARIANTS, Shape, VariantUnavailable, variant_module_text
-from mlir_mx.model.machines import Machine
+from mlir_mx.model.machines import MACHINES, Machine
 
 __all__ = [
     "FMA_ACCUMULATORS",
     "KernelTiming",
     "Timing",
+    "cpu_model",
+    "get_machine",
+    "lscpu",
     "measure_bandwidth",
     "measure_machine",
     "measure_peak",
@@ -330,17 +332,15 @@ def numpy_gflops(n: int = 2048, reps: int = 3) -> float:
     return best
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
+def get_machine(name: str, *, threads: int = 1, progress=None) -> Machine:
+    """A preset of :data:`~mlir_mx.model.machines.MACHINES` by name, or
+    ``"measure"``: this machine's measured ceilings."""
+    if name == "measure":
+        return measure_machine(threads=threads, progress=progress)
+    m = MACHINES.get(name)
+    if m is None:
+        raise KeyError(f"unknown machine '{name}' (available: {', '.join(MACHINES)}, measure)")
+    return m
 
 
 def measure_machine(threads: int = 1, progress: Callable[[str], None] | None = None) -> Machine:
@@ -362,7 +362,7 @@ def measure_machine(threads: int = 1, progress: Callable[[str], None] | None = N
         bandwidth=bw,
         peak=peak,
         ridge_band=0.0,
-        source=f"measured on {_cpu_model()} ({os.cpu_count()} CPUs), {threads} thread(s)",
+        source=f"measured on {cpu_model()} ({os.cpu_count()} CPUs), {threads} thread(s)",
         threads=threads,
         reference={"numpy copyto GB/s": np_bw, "numpy dot GFLOP/s": np_fl},
         details={
@@ -372,11 +372,6 @@ def measure_machine(threads: int = 1, progress: Callable[[str], None] | None = N
             "peak median GFLOP/s": f"{peak_med / 1e9:.2f}",
         },
     )
-
-
-# keep ml_dtypes imported: the Runner's narrow dtypes come from it
-_ = ml_dtypes
-_ = VariantUnavailable
 
 
 # ================================================================== machine
@@ -398,5 +393,18 @@ def lscpu() -> dict[str, str]:
 
 
 def cpu_model() -> str:
-    """The CPU's model name (``lscpu``), or ``unknown``."""
-    return lscpu().get("Model name", "unknown")
+    """The CPU's model name: ``lscpu``'s, else ``/proc/cpuinfo``'s, else
+    what :mod:`platform` knows, else ``unknown``."""
+    name = lscpu().get("Model name")
+    if name:
+        return name
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "unknown"

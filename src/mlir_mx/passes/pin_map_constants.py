@@ -37,7 +37,6 @@ already knows".
 from __future__ import annotations
 
 from mlir import ir
-from mlir.rewrite import RewritePatternSet
 
 from mlir_mx.passes.registry import register_pass
 
@@ -47,7 +46,6 @@ __all__ = [
     "evaluate",
     "pin_map_results",
     "pin_linalg_op",
-    "populate_pin_map_constants_patterns",
 ]
 
 
@@ -202,18 +200,6 @@ def pin_linalg_op(op: ir.Operation) -> bool:
     attrs = [ir.AffineMapAttr.get(n if n is not None else m) for m, n in zip(maps, new, strict=True)]
     op.attributes["indexing_maps"] = ir.ArrayAttr.get(attrs, op.context)
     return True
-
-
-def _pattern(op, rewriter):
-    # An in-place attribute update; the greedy driver is told via the
-    # rewriter-less update (no ops are created or erased).
-    return None if pin_linalg_op(op) else True
-
-
-def populate_pin_map_constants_patterns(patterns: RewritePatternSet) -> RewritePatternSet:
-    """Add the rewrite, as a pattern on ``linalg.generic``, to ``patterns``."""
-    patterns.add("linalg.generic", _pattern)
-    return patterns
 
 
 @register_pass(

@@ -122,7 +122,7 @@ def random_program(rng: random.Random, name: str) -> Program:
         vals.append(v)
         return v
 
-    def an_mx(rank=None, axis_last=False) -> _Val:
+    def an_mx(rank=None) -> _Val:
         pool = [v for v in vals + [a for a in p.args if isinstance(a, _Val)] if v.mx]
         pool = [v for v in pool if (rank is None or len(v.shape) == rank)]
         if pool and rng.random() < 0.6:

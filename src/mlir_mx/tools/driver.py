@@ -128,7 +128,6 @@ class Chunk:
     precede it so line numbers match the whole file."""
 
     text: str
-    first_line: int
 
 
 def read_input(path: str) -> str:
@@ -158,14 +157,14 @@ def read_input(path: str) -> str:
 def split_input(text: str, enabled: bool, marker: str = SPLIT_MARKER) -> list[Chunk]:
     """Split on lines that are exactly ``marker`` (mlir-opt's convention)."""
     if not enabled:
-        return [Chunk(text, 1)]
+        return [Chunk(text)]
     chunks: list[Chunk] = []
     lines = text.splitlines(keepends=True)
     start = 0
     for i, line in enumerate(lines + [None]):
         if line is None or line.rstrip("\r\n").strip() == marker:
             body = "".join(lines[start:i])
-            chunks.append(Chunk("\n" * start + body, start + 1))
+            chunks.append(Chunk("\n" * start + body))
             start = i + 1
     return chunks
 

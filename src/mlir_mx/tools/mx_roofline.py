@@ -143,7 +143,7 @@ def run(args) -> int:
     say = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
 
     from mlir_mx.model.kernels import VARIANTS, VariantUnavailable, parse_shape
-    from mlir_mx.model.machines import get_machine
+    from mlir_mx.model.measure import get_machine
     from mlir_mx.model.report import model_rows, roofline_table
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
