@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from mlir import ir
 
 from mlir_mx.diagnostics import DiagnosticError
+from mlir_mx.ir_utils import collect
 
 __all__ = ["MAX_NESTING", "Token", "TextError", "tokenize", "SourceMap", "remap_locations", "SKIP"]
 
@@ -169,8 +170,7 @@ def remap_locations(module_op, smap: SourceMap) -> None:
             return None
         return ir.Location.file("-", line, col, context=ctx)
 
-    def visit(op):
-        op = getattr(op, "operation", op)
+    for op in collect(root, lambda o: True):
         new = fix(op.location)
         if new is not None:
             op.location = new
@@ -180,6 +180,3 @@ def remap_locations(module_op, smap: SourceMap) -> None:
                     new = fix(arg.location)
                     if new is not None:
                         arg.set_location(new)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit)

@@ -12,6 +12,7 @@ from mlir import ir
 
 from mlir_mx.dialect.irdl import OP_NAMES
 from mlir_mx.dialect.types import MXTensorType, MXTypeError, is_mx_type
+from mlir_mx.ir_utils import collect, declared_types
 
 __all__ = ["op_errors", "verify_module"]
 
@@ -141,16 +142,10 @@ def _nesting_errors(op: ir.Operation, cache: dict) -> list[tuple[ir.Location, st
     for r in op.results:
         if _nested_mx(r.type, cache):
             found.append((op.location, msg.format(r.type)))
-    has_body = any(len(r.blocks) for r in op.regions)
-    if not has_body and "function_type" in op.attributes:  # a declaration
-        try:
-            ft = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
-        except ValueError:  # not a builtin function type (e.g. llvm.func)
-            ft = None
-        for t in list(ft.inputs) + list(ft.results) if ft is not None else []:
-            if _nested_mx(t, cache):
-                found.append((op.location, msg.format(t)))
-                break
+    for t in declared_types(op):  # a declaration has no block arguments
+        if _nested_mx(t, cache):
+            found.append((op.location, msg.format(t)))
+            break
     for region in op.regions:
         for block in region.blocks:
             for a in block.arguments:
@@ -164,16 +159,11 @@ def verify_module(module_op) -> bool:
     ``!mx.tensor``; emit located errors; True if all pass."""
     bad: list[tuple[ir.Location, str]] = []
     cache: dict = {}
-
-    def visit(op):
-        op = getattr(op, "operation", op)
+    for op in collect(module_op, lambda o: True):
         if op.name in OP_NAMES:
             for msg in op_errors(op):
                 bad.append((op.location, f"'{op.name}' op {msg}"))
         bad.extend(_nesting_errors(op, cache))
-        return ir.WalkResult.ADVANCE
-
-    getattr(module_op, "operation", module_op).walk(visit)
     for loc, msg in bad:
         loc.emit_error(msg)
     return not bad

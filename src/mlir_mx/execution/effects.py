@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from mlir import ir
 
+from mlir_mx.ir_utils import collect
+
 __all__ = ["written_parameters"]
 
 # Ops that read memory through a pointer operand and write nothing.
@@ -110,8 +112,7 @@ def written_parameters(module: ir.Module, name: str, params) -> frozenset[int]:
 
 def _propagate(fn: ir.Operation, taint: dict) -> frozenset[int]:
     """Run the taint to a fixed point; the parameters that may be written."""
-    ops: list[ir.Operation] = []
-    fn.walk(lambda o: ops.append(o.operation) or ir.WalkResult.ADVANCE)
+    ops = collect(fn, lambda o: True)
     written: set[int] = set()
     changed = True
     while changed:

@@ -15,6 +15,7 @@ from pathlib import Path
 from mlir import ir
 
 from mlir_mx.diagnostics import Diagnostic, DiagnosticError
+from mlir_mx.ir_utils import collect, find_first
 
 __all__ = ["check_lowered", "check_symbols"]
 
@@ -26,21 +27,16 @@ def check_lowered(module: ir.Module) -> None:
     ``vector.load``, an f8 ``arith.extf`` without our expansion) stays, and the
     ExecutionEngine then fails with an opaque message.  Say which op it is.
     """
-    ops: list[ir.Operation] = []
     casts: list[ir.Operation] = []
 
-    def visit(op):
-        o = op.operation
+    def outside(o) -> bool:
         if o.name == "builtin.unrealized_conversion_cast":
-            casts.append(o)
-        elif not o.name.startswith("llvm.") and o.name != "builtin.module":
-            ops.append(o)
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
+            casts.append(o)  # reported only when nothing else is left
+            return False
+        return not o.name.startswith("llvm.") and o.name != "builtin.module"
 
-    module.operation.walk(visit)
-    if ops or casts:
-        first = (ops or casts)[0]
+    first = find_first(module, outside) or (casts[0] if casts else None)
+    if first is not None:
         raise DiagnosticError(
             Diagnostic.from_location(
                 first.location,
@@ -70,15 +66,10 @@ def _resolves(symbol: str, shared_libs) -> bool:
 def _referenced_symbols(module: ir.Module) -> set[str]:
     """Symbols called (``llvm.call``) or taken the address of (``llvm.mlir.addressof``)."""
     used: set[str] = set()
-
-    def visit(op):
-        o = op.operation
+    for o in collect(module, lambda o: o.name in ("llvm.call", "llvm.mlir.addressof")):
         for attr in ("callee", "global_name"):
-            if o.name in ("llvm.call", "llvm.mlir.addressof") and attr in o.attributes:
+            if attr in o.attributes:
                 used.add(ir.FlatSymbolRefAttr(o.attributes[attr]).value)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
     return used
 
 

@@ -50,10 +50,11 @@ from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 
 from mlir_mx.diagnostics import DiagnosticError
-from mlir_mx.dialect import MXTensorType, is_mx_type, parse_module, print_module
+from mlir_mx.dialect import MXTensorType, is_mx_op, is_mx_type, parse_module, print_module
 from mlir_mx.execution import arguments as args_
 from mlir_mx.execution.effects import written_parameters
 from mlir_mx.execution.lowered import check_lowered, check_symbols
+from mlir_mx.ir_utils import find_first, function_type, public_functions
 from mlir_mx.kernels.cpu import host_features
 from mlir_mx.passes.pipeline import run_pipeline
 from mlir_mx.pipelines import kernel_pipeline, load_pipeline
@@ -136,19 +137,6 @@ def load_async_runtime() -> None:
         )
 
 
-def _has_mx_ops(module: ir.Module) -> bool:
-    found = []
-
-    def visit(op):
-        if op.operation.name.startswith("mx."):
-            found.append(op)
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return bool(found)
-
-
 def default_pipeline(module: ir.Module, *, schedule: str = "auto", threads: int = 0) -> str:
     """The pipeline a Runner (and ``mx-runner``) uses when none is given.
 
@@ -157,7 +145,7 @@ def default_pipeline(module: ir.Module, *, schedule: str = "auto", threads: int 
     ``schedule`` and ``threads``, LLVM); any other module ``lower-to-llvm``.
     Both accept tensor-level elementwise arith (``convert-elementwise-to-linalg``).
     """
-    if _has_mx_ops(module):
+    if find_first(module, is_mx_op) is not None:
         return kernel_pipeline(schedule, threads)
     return load_pipeline("lower-to-llvm")
 
@@ -254,16 +242,10 @@ def _param(name: str, t: ir.Type) -> _Param | _MXParam:
 def _signatures(module: ir.Module) -> dict[str, _Signature]:
     """Signatures of the public functions with bodies; marks them for the C interface."""
     sigs: dict[str, _Signature] = {}
-    for op in module.body.operations:
-        if op.operation.name != "func.func":
-            continue
-        attrs = op.operation.attributes
-        if "sym_visibility" in attrs and ir.StringAttr(attrs["sym_visibility"]).value != "public":
-            continue
-        if len(op.operation.regions[0].blocks) == 0:  # a declaration
-            continue
+    for op in public_functions(module):
+        attrs = op.attributes
         name = ir.StringAttr(attrs["sym_name"]).value
-        ftype = ir.FunctionType(ir.TypeAttr(attrs["function_type"]).value)
+        ftype = function_type(op)
         args = tuple(_param(f"%arg{i}", t) for i, t in enumerate(ftype.inputs))
         results = tuple(_param(f"result {i}", t) for i, t in enumerate(ftype.results))
         sigs[name] = _Signature(name, args, results)

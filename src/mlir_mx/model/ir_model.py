@@ -31,6 +31,17 @@ from mlir import ir
 
 from mlir_mx.diagnostics import DiagnosticError, MXError
 from mlir_mx.dialect import parse_module
+from mlir_mx.ir_utils import (
+    block_ops,
+    collect,
+    dims_used,
+    find_first,
+    indexing_maps,
+    loop_ranges,
+    owner_op,
+    public_functions,
+    static_shape,
+)
 from mlir_mx.passes.pipeline import PipelineError, run_pipeline
 
 __all__ = [
@@ -340,72 +351,36 @@ def analyze_all(
         for step in steps:
             _run(step, module, filename)
         _run("linalg-generalize-named-ops", module, filename)
-        models = []
-        for fn in module.body.operations:
-            fn = fn.operation
-            if fn.name != "func.func" or not fn.regions[0].blocks:
-                continue
-            attrs = fn.attributes
-            if (
-                "sym_visibility" in attrs
-                and ir.StringAttr(attrs["sym_visibility"]).value != "public"
-            ):
-                continue
-            models.append(_model_function(fn))
-    return models
+        return [_model_function(fn) for fn in public_functions(module)]
 
 
 def _has_mx(module: ir.Module) -> bool:
-    found = []
-
-    def visit(op):
-        o = op.operation
+    def mx(o) -> bool:
         if o.name.startswith("mx.") or any("!mx." in str(r.type) for r in o.results):
-            found.append(o)
-            return ir.WalkResult.INTERRUPT
-        if o.name == "func.func" and "!mx." in str(o.attributes["function_type"]):
-            found.append(o)
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
+            return True
+        return o.name == "func.func" and "!mx." in str(o.attributes["function_type"])
 
-    module.operation.walk(visit)
-    return bool(found)
+    return find_first(module, mx) is not None
 
 
 def _walk(op: ir.Operation, pred) -> list[ir.Operation]:
-    out: list[ir.Operation] = []
-
-    def visit(o):
-        o = o.operation
-        if pred(o):
-            out.append(o)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return out
-
-
-def _owner(v: ir.Value) -> ir.Operation | None:
-    if isinstance(v, ir.BlockArgument):
-        return None
-    o = v.owner
-    return getattr(o, "operation", o)
+    return collect(op, pred, ir.WalkOrder.PRE_ORDER)
 
 
 def _root(v: ir.Value) -> ir.Value:
     """Follow view ops (expand_shape, subview, cast, ...) back to the viewed buffer."""
     while True:
-        op = _owner(v)
+        op = owner_op(v)
         if op is None or op.name not in _VIEWS:
             return v
         v = op.operands[0]
 
 
 def _static_shape(t: ir.Type, what: str) -> tuple[int, ...]:
-    st = ir.ShapedType(t)
-    if not st.has_static_shape:
+    shape = static_shape(t)
+    if shape is None or None in shape:
         raise ModelError(f"{what} has a dynamic shape ({t}); the model needs static shapes")
-    return tuple(st.shape)
+    return shape
 
 
 def _same(a: ir.Value, b: ir.Value) -> bool:
@@ -520,10 +495,6 @@ def _inside_linalg(op: ir.Operation) -> bool:
     return False
 
 
-def _maps(op: ir.Operation) -> list[ir.AffineMap]:
-    return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
-
-
 def _iterators(op: ir.Operation) -> list[str]:
     return [
         "reduction" if "reduction" in str(a) else "parallel"
@@ -539,15 +510,13 @@ def _split_operands(op: ir.Operation) -> tuple[list[ir.Value], list[ir.Value]]:
 
 def _loop_ranges(op: ir.Operation) -> tuple[int, ...]:
     """Range of each loop: the size of an operand dimension a map reads as a bare ``d_i``."""
-    maps = _maps(op)
-    ranges: list[int | None] = [None] * maps[0].n_dims
-    for v, m in zip(op.operands, maps, strict=True):
-        if not isinstance(v.type, ir.ShapedType):
-            continue
-        shape = _static_shape(v.type, f"an operand of '{op.name}'")
-        for r, size in zip(m.results, shape, strict=True):
-            if isinstance(r, ir.AffineDimExpr) and ranges[r.position] is None:
-                ranges[r.position] = size
+    shapes = [
+        _static_shape(v.type, f"an operand of '{op.name}'")
+        if isinstance(v.type, ir.ShapedType)
+        else None
+        for v in op.operands
+    ]
+    ranges = loop_ranges(indexing_maps(op), shapes)
     if any(r is None for r in ranges):
         raise ModelError(f"cannot infer the loop ranges of '{op.name}' from its operand shapes")
     return tuple(ranges)  # type: ignore[arg-type]
@@ -567,7 +536,7 @@ def _count_generic(op: ir.Operation) -> LinalgCount:
         iterations *= r
     has_reduction = "reduction" in _iterators(op)
     ins, outs = _split_operands(op)
-    maps = _maps(op)
+    maps = indexing_maps(op)
     body = op.regions[0].blocks[0]
     bargs = list(body.arguments)
     out_args = bargs[len(ins) :]
@@ -578,7 +547,7 @@ def _count_generic(op: ir.Operation) -> LinalgCount:
         bargs[i] for i, v in enumerate(ins) if _is_scale_operand(v, maps[i])
     ]
     const_vals: list[ir.Value] = []
-    payload = _walk_block(body)
+    payload = block_ops(body)
     for o in payload:
         if o.name == "arith.constant":
             const_vals += list(o.results)
@@ -602,7 +571,7 @@ def _count_generic(op: ir.Operation) -> LinalgCount:
         for j, y in enumerate(yields[0].operation.operands):
             if j >= len(out_args):
                 break
-            acc = _owner(y)
+            acc = owner_op(y)
             if acc is None:
                 continue
             if acc.name in ("arith.addf",):
@@ -613,7 +582,7 @@ def _count_generic(op: ir.Operation) -> LinalgCount:
                     p = a
                 else:
                     continue
-                prod = _owner(p)
+                prod = owner_op(p)
                 if (
                     prod is not None
                     and prod.name == "arith.mulf"
@@ -652,18 +621,6 @@ def _count_generic(op: ir.Operation) -> LinalgCount:
     return count
 
 
-def _walk_block(block: ir.Block) -> list[ir.Operation]:
-    """Every op in ``block`` and its nested regions, in order."""
-    out: list[ir.Operation] = []
-    for o in block.operations:
-        o = o.operation
-        out.append(o)
-        for r in o.regions:
-            for b in r.blocks:
-                out += _walk_block(b)
-    return out
-
-
 # ======================================================================= roles
 
 
@@ -681,7 +638,7 @@ def _name_roles(buffers: list[Buffer], args: list[ir.Value], linalg_ops) -> None
         if op.name != "linalg.generic":
             continue
         ins, outs = _split_operands(op)
-        maps = _maps(op)
+        maps = indexing_maps(op)
         reduction = "reduction" in _iterators(op)
         body = op.regions[0].blocks[0]
         bargs = list(body.arguments)
@@ -700,7 +657,7 @@ def _name_roles(buffers: list[Buffer], args: list[ir.Value], linalg_ops) -> None
                 continue
             used = set()
             for r in m.results:
-                used |= _dims_of(r)
+                used |= dims_used(r)
             a, b = out_dims[0] in used, out_dims[1] in used
             who = "A" if a and not b else "B" if b and not a else None
             if who is None:
@@ -723,12 +680,4 @@ def _name_roles(buffers: list[Buffer], args: list[ir.Value], linalg_ops) -> None
 
 
 def _is_used(v: ir.Value, block: ir.Block) -> bool:
-    return any(_index_of(list(o.operands), v) is not None for o in _walk_block(block))
-
-
-def _dims_of(e: ir.AffineExpr) -> set[int]:
-    if isinstance(e, ir.AffineDimExpr):
-        return {e.position}
-    if isinstance(e, ir.AffineBinaryExpr):
-        return _dims_of(e.lhs) | _dims_of(e.rhs)
-    return set()
+    return any(_index_of(list(o.operands), v) is not None for o in block_ops(block))

@@ -29,6 +29,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith
 
+from mlir_mx.ir_utils import collect
 from mlir_mx.passes.registry import register_pass
 
 __all__ = ["legalize_i1_memrefs"]
@@ -67,8 +68,7 @@ def legalize_i1_memrefs(op: ir.Operation) -> None:
     loads: list[ir.Operation] = []
     stores: list[ir.Operation] = []
 
-    def visit(o):
-        o = o.operation
+    for o in collect(op, lambda o: True):
         # llvm.func (e.g. the async runtime declarations) cannot carry memrefs.
         if o.name == "func.func" and "function_type" in o.attributes:
             funcs.append(o)
@@ -80,9 +80,6 @@ def legalize_i1_memrefs(op: ir.Operation) -> None:
             loads.append(o)
         elif o.name == "memref.store" and _is_i1_memref(o.operands[1].type):
             stores.append(o)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
     if not values and not funcs:
         return
     with op.context, ir.Location.unknown(op.context):

@@ -31,6 +31,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, memref, vector
 
+from mlir_mx.ir_utils import collect
 from mlir_mx.passes.registry import PassError, register_pass
 
 __all__ = ["legalize_subbyte_vector_memory"]
@@ -86,18 +87,13 @@ def _indices_of(op: ir.Operation) -> list[ir.Value]:
 )
 def legalize_subbyte_vector_memory(op: ir.Operation) -> None:
     """See the module docstring."""
-    targets: list[ir.Operation] = []
 
-    def visit(o):
-        o = o.operation
-        if o.name in _READS and _subbyte_memref(o.operands[0].type):
-            targets.append(o)
-        elif o.name in _WRITES and _subbyte_memref(o.operands[1].type):
-            targets.append(o)
-        return ir.WalkResult.ADVANCE
+    def target(o) -> bool:
+        if o.name in _READS:
+            return _subbyte_memref(o.operands[0].type)
+        return o.name in _WRITES and _subbyte_memref(o.operands[1].type)
 
-    op.walk(visit)
-    for t in targets:
+    for t in collect(op, target):
         _rewrite(t)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from mlir import ir
 
+from mlir_mx.ir_utils import collect, owner_op
 from mlir_mx.kernels import Operands, Problem, emit_matmul, plan_kernel
 from mlir_mx.kernels.plan import SCHEDULES
 from mlir_mx.passes.registry import Option, PassError, register_pass
@@ -59,7 +60,7 @@ def mx_matmul_kernels(op: ir.Operation, *, schedule: str = "auto", threads: int 
         )
     if threads < 0:
         raise PassError(f"mx-matmul-kernels: threads must be >= 0, got {threads}", op.location)
-    for scales in _collect(op, lambda o: _tag(o) == "block_scales"):
+    for scales in collect(op, lambda o: _tag(o) == "block_scales"):
         match = _match(scales)
         if match is None:
             continue
@@ -71,29 +72,10 @@ def mx_matmul_kernels(op: ir.Operation, *, schedule: str = "auto", threads: int 
             d.erase()
 
 
-def _collect(root: ir.Operation, pred) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(o):
-        o = o.operation
-        if pred(o):
-            found.append(o)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit)
-    return found
-
-
 def _tag(o: ir.Operation) -> str | None:
     if o.name != "linalg.generic" or _KERNEL_ATTR not in o.attributes:
         return None
     return ir.StringAttr(o.attributes[_KERNEL_ATTR]).value
-
-
-def _owner(v: ir.Value) -> ir.Operation | None:
-    owner = v.owner
-    op = getattr(owner, "operation", owner)
-    return op if isinstance(op, ir.Operation) else None
 
 
 def _unit_inner_stride(v: ir.Value) -> bool:
@@ -107,7 +89,7 @@ def _match(scales: ir.Operation):
     ins = list(scales.operands)[:-1]
     acc = scales.operands[len(scales.operands) - 1]
     partials_buf = ins[0]
-    alloc = _owner(partials_buf)
+    alloc = owner_op(partials_buf)
     if alloc is None or alloc.name != "memref.alloc":
         return None
     partials = fill = None
@@ -127,7 +109,7 @@ def _match(scales: ir.Operation):
     if partials is None or fill is None:
         return None
     a3, b3 = partials.operands[0], partials.operands[1]
-    a_src, b_src = _owner(a3), _owner(b3)
+    a_src, b_src = owner_op(a3), owner_op(b3)
     if a_src is None or b_src is None or "expand_shape" not in a_src.name + b_src.name:
         return None
     a, b = a_src.operands[0], b_src.operands[0]

@@ -39,6 +39,7 @@ from mlir import ir
 from mlir.dialects import arith, builtin, linalg, tensor
 
 from mlir_mx.dialect.types import MXTensorType, is_mx_type
+from mlir_mx.ir_utils import collect, owner_op
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 from mlir_mx.passes import mx_lowering_helpers as h
 from mlir_mx.passes.registry import Option, PassError, register_pass
@@ -95,17 +96,8 @@ def mx_to_linalg(op: ir.Operation, *, matmul_lowering: str = "blocked") -> None:
 
 
 def _collect(root: ir.Operation, pred) -> list[ir.Operation]:
-    """Every op under ``root`` (pre-order) for which ``pred(op)`` holds."""
-    found: list[ir.Operation] = []
-
-    def visit(o):
-        o = getattr(o, "operation", o)
-        if pred(o):
-            found.append(o)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return found
+    """Every op under ``root`` (pre-order: in textual order) for which ``pred(op)`` holds."""
+    return collect(root, pred, ir.WalkOrder.PRE_ORDER)
 
 
 def _split_types(types) -> list[ir.Type]:
@@ -128,19 +120,13 @@ def _pack(mant: ir.Value, scale: ir.Value, mx_type: ir.Type) -> ir.Value:
     return builtin.UnrealizedConversionCastOp([mx_type], [mant, scale]).results[0]
 
 
-def _owner_op(v: ir.Value):
-    owner = v.owner
-    op = getattr(owner, "operation", owner)
-    return op if isinstance(op, ir.Operation) else None
-
-
 def _unpack(v: ir.Value) -> tuple[ir.Value, ir.Value]:
     """(mantissa, scale) of an mx value.
 
     Reads through a 2 -> 1 cast when ``v`` is one; otherwise inserts a
     1 -> 2 cast at the insertion point (resolved later, or reported).
     """
-    op = _owner_op(v)
+    op = owner_op(v)
     if op is not None and op.name == _CAST and len(op.operands) == 2 and len(op.results) == 1:
         return op.operands[0], op.operands[1]
     mt = MXTensorType.from_mlir(v.type)
@@ -463,7 +449,7 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     )  # fmt: skip
     partials = partial_op_results[0]
     sub_byte = lt.element_type in _SUB_BYTE or (rhs_mx and b_elem in _SUB_BYTE)
-    _owner_op(partials).attributes[KERNEL_ATTR] = ir.StringAttr.get(
+    owner_op(partials).attributes[KERNEL_ATTR] = ir.StringAttr.get(
         "block_partials_subbyte" if sub_byte else "block_partials"
     )
 
@@ -480,7 +466,7 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     ins = [partials, ascale] + ([bscale] if rhs_mx else [])
     maps = [smap(0, 2, 1), smap(0, 2)] + ([smap(2, 1)] if rhs_mx else []) + [smap(0, 1)]
     out = h.generic(ins, [acc], maps, [h.PARALLEL, h.PARALLEL, h.REDUCTION], scale_body)
-    _owner_op(out[0]).attributes[KERNEL_ATTR] = ir.StringAttr.get("block_scales")
+    owner_op(out[0]).attributes[KERNEL_ATTR] = ir.StringAttr.get("block_scales")
     return out
 
 
@@ -523,7 +509,7 @@ def _cancel_casts(root: ir.Operation) -> None:
     """Fold ``1 -> 2`` casts of ``2 -> 1`` casts, then erase dead bridging casts."""
     for cast in _collect(root, _is_mx_cast):
         if len(cast.operands) == 1 and len(cast.results) == 2:
-            src = _owner_op(cast.operands[0])
+            src = owner_op(cast.operands[0])
             if src is not None and src.name == _CAST and len(src.operands) == 2:
                 cast.results[0].replace_all_uses_with(src.operands[0])
                 cast.results[1].replace_all_uses_with(src.operands[1])
@@ -538,24 +524,15 @@ def _cancel_casts(root: ir.Operation) -> None:
 
 def _check_converted(root: ir.Operation) -> None:
     """Fail, located at the first offender, when any mx value is left."""
-    offenders: list[ir.Operation] = []
 
-    def visit(o):
-        o = getattr(o, "operation", o)
+    def left(o) -> bool:
         if o.name == _CAST:
-            if _is_mx_cast(o):
-                offenders.append(o)
-            return ir.WalkResult.ADVANCE
+            return _is_mx_cast(o)
         if _has_mx(o.operands) or _has_mx(o.results):
-            offenders.append(o)
-        else:
-            for region in o.regions:
-                for block in region.blocks:
-                    if _has_mx(block.arguments):
-                        offenders.append(o)
-        return ir.WalkResult.ADVANCE
+            return True
+        return any(_has_mx(b.arguments) for r in o.regions for b in r.blocks)
 
-    root.walk(visit, ir.WalkOrder.PRE_ORDER)
+    offenders = _collect(root, left)
     if not offenders:
         return
     first = offenders[0]

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import arith
 
+from mlir_mx.ir_utils import collect
 from mlir_mx.passes.registry import Option, PassError, register_pass
 
 __all__ = ["expand_narrow_floats", "NarrowFormat", "narrow_format"]
@@ -390,16 +391,8 @@ _OPS = ("arith.extf", "arith.truncf", "arith.scaling_extf", "arith.scaling_trunc
 )
 def expand_narrow_floats(op: ir.Operation, *, f16_widening: bool = True) -> None:
     """Run the expansion on every nested op of ``op`` (normally a module)."""
-    todo: list[ir.Operation] = []
-
-    def collect(o):
-        if o.operation.name in _OPS:
-            todo.append(o.operation)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(collect)
     dead = []
-    for o in todo:
+    for o in collect(op, lambda o: o.name in _OPS):
         if _rewrite(o, f16_widening):
             dead.append(o)
     for o in dead:

@@ -38,6 +38,8 @@ from __future__ import annotations
 
 from mlir import ir
 
+from mlir_mx import ir_utils
+from mlir_mx.ir_utils import collect, dims_used, indexing_maps, static_shape
 from mlir_mx.passes.registry import register_pass
 
 __all__ = [
@@ -108,7 +110,8 @@ def is_monotone(e: ir.AffineExpr) -> bool:
 def loop_ranges(
     maps: list[ir.AffineMap], shapes: list[tuple[int | None, ...] | None]
 ) -> list[int | None] | None:
-    """Static trip count of every loop, from bare-dim results.
+    """Static trip count of every loop, from bare-dim results
+    (:func:`mlir_mx.ir_utils.loop_ranges`); an empty loop counts as unknown.
 
     ``shapes[i]`` is operand i's shape (``()`` for a scalar, None when
     unranked; a dynamic size is None).  A loop whose range cannot be derived
@@ -117,16 +120,7 @@ def loop_ranges(
     """
     if not maps:
         return None
-    n = maps[0].n_dims
-    ranges: list[int | None] = [None] * n
-    for amap, shape in zip(maps, shapes, strict=True):
-        if shape is None:
-            continue
-        for j, r in enumerate(amap.results):
-            r = _down(r)
-            if isinstance(r, ir.AffineDimExpr) and j < len(shape):
-                if ranges[r.position] is None and shape[j] is not None and shape[j] > 0:
-                    ranges[r.position] = shape[j]
+    ranges = [r if r else None for r in ir_utils.loop_ranges(maps, shapes)]
     if all(r is None for r in ranges):
         return None
     return ranges
@@ -146,7 +140,7 @@ def pin_map_results(amap: ir.AffineMap, ranges: list[int | None]) -> ir.AffineMa
         if (
             isinstance(d, ir.AffineDimExpr | ir.AffineConstantExpr)
             or not is_monotone(d)
-            or any(ranges[k] is None for k in _dims_used(d))
+            or any(ranges[k] is None for k in dims_used(d))
         ):
             results.append(r)
             continue
@@ -161,34 +155,15 @@ def pin_map_results(amap: ir.AffineMap, ranges: list[int | None]) -> ir.AffineMa
     return ir.AffineMap.get(amap.n_dims, amap.n_symbols, results, amap.context)
 
 
-def _dims_used(e: ir.AffineExpr) -> set[int]:
-    e = _down(e)
-    if isinstance(e, ir.AffineDimExpr):
-        return {e.position}
-    if isinstance(e, ir.AffineBinaryExpr):
-        return _dims_used(e.lhs) | _dims_used(e.rhs)
-    return set()
-
-
-def _static_shape(t: ir.Type) -> tuple[int | None, ...] | None:
-    """Operand shape with None for dynamic sizes (``()`` for scalars)."""
-    t = t.maybe_downcast()
-    if isinstance(t, ir.RankedTensorType | ir.MemRefType):
-        return tuple(None if t.is_dynamic_dim(i) else t.shape[i] for i in range(t.rank))
-    if isinstance(t, ir.ShapedType):
-        return None
-    return ()  # a scalar operand: its map has no results
-
-
 def pin_linalg_op(op: ir.Operation) -> bool:
     """Pin the maps of one linalg op in place; True when something changed."""
     op = getattr(op, "operation", op)
     if "indexing_maps" not in op.attributes:
         return False
-    maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    maps = indexing_maps(op)
     if any(m.n_symbols for m in maps):
         return False
-    shapes = [_static_shape(v.type) for v in op.operands]
+    shapes = [static_shape(v.type) for v in op.operands]
     if len(shapes) != len(maps):
         return False
     ranges = loop_ranges(maps, shapes)
@@ -209,15 +184,7 @@ def pin_linalg_op(op: ir.Operation) -> bool:
 )
 def mx_pin_map_constants(op: ir.Operation) -> None:
     """Apply :func:`pin_linalg_op` to every linalg op under ``op``."""
-    targets: list[ir.Operation] = []
-
-    def visit(o):
-        o = o.operation
-        if o.name.startswith("linalg.") and "indexing_maps" in o.attributes:
-            targets.append(o)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
-    for t in targets:
+    linalg = collect(op, lambda o: o.name.startswith("linalg.") and "indexing_maps" in o.attributes)
+    for t in linalg:
         pin_linalg_op(t)
 

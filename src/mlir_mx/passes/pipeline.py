@@ -26,6 +26,7 @@ from mlir_mx.diagnostics import (
     from_mlir_error,
 )
 from mlir_mx.dialect import remap_diagnostics
+from mlir_mx.ir_utils import declared_types, find_first
 from mlir_mx.passes.registry import OptionError, lookup, lookup_extension
 
 __all__ = [
@@ -220,27 +221,19 @@ def _bufferizable_guard(op, pass_) -> None:
                     seen[t] = True
         return seen[t]
 
-    def visit(o):
-        o = o.operation
+    def offends(o) -> bool:
         types = [(r.type, o.location) for r in o.results]
-        declaration = not any(len(r.blocks) for r in o.regions)
-        if declaration and "function_type" in o.attributes:  # no block arguments to check
-            try:
-                ft = ir.FunctionType(ir.TypeAttr(o.attributes["function_type"]).value)
-                types += [(t, o.location) for t in list(ft.inputs) + list(ft.results)]
-            except ValueError:
-                pass
+        types += [(t, o.location) for t in declared_types(o)]
         for region in o.regions:
             for block in region.blocks:
                 types += [(a.type, a.location) for a in block.arguments]
-        for t, loc in types:
-            if invalid(t):
-                bad.append((loc, t))
-                return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
+        first = next(((loc, t) for t, loc in types if invalid(t)), None)
+        if first is not None:
+            bad.append(first)
+        return first is not None
 
     with op.context, ir.Location.unknown():
-        op.walk(visit)
+        find_first(op, offends)
     if bad:
         loc, t = bad[0]
         loc.emit_error(
