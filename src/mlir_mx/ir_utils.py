@@ -16,6 +16,7 @@ from mlir import ir
 __all__ = [
     "block_ops",
     "collect",
+    "constant_float",
     "declared_types",
     "dims_used",
     "find_first",
@@ -93,6 +94,16 @@ def producer(v: ir.Value, name: str) -> ir.Operation | None:
     """The op named ``name`` that defines ``v``, else None."""
     op = owner_op(v)
     return op if op is not None and op.name == name else None
+
+
+def constant_float(v: ir.Value) -> float | None:
+    """The value of an ``arith.constant`` float scalar, else None."""
+    op = producer(v, "arith.constant")
+    if op is None:
+        return None
+    attr = op.attributes["value"]
+    attr = attr.maybe_downcast() if hasattr(attr, "maybe_downcast") else attr
+    return float(ir.FloatAttr(attr).value) if isinstance(attr, ir.FloatAttr) else None
 
 
 def function_type(op) -> ir.FunctionType | None:

@@ -14,28 +14,54 @@ upstream ``canonicalize``/``cse`` neither erase dead mx ops nor merge them;
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 
 from mlir import ir
 from mlir.dialects import irdl
 
-__all__ = ["MX_IRDL", "load_dialect", "OP_NAMES"]
-
-#: name -> (number of operands, number of results)
-OP_NAMES = {
-    "mx.quantize_block": (1, 1),
-    "mx.dequantize_block": (1, 1),
-    "mx.block_matmul": (3, 1),
-    "mx.fold_scale": (2, 1),
-}
+__all__ = ["MX_IRDL", "OPS", "OP_NAMES", "OpDef", "load_dialect"]
 
 
-def _op(name: str, operands: list[str]) -> str:
-    lines = [f"  irdl.operation @{name} {{"]
-    for i, _ in enumerate(operands):
+@dataclass(frozen=True)
+class OpDef:
+    """One mx op: the one place its name, operands and meaning are written.
+
+    Every other list of the ops (the IRDL text, the op counts the syntax
+    layer checks, :class:`~mlir_mx.dialect.ops.OpView`'s accessors, the
+    verifier's rules, the lowerings, the canonicalization patterns) is
+    derived from :data:`OPS` or checked against it by
+    ``tests/dialect/test_tables.py``.
+    """
+
+    mnemonic: str  # the name inside the dialect, ``quantize_block``
+    operands: tuple[str, ...]  # operand names, in order; every op has one result
+    summary: str
+
+    @property
+    def name(self) -> str:
+        """The full op name, ``mx.quantize_block``."""
+        return f"mx.{self.mnemonic}"
+
+
+#: The four ops of the dialect (semantics: :mod:`mlir_mx.dialect.ops`).
+OPS: tuple[OpDef, ...] = (
+    OpDef("quantize_block", ("input",), "f32 tensor -> !mx.tensor: OCP MX quantization"),
+    OpDef("dequantize_block", ("input",), "!mx.tensor -> f32 tensor: element x 2^scale"),
+    OpDef("block_matmul", ("lhs", "rhs", "acc"), "acc + dequant(lhs) x rhs (rhs f32 or mx)"),
+    OpDef("fold_scale", ("input", "alpha"), "!mx.tensor x f32 alpha -> the same type"),
+)
+
+#: Full op name -> (number of operands, number of results).
+OP_NAMES: dict[str, tuple[int, int]] = {op.name: (len(op.operands), 1) for op in OPS}
+
+
+def _irdl_op(op: OpDef) -> str:
+    lines = [f"  irdl.operation @{op.mnemonic} {{"]
+    for i, _ in enumerate(op.operands):
         lines.append(f"    %o{i} = irdl.any")
     lines.append("    %r = irdl.any")
-    ops = ", ".join(f"{n}: %o{i}" for i, n in enumerate(operands))
-    lines.append(f"    irdl.operands({ops})")
+    operands = ", ".join(f"{n}: %o{i}" for i, n in enumerate(op.operands))
+    lines.append(f"    irdl.operands({operands})")
     lines.append("    irdl.results(result: %r)")
     lines.append("  }")
     return "\n".join(lines)
@@ -56,10 +82,7 @@ MX_IRDL = "\n".join(
         "    irdl.parameters(shape: %shape, element_type: %elem, block_size: %bs,"
         " scale_type: %st, axis: %axis)",
         "  }",
-        _op("quantize_block", ["input"]),
-        _op("dequantize_block", ["input"]),
-        _op("block_matmul", ["lhs", "rhs", "acc"]),
-        _op("fold_scale", ["input", "alpha"]),
+        *(_irdl_op(op) for op in OPS),
         "}",
     ]
 )
@@ -74,7 +97,7 @@ def load_dialect(context: ir.Context | None = None) -> ir.Context:
     (fresh, repeated, interleaved) gets its own copy.
     """
     ctx = context or ir.Context.current
-    if ctx in _loaded or ctx.is_registered_operation("mx.quantize_block"):
+    if ctx in _loaded or ctx.is_registered_operation(OPS[0].name):
         _loaded.add(ctx)
         return ctx
     with ctx, ir.Location.unknown(ctx):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from mlir import ir
 
+from mlir_mx.dialect.irdl import OP_NAMES, OPS
 from mlir_mx.dialect.types import MXTensorType, is_mx_type
 
 __all__ = [
@@ -78,8 +79,8 @@ def mx_type(value_or_type: ir.Value | ir.Type) -> MXTensorType:
 
 
 def is_mx_op(op) -> bool:
-    """True for the four mx ops."""
-    return op.name.startswith("mx.")
+    """True for the ops of the mx dialect (:data:`~mlir_mx.dialect.irdl.OPS`)."""
+    return getattr(op, "operation", op).name in OP_NAMES
 
 
 class OpView:
@@ -89,12 +90,7 @@ class OpView:
     :class:`MXTensorType` when the value is mx-typed) and so on.
     """
 
-    _NAMES = {
-        "mx.quantize_block": ("input",),
-        "mx.dequantize_block": ("input",),
-        "mx.block_matmul": ("lhs", "rhs", "acc"),
-        "mx.fold_scale": ("input", "alpha"),
-    }
+    _NAMES = {op.name: op.operands for op in OPS}
 
     def __init__(self, op):
         self.operation = getattr(op, "operation", op)

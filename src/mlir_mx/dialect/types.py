@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from mlir import ir
 
 from mlir_mx.diagnostics import MXError
+from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_TYPE
 
 __all__ = [
     "ELEMENT_TYPES",
@@ -34,16 +35,17 @@ __all__ = [
     "is_mx_type",
 ]
 
-#: Element (mantissa) types the OCP MX spec defines, spelled as MLIR types.
-ELEMENT_TYPES = ("f8E4M3FN", "f8E5M2", "f6E2M3FN", "f6E3M2FN", "f4E2M1FN", "i8")
+#: Element (mantissa) types the OCP MX spec defines, spelled as MLIR types
+#: (the keys of :data:`mlir_mx.numerics.formats.ELEMENT_FORMATS`).
+ELEMENT_TYPES = tuple(ELEMENT_FORMATS)
 #: The only scale type MX defines.
-SCALE_TYPES = ("f8E8M0FNU",)
+SCALE_TYPES = (SCALE_TYPE,)
 
+# MLIR's float types: the ones MX does not use, then the MX ones.
 _FLOAT_TYPES = {
     "f16", "bf16", "f32", "f64", "f80", "f128", "tf32",
-    "f8E4M3FN", "f8E5M2", "f8E4M3", "f8E3M4", "f8E4M3FNUZ", "f8E5M2FNUZ",
-    "f8E4M3B11FNUZ", "f8E8M0FNU", "f6E2M3FN", "f6E3M2FN", "f4E2M1FN",
-}  # fmt: skip
+    "f8E4M3", "f8E3M4", "f8E4M3FNUZ", "f8E5M2FNUZ", "f8E4M3B11FNUZ",
+} | {f.name for f in ELEMENT_FORMATS.values() if not f.is_int} | set(SCALE_TYPES)  # fmt: skip
 
 
 class MXTypeError(MXError, ValueError):
@@ -65,7 +67,7 @@ class MXTensorType:
     shape: tuple[int, ...]
     element_type: str
     block_size: int
-    scale_type: str = "f8E8M0FNU"
+    scale_type: str = SCALE_TYPE
     axis: int | None = None  # None = last axis
 
     # ------------------------------------------------------------------ derived
@@ -130,7 +132,7 @@ class MXTensorType:
             else:
                 out.append(
                     f"scaleType {self.scale_type} is not supported: MX scales are "
-                    f"f8E8M0FNU (the only scale type the OCP MX spec defines)"
+                    f"{SCALE_TYPE} (the only scale type the OCP MX spec defines)"
                 )
         return out
 

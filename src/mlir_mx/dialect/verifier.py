@@ -14,7 +14,7 @@ from mlir_mx.dialect.irdl import OP_NAMES
 from mlir_mx.dialect.types import MXTensorType, MXTypeError, is_mx_type
 from mlir_mx.ir_utils import collect, declared_types
 
-__all__ = ["op_errors", "verify_module"]
+__all__ = ["RULES", "op_errors", "verify_module"]
 
 
 def _tensor_shape(t: ir.Type) -> tuple[int, ...] | None:
@@ -52,76 +52,94 @@ def _f32(t: ir.Type, what: str) -> str | None:
     return None
 
 
+def _quantize_block(ops: list[ir.Value], res: ir.Type) -> str | None:
+    err = _f32(ops[0].type, "input")
+    if err:
+        return err
+    rt, err = _mx(res, "result")
+    if err:
+        return err
+    if _tensor_shape(ops[0].type) != rt.shape:
+        return "input shape doesn't match result shape"
+    return None
+
+
+def _dequantize_block(ops: list[ir.Value], res: ir.Type) -> str | None:
+    it, err = _mx(ops[0].type, "input")
+    if err:
+        return err
+    err = _f32(res, "result")
+    if err:
+        return err
+    if it.shape != _tensor_shape(res):
+        return "input shape doesn't match result shape"
+    return None
+
+
+def _fold_scale(ops: list[ir.Value], res: ir.Type) -> str | None:
+    it, err = _mx(ops[0].type, "input")
+    if err:
+        return err
+    if not _is_f32(ops[1].type):
+        return f"alpha must be an f32 scalar, got {ops[1].type}"
+    if str(ops[0].type) != str(res):
+        return "input and output types must be the same."
+    return None
+
+
+def _block_matmul(ops: list[ir.Value], res: ir.Type) -> str | None:
+    lhs, err = _mx(ops[0].type, "lhs")
+    if err:
+        return err
+    rhs_t, acc_t = ops[1].type, ops[2].type
+    rhs = None
+    if is_mx_type(rhs_t):
+        rhs, err = _mx(rhs_t, "rhs")
+        if err:
+            return err
+    else:
+        err = _f32(rhs_t, "rhs")
+        if err:
+            return f"{err} or an !mx.tensor"
+    err = _f32(acc_t, "acc") or _f32(res, "result")
+    if err:
+        return err
+    a, b, c = lhs.shape, _shape_of(rhs_t), _tensor_shape(acc_t)
+    if len(a) != 2 or len(b) != 2 or len(c) != 2:
+        return "all operands must be 2D"
+    if a[1] != b[0]:
+        return f"reduction dimension mismatch: lhs has K={a[1]} but rhs has K={b[0]}"
+    if a[0] != c[0]:
+        return f"M dimension mismatch: lhs has M={a[0]} but acc has M={c[0]}"
+    if b[1] != c[1]:
+        return f"N dimension mismatch: rhs has N={b[1]} but acc has N={c[1]}"
+    if c != _tensor_shape(res):
+        return "acc shape doesn't match result shape"
+    if lhs.block_axis != 1:
+        return f"lhs must be blocked along its last (contraction) axis, got axis = {lhs.block_axis}"
+    if rhs is not None:
+        if rhs.block_axis != 0:
+            return f"rhs must be blocked along the contraction axis (axis = 0), got axis = {rhs.block_axis}"
+        if rhs.block_size != lhs.block_size:
+            return f"lhs and rhs block sizes differ ({lhs.block_size} vs {rhs.block_size})"
+    return None
+
+
+#: The rules of each op of :data:`~mlir_mx.dialect.irdl.OPS` (one entry per op:
+#: ``tests/dialect/test_tables.py``).  A rule returns the first rule broken.
+RULES = {
+    "mx.quantize_block": _quantize_block,
+    "mx.dequantize_block": _dequantize_block,
+    "mx.fold_scale": _fold_scale,
+    "mx.block_matmul": _block_matmul,
+}
+
+
 def op_errors(op: ir.Operation) -> list[str]:
     """The rules ``op`` breaks (first one first); empty when it verifies."""
-    name = op.name
-    ops, res = list(op.operands), op.results[0].type
-    if name == "mx.quantize_block":
-        err = _f32(ops[0].type, "input")
-        if err:
-            return [err]
-        rt, err = _mx(res, "result")
-        if err:
-            return [err]
-        if _tensor_shape(ops[0].type) != rt.shape:
-            return ["input shape doesn't match result shape"]
-        return []
-    if name == "mx.dequantize_block":
-        it, err = _mx(ops[0].type, "input")
-        if err:
-            return [err]
-        err = _f32(res, "result")
-        if err:
-            return [err]
-        if it.shape != _tensor_shape(res):
-            return ["input shape doesn't match result shape"]
-        return []
-    if name == "mx.fold_scale":
-        it, err = _mx(ops[0].type, "input")
-        if err:
-            return [err]
-        if not _is_f32(ops[1].type):
-            return [f"alpha must be an f32 scalar, got {ops[1].type}"]
-        if str(ops[0].type) != str(res):
-            return ["input and output types must be the same."]
-        return []
-    if name == "mx.block_matmul":
-        lhs, err = _mx(ops[0].type, "lhs")
-        if err:
-            return [err]
-        rhs_t, acc_t = ops[1].type, ops[2].type
-        rhs = None
-        if is_mx_type(rhs_t):
-            rhs, err = _mx(rhs_t, "rhs")
-            if err:
-                return [err]
-        else:
-            err = _f32(rhs_t, "rhs")
-            if err:
-                return [f"{err} or an !mx.tensor"]
-        err = _f32(acc_t, "acc") or _f32(res, "result")
-        if err:
-            return [err]
-        a, b, c = lhs.shape, _shape_of(rhs_t), _tensor_shape(acc_t)
-        if len(a) != 2 or len(b) != 2 or len(c) != 2:
-            return ["all operands must be 2D"]
-        if a[1] != b[0]:
-            return [f"reduction dimension mismatch: lhs has K={a[1]} but rhs has K={b[0]}"]
-        if a[0] != c[0]:
-            return [f"M dimension mismatch: lhs has M={a[0]} but acc has M={c[0]}"]
-        if b[1] != c[1]:
-            return [f"N dimension mismatch: rhs has N={b[1]} but acc has N={c[1]}"]
-        if c != _tensor_shape(res):
-            return ["acc shape doesn't match result shape"]
-        if lhs.block_axis != 1:
-            return [f"lhs must be blocked along its last (contraction) axis, got axis = {lhs.block_axis}"]
-        if rhs is not None:
-            if rhs.block_axis != 0:
-                return [f"rhs must be blocked along the contraction axis (axis = 0), got axis = {rhs.block_axis}"]
-            if rhs.block_size != lhs.block_size:
-                return [f"lhs and rhs block sizes differ ({lhs.block_size} vs {rhs.block_size})"]
-        return []
-    return []
+    rule = RULES.get(op.name)
+    err = rule(list(op.operands), op.results[0].type) if rule is not None else None
+    return [err] if err else []
 
 
 def _nested_mx(t: ir.Type, cache: dict) -> bool:

@@ -56,6 +56,7 @@ from mlir_mx.execution.effects import written_parameters
 from mlir_mx.execution.lowered import check_lowered, check_symbols
 from mlir_mx.ir_utils import find_first, function_type, public_functions
 from mlir_mx.kernels.cpu import host_features
+from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_DTYPE, SCALE_TYPE
 from mlir_mx.passes.pipeline import run_pipeline
 from mlir_mx.pipelines import kernel_pipeline, load_pipeline
 
@@ -69,9 +70,10 @@ __all__ = [
     "clear_cache",
 ]
 
-# MLIR element type (as printed) -> numpy dtype.  ml_dtypes stores every
-# narrow float in one byte, which is exactly LLVM's in-memory layout of the
-# i4/i6/i8 the narrow floats lower to.
+# MLIR element type (as printed) -> numpy dtype.  The MX element and scale
+# types come from the format table: ml_dtypes stores every narrow float in
+# one byte, which is exactly LLVM's in-memory layout of the i4/i6/i8 the
+# narrow floats lower to.
 _DTYPES: dict[str, np.dtype] = {
     "f64": np.dtype(np.float64),
     "f32": np.dtype(np.float32),
@@ -84,12 +86,8 @@ _DTYPES: dict[str, np.dtype] = {
     "ui8": np.dtype(np.uint8),
     "i1": np.dtype(np.bool_),
     "index": np.dtype(np.int64),
-    "f8E4M3FN": np.dtype(ml_dtypes.float8_e4m3fn),
-    "f8E5M2": np.dtype(ml_dtypes.float8_e5m2),
-    "f6E2M3FN": np.dtype(ml_dtypes.float6_e2m3fn),
-    "f6E3M2FN": np.dtype(ml_dtypes.float6_e3m2fn),
-    "f4E2M1FN": np.dtype(ml_dtypes.float4_e2m1fn),
-    "f8E8M0FNU": np.dtype(ml_dtypes.float8_e8m0fnu),
+    **{f.name: f.dtype for f in ELEMENT_FORMATS.values()},
+    SCALE_TYPE: SCALE_DTYPE,
 }
 
 

@@ -23,6 +23,7 @@ from mlir.dialects import arith, func
 from mlir_mx.kernels.builder import KernelBuilder
 from mlir_mx.kernels.plan import SCHEDULES, KernelPlan, plan_kernel
 from mlir_mx.kernels.problem import Operands, Problem
+from mlir_mx.numerics.formats import SCALE_TYPE
 
 __all__ = [
     "KernelBuilder",
@@ -74,11 +75,11 @@ def kernel_module(
 
     types = []
     if prob.a_is_mx:
-        types += [codes(m, prob.k, prob.a_elem), _memref([m, prob.kblocks], "f8E8M0FNU")]
+        types += [codes(m, prob.k, prob.a_elem), _memref([m, prob.kblocks], SCALE_TYPE)]
     else:
         types.append(_memref([m, prob.k], "f32"))
     if prob.b_is_mx:
-        types += [codes(prob.k, prob.n, prob.b_elem), _memref([prob.kblocks, prob.n], "f8E8M0FNU")]
+        types += [codes(prob.k, prob.n, prob.b_elem), _memref([prob.kblocks, prob.n], SCALE_TYPE)]
     else:
         types.append(_memref([prob.k, prob.n], "f32"))
     types.append(_memref([m, prob.n], "f32"))

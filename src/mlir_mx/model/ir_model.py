@@ -42,6 +42,7 @@ from mlir_mx.ir_utils import (
     public_functions,
     static_shape,
 )
+from mlir_mx.numerics.formats import SCALE_TYPE
 from mlir_mx.passes.pipeline import PipelineError, run_pipeline
 
 __all__ = [
@@ -65,7 +66,7 @@ BUFFERIZE = (
 )
 
 #: The MX scale type; an operand of this element type is a scale.
-_SCALE_ELEMENT = "f8E8M0FNU"
+_SCALE_ELEMENT = SCALE_TYPE
 
 # FLOPs per execution of each float op (per iteration-space point).
 _FLOAT_OPS = {

@@ -10,6 +10,12 @@ code ``c`` represents ``c * 2**-6``.
 The shared scale is E8M0 (``f8E8M0FNU``): code ``k`` in 0..254 is ``2**(k - 127)``
 (code 0 is ``2**-127``, an f32 subnormal, never zero) and code 255 is NaN.
 
+This module is the one table of formats: every other list of them in mlir-mx
+(the dialect's element types, the narrow-float expansion, the sub-byte
+legalization, the Runner's dtypes, ...) is derived from :data:`ELEMENT_FORMATS`
+and the ``SCALE_*`` constants, or checked against them by
+``tests/dialect/test_tables.py``.
+
 See ``docs/numerics.md`` for the full semantics.
 """
 
@@ -23,6 +29,7 @@ import numpy as np
 __all__ = [
     "ELEMENT_FORMATS",
     "SCALE_BIAS",
+    "SCALE_BITS",
     "SCALE_DTYPE",
     "SCALE_NAN_CODE",
     "SCALE_TYPE",
@@ -36,6 +43,7 @@ __all__ = [
 
 SCALE_TYPE = "f8E8M0FNU"
 SCALE_DTYPE = np.dtype(ml_dtypes.float8_e8m0fnu)
+SCALE_BITS = 8  # all exponent: no sign, no mantissa
 SCALE_BIAS = 127
 SCALE_NAN_CODE = 255
 
@@ -65,9 +73,11 @@ class ElementFormat:
     has_inf: bool = False
 
     @property
-    def min_normal_exp(self) -> int:
-        """Exponent of the smallest normal binade (``1 - bias``); 0 for ``i8``."""
-        return 1 - self.bias if not self.is_int else 0
+    def is_sub_byte(self) -> bool:
+        """True when a code has fewer than 8 bits (FP6, FP4): one code per byte
+        in memory (ml_dtypes' and memref's layout), but LLVM bit-packs vectors
+        of such types."""
+        return self.bits < 8
 
     @property
     def num_codes(self) -> int:

@@ -18,6 +18,7 @@ from .formats import (
     SCALE_BIAS,
     SCALE_DTYPE,
     SCALE_NAN_CODE,
+    SCALE_TYPE,
     ElementFormat,
     decode_elements,
     decode_scales,
@@ -249,7 +250,7 @@ class MXArray:
         if scales.dtype == np.uint8:
             scales = scales.view(SCALE_DTYPE)
         if scales.dtype != SCALE_DTYPE:
-            raise TypeError(f"scales: expected dtype {SCALE_DTYPE} (f8E8M0FNU), got {scales.dtype}")
+            raise TypeError(f"scales: expected dtype {SCALE_DTYPE} ({SCALE_TYPE}), got {scales.dtype}")
         self.block_size = _check_block_size(self.block_size)
         self.axis = _normalize_axis(self.axis, codes.ndim)
         _check_blocked_shape(codes.shape, self.block_size, self.axis, "codes")

@@ -29,14 +29,10 @@ from mlir.dialects import arith, tensor
 from mlir.rewrite import RewritePatternSet, apply_patterns_and_fold_greedily
 
 from mlir_mx.dialect import ops as mx
+from mlir_mx.dialect.irdl import OP_NAMES
+from mlir_mx.ir_utils import constant_float, producer
+from mlir_mx.passes.canonicalize import NO_MATCH, erase_dead_mx_op, fold_scale_identity
 from mlir_mx.passes.registry import register_pass
-from mlir_mx.patterns.canonicalize import (
-    NO_MATCH,
-    constant_f32,
-    erase_dead_mx_op,
-    fold_scale_identity,
-    producer,
-)
 
 __all__ = ["mx_fuse_scales", "fold_scale_chain", "dequantize_of_fold_scale"]
 
@@ -55,7 +51,7 @@ def fold_scale_chain(op, rewriter) -> bool | None:
     inner = producer(op.operands[0], "mx.fold_scale")
     if inner is None:
         return NO_MATCH
-    c2, c1 = constant_f32(op.operands[1]), constant_f32(inner.operands[1])
+    c2, c1 = constant_float(op.operands[1]), constant_float(inner.operands[1])
     if c1 is None or c2 is None:
         return NO_MATCH
     with np.errstate(over="ignore", invalid="ignore"):
@@ -69,11 +65,11 @@ def fold_scale_chain(op, rewriter) -> bool | None:
 
 def _chain_foldable(fs: ir.Operation) -> bool:
     """True when fold_scale_chain or fold_scale_identity applies to ``fs``."""
-    alpha = constant_f32(fs.operands[1])
+    alpha = constant_float(fs.operands[1])
     if alpha == 1.0:
         return True
     inner = producer(fs.operands[0], "mx.fold_scale")
-    return alpha is not None and inner is not None and constant_f32(inner.operands[1]) is not None
+    return alpha is not None and inner is not None and constant_float(inner.operands[1]) is not None
 
 
 def dequantize_of_fold_scale(op, rewriter) -> bool | None:
@@ -97,7 +93,7 @@ def _frozen(context: ir.Context):
         patterns.add("mx.fold_scale", fold_scale_chain)
         patterns.add("mx.fold_scale", fold_scale_identity, benefit=2)
         patterns.add("mx.dequantize_block", dequantize_of_fold_scale)
-        for name in ("mx.quantize_block", "mx.dequantize_block", "mx.block_matmul", "mx.fold_scale"):
+        for name in OP_NAMES:
             patterns.add(name, erase_dead_mx_op, benefit=3)
         return patterns.freeze()
 

@@ -32,6 +32,7 @@ from mlir import ir
 from mlir.dialects import arith, memref, vector
 
 from mlir_mx.ir_utils import collect
+from mlir_mx.numerics.formats import ELEMENT_FORMATS
 from mlir_mx.passes.registry import PassError, register_pass
 
 __all__ = ["legalize_subbyte_vector_memory"]
@@ -47,8 +48,8 @@ def _subbyte_memref(t: ir.Type) -> bool:
     e = t.element_type.maybe_downcast()
     width = getattr(e, "width", None)
     if width is None:
-        text = str(e)
-        width = {"f4E2M1FN": 4, "f6E2M3FN": 6, "f6E3M2FN": 6}.get(text)
+        fmt = ELEMENT_FORMATS.get(str(e))
+        width = fmt.bits if fmt is not None else None
     return width is not None and width % 8 != 0
 
 

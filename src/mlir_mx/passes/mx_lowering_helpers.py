@@ -21,7 +21,7 @@ from mlir import ir
 from mlir.dialects import arith, linalg, math, tensor
 
 from mlir_mx.dialect.types import MXTensorType
-from mlir_mx.numerics.formats import ELEMENT_FORMATS
+from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_TYPE
 
 __all__ = [
     "block_map",
@@ -43,7 +43,6 @@ __all__ = [
     "scaled_to_element",
     "block_amax",
     "expand_axis",
-    "constant_value",
     "power_of_two",
     "pow2_exponent",
     "exponent_add",
@@ -170,9 +169,10 @@ def _cmp(pred: str, a: ir.Value, b: ir.Value) -> ir.Value:
 
 def element_to_f32(x: ir.Value, element: str) -> ir.Value:
     """The exact f32 value of one element code (``extf``; i8: ``sitofp(c) * 2^-6``)."""
-    if element == "i8":
+    fmt = ELEMENT_FORMATS[element]
+    if fmt.is_int:
         c = arith.SIToFPOp(f32(), x).result
-        return arith.MulFOp(c, const_f32(2.0**-6)).result
+        return arith.MulFOp(c, const_f32(2.0**-fmt.mbits)).result
     return arith.ExtFOp(f32(), x).result
 
 
@@ -201,7 +201,7 @@ def scale_code(s: ir.Value) -> ir.Value:
     return arith.ExtUIOp(i32(), raw).result
 
 
-def code_to_scale(code: ir.Value, scale_type: str = "f8E8M0FNU") -> ir.Value:
+def code_to_scale(code: ir.Value, scale_type: str = SCALE_TYPE) -> ir.Value:
     """An i32 code in [0, 255] as an E8M0 value (``trunci`` to i8, ``bitcast``)."""
     raw = arith.TruncIOp(i8(), code).result
     return arith.BitcastOp(scalar_type(scale_type), raw).result
@@ -249,9 +249,11 @@ def scaled_to_element(x: ir.Value, code: ir.Value, element: str) -> ir.Value:
     nan_block = _cmp("eq", code, const_i32(255))
     p = arith.MulFOp(x, pow2_neg_shared_exp(code)).result
     if fmt.is_int:
-        q = arith.MulFOp(p, const_f32(64.0)).result
+        one = 2.0**fmt.mbits  # code c is c / 2^mbits: c = x * 2^mbits
+        top = fmt.max_normal * one  # 127
+        q = arith.MulFOp(p, const_f32(one)).result
         q = math.RoundEvenOp(q).result
-        q = arith.MinimumFOp(arith.MaximumFOp(q, const_f32(-127.0)).result, const_f32(127.0)).result
+        q = arith.MinimumFOp(arith.MaximumFOp(q, const_f32(-top)).result, const_f32(top)).result
         q = arith.SelectOp(nan_block, const_f32(0.0), q).result
         return arith.FPToSIOp(i8(), q).result
     p = arith.MinimumFOp(
@@ -336,17 +338,6 @@ def block_amax(x: ir.Value, t: MXTensorType) -> ir.Value:
 #: Exponent standing for "alpha is not a power of two": every code + it
 #: leaves [0, 254], so every block takes the requantized route.
 NOT_POW2 = 1 << 16
-
-
-def constant_value(v: ir.Value) -> float | None:
-    """The value of an ``arith.constant`` float scalar, else None."""
-    owner = v.owner
-    op = getattr(owner, "operation", owner)
-    if not isinstance(op, ir.Operation) or op.name != "arith.constant":
-        return None
-    attr = op.attributes["value"]
-    attr = attr.maybe_downcast() if hasattr(attr, "maybe_downcast") else attr
-    return float(ir.FloatAttr(attr).value) if isinstance(attr, ir.FloatAttr) else None
 
 
 def power_of_two(v: float) -> int | None:

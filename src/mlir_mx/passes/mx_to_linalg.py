@@ -39,7 +39,7 @@ from mlir import ir
 from mlir.dialects import arith, builtin, linalg, tensor
 
 from mlir_mx.dialect.types import MXTensorType, is_mx_type
-from mlir_mx.ir_utils import collect, owner_op
+from mlir_mx.ir_utils import collect, constant_float, owner_op
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 from mlir_mx.passes import mx_lowering_helpers as h
 from mlir_mx.passes.registry import Option, PassError, register_pass
@@ -50,7 +50,6 @@ __all__ = ["mx_to_linalg", "MATMUL_LOWERINGS"]
 MATMUL_LOWERINGS = ("fused", "blocked")
 
 _CAST = "builtin.unrealized_conversion_cast"
-_MX_OPS = ("mx.quantize_block", "mx.dequantize_block", "mx.block_matmul", "mx.fold_scale")
 
 
 @register_pass(
@@ -263,9 +262,9 @@ def _convert_calls_and_returns(root: ir.Operation) -> None:
 
 def _lower_mx_ops(root: ir.Operation, matmul_lowering: str) -> None:
     """Replace every mx op by its linalg lowering (walk first, mutate after)."""
-    for op in _collect(root, lambda o: o.name in _MX_OPS):
+    for op in _collect(root, lambda o: o.name in LOWERINGS):
         with ir.InsertionPoint(op), op.location:
-            new_results = _LOWERINGS[op.name](op, matmul_lowering)
+            new_results = LOWERINGS[op.name](op, matmul_lowering)
             _replace_results(op, new_results)
         op.erase()
 
@@ -384,11 +383,14 @@ def _lower_matmul_fused(op: ir.Operation) -> list[ir.Value]:
 #: Discardable attribute naming the generics of the blocked matmul lowering,
 #: for transform schedules (``schedules-blocked.mlir``) to match on.
 KERNEL_ATTR = "mx.kernel"
-#: Sub-byte mantissas (f4/f6): one code per byte in memory, but LLVM packs
-#: ``<N x i4>`` / ``<N x i6>`` vectors, so a vector load of them reads wrong
-#: values.  Their partial-product generic is tagged differently so that the
-#: vectorizing schedule leaves it scalar.
-_SUB_BYTE = ("f4E2M1FN", "f6E2M3FN", "f6E3M2FN")
+
+
+def _sub_byte(element: str | None) -> bool:
+    """Sub-byte mantissas (f4/f6): one code per byte in memory, but LLVM packs
+    ``<N x i4>`` / ``<N x i6>`` vectors, so a vector load of them reads wrong
+    values.  Their partial-product generic is tagged differently so that the
+    vectorizing schedule leaves it scalar."""
+    return element is not None and ELEMENT_FORMATS[element].is_sub_byte
 
 
 def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
@@ -448,7 +450,7 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
         [h.PARALLEL, h.PARALLEL, h.PARALLEL, h.REDUCTION], partial_body,
     )  # fmt: skip
     partials = partial_op_results[0]
-    sub_byte = lt.element_type in _SUB_BYTE or (rhs_mx and b_elem in _SUB_BYTE)
+    sub_byte = _sub_byte(lt.element_type) or _sub_byte(b_elem)
     owner_op(partials).attributes[KERNEL_ATTR] = ir.StringAttr.get(
         "block_partials_subbyte" if sub_byte else "block_partials"
     )
@@ -479,7 +481,7 @@ def _lower_fold_scale(op: ir.Operation, _mm: str) -> list[ir.Value]:
     src, alpha = op.operands
     t = MXTensorType.from_mlir(src.type)
     mant, scale = _unpack(src)
-    constant = h.constant_value(alpha)
+    constant = constant_float(alpha)
     p = h.power_of_two(constant) if constant is not None else None
     if p == 0:
         return [mant, scale]
@@ -490,7 +492,9 @@ def _lower_fold_scale(op: ir.Operation, _mm: str) -> list[ir.Value]:
     return list(h.exponent_add(mant, scale, qm, qs, exponent, t))
 
 
-_LOWERINGS = {
+#: The lowering of each op of :data:`~mlir_mx.dialect.irdl.OPS` (one entry per
+#: op: ``tests/dialect/test_tables.py``).
+LOWERINGS = {
     "mx.dequantize_block": _lower_dequantize,
     "mx.quantize_block": _lower_quantize,
     "mx.block_matmul": _lower_matmul,

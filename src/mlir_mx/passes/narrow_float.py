@@ -49,6 +49,14 @@ from mlir import ir
 from mlir.dialects import arith
 
 from mlir_mx.ir_utils import collect
+from mlir_mx.numerics.formats import (
+    ELEMENT_FORMATS,
+    SCALE_BIAS,
+    SCALE_BITS,
+    SCALE_NAN_CODE,
+    SCALE_TYPE,
+    ElementFormat,
+)
 from mlir_mx.passes.registry import Option, PassError, register_pass
 
 __all__ = ["expand_narrow_floats", "NarrowFormat", "narrow_format"]
@@ -56,7 +64,8 @@ __all__ = ["expand_narrow_floats", "NarrowFormat", "narrow_format"]
 
 @dataclass(frozen=True)
 class NarrowFormat:
-    """An OCP narrow float: ``ebits`` exponent and ``mbits`` mantissa bits."""
+    """An OCP narrow float as this pass needs it: ``ebits`` exponent and
+    ``mbits`` mantissa bits, ``width`` bits in all, and how it overflows."""
 
     name: str
     ebits: int
@@ -65,27 +74,21 @@ class NarrowFormat:
     # 'nan': E4M3FN (S.1111.111 NaN, overflow -> NaN); 'ieee': E5M2 (Inf/NaN);
     # 'sat': FP6/FP4 (no Inf/NaN, saturate); 'e8m0': unsigned exponent only.
     kind: str
-
-    @property
-    def width(self) -> int:
-        return self.ebits + self.mbits + (0 if self.kind == "e8m0" else 1)
-
-    @property
-    def max_finite(self) -> float:
-        if self.kind == "nan":  # the all-ones mantissa is NaN at the top exponent
-            return 2.0 ** ((1 << self.ebits) - 1 - self.bias) * (2 - 2 * 2.0**-self.mbits)
-        top = (1 << self.ebits) - (2 if self.kind == "ieee" else 1)
-        return 2.0 ** (top - self.bias) * (2 - 2.0**-self.mbits)
+    width: int
+    max_finite: float
 
 
-_FORMATS = {
-    "f8E4M3FN": NarrowFormat("f8E4M3FN", 4, 3, 7, "nan"),
-    "f8E5M2": NarrowFormat("f8E5M2", 5, 2, 15, "ieee"),
-    "f6E2M3FN": NarrowFormat("f6E2M3FN", 2, 3, 1, "sat"),
-    "f6E3M2FN": NarrowFormat("f6E3M2FN", 3, 2, 3, "sat"),
-    "f4E2M1FN": NarrowFormat("f4E2M1FN", 2, 1, 1, "sat"),
-    "f8E8M0FNU": NarrowFormat("f8E8M0FNU", 8, 0, 127, "e8m0"),
-}
+def _element(f: ElementFormat) -> NarrowFormat:
+    kind = "ieee" if f.has_inf else "nan" if f.has_nan else "sat"
+    return NarrowFormat(f.name, f.ebits, f.mbits, f.bias, kind, f.bits, f.max_normal)
+
+
+#: Every float element format of the one format table, and the E8M0 scale
+#: (largest value: code 254, 2^127).
+_FORMATS = {f.name: _element(f) for f in ELEMENT_FORMATS.values() if not f.is_int}
+_FORMATS[SCALE_TYPE] = NarrowFormat(
+    SCALE_TYPE, SCALE_BITS, 0, SCALE_BIAS, "e8m0", SCALE_BITS, 2.0 ** (SCALE_NAN_CODE - 1 - SCALE_BIAS)
+)
 
 
 def narrow_format(t: ir.Type) -> NarrowFormat | None:
@@ -172,7 +175,7 @@ def _ext_to_f32(b: _Builder, x: ir.Value, fmt: NarrowFormat, f16_widening: bool)
         bits = b.select(b.cmp("eq", c, b.i32(255)), b.i32(0x7FC00000), bits)
         return b.bitcast(bits, f32)
 
-    if f16_widening and fmt.name in ("f8E4M3FN", "f8E5M2"):
+    if f16_widening and fmt.width == 8:  # E4M3, E5M2 (E8M0 returned above)
         # Place the byte into an f16 and widen with the hardware conversion
         # (vcvtph2ps): no f32 subnormal operands, hence no microcode assists.
         i16 = ir.IntegerType.get_signless(16)

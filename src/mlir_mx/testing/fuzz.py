@@ -27,6 +27,7 @@ import traceback
 from functools import cache
 from pathlib import Path
 
+from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_TYPE
 from mlir_mx.testing.campaign import FINDINGS, Outcome, run_campaign
 
 __all__ = ["CONFIGS", "corpus", "mutate", "case", "main"]
@@ -75,8 +76,9 @@ _TOKENS = (
     "func.func @g() {", "return", "// expected-error {{x}}", "\t", "\x00", "\u00e9",
 )  # fmt: skip
 _NUMBERS = ("0", "1", "-1", "2", "3", "31", "33", "64", "65536", "2147483648", "-9223372036854775809", "1e39", "nan")
-_TYPES = ("f32", "f16", "bf16", "i8", "i32", "i64", "index", "f8E4M3FN", "f8E5M2", "f6E2M3FN",
-          "f6E3M2FN", "f4E2M1FN", "f8E8M0FNU", "i1", "none", "complex<f32>", "vector<4xf32>")  # fmt: skip
+_TYPES = ("f32", "f16", "bf16", "i8", "i32", "i64", "index",
+          *(f.name for f in ELEMENT_FORMATS.values() if not f.is_int), SCALE_TYPE,
+          "i1", "none", "complex<f32>", "vector<4xf32>")  # fmt: skip
 
 
 @cache

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mlir_mx import numerics as N
+from mlir_mx.numerics.formats import ELEMENT_FORMATS
 
 __all__ = ["Program", "random_program", "random_inputs", "ALPHAS"]
 
@@ -91,7 +92,7 @@ def _op_text(kind, out, ins) -> str:
     return f"%{out.name} = mx.block_matmul %{a.name}, %{b.name}, %{acc.name} : {a.type}, {b.type}, {acc.type} -> {out.type}"
 
 
-_ELEMS = ("f8E4M3FN", "f8E5M2", "f6E2M3FN", "f6E3M2FN", "f4E2M1FN", "i8")
+_ELEMS = tuple(ELEMENT_FORMATS)
 ALPHAS = (1.0, 2.0, 0.5, 2.0**-20, 2.0**100, 2.0**-149, 3.0, -2.0, 0.0, 1.5, 2.0**127)
 
 
