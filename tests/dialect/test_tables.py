@@ -20,8 +20,8 @@ from mlir_mx.dialect.types import ELEMENT_TYPES, SCALE_TYPES, MXTensorType
 from mlir_mx.execution.runner import numpy_dtype
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_BITS, SCALE_DTYPE, SCALE_TYPE
 from mlir_mx.passes import mx_to_linalg
-from mlir_mx.passes.legalize_subbyte_vectors import _subbyte_memref
-from mlir_mx.passes.narrow_float import narrow_format
+from mlir_mx.passes.expand_narrow_floats import narrow_format
+from mlir_mx.passes.legalize_subbyte_vector_memory import _subbyte_memref
 from mlir_mx.testing import fuzz
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "mlir_mx"

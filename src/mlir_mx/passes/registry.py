@@ -219,10 +219,10 @@ _PASS_MODULES = (
     "mlir_mx.passes.canonicalize",
     "mlir_mx.passes.fuse_scales",
     "mlir_mx.passes.mx_to_linalg",
-    "mlir_mx.passes.narrow_float",
+    "mlir_mx.passes.expand_narrow_floats",
     "mlir_mx.passes.pin_map_constants",
     "mlir_mx.passes.legalize_i1_memrefs",
-    "mlir_mx.passes.legalize_subbyte_vectors",
+    "mlir_mx.passes.legalize_subbyte_vector_memory",
     "mlir_mx.passes.matmul_kernels",
 )
 _loaded = False
