@@ -21,7 +21,10 @@ __all__ = [
     "dims_used",
     "find_first",
     "function_type",
+    "index_of",
     "indexing_maps",
+    "ins_outs",
+    "iterator_types",
     "loop_ranges",
     "owner_op",
     "producer",
@@ -151,6 +154,30 @@ def static_shape(t: ir.Type) -> tuple[int | None, ...] | None:
     if isinstance(t, ir.ShapedType):
         return None
     return ()
+
+
+def index_of(values: list[ir.Value], v: ir.Value) -> int | None:
+    """Position of ``v`` in ``values`` (by identity of the value), or None."""
+    for i, x in enumerate(values):
+        if x == v:
+            return i
+    return None
+
+
+def ins_outs(op) -> tuple[list[ir.Value], list[ir.Value]]:
+    """The ``ins`` and ``outs`` operands of a linalg structured op."""
+    op = _op(op)
+    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    operands = list(op.operands)
+    return operands[: seg[0]], operands[seg[0] : seg[0] + seg[1]]
+
+
+def iterator_types(op) -> list[str]:
+    """``"parallel"`` or ``"reduction"`` for each loop of a linalg structured op."""
+    return [
+        "reduction" if "reduction" in str(a) else "parallel"
+        for a in ir.ArrayAttr(_op(op).attributes["iterator_types"])
+    ]
 
 
 def indexing_maps(op) -> list[ir.AffineMap]:

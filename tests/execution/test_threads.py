@@ -42,7 +42,7 @@ def test_engines_come_and_go():
         import numpy as np
         from matmul_cases import case, matmul_text
         from mlir_mx.execution import Runner, clear_cache, runtime_libraries
-        import mlir_mx.execution.runner as R
+        import mlir_mx.execution.compiled as R
         for i in range(4):
             m = 3 + i
             text = matmul_text(m, 64, 96, "f8E4M3FN", "f8E4M3FN")

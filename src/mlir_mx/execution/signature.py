@@ -1,0 +1,146 @@
+"""What a Runner knows about a public function before lowering: the
+parameters and results as declared (shapes, element types, numpy dtypes, and
+why one cannot be passed), recorded from the mx-level or upstream signature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+from mlir import ir
+
+from mlir_mx.dialect import MXTensorType, is_mx_type
+from mlir_mx.ir_utils import function_type, public_functions
+from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_DTYPE, SCALE_TYPE
+
+__all__ = ["MXParam", "Param", "Signature", "flatten", "numpy_dtype", "signatures"]
+
+# MLIR element type (as printed) -> numpy dtype.  The MX element and scale
+# types come from the format table: ml_dtypes stores every narrow float in
+# one byte, which is exactly LLVM's in-memory layout of the i4/i6/i8 the
+# narrow floats lower to.
+_DTYPES: dict[str, np.dtype] = {
+    "f64": np.dtype(np.float64),
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "i64": np.dtype(np.int64),
+    "i32": np.dtype(np.int32),
+    "i16": np.dtype(np.int16),
+    "i8": np.dtype(np.int8),
+    "ui8": np.dtype(np.uint8),
+    "i1": np.dtype(np.bool_),
+    "index": np.dtype(np.int64),
+    **{f.name: f.dtype for f in ELEMENT_FORMATS.values()},
+    SCALE_TYPE: SCALE_DTYPE,
+}
+
+
+def numpy_dtype(t: ir.Type | str) -> np.dtype | None:
+    """The numpy dtype of MLIR element type ``t``, or None if unsupported."""
+    return _DTYPES.get(str(t))
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument or result of a public function, as declared."""
+
+    name: str  # '%arg0' / 'result 0'
+    type: str  # the MLIR type as printed
+    dtype: np.dtype | None
+    shape: tuple[int | None, ...] | None  # None: scalar; None entries: dynamic
+    error: str | None = None  # why this parameter cannot be passed, if so
+
+    @property
+    def is_buffer(self) -> bool:
+        return self.shape is not None
+
+
+@dataclass(frozen=True)
+class MXParam:
+    """An ``!mx.tensor`` parameter: passed as an :class:`MXArray` (or a
+    ``(codes, scales)`` pair) and lowered by mx-to-linalg to two buffers,
+    mantissa first."""
+
+    name: str
+    type: str
+    mx: MXTensorType
+    parts: tuple[Param, Param]
+    error: str | None = None
+
+    @property
+    def is_buffer(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class Signature:
+    name: str
+    args: tuple[Param | MXParam, ...]
+    results: tuple[Param | MXParam, ...]
+
+    @property
+    def flat_args(self) -> tuple[Param, ...]:
+        return flatten(self.args)
+
+    @property
+    def flat_results(self) -> tuple[Param, ...]:
+        return flatten(self.results)
+
+
+def flatten(params) -> tuple[Param, ...]:
+    out: list[Param] = []
+    for p in params:
+        out.extend(p.parts if isinstance(p, MXParam) else (p,))
+    return tuple(out)
+
+
+def param(name: str, t: ir.Type) -> Param | MXParam:
+    if is_mx_type(t):
+        mx = MXTensorType.from_mlir(t)
+        return MXParam(
+            name,
+            str(mx),
+            mx,
+            (
+                param(f"{name} codes", mx.mantissa_tensor_type(t.context)),
+                param(f"{name} scales", mx.scale_tensor_type(t.context)),
+            ),
+        )
+    t = t.maybe_downcast()
+    if isinstance(t, ir.RankedTensorType | ir.MemRefType):
+        elem = t.element_type
+        dt = numpy_dtype(elem)
+        shape = tuple(None if t.is_dynamic_dim(i) else t.shape[i] for i in range(t.rank))
+        err = None if dt is not None else f"element type {elem} is not supported"
+        if isinstance(t, ir.MemRefType) and err is None:
+            layout = t.layout
+            identity = isinstance(
+                layout, ir.AffineMapAttr
+            ) and layout.value == ir.AffineMap.get_identity(t.rank)
+            if not identity:
+                err = f"memref layout {layout} is not supported (identity layouts only)"
+        return Param(name, str(t), dt, shape, err)
+    if isinstance(t, ir.ShapedType):
+        return Param(name, str(t), None, None, f"type {t} is not supported")
+    dt = numpy_dtype(t)
+    err = None
+    if dt is None or dt.itemsize == 1 and dt.kind == "V":  # narrow floats: no C scalar ABI
+        err = f"scalar type {t} is not supported"
+    return Param(name, str(t), dt, None, err)
+
+
+def signatures(module: ir.Module) -> dict[str, Signature]:
+    """Signatures of the public functions with bodies; marks them for the C interface."""
+    sigs: dict[str, Signature] = {}
+    for op in public_functions(module):
+        attrs = op.attributes
+        name = ir.StringAttr(attrs["sym_name"]).value
+        ftype = function_type(op)
+        args = tuple(param(f"%arg{i}", t) for i, t in enumerate(ftype.inputs))
+        results = tuple(param(f"result {i}", t) for i, t in enumerate(ftype.results))
+        sigs[name] = Signature(name, args, results)
+        attrs["llvm.emit_c_interface"] = ir.UnitAttr.get()
+    return sigs
