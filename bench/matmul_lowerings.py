@@ -48,12 +48,9 @@ ELEMENT = "f8E4M3FN"
 
 def pipelines() -> dict[str, str]:
     llvm = load_pipeline("lower-to-llvm")
-    fused_vec = load_pipeline("mx-vectorize").replace(
-        "mx-to-linalg,", "mx-to-linalg{matmul-lowering=fused},", 1
-    )
     return {
         "fused": "mx-to-linalg{matmul-lowering=fused}," + llvm,
-        "fused-vec": fused_vec + "," + llvm,
+        "fused-vec": load_pipeline("mx-vectorize") + "," + llvm,
         "blocked": "mx-to-linalg{matmul-lowering=blocked}," + llvm,
         "blocked-vec": load_pipeline("mx-vectorize-blocked") + "," + llvm,
     }

@@ -1,7 +1,7 @@
 """mlir-mx: OCP Microscaling (MX) block-scaled formats as a first-class MLIR dialect.
 
 Stages, in the one direction data flows: ``dialect`` (the ``mx`` dialect and its
-text syntax) -> ``patterns`` / ``passes`` -> ``pipelines`` -> ``execution``;
+text syntax) -> ``passes`` -> ``pipelines`` -> ``execution``;
 ``numerics`` is the numpy oracle every test trusts; ``tools`` are thin CLIs.
 ``mlir_mx.matmul`` / ``mlir_mx.Linear`` (:mod:`mlir_mx.linear`) are the
 library API for MX weights.

@@ -130,3 +130,23 @@ def test_failing_lowering_is_a_located_diagnostic(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"{f}:4:5: error: mx-to-linalg: an !mx.tensor value is still used by 'scf.yield'")
     assert "Traceback" not in err
+
+
+def test_failing_upstream_pass_is_a_located_diagnostic(tmp_path, capsys):
+    """one-shot-bufferize (upstream) fails on the model's bufferization: its
+    diagnostic, located in the user's file, exit 1."""
+    f = tmp_path / "raw.mlir"
+    f.write_text(
+        "func.func private @use(tensor<*xf32>)\n"
+        "func.func @main() {\n"
+        "  %x = arith.constant dense<2.0> : tensor<4x32xf32>\n"
+        "  %u = tensor.cast %x : tensor<4x32xf32> to tensor<*xf32>\n"
+        "  call @use(%u) : (tensor<*xf32>) -> ()\n"
+        "  call @use(%u) : (tensor<*xf32>) -> ()\n"
+        "  return\n"
+        "}\n"
+    )
+    assert main([str(f), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{f}:4:8: error: 'tensor.cast' op not bufferizable")
+    assert "Traceback" not in err

@@ -91,7 +91,7 @@ def test_default_runner_lowers_mx_and_picks_by_shape():
     for m, expect in ((1, "decode"), (8, "small"), (64, "prefill")):
         text = matmul_text(m, 64, 32, "f8E4M3FN", "f8E4M3FN")
         r = Runner(text, threads=1)
-        assert "mx-matmul-kernels{schedule=auto threads=1}" in r._compiled.pipeline
+        assert "mx-matmul-kernels{schedule=auto threads=1}" in str(r._compiled.pipeline)
         ctx = ir.Context()
         module = parse_module(text, ctx)
         t = module.body.operations[0].regions[0].blocks[0].operations[0]

@@ -48,8 +48,12 @@ def check_compile_args(module, pipeline, opt_level, shared_libs, context) -> Non
 
     if not isinstance(module, str | ir.Module):
         raise TypeError(f"module: expected an ir.Module or MLIR text (str), got {type(module).__name__}")
-    if pipeline is not None and not isinstance(pipeline, str):
-        raise TypeError(f"pipeline: expected a pipeline string or None, got {type(pipeline).__name__}")
+    from mlir_mx.passes.pipeline import Pipeline
+
+    if pipeline is not None and not isinstance(pipeline, str | Pipeline):
+        raise TypeError(
+            f"pipeline: expected a Pipeline, a pipeline string or None, got {type(pipeline).__name__}"
+        )
     if isinstance(opt_level, bool) or not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
         raise ValueError(f"opt_level: expected an integer in 0..3, got {opt_level!r}")
     if context is not None and not isinstance(context, ir.Context):

@@ -23,7 +23,7 @@ from mlir_mx.execution.lowered import check_lowered, check_symbols
 from mlir_mx.execution.signature import signatures
 from mlir_mx.ir_utils import find_first
 from mlir_mx.kernels.cpu import host_features
-from mlir_mx.passes.pipeline import run_pipeline
+from mlir_mx.passes.pipeline import Pipeline, as_pipeline, run_pipeline
 from mlir_mx.pipelines import kernel_pipeline, load_pipeline
 
 __all__ = [
@@ -75,7 +75,7 @@ def load_async_runtime() -> None:
         )
 
 
-def default_pipeline(module: ir.Module, *, schedule: str = "auto", threads: int = 0) -> str:
+def default_pipeline(module: ir.Module, *, schedule: str = "auto", threads: int = 0) -> Pipeline:
     """The pipeline a Runner (and ``mx-runner``) uses when none is given.
 
     A module with mx ops gets :func:`~mlir_mx.pipelines.kernel_pipeline`
@@ -84,8 +84,8 @@ def default_pipeline(module: ir.Module, *, schedule: str = "auto", threads: int 
     Both accept tensor-level elementwise arith (``convert-elementwise-to-linalg``).
     """
     if find_first(module, is_mx_op) is not None:
-        return kernel_pipeline(schedule, threads)
-    return load_pipeline("lower-to-llvm")
+        return Pipeline.parse(kernel_pipeline(schedule, threads))
+    return Pipeline.parse(load_pipeline("lower-to-llvm"))
 
 
 class Compiled:
@@ -106,13 +106,13 @@ class Compiled:
                 validate(self.signatures)  # before the (possibly long) lowering
             if pipeline is None:
                 pipeline = default_pipeline(module, schedule=schedule, threads=threads)
-            self.pipeline = pipeline
+            self.pipeline: Pipeline = as_pipeline(pipeline)  # pipeline text is read here
             load_async_runtime()
-            cached = _DiskCache(cache_dir, text, pipeline) if cache_dir else None
+            cached = _DiskCache(cache_dir, text, self.pipeline) if cache_dir else None
             lowered = cached.load(self.context) if cached else None
             self.from_disk = lowered is not None
             if lowered is None:
-                run_pipeline(module, pipeline)
+                run_pipeline(module, self.pipeline)
                 check_lowered(module)
                 if cached:
                     cached.store(module)
@@ -123,8 +123,10 @@ class Compiled:
             self.engine = ExecutionEngine(
                 module, opt_level=opt_level, shared_libs=list(shared_libs)
             )
-        # Results are owned by the caller only under ownership-based deallocation.
-        self.owns_results = "ownership-based-buffer-deallocation" in self.pipeline
+        #: Whether each buffer a function returns is the caller's to free (the
+        #: Runner frees it after copying it out): a property of the lowering,
+        #: decided with it.
+        self.owns_results = self.pipeline.returns_owned_buffers
         self.lock = threading.Lock()
         self._writes: dict[str, frozenset[int]] = {}
 
@@ -147,7 +149,7 @@ class _DiskCache:
     bindings; a file that does not load is ignored and rewritten.
     """
 
-    def __init__(self, directory, text: str, pipeline: str):
+    def __init__(self, directory, text: str, pipeline: Pipeline):
         import hashlib
         from importlib import metadata
 
@@ -160,7 +162,7 @@ class _DiskCache:
         h = hashlib.sha256()
         for part in (
             text,
-            pipeline,
+            str(pipeline),
             " ".join(sorted(host_features())),
             mlir_mx.__version__,
             bindings,
@@ -209,7 +211,7 @@ def clear_cache() -> None:
 
 def compile_module(
     module: ir.Module | str,
-    pipeline: str | None = None,
+    pipeline: Pipeline | str | None = None,
     *,
     opt_level: int = 3,
     shared_libs=None,

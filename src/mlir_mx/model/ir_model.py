@@ -43,7 +43,8 @@ from mlir_mx.model.kernel_model import (
     element_bits,
     shift,
 )
-from mlir_mx.passes.pipeline import PipelineError, run_pipeline
+from mlir_mx.passes.pipeline import Pipeline, PipelineElement, PipelineError, run_pipeline
+from mlir_mx.passes.registry import OptionError
 
 __all__ = [
     "BUFFERIZE",
@@ -60,18 +61,28 @@ __all__ = [
 ]
 
 #: The bufferization the byte rule reads (identity layouts at the boundary).
-BUFFERIZE = (
-    "one-shot-bufferize{bufferize-function-boundaries=1 "
-    "function-boundary-type-conversion=identity-layout-map}"
+BUFFERIZE = PipelineElement.of(
+    "one-shot-bufferize",
+    bufferize_function_boundaries=1,
+    function_boundary_type_conversion="identity-layout-map",
 )
 
 
-def _run(pipeline: str, module: ir.Module, filename: str = "-") -> None:
-    """Run ``pipeline``; a failure becomes a :class:`ModelError` with its located diagnostics."""
+def _mx_to_linalg(matmul_lowering: str | None) -> PipelineElement:
+    """``mx-to-linalg`` with ``matmul_lowering`` (None: the pass's default); a
+    value the option does not allow is a :class:`ModelError` naming the allowed ones."""
     try:
-        run_pipeline(module, pipeline, filename=filename)
+        return PipelineElement.of("mx-to-linalg", matmul_lowering=matmul_lowering)
+    except OptionError as err:
+        raise ModelError(f"mx-to-linalg: {err}") from None
+
+
+def _run(step: PipelineElement, module: ir.Module, filename: str = "-") -> None:
+    """Run ``step``; a failure becomes a :class:`ModelError` with its located diagnostics."""
+    try:
+        run_pipeline(module, Pipeline((step,)), filename=filename)
     except PipelineError as err:
-        raise ModelError(f"{pipeline.split('{')[0]}: {err}") from None
+        raise ModelError(f"{step.name}: {err}") from None
     except DiagnosticError as err:
         raise ModelError(err.diagnostics) from None
 
@@ -84,8 +95,7 @@ def lower_to_linalg(module_or_text: ir.Module | str, matmul_lowering: str | None
         module = parse_module(text, ctx)
         if not _has_mx(module):
             return str(module)
-        opt = f"{{matmul-lowering={matmul_lowering}}}" if matmul_lowering else ""
-        _run("mx-to-linalg" + opt, module)
+        _run(_mx_to_linalg(matmul_lowering), module)
         return str(module)
 
 
@@ -127,14 +137,13 @@ def analyze_all(
         module = parse_module(text, ctx, filename=filename)
         steps = []
         if _has_mx(module):
-            opt = f"{{matmul-lowering={matmul_lowering}}}" if matmul_lowering else ""
-            steps.append("mx-to-linalg" + opt)
+            steps.append(_mx_to_linalg(matmul_lowering))
         elif matmul_lowering:
             raise ModelError("matmul-lowering given but the module has no mx ops")
-        steps += [BUFFERIZE, "canonicalize"]
+        steps += [BUFFERIZE, PipelineElement("canonicalize")]
         for step in steps:
             _run(step, module, filename)
-        _run("linalg-generalize-named-ops", module, filename)
+        _run(PipelineElement("linalg-generalize-named-ops"), module, filename)
         return [_model_function(fn) for fn in public_functions(module)]
 
 

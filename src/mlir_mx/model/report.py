@@ -49,7 +49,7 @@ def model_rows(
             try:
                 km = analyze(text, "kernel", matmul_lowering=VARIANTS[v].matmul_lowering)
             except ModelError as err:
-                if VARIANTS[v].matmul_lowering in (None, "fused"):
+                if not VARIANTS[v].optional:
                     raise
                 rows.append(Row(v, s, None, unavailable=str(err)))
                 continue

@@ -1,11 +1,16 @@
 """Pass pipelines that mix mlir-mx passes with upstream ones.
 
-A pipeline is written exactly like upstream's textual form,
-``builtin.module(mx-to-linalg, canonicalize, func.func(convert-linalg-to-loops))``,
-or as the flat list the per-pass flags of ``mx-opt`` produce.  Elements
-naming a pass of our registry become Python callables; everything else is
-handed to upstream's pipeline parser unchanged.  All of it lands, in order,
-in one upstream ``PassManager``.
+A pipeline is a :class:`Pipeline`: a sequence of :class:`PipelineElement`
+(a pass with options, or ``anchor(nested, ...)``).  Code builds them from
+elements (:meth:`PipelineElement.of` checks typed option values against the
+registry when the element is built) and composes them with ``+``; text is
+only read and written at the edges: :meth:`Pipeline.parse` reads upstream's
+textual form, ``builtin.module(mx-to-linalg, canonicalize,
+func.func(convert-linalg-to-loops))`` or the flat list the per-pass flags of
+``mx-opt`` produce (and the shipped pipeline files), and ``str()`` renders
+it.  Elements naming a pass of our registry become Python callables;
+everything else is handed to upstream's pipeline parser as rendered.  All of
+it lands, in order, in one upstream ``PassManager``.
 
 Upstream passes anchored on ``func.func`` (like ``convert-linalg-to-loops``)
 may be named at module level, as ``mlir-opt`` allows: they are nested into
@@ -15,6 +20,7 @@ may be named at module level, as ``mlir-opt`` allows: they are nested into
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from mlir import ir, passmanager
 
@@ -27,15 +33,23 @@ from mlir_mx.diagnostics import (
 )
 from mlir_mx.dialect import remap_diagnostics
 from mlir_mx.ir_utils import declared_types, find_first
-from mlir_mx.passes.registry import OptionError, lookup, lookup_extension
+from mlir_mx.passes.registry import OptionError, lookup, lookup_extension, render_option_value
 
 __all__ = [
+    "OWNERSHIP_DEALLOCATION",
+    "Pipeline",
     "PipelineElement",
     "PipelineError",
+    "as_pipeline",
     "split_pipeline",
     "build_pass_manager",
     "run_pipeline",
 ]
+
+#: The upstream pass after which every buffer a public function returns is
+#: owned by the caller (it clones a result that would alias an argument or a
+#: global), so the Runner may free it after copying it out.
+OWNERSHIP_DEALLOCATION = "ownership-based-buffer-deallocation"
 
 
 class PipelineError(MXError, ValueError):
@@ -54,6 +68,96 @@ class PipelineElement:
         if self.nested is not None:
             return f"{self.name}({','.join(str(e) for e in self.nested)})"
         return f"{self.name}{{{self.options}}}" if self.options else self.name
+
+    @classmethod
+    def of(cls, name: str, **options: Any) -> PipelineElement:
+        """Pass ``name`` with typed option values (keyword names in snake_case;
+        None leaves an option at its default).
+
+        For a pass of our registry every value is checked against the
+        option's type and allowed values now, so a wrong value fails where the
+        pipeline is built, with an :class:`OptionError` listing the allowed
+        values.  Upstream passes get the values rendered as written.
+        """
+        spec = lookup(name)
+        parts = []
+        for key, value in options.items():
+            if value is None:
+                continue
+            flag = key.replace("_", "-")
+            if spec is None:  # upstream's pass: its parser checks the value
+                parts.append(f"{flag}={render_option_value(value)}")
+                continue
+            opt = spec.option(flag) or spec.option(key)
+            if opt is None:
+                known = ", ".join(o.name for o in spec.options) or "none"
+                raise OptionError(f"no such option '{flag}' for pass '{name}' (options: {known})")
+            parts.append(f"{opt.name}={opt.render(value)}")
+        return cls(name, " ".join(parts))
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A pass pipeline as data: elements in order, composable with ``+``
+    (another Pipeline, an element, or pipeline text, parsed), rendered by
+    ``str()`` in upstream's textual form."""
+
+    elements: tuple[PipelineElement, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Pipeline:
+        """Read upstream's textual form (``builtin.module(...)`` or a bare list)."""
+        return cls(tuple(split_pipeline(text)))
+
+    @classmethod
+    def of(cls, *parts: Pipeline | PipelineElement | str) -> Pipeline:
+        """The concatenation of ``parts``, in order."""
+        out = cls()
+        for p in parts:
+            out = out + p
+        return out
+
+    def __add__(self, other: Pipeline | PipelineElement | str) -> Pipeline:
+        return Pipeline(self.elements + as_pipeline(other).elements)
+
+    def __radd__(self, other: PipelineElement | str) -> Pipeline:
+        return as_pipeline(other) + self
+
+    def __iter__(self):
+        return iter(self.elements)
+
+    def __len__(self) -> int:
+        return len(self.elements)
+
+    def __str__(self) -> str:
+        return ",".join(str(e) for e in self.elements)
+
+    def runs(self, name: str) -> bool:
+        """True when pass ``name`` is an element, at any nesting depth."""
+
+        def found(elements) -> bool:
+            return any(e.name == name or (e.nested is not None and found(e.nested)) for e in elements)
+
+        return found(self.elements)
+
+    @property
+    def returns_owned_buffers(self) -> bool:
+        """True when every buffer a public function returns is the caller's to
+        free: the pipeline runs :data:`OWNERSHIP_DEALLOCATION`."""
+        return self.runs(OWNERSHIP_DEALLOCATION)
+
+
+def as_pipeline(pipeline: Pipeline | PipelineElement | list[PipelineElement] | str) -> Pipeline:
+    """``pipeline`` as a :class:`Pipeline` (text is parsed: the edge)."""
+    if isinstance(pipeline, Pipeline):
+        return pipeline
+    if isinstance(pipeline, PipelineElement):
+        return Pipeline((pipeline,))
+    if isinstance(pipeline, str):
+        return Pipeline.parse(pipeline)
+    if isinstance(pipeline, list | tuple) and all(isinstance(e, PipelineElement) for e in pipeline):
+        return Pipeline(tuple(pipeline))
+    raise TypeError(f"pipeline: expected a Pipeline or pipeline text, got {type(pipeline).__name__}")
 
 
 def split_pipeline(text: str) -> list[PipelineElement]:
@@ -106,17 +210,16 @@ _ANCHORS = ("builtin.module", "func.func", "gpu.module", "any")
 
 
 def build_pass_manager(
-    elements: list[PipelineElement] | str,
+    elements: Pipeline | list[PipelineElement] | str,
     context: ir.Context | None = None,
     anchor: str = "builtin.module",
 ) -> passmanager.PassManager:
     """Build one upstream PassManager running ``elements`` in order.
 
-    ``elements`` may be a pipeline string: either ``builtin.module(...)`` or a
+    ``elements`` may be pipeline text: either ``builtin.module(...)`` or a
     bare list.  Raises :class:`PipelineError` naming the offending element.
     """
-    if isinstance(elements, str):
-        elements = split_pipeline(elements)
+    elements = list(as_pipeline(elements))
     if len(elements) == 1 and elements[0].nested is not None and elements[0].name == anchor:
         elements = list(elements[0].nested)
     pm = passmanager.PassManager(anchor, context=context)
@@ -127,7 +230,7 @@ def build_pass_manager(
 
 def run_pipeline(
     module,
-    pipeline: list[PipelineElement] | str,
+    pipeline: Pipeline | list[PipelineElement] | str,
     *,
     filename: str | None = None,
     anchor: str = "builtin.module",

@@ -46,6 +46,7 @@ __all__ = [
     "lookup",
     "all_passes",
     "parse_options",
+    "render_option_value",
 ]
 
 
@@ -79,7 +80,27 @@ class Option:
     choices: tuple | None = None
 
     def parse(self, text: str) -> Any:
-        value = self._parse(text)
+        """The typed value of ``text`` (what follows ``name=``)."""
+        return self._allowed(self._parse(text), text)
+
+    def render(self, value: Any) -> str:
+        """A typed value as option text, checked like a parsed one: of this
+        option's type and among its choices, else :class:`OptionError`."""
+        kinds = {bool: (bool,), int: (int,), float: (int, float), str: (str,), list: (list, tuple)}
+        ok = isinstance(value, kinds[self.type])
+        if self.type is not bool and isinstance(value, bool):
+            ok = False  # a bool is an int to Python, not to an option
+        if self.type is list and ok:
+            ok = all(isinstance(v, str) for v in value)
+        if not ok:
+            raise OptionError(
+                f"option '{self.name}': expected a value of type {self.type.__name__}, got {value!r}"
+            )
+        text = render_option_value(float(value) if self.type is float else value)
+        self._allowed(value, text)
+        return text
+
+    def _allowed(self, value: Any, text: str) -> Any:
         if self.choices is not None and value not in self.choices:
             allowed = ", ".join(str(c) for c in self.choices)
             raise OptionError(f"option '{self.name}': '{text}' is not one of: {allowed}")
@@ -155,6 +176,18 @@ class PassSpec:
                 pass_.signal_pass_failure()
 
         pm.add(_run, name=_camel(self.argument), argument=self.argument, description=self.summary)
+
+
+def render_option_value(value: Any) -> str:
+    """A value in upstream's option syntax: ``true``/``false``, numbers as
+    written, lists comma-separated; braced when it holds a separator."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, list | tuple):
+        text = ",".join(str(v) for v in value)
+    else:
+        text = str(value)
+    return f"{{{text}}}" if any(c in text for c in " \t{}\"'") else text
 
 
 def parse_options(text: str) -> list[tuple[str, str]]:

@@ -24,6 +24,7 @@ import numpy as np
 from mlir_mx.execution import Runner
 from mlir_mx.model.kernels import Shape, variant_module_text
 from mlir_mx.numerics import ELEMENT_FORMATS, dequantize, quantize
+from mlir_mx.passes.pipeline import Pipeline, PipelineElement
 from mlir_mx.pipelines import load_pipeline
 from mlir_mx.tools.driver import ArgParser, tool_main
 
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args) -> int:
     """The demo; returns the exit status."""
     rng = np.random.default_rng(args.seed)
-    lower = load_pipeline("lower-to-llvm")
+    lower = Pipeline.parse(load_pipeline("lower-to-llvm"))
     ok = True
 
     print(f"mlir-mx demo: OCP MX on upstream MLIR 22.1.8, JIT on this CPU (seed {args.seed})\n")
@@ -74,7 +75,7 @@ def run(args) -> int:
     x[1, 3] = 500.0  # saturates in E4M3 (448)
     for elem in ELEMENT_FORMATS:
         t0 = time.perf_counter()
-        r = Runner(quantize_module(elem), "mx-to-linalg," + lower)
+        r = Runner(quantize_module(elem), PipelineElement("mx-to-linalg") + lower)
         t1 = time.perf_counter()
         got = r.quantize(x)
         want = quantize(x, elem, B)
@@ -91,14 +92,14 @@ def run(args) -> int:
     a = quantize(rng.standard_normal((M, K)).astype(np.float32), "f8E4M3FN", B)
     bf = rng.standard_normal((K, N)).astype(np.float32)
     bq = quantize(bf, "f8E4M3FN", B, axis=0)
-    fused = "mx-to-linalg{matmul-lowering=fused},"
+    fused = PipelineElement.of("mx-to-linalg", matmul_lowering="fused") + lower
     runs = [
-        ("2. v1 block_matmul, mx x f32, scalar loops (the v1 fused generic)", False, fused + lower),
+        ("2. v1 block_matmul, mx x f32, scalar loops (the v1 fused generic)", False, fused),
         ("3. same kernel tiled [8,32,32] + mx-pin-map-constants + vectorized", False,
-         load_pipeline("mx-vectorize") + "," + lower),
-        ("4. both operands quantized (mx x mx), fused, scalar loops", True, fused + lower),
+         Pipeline.parse(load_pipeline("mx-vectorize")) + lower),
+        ("4. both operands quantized (mx x mx), fused, scalar loops", True, fused),
         ("5. mx x mx, blocked lowering (the default: ~1.03x f32 FLOPs), vectorized", True,
-         load_pipeline("mx-vectorize-blocked") + "," + lower),
+         Pipeline.parse(load_pipeline("mx-vectorize-blocked")) + lower),
     ]  # fmt: skip
     for title, rhs_mx, pipeline in runs:
         print(f"\n{title}: {M}x{N}x{K}, f8E4M3FN")

@@ -30,6 +30,8 @@ DEFAULT_VARIANTS = "f32,mx-a,mx-ab,mx-ab-blocked"
 
 
 def _parser() -> ArgParser:
+    from mlir_mx.passes.mx_to_linalg import MATMUL_LOWERINGS
+
     p = ArgParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("files", nargs="*", help="mx IR files ('-' for standard input)")
     p.add_argument("--shape", action="append", default=[], help="MxNxK (repeatable)")
@@ -48,7 +50,7 @@ def _parser() -> ArgParser:
     p.add_argument("--function", help="model only this function of the IR files")
     p.add_argument(
         "--matmul-lowering",
-        choices=("fused", "blocked"),
+        choices=MATMUL_LOWERINGS,
         help="mx-to-linalg matmul lowering for IR files (default: the pass's default)",
     )
     p.add_argument("--breakdown", action="store_true", help="print the per-buffer breakdown")
