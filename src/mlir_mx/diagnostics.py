@@ -1,10 +1,13 @@
-"""MLIR-style diagnostics shared by the text layer, the verifier and the tools.
+"""MLIR-style diagnostics and the one error model of mlir-mx.
 
 A :class:`Diagnostic` prints as ``file:line:col: error: message`` (the form
-mlir-opt uses), a :class:`DiagnosticError` carries one or more of them, and
-:func:`capture_diagnostics` collects what upstream MLIR emits through a
-context's diagnostic handler so that the tools can remap, check
-(``--verify-diagnostics``) and print them uniformly.
+mlir-opt uses).  Every error mlir-mx raises on purpose is an :class:`MXError`
+carrying one or more diagnostics (located when the failure has a place in
+the input, unlocated for a bad flag or option); the subclasses only say
+which stage failed.  :func:`capture_diagnostics` collects what upstream MLIR
+emits through a context's diagnostic handler, and :func:`from_mlir_error`
+turns an upstream ``MLIRError`` into diagnostics, so that the tools can
+check (``--verify-diagnostics``) and print everything uniformly.
 """
 
 from __future__ import annotations
@@ -15,7 +18,13 @@ from dataclasses import dataclass, field
 
 from mlir import ir
 
-__all__ = ["Diagnostic", "DiagnosticError", "capture_diagnostics", "from_mlir_error"]
+__all__ = [
+    "Diagnostic",
+    "DiagnosticError",
+    "MXError",
+    "capture_diagnostics",
+    "from_mlir_error",
+]
 
 _SEVERITY = {
     ir.DiagnosticSeverity.ERROR: "error",
@@ -57,14 +66,43 @@ class Diagnostic:
         return cls(severity, message, file, line, col)
 
 
-class DiagnosticError(Exception):
-    """User-facing failure carrying MLIR-style diagnostics (never a traceback)."""
+class MXError(Exception):
+    """Base of every error mlir-mx raises for bad input: located diagnostics.
 
-    def __init__(self, diagnostics: list[Diagnostic] | Diagnostic):
-        if isinstance(diagnostics, Diagnostic):
+    ``MXError("message")`` is one unlocated error; ``MXError(diagnostic)`` or
+    ``MXError([diagnostics])`` carries located ones.  ``str(err)`` is the
+    diagnostics, one per line, as mlir-opt prints them.  The tools print
+    them and exit 1 (:func:`mlir_mx.tools.driver.tool_main`); library users
+    catch ``MXError`` (subclasses also derive from the builtin exception the
+    old API raised, e.g. ``ValueError``, so existing handlers still work).
+    """
+
+    def __init__(self, diagnostics: list[Diagnostic] | Diagnostic | str):
+        if isinstance(diagnostics, str):
+            diagnostics = [Diagnostic("error", diagnostics)]
+        elif isinstance(diagnostics, Diagnostic):
             diagnostics = [diagnostics]
-        self.diagnostics = list(diagnostics)
-        super().__init__("\n".join(str(d) for d in self.diagnostics))
+        self.diagnostics = list(diagnostics) or [Diagnostic("error", "unknown error")]
+        #: The first diagnostic's message, without its location.
+        self.message = self.diagnostics[0].message
+        super().__init__(self.text())
+
+    def text(self) -> str:
+        """Located diagnostics as ``file:line:col: error: msg``; unlocated ones as the message."""
+        lines = []
+        for d in self.diagnostics:
+            if d.file is not None:
+                lines.append(str(d))
+            else:
+                lines.append(d.message if d.severity == "error" else f"{d.severity}: {d.message}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+class DiagnosticError(MXError):
+    """IR that does not parse, verify or survive a pass: located diagnostics."""
 
 
 def location_parts(loc: ir.Location) -> tuple[str | None, int | None, int | None]:
@@ -81,7 +119,11 @@ def location_parts(loc: ir.Location) -> tuple[str | None, int | None, int | None
 
 def _convert(info) -> Diagnostic:
     file, line, col = location_parts(info.location)
-    d = Diagnostic(_SEVERITY.get(info.severity, "error"), str(info.message), file, line, col)
+    message = str(info.message)
+    loc = str(info.location)
+    if file is None and loc != "loc(unknown)":
+        message = f"{loc}: {message}"  # a location without a file: say it, as mlir-opt does
+    d = Diagnostic(_SEVERITY.get(info.severity, "error"), message, file, line, col)
     d.notes = [_convert(n) for n in info.notes]
     return d
 
@@ -91,9 +133,17 @@ def capture_diagnostics(context: ir.Context):
     """Collect every diagnostic emitted in ``context`` into a list (yielded).
 
     Diagnostics are consumed (not printed to stderr by MLIR); the caller
-    decides what to print.
+    decides what to print.  Disables the context's multithreading (see the
+    FIXME below).
     """
     collected: list[Diagnostic] = []
+    # FIXME(upstream): the 22.1.8 bindings call a Python diagnostic handler
+    # from MLIR's worker threads without taking the GIL (nanobind aborts the
+    # process: "incref_check ... while the GIL was not held"; a verifier error
+    # emitted while canonicalize runs on several functions in parallel).
+    # llvm-project#215781, fix in review as #215848.  So a context we attach
+    # a handler to runs its passes on one thread.
+    context.enable_multithreading(False)
 
     def handler(d) -> bool:
         collected.append(_convert(d))
@@ -106,9 +156,15 @@ def capture_diagnostics(context: ir.Context):
         h.detach()
 
 
-def from_mlir_error(err: ir.MLIRError) -> list[Diagnostic]:
-    """The diagnostics an ``MLIRError`` carries (falls back to its message)."""
+def from_mlir_error(err: ir.MLIRError, default_file: str | None = None) -> list[Diagnostic]:
+    """The diagnostics an ``MLIRError`` carries (falls back to its message).
+
+    Upstream sometimes fails without any diagnostic (an op without custom
+    assembly in statement position: "Unable to parse module assembly");
+    the fallback is then located at ``default_file`` when given.
+    """
     diags = [_convert(d) for d in getattr(err, "error_diagnostics", [])]
     if not diags:
-        diags = [Diagnostic("error", str(err).strip())]
+        text = str(err).strip() or "upstream MLIR failed without a diagnostic"
+        diags = [Diagnostic("error", text, default_file)]
     return diags

@@ -201,18 +201,6 @@ def test_block_matmul_mx_times_mx(ea, eb):
     assert np.all(np.abs(got - exact) <= _matmul_bound(a, b) + 2.0**-24 * np.abs(exact))
 
 
-def _fold_reference(a: N.MXArray, alpha: float, power: int | None) -> N.MXArray:
-    req = N.quantize(N.dequantize(a) * np.float32(alpha), a.element, a.block_size, axis=a.axis)
-    if power is None:
-        return req
-    code = a.scales.view(np.uint8).astype(np.int32)
-    ok = (code != 255) & (code + power >= 0) & (code + power <= 254)
-    scales = np.where(ok, code + power, req.scales.view(np.uint8)).astype(np.uint8)
-    ok_e = np.repeat(ok, a.block_size, axis=a.axis)
-    codes = np.where(ok_e, _bits(a.codes), _bits(req.codes)).view(a.codes.dtype)
-    return N.MXArray(codes, scales.view(SCALE_DTYPE), a.element, a.block_size, a.axis)
-
-
 @pytest.mark.parametrize(
     "alpha,power", [(8.0, 3), (2.0**-100, -100), (2.0**120, 120), (3.0, None), (-2.0, None)]
 )
@@ -229,10 +217,13 @@ def test_fold_scale_constant_alpha_bit_exact(alpha, power):
     a = N.quantize(rng.standard_normal((4, 64)).astype(np.float32), "f8E4M3FN", 32)
     scales = a.scales.view(np.uint8).copy()
     scales[0] = [0, 254]  # extremes: some leave [0, 254] for every power tested
-    scales[1, 0] = 255  # a NaN block stays NaN
+    scales[1, 0] = 255  # a NaN block stays NaN (for a power of two, codes kept)
     a = N.MXArray(a.codes, scales.view(SCALE_DTYPE), a.element, 32, 1)
     codes, sc = runner.invoke("fs", a.codes, a.scales)
-    ref = _fold_reference(a, alpha, power)
+    ref = N.fold_scale(a, alpha)  # the oracle: one meaning for every path
+    if power is not None:  # the power-of-two route really moved the in-range codes
+        moved = (a.scales.view(np.uint8).astype(int) + power)[2:]
+        np.testing.assert_array_equal(_bits(sc)[2:], moved.astype(np.uint8))
     np.testing.assert_array_equal(_bits(sc), _bits(ref.scales))
     np.testing.assert_array_equal(_bits(codes), _bits(ref.codes))
 
@@ -247,8 +238,13 @@ def test_fold_scale_runtime_alpha_bit_exact():
     runner = compile_mx(text)
     rng = np.random.default_rng(9)
     a = N.quantize(rng.standard_normal((64, 4)).astype(np.float32), "f6E2M3FN", 32, axis=0)
-    for alpha in (0.3, 1.0, -7.5, 2.0**-126):
+    scales = a.scales.view(np.uint8).copy()
+    scales[0, :2] = [0, 254]
+    scales[1, 0] = 255
+    a = N.MXArray(a.codes, scales.view(SCALE_DTYPE), a.element, 32, 0)
+    # runtime powers of two take the exponent route too (per block, per call)
+    for alpha in (0.3, 1.0, -7.5, 2.0**-126, 2.0**-149, 2.0**127, 0.0, float("nan")):
         codes, sc = runner.invoke("fs", a.codes, a.scales, np.float32(alpha))
-        ref = _fold_reference(a, alpha, None)
+        ref = N.fold_scale(a, alpha)
         np.testing.assert_array_equal(_bits(sc), _bits(ref.scales))
         np.testing.assert_array_equal(_bits(codes), _bits(ref.codes))

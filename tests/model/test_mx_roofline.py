@@ -69,6 +69,9 @@ def test_ir_file(tmp_path, capsys, mx_to_linalg):
         (["--element", "f7"], "unknown element type 'f7'"),
         (["/nonexistent/k.mlir"], "cannot read '/nonexistent/k.mlir'"),
         (["--bogus"], "unrecognized arguments"),
+        (["--shape", "32x64x64", "--block-size", "0"], "--block-size must be a positive integer"),
+        (["--shape", "32x64x64", "--block-size", "-32"], "--block-size must be a positive integer"),
+        (["--shape", "32x64x64", "--out", "/proc/nope"], "cannot create --out directory"),
     ],
 )
 def test_errors(capsys, argv, message):
@@ -83,5 +86,47 @@ def test_invalid_ir(tmp_path, capsys):
     f.write_text("func.func @f( {\n")
     assert main([str(f), "--quiet"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("mx-roofline: error: ") and "bad.mlir" in err
-    assert len(err.strip().splitlines()) == 1
+    # a located diagnostic, as every tool prints it (line, caret)
+    assert err.startswith(f"{f}:1:14: error: expected non-function type")
+    assert "Traceback" not in err
+
+
+def test_out_must_not_be_a_file(tmp_path, capsys):
+    f = tmp_path / "exists.txt"
+    f.write_text("keep me")
+    assert main(["--shape", "32x64x64", "--out", str(f), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("mx-roofline: error: ") and "exists and is not a directory" in err
+    assert f.read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    "text", ["", "// only a comment\n", "module {\n  module {\n    func.func @f() { return }\n  }\n}\n"]
+)
+def test_nothing_to_model_is_an_error(tmp_path, capsys, text):
+    f = tmp_path / "k.mlir"
+    f.write_text(text)
+    assert main([str(f), "--quiet"]) == 1
+    captured = capsys.readouterr()
+    assert "nothing to model" in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""  # no empty table
+
+
+def test_help_returns_0(capsys):
+    assert main(["--help"]) == 0
+    assert "usage: mx-roofline" in capsys.readouterr().out
+
+
+def test_failing_lowering_is_a_located_diagnostic(tmp_path, capsys):
+    t = "!mx.tensor<4x32xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU>"
+    f = tmp_path / "k.mlir"
+    f.write_text(
+        f"func.func @f(%c: i1, %x: tensor<4x32xf32>) -> tensor<4x32xf32> {{\n"
+        f"  %q = mx.quantize_block %x : tensor<4x32xf32> -> {t}\n"
+        f"  %r = scf.if %c -> ({t}) {{\n    scf.yield %q : {t}\n  }} else {{\n    scf.yield %q : {t}\n  }}\n"
+        f"  %d = mx.dequantize_block %r : {t} -> tensor<4x32xf32>\n  return %d : tensor<4x32xf32>\n}}\n"
+    )
+    assert main([str(f), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{f}:4:5: error: mx-to-linalg: an !mx.tensor value is still used by 'scf.yield'")
+    assert "Traceback" not in err

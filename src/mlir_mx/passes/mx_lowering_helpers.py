@@ -14,6 +14,7 @@ The semantics reproduce :mod:`mlir_mx.numerics` bit for bit (see
 
 from __future__ import annotations
 
+import math as pymath
 from collections.abc import Callable, Sequence
 
 from mlir import ir
@@ -42,6 +43,10 @@ __all__ = [
     "scaled_to_element",
     "block_amax",
     "expand_axis",
+    "constant_value",
+    "power_of_two",
+    "pow2_exponent",
+    "exponent_add",
     "PARALLEL",
     "REDUCTION",
 ]
@@ -324,3 +329,99 @@ def block_amax(x: ir.Value, t: MXTensorType) -> ir.Value:
     return generic(
         [expanded], [init], [identity_map(rank), drop_dim_map(rank, inner)], iters, body
     )[0]
+
+
+# ------------------------------------------------------------------ fold_scale
+
+#: Exponent standing for "alpha is not a power of two": every code + it
+#: leaves [0, 254], so every block takes the requantized route.
+NOT_POW2 = 1 << 16
+
+
+def constant_value(v: ir.Value) -> float | None:
+    """The value of an ``arith.constant`` float scalar, else None."""
+    owner = v.owner
+    op = getattr(owner, "operation", owner)
+    if not isinstance(op, ir.Operation) or op.name != "arith.constant":
+        return None
+    attr = op.attributes["value"]
+    attr = attr.maybe_downcast() if hasattr(attr, "maybe_downcast") else attr
+    return float(ir.FloatAttr(attr).value) if isinstance(attr, ir.FloatAttr) else None
+
+
+def power_of_two(v: float) -> int | None:
+    """``p`` when ``v`` is exactly ``2^p`` (f32 subnormal powers included), else None."""
+    if not (v > 0 and pymath.isfinite(v)):
+        return None
+    mant, exp = pymath.frexp(v)
+    return exp - 1 if mant == 0.5 else None
+
+
+def pow2_exponent(alpha: ir.Value) -> ir.Value:
+    """i32 ``p`` when the f32 ``alpha`` is ``2^p`` (normal or subnormal), else
+    :data:`NOT_POW2`; from the bits, at the current insertion point."""
+    bits = arith.BitcastOp(i32(), alpha).result
+    field = arith.AndIOp(arith.ShRUIOp(bits, const_i32(23)).result, const_i32(0xFF)).result
+    frac = arith.AndIOp(bits, const_i32(0x7FFFFF)).result
+    positive = _cmp("sgt", bits, const_i32(0))  # no sign bit, not zero
+    normal = arith.AndIOp(
+        _cmp("eq", frac, const_i32(0)), _cmp("ne", field, const_i32(255))
+    ).result  # field 0 with frac 0 is zero: excluded by `positive`
+    single_bit = _cmp("eq", arith.AndIOp(frac, arith.SubIOp(frac, const_i32(1)).result).result, const_i32(0))
+    subnormal = arith.AndIOp(_cmp("eq", field, const_i32(0)), single_bit).result
+    is_pow2 = arith.AndIOp(positive, arith.OrIOp(normal, subnormal).result).result
+    # subnormal 2^p = frac * 2^-149; frac (< 2^23) converts exactly, its exponent is log2(frac)
+    ffield = arith.ShRUIOp(
+        arith.BitcastOp(i32(), arith.SIToFPOp(f32(), frac).result).result, const_i32(23)
+    ).result
+    sub_p = arith.SubIOp(ffield, const_i32(127 + 149)).result
+    p = arith.SelectOp(_cmp("eq", field, const_i32(0)), sub_p, arith.SubIOp(field, const_i32(127)).result).result
+    return arith.SelectOp(is_pow2, p, const_i32(NOT_POW2)).result
+
+
+def exponent_add(mant, scale, qm, qs, p: int | ir.Value, t: MXTensorType):
+    """Blocks of fold_scale by ``2^p``: scale code + ``p`` where that stays in
+    [0, 254] (element codes unchanged), a NaN block (code 255) unchanged,
+    otherwise the requantized block (``qm``, ``qs``).
+
+    ``p`` is a Python int (constant alpha) or an i32 value (runtime alpha,
+    :data:`NOT_POW2` when it is not a power of two: every block requantized,
+    NaN blocks included).  A runtime ``p`` enters as a rank-0 tensor.
+    """
+    runtime = not isinstance(p, int)
+    extra = [tensor.FromElementsOp(ir.RankedTensorType.get([], i32()), [p]).result] if runtime else []
+
+    def decide(code, rest):
+        pv = rest[0] if runtime else const_i32(p)
+        nc = arith.AddIOp(code, pv).result
+        is_nan = _cmp("eq", code, const_i32(255))
+        in_range = arith.AndIOp(_cmp("sge", nc, const_i32(0)), _cmp("sle", nc, const_i32(254))).result
+        add = arith.AndIOp(in_range, _cmp("ne", code, const_i32(255))).result
+        keep = arith.AndIOp(is_nan, _cmp("ne", pv, const_i32(NOT_POW2))).result if runtime else is_nan
+        return nc, add, keep
+
+    srank, rank = len(t.scale_shape), t.rank
+    scalar = [ir.AffineMap.get(srank, 0, [])] if runtime else []
+
+    def scale_body(s, q, *rest):
+        nc, add, keep = decide(scale_code(s), rest)
+        r = arith.SelectOp(add, code_to_scale(nc, t.scale_type), q).result
+        return [arith.SelectOp(keep, s, r).result]
+
+    new_scale = generic(
+        [scale, qs, *extra], [empty(t.scale_shape, scalar_type(t.scale_type))],
+        [identity_map(srank)] * 2 + scalar + [identity_map(srank)], [PARALLEL] * srank, scale_body,
+    )[0]  # fmt: skip
+
+    ident, blk = identity_map(rank), block_map(rank, t.block_axis, t.block_size)
+    scalar = [ir.AffineMap.get(rank, 0, [])] if runtime else []
+
+    def mant_body(m, q, s, *rest):
+        _nc, add, keep = decide(scale_code(s), rest)
+        return [arith.SelectOp(arith.OrIOp(add, keep).result, m, q).result]
+
+    new_mant = generic(
+        [mant, qm, scale, *extra], [empty(t.shape, scalar_type(t.element_type))],
+        [ident, ident, blk] + scalar + [ident], [PARALLEL] * rank, mant_body,
+    )[0]  # fmt: skip
+    return new_mant, new_scale

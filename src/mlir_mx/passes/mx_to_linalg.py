@@ -20,9 +20,10 @@ operands of the four mx ops, which are lowered to ``linalg.generic``:
   instead of 3 or 4); mx x f32 and mx x mx.
 * ``quantize_block``: block amax (``expand_shape`` + reduction), E8M0 codes
   from the amax exponent bits, scaled/saturated/rounded elements.
-* ``fold_scale``: a constant power-of-two alpha adds to the scale codes
-  (per block, falling back to requantization when a code would leave
-  [0, 254]); any other alpha dequantizes, multiplies and requantizes.
+* ``fold_scale``: an alpha that is a power of two 2^p (a constant, or a
+  runtime value tested per call) adds p to the scale codes (per block,
+  falling back to requantization when a code would leave [0, 254]; NaN
+  blocks are kept); any other alpha dequantizes, multiplies and requantizes.
 
 The split is done by hand on the IR API (there is no Python dialect
 conversion framework at 22.1.8): signatures first, bridged with
@@ -33,8 +34,6 @@ value is left (an op this pass does not know uses one, e.g. ``scf.for``
 """
 
 from __future__ import annotations
-
-import math as pymath
 
 from mlir import ir
 from mlir.dialects import arith, builtin, linalg, tensor
@@ -485,76 +484,24 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     return out
 
 
-def _power_of_two(alpha: ir.Value) -> int | None:
-    """``p`` when ``alpha`` is an ``arith.constant`` equal to exactly ``2^p``."""
-    op = _owner_op(alpha)
-    if op is None or op.name != "arith.constant":
-        return None
-    attr = op.attributes["value"]
-    if not isinstance(
-        attr.maybe_downcast() if hasattr(attr, "maybe_downcast") else attr, ir.FloatAttr
-    ):
-        return None
-    v = ir.FloatAttr(attr).value
-    if not (v > 0 and pymath.isfinite(v)):
-        return None
-    mant, exp = pymath.frexp(v)
-    return exp - 1 if mant == 0.5 else None
-
-
 def _lower_fold_scale(op: ir.Operation, _mm: str) -> list[ir.Value]:
+    """fold_scale (``docs/dialect.md``): ``alpha = 2^p`` moves every scale code
+    by ``p`` where the new code stays in [0, 254] (NaN blocks stay as they
+    are) and requantizes the other blocks; any other alpha requantizes
+    ``dequantize(t) * alpha``.  A constant alpha picks the route at compile
+    time, a runtime one per call (same results)."""
     src, alpha = op.operands
     t = MXTensorType.from_mlir(src.type)
     mant, scale = _unpack(src)
-    p = _power_of_two(alpha)
+    constant = h.constant_value(alpha)
+    p = h.power_of_two(constant) if constant is not None else None
     if p == 0:
         return [mant, scale]
-    # Requantization of dequantize(t) * alpha: the generic route, and the
-    # per-block fallback of the power-of-two route.
     qm, qs = _quantize(_dequantize(mant, scale, t, alpha), t)
-    if p is None:
+    if constant is not None and p is None:
         return [qm, qs]
-    return list(_exponent_add(mant, scale, qm, qs, p, t))
-
-
-def _exponent_add(mant, scale, qm, qs, p: int, t: MXTensorType):
-    """Add ``p`` to every scale code that stays in [0, 254]; else take the requantized block.
-
-    Code 255 (NaN) is never in range, so a NaN block stays NaN (the
-    requantized block is NaN too).  Elements of in-range blocks are unchanged.
-    """
-    srank = len(t.scale_shape)
-    scale_t = h.scalar_type(t.scale_type)
-
-    def in_range(code):
-        nc = arith.AddIOp(code, h.const_i32(p)).result
-        lo = arith.CmpIOp(arith.CmpIPredicate.sge, nc, h.const_i32(0)).result
-        hi = arith.CmpIOp(arith.CmpIPredicate.sle, nc, h.const_i32(254)).result
-        not_nan = arith.CmpIOp(arith.CmpIPredicate.ne, code, h.const_i32(255)).result
-        return nc, arith.AndIOp(arith.AndIOp(lo, hi).result, not_nan).result
-
-    def scale_body(s, q, _o):
-        nc, ok = in_range(h.scale_code(s))
-        return [arith.SelectOp(ok, h.code_to_scale(nc, t.scale_type), q).result]
-
-    new_scale = h.generic(
-        [scale, qs], [h.empty(t.scale_shape, scale_t)], [h.identity_map(srank)] * 3,
-        [h.PARALLEL] * srank, scale_body,
-    )[0]  # fmt: skip
-
-    rank = t.rank
-    ident = h.identity_map(rank)
-    blk = h.block_map(rank, t.block_axis, t.block_size)
-
-    def mant_body(m, q, s, _o):
-        _nc, ok = in_range(h.scale_code(s))
-        return [arith.SelectOp(ok, m, q).result]
-
-    new_mant = h.generic(
-        [mant, qm, scale], [h.empty(t.shape, h.scalar_type(t.element_type))], [ident, ident, blk, ident],
-        [h.PARALLEL] * rank, mant_body,
-    )[0]  # fmt: skip
-    return new_mant, new_scale
+    exponent = p if p is not None else h.pow2_exponent(alpha)
+    return list(h.exponent_add(mant, scale, qm, qs, exponent, t))
 
 
 _LOWERINGS = {

@@ -33,6 +33,8 @@ from typing import Any
 
 from mlir import ir
 
+from mlir_mx.diagnostics import Diagnostic, MXError
+
 __all__ = [
     "Option",
     "PassError",
@@ -47,16 +49,21 @@ __all__ = [
 ]
 
 
-class PassError(Exception):
+class PassError(MXError):
     """Raised by a pass to fail with a located diagnostic."""
 
     def __init__(self, message: str, location: ir.Location | None = None):
-        super().__init__(message)
+        diag = (
+            Diagnostic.from_location(location, "error", message)
+            if location is not None
+            else Diagnostic("error", message)
+        )
+        super().__init__(diag)
         self.message = message
         self.location = location
 
 
-class OptionError(ValueError):
+class OptionError(MXError, ValueError):
     """A pass option string that does not parse or names no option."""
 
 
@@ -210,6 +217,7 @@ _REGISTRY: dict[str, PassSpec] = {}
 # importing the registry stays cheap and free of import cycles.
 _PASS_MODULES = (
     "mlir_mx.passes.canonicalize",
+    "mlir_mx.passes.fuse_scales",
     "mlir_mx.passes.mx_to_linalg",
     "mlir_mx.passes.narrow_float",
     "mlir_mx.passes.pin_map_constants",

@@ -5,14 +5,22 @@ printing diagnostics with the source line and a caret, and checking
 
 from __future__ import annotations
 
+import argparse
+import os
 import re
 import sys
+from contextvars import ContextVar
 from dataclasses import dataclass
 
-from mlir_mx.diagnostics import Diagnostic
+from mlir import ir
+
+from mlir_mx.diagnostics import Diagnostic, MXError, from_mlir_error
 
 __all__ = [
     "tool_main",
+    "ArgParser",
+    "print_diagnostics",
+    "register_source",
     "Chunk",
     "ToolError",
     "read_input",
@@ -24,26 +32,94 @@ __all__ = [
 SPLIT_MARKER = "// -----"
 
 
-class ToolError(Exception):
+class ToolError(MXError):
     """A user error of a tool (bad flag, unreadable file); exit code 1."""
 
 
+class ArgParser(argparse.ArgumentParser):
+    """argparse for the tools: a usage error is a :class:`ToolError` (one
+    line, exit code 1 through :func:`tool_main`, where argparse would exit 2)
+    and ``-h``/``--help`` returns the help text instead of exiting."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, add_help=False, **kwargs)
+        self.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+
+    def error(self, message):
+        raise ToolError(message)
+
+    def parse(self, argv):
+        """Parsed arguments, or the help text when ``-h``/``--help`` is given."""
+        args = self.parse_args(argv)
+        return self.format_help().rstrip() if args.help else args
+
+
+#: Texts read by the running tool, by file name, so that located diagnostics
+#: can show the source line and a caret.
+_SOURCES: ContextVar[dict[str, str] | None] = ContextVar("mlir_mx_tool_sources", default=None)
+
+
+def register_source(filename: str, text: str) -> None:
+    """Remember ``text`` as the contents of ``filename`` for the diagnostics."""
+    sources = _SOURCES.get()
+    if sources is not None:
+        sources[filename] = text
+
+
+def print_diagnostics(prog: str, diags: list[Diagnostic], file=None) -> None:
+    """Print diagnostics as the tools do: located ones as mlir-opt prints them
+    (with the source line and a caret when the text is known), unlocated
+    ones as ``prog: error: message``."""
+    file = file or sys.stderr
+    sources = _SOURCES.get() or {}
+    for d in diags:
+        if d.file is None:
+            # a message that spells its severity already ("error: ...") keeps one
+            message = d.message.removeprefix(f"{d.severity}: ")
+            print(f"{prog}: {d.severity}: {message}", file=file)
+        else:
+            print(format_diagnostic(d, sources), file=file)
+
+
 def tool_main(prog: str, parse, run, argv: list[str] | None) -> int:
-    """The shared ``main()`` of the CLIs: ``parse(argv)`` returns options or a
-    string to print (``--help``); ``run(options)`` returns the exit code.  A
-    :class:`ToolError` becomes ``prog: message`` on stderr and exit code 1."""
+    """The shared ``main()`` of every CLI: ``parse(argv)`` returns options or a
+    string to print (``--help``); ``run(options)`` returns the exit code.
+
+    Any :class:`MXError` (a :class:`ToolError`, IR that does not parse or
+    verify, a failing pass, a bad pipeline) and any upstream ``MLIRError``
+    that escapes a stage are printed as diagnostics, exit code 1.  A closed
+    standard output (``mx-opt ... | head``) exits 1 quietly.
+    """
     argv = sys.argv[1:] if argv is None else argv
+    token = _SOURCES.set({})
     try:
         opts = parse(argv)
         if isinstance(opts, str):
             print(opts)
             return 0
         return run(opts)
-    except ToolError as err:
-        print(f"{prog}: {err}", file=sys.stderr)
+    except MXError as err:
+        print_diagnostics(prog, err.diagnostics)
+        return 1
+    except ir.MLIRError as err:  # a stage that forgot run_pipeline: still a diagnostic
+        print_diagnostics(prog, from_mlir_error(err))
+        return 1
+    except BrokenPipeError:
+        _silence_stdout()
         return 1
     except KeyboardInterrupt:
         return 130
+    finally:
+        _SOURCES.reset(token)
+
+
+def _silence_stdout() -> None:
+    """After EPIPE, point stdout at /dev/null so the interpreter's final flush is quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 @dataclass
@@ -58,10 +134,17 @@ class Chunk:
 def read_input(path: str) -> str:
     """Contents of ``path`` (``-`` = stdin), or :class:`ToolError`."""
     if path == "-":
-        return sys.stdin.read()
+        try:
+            text = sys.stdin.read()
+        except UnicodeDecodeError:
+            raise ToolError("could not read standard input: not UTF-8 text") from None
+        register_source("<stdin>", text)
+        return text
     try:
         with open(path, encoding="utf-8") as f:
-            return f.read()
+            text = f.read()
+        register_source(path, text)
+        return text
     except FileNotFoundError:
         raise ToolError(f"could not open input file '{path}': No such file or directory") from None
     except IsADirectoryError:
@@ -167,7 +250,13 @@ def verify_expected(text: str, filename: str, diags: list[Diagnostic]) -> list[D
     for d in diags:
         if not match(d):
             problems.append(
-                Diagnostic("error", f"unexpected {d.severity}: {d.message}", d.file or filename, d.line, d.col)
+                Diagnostic(
+                    "error",
+                    f"unexpected {d.severity}: {d.message}",
+                    (d.file or filename) if d.line is not None else None,
+                    d.line,
+                    d.col,
+                )
             )
         for n in d.notes:
             match(n)

@@ -16,7 +16,6 @@ Exit status 0 when every check passes, 1 otherwise.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
@@ -26,6 +25,7 @@ from mlir_mx.execution import Runner
 from mlir_mx.model.kernels import Shape, variant_module_text
 from mlir_mx.numerics import ELEMENT_FORMATS, dequantize, quantize
 from mlir_mx.pipelines import load_pipeline
+from mlir_mx.tools.driver import ArgParser, tool_main
 
 M, N, K, B = 32, 64, 64, 32
 
@@ -50,11 +50,19 @@ def _bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (K + 2) * 2.0**-24 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``mx-demo`` console script."""
-    ap = argparse.ArgumentParser(prog="mx-demo", description=__doc__.splitlines()[0])
+def _parse(argv):
+    ap = ArgParser(prog="mx-demo", description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    args = ap.parse_args(argv)
+    return ap.parse(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``mx-demo`` console script (through the shared tool_main)."""
+    return tool_main("mx-demo", _parse, run, argv)
+
+
+def run(args) -> int:
+    """The demo; returns the exit status."""
     rng = np.random.default_rng(args.seed)
     lower = load_pipeline("lower-to-llvm")
     ok = True

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from mlir import ir
 
 from mlir_mx import __version__
-from mlir_mx.diagnostics import Diagnostic, DiagnosticError, capture_diagnostics, from_mlir_error
+from mlir_mx.diagnostics import Diagnostic, DiagnosticError, capture_diagnostics
 from mlir_mx.dialect import (
     load_dialect,
     parse_module,
@@ -30,6 +30,7 @@ from mlir_mx.passes.pipeline import (
     PipelineElement,
     PipelineError,
     build_pass_manager,
+    run_pipeline,
     split_pipeline,
 )
 from mlir_mx.passes.registry import all_extensions, all_passes
@@ -60,6 +61,7 @@ class Options:
     dump_pipeline: bool = False
     pipeline: list[PipelineElement] = field(default_factory=list)
     spelling: dict[str, str] = field(default_factory=dict)  # pass name -> flag as typed
+    pass_pipeline_given: bool = False
 
 
 def _help() -> str:
@@ -149,6 +151,7 @@ def parse_args(argv: list[str]) -> Options | str:
         elif name in ("--mlir-disable-threading", "--no-implicit-module", "--mlir-print-ir-after-failure"):
             pass  # accepted for compatibility; no effect here
         elif name == "--pass-pipeline":
+            opts.pass_pipeline_given = True
             try:
                 opts.pipeline.extend(split_pipeline(value))
             except PipelineError as err:
@@ -158,6 +161,12 @@ def parse_args(argv: list[str]) -> Options | str:
             opts.spelling.setdefault(name[2:], arg.partition("=")[0])
         else:
             raise ToolError(f"Unknown command line argument '{arg}'.  Try: '{PROG} --help'")
+    if opts.pass_pipeline_given and opts.spelling:
+        # as mlir-opt: the two would otherwise nest one pipeline in the other
+        raise ToolError(
+            "'--pass-pipeline' option can't be used with individual pass options "
+            f"({', '.join(opts.spelling.values())})"
+        )
     if len(inputs) > 1:
         raise ToolError(f"too many positional arguments: {' '.join(inputs)}")
     if inputs:
@@ -190,15 +199,9 @@ def process_chunk(text: str, opts: Options, filename: str) -> tuple[str | None, 
     with capture_diagnostics(ctx) as diags:
         try:
             module = parse_module(text, ctx, filename)
+            warnings = run_pipeline(module, opts.pipeline, filename=filename)
         except DiagnosticError as err:
             return None, err.diagnostics
-        try:
-            pm = build_pass_manager(opts.pipeline, ctx)
-            pm.run(module.operation)
-        except ir.MLIRError as err:
-            found = list(diags) + [d for d in from_mlir_error(err) if str(d) not in {str(x) for x in diags}]
-            remap_diagnostics(found, None, filename)
-            return None, found
         if not verify_module(module.operation):
             remap_diagnostics(diags, None, filename)
             return None, list(diags)
@@ -210,7 +213,7 @@ def process_chunk(text: str, opts: Options, filename: str) -> tuple[str | None, 
             filename=filename,
         )
         remap_diagnostics(diags, None, filename)
-        warnings = [d for d in diags if d.severity != "error"]
+        warnings += [d for d in diags if d.severity != "error"]
     return out, warnings
 
 

@@ -9,34 +9,28 @@ Examples::
 
 Inputs are mx IR files (every public function is modelled) or named shapes
 (MxNxK) with ``--variants`` (``f32``, ``mx-a``, ``mx-ab``, ``mx-ab-blocked``).
-Bad input (a bad shape, an unknown variant, an unreadable file, invalid IR)
-prints one ``mx-roofline: error: ...`` line and exits 1.
+Bad input (a bad shape or block size, an unknown variant, an unreadable
+file, an output path that is a file or cannot be created, input with
+nothing to model) prints ``mx-roofline: error: ...`` and exits 1; invalid IR
+prints its located diagnostic (``file:line:col: error: ...``).  The shared
+:func:`mlir_mx.tools.driver.tool_main` runs it, as every CLI.
 """
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
 from pathlib import Path
 
-from mlir_mx.diagnostics import DiagnosticError
+from mlir_mx.tools.driver import ArgParser, ToolError, register_source, tool_main
 
 PROG = "mx-roofline"
 DEFAULT_SHAPES = ("32x64x64", "1x64x64")
 DEFAULT_VARIANTS = "f32,mx-a,mx-ab,mx-ab-blocked"
 
 
-class _Error(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 1 (argparse would exit 2)
-        raise _Error(message)
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+def _parser() -> ArgParser:
+    p = ArgParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("files", nargs="*", help="mx IR files ('-' for standard input)")
     p.add_argument("--shape", action="append", default=[], help="MxNxK (repeatable)")
     p.add_argument(
@@ -63,11 +57,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
-
-
 def _file_rows(args, say):
     from mlir_mx.model.ir_model import analyze_all
     from mlir_mx.model.report import Row
@@ -77,12 +66,15 @@ def _file_rows(args, say):
         try:
             text = sys.stdin.read() if f == "-" else Path(f).read_text()
         except (OSError, UnicodeDecodeError) as err:
-            raise _Error(f"cannot read '{f}': {getattr(err, 'strerror', None) or err}") from None
+            raise ToolError(f"cannot read '{f}': {getattr(err, 'strerror', None) or err}") from None
         name = "<stdin>" if f == "-" else f
-        try:
-            models = analyze_all(text, filename=name, matmul_lowering=args.matmul_lowering)
-        except DiagnosticError as err:
-            raise _Error(_first_line(err)) from None
+        register_source(name, text)
+        models = analyze_all(text, filename=name, matmul_lowering=args.matmul_lowering)
+        if not models:
+            raise ToolError(
+                f"nothing to model in '{name}': no public function with a body at the top "
+                "level of the module"
+            )
         for km in models:
             if args.function and km.function != args.function:
                 continue
@@ -91,7 +83,7 @@ def _file_rows(args, say):
             row.source_text = text  # type: ignore[attr-defined]
             rows.append(row)
     if args.function and not rows:
-        raise _Error(f"no function '{args.function}' in the input files")
+        raise ToolError(f"no function '{args.function}' in the input files")
     return rows
 
 
@@ -109,7 +101,7 @@ def _time_file_row(row, say):
     vals = []
     for p in sig.args:
         if p.error or not p.is_buffer or any(s is None for s in p.shape):
-            raise _Error(f"cannot time @{row.model.function}: argument {p.name} ({p.type})")
+            raise ToolError(f"cannot time @{row.model.function}: argument {p.name} ({p.type})")
         if p.dtype.kind == "f":
             vals.append(rng.standard_normal(p.shape).astype(p.dtype))
         else:
@@ -122,11 +114,34 @@ def _time_file_row(row, say):
     row.measured = time_repeated(run)
 
 
-def run(argv) -> int:
-    args = _parser().parse_args(argv)
+def _parse(argv):
+    args = _parser().parse(argv)
+    if isinstance(args, str):
+        return args
+    if args.block_size < 1:
+        raise ToolError(f"--block-size must be a positive integer, got {args.block_size}")
+    if args.threads < 1:
+        raise ToolError("--threads must be at least 1")
+    if args.out is not None:
+        _check_out_dir(Path(args.out))
+    return args
+
+
+def _check_out_dir(out: Path) -> None:
+    """The plot directory must be a directory we can write (created if missing)."""
+    if out.exists() and not out.is_dir():
+        raise ToolError(f"--out '{out}' exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ToolError(f"cannot create --out directory '{out}': {err.strerror or err}") from None
+    if not os.access(out, os.W_OK):
+        raise ToolError(f"--out directory '{out}' is not writable")
+
+
+def run(args) -> int:
     say = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
 
-    from mlir_mx.model.ir_model import ModelError
     from mlir_mx.model.kernels import VARIANTS, VariantUnavailable, parse_shape
     from mlir_mx.model.machines import get_machine
     from mlir_mx.model.report import model_rows, roofline_table
@@ -134,17 +149,15 @@ def run(argv) -> int:
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in variants:
         if v not in VARIANTS:
-            raise _Error(f"unknown variant '{v}' (available: {', '.join(VARIANTS)})")
-    if args.threads < 1:
-        raise _Error("--threads must be at least 1")
+            raise ToolError(f"unknown variant '{v}' (available: {', '.join(VARIANTS)})")
     try:
         shapes = [parse_shape(s, args.block_size) for s in args.shape]
     except ValueError as err:
-        raise _Error(str(err)) from None
+        raise ToolError(str(err)) from None
     from mlir_mx.numerics import ELEMENT_FORMATS
 
     if args.element not in ELEMENT_FORMATS:
-        raise _Error(
+        raise ToolError(
             f"unknown element type '{args.element}' (available: {', '.join(ELEMENT_FORMATS)})"
         )
     if not shapes and not args.files:
@@ -152,13 +165,10 @@ def run(argv) -> int:
     try:
         machine = get_machine(args.machine, threads=args.threads, progress=say)
     except KeyError as err:
-        raise _Error(err.args[0]) from None
+        raise ToolError(err.args[0]) from None
 
     rows = _file_rows(args, say) if args.files else []
-    try:
-        rows += model_rows(shapes, variants, args.element, args.block_size)
-    except (ModelError, DiagnosticError) as err:
-        raise _Error(_first_line(err)) from None
+    rows += model_rows(shapes, variants, args.element, args.block_size)
 
     if args.measure_kernels:
         from mlir_mx.model.measure import time_kernel
@@ -198,14 +208,7 @@ def run(argv) -> int:
 
 def main(argv=None) -> int:
     """Console entry point; returns the exit status."""
-    try:
-        return run(sys.argv[1:] if argv is None else argv)
-    except _Error as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return 1
-    except (DiagnosticError, ValueError) as err:
-        print(f"{PROG}: error: {_first_line(err)}", file=sys.stderr)
-        return 1
+    return tool_main(PROG, _parse, run, argv)
 
 
 if __name__ == "__main__":

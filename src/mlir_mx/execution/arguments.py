@@ -1,0 +1,217 @@
+"""Checking and marshalling the Runner's arguments, before native code runs.
+
+Every check raises ``TypeError`` (wrong kind of object or dtype) or
+``ValueError`` (wrong shape, layout, mutability or range) naming the
+function and the argument; nothing reaches native code unless it is safe:
+
+* buffers are ``numpy.ndarray`` (subclasses such as ``np.matrix`` and
+  ``np.memmap`` are used as the plain array they view; masked arrays are
+  refused: native code would ignore the mask), of the exact dtype and
+  shape, C-contiguous and aligned;
+* an array the function may write (the accumulator of a matmul, an output
+  memref; :mod:`mlir_mx.execution.effects`) must be writeable: a read-only
+  array, a memmap opened ``mode="r"`` or an array over ``bytes`` is refused;
+* scalars are real numbers (integers for integer types) whose value fits the
+  parameter's type: an f32 argument of 2**200 is refused instead of becoming
+  +inf (an explicit inf or nan is passed as is).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Callable
+
+import numpy as np
+
+from mlir_mx.numerics import MXArray
+
+__all__ = [
+    "check_compile_args",
+    "check_buffer",
+    "scalar_cell",
+    "descriptor",
+    "descriptor_type",
+    "split_mx_args",
+    "group_mx_results",
+    "CTYPES",
+]
+
+#: Raw storage of a scalar passed by pointer (the packed C interface).
+CTYPES = {1: ctypes.c_uint8, 2: ctypes.c_uint16, 4: ctypes.c_uint32, 8: ctypes.c_uint64}
+
+
+def check_compile_args(module, pipeline, opt_level, shared_libs, context) -> None:
+    """Refuse bad Runner/compile_module arguments before upstream sees them
+    (an opt level outside 0..3 hits an LLVM ``UNREACHABLE`` and aborts)."""
+    from mlir import ir
+
+    if not isinstance(module, str | ir.Module):
+        raise TypeError(f"module: expected an ir.Module or MLIR text (str), got {type(module).__name__}")
+    if pipeline is not None and not isinstance(pipeline, str):
+        raise TypeError(f"pipeline: expected a pipeline string or None, got {type(pipeline).__name__}")
+    if isinstance(opt_level, bool) or not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
+        raise ValueError(f"opt_level: expected an integer in 0..3, got {opt_level!r}")
+    if context is not None and not isinstance(context, ir.Context):
+        raise TypeError(f"context: expected an ir.Context or None, got {type(context).__name__}")
+    if shared_libs is None:
+        return
+    if isinstance(shared_libs, str | bytes) or not hasattr(shared_libs, "__iter__"):
+        raise TypeError("shared_libs: expected a list of library paths")
+    for lib in shared_libs:
+        if not isinstance(lib, str):
+            raise TypeError(f"shared_libs: expected paths (str), got {type(lib).__name__}")
+        try:
+            ctypes.CDLL(lib)
+        except OSError as err:
+            raise ValueError(f"shared_libs: cannot load '{lib}': {err}") from None
+
+
+def _where(fn: str, i: int, p) -> str:
+    return f"{fn}: argument {i + 1} ('{p.name}')"
+
+
+def fmt_shape(shape) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def check_buffer(fn: str, i: int, p, a, may_write: Callable[[], bool]) -> np.ndarray:
+    """The array to pass for buffer parameter ``p`` (argument ``i`` of ``fn``).
+
+    ``may_write()`` says whether the function may write this parameter; it is
+    only asked for read-only arrays (it runs an analysis the first time).
+    """
+    where = _where(fn, i, p)
+    if isinstance(a, np.ma.MaskedArray):
+        raise TypeError(
+            f"{where}: masked arrays are not supported (native code would ignore the mask); "
+            "pass a.filled(value) or np.asarray(a)"
+        )
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{where}: expected a numpy.ndarray for {p.type}, got {type(a).__name__}")
+    if type(a) is not np.ndarray:
+        a = np.asarray(a)  # np.matrix, np.memmap, ...: the plain array they view (same memory)
+    if a.dtype != p.dtype:
+        raise TypeError(f"{where}: expected dtype {p.dtype}, got {a.dtype}")
+    if a.ndim != len(p.shape) or any(
+        s is not None and s != d for s, d in zip(p.shape, a.shape, strict=False)
+    ):
+        want = tuple("?" if s is None else s for s in p.shape)
+        raise ValueError(f"{where}: expected shape {fmt_shape(want)}, got {fmt_shape(a.shape)}")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{where}: array is not C-contiguous (use np.ascontiguousarray)")
+    if not a.flags.aligned:
+        raise ValueError(f"{where}: array data is not aligned for {a.dtype} (copy it: np.array(a))")
+    if not a.flags.writeable and may_write():
+        raise ValueError(
+            f"{where}: the function writes this argument but the array is read-only "
+            "(a read-only view, a memmap opened mode='r' or an array over bytes); "
+            "pass a writeable copy: np.array(a)"
+        )
+    return a
+
+
+def _real(where: str, p, a) -> np.ndarray:
+    if isinstance(a, bool | np.bool_) or not isinstance(a, int | float | np.integer | np.floating):
+        raise TypeError(f"{where}: expected a real number for {p.type}, got {type(a).__name__}")
+    try:
+        wide = float(a)
+    except OverflowError:
+        raise ValueError(f"{where}: {a} is outside the range of {p.type}") from None
+    with np.errstate(over="ignore"):
+        value = np.array(a, dtype=p.dtype)
+    if np.isinf(value) and np.isfinite(wide):
+        raise ValueError(f"{where}: {a!r} is outside the range of {p.type} (it would become inf)")
+    return value
+
+
+def scalar_cell(fn: str, i: int, p, a):
+    """A ctypes cell holding scalar argument ``a`` for parameter ``p``."""
+    where = _where(fn, i, p)
+    if isinstance(a, np.ndarray) and a.ndim == 0:
+        a = a[()]
+    kind = p.dtype.kind
+    if kind == "f" or p.type == "bf16":
+        value = _real(where, p, a)
+    elif kind == "b":
+        if not isinstance(a, bool | np.bool_ | int | np.integer) or int(a) not in (0, 1):
+            raise TypeError(f"{where}: expected a bool for i1, got {a!r}")
+        value = np.array(bool(a), dtype=np.bool_)
+    else:
+        if isinstance(a, bool | np.bool_) or not isinstance(a, int | np.integer):
+            raise TypeError(f"{where}: expected an integer for {p.type}, got {type(a).__name__}")
+        info = np.iinfo(p.dtype)
+        if not info.min <= int(a) <= info.max:
+            raise ValueError(f"{where}: {int(a)} does not fit in {p.type}")
+        value = np.array(int(a), dtype=p.dtype)
+    return CTYPES[p.dtype.itemsize].from_buffer_copy(value.tobytes())
+
+
+@functools.cache
+def descriptor_type(rank: int):
+    """ctypes struct of a ranked memref descriptor (element pointer as void*).
+
+    Cached: creating a ctypes type (and its pointer type) costs tens of
+    microseconds, which would dominate the call of a small kernel.
+    """
+    fields = [
+        ("allocated", ctypes.c_void_p),
+        ("aligned", ctypes.c_void_p),
+        ("offset", ctypes.c_int64),
+    ]
+    if rank:
+        fields += [("shape", ctypes.c_int64 * rank), ("strides", ctypes.c_int64 * rank)]
+    return type(f"MemRef{rank}D", (ctypes.Structure,), {"_fields_": fields})
+
+
+def descriptor(a: np.ndarray):
+    """The memref descriptor viewing ``a`` (which must stay alive during the call)."""
+    d = descriptor_type(a.ndim)()
+    d.allocated = d.aligned = a.ctypes.data
+    d.offset = 0
+    if a.ndim:
+        d.shape[:] = list(a.shape)
+        d.strides[:] = [s // a.itemsize for s in a.strides] if a.size else [0] * a.ndim
+    return d
+
+
+def split_mx_args(fn: str, params, args, mx_param_type) -> list:
+    """Expand each MXArray / (codes, scales) argument into its two buffers."""
+    flat: list = []
+    for i, (p, a) in enumerate(zip(params, args, strict=True)):
+        if not isinstance(p, mx_param_type):
+            flat.append(a)
+            continue
+        where = _where(fn, i, p)
+        if isinstance(a, MXArray):
+            want = (p.mx.element_type, p.mx.block_size, p.mx.block_axis)
+            got = (a.element, a.block_size, a.axis)
+            if want != got:
+                raise TypeError(
+                    f"{where}: expected an MXArray with element {want[0]}, block_size "
+                    f"{want[1]}, axis {want[2]} for {p.type}; got element {got[0]}, "
+                    f"block_size {got[1]}, axis {got[2]}"
+                )
+            flat += [a.codes, a.scales]
+        elif isinstance(a, tuple | list) and len(a) == 2:
+            flat += list(a)
+        else:
+            raise TypeError(
+                f"{where}: expected an MXArray or a (codes, scales) pair for {p.type}, "
+                f"got {type(a).__name__}"
+            )
+    return flat
+
+
+def group_mx_results(params, values: list, mx_param_type) -> list:
+    """Regroup the (codes, scales) buffers of mx results into MXArrays."""
+    out, k = [], 0
+    for p in params:
+        if isinstance(p, mx_param_type):
+            codes, scales = values[k], values[k + 1]
+            out.append(MXArray(codes, scales, p.mx.element_type, p.mx.block_size, p.mx.block_axis))
+            k += 2
+        else:
+            out.append(values[k])
+            k += 1
+    return out

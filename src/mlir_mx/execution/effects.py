@@ -1,0 +1,158 @@
+"""Which buffer arguments a compiled function may write, read off its LLVM IR.
+
+The Runner passes numpy arrays to native code by reference.  A read-only
+array (``setflags(write=False)``, a memmap opened ``mode="r"``, an array over
+an immutable ``bytes`` object) must not reach a parameter the function
+writes: the write would silently change "read-only" data, or fault on a
+read-only mapping and kill the process.  Read-only arrays stay fine for
+parameters that are only read (weights in a read-only memmap are the
+normal case), so the Runner asks this module, per function, which
+parameters may be written.
+
+The answer comes from the final LLVM-dialect function, where bufferization's
+in-place decisions are settled: a taint analysis from the descriptor
+pointers of each memref parameter through address arithmetic, aggregates,
+casts and branches.  A parameter "may be written" when a tainted pointer is
+the address of a store (``llvm.store``, masked stores and scatters,
+``memcpy``/``memmove``/``memset`` destinations), escapes into memory, or is
+passed to a call or to any op this module does not know.  The analysis is
+conservative: when in doubt, a parameter is written.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+
+__all__ = ["written_parameters"]
+
+# Ops that read memory through a pointer operand and write nothing.
+_READS = frozenset(
+    {
+        "llvm.load",
+        "llvm.intr.masked.load",
+        "llvm.intr.masked.gather",
+        "llvm.intr.prefetch",
+        "llvm.intr.expandload",
+    }
+)
+# Ops without memory effects whose results are derived from their operands.
+_PURE_PREFIXES = ("llvm.mlir.", "llvm.intr.vector.reduce", "llvm.intr.fma", "llvm.intr.fmuladd")
+_PURE = frozenset(
+    """getelementptr insertvalue extractvalue insertelement extractelement shufflevector
+    bitcast addrspacecast ptrtoint inttoptr select icmp fcmp freeze trunc zext sext
+    add sub mul udiv sdiv urem srem and or xor shl lshr ashr fadd fsub fmul fdiv frem fneg
+    fpext fptrunc fptosi fptoui sitofp uitofp
+    intr.ptrmask intr.smax intr.smin intr.umax intr.umin intr.maxnum intr.minnum
+    intr.maximum intr.minimum intr.fabs intr.copysign intr.roundeven intr.floor intr.ceil
+    intr.trunc intr.round intr.rint intr.sqrt intr.abs""".split()
+)
+# Ops with memory or control effects that never write through a pointer operand.
+_HARMLESS = frozenset(
+    {
+        "llvm.return",
+        "llvm.intr.assume",
+        "llvm.intr.lifetime.start",
+        "llvm.intr.lifetime.end",
+        "llvm.intr.invariant.start",
+        "llvm.intr.invariant.end",
+    }
+)
+# Ops that write through ONE operand (index) and only read the others.
+_WRITES_OPERAND = {
+    "llvm.store": 1,
+    "llvm.intr.masked.store": 1,
+    "llvm.intr.memcpy": 0,
+    "llvm.intr.memcpy.inline": 0,
+    "llvm.intr.memmove": 0,
+    "llvm.intr.memset": 0,
+    "llvm.intr.memset.inline": 0,
+}
+
+
+def _function(module: ir.Module, name: str):
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "llvm.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
+            return op
+    return None
+
+
+def _lowered_arity(is_buffer: bool, rank: int) -> int:
+    """Number of LLVM arguments one parameter expands to (memref: 3 + 2 * rank)."""
+    return 3 + 2 * rank if is_buffer else 1
+
+
+def written_parameters(module: ir.Module, name: str, params) -> frozenset[int]:
+    """Indices (into ``params``) of the buffer parameters ``@name`` may write.
+
+    ``params`` are the flattened parameters the Runner recorded before
+    lowering (``is_buffer``, ``shape``).  When the lowered function does not
+    have the expected shape of arguments (another calling convention), every
+    buffer parameter is reported as written.
+    """
+    everything = frozenset(i for i, p in enumerate(params) if p.is_buffer)
+    fn = _function(module, name)
+    if fn is None or not fn.regions[0].blocks:
+        return everything
+    entry = fn.regions[0].blocks[0]
+    args = list(entry.arguments)
+    widths = [_lowered_arity(p.is_buffer, len(p.shape) if p.is_buffer else 0) for p in params]
+    if sum(widths) != len(args):
+        return everything
+    taint: dict[ir.Value, frozenset[int]] = {}
+    pos = 0
+    for i, (p, w) in enumerate(zip(params, widths, strict=True)):
+        if p.is_buffer:
+            taint[args[pos]] = taint[args[pos + 1]] = frozenset({i})  # allocated, aligned
+        pos += w
+    return _propagate(fn, taint) & everything
+
+
+def _propagate(fn: ir.Operation, taint: dict) -> frozenset[int]:
+    """Run the taint to a fixed point; the parameters that may be written."""
+    ops: list[ir.Operation] = []
+    fn.walk(lambda o: ops.append(o.operation) or ir.WalkResult.ADVANCE)
+    written: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for op in ops:
+            tainted = [taint.get(v, frozenset()) for v in op.operands]
+            if not any(tainted):
+                continue
+            flows = _effect(op, tainted, written)
+            for r in _receivers(op):
+                new = taint.get(r, frozenset()) | flows
+                if new != taint.get(r):
+                    taint[r] = new
+                    changed = True
+    return frozenset(written)
+
+
+def _effect(op: ir.Operation, tainted: list[frozenset[int]], written: set[int]) -> frozenset[int]:
+    """Record what ``op`` writes; return the taint its results/successors receive."""
+    name = op.name
+    every = frozenset().union(*tainted)
+    if name in _READS or name in _HARMLESS:
+        return frozenset()
+    short = name[5:] if name.startswith("llvm.") else name
+    if short in _PURE or name.startswith(_PURE_PREFIXES):
+        return every
+    if name in _WRITES_OPERAND:
+        target = _WRITES_OPERAND[name]
+        written.update(tainted[target])
+        if name in ("llvm.store", "llvm.intr.masked.store"):
+            written.update(tainted[0])  # a pointer stored to memory escapes
+        return frozenset()
+    if op.successors:  # branches: operands flow into successor arguments
+        return every
+    written.update(every)  # calls, scatters, unknown ops: may write anything they see
+    return every
+
+
+def _receivers(op: ir.Operation) -> list[ir.Value]:
+    """Results, plus the arguments of successor blocks (over-approximated: all of them)."""
+    out = list(op.results)
+    for succ in op.successors:
+        out.extend(succ.arguments)
+    return out

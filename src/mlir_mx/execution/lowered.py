@@ -1,0 +1,108 @@
+"""Checks on a module lowered to the LLVM dialect, before the JIT sees it.
+
+The ExecutionEngine reports neither an op the pipeline left unconverted nor
+an external function nothing defines in a useful way (the first fails with
+an opaque message, the second prints "Symbols not found" from the lazy JIT
+and hands back no function).  These checks name the op or the symbol, at
+its location, as a :class:`~mlir_mx.diagnostics.DiagnosticError`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+from mlir import ir
+
+from mlir_mx.diagnostics import Diagnostic, DiagnosticError
+
+__all__ = ["check_lowered", "check_symbols"]
+
+
+def check_lowered(module: ir.Module) -> None:
+    """Name the first op the pipeline left outside the LLVM dialect.
+
+    Conversions to LLVM are partial: an op nobody converts (an n-D
+    ``vector.load``, an f8 ``arith.extf`` without our expansion) stays, and the
+    ExecutionEngine then fails with an opaque message.  Say which op it is.
+    """
+    ops: list[ir.Operation] = []
+    casts: list[ir.Operation] = []
+
+    def visit(op):
+        o = op.operation
+        if o.name == "builtin.unrealized_conversion_cast":
+            casts.append(o)
+        elif not o.name.startswith("llvm.") and o.name != "builtin.module":
+            ops.append(o)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if ops or casts:
+        first = (ops or casts)[0]
+        raise DiagnosticError(
+            Diagnostic.from_location(
+                first.location,
+                "error",
+                f"lowering left '{first.name}' outside the LLVM dialect; "
+                "the pipeline does not convert it",
+            )
+        )
+
+
+_LIB_HANDLES: dict[str, ctypes.CDLL] = {}
+
+
+def _resolves(symbol: str, shared_libs) -> bool:
+    """True when the JIT can find ``symbol``: in the process or a shared library."""
+    for path in (None, *shared_libs):
+        try:
+            if path not in _LIB_HANDLES:
+                _LIB_HANDLES[path] = ctypes.CDLL(path)
+            getattr(_LIB_HANDLES[path], symbol)
+            return True
+        except (OSError, AttributeError):
+            continue
+    return False
+
+
+def _referenced_symbols(module: ir.Module) -> set[str]:
+    """Symbols called (``llvm.call``) or taken the address of (``llvm.mlir.addressof``)."""
+    used: set[str] = set()
+
+    def visit(op):
+        o = op.operation
+        for attr in ("callee", "global_name"):
+            if o.name in ("llvm.call", "llvm.mlir.addressof") and attr in o.attributes:
+                used.add(ir.FlatSymbolRefAttr(o.attributes[attr]).value)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return used
+
+
+def check_symbols(module: ir.Module, shared_libs) -> None:
+    """Refuse a used external function nothing defines, before the JIT links
+    lazily (it would print "Symbols not found" and hand back no function).
+    Declarations nobody calls are harmless and left alone."""
+    externals = []
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "llvm.func" and not op.regions[0].blocks:
+            externals.append(op)
+    if not externals:
+        return
+    used = _referenced_symbols(module)
+    for op in externals:
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        if name in used and not _resolves(name, shared_libs):
+            libs = ", ".join(Path(p).name for p in shared_libs) or "none"
+            raise DiagnosticError(
+                Diagnostic.from_location(
+                    op.location,
+                    "error",
+                    f"unresolved external function '{name}': not defined in the module, "
+                    f"the process or the shared libraries ({libs})",
+                )
+            )

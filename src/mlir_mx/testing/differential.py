@@ -1,0 +1,326 @@
+"""The differential tester: random mx programs, every pipeline, the oracle.
+
+:func:`random_program` builds a small function from the four mx ops (random
+shapes, element formats, block sizes and axes; constant and runtime
+``fold_scale`` alphas; the patterns the canonicalizer looks for), and
+:func:`random_inputs` feeds it NaN, +-Inf, +-0, f32 subnormals, saturating
+magnitudes and MX operands with scale codes 0, 254 and 255.  :func:`check`
+compiles a batch of programs with every :data:`VARIANTS` entry, with and
+without ``--canonicalize`` first, runs them, and compares
+(``docs/testing.md``, the claims are in ``docs/numerics.md``):
+
+* every quantize / dequantize / fold_scale result with the oracle, bit for
+  bit (NaN payloads aside);
+* every variant with its own canonicalized build, bit for bit: a rewrite
+  never changes a result;
+* ``block_matmul`` results with the exact sum, within the documented bound
+  (:func:`matmul_bound`), and bit for bit between variants that claim the
+  same summation order (the same ``matmul_order``).
+
+The pipelines compared are the ONE list :data:`VARIANTS`; a new lowering or
+kernel schedule is one :func:`register_variant` call.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mlir_mx import numerics as N
+from mlir_mx.testing.programs import Program, random_inputs, random_program
+
+__all__ = [
+    "Variant", "VARIANTS", "register_variant", "then_llvm", "Program", "random_program", "random_inputs",
+    "matmul_bound", "evaluate", "check", "run", "Report",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to compile a program.
+
+    ``pipeline()`` returns the pipeline text (None: the Runner's default);
+    ``matmul_order`` names the f32 operation order its block_matmul claims:
+    variants with the same order must agree bit for bit; ``supports(program)``
+    says whether the pipeline handles the program (e.g. a schedule's tile
+    constraints).
+    """
+
+    name: str
+    pipeline: Callable[[], str | None]
+    matmul_order: str | None = None
+    supports: Callable[[Program], bool] = lambda program: True
+
+
+def then_llvm(prefix: str) -> Callable[[], str]:
+    """A pipeline factory: ``prefix`` (pipeline text, or ``@name`` of a shipped
+    pipeline) followed by ``lower-to-llvm``."""
+
+    def pipeline() -> str:
+        from mlir_mx.pipelines import load_pipeline
+
+        head = load_pipeline(prefix[1:]) if prefix.startswith("@") else prefix
+        return head + "," + load_pipeline("lower-to-llvm")
+
+    return pipeline
+
+
+def _vectorizable_fused(p: Program) -> bool:
+    # the [8, 32, 32] tile of mx-vectorize: K blocked by 32, N within one tile
+    return all(mm.block_size == 32 and mm.n <= 32 and mm.m <= 8 for mm in p.matmuls)
+
+
+#: THE list of pipelines the tester compares (extend with register_variant).
+VARIANTS: list[Variant] = [
+    Variant("fused", then_llvm("mx-to-linalg{matmul-lowering=fused}"), "fused"),
+    Variant("blocked", then_llvm("mx-to-linalg{matmul-lowering=blocked}"), "blocked"),
+    Variant("fused-vectorized", then_llvm("@mx-vectorize"), None, _vectorizable_fused),
+    Variant("blocked-vectorized", then_llvm("@mx-vectorize-blocked"), None),
+    Variant("runner-default", lambda: None, "blocked"),
+]
+
+
+def register_variant(variant: Variant) -> None:
+    """Add (or replace, by name) a pipeline the differential tester compares."""
+    VARIANTS[:] = [v for v in VARIANTS if v.name != variant.name] + [variant]
+
+
+# ------------------------------------------------------------------ the oracle
+
+_U = 2.0**-24
+
+
+def matmul_bound(terms_abs: np.ndarray, k: int, block_size: int) -> np.ndarray:
+    """The documented bound of ``block_matmul`` (``docs/numerics.md``): with
+    ``T = |acc| + sum_k |a_k b_k|`` (exact), ``n = K + K/B + 2`` roundings,
+    ``|result - exact| <= gamma_n T + n 2^-149 E`` where ``gamma_n = n u /
+    (1 - n u)``, ``u = 2^-24`` and ``E = 2^33`` covers products of two
+    element values that fall below the f32 normal range (scale products too)."""
+    n = k + k // block_size + 2
+    gamma = n * _U / (1 - n * _U)
+    return gamma * terms_abs + n * 2.0**-149 * 2.0**33
+
+
+def _value(v) -> np.ndarray:
+    return N.dequantize(v) if isinstance(v, N.MXArray) else v
+
+
+def evaluate(p: Program, args: list) -> list:
+    """The oracle's results of ``p``: MXArrays and f32 arrays (exact ops), and
+    ``("matmul", exact f64, bound, comparable mask)`` for block_matmul."""
+    env = {}
+    for spec, a in zip(p.args, args, strict=True):
+        env[spec[1] if isinstance(spec, tuple) else spec.name] = a
+    for kind, out, *ins in p.ops:
+        if kind == "quantize":
+            env[out.name] = N.quantize(env[ins[0].name], out.mx[0], out.mx[1], axis=out.mx[2])
+        elif kind == "dequantize":
+            env[out.name] = N.dequantize(env[ins[0].name])
+        elif kind == "fold":
+            alpha = ins[1][1] if ins[1][0] == "const" else env[ins[1][1]]
+            env[out.name] = N.fold_scale(env[ins[0].name], alpha)
+        else:
+            a, b, acc = (env[v.name] for v in ins)
+            env[out.name] = _matmul_reference(a, b, acc)
+    return [env[r.name] for r in p.results]
+
+
+def _matmul_reference(a: N.MXArray, b, acc: np.ndarray):
+    av, bv = _value(a).astype(np.float64), _value(b).astype(np.float64)
+    acc64 = acc.astype(np.float64)
+    with np.errstate(all="ignore"):
+        prods = av[:, :, None] * bv[None, :, :]  # exact in f64; no BLAS shortcuts on 0 * inf
+        exact = acc64 + prods.sum(axis=1)
+        finite = np.where(np.isfinite(prods), np.abs(prods), 0.0).sum(axis=1)
+        terms = np.where(np.isfinite(acc64), np.abs(acc64), 0.0) + finite
+    # Outside the claim (docs/numerics.md): an operand element whose dequantized
+    # value overflows f32 from a finite code (a scale above the canonical
+    # range: the fused order materializes Inf, the blocked order may stay
+    # finite), finite sums reaching 2^126 (the order of f32 additions decides
+    # whether they overflow), and blocked partials reaching 2^120 (below).
+    overflow_a = np.isinf(av) & np.isfinite(a.element_values())
+    overflow_b = np.isinf(bv) & np.isfinite(b.element_values()) if isinstance(b, N.MXArray) else np.zeros(bv.shape, bool)
+    bad = overflow_a.any(axis=1)[:, None] | overflow_b.any(axis=0)[None, :]
+    # The blocked order sums UNSCALED element values times B per block (the
+    # scale comes after): with an f32 B above ~2^110 that partial can
+    # overflow although the scaled sum is finite.  (i8 codes are up to 127.)
+    unscaled = np.abs(a.element_values()) * (64 if a.element == "i8" else 1)
+    ub = np.abs(b.element_values()) * (64 if b.element == "i8" else 1) if isinstance(b, N.MXArray) else np.abs(bv)
+    with np.errstate(all="ignore"):
+        part = unscaled[:, :, None] * np.where(np.isfinite(ub), ub, 0.0)[None, :, :]
+        part = part.reshape(part.shape[0], -1, a.block_size, part.shape[2]).sum(axis=2).max(axis=1)
+    ok = ~bad & (terms < 2.0**126) & ~(part >= 2.0**120)
+    return ("matmul", exact, matmul_bound(terms, av.shape[1], a.block_size), ok)
+
+
+def _same_f32(x: np.ndarray, y: np.ndarray) -> bool:
+    """Bit for bit, NaN payloads and NaN signs aside."""
+    x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
+    if x.shape != y.shape:
+        return False
+    nx, ny = np.isnan(x), np.isnan(y)
+    return bool(np.array_equal(nx, ny) and np.array_equal(x[~nx].view(np.uint32), y[~ny].view(np.uint32)))
+
+
+def _same(x, y) -> bool:
+    if isinstance(x, N.MXArray) or isinstance(y, N.MXArray):
+        return isinstance(x, N.MXArray) and isinstance(y, N.MXArray) and x.bitwise_equal(y)
+    return _same_f32(x, y)
+
+
+def _within(got: np.ndarray, ref) -> tuple[bool, int]:
+    """(within the bound where comparable, number of comparable outputs)."""
+    _, exact, bound, ok = ref
+    got = got.astype(np.float64)
+    nan = np.isnan(exact)
+    with np.errstate(invalid="ignore"):
+        close = np.abs(got - exact) <= bound
+        fine = np.where(nan, np.isnan(got), np.where(np.isinf(exact), got == exact, close))
+    return bool(np.all(fine | ~ok)), int(ok.sum())
+
+
+# ------------------------------------------------------------------ running
+
+
+@dataclass
+class Report:
+    """What :func:`check` compared, and every disagreement found."""
+
+    programs: int = 0
+    compiles: int = 0
+    calls: int = 0
+    bitwise: int = 0  # outputs compared bit for bit
+    bounded: int = 0  # matmul output elements compared within the bound
+    out_of_claim: int = 0  # matmul output elements outside the claim (see _matmul_reference)
+    mismatches: list[str] = field(default_factory=list)
+
+    def merge(self, other: Report) -> None:
+        for f in ("programs", "compiles", "calls", "bitwise", "bounded", "out_of_claim"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+        self.mismatches += other.mismatches
+
+    def summary(self) -> str:
+        return (
+            f"{self.programs} programs, {self.compiles} compilations, {self.calls} calls: "
+            f"{self.bitwise} outputs bit for bit, {self.bounded} matmul elements within the bound "
+            f"({self.out_of_claim} outside the claim), {len(self.mismatches)} mismatches"
+        )
+
+
+def _compile(programs: list[Program], variant: Variant, canonicalize: bool):
+    from mlir_mx.execution import Runner
+
+    text = "\n".join(p.text() for p in programs)
+    if canonicalize:
+        from mlir import ir
+
+        from mlir_mx.dialect import parse_module, print_module
+        from mlir_mx.passes.pipeline import run_pipeline
+
+        module = parse_module(text, ir.Context())
+        run_pipeline(module, "canonicalize")
+        text = print_module(module)
+    return Runner(text, variant.pipeline(), opt_level=1)
+
+
+def _call(runner, p: Program, args: list) -> list:
+    fresh = [a.copy() if isinstance(a, np.ndarray) else a for a in args]  # acc is updated in place
+    out = runner.invoke(p.name, *fresh)
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+def check(programs: list[Program], inputs: dict[str, list[list]], variants=None) -> Report:
+    """Compile ``programs`` with every variant (plain and canonicalized), run
+    them on ``inputs[name]`` and compare; see the module docstring."""
+    report = Report(programs=len(programs))
+    results: dict[tuple[str, bool, str, int], list] = {}
+    for variant in variants or VARIANTS:
+        chosen = [p for p in programs if variant.supports(p)]
+        if not chosen:
+            continue
+        for canon in (False, True):
+            runner = _compile(chosen, variant, canon)
+            report.compiles += 1
+            for p in chosen:
+                for j, args in enumerate(inputs[p.name]):
+                    report.calls += 1
+                    try:
+                        results[(variant.name, canon, p.name, j)] = _call(runner, p, args)
+                    except (ValueError, TypeError) as err:  # e.g. codes an MXArray refuses
+                        where = f"{p.name} input {j} [{variant.name}{' +canonicalize' if canon else ''}]"
+                        report.mismatches.append(f"{where}: the call failed: {err}")
+    orders = {v.name: v.matmul_order for v in variants or VARIANTS}
+    for p in programs:
+        for j, args in enumerate(inputs[p.name]):
+            want = evaluate(p, args)
+            _compare_one(p, j, want, results, orders, report)
+    return report
+
+
+def _compare_one(p, j, want, results, orders, report) -> None:
+    keys = [k for k in results if k[2] == p.name and k[3] == j]
+    first_of_order: dict[str, tuple] = {}
+    for key in keys:
+        got = results[key]
+        where = f"{p.name} input {j} [{key[0]}{' +canonicalize' if key[1] else ''}]"
+        plain = results.get((key[0], False, p.name, j))
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            if key[1] and plain is not None and not _same(g, plain[i]):
+                report.mismatches.append(f"{where} result {i}: --canonicalize changed it")
+            if isinstance(w, tuple):
+                fine, n = _within(g, w)
+                report.bounded += n
+                report.out_of_claim += int(w[3].size - n)
+                if not fine:
+                    report.mismatches.append(f"{where} result {i}: matmul outside the bound")
+                order = orders.get(key[0])
+                if order:
+                    ref = first_of_order.setdefault(f"{order}:{i}", (key, g))
+                    if not _same(g, ref[1]):
+                        report.mismatches.append(f"{where} result {i}: differs from {ref[0][0]} (same matmul order '{order}')")
+            else:
+                report.bitwise += 1
+                if not _same(g, w):
+                    report.mismatches.append(f"{where} result {i}: differs from the oracle")
+
+
+def run(seed: int, batches: int, programs_per_batch: int = 6, inputs_per_program: int = 3) -> Report:
+    """The seeded campaign: ``batches`` batches of random programs through :func:`check`."""
+    total = Report()
+    for b in range(batches):
+        rng = random.Random(f"differential:{seed}:{b}")
+        nrng = np.random.default_rng(rng.randrange(2**32))
+        programs = [random_program(rng, f"p{b}_{i}") for i in range(programs_per_batch)]
+        inputs = {p.name: [random_inputs(p, nrng) for _ in range(inputs_per_program)] for p in programs}
+        rep = check(programs, inputs)
+        if rep.mismatches:
+            rep.mismatches = [m + f" (batch {b}, seed {seed})" for m in rep.mismatches]
+        total.merge(rep)
+    return total
+
+
+def main(argv=None) -> int:
+    """``python -m mlir_mx.testing.differential``: a seeded differential campaign."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m mlir_mx.testing.differential")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--batches", type=int, default=2)
+    p.add_argument("--programs", type=int, default=6, help="programs per batch (one module)")
+    p.add_argument("--inputs", type=int, default=3, help="input sets per program")
+    args = p.parse_args(argv)
+    report = run(args.seed, args.batches, args.programs, args.inputs)
+    print(f"variants: {', '.join(v.name for v in VARIANTS)} (each also after --canonicalize)")
+    print(report.summary())
+    for m in report.mismatches[:50]:
+        print("MISMATCH", m)
+    return 1 if report.mismatches else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

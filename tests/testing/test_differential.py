@@ -1,0 +1,72 @@
+"""The differential tester: random mx programs through every pipeline of
+mlir_mx.testing.differential.VARIANTS, with and without --canonicalize,
+against the oracle (docs/testing.md).  Quick seeded set by default, the long
+set marked slow."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mlir_mx import numerics as N
+from mlir_mx.testing import differential as D
+from mlir_mx.testing.programs import Program, _Val
+
+
+def test_quick_differential_set():
+    report = D.run(seed=1, batches=1, programs_per_batch=5, inputs_per_program=2)
+    assert not report.mismatches, "\n".join(report.mismatches[:20])
+    # every variant compiled (the fused-vectorized one only if a program fits its tile)
+    assert report.compiles >= 2 * (len(D.VARIANTS) - 1)
+    assert report.bitwise > 20 and report.bounded > 20
+
+
+def _fold_then_dequantize(alpha: float) -> Program:
+    t = _Val("a0", (1, 32), ("f8E4M3FN", 32, 1))
+    fs = _Val("v1", (1, 32), ("f8E4M3FN", 32, 1))
+    d = _Val("v2", (1, 32))
+    return Program(
+        "fd", args=[t], ops=[("fold", fs, t, ("const", alpha)), ("dequantize", d, fs)], results=[d]
+    )
+
+
+def test_the_tester_catches_a_result_changing_rewrite():
+    """mx-fuse-scales is the opt-in, inexact fusion: as a 'pipeline' it must
+    be caught (semantics/3-fold-scale-requantize.mlir: 3.5 vs 3.375)."""
+    fused = D.Variant("fuse-scales", D.then_llvm("mx-fuse-scales,mx-to-linalg"))
+    plain = D.Variant("blocked", D.then_llvm("mx-to-linalg"))
+    p = _fold_then_dequantize(3.0)
+    x = np.ones((1, 32), np.float32)
+    x[0, 0] = 1.125
+    t = N.quantize(x, "f8E4M3FN", 32)
+    assert not D.check([p], {"fd": [[t]]}, [plain]).mismatches
+    caught = D.check([p], {"fd": [[t]]}, [fused]).mismatches
+    assert any("differs from the oracle" in m for m in caught)
+
+
+def test_oracle_and_bound_helpers():
+    nan_a = np.array([np.nan, 1.0], np.float32)
+    nan_b = np.array([np.float32(np.nan) * -1, 1.0], np.float32)
+    assert D._same(nan_a, nan_b)  # NaN payload and sign aside
+    assert not D._same(np.float32([0.0]), np.float32([-0.0]))  # but zeros' signs count
+    b = D.matmul_bound(np.array([1.0, 2.0]), 64, 32)
+    assert b[1] > b[0] > 64 * 2.0**-24
+
+
+def test_variants_are_one_registry():
+    names = [v.name for v in D.VARIANTS]
+    assert len(names) == len(set(names))
+    assert {"fused", "blocked", "fused-vectorized", "blocked-vectorized"} <= set(names)
+    extra = D.Variant("extra", D.then_llvm("mx-to-linalg"), "blocked")
+    D.register_variant(extra)
+    try:
+        assert D.VARIANTS[-1] is extra and [v.name for v in D.VARIANTS].count("extra") == 1
+    finally:
+        D.VARIANTS.remove(extra)
+
+
+@pytest.mark.slow
+def test_long_differential_set():
+    """The long mode recorded in docs/testing.md."""
+    report = D.run(seed=2026, batches=40, programs_per_batch=6, inputs_per_program=3)
+    assert not report.mismatches, "\n".join(report.mismatches[:20])
