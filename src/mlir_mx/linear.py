@@ -114,8 +114,9 @@ class Linear:
     # -- the call ------------------------------------------------------------------
 
     def __call__(self, x) -> np.ndarray:
-        """``x``: f32 ``(M, in)`` or ``(in,)``, or an MXArray ``(M, in)`` blocked
-        along its last axis. Returns f32 ``(M, out)`` (``(out,)`` for a vector)."""
+        """``x``: f32 ``(M, in)`` or ``(in,)`` (numpy, or any DLPack array such as
+        a torch CPU tensor), or an MXArray ``(M, in)`` blocked along its last
+        axis. Returns f32 ``(M, out)`` (``(out,)`` for a vector) as numpy."""
         args, m, vector = self._activations(x)
         out = np.zeros((m, self.out_features), np.float32)
         if m:
@@ -136,6 +137,8 @@ class Linear:
             if x.format.bits < 8:
                 codes = pack_codes(np.ascontiguousarray(codes), x.element)
             return [np.ascontiguousarray(codes), np.ascontiguousarray(x.scales)], x.shape[0], False
+        if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
+            x = np.from_dlpack(x)  # a torch CPU tensor, ...: viewed, not copied
         if not isinstance(x, np.ndarray):
             raise TypeError(f"x: expected a numpy array or an MXArray, got {type(x).__name__}")
         if x.dtype != np.float32:
