@@ -24,6 +24,7 @@ MX) activations with the generated kernels of :mod:`mlir_mx.kernels`::
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import weakref
@@ -82,6 +83,7 @@ class Linear:
         self._scales = np.ascontiguousarray(scales)
         self.threads = threads
         self._runners: dict[tuple, Runner] = {}
+        self._calls: dict[tuple, _BoundMatmul] = {}
         self._lock = threading.Lock()
 
     # -- properties --------------------------------------------------------------
@@ -112,14 +114,14 @@ class Linear:
     # -- the call ------------------------------------------------------------------
 
     def __call__(self, x) -> np.ndarray:
-        """``x``: f32 ``(M, in)`` or ``(in,)``, or an MXArray ``(M, in)`` blocked
-        along its last axis. Returns f32 ``(M, out)`` (``(out,)`` for a vector)."""
+        """``x``: f32 ``(M, in)`` or ``(in,)`` (numpy, or any DLPack array such as
+        a torch CPU tensor), or an MXArray ``(M, in)`` blocked along its last
+        axis. Returns f32 ``(M, out)`` (``(out,)`` for a vector) as numpy."""
         args, m, vector = self._activations(x)
         out = np.zeros((m, self.out_features), np.float32)
         if m:
             a_elem = x.element if isinstance(x, MXArray) else None
-            runner = self._runner(a_elem, _shape_class(m))
-            runner.invoke("matmul", *args, self._codes, self._scales, out)
+            self._bound(a_elem, _shape_class(m))(*args, out)
         return out[0] if vector else out
 
     def _activations(self, x):
@@ -135,6 +137,8 @@ class Linear:
             if x.format.bits < 8:
                 codes = pack_codes(np.ascontiguousarray(codes), x.element)
             return [np.ascontiguousarray(codes), np.ascontiguousarray(x.scales)], x.shape[0], False
+        if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
+            x = np.from_dlpack(x)  # a torch CPU tensor, ...: viewed, not copied
         if not isinstance(x, np.ndarray):
             raise TypeError(f"x: expected a numpy array or an MXArray, got {type(x).__name__}")
         if x.dtype != np.float32:
@@ -144,6 +148,17 @@ class Linear:
         if x2.ndim != 2 or x2.shape[1] != k:
             raise ValueError(f"x: expected shape (M, {k}) or ({k},), got {x.shape}")
         return [np.ascontiguousarray(x2)], x2.shape[0], vector
+
+    def _bound(self, a_elem: str | None, schedule: str) -> _BoundMatmul:
+        key = (a_elem, schedule, self.threads)
+        bound = self._calls.get(key)
+        if bound is None:
+            runner = self._runner(a_elem, schedule)
+            # The first call goes through the Runner's checks; later ones reuse
+            # the weight descriptors (see _BoundMatmul).
+            bound = _BoundMatmul(runner, [self._codes, self._scales])
+            self._calls[key] = bound
+        return bound
 
     def _runner(self, a_elem: str | None, schedule: str) -> Runner:
         key = (a_elem, schedule, self.threads)
@@ -161,6 +176,58 @@ class Linear:
                 runner = Runner(text, pipeline, cache_dir=cache_dir())
                 self._runners[key] = runner
         return runner
+
+
+class _BoundMatmul:
+    """``@matmul`` of one compiled kernel with the weight's buffers bound.
+
+    The Runner checks every argument of every call (dtype, shape, contiguity,
+    writability) and builds fresh memref descriptors: ~120 us, 4 % of an
+    MXFP4 decode step of a 4096 x 14336 layer.  Here the weights are the
+    Linear's own arrays, checked once by the first call (through the
+    Runner), and the activations and output are checked by
+    ``Linear._activations`` / created by ``Linear.__call__``; so later calls
+    only refill the two per-call descriptors (under a lock: they are shared)
+    and call the function: a few microseconds.
+    """
+
+    def __init__(self, runner: Runner, weights: list[np.ndarray]):
+        self.runner, self.weights = runner, weights
+        self.fn = None
+        self.lock = threading.Lock()
+
+    def __call__(self, *args) -> None:
+        if self.fn is None:  # first call: the Runner's checks, then bind
+            self.runner.invoke("matmul", *args[:-1], *self.weights, args[-1])
+            self._bind(len(args) - 1)
+            return
+        with self.lock:
+            for desc, a in zip(self.per_call, args, strict=True):
+                _fill(desc, a)
+            self.fn(self.array)
+
+    def _bind(self, n_activation_args: int) -> None:
+        from mlir_mx.execution.arguments import descriptor, descriptor_type
+
+        self.per_call = [descriptor_type(2)() for _ in range(n_activation_args + 1)]
+        fixed = [descriptor(w) for w in self.weights]
+        order = self.per_call[:-1] + fixed + self.per_call[-1:]
+        self.ptrs = [ctypes.pointer(d) for d in order]
+        cells = [ctypes.pointer(p) for p in self.ptrs]
+        self.keep = (fixed, cells)
+        self.array = (ctypes.c_void_p * len(cells))(
+            *[ctypes.cast(c, ctypes.c_void_p) for c in cells]
+        )
+        raw = self.runner.engine.raw_lookup("_mlir_ciface_matmul")
+        self.fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(raw)
+
+
+def _fill(d, a: np.ndarray) -> None:
+    """Point a rank-2 descriptor at the C-contiguous array ``a``."""
+    d.allocated = d.aligned = a.ctypes.data
+    d.offset = 0
+    d.shape[0], d.shape[1] = a.shape
+    d.strides[0], d.strides[1] = a.shape[1], 1
 
 
 _LINEARS: dict[int, tuple[weakref.ref, Linear]] = {}

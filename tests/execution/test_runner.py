@@ -259,12 +259,56 @@ def test_mx_argument_errors_name_the_argument():
 
     r = _mx_runner()
     x = np.zeros((4, 64), np.float32)
-    with pytest.raises(TypeError, match=r"dq: argument 1 \('%arg0'\): expected an MXArray with element f8E4M3FN"):
+    with pytest.raises(
+        TypeError, match=r"dq: argument 1 \('%arg0'\): expected an MXArray with element f8E4M3FN"
+    ):
         r.dq(quantize(x, "f4E2M1FN", 32))
     with pytest.raises(TypeError, match="expected an MXArray or a"):
         r.dq(x)
     good = quantize(x, "f8E4M3FN", 32)
-    with pytest.raises(ValueError, match=r"'%arg0 scales'\): expected shape \(4, 2\), got \(2, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"'%arg0 scales'\): expected shape \(4, 2\), got \(2, 4\)"
+    ):
         r.dq((good.codes, np.ascontiguousarray(good.scales.T)))
     with pytest.raises(TypeError, match=r"'%arg0 codes'\): expected dtype float8_e4m3fn"):
         r.dq((good.codes.view(np.uint8), good.scales))
+
+
+_SCALE_FIRST = (
+    "func.func @scale(%x: memref<4x8xf32>) {\n"
+    "  %c0 = arith.constant 0 : index\n  %c2 = arith.constant 2.0 : f32\n"
+    "  %v = memref.load %x[%c0, %c0] : memref<4x8xf32>\n"
+    "  %w = arith.mulf %v, %c2 : f32\n  memref.store %w, %x[%c0, %c0] : memref<4x8xf32>\n"
+    "  return\n}\n"
+)
+
+
+class _DLPackOnly:
+    """A DLPack producer that is not a numpy array (like a torch tensor)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kwargs):
+        return self.a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+def test_dlpack_inputs_without_copies():
+    """Any DLPack producer is viewed, not copied: the function's writes reach it."""
+    r = Runner(_SCALE_FIRST)
+    a = np.full((4, 8), 3.0, np.float32)
+    r.scale(_DLPackOnly(a))
+    assert a[0, 0] == 6.0
+    with pytest.raises(TypeError, match="expected dtype float32"):
+        r.scale(_DLPackOnly(np.zeros((4, 8), np.float64)))
+
+
+def test_torch_tensors_without_copies():
+    torch = pytest.importorskip("torch", reason="torch interop needs torch (mlir-mx[torch])")
+    r = Runner(_SCALE_FIRST)
+    t = torch.full((4, 8), 3.0)
+    r.scale(t)
+    assert float(t[0, 0]) == 6.0

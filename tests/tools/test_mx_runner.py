@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 ROUNDTRIP = ROOT / "examples" / "run-roundtrip.mlir"
 
@@ -53,3 +55,48 @@ def test_entry_with_arguments_is_refused():
     src = "func.func @main(%x: f32) -> f32 {\n  return %x : f32\n}\n"
     rc, _, err = run(["-", "--entry-point-result=f32"], stdin=src)
     assert rc == 1 and "must take no arguments" in err
+
+
+_MATMUL = """
+func.func @main() {
+  %x = arith.constant dense<0.75> : tensor<3x64xf32>
+  %w = arith.constant dense<-1.25> : tensor<64x40xf32>
+  %acc = arith.constant dense<0.5> : tensor<3x40xf32>
+  %a = mx.quantize_block %x : tensor<3x64xf32> -> !mx.tensor<3x64xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU>
+  %b = mx.quantize_block %w : tensor<64x40xf32> -> !mx.tensor<64x40xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU, axis = 0>
+  %c = mx.block_matmul %a, %b, %acc : !mx.tensor<3x64xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU>, !mx.tensor<64x40xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU, axis = 0>, tensor<3x40xf32> -> tensor<3x40xf32>
+  %u = tensor.cast %c : tensor<3x40xf32> to tensor<*xf32>
+  call @printMemrefF32(%u) : (tensor<*xf32>) -> ()
+  return
+}
+func.func private @printMemrefF32(tensor<*xf32>)
+"""
+
+
+def test_threads_and_schedule_of_the_default_lowering(tmp_path):
+    """--threads / --schedule choose the kernels; every choice prints the same values."""
+    f = tmp_path / "mm.mlir"
+    f.write_text(_MATMUL)
+    outs = []
+    for flags in ([], ["--threads=1"], ["--threads=2", "--schedule=prefill"], ["--schedule=decode"]):
+        rc, out, err = run([str(f), *flags])
+        assert rc == 0, err
+        outs.append(out.split("data =", 1)[1])
+    assert "-59.5" in outs[0]  # 0.5 + 64 * 0.75 * -1.25
+    assert all(o == outs[0] for o in outs)
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--threads=0"], "--threads must be a positive integer, got '0'"),
+        (["--schedule=fast"], "--schedule must be one of auto, decode, small, prefill"),
+        (["--threads=2", "--pass-pipeline=mx-to-linalg"], "configure the default lowering"),
+    ],
+)
+def test_bad_kernel_options(tmp_path, flags, message):
+    f = tmp_path / "mm.mlir"
+    f.write_text(_MATMUL)
+    rc, _out, err = run([str(f), *flags])
+    assert rc == 1
+    assert message in err and "Traceback" not in err

@@ -195,7 +195,7 @@ def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
         from .mlp import run_mlp
 
         record["mlp"] = run_mlp(*opts.mlp, opts.threads, list(opts.mlp_tokens), say,
-                                samples=opts.samples)  # fmt: skip
+                                samples=opts.samples, retries=opts.retries)  # fmt: skip
     record.update(
         roofs=[asdict(r) for r in roofs.values()],
         rows=rows,

