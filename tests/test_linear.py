@@ -112,3 +112,26 @@ def test_bad_weight_and_threads():
 def test_empty_batch():
     lin = mlir_mx.Linear(_weight("f8E4M3FN", n=32, k=64))
     assert lin(np.zeros((0, 64), np.float32)).shape == (0, 32)
+
+
+@pytest.mark.parametrize("element, n, packed", [("f4E2M1FN", 5, False), ("f6E2M3FN", 6, False), ("f6E2M3FN", 8, True)])
+def test_out_features_that_do_not_pack_stay_one_code_per_byte(element, n, packed):
+    """numerics.is_packed_storage decides: FP4/FP6 pack only whole groups along `out`."""
+    w = _weight(element, n=n, k=64)
+    lin = mlir_mx.Linear(w, threads=1)
+    assert lin.packed == packed
+    x = np.random.default_rng(2).standard_normal((3, 64)).astype(np.float32)
+    _check(lin(x), x.astype(np.float64), dequantize(w).astype(np.float64))
+
+
+@pytest.mark.parametrize("element", ["f4E2M1FN", "f8E4M3FN"])
+def test_whole_tiles_are_stored_tiled(element):
+    """out_features a multiple of 64: the weight is stored in 64-column tiles
+    (Problem.b_tiled), same bytes, right results at every batch size."""
+    w = _weight(element, n=128, k=96)
+    lin = mlir_mx.Linear(w, threads=2)
+    assert lin.tiled and lin.nbytes == w.nbytes
+    x = np.random.default_rng(5).standard_normal((60, 96)).astype(np.float32)
+    w64 = dequantize(w).astype(np.float64)
+    for m in (1, 7, 60):
+        _check(lin(x[:m]), x[:m].astype(np.float64), w64)

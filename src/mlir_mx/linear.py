@@ -36,8 +36,9 @@ from mlir import ir
 from mlir_mx.dialect import load_dialect
 from mlir_mx.execution import Runner
 from mlir_mx.kernels import Problem, kernel_module, plan_kernel
+from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
 from mlir_mx.kernels.plan import SMALL_MAX_M, default_threads
-from mlir_mx.numerics import MXArray, pack_codes
+from mlir_mx.numerics import MXArray, is_packed_storage, pack_codes
 from mlir_mx.pipelines import load_pipeline, threads_pipeline
 
 __all__ = ["Linear", "matmul", "cache_dir"]
@@ -75,11 +76,18 @@ class Linear:
         self.element = weight.element
         self.block_size = weight.block_size
         self.in_features, self.out_features = codes.shape
-        self.packed = weight.format.bits < 8
+        # numerics.is_packed_storage: FP4/FP6 with whole groups along `out`.
+        self.packed = is_packed_storage(codes.shape, self.element)
         if self.packed:
             self._codes = pack_codes(np.ascontiguousarray(codes), self.element)
         else:
             self._codes = np.ascontiguousarray(codes)
+        # Whole 64-column tiles: stored tiled (Problem.b_tiled), so a decode
+        # call streams the weight sequentially; same bytes, another order.
+        self.tiled = self.out_features % TILE_COLUMNS == 0
+        if self.tiled:
+            raw = self._codes.view(np.uint8)
+            self._codes = tile_b_codes(raw, self.block_size, self.element, self.packed)
         self._scales = np.ascontiguousarray(scales)
         self.threads = threads
         self._runners: dict[tuple, Runner] = {}
@@ -167,7 +175,7 @@ class Linear:
             if runner is None:
                 prob = Problem(
                     None, self.out_features, self.in_features, self.block_size,
-                    a_elem, self.element, packed=True,
+                    a_elem, self.element, packed=self.packed, b_tiled=self.tiled,
                 )  # fmt: skip
                 with ir.Context() as ctx, ir.Location.unknown():
                     load_dialect(ctx)

@@ -51,11 +51,13 @@ def _f32(shape) -> str:
     return "tensor<" + "".join(f"{d}x" for d in shape) + "f32>"
 
 
-def compile_mx(text: str) -> Runner:
-    """``mx-to-linalg`` here, then the Runner with ``lower-to-llvm``."""
+def compile_mx(text: str, storage: str = "unpacked") -> Runner:
+    """``mx-to-linalg`` here, then the Runner with ``lower-to-llvm``: the
+    functions take and return the (codes, scales) buffers themselves, codes
+    one per byte (``storage="unpacked"``) or packed (``"packed"``)."""
     ctx = ir.Context()
     module = parse_module(text, ctx)
-    build_pass_manager("mx-to-linalg", ctx).run(module.operation)
+    build_pass_manager(f"mx-to-linalg{{subbyte-storage={storage}}}", ctx).run(module.operation)
     return Runner(print_module(module), load_pipeline("lower-to-llvm"))
 
 
@@ -133,6 +135,34 @@ def test_quantize_bit_exact(element_runner, layout):
     ref = N.quantize(x, elem, bs, axis=axis)
     np.testing.assert_array_equal(_bits(scales), _bits(ref.scales))
     np.testing.assert_array_equal(_bits(codes), _bits(ref.codes))
+
+
+SUB_BYTE = [e for e in ELEMENTS if ELEMENT_FORMATS[e].bits < 8]
+
+
+@pytest.fixture(scope="module", params=SUB_BYTE)
+def packed_runner(request):
+    return request.param, compile_mx(_module_for(request.param), storage="packed")
+
+
+@pytest.mark.parametrize("layout", range(len(LAYOUTS)))
+def test_packed_storage_bit_exact(packed_runner, layout):
+    """subbyte-storage=packed: codes cross the function boundary packed
+    (numerics.pack_codes, where the shape packs), both ways, bit for bit."""
+    elem, runner = packed_runner
+    shape, axis, bs = LAYOUTS[layout]
+    fmt = ELEMENT_FORMATS[elem]
+    x = _inputs(shape, axis, bs, fmt, np.random.default_rng(layout))
+    ref = N.quantize(x, elem, bs, axis=axis)
+    codes, scales = runner.invoke(f"q{layout}", x)
+    want = ref.packed_codes()
+    assert codes.shape == want.shape
+    assert (want.shape != ref.shape) == ref.is_packed
+    np.testing.assert_array_equal(_bits(codes), want)
+    np.testing.assert_array_equal(_bits(scales), _bits(ref.scales))
+    arg = want.view(np.int8) if ref.is_packed else np.ascontiguousarray(ref.codes)
+    got = runner.invoke(f"d{layout}", arg, np.ascontiguousarray(ref.scales))
+    _assert_f32_identical(got, N.dequantize(ref))
 
 
 @pytest.mark.parametrize("layout", range(len(LAYOUTS)))

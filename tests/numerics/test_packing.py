@@ -17,7 +17,9 @@ from hypothesis.extra import numpy as hnp
 
 from mlir_mx.numerics import (
     ELEMENT_FORMATS,
+    MXArray,
     element_format,
+    is_packed_storage,
     pack_codes,
     packed_shape,
     packing_group,
@@ -213,3 +215,51 @@ def test_bad_dtypes_and_ranks():
         unpack_codes(np.uint8(1), "f4E2M1FN")
     with pytest.raises(ValueError, match="unknown MX element format"):
         pack_codes(np.zeros(2, np.uint8), "f4")
+
+
+# ------------------------------------------------------------------ MXArray storage
+
+STORAGE_CASES = [
+    # (element, shape, axis, packed?)
+    ("f4E2M1FN", (4, 64), 1, True),
+    ("f4E2M1FN", (64, 6), 0, True),
+    ("f4E2M1FN", (64, 5), 0, False),  # odd last axis: one code per byte
+    ("f6E2M3FN", (2, 96), 1, True),
+    ("f6E3M2FN", (64, 8), 0, True),
+    ("f6E2M3FN", (64, 3), 0, False),  # 3 bytes could be 4 packed codes: the scales decide
+    ("f8E4M3FN", (4, 64), 1, False),
+    ("i8", (4, 64), 1, False),
+]
+
+
+@pytest.mark.parametrize("element, shape, axis, packed", STORAGE_CASES)
+def test_mxarray_storage_round_trip(element, shape, axis, packed):
+    x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    a = quantize(x, element, 32, axis=axis)
+    assert a.is_packed == packed == is_packed_storage(shape, element)
+    stored = a.packed_codes()
+    assert stored.dtype == np.uint8
+    if packed:
+        assert stored.shape == packed_shape(shape, element)
+        np.testing.assert_array_equal(stored, pack_codes(a.codes, element))
+    else:
+        assert stored.shape == shape
+        np.testing.assert_array_equal(stored, a.codes.view(np.uint8))
+    assert a.nbytes == stored.size + a.scales.size
+    b = MXArray.from_packed(stored, a.scales, element, 32, axis)
+    assert b.bitwise_equal(a)
+
+
+def test_mxfp4_stores_4_25_bits_per_element():
+    a = quantize(np.ones((8, 4096), np.float32), "f4E2M1FN", 32)
+    assert a.nbytes * 8 / a.codes.size == 4.25
+
+
+def test_from_packed_rejects_wrong_bytes():
+    a = quantize(np.ones((4, 64), np.float32), "f4E2M1FN", 32)
+    with pytest.raises(ValueError, match=r"expected shape \(4, 32\)"):
+        MXArray.from_packed(np.zeros((4, 30), np.uint8), a.scales, "f4E2M1FN", 32)
+    with pytest.raises(TypeError, match="uint8"):
+        MXArray.from_packed(np.zeros((4, 32), np.int16), a.scales, "f4E2M1FN", 32)
+    with pytest.raises(ValueError, match="rank"):
+        MXArray.from_packed(np.zeros((128,), np.uint8), a.scales, "f4E2M1FN", 32)

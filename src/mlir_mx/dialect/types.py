@@ -26,6 +26,7 @@ from mlir import ir
 
 from mlir_mx.diagnostics import MXError
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_TYPE
+from mlir_mx.numerics.packing import is_packed_storage, packed_shape
 
 __all__ = [
     "ELEMENT_TYPES",
@@ -90,6 +91,29 @@ class MXTensorType:
     def mantissa_tensor_type(self, context: ir.Context | None = None) -> ir.Type:
         """``tensor<shape x element>``: the first value of the 1:N split."""
         return ir.Type.parse(_tensor(self.shape, self.element_type), context)
+
+    @property
+    def packs_codes(self) -> bool:
+        """True when ``subbyte-storage=packed`` stores this type's codes packed
+        (:func:`mlir_mx.numerics.is_packed_storage`: FP4/FP6 whose last axis
+        holds whole packing groups)."""
+        return is_packed_storage(self.shape, self.element_type)
+
+    def packed_tensor_type(self, context: ir.Context | None = None) -> ir.Type:
+        """``tensor<... x L x i8>``: the codes packed along the last axis
+        (L = the packed byte count), the storage form at function boundaries
+        under ``subbyte-storage=packed``."""
+        return ir.Type.parse(_tensor(packed_shape(self.shape, self.element_type), "i8"), context)
+
+    def storage_tensor_types(self, packed: bool, context: ir.Context | None = None) -> list[ir.Type]:
+        """The pair an ``!mx.tensor`` splits into at a function boundary: the
+        codes (packed when ``packed`` and :attr:`packs_codes`) and the scales."""
+        codes = (
+            self.packed_tensor_type(context)
+            if packed and self.packs_codes
+            else self.mantissa_tensor_type(context)
+        )
+        return [codes, self.scale_tensor_type(context)]
 
     def scale_tensor_type(self, context: ir.Context | None = None) -> ir.Type:
         """``tensor<scale_shape x scale>``: the second value of the 1:N split."""

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mlir_mx.numerics import MXArray
+from mlir_mx.numerics import MXArray, element_format, pack_codes
 
 __all__ = [
     "check_compile_args",
@@ -212,9 +212,12 @@ def split_mx_args(fn: str, params, args, mx_param_type) -> list:
                     f"{want[1]}, axis {want[2]} for {p.type}; got element {got[0]}, "
                     f"block_size {got[1]}, axis {got[2]}"
                 )
-            flat += [a.codes, a.scales]
+            flat += [a.packed_codes() if p.packed else a.codes, a.scales]
         elif isinstance(a, tuple | list) and len(a) == 2:
-            flat += list(a)
+            codes = a[0]
+            if p.packed and getattr(codes, "dtype", None) == element_format(p.mx.element_type).dtype and np.shape(codes) == p.mx.shape:
+                codes = pack_codes(codes, p.mx.element_type)  # one code per byte: packed here
+            flat += [codes, a[1]]
         else:
             raise TypeError(
                 f"{where}: expected an MXArray or a (codes, scales) pair for {p.type}, "
@@ -229,7 +232,11 @@ def group_mx_results(params, values: list, mx_param_type) -> list:
     for p in params:
         if isinstance(p, mx_param_type):
             codes, scales = values[k], values[k + 1]
-            out.append(MXArray(codes, scales, p.mx.element_type, p.mx.block_size, p.mx.block_axis))
+            mx = p.mx
+            if p.packed:
+                out.append(MXArray.from_packed(codes, scales, mx.element_type, mx.block_size, mx.block_axis))
+            else:
+                out.append(MXArray(codes, scales, mx.element_type, mx.block_size, mx.block_axis))
             k += 2
         else:
             out.append(values[k])

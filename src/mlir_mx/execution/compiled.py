@@ -101,12 +101,13 @@ class Compiled:
             # mx-level modules compile through a pipeline that starts with
             # mx-to-linalg; plain upstream text parses as usual.
             module = parse_module(text, self.context)
-            self.signatures = signatures(module)
-            if validate is not None:
-                validate(self.signatures)  # before the (possibly long) lowering
             if pipeline is None:
                 pipeline = default_pipeline(module, schedule=schedule, threads=threads)
             self.pipeline: Pipeline = as_pipeline(pipeline)  # pipeline text is read here
+            # The ABI of mx parameters follows the lowering's sub-byte storage.
+            self.signatures = signatures(module, self.pipeline.packs_subbyte_codes)
+            if validate is not None:
+                validate(self.signatures)  # before the (possibly long) lowering
             load_async_runtime()
             cached = _DiskCache(cache_dir, text, self.pipeline) if cache_dir else None
             lowered = cached.load(self.context) if cached else None

@@ -62,13 +62,15 @@ class Param:
 class MXParam:
     """An ``!mx.tensor`` parameter: passed as an :class:`MXArray` (or a
     ``(codes, scales)`` pair) and lowered by mx-to-linalg to two buffers,
-    mantissa first."""
+    mantissa first.  ``packed``: the codes buffer holds packed FP4/FP6 bytes
+    (``subbyte-storage=packed`` and a shape that packs), ``uint8``."""
 
     name: str
     type: str
     mx: MXTensorType
     parts: tuple[Param, Param]
     error: str | None = None
+    packed: bool = False
 
     @property
     def is_buffer(self) -> bool:
@@ -97,18 +99,17 @@ def flatten(params) -> tuple[Param, ...]:
     return tuple(out)
 
 
-def param(name: str, t: ir.Type) -> Param | MXParam:
+def param(name: str, t: ir.Type, packed: bool = True) -> Param | MXParam:
+    """The parameter of type ``t``; ``packed``: mx codes cross the boundary in
+    ``subbyte-storage=packed`` form (as ``uint8`` bytes where they pack)."""
     if is_mx_type(t):
         mx = MXTensorType.from_mlir(t)
-        return MXParam(
-            name,
-            str(mx),
-            mx,
-            (
-                param(f"{name} codes", mx.mantissa_tensor_type(t.context)),
-                param(f"{name} scales", mx.scale_tensor_type(t.context)),
-            ),
-        )
+        codes_t, scales_t = mx.storage_tensor_types(packed, t.context)
+        codes = param(f"{name} codes", codes_t)
+        packs = packed and mx.packs_codes
+        if packs:  # i8 in the IR, raw bytes to the caller
+            codes = Param(codes.name, codes.type, np.dtype(np.uint8), codes.shape, codes.error)
+        return MXParam(name, str(mx), mx, (codes, param(f"{name} scales", scales_t)), packed=packs)
     t = t.maybe_downcast()
     if isinstance(t, ir.RankedTensorType | ir.MemRefType):
         elem = t.element_type
@@ -132,15 +133,17 @@ def param(name: str, t: ir.Type) -> Param | MXParam:
     return Param(name, str(t), dt, None, err)
 
 
-def signatures(module: ir.Module) -> dict[str, Signature]:
-    """Signatures of the public functions with bodies; marks them for the C interface."""
+def signatures(module: ir.Module, packed: bool = True) -> dict[str, Signature]:
+    """Signatures of the public functions with bodies; marks them for the C
+    interface.  ``packed``: the lowering stores sub-byte mx codes packed at
+    function boundaries (``mx-to-linalg{subbyte-storage=packed}``)."""
     sigs: dict[str, Signature] = {}
     for op in public_functions(module):
         attrs = op.attributes
         name = ir.StringAttr(attrs["sym_name"]).value
         ftype = function_type(op)
-        args = tuple(param(f"%arg{i}", t) for i, t in enumerate(ftype.inputs))
-        results = tuple(param(f"result {i}", t) for i, t in enumerate(ftype.results))
+        args = tuple(param(f"%arg{i}", t, packed) for i, t in enumerate(ftype.inputs))
+        results = tuple(param(f"result {i}", t, packed) for i, t in enumerate(ftype.results))
         sigs[name] = Signature(name, args, results)
         attrs["llvm.emit_c_interface"] = ir.UnitAttr.get()
     return sigs

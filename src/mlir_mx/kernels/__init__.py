@@ -79,7 +79,12 @@ def kernel_module(
     else:
         types.append(_memref([m, prob.k], "f32"))
     if prob.b_is_mx:
-        types += [codes(prob.k, prob.n, prob.b_elem), _memref([prob.kblocks, prob.n], SCALE_TYPE)]
+        b_codes = (
+            _memref(list(prob.b_codes_shape()), "ui8")
+            if prob.b_tiled
+            else codes(prob.k, prob.n, prob.b_elem)
+        )
+        types += [b_codes, _memref([prob.kblocks, prob.n], SCALE_TYPE)]
     else:
         types.append(_memref([prob.k, prob.n], "f32"))
     types.append(_memref([m, prob.n], "f32"))

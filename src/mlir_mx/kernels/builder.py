@@ -134,6 +134,9 @@ class KernelBuilder:
     def divu(self, a, b) -> ir.Value:
         return arith.DivUIOp(self._i(a), self._i(b)).result
 
+    def remu(self, a, b) -> ir.Value:
+        return arith.RemUIOp(self._i(a), self._i(b)).result
+
     def ceildivu(self, a, b) -> ir.Value:
         return arith.CeilDivUIOp(self._i(a), self._i(b)).result
 

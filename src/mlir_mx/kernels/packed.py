@@ -157,7 +157,7 @@ class _Packed(KernelState):
         kb = self.kb
         if self.prob.b_is_mx:
             if self.prob.packed and self.dec.values16 and valid is None:
-                raw = kb.vload(self.b.mem, [k, kb.divu(n0, 2)], _PACK_W // 2)
+                raw = self.b.raw(k, n0, _PACK_W // 2)
                 return interleave_pairs(kb, self.dec.decode_pairs(kb, raw))
             return self.dec.decode(kb, self.b.load(k, n0, _PACK_W, valid))
         row = kb.load_lanes(self.b, [k, n0], _PACK_W, valid)

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 from mlir import ir
 
 from mlir_mx.kernels.builder import KernelBuilder
@@ -39,11 +40,31 @@ __all__ = [
     "Problem",
     "Operands",
     "CodeRows",
+    "TILE_COLUMNS",
+    "tile_b_codes",
     "KernelState",
     "prepare_a",
     "vector_loop",
     "PreparedA",
 ]
+
+
+#: Columns of one tile of a tiled B (:attr:`Problem.b_tiled`): the decode
+#: and small schedules' column tile (4 vectors of 16 lanes) and the prefill
+#: schedule's B packing width.
+TILE_COLUMNS = 64
+
+
+def tile_b_codes(codes: np.ndarray, block: int, element: str, packed: bool) -> np.ndarray:
+    """B's code bytes (K, N) (packed rows when ``packed``) in the tiled layout
+    of :attr:`Problem.b_tiled`: row ``(k // block) * (N / 64) + n // 64`` holds
+    rows ``k`` of the block, 64 columns each, one after the other."""
+    k, width = codes.shape
+    codes_per, nbytes = packing_group(element) if packed else (1, 1)
+    tile_bytes = TILE_COLUMNS // codes_per * nbytes
+    tiles = width // tile_bytes
+    t = np.ascontiguousarray(codes).reshape(k // block, block, tiles, tile_bytes)
+    return np.ascontiguousarray(t.transpose(0, 2, 1, 3)).reshape(k // block * tiles, block * tile_bytes)
 
 
 @dataclass(frozen=True)
@@ -59,6 +80,16 @@ class Problem:
     #: FP4/FP6 codes packed along each row (``mlir_mx.numerics.packing``)
     #: instead of one code per byte.
     packed: bool = False
+    #: B's codes in tiles of :data:`TILE_COLUMNS` columns (:func:`tile_b_codes`):
+    #: the rows of one block of one tile are contiguous, so a decode kernel
+    #: reads B as one sequential stream.  Needs ``n % TILE_COLUMNS == 0``.
+    b_tiled: bool = False
+
+    def __post_init__(self) -> None:
+        if self.b_tiled and (not self.b_is_mx or self.n % TILE_COLUMNS):
+            raise ValueError(
+                f"b_tiled needs an MX B with N a multiple of {TILE_COLUMNS}, got N = {self.n}"
+            )
 
     @property
     def kblocks(self) -> int:
@@ -75,6 +106,14 @@ class Problem:
     def b_exp2(self) -> int:
         """Factor of the widened B values (0 for an f32 B)."""
         return decoder(self.b_elem).exp2 if self.b_is_mx else 0
+
+    def b_codes_shape(self) -> tuple[int, int]:
+        """Shape of the B codes buffer (bytes for packed codes)."""
+        cols = self.code_columns(self.b_elem, self.n)
+        if not self.b_tiled:
+            return (self.k, cols)
+        tile_bytes = self.code_columns(self.b_elem, TILE_COLUMNS)
+        return (self.kblocks * (self.n // TILE_COLUMNS), self.block * tile_bytes)
 
     def code_columns(self, elem: str, columns: int) -> int:
         """Columns of the codes memref holding ``columns`` codes of ``elem``."""
@@ -96,24 +135,50 @@ class Operands:
 
 
 class CodeRows:
-    """Reads runs of codes from a row-major codes buffer, one code per byte
-    out (packed FP4/FP6 rows are unpacked in registers)."""
+    """Reads runs of codes from a codes buffer, one code per byte out (packed
+    FP4/FP6 rows are unpacked in registers).  The buffer is row-major, or
+    tiled (``block``: B's layout under :attr:`Problem.b_tiled`); a run never
+    crosses a tile of :data:`TILE_COLUMNS` columns."""
 
-    def __init__(self, kb: KernelBuilder, mem: ir.Value, element: str, packed: bool):
+    def __init__(
+        self, kb: KernelBuilder, mem: ir.Value, element: str, packed: bool, block: int | None = None
+    ):
         self.kb = kb
         self.mem = kb.as_bytes(mem)
         self.dec = decoder(element)
         self.group = self.dec.group if packed else (1, 1)
+        self.block = block  # tiled: rows per block
+
+    def byte_column(self, col) -> ir.Value:
+        """The byte offset in a row of code column ``col`` (a group boundary)."""
+        codes, nbytes = self.group
+        if codes == 1:
+            return col
+        return self.kb.mul(self.kb.divu(col, codes), nbytes)
+
+    def address(self, row, col) -> list[ir.Value]:
+        """Indices into the buffer of code ``(row, col)`` (a group boundary)."""
+        if self.block is None:
+            return [row, self.byte_column(col)]
+        kb, bs = self.kb, self.block
+        codes, nbytes = self.group
+        tile_bytes = TILE_COLUMNS // codes * nbytes
+        tiles_row = kb.add(kb.mul(kb.divu(row, bs), self.tiles), kb.divu(col, TILE_COLUMNS))
+        in_tile = self.byte_column(kb.remu(col, TILE_COLUMNS))
+        return [tiles_row, kb.add(kb.mul(kb.remu(row, bs), tile_bytes), in_tile)]
+
+    def raw(self, row, col, nbytes: int) -> ir.Value:
+        """``nbytes`` bytes of the buffer from code ``(row, col)`` on (no mask)."""
+        return self.kb.vload(self.mem, self.address(row, col), nbytes)
 
     def load(self, row, col, n: int, valid=None) -> ir.Value:
         """``n`` codes of ``row`` from column ``col`` (codes past ``valid`` read 0)."""
         kb = self.kb
         codes, nbytes = self.group
         if codes == 1:
-            return kb.load_lanes(self.mem, [row, col], n, valid)
-        bcol = kb.mul(kb.divu(col, codes), nbytes)
+            return kb.load_lanes(self.mem, self.address(row, col), n, valid)
         bvalid = None if valid is None else kb.mul(kb.ceildivu(valid, codes), nbytes)
-        raw = kb.load_lanes(self.mem, [row, bcol], n // codes * nbytes, bvalid)
+        raw = kb.load_lanes(self.mem, self.address(row, col), n // codes * nbytes, bvalid)
         return self.dec.unpack(kb, raw)
 
 
@@ -201,7 +266,12 @@ class KernelState:
 
     def __init__(self, kb: KernelBuilder, prob: Problem, ops: Operands, cfg, pa: PreparedA):
         self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
-        self.b = CodeRows(kb, ops.b, prob.b_elem, prob.packed) if prob.b_is_mx else ops.b
+        self.b = ops.b
+        if prob.b_is_mx:
+            self.b = CodeRows(
+                kb, ops.b, prob.b_elem, prob.packed, prob.block if prob.b_tiled else None
+            )
+            self.b.tiles = prob.n // TILE_COLUMNS
         self.sb = kb.as_bytes(ops.sb) if prob.b_is_mx else None
         self.dec = decoder(prob.b_elem) if prob.b_is_mx else None
 

@@ -116,7 +116,7 @@ class _Kernel(KernelState):
             # The same columns of the rows `prefetch` blocks ahead (clamped).
             ahead = kb.min(kb.add(k0, cfg.prefetch * bs), prob.k - bs)
             for r in range(bs):
-                kb.prefetch(self.b, [kb.add(ahead, r), n0])
+                kb.prefetch(self.b.mem, self.b.address(kb.add(ahead, r), n0))
         if self.single_group:
             self.group(blk, k0, n0, nv, valid, kb.idx(0), prob.m, sbv, scratch=None)
             return
@@ -135,7 +135,7 @@ class _Kernel(KernelState):
                 kb.load_lanes(self.b, [k, kb.add(n0, LANES * v)], LANES, valid) for v in range(nv)
             ]
         if self._paired(nv, valid):
-            raw = kb.vload(self.b.mem, [k, kb.divu(n0, 2)], LANES * nv // 2)
+            raw = self.b.raw(k, n0, LANES * nv // 2)
             return self.dec.decode_pairs(kb, raw)
         return self.dec.decode(kb, self.b.load(k, n0, LANES * nv, valid))
 

@@ -50,6 +50,23 @@ def _root(v: ir.Value) -> ir.Value:
         v = op.operands[0]
 
 
+def _through_unpack(v: ir.Value) -> tuple[ir.Value, str | None]:
+    """The buffer ``v`` views, followed through an ``mx.kernel = "unpack_codes"``
+    generic to the packed bytes it reads (``subbyte-storage=packed``), and the
+    element type of the unpacked codes when it was."""
+    root = _root(v)
+    for use in root.uses:
+        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        if user.name != "linalg.generic" or "mx.kernel" not in user.attributes:
+            continue
+        if ir.StringAttr(user.attributes["mx.kernel"]).value != "unpack_codes":
+            continue
+        ins, outs = ins_outs(user)
+        if outs and _root(outs[0]) == root:
+            return _root(ins[0]), str(ir.ShapedType(root.type).element_type)
+    return root, None
+
+
 def _buffer(index: int | None, name: str, t: ir.Type, shape, returned: bool = False) -> Buffer:
     elem = t.element_type
     return Buffer(index, name, str(t), shape, str(elem), element_bits(elem), returned=returned)
@@ -113,6 +130,7 @@ def _name_roles(buffers: list[Buffer], args: list[ir.Value], linalg_ops) -> None
     other buffer of the same operand its ``mantissa``).  Otherwise: ``argN``.
     """
     roles: dict[int, tuple[str, str]] = {}  # arg index -> (operand, part)
+    packed_elements: dict[int, str] = {}  # arg index -> element of its packed codes
     for op in linalg_ops:
         if op.name != "linalg.generic":
             continue
@@ -131,9 +149,12 @@ def _name_roles(buffers: list[Buffer], args: list[ir.Value], linalg_ops) -> None
         if not reduction or len(out_dims) < 2:
             continue
         for v, m in zip(ins, maps, strict=False):
-            k = index_of(args, _root(v))
+            src, unpacked = _through_unpack(v)
+            k = index_of(args, src)
             if k is None or k in roles:
                 continue
+            if unpacked is not None:
+                packed_elements[k] = unpacked
             used = set()
             for r in m.results:
                 used |= dims_used(r)
@@ -145,6 +166,8 @@ def _name_roles(buffers: list[Buffer], args: list[ir.Value], linalg_ops) -> None
             roles[k] = (who, part)
     scaled = {who for who, part in roles.values() if part == "scale"}
     for b in buffers:
+        if b.index in packed_elements:  # packed i8 bytes: same size, named by content
+            b.element = f"{packed_elements[b.index]} (packed)"
         if b.index is None or b.index not in roles:
             continue
         who, part = roles[b.index]

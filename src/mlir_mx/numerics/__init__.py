@@ -33,7 +33,14 @@ from .mx import (
     scale_shape,
     shared_exponent,
 )
-from .packing import pack_codes, packed_shape, packing_group, unpack_codes, unpacked_shape
+from .packing import (
+    is_packed_storage,
+    pack_codes,
+    packed_shape,
+    packing_group,
+    unpack_codes,
+    unpacked_shape,
+)
 
 __all__ = [
     "ELEMENT_FORMATS",
@@ -44,6 +51,7 @@ __all__ = [
     "SCALE_NAN_CODE",
     "SCALE_TYPE",
     "ElementFormat",
+    "is_packed_storage",
     "MXArray",
     "block_amax",
     "decode_elements",

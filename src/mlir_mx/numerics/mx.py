@@ -24,6 +24,7 @@ from .formats import (
     decode_scales,
     element_format,
 )
+from .packing import is_packed_storage, pack_codes, packed_shape, packing_group, unpack_codes
 
 __all__ = [
     "MIN_SHARED_EXP",
@@ -289,6 +290,61 @@ class MXArray:
 
     def dequantize(self) -> np.ndarray:
         return dequantize(self)
+
+    @property
+    def is_packed(self) -> bool:
+        """True when this array's codes are stored packed (FP4 two per byte, FP6
+        four per three bytes, along the last axis): :func:`is_packed_storage`."""
+        return is_packed_storage(self.shape, self.format)
+
+    def packed_codes(self) -> np.ndarray:
+        """The codes in their storage layout: packed ``uint8`` bytes when
+        :attr:`is_packed`, else the code bytes as they are (``uint8``, one per code).
+
+        This is what the Runner passes for an ``!mx.tensor`` argument under
+        ``mx-to-linalg{subbyte-storage=packed}`` (the default).
+        """
+        if self.is_packed:
+            return pack_codes(self.codes, self.format)
+        return np.ascontiguousarray(self.codes).view(np.uint8)
+
+    @classmethod
+    def from_packed(
+        cls, packed, scales, element: str, block_size: int, axis: int = -1
+    ) -> MXArray:
+        """The MXArray whose :meth:`packed_codes` is ``packed`` (a ``uint8`` array
+        of the packed shape; for formats and shapes that are not packed, the one
+        code per byte array itself)."""
+        fmt = element_format(element)
+        block_size = _check_block_size(block_size)
+        packed = np.asarray(packed)
+        if packed.dtype != np.uint8:
+            raise TypeError(f"packed: expected a uint8 array, got dtype {packed.dtype}")
+        # The logical last axis follows from the scales (the packed bytes alone
+        # are ambiguous: 3 FP6 bytes are 4 packed codes or 3 unpacked ones).
+        scale_shape_ = np.shape(scales)
+        if packed.ndim == 0 or len(scale_shape_) != packed.ndim:
+            raise ValueError(
+                f"packed: expected rank {len(scale_shape_)} like the scales, got shape {packed.shape}"
+            )
+        last = scale_shape_[-1] * (block_size if _normalize_axis(axis, packed.ndim) == packed.ndim - 1 else 1)
+        logical = packed.shape[:-1] + (last,)
+        if is_packed_storage(logical, fmt):
+            if packed.shape != packed_shape(logical, fmt):
+                raise ValueError(
+                    f"packed: expected shape {packed_shape(logical, fmt)} for {fmt.name} codes of "
+                    f"shape {logical} (from the scales), got {packed.shape}"
+                )
+            codes = unpack_codes(packed, fmt)
+        else:
+            codes = packed.view(fmt.dtype) if not fmt.is_int else packed.view(np.int8)
+        return cls(codes, scales, fmt.name, block_size, axis)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the stored form: packed codes plus one byte per scale."""
+        codes, nbytes = packing_group(self.format) if self.is_packed else (1, 1)
+        return self.codes.size // codes * nbytes + self.scales.size
 
     def bitwise_equal(self, other: MXArray) -> bool:
         """True when both arrays have the same layout and identical code and scale bytes."""

@@ -28,6 +28,7 @@ import numpy as np
 from .formats import ElementFormat, element_format
 
 __all__ = [
+    "is_packed_storage",
     "pack_codes",
     "packed_shape",
     "packing_group",
@@ -42,6 +43,21 @@ _GROUPS = {4: (2, 1), 6: (4, 3), 8: (1, 1)}
 def packing_group(element: str | ElementFormat) -> tuple[int, int]:
     """``(codes, bytes)`` of one packing group: (2, 1) for FP4, (4, 3) for FP6, (1, 1) else."""
     return _GROUPS[element_format(element).bits]
+
+
+def is_packed_storage(shape, element: str | ElementFormat) -> bool:
+    """True when codes of logical ``shape`` are stored packed in memory.
+
+    The one rule every layer applies (``MXArray``, the lowering's
+    ``subbyte-storage=packed`` function boundary, the Runner's ABI): an FP4 or
+    FP6 format whose last axis is a non-empty multiple of the packing group (2
+    for FP4, 4 for FP6).  Other shapes, and the 8-bit formats, keep one code
+    per byte.
+    """
+    fmt = element_format(element)
+    shape = tuple(int(s) for s in shape)
+    codes, _nbytes = _GROUPS[fmt.bits]
+    return fmt.bits < 8 and len(shape) > 0 and shape[-1] > 0 and shape[-1] % codes == 0
 
 
 def packed_shape(shape, element: str | ElementFormat) -> tuple[int, ...]:

@@ -28,6 +28,7 @@ from mlir import ir
 from mlir_mx.ir_utils import collect, owner_op
 from mlir_mx.kernels import Operands, Problem, emit_matmul, plan_kernel
 from mlir_mx.kernels.plan import SCHEDULES
+from mlir_mx.numerics import element_format
 from mlir_mx.passes.registry import Option, PassError, register_pass
 
 __all__ = ["mx_matmul_kernels"]
@@ -64,12 +65,14 @@ def mx_matmul_kernels(op: ir.Operation, *, schedule: str = "auto", threads: int 
         match = _match(scales)
         if match is None:
             continue
-        prob, ops, dead = match
+        prob, ops, dead, unpacks = match
         plan = plan_kernel(prob, schedule, threads or None)
         with ir.InsertionPoint(scales), scales.location:
             emit_matmul(prob, ops, plan)
         for d in dead:
             d.erase()
+        for chain in unpacks:
+            _erase_unpack(chain)
 
 
 def _tag(o: ir.Operation) -> str | None:
@@ -115,18 +118,77 @@ def _match(scales: ir.Operation):
     a, b = a_src.operands[0], b_src.operands[0]
     sa = ins[1]
     sb = ins[2] if len(ins) == 3 else None
-    if not all(_unit_inner_stride(v) for v in (a, b, sa, acc) + ((sb,) if sb else ())):
-        return None
     a_t, b_t = ir.MemRefType(a.type), ir.MemRefType(b.type)
     block = ir.MemRefType(a3.type).shape[-1]
     m, k = a_t.shape
     n = b_t.shape[1]
+    a_elem = str(a_t.element_type)
     b_elem = None if sb is None else str(b_t.element_type)
-    prob = Problem(m, n, k, block, str(a_t.element_type), b_elem)
+    # Codes that arrive packed (subbyte-storage=packed) are read as packed
+    # bytes when every sub-byte operand does; the unpacking then goes away.
+    sub_byte = [v for v, e in ((a, a_elem), (b, b_elem)) if e is not None and _is_sub_byte(e)]
+    unpacks = [_packed_source(v) for v in sub_byte]
+    packed = bool(sub_byte) and all(u is not None for u in unpacks)
+    if packed:
+        a = unpacks[0][0] if _is_sub_byte(a_elem) else a
+        b = unpacks[-1][0] if b_elem is not None and _is_sub_byte(b_elem) else b
+    if not all(_unit_inner_stride(v) for v in (a, b, sa, acc) + ((sb,) if sb else ())):
+        return None
+    prob = Problem(m, n, k, block, a_elem, b_elem, packed=packed)
     ops = Operands(a, sa, b, sb, acc)
     dead = [scales, partials, fill] + dead + [alloc]
     # The expand_shape views die with the partials generic (unless used elsewhere).
     for view in (a_src, b_src):
         if sum(1 for _ in view.results[0].uses) == 1:
             dead.append(view)
-    return prob, ops, dead
+    tails = [u[1] for u in unpacks] if packed else []
+    return prob, ops, dead, tails
+
+
+def _is_sub_byte(element: str) -> bool:
+    return element_format(element).bits < 8
+
+
+def _packed_source(codes: ir.Value):
+    """``(packed bytes, unpack chain)`` when ``codes`` is the unpacked view of
+    packed codes (``mx-to-linalg{subbyte-storage=packed}``): a
+    ``collapse_shape`` of a buffer written by a ``mx.kernel = "unpack_codes"``
+    generic.  None otherwise."""
+    collapse = owner_op(codes)
+    if collapse is None or collapse.name != "memref.collapse_shape":
+        return None
+    buf = collapse.operands[0]
+    writer = None
+    for use in buf.uses:
+        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        if _tag(user) == "unpack_codes":
+            writer = user
+    if writer is None:
+        return None
+    grouped = owner_op(writer.operands[0])
+    if grouped is None or grouped.name != "memref.expand_shape":
+        return None
+    return grouped.operands[0], (collapse, writer, buf, grouped)
+
+
+def _erase_unpack(chain) -> None:
+    """Erase an unpacking the kernel no longer needs (when nothing else reads it)."""
+    collapse, writer, buf, grouped = chain
+    if any(True for _ in collapse.results[0].uses):
+        return
+    collapse.erase()
+    others = []
+    for use in buf.uses:
+        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        if user != writer:
+            others.append(user)
+    if any(u.name != "memref.dealloc" for u in others):
+        return
+    writer.erase()
+    for u in others:
+        u.erase()
+    alloc = owner_op(buf)
+    if alloc is not None and alloc.name == "memref.alloc":
+        alloc.erase()
+    if not any(True for _ in grouped.results[0].uses):
+        grouped.erase()

@@ -41,6 +41,7 @@ from mlir import ir
 from mlir_mx.dialect.types import MXTensorType, is_mx_type
 from mlir_mx.ir_utils import collect, owner_op
 from mlir_mx.passes.mx_to_linalg_ops import CAST, LOWERINGS, pack, unpack
+from mlir_mx.passes.mx_to_linalg_storage import STORAGES, pack_codes, unpack_codes
 from mlir_mx.passes.registry import Option, PassError, register_pass
 
 __all__ = ["mx_to_linalg", "MATMUL_LOWERINGS"]
@@ -68,10 +69,22 @@ MATMUL_LOWERINGS = ("fused", "blocked")
             "(K split into (K/B, B): partial products of the mantissas, then one "
             "scale multiply per block; no floordiv, tiles and vectorizes as is)",
             choices=MATMUL_LOWERINGS,
-        )
+        ),
+        Option(
+            "subbyte-storage",
+            str,
+            "packed",
+            "How FP4/FP6 codes cross function boundaries (arguments, results, "
+            "calls): 'packed' (two FP4 / four FP6 codes per byte / three bytes "
+            "along the last axis, as i8; what mlir_mx.numerics.pack_codes gives) "
+            "or 'unpacked' (one code per byte, the element type)",
+            choices=STORAGES,
+        ),
     ],
 )
-def mx_to_linalg(op: ir.Operation, *, matmul_lowering: str = "blocked") -> None:
+def mx_to_linalg(
+    op: ir.Operation, *, matmul_lowering: str = "blocked", subbyte_storage: str = "packed"
+) -> None:
     """Run the conversion on ``op`` (normally the ``builtin.module``)."""
     op = getattr(op, "operation", op)
     if matmul_lowering not in MATMUL_LOWERINGS:
@@ -80,10 +93,17 @@ def mx_to_linalg(op: ir.Operation, *, matmul_lowering: str = "blocked") -> None:
             f"(available: {', '.join(MATMUL_LOWERINGS)})",
             op.location,
         )
+    if subbyte_storage not in STORAGES:
+        raise PassError(
+            f"mx-to-linalg: unknown subbyte-storage '{subbyte_storage}' "
+            f"(available: {', '.join(STORAGES)})",
+            op.location,
+        )
+    packed = subbyte_storage == "packed"
     with op.context:
-        _convert_functions(op)
+        _convert_functions(op, packed)
         _convert_branches(op)
-        _convert_calls_and_returns(op)
+        _convert_calls_and_returns(op, packed)
         _lower_mx_ops(op, matmul_lowering)
         _cancel_casts(op)
         _check_converted(op)
@@ -97,12 +117,13 @@ def _collect(root: ir.Operation, pred) -> list[ir.Operation]:
     return collect(root, pred, ir.WalkOrder.PRE_ORDER)
 
 
-def _split_types(types) -> list[ir.Type]:
+def _split_types(types, packed: bool = False) -> list[ir.Type]:
+    """The types after the split; ``packed``: at a function boundary under
+    ``subbyte-storage=packed`` (codes that pack become packed i8 tensors)."""
     out: list[ir.Type] = []
     for t in types:
         if is_mx_type(t):
-            mt = MXTensorType.from_mlir(t)
-            out += [mt.mantissa_tensor_type(), mt.scale_tensor_type()]
+            out += MXTensorType.from_mlir(t).storage_tensor_types(packed)
         else:
             out.append(t)
     return out
@@ -112,22 +133,30 @@ def _has_mx(values) -> bool:
     return any(is_mx_type(v.type) for v in values)
 
 
-def _split_operands(values) -> list[ir.Value]:
+def _split_operands(values, packed: bool = False) -> list[ir.Value]:
+    """(codes, scales) for each mx value, others as they are; ``packed``: into
+    a function boundary (codes that pack are packed)."""
     out: list[ir.Value] = []
     for v in values:
         if is_mx_type(v.type):
-            out += list(unpack(v))
+            m, s = unpack(v)
+            mt = MXTensorType.from_mlir(v.type)
+            out += [pack_codes(m, mt) if packed and mt.packs_codes else m, s]
         else:
             out.append(v)
     return out
 
 
-def _replace_results(old: ir.Operation, new_results) -> None:
-    """Replace ``old``'s results by ``new_results`` (split: 2 values per mx result)."""
+def _replace_results(old: ir.Operation, new_results, packed: bool = False) -> None:
+    """Replace ``old``'s results by ``new_results`` (split: 2 values per mx
+    result; ``packed``: results of a call, codes that pack are unpacked)."""
     it = iter(new_results)
     for r in old.results:
         if is_mx_type(r.type):
             m, s = next(it), next(it)
+            mt = MXTensorType.from_mlir(r.type)
+            if packed and mt.packs_codes:
+                m = unpack_codes(m, mt)
             r.replace_all_uses_with(pack(m, s, r.type))
         else:
             r.replace_all_uses_with(next(it))
@@ -136,7 +165,7 @@ def _replace_results(old: ir.Operation, new_results) -> None:
 # ============================================================ signatures/blocks
 
 
-def _split_block_arguments(block: ir.Block) -> bool:
+def _split_block_arguments(block: ir.Block, packed: bool = False) -> bool:
     """Give every mx argument of ``block`` two arguments (mantissa, scale).
 
     Python 22.1.8 can only append and erase block arguments, so the whole list
@@ -151,11 +180,14 @@ def _split_block_arguments(block: ir.Block) -> bool:
     for a in old:
         if is_mx_type(a.type):
             mt = MXTensorType.from_mlir(a.type)
-            m = block.add_argument(mt.mantissa_tensor_type(), a.location)
-            s = block.add_argument(mt.scale_tensor_type(), a.location)
+            code_type, scale_type = mt.storage_tensor_types(packed)
+            m = block.add_argument(code_type, a.location)
+            s = block.add_argument(scale_type, a.location)
             with ip, a.location:
-                packed = pack(m, s, a.type)
-            a.replace_all_uses_with(packed)
+                if packed and mt.packs_codes:
+                    m = unpack_codes(m, mt)
+                value = pack(m, s, a.type)
+            a.replace_all_uses_with(value)
         else:
             a.replace_all_uses_with(block.add_argument(a.type, a.location))
     for i in reversed(range(len(old))):
@@ -171,20 +203,21 @@ def _expand_attrs(attrs: ir.ArrayAttr, types) -> ir.ArrayAttr:
     return ir.ArrayAttr.get(out)
 
 
-def _convert_functions(root: ir.Operation) -> None:
-    """New ``function_type`` for every ``func.func``; split its blocks' arguments."""
+def _convert_functions(root: ir.Operation, packed: bool) -> None:
+    """New ``function_type`` for every ``func.func``; split its blocks'
+    arguments (the entry block's in the function-boundary storage)."""
     for fn in _collect(root, lambda o: o.name == "func.func"):
         ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
         inputs, results = list(ftype.inputs), list(ftype.results)
         if any(is_mx_type(t) for t in inputs + results):
             fn.attributes["function_type"] = ir.TypeAttr.get(
-                ir.FunctionType.get(_split_types(inputs), _split_types(results))
+                ir.FunctionType.get(_split_types(inputs, packed), _split_types(results, packed))
             )
             for key, types in (("arg_attrs", inputs), ("res_attrs", results)):
                 if key in fn.attributes:
                     fn.attributes[key] = _expand_attrs(ir.ArrayAttr(fn.attributes[key]), types)
-        for block in fn.regions[0].blocks:
-            _split_block_arguments(block)
+        for i, block in enumerate(fn.regions[0].blocks):
+            _split_block_arguments(block, packed and i == 0)
 
 
 _BRANCHES = ("cf.br", "cf.cond_br")
@@ -212,7 +245,7 @@ def _convert_branches(root: ir.Operation) -> None:
         br.erase()
 
 
-def _convert_calls_and_returns(root: ir.Operation) -> None:
+def _convert_calls_and_returns(root: ir.Operation, packed: bool) -> None:
     """Split the mx operands/results of ``func.call`` and ``func.return``."""
     ops = _collect(
         root,
@@ -225,12 +258,12 @@ def _convert_calls_and_returns(root: ir.Operation) -> None:
             attrs = {n: op.attributes[n] for n in op.attributes}
             new = ir.Operation.create(
                 op.name,
-                results=_split_types([r.type for r in op.results]),
-                operands=_split_operands(op.operands),
+                results=_split_types([r.type for r in op.results], packed),
+                operands=_split_operands(op.operands, packed),
                 attributes=attrs,
             )
         with ir.InsertionPoint.after(new), op.location:
-            _replace_results(op, new.results)
+            _replace_results(op, new.results, packed)
         op.erase()
 
 

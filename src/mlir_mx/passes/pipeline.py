@@ -33,7 +33,13 @@ from mlir_mx.diagnostics import (
 )
 from mlir_mx.dialect import remap_diagnostics
 from mlir_mx.ir_utils import declared_types, find_first
-from mlir_mx.passes.registry import OptionError, lookup, lookup_extension, render_option_value
+from mlir_mx.passes.registry import (
+    OptionError,
+    lookup,
+    lookup_extension,
+    parse_options,
+    render_option_value,
+)
 
 __all__ = [
     "OWNERSHIP_DEALLOCATION",
@@ -139,6 +145,36 @@ class Pipeline:
             return any(e.name == name or (e.nested is not None and found(e.nested)) for e in elements)
 
         return found(self.elements)
+
+    def find(self, name: str) -> PipelineElement | None:
+        """The first element running pass ``name``, at any nesting depth."""
+
+        def first(elements):
+            for e in elements:
+                if e.name == name:
+                    return e
+                found = first(e.nested) if e.nested is not None else None
+                if found is not None:
+                    return found
+            return None
+
+        return first(self.elements)
+
+    @property
+    def packs_subbyte_codes(self) -> bool:
+        """True unless the pipeline's ``mx-to-linalg`` has
+        ``subbyte-storage=unpacked``: sub-byte mx codes cross function
+        boundaries packed (the Runner's ABI follows this)."""
+        e = self.find("mx-to-linalg")
+        if e is None:
+            return True
+        # Only this option is read: a bad value of any option is reported
+        # where the pipeline runs, located, like every other pipeline error.
+        try:
+            pairs = dict(parse_options(e.options or ""))
+        except ValueError:
+            return True
+        return pairs.get("subbyte-storage", "packed") != "unpacked"
 
     @property
     def returns_owned_buffers(self) -> bool:

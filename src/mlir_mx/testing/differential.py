@@ -77,6 +77,13 @@ def _vectorizable_fused(p: Program) -> bool:
 VARIANTS: list[Variant] = [
     Variant("fused", then_llvm("mx-to-linalg{matmul-lowering=fused}"), "fused"),
     Variant("blocked", then_llvm("mx-to-linalg{matmul-lowering=blocked}"), "blocked"),
+    # Every other variant stores FP4/FP6 codes packed at function boundaries
+    # (the default); this one one code per byte: same results, other ABI.
+    Variant(
+        "blocked-unpacked",
+        then_llvm("mx-to-linalg{matmul-lowering=blocked subbyte-storage=unpacked}"),
+        "blocked",
+    ),
     Variant("fused-vectorized", then_llvm("@mx-vectorize"), None, _vectorizable_fused),
     Variant("blocked-vectorized", then_llvm("@mx-vectorize-blocked"), None),
     Variant("runner-default", lambda: None, "blocked"),

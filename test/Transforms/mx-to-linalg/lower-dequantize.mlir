@@ -1,5 +1,5 @@
-// RUN: mx-opt %s --mx-to-linalg | FileCheck %s
-// RUN: mx-opt %s --mx-to-linalg --one-shot-bufferize="bufferize-function-boundaries=1" | FileCheck %s --check-prefix=BUF
+// RUN: mx-opt %s --mx-to-linalg=subbyte-storage=unpacked | FileCheck %s
+// RUN: mx-opt %s --mx-to-linalg=subbyte-storage=unpacked --one-shot-bufferize="bufferize-function-boundaries=1" | FileCheck %s --check-prefix=BUF
 
 // dequantize_block: ONE elementwise linalg.generic; the scale is read through
 // `d_axis floordiv B`; payload extf, extf, mulf (i8: sitofp, mulf 2^-6).

@@ -1,6 +1,6 @@
-// RUN: mx-opt %s --mx-to-linalg="matmul-lowering=blocked" | FileCheck %s
-// RUN: mx-opt %s --mx-to-linalg="matmul-lowering=blocked" | FileCheck %s --check-prefix=NOFLOOR
-// RUN: mx-opt %s --mx-to-linalg="matmul-lowering=blocked" --one-shot-bufferize="bufferize-function-boundaries=1" | FileCheck %s --check-prefix=BUF
+// RUN: mx-opt %s --mx-to-linalg="matmul-lowering=blocked subbyte-storage=unpacked" | FileCheck %s
+// RUN: mx-opt %s --mx-to-linalg="matmul-lowering=blocked subbyte-storage=unpacked" | FileCheck %s --check-prefix=NOFLOOR
+// RUN: mx-opt %s --mx-to-linalg="matmul-lowering=blocked subbyte-storage=unpacked" --one-shot-bufferize="bufferize-function-boundaries=1" | FileCheck %s --check-prefix=BUF
 
 // block_matmul, block-factored form: K is split into (K/B, B) by
 // tensor.expand_shape, so every indexing map is a projected permutation.

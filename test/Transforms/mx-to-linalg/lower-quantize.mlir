@@ -1,4 +1,4 @@
-// RUN: mx-opt %s --mx-to-linalg | FileCheck %s
+// RUN: mx-opt %s --mx-to-linalg=subbyte-storage=unpacked | FileCheck %s
 
 // quantize_block: three generics.
 //   1. block amax: tensor.expand_shape splits the block axis into (nblocks, B);

@@ -1,4 +1,4 @@
-// RUN: mx-opt %s --mx-to-linalg | FileCheck %s
+// RUN: mx-opt %s --mx-to-linalg=subbyte-storage=unpacked | FileCheck %s
 
 // The 1:N split through signatures: each !mx.tensor becomes (mantissa, scale),
 // mantissa first, in func.func arguments and results (public, private and

@@ -1,0 +1,65 @@
+"""B's codes in 64-column tiles (``Problem.b_tiled``, what ``mlir_mx.Linear``
+stores for whole tiles): the same bytes in another order, the same results
+bit for bit, at every schedule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mlir import ir
+
+from mlir_mx.dialect import load_dialect
+from mlir_mx.execution import Runner
+from mlir_mx.kernels import Problem, kernel_module, plan_kernel
+from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
+from mlir_mx.numerics import pack_codes, quantize
+from mlir_mx.pipelines import load_pipeline, threads_pipeline
+
+K, N = 128, 192
+
+
+def _runner(prob: Problem, schedule: str, threads: int) -> Runner:
+    with ir.Context() as ctx, ir.Location.unknown():
+        load_dialect(ctx)
+        text = str(kernel_module(prob, plan_kernel(prob, schedule, threads)))
+    return Runner(text, threads_pipeline(threads) + "," + load_pipeline("memref-to-llvm"))
+
+
+def test_tile_layout():
+    """Row (k // 32) * tiles + n // 64 holds rows k of the block, 64 codes each."""
+    codes = np.arange(K * N, dtype=np.uint32).astype(np.uint8).reshape(K, N)
+    t = tile_b_codes(codes, 32, "f8E4M3FN", packed=False)
+    tiles = N // TILE_COLUMNS
+    assert t.shape == (K // 32 * tiles, 32 * TILE_COLUMNS)
+    for k, n in [(0, 0), (5, 70), (33, 191), (127, 64)]:
+        row = (k // 32) * tiles + n // TILE_COLUMNS
+        assert t[row, (k % 32) * TILE_COLUMNS + n % TILE_COLUMNS] == codes[k, n]
+    packed = tile_b_codes(codes[:, : N // 2], 32, "f4E2M1FN", packed=True)
+    assert packed.shape == (K // 32 * tiles, 32 * 32)
+
+
+def test_b_tiled_needs_whole_tiles():
+    with pytest.raises(ValueError, match="multiple of 64"):
+        Problem(None, 100, K, 32, None, "f4E2M1FN", packed=True, b_tiled=True)
+
+
+@pytest.mark.parametrize("element", ["f4E2M1FN", "f6E3M2FN", "f8E4M3FN"])
+@pytest.mark.parametrize("schedule, m, threads", [("decode", 1, 1), ("small", 5, 2), ("prefill", 50, 2)])
+def test_tiled_b_gives_the_same_bits(element, schedule, m, threads):
+    rng = np.random.default_rng(0)
+    b = quantize(rng.standard_normal((K, N)).astype(np.float32), element, 32, axis=0)
+    packed = element != "f8E4M3FN"
+    raw = pack_codes(b.codes, element) if packed else b.codes.view(np.uint8)
+    x = rng.standard_normal((m, K)).astype(np.float32)
+    out = []
+    for tiled in (False, True):
+        prob = Problem(None, N, K, 32, None, element, packed=packed, b_tiled=tiled)
+        codes = tile_b_codes(raw, 32, element, packed) if tiled else raw
+        if not packed and not tiled:
+            codes = b.codes
+        c = np.zeros((m, N), np.float32)
+        _runner(prob, schedule, threads).invoke("matmul", x, codes, b.scales, c)
+        out.append(c)
+    np.testing.assert_array_equal(out[0].view(np.uint32), out[1].view(np.uint32))
+    ref = x.astype(np.float64) @ b.dequantize().astype(np.float64)
+    np.testing.assert_allclose(out[1], ref, rtol=1e-4, atol=1e-4)
