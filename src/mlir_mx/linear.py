@@ -36,8 +36,8 @@ from mlir import ir
 from mlir_mx.dialect import load_dialect
 from mlir_mx.execution import Runner
 from mlir_mx.kernels import Problem, kernel_module, plan_kernel
-from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
 from mlir_mx.kernels.plan import SMALL_MAX_M, default_threads
+from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
 from mlir_mx.numerics import MXArray, is_packed_storage, pack_codes
 from mlir_mx.pipelines import load_pipeline, threads_pipeline
 
