@@ -263,3 +263,11 @@ def test_from_packed_rejects_wrong_bytes():
         MXArray.from_packed(np.zeros((4, 32), np.int16), a.scales, "f4E2M1FN", 32)
     with pytest.raises(ValueError, match="rank"):
         MXArray.from_packed(np.zeros((128,), np.uint8), a.scales, "f4E2M1FN", 32)
+
+
+def test_packed_codes_are_computed_once_and_kept():
+    a = quantize(np.ones((4, 64), np.float32), "f4E2M1FN", 32)
+    assert a.packed_codes() is a.packed_codes()
+    raw = a.packed_codes().copy()
+    b = MXArray.from_packed(raw, a.scales, "f4E2M1FN", 32)
+    assert b.packed_codes() is raw  # the given bytes, not a re-pack

@@ -11,19 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from mlir import ir
 
-from mlir_mx.dialect import load_dialect
 from mlir_mx.execution import Runner
 from mlir_mx.kernels import Problem as KProblem
-from mlir_mx.kernels import kernel_module, plan_kernel
+from mlir_mx.kernels import plan_kernel
 from mlir_mx.model.kernels import Shape, variant_module_text
-from mlir_mx.numerics import ELEMENT_FORMATS, pack_codes
-from mlir_mx.numerics.packing import packing_group
-from mlir_mx.pipelines import load_pipeline, threads_pipeline
 
 from .method import Method
-from .problem import BenchFailure, Problem, mx_bytes
+from .problem import BenchFailure, Problem, stored_mx_bytes
 
 __all__ = ["OurVariant", "our_methods", "our_variants"]
 
@@ -86,41 +81,7 @@ def our_variants(
                 schedule=f"mx-matmul-kernels {chosen if schedule == 'auto' else schedule}",
             )
         )
-    if ELEMENT_FORMATS[element].bits < 8:
-        variants.append(_packed_variant(shape, threads, element, block_size, chosen))
     return variants
-
-
-def _packed_variant(shape: Shape, threads: int, element: str, bs: int, schedule: str):
-    """mx x mx with FP4/FP6 codes packed (the library's storage), same kernels."""
-    prob = KProblem(shape.M, shape.N, shape.K, bs, element, element, packed=True)
-
-    def build():
-        with ir.Context() as ctx, ir.Location.unknown():
-            load_dialect(ctx)
-            text = str(kernel_module(prob, plan_kernel(prob, schedule, threads), bench=True))
-        return Runner(text, threads_pipeline(threads) + "," + load_pipeline("memref-to-llvm"))
-
-    def args(qa, qb):
-        return (pack_codes(qa.codes, element), qa.scales, pack_codes(qb.codes, element), qb.scales)
-
-    def b_bytes(k, n, block):
-        return packed_size(k * n, element) + k * n // block
-
-    return OurVariant(
-        label="ours mx x mx packed",
-        operands="mx-ab",
-        build=build,
-        kernel_threads=threads,
-        schedule=f"mx-matmul-kernels {schedule}, codes packed",
-        args=args,
-        b_bytes=b_bytes,
-    )
-
-
-def packed_size(n_codes: int, element: str) -> int:
-    codes, nbytes = packing_group(element)
-    return n_codes // codes * nbytes
 
 
 def _engine_key(runner) -> int | None:
@@ -162,7 +123,9 @@ def our_methods(
         args = (p.qa, p.qb) if v.operands == "mx-ab" else (p.qa, p.db)
         if v.args is not None:
             args = v.args(*args)
-        b_bytes = mx_bytes(s.K, s.N, bs) if v.operands == "mx-ab" else 4 * s.K * s.N
+        # Operands as the Runner passes them: FP4/FP6 codes packed where the
+        # shape packs (mx-to-linalg{subbyte-storage=packed}, the default).
+        b_bytes = stored_mx_bytes(s.K, s.N, bs, p.element) if v.operands == "mx-ab" else 4 * s.K * s.N
         if v.b_bytes is not None:
             b_bytes = v.b_bytes(s.K, s.N, bs)
         acc = np.zeros((s.M, s.N), np.float32)
@@ -186,7 +149,7 @@ def our_methods(
                 "ours",
                 v.kernel_threads,
                 # A and B as stored, the accumulator read and written.
-                mx_bytes(s.M, s.K, bs) + b_bytes + 8 * s.M * s.N,
+                stored_mx_bytes(s.M, s.K, bs, p.element) + b_bytes + 8 * s.M * s.N,
                 run=run,
                 result=result,
                 oracle=p.oracle,

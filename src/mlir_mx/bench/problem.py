@@ -26,7 +26,7 @@ import numpy as np
 from mlir_mx import numerics as N
 from mlir_mx.model.kernels import Shape
 
-__all__ = ["BenchFailure", "Oracle", "Problem", "make_problem", "mx_bytes"]
+__all__ = ["BenchFailure", "Oracle", "Problem", "make_problem", "mx_bytes", "stored_mx_bytes"]
 
 F32_UNIT = 2.0**-24
 
@@ -122,5 +122,16 @@ def make_problem(shape: Shape, element: str, block_size: int = 32, seed: int = 0
 
 
 def mx_bytes(rows: int, cols: int, block_size: int) -> int:
-    """Bytes of an MX operand as stored here: one byte per code, one per scale."""
+    """Bytes of an MX operand as the emulation reads it: one byte per code
+    (ml_dtypes), one per scale."""
     return rows * cols + rows * cols // block_size
+
+
+def stored_mx_bytes(rows: int, cols: int, block_size: int, element: str) -> int:
+    """Bytes of an MX operand as our kernels read it: FP4/FP6 codes packed
+    where the shape packs (``numerics.is_packed_storage``), one per scale."""
+    codes = rows * cols
+    if N.is_packed_storage((rows, cols), element):
+        per, nbytes = N.packing_group(element)
+        codes = codes // per * nbytes
+    return codes + rows * cols // block_size

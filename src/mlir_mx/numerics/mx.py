@@ -302,11 +302,18 @@ class MXArray:
         :attr:`is_packed`, else the code bytes as they are (``uint8``, one per code).
 
         This is what the Runner passes for an ``!mx.tensor`` argument under
-        ``mx-to-linalg{subbyte-storage=packed}`` (the default).
+        ``mx-to-linalg{subbyte-storage=packed}`` (the default).  Packing is
+        done once and kept (an array made by :meth:`from_packed` keeps the
+        bytes it was given): an ``MXArray`` is a value, so write new codes into
+        a new ``MXArray``, not into ``codes`` in place.
         """
-        if self.is_packed:
-            return pack_codes(self.codes, self.format)
-        return np.ascontiguousarray(self.codes).view(np.uint8)
+        if not self.is_packed:
+            return np.ascontiguousarray(self.codes).view(np.uint8)
+        cached = self.__dict__.get("_packed")
+        if cached is None:
+            cached = pack_codes(self.codes, self.format)
+            self.__dict__["_packed"] = cached
+        return cached
 
     @classmethod
     def from_packed(
@@ -336,6 +343,9 @@ class MXArray:
                     f"shape {logical} (from the scales), got {packed.shape}"
                 )
             codes = unpack_codes(packed, fmt)
+            out = cls(codes, scales, fmt.name, block_size, axis)
+            out.__dict__["_packed"] = np.ascontiguousarray(packed)
+            return out
         else:
             codes = packed.view(fmt.dtype) if not fmt.is_int else packed.view(np.int8)
         return cls(codes, scales, fmt.name, block_size, axis)
