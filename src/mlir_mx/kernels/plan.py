@@ -74,6 +74,10 @@ def classify(m: int | None) -> str:
     return "prefill"
 
 
+#: Software prefetch distance, in column tiles, for a tiled B.
+TILED_PREFETCH = 4
+
+
 def plan_kernel(prob: Problem, schedule: str = "auto", threads: int | None = None) -> KernelPlan:
     """The kernel for ``prob``: ``schedule`` one of :data:`SCHEDULES`."""
     if schedule not in SCHEDULES:
@@ -81,8 +85,17 @@ def plan_kernel(prob: Problem, schedule: str = "auto", threads: int | None = Non
     threads = default_threads() if threads is None or threads <= 0 else threads
     if schedule == "auto":
         schedule = classify(prob.m)
+    # A tiled B is one sequential stream: prefetching 4 tiles (4 KiB of FP4)
+    # ahead measured 1.4x (1 thread) / 1.3x (2) on the MXFP4 MLP's three
+    # layers (bench/results/kernels-findings-2026-11-30.md); row-major B
+    # reads 32 rows at once and was slower with prefetching, so it has none.
+    prefetch = TILED_PREFETCH if prob.b_tiled else 0
     if schedule == "decode":
-        return KernelPlan("decode", StreamConfig(mr=1, nv=4, ku=8, threads=threads))
+        return KernelPlan(
+            "decode", StreamConfig(mr=1, nv=4, ku=8, threads=threads, prefetch=prefetch)
+        )
     if schedule == "small":
-        return KernelPlan("small", StreamConfig(mr=SMALL_MR, nv=4, ku=8, threads=threads))
+        return KernelPlan(
+            "small", StreamConfig(mr=SMALL_MR, nv=4, ku=8, threads=threads, prefetch=prefetch)
+        )
     return KernelPlan("prefill", PackedConfig(threads=threads))

@@ -112,7 +112,15 @@ class _Kernel(KernelState):
                 for v in range(nv)
             ]
         k0 = kb.mul(blk, bs)
-        if cfg.prefetch and prob.b_is_mx:
+        if cfg.prefetch and prob.b_is_mx and prob.b_tiled:
+            # Tiled B is one stream: the tile `prefetch` tiles ahead in this
+            # block (clamped to the last one), one prefetch per 64-byte line.
+            tile = LANES * cfg.nv
+            ahead = kb.min(kb.add(n0, cfg.prefetch * tile), prob.n - tile)
+            row_bytes = prob.code_columns(prob.b_elem, tile)
+            for r in range(0, bs, max(1, 64 // row_bytes)):
+                kb.prefetch(self.b.mem, self.b.address(kb.add(k0, r), ahead))
+        elif cfg.prefetch and prob.b_is_mx:
             # The same columns of the rows `prefetch` blocks ahead (clamped).
             ahead = kb.min(kb.add(k0, cfg.prefetch * bs), prob.k - bs)
             for r in range(bs):
