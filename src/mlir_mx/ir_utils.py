@@ -22,6 +22,10 @@ __all__ = [
     "find_first",
     "function_type",
     "index_of",
+    "KERNEL_ATTR",
+    "kernel_tag",
+    "tag_kernel",
+    "users",
     "indexing_maps",
     "ins_outs",
     "iterator_types",
@@ -91,6 +95,29 @@ def owner_op(v: ir.Value) -> ir.Operation | None:
     """The op defining ``v``; None for a block argument."""
     owner = _op(v.owner)
     return owner if isinstance(owner, ir.Operation) else None
+
+
+def users(v: ir.Value) -> list[ir.Operation]:
+    """The ops using ``v`` (once per use)."""
+    return [_op(use.owner) for use in v.uses]
+
+
+#: The attribute naming what a ``linalg.generic`` of the mx lowering computes
+#: (``block_partials``, ``block_scales``, ``unpack_codes``, ...): the passes
+#: after bufferization find their ops by it.
+KERNEL_ATTR = "mx.kernel"
+
+
+def kernel_tag(o: ir.Operation) -> str | None:
+    """The :data:`KERNEL_ATTR` tag of a ``linalg.generic``, else None."""
+    if o.name != "linalg.generic" or KERNEL_ATTR not in o.attributes:
+        return None
+    return ir.StringAttr(o.attributes[KERNEL_ATTR]).value
+
+
+def tag_kernel(result: ir.Value, tag: str) -> None:
+    """Tag the op defining ``result`` with :data:`KERNEL_ATTR` = ``tag``."""
+    owner_op(result).attributes[KERNEL_ATTR] = ir.StringAttr.get(tag)
 
 
 def producer(v: ir.Value, name: str) -> ir.Operation | None:

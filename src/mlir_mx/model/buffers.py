@@ -20,7 +20,9 @@ from mlir_mx.ir_utils import (
     indexing_maps,
     ins_outs,
     iterator_types,
+    kernel_tag,
     owner_op,
+    users,
 )
 from mlir_mx.model.kernel_model import Buffer, element_bits, require_static_shape
 from mlir_mx.numerics.formats import SCALE_TYPE
@@ -55,11 +57,8 @@ def _through_unpack(v: ir.Value) -> tuple[ir.Value, str | None]:
     generic to the packed bytes it reads (``subbyte-storage=packed``), and the
     element type of the unpacked codes when it was."""
     root = _root(v)
-    for use in root.uses:
-        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
-        if user.name != "linalg.generic" or "mx.kernel" not in user.attributes:
-            continue
-        if ir.StringAttr(user.attributes["mx.kernel"]).value != "unpack_codes":
+    for user in users(root):
+        if kernel_tag(user) != "unpack_codes":
             continue
         ins, outs = ins_outs(user)
         if outs and _root(outs[0]) == root:

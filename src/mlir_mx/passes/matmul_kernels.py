@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from mlir import ir
 
-from mlir_mx.ir_utils import collect, owner_op
+from mlir_mx.ir_utils import collect, kernel_tag, owner_op, users
 from mlir_mx.kernels import Operands, Problem, emit_matmul, plan_kernel
 from mlir_mx.kernels.plan import SCHEDULES
 from mlir_mx.numerics import element_format
@@ -33,7 +33,6 @@ from mlir_mx.passes.registry import Option, PassError, register_pass
 
 __all__ = ["mx_matmul_kernels"]
 
-_KERNEL_ATTR = "mx.kernel"
 
 
 @register_pass(
@@ -61,7 +60,7 @@ def mx_matmul_kernels(op: ir.Operation, *, schedule: str = "auto", threads: int 
         )
     if threads < 0:
         raise PassError(f"mx-matmul-kernels: threads must be >= 0, got {threads}", op.location)
-    for scales in collect(op, lambda o: _tag(o) == "block_scales"):
+    for scales in collect(op, lambda o: kernel_tag(o) == "block_scales"):
         match = _match(scales)
         if match is None:
             continue
@@ -73,12 +72,6 @@ def mx_matmul_kernels(op: ir.Operation, *, schedule: str = "auto", threads: int 
             d.erase()
         for chain in unpacks:
             _erase_unpack(chain)
-
-
-def _tag(o: ir.Operation) -> str | None:
-    if o.name != "linalg.generic" or _KERNEL_ATTR not in o.attributes:
-        return None
-    return ir.StringAttr(o.attributes[_KERNEL_ATTR]).value
 
 
 def _unit_inner_stride(v: ir.Value) -> bool:
@@ -97,11 +90,10 @@ def _match(scales: ir.Operation):
         return None
     partials = fill = None
     dead: list[ir.Operation] = []
-    for use in partials_buf.uses:
-        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+    for user in users(partials_buf):
         if user == scales:
             continue
-        if _tag(user) in ("block_partials", "block_partials_subbyte"):
+        if kernel_tag(user) in ("block_partials", "block_partials_subbyte"):
             partials = user
         elif user.name == "linalg.fill":
             fill = user
@@ -158,11 +150,7 @@ def _packed_source(codes: ir.Value):
     if collapse is None or collapse.name != "memref.collapse_shape":
         return None
     buf = collapse.operands[0]
-    writer = None
-    for use in buf.uses:
-        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
-        if _tag(user) == "unpack_codes":
-            writer = user
+    writer = next((u for u in users(buf) if kernel_tag(u) == "unpack_codes"), None)
     if writer is None:
         return None
     grouped = owner_op(writer.operands[0])
@@ -177,11 +165,7 @@ def _erase_unpack(chain) -> None:
     if any(True for _ in collapse.results[0].uses):
         return
     collapse.erase()
-    others = []
-    for use in buf.uses:
-        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
-        if user != writer:
-            others.append(user)
+    others = [u for u in users(buf) if u != writer]
     if any(u.name != "memref.dealloc" for u in others):
         return
     writer.erase()

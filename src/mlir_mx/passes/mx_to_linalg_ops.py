@@ -12,11 +12,11 @@ from mlir import ir
 from mlir.dialects import arith, builtin, linalg, tensor
 
 from mlir_mx.dialect.types import MXTensorType, is_mx_type
-from mlir_mx.ir_utils import constant_float, owner_op
+from mlir_mx.ir_utils import constant_float, owner_op, tag_kernel
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 from mlir_mx.passes import mx_lowering_helpers as h
 
-__all__ = ["CAST", "KERNEL_ATTR", "LOWERINGS", "pack", "unpack"]
+__all__ = ["CAST", "LOWERINGS", "pack", "unpack"]
 
 #: The bridge between an mx value and its (mantissa, scale) pair.
 CAST = "builtin.unrealized_conversion_cast"
@@ -157,7 +157,6 @@ def _lower_matmul_fused(op: ir.Operation) -> list[ir.Value]:
 
 #: Discardable attribute naming the generics of the blocked matmul lowering,
 #: for transform schedules (``schedules-blocked.mlir``) to match on.
-KERNEL_ATTR = "mx.kernel"
 
 
 def _sub_byte(element: str | None) -> bool:
@@ -226,9 +225,7 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     )  # fmt: skip
     partials = partial_op_results[0]
     sub_byte = _sub_byte(lt.element_type) or _sub_byte(b_elem)
-    owner_op(partials).attributes[KERNEL_ATTR] = ir.StringAttr.get(
-        "block_partials_subbyte" if sub_byte else "block_partials"
-    )
+    tag_kernel(partials, "block_partials_subbyte" if sub_byte else "block_partials")
 
     def smap(*dims):
         return ir.AffineMap.get(3, 0, [d(i) for i in dims])
@@ -243,7 +240,7 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     ins = [partials, ascale] + ([bscale] if rhs_mx else [])
     maps = [smap(0, 2, 1), smap(0, 2)] + ([smap(2, 1)] if rhs_mx else []) + [smap(0, 1)]
     out = h.generic(ins, [acc], maps, [h.PARALLEL, h.PARALLEL, h.REDUCTION], scale_body)
-    owner_op(out[0]).attributes[KERNEL_ATTR] = ir.StringAttr.get("block_scales")
+    tag_kernel(out[0], "block_scales")
     return out
 
 

@@ -29,7 +29,7 @@ from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
 from mlir_mx.dialect.types import MXTensorType
-from mlir_mx.ir_utils import owner_op
+from mlir_mx.ir_utils import tag_kernel
 from mlir_mx.numerics import element_format, packing_group
 from mlir_mx.passes import mx_lowering_helpers as h
 
@@ -37,9 +37,6 @@ __all__ = ["STORAGES", "pack_codes", "unpack_codes"]
 
 #: Values of the ``subbyte-storage`` option of ``mx-to-linalg``.
 STORAGES = ("packed", "unpacked")
-
-_KERNEL_ATTR = "mx.kernel"
-
 
 def _int(bits: int) -> ir.Type:
     return ir.IntegerType.get_signless(bits)
@@ -88,10 +85,6 @@ def _lane_shift(loop: int, width: int) -> ir.Value:
     return arith.MulIOp(idx, h.const_i32(width)).result
 
 
-def _tag(v: ir.Value, name: str) -> None:
-    owner_op(v).attributes[_KERNEL_ATTR] = ir.StringAttr.get(name)
-
-
 def unpack_codes(packed: ir.Value, t: MXTensorType) -> ir.Value:
     """The ``tensor<shape x element>`` codes of the packed bytes ``packed``."""
     fmt = element_format(t.element_type)
@@ -111,7 +104,7 @@ def unpack_codes(packed: ir.Value, t: MXTensorType) -> ir.Value:
 
     maps = _lane_maps(rank, nbytes) + [h.identity_map(rank + 1)]
     (res,) = h.generic([grouped] * nbytes, [out], maps, [h.PARALLEL] * (rank + 1), body)
-    _tag(res, "unpack_codes")
+    tag_kernel(res, "unpack_codes")
     return _collapse_last(res, shape[:-1] + [groups, codes], elem)
 
 
@@ -133,5 +126,5 @@ def pack_codes(codes_value: ir.Value, t: MXTensorType) -> ir.Value:
 
     maps = _lane_maps(rank, codes) + [h.identity_map(rank + 1)]
     (res,) = h.generic([grouped] * codes, [out], maps, [h.PARALLEL] * (rank + 1), body)
-    _tag(res, "pack_codes")
+    tag_kernel(res, "pack_codes")
     return _collapse_last(res, shape[:-1] + [groups, nbytes], h.i8())
