@@ -75,3 +75,19 @@ def case(m, k, n, ea, eb, seed=0):
     exact = acc.astype(np.float64) + a @ b
     bound = (k + 2) * U * (np.abs(acc) + np.abs(a) @ np.abs(b))
     return args, acc, exact, bound
+
+
+def kernel_runner(prob, schedule: str, threads: int):
+    """A Runner for ``kernel_module(prob)`` with ``schedule`` on ``threads``
+    threads, lowered the way ``mlir_mx.Linear`` lowers its kernels."""
+    from mlir import ir
+
+    from mlir_mx.dialect import load_dialect
+    from mlir_mx.execution import Runner
+    from mlir_mx.kernels import kernel_module, plan_kernel
+    from mlir_mx.pipelines import load_pipeline, threads_pipeline
+
+    with ir.Context() as ctx, ir.Location.unknown():
+        load_dialect(ctx)
+        text = str(kernel_module(prob, plan_kernel(prob, schedule, threads)))
+    return Runner(text, threads_pipeline(threads) + "," + load_pipeline("memref-to-llvm"))

@@ -6,23 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mlir import ir
+from matmul_cases import kernel_runner
 
-from mlir_mx.dialect import load_dialect
-from mlir_mx.execution import Runner
-from mlir_mx.kernels import Problem, kernel_module, plan_kernel
+from mlir_mx.kernels import Problem
 from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
 from mlir_mx.numerics import pack_codes, quantize
-from mlir_mx.pipelines import load_pipeline, threads_pipeline
 
 K, N = 128, 192
-
-
-def _runner(prob: Problem, schedule: str, threads: int) -> Runner:
-    with ir.Context() as ctx, ir.Location.unknown():
-        load_dialect(ctx)
-        text = str(kernel_module(prob, plan_kernel(prob, schedule, threads)))
-    return Runner(text, threads_pipeline(threads) + "," + load_pipeline("memref-to-llvm"))
 
 
 def test_tile_layout():
@@ -58,7 +48,7 @@ def test_tiled_b_gives_the_same_bits(element, schedule, m, threads):
         if not packed and not tiled:
             codes = b.codes
         c = np.zeros((m, N), np.float32)
-        _runner(prob, schedule, threads).invoke("matmul", x, codes, b.scales, c)
+        kernel_runner(prob, schedule, threads).invoke("matmul", x, codes, b.scales, c)
         out.append(c)
     np.testing.assert_array_equal(out[0].view(np.uint32), out[1].view(np.uint32))
     ref = x.astype(np.float64) @ b.dequantize().astype(np.float64)

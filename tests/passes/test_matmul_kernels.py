@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from matmul_cases import ELEMENTS, case, matmul_text
+from matmul_cases import ELEMENTS, case, kernel_runner, matmul_text
 from mlir import ir
 
-from mlir_mx.dialect import load_dialect, parse_module, print_module
+from mlir_mx.dialect import parse_module, print_module
 from mlir_mx.execution import Runner
-from mlir_mx.kernels import Problem, kernel_module, plan_kernel
+from mlir_mx.kernels import Problem, plan_kernel
 from mlir_mx.kernels.cpu import has_features
 from mlir_mx.numerics import ELEMENT_FORMATS, pack_codes
 from mlir_mx.passes.pipeline import build_pass_manager
-from mlir_mx.pipelines import load_pipeline, threads_pipeline
+from mlir_mx.pipelines import load_pipeline
 
 REFERENCE = "mx-to-linalg{matmul-lowering=blocked}," + load_pipeline("lower-to-llvm")
 # Quick set: every element type as A and as B (mx x mx, rotated) and two mx x f32.
@@ -99,16 +99,9 @@ def test_default_runner_lowers_mx_and_picks_by_shape():
         assert plan_kernel(Problem(m, 32, 64, 32, "f8E4M3FN", "f8E4M3FN")).schedule == expect
 
 
-def _kernel_runner(prob: Problem, schedule: str, threads: int) -> Runner:
-    with ir.Context() as ctx, ir.Location.unknown():
-        load_dialect(ctx)
-        text = str(kernel_module(prob, plan_kernel(prob, schedule, threads)))
-    return Runner(text, threads_pipeline(threads) + "," + load_pipeline("memref-to-llvm"))
-
-
 def test_dynamic_m_kernel_serves_every_m():
     """One kernel module with a dynamic M (the library's case) for several M."""
-    r = _kernel_runner(Problem(None, 48, 96, 32, "f8E4M3FN", "f8E4M3FN"), "small", 2)
+    r = kernel_runner(Problem(None, 48, 96, 32, "f8E4M3FN", "f8E4M3FN"), "small", 2)
     for m in (1, 4, 5, 11):
         args, acc, exact, bound = case(m, 96, 48, "f8E4M3FN", "f8E4M3FN")
         qa, qb = args
@@ -127,7 +120,7 @@ def test_packed_subbyte_codes(ea, eb, schedule, m):
     qa, b = args
     ref = c = None
     for packed in (False, True):
-        r = _kernel_runner(Problem(m, n, k, 32, ea, eb, packed=packed), schedule, 2)
+        r = kernel_runner(Problem(m, n, k, 32, ea, eb, packed=packed), schedule, 2)
 
         def pk(x, e, packed=packed):  # 8-bit codes are stored as they are
             return pack_codes(x, e) if packed and ELEMENT_FORMATS[e].bits < 8 else x
