@@ -137,17 +137,23 @@ class Operands:
 class CodeRows:
     """Reads runs of codes from a codes buffer, one code per byte out (packed
     FP4/FP6 rows are unpacked in registers).  The buffer is row-major, or
-    tiled (``block``: B's layout under :attr:`Problem.b_tiled`); a run never
-    crosses a tile of :data:`TILE_COLUMNS` columns."""
+    tiled (B's layout under :attr:`Problem.b_tiled`: ``tiled = (rows per
+    block, tiles per row)``); a run never crosses a tile of
+    :data:`TILE_COLUMNS` columns."""
 
     def __init__(
-        self, kb: KernelBuilder, mem: ir.Value, element: str, packed: bool, block: int | None = None
+        self,
+        kb: KernelBuilder,
+        mem: ir.Value,
+        element: str,
+        packed: bool,
+        tiled: tuple[int, int] | None = None,
     ):
         self.kb = kb
         self.mem = kb.as_bytes(mem)
         self.dec = decoder(element)
         self.group = self.dec.group if packed else (1, 1)
-        self.block = block  # tiled: rows per block
+        self.tiled = tiled
 
     def byte_column(self, col) -> ir.Value:
         """The byte offset in a row of code column ``col`` (a group boundary)."""
@@ -158,12 +164,12 @@ class CodeRows:
 
     def address(self, row, col) -> list[ir.Value]:
         """Indices into the buffer of code ``(row, col)`` (a group boundary)."""
-        if self.block is None:
+        if self.tiled is None:
             return [row, self.byte_column(col)]
-        kb, bs = self.kb, self.block
+        kb, (bs, tiles) = self.kb, self.tiled
         codes, nbytes = self.group
         tile_bytes = TILE_COLUMNS // codes * nbytes
-        tiles_row = kb.add(kb.mul(kb.divu(row, bs), self.tiles), kb.divu(col, TILE_COLUMNS))
+        tiles_row = kb.add(kb.mul(kb.divu(row, bs), tiles), kb.divu(col, TILE_COLUMNS))
         in_tile = self.byte_column(kb.remu(col, TILE_COLUMNS))
         return [tiles_row, kb.add(kb.mul(kb.remu(row, bs), tile_bytes), in_tile)]
 
@@ -268,10 +274,8 @@ class KernelState:
         self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
         self.b = ops.b
         if prob.b_is_mx:
-            self.b = CodeRows(
-                kb, ops.b, prob.b_elem, prob.packed, prob.block if prob.b_tiled else None
-            )
-            self.b.tiles = prob.n // TILE_COLUMNS
+            tiled = (prob.block, prob.n // TILE_COLUMNS) if prob.b_tiled else None
+            self.b = CodeRows(kb, ops.b, prob.b_elem, prob.packed, tiled)
         self.sb = kb.as_bytes(ops.sb) if prob.b_is_mx else None
         self.dec = decoder(prob.b_elem) if prob.b_is_mx else None
 

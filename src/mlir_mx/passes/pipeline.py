@@ -140,11 +140,7 @@ class Pipeline:
 
     def runs(self, name: str) -> bool:
         """True when pass ``name`` is an element, at any nesting depth."""
-
-        def found(elements) -> bool:
-            return any(e.name == name or (e.nested is not None and found(e.nested)) for e in elements)
-
-        return found(self.elements)
+        return self.find(name) is not None
 
     def find(self, name: str) -> PipelineElement | None:
         """The first element running pass ``name``, at any nesting depth."""
