@@ -147,8 +147,24 @@ class _DiskCache:
     ExecutionEngine, so a hit skips parsing-time passes (ours and MLIR's) but
     not LLVM's code generation (measured: ``docs/library.md``).  Keyed by the
     text, the pipeline, the CPU features and the versions of mlir-mx and the
-    bindings; a file that does not load is ignored and rewritten.
+    bindings.
+
+    An entry is an 80-byte header then the bytecode::
+
+        magic "MLIRMXC1" (8 bytes) | key (32) | body length (8, u64 LE)
+        | SHA-256 of (key, body length, body) (32) | body
+
+    Upstream's bytecode reader asserts (aborts the process) on some malformed
+    input, so no byte of an entry reaches ``ir.Module.parse`` before the whole
+    header and checksum match; the parsed module is verified again (the
+    verifier, and ``check_lowered``: nothing outside the LLVM dialect).  An entry that fails either check, or does not load,
+    is logged (``logging`` warning of ``mlir_mx.execution.compiled``),
+    deleted, and rebuilt by the caller.  Entries are written atomically
+    (:func:`mlir_mx.files.atomic_write`): a reader never sees half an entry.
     """
+
+    MAGIC = b"MLIRMXC1"
+    HEADER = 80
 
     def __init__(self, directory, text: str, pipeline: Pipeline):
         import hashlib
@@ -170,33 +186,78 @@ class _DiskCache:
         ):
             h.update(part.encode())
             h.update(b"\0")
+        self.key = h.digest()
         self.path = Path(directory) / f"{h.hexdigest()}.mlirbc"
 
+    def _checksum(self, length: bytes, body: bytes) -> bytes:
+        import hashlib
+
+        return hashlib.sha256(self.key + length + body).digest()
+
+    def encode(self, body: bytes) -> bytes:
+        """The entry (header and body) for the bytecode ``body``."""
+        length = len(body).to_bytes(8, "little")
+        return self.MAGIC + self.key + length + self._checksum(length, body) + body
+
+    def verify(self, data: bytes) -> tuple[bytes | None, str]:
+        """The body of the entry ``data`` if its header and checksum hold, else
+        ``(None, why)``."""
+        if len(data) < self.HEADER:
+            return None, f"{len(data)} bytes, shorter than the {self.HEADER}-byte header"
+        if data[:8] != self.MAGIC:
+            return None, "not a mlir-mx cache entry (bad magic)"
+        if data[8:40] != self.key:
+            return None, "the header's key is not this entry's"
+        length = data[40:48]
+        body = data[self.HEADER :]
+        if int.from_bytes(length, "little") != len(body):
+            n = int.from_bytes(length, "little")
+            return None, f"the header says {n} bytes of bytecode, the file has {len(body)}"
+        if data[48:80] != self._checksum(length, body):
+            return None, "checksum mismatch"
+        return body, ""
+
     def load(self, context: ir.Context) -> ir.Module | None:
+        """The cached lowered module, or None (no entry, or one dropped)."""
         try:
             data = self.path.read_bytes()
         except OSError:
             return None
+        body, why = self.verify(data)
+        if body is None:
+            return self._drop(why)
         try:
-            module = ir.Module.parse(data, context)
+            module = ir.Module.parse(body, context)
+            module.operation.verify()
             check_lowered(module)
             return module
-        except (ir.MLIRError, DiagnosticError, RuntimeError, ValueError):
-            return None
+        except (ir.MLIRError, DiagnosticError, RuntimeError, ValueError) as err:
+            return self._drop(f"does not load: {str(err).splitlines()[0][:200]}")
+
+    def _drop(self, why: str) -> None:
+        """Log and delete the entry; None (a miss)."""
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "compile cache: dropped %s (%s); it is rebuilt", self.path, why
+        )
+        try:
+            self.path.unlink()
+        except OSError:
+            pass  # a read-only cache: it is rebuilt in memory and not stored
+        return None
 
     def store(self, module: ir.Module) -> None:
+        """Write the entry of ``module`` atomically (errors only cost time later)."""
         import io
-        import os
-        import tempfile
+
+        from mlir_mx.files import write_bytes
 
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             buf = io.BytesIO()
             module.operation.write_bytecode(buf)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                f.write(buf.getvalue())
-            os.replace(tmp, self.path)
+            write_bytes(self.path, self.encode(buf.getvalue()))
         except OSError:
             pass  # a read-only or full cache directory only costs the next process time
 
