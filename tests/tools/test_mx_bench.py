@@ -164,3 +164,36 @@ def test_our_variants_are_runner_constructions():
     runner = vs[0].build()
     acc = np.zeros((1, 8), np.float32)
     assert "bench" in runner.functions and acc.shape == (1, 8)
+
+
+def test_f6_mx_bench_out_traceback(tmp_path, capsys):
+    """Round 2 reproducer f6_mx_bench_out_traceback.sh: ``--out`` naming a file or a
+    path that cannot be created gave a traceback; now one ``mx-bench: error:`` line
+    and exit 1, before any benchmark runs (as mx-roofline)."""
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    for out, message in [
+        (afile, f"--out '{afile}' exists and is not a directory"),
+        (afile / "x", f"cannot create --out directory '{afile / 'x'}': Not a directory"),
+        ("/dev/null/x", "cannot create --out directory '/dev/null/x': Not a directory"),
+    ]:
+        assert main(["--quick", "--quiet", "--out", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert err == f"mx-bench: error: {message}\n"
+    assert afile.read_text() == "keep"
+
+
+def test_results_that_cannot_be_written_are_an_error_not_half_a_file(tmp_path, monkeypatch, capsys):
+    from mlir_mx import files
+
+    def full(path, text, encoding="utf-8"):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(harness, "FAMILIES", ())
+    monkeypatch.setattr("mlir_mx.bench.report.write_text", full)
+    rc = main(["--quick", "--quiet", "--shapes", "1x8x32", "--threads", "1", "--out", str(tmp_path)])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert err == f"mx-bench: error: cannot write the results to '{tmp_path}': No space left on device\n"
+    assert not list(tmp_path.iterdir())
+    assert files.write_text is not full

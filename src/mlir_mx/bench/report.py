@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mlir_mx.files import write_text
+
 __all__ = ["RATIO_BASELINES", "markdown", "write_results"]
 
 #: baseline columns of the speedup table, in order
@@ -19,12 +21,16 @@ RATIO_BASELINES = (
 
 
 def write_results(record: dict, out: Path) -> tuple[Path, Path]:
-    """Write the JSON record and its markdown rendering; returns both paths."""
+    """Write the JSON record and its markdown rendering; returns both paths.
+
+    Each file is written atomically (:mod:`mlir_mx.files`): an error leaves
+    the previous file of the same name, or none, never half a file."""
     out.mkdir(parents=True, exist_ok=True)
     stem = f"mx-bench-{record['date'][:10]}-{record['tag']}"
     js, md = out / f"{stem}.json", out / f"{stem}.md"
-    js.write_text(json.dumps(record, indent=1) + "\n")
-    md.write_text(markdown(record))
+    text = markdown(record)  # rendered before either file is touched
+    write_text(js, json.dumps(record, indent=1) + "\n")
+    write_text(md, text)
     return js, md
 
 

@@ -23,9 +23,8 @@ import os
 import re
 import shlex
 import sys
-from pathlib import Path
 
-from mlir_mx.tools.driver import ToolError, tool_main
+from mlir_mx.tools.driver import ToolError, check_out_dir, tool_main
 
 PROG = "mx-bench"
 DEFAULT_SHAPES = "1x8192x8192,8x4096x4096,256x4096x4096"
@@ -112,7 +111,7 @@ def _parse(argv: list[str]):
         threads=_ints(ns.threads, "--threads"),
         command=" ".join([PROG, *(shlex.quote(a) for a in argv)]),
         tag=tag,
-        out=Path(ns.out),
+        out=check_out_dir(ns.out),  # before the run: a bad --out costs no benchmark time
         quick=ns.quick,
         block_size=BLOCK_SIZE,
         samples=samples,
@@ -139,7 +138,10 @@ def run(parsed) -> int:
         record = run_bench(opts, say)
     except BenchFailure as err:
         raise ToolError(f"error: {err}") from None
-    js, md = write_results(record, opts.out)
+    try:
+        js, md = write_results(record, opts.out)
+    except OSError as err:  # e.g. a full disk: no partial file is left (atomic writes)
+        raise ToolError(f"error: cannot write the results to '{opts.out}': {err.strerror or err}") from None
     print(f"wrote {js} and {md}")
     return 0
 

@@ -26,6 +26,7 @@ from mlir_mx.dialect import (
     remap_diagnostics,
     verify_module,
 )
+from mlir_mx.files import write_text
 from mlir_mx.passes.pipeline import (
     PipelineElement,
     PipelineError,
@@ -242,8 +243,7 @@ def run(opts: Options) -> int:
         sys.stdout.write(result)
     else:
         try:
-            with open(opts.output, "w", encoding="utf-8") as f:
-                f.write(result)
+            write_text(opts.output, result)  # atomic: a failure keeps the old file
         except OSError as err:
             raise ToolError(f"cannot open output file '{opts.output}': {err.strerror}") from None
     return 1 if failed else 0

@@ -18,11 +18,10 @@ prints its located diagnostic (``file:line:col: error: ...``).  The shared
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-from mlir_mx.tools.driver import ArgParser, ToolError, register_source, tool_main
+from mlir_mx.tools.driver import ArgParser, ToolError, check_out_dir, register_source, tool_main
 
 PROG = "mx-roofline"
 DEFAULT_SHAPES = ("32x64x64", "1x64x64")
@@ -125,20 +124,8 @@ def _parse(argv):
     if args.threads < 1:
         raise ToolError("--threads must be at least 1")
     if args.out is not None:
-        _check_out_dir(Path(args.out))
+        check_out_dir(args.out)
     return args
-
-
-def _check_out_dir(out: Path) -> None:
-    """The plot directory must be a directory we can write (created if missing)."""
-    if out.exists() and not out.is_dir():
-        raise ToolError(f"--out '{out}' exists and is not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ToolError(f"cannot create --out directory '{out}': {err.strerror or err}") from None
-    if not os.access(out, os.W_OK):
-        raise ToolError(f"--out directory '{out}' is not writable")
 
 
 def run(args) -> int:
