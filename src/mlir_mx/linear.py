@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import threading
 import weakref
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 from mlir import ir
 
@@ -50,6 +52,12 @@ def cache_dir() -> Path | None:
     if value.lower() in ("off", "0", "none"):
         return None
     return Path(value) if value else Path.home() / ".cache" / "mlir-mx"
+
+
+#: The most threads a Linear takes: far more than any machine's cores (the
+#: kernels split their columns into at most this many tasks); a larger value
+#: is a mistake better refused at construction than by the pass pipeline.
+MAX_THREADS = 1024
 
 
 def _shape_class(m: int) -> str:
@@ -104,8 +112,12 @@ class Linear:
     def threads(self, value: int | None) -> None:
         if value is None:
             value = default_threads()
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"threads: expected a positive integer, got {value!r}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | np.integer)
+            or not 1 <= value <= MAX_THREADS
+        ):
+            raise ValueError(f"threads: expected a positive integer (at most {MAX_THREADS}), got {value!r}")
         self._threads = int(value)
 
     @property
@@ -127,7 +139,9 @@ class Linear:
         axis. Returns f32 ``(M, out)`` (``(out,)`` for a vector) as numpy."""
         args, m, vector = self._activations(x)
         out = np.zeros((m, self.out_features), np.float32)
-        if m:
+        # An empty weight (out or in = 0) gives the empty (or zero) product at
+        # every M without a kernel: no kernel schedule divides by 0 columns.
+        if m and self.out_features and self.in_features:
             a_elem = x.element if isinstance(x, MXArray) else None
             self._bound(a_elem, _shape_class(m))(*args, out)
         return out[0] if vector else out
@@ -146,16 +160,20 @@ class Linear:
                 codes = pack_codes(np.ascontiguousarray(codes), x.element)
             return [np.ascontiguousarray(codes), np.ascontiguousarray(x.scales)], x.shape[0], False
         if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
-            x = np.from_dlpack(x)  # a torch CPU tensor, ...: viewed, not copied
+            x = _host_view(x)  # a torch CPU tensor, ...: viewed, not copied
         if not isinstance(x, np.ndarray):
             raise TypeError(f"x: expected a numpy array or an MXArray, got {type(x).__name__}")
+        if x.dtype in _HALF_DTYPES:
+            x = x.astype(np.float32)  # exact: every f16 / bf16 value is an f32 value
         if x.dtype != np.float32:
-            raise TypeError(f"x: expected dtype float32, got {x.dtype}")
+            raise TypeError(f"x: expected dtype float32 (or float16, bfloat16), got {x.dtype}")
         vector = x.ndim == 1
         x2 = x.reshape(1, -1) if vector else x
         if x2.ndim != 2 or x2.shape[1] != k:
             raise ValueError(f"x: expected shape (M, {k}) or ({k},), got {x.shape}")
-        return [np.ascontiguousarray(x2)], x2.shape[0], vector
+        # Read-only x is fine (the kernels never write it); misaligned or
+        # strided x is copied.
+        return [np.require(x2, np.float32, ["C_CONTIGUOUS", "ALIGNED"])], x2.shape[0], vector
 
     def _bound(self, a_elem: str | None, schedule: str) -> _BoundMatmul:
         key = (a_elem, schedule, self.threads)
@@ -186,6 +204,26 @@ class Linear:
         return runner
 
 
+_HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def _host_view(x) -> np.ndarray:
+    """A numpy view of the DLPack array ``x``; a torch bfloat16/float16 tensor
+    as float32 (numpy has no bfloat16 to view it as)."""
+    if type(x).__module__.startswith("torch"):
+        if getattr(x, "requires_grad", False):
+            raise TypeError(
+                "x: the tensor requires grad, and Linear computes no gradients: "
+                "pass x.detach()"
+            )
+        if str(getattr(x, "dtype", "")) in ("torch.bfloat16", "torch.float16"):
+            x = x.float()  # exact
+    try:
+        return np.from_dlpack(x)
+    except (BufferError, RuntimeError, TypeError, ValueError) as err:
+        raise TypeError(f"x: cannot view this {type(x).__name__} as host memory: {err}") from None
+
+
 class _BoundMatmul:
     """``@matmul`` of one compiled kernel with the weight's buffers bound.
 
@@ -206,7 +244,10 @@ class _BoundMatmul:
 
     def __call__(self, *args) -> None:
         if self.fn is None:  # first call: the Runner's checks, then bind
-            self.runner.invoke("matmul", *args[:-1], *self.weights, args[-1])
+            try:
+                self.runner.invoke("matmul", *args[:-1], *self.weights, args[-1])
+            except (TypeError, ValueError) as err:  # name the user's arguments
+                raise type(err)(_user_names(str(err), len(args) - 1)) from None
             self._bind(len(args) - 1)
             return
         with self.lock:
@@ -228,6 +269,21 @@ class _BoundMatmul:
         )
         raw = self.runner.engine.raw_lookup("_mlir_ciface_matmul")
         self.fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(raw)
+
+
+_ARG = re.compile(r"^matmul: argument (\d+) \('%arg\d+'\)")
+
+
+def _user_names(message: str, n_activations: int) -> str:
+    """A Runner message about kernel argument ``i`` ('%argI'), in Linear's terms."""
+    names = ["x"] if n_activations == 1 else ["x (codes)", "x (scales)"]
+    names += ["the weight (codes)", "the weight (scales)", "the output"]
+
+    def name(m: re.Match) -> str:
+        i = int(m.group(1)) - 1
+        return names[i] if i < len(names) else m.group(0)
+
+    return _ARG.sub(name, message)
 
 
 def _fill(d, a: np.ndarray) -> None:
