@@ -16,7 +16,7 @@ from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 
 from mlir_mx.diagnostics import DiagnosticError
-from mlir_mx.dialect import is_mx_op, parse_module, print_module
+from mlir_mx.dialect import is_mx_op, is_mx_type, parse_module, print_module
 from mlir_mx.execution import arguments as args_
 from mlir_mx.execution.effects import written_parameters
 from mlir_mx.execution.lowered import check_lowered, check_symbols
@@ -83,9 +83,19 @@ def default_pipeline(module: ir.Module, *, schedule: str = "auto", threads: int 
     ``schedule`` and ``threads``, LLVM); any other module ``lower-to-llvm``.
     Both accept tensor-level elementwise arith (``convert-elementwise-to-linalg``).
     """
-    if find_first(module, is_mx_op) is not None:
+    if find_first(module, _uses_mx) is not None:
         return Pipeline.parse(kernel_pipeline(schedule, threads))
     return Pipeline.parse(load_pipeline("lower-to-llvm"))
+
+
+def _uses_mx(op: ir.Operation) -> bool:
+    """An mx op, or an op with an ``!mx.tensor`` result or in its function
+    type: a function that only passes an mx value on (``return %q``) needs
+    mx-to-linalg as much as one that computes it."""
+    if is_mx_op(op) or any(is_mx_type(r.type) for r in op.results):
+        return True
+    ftype = op.attributes["function_type"] if "function_type" in op.attributes else None
+    return ftype is not None and "!mx.tensor<" in str(ftype)
 
 
 class Compiled:
