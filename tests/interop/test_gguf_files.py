@@ -199,3 +199,30 @@ def test_a_write_that_fails_midway_leaves_the_old_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(gguf.GGUFWriter, "write_tensors_to_file", boom)
     _write_fails(path, {"w": _weight((4, 64), 5)}, {}, OSError, "No space left")
+
+
+def _gguf_bytes(infos, data=b""):
+    """A GGUF v3 file: no metadata, ``infos`` = [(name, ne, ggml type, offset)], then ``data``."""
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(infos), 0)
+    for name, ne, ttype, offset in infos:
+        raw = name.encode()
+        out += struct.pack("<Q", len(raw)) + raw + struct.pack("<I", len(ne))
+        out += b"".join(struct.pack("<Q", d) for d in ne) + struct.pack("<IQ", ttype, offset)
+    return out + bytes(-len(out) % 32) + data
+
+
+@pytest.mark.parametrize(
+    "ne,what",
+    [((), "first dimension 1 is not a multiple of its block (32)"),  # rank 0: ggml's ne0 = 1
+     ((64, 2**62, 0), "are too large"), ((0, 2**63), "are too large"),
+     ((32, 1, 1, 1, 1), "5 dimensions"), ((48,), "not a multiple")],
+)  # fmt: skip
+def test_dimensions_ggml_cannot_hold_are_refused(tmp_path, ne, what):
+    """Found by the GGUF fuzzer: gguf's own reader fails on these (IndexError,
+    'array is too big'); they are refused like every other malformed file."""
+    p = tmp_path / "dims.gguf"
+    p.write_bytes(_gguf_bytes([("w", ne, int(gguf.GGMLQuantizationType.MXFP4), 0)], bytes(64)))
+    _refused(p, what)
+    p.write_bytes(_gguf_bytes([("f", (), int(gguf.GGMLQuantizationType.F32), 0)], bytes(32)))
+    assert read_gguf(p) == {}  # a rank-0 f32 tensor is fine (and skipped: not MXFP4)
+    assert len(gguf.GGUFReader(p).tensors) == 1

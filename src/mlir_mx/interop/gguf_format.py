@@ -179,15 +179,19 @@ def parse_gguf(buf, sizes: Mapping[int, tuple[int, int]]) -> list[TensorInfo]:
     out = []
     for name, ne, ttype, offset in infos:
         block, type_size = sizes[ttype]
-        if ne and ne[0] % block:
+        ne0 = ne[0] if ne else 1  # as ggml: missing dimensions are 1
+        if ne0 % block:
             raise ValueError(
-                f"tensor {name!r}: first dimension {ne[0]} is not a multiple of its block ({block})"
+                f"tensor {name!r}: first dimension {ne0} is not a multiple of its block ({block})"
             )
-        elements = 1
+        elements, nonzero = 1, 1
         for d in ne:
             elements *= d
-        if elements >= 2**63:
-            raise ValueError(f"tensor {name!r}: {elements} elements overflow int64")
+            nonzero *= d or 1
+        # ggml's sizes are int64, numpy's extents too (in bytes, up to 8 per
+        # element, empty dimensions aside): 2^60 elements or more cannot be real.
+        if nonzero >= 2**60:
+            raise ValueError(f"tensor {name!r}: dimensions {list(ne)} are too large")
         nbytes = elements // block * type_size
         if offset % alignment:
             raise ValueError(f"tensor {name!r}: data offset {offset} is not {alignment}-aligned")
