@@ -81,9 +81,11 @@ class Problem:
     block: int
     a_elem: str | None  # None: an f32 A (the library's activations; no scales)
     b_elem: str | None  # None: an f32 B
-    #: FP4/FP6 codes packed along each row (``mlir_mx.numerics.packing``)
-    #: instead of one code per byte.
-    packed: bool = False
+    #: A's / B's FP4/FP6 codes packed along each row
+    #: (``mlir_mx.numerics.packing``) instead of one code per byte; each
+    #: operand on its own (no effect on 8-bit formats).
+    a_packed: bool = False
+    b_packed: bool = False
     #: B's codes in tiles of :data:`TILE_COLUMNS` columns (:func:`tile_b_codes`):
     #: the rows of one block of one tile are contiguous, so a decode kernel
     #: reads B as one sequential stream.  Needs ``n % TILE_COLUMNS == 0``.
@@ -109,18 +111,20 @@ class Problem:
 
     def b_codes_shape(self) -> tuple[int, int]:
         """Shape of the B codes buffer (bytes for packed codes)."""
-        cols = self.code_columns(self.b_elem, self.n)
+        cols = code_columns(self.b_elem, self.n, self.b_packed)
         if not self.b_tiled:
             return (self.k, cols)
-        tile_bytes = self.code_columns(self.b_elem, TILE_COLUMNS)
+        tile_bytes = code_columns(self.b_elem, TILE_COLUMNS, self.b_packed)
         return (self.kblocks * (self.n // TILE_COLUMNS), self.block * tile_bytes)
 
-    def code_columns(self, elem: str, columns: int) -> int:
-        """Columns of the codes memref holding ``columns`` codes of ``elem``."""
-        if not self.packed:
-            return columns
-        codes, nbytes = packing_group(elem)
-        return columns // codes * nbytes
+
+def code_columns(elem: str, columns: int, packed: bool) -> int:
+    """Columns of the codes memref holding ``columns`` codes of ``elem``
+    (bytes of whole packing groups when ``packed``)."""
+    if not packed:
+        return columns
+    codes, nbytes = packing_group(elem)
+    return columns // codes * nbytes
 
 
 @dataclass(frozen=True)
@@ -215,7 +219,7 @@ def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> Pr
 
     An f32 A is copied as it is, with scales 1.
     """
-    rows_a = CodeRows(kb, ops.a, prob.a_elem, prob.packed) if prob.a_is_mx else None
+    rows_a = CodeRows(kb, ops.a, prob.a_elem, prob.a_packed) if prob.a_is_mx else None
     sa8 = kb.as_bytes(ops.sa) if prob.a_is_mx else None
     if prob.m is None:
         m = kb.dim(ops.a, 0)
@@ -271,7 +275,7 @@ class KernelState:
         self.b = ops.b
         if prob.b_is_mx:
             tiled = (prob.block, prob.n // TILE_COLUMNS) if prob.b_tiled else None
-            self.b = CodeRows(kb, ops.b, prob.b_elem, prob.packed, tiled)
+            self.b = CodeRows(kb, ops.b, prob.b_elem, prob.b_packed, tiled)
         self.sb = kb.as_bytes(ops.sb) if prob.b_is_mx else None
         self.dec = decoder(prob.b_elem) if prob.b_is_mx else None
 

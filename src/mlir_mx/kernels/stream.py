@@ -31,7 +31,14 @@ from dataclasses import dataclass, replace
 from mlir import ir
 
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.problem import KernelState, Operands, PreparedA, Problem, prepare_a
+from mlir_mx.kernels.problem import (
+    KernelState,
+    Operands,
+    PreparedA,
+    Problem,
+    code_columns,
+    prepare_a,
+)
 from mlir_mx.kernels.widen import LANES, decode_scales
 
 __all__ = ["StreamConfig", "emit_stream", "TILED_PREFETCH"]
@@ -87,7 +94,7 @@ class _Kernel(KernelState):
         self.single_group = prob.m is not None and prob.m <= cfg.mr
         # Packed FP4 on full tiles: columns come in (even, odd) pairs of
         # vectors (Decoder.decode_pairs), interleaved once per block.
-        self.pairs = prob.b_is_mx and prob.packed and self.dec.values16 and cfg.nv % 2 == 0
+        self.pairs = prob.b_is_mx and prob.b_packed and self.dec.values16 and cfg.nv % 2 == 0
 
     def chunk(self, lo: ir.Value, hi: ir.Value) -> None:
         """All blocks of the columns [lo, hi)."""
@@ -131,7 +138,7 @@ class _Kernel(KernelState):
             # block (clamped to the last one), one prefetch per 64-byte line.
             tile = LANES * cfg.nv
             ahead = kb.min(kb.add(n0, cfg.prefetch * tile), prob.n - tile)
-            row_bytes = prob.code_columns(prob.b_elem, tile)
+            row_bytes = code_columns(prob.b_elem, tile, prob.b_packed)
             for r in range(0, bs, max(1, 64 // row_bytes)):
                 kb.prefetch(self.b.mem, self.b.address(kb.add(k0, r), ahead))
         elif cfg.prefetch and prob.b_is_mx:
