@@ -26,13 +26,14 @@ _F32_2_POW_M127 = 0x00400000
 
 
 def e8m0_to_f32(b, codes: ir.Value) -> ir.Value:
-    """E8M0 codes (unsigned bytes) -> f32 ``2^(code - 127)``, exactly.
+    """E8M0 codes (unsigned bytes, or ``i32`` in [0, 255]) -> f32
+    ``2^(code - 127)``, exactly.
 
     The code's bits are shifted into the f32 exponent field; code 0 is the f32
     subnormal 2^-127 (never zero) and code 255 is NaN.
     """
     i32 = b.same_shape(codes, b.i32)
-    c = b.extui(codes, i32)
+    c = codes if codes.type == i32 else b.extui(codes, i32)
     bits = b.shli(c, b.const(23, i32))
     bits = b.select(b.cmpi("eq", c, b.const(0, i32)), b.const(_F32_2_POW_M127, i32), bits)
     nan = b.cmpi("eq", c, b.const(SCALE_NAN_CODE, i32))
