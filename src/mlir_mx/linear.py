@@ -112,20 +112,20 @@ class Linear:
         """``x``: f32 ``(M, in)`` or ``(in,)`` (numpy, or any DLPack array such as
         a torch CPU tensor), or an MXArray ``(M, in)`` blocked along its last
         axis. Returns f32 ``(M, out)`` (``(out,)`` for a vector) as numpy."""
-        args, m, vector = self._activations(x)
+        args, kind, m, vector = self._activations(x)
         out = np.zeros((m, self.out_features), np.float32)
         # An empty weight (out or in = 0) gives the empty (or zero) product at
         # every M without a kernel: no kernel schedule divides by 0 columns.
         if m and self.out_features and self.in_features:
-            a_elem = x.element if isinstance(x, MXArray) else None
-            bound = self._bound(a_elem, m, len(args))
             try:
-                bound(*args, out)
+                self._bound(kind, m)(*args, out)
             except (TypeError, ValueError) as err:  # name the user's arguments, not '%arg0'
                 raise type(err)(_user_names(str(err), len(args))) from None
         return out[0] if vector else out
 
     def _activations(self, x):
+        """``(arguments, kind, M, vector)``: the activations as the kernel takes
+        them, and their kind ``(element or None, packed)``."""
         k = self.in_features
         if isinstance(x, MXArray):
             if x.ndim != 2 or x.shape[1] != k or x.axis != 1 or x.block_size != self.block_size:
@@ -134,10 +134,11 @@ class Linear:
                     f"with block_size {self.block_size}; got shape {x.shape}, axis {x.axis}, "
                     f"block_size {x.block_size}"
                 )
-            codes = x.codes
-            if x.format.bits < 8:
-                codes = pack_codes(np.ascontiguousarray(codes), x.element)
-            return [np.ascontiguousarray(codes), np.ascontiguousarray(x.scales)], x.shape[0], False
+            # FP4/FP6 codes in their stored form: packed bytes where the shape
+            # packs (numerics.is_packed_storage), one code per byte otherwise.
+            codes = x.packed_codes() if x.is_packed else np.ascontiguousarray(x.codes)
+            args = [codes, np.ascontiguousarray(x.scales)]
+            return args, (x.element, x.is_packed), x.shape[0], False
         if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
             x = _host_view(x)  # a torch CPU tensor, ...: viewed, not copied
         if not isinstance(x, np.ndarray):
@@ -152,33 +153,37 @@ class Linear:
             raise ValueError(f"x: expected shape (M, {k}) or ({k},), got {x.shape}")
         # Read-only x is fine (the kernels never write it); misaligned or
         # strided x is copied.
-        return [np.require(x2, np.float32, ["C_CONTIGUOUS", "ALIGNED"])], x2.shape[0], vector
+        x2 = np.require(x2, np.float32, ["C_CONTIGUOUS", "ALIGNED"])
+        return [x2], (None, False), x2.shape[0], vector
 
-    def _problem(self, a_elem: str | None) -> Problem:
+    def _problem(self, kind: tuple[str | None, bool]) -> Problem:
+        a_elem, a_packed = kind
         return Problem(
             None, self.out_features, self.in_features, self.block_size,
-            a_elem, self.element, packed=self.packed, b_tiled=self.tiled,
+            a_elem, self.element, a_packed=a_packed, b_packed=self.packed, b_tiled=self.tiled,
         )  # fmt: skip
 
-    def _bound(self, a_elem: str | None, m: int, n_args: int) -> BoundFunction:
-        """``@matmul`` of the kernel for ``m`` rows with the weight bound: the
-        weight's descriptors are made once (Runner.bind), so a call only
-        checks and passes the activations and the output."""
-        key = (a_elem, shape_class(m), self.threads)
+    def _bound(self, kind: tuple[str | None, bool], m: int) -> BoundFunction:
+        """``@matmul`` of the kernel for ``m`` rows of activations of ``kind``,
+        with the weight bound: the weight's descriptors are made once
+        (Runner.bind), so a call only checks and passes the activations and
+        the output."""
+        key = (kind, shape_class(m), self.threads)
         bound = self._calls.get(key)
         if bound is None:
-            schedule = choose(self._problem(a_elem), m).name
-            runner = self._runner(a_elem, schedule)
-            bound = runner.bind("matmul", *[FREE] * n_args, self._codes, self._scales, FREE)
+            schedule = choose(self._problem(kind), m).name
+            runner = self._runner(kind, schedule)
+            n_act = 1 if kind[0] is None else 2
+            bound = runner.bind("matmul", *[FREE] * n_act, self._codes, self._scales, FREE)
             self._calls[key] = bound
         return bound
 
-    def _runner(self, a_elem: str | None, schedule: str) -> Runner:
-        key = (a_elem, schedule, self.threads)
+    def _runner(self, kind: tuple[str | None, bool], schedule: str) -> Runner:
+        key = (kind, schedule, self.threads)
         with self._lock:
             runner = self._runners.get(key)
             if runner is None:
-                prob = self._problem(a_elem)
+                prob = self._problem(kind)
                 with ir.Context() as ctx, ir.Location.unknown():
                     load_dialect(ctx)
                     text = str(kernel_module(prob, plan_kernel(prob, schedule, self.threads)))

@@ -30,7 +30,7 @@ def test_tile_layout():
 
 def test_b_tiled_needs_whole_tiles():
     with pytest.raises(ValueError, match="multiple of 64"):
-        Problem(None, 100, K, 32, None, "f4E2M1FN", packed=True, b_tiled=True)
+        Problem(None, 100, K, 32, None, "f4E2M1FN", b_packed=True, b_tiled=True)
 
 
 @pytest.mark.parametrize("element", ["f4E2M1FN", "f6E3M2FN", "f8E4M3FN"])
@@ -43,7 +43,7 @@ def test_tiled_b_gives_the_same_bits(element, schedule, m, threads):
     x = rng.standard_normal((m, K)).astype(np.float32)
     out = []
     for tiled in (False, True):
-        prob = Problem(None, N, K, 32, None, element, packed=packed, b_tiled=tiled)
+        prob = Problem(None, N, K, 32, None, element, a_packed=packed, b_packed=packed, b_tiled=tiled)
         codes = tile_b_codes(raw, 32, element, packed) if tiled else raw
         if not packed and not tiled:
             codes = b.codes

@@ -120,7 +120,7 @@ def test_packed_subbyte_codes(ea, eb, schedule, m):
     qa, b = args
     ref = c = None
     for packed in (False, True):
-        r = kernel_runner(Problem(m, n, k, 32, ea, eb, packed=packed), schedule, 2)
+        r = kernel_runner(Problem(m, n, k, 32, ea, eb, a_packed=packed, b_packed=packed), schedule, 2)
 
         def pk(x, e, packed=packed):  # 8-bit codes are stored as they are
             return pack_codes(x, e) if packed and ELEMENT_FORMATS[e].bits < 8 else x

@@ -17,9 +17,9 @@ activations near overflow (2^100..2^127) and subnormal, block scale codes 0,
 ``"normal"`` keeps values and scales within 2^-20..2^20.
 
 The rule: a valid call returns the ``block_matmul`` result within the
-oracle's bound (:func:`mlir_mx.testing.differential.matmul_bound`, outputs
-outside the claim aside) and leaves its input unchanged; a malformed one
-raises ``TypeError`` / ``ValueError`` naming ``x``.
+claim's bound (:func:`mlir_mx.numerics.matmul.matmul_reference`: outputs
+inside the claim are compared; NaN and Inf must agree) and leaves its input
+unchanged; a malformed one raises ``TypeError`` / ``ValueError`` naming ``x``.
 
 Restrictions (named, explicit, for branches where a known defect is not
 fixed yet): ``pairs`` (a list of ``"weight/activation"`` names) and
@@ -170,7 +170,8 @@ def _check(cfg: dict, w, x, y) -> tuple[str | None, int]:
     """(what is wrong or None, outputs outside the claim)."""
     from mlir_mx.interop import transpose
     from mlir_mx.numerics import MXArray
-    from mlir_mx.testing.differential import _matmul_reference, _within
+    from mlir_mx.numerics.matmul import matmul_reference
+    from mlir_mx.testing.differential import _within
 
     vector = not isinstance(x, MXArray) and x.ndim == 1
     x2 = x[None] if vector else x
@@ -180,18 +181,17 @@ def _check(cfg: dict, w, x, y) -> tuple[str | None, int]:
         return f"result {type(y).__name__} {getattr(y, 'shape', '')}, expected f32 {want_shape}", 0
     if m == 0 or n == 0:
         return None, 0
-    b = transpose(x2) if isinstance(x2, MXArray) else x2.T.copy()
-    ref = _matmul_reference(w, b, np.zeros((n, m), np.float32))  # (W x^T) = y^T
-    ok, compared = _within(np.asarray(y).reshape(m, n).T, ref)
-    outside = int(ref[3].size - compared)
+    y2 = np.asarray(y).reshape(m, n)
+    exact, bound, inside = matmul_reference(x2, transpose(w), np.zeros((m, n), np.float32))
+    ok, compared = _within(y2, ("matmul", exact, bound, inside))
+    outside = int(inside.size - compared)
     if not ok:
-        _, exact, bound, claim = ref
-        got = np.asarray(y).reshape(m, n).T.astype(np.float64)
+        got = y2.astype(np.float64)
         with np.errstate(invalid="ignore"):
-            bad = claim & ~((np.abs(got - exact) <= bound) | (np.isnan(exact) & np.isnan(got))
-                            | (np.isinf(exact) & (got == exact)))  # fmt: skip
+            bad = inside & ~((np.abs(got - exact) <= bound) | (np.isnan(exact) & np.isnan(got))
+                             | (np.isinf(exact) & (got == exact)))  # fmt: skip
         i, j = np.argwhere(bad)[0]
-        return (f"y[{j}, {i}] = {got[i, j]!r}, exact {exact[i, j]!r}, bound {bound[i, j]:.3g} "
+        return (f"y[{i}, {j}] = {got[i, j]!r}, exact {exact[i, j]!r}, bound {bound[i, j]:.3g} "
                 f"({int(bad.sum())} outputs outside the bound)"), outside  # fmt: skip
     return None, outside
 
