@@ -36,18 +36,19 @@ from functools import lru_cache
 
 import numpy as np
 
+from mlir_mx.numerics.formats import ELEMENT_FORMATS
 from mlir_mx.testing.campaign import Outcome
 
 __all__ = ["ACTIVATIONS", "BLOCKS", "ELEMENTS", "GROUP", "all_pairs", "case"]
 
-ELEMENTS = ("f8E4M3FN", "f8E5M2", "f6E2M3FN", "f6E3M2FN", "f4E2M1FN", "i8")
+ELEMENTS = tuple(ELEMENT_FORMATS)
 ACTIVATIONS = ELEMENTS + ("f32",)
 BLOCKS = (32, 32, 32, 16, 64, 8, 1, 2, 3, 5, 6, 12, 24, 48, 96)
 THREADS = (1, 1, 2, 3, 7)
 OUTS = (1, 2, 3, 4, 5, 7, 8, 12, 13, 16, 31, 33, 63, 64, 65, 100, 128, 130)
 BATCHES = (0, 1, 1, 1, 2, 5, 8, 17, 48, 49, 64, 100)
 GROUP = 4
-_SUBBYTE = ("f6E2M3FN", "f6E3M2FN", "f4E2M1FN")
+_SUBBYTE = tuple(name for name, f in ELEMENT_FORMATS.items() if f.bits < 8)
 
 
 def all_pairs() -> list[str]:
