@@ -87,6 +87,8 @@ def _header(r: dict) -> list[str]:
             f"({roof['bandwidth_median'] / 1e9:.1f}) | {roof['peak'] / 1e9:.1f} "
             f"({roof['peak_median'] / 1e9:.1f}) | {roof['method']} |"
         )
+    for w in r.get("roof_warnings", []):
+        lines += ["", f"**Warning:** {w}."]
     return lines
 
 
