@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlir_mx.host import feature_table
-from mlir_mx.model.measure import cpu_model, measure_bandwidth, measure_peak
+from mlir_mx.host import cpu_model, default_threads, feature_table, machine_description
+from mlir_mx.model.measure import measure_bandwidth, measure_peak
 
 __all__ = [
     "Roof",
@@ -105,7 +105,8 @@ def machine_info() -> dict:
     """What a results file records about the machine."""
     return {
         "cpu": cpu_model(),
-        "cpus": os.cpu_count(),
+        "description": machine_description(),
+        "cpus": default_threads(),
         "cpu_features": cpu_features(),
         "platform": platform.platform(),
         "versions": _versions(),
@@ -180,7 +181,7 @@ def roof_warnings(roofs: dict[int, Roof]) -> list[str]:
     if one is None:
         return out
     for t, r in sorted(roofs.items()):
-        if 1 < t <= os.cpu_count() and r.peak < 0.75 * t * one.peak:
+        if 1 < t <= default_threads() and r.peak < 0.75 * t * one.peak:
             out.append(
                 f"the {t}-thread FMA peak ({r.peak / 1e9:.0f} GFLOP/s) is only "
                 f"{r.peak / one.peak:.2f}x the 1-thread one ({one.peak / 1e9:.0f}): the cores "

@@ -50,7 +50,7 @@ def _header(r: dict) -> list[str]:
         f"# mx-bench: {r['tag']} ({r['date']})",
         "",
         f"- Command: `{r['command']}`",
-        f"- Machine: {m['cpu']}, {m['cpus']} CPUs; {m['platform']}",
+        f"- Machine: {m.get('description', m['cpu'])}; {m['platform']}",
         f"- CPU features: {', '.join(have) or 'none of the listed'}; "
         f"absent: {', '.join(lack) or 'none'}",
         f"- Versions: {vers}; BLAS: {blas or 'unknown'}",

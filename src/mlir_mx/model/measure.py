@@ -26,7 +26,6 @@ median, min, max and spread over several samples after a warm-up.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,16 +33,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlir_mx.execution import Runner
-from mlir_mx.model.kernels import VARIANTS, Shape, VariantUnavailable, variant_module_text
+from mlir_mx.host import machine_description
+from mlir_mx.model.kernels import VARIANTS, Shape, variant_module_text
 from mlir_mx.model.machines import MACHINES, Machine
 
 __all__ = [
     "FMA_ACCUMULATORS",
     "KernelTiming",
     "Timing",
-    "cpu_model",
     "get_machine",
-    "lscpu",
     "measure_bandwidth",
     "measure_machine",
     "measure_peak",
@@ -143,21 +141,13 @@ def time_kernel(
     budget_s: float = 3.0,
     seed: int = 0,
 ) -> KernelTiming:
-    """Compile ``variant`` at ``shape`` through the Runner and time ``@bench``.
-
-    Raises :class:`VariantUnavailable` when the variant's lowering is missing.
-    """
-    from mlir_mx.model.ir_model import ModelError, lower_to_linalg
+    """Compile ``variant`` at ``shape`` through the Runner and time ``@bench``."""
+    from mlir_mx.model.ir_model import lower_to_linalg
+    from mlir_mx.pipelines import load_pipeline
 
     v = VARIANTS[variant]
     text = variant_module_text(variant, shape, element, block_size)
-    try:
-        lowered = lower_to_linalg(text, v.matmul_lowering)
-    except ModelError as err:
-        if v.matmul_lowering:
-            raise VariantUnavailable(f"{variant}: {err}") from None
-        raise
-    from mlir_mx.pipelines import load_pipeline
+    lowered = lower_to_linalg(text, v.matmul_lowering)
 
     pipeline = load_pipeline("lower-to-llvm")
     if v.exec_pipeline:
@@ -367,7 +357,7 @@ def measure_machine(threads: int = 1, progress: Callable[[str], None] | None = N
         bandwidth=bw,
         peak=peak,
         ridge_band=0.0,
-        source=f"measured on {cpu_model()} ({os.cpu_count()} CPUs), {threads} thread(s)",
+        source=f"measured on {machine_description()}, {threads} thread(s)",
         threads=threads,
         reference={"numpy copyto GB/s": np_bw, "numpy dot GFLOP/s": np_fl},
         details={
@@ -377,39 +367,3 @@ def measure_machine(threads: int = 1, progress: Callable[[str], None] | None = N
             "peak median GFLOP/s": f"{peak_med / 1e9:.2f}",
         },
     )
-
-
-# ================================================================== machine
-
-
-def lscpu() -> dict[str, str]:
-    """``lscpu`` as a dict (empty when unavailable), for benchmark reports."""
-    import subprocess
-
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return {}
-    info = {}
-    for line in out.splitlines():
-        k, _, v = line.partition(":")
-        info[k.strip()] = v.strip()
-    return info
-
-
-def cpu_model() -> str:
-    """The CPU's model name: ``lscpu``'s, else ``/proc/cpuinfo``'s, else
-    what :mod:`platform` knows, else ``unknown``."""
-    name = lscpu().get("Model name")
-    if name:
-        return name
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine() or "unknown"
