@@ -1,4 +1,4 @@
-"""One op table and one format table (issue 11 item 1).
+"""One table per fact: the ops, the formats, the kernel schedules.
 
 The four ops are written once, in :data:`mlir_mx.dialect.irdl.OPS`; the MX
 element and scale formats once, in :mod:`mlir_mx.numerics.formats`.  Every

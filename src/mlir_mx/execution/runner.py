@@ -32,8 +32,11 @@ reference: when the function writes to that buffer, the caller's numpy array
 IS updated.  Arrays must be C-contiguous (a non-contiguous array is rejected,
 never silently copied, so that this in-place behaviour stays predictable).
 
-Compilation results are cached per (module text, pipeline, opt level, shared
-libraries): constructing a second Runner for the same text reuses the engine.
+Compilation results are cached per module text and
+:class:`~mlir_mx.execution.options.CompileOptions` (its ``key()``: the
+pipeline as it will run, schedule, threads, opt level, libraries, cache
+directory and CPU features): a second Runner of the same text and options
+reuses the engine.
 """
 
 from __future__ import annotations
