@@ -83,7 +83,7 @@ def test_persistent_cache_is_written_and_reused(tmp_path, monkeypatch):
     clear_cache()
     lin = mlir_mx.Linear(w, threads=1)
     np.testing.assert_array_equal(lin(x), y)
-    assert lin._runners[((None, False), "decode", 1)]._compiled.from_disk
+    assert all(r._compiled.from_disk for r in lin._runners.values())
     files[0].write_bytes(b"garbage")  # a broken entry is recompiled, not fatal
     clear_cache()
     np.testing.assert_array_equal(mlir_mx.Linear(w, threads=1)(x), y)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from matmul_cases import kernel_runner
+from matmul_cases import kernel_runner, schedule_cases
 
 from mlir_mx.kernels import Problem
 from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
@@ -34,7 +34,8 @@ def test_b_tiled_needs_whole_tiles():
 
 
 @pytest.mark.parametrize("element", ["f4E2M1FN", "f6E3M2FN", "f8E4M3FN"])
-@pytest.mark.parametrize("schedule, m, threads", [("decode", 1, 1), ("small", 5, 2), ("prefill", 50, 2)])
+@pytest.mark.parametrize("schedule, m", [(s, m) for s, m, _k, _n in schedule_cases()])
+@pytest.mark.parametrize("threads", [1, 2])
 def test_tiled_b_gives_the_same_bits(element, schedule, m, threads):
     rng = np.random.default_rng(0)
     b = quantize(rng.standard_normal((K, N)).astype(np.float32), element, 32, axis=0)

@@ -23,7 +23,7 @@ from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements, pack_codes, unpac
 from mlir_mx.numerics import decode_scales as oracle_scales
 from mlir_mx.pipelines import load_pipeline
 
-FLOATS = ("f8E4M3FN", "f8E5M2", "f6E2M3FN", "f6E3M2FN", "f4E2M1FN")
+FLOATS = tuple(n for n, f in ELEMENT_FORMATS.items() if not f.is_int)  # the table
 PATHS = [False] + ([True] if has_features("avx512f", "avx512bw", "avx512vbmi") else [])
 
 

@@ -1,5 +1,6 @@
-"""The campaigns of issue 19 item 5: malformed GGUF files, corrupted compile-cache
-entries, and the Linear / matmul API suite against the oracle (docs/testing.md).
+"""The campaigns of the files and the library API: malformed GGUF files,
+corrupted compile-cache entries, and the Linear / matmul API suite against the
+oracle (docs/testing.md).
 
 Quick sets run by default; the long modes (>= 1,000 GGUF files, >= 200 cache
 entries, >= 2,000 Linear calls) are marked slow:

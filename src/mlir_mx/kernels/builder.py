@@ -342,6 +342,9 @@ class KernelBuilder(ArithBuilder):
         element type this is used on (f8/f6/f4/E8M0/i8) is one byte per
         element in memory, and both memref types lower to the same LLVM
         descriptor, so ``reconcile-unrealized-casts`` folds this cast away.
+        No upstream issue found (the closest: a ``memref.bitcast`` proposed
+        in iree-org/iree#22712; ``arith.bitcast`` on memrefs lowers to a
+        no-op since llvm-project#125148).
         """
         t = ir.MemRefType(mem.type)
         if t.element_type == self.i8:
