@@ -88,7 +88,8 @@ def test_f4_readonly_mx_activation_and_the_write_analysis():
     ro = type(xq)(codes, scales, xq.element, xq.block_size, xq.axis)
     np.testing.assert_array_equal(lin(ro), lin(xq))
     lin(np.ones((1, 64), np.float32))
-    for (a_elem, _schedule, _threads), runner in lin._runners.items():
+    for (kind, _schedule, _threads), runner in lin._runners.items():
+        a_elem = kind[0] if isinstance(kind, tuple) else kind  # (element, packed)
         n_act = 1 if a_elem is None else 2
         written = runner._compiled.writes("matmul")
         # the activations and the weight are read, the output written
