@@ -96,6 +96,16 @@ class Compiled:
             check_symbols(module, libs)
             self.module = module
             self.engine = ExecutionEngine(module, opt_level=options.opt_level, shared_libs=libs)
+        if _uses_async_runtime(module):
+            # FIXME(upstream): a task of upstream's async runtime signals its
+            # completion and then still runs the tail of its JIT-compiled
+            # function on a worker thread; destroying the engine (its code)
+            # as soon as the call returned crashed that thread now and then
+            # (SIGSEGV under load, tests/execution/test_threads.py::
+            # test_engines_come_and_go).  An engine with parallel code is
+            # therefore kept for the life of the process.  No upstream issue
+            # found.
+            _PARALLEL_ENGINES.append(self.engine)
         #: Whether each buffer a function returns is the caller's to free (the
         #: Runner frees it after copying it out): a property of the lowering,
         #: decided with it.
@@ -110,6 +120,17 @@ class Compiled:
                 params = self.signatures[name].flat_args
                 self._writes[name] = written_parameters(self.module, name, params)
             return self._writes[name]
+
+
+#: Engines whose code runs tasks of the async runtime: never destroyed.
+_PARALLEL_ENGINES: list[ExecutionEngine] = []
+
+
+def _uses_async_runtime(module: ir.Module) -> bool:
+    """True when the lowered module calls upstream's async runtime."""
+    return find_first(
+        module, lambda o: o.name == "llvm.func" and "mlirAsyncRuntime" in str(o.attributes["sym_name"])
+    ) is not None
 
 
 class _DiskCache:
