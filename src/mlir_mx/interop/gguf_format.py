@@ -23,6 +23,8 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from mlir_mx.errors import MXValueError
+
 __all__ = ["GGUF_MAGIC", "TensorInfo", "parse_gguf"]
 
 GGUF_MAGIC = b"GGUF"
@@ -61,7 +63,7 @@ class _Cursor:
 
     def need(self, n: int, what: str) -> None:
         if n > self.size - self.pos:
-            raise ValueError(
+            raise MXValueError(
                 f"{what} at byte {self.pos} needs {n} bytes, the file has {self.size - self.pos} left"
             )
 
@@ -84,7 +86,7 @@ class _Cursor:
         try:
             return bytes(raw).decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ValueError(f"{what} is not UTF-8 ({e.reason} at byte {e.start})") from None
+            raise MXValueError(f"{what} is not UTF-8 ({e.reason} at byte {e.start})") from None
 
 
 def _value(cur: _Cursor, vtype: int, what: str, depth: int = 0) -> None:
@@ -96,19 +98,19 @@ def _value(cur: _Cursor, vtype: int, what: str, depth: int = 0) -> None:
         cur.skip(n, f"{what} ({n} bytes)")
     elif vtype == _ARRAY:
         if depth >= _MAX_NESTING:
-            raise ValueError(f"{what}: arrays nested more than {_MAX_NESTING} deep")
+            raise MXValueError(f"{what}: arrays nested more than {_MAX_NESTING} deep")
         etype = cur.unpack("I", f"the element type of {what}")
         count = cur.unpack("Q", f"the length of {what}")
         if etype in _FIXED:  # one step, whatever the count
             cur.skip(count * _FIXED[etype], f"{what} ({count} elements of type {etype})")
             return
         if etype not in (_STRING, _ARRAY):
-            raise ValueError(f"{what}: unknown element type {etype}")
+            raise MXValueError(f"{what}: unknown element type {etype}")
         cur.need(count * 8, f"{what} ({count} elements, each at least 8 bytes)")
         for i in range(count):
             _value(cur, etype, f"{what}[{i}]", depth + 1)
     else:
-        raise ValueError(f"{what}: unknown value type {vtype}")
+        raise MXValueError(f"{what}: unknown value type {vtype}")
 
 
 def _metadata(cur: _Cursor, count: int) -> int:
@@ -119,15 +121,15 @@ def _metadata(cur: _Cursor, count: int) -> int:
     for i in range(count):
         key = cur.string(f"the key of metadata entry {i}")
         if key in keys:
-            raise ValueError(f"metadata key {key!r} appears twice")
+            raise MXValueError(f"metadata key {key!r} appears twice")
         keys.add(key)
         vtype = cur.unpack("I", f"the type of {key!r}")
         if key == "general.alignment":
             if vtype != _UINT32:
-                raise ValueError(f"general.alignment has type {vtype}, not UINT32")
+                raise MXValueError(f"general.alignment has type {vtype}, not UINT32")
             alignment = cur.unpack("I", "general.alignment")
             if alignment == 0 or alignment & (alignment - 1):
-                raise ValueError(f"general.alignment {alignment} is not a power of two")
+                raise MXValueError(f"general.alignment {alignment} is not a power of two")
         else:
             _value(cur, vtype, f"metadata {key!r}")
     return alignment
@@ -139,16 +141,16 @@ def _tensor_infos(cur: _Cursor, count: int, sizes: Mapping) -> list[tuple]:
     for i in range(count):
         name = cur.string(f"the name of tensor {i}")
         if name in names:
-            raise ValueError(f"tensor name {name!r} appears twice")
+            raise MXValueError(f"tensor name {name!r} appears twice")
         names.add(name)
         n_dims = cur.unpack("I", f"the rank of tensor {name!r}")
         if n_dims > _MAX_DIMS:
-            raise ValueError(f"tensor {name!r} has {n_dims} dimensions (ggml: at most {_MAX_DIMS})")
+            raise MXValueError(f"tensor {name!r} has {n_dims} dimensions (ggml: at most {_MAX_DIMS})")
         ne = tuple(cur.unpack("Q", f"dimension {d} of tensor {name!r}") for d in range(n_dims))
         ttype = cur.unpack("I", f"the type of tensor {name!r}")
         offset = cur.unpack("Q", f"the data offset of tensor {name!r}")
         if ttype not in sizes:
-            raise ValueError(f"tensor {name!r} has an unknown ggml type {ttype}")
+            raise MXValueError(f"tensor {name!r} has an unknown ggml type {ttype}")
         infos.append((name, ne, ttype, offset))
     return infos
 
@@ -161,16 +163,16 @@ def parse_gguf(buf, sizes: Mapping[int, tuple[int, int]]) -> list[TensorInfo]:
     for anything malformed; reads the metadata only to check and skip it.
     """
     if len(buf) < 8:
-        raise ValueError(f"{len(buf)} bytes, too short for a GGUF header")
+        raise MXValueError(f"{len(buf)} bytes, too short for a GGUF header")
     if bytes(buf[:4]) != GGUF_MAGIC:
-        raise ValueError(f"bad magic {bytes(buf[:4])!r} (expected {GGUF_MAGIC!r})")
+        raise MXValueError(f"bad magic {bytes(buf[:4])!r} (expected {GGUF_MAGIC!r})")
     # As gguf.GGUFReader: a version whose low 16 bits are 0 is the other byte order.
     order = ">" if struct.unpack_from("<I", buf, 4)[0] & 0xFFFF == 0 else "<"
     cur = _Cursor(buf, order)
     cur.pos = 4
     version = cur.unpack("I", "the version")
     if version not in _VERSIONS:
-        raise ValueError(f"version {version} (readable: {', '.join(map(str, _VERSIONS))})")
+        raise MXValueError(f"version {version} (readable: {', '.join(map(str, _VERSIONS))})")
     n_tensors = cur.unpack("Q", "the tensor count")
     n_kv = cur.unpack("Q", "the metadata count")
     alignment = _metadata(cur, n_kv)
@@ -181,7 +183,7 @@ def parse_gguf(buf, sizes: Mapping[int, tuple[int, int]]) -> list[TensorInfo]:
         block, type_size = sizes[ttype]
         ne0 = ne[0] if ne else 1  # as ggml: missing dimensions are 1
         if ne0 % block:
-            raise ValueError(
+            raise MXValueError(
                 f"tensor {name!r}: first dimension {ne0} is not a multiple of its block ({block})"
             )
         elements, nonzero = 1, 1
@@ -191,13 +193,13 @@ def parse_gguf(buf, sizes: Mapping[int, tuple[int, int]]) -> list[TensorInfo]:
         # ggml's sizes are int64, numpy's extents too (in bytes, up to 8 per
         # element, empty dimensions aside): 2^60 elements or more cannot be real.
         if nonzero >= 2**60:
-            raise ValueError(f"tensor {name!r}: dimensions {list(ne)} are too large")
+            raise MXValueError(f"tensor {name!r}: dimensions {list(ne)} are too large")
         nbytes = elements // block * type_size
         if offset % alignment:
-            raise ValueError(f"tensor {name!r}: data offset {offset} is not {alignment}-aligned")
+            raise MXValueError(f"tensor {name!r}: data offset {offset} is not {alignment}-aligned")
         start = data + offset
         if nbytes and start + nbytes > len(buf):  # an empty tensor reads nothing
-            raise ValueError(
+            raise MXValueError(
                 f"tensor {name!r}: {nbytes} bytes of data at byte {start} end past the end "
                 f"of the file ({len(buf)} bytes)"
             )
