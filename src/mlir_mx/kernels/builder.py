@@ -341,3 +341,57 @@ class KernelBuilder:
 
     def bitcast(self, v, t):
         return arith.BitcastOp(t, v).result
+
+    # -- appended for the quantize/dequantize kernels (mlir_mx.kernels.quantize) ----
+
+    def subi(self, a, b):
+        return arith.SubIOp(a, b).result
+
+    def addi(self, a, b):
+        return arith.AddIOp(a, b).result
+
+    def maxui(self, a, b):
+        return arith.MaxUIOp(a, b).result
+
+    def minui(self, a, b):
+        return arith.MinUIOp(a, b).result
+
+    def maxsi(self, a, b):
+        return arith.MaxSIOp(a, b).result
+
+    def minsi(self, a, b):
+        return arith.MinSIOp(a, b).result
+
+    def trunci(self, v, t):
+        return arith.TruncIOp(t, v).result
+
+    def truncf(self, v, t):
+        return arith.TruncFOp(t, v).result
+
+    def fptosi(self, v, t):
+        return arith.FPToSIOp(t, v).result
+
+    def index_cast(self, v, t):
+        return arith.IndexCastOp(t, v).result
+
+    def roundeven(self, v):
+        return math.RoundEvenOp(v).result
+
+    def is_nan(self, v):
+        """``v != v`` lane by lane (``cmpf uno``)."""
+        return arith.CmpFOp(arith.CmpFPredicate.UNO, v, v).result
+
+    def reduce(self, kind: str, v: ir.Value) -> ir.Value:
+        """``vector.reduction <kind>`` (``maxui``, ``add``, ...) to a scalar."""
+        attr = ir.Attribute.parse(f"#vector.kind<{kind}>")
+        return vector.ReductionOp(ir.VectorType(v.type).element_type, attr, v).result
+
+    def gather(self, mem: ir.Value, indices, idx: ir.Value, mask, passthru) -> ir.Value:
+        """``vector.gather``: lane ``l`` reads ``mem[indices..., + idx[l]]`` where ``mask``."""
+        return vector.GatherOp(
+            passthru.type, mem, [self._i(i) for i in indices], idx, mask, passthru
+        ).result
+
+    def from_elements(self, values: Sequence[ir.Value]) -> ir.Value:
+        """A vector of the given scalars (``vector.from_elements``)."""
+        return vector.FromElementsOp(self.vec(len(values), values[0].type), list(values)).result
