@@ -29,6 +29,7 @@ import ctypes
 import threading
 from math import prod
 
+import ml_dtypes
 import numpy as np
 from mlir import ir
 
@@ -39,7 +40,6 @@ from mlir_mx.kernels.cpu import host_features
 from mlir_mx.kernels.plan import default_threads
 from mlir_mx.numerics import MXArray, element_format, is_packed_storage, packed_shape
 from mlir_mx.numerics import dequantize as oracle_dequantize
-from mlir_mx.numerics import quantize as oracle_quantize
 from mlir_mx.numerics.formats import SCALE_DTYPE
 from mlir_mx.numerics.mx import (
     _ACCEPTED_INPUT_DTYPES,
@@ -126,23 +126,36 @@ def dequantize(a, threads=None) -> np.ndarray:
 
 def _check_input(x, block_size, axis):
     """The oracle's checks (and messages): x as an ndarray, block_size, axis."""
-    if isinstance(x, np.ndarray) and x.dtype in _ACCEPTED_INPUT_DTYPES and x.ndim:
-        pass
-    elif not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
-        try:
-            x = np.from_dlpack(x)  # a torch CPU tensor, ...: viewed, not copied
-        except (BufferError, RuntimeError, TypeError, ValueError) as err:
-            raise TypeError(f"x: cannot view this {type(x).__name__} as host memory: {err}") from None
-    else:
-        x = np.asarray(x)
+    if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
+        x = _from_dlpack(x)
+    x = np.asarray(x)
     if x.dtype not in _ACCEPTED_INPUT_DTYPES:
-        oracle_quantize(x)  # raises the oracle's TypeError naming x
+        raise TypeError(
+            f"x: expected a float32 array (float64, float16 and bfloat16 are converted to "
+            f"float32 first), got dtype {x.dtype}"
+        )
     if x.ndim == 0:
         raise ValueError("x: MX quantization needs rank >= 1, got a rank-0 array")
     block_size = _check_block_size(block_size)
     axis = _normalize_axis(axis, x.ndim)
     _check_blocked_shape(x.shape, block_size, axis, "x")
     return x, block_size, axis
+
+
+def _from_dlpack(x) -> np.ndarray:
+    """A numpy view of a DLPack array (a torch CPU tensor, ...): no copy.
+
+    numpy has no DLPack bfloat16, so a torch bfloat16 tensor is viewed as
+    int16 and reinterpreted.
+    """
+    try:
+        return np.from_dlpack(x)
+    except (BufferError, RuntimeError, TypeError, ValueError) as err:
+        if str(getattr(x, "dtype", "")) == "torch.bfloat16" and hasattr(x, "view"):
+            import torch
+
+            return np.from_dlpack(x.view(torch.int16)).view(ml_dtypes.bfloat16)
+        raise TypeError(f"x: cannot view this {type(x).__name__} as host memory: {err}") from None
 
 
 def _check_threads(threads) -> int:
