@@ -300,3 +300,35 @@ def test_kernel_buffers_are_bounded(layout, block):
         assert lowered.count("llvm.call @malloc") == (1 if generic else 0)
         if generic:
             assert f"memref.alloc() {{alignment = 64 : i64}} : memref<{SEGMENT_BLOCKS}xf32>" in kernel
+
+
+# --------------------------------------------------------------------------- users
+
+
+def test_linear_and_matmul_take_float_weights():
+    """``Linear(w_f32, element=...)`` / ``matmul(x, w_f32, element=...)``
+    quantize through the compiled kernels: the same results as with the
+    oracle's MXArray."""
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((96, 128)).astype(np.float32)
+    x = rng.standard_normal((3, 128)).astype(np.float32)
+    ref = mlir_mx.Linear(oracle_quantize(w, "f6E2M3FN", 32), threads=1)(x)
+    lin = mlir_mx.Linear(w, element="f6E2M3FN", threads=1)
+    np.testing.assert_array_equal(lin(x), ref)
+    np.testing.assert_array_equal(mlir_mx.matmul(x, w, element="f6E2M3FN", threads=1), ref)
+    with pytest.raises(TypeError, match="weight: expected an MXArray"):
+        mlir_mx.Linear(w)
+    with pytest.raises(TypeError, match="x: expected a float32"):
+        mlir_mx.Linear(w.astype(np.int32), element="f4E2M1FN")
+
+
+def test_write_gguf_from_f32(tmp_path):
+    pytest.importorskip("gguf", reason="gguf is not installed (the optional gguf extra)")
+    from mlir_mx.interop.gguf import read_gguf, write_gguf
+
+    w = special_values((8, 128), seed=8)
+    w[np.isnan(w) | np.isinf(w)] = 1.0  # ggml has no NaN scale
+    write_gguf(tmp_path / "w.gguf", {"w": w})
+    assert read_gguf(tmp_path / "w.gguf")["w"].bitwise_equal(oracle_quantize(w, "f4E2M1FN", 32))
+    with pytest.raises(TypeError, match=r"tensors\['w'\]: x: expected a float32"):
+        write_gguf(tmp_path / "bad.gguf", {"w": w.astype(np.int8)})

@@ -204,7 +204,7 @@ def _add_metadata(writer, metadata: Mapping) -> None:
 
 def write_gguf(
     path: str | os.PathLike,
-    tensors: Mapping[str, MXArray],
+    tensors: Mapping,
     *,
     arch: str = "mlir-mx",
     metadata: Mapping | None = None,
@@ -212,7 +212,9 @@ def write_gguf(
     """Write ``tensors`` (name -> MXFP4 MXArray) to a new GGUF file at ``path``.
 
     Every array must be valid for :func:`mxfp4_to_ggml` (checked before the file is
-    created).  ``arch`` becomes ``general.architecture``; ``metadata`` adds
+    created).  A float array (numpy or DLPack, e.g. f32 weights ``(n_out, n_in)``)
+    is quantized to MXFP4 here, blocks of 32 along its last axis, with the
+    compiled :func:`mlir_mx.quantize` (bit for bit the oracle's).  ``arch`` becomes ``general.architecture``; ``metadata`` adds
     key/values (bool, int as int64, float as float64, str).
     """
     gguf = _gguf()
@@ -223,6 +225,10 @@ def write_gguf(
         if not isinstance(name, str) or not name:
             raise TypeError(f"tensors: names must be non-empty str, got {name!r}")
         try:
+            if not isinstance(a, MXArray):  # float weights: converted here, at memory speed
+                from mlir_mx.convert import quantize
+
+                a = quantize(a, "f4E2M1FN", 32, axis=-1)
             raw[name] = mxfp4_to_ggml(a)
         except (TypeError, ValueError) as e:
             raise type(e)(f"tensors[{name!r}]: {e}") from None
