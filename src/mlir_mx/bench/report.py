@@ -167,4 +167,8 @@ def markdown(record: dict) -> str:
         from .mlp import mlp_markdown
 
         lines += [""] + mlp_markdown(record["mlp"])
+    if record.get("quantize"):
+        from .quantize import quantize_markdown
+
+        lines += [""] + quantize_markdown(record["quantize"])
     return "\n".join(lines) + "\n"
