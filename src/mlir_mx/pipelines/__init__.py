@@ -92,8 +92,9 @@ def kernel_pipeline(schedule: str = "auto", threads: int = 0) -> str:
     """The default lowering of an mx module: generated matmul kernels, then LLVM.
 
     ``mx-to-linalg`` (blocked matmuls) -> ``bufferize`` -> ``mx-matmul-kernels``
-    (``schedule``, ``threads``; 0 = this machine's cores) -> threads -> the
-    rest of ``lower-to-llvm``.
+    (``schedule``, ``threads``; 0 = this machine's cores) ->
+    ``mx-quantize-kernels`` (``threads``) -> threads -> the rest of
+    ``lower-to-llvm``.
     """
     from mlir_mx.kernels.plan import default_threads
 
@@ -105,6 +106,7 @@ def kernel_pipeline(schedule: str = "auto", threads: int = 0) -> str:
             "convert-elementwise-to-linalg",
             load_pipeline("bufferize"),
             f"mx-matmul-kernels{{schedule={schedule} threads={threads}}}",
+            f"mx-quantize-kernels{{threads={threads}}}",
             threads_pipeline(threads),
             load_pipeline("memref-to-llvm"),
         ]
