@@ -202,7 +202,7 @@ def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
         from .quantize import run_quantize
 
         record["quantize"] = run_quantize(*opts.quantize, opts.formats, opts.threads, say,
-                                          samples=opts.samples)  # fmt: skip
+                                          samples=opts.samples, retries=opts.retries)  # fmt: skip
     record.update(
         roofs=[asdict(r) for r in roofs.values()],
         rows=rows,
