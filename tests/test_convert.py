@@ -195,6 +195,22 @@ def test_input_types(dtype):
     check(x.astype(dtype)[:, ::2], "f4E2M1FN", 2, 0, 1)
 
 
+def test_unusual_layouts():
+    """Misaligned, broadcast (zero strides), Fortran-order and read-only inputs."""
+    x = special_values((8, 64), seed=9)
+    buf = np.zeros(x.nbytes + 1, np.uint8)
+    mis = np.ndarray(x.shape, np.float32, buffer=buf, offset=1)
+    mis[...] = x
+    assert not mis.flags.aligned
+    check(mis, "f4E2M1FN", 32, 1, 2)
+    check(np.broadcast_to(x[0], (5, 64)), "f8E4M3FN", 5, 0, 1)
+    f = np.asfortranarray(special_values((4, 6, 32), seed=10))
+    for axis in range(3):
+        check(f, "f6E3M2FN", 2, axis, 2)
+    x.flags.writeable = False
+    check(x, "i8", 32, 1, 3)
+
+
 def test_lists_and_empty_arrays():
     check([[1.0, -2.0, 3.5, 0.0]], "f4E2M1FN", 2, -1, 1)
     for shape, axis in (((0, 32), 1), ((4, 0), 1), ((0, 3), 0)):
