@@ -230,6 +230,17 @@ def test_dlpack_torch_tensors():
     assert_same(mlir_mx.quantize(b, "f8E4M3FN"), want)
 
 
+def test_dequantize_into_out():
+    a = oracle_quantize(special_values((4, 64), seed=11), "f8E5M2")
+    out = np.full((4, 64), 7.0, np.float32)
+    assert mlir_mx.dequantize(a, 2, out=out) is out
+    assert_same_f32(out, oracle_dequantize(a))
+    with pytest.raises(TypeError, match="out: expected a float32"):
+        mlir_mx.dequantize(a, out=np.zeros((4, 64)))
+    with pytest.raises(ValueError, match="out: must be C-contiguous"):
+        mlir_mx.dequantize(a, out=np.zeros((64, 4), np.float32).T)
+
+
 def test_thread_counts_agree():
     x = special_values((96, 320), seed=6)
     ref = mlir_mx.quantize(x, "f4E2M1FN", 32, threads=1)

@@ -39,7 +39,6 @@ from mlir_mx.kernels.convert import ConvertSpec, convert_module
 from mlir_mx.kernels.cpu import host_features
 from mlir_mx.kernels.plan import default_threads
 from mlir_mx.numerics import MXArray, element_format, is_packed_storage, packed_shape
-from mlir_mx.numerics import dequantize as oracle_dequantize
 from mlir_mx.numerics.formats import SCALE_DTYPE
 from mlir_mx.numerics.mx import (
     _ACCEPTED_INPUT_DTYPES,
@@ -93,16 +92,23 @@ def quantize_stored(x, element: str, block_size: int = 32, axis: int = -1, threa
     return codes, scales
 
 
-def dequantize(a, threads=None) -> np.ndarray:
+def dequantize(a, threads=None, *, out=None) -> np.ndarray:
     """:func:`mlir_mx.numerics.dequantize` (same bits), compiled: ``a`` (an
     :class:`~mlir_mx.numerics.MXArray`) as float32.  ``threads``: default
-    this machine's cores."""
+    this machine's cores.  ``out``: a C-contiguous, writeable float32 array
+    of ``a.shape`` to write into (and return) instead of a new one (a fresh
+    array costs the OS's zeroing of its pages on first touch)."""
     if not isinstance(a, MXArray):
         raise TypeError(f"a: expected an MXArray, got {type(a).__name__}")
     threads = _check_threads(threads)
-    out = np.empty(a.shape, np.float32)
+    if out is None:
+        out = np.empty(a.shape, np.float32)
+    elif not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != a.shape:
+        raise TypeError(f"out: expected a float32 numpy array of shape {a.shape}")
+    elif not (out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError("out: must be C-contiguous and writeable")
     if out.size == 0:
-        return oracle_dequantize(a)
+        return out
     codes = np.ascontiguousarray(a.packed_codes()).view(np.uint8)
     scales = np.ascontiguousarray(a.scales).view(np.uint8)
     bs, axis = a.block_size, a.axis
