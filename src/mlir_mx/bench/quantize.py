@@ -5,9 +5,10 @@ along its rows, per element format and thread count:
 
 * ours: :func:`mlir_mx.convert.quantize_stored` (the compiled kernels; codes
   in their stored form, what ``MXArray.from_packed``, ``write_gguf`` and
-  ``Linear`` take) and :func:`mlir_mx.dequantize` (MX -> f32); checked bit
-  for bit against the oracle before they are timed (a mismatch fails the
-  run);
+  ``Linear`` take) and :func:`mlir_mx.dequantize` (MX -> f32; into a new
+  array, whose pages the OS zeroes on first touch, and into a reused one,
+  ``out=``); checked bit for bit against the oracle before they are timed
+  (a mismatch fails the run);
 * the oracle, :func:`mlir_mx.numerics.quantize` (numpy, one thread; timed
   at the lowest thread count only);
 * ggml's ``ggml_quantize_chunk`` (ggml-python, when installed): MXFP4 for
@@ -83,9 +84,11 @@ def _ours(x, element, threads):
     if not np.array_equal(back, want.dequantize(), equal_nan=True):
         raise BenchFailure(f"WRONG RESULT: mlir_mx.dequantize {element} differs from the oracle")
     want.packed_codes()
+    out = np.empty_like(x)
     return {
         "ours quantize": (lambda: quantize_stored(x, element, BLOCK, 1, threads), True),
         "ours dequantize": (lambda: mlir_mx.dequantize(want, threads), True),
+        "ours dequantize, out=": (lambda: mlir_mx.dequantize(want, threads, out=out), True),
     }
 
 
