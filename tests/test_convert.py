@@ -159,11 +159,10 @@ def test_every_code_and_scale_dequantizes(element):
     layouts; codes the quantizer never writes (E4M3 NaN, E5M2 Inf/NaN, i8
     -128) decode as the oracle does."""
     fmt = ELEMENT_FORMATS[element]
-    codes = np.tile(np.arange(fmt.num_codes, dtype=np.uint8), 256 * 32 // fmt.num_codes)
-    codes = codes.reshape(256, 32) if fmt.bits < 8 else codes.reshape(256, 32)
-    rng = np.random.default_rng(1)
-    codes = rng.permuted(codes, axis=1) if fmt.bits < 8 else codes
-    scales = np.arange(256, dtype=np.uint8).reshape(256, 1)
+    cols = max(32, fmt.num_codes)
+    row = (np.arange(cols) % fmt.num_codes).astype(np.uint8)
+    codes = np.tile(row, (256, 1))  # each row: every code
+    scales = np.repeat(np.arange(256, dtype=np.uint8)[:, None], cols // 32, axis=1)  # row r: r
     a = MXArray(codes.view(fmt.dtype), scales, element, 32, 1)
     assert_same_f32(mlir_mx.dequantize(a, threads=2), oracle_dequantize(a))
     b = MXArray(np.ascontiguousarray(codes.T).view(fmt.dtype), scales.T.copy(), element, 32, 0)
@@ -191,8 +190,10 @@ def test_input_types(dtype):
     """float64 (rounded RNE in registers, overflow to Inf), float16 and bfloat16."""
     x = special_values((4, 64), seed=3).astype(np.float64)
     x[0, :3] = [1e300, -1e300, 2.0**-149 * 0.75]
-    check(x.astype(dtype), "f8E4M3FN", 32, 1, 2)
-    check(x.astype(dtype)[:, ::2], "f4E2M1FN", 2, 0, 1)
+    with np.errstate(over="ignore"):
+        x = x.astype(dtype)
+    check(x, "f8E4M3FN", 32, 1, 2)
+    check(x[:, ::2], "f4E2M1FN", 2, 0, 1)
 
 
 def test_unusual_layouts():
@@ -358,4 +359,4 @@ def test_write_gguf_from_f32(tmp_path):
     write_gguf(tmp_path / "w.gguf", {"w": w})
     assert read_gguf(tmp_path / "w.gguf")["w"].bitwise_equal(oracle_quantize(w, "f4E2M1FN", 32))
     with pytest.raises(TypeError, match=r"tensors\['w'\]: x: expected a float32"):
-        write_gguf(tmp_path / "bad.gguf", {"w": w.astype(np.int8)})
+        write_gguf(tmp_path / "bad.gguf", {"w": np.zeros((8, 128), np.int8)})

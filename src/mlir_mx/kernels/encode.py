@@ -38,9 +38,8 @@ from mlir import ir
 
 from mlir_mx.kernels.builder import KernelBuilder
 from mlir_mx.numerics.formats import SCALE_BIAS, SCALE_NAN_CODE, ElementFormat, element_format
-from mlir_mx.numerics.packing import packing_group
 
-__all__ = ["Encoder", "LANES", "inverse_scale", "pack", "packed_bytes", "scale_code"]
+__all__ = ["Encoder", "LANES", "abs_bits", "inverse_scale", "pack", "scale_code"]
 
 #: f32 lanes per register.
 LANES = 16
@@ -104,6 +103,7 @@ class Encoder:
 
     @classmethod
     def of(cls, element: str) -> Encoder:
+        """The encoder of element format ``element`` (``f8E4M3FN``, ``i8``, ...)."""
         return cls(element_format(element))
 
     def codes(self, kb: KernelBuilder, p: ir.Value) -> ir.Value:
@@ -143,14 +143,6 @@ class Encoder:
         top = int(self.fmt.max_normal * one)
         v = kb.fptosi(q, ci)  # |q| <= 128: the block's scale bounds |p| < 2
         return kb.minsi(kb.maxsi(v, kb.const(-top, ci)), kb.const(top, ci))
-
-
-def packed_bytes(element: str | ElementFormat, n_codes: int, packed: bool) -> int:
-    """Bytes that hold ``n_codes`` codes (a whole number of packing groups)."""
-    if not packed:
-        return n_codes
-    codes, nbytes = packing_group(element)
-    return n_codes // codes * nbytes
 
 
 def pack(kb: KernelBuilder, fmt: ElementFormat, codes: list[ir.Value], packed: bool) -> ir.Value:
