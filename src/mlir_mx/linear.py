@@ -51,13 +51,30 @@ class Linear:
     """``y = x @ W.T`` with an MX weight ``W`` of shape (out, in), blocked along ``in``.
 
     ``weight`` may also be given as ``B`` of shape (in, out) blocked along
-    axis 0 (``y = x @ B``), the form ``mx.block_matmul`` takes.  ``threads``:
-    default this machine's cores; settable later (``lin.threads = 1``).
+    axis 0 (``y = x @ B``), the form ``mx.block_matmul`` takes, or as float
+    weights (out, in) (numpy or DLPack) with ``element=`` (and
+    ``block_size=``, default 32): quantized here along ``in`` by the compiled
+    :func:`mlir_mx.quantize`.  ``threads``: default this machine's cores;
+    settable later (``lin.threads = 1``).
     """
 
-    def __init__(self, weight: MXArray, *, threads: int | None = None):
+    def __init__(
+        self,
+        weight: MXArray,
+        *,
+        threads: int | None = None,
+        element: str | None = None,
+        block_size: int = 32,
+    ):
+        if element is not None and not isinstance(weight, MXArray):
+            from mlir_mx.convert import quantize
+
+            weight = quantize(weight, element, block_size, axis=-1, threads=threads)
         if not isinstance(weight, MXArray):
-            raise TypeError(f"weight: expected an MXArray, got {type(weight).__name__}")
+            raise TypeError(
+                f"weight: expected an MXArray (or float weights with element=...), "
+                f"got {type(weight).__name__}"
+            )
         if weight.ndim != 2:
             raise ValueError(f"weight: expected a 2-D MXArray, got shape {weight.shape}")
         if weight.axis == 1:  # (out, in) blocked along in: B = W^T
@@ -233,12 +250,18 @@ def _user_names(message: str, n_activations: int) -> str:
 _LINEARS: dict[int, tuple[weakref.ref, Linear]] = {}
 
 
-def matmul(x, w: MXArray, *, threads: int | None = None) -> np.ndarray:
+def matmul(
+    x, w: MXArray, *, threads: int | None = None, element: str | None = None, block_size: int = 32
+) -> np.ndarray:
     """``x @ W.T`` (W (out, in) blocked along in) or ``x @ B`` (B (in, out),
     blocked along axis 0) with the MX weight ``w``; see :class:`Linear`.
 
-    The prepared weight is cached for as long as ``w`` lives.
+    The prepared weight is cached for as long as ``w`` lives.  Float weights
+    ``w`` (out, in) with ``element=`` are quantized on every call (compiled,
+    :func:`mlir_mx.quantize`); keep a :class:`Linear` to quantize them once.
     """
+    if element is not None and not isinstance(w, MXArray):
+        return Linear(w, threads=threads, element=element, block_size=block_size)(x)
     key = id(w)
     hit = _LINEARS.get(key)
     lin = hit[1] if hit is not None and hit[0]() is w else None

@@ -143,6 +143,7 @@ def test_kernel_that_does_not_compile_fails_the_run(tmp_path, monkeypatch, capsy
         (["--tag", "a/b"], "--tag: use letters"),
         (["--samples", "1"], "--samples: at least 3"),
         (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--quantize", "64x30"], "--quantize: expected RxC with C a multiple of 32"),
     ],
 )
 def test_bad_arguments(args, message, capsys):
@@ -197,3 +198,26 @@ def test_results_that_cannot_be_written_are_an_error_not_half_a_file(tmp_path, m
     assert err == f"mx-bench: error: cannot write the results to '{tmp_path}': No space left on device\n"
     assert not list(tmp_path.iterdir())
     assert files.write_text is not full
+
+
+def test_quick_quantize_run(tmp_path):
+    """``--quantize``: ours (checked against the oracle first) and the oracle
+    per format and thread count, written to the JSON and markdown results."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlir_mx.tools.mx_bench", "--quantize", "--quick", "--threads",
+         "1,2", "--formats", "f4E2M1FN,i8", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    [js] = tmp_path.glob("mx-bench-*-quick-quantize.json")
+    rec = json.loads(js.read_text())["quantize"]
+    assert (rec["rows_"], rec["cols"]) == (128, 256)
+    got = {(r["format"], r["method"], r["threads"]) for r in rec["rows"]}
+    for fmt in ("f4E2M1FN", "i8"):
+        assert {(fmt, "ours quantize", 1), (fmt, "ours quantize", 2),
+                (fmt, "ours dequantize", 2), (fmt, "oracle numerics.quantize", 1)} <= got  # fmt: skip
+    assert all(r["bit_exact"] for r in rec["rows"] if r["method"].startswith("ours"))
+    if not ggml_available():
+        assert ("f4E2M1FN", "ggml MXFP4 quantize", 2) in got
+    md = next(tmp_path.glob("mx-bench-*-quick-quantize.md")).read_text()
+    assert "## Converting a 128 x 256 f32 matrix" in md

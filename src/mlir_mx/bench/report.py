@@ -73,9 +73,12 @@ def _header(r: dict) -> list[str]:
         f"- Total run time {r['total_s']:.0f} s; samples per timing up to "
         f"{r['options']['samples']} (budget {r['options']['budget_s']} s), median reported, "
         "spread = (max - min) / median",
-        "- Every result was checked against the oracle (f64 product of the exact operand "
-        "values, tolerance (K+2) 2^-24 sum|a||b|) before it was timed; see docs/bench.md",
     ]
+    if r["rows"]:
+        lines.append(
+            "- Every result was checked against the oracle (f64 product of the exact operand "
+            "values, tolerance (K+2) 2^-24 sum|a||b|) before it was timed; see docs/bench.md"
+        )
     if m.get("env"):
         lines.append(f"- Environment: {m['env']}")
     for s in r["skipped"]:
@@ -176,4 +179,8 @@ def markdown(record: dict) -> str:
         from .mlp import mlp_markdown
 
         lines += [""] + mlp_markdown(record["mlp"])
+    if record.get("quantize"):
+        from .quantize import quantize_markdown
+
+        lines += [""] + quantize_markdown(record["quantize"])
     return "\n".join(lines) + "\n"

@@ -274,7 +274,7 @@ def _check_name(name) -> None:
 
 def write_gguf(
     path: str | os.PathLike,
-    tensors: Mapping[str, MXArray],
+    tensors: Mapping,
     *,
     arch: str = "mlir-mx",
     metadata: Mapping | None = None,
@@ -282,11 +282,14 @@ def write_gguf(
     """Write ``tensors`` (name -> MXFP4 MXArray) to a GGUF file at ``path``.
 
     ``arch`` becomes ``general.architecture``; ``metadata`` adds key/values (bool,
-    int as int64, float as float64, str).  Everything is checked before the file
-    is touched: every array must be valid for :func:`mxfp4_to_ggml` (rank 1 to 4),
-    names are non-empty UTF-8 of at most 63 bytes (ggml's limit), ints fit int64,
-    and ``general.architecture`` / ``general.alignment`` are the writer's own.
-    The file is written to a temporary file in the same folder and renamed over
+    int as int64, float as float64, str).  A float array (numpy or DLPack, e.g.
+    f32 weights ``(n_out, n_in)``) is quantized to MXFP4 here, blocks of 32
+    along its last axis, with the compiled :func:`mlir_mx.quantize` (bit for bit
+    the oracle's).  Everything is checked before the file is touched: every
+    array must be valid for :func:`mxfp4_to_ggml` (rank 1 to 4), names are
+    non-empty UTF-8 of at most 63 bytes (ggml's limit), ints fit int64, and
+    ``general.architecture`` / ``general.alignment`` are the writer's own.  The
+    file is written to a temporary file in the same folder and renamed over
     ``path`` once complete (:func:`mlir_mx.files.atomic_path`): a failure leaves
     an existing file untouched, and a file this function writes reads back with
     :func:`read_gguf`.
@@ -302,6 +305,10 @@ def write_gguf(
     for name, a in tensors.items():
         _check_name(name)
         try:
+            if not isinstance(a, MXArray):  # float weights: converted here, at memory speed
+                from mlir_mx.convert import quantize
+
+                a = quantize(a, "f4E2M1FN", 32, axis=-1)
             raw[name] = mxfp4_to_ggml(a)
         except (TypeError, ValueError) as e:
             raise type(e)(f"tensors[{name!r}]: {e}") from None

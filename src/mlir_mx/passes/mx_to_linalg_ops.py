@@ -74,7 +74,10 @@ def _dequantize(mant, scale, t: MXTensorType, alpha: ir.Value | None = None) -> 
         # alpha is a scalar: feed it as a rank-0 tensor with an empty map.
         a0 = tensor.FromElementsOp(ir.RankedTensorType.get([], h.f32()), [alpha]).result
         ins[2] = a0
-    return h.generic(ins, [out], maps, [h.PARALLEL] * rank, body)[0]
+    result = h.generic(ins, [out], maps, [h.PARALLEL] * rank, body)[0]
+    if alpha is None:  # mx-quantize-kernels replaces it after bufferization
+        tag_kernel(result, "dequantize")
+    return result
 
 
 def _lower_quantize(op: ir.Operation, _mm: str) -> list[ir.Value]:
@@ -87,6 +90,7 @@ def _quantize(x: ir.Value, t: MXTensorType) -> tuple[ir.Value, ir.Value]:
     """Three generics: block amax, E8M0 codes, scaled and rounded elements."""
     fmt = ELEMENT_FORMATS[t.element_type]
     amax = h.block_amax(x, t)
+    tag_kernel(amax, "quantize_amax")
     srank = len(t.scale_shape)
     scale_t = h.scalar_type(t.scale_type)
     scale = h.generic(
@@ -96,7 +100,9 @@ def _quantize(x: ir.Value, t: MXTensorType) -> tuple[ir.Value, ir.Value]:
         [h.PARALLEL] * srank,
         lambda a, _o: [h.code_to_scale(h.amax_to_code(a, fmt.emax), t.scale_type)],
     )[0]
+    tag_kernel(scale, "quantize_scales")
     mant = _scale_elements(x, scale, t)
+    tag_kernel(mant, "quantize_elements")  # the group mx-quantize-kernels replaces
     return mant, scale
 
 
