@@ -25,7 +25,7 @@ from mlir import ir
 from mlir.dialects import arith, memref
 
 from mlir_mx.host import default_threads
-from mlir_mx.ir_utils import collect, indexing_maps, kernel_tag, owner_op, users
+from mlir_mx.ir_utils import KernelTag, collect, indexing_maps, kernel_tag, owner_op, users
 from mlir_mx.kernels.builder import KernelBuilder
 from mlir_mx.kernels.convert import ConvertSpec
 from mlir_mx.kernels.dequantize import emit_dequantize
@@ -49,9 +49,9 @@ def mx_quantize_kernels(op: ir.Operation, *, threads: int = 0) -> None:
     if threads < 0:
         raise PassError(f"mx-quantize-kernels: threads must be >= 0, got {threads}", op.location)
     threads = threads or default_threads()
-    for g in collect(op, lambda o: kernel_tag(o) == "quantize_elements"):
+    for g in collect(op, lambda o: kernel_tag(o) == KernelTag.QUANTIZE_ELEMENTS):
         _quantize(g, threads)
-    for g in collect(op, lambda o: kernel_tag(o) == "dequantize"):
+    for g in collect(op, lambda o: kernel_tag(o) == KernelTag.DEQUANTIZE):
         _dequantize(g, threads)
 
 
@@ -101,7 +101,7 @@ def _packed_target(mant: ir.Value, writer: ir.Operation):
         return None
     view = views[0]
     packs = users(view.results[0])  # the pack generic reads the view twice
-    if not packs or any(u != packs[0] for u in packs) or kernel_tag(packs[0]) != "pack_codes":
+    if not packs or any(u != packs[0] for u in packs) or kernel_tag(packs[0]) != KernelTag.PACK_CODES:
         return None
     pack = packs[0]
     return pack.operands[len(pack.operands) - 1], [pack, view] + others
@@ -112,13 +112,13 @@ def _quantize(elems: ir.Operation, threads: int) -> None:
     x_t = ir.MemRefType(x.type)
     if str(x_t.element_type) != "f32" or not _identity(x) or not _identity(mant):
         return
-    writers = [u for u in users(scale) if kernel_tag(u) == "quantize_scales"]
+    writers = [u for u in users(scale) if kernel_tag(u) == KernelTag.QUANTIZE_SCALES]
     if len(writers) != 1 or not _identity(scale):
         return
     amax = writers[0].operands[0]
     alloc = owner_op(amax)
     fill = [u for u in users(amax) if u.name == "linalg.fill"]
-    red = [u for u in users(amax) if kernel_tag(u) == "quantize_amax"]
+    red = [u for u in users(amax) if kernel_tag(u) == KernelTag.QUANTIZE_AMAX]
     rest = [u for u in users(amax) if u not in fill + red + writers]
     if alloc is None or alloc.name != "memref.alloc" or len(fill) != 1 or len(red) != 1:
         return
