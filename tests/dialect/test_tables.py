@@ -120,7 +120,7 @@ def test_subbyte_legalization_and_runner_dtypes_read_the_table(name):
 #: above.
 ALLOWED = {
     ("dialect/verifier.py", "RULES"): "one rule per op, keys checked against OPS",
-    ("passes/mx_to_linalg_ops.py", "LOWERINGS"): "one lowering per op, keys checked against OPS",
+    ("passes/mx_to_linalg/ops.py", "LOWERINGS"): "one lowering per op, keys checked against OPS",
     ("interop/torchao.py", "_torch"): "torchao's dtype for each float format (another library's names)",
     ("testing/fuzz.py", "_TOKENS"): "a fuzzing dictionary: chosen tokens, its order fixes recorded cases",
     ("testing/misuse.py", "_break"): "three formats picked to re-encode an argument",

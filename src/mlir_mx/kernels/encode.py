@@ -2,7 +2,7 @@
 
 The encoding side of :mod:`mlir_mx.kernels.widen`: the same numerics as the
 ``mx-to-linalg`` lowering of ``mx.quantize_block``
-(:mod:`mlir_mx.passes.mx_lowering_helpers`: ``amax_to_code``,
+(:mod:`mlir_mx.passes.mx_to_linalg.helpers`: ``amax_to_code``,
 ``pow2_neg_shared_exp``, ``scaled_to_element``) and the f32 -> narrow
 conversion of ``mx-expand-narrow-floats``, written for vectors of 16 lanes
 so that a kernel encodes a whole register at once.  Bit for bit the numpy

@@ -3,7 +3,7 @@
 Each lowering takes the op (its mx operands already available as (mantissa,
 scale) pairs through :func:`unpack`) and returns the values that replace its
 results, two per mx result.  ``docs/passes/mx-to-linalg.md`` shows the IR of
-each; :mod:`mlir_mx.passes.mx_lowering_helpers` builds the pieces.
+each; :mod:`mlir_mx.passes.mx_to_linalg.helpers` builds the pieces.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from mlir.dialects import arith, builtin, linalg, tensor
 from mlir_mx.dialect.types import MXTensorType, is_mx_type
 from mlir_mx.ir_utils import KernelTag, constant_float, owner_op, tag_kernel
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
-from mlir_mx.passes import mx_lowering_helpers as h
+from mlir_mx.passes.mx_to_linalg import helpers as h
 
 __all__ = ["CAST", "LOWERINGS", "pack", "unpack"]
 

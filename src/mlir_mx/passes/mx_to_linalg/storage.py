@@ -31,7 +31,7 @@ from mlir.dialects import arith, linalg, tensor
 from mlir_mx.dialect.types import MXTensorType
 from mlir_mx.ir_utils import KernelTag, tag_kernel
 from mlir_mx.numerics import element_format, packing_group
-from mlir_mx.passes import mx_lowering_helpers as h
+from mlir_mx.passes.mx_to_linalg import helpers as h
 
 __all__ = ["STORAGES", "pack_codes", "unpack_codes"]
 
