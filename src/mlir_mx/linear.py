@@ -38,7 +38,14 @@ from mlir_mx.execution import Runner
 from mlir_mx.kernels import Problem, kernel_module, plan_kernel
 from mlir_mx.kernels.plan import SMALL_MAX_M, default_threads
 from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
-from mlir_mx.numerics import MXArray, is_packed_storage, pack_codes
+from mlir_mx.numerics import (
+    SCALE_DTYPE,
+    MXArray,
+    element_format,
+    is_packed_storage,
+    pack_codes,
+    packed_shape,
+)
 from mlir_mx.pipelines import load_pipeline, threads_pipeline
 
 __all__ = ["Linear", "matmul", "cache_dir"]
@@ -69,26 +76,65 @@ class Linear:
             raise TypeError(f"weight: expected an MXArray, got {type(weight).__name__}")
         if weight.ndim != 2:
             raise ValueError(f"weight: expected a 2-D MXArray, got shape {weight.shape}")
-        if weight.axis == 1:  # (out, in) blocked along in: B = W^T
-            codes, scales = weight.codes.T, weight.scales.T
-        else:  # (in, out) blocked along axis 0: already B
-            codes, scales = weight.codes, weight.scales
         self.element = weight.element
         self.block_size = weight.block_size
-        self.in_features, self.out_features = codes.shape
-        # numerics.is_packed_storage: FP4/FP6 with whole groups along `out`.
-        self.packed = is_packed_storage(codes.shape, self.element)
-        if self.packed:
-            self._codes = pack_codes(np.ascontiguousarray(codes), self.element)
-        else:
-            self._codes = np.ascontiguousarray(codes)
+        fmt = weight.format
+        if weight.axis == 1:  # (out, in) blocked along in: B = W^T, one transposed copy
+            codes = np.ascontiguousarray(weight.codes.T)  # (unpacked transiently)
+            self._scales = np.ascontiguousarray(weight.scales.T)
+            # numerics.is_packed_storage: FP4/FP6 with whole groups along `out`.
+            self.packed = is_packed_storage(codes.shape, self.element)
+            self._codes = pack_codes(codes, self.element) if self.packed else codes
+        else:  # (in, out) blocked along axis 0: already B, packed as Linear packs it
+            raw, self._scales = weight.held_buffers()  # the MXArray's own: no copy
+            self.packed = weight.is_packed
+            self._codes = raw if self.packed else raw.view(fmt.dtype)
+        self.in_features, self.out_features = weight.shape[::-1] if weight.axis == 1 else weight.shape
         # Whole 64-column tiles: stored tiled (Problem.b_tiled), so a decode
         # call streams the weight sequentially; same bytes, another order.
         self.tiled = self.out_features % TILE_COLUMNS == 0
         if self.tiled:
             raw = self._codes.view(np.uint8)
             self._codes = tile_b_codes(raw, self.block_size, self.element, self.packed)
-        self._scales = np.ascontiguousarray(scales)
+        self._start(threads)
+
+    @classmethod
+    def from_stored(
+        cls, codes, scales, element: str, block_size: int, in_features: int, out_features: int,
+        *, threads: int | None = None,
+    ) -> Linear:  # fmt: skip
+        """The Linear whose :attr:`stored` arrays are ``codes`` and ``scales``,
+        held as they are (no copy): the form a Linear of this weight shape keeps
+        (B = W^T packed where it packs, in 64-column tiles where ``out_features``
+        is a multiple of 64; :attr:`stored`).  Raises ``ValueError``/``TypeError``
+        naming the argument when an array has another shape, dtype or layout."""
+        lin = cls.__new__(cls)
+        fmt = element_format(element)
+        lin.element, lin.block_size = fmt.name, int(block_size)
+        lin.in_features, lin.out_features = int(in_features), int(out_features)
+        lin.packed = is_packed_storage((lin.in_features, lin.out_features), fmt)
+        lin.tiled = lin.out_features % TILE_COLUMNS == 0
+        want_scales = (lin.in_features // lin.block_size, lin.out_features)
+        width = packed_shape((1, lin.out_features), fmt)[1] if lin.packed else lin.out_features
+        want_codes = (lin.in_features, width)
+        if lin.tiled:
+            tiles = lin.out_features // TILE_COLUMNS
+            want_codes = (want_scales[0] * tiles, lin.block_size * width // tiles)
+        byte_codes = lin.packed or lin.tiled
+        for name, a, shape, dtype in (
+            ("codes", codes, want_codes, np.dtype(np.uint8) if byte_codes else fmt.dtype),
+            ("scales", scales, want_scales, SCALE_DTYPE),
+        ):
+            if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != shape:
+                got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+                raise ValueError(f"{name}: expected a {dtype} array of shape {shape}, got {got}")
+            if not a.flags.c_contiguous:
+                raise ValueError(f"{name}: expected a C-contiguous array")
+        lin._codes, lin._scales = codes, scales
+        lin._start(threads)
+        return lin
+
+    def _start(self, threads: int | None) -> None:
         self.threads = threads
         self._runners: dict[tuple, Runner] = {}
         self._calls: dict[tuple, _BoundMatmul] = {}
@@ -107,6 +153,15 @@ class Linear:
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
             raise ValueError(f"threads: expected a positive integer, got {value!r}")
         self._threads = int(value)
+
+    @property
+    def stored(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(codes, scales)`` as the kernels read them (the arrays held, not
+        copies): B = W^T's codes, packed along ``out`` where they pack
+        (``uint8``), in 64-column tiles when :attr:`tiled` (``uint8``,
+        ``kernels.problem.tile_b_codes``), and its E8M0 scales
+        ``(in / block_size, out)``.  :meth:`from_stored` takes them back."""
+        return self._codes, self._scales
 
     @property
     def nbytes(self) -> int:
@@ -141,10 +196,9 @@ class Linear:
                     f"with block_size {self.block_size}; got shape {x.shape}, axis {x.axis}, "
                     f"block_size {x.block_size}"
                 )
-            codes = x.codes
-            if x.format.bits < 8:
-                codes = pack_codes(np.ascontiguousarray(codes), x.element)
-            return [np.ascontiguousarray(codes), np.ascontiguousarray(x.scales)], x.shape[0], False
+            # K is a multiple of the block: FP4/FP6 rows are stored packed, as the
+            # kernel reads them; the arrays x holds, passed without a copy.
+            return list(x.held_buffers()), x.shape[0], False
         if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
             x = np.from_dlpack(x)  # a torch CPU tensor, ...: viewed, not copied
         if not isinstance(x, np.ndarray):
