@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import io
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -80,6 +81,36 @@ def test_quantize_summary_and_skipped_layers():
         quantize_(model, activations="i8")
     with pytest.raises(ValueError, match="block_size"):
         quantize_(model, block_size=0)
+
+
+def test_layers_are_converted_one_at_a_time_and_released():
+    """When a layer is converted, every original weight converted before it is gone."""
+    model = tiny_llama()
+    alive: dict[str, object] = {}
+    for name, m in model.named_modules():
+        if type(m) is torch.nn.Linear:
+            alive[name] = weakref.ref(m.weight)
+    del m  # the loop variable would keep the last layer alive
+    seen = []
+
+    def watch(module, name):
+        assert all(alive[n]() is None for n in seen), f"still held when converting {name}"
+        seen.append(name)
+        return True
+
+    quantize_(model, "f8E4M3FN", filter_fn=watch)
+    assert len(seen) == len(alive) and all(r() is None for r in alive.values())
+
+
+def test_a_converted_model_deep_copies():
+    model, _, _ = _pair("f4E2M1FN")
+    twin = copy.deepcopy(model)
+    layer, copied = model.lm_head, twin.lm_head
+    assert type(copied) is MXLinear and copied.weight().bitwise_equal(layer.weight())
+    assert not np.shares_memory(copied.codes.numpy(), layer.codes.numpy())
+    ids = prompt()
+    with torch.inference_mode():
+        assert torch.equal(twin(ids).logits, model(ids).logits)
 
 
 def test_state_dict_saves_codes_and_scales_and_round_trips():

@@ -128,6 +128,14 @@ class MXLinear(torch.nn.Module):
             f"nbytes={self.nbytes} ({bits:.2f} bits/weight), threads={self.threads}"
         )
 
+    def __deepcopy__(self, memo):
+        # A new module over new arrays (the Linear's compiled kernels and locks
+        # are not copied; its kernels come back from the compile caches).
+        bias = None if self.bias is None else self.bias.detach().clone()
+        new = MXLinear(self.weight(), bias, threads=self.threads, activations=self.activations)
+        memo[id(self)] = new
+        return new
+
     # -- the call ----------------------------------------------------------------------
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
