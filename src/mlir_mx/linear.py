@@ -106,8 +106,9 @@ class Linear:
         """The Linear whose :attr:`stored` arrays are ``codes`` and ``scales``,
         held as they are (no copy): the form a Linear of this weight shape keeps
         (B = W^T packed where it packs, in 64-column tiles where ``out_features``
-        is a multiple of 64; :attr:`stored`).  Raises ``ValueError``/``TypeError``
-        naming the argument when an array has another shape, dtype or layout."""
+        is a multiple of 64; :attr:`stored`; one-code-per-byte codes may also come
+        as raw ``uint8``).  Raises ``ValueError`` naming the argument when an
+        array has another shape, dtype or layout."""
         lin = cls.__new__(cls)
         fmt = element_format(element)
         lin.element, lin.block_size = fmt.name, int(block_size)
@@ -121,6 +122,8 @@ class Linear:
             tiles = lin.out_features // TILE_COLUMNS
             want_codes = (want_scales[0] * tiles, lin.block_size * width // tiles)
         byte_codes = lin.packed or lin.tiled
+        if not byte_codes and isinstance(codes, np.ndarray) and codes.dtype == np.uint8:
+            codes = codes.view(fmt.dtype)  # raw code bytes, as a uint8 tensor holds them
         for name, a, shape, dtype in (
             ("codes", codes, want_codes, np.dtype(np.uint8) if byte_codes else fmt.dtype),
             ("scales", scales, want_scales, SCALE_DTYPE),

@@ -111,3 +111,16 @@ def test_repr_and_memory_4_25_bits_per_weight():
         owners[a.ctypes.data] = a.nbytes
     assert sum(owners.values()) * 8 / (256 * 128) == 4.25
     assert not any(isinstance(v, mlir_mx.numerics.MXArray) for v in vars(mx).values())
+
+
+@pytest.mark.parametrize("element, n_out", [("f4E2M1FN", 128), ("f8E4M3FN", 80), ("f6E3M2FN", 96)])
+def test_the_op_on_other_tensors_builds_a_linear_over_them(element, n_out):
+    """An exported program's own copies of the buffers: Linear.from_stored, no copy."""
+    mx = MXLinear.from_linear(_layer(96, n_out, bias=False), element, threads=1)
+    x = torch.randn(3, 96)
+    codes, scales = mx.codes.clone(), mx.scales.clone()
+    with torch.no_grad():
+        y = torch.ops.mlir_mx.linear(x, codes, scales, element, 32, 96, n_out, 1)
+        assert torch.equal(y, mx(x))
+    with pytest.raises(ValueError, match=r"codes: expected a \w+ array of shape \("):
+        torch.ops.mlir_mx.linear(x, codes[:-1].clone(), scales, element, 32, 96, n_out, 1)

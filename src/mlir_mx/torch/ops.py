@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import weakref
 
-import numpy as np
 import torch
 
 from mlir_mx.linear import Linear
-from mlir_mx.numerics import SCALE_DTYPE, element_format
+from mlir_mx.numerics import SCALE_DTYPE
 
 __all__ = ["linear", "register"]
 
@@ -51,13 +50,10 @@ def _layer(codes, scales, element, block_size, in_features, out_features) -> Lin
     lin = _LIVE.get(_key(codes, scales, element, block_size))
     if lin is not None:
         return lin
-    fmt = element_format(element)
-    c = codes.numpy()
-    if c.shape == (in_features, out_features) and c.dtype == np.uint8 and fmt.bits == 8:
-        c = c.view(fmt.dtype)  # an untiled 8-bit weight: one code per byte, the code dtype
     return Linear.from_stored(
-        c, scales.numpy().view(SCALE_DTYPE), element, block_size, in_features, out_features
-    )
+        codes.numpy(), scales.numpy().view(SCALE_DTYPE), element, block_size,
+        in_features, out_features,
+    )  # fmt: skip
 
 
 @torch.library.custom_op("mlir_mx::linear", mutates_args=(), device_types="cpu")
