@@ -51,14 +51,16 @@ class ModelOptions:
     """What a model run depends on (recorded in the results)."""
 
     def __init__(self, *, layers=22, threads=(1, 2), prompt=128, new_tokens=64, seed=0,
-                 prefill_samples=3, probes=4, torchao_tokens=8, command="", tag="model",
-                 out=Path("bench/results"), config=None):  # fmt: skip
+                 prefill_samples=3, probes=4, torchao_tokens=4, command="", tag="model",
+                 out=Path("bench/results"), config=None, rows=None):  # fmt: skip
         self.layers, self.threads, self.prompt = layers, list(threads), prompt
         self.new_tokens, self.seed, self.prefill_samples = new_tokens, seed, prefill_samples
         self.probes, self.torchao_tokens, self.command = probes, torchao_tokens, command
         self.tag, self.out = tag, Path(out)
         #: LlamaConfig fields over TinyLlama's (--quick: a tiny model)
         self.config = dict(config or {})
+        #: the ROWS to run, by name (None: all)
+        self.rows = list(rows) if rows is not None else [name for name, _, _ in ROWS]
 
     def as_dict(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self).items()}
@@ -91,6 +93,8 @@ def _summary(r: dict) -> str:
 def _spec(opts: ModelOptions, tmp: Path, row: str, kind: str, fmt, threads: int) -> dict:
     name = f"{kind}-{fmt or 'none'}-{threads}t"
     tokens = min(opts.new_tokens, opts.torchao_tokens) if kind == "torchao" else opts.new_tokens
+    if kind == "reference":  # its greedy tokens are only compared, SAME_TOKENS of them
+        tokens = min(opts.new_tokens, SAME_TOKENS)
     return dict(name=name, row=row, kind=kind, format=fmt, threads=threads, layers=opts.layers,
                 prompt=opts.prompt, new_tokens=tokens, seed=opts.seed, out=str(tmp),
                 prefill_samples=1 if kind == "torchao" else opts.prefill_samples,
@@ -149,12 +153,14 @@ def run_model(opts: ModelOptions, say: Callable[[str], None]) -> dict:
         say("  the correctness references (f32, dequantized MX weights) and their bounds:")
         refs = {}
         for fmt, label in (("f8E4M3FN", "MXFP8"), ("f4E2M1FN", "MXFP4")):
+            if not any(f == fmt for name, _, f in ROWS if name in opts.rows):
+                continue
             spec = _spec(opts, tmp, f"reference {label}", "reference", fmt, max(opts.threads))
             refs[fmt] = _run_worker(spec, tmp, say)
         rows = []
         for t in opts.threads:
             say(f"  {t} thread(s):")
-            for row, kind, fmt in ROWS:
+            for row, kind, fmt in (r for r in ROWS if r[0] in opts.rows):
                 rows.append(_run_worker(_spec(opts, tmp, row, kind, fmt, t), tmp, say))
                 _check(rows[-1], refs, tmp)
         _bf16_vs_f32(rows, tmp)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mlir_mx.bench.model import ROWS
+
 __all__ = ["model_markdown", "write_model_results"]
 
 MIB = 1024
@@ -42,8 +44,9 @@ def _header(r: dict) -> list[str]:
         f"**{o['layers']} layers**; random weights (HF init, seed {o['seed']}), nothing downloaded",
         f"- Work: a {o['prompt']}-token prompt (prefill timed with `logits_to_keep=1`, median "
         f"of {o['prefill_samples']}), then {o['new_tokens']} greedy tokens with the KV cache "
-        "(decode tokens/s over the decode steps); each row after a warm-up of 3 tokens "
-        "(our kernels compile there), each row in a process of its own",
+        "(decode tokens/s: 1 / the median decode step, robust to bursts of other work; the "
+        "mean is in the JSON); each row after a warm-up of 3 tokens (our kernels compile "
+        "there), each row in a process of its own",
         "- Threads: torch.set_num_threads(t); our layers follow torch.get_num_threads()",
         "- Linear weights: bytes of the memory the linear layers reference (tensors, a "
         "tensor subclass's inner tensors, the arrays `mlir_mx.Linear` holds; each block once)",
@@ -70,7 +73,7 @@ def _row_line(r: dict, base: dict | None) -> str:
     if s["kind"] == "torchao":
         ok = "n/a (activations quantized)"
     elif "diff_over_bound" in r:
-        ok = f"{r['diff_over_bound']:.3f}"
+        ok = f"{r['diff_over_bound']:.2g}"
         if "correct" in r:
             ok += " ok" if r["correct"] else " **FAIL**"
     same = f"{r['same_tokens']}/{r['tokens_compared']}" if "same_tokens" in r else "-"
@@ -118,6 +121,9 @@ def _notes(r: dict) -> list[str]:
         if "error" in ref:
             lines.append(f"- {ref['spec']['row']}: failed: {ref['error']}")
     ao = next((x for x in r["rows"] if x["spec"]["kind"] == "torchao"), None)
+    skipped = [name for name, _, _ in ROWS if name not in r["options"]["rows"]]
+    if skipped:
+        lines.append(f"- Rows not run in this run (`--rows`): {', '.join(skipped)}")
     lines.append(
         "- torchao 0.18.0's MX inference path (`MXDynamicActivationMXWeightConfig`) has no "
         "weight-only mode: it quantizes the activations to MX too (per call, RCEIL scales, "

@@ -73,6 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--layers", type=int, help="--model: decoder layers of TinyLlama-1.1B's shape (22)"
     )
+    p.add_argument(
+        "--rows",
+        help="--model: comma-separated rows to run, of f32,bf16,torchao,mxfp8,mxfp4 (all)",
+    )
     return p
 
 
@@ -95,8 +99,17 @@ def _model_options(ns, argv: list[str]):
     quick = dict(prompt=16, new_tokens=8, prefill_samples=1, probes=2, torchao_tokens=2,
                  config=dict(hidden_size=128, intermediate_size=256, num_attention_heads=4,
                              num_key_value_heads=2, vocab_size=512)) if ns.quick else {}  # fmt: skip
+    names = {"f32": "torch f32", "bf16": "torch bf16", "torchao": "torchao MXFP4 (W+A, emulated)",
+             "mxfp8": "ours MXFP8", "mxfp4": "ours MXFP4"}  # fmt: skip
+    rows = None
+    if ns.rows is not None:
+        keys = [k.strip() for k in ns.rows.split(",")]
+        bad = [k for k in keys if k not in names]
+        if bad or not keys:
+            raise ToolError(f"error: --rows: expected some of {','.join(names)}, got '{ns.rows}'")
+        rows = [names[k] for k in keys]
     return ModelOptions(
-        layers=layers, threads=_ints(ns.threads, "--threads"), tag=tag, out=Path(ns.out),
+        layers=layers, threads=_ints(ns.threads, "--threads"), tag=tag, out=Path(ns.out), rows=rows,
         command=" ".join([PROG, *(shlex.quote(a) for a in argv)]), **quick,
     )  # fmt: skip
 
