@@ -6,28 +6,34 @@ converted model's function exactly, so the two differ only by f32 rounding.
 :func:`logit_bound` bounds that difference, per logit; the derivation is in
 ``docs/torch.md`` ("The correctness reference"):
 
-1. For one linear layer and the same input ``x``, our kernel and torch's sgemm
-   each lie within ``gamma_n * (|x| @ |W|.T)`` of the exact product (``n = K + 2``
-   for ours, ``n = K`` for any summation order; ``docs/numerics.md``), so they
-   differ by at most ``b = (gamma_{K+2} + gamma_K) * (|x| @ |W|.T)``.
+1. Rounding errors are modelled as independent, zero-mean, relative errors of
+   size at most ``u = 2^-24`` per operation (the probabilistic analysis of Higham
+   and Mary, SIAM J. Sci. Comput. 2019).  An output element of a linear layer
+   is a sum of ``K`` products ``t_k = x_k w_k``; each term passes through at
+   most ``n`` roundings (``n = K + 2`` for our blocked order, ``docs/numerics.md``;
+   ``n = K`` for any order of torch's sgemm), each rounding a partial result no
+   larger than ``T = sum |t_k|``.  So its error has variance at most
+   ``n u^2 T^2``, and the difference of the two implementations on the same
+   input a standard deviation at most ``b = sqrt(2K + 2) u (|x| @ |W|.T)``.
 2. To first order the logits differ by ``sum_l J_l e_l`` (``J_l``: the Jacobian of
-   the logits with respect to layer ``l``'s output, ``|e_l| <= b_l``).
-3. Rounding errors behave as independent, zero-mean terms (the probabilistic
-   analysis of Higham and Mary, 2019), so that sum is near-Gaussian with variance
-   ``sigma_i^2 = sum_l sum_j J_l[i, j]^2 e_l[j]^2 <= sum J^2 b^2``.  We measure
-   that variance on the reference itself: ``probes`` runs with ``s * b_l`` (random
-   signs ``s``) added to every linear layer's output give samples of it.
-4. Bound: ``|z_ours - z_ref| <= lam * max(sigma_i, sigma_row)`` (``lam = 8``;
-   ``sigma_row``, the RMS over the row's logits, floors the per-logit estimate
-   against the noise of a few probes).
+   the logits with respect to layer ``l``'s output; the ``e_l`` are tiny).
+3. That sum of many independent terms is near-Gaussian, with a variance per logit
+   we measure on the reference itself: ``probes`` runs with ``s * b_l`` (random
+   signs ``s``: variance ``b_l^2``, never less than the rounding's) added to every
+   linear layer's output give samples of it.
+4. Bound: ``|z_ours - z_ref| <= lam * max(sigma_i, sigma_row)`` (``lam = 8``: a
+   Gaussian tail below 1e-15 per logit; ``sigma_row``, the RMS over the row's
+   logits, floors the per-logit estimate against the noise of a few probes).
 
-Every ``|e_l|`` is taken at its worst case ``b_l`` where real rounding errors are
-about ``sqrt(K)`` times smaller, which also leaves room for the roundings both
-models do outside the linear layers (attention, norms: short sums, the same ops).
+The variance of step 1 takes every partial sum at ``T``, its largest possible
+size, where with terms of mixed signs they are far smaller; that slack also
+covers the roundings both models do outside the linear layers (attention,
+norms: short sums, the same ops on slightly different inputs).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,10 +48,6 @@ from .quantizer import quantize_weight
 __all__ = ["LogitBound", "dequantize_", "greedy", "logit_bound"]
 
 _U = 2.0**-24
-
-
-def _gamma(n: int) -> float:
-    return n * _U / (1 - n * _U)
 
 
 def dequantize_(
@@ -103,7 +105,7 @@ def logit_bound(
     def perturb(module, inputs, out):
         x = inputs[0].to(torch.float32)
         k = module.in_features
-        b = (_gamma(k + 2) + _gamma(k)) * (x.abs() @ module.weight.to(torch.float32).abs().T)
+        b = math.sqrt(2 * k + 2) * _U * (x.abs() @ module.weight.to(torch.float32).abs().T)
         signs = torch.randint(0, 2, b.shape, generator=gen).to(b.dtype) * 2 - 1
         return out + (signs * b).to(out.dtype)
 
