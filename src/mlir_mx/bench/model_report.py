@@ -47,7 +47,9 @@ def _header(r: dict) -> list[str]:
         "(decode tokens/s: 1 / the median decode step, robust to bursts of other work; the "
         "mean is in the JSON); each row after a warm-up of 3 tokens (our kernels compile "
         "there), each row in a process of its own",
-        "- Threads: torch.set_num_threads(t); our layers follow torch.get_num_threads()",
+        "- Threads: torch.set_num_threads(t); our layers follow torch.get_num_threads(); "
+        f"every row's environment: {r.get('worker_env') or 'as is'} (torch's OpenMP workers "
+        "otherwise spin after each op and hold the cores the next op needs; docs/torch.md)",
         "- Linear weights: bytes of the memory the linear layers reference (tensors, a "
         "tensor subclass's inner tensors, the arrays `mlir_mx.Linear` holds; each block once)",
         "- RSS: VmRSS after building and converting the model and returning freed heap "
