@@ -14,7 +14,7 @@ pytest.importorskip("transformers", reason="transformers not installed (pip inst
 
 from llama_cases import tiny_llama  # noqa: E402
 
-from mlir_mx.bench.model import targets  # noqa: E402
+from mlir_mx.bench.model import targets, worker_env  # noqa: E402
 from mlir_mx.bench.model_worker import linear_weight_bytes, run_row  # noqa: E402
 from mlir_mx.tools.mx_bench import main  # noqa: E402
 from mlir_mx.torch import quantize_  # noqa: E402
@@ -64,9 +64,18 @@ def test_targets_from_rows():
     assert t["process RSS of the converted model, MXFP4 / f32"]["value"] == pytest.approx(1 / 3)
 
 
+def test_rows_run_with_passive_openmp_waiting_unless_set(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert worker_env()["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert "OMP_WAIT_POLICY" not in worker_env()  # the user's choice stands
+
+
 def test_model_arguments_are_checked(capsys):
     assert main(["--model", "--layers", "0"]) == 1
     assert "--layers: must be positive" in capsys.readouterr().err
+    assert main(["--model", "--rows", "f32,fp4"]) == 1
+    assert "--rows: expected some of f32,bf16,torchao,mxfp8,mxfp4" in capsys.readouterr().err
 
 
 @pytest.mark.slow
