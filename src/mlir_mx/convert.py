@@ -65,7 +65,10 @@ def quantize(x, element: str = "f8E4M3FN", block_size: int = 32, axis: int = -1,
     element = element_format(element).name
     x, block_size, axis = _check_input(x, block_size, axis)
     packed, scales = quantize_stored(x, element, block_size, axis, threads)
-    return MXArray.from_packed(packed, scales.view(SCALE_DTYPE), element, block_size, axis)
+    # The kernel's fresh buffers become the array's own (no copy).
+    return MXArray.from_packed(
+        packed, scales.view(SCALE_DTYPE), element, block_size, axis, copy=False
+    )
 
 
 def quantize_stored(x, element: str, block_size: int = 32, axis: int = -1, threads=None):

@@ -38,7 +38,14 @@ from mlir_mx.execution.options import default_cache_dir
 from mlir_mx.host import check_threads
 from mlir_mx.kernels import Problem, choose, kernel_module, plan_kernel, shape_class
 from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
-from mlir_mx.numerics import MXArray, is_packed_storage, pack_codes
+from mlir_mx.numerics import (
+    SCALE_DTYPE,
+    MXArray,
+    element_format,
+    is_packed_storage,
+    pack_codes,
+    packed_shape,
+)
 from mlir_mx.pipelines import kernel_library_pipeline
 
 __all__ = ["Linear", "matmul", "cache_dir"]
@@ -77,26 +84,68 @@ class Linear:
             )
         if weight.ndim != 2:
             raise ValueError(f"weight: expected a 2-D MXArray, got shape {weight.shape}")
-        if weight.axis == 1:  # (out, in) blocked along in: B = W^T
-            codes, scales = weight.codes.T, weight.scales.T
-        else:  # (in, out) blocked along axis 0: already B
-            codes, scales = weight.codes, weight.scales
         self.element = weight.element
         self.block_size = weight.block_size
-        self.in_features, self.out_features = codes.shape
-        # numerics.is_packed_storage: FP4/FP6 with whole groups along `out`.
-        self.packed = is_packed_storage(codes.shape, self.element)
-        if self.packed:
-            self._codes = pack_codes(np.ascontiguousarray(codes), self.element)
-        else:
-            self._codes = np.ascontiguousarray(codes)
+        fmt = weight.format
+        if weight.axis == 1:  # (out, in) blocked along in: B = W^T, one transposed copy
+            codes = np.ascontiguousarray(weight.codes.T)  # (unpacked transiently)
+            self._scales = np.ascontiguousarray(weight.scales.T)
+            # numerics.is_packed_storage: FP4/FP6 with whole groups along `out`.
+            self.packed = is_packed_storage(codes.shape, self.element)
+            self._codes = pack_codes(codes, self.element) if self.packed else codes
+        else:  # (in, out) blocked along axis 0: already B, packed as Linear packs it
+            raw, self._scales = weight.held_buffers()  # the MXArray's own: no copy
+            self.packed = weight.is_packed
+            self._codes = raw if self.packed else raw.view(fmt.dtype)
+        self.in_features, self.out_features = weight.shape[::-1] if weight.axis == 1 else weight.shape
         # Whole 64-column tiles: stored tiled (Problem.b_tiled), so a decode
         # call streams the weight sequentially; same bytes, another order.
         self.tiled = self.out_features % TILE_COLUMNS == 0
         if self.tiled:
             raw = self._codes.view(np.uint8)
             self._codes = tile_b_codes(raw, self.block_size, self.element, self.packed)
-        self._scales = np.ascontiguousarray(scales)
+        self._start(threads)
+
+    @classmethod
+    def from_stored(
+        cls, codes, scales, element: str, block_size: int, in_features: int, out_features: int,
+        *, threads: int | None = None,
+    ) -> Linear:  # fmt: skip
+        """The Linear whose :attr:`stored` arrays are ``codes`` and ``scales``,
+        held as they are (no copy): the form a Linear of this weight shape keeps
+        (B = W^T packed where it packs, in 64-column tiles where ``out_features``
+        is a multiple of 64; :attr:`stored`; one-code-per-byte codes may also come
+        as raw ``uint8``).  Raises ``ValueError`` naming the argument when an
+        array has another shape, dtype or layout."""
+        lin = cls.__new__(cls)
+        fmt = element_format(element)
+        lin.element, lin.block_size = fmt.name, int(block_size)
+        lin.in_features, lin.out_features = int(in_features), int(out_features)
+        lin.packed = is_packed_storage((lin.in_features, lin.out_features), fmt)
+        lin.tiled = lin.out_features % TILE_COLUMNS == 0
+        want_scales = (lin.in_features // lin.block_size, lin.out_features)
+        width = packed_shape((1, lin.out_features), fmt)[1] if lin.packed else lin.out_features
+        want_codes = (lin.in_features, width)
+        if lin.tiled:
+            tiles = lin.out_features // TILE_COLUMNS
+            want_codes = (want_scales[0] * tiles, lin.block_size * width // tiles)
+        byte_codes = lin.packed or lin.tiled
+        if not byte_codes and isinstance(codes, np.ndarray) and codes.dtype == np.uint8:
+            codes = codes.view(fmt.dtype)  # raw code bytes, as a uint8 tensor holds them
+        for name, a, shape, dtype in (
+            ("codes", codes, want_codes, np.dtype(np.uint8) if byte_codes else fmt.dtype),
+            ("scales", scales, want_scales, SCALE_DTYPE),
+        ):
+            if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != shape:
+                got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+                raise ValueError(f"{name}: expected a {dtype} array of shape {shape}, got {got}")
+            if not a.flags.c_contiguous:
+                raise ValueError(f"{name}: expected a C-contiguous array")
+        lin._codes, lin._scales = codes, scales
+        lin._start(threads)
+        return lin
+
+    def _start(self, threads: int | None) -> None:
         self.threads = threads
         self._runners: dict[tuple, Runner] = {}
         self._calls: dict[tuple, BoundFunction] = {}
@@ -111,6 +160,15 @@ class Linear:
     @threads.setter
     def threads(self, value: int | None) -> None:
         self._threads = check_threads(value)
+
+    @property
+    def stored(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(codes, scales)`` as the kernels read them (the arrays held, not
+        copies): B = W^T's codes, packed along ``out`` where they pack
+        (``uint8``), in 64-column tiles when :attr:`tiled` (``uint8``,
+        ``kernels.problem.tile_b_codes``), and its E8M0 scales
+        ``(in / block_size, out)``.  :meth:`from_stored` takes them back."""
+        return self._codes, self._scales
 
     @property
     def nbytes(self) -> int:
@@ -151,11 +209,12 @@ class Linear:
                     f"with block_size {self.block_size}; got shape {x.shape}, axis {x.axis}, "
                     f"block_size {x.block_size}"
                 )
-            # FP4/FP6 codes in their stored form: packed bytes where the shape
-            # packs (numerics.is_packed_storage), one code per byte otherwise.
-            codes = x.packed_codes() if x.is_packed else np.ascontiguousarray(x.codes)
-            args = [codes, np.ascontiguousarray(x.scales)]
-            return args, (x.element, x.is_packed), x.shape[0], False
+            # The arrays x holds, passed without a copy: FP4/FP6 codes packed
+            # where the shape packs (numerics.is_packed_storage), as the kernel
+            # reads them; one code per byte otherwise.
+            raw, scales = x.held_buffers()
+            codes = raw if x.is_packed else raw.view(x.format.dtype)
+            return [codes, scales], (x.element, x.is_packed), x.shape[0], False
         if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
             x = _host_view(x)  # a torch CPU tensor, ...: viewed, not copied
         if not isinstance(x, np.ndarray):

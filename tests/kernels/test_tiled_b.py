@@ -47,9 +47,10 @@ def test_tiled_b_gives_the_same_bits(element, schedule, m, threads):
         prob = Problem(None, N, K, 32, None, element, a_packed=packed, b_packed=packed, b_tiled=tiled)
         codes = tile_b_codes(raw, 32, element, packed) if tiled else raw
         if not packed and not tiled:
-            codes = b.codes
+            codes = np.array(b.codes)
         c = np.zeros((m, N), np.float32)
-        kernel_runner(prob, schedule, threads).invoke("matmul", x, codes, b.scales, c)
+        # A writeable copy of the read-only scales: a threaded kernel (effects.py).
+        kernel_runner(prob, schedule, threads).invoke("matmul", x, codes, np.array(b.scales), c)
         out.append(c)
     np.testing.assert_array_equal(out[0].view(np.uint32), out[1].view(np.uint32))
     ref = x.astype(np.float64) @ b.dequantize().astype(np.float64)

@@ -265,9 +265,12 @@ def test_from_packed_rejects_wrong_bytes():
         MXArray.from_packed(np.zeros((128,), np.uint8), a.scales, "f4E2M1FN", 32)
 
 
-def test_packed_codes_are_computed_once_and_kept():
+def test_packed_codes_are_the_stored_bytes():
     a = quantize(np.ones((4, 64), np.float32), "f4E2M1FN", 32)
-    assert a.packed_codes() is a.packed_codes()
+    assert a.packed_codes() is a.packed_codes()  # held, not packed on each call
     raw = a.packed_codes().copy()
-    b = MXArray.from_packed(raw, a.scales, "f4E2M1FN", 32)
-    assert b.packed_codes() is raw  # the given bytes, not a re-pack
+    b = MXArray.from_packed(raw, a.scales, "f4E2M1FN", 32, copy=False)
+    assert b.held_buffers()[0] is raw  # the given bytes, taken over: not a re-pack
+    assert np.shares_memory(b.packed_codes(), raw) and not b.packed_codes().flags.writeable
+    c = MXArray.from_packed(raw, a.scales, "f4E2M1FN", 32)  # default: a writeable input is copied
+    assert not np.shares_memory(c.packed_codes(), raw) and c.bitwise_equal(b)

@@ -108,7 +108,9 @@ def test_dynamic_m_kernel_serves_every_m():
         args, acc, exact, bound = case(m, 96, 48, "f8E4M3FN", "f8E4M3FN")
         qa, qb = args
         c = acc.copy()
-        r.matmul(qa.codes, qa.scales, qb.codes, qb.scales, c)
+        # Writeable copies: a threaded kernel may not take an MXArray's read-only
+        # views (the Runner's write analysis cannot clear them, effects.py).
+        r.matmul(*map(np.array, (qa.codes, qa.scales, qb.codes, qb.scales)), c)
         assert np.all(np.abs(c - exact) <= bound)
 
 
@@ -125,11 +127,12 @@ def test_packed_subbyte_codes(ea, eb, schedule, m):
         r = kernel_runner(Problem(m, n, k, 32, ea, eb, a_packed=packed, b_packed=packed), schedule, 2)
 
         def pk(x, e, packed=packed):  # 8-bit codes are stored as they are
-            return pack_codes(x, e) if packed and ELEMENT_FORMATS[e].is_sub_byte else x
+            # (writeable copies of the MXArray's read-only views)
+            return pack_codes(x, e) if packed and ELEMENT_FORMATS[e].is_sub_byte else np.array(x)
 
-        bargs = [pk(b.codes, eb), b.scales] if eb else [b]
+        bargs = [pk(b.codes, eb), np.array(b.scales)] if eb else [b]
         c = acc.copy()
-        r.matmul(pk(qa.codes, ea), qa.scales, *bargs, c)
+        r.matmul(pk(qa.codes, ea), np.array(qa.scales), *bargs, c)
         assert np.all(np.abs(c - exact) <= bound)
         if ref is None:
             ref = c

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from mlir_mx.errors import MXArgTypeError
-from mlir_mx.numerics import MXArray, element_format, pack_codes
+from mlir_mx.numerics import MXArray, element_format, pack_codes, unpack_codes
 
 __all__ = [
     "check_compile_args",
@@ -204,7 +204,15 @@ def split_mx_args(fn: str, params, args, mx_param_type) -> list:
                     f"{want[1]}, axis {want[2]} for {p.type}; got element {got[0]}, "
                     f"block_size {got[1]}, axis {got[2]}"
                 )
-            flat += [a.packed_codes() if p.packed else a.codes, a.scales]
+            # The arrays the MXArray holds, not its read-only views and not a
+            # copy: no lowering writes an !mx.tensor argument (its codes and
+            # scales are never a destination), but the write analysis may not
+            # prove it (effects.py: escapes into the threads' closures).
+            codes, scales = a.held_buffers()
+            if not p.packed:  # one code per byte at this boundary
+                fmt = element_format(a.element)
+                codes = unpack_codes(codes, fmt) if a.is_packed else codes.view(fmt.dtype)
+            flat += [codes, scales]
         elif isinstance(a, tuple | list) and len(a) == 2:
             codes = a[0]
             if p.packed and getattr(codes, "dtype", None) == element_format(p.mx.element_type).dtype and np.shape(codes) == p.mx.shape:
@@ -225,10 +233,9 @@ def group_mx_results(params, values: list, mx_param_type) -> list:
         if isinstance(p, mx_param_type):
             codes, scales = values[k], values[k + 1]
             mx = p.mx
-            if p.packed:
-                out.append(MXArray.from_packed(codes, scales, mx.element_type, mx.block_size, mx.block_axis))
-            else:
-                out.append(MXArray(codes, scales, mx.element_type, mx.block_size, mx.block_axis))
+            # Fresh copies the Runner made (Runner._take): taken over, not copied again.
+            make = MXArray.from_packed if p.packed else MXArray
+            out.append(make(codes, scales, mx.element_type, mx.block_size, mx.block_axis, copy=False))
             k += 2
         else:
             out.append(values[k])

@@ -126,6 +126,7 @@ def mxfp4_from_ggml(data, shape) -> MXArray:
         element=_F4.name,
         block_size=MXFP4_BLOCK,
         axis=-1,
+        copy=False,  # new arrays of ours (the codes are packed, the scales kept)
     )
 
 

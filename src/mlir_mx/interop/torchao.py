@@ -17,9 +17,11 @@ MXArray         torchao ``elem_dtype``     ``qdata``
 ==============  =========================  ==========================================
 
 MXINT8 (``i8``) has no torchao counterpart.  The code and scale bytes are the same
-in both libraries; FP8 and FP6 codes and all scales are shared with the torch
-tensors without a copy (``torch.from_numpy`` / ``Tensor.numpy``), FP4 codes are
-packed/unpacked (``mlir_mx.numerics.pack_codes``, torchao's layout).  Needs torch
+in both libraries, and FP4 is packed alike (``MXArray.packed_codes`` is torchao's
+``qdata``); an MXArray keeps FP6 packed where torchao keeps one code per byte.
+Each conversion copies the codes and scales once: an ``MXArray`` is a value whose
+arrays are read-only, and a torch tensor cannot be made read-only, so the two
+never share memory.  Needs torch
 and torchao (``pip install 'mlir-mx[torch]'``), imported on first use; tested with
 torch 2.13.0 (CPU) and torchao 0.18.0.
 """
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlir_mx.numerics import SCALE_DTYPE, MXArray, element_format, pack_codes, unpack_codes
+from mlir_mx.numerics import SCALE_DTYPE, MXArray, element_format, pack_codes
 
 from .layout import transpose
 
@@ -85,13 +87,14 @@ def to_mxtensor(a: MXArray, orig_dtype=None):
             f"tensor); got axis {a.axis} of shape {a.shape}"
         )
     elem = elems[a.element]
-    raw = np.ascontiguousarray(a.codes).view(np.uint8)
-    if a.element == "f4E2M1FN":
-        raw = pack_codes(raw, a.element)
-    qdata = torch.from_numpy(raw)
+    if a.element == "f4E2M1FN":  # torchao's packing is ours
+        raw = a.packed_codes() if a.is_packed else pack_codes(a.codes, a.element)
+    else:  # FP8, and FP6 one code per byte (torchao keeps FP6 unpacked)
+        raw = a.codes.view(np.uint8)
+    qdata = torch.from_numpy(np.array(raw))  # copies: torch tensors are writeable
     if a.format.bits == 8:
         qdata = qdata.view(elem)
-    scale = torch.from_numpy(np.ascontiguousarray(a.scales).view(np.uint8))
+    scale = torch.from_numpy(np.array(a.scales.view(np.uint8)))
     return MXTensor(
         qdata,
         scale.view(torch.float8_e8m0fnu),
@@ -127,6 +130,8 @@ def from_mxtensor(t) -> MXArray:
         raise ValueError(f"t: qdata with strides {t.qdata.stride()} is neither row-major nor .t()")
     fmt = element_format(names[t.elem_dtype])
     raw = _numpy_bytes(t.qdata)
-    codes = unpack_codes(raw, fmt) if fmt.bits == 4 else raw.view(fmt.dtype)
     scales = _numpy_bytes(t.scale.contiguous()).view(SCALE_DTYPE)
-    return MXArray(codes, scales, fmt.name, int(t.block_size), axis=-1)
+    # Both constructors copy torch's (writeable) memory; FP4 bytes are kept packed.
+    if fmt.bits == 4:
+        return MXArray.from_packed(raw, scales, fmt.name, int(t.block_size), axis=-1)
+    return MXArray(raw.view(fmt.dtype), scales, fmt.name, int(t.block_size), axis=-1)

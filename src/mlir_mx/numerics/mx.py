@@ -8,23 +8,17 @@ blocks, MXINT8, single-rounding dequantize) are stated in ``docs/numerics.md``.
 
 from __future__ import annotations
 
-import operator
-from dataclasses import dataclass
-
 import ml_dtypes
 import numpy as np
 
-from . import formats
-from .formats import (
-    SCALE_BIAS,
-    SCALE_DTYPE,
-    SCALE_NAN_CODE,
-    ElementFormat,
-    decode_elements,
-    decode_scales,
-    element_format,
+from .formats import SCALE_BIAS, SCALE_DTYPE, SCALE_NAN_CODE, ElementFormat, element_format
+from .mxarray import (
+    MXArray,
+    _check_block_size,
+    _check_blocked_shape,
+    _normalize_axis,
+    scale_shape,
 )
-from .packing import is_packed_storage, pack_codes, packed_shape, packing_group, unpack_codes
 
 __all__ = [
     "MIN_SHARED_EXP",
@@ -54,51 +48,6 @@ _ACCEPTED_INPUT_DTYPES = (
     np.dtype(np.float16),
     np.dtype(ml_dtypes.bfloat16),
 )
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def _check_block_size(block_size) -> int:
-    if isinstance(block_size, (bool, np.bool_)) or not isinstance(block_size, (int, np.integer)):
-        raise TypeError(f"block_size: expected a positive int, got {type(block_size).__name__}")
-    block_size = int(block_size)
-    if block_size <= 0:
-        raise ValueError(f"block_size: must be positive, got {block_size}")
-    return block_size
-
-
-def _normalize_axis(axis, ndim: int, arg: str = "axis") -> int:
-    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"{arg}: expected an int, got {type(axis).__name__}")
-    axis = int(axis)
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"{arg}: {axis} is out of range for an array of rank {ndim}")
-    return axis % ndim
-
-
-def _check_blocked_shape(shape, block_size: int, axis: int, arg: str) -> None:
-    n = shape[axis]
-    if n % block_size != 0:
-        raise ValueError(
-            f"{arg}: blocked axis {axis} has size {n}, not a multiple of block_size {block_size}"
-        )
-
-
-def scale_shape(shape, block_size: int, axis: int) -> tuple[int, ...]:
-    """Shape of the E8M0 scale tensor: ``shape`` with ``shape[axis] // block_size``.
-
-    Raises ``ValueError`` when ``shape[axis]`` is not a multiple of ``block_size``.
-    """
-    shape = tuple(operator.index(s) for s in shape)
-    if len(shape) == 0:
-        raise ValueError("shape: MX arrays need rank >= 1, got a rank-0 shape")
-    block_size = _check_block_size(block_size)
-    axis = _normalize_axis(axis, len(shape))
-    _check_blocked_shape(shape, block_size, axis, "shape")
-    out = list(shape)
-    out[axis] //= block_size
-    return tuple(out)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -209,166 +158,6 @@ def round_to_element(p, element: str | ElementFormat) -> np.ndarray:
     return p.astype(np.float32).astype(fmt.dtype)
 
 
-# --------------------------------------------------------------------------- MXArray
-
-
-@dataclass(eq=False)
-class MXArray:
-    """An MX-encoded tensor: element codes plus one E8M0 scale per block.
-
-    ``codes`` has the full logical shape and dtype ``element_format(element).dtype``
-    (FP6/FP4 one element per byte, not packed).  ``scales`` has dtype
-    ``ml_dtypes.float8_e8m0fnu`` and shape ``codes.shape`` with
-    ``shape[axis] // block_size``.  Blocks are ``block_size`` consecutive elements
-    along ``axis``.  ``axis`` is normalized to be non-negative.
-
-    Raw ``uint8`` arrays are accepted for ``scales`` and for the codes of the float
-    formats (they are reinterpreted, not converted).
-    """
-
-    codes: np.ndarray
-    scales: np.ndarray
-    element: str
-    block_size: int
-    axis: int = -1
-
-    def __post_init__(self) -> None:
-        fmt = element_format(self.element)
-        self.element = fmt.name
-        codes = np.asarray(self.codes)
-        if codes.dtype == np.uint8 and not fmt.is_int:
-            codes = codes.view(fmt.dtype)
-        if codes.dtype != fmt.dtype:
-            raise TypeError(f"codes: expected dtype {fmt.dtype} for {fmt.name}, got {codes.dtype}")
-        if codes.ndim == 0:
-            raise ValueError("codes: MX arrays need rank >= 1, got a rank-0 array")
-        if not fmt.is_int and fmt.bits < 8 and codes.size:
-            if (codes.view(np.uint8) >> np.uint8(fmt.bits)).any():
-                raise ValueError(
-                    f"codes: {fmt.name} codes must fit in the low {fmt.bits} bits of each byte"
-                )
-        scales = np.asarray(self.scales)
-        if scales.dtype == np.uint8:
-            scales = scales.view(SCALE_DTYPE)
-        if scales.dtype != SCALE_DTYPE:
-            raise TypeError(f"scales: expected dtype {SCALE_DTYPE} ({formats.SCALE_TYPE}), got {scales.dtype}")
-        self.block_size = _check_block_size(self.block_size)
-        self.axis = _normalize_axis(self.axis, codes.ndim)
-        _check_blocked_shape(codes.shape, self.block_size, self.axis, "codes")
-        expected = scale_shape(codes.shape, self.block_size, self.axis)
-        if scales.shape != expected:
-            raise ValueError(
-                f"scales: expected shape {expected} for codes of shape {codes.shape} "
-                f"(block_size {self.block_size} along axis {self.axis}), got {scales.shape}"
-            )
-        self.codes = codes
-        self.scales = scales
-
-    @property
-    def format(self) -> ElementFormat:
-        return element_format(self.element)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self.codes.shape)
-
-    @property
-    def scale_shape(self) -> tuple[int, ...]:
-        return tuple(self.scales.shape)
-
-    @property
-    def ndim(self) -> int:
-        return self.codes.ndim
-
-    def element_values(self) -> np.ndarray:
-        """Real values of the element codes (float64, exact, unscaled)."""
-        return decode_elements(self.codes, self.format)
-
-    def scale_values(self) -> np.ndarray:
-        """Values of the E8M0 scales (float64, exact; NaN for code 255)."""
-        return decode_scales(self.scales)
-
-    def dequantize(self) -> np.ndarray:
-        return dequantize(self)
-
-    @property
-    def is_packed(self) -> bool:
-        """True when this array's codes are stored packed (FP4 two per byte, FP6
-        four per three bytes, along the last axis): :func:`is_packed_storage`."""
-        return is_packed_storage(self.shape, self.format)
-
-    def packed_codes(self) -> np.ndarray:
-        """The codes in their storage layout: packed ``uint8`` bytes when
-        :attr:`is_packed`, else the code bytes as they are (``uint8``, one per code).
-
-        This is what the Runner passes for an ``!mx.tensor`` argument under
-        ``mx-to-linalg{subbyte-storage=packed}`` (the default).  Packing is
-        done once and kept (an array made by :meth:`from_packed` keeps the
-        bytes it was given): an ``MXArray`` is a value, so write new codes into
-        a new ``MXArray``, not into ``codes`` in place.
-        """
-        if not self.is_packed:
-            return np.ascontiguousarray(self.codes).view(np.uint8)
-        cached = self.__dict__.get("_packed")
-        if cached is None:
-            cached = pack_codes(self.codes, self.format)
-            self.__dict__["_packed"] = cached
-        return cached
-
-    @classmethod
-    def from_packed(
-        cls, packed, scales, element: str, block_size: int, axis: int = -1
-    ) -> MXArray:
-        """The MXArray whose :meth:`packed_codes` is ``packed`` (a ``uint8`` array
-        of the packed shape; for formats and shapes that are not packed, the one
-        code per byte array itself)."""
-        fmt = element_format(element)
-        block_size = _check_block_size(block_size)
-        packed = np.asarray(packed)
-        if packed.dtype != np.uint8:
-            raise TypeError(f"packed: expected a uint8 array, got dtype {packed.dtype}")
-        # The logical last axis follows from the scales (the packed bytes alone
-        # are ambiguous: 3 FP6 bytes are 4 packed codes or 3 unpacked ones).
-        scale_shape_ = np.shape(scales)
-        if packed.ndim == 0 or len(scale_shape_) != packed.ndim:
-            raise ValueError(
-                f"packed: expected rank {len(scale_shape_)} like the scales, got shape {packed.shape}"
-            )
-        last = scale_shape_[-1] * (block_size if _normalize_axis(axis, packed.ndim) == packed.ndim - 1 else 1)
-        logical = packed.shape[:-1] + (last,)
-        if is_packed_storage(logical, fmt):
-            if packed.shape != packed_shape(logical, fmt):
-                raise ValueError(
-                    f"packed: expected shape {packed_shape(logical, fmt)} for {fmt.name} codes of "
-                    f"shape {logical} (from the scales), got {packed.shape}"
-                )
-            codes = unpack_codes(packed, fmt)
-            out = cls(codes, scales, fmt.name, block_size, axis)
-            out.__dict__["_packed"] = np.ascontiguousarray(packed)
-            return out
-        else:
-            codes = packed.view(fmt.dtype) if not fmt.is_int else packed.view(np.int8)
-        return cls(codes, scales, fmt.name, block_size, axis)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the stored form: packed codes plus one byte per scale."""
-        codes, nbytes = packing_group(self.format) if self.is_packed else (1, 1)
-        return self.codes.size // codes * nbytes + self.scales.size
-
-    def bitwise_equal(self, other: MXArray) -> bool:
-        """True when both arrays have the same layout and identical code and scale bytes."""
-        return (
-            isinstance(other, MXArray)
-            and self.element == other.element
-            and self.block_size == other.block_size
-            and self.axis == other.axis
-            and self.shape == other.shape
-            and np.array_equal(self.codes.view(np.uint8), other.codes.view(np.uint8))
-            and np.array_equal(self.scales.view(np.uint8), other.scales.view(np.uint8))
-        )
-
-
 # --------------------------------------------------------------------------- quantize
 
 
@@ -407,7 +196,8 @@ def quantize(x, element: str = "f8E4M3FN", block_size: int = 32, axis: int = -1)
 
     codes = np.ascontiguousarray(_unblocked(codes_b, axis))
     scales = np.ascontiguousarray(np.moveaxis(encode_scales(shared), -1, axis))
-    return MXArray(codes=codes, scales=scales, element=fmt.name, block_size=block_size, axis=axis)
+    # Fresh arrays of our own: taken over, not copied (FP4/FP6 codes are packed).
+    return MXArray(codes, scales, fmt.name, block_size, axis, copy=False)
 
 
 def dequantize(a: MXArray) -> np.ndarray:
@@ -472,9 +262,10 @@ def fold_scale(a: MXArray, alpha) -> MXArray:
     own = np.repeat(keep | add, a.block_size, axis=a.axis)
     codes = np.where(own, a.codes.view(np.uint8), requantized.codes.view(np.uint8))
     return MXArray(
-        codes=codes.view(a.codes.dtype),
+        codes=codes.view(a.format.dtype),
         scales=scale_codes.astype(np.uint8).view(SCALE_DTYPE),
         element=a.element,
         block_size=a.block_size,
         axis=a.axis,
+        copy=False,
     )

@@ -9,6 +9,7 @@ Examples::
     mx-bench --quick --out /tmp/r              # tiny shapes, seconds (the test suite runs this)
     mx-bench --mlp                             # the 4096 -> 14336 -> 4096 MXFP4 MLP (GGUF weights)
     mx-bench --quantize                        # f32 8192 x 8192 -> MX (every format) and back
+    mx-bench --model --layers 8                # a Llama of TinyLlama-1.1B's shape, end to end
 
 Every result is checked against the oracle before it is timed; a wrong result
 prints ``mx-bench: error: WRONG RESULT: ...`` and exits 1 (no results file).
@@ -23,6 +24,7 @@ import argparse
 import re
 import shlex
 import sys
+from pathlib import Path
 
 from mlir_mx.tools.driver import ToolError, check_out_dir, tool_main
 
@@ -71,7 +73,54 @@ def _parser() -> argparse.ArgumentParser:
         help="run the conversion benchmark on an R x C f32 matrix (default 8192x8192; "
         "--quick: 128x256): ours at each thread count, the oracle, ggml, torchao",
     )
+    p.add_argument(
+        "--model",
+        action="store_true",
+        help="run the end-to-end Llama benchmark (mlir_mx.torch: torch f32/bf16, torchao, "
+        "ours MXFP8/MXFP4; needs torch and transformers) instead of the matmul shapes",
+    )
+    p.add_argument(
+        "--layers", type=int, help="--model: decoder layers of TinyLlama-1.1B's shape (22)"
+    )
+    p.add_argument(
+        "--rows",
+        help="--model: comma-separated rows to run, of f32,bf16,torchao,mxfp8,mxfp4 (all)",
+    )
     return p
+
+
+def _model_options(ns, argv: list[str]):
+    from importlib.util import find_spec
+
+    from mlir_mx.bench.model import ModelOptions
+
+    missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
+    if missing:
+        raise ToolError(
+            f"error: --model needs {' and '.join(missing)}: pip install 'mlir-mx[torch]'"
+        )
+    layers = ns.layers if ns.layers is not None else (2 if ns.quick else 22)
+    if layers < 1:
+        raise ToolError(f"error: --layers: must be positive, got {layers}")
+    tag = ns.tag or ("quick-model" if ns.quick else f"model-{layers}l")
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", tag):
+        raise ToolError(f"error: --tag: use letters, digits, '.', '_' or '-', got '{tag}'")
+    quick = dict(prompt=16, new_tokens=8, prefill_samples=1, probes=2, torchao_tokens=2,
+                 config=dict(hidden_size=128, intermediate_size=256, num_attention_heads=4,
+                             num_key_value_heads=2, vocab_size=512)) if ns.quick else {}  # fmt: skip
+    names = {"f32": "torch f32", "bf16": "torch bf16", "torchao": "torchao MXFP4 (W+A, emulated)",
+             "mxfp8": "ours MXFP8", "mxfp4": "ours MXFP4"}  # fmt: skip
+    rows = None
+    if ns.rows is not None:
+        keys = [k.strip() for k in ns.rows.split(",")]
+        bad = [k for k in keys if k not in names]
+        if bad or not keys:
+            raise ToolError(f"error: --rows: expected some of {','.join(names)}, got '{ns.rows}'")
+        rows = [names[k] for k in keys]
+    return ModelOptions(
+        layers=layers, threads=_ints(ns.threads, "--threads"), tag=tag, out=Path(ns.out), rows=rows,
+        command=" ".join([PROG, *(shlex.quote(a) for a in argv)]), **quick,
+    )  # fmt: skip
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -93,6 +142,8 @@ def _parse(argv: list[str]):
     ns = p.parse_args(argv)
     if ns.help:
         return p.format_help()
+    if ns.model:
+        return _model_options(ns, argv), ns.quiet
     try:
         shapes = [
             parse_shape(s, BLOCK_SIZE)
@@ -157,6 +208,8 @@ def run(parsed) -> int:
 
     cpus = default_threads()
     say = (lambda s: None) if quiet else (lambda s: print(s, flush=True))
+    if type(opts).__name__ == "ModelOptions":
+        return _run_model(opts, say)
     if max(opts.threads) > cpus:
         say(f"note: {max(opts.threads)} threads on {cpus} CPUs: oversubscribed")
     try:
@@ -168,6 +221,20 @@ def run(parsed) -> int:
     except OSError as err:  # e.g. a full disk: no partial file is left (atomic writes)
         raise ToolError(f"error: cannot write the results to '{opts.out}': {err.strerror or err}") from None
     print(f"wrote {js} and {md}")
+    return 0
+
+
+def _run_model(opts, say) -> int:
+    from mlir_mx.bench.model import run_model
+    from mlir_mx.bench.model_report import write_model_results
+
+    record = run_model(opts, say)
+    js, md = write_model_results(record, opts.out)
+    print(f"wrote {js} and {md}")
+    failed = [r["spec"]["row"] for r in (*record["references"], *record["rows"])
+              if "error" in r or r.get("correct") is False]  # fmt: skip
+    if failed:
+        raise ToolError(f"error: WRONG RESULT or failed row(s): {', '.join(failed)} (see {md})")
     return 0
 
 

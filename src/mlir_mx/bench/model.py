@@ -1,0 +1,226 @@
+"""``mx-bench --model``: a whole Llama through ``mlir_mx.torch``, end to end.
+
+A ``transformers`` ``LlamaForCausalLM`` of TinyLlama-1.1B's shape (hidden
+2048, intermediate 5632, 22 layers, 32 heads, 4 KV heads, vocab 32000; random
+weights from a fixed seed, nothing downloaded; ``--layers`` shrinks it) runs a
+128-token prompt, then 64 greedy tokens, as each row at each thread count:
+torch f32, torch bf16, torchao's MX path, ours MXFP8 and ours MXFP4.  Each row
+is a process of its own (:mod:`mlir_mx.bench.model_worker`), so its RSS is its
+own.  Per row: prefill ms, decode tokens/s, the linear weights' bytes (from the
+memory they reference), RSS, and the logits against the correctness reference
+(``mlir_mx.torch.dequantize_``: the f32 model with each converted layer's
+weight replaced by its dequantized MX weight) with the bound of
+``mlir_mx.torch.logit_bound``; our rows must stay within it and give the same
+first 32 greedy tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from mlir_mx.bench.machine import cpu_sample, loadavg, machine_info, other_load
+
+__all__ = ["ModelOptions", "ROWS", "run_model", "targets"]
+
+#: (row name, worker kind, MX format); the reference a row is checked against
+ROWS = (
+    ("torch f32", "f32", None),
+    ("torch bf16", "bf16", None),
+    ("torchao MXFP4 (W+A, emulated)", "torchao", "f4E2M1FN"),
+    ("ours MXFP8", "mx", "f8E4M3FN"),
+    ("ours MXFP4", "mx", "f4E2M1FN"),
+)
+NOT_RUN = {
+    "ours MXFP4, activations=i8": "needs mlir_mx.Linear(w, activations='i8'), the dot-unit "
+    "kernels (issue 17), not landed: mlir_mx.torch refuses activations= until then",
+}
+SAME_TOKENS = 32
+
+
+class ModelOptions:
+    """What a model run depends on (recorded in the results)."""
+
+    def __init__(self, *, layers=22, threads=(1, 2), prompt=128, new_tokens=64, seed=0,
+                 prefill_samples=3, probes=4, torchao_tokens=4, command="", tag="model",
+                 out=Path("bench/results"), config=None, rows=None):  # fmt: skip
+        self.layers, self.threads, self.prompt = layers, list(threads), prompt
+        self.new_tokens, self.seed, self.prefill_samples = new_tokens, seed, prefill_samples
+        self.probes, self.torchao_tokens, self.command = probes, torchao_tokens, command
+        self.tag, self.out = tag, Path(out)
+        #: LlamaConfig fields over TinyLlama's (--quick: a tiny model)
+        self.config = dict(config or {})
+        #: the ROWS to run, by name (None: all)
+        self.rows = list(rows) if rows is not None else [name for name, _, _ in ROWS]
+
+    def as_dict(self) -> dict:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self).items()}
+
+
+def _run_worker(spec: dict, tmp: Path, say) -> dict:
+    path = tmp / f"{spec['name']}-spec.json"
+    path.write_text(json.dumps(spec))
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlir_mx.bench.model_worker", str(path)],
+        capture_output=True, text=True, env={**os.environ, **worker_env()},
+    )  # fmt: skip
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
+        return {"spec": spec, "error": f"exit {proc.returncode}: {tail}"}
+    rec = json.loads((tmp / f"{spec['name']}.json").read_text())
+    rec["wall_s"] = time.perf_counter() - t0
+    say(f"    {spec['row']:<32} {_summary(rec)}")
+    return rec
+
+
+def worker_env() -> dict[str, str]:
+    """What every row's process gets on top of this environment.
+
+    ``OMP_WAIT_POLICY=PASSIVE`` (unless set already): torch's OpenMP workers
+    otherwise spin after each op and hold the cores that the next op's threads,
+    ours or torch's own, need (measured on the 2-core machine, 2 layers, 2
+    threads: a decode step of ours 67 -> 14 ms, torch bf16's 170 -> 32 ms)."""
+    env = {"PYTHONWARNINGS": "ignore"}
+    if "OMP_WAIT_POLICY" not in os.environ:
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return env
+
+
+def _summary(r: dict) -> str:
+    if "prefill_ms" not in r:
+        return f"reference ready ({r['wall_s']:.0f} s)"
+    return (f"prefill {r['prefill_ms']:.0f} ms, decode {r['decode_tokens_per_s']:.2f} tok/s, "
+            f"RSS {r['rss_model_kib'] / 1024:.0f} MiB ({r['wall_s']:.0f} s)")  # fmt: skip
+
+
+def _spec(opts: ModelOptions, tmp: Path, row: str, kind: str, fmt, threads: int) -> dict:
+    name = f"{kind}-{fmt or 'none'}-{threads}t"
+    tokens = min(opts.new_tokens, opts.torchao_tokens) if kind == "torchao" else opts.new_tokens
+    if kind == "reference":  # its greedy tokens are only compared, SAME_TOKENS of them
+        tokens = min(opts.new_tokens, SAME_TOKENS)
+    return dict(name=name, row=row, kind=kind, format=fmt, threads=threads, layers=opts.layers,
+                prompt=opts.prompt, new_tokens=tokens, seed=opts.seed, out=str(tmp),
+                prefill_samples=1 if kind == "torchao" else opts.prefill_samples,
+                probes=opts.probes, config=opts.config)  # fmt: skip
+
+
+def _check(rec: dict, refs: dict, tmp: Path) -> None:
+    """Logit differences and token agreement against the row's reference."""
+    fmt, kind = rec["spec"]["format"], rec["spec"]["kind"]
+    if "error" in rec or fmt is None or fmt not in refs or "error" in refs[fmt]:
+        return
+    ref = refs[fmt]
+    z = np.load(tmp / f"{rec['spec']['name']}-logits.npy")
+    z_ref = np.load(tmp / f"{ref['spec']['name']}-logits.npy")
+    bound = np.load(tmp / f"{ref['spec']['name']}-bound.npy")
+    diff = np.abs(z.astype(np.float64) - z_ref)
+    rec["vs"] = ref["spec"]["row"]
+    rec["max_logit_diff"] = float(diff.max())
+    rec["max_logit_ref"] = float(np.abs(z_ref).max())
+    rec["max_bound"] = float(bound.max())
+    rec["diff_over_bound"] = float((diff / bound).max())
+    n = min(SAME_TOKENS, len(rec["tokens"]), len(ref["tokens"]))
+    rec["same_tokens"] = int(np.argmin(np.r_[np.equal(rec["tokens"][:n], ref["tokens"][:n]), False]))
+    rec["tokens_compared"] = n
+    if kind == "mx":
+        rec["correct"] = rec["diff_over_bound"] <= 1.0 and rec["same_tokens"] == n
+
+
+def _bf16_vs_f32(rows: list[dict], tmp: Path) -> None:
+    f32 = {r["spec"]["threads"]: r for r in rows if r["spec"]["kind"] == "f32" and "error" not in r}
+    for r in rows:
+        base = f32.get(r["spec"]["threads"])
+        if r["spec"]["kind"] == "bf16" and "error" not in r and base is not None:
+            z = np.load(tmp / f"{r['spec']['name']}-logits.npy")
+            z32 = np.load(tmp / f"{base['spec']['name']}-logits.npy")
+            r["vs"], r["max_logit_diff"] = "torch f32", float(np.abs(z - z32).max())
+
+
+def _cpu_sample():
+    """:func:`cpu_sample` with our row processes counted as our own (os.times'
+    children: the waited-for workers)."""
+    s, t = cpu_sample(), os.times()
+    return None if s is None else replace(s, own=s.own + t.children_user + t.children_system)
+
+
+def run_model(opts: ModelOptions, say: Callable[[str], None]) -> dict:
+    """Run every row at every thread count; returns the record."""
+    t_start, cpu0 = time.perf_counter(), _cpu_sample()
+    record = {"tool": "mx-bench --model", "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+              "tag": opts.tag, "command": opts.command, "options": opts.as_dict(),
+              "machine": machine_info(), "loadavg_start": loadavg(), "not_run": NOT_RUN,
+              "worker_env": {k: v for k, v in {**os.environ, **worker_env()}.items()
+                             if k.startswith(("OMP_", "GOMP_", "KMP_", "MKL_"))}}  # fmt: skip
+    say(f"mx-bench --model: Llama of TinyLlama-1.1B's shape, {opts.layers} layers, "
+        f"threads {opts.threads}, load average {record['loadavg_start']}")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="mx-bench-model-") as tmp_:
+        tmp = Path(tmp_)
+        say("  the correctness references (f32, dequantized MX weights) and their bounds:")
+        refs = {}
+        for fmt, label in (("f8E4M3FN", "MXFP8"), ("f4E2M1FN", "MXFP4")):
+            if not any(f == fmt for name, _, f in ROWS if name in opts.rows):
+                continue
+            spec = _spec(opts, tmp, f"reference {label}", "reference", fmt, max(opts.threads))
+            refs[fmt] = _run_worker(spec, tmp, say)
+        rows = []
+        for t in opts.threads:
+            say(f"  {t} thread(s):")
+            for row, kind, fmt in (r for r in ROWS if r[0] in opts.rows):
+                rows.append(_run_worker(_spec(opts, tmp, row, kind, fmt, t), tmp, say))
+                _check(rows[-1], refs, tmp)
+        _bf16_vs_f32(rows, tmp)
+    record.update(references=list(refs.values()), rows=rows, loadavg_end=loadavg(),
+                  cpu=other_load(cpu0, _cpu_sample()), total_s=time.perf_counter() - t_start)  # fmt: skip
+    record["targets"] = targets(rows)
+    return record
+
+
+def targets(rows: list[dict]) -> list[dict]:
+    """The issue's targets, per thread count, from the rows."""
+    out = []
+    by = {(r["spec"]["row"], r["spec"]["threads"]): r for r in rows if "prefill_ms" in r}
+    for t in sorted({r["spec"]["threads"] for r in rows}):
+        g = {name: by.get((name, t)) for name, _, _ in ROWS}
+        f32, bf16, fp8, fp4 = g["torch f32"], g["torch bf16"], g["ours MXFP8"], g["ours MXFP4"]
+
+        def ratio(a, b, key, inverse=False):
+            if a is None or b is None:
+                return None
+            return b[key] / a[key] if inverse else a[key] / b[key]
+
+        tps = "decode_tokens_per_s"
+        items = [
+            ("decode tokens/s, MXFP4 / torch f32", ratio(fp4, f32, tps), 4.0),
+            ("decode tokens/s, MXFP4 / torch bf16", ratio(fp4, bf16, tps), 3.0),
+            ("decode tokens/s, MXFP8 / torch f32", ratio(fp8, f32, tps), 2.5),
+            ("128-token prefill, torch f32 time / MXFP4 time", ratio(fp4, f32, "prefill_ms", True), 1.0),
+        ]
+        for name, value, want in items:
+            out.append(dict(threads=t, figure=name, value=value, target=f">= {want}",
+                            met=None if value is None else value >= want))  # fmt: skip
+        if fp4 is not None:
+            bits = 8 * fp4["linear_bytes"] / fp4["linear_params"]
+            out.append(dict(threads=t, figure="linear weights, MXFP4, bits per parameter",
+                            value=bits, target="4.25", met=abs(bits - 4.25) < 1e-9))  # fmt: skip
+        if fp4 is not None and f32 is not None:
+            for key, what in (("rss_model_kib", "process RSS"), ("model_rss_kib", "RSS over the baseline")):
+                value = _rss(fp4, key) / _rss(f32, key)
+                out.append(dict(threads=t, figure=f"{what} of the converted model, MXFP4 / f32",
+                                value=value, target="<= 0.35", met=value <= 0.35))  # fmt: skip
+    return out
+
+
+def _rss(r: dict, key: str) -> float:
+    if key == "model_rss_kib":
+        return r["rss_model_kib"] - r["rss_start_kib"]
+    return r[key]

@@ -1,0 +1,149 @@
+"""The results files of ``mx-bench --model``: ``mx-bench-<date>-<tag>.json`` and ``.md``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mlir_mx.bench.model import ROWS
+
+__all__ = ["model_markdown", "write_model_results"]
+
+MIB = 1024
+
+
+def write_model_results(record: dict, out: Path) -> tuple[Path, Path]:
+    """Write the JSON record and its markdown rendering; returns both paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"mx-bench-{record['date'][:10]}-{record['tag']}"
+    js, md = out / f"{stem}.json", out / f"{stem}.md"
+    js.write_text(json.dumps(record, indent=1) + "\n")
+    md.write_text(model_markdown(record))
+    return js, md
+
+
+def _header(r: dict) -> list[str]:
+    m, o = r["machine"], r["options"]
+    have = [k for k, v in m["cpu_features"].items() if v]
+    vers = ", ".join(f"{k} {v}" for k, v in m["versions"].items())
+    cpu = r.get("cpu") or {}
+    others = f"{cpu['others']:.0%}" if cpu else "unknown"
+    return [
+        f"# mx-bench --model: {r['tag']} ({r['date']})",
+        "",
+        f"- Command: `{r['command']}`",
+        f"- Machine: {m['cpu']}, {m['cpus']} CPUs; {m['platform']}; CPU features: {', '.join(have)}",
+        f"- Versions: {vers}",
+        f"- **Shared machine**: other agents' processes ran on the same cores during this "
+        f"run (load average {r['loadavg_start']} at start, {r['loadavg_end']} at end; other "
+        f"processes used {others} of the cores). Times are noisy; compare rows of one run, "
+        "and rerun on a quiet machine for final figures.",
+        f"- Model: `transformers` `LlamaForCausalLM` of TinyLlama-1.1B's shape (hidden 2048, "
+        f"intermediate 5632, 32 heads, 4 KV heads, vocab 32000"
+        f"{', changed: ' + str(o['config']) if o.get('config') else ''}) with "
+        f"**{o['layers']} layers**; random weights (HF init, seed {o['seed']}), nothing downloaded",
+        f"- Work: a {o['prompt']}-token prompt (prefill timed with `logits_to_keep=1`, median "
+        f"of {o['prefill_samples']}), then {o['new_tokens']} greedy tokens with the KV cache "
+        "(decode tokens/s: 1 / the median decode step, robust to bursts of other work; the "
+        "mean is in the JSON); each row after a warm-up of 3 tokens (our kernels compile "
+        "there), each row in a process of its own",
+        "- Threads: torch.set_num_threads(t); our layers follow torch.get_num_threads(); "
+        f"every row's environment: {r.get('worker_env') or 'as is'} (torch's OpenMP workers "
+        "otherwise spin after each op and hold the cores the next op needs; docs/torch.md)",
+        "- Linear weights: bytes of the memory the linear layers reference (tensors, a "
+        "tensor subclass's inner tensors, the arrays `mlir_mx.Linear` holds; each block once)",
+        "- RSS: VmRSS after building and converting the model and returning freed heap "
+        "memory to the OS (`malloc_trim`); 'over baseline' subtracts the RSS after the "
+        "imports (torch, transformers, mlir_mx); peak: VmHWM of the row's process (the f32 "
+        "model is built first, then converted layer by layer)",
+        f"- Correctness: logits of the whole prompt against the reference (the f32 model with "
+        f"each converted Linear's weight replaced by its dequantized MX weight) within the "
+        f"bound of `mlir_mx.torch.logit_bound` ({o['probes']} probes; docs/torch.md), and the "
+        f"first 32 greedy tokens identical; total run time {r['total_s']:.0f} s",
+    ]
+
+
+def _row_line(r: dict, base: dict | None) -> str:
+    s = r["spec"]
+    if "error" in r:
+        return f"| {s['row']} | failed: {r['error'].splitlines()[-1][:120]} |" + " |" * 9
+    vs = f"{r['decode_tokens_per_s'] / base['decode_tokens_per_s']:.2f}x" if base else "-"
+    pre = f"{base['prefill_ms'] / r['prefill_ms']:.2f}x" if base else "-"
+    bits = 8 * r["linear_bytes"] / r["linear_params"]
+    diff = f"{r['max_logit_diff']:.2e} (vs {r['vs']})" if "max_logit_diff" in r else "-"
+    ok = "-"
+    if s["kind"] == "torchao":
+        ok = "n/a (activations quantized)"
+    elif "diff_over_bound" in r:
+        ok = f"{r['diff_over_bound']:.2g}"
+        if "correct" in r:
+            ok += " ok" if r["correct"] else " **FAIL**"
+    same = f"{r['same_tokens']}/{r['tokens_compared']}" if "same_tokens" in r else "-"
+    return (
+        f"| {s['row']} | {r['prefill_ms']:.0f} | {pre} | {r['decode_tokens_per_s']:.2f} | {vs} "
+        f"| {r['linear_bytes'] / 2**20:.1f} MiB ({bits:.2f} b/param) "
+        f"| {r['rss_model_kib'] / MIB:.0f} ({(r['rss_model_kib'] - r['rss_start_kib']) / MIB:.0f}) "
+        f"| {r['rss_peak_kib'] / MIB:.0f} | {diff} | {ok} | {same} |"
+    )
+
+
+def _tables(r: dict) -> list[str]:
+    lines = []
+    for t in r["options"]["threads"]:
+        rows = [x for x in r["rows"] if x["spec"]["threads"] == t]
+        base = next((x for x in rows if x["spec"]["kind"] == "f32" and "error" not in x), None)
+        lines += [
+            "",
+            f"## {t} thread(s)",
+            "",
+            "| row | prefill ms | prefill vs f32 | decode tok/s | decode vs f32 | linear weights "
+            "| RSS MiB (over baseline) | peak RSS MiB | max abs logit diff | diff / bound "
+            "| same tokens |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [_row_line(x, base) for x in rows]
+        for name, why in r["not_run"].items():
+            lines.append(f"| {name} | not run: {why} |" + " |" * 9)
+    return lines
+
+
+def _targets(r: dict) -> list[str]:
+    lines = ["", "## Targets (issue 18)", "", "| threads | figure | value | target | met |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for x in r["targets"]:
+        value = "-" if x["value"] is None else f"{x['value']:.3f}"
+        met = "-" if x["met"] is None else ("yes" if x["met"] else "no")
+        lines.append(f"| {x['threads']} | {x['figure']} | {value} | {x['target']} | {met} |")
+    return lines
+
+
+def _notes(r: dict) -> list[str]:
+    lines = ["", "## Notes", ""]
+    for ref in r["references"]:
+        if "error" in ref:
+            lines.append(f"- {ref['spec']['row']}: failed: {ref['error']}")
+    ao = next((x for x in r["rows"] if x["spec"]["kind"] == "torchao"), None)
+    skipped = [name for name, _, _ in ROWS if name not in r["options"]["rows"]]
+    if skipped:
+        lines.append(f"- Rows not run in this run (`--rows`): {', '.join(skipped)}")
+    lines.append(
+        "- torchao 0.18.0's MX inference path (`MXDynamicActivationMXWeightConfig`) has no "
+        "weight-only mode: it quantizes the activations to MX too (per call, RCEIL scales, "
+        "not the OCP FLOOR rule ours and the reference use), takes bf16 models only, and on "
+        "the CPU runs `KernelPreference.EMULATED` (dequantize both operands to bf16, then "
+        "a bf16 matmul); its CUTLASS/cuBLAS kernels need an NVIDIA SM100 GPU. So its logits "
+        "differ from the reference by the activation quantization (no bound applies), and "
+        f"its decode is timed over {ao['spec']['new_tokens'] if ao else '?'} tokens only "
+        "(it is slow)."
+    )
+    for x in r["rows"]:
+        if "summary" in x and x["spec"]["threads"] == r["options"]["threads"][0]:
+            lines.append(f"- {x['spec']['row']}: `{x['summary'].splitlines()[0]}`, "
+                         f"converted in {x['convert_s']:.0f} s (the numpy oracle quantizer)")  # fmt: skip
+    return lines
+
+
+def model_markdown(record: dict) -> str:
+    """The markdown rendering of a model run."""
+    lines = _header(record) + _tables(record) + _targets(record) + _notes(record)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,207 @@
+"""One row of ``mx-bench --model``, in a process of its own (so that its RSS is its own).
+
+``python -m mlir_mx.bench.model_worker SPEC.json`` builds the Llama of the spec
+(``transformers`` ``LlamaForCausalLM`` from a config, random weights from a
+fixed seed, nothing downloaded), converts it as the row says, times a prefill
+and a greedy decode, and writes ``<out>/<name>.json`` (figures) and
+``<name>-logits.npy`` (the prefill's logits, every position); a reference row
+also writes ``<name>-bound.npy`` (:func:`mlir_mx.torch.logit_bound`).
+
+Row kinds: ``f32``, ``bf16`` (torch), ``torchao`` (torchao's MX path on the CPU:
+``MXDynamicActivationMXWeightConfig``, emulated kernels), ``mx`` (ours:
+``mlir_mx.torch.quantize_``) and ``reference`` (``mlir_mx.torch.dequantize_``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = ["linear_weight_bytes", "llama_config", "rss_kib", "run_row"]
+
+#: TinyLlama-1.1B's shape (its config.json), the default model.
+TINYLLAMA = dict(
+    hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+    num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048, rms_norm_eps=1e-5,
+    tie_word_embeddings=False,
+)  # fmt: skip
+
+
+def llama_config(layers: int, **overrides):
+    """The ``LlamaConfig`` of TinyLlama-1.1B's shape with ``layers`` layers."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(**{**TINYLLAMA, "num_hidden_layers": layers, **overrides})
+
+
+def rss_kib() -> dict[str, int]:
+    """``VmRSS`` (now) and ``VmHWM`` (peak) of this process, KiB (Linux)."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0])
+    return out
+
+
+def _release_free_memory() -> None:
+    """Return freed heap memory to the OS (glibc ``malloc_trim``), so that RSS shows
+    what the model holds, not what the conversion once used."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _tensor_storages(t: torch.Tensor, out: dict[int, int]) -> None:
+    if hasattr(t, "__tensor_flatten__") and type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
+        names, _ = t.__tensor_flatten__()
+        for name in names:
+            _tensor_storages(getattr(t, name), out)
+        return
+    s = t.untyped_storage()
+    out[s.data_ptr()] = s.nbytes()
+
+
+def linear_weight_bytes(model: torch.nn.Module) -> tuple[int, int]:
+    """``(bytes, parameters)`` of the linear layers' weights, measured from the
+    memory they reference: every tensor of every ``nn.Linear`` / ``MXLinear``
+    (a tensor subclass's inner tensors) and every array an ``MXLinear``'s
+    ``mlir_mx.Linear`` holds, each block of memory counted once."""
+    from mlir_mx.torch import MXLinear
+
+    mem: dict[int, int] = {}
+    params = 0
+    for m in model.modules():
+        if isinstance(m, MXLinear):
+            params += m.in_features * m.out_features
+            for a in m._linear.stored:
+                while isinstance(a.base, np.ndarray):
+                    a = a.base
+                mem[a.ctypes.data] = a.nbytes
+        elif isinstance(m, torch.nn.Linear):
+            params += m.in_features * m.out_features
+        else:
+            continue
+        for t in (*m.parameters(recurse=False), *m.buffers(recurse=False)):
+            _tensor_storages(t, mem)
+    return sum(mem.values()), params
+
+
+def _convert(model, spec: dict) -> dict:
+    kind, fmt = spec["kind"], spec.get("format")
+    t0 = time.perf_counter()
+    info: dict = {}
+    if kind == "bf16":
+        model.to(torch.bfloat16)
+    elif kind == "torchao":
+        from torchao.prototype.mx_formats import MXDynamicActivationMXWeightConfig
+        from torchao.quantization import quantize_ as ao_quantize_
+        from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
+
+        dt = torch.float4_e2m1fn_x2 if fmt == "f4E2M1FN" else torch.float8_e4m3fn
+        model.to(torch.bfloat16)  # torchao's MX inference path takes bf16 only
+        ao_quantize_(model, MXDynamicActivationMXWeightConfig(
+            activation_dtype=dt, weight_dtype=dt, kernel_preference=KernelPreference.EMULATED))  # fmt: skip
+    elif kind == "mx":
+        from mlir_mx.torch import quantize_
+
+        info["summary"] = str(quantize_(model, fmt))
+    elif kind == "reference":
+        from mlir_mx.torch import dequantize_
+
+        dequantize_(model, fmt)
+    info["convert_s"] = time.perf_counter() - t0
+    return info
+
+
+def _decode(model, ids, new_tokens: int) -> tuple[list[int], list[float]]:
+    """Greedy tokens after ``ids`` and the seconds of each decode step."""
+    tokens, steps = [], []
+    with torch.inference_mode():
+        out = model(ids, use_cache=True, logits_to_keep=1)
+        while True:
+            nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+            tokens.append(int(nxt))
+            if len(tokens) == new_tokens:
+                return tokens, steps
+            t0 = time.perf_counter()
+            out = model(nxt, cache=out.cache, use_cache=True, logits_to_keep=1)
+            steps.append(time.perf_counter() - t0)
+
+
+def _prefill_s(model, ids, samples: int) -> list[float]:
+    times = []
+    with torch.inference_mode():
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            model(ids, use_cache=True, logits_to_keep=1)
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def run_row(spec: dict) -> dict:
+    """Build, convert, time and check one row (see the module docstring)."""
+    from transformers import LlamaForCausalLM
+
+    import mlir_mx.torch  # noqa: F401  (imported before the baseline RSS)
+
+    torch.set_num_threads(spec["threads"])
+    out_dir, name = Path(spec["out"]), spec["name"]
+    rec: dict = {"spec": spec, "rss_start_kib": rss_kib()["VmRSS"]}
+    torch.manual_seed(spec["seed"])
+    model = LlamaForCausalLM(llama_config(spec["layers"], **spec.get("config", {}))).eval()
+    _release_free_memory()
+    rec["rss_f32_model_kib"] = rss_kib()["VmRSS"]
+    rec.update(_convert(model, spec))
+    _release_free_memory()
+    rec["rss_model_kib"] = rss_kib()["VmRSS"]
+    rec["linear_bytes"], rec["linear_params"] = linear_weight_bytes(model)
+    ids = torch.randint(0, model.config.vocab_size, (1, spec["prompt"]),
+                        generator=torch.Generator().manual_seed(spec["seed"] + 1))  # fmt: skip
+    if spec["kind"] == "reference":
+        from mlir_mx.torch import logit_bound
+
+        lb = logit_bound(model, ids, probes=spec["probes"])
+        np.save(out_dir / f"{name}-logits.npy", lb.logits[0].numpy())
+        np.save(out_dir / f"{name}-bound.npy", lb.bound[0].numpy())
+        rec["tokens"], _ = _decode(model, ids, spec["new_tokens"])
+    else:
+        t0 = time.perf_counter()
+        if spec["kind"] != "torchao":  # (torchao: nothing to compile, and it is slow)
+            _decode(model, ids, 3)  # warm-up: compiles our kernels (prefill and decode)
+        rec["warmup_s"] = time.perf_counter() - t0
+        rec["prefill_s"] = _prefill_s(model, ids, spec["prefill_samples"])
+        rec["tokens"], rec["decode_step_s"] = _decode(model, ids, spec["new_tokens"])
+        with torch.inference_mode():
+            logits = model(ids).logits[0].to(torch.float32)
+        np.save(out_dir / f"{name}-logits.npy", logits.numpy())
+        rec["prefill_ms"] = 1e3 * statistics.median(rec["prefill_s"])
+        # The median step: robust to bursts of other processes on shared cores.
+        rec["decode_tokens_per_s"] = 1.0 / statistics.median(rec["decode_step_s"])
+        rec["decode_tokens_per_s_mean"] = len(rec["decode_step_s"]) / sum(rec["decode_step_s"])
+    mem = rss_kib()
+    rec["rss_end_kib"], rec["rss_peak_kib"] = mem["VmRSS"], mem["VmHWM"]
+    return rec
+
+
+def main(argv: list[str]) -> int:
+    """``python -m mlir_mx.bench.model_worker SPEC.json``."""
+    spec = json.loads(Path(argv[0]).read_text())
+    rec = run_row(spec)
+    (Path(spec["out"]) / f"{spec['name']}.json").write_text(json.dumps(rec, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,372 @@
+"""``MXArray``: an MX-encoded tensor held in its stored form, and the checks it shares
+with :mod:`mlir_mx.numerics.mx` (block size, axis, blocked shape, scale shape).
+
+An ``MXArray`` keeps what a kernel reads and nothing else: FP4/FP6 codes packed
+(``numerics.packing``, wherever :func:`is_packed_storage` says so), other codes one
+per byte, and one E8M0 byte per block.  The logical one-code-per-byte ``codes`` are
+computed on demand.  It is a value: its arrays are read-only and no writeable
+array outside it reaches them, so a prepared copy of it (``mlir_mx.matmul``'s
+per-weight cache, a ``Linear``) can never go stale (``docs/numerics.md``,
+"MXArray: the stored form").
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from . import formats
+from .formats import SCALE_DTYPE, ElementFormat, decode_elements, decode_scales, element_format
+from .packing import is_packed_storage, pack_codes, packed_shape, unpack_codes
+
+__all__ = ["MXArray", "scale_shape"]
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_block_size(block_size) -> int:
+    if isinstance(block_size, (bool, np.bool_)) or not isinstance(block_size, (int, np.integer)):
+        raise TypeError(f"block_size: expected a positive int, got {type(block_size).__name__}")
+    block_size = int(block_size)
+    if block_size <= 0:
+        raise ValueError(f"block_size: must be positive, got {block_size}")
+    return block_size
+
+
+def _normalize_axis(axis, ndim: int, arg: str = "axis") -> int:
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{arg}: expected an int, got {type(axis).__name__}")
+    axis = int(axis)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{arg}: {axis} is out of range for an array of rank {ndim}")
+    return axis % ndim
+
+
+def _check_blocked_shape(shape, block_size: int, axis: int, arg: str) -> None:
+    n = shape[axis]
+    if n % block_size != 0:
+        raise ValueError(
+            f"{arg}: blocked axis {axis} has size {n}, not a multiple of block_size {block_size}"
+        )
+
+
+def scale_shape(shape, block_size: int, axis: int) -> tuple[int, ...]:
+    """Shape of the E8M0 scale tensor: ``shape`` with ``shape[axis] // block_size``.
+
+    Raises ``ValueError`` when ``shape[axis]`` is not a multiple of ``block_size``.
+    """
+    shape = tuple(operator.index(s) for s in shape)
+    if len(shape) == 0:
+        raise ValueError("shape: MX arrays need rank >= 1, got a rank-0 shape")
+    block_size = _check_block_size(block_size)
+    axis = _normalize_axis(axis, len(shape))
+    _check_blocked_shape(shape, block_size, axis, "shape")
+    out = list(shape)
+    out[axis] //= block_size
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- ownership
+
+
+def _read_only_throughout(a: np.ndarray) -> bool:
+    """True when no writeable array or buffer reaches ``a``'s memory: ``a`` and
+    every array it views are read-only, and the object at the bottom (``bytes``,
+    a read-only ``mmap``, ...) exposes a read-only buffer."""
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        a = a.base
+    if a is None:
+        return True
+    try:
+        return memoryview(a).readonly
+    except TypeError:
+        return False
+
+
+def _held(a: np.ndarray, copy: bool | None) -> np.ndarray:
+    """The C-contiguous array an MXArray keeps for ``a`` (its private owner).
+
+    ``copy=None``: ``a`` itself when it is C-contiguous and read-only all the
+    way down (nobody can change it), else a private copy.  ``copy=True``:
+    always a copy.  ``copy=False``: ``a`` itself when C-contiguous: the caller
+    hands it over and must not write it through another reference afterwards.
+    """
+    if copy is False and a.flags.c_contiguous:
+        return a
+    if copy is None and a.flags.c_contiguous and _read_only_throughout(a):
+        return a
+    return np.array(a, copy=True, order="C")
+
+
+def _read_only_view(a: np.ndarray, dtype=None) -> np.ndarray:
+    view = a.view() if dtype is None else a.view(dtype)
+    view.flags.writeable = False
+    return view
+
+
+def _check_copy(copy) -> bool | None:
+    if copy is not None and not isinstance(copy, bool):
+        raise TypeError(f"copy: expected None, True or False, got {type(copy).__name__}")
+    return copy
+
+
+# --------------------------------------------------------------------------- MXArray
+
+
+class MXArray:
+    """An MX-encoded tensor: element codes plus one E8M0 scale per block.
+
+    ``MXArray(codes, scales, element, block_size, axis=-1)``: ``codes`` has the
+    full logical shape and dtype ``element_format(element).dtype`` (one code per
+    byte; raw ``uint8`` code bytes are accepted for the float formats), ``scales``
+    dtype ``ml_dtypes.float8_e8m0fnu`` (or raw ``uint8``) and shape
+    ``codes.shape`` with ``shape[axis] // block_size``.  Blocks are
+    ``block_size`` consecutive elements along ``axis`` (normalized to be
+    non-negative).
+
+    **Stored form.**  Codes that pack (:attr:`is_packed`: FP4/FP6 with a last
+    axis of whole packing groups) are kept packed and only packed;
+    :attr:`codes` unpacks them on each access (a new read-only array).
+    :attr:`nbytes` is what the array holds: 4.25 bits per MXFP4 element with
+    block 32.  :meth:`packed_codes` / :meth:`from_packed` give and take the
+    stored bytes without conversion.
+
+    **A value.**  The arrays it holds are read-only, and arrays given to it are
+    copied unless nothing can write them (``copy=None``, the default; see
+    :meth:`from_packed` for ``copy=``): to change an MX tensor, make a new one.
+    """
+
+    # _stored / _scales: the arrays held (private; writeable when they are our own
+    # copies, so that the Runner may pass them to kernels its conservative write
+    # analysis cannot clear, execution/arguments.py); the public accessors
+    # return the read-only views _stored_bytes / _codes / _scales_view.
+    __slots__ = (
+        "_stored", "_stored_bytes", "_codes", "_scales", "_scales_view",
+        "_shape", "_element", "_block_size", "_axis", "__weakref__",
+    )  # fmt: skip
+
+    def __init__(self, codes, scales, element: str, block_size: int, axis: int = -1, *, copy=None):
+        fmt = element_format(element)
+        copy = _check_copy(copy)
+        codes = np.asarray(codes)
+        if codes.dtype == np.uint8 and not fmt.is_int:
+            codes = codes.view(fmt.dtype)
+        if codes.dtype != fmt.dtype:
+            raise TypeError(f"codes: expected dtype {fmt.dtype} for {fmt.name}, got {codes.dtype}")
+        if codes.ndim == 0:
+            raise ValueError("codes: MX arrays need rank >= 1, got a rank-0 array")
+        if not fmt.is_int and fmt.bits < 8 and codes.size:
+            if (codes.view(np.uint8) >> np.uint8(fmt.bits)).any():
+                raise ValueError(
+                    f"codes: {fmt.name} codes must fit in the low {fmt.bits} bits of each byte"
+                )
+        self._init(codes.shape, scales, fmt, block_size, axis, copy)
+        if is_packed_storage(codes.shape, fmt):
+            self._hold_codes(pack_codes(codes, fmt))  # a new array: ours
+        else:
+            self._hold_codes(_held(codes, copy))
+
+    def _hold_codes(self, stored: np.ndarray) -> None:
+        self._stored = stored
+        self._stored_bytes = _read_only_view(stored, np.uint8)
+        self._codes = None if self.is_packed else _read_only_view(stored)
+
+    def _init(self, shape, scales, fmt: ElementFormat, block_size, axis, copy) -> None:
+        """Check and set everything but the codes (shared by both constructors)."""
+        scales = np.asarray(scales)
+        if scales.dtype == np.uint8:
+            scales = scales.view(SCALE_DTYPE)
+        if scales.dtype != SCALE_DTYPE:
+            raise TypeError(
+                f"scales: expected dtype {SCALE_DTYPE} ({formats.SCALE_TYPE}), got {scales.dtype}"
+            )
+        self._block_size = _check_block_size(block_size)
+        self._axis = _normalize_axis(axis, len(shape))
+        _check_blocked_shape(shape, self._block_size, self._axis, "codes")
+        expected = scale_shape(shape, self._block_size, self._axis)
+        if scales.shape != expected:
+            raise ValueError(
+                f"scales: expected shape {expected} for codes of shape {tuple(shape)} "
+                f"(block_size {self._block_size} along axis {self._axis}), got {scales.shape}"
+            )
+        self._element = fmt.name
+        self._shape = tuple(int(s) for s in shape)
+        self._scales = _held(scales, copy)
+        self._scales_view = _read_only_view(self._scales)
+
+    @classmethod
+    def from_packed(
+        cls, packed, scales, element: str, block_size: int, axis: int = -1, *, copy=None
+    ) -> MXArray:
+        """The MXArray whose :meth:`packed_codes` is ``packed`` (a ``uint8`` array
+        of the packed shape; for formats and shapes that are not packed, the one
+        code per byte array itself).  Nothing is unpacked.
+
+        ``copy`` (for ``packed`` and ``scales``): ``None`` (default) keeps an
+        array that is C-contiguous and read-only all the way down (a memmap
+        opened ``mode="r"``, an array over ``bytes``) and copies any other;
+        ``True`` always copies; ``False`` takes the arrays over without a copy
+        and makes them read-only in place (the caller must not write them
+        through another reference afterwards).
+        """
+        fmt = element_format(element)
+        copy = _check_copy(copy)
+        block_size = _check_block_size(block_size)
+        packed = np.asarray(packed)
+        if packed.dtype != np.uint8:
+            raise TypeError(f"packed: expected a uint8 array, got dtype {packed.dtype}")
+        # The logical last axis follows from the scales (the packed bytes alone
+        # are ambiguous: 3 FP6 bytes are 4 packed codes or 3 unpacked ones).
+        scale_shape_ = np.shape(scales)
+        if packed.ndim == 0 or len(scale_shape_) != packed.ndim:
+            raise ValueError(
+                f"packed: expected rank {len(scale_shape_)} like the scales, got shape {packed.shape}"
+            )
+        blocked_last = _normalize_axis(axis, packed.ndim) == packed.ndim - 1
+        logical = packed.shape[:-1] + (scale_shape_[-1] * (block_size if blocked_last else 1),)
+        if not is_packed_storage(logical, fmt):
+            codes = packed.view(np.int8) if fmt.is_int else packed
+            return cls(codes, scales, fmt.name, block_size, axis, copy=copy)
+        if packed.shape != packed_shape(logical, fmt):
+            raise ValueError(
+                f"packed: expected shape {packed_shape(logical, fmt)} for {fmt.name} codes of "
+                f"shape {logical} (from the scales), got {packed.shape}"
+            )
+        out = cls.__new__(cls)
+        out._init(logical, scales, fmt, block_size, axis, copy)
+        # Every packed byte pattern is valid: each 4- or 6-bit field is a code.
+        out._hold_codes(_held(packed, copy))
+        return out
+
+    # -- what it holds ---------------------------------------------------------------
+
+    @property
+    def element(self) -> str:
+        return self._element
+
+    @property
+    def block_size(self) -> int:
+        return self._block_size
+
+    @property
+    def axis(self) -> int:
+        return self._axis
+
+    @property
+    def format(self) -> ElementFormat:
+        return element_format(self._element)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements (codes)."""
+        return int(np.prod(self._shape, dtype=np.int64))
+
+    @property
+    def scale_shape(self) -> tuple[int, ...]:
+        return tuple(self._scales.shape)
+
+    @property
+    def scales(self) -> np.ndarray:
+        """The E8M0 scale codes (a read-only view of the array held)."""
+        return self._scales_view
+
+    @property
+    def codes(self) -> np.ndarray:
+        """The element codes, one per byte, in the logical shape (read-only).
+
+        For a packed array (:attr:`is_packed`) this unpacks the stored bytes
+        into a new array on every access: bind it to a name when it is used
+        more than once, and prefer :meth:`packed_codes` where the stored form
+        will do."""
+        if self._codes is not None:
+            return self._codes
+        codes = unpack_codes(self._stored, self.format)
+        codes.flags.writeable = False
+        return codes
+
+    @property
+    def is_packed(self) -> bool:
+        """True when this array's codes are stored packed (FP4 two per byte, FP6
+        four per three bytes, along the last axis): :func:`is_packed_storage`."""
+        return is_packed_storage(self._shape, self._element)
+
+    def packed_codes(self) -> np.ndarray:
+        """The codes in their storage layout: packed ``uint8`` bytes when
+        :attr:`is_packed`, else the code bytes as they are (``uint8``, one per
+        code).  A read-only view of the array held, not a copy: the bytes the
+        Runner passes for an ``!mx.tensor`` argument under
+        ``mx-to-linalg{subbyte-storage=packed}`` (the default)."""
+        return self._stored_bytes
+
+    def held_buffers(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(stored code bytes as uint8, scales)``: the arrays held themselves,
+        for code that passes them to a kernel that only reads them (the Runner,
+        ``mlir_mx.Linear``).  They are writeable when this array owns them,
+        because the Runner refuses a read-only buffer wherever its conservative
+        write analysis cannot rule a write out; never write them: every holder
+        of this array relies on it being a value."""
+        stored = self._stored
+        return (stored if stored.dtype == np.uint8 else stored.view(np.uint8)), self._scales
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays this MXArray holds: the stored codes plus one byte per scale."""
+        return self._stored.nbytes + self._scales.nbytes
+
+    # -- values ------------------------------------------------------------------------
+
+    def element_values(self) -> np.ndarray:
+        """Real values of the element codes (float64, exact, unscaled)."""
+        return decode_elements(self.codes, self.format)
+
+    def scale_values(self) -> np.ndarray:
+        """Values of the E8M0 scales (float64, exact; NaN for code 255)."""
+        return decode_scales(self._scales)
+
+    def dequantize(self) -> np.ndarray:
+        """:func:`mlir_mx.numerics.dequantize` of this array (float32)."""
+        from .mx import dequantize
+
+        return dequantize(self)
+
+    def bitwise_equal(self, other: MXArray) -> bool:
+        """True when both arrays have the same layout and identical code and scale bytes."""
+        return (
+            isinstance(other, MXArray)
+            and self._element == other._element
+            and self._block_size == other._block_size
+            and self._axis == other._axis
+            and self._shape == other._shape
+            and np.array_equal(self.packed_codes(), other.packed_codes())
+            and np.array_equal(self._scales.view(np.uint8), other._scales.view(np.uint8))
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"MXArray(shape={self._shape}, element={self._element}, block_size="
+            f"{self._block_size}, axis={self._axis}, packed={self.is_packed}, nbytes={self.nbytes})"
+        )
+
+    # -- pickling: keep the stored form, and read-only after a round trip --------------
+
+    def __reduce__(self):
+        return (
+            _restore,
+            (self.packed_codes(), self._scales.view(np.uint8), self._element, self._block_size, self._axis),
+        )
+
+
+def _restore(packed, scales, element, block_size, axis) -> MXArray:
+    return MXArray.from_packed(packed, scales, element, block_size, axis, copy=False)

@@ -1,0 +1,37 @@
+"""mlir-mx for torch models: ``MXLinear``, ``quantize_`` and the ``mlir_mx::linear`` op.
+
+Needs torch (``pip install 'mlir-mx[torch]'``; tested with torch 2.13.0 CPU)::
+
+    from mlir_mx.torch import quantize_
+    summary = quantize_(model, weights="f4E2M1FN")   # every nn.Linear -> MXLinear
+    with torch.inference_mode():
+        logits = model(input_ids).logits
+
+See ``docs/torch.md``.
+"""
+
+from __future__ import annotations
+
+try:
+    import torch  # noqa: F401
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "mlir_mx.torch needs torch (tested: torch 2.13.0 CPU): pip install 'mlir-mx[torch]' "
+        f"({e})"
+    ) from e
+
+from .convert import QuantizeSummary, quantize_
+from .module import MXLinear
+from .quantizer import quantize_weight
+from .reference import LogitBound, dequantize_, greedy, logit_bound
+
+__all__ = [
+    "LogitBound",
+    "MXLinear",
+    "QuantizeSummary",
+    "dequantize_",
+    "greedy",
+    "logit_bound",
+    "quantize_",
+    "quantize_weight",
+]

@@ -1,0 +1,116 @@
+"""``quantize_``: replace a model's ``nn.Linear`` modules by ``MXLinear``, in place."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from mlir_mx.numerics import element_format
+
+from .module import MXLinear, check_activations
+
+__all__ = ["QuantizeSummary", "quantize_"]
+
+
+@dataclass
+class QuantizeSummary:
+    """What :func:`quantize_` did.
+
+    ``converted``: the names of the layers now ``MXLinear``; ``skipped``: name ->
+    reason for the ``nn.Linear`` layers kept; ``bytes_before`` / ``bytes_after``:
+    the weight bytes of the converted layers before (their dtype) and after (MX
+    codes and scales).
+    """
+
+    weights: str
+    block_size: int
+    converted: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    bytes_before: int = 0
+    bytes_after: int = 0
+
+    def __str__(self) -> str:
+        ratio = self.bytes_after / self.bytes_before if self.bytes_before else 0.0
+        lines = [
+            f"quantize_: {len(self.converted)} nn.Linear layers -> MXLinear ({self.weights}, "
+            f"block {self.block_size}); weights {self.bytes_before / 2**20:.1f} MiB -> "
+            f"{self.bytes_after / 2**20:.1f} MiB ({ratio:.3f}x)"
+        ]
+        lines += [f"  kept {name}: {why}" for name, why in self.skipped.items()]
+        return "\n".join(lines)
+
+
+def quantize_(
+    model: torch.nn.Module,
+    weights: str = "f4E2M1FN",
+    activations=None,
+    block_size: int = 32,
+    filter_fn: Callable[[torch.nn.Module, str], bool] | None = None,
+    *,
+    threads: int | None = None,
+) -> QuantizeSummary:
+    """Replace every ``nn.Linear`` of ``model`` (``lm_head`` included) by an
+    :class:`MXLinear` with ``weights``-format MX weights, in place, as torchao's
+    ``quantize_`` does.
+
+    ``filter_fn(module, name)`` (optional) chooses the layers: those for which it
+    returns False are kept.  A layer whose ``in_features`` is not a multiple of
+    ``block_size`` is kept too, with a warning naming it.  Layers are converted
+    one at a time and each original weight is released as soon as its layer is
+    replaced, so peak memory stays near the model's own.  ``activations``: only
+    None until the dot-unit kernels land (``MXLinear``).  ``threads``: as for
+    ``MXLinear`` (None follows ``torch.get_num_threads()``).  Returns a
+    :class:`QuantizeSummary`.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    fmt = element_format(weights)  # names the argument when unknown
+    check_activations(activations)
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size: expected a positive int, got {block_size!r}")
+    summary = QuantizeSummary(fmt.name, block_size)
+    for name, owner, attr in selected_linears(model, block_size, filter_fn, summary):
+        layer = getattr(owner, attr)
+        before = layer.weight.numel() * layer.weight.element_size()
+        new = MXLinear.from_linear(layer, fmt.name, block_size, threads=threads)
+        setattr(owner, attr, new)
+        del layer  # the last reference: its weight is freed before the next layer
+        summary.converted.append(name)
+        summary.bytes_before += before
+        summary.bytes_after += new.nbytes
+    return summary
+
+
+def selected_linears(model, block_size: int, filter_fn, summary: QuantizeSummary):
+    """``(name, parent module, attribute)`` of each ``nn.Linear`` to convert, one
+    at a time (the model may be changed between two); layers kept for their
+    shape are recorded in ``summary.skipped`` and named in a warning at the end.
+
+    Exactly ``torch.nn.Linear`` (not subclasses, whose owners may read
+    ``.weight`` directly, as ``nn.MultiheadAttention`` does)."""
+    if filter_fn is not None and not callable(filter_fn):
+        raise TypeError(f"filter_fn: expected a callable (module, name) -> bool, got {filter_fn!r}")
+    # Names only: holding the modules would keep every original weight alive
+    # until the end (the peak would be both models).
+    names = [n for n, m in model.named_modules() if type(m) is torch.nn.Linear]
+    for name in names:
+        parent, _, attr = name.rpartition(".")
+        owner = model.get_submodule(parent) if parent else model
+        layer = getattr(owner, attr)
+        if filter_fn is not None and not filter_fn(layer, name):
+            continue
+        if layer.in_features % block_size:
+            summary.skipped[name] = (
+                f"in_features {layer.in_features} is not a multiple of block_size {block_size}"
+            )
+            continue
+        del layer
+        yield name, owner, attr
+    if summary.skipped:
+        kept = ", ".join(f"{n} ({why})" for n, why in summary.skipped.items())
+        warnings.warn(
+            f"quantize_: kept {len(summary.skipped)} nn.Linear layer(s): {kept}", stacklevel=3
+        )

@@ -1,0 +1,209 @@
+"""``MXLinear``: a drop-in ``torch.nn.Module`` for ``nn.Linear`` with an MX weight."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mlir_mx.linear import Linear
+from mlir_mx.numerics import MXArray, dequantize, element_format, unpack_codes
+
+from . import ops
+from .quantizer import quantize_weight
+
+__all__ = ["MXLinear", "check_activations"]
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def check_activations(activations) -> None:
+    """``activations=``: only ``None`` (f32 activations, entering the products
+    exactly) until ``mlir_mx.Linear`` takes ``activations=`` (the dot-unit
+    kernels, issue 17); then this passes the value through."""
+    if activations is not None:
+        raise ValueError(
+            f"activations: {activations!r} is not supported yet; only None (activations "
+            "stay f32 and enter the products exactly). Quantized activations come with "
+            "mlir_mx.Linear(w, activations=...), the dot-unit kernels (issue 17)"
+        )
+
+
+class MXLinear(torch.nn.Module):
+    """``y = x @ W.T + bias`` with an MX weight, computed by ``mlir_mx.Linear``'s kernels.
+
+    Build it from an ``nn.Linear`` (:meth:`from_linear`) or from an
+    :class:`~mlir_mx.numerics.MXArray` weight of ``nn.Linear``'s layout
+    ``(out_features, in_features)``, blocked along ``in_features``, plus an
+    optional bias.  Inference only.
+
+    * ``x``: any leading shape ``(..., in_features)``, f32, bf16 or f16, on the
+      CPU.  It enters the products exactly (bf16/f16 widen to f32 exactly); the
+      result is the kernel's f32 (the blocked order of ``mx.block_matmul``), plus
+      the bias in f32, rounded once to ``x``'s dtype.
+    * ``threads``: ``None`` (default) follows ``torch.get_num_threads()`` at
+      each call; an int fixes it.
+    * The module keeps the weight once, in the kernels' layout (``Linear.stored``,
+      as the ``uint8`` buffers ``codes``/``scales``, not saved); ``state_dict``
+      holds it in ``nn.Linear``'s layout instead: ``weight_codes`` (the
+      ``MXArray``'s stored bytes: FP4 two codes per byte) and ``weight_scales``
+      (E8M0 bytes), both ``uint8`` (``docs/torch.md``, "Saved form").
+    """
+
+    def __init__(self, weight: MXArray, bias=None, *, threads: int | None = None, activations=None):
+        super().__init__()
+        check_activations(activations)
+        if not isinstance(weight, MXArray):
+            raise TypeError(f"weight: expected an MXArray, got {type(weight).__name__}")
+        if weight.ndim != 2 or weight.axis != 1:
+            raise ValueError(
+                f"weight: expected a 2-D MXArray (out_features, in_features) blocked along "
+                f"in_features (axis 1), got shape {weight.shape} blocked along axis {weight.axis}"
+            )
+        self.activations = activations
+        self.threads = threads
+        self._adopt(Linear(weight, threads=1))
+        if bias is not None:
+            bias = torch.as_tensor(bias).detach()
+            if bias.shape != (self.out_features,):
+                raise ValueError(f"bias: expected shape ({self.out_features},), got {tuple(bias.shape)}")
+            bias = torch.nn.Parameter(bias.clone(), requires_grad=False)
+        self.bias = bias
+
+    @classmethod
+    def from_linear(
+        cls, linear: torch.nn.Linear, weights: str = "f4E2M1FN", block_size: int = 32,
+        *, threads: int | None = None, activations=None,
+    ) -> MXLinear:  # fmt: skip
+        """Quantize ``linear``'s weight to ``weights`` (MX, blocks of ``block_size``
+        along ``in_features``) and keep its bias."""
+        if not isinstance(linear, torch.nn.Linear):
+            raise TypeError(f"linear: expected a torch.nn.Linear, got {type(linear).__name__}")
+        check_activations(activations)
+        w = quantize_weight(linear.weight, weights, block_size)
+        return cls(w, linear.bias, threads=threads, activations=activations)
+
+    def _adopt(self, lin: Linear) -> None:
+        """Hold ``lin`` and expose its arrays as buffers sharing their memory."""
+        self._linear = lin
+        self.element, self.block_size = lin.element, lin.block_size
+        self.in_features, self.out_features = lin.in_features, lin.out_features
+        codes, scales = lin.stored
+        codes_t = torch.from_numpy(codes.view(np.uint8))
+        scales_t = torch.from_numpy(scales.view(np.uint8))
+        self.register_buffer("codes", codes_t, persistent=False)
+        self.register_buffer("scales", scales_t, persistent=False)
+        ops.register(lin, codes_t, scales_t)
+
+    # -- what it holds ---------------------------------------------------------------
+
+    @property
+    def threads(self) -> int | None:
+        return self._threads
+
+    @threads.setter
+    def threads(self, value: int | None) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"threads: expected None or a positive int, got {value!r}")
+        self._threads = value
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the weight held (codes and scales; the bias not included)."""
+        return self._linear.nbytes
+
+    def weight(self) -> MXArray:
+        """The weight as an ``MXArray`` ``(out_features, in_features)``, rebuilt from
+        the kernels' layout (a new array; the module does not keep it)."""
+        return _weight_of(self._linear)
+
+    def dequantized_weight(self) -> torch.Tensor:
+        """The f32 values of the weight, ``(out_features, in_features)``."""
+        return torch.from_numpy(dequantize(self.weight()))
+
+    def extra_repr(self) -> str:
+        bits = 8 * self.nbytes / (self.in_features * self.out_features)
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}, weights={self.element}, block_size={self.block_size}, "
+            f"nbytes={self.nbytes} ({bits:.2f} bits/weight), threads={self.threads}"
+        )
+
+    def __deepcopy__(self, memo):
+        # A new module over new arrays (the Linear's compiled kernels and locks
+        # are not copied; its kernels come back from the compile caches).
+        bias = None if self.bias is None else self.bias.detach().clone()
+        new = MXLinear(self.weight(), bias, threads=self.threads, activations=self.activations)
+        memo[id(self)] = new
+        return new
+
+    # -- the call ----------------------------------------------------------------------
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ W.T + bias`` for ``x`` of shape ``(..., in_features)``."""
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+        if x.requires_grad and torch.is_grad_enabled():
+            raise RuntimeError(
+                "x: requires grad, but MXLinear is inference only (it has no backward); run "
+                "the model under torch.no_grad() or torch.inference_mode(), or pass x.detach()"
+            )
+        if x.dtype not in _DTYPES:
+            raise TypeError(f"x: expected dtype float32, bfloat16 or float16, got {x.dtype}")
+        if x.device.type != "cpu":
+            raise ValueError(f"x: mlir_mx runs on the CPU, got a tensor on {x.device}")
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise ValueError(f"x: expected shape (..., {self.in_features}), got {tuple(x.shape)}")
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features).to(torch.float32).contiguous()
+        y = torch.ops.mlir_mx.linear(
+            x2, self.codes, self.scales, self.element, self.block_size,
+            self.in_features, self.out_features, self._threads or 0,
+        )  # fmt: skip
+        if self.bias is not None:
+            y = y + self.bias.to(torch.float32)
+        return y.to(x.dtype).reshape(*lead, self.out_features)
+
+    # -- the saved form: nn.Linear's layout ------------------------------------------------
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        w = self.weight()
+        destination[prefix + "weight_codes"] = torch.from_numpy(np.array(w.packed_codes()))
+        destination[prefix + "weight_scales"] = torch.from_numpy(np.array(w.scales.view(np.uint8)))
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+        keys = (prefix + "weight_codes", prefix + "weight_scales")
+        if all(k in state_dict for k in keys):
+            codes, scales = (state_dict[k] for k in keys)
+            try:
+                w = MXArray.from_packed(
+                    codes.detach().cpu().numpy(), scales.detach().cpu().numpy(),
+                    self.element, self.block_size, axis=1,
+                )  # fmt: skip
+                if w.shape != (self.out_features, self.in_features):
+                    raise ValueError(f"holds a weight of shape {w.shape}")
+                self._adopt(Linear(w, threads=1))
+            except (TypeError, ValueError) as e:
+                errors.append(f"{prefix}weight_codes/weight_scales: {e}")
+        else:
+            missing.extend(k for k in keys if k not in state_dict)
+        rest = {k: v for k, v in state_dict.items() if k not in keys}
+        super()._load_from_state_dict(rest, prefix, local_metadata, strict, missing, unexpected, errors)
+
+
+def _weight_of(lin: Linear) -> MXArray:
+    """``W`` ``(out, in)`` blocked along ``in``, from a Linear's stored ``B = W^T``."""
+    codes, scales = lin.stored
+    fmt = element_format(lin.element)
+    k, n, block = lin.in_features, lin.out_features, lin.block_size
+    raw = codes.view(np.uint8)
+    if lin.tiled:  # the inverse of kernels.problem.tile_b_codes
+        tiles = n // 64
+        tile_bytes = raw.shape[1] // block
+        raw = raw.reshape(k // block, tiles, block, tile_bytes).transpose(0, 2, 1, 3)
+        raw = raw.reshape(k, tiles * tile_bytes)
+    b_codes = unpack_codes(np.ascontiguousarray(raw), fmt) if lin.packed else raw.view(fmt.dtype)
+    # New arrays (np.array copies): nothing of the Linear's memory is shared.
+    w_codes = np.array(b_codes.T, order="C")
+    w_scales = np.array(scales.T, order="C")
+    return MXArray(w_codes, w_scales, fmt.name, block, axis=1, copy=False)

@@ -1,0 +1,140 @@
+"""The correctness reference of a converted model, and the logit bound it must meet.
+
+The reference is the same f32 model with each converted ``nn.Linear``'s weight
+replaced by its dequantized MX weight (:func:`dequantize_`): it computes the
+converted model's function exactly, so the two differ only by f32 rounding.
+:func:`logit_bound` bounds that difference, per logit; the derivation is in
+``docs/torch.md`` ("The correctness reference"):
+
+1. Rounding errors are modelled as independent, zero-mean, relative errors of
+   size at most ``u = 2^-24`` per operation (the probabilistic analysis of Higham
+   and Mary, SIAM J. Sci. Comput. 2019).  An output element of a linear layer
+   is a sum of ``K`` products ``t_k = x_k w_k``; each term passes through at
+   most ``n`` roundings (``n = K + 2`` for our blocked order, ``docs/numerics.md``;
+   ``n = K`` for any order of torch's sgemm), each rounding a partial result no
+   larger than ``T = sum |t_k|``.  So its error has variance at most
+   ``n u^2 T^2``, and the difference of the two implementations on the same
+   input a standard deviation at most ``b = sqrt(2K + 2) u (|x| @ |W|.T)``.
+2. To first order the logits differ by ``sum_l J_l e_l`` (``J_l``: the Jacobian of
+   the logits with respect to layer ``l``'s output; the ``e_l`` are tiny).
+3. That sum of many independent terms is near-Gaussian, with a variance per logit
+   we measure on the reference itself: ``probes`` runs with ``s * b_l`` (random
+   signs ``s``: variance ``b_l^2``, never less than the rounding's) added to every
+   linear layer's output give samples of it.
+4. Bound: ``|z_ours - z_ref| <= lam * max(sigma_i, sigma_row)`` (``lam = 8``: a
+   Gaussian tail below 1e-15 per logit; ``sigma_row``, the RMS over the row's
+   logits, floors the per-logit estimate against the noise of a few probes).
+
+The variance of step 1 takes every partial sum at ``T``, its largest possible
+size, where with terms of mixed signs they are far smaller; that slack also
+covers the roundings both models do outside the linear layers (attention,
+norms: short sums, the same ops on slightly different inputs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mlir_mx.numerics import dequantize
+
+from .convert import QuantizeSummary, selected_linears
+from .quantizer import quantize_weight
+
+__all__ = ["LogitBound", "dequantize_", "greedy", "logit_bound"]
+
+_U = 2.0**-24
+
+
+def dequantize_(
+    model: torch.nn.Module,
+    weights: str = "f4E2M1FN",
+    block_size: int = 32,
+    filter_fn: Callable[[torch.nn.Module, str], bool] | None = None,
+) -> QuantizeSummary:
+    """Make ``model`` the reference of ``quantize_(model, weights, ...)``, in place:
+    each ``nn.Linear`` that ``quantize_`` would convert (same selection) gets
+    ``dequantize(quantize_weight(weight))`` as its weight, in its dtype."""
+    summary = QuantizeSummary(weights, block_size)
+    with torch.no_grad():
+        for name, owner, attr in selected_linears(model, block_size, filter_fn, summary):
+            layer = getattr(owner, attr)
+            w = quantize_weight(layer.weight, weights, block_size)
+            layer.weight.copy_(torch.from_numpy(dequantize(w)))
+            summary.converted.append(name)
+            summary.bytes_before += layer.weight.numel() * layer.weight.element_size()
+            summary.bytes_after += w.nbytes
+    return summary
+
+
+@dataclass
+class LogitBound:
+    """``logits``: the reference's logits; ``bound``: per logit, how far a correct
+    converted model's logits may be from them (same shape)."""
+
+    logits: torch.Tensor
+    bound: torch.Tensor
+
+    def check(self, logits: torch.Tensor) -> float:
+        """``max |logits - self.logits| / bound`` (<= 1: within the bound)."""
+        diff = (logits.to(torch.float32) - self.logits).abs()
+        return float((diff / self.bound).max())
+
+
+def _logits(model, input_ids) -> torch.Tensor:
+    return model(input_ids).logits.to(torch.float32)
+
+
+def logit_bound(
+    reference: torch.nn.Module,
+    input_ids: torch.Tensor,
+    *,
+    probes: int = 4,
+    lam: float = 8.0,
+    seed: int = 0,
+) -> LogitBound:
+    """The reference's logits for ``input_ids`` and the bound on a converted
+    model's (the module docstring): ``1 + probes`` forward passes of
+    ``reference`` (an f32 causal LM whose output has ``.logits``)."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def perturb(module, inputs, out):
+        x = inputs[0].to(torch.float32)
+        k = module.in_features
+        b = math.sqrt(2 * k + 2) * _U * (x.abs() @ module.weight.to(torch.float32).abs().T)
+        signs = torch.randint(0, 2, b.shape, generator=gen).to(b.dtype) * 2 - 1
+        return out + (signs * b).to(out.dtype)
+
+    with torch.inference_mode():
+        base = _logits(reference, input_ids)
+        sq = torch.zeros_like(base, dtype=torch.float64)
+        linears = [m for m in reference.modules() if type(m) is torch.nn.Linear]
+        for _ in range(probes):
+            hooks = [m.register_forward_hook(perturb) for m in linears]
+            try:
+                sq += (_logits(reference, input_ids) - base).to(torch.float64) ** 2
+            finally:
+                for h in hooks:
+                    h.remove()
+    sigma = (sq / probes).sqrt()
+    row = sigma.pow(2).mean(dim=-1, keepdim=True).sqrt()
+    bound = lam * torch.maximum(sigma, row)
+    return LogitBound(base, bound.to(torch.float32))
+
+
+def greedy(model: torch.nn.Module, input_ids: torch.Tensor, new_tokens: int) -> np.ndarray:
+    """``new_tokens`` greedy tokens after ``input_ids`` (batch 1), with the KV cache
+    (a ``transformers`` causal LM: ``cache=`` in, ``.cache`` out, as in 5.24)."""
+    tokens: list[int] = []
+    with torch.inference_mode():
+        out = model(input_ids, use_cache=True)
+        while True:
+            nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+            tokens.append(int(nxt))
+            if len(tokens) == new_tokens:
+                return np.array(tokens)
+            out = model(nxt, cache=out.cache, use_cache=True)

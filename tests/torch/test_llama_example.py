@@ -1,0 +1,26 @@
+"""examples/llama_mx.py runs on a toy config and its checks pass."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
+pytest.importorskip("transformers", reason="transformers not installed (pip install 'mlir-mx[test]')")
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama_mx.py"
+
+
+def test_llama_example_checks_pass(tmp_path, capsys):
+    main = runpy.run_path(str(EXAMPLE), run_name="llama_mx")["main"]
+    saved = tmp_path / "sd.pt"
+    argv = ["--tiny", "--layers", "2", "--prompt", "16", "--tokens", "32", "--threads", "1",
+            "--check", "--save", str(saved)]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "quantize_: 15 nn.Linear layers -> MXLinear (f4E2M1FN, block 32)" in out
+    assert "4.25 bits/weight" in out
+    assert "first 32 greedy tokens equal to the reference's: yes" in out
+    assert saved.stat().st_size > 0

@@ -1,0 +1,93 @@
+"""mx-bench --model: one row in-process on a toy config, the memory measurement,
+the targets and the report; the whole tool (--quick, one process per row) is slow."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
+pytest.importorskip("transformers", reason="transformers not installed (pip install 'mlir-mx[test]')")
+
+from llama_cases import tiny_llama  # noqa: E402
+
+from mlir_mx.bench.model import targets, worker_env  # noqa: E402
+from mlir_mx.bench.model_worker import linear_weight_bytes, run_row  # noqa: E402
+from mlir_mx.tools.mx_bench import main  # noqa: E402
+from mlir_mx.torch import quantize_  # noqa: E402
+
+TOY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+           vocab_size=256)  # fmt: skip
+
+
+def test_linear_weight_bytes_from_the_memory_referenced():
+    model = tiny_llama()
+    f32_bytes, params = linear_weight_bytes(model)
+    assert f32_bytes == 4 * params
+    quantize_(model, "f4E2M1FN")
+    mx_bytes, params2 = linear_weight_bytes(model)
+    assert params2 == params and mx_bytes * 8 / params == 4.25
+
+
+def test_one_row_in_process(tmp_path):
+    spec = dict(name="r", row="ours MXFP4", kind="mx", format="f4E2M1FN", threads=1, layers=1,
+                prompt=8, new_tokens=4, seed=0, out=str(tmp_path), prefill_samples=1, probes=1,
+                config=TOY)  # fmt: skip
+    before = torch.get_num_threads()
+    try:
+        rec = run_row(spec)  # sets torch's threads, as the row's process does
+    finally:
+        torch.set_num_threads(before)
+    assert rec["linear_bytes"] * 8 / rec["linear_params"] == 4.25
+    assert len(rec["tokens"]) == 4 and len(rec["decode_step_s"]) == 3
+    assert rec["prefill_ms"] > 0 and rec["rss_peak_kib"] >= rec["rss_model_kib"] > 0
+    assert (tmp_path / "r-logits.npy").stat().st_size > 8 * 256 * 4
+
+
+def test_targets_from_rows():
+    def row(name, tps, ms, lb=None, lp=None, rss=1000):
+        return {"spec": {"row": name, "threads": 1}, "decode_tokens_per_s": tps,
+                "prefill_ms": ms, "linear_bytes": lb, "linear_params": lp,
+                "rss_model_kib": rss, "rss_start_kib": 100}  # fmt: skip
+
+    rows = [row("torch f32", 10, 100, rss=3000), row("torch bf16", 20, 120),
+            row("ours MXFP8", 30, 90), row("ours MXFP4", 45, 95, 17, 32, rss=1000)]  # fmt: skip
+    t = {x["figure"]: x for x in targets(rows)}
+    assert t["decode tokens/s, MXFP4 / torch f32"]["value"] == 4.5
+    assert t["decode tokens/s, MXFP4 / torch f32"]["met"]
+    assert not t["decode tokens/s, MXFP4 / torch bf16"]["met"]  # 2.25 < 3
+    assert t["128-token prefill, torch f32 time / MXFP4 time"]["value"] == pytest.approx(100 / 95)
+    assert t["linear weights, MXFP4, bits per parameter"]["value"] == 4.25
+    assert t["process RSS of the converted model, MXFP4 / f32"]["value"] == pytest.approx(1 / 3)
+
+
+def test_rows_run_with_passive_openmp_waiting_unless_set(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert worker_env()["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert "OMP_WAIT_POLICY" not in worker_env()  # the user's choice stands
+
+
+def test_model_arguments_are_checked(capsys):
+    assert main(["--model", "--layers", "0"]) == 1
+    assert "--layers: must be positive" in capsys.readouterr().err
+    assert main(["--model", "--rows", "f32,fp4"]) == 1
+    assert "--rows: expected some of f32,bf16,torchao,mxfp8,mxfp4" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_quick_model_run_writes_results(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlir_mx.tools.mx_bench", "--model", "--quick", "--threads", "1",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rec = json.loads(next(tmp_path.glob("*.json")).read_text())
+    ours = [r for r in rec["rows"] if r["spec"]["kind"] == "mx"]
+    assert len(ours) == 2 and all(r["correct"] for r in ours)
+    md = next(tmp_path.glob("*.md")).read_text()
+    assert "| ours MXFP4 |" in md and "not run" in md and "Shared machine" in md

@@ -1,0 +1,126 @@
+"""MXLinear against mlir_mx.Linear and the oracle: shapes, dtypes, grad, threads, memory."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
+
+import mlir_mx  # noqa: E402
+from mlir_mx.numerics import dequantize, quantize  # noqa: E402
+from mlir_mx.torch import MXLinear, quantize_weight  # noqa: E402
+
+U = 2.0**-24
+
+
+def _layer(n_in=96, n_out=80, bias=True, seed=0) -> torch.nn.Linear:
+    torch.manual_seed(seed)
+    return torch.nn.Linear(n_in, n_out, bias=bias)
+
+
+@pytest.mark.parametrize("element", ["f4E2M1FN", "f6E2M3FN", "f8E4M3FN", "i8"])
+def test_equals_the_library_linear_bit_for_bit(element):
+    layer = _layer()
+    mx = MXLinear.from_linear(layer, element, threads=1)
+    w = quantize(layer.weight.detach().numpy(), element, 32, axis=1)
+    assert mx.weight().bitwise_equal(w)  # quantize_weight is the oracle's quantize
+    x = torch.randn(7, 96)
+    with torch.no_grad():
+        y = mx(x)
+    want = mlir_mx.Linear(w, threads=1)(x.numpy()) + layer.bias.detach().numpy()
+    np.testing.assert_array_equal(y.numpy().view(np.uint32), want.view(np.uint32))
+    # and within the matmul's bound of the exact product with the dequantized weight
+    w64 = dequantize(w).astype(np.float64)
+    x64 = x.numpy().astype(np.float64)
+    exact = x64 @ w64.T + layer.bias.detach().numpy()
+    bound = 98 * U * (np.abs(x64) @ np.abs(w64.T) + np.abs(layer.bias.detach().numpy()))
+    assert np.all(np.abs(y.numpy() - exact) <= bound)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(96,), (3, 96), (2, 5, 96), (2, 1, 3, 96), (0, 96)])
+def test_any_leading_shape_and_dtype(dtype, shape):
+    mx = MXLinear.from_linear(_layer(), threads=1)
+    x = torch.randn(shape).to(dtype)
+    with torch.inference_mode():
+        y = mx(x)
+        # exact widening, the f32 result plus bias in f32, one rounding to x's dtype
+        want = mx(x.to(torch.float32)).to(dtype)
+    assert y.dtype == dtype and y.shape == shape[:-1] + (80,)
+    assert torch.equal(y, want)
+    rows = x.reshape(-1, 96)
+    if rows.shape[0]:
+        with torch.no_grad():
+            one = mx(rows[-1:])  # a row's result does not depend on its batch
+        assert torch.equal(y.reshape(-1, 80)[-1:], one)
+
+
+def test_inference_only_and_argument_errors():
+    mx = MXLinear.from_linear(_layer(), threads=1)
+    x = torch.randn(2, 96, requires_grad=True)
+    with pytest.raises(RuntimeError, match="x: requires grad, but MXLinear is inference only"):
+        mx(x)
+    with torch.no_grad():
+        mx(x)  # no graph is recorded: fine
+    with pytest.raises(TypeError, match="x: expected dtype float32, bfloat16 or float16"):
+        mx(torch.ones(2, 96, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"x: expected shape \(\.\.\., 96\)"):
+        mx(torch.ones(2, 95))
+    with pytest.raises(ValueError, match="activations: 'i8' is not supported yet"):
+        MXLinear.from_linear(_layer(), activations="i8")
+    with pytest.raises(ValueError, match="weight: in_features 95 is not a multiple of block_size 32"):
+        MXLinear.from_linear(_layer(95, 8))
+    with pytest.raises(ValueError, match="weight: expected a 2-D MXArray"):
+        MXLinear(quantize(np.ones((64, 32), np.float32), "f4E2M1FN", 32, axis=0))
+    with pytest.raises(ValueError, match="bias: expected shape"):
+        MXLinear(quantize_weight(_layer().weight, "f8E4M3FN", 32), torch.zeros(3))
+    with pytest.raises(ValueError, match="threads"):
+        MXLinear.from_linear(_layer(), threads=0)
+
+
+def test_threads_follow_torch_unless_set():
+    mx = MXLinear.from_linear(_layer(), threads=None)
+    x = torch.randn(1, 96)
+    before = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            with torch.no_grad():
+                mx(x)
+            assert mx._linear.threads == n
+        mx.threads = 1
+        with torch.no_grad():
+            mx(x)
+        assert mx._linear.threads == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_repr_and_memory_4_25_bits_per_weight():
+    layer = _layer(256, 128, bias=False)
+    mx = MXLinear.from_linear(layer)
+    text = repr(mx)
+    for part in ("weights=f4E2M1FN", "block_size=32", "nbytes=17408", "4.25 bits/weight"):
+        assert part in text
+    # What the module references: its buffers are the Linear's own arrays (one copy).
+    owners = {}
+    for a in (*mx._linear.stored, mx.codes.numpy(), mx.scales.numpy()):
+        while isinstance(a.base, np.ndarray):
+            a = a.base
+        owners[a.ctypes.data] = a.nbytes
+    assert sum(owners.values()) * 8 / (256 * 128) == 4.25
+    assert not any(isinstance(v, mlir_mx.numerics.MXArray) for v in vars(mx).values())
+
+
+@pytest.mark.parametrize("element, n_out", [("f4E2M1FN", 128), ("f8E4M3FN", 80), ("f6E3M2FN", 96)])
+def test_the_op_on_other_tensors_builds_a_linear_over_them(element, n_out):
+    """An exported program's own copies of the buffers: Linear.from_stored, no copy."""
+    mx = MXLinear.from_linear(_layer(96, n_out, bias=False), element, threads=1)
+    x = torch.randn(3, 96)
+    codes, scales = mx.codes.clone(), mx.scales.clone()
+    with torch.no_grad():
+        y = torch.ops.mlir_mx.linear(x, codes, scales, element, 32, 96, n_out, 1)
+        assert torch.equal(y, mx(x))
+    with pytest.raises(ValueError, match=r"codes: expected a \w+ array of shape \("):
+        torch.ops.mlir_mx.linear(x, codes[:-1].clone(), scales, element, 32, 96, n_out, 1)
