@@ -1,25 +1,18 @@
 """The one place ``mlir_mx.torch`` quantizes a weight (``quantize_weight``).
 
-It calls the oracle, :func:`mlir_mx.numerics.quantize`, a slice of rows at a
-time, so that converting a layer needs little memory beyond its MX result (the
-oracle works in float64: a whole 32000 x 2048 head at once would take ~2 GB of
-temporaries).  A faster, compiled quantizer (issue 20) replaces the body of
-this function, and nothing else.
+It calls the library's compiled quantizer, :func:`mlir_mx.quantize`
+(``mx-quantize-kernels``: the oracle's bits at memory speed), on the
+tensor's own memory (DLPack, any float dtype: bf16/f16 widen in registers), so
+converting a layer needs no memory beyond its MX result.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-from mlir_mx.numerics import MXArray, element_format, packed_shape, quantize, scale_shape
-from mlir_mx.numerics.packing import is_packed_storage
+from mlir_mx.numerics import MXArray, element_format
 
 __all__ = ["quantize_weight"]
-
-#: Elements quantized per slice (about 16 MB of f32).
-_SLICE_ELEMENTS = 1 << 22
-
 
 def quantize_weight(weight: torch.Tensor, element: str, block_size: int) -> MXArray:
     """MX ``weight`` ``(out, in)`` (any float dtype, on the CPU), blocked along ``in``:
@@ -37,13 +30,8 @@ def quantize_weight(weight: torch.Tensor, element: str, block_size: int) -> MXAr
         raise ValueError(
             f"weight: in_features {cols} is not a multiple of block_size {block_size}"
         )
-    packed = is_packed_storage((rows, cols), fmt)
-    codes = np.empty(packed_shape((rows, cols), fmt) if packed else (rows, cols), np.uint8)
-    scales = np.empty(scale_shape((rows, cols), block_size, 1), np.uint8)
-    step = max(1, _SLICE_ELEMENTS // max(cols, 1))
-    for r in range(0, rows, step):
-        part = w[r : r + step].to(torch.float32).numpy()
-        q = quantize(part, fmt.name, block_size, axis=1)
-        codes[r : r + step] = q.packed_codes()
-        scales[r : r + step] = q.scales.view(np.uint8)
-    return MXArray.from_packed(codes, scales, fmt.name, block_size, axis=1, copy=False)
+    from mlir_mx.convert import quantize
+
+    if not w.is_contiguous():
+        w = w.contiguous()
+    return quantize(w, fmt.name, block_size, axis=-1)
