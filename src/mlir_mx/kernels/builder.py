@@ -336,6 +336,28 @@ class KernelBuilder:
     def extf(self, v, t):
         return arith.ExtFOp(t, v).result
 
+    def trunci(self, v, t):
+        return arith.TruncIOp(t, v).result
+
+    def fptosi(self, v, t):
+        return arith.FPToSIOp(t, v).result
+
+    def shrsi(self, a, b):
+        return arith.ShRSIOp(a, b).result
+
+    def fneg(self, a):
+        return arith.NegFOp(a).result
+
+    def maximumf(self, a, b):
+        """``arith.maximumf`` (NaN if either is NaN)."""
+        return arith.MaximumFOp(a, b).result
+
+    def minimumf(self, a, b):
+        return arith.MinimumFOp(a, b).result
+
+    def cmpf(self, pred: str, a, b):
+        return arith.CmpFOp(getattr(arith.CmpFPredicate, pred.upper()), a, b).result
+
     def sitofp(self, v, t):
         return arith.SIToFPOp(t, v).result
 

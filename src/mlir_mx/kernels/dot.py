@@ -1,0 +1,286 @@
+"""The dot kernels: MX block partials on the CPU's dot units, same bits as f32.
+
+B is read from VNNI records (:mod:`.dot_layout`, ``Problem.b_dot``), A from
+the words :mod:`.dot_prep` builds once per call.  One schedule serves the
+three shape classes through its :class:`DotConfig`::
+
+    parallel over column panels (64 columns; a contiguous range per thread)
+      for each K chunk of kcb blocks:
+        [expand the chunk's record headers (and FP4 data) into a scratch]
+        for each column sub-tile (16 nv columns) of the panel:
+          for each group of mr rows:
+            c = C[rows, cols]                          # mr x nv registers
+            for kb in the chunk:
+              acc = comp (i8) | 0                      # mr x nv registers
+              for each K group g of the block:          # 8 quads / 16 pairs
+                acc = dot(acc, broadcast(A word), B vector)
+              t = float(acc) * (sb * 2^-(fa+fb))       # bf16: acc * sb
+              c = fma(t, sa, c)
+            C[rows, cols] = c
+
+Per output element this is the blocked order of ``docs/numerics.md`` with
+the block step ``t = p * sb; c = fma(t, sa, c)``: the integer partial is
+exact, and the bf16 one is the in-order FMA chain (swapped pairs), so the
+results are the f32 kernels' bit for bit at every shape, tile and thread
+count.  decode (M = 1): mr = 1, nv = 4, the whole K in one chunk (B streams
+once, panel after panel); small: a few rows, chunks that stay in L1;
+prefill: a register tile of 6 x 2 vectors over chunks that stay in L2.
+Instructions come from :mod:`.cpu` at emission: ``vpdpbusd``/``vpdpwssd``
+with AVX512-VNNI, else ``vpmaddubsw``+``vpmaddwd`` / ``vpmaddwd`` (AVX512BW,
+:func:`~.dot_layout.dot_kind` only picks ``i8`` then when no pair sum can
+saturate), ``vdpbf16ps`` with AVX512_BF16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+
+from mlir_mx.kernels.builder import KernelBuilder
+from mlir_mx.kernels.cpu import has_features
+from mlir_mx.kernels.dot_layout import KINDS, PANEL, RecordLayout, int_factor
+from mlir_mx.kernels.dot_prep import prepare_dot_a
+from mlir_mx.kernels.problem import Operands, Problem
+from mlir_mx.kernels.widen import LANES, decode_scales
+from mlir_mx.numerics import decode_elements
+
+__all__ = ["DotConfig", "emit_dot"]
+
+
+@dataclass(frozen=True)
+class DotConfig:
+    """Tile parameters of the dot schedule."""
+
+    mr: int = 1  # rows of A per register group
+    nv: int = 4  # vectors of 16 columns per register tile (2 or 4)
+    kcb: int = 0  # blocks per K chunk (0: all of K)
+    expand: bool = False  # expand each chunk's records into a scratch (several row groups)
+    threads: int = 1
+
+
+def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) -> None:
+    """Emit the dot kernel at the current insertion point."""
+    if cfg.nv not in (2, 4) or prob.b_dot is None:
+        raise ValueError("dot kernel: needs Problem.b_dot and nv in (2, 4)")
+    kind = KINDS[prob.b_dot]
+    pa = prepare_dot_a(kb, prob, ops, kind, cfg.mr)
+    k = _Dot(kb, prob, ops, cfg, pa)
+    panels = -(-prob.n // PANEL)
+    per = -(-panels // max(1, cfg.threads))
+    tasks = -(-panels // per)
+    if tasks > 1:
+        with kb.parallel(0, tasks, 1) as t:
+            lo = kb.mul(t, per)
+            k.panels(lo, kb.min(kb.add(lo, per), panels))
+    else:
+        k.panels(kb.idx(0), kb.idx(panels))
+    kb.dealloc(pa.words)
+    kb.dealloc(pa.scales)
+
+
+class _Dot:
+    def __init__(self, kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig, pa):
+        self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
+        self.kind = KINDS[prob.b_dot]
+        self.stored = RecordLayout(self.kind, prob.b_elem, prob.block)
+        self.full = RecordLayout(self.kind, prob.b_elem, prob.block, full=True)
+        self.rec = kb.as_bytes(ops.b)
+        self.kcb = min(cfg.kcb or prob.kblocks, prob.kblocks)
+        self.vnni = has_features("avx512_vnni")
+        a_fmt = prob.a_elem or prob.a_quant
+        fa, fb = int_factor(a_fmt), int_factor(prob.b_elem)
+        self.unscale = None  # 2^-(fa+fb), int kinds
+        if self.kind.name != "bf16":
+            self.unscale = kb.const(2.0 ** -(fa + fb), kb.vec(LANES, kb.f32))
+        if self.stored.nibbles:  # FP4 code -> doubled value, per 128-bit lane
+            vals = decode_elements(_fp4_codes(), "f4E2M1FN") * 2
+            self.table = kb.const_array([int(v) for v in vals] * 4, kb.vec(64, kb.i8))
+        self.row_tail = cfg.mr > 1 and (prob.m is None or prob.m % cfg.mr != 0)
+        self.col_tail = prob.n % PANEL != 0
+
+    # -- panels and chunks -----------------------------------------------------------
+
+    def panels(self, lo, hi) -> None:
+        kb, cfg = self.kb, self.cfg
+        self.hs = self.ds = None
+        if cfg.expand:
+            self.hs = kb.alloc([self.kcb, self.full.data_offset], kb.i8)
+            if self.stored.nibbles:
+                self.ds = kb.alloc([self.kcb, self.full.nbytes - self.full.data_offset], kb.i8)
+        with kb.loop(lo, hi, 1) as j:
+            nb, kcb = self.prob.kblocks, self.kcb
+            full = nb - nb % kcb
+            if full:
+                with kb.loop(0, full, kcb) as c:
+                    self.chunk(j.iv, c.iv, kcb)
+            if nb % kcb:
+                self.chunk(j.iv, kb.idx(full), nb % kcb)
+        for buf in (self.hs, self.ds):
+            if buf is not None:
+                kb.dealloc(buf)
+
+    def chunk(self, j, c0, nblk: int) -> None:
+        kb, cfg = self.kb, self.cfg
+        if self.hs is not None:
+            self.expand(j, c0, nblk)
+        for sub in range(PANEL // (LANES * cfg.nv)):
+            with kb.loop(0, self.pa.mp, cfg.mr) as g:
+                self.micro(j, sub, c0, nblk, g.iv)
+
+    def expand(self, j, c0, nblk: int) -> None:
+        """Full headers (and FP4 data as int8) of the chunk's records into the scratch."""
+        kb = self.kb
+        with kb.loop(0, nblk, 1) as b:
+            row = self.record_row(j, kb.add(c0, b.iv))
+            for v in range(4):
+                comp, scale = self.header(row, v, stored=True)
+                if comp is not None:
+                    kb.vstore(kb.vbitcast(comp, 64, kb.i8), self.hs, [b.iv, 64 * v])
+                off = self.full.scale_offset + 64 * v
+                kb.vstore(kb.vbitcast(scale, 64, kb.i8), self.hs, [b.iv, off])
+            if self.ds is not None:
+                for g in range(self.stored.groups):
+                    for v, w in enumerate(self.data(row, None, g, range(4), stored=True)):
+                        kb.vstore(w, self.ds, [b.iv, 256 * g + 64 * v])
+
+    def record_row(self, j, blk) -> ir.Value:
+        return self.kb.add(self.kb.mul(j, self.prob.kblocks), blk)
+
+    # -- reading records ---------------------------------------------------------------
+
+    def header(self, row, v: int, stored: bool, local=None):
+        """(compensation i32 x16 or None, scale f32 x16) of columns 16v.. of a record."""
+        kb = self.kb
+        v16i = kb.vec(LANES, kb.i32)
+        if not stored:  # the expanded scratch, row `local`
+            comp = None
+            if self.kind.comp:
+                comp = kb.vbitcast(kb.vload(self.hs, [local, 64 * v], 64), LANES, kb.i32)
+            off = self.full.scale_offset + 64 * v
+            return comp, kb.vbitcast(kb.vload(self.hs, [local, off], 64), LANES, kb.f32)
+        comp = None
+        if self.kind.comp:
+            sums = kb.vbitcast(kb.vload(self.rec, [row, 32 * v], 32), LANES, kb.i16)
+            comp = kb.mul(kb.extsi(sums, v16i), kb.const(-128, v16i))
+        codes = kb.vload(self.rec, [row, self.stored.scale_offset + LANES * v], LANES)
+        scale = decode_scales(kb, codes)
+        if self.unscale is not None:
+            scale = kb.fmul(scale, self.unscale)
+        return comp, scale
+
+    def data(self, row, local, g: int, vs, stored: bool) -> list[ir.Value]:
+        """The B vectors ``vs`` (64 bytes each) of K group ``g`` of a record."""
+        kb = self.kb
+        if not stored and self.ds is not None:
+            return [kb.vload(self.ds, [local, 256 * g + 64 * v], 64) for v in vs]
+        base = self.stored.data_offset + self.stored.group_bytes * g
+        if not self.stored.nibbles:
+            return [kb.vload(self.rec, [row, base + 64 * v], 64) for v in vs]
+        v64 = kb.vec(64, kb.i8)
+        out = {}
+        for h in sorted({v // 2 for v in vs}):
+            raw = kb.vload(self.rec, [row, base + 64 * h], 64)
+            lo = kb.andi(raw, kb.const(0x0F, v64))
+            hi = kb.shrui(raw, kb.const(4, v64))
+            out[2 * h] = self.lookup(lo)
+            out[2 * h + 1] = self.lookup(hi)
+        return [out[v] for v in vs]
+
+    def lookup(self, idx: ir.Value) -> ir.Value:
+        return self.kb.intrinsic("llvm.x86.avx512.pshuf.b.512", idx.type, [self.table, idx])
+
+    # -- the microkernel ---------------------------------------------------------------
+
+    def micro(self, j, sub: int, c0, nblk: int, m0) -> None:
+        kb, cfg, prob, pa = self.kb, self.cfg, self.prob, self.pa
+        mr, nv = cfg.mr, cfg.nv
+        vs = [sub * nv + v for v in range(nv)]
+        col0 = kb.add(kb.mul(j, PANEL), sub * LANES * nv)
+        valids = [None] * nv
+        if self.col_tail:
+            valids = [kb.max(kb.min(LANES, kb.sub(prob.n, kb.add(col0, LANES * v))), 0) for v in range(nv)]
+        rows = [kb.add(m0, r) for r in range(mr)]
+        load_rows = [kb.min(r, kb.sub(pa.m, 1)) for r in rows] if self.row_tail else rows
+        c = [
+            kb.load_lanes(self.ops.c, [load_rows[r], kb.add(col0, LANES * v)], LANES, valids[v])
+            for r in range(mr)
+            for v in range(nv)
+        ]
+        with kb.loop(0, nblk, 1, c) as b:
+            blk = kb.add(c0, b.iv)
+            cc = self.block(j, blk, b.iv, rows, vs, list(b.args))
+            b.yield_(cc)
+        c = b.results
+        for r in range(mr):
+
+            def store(r=r):
+                for v in range(nv):
+                    idx = [rows[r], kb.add(col0, LANES * v)]
+                    kb.store_lanes(c[r * nv + v], self.ops.c, idx, valids[v])
+
+            if self.row_tail:
+                with kb.if_(kb.icmp("ult", rows[r], pa.m)):
+                    store()
+            else:
+                store()
+
+    def block(self, j, blk, local, rows, vs, c) -> list[ir.Value]:
+        """One block of the register tile: partials on the dot unit, then into C."""
+        kb, kind, nv = self.kb, self.kind, self.cfg.nv
+        stored = self.hs is None
+        row = self.record_row(j, blk)
+        heads = [self.header(row, v, stored, local) for v in vs]
+        if kind.comp:
+            acc = [heads[v][0] for _ in rows for v in range(nv)]
+        else:
+            t = kb.f32 if kind.name == "bf16" else kb.i32
+            acc = [kb.const(0.0 if t == kb.f32 else 0, kb.vec(LANES, t))] * (len(rows) * nv)
+        for g in range(self.stored.groups):
+            bvec = self.data(row, local, g, vs, stored)
+            word = kb.add(kb.mul(blk, self.stored.groups), g)
+            for r, m in enumerate(rows):
+                a = kb.broadcast(kb.load(self.pa.words, [m, word]), LANES)
+                for v in range(nv):
+                    acc[r * nv + v] = self.dot(acc[r * nv + v], a, bvec[v])
+        out = []
+        for r, m in enumerate(rows):
+            sa = kb.broadcast(kb.load(self.pa.scales, [m, blk]), LANES)
+            for v in range(nv):
+                p = acc[r * nv + v]
+                if kind.name != "bf16":
+                    p = kb.sitofp(p, kb.vec(LANES, kb.f32))
+                t = kb.fmul(p, heads[v][1])  # t = p * sb: one rounding
+                out.append(kb.fma(t, sa, c[r * nv + v]))
+        return out
+
+    def dot(self, acc, a_words, b_bytes) -> ir.Value:
+        """``acc + sum over each lane's group of a * b`` on this CPU's dot unit."""
+        kb, name = self.kb, self.kind.name
+        v16i = kb.vec(LANES, kb.i32)
+        if name == "bf16":
+            bf = ir.BF16Type.get()
+            a = kb.vbitcast(a_words, 32, bf)
+            b = kb.vbitcast(b_bytes, 32, bf)
+            return kb.intrinsic("llvm.x86.avx512bf16.dpbf16ps.512", acc.type, [acc, a, b])
+        if name == "i16":
+            a = kb.vbitcast(a_words, 32, kb.i16)
+            b = kb.vbitcast(b_bytes, 32, kb.i16)
+            if self.vnni:
+                return kb.intrinsic("llvm.x86.avx512.vpdpwssd.512", v16i, [acc, a, b])
+            return kb.add(acc, kb.intrinsic("llvm.x86.avx512.pmaddw.d.512", v16i, [a, b]))
+        a = kb.vbitcast(a_words, 64, kb.i8)
+        if self.vnni:
+            return kb.intrinsic("llvm.x86.avx512.vpdpbusd.512", v16i, [acc, a, b_bytes])
+        # No VNNI: u8 x s8 pair sums (exact: dot_kind checked 2 * 255 * max|b| < 2^15).
+        pairs = kb.intrinsic("llvm.x86.avx512.pmaddubs.w.512", kb.vec(32, kb.i16), [a, b_bytes])
+        ones = kb.const(1, kb.vec(32, kb.i16))
+        return kb.add(acc, kb.intrinsic("llvm.x86.avx512.pmaddw.d.512", v16i, [pairs, ones]))
+
+
+def _fp4_codes():
+    import numpy as np
+
+    from mlir_mx.numerics import ELEMENT_FORMATS
+
+    return np.arange(16, dtype=np.uint8).view(ELEMENT_FORMATS["f4E2M1FN"].dtype)
