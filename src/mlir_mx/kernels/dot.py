@@ -199,7 +199,9 @@ class _Dot:
         col0 = kb.add(kb.mul(j, PANEL), sub * LANES * nv)
         valids = [None] * nv
         if self.col_tail:
-            valids = [kb.max(kb.min(LANES, kb.sub(prob.n, kb.add(col0, LANES * v))), 0) for v in range(nv)]
+            valids = [
+                kb.max(kb.min(LANES, kb.sub(prob.n, kb.add(col0, LANES * v))), 0) for v in range(nv)
+            ]
         rows = [kb.add(m0, r) for r in range(mr)]
         load_rows = [kb.min(r, kb.sub(pa.m, 1)) for r in rows] if self.row_tail else rows
         c = [

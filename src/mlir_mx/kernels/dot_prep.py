@@ -52,7 +52,9 @@ class DotA:
     mp: ir.Value  # M rounded up to the row group
 
 
-def prepare_dot_a(kb: KernelBuilder, prob: Problem, ops: Operands, kind: DotKind, group: int) -> DotA:
+def prepare_dot_a(
+    kb: KernelBuilder, prob: Problem, ops: Operands, kind: DotKind, group: int
+) -> DotA:
     """Fill A's words and scales (rows padded to a multiple of ``group``)."""
     if prob.m is None:
         m = kb.dim(ops.a, 0)
@@ -77,7 +79,12 @@ def prepare_dot_a(kb: KernelBuilder, prob: Problem, ops: Operands, kind: DotKind
     zero = kb.const(0.0, kb.vec(LANES, kb.f32))
     with kb.loop(m, mp, 1) as row:  # padding rows: value 0, scale 0
         r = row.iv
-        vector_loop(kb, prob.k // kind.group, LANES, lambda o, v: kb.store_lanes(zero_word, words, [r, o], v))
+        vector_loop(
+            kb,
+            prob.k // kind.group,
+            LANES,
+            lambda o, v: kb.store_lanes(zero_word, words, [r, o], v),
+        )
         vector_loop(kb, prob.kblocks, LANES, lambda o, v: kb.store_lanes(zero, scales, [r, o], v))
     return DotA(words, scales, m, mp)
 
