@@ -167,8 +167,8 @@ def quantize_block(kb: KernelBuilder, xs: list[ir.Value], element: str) -> tuple
         kb.shli(code, kb.const(23, i32)),
     )
     scale = kb.bitcast(kb.select(finite, bits, kb.const(_F32_QNAN, i32)), f32)
-    # x * 2^(c - shared) in two exact steps (2^133 is not an f32).
-    e = kb.sub(kb.const(6 if fmt.is_int else 0, i32), kb.select(finite, shared, kb.const(0, i32)))
+    # x * 2^-shared as two multiplies by normal powers of two (2^-127 is not normal).
+    e = kb.sub(kb.const(0, i32), kb.select(finite, shared, kb.const(0, i32)))
     e1 = kb.shrsi(e, kb.const(1, i32))
     f1, f2 = (_pow2(kb, x) for x in (e1, kb.sub(e, e1)))
     zero = kb.const(0.0, v16f)
