@@ -23,7 +23,7 @@ from mlir_mx.dialect import load_dialect
 from mlir_mx.execution.runner import load_async_runtime, runtime_libraries
 from mlir_mx.kernels import Problem, kernel_module, plan_kernel
 from mlir_mx.passes.pipeline import build_pass_manager
-from mlir_mx.pipelines import load_pipeline, threads_pipeline
+from mlir_mx.pipelines import kernel_library_pipeline
 
 
 def phases(prob: Problem, schedule: str, threads: int) -> tuple[float, float, float, float]:
@@ -34,7 +34,7 @@ def phases(prob: Problem, schedule: str, threads: int) -> tuple[float, float, fl
         for op in module.body.operations:
             op.operation.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
         t1 = time.perf_counter()
-        pipe = threads_pipeline(threads) + "," + load_pipeline("memref-to-llvm")
+        pipe = kernel_library_pipeline(threads)
         build_pass_manager(pipe, ctx).run(module.operation)
         t2 = time.perf_counter()
         buf = io.BytesIO()

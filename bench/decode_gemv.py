@@ -44,6 +44,7 @@ from mlir_mx import numerics as N  # noqa: E402
 from mlir_mx.execution import Runner  # noqa: E402
 from mlir_mx.model.kernels import parse_shape, variant_module_text  # noqa: E402
 from mlir_mx.model.measure import cpu_model  # noqa: E402
+from mlir_mx.passes.pipeline import Pipeline  # noqa: E402
 from mlir_mx.pipelines import load_pipeline, schedule_path  # noqa: E402
 
 SHAPES = ("1x4096x4096", "8x2048x2048")
@@ -72,10 +73,11 @@ def old_blocked_pipeline(tmpdir: str) -> str:
         raise RuntimeError("schedules-blocked.mlir changed: update old_blocked_pipeline")
     path = Path(tmpdir) / "schedules-blocked-old.mlir"
     path.write_text(text.replace(new, old))
-    pipe = load_pipeline("mx-vectorize-blocked").replace(
-        schedule_path("schedules-blocked"), str(path)
+    # The schedule's path sits inside a transform-interpreter option: a text edit.
+    pipe = Pipeline.parse(
+        str(load_pipeline("mx-vectorize-blocked")).replace(schedule_path("schedules-blocked"), str(path))
     )
-    return pipe + "," + load_pipeline("lower-to-llvm")
+    return pipe + load_pipeline("lower-to-llvm")
 
 
 def time_calls(run, reps: int, target_s: float = 0.02):
@@ -105,10 +107,10 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         pipes = {
-            "ours f32": ("f32", load_pipeline("decode-f32-vectorize") + "," + llvm),
-            "mx x f32": ("mx-a", load_pipeline("mx-vectorize-blocked") + "," + llvm),
+            "ours f32": ("f32", load_pipeline("decode-f32-vectorize") + llvm),
+            "mx x f32": ("mx-a", load_pipeline("mx-vectorize-blocked") + llvm),
             "mx x mx (old)": ("mx-ab", old_blocked_pipeline(tmp)),
-            "mx x mx": ("mx-ab", load_pipeline("mx-vectorize-blocked") + "," + llvm),
+            "mx x mx": ("mx-ab", load_pipeline("mx-vectorize-blocked") + llvm),
         }
         for s in ns.shapes.split(","):
             shape = parse_shape(s)

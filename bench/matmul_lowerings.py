@@ -50,9 +50,9 @@ def pipelines() -> dict[str, str]:
     llvm = load_pipeline("lower-to-llvm")
     return {
         "fused": "mx-to-linalg{matmul-lowering=fused}," + llvm,
-        "fused-vec": load_pipeline("mx-vectorize") + "," + llvm,
+        "fused-vec": load_pipeline("mx-vectorize") + llvm,
         "blocked": "mx-to-linalg{matmul-lowering=blocked}," + llvm,
-        "blocked-vec": load_pipeline("mx-vectorize-blocked") + "," + llvm,
+        "blocked-vec": load_pipeline("mx-vectorize-blocked") + llvm,
     }
 
 

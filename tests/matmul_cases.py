@@ -85,9 +85,9 @@ def kernel_runner(prob, schedule: str, threads: int):
     from mlir_mx.dialect import load_dialect
     from mlir_mx.execution import Runner
     from mlir_mx.kernels import kernel_module, plan_kernel
-    from mlir_mx.pipelines import load_pipeline, threads_pipeline
+    from mlir_mx.pipelines import kernel_library_pipeline
 
     with ir.Context() as ctx, ir.Location.unknown():
         load_dialect(ctx)
         text = str(kernel_module(prob, plan_kernel(prob, schedule, threads)))
-    return Runner(text, threads_pipeline(threads) + "," + load_pipeline("memref-to-llvm"))
+    return Runner(text, kernel_library_pipeline(threads))

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 from mlir import ir
+
+from mlir_mx.errors import Diagnostic, MXError
 
 __all__ = [
     "Diagnostic",
@@ -34,71 +35,6 @@ _SEVERITY = {
 }
 
 _FILE_LOC = re.compile(r'^loc\("(?P<file>(?:[^"\\]|\\.)*)":(?P<line>\d+):(?P<col>\d+)')
-
-
-@dataclass
-class Diagnostic:
-    """One diagnostic with an optional file location and attached notes."""
-
-    severity: str
-    message: str
-    file: str | None = None
-    line: int | None = None
-    col: int | None = None
-    notes: list[Diagnostic] = field(default_factory=list)
-
-    def where(self) -> str:
-        if self.file is None:
-            return "<unknown>"
-        if self.line is None:
-            return self.file
-        return f"{self.file}:{self.line}:{self.col}"
-
-    def __str__(self) -> str:
-        text = f"{self.where()}: {self.severity}: {self.message}"
-        for note in self.notes:
-            text += "\n" + str(note)
-        return text
-
-    @classmethod
-    def from_location(cls, loc: ir.Location, severity: str, message: str) -> Diagnostic:
-        file, line, col = location_parts(loc)
-        return cls(severity, message, file, line, col)
-
-
-class MXError(Exception):
-    """Base of every error mlir-mx raises for bad input: located diagnostics.
-
-    ``MXError("message")`` is one unlocated error; ``MXError(diagnostic)`` or
-    ``MXError([diagnostics])`` carries located ones.  ``str(err)`` is the
-    diagnostics, one per line, as mlir-opt prints them.  The tools print
-    them and exit 1 (:func:`mlir_mx.tools.driver.tool_main`); library users
-    catch ``MXError`` (subclasses also derive from the builtin exception the
-    old API raised, e.g. ``ValueError``, so existing handlers still work).
-    """
-
-    def __init__(self, diagnostics: list[Diagnostic] | Diagnostic | str):
-        if isinstance(diagnostics, str):
-            diagnostics = [Diagnostic("error", diagnostics)]
-        elif isinstance(diagnostics, Diagnostic):
-            diagnostics = [diagnostics]
-        self.diagnostics = list(diagnostics) or [Diagnostic("error", "unknown error")]
-        #: The first diagnostic's message, without its location.
-        self.message = self.diagnostics[0].message
-        super().__init__(self.text())
-
-    def text(self) -> str:
-        """Located diagnostics as ``file:line:col: error: msg``; unlocated ones as the message."""
-        lines = []
-        for d in self.diagnostics:
-            if d.file is not None:
-                lines.append(str(d))
-            else:
-                lines.append(d.message if d.severity == "error" else f"{d.severity}: {d.message}")
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.text()
 
 
 class DiagnosticError(MXError):

@@ -24,36 +24,25 @@ MX) activations with the generated kernels of :mod:`mlir_mx.kernels`::
 
 from __future__ import annotations
 
-import ctypes
-import os
 import threading
 import weakref
-from pathlib import Path
 
 import numpy as np
 from mlir import ir
 
 from mlir_mx.dialect import load_dialect
-from mlir_mx.execution import Runner
-from mlir_mx.kernels import Problem, kernel_module, plan_kernel
-from mlir_mx.kernels.plan import SMALL_MAX_M, default_threads
+from mlir_mx.execution import FREE, BoundFunction, CompileOptions, Runner
+from mlir_mx.execution.options import default_cache_dir
+from mlir_mx.host import check_threads
+from mlir_mx.kernels import Problem, choose, kernel_module, plan_kernel, shape_class
 from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
 from mlir_mx.numerics import MXArray, is_packed_storage, pack_codes
-from mlir_mx.pipelines import load_pipeline, threads_pipeline
+from mlir_mx.pipelines import kernel_library_pipeline
 
 __all__ = ["Linear", "matmul", "cache_dir"]
 
-
-def cache_dir() -> Path | None:
-    """The persistent compile cache directory (None when disabled)."""
-    value = os.environ.get("MLIR_MX_CACHE_DIR", "")
-    if value.lower() in ("off", "0", "none"):
-        return None
-    return Path(value) if value else Path.home() / ".cache" / "mlir-mx"
-
-
-def _shape_class(m: int) -> str:
-    return "decode" if m == 1 else "small" if m <= SMALL_MAX_M else "prefill"
+#: The persistent compile cache directory (None when disabled).
+cache_dir = default_cache_dir
 
 
 class Linear:
@@ -91,7 +80,7 @@ class Linear:
         self._scales = np.ascontiguousarray(scales)
         self.threads = threads
         self._runners: dict[tuple, Runner] = {}
-        self._calls: dict[tuple, _BoundMatmul] = {}
+        self._calls: dict[tuple, BoundFunction] = {}
         self._lock = threading.Lock()
 
     # -- properties --------------------------------------------------------------
@@ -102,11 +91,7 @@ class Linear:
 
     @threads.setter
     def threads(self, value: int | None) -> None:
-        if value is None:
-            value = default_threads()
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"threads: expected a positive integer, got {value!r}")
-        self._threads = int(value)
+        self._threads = check_threads(value)
 
     @property
     def nbytes(self) -> int:
@@ -129,7 +114,7 @@ class Linear:
         out = np.zeros((m, self.out_features), np.float32)
         if m:
             a_elem = x.element if isinstance(x, MXArray) else None
-            self._bound(a_elem, _shape_class(m))(*args, out)
+            self._bound(a_elem, m, len(args))(*args, out)
         return out[0] if vector else out
 
     def _activations(self, x):
@@ -157,14 +142,22 @@ class Linear:
             raise ValueError(f"x: expected shape (M, {k}) or ({k},), got {x.shape}")
         return [np.ascontiguousarray(x2)], x2.shape[0], vector
 
-    def _bound(self, a_elem: str | None, schedule: str) -> _BoundMatmul:
-        key = (a_elem, schedule, self.threads)
+    def _problem(self, a_elem: str | None) -> Problem:
+        return Problem(
+            None, self.out_features, self.in_features, self.block_size,
+            a_elem, self.element, packed=self.packed, b_tiled=self.tiled,
+        )  # fmt: skip
+
+    def _bound(self, a_elem: str | None, m: int, n_args: int) -> BoundFunction:
+        """``@matmul`` of the kernel for ``m`` rows with the weight bound: the
+        weight's descriptors are made once (Runner.bind), so a call only
+        checks and passes the activations and the output."""
+        key = (a_elem, shape_class(m), self.threads)
         bound = self._calls.get(key)
         if bound is None:
+            schedule = choose(self._problem(a_elem), m).name
             runner = self._runner(a_elem, schedule)
-            # The first call goes through the Runner's checks; later ones reuse
-            # the weight descriptors (see _BoundMatmul).
-            bound = _BoundMatmul(runner, [self._codes, self._scales])
+            bound = runner.bind("matmul", *[FREE] * n_args, self._codes, self._scales, FREE)
             self._calls[key] = bound
         return bound
 
@@ -173,69 +166,16 @@ class Linear:
         with self._lock:
             runner = self._runners.get(key)
             if runner is None:
-                prob = Problem(
-                    None, self.out_features, self.in_features, self.block_size,
-                    a_elem, self.element, packed=self.packed, b_tiled=self.tiled,
-                )  # fmt: skip
+                prob = self._problem(a_elem)
                 with ir.Context() as ctx, ir.Location.unknown():
                     load_dialect(ctx)
                     text = str(kernel_module(prob, plan_kernel(prob, schedule, self.threads)))
-                pipeline = threads_pipeline(self.threads) + "," + load_pipeline("memref-to-llvm")
-                runner = Runner(text, pipeline, cache_dir=cache_dir())
+                options = CompileOptions(
+                    kernel_library_pipeline(self.threads), cache_dir=default_cache_dir()
+                )
+                runner = Runner(text, options=options)
                 self._runners[key] = runner
         return runner
-
-
-class _BoundMatmul:
-    """``@matmul`` of one compiled kernel with the weight's buffers bound.
-
-    The Runner checks every argument of every call (dtype, shape, contiguity,
-    writability) and builds fresh memref descriptors: ~120 us, 4 % of an
-    MXFP4 decode step of a 4096 x 14336 layer.  Here the weights are the
-    Linear's own arrays, checked once by the first call (through the
-    Runner), and the activations and output are checked by
-    ``Linear._activations`` / created by ``Linear.__call__``; so later calls
-    only refill the two per-call descriptors (under a lock: they are shared)
-    and call the function: a few microseconds.
-    """
-
-    def __init__(self, runner: Runner, weights: list[np.ndarray]):
-        self.runner, self.weights = runner, weights
-        self.fn = None
-        self.lock = threading.Lock()
-
-    def __call__(self, *args) -> None:
-        if self.fn is None:  # first call: the Runner's checks, then bind
-            self.runner.invoke("matmul", *args[:-1], *self.weights, args[-1])
-            self._bind(len(args) - 1)
-            return
-        with self.lock:
-            for desc, a in zip(self.per_call, args, strict=True):
-                _fill(desc, a)
-            self.fn(self.array)
-
-    def _bind(self, n_activation_args: int) -> None:
-        from mlir_mx.execution.arguments import descriptor, descriptor_type
-
-        self.per_call = [descriptor_type(2)() for _ in range(n_activation_args + 1)]
-        fixed = [descriptor(w) for w in self.weights]
-        order = self.per_call[:-1] + fixed + self.per_call[-1:]
-        self.ptrs = [ctypes.pointer(d) for d in order]
-        cells = [ctypes.pointer(p) for p in self.ptrs]
-        self.keep = (fixed, cells)
-        self.array = (ctypes.c_void_p * len(cells))(
-            *[ctypes.cast(c, ctypes.c_void_p) for c in cells]
-        )
-        raw = self.runner.engine.raw_lookup("_mlir_ciface_matmul")
-        self.fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(raw)
-
-
-def _fill(d, a: np.ndarray) -> None:
-    """Point a rank-2 descriptor at the C-contiguous array ``a``."""
-    d.allocated = d.aligned = a.ctypes.data
-    d.offset = 0
-    d.shape[0], d.shape[1] = a.shape
-    d.strides[0], d.strides[1] = a.shape[1], 1
 
 
 _LINEARS: dict[int, tuple[weakref.ref, Linear]] = {}

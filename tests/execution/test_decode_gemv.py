@@ -45,7 +45,7 @@ def test_blocked_vectorized_decode(shape, variant):
     else:
         qb = db = b
     acc = rng.standard_normal((s.M, s.N)).astype(np.float32)
-    r = Runner(variant_module_text(variant, s), load_pipeline("mx-vectorize-blocked") + "," + LLVM)
+    r = Runner(variant_module_text(variant, s), load_pipeline("mx-vectorize-blocked") + LLVM)
     _check(r.invoke("kernel", qa, qb, acc.copy()), da, db, acc)
     # @bench twice on the same accumulator = acc + 2 A B.
     got = r.invoke("bench", qa, qb, acc.copy(), 2)
@@ -59,5 +59,5 @@ def test_f32_baseline(shape):
     a = rng.standard_normal((s.M, s.K)).astype(np.float32)
     b = rng.standard_normal((s.K, s.N)).astype(np.float32)
     acc = rng.standard_normal((s.M, s.N)).astype(np.float32)
-    r = Runner(variant_module_text("f32", s), load_pipeline("decode-f32-vectorize") + "," + LLVM)
+    r = Runner(variant_module_text("f32", s), load_pipeline("decode-f32-vectorize") + LLVM)
     _check(r.invoke("kernel", a, b, acc.copy()), a, b, acc)

@@ -44,7 +44,7 @@ LOWERINGS = ("fused", "blocked")
 def pipeline(lowering: str, vectorized: bool = False) -> str:
     if vectorized:
         assert lowering == "blocked"
-        return load_pipeline("mx-vectorize-blocked") + "," + load_pipeline("lower-to-llvm")
+        return load_pipeline("mx-vectorize-blocked") + load_pipeline("lower-to-llvm")
     return f"mx-to-linalg{{matmul-lowering={lowering}}}," + load_pipeline("lower-to-llvm")
 
 

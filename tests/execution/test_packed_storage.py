@@ -25,10 +25,7 @@ func.func @q(%x: tensor<4x64xf32>) -> {FP4A} {{
   return %0 : {FP4A}
 }}
 """
-UNPACKED = kernel_pipeline("auto", 1).replace(
-    "mx-to-linalg{matmul-lowering=blocked}",
-    "mx-to-linalg{matmul-lowering=blocked subbyte-storage=unpacked}",
-)
+UNPACKED = kernel_pipeline("auto", 1).with_options("mx-to-linalg", subbyte_storage="unpacked")
 
 
 @pytest.fixture(scope="module")

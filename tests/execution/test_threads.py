@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from matmul_cases import case, matmul_text
 
+from mlir_mx.errors import MXError
 from mlir_mx.execution import Runner, clear_cache
 
 
@@ -42,13 +43,13 @@ def test_engines_come_and_go():
         import numpy as np
         from matmul_cases import case, matmul_text
         from mlir_mx.execution import Runner, clear_cache, runtime_libraries
-        import mlir_mx.execution.compiled as R
+        import mlir_mx.execution.libraries as R
         for i in range(4):
             m = 3 + i
             text = matmul_text(m, 64, 96, "f8E4M3FN", "f8E4M3FN")
             args, acc, exact, bound = case(m, 64, 96, "f8E4M3FN", "f8E4M3FN")
             # also pass the library the old way: the Runner must drop it
-            libs = runtime_libraries() + [str(R._wheel_library(R._ASYNC_RUNTIME))]
+            libs = runtime_libraries() + [str(R._wheel_library(R.ASYNC_RUNTIME))]
             r = Runner(text, threads=2, shared_libs=libs)
             c = r.invoke("mm", *args, acc.copy())
             assert np.all(np.abs(c - exact) <= bound)
@@ -65,10 +66,20 @@ def test_engines_come_and_go():
     assert proc.stdout.strip().endswith("ok")
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5, "2"])
-def test_bad_thread_counts(bad):
-    with pytest.raises(ValueError, match="threads must be a non-negative integer"):
+@pytest.mark.parametrize(
+    "bad, error, message",
+    [
+        (-1, ValueError, r"threads: expected an integer in \[1, 1024\], got -1"),
+        (0, ValueError, r"threads: expected an integer in \[1, 1024\], got 0"),
+        (2**31, ValueError, r"threads: expected an integer in \[1, 1024\], got 2147483648"),
+        (1.5, TypeError, "threads: expected a positive integer, got 1.5"),
+        ("2", TypeError, "threads: expected a positive integer, got '2'"),
+    ],
+)
+def test_bad_thread_counts(bad, error, message):
+    with pytest.raises(error, match=message) as err:
         Runner(matmul_text(1, 32, 16, "f8E4M3FN", None), threads=bad)
+    assert isinstance(err.value, MXError)
 
 
 def test_threads_apply_to_the_default_pipeline_only():

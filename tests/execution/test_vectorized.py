@@ -15,7 +15,7 @@ from mlir_mx.execution import Runner
 from mlir_mx.numerics import ELEMENT_FORMATS, dequantize, quantize
 from mlir_mx.pipelines import load_pipeline
 
-PIPELINE = load_pipeline("mx-vectorize") + "," + load_pipeline("lower-to-llvm")
+PIPELINE = load_pipeline("mx-vectorize") + load_pipeline("lower-to-llvm")
 
 
 def _module(m, n, k, elem, rhs_mx):

@@ -16,8 +16,8 @@ from mlir import ir
 from mlir.dialects import func
 
 from mlir_mx.execution import Runner
+from mlir_mx.host import has_features
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.cpu import has_features
 from mlir_mx.kernels.widen import Decoder, decode_scales
 from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements, pack_codes, unpack_codes
 from mlir_mx.numerics import decode_scales as oracle_scales

@@ -79,12 +79,9 @@ func.func @strunc(%x: tensor<?xf32>, %s: tensor<?xf8E8M0FNU>) -> tensor<?x{NT}> 
 """
 
 
-def _pipeline(f16_widening: bool) -> str:
-    p = load_pipeline("lower-to-llvm")
-    return (
-        p
-        if f16_widening
-        else p.replace("mx-expand-narrow-floats", "mx-expand-narrow-floats{f16-widening=0}")
+def _pipeline(f16_widening: bool):
+    return load_pipeline("lower-to-llvm").with_options(
+        "mx-expand-narrow-floats", f16_widening=f16_widening
     )
 
 

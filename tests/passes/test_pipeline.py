@@ -53,9 +53,9 @@ def test_upstream_options_are_rendered_as_written():
 
 
 def test_parse_render_and_compose():
-    text = load_pipeline("lower-to-llvm")
-    p = Pipeline.parse(text)
-    assert Pipeline.parse(str(p)) == p
+    p = load_pipeline("lower-to-llvm")
+    text = str(p)
+    assert Pipeline.parse(text) == p
     assert len(p) == text.count(",") + 1 - text.count(",", text.index("{"), text.index("}"))
     head = PipelineElement.of("mx-to-linalg", matmul_lowering="blocked")
     whole = head + p
@@ -74,9 +74,9 @@ def test_runs_looks_into_nested_pipelines():
 
 
 def test_ownership_follows_the_deallocation_pass():
-    assert Pipeline.parse(load_pipeline("lower-to-llvm")).returns_owned_buffers
-    assert Pipeline.parse(load_pipeline("bufferize")).returns_owned_buffers
-    assert not Pipeline.parse(load_pipeline("memref-to-llvm")).returns_owned_buffers
+    assert load_pipeline("lower-to-llvm").returns_owned_buffers
+    assert load_pipeline("bufferize").returns_owned_buffers
+    assert not load_pipeline("memref-to-llvm").returns_owned_buffers
 
 
 RETURNS = """

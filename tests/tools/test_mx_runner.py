@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from mlir_mx.kernels.registry import schedule_names
+
 ROOT = Path(__file__).resolve().parents[2]
 ROUNDTRIP = ROOT / "examples" / "run-roundtrip.mlir"
 
@@ -89,9 +91,11 @@ def test_threads_and_schedule_of_the_default_lowering(tmp_path):
 @pytest.mark.parametrize(
     "flags,message",
     [
-        (["--threads=0"], "--threads must be a positive integer, got '0'"),
-        (["--schedule=fast"], "--schedule must be one of auto, decode, small, prefill"),
-        (["--threads=2", "--pass-pipeline=mx-to-linalg"], "configure the default lowering"),
+        (["--threads=0"], "--threads: expected an integer in [1, 1024], got 0"),
+        (["--threads=2147483648"], "--threads: expected an integer in [1, 1024], got 2147483648"),
+        (["--threads=x"], "--threads: expected a positive integer, got 'x'"),
+        (["--schedule=fast"], "--schedule must be one of " + ", ".join(schedule_names())),
+        (["--threads=2", "--pass-pipeline=mx-to-linalg"], "configure the default pipeline"),
     ],
 )
 def test_bad_kernel_options(tmp_path, flags, message):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlir_mx.kernels.cpu import feature_table
+from mlir_mx.host import feature_table
 from mlir_mx.model.measure import cpu_model, measure_bandwidth, measure_peak
 
 __all__ = [
@@ -29,7 +29,7 @@ __all__ = [
 
 
 def cpu_features() -> dict[str, bool]:
-    """The CPU features that matter to the kernels, present or not (``mlir_mx.kernels.cpu``)."""
+    """The CPU features that matter to the kernels, present or not (``mlir_mx.host``)."""
     return feature_table()
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlir_mx.execution import Runner
+from mlir_mx.kernels import SCHEDULES, plan_kernel
 from mlir_mx.kernels import Problem as KProblem
-from mlir_mx.kernels import plan_kernel
 from mlir_mx.model.kernels import Shape, variant_module_text
 
 from .method import Method
@@ -63,13 +63,15 @@ def our_variants(
     for this M, and mx x mx with each other schedule ("per schedule"), all
     on ``threads`` threads.
     """
-    chosen = plan_kernel(
-        KProblem(shape.M, shape.N, shape.K, block_size, element, element), "auto", threads
-    ).schedule
+    prob = KProblem(shape.M, shape.N, shape.K, block_size, element, element)
+    chosen = plan_kernel(prob, "auto", threads).name
     variants = []
     rows = [("mx-ab", "ours mx x mx", "auto"), ("mx-a", "ours mx x f32", "auto")]
-    rows += [("mx-ab", f"ours mx x mx {s}", s) for s in ("decode", "small", "prefill")
-             if s != chosen and (s != "decode" or shape.M == 1)]  # fmt: skip
+    # Every other schedule that supports the problem (the decode schedule
+    # only at M = 1: one row at a time is its whole design).
+    rows += [("mx-ab", f"ours mx x mx {s.name}", s.name) for s in SCHEDULES.values()
+             if s.name != chosen and s.supports(prob)
+             and (s.shape_class != "decode" or shape.M == 1)]  # fmt: skip
     for operands, label, schedule in rows:
         text = variant_module_text(operands, shape, element, block_size)
         variants.append(

@@ -1,6 +1,9 @@
 """JIT compilation and execution of lowered modules (numpy in, numpy out)."""
 
 from mlir_mx.execution.runner import (
+    FREE,
+    BoundFunction,
+    CompileOptions,
     Runner,
     clear_cache,
     compile_module,
@@ -8,4 +11,13 @@ from mlir_mx.execution.runner import (
     runtime_libraries,
 )
 
-__all__ = ["Runner", "clear_cache", "compile_module", "numpy_dtype", "runtime_libraries"]
+__all__ = [
+    "FREE",
+    "BoundFunction",
+    "CompileOptions",
+    "Runner",
+    "clear_cache",
+    "compile_module",
+    "numpy_dtype",
+    "runtime_libraries",
+]

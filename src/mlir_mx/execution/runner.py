@@ -39,6 +39,7 @@ libraries): constructing a second Runner for the same text reuses the engine.
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import numpy as np
 from mlir import ir
@@ -46,16 +47,15 @@ from mlir.execution_engine import ExecutionEngine
 
 from mlir_mx.diagnostics import DiagnosticError
 from mlir_mx.execution import arguments as args_
-from mlir_mx.execution.compiled import (
-    clear_cache,
-    compile_module,
-    default_pipeline,
-    load_async_runtime,
-    runtime_libraries,
-)
+from mlir_mx.execution.compiled import clear_cache, compile_module, default_pipeline
+from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
+from mlir_mx.execution.options import CompileOptions
 from mlir_mx.execution.signature import MXParam, Param, Signature, numpy_dtype
 
 __all__ = [
+    "FREE",
+    "BoundFunction",
+    "CompileOptions",
     "Runner",
     "compile_module",
     "default_pipeline",
@@ -80,10 +80,13 @@ _libc.free.restype = None
 class Runner:
     """A compiled module whose public functions can be called with numpy arrays.
 
-    ``Runner(module, pipeline=None, **options)`` compiles once (cached;
-    ``options``: ``opt_level=3``, ``shared_libs``, ``context``,
-    ``schedule="auto"``, ``threads``, ``cache_dir``, ``validate``, as for
-    :func:`~mlir_mx.execution.compiled.compile_module`);
+    ``Runner(module, pipeline=None, *, options=None, context=None,
+    validate=None, **fields)`` compiles once (cached), with a
+    :class:`~mlir_mx.execution.options.CompileOptions` given as ``options``
+    or made from ``pipeline`` and ``fields`` (``schedule="auto"``,
+    ``threads``, ``opt_level=3``, ``shared_libs``, ``cache_dir``);
+    ``context`` and ``validate`` as for
+    :func:`~mlir_mx.execution.compiled.compile_module`;
     ``runner.invoke("f", *args)`` or ``runner.f(*args)`` calls ``@f``.
     Without a pipeline, mx matmuls become the generated kernels of
     :mod:`mlir_mx.kernels` (``schedule``: ``auto``/``decode``/``small``/
@@ -95,13 +98,26 @@ class Runner:
     :class:`~mlir_mx.diagnostics.DiagnosticError`.
     """
 
-    def __init__(self, module: ir.Module | str, pipeline: str | None = None, **options):
-        self._compiled = compile_module(module, pipeline, **options)
+    def __init__(
+        self,
+        module: ir.Module | str,
+        pipeline=None,
+        *,
+        options: CompileOptions | None = None,
+        context: ir.Context | None = None,
+        validate=None,
+        **fields,
+    ):
+        if options is None:
+            options = CompileOptions(pipeline, **fields)
+        elif pipeline is not None or fields:
+            raise TypeError("Runner: give either options= or pipeline/option fields, not both")
+        self._compiled = compile_module(module, options, context=context, validate=validate)
 
-    @classmethod
-    def compile(cls, module, pipeline=None, **kwargs) -> Runner:
-        """Same as the constructor (the compilation itself is cached)."""
-        return cls(module, pipeline, **kwargs)
+    @property
+    def options(self) -> CompileOptions:
+        """The options this module was compiled with."""
+        return self._compiled.options
 
     @property
     def functions(self) -> list[str]:
@@ -123,6 +139,26 @@ class Runner:
             known = ", ".join(self.functions) or "none"
             raise AttributeError(f"no public function '{name}' in the module (available: {known})")
         return sig
+
+    def entry(self, name: str) -> int:
+        """The address of ``@name``'s C interface (``_mlir_ciface_<name>``)."""
+        fn = self._compiled.engine.raw_lookup("_mlir_ciface_" + name)
+        if not fn:  # check_symbols makes this unreachable for unresolved externals
+            raise DiagnosticError(f"{name}: the JIT did not produce the compiled function")
+        return fn
+
+    def bind(self, name: str, *args) -> BoundFunction:
+        """A fast callable of ``@name`` with some arguments fixed.
+
+        ``args`` gives every argument of ``@name`` in order, :data:`FREE` for
+        the ones each call supplies: ``f = runner.bind("matmul", FREE, w,
+        sw, FREE)`` then ``f(x, out)``.  The fixed arguments are checked
+        once, here, and their memref descriptors kept (they must not change
+        shape; the Runner keeps them alive); each call checks only its own
+        arguments (the same checks as :meth:`invoke`) and refills their
+        descriptors.  Results come back as from :meth:`invoke`.
+        """
+        return BoundFunction(self, name, args)
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -159,28 +195,36 @@ class Runner:
                 keep.append(cell)
                 packed.append(ctypes.pointer(cell))
 
-        res = sig.flat_results
-        out = None
-        if len(res) == 1 and not res[0].is_buffer:
-            out = _result_ctype(res[0])()
-            packed.append(ctypes.pointer(out))  # a returned scalar: last slot
-        elif res:
-            fields = [(f"r{i}", _result_ctype(p)) for i, p in enumerate(res)]
-            if len(res) == 1:
-                out = fields[0][1]()
-            else:
-                out = type("Results", (ctypes.Structure,), {"_fields_": fields})()
-            out_ptr = ctypes.pointer(out)
-            keep.append(out_ptr)
-            packed.insert(0, ctypes.pointer(out_ptr))  # struct results: first slot
-
-        fn = self._compiled.engine.raw_lookup("_mlir_ciface_" + name)
-        if not fn:  # check_symbols makes this unreachable for unresolved externals
-            raise DiagnosticError(f"{name}: the JIT did not produce the compiled function")
+        out, first = self._result_cell(sig)
+        if out is not None:
+            cell = ctypes.pointer(out)
+            if first:  # struct results: a pointer to the struct, first slot
+                keep.append(cell)
+                cell = ctypes.pointer(cell)
+            packed.insert(0, cell) if first else packed.append(cell)
         array = (ctypes.c_void_p * len(packed))(*[ctypes.cast(x, ctypes.c_void_p) for x in packed])
-        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(fn)(array)
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self.entry(name))(array)
         del keep
+        return self._results(sig, out, buffers)
 
+    @staticmethod
+    def _result_cell(sig: Signature):
+        """``(cell, first)``: where ``@name``'s results are written (None when
+        it returns nothing); ``first``: a struct whose pointer goes in the
+        first slot (memrefs, several results), else a scalar in the last."""
+        res = sig.flat_results
+        if not res:
+            return None, False
+        if len(res) == 1 and not res[0].is_buffer:
+            return _result_ctype(res[0])(), False
+        fields = [(f"r{i}", _result_ctype(p)) for i, p in enumerate(res)]
+        if len(res) == 1:
+            return fields[0][1](), True
+        return type("Results", (ctypes.Structure,), {"_fields_": fields})(), True
+
+    def _results(self, sig: Signature, out, buffers: list[np.ndarray]):
+        """The Python value of the results in ``out`` (copied; owned buffers freed)."""
+        res = sig.flat_results
         if not res:
             return None
         if len(res) == 1 and not res[0].is_buffer:
@@ -240,3 +284,110 @@ def _scalar_out(p: Param, cell):
     raw = cell.value if isinstance(cell, ctypes._SimpleCData) else cell
     bits = np.array([raw], dtype=f"u{p.dtype.itemsize}")
     return bits.view(p.dtype)[0]
+
+
+class _Free:
+    def __repr__(self) -> str:
+        return "FREE"
+
+
+#: Marks an argument of :meth:`Runner.bind` that each call supplies.
+FREE = _Free()
+
+
+class BoundFunction:
+    """``@name`` of a Runner with some arguments fixed (:meth:`Runner.bind`).
+
+    Every memref argument has its own descriptor, made once: a call checks
+    its arguments (``arguments.check_buffer``, as :meth:`Runner.invoke`
+    does) and points their descriptors at them, then calls.  Calls are
+    serialized (the descriptors are shared).
+    """
+
+    def __init__(self, runner: Runner, name: str, args: tuple):
+        sig = runner.signature(name)
+        if len(args) != len(sig.args):
+            raise TypeError(f"{name}: expected {len(sig.args)} argument(s) to bind, got {len(args)}")
+        for p in sig.flat_args + sig.flat_results:
+            if p.error:
+                raise TypeError(f"{name}: {p.name}: {p.error}")
+        self.runner, self.name, self.sig = runner, name, sig
+        self._free = [i for i, a in enumerate(args) if a is FREE]
+        self._free_params = [sig.args[i] for i in self._free]
+        self._split = any(isinstance(p, MXParam) for p in self._free_params)
+        slots, n = [], 0  # flat slots of each declared argument
+        for p in sig.args:
+            k = len(p.parts) if isinstance(p, MXParam) else 1
+            slots.append(range(n, n + k))
+            n += k
+        fixed = [i for i, a in enumerate(args) if a is not FREE]
+        fixed_flat = args_.split_mx_args(
+            name, [sig.args[i] for i in fixed], [args[i] for i in fixed], MXParam
+        )
+        writes = runner._compiled.writes(name)
+        self._cells: list = [None] * n
+        self._keep: list = []  # the fixed cells and descriptors, alive as long as this
+        self._fixed_arrays: list[np.ndarray] = []
+        for j, a in zip([j for i in fixed for j in slots[i]], fixed_flat, strict=True):
+            self._cells[j] = self._cell(j, a, writes)
+        self._slots = [j for i in self._free for j in slots[i]]
+        self._params = [sig.flat_args[j] for j in self._slots]
+        self._writes = [j in writes for j in self._slots]
+        self._descs = []
+        for j, p in zip(self._slots, self._params, strict=True):
+            if p.is_buffer:  # a descriptor of its own, refilled by each call
+                desc = args_.descriptor_type(len(p.shape))()
+                self._descs.append(desc)
+                self._cells[j] = ctypes.pointer(desc)
+            else:
+                self._descs.append(None)
+        _, self._first = Runner._result_cell(sig)
+        self._shift = int(self._first)  # struct results take slot 0
+        self._array = (ctypes.c_void_p * (n + bool(sig.flat_results)))()
+        for j, cell in enumerate(self._cells):
+            if cell is not None:
+                self._array[j + self._shift] = ctypes.cast(ctypes.pointer(cell), ctypes.c_void_p)
+        self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(runner.entry(name))
+        self._lock = threading.Lock()
+
+    def _cell(self, j: int, a, writes):
+        """The cell of fixed flat argument ``j``: a pointer to a descriptor, or a scalar."""
+        p = self.sig.flat_args[j]
+        if not p.is_buffer:
+            cell = args_.scalar_cell(self.name, j, p, a)
+            self._keep.append(cell)
+            return cell
+        arr = args_.check_buffer(self.name, j, p, a, lambda: j in writes)
+        desc = args_.descriptor(arr)
+        self._keep.append(desc)
+        self._fixed_arrays.append(arr)
+        return ctypes.pointer(desc)
+
+    def __call__(self, *args):
+        if len(args) != len(self._free):
+            raise TypeError(f"{self.name}: expected {len(self._free)} argument(s), got {len(args)}")
+        if self._split:
+            args = args_.split_mx_args(self.name, self._free_params, args, MXParam)
+        arrays = []
+        for j, p, w, a in zip(self._slots, self._params, self._writes, args, strict=True):
+            if p.is_buffer:
+                arrays.append(args_.check_buffer(self.name, j, p, a, lambda w=w: w))
+            else:
+                arrays.append(args_.scalar_cell(self.name, j, p, a))
+        out, first = Runner._result_cell(self.sig)
+        cell = None
+        if out is not None:
+            cell = ctypes.pointer(ctypes.pointer(out)) if first else ctypes.pointer(out)
+        with self._lock:  # the descriptors and slots are shared by calls
+            for j, d, a in zip(self._slots, self._descs, arrays, strict=True):
+                if d is not None:
+                    args_.point(d, a)
+                else:
+                    self._array[j + self._shift] = ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
+            if cell is not None:
+                self._array[0 if first else -1] = ctypes.cast(cell, ctypes.c_void_p)
+            self._fn(self._array)
+        if out is None:
+            return None
+        buffers = [a for a, p in zip(arrays, self._params, strict=True) if p.is_buffer]
+        return self.runner._results(self.sig, out, buffers + self._fixed_arrays)

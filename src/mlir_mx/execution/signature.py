@@ -15,7 +15,15 @@ from mlir_mx.dialect import MXTensorType, is_mx_type
 from mlir_mx.ir_utils import function_type, public_functions
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_DTYPE, SCALE_TYPE
 
-__all__ = ["MXParam", "Param", "Signature", "flatten", "numpy_dtype", "signatures"]
+__all__ = [
+    "MXParam",
+    "Param",
+    "Signature",
+    "emit_c_interfaces",
+    "flatten",
+    "numpy_dtype",
+    "signatures",
+]
 
 # MLIR element type (as printed) -> numpy dtype.  The MX element and scale
 # types come from the format table: ml_dtypes stores every narrow float in
@@ -134,8 +142,8 @@ def param(name: str, t: ir.Type, packed: bool = True) -> Param | MXParam:
 
 
 def signatures(module: ir.Module, packed: bool = True) -> dict[str, Signature]:
-    """Signatures of the public functions with bodies; marks them for the C
-    interface.  ``packed``: the lowering stores sub-byte mx codes packed at
+    """Signatures of the public functions with bodies (the module is not
+    changed).  ``packed``: the lowering stores sub-byte mx codes packed at
     function boundaries (``mx-to-linalg{subbyte-storage=packed}``)."""
     sigs: dict[str, Signature] = {}
     for op in public_functions(module):
@@ -145,5 +153,11 @@ def signatures(module: ir.Module, packed: bool = True) -> dict[str, Signature]:
         args = tuple(param(f"%arg{i}", t, packed) for i, t in enumerate(ftype.inputs))
         results = tuple(param(f"result {i}", t, packed) for i, t in enumerate(ftype.results))
         sigs[name] = Signature(name, args, results)
-        attrs["llvm.emit_c_interface"] = ir.UnitAttr.get()
     return sigs
+
+
+def emit_c_interfaces(module: ir.Module) -> None:
+    """Mark every public function for upstream's C interface
+    (``_mlir_ciface_<name>``, the entry points the Runner calls)."""
+    for op in public_functions(module):
+        op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()

@@ -9,9 +9,10 @@ of :mod:`mlir_mx.kernels.problem` as loop nests of upstream ``scf`` /
 * :mod:`~mlir_mx.kernels.packed`: prefill, B widened once into packed f32
   panels that a register-tiled microkernel reuses for every row tile.
 
-:mod:`~mlir_mx.kernels.plan` picks the schedule and its tiles from the shape
-(``schedule=auto``); the ``mx-matmul-kernels`` pass puts a kernel in place of
-the ``mx-to-linalg`` blocked matmul, and :func:`kernel_module` builds a
+:mod:`~mlir_mx.kernels.registry` holds the schedules (one entry each) and
+the automatic choice by shape (``schedule=auto``); :mod:`~mlir_mx.kernels.plan`
+configures one for a problem; the ``mx-matmul-kernels`` pass puts a kernel
+in place of the ``mx-to-linalg`` blocked matmul, and :func:`kernel_module` builds a
 stand-alone module around one kernel (for the library API and tests).
 """
 
@@ -21,8 +22,9 @@ from mlir import ir
 from mlir.dialects import arith, func
 
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.plan import SCHEDULES, KernelPlan, plan_kernel
+from mlir_mx.kernels.plan import KernelPlan, plan_kernel
 from mlir_mx.kernels.problem import Operands, Problem
+from mlir_mx.kernels.registry import SCHEDULES, Schedule, choose, shape_class
 from mlir_mx.numerics.formats import SCALE_TYPE
 
 __all__ = [
@@ -31,6 +33,9 @@ __all__ = [
     "Operands",
     "Problem",
     "SCHEDULES",
+    "Schedule",
+    "choose",
+    "shape_class",
     "emit_matmul",
     "kernel_module",
     "plan_kernel",

@@ -26,7 +26,7 @@ Column tails (N not a multiple of the tile) use masked loads and stores.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlir import ir
 
@@ -34,7 +34,10 @@ from mlir_mx.kernels.builder import KernelBuilder
 from mlir_mx.kernels.problem import KernelState, Operands, PreparedA, Problem, prepare_a
 from mlir_mx.kernels.widen import LANES, decode_scales
 
-__all__ = ["StreamConfig", "emit_stream"]
+__all__ = ["StreamConfig", "emit_stream", "TILED_PREFETCH"]
+
+#: Software prefetch distance, in column tiles, for a tiled B.
+TILED_PREFETCH = 4
 
 
 @dataclass(frozen=True)
@@ -43,9 +46,20 @@ class StreamConfig:
 
     mr: int = 1  # rows of A per register group
     nv: int = 4  # f32 vectors (x16 columns) per column tile
-    ku: int = 4  # unroll of the in-block loop
+    ku: int = 8  # unroll of the in-block loop
     threads: int = 1
     prefetch: int = 0  # software prefetch distance in blocks (0: none)
+
+    def adapt(self, prob: Problem) -> StreamConfig:
+        """Prefetch for a tiled B.
+
+        A tiled B is one sequential stream: prefetching 4 tiles (4 KiB of
+        FP4) ahead measured 1.4x (1 thread) / 1.3x (2) on the MXFP4 MLP's
+        three layers (bench/results/kernels-findings-2026-11-30.md);
+        row-major B reads 32 rows at once and was slower with prefetching,
+        so it has none.
+        """
+        return replace(self, prefetch=TILED_PREFETCH if prob.b_tiled else 0)
 
 
 def emit_stream(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: StreamConfig) -> None:

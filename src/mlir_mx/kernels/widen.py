@@ -48,8 +48,8 @@ import ml_dtypes
 import numpy as np
 from mlir import ir
 
+from mlir_mx.host import has_features
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.cpu import has_features
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, ElementFormat, decode_elements
 from mlir_mx.numerics.packing import packing_group
 

@@ -157,12 +157,11 @@ def time_kernel(
         if v.matmul_lowering:
             raise VariantUnavailable(f"{variant}: {err}") from None
         raise
-    from mlir_mx.passes.pipeline import Pipeline
     from mlir_mx.pipelines import load_pipeline
 
-    pipeline = Pipeline.parse(load_pipeline("lower-to-llvm"))
+    pipeline = load_pipeline("lower-to-llvm")
     if v.exec_pipeline:
-        pipeline = Pipeline.parse(load_pipeline(v.exec_pipeline)) + pipeline
+        pipeline = load_pipeline(v.exec_pipeline) + pipeline
     runner = Runner(lowered, pipeline)
     rng = np.random.default_rng(seed)
     args, ref = _inputs(v, shape, element, block_size, rng)

@@ -27,7 +27,7 @@ from mlir import ir
 
 from mlir_mx.ir_utils import collect, kernel_tag, owner_op, users
 from mlir_mx.kernels import Operands, Problem, emit_matmul, plan_kernel
-from mlir_mx.kernels.plan import SCHEDULES
+from mlir_mx.kernels.registry import SCHEDULES, schedule_names
 from mlir_mx.numerics import element_format
 from mlir_mx.passes.registry import Option, PassError, register_pass
 
@@ -44,8 +44,9 @@ __all__ = ["mx_matmul_kernels"]
             "schedule",
             str,
             "auto",
-            "Kernel schedule: 'auto' (by M), 'decode', 'small' or 'prefill'",
-            choices=SCHEDULES,
+            "Kernel schedule: 'auto' (by M and formats) or one of: "
+            + "; ".join(f"'{s.name}' ({s.help})" for s in SCHEDULES.values()),
+            choices=schedule_names(),
         ),
         Option("threads", int, 0, "Threads (parallel column panels); 0: this machine's cores"),
     ],
@@ -53,9 +54,10 @@ __all__ = ["mx_matmul_kernels"]
 def mx_matmul_kernels(op: ir.Operation, *, schedule: str = "auto", threads: int = 0) -> None:
     """Rewrite every blocked matmul pair under ``op``."""
     op = getattr(op, "operation", op)
-    if schedule not in SCHEDULES:
+    if schedule not in schedule_names():
         raise PassError(
-            f"mx-matmul-kernels: unknown schedule '{schedule}' (available: {', '.join(SCHEDULES)})",
+            f"mx-matmul-kernels: unknown schedule '{schedule}' "
+            f"(available: {', '.join(schedule_names())})",
             op.location,
         )
     if threads < 0:

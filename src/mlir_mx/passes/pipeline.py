@@ -19,7 +19,7 @@ may be named at module level, as ``mlir-opt`` allows: they are nested into
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mlir import ir, passmanager
@@ -37,7 +37,6 @@ from mlir_mx.passes.registry import (
     OptionError,
     lookup,
     lookup_extension,
-    parse_options,
     render_option_value,
 )
 
@@ -64,11 +63,28 @@ class PipelineError(MXError, ValueError):
 
 @dataclass(frozen=True)
 class PipelineElement:
-    """One element: ``name{options}`` or ``anchor(nested, ...)``."""
+    """One element: ``name{options}`` or ``anchor(nested, ...)``.
+
+    ``options`` is the option text as upstream's syntax spells it.  For a
+    pass of our registry it is parsed once, when the element is made, into
+    typed :attr:`values` (a bad value fails here, as a
+    :class:`PipelineError`); upstream's parser checks its own passes' options.
+    """
 
     name: str
     options: str = ""
     nested: tuple[PipelineElement, ...] | None = None
+    #: Typed option values of a pass of our registry (all of its options,
+    #: defaults included, keyed in snake_case); None for upstream passes.
+    values: dict[str, Any] | None = field(default=None, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        spec = lookup(self.name) if self.nested is None else None
+        if spec is not None:
+            try:
+                object.__setattr__(self, "values", spec.parse_options(self.options))
+            except OptionError as err:
+                raise PipelineError(str(err)) from None
 
     def __str__(self) -> str:
         if self.nested is not None:
@@ -156,21 +172,33 @@ class Pipeline:
 
         return first(self.elements)
 
+    def with_options(self, name: str, **options: Any) -> Pipeline:
+        """This pipeline with pass ``name`` (of our registry, at any depth)
+        given the typed ``options`` on top of those it has."""
+        if lookup(name) is None:
+            raise PipelineError(f"with_options: '{name}' is not a pass of mlir-mx")
+        if self.find(name) is None:
+            raise PipelineError(f"with_options: the pipeline does not run '{name}'")
+
+        def rebuilt(elements):
+            out = []
+            for e in elements:
+                if e.nested is not None:
+                    e = PipelineElement(e.name, nested=tuple(rebuilt(e.nested)))
+                elif e.name == name:
+                    e = PipelineElement.of(name, **{**e.values, **options})
+                out.append(e)
+            return out
+
+        return Pipeline(tuple(rebuilt(self.elements)))
+
     @property
     def packs_subbyte_codes(self) -> bool:
         """True unless the pipeline's ``mx-to-linalg`` has
         ``subbyte-storage=unpacked``: sub-byte mx codes cross function
         boundaries packed (the Runner's ABI follows this)."""
         e = self.find("mx-to-linalg")
-        if e is None:
-            return True
-        # Only this option is read: a bad value of any option is reported
-        # where the pipeline runs, located, like every other pipeline error.
-        try:
-            pairs = dict(parse_options(e.options or ""))
-        except ValueError:
-            return True
-        return pairs.get("subbyte-storage", "packed") != "unpacked"
+        return e is None or e.values["subbyte_storage"] != "unpacked"
 
     @property
     def returns_owned_buffers(self) -> bool:
@@ -302,15 +330,13 @@ def _add(pm, el: PipelineElement, anchor: str) -> None:
         return
     ext = lookup_extension(el.name)
     if ext is not None:
-        lookup(ext.before).add_to(pm, "")
+        before = lookup(ext.before)
+        before.add_to(pm, before.parse_options(""))
         _add_upstream(pm, str(el), el)
         return
     spec = lookup(el.name)
     if spec is not None:
-        try:
-            spec.add_to(pm, el.options)
-        except OptionError as err:
-            raise PipelineError(str(err)) from None
+        spec.add_to(pm, el.values)
         return
     if anchor == "builtin.module" and el.name.endswith("bufferize"):
         pm.add(

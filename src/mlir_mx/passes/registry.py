@@ -162,9 +162,9 @@ class PassSpec:
                 values.pop(opt.name, None)
         return {k.replace("-", "_"): v for k, v in values.items()}
 
-    def add_to(self, pm, options_text: str = "") -> None:
-        """Append this pass, with options, to an upstream ``PassManager``."""
-        opts = self.parse_options(options_text)
+    def add_to(self, pm, opts: dict[str, Any]) -> None:
+        """Append this pass, with typed option values (:meth:`parse_options`),
+        to an upstream ``PassManager``."""
         spec = self
 
         def _run(op, pass_):

@@ -5,20 +5,24 @@ element per line (an upstream pass with options, an ``anchor(...)`` nest or a
 pass of our registry), ``#`` comments and blank lines ignored;
 ``{pipelines_dir}`` expands to this directory (where the transform schedules,
 ``*.mlir``, live) and a line ``include NAME`` inserts the pipeline ``NAME``.
-:func:`load_pipeline` returns the elements joined with commas, ready for
-:func:`mlir_mx.passes.pipeline.build_pass_manager` (and composable with other
-pipelines by joining with ``,``).
+:func:`load_pipeline` returns a :class:`~mlir_mx.passes.pipeline.Pipeline`
+(composable with ``+``); :func:`kernel_pipeline` and :func:`threads_pipeline`
+build theirs from typed elements (``PipelineElement.of``), never from text.
 """
 
 from __future__ import annotations
 
 from importlib import resources
 
+from mlir_mx.host import check_threads
+from mlir_mx.passes.pipeline import Pipeline, PipelineElement, PipelineError
+
 __all__ = [
     "load_pipeline",
     "available_pipelines",
     "data_dir",
     "schedule_path",
+    "kernel_library_pipeline",
     "kernel_pipeline",
     "threads_pipeline",
 ]
@@ -33,26 +37,33 @@ def available_pipelines() -> list[str]:
     return sorted(p.name[: -len(".txt")] for p in _files().iterdir() if p.name.endswith(".txt"))
 
 
-def load_pipeline(name: str) -> str:
-    """The pipeline ``name`` as one comma-separated pipeline string."""
-    return ",".join(_elements(name, ()))
+def load_pipeline(name: str) -> Pipeline:
+    """The shipped pipeline ``name`` as a :class:`~mlir_mx.passes.pipeline.Pipeline`.
+
+    The file is text (the edge where pipelines are read); an unknown name
+    raises :class:`~mlir_mx.passes.pipeline.PipelineError` listing the
+    available ones.
+    """
+    return Pipeline.parse(",".join(_lines(name, ())))
 
 
-def _elements(name: str, including: tuple[str, ...]) -> list[str]:
+def _lines(name: str, including: tuple[str, ...]) -> list[str]:
     if name in including:
-        raise KeyError(f"pipeline '{name}' includes itself ({' -> '.join(including + (name,))})")
+        raise PipelineError(
+            f"pipeline '{name}' includes itself ({' -> '.join(including + (name,))})"
+        )
     path = _files() / f"{name}.txt"
     if not path.is_file():
         known = ", ".join(available_pipelines()) or "none"
-        raise KeyError(f"no pipeline named '{name}' (available: {known})")
-    elements: list[str] = []
+        raise PipelineError(f"no pipeline named '{name}' (available: {known})")
+    lines: list[str] = []
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line.startswith("include "):
-            elements += _elements(line.split(None, 1)[1].strip(), including + (name,))
+            lines += _lines(line.split(None, 1)[1].strip(), including + (name,))
         elif line:
-            elements.append(line.rstrip(",").replace("{pipelines_dir}", data_dir()))
-    return elements
+            lines.append(line.rstrip(",").replace("{pipelines_dir}", data_dir()))
+    return lines
 
 
 def data_dir() -> str:
@@ -64,11 +75,11 @@ def schedule_path(name: str = "schedules") -> str:
     """Path of a shipped transform library (``<name>.mlir``)."""
     path = _files() / f"{name}.mlir"
     if not path.is_file():
-        raise KeyError(f"no transform library named '{name}'")
+        raise PipelineError(f"no transform library named '{name}'")
     return str(path)
 
 
-def threads_pipeline(threads: int) -> str:
+def threads_pipeline(threads: int) -> Pipeline:
     """Lower ``scf.parallel`` to tasks of upstream's async runtime.
 
     ``async-parallel-for`` shards each parallel loop into at most
@@ -77,35 +88,35 @@ def threads_pipeline(threads: int) -> str:
     calls (``libmlir_async_runtime.so``, loaded by the Runner).  Harmless on
     a module without ``scf.parallel``.
     """
-    return ",".join(
-        [
-            f"async-parallel-for{{num-workers={max(1, threads)} min-task-size=1}}",
-            "async-to-async-runtime",
-            "async-runtime-ref-counting",
-            "async-runtime-ref-counting-opt",
-            "convert-async-to-llvm",
-        ]
+    return Pipeline.of(
+        PipelineElement.of("async-parallel-for", num_workers=max(1, threads), min_task_size=1),
+        PipelineElement("async-to-async-runtime"),
+        PipelineElement("async-runtime-ref-counting"),
+        PipelineElement("async-runtime-ref-counting-opt"),
+        PipelineElement("convert-async-to-llvm"),
     )
 
 
-def kernel_pipeline(schedule: str = "auto", threads: int = 0) -> str:
+def kernel_pipeline(schedule: str = "auto", threads: int | None = None) -> Pipeline:
     """The default lowering of an mx module: generated matmul kernels, then LLVM.
 
     ``mx-to-linalg`` (blocked matmuls) -> ``bufferize`` -> ``mx-matmul-kernels``
-    (``schedule``, ``threads``; 0 = this machine's cores) -> threads -> the
-    rest of ``lower-to-llvm``.
+    (``schedule``, ``threads``; None = this machine's cores) -> threads ->
+    the rest of ``lower-to-llvm``.
     """
-    from mlir_mx.kernels.plan import default_threads
-
-    threads = threads or default_threads()
-    return ",".join(
-        [
-            "mx-to-linalg{matmul-lowering=blocked}",
-            # tensor-level elementwise arith (e.g. what --canonicalize leaves)
-            "convert-elementwise-to-linalg",
-            load_pipeline("bufferize"),
-            f"mx-matmul-kernels{{schedule={schedule} threads={threads}}}",
-            threads_pipeline(threads),
-            load_pipeline("memref-to-llvm"),
-        ]
+    threads = check_threads(threads)
+    return Pipeline.of(
+        PipelineElement.of("mx-to-linalg", matmul_lowering="blocked"),
+        # tensor-level elementwise arith (e.g. what --canonicalize leaves)
+        PipelineElement("convert-elementwise-to-linalg"),
+        load_pipeline("bufferize"),
+        PipelineElement.of("mx-matmul-kernels", schedule=schedule, threads=threads),
+        threads_pipeline(threads),
+        load_pipeline("memref-to-llvm"),
     )
+
+
+def kernel_library_pipeline(threads: int) -> Pipeline:
+    """The lowering of a stand-alone kernel module (memrefs already, e.g.
+    :func:`mlir_mx.kernels.kernel_module`): threads, then LLVM."""
+    return threads_pipeline(threads) + load_pipeline("memref-to-llvm")

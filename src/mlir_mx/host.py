@@ -1,6 +1,9 @@
-"""The host CPU's features, as the kernels need them.
+"""The host machine as mlir-mx sees it: CPU features and thread counts.
 
-Read once from ``/proc/cpuinfo`` (the ``flags`` line, i.e. what CPUID
+The one place for both (the kernels, the Runner's cache key, ``Linear``,
+the tools and ``mx-bench`` all ask here):
+
+* **CPU features** (:func:`host_features`): read once from ``/proc/cpuinfo`` (the ``flags`` line, i.e. what CPUID
 reports and the kernel enabled), the same source LLVM's host detection uses
 for the JIT, so an instruction is only emitted when the JIT may use it.
 
@@ -8,14 +11,32 @@ for the JIT, so an instruction is only emitted when the JIT may use it.
 ``-avx512vbmi`` removes a feature, ``+flag`` adds one (only use ``+`` for
 features the machine really has: the JIT would crash otherwise), ``none``
 clears the set.
+
+* **Threads**: :func:`default_threads` is the number of cores this process
+  may run on (its CPU affinity, not ``os.cpu_count()``), and
+  :func:`check_threads` validates a user's thread count once, the same way
+  everywhere (a positive integer up to :data:`MAX_THREADS`; ``None`` means
+  the default).
 """
 
 from __future__ import annotations
 
 import functools
+import operator
 import os
 
-__all__ = ["INTERESTING", "host_features", "has_features", "feature_table", "features_summary"]
+from mlir_mx.errors import MXArgTypeError, MXValueError
+
+__all__ = [
+    "INTERESTING",
+    "MAX_THREADS",
+    "check_threads",
+    "default_threads",
+    "feature_table",
+    "features_summary",
+    "has_features",
+    "host_features",
+]
 
 #: Features that decide which kernels can run fast here (reports, mx-bench).
 INTERESTING = (
@@ -78,3 +99,31 @@ def features_summary() -> str:
     """The interesting features present, e.g. ``avx512f avx512vbmi ...``."""
     f = host_features()
     return " ".join(n for n in INTERESTING if n in f) or "none"
+
+
+#: The largest thread count accepted.  Threads become tasks of upstream's
+#: async runtime (``async-parallel-for{num-workers}``); far beyond the cores
+#: they only cost memory, and a count near 2**31 overflows the pass option.
+MAX_THREADS = 1024
+
+
+def default_threads() -> int:
+    """The cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def check_threads(value, arg: str = "threads") -> int:
+    """A user's thread count, validated: ``None`` is :func:`default_threads`,
+    else a positive integer up to :data:`MAX_THREADS` (``MXValueError`` /
+    ``MXArgTypeError`` naming ``arg`` otherwise)."""
+    if value is None:
+        return default_threads()
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise MXArgTypeError(f"{arg}: expected a positive integer, got {value!r}")
+    value = operator.index(value)
+    if not 1 <= value <= MAX_THREADS:
+        raise MXValueError(f"{arg}: expected an integer in [1, {MAX_THREADS}], got {value}")
+    return value

@@ -1,0 +1,127 @@
+"""Runner.bind (fixed arguments kept, each call checked) and CompileOptions."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from matmul_cases import case, matmul_text
+
+from mlir_mx.execution import FREE, CompileOptions, Runner
+from mlir_mx.passes.pipeline import Pipeline
+from mlir_mx.pipelines import load_pipeline
+
+SAXPY = """
+func.func @saxpy(%a: f32, %x: memref<?xf32>, %y: memref<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %n = memref.dim %x, %c0 : memref<?xf32>
+  %c1 = arith.constant 1 : index
+  scf.for %i = %c0 to %n step %c1 {
+    %xi = memref.load %x[%i] : memref<?xf32>
+    %yi = memref.load %y[%i] : memref<?xf32>
+    %p = arith.mulf %a, %xi : f32
+    %s = arith.addf %p, %yi : f32
+    memref.store %s, %y[%i] : memref<?xf32>
+  }
+  return
+}
+func.func @twice(%x: memref<4xf32>) -> f32 {
+  %c0 = arith.constant 0 : index
+  %v = memref.load %x[%c0] : memref<4xf32>
+  return %v : f32
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def runner() -> Runner:
+    return Runner(SAXPY, load_pipeline("lower-to-llvm"))
+
+
+def test_bind_equals_invoke(runner):
+    x = np.arange(8, dtype=np.float32)
+    f = runner.bind("saxpy", 2.0, x, FREE)
+    y1, y2 = np.ones(8, np.float32), np.ones(8, np.float32)
+    f(y1)
+    runner.invoke("saxpy", 2.0, x, y2)
+    np.testing.assert_array_equal(y1, y2)
+    np.testing.assert_array_equal(y1, 2 * x + 1)
+    f(y1)  # a second call reuses the fixed descriptors
+    np.testing.assert_array_equal(y1, 4 * x + 1)
+
+
+def test_bind_free_scalar_and_dynamic_shapes(runner):
+    f = runner.bind("saxpy", FREE, FREE, FREE)
+    for n in (1, 5, 33):
+        x, y = np.ones(n, np.float32), np.zeros(n, np.float32)
+        f(3.0, x, y)
+        np.testing.assert_array_equal(y, np.full(n, 3.0, np.float32))
+
+
+def test_bind_checks_each_call_like_invoke(runner):
+    f = runner.bind("saxpy", 1.0, np.ones(4, np.float32), FREE)
+    with pytest.raises(TypeError, match="expected 1 argument"):
+        f()
+    with pytest.raises(TypeError, match=r"argument 3 \('%arg2'\): expected dtype float32"):
+        f(np.zeros(4, np.float64))
+    ro = np.zeros(4, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="the function writes this argument"):
+        f(ro)  # y is written: refused from the first call on
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        f(np.zeros(8, np.float32)[::2])
+
+
+def test_bind_refuses_bad_binds(runner):
+    with pytest.raises(TypeError, match="expected 3 argument"):
+        runner.bind("saxpy", FREE)
+    x = np.arange(4, dtype=np.float32) + 7
+    assert runner.bind("twice", FREE)(x) == runner.invoke("twice", x) == 7.0
+    with pytest.raises(TypeError, match="expected dtype float32"):
+        runner.bind("saxpy", 1.0, np.ones(4, np.int32), FREE)
+
+
+def test_bind_with_mx_operands_and_threads():
+    """An mx function: MXArray arguments fixed or free; calls from threads agree."""
+    text = matmul_text(3, 64, 96, "f4E2M1FN", "f8E4M3FN")
+    args, acc, exact, bound = case(3, 64, 96, "f4E2M1FN", "f8E4M3FN")
+    r = Runner(text, threads=1)
+    want = r.invoke("mm", *args, acc.copy())
+    f = r.bind("mm", FREE, args[1], FREE)
+    outs = [None] * 4
+
+    def call(i):
+        outs[i] = f(args[0], acc.copy())
+
+    ts = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for o in outs:
+        np.testing.assert_array_equal(o.view(np.uint32), want.view(np.uint32))
+
+
+def test_compile_options_are_the_cache_key_and_state_the_rule():
+    assert CompileOptions() == CompileOptions(threads=None)
+    assert CompileOptions().key() == CompileOptions().key()
+    assert CompileOptions(threads=1).key() != CompileOptions(threads=2).key()
+    text_and_typed = CompileOptions("canonicalize"), CompileOptions(Pipeline.parse("canonicalize"))
+    assert text_and_typed[0] == text_and_typed[1]
+    with pytest.raises(ValueError, match="configure the default pipeline"):
+        CompileOptions("canonicalize", threads=2)
+    with pytest.raises(ValueError, match="configure the default pipeline"):
+        CompileOptions("canonicalize", schedule="prefill")
+    with pytest.raises(ValueError, match="unknown schedule 'fast'"):
+        CompileOptions(schedule="fast")
+    with pytest.raises(ValueError, match="opt_level"):
+        CompileOptions(opt_level=7)
+    with pytest.raises(TypeError, match="options: expected a CompileOptions"):
+        from mlir_mx.execution import compile_module
+
+        compile_module(SAXPY, {"threads": 2})
+    r = Runner(SAXPY, options=CompileOptions(load_pipeline("lower-to-llvm"), opt_level=2))
+    assert r.options.opt_level == 2
+    with pytest.raises(TypeError, match="either options= or"):
+        Runner(SAXPY, "canonicalize", options=CompileOptions())
