@@ -3,6 +3,7 @@ blocked order with the block step ``t = p * sb; c = fma(t, sa, c)``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
@@ -10,11 +11,11 @@ from mlir import ir
 
 from mlir_mx.dialect import load_dialect
 from mlir_mx.execution import Runner
-from mlir_mx.kernels import Problem, kernel_module, plan_kernel
+from mlir_mx.kernels import SCHEDULES, Problem, kernel_module, plan_kernel
 from mlir_mx.kernels.dot_layout import RecordLayout, dot_kind, pack_records
-from mlir_mx.kernels.dot_schedules import plan_dot
+from mlir_mx.kernels.plan import KernelPlan
 from mlir_mx.numerics import MXArray, is_packed_storage, pack_codes
-from mlir_mx.pipelines import load_pipeline, threads_pipeline
+from mlir_mx.pipelines import kernel_library_pipeline
 
 INTS = ("f4E2M1FN", "f6E2M3FN", "f6E3M2FN", "i8")
 FP8 = ("f8E4M3FN", "f8E5M2")
@@ -24,7 +25,7 @@ def compile_module(prob: Problem, plan) -> Runner:
     with ir.Context() as ctx, ir.Location.unknown():
         load_dialect(ctx)
         text = str(kernel_module(prob, plan))
-    return Runner(text, threads_pipeline(plan.threads) + "," + load_pipeline("memref-to-llvm"))
+    return Runner(text, kernel_library_pipeline(plan.threads))
 
 
 def a_args(qa: MXArray) -> list[np.ndarray]:
@@ -47,7 +48,10 @@ def run_dot(qa, qb: MXArray, acc, schedule: str, threads: int, **overrides) -> n
     prob = Problem(
         m, n, k, qb.block_size, ea, qb.element, packed=packed, a_quant=a_quant, b_dot=kind.name
     )
-    runner = compile_module(prob, plan_dot(prob, schedule, threads, **overrides))
+    entry = SCHEDULES[schedule]
+    assert entry.supports(prob), (schedule, prob)
+    plan = KernelPlan(entry, replace(entry.configure(prob, threads), **overrides))
+    runner = compile_module(prob, plan)
     rec = pack_records(qb.codes, qb.scales, RecordLayout(kind, qb.element, qb.block_size))
     c = acc.copy()
     args = [qa] if a_quant else a_args(qa)
@@ -59,7 +63,9 @@ def run_f32(qa: MXArray, qb: MXArray, acc, schedule: str, threads: int) -> np.nd
     """``acc + A B`` with the f32 kernels (one code per byte)."""
     m, k = qa.shape
     prob = Problem(m, qb.shape[1], k, qb.block_size, qa.element, qb.element)
-    runner = compile_module(prob, plan_kernel(prob, schedule, threads))
+    plan = plan_kernel(prob, schedule, threads)
+    assert plan.name == schedule
+    runner = compile_module(prob, plan)
     c = acc.copy()
     runner.invoke("matmul", qa.codes, qa.scales, qb.codes, qb.scales, c)
     return c

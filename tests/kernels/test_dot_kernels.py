@@ -21,7 +21,7 @@ import pytest
 from dot_cases import FP8, INTS, model, run_dot, run_f32, same_bits
 from matmul_cases import case
 
-from mlir_mx.kernels.cpu import has_features
+from mlir_mx.host import has_features
 from mlir_mx.kernels.dot_layout import dot_kind
 from mlir_mx.numerics import MXArray, decode_elements, finite_codes
 

@@ -16,8 +16,8 @@ from dot_cases import run_dot, same_bits
 from mlir import ir
 from mlir.dialects import arith, func
 
+from mlir_mx.host import has_features
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.cpu import has_features
 from mlir_mx.kernels.dot_prep import quantize_block
 from mlir_mx.numerics import ELEMENT_FORMATS, quantize
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from mlir_mx.execution import Runner
-from mlir_mx.kernels.cpu import has_features
+from mlir_mx.host import has_features
 from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements, finite_codes
 from mlir_mx.pipelines import load_pipeline
 

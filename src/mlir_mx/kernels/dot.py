@@ -25,7 +25,7 @@ results are the f32 kernels' bit for bit at every shape, tile and thread
 count.  decode (M = 1): mr = 1, nv = 4, the whole K in one chunk (B streams
 once, panel after panel); small: a few rows, chunks that stay in L1;
 prefill: a register tile of 6 x 2 vectors over chunks that stay in L2.
-Instructions come from :mod:`.cpu` at emission: ``vpdpbusd``/``vpdpwssd``
+Instructions come from :mod:`mlir_mx.host` at emission: ``vpdpbusd``/``vpdpwssd``
 with AVX512-VNNI, else ``vpmaddubsw``+``vpmaddwd`` / ``vpmaddwd`` (AVX512BW,
 :func:`~.dot_layout.dot_kind` only picks ``i8`` then when no pair sum can
 saturate), ``vdpbf16ps`` with AVX512_BF16.
@@ -37,15 +37,15 @@ from dataclasses import dataclass
 
 from mlir import ir
 
+from mlir_mx.host import has_features
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.cpu import has_features
-from mlir_mx.kernels.dot_layout import KINDS, PANEL, RecordLayout, int_factor
+from mlir_mx.kernels.dot_layout import KINDS, PANEL, RecordLayout, dot_kind, int_factor
 from mlir_mx.kernels.dot_prep import prepare_dot_a
 from mlir_mx.kernels.problem import Operands, Problem
 from mlir_mx.kernels.widen import LANES, decode_scales
 from mlir_mx.numerics import decode_elements
 
-__all__ = ["DotConfig", "emit_dot"]
+__all__ = ["DotConfig", "emit_dot", "supports_int", "supports_bf16"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,24 @@ class DotConfig:
     kcb: int = 0  # blocks per K chunk (0: all of K)
     expand: bool = False  # expand each chunk's records into a scratch (several row groups)
     threads: int = 1
+
+
+def _supports(prob: Problem, bf16: bool) -> bool:
+    """B in dot records of the dot unit this CPU uses for the pair."""
+    kind = dot_kind(prob.a_elem or prob.a_quant, prob.b_elem, prob.block)
+    if kind is None or prob.b_dot != kind.name or prob.k % LANES:
+        return False
+    return (kind.name == "bf16") == bf16
+
+
+def supports_int(prob: Problem) -> bool:
+    """An integer pair (FP4/FP6/INT8) with B as ``i8``/``i16`` dot records."""
+    return _supports(prob, bf16=False)
+
+
+def supports_bf16(prob: Problem) -> bool:
+    """A pair with an FP8 operand, B as ``bf16`` dot records, AVX512_BF16."""
+    return _supports(prob, bf16=True)
 
 
 def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) -> None:

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from mlir_mx.kernels.cpu import has_features
+from mlir_mx.host import has_features
 from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements
 
 __all__ = [
@@ -103,7 +103,7 @@ KINDS = {
 
 
 def dot_kind(a_elem: str | None, b_elem: str | None, block: int) -> DotKind | None:
-    """The dot unit for A x B on this CPU (:mod:`.cpu`), or None (f32 kernels).
+    """The dot unit for A x B on this CPU (:mod:`mlir_mx.host`), or None (f32 kernels).
 
     ``a_elem`` is A's element format (for an f32 A quantized per call: the
     format it is quantized to).  Integer pairs need every block partial below
