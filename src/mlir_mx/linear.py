@@ -16,7 +16,14 @@ MX) activations with the generated kernels of :mod:`mlir_mx.kernels`::
   ``prefill`` above; each is compiled on first use with a dynamic M.
 * Results are those of ``mx.block_matmul`` (the blocked order,
   ``docs/numerics.md``): bit-identical across batch sizes and thread counts.
-  An f32 activation enters the products exactly (no quantization).
+  An f32 activation enters the products exactly (no quantization), unless
+  ``activations="i8"`` (or another MX element format) asks for it to be
+  quantized per call: then ``lin(x)`` is ``Linear(w)(quantize(x, "i8", B))``
+  bit for bit.
+* Pairs the CPU's dot units compute exactly (FP4/FP6/INT8 activations and
+  weights: VNNI; FP8 in either: AVX512_BF16) run the dot kernels
+  (:mod:`mlir_mx.kernels.dot`) on a second copy of the weight in VNNI
+  records, made on first use; same bits as the f32 kernels.
 * Compiled kernels are kept in memory and, lowered to the LLVM dialect, on
   disk (``MLIR_MX_CACHE_DIR``, default ``~/.cache/mlir-mx``; ``off``
   disables it), so a second process skips the mlir-mx and MLIR passes.
@@ -34,9 +41,17 @@ from mlir_mx.dialect import load_dialect
 from mlir_mx.execution import FREE, BoundFunction, CompileOptions, Runner
 from mlir_mx.execution.options import default_cache_dir
 from mlir_mx.host import check_threads
-from mlir_mx.kernels import Problem, choose, kernel_module, plan_kernel, shape_class
+from mlir_mx.kernels import SCHEDULES, Problem, kernel_module, plan_kernel, shape_class
+from mlir_mx.kernels.dot_layout import RecordLayout, dot_kind, pack_records
 from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
-from mlir_mx.numerics import MXArray, is_packed_storage, pack_codes
+from mlir_mx.numerics import (
+    MXArray,
+    element_format,
+    is_packed_storage,
+    pack_codes,
+    quantize,
+    unpack_codes,
+)
 from mlir_mx.pipelines import kernel_library_pipeline
 
 __all__ = ["Linear", "matmul", "cache_dir"]
@@ -51,9 +66,14 @@ class Linear:
     ``weight`` may also be given as ``B`` of shape (in, out) blocked along
     axis 0 (``y = x @ B``), the form ``mx.block_matmul`` takes.  ``threads``:
     default this machine's cores; settable later (``lin.threads = 1``).
+    ``activations``: None (f32 activations enter exactly) or an MX element
+    format that f32 activations are quantized to per call (blocks of the
+    weight's block size along ``in``; MX activations are used as given).
     """
 
-    def __init__(self, weight: MXArray, *, threads: int | None = None):
+    def __init__(
+        self, weight: MXArray, *, threads: int | None = None, activations: str | None = None
+    ):
         if not isinstance(weight, MXArray):
             raise TypeError(f"weight: expected an MXArray, got {type(weight).__name__}")
         if weight.ndim != 2:
@@ -78,6 +98,13 @@ class Linear:
             raw = self._codes.view(np.uint8)
             self._codes = tile_b_codes(raw, self.block_size, self.element, self.packed)
         self._scales = np.ascontiguousarray(scales)
+        if activations is not None:
+            try:
+                activations = element_format(activations).name
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"activations: {err}") from None
+        self.activations = activations
+        self._records: dict[str, np.ndarray] = {}  # dot kind -> VNNI records of B
         self.threads = threads
         self._runners: dict[tuple, Runner] = {}
         self._calls: dict[tuple, BoundFunction] = {}
@@ -95,13 +122,17 @@ class Linear:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the stored weight (codes and scales)."""
-        return self._codes.nbytes + self._scales.nbytes
+        """Bytes of the stored weight (codes and scales, plus the dot
+        kernels' records once a call has made them)."""
+        extra = sum(r.nbytes for r in self._records.values())
+        return self._codes.nbytes + self._scales.nbytes + extra
 
     def __repr__(self) -> str:
+        act = f", activations={self.activations!r}" if self.activations else ""
         return (
             f"Linear(in_features={self.in_features}, out_features={self.out_features}, "
-            f"element={self.element}, block_size={self.block_size}, threads={self.threads})"
+            f"element={self.element}, block_size={self.block_size}, threads={self.threads}"
+            f"{act})"
         )
 
     # -- the call ------------------------------------------------------------------
@@ -114,7 +145,13 @@ class Linear:
         out = np.zeros((m, self.out_features), np.float32)
         if m:
             a_elem = x.element if isinstance(x, MXArray) else None
-            self._bound(a_elem, m, len(args))(*args, out)
+            a_quant = None if a_elem else self.activations
+            call = self._bound(a_elem, a_quant, m, len(args))
+            if call is None:  # no dot kernel: quantize with the oracle, MX path
+                q = quantize(args[0], a_quant, self.block_size)
+                args, a_elem = self._mx_args(q), a_quant
+                call = self._bound(a_elem, None, m, len(args))
+            call(*args, out)
         return out[0] if vector else out
 
     def _activations(self, x):
@@ -126,10 +163,7 @@ class Linear:
                     f"with block_size {self.block_size}; got shape {x.shape}, axis {x.axis}, "
                     f"block_size {x.block_size}"
                 )
-            codes = x.codes
-            if x.format.bits < 8:
-                codes = pack_codes(np.ascontiguousarray(codes), x.element)
-            return [np.ascontiguousarray(codes), np.ascontiguousarray(x.scales)], x.shape[0], False
+            return self._mx_args(x), x.shape[0], False
         if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
             x = np.from_dlpack(x)  # a torch CPU tensor, ...: viewed, not copied
         if not isinstance(x, np.ndarray):
@@ -142,31 +176,82 @@ class Linear:
             raise ValueError(f"x: expected shape (M, {k}) or ({k},), got {x.shape}")
         return [np.ascontiguousarray(x2)], x2.shape[0], vector
 
+    @staticmethod
+    def _mx_args(x: MXArray) -> list[np.ndarray]:
+        codes = x.codes
+        if x.format.bits < 8:
+            codes = pack_codes(np.ascontiguousarray(codes), x.element)
+        return [np.ascontiguousarray(codes), np.ascontiguousarray(x.scales)]
+
     def _problem(self, a_elem: str | None) -> Problem:
         return Problem(
             None, self.out_features, self.in_features, self.block_size,
             a_elem, self.element, packed=self.packed, b_tiled=self.tiled,
         )  # fmt: skip
 
-    def _bound(self, a_elem: str | None, m: int, n_args: int) -> BoundFunction:
+    def _kernel(self, a_elem: str | None, a_quant: str | None, cls: str):
+        """(problem, schedule, weight arguments) for activations ``a_elem`` (MX)
+        or f32 quantized to ``a_quant``, at shape class ``cls``: a dot kernel
+        when the CPU has one for the pair, else the f32 kernels (None for
+        ``a_quant``: the caller quantizes with the oracle)."""
+        kind = dot_kind(a_elem or a_quant, self.element, self.block_size)
+        if kind is not None:
+            packed = a_elem is not None and element_format(a_elem).bits < 8
+            prob = Problem(
+                None, self.out_features, self.in_features, self.block_size, a_elem,
+                self.element, packed=packed, a_quant=a_quant, b_dot=kind.name,
+            )  # fmt: skip
+            schedule = _pick(prob, cls)
+            if schedule is not None:
+                return prob, schedule, [self._dot_records(kind)]
+        if a_quant is not None:
+            return None
+        prob = self._problem(a_elem)
+        return prob, _pick(prob, cls), [self._codes, self._scales]
+
+    def _dot_records(self, kind) -> np.ndarray:
+        """B as the dot kernels' VNNI records of ``kind`` (made once)."""
+        with self._lock:
+            rec = self._records.get(kind.name)
+            if rec is None:
+                layout = RecordLayout(kind, self.element, self.block_size)
+                rec = pack_records(self._code_matrix(), self._scales, layout)
+                self._records[kind.name] = rec
+        return rec
+
+    def _code_matrix(self) -> np.ndarray:
+        """B's codes (in, out), one per byte, from the stored (tiled, packed) form."""
+        raw = self._codes.view(np.uint8)
+        if self.tiled:
+            k, bs = self.in_features, self.block_size
+            tiles = self.out_features // TILE_COLUMNS
+            t = raw.reshape(k // bs, tiles, bs, -1).transpose(0, 2, 1, 3)
+            raw = np.ascontiguousarray(t).reshape(k, -1)
+        if self.packed:
+            return unpack_codes(raw, self.element)
+        return raw.view(element_format(self.element).dtype)
+
+    def _bound(self, a_elem, a_quant, m: int, n_args: int) -> BoundFunction | None:
         """``@matmul`` of the kernel for ``m`` rows with the weight bound: the
         weight's descriptors are made once (Runner.bind), so a call only
         checks and passes the activations and the output."""
-        key = (a_elem, shape_class(m), self.threads)
+        key = (a_elem, a_quant, shape_class(m), self.threads)
         bound = self._calls.get(key)
         if bound is None:
-            schedule = choose(self._problem(a_elem), m).name
-            runner = self._runner(a_elem, schedule)
-            bound = runner.bind("matmul", *[FREE] * n_args, self._codes, self._scales, FREE)
+            found = self._kernel(a_elem, a_quant, shape_class(m))
+            if found is None:
+                return None
+            prob, schedule, weights = found
+            runner = self._runner(prob, schedule)
+            bound = runner.bind("matmul", *[FREE] * n_args, *weights, FREE)
             self._calls[key] = bound
         return bound
 
-    def _runner(self, a_elem: str | None, schedule: str) -> Runner:
-        key = (a_elem, schedule, self.threads)
+    def _runner(self, prob: Problem, schedule: str) -> Runner:
+        key = (prob, schedule, self.threads)
         with self._lock:
             runner = self._runners.get(key)
             if runner is None:
-                prob = self._problem(a_elem)
                 with ir.Context() as ctx, ir.Location.unknown():
                     load_dialect(ctx)
                     text = str(kernel_module(prob, plan_kernel(prob, schedule, self.threads)))
@@ -176,6 +261,13 @@ class Linear:
                 runner = Runner(text, options=options)
                 self._runners[key] = runner
         return runner
+
+
+def _pick(prob: Problem, cls: str) -> str | None:
+    """The registry's automatic choice among the schedules of shape class
+    ``cls`` that support ``prob`` (None when none does)."""
+    fits = [s for s in SCHEDULES.values() if s.shape_class == cls and s.supports(prob)]
+    return max(fits, key=lambda s: s.priority).name if fits else None
 
 
 _LINEARS: dict[int, tuple[weakref.ref, Linear]] = {}
