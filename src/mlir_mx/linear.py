@@ -154,6 +154,16 @@ class Linear:
             call(*args, out)
         return out[0] if vector else out
 
+    def schedule(self, x) -> str:
+        """The kernel schedule a call with ``x`` runs (``int-prefill``,
+        ``decode``, ...; the registry's names)."""
+        _args, m, _vector = self._activations(x)
+        cls = shape_class(max(m, 1))
+        a_elem = x.element if isinstance(x, MXArray) else None
+        a_quant = None if a_elem else self.activations
+        found = self._kernel(a_elem, a_quant, cls) or self._kernel(a_quant, None, cls)
+        return found[1]
+
     def _activations(self, x):
         k = self.in_features
         if isinstance(x, MXArray):

@@ -345,6 +345,9 @@ class KernelBuilder:
     def shrsi(self, a, b):
         return arith.ShRSIOp(a, b).result
 
+    def maxui(self, a, b):
+        return arith.MaxUIOp(a, b).result
+
     def fneg(self, a):
         return arith.NegFOp(a).result
 

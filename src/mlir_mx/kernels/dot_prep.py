@@ -151,14 +151,16 @@ def quantize_block(kb: KernelBuilder, xs: list[ir.Value], element: str) -> tuple
     fmt = ELEMENT_FORMATS[element]
     i32, f32 = kb.i32, kb.f32
     v16f, v16i = kb.vec(LANES, f32), kb.vec(LANES, i32)
+    # |x| as integers keeps the order of the magnitudes, and NaN bits lie
+    # above Inf's: an integer max finds amax, Inf and NaN at once.
     absmask = kb.const(0x7FFFFFFF, v16i)
-    mags = [kb.bitcast(kb.andi(kb.bitcast(x, v16i), absmask), v16f) for x in xs]
+    mags = [kb.andi(kb.bitcast(x, v16i), absmask) for x in xs]
     top = mags[0]
     for v in mags[1:]:
-        top = kb.maximumf(top, v)
-    amax = vector.ReductionOp(f32, vector.CombiningKind.MAXIMUMF, top).result  # NaN wins
-    finite = kb.cmpf("olt", amax, kb.const(float("inf"), f32))
-    ex = kb.sub(kb.shrui(kb.bitcast(amax, i32), kb.const(23, i32)), kb.const(127, i32))
+        top = kb.maxui(top, v)
+    bits_max = vector.ReductionOp(i32, vector.CombiningKind.MAXUI, top).result
+    finite = kb.cmpi("ult", bits_max, kb.const(0x7F800000, i32))
+    ex = kb.sub(kb.shrui(bits_max, kb.const(23, i32)), kb.const(127, i32))
     shared = kb.max(kb.sub(ex, kb.const(fmt.emax, i32)), kb.const(-127, i32))
     code = kb.add(shared, kb.const(127, i32))
     bits = kb.select(

@@ -46,7 +46,10 @@ def _parser() -> argparse.ArgumentParser:
         help=f"comma-separated MxNxK (default {DEFAULT_SHAPES}; --quick: {QUICK_SHAPES})",
     )
     p.add_argument(
-        "--formats", default="f8E4M3FN", help="comma-separated MX element formats (f8E4M3FN)"
+        "--formats",
+        default="f8E4M3FN",
+        help="comma-separated MX element formats (f8E4M3FN), or A:B pairs (A the "
+        "activations' format, B the weights', e.g. i8:f4E2M1FN for W4A8)",
     )
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
     p.add_argument("--quick", action="store_true", help="tiny shapes, few samples (seconds)")
@@ -66,6 +69,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _format(spec: str) -> str:
+    """``F`` or ``A:B``, each an MX element format, normalized."""
+    from mlir_mx.numerics import element_format
+
+    parts = [element_format(p).name for p in spec.split(":")]
+    if len(parts) > 2:
+        raise ValueError(f"--formats: expected F or A:B, got '{spec}'")
+    return ":".join(parts) if len(parts) == 2 and parts[0] != parts[1] else parts[-1]
+
+
 def _ints(text: str, what: str) -> list[int]:
     try:
         vals = [int(x) for x in text.split(",")]
@@ -79,7 +92,6 @@ def _ints(text: str, what: str) -> list[int]:
 def _parse(argv: list[str]):
     from mlir_mx.bench.harness import Options
     from mlir_mx.model.kernels import parse_shape
-    from mlir_mx.numerics import element_format
 
     p = _parser()
     ns = p.parse_args(argv)
@@ -90,7 +102,7 @@ def _parse(argv: list[str]):
             parse_shape(s, BLOCK_SIZE)
             for s in (ns.shapes or (QUICK_SHAPES if ns.quick else DEFAULT_SHAPES)).split(",")
         ]
-        formats = [element_format(f.strip()).name for f in ns.formats.split(",")]
+        formats = [_format(f.strip()) for f in ns.formats.split(",")]
     except (ValueError, TypeError) as err:
         raise ToolError(f"error: {err}") from None
     mlp = None
