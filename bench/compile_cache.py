@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ns = ap.parse_args(argv)
     load_async_runtime()
-    prob = Problem(None, ns.n, ns.k, 32, None, ns.element, packed=True)
+    prob = Problem(None, ns.n, ns.k, 32, None, ns.element, b_packed=True)
     print("| kernel | build IR | passes | LLVM codegen | from the cache |")
     print("|---|---|---|---|---|")
     for schedule in ("decode", "small", "prefill"):

@@ -42,8 +42,8 @@ import numpy as np  # noqa: E402
 
 from mlir_mx import numerics as N  # noqa: E402
 from mlir_mx.execution import Runner  # noqa: E402
+from mlir_mx.host import machine_description  # noqa: E402
 from mlir_mx.model.kernels import parse_shape, variant_module_text  # noqa: E402
-from mlir_mx.model.measure import cpu_model  # noqa: E402
 from mlir_mx.passes.pipeline import Pipeline  # noqa: E402
 from mlir_mx.pipelines import load_pipeline, schedule_path  # noqa: E402
 
@@ -169,7 +169,7 @@ def write_report(ns, rows, total) -> None:
         f"# Decode GEMV: mx x mx vs f32 ({date})",
         "",
         f"- Command: `{cmd.strip()}`",
-        f"- Machine: {cpu_model()} ({os.cpu_count()} CPUs); threads: 1 (JIT code single-threaded; "
+        f"- Machine: {machine_description()}; threads: 1 (JIT code single-threaded; "
         "numpy with OPENBLAS/MKL/OMP_NUM_THREADS=1)",
         f"- Elements: {ELEMENT}, block 32, E8M0 scales; shapes M x N x K; {ns.reps} samples "
         "after a warm-up, each sample ~20 ms of back-to-back calls (`@bench` loops n calls)",

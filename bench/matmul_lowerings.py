@@ -37,8 +37,9 @@ import numpy as np  # noqa: E402
 
 from mlir_mx import numerics as N  # noqa: E402
 from mlir_mx.execution import Runner  # noqa: E402
+from mlir_mx.host import machine_description  # noqa: E402
 from mlir_mx.model.kernels import parse_shape, variant_module_text  # noqa: E402
-from mlir_mx.model.measure import cpu_model, time_repeated  # noqa: E402
+from mlir_mx.model.measure import time_repeated  # noqa: E402
 from mlir_mx.pipelines import load_pipeline  # noqa: E402
 
 SHAPES = ("32x64x64", "1x4096x4096", "128x256x512", "8x2048x2048")
@@ -138,7 +139,7 @@ def write_report(ns, rows, total) -> None:
         f"# mx.block_matmul: fused vs blocked lowering ({date})",
         "",
         f"- Command: `{cmd.strip()}`",
-        f"- Machine: {cpu_model()} ({os.cpu_count()} CPUs); threads: 1 (the JIT code is "
+        f"- Machine: {machine_description()}; threads: 1 (the JIT code is "
         "single-threaded; numpy with OPENBLAS/MKL/OMP_NUM_THREADS=1)",
         f"- Elements: {ELEMENT}, block 32, E8M0 scales; shapes M x N x K; median per "
         "call after a warm-up (up to 5 samples, `@bench` loops n calls per native entry)",

@@ -46,7 +46,7 @@ def run_dot(qa, qb: MXArray, acc, schedule: str, threads: int, **overrides) -> n
     kind = dot_kind(ea or a_quant, qb.element, qb.block_size)
     packed = ea is not None and is_packed_storage((m, k), ea)
     prob = Problem(
-        m, n, k, qb.block_size, ea, qb.element, packed=packed, a_quant=a_quant, b_dot=kind.name
+        m, n, k, qb.block_size, ea, qb.element, a_packed=packed, a_quant=a_quant, b_dot=kind.name
     )
     entry = SCHEDULES[schedule]
     assert entry.supports(prob), (schedule, prob)

@@ -18,7 +18,8 @@ import numpy as np
 
 from mlir_mx import numerics as N
 
-ELEMENTS = ("f8E4M3FN", "f8E5M2", "f6E2M3FN", "f6E3M2FN", "f4E2M1FN", "i8")
+#: Every element format of the one table: a new format is tested the day it is added.
+ELEMENTS = tuple(N.ELEMENT_FORMATS)
 U = 2.0**-24
 
 
@@ -91,3 +92,20 @@ def kernel_runner(prob, schedule: str, threads: int):
         load_dialect(ctx)
         text = str(kernel_module(prob, plan_kernel(prob, schedule, threads)))
     return Runner(text, kernel_library_pipeline(threads))
+
+
+#: One problem size per M: M = 1, 5 and 37 fall in the three shape classes.
+_SIZES = {1: (96, 100), 5: (64, 70), 37: (288, 130)}
+
+
+def schedule_cases() -> list[tuple[str, int, int, int]]:
+    """``(schedule, m, k, n)``: for every schedule of the registry, a problem
+    in its shape class (tests iterate this, never a list of names)."""
+    from mlir_mx.kernels import SCHEDULES, shape_class
+
+    return [
+        (s.name, m, k, n)
+        for s in SCHEDULES.values()
+        for m, (k, n) in _SIZES.items()
+        if shape_class(m) == s.shape_class
+    ]

@@ -7,7 +7,8 @@ import pytest
 from matmul_cases import U
 
 import mlir_mx
-from mlir_mx.numerics import MXArray, dequantize, quantize
+from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, dequantize, quantize
+from mlir_mx.numerics.matmul import matmul_reference
 
 
 @pytest.fixture(autouse=True)
@@ -82,8 +83,7 @@ def test_persistent_cache_is_written_and_reused(tmp_path, monkeypatch):
     clear_cache()
     lin = mlir_mx.Linear(w, threads=1)
     np.testing.assert_array_equal(lin(x), y)
-    (runner,) = lin._runners.values()  # the one kernel: f32 activations, decode
-    assert runner._compiled.from_disk
+    assert all(r._compiled.from_disk for r in lin._runners.values())
     files[0].write_bytes(b"garbage")  # a broken entry is recompiled, not fatal
     clear_cache()
     np.testing.assert_array_equal(mlir_mx.Linear(w, threads=1)(x), y)
@@ -136,3 +136,21 @@ def test_whole_tiles_are_stored_tiled(element):
     w64 = dequantize(w).astype(np.float64)
     for m in (1, 7, 60):
         _check(lin(x[:m]), x[:m].astype(np.float64), w64)
+
+
+@pytest.mark.parametrize("out", [64, 33])  # whole 64-column tiles (packed, tiled) / unpacked
+@pytest.mark.parametrize("act", list(ELEMENT_FORMATS))
+@pytest.mark.parametrize("weight", list(ELEMENT_FORMATS))
+def test_every_weight_by_activation_format_pair(weight, act, out):
+    """Every weight x MX activation format pair, with the weight stored packed
+    and tiled or one code per byte (reproducer f1_linear_mx_activation_unpacked_weight:
+    FP4/FP6 activations failed against unpacked weights), against the claim."""
+    rng = np.random.default_rng(7)
+    w = quantize(rng.standard_normal((out, 96)).astype(np.float32), weight, 32)
+    x = quantize(rng.standard_normal((3, 96)).astype(np.float32), act, 32)
+    lin = mlir_mx.Linear(w, threads=1)
+    assert lin.packed == (ELEMENT_FORMATS[weight].is_sub_byte and out % ELEMENT_FORMATS[weight].group[0] == 0)
+    b = MXArray(w.codes.T.copy(), w.scales.T.copy(), weight, 32, 0)
+    exact, bound, inside = matmul_reference(x, b, np.zeros((3, out), np.float32))
+    y = lin(x)
+    assert inside.all() and np.all(np.abs(y - exact) <= bound)

@@ -52,8 +52,6 @@ def _pair(welem, aelem, m):
     rng = np.random.default_rng(1)
     x = quantize(rng.standard_normal((70, 128)).astype(np.float32), aelem, 32)
     xm = MXArray(x.codes[:m], x.scales[:m], aelem, 32)
-    if _f1(welem, aelem, lin, xm):
-        pytest.xfail(_F1)
     want = run_f32(x, _as_b(w), np.zeros((70, 96), np.float32), "prefill", 2)
     assert same_bits(lin(xm), want[:m]).all(), m
 
@@ -67,24 +65,6 @@ def test_every_weight_and_activation_pair(welem, aelem, m):
 @pytest.mark.parametrize("welem, aelem, m", SLOW)
 def test_every_pair_at_every_shape_class(welem, aelem, m):
     _pair(welem, aelem, m)
-
-
-_F1 = (
-    "packed FP4/FP6 activations x weights held one code per byte on the f32 kernels "
-    "(/work/shared/repro/round2/f1_linear_mx_activation_unpacked_weight.py): "
-    "issue 17 item 5, fixed on main (per-operand packing in Problem)"
-)
-
-
-def _f1(welem, aelem, lin, x) -> bool:
-    """Whether this call takes the f32 kernels with the known packing bug."""
-    if aelem in FP8 or aelem == "i8" or lin.packed:
-        return False
-    try:
-        lin(x)
-    except TypeError:
-        return True
-    return False
 
 
 @pytest.mark.parametrize(
@@ -103,8 +83,6 @@ def test_activations_quantize_per_call(monkeypatch, act, welem, cpu):
     )
     x[3, 50] = np.inf
     for m in (1, 9, 70):
-        if _f1(welem, act, ref, quantize(x[:m], act, 32)):
-            pytest.xfail(_F1)
         got, want = lin(x[:m]), ref(quantize(x[:m], act, 32))
         assert same_bits(got, want).all(), m
     assert np.isnan(lin(x[:9])[3]).all()

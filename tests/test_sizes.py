@@ -1,4 +1,4 @@
-"""Modules sized to one job (issue 11 item 4): no module of ``src/`` over 500
+"""Modules sized to one job: no module of ``src/`` over 500
 lines, no function (or method) over 80."""
 
 from __future__ import annotations

@@ -31,11 +31,14 @@ __all__ = [
     "INTERESTING",
     "MAX_THREADS",
     "check_threads",
+    "cpu_model",
     "default_threads",
     "feature_table",
     "features_summary",
     "has_features",
     "host_features",
+    "lscpu",
+    "machine_description",
 ]
 
 #: Features that decide which kernels can run fast here (reports, mx-bench).
@@ -127,3 +130,51 @@ def check_threads(value, arg: str = "threads") -> int:
     if not 1 <= value <= MAX_THREADS:
         raise MXValueError(f"{arg}: expected an integer in [1, {MAX_THREADS}], got {value}")
     return value
+
+
+def lscpu() -> dict[str, str]:
+    """``lscpu`` as a dict (empty when unavailable)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    info = {}
+    for line in out.splitlines():
+        k, _, v = line.partition(":")
+        info[k.strip()] = v.strip()
+    return info
+
+
+def cpu_model() -> str:
+    """The CPU's model name: ``lscpu``'s, else ``/proc/cpuinfo``'s, else
+    what :mod:`platform` knows, else ``unknown``."""
+    name = lscpu().get("Model name")
+    if name:
+        return name
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine_description() -> str:
+    """One line saying what machine a measurement ran on, the same in every
+    report (mx-bench, mx-roofline, the benchmark scripts): the CPU model, the
+    cores this process may use, the caches and the interesting features."""
+    info = lscpu()
+    caches = ", ".join(
+        f"{name} {info[key]}" for key, name in (("L2 cache", "L2"), ("L3 cache", "L3")) if key in info
+    )
+    return (
+        f"{cpu_model()}, {default_threads()} core(s) available"
+        + (f", {caches}" if caches else "")
+        + f"; features: {features_summary()}"
+    )

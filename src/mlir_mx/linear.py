@@ -141,30 +141,32 @@ class Linear:
         """``x``: f32 ``(M, in)`` or ``(in,)`` (numpy, or any DLPack array such as
         a torch CPU tensor), or an MXArray ``(M, in)`` blocked along its last
         axis. Returns f32 ``(M, out)`` (``(out,)`` for a vector) as numpy."""
-        args, m, vector = self._activations(x)
+        args, kind, m, vector = self._activations(x)
         out = np.zeros((m, self.out_features), np.float32)
         if m:
-            a_elem = x.element if isinstance(x, MXArray) else None
-            a_quant = None if a_elem else self.activations
-            call = self._bound(a_elem, a_quant, m, len(args))
+            call = self._bound(kind, m)
             if call is None:  # no dot kernel: quantize with the oracle, MX path
-                q = quantize(args[0], a_quant, self.block_size)
-                args, a_elem = self._mx_args(q), a_quant
-                call = self._bound(a_elem, None, m, len(args))
+                q = quantize(args[0], kind[2], self.block_size)
+                args, kind = self._mx_args(q), (q.element, q.is_packed, None)
+                call = self._bound(kind, m)
             call(*args, out)
         return out[0] if vector else out
 
     def schedule(self, x) -> str:
         """The kernel schedule a call with ``x`` runs (``int-prefill``,
         ``decode``, ...; the registry's names)."""
-        _args, m, _vector = self._activations(x)
+        _args, kind, m, _vector = self._activations(x)
         cls = shape_class(max(m, 1))
-        a_elem = x.element if isinstance(x, MXArray) else None
-        a_quant = None if a_elem else self.activations
-        found = self._kernel(a_elem, a_quant, cls) or self._kernel(a_quant, None, cls)
+        found = self._kernel(kind, cls)
+        if found is None:  # quantized by the oracle, then the MX kernels
+            packed = is_packed_storage((1, self.in_features), kind[2])
+            found = self._kernel((kind[2], packed, None), cls)
         return found[1]
 
     def _activations(self, x):
+        """``(arguments, kind, M, vector)``: the activations as the kernel takes
+        them, and their kind ``(element or None, packed, quantized to)``: an
+        f32 ``x`` is quantized per call to ``activations`` when it is set."""
         k = self.in_features
         if isinstance(x, MXArray):
             if x.ndim != 2 or x.shape[1] != k or x.axis != 1 or x.block_size != self.block_size:
@@ -173,7 +175,7 @@ class Linear:
                     f"with block_size {self.block_size}; got shape {x.shape}, axis {x.axis}, "
                     f"block_size {x.block_size}"
                 )
-            return self._mx_args(x), x.shape[0], False
+            return self._mx_args(x), (x.element, x.is_packed, None), x.shape[0], False
         if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
             x = np.from_dlpack(x)  # a torch CPU tensor, ...: viewed, not copied
         if not isinstance(x, np.ndarray):
@@ -184,49 +186,41 @@ class Linear:
         x2 = x.reshape(1, -1) if vector else x
         if x2.ndim != 2 or x2.shape[1] != k:
             raise ValueError(f"x: expected shape (M, {k}) or ({k},), got {x.shape}")
-        return [np.ascontiguousarray(x2)], x2.shape[0], vector
+        return [np.ascontiguousarray(x2)], (None, False, self.activations), x2.shape[0], vector
 
     @staticmethod
     def _mx_args(x: MXArray) -> list[np.ndarray]:
-        codes = x.codes
-        if x.format.bits < 8:
-            codes = pack_codes(np.ascontiguousarray(codes), x.element)
-        return [np.ascontiguousarray(codes), np.ascontiguousarray(x.scales)]
+        """An MX activation's codes in their stored form (packed bytes where
+        the shape packs, numerics.is_packed_storage) and its scales."""
+        codes = x.packed_codes() if x.is_packed else np.ascontiguousarray(x.codes)
+        return [codes, np.ascontiguousarray(x.scales)]
 
-    def _problem(self, a_elem: str | None) -> Problem:
-        return Problem(
-            None, self.out_features, self.in_features, self.block_size,
-            a_elem, self.element, packed=self.packed, b_tiled=self.tiled,
-        )  # fmt: skip
-
-    def _kernel(self, a_elem: str | None, a_quant: str | None, cls: str):
-        """(problem, schedule, weight arguments) for activations ``a_elem`` (MX)
-        or f32 quantized to ``a_quant``, at shape class ``cls``: a dot kernel
-        when the CPU has one for the pair, else the f32 kernels (None for
-        ``a_quant``: the caller quantizes with the oracle)."""
-        kind = dot_kind(a_elem or a_quant, self.element, self.block_size)
-        if kind is not None:
-            packed = a_elem is not None and element_format(a_elem).bits < 8
-            prob = Problem(
-                None, self.out_features, self.in_features, self.block_size, a_elem,
-                self.element, packed=packed, a_quant=a_quant, b_dot=kind.name,
-            )  # fmt: skip
+    def _kernel(self, kind, cls: str):
+        """(problem, schedule, weight arguments) for activations of ``kind`` at
+        shape class ``cls``: a dot kernel when the CPU has one for the pair,
+        else the f32 kernels (None for an f32 activation to quantize: the
+        caller quantizes it with the oracle)."""
+        a_elem, a_packed, a_quant = kind
+        dot = dot_kind(a_elem or a_quant, self.element, self.block_size)
+        common = (None, self.out_features, self.in_features, self.block_size, a_elem, self.element)
+        if dot is not None:
+            prob = Problem(*common, a_packed=a_packed, a_quant=a_quant, b_dot=dot.name)
             schedule = _pick(prob, cls)
             if schedule is not None:
-                return prob, schedule, [self._dot_records(kind)]
+                return prob, schedule, [self._dot_records(dot)]
         if a_quant is not None:
             return None
-        prob = self._problem(a_elem)
+        prob = Problem(*common, a_packed=a_packed, b_packed=self.packed, b_tiled=self.tiled)
         return prob, _pick(prob, cls), [self._codes, self._scales]
 
-    def _dot_records(self, kind) -> np.ndarray:
-        """B as the dot kernels' VNNI records of ``kind`` (made once)."""
+    def _dot_records(self, dot) -> np.ndarray:
+        """B as the dot kernels' VNNI records of unit ``dot`` (made once)."""
         with self._lock:
-            rec = self._records.get(kind.name)
+            rec = self._records.get(dot.name)
             if rec is None:
-                layout = RecordLayout(kind, self.element, self.block_size)
+                layout = RecordLayout(dot, self.element, self.block_size)
                 rec = pack_records(self._code_matrix(), self._scales, layout)
-                self._records[kind.name] = rec
+                self._records[dot.name] = rec
         return rec
 
     def _code_matrix(self) -> np.ndarray:
@@ -241,19 +235,21 @@ class Linear:
             return unpack_codes(raw, self.element)
         return raw.view(element_format(self.element).dtype)
 
-    def _bound(self, a_elem, a_quant, m: int, n_args: int) -> BoundFunction | None:
-        """``@matmul`` of the kernel for ``m`` rows with the weight bound: the
-        weight's descriptors are made once (Runner.bind), so a call only
-        checks and passes the activations and the output."""
-        key = (a_elem, a_quant, shape_class(m), self.threads)
+    def _bound(self, kind, m: int) -> BoundFunction | None:
+        """``@matmul`` of the kernel for ``m`` rows of activations of ``kind``,
+        with the weight bound: the weight's descriptors are made once
+        (Runner.bind), so a call only checks and passes the activations and
+        the output.  None: no kernel quantizes these activations here."""
+        key = (kind, shape_class(m), self.threads)
         bound = self._calls.get(key)
         if bound is None:
-            found = self._kernel(a_elem, a_quant, shape_class(m))
+            found = self._kernel(kind, shape_class(m))
             if found is None:
                 return None
             prob, schedule, weights = found
             runner = self._runner(prob, schedule)
-            bound = runner.bind("matmul", *[FREE] * n_args, *weights, FREE)
+            n_act = 1 if kind[0] is None else 2
+            bound = runner.bind("matmul", *[FREE] * n_act, *weights, FREE)
             self._calls[key] = bound
         return bound
 

@@ -1,16 +1,17 @@
 // The v1 block matmul through the v1 schedule (tile [0, 32, 32]) and the
-// structured vectorizer: the first gap of the original write-up, closed.
+// structured vectorizer: mlir-mx v1's first gap (the scale's floordiv map stopped
+// vectorization), closed.
 //
 // Without mx-pin-map-constants the vectorizer refuses the floordiv map, with
 // upstream's message:
 // RUN: not mx-opt %s --mx-to-linalg="matmul-lowering=fused" --transform-preload-library="transform-library-paths=%mx_pipelines/schedules.mlir" --transform-interpreter="entry-point=mx_tile" --transform-interpreter="entry-point=mx_vectorize" 2>&1 | FileCheck %s --check-prefix=NOPIN
 //
-// With it, the tiled op vectorizes (no unit-dim folding, the write-up's
-// hand-edited form (d0, 0)):
+// With it, the tiled op vectorizes (no unit-dim folding; v1 had to edit the
+// map to the form (d0, 0) by hand):
 // RUN: mx-opt %s --mx-to-linalg="matmul-lowering=fused" --transform-preload-library="transform-library-paths=%mx_pipelines/schedules.mlir" --transform-interpreter="entry-point=mx_tile" --mx-pin-map-constants --transform-interpreter="entry-point=mx_vectorize" | FileCheck %s --check-prefix=VEC
 //
 // After tiling and pinning, unit-dim folding drops the scale's unit axis
-// (the write-up's second hand-edited file: map (d0) over a rank-1 slice):
+// (v1's second hand-edited form: map (d0) over a rank-1 slice):
 // RUN: mx-opt %s --mx-to-linalg="matmul-lowering=fused" --transform-preload-library="transform-library-paths=%mx_pipelines/schedules.mlir" --transform-interpreter="entry-point=mx_tile" --mx-pin-map-constants --linalg-fold-unit-extent-dims | FileCheck %s --check-prefix=FOLD
 //
 // The default entry point is the v1 tiling schedule, so the original

@@ -101,3 +101,17 @@ def test_a_disturbed_timing_is_repeated(monkeypatch):
     opts.retries = 1
     row = harness._measure(p, m, 1, roof, opts, lambda s: None)
     assert row["attempts"] == 2 and row["cpu"]["others"] == 0.9  # kept, and says so
+
+
+def test_a_multi_thread_roof_below_its_share_is_reported(monkeypatch):
+    """A 2-thread FMA peak under 1.5x the 1-thread one (the cores were busy)
+    is never reported without a warning; a plausible one is."""
+    from mlir_mx.bench import machine
+    from mlir_mx.bench.machine import Roof, roof_warnings
+
+    monkeypatch.setattr(machine, "default_threads", lambda: 2)
+    one = Roof(1, 20e9, 20e9, 100e9, 100e9, "x")
+    assert roof_warnings({1: one, 2: Roof(2, 25e9, 25e9, 195e9, 190e9, "x")}) == []
+    (w,) = roof_warnings({1: one, 2: Roof(2, 25e9, 25e9, 108e9, 100e9, "x")})
+    assert "only 1.08x the 1-thread one" in w and "not reliable" in w
+    assert roof_warnings({1: one, 4: Roof(4, 1, 1, 100e9, 1, "x")}) == []  # 4 > the 2 cores

@@ -1,4 +1,4 @@
-"""One op table and one format table (issue 11 item 1).
+"""One table per fact: the ops, the formats, the kernel schedules.
 
 The four ops are written once, in :data:`mlir_mx.dialect.irdl.OPS`; the MX
 element and scale formats once, in :mod:`mlir_mx.numerics.formats`.  Every
@@ -9,6 +9,7 @@ format in one place.
 """
 
 import ast
+import re
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from mlir import ir
 from mlir_mx.dialect import irdl, ops, verifier
 from mlir_mx.dialect.types import ELEMENT_TYPES, SCALE_TYPES, MXTensorType
 from mlir_mx.execution.runner import numpy_dtype
+from mlir_mx.kernels import SCHEDULES
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_BITS, SCALE_DTYPE, SCALE_TYPE
 from mlir_mx.passes import mx_to_linalg
 from mlir_mx.passes.expand_narrow_floats import narrow_format
@@ -122,6 +124,7 @@ ALLOWED = {
     ("interop/torchao.py", "_torch"): "torchao's dtype for each float format (another library's names)",
     ("testing/fuzz.py", "_TOKENS"): "a fuzzing dictionary: chosen tokens, its order fixes recorded cases",
     ("testing/misuse.py", "_break"): "three formats picked to re-encode an argument",
+    ("kernels/registry.py", "SHAPE_CLASSES"): "the shape classes (named like the schedules serving them)",
 }
 
 
@@ -179,3 +182,34 @@ def test_the_scan_finds_a_copy():
     names = set(ELEMENT_FORMATS) | OP_NAMES
     assert literal_lists(src, names) == [(1, "X"), (3, "f")]
     assert literal_lists('Y = ("f8E4M3FN", "f32")\n', names) == []
+
+
+def test_no_second_list_of_schedules():
+    """Schedule names live in the one registry (kernels/registry.py SCHEDULES)."""
+    assert _copies(set(SCHEDULES) | {"auto"}) == [], "iterate mlir_mx.kernels.SCHEDULES"
+    for path in sorted(SRC.rglob("*.py")):
+        if path.relative_to(SRC).as_posix() == "kernels/registry.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            assert not (isinstance(node, ast.Constant) and node.value in SCHEDULES), (
+                f"{path}:{node.lineno}: the schedule name {node.value!r} outside the registry"
+            )
+
+
+#: Pipeline text built by string formatting: ``pass{{...}}`` in an f-string,
+#: or pipeline pieces joined with ``+ ","``.
+_PIPELINE_TEXT = re.compile(r'f"[a-z0-9.-]+\{\{|\+\s*","|","\s*\+')
+
+
+def test_no_pipeline_text_built_by_formatting():
+    """Pipelines are Pipeline objects built with PipelineElement.of; text only
+    at the edges (Pipeline.parse, str())."""
+    bad = [
+        f"{path.relative_to(SRC)}:{i}: {line.strip()}"
+        for path in sorted(SRC.rglob("*.py"))
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if _PIPELINE_TEXT.search(line)
+    ]
+    assert bad == []
+    assert _PIPELINE_TEXT.search('x = f"mx-matmul-kernels{{threads={t}}}"')
+    assert _PIPELINE_TEXT.search('p = head + "," + tail')

@@ -30,7 +30,7 @@ from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_DTYPE
 from mlir_mx.passes.pipeline import build_pass_manager
 from mlir_mx.pipelines import load_pipeline
 
-ELEMENTS = ("f8E4M3FN", "f8E5M2", "f6E2M3FN", "f6E3M2FN", "f4E2M1FN", "i8")
+ELEMENTS = tuple(ELEMENT_FORMATS)  # every format of the one table
 # (shape, axis, block size): rank 1..3, axis 0 and last.
 LAYOUTS = (
     ((64,), 0, 32),
@@ -137,7 +137,7 @@ def test_quantize_bit_exact(element_runner, layout):
     np.testing.assert_array_equal(_bits(codes), _bits(ref.codes))
 
 
-SUB_BYTE = [e for e in ELEMENTS if ELEMENT_FORMATS[e].bits < 8]
+SUB_BYTE = [e for e in ELEMENTS if ELEMENT_FORMATS[e].is_sub_byte]
 
 
 @pytest.fixture(scope="module", params=SUB_BYTE)

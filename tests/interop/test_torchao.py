@@ -20,8 +20,9 @@ from torchao.prototype.mx_formats.kernels import pack_uint4  # noqa: E402
 from torchao.prototype.mx_formats.mx_tensor import MXTensor  # noqa: E402
 
 from mlir_mx.interop.torchao import from_mxtensor, to_mxtensor  # noqa: E402
+from mlir_mx.numerics import ELEMENT_FORMATS  # noqa: E402
 
-FORMATS = ["f8E4M3FN", "f8E5M2", "f6E2M3FN", "f6E3M2FN", "f4E2M1FN"]
+FORMATS = [n for n, f in ELEMENT_FORMATS.items() if not f.is_int]  # the table
 
 
 def realistic(shape, seed):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from matmul_cases import kernel_runner
+from matmul_cases import kernel_runner, schedule_cases
 
 from mlir_mx.kernels import Problem
 from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
@@ -30,11 +30,12 @@ def test_tile_layout():
 
 def test_b_tiled_needs_whole_tiles():
     with pytest.raises(ValueError, match="multiple of 64"):
-        Problem(None, 100, K, 32, None, "f4E2M1FN", packed=True, b_tiled=True)
+        Problem(None, 100, K, 32, None, "f4E2M1FN", b_packed=True, b_tiled=True)
 
 
 @pytest.mark.parametrize("element", ["f4E2M1FN", "f6E3M2FN", "f8E4M3FN"])
-@pytest.mark.parametrize("schedule, m, threads", [("decode", 1, 1), ("small", 5, 2), ("prefill", 50, 2)])
+@pytest.mark.parametrize("schedule, m", [(s, m) for s, m, _k, _n in schedule_cases()])
+@pytest.mark.parametrize("threads", [1, 2])
 def test_tiled_b_gives_the_same_bits(element, schedule, m, threads):
     rng = np.random.default_rng(0)
     b = quantize(rng.standard_normal((K, N)).astype(np.float32), element, 32, axis=0)
@@ -43,7 +44,7 @@ def test_tiled_b_gives_the_same_bits(element, schedule, m, threads):
     x = rng.standard_normal((m, K)).astype(np.float32)
     out = []
     for tiled in (False, True):
-        prob = Problem(None, N, K, 32, None, element, packed=packed, b_tiled=tiled)
+        prob = Problem(None, N, K, 32, None, element, a_packed=packed, b_packed=packed, b_tiled=tiled)
         codes = tile_b_codes(raw, 32, element, packed) if tiled else raw
         if not packed and not tiled:
             codes = b.codes

@@ -1,11 +1,11 @@
-"""The byte/FLOP model read from lowered IR: the write-up's M4 numbers and the rules."""
+"""The byte/FLOP model read from lowered IR: the v1 byte model's M4 numbers and the rules."""
 
 from __future__ import annotations
 
 import pytest
 
 from mlir_mx.model import M4, analyze, shift
-from mlir_mx.model.kernels import VARIANTS, Shape, blocked_lowering_available, variant_module_text
+from mlir_mx.model.kernels import VARIANTS, Shape, variant_module_text
 from mlir_mx.model.report import model_rows
 
 
@@ -203,7 +203,6 @@ def test_blocked_form_counter_handwritten():
 
 
 def test_blocked_lowering_through_pass(mx_to_linalg):
-    assert blocked_lowering_available() is None
     for shape in (Shape(32, 64, 64), Shape(1, 64, 64), Shape(1, 256, 256)):
         rows = model_rows([shape], ["mx-ab-blocked", "mx-a-blocked"])
         for row in rows:
@@ -215,14 +214,14 @@ def test_blocked_lowering_through_pass(mx_to_linalg):
                 assert km.flops <= 1.05 * two_mnk
 
 
-def test_unavailable_variant_is_reported_not_raised(mx_to_linalg, monkeypatch):
-    # A lowering that fails (here: an unknown matmul-lowering value) becomes a
-    # row that says why, instead of aborting the whole table.
+def test_a_variant_that_does_not_lower_is_an_error(mx_to_linalg, monkeypatch):
+    # Every lowering ships: a variant whose lowering fails (here: an unknown
+    # matmul-lowering value) is a clear MXError, not a row in the table.
+    from mlir_mx.errors import MXError
     from mlir_mx.model import kernels
 
     monkeypatch.setitem(
         kernels.VARIANTS, "mx-ab-tiled", kernels.Variant("mx-ab-tiled", True, True, "tiled")
     )
-    rows = model_rows([Shape(1, 64, 64)], ["f32", "mx-ab-tiled"])
-    assert rows[0].model is not None
-    assert rows[1].model is None and "'tiled' is not one of: fused, blocked" in rows[1].unavailable
+    with pytest.raises(MXError, match="'tiled' is not one of: fused, blocked"):
+        model_rows([Shape(1, 64, 64)], ["f32", "mx-ab-tiled"])

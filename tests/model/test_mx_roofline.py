@@ -42,6 +42,28 @@ def test_plots_and_breakdown(tmp_path, capsys, mx_to_linalg):
     assert "1.84x = 1.23x bytes x 1.50x FLOPs" in (tmp_path / "roofline.svg").read_text()
 
 
+def test_report_writes_a_results_page(tmp_path, capsys, mx_to_linalg):
+    """--report: the dated plots and a results page with the machine, the table
+    and the measured timings (what bench/roofline.py used to write)."""
+    import datetime
+
+    argv = ["--shape", "1x64x64", "--variants", "f32,mx-ab-blocked", "--machine", "m4",
+            "--measure-kernels", "--report", "--out", str(tmp_path), "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    date = datetime.date.today().isoformat()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted(
+        [f"roofline-{date}.md", f"roofline-{date}.png", f"roofline-{date}.svg",
+         f"time-{date}.png", f"time-{date}.svg"]
+    )  # fmt: skip
+    page = (tmp_path / f"roofline-{date}.md").read_text()
+    assert "Command: `mx-roofline --shape 1x64x64" in page
+    assert "core(s) available" in page and "features:" in page  # host.machine_description
+    assert page.count("| mx-ab-blocked | 1x64x64 |") == 1 and "| f32 | 1x64x64 |" in page
+    assert main(["--report", "--quiet"]) == 1
+    assert "--report needs --out" in capsys.readouterr().err
+
+
 def test_blocked_variant_never_fails(capsys, mx_to_linalg):
     assert main(["--shape", "1x64x64", "--variants", "f32,mx-ab-blocked", "--quiet"]) == 0
     out = capsys.readouterr().out

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from matmul_cases import ELEMENTS, case, kernel_runner, matmul_text
+from matmul_cases import ELEMENTS, case, kernel_runner, matmul_text, schedule_cases
 from mlir import ir
 
 from mlir_mx.dialect import parse_module, print_module
 from mlir_mx.execution import Runner
 from mlir_mx.host import has_features
-from mlir_mx.kernels import Problem, plan_kernel
+from mlir_mx.kernels import SCHEDULES, Problem, choose, plan_kernel, shape_class
 from mlir_mx.numerics import ELEMENT_FORMATS, pack_codes
 from mlir_mx.passes.pipeline import build_pass_manager
 from mlir_mx.pipelines import load_pipeline
@@ -58,22 +58,21 @@ def _check(m, k, n, ea, eb, runs):
 
 @pytest.mark.parametrize("ea,eb", _PAIRS, ids=lambda x: x or "f32")
 def test_every_format_every_class(ea, eb):
-    _check(1, 96, 100, ea, eb, [dict(threads=1, schedule="decode"), dict(threads=2)])
-    _check(5, 64, 70, ea, eb, [dict(threads=1, schedule="small"), dict(threads=2)])
-    _check(37, 288, 130, ea, eb, [dict(threads=1), dict(threads=2, schedule="prefill")])
+    """Every schedule of the registry at 1 thread, and the automatic choice at
+    2, in the shape class of each, bit-identical to the linalg reference."""
+    for schedule, m, k, n in schedule_cases():
+        _check(m, k, n, ea, eb, [dict(threads=1, schedule=schedule), dict(threads=2)])
 
 
-@pytest.mark.parametrize("schedule", ["decode", "small", "prefill"])
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
 @pytest.mark.parametrize("m,k,n", [(1, 32, 1), (1, 64, 16), (3, 32, 65), (17, 128, 64)])
 def test_odd_shapes(schedule, m, k, n):
-    if schedule == "decode" and m != 1:
-        schedule = "small"
     _check(m, k, n, "f8E4M3FN", "f8E4M3FN", [dict(schedule=schedule, threads=2)])
 
 
 def test_f16_widening_path_equals_table_path(monkeypatch):
     """Without VBMI the kernels widen through f16; same bits either way."""
-    runs = [dict(threads=1, schedule=s) for s in ("small", "prefill")]
+    runs = [dict(threads=1, schedule=s) for s, m, _k, _n in schedule_cases() if m > 1]
     if has_features("avx512vbmi"):  # the table path, which this machine uses
         _check(9, 96, 100, "f8E4M3FN", "f4E2M1FN", runs)
     monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-avx512vbmi")
@@ -88,7 +87,7 @@ def test_f16_widening_path_equals_table_path(monkeypatch):
 
 def test_default_runner_lowers_mx_and_picks_by_shape():
     """``Runner(mx_text)`` with no pipeline runs the kernels (the old default failed)."""
-    for m, expect in ((1, "decode"), (8, "small"), (64, "prefill")):
+    for m in (1, 8, 64):
         text = matmul_text(m, 64, 32, "f8E4M3FN", "f8E4M3FN")
         r = Runner(text, threads=1)
         assert "mx-matmul-kernels{schedule=auto threads=1}" in str(r._compiled.pipeline)
@@ -96,12 +95,15 @@ def test_default_runner_lowers_mx_and_picks_by_shape():
         module = parse_module(text, ctx)
         t = module.body.operations[0].regions[0].blocks[0].operations[0]
         assert t.operation.name == "mx.block_matmul"
-        assert plan_kernel(Problem(m, 32, 64, 32, "f8E4M3FN", "f8E4M3FN")).schedule.shape_class == expect
+        prob = Problem(m, 32, 64, 32, "f8E4M3FN", "f8E4M3FN")
+        assert plan_kernel(prob).schedule == choose(prob)
+        assert choose(prob).shape_class == shape_class(m)
 
 
 def test_dynamic_m_kernel_serves_every_m():
     """One kernel module with a dynamic M (the library's case) for several M."""
-    r = kernel_runner(Problem(None, 48, 96, 32, "f8E4M3FN", "f8E4M3FN"), "small", 2)
+    prob = Problem(None, 48, 96, 32, "f8E4M3FN", "f8E4M3FN")
+    r = kernel_runner(prob, choose(prob).name, 2)
     for m in (1, 4, 5, 11):
         args, acc, exact, bound = case(m, 96, 48, "f8E4M3FN", "f8E4M3FN")
         qa, qb = args
@@ -112,7 +114,7 @@ def test_dynamic_m_kernel_serves_every_m():
 
 @pytest.mark.parametrize("ea,eb", [("f4E2M1FN", "f4E2M1FN"), ("f6E2M3FN", "f6E3M2FN"),
                                    ("f8E4M3FN", "f4E2M1FN"), ("f4E2M1FN", None)])  # fmt: skip
-@pytest.mark.parametrize("schedule,m", [("decode", 1), ("small", 6), ("prefill", 19)])
+@pytest.mark.parametrize("schedule,m", [(s, m) for s, m, _k, _n in schedule_cases()])
 def test_packed_subbyte_codes(ea, eb, schedule, m):
     """Packed FP4/FP6 codes (two per byte / four per three bytes) give the same bits."""
     k, n = 128, 136
@@ -120,10 +122,10 @@ def test_packed_subbyte_codes(ea, eb, schedule, m):
     qa, b = args
     ref = c = None
     for packed in (False, True):
-        r = kernel_runner(Problem(m, n, k, 32, ea, eb, packed=packed), schedule, 2)
+        r = kernel_runner(Problem(m, n, k, 32, ea, eb, a_packed=packed, b_packed=packed), schedule, 2)
 
         def pk(x, e, packed=packed):  # 8-bit codes are stored as they are
-            return pack_codes(x, e) if packed and ELEMENT_FORMATS[e].bits < 8 else x
+            return pack_codes(x, e) if packed and ELEMENT_FORMATS[e].is_sub_byte else x
 
         bargs = [pk(b.codes, eb), b.scales] if eb else [b]
         c = acc.copy()
@@ -177,4 +179,4 @@ def test_every_class_mx_times_f32(ea):
 @pytest.mark.parametrize("m,k,n", [(1, 512, 200), (12, 256, 257), (70, 320, 300)])
 def test_sweep(m, k, n, ea, eb):
     _check(m, k, n, ea, eb, [dict(threads=t, schedule=s) for t in (1, 2)
-                             for s in ("small", "prefill")])  # fmt: skip
+                             for s in SCHEDULES if shape_class(1) != SCHEDULES[s].shape_class])  # fmt: skip

@@ -1,4 +1,4 @@
-"""Names that find each other (issue 11 item 5), for EVERY registered pass:
+"""Names that find each other, for EVERY registered pass:
 pass ``mx-foo-bar`` lives in ``passes/foo_bar.py`` (or ``passes/mx_foo_bar.py``),
 its lit test is ``test/Transforms/mx-foo-bar.mlir`` (or a directory of that
 name), its pytest ``tests/passes/test_<module>.py`` and its page

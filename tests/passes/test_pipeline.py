@@ -1,4 +1,4 @@
-"""Pipelines as data (issue 11 item 3): elements built with typed, checked
+"""Pipelines as data: elements built with typed, checked
 options; composition; text only at the edges (parse, str); buffer ownership
 as a property of the pipeline and of the compiled artifact."""
 

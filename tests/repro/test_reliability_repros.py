@@ -2,7 +2,8 @@
 scripts, the mx-runner/mx-opt command lines of the READMEs), each as a test.
 
 The IR reproducers are lit tests named after their files in ``test/Repro/``.
-Sources: ``shared/repro/reliability/README.md`` and ``semantics/README.md``.
+Each test says what it checks: the behaviour the reproducer showed and the
+one it must show now.
 """
 
 from __future__ import annotations

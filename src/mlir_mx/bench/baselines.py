@@ -110,32 +110,16 @@ def torch_methods(p: Problem, threads: int) -> list[Method] | Skipped:
     # fall below f32's normal range; the oracle check would catch that.
     ha, hb = ta.to(torch.bfloat16), tb.to(torch.bfloat16)
 
-    def f32():
-        return (ta @ tb).numpy()
-
-    def bf16():
-        return (ha @ hb).float().numpy()
+    def method(label, a, b, itemsize, note, **extra):
+        return Method(
+            label, "baseline", threads, itemsize * (mk + kn + mn),
+            run=lambda n: [a @ b for _ in range(n)],
+            result=lambda: (a @ b).float().numpy(),
+            oracle=p.oracle, note=f"torch {torch.__version__}{note}", **extra,
+        )  # fmt: skip
 
     return [
-        Method(
-            "torch f32",
-            "baseline",
-            threads,
-            4 * (mk + kn + mn),
-            run=lambda n: [ta @ tb for _ in range(n)],
-            result=f32,
-            oracle=p.oracle,
-            note=f"torch {torch.__version__}",
-        ),
-        Method(
-            "torch bf16",
-            "baseline",
-            threads,
-            2 * (mk + kn + mn),
-            run=lambda n: [ha @ hb for _ in range(n)],
-            result=bf16,
-            oracle=p.oracle,
-            out_unit=BF16_UNIT,
-            note=f"torch {torch.__version__}; bf16 output (bound includes its rounding)",
-        ),
-    ]
+        method("torch f32", ta, tb, 4, ""),
+        method("torch bf16", ha, hb, 2, "; bf16 output (bound includes its rounding)",
+               out_unit=BF16_UNIT),
+    ]  # fmt: skip

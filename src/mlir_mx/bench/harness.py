@@ -25,6 +25,7 @@ from .machine import (
     machine_info,
     measure_roof,
     other_load,
+    roof_warnings,
     thread_limits,
 )
 from .method import Method, Skipped
@@ -177,7 +178,9 @@ def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
     }
     record["options"]["shapes"] = [str(s) for s in opts.shapes]
     say(f"mx-bench on {record['machine']['cpu']}, load average {record['loadavg_start']}")
-    roofs = {t: measure_roof(t, opts.quick, say) for t in opts.threads}
+    roofs = {t: measure_roof(t, opts.quick, say) for t in sorted(set(opts.threads) | {1})}
+    for warning in roof_warnings(roofs):
+        say(f"  warning: {warning}")
     rows: list[dict] = []
     compiled: dict[int, float] = {}
     skipped: dict[str, str] = {}
@@ -199,6 +202,7 @@ def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
                                 samples=opts.samples, retries=opts.retries)  # fmt: skip
     record.update(
         roofs=[asdict(r) for r in roofs.values()],
+        roof_warnings=roof_warnings(roofs),
         rows=rows,
         ratios=_ratios_by_group(rows),
         skipped=[{"method": k, "reason": v} for k, v in skipped.items()],

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlir_mx.host import feature_table
-from mlir_mx.model.measure import cpu_model, measure_bandwidth, measure_peak
+from mlir_mx.host import cpu_model, default_threads, feature_table, machine_description
+from mlir_mx.model.measure import measure_bandwidth, measure_peak
 
 __all__ = [
     "Roof",
@@ -105,7 +105,8 @@ def machine_info() -> dict:
     """What a results file records about the machine."""
     return {
         "cpu": cpu_model(),
-        "cpus": os.cpu_count(),
+        "description": machine_description(),
+        "cpus": default_threads(),
         "cpu_features": cpu_features(),
         "platform": platform.platform(),
         "versions": _versions(),
@@ -163,7 +164,27 @@ def measure_roof(threads: int, quick: bool, say: Callable[[str], None]) -> Roof:
     method = (
         f"MLIR STREAM triad (3 x {mib} MiB f32, 12 B/element, best of {reps})"
         f"{' [quick: cache-resident, not a memory roof]' if quick else ''}; "
-        "MLIR vector.fma vector<16xf32> x 12 accumulators (f32 FMA peak); "
-        f"{threads} Python thread(s) running the compiled loop"
+        "MLIR vector.fma vector<16xf32> x 12 accumulators (f32 FMA peak, best of 5); "
+        f"{threads} parallel task(s) of the kernels' own threading (scf.parallel on "
+        "upstream's async runtime)"
     )
     return Roof(threads, bw, bw_med, pk, pk_med, method)
+
+
+def roof_warnings(roofs: dict[int, Roof]) -> list[str]:
+    """What is wrong with the measured roofs: a multi-thread FMA peak below
+    0.75 x threads x the 1-thread one (1.5x at 2 threads) on as many cores
+    means the cores were busy while it was measured, so every "% roof" at
+    that thread count overstates how close a method came to the machine."""
+    one = roofs.get(1)
+    out = []
+    if one is None:
+        return out
+    for t, r in sorted(roofs.items()):
+        if 1 < t <= default_threads() and r.peak < 0.75 * t * one.peak:
+            out.append(
+                f"the {t}-thread FMA peak ({r.peak / 1e9:.0f} GFLOP/s) is only "
+                f"{r.peak / one.peak:.2f}x the 1-thread one ({one.peak / 1e9:.0f}): the cores "
+                f"were not free while it was measured; '% roof' at {t} threads is not reliable"
+            )
+    return out

@@ -240,7 +240,3 @@ def mlp_markdown(rec: dict) -> list[str]:
             f"{r['err_vs_f32_weights']:.2e} | {others} |"
         )
     return lines
-
-
-def timestamp() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlir_mx.execution import Runner
-from mlir_mx.kernels import SCHEDULES, plan_kernel
+from mlir_mx.kernels import SCHEDULES, plan_kernel, shape_class
 from mlir_mx.kernels import Problem as KProblem
 from mlir_mx.model.kernels import Shape, variant_module_text
 
@@ -79,7 +79,7 @@ def our_variants(
     # only at M = 1: one row at a time is its whole design).
     rows += [("mx-ab", f"ours mx x mx {s.name}", s.name) for s in SCHEDULES.values()
              if s.name != chosen and s.supports(prob)
-             and (s.shape_class != "decode" or shape.M == 1)]  # fmt: skip
+             and (s.shape_class != shape_class(1) or shape.M == 1)]  # fmt: skip
     for operands, label, schedule in rows:
         text = variant_module_text(operands, shape, element, block_size, a_element)
         variants.append(

@@ -50,7 +50,7 @@ def _header(r: dict) -> list[str]:
         f"# mx-bench: {r['tag']} ({r['date']})",
         "",
         f"- Command: `{r['command']}`",
-        f"- Machine: {m['cpu']}, {m['cpus']} CPUs; {m['platform']}",
+        f"- Machine: {m.get('description', m['cpu'])}; {m['platform']}",
         f"- CPU features: {', '.join(have) or 'none of the listed'}; "
         f"absent: {', '.join(lack) or 'none'}",
         f"- Versions: {vers}; BLAS: {blas or 'unknown'}",
@@ -87,22 +87,29 @@ def _header(r: dict) -> list[str]:
             f"({roof['bandwidth_median'] / 1e9:.1f}) | {roof['peak'] / 1e9:.1f} "
             f"({roof['peak_median'] / 1e9:.1f}) | {roof['method']} |"
         )
+    for w in r.get("roof_warnings", []):
+        lines += ["", f"**Warning:** {w}."]
     return lines
 
 
+def _table(title: str, intro: str, columns: list[str]) -> list[str]:
+    """A section's heading, its explanation and a markdown table's header."""
+    return [
+        "", f"## {title}", "", intro, "",
+        "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+    ]  # fmt: skip
+
+
 def _rows_table(r: dict) -> list[str]:
-    lines = [
-        "",
-        "## Results",
-        "",
+    lines = _table(
+        "Results",
         "Times per call. GB/s: the method's compulsory bytes / time (docs/bench.md). "
         "% roof: time at the roof that bounds the method (bandwidth or f32 FMA peak) / "
         "measured time. vs numpy: numpy f32 time / this time (> 1: faster).",
-        "",
-        "| shape | format | threads | method | kernel threads | median ms | min ms | spread "
-        "| GB/s | GFLOP/s | roof | % roof | vs numpy f32 | err/bound | compile s | others |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+        ["shape", "format", "threads", "method", "kernel threads", "median ms", "min ms",
+         "spread", "GB/s", "GFLOP/s", "roof", "% roof", "vs numpy f32", "err/bound",
+         "compile s", "others"],
+    )  # fmt: skip
     numpy = {
         (x["shape"], x["format"], x["threads"]): x["median_s"]
         for x in r["rows"]
@@ -123,16 +130,12 @@ def _rows_table(r: dict) -> list[str]:
 
 
 def _ratio_table(r: dict) -> list[str]:
-    lines = [
-        "",
-        "## Our kernels against each baseline",
-        "",
+    lines = _table(
+        "Our kernels against each baseline",
         "Speedup = baseline time / our time at the same thread count (> 1: ours faster). "
         "'emulation' is the emulation of the same operands (mx x mx or mx x f32).",
-        "",
-        "| shape | format | threads | ours | " + " | ".join(RATIO_BASELINES) + " |",
-        "|---|---|---|---|" + "---|" * len(RATIO_BASELINES),
-    ]
+        ["shape", "format", "threads", "ours", *RATIO_BASELINES],
+    )
     table: dict[tuple, dict[str, float]] = {}
     for q in r["ratios"]:
         if not q["like_for_like"]:

@@ -135,7 +135,9 @@ def _parse_aborts(generic: str, allow_unregistered: bool) -> bool:
 
     FIXME(upstream): the parser aborts on a forward use resolved into a
     region that then fails to parse (see :func:`syntax.invisible_use`);
-    only text the scan suspects pays for this probe.
+    only text the scan suspects pays for this probe.  No upstream issue
+    found for this variant (llvm-project#128011 and #127778 fixed related
+    ones).
     """
     import subprocess
     import sys

@@ -4,7 +4,8 @@ on without a location.
 Each is an upstream bug of MLIR 22.1.8 (``mlir-opt`` crashes too), found by
 the fuzzer (``docs/testing.md``); each check refuses (or suspects) only IR
 that is invalid anyway, with a located diagnostic.
-FIXME(upstream): drop a guard once its upstream fix is in the wheel.
+FIXME(upstream): drop a guard once its upstream fix is in the wheel; each
+guard's docstring names its upstream issue, or says none was found.
 """
 
 from __future__ import annotations

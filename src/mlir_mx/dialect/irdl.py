@@ -8,7 +8,8 @@ in :mod:`mlir_mx.dialect.verifier` and :mod:`mlir_mx.dialect.syntax`.
 FIXME(upstream): IRDL ops carry no traits at 22.1.8 (no ``Pure``), so
 upstream ``canonicalize``/``cse`` neither erase dead mx ops nor merge them;
 ``mx-canonicalize`` erases dead mx ops itself.  ``mlir.dialects.ext``
-(Python-defined dialects with traits) is newer than 22.1.8.
+(Python-defined dialects, llvm-project#169045) with traits (#177735,
+#179705; ``Pure`` effects #216773) is newer than 22.1.8.
 """
 
 from __future__ import annotations

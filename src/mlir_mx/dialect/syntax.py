@@ -29,7 +29,8 @@ the source, which is where mlir-opt reports a type verifier error.  The
 generic forms are accepted as input too.
 
 FIXME(upstream): custom assembly formats for IRDL ops/types do not exist at
-22.1.8; with ``mlir.dialects.ext`` (newer upstream) this layer can go away.
+22.1.8, nor in newer upstream's ``mlir.dialects.ext`` (which lowers to IRDL
+plus traits); no upstream issue found.
 """
 
 from __future__ import annotations

@@ -47,6 +47,8 @@ def load_async_runtime() -> None:
     the process-wide runtime, so destroying any engine that loaded it makes
     every later parallel kernel dereference a null runtime and crash
     (reproducer: tests/execution/test_threads.py::test_engines_come_and_go).
+    No upstream issue found (``resetDefaultAsyncRuntime`` in
+    ``AsyncRuntime.cpp``).
     """
     global _async_runtime_handle
     if _async_runtime_handle is None:

@@ -32,8 +32,11 @@ reference: when the function writes to that buffer, the caller's numpy array
 IS updated.  Arrays must be C-contiguous (a non-contiguous array is rejected,
 never silently copied, so that this in-place behaviour stays predictable).
 
-Compilation results are cached per (module text, pipeline, opt level, shared
-libraries): constructing a second Runner for the same text reuses the engine.
+Compilation results are cached per module text and
+:class:`~mlir_mx.execution.options.CompileOptions` (its ``key()``: the
+pipeline as it will run, schedule, threads, opt level, libraries, cache
+directory and CPU features): a second Runner of the same text and options
+reuses the engine.
 """
 
 from __future__ import annotations
@@ -168,14 +171,20 @@ class Runner:
 
     # -- the call -----------------------------------------------------------
 
-    def invoke(self, name: str, *args):
-        """Call ``@name`` with numpy arguments; see the class docstring."""
+    def callable_signature(self, name: str, n_args: int, what: str = "") -> Signature:
+        """``@name``'s signature, checked: ``n_args`` arguments given, every
+        parameter and result of a type the Runner can pass."""
         sig = self.signature(name)
-        if len(args) != len(sig.args):
-            raise TypeError(f"{name}: expected {len(sig.args)} argument(s), got {len(args)}")
+        if n_args != len(sig.args):
+            raise TypeError(f"{name}: expected {len(sig.args)} argument(s){what}, got {n_args}")
         for p in sig.flat_args + sig.flat_results:
             if p.error:
                 raise TypeError(f"{name}: {p.name}: {p.error}")
+        return sig
+
+    def invoke(self, name: str, *args):
+        """Call ``@name`` with numpy arguments; see the class docstring."""
+        sig = self.callable_signature(name, len(args))
         args = args_.split_mx_args(name, sig.args, args, MXParam)
         keep: list = []  # everything native code points to, alive until return
         packed: list = []
@@ -305,12 +314,7 @@ class BoundFunction:
     """
 
     def __init__(self, runner: Runner, name: str, args: tuple):
-        sig = runner.signature(name)
-        if len(args) != len(sig.args):
-            raise TypeError(f"{name}: expected {len(sig.args)} argument(s) to bind, got {len(args)}")
-        for p in sig.flat_args + sig.flat_results:
-            if p.error:
-                raise TypeError(f"{name}: {p.name}: {p.error}")
+        sig = runner.callable_signature(name, len(args), " to bind")
         self.runner, self.name, self.sig = runner, name, sig
         self._free = [i for i, a in enumerate(args) if a is FREE]
         self._free_params = [sig.args[i] for i in self._free]

@@ -23,7 +23,7 @@ from mlir.dialects import arith, func
 
 from mlir_mx.kernels.builder import KernelBuilder
 from mlir_mx.kernels.plan import KernelPlan, plan_kernel
-from mlir_mx.kernels.problem import Operands, Problem
+from mlir_mx.kernels.problem import Operands, Problem, code_columns
 from mlir_mx.kernels.registry import SCHEDULES, Schedule, choose, shape_class
 from mlir_mx.numerics.formats import SCALE_TYPE
 
@@ -66,22 +66,24 @@ def kernel_module(
     ``a`` alone when ``prob.a_elem`` is None; ``b``: B's
     codes (K x N, blocked along K) or an f32 K x N; ``sb``: B's scales
     (K/B x N, only when B is MX); ``c``: the f32 M x N accumulator, updated
-    in place.  M may be dynamic (``prob.m is None``).  With ``prob.b_dot``, B is
-    one ``ui8`` buffer of dot records (scales inside, no ``sb``).  With ``prob.packed``,
-    FP4/FP6 codes are ``ui8`` memrefs of packed bytes (``numerics.pack_codes``).
+    in place.  M may be dynamic (``prob.m is None``).  With ``prob.a_packed``
+    / ``prob.b_packed``, that operand's FP4/FP6 codes are ``ui8`` memrefs of
+    packed bytes (``numerics.pack_codes``).  With ``prob.b_dot``, B is one
+    ``ui8`` buffer of dot records (scales inside, no ``sb``).
     ``bench=True`` adds ``func @bench(..., n: index)`` calling ``@name`` ``n``
     times (timing without Python's call overhead).
     """
     m = prob.m
 
-    def codes(rows, cols, elem):
-        if prob.packed and prob.code_columns(elem, cols) != cols:
-            return _memref([rows, prob.code_columns(elem, cols)], "ui8")  # packed bytes
+    def codes(rows, cols, elem, packed):
+        if packed and code_columns(elem, cols, True) != cols:
+            return _memref([rows, code_columns(elem, cols, True)], "ui8")  # packed bytes
         return _memref([rows, cols], elem)
 
     types = []
     if prob.a_is_mx:
-        types += [codes(m, prob.k, prob.a_elem), _memref([m, prob.kblocks], SCALE_TYPE)]
+        a_codes = codes(m, prob.k, prob.a_elem, prob.a_packed)
+        types += [a_codes, _memref([m, prob.kblocks], SCALE_TYPE)]
     else:
         types.append(_memref([m, prob.k], "f32"))
     if prob.b_dot is not None:  # dot records: B's scales are inside
@@ -90,7 +92,7 @@ def kernel_module(
         b_codes = (
             _memref(list(prob.b_codes_shape()), "ui8")
             if prob.b_tiled
-            else codes(prob.k, prob.n, prob.b_elem)
+            else codes(prob.k, prob.n, prob.b_elem, prob.b_packed)
         )
         types += [b_codes, _memref([prob.kblocks, prob.n], SCALE_TYPE)]
     else:

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 
 from mlir import ir
-from mlir.dialects import arith, builtin, llvm, math, memref, scf, vector
+from mlir.dialects import arith, builtin, llvm, memref, scf, vector
 
-__all__ = ["KernelBuilder", "Loop"]
+__all__ = ["ArithBuilder", "KernelBuilder", "Loop"]
 
 
 class Loop:
@@ -37,12 +37,19 @@ class Loop:
         return list(self.op.results)
 
 
-class KernelBuilder:
-    """Emit kernel IR; constants go to ``const_ip`` (before the kernel)."""
+class ArithBuilder:
+    """Elementwise ``arith`` ops on scalars, vectors or static tensors.
 
-    def __init__(self, const_ip: ir.InsertionPoint):
-        self.const_ip = const_ip
-        self._consts: dict[tuple, ir.Value] = {}
+    Type arguments are full types, or element types that :meth:`shaped`
+    gives this builder's shape (``like``, when set).  Constants are created
+    at the current insertion point (:class:`KernelBuilder` hoists them).
+    Codecs (:mod:`mlir_mx.kernels.codec`) are written against this class, so
+    the kernels and the ``mx-expand-narrow-floats`` pass share them.
+    """
+
+    def __init__(self, like: ir.Type | None = None, loc: ir.Location | None = None):
+        self.like = like if isinstance(like, ir.ShapedType) else None
+        self.loc = loc
         self.f32 = ir.F32Type.get()
         self.f16 = ir.F16Type.get()
         self.index = ir.IndexType.get()
@@ -57,55 +64,162 @@ class KernelBuilder:
     def vec(n: int, elem: ir.Type) -> ir.VectorType:
         return ir.VectorType.get([n], elem)
 
+    def shaped(self, t: ir.Type) -> ir.Type:
+        """``t`` itself when shaped (or without ``like``), else ``t`` in ``like``'s shape."""
+        s = self.like
+        if s is None or isinstance(t, ir.ShapedType):
+            return t
+        if isinstance(s, ir.VectorType):
+            return ir.VectorType.get(s.shape, t, scalable=s.scalable_dims)
+        return ir.RankedTensorType.get(s.shape, t)
+
+    @staticmethod
+    def same_shape(v: ir.Value, elem: ir.Type) -> ir.Type:
+        """The type of ``v`` with element type ``elem``."""
+        t = v.type
+        if isinstance(t, ir.VectorType):
+            return ir.VectorType.get(t.shape, elem, scalable=t.scalable_dims)
+        if isinstance(t, ir.RankedTensorType):
+            return ir.RankedTensorType.get(t.shape, elem)
+        return elem
+
     # -- constants -------------------------------------------------------------
 
     def const(self, value, t: ir.Type) -> ir.Value:
-        """A constant of scalar or vector type ``t`` (splat), created once."""
+        """A constant of type ``t`` (splat when shaped)."""
+        t = self.shaped(t)
         key = (str(t), value if not isinstance(value, float) else ("f", value.hex()))
-        hit = self._consts.get(key)
-        if hit is not None:
-            return hit
-        elem = t.element_type if isinstance(t, ir.VectorType) else t
+        elem = t.element_type if isinstance(t, ir.ShapedType) else t
         if isinstance(elem, ir.IndexType):
             attr = ir.IntegerAttr.get(elem, int(value))
         elif isinstance(elem, ir.IntegerType):
             w = elem.width
             v = int(value) & ((1 << w) - 1)
-            if w > 1 and v >= 1 << (w - 1):
+            if w > 1 and v >= 1 << (w - 1):  # IntegerAttr wants the signed value
                 v -= 1 << w
             attr = ir.IntegerAttr.get(elem, v)
         else:
             attr = ir.FloatAttr.get(elem, float(value))
-        if isinstance(t, ir.VectorType):
+        if isinstance(t, ir.ShapedType):
             attr = ir.DenseElementsAttr.get_splat(t, attr)
-        with self.const_ip:
-            v = arith.ConstantOp(t, attr).result
-        self._consts[key] = v
-        return v
+        return self._constant(key, t, attr)
 
     def const_array(self, values: Sequence[int], t: ir.VectorType) -> ir.Value:
-        """A constant integer vector with the given lane values, created once."""
-        key = (str(t), "array", tuple(values))
-        hit = self._consts.get(key)
-        if hit is None:
-            import numpy as np
+        """A constant integer vector with the given lane values."""
+        import numpy as np
 
-            w = t.element_type.width
-            arr = np.array([int(v) & ((1 << w) - 1) for v in values], dtype=f"uint{w}")
-            attr = ir.DenseElementsAttr.get(arr.view(f"int{w}"), type=t)
-            with self.const_ip:
-                hit = arith.ConstantOp(t, attr).result
-            self._consts[key] = hit
-        return hit
+        w = t.element_type.width
+        arr = np.array([int(v) & ((1 << w) - 1) for v in values], dtype=f"uint{w}")
+        attr = ir.DenseElementsAttr.get(arr.view(f"int{w}"), type=t)
+        return self._constant((str(t), "array", tuple(values)), t, attr)
 
     def const_array_f32(self, values: Sequence[float], t: ir.VectorType) -> ir.Value:
-        """A constant f32 vector with the given lane values, created once."""
+        """A constant f32 vector with the given lane values."""
+        import numpy as np
+
+        attr = ir.DenseElementsAttr.get(np.array(values, dtype=np.float32), type=t)
         key = (str(t), "f32array", tuple(float(v).hex() for v in values))
+        return self._constant(key, t, attr)
+
+    def _constant(self, key, t: ir.Type, attr) -> ir.Value:
+        return arith.ConstantOp(t, attr, loc=self.loc).result
+
+    # -- elementwise arith (scalars, vectors or tensors) -----------------------
+
+    def fadd(self, a, b):
+        return arith.AddFOp(a, b, loc=self.loc).result
+
+    def fmul(self, a, b):
+        return arith.MulFOp(a, b, loc=self.loc).result
+
+    def fdiv(self, a, b):
+        return arith.DivFOp(a, b, loc=self.loc).result
+
+    def addi(self, a, b):
+        return arith.AddIOp(a, b, loc=self.loc).result
+
+    def subi(self, a, b):
+        return arith.SubIOp(a, b, loc=self.loc).result
+
+    def andi(self, a, b):
+        return arith.AndIOp(a, b, loc=self.loc).result
+
+    def ori(self, a, b):
+        return arith.OrIOp(a, b, loc=self.loc).result
+
+    def xori(self, a, b):
+        return arith.XOrIOp(a, b, loc=self.loc).result
+
+    def shli(self, a, b):
+        return arith.ShLIOp(a, b, loc=self.loc).result
+
+    def shrui(self, a, b):
+        return arith.ShRUIOp(a, b, loc=self.loc).result
+
+    def cmpi(self, pred: str, a, b):
+        return arith.CmpIOp(getattr(arith.CmpIPredicate, pred), a, b, loc=self.loc).result
+
+    def select(self, c, a, b):
+        return arith.SelectOp(c, a, b, loc=self.loc).result
+
+    def extsi(self, v, t):
+        return arith.ExtSIOp(self.shaped(t), v, loc=self.loc).result
+
+    def extui(self, v, t):
+        return arith.ExtUIOp(self.shaped(t), v, loc=self.loc).result
+
+    def trunci(self, v, t):
+        return arith.TruncIOp(self.shaped(t), v, loc=self.loc).result
+
+    def extf(self, v, t):
+        return arith.ExtFOp(self.shaped(t), v, loc=self.loc).result
+
+    def truncf(self, v, t):
+        return arith.TruncFOp(self.shaped(t), v, loc=self.loc).result
+
+    def sitofp(self, v, t):
+        return arith.SIToFPOp(self.shaped(t), v, loc=self.loc).result
+
+    def uitofp(self, v, t):
+        return arith.UIToFPOp(self.shaped(t), v, loc=self.loc).result
+
+    def bitcast(self, v, t):
+        return arith.BitcastOp(self.shaped(t), v, loc=self.loc).result
+
+    def fptosi(self, v, t):
+        return arith.FPToSIOp(self.shaped(t), v, loc=self.loc).result
+
+    def shrsi(self, a, b):
+        return arith.ShRSIOp(a, b, loc=self.loc).result
+
+    def maxui(self, a, b):
+        return arith.MaxUIOp(a, b, loc=self.loc).result
+
+    def fneg(self, a):
+        return arith.NegFOp(a, loc=self.loc).result
+
+    def maximumf(self, a, b):
+        """``arith.maximumf`` (NaN if either is NaN)."""
+        return arith.MaximumFOp(a, b, loc=self.loc).result
+
+    def minimumf(self, a, b):
+        return arith.MinimumFOp(a, b, loc=self.loc).result
+
+    def cmpf(self, pred: str, a, b):
+        return arith.CmpFOp(getattr(arith.CmpFPredicate, pred.upper()), a, b, loc=self.loc).result
+
+
+class KernelBuilder(ArithBuilder):
+    """Emit kernel IR; constants go to ``const_ip`` (before the kernel), once each."""
+
+    def __init__(self, const_ip: ir.InsertionPoint):
+        super().__init__()
+        self.const_ip = const_ip
+        self._consts: dict[tuple, ir.Value] = {}
+
+    def _constant(self, key, t: ir.Type, attr) -> ir.Value:
         hit = self._consts.get(key)
         if hit is None:
-            import numpy as np
-
-            attr = ir.DenseElementsAttr.get(np.array(values, dtype=np.float32), type=t)
             with self.const_ip:
                 hit = arith.ConstantOp(t, attr).result
             self._consts[key] = hit
@@ -250,6 +364,9 @@ class KernelBuilder:
         element type this is used on (f8/f6/f4/E8M0/i8) is one byte per
         element in memory, and both memref types lower to the same LLVM
         descriptor, so ``reconcile-unrealized-casts`` folds this cast away.
+        No upstream issue found (the closest: a ``memref.bitcast`` proposed
+        in iree-org/iree#22712; ``arith.bitcast`` on memrefs lowers to a
+        no-op since llvm-project#125148).
         """
         t = ir.MemRefType(mem.type)
         if t.element_type == self.i8:
@@ -280,9 +397,6 @@ class KernelBuilder:
     def fma(self, a, b, c) -> ir.Value:
         return vector.FMAOp(a, b, c).result
 
-    def scalar_fma(self, a, b, c) -> ir.Value:
-        return math.FmaOp(a, b, c).result
-
     def shuffle(self, a: ir.Value, b: ir.Value, mask: Sequence[int]) -> ir.Value:
         return vector.ShuffleOp(a, b, list(mask)).result
 
@@ -297,72 +411,3 @@ class KernelBuilder:
     def mask(self, n: int, count) -> ir.Value:
         """``vector.create_mask`` of ``n`` lanes, the first ``count`` set (clamped to [0, n])."""
         return vector.CreateMaskOp(self.vec(n, self.i1), [self._i(count)]).result
-
-    # -- elementwise arith (vectors or scalars) ------------------------------------
-
-    def fadd(self, a, b):
-        return arith.AddFOp(a, b).result
-
-    def fmul(self, a, b):
-        return arith.MulFOp(a, b).result
-
-    def andi(self, a, b):
-        return arith.AndIOp(a, b).result
-
-    def ori(self, a, b):
-        return arith.OrIOp(a, b).result
-
-    def xori(self, a, b):
-        return arith.XOrIOp(a, b).result
-
-    def shli(self, a, b):
-        return arith.ShLIOp(a, b).result
-
-    def shrui(self, a, b):
-        return arith.ShRUIOp(a, b).result
-
-    def cmpi(self, pred: str, a, b):
-        return arith.CmpIOp(getattr(arith.CmpIPredicate, pred), a, b).result
-
-    def select(self, c, a, b):
-        return arith.SelectOp(c, a, b).result
-
-    def extsi(self, v, t):
-        return arith.ExtSIOp(t, v).result
-
-    def extui(self, v, t):
-        return arith.ExtUIOp(t, v).result
-
-    def extf(self, v, t):
-        return arith.ExtFOp(t, v).result
-
-    def trunci(self, v, t):
-        return arith.TruncIOp(t, v).result
-
-    def fptosi(self, v, t):
-        return arith.FPToSIOp(t, v).result
-
-    def shrsi(self, a, b):
-        return arith.ShRSIOp(a, b).result
-
-    def maxui(self, a, b):
-        return arith.MaxUIOp(a, b).result
-
-    def fneg(self, a):
-        return arith.NegFOp(a).result
-
-    def maximumf(self, a, b):
-        """``arith.maximumf`` (NaN if either is NaN)."""
-        return arith.MaximumFOp(a, b).result
-
-    def minimumf(self, a, b):
-        return arith.MinimumFOp(a, b).result
-
-    def cmpf(self, pred: str, a, b):
-        return arith.CmpFOp(getattr(arith.CmpFPredicate, pred.upper()), a, b).result
-
-    def sitofp(self, v, t):
-        return arith.SIToFPOp(t, v).result
-
-    def bitcast(self, v, t):
-        return arith.BitcastOp(t, v).result

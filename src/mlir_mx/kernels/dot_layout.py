@@ -68,22 +68,16 @@ __all__ = [
 #: Columns of one panel of B records (4 vectors of 16 f32/i32 lanes).
 PANEL = 64
 
-#: log2 of the factor that makes a format's element values integers (FP8: none).
-_INT_FACTOR = {"f4E2M1FN": 1, "f6E2M3FN": 3, "f6E3M2FN": 4, "i8": 6}
-
-
 def int_factor(element: str) -> int | None:
     """``f`` such that every value of ``element`` times ``2^f`` is an integer
-    (None for FP8, whose values span too many binades)."""
-    # FIXME(coordination): the format table (numerics.formats) gains this
-    # factor on main (issue 16); switch to it when it lands.
-    return _INT_FACTOR.get(element)
+    (the format table's ``int_exp2``; None for FP8)."""
+    return ELEMENT_FORMATS[element].int_exp2
 
 
 def int_max(element: str) -> int:
     """Largest ``|value * 2^f|`` of ``element`` (INT8: 128, for code -128)."""
     fmt = ELEMENT_FORMATS[element]
-    return 128 if fmt.is_int else int(fmt.max_normal * 2 ** _INT_FACTOR[element])
+    return 128 if fmt.is_int else int(fmt.max_normal * 2**fmt.int_exp2)
 
 
 @dataclass(frozen=True)

@@ -117,14 +117,13 @@ class _Words:
 
 
 def _decode_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, r) -> None:
-    rows_a = CodeRows(kb, ops.a, prob.a_elem, prob.packed)
+    rows_a = CodeRows(kb, ops.a, prob.a_elem, prob.a_packed)
     dec = decoder(prob.a_elem, vbmi=False)
-    unscale = kb.const(2.0 ** (-dec.exp2), kb.vec(LANES, kb.f32))
     sa8 = kb.as_bytes(ops.sa)
 
     def widen(off, valid):
         (v,) = dec.decode(kb, rows_a.load(r, off, LANES, valid))
-        conv.store(kb.fmul(v, unscale), r, off)
+        conv.store(v, r, off)
 
     def scale(off, valid):
         v = decode_scales(kb, kb.load_lanes(sa8, [r, off], LANES, valid))

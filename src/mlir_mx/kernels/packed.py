@@ -15,7 +15,7 @@ once per block per accumulator tile (GotoBLAS/BLIS loop order)::
             for kb in kc / B:
               p = 0                              # mr x nr/16 registers
               for kk in B: p += a[m, k] * bp[jr][k][:]
-              c = fma(p, sa[m, kb] * sbp[kb][:], c)
+              c = fma(p * sbp[kb][:], sa[m, kb], c)
             C[...] = c
 
 Per output element this is exactly the blocked order of
@@ -156,7 +156,7 @@ class _Packed(KernelState):
         """64 columns of row ``k`` of B, widened (zeros past ``valid``)."""
         kb = self.kb
         if self.prob.b_is_mx:
-            if self.prob.packed and self.dec.values16 and valid is None:
+            if self.prob.b_packed and self.dec.values16 and valid is None:
                 raw = self.b.raw(k, n0, _PACK_W // 2)
                 return interleave_pairs(kb, self.dec.decode_pairs(kb, raw))
             return self.dec.decode(kb, self.b.load(k, n0, _PACK_W, valid))
@@ -213,8 +213,9 @@ class _Packed(KernelState):
             for r in range(mr):
                 sa = kb.broadcast(kb.load(self.pa.saf, [rows[r], kb.add(kb0, blk.iv)]), LANES)
                 for v in range(nv):
-                    s = kb.fmul(sa, sbv[v]) if sbv is not None else sa
-                    cc[r * nv + v] = kb.fma(p[r * nv + v], s, cc[r * nv + v])
+                    t = p[r * nv + v]
+                    t = kb.fmul(t, sbv[v]) if sbv is not None else t
+                    cc[r * nv + v] = kb.fma(t, sa, cc[r * nv + v])
             if ctile is not None:
                 for i, cv in enumerate(cc):
                     kb.vstore(cv, ctile, [i // nv, LANES * (i % nv)])

@@ -10,18 +10,22 @@ numerics in this project (``docs/numerics.md``)::
         p = 0
         for kk in 0 .. B:                       # elements of the block, in order
           p = fma(a[m, kb*B+kk], b[kb*B+kk, n], p)
-        c = fma(p, sa[m, kb] * sb[kb, n], c)    # sa * sb: one f32 multiply
+        t = p * sb[kb, n]                       # B's scale: one f32 multiply
+        c = fma(t, sa[m, kb], c)                # then A's, fused with the sum
       C[m, n] = c
 
 with ``a``/``b`` the exact f32 element values and ``sa``/``sb`` the E8M0
-scales (``sb = 1`` for an f32 ``B``).  Every schedule, tile size and thread
-count performs exactly these f32 operations on each output element, so they
-all give bit-identical results; the ``mx-to-linalg`` blocked lowering spells
-the same operations as two ``linalg.generic`` ops.
+scales as f32 (for an f32 ``B`` there is no ``sb``: ``c = fma(p, sa, c)``).
+The two scales are applied one after the other, never multiplied together:
+``sa * sb`` can overflow (or underflow) where the block's contribution is
+finite (``docs/numerics.md``).  Every schedule, tile size and thread count
+performs exactly these f32 operations on each output element, so they all
+give bit-identical results; the ``mx-to-linalg`` blocked lowering spells the
+same operations as two ``linalg.generic`` ops.
 
-:func:`prepare_a` widens ``A`` once per call into an f32 buffer, times
-``2^-exp2(B)`` so that the products with the widened ``B`` are the exact
-element products (``Decoder.exp2``), and decodes ``A``'s scales.
+:func:`prepare_a` widens ``A`` once per call into an f32 buffer (the exact
+element values, no factor: an f32 ``A`` is copied as it is) and decodes
+``A``'s scales.
 """
 
 from __future__ import annotations
@@ -77,9 +81,11 @@ class Problem:
     block: int
     a_elem: str | None  # None: an f32 A (the library's activations; no scales)
     b_elem: str | None  # None: an f32 B
-    #: FP4/FP6 codes packed along each row (``mlir_mx.numerics.packing``)
-    #: instead of one code per byte.
-    packed: bool = False
+    #: A's / B's FP4/FP6 codes packed along each row
+    #: (``mlir_mx.numerics.packing``) instead of one code per byte; each
+    #: operand on its own (no effect on 8-bit formats).
+    a_packed: bool = False
+    b_packed: bool = False
     #: B's codes in tiles of :data:`TILE_COLUMNS` columns (:func:`tile_b_codes`):
     #: the rows of one block of one tile are contiguous, so a decode kernel
     #: reads B as one sequential stream.  Needs ``n % TILE_COLUMNS == 0``.
@@ -113,28 +119,26 @@ class Problem:
     def b_is_mx(self) -> bool:
         return self.b_elem is not None
 
-    def b_exp2(self) -> int:
-        """Factor of the widened B values (0 for an f32 B)."""
-        return decoder(self.b_elem).exp2 if self.b_is_mx else 0
-
     def b_codes_shape(self) -> tuple[int, int]:
         """Shape of the B codes buffer (bytes for packed codes or records)."""
         if self.b_dot is not None:
             from mlir_mx.kernels.dot_layout import KINDS, RecordLayout
 
             return RecordLayout(KINDS[self.b_dot], self.b_elem, self.block).shape(self.k, self.n)
-        cols = self.code_columns(self.b_elem, self.n)
+        cols = code_columns(self.b_elem, self.n, self.b_packed)
         if not self.b_tiled:
             return (self.k, cols)
-        tile_bytes = self.code_columns(self.b_elem, TILE_COLUMNS)
+        tile_bytes = code_columns(self.b_elem, TILE_COLUMNS, self.b_packed)
         return (self.kblocks * (self.n // TILE_COLUMNS), self.block * tile_bytes)
 
-    def code_columns(self, elem: str, columns: int) -> int:
-        """Columns of the codes memref holding ``columns`` codes of ``elem``."""
-        if not self.packed:
-            return columns
-        codes, nbytes = packing_group(elem)
-        return columns // codes * nbytes
+
+def code_columns(elem: str, columns: int, packed: bool) -> int:
+    """Columns of the codes memref holding ``columns`` codes of ``elem``
+    (bytes of whole packing groups when ``packed``)."""
+    if not packed:
+        return columns
+    codes, nbytes = packing_group(elem)
+    return columns // codes * nbytes
 
 
 @dataclass(frozen=True)
@@ -204,7 +208,7 @@ class CodeRows:
 
 @dataclass(frozen=True)
 class PreparedA:
-    af: ir.Value  # (Mp, K) f32: A's element values * 2^-exp2(B); rows >= M are 0
+    af: ir.Value  # (Mp, K) f32: A's element values; rows >= M are 0
     saf: ir.Value  # (Mp, K/B) f32 decoded scales; rows >= M are 0
     m: ir.Value  # M (index)
     mp: ir.Value  # M rounded up to the row-group size
@@ -227,11 +231,9 @@ def vector_loop(kb: KernelBuilder, total: int, width: int, body: Callable) -> No
 def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> PreparedA:
     """Widen A's codes and decode A's scales into f32 buffers (rows padded to ``group``).
 
-    An f32 A is copied times ``2^-exp2(B)`` (exact unless it overflows, i.e.
-    only for |a| near the top of the f32 range with the f16 widening of B),
-    with scales 1.
+    An f32 A is copied as it is, with scales 1.
     """
-    rows_a = CodeRows(kb, ops.a, prob.a_elem, prob.packed) if prob.a_is_mx else None
+    rows_a = CodeRows(kb, ops.a, prob.a_elem, prob.a_packed) if prob.a_is_mx else None
     sa8 = kb.as_bytes(ops.sa) if prob.a_is_mx else None
     if prob.m is None:
         m = kb.dim(ops.a, 0)
@@ -248,8 +250,6 @@ def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> Pr
     ld = prob.k + (LANES if (prob.k * 4) % 4096 == 0 else 0)
     af = kb.alloc([rows, ld], kb.f32, dyn)
     saf = kb.alloc([rows, prob.kblocks], kb.f32, dyn)
-    a_exp2 = rows_a.dec.exp2 if rows_a else 0
-    factor = kb.const(2.0 ** (-a_exp2 - prob.b_exp2()), kb.vec(LANES, kb.f32))
     zero = kb.const(0.0, kb.vec(LANES, kb.f32))
     one = kb.const(1.0, kb.vec(LANES, kb.f32))
 
@@ -261,7 +261,7 @@ def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> Pr
                 v = kb.load_lanes(ops.a, [r, off], LANES, valid)
             else:
                 (v,) = rows_a.dec.decode(kb, rows_a.load(r, off, LANES, valid))
-            kb.store_lanes(kb.fmul(v, factor), af, [r, off], valid)
+            kb.store_lanes(v, af, [r, off], valid)
 
         def scales(off, valid):
             if sa8 is None:
@@ -289,7 +289,7 @@ class KernelState:
         self.b = ops.b
         if prob.b_is_mx:
             tiled = (prob.block, prob.n // TILE_COLUMNS) if prob.b_tiled else None
-            self.b = CodeRows(kb, ops.b, prob.b_elem, prob.packed, tiled)
+            self.b = CodeRows(kb, ops.b, prob.b_elem, prob.b_packed, tiled)
         self.sb = kb.as_bytes(ops.sb) if prob.b_is_mx else None
         self.dec = decoder(prob.b_elem) if prob.b_is_mx else None
 

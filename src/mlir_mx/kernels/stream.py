@@ -4,7 +4,7 @@ B is read once, in order, and widened in registers: for every block row
 range ``kb`` and every column tile of ``16 * nv`` columns, the ``B`` rows of
 the block are loaded, widened and multiplied into the partial sums of all
 rows of A (``p``, in registers), then each partial is scaled into ``C``
-(``fma(p, sa * sb, c)``, C read and written once per block and tile)::
+(``fma(p * sb, sa, c)``, C read and written once per block and tile)::
 
     parallel over column chunks (one per thread)
       for kb in blocks:
@@ -13,7 +13,7 @@ rows of A (``p``, in registers), then each partial is scaled into ``C``
           [widen the B tile into an L1 scratch when there are several row groups]
           for each group of `mr` rows:
             p = 0;  for kk in block: p += a[m, k] * b[k, n0:n0+16nv]
-            c[m, n0:..] = fma(p, sa[m, kb] * sbv, c[m, n0:..])
+            c[m, n0:..] = fma(p * sbv, sa[m, kb], c[m, n0:..])
 
 Streaming ``kb`` outermost keeps the ``B`` accesses of a block within ``B``
 rows that are read in parallel left to right (one stream per row), which the
@@ -31,7 +31,14 @@ from dataclasses import dataclass, replace
 from mlir import ir
 
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.problem import KernelState, Operands, PreparedA, Problem, prepare_a
+from mlir_mx.kernels.problem import (
+    KernelState,
+    Operands,
+    PreparedA,
+    Problem,
+    code_columns,
+    prepare_a,
+)
 from mlir_mx.kernels.widen import LANES, decode_scales
 
 __all__ = ["StreamConfig", "emit_stream", "TILED_PREFETCH"]
@@ -87,7 +94,7 @@ class _Kernel(KernelState):
         self.single_group = prob.m is not None and prob.m <= cfg.mr
         # Packed FP4 on full tiles: columns come in (even, odd) pairs of
         # vectors (Decoder.decode_pairs), interleaved once per block.
-        self.pairs = prob.b_is_mx and prob.packed and self.dec.values16 and cfg.nv % 2 == 0
+        self.pairs = prob.b_is_mx and prob.b_packed and self.dec.values16 and cfg.nv % 2 == 0
 
     def chunk(self, lo: ir.Value, hi: ir.Value) -> None:
         """All blocks of the columns [lo, hi)."""
@@ -131,7 +138,7 @@ class _Kernel(KernelState):
             # block (clamped to the last one), one prefetch per 64-byte line.
             tile = LANES * cfg.nv
             ahead = kb.min(kb.add(n0, cfg.prefetch * tile), prob.n - tile)
-            row_bytes = prob.code_columns(prob.b_elem, tile)
+            row_bytes = code_columns(prob.b_elem, tile, prob.b_packed)
             for r in range(0, bs, max(1, 64 // row_bytes)):
                 kb.prefetch(self.b.mem, self.b.address(kb.add(k0, r), ahead))
         elif cfg.prefetch and prob.b_is_mx:
@@ -204,10 +211,10 @@ class _Kernel(KernelState):
         kb = self.kb
         c = self.ops.c
         for v in range(nv):
-            s = kb.fmul(sa, sbv[v]) if sbv is not None else sa
+            t = kb.fmul(p[v], sbv[v]) if sbv is not None else p[v]
             col = kb.add(n0, LANES * v)
             cv = kb.load_lanes(c, [m, col], LANES, valid)
-            kb.store_lanes(kb.fma(p[v], s, cv), c, [m, col], valid)
+            kb.store_lanes(kb.fma(t, sa, cv), c, [m, col], valid)
 
 
 def interleave_pairs(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:

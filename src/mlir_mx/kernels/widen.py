@@ -2,22 +2,17 @@
 
 Every decoder takes a vector of raw code bytes (``vector<n x i8>``, one code
 per byte, the code in the low bits as stored by the oracle) and returns
-``n / 16`` vectors of 16 f32 lanes holding ``value * 2^exp2``: the exact
-element value times a power of two that the decoder is free to choose
-(:attr:`Decoder.exp2`).  The kernels compensate the factor exactly on the
-other operand (``A`` is widened once per call, see ``docs/numerics.md``), so a
-product of two widened values is the exact product of the element values.
+``n / 16`` vectors of 16 f32 lanes holding the **exact element values** (no
+power-of-two factor for another operand to compensate: a factor could
+overflow or underflow a finite operand, ``docs/numerics.md``).  The recipe
+is the format's ``ElementFormat.widening`` row, written once in
+:mod:`mlir_mx.kernels.codec`:
 
-Float formats are placed into an f16 and widened by the hardware
-``f16 -> f32`` conversion (``vcvtph2ps``): an f16 has room for every
-exponent of E4M3/E5M2/FP6/FP4 and the format's subnormals land on f16
-subnormals, so no f32 subnormal (and no microcode assist) ever appears:
-
-* E5M2 is the top byte of an f16 (``exp2 = 0``; Inf and NaN included).
-* E4M3, FP6 and FP4: ``S.E..E.M..M`` becomes ``S.0..0E..E.M..M0..0``, the
-  value times ``2^(bias - 15)``; E4M3's NaN code (``S.1111.111``) is mapped
-  to an f16 NaN explicitly.
-* MXINT8: ``sitofp`` of the code, i.e. the value times ``2^6``.
+* ``f16`` (E4M3, E5M2, FP6 without VBMI): the code placed into an f16,
+  widened by the hardware ``f16 -> f32`` conversion, times ``2^(15 - bias)``
+  (exact; no f32 subnormal, hence no microcode assist, ever appears);
+* ``int`` (MXINT8): ``sitofp`` of the code, times ``2^-6``;
+* ``values`` (FP4): see below.
 
 Packed FP4/FP6 codes (``mlir_mx.numerics.packing``: a little-endian bit
 stream along the row, FP4 two per byte, FP6 four per three bytes) are first
@@ -33,8 +28,8 @@ high nibbles (:meth:`Decoder.decode_pairs`), interleaved once per block.
 
 With AVX512-VBMI, 64 other float codes are widened by table lookups instead
 (:class:`Decoder` ``table=True``): two ``vpermi2b`` pick the high and low
-byte of the bf16 encoding of each code's value (the same ``value * 2^exp2``;
-every MX element value is exact in bf16, NaN included) from two 128-entry
+byte of the bf16 encoding of each code's value (every MX element value is
+exact in bf16, NaN included) from two 128-entry
 byte tables held in registers, the sign bit is or-ed in, and byte/word
 interleaves with zero make the f32 (a bf16 is the top half of an f32).
 About half the instructions of the f16 path per code (``bench/results``).
@@ -50,22 +45,17 @@ from mlir import ir
 
 from mlir_mx.host import has_features
 from mlir_mx.kernels.builder import KernelBuilder
+from mlir_mx.kernels.codec import e8m0_to_f32, f16_widen
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, ElementFormat, decode_elements
-from mlir_mx.numerics.packing import packing_group
 
 __all__ = ["Decoder", "decoder", "decode_scales", "LANES"]
 
 #: f32 lanes per vector register (AVX-512).
 LANES = 16
 
-#: f32 bits of 2^-127 (E8M0 code 0, an f32 subnormal) and of a quiet NaN.
-_F32_2_POW_M127 = 0x00400000
-_F32_QNAN = 0x7FC00000
-
-
 @dataclass(frozen=True)
 class Decoder:
-    """Widening of one element format: ``decode`` yields ``value * 2^exp2``."""
+    """Widening of one element format: ``decode`` yields the exact values."""
 
     fmt: ElementFormat
     table: bool = False  # 64-code vpermi2b lookups (needs avx512vbmi)
@@ -73,23 +63,9 @@ class Decoder:
     values16: bool = False
 
     @property
-    def exp2(self) -> int:
-        f = self.fmt
-        if f.is_int:
-            return 6
-        if f.name == "f8E5M2":
-            return 0
-        return f.bias - 15
-
-    @property
     def group(self) -> tuple[int, int]:
         """``(codes, bytes)`` of one packing group (``(1, 1)`` for 8-bit formats)."""
-        return packing_group(self.fmt)
-
-    def packed_bytes(self, n_codes: int) -> int:
-        """Bytes holding ``n_codes`` packed codes."""
-        codes, nbytes = self.group
-        return n_codes // codes * nbytes
+        return self.fmt.group
 
     def unpack(self, kb: KernelBuilder, raw: ir.Value) -> ir.Value:
         """Packed bytes (``vector<b x i8>``) -> one code per byte (``vector<n x i8>``)."""
@@ -99,7 +75,7 @@ class Decoder:
         b = ir.VectorType(raw.type).shape[0]
         n = b // nbytes * codes
         vb = kb.vec(b, kb.i8)
-        if self.fmt.bits == 4:
+        if codes == 2:  # FP4: nibbles
             lo = kb.andi(raw, kb.const(0x0F, vb))
             hi = kb.shrui(raw, kb.const(4, vb))
             return kb.shuffle(lo, hi, [j for i in range(b) for j in (i, b + i)])
@@ -134,35 +110,11 @@ class Decoder:
             ]
         if self.table and n == 64:
             return self._table_decode(kb, codes)
-        if self.fmt.is_int:
+        if self.fmt.widening == "int":
             wide = kb.sitofp(kb.extsi(codes, kb.vec(n, kb.i32)), kb.vec(n, kb.f32))
+            wide = kb.fmul(wide, kb.const(2.0 ** -self.fmt.mbits, wide.type))  # exact
             return [kb.slice(wide, i, LANES) for i in range(0, n, LANES)]
-        h = self._to_f16_bits(kb, codes, n)
-        f16 = kb.bitcast(h, kb.vec(n, kb.f16))
-        out = []
-        for i in range(0, n, LANES):
-            out.append(kb.extf(kb.slice(f16, i, LANES), kb.vec(LANES, kb.f32)))
-        return out
-
-    def _to_f16_bits(self, kb: KernelBuilder, codes: ir.Value, n: int) -> ir.Value:
-        f = self.fmt
-        v16 = kb.vec(n, kb.i16)
-        if f.name == "f8E5M2":
-            return kb.shli(kb.extui(codes, v16), kb.const(8, v16))
-        x = codes
-        if f.bits < 8:  # put the sign bit at bit 7 of the byte
-            x = kb.shli(codes, kb.const(8 - f.bits, codes.type))
-        # Sign extension copies S into bits 8..15; after the shift the
-        # exponent's low bit sits at f16 bit 10, S at bit 15, and the mask
-        # drops the other copies of S.
-        shift = 2 + f.bits - f.mbits
-        mag = ((1 << (f.ebits + f.mbits)) - 1) << (10 - f.mbits)
-        h = kb.andi(kb.shli(kb.extsi(x, v16), kb.const(shift, v16)), kb.const(0x8000 | mag, v16))
-        if f.has_nan:  # E4M3FN: S.1111.111 -> f16 NaN (tested on the byte)
-            low = kb.const(0x7F, codes.type)
-            nan = kb.cmpi("eq", kb.andi(codes, low), low)
-            h = kb.select(nan, kb.ori(h, kb.const(0x7E00, v16)), h)
-        return h
+        return [f16_widen(kb, kb.slice(codes, i, LANES), self.fmt) for i in range(0, n, LANES)]
 
     def lookup16(self, kb: KernelBuilder, idx: ir.Value) -> ir.Value:
         """FP4: ``values[idx & 15]`` for 16 dword indices (``vpermps`` reads the low 4 bits)."""
@@ -182,22 +134,19 @@ class Decoder:
         return out
 
     def table_values(self) -> list[float]:
-        """``value * 2^exp2`` of every code (``2^bits`` entries), as :meth:`decode` gives."""
+        """The value of every code (``2^bits`` entries), as :meth:`decode` gives."""
         codes = np.arange(self.fmt.num_codes, dtype=np.uint8 if not self.fmt.is_int else np.int8)
-        return [
-            float(v)
-            for v in decode_elements(codes.view(self.fmt.dtype), self.fmt.name) * 2.0**self.exp2
-        ]
+        return [float(v) for v in decode_elements(codes.view(self.fmt.dtype), self.fmt.name)]
 
     # -- the VBMI table path ---------------------------------------------------
 
     def _tables(self) -> tuple[list[int], list[int]]:
-        """High and low bytes of bf16(value * 2^exp2) for codes 0..127 (sign excluded)."""
+        """High and low bytes of bf16(value) for codes 0..127 (sign excluded)."""
         f = self.fmt
         codes = np.arange(128, dtype=np.uint8)
-        if f.bits < 8:  # the whole code fits in 7 bits: the table covers the sign
+        if f.is_sub_byte:  # the whole code fits in 7 bits: the table covers the sign
             codes = np.where(codes < f.num_codes, codes, 0).astype(np.uint8)
-        vals = decode_elements(codes.view(f.dtype), f.name) * 2.0**self.exp2
+        vals = decode_elements(codes.view(f.dtype), f.name)
         bits = vals.astype(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
         if not np.array_equal(
             bits.view(ml_dtypes.bfloat16).astype(np.float64), vals, equal_nan=True
@@ -225,7 +174,7 @@ class Decoder:
             name = "llvm.x86.avx512.vpermi2var.qi.512"
             hi = kb.intrinsic(name, v64, [tables[0], b, tables[1]])
             lo = kb.intrinsic(name, v64, [tables[2], b, tables[3]])
-        if self.fmt.bits == 8:  # bit 7 is the sign: or it into the high byte
+        if not self.fmt.is_sub_byte:  # bit 7 is the sign: or it into the high byte
             hi = kb.ori(hi, kb.andi(b, kb.const(0x80, v64)))
         v16i = kb.vec(16, kb.i32)
         out = []
@@ -273,20 +222,11 @@ def decoder(element: str, vbmi: bool | None = None) -> Decoder:
     fmt = ELEMENT_FORMATS[element]
     if vbmi is None:
         vbmi = has_features("avx512f", "avx512bw", "avx512vbmi")
-    values16 = fmt.bits == 4 and has_features("avx512f")
+    values16 = fmt.widening == "values" and has_features("avx512f")
     return Decoder(fmt, table=bool(vbmi) and not fmt.is_int, values16=values16)
 
 
 def decode_scales(kb: KernelBuilder, codes: ir.Value) -> ir.Value:
-    """E8M0 codes (``vector<n x i8>``) -> ``vector<n x f32>``, exactly.
-
-    Code ``c`` is ``2^(c - 127)``: its bits shifted into the f32 exponent
-    field; code 0 is the f32 subnormal 2^-127 and code 255 is NaN.
-    """
-    n = ir.VectorType(codes.type).shape[0]
-    v32 = kb.vec(n, kb.i32)
-    c = kb.extui(codes, v32)
-    bits = kb.shli(c, kb.const(23, v32))
-    bits = kb.select(kb.cmpi("eq", c, kb.const(0, v32)), kb.const(_F32_2_POW_M127, v32), bits)
-    bits = kb.select(kb.cmpi("eq", c, kb.const(255, v32)), kb.const(_F32_QNAN, v32), bits)
-    return kb.bitcast(bits, kb.vec(n, kb.f32))
+    """E8M0 codes (``vector<n x i8>``) -> ``vector<n x f32>``, exactly
+    (:func:`mlir_mx.kernels.codec.e8m0_to_f32`)."""
+    return e8m0_to_f32(kb, codes)

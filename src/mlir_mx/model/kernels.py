@@ -25,22 +25,15 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import arith, func, scf
 
-from mlir_mx.diagnostics import MXError
 from mlir_mx.dialect import MXTensorType, block_matmul, load_dialect, print_module
 
 __all__ = [
     "VARIANTS",
     "Shape",
     "Variant",
-    "VariantUnavailable",
-    "blocked_lowering_available",
     "parse_shape",
     "variant_module_text",
 ]
-
-
-class VariantUnavailable(MXError, RuntimeError):
-    """The variant needs a lowering this build does not have."""
 
 
 @dataclass(frozen=True)
@@ -52,9 +45,6 @@ class Variant:
     #: shipped pipeline run before lower-to-llvm when the kernel is timed
     #: (the variant's vectorized schedule); None = scalar loops
     exec_pipeline: str | None = None
-    #: a variant whose lowering may be missing: the roofline table reports it
-    #: as unavailable instead of failing (the write-up's variants are required)
-    optional: bool = True
 
     @property
     def is_mx(self) -> bool:
@@ -64,13 +54,13 @@ class Variant:
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
-        Variant("f32", False, False, None, "decode-f32-vectorize", optional=False),
+        Variant("f32", False, False, None, "decode-f32-vectorize"),
         # The write-up's variants are the v1 fused lowering, pinned explicitly
         # (the pass's default is the measured-faster blocked lowering).  They
         # are timed as scalar loops: their vectorized form (mx-vectorize)
         # compiles for 8-26 s per shape and runs slower than blocked.
-        Variant("mx-a", True, False, "fused", optional=False),
-        Variant("mx-ab", True, True, "fused", optional=False),
+        Variant("mx-a", True, False, "fused"),
+        Variant("mx-ab", True, True, "fused"),
         Variant("mx-a-blocked", True, False, "blocked", "mx-vectorize-blocked"),
         Variant("mx-ab-blocked", True, True, "blocked", "mx-vectorize-blocked"),
     )
@@ -179,16 +169,3 @@ def variant_module_text(
     if not v.is_mx:
         return _f32_text(shape)
     return _mx_text(shape, v, element, block_size, a_element or element)
-
-
-def blocked_lowering_available() -> str | None:
-    """None when ``mx-to-linalg{matmul-lowering=blocked}`` lowers a matmul, else why not."""
-    from mlir_mx.model.ir_model import lower_to_linalg
-
-    text = variant_module_text("mx-ab", Shape(1, 1, 32))
-    try:
-        lower_to_linalg(text, "blocked")
-    except Exception as err:  # noqa: BLE001 - any failure means "not available"
-        msg = str(err).strip().splitlines()
-        return msg[0] if msg else type(err).__name__
-    return None

@@ -11,9 +11,10 @@ with the ``lower-to-llvm`` pipeline):
   with :data:`FMA_ACCUMULATORS` independent accumulators (enough to cover
   the FMA latency), 2 FLOPs per lane per FMA.
 
-With ``threads > 1`` the same compiled function runs concurrently from that
-many Python threads (ctypes releases the GIL during the native call), each on
-its own slice (bandwidth) or its own loop (peak); the figures are the sums.
+With ``threads > 1`` both run as ``threads`` parallel tasks of the kernels'
+own threading (``scf.parallel`` on upstream's async runtime), each on its
+own slice (bandwidth) or its own loop (peak), best of several tries; the
+figures are the sums.
 numpy's figures are reported beside them for reference: ``np.copyto``
 bandwidth (2 x nbytes per copy) and a large ``np.dot`` in GFLOP/s (numpy's
 BLAS uses its own threads).
@@ -25,8 +26,6 @@ median, min, max and spread over several samples after a warm-up.
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,16 +33,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlir_mx.execution import Runner
-from mlir_mx.model.kernels import VARIANTS, Shape, VariantUnavailable, variant_module_text
+from mlir_mx.host import machine_description
+from mlir_mx.model.kernels import VARIANTS, Shape, variant_module_text
 from mlir_mx.model.machines import MACHINES, Machine
 
 __all__ = [
     "FMA_ACCUMULATORS",
     "KernelTiming",
     "Timing",
-    "cpu_model",
     "get_machine",
-    "lscpu",
     "measure_bandwidth",
     "measure_machine",
     "measure_peak",
@@ -143,21 +141,13 @@ def time_kernel(
     budget_s: float = 3.0,
     seed: int = 0,
 ) -> KernelTiming:
-    """Compile ``variant`` at ``shape`` through the Runner and time ``@bench``.
-
-    Raises :class:`VariantUnavailable` when the variant's lowering is missing.
-    """
-    from mlir_mx.model.ir_model import ModelError, lower_to_linalg
+    """Compile ``variant`` at ``shape`` through the Runner and time ``@bench``."""
+    from mlir_mx.model.ir_model import lower_to_linalg
+    from mlir_mx.pipelines import load_pipeline
 
     v = VARIANTS[variant]
     text = variant_module_text(variant, shape, element, block_size)
-    try:
-        lowered = lower_to_linalg(text, v.matmul_lowering)
-    except ModelError as err:
-        if v.matmul_lowering:
-            raise VariantUnavailable(f"{variant}: {err}") from None
-        raise
-    from mlir_mx.pipelines import load_pipeline
+    lowered = lower_to_linalg(text, v.matmul_lowering)
 
     pipeline = load_pipeline("lower-to-llvm")
     if v.exec_pipeline:
@@ -179,19 +169,26 @@ def time_kernel(
 # ================================================================== ceilings
 
 _TRIAD = f"""
-func.func @triad(%a: memref<?xf32>, %b: memref<?xf32>, %c: memref<?xf32>, %s: f32, %reps: index) {{
+func.func @triad(%a: memref<?xf32>, %b: memref<?xf32>, %c: memref<?xf32>, %s: f32, %reps: index,
+                 %parts: index) {{
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %cl = arith.constant {_LANES} : index
   %n = memref.dim %a, %c0 : memref<?xf32>
+  %chunk = arith.divui %n, %parts : index
   %sv = vector.broadcast %s : f32 to vector<{_LANES}xf32>
-  scf.for %r = %c0 to %reps step %c1 {{
-    scf.for %i = %c0 to %n step %cl {{
-      %vb = vector.load %b[%i] : memref<?xf32>, vector<{_LANES}xf32>
-      %vc = vector.load %c[%i] : memref<?xf32>, vector<{_LANES}xf32>
-      %va = vector.fma %vc, %sv, %vb : vector<{_LANES}xf32>
-      vector.store %va, %a[%i] : memref<?xf32>, vector<{_LANES}xf32>
+  scf.parallel (%p) = (%c0) to (%parts) step (%c1) {{
+    %lo = arith.muli %p, %chunk : index
+    %hi = arith.addi %lo, %chunk : index
+    scf.for %r = %c0 to %reps step %c1 {{
+      scf.for %i = %lo to %hi step %cl {{
+        %vb = vector.load %b[%i] : memref<?xf32>, vector<{_LANES}xf32>
+        %vc = vector.load %c[%i] : memref<?xf32>, vector<{_LANES}xf32>
+        %va = vector.fma %vc, %sv, %vb : vector<{_LANES}xf32>
+        vector.store %va, %a[%i] : memref<?xf32>, vector<{_LANES}xf32>
+      }}
     }}
+    scf.reduce
   }}
   return
 }}
@@ -199,109 +196,108 @@ func.func @triad(%a: memref<?xf32>, %b: memref<?xf32>, %c: memref<?xf32>, %s: f3
 
 
 def _fma_text(acc: int = FMA_ACCUMULATORS, lanes: int = _LANES) -> str:
+    """``@fma_peak(x, n, out)``: ``out.dim`` parallel tasks, each ``n``
+    iterations of ``acc`` independent ``vector.fma``; task ``t`` stores its sum
+    in ``out[t]`` (so nothing is dead)."""
     vt = f"vector<{lanes}xf32>"
     inits = "\n".join(
-        f"  %k{i} = arith.constant {float(i) + 1.0:e} : f32\n"
-        f"  %s{i} = arith.addf %x, %k{i} : f32\n"
-        f"  %v{i} = vector.broadcast %s{i} : f32 to {vt}"
+        f"    %k{i} = arith.constant {float(i) + 1.0:e} : f32\n"
+        f"    %s{i} = arith.addf %x, %k{i} : f32\n"
+        f"    %v{i} = vector.broadcast %s{i} : f32 to {vt}"
         for i in range(acc)
     )
     iters = ", ".join(f"%x{i} = %v{i}" for i in range(acc))
     types = ", ".join([vt] * acc)
-    body = "\n".join(f"    %y{i} = vector.fma %x{i}, %m, %d : {vt}" for i in range(acc))
+    body = "\n".join(f"      %y{i} = vector.fma %x{i}, %m, %d : {vt}" for i in range(acc))
     ys = ", ".join(f"%y{i}" for i in range(acc))
-    sums = [f"%r#{0}"]
+    sums = ["%r#0"]
     sum_lines = []
     for i in range(1, acc):
-        sum_lines.append(f"  %t{i} = arith.addf {sums[-1]}, %r#{i} : {vt}")
+        sum_lines.append(f"    %t{i} = arith.addf {sums[-1]}, %r#{i} : {vt}")
         sums.append(f"%t{i}")
     sum_text = "\n".join(sum_lines)
     return f"""
-func.func @fma_peak(%x: f32, %n: index) -> f32 {{
+func.func @fma_peak(%x: f32, %n: index, %out: memref<?xf32>) {{
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
+  %tasks = memref.dim %out, %c0 : memref<?xf32>
   %m = arith.constant dense<0.999999> : {vt}
   %d = arith.constant dense<1.0e-06> : {vt}
+  scf.parallel (%p) = (%c0) to (%tasks) step (%c1) {{
 {inits}
-  %r:{acc} = scf.for %i = %c0 to %n step %c1 iter_args({iters}) -> ({types}) {{
+    %r:{acc} = scf.for %i = %c0 to %n step %c1 iter_args({iters}) -> ({types}) {{
 {body}
-    scf.yield {ys} : {types}
-  }}
+      scf.yield {ys} : {types}
+    }}
 {sum_text}
-  %red = vector.reduction <add>, {sums[-1]} : {vt} into f32
-  return %red : f32
+    %red = vector.reduction <add>, {sums[-1]} : {vt} into f32
+    memref.store %red, %out[%p] : memref<?xf32>
+    scf.reduce
+  }}
+  return
 }}
 """
 
 
-def _parallel(threads: int, work: Callable[[int], None]) -> float:
-    """Run ``work(t)`` on ``threads`` threads at once; wall seconds of the whole."""
-    if threads == 1:
-        t0 = time.perf_counter()
-        work(0)
-        return time.perf_counter() - t0
-    barrier = threading.Barrier(threads + 1)
+def _ceiling_runner(text: str, threads: int) -> Runner:
+    """``text`` compiled with the kernels' own threading: its ``scf.parallel``
+    becomes tasks of upstream's async runtime on ``threads`` workers, as the
+    generated matmul kernels' do (Python threads measured the GIL and the
+    scheduler, not the machine: a 2-thread peak equal to the 1-thread one)."""
+    from mlir_mx.pipelines import kernel_library_pipeline
 
-    def body(t):
-        barrier.wait()
-        work(t)
+    return Runner(text, kernel_library_pipeline(threads))
 
-    ts = [threading.Thread(target=body, args=(t,)) for t in range(threads)]
-    for t in ts:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in ts:
-        t.join()
-    return time.perf_counter() - t0
+
+def _best_of(reps: int, run: Callable[[], float]) -> tuple[float, float]:
+    """(best, median) of ``reps`` rates ``run()`` returns."""
+    rates = sorted(run() for _ in range(reps))
+    return rates[-1], float(np.median(rates))
 
 
 def measure_bandwidth(
     threads: int = 1, mib_per_array: int = 256, reps: int = 5
 ) -> tuple[float, float]:
-    """STREAM-triad bandwidth (bytes/s): (best, median) over ``reps`` passes."""
-    runner = Runner(_TRIAD)
+    """STREAM-triad bandwidth (bytes/s): (best, median) over ``reps`` passes,
+    ``threads`` parallel tasks of the kernels' own threading."""
+    runner = _ceiling_runner(_TRIAD, threads)
     n = mib_per_array * (1 << 20) // 4
     n -= n % (_LANES * threads)
     a = np.zeros(n, np.float32)
     b = np.full(n, 1.0, np.float32)
     c = np.full(n, 2.0, np.float32)
-    chunk = n // threads
-    parts = [
-        (
-            a[i * chunk : (i + 1) * chunk],
-            b[i * chunk : (i + 1) * chunk],
-            c[i * chunk : (i + 1) * chunk],
-        )
-        for i in range(threads)
-    ]
+    call = runner.bind("triad", a, b, c, 3.0, 1, threads)
+    call()  # warm-up: page faults
 
-    def work(t):
-        x, y, z = parts[t]
-        runner.invoke("triad", x, y, z, 3.0, 1)
+    def rate() -> float:
+        t0 = time.perf_counter()
+        call()
+        return 12.0 * n / (time.perf_counter() - t0)
 
-    work_all = lambda: _parallel(threads, work)  # noqa: E731
-    work_all()  # warm-up: page faults
-    rates = sorted(12.0 * chunk * threads / work_all() for _ in range(reps))
-    if not np.allclose(a[:16], 7.0):
+    best = _best_of(reps, rate)
+    if not np.allclose(a[:16], 7.0) or not np.allclose(a[-16:], 7.0):
         raise RuntimeError("triad kernel produced wrong values")
-    return rates[-1], float(np.median(rates))
+    return best
 
 
-def measure_peak(threads: int = 1, seconds: float = 0.3, reps: int = 3) -> tuple[float, float]:
-    """Peak f32 FMA rate (FLOP/s): (best, median) over ``reps`` runs."""
-    runner = Runner(_fma_text())
+def measure_peak(threads: int = 1, seconds: float = 0.3, reps: int = 5) -> tuple[float, float]:
+    """Peak f32 FMA rate (FLOP/s): (best, median) over ``reps`` runs of
+    ``threads`` parallel tasks of the kernels' own threading."""
+    runner = _ceiling_runner(_fma_text(), threads)
     per_iter = FMA_ACCUMULATORS * _LANES * 2
+    out = np.zeros(threads, np.float32)
     t0 = time.perf_counter()
-    runner.invoke("fma_peak", 0.5, 100_000)
+    runner.invoke("fma_peak", 0.5, 100_000, out)
     one = max(time.perf_counter() - t0, 1e-6) / 100_000
     n = max(1000, int(seconds / one))
+    call = runner.bind("fma_peak", 0.5, n, out)
 
-    def work(t):
-        runner.invoke("fma_peak", 0.5 + t, n)
+    def rate() -> float:
+        t0 = time.perf_counter()
+        call()
+        return per_iter * n * threads / (time.perf_counter() - t0)
 
-    rates = sorted(per_iter * n * threads / _parallel(threads, work) for _ in range(reps))
-    return rates[-1], float(np.median(rates))
+    return _best_of(reps, rate)
 
 
 def numpy_bandwidth(mib: int = 256, reps: int = 5) -> float:
@@ -361,7 +357,7 @@ def measure_machine(threads: int = 1, progress: Callable[[str], None] | None = N
         bandwidth=bw,
         peak=peak,
         ridge_band=0.0,
-        source=f"measured on {cpu_model()} ({os.cpu_count()} CPUs), {threads} thread(s)",
+        source=f"measured on {machine_description()}, {threads} thread(s)",
         threads=threads,
         reference={"numpy copyto GB/s": np_bw, "numpy dot GFLOP/s": np_fl},
         details={
@@ -371,39 +367,3 @@ def measure_machine(threads: int = 1, progress: Callable[[str], None] | None = N
             "peak median GFLOP/s": f"{peak_med / 1e9:.2f}",
         },
     )
-
-
-# ================================================================== machine
-
-
-def lscpu() -> dict[str, str]:
-    """``lscpu`` as a dict (empty when unavailable), for benchmark reports."""
-    import subprocess
-
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return {}
-    info = {}
-    for line in out.splitlines():
-        k, _, v = line.partition(":")
-        info[k.strip()] = v.strip()
-    return info
-
-
-def cpu_model() -> str:
-    """The CPU's model name: ``lscpu``'s, else ``/proc/cpuinfo``'s, else
-    what :mod:`platform` knows, else ``unknown``."""
-    name = lscpu().get("Model name")
-    if name:
-        return name
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine() or "unknown"

@@ -63,7 +63,7 @@ def roofline_plot(rows: list[Row], machine: Machine, out_dir, stem: str = "roofl
     over the median time).  Arrows go from f32 to each mx variant at the same
     shape, labelled with the decomposition of the intensity shift.
     """
-    rows = [r for r in rows if r.model is not None]
+    rows = list(rows)
     fig, ax = plt.subplots(figsize=(9, 6))
     lo, hi = 10**-1, 10**2.5
     xs = np.logspace(-1, 2.5, 400)
@@ -133,7 +133,7 @@ def roofline_plot(rows: list[Row], machine: Machine, out_dir, stem: str = "roofl
 def time_plot(rows: list[Row], machine: Machine, out_dir, stem: str = "time") -> list[Path]:
     """Bars per shape: modelled time floor (filled) and measured median (hatched),
     labelled with the ratio to f32 at the same shape."""
-    rows = [r for r in rows if r.model is not None]
+    rows = list(rows)
     shapes = list(dict.fromkeys(r.shape_text for r in rows))
     variants = list(dict.fromkeys(r.name for r in rows))
     measured = any(r.measured for r in rows)

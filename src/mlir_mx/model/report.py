@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlir_mx.model.ir_model import KernelModel, ModelError, Shift, analyze, shift
+from mlir_mx.model.ir_model import KernelModel, Shift, analyze, shift
 from mlir_mx.model.kernels import VARIANTS, Shape, variant_module_text
 from mlir_mx.model.machines import Machine
 from mlir_mx.model.measure import Timing
@@ -18,9 +18,8 @@ class Row:
 
     variant: str
     shape: Shape | None
-    model: KernelModel | None
+    model: KernelModel
     measured: Timing | None = None
-    unavailable: str | None = None  # why the variant could not be built
     label: str = ""  # for IR files: the file name
 
     @property
@@ -41,18 +40,12 @@ class Row:
 def model_rows(
     shapes: list[Shape], variants: list[str], element: str = "f8E4M3FN", block_size: int = 32
 ) -> list[Row]:
-    """Analyze each variant at each shape (an unavailable lowering becomes a row saying so)."""
+    """Analyze each variant at each shape."""
     rows = []
     for s in shapes:
         for v in variants:
             text = variant_module_text(v, s, element, block_size)
-            try:
-                km = analyze(text, "kernel", matmul_lowering=VARIANTS[v].matmul_lowering)
-            except ModelError as err:
-                if not VARIANTS[v].optional:
-                    raise
-                rows.append(Row(v, s, None, unavailable=str(err)))
-                continue
+            km = analyze(text, "kernel", matmul_lowering=VARIANTS[v].matmul_lowering)
             km.label = f"{v} {s}"
             rows.append(Row(v, s, km))
     return rows
@@ -61,9 +54,9 @@ def model_rows(
 def shifts(rows: list[Row]) -> list[tuple[Row, Row, Shift]]:
     """(f32 row, mx row, decomposition) for every mx row with an f32 row at its shape."""
     out = []
-    base = {r.shape: r for r in rows if r.variant == "f32" and r.model is not None}
+    base = {r.shape: r for r in rows if r.variant == "f32"}
     for r in rows:
-        if r.variant != "f32" and r.model is not None and r.shape in base:
+        if r.variant != "f32" and r.shape in base:
             out.append((base[r.shape], r, shift(base[r.shape].model, r.model)))
     return out
 
@@ -82,9 +75,6 @@ def roofline_table(rows: list[Row], machine: Machine) -> str:
     )  # fmt: skip
     lines = [head]
     for r in rows:
-        if r.model is None:
-            lines.append((r.name, r.shape_text, f"unavailable: {r.unavailable}"))
-            continue
         km = r.model
         floor = km.time_floor(machine)
         meas = r.measured.median if r.measured else None
@@ -131,3 +121,59 @@ def roofline_table(rows: list[Row], machine: Machine) -> str:
                 line += f", measured time {r.measured.median / b.measured.median:.2f}x"
             out.append(line)
     return "\n".join(out)
+
+
+def markdown_report(rows: list[Row], machine: Machine, command: str, plots: list) -> str:
+    """``mx-roofline --report``: the measured roofline of this machine as a
+    results page (command, machine, ceilings, the model-vs-measured table,
+    the timings, the plots)."""
+    import datetime
+    import platform
+
+    import numpy as np
+
+    from mlir_mx.host import machine_description
+    from mlir_mx.model.kernels import VARIANTS
+
+    date = datetime.date.today().isoformat()
+    timings = "\n".join(
+        f"| {r.name} | {r.shape_text} | {r.measured.median * 1e6:,.2f} | "
+        f"{r.measured.min * 1e6:,.2f} | {r.measured.max * 1e6:,.2f} | {r.measured.spread:.1%} "
+        f"| {r.measured.samples} x {r.measured.calls} |"
+        for r in rows
+        if r.measured
+    )
+    pipelines = "; ".join(
+        f"{v}: `{VARIANTS[v].exec_pipeline or 'scalar loops'}`"
+        for v in dict.fromkeys(r.variant for r in rows)
+        if v in VARIANTS
+    )
+    ref = machine.reference or {}
+    extra = "".join(f"\n- numpy reference: {k} {v / 1e9:.2f}" for k, v in ref.items())
+    return f"""# Measured roofline, {date}
+
+Command: `{command}`
+
+## Machine
+
+- {machine_description()}
+- numpy {np.__version__}; Python {platform.python_version()}
+- {machine.describe()}{f" ({machine.source})" if machine.source else ""}{extra}
+
+## Model vs measured
+
+Bytes and FLOPs read from the bufferized IR of each variant's `@kernel`; modelled
+time = max(bytes / BW, FLOPs / peak) with the ceilings above; measured = median
+per-call time of `@bench` (the contraction in an `scf.for`, many calls per native
+entry, after a warm-up), run by the Runner. Execution pipelines: {pipelines}.
+
+```
+{roofline_table(rows, machine)}
+```
+
+| variant | shape | median us | min us | max us | spread | samples x calls |
+|---|---|---:|---:|---:|---:|---|
+{timings}
+
+Plots: {", ".join(p.name for p in plots)}
+"""

@@ -57,6 +57,22 @@ class ElementFormat:
     exponent of the largest power of two that is a normal value (the ``emax_elem``
     of the OCP spec), ``max_normal`` the largest finite magnitude, and
     ``min_subnormal`` the smallest positive magnitude (``2**-6`` for ``i8``).
+
+    Behaviour that code would otherwise re-derive from names and widths:
+
+    * ``group``: ``(codes, bytes)`` of one packing group in packed storage
+      (FP4 two codes per byte, FP6 four per three bytes, 8-bit formats 1:1;
+      :mod:`mlir_mx.numerics.packing`);
+    * ``widening``: how compiled code widens a code to its exact value
+      (:mod:`mlir_mx.kernels.codec`): ``"values"`` (few enough codes for a
+      16-entry value table in one register: FP4), ``"f16"`` (the code's bits
+      placed into an f16, then a hardware f16 -> f32 conversion), ``"int"``
+      (a signed integer conversion, then the fixed-point scale);
+    * ``int_exp2``: where it exists, the power of two that makes every value
+      an integer small enough for the CPU's integer dot units
+      (``value * 2**int_exp2`` in int8, or int16 for E3M2): E2M1 1, E2M3 3,
+      E3M2 4, INT8 6 (the codes themselves); None for FP8, whose values span
+      too many binades.
     """
 
     name: str
@@ -71,6 +87,9 @@ class ElementFormat:
     is_int: bool = False
     has_nan: bool = False
     has_inf: bool = False
+    group: tuple[int, int] = (1, 1)
+    widening: str = "f16"
+    int_exp2: int | None = None
 
     @property
     def is_sub_byte(self) -> bool:
@@ -78,6 +97,13 @@ class ElementFormat:
         in memory (ml_dtypes' and memref's layout), but LLVM bit-packs vectors
         of such types."""
         return self.bits < 8
+
+    @property
+    def int_bits(self) -> int | None:
+        """Bits of the integers ``value * 2**int_exp2`` (8 or 16; None without ``int_exp2``)."""
+        if self.int_exp2 is None:
+            return None
+        return 8 if self.max_normal * 2.0**self.int_exp2 < 128 else 16
 
     @property
     def num_codes(self) -> int:
@@ -90,7 +116,7 @@ class ElementFormat:
         return 1 << (self.bits - 1)
 
 
-def _fp(name, dtype, bits, ebits, mbits, bias, emax, max_normal, has_nan, has_inf):
+def _fp(name, dtype, bits, ebits, mbits, bias, emax, max_normal, has_nan, has_inf, **more):
     return ElementFormat(
         name=name,
         dtype=np.dtype(dtype),
@@ -103,6 +129,7 @@ def _fp(name, dtype, bits, ebits, mbits, bias, emax, max_normal, has_nan, has_in
         min_subnormal=float(2.0 ** (1 - bias - mbits)),
         has_nan=has_nan,
         has_inf=has_inf,
+        **more,
     )
 
 
@@ -111,9 +138,12 @@ ELEMENT_FORMATS: dict[str, ElementFormat] = {
     for f in (
         _fp("f8E4M3FN", ml_dtypes.float8_e4m3fn, 8, 4, 3, 7, 8, 448.0, True, False),
         _fp("f8E5M2", ml_dtypes.float8_e5m2, 8, 5, 2, 15, 15, 57344.0, True, True),
-        _fp("f6E2M3FN", ml_dtypes.float6_e2m3fn, 6, 2, 3, 1, 2, 7.5, False, False),
-        _fp("f6E3M2FN", ml_dtypes.float6_e3m2fn, 6, 3, 2, 3, 4, 28.0, False, False),
-        _fp("f4E2M1FN", ml_dtypes.float4_e2m1fn, 4, 2, 1, 1, 2, 6.0, False, False),
+        _fp("f6E2M3FN", ml_dtypes.float6_e2m3fn, 6, 2, 3, 1, 2, 7.5, False, False,
+            group=(4, 3), int_exp2=3),
+        _fp("f6E3M2FN", ml_dtypes.float6_e3m2fn, 6, 3, 2, 3, 4, 28.0, False, False,
+            group=(4, 3), int_exp2=4),
+        _fp("f4E2M1FN", ml_dtypes.float4_e2m1fn, 4, 2, 1, 1, 2, 6.0, False, False,
+            group=(2, 1), widening="values", int_exp2=1),
         ElementFormat(
             name="i8",
             dtype=np.dtype(np.int8),
@@ -125,6 +155,8 @@ ELEMENT_FORMATS: dict[str, ElementFormat] = {
             bias=0,
             min_subnormal=2.0**-6,
             is_int=True,
+            widening="int",
+            int_exp2=6,
         ),
     )
 }

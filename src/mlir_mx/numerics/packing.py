@@ -36,13 +36,10 @@ __all__ = [
     "unpacked_shape",
 ]
 
-# bits -> (codes per group, bytes per group)
-_GROUPS = {4: (2, 1), 6: (4, 3), 8: (1, 1)}
-
-
 def packing_group(element: str | ElementFormat) -> tuple[int, int]:
-    """``(codes, bytes)`` of one packing group: (2, 1) for FP4, (4, 3) for FP6, (1, 1) else."""
-    return _GROUPS[element_format(element).bits]
+    """``(codes, bytes)`` of one packing group (``ElementFormat.group``): (2, 1)
+    for FP4, (4, 3) for FP6, (1, 1) else."""
+    return element_format(element).group
 
 
 def is_packed_storage(shape, element: str | ElementFormat) -> bool:
@@ -56,8 +53,8 @@ def is_packed_storage(shape, element: str | ElementFormat) -> bool:
     """
     fmt = element_format(element)
     shape = tuple(int(s) for s in shape)
-    codes, _nbytes = _GROUPS[fmt.bits]
-    return fmt.bits < 8 and len(shape) > 0 and shape[-1] > 0 and shape[-1] % codes == 0
+    codes, _nbytes = fmt.group
+    return fmt.is_sub_byte and len(shape) > 0 and shape[-1] > 0 and shape[-1] % codes == 0
 
 
 def packed_shape(shape, element: str | ElementFormat) -> tuple[int, ...]:
@@ -68,7 +65,7 @@ def packed_shape(shape, element: str | ElementFormat) -> tuple[int, ...]:
     fmt = element_format(element)
     shape = tuple(int(s) for s in shape)
     _check_axis(shape, fmt, "codes")
-    codes, nbytes = _GROUPS[fmt.bits]
+    codes, nbytes = fmt.group
     return shape[:-1] + (shape[-1] // codes * nbytes,)
 
 
@@ -78,7 +75,7 @@ def unpacked_shape(shape, element: str | ElementFormat) -> tuple[int, ...]:
     shape = tuple(int(s) for s in shape)
     if len(shape) == 0:
         raise ValueError("packed: packed codes need rank >= 1, got a rank-0 array")
-    codes, nbytes = _GROUPS[fmt.bits]
+    codes, nbytes = fmt.group
     if shape[-1] % nbytes:
         raise ValueError(
             f"packed: last axis has {shape[-1]} bytes, not a multiple of {nbytes}: "
@@ -90,7 +87,7 @@ def unpacked_shape(shape, element: str | ElementFormat) -> tuple[int, ...]:
 def _check_axis(shape: tuple[int, ...], fmt: ElementFormat, arg: str) -> None:
     if len(shape) == 0:
         raise ValueError(f"{arg}: packing needs rank >= 1, got a rank-0 array")
-    codes, nbytes = _GROUPS[fmt.bits]
+    codes, nbytes = fmt.group
     if shape[-1] % codes:
         raise ValueError(
             f"{arg}: the packed (last) axis has length {shape[-1]}, not a multiple of "
@@ -113,7 +110,7 @@ def _code_bytes(codes, fmt: ElementFormat) -> np.ndarray:
             f"codes: expected dtype {fmt.dtype} (or uint8 code bytes) for {fmt.name}, "
             f"got {codes.dtype}"
         )
-    if fmt.bits < 8 and raw.size and (raw >> np.uint8(fmt.bits)).any():
+    if fmt.is_sub_byte and raw.size and (raw >> np.uint8(fmt.bits)).any():
         raise ValueError(
             f"codes: {fmt.name} codes must fit in the low {fmt.bits} bits of each byte"
         )

@@ -49,6 +49,8 @@ from mlir import ir
 from mlir.dialects import arith
 
 from mlir_mx.ir_utils import collect
+from mlir_mx.kernels.builder import ArithBuilder
+from mlir_mx.kernels.codec import e8m0_to_f32, f16_widen
 from mlir_mx.numerics.formats import (
     ELEMENT_FORMATS,
     SCALE_BIAS,
@@ -167,34 +169,14 @@ def _ext_to_f32(b: _Builder, x: ir.Value, fmt: NarrowFormat, f16_widening: bool)
     iw = ir.IntegerType.get_signless(fmt.width)
     code = b.bitcast(x, iw)
 
-    if fmt.kind == "e8m0":
-        c = b.extui(b.ty(i32), code)
-        bits = b.shli(c, b.i32(23))
-        # code 0 is 2^-127, the f32 subnormal 0x00400000 (not zero).
-        bits = b.select(b.cmp("eq", c, b.i32(0)), b.i32(0x00400000), bits)
-        bits = b.select(b.cmp("eq", c, b.i32(255)), b.i32(0x7FC00000), bits)
-        return b.bitcast(bits, f32)
+    if fmt.kind == "e8m0":  # the kernels' E8M0 decoding (mlir_mx.kernels.codec)
+        return e8m0_to_f32(ArithBuilder(loc=b.loc), code)
 
     if f16_widening and fmt.width == 8:  # E4M3, E5M2 (E8M0 returned above)
-        # Place the byte into an f16 and widen with the hardware conversion
-        # (vcvtph2ps): no f32 subnormal operands, hence no microcode assists.
-        i16 = ir.IntegerType.get_signless(16)
-        f16 = ir.F16Type.get()
-        c16 = lambda v: b.const(v, i16)  # noqa: E731
-        if fmt.name == "f8E5M2":  # E5M2 is exactly the top byte of an f16
-            h = b.shli(b.extui(b.ty(i16), code), c16(8))
-            return b.extf(b.ty(f32), b.bitcast(h, f16))
-        # E4M3: S.EEEE.MMM -> f16 S.0EEEE.MMM0000000 = value * 2^-8 (E4M3
-        # subnormals land on f16 subnormals, which vcvtph2ps widens exactly).
-        # Sign-extending the byte copies S into bits 8..15; after << 7, bit 15
-        # is S, bit 14 is S again (masked off) and bits 13..7 are EEEE.MMM:
-        # one shift and one mask instead of two of each plus an or.
-        h = b.andi(b.shli(b.extsi(b.ty(i16), code), c16(7)), c16(0xBF80))
-        # NaN (S.1111.111): tested on the byte itself (one byte compare).
-        nan = b.cmp("eq", b.andi(code, b.const(0x7F, iw)), b.const(0x7F, iw))
-        h = b.select(nan, b.ori(h, c16(0x7E00)), h)
-        w = b.extf(b.ty(f32), b.bitcast(h, f16))
-        return b.mulf(w, b.const(256.0, f32))
+        # The kernels' f16 widening (mlir_mx.kernels.codec): the byte placed
+        # into an f16 and widened by the hardware conversion (vcvtph2ps): no
+        # f32 subnormal operands, hence no microcode assists.
+        return f16_widen(ArithBuilder(loc=b.loc), code, ELEMENT_FORMATS[fmt.name])
 
     n = fmt.ebits + fmt.mbits
     c = b.extui(b.ty(i32), code)

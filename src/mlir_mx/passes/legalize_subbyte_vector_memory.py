@@ -23,7 +23,8 @@ wrong numbers.
 
 FIXME(upstream): the LLVM lowering of vector memory ops does not account for
 sub-byte element types stored one per byte (``memref`` layout) — see
-``docs/passes/mx-expand-narrow-floats.md``.
+``docs/passes/mx-expand-narrow-floats.md``.  No upstream issue found (the
+narrow-type emulation of llvm-project#70293 assumes the packed layout).
 """
 
 from __future__ import annotations

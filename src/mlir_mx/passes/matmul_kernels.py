@@ -118,29 +118,27 @@ def _match(scales: ir.Operation):
     n = b_t.shape[1]
     a_elem = str(a_t.element_type)
     b_elem = None if sb is None else str(b_t.element_type)
-    # Codes that arrive packed (subbyte-storage=packed) are read as packed
-    # bytes when every sub-byte operand does; the unpacking then goes away.
-    sub_byte = [v for v, e in ((a, a_elem), (b, b_elem)) if e is not None and _is_sub_byte(e)]
-    unpacks = [_packed_source(v) for v in sub_byte]
-    packed = bool(sub_byte) and all(u is not None for u in unpacks)
-    if packed:
-        a = unpacks[0][0] if _is_sub_byte(a_elem) else a
-        b = unpacks[-1][0] if b_elem is not None and _is_sub_byte(b_elem) else b
+    # Sub-byte codes that arrive packed (subbyte-storage=packed) are read as
+    # packed bytes, each operand on its own; its unpacking then goes away.
+    ua = _packed_source(a) if _is_sub_byte(a_elem) else None
+    ub = _packed_source(b) if b_elem is not None and _is_sub_byte(b_elem) else None
+    a = ua[0] if ua else a
+    b = ub[0] if ub else b
     if not all(_unit_inner_stride(v) for v in (a, b, sa, acc) + ((sb,) if sb else ())):
         return None
-    prob = Problem(m, n, k, block, a_elem, b_elem, packed=packed)
+    prob = Problem(m, n, k, block, a_elem, b_elem, a_packed=bool(ua), b_packed=bool(ub))
     ops = Operands(a, sa, b, sb, acc)
     dead = [scales, partials, fill] + dead + [alloc]
     # The expand_shape views die with the partials generic (unless used elsewhere).
     for view in (a_src, b_src):
         if sum(1 for _ in view.results[0].uses) == 1:
             dead.append(view)
-    tails = [u[1] for u in unpacks] if packed else []
+    tails = [u[1] for u in (ua, ub) if u]
     return prob, ops, dead, tails
 
 
 def _is_sub_byte(element: str) -> bool:
-    return element_format(element).bits < 8
+    return element_format(element).is_sub_byte
 
 
 def _packed_source(codes: ir.Value):

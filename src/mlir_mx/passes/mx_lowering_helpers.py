@@ -21,6 +21,8 @@ from mlir import ir
 from mlir.dialects import arith, linalg, math, tensor
 
 from mlir_mx.dialect.types import MXTensorType
+from mlir_mx.kernels.builder import ArithBuilder
+from mlir_mx.kernels.codec import e8m0_to_f32
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_TYPE
 
 __all__ = [
@@ -52,10 +54,6 @@ __all__ = [
 
 PARALLEL = "parallel"
 REDUCTION = "reduction"
-
-#: Bits of the f32 2^-127 (a subnormal): the one power of two the biased
-#: exponent field cannot express.
-_F32_2_POW_M127_BITS = 0x00400000
 
 
 # ------------------------------------------------------------------ types
@@ -225,15 +223,12 @@ def amax_to_code(amax: ir.Value, emax: int) -> ir.Value:
 def pow2_neg_shared_exp(code: ir.Value) -> ir.Value:
     """The f32 ``2^-shared_exp`` = ``2^(127 - code)`` for an i32 code in [0, 254].
 
-    Built from its bits: biased exponent ``254 - code`` shifted into place;
-    code 254 needs 2^-127, an f32 subnormal, whose bits are 0x00400000.  The
-    value for code 255 is garbage and must be selected away by the caller.
+    That is the E8M0 value of code ``254 - code``, decoded exactly as the
+    kernels decode scales (:func:`mlir_mx.kernels.codec.e8m0_to_f32`; code
+    254 gives 2^-127, an f32 subnormal).  The value for code 255 is garbage
+    and must be selected away by the caller.
     """
-    biased = arith.SubIOp(const_i32(254), code).result
-    normal = arith.ShLIOp(biased, const_i32(23)).result
-    is_sub = _cmp("eq", biased, const_i32(0))
-    bits = arith.SelectOp(is_sub, const_i32(_F32_2_POW_M127_BITS), normal).result
-    return arith.BitcastOp(f32(), bits).result
+    return e8m0_to_f32(ArithBuilder(), arith.SubIOp(const_i32(254), code).result)
 
 
 def scaled_to_element(x: ir.Value, code: ir.Value, element: str) -> ir.Value:

@@ -181,7 +181,9 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     3. Scales over (m, n, kb), iterators parallel, parallel, reduction; maps
        (d0, d2, d1) (partials), (d0, d2) (A scale), (d2, d1) (B scale), (d0, d1)
        (the accumulator, ``outs``: updated in place); payload ``extf`` of the
-       scale(s), ``s = sa * sb`` and ``c = c + p * s`` (contracted).
+       scale(s), ``t = p * sb`` (not contracted) and ``c = c + t * sa``
+       (contracted): the scales one after the other, never ``sa * sb``,
+       which can overflow where the block's contribution is finite.
 
     These are the f32 operations that define the matmul's numerics (the
     blocked order, ``docs/numerics.md``); ``mx-matmul-kernels`` replaces the
@@ -232,10 +234,9 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
 
     def scale_body(p, *rest):
         *scales, c = rest
-        s = h.scale_to_f32(scales[0])
-        if len(scales) == 2:
-            s = arith.MulFOp(s, h.scale_to_f32(scales[1])).result
-        return [h.contracted_fma(p, s, c)]
+        if len(scales) == 2:  # B's scale first, alone
+            p = arith.MulFOp(p, h.scale_to_f32(scales[1])).result
+        return [h.contracted_fma(p, h.scale_to_f32(scales[0]), c)]
 
     ins = [partials, ascale] + ([bscale] if rhs_mx else [])
     maps = [smap(0, 2, 1), smap(0, 2)] + ([smap(2, 1)] if rhs_mx else []) + [smap(0, 1)]

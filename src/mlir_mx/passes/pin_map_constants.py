@@ -30,8 +30,9 @@ block 32).
 
 FIXME(upstream): no upstream pass or transform op rewrites linalg indexing
 maps from loop ranges (``isUnitDim`` in ``linalg-fold-unit-extent-dims`` only
-accepts a literal 0); see the write-up, section "The range the verifier
-already knows".
+accepts a literal 0).  No upstream issue found; llvm-project#173873 drops
+unit dims inside non-trivial expressions, not ``d2 floordiv 32`` over a
+range of 0..31.
 """
 
 from __future__ import annotations

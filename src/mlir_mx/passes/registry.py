@@ -21,7 +21,9 @@ would with ``emitError`` + ``signalPassFailure``.
 
 FIXME(upstream): Python-defined passes cannot be named inside a textual
 pipeline (``PassManager.parse`` does not see them), so the pipeline parser
-splits pipelines itself and adds our passes as callables.
+splits pipelines itself and adds our passes as callables.  Upstream:
+llvm-project#155996 (issue), #157850 (open PR registering Python passes by
+name).
 """
 
 from __future__ import annotations

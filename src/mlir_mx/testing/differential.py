@@ -31,6 +31,7 @@ import numpy as np
 
 from mlir_mx import numerics as N
 from mlir_mx.kernels.registry import SCHEDULES
+from mlir_mx.numerics.matmul import matmul_bound, matmul_reference
 from mlir_mx.passes.pipeline import Pipeline
 from mlir_mx.testing.programs import Program, random_inputs, random_program
 
@@ -112,19 +113,6 @@ def register_variant(variant: Variant) -> None:
 
 # ------------------------------------------------------------------ the oracle
 
-_U = 2.0**-24
-
-
-def matmul_bound(terms_abs: np.ndarray, k: int, block_size: int) -> np.ndarray:
-    """The documented bound of ``block_matmul`` (``docs/numerics.md``): with
-    ``T = |acc| + sum_k |a_k b_k|`` (exact), ``n = K + K/B + 2`` roundings,
-    ``|result - exact| <= gamma_n T + n 2^-149 E`` where ``gamma_n = n u /
-    (1 - n u)``, ``u = 2^-24`` and ``E = 2^33`` covers products of two
-    element values that fall below the f32 normal range (scale products too)."""
-    n = k + k // block_size + 2
-    gamma = n * _U / (1 - n * _U)
-    return gamma * terms_abs + n * 2.0**-149 * 2.0**33
-
 
 def _value(v) -> np.ndarray:
     return N.dequantize(v) if isinstance(v, N.MXArray) else v
@@ -151,31 +139,10 @@ def evaluate(p: Program, args: list) -> list:
 
 
 def _matmul_reference(a: N.MXArray, b, acc: np.ndarray):
-    av, bv = _value(a).astype(np.float64), _value(b).astype(np.float64)
-    acc64 = acc.astype(np.float64)
-    with np.errstate(all="ignore"):
-        prods = av[:, :, None] * bv[None, :, :]  # exact in f64; no BLAS shortcuts on 0 * inf
-        exact = acc64 + prods.sum(axis=1)
-        finite = np.where(np.isfinite(prods), np.abs(prods), 0.0).sum(axis=1)
-        terms = np.where(np.isfinite(acc64), np.abs(acc64), 0.0) + finite
-    # Outside the claim (docs/numerics.md): an operand element whose dequantized
-    # value overflows f32 from a finite code (a scale above the canonical
-    # range: the fused order materializes Inf, the blocked order may stay
-    # finite), finite sums reaching 2^126 (the order of f32 additions decides
-    # whether they overflow), and blocked partials reaching 2^120 (below).
-    overflow_a = np.isinf(av) & np.isfinite(a.element_values())
-    overflow_b = np.isinf(bv) & np.isfinite(b.element_values()) if isinstance(b, N.MXArray) else np.zeros(bv.shape, bool)
-    bad = overflow_a.any(axis=1)[:, None] | overflow_b.any(axis=0)[None, :]
-    # The blocked order sums UNSCALED element values times B per block (the
-    # scale comes after): with an f32 B above ~2^110 that partial can
-    # overflow although the scaled sum is finite.  (i8 codes are up to 127.)
-    unscaled = np.abs(a.element_values()) * (64 if a.element == "i8" else 1)
-    ub = np.abs(b.element_values()) * (64 if b.element == "i8" else 1) if isinstance(b, N.MXArray) else np.abs(bv)
-    with np.errstate(all="ignore"):
-        part = unscaled[:, :, None] * np.where(np.isfinite(ub), ub, 0.0)[None, :, :]
-        part = part.reshape(part.shape[0], -1, a.block_size, part.shape[2]).sum(axis=2).max(axis=1)
-    ok = ~bad & (terms < 2.0**126) & ~(part >= 2.0**120)
-    return ("matmul", exact, matmul_bound(terms, av.shape[1], a.block_size), ok)
+    """The claim of docs/numerics.md as a checkable condition on the operands
+    (:func:`mlir_mx.numerics.matmul.matmul_reference`)."""
+    exact, bound, inside = matmul_reference(a, b, acc)
+    return ("matmul", exact, bound, inside)
 
 
 def _same_f32(x: np.ndarray, y: np.ndarray) -> bool:

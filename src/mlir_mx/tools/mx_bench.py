@@ -19,7 +19,6 @@ each is skipped with a note when absent.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shlex
 import sys
@@ -143,7 +142,9 @@ def run(parsed) -> int:
     from mlir_mx.bench.report import write_results
 
     opts, quiet = parsed
-    cpus = os.cpu_count() or 1
+    from mlir_mx.host import default_threads
+
+    cpus = default_threads()
     say = (lambda s: None) if quiet else (lambda s: print(s, flush=True))
     if max(opts.threads) > cpus:
         say(f"note: {max(opts.threads)} threads on {cpus} CPUs: oversubscribed")

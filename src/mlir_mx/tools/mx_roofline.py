@@ -5,6 +5,9 @@ Examples::
 
     mx-roofline --shape 32x64x64 --shape 1x64x64 --variants f32,mx-a,mx-ab
     mx-roofline --machine measure --measure-kernels --shape 1x4096x4096 --out plots/
+    mx-roofline --machine measure --measure-kernels --report --out bench/results \
+        --shape 32x64x64 --shape 1x64x64 --shape 1x4096x4096 --shape 128x256x512 \
+        --variants f32,mx-a,mx-ab,mx-a-blocked,mx-ab-blocked   # a results page
     mx-roofline kernel.mlir --machine m4
 
 Inputs are mx IR files (every public function is modelled) or named shapes
@@ -55,6 +58,12 @@ def _parser() -> ArgParser:
     )
     p.add_argument("--breakdown", action="store_true", help="print the per-buffer breakdown")
     p.add_argument("--out", help="directory for roofline.{png,svg} and time.{png,svg}")
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="with --out: also write roofline-<date>.md (machine, table, timings) and date "
+        "the plots' names",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
@@ -126,6 +135,9 @@ def _parse(argv):
         raise ToolError("--threads must be at least 1")
     if args.out is not None:
         _check_out_dir(Path(args.out))
+    elif args.report:
+        raise ToolError("--report needs --out (the directory the results page is written to)")
+    args.command = " ".join([PROG, *argv])
     return args
 
 
@@ -144,7 +156,7 @@ def _check_out_dir(out: Path) -> None:
 def run(args) -> int:
     say = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
 
-    from mlir_mx.model.kernels import VARIANTS, VariantUnavailable, parse_shape
+    from mlir_mx.model.kernels import VARIANTS, parse_shape
     from mlir_mx.model.measure import get_machine
     from mlir_mx.model.report import model_rows, roofline_table
 
@@ -176,18 +188,11 @@ def run(args) -> int:
         from mlir_mx.model.measure import time_kernel
 
         for r in rows:
-            if r.model is None:
-                continue
             say(f"timing {r.name} {r.shape_text}...")
             if r.shape is None:
                 _time_file_row(r, say)
                 continue
-            try:
-                kt = time_kernel(r.variant, r.shape, args.element, args.block_size)
-            except VariantUnavailable as err:
-                r.unavailable = str(err)
-                continue
-            r.measured = kt.timing
+            r.measured = time_kernel(r.variant, r.shape, args.element, args.block_size).timing
 
     print(f"machine: {machine.describe()}")
     if machine.source:
@@ -197,15 +202,29 @@ def run(args) -> int:
     print(roofline_table(rows, machine))
     if args.breakdown:
         for r in rows:
-            if r.model is not None:
-                print()
-                print(r.model.breakdown())
+            print()
+            print(r.model.breakdown())
     if args.out:
-        from mlir_mx.model.plots import roofline_plot, time_plot
-
-        paths = roofline_plot(rows, machine, args.out) + time_plot(rows, machine, args.out)
-        say("wrote " + ", ".join(str(p) for p in paths))
+        _write(rows, machine, args, say)
     return 0
+
+
+def _write(rows, machine, args, say) -> None:
+    """The plots (and with ``--report`` the results page) under ``--out``."""
+    import datetime
+
+    from mlir_mx.model.plots import roofline_plot, time_plot
+    from mlir_mx.model.report import markdown_report
+
+    date = f"-{datetime.date.today().isoformat()}" if args.report else ""
+    out = Path(args.out)
+    paths = roofline_plot(rows, machine, out, f"roofline{date}")
+    paths += time_plot(rows, machine, out, f"time{date}")
+    if args.report:
+        page = out / f"roofline{date}.md"
+        page.write_text(markdown_report(rows, machine, args.command, paths))
+        paths.append(page)
+    say("wrote " + ", ".join(str(p) for p in paths))
 
 
 def main(argv=None) -> int:

@@ -1,4 +1,4 @@
-// Complete IR examples from the original write-up (post 5) parse and
+// Complete IR examples of mlir-mx v1's published syntax (every form its dialect printed) parse and
 // round-trip through mx-opt.
 // RUN: mx-opt %s --split-input-file | mx-opt --split-input-file | FileCheck %s
 

@@ -82,10 +82,12 @@ func.func @matmul(%a: !mx.tensor<32x64xf8E4M3FN, block_size = 32, scale_type = f
 // CHECK:         %[[R:.*]] = linalg.generic {indexing_maps = [#[[SP]], #[[SA]], #[[SB]], #[[C]]], iterator_types = ["parallel", "parallel", "reduction"]}
 // CHECK-SAME:      ins(%[[P]], %[[ASC]], %[[BSC]] : tensor<32x2x16xf32>, tensor<32x2xf8E8M0FNU>, tensor<2x16xf8E8M0FNU>) outs(%[[ACC]] : tensor<32x16xf32>)
 // CHECK:         ^bb0(%[[IP:.*]]: f32, %[[U:.*]]: f8E8M0FNU, %[[V:.*]]: f8E8M0FNU, %[[OUT:.*]]: f32):
-// CHECK-NEXT:      %[[UF:.*]] = arith.extf %[[U]] : f8E8M0FNU to f32
+// The scales one after the other, never sa * sb: t = p * sb (not
+// contracted), then c + t * sa (contracted into one FMA).
 // CHECK-NEXT:      %[[VF:.*]] = arith.extf %[[V]] : f8E8M0FNU to f32
-// CHECK-NEXT:      %[[SC:.*]] = arith.mulf %[[UF]], %[[VF]] : f32
-// CHECK-NEXT:      %[[T:.*]] = arith.mulf %[[IP]], %[[SC]] fastmath<contract> : f32
+// CHECK-NEXT:      %[[T0:.*]] = arith.mulf %[[IP]], %[[VF]] : f32
+// CHECK-NEXT:      %[[UF:.*]] = arith.extf %[[U]] : f8E8M0FNU to f32
+// CHECK-NEXT:      %[[T:.*]] = arith.mulf %[[T0]], %[[UF]] fastmath<contract> : f32
 // CHECK-NEXT:      %[[S:.*]] = arith.addf %[[OUT]], %[[T]] fastmath<contract> : f32
 // CHECK-NEXT:      linalg.yield %[[S]] : f32
 // CHECK:         return %[[R]] : tensor<32x16xf32>
@@ -120,10 +122,10 @@ func.func @matmul_mx_mx(%a: !mx.tensor<32x64xf8E4M3FN, block_size = 32, scale_ty
 // CHECK-NEXT:      %[[M:.*]] = arith.mulf %[[VA]], %[[VB]] fastmath<contract> : f32
 // CHECK-NEXT:      arith.addf %[[OUT]], %[[M]] fastmath<contract> : f32
 // CHECK:         ^bb0(%[[P:.*]]: f32, %{{.*}}: f8E8M0FNU, %{{.*}}: f8E8M0FNU, %[[O:.*]]: f32):
-// CHECK-NEXT:      arith.extf
-// CHECK-NEXT:      arith.extf
-// CHECK-NEXT:      %[[SC:.*]] = arith.mulf
-// CHECK-NEXT:      %[[T:.*]] = arith.mulf %[[P]], %[[SC]] fastmath<contract> : f32
+// CHECK-NEXT:      %[[SB:.*]] = arith.extf
+// CHECK-NEXT:      %[[T0:.*]] = arith.mulf %[[P]], %[[SB]] : f32
+// CHECK-NEXT:      %[[SA:.*]] = arith.extf
+// CHECK-NEXT:      %[[T:.*]] = arith.mulf %[[T0]], %[[SA]] fastmath<contract> : f32
 // CHECK-NEXT:      arith.addf %[[O]], %[[T]] fastmath<contract> : f32
 func.func @matmul_i8(%a: !mx.tensor<4x32xi8, block_size = 32, scale_type = f8E8M0FNU>, %b: !mx.tensor<32x8xi8, block_size = 32, scale_type = f8E8M0FNU, axis = 0>, %acc: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = mx.block_matmul %a, %b, %acc : !mx.tensor<4x32xi8, block_size = 32, scale_type = f8E8M0FNU>, !mx.tensor<32x8xi8, block_size = 32, scale_type = f8E8M0FNU, axis = 0>, tensor<4x8xf32> -> tensor<4x8xf32>
