@@ -36,26 +36,37 @@ def a_args(qa: MXArray) -> list[np.ndarray]:
     return [codes, qa.scales]
 
 
-def run_dot(qa, qb: MXArray, acc, schedule: str, threads: int, **overrides) -> np.ndarray:
-    """``acc + A B`` with dot schedule ``schedule`` (``qa`` MX, or f32 with
-    ``overrides['a_quant']`` naming the format it is quantized to)."""
+def run_dot(
+    qa, qb: MXArray, acc, schedule: str, threads: int, source: str = "records", **overrides
+) -> np.ndarray:
+    """``acc + A B`` with dot schedule ``schedule``, B as VNNI records
+    (``source="records"``, what ``Linear`` passes) or as its codes and scales
+    (``"codes"``, what the Runner passes).  ``qa`` is MX, or f32 with
+    ``overrides['a_quant']`` naming the format it is quantized to."""
     a_quant = overrides.pop("a_quant", None)
     m, k = qa.shape
     n = qb.shape[1]
     ea = None if a_quant else qa.element
     kind = dot_kind(ea or a_quant, qb.element, qb.block_size)
     packed = ea is not None and is_packed_storage((m, k), ea)
+    b_packed = is_packed_storage((k, n), qb.element)
     prob = Problem(
-        m, n, k, qb.block_size, ea, qb.element, a_packed=packed, a_quant=a_quant, b_dot=kind.name
-    )
+        m, n, k, qb.block_size, ea, qb.element, a_packed=packed, a_quant=a_quant,
+        b_packed=b_packed and source == "codes", b_dot=kind.name if source == "records" else None,
+    )  # fmt: skip
     entry = SCHEDULES[schedule]
     assert entry.supports(prob), (schedule, prob)
     plan = KernelPlan(entry, replace(entry.configure(prob, threads), **overrides))
     runner = compile_module(prob, plan)
-    rec = pack_records(qb.codes, qb.scales, RecordLayout(kind, qb.element, qb.block_size))
+    if source == "records":
+        layout = RecordLayout(kind, qb.element, qb.block_size)
+        b_args = [pack_records(qb.codes, qb.scales, layout)]
+    else:
+        codes = pack_codes(np.ascontiguousarray(qb.codes), qb.element) if b_packed else qb.codes
+        b_args = [codes, qb.scales]
     c = acc.copy()
     args = [qa] if a_quant else a_args(qa)
-    runner.invoke("matmul", *args, rec, c)
+    runner.invoke("matmul", *args, *b_args, c)
     return c
 
 

@@ -42,58 +42,66 @@ INT_PAIRS = list(itertools.product(INTS, INTS))
 BF16_PAIRS = [(a, b) for a, b in itertools.product(INTS + FP8, INTS + FP8) if a in FP8 or b in FP8]
 
 
-def _check(ea, eb, shape, threads, family):
+def _check(ea, eb, shape, threads, family, source="records"):
     m, k, n, f32_schedule, cls, overrides = shape
     if family == "bf16" and cls == "decode":
         cls = "small"  # no bf16 decode schedule; the small one runs M = 1 too
     (qa, qb), acc, _exact, _bound = case(m, k, n, ea, eb, seed=m + k)
     want = run_f32(qa, qb, acc, f32_schedule, threads)
-    got = run_dot(qa, qb, acc, f"{family}-{cls}", threads, **overrides)
+    got = run_dot(qa, qb, acc, f"{family}-{cls}", threads, source, **overrides)
     same = same_bits(got, want)
     assert same.all(), (np.argwhere(~same)[:5], got[~same][:5], want[~same][:5])
 
 
 def _rotated(pairs):
-    """Each pair once, the shape and thread count rotating."""
-    return [(a, b, SHAPES[i % 3], 1 + (i // 3) % 2) for i, (a, b) in enumerate(pairs)]
+    """Each pair once, the shape, thread count and B source rotating."""
+    return [
+        (a, b, SHAPES[i % 3], 1 + (i // 3) % 2, ("records", "codes")[(i // 2) % 2])
+        for i, (a, b) in enumerate(pairs)
+    ]
 
 
 def _ids(cases):
-    return [f"{a}-{b}-{s[3]}-t{t}" for a, b, s, t in cases]
+    return [f"{a}-{b}-{s[3]}-t{t}-{src}" for a, b, s, t, src in cases]
 
 
 @needs_bw
 @pytest.mark.parametrize(
-    "ea, eb, shape, threads", _rotated(INT_PAIRS), ids=_ids(_rotated(INT_PAIRS))
+    "ea, eb, shape, threads, source", _rotated(INT_PAIRS), ids=_ids(_rotated(INT_PAIRS))
 )
-def test_integer_pairs_equal_f32_kernels(ea, eb, shape, threads):
-    _check(ea, eb, shape, threads, "int")
+def test_integer_pairs_equal_f32_kernels(ea, eb, shape, threads, source):
+    _check(ea, eb, shape, threads, "int", source)
 
 
 @needs_bf16
 @pytest.mark.parametrize(
-    "ea, eb, shape, threads", _rotated(BF16_PAIRS)[::3], ids=_ids(_rotated(BF16_PAIRS)[::3])
+    "ea, eb, shape, threads, source",
+    _rotated(BF16_PAIRS)[::3],
+    ids=_ids(_rotated(BF16_PAIRS)[::3]),
 )
-def test_bf16_pairs_equal_f32_kernels(ea, eb, shape, threads):
-    _check(ea, eb, shape, threads, "bf16")
+def test_bf16_pairs_equal_f32_kernels(ea, eb, shape, threads, source):
+    _check(ea, eb, shape, threads, "bf16", source)
 
 
-ALL = [(a, b, s, t) for a, b in INT_PAIRS for s in SHAPES for t in (1, 2)]
-ALL_BF16 = [(a, b, s, t) for a, b in BF16_PAIRS for s in SHAPES[1:] for t in (1, 2)]
+SOURCES = ("records", "codes")
+ALL = [(a, b, s, t, src) for a, b in INT_PAIRS for s in SHAPES for t in (1, 2) for src in SOURCES]
+ALL_BF16 = [
+    (a, b, s, t, src) for a, b in BF16_PAIRS for s in SHAPES[1:] for t in (1, 2) for src in SOURCES
+]
 
 
 @pytest.mark.slow
 @needs_bw
-@pytest.mark.parametrize("ea, eb, shape, threads", ALL, ids=_ids(ALL))
-def test_integer_pairs_every_shape_and_thread_count(ea, eb, shape, threads):
-    _check(ea, eb, shape, threads, "int")
+@pytest.mark.parametrize("ea, eb, shape, threads, source", ALL, ids=_ids(ALL))
+def test_integer_pairs_every_shape_and_thread_count(ea, eb, shape, threads, source):
+    _check(ea, eb, shape, threads, "int", source)
 
 
 @pytest.mark.slow
 @needs_bf16
-@pytest.mark.parametrize("ea, eb, shape, threads", ALL_BF16, ids=_ids(ALL_BF16))
-def test_bf16_pairs_every_shape_and_thread_count(ea, eb, shape, threads):
-    _check(ea, eb, shape, threads, "bf16")
+@pytest.mark.parametrize("ea, eb, shape, threads, source", ALL_BF16, ids=_ids(ALL_BF16))
+def test_bf16_pairs_every_shape_and_thread_count(ea, eb, shape, threads, source):
+    _check(ea, eb, shape, threads, "bf16", source)
 
 
 def _special(qa: MXArray, qb: MXArray, rng) -> tuple[MXArray, MXArray]:
@@ -125,15 +133,16 @@ def _special(qa: MXArray, qb: MXArray, rng) -> tuple[MXArray, MXArray]:
     [("f4E2M1FN", "i8", "int"), ("f6E3M2FN", "f6E2M3FN", "int"), ("i8", "i8", "int")]
     + ([("f8E5M2", "f8E4M3FN", "bf16")] if has_features("avx512_bf16") else []),
 )
-@pytest.mark.parametrize("cls", ["decode", "prefill"])
-def test_special_values_follow_the_blocked_order(ea, eb, family, cls):
+@pytest.mark.parametrize("cls, source", [("decode", "records"), ("prefill", "codes")])
+def test_special_values_follow_the_blocked_order(ea, eb, family, cls, source):
     if family == "bf16" and cls == "decode":
         cls = "small"
     rng = np.random.default_rng(7)
     m = 1 if cls == "decode" else 7
     (qa, qb), acc, _e, _b = case(m, 96, 70, ea, eb, seed=11)
     qa, qb = _special(qa, qb, rng)
-    got = run_dot(qa, qb, acc, f"{family}-{cls}", 2, **({"kcb": 2} if cls == "prefill" else {}))
+    kcb = {"kcb": 2} if cls == "prefill" else {}
+    got = run_dot(qa, qb, acc, f"{family}-{cls}", 2, source, **kcb)
     want = model(qa, qb, acc)
     same = same_bits(got, want)
     assert same.all(), (np.argwhere(~same)[:5], got[~same][:5], want[~same][:5])
@@ -146,6 +155,7 @@ def test_without_vnni_the_bw_fallback_gives_the_same_bits(monkeypatch, ea, eb):
     monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-avx512_vnni")
     assert dot_kind(ea, eb, 32).name == ("i16" if eb == "i8" else "i8")
     _check(ea, eb, SHAPES[2], 1, "int")
+    _check(ea, eb, SHAPES[0], 2, "int", "codes")
 
 
 def test_dot_kind_follows_the_cpu_features(monkeypatch):

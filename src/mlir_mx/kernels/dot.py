@@ -39,7 +39,8 @@ from mlir import ir
 
 from mlir_mx.host import has_features
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.dot_layout import KINDS, PANEL, RecordLayout, dot_kind, int_factor
+from mlir_mx.kernels.dot_codes import CodesSource
+from mlir_mx.kernels.dot_layout import PANEL, RecordLayout, dot_kind, int_factor
 from mlir_mx.kernels.dot_prep import prepare_dot_a
 from mlir_mx.kernels.problem import Operands, Problem
 from mlir_mx.kernels.widen import LANES, decode_scales
@@ -59,29 +60,35 @@ class DotConfig:
     threads: int = 1
 
 
+def _kind(prob: Problem):
+    """The dot unit of the problem's pair on this CPU (None: f32 kernels)."""
+    return dot_kind(prob.a_elem or prob.a_quant, prob.b_elem, prob.block)
+
+
 def _supports(prob: Problem, bf16: bool) -> bool:
-    """B in dot records of the dot unit this CPU uses for the pair."""
-    kind = dot_kind(prob.a_elem or prob.a_quant, prob.b_elem, prob.block)
-    if kind is None or prob.b_dot != kind.name or prob.k % LANES:
+    """B as dot records of the unit this CPU uses for the pair, or as
+    row-major codes (expanded per call, :mod:`.dot_codes`)."""
+    kind = _kind(prob)
+    if kind is None or prob.k % LANES or (kind.name == "bf16") != bf16:
         return False
-    return (kind.name == "bf16") == bf16
+    return prob.b_dot == kind.name or (prob.b_dot is None and not prob.b_tiled)
 
 
 def supports_int(prob: Problem) -> bool:
-    """An integer pair (FP4/FP6/INT8) with B as ``i8``/``i16`` dot records."""
+    """An integer pair (FP4/FP6/INT8 x FP4/FP6/INT8) on VNNI or AVX512BW."""
     return _supports(prob, bf16=False)
 
 
 def supports_bf16(prob: Problem) -> bool:
-    """A pair with an FP8 operand, B as ``bf16`` dot records, AVX512_BF16."""
+    """A pair with an FP8 operand on AVX512_BF16."""
     return _supports(prob, bf16=True)
 
 
 def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) -> None:
     """Emit the dot kernel at the current insertion point."""
-    if cfg.nv not in (2, 4) or prob.b_dot is None:
-        raise ValueError("dot kernel: needs Problem.b_dot and nv in (2, 4)")
-    kind = KINDS[prob.b_dot]
+    kind = _kind(prob)
+    if cfg.nv not in (2, 4) or kind is None:
+        raise ValueError("dot kernel: needs a pair with a dot unit here and nv in (2, 4)")
     pa = prepare_dot_a(kb, prob, ops, kind, cfg.mr)
     k = _Dot(kb, prob, ops, cfg, pa)
     panels = -(-prob.n // PANEL)
@@ -100,17 +107,22 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
 class _Dot:
     def __init__(self, kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig, pa):
         self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
-        self.kind = KINDS[prob.b_dot]
+        self.kind = _kind(prob)
         self.stored = RecordLayout(self.kind, prob.b_elem, prob.block)
         self.full = RecordLayout(self.kind, prob.b_elem, prob.block, full=True)
-        self.rec = kb.as_bytes(ops.b)
-        self.kcb = min(cfg.kcb or prob.kblocks, prob.kblocks)
-        self.vnni = has_features("avx512_vnni")
         a_fmt = prob.a_elem or prob.a_quant
         fa, fb = int_factor(a_fmt), int_factor(prob.b_elem)
-        self.unscale = None  # 2^-(fa+fb), int kinds
+        self.unscale = None  # 2^-(fa+fb), int kinds: the scales carry it
         if self.kind.name != "bf16":
             self.unscale = kb.const(2.0 ** -(fa + fb), kb.vec(LANES, kb.f32))
+        self.codes = None  # B as codes: chunks expanded per call into full records
+        if prob.b_dot is None:
+            self.codes = CodesSource(kb, prob, ops, self.kind, self.full, self.unscale)
+        else:
+            self.rec = kb.as_bytes(ops.b)
+        # From codes, chunks of 4 blocks (10 KiB of scratch) stay in L1.
+        self.kcb = min(cfg.kcb or (4 if self.codes else prob.kblocks), prob.kblocks)
+        self.vnni = has_features("avx512_vnni")
         if self.stored.nibbles:  # FP4 code -> doubled value, per 128-bit lane
             vals = decode_elements(_fp4_codes(), "f4E2M1FN") * 2
             self.table = kb.const_array([int(v) for v in vals] * 4, kb.vec(64, kb.i8))
@@ -122,9 +134,9 @@ class _Dot:
     def panels(self, lo, hi) -> None:
         kb, cfg = self.kb, self.cfg
         self.hs = self.ds = None
-        if cfg.expand:
+        if cfg.expand or self.codes:
             self.hs = kb.alloc([self.kcb, self.full.data_offset], kb.i8)
-            if self.stored.nibbles:
+            if self.stored.nibbles or self.codes:
                 self.ds = kb.alloc([self.kcb, self.full.nbytes - self.full.data_offset], kb.i8)
         with kb.loop(lo, hi, 1) as j:
             nb, kcb = self.prob.kblocks, self.kcb
@@ -140,7 +152,9 @@ class _Dot:
 
     def chunk(self, j, c0, nblk: int) -> None:
         kb, cfg = self.kb, self.cfg
-        if self.hs is not None:
+        if self.codes is not None:
+            self.codes.expand(self.hs, self.ds, j, c0, nblk)
+        elif self.hs is not None:
             self.expand(j, c0, nblk)
         for sub in range(PANEL // (LANES * cfg.nv)):
             with kb.loop(0, self.pa.mp, cfg.mr) as g:

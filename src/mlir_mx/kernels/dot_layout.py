@@ -68,6 +68,7 @@ __all__ = [
 #: Columns of one panel of B records (4 vectors of 16 f32/i32 lanes).
 PANEL = 64
 
+
 def int_factor(element: str) -> int | None:
     """``f`` such that every value of ``element`` times ``2^f`` is an integer
     (the format table's ``int_exp2``; None for FP8)."""

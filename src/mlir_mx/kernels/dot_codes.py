@@ -1,0 +1,142 @@
+"""B straight from its codes: the dot kernels without VNNI records.
+
+``mx-matmul-kernels`` (the Runner) hands the kernels B as row-major codes
+(FP4/FP6 packed or not) and E8M0 scales, not as the records ``Linear``
+makes once (:mod:`.dot_layout`).  The dot schedule then expands each chunk
+of B into full records in its scratch, per call, and runs the same
+microkernel on them (:mod:`.dot`)::
+
+    for each block of the chunk:
+      for each K group g (4 rows for i8, 2 for i16/bf16):
+        rows = the g rows' 64 codes of the panel, as dot-unit values
+        bsum += rows                                  (i8: the compensation)
+        scratch[g, v] = the rows interleaved (K innermost), v = 0..3
+      scratch header = -128 * bsum, the scales as f32 (times 2^-(fa+fb))
+
+Values: FP4 by a ``vpshufb`` table of doubled values, INT8 as they are,
+E2M3 by a 64-entry ``vpermb`` table (AVX512-VBMI), everything else by the
+exact f32 widening of :mod:`.widen` and a conversion (integers
+``value * 2^f``, or the bf16 half of the f32).  The interleaves are static
+``vector.shuffle`` ops (LLVM picks ``vpermt2b``/``vpunpck``).  Every step is
+exact, so the records equal :func:`~.dot_layout.pack_records`'s (expanded),
+and the results equal the f32 kernels' bit for bit.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+
+from mlir_mx.host import has_features
+from mlir_mx.kernels.builder import KernelBuilder
+from mlir_mx.kernels.dot_layout import PANEL, int_factor
+from mlir_mx.kernels.problem import CodeRows
+from mlir_mx.kernels.widen import LANES, decode_scales, decoder
+from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements
+
+__all__ = ["CodesSource"]
+
+
+class CodesSource:
+    """Expands chunks of B's codes into the full records of a dot kernel."""
+
+    def __init__(self, kb: KernelBuilder, prob, ops, kind, full, unscale):
+        self.kb, self.prob, self.kind, self.full = kb, prob, kind, full
+        self.unscale = unscale  # 2^-(fa+fb) for integer kinds (None: bf16)
+        self.rows = CodeRows(kb, ops.b, prob.b_elem, prob.b_packed)
+        self.sb = kb.as_bytes(ops.sb)
+        self.dec = decoder(prob.b_elem)
+        fmt = ELEMENT_FORMATS[prob.b_elem]
+        self.f = int_factor(prob.b_elem)
+        self.table = None
+        v64 = kb.vec(64, kb.i8)
+        if kind.name == "i8" and fmt.name == "f4E2M1FN":  # vpshufb: 16 entries per lane
+            self.table = ("llvm.x86.avx512.pshuf.b.512", kb.const_array(_ints(fmt, 16) * 4, v64))
+        elif kind.name == "i8" and not fmt.is_int and has_features("avx512vbmi"):
+            self.table = ("llvm.x86.avx512.permvar.qi.512", kb.const_array(_ints(fmt, 64), v64))
+
+    def expand(self, hs, ds, j, c0, nblk: int) -> None:
+        """Full records of blocks ``c0 .. c0 + nblk`` of panel ``j`` into
+        the header scratch ``hs`` and the data scratch ``ds``."""
+        kb, prob, kind = self.kb, self.prob, self.kind
+        col = kb.mul(j, PANEL)
+        valid = valids = None
+        if prob.n % PANEL:
+            left = kb.sub(prob.n, col)
+            valid = kb.max(kb.min(PANEL, left), 0)
+            valids = [kb.max(kb.min(LANES, kb.sub(left, LANES * v)), 0) for v in range(4)]
+        g = kind.group
+        with kb.loop(0, nblk, 1) as b:
+            blk = kb.add(c0, b.iv)
+            k0 = kb.mul(blk, prob.block)
+            bsum = kb.const(0, kb.vec(64, kb.i16)) if kind.comp else None
+            for grp in range(prob.block // g):
+                rows = [self.values(kb.add(k0, grp * g + i), col, valid) for i in range(g)]
+                if bsum is not None:
+                    for r in rows:
+                        bsum = kb.add(bsum, kb.extsi(r, kb.vec(64, kb.i16)))
+                for v in range(4):
+                    kb.vstore(self.interleave(rows, v), ds, [b.iv, 256 * grp + 64 * v])
+            self.headers(hs, b.iv, blk, col, valids, bsum)
+
+    def headers(self, hs, local, blk, col, valids, bsum) -> None:
+        kb = self.kb
+        v16i = kb.vec(LANES, kb.i32)
+        for v in range(4):
+            if bsum is not None:
+                comp = kb.mul(
+                    kb.extsi(kb.slice(bsum, LANES * v, LANES), v16i), kb.const(-128, v16i)
+                )
+                kb.vstore(kb.vbitcast(comp, 64, kb.i8), hs, [local, 64 * v])
+            idx = [blk, kb.add(col, LANES * v)]
+            raw = kb.load_lanes(self.sb, idx, LANES, None if valids is None else valids[v])
+            scale = decode_scales(kb, raw)
+            if self.unscale is not None:  # exact: sb * 2^-(fa+fb) >= 2^-139
+                scale = kb.fmul(scale, self.unscale)
+            kb.vstore(kb.vbitcast(scale, 64, kb.i8), hs, [local, self.full.scale_offset + 64 * v])
+
+    def values(self, k, col, valid) -> ir.Value:
+        """Row ``k``'s 64 codes from column ``col`` as dot-unit values:
+        ``vector<64xi8>`` (i8) or ``vector<64xi16>`` (i16: integers, bf16: bits)."""
+        kb = self.kb
+        codes = self.rows.load(k, col, 64, valid)
+        if self.kind.name == "i8" and ELEMENT_FORMATS[self.prob.b_elem].is_int:
+            return codes
+        if self.table is not None:
+            name, table = self.table
+            return kb.intrinsic(name, codes.type, [table, codes])
+        v16i = kb.vec(LANES, kb.i32)
+        parts = []
+        for x in self.dec.decode(kb, codes):  # exact f32 values, 16 columns each
+            if self.kind.name == "bf16":
+                bits = kb.shrui(kb.bitcast(x, v16i), kb.const(16, v16i))
+            else:
+                bits = kb.fptosi(kb.fmul(x, kb.const(2.0**self.f, x.type)), v16i)
+            elem = kb.i8 if self.kind.name == "i8" else kb.i16
+            parts.append(kb.trunci(bits, kb.vec(LANES, elem)))
+        lo = kb.shuffle(parts[0], parts[1], list(range(32)))
+        hi = kb.shuffle(parts[2], parts[3], list(range(32)))
+        return kb.shuffle(lo, hi, list(range(64)))
+
+    def interleave(self, rows: list[ir.Value], v: int) -> ir.Value:
+        """Columns ``16v .. 16v + 16`` of the group's rows, K innermost, as 64 bytes."""
+        kb = self.kb
+        cols = range(LANES * v, LANES * (v + 1))
+        if self.kind.group == 2:  # 16-bit pairs; bf16 swapped (element 2i in the odd slot)
+            first, second = (1, 0) if self.kind.name == "bf16" else (0, 1)
+            mask = [x for c in cols for x in (64 * first + c, 64 * second + c)]
+            return kb.vbitcast(kb.shuffle(rows[0], rows[1], mask), 64, kb.i8)
+        pair = [x for c in cols for x in (c, 64 + c)]
+        a = kb.shuffle(rows[0], rows[1], pair)
+        b = kb.shuffle(rows[2], rows[3], pair)
+        return kb.shuffle(
+            a, b, [x for i in range(16) for x in (2 * i, 2 * i + 1, 32 + 2 * i, 33 + 2 * i)]
+        )
+
+
+def _ints(fmt, n: int) -> list[int]:
+    """``value * 2^int_exp2`` of codes ``0 .. n - 1`` (codes past the format's: 0)."""
+    import numpy as np
+
+    codes = np.arange(n) % fmt.num_codes
+    vals = decode_elements(codes.astype(np.uint8).view(fmt.dtype), fmt.name) * 2.0**fmt.int_exp2
+    return [int(x) for x in vals]
