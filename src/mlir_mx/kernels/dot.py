@@ -138,17 +138,41 @@ class _Dot:
             self.hs = kb.alloc([self.kcb, self.full.data_offset], kb.i8)
             if self.stored.nibbles or self.codes:
                 self.ds = kb.alloc([self.kcb, self.full.nbytes - self.full.data_offset], kb.i8)
-        with kb.loop(lo, hi, 1) as j:
-            nb, kcb = self.prob.kblocks, self.kcb
-            full = nb - nb % kcb
-            if full:
-                with kb.loop(0, full, kcb) as c:
-                    self.chunk(j.iv, c.iv, kcb)
-            if nb % kcb:
-                self.chunk(j.iv, kb.idx(full), nb % kcb)
+        nb, kcb = self.prob.kblocks, self.kcb
+        full = nb - nb % kcb
+        # Records: one panel's records are contiguous, so a panel streams
+        # through all of K.  Codes: a chunk of rows is read left to right by
+        # the panels (row-major B; a panel down all of K would touch one
+        # line per row, 4 KiB apart, and defeat the prefetchers).
+        for c0, nblk in ([(None, kcb)] if full else []) + ([(full, nb % kcb)] if nb % kcb else []):
+            if self.codes is None:
+                with kb.loop(lo, hi, 1) as j:
+                    self._chunks(j.iv, c0, nblk, full)
+            else:
+                self._chunks_codes(lo, hi, c0, nblk, full)
         for buf in (self.hs, self.ds):
             if buf is not None:
                 kb.dealloc(buf)
+
+    def _chunks(self, j, c0, nblk: int, full: int) -> None:
+        """Panel ``j``: every chunk of ``nblk`` blocks (``c0`` None: the full
+        chunks up to block ``full``; else the one chunk at ``c0``)."""
+        if c0 is not None:
+            self.chunk(j, self.kb.idx(c0), nblk)
+            return
+        with self.kb.loop(0, full, nblk) as c:
+            self.chunk(j, c.iv, nblk)
+
+    def _chunks_codes(self, lo, hi, c0, nblk: int, full: int) -> None:
+        """Chunks outermost, then the panels ``lo .. hi`` (B from codes)."""
+        kb = self.kb
+        if c0 is not None:
+            with kb.loop(lo, hi, 1) as j:
+                self.chunk(j.iv, kb.idx(c0), nblk)
+            return
+        with kb.loop(0, full, nblk) as c:
+            with kb.loop(lo, hi, 1) as j:
+                self.chunk(j.iv, c.iv, nblk)
 
     def chunk(self, j, c0, nblk: int) -> None:
         kb, cfg = self.kb, self.cfg
