@@ -153,7 +153,7 @@ def test_special_values_follow_the_blocked_order(ea, eb, family, cls, source):
 @pytest.mark.parametrize("ea, eb", [("f4E2M1FN", "f4E2M1FN"), ("i8", "f6E2M3FN"), ("i8", "i8")])
 def test_without_vnni_the_bw_fallback_gives_the_same_bits(monkeypatch, ea, eb):
     monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-avx512_vnni")
-    assert dot_kind(ea, eb, 32).name == ("i16" if eb == "i8" else "i8")
+    assert dot_kind(ea, eb, 32).name == ("i16" if ea == "i8" else "i8")  # A is the s8 operand
     _check(ea, eb, SHAPES[2], 1, "int")
     _check(ea, eb, SHAPES[0], 2, "int", "codes")
 

@@ -69,7 +69,7 @@ def _supports(prob: Problem, bf16: bool) -> bool:
     """B as dot records of the unit this CPU uses for the pair, or as
     row-major codes (expanded per call, :mod:`.dot_codes`)."""
     kind = _kind(prob)
-    if kind is None or prob.k % LANES or (kind.name == "bf16") != bf16:
+    if kind is None or prob.block % LANES or (kind.name == "bf16") != bf16:
         return False
     return prob.b_dot == kind.name or (prob.b_dot is None and not prob.b_tiled)
 
@@ -100,8 +100,9 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
             k.panels(lo, kb.min(kb.add(lo, per), panels))
     else:
         k.panels(kb.idx(0), kb.idx(panels))
-    kb.dealloc(pa.words)
-    kb.dealloc(pa.scales)
+    for buf in (pa.words, pa.scales, pa.comp):
+        if buf is not None:
+            kb.dealloc(buf)
 
 
 class _Dot:
@@ -123,8 +124,8 @@ class _Dot:
         # From codes, chunks of 4 blocks (10 KiB of scratch) stay in L1.
         self.kcb = min(cfg.kcb or (4 if self.codes else prob.kblocks), prob.kblocks)
         self.vnni = has_features("avx512_vnni")
-        if self.stored.nibbles:  # FP4 code -> doubled value, per 128-bit lane
-            vals = decode_elements(_fp4_codes(), "f4E2M1FN") * 2
+        if self.stored.nibbles:  # FP4 code -> doubled value + 128, per 128-bit lane
+            vals = decode_elements(_fp4_codes(), "f4E2M1FN") * 2 + 128
             self.table = kb.const_array([int(v) for v in vals] * 4, kb.vec(64, kb.i8))
         self.row_tail = cfg.mr > 1 and (prob.m is None or prob.m % cfg.mr != 0)
         self.col_tail = prob.n % PANEL != 0
@@ -134,7 +135,7 @@ class _Dot:
     def panels(self, lo, hi) -> None:
         kb, cfg = self.kb, self.cfg
         self.hs = self.ds = None
-        if cfg.expand or self.codes:
+        if cfg.expand:  # several row groups share each chunk: expand it once
             self.hs = kb.alloc([self.kcb, self.full.data_offset], kb.i8)
             if self.stored.nibbles or self.codes:
                 self.ds = kb.alloc([self.kcb, self.full.nbytes - self.full.data_offset], kb.i8)
@@ -176,7 +177,7 @@ class _Dot:
 
     def chunk(self, j, c0, nblk: int) -> None:
         kb, cfg = self.kb, self.cfg
-        if self.codes is not None:
+        if self.hs is not None and self.codes is not None:
             self.codes.expand(self.hs, self.ds, j, c0, nblk)
         elif self.hs is not None:
             self.expand(j, c0, nblk)
@@ -185,16 +186,13 @@ class _Dot:
                 self.micro(j, sub, c0, nblk, g.iv)
 
     def expand(self, j, c0, nblk: int) -> None:
-        """Full headers (and FP4 data as int8) of the chunk's records into the scratch."""
+        """Scales (and FP4 data as bytes) of the chunk's records into the scratch."""
         kb = self.kb
         with kb.loop(0, nblk, 1) as b:
             row = self.record_row(j, kb.add(c0, b.iv))
             for v in range(4):
-                comp, scale = self.header(row, v, stored=True)
-                if comp is not None:
-                    kb.vstore(kb.vbitcast(comp, 64, kb.i8), self.hs, [b.iv, 64 * v])
-                off = self.full.scale_offset + 64 * v
-                kb.vstore(kb.vbitcast(scale, 64, kb.i8), self.hs, [b.iv, off])
+                scale = self.scale(row, v, stored=True)
+                kb.vstore(kb.vbitcast(scale, 64, kb.i8), self.hs, [b.iv, 64 * v])
             if self.ds is not None:
                 for g in range(self.stored.groups):
                     for v, w in enumerate(self.data(row, None, g, range(4), stored=True)):
@@ -205,25 +203,14 @@ class _Dot:
 
     # -- reading records ---------------------------------------------------------------
 
-    def header(self, row, v: int, stored: bool, local=None):
-        """(compensation i32 x16 or None, scale f32 x16) of columns 16v.. of a record."""
+    def scale(self, row, v: int, stored: bool, local=None) -> ir.Value:
+        """B's scales (f32 x 16, times ``2^-(fa+fb)`` for integer units) of
+        columns ``16v ..`` of a record (``stored``) or of the scratch row ``local``."""
         kb = self.kb
-        v16i = kb.vec(LANES, kb.i32)
-        if not stored:  # the expanded scratch, row `local`
-            comp = None
-            if self.kind.comp:
-                comp = kb.vbitcast(kb.vload(self.hs, [local, 64 * v], 64), LANES, kb.i32)
-            off = self.full.scale_offset + 64 * v
-            return comp, kb.vbitcast(kb.vload(self.hs, [local, off], 64), LANES, kb.f32)
-        comp = None
-        if self.kind.comp:
-            sums = kb.vbitcast(kb.vload(self.rec, [row, 32 * v], 32), LANES, kb.i16)
-            comp = kb.mul(kb.extsi(sums, v16i), kb.const(-128, v16i))
-        codes = kb.vload(self.rec, [row, self.stored.scale_offset + LANES * v], LANES)
-        scale = decode_scales(kb, codes)
-        if self.unscale is not None:
-            scale = kb.fmul(scale, self.unscale)
-        return comp, scale
+        if not stored:
+            return kb.vbitcast(kb.vload(self.hs, [local, 64 * v], 64), LANES, kb.f32)
+        scale = decode_scales(kb, kb.vload(self.rec, [row, LANES * v], LANES))
+        return scale if self.unscale is None else kb.fmul(scale, self.unscale)
 
     def data(self, row, local, g: int, vs, stored: bool) -> list[ir.Value]:
         """The B vectors ``vs`` (64 bytes each) of K group ``g`` of a record."""
@@ -244,6 +231,7 @@ class _Dot:
         return [out[v] for v in vs]
 
     def lookup(self, idx: ir.Value) -> ir.Value:
+        """FP4 codes -> their doubled values + 128 (``vpshufb``, 16 entries per lane)."""
         return self.kb.intrinsic("llvm.x86.avx512.pshuf.b.512", idx.type, [self.table, idx])
 
     # -- the microkernel ---------------------------------------------------------------
@@ -286,16 +274,23 @@ class _Dot:
     def block(self, j, blk, local, rows, vs, c) -> list[ir.Value]:
         """One block of the register tile: partials on the dot unit, then into C."""
         kb, kind, nv = self.kb, self.kind, self.cfg.nv
+        direct = self.codes is not None and self.hs is None  # from codes, in registers
         stored = self.hs is None
-        row = self.record_row(j, blk)
-        heads = [self.header(row, v, stored, local) for v in vs]
-        if kind.comp:
-            acc = [heads[v][0] for _ in rows for v in range(nv)]
+        row = None if direct else self.record_row(j, blk)
+        if direct:
+            scales, vecs = self.codes.block(j, blk, vs)
+        else:
+            scales = [self.scale(row, v, stored, local) for v in vs]
+        if kind.comp:  # the accumulators start at A's compensation of B's offset
+            acc = []
+            for m in rows:
+                comp = kb.broadcast(kb.load(self.pa.comp, [m, blk]), LANES)
+                acc += [comp] * nv
         else:
             t = kb.f32 if kind.name == "bf16" else kb.i32
             acc = [kb.const(0.0 if t == kb.f32 else 0, kb.vec(LANES, t))] * (len(rows) * nv)
         for g in range(self.stored.groups):
-            bvec = self.data(row, local, g, vs, stored)
+            bvec = vecs[g] if direct else self.data(row, local, g, vs, stored)
             word = kb.add(kb.mul(blk, self.stored.groups), g)
             for r, m in enumerate(rows):
                 a = kb.broadcast(kb.load(self.pa.words, [m, word]), LANES)
@@ -308,7 +303,7 @@ class _Dot:
                 p = acc[r * nv + v]
                 if kind.name != "bf16":
                     p = kb.sitofp(p, kb.vec(LANES, kb.f32))
-                t = kb.fmul(p, heads[v][1])  # t = p * sb: one rounding
+                t = kb.fmul(p, scales[v])  # t = p * sb: one rounding
                 out.append(kb.fma(t, sa, c[r * nv + v]))
         return out
 
@@ -328,10 +323,11 @@ class _Dot:
                 return kb.intrinsic("llvm.x86.avx512.vpdpwssd.512", v16i, [acc, a, b])
             return kb.add(acc, kb.intrinsic("llvm.x86.avx512.pmaddw.d.512", v16i, [a, b]))
         a = kb.vbitcast(a_words, 64, kb.i8)
+        # B (b + 128) is the unsigned operand, A the signed one.
         if self.vnni:
-            return kb.intrinsic("llvm.x86.avx512.vpdpbusd.512", v16i, [acc, a, b_bytes])
-        # No VNNI: u8 x s8 pair sums (exact: dot_kind checked 2 * 255 * max|b| < 2^15).
-        pairs = kb.intrinsic("llvm.x86.avx512.pmaddubs.w.512", kb.vec(32, kb.i16), [a, b_bytes])
+            return kb.intrinsic("llvm.x86.avx512.vpdpbusd.512", v16i, [acc, b_bytes, a])
+        # No VNNI: u8 x s8 pair sums (exact: dot_kind checked 2 * 255 * max|a| < 2^15).
+        pairs = kb.intrinsic("llvm.x86.avx512.pmaddubs.w.512", kb.vec(32, kb.i16), [b_bytes, a])
         ones = kb.const(1, kb.vec(32, kb.i16))
         return kb.add(acc, kb.intrinsic("llvm.x86.avx512.pmaddw.d.512", v16i, [pairs, ones]))
 

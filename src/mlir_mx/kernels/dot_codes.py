@@ -9,11 +9,14 @@ microkernel on them (:mod:`.dot`)::
     for each block of the chunk:
       for each K group g (4 rows for i8, 2 for i16/bf16):
         rows = the g rows' 64 codes of the panel, as dot-unit values
-        bsum += rows                                  (i8: the compensation)
         scratch[g, v] = the rows interleaved (K innermost), v = 0..3
-      scratch header = -128 * bsum, the scales as f32 (times 2^-(fa+fb))
+      scratch header = the scales as f32 (times 2^-(fa+fb))
 
-Values: FP4 by a ``vpshufb`` table of doubled values, INT8 as they are,
+or, at decode (one row of A: nothing to share), builds the same vectors
+in registers inside the microkernel (:meth:`CodesSource.block`).
+
+Values (i8: the bytes ``b + 128``): FP4 by a ``vpshufb`` table of doubled
+values, INT8 codes with their top bit flipped,
 E2M3 by a 64-entry ``vpermb`` table (AVX512-VBMI), everything else by the
 exact f32 widening of :mod:`.widen` and a conversion (integers
 ``value * 2^f``, or the bf16 half of the f32).  The interleaves are static
@@ -57,42 +60,39 @@ class CodesSource:
     def expand(self, hs, ds, j, c0, nblk: int) -> None:
         """Full records of blocks ``c0 .. c0 + nblk`` of panel ``j`` into
         the header scratch ``hs`` and the data scratch ``ds``."""
-        kb, prob, kind = self.kb, self.prob, self.kind
+        kb = self.kb
+        with kb.loop(0, nblk, 1) as b:
+            blk = kb.add(c0, b.iv)
+            scales, vecs = self.block(j, blk, range(4))
+            for grp, vs in enumerate(vecs):
+                for v, w in enumerate(vs):
+                    kb.vstore(w, ds, [b.iv, 256 * grp + 64 * v])
+            for v, sv in enumerate(scales):
+                kb.vstore(kb.vbitcast(sv, 64, kb.i8), hs, [b.iv, 64 * v])
+
+    def block(self, j, blk, vs) -> tuple[list[ir.Value], list[list[ir.Value]]]:
+        """Block ``blk`` of panel ``j``: B's scales (f32, times ``2^-(fa+fb)``)
+        and, per K group, the vectors ``vs`` (64 bytes each)."""
+        kb, prob, g = self.kb, self.prob, self.kind.group
         col = kb.mul(j, PANEL)
-        valid = valids = None
+        valid, valids = None, [None] * 4
         if prob.n % PANEL:
             left = kb.sub(prob.n, col)
             valid = kb.max(kb.min(PANEL, left), 0)
             valids = [kb.max(kb.min(LANES, kb.sub(left, LANES * v)), 0) for v in range(4)]
-        g = kind.group
-        with kb.loop(0, nblk, 1) as b:
-            blk = kb.add(c0, b.iv)
-            k0 = kb.mul(blk, prob.block)
-            bsum = kb.const(0, kb.vec(64, kb.i16)) if kind.comp else None
-            for grp in range(prob.block // g):
-                rows = [self.values(kb.add(k0, grp * g + i), col, valid) for i in range(g)]
-                if bsum is not None:
-                    for r in rows:
-                        bsum = kb.add(bsum, kb.extsi(r, kb.vec(64, kb.i16)))
-                for v in range(4):
-                    kb.vstore(self.interleave(rows, v), ds, [b.iv, 256 * grp + 64 * v])
-            self.headers(hs, b.iv, blk, col, valids, bsum)
-
-    def headers(self, hs, local, blk, col, valids, bsum) -> None:
-        kb = self.kb
-        v16i = kb.vec(LANES, kb.i32)
-        for v in range(4):
-            if bsum is not None:
-                comp = kb.mul(
-                    kb.extsi(kb.slice(bsum, LANES * v, LANES), v16i), kb.const(-128, v16i)
-                )
-                kb.vstore(kb.vbitcast(comp, 64, kb.i8), hs, [local, 64 * v])
-            idx = [blk, kb.add(col, LANES * v)]
-            raw = kb.load_lanes(self.sb, idx, LANES, None if valids is None else valids[v])
+        k0 = kb.mul(blk, prob.block)
+        vecs = []
+        for grp in range(prob.block // g):
+            rows = [self.values(kb.add(k0, grp * g + i), col, valid) for i in range(g)]
+            vecs.append([self.interleave(rows, v) for v in vs])
+        scales = []
+        for v in vs:
+            raw = kb.load_lanes(self.sb, [blk, kb.add(col, LANES * v)], LANES, valids[v])
             scale = decode_scales(kb, raw)
             if self.unscale is not None:  # exact: sb * 2^-(fa+fb) >= 2^-139
                 scale = kb.fmul(scale, self.unscale)
-            kb.vstore(kb.vbitcast(scale, 64, kb.i8), hs, [local, self.full.scale_offset + 64 * v])
+            scales.append(scale)
+        return scales, vecs
 
     def values(self, k, col, valid) -> ir.Value:
         """Row ``k``'s 64 codes from column ``col`` as dot-unit values:
@@ -100,7 +100,7 @@ class CodesSource:
         kb = self.kb
         codes = self.rows.load(k, col, 64, valid)
         if self.kind.name == "i8" and ELEMENT_FORMATS[self.prob.b_elem].is_int:
-            return codes
+            return kb.xori(codes, kb.const(0x80, codes.type))  # b + 128
         if self.table is not None:
             name, table = self.table
             return kb.intrinsic(name, codes.type, [table, codes])
@@ -111,8 +111,11 @@ class CodesSource:
                 bits = kb.shrui(kb.bitcast(x, v16i), kb.const(16, v16i))
             else:
                 bits = kb.fptosi(kb.fmul(x, kb.const(2.0**self.f, x.type)), v16i)
-            elem = kb.i8 if self.kind.name == "i8" else kb.i16
-            parts.append(kb.trunci(bits, kb.vec(LANES, elem)))
+            if self.kind.name == "i8":  # b + 128 as a byte
+                b8 = kb.trunci(bits, kb.vec(LANES, kb.i8))
+                parts.append(kb.xori(b8, kb.const(0x80, b8.type)))
+            else:
+                parts.append(kb.trunci(bits, kb.vec(LANES, kb.i16)))
         lo = kb.shuffle(parts[0], parts[1], list(range(32)))
         hi = kb.shuffle(parts[2], parts[3], list(range(32)))
         return kb.shuffle(lo, hi, list(range(64)))
@@ -134,9 +137,9 @@ class CodesSource:
 
 
 def _ints(fmt, n: int) -> list[int]:
-    """``value * 2^int_exp2`` of codes ``0 .. n - 1`` (codes past the format's: 0)."""
+    """The bytes ``value * 2^int_exp2 + 128`` of codes ``0 .. n - 1``."""
     import numpy as np
 
     codes = np.arange(n) % fmt.num_codes
     vals = decode_elements(codes.astype(np.uint8).view(fmt.dtype), fmt.name) * 2.0**fmt.int_exp2
-    return [int(x) for x in vals]
+    return [int(x) + 128 for x in vals]

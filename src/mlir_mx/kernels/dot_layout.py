@@ -7,9 +7,12 @@ a dot-product instruction instead of f32 FMAs, and give the same bits:
 ``i8``   ``vpdpbusd`` (AVX512-VNNI; ``vpmaddubsw`` + ``vpmaddwd`` with AVX512BW
          only when no pair sum can saturate): both operands are integers
          ``value * 2^f`` (:func:`int_factor`: E2M1 x2, E2M3 x8, INT8 x64 on
-         values, i.e. the codes) in [-128, 127]; A enters as ``a + 128``
-         (unsigned), and the accumulator starts at the compensation
-         ``-128 * sum_kk b[kk]``, so it ends at the exact integer partial.
+         values, i.e. the codes) in [-128, 127].  B, the unsigned operand,
+         enters as ``b + 128``; A as it is; the accumulator starts at the
+         compensation ``-128 * sum_kk a[kk]`` (made with A, once per row and
+         block), so it ends at the exact integer partial.  (AVX-512 has no
+         ``vpsignb``; putting the offset on B keeps the compensation off the
+         weights and out of the inner loop.)
 ``i16``  ``vpdpwssd`` (``vpmaddwd`` + add without VNNI): pairs with E3M2
          (x16, up to 448), both operands int16.
 ``bf16`` ``vdpbf16ps`` (AVX512_BF16): pairs with an FP8 operand.  Every MX
@@ -27,7 +30,6 @@ step at every scale (``sb * 2^-12 >= 2^-139`` is still an exact f32).
 **B records** (:func:`pack_records`): B (K x N) is stored once as one row
 of bytes per (panel of :data:`PANEL` columns, block), row ``j * K/B + kb``::
 
-    [bsum: int16 x 64]   (i8 only) the sum of the block's B values per column
     [sb:   E8M0 x 64]    the block's scale codes (0 past N)
     [data]               block/g groups of g K-consecutive values per column
                          (g = 4 for i8, 2 for i16/bf16), as 4 vectors of 16
@@ -36,11 +38,11 @@ of bytes per (panel of :data:`PANEL` columns, block), row ``j * K/B + kb``::
 tpp-mlir's VNNI layout (K quads or pairs innermost) inside each vector.
 FP4 under ``i8`` keeps its 4-bit codes: each group's 4 vectors are 2 x 64
 bytes whose low nibbles are vector ``2h`` and high nibbles vector ``2h + 1``
-(a ``vpshufb`` table maps a code to its doubled value), so an MXFP4 weight
-takes 4.75 bits per element (the header is 0.75 of them).  Columns past N
+(a ``vpshufb`` table maps a code to its doubled value plus 128), so an
+MXFP4 weight takes 4.25 bits per element, like its packed codes.  Columns past N
 (the last panel) are zeros.  The kernels expand a chunk of records into
-"full" records in a scratch buffer (``-128 * bsum`` as int32, the scales as
-f32 times ``2^-(fa+fb)``, FP4 as int8) when several row groups reuse it.
+"full" records in a scratch buffer (the scales as f32 times ``2^-(fa+fb)``,
+FP4 as bytes) when several row groups reuse it.
 """
 
 from __future__ import annotations
@@ -83,11 +85,11 @@ def int_max(element: str) -> int:
 
 @dataclass(frozen=True)
 class DotKind:
-    """One dot unit: its K group per 32-bit lane and whether A is offset by 128."""
+    """One dot unit: its K group per 32-bit lane and whether B is offset by 128."""
 
     name: str
     group: int  # K values per 32-bit lane (4: i8 quads, 2: 16-bit pairs)
-    comp: bool  # records carry the u8 compensation (A enters as a + 128)
+    comp: bool  # B enters as b + 128 (u8); A's block sums compensate
 
 
 KINDS = {
@@ -113,8 +115,8 @@ def dot_kind(a_elem: str | None, b_elem: str | None, block: int) -> DotKind | No
         narrow = max(int_max(a_elem), int_max(b_elem)) <= 128
         if narrow and has_features("avx512_vnni"):
             return KINDS["i8"]
-        # vpmaddubsw saturates its pair sums unless 2 * 255 * max|b| < 2^15.
-        if narrow and int_max(b_elem) <= 64 and has_features("avx512bw"):
+        # vpmaddubsw saturates its pair sums unless 2 * 255 * max|a| < 2^15.
+        if narrow and int_max(a_elem) <= 64 and has_features("avx512bw"):
             return KINDS["i8"]
         return KINDS["i16"] if has_features("avx512bw") else None
     if block % 2 == 0 and has_features("avx512_bf16", "avx512bw"):
@@ -123,12 +125,14 @@ def dot_kind(a_elem: str | None, b_elem: str | None, block: int) -> DotKind | No
 
 
 def dot_values(values: np.ndarray, element: str, kind: DotKind) -> np.ndarray:
-    """Element values (float64) -> the dot unit's operand values: integers
-    ``value * 2^f`` (int8/int16) or bf16 (exact)."""
+    """B's element values (float64) -> the dot unit's operand values: bf16
+    (exact), int16 ``value * 2^f``, or (i8) the bytes ``value * 2^f + 128``."""
     if kind.name == "bf16":
         return values.astype(np.float32).astype(ml_dtypes.bfloat16)
     ints = values * 2.0 ** int_factor(element)
-    return ints.astype(np.int8 if kind.name == "i8" else np.int16)
+    if kind.name == "i8":
+        return (ints + 128).astype(np.uint8)
+    return ints.astype(np.int16)
 
 
 @dataclass(frozen=True)
@@ -136,8 +140,8 @@ class RecordLayout:
     """Byte offsets of one B record (one panel of columns, one block).
 
     ``full``: the expanded form the kernels build in a scratch buffer
-    (int32 compensation, f32 scales, FP4 as int8 values) instead of the
-    stored one (int16 sums, E8M0 codes, FP4 nibbles).
+    (f32 scales, FP4 as bytes) instead of the
+    stored one (E8M0 codes, FP4 nibbles).
     """
 
     kind: DotKind
@@ -151,14 +155,9 @@ class RecordLayout:
         return not self.full and self.kind.name == "i8" and self.b_elem == "f4E2M1FN"
 
     @property
-    def scale_offset(self) -> int:
-        if not self.kind.comp:
-            return 0
-        return 4 * PANEL if self.full else 2 * PANEL
-
-    @property
     def data_offset(self) -> int:
-        return self.scale_offset + (4 if self.full else 1) * PANEL
+        """Bytes before the data: the 64 scales (E8M0 codes, or f32 when full)."""
+        return (4 if self.full else 1) * PANEL
 
     @property
     def groups(self) -> int:
@@ -190,12 +189,7 @@ def pack_records(codes: np.ndarray, scales: np.ndarray, layout: RecordLayout) ->
     vals = np.pad(decode_elements(codes, layout.b_elem), ((0, 0), (0, npad - n)))
     sb = np.pad(np.asarray(scales).view(np.uint8), ((0, 0), (0, npad - n)))
     out = np.zeros((panels, nb, layout.nbytes), np.uint8)
-    if kind.comp:
-        ints = vals * 2.0 ** int_factor(layout.b_elem)
-        bsum = ints.reshape(nb, bs, panels, PANEL).sum(axis=1).astype(np.int16)
-        out[..., : 2 * PANEL] = bsum.transpose(1, 0, 2).copy().view(np.uint8)
-    s_off = layout.scale_offset
-    out[..., s_off : s_off + PANEL] = sb.reshape(nb, panels, PANEL).transpose(1, 0, 2)
+    out[..., :PANEL] = sb.reshape(nb, panels, PANEL).transpose(1, 0, 2)
     # (K, Npad) -> (panels, nb, groups, 4 vectors, 16 columns, g)
     order = (3, 0, 1, 4, 5, 2)
     if layout.nibbles:

@@ -3,8 +3,9 @@
 Each row of A becomes ``K / g`` 32-bit words (:class:`~.dot_layout.DotKind`
 ``group`` g), the operand one dot instruction broadcasts:
 
-* ``i8``: four ``a + 128`` bytes (``a = value * 2^fa``, an integer in
-  [-128, 127]; the B records carry the matching compensation);
+* ``i8``: four int8 ``a = value * 2^fa``, and per block the compensation
+  ``-128 * sum a`` of B's ``+128`` offset (:mod:`.dot_layout`), the
+  accumulator's start;
 * ``i16``: two int16 ``value * 2^fa``;
 * ``bf16``: two bf16 values, element ``2i + 1`` in the low half and ``2i`` in
   the high half ("swapped pairs", so that ``vdpbf16ps`` adds ``2i`` first).
@@ -48,6 +49,7 @@ _F32_QNAN = 0x7FC00000
 class DotA:
     words: ir.Value  # (Mp, K/g) i32: the dot operand words; rows >= M hold value 0
     scales: ir.Value  # (Mp, K/B) f32; rows >= M are 0
+    comp: ir.Value | None  # (Mp, K/B) i32: -128 * the block's sum of A (i8 only)
     m: ir.Value  # M (index)
     mp: ir.Value  # M rounded up to the row group
 
@@ -69,13 +71,16 @@ def prepare_dot_a(
     width = prob.k // kind.group
     words = kb.alloc([rows, width + (LANES if width % 1024 == 0 else 0)], kb.i32, dyn)
     scales = kb.alloc([rows, prob.kblocks], kb.f32, dyn)
+    comp = kb.alloc([rows, prob.kblocks], kb.i32, dyn) if kind.comp else None
     conv = _Words(kb, kind, prob.a_elem or prob.a_quant, words)
     with kb.loop(0, m, 1) as row:
         if prob.a_is_mx:
             _decode_row(kb, prob, ops, conv, scales, row.iv)
         else:
             _quantize_row(kb, prob, ops, conv, scales, row.iv)
-    zero_word = kb.const(0x80808080 if kind.comp else 0, kb.vec(LANES, kb.i32))
+        if comp is not None:
+            _compensation(kb, prob, words, comp, row.iv)
+    zero_word = kb.const(0, kb.vec(LANES, kb.i32))
     zero = kb.const(0.0, kb.vec(LANES, kb.f32))
     with kb.loop(m, mp, 1) as row:  # padding rows: value 0, scale 0
         r = row.iv
@@ -86,7 +91,25 @@ def prepare_dot_a(
             lambda o, v: kb.store_lanes(zero_word, words, [r, o], v),
         )
         vector_loop(kb, prob.kblocks, LANES, lambda o, v: kb.store_lanes(zero, scales, [r, o], v))
-    return DotA(words, scales, m, mp)
+        if comp is not None:
+            vector_loop(
+                kb, prob.kblocks, LANES, lambda o, v: kb.store_lanes(zero_word, comp, [r, o], v)
+            )
+    return DotA(words, scales, comp, m, mp)
+
+
+def _compensation(kb: KernelBuilder, prob: Problem, words, comp, r) -> None:
+    """``comp[r, kb] = -128 * sum`` of the block's int8 values (from ``words``)."""
+    v16i = kb.vec(LANES, kb.i32)
+    with kb.loop(0, prob.kblocks, 1) as blk:
+        w0 = kb.mul(blk.iv, prob.block // 4)
+        total = None
+        for off in range(0, prob.block // 4, 4):  # 16 values = 4 words
+            q = kb.vbitcast(kb.vload(words, [r, kb.add(w0, off)], 4), LANES, kb.i8)
+            ints = kb.extsi(q, v16i)
+            total = ints if total is None else kb.add(total, ints)
+        s = vector.ReductionOp(kb.i32, vector.CombiningKind.ADD, total).result
+        kb.store(kb.mul(s, kb.const(-128, kb.i32)), comp, [r, blk.iv])
 
 
 class _Words:
@@ -112,7 +135,7 @@ class _Words:
             h = kb.trunci(ints, kb.vec(LANES, kb.i16))
             kb.vstore(kb.vbitcast(h, LANES // 2, kb.i32), self.words, [row, kb.divu(col, 2)])
             return
-        b = kb.xori(kb.trunci(ints, kb.vec(LANES, kb.i8)), kb.const(0x80, kb.vec(LANES, kb.i8)))
+        b = kb.trunci(ints, kb.vec(LANES, kb.i8))
         kb.vstore(kb.vbitcast(b, LANES // 4, kb.i32), self.words, [row, kb.divu(col, 4)])
 
 
