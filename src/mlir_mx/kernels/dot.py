@@ -42,7 +42,9 @@ from mlir_mx.kernels.builder import KernelBuilder
 from mlir_mx.kernels.dot_codes import CodesSource
 from mlir_mx.kernels.dot_layout import PANEL, RecordLayout, dot_kind, int_factor
 from mlir_mx.kernels.dot_prep import prepare_dot_a
+from mlir_mx.kernels.dot_sweep import sweep_decode
 from mlir_mx.kernels.problem import Operands, Problem
+from mlir_mx.kernels.stream import interleave_pairs
 from mlir_mx.kernels.widen import LANES, decode_scales
 from mlir_mx.numerics import decode_elements
 
@@ -91,15 +93,18 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
         raise ValueError("dot kernel: needs a pair with a dot unit here and nv in (2, 4)")
     pa = prepare_dot_a(kb, prob, ops, kind, cfg.mr)
     k = _Dot(kb, prob, ops, cfg, pa)
+    run = k.panels
+    if k.codes is not None and prob.m == 1 and cfg.mr == 1 and not cfg.expand:
+        run = lambda lo, hi: sweep_decode(k, lo, hi)  # noqa: E731 - decode from codes
     panels = -(-prob.n // PANEL)
     per = -(-panels // max(1, cfg.threads))
     tasks = -(-panels // per)
     if tasks > 1:
         with kb.parallel(0, tasks, 1) as t:
             lo = kb.mul(t, per)
-            k.panels(lo, kb.min(kb.add(lo, per), panels))
+            run(lo, kb.min(kb.add(lo, per), panels))
     else:
-        k.panels(kb.idx(0), kb.idx(panels))
+        run(kb.idx(0), kb.idx(panels))
     for buf in (pa.words, pa.scales, pa.comp):
         if buf is not None:
             kb.dealloc(buf)
@@ -122,7 +127,7 @@ class _Dot:
         else:
             self.rec = kb.as_bytes(ops.b)
         # From codes, chunks of 4 blocks (10 KiB of scratch) stay in L1.
-        self.kcb = min(cfg.kcb or (4 if self.codes else prob.kblocks), prob.kblocks)
+        self.kcb = min(cfg.kcb or (1 if self.codes else prob.kblocks), prob.kblocks)
         self.vnni = has_features("avx512_vnni")
         if self.stored.nibbles:  # FP4 code -> doubled value + 128, per 128-bit lane
             vals = decode_elements(_fp4_codes(), "f4E2M1FN") * 2 + 128
@@ -253,11 +258,18 @@ class _Dot:
             for r in range(mr)
             for v in range(nv)
         ]
+        # Packed FP4 from codes at decode: the accumulators hold the panel's
+        # columns even/odd split (dot_codes.EVEN_ODD), like the B vectors.
+        permuted = self.codes is not None and self.hs is None and self.codes.permutes(vs)
+        if permuted:
+            c = [w for r in range(mr) for w in _even_odd(kb, c[r * nv : (r + 1) * nv])]
         with kb.loop(0, nblk, 1, c) as b:
             blk = kb.add(c0, b.iv)
             cc = self.block(j, blk, b.iv, rows, vs, list(b.args))
             b.yield_(cc)
         c = b.results
+        if permuted:
+            c = [w for r in range(mr) for w in _in_order(kb, c[r * nv : (r + 1) * nv])]
         for r in range(mr):
 
             def store(r=r):
@@ -330,6 +342,23 @@ class _Dot:
         pairs = kb.intrinsic("llvm.x86.avx512.pmaddubs.w.512", kb.vec(32, kb.i16), [b_bytes, a])
         ones = kb.const(1, kb.vec(32, kb.i16))
         return kb.add(acc, kb.intrinsic("llvm.x86.avx512.pmaddw.d.512", v16i, [pairs, ones]))
+
+
+def _even_odd(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:
+    """4 vectors of 16 consecutive columns -> :data:`~.dot_codes.EVEN_ODD` order."""
+    even = [2 * i for i in range(16)]
+    odd = [2 * i + 1 for i in range(16)]
+    return [
+        kb.shuffle(vecs[0], vecs[1], even),
+        kb.shuffle(vecs[2], vecs[3], even),
+        kb.shuffle(vecs[0], vecs[1], odd),
+        kb.shuffle(vecs[2], vecs[3], odd),
+    ]
+
+
+def _in_order(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:
+    """Inverse of :func:`_even_odd`."""
+    return interleave_pairs(kb, [vecs[0], vecs[2], vecs[1], vecs[3]])
 
 
 def _fp4_codes():

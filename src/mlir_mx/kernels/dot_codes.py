@@ -36,7 +36,12 @@ from mlir_mx.kernels.problem import CodeRows
 from mlir_mx.kernels.widen import LANES, decode_scales, decoder
 from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements
 
-__all__ = ["CodesSource"]
+__all__ = ["CodesSource", "EVEN_ODD"]
+
+#: The panel's columns in the order :meth:`CodesSource.block` gives packed
+#: FP4 at decode: vector 0 the even columns 0..30, 1 the even 32..62, 2 the
+#: odd 1..31, 3 the odd 33..63 (the nibbles of a byte are columns 2e, 2e + 1).
+EVEN_ODD = [2 * e for e in range(32)] + [2 * e + 1 for e in range(32)]
 
 
 class CodesSource:
@@ -70,29 +75,72 @@ class CodesSource:
             for v, sv in enumerate(scales):
                 kb.vstore(kb.vbitcast(sv, 64, kb.i8), hs, [b.iv, 64 * v])
 
+    def permutes(self, vs) -> bool:
+        """Whether :meth:`block` gives ``vs`` with the panel's columns permuted
+        (:data:`EVEN_ODD`): packed FP4 under i8, all four vectors."""
+        fp4 = self.kind.name == "i8" and self.prob.b_elem == "f4E2M1FN" and self.prob.b_packed
+        return fp4 and list(vs) == [0, 1, 2, 3]
+
     def block(self, j, blk, vs) -> tuple[list[ir.Value], list[list[ir.Value]]]:
         """Block ``blk`` of panel ``j``: B's scales (f32, times ``2^-(fa+fb)``)
-        and, per K group, the vectors ``vs`` (64 bytes each)."""
+        and, per K group, the vectors ``vs`` (64 bytes each); in the
+        :data:`EVEN_ODD` column order when :meth:`permutes`."""
         kb, prob, g = self.kb, self.prob, self.kind.group
         col = kb.mul(j, PANEL)
-        valid, valids = None, [None] * 4
+        valid = None
         if prob.n % PANEL:
-            left = kb.sub(prob.n, col)
-            valid = kb.max(kb.min(PANEL, left), 0)
-            valids = [kb.max(kb.min(LANES, kb.sub(left, LANES * v)), 0) for v in range(4)]
+            valid = kb.max(kb.min(PANEL, kb.sub(prob.n, col)), 0)
         k0 = kb.mul(blk, prob.block)
+        permuted = self.permutes(vs)
         vecs = []
         for grp in range(prob.block // g):
+            if permuted:
+                vecs.append(self.quads(kb.add(k0, grp * g), col, valid))
+                continue
             rows = [self.values(kb.add(k0, grp * g + i), col, valid) for i in range(g)]
             vecs.append([self.interleave(rows, v) for v in vs])
+        raw = kb.load_lanes(self.sb, [blk, col], PANEL, valid)
+        if permuted:
+            raw = kb.shuffle(raw, raw, EVEN_ODD)
         scales = []
         for v in vs:
-            raw = kb.load_lanes(self.sb, [blk, kb.add(col, LANES * v)], LANES, valids[v])
-            scale = decode_scales(kb, raw)
+            scale = decode_scales(kb, kb.slice(raw, LANES * v, LANES))
             if self.unscale is not None:  # exact: sb * 2^-(fa+fb) >= 2^-139
                 scale = kb.fmul(scale, self.unscale)
             scales.append(scale)
         return scales, vecs
+
+    def quads(self, k, col, valid) -> list[ir.Value]:
+        """The 4 vectors of the K group at row ``k`` (all 64 columns from
+        ``col``), in :data:`EVEN_ODD` order when :meth:`permutes`."""
+        if self.permutes(range(4)):
+            return self._fp4_quads(k, col, valid)
+        rows = [self.values(self.kb.add(k, i), col, valid) for i in range(self.kind.group)]
+        return [self.interleave(rows, v) for v in range(4)]
+
+    def _fp4_quads(self, k, col, valid) -> list[ir.Value]:
+        """Rows ``k .. k + 4`` of packed FP4 -> the 4 quad vectors, columns in
+        :data:`EVEN_ODD` order: two rows per register, the low nibbles
+        (even columns) and high nibbles (odd ones) split, one ``vpermt2b``
+        per vector (no interleave of the nibbles), one ``vpshufb``."""
+        kb = self.kb
+        bvalid = None if valid is None else kb.ceildivu(valid, 2)
+        raws = [
+            kb.load_lanes(self.rows.mem, self.rows.address(kb.add(k, i), col), 32, bvalid)
+            for i in range(4)
+        ]
+        v64 = kb.vec(64, kb.i8)
+        pairs = [kb.shuffle(raws[i], raws[i + 1], list(range(64))) for i in (0, 2)]
+        lows = [kb.andi(z, kb.const(0x0F, v64)) for z in pairs]
+        highs = [kb.shrui(z, kb.const(4, v64)) for z in pairs]
+        name, table = self.table
+        out = []
+        for nib in (lows, highs):
+            for h in range(2):  # byte e of a nibble vector is column 2e (+1): e = 16h + i
+                idx = [x for e in range(16 * h, 16 * h + 16) for x in (e, 32 + e, 64 + e, 96 + e)]
+                codes = kb.shuffle(nib[0], nib[1], idx)
+                out.append(kb.intrinsic(name, v64, [table, codes]))
+        return out
 
     def values(self, k, col, valid) -> ir.Value:
         """Row ``k``'s 64 codes from column ``col`` as dot-unit values:
