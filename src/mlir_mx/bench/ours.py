@@ -73,6 +73,13 @@ def our_variants(
     a_element = a_element or element
     prob = KProblem(shape.M, shape.N, shape.K, block_size, a_element, element)
     chosen = plan_kernel(prob, "auto", threads).name
+
+    def _auto(operands: str) -> str:  # what auto runs for mx x mx / mx x f32
+        if operands == "mx-ab":
+            return chosen
+        f32_b = KProblem(shape.M, shape.N, shape.K, block_size, a_element, None)
+        return plan_kernel(f32_b, "auto", threads).name
+
     variants = []
     rows = [("mx-ab", "ours mx x mx", "auto"), ("mx-a", "ours mx x f32", "auto")]
     # Every other schedule that supports the problem (the decode schedule
@@ -88,7 +95,7 @@ def our_variants(
                 operands=operands,
                 build=lambda t=text, s=schedule: Runner(t, threads=threads, schedule=s),
                 kernel_threads=threads,
-                schedule=f"mx-matmul-kernels {chosen if schedule == 'auto' else schedule}",
+                schedule=f"mx-matmul-kernels {_auto(operands) if schedule == 'auto' else schedule}",
             )
         )
     return variants
