@@ -1,17 +1,20 @@
 """The dot kernels: MX block partials on the CPU's dot units, same bits as f32.
 
-B is read from VNNI records (:mod:`.dot_layout`, ``Problem.b_dot``), A from
-the words :mod:`.dot_prep` builds once per call.  One schedule serves the
-three shape classes through its :class:`DotConfig`::
+B is read from VNNI records (:mod:`.dot_layout`, ``Problem.b_dot``: what
+``mlir_mx.Linear`` stores) or from its codes and scales (the Runner's ABI:
+chunks expanded per call by :mod:`.dot_codes`, decode swept 8 rows at a
+time by :mod:`.dot_sweep`), A from the words :mod:`.dot_prep` builds once
+per call.  One schedule serves the three shape classes through its
+:class:`DotConfig`::
 
     parallel over column panels (64 columns; a contiguous range per thread)
-      for each K chunk of kcb blocks:
-        [expand the chunk's record headers (and FP4 data) into a scratch]
+      for each K chunk of kcb blocks:        (codes: chunks outer, panels inner)
+        [expand the chunk's scales (and FP4 data, or all from codes) into a scratch]
         for each column sub-tile (16 nv columns) of the panel:
           for each group of mr rows:
             c = C[rows, cols]                          # mr x nv registers
             for kb in the chunk:
-              acc = comp (i8) | 0                      # mr x nv registers
+              acc = A's compensation (i8) | 0         # mr x nv registers
               for each K group g of the block:          # 8 quads / 16 pairs
                 acc = dot(acc, broadcast(A word), B vector)
               t = float(acc) * (sb * 2^-(fa+fb))       # bf16: acc * sb
