@@ -83,6 +83,16 @@ def test_bf16_pairs_equal_f32_kernels(ea, eb, shape, threads, source):
     _check(ea, eb, shape, threads, "bf16", source)
 
 
+@needs_bw
+@pytest.mark.parametrize("eb", INTS)
+@pytest.mark.parametrize("shape", SHAPES, ids=[s[3] for s in SHAPES])
+def test_b_from_codes_for_every_b_format_and_shape(eb, shape):
+    """B as the Runner passes it (codes, FP4/FP6 packed) at every schedule:
+    the per-call expansion and the decode sweep."""
+    ea = INTS[(INTS.index(eb) + SHAPES.index(shape)) % len(INTS)]
+    _check(ea, eb, shape, 2, "int", "codes")
+
+
 SOURCES = ("records", "codes")
 ALL = [(a, b, s, t, src) for a, b in INT_PAIRS for s in SHAPES for t in (1, 2) for src in SOURCES]
 ALL_BF16 = [

@@ -68,7 +68,7 @@ class CodesSource:
         kb = self.kb
         with kb.loop(0, nblk, 1) as b:
             blk = kb.add(c0, b.iv)
-            scales, vecs = self.block(j, blk, range(4))
+            scales, vecs = self.block(j, blk, range(4), permute=False)
             for grp, vs in enumerate(vecs):
                 for v, w in enumerate(vs):
                     kb.vstore(w, ds, [b.iv, 256 * grp + 64 * v])
@@ -81,21 +81,24 @@ class CodesSource:
         fp4 = self.kind.name == "i8" and self.prob.b_elem == "f4E2M1FN" and self.prob.b_packed
         return fp4 and list(vs) == [0, 1, 2, 3]
 
-    def block(self, j, blk, vs) -> tuple[list[ir.Value], list[list[ir.Value]]]:
+    def block(
+        self, j, blk, vs, permute: bool = True
+    ) -> tuple[list[ir.Value], list[list[ir.Value]]]:
         """Block ``blk`` of panel ``j``: B's scales (f32, times ``2^-(fa+fb)``)
         and, per K group, the vectors ``vs`` (64 bytes each); in the
-        :data:`EVEN_ODD` column order when :meth:`permutes`."""
+        :data:`EVEN_ODD` column order when ``permute`` and :meth:`permutes`
+        (the caller then keeps its partials and C in that order)."""
         kb, prob, g = self.kb, self.prob, self.kind.group
         col = kb.mul(j, PANEL)
         valid = None
         if prob.n % PANEL:
             valid = kb.max(kb.min(PANEL, kb.sub(prob.n, col)), 0)
         k0 = kb.mul(blk, prob.block)
-        permuted = self.permutes(vs)
+        permuted = permute and self.permutes(vs)
         vecs = []
         for grp in range(prob.block // g):
             if permuted:
-                vecs.append(self.quads(kb.add(k0, grp * g), col, valid))
+                vecs.append(self._fp4_quads(kb.add(k0, grp * g), col, valid))
                 continue
             rows = [self.values(kb.add(k0, grp * g + i), col, valid) for i in range(g)]
             vecs.append([self.interleave(rows, v) for v in vs])
