@@ -3,13 +3,14 @@
     python examples/gguf_roundtrip.py [--out w.gguf] [--shape N_OUT N_IN] [--seed S]
 
 The weight is f32 data shaped like an LLM linear layer, ``(n_out, n_in)``: normal
-with standard deviation 0.02 plus 0.1% outliers at 10-50x.  It is quantized with the
-oracle (``quantize``, MXFP4: E2M1 elements, E8M0 scales, blocks of 32 along n_in),
-written with the ``gguf`` package, read back, and checked:
+with standard deviation 0.02 plus 0.1% outliers at 10-50x.  ``write_gguf`` takes
+it as f32 and quantizes it with the compiled ``mlir_mx.quantize`` (MXFP4: E2M1
+elements, E8M0 scales, blocks of 32 along n_in), writes it with the ``gguf``
+package; it is read back and checked:
 
-* the MXArray read back equals ``quantize(x)`` bit for bit;
+* the MXArray read back equals the oracle's ``quantize(x)`` bit for bit;
 * ggml's own decoder (``gguf.quants.dequantize``) on the file's bytes gives the
-  oracle's ``dequantize`` values;
+  values of ``mlir_mx.dequantize`` (the oracle's);
 * the matmul right-hand side ``B = W^T`` (blocked along K) equals the oracle's
   quantization of ``x.T`` along axis 0.
 
@@ -26,9 +27,10 @@ import tempfile
 
 import numpy as np
 
+import mlir_mx
 from mlir_mx.interop import weight_to_rhs
 from mlir_mx.interop.gguf import read_gguf, write_gguf
-from mlir_mx.numerics import dequantize, quantize
+from mlir_mx.numerics import quantize
 
 NAME = "blk.0.ffn_down.weight"
 
@@ -56,13 +58,13 @@ def ggml_decode(path: str, name: str, shape) -> tuple[np.ndarray, int]:
 
 def run(path: str, n_out: int, n_in: int, seed: int) -> bool:
     x = make_weight(n_out, n_in, seed)
-    q = quantize(x, "f4E2M1FN", 32, axis=-1)
-    write_gguf(path, {NAME: q}, metadata={"mlir_mx.example.seed": seed})
+    write_gguf(path, {NAME: x}, metadata={"mlir_mx.example.seed": seed})  # f32 in
     w = read_gguf(path)[NAME]
+    q = quantize(x, "f4E2M1FN", 32, axis=-1)  # the oracle
 
     bit_exact = w.bitwise_equal(q)
     ggml_values, nbytes = ggml_decode(path, NAME, x.shape)
-    decoded = dequantize(w)
+    decoded = mlir_mx.dequantize(w)
     ggml_equal = np.array_equal(ggml_values, decoded)
     rhs_ok = weight_to_rhs(w).bitwise_equal(quantize(x.T, "f4E2M1FN", 32, axis=0))
 

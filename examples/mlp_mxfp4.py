@@ -26,7 +26,6 @@ import numpy as np
 
 import mlir_mx
 from mlir_mx.bench.mlp import NAMES, dense, make_weights, mlp_forward, mxfp4_through_gguf
-from mlir_mx.numerics import dequantize
 
 
 def main(argv=None) -> int:
@@ -44,7 +43,7 @@ def main(argv=None) -> int:
     lin = {n: mlir_mx.Linear(q[n], threads=ns.threads) for n in NAMES}
     bits = 8 * sum(x.nbytes for x in lin.values()) / sum(q[n].codes.size for n in NAMES)
     print(f"weights in memory: {bits:.3f} bits per weight, {lin['gate'].threads} thread(s)")
-    deq = dense({n: dequantize(q[n]).T.astype(np.float64) for n in NAMES})
+    deq = dense({n: mlir_mx.dequantize(q[n]).T.astype(np.float64) for n in NAMES})
     orig = dense({n: np.ascontiguousarray(w32[n].T) for n in NAMES})
     rng = np.random.default_rng(1)
     ok = exact

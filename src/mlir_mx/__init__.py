@@ -4,16 +4,23 @@ Stages, in the one direction data flows: ``dialect`` (the ``mx`` dialect and its
 text syntax) -> ``passes`` -> ``pipelines`` -> ``execution``;
 ``numerics`` is the numpy oracle every test trusts; ``tools`` are thin CLIs.
 ``mlir_mx.matmul`` / ``mlir_mx.Linear`` (:mod:`mlir_mx.linear`) are the
-library API for MX weights.
+library API for MX weights; ``mlir_mx.quantize`` / ``mlir_mx.dequantize``
+(:mod:`mlir_mx.convert`) convert at memory speed with compiled kernels.
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["Linear", "matmul"]
+__all__ = ["Linear", "dequantize", "matmul", "quantize"]
+
+_CONVERT = ("quantize", "dequantize")
 
 
 def __getattr__(name):
     # The library API, imported on first use (it loads the MLIR bindings).
+    if name in _CONVERT:
+        from mlir_mx import convert
+
+        return getattr(convert, name)
     if name in __all__:
         from mlir_mx import linear
 

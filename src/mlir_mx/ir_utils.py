@@ -9,6 +9,7 @@ execution, model, kernels) may use it.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 
 from mlir import ir
@@ -23,6 +24,7 @@ __all__ = [
     "function_type",
     "index_of",
     "KERNEL_ATTR",
+    "KernelTag",
     "kernel_tag",
     "tag_kernel",
     "users",
@@ -103,21 +105,42 @@ def users(v: ir.Value) -> list[ir.Operation]:
 
 
 #: The attribute naming what a ``linalg.generic`` of the mx lowering computes
-#: (``block_partials``, ``block_scales``, ``unpack_codes``, ...): the passes
-#: after bufferization find their ops by it.
+#: (a :class:`KernelTag`): the passes after bufferization (and the shipped
+#: transform schedules) find their ops by it.
 KERNEL_ATTR = "mx.kernel"
 
 
-def kernel_tag(o: ir.Operation) -> str | None:
+class KernelTag(str, enum.Enum):
+    """The values of :data:`KERNEL_ATTR`: what each tagged generic computes.
+
+    ``mx-to-linalg`` sets them; ``mx-matmul-kernels``, ``mx-quantize-kernels``,
+    the byte model and ``schedules-blocked.mlir`` match them."""
+
+    BLOCK_PARTIALS = "block_partials"  # a matmul's in-block partial products
+    BLOCK_PARTIALS_SUBBYTE = "block_partials_subbyte"  # the same, an f4/f6 operand
+    BLOCK_SCALES = "block_scales"  # the partials scaled and accumulated
+    UNPACK_CODES = "unpack_codes"  # packed FP4/FP6 codes -> one code per byte
+    PACK_CODES = "pack_codes"  # one code per byte -> packed FP4/FP6 codes
+    DEQUANTIZE = "dequantize"  # codes x scales -> f32
+    QUANTIZE_AMAX = "quantize_amax"  # a quantization's block maxima
+    QUANTIZE_SCALES = "quantize_scales"  # its E8M0 scale codes
+    QUANTIZE_ELEMENTS = "quantize_elements"  # its element codes
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def kernel_tag(o: ir.Operation) -> KernelTag | None:
     """The :data:`KERNEL_ATTR` tag of a ``linalg.generic``, else None."""
     if o.name != "linalg.generic" or KERNEL_ATTR not in o.attributes:
         return None
-    return ir.StringAttr(o.attributes[KERNEL_ATTR]).value
+    value = ir.StringAttr(o.attributes[KERNEL_ATTR]).value
+    return KernelTag(value) if value in KernelTag._value2member_map_ else None
 
 
-def tag_kernel(result: ir.Value, tag: str) -> None:
+def tag_kernel(result: ir.Value, tag: KernelTag) -> None:
     """Tag the op defining ``result`` with :data:`KERNEL_ATTR` = ``tag``."""
-    owner_op(result).attributes[KERNEL_ATTR] = ir.StringAttr.get(tag)
+    owner_op(result).attributes[KERNEL_ATTR] = ir.StringAttr.get(KernelTag(tag).value)
 
 
 def producer(v: ir.Value, name: str) -> ir.Operation | None:

@@ -31,9 +31,11 @@ MX) activations with the generated kernels of :mod:`mlir_mx.kernels`::
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
 
+import ml_dtypes
 import numpy as np
 from mlir import ir
 
@@ -64,18 +66,34 @@ class Linear:
     """``y = x @ W.T`` with an MX weight ``W`` of shape (out, in), blocked along ``in``.
 
     ``weight`` may also be given as ``B`` of shape (in, out) blocked along
-    axis 0 (``y = x @ B``), the form ``mx.block_matmul`` takes.  ``threads``:
-    default this machine's cores; settable later (``lin.threads = 1``).
-    ``activations``: None (f32 activations enter exactly) or an MX element
-    format that f32 activations are quantized to per call (blocks of the
-    weight's block size along ``in``; MX activations are used as given).
+    axis 0 (``y = x @ B``), the form ``mx.block_matmul`` takes, or as float
+    weights (out, in) (numpy or DLPack) with ``element=`` (and
+    ``block_size=``, default 32): quantized here along ``in`` by the compiled
+    :func:`mlir_mx.quantize`.  ``threads``: default this machine's cores;
+    settable later (``lin.threads = 1``).  ``activations``: None (f32
+    activations enter exactly) or an MX element format that f32 activations
+    are quantized to per call (blocks of the weight's block size along
+    ``in``; MX activations are used as given).
     """
 
     def __init__(
-        self, weight: MXArray, *, threads: int | None = None, activations: str | None = None
+        self,
+        weight: MXArray,
+        *,
+        threads: int | None = None,
+        element: str | None = None,
+        block_size: int = 32,
+        activations: str | None = None,
     ):
+        if element is not None and not isinstance(weight, MXArray):
+            from mlir_mx.convert import quantize as compiled_quantize
+
+            weight = compiled_quantize(weight, element, block_size, axis=-1, threads=threads)
         if not isinstance(weight, MXArray):
-            raise TypeError(f"weight: expected an MXArray, got {type(weight).__name__}")
+            raise TypeError(
+                f"weight: expected an MXArray (or float weights with element=...), "
+                f"got {type(weight).__name__}"
+            )
         if weight.ndim != 2:
             raise ValueError(f"weight: expected a 2-D MXArray, got shape {weight.shape}")
         if weight.axis == 1:  # (out, in) blocked along in: B = W^T
@@ -105,6 +123,7 @@ class Linear:
                 raise type(err)(f"activations: {err}") from None
         self.activations = activations
         self._records: dict[str, np.ndarray] = {}  # dot kind -> VNNI records of B
+        self._n_weights: dict[tuple, int] = {}  # call key -> weight arguments (for messages)
         self.threads = threads
         self._runners: dict[tuple, Runner] = {}
         self._calls: dict[tuple, BoundFunction] = {}
@@ -143,13 +162,19 @@ class Linear:
         axis. Returns f32 ``(M, out)`` (``(out,)`` for a vector) as numpy."""
         args, kind, m, vector = self._activations(x)
         out = np.zeros((m, self.out_features), np.float32)
-        if m:
-            call = self._bound(kind, m)
-            if call is None:  # no dot kernel: quantize with the oracle, MX path
-                q = quantize(args[0], kind[2], self.block_size)
-                args, kind = self._mx_args(q), (q.element, q.is_packed, None)
+        # An empty weight (out or in = 0) gives the empty (or zero) product at
+        # every M without a kernel: no kernel schedule divides by 0 columns.
+        if m and self.out_features and self.in_features:
+            try:
                 call = self._bound(kind, m)
-            call(*args, out)
+                if call is None:  # no dot kernel: quantize with the oracle, MX path
+                    q = quantize(args[0], kind[2], self.block_size)
+                    args, kind = self._mx_args(q), (q.element, q.is_packed, None)
+                    call = self._bound(kind, m)
+                call(*args, out)
+            except (TypeError, ValueError) as err:  # name the user's arguments, not '%arg0'
+                n_w = self._n_weights.get((kind, shape_class(m), self.threads), 2)
+                raise type(err)(_user_names(str(err), len(args), n_w)) from None
         return out[0] if vector else out
 
     def schedule(self, x) -> str:
@@ -177,16 +202,21 @@ class Linear:
                 )
             return self._mx_args(x), (x.element, x.is_packed, None), x.shape[0], False
         if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
-            x = np.from_dlpack(x)  # a torch CPU tensor, ...: viewed, not copied
+            x = _host_view(x)  # a torch CPU tensor, ...: viewed, not copied
         if not isinstance(x, np.ndarray):
             raise TypeError(f"x: expected a numpy array or an MXArray, got {type(x).__name__}")
+        if x.dtype in _HALF_DTYPES:
+            x = x.astype(np.float32)  # exact: every f16 / bf16 value is an f32 value
         if x.dtype != np.float32:
-            raise TypeError(f"x: expected dtype float32, got {x.dtype}")
+            raise TypeError(f"x: expected dtype float32 (or float16, bfloat16), got {x.dtype}")
         vector = x.ndim == 1
         x2 = x.reshape(1, -1) if vector else x
         if x2.ndim != 2 or x2.shape[1] != k:
             raise ValueError(f"x: expected shape (M, {k}) or ({k},), got {x.shape}")
-        return [np.ascontiguousarray(x2)], (None, False, self.activations), x2.shape[0], vector
+        # Read-only x is fine (the kernels never write it); misaligned or
+        # strided x is copied.
+        x2 = np.require(x2, np.float32, ["C_CONTIGUOUS", "ALIGNED"])
+        return [x2], (None, False, self.activations), x2.shape[0], vector
 
     @staticmethod
     def _mx_args(x: MXArray) -> list[np.ndarray]:
@@ -247,6 +277,7 @@ class Linear:
             if found is None:
                 return None
             prob, schedule, weights = found
+            self._n_weights[key] = len(weights)
             runner = self._runner(prob, schedule)
             n_act = 1 if kind[0] is None else 2
             bound = runner.bind("matmul", *[FREE] * n_act, *weights, FREE)
@@ -276,15 +307,62 @@ def _pick(prob: Problem, cls: str) -> str | None:
     return max(fits, key=lambda s: s.priority).name if fits else None
 
 
+_HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def _host_view(x) -> np.ndarray:
+    """A numpy view of the DLPack array ``x``; a torch bfloat16/float16 tensor
+    as float32 (numpy has no bfloat16 to view it as)."""
+    if type(x).__module__.startswith("torch"):
+        if getattr(x, "requires_grad", False):
+            raise TypeError(
+                "x: the tensor requires grad, and Linear computes no gradients: "
+                "pass x.detach()"
+            )
+        if str(getattr(x, "dtype", "")) in ("torch.bfloat16", "torch.float16"):
+            x = x.float()  # exact
+    try:
+        return np.from_dlpack(x)
+    except (BufferError, RuntimeError, TypeError, ValueError) as err:
+        raise TypeError(f"x: cannot view this {type(x).__name__} as host memory: {err}") from None
+
+
+_ARG = re.compile(r"^matmul: argument (\d+) \('%arg\d+[^']*'\)")
+
+
+def _user_names(message: str, n_activations: int, n_weights: int = 2) -> str:
+    """A Runner message about kernel argument ``i`` ('%argI'), in Linear's terms
+    (one weight argument: the dot kernels' records)."""
+    names = ["x"] if n_activations == 1 else ["x (codes)", "x (scales)"]
+    names += (
+        ["the weight (codes)", "the weight (scales)"]
+        if n_weights == 2
+        else ["the weight (dot records)"]
+    )
+    names += ["the output"]
+
+    def name(m: re.Match) -> str:
+        i = int(m.group(1)) - 1
+        return names[i] if i < len(names) else m.group(0)
+
+    return _ARG.sub(name, message)
+
+
 _LINEARS: dict[int, tuple[weakref.ref, Linear]] = {}
 
 
-def matmul(x, w: MXArray, *, threads: int | None = None) -> np.ndarray:
+def matmul(
+    x, w: MXArray, *, threads: int | None = None, element: str | None = None, block_size: int = 32
+) -> np.ndarray:
     """``x @ W.T`` (W (out, in) blocked along in) or ``x @ B`` (B (in, out),
     blocked along axis 0) with the MX weight ``w``; see :class:`Linear`.
 
-    The prepared weight is cached for as long as ``w`` lives.
+    The prepared weight is cached for as long as ``w`` lives.  Float weights
+    ``w`` (out, in) with ``element=`` are quantized on every call (compiled,
+    :func:`mlir_mx.quantize`); keep a :class:`Linear` to quantize them once.
     """
+    if element is not None and not isinstance(w, MXArray):
+        return Linear(w, threads=threads, element=element, block_size=block_size)(x)
     key = id(w)
     hit = _LINEARS.get(key)
     lin = hit[1] if hit is not None and hit[0]() is w else None

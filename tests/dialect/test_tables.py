@@ -120,7 +120,7 @@ def test_subbyte_legalization_and_runner_dtypes_read_the_table(name):
 #: above.
 ALLOWED = {
     ("dialect/verifier.py", "RULES"): "one rule per op, keys checked against OPS",
-    ("passes/mx_to_linalg_ops.py", "LOWERINGS"): "one lowering per op, keys checked against OPS",
+    ("passes/mx_to_linalg/ops.py", "LOWERINGS"): "one lowering per op, keys checked against OPS",
     ("interop/torchao.py", "_torch"): "torchao's dtype for each float format (another library's names)",
     ("testing/fuzz.py", "_TOKENS"): "a fuzzing dictionary: chosen tokens, its order fixes recorded cases",
     ("testing/misuse.py", "_break"): "three formats picked to re-encode an argument",
@@ -213,3 +213,21 @@ def test_no_pipeline_text_built_by_formatting():
     assert bad == []
     assert _PIPELINE_TEXT.search('x = f"mx-matmul-kernels{{threads={t}}}"')
     assert _PIPELINE_TEXT.search('p = head + "," + tail')
+
+
+def test_the_schedules_match_kernel_tags_of_the_enum():
+    """``mx.kernel`` values are one enum (ir_utils.KernelTag): the shipped
+    transform schedules match only its members, and src/ spells none as a
+    literal outside it."""
+    from mlir_mx.ir_utils import KernelTag
+
+    tags = {t.value for t in KernelTag}
+    for mlir in (SRC / "pipelines").glob("*.mlir"):
+        for found in re.findall(r'mx\\.kernel = "([a-z_]+)"', mlir.read_text()):
+            assert found in tags, (mlir.name, found)
+    for path in sorted(SRC.rglob("*.py")):
+        if path.name == "ir_utils.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("tag_kernel",):
+                assert not any(isinstance(a, ast.Constant) for a in node.args), path

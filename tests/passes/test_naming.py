@@ -1,5 +1,6 @@
 """Names that find each other, for EVERY registered pass:
-pass ``mx-foo-bar`` lives in ``passes/foo_bar.py`` (or ``passes/mx_foo_bar.py``),
+pass ``mx-foo-bar`` lives in ``passes/foo_bar.py`` (or ``passes/mx_foo_bar.py``,
+or a package of that name with its helpers, like ``passes/mx_to_linalg/``),
 its lit test is ``test/Transforms/mx-foo-bar.mlir`` (or a directory of that
 name), its pytest ``tests/passes/test_<module>.py`` and its page
 ``docs/passes/mx-foo-bar.md``, which names the module."""
@@ -32,7 +33,8 @@ def test_pass_names_find_each_other(spec):
     assert (ROOT / "tests" / "passes" / f"test_{module}.py").is_file()
     page = ROOT / "docs" / "passes" / f"{spec.argument}.md"
     assert page.is_file()
-    assert f"passes/{module}.py" in page.read_text() or f"passes.{module}`" in page.read_text()
+    text = page.read_text()
+    assert any(f in text for f in (f"passes/{module}.py", f"passes/{module}/", f"passes.{module}`"))
 
 
 def test_every_transform_test_and_page_names_a_pass():

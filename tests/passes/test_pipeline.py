@@ -119,3 +119,13 @@ func.func @f(%a: !mx.tensor<1x32xf8E4M3FN, block_size = 32, scale_type = f8E8M0F
     with pytest.raises(ModelError, match="mx-to-linalg: option 'matmul-lowering': 'tiled' is not one of"):
         analyze(text, matmul_lowering="tiled")
     assert analyze(text, matmul_lowering="fused").flops_useful == 2 * 32 * 4
+
+
+def test_an_unknown_pass_is_an_error_carrying_its_name():
+    from mlir_mx.errors import MXError
+    from mlir_mx.passes.pipeline import UnknownPassError
+
+    with pytest.raises(UnknownPassError) as err:
+        build_pass_manager("canonicalize,no-such-pass{x=1}", ir.Context())
+    assert err.value.name == "no-such-pass"
+    assert isinstance(err.value, MXError) and isinstance(err.value, ValueError)

@@ -82,18 +82,21 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     ):
         present = any(r["method"] == name for r in rows)
         assert present == (why is None) and (family in skipped) == (why is not None)
-    # the auto-selected kernels and mx x mx with each other schedule, and
-    # Linear on the dot kernels (bf16 for f8 x f8 at the small shape) where
-    # the CPU has them
-    from mlir_mx.kernels.dot_layout import dot_kind
+    # the auto-selected kernels, mx x mx with each other schedule that
+    # supports the problem (the dot schedules where the CPU has the units),
+    # and Linear on the dot kernels where they serve the shape
+    from mlir_mx.kernels import SCHEDULES, Problem, plan_kernel
 
-    dot = dot_kind("f8E4M3FN", "f8E4M3FN", 32) is not None
-    assert {q["ours"] for q in rec["ratios"]} == {
-        "ours mx x mx",
-        "ours mx x f32",
-        "ours mx x mx small",
-        "ours mx x mx prefill",
-    } | ({"ours Linear mx x mx", "ours Linear f32->f8E4M3FN"} if dot else set())
+    expected = {"ours mx x mx", "ours mx x f32"}
+    for m, n, k in ((1, 64, 128), (5, 40, 96)):
+        prob = Problem(m, n, k, 32, "f8E4M3FN", "f8E4M3FN")
+        chosen = plan_kernel(prob, "auto", 1).name
+        expected |= {f"ours mx x mx {s.name}" for s in SCHEDULES.values()
+                     if s.name != chosen and s.supports(prob)
+                     and (s.shape_class != "decode" or m == 1)}  # fmt: skip
+        if chosen.startswith("bf16-"):
+            expected |= {"ours Linear mx x mx", "ours Linear f32->f8E4M3FN"}
+    assert {q["ours"] for q in rec["ratios"]} == expected
     text = md.read_text()
     assert f"`mx-bench --quick --out {tmp_path}`" in text
     assert "| 5x40x96 | f8E4M3FN | 2 | ours mx x mx | 2 |" in text
@@ -150,6 +153,7 @@ def test_kernel_that_does_not_compile_fails_the_run(tmp_path, monkeypatch, capsy
         (["--tag", "a/b"], "--tag: use letters"),
         (["--samples", "1"], "--samples: at least 3"),
         (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--quantize", "64x30"], "--quantize: expected RxC with C a multiple of 32"),
     ],
 )
 def test_bad_arguments(args, message, capsys):
@@ -182,3 +186,59 @@ def test_formats_take_mixed_pairs():
     assert opts.formats == ["i8:f4E2M1FN", "f8E4M3FN", "i8"]
     p = make_problem(Shape(2, 64, 64), "f4E2M1FN", a_element="i8")
     assert (p.qa.element, p.qb.element, p.label) == ("i8", "f4E2M1FN", "i8:f4E2M1FN")
+
+
+def test_f6_mx_bench_out_traceback(tmp_path, capsys):
+    """Round 2 reproducer f6_mx_bench_out_traceback.sh: ``--out`` naming a file or a
+    path that cannot be created gave a traceback; now one ``mx-bench: error:`` line
+    and exit 1, before any benchmark runs (as mx-roofline)."""
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    for out, message in [
+        (afile, f"--out '{afile}' exists and is not a directory"),
+        (afile / "x", f"cannot create --out directory '{afile / 'x'}': Not a directory"),
+        ("/dev/null/x", "cannot create --out directory '/dev/null/x': Not a directory"),
+    ]:
+        assert main(["--quick", "--quiet", "--out", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert err == f"mx-bench: error: {message}\n"
+    assert afile.read_text() == "keep"
+
+
+def test_results_that_cannot_be_written_are_an_error_not_half_a_file(tmp_path, monkeypatch, capsys):
+    from mlir_mx import files
+
+    def full(path, text, encoding="utf-8"):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(harness, "FAMILIES", ())
+    monkeypatch.setattr("mlir_mx.bench.report.write_text", full)
+    rc = main(["--quick", "--quiet", "--shapes", "1x8x32", "--threads", "1", "--out", str(tmp_path)])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert err == f"mx-bench: error: cannot write the results to '{tmp_path}': No space left on device\n"
+    assert not list(tmp_path.iterdir())
+    assert files.write_text is not full
+
+
+def test_quick_quantize_run(tmp_path):
+    """``--quantize``: ours (checked against the oracle first) and the oracle
+    per format and thread count, written to the JSON and markdown results."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlir_mx.tools.mx_bench", "--quantize", "--quick", "--threads",
+         "1,2", "--formats", "f4E2M1FN,i8", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    [js] = tmp_path.glob("mx-bench-*-quick-quantize.json")
+    rec = json.loads(js.read_text())["quantize"]
+    assert (rec["rows_"], rec["cols"]) == (128, 256)
+    got = {(r["format"], r["method"], r["threads"]) for r in rec["rows"]}
+    for fmt in ("f4E2M1FN", "i8"):
+        assert {(fmt, "ours quantize", 1), (fmt, "ours quantize", 2),
+                (fmt, "ours dequantize", 2), (fmt, "oracle numerics.quantize", 1)} <= got  # fmt: skip
+    assert all(r["bit_exact"] for r in rec["rows"] if r["method"].startswith("ours"))
+    if not ggml_available():
+        assert ("f4E2M1FN", "ggml MXFP4 quantize", 2) in got
+    md = next(tmp_path.glob("mx-bench-*-quick-quantize.md")).read_text()
+    assert "## Converting a 128 x 256 f32 matrix" in md

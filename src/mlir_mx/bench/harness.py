@@ -62,6 +62,8 @@ class Options:
     #: the MLP benchmark (``mlir_mx.bench.mlp``): (d, f) and token counts
     mlp: tuple[int, int] | None = None
     mlp_tokens: tuple[int, ...] = (1, 128)
+    #: the conversion benchmark (``mlir_mx.bench.quantize``): (rows, columns)
+    quantize: tuple[int, int] | None = None
 
 
 def _row(p: Problem, m: Method, t: Timing, roof: Roof, threads: int, err: float) -> dict:
@@ -200,6 +202,11 @@ def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
 
         record["mlp"] = run_mlp(*opts.mlp, opts.threads, list(opts.mlp_tokens), say,
                                 samples=opts.samples, retries=opts.retries)  # fmt: skip
+    if opts.quantize:
+        from .quantize import run_quantize
+
+        record["quantize"] = run_quantize(*opts.quantize, opts.formats, opts.threads, say,
+                                          samples=opts.samples, retries=opts.retries)  # fmt: skip
     record.update(
         roofs=[asdict(r) for r in roofs.values()],
         roof_warnings=roof_warnings(roofs),

@@ -4,8 +4,9 @@ The gate/up/down projections of a ``d -> f -> d`` SwiGLU MLP
 (``y = W_down (silu(W_gate x) * W_up x)``, default 4096 -> 14336 -> 4096):
 
 1. f32 weights drawn like trained ones (normal, std 0.02, 0.1 % outliers
-   10-50x larger), quantized to MXFP4 by the oracle, written to a GGUF file
-   with the ``gguf`` package and read back (checked bit-exact);
+   10-50x larger), quantized to MXFP4 by the compiled ``mlir_mx.quantize``
+   (bit for bit the oracle's), written to a GGUF file with the ``gguf``
+   package and read back (checked bit-exact);
 2. a decode step (M = 1) and a prefill (M = 128 tokens), timed side by side
    at each thread count: ours (:class:`mlir_mx.Linear`, f32 activations
    entering the products exactly), ours W4A8 (``activations="i8"``: each
@@ -101,10 +102,10 @@ class _Ggml:
 
 def mxfp4_through_gguf(w32: dict, say) -> tuple[dict, int, bool]:
     """MXFP4 weights through a GGUF file: (weights read back, file bytes, bit-exact)."""
+    from mlir_mx.convert import quantize
     from mlir_mx.interop.gguf import read_gguf, write_gguf
-    from mlir_mx.numerics import quantize
 
-    say("  quantizing the weights to MXFP4 (oracle) and writing them to GGUF...")
+    say("  quantizing the weights to MXFP4 (mlir_mx.quantize) and writing them to GGUF...")
     q = {n: quantize(w, "f4E2M1FN", 32) for n, w in w32.items()}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "mlp.gguf"
@@ -165,7 +166,7 @@ def run_mlp(
     """The MLP benchmark; returns a record (rows of method x M x threads)."""
     import mlir_mx
     from mlir_mx.bench.ggml_baseline import ggml_available
-    from mlir_mx.numerics import dequantize
+    from mlir_mx.convert import dequantize
 
     say(f"MLP {d} -> {f} -> {d}, MXFP4 weights, M in {tokens}, threads {threads}")
     w32 = make_weights(d, f)

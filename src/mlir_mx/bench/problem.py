@@ -1,8 +1,9 @@
 """One benchmark problem (shape, element format): its inputs and its oracle.
 
 Inputs are standard-normal f32 ``A`` (M x K) and ``B`` (K x N), quantized with
-the oracle (:func:`mlir_mx.numerics.quantize`): ``A`` blocked along K
-(``axis=1``), ``B`` blocked along K (``axis=0``).  ``da``/``db`` are their
+the compiled :func:`mlir_mx.quantize` (bit for bit the oracle's,
+``tests/test_convert.py``): ``A`` blocked along K (``axis=1``), ``B`` blocked
+along K (``axis=0``).  ``da``/``db`` are their
 dequantized f32 values; every method except ggml multiplies exactly these
 values, so one oracle serves them all.
 
@@ -140,11 +141,13 @@ def make_problem(
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((shape.M, shape.K), dtype=np.float32)
     b = rng.standard_normal((shape.K, shape.N), dtype=np.float32)
-    qa = N.quantize(a, a_element or element, block_size, axis=1)
-    qb = N.quantize(b, element, block_size, axis=0)
+    from mlir_mx.convert import dequantize, quantize
+
+    qa = quantize(a, a_element or element, block_size, axis=1)
+    qb = quantize(b, element, block_size, axis=0)
     a_el = a_element if a_element not in (None, element) else None
     return Problem(
-        shape, element, block_size, a, b, qa, qb, N.dequantize(qa), N.dequantize(qb),
+        shape, element, block_size, a, b, qa, qb, dequantize(qa), dequantize(qb),
         a_element=a_el,
     )  # fmt: skip
 

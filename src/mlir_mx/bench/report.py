@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mlir_mx.files import write_text
+
 __all__ = ["RATIO_BASELINES", "markdown", "write_results"]
 
 #: baseline columns of the speedup table, in order
@@ -19,12 +21,16 @@ RATIO_BASELINES = (
 
 
 def write_results(record: dict, out: Path) -> tuple[Path, Path]:
-    """Write the JSON record and its markdown rendering; returns both paths."""
+    """Write the JSON record and its markdown rendering; returns both paths.
+
+    Each file is written atomically (:mod:`mlir_mx.files`): an error leaves
+    the previous file of the same name, or none, never half a file."""
     out.mkdir(parents=True, exist_ok=True)
     stem = f"mx-bench-{record['date'][:10]}-{record['tag']}"
     js, md = out / f"{stem}.json", out / f"{stem}.md"
-    js.write_text(json.dumps(record, indent=1) + "\n")
-    md.write_text(markdown(record))
+    text = markdown(record)  # rendered before either file is touched
+    write_text(js, json.dumps(record, indent=1) + "\n")
+    write_text(md, text)
     return js, md
 
 
@@ -67,9 +73,12 @@ def _header(r: dict) -> list[str]:
         f"- Total run time {r['total_s']:.0f} s; samples per timing up to "
         f"{r['options']['samples']} (budget {r['options']['budget_s']} s), median reported, "
         "spread = (max - min) / median",
-        "- Every result was checked against the oracle (f64 product of the exact operand "
-        "values, tolerance (K+2) 2^-24 sum|a||b|) before it was timed; see docs/bench.md",
     ]
+    if r["rows"]:
+        lines.append(
+            "- Every result was checked against the oracle (f64 product of the exact operand "
+            "values, tolerance (K+2) 2^-24 sum|a||b|) before it was timed; see docs/bench.md"
+        )
     if m.get("env"):
         lines.append(f"- Environment: {m['env']}")
     for s in r["skipped"]:
@@ -170,4 +179,8 @@ def markdown(record: dict) -> str:
         from .mlp import mlp_markdown
 
         lines += [""] + mlp_markdown(record["mlp"])
+    if record.get("quantize"):
+        from .quantize import quantize_markdown
+
+        lines += [""] + quantize_markdown(record["quantize"])
     return "\n".join(lines) + "\n"

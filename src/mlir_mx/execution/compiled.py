@@ -15,7 +15,7 @@ from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 
 from mlir_mx.diagnostics import DiagnosticError
-from mlir_mx.dialect import is_mx_op, parse_module, print_module
+from mlir_mx.dialect import is_mx_op, is_mx_type, parse_module, print_module
 from mlir_mx.errors import MXArgTypeError
 from mlir_mx.execution import arguments as args_
 from mlir_mx.execution.effects import written_parameters
@@ -42,15 +42,25 @@ __all__ = [
 def default_pipeline(module: ir.Module, options: CompileOptions) -> Pipeline:
     """The pipeline a Runner (and ``mx-runner``) uses when none is given.
 
-    A module with mx ops gets :func:`~mlir_mx.pipelines.kernel_pipeline`
+    A module with mx ops or types gets :func:`~mlir_mx.pipelines.kernel_pipeline`
     (mx-to-linalg, bufferization, the generated matmul kernels for the
     options' ``schedule`` and ``threads``, LLVM); any other module
     ``lower-to-llvm``.  Both accept tensor-level elementwise arith
     (``convert-elementwise-to-linalg``).
     """
-    if find_first(module, is_mx_op) is not None:
+    if find_first(module, _uses_mx) is not None:
         return kernel_pipeline(options.schedule, options.threads)
     return load_pipeline("lower-to-llvm")
+
+
+def _uses_mx(op: ir.Operation) -> bool:
+    """An mx op, or an op with an ``!mx.tensor`` result or in its function
+    type: a function that only passes an mx value on (``return %q``) needs
+    mx-to-linalg as much as one that computes it."""
+    if is_mx_op(op) or any(is_mx_type(r.type) for r in op.results):
+        return True
+    ftype = op.attributes["function_type"] if "function_type" in op.attributes else None
+    return ftype is not None and "!mx.tensor<" in str(ftype)
 
 
 class Compiled:
@@ -86,6 +96,16 @@ class Compiled:
             check_symbols(module, libs)
             self.module = module
             self.engine = ExecutionEngine(module, opt_level=options.opt_level, shared_libs=libs)
+        if _uses_async_runtime(module):
+            # FIXME(upstream): a task of upstream's async runtime signals its
+            # completion and then still runs the tail of its JIT-compiled
+            # function on a worker thread; destroying the engine (its code)
+            # as soon as the call returned crashed that thread now and then
+            # (SIGSEGV under load, tests/execution/test_threads.py::
+            # test_engines_come_and_go).  An engine with parallel code is
+            # therefore kept for the life of the process.  No upstream issue
+            # found.
+            _PARALLEL_ENGINES.append(self.engine)
         #: Whether each buffer a function returns is the caller's to free (the
         #: Runner frees it after copying it out): a property of the lowering,
         #: decided with it.
@@ -102,6 +122,17 @@ class Compiled:
             return self._writes[name]
 
 
+#: Engines whose code runs tasks of the async runtime: never destroyed.
+_PARALLEL_ENGINES: list[ExecutionEngine] = []
+
+
+def _uses_async_runtime(module: ir.Module) -> bool:
+    """True when the lowered module calls upstream's async runtime."""
+    return find_first(
+        module, lambda o: o.name == "llvm.func" and "mlirAsyncRuntime" in str(o.attributes["sym_name"])
+    ) is not None
+
+
 class _DiskCache:
     """The lowered (LLVM dialect) module of one compilation, as MLIR bytecode.
 
@@ -109,8 +140,24 @@ class _DiskCache:
     ExecutionEngine, so a hit skips parsing-time passes (ours and MLIR's) but
     not LLVM's code generation (measured: ``docs/library.md``).  Keyed by the
     text, the pipeline, the CPU features and the versions of mlir-mx and the
-    bindings; a file that does not load is ignored and rewritten.
+    bindings.
+
+    An entry is an 80-byte header then the bytecode::
+
+        magic "MLIRMXC1" (8 bytes) | key (32) | body length (8, u64 LE)
+        | SHA-256 of (key, body length, body) (32) | body
+
+    Upstream's bytecode reader asserts (aborts the process) on some malformed
+    input, so no byte of an entry reaches ``ir.Module.parse`` before the whole
+    header and checksum match; the parsed module is verified again (the
+    verifier, and ``check_lowered``: nothing outside the LLVM dialect).  An entry that fails either check, or does not load,
+    is logged (``logging`` warning of ``mlir_mx.execution.compiled``),
+    deleted, and rebuilt by the caller.  Entries are written atomically
+    (:func:`mlir_mx.files.atomic_write`): a reader never sees half an entry.
     """
+
+    MAGIC = b"MLIRMXC1"
+    HEADER = 80
 
     def __init__(self, directory, text: str, pipeline: Pipeline):
         import hashlib
@@ -132,33 +179,78 @@ class _DiskCache:
         ):
             h.update(part.encode())
             h.update(b"\0")
+        self.key = h.digest()
         self.path = Path(directory) / f"{h.hexdigest()}.mlirbc"
 
+    def _checksum(self, length: bytes, body: bytes) -> bytes:
+        import hashlib
+
+        return hashlib.sha256(self.key + length + body).digest()
+
+    def encode(self, body: bytes) -> bytes:
+        """The entry (header and body) for the bytecode ``body``."""
+        length = len(body).to_bytes(8, "little")
+        return self.MAGIC + self.key + length + self._checksum(length, body) + body
+
+    def verify(self, data: bytes) -> tuple[bytes | None, str]:
+        """The body of the entry ``data`` if its header and checksum hold, else
+        ``(None, why)``."""
+        if len(data) < self.HEADER:
+            return None, f"{len(data)} bytes, shorter than the {self.HEADER}-byte header"
+        if data[:8] != self.MAGIC:
+            return None, "not a mlir-mx cache entry (bad magic)"
+        if data[8:40] != self.key:
+            return None, "the header's key is not this entry's"
+        length = data[40:48]
+        body = data[self.HEADER :]
+        if int.from_bytes(length, "little") != len(body):
+            n = int.from_bytes(length, "little")
+            return None, f"the header says {n} bytes of bytecode, the file has {len(body)}"
+        if data[48:80] != self._checksum(length, body):
+            return None, "checksum mismatch"
+        return body, ""
+
     def load(self, context: ir.Context) -> ir.Module | None:
+        """The cached lowered module, or None (no entry, or one dropped)."""
         try:
             data = self.path.read_bytes()
         except OSError:
             return None
+        body, why = self.verify(data)
+        if body is None:
+            return self._drop(why)
         try:
-            module = ir.Module.parse(data, context)
+            module = ir.Module.parse(body, context)
+            module.operation.verify()
             check_lowered(module)
             return module
-        except (ir.MLIRError, DiagnosticError, RuntimeError, ValueError):
-            return None
+        except (ir.MLIRError, DiagnosticError, RuntimeError, ValueError) as err:
+            return self._drop(f"does not load: {str(err).splitlines()[0][:200]}")
+
+    def _drop(self, why: str) -> None:
+        """Log and delete the entry; None (a miss)."""
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "compile cache: dropped %s (%s); it is rebuilt", self.path, why
+        )
+        try:
+            self.path.unlink()
+        except OSError:
+            pass  # a read-only cache: it is rebuilt in memory and not stored
+        return None
 
     def store(self, module: ir.Module) -> None:
+        """Write the entry of ``module`` atomically (errors only cost time later)."""
         import io
-        import os
-        import tempfile
+
+        from mlir_mx.files import write_bytes
 
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             buf = io.BytesIO()
             module.operation.write_bytecode(buf)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                f.write(buf.getvalue())
-            os.replace(tmp, self.path)
+            write_bytes(self.path, self.encode(buf.getvalue()))
         except OSError:
             pass  # a read-only or full cache directory only costs the next process time
 

@@ -71,6 +71,15 @@ _WRITES_OPERAND = {
 }
 
 
+# Functions that only allocate: they write nothing their operands point to.
+_ALLOCATORS = frozenset({"malloc", "aligned_alloc", "calloc"})
+
+
+def _callee(op: ir.Operation) -> str | None:
+    attr = op.attributes["callee"] if "callee" in op.attributes else None
+    return None if attr is None else ir.FlatSymbolRefAttr(attr).value
+
+
 def _function(module: ir.Module, name: str):
     for op in module.body.operations:
         op = op.operation
@@ -121,7 +130,7 @@ def _propagate(fn: ir.Operation, taint: dict) -> frozenset[int]:
             tainted = [taint.get(v, frozenset()) for v in op.operands]
             if not any(tainted):
                 continue
-            flows = _effect(op, tainted, written)
+            flows = _effect(op, tainted, written, taint)
             for r in _receivers(op):
                 new = taint.get(r, frozenset()) | flows
                 if new != taint.get(r):
@@ -130,12 +139,16 @@ def _propagate(fn: ir.Operation, taint: dict) -> frozenset[int]:
     return frozenset(written)
 
 
-def _effect(op: ir.Operation, tainted: list[frozenset[int]], written: set[int]) -> frozenset[int]:
+def _effect(
+    op: ir.Operation, tainted: list[frozenset[int]], written: set[int], taint: dict
+) -> frozenset[int]:
     """Record what ``op`` writes; return the taint its results/successors receive."""
     name = op.name
     every = frozenset().union(*tainted)
     if name in _READS or name in _HARMLESS:
         return frozenset()
+    if name == "llvm.extractvalue":
+        return _extracted(op, taint)
     short = name[5:] if name.startswith("llvm.") else name
     if short in _PURE or name.startswith(_PURE_PREFIXES):
         return every
@@ -147,8 +160,43 @@ def _effect(op: ir.Operation, tainted: list[frozenset[int]], written: set[int]) 
         return frozenset()
     if op.successors:  # branches: operands flow into successor arguments
         return every
+    if name == "llvm.call" and _callee(op) in _ALLOCATORS:
+        # malloc(size): its operands are sizes (tainted when computed from a
+        # descriptor's shape fields, which share the pointers' aggregate); it
+        # writes nothing of the caller's and returns fresh memory.
+        return frozenset()
     written.update(every)  # calls, scatters, unknown ops: may write anything they see
     return every
+
+
+def _positions(op: ir.Operation) -> list[int]:
+    return list(ir.DenseI64ArrayAttr(op.attributes["position"]))
+
+
+def _extracted(op: ir.Operation, taint: dict) -> frozenset[int]:
+    """The taint of ``llvm.extractvalue``, field by field.
+
+    A memref descriptor is one aggregate of its pointers and its sizes and
+    strides: without this, a size read back from it (the ``M`` of a matmul)
+    would carry the pointers' taint, and so would every buffer address
+    computed from it.  Walks the ``llvm.insertvalue`` chain that built the
+    aggregate: the field is what was last inserted at (or around) its
+    position; anything else (a block argument, a load) keeps the whole
+    aggregate's taint.
+    """
+    pos = _positions(op)
+    agg, acc = op.operands[0], frozenset()
+    while True:
+        owner = agg.owner if isinstance(agg, ir.OpResult) else None
+        if owner is None or owner.name != "llvm.insertvalue":
+            return acc | taint.get(agg, frozenset())
+        container, value = owner.operands[0], owner.operands[1]
+        ipos = _positions(owner)
+        if pos[: len(ipos)] == ipos:  # the field lies inside the inserted value
+            return acc | taint.get(value, frozenset())
+        if ipos[: len(pos)] == pos:  # the inserted value lies inside the field
+            acc |= taint.get(value, frozenset())
+        agg = container
 
 
 def _receivers(op: ir.Operation) -> list[ir.Value]:

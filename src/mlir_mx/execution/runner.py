@@ -49,6 +49,7 @@ from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 
 from mlir_mx.diagnostics import DiagnosticError
+from mlir_mx.errors import MXArgTypeError
 from mlir_mx.execution import arguments as args_
 from mlir_mx.execution.compiled import clear_cache, compile_module, default_pipeline
 from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
@@ -114,7 +115,7 @@ class Runner:
         if options is None:
             options = CompileOptions(pipeline, **fields)
         elif pipeline is not None or fields:
-            raise TypeError("Runner: give either options= or pipeline/option fields, not both")
+            raise MXArgTypeError("Runner: give either options= or pipeline/option fields, not both")
         self._compiled = compile_module(module, options, context=context, validate=validate)
 
     @property
@@ -176,10 +177,10 @@ class Runner:
         parameter and result of a type the Runner can pass."""
         sig = self.signature(name)
         if n_args != len(sig.args):
-            raise TypeError(f"{name}: expected {len(sig.args)} argument(s){what}, got {n_args}")
+            raise MXArgTypeError(f"{name}: expected {len(sig.args)} argument(s){what}, got {n_args}")
         for p in sig.flat_args + sig.flat_results:
             if p.error:
-                raise TypeError(f"{name}: {p.name}: {p.error}")
+                raise MXArgTypeError(f"{name}: {p.name}: {p.error}")
         return sig
 
     def invoke(self, name: str, *args):
@@ -369,7 +370,7 @@ class BoundFunction:
 
     def __call__(self, *args):
         if len(args) != len(self._free):
-            raise TypeError(f"{self.name}: expected {len(self._free)} argument(s), got {len(args)}")
+            raise MXArgTypeError(f"{self.name}: expected {len(self._free)} argument(s), got {len(args)}")
         if self._split:
             args = args_.split_mx_args(self.name, self._free_params, args, MXParam)
         arrays = []

@@ -19,11 +19,15 @@ rejected in both directions.  The ``gguf`` package (``pip install
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Mapping
+from contextlib import contextmanager
 
 import numpy as np
 
+from mlir_mx.files import atomic_path
+from mlir_mx.interop.gguf_format import parse_gguf
 from mlir_mx.numerics import SCALE_DTYPE, SCALE_NAN_CODE, MXArray, element_format
 
 __all__ = [
@@ -109,7 +113,8 @@ def mxfp4_from_ggml(data, shape) -> MXArray:
             f"({nblocks * MXFP4_BLOCK_BYTES} bytes)"
         )
     blocks = data.reshape(nblocks, MXFP4_BLOCK_BYTES)
-    scales = blocks[:, 0].copy().reshape(shape[:-1] + (-1,))
+    # the explicit count: -1 cannot be inferred for a tensor with no elements
+    scales = blocks[:, 0].copy().reshape(shape[:-1] + (shape[-1] // MXFP4_BLOCK,))
     _reject_nan_scales(scales, "data", "read as MXFP4")
     qs = blocks[:, 1:]
     codes = np.empty((nblocks, MXFP4_BLOCK), np.uint8)
@@ -154,85 +159,170 @@ def read_gguf(path: str | os.PathLike, names=None) -> dict[str, MXArray]:
     order; a name missing from the file or naming a tensor of another type raises
     ``ValueError``.  Without it every MXFP4 tensor is read and the others are
     skipped.  Each tensor's numpy shape is its GGUF ``ne`` reversed.
+
+    A file that is not a well-formed GGUF file raises ``ValueError: <path>: not a
+    readable GGUF file (<why>)`` before anything is allocated: every count, length
+    and offset it declares is checked against its size first
+    (:mod:`~mlir_mx.interop.gguf_format`).  A missing file raises
+    ``FileNotFoundError``.
     """
     gguf = _gguf()
-    try:
-        reader = gguf.GGUFReader(os.fspath(path), "r")
-    except FileNotFoundError:
-        raise
-    except (ValueError, OSError, EOFError) as e:
-        raise ValueError(f"{os.fspath(path)}: not a readable GGUF file: {e}") from e
-    mxfp4 = gguf.GGMLQuantizationType.MXFP4
-    by_name = {t.name: t for t in reader.tensors}
-    if names is None:
-        wanted = [n for n, t in by_name.items() if t.tensor_type == mxfp4]
-    else:
+    where = os.fspath(path)
+    if names is not None:
         wanted = [names] if isinstance(names, str) else list(names)
-    out = {}
-    for name in wanted:
-        t = by_name.get(name)
-        if t is None:
-            have = ", ".join(n for n, t in by_name.items() if t.tensor_type == mxfp4) or "none"
-            raise ValueError(f"{os.fspath(path)}: no tensor {name!r} (MXFP4 tensors: {have})")
-        if t.tensor_type != mxfp4:
-            raise ValueError(
-                f"{os.fspath(path)}: tensor {name!r} is {gguf.GGMLQuantizationType(t.tensor_type).name}, "
-                "not MXFP4"
-            )
-        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
-        out[name] = mxfp4_from_ggml(t.data, shape)
+    with _mapped(where) as buf:
+        try:
+            infos = parse_gguf(buf, gguf.GGML_QUANT_SIZES)
+        except ValueError as e:
+            raise ValueError(f"{where}: not a readable GGUF file ({e})") from None
+        mxfp4 = int(gguf.GGMLQuantizationType.MXFP4)
+        by_name = {t.name: t for t in infos}
+        if names is None:
+            wanted = [n for n, t in by_name.items() if t.type == mxfp4]
+        out = {}
+        for name in wanted:
+            t = by_name.get(name)
+            if t is None:
+                have = ", ".join(n for n, t in by_name.items() if t.type == mxfp4) or "none"
+                raise ValueError(f"{where}: no tensor {name!r} (MXFP4 tensors: {have})")
+            if t.type != mxfp4:
+                raise ValueError(
+                    f"{where}: tensor {name!r} is {gguf.GGMLQuantizationType(t.type).name}, "
+                    "not MXFP4"
+                )
+            data = np.frombuffer(buf[t.start : t.start + t.nbytes], np.uint8)  # a copy
+            try:
+                out[name] = mxfp4_from_ggml(data, t.shape)
+            except ValueError as e:
+                raise ValueError(f"{where}: tensor {name!r}: {e}") from None
     return out
 
 
-def _add_metadata(writer, metadata: Mapping) -> None:
+@contextmanager
+def _mapped(path: str):
+    """The file's bytes, memory-mapped (read-only); ``b""`` for an empty file."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        raise
+    except OSError as e:  # a folder, no permission, ...
+        raise ValueError(f"{path}: not a readable GGUF file ({e.strerror or e})") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            yield b""
+            return
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            yield mm
+        finally:
+            mm.close()
+
+
+#: Metadata keys the writer sets itself (``arch=``, the default alignment).
+_WRITER_KEYS = ("general.architecture", "general.alignment")
+#: ggml's GGML_MAX_NAME: llama.cpp refuses tensor names of 64 bytes or more.
+_MAX_NAME_BYTES = 63
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _utf8(text: str, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{what}: not encodable as UTF-8 ({e.reason} at index {e.start})") from None
+
+
+def _check_metadata(metadata: Mapping) -> list[tuple[str, str, object]]:
+    """``(key, writer method, value)`` of every entry, all checked first."""
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata: expected a mapping, got {type(metadata).__name__}")
+    out = []
     for key, value in metadata.items():
-        if not isinstance(key, str):
-            raise TypeError(f"metadata: keys must be str, got {type(key).__name__}")
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"metadata: keys must be non-empty str, got {key!r}")
+        _utf8(key, f"metadata key {key!r}")
+        if key in _WRITER_KEYS:
+            raise ValueError(f"metadata: {key!r} is set by write_gguf (use arch= for the architecture)")
         if isinstance(value, bool):
-            writer.add_bool(key, value)
+            out.append((key, "add_bool", value))
         elif isinstance(value, int):
-            writer.add_int64(key, value)
+            if not _INT64[0] <= value <= _INT64[1]:
+                raise ValueError(f"metadata: {key!r} = {value} does not fit in int64")
+            out.append((key, "add_int64", value))
         elif isinstance(value, float):
-            writer.add_float64(key, value)
+            out.append((key, "add_float64", value))
         elif isinstance(value, str):
-            writer.add_string(key, value)
+            _utf8(value, f"metadata: {key!r}")
+            out.append((key, "add_string", value))
         else:
             raise TypeError(
                 f"metadata: {key!r} has a {type(value).__name__}; bool, int, float or str expected"
             )
+    return out
+
+
+def _check_name(name) -> None:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"tensors: names must be non-empty str, got {name!r}")
+    _utf8(name, f"tensors: name {name!r}")
+    if len(name.encode("utf-8")) > _MAX_NAME_BYTES:
+        raise ValueError(
+            f"tensors: name {name!r} is longer than {_MAX_NAME_BYTES} bytes (ggml's limit)"
+        )
 
 
 def write_gguf(
     path: str | os.PathLike,
-    tensors: Mapping[str, MXArray],
+    tensors: Mapping,
     *,
     arch: str = "mlir-mx",
     metadata: Mapping | None = None,
 ) -> None:
-    """Write ``tensors`` (name -> MXFP4 MXArray) to a new GGUF file at ``path``.
+    """Write ``tensors`` (name -> MXFP4 MXArray) to a GGUF file at ``path``.
 
-    Every array must be valid for :func:`mxfp4_to_ggml` (checked before the file is
-    created).  ``arch`` becomes ``general.architecture``; ``metadata`` adds
-    key/values (bool, int as int64, float as float64, str).
+    ``arch`` becomes ``general.architecture``; ``metadata`` adds key/values (bool,
+    int as int64, float as float64, str).  A float array (numpy or DLPack, e.g.
+    f32 weights ``(n_out, n_in)``) is quantized to MXFP4 here, blocks of 32
+    along its last axis, with the compiled :func:`mlir_mx.quantize` (bit for bit
+    the oracle's).  Everything is checked before the file is touched: every
+    array must be valid for :func:`mxfp4_to_ggml` (rank 1 to 4), names are
+    non-empty UTF-8 of at most 63 bytes (ggml's limit), ints fit int64, and
+    ``general.architecture`` / ``general.alignment`` are the writer's own.  The
+    file is written to a temporary file in the same folder and renamed over
+    ``path`` once complete (:func:`mlir_mx.files.atomic_path`): a failure leaves
+    an existing file untouched, and a file this function writes reads back with
+    :func:`read_gguf`.
     """
     gguf = _gguf()
     if not isinstance(tensors, Mapping) or not tensors:
         raise ValueError("tensors: expected a non-empty mapping of name -> MXArray")
+    if not isinstance(arch, str) or not arch:
+        raise TypeError(f"arch: expected a non-empty str, got {arch!r}")
+    _utf8(arch, "arch")
+    entries = _check_metadata(metadata if metadata is not None else {})
     raw = {}
     for name, a in tensors.items():
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"tensors: names must be non-empty str, got {name!r}")
+        _check_name(name)
         try:
+            if not isinstance(a, MXArray):  # float weights: converted here, at memory speed
+                from mlir_mx.convert import quantize
+
+                a = quantize(a, "f4E2M1FN", 32, axis=-1)
             raw[name] = mxfp4_to_ggml(a)
         except (TypeError, ValueError) as e:
             raise type(e)(f"tensors[{name!r}]: {e}") from None
-    writer = gguf.GGUFWriter(os.fspath(path), arch)
-    try:
-        _add_metadata(writer, metadata or {})
-        for name, data in raw.items():
-            writer.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-    finally:
-        writer.close()
+        if not 1 <= a.ndim <= 4:
+            raise ValueError(f"tensors[{name!r}]: GGUF holds 1 to 4 dimensions, got shape {a.shape}")
+    with atomic_path(path) as tmp:
+        writer = gguf.GGUFWriter(tmp, arch)
+        try:
+            for key, method, value in entries:
+                getattr(writer, method)(key, value)
+            for name, data in raw.items():
+                writer.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+        finally:
+            writer.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import MXArray
 
 __all__ = ["transpose", "weight_to_rhs"]
@@ -24,9 +25,9 @@ def transpose(a: MXArray) -> MXArray:
     versa.  Codes and scales are copied once into C-contiguous arrays.
     """
     if not isinstance(a, MXArray):
-        raise TypeError(f"a: expected an MXArray, got {type(a).__name__}")
+        raise MXArgTypeError(f"a: expected an MXArray, got {type(a).__name__}")
     if a.ndim != 2:
-        raise ValueError(f"a: transpose needs a 2-D MXArray, got shape {a.shape}")
+        raise MXValueError(f"a: transpose needs a 2-D MXArray, got shape {a.shape}")
     return MXArray(
         codes=np.ascontiguousarray(a.codes.T),
         scales=np.ascontiguousarray(a.scales.T),
@@ -45,9 +46,9 @@ def weight_to_rhs(w: MXArray) -> MXArray:
     blocked along its last axis (a GGUF or ``torch.nn.Linear`` weight always is).
     """
     if not isinstance(w, MXArray):
-        raise TypeError(f"w: expected an MXArray, got {type(w).__name__}")
+        raise MXArgTypeError(f"w: expected an MXArray, got {type(w).__name__}")
     if w.ndim != 2 or w.axis != 1:
-        raise ValueError(
+        raise MXValueError(
             f"w: expected a 2-D weight (n_out, n_in) blocked along n_in (axis 1), got shape "
             f"{w.shape} blocked along axis {w.axis}"
         )

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 
 from mlir import ir
-from mlir.dialects import arith, builtin, llvm, memref, scf, vector
+from mlir.dialects import arith, builtin, llvm, math, memref, scf, vector
 
 __all__ = ["ArithBuilder", "KernelBuilder", "Loop"]
 
@@ -192,6 +192,9 @@ class ArithBuilder:
     def shrsi(self, a, b):
         return arith.ShRSIOp(a, b, loc=self.loc).result
 
+    def index_cast(self, v, t):
+        return arith.IndexCastOp(self.shaped(t), v, loc=self.loc).result
+
     def maxui(self, a, b):
         return arith.MaxUIOp(a, b, loc=self.loc).result
 
@@ -207,6 +210,22 @@ class ArithBuilder:
 
     def cmpf(self, pred: str, a, b):
         return arith.CmpFOp(getattr(arith.CmpFPredicate, pred.upper()), a, b, loc=self.loc).result
+
+    def minui(self, a, b):
+        return arith.MinUIOp(a, b, loc=self.loc).result
+
+    def maxsi(self, a, b):
+        return arith.MaxSIOp(a, b, loc=self.loc).result
+
+    def minsi(self, a, b):
+        return arith.MinSIOp(a, b, loc=self.loc).result
+
+    def roundeven(self, v):
+        return math.RoundEvenOp(v, loc=self.loc).result
+
+    def is_nan(self, v):
+        """``v != v`` lane by lane (``cmpf uno``)."""
+        return arith.CmpFOp(arith.CmpFPredicate.UNO, v, v, loc=self.loc).result
 
 
 class KernelBuilder(ArithBuilder):
@@ -411,3 +430,20 @@ class KernelBuilder(ArithBuilder):
     def mask(self, n: int, count) -> ir.Value:
         """``vector.create_mask`` of ``n`` lanes, the first ``count`` set (clamped to [0, n])."""
         return vector.CreateMaskOp(self.vec(n, self.i1), [self._i(count)]).result
+
+    # -- vector reductions and gathers (the quantize/dequantize kernels) ------------
+
+    def reduce(self, kind: str, v: ir.Value) -> ir.Value:
+        """``vector.reduction <kind>`` (``maxui``, ``add``, ...) to a scalar."""
+        attr = ir.Attribute.parse(f"#vector.kind<{kind}>")
+        return vector.ReductionOp(ir.VectorType(v.type).element_type, attr, v).result
+
+    def gather(self, mem: ir.Value, indices, idx: ir.Value, mask, passthru) -> ir.Value:
+        """``vector.gather``: lane ``l`` reads ``mem[indices..., + idx[l]]`` where ``mask``."""
+        return vector.GatherOp(
+            passthru.type, mem, [self._i(i) for i in indices], idx, mask, passthru
+        ).result
+
+    def from_elements(self, values: Sequence[ir.Value]) -> ir.Value:
+        """A vector of the given scalars (``vector.from_elements``)."""
+        return vector.FromElementsOp(self.vec(len(values), values[0].type), list(values)).result

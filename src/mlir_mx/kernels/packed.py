@@ -48,7 +48,7 @@ class PackedConfig:
 
     mr: int = 8  # rows per microkernel tile
     nv: int = 2  # f32 vectors per microkernel tile (nr = 16 nv columns)
-    kc: int = 512  # K chunk (a multiple of the block size)
+    kc: int = 512  # K chunk (rounded down to a multiple of the block size)
     nc: int = 256  # columns per panel (a multiple of 64)
     ku: int = 8  # unroll of the in-block loop
     threads: int = 1
@@ -63,8 +63,12 @@ class PackedConfig:
 
 def emit_packed(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: PackedConfig) -> None:
     """Emit the packed kernel at the current insertion point."""
-    if cfg.kc % prob.block or cfg.nc % _PACK_W or cfg.nc % cfg.nr:
-        raise ValueError(f"packed kernel: kc must be a multiple of {prob.block}, nc of 64 and nr")
+    if cfg.nc % _PACK_W or cfg.nc % cfg.nr:
+        raise ValueError("packed kernel: nc must be a multiple of 64 and of nr")
+    # The K chunk holds whole blocks: the configured kc rounded down to a
+    # multiple of the block (one block when the block is larger), so every
+    # block size the dialect accepts (3, 5, 96, ...: not only powers of two) fits.
+    cfg = replace(cfg, kc=max(cfg.kc - cfg.kc % prob.block, prob.block))
     # Narrow the panels when N is too small to give every thread one.
     nc = cfg.nc
     while nc > _PACK_W and -(-prob.n // nc) < cfg.threads:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mlir_mx.errors import MXValueError
 from mlir_mx.host import check_threads
 from mlir_mx.kernels.problem import Operands, Problem
 from mlir_mx.kernels.registry import SCHEDULES, Schedule, choose, schedule_names
@@ -45,7 +46,7 @@ def plan_kernel(prob: Problem, schedule: str = "auto", threads: int | None = Non
     for this machine's cores.  A named schedule that does not support the
     problem gives way to the automatic choice."""
     if schedule != "auto" and schedule not in SCHEDULES:
-        raise ValueError(
+        raise MXValueError(
             f"unknown schedule '{schedule}' (available: {', '.join(schedule_names())})"
         )
     threads = check_threads(threads)

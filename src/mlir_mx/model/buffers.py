@@ -13,6 +13,7 @@ from __future__ import annotations
 from mlir import ir
 
 from mlir_mx.ir_utils import (
+    KernelTag,
     block_ops,
     collect,
     dims_used,
@@ -58,7 +59,7 @@ def _through_unpack(v: ir.Value) -> tuple[ir.Value, str | None]:
     element type of the unpacked codes when it was."""
     root = _root(v)
     for user in users(root):
-        if kernel_tag(user) != "unpack_codes":
+        if kernel_tag(user) != KernelTag.UNPACK_CODES:
             continue
         ins, outs = ins_outs(user)
         if outs and _root(outs[0]) == root:

@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from mlir_mx.files import atomic_path  # noqa: E402
 from mlir_mx.model.machines import Machine  # noqa: E402
 from mlir_mx.model.report import Row, shifts  # noqa: E402
 
@@ -50,7 +51,8 @@ def _save(fig, out_dir: Path, stem: str) -> list[Path]:
     with matplotlib.rc_context({"svg.fonttype": "none"}):
         for ext in ("png", "svg"):
             p = out_dir / f"{stem}.{ext}"
-            fig.savefig(p, dpi=130, bbox_inches="tight")
+            with atomic_path(p) as tmp:  # never half a plot (mlir_mx.files)
+                fig.savefig(tmp, format=ext, dpi=130, bbox_inches="tight")
             paths.append(p)
     plt.close(fig)
     return paths

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from mlir_mx.errors import MXArgTypeError, MXValueError
+
 __all__ = [
     "ELEMENT_FORMATS",
     "SCALE_BIAS",
@@ -171,14 +173,14 @@ def element_format(name: str | ElementFormat) -> ElementFormat:
     if isinstance(name, ElementFormat):
         return name
     if not isinstance(name, str):
-        raise TypeError(
+        raise MXArgTypeError(
             f"element: expected a format name (str), got {type(name).__name__}; "
             f"valid names: {', '.join(ELEMENT_FORMATS)}"
         )
     try:
         return ELEMENT_FORMATS[name]
     except KeyError:
-        raise ValueError(
+        raise MXValueError(
             f"element: unknown MX element format {name!r}; valid names: {', '.join(ELEMENT_FORMATS)}"
         ) from None
 
@@ -188,7 +190,7 @@ def element_bits(codes: np.ndarray, element: str | ElementFormat) -> np.ndarray:
     fmt = element_format(element)
     codes = np.asarray(codes)
     if codes.dtype != fmt.dtype:
-        raise TypeError(f"codes: expected dtype {fmt.dtype} for {fmt.name}, got {codes.dtype}")
+        raise MXArgTypeError(f"codes: expected dtype {fmt.dtype} for {fmt.name}, got {codes.dtype}")
     return codes.view(np.uint8)
 
 
@@ -202,7 +204,7 @@ def decode_elements(codes: np.ndarray, element: str | ElementFormat) -> np.ndarr
     fmt = element_format(element)
     codes = np.asarray(codes)
     if codes.dtype != fmt.dtype:
-        raise TypeError(f"codes: expected dtype {fmt.dtype} for {fmt.name}, got {codes.dtype}")
+        raise MXArgTypeError(f"codes: expected dtype {fmt.dtype} for {fmt.name}, got {codes.dtype}")
     if fmt.is_int:
         return codes.astype(np.float64) * 2.0**-6
     return codes.astype(np.float64)
@@ -216,7 +218,7 @@ def decode_scales(scales: np.ndarray) -> np.ndarray:
     """
     scales = np.asarray(scales)
     if scales.dtype != SCALE_DTYPE:
-        raise TypeError(f"scales: expected dtype {SCALE_DTYPE} ({SCALE_TYPE}), got {scales.dtype}")
+        raise MXArgTypeError(f"scales: expected dtype {SCALE_DTYPE} ({SCALE_TYPE}), got {scales.dtype}")
     k = scales.view(np.uint8).astype(np.int32)
     out = np.ldexp(1.0, k - SCALE_BIAS)
     return np.where(k == SCALE_NAN_CODE, np.nan, out)

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mlir_mx.errors import MXArgTypeError, MXValueError
+
 from .formats import ElementFormat, element_format
 
 __all__ = [
@@ -74,10 +76,10 @@ def unpacked_shape(shape, element: str | ElementFormat) -> tuple[int, ...]:
     fmt = element_format(element)
     shape = tuple(int(s) for s in shape)
     if len(shape) == 0:
-        raise ValueError("packed: packed codes need rank >= 1, got a rank-0 array")
+        raise MXValueError("packed: packed codes need rank >= 1, got a rank-0 array")
     codes, nbytes = fmt.group
     if shape[-1] % nbytes:
-        raise ValueError(
+        raise MXValueError(
             f"packed: last axis has {shape[-1]} bytes, not a multiple of {nbytes}: "
             f"{fmt.name} packs {codes} codes into {nbytes} bytes"
         )
@@ -86,10 +88,10 @@ def unpacked_shape(shape, element: str | ElementFormat) -> tuple[int, ...]:
 
 def _check_axis(shape: tuple[int, ...], fmt: ElementFormat, arg: str) -> None:
     if len(shape) == 0:
-        raise ValueError(f"{arg}: packing needs rank >= 1, got a rank-0 array")
+        raise MXValueError(f"{arg}: packing needs rank >= 1, got a rank-0 array")
     codes, nbytes = fmt.group
     if shape[-1] % codes:
-        raise ValueError(
+        raise MXValueError(
             f"{arg}: the packed (last) axis has length {shape[-1]}, not a multiple of "
             f"{codes}: {fmt.name} packs {codes} codes into {nbytes} byte(s) along the last "
             f"axis (pad the axis, or pack along an axis whose length is a multiple of {codes})"
@@ -100,18 +102,18 @@ def _code_bytes(codes, fmt: ElementFormat) -> np.ndarray:
     """The codes as a C-contiguous ``uint8`` array, validated (no bits above ``fmt.bits``)."""
     codes = np.asarray(codes)
     if codes.ndim == 0:  # checked first: np.ascontiguousarray would make it rank 1
-        raise ValueError("codes: packing needs rank >= 1, got a rank-0 array")
+        raise MXValueError("codes: packing needs rank >= 1, got a rank-0 array")
     if codes.dtype == np.uint8 and not fmt.is_int:
         raw = codes
     elif codes.dtype == fmt.dtype:
         raw = codes.view(np.uint8)
     else:
-        raise TypeError(
+        raise MXArgTypeError(
             f"codes: expected dtype {fmt.dtype} (or uint8 code bytes) for {fmt.name}, "
             f"got {codes.dtype}"
         )
     if fmt.is_sub_byte and raw.size and (raw >> np.uint8(fmt.bits)).any():
-        raise ValueError(
+        raise MXValueError(
             f"codes: {fmt.name} codes must fit in the low {fmt.bits} bits of each byte"
         )
     return np.ascontiguousarray(raw)
@@ -149,7 +151,7 @@ def unpack_codes(packed, element: str | ElementFormat) -> np.ndarray:
     fmt = element_format(element)
     packed = np.asarray(packed)
     if packed.dtype != np.uint8:
-        raise TypeError(f"packed: expected a uint8 array, got dtype {packed.dtype}")
+        raise MXArgTypeError(f"packed: expected a uint8 array, got dtype {packed.dtype}")
     shape = unpacked_shape(packed.shape, fmt)  # also rejects rank 0
     packed = np.ascontiguousarray(packed)
     if fmt.bits == 8:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from mlir import ir
 
-from mlir_mx.ir_utils import collect, kernel_tag, owner_op, users
+from mlir_mx.ir_utils import KernelTag, collect, kernel_tag, owner_op, users
 from mlir_mx.kernels import Operands, Problem, emit_matmul, plan_kernel
 from mlir_mx.kernels.registry import SCHEDULES, schedule_names
 from mlir_mx.numerics import element_format
@@ -62,7 +62,7 @@ def mx_matmul_kernels(op: ir.Operation, *, schedule: str = "auto", threads: int 
         )
     if threads < 0:
         raise PassError(f"mx-matmul-kernels: threads must be >= 0, got {threads}", op.location)
-    for scales in collect(op, lambda o: kernel_tag(o) == "block_scales"):
+    for scales in collect(op, lambda o: kernel_tag(o) == KernelTag.BLOCK_SCALES):
         match = _match(scales)
         if match is None:
             continue
@@ -95,7 +95,7 @@ def _match(scales: ir.Operation):
     for user in users(partials_buf):
         if user == scales:
             continue
-        if kernel_tag(user) in ("block_partials", "block_partials_subbyte"):
+        if kernel_tag(user) in (KernelTag.BLOCK_PARTIALS, KernelTag.BLOCK_PARTIALS_SUBBYTE):
             partials = user
         elif user.name == "linalg.fill":
             fill = user
@@ -150,7 +150,7 @@ def _packed_source(codes: ir.Value):
     if collapse is None or collapse.name != "memref.collapse_shape":
         return None
     buf = collapse.operands[0]
-    writer = next((u for u in users(buf) if kernel_tag(u) == "unpack_codes"), None)
+    writer = next((u for u in users(buf) if kernel_tag(u) == KernelTag.UNPACK_CODES), None)
     if writer is None:
         return None
     grouped = owner_op(writer.operands[0])

@@ -45,6 +45,7 @@ __all__ = [
     "Pipeline",
     "PipelineElement",
     "PipelineError",
+    "UnknownPassError",
     "as_pipeline",
     "split_pipeline",
     "build_pass_manager",
@@ -59,6 +60,15 @@ OWNERSHIP_DEALLOCATION = "ownership-based-buffer-deallocation"
 
 class PipelineError(MXError, ValueError):
     """A pipeline that does not parse, or names an unknown pass or option."""
+
+
+class UnknownPassError(PipelineError):
+    """A pipeline element naming no pass of ours or of upstream's registry;
+    ``name`` is the pass it names."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(message)
+        self.name = name
 
 
 @dataclass(frozen=True)
@@ -413,4 +423,6 @@ def _add_upstream(pm, text: str, el: PipelineElement) -> None:
         if detail is None:
             detail = next((ln for ln in lines if "no such option" in ln), lines[-1] if lines else "")
             detail = detail.replace("<Pass-Options-Parser>: ", "")
+        if el.nested is None and "does not refer to a registered pass" in detail:
+            raise UnknownPassError(el.name, f"pass '{el.name}': {detail}") from None
         raise PipelineError(f"pass '{el.name}': {detail}") from None

@@ -259,6 +259,7 @@ _PASS_MODULES = (
     "mlir_mx.passes.legalize_i1_memrefs",
     "mlir_mx.passes.legalize_subbyte_vector_memory",
     "mlir_mx.passes.matmul_kernels",
+    "mlir_mx.passes.quantize_kernels",
 )
 _loaded = False
 

@@ -101,8 +101,9 @@ def kernel_pipeline(schedule: str = "auto", threads: int | None = None) -> Pipel
     """The default lowering of an mx module: generated matmul kernels, then LLVM.
 
     ``mx-to-linalg`` (blocked matmuls) -> ``bufferize`` -> ``mx-matmul-kernels``
-    (``schedule``, ``threads``; None = this machine's cores) -> threads ->
-    the rest of ``lower-to-llvm``.
+    (``schedule``, ``threads``; None = this machine's cores) ->
+    ``mx-quantize-kernels`` (``threads``) -> threads -> the rest of
+    ``lower-to-llvm``.
     """
     threads = check_threads(threads)
     return Pipeline.of(
@@ -111,6 +112,7 @@ def kernel_pipeline(schedule: str = "auto", threads: int | None = None) -> Pipel
         PipelineElement("convert-elementwise-to-linalg"),
         load_pipeline("bufferize"),
         PipelineElement.of("mx-matmul-kernels", schedule=schedule, threads=threads),
+        PipelineElement.of("mx-quantize-kernels", threads=threads),
         threads_pipeline(threads),
         load_pipeline("memref-to-llvm"),
     )

@@ -1,6 +1,7 @@
 """Seeded campaigns of numbered cases, run in-process in a worker subprocess.
 
-A *suite* (``"fuzz"`` or ``"misuse"``) maps ``(seed, index)`` to one case
+A *suite* (``"fuzz"``, ``"misuse"``, ``"gguf"``, ``"cache"``, ``"linear"``)
+maps ``(seed, index)`` (and the suite's keyword options) to one case
 and runs it in-process, returning an :class:`Outcome`.  Case ``i`` depends on
 ``(seed, i)`` only, so any case can be rerun alone.  :func:`run_campaign`
 starts ``python -m mlir_mx.testing.campaign`` as a worker that runs cases
@@ -35,8 +36,14 @@ __all__ = ["Outcome", "Report", "FINDINGS", "run_campaign", "run_inline"]
 #: Outcome kinds that are defects.
 FINDINGS = ("traceback", "unlocated", "silent", "wrong", "signal", "hang")
 
-#: Suites by name: module with ``case(seed, index) -> Outcome``.
-_SUITES = {"fuzz": "mlir_mx.testing.fuzz", "misuse": "mlir_mx.testing.misuse"}
+#: Suites by name: module with ``case(seed, index, **options) -> Outcome``.
+_SUITES = {
+    "fuzz": "mlir_mx.testing.fuzz",
+    "misuse": "mlir_mx.testing.misuse",
+    "gguf": "mlir_mx.testing.gguf_fuzz",
+    "cache": "mlir_mx.testing.cache_fuzz",
+    "linear": "mlir_mx.testing.linear_fuzz",
+}
 
 
 @dataclass
@@ -102,33 +109,40 @@ def _suite(name: str):
     return mod
 
 
-def run_inline(suite: str, seed: int, indices) -> Report:
+def run_inline(suite: str, seed: int, indices, options: dict | None = None) -> Report:
     """Run cases in this process (no signal protection): for debugging one case."""
     mod, report = _suite(suite), Report(suite, seed)
     for i in indices:
-        report.add(mod.case(seed, i))
+        report.add(mod.case(seed, i, **(options or {})))
     return report
 
 
 def run_campaign(
-    suite: str, seed: int, count: int, *, start: int = 0, timeout: float = 120.0, progress=None
-) -> Report:
-    """Run cases ``start .. start+count-1`` of ``suite`` in worker processes."""
+    suite: str, seed: int, count: int, *, start: int = 0, timeout: float = 120.0, progress=None,
+    options: dict | None = None,
+) -> Report:  # fmt: skip
+    """Run cases ``start .. start+count-1`` of ``suite`` in worker processes.
+
+    ``options``: keyword arguments of the suite's ``case`` (JSON values), e.g.
+    a restriction of its generator; a case is then a function of ``(seed,
+    index, options)``."""
     _suite(suite)  # validate the name here
     report = Report(suite, seed)
     t0 = time.monotonic()
     nxt, end = start, start + count
+    opts = json.dumps(options or {})
     while nxt < end:
-        nxt = _one_worker(suite, seed, nxt, end, timeout, report, progress)
+        nxt = _one_worker(suite, seed, nxt, end, timeout, report, progress, opts)
         if nxt < end:
             report.restarts += 1
     report.seconds = time.monotonic() - t0
     return report
 
 
-def _one_worker(suite, seed, nxt, end, timeout, report, progress) -> int:
+def _one_worker(suite, seed, nxt, end, timeout, report, progress, opts="{}") -> int:
     """Run one worker from case ``nxt``; return the next case to run."""
-    cmd = [sys.executable, "-m", "mlir_mx.testing.campaign", suite, str(seed), str(nxt), str(end)]
+    cmd = [sys.executable, "-m", "mlir_mx.testing.campaign", suite, str(seed), str(nxt), str(end),
+           opts]  # fmt: skip
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
         lines: queue.Queue = queue.Queue()
@@ -174,8 +188,9 @@ def _pump(stream, lines: queue.Queue) -> None:
     lines.put(None)
 
 
-def _worker(suite: str, seed: int, start: int, end: int) -> None:
+def _worker(suite: str, seed: int, start: int, end: int, options: dict | None = None) -> None:
     mod = _suite(suite)
+    options = options or {}
     out = sys.stdout
     # Cases print (mx-runner prints results, upstream prints to fd 1): keep
     # the protocol on a private copy of stdout and send the rest to stderr.
@@ -184,10 +199,11 @@ def _worker(suite: str, seed: int, start: int, end: int) -> None:
     for i in range(start, end):
         proto.write(json.dumps({"begin": i}) + "\n")
         proto.flush()
-        o = mod.case(seed, i)
+        o = mod.case(seed, i, **options)
         proto.write(json.dumps(asdict(o)) + "\n")
         proto.flush()
 
 
 if __name__ == "__main__":
-    _worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    _opts = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
+    _worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), _opts)

@@ -1,5 +1,8 @@
 """The mutation fuzzer of ``mx-opt``: seeded IR mutants through every configuration.
 
+(Its command line also runs the other campaigns: the Runner misuse sweep, the
+GGUF file fuzzer, the compile-cache fuzzer and the Linear API suite.)
+
 Case ``i`` of seed ``s`` takes a seed program of the corpus (the repo's lit
 tests and examples, or the built-in seeds below), applies one to three
 mutations drawn from ``random.Random(f"{s}:{i}")`` (token and line edits,
@@ -12,7 +15,8 @@ bad flag); never a traceback, a signal, a hang, or exit 1 without saying why.
 
 Run it::
 
-    python -m mlir_mx.testing.fuzz --cases 10000 --api-calls 2000 --seed 1
+    python -m mlir_mx.testing.fuzz --cases 10000 --api-calls 2000 --seed 1 \\
+        --gguf-files 5000 --cache-entries 200 --linear-calls 2000
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import random
 import re
 import sys
@@ -192,19 +197,29 @@ def case(seed: int, index: int) -> Outcome:
 
 
 def main(argv=None) -> int:
-    """``python -m mlir_mx.testing.fuzz``: the IR fuzzer and the API misuse sweep."""
+    """``python -m mlir_mx.testing.fuzz``: every campaign (a count of 0 skips one)."""
     p = argparse.ArgumentParser(prog="python -m mlir_mx.testing.fuzz", description=__doc__.split("\n\n")[0])
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--cases", type=int, default=300, help="IR mutants (default 300)")
     p.add_argument("--api-calls", type=int, default=200, help="Runner calls (default 200)")
+    p.add_argument("--gguf-files", type=int, default=300, help="mutated GGUF files (default 300)")
+    p.add_argument("--cache-entries", type=int, default=20, help="corrupted cache entries (default 20)")
+    p.add_argument("--linear-calls", type=int, default=100, help="Linear/matmul calls (default 100)")
+    p.add_argument(
+        "--linear-options", default="{}",
+        help='JSON keyword options of the Linear suite, e.g. \'{"value_range": "normal"}\'',
+    )  # fmt: skip
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before a case is a hang")
     p.add_argument("--findings", help="directory to write the reproducer of each finding to")
     args = p.parse_args(argv)
     clean = True
-    for suite, n in (("fuzz", args.cases), ("misuse", args.api_calls)):
+    suites = (("fuzz", args.cases), ("misuse", args.api_calls), ("gguf", args.gguf_files),
+              ("cache", args.cache_entries), ("linear", args.linear_calls))  # fmt: skip
+    for suite, n in suites:
         if n <= 0:
             continue
-        report = run_campaign(suite, args.seed, n, timeout=args.timeout)
+        options = json.loads(args.linear_options) if suite == "linear" else None
+        report = run_campaign(suite, args.seed, n, timeout=args.timeout, options=options)
         print(report.summary(), flush=True)
         clean &= report.clean
         if args.findings:

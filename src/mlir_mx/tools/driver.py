@@ -11,6 +11,7 @@ import re
 import sys
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 
 from mlir import ir
 
@@ -111,6 +112,22 @@ def tool_main(prog: str, parse, run, argv: list[str] | None) -> int:
         return 130
     finally:
         _SOURCES.reset(token)
+
+
+def check_out_dir(out, flag: str = "--out") -> Path:
+    """The output directory ``out`` of a tool, created if missing; a
+    :class:`ToolError` when it is a file, cannot be created or is not writable
+    (checked before the tool's work, so a long run is not lost at the end)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ToolError(f"{flag} '{out}' exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ToolError(f"cannot create {flag} directory '{out}': {err.strerror or err}") from None
+    if not os.access(out, os.W_OK):
+        raise ToolError(f"{flag} directory '{out}' is not writable")
+    return out
 
 
 def _silence_stdout() -> None:

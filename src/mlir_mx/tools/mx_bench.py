@@ -8,6 +8,7 @@ Examples::
     mx-bench --shapes 1x4096x4096 --threads 2 --formats f8E4M3FN,f4E2M1FN
     mx-bench --quick --out /tmp/r              # tiny shapes, seconds (the test suite runs this)
     mx-bench --mlp                             # the 4096 -> 14336 -> 4096 MXFP4 MLP (GGUF weights)
+    mx-bench --quantize                        # f32 8192 x 8192 -> MX (every format) and back
 
 Every result is checked against the oracle before it is timed; a wrong result
 prints ``mx-bench: error: WRONG RESULT: ...`` and exits 1 (no results file).
@@ -22,9 +23,8 @@ import argparse
 import re
 import shlex
 import sys
-from pathlib import Path
 
-from mlir_mx.tools.driver import ToolError, tool_main
+from mlir_mx.tools.driver import ToolError, check_out_dir, tool_main
 
 PROG = "mx-bench"
 DEFAULT_SHAPES = "1x8192x8192,8x4096x4096,256x4096x4096"
@@ -46,9 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--formats",
-        default="f8E4M3FN",
-        help="comma-separated MX element formats (f8E4M3FN), or A:B pairs (A the "
-        "activations' format, B the weights', e.g. i8:f4E2M1FN for W4A8)",
+        help="comma-separated MX element formats (f8E4M3FN; --quantize: all six), or A:B "
+        "pairs (A the activations' format, B the weights', e.g. i8:f4E2M1FN for W4A8)",
     )
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
     p.add_argument("--quick", action="store_true", help="tiny shapes, few samples (seconds)")
@@ -65,6 +64,14 @@ def _parser() -> argparse.ArgumentParser:
         "instead of the matmul shapes",
     )
     p.add_argument("--mlp-tokens", default="1,128", help="the MLP's batch sizes (1,128)")
+    p.add_argument(
+        "--quantize",
+        nargs="?",
+        const="8192x8192",
+        metavar="RxC",
+        help="run the conversion benchmark on an R x C f32 matrix (default 8192x8192; "
+        "--quick: 128x256): ours at each thread count, the oracle, ggml, torchao",
+    )
     return p
 
 
@@ -91,6 +98,7 @@ def _ints(text: str, what: str) -> list[int]:
 def _parse(argv: list[str]):
     from mlir_mx.bench.harness import Options
     from mlir_mx.model.kernels import parse_shape
+    from mlir_mx.numerics import ELEMENT_FORMATS
 
     p = _parser()
     ns = p.parse_args(argv)
@@ -101,7 +109,8 @@ def _parse(argv: list[str]):
             parse_shape(s, BLOCK_SIZE)
             for s in (ns.shapes or (QUICK_SHAPES if ns.quick else DEFAULT_SHAPES)).split(",")
         ]
-        formats = [_format(f.strip()) for f in ns.formats.split(",")]
+        default_formats = ",".join(ELEMENT_FORMATS) if ns.quantize else "f8E4M3FN"
+        formats = [_format(f.strip()) for f in (ns.formats or default_formats).split(",")]
     except (ValueError, TypeError) as err:
         raise ToolError(f"error: {err}") from None
     mlp = None
@@ -111,7 +120,19 @@ def _parse(argv: list[str]):
         if len(mlp) != 2 or any(v % 32 for v in mlp):
             raise ToolError(f"error: --mlp: expected D,F, multiples of 32, got '{ns.mlp}'")
         shapes = [] if ns.shapes is None else shapes
-    tag = ns.tag or ("quick" if ns.quick else "default") + ("-mlp" if mlp else "")
+    quantize = None
+    if ns.quantize is not None:
+        r_c = "128x256" if ns.quick and ns.quantize == "8192x8192" else ns.quantize
+        quantize = tuple(_ints(r_c.replace("x", ","), "--quantize"))
+        if len(quantize) != 2 or quantize[1] % BLOCK_SIZE:
+            raise ToolError(
+                f"error: --quantize: expected RxC with C a multiple of {BLOCK_SIZE}, "
+                f"got '{ns.quantize}'"
+            )
+        shapes = [] if ns.shapes is None else shapes
+    tag = ns.tag or ("quick" if ns.quick else "default") + ("-mlp" if mlp else "") + (
+        "-quantize" if quantize else ""
+    )
     if not re.fullmatch(r"[A-Za-z0-9._-]+", tag):
         raise ToolError(f"error: --tag: use letters, digits, '.', '_' or '-', got '{tag}'")
     samples = ns.samples if ns.samples is not None else (3 if ns.quick else 9)
@@ -123,12 +144,13 @@ def _parse(argv: list[str]):
         threads=_ints(ns.threads, "--threads"),
         command=" ".join([PROG, *(shlex.quote(a) for a in argv)]),
         tag=tag,
-        out=Path(ns.out),
+        out=check_out_dir(ns.out),  # before the run: a bad --out costs no benchmark time
         quick=ns.quick,
         block_size=BLOCK_SIZE,
         samples=samples,
         mlp=mlp,
         mlp_tokens=tuple(_ints(ns.mlp_tokens, "--mlp-tokens")),
+        quantize=quantize,
     )
     if ns.quick:
         opts.target_s, opts.budget_s, opts.settle_s, opts.retries = 0.002, 0.2, 0.0, 0
@@ -152,7 +174,10 @@ def run(parsed) -> int:
         record = run_bench(opts, say)
     except BenchFailure as err:
         raise ToolError(f"error: {err}") from None
-    js, md = write_results(record, opts.out)
+    try:
+        js, md = write_results(record, opts.out)
+    except OSError as err:  # e.g. a full disk: no partial file is left (atomic writes)
+        raise ToolError(f"error: cannot write the results to '{opts.out}': {err.strerror or err}") from None
     print(f"wrote {js} and {md}")
     return 0
 

@@ -26,9 +26,11 @@ from mlir_mx.dialect import (
     remap_diagnostics,
     verify_module,
 )
+from mlir_mx.files import write_text
 from mlir_mx.passes.pipeline import (
     PipelineElement,
     PipelineError,
+    UnknownPassError,
     build_pass_manager,
     run_pipeline,
     split_pipeline,
@@ -180,13 +182,11 @@ def _check_pipeline(opts: Options) -> None:
     load_dialect(ctx)
     try:
         pm = build_pass_manager(opts.pipeline, ctx)
+    except UnknownPassError as err:
+        flag = opts.spelling.get(err.name, f"--{err.name}")
+        raise ToolError(f"Unknown command line argument '{flag}'.  Try: '{PROG} --help'") from None
     except PipelineError as err:
-        msg = str(err)
-        if "does not refer to a registered pass" in msg:
-            bad = msg.split("'")[1] if "'" in msg else msg
-            flag = opts.spelling.get(bad, f"--{bad}")
-            raise ToolError(f"Unknown command line argument '{flag}'.  Try: '{PROG} --help'") from None
-        raise ToolError(msg) from None
+        raise ToolError(str(err)) from None
     if opts.dump_pipeline:
         print(str(pm), file=sys.stderr)
 
@@ -242,8 +242,7 @@ def run(opts: Options) -> int:
         sys.stdout.write(result)
     else:
         try:
-            with open(opts.output, "w", encoding="utf-8") as f:
-                f.write(result)
+            write_text(opts.output, result)  # atomic: a failure keeps the old file
         except OSError as err:
             raise ToolError(f"cannot open output file '{opts.output}': {err.strerror}") from None
     return 1 if failed else 0

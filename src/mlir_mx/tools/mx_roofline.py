@@ -21,11 +21,10 @@ prints its located diagnostic (``file:line:col: error: ...``).  The shared
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-from mlir_mx.tools.driver import ArgParser, ToolError, register_source, tool_main
+from mlir_mx.tools.driver import ArgParser, ToolError, check_out_dir, register_source, tool_main
 
 PROG = "mx-roofline"
 DEFAULT_SHAPES = ("32x64x64", "1x64x64")
@@ -134,23 +133,11 @@ def _parse(argv):
     if args.threads < 1:
         raise ToolError("--threads must be at least 1")
     if args.out is not None:
-        _check_out_dir(Path(args.out))
+        check_out_dir(args.out)
     elif args.report:
         raise ToolError("--report needs --out (the directory the results page is written to)")
     args.command = " ".join([PROG, *argv])
     return args
-
-
-def _check_out_dir(out: Path) -> None:
-    """The plot directory must be a directory we can write (created if missing)."""
-    if out.exists() and not out.is_dir():
-        raise ToolError(f"--out '{out}' exists and is not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ToolError(f"cannot create --out directory '{out}': {err.strerror or err}") from None
-    if not os.access(out, os.W_OK):
-        raise ToolError(f"--out directory '{out}' is not writable")
 
 
 def run(args) -> int:
@@ -213,6 +200,7 @@ def _write(rows, machine, args, say) -> None:
     """The plots (and with ``--report`` the results page) under ``--out``."""
     import datetime
 
+    from mlir_mx.files import write_text
     from mlir_mx.model.plots import roofline_plot, time_plot
     from mlir_mx.model.report import markdown_report
 
@@ -222,7 +210,7 @@ def _write(rows, machine, args, say) -> None:
     paths += time_plot(rows, machine, out, f"time{date}")
     if args.report:
         page = out / f"roofline{date}.md"
-        page.write_text(markdown_report(rows, machine, args.command, paths))
+        write_text(page, markdown_report(rows, machine, args.command, paths))  # atomic
         paths.append(page)
     say("wrote " + ", ".join(str(p) for p in paths))
 

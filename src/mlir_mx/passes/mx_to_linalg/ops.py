@@ -3,7 +3,7 @@
 Each lowering takes the op (its mx operands already available as (mantissa,
 scale) pairs through :func:`unpack`) and returns the values that replace its
 results, two per mx result.  ``docs/passes/mx-to-linalg.md`` shows the IR of
-each; :mod:`mlir_mx.passes.mx_lowering_helpers` builds the pieces.
+each; :mod:`mlir_mx.passes.mx_to_linalg.helpers` builds the pieces.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from mlir import ir
 from mlir.dialects import arith, builtin, linalg, tensor
 
 from mlir_mx.dialect.types import MXTensorType, is_mx_type
-from mlir_mx.ir_utils import constant_float, owner_op, tag_kernel
+from mlir_mx.ir_utils import KernelTag, constant_float, owner_op, tag_kernel
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
-from mlir_mx.passes import mx_lowering_helpers as h
+from mlir_mx.passes.mx_to_linalg import helpers as h
 
 __all__ = ["CAST", "LOWERINGS", "pack", "unpack"]
 
@@ -74,7 +74,10 @@ def _dequantize(mant, scale, t: MXTensorType, alpha: ir.Value | None = None) -> 
         # alpha is a scalar: feed it as a rank-0 tensor with an empty map.
         a0 = tensor.FromElementsOp(ir.RankedTensorType.get([], h.f32()), [alpha]).result
         ins[2] = a0
-    return h.generic(ins, [out], maps, [h.PARALLEL] * rank, body)[0]
+    result = h.generic(ins, [out], maps, [h.PARALLEL] * rank, body)[0]
+    if alpha is None:  # mx-quantize-kernels replaces it after bufferization
+        tag_kernel(result, KernelTag.DEQUANTIZE)
+    return result
 
 
 def _lower_quantize(op: ir.Operation, _mm: str) -> list[ir.Value]:
@@ -87,6 +90,7 @@ def _quantize(x: ir.Value, t: MXTensorType) -> tuple[ir.Value, ir.Value]:
     """Three generics: block amax, E8M0 codes, scaled and rounded elements."""
     fmt = ELEMENT_FORMATS[t.element_type]
     amax = h.block_amax(x, t)
+    tag_kernel(amax, KernelTag.QUANTIZE_AMAX)
     srank = len(t.scale_shape)
     scale_t = h.scalar_type(t.scale_type)
     scale = h.generic(
@@ -96,7 +100,9 @@ def _quantize(x: ir.Value, t: MXTensorType) -> tuple[ir.Value, ir.Value]:
         [h.PARALLEL] * srank,
         lambda a, _o: [h.code_to_scale(h.amax_to_code(a, fmt.emax), t.scale_type)],
     )[0]
+    tag_kernel(scale, KernelTag.QUANTIZE_SCALES)
     mant = _scale_elements(x, scale, t)
+    tag_kernel(mant, KernelTag.QUANTIZE_ELEMENTS)  # the group mx-quantize-kernels replaces
     return mant, scale
 
 
@@ -227,7 +233,9 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     )  # fmt: skip
     partials = partial_op_results[0]
     sub_byte = _sub_byte(lt.element_type) or _sub_byte(b_elem)
-    tag_kernel(partials, "block_partials_subbyte" if sub_byte else "block_partials")
+    tag_kernel(
+        partials, KernelTag.BLOCK_PARTIALS_SUBBYTE if sub_byte else KernelTag.BLOCK_PARTIALS
+    )
 
     def smap(*dims):
         return ir.AffineMap.get(3, 0, [d(i) for i in dims])
@@ -241,7 +249,7 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     ins = [partials, ascale] + ([bscale] if rhs_mx else [])
     maps = [smap(0, 2, 1), smap(0, 2)] + ([smap(2, 1)] if rhs_mx else []) + [smap(0, 1)]
     out = h.generic(ins, [acc], maps, [h.PARALLEL, h.PARALLEL, h.REDUCTION], scale_body)
-    tag_kernel(out[0], "block_scales")
+    tag_kernel(out[0], KernelTag.BLOCK_SCALES)
     return out
 
 

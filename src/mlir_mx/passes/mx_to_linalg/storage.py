@@ -29,9 +29,9 @@ from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
 from mlir_mx.dialect.types import MXTensorType
-from mlir_mx.ir_utils import tag_kernel
+from mlir_mx.ir_utils import KernelTag, tag_kernel
 from mlir_mx.numerics import element_format, packing_group
-from mlir_mx.passes import mx_lowering_helpers as h
+from mlir_mx.passes.mx_to_linalg import helpers as h
 
 __all__ = ["STORAGES", "pack_codes", "unpack_codes"]
 
@@ -104,7 +104,7 @@ def unpack_codes(packed: ir.Value, t: MXTensorType) -> ir.Value:
 
     maps = _lane_maps(rank, nbytes) + [h.identity_map(rank + 1)]
     (res,) = h.generic([grouped] * nbytes, [out], maps, [h.PARALLEL] * (rank + 1), body)
-    tag_kernel(res, "unpack_codes")
+    tag_kernel(res, KernelTag.UNPACK_CODES)
     return _collapse_last(res, shape[:-1] + [groups, codes], elem)
 
 
@@ -126,5 +126,5 @@ def pack_codes(codes_value: ir.Value, t: MXTensorType) -> ir.Value:
 
     maps = _lane_maps(rank, codes) + [h.identity_map(rank + 1)]
     (res,) = h.generic([grouped] * codes, [out], maps, [h.PARALLEL] * (rank + 1), body)
-    tag_kernel(res, "pack_codes")
+    tag_kernel(res, KernelTag.PACK_CODES)
     return _collapse_last(res, shape[:-1] + [groups, nbytes], h.i8())

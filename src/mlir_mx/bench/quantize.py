@@ -1,0 +1,245 @@
+"""``mx-bench --quantize``: converting an f32 matrix to MX, and back.
+
+One standard-normal f32 matrix (default 8192 x 8192, 256 MiB), blocks of 32
+along its rows, per element format and thread count:
+
+* ours: :func:`mlir_mx.convert.quantize_stored` (the compiled kernels; codes
+  in their stored form, what ``MXArray.from_packed``, ``write_gguf`` and
+  ``Linear`` take) and :func:`mlir_mx.dequantize` (MX -> f32; into a new
+  array, whose pages the OS zeroes on first touch, and into a reused one,
+  ``out=``); checked bit for bit against the oracle before they are timed
+  (a mismatch fails the run);
+* the oracle, :func:`mlir_mx.numerics.quantize` (numpy, one thread; timed
+  at the lowest thread count only);
+* ggml's ``ggml_quantize_chunk`` (ggml-python, when installed): MXFP4 for
+  FP4 and Q8_0 (8-bit codes, f16 scale per 32) for the 8-bit formats, its
+  nearest counterpart; one thread per row range at ``t`` threads, as
+  llama.cpp's quantize tool splits a tensor;
+* torchao's ``MXTensor.to_mx`` (when torch and torchao are installed;
+  ``torch.set_num_threads``); whether its bytes equal the oracle's is
+  recorded.
+
+Rows give the median time, elements per second and GB/s of f32 input read
+(4 bytes per element; written bytes are not counted), and for ours and the
+oracle the peak of numpy allocations during one call (``tracemalloc``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+import tracemalloc
+
+import numpy as np
+
+from mlir_mx.bench.machine import cpu_sample, other_load, thread_limits
+from mlir_mx.bench.problem import BenchFailure
+
+__all__ = ["quantize_markdown", "run_quantize"]
+
+BLOCK = 32
+
+
+def _timed(fn, samples: int, budget_s: float = 20.0):
+    """(median, min, max, samples) of single calls after a warm-up call; fewer
+    samples (at least 2) when they would take longer than ``budget_s``."""
+    t0 = time.perf_counter()
+    fn()
+    one = time.perf_counter() - t0
+    n = max(2, min(samples, int(budget_s / max(one, 1e-9))))
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    ts.sort()
+    return float(np.median(ts)), ts[0], ts[-1], n
+
+
+def _peak(fn) -> int:
+    """Peak numpy allocations (bytes) during one call of ``fn``."""
+    tracemalloc.start()
+    try:
+        out = fn()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    del out
+    return peak
+
+
+def _ours(x, element, threads):
+    import mlir_mx
+    from mlir_mx.convert import quantize_stored
+    from mlir_mx.numerics import SCALE_DTYPE, MXArray
+    from mlir_mx.numerics import quantize as oracle
+
+    codes, scales = quantize_stored(x, element, BLOCK, 1, threads)
+    want = oracle(x, element, BLOCK, 1)
+    got = MXArray.from_packed(codes, scales.view(SCALE_DTYPE), element, BLOCK, 1)
+    if not got.bitwise_equal(want):
+        raise BenchFailure(f"WRONG RESULT: mlir_mx.quantize {element} differs from the oracle")
+    back = mlir_mx.dequantize(want, threads)
+    if not np.array_equal(back, want.dequantize(), equal_nan=True):
+        raise BenchFailure(f"WRONG RESULT: mlir_mx.dequantize {element} differs from the oracle")
+    want.packed_codes()
+    out = np.empty_like(x)
+    return {
+        "ours quantize": (lambda: quantize_stored(x, element, BLOCK, 1, threads), True),
+        "ours dequantize": (lambda: mlir_mx.dequantize(want, threads), True),
+        "ours dequantize, out=": (lambda: mlir_mx.dequantize(want, threads, out=out), True),
+    }
+
+
+def _ggml(x, element, threads):
+    from mlir_mx.bench.ggml_baseline import _ggml as load
+    from mlir_mx.bench.ggml_baseline import ggml_available
+
+    if ggml_available():
+        return {}
+    gg = load()
+    if element == "f4E2M1FN":
+        typ, label = gg.GGML_TYPE_MXFP4, "ggml MXFP4"
+    elif element == "f8E4M3FN":  # no MXFP8 in ggml: Q8_0, its 8-bit block format
+        typ, label = gg.GGML_TYPE_Q8_0, "ggml Q8_0"
+    else:
+        return {}
+    rows, cols = x.shape
+    dst = np.empty(gg.ggml_row_size(typ, cols) * rows, np.uint8)
+    src = x.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    per = -(-rows // threads)
+
+    def chunk(r0):
+        n = min(per, rows - r0)
+        gg.ggml_quantize_chunk(typ, src, dst.ctypes.data, r0 * cols, n, cols, None)
+
+    def run():
+        ts = [threading.Thread(target=chunk, args=(r0,)) for r0 in range(0, rows, per)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+    return {f"{label} quantize": (run, None)}
+
+
+def _torchao(x, element, threads):
+    try:
+        import torch
+
+        from mlir_mx.interop.torchao import _torch, from_mxtensor
+    except ImportError:
+        return {}
+    try:
+        _, MXTensor, _, elems = _torch()
+    except ImportError:
+        return {}
+    if element not in elems:
+        return {}
+    from mlir_mx.numerics import quantize as oracle
+
+    t = torch.from_numpy(x)
+
+    def run():
+        return MXTensor.to_mx(t, elems[element], block_size=BLOCK)
+
+    exact = from_mxtensor(run()).bitwise_equal(oracle(x, element, BLOCK, 1))
+    return {"torchao MXTensor.to_mx": (run, exact)}
+
+
+def _methods(x, element, threads, oracle_row: bool):
+    from mlir_mx.numerics import quantize as oracle
+
+    out = _ours(x, element, threads)
+    if oracle_row:
+        out["oracle numerics.quantize"] = (lambda: oracle(x, element, BLOCK, 1), True)
+    out.update(_ggml(x, element, threads))
+    out.update(_torchao(x, element, threads))
+    return out
+
+
+def _measure(fn, samples: int, retries: int):
+    """Timing and CPU share of others; repeated (after 5 s, up to ``retries``
+    times) while other processes use more than 10 % of the cores."""
+    for attempt in range(retries + 1):
+        cpu0 = cpu_sample()
+        timing = _timed(fn, samples)
+        cpu = other_load(cpu0, cpu_sample())
+        if cpu is None or cpu["others"] <= 0.1 or attempt == retries:
+            return timing, cpu, attempt + 1
+        time.sleep(5)
+    raise AssertionError("unreachable")
+
+
+def run_quantize(
+    rows: int, cols: int, formats, threads, say, samples: int = 5, retries: int = 3
+) -> dict:
+    """The conversion benchmark; returns a record (rows of format x method x threads).
+
+    Our rows are timed again (up to ``retries`` times) while other processes
+    load the cores; the slow baselines are timed once."""
+    from mlir_mx.bench.ggml_baseline import ggml_available
+
+    say(f"quantize: {rows} x {cols} f32 ({rows * cols * 4 / 2**20:.0f} MiB), blocks of {BLOCK}")
+    x = np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32)
+    out = []
+    for element in formats:
+        for t in threads:
+            say(f"  {element}, {t} thread(s):")
+            with thread_limits(t):
+                for name, (fn, exact) in _methods(x, element, t, t == min(threads)).items():
+                    tries = retries if name.startswith("ours") else 0
+                    (med, lo, hi, n), cpu, attempts = _measure(fn, samples, tries)
+                    peak = _peak(fn) if name.startswith(("ours", "oracle")) else None
+                    out.append(dict(
+                        format=element, method=name, threads=t, median_s=med, min_s=lo,
+                        spread=(hi - lo) / med, samples=n, elements_per_s=x.size / med,
+                        input_gb_per_s=x.nbytes / med / 1e9, bit_exact=exact,
+                        peak_numpy_bytes=peak, cpu=cpu, attempts=attempts,
+                    ))  # fmt: skip
+                    say(f"    {name:<28} {med * 1e3:10.2f} ms  {x.size / med / 1e6:8.0f} M el/s "
+                        f"{x.nbytes / med / 1e9:6.2f} GB/s")  # fmt: skip
+    return dict(rows_=rows, cols=cols, block_size=BLOCK, formats=list(formats),
+                threads=list(threads), rows=out, ggml_skipped=ggml_available())  # fmt: skip
+
+
+def quantize_markdown(rec: dict) -> list[str]:
+    """The conversion section of the markdown report."""
+    n = rec["rows_"] * rec["cols"]
+    lines = [
+        f"## Converting a {rec['rows_']} x {rec['cols']} f32 matrix "
+        f"({n * 4 / 2**20:.0f} MiB), blocks of {rec['block_size']} along rows",
+        "",
+        "ours quantize = `mlir_mx.convert.quantize_stored` (the compiled kernels, output in "
+        "its stored form); ours dequantize = `mlir_mx.dequantize` (MX -> f32). GB/s: f32 "
+        "input read (quantize) or f32 output written (dequantize), 4 bytes per element. "
+        "peak MiB: numpy allocations during one call (tracemalloc). vs ours: this time / "
+        "ours quantize at the same thread count. others: the share of the cores other "
+        "processes used during the timing; our rows are timed again (up to 3 times) while "
+        "it is above 10%, the baselines once.",
+        "",
+        "| format | threads | method | median ms | M elements/s | GB/s | spread | vs ours "
+        "| bit-exact | peak MiB | others |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    if rec["ggml_skipped"]:
+        lines.insert(1, f"\n- ggml skipped: {rec['ggml_skipped']}")
+    ours = {
+        (r["format"], r["threads"]): r["median_s"]
+        for r in rec["rows"]
+        if r["method"] == "ours quantize"
+    }
+    for r in rec["rows"]:
+        exact = {True: "yes", False: "no", None: "-"}[r["bit_exact"]]
+        peak = "-" if r["peak_numpy_bytes"] is None else f"{r['peak_numpy_bytes'] / 2**20:.1f}"
+        others = "?" if not r.get("cpu") else f"{r['cpu']['others']:.0%}"
+        if r.get("attempts", 1) > 1:
+            others += f" (timed {r['attempts']}x)"
+        lines.append(
+            f"| {r['format']} | {r['threads']} | {r['method']} | {r['median_s'] * 1e3:.1f} | "
+            f"{r['elements_per_s'] / 1e6:.0f} | {r['input_gb_per_s']:.2f} | {r['spread']:.0%} | "
+            f"{r['median_s'] / ours[(r['format'], r['threads'])]:.2f}x | {exact} | {peak} | "
+            f"{others} |"
+        )
+    return lines

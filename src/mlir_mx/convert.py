@@ -1,0 +1,298 @@
+"""Quantize and dequantize at memory speed: ``mlir_mx.quantize`` / ``mlir_mx.dequantize``.
+
+The same results as the numpy oracle (:func:`mlir_mx.numerics.quantize`,
+:func:`mlir_mx.numerics.dequantize`), bit for bit, computed by the compiled
+kernels of :mod:`mlir_mx.kernels.convert` (the numerics of the dialect's
+``mx.quantize_block`` / ``mx.dequantize_block`` lowering, vectorized and
+multi-threaded)::
+
+    a = mlir_mx.quantize(w, "f4E2M1FN", 32)       # an MXArray, FP4 codes packed
+    y = mlir_mx.dequantize(a)                     # f32
+
+* Any rank and blocking axis; numpy arrays and DLPack arrays (a torch CPU
+  tensor, ...), strided ones too (read in place: no copy of the input);
+  float32 input (float64, float16 and bfloat16 are converted to float32 in
+  registers, as the oracle converts them first).
+* The output is written once, in its stored form: FP4/FP6 codes packed
+  (``numerics.packing``) where the shape packs; no f32-sized temporary.
+* One compiled kernel per (operation, format, block size, layout, input
+  type, threads) serves every shape (all sizes are dynamic; ranks and axes
+  fold into two layouts); kept in memory and, lowered, in the persistent
+  compile cache (``MLIR_MX_CACHE_DIR``, ``mlir_mx.linear.cache_dir``).
+* Bad arguments raise ``TypeError`` / ``ValueError`` naming the argument,
+  with the oracle's messages, before any native code runs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from math import prod
+
+import ml_dtypes
+import numpy as np
+from mlir import ir
+
+from mlir_mx.execution import CompileOptions, Runner
+from mlir_mx.execution.arguments import descriptor_type
+from mlir_mx.host import check_threads, host_features
+from mlir_mx.kernels.convert import ConvertSpec, convert_module
+from mlir_mx.numerics import MXArray, element_format, is_packed_storage, packed_shape
+from mlir_mx.numerics.formats import SCALE_DTYPE
+from mlir_mx.numerics.mx import (
+    _ACCEPTED_INPUT_DTYPES,
+    _check_block_size,
+    _check_blocked_shape,
+    _normalize_axis,
+    scale_shape,
+)
+from mlir_mx.pipelines import kernel_library_pipeline
+
+__all__ = ["dequantize", "quantize", "quantize_stored"]
+
+_SOURCE = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}
+
+
+# --------------------------------------------------------------------------- the API
+
+
+def quantize(x, element: str = "f8E4M3FN", block_size: int = 32, axis: int = -1, threads=None):
+    """:func:`mlir_mx.numerics.quantize` (same signature, same bits), compiled.
+
+    Returns an :class:`~mlir_mx.numerics.MXArray` built from its stored form
+    (``MXArray.from_packed``).  ``threads``: default this machine's cores.
+    """
+    element = element_format(element).name
+    x, block_size, axis = _check_input(x, block_size, axis)
+    packed, scales = quantize_stored(x, element, block_size, axis, threads)
+    return MXArray.from_packed(packed, scales.view(SCALE_DTYPE), element, block_size, axis)
+
+
+def quantize_stored(x, element: str, block_size: int = 32, axis: int = -1, threads=None):
+    """``(codes, scales)`` of :func:`quantize` as ``uint8`` arrays in their stored
+    form (``MXArray.packed_codes()`` and the E8M0 scale codes), without
+    building the MXArray."""
+    fmt = element_format(element)
+    x, block_size, axis = _check_input(x, block_size, axis)
+    threads = check_threads(threads)
+    packed = is_packed_storage(x.shape, fmt)
+    codes = np.empty(packed_shape(x.shape, fmt) if packed else x.shape, np.uint8)
+    scales = np.empty(scale_shape(x.shape, block_size, axis), np.uint8)
+    if x.size == 0:
+        return codes, scales
+    rows = axis == x.ndim - 1
+    for xv, cv, sv in _views(x, codes, scales, axis):
+        contiguous = xv.strides[-1] == 1 or xv.shape[-1] == 1
+        spec = ConvertSpec(
+            "quantize", fmt.name, block_size, "rows" if rows else "columns", packed,
+            _SOURCE[x.dtype.name], contiguous, threads,
+        )  # fmt: skip
+        _kernel(spec)(xv, cv, sv)
+    return codes, scales
+
+
+def dequantize(a, threads=None, *, out=None) -> np.ndarray:
+    """:func:`mlir_mx.numerics.dequantize` (same bits), compiled: ``a`` (an
+    :class:`~mlir_mx.numerics.MXArray`) as float32.  ``threads``: default
+    this machine's cores.  ``out``: a C-contiguous, writeable float32 array
+    of ``a.shape`` to write into (and return) instead of a new one (a fresh
+    array costs the OS's zeroing of its pages on first touch)."""
+    if not isinstance(a, MXArray):
+        raise TypeError(f"a: expected an MXArray, got {type(a).__name__}")
+    threads = check_threads(threads)
+    if out is None:
+        out = np.empty(a.shape, np.float32)
+    elif not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != a.shape:
+        raise TypeError(f"out: expected a float32 numpy array of shape {a.shape}")
+    elif not (out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError("out: must be C-contiguous and writeable")
+    if out.size == 0:
+        return out
+    codes = np.ascontiguousarray(a.packed_codes()).view(np.uint8)
+    scales = np.ascontiguousarray(a.scales).view(np.uint8)
+    bs, axis = a.block_size, a.axis
+    if axis == a.ndim - 1:
+        layout, rows = "rows", prod(a.shape[:-1])
+        views = (codes.reshape(rows, -1), scales.reshape(rows, -1), out.reshape(rows, -1))
+    else:
+        layout, rows = "columns", prod(a.shape[: axis + 1])
+        views = (
+            codes.reshape(rows, -1),
+            scales.reshape(rows // bs, -1),
+            out.reshape(rows, -1),
+        )
+    spec = ConvertSpec("dequantize", a.element, bs, layout, a.is_packed, threads=threads)
+    _kernel(spec)(*(_View.of(v) for v in views))
+    return out
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _check_input(x, block_size, axis):
+    """The oracle's checks (and messages): x as an ndarray, block_size, axis."""
+    if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
+        x = _from_dlpack(x)
+    x = np.asarray(x)
+    if x.dtype not in _ACCEPTED_INPUT_DTYPES:
+        raise TypeError(
+            f"x: expected a float32 array (float64, float16 and bfloat16 are converted to "
+            f"float32 first), got dtype {x.dtype}"
+        )
+    if x.ndim == 0:
+        raise ValueError("x: MX quantization needs rank >= 1, got a rank-0 array")
+    block_size = _check_block_size(block_size)
+    axis = _normalize_axis(axis, x.ndim)
+    _check_blocked_shape(x.shape, block_size, axis, "x")
+    return x, block_size, axis
+
+
+def _from_dlpack(x) -> np.ndarray:
+    """A numpy view of a DLPack array (a torch CPU tensor, ...): no copy.
+
+    numpy has no DLPack bfloat16, so a torch bfloat16 tensor is viewed as
+    int16 and reinterpreted.
+    """
+    try:
+        return np.from_dlpack(x)
+    except (BufferError, RuntimeError, TypeError, ValueError) as err:
+        if str(getattr(x, "dtype", "")) == "torch.bfloat16" and hasattr(x, "view"):
+            import torch
+
+            return np.from_dlpack(x.view(torch.int16)).view(ml_dtypes.bfloat16)
+        raise TypeError(f"x: cannot view this {type(x).__name__} as host memory: {err}") from None
+
+
+
+
+
+# --------------------------------------------------------------------------- views
+
+
+class _View:
+    """A strided view for a kernel argument: address, sizes, strides in elements."""
+
+    __slots__ = ("keep", "ptr", "shape", "strides")
+
+    def __init__(self, keep: np.ndarray, ptr: int, shape, strides):
+        self.keep, self.ptr = keep, ptr
+        self.shape, self.strides = tuple(shape), tuple(strides)
+
+    @classmethod
+    def of(cls, a: np.ndarray) -> _View:
+        return cls(a, a.ctypes.data, a.shape, [s // a.itemsize for s in a.strides])
+
+    def descriptor(self):
+        d = descriptor_type(len(self.shape))()
+        d.allocated = d.aligned = self.ptr
+        d.offset = 0
+        d.shape[:] = list(self.shape)
+        d.strides[:] = list(self.strides)
+        return d
+
+
+def _merge(shape, strides):
+    """``(size, stride)`` of dims that fold into one (C order), or None."""
+    dims = [(n, s) for n, s in zip(shape, strides, strict=True) if n != 1]
+    if not dims:
+        return prod(shape), 1
+    for (_n0, s0), (n1, s1) in zip(dims, dims[1:], strict=False):
+        if s0 != n1 * s1:
+            return None
+    return prod(shape), dims[-1][1]
+
+
+def _foldable_from(shape, strides, lo: int, hi: int) -> int:
+    """Smallest ``k`` in ``[lo, hi]`` such that dims ``[k, hi)`` fold into one."""
+    k = lo
+    while k < hi and _merge(shape[k:hi], strides[k:hi]) is None:
+        k += 1
+    return k
+
+
+def _views(x: np.ndarray, codes: np.ndarray, scales: np.ndarray, axis: int):
+    """``(x, codes, scales)`` kernel views: ``(P, N)``/``(P, N')``/``(P, N/B)``
+    (``rows``) or ``(P, N, Q)``/``(P N, Q')``/``(P N / B, Q)`` (``columns``).
+
+    Dims that do not fold into P or Q (a strided input) are iterated here,
+    one kernel call per index; the outputs are C-contiguous, so every
+    sub-view of them folds.
+    """
+    item = x.itemsize
+    shape, strides = x.shape, tuple(s // item for s in x.strides)
+    nd = x.ndim
+    lead = _foldable_from(shape, strides, 0, axis)
+    rows = axis == nd - 1
+    mid_hi = axis + 1 if rows else _foldable_from(shape, strides, axis + 1, nd)
+    outer = [range(n) for n in shape[:lead]] + [range(n) for n in shape[axis + 1 : mid_hi]]
+    for idx in np.ndindex(*(len(r) for r in outer)):
+        pre, mid = idx[:lead], idx[lead:]
+        sel = pre + (slice(None),) * (axis - lead + 1) + mid
+        xs, cs, ss = x[sel], codes[sel], scales[sel]
+        k = axis - lead  # the blocked axis in the sub-views
+        xsh, xst = xs.shape, tuple(s // item for s in xs.strides)
+        p, sp = _merge(xsh[:k], xst[:k])
+        if rows:
+            yield (
+                _View(xs, xs.ctypes.data, (p, xsh[k]), (sp, xst[k])),
+                _folded(cs, k),
+                _folded(ss, k),
+            )
+        else:
+            q, sq = _merge(xsh[k + 1 :], xst[k + 1 :])
+            yield (
+                _View(xs, xs.ctypes.data, (p, xsh[k], q), (sp, xst[k], sq)),
+                _folded(cs, k + 1),
+                _folded(ss, k + 1),
+            )
+
+
+def _folded(a: np.ndarray, split: int) -> _View:
+    """``a`` (a sub-view of a C-contiguous output) as 2-D: dims ``[0, split)``
+    and ``[split, ndim)`` folded (never a copy: the kernel writes through it)."""
+    st = [s // a.itemsize for s in a.strides]
+    rows, rs = _merge(a.shape[:split], st[:split])
+    cols, cst = _merge(a.shape[split:], st[split:])
+    if cst != 1 and cols > 1:
+        raise AssertionError("an output view is not contiguous in its last dims")
+    return _View(a, a.ctypes.data, (rows, cols), (rs, 1))
+
+
+# --------------------------------------------------------------------------- kernels
+
+_KERNELS: dict[tuple, _Kernel] = {}
+_LOCK = threading.Lock()
+
+
+class _Kernel:
+    """One compiled kernel, called with three strided views."""
+
+    def __init__(self, spec: ConvertSpec):
+        from mlir_mx.dialect import load_dialect
+        from mlir_mx.linear import cache_dir
+
+        with ir.Context() as ctx, ir.Location.unknown():
+            load_dialect(ctx)
+            text = str(convert_module(spec))
+        options = CompileOptions(kernel_library_pipeline(spec.threads), cache_dir=cache_dir())
+        self.runner = Runner(text, options=options)
+        raw = self.runner.engine.raw_lookup("_mlir_ciface_" + spec.name)
+        self.fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(raw)
+
+    def __call__(self, *views: _View) -> None:
+        descs = [v.descriptor() for v in views]
+        ptrs = [ctypes.pointer(d) for d in descs]
+        cells = [ctypes.pointer(p) for p in ptrs]
+        array = (ctypes.c_void_p * len(cells))(*[ctypes.cast(c, ctypes.c_void_p) for c in cells])
+        self.fn(array)
+
+
+def _kernel(spec: ConvertSpec) -> _Kernel:
+    key = (spec, host_features())
+    k = _KERNELS.get(key)
+    if k is None:
+        with _LOCK:
+            k = _KERNELS.get(key)
+            if k is None:
+                k = _KERNELS[key] = _Kernel(spec)
+    return k

@@ -1,0 +1,109 @@
+"""Writing files so that a failure never leaves a partial one.
+
+Every file mlir-mx writes (GGUF files, compile-cache entries, mx-bench
+results, mx-roofline plots, ``mx-opt -o``) goes through :func:`atomic_path`
+or :func:`atomic_write`: the data go to a temporary file in the target's
+folder, which is flushed to disk and renamed over the target only once it is
+complete.  An exception on the way (a refused value, a full disk, an
+interrupt) removes the temporary file and leaves the target as it was: the
+previous content, or no file.  A reader never sees a half-written file, and
+two writers of the same path leave one of the two complete files.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+__all__ = ["atomic_path", "atomic_write", "write_bytes", "write_text"]
+
+
+def _umask() -> int:
+    try:  # Linux: read it without changing it (os.umask is process-wide)
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def _special(path: Path) -> bool:
+    """An existing path that is not a regular file (``/dev/null``, a pipe, a tty)."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write; renamed over ``path`` on success.
+
+    For writers that open the file themselves (``gguf.GGUFWriter``,
+    ``savefig``).  The temporary file is created empty (mode 0600); when the
+    ``with`` block exits normally it is synced and renamed over ``path``,
+    with the mode of the file it replaces (a new file: 0666 less the umask).
+    When the block raises, the temporary file is removed and ``path`` is
+    untouched.  A symbolic link is followed (the file it names is replaced);
+    a path that exists and is not a regular file (a device or a pipe, e.g.
+    ``/dev/null``) is handed over as is and written in place.  Errors of the
+    target's folder (missing, not a directory, not writable) are the
+    ``OSError`` of creating the temporary file, before anything is written.
+    """
+    target = Path(os.path.realpath(os.fspath(path)))
+    if _special(target):
+        yield target
+        return
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        mode = 0o666 & ~_umask()
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the data are on disk before the name points to them
+        finally:
+            os.close(fd)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+@contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "w", **open_args) -> Iterator[IO]:
+    """``open(path, mode)`` for writing, atomically (see :func:`atomic_path`).
+
+    ``mode`` is ``"w"`` or ``"wb"`` (with ``encoding=`` etc. as for ``open``)."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"mode: expected 'w' or 'wb', got {mode!r}")
+    with atomic_path(path) as tmp, open(tmp, mode, **open_args) as f:
+        yield f
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically."""
+    with atomic_write(path, "wb") as f:
+        f.write(data)
+
+
+def write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> None:
+    """Write ``text`` to ``path`` atomically."""
+    with atomic_write(path, "w", encoding=encoding) as f:
+        f.write(text)

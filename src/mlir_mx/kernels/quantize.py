@@ -1,0 +1,254 @@
+"""The quantize kernel: f32 (f64, f16, bf16) -> MX codes and E8M0 scales.
+
+What ``mx.quantize_block`` computes (its ``mx-to-linalg`` lowering: block
+amax, E8M0 code, scaled and rounded elements; ``docs/numerics.md``), as one
+pass over the input in vector registers (:mod:`mlir_mx.kernels.encode`
+holds the per-register numerics).  Layouts and work split:
+:mod:`mlir_mx.kernels.convert`.
+
+``rows`` with a block size that is a multiple of 16: each block is loaded
+once, its amax is an integer ``umax`` of the magnitude bits reduced to a
+scalar, and its codes are encoded and packed from the same registers
+(blocks above 64 elements are read twice, 64 at a time, from L1).
+
+``rows`` with any other block size: per segment of blocks, the scales
+first (masked loads of each block), their ``2^-shared_exp`` in a small
+scratch buffer, then the elements in 16-lane vectors that gather their
+block's factor (``vector.gather``).
+
+``columns``: a block is ``B`` rows of a column tile; the amax is a lane-wise
+``umax`` down the rows (no reduction across lanes), so 16 or 64 blocks are
+encoded at once; the tile is then read again from L1 and encoded.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mlir import ir
+
+from mlir_mx.kernels.builder import KernelBuilder
+from mlir_mx.kernels.convert import (
+    COLUMN_CHUNK,
+    SEGMENT_BLOCKS,
+    ConvertSpec,
+    parallel_items,
+    split_items,
+)
+from mlir_mx.kernels.encode import LANES, Encoder, abs_bits, inverse_scale, pack, scale_code
+from mlir_mx.numerics.formats import element_format
+from mlir_mx.numerics.packing import packing_group
+
+__all__ = ["emit_quantize"]
+
+
+def emit_quantize(kb: KernelBuilder, spec: ConvertSpec, x, codes, scales) -> None:
+    """Emit the kernel of ``spec`` at the insertion point (``x``, ``codes``,
+    ``scales``: the memrefs of :meth:`ConvertSpec.arg_types`)."""
+    q = _Quantize(kb, spec, x, codes, scales)
+    if spec.layout == "rows":
+        q.rows()
+    else:
+        q.columns()
+
+
+class _Quantize:
+    def __init__(self, kb: KernelBuilder, spec: ConvertSpec, x, codes, scales):
+        self.kb, self.spec = kb, spec
+        self.x, self.codes, self.scales = x, codes, scales
+        self.fmt = element_format(spec.element)
+        self.enc = Encoder(self.fmt)
+        self.bs = spec.block
+        self.group = packing_group(self.fmt) if spec.packed else (1, 1)
+        self.v16 = kb.vec(LANES, kb.f32)
+
+    # -- reading and writing ---------------------------------------------------------
+
+    def load(self, idx: list, valid=None) -> ir.Value:
+        """16 input elements from ``x[idx]`` on, as f32 (lanes past ``valid`` are
+        0, or, for a strided input, copies of the last valid one)."""
+        kb = self.kb
+        if self.spec.contiguous:
+            v = kb.load_lanes(self.x, idx, LANES, valid)
+        else:
+            *outer, last = idx
+            lanes = []
+            for lane in range(LANES):
+                off = lane if valid is None else kb.min(lane, kb.sub(valid, 1))
+                lanes.append(kb.load(self.x, outer + [kb.add(last, off)]))
+            v = kb.from_elements(lanes)
+        src = self.spec.source
+        if src == "f32":
+            return v
+        if src == "f64":
+            return kb.truncf(v, self.v16)  # RNE, overflow to +-Inf: numpy's astype
+        return kb.extf(v, self.v16)  # f16 / bf16: exact
+
+    def byte_col(self, col) -> ir.Value:
+        """Byte offset of code column ``col`` (a packing group boundary)."""
+        codes, nbytes = self.group
+        if codes == 1:
+            return col
+        return self.kb.mul(self.kb.divu(col, codes), nbytes)
+
+    def store_codes(self, vals: list[ir.Value], row, col, valid=None) -> None:
+        """Encode and store the codes of scaled values ``vals`` (16 lanes each)
+        at code ``(row, col)``; with ``valid``, only that many codes."""
+        kb = self.kb
+        data = pack(kb, self.fmt, [self.enc.codes(kb, v) for v in vals], self.spec.packed)
+        bvalid = None
+        if valid is not None:
+            codes, nbytes = self.group
+            bvalid = valid if codes == 1 else kb.mul(kb.divu(valid, codes), nbytes)
+        kb.store_lanes(data, self.codes, [row, self.byte_col(col)], bvalid)
+
+    def scale_vector(self, m: ir.Value, row, col, valid=None) -> ir.Value:
+        """Scale codes of 16 blocks from their magnitude bits ``m``: stored at
+        ``scales[row, col..]``; returns their ``2^-shared_exp``."""
+        kb = self.kb
+        code = scale_code(kb, m, self.fmt.emax)
+        kb.store_lanes(kb.trunci(code, kb.vec(LANES, kb.i8)), self.scales, [row, col], valid)
+        return inverse_scale(kb, code)
+
+    def scale_scalar(self, m_vec: ir.Value, row, col) -> ir.Value:
+        """Scale code of one block from lane-wise magnitude bits: stored at
+        ``scales[row, col]``; returns its ``2^-shared_exp`` (f32 scalar)."""
+        kb = self.kb
+        code = scale_code(kb, kb.reduce("maxui", m_vec), self.fmt.emax)
+        kb.store(kb.trunci(code, kb.i8), self.scales, [row, col])
+        return inverse_scale(kb, code)
+
+    # -- rows ------------------------------------------------------------------------
+
+    def rows(self) -> None:
+        kb = self.kb
+        p_rows, n = kb.dim(self.x, 0), kb.dim(self.x, 1)
+        nb = kb.divu(n, self.bs)
+        per_row = kb.ceildivu(nb, SEGMENT_BLOCKS)
+        generic = self.bs % LANES != 0
+
+        def body(first, end):
+            scratch = kb.alloc([SEGMENT_BLOCKS], kb.f32) if generic else None
+            with kb.loop(first, end, 1) as w:
+                r, k = split_items(kb, w.iv, per_row)
+                js = kb.mul(k, SEGMENT_BLOCKS)
+                je = kb.min(kb.add(js, SEGMENT_BLOCKS), nb)
+                if generic:
+                    self.segment_generic(r, js, je, scratch)
+                else:
+                    with kb.loop(js, je, 1) as j:
+                        self.block(r, j.iv)
+            if scratch is not None:
+                kb.dealloc(scratch)
+
+        parallel_items(kb, kb.mul(p_rows, per_row), self.spec.threads, body)
+
+    def block(self, r, j) -> None:
+        """One block of a row (block size a multiple of 16)."""
+        kb, bs = self.kb, self.bs
+        e0 = kb.mul(j, bs)
+        width = bs if bs <= 64 else LANES * math.gcd(bs // LANES, 4)
+        nv = width // LANES
+        if width == bs:  # the whole block in registers
+            xs = [self.load([r, kb.add(e0, LANES * v)]) for v in range(nv)]
+            mult = kb.broadcast(self.scale_scalar(_umax_all(kb, xs), r, j), LANES)
+            self.store_codes([kb.fmul(v, mult) for v in xs], r, e0)
+            return
+        zero = kb.const(0, kb.vec(LANES, kb.i32))
+        with kb.loop(0, bs, width, [zero]) as c:
+            col = kb.add(e0, c.iv)
+            xs = [self.load([r, kb.add(col, LANES * v)]) for v in range(nv)]
+            c.yield_([kb.maxui(c.args[0], _umax_all(kb, xs))])
+        mult = kb.broadcast(self.scale_scalar(c.results[0], r, j), LANES)
+        with kb.loop(0, bs, width) as c:
+            col = kb.add(e0, c.iv)
+            xs = [self.load([r, kb.add(col, LANES * v)]) for v in range(nv)]
+            self.store_codes([kb.fmul(v, mult) for v in xs], r, col)
+
+    def segment_generic(self, r, js, je, scratch) -> None:
+        """Blocks ``[js, je)`` of row ``r``, any block size: scales, then elements."""
+        kb, bs = self.kb, self.bs
+        with kb.loop(js, je, 1) as j:
+            e0 = kb.mul(j.iv, bs)
+            m = kb.const(0, kb.vec(LANES, kb.i32))
+            for t in range(0, bs, LANES):
+                valid = None if t + LANES <= bs else kb.idx(bs - t)
+                m = kb.maxui(m, abs_bits(kb, self.load([r, kb.add(e0, t)], valid)))
+            kb.store(self.scale_scalar(m, r, j.iv), scratch, [kb.sub(j.iv, js)])
+        start = kb.mul(js, bs)
+        count = kb.mul(kb.sub(je, js), bs)
+        full = kb.add(start, kb.mul(kb.divu(count, LANES), LANES))
+        lanes = kb.const_array(list(range(LANES)), kb.vec(LANES, kb.i32))
+        bsv = kb.const(bs, kb.vec(LANES, kb.i32))
+
+        def elements(e, valid):
+            rel = kb.index_cast(kb.sub(e, start), kb.i32)
+            idx = kb.divu(kb.addi(kb.broadcast(rel, LANES), lanes), bsv)
+            mask = kb.mask(LANES, LANES if valid is None else valid)
+            mult = kb.gather(scratch, [0], idx, mask, kb.const(0.0, self.v16))
+            self.store_codes([kb.fmul(self.load([r, e], valid), mult)], r, e, valid)
+
+        with kb.loop(start, full, LANES) as e:
+            elements(e.iv, None)
+        rest = kb.sub(kb.add(start, count), full)
+        with kb.if_(kb.icmp("ugt", rest, 0)):
+            elements(full, rest)
+
+    # -- columns -------------------------------------------------------------------
+
+    def columns(self) -> None:
+        kb = self.kb
+        p_rows, n, q = (kb.dim(self.x, i) for i in range(3))
+        nb = kb.divu(n, self.bs)
+        chunks = kb.ceildivu(q, COLUMN_CHUNK)
+
+        def body(first, end):
+            with kb.loop(first, end, 1) as w:
+                g, c = split_items(kb, w.iv, chunks)
+                p, j = split_items(kb, g, nb)
+                q0 = kb.mul(c, COLUMN_CHUNK)
+                self.column_tiles(p, j, g, q0, kb.min(kb.add(q0, COLUMN_CHUNK), q))
+
+        parallel_items(kb, kb.mul(kb.mul(p_rows, nb), chunks), self.spec.threads, body)
+
+    def column_tiles(self, p, j, g, q0, q1) -> None:
+        kb = self.kb
+        width = kb.sub(q1, q0)
+        full4 = kb.add(q0, kb.mul(kb.divu(width, 4 * LANES), 4 * LANES))
+        full1 = kb.add(q0, kb.mul(kb.divu(width, LANES), LANES))
+        with kb.loop(q0, full4, 4 * LANES) as t:
+            self.tile(p, j, g, t.iv, 4, None)
+        with kb.loop(full4, full1, LANES) as t:
+            self.tile(p, j, g, t.iv, 1, None)
+        rest = kb.sub(q1, full1)
+        with kb.if_(kb.icmp("ugt", rest, 0)):
+            self.tile(p, j, g, full1, 1, rest)
+
+    def tile(self, p, j, g, q, nv: int, valid) -> None:
+        """Blocks ``(p, j)`` of columns ``q .. q + 16 nv`` (``valid``: a tail)."""
+        kb, bs = self.kb, self.bs
+        n0 = kb.mul(j, bs)
+        cols = [kb.add(q, LANES * v) for v in range(nv)]
+        zero = kb.const(0, kb.vec(LANES, kb.i32))
+        with kb.loop(0, bs, 1, [zero] * nv) as i:
+            n = kb.add(n0, i.iv)
+            i.yield_(
+                [
+                    kb.maxui(m, abs_bits(kb, self.load([p, n, c], valid)))
+                    for m, c in zip(i.args, cols, strict=True)
+                ]
+            )
+        mults = [self.scale_vector(m, g, c, valid) for m, c in zip(i.results, cols, strict=True)]
+        row0 = kb.mul(g, bs)
+        with kb.loop(0, bs, 1) as i:
+            n = kb.add(n0, i.iv)
+            vals = [kb.fmul(self.load([p, n, c], valid), m) for m, c in zip(mults, cols, strict=True)]
+            self.store_codes(vals, kb.add(row0, i.iv), q, valid)
+
+
+def _umax_all(kb: KernelBuilder, xs: list[ir.Value]) -> ir.Value:
+    """Lane-wise max of the magnitude bits of f32 vectors ``xs``."""
+    m = abs_bits(kb, xs[0])
+    for v in xs[1:]:
+        m = kb.maxui(m, abs_bits(kb, v))
+    return m

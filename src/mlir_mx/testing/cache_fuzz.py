@@ -1,0 +1,161 @@
+"""The compile-cache fuzzer: corrupted entries of the persistent compile cache.
+
+Each worker compiles two modules once into a scratch cache and keeps their
+pristine entries: the kernel of a ``Linear`` with an MXFP4 weight (what
+``MLIR_MX_CACHE_DIR`` holds in practice: LLVM dialect with async-runtime
+calls) and a small f32 function through a ``Runner``.  Case ``i`` of seed
+``s`` corrupts one entry with mutations drawn from
+``random.Random(f"cache:{s}:{i}")`` -- bytes flipped or set (NUL included)
+anywhere or in one region (the header's magic, key, length or checksum; the
+bytecode), truncation, appended or inserted bytes, the old headerless
+format, an empty file, random content -- and compiles the module again
+from that cache, as a fresh process would (the in-memory cache cleared).
+
+The rule (``docs/library.md``): the corrupted entry is not used -- it is
+logged, deleted and rebuilt -- and the call returns the right result; never
+an exception, a signal (upstream's bytecode reader aborts on some malformed
+input, so no unverified byte may reach it) or a hang.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import tempfile
+import traceback
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from mlir_mx.testing.campaign import Outcome
+
+__all__ = ["case", "REGIONS"]
+
+ADD = """func.func @add(%a: tensor<8x8xf32>, %b: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %r = arith.addf %a, %b : tensor<8x8xf32>
+  return %r : tensor<8x8xf32>
+}"""
+#: Where a targeted corruption lands (byte ranges of an entry; see compiled._DiskCache).
+REGIONS = {"magic": (0, 8), "key": (8, 40), "length": (40, 48), "checksum": (48, 80), "body": (80, None)}
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@cache
+def _handler() -> _Records:
+    h = _Records()
+    logging.getLogger("mlir_mx.execution.compiled").addHandler(h)
+    return h
+
+
+def _weight():
+    from mlir_mx.numerics import quantize
+
+    x = np.random.default_rng(0).standard_normal((64, 96)).astype(np.float32)
+    return quantize(x, "f4E2M1FN", 32)
+
+
+def _run(module: str, folder: Path):
+    """Compile ``module`` afresh with the cache in ``folder``; (result, from_disk)."""
+    from mlir_mx.execution import Runner, clear_cache
+
+    clear_cache()
+    if module == "linear":
+        import mlir_mx
+
+        os.environ["MLIR_MX_CACHE_DIR"] = str(folder)
+        lin = mlir_mx.Linear(_weight(), threads=1)
+        y = lin(np.ones((1, 96), np.float32))
+        return y, next(iter(lin._runners.values()))._compiled.from_disk
+    r = Runner(ADD, cache_dir=folder)
+    a = np.arange(64, dtype=np.float32).reshape(8, 8)
+    return r.add(a.copy(), a.copy()), r._compiled.from_disk
+
+
+@cache
+def _pristine(module: str) -> tuple[Path, bytes, np.ndarray]:
+    """Once per worker: (entry path, its bytes, the right result) of ``module``."""
+    folder = Path(tempfile.mkdtemp(prefix=f"mlir-mx-cache-fuzz-{module}-"))
+    want, _ = _run(module, folder)
+    (path,) = folder.glob("*.mlirbc")
+    return path, path.read_bytes(), want
+
+
+def _corrupt(data: bytes, rng: random.Random) -> tuple[bytes, str]:
+    b = bytearray(data)
+    k = rng.randrange(9)
+    if k <= 2:  # bytes in one region, or anywhere
+        name = rng.choice(list(REGIONS)) if k < 2 else "anywhere"
+        lo, hi = REGIONS.get(name, (0, None))
+        hi = len(b) if hi is None else hi
+        for _ in range(rng.choice((1, 1, 2, 8))):
+            i = rng.randrange(lo, hi)
+            b[i] = rng.choice((0, b[i] ^ (1 << rng.randrange(8)), rng.randrange(256)))
+        how = f"bytes changed in {name}"
+    elif k == 3:
+        n = rng.randrange(len(b))
+        del b[n:]
+        how = f"truncated to {n}"
+    elif k == 4:
+        b += bytes(rng.randrange(256) for _ in range(rng.randint(1, 64)))
+        how = "bytes appended"
+    elif k == 5:
+        at = rng.randrange(len(b))
+        b[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
+        how = f"bytes inserted at {at}"
+    elif k == 6:
+        b = b[80:]
+        how = "the old headerless format (bare bytecode)"
+    elif k == 7:
+        b = bytearray(rng.choice((b"", b"MLIRMXC1", bytes(rng.randrange(256) for _ in range(200)))))
+        how = f"replaced by {len(b)} bytes"
+    else:  # a NUL into a symbol name, as in reproducer f14
+        i = b.find(b"_mlir_ciface_", 80)
+        i = rng.randrange(80, len(b)) if i < 0 else i + rng.randrange(13)
+        b[i] = 0
+        how = f"NUL at {i}"
+    if bytes(b) == data:  # a no-op change (same byte drawn): force one
+        b = b[:-1]
+        how += ", last byte dropped"
+    return bytes(b), how
+
+
+def case(seed: int, index: int) -> Outcome:
+    """Corrupt one entry, compile from the cache, classify."""
+    from mlir_mx.execution.compiled import _DiskCache
+
+    rng = random.Random(f"cache:{seed}:{index}")
+    module = ("linear", "add")[index % 2]
+    what = module
+    try:
+        path, good, want = _pristine(module)
+        bad, how = _corrupt(good, rng)
+        what = f"{module}: {how}"
+        path.write_bytes(bad)
+        log = _handler()
+        log.messages.clear()
+        got, from_disk = _run(module, path.parent)
+        if from_disk:
+            return Outcome(index, "wrong", module, "a corrupted entry was used", what)
+        if not np.array_equal(got, want):
+            return Outcome(index, "wrong", module, "wrong result after the rebuild", what)
+        if not any("compile cache: dropped" in m for m in log.messages):
+            return Outcome(index, "silent", module, "the dropped entry was not logged", what)
+        checker = _DiskCache.__new__(_DiskCache)
+        checker.key = good[8:40]
+        if not path.exists() or checker.verify(path.read_bytes())[0] is None:
+            return Outcome(index, "wrong", module, "the entry was not rebuilt", what)
+        path.write_bytes(good)  # the next case starts from the pristine entry
+        return Outcome(index, "ok", module)
+    except BaseException as e:  # noqa: BLE001 - anything else is the finding
+        tb = "".join(traceback.format_exception(e))[-1500:]
+        return Outcome(index, "traceback", module, tb, what)
