@@ -88,12 +88,12 @@ def test_f4_readonly_mx_activation_and_the_write_analysis():
     ro = type(xq)(codes, scales, xq.element, xq.block_size, xq.axis)
     np.testing.assert_array_equal(lin(ro), lin(xq))
     lin(np.ones((1, 64), np.float32))
-    for (kind, _schedule, _threads), runner in lin._runners.items():
-        a_elem = kind[0] if isinstance(kind, tuple) else kind  # (element, packed)
-        n_act = 1 if a_elem is None else 2
+    for (prob, _schedule, _threads), runner in lin._runners.items():
+        n_act = 1 if prob.a_elem is None else 2
+        n_weights = 1 if prob.b_dot else 2  # the dot kernels' records, or codes and scales
         written = runner._compiled.writes("matmul")
         # the activations and the weight are read, the output written
-        assert written == {n_act + 2}, (a_elem, written)
+        assert written == {n_act + n_weights}, (prob, written)
 
 
 def test_f4_messages_name_x_not_arg0():

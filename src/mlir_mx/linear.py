@@ -16,7 +16,14 @@ MX) activations with the generated kernels of :mod:`mlir_mx.kernels`::
   ``prefill`` above; each is compiled on first use with a dynamic M.
 * Results are those of ``mx.block_matmul`` (the blocked order,
   ``docs/numerics.md``): bit-identical across batch sizes and thread counts.
-  An f32 activation enters the products exactly (no quantization).
+  An f32 activation enters the products exactly (no quantization), unless
+  ``activations="i8"`` (or another MX element format) asks for it to be
+  quantized per call: then ``lin(x)`` is ``Linear(w)(quantize(x, "i8", B))``
+  bit for bit.
+* Pairs the CPU's dot units compute exactly (FP4/FP6/INT8 activations and
+  weights: VNNI; FP8 in either: AVX512_BF16) run the dot kernels
+  (:mod:`mlir_mx.kernels.dot`) on a second copy of the weight in VNNI
+  records, made on first use; same bits as the f32 kernels.
 * Compiled kernels are kept in memory and, lowered to the LLVM dialect, on
   disk (``MLIR_MX_CACHE_DIR``, default ``~/.cache/mlir-mx``; ``off``
   disables it), so a second process skips the mlir-mx and MLIR passes.
@@ -32,11 +39,13 @@ import ml_dtypes
 import numpy as np
 from mlir import ir
 
+from mlir_mx.convert import quantize as compiled_quantize
 from mlir_mx.dialect import load_dialect
 from mlir_mx.execution import FREE, BoundFunction, CompileOptions, Runner
 from mlir_mx.execution.options import default_cache_dir
 from mlir_mx.host import check_threads
-from mlir_mx.kernels import Problem, choose, kernel_module, plan_kernel, shape_class
+from mlir_mx.kernels import SCHEDULES, Problem, kernel_module, plan_kernel, shape_class
+from mlir_mx.kernels.dot_layout import RecordLayout, dot_kind, pack_records
 from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
 from mlir_mx.numerics import (
     SCALE_DTYPE,
@@ -45,6 +54,7 @@ from mlir_mx.numerics import (
     is_packed_storage,
     pack_codes,
     packed_shape,
+    unpack_codes,
 )
 from mlir_mx.pipelines import kernel_library_pipeline
 
@@ -62,7 +72,10 @@ class Linear:
     weights (out, in) (numpy or DLPack) with ``element=`` (and
     ``block_size=``, default 32): quantized here along ``in`` by the compiled
     :func:`mlir_mx.quantize`.  ``threads``: default this machine's cores;
-    settable later (``lin.threads = 1``).
+    settable later (``lin.threads = 1``).  ``activations``: None (f32
+    activations enter exactly) or an MX element format that f32 activations
+    are quantized to per call (blocks of the weight's block size along
+    ``in``; MX activations are used as given).
     """
 
     def __init__(
@@ -72,11 +85,10 @@ class Linear:
         threads: int | None = None,
         element: str | None = None,
         block_size: int = 32,
+        activations: str | None = None,
     ):
         if element is not None and not isinstance(weight, MXArray):
-            from mlir_mx.convert import quantize
-
-            weight = quantize(weight, element, block_size, axis=-1, threads=threads)
+            weight = compiled_quantize(weight, element, block_size, axis=-1, threads=threads)
         if not isinstance(weight, MXArray):
             raise TypeError(
                 f"weight: expected an MXArray (or float weights with element=...), "
@@ -104,12 +116,12 @@ class Linear:
         if self.tiled:
             raw = self._codes.view(np.uint8)
             self._codes = tile_b_codes(raw, self.block_size, self.element, self.packed)
-        self._start(threads)
+        self._start(threads, activations)
 
     @classmethod
     def from_stored(
         cls, codes, scales, element: str, block_size: int, in_features: int, out_features: int,
-        *, threads: int | None = None,
+        *, threads: int | None = None, activations: str | None = None,
     ) -> Linear:  # fmt: skip
         """The Linear whose :attr:`stored` arrays are ``codes`` and ``scales``,
         held as they are (no copy): the form a Linear of this weight shape keeps
@@ -142,10 +154,18 @@ class Linear:
             if not a.flags.c_contiguous:
                 raise ValueError(f"{name}: expected a C-contiguous array")
         lin._codes, lin._scales = codes, scales
-        lin._start(threads)
+        lin._start(threads, activations)
         return lin
 
-    def _start(self, threads: int | None) -> None:
+    def _start(self, threads: int | None, activations: str | None) -> None:
+        if activations is not None:
+            try:
+                activations = element_format(activations).name
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"activations: {err}") from None
+        self.activations = activations
+        self._records: dict[str, np.ndarray] = {}  # dot kind -> VNNI records of B
+        self._n_weights: dict[tuple, int] = {}  # call key -> weight arguments (for messages)
         self.threads = threads
         self._runners: dict[tuple, Runner] = {}
         self._calls: dict[tuple, BoundFunction] = {}
@@ -172,13 +192,17 @@ class Linear:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the stored weight (codes and scales)."""
-        return self._codes.nbytes + self._scales.nbytes
+        """Bytes of the stored weight (codes and scales, plus the dot
+        kernels' records once a call has made them)."""
+        extra = sum(r.nbytes for r in self._records.values())
+        return self._codes.nbytes + self._scales.nbytes + extra
 
     def __repr__(self) -> str:
+        act = f", activations={self.activations!r}" if self.activations else ""
         return (
             f"Linear(in_features={self.in_features}, out_features={self.out_features}, "
-            f"element={self.element}, block_size={self.block_size}, threads={self.threads})"
+            f"element={self.element}, block_size={self.block_size}, threads={self.threads}"
+            f"{act})"
         )
 
     # -- the call ------------------------------------------------------------------
@@ -193,14 +217,32 @@ class Linear:
         # every M without a kernel: no kernel schedule divides by 0 columns.
         if m and self.out_features and self.in_features:
             try:
-                self._bound(kind, m)(*args, out)
+                call = self._bound(kind, m)
+                if call is None:  # no dot kernel: quantize (compiled), then the MX path
+                    q = compiled_quantize(args[0], kind[2], self.block_size, threads=self.threads)
+                    args, kind = self._mx_args(q), (q.element, q.is_packed, None)
+                    call = self._bound(kind, m)
+                call(*args, out)
             except (TypeError, ValueError) as err:  # name the user's arguments, not '%arg0'
-                raise type(err)(_user_names(str(err), len(args))) from None
+                n_w = self._n_weights.get((kind, shape_class(m), self.threads), 2)
+                raise type(err)(_user_names(str(err), len(args), n_w)) from None
         return out[0] if vector else out
+
+    def schedule(self, x) -> str:
+        """The kernel schedule a call with ``x`` runs (``int-prefill``,
+        ``decode``, ...; the registry's names)."""
+        _args, kind, m, _vector = self._activations(x)
+        cls = shape_class(max(m, 1))
+        found = self._kernel(kind, cls)
+        if found is None:  # quantized by the oracle, then the MX kernels
+            packed = is_packed_storage((1, self.in_features), kind[2])
+            found = self._kernel((kind[2], packed, None), cls)
+        return found[1]
 
     def _activations(self, x):
         """``(arguments, kind, M, vector)``: the activations as the kernel takes
-        them, and their kind ``(element or None, packed)``."""
+        them, and their kind ``(element or None, packed, quantized to)``: an
+        f32 ``x`` is quantized per call to ``activations`` when it is set."""
         k = self.in_features
         if isinstance(x, MXArray):
             if x.ndim != 2 or x.shape[1] != k or x.axis != 1 or x.block_size != self.block_size:
@@ -209,12 +251,7 @@ class Linear:
                     f"with block_size {self.block_size}; got shape {x.shape}, axis {x.axis}, "
                     f"block_size {x.block_size}"
                 )
-            # The arrays x holds, passed without a copy: FP4/FP6 codes packed
-            # where the shape packs (numerics.is_packed_storage), as the kernel
-            # reads them; one code per byte otherwise.
-            raw, scales = x.held_buffers()
-            codes = raw if x.is_packed else raw.view(x.format.dtype)
-            return [codes, scales], (x.element, x.is_packed), x.shape[0], False
+            return self._mx_args(x), (x.element, x.is_packed, None), x.shape[0], False
         if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
             x = _host_view(x)  # a torch CPU tensor, ...: viewed, not copied
         if not isinstance(x, np.ndarray):
@@ -230,36 +267,80 @@ class Linear:
         # Read-only x is fine (the kernels never write it); misaligned or
         # strided x is copied.
         x2 = np.require(x2, np.float32, ["C_CONTIGUOUS", "ALIGNED"])
-        return [x2], (None, False), x2.shape[0], vector
+        return [x2], (None, False, self.activations), x2.shape[0], vector
 
-    def _problem(self, kind: tuple[str | None, bool]) -> Problem:
-        a_elem, a_packed = kind
-        return Problem(
-            None, self.out_features, self.in_features, self.block_size,
-            a_elem, self.element, a_packed=a_packed, b_packed=self.packed, b_tiled=self.tiled,
-        )  # fmt: skip
+    @staticmethod
+    def _mx_args(x: MXArray) -> list[np.ndarray]:
+        """The arrays an MX activation holds, passed without a copy: its codes
+        in their stored form (packed bytes where the shape packs,
+        numerics.is_packed_storage; one code per byte otherwise) and scales."""
+        raw, scales = x.held_buffers()
+        return [raw if x.is_packed else raw.view(x.format.dtype), scales]
 
-    def _bound(self, kind: tuple[str | None, bool], m: int) -> BoundFunction:
+    def _kernel(self, kind, cls: str):
+        """(problem, schedule, weight arguments) for activations of ``kind`` at
+        shape class ``cls``: a dot kernel when the CPU has one for the pair,
+        else the f32 kernels (None for an f32 activation to quantize: the
+        caller quantizes it with the oracle)."""
+        a_elem, a_packed, a_quant = kind
+        dot = dot_kind(a_elem or a_quant, self.element, self.block_size)
+        common = (None, self.out_features, self.in_features, self.block_size, a_elem, self.element)
+        if dot is not None:
+            prob = Problem(*common, a_packed=a_packed, a_quant=a_quant, b_dot=dot.name)
+            schedule = _pick(prob, cls)
+            if schedule is not None:
+                return prob, schedule, [self._dot_records(dot)]
+        if a_quant is not None:
+            return None
+        prob = Problem(*common, a_packed=a_packed, b_packed=self.packed, b_tiled=self.tiled)
+        return prob, _pick(prob, cls), [self._codes, self._scales]
+
+    def _dot_records(self, dot) -> np.ndarray:
+        """B as the dot kernels' VNNI records of unit ``dot`` (made once)."""
+        with self._lock:
+            rec = self._records.get(dot.name)
+            if rec is None:
+                layout = RecordLayout(dot, self.element, self.block_size)
+                rec = pack_records(self._code_matrix(), self._scales, layout)
+                self._records[dot.name] = rec
+        return rec
+
+    def _code_matrix(self) -> np.ndarray:
+        """B's codes (in, out), one per byte, from the stored (tiled, packed) form."""
+        raw = self._codes.view(np.uint8)
+        if self.tiled:
+            k, bs = self.in_features, self.block_size
+            tiles = self.out_features // TILE_COLUMNS
+            t = raw.reshape(k // bs, tiles, bs, -1).transpose(0, 2, 1, 3)
+            raw = np.ascontiguousarray(t).reshape(k, -1)
+        if self.packed:
+            return unpack_codes(raw, self.element)
+        return raw.view(element_format(self.element).dtype)
+
+    def _bound(self, kind, m: int) -> BoundFunction | None:
         """``@matmul`` of the kernel for ``m`` rows of activations of ``kind``,
         with the weight bound: the weight's descriptors are made once
         (Runner.bind), so a call only checks and passes the activations and
-        the output."""
+        the output.  None: no kernel quantizes these activations here."""
         key = (kind, shape_class(m), self.threads)
         bound = self._calls.get(key)
         if bound is None:
-            schedule = choose(self._problem(kind), m).name
-            runner = self._runner(kind, schedule)
+            found = self._kernel(kind, shape_class(m))
+            if found is None:
+                return None
+            prob, schedule, weights = found
+            self._n_weights[key] = len(weights)
+            runner = self._runner(prob, schedule)
             n_act = 1 if kind[0] is None else 2
-            bound = runner.bind("matmul", *[FREE] * n_act, self._codes, self._scales, FREE)
+            bound = runner.bind("matmul", *[FREE] * n_act, *weights, FREE)
             self._calls[key] = bound
         return bound
 
-    def _runner(self, kind: tuple[str | None, bool], schedule: str) -> Runner:
-        key = (kind, schedule, self.threads)
+    def _runner(self, prob: Problem, schedule: str) -> Runner:
+        key = (prob, schedule, self.threads)
         with self._lock:
             runner = self._runners.get(key)
             if runner is None:
-                prob = self._problem(kind)
                 with ir.Context() as ctx, ir.Location.unknown():
                     load_dialect(ctx)
                     text = str(kernel_module(prob, plan_kernel(prob, schedule, self.threads)))
@@ -269,6 +350,13 @@ class Linear:
                 runner = Runner(text, options=options)
                 self._runners[key] = runner
         return runner
+
+
+def _pick(prob: Problem, cls: str) -> str | None:
+    """The registry's automatic choice among the schedules of shape class
+    ``cls`` that support ``prob`` (None when none does)."""
+    fits = [s for s in SCHEDULES.values() if s.shape_class == cls and s.supports(prob)]
+    return max(fits, key=lambda s: s.priority).name if fits else None
 
 
 _HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
@@ -294,10 +382,16 @@ def _host_view(x) -> np.ndarray:
 _ARG = re.compile(r"^matmul: argument (\d+) \('%arg\d+[^']*'\)")
 
 
-def _user_names(message: str, n_activations: int) -> str:
-    """A Runner message about kernel argument ``i`` ('%argI'), in Linear's terms."""
+def _user_names(message: str, n_activations: int, n_weights: int = 2) -> str:
+    """A Runner message about kernel argument ``i`` ('%argI'), in Linear's terms
+    (one weight argument: the dot kernels' records)."""
     names = ["x"] if n_activations == 1 else ["x (codes)", "x (scales)"]
-    names += ["the weight (codes)", "the weight (scales)", "the output"]
+    names += (
+        ["the weight (codes)", "the weight (scales)"]
+        if n_weights == 2
+        else ["the weight (dot records)"]
+    )
+    names += ["the output"]
 
     def name(m: re.Match) -> str:
         i = int(m.group(1)) - 1

@@ -44,7 +44,9 @@ def test_tiled_b_gives_the_same_bits(element, schedule, m, threads):
     x = rng.standard_normal((m, K)).astype(np.float32)
     out = []
     for tiled in (False, True):
-        prob = Problem(None, N, K, 32, None, element, a_packed=packed, b_packed=packed, b_tiled=tiled)
+        prob = Problem(
+            None, N, K, 32, None, element, a_packed=packed, b_packed=packed, b_tiled=tiled
+        )
         codes = tile_b_codes(raw, 32, element, packed) if tiled else raw
         if not packed and not tiled:
             codes = np.array(b.codes)

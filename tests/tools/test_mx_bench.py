@@ -82,13 +82,21 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     ):
         present = any(r["method"] == name for r in rows)
         assert present == (why is None) and (family in skipped) == (why is not None)
-    # the auto-selected kernels and mx x mx with each other schedule
-    assert {q["ours"] for q in rec["ratios"]} == {
-        "ours mx x mx",
-        "ours mx x f32",
-        "ours mx x mx small",
-        "ours mx x mx prefill",
-    }
+    # the auto-selected kernels, mx x mx with each other schedule that
+    # supports the problem (the dot schedules where the CPU has the units),
+    # and Linear on the dot kernels where they serve the shape
+    from mlir_mx.kernels import SCHEDULES, Problem, plan_kernel
+
+    expected = {"ours mx x mx", "ours mx x f32"}
+    for m, n, k in ((1, 64, 128), (5, 40, 96)):
+        prob = Problem(m, n, k, 32, "f8E4M3FN", "f8E4M3FN")
+        chosen = plan_kernel(prob, "auto", 1).name
+        expected |= {f"ours mx x mx {s.name}" for s in SCHEDULES.values()
+                     if s.name != chosen and s.supports(prob)
+                     and (s.shape_class != "decode" or m == 1)}  # fmt: skip
+        if chosen.startswith("bf16-"):
+            expected |= {"ours Linear mx x mx", "ours Linear f32->f8E4M3FN"}
+    assert {q["ours"] for q in rec["ratios"]} == expected
     text = md.read_text()
     assert f"`mx-bench --quick --out {tmp_path}`" in text
     assert "| 5x40x96 | f8E4M3FN | 2 | ours mx x mx | 2 |" in text
@@ -138,6 +146,8 @@ def test_kernel_that_does_not_compile_fails_the_run(tmp_path, monkeypatch, capsy
         (["--shapes", "1x8x30"], "K=30 is not a multiple of the block size 32"),
         (["--shapes", "8x8"], "bad shape '8x8'"),
         (["--formats", "f9E9"], "unknown MX element format 'f9E9'"),
+        (["--formats", "i8:f9E9"], "unknown MX element format 'f9E9'"),
+        (["--formats", "i8:i8:i8"], "--formats: expected F or A:B"),
         (["--threads", "0"], "--threads: values must be positive"),
         (["--threads", "two"], "--threads: expected comma-separated integers"),
         (["--tag", "a/b"], "--tag: use letters"),
@@ -165,6 +175,17 @@ def test_our_variants_are_runner_constructions():
     runner = vs[0].build()
     acc = np.zeros((1, 8), np.float32)
     assert "bench" in runner.functions and acc.shape == (1, 8)
+
+
+def test_formats_take_mixed_pairs():
+    from mlir_mx.bench.problem import make_problem
+    from mlir_mx.model.kernels import Shape
+    from mlir_mx.tools.mx_bench import _parse
+
+    opts, _quiet = _parse(["--formats", "i8:f4E2M1FN, f8E4M3FN,i8:i8", "--quick"])
+    assert opts.formats == ["i8:f4E2M1FN", "f8E4M3FN", "i8"]
+    p = make_problem(Shape(2, 64, 64), "f4E2M1FN", a_element="i8")
+    assert (p.qa.element, p.qb.element, p.label) == ("i8", "f4E2M1FN", "i8:f4E2M1FN")
 
 
 def test_f6_mx_bench_out_traceback(tmp_path, capsys):

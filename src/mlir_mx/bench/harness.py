@@ -30,7 +30,7 @@ from .machine import (
 )
 from .method import Method, Skipped
 from .ours import our_methods
-from .problem import Problem, make_problem
+from .problem import Problem, make_problem, split_format
 
 __all__ = ["Options", "run_bench"]
 
@@ -75,7 +75,7 @@ def _row(p: Problem, m: Method, t: Timing, roof: Roof, threads: int, err: float)
         "M": s.M,
         "N": s.N,
         "K": s.K,
-        "format": p.element,
+        "format": p.label,
         "block_size": p.block_size,
         "threads": threads,
         "method": m.name,
@@ -189,7 +189,8 @@ def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
     for shape in opts.shapes:
         for element in opts.formats:
             say(f"{shape} {element}: quantizing the inputs, computing the f64 oracle...")
-            p = make_problem(shape, element, opts.block_size)
+            a_element, b_element = split_format(element)
+            p = make_problem(shape, b_element, opts.block_size, a_element=a_element)
             _ = p.oracle
             for t in opts.threads:
                 say(f"  {shape} {element} at {t} thread(s):")

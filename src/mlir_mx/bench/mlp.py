@@ -9,12 +9,15 @@ The gate/up/down projections of a ``d -> f -> d`` SwiGLU MLP
    package and read back (checked bit-exact);
 2. a decode step (M = 1) and a prefill (M = 128 tokens), timed side by side
    at each thread count: ours (:class:`mlir_mx.Linear`, f32 activations
-   entering the products exactly), numpy f32 on the dequantized weights
+   entering the products exactly), ours W4A8 (``activations="i8"``: each
+   projection's input quantized to MXINT8 per call, inside the integer dot
+   kernels where the CPU has them), numpy f32 on the dequantized weights
    (BLAS), and ggml MXFP4 on the same blocks when ggml-python is installed
    (it quantizes activations to Q8_0 inside each matmul);
 3. errors: each output against the f64 MLP on the dequantized weights (the
-   kernels' own error) and against the f32 MLP on the original weights (what
-   the MXFP4 weights cost).
+   kernels' own error; for W4A8 also what quantizing the activations costs)
+   and against the f32 MLP on the original weights (what the MXFP4 weights
+   cost).
 """
 
 from __future__ import annotations
@@ -183,9 +186,11 @@ def run_mlp(
             with thread_limits(t):
                 lins = {n: mlir_mx.Linear(q[n], threads=t) for n in NAMES}
                 ours_bytes = sum(lin.nbytes for lin in lins.values())
+                w4a8 = {n: mlir_mx.Linear(q[n], threads=t, activations="i8") for n in NAMES}
                 numpy_mm = dense(deq_t)
                 methods = {
                     "ours (mlir_mx.Linear)": lambda a, li=lins: mlp_forward(li, a),
+                    "ours W4A8 (activations=i8)": lambda a, li=w4a8: mlp_forward(li, a),
                     "numpy f32": lambda a, mm=numpy_mm: mlp_forward(mm, a),
                 }
                 gg = None if skipped else _Ggml(q, d, f, m, t)
@@ -223,7 +228,9 @@ def mlp_markdown(rec: dict) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     ours = {
-        (r["M"], r["threads"]): r["median_s"] for r in rec["rows"] if r["method"].startswith("ours")
+        (r["M"], r["threads"]): r["median_s"]
+        for r in rec["rows"]
+        if r["method"] == "ours (mlir_mx.Linear)"
     }
     for r in rec["rows"]:
         ratio = r["median_s"] / ours[(r["M"], r["threads"])]

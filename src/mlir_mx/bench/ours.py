@@ -49,7 +49,11 @@ class OurVariant:
 
 
 def our_variants(
-    shape: Shape, threads: int, element: str = "f8E4M3FN", block_size: int = 32
+    shape: Shape,
+    threads: int,
+    element: str = "f8E4M3FN",
+    block_size: int = 32,
+    a_element: str | None = None,
 ) -> list[OurVariant]:
     """Our kernels to time at ``shape`` in a group run at ``threads`` threads.
 
@@ -61,10 +65,21 @@ def our_variants(
     The generated kernels of ``mx-matmul-kernels`` through the Runner's
     default pipeline: mx x mx and mx x f32 with the schedule ``auto`` picks
     for this M, and mx x mx with each other schedule ("per schedule"), all
-    on ``threads`` threads.
+    on ``threads`` threads.  Then ``mlir_mx.Linear`` on B as its weight
+    where it runs the dot kernels (``kernels/dot.py``): with the MX A, and
+    with the f32 A quantized to A's format inside the kernel
+    (``activations=``).  ``a_element``: A's format when it differs from B's.
     """
-    prob = KProblem(shape.M, shape.N, shape.K, block_size, element, element)
+    a_element = a_element or element
+    prob = KProblem(shape.M, shape.N, shape.K, block_size, a_element, element)
     chosen = plan_kernel(prob, "auto", threads).name
+
+    def _auto(operands: str) -> str:  # what auto runs for mx x mx / mx x f32
+        if operands == "mx-ab":
+            return chosen
+        f32_b = KProblem(shape.M, shape.N, shape.K, block_size, a_element, None)
+        return plan_kernel(f32_b, "auto", threads).name
+
     variants = []
     rows = [("mx-ab", "ours mx x mx", "auto"), ("mx-a", "ours mx x f32", "auto")]
     # Every other schedule that supports the problem (the decode schedule
@@ -73,17 +88,67 @@ def our_variants(
              if s.name != chosen and s.supports(prob)
              and (s.shape_class != shape_class(1) or shape.M == 1)]  # fmt: skip
     for operands, label, schedule in rows:
-        text = variant_module_text(operands, shape, element, block_size)
+        text = variant_module_text(operands, shape, element, block_size, a_element)
         variants.append(
             OurVariant(
                 label=label,
                 operands=operands,
                 build=lambda t=text, s=schedule: Runner(t, threads=threads, schedule=s),
                 kernel_threads=threads,
-                schedule=f"mx-matmul-kernels {chosen if schedule == 'auto' else schedule}",
+                schedule=f"mx-matmul-kernels {_auto(operands) if schedule == 'auto' else schedule}",
             )
         )
     return variants
+
+
+def linear_rows(p: Problem) -> list[tuple[str, str | None]]:
+    """``mlir_mx.Linear`` rows for a problem whose pair the dot kernels serve
+    at its shape (``kernels/dot.py``): (label, activations) with the MX A
+    (None) and with the f32 A quantized to A's format inside the kernel."""
+    from mlir_mx.kernels import shape_class
+    from mlir_mx.kernels.dot_layout import dot_kind
+
+    kind = dot_kind(p.a_format, p.element, p.block_size)
+    cls = shape_class(p.shape.M)
+    family = "bf16-" if kind is not None and kind.name == "bf16" else "int-"
+    if kind is None or f"{family}{cls}" not in SCHEDULES:
+        return []
+    return [("ours Linear mx x mx", None), (f"ours Linear f32->{p.a_format}", p.a_format)]
+
+
+def _linear_methods(p: Problem, threads: int, say) -> list[Method]:
+    import mlir_mx
+    from mlir_mx.kernels.dot_layout import RecordLayout, dot_kind
+
+    s = p.shape
+    methods = []
+    for label, act in linear_rows(p):
+        x = p.qa if act is None else p.a
+        t0 = time.perf_counter()
+        lin = mlir_mx.Linear(p.qb, threads=threads, activations=act)
+        schedule = lin.schedule(x)
+        say(f"    compiling {label} ({schedule})...")
+        lin(x)  # compiles, and makes the weight's dot records
+        compile_s = time.perf_counter() - t0
+        kind = dot_kind(p.a_format, p.element, p.block_size)
+        rows, width = RecordLayout(kind, p.element, p.block_size).shape(s.K, s.N)
+        a_bytes = 4 * s.M * s.K if act else stored_mx_bytes(s.M, s.K, p.block_size, p.a_format)
+        methods.append(
+            Method(
+                label,
+                "ours",
+                threads,
+                a_bytes + rows * width + 4 * s.M * s.N,  # A, B's records, C written
+                run=lambda n, f=lin, a=x: [f(a) for _ in range(n)],
+                result=lambda f=lin, a=x: f(a),
+                oracle=p.oracle,
+                compile_s=compile_s,
+                operands="mx-ab",
+                note=f"schedule {schedule} (mlir_mx.Linear"
+                + (f", activations={act!r})" if act else ")"),
+            )
+        )
+    return methods
 
 
 def _engine_key(runner) -> int | None:
@@ -102,7 +167,7 @@ def our_methods(
     """
     s, bs = p.shape, p.block_size
     methods = []
-    for v in our_variants(s, threads, p.element, bs):
+    for v in our_variants(s, threads, p.element, bs, p.a_format):
         if v.operands not in ("mx-ab", "mx-a"):
             raise ValueError(f"{v.label}: unknown operands {v.operands!r}")
         say(f"    compiling {v.label} ({v.schedule})...")
@@ -151,7 +216,7 @@ def our_methods(
                 "ours",
                 v.kernel_threads,
                 # A and B as stored, the accumulator read and written.
-                stored_mx_bytes(s.M, s.K, bs, p.element) + b_bytes + 8 * s.M * s.N,
+                stored_mx_bytes(s.M, s.K, bs, p.a_format) + b_bytes + 8 * s.M * s.N,
                 run=run,
                 result=result,
                 oracle=p.oracle,
@@ -160,4 +225,4 @@ def our_methods(
                 note=note,
             )
         )
-    return methods
+    return methods + _linear_methods(p, threads, say)

@@ -27,7 +27,15 @@ import numpy as np
 from mlir_mx import numerics as N
 from mlir_mx.model.kernels import Shape
 
-__all__ = ["BenchFailure", "Oracle", "Problem", "make_problem", "mx_bytes", "stored_mx_bytes"]
+__all__ = [
+    "BenchFailure",
+    "Oracle",
+    "Problem",
+    "make_problem",
+    "mx_bytes",
+    "split_format",
+    "stored_mx_bytes",
+]
 
 F32_UNIT = 2.0**-24
 
@@ -93,10 +101,23 @@ class Problem:
     db: np.ndarray  # dequantize(qb), f32
     #: per-problem cache (oracles of other operand sets, e.g. ggml's)
     cache: dict = field(default_factory=dict)
+    #: A's element format when it differs from B's (``element``): a mixed pair
+    a_element: str | None = None
+
+    @property
+    def a_format(self) -> str:
+        """A's element format."""
+        return self.a_element or self.element
+
+    @property
+    def label(self) -> str:
+        """``element``, or ``A:B`` for a mixed pair (A the M x K activations,
+        B the K x N weights)."""
+        return self.element if self.a_format == self.element else f"{self.a_format}:{self.element}"
 
     @property
     def where(self) -> str:
-        return f"{self.shape} {self.element}"
+        return f"{self.shape} {self.label}"
 
     @property
     def flops(self) -> int:
@@ -112,16 +133,30 @@ class Problem:
         return self.cache["mx"]
 
 
-def make_problem(shape: Shape, element: str, block_size: int = 32, seed: int = 0) -> Problem:
-    """Random inputs of ``shape``, quantized to ``element`` with blocks of ``block_size``."""
+def make_problem(
+    shape: Shape, element: str, block_size: int = 32, seed: int = 0, a_element: str | None = None
+) -> Problem:
+    """Random inputs of ``shape``, B quantized to ``element`` and A to
+    ``a_element`` (default ``element``) with blocks of ``block_size``."""
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((shape.M, shape.K), dtype=np.float32)
     b = rng.standard_normal((shape.K, shape.N), dtype=np.float32)
     from mlir_mx.convert import dequantize, quantize
 
-    qa = quantize(a, element, block_size, axis=1)
+    qa = quantize(a, a_element or element, block_size, axis=1)
     qb = quantize(b, element, block_size, axis=0)
-    return Problem(shape, element, block_size, a, b, qa, qb, dequantize(qa), dequantize(qb))
+    a_el = a_element if a_element not in (None, element) else None
+    return Problem(
+        shape, element, block_size, a, b, qa, qb, dequantize(qa), dequantize(qb),
+        a_element=a_el,
+    )  # fmt: skip
+
+
+def split_format(spec: str) -> tuple[str | None, str]:
+    """``"A:B"`` -> (A, B); ``"F"`` -> (None, F): A is the activations'
+    (M x K) format, B the weights' (K x N)."""
+    a, _, b = spec.rpartition(":")
+    return (a or None), b
 
 
 def mx_bytes(rows: int, cols: int, block_size: int) -> int:

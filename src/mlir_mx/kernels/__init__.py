@@ -68,7 +68,8 @@ def kernel_module(
     (K/B x N, only when B is MX); ``c``: the f32 M x N accumulator, updated
     in place.  M may be dynamic (``prob.m is None``).  With ``prob.a_packed``
     / ``prob.b_packed``, that operand's FP4/FP6 codes are ``ui8`` memrefs of
-    packed bytes (``numerics.pack_codes``).
+    packed bytes (``numerics.pack_codes``).  With ``prob.b_dot``, B is one
+    ``ui8`` buffer of dot records (scales inside, no ``sb``).
     ``bench=True`` adds ``func @bench(..., n: index)`` calling ``@name`` ``n``
     times (timing without Python's call overhead).
     """
@@ -85,7 +86,9 @@ def kernel_module(
         types += [a_codes, _memref([m, prob.kblocks], SCALE_TYPE)]
     else:
         types.append(_memref([m, prob.k], "f32"))
-    if prob.b_is_mx:
+    if prob.b_dot is not None:  # dot records: B's scales are inside
+        types.append(_memref(list(prob.b_codes_shape()), "ui8"))
+    elif prob.b_is_mx:
         b_codes = (
             _memref(list(prob.b_codes_shape()), "ui8")
             if prob.b_tiled
@@ -102,7 +105,8 @@ def kernel_module(
         with ir.InsertionPoint(entry):
             args = list(entry.arguments)
             a, sa = (args.pop(0), args.pop(0)) if prob.a_is_mx else (args.pop(0), None)
-            b, sb = (args.pop(0), args.pop(0)) if prob.b_is_mx else (args.pop(0), None)
+            two = prob.b_is_mx and prob.b_dot is None
+            b, sb = (args.pop(0), args.pop(0)) if two else (args.pop(0), None)
             ops = Operands(a, sa, b, sb, args[0])
             emit_matmul(prob, ops, plan)
             func.ReturnOp([])

@@ -189,11 +189,27 @@ class ArithBuilder:
     def fptosi(self, v, t):
         return arith.FPToSIOp(self.shaped(t), v, loc=self.loc).result
 
+    def shrsi(self, a, b):
+        return arith.ShRSIOp(a, b, loc=self.loc).result
+
     def index_cast(self, v, t):
         return arith.IndexCastOp(self.shaped(t), v, loc=self.loc).result
 
     def maxui(self, a, b):
         return arith.MaxUIOp(a, b, loc=self.loc).result
+
+    def fneg(self, a):
+        return arith.NegFOp(a, loc=self.loc).result
+
+    def maximumf(self, a, b):
+        """``arith.maximumf`` (NaN if either is NaN)."""
+        return arith.MaximumFOp(a, b, loc=self.loc).result
+
+    def minimumf(self, a, b):
+        return arith.MinimumFOp(a, b, loc=self.loc).result
+
+    def cmpf(self, pred: str, a, b):
+        return arith.CmpFOp(getattr(arith.CmpFPredicate, pred.upper()), a, b, loc=self.loc).result
 
     def minui(self, a, b):
         return arith.MinUIOp(a, b, loc=self.loc).result

@@ -90,12 +90,22 @@ class Problem:
     #: the rows of one block of one tile are contiguous, so a decode kernel
     #: reads B as one sequential stream.  Needs ``n % TILE_COLUMNS == 0``.
     b_tiled: bool = False
+    #: An f32 A quantized per call, inside the kernel, to this MX element
+    #: format (``mlir_mx.numerics.quantize`` semantics; dot kernels only).
+    a_quant: str | None = None
+    #: B stored as the dot kernels' VNNI records of this dot kind ("i8",
+    #: "i16", "bf16"; :mod:`mlir_mx.kernels.dot_layout`), scales included.
+    b_dot: str | None = None
 
     def __post_init__(self) -> None:
         if self.b_tiled and (not self.b_is_mx or self.n % TILE_COLUMNS):
             raise ValueError(
                 f"b_tiled needs an MX B with N a multiple of {TILE_COLUMNS}, got N = {self.n}"
             )
+        if self.a_quant is not None and self.a_is_mx:
+            raise ValueError("a_quant quantizes an f32 A: a_elem must be None")
+        if self.b_dot is not None and (not self.b_is_mx or self.b_tiled):
+            raise ValueError("b_dot needs an MX B that is not b_tiled")
 
     @property
     def kblocks(self) -> int:
@@ -110,7 +120,11 @@ class Problem:
         return self.b_elem is not None
 
     def b_codes_shape(self) -> tuple[int, int]:
-        """Shape of the B codes buffer (bytes for packed codes)."""
+        """Shape of the B codes buffer (bytes for packed codes or records)."""
+        if self.b_dot is not None:
+            from mlir_mx.kernels.dot_layout import KINDS, RecordLayout
+
+            return RecordLayout(KINDS[self.b_dot], self.b_elem, self.block).shape(self.k, self.n)
         cols = code_columns(self.b_elem, self.n, self.b_packed)
         if not self.b_tiled:
             return (self.k, cols)

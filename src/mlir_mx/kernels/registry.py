@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlir_mx.kernels.dot import DotConfig, emit_dot, supports_bf16, supports_int
 from mlir_mx.kernels.packed import PackedConfig, emit_packed
 from mlir_mx.kernels.problem import Problem
 from mlir_mx.kernels.stream import StreamConfig, emit_stream
@@ -54,6 +55,11 @@ def shape_class(m: int | None) -> str:
 
 def _any(prob: Problem) -> bool:
     return True
+
+
+def _f32(prob: Problem) -> bool:
+    """The f32 schedules: B as codes (not dot records), A as codes or f32."""
+    return prob.b_dot is None and prob.a_quant is None
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,7 @@ SCHEDULES: dict[str, Schedule] = {
             StreamConfig,
             emit_stream,
             {"mr": 1},
+            _f32,
         ),
         Schedule(
             "small",
@@ -107,6 +114,7 @@ SCHEDULES: dict[str, Schedule] = {
             StreamConfig,
             emit_stream,
             {"mr": 4},
+            _f32,
         ),
         Schedule(
             "prefill",
@@ -114,6 +122,59 @@ SCHEDULES: dict[str, Schedule] = {
             "prefill",
             PackedConfig,
             emit_packed,
+            supports=_f32,
+        ),
+        # The dot kernels (kernels/dot.py): exact block dots on the CPU's dot
+        # units, the f32 kernels' bits; B as dot records (mlir_mx.Linear).
+        Schedule(
+            "int-decode",
+            "M = 1, FP4/FP6/INT8 pairs: exact integer block dots (VNNI), B records streamed",
+            "decode",
+            DotConfig,
+            emit_dot,
+            {"mr": 1, "nv": 4},
+            supports_int,
+            priority=10,
+        ),
+        Schedule(
+            "int-small",
+            "small M, FP4/FP6/INT8 pairs: exact integer block dots, 4-row groups, L1 K chunks",
+            "small",
+            DotConfig,
+            emit_dot,
+            {"mr": 4, "nv": 2, "kcb": 8, "expand": True},
+            supports_int,
+            priority=10,
+        ),
+        Schedule(
+            "int-prefill",
+            "large M, FP4/FP6/INT8 pairs: exact integer block dots, 6x32 tiles, L2 K chunks",
+            "prefill",
+            DotConfig,
+            emit_dot,
+            {"mr": 6, "nv": 2, "kcb": 128, "expand": True},
+            supports_int,
+            priority=10,
+        ),
+        Schedule(
+            "bf16-small",
+            "small M, pairs with FP8: vdpbf16ps in the f32 kernels' order (swapped pairs)",
+            "small",
+            DotConfig,
+            emit_dot,
+            {"mr": 4, "nv": 2, "kcb": 8, "expand": True},
+            supports_bf16,
+            priority=10,
+        ),
+        Schedule(
+            "bf16-prefill",
+            "large M, pairs with FP8: vdpbf16ps in the f32 kernels' order, 6x32 tiles",
+            "prefill",
+            DotConfig,
+            emit_dot,
+            {"mr": 6, "nv": 2, "kcb": 64, "expand": True},
+            supports_bf16,
+            priority=10,
         ),
     )
 }

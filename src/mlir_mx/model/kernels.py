@@ -122,12 +122,12 @@ func.func @bench(%a: {a}, %b: {b}, %c: {c}, %n: index) -> {c} {{
 """
 
 
-def _mx_text(s: Shape, v: Variant, element: str, block_size: int) -> str:
+def _mx_text(s: Shape, v: Variant, element: str, block_size: int, a_element: str) -> str:
     ctx = ir.Context()
     load_dialect(ctx)
     with ctx, ir.Location.unknown():
         f32 = ir.F32Type.get()
-        a_t = MXTensorType((s.M, s.K), element, block_size).to_mlir(ctx)
+        a_t = MXTensorType((s.M, s.K), a_element, block_size).to_mlir(ctx)
         if v.rhs_mx:
             b_t = MXTensorType((s.K, s.N), element, block_size, axis=0).to_mlir(ctx)
         else:
@@ -155,12 +155,17 @@ def _mx_text(s: Shape, v: Variant, element: str, block_size: int) -> str:
 
 
 def variant_module_text(
-    variant: str, shape: Shape, element: str = "f8E4M3FN", block_size: int = 32
+    variant: str,
+    shape: Shape,
+    element: str = "f8E4M3FN",
+    block_size: int = 32,
+    a_element: str | None = None,
 ) -> str:
-    """The module (``@kernel`` and ``@bench``) of ``variant`` at ``shape``, before lowering."""
+    """The module (``@kernel`` and ``@bench``) of ``variant`` at ``shape``, before
+    lowering (A in ``a_element`` when given, else ``element``)."""
     v = VARIANTS.get(variant)
     if v is None:
         raise ValueError(f"unknown variant '{variant}' (available: {', '.join(VARIANTS)})")
     if not v.is_mx:
         return _f32_text(shape)
-    return _mx_text(shape, v, element, block_size)
+    return _mx_text(shape, v, element, block_size, a_element or element)

@@ -48,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--formats",
-        help="comma-separated MX element formats (f8E4M3FN; --quantize: all six)",
+        help="comma-separated MX element formats (f8E4M3FN; --quantize: all six), or A:B "
+        "pairs (A the activations' format, B the weights', e.g. i8:f4E2M1FN for W4A8)",
     )
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
     p.add_argument("--quick", action="store_true", help="tiny shapes, few samples (seconds)")
@@ -123,6 +124,16 @@ def _model_options(ns, argv: list[str]):
     )  # fmt: skip
 
 
+def _format(spec: str) -> str:
+    """``F`` or ``A:B``, each an MX element format, normalized."""
+    from mlir_mx.numerics import element_format
+
+    parts = [element_format(p).name for p in spec.split(":")]
+    if len(parts) > 2:
+        raise ValueError(f"--formats: expected F or A:B, got '{spec}'")
+    return ":".join(parts) if len(parts) == 2 and parts[0] != parts[1] else parts[-1]
+
+
 def _ints(text: str, what: str) -> list[int]:
     try:
         vals = [int(x) for x in text.split(",")]
@@ -136,7 +147,7 @@ def _ints(text: str, what: str) -> list[int]:
 def _parse(argv: list[str]):
     from mlir_mx.bench.harness import Options
     from mlir_mx.model.kernels import parse_shape
-    from mlir_mx.numerics import ELEMENT_FORMATS, element_format
+    from mlir_mx.numerics import ELEMENT_FORMATS
 
     p = _parser()
     ns = p.parse_args(argv)
@@ -150,7 +161,7 @@ def _parse(argv: list[str]):
             for s in (ns.shapes or (QUICK_SHAPES if ns.quick else DEFAULT_SHAPES)).split(",")
         ]
         default_formats = ",".join(ELEMENT_FORMATS) if ns.quantize else "f8E4M3FN"
-        formats = [element_format(f.strip()).name for f in (ns.formats or default_formats).split(",")]
+        formats = [_format(f.strip()) for f in (ns.formats or default_formats).split(",")]
     except (ValueError, TypeError) as err:
         raise ToolError(f"error: {err}") from None
     mlp = None

@@ -1,0 +1,372 @@
+"""The dot kernels: MX block partials on the CPU's dot units, same bits as f32.
+
+B is read from VNNI records (:mod:`.dot_layout`, ``Problem.b_dot``: what
+``mlir_mx.Linear`` stores) or from its codes and scales (the Runner's ABI:
+chunks expanded per call by :mod:`.dot_codes`, decode swept 8 rows at a
+time by :mod:`.dot_sweep`), A from the words :mod:`.dot_prep` builds once
+per call.  One schedule serves the three shape classes through its
+:class:`DotConfig`::
+
+    parallel over column panels (64 columns; a contiguous range per thread)
+      for each K chunk of kcb blocks:        (codes: chunks outer, panels inner)
+        [expand the chunk's scales (and FP4 data, or all from codes) into a scratch]
+        for each column sub-tile (16 nv columns) of the panel:
+          for each group of mr rows:
+            c = C[rows, cols]                          # mr x nv registers
+            for kb in the chunk:
+              acc = A's compensation (i8) | 0         # mr x nv registers
+              for each K group g of the block:          # 8 quads / 16 pairs
+                acc = dot(acc, broadcast(A word), B vector)
+              t = float(acc) * (sb * 2^-(fa+fb))       # bf16: acc * sb
+              c = fma(t, sa, c)
+            C[rows, cols] = c
+
+Per output element this is the blocked order of ``docs/numerics.md`` with
+the block step ``t = p * sb; c = fma(t, sa, c)``: the integer partial is
+exact, and the bf16 one is the in-order FMA chain (swapped pairs), so the
+results are the f32 kernels' bit for bit at every shape, tile and thread
+count.  decode (M = 1): mr = 1, nv = 4, the whole K in one chunk (B streams
+once, panel after panel); small: a few rows, chunks that stay in L1;
+prefill: a register tile of 6 x 2 vectors over chunks that stay in L2.
+Instructions come from :mod:`mlir_mx.host` at emission: ``vpdpbusd``/``vpdpwssd``
+with AVX512-VNNI, else ``vpmaddubsw``+``vpmaddwd`` / ``vpmaddwd`` (AVX512BW,
+:func:`~.dot_layout.dot_kind` only picks ``i8`` then when no pair sum can
+saturate), ``vdpbf16ps`` with AVX512_BF16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+
+from mlir_mx.host import has_features
+from mlir_mx.kernels.builder import KernelBuilder
+from mlir_mx.kernels.dot_codes import CodesSource
+from mlir_mx.kernels.dot_layout import PANEL, RecordLayout, dot_kind, int_factor
+from mlir_mx.kernels.dot_prep import prepare_dot_a
+from mlir_mx.kernels.dot_sweep import sweep_decode
+from mlir_mx.kernels.problem import Operands, Problem
+from mlir_mx.kernels.stream import interleave_pairs
+from mlir_mx.kernels.widen import LANES, decode_scales
+from mlir_mx.numerics import decode_elements
+
+__all__ = ["DotConfig", "emit_dot", "supports_int", "supports_bf16"]
+
+
+@dataclass(frozen=True)
+class DotConfig:
+    """Tile parameters of the dot schedule."""
+
+    mr: int = 1  # rows of A per register group
+    nv: int = 4  # vectors of 16 columns per register tile (2 or 4)
+    kcb: int = 0  # blocks per K chunk (0: all of K)
+    expand: bool = False  # expand each chunk's records into a scratch (several row groups)
+    threads: int = 1
+
+
+def _kind(prob: Problem):
+    """The dot unit of the problem's pair on this CPU (None: f32 kernels)."""
+    return dot_kind(prob.a_elem or prob.a_quant, prob.b_elem, prob.block)
+
+
+def _supports(prob: Problem, bf16: bool) -> bool:
+    """B as dot records of the unit this CPU uses for the pair, or as
+    row-major codes (expanded per call, :mod:`.dot_codes`)."""
+    kind = _kind(prob)
+    if kind is None or prob.block % LANES or (kind.name == "bf16") != bf16:
+        return False
+    return prob.b_dot == kind.name or (prob.b_dot is None and not prob.b_tiled)
+
+
+def supports_int(prob: Problem) -> bool:
+    """An integer pair (FP4/FP6/INT8 x FP4/FP6/INT8) on VNNI or AVX512BW."""
+    return _supports(prob, bf16=False)
+
+
+def supports_bf16(prob: Problem) -> bool:
+    """A pair with an FP8 operand on AVX512_BF16."""
+    return _supports(prob, bf16=True)
+
+
+def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) -> None:
+    """Emit the dot kernel at the current insertion point."""
+    kind = _kind(prob)
+    if cfg.nv not in (2, 4) or kind is None:
+        raise ValueError("dot kernel: needs a pair with a dot unit here and nv in (2, 4)")
+    pa = prepare_dot_a(kb, prob, ops, kind, cfg.mr)
+    k = _Dot(kb, prob, ops, cfg, pa)
+    run = k.panels
+    if k.codes is not None and prob.m == 1 and cfg.mr == 1 and not cfg.expand:
+        run = lambda lo, hi: sweep_decode(k, lo, hi)  # noqa: E731 - decode from codes
+    panels = -(-prob.n // PANEL)
+    per = -(-panels // max(1, cfg.threads))
+    tasks = -(-panels // per)
+    if tasks > 1:
+        with kb.parallel(0, tasks, 1) as t:
+            lo = kb.mul(t, per)
+            run(lo, kb.min(kb.add(lo, per), panels))
+    else:
+        run(kb.idx(0), kb.idx(panels))
+    for buf in (pa.words, pa.scales, pa.comp):
+        if buf is not None:
+            kb.dealloc(buf)
+
+
+class _Dot:
+    def __init__(self, kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig, pa):
+        self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
+        self.kind = _kind(prob)
+        self.stored = RecordLayout(self.kind, prob.b_elem, prob.block)
+        self.full = RecordLayout(self.kind, prob.b_elem, prob.block, full=True)
+        a_fmt = prob.a_elem or prob.a_quant
+        fa, fb = int_factor(a_fmt), int_factor(prob.b_elem)
+        self.unscale = None  # 2^-(fa+fb), int kinds: the scales carry it
+        if self.kind.name != "bf16":
+            self.unscale = kb.const(2.0 ** -(fa + fb), kb.vec(LANES, kb.f32))
+        self.codes = None  # B as codes: chunks expanded per call into full records
+        if prob.b_dot is None:
+            self.codes = CodesSource(kb, prob, ops, self.kind, self.full, self.unscale)
+        else:
+            self.rec = kb.as_bytes(ops.b)
+        # From codes, chunks of 4 blocks (10 KiB of scratch) stay in L1.
+        self.kcb = min(cfg.kcb or (1 if self.codes else prob.kblocks), prob.kblocks)
+        self.vnni = has_features("avx512_vnni")
+        if self.stored.nibbles:  # FP4 code -> doubled value + 128, per 128-bit lane
+            vals = decode_elements(_fp4_codes(), "f4E2M1FN") * 2 + 128
+            self.table = kb.const_array([int(v) for v in vals] * 4, kb.vec(64, kb.i8))
+        self.row_tail = cfg.mr > 1 and (prob.m is None or prob.m % cfg.mr != 0)
+        self.col_tail = prob.n % PANEL != 0
+
+    # -- panels and chunks -----------------------------------------------------------
+
+    def panels(self, lo, hi) -> None:
+        kb, cfg = self.kb, self.cfg
+        self.hs = self.ds = None
+        if cfg.expand:  # several row groups share each chunk: expand it once
+            self.hs = kb.alloc([self.kcb, self.full.data_offset], kb.i8)
+            if self.stored.nibbles or self.codes:
+                self.ds = kb.alloc([self.kcb, self.full.nbytes - self.full.data_offset], kb.i8)
+        nb, kcb = self.prob.kblocks, self.kcb
+        full = nb - nb % kcb
+        # Records: one panel's records are contiguous, so a panel streams
+        # through all of K.  Codes: a chunk of rows is read left to right by
+        # the panels (row-major B; a panel down all of K would touch one
+        # line per row, 4 KiB apart, and defeat the prefetchers).
+        for c0, nblk in ([(None, kcb)] if full else []) + ([(full, nb % kcb)] if nb % kcb else []):
+            if self.codes is None:
+                with kb.loop(lo, hi, 1) as j:
+                    self._chunks(j.iv, c0, nblk, full)
+            else:
+                self._chunks_codes(lo, hi, c0, nblk, full)
+        for buf in (self.hs, self.ds):
+            if buf is not None:
+                kb.dealloc(buf)
+
+    def _chunks(self, j, c0, nblk: int, full: int) -> None:
+        """Panel ``j``: every chunk of ``nblk`` blocks (``c0`` None: the full
+        chunks up to block ``full``; else the one chunk at ``c0``)."""
+        if c0 is not None:
+            self.chunk(j, self.kb.idx(c0), nblk)
+            return
+        with self.kb.loop(0, full, nblk) as c:
+            self.chunk(j, c.iv, nblk)
+
+    def _chunks_codes(self, lo, hi, c0, nblk: int, full: int) -> None:
+        """Chunks outermost, then the panels ``lo .. hi`` (B from codes)."""
+        kb = self.kb
+        if c0 is not None:
+            with kb.loop(lo, hi, 1) as j:
+                self.chunk(j.iv, kb.idx(c0), nblk)
+            return
+        with kb.loop(0, full, nblk) as c:
+            with kb.loop(lo, hi, 1) as j:
+                self.chunk(j.iv, c.iv, nblk)
+
+    def chunk(self, j, c0, nblk: int) -> None:
+        kb, cfg = self.kb, self.cfg
+        if self.hs is not None and self.codes is not None:
+            self.codes.expand(self.hs, self.ds, j, c0, nblk)
+        elif self.hs is not None:
+            self.expand(j, c0, nblk)
+        for sub in range(PANEL // (LANES * cfg.nv)):
+            with kb.loop(0, self.pa.mp, cfg.mr) as g:
+                self.micro(j, sub, c0, nblk, g.iv)
+
+    def expand(self, j, c0, nblk: int) -> None:
+        """Scales (and FP4 data as bytes) of the chunk's records into the scratch."""
+        kb = self.kb
+        with kb.loop(0, nblk, 1) as b:
+            row = self.record_row(j, kb.add(c0, b.iv))
+            for v in range(4):
+                scale = self.scale(row, v, stored=True)
+                kb.vstore(kb.vbitcast(scale, 64, kb.i8), self.hs, [b.iv, 64 * v])
+            if self.ds is not None:
+                for g in range(self.stored.groups):
+                    for v, w in enumerate(self.data(row, None, g, range(4), stored=True)):
+                        kb.vstore(w, self.ds, [b.iv, 256 * g + 64 * v])
+
+    def record_row(self, j, blk) -> ir.Value:
+        return self.kb.add(self.kb.mul(j, self.prob.kblocks), blk)
+
+    # -- reading records ---------------------------------------------------------------
+
+    def scale(self, row, v: int, stored: bool, local=None) -> ir.Value:
+        """B's scales (f32 x 16, times ``2^-(fa+fb)`` for integer units) of
+        columns ``16v ..`` of a record (``stored``) or of the scratch row ``local``."""
+        kb = self.kb
+        if not stored:
+            return kb.vbitcast(kb.vload(self.hs, [local, 64 * v], 64), LANES, kb.f32)
+        scale = decode_scales(kb, kb.vload(self.rec, [row, LANES * v], LANES))
+        return scale if self.unscale is None else kb.fmul(scale, self.unscale)
+
+    def data(self, row, local, g: int, vs, stored: bool) -> list[ir.Value]:
+        """The B vectors ``vs`` (64 bytes each) of K group ``g`` of a record."""
+        kb = self.kb
+        if not stored and self.ds is not None:
+            return [kb.vload(self.ds, [local, 256 * g + 64 * v], 64) for v in vs]
+        base = self.stored.data_offset + self.stored.group_bytes * g
+        if not self.stored.nibbles:
+            return [kb.vload(self.rec, [row, base + 64 * v], 64) for v in vs]
+        v64 = kb.vec(64, kb.i8)
+        out = {}
+        for h in sorted({v // 2 for v in vs}):
+            raw = kb.vload(self.rec, [row, base + 64 * h], 64)
+            lo = kb.andi(raw, kb.const(0x0F, v64))
+            hi = kb.shrui(raw, kb.const(4, v64))
+            out[2 * h] = self.lookup(lo)
+            out[2 * h + 1] = self.lookup(hi)
+        return [out[v] for v in vs]
+
+    def lookup(self, idx: ir.Value) -> ir.Value:
+        """FP4 codes -> their doubled values + 128 (``vpshufb``, 16 entries per lane)."""
+        return self.kb.intrinsic("llvm.x86.avx512.pshuf.b.512", idx.type, [self.table, idx])
+
+    # -- the microkernel ---------------------------------------------------------------
+
+    def micro(self, j, sub: int, c0, nblk: int, m0) -> None:
+        kb, cfg, prob, pa = self.kb, self.cfg, self.prob, self.pa
+        mr, nv = cfg.mr, cfg.nv
+        vs = [sub * nv + v for v in range(nv)]
+        col0 = kb.add(kb.mul(j, PANEL), sub * LANES * nv)
+        valids = [None] * nv
+        if self.col_tail:
+            valids = [
+                kb.max(kb.min(LANES, kb.sub(prob.n, kb.add(col0, LANES * v))), 0) for v in range(nv)
+            ]
+        rows = [kb.add(m0, r) for r in range(mr)]
+        load_rows = [kb.min(r, kb.sub(pa.m, 1)) for r in rows] if self.row_tail else rows
+        c = [
+            kb.load_lanes(self.ops.c, [load_rows[r], kb.add(col0, LANES * v)], LANES, valids[v])
+            for r in range(mr)
+            for v in range(nv)
+        ]
+        # Packed FP4 from codes at decode: the accumulators hold the panel's
+        # columns even/odd split (dot_codes.EVEN_ODD), like the B vectors.
+        permuted = self.codes is not None and self.hs is None and self.codes.permutes(vs)
+        if permuted:
+            c = [w for r in range(mr) for w in _even_odd(kb, c[r * nv : (r + 1) * nv])]
+        with kb.loop(0, nblk, 1, c) as b:
+            blk = kb.add(c0, b.iv)
+            cc = self.block(j, blk, b.iv, rows, vs, list(b.args))
+            b.yield_(cc)
+        c = b.results
+        if permuted:
+            c = [w for r in range(mr) for w in _in_order(kb, c[r * nv : (r + 1) * nv])]
+        for r in range(mr):
+
+            def store(r=r):
+                for v in range(nv):
+                    idx = [rows[r], kb.add(col0, LANES * v)]
+                    kb.store_lanes(c[r * nv + v], self.ops.c, idx, valids[v])
+
+            if self.row_tail:
+                with kb.if_(kb.icmp("ult", rows[r], pa.m)):
+                    store()
+            else:
+                store()
+
+    def block(self, j, blk, local, rows, vs, c) -> list[ir.Value]:
+        """One block of the register tile: partials on the dot unit, then into C."""
+        kb, kind, nv = self.kb, self.kind, self.cfg.nv
+        direct = self.codes is not None and self.hs is None  # from codes, in registers
+        stored = self.hs is None
+        row = None if direct else self.record_row(j, blk)
+        if direct:
+            scales, vecs = self.codes.block(j, blk, vs)
+        else:
+            scales = [self.scale(row, v, stored, local) for v in vs]
+        if kind.comp:  # the accumulators start at A's compensation of B's offset
+            acc = []
+            for m in rows:
+                comp = kb.broadcast(kb.load(self.pa.comp, [m, blk]), LANES)
+                acc += [comp] * nv
+        else:
+            t = kb.f32 if kind.name == "bf16" else kb.i32
+            acc = [kb.const(0.0 if t == kb.f32 else 0, kb.vec(LANES, t))] * (len(rows) * nv)
+        for g in range(self.stored.groups):
+            bvec = vecs[g] if direct else self.data(row, local, g, vs, stored)
+            word = kb.add(kb.mul(blk, self.stored.groups), g)
+            for r, m in enumerate(rows):
+                a = kb.broadcast(kb.load(self.pa.words, [m, word]), LANES)
+                for v in range(nv):
+                    acc[r * nv + v] = self.dot(acc[r * nv + v], a, bvec[v])
+        out = []
+        for r, m in enumerate(rows):
+            sa = kb.broadcast(kb.load(self.pa.scales, [m, blk]), LANES)
+            for v in range(nv):
+                p = acc[r * nv + v]
+                if kind.name != "bf16":
+                    p = kb.sitofp(p, kb.vec(LANES, kb.f32))
+                t = kb.fmul(p, scales[v])  # t = p * sb: one rounding
+                out.append(kb.fma(t, sa, c[r * nv + v]))
+        return out
+
+    def dot(self, acc, a_words, b_bytes) -> ir.Value:
+        """``acc + sum over each lane's group of a * b`` on this CPU's dot unit."""
+        kb, name = self.kb, self.kind.name
+        v16i = kb.vec(LANES, kb.i32)
+        if name == "bf16":
+            bf = ir.BF16Type.get()
+            a = kb.vbitcast(a_words, 32, bf)
+            b = kb.vbitcast(b_bytes, 32, bf)
+            return kb.intrinsic("llvm.x86.avx512bf16.dpbf16ps.512", acc.type, [acc, a, b])
+        if name == "i16":
+            a = kb.vbitcast(a_words, 32, kb.i16)
+            b = kb.vbitcast(b_bytes, 32, kb.i16)
+            if self.vnni:
+                return kb.intrinsic("llvm.x86.avx512.vpdpwssd.512", v16i, [acc, a, b])
+            return kb.add(acc, kb.intrinsic("llvm.x86.avx512.pmaddw.d.512", v16i, [a, b]))
+        a = kb.vbitcast(a_words, 64, kb.i8)
+        # B (b + 128) is the unsigned operand, A the signed one.
+        if self.vnni:
+            return kb.intrinsic("llvm.x86.avx512.vpdpbusd.512", v16i, [acc, b_bytes, a])
+        # No VNNI: u8 x s8 pair sums (exact: dot_kind checked 2 * 255 * max|a| < 2^15).
+        pairs = kb.intrinsic("llvm.x86.avx512.pmaddubs.w.512", kb.vec(32, kb.i16), [b_bytes, a])
+        ones = kb.const(1, kb.vec(32, kb.i16))
+        return kb.add(acc, kb.intrinsic("llvm.x86.avx512.pmaddw.d.512", v16i, [pairs, ones]))
+
+
+def _even_odd(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:
+    """4 vectors of 16 consecutive columns -> :data:`~.dot_codes.EVEN_ODD` order."""
+    even = [2 * i for i in range(16)]
+    odd = [2 * i + 1 for i in range(16)]
+    return [
+        kb.shuffle(vecs[0], vecs[1], even),
+        kb.shuffle(vecs[2], vecs[3], even),
+        kb.shuffle(vecs[0], vecs[1], odd),
+        kb.shuffle(vecs[2], vecs[3], odd),
+    ]
+
+
+def _in_order(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:
+    """Inverse of :func:`_even_odd`."""
+    return interleave_pairs(kb, [vecs[0], vecs[2], vecs[1], vecs[3]])
+
+
+def _fp4_codes():
+    import numpy as np
+
+    from mlir_mx.numerics import ELEMENT_FORMATS
+
+    return np.arange(16, dtype=np.uint8).view(ELEMENT_FORMATS["f4E2M1FN"].dtype)

@@ -1,0 +1,196 @@
+"""B straight from its codes: the dot kernels without VNNI records.
+
+``mx-matmul-kernels`` (the Runner) hands the kernels B as row-major codes
+(FP4/FP6 packed or not) and E8M0 scales, not as the records ``Linear``
+makes once (:mod:`.dot_layout`).  The dot schedule then expands each chunk
+of B into full records in its scratch, per call, and runs the same
+microkernel on them (:mod:`.dot`)::
+
+    for each block of the chunk:
+      for each K group g (4 rows for i8, 2 for i16/bf16):
+        rows = the g rows' 64 codes of the panel, as dot-unit values
+        scratch[g, v] = the rows interleaved (K innermost), v = 0..3
+      scratch header = the scales as f32 (times 2^-(fa+fb))
+
+or, at decode (one row of A: nothing to share), builds the same vectors
+in registers inside the microkernel (:meth:`CodesSource.block`).
+
+Values (i8: the bytes ``b + 128``): FP4 by a ``vpshufb`` table of doubled
+values, INT8 codes with their top bit flipped,
+E2M3 by a 64-entry ``vpermb`` table (AVX512-VBMI), everything else by the
+exact f32 widening of :mod:`.widen` and a conversion (integers
+``value * 2^f``, or the bf16 half of the f32).  The interleaves are static
+``vector.shuffle`` ops (LLVM picks ``vpermt2b``/``vpunpck``).  Every step is
+exact, so the records equal :func:`~.dot_layout.pack_records`'s (expanded),
+and the results equal the f32 kernels' bit for bit.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+
+from mlir_mx.host import has_features
+from mlir_mx.kernels.builder import KernelBuilder
+from mlir_mx.kernels.dot_layout import PANEL, int_factor
+from mlir_mx.kernels.problem import CodeRows
+from mlir_mx.kernels.widen import LANES, decode_scales, decoder
+from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements
+
+__all__ = ["CodesSource", "EVEN_ODD"]
+
+#: The panel's columns in the order :meth:`CodesSource.block` gives packed
+#: FP4 at decode: vector 0 the even columns 0..30, 1 the even 32..62, 2 the
+#: odd 1..31, 3 the odd 33..63 (the nibbles of a byte are columns 2e, 2e + 1).
+EVEN_ODD = [2 * e for e in range(32)] + [2 * e + 1 for e in range(32)]
+
+
+class CodesSource:
+    """Expands chunks of B's codes into the full records of a dot kernel."""
+
+    def __init__(self, kb: KernelBuilder, prob, ops, kind, full, unscale):
+        self.kb, self.prob, self.kind, self.full = kb, prob, kind, full
+        self.unscale = unscale  # 2^-(fa+fb) for integer kinds (None: bf16)
+        self.rows = CodeRows(kb, ops.b, prob.b_elem, prob.b_packed)
+        self.sb = kb.as_bytes(ops.sb)
+        self.dec = decoder(prob.b_elem)
+        fmt = ELEMENT_FORMATS[prob.b_elem]
+        self.f = int_factor(prob.b_elem)
+        self.table = None
+        v64 = kb.vec(64, kb.i8)
+        if kind.name == "i8" and fmt.name == "f4E2M1FN":  # vpshufb: 16 entries per lane
+            self.table = ("llvm.x86.avx512.pshuf.b.512", kb.const_array(_ints(fmt, 16) * 4, v64))
+        elif kind.name == "i8" and not fmt.is_int and has_features("avx512vbmi"):
+            self.table = ("llvm.x86.avx512.permvar.qi.512", kb.const_array(_ints(fmt, 64), v64))
+
+    def expand(self, hs, ds, j, c0, nblk: int) -> None:
+        """Full records of blocks ``c0 .. c0 + nblk`` of panel ``j`` into
+        the header scratch ``hs`` and the data scratch ``ds``."""
+        kb = self.kb
+        with kb.loop(0, nblk, 1) as b:
+            blk = kb.add(c0, b.iv)
+            scales, vecs = self.block(j, blk, range(4), permute=False)
+            for grp, vs in enumerate(vecs):
+                for v, w in enumerate(vs):
+                    kb.vstore(w, ds, [b.iv, 256 * grp + 64 * v])
+            for v, sv in enumerate(scales):
+                kb.vstore(kb.vbitcast(sv, 64, kb.i8), hs, [b.iv, 64 * v])
+
+    def permutes(self, vs) -> bool:
+        """Whether :meth:`block` gives ``vs`` with the panel's columns permuted
+        (:data:`EVEN_ODD`): packed FP4 under i8, all four vectors."""
+        fp4 = self.kind.name == "i8" and self.prob.b_elem == "f4E2M1FN" and self.prob.b_packed
+        return fp4 and list(vs) == [0, 1, 2, 3]
+
+    def block(
+        self, j, blk, vs, permute: bool = True
+    ) -> tuple[list[ir.Value], list[list[ir.Value]]]:
+        """Block ``blk`` of panel ``j``: B's scales (f32, times ``2^-(fa+fb)``)
+        and, per K group, the vectors ``vs`` (64 bytes each); in the
+        :data:`EVEN_ODD` column order when ``permute`` and :meth:`permutes`
+        (the caller then keeps its partials and C in that order)."""
+        kb, prob, g = self.kb, self.prob, self.kind.group
+        col = kb.mul(j, PANEL)
+        valid = None
+        if prob.n % PANEL:
+            valid = kb.max(kb.min(PANEL, kb.sub(prob.n, col)), 0)
+        k0 = kb.mul(blk, prob.block)
+        permuted = permute and self.permutes(vs)
+        vecs = []
+        for grp in range(prob.block // g):
+            if permuted:
+                vecs.append(self._fp4_quads(kb.add(k0, grp * g), col, valid))
+                continue
+            rows = [self.values(kb.add(k0, grp * g + i), col, valid) for i in range(g)]
+            vecs.append([self.interleave(rows, v) for v in vs])
+        raw = kb.load_lanes(self.sb, [blk, col], PANEL, valid)
+        if permuted:
+            raw = kb.shuffle(raw, raw, EVEN_ODD)
+        scales = []
+        for v in vs:
+            scale = decode_scales(kb, kb.slice(raw, LANES * v, LANES))
+            if self.unscale is not None:  # exact: sb * 2^-(fa+fb) >= 2^-139
+                scale = kb.fmul(scale, self.unscale)
+            scales.append(scale)
+        return scales, vecs
+
+    def quads(self, k, col, valid) -> list[ir.Value]:
+        """The 4 vectors of the K group at row ``k`` (all 64 columns from
+        ``col``), in :data:`EVEN_ODD` order when :meth:`permutes`."""
+        if self.permutes(range(4)):
+            return self._fp4_quads(k, col, valid)
+        rows = [self.values(self.kb.add(k, i), col, valid) for i in range(self.kind.group)]
+        return [self.interleave(rows, v) for v in range(4)]
+
+    def _fp4_quads(self, k, col, valid) -> list[ir.Value]:
+        """Rows ``k .. k + 4`` of packed FP4 -> the 4 quad vectors, columns in
+        :data:`EVEN_ODD` order: two rows per register, the low nibbles
+        (even columns) and high nibbles (odd ones) split, one ``vpermt2b``
+        per vector (no interleave of the nibbles), one ``vpshufb``."""
+        kb = self.kb
+        bvalid = None if valid is None else kb.ceildivu(valid, 2)
+        raws = [
+            kb.load_lanes(self.rows.mem, self.rows.address(kb.add(k, i), col), 32, bvalid)
+            for i in range(4)
+        ]
+        v64 = kb.vec(64, kb.i8)
+        pairs = [kb.shuffle(raws[i], raws[i + 1], list(range(64))) for i in (0, 2)]
+        lows = [kb.andi(z, kb.const(0x0F, v64)) for z in pairs]
+        highs = [kb.shrui(z, kb.const(4, v64)) for z in pairs]
+        name, table = self.table
+        out = []
+        for nib in (lows, highs):
+            for h in range(2):  # byte e of a nibble vector is column 2e (+1): e = 16h + i
+                idx = [x for e in range(16 * h, 16 * h + 16) for x in (e, 32 + e, 64 + e, 96 + e)]
+                codes = kb.shuffle(nib[0], nib[1], idx)
+                out.append(kb.intrinsic(name, v64, [table, codes]))
+        return out
+
+    def values(self, k, col, valid) -> ir.Value:
+        """Row ``k``'s 64 codes from column ``col`` as dot-unit values:
+        ``vector<64xi8>`` (i8) or ``vector<64xi16>`` (i16: integers, bf16: bits)."""
+        kb = self.kb
+        codes = self.rows.load(k, col, 64, valid)
+        if self.kind.name == "i8" and ELEMENT_FORMATS[self.prob.b_elem].is_int:
+            return kb.xori(codes, kb.const(0x80, codes.type))  # b + 128
+        if self.table is not None:
+            name, table = self.table
+            return kb.intrinsic(name, codes.type, [table, codes])
+        v16i = kb.vec(LANES, kb.i32)
+        parts = []
+        for x in self.dec.decode(kb, codes):  # exact f32 values, 16 columns each
+            if self.kind.name == "bf16":
+                bits = kb.shrui(kb.bitcast(x, v16i), kb.const(16, v16i))
+            else:
+                bits = kb.fptosi(kb.fmul(x, kb.const(2.0**self.f, x.type)), v16i)
+            if self.kind.name == "i8":  # b + 128 as a byte
+                b8 = kb.trunci(bits, kb.vec(LANES, kb.i8))
+                parts.append(kb.xori(b8, kb.const(0x80, b8.type)))
+            else:
+                parts.append(kb.trunci(bits, kb.vec(LANES, kb.i16)))
+        lo = kb.shuffle(parts[0], parts[1], list(range(32)))
+        hi = kb.shuffle(parts[2], parts[3], list(range(32)))
+        return kb.shuffle(lo, hi, list(range(64)))
+
+    def interleave(self, rows: list[ir.Value], v: int) -> ir.Value:
+        """Columns ``16v .. 16v + 16`` of the group's rows, K innermost, as 64 bytes."""
+        kb = self.kb
+        cols = range(LANES * v, LANES * (v + 1))
+        if self.kind.group == 2:  # 16-bit pairs; bf16 swapped (element 2i in the odd slot)
+            first, second = (1, 0) if self.kind.name == "bf16" else (0, 1)
+            mask = [x for c in cols for x in (64 * first + c, 64 * second + c)]
+            return kb.vbitcast(kb.shuffle(rows[0], rows[1], mask), 64, kb.i8)
+        pair = [x for c in cols for x in (c, 64 + c)]
+        a = kb.shuffle(rows[0], rows[1], pair)
+        b = kb.shuffle(rows[2], rows[3], pair)
+        return kb.shuffle(
+            a, b, [x for i in range(16) for x in (2 * i, 2 * i + 1, 32 + 2 * i, 33 + 2 * i)]
+        )
+
+
+def _ints(fmt, n: int) -> list[int]:
+    """The bytes ``value * 2^int_exp2 + 128`` of codes ``0 .. n - 1``."""
+    import numpy as np
+
+    codes = np.arange(n) % fmt.num_codes
+    vals = decode_elements(codes.astype(np.uint8).view(fmt.dtype), fmt.name) * 2.0**fmt.int_exp2
+    return [int(x) + 128 for x in vals]

@@ -1,0 +1,207 @@
+"""Which dot unit computes an MX pair's block partials exactly, and B's VNNI records.
+
+The dot kernels (:mod:`mlir_mx.kernels.dot`) compute each block partial
+``p = sum_kk a[kk] b[kk]`` of the blocked order (``docs/numerics.md``) with
+a dot-product instruction instead of f32 FMAs, and give the same bits:
+
+``i8``   ``vpdpbusd`` (AVX512-VNNI; ``vpmaddubsw`` + ``vpmaddwd`` with AVX512BW
+         only when no pair sum can saturate): both operands are integers
+         ``value * 2^f`` (:func:`int_factor`: E2M1 x2, E2M3 x8, INT8 x64 on
+         values, i.e. the codes) in [-128, 127].  B, the unsigned operand,
+         enters as ``b + 128``; A as it is; the accumulator starts at the
+         compensation ``-128 * sum_kk a[kk]`` (made with A, once per row and
+         block), so it ends at the exact integer partial.  (AVX-512 has no
+         ``vpsignb``; putting the offset on B keeps the compensation off the
+         weights and out of the inner loop.)
+``i16``  ``vpdpwssd`` (``vpmaddwd`` + add without VNNI): pairs with E3M2
+         (x16, up to 448), both operands int16.
+``bf16`` ``vdpbf16ps`` (AVX512_BF16): pairs with an FP8 operand.  Every MX
+         element value is exact in bf16 and every product exact in f32;
+         element ``k`` sits in the odd slot and ``k + 1`` in the even slot of
+         each pair ("swapped pairs"), so the instruction's two FMAs (odd
+         first) are the in-order FMA chain of the f32 kernels
+         (``bench/results/dot-units-findings-2026-12-01.md``).
+
+An integer partial ``P`` is below 2^24 in magnitude (:func:`dot_kind` checks
+``block * max|a| * max|b|``), so ``t = float(P) * (sb * 2^-(fa+fb))`` is one
+rounding of the exact ``p * sb``: the same bits as the f32 kernels' block
+step at every scale (``sb * 2^-12 >= 2^-139`` is still an exact f32).
+
+**B records** (:func:`pack_records`): B (K x N) is stored once as one row
+of bytes per (panel of :data:`PANEL` columns, block), row ``j * K/B + kb``::
+
+    [sb:   E8M0 x 64]    the block's scale codes (0 past N)
+    [data]               block/g groups of g K-consecutive values per column
+                         (g = 4 for i8, 2 for i16/bf16), as 4 vectors of 16
+                         columns x g values: one 64-byte register each
+
+tpp-mlir's VNNI layout (K quads or pairs innermost) inside each vector.
+FP4 under ``i8`` keeps its 4-bit codes: each group's 4 vectors are 2 x 64
+bytes whose low nibbles are vector ``2h`` and high nibbles vector ``2h + 1``
+(a ``vpshufb`` table maps a code to its doubled value plus 128), so an
+MXFP4 weight takes 4.25 bits per element, like its packed codes.  Columns past N
+(the last panel) are zeros.  The kernels expand a chunk of records into
+"full" records in a scratch buffer (the scales as f32 times ``2^-(fa+fb)``,
+FP4 as bytes) when several row groups reuse it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from mlir_mx.host import has_features
+from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements
+
+__all__ = [
+    "PANEL",
+    "DotKind",
+    "KINDS",
+    "int_factor",
+    "int_max",
+    "dot_kind",
+    "RecordLayout",
+    "pack_records",
+    "dot_values",
+]
+
+#: Columns of one panel of B records (4 vectors of 16 f32/i32 lanes).
+PANEL = 64
+
+
+def int_factor(element: str) -> int | None:
+    """``f`` such that every value of ``element`` times ``2^f`` is an integer
+    (the format table's ``int_exp2``; None for FP8)."""
+    return ELEMENT_FORMATS[element].int_exp2
+
+
+def int_max(element: str) -> int:
+    """Largest ``|value * 2^f|`` of ``element`` (INT8: 128, for code -128)."""
+    fmt = ELEMENT_FORMATS[element]
+    return 128 if fmt.is_int else int(fmt.max_normal * 2**fmt.int_exp2)
+
+
+@dataclass(frozen=True)
+class DotKind:
+    """One dot unit: its K group per 32-bit lane and whether B is offset by 128."""
+
+    name: str
+    group: int  # K values per 32-bit lane (4: i8 quads, 2: 16-bit pairs)
+    comp: bool  # B enters as b + 128 (u8); A's block sums compensate
+
+
+KINDS = {
+    "i8": DotKind("i8", 4, True),
+    "i16": DotKind("i16", 2, False),
+    "bf16": DotKind("bf16", 2, False),
+}
+
+
+def dot_kind(a_elem: str | None, b_elem: str | None, block: int) -> DotKind | None:
+    """The dot unit for A x B on this CPU (:mod:`mlir_mx.host`), or None (f32 kernels).
+
+    ``a_elem`` is A's element format (for an f32 A quantized per call: the
+    format it is quantized to).  Integer pairs need every block partial below
+    2^24 (exact in f32); bf16 needs an FP8 operand and an even block.
+    """
+    if a_elem is None or b_elem is None:
+        return None
+    fa, fb = int_factor(a_elem), int_factor(b_elem)
+    if fa is not None and fb is not None:
+        if block % 4 or block * int_max(a_elem) * int_max(b_elem) >= 2**24:
+            return None
+        narrow = max(int_max(a_elem), int_max(b_elem)) <= 128
+        if narrow and has_features("avx512_vnni"):
+            return KINDS["i8"]
+        # vpmaddubsw saturates its pair sums unless 2 * 255 * max|a| < 2^15.
+        if narrow and int_max(a_elem) <= 64 and has_features("avx512bw"):
+            return KINDS["i8"]
+        return KINDS["i16"] if has_features("avx512bw") else None
+    if block % 2 == 0 and has_features("avx512_bf16", "avx512bw"):
+        return KINDS["bf16"]
+    return None
+
+
+def dot_values(values: np.ndarray, element: str, kind: DotKind) -> np.ndarray:
+    """B's element values (float64) -> the dot unit's operand values: bf16
+    (exact), int16 ``value * 2^f``, or (i8) the bytes ``value * 2^f + 128``."""
+    if kind.name == "bf16":
+        return values.astype(np.float32).astype(ml_dtypes.bfloat16)
+    ints = values * 2.0 ** int_factor(element)
+    if kind.name == "i8":
+        return (ints + 128).astype(np.uint8)
+    return ints.astype(np.int16)
+
+
+@dataclass(frozen=True)
+class RecordLayout:
+    """Byte offsets of one B record (one panel of columns, one block).
+
+    ``full``: the expanded form the kernels build in a scratch buffer
+    (f32 scales, FP4 as bytes) instead of the
+    stored one (E8M0 codes, FP4 nibbles).
+    """
+
+    kind: DotKind
+    b_elem: str
+    block: int
+    full: bool = False
+
+    @property
+    def nibbles(self) -> bool:
+        """FP4 codes kept as nibbles (stored i8 records only)."""
+        return not self.full and self.kind.name == "i8" and self.b_elem == "f4E2M1FN"
+
+    @property
+    def data_offset(self) -> int:
+        """Bytes before the data: the 64 scales (E8M0 codes, or f32 when full)."""
+        return (4 if self.full else 1) * PANEL
+
+    @property
+    def groups(self) -> int:
+        return self.block // self.kind.group
+
+    @property
+    def group_bytes(self) -> int:
+        """Bytes of one K group (all 64 columns)."""
+        return 2 * 64 if self.nibbles else 4 * 64
+
+    @property
+    def nbytes(self) -> int:
+        return self.data_offset + self.groups * self.group_bytes
+
+    def shape(self, k: int, n: int) -> tuple[int, int]:
+        """Shape of the records buffer of a K x N B."""
+        return (-(-n // PANEL) * (k // self.block), self.nbytes)
+
+
+def pack_records(codes: np.ndarray, scales: np.ndarray, layout: RecordLayout) -> np.ndarray:
+    """B's codes (K x N, one code per byte, element dtype) and E8M0 scales
+    (K/B x N) -> the stored records buffer (:class:`RecordLayout`, uint8)."""
+    if layout.full:
+        raise ValueError("pack_records: builds stored records (layout.full is False)")
+    k, n = codes.shape
+    bs, kind = layout.block, layout.kind
+    nb, panels, g = k // bs, -(-n // PANEL), kind.group
+    npad = panels * PANEL
+    vals = np.pad(decode_elements(codes, layout.b_elem), ((0, 0), (0, npad - n)))
+    sb = np.pad(np.asarray(scales).view(np.uint8), ((0, 0), (0, npad - n)))
+    out = np.zeros((panels, nb, layout.nbytes), np.uint8)
+    out[..., :PANEL] = sb.reshape(nb, panels, PANEL).transpose(1, 0, 2)
+    # (K, Npad) -> (panels, nb, groups, 4 vectors, 16 columns, g)
+    order = (3, 0, 1, 4, 5, 2)
+    if layout.nibbles:
+        raw = np.pad(codes.view(np.uint8), ((0, 0), (0, npad - n)))
+        nib = raw.reshape(nb, bs // g, g, panels, 4, 16).transpose(order)
+        nib = nib.reshape(panels, nb, bs // g, 2, 2, 64)  # (.., h, low/high vector, bytes)
+        data = nib[..., 0, :] | (nib[..., 1, :] << np.uint8(4))
+    else:
+        shaped = vals.reshape(nb, bs // g, g, panels, 4, 16).transpose(order)
+        data = dot_values(shaped, layout.b_elem, kind)
+        if kind.name == "bf16":  # swapped pairs: element 2i in the odd slot
+            data = data[..., ::-1]
+        data = np.ascontiguousarray(data).view(np.uint8)
+    out[..., layout.data_offset :] = data.reshape(panels, nb, -1)
+    return out.reshape(panels * nb, layout.nbytes)

@@ -1,0 +1,232 @@
+"""A for the dot kernels: widened (or quantized) once per call into dot-unit words.
+
+Each row of A becomes ``K / g`` 32-bit words (:class:`~.dot_layout.DotKind`
+``group`` g), the operand one dot instruction broadcasts:
+
+* ``i8``: four int8 ``a = value * 2^fa``, and per block the compensation
+  ``-128 * sum a`` of B's ``+128`` offset (:mod:`.dot_layout`), the
+  accumulator's start;
+* ``i16``: two int16 ``value * 2^fa``;
+* ``bf16``: two bf16 values, element ``2i + 1`` in the low half and ``2i`` in
+  the high half ("swapped pairs", so that ``vdpbf16ps`` adds ``2i`` first).
+
+and its scales become f32 (E8M0 decoded; rows past M are zero).
+
+An MX A is decoded exactly (:mod:`.widen`).  An f32 A with
+``Problem.a_quant`` is quantized here, block by block, exactly as
+:func:`mlir_mx.numerics.quantize` does (the FLOOR scale rule, RNE rounding
+with saturation, NaN/Inf blocks to scale NaN and zero elements), so the
+kernel's result equals the one for the oracle-quantized MX A bit for bit:
+
+    amax = max |x| (NaN if any)    shared = max(floor(log2 amax) - emax, -127)
+    p    = x * 2^-shared           (two power-of-two multiplies: exact unless
+                                    |p| < 2^-126, where every format rounds to 0)
+    INT8:  q = clamp(rne(p * 64), -127, 127) / 64
+    float: p = clamp(p, +-max_normal);  u = max(floor(log2 |p|), emin) - mbits
+           q = rne(p / 2^u) * 2^u
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+from mlir.dialects import math, vector
+
+from mlir_mx.kernels.builder import KernelBuilder
+from mlir_mx.kernels.dot_layout import DotKind, int_factor
+from mlir_mx.kernels.problem import CodeRows, Operands, Problem, vector_loop
+from mlir_mx.kernels.widen import LANES, decode_scales, decoder
+from mlir_mx.numerics import ELEMENT_FORMATS
+
+__all__ = ["DotA", "prepare_dot_a", "quantize_block"]
+
+_F32_2_POW_M127 = 0x00400000
+_F32_QNAN = 0x7FC00000
+
+
+@dataclass(frozen=True)
+class DotA:
+    words: ir.Value  # (Mp, K/g) i32: the dot operand words; rows >= M hold value 0
+    scales: ir.Value  # (Mp, K/B) f32; rows >= M are 0
+    comp: ir.Value | None  # (Mp, K/B) i32: -128 * the block's sum of A (i8 only)
+    m: ir.Value  # M (index)
+    mp: ir.Value  # M rounded up to the row group
+
+
+def prepare_dot_a(
+    kb: KernelBuilder, prob: Problem, ops: Operands, kind: DotKind, group: int
+) -> DotA:
+    """Fill A's words and scales (rows padded to a multiple of ``group``)."""
+    if prob.m is None:
+        m = kb.dim(ops.a, 0)
+        mp = kb.mul(kb.ceildivu(m, group), group)
+        rows, dyn = -1, [mp]
+    else:
+        m = kb.idx(prob.m)
+        rows = -(-prob.m // group) * group
+        mp, dyn = kb.idx(rows), []
+    # Rows a multiple of 4 KiB apart would share L1 sets (the microkernel
+    # reads mr rows at once): pad each row by a cache line.
+    width = prob.k // kind.group
+    words = kb.alloc([rows, width + (LANES if width % 1024 == 0 else 0)], kb.i32, dyn)
+    scales = kb.alloc([rows, prob.kblocks], kb.f32, dyn)
+    comp = kb.alloc([rows, prob.kblocks], kb.i32, dyn) if kind.comp else None
+    conv = _Words(kb, kind, prob.a_elem or prob.a_quant, words)
+    with kb.loop(0, m, 1) as row:
+        if prob.a_is_mx:
+            _decode_row(kb, prob, ops, conv, scales, row.iv)
+        else:
+            _quantize_row(kb, prob, ops, conv, scales, row.iv)
+        if comp is not None:
+            _compensation(kb, prob, words, comp, row.iv)
+    zero_word = kb.const(0, kb.vec(LANES, kb.i32))
+    zero = kb.const(0.0, kb.vec(LANES, kb.f32))
+    with kb.loop(m, mp, 1) as row:  # padding rows: value 0, scale 0
+        r = row.iv
+        vector_loop(
+            kb,
+            prob.k // kind.group,
+            LANES,
+            lambda o, v: kb.store_lanes(zero_word, words, [r, o], v),
+        )
+        vector_loop(kb, prob.kblocks, LANES, lambda o, v: kb.store_lanes(zero, scales, [r, o], v))
+        if comp is not None:
+            vector_loop(
+                kb, prob.kblocks, LANES, lambda o, v: kb.store_lanes(zero_word, comp, [r, o], v)
+            )
+    return DotA(words, scales, comp, m, mp)
+
+
+def _compensation(kb: KernelBuilder, prob: Problem, words, comp, r) -> None:
+    """``comp[r, kb] = -128 * sum`` of the block's int8 values (from ``words``)."""
+    v16i = kb.vec(LANES, kb.i32)
+    with kb.loop(0, prob.kblocks, 1) as blk:
+        w0 = kb.mul(blk.iv, prob.block // 4)
+        total = None
+        for off in range(0, prob.block // 4, 4):  # 16 values = 4 words
+            q = kb.vbitcast(kb.vload(words, [r, kb.add(w0, off)], 4), LANES, kb.i8)
+            ints = kb.extsi(q, v16i)
+            total = ints if total is None else kb.add(total, ints)
+        s = vector.ReductionOp(kb.i32, vector.CombiningKind.ADD, total).result
+        kb.store(kb.mul(s, kb.const(-128, kb.i32)), comp, [r, blk.iv])
+
+
+class _Words:
+    """f32 element values (16 lanes, exact) -> dot words, stored into ``words``."""
+
+    def __init__(self, kb: KernelBuilder, kind: DotKind, element: str, words: ir.Value):
+        self.kb, self.kind, self.words = kb, kind, words
+        f = int_factor(element)
+        self.factor = None if f is None else kb.const(2.0**f, kb.vec(LANES, kb.f32))
+
+    def store(self, values: ir.Value, row, col) -> None:
+        """Store 16 element values of columns ``col .. col + 16`` of ``row``."""
+        kb, kind = self.kb, self.kind
+        v16i = kb.vec(LANES, kb.i32)
+        if kind.name == "bf16":
+            bits = kb.shrui(kb.bitcast(values, v16i), kb.const(16, v16i))
+            h = kb.trunci(bits, kb.vec(LANES, kb.i16))
+            h = kb.shuffle(h, h, [i ^ 1 for i in range(LANES)])  # swapped pairs
+            kb.vstore(kb.vbitcast(h, LANES // 2, kb.i32), self.words, [row, kb.divu(col, 2)])
+            return
+        ints = kb.fptosi(kb.fmul(values, self.factor), v16i)
+        if kind.name == "i16":
+            h = kb.trunci(ints, kb.vec(LANES, kb.i16))
+            kb.vstore(kb.vbitcast(h, LANES // 2, kb.i32), self.words, [row, kb.divu(col, 2)])
+            return
+        b = kb.trunci(ints, kb.vec(LANES, kb.i8))
+        kb.vstore(kb.vbitcast(b, LANES // 4, kb.i32), self.words, [row, kb.divu(col, 4)])
+
+
+def _decode_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, r) -> None:
+    rows_a = CodeRows(kb, ops.a, prob.a_elem, prob.a_packed)
+    dec = decoder(prob.a_elem, vbmi=False)
+    sa8 = kb.as_bytes(ops.sa)
+
+    def widen(off, valid):
+        (v,) = dec.decode(kb, rows_a.load(r, off, LANES, valid))
+        conv.store(v, r, off)
+
+    def scale(off, valid):
+        v = decode_scales(kb, kb.load_lanes(sa8, [r, off], LANES, valid))
+        kb.store_lanes(v, scales, [r, off], valid)
+
+    vector_loop(kb, prob.k, LANES, widen)
+    vector_loop(kb, prob.kblocks, LANES, scale)
+
+
+def _quantize_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, r) -> None:
+    bs = prob.block
+    with kb.loop(0, prob.kblocks, 1) as blk:
+        k0 = kb.mul(blk.iv, bs)
+        xs = [kb.vload(ops.a, [r, kb.add(k0, i)], LANES) for i in range(0, bs, LANES)]
+        qs, s = quantize_block(kb, xs, prob.a_quant)
+        for i, q in enumerate(qs):
+            conv.store(q, r, kb.add(k0, LANES * i))
+        kb.store(s, scales, [r, blk.iv])
+
+
+def quantize_block(kb: KernelBuilder, xs: list[ir.Value], element: str) -> tuple[list, ir.Value]:
+    """One MX block of f32 values (vectors of 16) -> (element values, f32 scale),
+    as :func:`mlir_mx.numerics.quantize` (module docstring)."""
+    fmt = ELEMENT_FORMATS[element]
+    i32, f32 = kb.i32, kb.f32
+    v16f, v16i = kb.vec(LANES, f32), kb.vec(LANES, i32)
+    # |x| as integers keeps the order of the magnitudes, and NaN bits lie
+    # above Inf's: an integer max finds amax, Inf and NaN at once.
+    absmask = kb.const(0x7FFFFFFF, v16i)
+    mags = [kb.andi(kb.bitcast(x, v16i), absmask) for x in xs]
+    top = mags[0]
+    for v in mags[1:]:
+        top = kb.maxui(top, v)
+    bits_max = vector.ReductionOp(i32, vector.CombiningKind.MAXUI, top).result
+    finite = kb.cmpi("ult", bits_max, kb.const(0x7F800000, i32))
+    ex = kb.sub(kb.shrui(bits_max, kb.const(23, i32)), kb.const(127, i32))
+    shared = kb.max(kb.sub(ex, kb.const(fmt.emax, i32)), kb.const(-127, i32))
+    code = kb.add(shared, kb.const(127, i32))
+    bits = kb.select(
+        kb.cmpi("eq", code, kb.const(0, i32)),
+        kb.const(_F32_2_POW_M127, i32),
+        kb.shli(code, kb.const(23, i32)),
+    )
+    scale = kb.bitcast(kb.select(finite, bits, kb.const(_F32_QNAN, i32)), f32)
+    # x * 2^-shared as two multiplies by normal powers of two (2^-127 is not normal).
+    e = kb.sub(kb.const(0, i32), kb.select(finite, shared, kb.const(0, i32)))
+    e1 = kb.shrsi(e, kb.const(1, i32))
+    f1, f2 = (_pow2(kb, x) for x in (e1, kb.sub(e, e1)))
+    zero = kb.const(0.0, v16f)
+    out = []
+    for x in xs:
+        x = kb.select(kb.broadcast(finite, LANES), x, zero)
+        p = kb.fmul(kb.fmul(x, kb.broadcast(f1, LANES)), kb.broadcast(f2, LANES))
+        out.append(_round(kb, p, fmt))
+    return out, scale
+
+
+def _pow2(kb: KernelBuilder, e: ir.Value) -> ir.Value:
+    """2^e (f32) for an i32 scalar or vector ``e`` in the normal range."""
+    t = e.type
+    return kb.bitcast(
+        kb.shli(kb.add(e, kb.const(127, t)), kb.const(23, t)),
+        kb.f32 if isinstance(t, ir.IntegerType) else kb.vec(LANES, kb.f32),
+    )
+
+
+def _round(kb: KernelBuilder, p: ir.Value, fmt) -> ir.Value:
+    """Scaled values -> the element values they round to (RNE, saturating)."""
+    v16f, v16i = kb.vec(LANES, kb.f32), kb.vec(LANES, kb.i32)
+    if fmt.is_int:
+        q = math.RoundEvenOp(kb.fmul(p, kb.const(64.0, v16f))).result
+        q = kb.minimumf(kb.maximumf(q, kb.const(-127.0, v16f)), kb.const(127.0, v16f))
+        # + 0.0 turns -0 into +0 (an integer code has no -0).
+        return kb.fmul(kb.fadd(q, kb.const(0.0, v16f)), kb.const(2.0**-6, v16f))
+    top = kb.const(fmt.max_normal, v16f)
+    p = kb.minimumf(kb.maximumf(p, kb.fneg(top)), top)
+    ex = kb.sub(
+        kb.andi(kb.shrui(kb.bitcast(p, v16i), kb.const(23, v16i)), kb.const(0xFF, v16i)),
+        kb.const(127, v16i),
+    )
+    u = kb.sub(kb.max(ex, kb.const(1 - fmt.bias, v16i)), kb.const(fmt.mbits, v16i))
+    steps = math.RoundEvenOp(kb.fmul(p, _pow2(kb, kb.sub(kb.const(0, v16i), u)))).result
+    return kb.fmul(steps, _pow2(kb, u))

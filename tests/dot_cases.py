@@ -1,0 +1,139 @@
+"""Shared helpers of the dot-kernel tests: runners and an exact model of the
+blocked order with the block step ``t = p * sb; c = fma(t, sa, c)``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+
+import numpy as np
+from mlir import ir
+
+from mlir_mx.dialect import load_dialect
+from mlir_mx.execution import Runner
+from mlir_mx.kernels import SCHEDULES, Problem, kernel_module, plan_kernel
+from mlir_mx.kernels.dot_layout import RecordLayout, dot_kind, pack_records
+from mlir_mx.kernels.plan import KernelPlan
+from mlir_mx.numerics import MXArray, is_packed_storage, pack_codes
+from mlir_mx.pipelines import kernel_library_pipeline
+
+INTS = ("f4E2M1FN", "f6E2M3FN", "f6E3M2FN", "i8")
+FP8 = ("f8E4M3FN", "f8E5M2")
+
+
+def compile_module(prob: Problem, plan) -> Runner:
+    with ir.Context() as ctx, ir.Location.unknown():
+        load_dialect(ctx)
+        text = str(kernel_module(prob, plan))
+    return Runner(text, kernel_library_pipeline(plan.threads))
+
+
+def a_args(qa: MXArray) -> list[np.ndarray]:
+    """A's codes as the kernels take them (FP4/FP6 packed) and its scales."""
+    codes = qa.codes
+    if is_packed_storage(codes.shape, qa.element):
+        codes = pack_codes(np.ascontiguousarray(codes), qa.element)
+    return [np.array(codes), np.array(qa.scales)]  # writeable (see run_f32)
+
+
+def run_dot(
+    qa, qb: MXArray, acc, schedule: str, threads: int, source: str = "records", **overrides
+) -> np.ndarray:
+    """``acc + A B`` with dot schedule ``schedule``, B as VNNI records
+    (``source="records"``, what ``Linear`` passes) or as its codes and scales
+    (``"codes"``, what the Runner passes).  ``qa`` is MX, or f32 with
+    ``overrides['a_quant']`` naming the format it is quantized to."""
+    a_quant = overrides.pop("a_quant", None)
+    m, k = qa.shape
+    n = qb.shape[1]
+    ea = None if a_quant else qa.element
+    kind = dot_kind(ea or a_quant, qb.element, qb.block_size)
+    packed = ea is not None and is_packed_storage((m, k), ea)
+    b_packed = is_packed_storage((k, n), qb.element)
+    prob = Problem(
+        m, n, k, qb.block_size, ea, qb.element, a_packed=packed, a_quant=a_quant,
+        b_packed=b_packed and source == "codes", b_dot=kind.name if source == "records" else None,
+    )  # fmt: skip
+    entry = SCHEDULES[schedule]
+    assert entry.supports(prob), (schedule, prob)
+    plan = KernelPlan(entry, replace(entry.configure(prob, threads), **overrides))
+    runner = compile_module(prob, plan)
+    if source == "records":
+        layout = RecordLayout(kind, qb.element, qb.block_size)
+        b_args = [pack_records(qb.codes, qb.scales, layout)]
+    else:
+        codes = pack_codes(np.ascontiguousarray(qb.codes), qb.element) if b_packed else qb.codes
+        b_args = [np.array(codes), np.array(qb.scales)]  # writeable (see run_f32)
+    c = acc.copy()
+    args = [qa] if a_quant else a_args(qa)
+    runner.invoke("matmul", *args, *b_args, c)
+    return c
+
+
+def run_f32(qa: MXArray, qb: MXArray, acc, schedule: str, threads: int) -> np.ndarray:
+    """``acc + A B`` with the f32 kernels (one code per byte)."""
+    m, k = qa.shape
+    prob = Problem(m, qb.shape[1], k, qb.block_size, qa.element, qb.element)
+    plan = plan_kernel(prob, schedule, threads)
+    assert plan.name == schedule
+    runner = compile_module(prob, plan)
+    c = acc.copy()
+    # Writeable copies of the MXArrays' read-only views: the write analysis of
+    # a threaded kernel cannot prove its operands are only read.
+    args = [np.array(v) for v in (qa.codes, qa.scales, qb.codes, qb.scales)]
+    runner.invoke("matmul", *args, c)
+    return c
+
+
+def same_bits(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Elementwise: the same f32 bits, or both NaN."""
+    return (x.view(np.uint32) == y.view(np.uint32)) | (np.isnan(x) & np.isnan(y))
+
+
+def _to_f32(q: Fraction) -> float:
+    """``q`` rounded to f32 (nearest, ties to even, subnormals, overflow to Inf)."""
+    if q == 0:
+        return 0.0
+    sign, a = (-1.0 if q < 0 else 1.0), abs(q)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    if Fraction(2) ** e > a:
+        e -= 1
+    quantum = Fraction(2) ** (max(e, -126) - 23)
+    n, rem = divmod(a / quantum, 1)
+    if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and n % 2):
+        n += 1
+    val = n * quantum
+    return sign * (float("inf") if val >= 2**128 else float(val))
+
+
+def fma_f32(x: float, y: float, z: float) -> np.float32:
+    """f32 ``fma(x, y, z)`` of f32 values, exactly rounded once."""
+    if not all(np.isfinite(v) for v in (x, y, z)):
+        return np.float32(np.float64(x) * y + z)
+    exact = Fraction(x) * Fraction(y) + Fraction(z)
+    if exact == 0:  # IEEE: -0 only when both terms are -0
+        if (x == 0 or y == 0) and z == 0:
+            neg = bool(np.signbit(x) != np.signbit(y)) and bool(np.signbit(z))
+            return np.float32(-0.0 if neg else 0.0)
+        return np.float32(0.0)
+    return np.float32(_to_f32(exact))
+
+
+def model(qa: MXArray, qb: MXArray, acc: np.ndarray) -> np.ndarray:
+    """The blocked order with the block step ``t = p * sb; c = fma(t, sa, c)``:
+    ``p`` the in-order f32 FMA chain of exact products (exact for integer
+    pairs), ``t`` one f32 multiply, the FMA exactly rounded once."""
+    a, b = qa.element_values(), qb.element_values()
+    sa, sb = qa.scale_values().astype(np.float32), qb.scale_values().astype(np.float32)
+    bs, (m, k), n = qb.block_size, qa.shape, qb.shape[1]
+    c = acc.astype(np.float32).copy()
+    with np.errstate(all="ignore"):
+        for kb in range(k // bs):
+            p = np.zeros((m, n), np.float32)
+            for kk in range(kb * bs, (kb + 1) * bs):
+                p = p + np.outer(a[:, kk], b[kk, :]).astype(np.float32)  # exact products
+            t = p * sb[kb][None, :]
+            for i in range(m):
+                for j in range(n):
+                    c[i, j] = fma_f32(float(t[i, j]), float(sa[i, kb]), float(c[i, j]))
+    return c

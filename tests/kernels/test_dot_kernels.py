@@ -1,0 +1,177 @@
+"""The dot kernels (``mlir_mx.kernels.dot``) give the f32 kernels' bits.
+
+* Integer pairs (every pair of FP4, FP6, INT8) and bf16 pairs (with FP8)
+  against the f32 kernels, at every shape class (decode, small, prefill with
+  a K-chunk tail), odd M, N not a multiple of the panel, 1 and 2 threads;
+  the quick set rotates the shapes over the pairs, ``-m slow`` runs them all.
+* Special values (NaN scales, code-0 and code-254 scales, saturated codes,
+  E4M3/E5M2 NaN and Inf codes) against an exact model of the blocked order
+  with the block step ``t = p * sb; c = fma(t, sa, c)`` (``dot_cases.model``).
+* Without AVX512-VNNI (simulated: ``MLIR_MX_CPU_FEATURES=-avx512_vnni``) the
+  AVX512BW fallbacks give the same bits; without AVX512_BF16 no bf16 kind is
+  chosen (the f32 kernels serve those pairs).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from dot_cases import FP8, INTS, model, run_dot, run_f32, same_bits
+from matmul_cases import case
+
+from mlir_mx.host import has_features
+from mlir_mx.kernels.dot_layout import dot_kind
+from mlir_mx.numerics import MXArray, decode_elements, finite_codes
+
+needs_bw = pytest.mark.skipif(
+    not has_features("avx512bw"), reason="the CPU has no AVX512BW: no integer dot kernel"
+)
+needs_bf16 = pytest.mark.skipif(
+    not has_features("avx512_bf16", "avx512bw"), reason="the CPU has no AVX512_BF16"
+)
+
+#: (M, K, N, f32 schedule, dot schedule suffix, overrides): odd M, N not a multiple of 64.
+SHAPES = [
+    (1, 128, 100, "decode", "decode", {}),
+    (5, 128, 80, "small", "small", {}),
+    (13, 256, 130, "prefill", "prefill", {"kcb": 3}),
+]
+INT_PAIRS = list(itertools.product(INTS, INTS))
+BF16_PAIRS = [(a, b) for a, b in itertools.product(INTS + FP8, INTS + FP8) if a in FP8 or b in FP8]
+
+
+def _check(ea, eb, shape, threads, family, source="records"):
+    m, k, n, f32_schedule, cls, overrides = shape
+    if family == "bf16" and cls == "decode":
+        cls = "small"  # no bf16 decode schedule; the small one runs M = 1 too
+    (qa, qb), acc, _exact, _bound = case(m, k, n, ea, eb, seed=m + k)
+    want = run_f32(qa, qb, acc, f32_schedule, threads)
+    got = run_dot(qa, qb, acc, f"{family}-{cls}", threads, source, **overrides)
+    same = same_bits(got, want)
+    assert same.all(), (np.argwhere(~same)[:5], got[~same][:5], want[~same][:5])
+
+
+def _rotated(pairs):
+    """Each pair once, the shape, thread count and B source rotating."""
+    return [
+        (a, b, SHAPES[i % 3], 1 + (i // 3) % 2, ("records", "codes")[(i // 2) % 2])
+        for i, (a, b) in enumerate(pairs)
+    ]
+
+
+def _ids(cases):
+    return [f"{a}-{b}-{s[3]}-t{t}-{src}" for a, b, s, t, src in cases]
+
+
+@needs_bw
+@pytest.mark.parametrize(
+    "ea, eb, shape, threads, source", _rotated(INT_PAIRS), ids=_ids(_rotated(INT_PAIRS))
+)
+def test_integer_pairs_equal_f32_kernels(ea, eb, shape, threads, source):
+    _check(ea, eb, shape, threads, "int", source)
+
+
+@needs_bf16
+@pytest.mark.parametrize(
+    "ea, eb, shape, threads, source",
+    _rotated(BF16_PAIRS)[::3],
+    ids=_ids(_rotated(BF16_PAIRS)[::3]),
+)
+def test_bf16_pairs_equal_f32_kernels(ea, eb, shape, threads, source):
+    _check(ea, eb, shape, threads, "bf16", source)
+
+
+@needs_bw
+@pytest.mark.parametrize("eb", INTS)
+@pytest.mark.parametrize("shape", SHAPES, ids=[s[3] for s in SHAPES])
+def test_b_from_codes_for_every_b_format_and_shape(eb, shape):
+    """B as the Runner passes it (codes, FP4/FP6 packed) at every schedule:
+    the per-call expansion and the decode sweep."""
+    ea = INTS[(INTS.index(eb) + SHAPES.index(shape)) % len(INTS)]
+    _check(ea, eb, shape, 2, "int", "codes")
+
+
+SOURCES = ("records", "codes")
+ALL = [(a, b, s, t, src) for a, b in INT_PAIRS for s in SHAPES for t in (1, 2) for src in SOURCES]
+ALL_BF16 = [
+    (a, b, s, t, src) for a, b in BF16_PAIRS for s in SHAPES[1:] for t in (1, 2) for src in SOURCES
+]
+
+
+@pytest.mark.slow
+@needs_bw
+@pytest.mark.parametrize("ea, eb, shape, threads, source", ALL, ids=_ids(ALL))
+def test_integer_pairs_every_shape_and_thread_count(ea, eb, shape, threads, source):
+    _check(ea, eb, shape, threads, "int", source)
+
+
+@pytest.mark.slow
+@needs_bf16
+@pytest.mark.parametrize("ea, eb, shape, threads, source", ALL_BF16, ids=_ids(ALL_BF16))
+def test_bf16_pairs_every_shape_and_thread_count(ea, eb, shape, threads, source):
+    _check(ea, eb, shape, threads, "bf16", source)
+
+
+def _special(qa: MXArray, qb: MXArray, rng) -> tuple[MXArray, MXArray]:
+    """Saturated and NaN/Inf codes, NaN, code-0 and code-254 scales."""
+    a_codes, b_codes = qa.codes.copy(), qb.codes.copy()
+    a_sc, b_sc = qa.scales.view(np.uint8).copy(), qb.scales.view(np.uint8).copy()
+    for codes, fmt in ((a_codes, qa.format), (b_codes, qb.format)):
+        raw = codes.view(np.uint8)
+        fin = finite_codes(fmt.name)
+        vals = decode_elements(fin, fmt.name)
+        top = [fin.view(np.uint8)[np.argmax(vals)], fin.view(np.uint8)[np.argmin(vals)]]
+        if fmt.is_int:
+            top.append(0x80)  # -128: valid, never produced by quantize
+        raw[:, :32] = rng.choice(np.array(top, np.uint8), raw[:, :32].shape)
+        if fmt.has_nan:  # a NaN and (E5M2) an Inf code
+            raw[0, 3] = 0x7F
+            raw[-1, -5] = 0x7C if fmt.has_inf else 0xFF
+    a_sc[0, 0], a_sc[-1, 0], b_sc[0, -1] = 0, 254, 255
+    b_sc[1, :3], a_sc[1 % a_sc.shape[0], 1] = 254, 0
+    return (
+        MXArray(a_codes, a_sc, qa.element, qa.block_size),
+        MXArray(b_codes, b_sc, qb.element, qb.block_size, axis=0),
+    )
+
+
+@needs_bw
+@pytest.mark.parametrize(
+    "ea, eb, family",
+    [("f4E2M1FN", "i8", "int"), ("f6E3M2FN", "f6E2M3FN", "int"), ("i8", "i8", "int")]
+    + ([("f8E5M2", "f8E4M3FN", "bf16")] if has_features("avx512_bf16") else []),
+)
+@pytest.mark.parametrize("cls, source", [("decode", "records"), ("prefill", "codes")])
+def test_special_values_follow_the_blocked_order(ea, eb, family, cls, source):
+    if family == "bf16" and cls == "decode":
+        cls = "small"
+    rng = np.random.default_rng(7)
+    m = 1 if cls == "decode" else 7
+    (qa, qb), acc, _e, _b = case(m, 96, 70, ea, eb, seed=11)
+    qa, qb = _special(qa, qb, rng)
+    kcb = {"kcb": 2} if cls == "prefill" else {}
+    got = run_dot(qa, qb, acc, f"{family}-{cls}", 2, source, **kcb)
+    want = model(qa, qb, acc)
+    same = same_bits(got, want)
+    assert same.all(), (np.argwhere(~same)[:5], got[~same][:5], want[~same][:5])
+    assert np.isnan(got).any() and not np.isnan(got).all()
+
+
+@needs_bw
+@pytest.mark.parametrize("ea, eb", [("f4E2M1FN", "f4E2M1FN"), ("i8", "f6E2M3FN"), ("i8", "i8")])
+def test_without_vnni_the_bw_fallback_gives_the_same_bits(monkeypatch, ea, eb):
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-avx512_vnni")
+    assert dot_kind(ea, eb, 32).name == ("i16" if ea == "i8" else "i8")  # A is the s8 operand
+    _check(ea, eb, SHAPES[2], 1, "int")
+    _check(ea, eb, SHAPES[0], 2, "int", "codes")
+
+
+def test_dot_kind_follows_the_cpu_features(monkeypatch):
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "none")
+    assert all(dot_kind(a, b, 32) is None for a in INTS + FP8 for b in INTS + FP8)
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-avx512_bf16")
+    assert dot_kind("f8E4M3FN", "f4E2M1FN", 32) is None
+    assert dot_kind("f6E3M2FN", "f6E3M2FN", 128) is None  # 128 * 448^2 >= 2^24: inexact
+    assert dot_kind(None, "f4E2M1FN", 32) is None  # an f32 A: no dot unit

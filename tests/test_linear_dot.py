@@ -1,0 +1,105 @@
+"""``mlir_mx.Linear`` on the dot kernels, and ``activations=`` (issue 17).
+
+* Every weight x activation format pair gives the f32 kernels' bits (the
+  dot kernels where the CPU has them, the f32 kernels elsewhere), at every
+  shape class; a row's result does not depend on its batch.
+* ``Linear(w, activations=F)(x)`` equals ``Linear(w)(quantize(x, F, B))`` bit
+  for bit, with the quantization inside the dot kernels or, on a CPU
+  without them (simulated), by the oracle.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from dot_cases import FP8, INTS, run_f32, same_bits
+
+import mlir_mx
+from mlir_mx.numerics import MXArray, quantize
+
+FORMATS = INTS + FP8
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLIR_MX_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _weight(element, n=96, k=128, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((n, k)) * np.exp2(rng.integers(-8, 8, (n, 1)))
+    return quantize(w.astype(np.float32), element, 32)
+
+
+def _as_b(w: MXArray) -> MXArray:
+    """W (out, in) blocked along in -> B = W^T (in, out) blocked along axis 0."""
+    return MXArray(w.codes.T.copy(), w.scales.T.copy(), w.element, w.block_size, axis=0)
+
+
+PAIRS = list(itertools.product(FORMATS, FORMATS))
+#: Quick: each pair at one batch size (decode, small, prefill in turn).
+QUICK = [(w, a, (1, 5, 70)[i % 3]) for i, (w, a) in enumerate(PAIRS)]
+SLOW = [(w, a, m) for w, a in PAIRS for m in (1, 5, 70)]
+
+
+def _pair(welem, aelem, m):
+    """Rows ``:m`` of a 70-row product equal the f32 kernels on the same
+    operands (so a row's result does not depend on its batch)."""
+    w = _weight(welem)
+    lin = mlir_mx.Linear(w, threads=2)
+    rng = np.random.default_rng(1)
+    x = quantize(rng.standard_normal((70, 128)).astype(np.float32), aelem, 32)
+    xm = MXArray(x.codes[:m], x.scales[:m], aelem, 32)
+    want = run_f32(x, _as_b(w), np.zeros((70, 96), np.float32), "prefill", 2)
+    assert same_bits(lin(xm), want[:m]).all(), m
+
+
+@pytest.mark.parametrize("welem, aelem, m", QUICK)
+def test_every_weight_and_activation_pair(welem, aelem, m):
+    _pair(welem, aelem, m)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("welem, aelem, m", SLOW)
+def test_every_pair_at_every_shape_class(welem, aelem, m):
+    _pair(welem, aelem, m)
+
+
+@pytest.mark.parametrize(
+    "act, welem", [("i8", "f4E2M1FN"), ("f6E2M3FN", "i8"), ("f8E4M3FN", "f4E2M1FN")]
+)
+@pytest.mark.parametrize("cpu", ["host", "none"])
+def test_activations_quantize_per_call(monkeypatch, act, welem, cpu):
+    if cpu == "none":  # no dot units: the oracle quantizes, the f32 kernels run
+        monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "none")
+    w = _weight(welem)
+    lin = mlir_mx.Linear(w, threads=2, activations=act)
+    ref = mlir_mx.Linear(w, threads=2)
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((70, 128)) * np.exp2(rng.integers(-20, 20, (70, 1)))).astype(
+        np.float32
+    )
+    x[3, 50] = np.inf
+    for m in (1, 9, 70):
+        got, want = lin(x[:m]), ref(quantize(x[:m], act, 32))
+        assert same_bits(got, want).all(), m
+    assert np.isnan(lin(x[:9])[3]).all()
+    assert lin(x[0]).shape == (96,)
+
+
+def test_activations_argument_and_records_bytes():
+    w = _weight("f4E2M1FN")
+    with pytest.raises(ValueError, match="activations"):
+        mlir_mx.Linear(w, activations="f9")
+    with pytest.raises(TypeError, match="activations"):
+        mlir_mx.Linear(w, activations=8)
+    lin = mlir_mx.Linear(w, threads=1, activations="i8")
+    assert "activations='i8'" in repr(lin)
+    before = lin.nbytes
+    lin(np.ones((2, 128), np.float32))
+    from mlir_mx.host import has_features
+
+    if has_features("avx512bw"):  # the dot kernels' records were made
+        assert lin.nbytes > before
