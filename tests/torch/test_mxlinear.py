@@ -67,8 +67,8 @@ def test_inference_only_and_argument_errors():
         mx(torch.ones(2, 96, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"x: expected shape \(\.\.\., 96\)"):
         mx(torch.ones(2, 95))
-    with pytest.raises(ValueError, match="activations: 'i8' is not supported yet"):
-        MXLinear.from_linear(_layer(), activations="i8")
+    with pytest.raises(ValueError, match="activations: element: unknown MX element format 'i4'"):
+        MXLinear.from_linear(_layer(), activations="i4")
     with pytest.raises(ValueError, match="weight: in_features 95 is not a multiple of block_size 32"):
         MXLinear.from_linear(_layer(95, 8))
     with pytest.raises(ValueError, match="weight: expected a 2-D MXArray"):
@@ -120,7 +120,25 @@ def test_the_op_on_other_tensors_builds_a_linear_over_them(element, n_out):
     x = torch.randn(3, 96)
     codes, scales = mx.codes.clone(), mx.scales.clone()
     with torch.no_grad():
-        y = torch.ops.mlir_mx.linear(x, codes, scales, element, 32, 96, n_out, 1)
+        y = torch.ops.mlir_mx.linear(x, codes, scales, element, 32, 96, n_out, 1, "")
         assert torch.equal(y, mx(x))
     with pytest.raises(ValueError, match=r"codes: expected a \w+ array of shape \("):
-        torch.ops.mlir_mx.linear(x, codes[:-1].clone(), scales, element, 32, 96, n_out, 1)
+        torch.ops.mlir_mx.linear(x, codes[:-1].clone(), scales, element, 32, 96, n_out, 1, "")
+
+
+@pytest.mark.parametrize("act", ["i8", "f4E2M1FN", "f8E4M3FN"])
+def test_quantized_activations_equal_linear_on_quantized_x(act):
+    """``activations=F``: the module quantizes x per call, as
+    ``mlir_mx.Linear(w, activations=F)`` does: the same bits as the kernels on
+    ``quantize(x, F, 32)``, plus the bias."""
+    import mlir_mx
+
+    layer = _layer()
+    mx = MXLinear.from_linear(layer, "f4E2M1FN", threads=1, activations=act)
+    x = torch.randn(5, 96)
+    with torch.no_grad():
+        y = mx(x)
+        want = torch.from_numpy(
+            mlir_mx.Linear(mx.weight(), threads=1)(quantize(x.numpy(), act, 32))
+        ) + layer.bias
+    np.testing.assert_array_equal(y.numpy().view(np.uint32), want.numpy().view(np.uint32))

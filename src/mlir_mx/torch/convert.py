@@ -60,22 +60,25 @@ def quantize_(
     returns False are kept.  A layer whose ``in_features`` is not a multiple of
     ``block_size`` is kept too, with a warning naming it.  Layers are converted
     one at a time and each original weight is released as soon as its layer is
-    replaced, so peak memory stays near the model's own.  ``activations``: only
-    None until the dot-unit kernels land (``MXLinear``).  ``threads``: as for
+    replaced, so peak memory stays near the model's own.  ``activations``: None
+    (activations enter exactly) or the MX format they are quantized to per call
+    (``"i8"``: W4A8 on the CPU's integer dot units; ``MXLinear``).  ``threads``: as for
     ``MXLinear`` (None follows ``torch.get_num_threads()``).  Returns a
     :class:`QuantizeSummary`.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     fmt = element_format(weights)  # names the argument when unknown
-    check_activations(activations)
+    activations = check_activations(activations)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size: expected a positive int, got {block_size!r}")
     summary = QuantizeSummary(fmt.name, block_size)
     for name, owner, attr in selected_linears(model, block_size, filter_fn, summary):
         layer = getattr(owner, attr)
         before = layer.weight.numel() * layer.weight.element_size()
-        new = MXLinear.from_linear(layer, fmt.name, block_size, threads=threads)
+        new = MXLinear.from_linear(
+            layer, fmt.name, block_size, threads=threads, activations=activations
+        )
         setattr(owner, attr, new)
         del layer  # the last reference: its weight is freed before the next layer
         summary.converted.append(name)

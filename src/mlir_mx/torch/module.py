@@ -16,16 +16,17 @@ __all__ = ["MXLinear", "check_activations"]
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def check_activations(activations) -> None:
-    """``activations=``: only ``None`` (f32 activations, entering the products
-    exactly) until ``mlir_mx.Linear`` takes ``activations=`` (the dot-unit
-    kernels, issue 17); then this passes the value through."""
-    if activations is not None:
-        raise ValueError(
-            f"activations: {activations!r} is not supported yet; only None (activations "
-            "stay f32 and enter the products exactly). Quantized activations come with "
-            "mlir_mx.Linear(w, activations=...), the dot-unit kernels (issue 17)"
-        )
+def check_activations(activations) -> str | None:
+    """``activations=``: ``None`` (activations enter the products exactly) or an
+    MX element format they are quantized to per call, blocks along
+    ``in_features`` (``mlir_mx.Linear(w, activations=...)``: the dot-unit
+    kernels where the CPU has them).  Returns the format's name."""
+    if activations is None:
+        return None
+    try:
+        return element_format(activations).name
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"activations: {err}") from None
 
 
 class MXLinear(torch.nn.Module):
@@ -42,6 +43,9 @@ class MXLinear(torch.nn.Module):
       the bias in f32, rounded once to ``x``'s dtype.
     * ``threads``: ``None`` (default) follows ``torch.get_num_threads()`` at
       each call; an int fixes it.
+    * ``activations``: ``None`` (default; ``x`` enters exactly) or an MX
+      element format ``x`` is quantized to per call (``"i8"``: the W4A8 path
+      of the CPU's integer dot units), as ``mlir_mx.Linear(w, activations=)``.
     * The module keeps the weight once, in the kernels' layout (``Linear.stored``,
       as the ``uint8`` buffers ``codes``/``scales``, not saved); ``state_dict``
       holds it in ``nn.Linear``'s layout instead: ``weight_codes`` (the
@@ -51,7 +55,7 @@ class MXLinear(torch.nn.Module):
 
     def __init__(self, weight: MXArray, bias=None, *, threads: int | None = None, activations=None):
         super().__init__()
-        check_activations(activations)
+        activations = check_activations(activations)
         if not isinstance(weight, MXArray):
             raise TypeError(f"weight: expected an MXArray, got {type(weight).__name__}")
         if weight.ndim != 2 or weight.axis != 1:
@@ -61,7 +65,7 @@ class MXLinear(torch.nn.Module):
             )
         self.activations = activations
         self.threads = threads
-        self._adopt(Linear(weight, threads=1))
+        self._adopt(Linear(weight, threads=1, activations=activations))
         if bias is not None:
             bias = torch.as_tensor(bias).detach()
             if bias.shape != (self.out_features,):
@@ -78,7 +82,7 @@ class MXLinear(torch.nn.Module):
         along ``in_features``) and keep its bias."""
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(f"linear: expected a torch.nn.Linear, got {type(linear).__name__}")
-        check_activations(activations)
+        activations = check_activations(activations)
         w = quantize_weight(linear.weight, weights, block_size)
         return cls(w, linear.bias, threads=threads, activations=activations)
 
@@ -157,7 +161,7 @@ class MXLinear(torch.nn.Module):
         x2 = x.reshape(-1, self.in_features).to(torch.float32).contiguous()
         y = torch.ops.mlir_mx.linear(
             x2, self.codes, self.scales, self.element, self.block_size,
-            self.in_features, self.out_features, self._threads or 0,
+            self.in_features, self.out_features, self._threads or 0, self.activations or "",
         )  # fmt: skip
         if self.bias is not None:
             y = y + self.bias.to(torch.float32)
@@ -182,7 +186,7 @@ class MXLinear(torch.nn.Module):
                 )  # fmt: skip
                 if w.shape != (self.out_features, self.in_features):
                     raise ValueError(f"holds a weight of shape {w.shape}")
-                self._adopt(Linear(w, threads=1))
+                self._adopt(Linear(w, threads=1, activations=self.activations))
             except (TypeError, ValueError) as e:
                 errors.append(f"{prefix}weight_codes/weight_scales: {e}")
         else:
