@@ -75,7 +75,7 @@ def test_model_arguments_are_checked(capsys):
     assert main(["--model", "--layers", "0"]) == 1
     assert "--layers: must be positive" in capsys.readouterr().err
     assert main(["--model", "--rows", "f32,fp4"]) == 1
-    assert "--rows: expected some of f32,bf16,torchao,mxfp8,mxfp4" in capsys.readouterr().err
+    assert "--rows: expected some of f32,bf16,torchao,mxfp8,mxfp4,mxfp4-i8" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -89,5 +89,8 @@ def test_quick_model_run_writes_results(tmp_path):
     rec = json.loads(next(tmp_path.glob("*.json")).read_text())
     ours = [r for r in rec["rows"] if r["spec"]["kind"] == "mx"]
     assert len(ours) == 2 and all(r["correct"] for r in ours)
+    (w4a8,) = [r for r in rec["rows"] if r["spec"]["kind"] == "mx-w4a8"]
+    assert "max_logit_diff" in w4a8 and "correct" not in w4a8  # reported, not held to the bound
     md = next(tmp_path.glob("*.md")).read_text()
-    assert "| ours MXFP4 |" in md and "not run" in md and "Shared machine" in md
+    assert "| ours MXFP4 |" in md and "| ours MXFP4, activations=i8 |" in md
+    assert "n/a (activations quantized)" in md and "Shared machine" in md

@@ -113,10 +113,11 @@ def _convert(model, spec: dict) -> dict:
         model.to(torch.bfloat16)  # torchao's MX inference path takes bf16 only
         ao_quantize_(model, MXDynamicActivationMXWeightConfig(
             activation_dtype=dt, weight_dtype=dt, kernel_preference=KernelPreference.EMULATED))  # fmt: skip
-    elif kind == "mx":
+    elif kind in ("mx", "mx-w4a8"):
         from mlir_mx.torch import quantize_
 
-        info["summary"] = str(quantize_(model, fmt))
+        acts = "i8" if kind == "mx-w4a8" else None
+        info["summary"] = str(quantize_(model, fmt, activations=acts))
     elif kind == "reference":
         from mlir_mx.torch import dequantize_
 

@@ -85,7 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--rows",
-        help="--model: comma-separated rows to run, of f32,bf16,torchao,mxfp8,mxfp4 (all)",
+        help="--model: comma-separated rows to run, of f32,bf16,torchao,mxfp8,mxfp4,mxfp4-i8 "
+        "(all)",
     )
     return p
 
@@ -110,7 +111,8 @@ def _model_options(ns, argv: list[str]):
                  config=dict(hidden_size=128, intermediate_size=256, num_attention_heads=4,
                              num_key_value_heads=2, vocab_size=512)) if ns.quick else {}  # fmt: skip
     names = {"f32": "torch f32", "bf16": "torch bf16", "torchao": "torchao MXFP4 (W+A, emulated)",
-             "mxfp8": "ours MXFP8", "mxfp4": "ours MXFP4"}  # fmt: skip
+             "mxfp8": "ours MXFP8", "mxfp4": "ours MXFP4",
+             "mxfp4-i8": "ours MXFP4, activations=i8"}  # fmt: skip
     rows = None
     if ns.rows is not None:
         keys = [k.strip() for k in ns.rows.split(",")]
