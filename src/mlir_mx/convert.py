@@ -33,6 +33,7 @@ import ml_dtypes
 import numpy as np
 from mlir import ir
 
+from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.execution import CompileOptions, Runner
 from mlir_mx.execution.arguments import descriptor_type
 from mlir_mx.host import check_threads, host_features
@@ -101,14 +102,14 @@ def dequantize(a, threads=None, *, out=None) -> np.ndarray:
     of ``a.shape`` to write into (and return) instead of a new one (a fresh
     array costs the OS's zeroing of its pages on first touch)."""
     if not isinstance(a, MXArray):
-        raise TypeError(f"a: expected an MXArray, got {type(a).__name__}")
+        raise MXArgTypeError(f"a: expected an MXArray, got {type(a).__name__}")
     threads = check_threads(threads)
     if out is None:
         out = np.empty(a.shape, np.float32)
     elif not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != a.shape:
-        raise TypeError(f"out: expected a float32 numpy array of shape {a.shape}")
+        raise MXArgTypeError(f"out: expected a float32 numpy array of shape {a.shape}")
     elif not (out.flags.c_contiguous and out.flags.writeable):
-        raise ValueError("out: must be C-contiguous and writeable")
+        raise MXValueError("out: must be C-contiguous and writeable")
     if out.size == 0:
         return out
     codes = np.ascontiguousarray(a.packed_codes()).view(np.uint8)
@@ -138,12 +139,12 @@ def _check_input(x, block_size, axis):
         x = _from_dlpack(x)
     x = np.asarray(x)
     if x.dtype not in _ACCEPTED_INPUT_DTYPES:
-        raise TypeError(
+        raise MXArgTypeError(
             f"x: expected a float32 array (float64, float16 and bfloat16 are converted to "
             f"float32 first), got dtype {x.dtype}"
         )
     if x.ndim == 0:
-        raise ValueError("x: MX quantization needs rank >= 1, got a rank-0 array")
+        raise MXValueError("x: MX quantization needs rank >= 1, got a rank-0 array")
     block_size = _check_block_size(block_size)
     axis = _normalize_axis(axis, x.ndim)
     _check_blocked_shape(x.shape, block_size, axis, "x")
@@ -163,7 +164,7 @@ def _from_dlpack(x) -> np.ndarray:
             import torch
 
             return np.from_dlpack(x.view(torch.int16)).view(ml_dtypes.bfloat16)
-        raise TypeError(f"x: cannot view this {type(x).__name__} as host memory: {err}") from None
+        raise MXArgTypeError(f"x: cannot view this {type(x).__name__} as host memory: {err}") from None
 
 
 

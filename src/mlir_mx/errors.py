@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Diagnostic", "MXError", "MXValueError", "MXArgTypeError"]
+__all__ = ["Diagnostic", "MXError", "MXValueError", "MXArgTypeError", "user_error"]
 
 
 @dataclass
@@ -97,3 +97,10 @@ class MXValueError(MXError, ValueError):
 
 class MXArgTypeError(MXError, TypeError):
     """An argument of the wrong type or dtype from the user."""
+
+
+def user_error(err: Exception, message: str) -> MXError:
+    """``message`` as the MXError of ``err``'s kind: an :class:`MXArgTypeError`
+    for a ``TypeError``, else an :class:`MXValueError` (re-raising a checked
+    argument's error with more context, e.g. its place in a container)."""
+    return MXArgTypeError(message) if isinstance(err, TypeError) else MXValueError(message)

@@ -41,6 +41,7 @@ from mlir import ir
 
 from mlir_mx.convert import quantize as compiled_quantize
 from mlir_mx.dialect import load_dialect
+from mlir_mx.errors import MXArgTypeError, MXValueError, user_error
 from mlir_mx.execution import FREE, BoundFunction, CompileOptions, Runner
 from mlir_mx.execution.options import default_cache_dir
 from mlir_mx.host import check_threads
@@ -90,12 +91,12 @@ class Linear:
         if element is not None and not isinstance(weight, MXArray):
             weight = compiled_quantize(weight, element, block_size, axis=-1, threads=threads)
         if not isinstance(weight, MXArray):
-            raise TypeError(
+            raise MXArgTypeError(
                 f"weight: expected an MXArray (or float weights with element=...), "
                 f"got {type(weight).__name__}"
             )
         if weight.ndim != 2:
-            raise ValueError(f"weight: expected a 2-D MXArray, got shape {weight.shape}")
+            raise MXValueError(f"weight: expected a 2-D MXArray, got shape {weight.shape}")
         self.element = weight.element
         self.block_size = weight.block_size
         fmt = weight.format
@@ -150,9 +151,9 @@ class Linear:
         ):
             if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != shape:
                 got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
-                raise ValueError(f"{name}: expected a {dtype} array of shape {shape}, got {got}")
+                raise MXValueError(f"{name}: expected a {dtype} array of shape {shape}, got {got}")
             if not a.flags.c_contiguous:
-                raise ValueError(f"{name}: expected a C-contiguous array")
+                raise MXValueError(f"{name}: expected a C-contiguous array")
         lin._codes, lin._scales = codes, scales
         lin._start(threads, activations)
         return lin
@@ -162,7 +163,7 @@ class Linear:
             try:
                 activations = element_format(activations).name
             except (TypeError, ValueError) as err:
-                raise type(err)(f"activations: {err}") from None
+                raise user_error(err, f"activations: {err}") from None
         self.activations = activations
         self._records: dict[str, np.ndarray] = {}  # dot kind -> VNNI records of B
         self._n_weights: dict[tuple, int] = {}  # call key -> weight arguments (for messages)
@@ -225,7 +226,7 @@ class Linear:
                 call(*args, out)
             except (TypeError, ValueError) as err:  # name the user's arguments, not '%arg0'
                 n_w = self._n_weights.get((kind, shape_class(m), self.threads), 2)
-                raise type(err)(_user_names(str(err), len(args), n_w)) from None
+                raise user_error(err, _user_names(str(err), len(args), n_w)) from None
         return out[0] if vector else out
 
     def schedule(self, x) -> str:
@@ -246,7 +247,7 @@ class Linear:
         k = self.in_features
         if isinstance(x, MXArray):
             if x.ndim != 2 or x.shape[1] != k or x.axis != 1 or x.block_size != self.block_size:
-                raise ValueError(
+                raise MXValueError(
                     f"x: expected an MXArray of shape (M, {k}) blocked along its last axis "
                     f"with block_size {self.block_size}; got shape {x.shape}, axis {x.axis}, "
                     f"block_size {x.block_size}"
@@ -255,15 +256,15 @@ class Linear:
         if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
             x = _host_view(x)  # a torch CPU tensor, ...: viewed, not copied
         if not isinstance(x, np.ndarray):
-            raise TypeError(f"x: expected a numpy array or an MXArray, got {type(x).__name__}")
+            raise MXArgTypeError(f"x: expected a numpy array or an MXArray, got {type(x).__name__}")
         if x.dtype in _HALF_DTYPES:
             x = x.astype(np.float32)  # exact: every f16 / bf16 value is an f32 value
         if x.dtype != np.float32:
-            raise TypeError(f"x: expected dtype float32 (or float16, bfloat16), got {x.dtype}")
+            raise MXArgTypeError(f"x: expected dtype float32 (or float16, bfloat16), got {x.dtype}")
         vector = x.ndim == 1
         x2 = x.reshape(1, -1) if vector else x
         if x2.ndim != 2 or x2.shape[1] != k:
-            raise ValueError(f"x: expected shape (M, {k}) or ({k},), got {x.shape}")
+            raise MXValueError(f"x: expected shape (M, {k}) or ({k},), got {x.shape}")
         # Read-only x is fine (the kernels never write it); misaligned or
         # strided x is copied.
         x2 = np.require(x2, np.float32, ["C_CONTIGUOUS", "ALIGNED"])
@@ -367,7 +368,7 @@ def _host_view(x) -> np.ndarray:
     as float32 (numpy has no bfloat16 to view it as)."""
     if type(x).__module__.startswith("torch"):
         if getattr(x, "requires_grad", False):
-            raise TypeError(
+            raise MXArgTypeError(
                 "x: the tensor requires grad, and Linear computes no gradients: "
                 "pass x.detach()"
             )
@@ -376,7 +377,7 @@ def _host_view(x) -> np.ndarray:
     try:
         return np.from_dlpack(x)
     except (BufferError, RuntimeError, TypeError, ValueError) as err:
-        raise TypeError(f"x: cannot view this {type(x).__name__} as host memory: {err}") from None
+        raise MXArgTypeError(f"x: cannot view this {type(x).__name__} as host memory: {err}") from None
 
 
 _ARG = re.compile(r"^matmul: argument (\d+) \('%arg\d+[^']*'\)")

@@ -30,6 +30,8 @@ def test_quick_fuzz_campaign():
 
 
 def test_quick_misuse_sweep():
+    """Every bad call is refused with an MXError (a bare TypeError/ValueError/
+    AttributeError from the library is a not-mx-error finding) before native code."""
     report = run_campaign("misuse", seed=1, count=300, timeout=300)
     _assert_clean(report)
     assert report.kinds["ok"] > 30 and report.kinds["rejected"] > 100

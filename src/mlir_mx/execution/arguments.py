@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mlir_mx.errors import MXArgTypeError
+from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import MXArray, element_format, pack_codes, unpack_codes
 
 __all__ = [
@@ -78,7 +78,7 @@ def check_buffer(fn: str, i: int, p, a, may_write: Callable[[], bool]) -> np.nda
     """
     where = _where(fn, i, p)
     if isinstance(a, np.ma.MaskedArray):
-        raise TypeError(
+        raise MXArgTypeError(
             f"{where}: masked arrays are not supported (native code would ignore the mask); "
             "pass a.filled(value) or np.asarray(a)"
         )
@@ -88,29 +88,29 @@ def check_buffer(fn: str, i: int, p, a, may_write: Callable[[], bool]) -> np.nda
         try:
             a = np.from_dlpack(a)
         except (BufferError, RuntimeError, TypeError, ValueError) as err:
-            raise TypeError(
+            raise MXArgTypeError(
                 f"{where}: cannot view this {type(a).__name__} as host memory: {err}"
             ) from None
     if not isinstance(a, np.ndarray):
-        raise TypeError(
+        raise MXArgTypeError(
             f"{where}: expected a numpy.ndarray (or a DLPack array) for {p.type}, "
             f"got {type(a).__name__}"
         )
     if type(a) is not np.ndarray:
         a = np.asarray(a)  # np.matrix, np.memmap, ...: the plain array they view (same memory)
     if a.dtype != p.dtype:
-        raise TypeError(f"{where}: expected dtype {p.dtype}, got {a.dtype}")
+        raise MXArgTypeError(f"{where}: expected dtype {p.dtype}, got {a.dtype}")
     if a.ndim != len(p.shape) or any(
         s is not None and s != d for s, d in zip(p.shape, a.shape, strict=False)
     ):
         want = tuple("?" if s is None else s for s in p.shape)
-        raise ValueError(f"{where}: expected shape {fmt_shape(want)}, got {fmt_shape(a.shape)}")
+        raise MXValueError(f"{where}: expected shape {fmt_shape(want)}, got {fmt_shape(a.shape)}")
     if not a.flags.c_contiguous:
-        raise ValueError(f"{where}: array is not C-contiguous (use np.ascontiguousarray)")
+        raise MXValueError(f"{where}: array is not C-contiguous (use np.ascontiguousarray)")
     if not a.flags.aligned:
-        raise ValueError(f"{where}: array data is not aligned for {a.dtype} (copy it: np.array(a))")
+        raise MXValueError(f"{where}: array data is not aligned for {a.dtype} (copy it: np.array(a))")
     if not a.flags.writeable and may_write():
-        raise ValueError(
+        raise MXValueError(
             f"{where}: the function writes this argument but the array is read-only "
             "(a read-only view, a memmap opened mode='r' or an array over bytes); "
             "pass a writeable copy: np.array(a)"
@@ -120,15 +120,15 @@ def check_buffer(fn: str, i: int, p, a, may_write: Callable[[], bool]) -> np.nda
 
 def _real(where: str, p, a) -> np.ndarray:
     if isinstance(a, bool | np.bool_) or not isinstance(a, int | float | np.integer | np.floating):
-        raise TypeError(f"{where}: expected a real number for {p.type}, got {type(a).__name__}")
+        raise MXArgTypeError(f"{where}: expected a real number for {p.type}, got {type(a).__name__}")
     try:
         wide = float(a)
     except OverflowError:
-        raise ValueError(f"{where}: {a} is outside the range of {p.type}") from None
+        raise MXValueError(f"{where}: {a} is outside the range of {p.type}") from None
     with np.errstate(over="ignore"):
         value = np.array(a, dtype=p.dtype)
     if np.isinf(value) and np.isfinite(wide):
-        raise ValueError(f"{where}: {a!r} is outside the range of {p.type} (it would become inf)")
+        raise MXValueError(f"{where}: {a!r} is outside the range of {p.type} (it would become inf)")
     return value
 
 
@@ -142,14 +142,14 @@ def scalar_cell(fn: str, i: int, p, a):
         value = _real(where, p, a)
     elif kind == "b":
         if not isinstance(a, bool | np.bool_ | int | np.integer) or int(a) not in (0, 1):
-            raise TypeError(f"{where}: expected a bool for i1, got {a!r}")
+            raise MXArgTypeError(f"{where}: expected a bool for i1, got {a!r}")
         value = np.array(bool(a), dtype=np.bool_)
     else:
         if isinstance(a, bool | np.bool_) or not isinstance(a, int | np.integer):
-            raise TypeError(f"{where}: expected an integer for {p.type}, got {type(a).__name__}")
+            raise MXArgTypeError(f"{where}: expected an integer for {p.type}, got {type(a).__name__}")
         info = np.iinfo(p.dtype)
         if not info.min <= int(a) <= info.max:
-            raise ValueError(f"{where}: {int(a)} does not fit in {p.type}")
+            raise MXValueError(f"{where}: {int(a)} does not fit in {p.type}")
         value = np.array(int(a), dtype=p.dtype)
     return CTYPES[p.dtype.itemsize].from_buffer_copy(value.tobytes())
 
@@ -199,7 +199,7 @@ def split_mx_args(fn: str, params, args, mx_param_type) -> list:
             want = (p.mx.element_type, p.mx.block_size, p.mx.block_axis)
             got = (a.element, a.block_size, a.axis)
             if want != got:
-                raise TypeError(
+                raise MXArgTypeError(
                     f"{where}: expected an MXArray with element {want[0]}, block_size "
                     f"{want[1]}, axis {want[2]} for {p.type}; got element {got[0]}, "
                     f"block_size {got[1]}, axis {got[2]}"
@@ -219,7 +219,7 @@ def split_mx_args(fn: str, params, args, mx_param_type) -> list:
                 codes = pack_codes(codes, p.mx.element_type)  # one code per byte: packed here
             flat += [codes, a[1]]
         else:
-            raise TypeError(
+            raise MXArgTypeError(
                 f"{where}: expected an MXArray or a (codes, scales) pair for {p.type}, "
                 f"got {type(a).__name__}"
             )

@@ -49,7 +49,7 @@ from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 
 from mlir_mx.diagnostics import DiagnosticError
-from mlir_mx.errors import MXArgTypeError
+from mlir_mx.errors import MXArgTypeError, MXError
 from mlir_mx.execution import arguments as args_
 from mlir_mx.execution.compiled import clear_cache, compile_module, default_pipeline
 from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
@@ -59,6 +59,7 @@ from mlir_mx.execution.signature import MXParam, Param, Signature, numpy_dtype
 __all__ = [
     "FREE",
     "BoundFunction",
+    "UnknownFunctionError",
     "CompileOptions",
     "Runner",
     "compile_module",
@@ -141,7 +142,9 @@ class Runner:
         sig = self._compiled.signatures.get(name)
         if sig is None:
             known = ", ".join(self.functions) or "none"
-            raise AttributeError(f"no public function '{name}' in the module (available: {known})")
+            raise UnknownFunctionError(
+                f"no public function '{name}' in the module (available: {known})"
+            )
         return sig
 
     def entry(self, name: str) -> int:
@@ -294,6 +297,10 @@ def _scalar_out(p: Param, cell):
     raw = cell.value if isinstance(cell, ctypes._SimpleCData) else cell
     bits = np.array([raw], dtype=f"u{p.dtype.itemsize}")
     return bits.view(p.dtype)[0]
+
+
+class UnknownFunctionError(MXError, AttributeError):
+    """A call of a function the module does not define publicly."""
 
 
 class _Free:

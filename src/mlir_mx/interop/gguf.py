@@ -26,6 +26,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from mlir_mx.errors import MXArgTypeError, MXValueError, user_error
 from mlir_mx.files import atomic_path
 from mlir_mx.interop.gguf_format import parse_gguf
 from mlir_mx.numerics import SCALE_DTYPE, SCALE_NAN_CODE, MXArray, element_format
@@ -80,7 +81,7 @@ def _reject_nan_scales(scales: np.ndarray, arg: str, direction: str) -> None:
     nan = scales == SCALE_NAN_CODE
     if nan.any():
         first = np.unravel_index(int(np.argmax(nan)), scales.shape)
-        raise ValueError(
+        raise MXValueError(
             f"{arg}: {int(nan.sum())} block(s) have scale byte 255 (first at block index "
             f"{tuple(int(i) for i in first)}): OCP E8M0 reads it as NaN, ggml as 2**127, so it "
             f"cannot be {direction} without changing the values"
@@ -99,16 +100,16 @@ def mxfp4_from_ggml(data, shape) -> MXArray:
     """
     shape = tuple(int(s) for s in shape)
     if len(shape) == 0 or shape[-1] % MXFP4_BLOCK:
-        raise ValueError(
+        raise MXValueError(
             f"shape: ggml MXFP4 needs rank >= 1 and a last axis that is a multiple of 32, "
             f"got {shape}"
         )
     data = np.asarray(data)
     if data.dtype != np.uint8:
-        raise TypeError(f"data: expected the raw uint8 bytes of the tensor, got dtype {data.dtype}")
+        raise MXArgTypeError(f"data: expected the raw uint8 bytes of the tensor, got dtype {data.dtype}")
     nblocks = int(np.prod(shape)) // MXFP4_BLOCK
     if data.size != nblocks * MXFP4_BLOCK_BYTES:
-        raise ValueError(
+        raise MXValueError(
             f"data: {data.size} bytes do not hold the {nblocks} MXFP4 blocks of shape {shape} "
             f"({nblocks * MXFP4_BLOCK_BYTES} bytes)"
         )
@@ -138,9 +139,9 @@ def mxfp4_to_ggml(a: MXArray) -> np.ndarray:
     0) and no NaN scale (byte 255).
     """
     if not isinstance(a, MXArray):
-        raise TypeError(f"a: expected an MXArray, got {type(a).__name__}")
+        raise MXArgTypeError(f"a: expected an MXArray, got {type(a).__name__}")
     if a.element != _F4.name or a.block_size != MXFP4_BLOCK or a.axis != a.ndim - 1:
-        raise ValueError(
+        raise MXValueError(
             f"a: ggml MXFP4 is f4E2M1FN in blocks of 32 along the last axis; got {a.element} "
             f"in blocks of {a.block_size} along axis {a.axis} of shape {a.shape}"
         )
@@ -175,7 +176,7 @@ def read_gguf(path: str | os.PathLike, names=None) -> dict[str, MXArray]:
         try:
             infos = parse_gguf(buf, gguf.GGML_QUANT_SIZES)
         except ValueError as e:
-            raise ValueError(f"{where}: not a readable GGUF file ({e})") from None
+            raise MXValueError(f"{where}: not a readable GGUF file ({e})") from None
         mxfp4 = int(gguf.GGMLQuantizationType.MXFP4)
         by_name = {t.name: t for t in infos}
         if names is None:
@@ -185,9 +186,9 @@ def read_gguf(path: str | os.PathLike, names=None) -> dict[str, MXArray]:
             t = by_name.get(name)
             if t is None:
                 have = ", ".join(n for n, t in by_name.items() if t.type == mxfp4) or "none"
-                raise ValueError(f"{where}: no tensor {name!r} (MXFP4 tensors: {have})")
+                raise MXValueError(f"{where}: no tensor {name!r} (MXFP4 tensors: {have})")
             if t.type != mxfp4:
-                raise ValueError(
+                raise MXValueError(
                     f"{where}: tensor {name!r} is {gguf.GGMLQuantizationType(t.type).name}, "
                     "not MXFP4"
                 )
@@ -195,7 +196,7 @@ def read_gguf(path: str | os.PathLike, names=None) -> dict[str, MXArray]:
             try:
                 out[name] = mxfp4_from_ggml(data, t.shape)
             except ValueError as e:
-                raise ValueError(f"{where}: tensor {name!r}: {e}") from None
+                raise MXValueError(f"{where}: tensor {name!r}: {e}") from None
     return out
 
 
@@ -207,7 +208,7 @@ def _mapped(path: str):
     except FileNotFoundError:
         raise
     except OSError as e:  # a folder, no permission, ...
-        raise ValueError(f"{path}: not a readable GGUF file ({e.strerror or e})") from None
+        raise MXValueError(f"{path}: not a readable GGUF file ({e.strerror or e})") from None
     with f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
@@ -231,25 +232,25 @@ def _utf8(text: str, what: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise ValueError(f"{what}: not encodable as UTF-8 ({e.reason} at index {e.start})") from None
+        raise MXValueError(f"{what}: not encodable as UTF-8 ({e.reason} at index {e.start})") from None
 
 
 def _check_metadata(metadata: Mapping) -> list[tuple[str, str, object]]:
     """``(key, writer method, value)`` of every entry, all checked first."""
     if not isinstance(metadata, Mapping):
-        raise TypeError(f"metadata: expected a mapping, got {type(metadata).__name__}")
+        raise MXArgTypeError(f"metadata: expected a mapping, got {type(metadata).__name__}")
     out = []
     for key, value in metadata.items():
         if not isinstance(key, str) or not key:
-            raise TypeError(f"metadata: keys must be non-empty str, got {key!r}")
+            raise MXArgTypeError(f"metadata: keys must be non-empty str, got {key!r}")
         _utf8(key, f"metadata key {key!r}")
         if key in _WRITER_KEYS:
-            raise ValueError(f"metadata: {key!r} is set by write_gguf (use arch= for the architecture)")
+            raise MXValueError(f"metadata: {key!r} is set by write_gguf (use arch= for the architecture)")
         if isinstance(value, bool):
             out.append((key, "add_bool", value))
         elif isinstance(value, int):
             if not _INT64[0] <= value <= _INT64[1]:
-                raise ValueError(f"metadata: {key!r} = {value} does not fit in int64")
+                raise MXValueError(f"metadata: {key!r} = {value} does not fit in int64")
             out.append((key, "add_int64", value))
         elif isinstance(value, float):
             out.append((key, "add_float64", value))
@@ -257,7 +258,7 @@ def _check_metadata(metadata: Mapping) -> list[tuple[str, str, object]]:
             _utf8(value, f"metadata: {key!r}")
             out.append((key, "add_string", value))
         else:
-            raise TypeError(
+            raise MXArgTypeError(
                 f"metadata: {key!r} has a {type(value).__name__}; bool, int, float or str expected"
             )
     return out
@@ -265,10 +266,10 @@ def _check_metadata(metadata: Mapping) -> list[tuple[str, str, object]]:
 
 def _check_name(name) -> None:
     if not isinstance(name, str) or not name:
-        raise TypeError(f"tensors: names must be non-empty str, got {name!r}")
+        raise MXArgTypeError(f"tensors: names must be non-empty str, got {name!r}")
     _utf8(name, f"tensors: name {name!r}")
     if len(name.encode("utf-8")) > _MAX_NAME_BYTES:
-        raise ValueError(
+        raise MXValueError(
             f"tensors: name {name!r} is longer than {_MAX_NAME_BYTES} bytes (ggml's limit)"
         )
 
@@ -297,9 +298,9 @@ def write_gguf(
     """
     gguf = _gguf()
     if not isinstance(tensors, Mapping) or not tensors:
-        raise ValueError("tensors: expected a non-empty mapping of name -> MXArray")
+        raise MXValueError("tensors: expected a non-empty mapping of name -> MXArray")
     if not isinstance(arch, str) or not arch:
-        raise TypeError(f"arch: expected a non-empty str, got {arch!r}")
+        raise MXArgTypeError(f"arch: expected a non-empty str, got {arch!r}")
     _utf8(arch, "arch")
     entries = _check_metadata(metadata if metadata is not None else {})
     raw = {}
@@ -312,9 +313,9 @@ def write_gguf(
                 a = quantize(a, "f4E2M1FN", 32, axis=-1)
             raw[name] = mxfp4_to_ggml(a)
         except (TypeError, ValueError) as e:
-            raise type(e)(f"tensors[{name!r}]: {e}") from None
+            raise user_error(e, f"tensors[{name!r}]: {e}") from None
         if not 1 <= a.ndim <= 4:
-            raise ValueError(f"tensors[{name!r}]: GGUF holds 1 to 4 dimensions, got shape {a.shape}")
+            raise MXValueError(f"tensors[{name!r}]: GGUF holds 1 to 4 dimensions, got shape {a.shape}")
     with atomic_path(path) as tmp:
         writer = gguf.GGUFWriter(tmp, arch)
         try:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import SCALE_DTYPE, MXArray, element_format, pack_codes
 
 from .layout import transpose
@@ -76,13 +77,13 @@ def to_mxtensor(a: MXArray, orig_dtype=None):
     """
     torch, MXTensor, KernelPreference, elems = _torch()
     if not isinstance(a, MXArray):
-        raise TypeError(f"a: expected an MXArray, got {type(a).__name__}")
+        raise MXArgTypeError(f"a: expected an MXArray, got {type(a).__name__}")
     if a.element not in elems:
-        raise ValueError(f"a: torchao's MXTensor has no {a.element} element type")
+        raise MXValueError(f"a: torchao's MXTensor has no {a.element} element type")
     if a.axis != a.ndim - 1:
         if a.ndim == 2:
             return to_mxtensor(transpose(a), orig_dtype).t()
-        raise ValueError(
+        raise MXValueError(
             f"a: torchao blocks along the last dimension (or dim 0 of a transposed 2-D "
             f"tensor); got axis {a.axis} of shape {a.shape}"
         )
@@ -116,18 +117,18 @@ def from_mxtensor(t) -> MXArray:
     """
     torch, MXTensor, _, elems = _torch()
     if not isinstance(t, MXTensor):
-        raise TypeError(f"t: expected a torchao MXTensor, got {type(t).__name__}")
+        raise MXArgTypeError(f"t: expected a torchao MXTensor, got {type(t).__name__}")
     if t.is_swizzled_scales:
-        raise ValueError("t: swizzled (blocked, GEMM-tiled) scales are not supported")
+        raise MXValueError("t: swizzled (blocked, GEMM-tiled) scales are not supported")
     if t.qdata.device.type != "cpu":
-        raise ValueError(f"t: tensor is on {t.qdata.device}; move it to the CPU first (.cpu())")
+        raise MXValueError(f"t: tensor is on {t.qdata.device}; move it to the CPU first (.cpu())")
     names = {v: k for k, v in elems.items()}
     if t.elem_dtype not in names:
-        raise ValueError(f"t: unsupported torchao element dtype {t.elem_dtype}")
+        raise MXValueError(f"t: unsupported torchao element dtype {t.elem_dtype}")
     if not t.qdata.is_contiguous():
         if t.qdata.dim() == 2 and t.qdata.t().is_contiguous():
             return transpose(from_mxtensor(t.t()))
-        raise ValueError(f"t: qdata with strides {t.qdata.stride()} is neither row-major nor .t()")
+        raise MXValueError(f"t: qdata with strides {t.qdata.stride()} is neither row-major nor .t()")
     fmt = element_format(names[t.elem_dtype])
     raw = _numpy_bytes(t.qdata)
     scales = _numpy_bytes(t.scale.contiguous()).view(SCALE_DTYPE)

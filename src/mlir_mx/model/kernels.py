@@ -26,6 +26,7 @@ from mlir import ir
 from mlir.dialects import arith, func, scf
 
 from mlir_mx.dialect import MXTensorType, block_matmul, load_dialect, print_module
+from mlir_mx.errors import MXValueError
 
 __all__ = [
     "VARIANTS",
@@ -81,12 +82,12 @@ def parse_shape(text: str, block_size: int = 32) -> Shape:
     """``"32x64x64"`` (M x N x K) -> Shape; K must be a multiple of the block size."""
     m = re.fullmatch(r"\s*(\d+)x(\d+)x(\d+)\s*", text)
     if not m:
-        raise ValueError(f"bad shape '{text}': expected MxNxK, e.g. 32x64x64")
+        raise MXValueError(f"bad shape '{text}': expected MxNxK, e.g. 32x64x64")
     M, N, K = (int(g) for g in m.groups())
     if min(M, N, K) < 1:
-        raise ValueError(f"bad shape '{text}': sizes must be positive")
+        raise MXValueError(f"bad shape '{text}': sizes must be positive")
     if K % block_size:
-        raise ValueError(
+        raise MXValueError(
             f"bad shape '{text}': K={K} is not a multiple of the block size {block_size}"
         )
     return Shape(M, N, K)
@@ -165,7 +166,7 @@ def variant_module_text(
     lowering (A in ``a_element`` when given, else ``element``)."""
     v = VARIANTS.get(variant)
     if v is None:
-        raise ValueError(f"unknown variant '{variant}' (available: {', '.join(VARIANTS)})")
+        raise MXValueError(f"unknown variant '{variant}' (available: {', '.join(VARIANTS)})")
     if not v.is_mx:
         return _f32_text(shape)
     return _mx_text(shape, v, element, block_size, a_element or element)

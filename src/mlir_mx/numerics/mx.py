@@ -11,6 +11,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from mlir_mx.errors import MXArgTypeError, MXValueError
+
 from .formats import SCALE_BIAS, SCALE_DTYPE, SCALE_NAN_CODE, ElementFormat, element_format
 from .mxarray import (
     MXArray,
@@ -61,7 +63,7 @@ def f32_exponent(x) -> np.ndarray:
     """
     x = np.asarray(x)
     if x.dtype != np.float32:
-        raise TypeError(f"x: expected float32, got {x.dtype}")
+        raise MXArgTypeError(f"x: expected float32, got {x.dtype}")
     bits = x.view(np.uint32)
     return ((bits >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int32) - np.int32(127)
 
@@ -78,7 +80,7 @@ def shared_exponent(amax, element: str | ElementFormat) -> np.ndarray:
     fmt = element_format(element)
     amax = np.asarray(amax)
     if amax.dtype != np.float32:
-        raise TypeError(f"amax: expected float32, got {amax.dtype}")
+        raise MXArgTypeError(f"amax: expected float32, got {amax.dtype}")
     e = np.maximum(f32_exponent(amax) - np.int32(fmt.emax), np.int32(MIN_SHARED_EXP))
     return np.where(np.isfinite(amax), e, np.int32(NAN_SHARED_EXP)).astype(np.int32)
 
@@ -87,9 +89,9 @@ def encode_scales(shared_exp) -> np.ndarray:
     """E8M0 scale codes for shared exponents in ``[-127, 128]`` (128 = NaN)."""
     e = np.asarray(shared_exp)
     if not np.issubdtype(e.dtype, np.integer):
-        raise TypeError(f"shared_exp: expected an integer array, got {e.dtype}")
+        raise MXArgTypeError(f"shared_exp: expected an integer array, got {e.dtype}")
     if e.size and (e.min() < MIN_SHARED_EXP or e.max() > NAN_SHARED_EXP):
-        raise ValueError(
+        raise MXValueError(
             f"shared_exp: values must lie in [{MIN_SHARED_EXP}, {NAN_SHARED_EXP}], "
             f"got [{e.min()}, {e.max()}]"
         )
@@ -110,12 +112,12 @@ def _unblocked(xb: np.ndarray, axis: int) -> np.ndarray:
 def _as_f32_input(x) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype not in _ACCEPTED_INPUT_DTYPES:
-        raise TypeError(
+        raise MXArgTypeError(
             f"x: expected a float32 array (float64, float16 and bfloat16 are converted to "
             f"float32 first), got dtype {x.dtype}"
         )
     if x.ndim == 0:
-        raise ValueError("x: MX quantization needs rank >= 1, got a rank-0 array")
+        raise MXValueError("x: MX quantization needs rank >= 1, got a rank-0 array")
     with np.errstate(over="ignore"):
         return x.astype(np.float32)
 
@@ -146,9 +148,9 @@ def round_to_element(p, element: str | ElementFormat) -> np.ndarray:
     fmt = element_format(element)
     p = np.asarray(p)
     if p.dtype not in (np.float32, np.float64):
-        raise TypeError(f"p: expected float32 or float64, got {p.dtype}")
+        raise MXArgTypeError(f"p: expected float32 or float64, got {p.dtype}")
     if not np.all(np.isfinite(p)):
-        raise ValueError("p: scaled values must be finite (NaN/Inf blocks are handled by quantize)")
+        raise MXValueError("p: scaled values must be finite (NaN/Inf blocks are handled by quantize)")
     p = p.astype(np.float64)
     if fmt.is_int:
         return np.clip(np.rint(p * 64.0), -127.0, 127.0).astype(np.int8)
@@ -209,7 +211,7 @@ def dequantize(a: MXArray) -> np.ndarray:
     for the whole block.
     """
     if not isinstance(a, MXArray):
-        raise TypeError(f"a: expected an MXArray, got {type(a).__name__}")
+        raise MXArgTypeError(f"a: expected an MXArray, got {type(a).__name__}")
     vals = a.element_values()
     scales = np.repeat(a.scale_values(), a.block_size, axis=a.axis)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -240,11 +242,11 @@ def fold_scale(a: MXArray, alpha) -> MXArray:
     float32 (a NaN or an overflow to Inf makes a NaN block).
     """
     if not isinstance(a, MXArray):
-        raise TypeError(f"a: expected an MXArray, got {type(a).__name__}")
+        raise MXArgTypeError(f"a: expected an MXArray, got {type(a).__name__}")
     if isinstance(alpha, (bool, np.bool_)) or not isinstance(
         alpha, (int, float, np.integer, np.floating)
     ):
-        raise TypeError(f"alpha: expected a real number, got {type(alpha).__name__}")
+        raise MXArgTypeError(f"alpha: expected a real number, got {type(alpha).__name__}")
     with np.errstate(over="ignore", invalid="ignore"):
         alpha = np.float32(alpha)
         product = dequantize(a) * alpha

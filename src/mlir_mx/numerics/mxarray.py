@@ -16,6 +16,8 @@ import operator
 
 import numpy as np
 
+from mlir_mx.errors import MXArgTypeError, MXValueError
+
 from . import formats
 from .formats import SCALE_DTYPE, ElementFormat, decode_elements, decode_scales, element_format
 from .packing import is_packed_storage, pack_codes, packed_shape, unpack_codes
@@ -28,26 +30,26 @@ __all__ = ["MXArray", "scale_shape"]
 
 def _check_block_size(block_size) -> int:
     if isinstance(block_size, (bool, np.bool_)) or not isinstance(block_size, (int, np.integer)):
-        raise TypeError(f"block_size: expected a positive int, got {type(block_size).__name__}")
+        raise MXArgTypeError(f"block_size: expected a positive int, got {type(block_size).__name__}")
     block_size = int(block_size)
     if block_size <= 0:
-        raise ValueError(f"block_size: must be positive, got {block_size}")
+        raise MXValueError(f"block_size: must be positive, got {block_size}")
     return block_size
 
 
 def _normalize_axis(axis, ndim: int, arg: str = "axis") -> int:
     if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"{arg}: expected an int, got {type(axis).__name__}")
+        raise MXArgTypeError(f"{arg}: expected an int, got {type(axis).__name__}")
     axis = int(axis)
     if not -ndim <= axis < ndim:
-        raise ValueError(f"{arg}: {axis} is out of range for an array of rank {ndim}")
+        raise MXValueError(f"{arg}: {axis} is out of range for an array of rank {ndim}")
     return axis % ndim
 
 
 def _check_blocked_shape(shape, block_size: int, axis: int, arg: str) -> None:
     n = shape[axis]
     if n % block_size != 0:
-        raise ValueError(
+        raise MXValueError(
             f"{arg}: blocked axis {axis} has size {n}, not a multiple of block_size {block_size}"
         )
 
@@ -59,7 +61,7 @@ def scale_shape(shape, block_size: int, axis: int) -> tuple[int, ...]:
     """
     shape = tuple(operator.index(s) for s in shape)
     if len(shape) == 0:
-        raise ValueError("shape: MX arrays need rank >= 1, got a rank-0 shape")
+        raise MXValueError("shape: MX arrays need rank >= 1, got a rank-0 shape")
     block_size = _check_block_size(block_size)
     axis = _normalize_axis(axis, len(shape))
     _check_blocked_shape(shape, block_size, axis, "shape")
@@ -110,7 +112,7 @@ def _read_only_view(a: np.ndarray, dtype=None) -> np.ndarray:
 
 def _check_copy(copy) -> bool | None:
     if copy is not None and not isinstance(copy, bool):
-        raise TypeError(f"copy: expected None, True or False, got {type(copy).__name__}")
+        raise MXArgTypeError(f"copy: expected None, True or False, got {type(copy).__name__}")
     return copy
 
 
@@ -156,12 +158,12 @@ class MXArray:
         if codes.dtype == np.uint8 and not fmt.is_int:
             codes = codes.view(fmt.dtype)
         if codes.dtype != fmt.dtype:
-            raise TypeError(f"codes: expected dtype {fmt.dtype} for {fmt.name}, got {codes.dtype}")
+            raise MXArgTypeError(f"codes: expected dtype {fmt.dtype} for {fmt.name}, got {codes.dtype}")
         if codes.ndim == 0:
-            raise ValueError("codes: MX arrays need rank >= 1, got a rank-0 array")
+            raise MXValueError("codes: MX arrays need rank >= 1, got a rank-0 array")
         if not fmt.is_int and fmt.bits < 8 and codes.size:
             if (codes.view(np.uint8) >> np.uint8(fmt.bits)).any():
-                raise ValueError(
+                raise MXValueError(
                     f"codes: {fmt.name} codes must fit in the low {fmt.bits} bits of each byte"
                 )
         self._init(codes.shape, scales, fmt, block_size, axis, copy)
@@ -181,7 +183,7 @@ class MXArray:
         if scales.dtype == np.uint8:
             scales = scales.view(SCALE_DTYPE)
         if scales.dtype != SCALE_DTYPE:
-            raise TypeError(
+            raise MXArgTypeError(
                 f"scales: expected dtype {SCALE_DTYPE} ({formats.SCALE_TYPE}), got {scales.dtype}"
             )
         self._block_size = _check_block_size(block_size)
@@ -189,7 +191,7 @@ class MXArray:
         _check_blocked_shape(shape, self._block_size, self._axis, "codes")
         expected = scale_shape(shape, self._block_size, self._axis)
         if scales.shape != expected:
-            raise ValueError(
+            raise MXValueError(
                 f"scales: expected shape {expected} for codes of shape {tuple(shape)} "
                 f"(block_size {self._block_size} along axis {self._axis}), got {scales.shape}"
             )
@@ -218,12 +220,12 @@ class MXArray:
         block_size = _check_block_size(block_size)
         packed = np.asarray(packed)
         if packed.dtype != np.uint8:
-            raise TypeError(f"packed: expected a uint8 array, got dtype {packed.dtype}")
+            raise MXArgTypeError(f"packed: expected a uint8 array, got dtype {packed.dtype}")
         # The logical last axis follows from the scales (the packed bytes alone
         # are ambiguous: 3 FP6 bytes are 4 packed codes or 3 unpacked ones).
         scale_shape_ = np.shape(scales)
         if packed.ndim == 0 or len(scale_shape_) != packed.ndim:
-            raise ValueError(
+            raise MXValueError(
                 f"packed: expected rank {len(scale_shape_)} like the scales, got shape {packed.shape}"
             )
         blocked_last = _normalize_axis(axis, packed.ndim) == packed.ndim - 1
@@ -232,7 +234,7 @@ class MXArray:
             codes = packed.view(np.int8) if fmt.is_int else packed
             return cls(codes, scales, fmt.name, block_size, axis, copy=copy)
         if packed.shape != packed_shape(logical, fmt):
-            raise ValueError(
+            raise MXValueError(
                 f"packed: expected shape {packed_shape(logical, fmt)} for {fmt.name} codes of "
                 f"shape {logical} (from the scales), got {packed.shape}"
             )

@@ -34,7 +34,9 @@ from dataclasses import asdict, dataclass, field
 __all__ = ["Outcome", "Report", "FINDINGS", "run_campaign", "run_inline"]
 
 #: Outcome kinds that are defects.
-FINDINGS = ("traceback", "unlocated", "silent", "wrong", "signal", "hang")
+#: ``not-mx-error``: bad input refused with a builtin exception that is not an
+#: ``mlir_mx.MXError`` (every library error for bad input must be one).
+FINDINGS = ("traceback", "unlocated", "silent", "wrong", "signal", "hang", "not-mx-error")
 
 #: Suites by name: module with ``case(seed, index, **options) -> Outcome``.
 _SUITES = {

@@ -36,6 +36,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from mlir_mx.errors import MXError
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 from mlir_mx.testing.campaign import Outcome
 
@@ -236,6 +237,8 @@ def case(
             try:
                 call(bad)
             except (TypeError, ValueError) as e:
+                if not isinstance(e, MXError):
+                    return Outcome(index, "not-mx-error", config, f"{type(e).__name__}: {e}", what)
                 if str(e).startswith("x: "):
                     return Outcome(index, "rejected", config)
                 return Outcome(index, "unlocated", config, f"{type(e).__name__}: {e}", what + "; " + how)

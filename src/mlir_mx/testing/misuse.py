@@ -6,9 +6,10 @@ two of them: wrong objects, dtypes, shapes, layouts (non-contiguous,
 misaligned), read-only arrays, read-only memmaps, arrays over ``bytes``,
 masked arrays, ``np.matrix``, out-of-range scalars, wrong argument counts,
 wrong MX encodings, unknown functions; a few cases misuse the constructor.
-The rule (``docs/testing.md``): a call returns, or raises ``TypeError`` /
-``ValueError`` / ``AttributeError`` / ``MXError`` before native code runs;
-never another exception or a signal.  Untouched calls must also compute the
+The rule (``docs/testing.md``): a call returns, or raises an ``MXError``
+(which is also the ``TypeError`` / ``ValueError`` / ``AttributeError`` a
+Python user expects) before native code runs; a bare builtin exception is a
+``not-mx-error`` finding, anything else or a signal a ``traceback``.  Untouched calls must also compute the
 right result (the oracle), so a check that refuses too much shows up too.
 """
 
@@ -270,6 +271,8 @@ def case(seed: int, index: int) -> Outcome:
     except (TypeError, ValueError, AttributeError, MXError) as e:
         if valid:
             return Outcome(index, "wrong", config, f"valid call refused: {type(e).__name__}: {e}", what)
+        if not isinstance(e, MXError):
+            return Outcome(index, "not-mx-error", config, f"{type(e).__name__}: {e}", what)
         return Outcome(index, "rejected", config)
     except BaseException as e:  # noqa: BLE001 - anything else is the finding
         return Outcome(index, "traceback", config, "".join(traceback.format_exception(e))[-1500:], what)

@@ -20,13 +20,12 @@ each is skipped with a note when absent.
 
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
 import sys
 from pathlib import Path
 
-from mlir_mx.tools.driver import ToolError, check_out_dir, tool_main
+from mlir_mx.tools.driver import ArgParser, ToolError, check_out_dir, tool_main
 
 PROG = "mx-bench"
 DEFAULT_SHAPES = "1x8192x8192,8x4096x4096,256x4096x4096"
@@ -34,14 +33,8 @@ QUICK_SHAPES = "1x64x128,5x40x96"
 BLOCK_SIZE = 32
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 1 (argparse would exit 2)
-        raise ToolError(f"error: {message}")
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0], add_help=False)
-    p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+def _parser() -> ArgParser:
+    p = ArgParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--shapes",
         help=f"comma-separated MxNxK (default {DEFAULT_SHAPES}; --quick: {QUICK_SHAPES})",
@@ -152,9 +145,9 @@ def _parse(argv: list[str]):
     from mlir_mx.numerics import ELEMENT_FORMATS
 
     p = _parser()
-    ns = p.parse_args(argv)
-    if ns.help:
-        return p.format_help()
+    ns = p.parse(argv)
+    if isinstance(ns, str):  # --help
+        return ns
     if ns.model:
         return _model_options(ns, argv), ns.quiet
     try:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import element_format
 
 from .module import MXLinear, check_activations
@@ -67,11 +68,11 @@ def quantize_(
     :class:`QuantizeSummary`.
     """
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+        raise MXArgTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     fmt = element_format(weights)  # names the argument when unknown
     activations = check_activations(activations)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size: expected a positive int, got {block_size!r}")
+        raise MXValueError(f"block_size: expected a positive int, got {block_size!r}")
     summary = QuantizeSummary(fmt.name, block_size)
     for name, owner, attr in selected_linears(model, block_size, filter_fn, summary):
         layer = getattr(owner, attr)
@@ -95,7 +96,7 @@ def selected_linears(model, block_size: int, filter_fn, summary: QuantizeSummary
     Exactly ``torch.nn.Linear`` (not subclasses, whose owners may read
     ``.weight`` directly, as ``nn.MultiheadAttention`` does)."""
     if filter_fn is not None and not callable(filter_fn):
-        raise TypeError(f"filter_fn: expected a callable (module, name) -> bool, got {filter_fn!r}")
+        raise MXArgTypeError(f"filter_fn: expected a callable (module, name) -> bool, got {filter_fn!r}")
     # Names only: holding the modules would keep every original weight alive
     # until the end (the peak would be both models).
     names = [n for n, m in model.named_modules() if type(m) is torch.nn.Linear]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mlir_mx.errors import MXArgTypeError, MXValueError, user_error
 from mlir_mx.linear import Linear
 from mlir_mx.numerics import MXArray, dequantize, element_format, unpack_codes
 
@@ -26,7 +27,7 @@ def check_activations(activations) -> str | None:
     try:
         return element_format(activations).name
     except (TypeError, ValueError) as err:
-        raise type(err)(f"activations: {err}") from None
+        raise user_error(err, f"activations: {err}") from None
 
 
 class MXLinear(torch.nn.Module):
@@ -57,9 +58,9 @@ class MXLinear(torch.nn.Module):
         super().__init__()
         activations = check_activations(activations)
         if not isinstance(weight, MXArray):
-            raise TypeError(f"weight: expected an MXArray, got {type(weight).__name__}")
+            raise MXArgTypeError(f"weight: expected an MXArray, got {type(weight).__name__}")
         if weight.ndim != 2 or weight.axis != 1:
-            raise ValueError(
+            raise MXValueError(
                 f"weight: expected a 2-D MXArray (out_features, in_features) blocked along "
                 f"in_features (axis 1), got shape {weight.shape} blocked along axis {weight.axis}"
             )
@@ -69,7 +70,7 @@ class MXLinear(torch.nn.Module):
         if bias is not None:
             bias = torch.as_tensor(bias).detach()
             if bias.shape != (self.out_features,):
-                raise ValueError(f"bias: expected shape ({self.out_features},), got {tuple(bias.shape)}")
+                raise MXValueError(f"bias: expected shape ({self.out_features},), got {tuple(bias.shape)}")
             bias = torch.nn.Parameter(bias.clone(), requires_grad=False)
         self.bias = bias
 
@@ -81,7 +82,7 @@ class MXLinear(torch.nn.Module):
         """Quantize ``linear``'s weight to ``weights`` (MX, blocks of ``block_size``
         along ``in_features``) and keep its bias."""
         if not isinstance(linear, torch.nn.Linear):
-            raise TypeError(f"linear: expected a torch.nn.Linear, got {type(linear).__name__}")
+            raise MXArgTypeError(f"linear: expected a torch.nn.Linear, got {type(linear).__name__}")
         activations = check_activations(activations)
         w = quantize_weight(linear.weight, weights, block_size)
         return cls(w, linear.bias, threads=threads, activations=activations)
@@ -107,7 +108,7 @@ class MXLinear(torch.nn.Module):
     @threads.setter
     def threads(self, value: int | None) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"threads: expected None or a positive int, got {value!r}")
+            raise MXValueError(f"threads: expected None or a positive int, got {value!r}")
         self._threads = value
 
     @property
@@ -145,18 +146,18 @@ class MXLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x @ W.T + bias`` for ``x`` of shape ``(..., in_features)``."""
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+            raise MXArgTypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
         if x.requires_grad and torch.is_grad_enabled():
             raise RuntimeError(
                 "x: requires grad, but MXLinear is inference only (it has no backward); run "
                 "the model under torch.no_grad() or torch.inference_mode(), or pass x.detach()"
             )
         if x.dtype not in _DTYPES:
-            raise TypeError(f"x: expected dtype float32, bfloat16 or float16, got {x.dtype}")
+            raise MXArgTypeError(f"x: expected dtype float32, bfloat16 or float16, got {x.dtype}")
         if x.device.type != "cpu":
-            raise ValueError(f"x: mlir_mx runs on the CPU, got a tensor on {x.device}")
+            raise MXValueError(f"x: mlir_mx runs on the CPU, got a tensor on {x.device}")
         if x.dim() == 0 or x.shape[-1] != self.in_features:
-            raise ValueError(f"x: expected shape (..., {self.in_features}), got {tuple(x.shape)}")
+            raise MXValueError(f"x: expected shape (..., {self.in_features}), got {tuple(x.shape)}")
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).to(torch.float32).contiguous()
         y = torch.ops.mlir_mx.linear(
@@ -185,7 +186,7 @@ class MXLinear(torch.nn.Module):
                     self.element, self.block_size, axis=1,
                 )  # fmt: skip
                 if w.shape != (self.out_features, self.in_features):
-                    raise ValueError(f"holds a weight of shape {w.shape}")
+                    raise MXValueError(f"holds a weight of shape {w.shape}")
                 self._adopt(Linear(w, threads=1, activations=self.activations))
             except (TypeError, ValueError) as e:
                 errors.append(f"{prefix}weight_codes/weight_scales: {e}")

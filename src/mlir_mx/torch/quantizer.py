@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from mlir_mx.errors import MXValueError
 from mlir_mx.numerics import MXArray, element_format
 
 __all__ = ["quantize_weight"]
@@ -20,14 +21,14 @@ def quantize_weight(weight: torch.Tensor, element: str, block_size: int) -> MXAr
     fmt = element_format(element)
     w = weight.detach()
     if w.dim() != 2:
-        raise ValueError(f"weight: expected a 2-D (out, in) tensor, got shape {tuple(w.shape)}")
+        raise MXValueError(f"weight: expected a 2-D (out, in) tensor, got shape {tuple(w.shape)}")
     if w.device.type != "cpu":
-        raise ValueError(f"weight: mlir_mx quantizes on the CPU, got a tensor on {w.device}")
+        raise MXValueError(f"weight: mlir_mx quantizes on the CPU, got a tensor on {w.device}")
     rows, cols = w.shape
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size: expected a positive int, got {block_size!r}")
+        raise MXValueError(f"block_size: expected a positive int, got {block_size!r}")
     if cols % block_size:
-        raise ValueError(
+        raise MXValueError(
             f"weight: in_features {cols} is not a multiple of block_size {block_size}"
         )
     from mlir_mx.convert import quantize
