@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -103,8 +104,11 @@ class Compiled:
             # as soon as the call returned crashed that thread now and then
             # (SIGSEGV under load, tests/execution/test_threads.py::
             # test_engines_come_and_go).  An engine with parallel code is
-            # therefore kept for the life of the process.  No upstream issue
-            # found.
+            # therefore kept until :data:`_RETIRED` more such engines have
+            # been made (long after any task finished), not destroyed with
+            # its last Runner; unbounded, the kept JIT memory ran out in a
+            # long process ("LLVM ERROR: Unable to allocate section
+            # memory").  No upstream issue found.
             _PARALLEL_ENGINES.append(self.engine)
         #: Whether each buffer a function returns is the caller's to free (the
         #: Runner frees it after copying it out): a property of the lowering,
@@ -122,8 +126,10 @@ class Compiled:
             return self._writes[name]
 
 
-#: Engines whose code runs tasks of the async runtime: never destroyed.
-_PARALLEL_ENGINES: list[ExecutionEngine] = []
+#: How many engines with parallel code are kept after their last use.
+_RETIRED = 64
+#: The last :data:`_RETIRED` engines whose code runs async-runtime tasks.
+_PARALLEL_ENGINES: collections.deque[ExecutionEngine] = collections.deque(maxlen=_RETIRED)
 
 
 def _uses_async_runtime(module: ir.Module) -> bool:
