@@ -261,11 +261,36 @@ def test_quotients_below_f32_normal_range_round_to_zero(name):
         assert np.signbit(values(q)[1:]).tolist() == [False, True, False]
 
 
-def test_float64_casts_of_ml_dtypes_double_round():
-    """Why the oracle never casts float64 to a narrow type directly: ml_dtypes rounds
-    through float32 (1.25 + 2^-30 should round up to 1.5 in E2M1)."""
-    v = np.array([1.25 + 2.0**-30])
-    assert v.astype(ml_dtypes.float4_e2m1fn).astype(np.float64)[0] == 1.0
+@pytest.mark.parametrize("name", FLOATS)
+def test_round_to_element_is_nearest_code(name):
+    """The oracle's element rounding, whatever the ml_dtypes version (0.5/0.6 rounded
+    float64 casts through float32, twice; the oracle never casts float64 directly):
+    against a nearest-value search over the format's finite values, ties to the
+    even code, for every value, tie and tie neighbour, in float32 and float64."""
+    fmt = element_format(name)
+    codes = np.arange(1 << fmt.bits, dtype=np.uint8)
+    vals = codes.view(fmt.dtype).astype(np.float64)
+    keep = np.isfinite(vals) & ~((vals == 0) & np.signbit(vals))
+    table, tcodes = vals[keep], codes[keep]
+    order = np.argsort(table)
+    table, tcodes = table[order], tcodes[order]
+    pos = table[table >= 0]
+    mids = (pos[:-1] + pos[1:]) / 2
+    p32 = np.concatenate([pos, mids])
+    p32 = np.concatenate([p32, np.nextafter(p32.astype(np.float32), np.float32(np.inf))])
+    p32 = np.concatenate([p32, np.nextafter(mids.astype(np.float32), np.float32(0))])
+    p = np.concatenate([p32, -p32[p32 > 0]]).astype(np.float32)
+    p = p[np.abs(p) <= fmt.max_normal]
+    dist = np.abs(p.astype(np.float64)[:, None] - table[None, :])
+    best = dist.min(axis=1, keepdims=True)
+    cand = dist == best
+    # ties: the candidate whose code has an even mantissa (the lowest code bit clear)
+    even = cand & ((tcodes[None, :] & 1) == 0)
+    pick = np.where(even.any(axis=1), even.argmax(axis=1), cand.argmax(axis=1))
+    want = table[pick]
+    for dt in (np.float32, np.float64):
+        got = round_to_element(p.astype(dt), name).astype(np.float64)
+        np.testing.assert_array_equal(np.abs(got), np.abs(want), err_msg=f"{name} {dt.__name__}")
 
 
 # ----------------------------------------------------------------------------- MXINT8

@@ -9,7 +9,7 @@ vector or static tensor; every op is elementwise) and ``arith.scaling_extf`` /
 f32.  Everything it emits is handled by ``convert-arith-to-llvm``, which maps
 the narrow float types to i8/i6/i4 itself.
 
-Semantics are bit-exact with ml_dtypes (0.5/0.6), which tests check on every
+Semantics are bit-exact with ml_dtypes (0.7), which tests check on every
 code and on an f32 sweep:
 
 * extf: exact for every code.  E4M3FN ``S.1111.111`` -> NaN; E5M2 Inf/NaN;
@@ -20,10 +20,12 @@ code and on an f32 sweep:
   Inf for E5M2; FP6/FP4 saturate to +-max (Inf included).  NaN -> NaN for
   E4M3FN/E5M2 (sign kept); for FP6/FP4, which have no NaN, NaN -> a zero whose
   sign is the INVERSE of the NaN's sign (+NaN -> -0.0), exactly as ml_dtypes.
-* truncf f32 -> E8M0 (as ml_dtypes): for a normal f32, the exponent rounded up
-  when the mantissa is >= 1.5 (ties away from zero: 1.5 -> 2, 3 -> 4); a
-  positive f32 subnormal x gives 2^-127 when x <= 2^-127 and 2^-126 otherwise;
-  0, negatives, Inf, NaN and results above 2^127 give NaN (code 255).
+* truncf f32 -> E8M0: the nearest power of two, ties away from zero (a
+  normal f32's exponent is rounded up when its mantissa is >= 1.5: 1.5 -> 2,
+  3 -> 4); a positive f32 subnormal gives 2^-127 below 1.5 * 2^-127 and 2^-126
+  from there; 0, negatives, Inf, NaN and results above 2^127 give NaN (code
+  255).  ml_dtypes >= 0.7 does the same; 0.5/0.6 rounded every subnormal above
+  2^-127 up to 2^-126.
 
 Wide sides other than f32: extf to f16/bf16/f64 goes through an exact extf to
 f32 and one (correctly rounded) upstream extf/truncf; truncf from f16/bf16
@@ -210,8 +212,10 @@ def _trunc_from_f32(b: _Builder, x: ir.Value, fmt: NarrowFormat, out_elem: ir.Ty
     if fmt.kind == "e8m0":
         # Normal f32: exponent + (mantissa >= 1.5); the carry does it.
         code = b.shrui(b.addi(bits, b.i32(0x00400000)), b.i32(23))
-        # Positive f32 subnormal: 2^-127 if x <= 2^-127 else 2^-126.
-        sub = b.extui(b.ty(i32), b.cmp("ugt", bits, b.i32(0x00400000)))
+        # Positive f32 subnormal: the nearest of 2^-127 and 2^-126, ties (1.5 *
+        # 2^-127) away from zero, as for normals; below 2^-127 the result is
+        # 2^-127, the smallest code.
+        sub = b.extui(b.ty(i32), b.cmp("uge", bits, b.i32(0x00600000)))
         code = b.select(b.cmp("ult", bits, b.i32(0x00800000)), sub, code)
         # 0, negatives, Inf, NaN: (bits - 1) >= 0x7f7fffff unsigned.
         bad = b.cmp("uge", b.subi(bits, b.i32(1)), b.i32(0x7F7FFFFF))
