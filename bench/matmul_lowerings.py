@@ -4,7 +4,7 @@
 
 For each shape (M x N x K) and operand kind (mx x f32: ``mx-a``; mx x mx:
 ``mx-ab``; f8E4M3FN elements, block 32) it compiles the ``@bench`` module of
-:mod:`mlir_mx.model.kernels` (the matmul in an ``scf.for``, ``n`` calls per
+:mod:`mlir_mx.model.variants` (the matmul in an ``scf.for``, ``n`` calls per
 native entry, so Python overhead is amortized) with four pipelines:
 
 * ``fused``       ``mx-to-linalg{matmul-lowering=fused}`` + ``lower-to-llvm`` (scalar loops)
@@ -38,8 +38,8 @@ import numpy as np  # noqa: E402
 from mlir_mx import numerics as N  # noqa: E402
 from mlir_mx.execution import Runner  # noqa: E402
 from mlir_mx.host import machine_description  # noqa: E402
-from mlir_mx.model.kernels import parse_shape, variant_module_text  # noqa: E402
 from mlir_mx.model.measure import time_repeated  # noqa: E402
+from mlir_mx.model.variants import parse_shape, variant_module_text  # noqa: E402
 from mlir_mx.pipelines import load_pipeline  # noqa: E402
 
 SHAPES = ("32x64x64", "1x4096x4096", "128x256x512", "8x2048x2048")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mlir_mx.model import M4, analyze, shift
-from mlir_mx.model.kernels import VARIANTS, Shape, variant_module_text
 from mlir_mx.model.report import model_rows
+from mlir_mx.model.variants import VARIANTS, Shape, variant_module_text
 
 
 def _analyze(variant: str, shape: Shape, element: str = "f8E4M3FN"):
@@ -218,10 +218,10 @@ def test_a_variant_that_does_not_lower_is_an_error(mx_to_linalg, monkeypatch):
     # Every lowering ships: a variant whose lowering fails (here: an unknown
     # matmul-lowering value) is a clear MXError, not a row in the table.
     from mlir_mx.errors import MXError
-    from mlir_mx.model import kernels
+    from mlir_mx.model import variants
 
     monkeypatch.setitem(
-        kernels.VARIANTS, "mx-ab-tiled", kernels.Variant("mx-ab-tiled", True, True, "tiled")
+        variants.VARIANTS, "mx-ab-tiled", variants.Variant("mx-ab-tiled", True, True, "tiled")
     )
     with pytest.raises(MXError, match="'tiled' is not one of: fused, blocked"):
         model_rows([Shape(1, 64, 64)], ["f32", "mx-ab-tiled"])

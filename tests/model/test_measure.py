@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlir_mx.model.kernels import Shape
 from mlir_mx.model.measure import measure_machine, time_kernel, time_repeated
+from mlir_mx.model.variants import Shape
 
 
 def test_time_repeated_statistics():

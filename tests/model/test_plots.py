@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from mlir_mx.model import M4
-from mlir_mx.model.kernels import Shape
 from mlir_mx.model.measure import Timing
 from mlir_mx.model.plots import roofline_plot, time_plot
 from mlir_mx.model.report import model_rows
+from mlir_mx.model.variants import Shape
 
 
 def _rows():

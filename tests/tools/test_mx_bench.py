@@ -8,9 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from mlir_mx.bench import harness, ours
-from mlir_mx.bench.baselines import torch_available
-from mlir_mx.bench.ggml_baseline import ggml_available
+from mlir_mx.harness import loop as harness
+from mlir_mx.harness import ours
+from mlir_mx.harness.baselines import torch_available
+from mlir_mx.harness.ggml_baseline import ggml_available
 from mlir_mx.tools.mx_bench import main
 
 ROW_FIELDS = {
@@ -168,7 +169,7 @@ def test_help(capsys):
 
 
 def test_our_variants_are_runner_constructions():
-    from mlir_mx.model.kernels import Shape
+    from mlir_mx.model.variants import Shape
 
     vs = ours.our_variants(Shape(1, 8, 32), threads=2)
     assert {v.operands for v in vs} == {"mx-ab", "mx-a"}
@@ -178,8 +179,8 @@ def test_our_variants_are_runner_constructions():
 
 
 def test_formats_take_mixed_pairs():
-    from mlir_mx.bench.problem import make_problem
-    from mlir_mx.model.kernels import Shape
+    from mlir_mx.harness.problem import make_problem
+    from mlir_mx.model.variants import Shape
     from mlir_mx.tools.mx_bench import _parse
 
     opts, _quiet = _parse(["--formats", "i8:f4E2M1FN, f8E4M3FN,i8:i8", "--quick"])
@@ -212,7 +213,7 @@ def test_results_that_cannot_be_written_are_an_error_not_half_a_file(tmp_path, m
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(harness, "FAMILIES", ())
-    monkeypatch.setattr("mlir_mx.bench.report.write_text", full)
+    monkeypatch.setattr("mlir_mx.harness.report.write_text", full)
     rc = main(["--quick", "--quiet", "--shapes", "1x8x32", "--threads", "1", "--out", str(tmp_path)])
     assert rc == 1
     err = capsys.readouterr().err

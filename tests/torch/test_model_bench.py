@@ -14,8 +14,8 @@ pytest.importorskip("transformers", reason="transformers not installed (pip inst
 
 from llama_cases import tiny_llama  # noqa: E402
 
-from mlir_mx.bench.model import targets, worker_env  # noqa: E402
-from mlir_mx.bench.model_worker import linear_weight_bytes, run_row  # noqa: E402
+from mlir_mx.harness.model import targets, worker_env  # noqa: E402
+from mlir_mx.harness.model_worker import linear_weight_bytes, run_row  # noqa: E402
 from mlir_mx.tools.mx_bench import main  # noqa: E402
 from mlir_mx.torch import quantize_  # noqa: E402
 

@@ -6,7 +6,7 @@ of :mod:`mlir_mx.kernels.problem` as loop nests of upstream ``scf`` /
 
 * :mod:`~mlir_mx.kernels.stream`: decode and small batches, B widened in
   registers as it streams by;
-* :mod:`~mlir_mx.kernels.packed`: prefill, B widened once into packed f32
+* :mod:`~mlir_mx.kernels.prefill`: prefill, B widened once into packed f32
   panels that a register-tiled microkernel reuses for every row tile.
 
 :mod:`~mlir_mx.kernels.registry` holds the schedules (one entry each) and

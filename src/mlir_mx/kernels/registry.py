@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlir_mx.kernels.dot import DotConfig, emit_dot, supports_bf16, supports_int
-from mlir_mx.kernels.packed import PackedConfig, emit_packed
+from mlir_mx.kernels.prefill import PrefillConfig, emit_prefill
 from mlir_mx.kernels.problem import Problem
 from mlir_mx.kernels.stream import StreamConfig, emit_stream
 
@@ -120,8 +120,8 @@ SCHEDULES: dict[str, Schedule] = {
             "prefill",
             "large M: B widened once into packed f32 panels, an 8x32 register microkernel",
             "prefill",
-            PackedConfig,
-            emit_packed,
+            PrefillConfig,
+            emit_prefill,
             supports=_f32,
         ),
         # The dot kernels (kernels/dot.py): exact block dots on the CPU's dot

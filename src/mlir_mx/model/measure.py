@@ -34,8 +34,8 @@ import numpy as np
 
 from mlir_mx.execution import Runner
 from mlir_mx.host import machine_description
-from mlir_mx.model.kernels import VARIANTS, Shape, variant_module_text
 from mlir_mx.model.machines import MACHINES, Machine
+from mlir_mx.model.variants import VARIANTS, Shape, variant_module_text
 
 __all__ = [
     "FMA_ACCUMULATORS",

@@ -87,7 +87,7 @@ def _parser() -> ArgParser:
 def _model_options(ns, argv: list[str]):
     from importlib.util import find_spec
 
-    from mlir_mx.bench.model import ModelOptions
+    from mlir_mx.harness.model import ModelOptions
 
     missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
     if missing:
@@ -140,8 +140,8 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def _parse(argv: list[str]):
-    from mlir_mx.bench.harness import Options
-    from mlir_mx.model.kernels import parse_shape
+    from mlir_mx.harness.loop import Options
+    from mlir_mx.model.variants import parse_shape
     from mlir_mx.numerics import ELEMENT_FORMATS
 
     p = _parser()
@@ -205,9 +205,9 @@ def _parse(argv: list[str]):
 
 def run(parsed) -> int:
     """Run the benchmark with parsed options; exit code."""
-    from mlir_mx.bench.harness import run_bench
-    from mlir_mx.bench.problem import BenchFailure
-    from mlir_mx.bench.report import write_results
+    from mlir_mx.harness.loop import run_bench
+    from mlir_mx.harness.problem import BenchFailure
+    from mlir_mx.harness.report import write_results
 
     opts, quiet = parsed
     from mlir_mx.host import default_threads
@@ -231,8 +231,8 @@ def run(parsed) -> int:
 
 
 def _run_model(opts, say) -> int:
-    from mlir_mx.bench.model import run_model
-    from mlir_mx.bench.model_report import write_model_results
+    from mlir_mx.harness.model import run_model
+    from mlir_mx.harness.model_report import write_model_results
 
     record = run_model(opts, say)
     js, md = write_model_results(record, opts.out)

@@ -143,9 +143,9 @@ def _parse(argv):
 def run(args) -> int:
     say = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
 
-    from mlir_mx.model.kernels import VARIANTS, parse_shape
     from mlir_mx.model.measure import get_machine
     from mlir_mx.model.report import model_rows, roofline_table
+    from mlir_mx.model.variants import VARIANTS, parse_shape
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in variants:

@@ -2,7 +2,7 @@
 emulation, torch f32/bf16.
 
 Thread counts are set by the harness for the whole group
-(:func:`mlir_mx.bench.machine.thread_limits`): numpy's BLAS through
+(:func:`mlir_mx.harness.machine.thread_limits`): numpy's BLAS through
 threadpoolctl, torch through ``torch.set_num_threads``.
 """
 

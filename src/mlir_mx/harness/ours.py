@@ -15,7 +15,7 @@ import numpy as np
 from mlir_mx.execution import Runner
 from mlir_mx.kernels import SCHEDULES, plan_kernel, shape_class
 from mlir_mx.kernels import Problem as KProblem
-from mlir_mx.model.kernels import Shape, variant_module_text
+from mlir_mx.model.variants import Shape, variant_module_text
 
 from .method import Method
 from .problem import BenchFailure, Problem, stored_mx_bytes
@@ -30,7 +30,7 @@ class OurVariant:
     ``build()`` returns a :class:`~mlir_mx.execution.Runner` (or anything with
     the same ``invoke``) whose ``entry`` function takes the operands, the f32
     (M, N) accumulator and a call count ``n`` (``C += A B``, ``n`` times; the
-    ``@bench`` convention of :mod:`mlir_mx.model.kernels`).
+    ``@bench`` convention of :mod:`mlir_mx.model.variants`).
     ``operands`` is ``"mx-ab"`` (mx x mx: called with ``qa, qb``) or
     ``"mx-a"`` (mx x f32: ``qa`` and the dequantized ``db``).
     ``kernel_threads`` is the number of threads the kernel really uses.

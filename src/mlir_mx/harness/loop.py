@@ -1,7 +1,7 @@
 """The benchmark loop: per (shape, format), per thread count, every method is
 built, checked against the oracle, then timed; progress lines as it goes.
 
-A wrong result raises :class:`~mlir_mx.bench.problem.BenchFailure` at once:
+A wrong result raises :class:`~mlir_mx.harness.problem.BenchFailure` at once:
 it is a failure of the run, never a row.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mlir_mx.model.kernels import Shape
 from mlir_mx.model.measure import Timing, time_repeated
+from mlir_mx.model.variants import Shape
 
 from .baselines import numpy_methods, torch_methods
 from .ggml_baseline import ggml_methods
@@ -59,10 +59,10 @@ class Options:
     max_others: float = 0.1
     retries: int = 3
     retry_wait_s: float = 5.0
-    #: the MLP benchmark (``mlir_mx.bench.mlp``): (d, f) and token counts
+    #: the MLP benchmark (``mlir_mx.harness.mlp``): (d, f) and token counts
     mlp: tuple[int, int] | None = None
     mlp_tokens: tuple[int, ...] = (1, 128)
-    #: the conversion benchmark (``mlir_mx.bench.quantize``): (rows, columns)
+    #: the conversion benchmark (``mlir_mx.harness.quantize``): (rows, columns)
     quantize: tuple[int, int] | None = None
 
 

@@ -33,8 +33,8 @@ import tracemalloc
 
 import numpy as np
 
-from mlir_mx.bench.machine import cpu_sample, other_load, thread_limits
-from mlir_mx.bench.problem import BenchFailure
+from mlir_mx.harness.machine import cpu_sample, other_load, thread_limits
+from mlir_mx.harness.problem import BenchFailure
 
 __all__ = ["quantize_markdown", "run_quantize"]
 
@@ -93,8 +93,8 @@ def _ours(x, element, threads):
 
 
 def _ggml(x, element, threads):
-    from mlir_mx.bench.ggml_baseline import _ggml as load
-    from mlir_mx.bench.ggml_baseline import ggml_available
+    from mlir_mx.harness.ggml_baseline import _ggml as load
+    from mlir_mx.harness.ggml_baseline import ggml_available
 
     if ggml_available():
         return {}
@@ -179,7 +179,7 @@ def run_quantize(
 
     Our rows are timed again (up to ``retries`` times) while other processes
     load the cores; the slow baselines are timed once."""
-    from mlir_mx.bench.ggml_baseline import ggml_available
+    from mlir_mx.harness.ggml_baseline import ggml_available
 
     say(f"quantize: {rows} x {cols} f32 ({rows * cols * 4 / 2**20:.0f} MiB), blocks of {BLOCK}")
     x = np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32)

@@ -1,4 +1,4 @@
-"""The packed schedule: prefill (large M), BLAS-style.
+"""The prefill schedule (large M), BLAS-style.
 
 B's codes are widened once per call into packed f32 panels that every row
 tile of A reuses, and a register-tiled microkernel applies the scale product
@@ -36,15 +36,15 @@ from mlir_mx.kernels.problem import KernelState, Operands, PreparedA, Problem, p
 from mlir_mx.kernels.stream import interleave_pairs
 from mlir_mx.kernels.widen import LANES, decode_scales
 
-__all__ = ["PackedConfig", "emit_packed"]
+__all__ = ["PrefillConfig", "emit_prefill"]
 
 #: Codes widened per pack step (the table decoder's width).
 _PACK_W = 64
 
 
 @dataclass(frozen=True)
-class PackedConfig:
-    """Tile parameters of the packed schedule."""
+class PrefillConfig:
+    """Tile parameters of the prefill schedule."""
 
     mr: int = 8  # rows per microkernel tile
     nv: int = 2  # f32 vectors per microkernel tile (nr = 16 nv columns)
@@ -61,10 +61,10 @@ class PackedConfig:
         return LANES * self.nv
 
 
-def emit_packed(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: PackedConfig) -> None:
-    """Emit the packed kernel at the current insertion point."""
+def emit_prefill(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: PrefillConfig) -> None:
+    """Emit the prefill kernel at the current insertion point."""
     if cfg.nc % _PACK_W or cfg.nc % cfg.nr:
-        raise ValueError("packed kernel: nc must be a multiple of 64 and of nr")
+        raise ValueError("prefill kernel: nc must be a multiple of 64 and of nr")
     # The K chunk holds whole blocks: the configured kc rounded down to a
     # multiple of the block (one block when the block is larger), so every
     # block size the dialect accepts (3, 5, 96, ...: not only powers of two) fits.
@@ -93,7 +93,7 @@ def emit_packed(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: PackedConf
 
 
 class _Packed(KernelState):
-    def __init__(self, kb, prob: Problem, ops: Operands, cfg: PackedConfig, pa: PreparedA):
+    def __init__(self, kb, prob: Problem, ops: Operands, cfg: PrefillConfig, pa: PreparedA):
         super().__init__(kb, prob, ops, cfg, pa)
         kc = min(cfg.kc, prob.k)
         self.kc = kc - kc % prob.block or prob.block

@@ -5,7 +5,7 @@ A ``transformers`` ``LlamaForCausalLM`` of TinyLlama-1.1B's shape (hidden
 weights from a fixed seed, nothing downloaded; ``--layers`` shrinks it) runs a
 128-token prompt, then 64 greedy tokens, as each row at each thread count:
 torch f32, torch bf16, torchao's MX path, ours MXFP8 and ours MXFP4.  Each row
-is a process of its own (:mod:`mlir_mx.bench.model_worker`), so its RSS is its
+is a process of its own (:mod:`mlir_mx.harness.model_worker`), so its RSS is its
 own.  Per row: prefill ms, decode tokens/s, the linear weights' bytes (from the
 memory they reference), RSS, and the logits against the correctness reference
 (``mlir_mx.torch.dequantize_``: the f32 model with each converted layer's
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlir_mx.bench.machine import cpu_sample, loadavg, machine_info, other_load
+from mlir_mx.harness.machine import cpu_sample, loadavg, machine_info, other_load
 
 __all__ = ["ModelOptions", "ROWS", "run_model", "targets"]
 
@@ -72,7 +72,7 @@ def _run_worker(spec: dict, tmp: Path, say) -> dict:
     path.write_text(json.dumps(spec))
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "mlir_mx.bench.model_worker", str(path)],
+        [sys.executable, "-m", "mlir_mx.harness.model_worker", str(path)],
         capture_output=True, text=True, env={**os.environ, **worker_env()},
     )  # fmt: skip
     if proc.returncode != 0:
