@@ -1,4 +1,4 @@
-"""``mlir_mx.Linear`` on the dot kernels, and ``activations=`` (issue 17).
+"""``mlir_mx.Linear`` on the dot kernels, and ``activations=``.
 
 * Every weight x activation format pair gives the f32 kernels' bits (the
   dot kernels where the CPU has them, the f32 kernels elsewhere), at every

@@ -1,4 +1,6 @@
-"""``Linear`` / ``matmul`` inputs at the edges (round 2 reproducers):
+"""``Linear`` / ``matmul`` inputs at the edges: an empty weight, a read-only
+activation, torch and half-precision activations, a thread count out of range.
+Each bullet is one reproducer (its name in the tests' names):
 
 * ``f2_linear_out0_zerodivision``: an empty weight, (0, 64), gave (M, 0) at
   M = 60 and a ZeroDivisionError from kernel planning at M <= 48; now the
@@ -14,7 +16,8 @@
   and failed at the first call.  Now bfloat16 / float16 activations (torch or
   numpy) are converted to float32 (exactly), requires_grad is a TypeError
   naming x, and threads are checked at construction.  (Part (c), a weight
-  changed in place, is the read-only MXArray's business.)
+  changed in place, is the read-only MXArray's business:
+  ``tests/numerics/test_mxarray_storage.py``.)
 """
 
 from __future__ import annotations

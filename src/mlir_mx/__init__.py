@@ -6,11 +6,23 @@ text syntax) -> ``passes`` -> ``pipelines`` -> ``execution``;
 ``mlir_mx.matmul`` / ``mlir_mx.Linear`` (:mod:`mlir_mx.linear`) are the
 library API for MX weights; ``mlir_mx.quantize`` / ``mlir_mx.dequantize``
 (:mod:`mlir_mx.convert`) convert at memory speed with compiled kernels.
+``except mlir_mx.MXError`` catches every error the library raises for bad
+input (:mod:`mlir_mx.errors`, importable without loading MLIR).
 """
+
+from mlir_mx.errors import MXArgTypeError, MXError, MXValueError
 
 __version__ = "0.1.0"
 
-__all__ = ["Linear", "dequantize", "matmul", "quantize"]
+__all__ = [
+    "Linear",
+    "MXArgTypeError",
+    "MXError",
+    "MXValueError",
+    "dequantize",
+    "matmul",
+    "quantize",
+]
 
 _CONVERT = ("quantize", "dequantize")
 
@@ -21,7 +33,7 @@ def __getattr__(name):
         from mlir_mx import convert
 
         return getattr(convert, name)
-    if name in __all__:
+    if name in ("Linear", "matmul"):
         from mlir_mx import linear
 
         return getattr(linear, name)

@@ -1,6 +1,6 @@
 """The persistent compile cache never hands unverified bytes to upstream.
 
-Reproducer ``f14_corrupt_compile_cache_abort`` (round 2): one NUL byte in a
+Reproducer ``f14_corrupt_compile_cache_abort``: one NUL byte in a
 cached ``.mlirbc`` entry made every later process that needed the kernel abort
 (an LLVM assertion in upstream's bytecode reader).  Entries now carry a header
 with a SHA-256 checksum (``compiled._DiskCache``) that is checked before the
@@ -141,12 +141,33 @@ def test_store_is_atomic_and_leaves_no_temporary_files(entry):
     assert oct(path.stat().st_mode & 0o777) != oct(0o600)  # not mkstemp's private mode
 
 
-def test_unreadable_cache_directory_is_not_fatal(tmp_path):
-    """A cache path that is a file: nothing stored, nothing logged, right result."""
+def test_unusable_cache_directory_is_not_fatal_and_is_logged(tmp_path, caplog):
+    """A cache path that is a file: nothing stored, right result, and the
+    failed store is logged (not dropped silently)."""
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    assert not _run(blocker)
-    assert not _run(blocker)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert not _run(blocker)
+        assert not _run(blocker)
+    stores = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert len(stores) == 2
+    assert all(m.startswith("compile cache: cannot store") and str(blocker) in m for m in stores)
+    assert blocker.read_text() == "x"
+
+
+def test_unreadable_entry_is_logged_and_compiled_again(entry, caplog):
+    """An entry that exists but cannot be read (here a directory in its place)
+    is logged as unreadable, then as not stored; the result is still right."""
+    path, _ = entry
+    path.unlink()
+    path.mkdir()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert not _run(path.parent)
+    messages = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert len(messages) == 2, messages
+    assert messages[0].startswith(f"compile cache: cannot read {path} (")
+    assert messages[1].startswith(f"compile cache: cannot store {path} (")
+    assert path.is_dir()
 
 
 def test_f14_corrupt_compile_cache_abort(tmp_path):

@@ -1,4 +1,4 @@
-"""Functions that return their ``!mx.tensor`` arguments (round 2 reproducer
+"""Functions that return their ``!mx.tensor`` arguments (reproducer
 ``f11_return_mx_argument``): "lowering left 'func.return' outside the LLVM
 dialect".  The Runner chose its default pipeline by the presence of mx ops, so
 a module with mx types but no mx op skipped mx-to-linalg; it now looks at the

@@ -1,6 +1,6 @@
 """Block sizes that are not powers of two, at every batch size (every schedule).
 
-Reproducer ``f3_prefill_blocksize_not_pow2`` (round 2): block sizes 3, 5, 6, 12,
+Reproducer ``f3_prefill_blocksize_not_pow2``: block sizes 3, 5, 6, 12,
 24, 48 and 96 worked up to M = 48 (decode / small kernels) and failed above it
 in the prefill kernel ("kc must be a multiple of 3"): its K chunk was a fixed
 512.  The chunk is now rounded to whole blocks.  The mx-runner form of the same

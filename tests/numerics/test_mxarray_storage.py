@@ -83,8 +83,9 @@ def test_linear_holds_4_25_bits_and_does_not_copy_a_b_weight():
 
 
 def test_stored_arrays_are_read_only_so_a_prepared_weight_cannot_go_stale():
-    # /work/shared/repro/round2/f13_low_api_messages.py (c): writing w.codes in place
-    # used to leave mlir_mx.matmul serving the weight prepared before the write.
+    # Writing w.codes in place used to leave mlir_mx.matmul serving the weight
+    # it prepared before the write.  Every view of the stored form is read-only
+    # and the attribute cannot be rebound, so the prepared copy stays right.
     w = quantize(np.random.default_rng(2).standard_normal((64, 64)).astype(np.float32), "f8E4M3FN", 32)
     x = np.ones((1, 64), np.float32)
     y = mlir_mx.matmul(x, w, threads=1)

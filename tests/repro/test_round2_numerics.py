@@ -1,6 +1,8 @@
-"""Right answers at the edges of the f32 range (reproducers f9, f12, f8 of
-round 2), as property tests over the edge, against the claim stated as a
-condition (``mlir_mx.numerics.matmul.matmul_reference``, docs/numerics.md).
+"""Right answers at the edges of the f32 range: scale products that overflow,
+activations near the top of the range and subnormal activations, as property
+tests over the edge, against the claim stated as a condition
+(``mlir_mx.numerics.matmul.matmul_reference``, docs/numerics.md).  Each bullet
+is one reproducer (its name in the tests' names):
 
 * f9_scale_product_overflow_nan: a zero block product meeting a scale
   product of 2^128 or more gave ``fma(0, sa * sb = Inf, c) = NaN``; the

@@ -9,9 +9,12 @@ entries, >= 2,000 Linear calls) are marked slow:
 
 The Linear suite runs its whole generator in both sets (every format pair,
 storage and value range). Its named restrictions, ``pairs``,
-``unpacked_subbyte_activations=False`` and ``value_range="normal"``, served
-while round 2's f1, f8, f9 and f12 were open; ``test_restricted_linear_calls``
-keeps them working.
+``unpacked_subbyte_activations=False`` and ``value_range="normal"``, kept the
+generator away from four fixed defects (FP4/FP6 activations refused against
+unpacked weights, NaN from scale products that overflow, Inf from pre-scaled
+large activations, flushed subnormal activations) while they were open;
+``test_restricted_linear_calls`` runs the restricted generator (clean, most
+calls valid) so the options keep working.
 """
 
 from __future__ import annotations

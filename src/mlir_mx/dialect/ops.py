@@ -22,6 +22,7 @@ from mlir import ir
 
 from mlir_mx.dialect.irdl import OP_NAMES, OPS
 from mlir_mx.dialect.types import MXTensorType, is_mx_type
+from mlir_mx.errors import MXValueError
 
 __all__ = [
     "quantize_block",
@@ -43,12 +44,16 @@ def _create(name, operands, result, loc, ip) -> ir.Value:
     return op.result
 
 
-def quantize_block(input: ir.Value, result_type: MXTensorType | ir.Type, *, loc=None, ip=None) -> ir.Value:
+def quantize_block(
+    input: ir.Value, result_type: MXTensorType | ir.Type, *, loc=None, ip=None
+) -> ir.Value:
     """``%r = mx.quantize_block %input : tensor<...xf32> -> !mx.tensor<...>``"""
     return _create("mx.quantize_block", [input], _ty(result_type, input.context), loc, ip)
 
 
-def dequantize_block(input: ir.Value, result_type: ir.Type | None = None, *, loc=None, ip=None) -> ir.Value:
+def dequantize_block(
+    input: ir.Value, result_type: ir.Type | None = None, *, loc=None, ip=None
+) -> ir.Value:
     """``%r = mx.dequantize_block %t : !mx.tensor<...> -> tensor<...xf32>``
 
     The result type defaults to an f32 tensor of the input's shape.
@@ -95,7 +100,7 @@ class OpView:
     def __init__(self, op):
         self.operation = getattr(op, "operation", op)
         if self.operation.name not in self._NAMES:
-            raise ValueError(f"not an mx op: {self.operation.name}")
+            raise MXValueError(f"not an mx op: {self.operation.name}")
 
     @property
     def name(self) -> str:

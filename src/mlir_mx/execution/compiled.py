@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -38,6 +39,9 @@ __all__ = [
     "load_async_runtime",
     "runtime_libraries",
 ]
+
+#: Where the disk cache says what it dropped or could not store (warnings).
+_log = logging.getLogger(__name__)
 
 
 def default_pipeline(module: ir.Module, options: CompileOptions) -> Pipeline:
@@ -83,7 +87,9 @@ class Compiled:
                 validate(self.signatures)  # before the (possibly long) lowering
             emit_c_interfaces(module)
             load_async_runtime()
-            cached = _DiskCache(options.cache_dir, text, self.pipeline) if options.cache_dir else None
+            cached = (
+                _DiskCache(options.cache_dir, text, self.pipeline) if options.cache_dir else None
+            )
             lowered = cached.load(self.context) if cached else None
             self.from_disk = lowered is not None
             if lowered is None:
@@ -134,9 +140,13 @@ _PARALLEL_ENGINES: collections.deque[ExecutionEngine] = collections.deque(maxlen
 
 def _uses_async_runtime(module: ir.Module) -> bool:
     """True when the lowered module calls upstream's async runtime."""
-    return find_first(
-        module, lambda o: o.name == "llvm.func" and "mlirAsyncRuntime" in str(o.attributes["sym_name"])
-    ) is not None
+    return (
+        find_first(
+            module,
+            lambda o: o.name == "llvm.func" and "mlirAsyncRuntime" in str(o.attributes["sym_name"]),
+        )
+        is not None
+    )
 
 
 class _DiskCache:
@@ -156,10 +166,14 @@ class _DiskCache:
     Upstream's bytecode reader asserts (aborts the process) on some malformed
     input, so no byte of an entry reaches ``ir.Module.parse`` before the whole
     header and checksum match; the parsed module is verified again (the
-    verifier, and ``check_lowered``: nothing outside the LLVM dialect).  An entry that fails either check, or does not load,
-    is logged (``logging`` warning of ``mlir_mx.execution.compiled``),
-    deleted, and rebuilt by the caller.  Entries are written atomically
-    (:func:`mlir_mx.files.atomic_write`): a reader never sees half an entry.
+    verifier, and ``check_lowered``: nothing outside the LLVM dialect).  An
+    entry that fails either check, or does not load, is logged (``logging``
+    warning of ``mlir_mx.execution.compiled``), deleted, and rebuilt by the
+    caller.  An entry that exists but cannot be read, and a store that fails
+    (a read-only or full directory, a file where the directory should be),
+    are logged too and only cost a compilation.  Entries are written
+    atomically (:func:`mlir_mx.files.atomic_write`): a reader never sees half
+    an entry.
     """
 
     MAGIC = b"MLIRMXC1"
@@ -220,7 +234,10 @@ class _DiskCache:
         """The cached lowered module, or None (no entry, or one dropped)."""
         try:
             data = self.path.read_bytes()
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # no entry: a miss (a store that then fails is logged)
+        except OSError as err:
+            _log.warning("compile cache: cannot read %s (%s); it is compiled again", self.path, err)
             return None
         body, why = self.verify(data)
         if body is None:
@@ -235,11 +252,7 @@ class _DiskCache:
 
     def _drop(self, why: str) -> None:
         """Log and delete the entry; None (a miss)."""
-        import logging
-
-        logging.getLogger(__name__).warning(
-            "compile cache: dropped %s (%s); it is rebuilt", self.path, why
-        )
+        _log.warning("compile cache: dropped %s (%s); it is rebuilt", self.path, why)
         try:
             self.path.unlink()
         except OSError:
@@ -247,7 +260,8 @@ class _DiskCache:
         return None
 
     def store(self, module: ir.Module) -> None:
-        """Write the entry of ``module`` atomically (errors only cost time later)."""
+        """Write the entry of ``module`` atomically.  A failure (a read-only or
+        full cache directory) is logged and only costs the next process time."""
         import io
 
         from mlir_mx.files import write_bytes
@@ -257,8 +271,8 @@ class _DiskCache:
             buf = io.BytesIO()
             module.operation.write_bytecode(buf)
             write_bytes(self.path, self.encode(buf.getvalue()))
-        except OSError:
-            pass  # a read-only or full cache directory only costs the next process time
+        except OSError as err:
+            _log.warning("compile cache: cannot store %s (%s); not cached on disk", self.path, err)
 
 
 _CACHE: OrderedDict[tuple, Compiled] = OrderedDict()
@@ -290,9 +304,7 @@ def compile_module(
     """
     options = CompileOptions() if options is None else options
     if not isinstance(options, CompileOptions):
-        raise MXArgTypeError(
-            f"options: expected a CompileOptions, got {type(options).__name__}"
-        )
+        raise MXArgTypeError(f"options: expected a CompileOptions, got {type(options).__name__}")
     args_.check_compile_args(module, context)
     text = print_module(module) if isinstance(module, ir.Module) else module
     if context is None and isinstance(module, ir.Module):

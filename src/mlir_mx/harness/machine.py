@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import os
 import platform
 from collections.abc import Callable, Iterator
@@ -26,6 +27,8 @@ __all__ = [
     "other_load",
     "thread_limits",
 ]
+
+_log = logging.getLogger(__name__)
 
 
 def cpu_features() -> dict[str, bool]:
@@ -85,8 +88,14 @@ def _versions() -> dict[str, str]:
     out = {"python": platform.python_version(), "numpy": np.__version__}
     out["ml_dtypes"] = ml_dtypes.__version__
     for mod in ("torch", "ggml", "threadpoolctl"):
-        with contextlib.suppress(Exception):
+        if importlib.util.find_spec(mod) is None:
+            continue  # not installed: no version to record
+        try:
             out[mod] = __import__(mod).__version__
+        except (ImportError, OSError, AttributeError) as err:  # a broken install
+            _log.warning(
+                "machine info: no %s version recorded (%s: %s)", mod, type(err).__name__, err
+            )
     return out
 
 

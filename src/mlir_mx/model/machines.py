@@ -1,7 +1,8 @@
 """Machine ceilings: memory bandwidth and peak f32 rate.
 
-``MACHINES["m4"]`` is the write-up's base M4: 120 GB/s (Apple's published
-LPDDR5X bandwidth) and 560 GFLOP/s (not published; estimated from core count,
+``MACHINES["m4"]`` is the base Apple M4 of the original v1 post (the design
+post this project started from; its roofline is drawn for that machine):
+120 GB/s (Apple's published LPDDR5X bandwidth) and 560 GFLOP/s (not published; estimated from core count,
 FMA units, lane width and clock), with the ridge drawn as a band 30% either
 side because the peak is an estimate.  This module is data only;
 :func:`mlir_mx.model.measure.get_machine` returns a preset by name or

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mlir_mx.errors import MXValueError
 from mlir_mx.execution import Runner
 from mlir_mx.host import machine_description
 from mlir_mx.model.machines import MACHINES, Machine
@@ -329,12 +330,13 @@ def numpy_gflops(n: int = 2048, reps: int = 3) -> float:
 
 def get_machine(name: str, *, threads: int = 1, progress=None) -> Machine:
     """A preset of :data:`~mlir_mx.model.machines.MACHINES` by name, or
-    ``"measure"``: this machine's measured ceilings."""
+    ``"measure"``: this machine's measured ceilings.  Any other name is an
+    :class:`~mlir_mx.errors.MXValueError` listing the valid ones."""
     if name == "measure":
         return measure_machine(threads=threads, progress=progress)
     m = MACHINES.get(name)
     if m is None:
-        raise KeyError(f"unknown machine '{name}' (available: {', '.join(MACHINES)}, measure)")
+        raise MXValueError(f"unknown machine '{name}' (available: {', '.join(MACHINES)}, measure)")
     return m
 
 

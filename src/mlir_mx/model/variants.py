@@ -56,7 +56,7 @@ VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
         Variant("f32", False, False, None, "decode-f32-vectorize"),
-        # The write-up's variants are the v1 fused lowering, pinned explicitly
+        # The original v1 post's variants: the v1 fused lowering, pinned explicitly
         # (the pass's default is the measured-faster blocked lowering).  They
         # are timed as scalar loops: their vectorized form (mx-vectorize)
         # compiles for 8-26 s per shape and runs slower than blocked.

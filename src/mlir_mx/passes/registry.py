@@ -36,6 +36,7 @@ from typing import Any
 from mlir import ir
 
 from mlir_mx.diagnostics import Diagnostic, MXError
+from mlir_mx.errors import MXValueError
 
 __all__ = [
     "Option",
@@ -271,7 +272,7 @@ def register_pass(
 
     def deco(fn: Callable[..., None]) -> Callable[..., None]:
         if argument in _REGISTRY and _REGISTRY[argument].run is not fn:
-            raise ValueError(f"pass '{argument}' registered twice")
+            raise MXValueError(f"pass '{argument}' registered twice")
         _REGISTRY[argument] = PassSpec(argument, summary, fn, tuple(options))
         return fn
 

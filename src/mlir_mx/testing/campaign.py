@@ -31,6 +31,8 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+from mlir_mx.errors import MXValueError
+
 __all__ = ["Outcome", "Report", "FINDINGS", "run_campaign", "run_inline"]
 
 #: Outcome kinds that are defects.
@@ -91,7 +93,8 @@ class Report:
             f"({self.restarts} worker restarts)",
             f"  outcomes: {kinds}",
             f"  findings: {finds}",
-            "  per configuration: " + ", ".join(f"{c} {n}" for c, n in sorted(self.configs.items())),
+            "  per configuration: "
+            + ", ".join(f"{c} {n}" for c, n in sorted(self.configs.items())),
         ]
         for o in self.findings[:20]:
             lines.append(f"  FINDING case {o.index} [{o.config}] {o.kind}: {o.detail[:300]}")
@@ -107,7 +110,9 @@ def _suite(name: str):
     except ImportError:
         mod = None
     if mod is None or not hasattr(mod, "case"):
-        raise ValueError(f"unknown suite '{name}' (available: {', '.join(_SUITES)}, or a module with case())")
+        raise MXValueError(
+            f"unknown suite '{name}' (available: {', '.join(_SUITES)}, or a module with case())"
+        )
     return mod
 
 
@@ -175,7 +180,9 @@ def _one_worker(suite, seed, nxt, end, timeout, report, progress, opts="{}") -> 
             err.seek(0)
             tail = err.read()[-800:].decode(errors="replace")
             if current is None and done == nxt:
-                raise RuntimeError(f"campaign worker failed to start (exit {proc.returncode}): {tail}")
+                raise RuntimeError(
+                    f"campaign worker failed to start (exit {proc.returncode}): {tail}"
+                )
             at = current if current is not None else done
             code = proc.returncode
             what = f"signal {-code}" if code < 0 else f"exit code {code}"

@@ -1,0 +1,64 @@
+"""Bad input raises an ``MXError`` that is also the builtin a Python user
+expects: ``mlir_mx.MXError`` is importable without MLIR, and the unknown
+names and misused objects below (a machine preset, an op that is not an mx
+op, a pass registered twice, a campaign suite) are ``MXValueError``s."""
+
+import subprocess
+import sys
+
+import pytest
+from mlir import ir
+
+import mlir_mx
+from mlir_mx.errors import MXArgTypeError, MXError, MXValueError
+
+
+def test_the_error_classes_are_importable_from_the_package_without_mlir():
+    code = (
+        "import sys, mlir_mx\n"
+        "E = mlir_mx.MXError\n"
+        "assert issubclass(mlir_mx.MXValueError, E) and issubclass(mlir_mx.MXValueError, ValueError)\n"
+        "assert issubclass(mlir_mx.MXArgTypeError, E) and issubclass(mlir_mx.MXArgTypeError, TypeError)\n"
+        "print('mlir' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    assert (mlir_mx.MXError, mlir_mx.MXValueError, mlir_mx.MXArgTypeError) == (
+        MXError,
+        MXValueError,
+        MXArgTypeError,
+    )
+    assert {"MXError", "MXValueError", "MXArgTypeError"} <= set(mlir_mx.__all__)
+
+
+def test_an_unknown_machine_preset():
+    from mlir_mx.model import get_machine
+
+    with pytest.raises(MXValueError, match=r"unknown machine 'm9' \(available: m4.*, measure\)"):
+        get_machine("m9")
+    assert get_machine("m4").name == "m4"
+
+
+def test_an_op_that_is_not_an_mx_op():
+    from mlir_mx.dialect.ops import OpView
+
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse("func.func @f() { return }")
+        with pytest.raises(MXValueError, match="not an mx op: func.func"):
+            OpView(module.body.operations[0])
+
+
+def test_a_pass_registered_twice(monkeypatch):
+    from mlir_mx.passes import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # undone after
+    registry.register_pass("test-twice", "once")(lambda op: None)
+    with pytest.raises(MXValueError, match="pass 'test-twice' registered twice"):
+        registry.register_pass("test-twice", "again")(lambda op: None)
+
+
+def test_an_unknown_campaign_suite():
+    from mlir_mx.testing.campaign import run_inline
+
+    with pytest.raises(MXValueError, match="unknown suite 'nope' .*fuzz"):
+        run_inline("nope", 0, [0])
