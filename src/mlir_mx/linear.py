@@ -45,7 +45,7 @@ from mlir_mx.errors import MXArgTypeError, MXValueError, user_error
 from mlir_mx.execution import FREE, BoundFunction, CompileOptions, Runner
 from mlir_mx.execution.options import default_cache_dir
 from mlir_mx.host import check_threads
-from mlir_mx.kernels import SCHEDULES, Problem, kernel_module, plan_kernel, shape_class
+from mlir_mx.kernels import Problem, choose, kernel_module, plan_kernel, shape_class
 from mlir_mx.kernels.dot_layout import RecordLayout, dot_kind, pack_records
 from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
 from mlir_mx.numerics import (
@@ -288,13 +288,13 @@ class Linear:
         common = (None, self.out_features, self.in_features, self.block_size, a_elem, self.element)
         if dot is not None:
             prob = Problem(*common, a_packed=a_packed, a_quant=a_quant, b_dot=dot.name)
-            schedule = _pick(prob, cls)
-            if schedule is not None:
-                return prob, schedule, [self._dot_records(dot)]
+            chosen = choose(prob, cls=cls, required=False)
+            if chosen is not None:
+                return prob, chosen.name, [self._dot_records(dot)]
         if a_quant is not None:
             return None
         prob = Problem(*common, a_packed=a_packed, b_packed=self.packed, b_tiled=self.tiled)
-        return prob, _pick(prob, cls), [self._codes, self._scales]
+        return prob, choose(prob, cls=cls).name, [self._codes, self._scales]
 
     def _dot_records(self, dot) -> np.ndarray:
         """B as the dot kernels' VNNI records of unit ``dot`` (made once)."""
@@ -351,13 +351,6 @@ class Linear:
                 runner = Runner(text, options=options)
                 self._runners[key] = runner
         return runner
-
-
-def _pick(prob: Problem, cls: str) -> str | None:
-    """The registry's automatic choice among the schedules of shape class
-    ``cls`` that support ``prob`` (None when none does)."""
-    fits = [s for s in SCHEDULES.values() if s.shape_class == cls and s.supports(prob)]
-    return max(fits, key=lambda s: s.priority).name if fits else None
 
 
 _HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))

@@ -86,7 +86,7 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     # the auto-selected kernels, mx x mx with each other schedule that
     # supports the problem (the dot schedules where the CPU has the units),
     # and Linear on the dot kernels where they serve the shape
-    from mlir_mx.kernels import SCHEDULES, Problem, plan_kernel
+    from mlir_mx.kernels import SCHEDULES, Problem, plan_kernel, shape_class
 
     expected = {"ours mx x mx", "ours mx x f32"}
     for m, n, k in ((1, 64, 128), (5, 40, 96)):
@@ -94,8 +94,8 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
         chosen = plan_kernel(prob, "auto", 1).name
         expected |= {f"ours mx x mx {s.name}" for s in SCHEDULES.values()
                      if s.name != chosen and s.supports(prob)
-                     and (s.shape_class != "decode" or m == 1)}  # fmt: skip
-        if chosen.startswith("bf16-"):
+                     and (s.shape_class != shape_class(1) or m == 1)}  # fmt: skip
+        if SCHEDULES[chosen].unit is not None:  # a dot schedule: Linear's rows too
             expected |= {"ours Linear mx x mx", "ours Linear f32->f8E4M3FN"}
     assert {q["ours"] for q in rec["ratios"]} == expected
     text = md.read_text()
