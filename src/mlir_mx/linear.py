@@ -31,7 +31,6 @@ MX) activations with the generated kernels of :mod:`mlir_mx.kernels`::
 
 from __future__ import annotations
 
-import re
 import threading
 import weakref
 
@@ -166,7 +165,6 @@ class Linear:
                 raise user_error(err, f"activations: {err}") from None
         self.activations = activations
         self._records: dict[str, np.ndarray] = {}  # dot kind -> VNNI records of B
-        self._n_weights: dict[tuple, int] = {}  # call key -> weight arguments (for messages)
         self.threads = threads
         self._runners: dict[tuple, Runner] = {}
         self._calls: dict[tuple, BoundFunction] = {}
@@ -217,16 +215,12 @@ class Linear:
         # An empty weight (out or in = 0) gives the empty (or zero) product at
         # every M without a kernel: no kernel schedule divides by 0 columns.
         if m and self.out_features and self.in_features:
-            try:
+            call = self._bound(kind, m)
+            if call is None:  # no dot kernel: quantize (compiled), then the MX path
+                q = compiled_quantize(args[0], kind[2], self.block_size, threads=self.threads)
+                args, kind = self._mx_args(q), (q.element, q.is_packed, None)
                 call = self._bound(kind, m)
-                if call is None:  # no dot kernel: quantize (compiled), then the MX path
-                    q = compiled_quantize(args[0], kind[2], self.block_size, threads=self.threads)
-                    args, kind = self._mx_args(q), (q.element, q.is_packed, None)
-                    call = self._bound(kind, m)
-                call(*args, out)
-            except (TypeError, ValueError) as err:  # name the user's arguments, not '%arg0'
-                n_w = self._n_weights.get((kind, shape_class(m), self.threads), 2)
-                raise user_error(err, _user_names(str(err), len(args), n_w)) from None
+            call(*args, out)  # its messages name x, the weight, the output (_X_NAMES)
         return out[0] if vector else out
 
     def schedule(self, x) -> str:
@@ -330,10 +324,10 @@ class Linear:
             if found is None:
                 return None
             prob, schedule, weights = found
-            self._n_weights[key] = len(weights)
             runner = self._runner(prob, schedule)
             n_act = 1 if kind[0] is None else 2
-            bound = runner.bind("matmul", *[FREE] * n_act, *weights, FREE)
+            names = [*_X_NAMES[n_act], *_W_NAMES[len(weights)], "the output"]
+            bound = runner.bind("matmul", *[FREE] * n_act, *weights, FREE, names=names)
             self._calls[key] = bound
         return bound
 
@@ -373,25 +367,11 @@ def _host_view(x) -> np.ndarray:
         raise MXArgTypeError(f"x: cannot view this {type(x).__name__} as host memory: {err}") from None
 
 
-_ARG = re.compile(r"^matmul: argument (\d+) \('%arg\d+[^']*'\)")
-
-
-def _user_names(message: str, n_activations: int, n_weights: int = 2) -> str:
-    """A Runner message about kernel argument ``i`` ('%argI'), in Linear's terms
-    (one weight argument: the dot kernels' records)."""
-    names = ["x"] if n_activations == 1 else ["x (codes)", "x (scales)"]
-    names += (
-        ["the weight (codes)", "the weight (scales)"]
-        if n_weights == 2
-        else ["the weight (dot records)"]
-    )
-    names += ["the output"]
-
-    def name(m: re.Match) -> str:
-        i = int(m.group(1)) - 1
-        return names[i] if i < len(names) else m.group(0)
-
-    return _ARG.sub(name, message)
+#: The kernels' arguments in Linear's terms (Runner.bind's names), by how
+#: many there are: the activations (f32, or MX codes and scales) and the
+#: weight (codes and scales, or the dot kernels' records).
+_X_NAMES = {1: ("x",), 2: ("x (codes)", "x (scales)")}
+_W_NAMES = {2: ("the weight (codes)", "the weight (scales)"), 1: ("the weight (dot records)",)}
 
 
 _LINEARS: dict[int, tuple[weakref.ref, Linear]] = {}
