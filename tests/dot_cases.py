@@ -11,7 +11,7 @@ from mlir import ir
 
 from mlir_mx.dialect import load_dialect
 from mlir_mx.execution import Runner
-from mlir_mx.kernels import SCHEDULES, Problem, kernel_module, plan_kernel
+from mlir_mx.kernels import SCHEDULES, Problem, find, kernel_module, plan_kernel, shape_class
 from mlir_mx.kernels.dot_layout import RecordLayout, dot_kind, pack_records
 from mlir_mx.kernels.plan import KernelPlan
 from mlir_mx.numerics import MXArray, is_packed_storage, pack_codes
@@ -70,10 +70,21 @@ def run_dot(
     return c
 
 
-def run_f32(qa: MXArray, qb: MXArray, acc, schedule: str, threads: int) -> np.ndarray:
-    """``acc + A B`` with the f32 kernels (one code per byte)."""
+def dot_schedule(unit: str, cls: str) -> str:
+    """The name of ``unit``'s dot schedule for shape class ``cls``; where the
+    unit has none in that class (bf16 at M = 1), its schedule for a dynamic
+    M (``shape_class(None)``), which runs any M."""
+    found = find(cls, unit) or find(shape_class(None), unit)
+    assert found is not None, (unit, cls)
+    return found.name
+
+
+def run_f32(qa: MXArray, qb: MXArray, acc, threads: int) -> np.ndarray:
+    """``acc + A B`` with the f32 kernels (one code per byte): the f32
+    schedule of M's shape class."""
     m, k = qa.shape
     prob = Problem(m, qb.shape[1], k, qb.block_size, qa.element, qb.element)
+    schedule = find(shape_class(m)).name
     plan = plan_kernel(prob, schedule, threads)
     assert plan.name == schedule
     runner = compile_module(prob, plan)

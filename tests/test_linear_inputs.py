@@ -28,7 +28,6 @@ import pytest
 
 import mlir_mx
 from mlir_mx.host import MAX_THREADS
-from mlir_mx.linear import _user_names
 from mlir_mx.numerics import quantize
 
 
@@ -100,12 +99,17 @@ def test_f4_readonly_mx_activation_and_the_write_analysis():
 
 
 def test_f4_messages_name_x_not_arg0():
-    assert _user_names("matmul: argument 1 ('%arg0'): array data is not aligned", 1) == (
-        "x: array data is not aligned"
-    )
-    assert _user_names("matmul: argument 2 ('%arg0 scales'): bad", 2) == "x (scales): bad"
-    assert _user_names("matmul: argument 4 ('%arg3'): bad", 1) == "the output: bad"
     lin = mlir_mx.Linear(_weight(), threads=1)
+    # The kernel calls Linear binds name its arguments in Linear's terms.
+    x, xq = np.ones((1, 64), np.float32), quantize(np.ones((1, 64), np.float32), "f8E4M3FN", 32)
+    f32_call = lin._bound((None, False, None), 1)
+    with pytest.raises(ValueError, match=r"^x: array is not C-contiguous"):
+        f32_call(np.ones((1, 128), np.float32)[:, ::2], np.zeros((1, 64), np.float32))
+    with pytest.raises(TypeError, match=r"^the output: expected dtype float32, got float64"):
+        f32_call(x, np.zeros((1, 64), np.float64))
+    mx_call = lin._bound((xq.element, xq.is_packed, None), 1)
+    with pytest.raises(TypeError, match=r"^x \(scales\): expected dtype"):
+        mx_call(lin._mx_args(xq)[0], xq.scales.view(np.uint8), np.zeros((1, 64), np.float32))
     raw = np.zeros(64 * 4 + 1, np.uint8)
     misaligned = np.frombuffer(raw.data, np.float32, 64, offset=1).reshape(1, 64)
     assert not misaligned.flags.aligned

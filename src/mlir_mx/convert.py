@@ -25,7 +25,6 @@ multi-threaded)::
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from math import prod
 
@@ -36,15 +35,16 @@ from mlir import ir
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.execution import CompileOptions, Runner
 from mlir_mx.execution.arguments import descriptor_type
+from mlir_mx.execution.packed import call_packed, packed_function
 from mlir_mx.host import check_threads, host_features
 from mlir_mx.kernels.convert import ConvertSpec, convert_module
 from mlir_mx.numerics import MXArray, element_format, is_packed_storage, packed_shape
 from mlir_mx.numerics.formats import SCALE_DTYPE
 from mlir_mx.numerics.mx import (
-    _ACCEPTED_INPUT_DTYPES,
     _check_block_size,
     _check_blocked_shape,
     _normalize_axis,
+    check_input,
     scale_shape,
 )
 from mlir_mx.pipelines import kernel_library_pipeline
@@ -137,14 +137,7 @@ def _check_input(x, block_size, axis):
     """The oracle's checks (and messages): x as an ndarray, block_size, axis."""
     if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
         x = _from_dlpack(x)
-    x = np.asarray(x)
-    if x.dtype not in _ACCEPTED_INPUT_DTYPES:
-        raise MXArgTypeError(
-            f"x: expected a float32 array (float64, float16 and bfloat16 are converted to "
-            f"float32 first), got dtype {x.dtype}"
-        )
-    if x.ndim == 0:
-        raise MXValueError("x: MX quantization needs rank >= 1, got a rank-0 array")
+    x = check_input(x)
     block_size = _check_block_size(block_size)
     axis = _normalize_axis(axis, x.ndim)
     _check_blocked_shape(x.shape, block_size, axis, "x")
@@ -280,15 +273,10 @@ class _Kernel:
             text = str(convert_module(spec))
         options = CompileOptions(kernel_library_pipeline(spec.threads), cache_dir=cache_dir())
         self.runner = Runner(text, options=options)
-        raw = self.runner.engine.raw_lookup("_mlir_ciface_" + spec.name)
-        self.fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(raw)
+        self.fn = packed_function(self.runner.entry(spec.name))
 
     def __call__(self, *views: _View) -> None:
-        descs = [v.descriptor() for v in views]
-        ptrs = [ctypes.pointer(d) for d in descs]
-        cells = [ctypes.pointer(p) for p in ptrs]
-        array = (ctypes.c_void_p * len(cells))(*[ctypes.cast(c, ctypes.c_void_p) for c in cells])
-        self.fn(array)
+        call_packed(self.fn, [v.descriptor() for v in views])
 
 
 def _kernel(spec: ConvertSpec) -> _Kernel:

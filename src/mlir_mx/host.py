@@ -16,7 +16,7 @@ clears the set.
   may run on (its CPU affinity, not ``os.cpu_count()``), and
   :func:`check_threads` validates a user's thread count once, the same way
   everywhere (a positive integer up to :data:`MAX_THREADS`; ``None`` means
-  the default).
+  the default); :func:`default_thread_counts` are the benchmarks' (1 and all).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ __all__ = [
     "MAX_THREADS",
     "check_threads",
     "cpu_model",
+    "default_thread_counts",
     "default_threads",
     "feature_table",
     "features_summary",
@@ -116,6 +117,12 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # pragma: no cover - non-Linux
         return max(1, os.cpu_count() or 1)
+
+
+def default_thread_counts() -> tuple[int, ...]:
+    """The thread counts a benchmark runs by default: 1 and
+    :func:`default_threads` (once, on a single core)."""
+    return tuple(dict.fromkeys((1, default_threads())))
 
 
 def check_threads(value, arg: str = "threads") -> int:

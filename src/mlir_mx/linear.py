@@ -31,7 +31,6 @@ MX) activations with the generated kernels of :mod:`mlir_mx.kernels`::
 
 from __future__ import annotations
 
-import re
 import threading
 import weakref
 
@@ -45,7 +44,7 @@ from mlir_mx.errors import MXArgTypeError, MXValueError, user_error
 from mlir_mx.execution import FREE, BoundFunction, CompileOptions, Runner
 from mlir_mx.execution.options import default_cache_dir
 from mlir_mx.host import check_threads
-from mlir_mx.kernels import SCHEDULES, Problem, kernel_module, plan_kernel, shape_class
+from mlir_mx.kernels import Problem, choose, kernel_module, plan_kernel, shape_class
 from mlir_mx.kernels.dot_layout import RecordLayout, dot_kind, pack_records
 from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
 from mlir_mx.numerics import (
@@ -166,7 +165,6 @@ class Linear:
                 raise user_error(err, f"activations: {err}") from None
         self.activations = activations
         self._records: dict[str, np.ndarray] = {}  # dot kind -> VNNI records of B
-        self._n_weights: dict[tuple, int] = {}  # call key -> weight arguments (for messages)
         self.threads = threads
         self._runners: dict[tuple, Runner] = {}
         self._calls: dict[tuple, BoundFunction] = {}
@@ -217,16 +215,12 @@ class Linear:
         # An empty weight (out or in = 0) gives the empty (or zero) product at
         # every M without a kernel: no kernel schedule divides by 0 columns.
         if m and self.out_features and self.in_features:
-            try:
+            call = self._bound(kind, m)
+            if call is None:  # no dot kernel: quantize (compiled), then the MX path
+                q = compiled_quantize(args[0], kind[2], self.block_size, threads=self.threads)
+                args, kind = self._mx_args(q), (q.element, q.is_packed, None)
                 call = self._bound(kind, m)
-                if call is None:  # no dot kernel: quantize (compiled), then the MX path
-                    q = compiled_quantize(args[0], kind[2], self.block_size, threads=self.threads)
-                    args, kind = self._mx_args(q), (q.element, q.is_packed, None)
-                    call = self._bound(kind, m)
-                call(*args, out)
-            except (TypeError, ValueError) as err:  # name the user's arguments, not '%arg0'
-                n_w = self._n_weights.get((kind, shape_class(m), self.threads), 2)
-                raise user_error(err, _user_names(str(err), len(args), n_w)) from None
+            call(*args, out)  # its messages name x, the weight, the output (_X_NAMES)
         return out[0] if vector else out
 
     def schedule(self, x) -> str:
@@ -288,13 +282,13 @@ class Linear:
         common = (None, self.out_features, self.in_features, self.block_size, a_elem, self.element)
         if dot is not None:
             prob = Problem(*common, a_packed=a_packed, a_quant=a_quant, b_dot=dot.name)
-            schedule = _pick(prob, cls)
-            if schedule is not None:
-                return prob, schedule, [self._dot_records(dot)]
+            chosen = choose(prob, cls=cls, required=False)
+            if chosen is not None:
+                return prob, chosen.name, [self._dot_records(dot)]
         if a_quant is not None:
             return None
         prob = Problem(*common, a_packed=a_packed, b_packed=self.packed, b_tiled=self.tiled)
-        return prob, _pick(prob, cls), [self._codes, self._scales]
+        return prob, choose(prob, cls=cls).name, [self._codes, self._scales]
 
     def _dot_records(self, dot) -> np.ndarray:
         """B as the dot kernels' VNNI records of unit ``dot`` (made once)."""
@@ -330,10 +324,10 @@ class Linear:
             if found is None:
                 return None
             prob, schedule, weights = found
-            self._n_weights[key] = len(weights)
             runner = self._runner(prob, schedule)
             n_act = 1 if kind[0] is None else 2
-            bound = runner.bind("matmul", *[FREE] * n_act, *weights, FREE)
+            names = [*_X_NAMES[n_act], *_W_NAMES[len(weights)], "the output"]
+            bound = runner.bind("matmul", *[FREE] * n_act, *weights, FREE, names=names)
             self._calls[key] = bound
         return bound
 
@@ -351,13 +345,6 @@ class Linear:
                 runner = Runner(text, options=options)
                 self._runners[key] = runner
         return runner
-
-
-def _pick(prob: Problem, cls: str) -> str | None:
-    """The registry's automatic choice among the schedules of shape class
-    ``cls`` that support ``prob`` (None when none does)."""
-    fits = [s for s in SCHEDULES.values() if s.shape_class == cls and s.supports(prob)]
-    return max(fits, key=lambda s: s.priority).name if fits else None
 
 
 _HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
@@ -380,25 +367,11 @@ def _host_view(x) -> np.ndarray:
         raise MXArgTypeError(f"x: cannot view this {type(x).__name__} as host memory: {err}") from None
 
 
-_ARG = re.compile(r"^matmul: argument (\d+) \('%arg\d+[^']*'\)")
-
-
-def _user_names(message: str, n_activations: int, n_weights: int = 2) -> str:
-    """A Runner message about kernel argument ``i`` ('%argI'), in Linear's terms
-    (one weight argument: the dot kernels' records)."""
-    names = ["x"] if n_activations == 1 else ["x (codes)", "x (scales)"]
-    names += (
-        ["the weight (codes)", "the weight (scales)"]
-        if n_weights == 2
-        else ["the weight (dot records)"]
-    )
-    names += ["the output"]
-
-    def name(m: re.Match) -> str:
-        i = int(m.group(1)) - 1
-        return names[i] if i < len(names) else m.group(0)
-
-    return _ARG.sub(name, message)
+#: The kernels' arguments in Linear's terms (Runner.bind's names), by how
+#: many there are: the activations (f32, or MX codes and scales) and the
+#: weight (codes and scales, or the dot kernels' records).
+_X_NAMES = {1: ("x",), 2: ("x (codes)", "x (scales)")}
+_W_NAMES = {2: ("the weight (codes)", "the weight (scales)"), 1: ("the weight (dot records)",)}
 
 
 _LINEARS: dict[int, tuple[weakref.ref, Linear]] = {}

@@ -82,6 +82,34 @@ def test_bind_refuses_bad_binds(runner):
         runner.bind("saxpy", 1.0, np.ones(4, np.int32), FREE)
 
 
+def test_bind_names_the_arguments_in_messages(runner):
+    """``names=``: messages start with the caller's name of the argument,
+    at bind time (fixed arguments) and at each call (free ones)."""
+    f = runner.bind("saxpy", FREE, np.ones(4, np.float32), FREE, names=["alpha", "x", "y"])
+    with pytest.raises(TypeError, match=r"^y: expected dtype float32, got float64$"):
+        f(1.0, np.zeros(4, np.float64))
+    with pytest.raises(TypeError, match=r"^alpha: expected a real number for f32"):
+        f("2", np.zeros(4, np.float32))
+    with pytest.raises(TypeError, match=r"^x: expected dtype float32, got int32"):
+        runner.bind("saxpy", 1.0, np.ones(4, np.int32), FREE, names=["alpha", "x", "y"])
+    with pytest.raises(TypeError, match=r"^names: expected 3 argument name\(s\) \(str\) for saxpy"):
+        runner.bind("saxpy", FREE, FREE, FREE, names=["alpha", "x"])
+    with pytest.raises(TypeError, match=r"^names: expected a list of argument names, got 'x'"):
+        runner.bind("twice", FREE, names="x")
+
+
+def test_bind_names_the_parts_of_an_mx_argument():
+    text = matmul_text(3, 64, 96, "f4E2M1FN", "f8E4M3FN")
+    args, acc, _exact, _bound = case(3, 64, 96, "f4E2M1FN", "f8E4M3FN")
+    f = Runner(text, threads=1).bind("mm", FREE, args[1], FREE, names=["a", "b", "acc"])
+    codes, scales = args[0].held_buffers()
+    with pytest.raises(TypeError, match=r"^a scales: expected dtype"):
+        f((codes, scales.view(np.uint8)), acc.copy())
+    with pytest.raises(TypeError, match=r"^a: expected an MXArray or a \(codes, scales\) pair"):
+        f(1.0, acc.copy())
+    assert f(args[0], acc.copy()).shape == acc.shape
+
+
 def test_bind_with_mx_operands_and_threads():
     """An mx function: MXArray arguments fixed or free; calls from threads agree."""
     text = matmul_text(3, 64, 96, "f4E2M1FN", "f8E4M3FN")

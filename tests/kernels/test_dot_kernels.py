@@ -18,10 +18,11 @@ import itertools
 
 import numpy as np
 import pytest
-from dot_cases import FP8, INTS, model, run_dot, run_f32, same_bits
+from dot_cases import FP8, INTS, dot_schedule, model, run_dot, run_f32, same_bits
 from matmul_cases import case
 
 from mlir_mx.host import has_features
+from mlir_mx.kernels import shape_class
 from mlir_mx.kernels.dot_layout import dot_kind
 from mlir_mx.numerics import MXArray, decode_elements, finite_codes
 
@@ -32,23 +33,18 @@ needs_bf16 = pytest.mark.skipif(
     not has_features("avx512_bf16", "avx512bw"), reason="the CPU has no AVX512_BF16"
 )
 
-#: (M, K, N, f32 schedule, dot schedule suffix, overrides): odd M, N not a multiple of 64.
-SHAPES = [
-    (1, 128, 100, "decode", "decode", {}),
-    (5, 128, 80, "small", "small", {}),
-    (13, 256, 130, "prefill", "prefill", {"kcb": 3}),
-]
+#: (M, K, N, overrides): odd M, N not a multiple of 64, one per shape class
+#: (prefill with a K-chunk tail).
+SHAPES = [(1, 128, 100, {}), (5, 128, 80, {}), (13, 256, 130, {"kcb": 3})]
 INT_PAIRS = list(itertools.product(INTS, INTS))
 BF16_PAIRS = [(a, b) for a, b in itertools.product(INTS + FP8, INTS + FP8) if a in FP8 or b in FP8]
 
 
-def _check(ea, eb, shape, threads, family, source="records"):
-    m, k, n, f32_schedule, cls, overrides = shape
-    if family == "bf16" and cls == "decode":
-        cls = "small"  # no bf16 decode schedule; the small one runs M = 1 too
+def _check(ea, eb, shape, threads, unit, source="records"):
+    m, k, n, overrides = shape
     (qa, qb), acc, _exact, _bound = case(m, k, n, ea, eb, seed=m + k)
-    want = run_f32(qa, qb, acc, f32_schedule, threads)
-    got = run_dot(qa, qb, acc, f"{family}-{cls}", threads, source, **overrides)
+    want = run_f32(qa, qb, acc, threads)
+    got = run_dot(qa, qb, acc, dot_schedule(unit, shape_class(m)), threads, source, **overrides)
     same = same_bits(got, want)
     assert same.all(), (np.argwhere(~same)[:5], got[~same][:5], want[~same][:5])
 
@@ -62,7 +58,7 @@ def _rotated(pairs):
 
 
 def _ids(cases):
-    return [f"{a}-{b}-{s[3]}-t{t}-{src}" for a, b, s, t, src in cases]
+    return [f"{a}-{b}-{shape_class(s[0])}-t{t}-{src}" for a, b, s, t, src in cases]
 
 
 @needs_bw
@@ -85,7 +81,7 @@ def test_bf16_pairs_equal_f32_kernels(ea, eb, shape, threads, source):
 
 @needs_bw
 @pytest.mark.parametrize("eb", INTS)
-@pytest.mark.parametrize("shape", SHAPES, ids=[s[3] for s in SHAPES])
+@pytest.mark.parametrize("shape", SHAPES, ids=[shape_class(s[0]) for s in SHAPES])
 def test_b_from_codes_for_every_b_format_and_shape(eb, shape):
     """B as the Runner passes it (codes, FP4/FP6 packed) at every schedule:
     the per-call expansion and the decode sweep."""
@@ -139,20 +135,18 @@ def _special(qa: MXArray, qb: MXArray, rng) -> tuple[MXArray, MXArray]:
 
 @needs_bw
 @pytest.mark.parametrize(
-    "ea, eb, family",
+    "ea, eb, unit",
     [("f4E2M1FN", "i8", "int"), ("f6E3M2FN", "f6E2M3FN", "int"), ("i8", "i8", "int")]
     + ([("f8E5M2", "f8E4M3FN", "bf16")] if has_features("avx512_bf16") else []),
 )
 @pytest.mark.parametrize("cls, source", [("decode", "records"), ("prefill", "codes")])
-def test_special_values_follow_the_blocked_order(ea, eb, family, cls, source):
-    if family == "bf16" and cls == "decode":
-        cls = "small"
+def test_special_values_follow_the_blocked_order(ea, eb, unit, cls, source):
     rng = np.random.default_rng(7)
-    m = 1 if cls == "decode" else 7
+    m = 1 if cls == "decode" else 7  # the prefill schedule runs any M
     (qa, qb), acc, _e, _b = case(m, 96, 70, ea, eb, seed=11)
     qa, qb = _special(qa, qb, rng)
-    kcb = {"kcb": 2} if cls == "prefill" else {}
-    got = run_dot(qa, qb, acc, f"{family}-{cls}", 2, source, **kcb)
+    kcb = {"kcb": 2} if cls == "prefill" else {}  # a K-chunk tail
+    got = run_dot(qa, qb, acc, dot_schedule(unit, cls), 2, source, **kcb)
     want = model(qa, qb, acc)
     same = same_bits(got, want)
     assert same.all(), (np.argwhere(~same)[:5], got[~same][:5], want[~same][:5])

@@ -18,7 +18,7 @@ from mlir import ir
 
 from mlir_mx.dialect import parse_module, print_module
 from mlir_mx.execution import Runner
-from mlir_mx.host import has_features
+from mlir_mx.host import MAX_THREADS, has_features
 from mlir_mx.kernels import SCHEDULES, Problem, choose, plan_kernel, shape_class
 from mlir_mx.numerics import ELEMENT_FORMATS, pack_codes
 from mlir_mx.passes.pipeline import build_pass_manager
@@ -162,12 +162,16 @@ def test_bad_options():
     from mlir_mx.passes.pipeline import PipelineError
 
     ctx = ir.Context()
-    with pytest.raises(PipelineError, match="'fast' is not one of: auto, decode, small, prefill"):
+    from mlir_mx.kernels.registry import schedule_names
+
+    with pytest.raises(PipelineError, match="'fast' is not one of: " + ", ".join(schedule_names())):
         build_pass_manager("mx-matmul-kernels{schedule=fast}", ctx)
     module = parse_module(matmul_text(1, 32, 16, "f8E4M3FN", None), ctx)
-    pm = build_pass_manager("mx-to-linalg,mx-matmul-kernels{threads=-1}", ctx)
-    with pytest.raises(ir.MLIRError, match="threads must be >= 0"):
-        pm.run(module.operation)
+    for bad in (-1, MAX_THREADS + 1):  # host.check_threads' range, or 0
+        pm = build_pass_manager(f"mx-to-linalg,mx-matmul-kernels{{threads={bad}}}", ctx)
+        want = rf"threads: expected an integer in \[1, {MAX_THREADS}\], got {bad} \(or 0: "
+        with pytest.raises(ir.MLIRError, match=want):
+            pm.run(module.operation)
 
 
 @pytest.mark.slow

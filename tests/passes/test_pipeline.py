@@ -68,6 +68,23 @@ def test_parse_render_and_compose():
         Pipeline.parse("builtin.module(canonicalize")
 
 
+def test_pipeline_files_are_read_line_by_line_with_includes(tmp_path, monkeypatch):
+    import mlir_mx.pipelines as pipelines
+
+    head = PipelineElement("convert-elementwise-to-linalg")
+    assert load_pipeline("lower-to-llvm") == (
+        head + load_pipeline("bufferize") + load_pipeline("memref-to-llvm")
+    )
+    (tmp_path / "a.txt").write_text("# a\ncanonicalize,\ninclude b\n")
+    (tmp_path / "b.txt").write_text("cse\n\ninclude a\n")
+    (tmp_path / "c.txt").write_text("func.func(canonicalize, cse)\ninclude d\n")
+    (tmp_path / "d.txt").write_text("cse\n")
+    monkeypatch.setattr(pipelines, "_files", lambda: tmp_path)
+    assert load_pipeline("c") == Pipeline.parse("func.func(canonicalize,cse),cse")
+    with pytest.raises(PipelineError, match=r"pipeline 'a' includes itself \(a -> b -> a\)"):
+        load_pipeline("a")
+
+
 def test_runs_looks_into_nested_pipelines():
     p = Pipeline.parse("builtin.module(func.func(canonicalize),cse)")
     assert p.runs("canonicalize") and p.runs("func.func") and not p.runs("mx-to-linalg")

@@ -12,6 +12,7 @@ from mlir_mx.harness import loop as harness
 from mlir_mx.harness import ours
 from mlir_mx.harness.baselines import torch_available
 from mlir_mx.harness.ggml_baseline import ggml_available
+from mlir_mx.host import default_thread_counts
 from mlir_mx.tools.mx_bench import main
 
 ROW_FIELDS = {
@@ -48,14 +49,15 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "5x40x96 f8E4M3FN at 2 thread(s):" in proc.stdout  # progress lines
+    counts = default_thread_counts()  # the default --threads: 1 and all cores
+    assert f"5x40x96 f8E4M3FN at {counts[-1]} thread(s):" in proc.stdout  # progress lines
     [js] = tmp_path.glob("mx-bench-*-quick.json")
     [md] = tmp_path.glob("mx-bench-*-quick.md")
     rec = json.loads(js.read_text())
     assert rec["command"] == f"mx-bench --quick --out {tmp_path}"
     assert rec["machine"]["cpu"] and "avx512f" in rec["machine"]["cpu_features"]
     assert {"loadavg_start", "loadavg_end", "cpu", "total_s"} <= set(rec)
-    assert [r["threads"] for r in rec["roofs"]] == [1, 2]
+    assert [r["threads"] for r in rec["roofs"]] == list(counts)
     assert all(r["bandwidth"] > 0 and r["peak"] > 0 for r in rec["roofs"])
     rows = rec["rows"]
     assert all(ROW_FIELDS <= set(r) for r in rows)
@@ -64,7 +66,7 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     assert all(r["cpu"] is None or 0 <= r["cpu"]["others"] <= 1 for r in rows)
     methods = {(r["shape"], r["threads"], r["method"]) for r in rows}
     for shape in ("1x64x128", "5x40x96"):
-        for t in (1, 2):
+        for t in counts:
             for m in (
                 "numpy f32",
                 "emulation mx x mx",
@@ -86,7 +88,7 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     # the auto-selected kernels, mx x mx with each other schedule that
     # supports the problem (the dot schedules where the CPU has the units),
     # and Linear on the dot kernels where they serve the shape
-    from mlir_mx.kernels import SCHEDULES, Problem, plan_kernel
+    from mlir_mx.kernels import SCHEDULES, Problem, plan_kernel, shape_class
 
     expected = {"ours mx x mx", "ours mx x f32"}
     for m, n, k in ((1, 64, 128), (5, 40, 96)):
@@ -94,13 +96,13 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
         chosen = plan_kernel(prob, "auto", 1).name
         expected |= {f"ours mx x mx {s.name}" for s in SCHEDULES.values()
                      if s.name != chosen and s.supports(prob)
-                     and (s.shape_class != "decode" or m == 1)}  # fmt: skip
-        if chosen.startswith("bf16-"):
+                     and (s.shape_class != shape_class(1) or m == 1)}  # fmt: skip
+        if SCHEDULES[chosen].unit is not None:  # a dot schedule: Linear's rows too
             expected |= {"ours Linear mx x mx", "ours Linear f32->f8E4M3FN"}
     assert {q["ours"] for q in rec["ratios"]} == expected
     text = md.read_text()
     assert f"`mx-bench --quick --out {tmp_path}`" in text
-    assert "| 5x40x96 | f8E4M3FN | 2 | ours mx x mx | 2 |" in text
+    assert f"| 5x40x96 | f8E4M3FN | {counts[-1]} | ours mx x mx | {counts[-1]} |" in text
     assert "## Our kernels against each baseline" in text
 
 
@@ -151,6 +153,8 @@ def test_kernel_that_does_not_compile_fails_the_run(tmp_path, monkeypatch, capsy
         (["--formats", "i8:i8:i8"], "--formats: expected F or A:B"),
         (["--threads", "0"], "--threads: values must be positive"),
         (["--threads", "two"], "--threads: expected comma-separated integers"),
+        (["--threads", "1,2000"], "--threads: expected an integer in [1, 1024], got 2000"),
+        (["--mlp", "100,200"], "--mlp: expected D,F, multiples of 32, got '100,200'"),
         (["--tag", "a/b"], "--tag: use letters"),
         (["--samples", "1"], "--samples: at least 3"),
         (["--bogus"], "unrecognized arguments: --bogus"),
@@ -176,6 +180,20 @@ def test_our_variants_are_runner_constructions():
     runner = vs[0].build()
     acc = np.zeros((1, 8), np.float32)
     assert "bench" in runner.functions and acc.shape == (1, 8)
+
+
+def test_default_threads_and_sizes():
+    """--threads defaults to 1 and all cores; --mlp / --quantize without a
+    size take their default size, the --quick one under --quick."""
+    from mlir_mx.tools.mx_bench import _parse
+
+    opts, _quiet = _parse(["--mlp"])
+    assert opts.threads == list(default_thread_counts()) and opts.mlp == (4096, 14336)
+    assert (opts.shapes, opts.tag) == ([], "default-mlp")
+    opts, _quiet = _parse(["--quantize", "--quick", "--threads", "3,1"])
+    assert (opts.quantize, opts.mlp, opts.threads, opts.tag) == ((128, 256), None, [3, 1], "quick-quantize")
+    opts, _quiet = _parse(["--quantize", "64x96", "--quick", "--shapes", "1x8x32"])
+    assert (opts.quantize, len(opts.shapes)) == ((64, 96), 1)
 
 
 def test_formats_take_mixed_pairs():

@@ -58,16 +58,21 @@ def check_compile_args(module, context) -> None:
         )
 
 
-def _where(fn: str, i: int, p) -> str:
-    return f"{fn}: argument {i + 1} ('{p.name}')"
+def _where(fn: str, i: int, p, label: str | None = None) -> str:
+    """How a message names argument ``i`` of ``fn``: ``label`` (the caller's
+    name for it, ``Runner.bind(names=)``) or ``fn: argument i ('%argI')``."""
+    return label or f"{fn}: argument {i + 1} ('{p.name}')"
 
 
 def fmt_shape(shape) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def check_buffer(fn: str, i: int, p, a, may_write: Callable[[], bool]) -> np.ndarray:
-    """The array to pass for buffer parameter ``p`` (argument ``i`` of ``fn``).
+def check_buffer(
+    fn: str, i: int, p, a, may_write: Callable[[], bool], label: str | None = None
+) -> np.ndarray:
+    """The array to pass for buffer parameter ``p`` (argument ``i`` of ``fn``;
+    ``label``: its name in messages, see :func:`_where`).
 
     numpy arrays are passed as they are; any object with ``__dlpack__`` (a
     torch CPU tensor, ...) through ``np.from_dlpack``, i.e. without a copy, so
@@ -76,7 +81,7 @@ def check_buffer(fn: str, i: int, p, a, may_write: Callable[[], bool]) -> np.nda
     ``may_write()`` says whether the function may write this parameter; it is
     only asked for read-only arrays (it runs an analysis the first time).
     """
-    where = _where(fn, i, p)
+    where = _where(fn, i, p, label)
     if isinstance(a, np.ma.MaskedArray):
         raise MXArgTypeError(
             f"{where}: masked arrays are not supported (native code would ignore the mask); "
@@ -132,9 +137,9 @@ def _real(where: str, p, a) -> np.ndarray:
     return value
 
 
-def scalar_cell(fn: str, i: int, p, a):
+def scalar_cell(fn: str, i: int, p, a, label: str | None = None):
     """A ctypes cell holding scalar argument ``a`` for parameter ``p``."""
-    where = _where(fn, i, p)
+    where = _where(fn, i, p, label)
     if isinstance(a, np.ndarray) and a.ndim == 0:
         a = a[()]
     kind = p.dtype.kind
@@ -187,14 +192,15 @@ def point(d, a: np.ndarray) -> None:
         d.strides[:] = [s // a.itemsize for s in a.strides] if a.size else [0] * a.ndim
 
 
-def split_mx_args(fn: str, params, args, mx_param_type) -> list:
-    """Expand each MXArray / (codes, scales) argument into its two buffers."""
+def split_mx_args(fn: str, params, args, mx_param_type, labels=None) -> list:
+    """Expand each MXArray / (codes, scales) argument into its two buffers
+    (``labels``: the arguments' names in messages, see :func:`_where`)."""
     flat: list = []
     for i, (p, a) in enumerate(zip(params, args, strict=True)):
         if not isinstance(p, mx_param_type):
             flat.append(a)
             continue
-        where = _where(fn, i, p)
+        where = _where(fn, i, p, None if labels is None else labels[i])
         if isinstance(a, MXArray):
             want = (p.mx.element_type, p.mx.block_size, p.mx.block_axis)
             got = (a.element, a.block_size, a.axis)

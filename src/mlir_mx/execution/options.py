@@ -74,13 +74,9 @@ class CompileOptions:
                     "pipeline, set them in it (mx-matmul-kernels{schedule=... threads=...})"
                 )
         else:
-            from mlir_mx.kernels.registry import schedule_names
+            from mlir_mx.kernels.registry import check_schedule
 
-            if self.schedule not in schedule_names():
-                raise MXValueError(
-                    f"schedule: unknown schedule {self.schedule!r} "
-                    f"(available: {', '.join(schedule_names())})"
-                )
+            check_schedule(self.schedule)
             set_("threads", check_threads(self.threads))
         level = self.opt_level
         if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 3:

@@ -54,6 +54,7 @@ from mlir_mx.execution import arguments as args_
 from mlir_mx.execution.compiled import clear_cache, compile_module, default_pipeline
 from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
 from mlir_mx.execution.options import CompileOptions
+from mlir_mx.execution.packed import lookup_entry, packed_function, pointer_array
 from mlir_mx.execution.signature import MXParam, Param, Signature, numpy_dtype
 
 __all__ = [
@@ -94,8 +95,9 @@ class Runner:
     :func:`~mlir_mx.execution.compiled.compile_module`;
     ``runner.invoke("f", *args)`` or ``runner.f(*args)`` calls ``@f``.
     Without a pipeline, mx matmuls become the generated kernels of
-    :mod:`mlir_mx.kernels` (``schedule``: ``auto``/``decode``/``small``/
-    ``prefill``; ``threads``: default this machine's cores).  Buffer arguments
+    :mod:`mlir_mx.kernels` (``schedule``: ``auto`` or a name of
+    :data:`mlir_mx.kernels.SCHEDULES`; ``threads``: default this machine's
+    cores).  Buffer arguments
     are C-contiguous numpy arrays of the exact dtype and shape (mutated in
     place when the function writes to them, so those must be writeable);
     scalars are Python/numpy numbers in range.  Returns None, one value, or a
@@ -148,13 +150,13 @@ class Runner:
         return sig
 
     def entry(self, name: str) -> int:
-        """The address of ``@name``'s C interface (``_mlir_ciface_<name>``)."""
-        fn = self._compiled.engine.raw_lookup("_mlir_ciface_" + name)
+        """The address of ``@name``'s C interface (:mod:`.packed`)."""
+        fn = lookup_entry(self._compiled.engine, name)
         if not fn:  # check_symbols makes this unreachable for unresolved externals
             raise DiagnosticError(f"{name}: the JIT did not produce the compiled function")
         return fn
 
-    def bind(self, name: str, *args) -> BoundFunction:
+    def bind(self, name: str, *args, names=None) -> BoundFunction:
         """A fast callable of ``@name`` with some arguments fixed.
 
         ``args`` gives every argument of ``@name`` in order, :data:`FREE` for
@@ -163,9 +165,12 @@ class Runner:
         once, here, and their memref descriptors kept (they must not change
         shape; the Runner keeps them alive); each call checks only its own
         arguments (the same checks as :meth:`invoke`) and refills their
-        descriptors.  Results come back as from :meth:`invoke`.
+        descriptors.  Results come back as from :meth:`invoke`.  ``names``:
+        one name per argument, the caller's, that messages about an argument
+        start with instead of ``name: argument i ('%argI')`` (an mx
+        argument's codes and scales: ``"<name> codes"``, ``"<name> scales"``).
         """
-        return BoundFunction(self, name, args)
+        return BoundFunction(self, name, args, names)
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -215,8 +220,7 @@ class Runner:
                 keep.append(cell)
                 cell = ctypes.pointer(cell)
             packed.insert(0, cell) if first else packed.append(cell)
-        array = (ctypes.c_void_p * len(packed))(*[ctypes.cast(x, ctypes.c_void_p) for x in packed])
-        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self.entry(name))(array)
+        packed_function(self.entry(name))(pointer_array(packed))
         del keep
         return self._results(sig, out, buffers)
 
@@ -321,10 +325,13 @@ class BoundFunction:
     serialized (the descriptors are shared).
     """
 
-    def __init__(self, runner: Runner, name: str, args: tuple):
+    def __init__(self, runner: Runner, name: str, args: tuple, names=None):
         sig = runner.callable_signature(name, len(args), " to bind")
         self.runner, self.name, self.sig = runner, name, sig
+        names = _check_names(sig, names)
+        self._labels = _flat_labels(sig, names)  # per flat slot: the caller's name, or None
         self._free = [i for i, a in enumerate(args) if a is FREE]
+        self._free_names = None if names is None else [names[i] for i in self._free]
         self._free_params = [sig.args[i] for i in self._free]
         self._split = any(isinstance(p, MXParam) for p in self._free_params)
         slots, n = [], 0  # flat slots of each declared argument
@@ -333,8 +340,9 @@ class BoundFunction:
             slots.append(range(n, n + k))
             n += k
         fixed = [i for i, a in enumerate(args) if a is not FREE]
+        fixed_names = None if names is None else [names[i] for i in fixed]
         fixed_flat = args_.split_mx_args(
-            name, [sig.args[i] for i in fixed], [args[i] for i in fixed], MXParam
+            name, [sig.args[i] for i in fixed], [args[i] for i in fixed], MXParam, fixed_names
         )
         writes = runner._compiled.writes(name)
         self._cells: list = [None] * n
@@ -355,21 +363,21 @@ class BoundFunction:
                 self._descs.append(None)
         _, self._first = Runner._result_cell(sig)
         self._shift = int(self._first)  # struct results take slot 0
-        self._array = (ctypes.c_void_p * (n + bool(sig.flat_results)))()
+        self._array = pointer_array([None] * (n + bool(sig.flat_results)))
         for j, cell in enumerate(self._cells):
             if cell is not None:
                 self._array[j + self._shift] = ctypes.cast(ctypes.pointer(cell), ctypes.c_void_p)
-        self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(runner.entry(name))
+        self._fn = packed_function(runner.entry(name))
         self._lock = threading.Lock()
 
     def _cell(self, j: int, a, writes):
         """The cell of fixed flat argument ``j``: a pointer to a descriptor, or a scalar."""
-        p = self.sig.flat_args[j]
+        p, label = self.sig.flat_args[j], self._labels[j]
         if not p.is_buffer:
-            cell = args_.scalar_cell(self.name, j, p, a)
+            cell = args_.scalar_cell(self.name, j, p, a, label)
             self._keep.append(cell)
             return cell
-        arr = args_.check_buffer(self.name, j, p, a, lambda: j in writes)
+        arr = args_.check_buffer(self.name, j, p, a, lambda: j in writes, label)
         desc = args_.descriptor(arr)
         self._keep.append(desc)
         self._fixed_arrays.append(arr)
@@ -379,13 +387,16 @@ class BoundFunction:
         if len(args) != len(self._free):
             raise MXArgTypeError(f"{self.name}: expected {len(self._free)} argument(s), got {len(args)}")
         if self._split:
-            args = args_.split_mx_args(self.name, self._free_params, args, MXParam)
+            args = args_.split_mx_args(
+                self.name, self._free_params, args, MXParam, self._free_names
+            )
         arrays = []
         for j, p, w, a in zip(self._slots, self._params, self._writes, args, strict=True):
+            label = self._labels[j]
             if p.is_buffer:
-                arrays.append(args_.check_buffer(self.name, j, p, a, lambda w=w: w))
+                arrays.append(args_.check_buffer(self.name, j, p, a, lambda w=w: w, label))
             else:
-                arrays.append(args_.scalar_cell(self.name, j, p, a))
+                arrays.append(args_.scalar_cell(self.name, j, p, a, label))
         out, first = Runner._result_cell(self.sig)
         cell = None
         if out is not None:
@@ -403,3 +414,30 @@ class BoundFunction:
             return None
         buffers = [a for a, p in zip(arrays, self._params, strict=True) if p.is_buffer]
         return self.runner._results(self.sig, out, buffers + self._fixed_arrays)
+
+
+def _check_names(sig: Signature, names) -> list[str] | None:
+    """``Runner.bind``'s ``names``: None, or one string per argument."""
+    if names is None:
+        return None
+    if isinstance(names, str) or not hasattr(names, "__iter__"):
+        raise MXArgTypeError(f"names: expected a list of argument names, got {names!r}")
+    names = list(names)
+    if len(names) != len(sig.args) or not all(isinstance(n, str) for n in names):
+        raise MXArgTypeError(
+            f"names: expected {len(sig.args)} argument name(s) (str) for {sig.name}, got {names!r}"
+        )
+    return names
+
+
+def _flat_labels(sig: Signature, names: list[str] | None) -> list[str | None]:
+    """What messages call each flat argument: the caller's name of its
+    argument (an mx argument's parts suffixed like the signature's, e.g.
+    ``"<name> codes"``), or None (``name: argument i ('%argI')``)."""
+    if names is None:
+        return [None] * len(sig.flat_args)
+    labels: list[str | None] = []
+    for p, name in zip(sig.args, names, strict=True):
+        parts = p.parts if isinstance(p, MXParam) else (p,)
+        labels += [name + q.name[len(p.name) :] for q in parts]
+    return labels

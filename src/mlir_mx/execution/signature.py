@@ -157,7 +157,7 @@ def signatures(module: ir.Module, packed: bool = True) -> dict[str, Signature]:
 
 
 def emit_c_interfaces(module: ir.Module) -> None:
-    """Mark every public function for upstream's C interface
-    (``_mlir_ciface_<name>``, the entry points the Runner calls)."""
+    """Mark every public function for upstream's C interface (the entry
+    points the Runner calls, :mod:`mlir_mx.execution.packed`)."""
     for op in public_functions(module):
         op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from mlir_mx.harness.machine import cpu_sample, loadavg, machine_info, other_load
+from mlir_mx.host import default_thread_counts
 
 __all__ = ["ModelOptions", "ROWS", "run_model", "targets"]
 
@@ -51,9 +52,11 @@ SAME_TOKENS = 32
 class ModelOptions:
     """What a model run depends on (recorded in the results)."""
 
-    def __init__(self, *, layers=22, threads=(1, 2), prompt=128, new_tokens=64, seed=0,
+    def __init__(self, *, layers=22, threads=None, prompt=128, new_tokens=64, seed=0,
                  prefill_samples=3, probes=4, torchao_tokens=4, command="", tag="model",
                  out=Path("bench/results"), config=None, rows=None):  # fmt: skip
+        #: thread counts (default: 1 and all cores, host.default_thread_counts)
+        threads = default_thread_counts() if threads is None else threads
         self.layers, self.threads, self.prompt = layers, list(threads), prompt
         self.new_tokens, self.seed, self.prefill_samples = new_tokens, seed, prefill_samples
         self.probes, self.torchao_tokens, self.command = probes, torchao_tokens, command

@@ -1,6 +1,7 @@
 """Our compiled kernels, as benchmark methods.
 
-:func:`our_variants` is the ONE list of our kernels that ``mx-bench`` times;
+:func:`our_variants` is the ONE list of our kernels that ``mx-bench`` times
+(one row per schedule of the registry that supports the problem);
 everything else here turns its entries into checked, timed methods.
 """
 
@@ -57,10 +58,11 @@ def our_variants(
 ) -> list[OurVariant]:
     """Our kernels to time at ``shape`` in a group run at ``threads`` threads.
 
-    THIS IS THE ONE PLACE TO EDIT when our kernels change: one
-    :class:`OurVariant` per kernel/schedule to compare, each with an honest
-    ``kernel_threads``.  The harness compiles each (timing the compile),
-    checks it against the oracle and times it.
+    One :class:`OurVariant` per kernel/schedule to compare, each with an
+    honest ``kernel_threads``, derived from the schedule registry
+    (:data:`mlir_mx.kernels.SCHEDULES`): a new schedule is a new row without
+    an edit here.  The harness compiles each (timing the compile), checks it
+    against the oracle and times it.
 
     The generated kernels of ``mx-matmul-kernels`` through the Runner's
     default pipeline: mx x mx and mx x f32 with the schedule ``auto`` picks
@@ -105,13 +107,16 @@ def linear_rows(p: Problem) -> list[tuple[str, str | None]]:
     """``mlir_mx.Linear`` rows for a problem whose pair the dot kernels serve
     at its shape (``kernels/dot.py``): (label, activations) with the MX A
     (None) and with the f32 A quantized to A's format inside the kernel."""
-    from mlir_mx.kernels import shape_class
+    from mlir_mx.kernels import choose
     from mlir_mx.kernels.dot_layout import dot_kind
 
     kind = dot_kind(p.a_format, p.element, p.block_size)
-    cls = shape_class(p.shape.M)
-    family = "bf16-" if kind is not None and kind.name == "bf16" else "int-"
-    if kind is None or f"{family}{cls}" not in SCHEDULES:
+    if kind is None:
+        return []
+    # B as the dot records Linear makes: only the dot schedules support it.
+    s = p.shape
+    records = KProblem(s.M, s.N, s.K, p.block_size, p.a_format, p.element, b_dot=kind.name)
+    if choose(records, required=False) is None:
         return []
     return [("ours Linear mx x mx", None), (f"ours Linear f32->{p.a_format}", p.a_format)]
 
@@ -177,10 +182,9 @@ def our_methods(
         except Exception as err:  # a kernel that does not compile fails the run
             first = (str(err).strip().splitlines() or [type(err).__name__])[0]
             raise BenchFailure(f"{v.label} at {p.where}: does not compile: {first}") from err
-        engine = getattr(runner, "engine", None)
-        if engine is not None:
+        if isinstance(runner, Runner):
             # LLJIT emits machine code at the first symbol lookup: count it.
-            engine.raw_lookup("_mlir_ciface_" + v.entry)
+            runner.entry(v.entry)
         seconds = time.perf_counter() - t0
         key = _engine_key(runner)
         cached = key in compiled

@@ -2,18 +2,20 @@
 
 The kernels implement ``C += A x B`` (A MX, B MX or f32) in the blocked order
 of :mod:`mlir_mx.kernels.problem` as loop nests of upstream ``scf`` /
-``memref`` / ``vector`` / ``arith`` ops, built with the Python bindings:
+``memref`` / ``vector`` / ``arith`` ops, built with the Python bindings.
 
-* :mod:`~mlir_mx.kernels.stream`: decode and small batches, B widened in
-  registers as it streams by;
-* :mod:`~mlir_mx.kernels.prefill`: prefill, B widened once into packed f32
-  panels that a register-tiled microkernel reuses for every row tile.
-
-:mod:`~mlir_mx.kernels.registry` holds the schedules (one entry each) and
-the automatic choice by shape (``schedule=auto``); :mod:`~mlir_mx.kernels.plan`
-configures one for a problem; the ``mx-matmul-kernels`` pass puts a kernel
-in place of the ``mx-to-linalg`` blocked matmul, and :func:`kernel_module` builds a
-stand-alone module around one kernel (for the library API and tests).
+Each schedule is one entry of :data:`~mlir_mx.kernels.registry.SCHEDULES`
+(its config, emitter, shape class and the problems it supports; ``mx-runner
+--help`` lists them), its emitter in a module of its own: e.g.
+:mod:`~mlir_mx.kernels.stream` (decode and small batches, B widened in
+registers as it streams by), :mod:`~mlir_mx.kernels.prefill` (B widened once
+into packed f32 panels for a register-tiled microkernel),
+:mod:`~mlir_mx.kernels.dot` (the block partials on the CPU's dot units).
+The registry also holds the automatic choice by shape (``schedule=auto``);
+:mod:`~mlir_mx.kernels.plan` configures one for a problem; the
+``mx-matmul-kernels`` pass puts a kernel in place of the ``mx-to-linalg``
+blocked matmul, and :func:`kernel_module` builds a stand-alone module around
+one kernel (for the library API and tests).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from mlir.dialects import arith, func
 from mlir_mx.kernels.builder import KernelBuilder
 from mlir_mx.kernels.plan import KernelPlan, plan_kernel
 from mlir_mx.kernels.problem import Operands, Problem, code_columns
-from mlir_mx.kernels.registry import SCHEDULES, Schedule, choose, shape_class
+from mlir_mx.kernels.registry import SCHEDULES, Schedule, choose, find, shape_class
 from mlir_mx.numerics.formats import SCALE_TYPE
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "SCHEDULES",
     "Schedule",
     "choose",
+    "find",
     "shape_class",
     "emit_matmul",
     "kernel_module",

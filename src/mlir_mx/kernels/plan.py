@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mlir_mx.errors import MXValueError
 from mlir_mx.host import check_threads
 from mlir_mx.kernels.problem import Operands, Problem
-from mlir_mx.kernels.registry import SCHEDULES, Schedule, choose, schedule_names
+from mlir_mx.kernels.registry import SCHEDULES, Schedule, check_schedule, choose
 
 __all__ = ["KernelPlan", "plan_kernel"]
 
@@ -45,10 +44,7 @@ def plan_kernel(prob: Problem, schedule: str = "auto", threads: int | None = Non
     ``auto`` (:func:`~mlir_mx.kernels.registry.choose`); ``threads`` None
     for this machine's cores.  A named schedule that does not support the
     problem gives way to the automatic choice."""
-    if schedule != "auto" and schedule not in SCHEDULES:
-        raise MXValueError(
-            f"unknown schedule '{schedule}' (available: {', '.join(schedule_names())})"
-        )
+    check_schedule(schedule)
     threads = check_threads(threads)
     chosen = SCHEDULES.get(schedule)
     if chosen is None or not chosen.supports(prob):

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlir_mx.errors import MXValueError
 from mlir_mx.kernels.dot import DotConfig, emit_dot, supports_bf16, supports_int
 from mlir_mx.kernels.prefill import PrefillConfig, emit_prefill
 from mlir_mx.kernels.problem import Problem
@@ -32,7 +33,9 @@ __all__ = [
     "SHAPE_CLASSES",
     "SMALL_MAX_M",
     "Schedule",
+    "check_schedule",
     "choose",
+    "find",
     "schedule_names",
     "shape_class",
 ]
@@ -82,6 +85,11 @@ class Schedule:
     #: Among the schedules of a shape class that support a problem, the
     #: automatic choice takes the highest priority.
     priority: int = 0
+    #: The unit computing the block partials: None for the f32 kernels (FMAs
+    #: on widened values), else a dot-unit family of :mod:`.dot` (``int``:
+    #: VNNI / AVX512BW, ``bf16``: AVX512_BF16).  Tests and ``mx-bench``
+    #: select a schedule by ``(unit, shape_class)`` (:func:`find`).
+    unit: str | None = None
 
     def configure(self, prob: Problem, threads: int) -> Any:
         """The config for ``prob`` on ``threads`` threads."""
@@ -93,6 +101,15 @@ class Schedule:
         """``name (field=value, ...)`` of a config of this schedule."""
         fields = ", ".join(f"{f.name}={getattr(cfg, f.name)}" for f in dataclasses.fields(cfg))
         return f"{self.name} ({fields})"
+
+
+def _dot(unit: str, cls: str, help: str, **settings) -> Schedule:
+    """The dot schedule ``<unit>-<cls>`` (:mod:`.dot`): :class:`DotConfig`
+    with ``settings``, above the f32 kernels where it supports the problem."""
+    supports = {"int": supports_int, "bf16": supports_bf16}[unit]
+    return Schedule(
+        f"{unit}-{cls}", help, cls, DotConfig, emit_dot, settings, supports, priority=10, unit=unit
+    )
 
 
 SCHEDULES: dict[str, Schedule] = {
@@ -126,55 +143,48 @@ SCHEDULES: dict[str, Schedule] = {
         ),
         # The dot kernels (kernels/dot.py): exact block dots on the CPU's dot
         # units, the f32 kernels' bits; B as dot records (mlir_mx.Linear).
-        Schedule(
-            "int-decode",
-            "M = 1, FP4/FP6/INT8 pairs: exact integer block dots (VNNI), B records streamed",
+        _dot(
+            "int",
             "decode",
-            DotConfig,
-            emit_dot,
-            {"mr": 1, "nv": 4},
-            supports_int,
-            priority=10,
+            "M = 1, FP4/FP6/INT8 pairs: exact integer block dots (VNNI), B records streamed",
+            mr=1,
+            nv=4,
         ),
-        Schedule(
-            "int-small",
+        _dot(
+            "int",
+            "small",
             "small M, FP4/FP6/INT8 pairs: exact integer block dots, 4-row groups, L1 K chunks",
-            "small",
-            DotConfig,
-            emit_dot,
-            {"mr": 4, "nv": 2, "kcb": 8, "expand": True},
-            supports_int,
-            priority=10,
+            mr=4,
+            nv=2,
+            kcb=8,
+            expand=True,
         ),
-        Schedule(
-            "int-prefill",
+        _dot(
+            "int",
+            "prefill",
             "large M, FP4/FP6/INT8 pairs: exact integer block dots, 6x32 tiles, L2 K chunks",
-            "prefill",
-            DotConfig,
-            emit_dot,
-            {"mr": 6, "nv": 2, "kcb": 128, "expand": True},
-            supports_int,
-            priority=10,
+            mr=6,
+            nv=2,
+            kcb=128,
+            expand=True,
         ),
-        Schedule(
-            "bf16-small",
-            "small M, pairs with FP8: vdpbf16ps in the f32 kernels' order (swapped pairs)",
+        _dot(
+            "bf16",
             "small",
-            DotConfig,
-            emit_dot,
-            {"mr": 4, "nv": 2, "kcb": 8, "expand": True},
-            supports_bf16,
-            priority=10,
+            "small M, pairs with FP8: vdpbf16ps in the f32 kernels' order (swapped pairs)",
+            mr=4,
+            nv=2,
+            kcb=8,
+            expand=True,
         ),
-        Schedule(
-            "bf16-prefill",
-            "large M, pairs with FP8: vdpbf16ps in the f32 kernels' order, 6x32 tiles",
+        _dot(
+            "bf16",
             "prefill",
-            DotConfig,
-            emit_dot,
-            {"mr": 6, "nv": 2, "kcb": 64, "expand": True},
-            supports_bf16,
-            priority=10,
+            "large M, pairs with FP8: vdpbf16ps in the f32 kernels' order, 6x32 tiles",
+            mr=6,
+            nv=2,
+            kcb=64,
+            expand=True,
         ),
     )
 }
@@ -185,11 +195,39 @@ def schedule_names(auto: bool = True) -> tuple[str, ...]:
     return (("auto",) if auto else ()) + tuple(SCHEDULES)
 
 
-def choose(prob: Problem, m: int | None = None) -> Schedule:
-    """The automatic choice for ``prob`` at ``M = m`` (default ``prob.m``): the
-    highest-priority schedule of M's shape class that supports the problem."""
-    cls = shape_class(prob.m if m is None else m)
-    fits = [s for s in SCHEDULES.values() if s.shape_class == cls and s.supports(prob)]
-    if not fits:  # pragma: no cover - every class has a schedule supporting everything
-        raise ValueError(f"no kernel schedule supports {prob} in shape class {cls}")
-    return max(fits, key=lambda s: s.priority)
+def check_schedule(name, arg: str = "schedule") -> str:
+    """``name``, a name of :func:`schedule_names`, else ``MXValueError``
+    naming ``arg`` and listing the names (the one check of a user's
+    schedule: ``CompileOptions``, ``plan_kernel``, ``mx-runner``)."""
+    if name not in schedule_names():
+        raise MXValueError(
+            f"{arg}: unknown schedule {name!r} (available: {', '.join(schedule_names())})"
+        )
+    return name
+
+
+def _best(schedules) -> Schedule | None:
+    """The highest-priority schedule of ``schedules`` (None: none)."""
+    return max(schedules, key=lambda s: s.priority, default=None)
+
+
+def find(cls: str, unit: str | None = None) -> Schedule | None:
+    """The schedule of ``unit`` (None: the f32 kernels) serving shape class
+    ``cls``, the highest-priority one where there are several; None where
+    the unit has none there (e.g. no ``bf16`` schedule for ``decode``)."""
+    return _best(s for s in SCHEDULES.values() if (s.shape_class, s.unit) == (cls, unit))
+
+
+def choose(
+    prob: Problem, m: int | None = None, *, cls: str | None = None, required: bool = True
+) -> Schedule | None:
+    """The automatic choice for ``prob``: the highest-priority schedule of the
+    shape class ``cls`` (default: that of ``M = m``, default ``prob.m``)
+    that supports the problem.  Where none does: ``MXValueError`` when
+    ``required``, else None (``mlir_mx.Linear`` then tries another form of
+    the problem)."""
+    cls = cls or shape_class(prob.m if m is None else m)
+    chosen = _best(s for s in SCHEDULES.values() if s.shape_class == cls and s.supports(prob))
+    if chosen is None and required:
+        raise MXValueError(f"no kernel schedule supports {prob} in shape class {cls}")
+    return chosen

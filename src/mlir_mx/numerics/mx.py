@@ -109,7 +109,11 @@ def _unblocked(xb: np.ndarray, axis: int) -> np.ndarray:
     return np.moveaxis(xm, -1, axis)
 
 
-def _as_f32_input(x) -> np.ndarray:
+def check_input(x) -> np.ndarray:
+    """``x`` (quantize's input) as an array: of an accepted dtype (float32;
+    float64, float16 and bfloat16 are converted to float32 by the caller),
+    rank >= 1; else ``MXArgTypeError`` / ``MXValueError`` naming ``x``.  The
+    compiled :func:`mlir_mx.quantize` checks with it too."""
     x = np.asarray(x)
     if x.dtype not in _ACCEPTED_INPUT_DTYPES:
         raise MXArgTypeError(
@@ -118,6 +122,11 @@ def _as_f32_input(x) -> np.ndarray:
         )
     if x.ndim == 0:
         raise MXValueError("x: MX quantization needs rank >= 1, got a rank-0 array")
+    return x
+
+
+def _as_f32_input(x) -> np.ndarray:
+    x = check_input(x)
     with np.errstate(over="ignore"):
         return x.astype(np.float32)
 

@@ -12,10 +12,12 @@ The kernel performs the same f32 operations per output element as the two
 generics (the blocked order, ``docs/numerics.md``), so the rewrite never
 changes a result; the pass only chooses how fast it runs:
 
-* ``schedule``: ``auto`` (by M: ``decode`` for M = 1, ``small`` up to 48,
-  ``prefill`` above) or one of ``decode``, ``small``, ``prefill``;
+* ``schedule``: ``auto`` (the registry's choice by M's shape class and the
+  formats, :func:`mlir_mx.kernels.registry.choose`) or a name of
+  :data:`mlir_mx.kernels.SCHEDULES`;
 * ``threads``: parallel column panels (``scf.parallel``, lowered by
-  ``async-parallel-for``); 0 means the cores of this machine.
+  ``async-parallel-for``); 0 means the cores of this machine, else
+  :func:`mlir_mx.host.check_threads`' range.
 
 A pair whose operands it cannot handle (a non-unit innermost stride, an
 unexpected user of the partials buffer) is left to the generic lowering.
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 from mlir import ir
 
+from mlir_mx.errors import MXError
+from mlir_mx.host import check_threads
 from mlir_mx.ir_utils import KernelTag, collect, kernel_tag, owner_op, users
 from mlir_mx.kernels import Operands, Problem, emit_matmul, plan_kernel
 from mlir_mx.kernels.registry import SCHEDULES, schedule_names
@@ -32,7 +36,6 @@ from mlir_mx.numerics import element_format
 from mlir_mx.passes.registry import Option, PassError, register_pass
 
 __all__ = ["mx_matmul_kernels"]
-
 
 
 @register_pass(
@@ -54,20 +57,18 @@ __all__ = ["mx_matmul_kernels"]
 def mx_matmul_kernels(op: ir.Operation, *, schedule: str = "auto", threads: int = 0) -> None:
     """Rewrite every blocked matmul pair under ``op``."""
     op = getattr(op, "operation", op)
-    if schedule not in schedule_names():
+    try:  # the Option's choices checked the schedule
+        threads = check_threads(threads or None)
+    except MXError as err:
         raise PassError(
-            f"mx-matmul-kernels: unknown schedule '{schedule}' "
-            f"(available: {', '.join(schedule_names())})",
-            op.location,
-        )
-    if threads < 0:
-        raise PassError(f"mx-matmul-kernels: threads must be >= 0, got {threads}", op.location)
+            f"mx-matmul-kernels: {err} (or 0: this machine's cores)", op.location
+        ) from None
     for scales in collect(op, lambda o: kernel_tag(o) == KernelTag.BLOCK_SCALES):
         match = _match(scales)
         if match is None:
             continue
         prob, ops, dead, unpacks = match
-        plan = plan_kernel(prob, schedule, threads or None)
+        plan = plan_kernel(prob, schedule, threads)
         with ir.InsertionPoint(scales), scales.location:
             emit_matmul(prob, ops, plan)
         for d in dead:

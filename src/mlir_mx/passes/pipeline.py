@@ -362,7 +362,7 @@ def _add(pm, el: PipelineElement, anchor: str) -> None:
         # common case of function passes named at module level.
         if anchor == "builtin.module":
             try:
-                _add_upstream(pm, f"func.func({el})", el)
+                _add_upstream(pm, str(PipelineElement("func.func", nested=(el,))), el)
                 return
             except PipelineError:
                 pass

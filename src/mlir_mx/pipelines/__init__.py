@@ -44,10 +44,12 @@ def load_pipeline(name: str) -> Pipeline:
     raises :class:`~mlir_mx.passes.pipeline.PipelineError` listing the
     available ones.
     """
-    return Pipeline.parse(",".join(_lines(name, ())))
+    return _load(name, ())
 
 
-def _lines(name: str, including: tuple[str, ...]) -> list[str]:
+def _load(name: str, including: tuple[str, ...]) -> Pipeline:
+    """The pipeline of file ``name``: each line parsed on its own (an
+    ``include`` loaded as a pipeline), the pieces concatenated."""
     if name in including:
         raise PipelineError(
             f"pipeline '{name}' includes itself ({' -> '.join(including + (name,))})"
@@ -56,14 +58,14 @@ def _lines(name: str, including: tuple[str, ...]) -> list[str]:
     if not path.is_file():
         known = ", ".join(available_pipelines()) or "none"
         raise PipelineError(f"no pipeline named '{name}' (available: {known})")
-    lines: list[str] = []
+    parts: list[Pipeline] = []
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line.startswith("include "):
-            lines += _lines(line.split(None, 1)[1].strip(), including + (name,))
+            parts.append(_load(line.split(None, 1)[1].strip(), including + (name,)))
         elif line:
-            lines.append(line.rstrip(",").replace("{pipelines_dir}", data_dir()))
-    return lines
+            parts.append(Pipeline.parse(line.rstrip(",").replace("{pipelines_dir}", data_dir())))
+    return Pipeline.of(*parts)
 
 
 def data_dir() -> str:
@@ -89,7 +91,9 @@ def threads_pipeline(threads: int) -> Pipeline:
     a module without ``scf.parallel``.
     """
     return Pipeline.of(
-        PipelineElement.of("async-parallel-for", num_workers=max(1, threads), min_task_size=1),
+        PipelineElement.of(
+            "async-parallel-for", num_workers=check_threads(threads), min_task_size=1
+        ),
         PipelineElement("async-to-async-runtime"),
         PipelineElement("async-runtime-ref-counting"),
         PipelineElement("async-runtime-ref-counting-opt"),

@@ -119,8 +119,11 @@ def _corrupt(data: bytes, rng: random.Random) -> tuple[bytes, str]:
         b = bytearray(rng.choice((b"", b"MLIRMXC1", bytes(rng.randrange(256) for _ in range(200)))))
         how = f"replaced by {len(b)} bytes"
     else:  # a NUL into a symbol name, as in reproducer f14
-        i = b.find(b"_mlir_ciface_", 80)
-        i = rng.randrange(80, len(b)) if i < 0 else i + rng.randrange(13)
+        from mlir_mx.execution.packed import C_INTERFACE
+
+        symbol = C_INTERFACE.encode()
+        i = b.find(symbol, 80)
+        i = rng.randrange(80, len(b)) if i < 0 else i + rng.randrange(len(symbol))
         b[i] = 0
         how = f"NUL at {i}"
     if bytes(b) == data:  # a no-op change (same byte drawn): force one

@@ -32,7 +32,7 @@ import numpy as np
 from mlir_mx import numerics as N
 from mlir_mx.kernels.registry import SCHEDULES
 from mlir_mx.numerics.matmul import matmul_bound, matmul_reference
-from mlir_mx.passes.pipeline import Pipeline
+from mlir_mx.passes.pipeline import Pipeline, PipelineElement, as_pipeline
 from mlir_mx.testing.programs import Program, random_inputs, random_program
 
 __all__ = [
@@ -45,7 +45,7 @@ __all__ = [
 class Variant:
     """One way to compile a program.
 
-    ``pipeline()`` returns the pipeline text (None: the Runner's default);
+    ``pipeline()`` returns the pipeline (None: the Runner's default);
     ``matmul_order`` names the f32 operation order its block_matmul claims:
     variants with the same order must agree bit for bit; ``supports(program)``
     says whether the pipeline handles the program (e.g. a schedule's tile
@@ -58,17 +58,23 @@ class Variant:
     supports: Callable[[Program], bool] = lambda program: True
 
 
-def then_llvm(prefix: str) -> Callable[[], str]:
-    """A pipeline factory: ``prefix`` (pipeline text, or ``@name`` of a shipped
-    pipeline) followed by ``lower-to-llvm``."""
+def then_llvm(prefix: Pipeline | PipelineElement | str) -> Callable[[], Pipeline]:
+    """A pipeline factory: ``prefix`` (a pipeline or an element; text is
+    parsed, ``@name`` is a shipped pipeline) followed by ``lower-to-llvm``."""
 
-    def pipeline() -> str:
+    def pipeline() -> Pipeline:
         from mlir_mx.pipelines import load_pipeline
 
-        head = load_pipeline(prefix[1:]) if prefix.startswith("@") else prefix
-        return head + load_pipeline("lower-to-llvm")
+        head = prefix
+        if isinstance(prefix, str) and prefix.startswith("@"):
+            head = load_pipeline(prefix[1:])
+        return as_pipeline(head) + load_pipeline("lower-to-llvm")
 
     return pipeline
+
+
+def _to_linalg(**options) -> PipelineElement:
+    return PipelineElement.of("mx-to-linalg", **options)
 
 
 def _vectorizable_fused(p: Program) -> bool:
@@ -78,13 +84,13 @@ def _vectorizable_fused(p: Program) -> bool:
 
 #: THE list of pipelines the tester compares (extend with register_variant).
 VARIANTS: list[Variant] = [
-    Variant("fused", then_llvm("mx-to-linalg{matmul-lowering=fused}"), "fused"),
-    Variant("blocked", then_llvm("mx-to-linalg{matmul-lowering=blocked}"), "blocked"),
+    Variant("fused", then_llvm(_to_linalg(matmul_lowering="fused")), "fused"),
+    Variant("blocked", then_llvm(_to_linalg(matmul_lowering="blocked")), "blocked"),
     # Every other variant stores FP4/FP6 codes packed at function boundaries
     # (the default); this one one code per byte: same results, other ABI.
     Variant(
         "blocked-unpacked",
-        then_llvm("mx-to-linalg{matmul-lowering=blocked subbyte-storage=unpacked}"),
+        then_llvm(_to_linalg(matmul_lowering="blocked", subbyte_storage="unpacked")),
         "blocked",
     ),
     Variant("fused-vectorized", then_llvm("@mx-vectorize"), None, _vectorizable_fused),

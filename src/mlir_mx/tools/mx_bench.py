@@ -4,7 +4,7 @@ one run, at each thread count.
 
 Examples::
 
-    mx-bench                                   # the default shapes at 1 and 2 threads
+    mx-bench                                   # the default shapes at 1 thread and all cores
     mx-bench --shapes 1x4096x4096 --threads 2 --formats f8E4M3FN,f4E2M1FN
     mx-bench --quick --out /tmp/r              # tiny shapes, seconds (the test suite runs this)
     mx-bench --mlp                             # the 4096 -> 14336 -> 4096 MXFP4 MLP (GGUF weights)
@@ -44,29 +44,17 @@ def _parser() -> ArgParser:
         help="comma-separated MX element formats (f8E4M3FN; --quantize: all six), or A:B "
         "pairs (A the activations' format, B the weights', e.g. i8:f4E2M1FN for W4A8)",
     )
-    p.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
+    p.add_argument("--threads", help="comma-separated thread counts (default: 1 and all cores)")
     p.add_argument("--quick", action="store_true", help="tiny shapes, few samples (seconds)")
     p.add_argument("--samples", type=int, help="timed samples per method (9; --quick: 3)")
     p.add_argument("--out", default="bench/results", help="results directory (bench/results)")
     p.add_argument("--tag", help="results file tag (default: 'default', or 'quick')")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.add_argument(
-        "--mlp",
-        nargs="?",
-        const="4096,14336",
-        metavar="D,F",
-        help="run the MXFP4 MLP benchmark (d -> f -> d; default 4096,14336; --quick: 128,256) "
-        "instead of the matmul shapes",
-    )
+    _sized(p, "mlp", "run the MXFP4 MLP benchmark (d -> f -> d; default {}; --quick: {}) "
+           "instead of the matmul shapes")  # fmt: skip
     p.add_argument("--mlp-tokens", default="1,128", help="the MLP's batch sizes (1,128)")
-    p.add_argument(
-        "--quantize",
-        nargs="?",
-        const="8192x8192",
-        metavar="RxC",
-        help="run the conversion benchmark on an R x C f32 matrix (default 8192x8192; "
-        "--quick: 128x256): ours at each thread count, the oracle, ggml, torchao",
-    )
+    _sized(p, "quantize", "run the conversion benchmark on an R x C f32 matrix (default {}; "
+           "--quick: {}): ours at each thread count, the oracle, ggml, torchao")  # fmt: skip
     p.add_argument(
         "--model",
         action="store_true",
@@ -84,6 +72,41 @@ def _parser() -> ArgParser:
     return p
 
 
+#: The flags with an optional size: (metavar, separator, size, --quick size,
+#: the dimensions that are multiples of the block size, what the value must be).
+_SIZES = {
+    "mlp": ("D,F", ",", "4096,14336", "128,256", (0, 1), "D,F, multiples of"),
+    "quantize": ("RxC", "x", "8192x8192", "128x256", (1,), "RxC with C a multiple of"),
+}
+
+
+def _sized(p: ArgParser, name: str, help: str) -> None:
+    """``--name [SIZE]``: a benchmark run with a default size when SIZE is left out."""
+    metavar, _sep, size, quick, _blocked, _what = _SIZES[name]
+    help = help.format(size, quick)
+    p.add_argument(f"--{name}", nargs="?", const=size, metavar=metavar, help=help)
+
+
+def _size(ns, name: str) -> tuple[int, int] | None:
+    """The two integers of ``--name`` (its --quick size for the default one
+    under --quick); None without the flag."""
+    value = getattr(ns, name)
+    if value is None:
+        return None
+    _metavar, sep, size, quick, blocked, what = _SIZES[name]
+    text = quick if ns.quick and value == size else value
+    vals = tuple(_ints(text.replace(sep, ","), f"--{name}"))
+    if len(vals) != 2 or any(vals[i] % BLOCK_SIZE for i in blocked):
+        raise ToolError(f"error: --{name}: expected {what} {BLOCK_SIZE}, got '{value}'")
+    return vals
+
+
+def _check_tag(tag: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", tag):
+        raise ToolError(f"error: --tag: use letters, digits, '.', '_' or '-', got '{tag}'")
+    return tag
+
+
 def _model_options(ns, argv: list[str]):
     from importlib.util import find_spec
 
@@ -97,9 +120,7 @@ def _model_options(ns, argv: list[str]):
     layers = ns.layers if ns.layers is not None else (2 if ns.quick else 22)
     if layers < 1:
         raise ToolError(f"error: --layers: must be positive, got {layers}")
-    tag = ns.tag or ("quick-model" if ns.quick else f"model-{layers}l")
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", tag):
-        raise ToolError(f"error: --tag: use letters, digits, '.', '_' or '-', got '{tag}'")
+    tag = _check_tag(ns.tag or ("quick-model" if ns.quick else f"model-{layers}l"))
     quick = dict(prompt=16, new_tokens=8, prefill_samples=1, probes=2, torchao_tokens=2,
                  config=dict(hidden_size=128, intermediate_size=256, num_attention_heads=4,
                              num_key_value_heads=2, vocab_size=512)) if ns.quick else {}  # fmt: skip
@@ -114,7 +135,7 @@ def _model_options(ns, argv: list[str]):
             raise ToolError(f"error: --rows: expected some of {','.join(names)}, got '{ns.rows}'")
         rows = [names[k] for k in keys]
     return ModelOptions(
-        layers=layers, threads=_ints(ns.threads, "--threads"), tag=tag, out=Path(ns.out), rows=rows,
+        layers=layers, threads=_thread_counts(ns.threads), tag=tag, out=Path(ns.out), rows=rows,
         command=" ".join([PROG, *(shlex.quote(a) for a in argv)]), **quick,
     )  # fmt: skip
 
@@ -139,6 +160,19 @@ def _ints(text: str, what: str) -> list[int]:
     return vals
 
 
+def _thread_counts(text: str | None) -> list[int]:
+    """``--threads``: each count checked (host.check_threads); default 1 and all cores."""
+    from mlir_mx.errors import MXError
+    from mlir_mx.host import check_threads, default_thread_counts
+
+    if text is None:
+        return list(default_thread_counts())
+    try:
+        return [check_threads(v, "--threads") for v in _ints(text, "--threads")]
+    except MXError as err:
+        raise ToolError(f"error: {err}") from None
+
+
 def _parse(argv: list[str]):
     from mlir_mx.harness.loop import Options
     from mlir_mx.model.variants import parse_shape
@@ -159,35 +193,22 @@ def _parse(argv: list[str]):
         formats = [_format(f.strip()) for f in (ns.formats or default_formats).split(",")]
     except (ValueError, TypeError) as err:
         raise ToolError(f"error: {err}") from None
-    mlp = None
-    if ns.mlp is not None:
-        d_f = "128,256" if ns.quick and ns.mlp == "4096,14336" else ns.mlp
-        mlp = tuple(_ints(d_f, "--mlp"))
-        if len(mlp) != 2 or any(v % 32 for v in mlp):
-            raise ToolError(f"error: --mlp: expected D,F, multiples of 32, got '{ns.mlp}'")
-        shapes = [] if ns.shapes is None else shapes
-    quantize = None
-    if ns.quantize is not None:
-        r_c = "128x256" if ns.quick and ns.quantize == "8192x8192" else ns.quantize
-        quantize = tuple(_ints(r_c.replace("x", ","), "--quantize"))
-        if len(quantize) != 2 or quantize[1] % BLOCK_SIZE:
-            raise ToolError(
-                f"error: --quantize: expected RxC with C a multiple of {BLOCK_SIZE}, "
-                f"got '{ns.quantize}'"
-            )
-        shapes = [] if ns.shapes is None else shapes
-    tag = ns.tag or ("quick" if ns.quick else "default") + ("-mlp" if mlp else "") + (
-        "-quantize" if quantize else ""
+    mlp, quantize = _size(ns, "mlp"), _size(ns, "quantize")
+    if (mlp or quantize) and ns.shapes is None:
+        shapes = []  # the MLP or the conversion benchmark instead of the matmul shapes
+    tag = _check_tag(
+        ns.tag
+        or ("quick" if ns.quick else "default")
+        + ("-mlp" if mlp else "")
+        + ("-quantize" if quantize else "")
     )
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", tag):
-        raise ToolError(f"error: --tag: use letters, digits, '.', '_' or '-', got '{tag}'")
     samples = ns.samples if ns.samples is not None else (3 if ns.quick else 9)
     if samples < 3:
         raise ToolError(f"error: --samples: at least 3, got {samples}")
     opts = Options(
         shapes=shapes,
         formats=formats,
-        threads=_ints(ns.threads, "--threads"),
+        threads=_thread_counts(ns.threads),
         command=" ".join([PROG, *(shlex.quote(a) for a in argv)]),
         tag=tag,
         out=check_out_dir(ns.out),  # before the run: a bad --out costs no benchmark time

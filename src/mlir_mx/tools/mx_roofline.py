@@ -24,6 +24,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from mlir_mx.errors import MXError
+from mlir_mx.host import check_threads
 from mlir_mx.tools.driver import ArgParser, ToolError, check_out_dir, register_source, tool_main
 
 PROG = "mx-roofline"
@@ -130,8 +132,10 @@ def _parse(argv):
         return args
     if args.block_size < 1:
         raise ToolError(f"--block-size must be a positive integer, got {args.block_size}")
-    if args.threads < 1:
-        raise ToolError("--threads must be at least 1")
+    try:
+        args.threads = check_threads(args.threads, "--threads")
+    except MXError as err:
+        raise ToolError(str(err)) from None
     if args.out is not None:
         check_out_dir(args.out)
     elif args.report:
