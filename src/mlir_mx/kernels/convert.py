@@ -81,7 +81,7 @@ class ConvertSpec:
             raise ValueError(f"source: expected one of {', '.join(SOURCES)}, got {self.source!r}")
         if self.block < 1 or self.threads < 1:
             raise ValueError("block and threads must be positive")
-        if self.packed and fmt.bits == 8:
+        if self.packed and not fmt.is_sub_byte:
             raise ValueError(f"packed: {fmt.name} codes are one byte each")
 
     @property

@@ -28,6 +28,7 @@ import math
 from mlir import ir
 
 from mlir_mx.kernels.builder import KernelBuilder
+from mlir_mx.kernels.codec import abs_bits, e8m0_code, e8m0_inverse
 from mlir_mx.kernels.convert import (
     COLUMN_CHUNK,
     SEGMENT_BLOCKS,
@@ -35,7 +36,7 @@ from mlir_mx.kernels.convert import (
     parallel_items,
     split_items,
 )
-from mlir_mx.kernels.encode import LANES, Encoder, abs_bits, inverse_scale, pack, scale_code
+from mlir_mx.kernels.encode import LANES, Encoder, pack
 from mlir_mx.numerics.formats import element_format
 from mlir_mx.numerics.packing import packing_group
 
@@ -106,17 +107,17 @@ class _Quantize:
         """Scale codes of 16 blocks from their magnitude bits ``m``: stored at
         ``scales[row, col..]``; returns their ``2^-shared_exp``."""
         kb = self.kb
-        code = scale_code(kb, m, self.fmt.emax)
+        code = e8m0_code(kb, m, self.fmt.emax)
         kb.store_lanes(kb.trunci(code, kb.vec(LANES, kb.i8)), self.scales, [row, col], valid)
-        return inverse_scale(kb, code)
+        return e8m0_inverse(kb, code)
 
     def scale_scalar(self, m_vec: ir.Value, row, col) -> ir.Value:
         """Scale code of one block from lane-wise magnitude bits: stored at
         ``scales[row, col]``; returns its ``2^-shared_exp`` (f32 scalar)."""
         kb = self.kb
-        code = scale_code(kb, kb.reduce("maxui", m_vec), self.fmt.emax)
+        code = e8m0_code(kb, kb.reduce("maxui", m_vec), self.fmt.emax)
         kb.store(kb.trunci(code, kb.i8), self.scales, [row, col])
-        return inverse_scale(kb, code)
+        return e8m0_inverse(kb, code)
 
     # -- rows ------------------------------------------------------------------------
 
@@ -242,7 +243,9 @@ class _Quantize:
         row0 = kb.mul(g, bs)
         with kb.loop(0, bs, 1) as i:
             n = kb.add(n0, i.iv)
-            vals = [kb.fmul(self.load([p, n, c], valid), m) for m, c in zip(mults, cols, strict=True)]
+            vals = [
+                kb.fmul(self.load([p, n, c], valid), m) for m, c in zip(mults, cols, strict=True)
+            ]
             self.store_codes(vals, kb.add(row0, i.iv), q, valid)
 
 

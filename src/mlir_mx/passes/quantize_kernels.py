@@ -126,7 +126,7 @@ def _quantize(elems: ir.Operation, threads: int) -> None:
         return
     element = str(ir.MemRefType(mant.type).element_type)
     axis, block = _blocking(elems, x_t.rank)
-    packed = _packed_target(mant, elems) if element_format(element).bits < 8 else None
+    packed = _packed_target(mant, elems) if element_format(element).is_sub_byte else None
     codes = packed[0] if packed else mant
     anchor = packed[1][0] if packed else elems
     spec = ConvertSpec("quantize", element, block, _layout(axis, x_t.rank), bool(packed),
@@ -150,7 +150,7 @@ def _dequantize(gen: ir.Operation, threads: int) -> None:
     if not all(_identity(v) for v in (scale, out)):
         return
     element = str(ir.MemRefType(mant.type).element_type)
-    source = _packed_source(mant) if element_format(element).bits < 8 else None
+    source = _packed_source(mant) if element_format(element).is_sub_byte else None
     codes = source[0] if source else mant
     if not _identity(codes):
         return
