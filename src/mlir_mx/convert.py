@@ -41,9 +41,9 @@ from mlir_mx.kernels.convert import ConvertSpec, convert_module
 from mlir_mx.numerics import MXArray, element_format, is_packed_storage, packed_shape
 from mlir_mx.numerics.formats import SCALE_DTYPE
 from mlir_mx.numerics.mx import (
-    _ACCEPTED_INPUT_DTYPES,
     _check_block_size,
     _check_blocked_shape,
+    _check_input_array,
     _normalize_axis,
     scale_shape,
 )
@@ -137,14 +137,7 @@ def _check_input(x, block_size, axis):
     """The oracle's checks (and messages): x as an ndarray, block_size, axis."""
     if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
         x = _from_dlpack(x)
-    x = np.asarray(x)
-    if x.dtype not in _ACCEPTED_INPUT_DTYPES:
-        raise MXArgTypeError(
-            f"x: expected a float32 array (float64, float16 and bfloat16 are converted to "
-            f"float32 first), got dtype {x.dtype}"
-        )
-    if x.ndim == 0:
-        raise MXValueError("x: MX quantization needs rank >= 1, got a rank-0 array")
+    x = _check_input_array(x)
     block_size = _check_block_size(block_size)
     axis = _normalize_axis(axis, x.ndim)
     _check_blocked_shape(x.shape, block_size, axis, "x")

@@ -43,6 +43,7 @@ from mlir_mx.numerics.formats import SCALE_BIAS, SCALE_NAN_CODE
 
 __all__ = ["DotA", "prepare_dot_a", "quantize_block"]
 
+
 @dataclass(frozen=True)
 class DotA:
     words: ir.Value  # (Mp, K/g) i32: the dot operand words; rows >= M hold value 0

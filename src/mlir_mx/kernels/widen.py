@@ -53,6 +53,7 @@ __all__ = ["Decoder", "decoder", "decode_scales", "LANES"]
 #: f32 lanes per vector register (AVX-512).
 LANES = 16
 
+
 @dataclass(frozen=True)
 class Decoder:
     """Widening of one element format: ``decode`` yields the exact values."""

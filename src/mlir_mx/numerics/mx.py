@@ -109,7 +109,9 @@ def _unblocked(xb: np.ndarray, axis: int) -> np.ndarray:
     return np.moveaxis(xm, -1, axis)
 
 
-def _as_f32_input(x) -> np.ndarray:
+def _check_input_array(x) -> np.ndarray:
+    """``x`` as an ndarray of an accepted dtype and rank >= 1 (the messages of
+    :func:`quantize`, shared with the compiled ``mlir_mx.quantize``)."""
     x = np.asarray(x)
     if x.dtype not in _ACCEPTED_INPUT_DTYPES:
         raise MXArgTypeError(
@@ -118,6 +120,11 @@ def _as_f32_input(x) -> np.ndarray:
         )
     if x.ndim == 0:
         raise MXValueError("x: MX quantization needs rank >= 1, got a rank-0 array")
+    return x
+
+
+def _as_f32_input(x) -> np.ndarray:
+    x = _check_input_array(x)
     with np.errstate(over="ignore"):
         return x.astype(np.float32)
 
