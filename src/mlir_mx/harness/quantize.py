@@ -280,16 +280,22 @@ def quantize_targets(rec: dict) -> list[dict]:
     quantized = [f for f in rec["formats"] if ELEMENT_FORMATS[f].mx_name in ("MXFP4", "MXFP8")]
     out = []
     for f in quantized:
-        out += [_rate_target(rec, f, "ours quantize", "f32 -> MX", t), _ggml_target(rec, f, t)]
+        what = f"f32 -> {ELEMENT_FORMATS[f].mx_name}"
+        out += [_rate_target(rec, f, "ours quantize", what, t), _ggml_target(rec, f, t)]
     out += [_rate_target(rec, f, "ours dequantize", "dequantize into a new array", t)
             for f in rec["formats"]]  # fmt: skip
     return out + [_memory_target(rec, "quantize"), _memory_target(rec, "dequantize")]
 
 
 def _targets_markdown(rec: dict) -> list[str]:
+    size = f"{rec['rows_']} x {rec['cols']}"
     lines = [
         "",
         f"### Targets ({max(rec['threads'])} threads, the most in this run)",
+        "",
+        "Each target is stated for an 8192 x 8192 f32 input measured in one run"
+        + ("." if size == "8192 x 8192" else f"; this run's input is {size}.")
+        + " met: yes / **no** from the rows above; '-': not measured in this run.",
         "",
         "| target | format | threads | measured | met |",
         "|---|---|---|---|---|",
