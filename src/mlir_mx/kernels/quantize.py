@@ -45,6 +45,7 @@ class Quantize(ConvertEmitter):
         self.enc = Encoder(self.fmt)
         self.group = packing_group(self.fmt) if spec.packed else (1, 1)
         self.nb = None  # columns: blocks per column of x
+        self.pj = None  # columns: (p, j) of the block row being emitted
 
     # -- reading and writing ---------------------------------------------------------
 
@@ -152,11 +153,15 @@ class Quantize(ConvertEmitter):
         self.nb = kb.divu(n, self.bs)
         return kb.mul(p_rows, self.nb), q
 
+    def column_tiles(self, g, q0, q1) -> None:
+        self.pj = split_items(self.kb, g, self.nb)  # x's (p, j) of block row g, once per item
+        super().column_tiles(g, q0, q1)
+
     def tile(self, g, q, nv: int, valid) -> None:
         """Block row ``g``, blocks ``(p, j)`` of x, at columns ``q .. q + 16 nv``
         (``valid``: a tail)."""
         kb, bs = self.kb, self.bs
-        p, j = split_items(kb, g, self.nb)
+        p, j = self.pj
         n0 = kb.mul(j, bs)
         cols = [kb.add(q, LANES * v) for v in range(nv)]
         zero = kb.const(0, kb.vec(LANES, kb.i32))
