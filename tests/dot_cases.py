@@ -7,6 +7,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
+from format_cases import INTEGRAL, NON_INTEGRAL
 from mlir import ir
 
 from mlir_mx.dialect import load_dialect
@@ -17,8 +18,10 @@ from mlir_mx.kernels.plan import KernelPlan
 from mlir_mx.numerics import MXArray, is_packed_storage, pack_codes
 from mlir_mx.pipelines import kernel_library_pipeline
 
-INTS = ("f4E2M1FN", "f6E2M3FN", "f6E3M2FN", "i8")
-FP8 = ("f8E4M3FN", "f8E5M2")
+#: The formats of the integer dot units (an ``int_exp2`` in the format table)
+#: and those of the bf16 unit (none: FP8).
+INTS = INTEGRAL
+FP8 = NON_INTEGRAL
 
 
 def compile_module(prob: Problem, plan) -> Runner:

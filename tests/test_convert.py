@@ -17,6 +17,7 @@ import tracemalloc
 import ml_dtypes
 import numpy as np
 import pytest
+from format_cases import BY_BEHAVIOUR
 
 import mlir_mx
 from mlir_mx.convert import quantize_stored
@@ -291,7 +292,7 @@ def _traced_peak(fn) -> int:
     return peak
 
 
-@pytest.mark.parametrize("element", ["f4E2M1FN", "f6E2M3FN", "f8E4M3FN"])
+@pytest.mark.parametrize("element", BY_BEHAVIOUR)
 def test_peak_memory_is_the_output(element):
     """numpy allocations (tracemalloc) during a conversion: the output and
     nothing f32-sized; the kernels' own buffers are checked below."""

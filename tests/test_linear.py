@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from format_cases import BY_BEHAVIOUR
 from matmul_cases import U
 
 import mlir_mx
@@ -28,7 +29,7 @@ def _check(y, x64, w64):
     assert np.all(np.abs(y - ref) <= bound)
 
 
-@pytest.mark.parametrize("element", ["f4E2M1FN", "f6E3M2FN", "f8E4M3FN", "i8"])
+@pytest.mark.parametrize("element", BY_BEHAVIOUR)
 def test_every_batch_size_one_weight(element):
     w = _weight(element)
     lin = mlir_mx.Linear(w, threads=2)

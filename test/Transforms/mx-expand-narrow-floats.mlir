@@ -1,4 +1,5 @@
 // RUN: mx-opt %s --mx-expand-narrow-floats | FileCheck %s
+// RUN: mx-opt %s --mx-expand-narrow-floats=f16-widening=false | FileCheck %s --check-prefix=INT
 
 // No arith.extf / arith.truncf / arith.scaling_* on a narrow float survives
 // (CHECK-NOT in every function); narrow values go through same-width integer
@@ -17,13 +18,25 @@ func.func @extf_e4m3(%a: f8E4M3FN) -> f32 {
   return %0 : f32
 }
 
+// The format table's recipe for FP4 (ElementFormat.widening, the kernels'
+// codec): the code widened to a byte, placed into an f16, hardware f16 -> f32,
+// times 2^14.  With f16-widening=false: the f32 bits built in integer
+// arithmetic.  Both are checked on every code in tests/passes.
 // CHECK-LABEL: func.func @extf_f4_vector
 // CHECK: arith.bitcast %{{.*}} : vector<2x4xf4E2M1FN> to vector<2x4xi4>
-// CHECK: arith.extui %{{.*}} : vector<2x4xi4> to vector<2x4xi32>
-// CHECK: arith.select
-// CHECK: arith.bitcast %{{.*}} : vector<2x4xi32> to vector<2x4xf32>
+// CHECK: arith.extui %{{.*}} : vector<2x4xi4> to vector<2x4xi8>
+// CHECK: arith.bitcast %{{.*}} : vector<2x4xi16> to vector<2x4xf16>
+// CHECK: arith.extf %{{.*}} : vector<2x4xf16> to vector<2x4xf32>
+// CHECK: arith.mulf
 // CHECK-NOT: arith.extf
 // CHECK: return
+// INT-LABEL: func.func @extf_f4_vector
+// INT: arith.bitcast %{{.*}} : vector<2x4xf4E2M1FN> to vector<2x4xi4>
+// INT: arith.extui %{{.*}} : vector<2x4xi4> to vector<2x4xi32>
+// INT: arith.select
+// INT: arith.bitcast %{{.*}} : vector<2x4xi32> to vector<2x4xf32>
+// INT-NOT: arith.extf
+// INT: return
 func.func @extf_f4_vector(%a: vector<2x4xf4E2M1FN>) -> vector<2x4xf32> {
   %0 = arith.extf %a : vector<2x4xf4E2M1FN> to vector<2x4xf32>
   return %0 : vector<2x4xf32>

@@ -3,9 +3,10 @@
 The four ops are written once, in :data:`mlir_mx.dialect.irdl.OPS`; the MX
 element and scale formats once, in :mod:`mlir_mx.numerics.formats`.  Every
 other list of them is derived, and these tests compare each derived list with
-its table.  The last tests scan ``src/`` and fail when a NEW literal list of
-two or more op names or format names appears anywhere else: add an op or a
-format in one place.
+its table.  The last tests scan ``src/`` and ``tests/`` and fail when a NEW
+literal list of two or more op names or format names (or of records naming
+them) appears anywhere else, or when code dispatches on a format's bit width
+instead of its behaviour in the table: add an op or a format in one place.
 """
 
 import ast
@@ -114,25 +115,155 @@ def test_subbyte_legalization_and_runner_dtypes_read_the_table(name):
 
 # ------------------------------------------------------------ no copies
 
-#: The literal lists of op or format names ``src/`` may hold, each with why
-#: it is not a copy of a table: (file, the name it is assigned to or the
-#: function it is in) -> reason.  Keys of tables derived per op are checked
-#: above.
+#: The literal lists of op or format names ``src/`` and ``tests/`` may hold,
+#: each with why it is not a copy of a table: (file, the name it is assigned
+#: to or the function it is in) -> reason.  Keys of tables derived per op are
+#: checked above.
 ALLOWED = {
-    ("dialect/verifier.py", "RULES"): "one rule per op, keys checked against OPS",
-    ("passes/mx_to_linalg/ops.py", "LOWERINGS"): "one lowering per op, keys checked against OPS",
-    ("interop/torchao.py", "_torch"): "torchao's dtype for each float format (another library's names)",
-    ("testing/fuzz.py", "_TOKENS"): "a fuzzing dictionary: chosen tokens, its order fixes recorded cases",
-    ("testing/misuse.py", "_break"): "three formats picked to re-encode an argument",
-    ("kernels/registry.py", "SHAPE_CLASSES"): "the shape classes (named like the schedules serving them)",
+    ("src/mlir_mx/dialect/verifier.py", "RULES"): "one rule per op, keys checked against OPS",
+    (
+        "src/mlir_mx/passes/mx_to_linalg/ops.py",
+        "LOWERINGS",
+    ): "one lowering per op, keys checked against OPS",
+    (
+        "src/mlir_mx/interop/torchao.py",
+        "_torch",
+    ): "torchao's dtype for each float format (another library's names)",
+    (
+        "src/mlir_mx/testing/fuzz.py",
+        "_TOKENS",
+    ): "a fuzzing dictionary: chosen tokens, its order fixes recorded cases",
+    ("src/mlir_mx/testing/misuse.py", "_break"): "three formats picked to re-encode an argument",
+    (
+        "src/mlir_mx/kernels/registry.py",
+        "SHAPE_CLASSES",
+    ): "the shape classes (named like the schedules serving them)",
+    (
+        "src/mlir_mx/harness/model.py",
+        "ROWS",
+    ): "the model benchmark's rows, each naming the one format it runs",
+    # tests: cases pinned to particular formats (the sample IS the test), the
+    # table's values written out independently, another library's names.
+    **{
+        ("tests/" + f, owner): why
+        for (f, owner), why in {
+            (
+                "numerics/test_formats.py",
+                "EXPECTED",
+            ): "the table's values, written out independently",
+            ("numerics/test_formats.py", "test_finite_codes"): "expected code counts, written out",
+            (
+                "numerics/test_packing.py",
+                "STORAGE_CASES",
+            ): "shapes against each format's packing group",
+            (
+                "model/test_ir_model.py",
+                "test_sub_byte_elements",
+            ): "expected bytes per packing, written out",
+            (
+                "interop/test_torchao.py",
+                "test_torchao_quantize_floor_equals_the_oracle",
+            ): "torchao's dtypes",
+            (
+                "interop/test_torchao.py",
+                "test_torch_gets_copies_an_mxarray_stays_a_value",
+            ): "one format per torchao storage (a dtype, FP6 one per byte, FP4 packed)",
+            (
+                "interop/test_torchao.py",
+                "test_axis0_weights_map_to_transposed_mxtensors",
+            ): "an 8-bit and a packed format through torchao's transposed layout",
+            (
+                "kernels/test_dot_kernels.py",
+                "test_special_values_follow_the_blocked_order",
+            ): "one pair per dot unit (i8, i16, bf16)",
+            (
+                "kernels/test_dot_kernels.py",
+                "test_without_vnni_the_bw_fallback_gives_the_same_bits",
+            ): "pairs whose unit changes without VNNI",
+            (
+                "kernels/test_dot_quantize.py",
+                "test_quantized_activations_equal_the_oracle_quantized_mx",
+            ): "one activation/weight pair per dot schedule",
+            (
+                "kernels/test_dot_units.py",
+                "test_swapped_pair_chain_equals_in_order_fma_chain",
+            ): "bf16-unit pairs: each FP8 format against formats of the other kinds",
+            ("execution/test_matmul_lowerings.py", "test_shapes"): "shapes pinned per lowering",
+            (
+                "execution/test_matmul_lowerings.py",
+                "test_vectorized_pipeline_sub_byte_stays_correct",
+            ): "sub-byte operands of the stock vectorizer, on either side",
+            (
+                "execution/test_matmul_lowerings.py",
+                "test_vectorized_pipeline_leaves_sub_byte_scalar",
+            ): "the sub-byte element types the vectorizer must not read as vectors",
+            (
+                "passes/test_matmul_kernels.py",
+                "_PAIRS",
+            ): "two mx x f32 cases beside the rotated pairs",
+            (
+                "passes/test_matmul_kernels.py",
+                "test_packed_subbyte_codes",
+            ): "packed A, packed B, both, and mx x f32",
+            (
+                "repro/test_round2_numerics.py",
+                "test_f9_scale_product_overflow_nan",
+            ): "a reproducer's pairs",
+            (
+                "repro/test_round2_numerics.py",
+                "test_f12_large_activations_are_exact",
+            ): "a reproducer's formats",
+            (
+                "test_linear.py",
+                "test_out_features_that_do_not_pack_stay_one_code_per_byte",
+            ): "widths of out_features against each packing group",
+            ("test_linear.py", "test_whole_tiles_are_stored_tiled"): "a packed and an 8-bit weight",
+            ("test_linear_dot.py", "test_activations_quantize_per_call"): "one pair per dot unit",
+            ("test_linear_inputs.py", "test_f2_linear_out0_zerodivision"): "a reproducer's formats",
+            ("test_linear_inputs.py", "test_f4_readonly_activation"): "a reproducer's formats",
+            ("tools/test_mx_bench.py", "test_quick_quantize_run"): "the rows a quick run must show",
+            (
+                "torch/test_llama.py",
+                "test_logits_within_the_bound_and_greedy_tokens_equal",
+            ): "MXFP4 and MXFP8, the formats a model is converted to",
+            (
+                "torch/test_mxlinear.py",
+                "test_the_op_on_other_tensors_builds_a_linear_over_them",
+            ): "widths of n_out against each packing group",
+            (
+                "torch/test_mxlinear.py",
+                "test_quantized_activations_equal_linear_on_quantized_x",
+            ): "one activation format per dot unit",
+        }.items()
+    },
 }
 
+ROOT = SRC.parents[1]
+#: Where the scans look: the library and its tests.
+SCANNED = (SRC, ROOT / "tests")
 
-def literal_lists(source: str, names: set[str]) -> list[tuple[int, str]]:
-    """(line, owner) of every tuple/list/set/dict display holding two or more
-    strings of ``names``; owner: the enclosing top-level function, else the
+
+def _sources() -> list[tuple[str, str]]:
+    """``(path relative to the repository, text)`` of every scanned module."""
+    return [
+        (path.relative_to(ROOT).as_posix(), path.read_text())
+        for top in SCANNED
+        for path in sorted(top.rglob("*.py"))
+    ]
+
+
+def _elements(node: ast.AST) -> list[ast.AST] | None:
+    """The elements of a tuple/list/set display, or the keys and values of a dict."""
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return node.elts
+    if isinstance(node, ast.Dict):
+        return [k for k in node.keys if k is not None] + node.values
+    return None
+
+
+def _owners(tree: ast.Module) -> dict[ast.AST, str]:
+    """Each node's owner: its top-level function or class, else the
     module-level name it is assigned to."""
-    tree = ast.parse(source)
     owner_of: dict[ast.AST, str] = {}
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -144,28 +275,48 @@ def literal_lists(source: str, names: set[str]) -> list[tuple[int, str]]:
             name = "<module>"
         for sub in ast.walk(node):
             owner_of[sub] = name
+    return owner_of
+
+
+def literal_lists(source: str, names: set[str], nested: bool = False) -> list[tuple[int, str]]:
+    """(line, owner) of every tuple/list/set/dict display holding two or more
+    different strings of ``names`` (with ``nested``: also counting those in
+    the displays it holds, so that a list of ``(name, label)`` records is a
+    list of names too); owner: the enclosing top-level function, else the
+    module-level name it is assigned to.  A display compared with ``==`` (an
+    expected value: ``assert got == ["mx.quantize_block", ...]``) is not a list."""
+    tree = ast.parse(source)
+    owner_of = _owners(tree)
+    expected = {
+        id(e)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Compare)
+        for e in [n.left, *n.comparators]
+    }
+
+    def hits(elts) -> set[str]:
+        return {e.value for e in elts if isinstance(e, ast.Constant) and e.value in names}
+
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Tuple | ast.List | ast.Set):
-            elts = node.elts
-        elif isinstance(node, ast.Dict):
-            elts = [k for k in node.keys if k is not None] + node.values
-        else:
+        elts = _elements(node)
+        if elts is None or id(node) in expected:
             continue
-        hits = [e for e in elts if isinstance(e, ast.Constant) and e.value in names]
-        if len(hits) >= 2:
+        got = hits(elts)
+        if nested:
+            got |= {v for e in elts for v in hits(_elements(e) or [])}
+        if len(got) >= 2:
             found.append((node.lineno, owner_of.get(node, "<module>")))
     return found
 
 
-def _copies(names: set[str]) -> list[str]:
-    bad = []
-    for path in sorted(SRC.rglob("*.py")):
-        rel = path.relative_to(SRC).as_posix()
-        for line, owner in literal_lists(path.read_text(), names):
-            if (rel, owner) not in ALLOWED:
-                bad.append(f"src/mlir_mx/{rel}:{line} ({owner})")
-    return bad
+def _copies(names: set[str], nested: bool = False) -> list[str]:
+    return [
+        f"{rel}:{line} ({owner})"
+        for rel, text in _sources()
+        for line, owner in literal_lists(text, names, nested)
+        if (rel, owner) not in ALLOWED
+    ]
 
 
 def test_no_second_list_of_ops():
@@ -174,7 +325,17 @@ def test_no_second_list_of_ops():
 
 def test_no_second_list_of_formats():
     names = set(ELEMENT_FORMATS) | {SCALE_TYPE}
-    assert _copies(names) == [], "derive these from mlir_mx.numerics.formats"
+    assert _copies(names, nested=True) == [], (
+        "derive these from mlir_mx.numerics.formats (tests: tests/format_cases.py)"
+    )
+
+
+def test_every_allowance_is_still_needed():
+    names = set(ELEMENT_FORMATS) | {SCALE_TYPE} | OP_NAMES | set(SCHEDULES) | {"auto"}
+    used = {
+        (rel, o) for rel, text in _sources() for _, o in literal_lists(text, names, nested=True)
+    }
+    assert sorted(set(ALLOWED) - used) == []
 
 
 def test_the_scan_finds_a_copy():
@@ -182,6 +343,48 @@ def test_the_scan_finds_a_copy():
     names = set(ELEMENT_FORMATS) | OP_NAMES
     assert literal_lists(src, names) == [(1, "X"), (3, "f")]
     assert literal_lists('Y = ("f8E4M3FN", "f32")\n', names) == []
+    records = 'Z = (("f8E4M3FN", "MXFP8"), ("f4E2M1FN", "MXFP4"))\n'
+    assert literal_lists(records, names, nested=True) == [(1, "Z")]
+    assert literal_lists(records, names) == []
+    assert literal_lists('W = [("f8E4M3FN", 1), ("f8E4M3FN", 2)]\n', names, nested=True) == []
+    assert literal_lists('assert got == ["f8E4M3FN", "i8"]\n', names) == []
+
+
+#: The widths of the format table: a comparison of a ``bits`` or ``width``
+#: attribute with one of them dispatches on a format's width instead of its
+#: behaviour (``ElementFormat.is_sub_byte``, ``group``, ``widening``).
+_WIDTHS = {f.bits for f in ELEMENT_FORMATS.values()} | {SCALE_BITS}
+
+
+def width_dispatch(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every comparison of a ``.bits`` / ``.width`` attribute
+    with a format width (``fmt.bits < 8``, ``fmt.bits == 4``, ...)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        parts = [node.left, *node.comparators]
+        attr = any(isinstance(p, ast.Attribute) and p.attr in ("bits", "width") for p in parts)
+        width = any(isinstance(p, ast.Constant) and p.value in _WIDTHS for p in parts)
+        if attr and width:
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_no_dispatch_on_format_widths():
+    """Behaviour comes from the format table's fields, never from a width:
+    only the table itself derives ``is_sub_byte`` from ``bits``."""
+    bad = [
+        f"{rel}:{line}: {text}"
+        for rel, src in _sources()
+        if rel != "src/mlir_mx/numerics/formats.py"
+        for line, text in width_dispatch(src)
+    ]
+    assert bad == [], "use ElementFormat.is_sub_byte / group / widening"
+    assert width_dispatch("if fmt.bits < 8 and f.width == 4:\n    pass\n") == [
+        (1, "fmt.bits < 8"), (1, "f.width == 4"),
+    ]  # fmt: skip
+    assert width_dispatch("ok = t.width == 1 or fmt.bits + 1\n") == []
 
 
 def test_no_second_list_of_schedules():
@@ -196,9 +399,10 @@ def test_no_second_list_of_schedules():
             )
 
 
-#: Pipeline text built by string formatting: ``pass{{...}}`` in an f-string,
-#: or pipeline pieces joined with ``+ ","``.
-_PIPELINE_TEXT = re.compile(r'f"[a-z0-9.-]+\{\{|\+\s*","|","\s*\+')
+#: Pipeline text built by string formatting: ``pass{{...}}`` or
+#: ``anchor(...)`` (``f"func.func({el})"``) in an f-string, or pipeline pieces
+#: joined with ``+ ","``.
+_PIPELINE_TEXT = re.compile(r'f"[a-z0-9.-]+\{\{|f"[a-z._-]+\(|\+\s*","|","\s*\+')
 
 
 def test_no_pipeline_text_built_by_formatting():
@@ -213,6 +417,8 @@ def test_no_pipeline_text_built_by_formatting():
     assert bad == []
     assert _PIPELINE_TEXT.search('x = f"mx-matmul-kernels{{threads={t}}}"')
     assert _PIPELINE_TEXT.search('p = head + "," + tail')
+    assert _PIPELINE_TEXT.search('add(pm, f"func.func({el})", el)')
+    assert not _PIPELINE_TEXT.search('msg = f"({n} outside the claim)"')
 
 
 def test_the_schedules_match_kernel_tags_of_the_enum():

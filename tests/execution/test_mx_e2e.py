@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from format_cases import BY_BEHAVIOUR, pairs
 from mlir import ir
 
 from mlir_mx import numerics as N
@@ -186,7 +187,7 @@ def _matmul_bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return k * 2.0**-24 * mag
 
 
-@pytest.mark.parametrize("elem", ["f8E4M3FN", "f6E2M3FN", "f4E2M1FN", "i8"])
+@pytest.mark.parametrize("elem", BY_BEHAVIOUR)
 def test_block_matmul_mx_times_f32(elem):
     m, k, n = 8, 64, 16
     t = _mx((m, k), elem, 32, 1)
@@ -207,9 +208,7 @@ def test_block_matmul_mx_times_f32(elem):
     assert np.all(np.abs(got - exact) <= bound)
 
 
-@pytest.mark.parametrize(
-    "ea,eb", [("f8E4M3FN", "f8E5M2"), ("i8", "f4E2M1FN"), ("f6E3M2FN", "f6E3M2FN")]
-)
+@pytest.mark.parametrize("ea,eb", pairs())
 def test_block_matmul_mx_times_mx(ea, eb):
     m, k, n = 4, 64, 8
     ta, tb = _mx((m, k), ea, 32, 1), _mx((k, n), eb, 32, 0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from format_cases import cycled
 from matmul_cases import U
 
 import mlir_mx
@@ -22,11 +23,7 @@ def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("MLIR_MX_CACHE_DIR", str(tmp_path / "cache"))
 
 
-@pytest.mark.parametrize(
-    "block,element",
-    [(3, "f8E4M3FN"), (5, "i8"), (6, "f6E3M2FN"), (12, "f4E2M1FN"), (24, "f8E5M2"),
-     (48, "f6E2M3FN"), (96, "f4E2M1FN"), (640, "f8E4M3FN")],
-)  # fmt: skip
+@pytest.mark.parametrize("block,element", cycled([3, 5, 6, 12, 24, 48, 96, 640]))
 def test_f3_prefill_blocksize_not_pow2(block, element):
     """Every M (decode 1, small 8 and 48, prefill 49 and 100) against the oracle,
     and the same rows bit for bit whatever the batch (hence the schedule)."""

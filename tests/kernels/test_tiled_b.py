@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from format_cases import BY_BEHAVIOUR
 from matmul_cases import kernel_runner, schedule_cases
 
 from mlir_mx.kernels import Problem
 from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
-from mlir_mx.numerics import pack_codes, quantize
+from mlir_mx.numerics import ELEMENT_FORMATS, pack_codes, quantize
 
 K, N = 128, 192
 
@@ -33,13 +34,13 @@ def test_b_tiled_needs_whole_tiles():
         Problem(None, 100, K, 32, None, "f4E2M1FN", b_packed=True, b_tiled=True)
 
 
-@pytest.mark.parametrize("element", ["f4E2M1FN", "f6E3M2FN", "f8E4M3FN"])
+@pytest.mark.parametrize("element", BY_BEHAVIOUR)
 @pytest.mark.parametrize("schedule, m", [(s, m) for s, m, _k, _n in schedule_cases()])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_tiled_b_gives_the_same_bits(element, schedule, m, threads):
     rng = np.random.default_rng(0)
     b = quantize(rng.standard_normal((K, N)).astype(np.float32), element, 32, axis=0)
-    packed = element != "f8E4M3FN"
+    packed = ELEMENT_FORMATS[element].is_sub_byte
     raw = pack_codes(b.codes, element) if packed else b.codes.view(np.uint8)
     x = rng.standard_normal((m, K)).astype(np.float32)
     out = []

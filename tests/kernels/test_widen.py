@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from format_cases import SUB_BYTE
 from mlir import ir
 from mlir.dialects import func
 
@@ -91,7 +92,7 @@ def test_every_code_widens_exactly(element, table):
 
 
 @pytest.mark.parametrize("table", PATHS, ids=lambda t: "vbmi" if t else "generic")
-@pytest.mark.parametrize("element", ["f4E2M1FN", "f6E2M3FN", "f6E3M2FN"])
+@pytest.mark.parametrize("element", SUB_BYTE)
 def test_packed_codes_unpack_exactly(element, table):
     fmt = ELEMENT_FORMATS[element]
     dec = Decoder(fmt, table=table)

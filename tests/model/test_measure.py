@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from format_cases import BY_BEHAVIOUR, SUB_BYTE
 
 from mlir_mx.model.measure import measure_machine, time_kernel, time_repeated
 from mlir_mx.model.variants import Shape
@@ -39,3 +40,11 @@ def test_cli_measure_kernels_small(capsys, mx_to_linalg):
     out = capsys.readouterr().out
     row = next(ln for ln in out.splitlines() if ln.startswith("mx-a"))
     assert row.split()[-1].endswith("x")  # a measured/model ratio
+
+
+@pytest.mark.parametrize("element", SUB_BYTE[:1] + BY_BEHAVIOUR[:1])
+def test_time_kernel_feeds_the_stored_form(element, mx_to_linalg):
+    """mx x mx through the lowering's packed boundary: FP4/FP6 codes go in
+    packed, 8-bit ones as they are (quantized by the compiled kernels)."""
+    kt = time_kernel("mx-ab", Shape(4, 64, 64), element, samples=3, budget_s=0.3)
+    assert kt.max_abs_error < 1e-4 and kt.timing.median > 0

@@ -154,3 +154,25 @@ def test_dequantize_every_code_times_every_scale_is_one_f32_multiply(name):
     smallest = got[0][np.abs(decode_elements(codes, name)) == fmt.min_subnormal]
     assert np.all(np.abs(smallest) == np.float32(fmt.min_subnormal * 2.0**-127))
     assert np.all(smallest != 0)
+
+
+def test_mx_names_are_the_ocp_names():
+    names = {n: f.mx_name for n, f in ELEMENT_FORMATS.items()}
+    assert set(names.values()) == {"MXFP8", "MXFP6", "MXFP4", "MXINT8"}
+    assert names["i8"] == "MXINT8" and names["f4E2M1FN"] == "MXFP4"
+
+
+@pytest.mark.parametrize("name", list(ELEMENT_FORMATS))
+def test_behaviour_fields_agree_with_the_layout(name):
+    """group, widening and int_exp2 (what code reads instead of names and
+    widths) are consistent with the format's bits and values."""
+    f = ELEMENT_FORMATS[name]
+    codes, nbytes = f.group
+    assert codes * f.bits == 8 * nbytes  # a packing group fills its bytes
+    assert f.is_sub_byte == (codes > 1)
+    assert f.widening in ("values", "f16", "int")
+    assert (f.widening == "int") == f.is_int
+    assert f.widening != "values" or f.num_codes <= 16  # one 16-entry register
+    if f.int_exp2 is not None:
+        v = decode_elements(finite_codes(name), name) * 2.0**f.int_exp2
+        assert np.array_equal(v, np.round(v)) and np.abs(v).max() < 2 ** (f.int_bits - 1)

@@ -11,6 +11,7 @@
 import ml_dtypes
 import numpy as np
 import pytest
+from format_cases import SUB_BYTE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -35,7 +36,6 @@ PROPS = settings(
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-SUB_BYTE = ["f4E2M1FN", "f6E2M3FN", "f6E3M2FN"]
 
 
 def bitstream_reference(codes: np.ndarray, bits: int) -> np.ndarray:
@@ -139,11 +139,14 @@ def test_pack_unpack_is_identity_on_bytes(packed):
     assert np.array_equal(pack_codes(unpack_codes(packed, "f4E2M1FN"), "f4E2M1FN"), packed)
 
 
-def test_fp6_every_byte_triple_round_trips():
-    # 3 bytes = 24 bits = exactly four 6-bit codes: every byte string is valid.
+def test_every_byte_string_round_trips():
+    # A group's bytes hold exactly its codes (FP6: 3 bytes = four 6-bit codes,
+    # FP4: 1 byte = two nibbles): every byte string is valid.
     rng = np.random.default_rng(3)
     packed = rng.integers(0, 256, size=(64, 12), dtype=np.uint8)
-    for name in ("f6E2M3FN", "f6E3M2FN"):
+    for name in SUB_BYTE:
+        codes, nbytes = ELEMENT_FORMATS[name].group
+        assert codes * ELEMENT_FORMATS[name].bits == 8 * nbytes
         assert np.array_equal(pack_codes(unpack_codes(packed, name), name), packed)
 
 
@@ -155,7 +158,7 @@ def test_non_contiguous_input_is_packed_by_logical_order():
     )
 
 
-@pytest.mark.parametrize("name", ["f8E4M3FN", "f8E5M2", "i8"])
+@pytest.mark.parametrize("name", [n for n in ELEMENT_FORMATS if n not in SUB_BYTE])
 def test_eight_bit_formats_are_stored_as_is(name):
     fmt = ELEMENT_FORMATS[name]
     raw = np.arange(-3, 5, dtype=np.int8) if fmt.is_int else np.arange(8, dtype=np.uint8)
@@ -172,11 +175,10 @@ def test_eight_bit_formats_are_stored_as_is(name):
 @pytest.mark.parametrize(
     "name,length,group",
     [
-        ("f4E2M1FN", 1, 2),
-        ("f4E2M1FN", 7, 2),
-        ("f6E2M3FN", 2, 4),
-        ("f6E3M2FN", 6, 4),
-        ("f6E2M3FN", 33, 4),
+        (n, length, g)
+        for n in SUB_BYTE
+        for g in [ELEMENT_FORMATS[n].group[0]]
+        for length in (1, g + 1, 8 * g + 1)
     ],
 )
 def test_axis_length_not_multiple_of_group_is_rejected(name, length, group):

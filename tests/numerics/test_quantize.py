@@ -3,6 +3,7 @@
 import ml_dtypes
 import numpy as np
 import pytest
+from format_cases import BY_BEHAVIOUR
 
 from mlir_mx.numerics import (
     ELEMENT_FORMATS,
@@ -315,7 +316,7 @@ def reference_last_axis(x, name, bs):
     return quantize(np.ascontiguousarray(x), name, bs, -1)
 
 
-@pytest.mark.parametrize("name", ["f8E4M3FN", "f4E2M1FN", "i8"])
+@pytest.mark.parametrize("name", BY_BEHAVIOUR)
 def test_axes_and_ranks(name):
     rng = np.random.default_rng(1)
     x3 = (rng.standard_normal((4, 64, 6)) * np.exp2(rng.integers(-20, 20, (4, 64, 6)))).astype(

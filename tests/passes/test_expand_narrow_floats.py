@@ -14,17 +14,15 @@ import pytest
 from mlir import ir
 
 from mlir_mx.execution import Runner
+from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_BITS, SCALE_DTYPE, SCALE_TYPE
 from mlir_mx.pipelines import load_pipeline
 
-FORMATS = {
-    "f8E4M3FN": md.float8_e4m3fn,
-    "f8E5M2": md.float8_e5m2,
-    "f6E2M3FN": md.float6_e2m3fn,
-    "f6E3M2FN": md.float6_e3m2fn,
-    "f4E2M1FN": md.float4_e2m1fn,
-    "f8E8M0FNU": md.float8_e8m0fnu,
-}
-WIDTH = {"f8E4M3FN": 8, "f8E5M2": 8, "f6E2M3FN": 6, "f6E3M2FN": 6, "f4E2M1FN": 4, "f8E8M0FNU": 8}
+#: Every narrow float of the format table (the float element formats and the
+#: E8M0 scale): its numpy dtype and its width in bits.
+FORMATS = {f.name: f.dtype.type for f in ELEMENT_FORMATS.values() if not f.is_int}
+FORMATS[SCALE_TYPE] = SCALE_DTYPE.type
+WIDTH = {f.name: f.bits for f in ELEMENT_FORMATS.values() if not f.is_int}
+WIDTH[SCALE_TYPE] = SCALE_BITS
 
 _GENERIC = """
 #id = affine_map<(d0) -> (d0)>
@@ -127,7 +125,7 @@ def sweep(nt: str) -> np.ndarray:
     fin = np.unique(vals[np.isfinite(vals)])
     mids = (fin[:-1] + fin[1:]) / 2
     top = fin[-1]
-    step = top - fin[-2] if nt != "f8E8M0FNU" else top
+    step = top - fin[-2] if nt != SCALE_TYPE else top
     extra = [top + step / 2, top + step, 2 * top, 1e30, 3.4e38, 0.0, -0.0, np.inf, -np.inf]
     with np.errstate(over="ignore"):
         base = np.concatenate([fin, mids, extra, [fin[fin > 0].min() / 2]]).astype(np.float32)
@@ -155,7 +153,7 @@ def sweep(nt: str) -> np.ndarray:
     rand_bits = f32(rng.integers(0, 1 << 32, 4000, dtype=np.uint64).astype(np.uint32))
     scale = float(np.abs(fin).max())
     rand_vals = (rng.standard_normal(2000) * scale / 3).astype(np.float32)
-    if nt == "f8E8M0FNU":
+    if nt == SCALE_TYPE:
         k = np.arange(-150, 128, dtype=np.float64)
         rand_vals = np.concatenate(
             [rand_vals, (2.0**k * 1.5).astype(np.float32), (2.0**k).astype(np.float32)]
@@ -170,7 +168,7 @@ def test_extf_all_codes(nt):
     assert_f32_equal(got, codes.astype(np.float32), f"extf {nt}")
 
 
-@pytest.mark.parametrize("nt", ["f8E4M3FN", "f8E5M2"])
+@pytest.mark.parametrize("nt", [n for n in FORMATS if n != SCALE_TYPE])
 def test_extf_all_codes_integer_path(nt):
     codes = all_codes(nt)
     got = runner(nt, f16_widening=False).ext(codes)
@@ -206,7 +204,7 @@ def test_truncf_sweep(nt):
     got = runner(nt).trunc(x)
     with np.errstate(all="ignore"):
         ml = x.astype(FORMATS[nt])
-    if nt == "f8E8M0FNU":
+    if nt == SCALE_TYPE:
         # The rule itself, independent of the ml_dtypes version (0.5/0.6 rounded
         # every f32 subnormal above 2^-127 up to 2^-126; 0.7 follows the rule).
         assert_codes_equal(got, e8m0_nearest(x), x, "truncf f32 -> E8M0 (the rule)")
@@ -234,7 +232,7 @@ def test_truncf_known_values():
     assert list(o) == [0x7E, 0x7F, 0xFF]
 
 
-@pytest.mark.parametrize("nt", [n for n in FORMATS if n != "f8E8M0FNU"])
+@pytest.mark.parametrize("nt", [n for n in FORMATS if n != SCALE_TYPE])
 def test_scaling_ops(nt):
     rng = np.random.default_rng(7)
     codes = np.tile(all_codes(nt), 4)

@@ -22,7 +22,9 @@ from __future__ import annotations
 import collections
 
 import pytest
+from format_cases import SUB_BYTE
 
+from mlir_mx.numerics import is_packed_storage
 from mlir_mx.testing import cache_fuzz, gguf_fuzz, linear_fuzz
 from mlir_mx.testing.campaign import FINDINGS, run_campaign, run_inline
 
@@ -69,10 +71,10 @@ def test_linear_generator_covers_the_space():
     pairs = {f"{c['w_elem']}/{c['a_kind']}" for c in configs}
     assert pairs == set(linear_fuzz.all_pairs()) and len(pairs) == 42
     storage = collections.Counter(
-        (c["w_elem"], c["n"] % (2 if c["w_elem"] == "f4E2M1FN" else 4) == 0)
-        for c in configs if c["w_elem"] in ("f4E2M1FN", "f6E2M3FN", "f6E3M2FN") and c["n"]
+        (c["w_elem"], is_packed_storage((1, c["n"]), c["w_elem"]))
+        for c in configs if c["w_elem"] in SUB_BYTE and c["n"]
     )  # fmt: skip
-    assert all(storage[(e, p)] for e in ("f4E2M1FN", "f6E2M3FN", "f6E3M2FN") for p in (True, False))
+    assert all(storage[(e, p)] for e in SUB_BYTE for p in (True, False))
     assert {c["block"] for c in configs} == set(linear_fuzz.BLOCKS)
     assert {c["threads"] for c in configs} == set(linear_fuzz.THREADS)
     assert {c["layout"] for c in configs} == {"out_in", "in_out"}
@@ -83,9 +85,9 @@ def test_linear_generator_covers_the_space():
     restricted = [linear_fuzz._config(7, g, None, False, "normal") for g in range(300)]
     for c in restricted:
         assert c["values"] == "normal"
-        if c["a_kind"] in ("f4E2M1FN", "f6E2M3FN", "f6E3M2FN"):
-            assert c["w_elem"] in ("f4E2M1FN", "f6E2M3FN", "f6E3M2FN")
-            assert c["n"] % 4 == 0 or (c["w_elem"] == "f4E2M1FN" and c["n"] % 2 == 0)
+        if c["a_kind"] in SUB_BYTE:
+            assert c["w_elem"] in SUB_BYTE
+            assert c["n"] == 0 or is_packed_storage((1, c["n"]), c["w_elem"])
 
 
 def test_cases_are_deterministic_and_options_reach_the_case():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from format_cases import BY_BEHAVIOUR
 
 torch = pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
 
@@ -19,7 +20,7 @@ def _layer(n_in=96, n_out=80, bias=True, seed=0) -> torch.nn.Linear:
     return torch.nn.Linear(n_in, n_out, bias=bias)
 
 
-@pytest.mark.parametrize("element", ["f4E2M1FN", "f6E2M3FN", "f8E4M3FN", "i8"])
+@pytest.mark.parametrize("element", BY_BEHAVIOUR)
 def test_equals_the_library_linear_bit_for_bit(element):
     layer = _layer()
     mx = MXLinear.from_linear(layer, element, threads=1)

@@ -30,6 +30,7 @@ import numpy as np
 
 from mlir_mx.harness.machine import cpu_sample, loadavg, machine_info, other_load
 from mlir_mx.host import default_thread_counts
+from mlir_mx.numerics.formats import ELEMENT_FORMATS
 
 __all__ = ["ModelOptions", "ROWS", "run_model", "targets"]
 
@@ -171,9 +172,8 @@ def run_model(opts: ModelOptions, say: Callable[[str], None]) -> dict:
         tmp = Path(tmp_)
         say("  the correctness references (f32, dequantized MX weights) and their bounds:")
         refs = {}
-        for fmt, label in (("f8E4M3FN", "MXFP8"), ("f4E2M1FN", "MXFP4")):
-            if not any(f == fmt for name, _, f in ROWS if name in opts.rows):
-                continue
+        for fmt in dict.fromkeys(f for name, _, f in ROWS if f and name in opts.rows):
+            label = ELEMENT_FORMATS[fmt].mx_name
             spec = _spec(opts, tmp, f"reference {label}", "reference", fmt, max(opts.threads))
             refs[fmt] = _run_worker(spec, tmp, say)
         rows = []

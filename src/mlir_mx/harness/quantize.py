@@ -36,9 +36,15 @@ import numpy as np
 from mlir_mx.harness.machine import cpu_sample, other_load, thread_limits
 from mlir_mx.harness.problem import BenchFailure
 
-__all__ = ["quantize_markdown", "run_quantize"]
+__all__ = ["TARGETS", "quantize_markdown", "quantize_targets", "run_quantize"]
 
 BLOCK = 32
+
+#: The conversion targets: elements per second of ``f32 -> MXFP4`` and
+#: ``f32 -> MXFP8`` (quantize) and of every dequantize into a new array, with
+#: all threads; quantize against ggml's quantize at the same thread count;
+#: peak numpy allocations during a call against the bytes of its output.
+TARGETS = {"rate": 1e9, "vs_ggml": 5.0, "peak_over_output": 1.1}
 
 
 def _timed(fn, samples: int, budget_s: float = 20.0):
@@ -204,6 +210,104 @@ def run_quantize(
                 threads=list(threads), rows=out, ggml_skipped=ggml_available())  # fmt: skip
 
 
+def _output_bytes(rec: dict, element: str, method: str) -> int:
+    """Bytes of one call's output: f32 for dequantize; the stored codes and
+    the scales for quantize."""
+    from mlir_mx.numerics import is_packed_storage, packed_shape, scale_shape
+
+    shape = (rec["rows_"], rec["cols"])
+    if "dequantize" in method:
+        return 4 * shape[0] * shape[1]
+    codes = packed_shape(shape, element) if is_packed_storage(shape, element) else shape
+    scales = scale_shape(shape, rec["block_size"], 1)
+    return codes[0] * codes[1] + scales[0] * scales[1]
+
+
+def _row(rec: dict, element: str, method: str, threads: int) -> dict | None:
+    key = (element, method, threads)
+    return next((r for r in rec["rows"] if (r["format"], r["method"], r["threads"]) == key), None)
+
+
+def _rate_target(rec, element, method, what, t) -> dict:
+    r = _row(rec, element, method, t)
+    rate = None if r is None else r["elements_per_s"]
+    return dict(
+        target=f"{what} >= {TARGETS['rate'] / 1e6:,.0f} M elements/s", format=element,
+        threads=t, measured="not measured" if rate is None else f"{rate / 1e6:,.0f} M/s",
+        met=None if rate is None else rate >= TARGETS["rate"],
+    )  # fmt: skip
+
+
+def _ggml_target(rec, element, t) -> dict:
+    ours = _row(rec, element, "ours quantize", t)
+    ggml = next((r for r in rec["rows"] if r["format"] == element and r["threads"] == t
+                 and r["method"].startswith("ggml")), None)  # fmt: skip
+    ratio = None if ours is None or ggml is None else ggml["median_s"] / ours["median_s"]
+    return dict(
+        target=f"quantize >= {TARGETS['vs_ggml']:g}x ggml at the same thread count",
+        format=element, threads=t,
+        measured="no ggml row" if ratio is None else f"{ratio:.1f}x {ggml['method']}",
+        met=None if ratio is None else ratio >= TARGETS["vs_ggml"],
+    )  # fmt: skip
+
+
+def _memory_target(rec, op: str) -> dict:
+    """The largest peak / output over every format and thread count of ``op``."""
+    worst = None
+    for r in rec["rows"]:
+        if r["method"] == f"ours {op}" and r["peak_numpy_bytes"] is not None:
+            ratio = r["peak_numpy_bytes"] / _output_bytes(rec, r["format"], r["method"])
+            if worst is None or ratio > worst[0]:
+                worst = (ratio, r["format"], r["threads"])
+    limit = TARGETS["peak_over_output"]
+    return dict(
+        target=f"{op}: peak extra memory <= {limit:g}x the output",
+        format="all" if worst is None else f"worst: {worst[1]}",
+        threads="all" if worst is None else worst[2],
+        measured="not measured" if worst is None else f"{worst[0]:.3f}x",
+        met=None if worst is None else worst[0] <= limit,
+    )  # fmt: skip
+
+
+def quantize_targets(rec: dict) -> list[dict]:
+    """The targets (:data:`TARGETS`), each with its measured figure and whether
+    it is met (None: not measured in this run), at the run's largest thread
+    count ("all threads"): f32 -> MXFP4 / MXFP8 rates and against ggml,
+    dequantize rates of every format, and the peak memory of ours."""
+    from mlir_mx.numerics import ELEMENT_FORMATS
+
+    t = max(rec["threads"])
+    quantized = [f for f in rec["formats"] if ELEMENT_FORMATS[f].mx_name in ("MXFP4", "MXFP8")]
+    out = []
+    for f in quantized:
+        what = f"f32 -> {ELEMENT_FORMATS[f].mx_name}"
+        out += [_rate_target(rec, f, "ours quantize", what, t), _ggml_target(rec, f, t)]
+    out += [_rate_target(rec, f, "ours dequantize", "dequantize into a new array", t)
+            for f in rec["formats"]]  # fmt: skip
+    return out + [_memory_target(rec, "quantize"), _memory_target(rec, "dequantize")]
+
+
+def _targets_markdown(rec: dict) -> list[str]:
+    size = f"{rec['rows_']} x {rec['cols']}"
+    lines = [
+        "",
+        f"### Targets ({max(rec['threads'])} threads, the most in this run)",
+        "",
+        "Each target is stated for an 8192 x 8192 f32 input measured in one run"
+        + ("." if size == "8192 x 8192" else f"; this run's input is {size}.")
+        + " met: yes / **no** from the rows above; '-': not measured in this run.",
+        "",
+        "| target | format | threads | measured | met |",
+        "|---|---|---|---|---|",
+    ]
+    for x in quantize_targets(rec):
+        met = {True: "yes", False: "**no**", None: "-"}[x["met"]]
+        lines.append(
+            f"| {x['target']} | {x['format']} | {x['threads']} | {x['measured']} | {met} |"
+        )
+    return lines
+
+
 def quantize_markdown(rec: dict) -> list[str]:
     """The conversion section of the markdown report."""
     n = rec["rows_"] * rec["cols"]
@@ -242,4 +346,4 @@ def quantize_markdown(rec: dict) -> list[str]:
             f"{r['median_s'] / ours[(r['format'], r['threads'])]:.2f}x | {exact} | {peak} | "
             f"{others} |"
         )
-    return lines
+    return lines + _targets_markdown(rec)

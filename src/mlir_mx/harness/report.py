@@ -52,6 +52,8 @@ def _header(r: dict) -> list[str]:
         " ".join(str(b.get(k, "")) for k in ("internal_api", "version", "architecture"))
         for b in m["blas"]
     )
+    # The matmul results table has the column; the other sections say per row.
+    used = "; the 'kernel threads' column says what each method really used" if r["rows"] else ""
     lines = [
         f"# mx-bench: {r['tag']} ({r['date']})",
         "",
@@ -61,8 +63,7 @@ def _header(r: dict) -> list[str]:
         f"absent: {', '.join(lack) or 'none'}",
         f"- Versions: {vers}; BLAS: {blas or 'unknown'}",
         f"- Thread counts: {', '.join(str(t) for t in r['options']['threads'])} "
-        "(numpy BLAS via threadpoolctl, torch.set_num_threads, ggml n_threads; "
-        "the 'kernel threads' column says what each method really used)",
+        f"(numpy BLAS via threadpoolctl, torch.set_num_threads, ggml n_threads{used})",
         f"- Load average (1/5/15 min) at start {r['loadavg_start']}, at end {r['loadavg_end']} "
         "(load counts every process on the cores, ours too)",
         f"- Share of the cores used by other processes during the run: "

@@ -59,6 +59,14 @@ def _torch():
     return torch, MXTensor, KernelPreference, elems
 
 
+def _torchao_packs(fmt) -> bool:
+    """Whether torchao keeps ``fmt``'s codes packed: a packing group of one
+    byte (FP4, ``torch.float4_e2m1fn_x2``, in our layout); FP6, whose groups
+    span three bytes, one code per byte."""
+    codes, nbytes = fmt.group
+    return codes > 1 and nbytes == 1
+
+
 def _numpy_bytes(t) -> np.ndarray:
     """A CPU tensor of 1-byte dtype as a numpy uint8 array sharing its memory."""
     import torch
@@ -88,12 +96,12 @@ def to_mxtensor(a: MXArray, orig_dtype=None):
             f"tensor); got axis {a.axis} of shape {a.shape}"
         )
     elem = elems[a.element]
-    if a.element == "f4E2M1FN":  # torchao's packing is ours
+    if _torchao_packs(a.format):  # FP4: torchao's packing is ours
         raw = a.packed_codes() if a.is_packed else pack_codes(a.codes, a.element)
     else:  # FP8, and FP6 one code per byte (torchao keeps FP6 unpacked)
         raw = a.codes.view(np.uint8)
     qdata = torch.from_numpy(np.array(raw))  # copies: torch tensors are writeable
-    if a.format.bits == 8:
+    if not a.format.is_sub_byte:
         qdata = qdata.view(elem)
     scale = torch.from_numpy(np.array(a.scales.view(np.uint8)))
     return MXTensor(
@@ -133,6 +141,6 @@ def from_mxtensor(t) -> MXArray:
     raw = _numpy_bytes(t.qdata)
     scales = _numpy_bytes(t.scale.contiguous()).view(SCALE_DTYPE)
     # Both constructors copy torch's (writeable) memory; FP4 bytes are kept packed.
-    if fmt.bits == 4:
+    if _torchao_packs(fmt):
         return MXArray.from_packed(raw, scales, fmt.name, int(t.block_size), axis=-1)
     return MXArray(raw.view(fmt.dtype), scales, fmt.name, int(t.block_size), axis=-1)

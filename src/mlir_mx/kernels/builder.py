@@ -141,6 +141,9 @@ class ArithBuilder:
     def subi(self, a, b):
         return arith.SubIOp(a, b, loc=self.loc).result
 
+    def muli(self, a, b):
+        return arith.MulIOp(a, b, loc=self.loc).result
+
     def andi(self, a, b):
         return arith.AndIOp(a, b, loc=self.loc).result
 
@@ -200,6 +203,9 @@ class ArithBuilder:
 
     def fneg(self, a):
         return arith.NegFOp(a, loc=self.loc).result
+
+    def absf(self, a):
+        return math.AbsFOp(a, loc=self.loc).result
 
     def maximumf(self, a, b):
         """``arith.maximumf`` (NaN if either is NaN)."""

@@ -1,28 +1,68 @@
-"""Exact code -> f32 conversions, written once for every IR builder.
+"""Exact conversions between f32 and MX codes, written once for every IR builder.
 
-The generated kernels (:mod:`mlir_mx.kernels.widen`) and the
-``mx-expand-narrow-floats`` pass both widen element codes and E8M0 scales;
-both call these functions with an :class:`~mlir_mx.kernels.builder.ArithBuilder`
-(the kernels' :class:`~mlir_mx.kernels.builder.KernelBuilder` hoists the
-constants, the pass's builder works on its op's shape).  Each function works
-on scalars, vectors or static tensors of code bytes: ``i8`` (the code in the
-low bits), its values exactly as ``ml_dtypes`` decodes them.
+The generated kernels (:mod:`mlir_mx.kernels.widen`, :mod:`mlir_mx.kernels.encode`,
+the dot kernels), the ``mx-to-linalg`` lowering
+(:mod:`mlir_mx.passes.mx_to_linalg.helpers`) and the ``mx-expand-narrow-floats``
+pass all widen element codes and E8M0 scales, derive E8M0 codes and round f32
+values to element codes; all of them call these functions with an
+:class:`~mlir_mx.kernels.builder.ArithBuilder` (the kernels'
+:class:`~mlir_mx.kernels.builder.KernelBuilder` hoists the constants, the
+pass's builder works on its op's shape).  Each function works on scalars,
+vectors or static tensors; constants take the shape of the operand.  Code
+bytes are ``i8`` (the code in the low bits), their values exactly as
+``ml_dtypes`` decodes them.
 
-Which recipe a format uses is its ``ElementFormat.widening`` row
-(:mod:`mlir_mx.numerics.formats`).
+Which widening a format uses is its ``ElementFormat.widening`` row
+(:mod:`mlir_mx.numerics.formats`; :func:`widen`).
 """
 
 from __future__ import annotations
+
+import struct
 
 from mlir import ir
 
 from mlir_mx.numerics.formats import SCALE_BIAS, SCALE_NAN_CODE, ElementFormat
 
-__all__ = ["F32_QNAN", "e8m0_to_f32", "f16_bits", "f16_widen"]
+__all__ = [
+    "F32_2_POW_M127",
+    "F32_ABS_MASK",
+    "F32_INF",
+    "F32_QNAN",
+    "abs_bits",
+    "e8m0_code",
+    "e8m0_inverse",
+    "e8m0_to_f32",
+    "f16_bits",
+    "f16_widen",
+    "f32_bits",
+    "int_widen",
+    "round_magnitude",
+    "widen",
+]
 
-#: f32 bits of a quiet NaN, and of 2^-127 (E8M0 code 0, an f32 subnormal).
+#: f32 bits: a quiet NaN, +Inf, the magnitude mask, and 2^-127 (E8M0 code 0,
+#: an f32 subnormal).
 F32_QNAN = 0x7FC00000
-_F32_2_POW_M127 = 0x00400000
+F32_INF = 0x7F800000
+F32_ABS_MASK = 0x7FFFFFFF
+F32_2_POW_M127 = 0x00400000
+
+assert SCALE_BIAS == 127  # E8M0 codes are f32 exponent fields (shifts by 23 below)
+
+
+def f32_bits(x: float) -> int:
+    """The bits of ``x`` rounded to f32, as an unsigned int."""
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def _const(b, like: ir.Value, value, elem: ir.Type | None = None) -> ir.Value:
+    """A constant shaped like ``like``, element type ``elem`` (default ``like``'s)."""
+    t = like.type if elem is None else b.same_shape(like, elem)
+    return b.const(value, t)
+
+
+# --------------------------------------------------------------------------- E8M0
 
 
 def e8m0_to_f32(b, codes: ir.Value) -> ir.Value:
@@ -35,15 +75,63 @@ def e8m0_to_f32(b, codes: ir.Value) -> ir.Value:
     i32 = b.same_shape(codes, b.i32)
     c = codes if codes.type == i32 else b.extui(codes, i32)
     bits = b.shli(c, b.const(23, i32))
-    bits = b.select(b.cmpi("eq", c, b.const(0, i32)), b.const(_F32_2_POW_M127, i32), bits)
+    bits = b.select(b.cmpi("eq", c, b.const(0, i32)), b.const(F32_2_POW_M127, i32), bits)
     nan = b.cmpi("eq", c, b.const(SCALE_NAN_CODE, i32))
     bits = b.select(nan, b.const(F32_QNAN, i32), bits)
-    assert SCALE_BIAS == 127  # the shift above places code - 127 as the exponent
     return b.bitcast(bits, b.same_shape(codes, b.f32))
 
 
+def e8m0_code(b, abs_bits: ir.Value, emax: int) -> ir.Value:
+    """The E8M0 code (``i32``) of blocks whose largest magnitude has the f32
+    bits ``abs_bits`` (``i32``, sign cleared; NaN and Inf bits are the largest).
+
+    The OCP FLOOR rule on the exponent field: ``shared_exp = field - 127 -
+    emax`` clamped below at -127, so ``code = max(field - emax, 0)``; an
+    exponent field of 255 (the block holds a NaN or an Inf) gives code 255.
+    """
+    c = lambda x: _const(b, abs_bits, x)  # noqa: E731
+    field = b.shrui(abs_bits, c(23))
+    code = b.maxsi(b.subi(field, c(emax)), c(0)) if emax else field
+    return b.select(b.cmpi("eq", field, c(SCALE_NAN_CODE)), c(SCALE_NAN_CODE), code)
+
+
+def e8m0_inverse(b, code: ir.Value) -> ir.Value:
+    """f32 ``2^-shared_exp = 2^(127 - code)`` for ``i32`` E8M0 codes: the value
+    of code ``254 - code`` (code 254 gives the f32 subnormal 2^-127), and NaN
+    for code 255 (every element of a NaN block scales to NaN)."""
+    c = lambda x: _const(b, code, x)  # noqa: E731
+    nan = b.cmpi("eq", code, c(SCALE_NAN_CODE))
+    return e8m0_to_f32(b, b.select(nan, code, b.subi(c(2 * SCALE_BIAS), code)))
+
+
+# --------------------------------------------------------------------------- widening
+
+
+def widen(b, codes: ir.Value, fmt: ElementFormat) -> ir.Value:
+    """Element code bytes -> their exact f32 values, by the format's
+    ``widening`` row: ``int`` (:func:`int_widen`), ``f16`` (:func:`f16_widen`).
+
+    ``values`` (FP4) is a 16-entry value table in one register, a lookup only
+    the kernels emit (:meth:`mlir_mx.kernels.widen.Decoder.lookup16`); its
+    elementwise form, for any shape and builder, is the f16 construction,
+    exact for every code of such a format.
+    """
+    if fmt.widening == "int":
+        return int_widen(b, codes, fmt)
+    if fmt.widening in ("f16", "values"):
+        return f16_widen(b, codes, fmt)
+    raise ValueError(f"{fmt.name}: no codec for widening {fmt.widening!r}")
+
+
+def int_widen(b, codes: ir.Value, fmt: ElementFormat) -> ir.Value:
+    """Integer codes (``i8``) -> ``code * 2^-mbits`` (MXINT8: ``c / 64``), exactly
+    (``sitofp`` is exact for 8-bit integers)."""
+    wide = b.sitofp(codes, b.same_shape(codes, b.f32))
+    return b.fmul(wide, _const(b, wide, 2.0**-fmt.mbits))
+
+
 def f16_bits(b, codes: ir.Value, fmt: ElementFormat) -> ir.Value:
-    """The f16 bits (``i16``) of ``value * 2^(bias - 15)`` for float codes.
+    """The f16 bits (``i16``) of ``value * 2^(bias - 15)`` for float code bytes.
 
     An f16 has room for every exponent of E4M3/FP6/FP4 and their subnormals
     land on f16 subnormals; E5M2 is exactly the top byte of an f16 (factor 1,
@@ -71,7 +159,7 @@ def f16_bits(b, codes: ir.Value, fmt: ElementFormat) -> ir.Value:
 
 
 def f16_widen(b, codes: ir.Value, fmt: ElementFormat) -> ir.Value:
-    """Float codes -> their exact f32 values through the hardware f16 -> f32
+    """Float code bytes -> their exact f32 values through the hardware f16 -> f32
     conversion (``vcvtph2ps``: no f32 subnormal operand, no microcode assist),
     then the exact power-of-two correction ``2^(15 - bias)``."""
     h = b.bitcast(f16_bits(b, codes, fmt), b.same_shape(codes, b.f16))
@@ -79,3 +167,35 @@ def f16_widen(b, codes: ir.Value, fmt: ElementFormat) -> ir.Value:
     if fmt.ebits == 5:
         return w
     return b.fmul(w, b.const(2.0 ** (15 - fmt.bias), w.type))
+
+
+# --------------------------------------------------------------------------- rounding
+
+
+def abs_bits(b, x: ir.Value) -> ir.Value:
+    """The f32 bits of ``|x|`` as ``i32`` (``x`` f32)."""
+    bits = b.bitcast(x, b.same_shape(x, b.i32))
+    return b.andi(bits, _const(b, bits, F32_ABS_MASK))
+
+
+def round_magnitude(b, mag: ir.Value, fmt: ElementFormat) -> ir.Value:
+    """The code (``i32``, sign bit clear) of the f32 magnitude with bits ``mag``
+    rounded to nearest, ties to even, in float format ``fmt``.
+
+    Valid for magnitudes up to the format's largest finite value plus half an
+    ulp; callers saturate or select their overflow, Inf and NaN codes.  Normal
+    results round on the f32 bits and are rebiased; subnormal results come
+    from adding a power of two whose ulp is the format's subnormal step, which
+    makes the (RNE) f32 adder round: the low bits are then the code (a carry
+    into the smallest normal gives that normal's code, also right).
+    """
+    c = lambda x: _const(b, mag, x)  # noqa: E731
+    sh = 23 - fmt.mbits
+    odd = b.andi(b.shrui(mag, c(sh)), c(1))
+    rounded = b.addi(b.addi(mag, odd), c((1 << (sh - 1)) - 1))
+    norm = b.subi(b.shrui(rounded, c(sh)), c((127 - fmt.bias) << fmt.mbits))
+    magic = 2.0 ** (24 - fmt.bias - fmt.mbits)
+    f32 = b.same_shape(mag, b.f32)
+    s = b.fadd(b.bitcast(mag, f32), b.const(magic, f32))
+    sub = b.subi(b.bitcast(s, mag.type), c(f32_bits(magic)))
+    return b.select(b.cmpi("ult", mag, c(f32_bits(2.0 ** (1 - fmt.bias)))), sub, norm)

@@ -30,6 +30,7 @@ item in the same way, so results do not depend on the thread count.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,14 +38,17 @@ from mlir import ir
 from mlir.dialects import arith, func
 
 from mlir_mx.kernels.builder import KernelBuilder
+from mlir_mx.kernels.widen import LANES
 from mlir_mx.numerics.formats import element_format
 
 __all__ = [
     "COLUMN_CHUNK",
+    "ConvertEmitter",
     "ConvertSpec",
     "SEGMENT_BLOCKS",
     "SOURCES",
     "convert_module",
+    "emit_convert",
     "parallel_items",
 ]
 
@@ -81,7 +85,7 @@ class ConvertSpec:
             raise ValueError(f"source: expected one of {', '.join(SOURCES)}, got {self.source!r}")
         if self.block < 1 or self.threads < 1:
             raise ValueError("block and threads must be positive")
-        if self.packed and fmt.bits == 8:
+        if self.packed and not fmt.is_sub_byte:
             raise ValueError(f"packed: {fmt.name} codes are one byte each")
 
     @property
@@ -109,9 +113,6 @@ class ConvertSpec:
 
 def convert_module(spec: ConvertSpec) -> ir.Module:
     """A module with the one kernel of ``spec`` (in the current context)."""
-    from mlir_mx.kernels.dequantize import emit_dequantize
-    from mlir_mx.kernels.quantize import emit_quantize
-
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):
         fn = func.FuncOp(spec.name, ir.FunctionType.get(spec.arg_types(), []))
@@ -119,14 +120,20 @@ def convert_module(spec: ConvertSpec) -> ir.Module:
         with ir.InsertionPoint(entry):
             anchor = arith.ConstantOp(ir.IndexType.get(), 0)
             kb = KernelBuilder(ir.InsertionPoint(anchor))
-            args = list(entry.arguments)
-            if spec.op == "quantize":
-                emit_quantize(kb, spec, *args)
-            else:
-                emit_dequantize(kb, spec, *args)
+            emit_convert(kb, spec, *entry.arguments)
             func.ReturnOp([])
             anchor.operation.erase()
     return module
+
+
+def emit_convert(kb: KernelBuilder, spec: ConvertSpec, *args: ir.Value) -> None:
+    """Emit the kernel of ``spec`` at the insertion point; ``args``: the memrefs
+    of :meth:`ConvertSpec.arg_types` (``x, codes, scales`` to quantize,
+    ``codes, scales, out`` to dequantize)."""
+    from mlir_mx.kernels.dequantize import Dequantize
+    from mlir_mx.kernels.quantize import Quantize
+
+    (Quantize if spec.op == "quantize" else Dequantize)(kb, spec, *args).emit()
 
 
 def parallel_items(
@@ -149,3 +156,135 @@ def split_items(kb: KernelBuilder, w: ir.Value, inner) -> tuple[ir.Value, ir.Val
     """``(w / inner, w % inner)`` for index values."""
     outer = kb.divu(w, inner)
     return outer, kb.sub(w, kb.mul(outer, inner))
+
+
+class ConvertEmitter:
+    """The loops both conversion kernels share; a subclass gives its sizes and
+    its bodies (:mod:`~mlir_mx.kernels.quantize`, :mod:`~mlir_mx.kernels.dequantize`).
+
+    ``rows``: items are segments of up to :data:`SEGMENT_BLOCKS` blocks of a
+    row; a block size that is a multiple of 16 runs :meth:`block` per block,
+    any other one the segment's scale factors into a scratch buffer
+    (:meth:`segment_scales`) and then its elements, 16 lanes at a time, each
+    lane gathering its block's factor (:meth:`element_lanes`).  ``columns``:
+    items are (block row, chunk of :data:`COLUMN_CHUNK` columns), cut into
+    tiles of 64 and 16 columns and a masked tail (:meth:`tile`).
+    """
+
+    def __init__(self, kb: KernelBuilder, spec: ConvertSpec):
+        self.kb, self.spec, self.bs = kb, spec, spec.block
+        self.v16 = kb.vec(LANES, kb.f32)
+        #: Elements of a block handled at once by :meth:`block` (blocks above
+        #: 64 elements run in pieces of 16, 32 or 64, read from L1 again).
+        self.width = self.bs if self.bs <= 64 else LANES * math.gcd(self.bs // LANES, 4)
+
+    def emit(self) -> None:
+        """The kernel at the insertion point."""
+        if self.spec.layout == "rows":
+            self.rows()
+        else:
+            self.columns()
+
+    # -- what a subclass gives ---------------------------------------------------
+
+    def row_sizes(self) -> tuple[ir.Value, ir.Value]:
+        """``rows``: (rows, blocks per row)."""
+        raise NotImplementedError
+
+    def column_sizes(self) -> tuple[ir.Value, ir.Value]:
+        """``columns``: (block rows, columns)."""
+        raise NotImplementedError
+
+    def block(self, r, j) -> None:
+        """Block ``j`` of row ``r`` (block size a multiple of 16)."""
+        raise NotImplementedError
+
+    def segment_scales(self, r, js, je, scratch) -> None:
+        """The f32 factor of each block ``js .. je`` of row ``r`` into ``scratch``."""
+        raise NotImplementedError
+
+    def element_lanes(self, r, e, factor, valid) -> None:
+        """16 elements of row ``r`` from ``e`` on (``valid`` of them, or all)
+        with their blocks' factors ``factor``."""
+        raise NotImplementedError
+
+    def tile(self, g, q, nv: int, valid) -> None:
+        """Block row ``g`` at columns ``q .. q + 16 nv`` (``valid``: a tail)."""
+        raise NotImplementedError
+
+    # -- rows --------------------------------------------------------------------
+
+    def rows(self) -> None:
+        kb = self.kb
+        p_rows, nb = self.row_sizes()
+        per_row = kb.ceildivu(nb, SEGMENT_BLOCKS)
+        generic = self.bs % LANES != 0
+
+        def body(first, end):
+            scratch = kb.alloc([SEGMENT_BLOCKS], kb.f32) if generic else None
+            with kb.loop(first, end, 1) as w:
+                r, k = split_items(kb, w.iv, per_row)
+                js = kb.mul(k, SEGMENT_BLOCKS)
+                je = kb.min(kb.add(js, SEGMENT_BLOCKS), nb)
+                if generic:
+                    self.segment_scales(r, js, je, scratch)
+                    self.segment_elements(r, js, je, scratch)
+                else:
+                    with kb.loop(js, je, 1) as j:
+                        self.block(r, j.iv)
+            if scratch is not None:
+                kb.dealloc(scratch)
+
+        parallel_items(kb, kb.mul(p_rows, per_row), self.spec.threads, body)
+
+    def segment_elements(self, r, js, je, scratch) -> None:
+        """The elements of blocks ``js .. je`` of row ``r``, 16 at a time, each
+        lane with its block's factor gathered from ``scratch``."""
+        kb, bs = self.kb, self.bs
+        start = kb.mul(js, bs)
+        count = kb.mul(kb.sub(je, js), bs)
+        full = kb.add(start, kb.mul(kb.divu(count, LANES), LANES))
+        lanes = kb.const_array(list(range(LANES)), kb.vec(LANES, kb.i32))
+        bsv = kb.const(bs, kb.vec(LANES, kb.i32))
+
+        def elements(e, valid):
+            rel = kb.index_cast(kb.sub(e, start), kb.i32)
+            idx = kb.divu(kb.addi(kb.broadcast(rel, LANES), lanes), bsv)
+            mask = kb.mask(LANES, LANES if valid is None else valid)
+            factor = kb.gather(scratch, [0], idx, mask, kb.const(0.0, self.v16))
+            self.element_lanes(r, e, factor, valid)
+
+        with kb.loop(start, full, LANES) as e:
+            elements(e.iv, None)
+        rest = kb.sub(kb.add(start, count), full)
+        with kb.if_(kb.icmp("ugt", rest, 0)):
+            elements(full, rest)
+
+    # -- columns -------------------------------------------------------------------
+
+    def columns(self) -> None:
+        kb = self.kb
+        block_rows, q = self.column_sizes()
+        chunks = kb.ceildivu(q, COLUMN_CHUNK)
+
+        def body(first, end):
+            with kb.loop(first, end, 1) as w:
+                g, c = split_items(kb, w.iv, chunks)
+                q0 = kb.mul(c, COLUMN_CHUNK)
+                self.column_tiles(g, q0, kb.min(kb.add(q0, COLUMN_CHUNK), q))
+
+        parallel_items(kb, kb.mul(block_rows, chunks), self.spec.threads, body)
+
+    def column_tiles(self, g, q0, q1) -> None:
+        """Columns ``q0 .. q1`` of block row ``g``: tiles of 64, of 16, a tail."""
+        kb = self.kb
+        width = kb.sub(q1, q0)
+        full4 = kb.add(q0, kb.mul(kb.divu(width, 4 * LANES), 4 * LANES))
+        full1 = kb.add(q0, kb.mul(kb.divu(width, LANES), LANES))
+        with kb.loop(q0, full4, 4 * LANES) as t:
+            self.tile(g, t.iv, 4, None)
+        with kb.loop(full4, full1, LANES) as t:
+            self.tile(g, t.iv, 1, None)
+        rest = kb.sub(q1, full1)
+        with kb.if_(kb.icmp("ugt", rest, 0)):
+            self.tile(g, full1, 1, rest)

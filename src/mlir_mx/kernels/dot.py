@@ -43,13 +43,12 @@ from mlir import ir
 from mlir_mx.host import has_features
 from mlir_mx.kernels.builder import KernelBuilder
 from mlir_mx.kernels.dot_codes import CodesSource
-from mlir_mx.kernels.dot_layout import PANEL, RecordLayout, dot_kind, int_factor
+from mlir_mx.kernels.dot_layout import PANEL, RecordLayout, dot_kind, int_factor, offset_bytes
 from mlir_mx.kernels.dot_prep import prepare_dot_a
 from mlir_mx.kernels.dot_sweep import sweep_decode
 from mlir_mx.kernels.problem import Operands, Problem
 from mlir_mx.kernels.stream import interleave_pairs
 from mlir_mx.kernels.widen import LANES, decode_scales
-from mlir_mx.numerics import decode_elements
 
 __all__ = ["DotConfig", "emit_dot", "supports_int", "supports_bf16"]
 
@@ -133,8 +132,7 @@ class _Dot:
         self.kcb = min(cfg.kcb or (1 if self.codes else prob.kblocks), prob.kblocks)
         self.vnni = has_features("avx512_vnni")
         if self.stored.nibbles:  # FP4 code -> doubled value + 128, per 128-bit lane
-            vals = decode_elements(_fp4_codes(), "f4E2M1FN") * 2 + 128
-            self.table = kb.const_array([int(v) for v in vals] * 4, kb.vec(64, kb.i8))
+            self.table = kb.const_array(offset_bytes(prob.b_elem, 16) * 4, kb.vec(64, kb.i8))
         self.row_tail = cfg.mr > 1 and (prob.m is None or prob.m % cfg.mr != 0)
         self.col_tail = prob.n % PANEL != 0
 
@@ -362,11 +360,3 @@ def _even_odd(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:
 def _in_order(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:
     """Inverse of :func:`_even_odd`."""
     return interleave_pairs(kb, [vecs[0], vecs[2], vecs[1], vecs[3]])
-
-
-def _fp4_codes():
-    import numpy as np
-
-    from mlir_mx.numerics import ELEMENT_FORMATS
-
-    return np.arange(16, dtype=np.uint8).view(ELEMENT_FORMATS["f4E2M1FN"].dtype)

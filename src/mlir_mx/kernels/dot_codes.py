@@ -31,10 +31,10 @@ from mlir import ir
 
 from mlir_mx.host import has_features
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.dot_layout import PANEL, int_factor
+from mlir_mx.kernels.dot_layout import PANEL, int_factor, offset_bytes, value_table
 from mlir_mx.kernels.problem import CodeRows
 from mlir_mx.kernels.widen import LANES, decode_scales, decoder
-from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements
+from mlir_mx.numerics import ELEMENT_FORMATS
 
 __all__ = ["CodesSource", "EVEN_ODD"]
 
@@ -57,10 +57,12 @@ class CodesSource:
         self.f = int_factor(prob.b_elem)
         self.table = None
         v64 = kb.vec(64, kb.i8)
-        if kind.name == "i8" and fmt.name == "f4E2M1FN":  # vpshufb: 16 entries per lane
-            self.table = ("llvm.x86.avx512.pshuf.b.512", kb.const_array(_ints(fmt, 16) * 4, v64))
+        if kind.name == "i8" and value_table(fmt.name):  # vpshufb: 16 entries per lane
+            table = offset_bytes(fmt.name, 16) * 4
+            self.table = ("llvm.x86.avx512.pshuf.b.512", kb.const_array(table, v64))
         elif kind.name == "i8" and not fmt.is_int and has_features("avx512vbmi"):
-            self.table = ("llvm.x86.avx512.permvar.qi.512", kb.const_array(_ints(fmt, 64), v64))
+            table = offset_bytes(fmt.name, 64)
+            self.table = ("llvm.x86.avx512.permvar.qi.512", kb.const_array(table, v64))
 
     def expand(self, hs, ds, j, c0, nblk: int) -> None:
         """Full records of blocks ``c0 .. c0 + nblk`` of panel ``j`` into
@@ -78,8 +80,8 @@ class CodesSource:
     def permutes(self, vs) -> bool:
         """Whether :meth:`block` gives ``vs`` with the panel's columns permuted
         (:data:`EVEN_ODD`): packed FP4 under i8, all four vectors."""
-        fp4 = self.kind.name == "i8" and self.prob.b_elem == "f4E2M1FN" and self.prob.b_packed
-        return fp4 and list(vs) == [0, 1, 2, 3]
+        pairs = self.kind.name == "i8" and value_table(self.prob.b_elem) and self.prob.b_packed
+        return pairs and list(vs) == [0, 1, 2, 3]
 
     def block(
         self, j, blk, vs, permute: bool = True
@@ -185,12 +187,3 @@ class CodesSource:
         return kb.shuffle(
             a, b, [x for i in range(16) for x in (2 * i, 2 * i + 1, 32 + 2 * i, 33 + 2 * i)]
         )
-
-
-def _ints(fmt, n: int) -> list[int]:
-    """The bytes ``value * 2^int_exp2 + 128`` of codes ``0 .. n - 1``."""
-    import numpy as np
-
-    codes = np.arange(n) % fmt.num_codes
-    vals = decode_elements(codes.astype(np.uint8).view(fmt.dtype), fmt.name) * 2.0**fmt.int_exp2
-    return [int(x) + 128 for x in vals]

@@ -61,6 +61,8 @@ __all__ = [
     "KINDS",
     "int_factor",
     "int_max",
+    "offset_bytes",
+    "value_table",
     "dot_kind",
     "RecordLayout",
     "pack_records",
@@ -81,6 +83,22 @@ def int_max(element: str) -> int:
     """Largest ``|value * 2^f|`` of ``element`` (INT8: 128, for code -128)."""
     fmt = ELEMENT_FORMATS[element]
     return 128 if fmt.is_int else int(fmt.max_normal * 2**fmt.int_exp2)
+
+
+def value_table(element: str) -> bool:
+    """Whether ``element``'s codes index a 16-entry table (``vpshufb``, and FP4
+    records kept as nibbles): the format table's ``widening == "values"``."""
+    return ELEMENT_FORMATS[element].widening == "values"
+
+
+def offset_bytes(element: str, n: int) -> list[int]:
+    """The bytes ``value * 2^int_exp2 + 128`` of codes ``0 .. n - 1`` (code
+    ``k`` taken modulo the format's number of codes): a byte table of B's
+    operand values for the ``i8`` unit."""
+    fmt = ELEMENT_FORMATS[element]
+    codes = np.arange(n) % fmt.num_codes
+    vals = decode_elements(codes.astype(np.uint8).view(fmt.dtype), fmt.name) * 2.0**fmt.int_exp2
+    return [int(x) + 128 for x in vals]
 
 
 @dataclass(frozen=True)
@@ -152,7 +170,7 @@ class RecordLayout:
     @property
     def nibbles(self) -> bool:
         """FP4 codes kept as nibbles (stored i8 records only)."""
-        return not self.full and self.kind.name == "i8" and self.b_elem == "f4E2M1FN"
+        return not self.full and self.kind.name == "i8" and value_table(self.b_elem)
 
     @property
     def data_offset(self) -> int:

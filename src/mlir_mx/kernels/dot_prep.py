@@ -10,7 +10,7 @@ Each row of A becomes ``K / g`` 32-bit words (:class:`~.dot_layout.DotKind`
 * ``bf16``: two bf16 values, element ``2i + 1`` in the low half and ``2i`` in
   the high half ("swapped pairs", so that ``vdpbf16ps`` adds ``2i`` first).
 
-and its scales become f32 (E8M0 decoded; rows past M are zero).
+and its scales become f32 (E8M0 decoded by :mod:`.codec`; rows past M are zero).
 
 An MX A is decoded exactly (:mod:`.widen`).  An f32 A with
 ``Problem.a_quant`` is quantized here, block by block, exactly as
@@ -34,15 +34,14 @@ from mlir import ir
 from mlir.dialects import math, vector
 
 from mlir_mx.kernels.builder import KernelBuilder
+from mlir_mx.kernels.codec import abs_bits, e8m0_code, e8m0_to_f32
 from mlir_mx.kernels.dot_layout import DotKind, int_factor
 from mlir_mx.kernels.problem import CodeRows, Operands, Problem, vector_loop
 from mlir_mx.kernels.widen import LANES, decode_scales, decoder
 from mlir_mx.numerics import ELEMENT_FORMATS
+from mlir_mx.numerics.formats import SCALE_BIAS, SCALE_NAN_CODE
 
 __all__ = ["DotA", "prepare_dot_a", "quantize_block"]
-
-_F32_2_POW_M127 = 0x00400000
-_F32_QNAN = 0x7FC00000
 
 
 @dataclass(frozen=True)
@@ -172,25 +171,18 @@ def quantize_block(kb: KernelBuilder, xs: list[ir.Value], element: str) -> tuple
     as :func:`mlir_mx.numerics.quantize` (module docstring)."""
     fmt = ELEMENT_FORMATS[element]
     i32, f32 = kb.i32, kb.f32
-    v16f, v16i = kb.vec(LANES, f32), kb.vec(LANES, i32)
+    v16f = kb.vec(LANES, f32)
     # |x| as integers keeps the order of the magnitudes, and NaN bits lie
     # above Inf's: an integer max finds amax, Inf and NaN at once.
-    absmask = kb.const(0x7FFFFFFF, v16i)
-    mags = [kb.andi(kb.bitcast(x, v16i), absmask) for x in xs]
+    mags = [abs_bits(kb, x) for x in xs]
     top = mags[0]
     for v in mags[1:]:
         top = kb.maxui(top, v)
     bits_max = vector.ReductionOp(i32, vector.CombiningKind.MAXUI, top).result
-    finite = kb.cmpi("ult", bits_max, kb.const(0x7F800000, i32))
-    ex = kb.sub(kb.shrui(bits_max, kb.const(23, i32)), kb.const(127, i32))
-    shared = kb.max(kb.sub(ex, kb.const(fmt.emax, i32)), kb.const(-127, i32))
-    code = kb.add(shared, kb.const(127, i32))
-    bits = kb.select(
-        kb.cmpi("eq", code, kb.const(0, i32)),
-        kb.const(_F32_2_POW_M127, i32),
-        kb.shli(code, kb.const(23, i32)),
-    )
-    scale = kb.bitcast(kb.select(finite, bits, kb.const(_F32_QNAN, i32)), f32)
+    code = e8m0_code(kb, bits_max, fmt.emax)
+    finite = kb.cmpi("ne", code, kb.const(SCALE_NAN_CODE, i32))
+    scale = e8m0_to_f32(kb, code)
+    shared = kb.sub(code, kb.const(SCALE_BIAS, i32))
     # x * 2^-shared as two multiplies by normal powers of two (2^-127 is not normal).
     e = kb.sub(kb.const(0, i32), kb.select(finite, shared, kb.const(0, i32)))
     e1 = kb.shrsi(e, kb.const(1, i32))

@@ -2,18 +2,18 @@
 
 The encoding side of :mod:`mlir_mx.kernels.widen`: the same numerics as the
 ``mx-to-linalg`` lowering of ``mx.quantize_block``
-(:mod:`mlir_mx.passes.mx_to_linalg.helpers`: ``amax_to_code``,
-``pow2_neg_shared_exp``, ``scaled_to_element``) and the f32 -> narrow
-conversion of ``mx-expand-narrow-floats``, written for vectors of 16 lanes
-so that a kernel encodes a whole register at once.  Bit for bit the numpy
-oracle (``docs/numerics.md``):
+(:mod:`mlir_mx.passes.mx_to_linalg.helpers`) and the f32 -> narrow
+conversion of ``mx-expand-narrow-floats``, from the same codec
+(:mod:`mlir_mx.kernels.codec`: ``e8m0_code``, ``e8m0_inverse``,
+``round_magnitude``), for vectors of 16 lanes so that a kernel encodes a
+whole register at once.  Bit for bit the numpy oracle (``docs/numerics.md``):
 
-* :func:`scale_code`: the E8M0 code of a block from the f32 bits of its
+* ``codec.e8m0_code``: the E8M0 code of a block from the f32 bits of its
   largest magnitude (the OCP FLOOR rule on the exponent field, clamped at
   code 0; a NaN or an Inf in the block gives code 255).  An integer maximum
   of the magnitude bits is the block's ``max |x|`` and sees NaN and Inf
   (their bits are the largest), so a block is one ``umax`` reduction.
-* :func:`inverse_scale`: ``2^-shared_exp`` as f32 (code 254: the subnormal
+* ``codec.e8m0_inverse``: ``2^-shared_exp`` as f32 (code 254: the subnormal
   2^-127) and NaN for code 255, so that every element of a NaN block scales
   to NaN and :meth:`Encoder.codes` turns it into code 0.
 * :meth:`Encoder.codes`: ``x * 2^-shared_exp`` (one f32 multiply, exact
@@ -31,68 +31,18 @@ oracle (``docs/numerics.md``):
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from mlir import ir
 
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.numerics.formats import SCALE_BIAS, SCALE_NAN_CODE, ElementFormat, element_format
+from mlir_mx.kernels.codec import F32_ABS_MASK, F32_INF, f32_bits, round_magnitude
+from mlir_mx.numerics.formats import ElementFormat, element_format
 
-__all__ = ["Encoder", "LANES", "abs_bits", "inverse_scale", "pack", "scale_code"]
+__all__ = ["Encoder", "LANES", "pack"]
 
 #: f32 lanes per register.
 LANES = 16
-
-_ABS_MASK = 0x7FFFFFFF
-_F32_INF = 0x7F800000
-_F32_QNAN = 0x7FC00000
-#: f32 bits of 2^-127 (an f32 subnormal): 2^-shared_exp of scale code 254.
-_F32_2_POW_M127 = 0x00400000
-
-
-def _f32_bits(x: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", x))[0]
-
-
-def _like(kb: KernelBuilder, v: ir.Value, value, elem: ir.Type | None = None) -> ir.Value:
-    """A constant shaped like ``v`` (scalar or vector), element type ``elem``."""
-    t = v.type
-    if elem is not None:
-        t = kb.vec(ir.VectorType(t).shape[0], elem) if isinstance(t, ir.VectorType) else elem
-    return kb.const(value, t)
-
-
-def _retype(kb: KernelBuilder, v: ir.Value, elem: ir.Type) -> ir.Type:
-    return kb.vec(ir.VectorType(v.type).shape[0], elem) if isinstance(v.type, ir.VectorType) else elem
-
-
-def scale_code(kb: KernelBuilder, abs_bits: ir.Value, emax: int) -> ir.Value:
-    """E8M0 code (i32, scalar or vector) of blocks whose largest magnitude has
-    f32 bits ``abs_bits`` (sign cleared; NaN/Inf bits are the largest).
-
-    ``code = max(field - emax, 0)``, 255 when the exponent field is 255.
-    """
-    c = lambda x: _like(kb, abs_bits, x)  # noqa: E731
-    field = kb.shrui(abs_bits, c(23))
-    code = kb.maxsi(kb.subi(field, c(emax)), c(0)) if emax else field
-    return kb.select(kb.cmpi("eq", field, c(SCALE_NAN_CODE)), c(SCALE_NAN_CODE), code)
-
-
-def inverse_scale(kb: KernelBuilder, code: ir.Value) -> ir.Value:
-    """f32 ``2^(127 - code)`` for an i32 E8M0 code; NaN for code 255."""
-    c = lambda x: _like(kb, code, x)  # noqa: E731
-    biased = kb.subi(c(2 * SCALE_BIAS), code)
-    bits = kb.shli(biased, c(23))
-    bits = kb.select(kb.cmpi("eq", biased, c(0)), c(_F32_2_POW_M127), bits)
-    bits = kb.select(kb.cmpi("eq", code, c(SCALE_NAN_CODE)), c(_F32_QNAN), bits)
-    return kb.bitcast(bits, _retype(kb, code, kb.f32))
-
-
-def abs_bits(kb: KernelBuilder, x: ir.Value) -> ir.Value:
-    """The f32 bits of ``|x|`` as i32 (``x`` f32, scalar or vector)."""
-    bits = kb.bitcast(x, _retype(kb, x, kb.i32))
-    return kb.andi(bits, _like(kb, bits, _ABS_MASK))
 
 
 @dataclass(frozen=True)
@@ -113,23 +63,13 @@ class Encoder:
             return self._int_codes(kb, p)
         f = self.fmt
         n = f.ebits + f.mbits
-        sh = 23 - f.mbits
-        c = lambda x: _like(kb, p, x, kb.i32)  # noqa: E731
-        bits = kb.bitcast(p, _retype(kb, p, kb.i32))
-        mag = kb.andi(bits, c(_ABS_MASK))
-        nan = kb.cmpi("ugt", mag, c(_F32_INF))
-        mag = kb.minui(mag, c(_f32_bits(f.max_normal)))  # saturation
-        # Normal results: round to nearest even on the bits, then rebias.
-        odd = kb.andi(kb.shrui(mag, c(sh)), c(1))
-        rounded = kb.addi(kb.addi(mag, odd), c((1 << (sh - 1)) - 1))
-        norm = kb.subi(kb.shrui(rounded, c(sh)), c((127 - f.bias) << f.mbits))
-        # Subnormal results: adding a power of two whose ulp is the format's
-        # subnormal step makes the f32 adder round (RNE); the low bits are the
-        # code (a carry into min-normal gives min-normal's code, also right).
-        magic = 2.0 ** (24 - f.bias - f.mbits)
-        s = kb.fadd(kb.bitcast(mag, p.type), kb.const(magic, p.type))
-        sub = kb.subi(kb.bitcast(s, bits.type), c(_f32_bits(magic)))
-        code = kb.select(kb.cmpi("ult", mag, c(_f32_bits(2.0 ** (1 - f.bias)))), sub, norm)
+        i32 = kb.same_shape(p, kb.i32)
+        c = lambda x: kb.const(x, i32)  # noqa: E731
+        bits = kb.bitcast(p, i32)
+        mag = kb.andi(bits, c(F32_ABS_MASK))
+        nan = kb.cmpi("ugt", mag, c(F32_INF))
+        mag = kb.minui(mag, c(f32_bits(f.max_normal)))  # saturation
+        code = round_magnitude(kb, mag, f)
         # The sign bit lands on bit n (code's sign); a zero keeps its sign.
         sign = kb.andi(kb.shrui(bits, c(31 - n)), c(1 << n))
         return kb.select(nan, c(0), kb.ori(code, sign))
@@ -139,7 +79,7 @@ class Encoder:
         one = 2.0**self.fmt.mbits
         q = kb.roundeven(kb.fmul(p, kb.const(one, p.type)))
         q = kb.select(kb.is_nan(q), kb.const(0.0, p.type), q)
-        ci = _retype(kb, p, kb.i32)
+        ci = kb.same_shape(p, kb.i32)
         top = int(self.fmt.max_normal * one)
         v = kb.fptosi(q, ci)  # |q| <= 128: the block's scale bounds |p| < 2
         return kb.minsi(kb.maxsi(v, kb.const(-top, ci)), kb.const(top, ci))
@@ -164,15 +104,18 @@ def pack(kb: KernelBuilder, fmt: ElementFormat, codes: list[ir.Value], packed: b
 def _pack16(kb: KernelBuilder, fmt: ElementFormat, c: ir.Value, packed: bool) -> ir.Value:
     n = ir.VectorType(c.type).shape[0]
     i64 = ir.IntegerType.get_signless(64)
-    if not packed or fmt.bits == 8:
+    group, nbytes = fmt.group
+    if not packed or group == 1:
         return kb.trunci(c, kb.vec(n, kb.i8))
     w = kb.vbitcast(c, n // 2, i64)  # lane pairs (2i, 2i + 1) as one qword
-    if fmt.bits == 4:  # c[2i] | c[2i+1] << 4 in the qword's low byte
-        t = kb.ori(w, kb.shrui(w, kb.const(32 - 4, w.type)))
+    if (group, nbytes) == (2, 1):  # c[2i] | c[2i+1] << 4 in the qword's low byte
+        t = kb.ori(w, kb.shrui(w, kb.const(32 - fmt.bits, w.type)))
         return kb.trunci(t, kb.vec(n // 2, kb.i8))
+    if (group, nbytes) != (4, 3):
+        raise ValueError(f"{fmt.name}: no packing of groups {fmt.group}")
     # FP6: pairs -> 12-bit fields, pairs of those -> 24-bit groups, 3 bytes each.
-    t = kb.ori(w, kb.shrui(w, kb.const(32 - 6, w.type)))
+    t = kb.ori(w, kb.shrui(w, kb.const(32 - fmt.bits, w.type)))
     t = kb.vbitcast(kb.trunci(t, kb.vec(n // 2, kb.i32)), n // 4, i64)
-    u = kb.ori(t, kb.shrui(t, kb.const(32 - 12, t.type)))
+    u = kb.ori(t, kb.shrui(t, kb.const(32 - 2 * fmt.bits, t.type)))
     b = kb.vbitcast(kb.trunci(u, kb.vec(n // 4, kb.i32)), n, kb.i8)
     return kb.shuffle(b, b, [4 * g + k for g in range(n // 4) for k in range(3)])

@@ -23,44 +23,29 @@ encoded at once; the tile is then read again from L1 and encoded.
 
 from __future__ import annotations
 
-import math
-
 from mlir import ir
 
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.convert import (
-    COLUMN_CHUNK,
-    SEGMENT_BLOCKS,
-    ConvertSpec,
-    parallel_items,
-    split_items,
-)
-from mlir_mx.kernels.encode import LANES, Encoder, abs_bits, inverse_scale, pack, scale_code
+from mlir_mx.kernels.codec import abs_bits, e8m0_code, e8m0_inverse
+from mlir_mx.kernels.convert import ConvertEmitter, ConvertSpec, split_items
+from mlir_mx.kernels.encode import LANES, Encoder, pack
 from mlir_mx.numerics.formats import element_format
 from mlir_mx.numerics.packing import packing_group
 
-__all__ = ["emit_quantize"]
+__all__ = ["Quantize"]
 
 
-def emit_quantize(kb: KernelBuilder, spec: ConvertSpec, x, codes, scales) -> None:
-    """Emit the kernel of ``spec`` at the insertion point (``x``, ``codes``,
-    ``scales``: the memrefs of :meth:`ConvertSpec.arg_types`)."""
-    q = _Quantize(kb, spec, x, codes, scales)
-    if spec.layout == "rows":
-        q.rows()
-    else:
-        q.columns()
+class Quantize(ConvertEmitter):
+    """``x`` (f32, f64, f16 or bf16) -> ``codes``, ``scales`` (:meth:`ConvertSpec.arg_types`)."""
 
-
-class _Quantize:
     def __init__(self, kb: KernelBuilder, spec: ConvertSpec, x, codes, scales):
-        self.kb, self.spec = kb, spec
+        super().__init__(kb, spec)
         self.x, self.codes, self.scales = x, codes, scales
         self.fmt = element_format(spec.element)
         self.enc = Encoder(self.fmt)
-        self.bs = spec.block
         self.group = packing_group(self.fmt) if spec.packed else (1, 1)
-        self.v16 = kb.vec(LANES, kb.f32)
+        self.nb = None  # columns: blocks per column of x
+        self.pj = None  # columns: (p, j) of the block row being emitted
 
     # -- reading and writing ---------------------------------------------------------
 
@@ -106,48 +91,27 @@ class _Quantize:
         """Scale codes of 16 blocks from their magnitude bits ``m``: stored at
         ``scales[row, col..]``; returns their ``2^-shared_exp``."""
         kb = self.kb
-        code = scale_code(kb, m, self.fmt.emax)
+        code = e8m0_code(kb, m, self.fmt.emax)
         kb.store_lanes(kb.trunci(code, kb.vec(LANES, kb.i8)), self.scales, [row, col], valid)
-        return inverse_scale(kb, code)
+        return e8m0_inverse(kb, code)
 
     def scale_scalar(self, m_vec: ir.Value, row, col) -> ir.Value:
         """Scale code of one block from lane-wise magnitude bits: stored at
         ``scales[row, col]``; returns its ``2^-shared_exp`` (f32 scalar)."""
         kb = self.kb
-        code = scale_code(kb, kb.reduce("maxui", m_vec), self.fmt.emax)
+        code = e8m0_code(kb, kb.reduce("maxui", m_vec), self.fmt.emax)
         kb.store(kb.trunci(code, kb.i8), self.scales, [row, col])
-        return inverse_scale(kb, code)
+        return e8m0_inverse(kb, code)
 
     # -- rows ------------------------------------------------------------------------
 
-    def rows(self) -> None:
-        kb = self.kb
-        p_rows, n = kb.dim(self.x, 0), kb.dim(self.x, 1)
-        nb = kb.divu(n, self.bs)
-        per_row = kb.ceildivu(nb, SEGMENT_BLOCKS)
-        generic = self.bs % LANES != 0
-
-        def body(first, end):
-            scratch = kb.alloc([SEGMENT_BLOCKS], kb.f32) if generic else None
-            with kb.loop(first, end, 1) as w:
-                r, k = split_items(kb, w.iv, per_row)
-                js = kb.mul(k, SEGMENT_BLOCKS)
-                je = kb.min(kb.add(js, SEGMENT_BLOCKS), nb)
-                if generic:
-                    self.segment_generic(r, js, je, scratch)
-                else:
-                    with kb.loop(js, je, 1) as j:
-                        self.block(r, j.iv)
-            if scratch is not None:
-                kb.dealloc(scratch)
-
-        parallel_items(kb, kb.mul(p_rows, per_row), self.spec.threads, body)
+    def row_sizes(self):
+        return self.kb.dim(self.x, 0), self.kb.divu(self.kb.dim(self.x, 1), self.bs)
 
     def block(self, r, j) -> None:
         """One block of a row (block size a multiple of 16)."""
-        kb, bs = self.kb, self.bs
+        kb, bs, width = self.kb, self.bs, self.width
         e0 = kb.mul(j, bs)
-        width = bs if bs <= 64 else LANES * math.gcd(bs // LANES, 4)
         nv = width // LANES
         if width == bs:  # the whole block in registers
             xs = [self.load([r, kb.add(e0, LANES * v)]) for v in range(nv)]
@@ -165,8 +129,9 @@ class _Quantize:
             xs = [self.load([r, kb.add(col, LANES * v)]) for v in range(nv)]
             self.store_codes([kb.fmul(v, mult) for v in xs], r, col)
 
-    def segment_generic(self, r, js, je, scratch) -> None:
-        """Blocks ``[js, je)`` of row ``r``, any block size: scales, then elements."""
+    def segment_scales(self, r, js, je, scratch) -> None:
+        """Any block size: the scales of blocks ``[js, je)`` (their codes stored,
+        their ``2^-shared_exp`` into ``scratch``)."""
         kb, bs = self.kb, self.bs
         with kb.loop(js, je, 1) as j:
             e0 = kb.mul(j.iv, bs)
@@ -175,58 +140,28 @@ class _Quantize:
                 valid = None if t + LANES <= bs else kb.idx(bs - t)
                 m = kb.maxui(m, abs_bits(kb, self.load([r, kb.add(e0, t)], valid)))
             kb.store(self.scale_scalar(m, r, j.iv), scratch, [kb.sub(j.iv, js)])
-        start = kb.mul(js, bs)
-        count = kb.mul(kb.sub(je, js), bs)
-        full = kb.add(start, kb.mul(kb.divu(count, LANES), LANES))
-        lanes = kb.const_array(list(range(LANES)), kb.vec(LANES, kb.i32))
-        bsv = kb.const(bs, kb.vec(LANES, kb.i32))
 
-        def elements(e, valid):
-            rel = kb.index_cast(kb.sub(e, start), kb.i32)
-            idx = kb.divu(kb.addi(kb.broadcast(rel, LANES), lanes), bsv)
-            mask = kb.mask(LANES, LANES if valid is None else valid)
-            mult = kb.gather(scratch, [0], idx, mask, kb.const(0.0, self.v16))
-            self.store_codes([kb.fmul(self.load([r, e], valid), mult)], r, e, valid)
-
-        with kb.loop(start, full, LANES) as e:
-            elements(e.iv, None)
-        rest = kb.sub(kb.add(start, count), full)
-        with kb.if_(kb.icmp("ugt", rest, 0)):
-            elements(full, rest)
+    def element_lanes(self, r, e, factor, valid) -> None:
+        x = self.load([r, e], valid)
+        self.store_codes([self.kb.fmul(x, factor)], r, e, valid)
 
     # -- columns -------------------------------------------------------------------
 
-    def columns(self) -> None:
+    def column_sizes(self):
         kb = self.kb
         p_rows, n, q = (kb.dim(self.x, i) for i in range(3))
-        nb = kb.divu(n, self.bs)
-        chunks = kb.ceildivu(q, COLUMN_CHUNK)
+        self.nb = kb.divu(n, self.bs)
+        return kb.mul(p_rows, self.nb), q
 
-        def body(first, end):
-            with kb.loop(first, end, 1) as w:
-                g, c = split_items(kb, w.iv, chunks)
-                p, j = split_items(kb, g, nb)
-                q0 = kb.mul(c, COLUMN_CHUNK)
-                self.column_tiles(p, j, g, q0, kb.min(kb.add(q0, COLUMN_CHUNK), q))
+    def column_tiles(self, g, q0, q1) -> None:
+        self.pj = split_items(self.kb, g, self.nb)  # x's (p, j) of block row g, once per item
+        super().column_tiles(g, q0, q1)
 
-        parallel_items(kb, kb.mul(kb.mul(p_rows, nb), chunks), self.spec.threads, body)
-
-    def column_tiles(self, p, j, g, q0, q1) -> None:
-        kb = self.kb
-        width = kb.sub(q1, q0)
-        full4 = kb.add(q0, kb.mul(kb.divu(width, 4 * LANES), 4 * LANES))
-        full1 = kb.add(q0, kb.mul(kb.divu(width, LANES), LANES))
-        with kb.loop(q0, full4, 4 * LANES) as t:
-            self.tile(p, j, g, t.iv, 4, None)
-        with kb.loop(full4, full1, LANES) as t:
-            self.tile(p, j, g, t.iv, 1, None)
-        rest = kb.sub(q1, full1)
-        with kb.if_(kb.icmp("ugt", rest, 0)):
-            self.tile(p, j, g, full1, 1, rest)
-
-    def tile(self, p, j, g, q, nv: int, valid) -> None:
-        """Blocks ``(p, j)`` of columns ``q .. q + 16 nv`` (``valid``: a tail)."""
+    def tile(self, g, q, nv: int, valid) -> None:
+        """Block row ``g``, blocks ``(p, j)`` of x, at columns ``q .. q + 16 nv``
+        (``valid``: a tail)."""
         kb, bs = self.kb, self.bs
+        p, j = self.pj
         n0 = kb.mul(j, bs)
         cols = [kb.add(q, LANES * v) for v in range(nv)]
         zero = kb.const(0, kb.vec(LANES, kb.i32))
@@ -242,7 +177,9 @@ class _Quantize:
         row0 = kb.mul(g, bs)
         with kb.loop(0, bs, 1) as i:
             n = kb.add(n0, i.iv)
-            vals = [kb.fmul(self.load([p, n, c], valid), m) for m, c in zip(mults, cols, strict=True)]
+            vals = [
+                kb.fmul(self.load([p, n, c], valid), m) for m, c in zip(mults, cols, strict=True)
+            ]
             self.store_codes(vals, kb.add(row0, i.iv), q, valid)
 
 

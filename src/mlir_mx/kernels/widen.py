@@ -45,13 +45,14 @@ from mlir import ir
 
 from mlir_mx.host import has_features
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.codec import e8m0_to_f32, f16_widen
+from mlir_mx.kernels.codec import e8m0_to_f32, widen
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, ElementFormat, decode_elements
 
 __all__ = ["Decoder", "decoder", "decode_scales", "LANES"]
 
 #: f32 lanes per vector register (AVX-512).
 LANES = 16
+
 
 @dataclass(frozen=True)
 class Decoder:
@@ -110,11 +111,7 @@ class Decoder:
             ]
         if self.table and n == 64:
             return self._table_decode(kb, codes)
-        if self.fmt.widening == "int":
-            wide = kb.sitofp(kb.extsi(codes, kb.vec(n, kb.i32)), kb.vec(n, kb.f32))
-            wide = kb.fmul(wide, kb.const(2.0 ** -self.fmt.mbits, wide.type))  # exact
-            return [kb.slice(wide, i, LANES) for i in range(0, n, LANES)]
-        return [f16_widen(kb, kb.slice(codes, i, LANES), self.fmt) for i in range(0, n, LANES)]
+        return [widen(kb, kb.slice(codes, i, LANES), self.fmt) for i in range(0, n, LANES)]
 
     def lookup16(self, kb: KernelBuilder, idx: ir.Value) -> ir.Value:
         """FP4: ``values[idx & 15]`` for 16 dword indices (``vpermps`` reads the low 4 bits)."""

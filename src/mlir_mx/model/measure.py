@@ -113,18 +113,22 @@ class KernelTiming:
 
 
 def _inputs(v, shape: Shape, element: str, block_size: int, rng):
-    from mlir_mx.numerics import dequantize, quantize
+    from mlir_mx.convert import dequantize, quantize
 
     args: list[np.ndarray] = []
 
     def operand(shape2, mx: bool, axis: int) -> np.ndarray:
-        """Random f32 operand; its (codes, scales) when mx, and its exact values."""
+        """Random f32 operand; when mx, its codes in their stored form (FP4/FP6
+        packed: the ``i8`` bytes the lowering's ``subbyte-storage=packed``
+        boundary takes) and scales, from the compiled quantize (the oracle's bits), and
+        its exact values."""
         x = rng.standard_normal(shape2).astype(np.float32)
         if not mx:
             args.append(x)
             return x
         q = quantize(x, element, block_size, axis=axis)
-        args.extend([np.ascontiguousarray(q.codes), np.ascontiguousarray(q.scales)])
+        codes = q.packed_codes().view(np.int8) if q.is_packed else q.codes  # i8 bytes
+        args.extend([np.ascontiguousarray(codes), np.ascontiguousarray(q.scales)])
         return dequantize(q)
 
     a = operand((shape.M, shape.K), v.lhs_mx, 1)

@@ -108,6 +108,12 @@ class ElementFormat:
         return 8 if self.max_normal * 2.0**self.int_exp2 < 128 else 16
 
     @property
+    def mx_name(self) -> str:
+        """The OCP name of the MX format with these elements: ``MXFP8`` (E4M3
+        and E5M2), ``MXFP6``, ``MXFP4``, ``MXINT8``."""
+        return f"MX{'INT' if self.is_int else 'FP'}{self.bits}"
+
+    @property
     def num_codes(self) -> int:
         """Number of distinct codes (``2**bits``)."""
         return 1 << self.bits

@@ -161,7 +161,7 @@ class MXArray:
             raise MXArgTypeError(f"codes: expected dtype {fmt.dtype} for {fmt.name}, got {codes.dtype}")
         if codes.ndim == 0:
             raise MXValueError("codes: MX arrays need rank >= 1, got a rank-0 array")
-        if not fmt.is_int and fmt.bits < 8 and codes.size:
+        if fmt.is_sub_byte and codes.size:
             if (codes.view(np.uint8) >> np.uint8(fmt.bits)).any():
                 raise MXValueError(
                     f"codes: {fmt.name} codes must fit in the low {fmt.bits} bits of each byte"

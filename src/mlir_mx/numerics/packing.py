@@ -131,13 +131,20 @@ def pack_codes(codes, element: str | ElementFormat) -> np.ndarray:
     fmt = element_format(element)
     raw = _code_bytes(codes, fmt)
     _check_axis(raw.shape, fmt, "codes")
-    if fmt.bits == 8:
+    group, nbytes = fmt.group
+    if group == 1:
         return raw.copy()
-    if fmt.bits == 4:
-        return raw[..., 0::2] | (raw[..., 1::2] << np.uint8(4))
-    groups = raw.reshape(raw.shape[:-1] + (raw.shape[-1] // 4, 4)).astype(np.uint32)
-    word = groups[..., 0] | groups[..., 1] << 6 | groups[..., 2] << 12 | groups[..., 3] << 18
-    out = np.stack([word & 0xFF, (word >> 8) & 0xFF, word >> 16], axis=-1).astype(np.uint8)
+    if nbytes == 1:  # the group's codes share one byte: code k at bits * k (FP4)
+        out = raw[..., 0::group].copy()
+        for k in range(1, group):
+            out |= raw[..., k::group] << np.uint8(fmt.bits * k)
+        return out
+    # A group spans several bytes (FP6): its little-endian word, cut into bytes.
+    groups = raw.reshape(raw.shape[:-1] + (raw.shape[-1] // group, group)).astype(np.uint32)
+    word = groups[..., 0]
+    for k in range(1, group):
+        word = word | groups[..., k] << (fmt.bits * k)
+    out = np.stack([(word >> (8 * j)) & 0xFF for j in range(nbytes)], axis=-1).astype(np.uint8)
     return out.reshape(packed_shape(raw.shape, fmt))
 
 
@@ -154,16 +161,20 @@ def unpack_codes(packed, element: str | ElementFormat) -> np.ndarray:
         raise MXArgTypeError(f"packed: expected a uint8 array, got dtype {packed.dtype}")
     shape = unpacked_shape(packed.shape, fmt)  # also rejects rank 0
     packed = np.ascontiguousarray(packed)
-    if fmt.bits == 8:
+    group, nbytes = fmt.group
+    if group == 1:
         return packed.copy().view(fmt.dtype)
     out = np.empty(shape, np.uint8)
-    if fmt.bits == 4:
-        out[..., 0::2] = packed & np.uint8(0x0F)
-        out[..., 1::2] = packed >> np.uint8(4)
+    mask = np.uint8((1 << fmt.bits) - 1)
+    if nbytes == 1:  # FP4: code k of a byte at bits * k
+        for k in range(group):
+            out[..., k::group] = (packed >> np.uint8(fmt.bits * k)) & mask
         return out.view(fmt.dtype)
-    b = packed.reshape(packed.shape[:-1] + (packed.shape[-1] // 3, 3)).astype(np.uint32)
-    word = b[..., 0] | b[..., 1] << 8 | b[..., 2] << 16
-    quads = out.reshape(shape[:-1] + (shape[-1] // 4, 4))
-    for k in range(4):
-        quads[..., k] = (word >> (6 * k)) & 0x3F
+    b = packed.reshape(packed.shape[:-1] + (packed.shape[-1] // nbytes, nbytes)).astype(np.uint32)
+    word = b[..., 0]
+    for j in range(1, nbytes):
+        word = word | b[..., j] << (8 * j)
+    groups = out.reshape(shape[:-1] + (shape[-1] // group, group))
+    for k in range(group):
+        groups[..., k] = (word >> (fmt.bits * k)) & mask
     return out.view(fmt.dtype)

@@ -44,15 +44,21 @@ fast paths (the f16 widening trick).
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import arith
 
 from mlir_mx.ir_utils import collect
 from mlir_mx.kernels.builder import ArithBuilder
-from mlir_mx.kernels.codec import e8m0_to_f32, f16_widen
+from mlir_mx.kernels.codec import (
+    F32_ABS_MASK,
+    F32_INF,
+    F32_QNAN,
+    e8m0_to_f32,
+    f32_bits,
+    round_magnitude,
+    widen,
+)
 from mlir_mx.numerics.formats import (
     ELEMENT_FORMATS,
     SCALE_BIAS,
@@ -91,7 +97,13 @@ def _element(f: ElementFormat) -> NarrowFormat:
 #: (largest value: code 254, 2^127).
 _FORMATS = {f.name: _element(f) for f in ELEMENT_FORMATS.values() if not f.is_int}
 _FORMATS[SCALE_TYPE] = NarrowFormat(
-    SCALE_TYPE, SCALE_BITS, 0, SCALE_BIAS, "e8m0", SCALE_BITS, 2.0 ** (SCALE_NAN_CODE - 1 - SCALE_BIAS)
+    SCALE_TYPE,
+    SCALE_BITS,
+    0,
+    SCALE_BIAS,
+    "e8m0",
+    SCALE_BITS,
+    2.0 ** (SCALE_NAN_CODE - 1 - SCALE_BIAS),
 )
 
 
@@ -100,164 +112,109 @@ def narrow_format(t: ir.Type) -> NarrowFormat | None:
     return _FORMATS.get(str(t))
 
 
-def _f32_bits(x: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", x))[0]
-
-
 def _element_type(t: ir.Type) -> ir.Type:
     return t.element_type if isinstance(t, ir.ShapedType) else t
 
 
-class _Builder:
-    """Emits elementwise arith ops of one shape (scalar, vector or tensor)."""
-
-    def __init__(self, like: ir.Type, loc: ir.Location):
-        self.loc = loc
-        self.shaped = like if isinstance(like, ir.ShapedType) else None
-        if self.shaped is not None and not self.shaped.has_static_shape:
-            raise PassError(
-                "mx-expand-narrow-floats: dynamically shaped operands are not supported", loc
-            )
-
-    def ty(self, elem: ir.Type) -> ir.Type:
-        """``elem`` in this builder's shape."""
-        s = self.shaped
-        if s is None:
-            return elem
-        if isinstance(s, ir.VectorType):
-            return ir.VectorType.get(s.shape, elem, scalable=s.scalable_dims)
-        return ir.RankedTensorType.get(s.shape, elem)
-
-    def const(self, value, elem: ir.Type) -> ir.Value:
-        if isinstance(elem, ir.IntegerType):
-            w = elem.width
-            value = int(value) & ((1 << w) - 1)
-            if value >= 1 << (w - 1):  # IntegerAttr wants the signed value
-                value -= 1 << w
-            attr = ir.IntegerAttr.get(elem, value)
-        else:
-            attr = ir.FloatAttr.get(elem, float(value))
-        if self.shaped is not None:
-            attr = ir.DenseElementsAttr.get_splat(self.ty(elem), attr)
-        return arith.ConstantOp(self.ty(elem), attr, loc=self.loc).result
-
-    def i32(self, v: int) -> ir.Value:
-        return self.const(v, ir.IntegerType.get_signless(32))
-
-    def bitcast(self, v: ir.Value, elem: ir.Type) -> ir.Value:
-        return arith.BitcastOp(self.ty(elem), v, loc=self.loc).result
-
-    def cmp(self, pred: str, a: ir.Value, b: ir.Value) -> ir.Value:
-        p = getattr(arith.CmpIPredicate, pred)
-        return arith.CmpIOp(p, a, b, loc=self.loc).result
-
-    def select(self, c: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
-        return arith.SelectOp(c, a, b, loc=self.loc).result
-
-    def __getattr__(self, name: str):
-        # b.addi(x, y), b.andi(...), b.shrui(...), b.mulf(...) ...
-        fn = getattr(arith, name)
-        return lambda *args: fn(*args, loc=self.loc)
+def _builder(like: ir.Type, loc: ir.Location) -> ArithBuilder:
+    """The builder of one op's elementwise expansion (its operand's shape)."""
+    if isinstance(like, ir.ShapedType) and not like.has_static_shape:
+        raise PassError(
+            "mx-expand-narrow-floats: dynamically shaped operands are not supported", loc
+        )
+    return ArithBuilder(like, loc)
 
 
 # --------------------------------------------------------------------------
 # extf: narrow -> f32
 
 
-def _ext_to_f32(b: _Builder, x: ir.Value, fmt: NarrowFormat, f16_widening: bool) -> ir.Value:
+def _ext_to_f32(b: ArithBuilder, x: ir.Value, fmt: NarrowFormat, f16_widening: bool) -> ir.Value:
     """Exact narrow -> f32 conversion of ``x`` (narrow float typed)."""
-    i32 = ir.IntegerType.get_signless(32)
-    f32 = ir.F32Type.get()
-    iw = ir.IntegerType.get_signless(fmt.width)
-    code = b.bitcast(x, iw)
-
+    code = b.bitcast(x, ir.IntegerType.get_signless(fmt.width))
     if fmt.kind == "e8m0":  # the kernels' E8M0 decoding (mlir_mx.kernels.codec)
-        return e8m0_to_f32(ArithBuilder(loc=b.loc), code)
+        return e8m0_to_f32(b, code)
+    if f16_widening:
+        # The format table's widening recipe, as the kernels emit it
+        # (mlir_mx.kernels.codec.widen: f16 for E4M3, E5M2, FP6 and FP4): the
+        # code byte placed into an f16 and widened by the hardware conversion
+        # (vcvtph2ps): no f32 subnormal operands, hence no microcode assists.
+        ef = ELEMENT_FORMATS[fmt.name]
+        return widen(b, b.extui(code, b.i8) if ef.is_sub_byte else code, ef)
+    return _ext_bits(b, code, fmt)
 
-    if f16_widening and fmt.width == 8:  # E4M3, E5M2 (E8M0 returned above)
-        # The kernels' f16 widening (mlir_mx.kernels.codec): the byte placed
-        # into an f16 and widened by the hardware conversion (vcvtph2ps): no
-        # f32 subnormal operands, hence no microcode assists.
-        return f16_widen(ArithBuilder(loc=b.loc), code, ELEMENT_FORMATS[fmt.name])
 
+def _ext_bits(b: ArithBuilder, code: ir.Value, fmt: NarrowFormat) -> ir.Value:
+    """The f32 of float ``code`` (``i<width>``) built in integer arithmetic."""
+    c = lambda v: b.const(v, b.i32)  # noqa: E731
     n = fmt.ebits + fmt.mbits
-    c = b.extui(b.ty(i32), code)
-    sign = b.shli(b.andi(c, b.i32(1 << n)), b.i32(31 - n))
-    mag = b.andi(c, b.i32((1 << n) - 1))
+    ci = b.extui(code, b.i32)
+    sign = b.shli(b.andi(ci, c(1 << n)), c(31 - n))
+    mag = b.andi(ci, c((1 << n) - 1))
     # Normal codes: move exponent/mantissa into place and rebias.
-    norm = b.addi(b.shli(mag, b.i32(23 - fmt.mbits)), b.i32((127 - fmt.bias) << 23))
+    norm = b.addi(b.shli(mag, c(23 - fmt.mbits)), c((127 - fmt.bias) << 23))
     # Subnormal codes (exponent field 0): mantissa * 2^(1 - bias - mbits), exact.
-    sub = b.mulf(b.uitofp(b.ty(f32), mag), b.const(2.0 ** (1 - fmt.bias - fmt.mbits), f32))
-    bits = b.select(b.cmp("ult", mag, b.i32(1 << fmt.mbits)), b.bitcast(sub, i32), norm)
+    sub = b.fmul(b.uitofp(mag, b.f32), b.const(2.0 ** (1 - fmt.bias - fmt.mbits), b.f32))
+    bits = b.select(b.cmpi("ult", mag, c(1 << fmt.mbits)), b.bitcast(sub, b.i32), norm)
     if fmt.kind == "nan":
-        bits = b.select(b.cmp("eq", mag, b.i32((1 << n) - 1)), b.i32(0x7FC00000), bits)
+        bits = b.select(b.cmpi("eq", mag, c((1 << n) - 1)), c(F32_QNAN), bits)
     elif fmt.kind == "ieee":
         inf_code = ((1 << fmt.ebits) - 1) << fmt.mbits
-        bits = b.select(b.cmp("eq", mag, b.i32(inf_code)), b.i32(0x7F800000), bits)
-        bits = b.select(b.cmp("ugt", mag, b.i32(inf_code)), b.i32(0x7FC00000), bits)
-    return b.bitcast(b.ori(bits, sign), f32)
+        bits = b.select(b.cmpi("eq", mag, c(inf_code)), c(F32_INF), bits)
+        bits = b.select(b.cmpi("ugt", mag, c(inf_code)), c(F32_QNAN), bits)
+    return b.bitcast(b.ori(bits, sign), b.f32)
 
 
 # --------------------------------------------------------------------------
 # truncf: f32 -> narrow
 
 
-def _trunc_from_f32(b: _Builder, x: ir.Value, fmt: NarrowFormat, out_elem: ir.Type) -> ir.Value:
+def _trunc_from_f32(b: ArithBuilder, x: ir.Value, fmt: NarrowFormat, out_elem: ir.Type) -> ir.Value:
     """f32 -> narrow, bit-exact with ml_dtypes (RNE; see the module docstring)."""
-    i32 = ir.IntegerType.get_signless(32)
-    f32 = ir.F32Type.get()
+    c = lambda v: b.const(v, b.i32)  # noqa: E731
     iw = ir.IntegerType.get_signless(fmt.width)
-    bits = b.bitcast(x, i32)
-
+    bits = b.bitcast(x, b.i32)
     if fmt.kind == "e8m0":
-        # Normal f32: exponent + (mantissa >= 1.5); the carry does it.
-        code = b.shrui(b.addi(bits, b.i32(0x00400000)), b.i32(23))
-        # Positive f32 subnormal: the nearest of 2^-127 and 2^-126, ties (1.5 *
-        # 2^-127) away from zero, as for normals; below 2^-127 the result is
-        # 2^-127, the smallest code.
-        sub = b.extui(b.ty(i32), b.cmp("uge", bits, b.i32(0x00600000)))
-        code = b.select(b.cmp("ult", bits, b.i32(0x00800000)), sub, code)
-        # 0, negatives, Inf, NaN: (bits - 1) >= 0x7f7fffff unsigned.
-        bad = b.cmp("uge", b.subi(bits, b.i32(1)), b.i32(0x7F7FFFFF))
-        code = b.select(bad, b.i32(255), code)
-        return b.bitcast(b.trunci(b.ty(iw), code), out_elem)
-
+        return b.bitcast(b.trunci(_e8m0_nearest(b, bits), iw), out_elem)
     n = fmt.ebits + fmt.mbits
-    sh = 23 - fmt.mbits
-    absb = b.andi(bits, b.i32(0x7FFFFFFF))
-    sign = b.shli(b.shrui(bits, b.i32(31)), b.i32(n))
-    # Normal results: round to nearest even on the f32 bits, then rebias.
-    odd = b.andi(b.shrui(absb, b.i32(sh)), b.i32(1))
-    rounded = b.addi(b.addi(absb, odd), b.i32((1 << (sh - 1)) - 1))
-    norm = b.subi(b.shrui(rounded, b.i32(sh)), b.i32((127 - fmt.bias) << fmt.mbits))
-    # Subnormal results: adding C, whose ulp is the narrow subnormal step,
-    # makes the (RNE) f32 adder round; the low bits are then the code.  A
-    # result of 1 << mbits is min-normal, which is also its correct code.
-    magic = 2.0 ** (24 - fmt.bias - fmt.mbits)
-    cbits = b.i32(_f32_bits(magic))
-    s = b.addf(b.bitcast(absb, f32), b.const(magic, f32))
-    sub = b.subi(b.bitcast(s, i32), cbits)
-    min_normal = _f32_bits(2.0 ** (1 - fmt.bias))
-    code = b.select(b.cmp("ult", absb, b.i32(min_normal)), sub, norm)
+    absb = b.andi(bits, c(F32_ABS_MASK))
+    sign = b.shli(b.shrui(bits, c(31)), c(n))
+    # In range: the kernels' rounding (mlir_mx.kernels.codec.round_magnitude).
+    code = round_magnitude(b, absb, ELEMENT_FORMATS[fmt.name])
     # Overflow.
     if fmt.kind == "nan":
         # 464 (tie between 448 and the NaN code) rounds to even: 448.
-        thr = _f32_bits(fmt.max_finite + _half_ulp(fmt))
-        code = b.select(b.cmp("ugt", absb, b.i32(thr)), b.i32((1 << n) - 1), code)
+        thr = f32_bits(fmt.max_finite + _half_ulp(fmt))
+        code = b.select(b.cmpi("ugt", absb, c(thr)), c((1 << n) - 1), code)
     elif fmt.kind == "ieee":
-        thr = _f32_bits(fmt.max_finite + _half_ulp(fmt))  # the tie rounds to Inf
+        thr = f32_bits(fmt.max_finite + _half_ulp(fmt))  # the tie rounds to Inf
         inf_code = ((1 << fmt.ebits) - 1) << fmt.mbits
-        code = b.select(b.cmp("uge", absb, b.i32(thr)), b.i32(inf_code), code)
-        nan = b.cmp("ugt", absb, b.i32(0x7F800000))
-        code = b.select(nan, b.i32(inf_code | (1 << (fmt.mbits - 1))), code)
+        code = b.select(b.cmpi("uge", absb, c(thr)), c(inf_code), code)
+        nan = b.cmpi("ugt", absb, c(F32_INF))
+        code = b.select(nan, c(inf_code | (1 << (fmt.mbits - 1))), code)
     else:  # saturate; NaN -> zero with the inverse sign (ml_dtypes)
         max_code = (1 << n) - 1
-        code = b.select(b.cmp("ugt", absb, b.i32(_f32_bits(fmt.max_finite))), b.i32(max_code), code)
-        nan = b.cmp("ugt", absb, b.i32(0x7F800000))
-        code = b.select(nan, b.i32(0), code)
-        sign = b.select(nan, b.xori(sign, b.i32(1 << n)), sign)
+        code = b.select(b.cmpi("ugt", absb, c(f32_bits(fmt.max_finite))), c(max_code), code)
+        nan = b.cmpi("ugt", absb, c(F32_INF))
+        code = b.select(nan, c(0), code)
+        sign = b.select(nan, b.xori(sign, c(1 << n)), sign)
     code = b.ori(code, sign)
-    return b.bitcast(b.trunci(b.ty(iw), code), out_elem)
+    return b.bitcast(b.trunci(code, iw), out_elem)
+
+
+def _e8m0_nearest(b: ArithBuilder, bits: ir.Value) -> ir.Value:
+    """The E8M0 code (``i32``) nearest the f32 with ``bits`` (module docstring)."""
+    c = lambda v: b.const(v, b.i32)  # noqa: E731
+    # Normal f32: exponent + (mantissa >= 1.5); the carry does it.
+    code = b.shrui(b.addi(bits, c(0x00400000)), c(23))
+    # Positive f32 subnormal: the nearest of 2^-127 and 2^-126, ties (1.5 *
+    # 2^-127) away from zero, as for normals; below 2^-127 the result is
+    # 2^-127, the smallest code.
+    sub = b.extui(b.cmpi("uge", bits, c(0x00600000)), b.i32)
+    code = b.select(b.cmpi("ult", bits, c(0x00800000)), sub, code)
+    # 0, negatives, Inf, NaN: (bits - 1) >= 0x7f7fffff unsigned.
+    bad = b.cmpi("uge", b.subi(bits, c(1)), c(0x7F7FFFFF))
+    return b.select(bad, c(SCALE_NAN_CODE), code)
 
 
 def _half_ulp(fmt: NarrowFormat) -> float:
@@ -274,13 +231,13 @@ def _is_std_float(t: ir.Type) -> bool:
     return str(t) in ("f16", "bf16", "f32", "f64")
 
 
-def _to_f32(b: _Builder, v: ir.Value, elem: ir.Type, loc) -> ir.Value:
+def _to_f32(b: ArithBuilder, v: ir.Value, elem: ir.Type, loc) -> ir.Value:
     """Exact widening of a standard float (f16/bf16/f32) value to f32."""
     s = str(elem)
     if s == "f32":
         return v
     if s in ("f16", "bf16"):
-        return b.extf(b.ty(ir.F32Type.get()), v)
+        return b.extf(v, b.f32)
     raise PassError(
         f"mx-expand-narrow-floats: truncation from {elem} to a narrow float is not "
         "supported (f64 -> f32 -> narrow would round twice); truncate to f32 first",
@@ -288,14 +245,14 @@ def _to_f32(b: _Builder, v: ir.Value, elem: ir.Type, loc) -> ir.Value:
     )
 
 
-def _from_f32(b: _Builder, v: ir.Value, elem: ir.Type) -> ir.Value:
+def _from_f32(b: ArithBuilder, v: ir.Value, elem: ir.Type) -> ir.Value:
     """f32 -> standard float ``elem`` with one upstream (RNE) conversion."""
     s = str(elem)
     if s == "f32":
         return v
     if s == "f64":
-        return b.extf(b.ty(elem), v)
-    return b.truncf(b.ty(elem), v)
+        return b.extf(v, elem)
+    return b.truncf(v, elem)
 
 
 def _rewrite(op: ir.Operation, f16_widening: bool) -> bool:
@@ -309,7 +266,7 @@ def _rewrite(op: ir.Operation, f16_widening: bool) -> bool:
         if sf is None and rf is None:
             return False
         with ir.InsertionPoint(op), loc:
-            b = _Builder(src.type, loc)
+            b = _builder(src.type, loc)
             if sf is not None and rf is not None:  # narrow -> narrow: exact ext, one rounding
                 w = _ext_to_f32(b, src, sf, f16_widening)
                 new = _trunc_from_f32(b, w, rf, re)
@@ -329,7 +286,7 @@ def _rewrite(op: ir.Operation, f16_widening: bool) -> bool:
         if not any(narrow_format(t) for t in (se, ce, re)):
             return False
         with ir.InsertionPoint(op), loc:
-            b = _Builder(src.type, loc)
+            b = _builder(src.type, loc)
             if narrow_format(ce) is not None:
                 s32 = _ext_to_f32(b, scale, narrow_format(ce), f16_widening)
             else:
@@ -340,7 +297,7 @@ def _rewrite(op: ir.Operation, f16_widening: bool) -> bool:
                 else _to_f32(b, src, se, loc)
             )
             # scaling_extf multiplies by the scale, scaling_truncf divides.
-            y = b.mulf(x, s32) if name == "arith.scaling_extf" else b.divf(x, s32)
+            y = b.fmul(x, s32) if name == "arith.scaling_extf" else b.fdiv(x, s32)
             if narrow_format(re) is not None:
                 new = _trunc_from_f32(b, y, narrow_format(re), re)
             else:
@@ -362,8 +319,9 @@ _OPS = ("arith.extf", "arith.truncf", "arith.scaling_extf", "arith.scaling_trunc
             "f16-widening",
             bool,
             True,
-            "Widen f8E4M3FN/f8E5M2 through f16 (hardware f16->f32 conversion) "
-            "instead of pure integer arithmetic.",
+            "Widen element codes by the format table's recipe, as the kernels do "
+            "(f8/f6/f4 through f16 and the hardware f16->f32 conversion) instead of "
+            "pure integer arithmetic.",
         )
     ],
 )

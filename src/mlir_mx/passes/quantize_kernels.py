@@ -27,9 +27,7 @@ from mlir.dialects import arith, memref
 from mlir_mx.host import default_threads
 from mlir_mx.ir_utils import KernelTag, collect, indexing_maps, kernel_tag, owner_op, users
 from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.convert import ConvertSpec
-from mlir_mx.kernels.dequantize import emit_dequantize
-from mlir_mx.kernels.quantize import emit_quantize
+from mlir_mx.kernels.convert import ConvertSpec, emit_convert
 from mlir_mx.numerics import element_format
 from mlir_mx.passes.matmul_kernels import _erase_unpack, _packed_source
 from mlir_mx.passes.registry import Option, PassError, register_pass
@@ -126,14 +124,14 @@ def _quantize(elems: ir.Operation, threads: int) -> None:
         return
     element = str(ir.MemRefType(mant.type).element_type)
     axis, block = _blocking(elems, x_t.rank)
-    packed = _packed_target(mant, elems) if element_format(element).bits < 8 else None
+    packed = _packed_target(mant, elems) if element_format(element).is_sub_byte else None
     codes = packed[0] if packed else mant
     anchor = packed[1][0] if packed else elems
     spec = ConvertSpec("quantize", element, block, _layout(axis, x_t.rank), bool(packed),
                        threads=threads)  # fmt: skip
     with _builder(anchor) as kb:
         xs, cs, ss = _views(kb, x_t.shape, axis, block, x, codes, scale)
-        emit_quantize(kb, spec, xs, cs, ss)
+        emit_convert(kb, spec, xs, cs, ss)
     view = owner_op(red[0].operands[0])
     dead = [elems, writers[0], red[0], fill[0], *rest, alloc]
     if packed:
@@ -150,7 +148,7 @@ def _dequantize(gen: ir.Operation, threads: int) -> None:
     if not all(_identity(v) for v in (scale, out)):
         return
     element = str(ir.MemRefType(mant.type).element_type)
-    source = _packed_source(mant) if element_format(element).bits < 8 else None
+    source = _packed_source(mant) if element_format(element).is_sub_byte else None
     codes = source[0] if source else mant
     if not _identity(codes):
         return
@@ -159,7 +157,7 @@ def _dequantize(gen: ir.Operation, threads: int) -> None:
                        threads=threads)  # fmt: skip
     with _builder(gen) as kb:
         cs, ss, os_ = _views(kb, out_t.shape, axis, block, None, codes, scale, out)
-        emit_dequantize(kb, spec, cs, ss, os_)
+        emit_convert(kb, spec, cs, ss, os_)
     gen.erase()
     if source:
         _erase_unpack(source[1])

@@ -49,7 +49,7 @@ THREADS = (1, 1, 2, 3, 7)
 OUTS = (1, 2, 3, 4, 5, 7, 8, 12, 13, 16, 31, 33, 63, 64, 65, 100, 128, 130)
 BATCHES = (0, 1, 1, 1, 2, 5, 8, 17, 48, 49, 64, 100)
 GROUP = 4
-_SUBBYTE = tuple(name for name, f in ELEMENT_FORMATS.items() if f.bits < 8)
+_SUBBYTE = tuple(name for name, f in ELEMENT_FORMATS.items() if f.is_sub_byte)
 
 
 def all_pairs() -> list[str]:

@@ -4,8 +4,9 @@
 //   1. block amax: tensor.expand_shape splits the block axis into (nblocks, B);
 //      a reduction from 0.0 with absf + maximumf (maximumf propagates NaN, so
 //      a NaN or Inf block has a non-finite amax).
-//   2. scale: E8M0 code = max(exponent field of amax - emax, 0), 255 when the
-//      field is 255 (non-finite), all integer ops on the f32 bits.
+//   2. scale: E8M0 code = max(exponent field of |amax| - emax, 0), 255 when the
+//      field is 255 (non-finite), all integer ops on the f32 bits (the
+//      kernels' codec: mlir_mx.kernels.codec.e8m0_code).
 //   3. mantissa: x * 2^-shared_exp (an f32 built from its bits), clamped to
 //      +-max_normal, 0 in NaN blocks, truncf (i8: roundeven, clamp, fptosi).
 
@@ -29,8 +30,8 @@
 // CHECK:         %[[SCALE:.*]] = linalg.generic {indexing_maps = [#[[ID2]], #[[ID2]]], iterator_types = ["parallel", "parallel"]}
 // CHECK-SAME:      ins(%[[AMAX]] : tensor<32x2xf32>) outs(%{{.*}} : tensor<32x2xf8E8M0FNU>)
 // CHECK:           arith.bitcast %{{.*}} : f32 to i32
-// CHECK:           arith.shrui
 // CHECK:           arith.andi
+// CHECK:           arith.shrui
 // CHECK:           %[[EMAX:.*]] = arith.constant 8 : i32
 // CHECK-NEXT:      arith.subi %{{.*}}, %[[EMAX]] : i32
 // CHECK:           arith.maxsi

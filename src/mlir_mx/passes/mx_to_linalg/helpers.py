@@ -18,12 +18,12 @@ import math as pymath
 from collections.abc import Callable, Sequence
 
 from mlir import ir
-from mlir.dialects import arith, linalg, math, tensor
+from mlir.dialects import arith, linalg, tensor
 
 from mlir_mx.dialect.types import MXTensorType
 from mlir_mx.kernels.builder import ArithBuilder
-from mlir_mx.kernels.codec import e8m0_to_f32
-from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_TYPE
+from mlir_mx.kernels.codec import abs_bits, e8m0_code, e8m0_inverse, int_widen
+from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_NAN_CODE, SCALE_TYPE
 
 __all__ = [
     "block_map",
@@ -33,8 +33,6 @@ __all__ = [
     "empty",
     "f32",
     "i32",
-    "const_f32",
-    "const_i32",
     "element_to_f32",
     "scale_to_f32",
     "contracted_fma",
@@ -151,27 +149,22 @@ def generic(
 
 
 # ------------------------------------------------------------------ scalars
+#
+# Scalar payloads are built with the kernels' ArithBuilder and codec
+# (mlir_mx.kernels.codec), at the current insertion point.
 
 
-def const_f32(value: float) -> ir.Value:
-    return arith.ConstantOp(f32(), ir.FloatAttr.get(f32(), float(value))).result
-
-
-def const_i32(value: int) -> ir.Value:
-    return arith.ConstantOp(i32(), ir.IntegerAttr.get(i32(), int(value))).result
-
-
-def _cmp(pred: str, a: ir.Value, b: ir.Value) -> ir.Value:
-    return arith.CmpIOp(getattr(arith.CmpIPredicate, pred), a, b).result
+def _b() -> ArithBuilder:
+    return ArithBuilder()
 
 
 def element_to_f32(x: ir.Value, element: str) -> ir.Value:
     """The exact f32 value of one element code (``extf``; i8: ``sitofp(c) * 2^-6``)."""
     fmt = ELEMENT_FORMATS[element]
-    if fmt.is_int:
-        c = arith.SIToFPOp(f32(), x).result
-        return arith.MulFOp(c, const_f32(2.0**-fmt.mbits)).result
-    return arith.ExtFOp(f32(), x).result
+    b = _b()
+    if fmt.widening == "int":
+        return int_widen(b, x, fmt)
+    return b.extf(x, b.f32)
 
 
 def contracted_fma(a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
@@ -190,45 +183,36 @@ def contracted_fma(a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
 
 def scale_to_f32(s: ir.Value) -> ir.Value:
     """``extf`` of an E8M0 scale: 2^(code-127), NaN for code 255."""
-    return arith.ExtFOp(f32(), s).result
+    b = _b()
+    return b.extf(s, b.f32)
 
 
 def scale_code(s: ir.Value) -> ir.Value:
     """The E8M0 scale's code as i32 in [0, 255] (``bitcast`` to i8, ``extui``)."""
-    raw = arith.BitcastOp(i8(), s).result
-    return arith.ExtUIOp(i32(), raw).result
+    b = _b()
+    return b.extui(b.bitcast(s, b.i8), b.i32)
 
 
 def code_to_scale(code: ir.Value, scale_type: str = SCALE_TYPE) -> ir.Value:
     """An i32 code in [0, 255] as an E8M0 value (``trunci`` to i8, ``bitcast``)."""
-    raw = arith.TruncIOp(i8(), code).result
-    return arith.BitcastOp(scalar_type(scale_type), raw).result
+    b = _b()
+    return b.bitcast(b.trunci(code, b.i8), scalar_type(scale_type))
 
 
 def amax_to_code(amax: ir.Value, emax: int) -> ir.Value:
-    """E8M0 code (i32) of a block from its f32 ``amax`` (the OCP FLOOR rule).
-
-    ``field`` = biased f32 exponent of amax; ``shared_exp = field - 127 - emax``
-    clamped below at -127, so ``code = max(field - emax, 0)``; a non-finite amax
-    (field 255: the block holds a NaN or an Inf) gives code 255 (NaN).
-    """
-    bits = arith.BitcastOp(i32(), amax).result
-    field = arith.AndIOp(arith.ShRUIOp(bits, const_i32(23)).result, const_i32(0xFF)).result
-    unclamped = arith.SubIOp(field, const_i32(emax)).result if emax else field
-    code = arith.MaxSIOp(unclamped, const_i32(0)).result
-    nonfinite = _cmp("eq", field, const_i32(255))
-    return arith.SelectOp(nonfinite, const_i32(255), code).result
+    """E8M0 code (i32) of a block from its f32 ``amax`` (the OCP FLOOR rule,
+    :func:`mlir_mx.kernels.codec.e8m0_code`: ``max(field - emax, 0)`` of the
+    biased f32 exponent of ``|amax|``; a non-finite amax, from a NaN or an
+    Inf in the block, gives code 255, NaN)."""
+    b = _b()
+    return e8m0_code(b, abs_bits(b, amax), emax)
 
 
 def pow2_neg_shared_exp(code: ir.Value) -> ir.Value:
-    """The f32 ``2^-shared_exp`` = ``2^(127 - code)`` for an i32 code in [0, 254].
-
-    That is the E8M0 value of code ``254 - code``, decoded exactly as the
-    kernels decode scales (:func:`mlir_mx.kernels.codec.e8m0_to_f32`; code
-    254 gives 2^-127, an f32 subnormal).  The value for code 255 is garbage
-    and must be selected away by the caller.
-    """
-    return e8m0_to_f32(ArithBuilder(), arith.SubIOp(const_i32(254), code).result)
+    """The f32 ``2^-shared_exp`` = ``2^(127 - code)`` for an i32 code
+    (:func:`mlir_mx.kernels.codec.e8m0_inverse`: code 254 gives 2^-127, an
+    f32 subnormal; code 255 gives NaN)."""
+    return e8m0_inverse(_b(), code)
 
 
 def scaled_to_element(x: ir.Value, code: ir.Value, element: str) -> ir.Value:
@@ -241,21 +225,20 @@ def scaled_to_element(x: ir.Value, code: ir.Value, element: str) -> ir.Value:
     A NaN block (code 255) gives code 0 for every element.
     """
     fmt = ELEMENT_FORMATS[element]
-    nan_block = _cmp("eq", code, const_i32(255))
-    p = arith.MulFOp(x, pow2_neg_shared_exp(code)).result
+    b = _b()
+    f = lambda v: b.const(v, b.f32)  # noqa: E731
+    nan_block = b.cmpi("eq", code, b.const(SCALE_NAN_CODE, b.i32))
+    p = b.fmul(x, pow2_neg_shared_exp(code))
     if fmt.is_int:
         one = 2.0**fmt.mbits  # code c is c / 2^mbits: c = x * 2^mbits
         top = fmt.max_normal * one  # 127
-        q = arith.MulFOp(p, const_f32(one)).result
-        q = math.RoundEvenOp(q).result
-        q = arith.MinimumFOp(arith.MaximumFOp(q, const_f32(-top)).result, const_f32(top)).result
-        q = arith.SelectOp(nan_block, const_f32(0.0), q).result
-        return arith.FPToSIOp(i8(), q).result
-    p = arith.MinimumFOp(
-        arith.MaximumFOp(p, const_f32(-fmt.max_normal)).result, const_f32(fmt.max_normal)
-    ).result
-    p = arith.SelectOp(nan_block, const_f32(0.0), p).result
-    return arith.TruncFOp(scalar_type(element), p).result
+        q = b.roundeven(b.fmul(p, f(one)))
+        q = b.minimumf(b.maximumf(q, f(-top)), f(top))
+        q = b.select(nan_block, f(0.0), q)
+        return b.fptosi(q, b.i8)
+    p = b.minimumf(b.maximumf(p, f(-fmt.max_normal)), f(fmt.max_normal))
+    p = b.select(nan_block, f(0.0), p)
+    return b.truncf(p, scalar_type(element))
 
 
 # ------------------------------------------------------------------ quantize
@@ -317,11 +300,12 @@ def block_amax(x: ir.Value, t: MXTensorType) -> ir.Value:
     expanded = expand_blocks(x, t)
     rank = t.rank + 1
     inner = t.block_axis + 1
-    init = linalg.fill(const_f32(0.0), outs=[empty(t.scale_shape, f32())])
+    b = _b()
+    init = linalg.fill(b.const(0.0, b.f32), outs=[empty(t.scale_shape, f32())])
     iters = [REDUCTION if d == inner else PARALLEL for d in range(rank)]
 
     def body(v, acc):
-        return [arith.MaximumFOp(acc, math.AbsFOp(v).result).result]
+        return [b.maximumf(acc, b.absf(v))]
 
     return generic(
         [expanded], [init], [identity_map(rank), drop_dim_map(rank, inner)], iters, body
@@ -346,23 +330,22 @@ def power_of_two(v: float) -> int | None:
 def pow2_exponent(alpha: ir.Value) -> ir.Value:
     """i32 ``p`` when the f32 ``alpha`` is ``2^p`` (normal or subnormal), else
     :data:`NOT_POW2`; from the bits, at the current insertion point."""
-    bits = arith.BitcastOp(i32(), alpha).result
-    field = arith.AndIOp(arith.ShRUIOp(bits, const_i32(23)).result, const_i32(0xFF)).result
-    frac = arith.AndIOp(bits, const_i32(0x7FFFFF)).result
-    positive = _cmp("sgt", bits, const_i32(0))  # no sign bit, not zero
-    normal = arith.AndIOp(
-        _cmp("eq", frac, const_i32(0)), _cmp("ne", field, const_i32(255))
-    ).result  # field 0 with frac 0 is zero: excluded by `positive`
-    single_bit = _cmp("eq", arith.AndIOp(frac, arith.SubIOp(frac, const_i32(1)).result).result, const_i32(0))
-    subnormal = arith.AndIOp(_cmp("eq", field, const_i32(0)), single_bit).result
-    is_pow2 = arith.AndIOp(positive, arith.OrIOp(normal, subnormal).result).result
+    b = _b()
+    c = lambda v: b.const(v, b.i32)  # noqa: E731
+    bits = b.bitcast(alpha, b.i32)
+    field = b.andi(b.shrui(bits, c(23)), c(0xFF))
+    frac = b.andi(bits, c(0x7FFFFF))
+    positive = b.cmpi("sgt", bits, c(0))  # no sign bit, not zero
+    # field 0 with frac 0 is zero: excluded by `positive`
+    normal = b.andi(b.cmpi("eq", frac, c(0)), b.cmpi("ne", field, c(255)))
+    single_bit = b.cmpi("eq", b.andi(frac, b.subi(frac, c(1))), c(0))
+    subnormal = b.andi(b.cmpi("eq", field, c(0)), single_bit)
+    is_pow2 = b.andi(positive, b.ori(normal, subnormal))
     # subnormal 2^p = frac * 2^-149; frac (< 2^23) converts exactly, its exponent is log2(frac)
-    ffield = arith.ShRUIOp(
-        arith.BitcastOp(i32(), arith.SIToFPOp(f32(), frac).result).result, const_i32(23)
-    ).result
-    sub_p = arith.SubIOp(ffield, const_i32(127 + 149)).result
-    p = arith.SelectOp(_cmp("eq", field, const_i32(0)), sub_p, arith.SubIOp(field, const_i32(127)).result).result
-    return arith.SelectOp(is_pow2, p, const_i32(NOT_POW2)).result
+    ffield = b.shrui(b.bitcast(b.sitofp(frac, b.f32), b.i32), c(23))
+    sub_p = b.subi(ffield, c(127 + 149))
+    p = b.select(b.cmpi("eq", field, c(0)), sub_p, b.subi(field, c(127)))
+    return b.select(is_pow2, p, c(NOT_POW2))
 
 
 def exponent_add(mant, scale, qm, qs, p: int | ir.Value, t: MXTensorType):
@@ -375,15 +358,20 @@ def exponent_add(mant, scale, qm, qs, p: int | ir.Value, t: MXTensorType):
     NaN blocks included).  A runtime ``p`` enters as a rank-0 tensor.
     """
     runtime = not isinstance(p, int)
-    extra = [tensor.FromElementsOp(ir.RankedTensorType.get([], i32()), [p]).result] if runtime else []
+    extra = (
+        [tensor.FromElementsOp(ir.RankedTensorType.get([], i32()), [p]).result] if runtime else []
+    )
+
+    b = _b()
+    c = lambda v: b.const(v, b.i32)  # noqa: E731
 
     def decide(code, rest):
-        pv = rest[0] if runtime else const_i32(p)
-        nc = arith.AddIOp(code, pv).result
-        is_nan = _cmp("eq", code, const_i32(255))
-        in_range = arith.AndIOp(_cmp("sge", nc, const_i32(0)), _cmp("sle", nc, const_i32(254))).result
-        add = arith.AndIOp(in_range, _cmp("ne", code, const_i32(255))).result
-        keep = arith.AndIOp(is_nan, _cmp("ne", pv, const_i32(NOT_POW2))).result if runtime else is_nan
+        pv = rest[0] if runtime else c(p)
+        nc = b.addi(code, pv)
+        is_nan = b.cmpi("eq", code, c(SCALE_NAN_CODE))
+        in_range = b.andi(b.cmpi("sge", nc, c(0)), b.cmpi("sle", nc, c(SCALE_NAN_CODE - 1)))
+        add = b.andi(in_range, b.cmpi("ne", code, c(SCALE_NAN_CODE)))
+        keep = b.andi(is_nan, b.cmpi("ne", pv, c(NOT_POW2))) if runtime else is_nan
         return nc, add, keep
 
     srank, rank = len(t.scale_shape), t.rank
@@ -391,8 +379,8 @@ def exponent_add(mant, scale, qm, qs, p: int | ir.Value, t: MXTensorType):
 
     def scale_body(s, q, *rest):
         nc, add, keep = decide(scale_code(s), rest)
-        r = arith.SelectOp(add, code_to_scale(nc, t.scale_type), q).result
-        return [arith.SelectOp(keep, s, r).result]
+        r = b.select(add, code_to_scale(nc, t.scale_type), q)
+        return [b.select(keep, s, r)]
 
     new_scale = generic(
         [scale, qs, *extra], [empty(t.scale_shape, scalar_type(t.scale_type))],
@@ -404,7 +392,7 @@ def exponent_add(mant, scale, qm, qs, p: int | ir.Value, t: MXTensorType):
 
     def mant_body(m, q, s, *rest):
         _nc, add, keep = decide(scale_code(s), rest)
-        return [arith.SelectOp(arith.OrIOp(add, keep).result, m, q).result]
+        return [b.select(b.ori(add, keep), m, q)]
 
     new_mant = generic(
         [mant, qm, scale, *extra], [empty(t.shape, scalar_type(t.element_type))],

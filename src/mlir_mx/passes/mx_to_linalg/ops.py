@@ -9,10 +9,11 @@ each; :mod:`mlir_mx.passes.mx_to_linalg.helpers` builds the pieces.
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, builtin, linalg, tensor
+from mlir.dialects import builtin, linalg, tensor
 
 from mlir_mx.dialect.types import MXTensorType, is_mx_type
 from mlir_mx.ir_utils import KernelTag, constant_float, owner_op, tag_kernel
+from mlir_mx.kernels.builder import ArithBuilder
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 from mlir_mx.passes.mx_to_linalg import helpers as h
 
@@ -20,6 +21,11 @@ __all__ = ["CAST", "LOWERINGS", "pack", "unpack"]
 
 #: The bridge between an mx value and its (mantissa, scale) pair.
 CAST = "builtin.unrealized_conversion_cast"
+
+
+def _ab() -> ArithBuilder:
+    """The scalar arith builder of the payloads (at the insertion point)."""
+    return ArithBuilder()
 
 
 def pack(mant: ir.Value, scale: ir.Value, mx_type: ir.Type) -> ir.Value:
@@ -43,7 +49,6 @@ def unpack(v: ir.Value) -> tuple[ir.Value, ir.Value]:
     return cast.results[0], cast.results[1]
 
 
-
 def _lower_dequantize(op: ir.Operation, _mm: str) -> list[ir.Value]:
     (src,) = op.operands
     t = MXTensorType.from_mlir(src.type)
@@ -65,9 +70,9 @@ def _dequantize(mant, scale, t: MXTensorType, alpha: ir.Value | None = None) -> 
         maps.insert(2, ir.AffineMap.get(rank, 0, []))
 
     def body(m, s, *rest):
-        v = arith.MulFOp(h.element_to_f32(m, t.element_type), h.scale_to_f32(s)).result
+        v = _ab().fmul(h.element_to_f32(m, t.element_type), h.scale_to_f32(s))
         if alpha is not None:
-            v = arith.MulFOp(v, rest[0]).result
+            v = _ab().fmul(v, rest[0])
         return [v]
 
     if alpha is not None:
@@ -148,15 +153,15 @@ def _lower_matmul_fused(op: ir.Operation) -> list[ir.Value]:
         kb_n = h.loops_map(3, [2, 1], {0: bs})
 
         def body_mx(a, sa, b, sb, c):
-            av = arith.MulFOp(h.element_to_f32(a, lt.element_type), h.scale_to_f32(sa)).result
-            bv = arith.MulFOp(h.element_to_f32(b, rt.element_type), h.scale_to_f32(sb)).result
-            return [arith.AddFOp(c, arith.MulFOp(av, bv).result).result]
+            av = _ab().fmul(h.element_to_f32(a, lt.element_type), h.scale_to_f32(sa))
+            bv = _ab().fmul(h.element_to_f32(b, rt.element_type), h.scale_to_f32(sb))
+            return [_ab().fadd(c, _ab().fmul(av, bv))]
 
         return h.generic([am, ascale, bm, bscale], [acc], [mk, m_kb, kn, kb_n, mn], iters, body_mx)
 
     def body(a, sa, b, c):
-        av = arith.MulFOp(h.element_to_f32(a, lt.element_type), h.scale_to_f32(sa)).result
-        return [arith.AddFOp(c, arith.MulFOp(av, b).result).result]
+        av = _ab().fmul(h.element_to_f32(a, lt.element_type), h.scale_to_f32(sa))
+        return [_ab().fadd(c, _ab().fmul(av, b))]
 
     return h.generic([am, ascale, rhs], [acc], [mk, m_kb, kn, mn], iters, body)
 
@@ -214,7 +219,7 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     a3 = h.expand_axis(am, 1, bs)  # (M, K/B, B)
     b3 = h.expand_axis(bm, 0, bs)  # (K/B, B, N)
     # Partials are laid out (M, K/B, N) so that a vector along n is contiguous.
-    init = linalg.fill(h.const_f32(0.0), outs=[h.empty([m, kb, n], h.f32())])
+    init = linalg.fill(_ab().const(0.0, h.f32()), outs=[h.empty([m, kb, n], h.f32())])
     d = ir.AffineDimExpr.get
 
     def pmap(*dims):
@@ -233,9 +238,7 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     )  # fmt: skip
     partials = partial_op_results[0]
     sub_byte = _sub_byte(lt.element_type) or _sub_byte(b_elem)
-    tag_kernel(
-        partials, KernelTag.BLOCK_PARTIALS_SUBBYTE if sub_byte else KernelTag.BLOCK_PARTIALS
-    )
+    tag_kernel(partials, KernelTag.BLOCK_PARTIALS_SUBBYTE if sub_byte else KernelTag.BLOCK_PARTIALS)
 
     def smap(*dims):
         return ir.AffineMap.get(3, 0, [d(i) for i in dims])
@@ -243,7 +246,7 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     def scale_body(p, *rest):
         *scales, c = rest
         if len(scales) == 2:  # B's scale first, alone
-            p = arith.MulFOp(p, h.scale_to_f32(scales[1])).result
+            p = _ab().fmul(p, h.scale_to_f32(scales[1]))
         return [h.contracted_fma(p, h.scale_to_f32(scales[0]), c)]
 
     ins = [partials, ascale] + ([bscale] if rhs_mx else [])

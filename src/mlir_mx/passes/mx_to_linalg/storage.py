@@ -26,10 +26,11 @@ from its codes (pack).
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, linalg, tensor
+from mlir.dialects import linalg, tensor
 
 from mlir_mx.dialect.types import MXTensorType
 from mlir_mx.ir_utils import KernelTag, tag_kernel
+from mlir_mx.kernels.builder import ArithBuilder
 from mlir_mx.numerics import element_format, packing_group
 from mlir_mx.passes.mx_to_linalg import helpers as h
 
@@ -37,6 +38,7 @@ __all__ = ["STORAGES", "pack_codes", "unpack_codes"]
 
 #: Values of the ``subbyte-storage`` option of ``mx-to-linalg``.
 STORAGES = ("packed", "unpacked")
+
 
 def _int(bits: int) -> ir.Type:
     return ir.IntegerType.get_signless(bits)
@@ -64,25 +66,28 @@ def _lane_maps(rank: int, lanes: int) -> list[ir.AffineMap]:
     ``j``-th element of a group, read from a loop nest whose last loop runs
     over the other side's group."""
     dims = [ir.AffineDimExpr.get(d) for d in range(rank)]
-    return [ir.AffineMap.get(rank + 1, 0, dims + [ir.AffineConstantExpr.get(j)]) for j in range(lanes)]
+    return [
+        ir.AffineMap.get(rank + 1, 0, dims + [ir.AffineConstantExpr.get(j)]) for j in range(lanes)
+    ]
 
 
 def _word(parts: list[ir.Value], width: int) -> ir.Value:
     """``parts[0] | parts[1] << width | ...`` as an i32 (parts are ``width``-bit integers)."""
+    b = ArithBuilder()
     word = None
     for j, p in enumerate(parts):
-        v = arith.ExtUIOp(_int(32), p).result
+        v = b.extui(p, b.i32)
         if j:
-            v = arith.ShLIOp(v, h.const_i32(width * j)).result
-        word = v if word is None else arith.OrIOp(word, v).result
+            v = b.shli(v, b.const(width * j, b.i32))
+        word = v if word is None else b.ori(word, v)
     return word
 
 
 def _lane_shift(loop: int, width: int) -> ir.Value:
     """``linalg.index loop * width`` as an i32."""
+    b = ArithBuilder()
     idx = linalg.IndexOp(ir.IntegerAttr.get(_int(64), loop)).result
-    idx = arith.IndexCastOp(_int(32), idx).result
-    return arith.MulIOp(idx, h.const_i32(width)).result
+    return b.muli(b.index_cast(idx, b.i32), b.const(width, b.i32))
 
 
 def unpack_codes(packed: ir.Value, t: MXTensorType) -> ir.Value:
@@ -98,9 +103,9 @@ def unpack_codes(packed: ir.Value, t: MXTensorType) -> ir.Value:
 
     def body(*args):
         word = _word(list(args[:nbytes]), 8)
-        code = arith.ShRUIOp(word, _lane_shift(rank, fmt.bits)).result
-        code = arith.TruncIOp(_int(fmt.bits), code).result
-        return [arith.BitcastOp(elem, code).result]
+        b = ArithBuilder()
+        code = b.trunci(b.shrui(word, _lane_shift(rank, fmt.bits)), _int(fmt.bits))
+        return [b.bitcast(code, elem)]
 
     maps = _lane_maps(rank, nbytes) + [h.identity_map(rank + 1)]
     (res,) = h.generic([grouped] * nbytes, [out], maps, [h.PARALLEL] * (rank + 1), body)
@@ -119,10 +124,9 @@ def pack_codes(codes_value: ir.Value, t: MXTensorType) -> ir.Value:
     out = h.empty(shape[:-1] + [groups, nbytes], h.i8())
 
     def body(*args):
-        ints = [arith.BitcastOp(_int(fmt.bits), a).result for a in args[:codes]]
-        word = _word(ints, fmt.bits)
-        byte = arith.ShRUIOp(word, _lane_shift(rank, 8)).result
-        return [arith.TruncIOp(h.i8(), byte).result]
+        b = ArithBuilder()
+        word = _word([b.bitcast(a, _int(fmt.bits)) for a in args[:codes]], fmt.bits)
+        return [b.trunci(b.shrui(word, _lane_shift(rank, 8)), b.i8)]
 
     maps = _lane_maps(rank, codes) + [h.identity_map(rank + 1)]
     (res,) = h.generic([grouped] * codes, [out], maps, [h.PARALLEL] * (rank + 1), body)
