@@ -103,8 +103,12 @@ def test_activations_argument_and_records_bytes():
     lin(np.ones((2, 128), np.float32))
     from mlir_mx.host import has_features
 
-    # One form of the weight, made at construction; a call adds nothing.
-    assert lin.nbytes == before
+    # One form of the weight, made at construction; a call adds nothing: the
+    # stored codes here (96 columns would pad the records' last 64-column panel).
+    assert lin.records_unit is None and lin.nbytes == before == w.nbytes
+    lin = mlir_mx.Linear(_weight("f4E2M1FN", n=128), threads=1, activations="i8")
+    before = lin.nbytes
+    lin(np.ones((2, 128), np.float32))
     if has_features("avx512_vnni"):  # the records alone: 4.25 bits per FP4 element
-        assert lin.records_unit == "i8"  # of 2 panels of 64 columns (96 padded to 128)
-        assert before * 8 / (128 * 128) == 4.25
+        assert lin.records_unit == "i8"
+    assert lin.nbytes == before and before * 8 / (128 * 128) == 4.25

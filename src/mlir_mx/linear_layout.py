@@ -9,9 +9,10 @@ A Linear multiplies by ``B = W^T`` (K = ``in_features`` rows, N =
   the E8M0 scales ``(K / block, N)``;
 * **records** (:func:`records_unit`): the dot kernels' records of one dot unit
   (``kernels.dot_layout.RecordLayout``, scales inside), chosen only where the
-  dot kernels serve every shape class for the Linear's ``activations`` and the
+  dot kernels serve every shape class for the Linear's ``activations``, the
   records keep every code bit for bit (FP4 nibbles, INT8), so that the stored
-  form and the weight are derived from them exactly when asked for.
+  form and the weight are derived from them exactly when asked for, and N is
+  a multiple of 64 (no padding: the same bytes as the stored form).
 
 Every conversion runs over chunks of whole blocks along K (about
 :data:`CHUNK_ELEMENTS` elements each), from a source (:func:`array_chunks`,
@@ -112,10 +113,12 @@ def stored_shape(g: Geometry) -> tuple[tuple[int, int], np.dtype]:
 def records_unit(g: Geometry, activations: str | None) -> str | None:
     """The dot unit whose records hold the weight of a Linear with ``activations``,
     or None (the stored form): the dot kernels serve every shape class for f32
-    activations quantized to ``activations`` on this CPU, and the records keep
+    activations quantized to ``activations`` on this CPU, the records keep
     every code (FP4 as nibbles, INT8 as its integers) so the weight can be
-    derived from them bit for bit."""
-    if activations is None or not g.k or not g.n:
+    derived from them bit for bit, and N is a multiple of 64 (no zero columns
+    padding the last panel), so the records take exactly the stored form's
+    bytes (4.25 bits per MXFP4 element)."""
+    if activations is None or not g.k or not g.n or g.n % PANEL:
         return None
     dot = dot_kind(activations, g.element, g.block)
     if dot is None:
