@@ -10,7 +10,9 @@ import sys
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
-pytest.importorskip("transformers", reason="transformers not installed (pip install 'mlir-mx[test]')")
+pytest.importorskip(
+    "transformers", reason="transformers not installed (pip install 'mlir-mx[test]')"
+)
 
 from llama_cases import tiny_llama  # noqa: E402
 
@@ -73,7 +75,9 @@ def test_targets_from_rows():
     assert t[f"128-token prefill, torch f32 time / {fp4} time"]["value"] == pytest.approx(100 / 95)
     assert t[f"linear weights, {fp4}, bits per parameter"]["value"] == 4.25
     assert t["decode tokens/s, MXFP8 (f32 activations) / torch f32"]["value"] == 3.0
-    assert t["process RSS of the converted model, MXFP4 (f32 activations) / f32"]["value"] == pytest.approx(1 / 3)
+    assert t["process RSS of the converted model, MXFP4 (f32 activations) / f32"][
+        "value"
+    ] == pytest.approx(1 / 3)
     # the W4A8 row has target lines of its own
     assert t[f"decode tokens/s, {w4a8} / torch f32"]["value"] == 7.0
     assert t[f"decode tokens/s, {w4a8} / torch bf16"]["value"] == 3.5
@@ -88,7 +92,12 @@ def test_targets_from_rows():
 def test_the_report_names_its_targets_and_the_rows_not_run():
     from mlir_mx.harness.model_report import _notes, _targets
 
-    rec = {"targets": [], "references": [], "rows": [], "options": {"rows": ["torch f32"], "threads": [1]}}
+    rec = {
+        "targets": [],
+        "references": [],
+        "rows": [],
+        "options": {"rows": ["torch f32"], "threads": [1]},
+    }
     text = "\n".join(_targets(rec) + _notes(rec))
     assert "## Targets\n" in text and "issue" not in text
     assert "4.25 bits per parameter" in text and "W4A8" in text
@@ -106,7 +115,9 @@ def test_model_arguments_are_checked(capsys):
     assert main(["--model", "--layers", "0"]) == 1
     assert "--layers: must be positive" in capsys.readouterr().err
     assert main(["--model", "--rows", "f32,fp4"]) == 1
-    assert "--rows: expected some of f32,bf16,torchao,mxfp8,mxfp4,mxfp4-i8" in capsys.readouterr().err
+    assert (
+        "--rows: expected some of f32,bf16,torchao,mxfp8,mxfp4,mxfp4-i8" in capsys.readouterr().err
+    )
 
 
 @pytest.mark.slow

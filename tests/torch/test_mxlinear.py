@@ -7,6 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
 
+from memory_cases import referenced_bytes  # noqa: E402
+
 import mlir_mx  # noqa: E402
 from mlir_mx.errors import MXError  # noqa: E402
 from mlir_mx.numerics import dequantize, quantize  # noqa: E402
@@ -112,19 +114,24 @@ def test_threads_follow_torch_unless_set():
         torch.set_num_threads(before)
 
 
-def test_repr_and_memory_4_25_bits_per_weight():
+@pytest.mark.parametrize("act", [None, "i8"])
+def test_repr_and_memory_4_25_bits_per_weight(act):
+    """Everything the module references (its buffers, its Linear and every
+    array that one keeps: compiled calls included), each byte once, is 4.25
+    bits per weight, before and after calls, with the stored codes or (W4A8)
+    the dot kernels' records alone."""
     layer = _layer(256, 128, bias=False)
-    mx = MXLinear.from_linear(layer)
+    mx = MXLinear.from_linear(layer, activations=act, threads=1)
     text = repr(mx)
     for part in ("weights=f4E2M1FN", "block_size=32", "nbytes=17408", "4.25 bits/weight"):
         assert part in text
-    # What the module references: its buffers are the Linear's own arrays (one copy).
-    owners = {}
-    for a in (*mx._linear.stored, mx.codes.numpy(), mx.scales.numpy()):
-        while isinstance(a.base, np.ndarray):
-            a = a.base
-        owners[a.ctypes.data] = a.nbytes
-    assert sum(owners.values()) * 8 / (256 * 128) == 4.25
+    assert referenced_bytes(mx) * 8 / (256 * 128) == 4.25
+    with torch.no_grad():
+        for m in (1, 5, 70):
+            mx(torch.randn(m, 256))
+    assert referenced_bytes(mx) * 8 / (256 * 128) == 4.25 and mx.nbytes == 17408
+    held = [getattr(mx, name) for name in mx._held_names]
+    assert [t.data_ptr() for t in held] == [a.ctypes.data for a in mx._linear.held]
     assert not any(isinstance(v, mlir_mx.numerics.MXArray) for v in vars(mx).values())
 
 
