@@ -129,6 +129,7 @@ class MXLinear(torch.nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.bias is not None}, weights={self.element}, block_size={self.block_size}, "
             f"nbytes={self.nbytes} ({bits:.2f} bits/weight), threads={self.threads}"
+            + (f", activations={self.activations!r}" if self.activations else "")
         )
 
     def __deepcopy__(self, memo):
