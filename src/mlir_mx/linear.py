@@ -118,7 +118,9 @@ class Linear:
     def _set_geometry(self, element: str, block_size: int, k: int, n: int) -> None:
         self.element, self.block_size = element_format(element).name, int(block_size)
         self.in_features, self.out_features = int(k), int(n)
-        self._geometry = layout.Geometry(self.element, self.block_size, self.in_features, n)
+        self._geometry = layout.Geometry(
+            self.element, self.block_size, self.in_features, self.out_features
+        )
         # numerics.is_packed_storage: FP4/FP6 with whole groups along `out`.
         self.packed = self._geometry.packed
         # Whole 64-column tiles: stored tiled (Problem.b_tiled), so a decode
