@@ -134,3 +134,27 @@ def test_one_layer_from_two_python_threads_with_their_own_thread_counts(act):
     assert errors == []
     assert mx._linear.threads == 1 and {key[2] for key in mx._linear._calls} == {1, 2}
     np.testing.assert_array_equal(mx(x[:5]).numpy(), want[5].numpy())
+
+
+def test_quantize_passes_its_threads_to_the_quantizer(monkeypatch):
+    """quantize_(threads=n) quantizes on n threads; None: torch.get_num_threads()."""
+    import mlir_mx.convert
+
+    seen: list = []
+    quantize = mlir_mx.convert.quantize
+
+    def spy(*args, threads=None, **kw):
+        seen.append(threads)
+        return quantize(*args, threads=threads, **kw)
+
+    monkeypatch.setattr(mlir_mx.convert, "quantize", spy)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 32))
+    quantize_(net, "f8E4M3FN", threads=1)
+    assert seen == [1, 1]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        quantize_(torch.nn.Sequential(torch.nn.Linear(64, 64)), "f8E4M3FN")
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1, 1, 2]
