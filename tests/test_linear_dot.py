@@ -48,7 +48,9 @@ def _pair(welem, aelem, m):
     """Rows ``:m`` of a 70-row product equal the f32 kernels on the same
     operands (so a row's result does not depend on its batch)."""
     w = _weight(welem)
-    lin = mlir_mx.Linear(w, threads=2)
+    # activations=aelem: the dot kernels' records where they serve the pair
+    # (mlir_mx.linear_layout.records_unit), else the stored form.
+    lin = mlir_mx.Linear(w, threads=2, activations=aelem)
     rng = np.random.default_rng(1)
     x = quantize(rng.standard_normal((70, 128)).astype(np.float32), aelem, 32)
     xm = MXArray(x.codes[:m], x.scales[:m], aelem, 32)
@@ -101,5 +103,12 @@ def test_activations_argument_and_records_bytes():
     lin(np.ones((2, 128), np.float32))
     from mlir_mx.host import has_features
 
-    if has_features("avx512bw"):  # the dot kernels' records were made
-        assert lin.nbytes > before
+    # One form of the weight, made at construction; a call adds nothing: the
+    # stored codes here (96 columns would pad the records' last 64-column panel).
+    assert lin.records_unit is None and lin.nbytes == before == w.nbytes
+    lin = mlir_mx.Linear(_weight("f4E2M1FN", n=128), threads=1, activations="i8")
+    before = lin.nbytes
+    lin(np.ones((2, 128), np.float32))
+    if has_features("avx512_vnni"):  # the records alone: 4.25 bits per FP4 element
+        assert lin.records_unit == "i8"
+    assert lin.nbytes == before and before * 8 / (128 * 128) == 4.25

@@ -20,10 +20,13 @@ MX) activations with the generated kernels of :mod:`mlir_mx.kernels`::
   ``activations="i8"`` (or another MX element format) asks for it to be
   quantized per call: then ``lin(x)`` is ``Linear(w)(quantize(x, "i8", B))``
   bit for bit.
-* Pairs the CPU's dot units compute exactly (FP4/FP6/INT8 activations and
-  weights: VNNI; FP8 in either: AVX512_BF16) run the dot kernels
-  (:mod:`mlir_mx.kernels.dot`) on a second copy of the weight in VNNI
-  records, made on first use; same bits as the f32 kernels.
+* The weight is held in ONE form (:mod:`mlir_mx.linear_layout`): the
+  stored codes above, or, when ``activations=`` names a format the CPU's dot
+  units pair with the weight at every batch size and the dot kernels'
+  records keep its codes bit for bit (FP4/INT8 weights with i8-sized
+  activations: VNNI), the dot kernels' records only (4.25 bits per FP4
+  element too); the stored form and the weight are derived from them on
+  demand.  Same bits as the f32 kernels either way.
 * Compiled kernels are kept in memory and, lowered to the LLVM dialect, on
   disk (``MLIR_MX_CACHE_DIR``, default ``~/.cache/mlir-mx``; ``off``
   disables it), so a second process skips the mlir-mx and MLIR passes.
@@ -31,6 +34,7 @@ MX) activations with the generated kernels of :mod:`mlir_mx.kernels`::
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 
@@ -38,6 +42,7 @@ import ml_dtypes
 import numpy as np
 from mlir import ir
 
+from mlir_mx import linear_layout as layout
 from mlir_mx.convert import quantize as compiled_quantize
 from mlir_mx.dialect import load_dialect
 from mlir_mx.errors import MXArgTypeError, MXValueError, user_error
@@ -45,17 +50,8 @@ from mlir_mx.execution import FREE, BoundFunction, CompileOptions, Runner
 from mlir_mx.execution.options import default_cache_dir
 from mlir_mx.host import check_threads
 from mlir_mx.kernels import Problem, choose, kernel_module, plan_kernel, shape_class
-from mlir_mx.kernels.dot_layout import RecordLayout, dot_kind, pack_records
-from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
-from mlir_mx.numerics import (
-    SCALE_DTYPE,
-    MXArray,
-    element_format,
-    is_packed_storage,
-    pack_codes,
-    packed_shape,
-    unpack_codes,
-)
+from mlir_mx.kernels.dot_layout import KINDS, dot_kind
+from mlir_mx.numerics import SCALE_DTYPE, MXArray, element_format, is_packed_storage
 from mlir_mx.pipelines import kernel_library_pipeline
 
 __all__ = ["Linear", "matmul", "cache_dir"]
@@ -72,10 +68,18 @@ class Linear:
     weights (out, in) (numpy or DLPack) with ``element=`` (and
     ``block_size=``, default 32): quantized here along ``in`` by the compiled
     :func:`mlir_mx.quantize`.  ``threads``: default this machine's cores;
-    settable later (``lin.threads = 1``).  ``activations``: None (f32
+    settable later (``lin.threads = 1``) or given per call (``lin(x,
+    threads=1)``, which changes nothing shared).  ``activations``: None (f32
     activations enter exactly) or an MX element format that f32 activations
     are quantized to per call (blocks of the weight's block size along
     ``in``; MX activations are used as given).
+
+    The weight is held once (:attr:`held`, :attr:`nbytes`): as the stored
+    codes the f32 kernels read, or as the dot kernels' records alone when
+    ``activations`` pairs with the weight on this CPU's dot units at every
+    batch size and the records keep its codes (:attr:`records_unit`;
+    :func:`mlir_mx.linear_layout.records_unit`).  :attr:`stored` and
+    :meth:`weight` derive the other forms, bit for bit.
     """
 
     def __init__(
@@ -96,75 +100,85 @@ class Linear:
             )
         if weight.ndim != 2:
             raise MXValueError(f"weight: expected a 2-D MXArray, got shape {weight.shape}")
-        self.element = weight.element
-        self.block_size = weight.block_size
-        fmt = weight.format
-        if weight.axis == 1:  # (out, in) blocked along in: B = W^T, one transposed copy
-            codes = np.ascontiguousarray(weight.codes.T)  # (unpacked transiently)
-            self._scales = np.ascontiguousarray(weight.scales.T)
-            # numerics.is_packed_storage: FP4/FP6 with whole groups along `out`.
-            self.packed = is_packed_storage(codes.shape, self.element)
-            self._codes = pack_codes(codes, self.element) if self.packed else codes
-        else:  # (in, out) blocked along axis 0: already B, packed as Linear packs it
-            raw, self._scales = weight.held_buffers()  # the MXArray's own: no copy
-            self.packed = weight.is_packed
-            self._codes = raw if self.packed else raw.view(fmt.dtype)
-        self.in_features, self.out_features = weight.shape[::-1] if weight.axis == 1 else weight.shape
+        k, n = weight.shape[::-1] if weight.axis == 1 else weight.shape
+        self._set_geometry(weight.element, weight.block_size, k, n)
+        activations = check_activations(activations)
+        g = self._geometry
+        unit = layout.records_unit(g, activations)
+        if unit is not None:  # the dot kernels' records only
+            held = (layout.to_records(layout.array_chunks(weight, g), unit, g),)
+        elif weight.axis == 0 and not self.tiled:  # already B as stored: the MXArray's own
+            raw, scales = weight.held_buffers()
+            held = (raw if self.packed else raw.view(weight.format.dtype), scales)
+        else:  # re-laid out one chunk of blocks at a time (linear_layout)
+            held = layout.to_stored(layout.array_chunks(weight, g), g)
+        self._start(threads, activations, held, unit)
+
+    def _set_geometry(self, element: str, block_size: int, k: int, n: int) -> None:
+        self.element, self.block_size = element_format(element).name, int(block_size)
+        self.in_features, self.out_features = int(k), int(n)
+        self._geometry = layout.Geometry(
+            self.element, self.block_size, self.in_features, self.out_features
+        )
+        # numerics.is_packed_storage: FP4/FP6 with whole groups along `out`.
+        self.packed = self._geometry.packed
         # Whole 64-column tiles: stored tiled (Problem.b_tiled), so a decode
         # call streams the weight sequentially; same bytes, another order.
-        self.tiled = self.out_features % TILE_COLUMNS == 0
-        if self.tiled:
-            raw = self._codes.view(np.uint8)
-            self._codes = tile_b_codes(raw, self.block_size, self.element, self.packed)
-        self._start(threads, activations)
+        self.tiled = self._geometry.tiled
 
     @classmethod
     def from_stored(
         cls, codes, scales, element: str, block_size: int, in_features: int, out_features: int,
         *, threads: int | None = None, activations: str | None = None,
     ) -> Linear:  # fmt: skip
-        """The Linear whose :attr:`stored` arrays are ``codes`` and ``scales``,
-        held as they are (no copy): the form a Linear of this weight shape keeps
-        (B = W^T packed where it packs, in 64-column tiles where ``out_features``
-        is a multiple of 64; :attr:`stored`; one-code-per-byte codes may also come
-        as raw ``uint8``).  Raises ``ValueError`` naming the argument when an
-        array has another shape, dtype or layout."""
+        """The Linear whose :attr:`held` arrays are ``codes`` and ``scales``,
+        held as they are (no copy): the stored form a Linear of this weight
+        shape keeps (B = W^T packed where it packs, in 64-column tiles where
+        ``out_features`` is a multiple of 64; :attr:`stored`; one-code-per-byte
+        codes may also come as raw ``uint8``), whatever ``activations`` is.
+        Raises ``ValueError`` naming the argument when an array has another
+        shape, dtype or layout."""
         lin = cls.__new__(cls)
-        fmt = element_format(element)
-        lin.element, lin.block_size = fmt.name, int(block_size)
-        lin.in_features, lin.out_features = int(in_features), int(out_features)
-        lin.packed = is_packed_storage((lin.in_features, lin.out_features), fmt)
-        lin.tiled = lin.out_features % TILE_COLUMNS == 0
-        want_scales = (lin.in_features // lin.block_size, lin.out_features)
-        width = packed_shape((1, lin.out_features), fmt)[1] if lin.packed else lin.out_features
-        want_codes = (lin.in_features, width)
-        if lin.tiled:
-            tiles = lin.out_features // TILE_COLUMNS
-            want_codes = (want_scales[0] * tiles, lin.block_size * width // tiles)
-        byte_codes = lin.packed or lin.tiled
-        if not byte_codes and isinstance(codes, np.ndarray) and codes.dtype == np.uint8:
+        lin._set_geometry(element, block_size, in_features, out_features)
+        fmt = element_format(lin.element)
+        want_codes, code_dtype = layout.stored_shape(lin._geometry)
+        if code_dtype != np.uint8 and isinstance(codes, np.ndarray) and codes.dtype == np.uint8:
             codes = codes.view(fmt.dtype)  # raw code bytes, as a uint8 tensor holds them
-        for name, a, shape, dtype in (
-            ("codes", codes, want_codes, np.dtype(np.uint8) if byte_codes else fmt.dtype),
-            ("scales", scales, want_scales, SCALE_DTYPE),
-        ):
-            if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != shape:
-                got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
-                raise MXValueError(f"{name}: expected a {dtype} array of shape {shape}, got {got}")
-            if not a.flags.c_contiguous:
-                raise MXValueError(f"{name}: expected a C-contiguous array")
-        lin._codes, lin._scales = codes, scales
-        lin._start(threads, activations)
+        want_scales = (lin.in_features // lin.block_size, lin.out_features)
+        _check_held("codes", codes, want_codes, code_dtype)
+        _check_held("scales", scales, want_scales, SCALE_DTYPE)
+        lin._start(threads, check_activations(activations), (codes, scales), None)
         return lin
 
-    def _start(self, threads: int | None, activations: str | None) -> None:
-        if activations is not None:
-            try:
-                activations = element_format(activations).name
-            except (TypeError, ValueError) as err:
-                raise user_error(err, f"activations: {err}") from None
+    @classmethod
+    def from_records(
+        cls, records, unit: str, element: str, block_size: int, in_features: int,
+        out_features: int, *, threads: int | None = None, activations: str | None = None,
+    ) -> Linear:  # fmt: skip
+        """The Linear over ``records``, the dot kernels' records of dot unit
+        ``unit`` (:attr:`held` of a Linear whose :attr:`records_unit` is
+        ``unit``), held as they are (no copy) when this CPU runs them for
+        ``activations``; else converted to the stored form (a new array).
+        Raises ``ValueError`` naming the argument for another shape or dtype."""
+        lin = cls.__new__(cls)
+        lin._set_geometry(element, block_size, in_features, out_features)
+        activations = check_activations(activations)
+        g = lin._geometry
+        if unit not in KINDS:
+            raise MXValueError(f"unit: expected one of {', '.join(KINDS)}, got {unit!r}")
+        _check_held("records", records, g.layout(unit).shape(g.k, g.n), np.dtype(np.uint8))
+        if layout.records_unit(g, activations) == unit:
+            lin._start(threads, activations, (records,), unit)
+        else:
+            stored = layout.to_stored(layout.records_chunks(records, unit, g), g)
+            lin._start(threads, activations, stored, None)
+        return lin
+
+    def _start(self, threads: int | None, activations: str | None, held: tuple, unit) -> None:
         self.activations = activations
-        self._records: dict[str, np.ndarray] = {}  # dot kind -> VNNI records of B
+        #: The dot unit whose records are held (None: the stored form is held).
+        self.records_unit = unit
+        self._held = tuple(held)
         self.threads = threads
         self._runners: dict[tuple, Runner] = {}
         self._calls: dict[tuple, BoundFunction] = {}
@@ -174,6 +188,7 @@ class Linear:
 
     @property
     def threads(self) -> int:
+        """The thread count of a call that does not give one (``lin(x, threads=)``)."""
         return self._threads
 
     @threads.setter
@@ -181,20 +196,40 @@ class Linear:
         self._threads = check_threads(value)
 
     @property
+    def held(self) -> tuple[np.ndarray, ...]:
+        """The arrays the weight is held in, the only ones (not copies):
+        ``(codes, scales)`` of the stored form, or ``(records,)`` when
+        :attr:`records_unit` is set."""
+        return self._held
+
+    @property
     def stored(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(codes, scales)`` as the kernels read them (the arrays held, not
-        copies): B = W^T's codes, packed along ``out`` where they pack
-        (``uint8``), in 64-column tiles when :attr:`tiled` (``uint8``,
-        ``kernels.problem.tile_b_codes``), and its E8M0 scales
-        ``(in / block_size, out)``.  :meth:`from_stored` takes them back."""
-        return self._codes, self._scales
+        """``(codes, scales)`` as the f32 kernels read them: B = W^T's codes,
+        packed along ``out`` where they pack (``uint8``), in 64-column tiles
+        when :attr:`tiled` (``uint8``, ``kernels.problem.tile_b_codes``), and
+        its E8M0 scales ``(in / block_size, out)``.  The arrays held when the
+        stored form is (:attr:`held`); else derived from the records, bit for
+        bit, as new arrays on each access.  :meth:`from_stored` takes them back."""
+        if self.records_unit is None:
+            return self._held
+        g = self._geometry
+        return layout.to_stored(layout.records_chunks(self._held[0], self.records_unit, g), g)
+
+    def weight(self) -> MXArray:
+        """The weight ``W`` ``(out, in)`` blocked along ``in``, derived from the
+        form held (new arrays, bit for bit the weight given)."""
+        g = self._geometry
+        if self.records_unit is None:
+            chunks = layout.stored_chunks(*self._held, g)
+        else:
+            chunks = layout.records_chunks(self._held[0], self.records_unit, g)
+        return layout.to_weight(chunks, g)
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the stored weight (codes and scales, plus the dot
-        kernels' records once a call has made them)."""
-        extra = sum(r.nbytes for r in self._records.values())
-        return self._codes.nbytes + self._scales.nbytes + extra
+        """Bytes of the weight held (:attr:`held`): 4.25 bits per MXFP4 element
+        with block 32, in either form."""
+        return sum(a.nbytes for a in self._held)
 
     def __repr__(self) -> str:
         act = f", activations={self.activations!r}" if self.activations else ""
@@ -206,20 +241,22 @@ class Linear:
 
     # -- the call ------------------------------------------------------------------
 
-    def __call__(self, x) -> np.ndarray:
+    def __call__(self, x, *, threads: int | None = None) -> np.ndarray:
         """``x``: f32 ``(M, in)`` or ``(in,)`` (numpy, or any DLPack array such as
         a torch CPU tensor), or an MXArray ``(M, in)`` blocked along its last
-        axis. Returns f32 ``(M, out)`` (``(out,)`` for a vector) as numpy."""
+        axis. Returns f32 ``(M, out)`` (``(out,)`` for a vector) as numpy.
+        ``threads``: this call's thread count (default :attr:`threads`)."""
+        t = self.threads if threads is None else check_threads(threads)
         args, kind, m, vector = self._activations(x)
         out = np.zeros((m, self.out_features), np.float32)
         # An empty weight (out or in = 0) gives the empty (or zero) product at
         # every M without a kernel: no kernel schedule divides by 0 columns.
         if m and self.out_features and self.in_features:
-            call = self._bound(kind, m)
+            call = self._bound(kind, m, t)
             if call is None:  # no dot kernel: quantize (compiled), then the MX path
-                q = compiled_quantize(args[0], kind[2], self.block_size, threads=self.threads)
+                q = compiled_quantize(args[0], kind[2], self.block_size, threads=t)
                 args, kind = self._mx_args(q), (q.element, q.is_packed, None)
-                call = self._bound(kind, m)
+                call = self._bound(kind, m, t)
             call(*args, out)  # its messages name x, the weight, the output (_X_NAMES)
         return out[0] if vector else out
 
@@ -229,7 +266,7 @@ class Linear:
         _args, kind, m, _vector = self._activations(x)
         cls = shape_class(max(m, 1))
         found = self._kernel(kind, cls)
-        if found is None:  # quantized by the oracle, then the MX kernels
+        if found is None:  # quantized (compiled quantize), then the MX kernels
             packed = is_packed_storage((1, self.in_features), kind[2])
             found = self._kernel((kind[2], packed, None), cls)
         return found[1]
@@ -274,77 +311,90 @@ class Linear:
 
     def _kernel(self, kind, cls: str):
         """(problem, schedule, weight arguments) for activations of ``kind`` at
-        shape class ``cls``: a dot kernel when the CPU has one for the pair,
-        else the f32 kernels (None for an f32 activation to quantize: the
-        caller quantizes it with the oracle)."""
+        shape class ``cls``: a dot kernel when the records held are those of
+        the CPU's unit for the pair, else the f32 kernels on the stored form
+        (weight arguments None: derived from the records for each call); None
+        for an f32 activation to quantize (the caller quantizes it)."""
         a_elem, a_packed, a_quant = kind
         dot = dot_kind(a_elem or a_quant, self.element, self.block_size)
         common = (None, self.out_features, self.in_features, self.block_size, a_elem, self.element)
-        if dot is not None:
+        if dot is not None and dot.name == self.records_unit:
             prob = Problem(*common, a_packed=a_packed, a_quant=a_quant, b_dot=dot.name)
             chosen = choose(prob, cls=cls, required=False)
             if chosen is not None:
-                return prob, chosen.name, [self._dot_records(dot)]
+                return prob, chosen.name, list(self._held)
         if a_quant is not None:
             return None
         prob = Problem(*common, a_packed=a_packed, b_packed=self.packed, b_tiled=self.tiled)
-        return prob, choose(prob, cls=cls).name, [self._codes, self._scales]
+        weights = list(self._held) if self.records_unit is None else None
+        return prob, choose(prob, cls=cls).name, weights
 
-    def _dot_records(self, dot) -> np.ndarray:
-        """B as the dot kernels' VNNI records of unit ``dot`` (made once)."""
-        with self._lock:
-            rec = self._records.get(dot.name)
-            if rec is None:
-                layout = RecordLayout(dot, self.element, self.block_size)
-                rec = pack_records(self._code_matrix(), self._scales, layout)
-                self._records[dot.name] = rec
-        return rec
-
-    def _code_matrix(self) -> np.ndarray:
-        """B's codes (in, out), one per byte, from the stored (tiled, packed) form."""
-        raw = self._codes.view(np.uint8)
-        if self.tiled:
-            k, bs = self.in_features, self.block_size
-            tiles = self.out_features // TILE_COLUMNS
-            t = raw.reshape(k // bs, tiles, bs, -1).transpose(0, 2, 1, 3)
-            raw = np.ascontiguousarray(t).reshape(k, -1)
-        if self.packed:
-            return unpack_codes(raw, self.element)
-        return raw.view(element_format(self.element).dtype)
-
-    def _bound(self, kind, m: int) -> BoundFunction | None:
-        """``@matmul`` of the kernel for ``m`` rows of activations of ``kind``,
-        with the weight bound: the weight's descriptors are made once
-        (Runner.bind), so a call only checks and passes the activations and
-        the output.  None: no kernel quantizes these activations here."""
-        key = (kind, shape_class(m), self.threads)
+    def _bound(self, kind, m: int, threads: int):
+        """``@matmul`` of the kernel for ``m`` rows of activations of ``kind`` on
+        ``threads`` threads, with the weight bound: the weight's descriptors
+        are made once (Runner.bind), so a call only checks and passes the
+        activations and the output.  None: no kernel quantizes these
+        activations here."""
+        key = (kind, shape_class(m), threads)
         bound = self._calls.get(key)
         if bound is None:
             found = self._kernel(kind, shape_class(m))
             if found is None:
                 return None
             prob, schedule, weights = found
-            runner = self._runner(prob, schedule)
+            runner = self._runner(prob, schedule, threads)
             n_act = 1 if kind[0] is None else 2
-            names = [*_X_NAMES[n_act], *_W_NAMES[len(weights)], "the output"]
-            bound = runner.bind("matmul", *[FREE] * n_act, *weights, FREE, names=names)
+            if weights is None:  # the held records do not serve it: the stored form, per call
+                bound = functools.partial(self._call_derived, runner)
+            else:
+                names = [*_X_NAMES[n_act], *_W_NAMES[len(weights)], "the output"]
+                bound = runner.bind("matmul", *[FREE] * n_act, *weights, FREE, names=names)
             self._calls[key] = bound
         return bound
 
-    def _runner(self, prob: Problem, schedule: str) -> Runner:
-        key = (prob, schedule, self.threads)
+    def _call_derived(self, runner: Runner, *args) -> None:
+        """A call of the f32 kernels on the stored form derived from the records
+        for this call only (activations the held records' unit does not take,
+        e.g. MX activations of another format): slow, and nothing is kept."""
+        *acts, out = args
+        runner.invoke("matmul", *acts, *self.stored, out)
+
+    def _runner(self, prob: Problem, schedule: str, threads: int) -> Runner:
+        key = (prob, schedule, threads)
         with self._lock:
             runner = self._runners.get(key)
             if runner is None:
                 with ir.Context() as ctx, ir.Location.unknown():
                     load_dialect(ctx)
-                    text = str(kernel_module(prob, plan_kernel(prob, schedule, self.threads)))
+                    text = str(kernel_module(prob, plan_kernel(prob, schedule, threads)))
                 options = CompileOptions(
-                    kernel_library_pipeline(self.threads), cache_dir=default_cache_dir()
+                    kernel_library_pipeline(threads), cache_dir=default_cache_dir()
                 )
                 runner = Runner(text, options=options)
                 self._runners[key] = runner
         return runner
+
+
+def check_activations(activations) -> str | None:
+    """``activations=``: ``None`` (f32 activations enter the products exactly) or
+    an MX element format they are quantized to per call, blocks along ``in``
+    (the dot kernels where the CPU has them).  Returns the format's name;
+    ``ValueError`` / ``TypeError`` naming ``activations`` otherwise."""
+    if activations is None:
+        return None
+    try:
+        return element_format(activations).name
+    except (TypeError, ValueError) as err:
+        raise user_error(err, f"activations: {err}") from None
+
+
+def _check_held(name: str, a, shape: tuple, dtype: np.dtype) -> None:
+    """An array to hold as it is: this dtype and shape, C-contiguous."""
+    if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != tuple(shape):
+        got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+        raise MXValueError(f"{name}: expected a {dtype} array of shape {tuple(shape)}, got {got}")
+    if not a.flags.c_contiguous:
+        raise MXValueError(f"{name}: expected a C-contiguous array")
 
 
 _HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
@@ -367,9 +417,6 @@ def _host_view(x) -> np.ndarray:
         raise MXArgTypeError(f"x: cannot view this {type(x).__name__} as host memory: {err}") from None
 
 
-#: The kernels' arguments in Linear's terms (Runner.bind's names), by how
-#: many there are: the activations (f32, or MX codes and scales) and the
-#: weight (codes and scales, or the dot kernels' records).
 _X_NAMES = {1: ("x",), 2: ("x (codes)", "x (scales)")}
 _W_NAMES = {2: ("the weight (codes)", "the weight (scales)"), 1: ("the weight (dot records)",)}
 
@@ -395,6 +442,4 @@ def matmul(
     if lin is None:
         lin = Linear(w, threads=threads)
         _LINEARS[key] = (weakref.ref(w, lambda _r: _LINEARS.pop(key, None)), lin)
-    elif threads is not None:
-        lin.threads = threads
-    return lin(x)
+    return lin(x, threads=threads)  # per call: the cached Linear is shared

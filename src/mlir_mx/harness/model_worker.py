@@ -77,7 +77,9 @@ def linear_weight_bytes(model: torch.nn.Module) -> tuple[int, int]:
     """``(bytes, parameters)`` of the linear layers' weights, measured from the
     memory they reference: every tensor of every ``nn.Linear`` / ``MXLinear``
     (a tensor subclass's inner tensors) and every array an ``MXLinear``'s
-    ``mlir_mx.Linear`` holds, each block of memory counted once."""
+    ``mlir_mx.Linear`` holds (``Linear.held``: its stored codes and scales, or
+    the dot kernels' records, the only form it keeps), each block of memory
+    counted once."""
     from mlir_mx.torch import MXLinear
 
     mem: dict[int, int] = {}
@@ -85,7 +87,7 @@ def linear_weight_bytes(model: torch.nn.Module) -> tuple[int, int]:
     for m in model.modules():
         if isinstance(m, MXLinear):
             params += m.in_features * m.out_features
-            for a in m._linear.stored:
+            for a in m._linear.held:
                 while isinstance(a.base, np.ndarray):
                     a = a.base
                 mem[a.ctypes.data] = a.nbytes

@@ -15,7 +15,7 @@ import numpy as np
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import MXArray
 
-__all__ = ["transpose", "weight_to_rhs"]
+__all__ = ["check_linear_weight", "transpose", "weight_to_rhs"]
 
 
 def transpose(a: MXArray) -> MXArray:
@@ -37,6 +37,21 @@ def transpose(a: MXArray) -> MXArray:
     )
 
 
+def check_linear_weight(w, arg: str = "w", dims: tuple[str, str] = ("n_out", "n_in")) -> None:
+    """Raise unless ``w`` is a linear layer's MX weight ``(dims[0], dims[1])``
+    blocked along ``dims[1]`` (axis 1), the GGUF / ``torch.nn.Linear`` layout:
+    ``TypeError`` for another type, ``ValueError`` for another rank or axis,
+    naming ``arg``."""
+    if not isinstance(w, MXArray):
+        raise MXArgTypeError(f"{arg}: expected an MXArray, got {type(w).__name__}")
+    if w.ndim != 2 or w.axis != 1:
+        out, inn = dims
+        raise MXValueError(
+            f"{arg}: expected a 2-D MXArray ({out}, {inn}) blocked along {inn} (axis 1), got "
+            f"shape {w.shape} blocked along axis {w.axis}"
+        )
+
+
 def weight_to_rhs(w: MXArray) -> MXArray:
     """``B = W^T`` for a weight ``W: (n_out, n_in)`` blocked along ``n_in`` (axis 1).
 
@@ -45,11 +60,5 @@ def weight_to_rhs(w: MXArray) -> MXArray:
     :func:`transpose`).  Raises ``ValueError`` for a weight that is not 2-D or not
     blocked along its last axis (a GGUF or ``torch.nn.Linear`` weight always is).
     """
-    if not isinstance(w, MXArray):
-        raise MXArgTypeError(f"w: expected an MXArray, got {type(w).__name__}")
-    if w.ndim != 2 or w.axis != 1:
-        raise MXValueError(
-            f"w: expected a 2-D weight (n_out, n_in) blocked along n_in (axis 1), got shape "
-            f"{w.shape} blocked along axis {w.axis}"
-        )
+    check_linear_weight(w)
     return transpose(w)

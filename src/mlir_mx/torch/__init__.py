@@ -16,16 +16,16 @@ try:
     import torch  # noqa: F401
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "mlir_mx.torch needs torch (tested: torch 2.13.0 CPU): pip install 'mlir-mx[torch]' "
-        f"({e})"
+        f"mlir_mx.torch needs torch (tested: torch 2.13.0 CPU): pip install 'mlir-mx[torch]' ({e})"
     ) from e
 
 from .convert import QuantizeSummary, quantize_
-from .module import MXLinear
+from .module import InferenceOnlyError, MXLinear
 from .quantizer import quantize_weight
 from .reference import LogitBound, dequantize_, greedy, logit_bound
 
 __all__ = [
+    "InferenceOnlyError",
     "LogitBound",
     "MXLinear",
     "QuantizeSummary",

@@ -22,8 +22,9 @@ class QuantizeSummary:
 
     ``converted``: the names of the layers now ``MXLinear``; ``skipped``: name ->
     reason for the ``nn.Linear`` layers kept; ``bytes_before`` / ``bytes_after``:
-    the weight bytes of the converted layers before (their dtype) and after (MX
-    codes and scales).
+    the weight bytes of the converted layers before (their dtype) and after (what
+    each ``MXLinear`` holds, ``Linear.held``: the stored codes and scales, or the
+    dot kernels' records; fixed at construction, so calls do not change it).
     """
 
     weights: str
@@ -96,7 +97,9 @@ def selected_linears(model, block_size: int, filter_fn, summary: QuantizeSummary
     Exactly ``torch.nn.Linear`` (not subclasses, whose owners may read
     ``.weight`` directly, as ``nn.MultiheadAttention`` does)."""
     if filter_fn is not None and not callable(filter_fn):
-        raise MXArgTypeError(f"filter_fn: expected a callable (module, name) -> bool, got {filter_fn!r}")
+        raise MXArgTypeError(
+            f"filter_fn: expected a callable (module, name) -> bool, got {filter_fn!r}"
+        )
     # Names only: holding the modules would keep every original weight alive
     # until the end (the peak would be both models).
     names = [n for n, m in model.named_modules() if type(m) is torch.nn.Linear]

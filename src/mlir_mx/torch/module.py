@@ -5,29 +5,23 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mlir_mx.errors import MXArgTypeError, MXValueError, user_error
-from mlir_mx.linear import Linear
-from mlir_mx.numerics import MXArray, dequantize, element_format, unpack_codes
+from mlir_mx.errors import MXArgTypeError, MXError, MXValueError
+from mlir_mx.interop.layout import check_linear_weight
+from mlir_mx.linear import Linear, check_activations
+from mlir_mx.numerics import MXArray, dequantize
 
 from . import ops
 from .quantizer import quantize_weight
 
-__all__ = ["MXLinear", "check_activations"]
+__all__ = ["InferenceOnlyError", "MXLinear", "check_activations"]
+
+
+class InferenceOnlyError(MXError, RuntimeError):
+    """An input that requires grad while grad mode is on: ``MXLinear`` has no
+    backward.  A ``RuntimeError`` too (what torch raises for a missing backward)."""
+
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def check_activations(activations) -> str | None:
-    """``activations=``: ``None`` (activations enter the products exactly) or an
-    MX element format they are quantized to per call, blocks along
-    ``in_features`` (``mlir_mx.Linear(w, activations=...)``: the dot-unit
-    kernels where the CPU has them).  Returns the format's name."""
-    if activations is None:
-        return None
-    try:
-        return element_format(activations).name
-    except (TypeError, ValueError) as err:
-        raise user_error(err, f"activations: {err}") from None
 
 
 class MXLinear(torch.nn.Module):
@@ -47,30 +41,28 @@ class MXLinear(torch.nn.Module):
     * ``activations``: ``None`` (default; ``x`` enters exactly) or an MX
       element format ``x`` is quantized to per call (``"i8"``: the W4A8 path
       of the CPU's integer dot units), as ``mlir_mx.Linear(w, activations=)``.
-    * The module keeps the weight once, in the kernels' layout (``Linear.stored``,
-      as the ``uint8`` buffers ``codes``/``scales``, not saved); ``state_dict``
-      holds it in ``nn.Linear``'s layout instead: ``weight_codes`` (the
-      ``MXArray``'s stored bytes: FP4 two codes per byte) and ``weight_scales``
-      (E8M0 bytes), both ``uint8`` (``docs/torch.md``, "Saved form").
+    * The module keeps the weight once, in the form its ``mlir_mx.Linear``
+      holds (``Linear.held``: the ``uint8`` buffers ``codes``/``scales`` of the
+      stored form, or ``records``, the dot kernels' records, when
+      ``activations`` runs on the dot units; not saved); ``state_dict`` holds
+      it in ``nn.Linear``'s layout instead: ``weight_codes`` (the ``MXArray``'s
+      stored bytes: FP4 two codes per byte) and ``weight_scales`` (E8M0
+      bytes), both ``uint8`` (``docs/torch.md``, "Saved form").
     """
 
     def __init__(self, weight: MXArray, bias=None, *, threads: int | None = None, activations=None):
         super().__init__()
         activations = check_activations(activations)
-        if not isinstance(weight, MXArray):
-            raise MXArgTypeError(f"weight: expected an MXArray, got {type(weight).__name__}")
-        if weight.ndim != 2 or weight.axis != 1:
-            raise MXValueError(
-                f"weight: expected a 2-D MXArray (out_features, in_features) blocked along "
-                f"in_features (axis 1), got shape {weight.shape} blocked along axis {weight.axis}"
-            )
+        check_linear_weight(weight, "weight", ("out_features", "in_features"))
         self.activations = activations
         self.threads = threads
         self._adopt(Linear(weight, threads=1, activations=activations))
         if bias is not None:
             bias = torch.as_tensor(bias).detach()
             if bias.shape != (self.out_features,):
-                raise MXValueError(f"bias: expected shape ({self.out_features},), got {tuple(bias.shape)}")
+                raise MXValueError(
+                    f"bias: expected shape ({self.out_features},), got {tuple(bias.shape)}"
+                )
             bias = torch.nn.Parameter(bias.clone(), requires_grad=False)
         self.bias = bias
 
@@ -80,24 +72,27 @@ class MXLinear(torch.nn.Module):
         *, threads: int | None = None, activations=None,
     ) -> MXLinear:  # fmt: skip
         """Quantize ``linear``'s weight to ``weights`` (MX, blocks of ``block_size``
-        along ``in_features``) and keep its bias."""
+        along ``in_features``; on ``threads`` threads, None: torch's) and keep its bias."""
         if not isinstance(linear, torch.nn.Linear):
             raise MXArgTypeError(f"linear: expected a torch.nn.Linear, got {type(linear).__name__}")
         activations = check_activations(activations)
-        w = quantize_weight(linear.weight, weights, block_size)
+        w = quantize_weight(linear.weight, weights, block_size, threads=threads)
         return cls(w, linear.bias, threads=threads, activations=activations)
 
     def _adopt(self, lin: Linear) -> None:
-        """Hold ``lin`` and expose its arrays as buffers sharing their memory."""
+        """Hold ``lin`` and expose the arrays it holds (``Linear.held``) as
+        buffers sharing their memory: ``codes``/``scales``, or ``records``."""
         self._linear = lin
         self.element, self.block_size = lin.element, lin.block_size
         self.in_features, self.out_features = lin.in_features, lin.out_features
-        codes, scales = lin.stored
-        codes_t = torch.from_numpy(codes.view(np.uint8))
-        scales_t = torch.from_numpy(scales.view(np.uint8))
-        self.register_buffer("codes", codes_t, persistent=False)
-        self.register_buffer("scales", scales_t, persistent=False)
-        ops.register(lin, codes_t, scales_t)
+        for name in ("codes", "scales", "records"):
+            self._buffers.pop(name, None)
+        names = ("codes", "scales") if lin.records_unit is None else ("records",)
+        tensors = [torch.from_numpy(a.view(np.uint8)) for a in lin.held]
+        for name, t in zip(names, tensors, strict=True):
+            self.register_buffer(name, t, persistent=False)
+        self._held_names = names
+        ops.register(lin, tensors)
 
     # -- what it holds ---------------------------------------------------------------
 
@@ -107,7 +102,9 @@ class MXLinear(torch.nn.Module):
 
     @threads.setter
     def threads(self, value: int | None) -> None:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
             raise MXValueError(f"threads: expected None or a positive int, got {value!r}")
         self._threads = value
 
@@ -117,9 +114,10 @@ class MXLinear(torch.nn.Module):
         return self._linear.nbytes
 
     def weight(self) -> MXArray:
-        """The weight as an ``MXArray`` ``(out_features, in_features)``, rebuilt from
-        the kernels' layout (a new array; the module does not keep it)."""
-        return _weight_of(self._linear)
+        """The weight as an ``MXArray`` ``(out_features, in_features)``, derived
+        from the form held (``Linear.weight``: a new array, bit for bit the weight
+        given; the module does not keep it)."""
+        return self._linear.weight()
 
     def dequantized_weight(self) -> torch.Tensor:
         """The f32 values of the weight, ``(out_features, in_features)``."""
@@ -131,6 +129,7 @@ class MXLinear(torch.nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.bias is not None}, weights={self.element}, block_size={self.block_size}, "
             f"nbytes={self.nbytes} ({bits:.2f} bits/weight), threads={self.threads}"
+            + (f", activations={self.activations!r}" if self.activations else "")
         )
 
     def __deepcopy__(self, memo):
@@ -148,7 +147,7 @@ class MXLinear(torch.nn.Module):
         if not isinstance(x, torch.Tensor):
             raise MXArgTypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
         if x.requires_grad and torch.is_grad_enabled():
-            raise RuntimeError(
+            raise InferenceOnlyError(
                 "x: requires grad, but MXLinear is inference only (it has no backward); run "
                 "the model under torch.no_grad() or torch.inference_mode(), or pass x.detach()"
             )
@@ -161,8 +160,9 @@ class MXLinear(torch.nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).to(torch.float32).contiguous()
         y = torch.ops.mlir_mx.linear(
-            x2, self.codes, self.scales, self.element, self.block_size,
-            self.in_features, self.out_features, self._threads or 0, self.activations or "",
+            x2, [getattr(self, name) for name in self._held_names], self.element,
+            self.block_size, self.in_features, self.out_features, self._threads or 0,
+            self.activations or "", self._linear.records_unit or "",
         )  # fmt: skip
         if self.bias is not None:
             y = y + self.bias.to(torch.float32)
@@ -176,7 +176,9 @@ class MXLinear(torch.nn.Module):
         destination[prefix + "weight_codes"] = torch.from_numpy(np.array(w.packed_codes()))
         destination[prefix + "weight_scales"] = torch.from_numpy(np.array(w.scales.view(np.uint8)))
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors
+    ):
         keys = (prefix + "weight_codes", prefix + "weight_scales")
         if all(k in state_dict for k in keys):
             codes, scales = (state_dict[k] for k in keys)
@@ -193,22 +195,6 @@ class MXLinear(torch.nn.Module):
         else:
             missing.extend(k for k in keys if k not in state_dict)
         rest = {k: v for k, v in state_dict.items() if k not in keys}
-        super()._load_from_state_dict(rest, prefix, local_metadata, strict, missing, unexpected, errors)
-
-
-def _weight_of(lin: Linear) -> MXArray:
-    """``W`` ``(out, in)`` blocked along ``in``, from a Linear's stored ``B = W^T``."""
-    codes, scales = lin.stored
-    fmt = element_format(lin.element)
-    k, n, block = lin.in_features, lin.out_features, lin.block_size
-    raw = codes.view(np.uint8)
-    if lin.tiled:  # the inverse of kernels.problem.tile_b_codes
-        tiles = n // 64
-        tile_bytes = raw.shape[1] // block
-        raw = raw.reshape(k // block, tiles, block, tile_bytes).transpose(0, 2, 1, 3)
-        raw = raw.reshape(k, tiles * tile_bytes)
-    b_codes = unpack_codes(np.ascontiguousarray(raw), fmt) if lin.packed else raw.view(fmt.dtype)
-    # New arrays (np.array copies): nothing of the Linear's memory is shared.
-    w_codes = np.array(b_codes.T, order="C")
-    w_scales = np.array(scales.T, order="C")
-    return MXArray(w_codes, w_scales, fmt.name, block, axis=1, copy=False)
+        super()._load_from_state_dict(
+            rest, prefix, local_metadata, strict, missing, unexpected, errors
+        )

@@ -15,9 +15,13 @@ from mlir_mx.numerics import MXArray, element_format
 
 __all__ = ["quantize_weight"]
 
-def quantize_weight(weight: torch.Tensor, element: str, block_size: int) -> MXArray:
+
+def quantize_weight(
+    weight: torch.Tensor, element: str, block_size: int, *, threads: int | None = None
+) -> MXArray:
     """MX ``weight`` ``(out, in)`` (any float dtype, on the CPU), blocked along ``in``:
-    the bits of ``quantize(weight.float().numpy(), element, block_size, axis=1)``."""
+    the bits of ``quantize(weight.float().numpy(), element, block_size, axis=1)``,
+    computed on ``threads`` threads (None: ``torch.get_num_threads()``)."""
     fmt = element_format(element)
     w = weight.detach()
     if w.dim() != 2:
@@ -35,4 +39,5 @@ def quantize_weight(weight: torch.Tensor, element: str, block_size: int) -> MXAr
 
     if not w.is_contiguous():
         w = w.contiguous()
-    return quantize(w, fmt.name, block_size, axis=-1)
+    n = torch.get_num_threads() if threads is None else threads
+    return quantize(w, fmt.name, block_size, axis=-1, threads=n)

@@ -8,9 +8,12 @@ from format_cases import BY_BEHAVIOUR
 
 torch = pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
 
+from memory_cases import referenced_bytes  # noqa: E402
+
 import mlir_mx  # noqa: E402
+from mlir_mx.errors import MXError  # noqa: E402
 from mlir_mx.numerics import dequantize, quantize  # noqa: E402
-from mlir_mx.torch import MXLinear, quantize_weight  # noqa: E402
+from mlir_mx.torch import InferenceOnlyError, MXLinear, quantize_weight  # noqa: E402
 
 U = 2.0**-24
 
@@ -60,8 +63,11 @@ def test_any_leading_shape_and_dtype(dtype, shape):
 def test_inference_only_and_argument_errors():
     mx = MXLinear.from_linear(_layer(), threads=1)
     x = torch.randn(2, 96, requires_grad=True)
-    with pytest.raises(RuntimeError, match="x: requires grad, but MXLinear is inference only"):
+    with pytest.raises(
+        InferenceOnlyError, match="x: requires grad, but MXLinear is inference only"
+    ) as err:
         mx(x)
+    assert isinstance(err.value, MXError) and isinstance(err.value, RuntimeError)
     with torch.no_grad():
         mx(x)  # no graph is recorded: fine
     with pytest.raises(TypeError, match="x: expected dtype float32, bfloat16 or float16"):
@@ -70,7 +76,9 @@ def test_inference_only_and_argument_errors():
         mx(torch.ones(2, 95))
     with pytest.raises(ValueError, match="activations: element: unknown MX element format 'i4'"):
         MXLinear.from_linear(_layer(), activations="i4")
-    with pytest.raises(ValueError, match="weight: in_features 95 is not a multiple of block_size 32"):
+    with pytest.raises(
+        ValueError, match="weight: in_features 95 is not a multiple of block_size 32"
+    ):
         MXLinear.from_linear(_layer(95, 8))
     with pytest.raises(ValueError, match="weight: expected a 2-D MXArray"):
         MXLinear(quantize(np.ones((64, 32), np.float32), "f4E2M1FN", 32, axis=0))
@@ -80,51 +88,75 @@ def test_inference_only_and_argument_errors():
         MXLinear.from_linear(_layer(), threads=0)
 
 
+def _call_threads(lin) -> set[int]:
+    """The thread counts the Linear's calls have run at (its bound calls' keys)."""
+    return {key[2] for key in lin._calls}
+
+
 def test_threads_follow_torch_unless_set():
     mx = MXLinear.from_linear(_layer(), threads=None)
     x = torch.randn(1, 96)
     before = torch.get_num_threads()
+    shared = mx._linear.threads
     try:
         for n in (1, 2):
             torch.set_num_threads(n)
             with torch.no_grad():
                 mx(x)
-            assert mx._linear.threads == n
-        mx.threads = 1
+            assert n in _call_threads(mx._linear)
+        assert _call_threads(mx._linear) == {1, 2}
+        mx.threads = 3
+        torch.set_num_threads(1)
         with torch.no_grad():
             mx(x)
-        assert mx._linear.threads == 1
+        assert _call_threads(mx._linear) == {1, 2, 3}
+        assert mx._linear.threads == shared  # passed per call, never stored on the Linear
     finally:
         torch.set_num_threads(before)
 
 
-def test_repr_and_memory_4_25_bits_per_weight():
+@pytest.mark.parametrize("act", [None, "i8"])
+def test_repr_and_memory_4_25_bits_per_weight(act):
+    """Everything the module references (its buffers, its Linear and every
+    array that one keeps: compiled calls included), each byte once, is 4.25
+    bits per weight, before and after calls, with the stored codes or (W4A8)
+    the dot kernels' records alone."""
     layer = _layer(256, 128, bias=False)
-    mx = MXLinear.from_linear(layer)
+    mx = MXLinear.from_linear(layer, activations=act, threads=1)
     text = repr(mx)
     for part in ("weights=f4E2M1FN", "block_size=32", "nbytes=17408", "4.25 bits/weight"):
         assert part in text
-    # What the module references: its buffers are the Linear's own arrays (one copy).
-    owners = {}
-    for a in (*mx._linear.stored, mx.codes.numpy(), mx.scales.numpy()):
-        while isinstance(a.base, np.ndarray):
-            a = a.base
-        owners[a.ctypes.data] = a.nbytes
-    assert sum(owners.values()) * 8 / (256 * 128) == 4.25
+    assert referenced_bytes(mx) * 8 / (256 * 128) == 4.25
+    with torch.no_grad():
+        for m in (1, 5, 70):
+            mx(torch.randn(m, 256))
+    assert referenced_bytes(mx) * 8 / (256 * 128) == 4.25 and mx.nbytes == 17408
+    held = [getattr(mx, name) for name in mx._held_names]
+    assert [t.data_ptr() for t in held] == [a.ctypes.data for a in mx._linear.held]
     assert not any(isinstance(v, mlir_mx.numerics.MXArray) for v in vars(mx).values())
 
 
-@pytest.mark.parametrize("element, n_out", [("f4E2M1FN", 128), ("f8E4M3FN", 80), ("f6E3M2FN", 96)])
-def test_the_op_on_other_tensors_builds_a_linear_over_them(element, n_out):
-    """An exported program's own copies of the buffers: Linear.from_stored, no copy."""
-    mx = MXLinear.from_linear(_layer(96, n_out, bias=False), element, threads=1)
+@pytest.mark.parametrize(
+    "element, n_out, act",
+    [("f4E2M1FN", 128, ""), ("f8E4M3FN", 80, ""), ("f6E3M2FN", 96, ""), ("f4E2M1FN", 80, "i8")],
+)
+def test_the_op_on_other_tensors_builds_a_linear_over_them(element, n_out, act):
+    """An exported program's own copies of the buffers: Linear.from_stored (or,
+    for the dot kernels' records, Linear.from_records) over them, no copy."""
+    mx = MXLinear.from_linear(
+        _layer(96, n_out, bias=False), element, threads=1, activations=act or None
+    )
+    unit = mx._linear.records_unit or ""
+    assert mx._held_names == (("records",) if unit else ("codes", "scales"))
     x = torch.randn(3, 96)
-    codes, scales = mx.codes.clone(), mx.scales.clone()
+    held = [getattr(mx, name).clone() for name in mx._held_names]
     with torch.no_grad():
-        y = torch.ops.mlir_mx.linear(x, codes, scales, element, 32, 96, n_out, 1, "")
+        y = torch.ops.mlir_mx.linear(x, held, element, 32, 96, n_out, 1, act, unit)
         assert torch.equal(y, mx(x))
-    with pytest.raises(ValueError, match=r"codes: expected a \w+ array of shape \("):
-        torch.ops.mlir_mx.linear(x, codes[:-1].clone(), scales, element, 32, 96, n_out, 1, "")
+    name = "records" if unit else "codes"
+    with pytest.raises(ValueError, match=rf"{name}: expected a \w+ array of shape \("):
+        bad = [held[0][:-1].clone(), *held[1:]]
+        torch.ops.mlir_mx.linear(x, bad, element, 32, 96, n_out, 1, act, unit)
 
 
 @pytest.mark.parametrize("act", ["i8", "f4E2M1FN", "f8E4M3FN"])
@@ -139,7 +171,8 @@ def test_quantized_activations_equal_linear_on_quantized_x(act):
     x = torch.randn(5, 96)
     with torch.no_grad():
         y = mx(x)
-        want = torch.from_numpy(
-            mlir_mx.Linear(mx.weight(), threads=1)(quantize(x.numpy(), act, 32))
-        ) + layer.bias
+        want = (
+            torch.from_numpy(mlir_mx.Linear(mx.weight(), threads=1)(quantize(x.numpy(), act, 32)))
+            + layer.bias
+        )
     np.testing.assert_array_equal(y.numpy().view(np.uint32), want.numpy().view(np.uint32))

@@ -10,7 +10,9 @@ import sys
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
-pytest.importorskip("transformers", reason="transformers not installed (pip install 'mlir-mx[test]')")
+pytest.importorskip(
+    "transformers", reason="transformers not installed (pip install 'mlir-mx[test]')"
+)
 
 from llama_cases import tiny_llama  # noqa: E402
 
@@ -23,13 +25,22 @@ TOY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key
            vocab_size=256)  # fmt: skip
 
 
-def test_linear_weight_bytes_from_the_memory_referenced():
+@pytest.mark.parametrize("activations", [None, "i8"])
+def test_linear_weight_bytes_from_the_memory_referenced(activations):
+    """What the layers really hold, before and after calls: W4A8 layers keep the
+    dot kernels' records alone (4.25 bits per weight), not codes beside them;
+    quantize_'s summary (taken before any call) says the same."""
     model = tiny_llama()
     f32_bytes, params = linear_weight_bytes(model)
     assert f32_bytes == 4 * params
-    quantize_(model, "f4E2M1FN")
+    summary = quantize_(model, "f4E2M1FN", activations=activations)
     mx_bytes, params2 = linear_weight_bytes(model)
     assert params2 == params and mx_bytes * 8 / params == 4.25
+    assert summary.bytes_after == mx_bytes
+    with torch.inference_mode():
+        model(torch.randint(0, 256, (1, 9)))  # prefill-sized and decode-sized calls
+        model(torch.randint(0, 256, (1, 1)))
+    assert linear_weight_bytes(model) == (mx_bytes, params)
 
 
 def test_one_row_in_process(tmp_path):
@@ -54,14 +65,43 @@ def test_targets_from_rows():
                 "rss_model_kib": rss, "rss_start_kib": 100}  # fmt: skip
 
     rows = [row("torch f32", 10, 100, rss=3000), row("torch bf16", 20, 120),
-            row("ours MXFP8", 30, 90), row("ours MXFP4", 45, 95, 17, 32, rss=1000)]  # fmt: skip
+            row("ours MXFP8", 30, 90), row("ours MXFP4", 45, 95, 17, 32, rss=1000),
+            row("ours MXFP4, activations=i8", 70, 80, 34, 32)]  # fmt: skip
     t = {x["figure"]: x for x in targets(rows)}
-    assert t["decode tokens/s, MXFP4 / torch f32"]["value"] == 4.5
-    assert t["decode tokens/s, MXFP4 / torch f32"]["met"]
-    assert not t["decode tokens/s, MXFP4 / torch bf16"]["met"]  # 2.25 < 3
-    assert t["128-token prefill, torch f32 time / MXFP4 time"]["value"] == pytest.approx(100 / 95)
-    assert t["linear weights, MXFP4, bits per parameter"]["value"] == 4.25
-    assert t["process RSS of the converted model, MXFP4 / f32"]["value"] == pytest.approx(1 / 3)
+    fp4, w4a8 = "MXFP4 (f32 activations)", "MXFP4 W4A8 (activations quantized to MXINT8 per call)"
+    assert t[f"decode tokens/s, {fp4} / torch f32"]["value"] == 4.5
+    assert t[f"decode tokens/s, {fp4} / torch f32"]["met"]
+    assert not t[f"decode tokens/s, {fp4} / torch bf16"]["met"]  # 2.25 < 3
+    assert t[f"128-token prefill, torch f32 time / {fp4} time"]["value"] == pytest.approx(100 / 95)
+    assert t[f"linear weights, {fp4}, bits per parameter"]["value"] == 4.25
+    assert t["decode tokens/s, MXFP8 (f32 activations) / torch f32"]["value"] == 3.0
+    assert t["process RSS of the converted model, MXFP4 (f32 activations) / f32"][
+        "value"
+    ] == pytest.approx(1 / 3)
+    # the W4A8 row has target lines of its own
+    assert t[f"decode tokens/s, {w4a8} / torch f32"]["value"] == 7.0
+    assert t[f"decode tokens/s, {w4a8} / torch bf16"]["value"] == 3.5
+    assert t[f"128-token prefill, torch f32 time / {w4a8} time"]["value"] == pytest.approx(100 / 80)
+    bits = t[f"linear weights, {w4a8}, bits per parameter"]
+    assert bits["value"] == 8.5 and not bits["met"]  # two copies would show here
+    # a row that did not run: its ratios are unknown, not met or missed
+    t = {x["figure"]: x for x in targets(rows[:4])}
+    assert t[f"decode tokens/s, {w4a8} / torch f32"]["met"] is None
+
+
+def test_the_report_names_its_targets_and_the_rows_not_run():
+    from mlir_mx.harness.model_report import _notes, _targets
+
+    rec = {
+        "targets": [],
+        "references": [],
+        "rows": [],
+        "options": {"rows": ["torch f32"], "threads": [1]},
+    }
+    text = "\n".join(_targets(rec) + _notes(rec))
+    assert "## Targets\n" in text and "issue" not in text
+    assert "4.25 bits per parameter" in text and "W4A8" in text
+    assert "?" not in text and "its row was not run here" in text
 
 
 def test_rows_run_with_passive_openmp_waiting_unless_set(monkeypatch):
@@ -75,7 +115,9 @@ def test_model_arguments_are_checked(capsys):
     assert main(["--model", "--layers", "0"]) == 1
     assert "--layers: must be positive" in capsys.readouterr().err
     assert main(["--model", "--rows", "f32,fp4"]) == 1
-    assert "--rows: expected some of f32,bf16,torchao,mxfp8,mxfp4,mxfp4-i8" in capsys.readouterr().err
+    assert (
+        "--rows: expected some of f32,bf16,torchao,mxfp8,mxfp4,mxfp4-i8" in capsys.readouterr().err
+    )
 
 
 @pytest.mark.slow

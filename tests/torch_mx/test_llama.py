@@ -137,15 +137,16 @@ def test_state_dict_saves_codes_and_scales_and_round_trips():
         other.load_state_dict(bad)
 
 
-def _mlp():
+def _mlp(activations=None):
     torch.manual_seed(3)
     net = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.SiLU(), torch.nn.Linear(96, 64))
-    quantize_(net, "f4E2M1FN", threads=1)
-    return net
+    quantize_(net, "f4E2M1FN", activations=activations, threads=1)
+    return net  # activations="i8": the second layer holds the dot kernels' records (VNNI)
 
 
-def test_torch_compile_traces_without_graph_breaks():
-    net = _mlp()
+@pytest.mark.parametrize("activations", [None, "i8"])
+def test_torch_compile_traces_without_graph_breaks(activations):
+    net = _mlp(activations)
     x = torch.randn(2, 3, 64)
     with torch.inference_mode():
         eager = net(x)
@@ -153,8 +154,9 @@ def test_torch_compile_traces_without_graph_breaks():
         assert torch.equal(compiled(x), eager)
 
 
-def test_torch_export_keeps_the_op():
-    net = _mlp()
+@pytest.mark.parametrize("activations", [None, "i8"])
+def test_torch_export_keeps_the_op(activations):
+    net = _mlp(activations)
     x = torch.randn(5, 64)
     ep = torch.export.export(net, (x,))
     ops = [n.target for n in ep.graph.nodes if n.op == "call_function"]

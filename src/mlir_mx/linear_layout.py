@@ -1,0 +1,260 @@
+"""The one form ``mlir_mx.Linear`` holds its weight in, and the conversions, in chunks.
+
+A Linear multiplies by ``B = W^T`` (K = ``in_features`` rows, N =
+``out_features`` columns, blocked along K) and holds it in exactly one form:
+
+* **stored** (:func:`stored_shape`): the codes the f32 kernels read, packed
+  along N where they pack (``numerics.is_packed_storage``) and in 64-column
+  tiles when N is a multiple of 64 (``kernels.problem.tile_b_codes``), plus
+  the E8M0 scales ``(K / block, N)``;
+* **records** (:func:`records_unit`): the dot kernels' records of one dot unit
+  (``kernels.dot_layout.RecordLayout``, scales inside), chosen only where the
+  dot kernels serve every shape class for the Linear's ``activations``, the
+  records keep every code bit for bit (FP4 nibbles, INT8), so that the stored
+  form and the weight are derived from them exactly when asked for, and N is
+  a multiple of 64 (no padding: the same bytes as the stored form).
+
+Every conversion runs over chunks of whole blocks along K (about
+:data:`CHUNK_ELEMENTS` elements each), from a source (:func:`array_chunks`,
+:func:`stored_chunks`, :func:`records_chunks`: the chunk's codes one per byte
+and its scales, both in B's orientation) into a result allocated once
+(:func:`to_stored`, :func:`to_records`, :func:`to_weight`): beyond its result
+a conversion holds a few chunks (a few MiB), whatever the weight's size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from mlir_mx.kernels import SCHEDULES, Problem
+from mlir_mx.kernels.dot_layout import KINDS, PANEL, RecordLayout, dot_kind
+from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
+from mlir_mx.kernels.registry import SHAPE_CLASSES
+from mlir_mx.numerics import (
+    SCALE_DTYPE,
+    MXArray,
+    element_format,
+    is_packed_storage,
+    pack_codes,
+    packed_shape,
+    unpack_codes,
+)
+
+__all__ = [
+    "CHUNK_ELEMENTS",
+    "Geometry",
+    "array_chunks",
+    "records_chunks",
+    "records_unit",
+    "stored_chunks",
+    "to_records",
+    "to_stored",
+    "to_weight",
+    "unpack_records",
+]
+
+#: Elements of B per conversion chunk (whole blocks along K; at least one block row).
+CHUNK_ELEMENTS = 1 << 18
+
+#: ``(k0, k1, codes, scales)``: rows ``k0:k1`` of B, codes ``(k1 - k0, N)`` one per
+#: byte (the element dtype) and scales ``((k1 - k0) / block, N)``.
+Chunk = tuple[int, int, np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """B's format and shape: ``k`` rows (in), ``n`` columns (out), blocked along k."""
+
+    element: str
+    block: int
+    k: int
+    n: int
+
+    @property
+    def packed(self) -> bool:
+        """The stored codes pack along N (FP4/FP6 with whole packing groups)."""
+        return is_packed_storage((self.k, self.n), self.element)
+
+    @property
+    def tiled(self) -> bool:
+        """The stored codes are in 64-column tiles (N a multiple of 64)."""
+        return self.n % TILE_COLUMNS == 0
+
+    @property
+    def tiles(self) -> int:
+        return self.n // TILE_COLUMNS
+
+    def layout(self, unit: str) -> RecordLayout:
+        return RecordLayout(KINDS[unit], self.element, self.block)
+
+    def ranges(self) -> Iterator[tuple[int, int]]:
+        """Chunks ``(k0, k1)`` of whole blocks (and whole packing groups along K)."""
+        step = math.lcm(self.block, element_format(self.element).group[0])
+        rows = max(1, CHUNK_ELEMENTS // max(self.n, 1) // step) * step
+        for k0 in range(0, self.k, rows):
+            yield k0, min(k0 + rows, self.k)
+
+
+def stored_shape(g: Geometry) -> tuple[tuple[int, int], np.dtype]:
+    """Shape and dtype of the stored codes (``uint8`` when packed or tiled)."""
+    fmt = element_format(g.element)
+    width = packed_shape((1, g.n), fmt)[1] if g.packed else g.n
+    dtype = np.dtype(np.uint8) if g.packed or g.tiled else fmt.dtype
+    if not g.tiled:
+        return (g.k, width), dtype
+    tile_bytes = packed_shape((1, TILE_COLUMNS), fmt)[1] if g.packed else TILE_COLUMNS
+    return (g.k // g.block * g.tiles, g.block * tile_bytes), dtype
+
+
+def records_unit(g: Geometry, activations: str | None) -> str | None:
+    """The dot unit whose records hold the weight of a Linear with ``activations``,
+    or None (the stored form): the dot kernels serve every shape class for f32
+    activations quantized to ``activations`` on this CPU, the records keep
+    every code (FP4 as nibbles, INT8 as its integers) so the weight can be
+    derived from them bit for bit, and N is a multiple of 64 (no zero columns
+    padding the last panel), so the records take exactly the stored form's
+    bytes (4.25 bits per MXFP4 element)."""
+    if activations is None or not g.k or not g.n or g.n % PANEL:
+        return None
+    dot = dot_kind(activations, g.element, g.block)
+    if dot is None:
+        return None
+    if not (g.layout(dot.name).nibbles or element_format(g.element).is_int):
+        return None  # e.g. FP6/FP8 values: a negative zero or NaN payload would be lost
+    prob = Problem(None, g.n, g.k, g.block, None, g.element, a_quant=activations, b_dot=dot.name)
+    for cls in SHAPE_CLASSES:
+        if not any(s.shape_class == cls and s.supports(prob) for s in SCHEDULES.values()):
+            return None
+    return dot.name
+
+
+# -- sources ------------------------------------------------------------------------
+
+
+def array_chunks(w: MXArray, g: Geometry) -> Iterator[Chunk]:
+    """Chunks of B from an MXArray: ``W`` (out, in) blocked along axis 1, or
+    ``B`` (in, out) blocked along axis 0; read from its stored bytes, unpacked
+    one chunk at a time."""
+    raw, scales = w.held_buffers()
+    fmt = element_format(g.element)
+    per, nbytes = fmt.group
+    for k0, k1 in g.ranges():
+        b0, b1 = k0 // g.block, k1 // g.block
+        if w.axis == 1:  # columns k0:k1 of W, transposed
+            if w.is_packed:
+                part = unpack_codes(raw[:, k0 // per * nbytes : k1 // per * nbytes], fmt)
+            else:
+                part = raw[:, k0:k1].view(fmt.dtype)
+            yield k0, k1, np.ascontiguousarray(part.T), np.ascontiguousarray(scales[:, b0:b1].T)
+        else:
+            part = unpack_codes(raw[k0:k1], fmt) if w.is_packed else raw[k0:k1].view(fmt.dtype)
+            yield k0, k1, part, scales[b0:b1]
+
+
+def stored_chunks(codes: np.ndarray, scales: np.ndarray, g: Geometry) -> Iterator[Chunk]:
+    """Chunks of B from its stored form (the inverse of :func:`to_stored`)."""
+    fmt = element_format(g.element)
+    raw = codes.view(np.uint8)
+    for k0, k1 in g.ranges():
+        b0, b1 = k0 // g.block, k1 // g.block
+        if g.tiled:  # the inverse of tile_b_codes, for these blocks
+            t = raw[b0 * g.tiles : b1 * g.tiles].reshape(b1 - b0, g.tiles, g.block, -1)
+            part = np.ascontiguousarray(t.transpose(0, 2, 1, 3)).reshape(k1 - k0, -1)
+        else:
+            part = raw[k0:k1]
+        part = unpack_codes(part, fmt) if g.packed else np.ascontiguousarray(part).view(fmt.dtype)
+        yield k0, k1, part, scales[b0:b1]
+
+
+def records_chunks(records: np.ndarray, unit: str, g: Geometry) -> Iterator[Chunk]:
+    """Chunks of B from its records (:func:`unpack_records`)."""
+    layout = g.layout(unit)
+    panels = -(-g.n // PANEL)
+    rec = records.reshape(panels, g.k // g.block, layout.nbytes)
+    for k0, k1 in g.ranges():
+        b0, b1 = k0 // g.block, k1 // g.block
+        yield k0, k1, *unpack_records(rec[:, b0:b1], layout, g.n)
+
+
+#: pack_records' axis order (K, Npad) -> (panels, nb, groups, 4 vectors, 16 columns, g)
+_ORDER = (3, 0, 1, 4, 5, 2)
+_INVERSE = tuple(int(i) for i in np.argsort(_ORDER))
+
+
+def unpack_records(rec: np.ndarray, layout: RecordLayout, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The inverse of ``kernels.dot_layout.pack_records`` for records that keep
+    the codes: ``rec`` ``(panels, nb, layout.nbytes)`` -> codes ``(nb * block, n)``
+    (element dtype) and E8M0 scales ``(nb, n)``."""
+    fmt = element_format(layout.b_elem)
+    panels, nb, _ = rec.shape
+    bs, g = layout.block, layout.kind.group
+    scales = rec[..., :PANEL].transpose(1, 0, 2).reshape(nb, panels * PANEL)[:, :n]
+    data = rec[..., layout.data_offset :]
+    if layout.nibbles:  # (.., groups, h, 64 bytes): low nibble vector 2h, high 2h + 1
+        d = data.reshape(panels, nb, bs // g, 2, 1, 64)
+        vals = np.concatenate([d & np.uint8(0x0F), d >> np.uint8(4)], axis=4)
+    elif fmt.is_int and layout.kind.name in ("i8", "i16"):
+        dtype = np.uint8 if layout.kind.name == "i8" else np.int16
+        vals = np.ascontiguousarray(data).view(dtype).astype(np.int16)
+        vals = (vals - 128 if layout.kind.comp else vals).astype(np.int8).view(np.uint8)
+    else:
+        raise ValueError(f"unpack_records: {layout.kind.name} records of {fmt.name} lose codes")
+    vals = vals.reshape(panels, nb, bs // g, 4, 16, g).transpose(_INVERSE)
+    codes = vals.reshape(nb * bs, panels * PANEL)[:, :n]
+    codes = np.ascontiguousarray(codes).view(fmt.dtype)
+    return codes, np.ascontiguousarray(scales).view(SCALE_DTYPE)
+
+
+# -- results ------------------------------------------------------------------------
+
+
+def to_stored(chunks: Iterator[Chunk], g: Geometry) -> tuple[np.ndarray, np.ndarray]:
+    """B's stored form ``(codes, scales)`` (:func:`stored_shape`), new arrays."""
+    fmt = element_format(g.element)
+    shape, dtype = stored_shape(g)
+    codes = np.empty(shape, dtype)
+    raw = codes.view(np.uint8)
+    scales = np.empty((g.k // g.block, g.n), SCALE_DTYPE)
+    for k0, k1, c, s in chunks:
+        b0, b1 = k0 // g.block, k1 // g.block
+        scales[b0:b1] = s
+        part = pack_codes(c, fmt) if g.packed else c.view(np.uint8)
+        if g.tiled:
+            raw[b0 * g.tiles : b1 * g.tiles] = tile_b_codes(part, g.block, g.element, g.packed)
+        else:
+            raw[k0:k1] = part
+    return codes, scales
+
+
+def to_records(chunks: Iterator[Chunk], unit: str, g: Geometry) -> np.ndarray:
+    """B's records of dot unit ``unit`` (``kernels.dot_layout.pack_records``), a new array."""
+    from mlir_mx.kernels.dot_layout import pack_records
+
+    layout = g.layout(unit)
+    rows, width = layout.shape(g.k, g.n)
+    records = np.empty((rows, width), np.uint8)
+    rec = records.reshape(-(-g.n // PANEL), g.k // g.block, width)
+    for k0, k1, c, s in chunks:
+        b0, b1 = k0 // g.block, k1 // g.block
+        rec[:, b0:b1] = pack_records(c, s, layout).reshape(rec.shape[0], b1 - b0, width)
+    return records
+
+
+def to_weight(chunks: Iterator[Chunk], g: Geometry) -> MXArray:
+    """``W`` ``(n, k)`` blocked along axis 1 (nn.Linear's layout), new arrays."""
+    fmt = element_format(g.element)
+    packed = is_packed_storage((g.n, g.k), fmt)
+    per, nbytes = fmt.group
+    codes = np.empty(packed_shape((g.n, g.k), fmt) if packed else (g.n, g.k), np.uint8)
+    scales = np.empty((g.n, g.k // g.block), SCALE_DTYPE)
+    for k0, k1, c, s in chunks:
+        scales[:, k0 // g.block : k1 // g.block] = s.T
+        if packed:
+            codes[:, k0 // per * nbytes : k1 // per * nbytes] = pack_codes(c.T, fmt)
+        else:
+            codes[:, k0:k1] = c.T.view(np.uint8)
+    return MXArray.from_packed(codes, scales, fmt.name, g.block, axis=1, copy=False)
