@@ -26,7 +26,7 @@ from mlir_mx import linear_layout as layout
 from mlir_mx.host import has_features
 from mlir_mx.kernels.dot_layout import KINDS, RecordLayout, pack_records
 from mlir_mx.kernels.problem import tile_b_codes
-from mlir_mx.numerics import MXArray, pack_codes, quantize
+from mlir_mx.numerics import MXArray, element_format, pack_codes, quantize
 
 VNNI = has_features("avx512_vnni")
 
@@ -48,7 +48,7 @@ def _every_code(element: str, n: int, k: int, seed=0) -> MXArray:
     if element == "i8":
         codes = rng.integers(-128, 128, (n, k)).astype(np.int8)
     else:
-        codes = rng.integers(0, 16, (n, k)).astype(np.uint8)
+        codes = rng.integers(0, element_format(element).num_codes, (n, k)).astype(np.uint8)
     scales = rng.integers(0, 256, (n, k // 32)).astype(np.uint8)
     scales[0, 0], scales[1, 0] = 255, 0
     return MXArray(codes, scales, element, 32, axis=1)
@@ -81,6 +81,42 @@ def test_one_form_is_held_before_and_after_every_kind_of_call(monkeypatch, acts,
             xq = quantize(x[:m], aelem, 32)
             np.testing.assert_array_equal(lin(xq).view(np.uint32), ref(xq).view(np.uint32))
         assert lin.nbytes == w.nbytes and _bits(lin, elements=w.size) == 4.25
+
+
+@pytest.mark.parametrize("element", ["f6E2M3FN", "f6E3M2FN"])
+def test_records_beside_the_stored_form_where_they_cannot_stand_alone(element):
+    """FP6 weights with activations='i8' on VNNI: the records would lose a
+    negative zero, so the Linear holds the stored form and the records beside
+    it (both counted), runs the dot kernels on the records and gives the bits
+    of the f32 kernels on quantize(x, 'i8', 32) at every shape class; the
+    weight comes back from the stored form bit for bit."""
+    if not VNNI:
+        pytest.skip("the CPU has no AVX512-VNNI: no dot kernel for i8 activations")
+    w = _every_code(element, 128, 256)
+    lin = mlir_mx.Linear(w, threads=1, activations="i8")
+    g = layout.Geometry(w.element, 32, 256, 128)
+    assert lin.holds_stored and lin.records_unit == layout.side_records_unit(g, "i8")
+    assert lin.records_unit in KINDS and len(lin.held) == 3
+    assert lin.nbytes == sum(a.nbytes for a in lin.held) == referenced_bytes(lin)
+    ref = mlir_mx.Linear(w, threads=1)
+    x = np.random.default_rng(3).standard_normal((70, 256)).astype(np.float32)
+    for m in (1, 5, 70):
+        assert lin.schedule(x[:m]).startswith("int-")
+        want = ref(quantize(x[:m], "i8", 32))
+        np.testing.assert_array_equal(lin(x[:m]).view(np.uint32), want.view(np.uint32))
+        xq = quantize(x[:m], "f4E2M1FN", 32)  # MX x: the dot kernels on the records too
+        np.testing.assert_array_equal(lin(xq).view(np.uint32), ref(xq).view(np.uint32))
+    back = lin.weight()
+    np.testing.assert_array_equal(back.packed_codes(), w.packed_codes())
+    np.testing.assert_array_equal(back.scales.view(np.uint8), w.scales.view(np.uint8))
+    assert lin.nbytes == referenced_bytes(lin)  # calls kept nothing more
+    codes, scales, records = lin.held
+    again = mlir_mx.Linear.from_stored(
+        codes, scales, w.element, 32, 256, 128, threads=1, activations="i8", records=records
+    )
+    assert all(a is b for a, b in zip(again.held, lin.held, strict=True))
+    with pytest.raises(ValueError, match="records: this Linear holds no records"):
+        mlir_mx.Linear.from_stored(codes, scales, w.element, 32, 256, 128, records=records)
 
 
 def test_the_walk_counts_what_a_bound_call_keeps():

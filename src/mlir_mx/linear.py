@@ -20,13 +20,15 @@ MX) activations with the generated kernels of :mod:`mlir_mx.kernels`::
   ``activations="i8"`` (or another MX element format) asks for it to be
   quantized per call: then ``lin(x)`` is ``Linear(w)(quantize(x, "i8", B))``
   bit for bit.
-* The weight is held in ONE form (:mod:`mlir_mx.linear_layout`): the
-  stored codes above, or, when ``activations=`` names a format the CPU's dot
-  units pair with the weight at every batch size and the dot kernels'
-  records keep its codes bit for bit (FP4/INT8 weights with i8-sized
-  activations: VNNI), the dot kernels' records only (4.25 bits per FP4
-  element too); the stored form and the weight are derived from them on
-  demand.  Same bits as the f32 kernels either way.
+* The weight is held once (:mod:`mlir_mx.linear_layout`): the stored codes
+  above, or, when ``activations=`` names a format the CPU's dot units pair
+  with the weight at every batch size and the dot kernels' records keep its
+  codes bit for bit (FP4/INT8 weights with i8-sized activations: VNNI), the
+  dot kernels' records only (4.25 bits per FP4 element too; the stored form
+  and the weight are derived from them on demand).  Where ``activations=``
+  runs on the dot units but the records cannot stand alone (FP6/FP8
+  weights), the records are held beside the stored form, both counted in
+  ``nbytes``.  Same bits as the f32 kernels in every case.
 * Compiled kernels are kept in memory and, lowered to the LLVM dialect, on
   disk (``MLIR_MX_CACHE_DIR``, default ``~/.cache/mlir-mx``; ``off``
   disables it), so a second process skips the mlir-mx and MLIR passes.
@@ -78,7 +80,10 @@ class Linear:
     codes the f32 kernels read, or as the dot kernels' records alone when
     ``activations`` pairs with the weight on this CPU's dot units at every
     batch size and the records keep its codes (:attr:`records_unit`;
-    :func:`mlir_mx.linear_layout.records_unit`).  :attr:`stored` and
+    :func:`mlir_mx.linear_layout.records_unit`), or as both where the dot
+    units serve ``activations`` but the records cannot stand alone
+    (:attr:`holds_stored` and :attr:`records_unit`;
+    :func:`mlir_mx.linear_layout.side_records_unit`).  :attr:`stored` and
     :meth:`weight` derive the other forms, bit for bit.
     """
 
@@ -107,12 +112,14 @@ class Linear:
         unit = layout.records_unit(g, activations)
         if unit is not None:  # the dot kernels' records only
             held = (layout.to_records(layout.array_chunks(weight, g), unit, g),)
-        elif weight.axis == 0 and not self.tiled:  # already B as stored: the MXArray's own
+            self._start(threads, activations, held, unit, stored=False)
+            return
+        if weight.axis == 0 and not self.tiled:  # already B as stored: the MXArray's own
             raw, scales = weight.held_buffers()
             held = (raw if self.packed else raw.view(weight.format.dtype), scales)
         else:  # re-laid out one chunk of blocks at a time (linear_layout)
             held = layout.to_stored(layout.array_chunks(weight, g), g)
-        self._start(threads, activations, held, unit)
+        self._start_stored(threads, activations, held)
 
     def _set_geometry(self, element: str, block_size: int, k: int, n: int) -> None:
         self.element, self.block_size = element_format(element).name, int(block_size)
@@ -129,15 +136,17 @@ class Linear:
     @classmethod
     def from_stored(
         cls, codes, scales, element: str, block_size: int, in_features: int, out_features: int,
-        *, threads: int | None = None, activations: str | None = None,
+        *, threads: int | None = None, activations: str | None = None, records=None,
     ) -> Linear:  # fmt: skip
         """The Linear whose :attr:`held` arrays are ``codes`` and ``scales``,
         held as they are (no copy): the stored form a Linear of this weight
         shape keeps (B = W^T packed where it packs, in 64-column tiles where
         ``out_features`` is a multiple of 64; :attr:`stored`; one-code-per-byte
         codes may also come as raw ``uint8``), whatever ``activations`` is.
-        Raises ``ValueError`` naming the argument when an array has another
-        shape, dtype or layout."""
+        ``records``: the dot kernels' records held beside them by a Linear
+        with these ``activations`` (:attr:`held`'s third array), held as they
+        are too; made here when not given.  Raises ``ValueError`` naming the
+        argument when an array has another shape, dtype or layout."""
         lin = cls.__new__(cls)
         lin._set_geometry(element, block_size, in_features, out_features)
         fmt = element_format(lin.element)
@@ -147,7 +156,7 @@ class Linear:
         want_scales = (lin.in_features // lin.block_size, lin.out_features)
         _check_held("codes", codes, want_codes, code_dtype)
         _check_held("scales", scales, want_scales, SCALE_DTYPE)
-        lin._start(threads, check_activations(activations), (codes, scales), None)
+        lin._start_stored(threads, check_activations(activations), (codes, scales), records)
         return lin
 
     @classmethod
@@ -168,16 +177,42 @@ class Linear:
             raise MXValueError(f"unit: expected one of {', '.join(KINDS)}, got {unit!r}")
         _check_held("records", records, g.layout(unit).shape(g.k, g.n), np.dtype(np.uint8))
         if layout.records_unit(g, activations) == unit:
-            lin._start(threads, activations, (records,), unit)
+            lin._start(threads, activations, (records,), unit, stored=False)
         else:
             stored = layout.to_stored(layout.records_chunks(records, unit, g), g)
-            lin._start(threads, activations, stored, None)
+            lin._start_stored(threads, activations, stored)
         return lin
 
-    def _start(self, threads: int | None, activations: str | None, held: tuple, unit) -> None:
+    def _start_stored(
+        self, threads: int | None, activations: str | None, stored: tuple, records=None
+    ) -> None:
+        """Hold the stored form, and the dot kernels' records beside it where
+        ``activations`` runs on the dot units but the records alone cannot hold
+        the weight (:func:`mlir_mx.linear_layout.side_records_unit`): ``records``
+        as given (checked), else made from the stored form."""
+        g = self._geometry
+        unit = layout.side_records_unit(g, activations)
+        held = tuple(stored)
+        if unit is not None:
+            if records is None:
+                records = layout.to_records(layout.stored_chunks(*held, g), unit, g)
+            _check_held("records", records, g.layout(unit).shape(g.k, g.n), np.dtype(np.uint8))
+            held += (records,)
+        elif records is not None:
+            raise MXValueError(
+                f"records: this Linear holds no records beside its stored form "
+                f"(activations={activations!r}, {g.element} weights on this CPU)"
+            )
+        self._start(threads, activations, held, unit, stored=True)
+
+    def _start(
+        self, threads: int | None, activations: str | None, held: tuple, unit, *, stored: bool
+    ) -> None:
         self.activations = activations
-        #: The dot unit whose records are held (None: the stored form is held).
+        #: The dot unit whose records are held (None: no records).
         self.records_unit = unit
+        #: Whether the stored form (codes, scales) is held (the first two of :attr:`held`).
+        self.holds_stored = stored
         self._held = tuple(held)
         self.threads = threads
         self._runners: dict[tuple, Runner] = {}
@@ -198,8 +233,9 @@ class Linear:
     @property
     def held(self) -> tuple[np.ndarray, ...]:
         """The arrays the weight is held in, the only ones (not copies):
-        ``(codes, scales)`` of the stored form, or ``(records,)`` when
-        :attr:`records_unit` is set."""
+        ``(codes, scales)`` of the stored form, ``(records,)`` when the records
+        alone hold it, or ``(codes, scales, records)`` (:attr:`holds_stored`,
+        :attr:`records_unit`)."""
         return self._held
 
     @property
@@ -210,8 +246,8 @@ class Linear:
         its E8M0 scales ``(in / block_size, out)``.  The arrays held when the
         stored form is (:attr:`held`); else derived from the records, bit for
         bit, as new arrays on each access.  :meth:`from_stored` takes them back."""
-        if self.records_unit is None:
-            return self._held
+        if self.holds_stored:
+            return self._held[:2]
         g = self._geometry
         return layout.to_stored(layout.records_chunks(self._held[0], self.records_unit, g), g)
 
@@ -219,8 +255,8 @@ class Linear:
         """The weight ``W`` ``(out, in)`` blocked along ``in``, derived from the
         form held (new arrays, bit for bit the weight given)."""
         g = self._geometry
-        if self.records_unit is None:
-            chunks = layout.stored_chunks(*self._held, g)
+        if self.holds_stored:
+            chunks = layout.stored_chunks(*self._held[:2], g)
         else:
             chunks = layout.records_chunks(self._held[0], self.records_unit, g)
         return layout.to_weight(chunks, g)
@@ -228,7 +264,8 @@ class Linear:
     @property
     def nbytes(self) -> int:
         """Bytes of the weight held (:attr:`held`): 4.25 bits per MXFP4 element
-        with block 32, in either form."""
+        with block 32 in the stored form or the records alone; the sum of
+        both where both are held."""
         return sum(a.nbytes for a in self._held)
 
     def __repr__(self) -> str:
@@ -322,11 +359,11 @@ class Linear:
             prob = Problem(*common, a_packed=a_packed, a_quant=a_quant, b_dot=dot.name)
             chosen = choose(prob, cls=cls, required=False)
             if chosen is not None:
-                return prob, chosen.name, list(self._held)
+                return prob, chosen.name, [self._held[-1]]
         if a_quant is not None:
             return None
         prob = Problem(*common, a_packed=a_packed, b_packed=self.packed, b_tiled=self.tiled)
-        weights = list(self._held) if self.records_unit is None else None
+        weights = list(self._held[:2]) if self.holds_stored else None
         return prob, choose(prob, cls=cls).name, weights
 
     def _bound(self, kind, m: int, threads: int):
@@ -406,15 +443,16 @@ def _host_view(x) -> np.ndarray:
     if type(x).__module__.startswith("torch"):
         if getattr(x, "requires_grad", False):
             raise MXArgTypeError(
-                "x: the tensor requires grad, and Linear computes no gradients: "
-                "pass x.detach()"
+                "x: the tensor requires grad, and Linear computes no gradients: pass x.detach()"
             )
         if str(getattr(x, "dtype", "")) in ("torch.bfloat16", "torch.float16"):
             x = x.float()  # exact
     try:
         return np.from_dlpack(x)
     except (BufferError, RuntimeError, TypeError, ValueError) as err:
-        raise MXArgTypeError(f"x: cannot view this {type(x).__name__} as host memory: {err}") from None
+        raise MXArgTypeError(
+            f"x: cannot view this {type(x).__name__} as host memory: {err}"
+        ) from None
 
 
 _X_NAMES = {1: ("x",), 2: ("x (codes)", "x (scales)")}

@@ -1,7 +1,8 @@
 """The one form ``mlir_mx.Linear`` holds its weight in, and the conversions, in chunks.
 
 A Linear multiplies by ``B = W^T`` (K = ``in_features`` rows, N =
-``out_features`` columns, blocked along K) and holds it in exactly one form:
+``out_features`` columns, blocked along K) and holds it in one form, or in
+the stored form with the dot kernels' records beside it:
 
 * **stored** (:func:`stored_shape`): the codes the f32 kernels read, packed
   along N where they pack (``numerics.is_packed_storage``) and in 64-column
@@ -12,7 +13,12 @@ A Linear multiplies by ``B = W^T`` (K = ``in_features`` rows, N =
   dot kernels serve every shape class for the Linear's ``activations``, the
   records keep every code bit for bit (FP4 nibbles, INT8), so that the stored
   form and the weight are derived from them exactly when asked for, and N is
-  a multiple of 64 (no padding: the same bytes as the stored form).
+  a multiple of 64 (no padding: the same bytes as the stored form);
+* **stored and records** (:func:`side_records_unit`): where ``activations``
+  runs on the dot units for some shape class but the records alone cannot
+  hold the weight (FP6/FP8 records lose a negative zero or a NaN payload;
+  FP8 has no decode dot kernel), both, so the dot kernels serve the classes
+  they can and the f32 kernels the rest; ``Linear.nbytes`` counts both.
 
 Every conversion runs over chunks of whole blocks along K (about
 :data:`CHUNK_ELEMENTS` elements each), from a source (:func:`array_chunks`,
@@ -50,6 +56,7 @@ __all__ = [
     "array_chunks",
     "records_chunks",
     "records_unit",
+    "side_records_unit",
     "stored_chunks",
     "to_records",
     "to_stored",
@@ -111,25 +118,54 @@ def stored_shape(g: Geometry) -> tuple[tuple[int, int], np.dtype]:
 
 
 def records_unit(g: Geometry, activations: str | None) -> str | None:
-    """The dot unit whose records hold the weight of a Linear with ``activations``,
-    or None (the stored form): the dot kernels serve every shape class for f32
+    """The dot unit whose records ALONE hold the weight of a Linear with
+    ``activations``, or None: the dot kernels serve every shape class for f32
     activations quantized to ``activations`` on this CPU, the records keep
     every code (FP4 as nibbles, INT8 as its integers) so the weight can be
     derived from them bit for bit, and N is a multiple of 64 (no zero columns
     padding the last panel), so the records take exactly the stored form's
     bytes (4.25 bits per MXFP4 element)."""
-    if activations is None or not g.k or not g.n or g.n % PANEL:
+    unit, classes = _dot_unit(g, activations)
+    if unit is None or g.n % PANEL or not _standalone(g, unit, classes):
         return None
+    return unit
+
+
+def side_records_unit(g: Geometry, activations: str | None) -> str | None:
+    """The dot unit whose records a Linear holds BESIDE its stored form, or
+    None: ``activations`` pairs with the weight on this CPU's dot units for
+    some shape class, but the records cannot stand alone: they would lose
+    codes (FP6/FP8 values: a negative zero, a NaN payload) or some class has
+    no dot kernel (FP8's decode).  (A weight whose records could stand alone
+    but for N not a multiple of 64 keeps its stored form only, at its stored
+    size: the f32 kernels serve it.)"""
+    unit, classes = _dot_unit(g, activations)
+    if unit is None or not classes or _standalone(g, unit, classes):
+        return None
+    return unit
+
+
+def _standalone(g: Geometry, unit: str, classes: list[str]) -> bool:
+    """The records serve every shape class and keep every code."""
+    lossless = g.layout(unit).nibbles or element_format(g.element).is_int
+    return lossless and len(classes) == len(SHAPE_CLASSES)
+
+
+def _dot_unit(g: Geometry, activations: str | None) -> tuple[str | None, list[str]]:
+    """The CPU's dot unit for f32 activations quantized to ``activations``
+    against this weight, and the shape classes its kernels serve."""
+    if activations is None or not g.k or not g.n:
+        return None, []
     dot = dot_kind(activations, g.element, g.block)
     if dot is None:
-        return None
-    if not (g.layout(dot.name).nibbles or element_format(g.element).is_int):
-        return None  # e.g. FP6/FP8 values: a negative zero or NaN payload would be lost
+        return None, []
     prob = Problem(None, g.n, g.k, g.block, None, g.element, a_quant=activations, b_dot=dot.name)
-    for cls in SHAPE_CLASSES:
-        if not any(s.shape_class == cls and s.supports(prob) for s in SCHEDULES.values()):
-            return None
-    return dot.name
+    classes = [
+        cls
+        for cls in SHAPE_CLASSES
+        if any(s.shape_class == cls and s.supports(prob) for s in SCHEDULES.values())
+    ]
+    return dot.name, classes
 
 
 # -- sources ------------------------------------------------------------------------

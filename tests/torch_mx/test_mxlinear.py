@@ -138,7 +138,13 @@ def test_repr_and_memory_4_25_bits_per_weight(act):
 
 @pytest.mark.parametrize(
     "element, n_out, act",
-    [("f4E2M1FN", 128, ""), ("f8E4M3FN", 80, ""), ("f6E3M2FN", 96, ""), ("f4E2M1FN", 80, "i8")],
+    [
+        ("f4E2M1FN", 128, ""),
+        ("f8E4M3FN", 80, ""),
+        ("f6E3M2FN", 96, ""),
+        ("f4E2M1FN", 80, "i8"),
+        ("f6E2M3FN", 128, "i8"),  # records beside the stored codes where VNNI serves i8
+    ],
 )
 def test_the_op_on_other_tensors_builds_a_linear_over_them(element, n_out, act):
     """An exported program's own copies of the buffers: Linear.from_stored (or,
@@ -147,13 +153,14 @@ def test_the_op_on_other_tensors_builds_a_linear_over_them(element, n_out, act):
         _layer(96, n_out, bias=False), element, threads=1, activations=act or None
     )
     unit = mx._linear.records_unit or ""
-    assert mx._held_names == (("records",) if unit else ("codes", "scales"))
+    stored = ("codes", "scales") if mx._linear.holds_stored else ()
+    assert mx._held_names == stored + (("records",) if unit else ())
     x = torch.randn(3, 96)
     held = [getattr(mx, name).clone() for name in mx._held_names]
     with torch.no_grad():
         y = torch.ops.mlir_mx.linear(x, held, element, 32, 96, n_out, 1, act, unit)
         assert torch.equal(y, mx(x))
-    name = "records" if unit else "codes"
+    name = "codes" if stored else "records"
     with pytest.raises(ValueError, match=rf"{name}: expected a \w+ array of shape \("):
         bad = [held[0][:-1].clone(), *held[1:]]
         torch.ops.mlir_mx.linear(x, bad, element, 32, 96, n_out, 1, act, unit)

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from mlir_mx.errors import MXArgTypeError, MXError, MXValueError
+from mlir_mx.host import check_threads
 from mlir_mx.interop.layout import check_linear_weight
 from mlir_mx.linear import Linear, check_activations
 from mlir_mx.numerics import MXArray, dequantize
@@ -87,7 +88,8 @@ class MXLinear(torch.nn.Module):
         self.in_features, self.out_features = lin.in_features, lin.out_features
         for name in ("codes", "scales", "records"):
             self._buffers.pop(name, None)
-        names = ("codes", "scales") if lin.records_unit is None else ("records",)
+        names = ("codes", "scales") if lin.holds_stored else ()
+        names += ("records",) if lin.records_unit is not None else ()
         tensors = [torch.from_numpy(a.view(np.uint8)) for a in lin.held]
         for name, t in zip(names, tensors, strict=True):
             self.register_buffer(name, t, persistent=False)
@@ -102,11 +104,7 @@ class MXLinear(torch.nn.Module):
 
     @threads.setter
     def threads(self, value: int | None) -> None:
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
-            raise MXValueError(f"threads: expected None or a positive int, got {value!r}")
-        self._threads = value
+        self._threads = None if value is None else check_threads(value)
 
     @property
     def nbytes(self) -> int:

@@ -5,8 +5,9 @@
 out_features, threads, activations, records)``: ``x`` f32 ``(M, in)``
 C-contiguous on the CPU; ``weight`` the arrays the layer's ``mlir_mx.Linear``
 holds (``Linear.held``, as ``uint8`` tensors): ``[codes, scales]`` of the
-stored form, or ``[records]``, the dot kernels' records of unit ``records``
-(``""`` for the stored form); ``threads`` this call's thread count, 0 for
+stored form, ``[records]``, the dot kernels' records of unit ``records``
+(``""`` when no records are held), or ``[codes, scales, records]`` (records
+beside the stored form); ``threads`` this call's thread count, 0 for
 ``torch.get_num_threads()`` at call time (passed to the call, never stored
 on the shared Linear); ``activations`` the MX format ``x`` is quantized to
 per call, or ``""``.  Returns f32 ``(M, out)``.  A fake (meta)
@@ -55,12 +56,16 @@ def _layer(weight, element, block_size, in_features, out_features, acts, records
     if lin is not None:
         return lin
     shape = (element, block_size, in_features, out_features)
-    if records:
+    if records and len(weight) == 1:
         (rec,) = weight
         return Linear.from_records(rec.numpy(), records, *shape, activations=acts or None)
-    codes, scales = weight
+    codes, scales, *rec = weight
     return Linear.from_stored(
-        codes.numpy(), scales.numpy().view(SCALE_DTYPE), *shape, activations=acts or None
+        codes.numpy(),
+        scales.numpy().view(SCALE_DTYPE),
+        *shape,
+        activations=acts or None,
+        records=rec[0].numpy() if rec else None,
     )
 
 
