@@ -84,12 +84,14 @@ def test_restricted_linear_calls():
 
 
 def test_linear_generator_covers_the_space():
-    """Over 600 groups: every weight x activation pair (42), both storages of
+    """Over 600 groups: every weight x activation pair (78: MX, f32, and f32
+    quantized per call by ``activations=``), both storages of
     FP4/FP6 weights, every block size, every thread count, both layouts and
     entry points, empty outputs, and both value ranges."""
     configs = [linear_fuzz._config(7, g, None, True, "full") for g in range(600)]
     pairs = {f"{c['w_elem']}/{c['a_kind']}" for c in configs}
-    assert pairs == set(linear_fuzz.all_pairs()) and len(pairs) == 42
+    assert pairs == set(linear_fuzz.all_pairs()) and len(pairs) == 78
+    assert all(c["entry"] == "Linear" for c in configs if ":" in c["a_kind"])
     storage = collections.Counter(
         (c["w_elem"], c["n"] % (2 if c["w_elem"] == "f4E2M1FN" else 4) == 0)
         for c in configs if c["w_elem"] in ("f4E2M1FN", "f6E2M3FN", "f6E3M2FN") and c["n"]
