@@ -2,6 +2,14 @@
 activation, torch and half-precision activations, a thread count out of range.
 Each bullet is one reproducer (its name in the tests' names):
 
+* ``f1_linear_mx_activation_unpacked_weight``: FP4/FP6 MX activations failed
+  against weights stored one code per byte.  ``tests/test_linear.py`` runs
+  every format pair at M = 3 with K = 96, where FP4/FP6 activations always
+  pack; here every weight format meets every sub-byte activation format
+  stored packed (K a whole packing group, block 32: the dot kernels where the
+  CPU has them) and one code per byte (block 3, K = 9: not a whole group of
+  2 or 4), the weight packed or not, at decode and prefill batch sizes, bit
+  for bit against the blocked order.
 * ``f2_linear_out0_zerodivision``: an empty weight, (0, 64), gave (M, 0) at
   M = 60 and a ZeroDivisionError from kernel planning at M <= 48; now the
   empty (or zero) product at every M, without a kernel.
@@ -27,8 +35,12 @@ import numpy as np
 import pytest
 
 import mlir_mx
+from mlir_mx.errors import MXError
 from mlir_mx.host import MAX_THREADS
-from mlir_mx.numerics import quantize
+from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, is_packed_storage, quantize
+from mlir_mx.numerics.matmul import blocked_order, matmul_reference
+
+_SUB_BYTE = [name for name, f in ELEMENT_FORMATS.items() if f.is_sub_byte]
 
 
 @pytest.fixture(autouse=True)
@@ -39,6 +51,41 @@ def _private_cache(tmp_path, monkeypatch):
 def _weight(element="f8E4M3FN", shape=(64, 64), seed=0):
     rng = np.random.default_rng(seed)
     return quantize(rng.standard_normal(shape).astype(np.float32), element, 32)
+
+
+def _same_bits(got, want):
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), (np.argwhere(~same)[:4], got[~same][:4], want[~same][:4])
+
+
+@pytest.mark.parametrize("act_packed", [True, False])
+@pytest.mark.parametrize("act", _SUB_BYTE)
+@pytest.mark.parametrize("weight", list(ELEMENT_FORMATS))
+def test_f1_subbyte_activations_either_storage_at_every_shape_class(weight, act, act_packed):
+    """FP4/FP6 activations stored packed (block 32, K = 64) or one code per
+    byte (block 3, K = 9), against a weight stored packed (out = 8) or not
+    (out = 5 or 6 is not a whole group for FP6; 5 for FP4), at M = 1 (decode)
+    and M = 60 (prefill): bit for bit the blocked order, inside the claim."""
+    block, k = (32, 64) if act_packed else (3, 9)
+    w_packed = (_SUB_BYTE.index(act) + act_packed) % 2 == 1  # each weight: both storages
+    out = 8 if w_packed else 5
+    rng = np.random.default_rng(_SUB_BYTE.index(act) * 2 + act_packed)
+    w = quantize(rng.standard_normal((out, k)).astype(np.float32), weight, block)
+    lin = mlir_mx.Linear(w, threads=1)
+    assert lin.packed == (w_packed and ELEMENT_FORMATS[weight].is_sub_byte)
+    b = MXArray(w.codes.T.copy(), w.scales.T.copy(), weight, block, 0)
+    xf = rng.standard_normal((60, k)).astype(np.float32)
+    rows = {}
+    for m in (1, 60):
+        x = quantize(xf[:m], act, block)
+        assert x.is_packed == act_packed == is_packed_storage((m, k), act)
+        rows[m] = y = lin(x)
+        zero = np.zeros((m, out), np.float32)
+        _same_bits(y, blocked_order(x, b, zero))
+        exact, bound, inside = matmul_reference(x, b, zero)
+        assert inside.all() and np.all(np.abs(y - exact) <= bound)
+    assert lin.schedule(quantize(xf[:60], act, block)).endswith("prefill")
+    _same_bits(rows[1], rows[60][:1])  # a row's result does not depend on its batch
 
 
 @pytest.mark.parametrize("shape", [(0, 64), (8, 0), (0, 0)])
@@ -66,8 +113,10 @@ def _read_only_forms(x, tmp_path):
 @pytest.mark.parametrize("element", ["f8E4M3FN", "f4E2M1FN", "i8"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_f4_readonly_activation(element, threads, tmp_path):
-    """Read-only x at every shape class, on a fresh Linear (first call) and
-    after a writeable call: accepted, and the same result bit for bit."""
+    """Read-only x at every shape class, in both call histories: on a fresh
+    Linear (its first call) and then writeable x on it, and writeable x
+    first and then read-only x on the same Linear: accepted, the same result
+    bit for bit, and x unchanged."""
     rng = np.random.default_rng(1)
     w = _weight(element, (96, 64))
     x = rng.standard_normal((100, 64)).astype(np.float32)
@@ -75,20 +124,41 @@ def test_f4_readonly_activation(element, threads, tmp_path):
         want = mlir_mx.Linear(w, threads=threads)(x[:m].copy())
         for how, ro in _read_only_forms(x[:m].copy(), tmp_path).items():
             assert not ro.flags.writeable
-            got = mlir_mx.Linear(w, threads=threads)(ro)  # the first call
+            read_only_first = mlir_mx.Linear(w, threads=threads)
+            got = read_only_first(ro)  # the first call of its kernel
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=how)
+            again = read_only_first(x[:m].copy())  # then a writeable call
+            np.testing.assert_array_equal(again.view(np.uint32), want.view(np.uint32), err_msg=how)
+            writeable_first = mlir_mx.Linear(w, threads=threads)
+            writeable_first(x[:m].copy())
+            got = writeable_first(ro)  # read-only after a writeable call
             np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=how)
             np.testing.assert_array_equal(np.asarray(ro), x[:m])
 
 
-def test_f4_readonly_mx_activation_and_the_write_analysis():
+@pytest.mark.parametrize("threads", [1, 2])
+def test_f4_readonly_mx_activation_and_the_write_analysis(threads):
+    """Read-only MX activations (codes and scales), first on a fresh Linear
+    and after a writeable call, at 1 and 2 threads, at every shape class;
+    and no kernel writes its activations or its weight."""
     w = _weight("f4E2M1FN", (64, 64))
-    lin = mlir_mx.Linear(w, threads=1)
-    xq = quantize(np.random.default_rng(2).standard_normal((3, 64)).astype(np.float32), "f8E4M3FN", 32)
-    codes, scales = xq.codes.copy(), xq.scales.copy()
-    codes.setflags(write=False)
-    scales.setflags(write=False)
-    ro = type(xq)(codes, scales, xq.element, xq.block_size, xq.axis)
-    np.testing.assert_array_equal(lin(ro), lin(xq))
+    rng = np.random.default_rng(2)
+    for m in (3, 60):
+        xq = quantize(rng.standard_normal((m, 64)).astype(np.float32), "f8E4M3FN", 32)
+        codes, scales = xq.codes.copy(), xq.scales.copy()
+        codes.setflags(write=False)
+        scales.setflags(write=False)
+        ro = type(xq)(codes, scales, xq.element, xq.block_size, xq.axis)
+        want = mlir_mx.Linear(w, threads=threads)(xq)
+        first = mlir_mx.Linear(w, threads=threads)
+        np.testing.assert_array_equal(first(ro).view(np.uint32), want.view(np.uint32))
+        np.testing.assert_array_equal(first(xq).view(np.uint32), want.view(np.uint32))
+        later = mlir_mx.Linear(w, threads=threads)
+        later(xq)
+        np.testing.assert_array_equal(later(ro).view(np.uint32), want.view(np.uint32))
+        assert ro.bitwise_equal(xq)
+    lin = mlir_mx.Linear(w, threads=threads)
+    lin(ro)
     lin(np.ones((1, 64), np.float32))
     for (prob, _schedule, _threads), runner in lin._runners.items():
         n_act = 1 if prob.a_elem is None else 2
@@ -116,7 +186,11 @@ def test_f4_messages_name_x_not_arg0():
     assert lin(misaligned).shape == (1, 64)  # copied, not refused
     strided = np.ones((4, 128), np.float32)[:, ::2]
     np.testing.assert_array_equal(lin(strided), lin(np.ascontiguousarray(strided)))
-    for bad in (np.ones((1, 64), np.complex64), np.ones((1, 64), object), np.ones((1, 63), np.float32)):
+    for bad in (
+        np.ones((1, 64), np.complex64),
+        np.ones((1, 64), object),
+        np.ones((1, 63), np.float32),
+    ):
         with pytest.raises((TypeError, ValueError), match=r"^x: ") as info:
             lin(bad)
         assert "%arg" not in str(info.value)
@@ -128,7 +202,9 @@ def test_f13_half_precision_activations_are_converted():
     for dtype in (np.float16, ml_dtypes.bfloat16):
         xh = x.astype(dtype)
         np.testing.assert_array_equal(lin(xh), lin(xh.astype(np.float32)))
-    with pytest.raises(TypeError, match=r"x: expected dtype float32 \(or float16, bfloat16\), got float64"):
+    with pytest.raises(
+        TypeError, match=r"x: expected dtype float32 \(or float16, bfloat16\), got float64"
+    ):
         lin(x.astype(np.float64))
 
 
@@ -160,3 +236,16 @@ def test_f13_threads_are_checked_at_construction(threads, err):
     with pytest.raises(err, match=match):
         lin.threads = threads
     assert lin.threads == 1
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_one_block_along_k_at_several_threads(threads):
+    """A weight with one block along K at 2-3 threads (found by the Linear
+    suite: a kept view of the MXArray's read-only scales was refused by the
+    multi-threaded kernels; the Linear now holds arrays of its own)."""
+    rng = np.random.default_rng(5)
+    w = quantize(rng.standard_normal((128, 64)).astype(np.float32), "i8", 64)
+    x = quantize(rng.standard_normal((17, 64)).astype(np.float32), "f8E4M3FN", 64)
+    y = mlir_mx.Linear(w, threads=threads)(x)
+    b = MXArray(w.codes.T.copy(), w.scales.T.copy(), "i8", 64, 0)
+    _same_bits(y, blocked_order(x, b, np.zeros((17, 128), np.float32)))

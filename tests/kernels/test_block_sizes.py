@@ -5,6 +5,8 @@ Reproducer ``f3_prefill_blocksize_not_pow2``: block sizes 3, 5, 6, 12,
 in the prefill kernel ("kc must be a multiple of 3"): its K chunk was a fixed
 512.  The chunk is now rounded to whole blocks.  The mx-runner form of the same
 reproducer is the lit test ``test/Repro/f3_mx_runner_blocksize3_traceback.mlir``.
+The first test uses f32 activations at 1 thread; the second MX activations,
+the dot kernels (block sizes 48 and 96, where the CPU has VNNI) and 2 threads.
 """
 
 from __future__ import annotations
@@ -40,3 +42,51 @@ def test_f3_prefill_blocksize_not_pow2(block, element):
         bound = (k + 2) * U * (np.abs(x[:m]).astype(np.float64) @ np.abs(w64.T))
         assert np.all(np.abs(y - ref) <= bound), (block, m)
         np.testing.assert_array_equal(y.view(np.uint32), full[:m].view(np.uint32))
+
+
+def _dot_pairs(block: int) -> list[tuple[str, str]]:
+    """(weight, activation) pairs at ``block``: for each weight format the
+    first activation format the CPU's dot units take (else the same format:
+    the f32 kernels), from the format table."""
+    from mlir_mx.kernels.dot_layout import dot_kind
+    from mlir_mx.numerics import ELEMENT_FORMATS
+
+    out = []
+    for weight in ELEMENT_FORMATS:
+        act = next((a for a in ELEMENT_FORMATS if dot_kind(a, weight, block)), weight)
+        out.append((weight, act))
+    return out
+
+
+@pytest.mark.parametrize("block", [48, 96])
+def test_f3_mx_activations_and_dot_kernels_at_2_threads(block):
+    """Block sizes 48 and 96 with MX activations at 2 threads, every weight
+    format: the dot kernels where the CPU has them (int-* schedules), else the
+    f32 kernels; every M (decode 1, small 8 and 48, prefill 49 and 100) bit
+    for bit the blocked order and its rows independent of the batch; and an
+    f32 activation quantized per call (activations=) is the same as
+    quantizing it first."""
+    # imported here: the module's imports belong to the test above
+    from mlir_mx.kernels.dot_layout import dot_kind
+    from mlir_mx.numerics import MXArray
+    from mlir_mx.numerics.matmul import blocked_order
+
+    rng = np.random.default_rng(block)
+    k = 2 * block
+    for weight, act in _dot_pairs(block):
+        w = quantize(rng.standard_normal((64, k)).astype(np.float32), weight, block)
+        b = MXArray(w.codes.T.copy(), w.scales.T.copy(), weight, block, 0)
+        lin = mlir_mx.Linear(w, threads=2)
+        xf = rng.standard_normal((100, k)).astype(np.float32)
+        full = lin(quantize(xf, act, block))
+        for m in (1, 8, 48, 49, 100):
+            x = quantize(xf[:m], act, block)
+            y = lin(x)
+            assert lin.schedule(x).startswith("int-") == (dot_kind(act, weight, block) is not None)
+            want = blocked_order(x, b, np.zeros((m, 64), np.float32))
+            np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
+            np.testing.assert_array_equal(y.view(np.uint32), full[:m].view(np.uint32))
+        quantized = mlir_mx.Linear(w, threads=2, activations=act)
+        for m in (1, 49):
+            got = quantized(xf[:m])
+            np.testing.assert_array_equal(got.view(np.uint32), full[:m].view(np.uint32))

@@ -2,10 +2,11 @@
 corrupted compile-cache entries, and the Linear / matmul API suite against the
 oracle (docs/testing.md).
 
-Quick sets run by default; the long modes (>= 1,000 GGUF files, >= 200 cache
-entries, >= 2,000 Linear calls) are marked slow:
+Quick sets run by default; the long modes (>= 1,000 GGUF files, >= 1,000
+GGUF writes, >= 200 cache entries, >= 2,000 Linear calls) are marked slow:
 ``./scripts/run-tests -m slow -k long`` or ``python -m mlir_mx.testing.fuzz
---cases 0 --api-calls 0 --gguf-files 5000 --cache-entries 200 --linear-calls 2000``.
+--cases 0 --api-calls 0 --gguf-files 5000 --gguf-writes 1000 --cache-entries 200
+--linear-calls 2000``.
 
 The Linear suite runs its whole generator in both sets (every format pair,
 storage and value range). Its named restrictions, ``pairs``,
@@ -45,6 +46,30 @@ def test_quick_gguf_files():
     assert set(report.configs) == set(gguf_fuzz.MUTATIONS)
 
 
+def test_quick_gguf_writes():
+    """The writer mode: random, often invalid, write_gguf arguments over a good
+    file; every part of the arguments reached, both outcomes reached."""
+    report = run_campaign("gguf-write", seed=1, count=200, timeout=120)
+    _assert_clean(report)
+    assert report.cases == 200
+    assert report.kinds["rejected"] > 40 and report.kinds["ok"] > 40
+    assert set(report.configs) == set(gguf_fuzz.WRITE_PARTS)
+
+
+def test_the_writer_mode_checks_what_it_claims(tmp_path, monkeypatch):
+    """Against a writer that drops its checks of sizes and of empty strings
+    (the two defects it found), the writer mode reports them."""
+    from mlir_mx.interop import gguf as ours
+
+    monkeypatch.setattr(ours, "check_tensor", lambda *a: 0)
+    report = run_inline("gguf-write", 1, range(120))
+    assert {o.kind for o in report.findings} == {"wrong"}
+    assert any(
+        "refused by the reader" in o.detail and "too large" in o.detail for o in report.findings
+    )
+    assert gguf_fuzz.write_case(1, 7) == gguf_fuzz.write_case(1, 7)
+
+
 def test_quick_cache_corruptions():
     report = run_campaign("cache", seed=1, count=30, timeout=300)
     _assert_clean(report)
@@ -64,12 +89,14 @@ def test_restricted_linear_calls():
 
 
 def test_linear_generator_covers_the_space():
-    """Over 600 groups: every weight x activation pair (42), both storages of
+    """Over 600 groups: every weight x activation pair (78: MX, f32, and f32
+    quantized per call by ``activations=``), both storages of
     FP4/FP6 weights, every block size, every thread count, both layouts and
     entry points, empty outputs, and both value ranges."""
     configs = [linear_fuzz._config(7, g, None, True, "full") for g in range(600)]
     pairs = {f"{c['w_elem']}/{c['a_kind']}" for c in configs}
-    assert pairs == set(linear_fuzz.all_pairs()) and len(pairs) == 42
+    assert pairs == set(linear_fuzz.all_pairs()) and len(pairs) == 78
+    assert all(c["entry"] == "Linear" for c in configs if ":" in c["a_kind"])
     storage = collections.Counter(
         (c["w_elem"], is_packed_storage((1, c["n"]), c["w_elem"]))
         for c in configs if c["w_elem"] in SUB_BYTE and c["n"]
@@ -92,7 +119,9 @@ def test_linear_generator_covers_the_space():
 
 def test_cases_are_deterministic_and_options_reach_the_case():
     assert gguf_fuzz.case(3, 5) == gguf_fuzz.case(3, 5)
-    assert linear_fuzz._config(3, 1, None, True, "full") == linear_fuzz._config(3, 1, None, True, "full")
+    assert linear_fuzz._config(3, 1, None, True, "full") == linear_fuzz._config(
+        3, 1, None, True, "full"
+    )
     only = {"pairs": ["f8E4M3FN/f32"], "value_range": "normal"}
     report = run_inline("linear", 3, range(4), options=only)
     assert set(report.configs) == {"f8E4M3FN/f32"} and report.clean, report.summary()
@@ -116,6 +145,14 @@ def test_long_gguf_files():
     report = run_campaign("gguf", seed=2026, count=5_000, timeout=300)
     _assert_clean(report)
     assert report.cases == 5_000
+
+
+@pytest.mark.slow
+def test_long_gguf_writes():
+    """The writer mode's long run recorded in docs/testing.md."""
+    report = run_campaign("gguf-write", seed=2026, count=1_000, timeout=300)
+    _assert_clean(report)
+    assert report.cases == 1_000
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, MXValueError, user_error
 from mlir_mx.files import atomic_path
-from mlir_mx.interop.gguf_format import parse_gguf
+from mlir_mx.interop.gguf_format import check_tensor, parse_gguf
 from mlir_mx.numerics import SCALE_DTYPE, SCALE_NAN_CODE, MXArray, element_format
 
 __all__ = [
@@ -106,7 +106,9 @@ def mxfp4_from_ggml(data, shape) -> MXArray:
         )
     data = np.asarray(data)
     if data.dtype != np.uint8:
-        raise MXArgTypeError(f"data: expected the raw uint8 bytes of the tensor, got dtype {data.dtype}")
+        raise MXArgTypeError(
+            f"data: expected the raw uint8 bytes of the tensor, got dtype {data.dtype}"
+        )
     nblocks = int(np.prod(shape)) // MXFP4_BLOCK
     if data.size != nblocks * MXFP4_BLOCK_BYTES:
         raise MXValueError(
@@ -232,11 +234,13 @@ def _utf8(text: str, what: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise MXValueError(f"{what}: not encodable as UTF-8 ({e.reason} at index {e.start})") from None
+        raise MXValueError(
+            f"{what}: not encodable as UTF-8 ({e.reason} at index {e.start})"
+        ) from None
 
 
 def _check_metadata(metadata: Mapping) -> list[tuple[str, str, object]]:
-    """``(key, writer method, value)`` of every entry, all checked first."""
+    """``(key, GGUF value type name, value)`` of every entry, all checked first."""
     if not isinstance(metadata, Mapping):
         raise MXArgTypeError(f"metadata: expected a mapping, got {type(metadata).__name__}")
     out = []
@@ -245,18 +249,20 @@ def _check_metadata(metadata: Mapping) -> list[tuple[str, str, object]]:
             raise MXArgTypeError(f"metadata: keys must be non-empty str, got {key!r}")
         _utf8(key, f"metadata key {key!r}")
         if key in _WRITER_KEYS:
-            raise MXValueError(f"metadata: {key!r} is set by write_gguf (use arch= for the architecture)")
+            raise MXValueError(
+                f"metadata: {key!r} is set by write_gguf (use arch= for the architecture)"
+            )
         if isinstance(value, bool):
-            out.append((key, "add_bool", value))
+            out.append((key, "BOOL", value))
         elif isinstance(value, int):
             if not _INT64[0] <= value <= _INT64[1]:
                 raise MXValueError(f"metadata: {key!r} = {value} does not fit in int64")
-            out.append((key, "add_int64", value))
+            out.append((key, "INT64", value))
         elif isinstance(value, float):
-            out.append((key, "add_float64", value))
+            out.append((key, "FLOAT64", value))
         elif isinstance(value, str):
             _utf8(value, f"metadata: {key!r}")
-            out.append((key, "add_string", value))
+            out.append((key, "STRING", value))
         else:
             raise MXArgTypeError(
                 f"metadata: {key!r} has a {type(value).__name__}; bool, int, float or str expected"
@@ -274,6 +280,25 @@ def _check_name(name) -> None:
         )
 
 
+def _check_tensor(gguf, name, a) -> np.ndarray:
+    """The ggml bytes of ``tensors[name]``, after every check the reader makes
+    of a tensor (:func:`~mlir_mx.interop.gguf_format.check_tensor`)."""
+    _check_name(name)
+    try:
+        if not isinstance(a, MXArray):  # float weights: converted here, at memory speed
+            from mlir_mx.convert import quantize
+
+            a = quantize(a, "f4E2M1FN", 32, axis=-1)
+        if not 1 <= a.ndim <= 4:
+            raise MXValueError(f"GGUF holds 1 to 4 dimensions, got shape {a.shape}")
+        data = mxfp4_to_ggml(a)
+        mxfp4 = int(gguf.GGMLQuantizationType.MXFP4)
+        check_tensor(name, tuple(reversed(a.shape)), mxfp4, gguf.GGML_QUANT_SIZES)
+    except (TypeError, ValueError) as e:
+        raise user_error(e, f"tensors[{name!r}]: {e}") from None
+    return data
+
+
 def write_gguf(
     path: str | os.PathLike,
     tensors: Mapping,
@@ -288,7 +313,10 @@ def write_gguf(
     f32 weights ``(n_out, n_in)``) is quantized to MXFP4 here, blocks of 32
     along its last axis, with the compiled :func:`mlir_mx.quantize` (bit for bit
     the oracle's).  Everything is checked before the file is touched: every
-    array must be valid for :func:`mxfp4_to_ggml` (rank 1 to 4), names are
+    array must be valid for :func:`mxfp4_to_ggml` (rank 1 to 4) and pass the
+    reader's own check of a tensor
+    (:func:`~mlir_mx.interop.gguf_format.check_tensor`: fewer than 2^60
+    elements, empty dimensions aside), names are
     non-empty UTF-8 of at most 63 bytes (ggml's limit), ints fit int64, and
     ``general.architecture`` / ``general.alignment`` are the writer's own.  The
     file is written to a temporary file in the same folder and renamed over
@@ -303,24 +331,12 @@ def write_gguf(
         raise MXArgTypeError(f"arch: expected a non-empty str, got {arch!r}")
     _utf8(arch, "arch")
     entries = _check_metadata(metadata if metadata is not None else {})
-    raw = {}
-    for name, a in tensors.items():
-        _check_name(name)
-        try:
-            if not isinstance(a, MXArray):  # float weights: converted here, at memory speed
-                from mlir_mx.convert import quantize
-
-                a = quantize(a, "f4E2M1FN", 32, axis=-1)
-            raw[name] = mxfp4_to_ggml(a)
-        except (TypeError, ValueError) as e:
-            raise user_error(e, f"tensors[{name!r}]: {e}") from None
-        if not 1 <= a.ndim <= 4:
-            raise MXValueError(f"tensors[{name!r}]: GGUF holds 1 to 4 dimensions, got shape {a.shape}")
+    raw = {name: _check_tensor(gguf, name, a) for name, a in tensors.items()}
     with atomic_path(path) as tmp:
         writer = gguf.GGUFWriter(tmp, arch)
         try:
-            for key, method, value in entries:
-                getattr(writer, method)(key, value)
+            for key, vtype, value in entries:  # not add_string: it drops an empty str
+                writer.add_key_value(key, value, gguf.GGUFValueType[vtype])
             for name, data in raw.items():
                 writer.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
             writer.write_header_to_file()

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from mlir_mx.errors import MXValueError
 
-__all__ = ["GGUF_MAGIC", "TensorInfo", "parse_gguf"]
+__all__ = ["GGUF_MAGIC", "TensorInfo", "check_tensor", "parse_gguf"]
 
 GGUF_MAGIC = b"GGUF"
 _VERSIONS = (2, 3)
@@ -37,6 +37,9 @@ _MAX_NESTING = 8  # arrays of arrays: GGUFReader reads them, ggml does not
 _MIN_KV = 8 + 4 + 1  # empty key, type, one byte
 _MIN_TENSOR = 8 + 4 + 4 + 8  # empty name, no dims, type, offset
 _DEFAULT_ALIGNMENT = 32
+#: ggml's sizes are int64, numpy's extents too (in bytes, up to 8 per element,
+#: empty dimensions aside): 2^60 elements or more cannot be real.
+_MAX_ELEMENTS = 2**60
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,14 @@ class _Cursor:
     def skip(self, n: int, what: str) -> None:
         self.need(n, what)
         self.pos += n
+
+    def unique(self, seen: set[str], what: str, kind: str) -> str:
+        """A string (see :meth:`string`) that is not in ``seen``; added to it."""
+        text = self.string(what)
+        if text in seen:
+            raise MXValueError(f"{kind} {text!r} appears twice")
+        seen.add(text)
+        return text
 
     def string(self, what: str) -> str:
         n = self.unpack("Q", f"the length of {what}")
@@ -119,10 +130,7 @@ def _metadata(cur: _Cursor, count: int) -> int:
     keys: set[str] = set()
     alignment = _DEFAULT_ALIGNMENT
     for i in range(count):
-        key = cur.string(f"the key of metadata entry {i}")
-        if key in keys:
-            raise MXValueError(f"metadata key {key!r} appears twice")
-        keys.add(key)
+        key = cur.unique(keys, f"the key of metadata entry {i}", "metadata key")
         vtype = cur.unpack("I", f"the type of {key!r}")
         if key == "general.alignment":
             if vtype != _UINT32:
@@ -139,20 +147,49 @@ def _tensor_infos(cur: _Cursor, count: int, sizes: Mapping) -> list[tuple]:
     cur.need(count * _MIN_TENSOR, f"{count} tensor infos")
     infos, names = [], set()
     for i in range(count):
-        name = cur.string(f"the name of tensor {i}")
-        if name in names:
-            raise MXValueError(f"tensor name {name!r} appears twice")
-        names.add(name)
+        name = cur.unique(names, f"the name of tensor {i}", "tensor name")
         n_dims = cur.unpack("I", f"the rank of tensor {name!r}")
-        if n_dims > _MAX_DIMS:
-            raise MXValueError(f"tensor {name!r} has {n_dims} dimensions (ggml: at most {_MAX_DIMS})")
+        _check_rank(name, n_dims)  # before the dimensions are read
         ne = tuple(cur.unpack("Q", f"dimension {d} of tensor {name!r}") for d in range(n_dims))
         ttype = cur.unpack("I", f"the type of tensor {name!r}")
         offset = cur.unpack("Q", f"the data offset of tensor {name!r}")
-        if ttype not in sizes:
-            raise MXValueError(f"tensor {name!r} has an unknown ggml type {ttype}")
-        infos.append((name, ne, ttype, offset))
+        infos.append((name, ne, ttype, offset, check_tensor(name, ne, ttype, sizes)))
     return infos
+
+
+def _check_rank(name: str, n_dims: int) -> None:
+    if n_dims > _MAX_DIMS:
+        raise MXValueError(f"tensor {name!r} has {n_dims} dimensions (ggml: at most {_MAX_DIMS})")
+
+
+def check_tensor(name: str, ne, ttype: int, sizes: Mapping[int, tuple[int, int]]) -> int:
+    """Every rule of one tensor's info, as the reader applies it; its data's size in bytes.
+
+    ``ne``: the dimensions in ggml order (numpy's shape reversed); ``ttype``:
+    the ggml type; ``sizes`` as for :func:`parse_gguf`.  The writer
+    (:func:`~mlir_mx.interop.gguf.write_gguf`) checks each tensor with this
+    same function before it writes anything, so every file it writes passes
+    here.  Raises ``ValueError`` (``MXValueError``) naming the tensor: more
+    than 4 dimensions, an unknown type, a first dimension that is not a whole
+    number of the type's blocks, 2^60 elements or more (empty dimensions
+    aside).
+    """
+    _check_rank(name, len(ne))
+    if ttype not in sizes:
+        raise MXValueError(f"tensor {name!r} has an unknown ggml type {ttype}")
+    block, type_size = sizes[ttype]
+    ne0 = ne[0] if ne else 1  # as ggml: missing dimensions are 1
+    if ne0 % block:
+        raise MXValueError(
+            f"tensor {name!r}: first dimension {ne0} is not a multiple of its block ({block})"
+        )
+    elements, nonzero = 1, 1
+    for d in ne:
+        elements *= d
+        nonzero *= d or 1
+    if nonzero >= _MAX_ELEMENTS:
+        raise MXValueError(f"tensor {name!r}: dimensions {list(ne)} are too large")
+    return elements // block * type_size
 
 
 def parse_gguf(buf, sizes: Mapping[int, tuple[int, int]]) -> list[TensorInfo]:
@@ -179,22 +216,7 @@ def parse_gguf(buf, sizes: Mapping[int, tuple[int, int]]) -> list[TensorInfo]:
     infos = _tensor_infos(cur, n_tensors, sizes)
     data = -(-cur.pos // alignment) * alignment
     out = []
-    for name, ne, ttype, offset in infos:
-        block, type_size = sizes[ttype]
-        ne0 = ne[0] if ne else 1  # as ggml: missing dimensions are 1
-        if ne0 % block:
-            raise MXValueError(
-                f"tensor {name!r}: first dimension {ne0} is not a multiple of its block ({block})"
-            )
-        elements, nonzero = 1, 1
-        for d in ne:
-            elements *= d
-            nonzero *= d or 1
-        # ggml's sizes are int64, numpy's extents too (in bytes, up to 8 per
-        # element, empty dimensions aside): 2^60 elements or more cannot be real.
-        if nonzero >= 2**60:
-            raise MXValueError(f"tensor {name!r}: dimensions {list(ne)} are too large")
-        nbytes = elements // block * type_size
+    for name, ne, ttype, offset, nbytes in infos:
         if offset % alignment:
             raise MXValueError(f"tensor {name!r}: data offset {offset} is not {alignment}-aligned")
         start = data + offset

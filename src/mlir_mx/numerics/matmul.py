@@ -1,10 +1,12 @@
 """The matmul's claim, as a checkable condition: the reference of ``mx.block_matmul``.
 
-``C = acc + A x B`` (A MX blocked along K; B MX blocked along K, or f32) is
-computed by every compiled path that claims it in **the blocked order**
-(``docs/numerics.md``): per output, per block ``j``, the in-block partial
-``p_j = sum_k a_k b_k`` of exact element values (f32 FMAs), then
-``t_j = p_j * sb_j`` (one f32 multiply) and ``c = fma(t_j, sa_j, c)``.
+``C = acc + A x B`` (A MX blocked along K, or f32: the library's
+activations; B MX blocked along K, or f32) is computed by every compiled
+path that claims it in **the blocked order** (``docs/numerics.md``): per
+output, per block ``j``, the in-block partial ``p_j = sum_k a_k b_k`` of
+exact element values (f32 FMAs), then ``t_j = p_j * sb_j`` (one f32
+multiply) and ``c = fma(t_j, sa_j, c)`` (``sa = 1`` for an f32 A, ``sb = 1``
+for an f32 B).  :func:`blocked_order` is that order, emulated bit for bit.
 
 :func:`matmul_reference` returns, per output element, the exact result (f64),
 the error bound and whether the output lies inside the claim:
@@ -17,21 +19,44 @@ the error bound and whether the output lies inside the claim:
      additions decides whether a larger sum overflows);
   3. for every block ``j``: ``U_j = sum_{k in j} |a_k b_k| < 2^126`` and
      ``U_j * sb_j < 2^126`` (neither the unscaled partial nor the partial
-     scaled by B's scale alone can overflow; ``sb = 1`` for an f32 B).
+     scaled by B's scale alone can overflow).
 
 * **The bound** there, with ``n = K + K/B + 2`` roundings, ``u = 2^-24`` and
   ``gamma_n = n u / (1 - n u)``::
 
-      |C - exact| <= gamma_n * T + 2^-149 * sum_j (B * sa_j * sb_j + sa_j + 1)
+      |C - exact| <= gamma_n * T + 2^-150 * (1 + gamma_n) * sum_j E_j
 
   The first term is the classical bound of a dot product evaluated in any
-  order; the second bounds the roundings that fall below the f32 normal
-  range (an unscaled product or partial that underflows, then is scaled
-  up by ``sa_j sb_j``; a ``t_j`` that underflows, then is scaled by ``sa_j``;
-  the final sum).  It vanishes in effect when no product, partial or ``t_j``
-  is subnormal, which holds for every mx x mx pair (element products are
-  at least 2^-32) and for f32 activations whose nonzero products with the
-  element values are f32 normals.
+  order.  The second bounds the roundings that land in the f32 subnormal
+  range: each is off by at most 2^-150 (half the spacing 2^-149), times the
+  scales applied after it, times at most ``1 + gamma_n`` for the roundings
+  after it.  A rounding whose exact result is a multiple of 2^-149 is exact
+  there, and every f32 value is one, so with ``pi_k = a_k b_k`` (unscaled)
+  and ``off(v)``: ``v`` is not a multiple of 2^-149, ``E_j`` counts:
+
+  - ``sa_j sb_j`` for each ``k`` with ``off(pi_k)``: an in-block product
+    (FMA, or multiply then add) that may round below 2^-126, scaled after;
+  - ``1`` for each ``k`` with ``off(pi_k sa_j sb_j)``: the same product in
+    the lowerings that dequantize first (``fused``), scaled before;
+  - ``sa_j`` when ``sb_j < 1`` and some ``off(pi_k sb_j)``: ``t_j = p_j sb_j``
+    (``p_j`` is a multiple of the smallest power of two dividing its
+    products, and ``t_j`` has at most 24 bits: it is exact otherwise);
+  - ``1`` when ``sa_j < 1`` and some ``off(pi_k sa_j sb_j)``: ``fma(t_j,
+    sa_j, c)``, ``c`` being an f32 value.
+
+  A block whose products are all zero (``U_j = 0``) counts nothing: it
+  contributes exactly nothing, whatever its scales.  For mx x mx every
+  ``pi_k`` is a multiple of ``q_a q_b >= 2^-32`` (the formats' smallest
+  subnormals, E5M2's 2^-16 the smallest), so the in-block products never
+  count; but ``t_j`` can be subnormal and inexact, where ``sb_j < 2^-149 /
+  (q_a q_b)`` (below 2^-117 for E5M2 x E5M2, 2^-124 for E5M2 x E4M3; for
+  the other pairs that bound lies below the smallest scale 2^-127), and
+  the final FMA for every pair where ``sa_j sb_j`` is below the same bound.
+  For an f32 activation ``x`` (A f32, ``sa = 1``), the final FMA is an f32
+  addition, exact in the subnormal range, and a product counts only when
+  ``x a_k`` is not a multiple of 2^-149 (``x = 2^-149`` against an element
+  of 0.0625 does; against 1.0 it does not, so the result there is exact
+  within ``gamma_n T``).
 
 NaN/Inf: where the exact sum is NaN the result must be NaN; where it is
 infinite, the same infinity.
@@ -43,7 +68,7 @@ import numpy as np
 
 from .mx import MXArray
 
-__all__ = ["U", "matmul_bound", "matmul_reference"]
+__all__ = ["U", "blocked_order", "matmul_bound", "matmul_reference"]
 
 #: The unit roundoff of f32.
 U = 2.0**-24
@@ -51,11 +76,11 @@ _F32_MAX = float(np.finfo(np.float32).max)
 
 
 def matmul_bound(terms: np.ndarray, k: int, block_size: int, underflow: np.ndarray | float = 0.0):
-    """``gamma_n * terms + 2^-149 * underflow`` (``underflow``: the
-    ``sum_j (B sa_j sb_j + sa_j + 1)`` of each output, :func:`matmul_reference`)."""
+    """``gamma_n * terms + 2^-150 * (1 + gamma_n) * underflow`` (``underflow``:
+    the ``sum_j E_j`` of each output, :func:`matmul_reference`)."""
     n = k + k // block_size + 2
     gamma = n * U / (1 - n * U)
-    return gamma * terms + 2.0**-149 * underflow
+    return gamma * terms + 2.0**-150 * (1 + gamma) * underflow
 
 
 def _operand(x, bs: int, axis: int):
@@ -69,6 +94,30 @@ def _operand(x, bs: int, axis: int):
     shape = list(e.shape)
     shape[axis] //= bs
     return e, np.ones(shape), e, np.zeros(e.shape, bool)
+
+
+def _off(v: np.ndarray) -> np.ndarray:
+    """``v`` (f64, exact) is finite and not a multiple of 2^-149."""
+    w = np.ldexp(v, 149)
+    return np.isfinite(w) & (w != np.floor(w))
+
+
+def _underflow(ea, eb, sa, sb, bs: int) -> np.ndarray:
+    """``sum_j E_j`` (M, N): the roundings that may land below 2^-126 (module doc)."""
+    m, k = ea.shape
+    nb = k // bs
+    sa_f = np.where(np.isfinite(sa), sa, 0.0)[:, :, None]  # (M, nb, 1)
+    sb_f = np.where(np.isfinite(sb), sb, 0.0)[None]  # (1, nb, N)
+    eb_f = np.where(np.isfinite(eb), eb, 0.0)
+    with np.errstate(all="ignore"):
+        pi = (ea[:, :, None] * eb_f[None]).reshape(m, nb, bs, -1)  # unscaled, exact
+        pb = pi * sb_f[:, :, None]  # pi_k sb_j
+        ps = pb * sa_f[:, :, None]  # pi_k sa_j sb_j
+        e = _off(pi).sum(axis=2) * sa_f * sb_f  # in-block roundings, scaled after
+        e += _off(ps).sum(axis=2)  # the dequantize-first lowerings' products
+        e += (_off(pb).any(axis=2) & (sb_f < 1)) * sa_f  # t_j
+        e += _off(ps).any(axis=2) & (sa_f < 1)  # fma(t_j, sa_j, c)
+    return e.sum(axis=1)
 
 
 def matmul_reference(a, b, acc: np.ndarray):
@@ -93,11 +142,47 @@ def matmul_reference(a, b, acc: np.ndarray):
         unscaled = np.abs(ea)[:, :, None] * np.where(np.isfinite(eb), np.abs(eb), 0.0)[None]
         part = unscaled.reshape(m, nb, bs, -1).sum(axis=2)
         part_b = part * np.where(np.isfinite(sb), sb, 0.0)[None]
-        sa_f = np.where(np.isfinite(sa), sa, 0.0)[:, :, None]
-        sb_f = np.where(np.isfinite(sb), sb, 0.0)[None]
-        underflow = (bs * sa_f * sb_f + sa_f + 1.0).sum(axis=1)
-    overflow_a = ~(np.abs(av) <= _F32_MAX) & np.isfinite(ea) & ~np.isnan(av)
     bad = overflow_a.any(axis=1)[:, None] | overflow_b.any(axis=0)[None, :]
     big = (part >= 2.0**126).any(axis=1) | (part_b >= 2.0**126).any(axis=1)
     inside = ~bad & (terms < 2.0**126) & ~big
+    underflow = _underflow(ea, eb, sa, sb, bs)
     return exact, matmul_bound(terms, k, bs, underflow), inside
+
+
+def _fma(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """f32 ``fma(x, y, z)``, rounded once, where ``x * y`` is exact in f64
+    (at most 53 significant bits: an f32 value times an MX element value or a
+    power of two). ``s = x*y + z`` in f64 is correct except on f32 midpoints,
+    where the f64 error ``e`` (TwoSum, exact) decides the direction."""
+    with np.errstate(all="ignore"):
+        xy = x.astype(np.float64) * y
+        z64 = z.astype(np.float64)
+        s = xy + z64
+        bp = s - xy
+        e = (xy - (s - bp)) + (z64 - bp)  # s + e == xy + z exactly (finite values)
+        r = s.astype(np.float32)
+        other = np.nextafter(r, np.where(s > r, np.float32(np.inf), np.float32(-np.inf)))
+        mid = (r.astype(np.float64) + other.astype(np.float64)) / 2
+        fix = np.isfinite(s) & (s != r) & (s == mid) & (e != 0) & ((e > 0) == (other > r))
+    return np.where(fix, other, r)
+
+
+def blocked_order(a, b, acc: np.ndarray) -> np.ndarray:
+    """``acc + A x B`` in the blocked order, bit for bit as the kernels compute it
+    (f32 (M, N)): operands as for :func:`matmul_reference` (either may be
+    f32, not both).  Per block: ``p = fma(a_k, b_k, p)`` over the block in
+    order, ``t = p * sb`` (f32), ``c = fma(t, sa, c)``."""
+    bs = (a if isinstance(a, MXArray) else b).block_size
+    ea, sa, _, _ = _operand(a, bs, 1)
+    eb, sb, _, _ = _operand(b, bs, 0)
+    c = acc.astype(np.float32).copy()
+    with np.errstate(all="ignore"):
+        for j in range(ea.shape[1] // bs):
+            p = np.zeros(c.shape, np.float32)
+            for kk in range(j * bs, (j + 1) * bs):
+                p = _fma(
+                    np.broadcast_to(ea[:, kk, None], c.shape).astype(np.float32), eb[kk][None], p
+                )
+            t = (p.astype(np.float64) * sb[j][None]).astype(np.float32)
+            c = _fma(t, np.broadcast_to(sa[:, j, None], c.shape), c)
+    return c

@@ -1,6 +1,7 @@
 """Seeded campaigns of numbered cases, run in-process in a worker subprocess.
 
-A *suite* (``"fuzz"``, ``"misuse"``, ``"gguf"``, ``"cache"``, ``"linear"``)
+A *suite* (``"fuzz"``, ``"misuse"``, ``"gguf"``, ``"gguf-write"``, ``"cache"``,
+``"linear"``)
 maps ``(seed, index)`` (and the suite's keyword options) to one case
 and runs it in-process, returning an :class:`Outcome`.  Case ``i`` depends on
 ``(seed, i)`` only, so any case can be rerun alone.  :func:`run_campaign`
@@ -40,11 +41,13 @@ __all__ = ["Outcome", "Report", "FINDINGS", "run_campaign", "run_inline"]
 #: ``mlir_mx.MXError`` (every library error for bad input must be one).
 FINDINGS = ("traceback", "unlocated", "silent", "wrong", "signal", "hang", "not-mx-error")
 
-#: Suites by name: module with ``case(seed, index, **options) -> Outcome``.
+#: Suites by name: module with ``case(seed, index, **options) -> Outcome``
+#: (``"module:function"``: another function of the module).
 _SUITES = {
     "fuzz": "mlir_mx.testing.fuzz",
     "misuse": "mlir_mx.testing.misuse",
     "gguf": "mlir_mx.testing.gguf_fuzz",
+    "gguf-write": "mlir_mx.testing.gguf_fuzz:write_case",
     "cache": "mlir_mx.testing.cache_fuzz",
     "linear": "mlir_mx.testing.linear_fuzz",
 }
@@ -102,9 +105,10 @@ class Report:
 
 
 def _suite(name: str):
-    """A suite by short name, or any module path with a ``case`` function."""
+    """The ``case`` function of a suite by short name, or of any module path."""
     if name in _SUITES:
-        return importlib.import_module(_SUITES[name])
+        module, _, function = _SUITES[name].partition(":")
+        return getattr(importlib.import_module(module), function or "case")
     try:
         mod = importlib.import_module(name)
     except ImportError:
@@ -113,14 +117,14 @@ def _suite(name: str):
         raise MXValueError(
             f"unknown suite '{name}' (available: {', '.join(_SUITES)}, or a module with case())"
         )
-    return mod
+    return mod.case
 
 
 def run_inline(suite: str, seed: int, indices, options: dict | None = None) -> Report:
     """Run cases in this process (no signal protection): for debugging one case."""
-    mod, report = _suite(suite), Report(suite, seed)
+    case, report = _suite(suite), Report(suite, seed)
     for i in indices:
-        report.add(mod.case(seed, i, **(options or {})))
+        report.add(case(seed, i, **(options or {})))
     return report
 
 
@@ -198,7 +202,7 @@ def _pump(stream, lines: queue.Queue) -> None:
 
 
 def _worker(suite: str, seed: int, start: int, end: int, options: dict | None = None) -> None:
-    mod = _suite(suite)
+    case = _suite(suite)
     options = options or {}
     out = sys.stdout
     # Cases print (mx-runner prints results, upstream prints to fd 1): keep
@@ -208,7 +212,7 @@ def _worker(suite: str, seed: int, start: int, end: int, options: dict | None = 
     for i in range(start, end):
         proto.write(json.dumps({"begin": i}) + "\n")
         proto.flush()
-        o = mod.case(seed, i, **options)
+        o = case(seed, i, **options)
         proto.write(json.dumps(asdict(o)) + "\n")
         proto.flush()
 

@@ -1,7 +1,8 @@
 """The mutation fuzzer of ``mx-opt``: seeded IR mutants through every configuration.
 
 (Its command line also runs the other campaigns: the Runner misuse sweep, the
-GGUF file fuzzer, the compile-cache fuzzer and the Linear API suite.)
+GGUF file fuzzer and its writer mode, the compile-cache fuzzer and the Linear
+API suite.)
 
 Case ``i`` of seed ``s`` takes a seed program of the corpus (the repo's lit
 tests and examples, or the built-in seeds below), applies one to three
@@ -16,7 +17,7 @@ bad flag); never a traceback, a signal, a hang, or exit 1 without saying why.
 Run it::
 
     python -m mlir_mx.testing.fuzz --cases 10000 --api-calls 2000 --seed 1 \\
-        --gguf-files 5000 --cache-entries 200 --linear-calls 2000
+        --gguf-files 5000 --gguf-writes 1000 --cache-entries 200 --linear-calls 2000
 """
 
 from __future__ import annotations
@@ -203,6 +204,10 @@ def main(argv=None) -> int:
     p.add_argument("--cases", type=int, default=300, help="IR mutants (default 300)")
     p.add_argument("--api-calls", type=int, default=200, help="Runner calls (default 200)")
     p.add_argument("--gguf-files", type=int, default=300, help="mutated GGUF files (default 300)")
+    p.add_argument(
+        "--gguf-writes", type=int, default=100,
+        help="write_gguf calls over a good file, often invalid (default 100)",
+    )  # fmt: skip
     p.add_argument("--cache-entries", type=int, default=20, help="corrupted cache entries (default 20)")
     p.add_argument("--linear-calls", type=int, default=100, help="Linear/matmul calls (default 100)")
     p.add_argument(
@@ -214,7 +219,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     clean = True
     suites = (("fuzz", args.cases), ("misuse", args.api_calls), ("gguf", args.gguf_files),
-              ("cache", args.cache_entries), ("linear", args.linear_calls))  # fmt: skip
+              ("gguf-write", args.gguf_writes), ("cache", args.cache_entries),
+              ("linear", args.linear_calls))  # fmt: skip
     for suite, n in suites:
         if n <= 0:
             continue

@@ -1,4 +1,6 @@
-"""The GGUF file fuzzer: files we write, read back, then mutated and read again.
+"""The GGUF file fuzzers: files we write, read back, then mutated and read
+again (:func:`case`); and writes of random, often invalid, arguments over a
+good file (:func:`write_case`).
 
 Case ``i`` of seed ``s`` writes a GGUF file with :func:`write_gguf` (one to
 three MXFP4 tensors of random shapes, empty ones included, and random
@@ -15,6 +17,22 @@ The rule (``docs/interop.md``): :func:`read_gguf` returns, or raises
 exception, a signal, a hang (the worker's address space is capped at 4 GiB,
 so a runaway allocation fails fast) or a tensor that ``gguf.GGUFReader``
 reads differently.
+
+The writer mode, case ``i`` of seed ``s`` (``random.Random(f"gguf-write:{s}:{i}")``,
+suite ``gguf-write``): a good file is written in a folder of its own, then
+:func:`write_gguf` is called over it with random arguments, each part valid or
+not -- the tensors (MXFP4 MXArrays of every rank, empty and huge-but-empty
+shapes on both sides of the reader's 2^60-element limit, other formats, block
+sizes and axes, NaN scales, float arrays to quantize, things that are not
+arrays), their names (empty, not str, 63 and 64 UTF-8 bytes, lone
+surrogates), the metadata (every type it takes and many it does not, ints
+on both sides of int64, the writer's own keys) and ``arch``.  The rule: the
+write returns and the file reads back bit for bit (tensors through
+:func:`read_gguf` and ``gguf.GGUFReader``, metadata through
+``gguf.GGUFReader``), or it raises an ``MXError`` naming the argument and
+leaves the old file byte-identical; either way no temporary file is left.
+Where the generator knows that an argument is valid or invalid (the rules
+of ``docs/interop.md``), the outcome must agree.
 """
 
 from __future__ import annotations
@@ -22,6 +40,7 @@ from __future__ import annotations
 import os
 import random
 import resource
+import shutil
 import struct
 import tempfile
 import traceback
@@ -32,7 +51,7 @@ import numpy as np
 
 from mlir_mx.testing.campaign import Outcome
 
-__all__ = ["case", "fields", "MUTATIONS"]
+__all__ = ["case", "fields", "write_case", "MUTATIONS", "WRITE_PARTS"]
 
 _AS_LIMIT = 4 << 30
 _NAMES = ("blk.0.ffn_down.weight", "w", "token_embd.weight", "é.ü", "a" * 63, "x.y.z")
@@ -56,7 +75,9 @@ def _tensors(rng: random.Random) -> dict:
     out = {}
     for name in rng.sample(_NAMES, rng.randint(1, 3)):
         rank = rng.choice((1, 2, 2, 2, 3, 4))
-        shape = [rng.choice((0, 1, 2, 3, 5, 8)) if rng.random() < 0.9 else 0 for _ in range(rank - 1)]
+        shape = [
+            rng.choice((0, 1, 2, 3, 5, 8)) if rng.random() < 0.9 else 0 for _ in range(rank - 1)
+        ]
         shape.append(32 * rng.choice((0, 1, 1, 2, 3)) if rng.random() < 0.95 else 0)
         if rng.random() < 0.7:  # mostly non-empty
             shape = [max(d, 1) if j < rank - 1 else max(d, 32) for j, d in enumerate(shape)]
@@ -196,8 +217,12 @@ def case(seed: int, index: int) -> Outcome:
     try:
         write_gguf(path, tensors, metadata=md)
         back = read_gguf(path)
-        if set(back) != set(tensors) or not all(back[n].bitwise_equal(a) for n, a in tensors.items()):
-            return Outcome(index, "wrong", "write", "a file write_gguf wrote reads back differently", what)
+        if set(back) != set(tensors) or not all(
+            back[n].bitwise_equal(a) for n, a in tensors.items()
+        ):
+            return Outcome(
+                index, "wrong", "write", "a file write_gguf wrote reads back differently", what
+            )
         data, how = _mutate(path.read_bytes(), rng)
         path.write_bytes(data)
         what += f"; mutated: {how}"
@@ -206,7 +231,9 @@ def case(seed: int, index: int) -> Outcome:
         except ValueError as e:
             if str(e).startswith(f"{path}: "):
                 return Outcome(index, "rejected", _config(how))
-            return Outcome(index, "traceback", _config(how), f"ValueError without the file: {e}", what)
+            return Outcome(
+                index, "traceback", _config(how), f"ValueError without the file: {e}", what
+            )
         bad = _agrees_with_gguf(path, got)
         if bad:
             return Outcome(index, "wrong", _config(how), bad, what)
@@ -229,3 +256,215 @@ def _config(how: str) -> str:
         if word in first:
             return kind
     return "field"
+
+
+# ------------------------------------------------------------------ the writer mode
+
+#: What a writer case may get wrong (its configuration: the first invalid part).
+WRITE_PARTS = ("valid", "container", "name", "shape", "format", "scale", "float", "other",
+               "metadata", "arch")  # fmt: skip
+_NAME_CASES = (("", False), (5, False), (b"w", False), (None, False), ("\ud800", False),
+               ("a" * 64, False), ("\u00e9" * 32, False), ("\u00e9" * 31 + "a", True))  # fmt: skip
+#: Empty shapes on both sides of the reader's limit (2^60 elements, zeros aside).
+_HUGE = (((0, 2**60), False), ((0, 2**60 - 32), True), ((2**29, 0, 2**30), True),
+         ((2**30, 0, 2**30), False), ((0, 2**30, 0, 2**30), False), ((3, 0, 2**58), True),
+         ((0, 0, 0, 2**60 + 32), False))  # fmt: skip
+
+
+def _mx(shape, nrng, element="f4E2M1FN", block=32, axis=-1):
+    """An MXArray of random finite codes and moderate scales (any shape, empty too)."""
+    from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, finite_codes
+
+    fmt = ELEMENT_FORMATS[element]
+    fin = finite_codes(fmt)
+    codes = nrng.choice(fin, shape) if all(shape) else np.zeros(shape, fin.dtype)
+    sshape = list(shape)
+    sshape[axis] //= block
+    return MXArray(codes, nrng.integers(100, 160, sshape).astype(np.uint8), element, block, axis)
+
+
+def _one_tensor(rng: random.Random, nrng):
+    """``(value, expected MXArray or None, part)``: part "valid" or what is wrong."""
+    from mlir_mx.numerics import ELEMENT_FORMATS, quantize
+
+    k = rng.randrange(50)  # 70 in 100 a good MXArray, the rest the cases below
+    good = next(iter(_tensors(rng).values()))
+    if k < 35:
+        return good, good, "valid"
+    if k < 38:
+        shape, ok = rng.choice(_HUGE)
+        value = _mx(shape, nrng)
+        return value, (value if ok else None), "valid" if ok else "shape"
+    if k < 41:  # rank 5, or another format, block size or axis
+        how = rng.randrange(4)
+        if how == 0:
+            return _mx((1, 2, 1, 1, 32), nrng), None, "shape"
+        if how == 1:
+            other = rng.choice(sorted(set(ELEMENT_FORMATS) - {"f4E2M1FN"}))
+            return _mx((2, 32), nrng, other), None, "format"
+        if how == 2:
+            return _mx((2, 64), nrng, block=rng.choice((16, 64))), None, "format"
+        return _mx((64, 32), nrng, axis=0), None, "format"
+    if k < 43 and good.size:  # a NaN scale (byte 255)
+        scales = good.scales.view(np.uint8).copy()
+        scales.reshape(-1)[rng.randrange(scales.size)] = 255
+        return type(good)(good.codes, scales, good.element, 32, -1), None, "scale"
+    if k < 48:  # float arrays, quantized by the writer (compiled) and here (oracle)
+        shape = rng.choice(
+            ((4, 64), (1, 32), (2, 3, 32), (5,), (2, 33), (0, 32), (1, 1, 1, 1, 1, 32))
+        )
+        dtype = rng.choice((np.float32, np.float32, np.float64, np.float16))
+        x = nrng.standard_normal(shape).astype(dtype)
+        if x.size and rng.random() < 0.3:
+            x.reshape(-1)[rng.randrange(x.size)] = rng.choice((np.nan, np.inf, -np.inf, 6e4))
+        try:
+            want = quantize(x, "f4E2M1FN", 32)
+        except ValueError:
+            return x, None, "float"
+        ok = 1 <= x.ndim <= 4 and not (want.scales.view(np.uint8) == 255).any()
+        return x, (want if ok else None), "valid" if ok else "float"
+    other = (None, "w", 3.5, np.zeros((2, 32), np.int32), np.zeros((), np.float32))
+    return rng.choice(other), None, "other"
+
+
+def _write_tensors(rng: random.Random, nrng):
+    """``(tensors argument, expected {name: MXArray} or None, parts)``."""
+    if rng.random() < 0.03:
+        return rng.choice(({}, None, [("w", None)], "w")), None, ["container"]
+    tensors, want, parts = {}, {}, []
+    for name in rng.sample(_NAMES, rng.randint(1, 3)):
+        ok = True
+        if rng.random() < 0.05:
+            name, ok = rng.choice(_NAME_CASES)
+        if name in tensors:
+            continue
+        value, expected, part = _one_tensor(rng, nrng)
+        parts += [part] + ([] if ok else ["name"])
+        tensors[name] = value
+        if expected is not None:
+            want[name] = expected
+    return tensors, want, parts
+
+
+def _write_metadata(rng: random.Random):
+    """``(metadata argument, parts)``."""
+    if rng.random() < 0.02:
+        return rng.choice(([("k", 1)], "k=1", 5)), ["metadata"]
+    md, parts = (None, []) if rng.random() < 0.2 else (_metadata(rng), [])
+    if md is not None and rng.random() < 0.1:
+        key, value = rng.choice((("k.bad", 2**63), ("k.bad", -(2**63) - 1), ("k.bad", None),
+                                 ("k.bad", [1]), ("k.bad", b"x"), ("k.bad", {}), ("k.bad", np.int64(3)),
+                                 ("k.bad", "\ud800"), ("general.alignment", 1),
+                                 ("general.architecture", "x"), ("", 1), ("\udc80", 1), (7, 1)))  # fmt: skip
+        md[key] = value
+        parts.append("metadata")
+    return md, parts
+
+
+def _arch(rng: random.Random):
+    bad = rng.random() < 0.04
+    return (
+        rng.choice(("", None, 3, "\ud800")) if bad else rng.choice(("mlir-mx", "llama", "\u00fc"))
+    ), bad
+
+
+def _write_args(rng: random.Random):
+    """``(keyword arguments of write_gguf, expected tensors or None, parts)``."""
+    nrng = np.random.default_rng(rng.randrange(2**32))
+    tensors, want, parts = _write_tensors(rng, nrng)
+    metadata, md_parts = _write_metadata(rng)
+    arch, bad_arch = _arch(rng)
+    parts += md_parts + (["arch"] if bad_arch else [])
+    bad = [p for p in parts if p != "valid"]
+    return {"tensors": tensors, "arch": arch, "metadata": metadata}, (None if bad else want), bad
+
+
+def _folder_left(folder: Path, path: Path) -> str | None:
+    left = sorted(p.name for p in folder.iterdir() if p != path)
+    return f"left in the folder: {left}" if left else None
+
+
+def _reads_back(path: Path, args: dict, want: dict | None) -> str | None:
+    """What differs between the file and what was written (None: nothing)."""
+    import gguf
+
+    from mlir_mx.interop.gguf import read_gguf
+
+    back = read_gguf(path)
+    if want is not None:
+        if set(back) != set(want):
+            return f"tensors {sorted(back)} read back, {sorted(want)} written"
+        for name, a in want.items():
+            if not back[name].bitwise_equal(a):
+                return f"tensor {name!r} reads back differently"
+    bad = _agrees_with_gguf(path, back)
+    if bad:
+        return bad
+    fields = gguf.GGUFReader(path).fields
+    expected = {"general.architecture": args["arch"], **(args["metadata"] or {})}
+    for key, value in expected.items():
+        f = fields.get(key)
+        if f is None:
+            return f"metadata {key!r} is missing"
+        got = f.contents()
+        if isinstance(value, float):
+            same = struct.pack("<d", value) == np.asarray(f.parts[f.data[0]]).tobytes()
+        else:
+            same = type(got) is type(value) and got == value
+        if not same:
+            return f"metadata {key!r} = {got!r}, {value!r} written"
+    return None
+
+
+def write_case(seed: int, index: int) -> Outcome:
+    """Write random arguments over a good file; classify (the writer mode)."""
+    from mlir_mx.errors import MXError
+    from mlir_mx.interop.gguf import write_gguf
+
+    rng = random.Random(f"gguf-write:{seed}:{index}")
+    folder = Path(tempfile.mkdtemp(prefix=f"w{index}-", dir=_setup()))
+    path = folder / "model.gguf"
+    config, what = "valid", ""
+    try:
+        write_gguf(path, _tensors(rng), metadata=_metadata(rng))
+        old = path.read_bytes()
+        args, want, bad = _write_args(rng)
+        config = bad[0] if bad else "valid"
+        what = _describe(args)
+        try:
+            write_gguf(path, **args)
+        except MXError as e:
+            kept = path.read_bytes() == old
+            problem = (None if kept else "the old file changed") or _folder_left(folder, path)
+            if not problem and not str(e).startswith(("tensors", "metadata", "arch")):
+                problem = f"the message does not name the argument: {e}"
+            if not problem and not bad:
+                problem = f"a valid write was refused: {e}"
+            return Outcome(index, "wrong" if problem else "rejected", config, problem or "", what)
+        except (TypeError, ValueError) as e:
+            return Outcome(index, "not-mx-error", config, f"{type(e).__name__}: {e}", what)
+        try:
+            problem = _folder_left(folder, path) or _reads_back(path, args, want)
+        except ValueError as e:
+            problem = f"written, then refused by the reader: {e}"
+        if not problem and bad:
+            problem = f"accepted, though invalid ({', '.join(bad)})"
+        return Outcome(index, "wrong" if problem else "ok", config, problem or "", what)
+    except BaseException as e:  # noqa: BLE001 - anything else is the finding
+        tb = "".join(traceback.format_exception(e))[-1500:]
+        return Outcome(index, "traceback", config, tb, what)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _describe(args: dict) -> str:
+    def one(v):
+        if isinstance(v, np.ndarray):
+            return f"{v.dtype}{list(v.shape)}"
+        if hasattr(v, "element"):
+            return f"MXArray({v.element}, {list(v.shape)}, block {v.block_size}, axis {v.axis})"
+        return repr(v)[:80]
+
+    t = args["tensors"]
+    tensors = {k: one(v) for k, v in t.items()} if isinstance(t, dict) else one(t)
+    return f"write_gguf(tensors={tensors}, arch={args['arch']!r}, metadata={args['metadata']!r})"

@@ -2,7 +2,8 @@
 
 Calls come in groups of :data:`GROUP` sharing one configuration, drawn from
 ``random.Random(f"linear:{seed}:{index // GROUP}")``: a weight format and an
-activation kind (any of the 6 MX element formats, or f32: 42 pairs), the
+activation kind (any of the 6 MX element formats, f32, or f32 quantized per
+call by ``Linear(w, activations=F)`` to any of the 6: 78 pairs), the
 weight's storage (FP4/FP6 packed, or one code per byte when ``out`` is not a
 whole packing group), its layout ((out, in) along axis 1, or (in, out) along
 axis 0), a block size (powers of two and 1, 3, 5, 6, 12, 24, 48, 96), odd
@@ -16,9 +17,11 @@ activations near overflow (2^100..2^127) and subnormal, block scale codes 0,
 1, 2, 252, 253, 254, zero blocks against huge scales, and rarely NaN/Inf;
 ``"normal"`` keeps values and scales within 2^-20..2^20.
 
-The rule: a valid call returns the ``block_matmul`` result within the
+The rule: a valid call returns the ``block_matmul`` result bit for bit as
+the blocked order computes it (:func:`mlir_mx.numerics.matmul.blocked_order`;
+for ``activations=F``, on the oracle's ``quantize(x, F, B)``), within the
 claim's bound (:func:`mlir_mx.numerics.matmul.matmul_reference`: outputs
-inside the claim are compared; NaN and Inf must agree) and leaves its input
+inside the claim are compared; NaN and Inf must agree), and leaves its input
 unchanged; a malformed one raises ``TypeError`` / ``ValueError`` naming ``x``.
 
 Restrictions (named, explicit, for branches where a known defect is not
@@ -43,7 +46,9 @@ from mlir_mx.testing.campaign import Outcome
 __all__ = ["ACTIVATIONS", "BLOCKS", "ELEMENTS", "GROUP", "all_pairs", "case"]
 
 ELEMENTS = tuple(ELEMENT_FORMATS)
-ACTIVATIONS = ELEMENTS + ("f32",)
+#: MX activations, f32 ones, and f32 ones quantized per call (``"f32:F"``:
+#: ``Linear(w, activations=F)``).
+ACTIVATIONS = ELEMENTS + ("f32",) + tuple(f"f32:{e}" for e in ELEMENTS)
 BLOCKS = (32, 32, 32, 16, 64, 8, 1, 2, 3, 5, 6, 12, 24, 48, 96)
 THREADS = (1, 1, 2, 3, 7)
 OUTS = (1, 2, 3, 4, 5, 7, 8, 12, 13, 16, 31, 33, 63, 64, 65, 100, 128, 130)
@@ -53,7 +58,8 @@ _SUBBYTE = tuple(name for name, f in ELEMENT_FORMATS.items() if f.is_sub_byte)
 
 
 def all_pairs() -> list[str]:
-    """Every ``"weight/activation"`` pair: 6 x 6 MX pairs and 6 with f32."""
+    """Every ``"weight/activation"`` pair: 6 x 6 MX pairs, 6 with f32 and 36
+    with f32 quantized per call."""
     return [f"{w}/{a}" for w in ELEMENTS for a in ACTIVATIONS]
 
 
@@ -80,7 +86,8 @@ def _config(seed: int, group: int, pairs, unpacked_subbyte: bool, value_range: s
     edge = value_range == "full" and rng.random() < 0.35
     return dict(
         w_elem=w_elem, a_kind=a_kind, block=block, k=k, n=n, layout=rng.choice(("out_in", "in_out")),
-        threads=rng.choice(THREADS), entry=rng.choice(("Linear", "Linear", "matmul")),
+        threads=rng.choice(THREADS),
+        entry="Linear" if ":" in a_kind else rng.choice(("Linear", "Linear", "matmul")),
         values="edge" if edge else "normal", seed=rng.randrange(2**32),
     )  # fmt: skip
 
@@ -133,8 +140,15 @@ def _state(seed, group, pairs, unpacked_subbyte, value_range):
         data = rng.standard_normal((n, k)) * np.exp2(rng.integers(-20, 21, (n, k // b))).repeat(b, 1)
         w = quantize(data.astype(np.float32), cfg["w_elem"], b)
     given = w if cfg["layout"] == "out_in" else transpose(w)
-    lin = mlir_mx.Linear(given, threads=cfg["threads"]) if cfg["entry"] == "Linear" else None
+    lin = None
+    if cfg["entry"] == "Linear":
+        lin = mlir_mx.Linear(given, threads=cfg["threads"], activations=_quantized_to(cfg))
     return cfg, w, given, lin
+
+
+def _quantized_to(cfg: dict) -> str | None:
+    """The format ``activations=`` quantizes f32 activations to (None: not quantized)."""
+    return cfg["a_kind"].partition(":")[2] or None
 
 
 # ------------------------------------------------------------------ one call
@@ -144,7 +158,7 @@ def _activation(cfg: dict, m: int, rng: np.random.Generator, vector: bool):
     from mlir_mx.numerics import quantize
 
     edge = cfg["values"] == "edge"
-    if cfg["a_kind"] == "f32":
+    if cfg["a_kind"].startswith("f32"):
         x = _f32((m, cfg["k"]), rng, edge)
         return x[0] if vector else x
     if edge:
@@ -171,9 +185,9 @@ def _malformed(cfg: dict, x, rng: random.Random):
 def _check(cfg: dict, w, x, y) -> tuple[str | None, int]:
     """(what is wrong or None, outputs outside the claim)."""
     from mlir_mx.interop import transpose
-    from mlir_mx.numerics import MXArray
-    from mlir_mx.numerics.matmul import matmul_reference
-    from mlir_mx.testing.differential import _within
+    from mlir_mx.numerics import MXArray, quantize
+    from mlir_mx.numerics.matmul import blocked_order, matmul_reference
+    from mlir_mx.testing.differential import _same, _within
 
     vector = not isinstance(x, MXArray) and x.ndim == 1
     x2 = x[None] if vector else x
@@ -183,8 +197,11 @@ def _check(cfg: dict, w, x, y) -> tuple[str | None, int]:
         return f"result {type(y).__name__} {getattr(y, 'shape', '')}, expected f32 {want_shape}", 0
     if m == 0 or n == 0:
         return None, 0
+    if _quantized_to(cfg):  # Linear(w, activations=F)(x) is Linear(w)(quantize(x, F, B))
+        x2 = quantize(x2, _quantized_to(cfg), cfg["block"])
     y2 = np.asarray(y).reshape(m, n)
-    exact, bound, inside = matmul_reference(x2, transpose(w), np.zeros((m, n), np.float32))
+    zero = np.zeros((m, n), np.float32)
+    exact, bound, inside = matmul_reference(x2, transpose(w), zero)
     ok, compared = _within(y2, ("matmul", exact, bound, inside))
     outside = int(inside.size - compared)
     if not ok:
@@ -195,6 +212,11 @@ def _check(cfg: dict, w, x, y) -> tuple[str | None, int]:
         i, j = np.argwhere(bad)[0]
         return (f"y[{i}, {j}] = {got[i, j]!r}, exact {exact[i, j]!r}, bound {bound[i, j]:.3g} "
                 f"({int(bad.sum())} outputs outside the bound)"), outside  # fmt: skip
+    want = blocked_order(x2, transpose(w), zero)
+    if not _same(y2, want):
+        i, j = np.argwhere(~((y2.view(np.uint32) == want.view(np.uint32))
+                             | (np.isnan(y2) & np.isnan(want))))[0]  # fmt: skip
+        return f"y[{i}, {j}] = {y2[i, j]!r}, the blocked order gives {want[i, j]!r}", outside
     return None, outside
 
 
@@ -222,7 +244,7 @@ def case(
         cfg, w, given, lin = _state(seed, index // GROUP, pairs, unpacked_subbyte_activations, value_range)
         config = f"{cfg['w_elem']}/{cfg['a_kind']}"
         m = rng.choice(BATCHES)
-        vector = m == 1 and cfg["a_kind"] == "f32" and rng.random() < 0.3
+        vector = m == 1 and cfg["a_kind"].startswith("f32") and rng.random() < 0.3
         x = _activation(cfg, m, np.random.default_rng(rng.randrange(2**32)), vector)
         what = (f"{cfg}; M={m}{' (vector)' if vector else ''}; weight shape {given.shape} "
                 f"axis {given.axis}")  # fmt: skip
