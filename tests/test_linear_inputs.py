@@ -35,7 +35,6 @@ import numpy as np
 import pytest
 
 import mlir_mx
-from mlir_mx.errors import MXError
 from mlir_mx.host import MAX_THREADS
 from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, is_packed_storage, quantize
 from mlir_mx.numerics.matmul import blocked_order, matmul_reference

@@ -35,9 +35,11 @@ does not), so there is no single defensible answer.
 
 FIXME(upstream): ``arith-expand`` has no f8E4M3FN/f8E5M2/f6 conversions at
 22.1.x (added by llvm-project PR #216653), and ``convert-arith-to-llvm``
-silently leaves them in place (#221950).  Its E8M0 extf maps code 0 to +0.0,
-its f32 -> E8M0 truncf floors instead of rounding (#215295), and its f4E2M1
-truncf rounds ties up.  Once upstream is fixed this pass can shrink to the
+silently leaves them in place (#221950).  Its E8M0 extf maps code 0 to +0.0
+(no upstream issue found, searched 2026-12-01; the expansion came with
+llvm-project#140332), its f32 -> E8M0 truncf floors instead of rounding
+(#215295), and its f4E2M1 truncf rounds ties up (no upstream issue found,
+searched 2026-12-01; the expansion came with #144157).  Once upstream is fixed this pass can shrink to the
 fast paths (the f16 widening trick).
 """
 

@@ -32,6 +32,7 @@ from mlir_mx.diagnostics import (
     from_mlir_error,
 )
 from mlir_mx.dialect import remap_diagnostics
+from mlir_mx.errors import MXArgTypeError
 from mlir_mx.ir_utils import declared_types, find_first
 from mlir_mx.passes.registry import (
     OptionError,
@@ -227,7 +228,9 @@ def as_pipeline(pipeline: Pipeline | PipelineElement | list[PipelineElement] | s
         return Pipeline.parse(pipeline)
     if isinstance(pipeline, list | tuple) and all(isinstance(e, PipelineElement) for e in pipeline):
         return Pipeline(tuple(pipeline))
-    raise TypeError(f"pipeline: expected a Pipeline or pipeline text, got {type(pipeline).__name__}")
+    raise MXArgTypeError(
+        f"pipeline: expected a Pipeline or pipeline text, got {type(pipeline).__name__}"
+    )
 
 
 def split_pipeline(text: str) -> list[PipelineElement]:

@@ -39,7 +39,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from mlir_mx.errors import MXError
+from mlir_mx.errors import MXError, MXValueError
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 from mlir_mx.testing.campaign import Outcome
 
@@ -236,7 +236,7 @@ def case(
     import mlir_mx
 
     if value_range not in ("full", "normal"):
-        raise ValueError(f"value_range: 'full' or 'normal', got {value_range!r}")
+        raise MXValueError(f"value_range: 'full' or 'normal', got {value_range!r}")
     pairs = tuple(pairs) if pairs is not None else None
     rng = random.Random(f"linear:{seed}:{index}")
     what = f"group {index // GROUP}"

@@ -167,10 +167,8 @@ def run(args) -> int:
         )
     if not shapes and not args.files:
         shapes = [parse_shape(s, args.block_size) for s in DEFAULT_SHAPES]
-    try:
-        machine = get_machine(args.machine, threads=args.threads, progress=say)
-    except KeyError as err:
-        raise ToolError(err.args[0]) from None
+    # an unknown machine is an MXValueError, which tool_main reports
+    machine = get_machine(args.machine, threads=args.threads, progress=say)
 
     rows = _file_rows(args, say) if args.files else []
     rows += model_rows(shapes, variants, args.element, args.block_size)
