@@ -223,17 +223,37 @@ ALLOWED = {
             ("test_linear_inputs.py", "test_f4_readonly_activation"): "a reproducer's formats",
             ("tools/test_mx_bench.py", "test_quick_quantize_run"): "the rows a quick run must show",
             (
-                "torch/test_llama.py",
+                "torch_mx/test_llama.py",
                 "test_logits_within_the_bound_and_greedy_tokens_equal",
             ): "MXFP4 and MXFP8, the formats a model is converted to",
             (
-                "torch/test_mxlinear.py",
+                "torch_mx/test_mxlinear.py",
                 "test_the_op_on_other_tensors_builds_a_linear_over_them",
             ): "widths of n_out against each packing group",
             (
-                "torch/test_mxlinear.py",
+                "torch_mx/test_mxlinear.py",
                 "test_quantized_activations_equal_linear_on_quantized_x",
             ): "one activation format per dot unit",
+            (
+                "numerics/test_matmul_claim.py",
+                "test_the_f32_fma_rounds_once",
+            ): "the two formats whose elements give a tie at an f32 midpoint",
+            (
+                "test_linear_layout.py",
+                "test_one_form_is_held_before_and_after_every_kind_of_call",
+            ): "an MX x of the records' unit (i8) and of another unit (i16)",
+            (
+                "test_linear_layout.py",
+                "test_records_beside_the_stored_form_where_they_cannot_stand_alone",
+            ): "the FP6 weights whose i8/i16 records lose a negative zero",
+            (
+                "test_linear_layout.py",
+                "test_records_give_back_the_weight_and_the_stored_form_bit_for_bit",
+            ): "one weight format per lossless record unit",
+            (
+                "test_linear_layout.py",
+                "test_the_stored_form_is_b_packed_and_tiled_as_before",
+            ): "one weight per stored layout (packed, padded, tiled, one code per byte)",
         }.items()
     },
 }

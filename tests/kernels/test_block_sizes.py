@@ -63,9 +63,10 @@ def test_f3_mx_activations_and_dot_kernels_at_2_threads(block):
     """Block sizes 48 and 96 with MX activations at 2 threads, every weight
     format: the dot kernels where the CPU has them (int-* schedules), else the
     f32 kernels; every M (decode 1, small 8 and 48, prefill 49 and 100) bit
-    for bit the blocked order and its rows independent of the batch; and an
-    f32 activation quantized per call (activations=) is the same as
-    quantizing it first."""
+    for bit the blocked order and its rows independent of the batch; the
+    same f32 activation quantized per call (activations=) is the same as
+    quantizing it first; and a Linear without activations= (the f32 kernels
+    for MX x) gives the same bits."""
     # imported here: the module's imports belong to the test above
     from mlir_mx.kernels.dot_layout import dot_kind
     from mlir_mx.numerics import MXArray
@@ -76,7 +77,8 @@ def test_f3_mx_activations_and_dot_kernels_at_2_threads(block):
     for weight, act in _dot_pairs(block):
         w = quantize(rng.standard_normal((64, k)).astype(np.float32), weight, block)
         b = MXArray(w.codes.T.copy(), w.scales.T.copy(), weight, block, 0)
-        lin = mlir_mx.Linear(w, threads=2)
+        # activations=act: the Linear holds the dot kernels' records for MX x of act's format
+        lin = mlir_mx.Linear(w, threads=2, activations=act)
         xf = rng.standard_normal((100, k)).astype(np.float32)
         full = lin(quantize(xf, act, block))
         for m in (1, 8, 48, 49, 100):
@@ -86,7 +88,9 @@ def test_f3_mx_activations_and_dot_kernels_at_2_threads(block):
             want = blocked_order(x, b, np.zeros((m, 64), np.float32))
             np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
             np.testing.assert_array_equal(y.view(np.uint32), full[:m].view(np.uint32))
-        quantized = mlir_mx.Linear(w, threads=2, activations=act)
+        plain = mlir_mx.Linear(w, threads=2)
         for m in (1, 49):
-            got = quantized(xf[:m])
+            got = lin(xf[:m])
+            np.testing.assert_array_equal(got.view(np.uint32), full[:m].view(np.uint32))
+            got = plain(quantize(xf[:m], act, block))
             np.testing.assert_array_equal(got.view(np.uint32), full[:m].view(np.uint32))

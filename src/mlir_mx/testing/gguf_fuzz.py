@@ -467,4 +467,4 @@ def _describe(args: dict) -> str:
 
     t = args["tensors"]
     tensors = {k: one(v) for k, v in t.items()} if isinstance(t, dict) else one(t)
-    return f"write_gguf(tensors={tensors}, arch={args['arch']!r}, metadata={args['metadata']!r})"
+    return f"write_gguf with tensors={tensors}, arch={args['arch']!r}, metadata={args['metadata']!r}"
