@@ -354,7 +354,8 @@ class Linear:
         for an f32 activation to quantize (the caller quantizes it)."""
         a_elem, a_packed, a_quant = kind
         dot = dot_kind(a_elem or a_quant, self.element, self.block_size)
-        common = (None, self.out_features, self.in_features, self.block_size, a_elem, self.element)
+        m = 1 if cls == shape_class(1) else None  # decode: M = 1 (the kernel keeps B in registers)
+        common = (m, self.out_features, self.in_features, self.block_size, a_elem, self.element)
         if dot is not None and dot.name == self.records_unit:
             prob = Problem(*common, a_packed=a_packed, a_quant=a_quant, b_dot=dot.name)
             chosen = choose(prob, cls=cls, required=False)
