@@ -38,6 +38,26 @@ def test_quick_misuse_sweep():
     assert "constructor" in report.configs
 
 
+def test_every_refused_misuse_is_caught_by_except_mxerror():
+    """The sweep's calls made here, as a user would: every call with broken
+    arguments that is refused is caught by ``except mlir_mx.MXError`` (any
+    other exception fails this test), and untouched arguments compute."""
+    import mlir_mx
+    from mlir_mx.testing import misuse
+
+    refused = computed = 0
+    for i in range(200):
+        c = misuse.build(7, i)
+        try:
+            c.call()
+        except mlir_mx.MXError:
+            assert not c.valid, (i, c.what)
+            refused += 1
+        else:
+            computed += 1
+    assert refused > 80 and computed > 20, (refused, computed)
+
+
 def test_mutants_are_deterministic():
     assert fuzz.mutant(5, 17) == fuzz.mutant(5, 17)
     assert fuzz.mutant(5, 17) != fuzz.mutant(6, 17)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import random
 import tempfile
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -100,7 +102,11 @@ def _valid(fn: str, rng: np.random.Generator) -> list:
         return quantize(x, elem, 32, axis=axis)
 
     if fn in ("mm", "mmx"):
-        b = rng.standard_normal((64, 16)).astype(np.float32) if fn == "mm" else mxa((64, 16), "f4E2M1FN", 0)
+        b = (
+            rng.standard_normal((64, 16)).astype(np.float32)
+            if fn == "mm"
+            else mxa((64, 16), "f4E2M1FN", 0)
+        )
         return [mxa((8, 64), "f8E4M3FN", 1), b, rng.standard_normal((8, 16)).astype(np.float32)]
     if fn == "q":
         return [rng.standard_normal((8, 64)).astype(np.float32)]
@@ -131,7 +137,9 @@ def _reference(fn: str, args: list):
     if fn == "add":
         return args[0] + args[1]
     if fn == "scalars":
-        return np.float32(args[0] + np.float32(args[1] + args[2])) if args[3] else np.float32(args[0])
+        return (
+            np.float32(args[0] + np.float32(args[1] + args[2])) if args[3] else np.float32(args[0])
+        )
     if fn == "store":
         return None
     return args[0] * args[0]
@@ -158,20 +166,40 @@ def _break_array(a: np.ndarray, rng: random.Random):
     k = rng.randrange(12)
     try:
         return _broken_array(a, k, rng)
-    except (ValueError, TypeError, NotImplementedError, AttributeError):  # e.g. no memmap of [] or object data
+    except (
+        ValueError,
+        TypeError,
+        NotImplementedError,
+        AttributeError,
+    ):  # e.g. no memmap of [] or object data
         return rng.choice(_JUNK)
 
 
 def _broken_array(a: np.ndarray, k: int, rng: random.Random):
     if k == 0:
-        return a.astype(rng.choice([np.float64, np.float16, np.int32, np.int8, np.bool_, np.complex64, object, ml_dtypes.bfloat16]))
+        return a.astype(
+            rng.choice(
+                [
+                    np.float64,
+                    np.float16,
+                    np.int32,
+                    np.int8,
+                    np.bool_,
+                    np.complex64,
+                    object,
+                    ml_dtypes.bfloat16,
+                ]
+            )
+        )
     if k == 1:
         return a.reshape(-1) if a.ndim > 1 else a.reshape(1, -1)
     if k == 2:
         return np.repeat(a, 2, axis=0)[::2] if a.ndim else a  # non-contiguous, same shape
     if k == 3:
         buf = bytearray(a.nbytes + 1)
-        return np.frombuffer(buf, dtype=a.dtype, offset=1, count=a.size).reshape(a.shape)  # misaligned
+        return np.frombuffer(buf, dtype=a.dtype, offset=1, count=a.size).reshape(
+            a.shape
+        )  # misaligned
     if k == 4:
         b = a.copy()
         b.setflags(write=False)
@@ -214,13 +242,22 @@ def _break(args: list, rng: random.Random) -> tuple[list, str]:
     if isinstance(a, MXArray):
         r = rng.randrange(4)
         if r == 0:
-            return args[:i] + [(_break_array(a.codes, rng), a.scales)] + args[i + 1 :], f"arg {i}: bad codes"
+            return args[:i] + [(_break_array(a.codes, rng), a.scales)] + args[
+                i + 1 :
+            ], f"arg {i}: bad codes"
         if r == 1:
-            return args[:i] + [(a.codes, _break_array(a.scales, rng))] + args[i + 1 :], f"arg {i}: bad scales"
+            return args[:i] + [(a.codes, _break_array(a.scales, rng))] + args[
+                i + 1 :
+            ], f"arg {i}: bad scales"
         if r == 2:
             from mlir_mx.numerics import quantize
 
-            other = quantize(np.ones(a.shape, np.float32), rng.choice(["i8", "f4E2M1FN", "f8E5M2"]), rng.choice([8, 16, 32]), axis=a.axis)
+            other = quantize(
+                np.ones(a.shape, np.float32),
+                rng.choice(["i8", "f4E2M1FN", "f8E5M2"]),
+                rng.choice([8, 16, 32]),
+                axis=a.axis,
+            )
             return args[:i] + [other] + args[i + 1 :], f"arg {i}: another MX encoding"
         return args[:i] + [rng.choice(_JUNK)] + args[i + 1 :], f"arg {i}: junk for an MXArray"
     if isinstance(a, np.ndarray):
@@ -242,8 +279,28 @@ def _constructor_misuse(rng: random.Random):
     return lambda: Runner(**kw), f"Runner({', '.join(f'{a}={v!r}' for a, v in kw.items())})"
 
 
+@dataclass(frozen=True)
+class Call:
+    """One seeded call of the sweep, not yet made: ``call()`` makes it;
+    ``valid``: the arguments are untouched (it must compute ``ref``)."""
+
+    call: Callable[[], object]
+    valid: bool
+    config: str
+    what: str
+    fn: str | None = None
+    args: list | None = None
+    ref: object = None
+
+
 def case(seed: int, index: int) -> Outcome:
     """One Runner call (or constructor call) with seeded, possibly broken, arguments."""
+    c = build(seed, index)
+    return _outcome(index, c)
+
+
+def build(seed: int, index: int) -> Call:
+    """The call :func:`case` makes for ``(seed, index)``."""
     rng = random.Random(f"misuse:{seed}:{index}")
     nrng = np.random.default_rng(rng.randrange(2**32))
     if rng.randrange(25) == 0:
@@ -262,20 +319,38 @@ def case(seed: int, index: int) -> Outcome:
         name = fn if rng.randrange(30) else "no_such_function"
         valid = valid and name == fn
         runner = _runner(which)
-        ref = _reference(fn, args) if valid else None
         call = lambda: runner.invoke(name, *args)  # noqa: E731
         config = fn
         what = f"{name}: {what}"
+        ref = _reference(fn, args) if valid else None
+        return Call(call, valid, config, what, fn, args, ref)
+    return Call(call, valid, config, what, fn, args)
+
+
+def _outcome(index: int, c: Call) -> Outcome:
+    call, valid, config, what, fn, args, ref = (
+        c.call,
+        c.valid,
+        c.config,
+        c.what,
+        c.fn,
+        c.args,
+        c.ref,
+    )
     try:
         got = call()
     except (TypeError, ValueError, AttributeError, MXError) as e:
         if valid:
-            return Outcome(index, "wrong", config, f"valid call refused: {type(e).__name__}: {e}", what)
+            return Outcome(
+                index, "wrong", config, f"valid call refused: {type(e).__name__}: {e}", what
+            )
         if not isinstance(e, MXError):
             return Outcome(index, "not-mx-error", config, f"{type(e).__name__}: {e}", what)
         return Outcome(index, "rejected", config)
     except BaseException as e:  # noqa: BLE001 - anything else is the finding
-        return Outcome(index, "traceback", config, "".join(traceback.format_exception(e))[-1500:], what)
+        return Outcome(
+            index, "traceback", config, "".join(traceback.format_exception(e))[-1500:], what
+        )
     if valid:
         bad = _check_result(fn, args, ref, got)
         if bad:
