@@ -4,6 +4,8 @@ bit for bit, at every schedule."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from format_cases import BY_BEHAVIOUR
@@ -32,6 +34,25 @@ def test_tile_layout():
 def test_b_tiled_needs_whole_tiles():
     with pytest.raises(ValueError, match="multiple of 64"):
         Problem(None, 100, K, 32, None, "f4E2M1FN", b_packed=True, b_tiled=True)
+
+
+def test_a_column_tile_wider_than_a_b_tile_is_refused():
+    """The streaming kernel reads a run of B's codes within one tile of a
+    tiled B; a config whose column tile (16 nv) does not divide it is
+    refused when the kernel is emitted (it read the wrong columns before)."""
+    from mlir import ir
+
+    from mlir_mx.dialect import load_dialect
+    from mlir_mx.kernels import kernel_module, plan_kernel, shape_class
+    from mlir_mx.kernels.registry import find
+
+    prob = Problem(1, 2 * TILE_COLUMNS, K, 32, None, "f4E2M1FN", b_packed=True, b_tiled=True)
+    plan = plan_kernel(prob, find(shape_class(1)).name, 1)
+    plan = dataclasses.replace(plan, config=dataclasses.replace(plan.config, nv=8))
+    with ir.Context() as ctx, ir.Location.unknown():
+        load_dialect(ctx)
+        with pytest.raises(ValueError, match="a tiled B needs 16 nv to divide 64"):
+            kernel_module(prob, plan)
 
 
 @pytest.mark.parametrize("element", BY_BEHAVIOUR)

@@ -85,6 +85,24 @@ def test_f16_widening_path_equals_table_path(monkeypatch):
     _check(9, 96, 100, "f4E2M1FN", "f4E2M1FN", runs)
 
 
+def test_tiles_without_avx512_give_the_same_bits(monkeypatch):
+    """Without AVX-512 (16 ymm registers) the f32 row-group schedules take
+    narrower tiles (``StreamConfig.adapt``, ``PrefillConfig.adapt``): the
+    same bits as the reference at odd M and N, on any machine."""
+    f32_groups = [
+        s for s in SCHEDULES.values() if s.unit is None and s.shape_class != shape_class(1)
+    ]
+    prob = Problem(67, 100, 96, 32, "f4E2M1FN", "i8")
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-avx512f")
+    for s in f32_groups:
+        cfg = plan_kernel(prob, s.name, 1).config
+        # At most 6 vectors of partials per register group: 12 of the 16 ymm.
+        assert cfg.nv == 1 and cfg.mr <= 6, s.describe(cfg)
+    runs = [dict(threads=t, schedule=s.name) for s in f32_groups for t in (1, 2)]
+    _check(67, 96, 100, "f4E2M1FN", "i8", runs)
+    _check(9, 64, 80, "f6E3M2FN", "f8E4M3FN", runs)
+
+
 def test_default_runner_lowers_mx_and_picks_by_shape():
     """``Runner(mx_text)`` with no pipeline runs the kernels (the old default failed)."""
     for m in (1, 8, 64):

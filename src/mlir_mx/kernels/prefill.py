@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 
 from mlir import ir
 
+from mlir_mx.host import has_features
 from mlir_mx.kernels.builder import KernelBuilder
 from mlir_mx.kernels.problem import KernelState, Operands, PreparedA, Problem, prepare_a
 from mlir_mx.kernels.stream import interleave_pairs
@@ -59,6 +60,20 @@ class PrefillConfig:
     @property
     def nr(self) -> int:
         return LANES * self.nv
+
+    def adapt(self, prob: Problem) -> PrefillConfig:
+        """A 6 x 16 tile without AVX-512.
+
+        The 8 x 32 tile's partials are 16 zmm registers; without AVX-512 a
+        ``vector<16xf32>`` is two of the 16 ymm registers and the tile
+        spills.  6 x 16 (12 ymm of partials, BLIS's AVX2 sgemm tile)
+        measured 2.2-2.4x faster on an AMD EPYC with AVX2 only (256 x 4096
+        x 4096 MXFP4, 1 thread; docs/passes/mx-matmul-kernels.md).  The
+        order per output element is unchanged.
+        """
+        if has_features("avx512f"):
+            return self
+        return replace(self, mr=min(self.mr, 6), nv=1)
 
 
 def emit_prefill(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: PrefillConfig) -> None:

@@ -30,8 +30,10 @@ from dataclasses import dataclass, replace
 
 from mlir import ir
 
+from mlir_mx.host import has_features
 from mlir_mx.kernels.builder import KernelBuilder
 from mlir_mx.kernels.problem import (
+    TILE_COLUMNS,
     KernelState,
     Operands,
     PreparedA,
@@ -58,22 +60,34 @@ class StreamConfig:
     prefetch: int = 0  # software prefetch distance in blocks (0: none)
 
     def adapt(self, prob: Problem) -> StreamConfig:
-        """Prefetch for a tiled B.
+        """Prefetch for a tiled B; one vector per row of a row group without AVX-512.
 
         A tiled B is one sequential stream: prefetching 4 tiles (4 KiB of
         FP4) ahead measured 1.4x (1 thread) / 1.3x (2) on the MXFP4 MLP's
         three layers (bench/results/kernels-findings-2026-11-30.md);
         row-major B reads 32 rows at once and was slower with prefetching,
         so it has none.
+
+        Without AVX-512 a ``vector<16xf32>`` is two of the 16 ymm registers,
+        so ``mr = 4, nv = 4`` partials (32 ymm) spill: ``nv = 1`` for row
+        groups measured 1.9x (M = 8) / 2.5x (M = 32) faster on an AMD EPYC
+        with AVX2 only (4096 x 4096 MXFP4, 1 thread; docs/passes/
+        mx-matmul-kernels.md).  The order per output element is unchanged.
         """
-        return replace(self, prefetch=TILED_PREFETCH if prob.b_tiled else 0)
+        cfg = replace(self, prefetch=TILED_PREFETCH if prob.b_tiled else 0)
+        if self.mr > 1 and not has_features("avx512f"):
+            cfg = replace(cfg, nv=1)
+        return cfg
 
 
 def emit_stream(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: StreamConfig) -> None:
     """Emit the streaming kernel at the current insertion point."""
+    tile = LANES * cfg.nv
+    if prob.b_tiled and TILE_COLUMNS % tile:
+        # CodeRows reads a run of codes within one tile of a tiled B.
+        raise ValueError(f"stream kernel: a tiled B needs 16 nv to divide {TILE_COLUMNS}")
     pa = prepare_a(kb, prob, ops, cfg.mr)
     k = _Kernel(kb, prob, ops, cfg, pa)
-    tile = LANES * cfg.nv
     chunks = max(1, cfg.threads)
     # Column chunk per thread: whole tiles, the last chunk takes the rest.
     per = -(-prob.n // chunks)
