@@ -67,8 +67,8 @@ class PrefillConfig:
         The 8 x 32 tile's partials are 16 zmm registers; without AVX-512 a
         ``vector<16xf32>`` is two of the 16 ymm registers and the tile
         spills.  6 x 16 (12 ymm of partials, BLIS's AVX2 sgemm tile)
-        measured 2.2-2.4x faster on an AMD EPYC with AVX2 only (256 x 4096
-        x 4096 MXFP4, 1 thread; docs/passes/mx-matmul-kernels.md).  The
+        measured 2.3-2.8x faster on an AMD EPYC with AVX2 only (256 x 4096
+        x 4096 MXFP4, 1 and 2 threads; docs/passes/mx-matmul-kernels.md).  The
         order per output element is unchanged.
         """
         if has_features("avx512f"):

@@ -70,8 +70,8 @@ class StreamConfig:
 
         Without AVX-512 a ``vector<16xf32>`` is two of the 16 ymm registers,
         so ``mr = 4, nv = 4`` partials (32 ymm) spill: ``nv = 1`` for row
-        groups measured 1.9x (M = 8) / 2.5x (M = 32) faster on an AMD EPYC
-        with AVX2 only (4096 x 4096 MXFP4, 1 thread; docs/passes/
+        groups measured about 2x faster on an AMD EPYC with AVX2 only
+        (4096 x 4096 MXFP4, M = 8 and 32, 1 and 2 threads; docs/passes/
         mx-matmul-kernels.md).  The order per output element is unchanged.
         """
         cfg = replace(self, prefetch=TILED_PREFETCH if prob.b_tiled else 0)
