@@ -46,6 +46,7 @@ from mlir import ir
 
 from mlir_mx import linear_layout as layout
 from mlir_mx.convert import quantize as compiled_quantize
+from mlir_mx.convert import quantize_stored
 from mlir_mx.dialect import load_dialect
 from mlir_mx.errors import MXArgTypeError, MXValueError, user_error
 from mlir_mx.execution import FREE, BoundFunction, CompileOptions, Runner
@@ -291,8 +292,7 @@ class Linear:
         if m and self.out_features and self.in_features:
             call = self._bound(kind, m, t)
             if call is None:  # no dot kernel: quantize (compiled), then the MX path
-                q = compiled_quantize(args[0], kind[2], self.block_size, threads=t)
-                args, kind = self._mx_args(q), (q.element, q.is_packed, None)
+                args, kind = self._quantized_args(args[0], kind[2], t)
                 call = self._bound(kind, m, t)
             call(*args, out)  # its messages name x, the weight, the output (_X_NAMES)
         return out[0] if vector else out
@@ -337,6 +337,17 @@ class Linear:
         # strided x is copied.
         x2 = np.require(x2, np.float32, ["C_CONTIGUOUS", "ALIGNED"])
         return [x2], (None, False, self.activations), x2.shape[0], vector
+
+    def _quantized_args(self, x2: np.ndarray, element: str, threads: int):
+        """``(arguments, kind)`` of f32 activations ``x2`` quantized to
+        ``element`` by the compiled quantizer: its stored form as
+        :meth:`_mx_args` passes an MXArray's, without building the MXArray
+        (a decode-sized call is mostly Python)."""
+        codes, scales = quantize_stored(x2, element, self.block_size, threads=threads)
+        packed = is_packed_storage(x2.shape, element)
+        if not packed:
+            codes = codes.view(element_format(element).dtype)
+        return [codes, scales.view(SCALE_DTYPE)], (element, packed, None)
 
     @staticmethod
     def _mx_args(x: MXArray) -> list[np.ndarray]:
