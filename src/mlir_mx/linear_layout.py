@@ -36,10 +36,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlir_mx.kernels import SCHEDULES, Problem
+from mlir_mx.kernels import Problem
 from mlir_mx.kernels.dot_layout import KINDS, PANEL, RecordLayout, dot_kind
 from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
-from mlir_mx.kernels.registry import SHAPE_CLASSES
+from mlir_mx.kernels.registry import SHAPE_CLASSES, choose
 from mlir_mx.numerics import (
     SCALE_DTYPE,
     MXArray,
@@ -160,11 +160,7 @@ def _dot_unit(g: Geometry, activations: str | None) -> tuple[str | None, list[st
     if dot is None:
         return None, []
     prob = Problem(None, g.n, g.k, g.block, None, g.element, a_quant=activations, b_dot=dot.name)
-    classes = [
-        cls
-        for cls in SHAPE_CLASSES
-        if any(s.shape_class == cls and s.supports(prob) for s in SCHEDULES.values())
-    ]
+    classes = [cls for cls in SHAPE_CLASSES if choose(prob, cls=cls, required=False)]
     return dot.name, classes
 
 
