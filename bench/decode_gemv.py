@@ -8,7 +8,7 @@ f8E4M3FN, block 32, E8M0 scales.  Columns:
 
 * ``numpy f32``        ``a @ b`` on the dequantized operands (f32).
 * ``ours f32``         the plain f32 matmul (``f32`` variant of
-  :mod:`mlir_mx.model.variants`) through ``decode-f32-vectorize`` (stock
+  :mod:`mlir_mx.roofline.variants`) through ``decode-f32-vectorize`` (stock
   tiling/vectorization, same register tile as the mx partials) + ``lower-to-llvm``.
 * ``mx x f32``         ``mx-vectorize-blocked`` + ``lower-to-llvm``.
 * ``mx x mx (old)``    the mx x mx kernel with the previous partial tile
@@ -43,9 +43,9 @@ import numpy as np  # noqa: E402
 from mlir_mx import numerics as N  # noqa: E402
 from mlir_mx.execution import Runner  # noqa: E402
 from mlir_mx.host import machine_description  # noqa: E402
-from mlir_mx.model.variants import parse_shape, variant_module_text  # noqa: E402
 from mlir_mx.passes.pipeline import Pipeline  # noqa: E402
 from mlir_mx.pipelines import load_pipeline, schedule_path  # noqa: E402
+from mlir_mx.roofline.variants import parse_shape, variant_module_text  # noqa: E402
 
 SHAPES = ("1x4096x4096", "8x2048x2048")
 ELEMENT = "f8E4M3FN"

@@ -4,7 +4,7 @@
 
 For each shape (M x N x K) and operand kind (mx x f32: ``mx-a``; mx x mx:
 ``mx-ab``; f8E4M3FN elements, block 32) it compiles the ``@bench`` module of
-:mod:`mlir_mx.model.variants` (the matmul in an ``scf.for``, ``n`` calls per
+:mod:`mlir_mx.roofline.variants` (the matmul in an ``scf.for``, ``n`` calls per
 native entry, so Python overhead is amortized) with four pipelines:
 
 * ``fused``       ``mx-to-linalg{matmul-lowering=fused}`` + ``lower-to-llvm`` (scalar loops)
@@ -13,7 +13,7 @@ native entry, so Python overhead is amortized) with four pipelines:
 * ``blocked``     ``mx-to-linalg{matmul-lowering=blocked}`` + ``lower-to-llvm``
 * ``blocked-vec`` the ``mx-vectorize-blocked`` bundle + ``lower-to-llvm``
 
-and times it with :func:`mlir_mx.model.measure.time_repeated` (one warm-up at
+and times it with :func:`mlir_mx.roofline.measure.time_repeated` (one warm-up at
 the sample size, then up to 5 samples; the median per call is reported).
 numpy's f32 ``a @ b`` on the dequantized operands (one BLAS thread) is the
 reference.  Every variant's result is checked against f64 before timing.
@@ -38,9 +38,9 @@ import numpy as np  # noqa: E402
 from mlir_mx import numerics as N  # noqa: E402
 from mlir_mx.execution import Runner  # noqa: E402
 from mlir_mx.host import machine_description  # noqa: E402
-from mlir_mx.model.measure import time_repeated  # noqa: E402
-from mlir_mx.model.variants import parse_shape, variant_module_text  # noqa: E402
 from mlir_mx.pipelines import load_pipeline  # noqa: E402
+from mlir_mx.roofline.measure import time_repeated  # noqa: E402
+from mlir_mx.roofline.variants import parse_shape, variant_module_text  # noqa: E402
 
 SHAPES = ("32x64x64", "1x4096x4096", "128x256x512", "8x2048x2048")
 KINDS = {"mx-a": "mx x f32", "mx-ab": "mx x mx"}

@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 import mlir_mx
-from mlir_mx.harness.mlp import NAMES, dense, make_weights, mlp_forward, mxfp4_through_gguf
+from mlir_mx_bench.mlp import NAMES, dense, make_weights, mlp_forward, mxfp4_through_gguf
 
 
 def main(argv=None) -> int:

@@ -13,8 +13,8 @@ from mlir import ir
 from mlir_mx.dialect import load_dialect
 from mlir_mx.execution import Runner
 from mlir_mx.kernels import SCHEDULES, Problem, find, kernel_module, plan_kernel, shape_class
-from mlir_mx.kernels.dot_layout import RecordLayout, dot_kind, pack_records
-from mlir_mx.kernels.plan import KernelPlan
+from mlir_mx.kernels.common.plan import KernelPlan
+from mlir_mx.kernels.dot.layout import RecordLayout, dot_kind, pack_records
 from mlir_mx.numerics import MXArray, is_packed_storage, pack_codes
 from mlir_mx.pipelines import kernel_library_pipeline
 

@@ -32,7 +32,7 @@ def test_the_error_classes_are_importable_from_the_package_without_mlir():
 
 
 def test_an_unknown_machine_preset():
-    from mlir_mx.model import get_machine
+    from mlir_mx.roofline import get_machine
 
     with pytest.raises(MXValueError, match=r"unknown machine 'm9' \(available: m4.*, measure\)"):
         get_machine("m9")
@@ -58,7 +58,7 @@ def test_a_pass_registered_twice(monkeypatch):
 
 
 def test_an_unknown_campaign_suite():
-    from mlir_mx.testing.campaign import run_inline
+    from mlir_mx_testing.campaign import run_inline
 
     with pytest.raises(MXValueError, match="unknown suite 'nope' .*fuzz"):
         run_inline("nope", 0, [0])

@@ -49,7 +49,7 @@ def _pair(welem, aelem, m):
     operands (so a row's result does not depend on its batch)."""
     w = _weight(welem)
     # activations=aelem: the dot kernels' records where they serve the pair
-    # (mlir_mx.linear_layout.records_unit), else the stored form.
+    # (mlir_mx.linear.layout.records_unit), else the stored form.
     lin = mlir_mx.Linear(w, threads=2, activations=aelem)
     rng = np.random.default_rng(1)
     x = quantize(rng.standard_normal((70, 128)).astype(np.float32), aelem, 32)

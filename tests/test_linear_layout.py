@@ -1,4 +1,4 @@
-"""``mlir_mx.Linear`` holds its weight in one form (``mlir_mx.linear_layout``).
+"""``mlir_mx.Linear`` holds its weight in one form (``mlir_mx.linear.layout``).
 
 * The stored codes, or the dot kernels' records alone: what a Linear
   references (every array, each byte once) is 4.25 bits per MXFP4 element
@@ -22,10 +22,10 @@ import pytest
 from memory_cases import referenced_bytes
 
 import mlir_mx
-from mlir_mx import linear_layout as layout
 from mlir_mx.host import has_features
-from mlir_mx.kernels.dot_layout import KINDS, RecordLayout, pack_records
-from mlir_mx.kernels.problem import tile_b_codes
+from mlir_mx.kernels.common.problem import tile_b_codes
+from mlir_mx.kernels.dot.layout import KINDS, RecordLayout, pack_records
+from mlir_mx.linear import layout
 from mlir_mx.numerics import MXArray, element_format, pack_codes, quantize
 
 VNNI = has_features("avx512_vnni")

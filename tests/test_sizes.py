@@ -26,9 +26,9 @@ def oversized(source: str, path: str) -> list[str]:
 
 
 def test_no_module_or_function_is_too_long():
-    files = sorted(SRC.rglob("*.py"))
+    files = sorted(SRC.parent.rglob("*.py"))  # mlir_mx, mlir_mx_bench, mlir_mx_testing
     assert len(files) > 50
-    found = [msg for f in files for msg in oversized(f.read_text(), str(f.relative_to(SRC)))]
+    found = [msg for f in files for msg in oversized(f.read_text(), str(f.relative_to(SRC.parent)))]
     assert found == []
 
 

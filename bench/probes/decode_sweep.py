@@ -12,8 +12,8 @@ import time
 import numpy as np
 
 from mlir_mx.execution import Runner
-from mlir_mx.model.variants import Shape, variant_module_text
 from mlir_mx.numerics import quantize
+from mlir_mx.roofline.variants import Shape, variant_module_text
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Found by `python -m mlir_mx.testing.differential --seed 2026 --batches 8`
+"""Found by `python -m mlir_mx_testing.differential --seed 2026 --batches 8`
 (commit 063734b, the merge of main's compiled quantize): program p0_0 has
 no matmul (dequantize / quantize_block / fold_scale of an FP4 (4, 4, 2)
 tensor, block 4 along axis 1), and its quantize results differ from the
@@ -10,7 +10,7 @@ import random
 
 import numpy as np
 
-import mlir_mx.testing.differential as d
+import mlir_mx_testing.differential as d
 
 rng = random.Random("differential:2026:0")
 nrng = np.random.default_rng(rng.randrange(2**32))

@@ -2,7 +2,7 @@
 
 The same results as the numpy oracle (:func:`mlir_mx.numerics.quantize`,
 :func:`mlir_mx.numerics.dequantize`), bit for bit, computed by the compiled
-kernels of :mod:`mlir_mx.kernels.convert` (the numerics of the dialect's
+kernels of :mod:`mlir_mx.kernels.convert.emitter` (the numerics of the dialect's
 ``mx.quantize_block`` / ``mx.dequantize_block`` lowering, vectorized and
 multi-threaded)::
 
@@ -37,7 +37,7 @@ from mlir_mx.execution import CompileOptions, Runner
 from mlir_mx.execution.arguments import descriptor_type
 from mlir_mx.execution.packed import call_packed, packed_function
 from mlir_mx.host import check_threads, host_features
-from mlir_mx.kernels.convert import ConvertSpec, convert_module
+from mlir_mx.kernels.convert.emitter import ConvertSpec, convert_module
 from mlir_mx.numerics import MXArray, element_format, is_packed_storage, packed_shape
 from mlir_mx.numerics.formats import SCALE_DTYPE
 from mlir_mx.numerics.mx import (

@@ -7,15 +7,15 @@ One process, one run, the same thread count for every method of a group:
 * :mod:`.ggml_baseline`  ggml Q8_0 and MXFP4 through ggml-python (when installed);
 * :mod:`.ours`  our compiled kernels; :func:`.ours.our_variants` is the one list
   of them;
-* :mod:`.problem`  inputs and the oracle every result is checked against;
+* :mod:`.cases`  inputs and the oracle every result is checked against;
 * :mod:`.machine`  CPU model/features, thread control, the measured roofs;
-* :mod:`.harness`  the loop (build, check, time, progress lines);
-* :mod:`.report`  the JSON and markdown files under ``bench/results/``.
+* :mod:`.loop`  the loop (build, check, time, progress lines);
+* :mod:`.results`  the JSON and markdown files under ``bench/results/``.
 
-The command itself is :mod:`mlir_mx.tools.mx_bench`; the method, byte counts
+The command itself is :mod:`mlir_mx_bench.cli`; the method, byte counts
 and tolerances are described in ``docs/bench.md``.
 """
 
-from .problem import BenchFailure
+from .cases import BenchFailure
 
 __all__ = ["BenchFailure"]

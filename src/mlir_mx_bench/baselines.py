@@ -2,7 +2,7 @@
 emulation, torch f32/bf16.
 
 Thread counts are set by the harness for the whole group
-(:func:`mlir_mx.harness.machine.thread_limits`): numpy's BLAS through
+(:func:`mlir_mx_bench.machine.thread_limits`): numpy's BLAS through
 threadpoolctl, torch through ``torch.set_num_threads``.
 """
 
@@ -14,8 +14,8 @@ import numpy as np
 
 from mlir_mx.numerics import MXArray
 
+from .cases import Problem, mx_bytes
 from .method import Method, Skipped
-from .problem import Problem, mx_bytes
 
 __all__ = ["emulate_dequantize", "numpy_methods", "torch_methods"]
 

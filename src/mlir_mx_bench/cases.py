@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mlir_mx import numerics as N
-from mlir_mx.model.variants import Shape
+from mlir_mx.roofline.variants import Shape
 
 __all__ = [
     "BenchFailure",

@@ -110,7 +110,7 @@ def _check_tag(tag: str) -> str:
 def _model_options(ns, argv: list[str]):
     from importlib.util import find_spec
 
-    from mlir_mx.harness.model import ModelOptions
+    from mlir_mx_bench.llama import ModelOptions
 
     missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
     if missing:
@@ -174,9 +174,9 @@ def _thread_counts(text: str | None) -> list[int]:
 
 
 def _parse(argv: list[str]):
-    from mlir_mx.harness.loop import Options
-    from mlir_mx.model.variants import parse_shape
     from mlir_mx.numerics import ELEMENT_FORMATS
+    from mlir_mx.roofline.variants import parse_shape
+    from mlir_mx_bench.loop import Options
 
     p = _parser()
     ns = p.parse(argv)
@@ -226,9 +226,9 @@ def _parse(argv: list[str]):
 
 def run(parsed) -> int:
     """Run the benchmark with parsed options; exit code."""
-    from mlir_mx.harness.loop import run_bench
-    from mlir_mx.harness.problem import BenchFailure
-    from mlir_mx.harness.report import write_results
+    from mlir_mx_bench.cases import BenchFailure
+    from mlir_mx_bench.loop import run_bench
+    from mlir_mx_bench.results import write_results
 
     opts, quiet = parsed
     from mlir_mx.host import default_threads
@@ -252,8 +252,8 @@ def run(parsed) -> int:
 
 
 def _run_model(opts, say) -> int:
-    from mlir_mx.harness.model import run_model
-    from mlir_mx.harness.model_report import write_model_results
+    from mlir_mx_bench.llama import run_model
+    from mlir_mx_bench.llama_report import write_model_results
 
     record = run_model(opts, say)
     js, md = write_model_results(record, opts.out)

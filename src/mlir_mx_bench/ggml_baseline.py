@@ -25,8 +25,8 @@ import os
 
 import numpy as np
 
+from .cases import Oracle, Problem
 from .method import Method, Skipped
-from .problem import Oracle, Problem
 
 __all__ = ["GGML_TYPES", "ggml_available", "ggml_methods"]
 

@@ -7,7 +7,7 @@ weights from a fixed seed, nothing downloaded; ``--layers`` shrinks it) runs a
 torch f32, torch bf16, torchao's MX path, ours MXFP8 and ours MXFP4 (f32
 activations, entering the products exactly) and ours MXFP4 with
 ``activations="i8"`` (W4A8: activations quantized to MXINT8 per call, the
-integer dot units).  Each row is a process of its own (:mod:`mlir_mx.harness.model_worker`), so its RSS is its
+integer dot units).  Each row is a process of its own (:mod:`mlir_mx_bench.llama_worker`), so its RSS is its
 own.  Per row: prefill ms, decode tokens/s, the linear weights' bytes (from the
 memory they reference), RSS, and the logits against the correctness reference
 (``mlir_mx.torch.dequantize_``: the f32 model with each converted layer's
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mlir_mx.harness.machine import cpu_sample, loadavg, machine_info, other_load
 from mlir_mx.host import default_thread_counts
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
+from mlir_mx_bench.machine import cpu_sample, loadavg, machine_info, other_load
 
 __all__ = ["ModelOptions", "ROWS", "TARGET_ROWS", "run_model", "targets"]
 
@@ -78,7 +78,7 @@ def _run_worker(spec: dict, tmp: Path, say) -> dict:
     path.write_text(json.dumps(spec))
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "mlir_mx.harness.model_worker", str(path)],
+        [sys.executable, "-m", "mlir_mx_bench.llama_worker", str(path)],
         capture_output=True, text=True, env={**os.environ, **worker_env()},
     )  # fmt: skip
     if proc.returncode != 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mlir_mx.harness.model import ROWS
+from mlir_mx_bench.llama import ROWS
 
 __all__ = ["model_markdown", "write_model_results"]
 

@@ -1,6 +1,6 @@
 """One row of ``mx-bench --model``, in a process of its own (so that its RSS is its own).
 
-``python -m mlir_mx.harness.model_worker SPEC.json`` builds the Llama of the spec
+``python -m mlir_mx_bench.llama_worker SPEC.json`` builds the Llama of the spec
 (``transformers`` ``LlamaForCausalLM`` from a config, random weights from a
 fixed seed, nothing downloaded), converts it as the row says, times a prefill
 and a greedy decode, and writes ``<out>/<name>.json`` (figures) and
@@ -199,7 +199,7 @@ def run_row(spec: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m mlir_mx.harness.model_worker SPEC.json``."""
+    """``python -m mlir_mx_bench.llama_worker SPEC.json``."""
     spec = json.loads(Path(argv[0]).read_text())
     rec = run_row(spec)
     (Path(spec["out"]) / f"{spec['name']}.json").write_text(json.dumps(rec, indent=1))

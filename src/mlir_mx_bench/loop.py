@@ -1,7 +1,7 @@
 """The benchmark loop: per (shape, format), per thread count, every method is
 built, checked against the oracle, then timed; progress lines as it goes.
 
-A wrong result raises :class:`~mlir_mx.harness.problem.BenchFailure` at once:
+A wrong result raises :class:`~mlir_mx_bench.cases.BenchFailure` at once:
 it is a failure of the run, never a row.
 """
 
@@ -13,10 +13,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mlir_mx.model.measure import Timing, time_repeated
-from mlir_mx.model.variants import Shape
+from mlir_mx.roofline.measure import Timing, time_repeated
+from mlir_mx.roofline.variants import Shape
 
 from .baselines import numpy_methods, torch_methods
+from .cases import Problem, make_problem, split_format
 from .ggml_baseline import ggml_methods
 from .machine import (
     Roof,
@@ -30,7 +31,6 @@ from .machine import (
 )
 from .method import Method, Skipped
 from .ours import our_methods
-from .problem import Problem, make_problem, split_format
 
 __all__ = ["Options", "run_bench"]
 
@@ -59,10 +59,10 @@ class Options:
     max_others: float = 0.1
     retries: int = 3
     retry_wait_s: float = 5.0
-    #: the MLP benchmark (``mlir_mx.harness.mlp``): (d, f) and token counts
+    #: the MLP benchmark (``mlir_mx_bench.mlp``): (d, f) and token counts
     mlp: tuple[int, int] | None = None
     mlp_tokens: tuple[int, ...] = (1, 128)
-    #: the conversion benchmark (``mlir_mx.harness.quantize``): (rows, columns)
+    #: the conversion benchmark (``mlir_mx_bench.quantize_rows``): (rows, columns)
     quantize: tuple[int, int] | None = None
 
 
@@ -167,7 +167,7 @@ def _group(p, threads, roof, opts, compiled, skipped, say) -> list[dict]:
 
 
 def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
-    """Run the whole benchmark; returns the record written by :mod:`.report`."""
+    """Run the whole benchmark; returns the record written by :mod:`.results`."""
     t_start, cpu0 = time.perf_counter(), cpu_sample()
     record = {
         "tool": "mx-bench",
@@ -203,7 +203,7 @@ def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
         record["mlp"] = run_mlp(*opts.mlp, opts.threads, list(opts.mlp_tokens), say,
                                 samples=opts.samples, retries=opts.retries)  # fmt: skip
     if opts.quantize:
-        from .quantize import run_quantize
+        from .quantize_rows import run_quantize
 
         record["quantize"] = run_quantize(*opts.quantize, opts.formats, opts.threads, say,
                                           samples=opts.samples, retries=opts.retries)  # fmt: skip

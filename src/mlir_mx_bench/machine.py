@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlir_mx.host import cpu_model, default_threads, feature_table, machine_description
-from mlir_mx.model.measure import measure_bandwidth, measure_peak
+from mlir_mx.roofline.measure import measure_bandwidth, measure_peak
 
 __all__ = [
     "Roof",
@@ -160,7 +160,7 @@ class Roof:
 
 
 def measure_roof(threads: int, quick: bool, say: Callable[[str], None]) -> Roof:
-    """STREAM triad and FMA peak (:mod:`mlir_mx.model.measure`) at ``threads``."""
+    """STREAM triad and FMA peak (:mod:`mlir_mx.roofline.measure`) at ``threads``."""
     mib, reps, secs = (16, 2, 0.05) if quick else (256, 5, 0.3)
     say(f"  roof at {threads} thread(s): triad over 3 x {mib} MiB f32...")
     bw, bw_med = measure_bandwidth(threads, mib_per_array=mib, reps=reps)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .problem import Oracle
+from .cases import Oracle
 
 __all__ = ["Method", "Skipped"]
 

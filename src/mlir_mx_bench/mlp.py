@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mlir_mx.harness.machine import cpu_sample, other_load, thread_limits
-from mlir_mx.model.measure import time_repeated
+from mlir_mx.roofline.measure import time_repeated
+from mlir_mx_bench.machine import cpu_sample, other_load, thread_limits
 
 __all__ = ["NAMES", "dense", "make_weights", "mlp_forward", "mxfp4_through_gguf", "run_mlp"]
 
@@ -62,8 +62,8 @@ class _Ggml:
     """ggml MXFP4: the same blocks in one graph (3 mul_mat, silu, mul)."""
 
     def __init__(self, weights, d: int, f: int, m: int, threads: int):
-        from mlir_mx.harness.ggml_baseline import _ggml
         from mlir_mx.interop.gguf import mxfp4_to_ggml
+        from mlir_mx_bench.ggml_baseline import _ggml
 
         gg = self.gg = _ggml()
         raw = {n: mxfp4_to_ggml(w) for n, w in weights.items()}
@@ -166,7 +166,7 @@ def run_mlp(
     """The MLP benchmark; returns a record (rows of method x M x threads)."""
     import mlir_mx
     from mlir_mx.convert import dequantize
-    from mlir_mx.harness.ggml_baseline import ggml_available
+    from mlir_mx_bench.ggml_baseline import ggml_available
 
     say(f"MLP {d} -> {f} -> {d}, MXFP4 weights, M in {tokens}, threads {threads}")
     w32 = make_weights(d, f)

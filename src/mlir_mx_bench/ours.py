@@ -16,10 +16,10 @@ import numpy as np
 from mlir_mx.execution import Runner
 from mlir_mx.kernels import SCHEDULES, plan_kernel, shape_class
 from mlir_mx.kernels import Problem as KProblem
-from mlir_mx.model.variants import Shape, variant_module_text
+from mlir_mx.roofline.variants import Shape, variant_module_text
 
+from .cases import BenchFailure, Problem, stored_mx_bytes
 from .method import Method
-from .problem import BenchFailure, Problem, stored_mx_bytes
 
 __all__ = ["OurVariant", "our_methods", "our_variants"]
 
@@ -31,7 +31,7 @@ class OurVariant:
     ``build()`` returns a :class:`~mlir_mx.execution.Runner` (or anything with
     the same ``invoke``) whose ``entry`` function takes the operands, the f32
     (M, N) accumulator and a call count ``n`` (``C += A B``, ``n`` times; the
-    ``@bench`` convention of :mod:`mlir_mx.model.variants`).
+    ``@bench`` convention of :mod:`mlir_mx.roofline.variants`).
     ``operands`` is ``"mx-ab"`` (mx x mx: called with ``qa, qb``) or
     ``"mx-a"`` (mx x f32: ``qa`` and the dequantized ``db``).
     ``kernel_threads`` is the number of threads the kernel really uses.
@@ -108,7 +108,7 @@ def linear_rows(p: Problem) -> list[tuple[str, str | None]]:
     at its shape (``kernels/dot.py``): (label, activations) with the MX A
     (None) and with the f32 A quantized to A's format inside the kernel."""
     from mlir_mx.kernels import choose
-    from mlir_mx.kernels.dot_layout import dot_kind
+    from mlir_mx.kernels.dot.layout import dot_kind
 
     kind = dot_kind(p.a_format, p.element, p.block_size)
     if kind is None:
@@ -130,7 +130,7 @@ def _linear_methods(p: Problem, threads: int, say) -> list[Method]:
         x = p.qa if act is None else p.a
         t0 = time.perf_counter()
         # activations=A's format: the Linear holds the dot kernels' records where
-        # they serve the pair (mlir_mx.linear_layout.records_unit), else its codes;
+        # they serve the pair (mlir_mx.linear.layout.records_unit), else its codes;
         # an MX x runs on them as given.
         lin = mlir_mx.Linear(p.qb, threads=threads, activations=p.a_format)
         schedule = lin.schedule(x)

@@ -33,8 +33,8 @@ import tracemalloc
 
 import numpy as np
 
-from mlir_mx.harness.machine import cpu_sample, other_load, thread_limits
-from mlir_mx.harness.problem import BenchFailure
+from mlir_mx_bench.cases import BenchFailure
+from mlir_mx_bench.machine import cpu_sample, other_load, thread_limits
 
 __all__ = ["TARGETS", "quantize_markdown", "quantize_targets", "run_quantize"]
 
@@ -99,8 +99,8 @@ def _ours(x, element, threads):
 
 
 def _ggml(x, element, threads):
-    from mlir_mx.harness.ggml_baseline import _ggml as load
-    from mlir_mx.harness.ggml_baseline import ggml_available
+    from mlir_mx_bench.ggml_baseline import _ggml as load
+    from mlir_mx_bench.ggml_baseline import ggml_available
 
     if ggml_available():
         return {}
@@ -185,7 +185,7 @@ def run_quantize(
 
     Our rows are timed again (up to ``retries`` times) while other processes
     load the cores; the slow baselines are timed once."""
-    from mlir_mx.harness.ggml_baseline import ggml_available
+    from mlir_mx_bench.ggml_baseline import ggml_available
 
     say(f"quantize: {rows} x {cols} f32 ({rows * cols * 4 / 2**20:.0f} MiB), blocks of {BLOCK}")
     x = np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32)

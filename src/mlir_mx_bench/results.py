@@ -181,7 +181,7 @@ def markdown(record: dict) -> str:
 
         lines += [""] + mlp_markdown(record["mlp"])
     if record.get("quantize"):
-        from .quantize import quantize_markdown
+        from .quantize_rows import quantize_markdown
 
         lines += [""] + quantize_markdown(record["quantize"])
     return "\n".join(lines) + "\n"

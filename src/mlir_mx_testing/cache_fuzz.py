@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlir_mx.testing.campaign import Outcome
+from mlir_mx_testing.campaign import Outcome
 
 __all__ = ["case", "REGIONS"]
 

@@ -5,7 +5,7 @@ A *suite* (``"fuzz"``, ``"misuse"``, ``"gguf"``, ``"gguf-write"``, ``"cache"``,
 maps ``(seed, index)`` (and the suite's keyword options) to one case
 and runs it in-process, returning an :class:`Outcome`.  Case ``i`` depends on
 ``(seed, i)`` only, so any case can be rerun alone.  :func:`run_campaign`
-starts ``python -m mlir_mx.testing.campaign`` as a worker that runs cases
+starts ``python -m mlir_mx_testing.campaign`` as a worker that runs cases
 ``start..`` in order and prints one JSON line per case (a "begin" line
 first).  When the worker dies by a signal or goes silent for longer than the
 timeout, the case in flight is recorded as ``signal`` / ``hang`` and a new
@@ -44,12 +44,12 @@ FINDINGS = ("traceback", "unlocated", "silent", "wrong", "signal", "hang", "not-
 #: Suites by name: module with ``case(seed, index, **options) -> Outcome``
 #: (``"module:function"``: another function of the module).
 _SUITES = {
-    "fuzz": "mlir_mx.testing.fuzz",
-    "misuse": "mlir_mx.testing.misuse",
-    "gguf": "mlir_mx.testing.gguf_fuzz",
-    "gguf-write": "mlir_mx.testing.gguf_fuzz:write_case",
-    "cache": "mlir_mx.testing.cache_fuzz",
-    "linear": "mlir_mx.testing.linear_fuzz",
+    "fuzz": "mlir_mx_testing.fuzz",
+    "misuse": "mlir_mx_testing.misuse",
+    "gguf": "mlir_mx_testing.gguf_fuzz",
+    "gguf-write": "mlir_mx_testing.gguf_fuzz:write_case",
+    "cache": "mlir_mx_testing.cache_fuzz",
+    "linear": "mlir_mx_testing.linear_fuzz",
 }
 
 
@@ -152,7 +152,7 @@ def run_campaign(
 
 def _one_worker(suite, seed, nxt, end, timeout, report, progress, opts="{}") -> int:
     """Run one worker from case ``nxt``; return the next case to run."""
-    cmd = [sys.executable, "-m", "mlir_mx.testing.campaign", suite, str(seed), str(nxt), str(end),
+    cmd = [sys.executable, "-m", "mlir_mx_testing.campaign", suite, str(seed), str(nxt), str(end),
            opts]  # fmt: skip
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)

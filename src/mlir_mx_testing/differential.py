@@ -33,7 +33,7 @@ from mlir_mx import numerics as N
 from mlir_mx.kernels.registry import SCHEDULES
 from mlir_mx.numerics.matmul import matmul_bound, matmul_reference
 from mlir_mx.passes.pipeline import Pipeline, PipelineElement, as_pipeline
-from mlir_mx.testing.programs import Program, random_inputs, random_program
+from mlir_mx_testing.programs import Program, random_inputs, random_program
 
 __all__ = [
     "Variant", "VARIANTS", "register_variant", "then_llvm", "Program", "random_program", "random_inputs",
@@ -298,10 +298,10 @@ def run(seed: int, batches: int, programs_per_batch: int = 6, inputs_per_program
 
 
 def main(argv=None) -> int:
-    """``python -m mlir_mx.testing.differential``: a seeded differential campaign."""
+    """``python -m mlir_mx_testing.differential``: a seeded differential campaign."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m mlir_mx.testing.differential")
+    p = argparse.ArgumentParser(prog="python -m mlir_mx_testing.differential")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--batches", type=int, default=2)
     p.add_argument("--programs", type=int, default=6, help="programs per batch (one module)")

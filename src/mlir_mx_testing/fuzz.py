@@ -16,7 +16,7 @@ bad flag); never a traceback, a signal, a hang, or exit 1 without saying why.
 
 Run it::
 
-    python -m mlir_mx.testing.fuzz --cases 10000 --api-calls 2000 --seed 1 \\
+    python -m mlir_mx_testing.fuzz --cases 10000 --api-calls 2000 --seed 1 \\
         --gguf-files 5000 --gguf-writes 1000 --cache-entries 200 --linear-calls 2000
 """
 
@@ -34,7 +34,7 @@ from functools import cache
 from pathlib import Path
 
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_TYPE
-from mlir_mx.testing.campaign import FINDINGS, Outcome, run_campaign
+from mlir_mx_testing.campaign import FINDINGS, Outcome, run_campaign
 
 __all__ = ["CONFIGS", "corpus", "mutate", "case", "main"]
 
@@ -89,10 +89,10 @@ _TYPES = ("f32", "f16", "bf16", "i8", "i32", "i64", "index",
 
 @cache
 def corpus(root: str | None = None) -> tuple[str, ...]:
-    """Seed programs: the repository's ``test/**/*.mlir`` and ``examples/*.mlir``
+    """Seed programs: the repository's ``tests/lit/**/*.mlir`` and ``examples/*.mlir``
     (each up to 20 kB), else :data:`BUILTIN_SEEDS`."""
-    base = Path(root) if root else Path(__file__).resolve().parents[3]
-    files = sorted(base.glob("test/**/*.mlir")) + sorted(base.glob("examples/*.mlir"))
+    base = Path(root) if root else Path(__file__).resolve().parents[2]
+    files = sorted(base.glob("tests/lit/**/*.mlir")) + sorted(base.glob("examples/*.mlir"))
     texts = [f.read_text(errors="replace") for f in files if f.stat().st_size <= 20_000]
     return tuple(texts) or BUILTIN_SEEDS
 
@@ -198,8 +198,8 @@ def case(seed: int, index: int) -> Outcome:
 
 
 def main(argv=None) -> int:
-    """``python -m mlir_mx.testing.fuzz``: every campaign (a count of 0 skips one)."""
-    p = argparse.ArgumentParser(prog="python -m mlir_mx.testing.fuzz", description=__doc__.split("\n\n")[0])
+    """``python -m mlir_mx_testing.fuzz``: every campaign (a count of 0 skips one)."""
+    p = argparse.ArgumentParser(prog="python -m mlir_mx_testing.fuzz", description=__doc__.split("\n\n")[0])
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--cases", type=int, default=300, help="IR mutants (default 300)")
     p.add_argument("--api-calls", type=int, default=200, help="Runner calls (default 200)")

@@ -41,7 +41,7 @@ import numpy as np
 
 from mlir_mx.errors import MXError, MXValueError
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
-from mlir_mx.testing.campaign import Outcome
+from mlir_mx_testing.campaign import Outcome
 
 __all__ = ["ACTIVATIONS", "BLOCKS", "ELEMENTS", "GROUP", "all_pairs", "case"]
 
@@ -187,7 +187,7 @@ def _check(cfg: dict, w, x, y) -> tuple[str | None, int]:
     from mlir_mx.interop import transpose
     from mlir_mx.numerics import MXArray, quantize
     from mlir_mx.numerics.matmul import blocked_order, matmul_reference
-    from mlir_mx.testing.differential import _same, _within
+    from mlir_mx_testing.differential import _same, _within
 
     vector = not isinstance(x, MXArray) and x.ndim == 1
     x2 = x[None] if vector else x

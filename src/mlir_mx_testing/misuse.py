@@ -27,7 +27,7 @@ import ml_dtypes
 import numpy as np
 
 from mlir_mx.diagnostics import MXError
-from mlir_mx.testing.campaign import Outcome
+from mlir_mx_testing.campaign import Outcome
 
 __all__ = ["case", "FUNCTIONS"]
 

@@ -1,4 +1,4 @@
-"""A suite that misbehaves on purpose, to test :mod:`~mlir_mx.testing.campaign`
+"""A suite that misbehaves on purpose, to test :mod:`~mlir_mx_testing.campaign`
 itself: case 3 and every case ending in 8 kill the worker (SIGABRT), case 7
 hangs, the others return ``ok``.  Only the campaign's own tests use it."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 
-from mlir_mx.testing.campaign import Outcome
+from mlir_mx_testing.campaign import Outcome
 
 
 def case(seed: int, index: int) -> Outcome:

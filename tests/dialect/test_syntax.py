@@ -1,5 +1,5 @@
 """The syntax layer as one tokenizer: adversarial inputs (see also the lit test
-test/Dialect/mx/syntax-adversarial.mlir): comments and strings holding mx
+tests/lit/Dialect/mx/syntax-adversarial.mlir): comments and strings holding mx
 syntax, affine sets with >=, aliases, CRLF, nesting, operand columns and
 debuginfo locations."""
 

@@ -25,7 +25,7 @@ from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_BITS, SCALE_DTYPE, S
 from mlir_mx.passes import mx_to_linalg
 from mlir_mx.passes.expand_narrow_floats import narrow_format
 from mlir_mx.passes.legalize_subbyte_vector_memory import _subbyte_memref
-from mlir_mx.testing import fuzz
+from mlir_mx_testing import fuzz
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "mlir_mx"
 OP_NAMES = {op.name for op in irdl.OPS}
@@ -122,7 +122,7 @@ def test_subbyte_legalization_and_runner_dtypes_read_the_table(name):
 ALLOWED = {
     ("src/mlir_mx/dialect/verifier.py", "RULES"): "one rule per op, keys checked against OPS",
     (
-        "src/mlir_mx/passes/mx_to_linalg/ops.py",
+        "src/mlir_mx/passes/mx_to_linalg/lowerings.py",
         "LOWERINGS",
     ): "one lowering per op, keys checked against OPS",
     (
@@ -130,16 +130,16 @@ ALLOWED = {
         "_torch",
     ): "torchao's dtype for each float format (another library's names)",
     (
-        "src/mlir_mx/testing/fuzz.py",
+        "src/mlir_mx_testing/fuzz.py",
         "_TOKENS",
     ): "a fuzzing dictionary: chosen tokens, its order fixes recorded cases",
-    ("src/mlir_mx/testing/misuse.py", "_break"): "three formats picked to re-encode an argument",
+    ("src/mlir_mx_testing/misuse.py", "_break"): "three formats picked to re-encode an argument",
     (
         "src/mlir_mx/kernels/registry.py",
         "SHAPE_CLASSES",
     ): "the shape classes (named like the schedules serving them)",
     (
-        "src/mlir_mx/harness/model.py",
+        "src/mlir_mx_bench/llama.py",
         "ROWS",
     ): "the model benchmark's rows, each naming the one format it runs",
     # tests: cases pinned to particular formats (the sample IS the test), the
@@ -206,11 +206,11 @@ ALLOWED = {
                 "test_packed_subbyte_codes",
             ): "packed A, packed B, both, and mx x f32",
             (
-                "repro/test_round2_numerics.py",
+                "repro/test_f32_range_edges.py",
                 "test_f9_scale_product_overflow_nan",
             ): "a reproducer's pairs",
             (
-                "repro/test_round2_numerics.py",
+                "repro/test_f32_range_edges.py",
                 "test_f12_large_activations_are_exact",
             ): "a reproducer's formats",
             (
@@ -259,8 +259,15 @@ ALLOWED = {
 }
 
 ROOT = SRC.parents[1]
-#: Where the scans look: the library and its tests.
-SCANNED = (SRC, ROOT / "tests")
+#: The packages under src/: the library, mx-bench's machinery, the fuzzers.
+PACKAGES = (SRC, SRC.parent / "mlir_mx_bench", SRC.parent / "mlir_mx_testing")
+#: Where the scans look: the packages and their tests.
+SCANNED = (*PACKAGES, ROOT / "tests")
+
+
+def _src_files() -> list[Path]:
+    """Every module of the packages under src/."""
+    return sorted(path for top in PACKAGES for path in top.rglob("*.py"))
 
 
 def _sources() -> list[tuple[str, str]]:
@@ -410,8 +417,8 @@ def test_no_dispatch_on_format_widths():
 def test_no_second_list_of_schedules():
     """Schedule names live in the one registry (kernels/registry.py SCHEDULES)."""
     assert _copies(set(SCHEDULES) | {"auto"}) == [], "iterate mlir_mx.kernels.SCHEDULES"
-    for path in sorted(SRC.rglob("*.py")):
-        if path.relative_to(SRC).as_posix() == "kernels/registry.py":
+    for path in _src_files():
+        if path == SRC / "kernels" / "registry.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             assert not (isinstance(node, ast.Constant) and node.value in SCHEDULES), (
@@ -429,8 +436,8 @@ def test_no_pipeline_text_built_by_formatting():
     """Pipelines are Pipeline objects built with PipelineElement.of; text only
     at the edges (Pipeline.parse, str())."""
     bad = [
-        f"{path.relative_to(SRC)}:{i}: {line.strip()}"
-        for path in sorted(SRC.rglob("*.py"))
+        f"{path.relative_to(SRC.parent)}:{i}: {line.strip()}"
+        for path in _src_files()
         for i, line in enumerate(path.read_text().splitlines(), 1)
         if _PIPELINE_TEXT.search(line)
     ]
@@ -451,7 +458,7 @@ def test_the_schedules_match_kernel_tags_of_the_enum():
     for mlir in (SRC / "pipelines").glob("*.mlir"):
         for found in re.findall(r'mx\\.kernel = "([a-z_]+)"', mlir.read_text()):
             assert found in tags, (mlir.name, found)
-    for path in sorted(SRC.rglob("*.py")):
+    for path in _src_files():
         if path.name == "ir_utils.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):

@@ -14,8 +14,8 @@ import pytest
 
 from mlir_mx import numerics as N
 from mlir_mx.execution import Runner
-from mlir_mx.model.variants import parse_shape, variant_module_text
 from mlir_mx.pipelines import load_pipeline
+from mlir_mx.roofline.variants import parse_shape, variant_module_text
 
 LLVM = load_pipeline("lower-to-llvm")
 

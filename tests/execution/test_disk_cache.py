@@ -9,7 +9,7 @@ deleted and rebuilt.  Here: a byte flipped in every region of an entry (each
 header field, the bytecode at its start, middle and end, the repro's NUL in a
 symbol name), truncations, appended bytes, entries of another key or of the
 old headerless format, and checksummed entries whose body does not load.
-``mlir_mx.testing.cache_fuzz`` runs random corruptions of the same kind.
+``mlir_mx_testing.cache_fuzz`` runs random corruptions of the same kind.
 """
 
 from __future__ import annotations

@@ -196,8 +196,8 @@ def test_flop_counts(m, n, k, eb):
     per_block = 2 if eb is None else 3
     assert blocked == two_mnk + per_block * m * n * (k // 32)  # 1 + 1/B, 1 + 1.5/B
     assert blocked <= 1.05 * two_mnk
-    # The IR model of mlir_mx.model agrees.
-    from mlir_mx.model import analyze
+    # The IR model of mlir_mx.roofline agrees.
+    from mlir_mx.roofline import analyze
 
     assert analyze(text, matmul_lowering="blocked").flops == blocked
     assert analyze(text, matmul_lowering="fused").flops == fused

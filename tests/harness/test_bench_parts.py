@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from mlir_mx import numerics as N
-from mlir_mx.harness.baselines import emulate_dequantize
-from mlir_mx.harness.ggml_baseline import ggml_available, ggml_methods
-from mlir_mx.harness.problem import BenchFailure, Oracle, make_problem
-from mlir_mx.model.variants import Shape
+from mlir_mx.roofline.variants import Shape
+from mlir_mx_bench.baselines import emulate_dequantize
+from mlir_mx_bench.cases import BenchFailure, Oracle, make_problem
+from mlir_mx_bench.ggml_baseline import ggml_available, ggml_methods
 
 
 @pytest.mark.parametrize("element", list(N.ELEMENT_FORMATS))
@@ -73,9 +73,9 @@ def test_ggml_methods_match_their_own_oracle():
 def test_a_disturbed_timing_is_repeated(monkeypatch):
     from pathlib import Path
 
-    from mlir_mx.harness import loop as harness
-    from mlir_mx.harness.machine import Roof
-    from mlir_mx.harness.method import Method
+    from mlir_mx_bench import loop as harness
+    from mlir_mx_bench.machine import Roof
+    from mlir_mx_bench.method import Method
 
     p = make_problem(Shape(2, 8, 32), "f8E4M3FN")
     m = Method("numpy", "baseline", 1, 100, lambda n: None, lambda: p.da @ p.db, p.oracle)
@@ -106,8 +106,8 @@ def test_a_disturbed_timing_is_repeated(monkeypatch):
 def test_a_multi_thread_roof_below_its_share_is_reported(monkeypatch):
     """A 2-thread FMA peak under 1.5x the 1-thread one (the cores were busy)
     is never reported without a warning; a plausible one is."""
-    from mlir_mx.harness import machine
-    from mlir_mx.harness.machine import Roof, roof_warnings
+    from mlir_mx_bench import machine
+    from mlir_mx_bench.machine import Roof, roof_warnings
 
     monkeypatch.setattr(machine, "default_threads", lambda: 2)
     one = Roof(1, 20e9, 20e9, 100e9, 100e9, "x")

@@ -7,7 +7,7 @@ import logging
 import sys
 import types
 
-from mlir_mx.harness import machine
+from mlir_mx_bench import machine
 
 
 def test_a_library_without_a_version_is_logged(monkeypatch, caplog):

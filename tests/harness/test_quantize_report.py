@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mlir_mx.harness.quantize import TARGETS, quantize_markdown, quantize_targets
 from mlir_mx.numerics import ELEMENT_FORMATS
+from mlir_mx_bench.quantize_rows import TARGETS, quantize_markdown, quantize_targets
 
 FP4 = next(n for n, f in ELEMENT_FORMATS.items() if f.mx_name == "MXFP4")
 INT8 = next(n for n, f in ELEMENT_FORMATS.items() if f.mx_name == "MXINT8")

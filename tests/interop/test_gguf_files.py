@@ -11,7 +11,7 @@ Round 2 reproducers:
 Every malformed file is now a ``ValueError: <path>: not a readable GGUF file
 (...)`` before anything is allocated, and ``write_gguf`` validates first and
 renames a complete temporary file over the target.  The seeded mutation fuzzer
-of the same rules is ``mlir_mx.testing.gguf_fuzz`` (tests/testing/).
+of the same rules is ``mlir_mx_testing.gguf_fuzz`` (tests/testing/).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Reproducer ``f3_prefill_blocksize_not_pow2``: block sizes 3, 5, 6, 12,
 24, 48 and 96 worked up to M = 48 (decode / small kernels) and failed above it
 in the prefill kernel ("kc must be a multiple of 3"): its K chunk was a fixed
 512.  The chunk is now rounded to whole blocks.  The mx-runner form of the same
-reproducer is the lit test ``test/Repro/f3_mx_runner_blocksize3_traceback.mlir``.
+reproducer is the lit test ``tests/lit/Repro/f3_mx_runner_blocksize3_traceback.mlir``.
 The first test uses f32 activations at 1 thread; the second MX activations,
 the dot kernels (block sizes 48 and 96, where the CPU has VNNI) and 2 threads.
 """
@@ -48,7 +48,7 @@ def _dot_pairs(block: int) -> list[tuple[str, str]]:
     """(weight, activation) pairs at ``block``: for each weight format the
     first activation format the CPU's dot units take (else the same format:
     the f32 kernels), from the format table."""
-    from mlir_mx.kernels.dot_layout import dot_kind
+    from mlir_mx.kernels.dot.layout import dot_kind
     from mlir_mx.numerics import ELEMENT_FORMATS
 
     out = []
@@ -68,7 +68,7 @@ def test_f3_mx_activations_and_dot_kernels_at_2_threads(block):
     quantizing it first; and a Linear without activations= (the f32 kernels
     for MX x) gives the same bits."""
     # imported here: the module's imports belong to the test above
-    from mlir_mx.kernels.dot_layout import dot_kind
+    from mlir_mx.kernels.dot.layout import dot_kind
     from mlir_mx.numerics import MXArray
     from mlir_mx.numerics.matmul import blocked_order
 

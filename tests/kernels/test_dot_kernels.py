@@ -1,4 +1,4 @@
-"""The dot kernels (``mlir_mx.kernels.dot``) give the f32 kernels' bits.
+"""The dot kernels (``mlir_mx.kernels.dot.kernel``) give the f32 kernels' bits.
 
 * Integer pairs (every pair of FP4, FP6, INT8) and bf16 pairs (with FP8)
   against the f32 kernels, at every shape class (decode, small, prefill with
@@ -23,7 +23,7 @@ from matmul_cases import case
 
 from mlir_mx.host import has_features
 from mlir_mx.kernels import shape_class
-from mlir_mx.kernels.dot_layout import dot_kind
+from mlir_mx.kernels.dot.layout import dot_kind
 from mlir_mx.numerics import MXArray, decode_elements, finite_codes
 
 needs_bw = pytest.mark.skipif(

@@ -1,4 +1,4 @@
-"""In-kernel quantization of f32 activations (``mlir_mx.kernels.dot_prep``).
+"""In-kernel quantization of f32 activations (``mlir_mx.kernels.dot.prep``).
 
 ``quantize_block`` compiled into a tiny kernel gives, for every element
 format, the oracle's element values and scales bit for bit
@@ -17,8 +17,8 @@ from mlir import ir
 from mlir.dialects import arith, func
 
 from mlir_mx.host import has_features
-from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.dot_prep import quantize_block
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.dot.prep import quantize_block
 from mlir_mx.numerics import ELEMENT_FORMATS, quantize
 
 ROWS = 64

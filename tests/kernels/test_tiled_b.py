@@ -12,7 +12,7 @@ from format_cases import BY_BEHAVIOUR
 from matmul_cases import kernel_runner, schedule_cases
 
 from mlir_mx.kernels import Problem
-from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
+from mlir_mx.kernels.common.problem import TILE_COLUMNS, tile_b_codes
 from mlir_mx.numerics import ELEMENT_FORMATS, pack_codes, quantize
 
 K, N = 128, 192

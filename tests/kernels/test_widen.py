@@ -1,4 +1,4 @@
-"""Exact widening of codes and scales (``mlir_mx.kernels.widen``), every code.
+"""Exact widening of codes and scales (``mlir_mx.kernels.common.widen``), every code.
 
 Each decoder is compiled into a tiny kernel that widens every code of a
 format (and every E8M0 scale code) and compared bit for bit with the oracle
@@ -18,8 +18,8 @@ from mlir.dialects import func
 
 from mlir_mx.execution import Runner
 from mlir_mx.host import has_features
-from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.widen import Decoder, decode_scales
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.widen import Decoder, decode_scales
 from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements, pack_codes, unpack_codes
 from mlir_mx.numerics import decode_scales as oracle_scales
 from mlir_mx.pipelines import load_pipeline

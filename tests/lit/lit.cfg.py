@@ -1,5 +1,5 @@
 # lit configuration for mlir-mx's IR tests (the MLIR convention: RUN lines
-# piping mx-opt into FileCheck).  Run with:  lit -sv test/
+# piping mx-opt into FileCheck).  Run with:  lit -sv tests/lit/
 import os
 import shutil
 import sys
@@ -41,7 +41,7 @@ config.environment["PATH"] = os.pathsep.join(
     [bindir, os.path.dirname(tools["FileCheck"]), os.path.dirname(tools["mlir-opt"]), os.environ.get("PATH", "")]
 )
 config.substitutions.append(("%python", sys.executable))
-config.substitutions.append(("%mlir_mx_src", os.path.join(os.path.dirname(config.test_source_root), "src", "mlir_mx")))
+config.substitutions.append(("%mlir_mx_src", os.path.join(os.path.dirname(os.path.dirname(config.test_source_root)), "src", "mlir_mx")))
 
 # Shipped pipelines and transform schedules (package data).
 from mlir_mx.pipelines import data_dir  # noqa: E402

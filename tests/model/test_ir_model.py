@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mlir_mx.model import M4, analyze, shift
-from mlir_mx.model.report import model_rows
-from mlir_mx.model.variants import VARIANTS, Shape, variant_module_text
+from mlir_mx.roofline import M4, analyze, shift
+from mlir_mx.roofline.report import model_rows
+from mlir_mx.roofline.variants import VARIANTS, Shape, variant_module_text
 
 
 def _analyze(variant: str, shape: Shape, element: str = "f8E4M3FN"):
@@ -218,7 +218,7 @@ def test_a_variant_that_does_not_lower_is_an_error(mx_to_linalg, monkeypatch):
     # Every lowering ships: a variant whose lowering fails (here: an unknown
     # matmul-lowering value) is a clear MXError, not a row in the table.
     from mlir_mx.errors import MXError
-    from mlir_mx.model import variants
+    from mlir_mx.roofline import variants
 
     monkeypatch.setitem(
         variants.VARIANTS, "mx-ab-tiled", variants.Variant("mx-ab-tiled", True, True, "tiled")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from format_cases import BY_BEHAVIOUR, SUB_BYTE
 
-from mlir_mx.model.measure import measure_machine, time_kernel, time_repeated
-from mlir_mx.model.variants import Shape
+from mlir_mx.roofline.measure import measure_machine, time_kernel, time_repeated
+from mlir_mx.roofline.variants import Shape
 
 
 def test_time_repeated_statistics():

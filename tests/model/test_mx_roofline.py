@@ -72,7 +72,7 @@ def test_blocked_variant_never_fails(capsys, mx_to_linalg):
 
 
 def test_ir_file(tmp_path, capsys, mx_to_linalg):
-    from mlir_mx.model.variants import Shape, variant_module_text
+    from mlir_mx.roofline.variants import Shape, variant_module_text
 
     f = tmp_path / "k.mlir"
     f.write_text(variant_module_text("mx-a", Shape(32, 64, 64)))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from mlir_mx.model import M4
-from mlir_mx.model.measure import Timing
-from mlir_mx.model.plots import roofline_plot, time_plot
-from mlir_mx.model.report import model_rows
-from mlir_mx.model.variants import Shape
+from mlir_mx.roofline import M4
+from mlir_mx.roofline.measure import Timing
+from mlir_mx.roofline.plots import roofline_plot, time_plot
+from mlir_mx.roofline.report import model_rows
+from mlir_mx.roofline.variants import Shape
 
 
 def _rows():

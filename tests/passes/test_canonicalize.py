@@ -1,7 +1,7 @@
 """``mx-canonicalize`` from Python: what each pattern rewrites and leaves, and
 that the rewrites are exact (the same bits as the oracle and as the module
 without the pass).  The IR shapes are pinned by
-``test/Transforms/mx-canonicalize.mlir``."""
+``tests/lit/Transforms/mx-canonicalize.mlir``."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 ``dequantize(fold_scale(t, a))`` becomes ``dequantize(t) * a`` for a runtime
 ``a``, and the fused form computes the f32 product (not fold_scale's MX
 rounding: the reason the pass is opt-in).  The IR shapes are pinned by
-``test/Transforms/mx-fuse-scales.mlir``."""
+``tests/lit/Transforms/mx-fuse-scales.mlir``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """``mx-legalize-i1-memrefs`` from Python: i1 memrefs become i8 memrefs in
 signatures, block arguments and results, and a program storing booleans runs
 (``finalize-memref-to-llvm`` aborts the process on an i1 store without the
-pass: the reproducer in ``test/Transforms/mx-legalize-i1-memrefs.mlir``)."""
+pass: the reproducer in ``tests/lit/Transforms/mx-legalize-i1-memrefs.mlir``)."""
 
 from __future__ import annotations
 

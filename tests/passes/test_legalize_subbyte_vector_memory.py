@@ -2,7 +2,7 @@
 of f4/f6 memrefs (one code per byte) move every code unchanged, for every
 sub-byte format of the table, and an access it cannot scalarize is a located
 error.  The IR shapes are pinned by
-``test/Transforms/mx-legalize-subbyte-vector-memory.mlir``."""
+``tests/lit/Transforms/mx-legalize-subbyte-vector-memory.mlir``."""
 
 from __future__ import annotations
 

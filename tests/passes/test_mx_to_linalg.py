@@ -1,7 +1,7 @@
 """Structural tests of ``mx-to-linalg`` from Python (no execution).
 
 The IR shape of each lowering is pinned by the lit tests in
-``test/Transforms/mx-to-linalg/``; here: no mx type or bridging cast is left,
+``tests/lit/Transforms/mx-to-linalg/``; here: no mx type or bridging cast is left,
 signatures split correctly (several mx arguments, calls, returns, blocks),
 fold_scale always lowers, and the failure paths give located errors rather
 than crashes.

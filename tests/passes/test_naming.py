@@ -1,7 +1,7 @@
 """Names that find each other, for EVERY registered pass:
 pass ``mx-foo-bar`` lives in ``passes/foo_bar.py`` (or ``passes/mx_foo_bar.py``,
 or a package of that name with its helpers, like ``passes/mx_to_linalg/``),
-its lit test is ``test/Transforms/mx-foo-bar.mlir`` (or a directory of that
+its lit test is ``tests/lit/Transforms/mx-foo-bar.mlir`` (or a directory of that
 name), its pytest ``tests/passes/test_<module>.py`` and its page
 ``docs/passes/mx-foo-bar.md``, which names the module."""
 
@@ -28,7 +28,7 @@ def test_pass_names_find_each_other(spec):
     package, _, module = spec.run.__module__.rpartition(".")
     assert package == "mlir_mx.passes"
     assert module in module_names(spec.argument), f"{spec.argument} is defined in {module}.py"
-    lit = ROOT / "test" / "Transforms" / spec.argument
+    lit = ROOT / "tests" / "lit" / "Transforms" / spec.argument
     assert lit.with_suffix(".mlir").is_file() or any(lit.glob("*.mlir")), f"no lit test for {spec.argument}"
     assert (ROOT / "tests" / "passes" / f"test_{module}.py").is_file()
     page = ROOT / "docs" / "passes" / f"{spec.argument}.md"
@@ -39,7 +39,7 @@ def test_pass_names_find_each_other(spec):
 
 def test_every_transform_test_and_page_names_a_pass():
     arguments = {s.argument for s in PASSES}
-    lit = {p.name.removesuffix(".mlir") for p in (ROOT / "test" / "Transforms").iterdir()}
+    lit = {p.name.removesuffix(".mlir") for p in (ROOT / "tests" / "lit" / "Transforms").iterdir()}
     pages = {p.stem for p in (ROOT / "docs" / "passes").glob("*.md")}
     assert lit - {"Output"} <= arguments
     assert pages == arguments

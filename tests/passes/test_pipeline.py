@@ -9,7 +9,6 @@ import pytest
 from mlir import ir
 
 from mlir_mx.execution import Runner
-from mlir_mx.model import ModelError, analyze
 from mlir_mx.passes.mx_to_linalg import MATMUL_LOWERINGS
 from mlir_mx.passes.pipeline import (
     Pipeline,
@@ -20,6 +19,7 @@ from mlir_mx.passes.pipeline import (
 )
 from mlir_mx.passes.registry import OptionError, lookup
 from mlir_mx.pipelines import load_pipeline
+from mlir_mx.roofline import ModelError, analyze
 
 
 def test_options_are_checked_when_the_element_is_built():

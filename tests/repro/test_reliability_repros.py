@@ -1,7 +1,7 @@
 """The reliability reproducers without a file of IR of their own (the Runner API
 scripts, the mx-runner/mx-opt command lines of the READMEs), each as a test.
 
-The IR reproducers are lit tests named after their files in ``test/Repro/``.
+The IR reproducers are lit tests named after their files in ``tests/lit/Repro/``.
 Each test says what it checks: the behaviour the reproducer showed and the
 one it must show now.
 """

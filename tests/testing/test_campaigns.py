@@ -4,15 +4,15 @@ sweep, seeded, in-process in worker subprocesses (docs/testing.md).
 The quick set runs by default; the long mode (>= 10,000 IR mutants over every
 configuration and >= 2,000 Runner calls) is marked slow:
 ``./scripts/run-tests -m slow -k long`` or
-``python -m mlir_mx.testing.fuzz --cases 10000 --api-calls 2000``.
+``python -m mlir_mx_testing.fuzz --cases 10000 --api-calls 2000``.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from mlir_mx.testing import fuzz
-from mlir_mx.testing.campaign import FINDINGS, run_campaign
+from mlir_mx_testing import fuzz
+from mlir_mx_testing.campaign import FINDINGS, run_campaign
 
 
 def _assert_clean(report):
@@ -43,7 +43,7 @@ def test_every_refused_misuse_is_caught_by_except_mxerror():
     arguments that is refused is caught by ``except mlir_mx.MXError`` (any
     other exception fails this test), and untouched arguments compute."""
     import mlir_mx
-    from mlir_mx.testing import misuse
+    from mlir_mx_testing import misuse
 
     refused = computed = 0
     for i in range(200):
@@ -66,7 +66,7 @@ def test_mutants_are_deterministic():
 
 def test_campaign_turns_signals_and_hangs_into_findings():
     # the self-test suite aborts on cases 3 and 8 and hangs on case 7
-    report = run_campaign("mlir_mx.testing.selftest", seed=0, count=10, timeout=5)
+    report = run_campaign("mlir_mx_testing.selftest", seed=0, count=10, timeout=5)
     assert report.cases == 10 and report.kinds["ok"] == 7
     found = {(o.index, o.kind) for o in report.findings}
     assert found == {(3, "signal"), (7, "hang"), (8, "signal")}

@@ -1,5 +1,5 @@
 """The differential tester: random mx programs through every pipeline of
-mlir_mx.testing.differential.VARIANTS, with and without --canonicalize,
+mlir_mx_testing.differential.VARIANTS, with and without --canonicalize,
 against the oracle (docs/testing.md).  Quick seeded set by default, the long
 set marked slow."""
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from mlir_mx import numerics as N
-from mlir_mx.testing import differential as D
-from mlir_mx.testing.programs import Program, _Val
+from mlir_mx_testing import differential as D
+from mlir_mx_testing.programs import Program, _Val
 
 
 def test_quick_differential_set():

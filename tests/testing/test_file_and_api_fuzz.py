@@ -4,7 +4,7 @@ oracle (docs/testing.md).
 
 Quick sets run by default; the long modes (>= 1,000 GGUF files, >= 1,000
 GGUF writes, >= 200 cache entries, >= 2,000 Linear calls) are marked slow:
-``./scripts/run-tests -m slow -k long`` or ``python -m mlir_mx.testing.fuzz
+``./scripts/run-tests -m slow -k long`` or ``python -m mlir_mx_testing.fuzz
 --cases 0 --api-calls 0 --gguf-files 5000 --gguf-writes 1000 --cache-entries 200
 --linear-calls 2000``.
 
@@ -26,8 +26,8 @@ import pytest
 from format_cases import SUB_BYTE
 
 from mlir_mx.numerics import is_packed_storage
-from mlir_mx.testing import cache_fuzz, gguf_fuzz, linear_fuzz
-from mlir_mx.testing.campaign import FINDINGS, run_campaign, run_inline
+from mlir_mx_testing import cache_fuzz, gguf_fuzz, linear_fuzz
+from mlir_mx_testing.campaign import FINDINGS, run_campaign, run_inline
 
 #: The Linear suite's named restrictions (see the module docstring).
 LINEAR_RESTRICTED = {"unpacked_subbyte_activations": False, "value_range": "normal"}

@@ -8,12 +8,12 @@ import sys
 import numpy as np
 import pytest
 
-from mlir_mx.harness import loop as harness
-from mlir_mx.harness import ours
-from mlir_mx.harness.baselines import torch_available
-from mlir_mx.harness.ggml_baseline import ggml_available
 from mlir_mx.host import default_thread_counts
-from mlir_mx.tools.mx_bench import main
+from mlir_mx_bench import loop as harness
+from mlir_mx_bench import ours
+from mlir_mx_bench.baselines import torch_available
+from mlir_mx_bench.cli import main
+from mlir_mx_bench.ggml_baseline import ggml_available
 
 ROW_FIELDS = {
     "shape",
@@ -43,7 +43,7 @@ ROW_FIELDS = {
 
 def test_quick_run_writes_json_and_markdown(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "mlir_mx.tools.mx_bench", "--quick", "--out", str(tmp_path)],
+        [sys.executable, "-m", "mlir_mx_bench.cli", "--quick", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -173,7 +173,7 @@ def test_help(capsys):
 
 
 def test_our_variants_are_runner_constructions():
-    from mlir_mx.model.variants import Shape
+    from mlir_mx.roofline.variants import Shape
 
     vs = ours.our_variants(Shape(1, 8, 32), threads=2)
     assert {v.operands for v in vs} == {"mx-ab", "mx-a"}
@@ -185,7 +185,7 @@ def test_our_variants_are_runner_constructions():
 def test_default_threads_and_sizes():
     """--threads defaults to 1 and all cores; --mlp / --quantize without a
     size take their default size, the --quick one under --quick."""
-    from mlir_mx.tools.mx_bench import _parse
+    from mlir_mx_bench.cli import _parse
 
     opts, _quiet = _parse(["--mlp"])
     assert opts.threads == list(default_thread_counts()) and opts.mlp == (4096, 14336)
@@ -197,9 +197,9 @@ def test_default_threads_and_sizes():
 
 
 def test_formats_take_mixed_pairs():
-    from mlir_mx.harness.problem import make_problem
-    from mlir_mx.model.variants import Shape
-    from mlir_mx.tools.mx_bench import _parse
+    from mlir_mx.roofline.variants import Shape
+    from mlir_mx_bench.cases import make_problem
+    from mlir_mx_bench.cli import _parse
 
     opts, _quiet = _parse(["--formats", "i8:f4E2M1FN, f8E4M3FN,i8:i8", "--quick"])
     assert opts.formats == ["i8:f4E2M1FN", "f8E4M3FN", "i8"]
@@ -231,7 +231,7 @@ def test_results_that_cannot_be_written_are_an_error_not_half_a_file(tmp_path, m
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(harness, "FAMILIES", ())
-    monkeypatch.setattr("mlir_mx.harness.report.write_text", full)
+    monkeypatch.setattr("mlir_mx_bench.results.write_text", full)
     rc = main(["--quick", "--quiet", "--shapes", "1x8x32", "--threads", "1", "--out", str(tmp_path)])
     assert rc == 1
     err = capsys.readouterr().err
@@ -244,7 +244,7 @@ def test_quick_quantize_run(tmp_path):
     """``--quantize``: ours (checked against the oracle first) and the oracle
     per format and thread count, written to the JSON and markdown results."""
     proc = subprocess.run(
-        [sys.executable, "-m", "mlir_mx.tools.mx_bench", "--quantize", "--quick", "--threads",
+        [sys.executable, "-m", "mlir_mx_bench.cli", "--quantize", "--quick", "--threads",
          "1,2", "--formats", "f4E2M1FN,i8", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip

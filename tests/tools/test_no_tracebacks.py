@@ -1,6 +1,6 @@
 """No CLI prints a Python traceback for any input file of the test suite.
 
-Every piece (``// -----``) of every ``.mlir`` file under ``test/`` (valid,
+Every piece (``// -----``) of every ``.mlir`` file under ``tests/lit/`` (valid,
 invalid and reproducer inputs alike) goes through ``mx-opt``, ``mx-runner``
 and ``mx-roofline`` in-process; each must return 0 or 1, print nothing that
 looks like a traceback, and say why when it returns 1.
@@ -19,7 +19,7 @@ from mlir_mx.tools import mx_opt, mx_roofline, mx_runner
 from mlir_mx.tools.driver import split_input
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = sorted(p for p in (ROOT / "test").rglob("*.mlir") if "Output" not in p.parts)
+FILES = sorted(p for p in (ROOT / "tests" / "lit").rglob("*.mlir") if "Output" not in p.parts)
 
 
 def _pieces():
@@ -28,7 +28,7 @@ def _pieces():
         if len(text) > 20_000:  # the 5000-deep nesting reproducer: mx-opt's lit test
             continue
         for i, chunk in enumerate(split_input(text, True)):
-            yield pytest.param(chunk.text, id=f"{path.relative_to(ROOT / 'test')}#{i}")
+            yield pytest.param(chunk.text, id=f"{path.relative_to(ROOT / 'tests' / 'lit')}#{i}")
 
 
 def _run(main, argv, text):

@@ -16,10 +16,10 @@ pytest.importorskip(
 
 from llama_cases import tiny_llama  # noqa: E402
 
-from mlir_mx.harness.model import targets, worker_env  # noqa: E402
-from mlir_mx.harness.model_worker import linear_weight_bytes, run_row  # noqa: E402
-from mlir_mx.tools.mx_bench import main  # noqa: E402
 from mlir_mx.torch import quantize_  # noqa: E402
+from mlir_mx_bench.cli import main  # noqa: E402
+from mlir_mx_bench.llama import targets, worker_env  # noqa: E402
+from mlir_mx_bench.llama_worker import linear_weight_bytes, run_row  # noqa: E402
 
 TOY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
            vocab_size=256)  # fmt: skip
@@ -90,7 +90,7 @@ def test_targets_from_rows():
 
 
 def test_the_report_names_its_targets_and_the_rows_not_run():
-    from mlir_mx.harness.model_report import _notes, _targets
+    from mlir_mx_bench.llama_report import _notes, _targets
 
     rec = {
         "targets": [],
@@ -123,7 +123,7 @@ def test_model_arguments_are_checked(capsys):
 @pytest.mark.slow
 def test_quick_model_run_writes_results(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "mlir_mx.tools.mx_bench", "--model", "--quick", "--threads", "1",
+        [sys.executable, "-m", "mlir_mx_bench.cli", "--model", "--quick", "--threads", "1",
          "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=1200,
     )  # fmt: skip

@@ -1,18 +1,18 @@
 """Generated MX matmul kernels: one family for every batch size.
 
 The kernels implement ``C += A x B`` (A MX, B MX or f32) in the blocked order
-of :mod:`mlir_mx.kernels.problem` as loop nests of upstream ``scf`` /
+of :mod:`mlir_mx.kernels.common.problem` as loop nests of upstream ``scf`` /
 ``memref`` / ``vector`` / ``arith`` ops, built with the Python bindings.
 
 Each schedule is one entry of :data:`~mlir_mx.kernels.registry.SCHEDULES`
 (its config, emitter, shape class and the problems it supports; ``mx-runner
 --help`` lists them), its emitter in a module of its own: e.g.
-:mod:`~mlir_mx.kernels.stream` (decode and small batches, B widened in
-registers as it streams by), :mod:`~mlir_mx.kernels.prefill` (B widened once
+:mod:`~mlir_mx.kernels.matmul.stream` (decode and small batches, B widened in
+registers as it streams by), :mod:`~mlir_mx.kernels.matmul.prefill` (B widened once
 into packed f32 panels for a register-tiled microkernel),
-:mod:`~mlir_mx.kernels.dot` (the block partials on the CPU's dot units).
+:mod:`~mlir_mx.kernels.dot.kernel` (the block partials on the CPU's dot units).
 The registry also holds the automatic choice by shape (``schedule=auto``);
-:mod:`~mlir_mx.kernels.plan` configures one for a problem; the
+:mod:`~mlir_mx.kernels.common.plan` configures one for a problem; the
 ``mx-matmul-kernels`` pass puts a kernel in place of the ``mx-to-linalg``
 blocked matmul, and :func:`kernel_module` builds a stand-alone module around
 one kernel (for the library API and tests).
@@ -23,9 +23,9 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, func
 
-from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.plan import KernelPlan, plan_kernel
-from mlir_mx.kernels.problem import Operands, Problem, code_columns
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.plan import KernelPlan, plan_kernel
+from mlir_mx.kernels.common.problem import Operands, Problem, code_columns
 from mlir_mx.kernels.registry import SCHEDULES, Schedule, choose, find, shape_class
 from mlir_mx.numerics.formats import SCALE_TYPE
 

@@ -11,7 +11,7 @@ differential tester's variants and the tests.  Adding a schedule is one
 emitter module plus one entry here (``docs/adding-a-kernel.md``).
 
 Every schedule computes the same f32 operations per output element (the
-blocked order of :mod:`mlir_mx.kernels.problem`), so the choice changes
+blocked order of :mod:`mlir_mx.kernels.common.problem`), so the choice changes
 speed, never results.
 """
 
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlir_mx.errors import MXValueError
-from mlir_mx.kernels.dot import DotConfig, emit_dot, supports_bf16, supports_int
-from mlir_mx.kernels.prefill import PrefillConfig, emit_prefill
-from mlir_mx.kernels.problem import Problem
-from mlir_mx.kernels.stream import StreamConfig, emit_stream
+from mlir_mx.kernels.common.problem import Problem
+from mlir_mx.kernels.dot.kernel import DotConfig, emit_dot, supports_bf16, supports_int
+from mlir_mx.kernels.matmul.prefill import PrefillConfig, emit_prefill
+from mlir_mx.kernels.matmul.stream import StreamConfig, emit_stream
 
 __all__ = [
     "SCHEDULES",

@@ -20,7 +20,7 @@ MX) activations with the generated kernels of :mod:`mlir_mx.kernels`::
   ``activations="i8"`` (or another MX element format) asks for it to be
   quantized per call: then ``lin(x)`` is ``Linear(w)(quantize(x, "i8", B))``
   bit for bit.
-* The weight is held once (:mod:`mlir_mx.linear_layout`): the stored codes
+* The weight is held once (:mod:`mlir_mx.linear.layout`): the stored codes
   above, or, when ``activations=`` names a format the CPU's dot units pair
   with the weight at every batch size and the dot kernels' records keep its
   codes bit for bit (FP4/INT8 weights with i8-sized activations: VNNI), the
@@ -44,7 +44,6 @@ import ml_dtypes
 import numpy as np
 from mlir import ir
 
-from mlir_mx import linear_layout as layout
 from mlir_mx.convert import quantize as compiled_quantize
 from mlir_mx.convert import quantize_stored
 from mlir_mx.dialect import load_dialect
@@ -53,7 +52,8 @@ from mlir_mx.execution import FREE, BoundFunction, CompileOptions, Runner
 from mlir_mx.execution.options import default_cache_dir
 from mlir_mx.host import check_threads
 from mlir_mx.kernels import Problem, choose, kernel_module, plan_kernel, shape_class
-from mlir_mx.kernels.dot_layout import KINDS, dot_kind
+from mlir_mx.kernels.dot.layout import KINDS, dot_kind
+from mlir_mx.linear import layout
 from mlir_mx.numerics import SCALE_DTYPE, MXArray, element_format, is_packed_storage
 from mlir_mx.pipelines import kernel_library_pipeline
 
@@ -81,10 +81,10 @@ class Linear:
     codes the f32 kernels read, or as the dot kernels' records alone when
     ``activations`` pairs with the weight on this CPU's dot units at every
     batch size and the records keep its codes (:attr:`records_unit`;
-    :func:`mlir_mx.linear_layout.records_unit`), or as both where the dot
+    :func:`mlir_mx.linear.layout.records_unit`), or as both where the dot
     units serve ``activations`` but the records cannot stand alone
     (:attr:`holds_stored` and :attr:`records_unit`;
-    :func:`mlir_mx.linear_layout.side_records_unit`).  :attr:`stored` and
+    :func:`mlir_mx.linear.layout.side_records_unit`).  :attr:`stored` and
     :meth:`weight` derive the other forms, bit for bit.
     """
 
@@ -189,7 +189,7 @@ class Linear:
     ) -> None:
         """Hold the stored form, and the dot kernels' records beside it where
         ``activations`` runs on the dot units but the records alone cannot hold
-        the weight (:func:`mlir_mx.linear_layout.side_records_unit`): ``records``
+        the weight (:func:`mlir_mx.linear.layout.side_records_unit`): ``records``
         as given (checked), else made from the stored form."""
         g = self._geometry
         unit = layout.side_records_unit(g, activations)

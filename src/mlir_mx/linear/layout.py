@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlir_mx.kernels import Problem
-from mlir_mx.kernels.dot_layout import KINDS, PANEL, RecordLayout, dot_kind
-from mlir_mx.kernels.problem import TILE_COLUMNS, tile_b_codes
+from mlir_mx.kernels.common.problem import TILE_COLUMNS, tile_b_codes
+from mlir_mx.kernels.dot.layout import KINDS, PANEL, RecordLayout, dot_kind
 from mlir_mx.kernels.registry import SHAPE_CLASSES, choose
 from mlir_mx.numerics import (
     SCALE_DTYPE,
@@ -264,7 +264,7 @@ def to_stored(chunks: Iterator[Chunk], g: Geometry) -> tuple[np.ndarray, np.ndar
 
 def to_records(chunks: Iterator[Chunk], unit: str, g: Geometry) -> np.ndarray:
     """B's records of dot unit ``unit`` (``kernels.dot_layout.pack_records``), a new array."""
-    from mlir_mx.kernels.dot_layout import pack_records
+    from mlir_mx.kernels.dot.layout import pack_records
 
     layout = g.layout(unit)
     rows, width = layout.shape(g.k, g.n)

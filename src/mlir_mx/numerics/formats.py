@@ -66,7 +66,7 @@ class ElementFormat:
       (FP4 two codes per byte, FP6 four per three bytes, 8-bit formats 1:1;
       :mod:`mlir_mx.numerics.packing`);
     * ``widening``: how compiled code widens a code to its exact value
-      (:mod:`mlir_mx.kernels.codec`): ``"values"`` (few enough codes for a
+      (:mod:`mlir_mx.kernels.common.codec`): ``"values"`` (few enough codes for a
       16-entry value table in one register: FP4), ``"f16"`` (the code's bits
       placed into an f16, then a hardware f16 -> f32 conversion), ``"int"``
       (a signed integer conversion, then the fixed-point scale);

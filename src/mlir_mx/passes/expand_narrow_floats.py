@@ -51,8 +51,8 @@ from dataclasses import dataclass
 from mlir import ir
 
 from mlir_mx.ir_utils import collect
-from mlir_mx.kernels.builder import ArithBuilder
-from mlir_mx.kernels.codec import (
+from mlir_mx.kernels.common.builder import ArithBuilder
+from mlir_mx.kernels.common.codec import (
     F32_ABS_MASK,
     F32_INF,
     F32_QNAN,
@@ -134,11 +134,11 @@ def _builder(like: ir.Type, loc: ir.Location) -> ArithBuilder:
 def _ext_to_f32(b: ArithBuilder, x: ir.Value, fmt: NarrowFormat, f16_widening: bool) -> ir.Value:
     """Exact narrow -> f32 conversion of ``x`` (narrow float typed)."""
     code = b.bitcast(x, ir.IntegerType.get_signless(fmt.width))
-    if fmt.kind == "e8m0":  # the kernels' E8M0 decoding (mlir_mx.kernels.codec)
+    if fmt.kind == "e8m0":  # the kernels' E8M0 decoding (mlir_mx.kernels.common.codec)
         return e8m0_to_f32(b, code)
     if f16_widening:
         # The format table's widening recipe, as the kernels emit it
-        # (mlir_mx.kernels.codec.widen: f16 for E4M3, E5M2, FP6 and FP4): the
+        # (mlir_mx.kernels.common.codec.widen: f16 for E4M3, E5M2, FP6 and FP4): the
         # code byte placed into an f16 and widened by the hardware conversion
         # (vcvtph2ps): no f32 subnormal operands, hence no microcode assists.
         ef = ELEMENT_FORMATS[fmt.name]
@@ -181,7 +181,7 @@ def _trunc_from_f32(b: ArithBuilder, x: ir.Value, fmt: NarrowFormat, out_elem: i
     n = fmt.ebits + fmt.mbits
     absb = b.andi(bits, c(F32_ABS_MASK))
     sign = b.shli(b.shrui(bits, c(31)), c(n))
-    # In range: the kernels' rounding (mlir_mx.kernels.codec.round_magnitude).
+    # In range: the kernels' rounding (mlir_mx.kernels.common.codec.round_magnitude).
     code = round_magnitude(b, absb, ELEMENT_FORMATS[fmt.name])
     # Overflow.
     if fmt.kind == "nan":

@@ -5,7 +5,7 @@ Runs on buffers, after ``bufferize``, like ``mx-matmul-kernels``.
 block amax into a filled ``f32`` buffer, ``"quantize_amax"``; the E8M0 codes,
 ``"quantize_scales"``; the scaled and rounded elements,
 ``"quantize_elements"``) and ``mx.dequantize_block`` to one
-(``"dequantize"``).  The pass puts one kernel of :mod:`mlir_mx.kernels.convert`
+(``"dequantize"``).  The pass puts one kernel of :mod:`mlir_mx.kernels.convert.emitter`
 in place of each group: vectorized, multi-threaded (``threads``), the same
 bits (the kernels implement the same numerics; ``docs/numerics.md``).  The
 amax buffer, its fill and its deallocation go away; FP4/FP6 codes packed at
@@ -26,8 +26,8 @@ from mlir.dialects import arith, memref
 
 from mlir_mx.host import default_threads
 from mlir_mx.ir_utils import KernelTag, collect, indexing_maps, kernel_tag, owner_op, users
-from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.convert import ConvertSpec, emit_convert
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.convert.emitter import ConvertSpec, emit_convert
 from mlir_mx.numerics import element_format
 from mlir_mx.passes.matmul_kernels import _erase_unpack, _packed_source
 from mlir_mx.passes.registry import Option, PassError, register_pass
@@ -197,7 +197,7 @@ def _reshape(kb: KernelBuilder, mem: ir.Value, shape: list[int]) -> ir.Value:
 
 
 def _views(kb, shape, axis, block, x, codes, scale, out=None):
-    """The kernel's views of the buffers (the layouts of ``mlir_mx.kernels.convert``):
+    """The kernel's views of the buffers (the layouts of ``mlir_mx.kernels.convert.emitter``):
     ``x`` ``(P, N)`` (rows) or ``(P, N, Q)`` (columns), codes, scales and ``out``
     2-D with their rows as the kernel counts them."""
     p = _prod(shape[:axis])

@@ -1,5 +1,5 @@
 // Baseline for bench/decode_gemv.py: a plain f32 matmul (one linalg.generic
-// over (m, n, k), the `f32` variant of mlir_mx.model.variants) tiled and
+// over (m, n, k), the `f32` variant of mlir_mx.roofline.variants) tiled and
 // vectorized with the same stock transforms and the same register tile as
 // the blocked mx partials (schedules-blocked.mlir): interchange to
 // (m, k, n), tile [1, 8, 32], vector<1x8x32>, k reduced by elementwise adds.

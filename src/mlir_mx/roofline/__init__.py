@@ -2,16 +2,16 @@
 
 Typical use::
 
-    from mlir_mx.model import M4, analyze, shift
+    from mlir_mx.roofline import M4, analyze, shift
     km = analyze(text)                 # bytes and FLOPs of the lowered IR
     km.intensity, km.time_floor(M4), km.breakdown()
 
-``mlir_mx.model.measure`` measures this machine and times kernels;
-``mlir_mx.model.plots`` draws the roofline and time charts; ``docs/model.md``
+``mlir_mx.roofline.measure`` measures this machine and times kernels;
+``mlir_mx.roofline.plots`` draws the roofline and time charts; ``docs/model.md``
 states the rules.
 """
 
-from mlir_mx.model.ir_model import (
+from mlir_mx.roofline.ir_model import (
     BUFFERIZE,
     Buffer,
     KernelModel,
@@ -24,9 +24,9 @@ from mlir_mx.model.ir_model import (
     lower_to_linalg,
     shift,
 )
-from mlir_mx.model.machines import M4, MACHINES, Machine
-from mlir_mx.model.measure import get_machine
-from mlir_mx.model.report import Row, model_rows, roofline_table
+from mlir_mx.roofline.machines import M4, MACHINES, Machine
+from mlir_mx.roofline.measure import get_machine
+from mlir_mx.roofline.report import Row, model_rows, roofline_table
 
 __all__ = [
     "BUFFERIZE",

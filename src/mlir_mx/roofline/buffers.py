@@ -25,8 +25,8 @@ from mlir_mx.ir_utils import (
     owner_op,
     users,
 )
-from mlir_mx.model.kernel_model import Buffer, element_bits, require_static_shape
 from mlir_mx.numerics.formats import SCALE_TYPE
+from mlir_mx.roofline.kernel_model import Buffer, element_bits, require_static_shape
 
 __all__ = ["boundary_buffers", "temporaries"]
 

@@ -26,8 +26,8 @@ from mlir_mx.ir_utils import (
     loop_ranges,
     owner_op,
 )
-from mlir_mx.model.kernel_model import LinalgCount, ModelError, require_static_shape
 from mlir_mx.numerics.formats import SCALE_TYPE
+from mlir_mx.roofline.kernel_model import LinalgCount, ModelError, require_static_shape
 
 __all__ = ["count_generic", "flop_counts"]
 

@@ -2,8 +2,8 @@
 
 :func:`analyze` takes a module (text or ``ir.Module``), lowers it as far as
 the model needs (here), and reads two things off the result, each rule in a
-module of its own (:mod:`~mlir_mx.model.buffers`, :mod:`~mlir_mx.model.flops`;
-the result types are in :mod:`~mlir_mx.model.kernel_model`):
+module of its own (:mod:`~mlir_mx.roofline.buffers`, :mod:`~mlir_mx.roofline.flops`;
+the result types are in :mod:`~mlir_mx.roofline.kernel_model`):
 
 * **bytes**: the memref arguments and results of the *bufferized* function,
   each buffer once (a result that is an argument, or a view of one, is not
@@ -32,9 +32,11 @@ from mlir import ir
 from mlir_mx.diagnostics import DiagnosticError
 from mlir_mx.dialect import parse_module
 from mlir_mx.ir_utils import collect, find_first, public_functions
-from mlir_mx.model.buffers import boundary_buffers, temporaries
-from mlir_mx.model.flops import flop_counts
-from mlir_mx.model.kernel_model import (
+from mlir_mx.passes.pipeline import Pipeline, PipelineElement, PipelineError, run_pipeline
+from mlir_mx.passes.registry import OptionError
+from mlir_mx.roofline.buffers import boundary_buffers, temporaries
+from mlir_mx.roofline.flops import flop_counts
+from mlir_mx.roofline.kernel_model import (
     Buffer,
     KernelModel,
     LinalgCount,
@@ -43,8 +45,6 @@ from mlir_mx.model.kernel_model import (
     element_bits,
     shift,
 )
-from mlir_mx.passes.pipeline import Pipeline, PipelineElement, PipelineError, run_pipeline
-from mlir_mx.passes.registry import OptionError
 
 __all__ = [
     "BUFFERIZE",

@@ -2,8 +2,8 @@
 one function (totals, intensity, time floor on a machine) and the
 decomposition of an intensity shift; plus :class:`ModelError`.
 
-The rules that fill these in: :mod:`mlir_mx.model.buffers` (bytes) and
-:mod:`mlir_mx.model.flops` (FLOPs); :mod:`mlir_mx.model.ir_model` lowers the
+The rules that fill these in: :mod:`mlir_mx.roofline.buffers` (bytes) and
+:mod:`mlir_mx.roofline.flops` (FLOPs); :mod:`mlir_mx.roofline.ir_model` lowers the
 IR and applies both.
 """
 

@@ -5,7 +5,7 @@ post this project started from; its roofline is drawn for that machine):
 120 GB/s (Apple's published LPDDR5X bandwidth) and 560 GFLOP/s (not published; estimated from core count,
 FMA units, lane width and clock), with the ridge drawn as a band 30% either
 side because the peak is an estimate.  This module is data only;
-:func:`mlir_mx.model.measure.get_machine` returns a preset by name or
+:func:`mlir_mx.roofline.measure.get_machine` returns a preset by name or
 measures this machine (``"measure"``).
 """
 

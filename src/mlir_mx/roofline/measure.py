@@ -35,8 +35,8 @@ import numpy as np
 from mlir_mx.errors import MXValueError
 from mlir_mx.execution import Runner
 from mlir_mx.host import machine_description
-from mlir_mx.model.machines import MACHINES, Machine
-from mlir_mx.model.variants import VARIANTS, Shape, variant_module_text
+from mlir_mx.roofline.machines import MACHINES, Machine
+from mlir_mx.roofline.variants import VARIANTS, Shape, variant_module_text
 
 __all__ = [
     "FMA_ACCUMULATORS",
@@ -147,8 +147,8 @@ def time_kernel(
     seed: int = 0,
 ) -> KernelTiming:
     """Compile ``variant`` at ``shape`` through the Runner and time ``@bench``."""
-    from mlir_mx.model.ir_model import lower_to_linalg
     from mlir_mx.pipelines import load_pipeline
+    from mlir_mx.roofline.ir_model import lower_to_linalg
 
     v = VARIANTS[variant]
     text = variant_module_text(variant, shape, element, block_size)
@@ -333,7 +333,7 @@ def numpy_gflops(n: int = 2048, reps: int = 3) -> float:
 
 
 def get_machine(name: str, *, threads: int = 1, progress=None) -> Machine:
-    """A preset of :data:`~mlir_mx.model.machines.MACHINES` by name, or
+    """A preset of :data:`~mlir_mx.roofline.machines.MACHINES` by name, or
     ``"measure"``: this machine's measured ceilings.  Any other name is an
     :class:`~mlir_mx.errors.MXValueError` listing the valid ones."""
     if name == "measure":

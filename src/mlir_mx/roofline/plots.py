@@ -14,8 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from mlir_mx.files import atomic_path  # noqa: E402
-from mlir_mx.model.machines import Machine  # noqa: E402
-from mlir_mx.model.report import Row, shifts  # noqa: E402
+from mlir_mx.roofline.machines import Machine  # noqa: E402
+from mlir_mx.roofline.report import Row, shifts  # noqa: E402
 
 __all__ = ["roofline_plot", "time_plot"]
 

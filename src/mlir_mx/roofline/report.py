@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlir_mx.model.ir_model import KernelModel, Shift, analyze, shift
-from mlir_mx.model.machines import Machine
-from mlir_mx.model.measure import Timing
-from mlir_mx.model.variants import VARIANTS, Shape, variant_module_text
+from mlir_mx.roofline.ir_model import KernelModel, Shift, analyze, shift
+from mlir_mx.roofline.machines import Machine
+from mlir_mx.roofline.measure import Timing
+from mlir_mx.roofline.variants import VARIANTS, Shape, variant_module_text
 
 __all__ = ["Row", "model_rows", "roofline_table", "shifts"]
 
@@ -133,7 +133,7 @@ def markdown_report(rows: list[Row], machine: Machine, command: str, plots: list
     import numpy as np
 
     from mlir_mx.host import machine_description
-    from mlir_mx.model.variants import VARIANTS
+    from mlir_mx.roofline.variants import VARIANTS
 
     date = datetime.date.today().isoformat()
     timings = "\n".join(

@@ -23,10 +23,10 @@ import time
 import numpy as np
 
 from mlir_mx.execution import Runner
-from mlir_mx.model.variants import Shape, variant_module_text
 from mlir_mx.numerics import ELEMENT_FORMATS, dequantize, quantize
 from mlir_mx.passes.pipeline import PipelineElement
 from mlir_mx.pipelines import load_pipeline
+from mlir_mx.roofline.variants import Shape, variant_module_text
 from mlir_mx.tools.driver import ArgParser, tool_main
 
 M, N, K, B = 32, 64, 64, 32

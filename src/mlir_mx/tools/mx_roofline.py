@@ -70,8 +70,8 @@ def _parser() -> ArgParser:
 
 
 def _file_rows(args, say):
-    from mlir_mx.model.ir_model import analyze_all
-    from mlir_mx.model.report import Row
+    from mlir_mx.roofline.ir_model import analyze_all
+    from mlir_mx.roofline.report import Row
 
     rows = []
     for f in args.files:
@@ -104,8 +104,8 @@ def _time_file_row(row, say):
     import numpy as np
 
     from mlir_mx.execution import Runner
-    from mlir_mx.model.ir_model import lower_to_linalg
-    from mlir_mx.model.measure import time_repeated
+    from mlir_mx.roofline.ir_model import lower_to_linalg
+    from mlir_mx.roofline.measure import time_repeated
 
     runner = Runner(lower_to_linalg(row.source_text))
     sig = runner.signature(row.model.function)
@@ -147,9 +147,9 @@ def _parse(argv):
 def run(args) -> int:
     say = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
 
-    from mlir_mx.model.measure import get_machine
-    from mlir_mx.model.report import model_rows, roofline_table
-    from mlir_mx.model.variants import VARIANTS, parse_shape
+    from mlir_mx.roofline.measure import get_machine
+    from mlir_mx.roofline.report import model_rows, roofline_table
+    from mlir_mx.roofline.variants import VARIANTS, parse_shape
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in variants:
@@ -174,7 +174,7 @@ def run(args) -> int:
     rows += model_rows(shapes, variants, args.element, args.block_size)
 
     if args.measure_kernels:
-        from mlir_mx.model.measure import time_kernel
+        from mlir_mx.roofline.measure import time_kernel
 
         for r in rows:
             say(f"timing {r.name} {r.shape_text}...")
@@ -203,8 +203,8 @@ def _write(rows, machine, args, say) -> None:
     import datetime
 
     from mlir_mx.files import write_text
-    from mlir_mx.model.plots import roofline_plot, time_plot
-    from mlir_mx.model.report import markdown_report
+    from mlir_mx.roofline.plots import roofline_plot, time_plot
+    from mlir_mx.roofline.report import markdown_report
 
     date = f"-{datetime.date.today().isoformat()}" if args.report else ""
     out = Path(args.out)

@@ -19,7 +19,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         f"mlir_mx.torch needs torch (tested: torch 2.13.0 CPU): pip install 'mlir-mx[torch]' ({e})"
     ) from e
 
-from .convert import QuantizeSummary, quantize_
+from .convert_model import QuantizeSummary, quantize_
 from .module import InferenceOnlyError, MXLinear
 from .quantizer import quantize_weight
 from .reference import LogitBound, dequantize_, greedy, logit_bound

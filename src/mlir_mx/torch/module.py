@@ -11,7 +11,7 @@ from mlir_mx.interop.layout import check_linear_weight
 from mlir_mx.linear import Linear, check_activations
 from mlir_mx.numerics import MXArray, dequantize
 
-from . import ops
+from . import custom_ops as ops
 from .quantizer import quantize_weight
 
 __all__ = ["InferenceOnlyError", "MXLinear", "check_activations"]

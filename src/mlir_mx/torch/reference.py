@@ -42,7 +42,7 @@ import torch
 
 from mlir_mx.numerics import dequantize
 
-from .convert import QuantizeSummary, selected_linears
+from .convert_model import QuantizeSummary, selected_linears
 from .quantizer import quantize_weight
 
 __all__ = ["LogitBound", "dequantize_", "greedy", "logit_bound"]

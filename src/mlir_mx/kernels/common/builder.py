@@ -43,7 +43,7 @@ class ArithBuilder:
     Type arguments are full types, or element types that :meth:`shaped`
     gives this builder's shape (``like``, when set).  Constants are created
     at the current insertion point (:class:`KernelBuilder` hoists them).
-    Codecs (:mod:`mlir_mx.kernels.codec`) are written against this class, so
+    Codecs (:mod:`mlir_mx.kernels.common.codec`) are written against this class, so
     the kernels and the ``mx-expand-narrow-floats`` pass share them.
     """
 

@@ -1,12 +1,12 @@
 """Exact conversions between f32 and MX codes, written once for every IR builder.
 
-The generated kernels (:mod:`mlir_mx.kernels.widen`, :mod:`mlir_mx.kernels.encode`,
+The generated kernels (:mod:`mlir_mx.kernels.common.widen`, :mod:`mlir_mx.kernels.convert.encode`,
 the dot kernels), the ``mx-to-linalg`` lowering
 (:mod:`mlir_mx.passes.mx_to_linalg.helpers`) and the ``mx-expand-narrow-floats``
 pass all widen element codes and E8M0 scales, derive E8M0 codes and round f32
 values to element codes; all of them call these functions with an
-:class:`~mlir_mx.kernels.builder.ArithBuilder` (the kernels'
-:class:`~mlir_mx.kernels.builder.KernelBuilder` hoists the constants, the
+:class:`~mlir_mx.kernels.common.builder.ArithBuilder` (the kernels'
+:class:`~mlir_mx.kernels.common.builder.KernelBuilder` hoists the constants, the
 pass's builder works on its op's shape).  Each function works on scalars,
 vectors or static tensors; constants take the shape of the operand.  Code
 bytes are ``i8`` (the code in the low bits), their values exactly as
@@ -112,7 +112,7 @@ def widen(b, codes: ir.Value, fmt: ElementFormat) -> ir.Value:
     ``widening`` row: ``int`` (:func:`int_widen`), ``f16`` (:func:`f16_widen`).
 
     ``values`` (FP4) is a 16-entry value table in one register, a lookup only
-    the kernels emit (:meth:`mlir_mx.kernels.widen.Decoder.lookup16`); its
+    the kernels emit (:meth:`mlir_mx.kernels.common.widen.Decoder.lookup16`); its
     elementwise form, for any shape and builder, is the f16 construction,
     exact for every code of such a format.
     """

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlir_mx.host import check_threads
-from mlir_mx.kernels.problem import Operands, Problem
+from mlir_mx.kernels.common.problem import Operands, Problem
 from mlir_mx.kernels.registry import SCHEDULES, Schedule, check_schedule, choose
 
 __all__ = ["KernelPlan", "plan_kernel"]

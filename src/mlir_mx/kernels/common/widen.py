@@ -6,7 +6,7 @@ per byte, the code in the low bits as stored by the oracle) and returns
 power-of-two factor for another operand to compensate: a factor could
 overflow or underflow a finite operand, ``docs/numerics.md``).  The recipe
 is the format's ``ElementFormat.widening`` row, written once in
-:mod:`mlir_mx.kernels.codec`:
+:mod:`mlir_mx.kernels.common.codec`:
 
 * ``f16`` (E4M3, E5M2, FP6 without VBMI): the code placed into an f16,
   widened by the hardware ``f16 -> f32`` conversion, times ``2^(15 - bias)``
@@ -44,8 +44,8 @@ import numpy as np
 from mlir import ir
 
 from mlir_mx.host import has_features
-from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.codec import e8m0_to_f32, widen
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.codec import e8m0_to_f32, widen
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, ElementFormat, decode_elements
 
 __all__ = ["Decoder", "decoder", "decode_scales", "LANES"]
@@ -225,5 +225,5 @@ def decoder(element: str, vbmi: bool | None = None) -> Decoder:
 
 def decode_scales(kb: KernelBuilder, codes: ir.Value) -> ir.Value:
     """E8M0 codes (``vector<n x i8>``) -> ``vector<n x f32>``, exactly
-    (:func:`mlir_mx.kernels.codec.e8m0_to_f32`)."""
+    (:func:`mlir_mx.kernels.common.codec.e8m0_to_f32`)."""
     return e8m0_to_f32(kb, codes)

@@ -2,22 +2,22 @@
 
 What ``mx.dequantize_block`` computes (``f32(value * 2^(code - 127))``, one
 rounding; NaN for scale code 255; ``docs/numerics.md``), with the widening of
-the matmul kernels (:mod:`mlir_mx.kernels.widen`: the VBMI byte tables, the
+the matmul kernels (:mod:`mlir_mx.kernels.common.widen`: the VBMI byte tables, the
 f16 path, FP4's ``vpermps``, E8M0 decoding; packed FP4/FP6 unpacked in
 registers).  A decoder yields the exact element values; the kernel
 multiplies them by the scale, so the only rounding is that of
-``value * scale``, as in the oracle.  Layouts and work split: :mod:`mlir_mx.kernels.convert`.
+``value * scale``, as in the oracle.  Layouts and work split: :mod:`mlir_mx.kernels.convert.emitter`.
 """
 
 from __future__ import annotations
 
 from mlir import ir
 
-from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.convert import ConvertEmitter, ConvertSpec
-from mlir_mx.kernels.problem import CodeRows
-from mlir_mx.kernels.stream import interleave_pairs
-from mlir_mx.kernels.widen import LANES, decode_scales
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.problem import CodeRows
+from mlir_mx.kernels.common.widen import LANES, decode_scales
+from mlir_mx.kernels.convert.emitter import ConvertEmitter, ConvertSpec
+from mlir_mx.kernels.matmul.stream import interleave_pairs
 
 __all__ = ["Dequantize"]
 

@@ -19,7 +19,7 @@ stride is not 1, elements are loaded one by one); codes, scales and the f32
 output of ``dequantize`` have a unit innermost stride and any row stride.
 :func:`convert_module` builds the module (``func @quantize(x, codes,
 scales)`` or ``func @dequantize(codes, scales, out)``); the emitters live
-in :mod:`~mlir_mx.kernels.quantize` and :mod:`~mlir_mx.kernels.dequantize`.
+in :mod:`~mlir_mx.kernels.convert.quantize` and :mod:`~mlir_mx.kernels.convert.dequantize`.
 
 Work is split into items (a segment of up to :data:`SEGMENT_BLOCKS` blocks of
 one row, or one block row of up to :data:`COLUMN_CHUNK` columns), and the
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import arith, func
 
-from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.widen import LANES
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.widen import LANES
 from mlir_mx.numerics.formats import element_format
 
 __all__ = [
@@ -130,8 +130,8 @@ def emit_convert(kb: KernelBuilder, spec: ConvertSpec, *args: ir.Value) -> None:
     """Emit the kernel of ``spec`` at the insertion point; ``args``: the memrefs
     of :meth:`ConvertSpec.arg_types` (``x, codes, scales`` to quantize,
     ``codes, scales, out`` to dequantize)."""
-    from mlir_mx.kernels.dequantize import Dequantize
-    from mlir_mx.kernels.quantize import Quantize
+    from mlir_mx.kernels.convert.dequantize import Dequantize
+    from mlir_mx.kernels.convert.quantize import Quantize
 
     (Quantize if spec.op == "quantize" else Dequantize)(kb, spec, *args).emit()
 
@@ -160,7 +160,7 @@ def split_items(kb: KernelBuilder, w: ir.Value, inner) -> tuple[ir.Value, ir.Val
 
 class ConvertEmitter:
     """The loops both conversion kernels share; a subclass gives its sizes and
-    its bodies (:mod:`~mlir_mx.kernels.quantize`, :mod:`~mlir_mx.kernels.dequantize`).
+    its bodies (:mod:`~mlir_mx.kernels.convert.quantize`, :mod:`~mlir_mx.kernels.convert.dequantize`).
 
     ``rows``: items are segments of up to :data:`SEGMENT_BLOCKS` blocks of a
     row; a block size that is a multiple of 16 runs :meth:`block` per block,

@@ -1,10 +1,10 @@
 """Exact encoding of f32 values to MX codes, in vector registers.
 
-The encoding side of :mod:`mlir_mx.kernels.widen`: the same numerics as the
+The encoding side of :mod:`mlir_mx.kernels.common.widen`: the same numerics as the
 ``mx-to-linalg`` lowering of ``mx.quantize_block``
 (:mod:`mlir_mx.passes.mx_to_linalg.helpers`) and the f32 -> narrow
 conversion of ``mx-expand-narrow-floats``, from the same codec
-(:mod:`mlir_mx.kernels.codec`: ``e8m0_code``, ``e8m0_inverse``,
+(:mod:`mlir_mx.kernels.common.codec`: ``e8m0_code``, ``e8m0_inverse``,
 ``round_magnitude``), for vectors of 16 lanes so that a kernel encodes a
 whole register at once.  Bit for bit the numpy oracle (``docs/numerics.md``):
 
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.codec import F32_ABS_MASK, F32_INF, f32_bits, round_magnitude
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.codec import F32_ABS_MASK, F32_INF, f32_bits, round_magnitude
 from mlir_mx.numerics.formats import ElementFormat, element_format
 
 __all__ = ["Encoder", "LANES", "pack"]

@@ -2,9 +2,9 @@
 
 What ``mx.quantize_block`` computes (its ``mx-to-linalg`` lowering: block
 amax, E8M0 code, scaled and rounded elements; ``docs/numerics.md``), as one
-pass over the input in vector registers (:mod:`mlir_mx.kernels.encode`
+pass over the input in vector registers (:mod:`mlir_mx.kernels.convert.encode`
 holds the per-register numerics).  Layouts and work split:
-:mod:`mlir_mx.kernels.convert`.
+:mod:`mlir_mx.kernels.convert.emitter`.
 
 ``rows`` with a block size that is a multiple of 16: each block is loaded
 once, its amax is an integer ``umax`` of the magnitude bits reduced to a
@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from mlir import ir
 
-from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.codec import abs_bits, e8m0_code, e8m0_inverse
-from mlir_mx.kernels.convert import ConvertEmitter, ConvertSpec, split_items
-from mlir_mx.kernels.encode import LANES, Encoder, pack
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.codec import abs_bits, e8m0_code, e8m0_inverse
+from mlir_mx.kernels.convert.emitter import ConvertEmitter, ConvertSpec, split_items
+from mlir_mx.kernels.convert.encode import LANES, Encoder, pack
 from mlir_mx.numerics.formats import element_format
 from mlir_mx.numerics.packing import packing_group
 

@@ -30,10 +30,10 @@ from __future__ import annotations
 from mlir import ir
 
 from mlir_mx.host import has_features
-from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.dot_layout import PANEL, int_factor, offset_bytes, value_table
-from mlir_mx.kernels.problem import CodeRows
-from mlir_mx.kernels.widen import LANES, decode_scales, decoder
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.problem import CodeRows
+from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder
+from mlir_mx.kernels.dot.layout import PANEL, int_factor, offset_bytes, value_table
 from mlir_mx.numerics import ELEMENT_FORMATS
 
 __all__ = ["CodesSource", "EVEN_ODD"]

@@ -41,14 +41,14 @@ from dataclasses import dataclass
 from mlir import ir
 
 from mlir_mx.host import has_features
-from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.dot_codes import CodesSource
-from mlir_mx.kernels.dot_layout import PANEL, RecordLayout, dot_kind, int_factor, offset_bytes
-from mlir_mx.kernels.dot_prep import prepare_dot_a
-from mlir_mx.kernels.dot_sweep import sweep_decode
-from mlir_mx.kernels.problem import Operands, Problem
-from mlir_mx.kernels.stream import interleave_pairs
-from mlir_mx.kernels.widen import LANES, decode_scales
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.problem import Operands, Problem
+from mlir_mx.kernels.common.widen import LANES, decode_scales
+from mlir_mx.kernels.dot.codes import CodesSource
+from mlir_mx.kernels.dot.layout import PANEL, RecordLayout, dot_kind, int_factor, offset_bytes
+from mlir_mx.kernels.dot.prep import prepare_dot_a
+from mlir_mx.kernels.dot.sweep import sweep_decode
+from mlir_mx.kernels.matmul.stream import interleave_pairs
 
 __all__ = ["DotConfig", "emit_dot", "supports_int", "supports_bf16"]
 

@@ -1,6 +1,6 @@
 """Which dot unit computes an MX pair's block partials exactly, and B's VNNI records.
 
-The dot kernels (:mod:`mlir_mx.kernels.dot`) compute each block partial
+The dot kernels (:mod:`mlir_mx.kernels.dot.kernel`) compute each block partial
 ``p = sum_kk a[kk] b[kk]`` of the blocked order (``docs/numerics.md``) with
 a dot-product instruction instead of f32 FMAs, and give the same bits:
 

@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import math, vector
 
-from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.codec import abs_bits, e8m0_code, e8m0_to_f32
-from mlir_mx.kernels.dot_layout import DotKind, int_factor
-from mlir_mx.kernels.problem import CodeRows, Operands, Problem, vector_loop
-from mlir_mx.kernels.widen import LANES, decode_scales, decoder
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.codec import abs_bits, e8m0_code, e8m0_to_f32
+from mlir_mx.kernels.common.problem import CodeRows, Operands, Problem, vector_loop
+from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder
+from mlir_mx.kernels.dot.layout import DotKind, int_factor
 from mlir_mx.numerics import ELEMENT_FORMATS
 from mlir_mx.numerics.formats import SCALE_BIAS, SCALE_NAN_CODE
 

@@ -25,9 +25,9 @@ written in that order through two shuffles per 32 columns.
 
 from __future__ import annotations
 
-from mlir_mx.kernels.dot_codes import EVEN_ODD
-from mlir_mx.kernels.dot_layout import PANEL
-from mlir_mx.kernels.widen import LANES, decode_scales
+from mlir_mx.kernels.common.widen import LANES, decode_scales
+from mlir_mx.kernels.dot.codes import EVEN_ODD
+from mlir_mx.kernels.dot.layout import PANEL
 
 __all__ = ["sweep_decode"]
 
@@ -81,7 +81,7 @@ def _valid(kb, prob, col):
 
 def _scale_into_c(k, blk, acc, lo, hi, permuted: bool) -> None:
     """``C[0, panel] = fma(float(acc) * sb, sa, C[0, panel])`` for the block."""
-    from mlir_mx.kernels.dot import _even_odd, _in_order
+    from mlir_mx.kernels.dot.kernel import _even_odd, _in_order
 
     kb, prob, src = k.kb, k.prob, k.codes
     sa = kb.broadcast(kb.load(k.pa.scales, [0, blk]), LANES)

@@ -19,7 +19,7 @@ once per block per accumulator tile (GotoBLAS/BLIS loop order)::
             C[...] = c
 
 Per output element this is exactly the blocked order of
-:mod:`mlir_mx.kernels.problem`, so results equal the streaming schedule's
+:mod:`mlir_mx.kernels.common.problem`, so results equal the streaming schedule's
 bit for bit.  Rows past M (the last row tile) are computed on zero rows of
 ``af`` and never stored; columns past N are zero in the panels and masked
 in C.
@@ -32,10 +32,10 @@ from dataclasses import dataclass, replace
 from mlir import ir
 
 from mlir_mx.host import has_features
-from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.problem import KernelState, Operands, PreparedA, Problem, prepare_a
-from mlir_mx.kernels.stream import interleave_pairs
-from mlir_mx.kernels.widen import LANES, decode_scales
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.problem import KernelState, Operands, PreparedA, Problem, prepare_a
+from mlir_mx.kernels.common.widen import LANES, decode_scales
+from mlir_mx.kernels.matmul.stream import interleave_pairs
 
 __all__ = ["PrefillConfig", "emit_prefill"]
 

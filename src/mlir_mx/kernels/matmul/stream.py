@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 from mlir import ir
 
 from mlir_mx.host import has_features
-from mlir_mx.kernels.builder import KernelBuilder
-from mlir_mx.kernels.problem import (
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.problem import (
     TILE_COLUMNS,
     KernelState,
     Operands,
@@ -41,7 +41,7 @@ from mlir_mx.kernels.problem import (
     code_columns,
     prepare_a,
 )
-from mlir_mx.kernels.widen import LANES, decode_scales
+from mlir_mx.kernels.common.widen import LANES, decode_scales
 
 __all__ = ["StreamConfig", "emit_stream", "TILED_PREFETCH"]
 

@@ -25,7 +25,7 @@ operands of the four mx ops, which are lowered to ``linalg.generic``:
   falling back to requantization when a code would leave [0, 254]; NaN
   blocks are kept); any other alpha dequantizes, multiplies and requantizes.
 
-The op lowerings are in :mod:`mlir_mx.passes.mx_to_linalg.ops`; this module
+The op lowerings are in :mod:`mlir_mx.passes.mx_to_linalg.lowerings`; this module
 does the split around them.  The split is done by hand on the IR API (there is no Python dialect
 conversion framework at 22.1.8): signatures first, bridged with
 ``builtin.unrealized_conversion_cast`` (2 -> 1 and 1 -> 2); then calls,
@@ -40,7 +40,7 @@ from mlir import ir
 
 from mlir_mx.dialect.types import MXTensorType, is_mx_type
 from mlir_mx.ir_utils import collect, owner_op
-from mlir_mx.passes.mx_to_linalg.ops import CAST, LOWERINGS, pack, unpack
+from mlir_mx.passes.mx_to_linalg.lowerings import CAST, LOWERINGS, pack, unpack
 from mlir_mx.passes.mx_to_linalg.storage import STORAGES, pack_codes, unpack_codes
 from mlir_mx.passes.registry import Option, PassError, register_pass
 

@@ -21,8 +21,8 @@ from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
 from mlir_mx.dialect.types import MXTensorType
-from mlir_mx.kernels.builder import ArithBuilder
-from mlir_mx.kernels.codec import abs_bits, e8m0_code, e8m0_inverse, int_widen
+from mlir_mx.kernels.common.builder import ArithBuilder
+from mlir_mx.kernels.common.codec import abs_bits, e8m0_code, e8m0_inverse, int_widen
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_NAN_CODE, SCALE_TYPE
 
 __all__ = [
@@ -151,7 +151,7 @@ def generic(
 # ------------------------------------------------------------------ scalars
 #
 # Scalar payloads are built with the kernels' ArithBuilder and codec
-# (mlir_mx.kernels.codec), at the current insertion point.
+# (mlir_mx.kernels.common.codec), at the current insertion point.
 
 
 def _b() -> ArithBuilder:
@@ -201,7 +201,7 @@ def code_to_scale(code: ir.Value, scale_type: str = SCALE_TYPE) -> ir.Value:
 
 def amax_to_code(amax: ir.Value, emax: int) -> ir.Value:
     """E8M0 code (i32) of a block from its f32 ``amax`` (the OCP FLOOR rule,
-    :func:`mlir_mx.kernels.codec.e8m0_code`: ``max(field - emax, 0)`` of the
+    :func:`mlir_mx.kernels.common.codec.e8m0_code`: ``max(field - emax, 0)`` of the
     biased f32 exponent of ``|amax|``; a non-finite amax, from a NaN or an
     Inf in the block, gives code 255, NaN)."""
     b = _b()
@@ -210,7 +210,7 @@ def amax_to_code(amax: ir.Value, emax: int) -> ir.Value:
 
 def pow2_neg_shared_exp(code: ir.Value) -> ir.Value:
     """The f32 ``2^-shared_exp`` = ``2^(127 - code)`` for an i32 code
-    (:func:`mlir_mx.kernels.codec.e8m0_inverse`: code 254 gives 2^-127, an
+    (:func:`mlir_mx.kernels.common.codec.e8m0_inverse`: code 254 gives 2^-127, an
     f32 subnormal; code 255 gives NaN)."""
     return e8m0_inverse(_b(), code)
 

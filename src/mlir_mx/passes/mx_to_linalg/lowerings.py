@@ -13,7 +13,7 @@ from mlir.dialects import builtin, linalg, tensor
 
 from mlir_mx.dialect.types import MXTensorType, is_mx_type
 from mlir_mx.ir_utils import KernelTag, constant_float, owner_op, tag_kernel
-from mlir_mx.kernels.builder import ArithBuilder
+from mlir_mx.kernels.common.builder import ArithBuilder
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 from mlir_mx.passes.mx_to_linalg import helpers as h
 

@@ -30,7 +30,7 @@ from mlir.dialects import linalg, tensor
 
 from mlir_mx.dialect.types import MXTensorType
 from mlir_mx.ir_utils import KernelTag, tag_kernel
-from mlir_mx.kernels.builder import ArithBuilder
+from mlir_mx.kernels.common.builder import ArithBuilder
 from mlir_mx.numerics import element_format, packing_group
 from mlir_mx.passes.mx_to_linalg import helpers as h
 

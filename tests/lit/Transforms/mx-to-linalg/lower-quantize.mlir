@@ -6,7 +6,7 @@
 //      a NaN or Inf block has a non-finite amax).
 //   2. scale: E8M0 code = max(exponent field of |amax| - emax, 0), 255 when the
 //      field is 255 (non-finite), all integer ops on the f32 bits (the
-//      kernels' codec: mlir_mx.kernels.codec.e8m0_code).
+//      kernels' codec: mlir_mx.kernels.common.codec.e8m0_code).
 //   3. mantissa: x * 2^-shared_exp (an f32 built from its bits), clamped to
 //      +-max_normal, 0 in NaN blocks, truncf (i8: roundeven, clamp, fptosi).
 
