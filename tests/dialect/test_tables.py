@@ -157,7 +157,7 @@ ALLOWED = {
                 "STORAGE_CASES",
             ): "shapes against each format's packing group",
             (
-                "model/test_ir_model.py",
+                "roofline/test_ir_model.py",
                 "test_sub_byte_elements",
             ): "expected bytes per packing, written out",
             (
