@@ -12,12 +12,11 @@ check (``--verify-diagnostics``) and print everything uniformly.
 
 from __future__ import annotations
 
-import re
 from contextlib import contextmanager
 
 from mlir import ir
 
-from mlir_mx.errors import Diagnostic, MXError
+from mlir_mx.errors import Diagnostic, DiagnosticError, MXError, location_parts
 
 __all__ = [
     "Diagnostic",
@@ -25,6 +24,7 @@ __all__ = [
     "MXError",
     "capture_diagnostics",
     "from_mlir_error",
+    "location_parts",
 ]
 
 _SEVERITY = {
@@ -33,25 +33,6 @@ _SEVERITY = {
     ir.DiagnosticSeverity.NOTE: "note",
     ir.DiagnosticSeverity.REMARK: "remark",
 }
-
-_FILE_LOC = re.compile(r'^loc\("(?P<file>(?:[^"\\]|\\.)*)":(?P<line>\d+):(?P<col>\d+)')
-
-
-class DiagnosticError(MXError):
-    """IR that does not parse, verify or survive a pass: located diagnostics."""
-
-
-def location_parts(loc: ir.Location) -> tuple[str | None, int | None, int | None]:
-    """(file, line, col) of the first file location inside ``loc``."""
-    m = _FILE_LOC.match(str(loc).replace("loc(callsite(", "loc(").replace("loc(fused[", "loc("))
-    if m:
-        return m.group("file"), int(m.group("line")), int(m.group("col"))
-    text = str(loc)
-    m = re.search(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)', text)
-    if m:
-        return m.group(1), int(m.group(2)), int(m.group(3))
-    return None, None, None
-
 
 def _convert(info) -> Diagnostic:
     file, line, col = location_parts(info.location)

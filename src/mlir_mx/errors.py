@@ -11,14 +11,39 @@ a Python user expects (``ValueError``, ``TypeError``), so both
 This module imports nothing from MLIR, so the numpy oracle
 (:mod:`mlir_mx.numerics`) and the interop layer raise the same errors
 without loading the bindings; :mod:`mlir_mx.diagnostics` adds what needs
-MLIR (capturing upstream diagnostics, reading locations).
+MLIR (capturing upstream diagnostics).  Every subclass of :class:`MXError` is
+defined here; the modules that raise one also export it where users import
+it from (``mlir_mx.passes.pipeline.PipelineError``, ``mlir_mx.torch.InferenceOnlyError``).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-__all__ = ["Diagnostic", "MXError", "MXValueError", "MXArgTypeError", "user_error"]
+if TYPE_CHECKING:
+    from mlir import ir
+
+__all__ = [
+    "Diagnostic", "MXError", "MXValueError", "MXArgTypeError", "user_error", "location_parts",
+    "DiagnosticError", "TextError", "MXTypeError", "PassError", "OptionError", "PipelineError",
+    "UnknownPassError", "ModelError", "ToolError", "InferenceOnlyError", "UnknownFunctionError",
+]  # fmt: skip
+
+_FILE_LOC = re.compile(r'^loc\("(?P<file>(?:[^"\\]|\\.)*)":(?P<line>\d+):(?P<col>\d+)')
+
+
+def location_parts(loc: ir.Location) -> tuple[str | None, int | None, int | None]:
+    """(file, line, col) of the first file location inside ``loc``."""
+    m = _FILE_LOC.match(str(loc).replace("loc(callsite(", "loc(").replace("loc(fused[", "loc("))
+    if m:
+        return m.group("file"), int(m.group("line")), int(m.group("col"))
+    text = str(loc)
+    m = re.search(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)', text)
+    if m:
+        return m.group(1), int(m.group(2)), int(m.group(3))
+    return None, None, None
 
 
 @dataclass
@@ -48,8 +73,6 @@ class Diagnostic:
     @classmethod
     def from_location(cls, loc, severity: str, message: str) -> Diagnostic:
         """A diagnostic at an ``ir.Location`` (its first file location)."""
-        from mlir_mx.diagnostics import location_parts
-
         file, line, col = location_parts(loc)
         return cls(severity, message, file, line, col)
 
@@ -104,3 +127,86 @@ def user_error(err: Exception, message: str) -> MXError:
     for a ``TypeError``, else an :class:`MXValueError` (re-raising a checked
     argument's error with more context, e.g. its place in a container)."""
     return MXArgTypeError(message) if isinstance(err, TypeError) else MXValueError(message)
+
+
+# The stages' errors, each raised by the module named.
+
+
+class DiagnosticError(MXError):
+    """IR that does not parse, verify or survive a pass: located diagnostics
+    (:mod:`mlir_mx.diagnostics`)."""
+
+
+class TextError(DiagnosticError):
+    """A malformed mx construct at a source offset (becomes a located diagnostic;
+    :mod:`mlir_mx.dialect.tokens`)."""
+
+    def __init__(self, message: str, offset: int):
+        super().__init__(message)
+        self.offset = offset
+
+
+class MXTypeError(MXError, ValueError):
+    """An ``!mx.tensor`` spelling or parameter set that does not verify
+    (:mod:`mlir_mx.dialect.types`).
+
+    ``offset`` is the character offset (inside the type text) the message
+    refers to, when known, so the text layer can point at it.
+    """
+
+    def __init__(self, message: str, offset: int = 0):
+        super().__init__(message)
+        self.offset = offset
+
+
+class PassError(MXError):
+    """Raised by a pass to fail with a located diagnostic (:mod:`mlir_mx.passes.registry`)."""
+
+    def __init__(self, message: str, location: ir.Location | None = None):
+        diag = (
+            Diagnostic.from_location(location, "error", message)
+            if location is not None
+            else Diagnostic("error", message)
+        )
+        super().__init__(diag)
+        self.message = message
+        self.location = location
+
+
+class OptionError(MXError, ValueError):
+    """A pass option string that does not parse or names no option
+    (:mod:`mlir_mx.passes.registry`)."""
+
+
+class PipelineError(MXError, ValueError):
+    """A pipeline that does not parse, or names an unknown pass or option
+    (:mod:`mlir_mx.passes.pipeline`)."""
+
+
+class UnknownPassError(PipelineError):
+    """A pipeline element naming no pass of ours or of upstream's registry;
+    ``name`` is the pass it names."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(message)
+        self.name = name
+
+
+class ModelError(MXError, ValueError):
+    """The IR cannot be modelled (no function, a dynamic shape, ...; :mod:`mlir_mx.roofline`)."""
+
+
+class ToolError(MXError):
+    """A user error of a tool (bad flag, unreadable file); exit code 1
+    (:mod:`mlir_mx.tools.driver`)."""
+
+
+class InferenceOnlyError(MXError, RuntimeError):
+    """An input that requires grad while grad mode is on: ``MXLinear`` has no
+    backward.  A ``RuntimeError`` too (what torch raises for a missing backward;
+    :mod:`mlir_mx.torch`)."""
+
+
+class UnknownFunctionError(MXError, AttributeError):
+    """A call of a function the module does not define publicly
+    (:mod:`mlir_mx.execution.runner`)."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from mlir import ir
 
-from mlir_mx.diagnostics import DiagnosticError
+from mlir_mx.errors import TextError
 from mlir_mx.ir_utils import collect
 
 __all__ = ["MAX_NESTING", "Token", "TextError", "tokenize", "SourceMap", "remap_locations", "SKIP"]
@@ -59,14 +59,6 @@ class Token:
     start: int
     end: int
     match: int = -1  # brackets: index of the matching bracket token (-1: none)
-
-
-class TextError(DiagnosticError):
-    """A malformed mx construct at a source offset (becomes a located diagnostic)."""
-
-    def __init__(self, message: str, offset: int):
-        super().__init__(message)
-        self.offset = offset
 
 
 def tokenize(text: str) -> list[Token]:

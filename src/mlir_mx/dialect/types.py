@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from mlir_mx.diagnostics import MXError
+from mlir_mx.errors import MXTypeError
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_TYPE
 from mlir_mx.numerics.packing import is_packed_storage, packed_shape
 
@@ -47,18 +47,6 @@ _FLOAT_TYPES = {
     "f16", "bf16", "f32", "f64", "f80", "f128", "tf32",
     "f8E4M3", "f8E3M4", "f8E4M3FNUZ", "f8E5M2FNUZ", "f8E4M3B11FNUZ",
 } | {f.name for f in ELEMENT_FORMATS.values() if not f.is_int} | set(SCALE_TYPES)  # fmt: skip
-
-
-class MXTypeError(MXError, ValueError):
-    """An ``!mx.tensor`` spelling or parameter set that does not verify.
-
-    ``offset`` is the character offset (inside the type text) the message
-    refers to, when known, so the text layer can point at it.
-    """
-
-    def __init__(self, message: str, offset: int = 0):
-        super().__init__(message)
-        self.offset = offset
 
 
 @dataclass(frozen=True)

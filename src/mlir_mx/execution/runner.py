@@ -49,7 +49,7 @@ from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 
 from mlir_mx.diagnostics import DiagnosticError
-from mlir_mx.errors import MXArgTypeError, MXError
+from mlir_mx.errors import MXArgTypeError, UnknownFunctionError
 from mlir_mx.execution import arguments as args_
 from mlir_mx.execution.compiled import clear_cache, compile_module, default_pipeline
 from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
@@ -301,10 +301,6 @@ def _scalar_out(p: Param, cell):
     raw = cell.value if isinstance(cell, ctypes._SimpleCData) else cell
     bits = np.array([raw], dtype=f"u{p.dtype.itemsize}")
     return bits.view(p.dtype)[0]
-
-
-class UnknownFunctionError(MXError, AttributeError):
-    """A call of a function the module does not define publicly."""
 
 
 class _Free:

@@ -27,12 +27,11 @@ from mlir import ir, passmanager
 from mlir_mx.diagnostics import (
     Diagnostic,
     DiagnosticError,
-    MXError,
     capture_diagnostics,
     from_mlir_error,
 )
 from mlir_mx.dialect import remap_diagnostics
-from mlir_mx.errors import MXArgTypeError
+from mlir_mx.errors import MXArgTypeError, PipelineError, UnknownPassError
 from mlir_mx.ir_utils import declared_types, find_first
 from mlir_mx.passes.registry import (
     OptionError,
@@ -57,19 +56,6 @@ __all__ = [
 #: owned by the caller (it clones a result that would alias an argument or a
 #: global), so the Runner may free it after copying it out.
 OWNERSHIP_DEALLOCATION = "ownership-based-buffer-deallocation"
-
-
-class PipelineError(MXError, ValueError):
-    """A pipeline that does not parse, or names an unknown pass or option."""
-
-
-class UnknownPassError(PipelineError):
-    """A pipeline element naming no pass of ours or of upstream's registry;
-    ``name`` is the pass it names."""
-
-    def __init__(self, name: str, message: str):
-        super().__init__(message)
-        self.name = name
 
 
 @dataclass(frozen=True)

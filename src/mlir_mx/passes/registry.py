@@ -33,10 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlir import ir
-
-from mlir_mx.diagnostics import Diagnostic, MXError
-from mlir_mx.errors import MXValueError
+from mlir_mx.errors import MXValueError, OptionError, PassError
 
 __all__ = [
     "Option",
@@ -51,24 +48,6 @@ __all__ = [
     "parse_options",
     "render_option_value",
 ]
-
-
-class PassError(MXError):
-    """Raised by a pass to fail with a located diagnostic."""
-
-    def __init__(self, message: str, location: ir.Location | None = None):
-        diag = (
-            Diagnostic.from_location(location, "error", message)
-            if location is not None
-            else Diagnostic("error", message)
-        )
-        super().__init__(diag)
-        self.message = message
-        self.location = location
-
-
-class OptionError(MXError, ValueError):
-    """A pass option string that does not parse or names no option."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from mlir import ir
 
-from mlir_mx.diagnostics import MXError
+from mlir_mx.errors import ModelError
 from mlir_mx.ir_utils import static_shape
 
 __all__ = [
@@ -26,10 +26,6 @@ __all__ = [
     "require_static_shape",
     "shift",
 ]
-
-
-class ModelError(MXError, ValueError):
-    """The IR cannot be modelled (no function, a dynamic shape, ...)."""
 
 
 def element_bits(t: ir.Type) -> int:

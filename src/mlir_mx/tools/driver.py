@@ -16,6 +16,7 @@ from pathlib import Path
 from mlir import ir
 
 from mlir_mx.diagnostics import Diagnostic, MXError, from_mlir_error
+from mlir_mx.errors import ToolError
 
 __all__ = [
     "tool_main",
@@ -31,10 +32,6 @@ __all__ = [
 ]
 
 SPLIT_MARKER = "// -----"
-
-
-class ToolError(MXError):
-    """A user error of a tool (bad flag, unreadable file); exit code 1."""
 
 
 class ArgParser(argparse.ArgumentParser):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mlir_mx.errors import MXArgTypeError, MXError, MXValueError
+from mlir_mx.errors import InferenceOnlyError, MXArgTypeError, MXValueError
 from mlir_mx.host import check_threads
 from mlir_mx.interop.layout import check_linear_weight
 from mlir_mx.linear import Linear, check_activations
@@ -15,11 +15,6 @@ from . import custom_ops as ops
 from .quantizer import quantize_weight
 
 __all__ = ["InferenceOnlyError", "MXLinear", "check_activations"]
-
-
-class InferenceOnlyError(MXError, RuntimeError):
-    """An input that requires grad while grad mode is on: ``MXLinear`` has no
-    backward.  A ``RuntimeError`` too (what torch raises for a missing backward)."""
 
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
