@@ -39,14 +39,9 @@ from mlir_mx.execution.packed import call_packed, packed_function
 from mlir_mx.host import check_threads, host_features
 from mlir_mx.kernels.convert.emitter import ConvertSpec, convert_module
 from mlir_mx.numerics import MXArray, element_format, is_packed_storage, packed_shape
+from mlir_mx.numerics.blocks import check_block_size, check_blocked_shape, normalize_axis
 from mlir_mx.numerics.formats import SCALE_DTYPE
-from mlir_mx.numerics.mx import (
-    _check_block_size,
-    _check_blocked_shape,
-    _normalize_axis,
-    check_input,
-    scale_shape,
-)
+from mlir_mx.numerics.mx import check_input, scale_shape
 from mlir_mx.pipelines import kernel_library_pipeline
 
 __all__ = ["dequantize", "quantize", "quantize_stored"]
@@ -138,9 +133,9 @@ def _check_input(x, block_size, axis):
     if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
         x = _from_dlpack(x)
     x = check_input(x)
-    block_size = _check_block_size(block_size)
-    axis = _normalize_axis(axis, x.ndim)
-    _check_blocked_shape(x.shape, block_size, axis, "x")
+    block_size = check_block_size(block_size)
+    axis = normalize_axis(axis, x.ndim)
+    check_blocked_shape(x.shape, block_size, axis, "x")
     return x, block_size, axis
 
 

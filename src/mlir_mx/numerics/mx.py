@@ -13,14 +13,9 @@ import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
 
+from .blocks import check_block_size, check_blocked_shape, normalize_axis
 from .formats import SCALE_BIAS, SCALE_DTYPE, SCALE_NAN_CODE, ElementFormat, element_format
-from .mxarray import (
-    MXArray,
-    _check_block_size,
-    _check_blocked_shape,
-    _normalize_axis,
-    scale_shape,
-)
+from .mxarray import MXArray, scale_shape
 
 __all__ = [
     "MIN_SHARED_EXP",
@@ -134,9 +129,9 @@ def _as_f32_input(x) -> np.ndarray:
 def block_amax(x, block_size: int = 32, axis: int = -1) -> np.ndarray:
     """Per-block ``max |x|`` in float32, shaped like the scales (NaN if the block has a NaN)."""
     x = _as_f32_input(x)
-    block_size = _check_block_size(block_size)
-    axis = _normalize_axis(axis, x.ndim)
-    _check_blocked_shape(x.shape, block_size, axis, "x")
+    block_size = check_block_size(block_size)
+    axis = normalize_axis(axis, x.ndim)
+    check_blocked_shape(x.shape, block_size, axis, "x")
     amax = np.max(np.abs(_blocked(x, block_size, axis)), axis=-1)
     return np.moveaxis(amax, -1, axis)
 
@@ -188,9 +183,9 @@ def quantize(x, element: str = "f8E4M3FN", block_size: int = 32, axis: int = -1)
     """
     fmt = element_format(element)
     x = _as_f32_input(x)
-    block_size = _check_block_size(block_size)
-    axis = _normalize_axis(axis, x.ndim)
-    _check_blocked_shape(x.shape, block_size, axis, "x")
+    block_size = check_block_size(block_size)
+    axis = normalize_axis(axis, x.ndim)
+    check_blocked_shape(x.shape, block_size, axis, "x")
 
     xb = _blocked(x, block_size, axis)  # (..., nblocks, block_size) float32
     finite = np.isfinite(xb).all(axis=-1)
@@ -221,10 +216,7 @@ def dequantize(a: MXArray) -> np.ndarray:
     """
     if not isinstance(a, MXArray):
         raise MXArgTypeError(f"a: expected an MXArray, got {type(a).__name__}")
-    vals = a.element_values()
-    scales = np.repeat(a.scale_values(), a.block_size, axis=a.axis)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return (vals * scales).astype(np.float32)
+    return a.dequantize()
 
 
 # --------------------------------------------------------------------------- fold_scale

@@ -19,39 +19,11 @@ import numpy as np
 from mlir_mx.errors import MXArgTypeError, MXValueError
 
 from . import formats
+from .blocks import check_block_size, check_blocked_shape, normalize_axis
 from .formats import SCALE_DTYPE, ElementFormat, decode_elements, decode_scales, element_format
 from .packing import is_packed_storage, pack_codes, packed_shape, unpack_codes
 
 __all__ = ["MXArray", "scale_shape"]
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def _check_block_size(block_size) -> int:
-    if isinstance(block_size, (bool, np.bool_)) or not isinstance(block_size, (int, np.integer)):
-        raise MXArgTypeError(f"block_size: expected a positive int, got {type(block_size).__name__}")
-    block_size = int(block_size)
-    if block_size <= 0:
-        raise MXValueError(f"block_size: must be positive, got {block_size}")
-    return block_size
-
-
-def _normalize_axis(axis, ndim: int, arg: str = "axis") -> int:
-    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
-        raise MXArgTypeError(f"{arg}: expected an int, got {type(axis).__name__}")
-    axis = int(axis)
-    if not -ndim <= axis < ndim:
-        raise MXValueError(f"{arg}: {axis} is out of range for an array of rank {ndim}")
-    return axis % ndim
-
-
-def _check_blocked_shape(shape, block_size: int, axis: int, arg: str) -> None:
-    n = shape[axis]
-    if n % block_size != 0:
-        raise MXValueError(
-            f"{arg}: blocked axis {axis} has size {n}, not a multiple of block_size {block_size}"
-        )
 
 
 def scale_shape(shape, block_size: int, axis: int) -> tuple[int, ...]:
@@ -62,9 +34,9 @@ def scale_shape(shape, block_size: int, axis: int) -> tuple[int, ...]:
     shape = tuple(operator.index(s) for s in shape)
     if len(shape) == 0:
         raise MXValueError("shape: MX arrays need rank >= 1, got a rank-0 shape")
-    block_size = _check_block_size(block_size)
-    axis = _normalize_axis(axis, len(shape))
-    _check_blocked_shape(shape, block_size, axis, "shape")
+    block_size = check_block_size(block_size)
+    axis = normalize_axis(axis, len(shape))
+    check_blocked_shape(shape, block_size, axis, "shape")
     out = list(shape)
     out[axis] //= block_size
     return tuple(out)
@@ -186,9 +158,9 @@ class MXArray:
             raise MXArgTypeError(
                 f"scales: expected dtype {SCALE_DTYPE} ({formats.SCALE_TYPE}), got {scales.dtype}"
             )
-        self._block_size = _check_block_size(block_size)
-        self._axis = _normalize_axis(axis, len(shape))
-        _check_blocked_shape(shape, self._block_size, self._axis, "codes")
+        self._block_size = check_block_size(block_size)
+        self._axis = normalize_axis(axis, len(shape))
+        check_blocked_shape(shape, self._block_size, self._axis, "codes")
         expected = scale_shape(shape, self._block_size, self._axis)
         if scales.shape != expected:
             raise MXValueError(
@@ -217,7 +189,7 @@ class MXArray:
         """
         fmt = element_format(element)
         copy = _check_copy(copy)
-        block_size = _check_block_size(block_size)
+        block_size = check_block_size(block_size)
         packed = np.asarray(packed)
         if packed.dtype != np.uint8:
             raise MXArgTypeError(f"packed: expected a uint8 array, got dtype {packed.dtype}")
@@ -228,7 +200,7 @@ class MXArray:
             raise MXValueError(
                 f"packed: expected rank {len(scale_shape_)} like the scales, got shape {packed.shape}"
             )
-        blocked_last = _normalize_axis(axis, packed.ndim) == packed.ndim - 1
+        blocked_last = normalize_axis(axis, packed.ndim) == packed.ndim - 1
         logical = packed.shape[:-1] + (scale_shape_[-1] * (block_size if blocked_last else 1),)
         if not is_packed_storage(logical, fmt):
             codes = packed.view(np.int8) if fmt.is_int else packed
@@ -339,9 +311,10 @@ class MXArray:
 
     def dequantize(self) -> np.ndarray:
         """:func:`mlir_mx.numerics.dequantize` of this array (float32)."""
-        from .mx import dequantize
-
-        return dequantize(self)
+        vals = self.element_values()
+        scales = np.repeat(self.scale_values(), self.block_size, axis=self.axis)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return (vals * scales).astype(np.float32)
 
     def bitwise_equal(self, other: MXArray) -> bool:
         """True when both arrays have the same layout and identical code and scale bytes."""

@@ -1,0 +1,172 @@
+"""The import graph of src/: no circle, and no private name imported across modules.
+
+Every module of the packages under ``src/`` is parsed (not imported) and every
+``import`` / ``from ... import`` in it, at module level or inside a function,
+is an edge to the project module it names: ``from pkg import name`` is an
+edge to ``pkg.name`` where that is a module, else to ``pkg``.  Two kinds of
+edge are left out, each for a stated reason:
+
+* the parent packages Python imports on the way to a module (``import a.b.c``
+  runs ``a/__init__`` and ``a/b/__init__``): an edge only to what is named, or
+  every module would be in a circle with its package's ``__init__``;
+* the imports inside a package ``__init__``'s module-level ``__getattr__``: the
+  lazy re-export of the package's public names (``mlir_mx.Linear``), which runs
+  on first use of the name, never while either module is being imported.
+
+``python tests/test_imports.py [SRC]`` prints what it finds in another tree.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def modules(src: Path) -> dict[str, Path]:
+    """Dotted name -> file of every module of the packages under ``src``."""
+    out = {}
+    for top in sorted(p for p in src.iterdir() if (p / "__init__.py").is_file()):
+        for path in sorted(top.rglob("*.py")):
+            parts = path.relative_to(src).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+def _lazy_reexport(node: ast.AST, tree: ast.Module, is_package: bool) -> bool:
+    return is_package and any(
+        isinstance(f, ast.FunctionDef) and f.name == "__getattr__" and node in set(ast.walk(f))
+        for f in tree.body
+    )
+
+
+def imports(src: Path) -> tuple[dict[str, set[str]], list[str]]:
+    """The graph (module -> the project modules it imports) and every private
+    name imported across modules (``file:line: from X import _name``)."""
+    mods = modules(src)
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    private = []
+    for mod, path in mods.items():
+        is_package = path.name == "__init__.py"
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            if _lazy_reexport(node, tree, is_package):
+                continue
+            where = f"{path.relative_to(src)}:{node.lineno}"
+            if isinstance(node, ast.Import):
+                graph[mod].update(a.name for a in node.names if a.name in mods)
+                continue
+            base = node.module or ""
+            if node.level:
+                anchor = mod.split(".") if is_package else mod.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            if base not in mods:
+                continue
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                if target in mods:
+                    graph[mod].add(target)
+                    continue
+                graph[mod].add(base)
+                name = alias.name
+                if name.startswith("_") and not (name.startswith("__") and name.endswith("__")):
+                    private.append(f"{where}: from {base} import {name}")
+        graph[mod].discard(mod)
+    return graph, private
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One circle (a path back to its start) for each strongly connected
+    component of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    comps = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(set(comp))
+
+    sys.setrecursionlimit(10_000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_circle(graph, comp) for comp in comps]
+
+
+def _circle(graph: dict[str, set[str]], comp: set[str]) -> list[str]:
+    """A shortest path from the component's first module back to itself."""
+    start = min(comp)
+    paths = {start: [start]}
+    todo = [start]
+    while todo:
+        v = todo.pop(0)
+        for w in sorted(graph[v] & comp):
+            if w == start:
+                return paths[v] + [start]
+            if w not in paths:
+                paths[w] = paths[v] + [w]
+                todo.append(w)
+    return sorted(comp)
+
+
+def test_the_graph_covers_the_packages():
+    graph, _ = imports(SRC)
+    assert {"mlir_mx", "mlir_mx_bench", "mlir_mx_testing"} <= set(graph)
+    assert "mlir_mx.errors" in graph["mlir_mx.diagnostics"]
+
+
+def test_no_import_circle():
+    found = cycles(imports(SRC)[0])
+    assert found == [], "import circles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_no_private_name_imported_across_modules():
+    found = imports(SRC)[1]
+    assert found == [], "private names imported across modules:\n" + "\n".join(found)
+
+
+def test_the_checks_find_a_circle_and_a_private_import(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("def __getattr__(name):\n    from pkg import a\n")
+    (pkg / "a.py").write_text("from pkg.b import _helper\n")
+    (pkg / "b.py").write_text("def f():\n    from . import a\n")
+    graph, private = imports(tmp_path)
+    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.a"]]
+    assert private == ["pkg/a.py:1: from pkg.b import _helper"]
+    assert graph["pkg"] == set()
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else SRC
+    graph, private = imports(root)
+    for c in cycles(graph):
+        print("circle:", " -> ".join(c))
+    for p in private:
+        print("private:", p)
