@@ -317,7 +317,8 @@ def test_kernel_buffers_are_bounded(layout, block):
     from mlir import ir
 
     from mlir_mx.convert import _kernel
-    from mlir_mx.kernels.convert.emitter import SEGMENT_BLOCKS, ConvertSpec, convert_module
+    from mlir_mx.kernels.convert import ConvertSpec, convert_module
+    from mlir_mx.kernels.convert.emitter import SEGMENT_BLOCKS
 
     for op in ("quantize", "dequantize"):
         spec = ConvertSpec(op, "f4E2M1FN", block, layout, True, threads=2)

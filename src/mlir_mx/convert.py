@@ -37,7 +37,7 @@ from mlir_mx.execution import CompileOptions, Runner
 from mlir_mx.execution.arguments import descriptor_type
 from mlir_mx.execution.packed import call_packed, packed_function
 from mlir_mx.host import check_threads, host_features
-from mlir_mx.kernels.convert.emitter import ConvertSpec, convert_module
+from mlir_mx.kernels.convert import ConvertSpec, convert_module
 from mlir_mx.numerics import MXArray, element_format, is_packed_storage, packed_shape
 from mlir_mx.numerics.blocks import check_block_size, check_blocked_shape, normalize_axis
 from mlir_mx.numerics.formats import SCALE_DTYPE

@@ -27,7 +27,7 @@ from mlir.dialects import arith, memref
 from mlir_mx.host import default_threads
 from mlir_mx.ir_utils import KernelTag, collect, indexing_maps, kernel_tag, owner_op, users
 from mlir_mx.kernels.common.builder import KernelBuilder
-from mlir_mx.kernels.convert.emitter import ConvertSpec, emit_convert
+from mlir_mx.kernels.convert import ConvertSpec, emit_convert
 from mlir_mx.numerics import element_format
 from mlir_mx.passes.matmul_kernels import _erase_unpack, _packed_source
 from mlir_mx.passes.registry import Option, PassError, register_pass

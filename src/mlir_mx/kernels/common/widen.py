@@ -48,7 +48,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.codec import e8m0_to_f32, widen
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, ElementFormat, decode_elements
 
-__all__ = ["Decoder", "decoder", "decode_scales", "LANES"]
+__all__ = ["Decoder", "decoder", "decode_scales", "interleave_pairs", "LANES"]
 
 #: f32 lanes per vector register (AVX-512).
 LANES = 16
@@ -227,3 +227,13 @@ def decode_scales(kb: KernelBuilder, codes: ir.Value) -> ir.Value:
     """E8M0 codes (``vector<n x i8>``) -> ``vector<n x f32>``, exactly
     (:func:`mlir_mx.kernels.common.codec.e8m0_to_f32`)."""
     return e8m0_to_f32(kb, codes)
+
+
+def interleave_pairs(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:
+    """(even, odd) column vectors of each 32 columns -> the two vectors in column order."""
+    out = []
+    for q in range(0, len(vecs), 2):
+        even, odd = vecs[q], vecs[q + 1]
+        out.append(kb.shuffle(even, odd, [j for i in range(8) for j in (i, 16 + i)]))
+        out.append(kb.shuffle(even, odd, [j for i in range(8, 16) for j in (i, 16 + i)]))
+    return out

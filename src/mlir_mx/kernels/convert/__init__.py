@@ -1,3 +1,39 @@
 """The conversion kernels (quantize and dequantize): :mod:`.emitter` (the spec,
-the module, the loops both kernels share), :mod:`.encode` (the per-register
-numerics of quantization), :mod:`.quantize` and :mod:`.dequantize`."""
+the loops both kernels share), :mod:`.encode` (the per-register numerics of
+quantization), :mod:`.quantize` and :mod:`.dequantize`; here the module
+around one kernel (:func:`convert_module`) and the dispatch by operation
+(:func:`emit_convert`, also used by ``mx-quantize-kernels``)."""
+
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith, func
+
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.convert.dequantize import Dequantize
+from mlir_mx.kernels.convert.emitter import ConvertSpec
+from mlir_mx.kernels.convert.quantize import Quantize
+
+__all__ = ["ConvertSpec", "convert_module", "emit_convert"]
+
+
+def convert_module(spec: ConvertSpec) -> ir.Module:
+    """A module with the one kernel of ``spec`` (in the current context)."""
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        fn = func.FuncOp(spec.name, ir.FunctionType.get(spec.arg_types(), []))
+        entry = fn.add_entry_block()
+        with ir.InsertionPoint(entry):
+            anchor = arith.ConstantOp(ir.IndexType.get(), 0)
+            kb = KernelBuilder(ir.InsertionPoint(anchor))
+            emit_convert(kb, spec, *entry.arguments)
+            func.ReturnOp([])
+            anchor.operation.erase()
+    return module
+
+
+def emit_convert(kb: KernelBuilder, spec: ConvertSpec, *args: ir.Value) -> None:
+    """Emit the kernel of ``spec`` at the insertion point; ``args``: the memrefs
+    of :meth:`ConvertSpec.arg_types` (``x, codes, scales`` to quantize,
+    ``codes, scales, out`` to dequantize)."""
+    (Quantize if spec.op == "quantize" else Dequantize)(kb, spec, *args).emit()

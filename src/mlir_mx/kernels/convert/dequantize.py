@@ -15,9 +15,8 @@ from mlir import ir
 
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import CodeRows
-from mlir_mx.kernels.common.widen import LANES, decode_scales
+from mlir_mx.kernels.common.widen import LANES, decode_scales, interleave_pairs
 from mlir_mx.kernels.convert.emitter import ConvertEmitter, ConvertSpec
-from mlir_mx.kernels.matmul.stream import interleave_pairs
 
 __all__ = ["Dequantize"]
 

@@ -17,7 +17,7 @@ threads.  Every size is dynamic, so one compiled kernel serves every shape
 The input ``x`` may have any strides (``contiguous=False``: its innermost
 stride is not 1, elements are loaded one by one); codes, scales and the f32
 output of ``dequantize`` have a unit innermost stride and any row stride.
-:func:`convert_module` builds the module (``func @quantize(x, codes,
+:func:`~mlir_mx.kernels.convert.convert_module` builds the module (``func @quantize(x, codes,
 scales)`` or ``func @dequantize(codes, scales, out)``); the emitters live
 in :mod:`~mlir_mx.kernels.convert.quantize` and :mod:`~mlir_mx.kernels.convert.dequantize`.
 
@@ -35,7 +35,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import arith, func
 
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.widen import LANES
@@ -47,8 +46,6 @@ __all__ = [
     "ConvertSpec",
     "SEGMENT_BLOCKS",
     "SOURCES",
-    "convert_module",
-    "emit_convert",
     "parallel_items",
 ]
 
@@ -109,31 +106,6 @@ class ConvertSpec:
             return [codes, scales, strided(ir.F32Type.get(), 2, True)]
         src = ir.Type.parse(self.source)
         return [strided(src, rank, self.contiguous), codes, scales]
-
-
-def convert_module(spec: ConvertSpec) -> ir.Module:
-    """A module with the one kernel of ``spec`` (in the current context)."""
-    module = ir.Module.create()
-    with ir.InsertionPoint(module.body):
-        fn = func.FuncOp(spec.name, ir.FunctionType.get(spec.arg_types(), []))
-        entry = fn.add_entry_block()
-        with ir.InsertionPoint(entry):
-            anchor = arith.ConstantOp(ir.IndexType.get(), 0)
-            kb = KernelBuilder(ir.InsertionPoint(anchor))
-            emit_convert(kb, spec, *entry.arguments)
-            func.ReturnOp([])
-            anchor.operation.erase()
-    return module
-
-
-def emit_convert(kb: KernelBuilder, spec: ConvertSpec, *args: ir.Value) -> None:
-    """Emit the kernel of ``spec`` at the insertion point; ``args``: the memrefs
-    of :meth:`ConvertSpec.arg_types` (``x, codes, scales`` to quantize,
-    ``codes, scales, out`` to dequantize)."""
-    from mlir_mx.kernels.convert.dequantize import Dequantize
-    from mlir_mx.kernels.convert.quantize import Quantize
-
-    (Quantize if spec.op == "quantize" else Dequantize)(kb, spec, *args).emit()
 
 
 def parallel_items(

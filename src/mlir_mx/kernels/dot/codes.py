@@ -32,11 +32,11 @@ from mlir import ir
 from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import CodeRows
-from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder
+from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder, interleave_pairs
 from mlir_mx.kernels.dot.layout import PANEL, int_factor, offset_bytes, value_table
 from mlir_mx.numerics import ELEMENT_FORMATS
 
-__all__ = ["CodesSource", "EVEN_ODD"]
+__all__ = ["CodesSource", "EVEN_ODD", "even_odd", "in_order"]
 
 #: The panel's columns in the order :meth:`CodesSource.block` gives packed
 #: FP4 at decode: vector 0 the even columns 0..30, 1 the even 32..62, 2 the
@@ -187,3 +187,20 @@ class CodesSource:
         return kb.shuffle(
             a, b, [x for i in range(16) for x in (2 * i, 2 * i + 1, 32 + 2 * i, 33 + 2 * i)]
         )
+
+
+def even_odd(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:
+    """4 vectors of 16 consecutive columns -> :data:`EVEN_ODD` order."""
+    even = [2 * i for i in range(16)]
+    odd = [2 * i + 1 for i in range(16)]
+    return [
+        kb.shuffle(vecs[0], vecs[1], even),
+        kb.shuffle(vecs[2], vecs[3], even),
+        kb.shuffle(vecs[0], vecs[1], odd),
+        kb.shuffle(vecs[2], vecs[3], odd),
+    ]
+
+
+def in_order(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:
+    """Inverse of :func:`even_odd`."""
+    return interleave_pairs(kb, [vecs[0], vecs[2], vecs[1], vecs[3]])

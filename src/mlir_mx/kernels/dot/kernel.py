@@ -44,11 +44,10 @@ from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scales
-from mlir_mx.kernels.dot.codes import CodesSource
+from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
 from mlir_mx.kernels.dot.layout import PANEL, RecordLayout, dot_kind, int_factor, offset_bytes
 from mlir_mx.kernels.dot.prep import prepare_dot_a
 from mlir_mx.kernels.dot.sweep import sweep_decode
-from mlir_mx.kernels.matmul.stream import interleave_pairs
 
 __all__ = ["DotConfig", "emit_dot", "supports_int", "supports_bf16"]
 
@@ -263,14 +262,14 @@ class _Dot:
         # columns even/odd split (dot_codes.EVEN_ODD), like the B vectors.
         permuted = self.codes is not None and self.hs is None and self.codes.permutes(vs)
         if permuted:
-            c = [w for r in range(mr) for w in _even_odd(kb, c[r * nv : (r + 1) * nv])]
+            c = [w for r in range(mr) for w in even_odd(kb, c[r * nv : (r + 1) * nv])]
         with kb.loop(0, nblk, 1, c) as b:
             blk = kb.add(c0, b.iv)
             cc = self.block(j, blk, b.iv, rows, vs, list(b.args))
             b.yield_(cc)
         c = b.results
         if permuted:
-            c = [w for r in range(mr) for w in _in_order(kb, c[r * nv : (r + 1) * nv])]
+            c = [w for r in range(mr) for w in in_order(kb, c[r * nv : (r + 1) * nv])]
         for r in range(mr):
 
             def store(r=r):
@@ -343,20 +342,3 @@ class _Dot:
         pairs = kb.intrinsic("llvm.x86.avx512.pmaddubs.w.512", kb.vec(32, kb.i16), [b_bytes, a])
         ones = kb.const(1, kb.vec(32, kb.i16))
         return kb.add(acc, kb.intrinsic("llvm.x86.avx512.pmaddw.d.512", v16i, [pairs, ones]))
-
-
-def _even_odd(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:
-    """4 vectors of 16 consecutive columns -> :data:`~.dot_codes.EVEN_ODD` order."""
-    even = [2 * i for i in range(16)]
-    odd = [2 * i + 1 for i in range(16)]
-    return [
-        kb.shuffle(vecs[0], vecs[1], even),
-        kb.shuffle(vecs[2], vecs[3], even),
-        kb.shuffle(vecs[0], vecs[1], odd),
-        kb.shuffle(vecs[2], vecs[3], odd),
-    ]
-
-
-def _in_order(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:
-    """Inverse of :func:`_even_odd`."""
-    return interleave_pairs(kb, [vecs[0], vecs[2], vecs[1], vecs[3]])

@@ -26,7 +26,7 @@ written in that order through two shuffles per 32 columns.
 from __future__ import annotations
 
 from mlir_mx.kernels.common.widen import LANES, decode_scales
-from mlir_mx.kernels.dot.codes import EVEN_ODD
+from mlir_mx.kernels.dot.codes import EVEN_ODD, even_odd, in_order
 from mlir_mx.kernels.dot.layout import PANEL
 
 __all__ = ["sweep_decode"]
@@ -81,8 +81,6 @@ def _valid(kb, prob, col):
 
 def _scale_into_c(k, blk, acc, lo, hi, permuted: bool) -> None:
     """``C[0, panel] = fma(float(acc) * sb, sa, C[0, panel])`` for the block."""
-    from mlir_mx.kernels.dot.kernel import _even_odd, _in_order
-
     kb, prob, src = k.kb, k.prob, k.codes
     sa = kb.broadcast(kb.load(k.pa.scales, [0, blk]), LANES)
     with kb.loop(lo, hi, 1) as j:
@@ -99,7 +97,7 @@ def _scale_into_c(k, blk, acc, lo, hi, permuted: bool) -> None:
             kb.load_lanes(k.ops.c, [0, kb.add(col, LANES * v)], LANES, valids[v]) for v in range(4)
         ]
         if permuted:
-            c = _even_odd(kb, c)
+            c = even_odd(kb, c)
         out = []
         for v in range(4):
             scale = decode_scales(kb, kb.slice(raw, LANES * v, LANES))
@@ -110,6 +108,6 @@ def _scale_into_c(k, blk, acc, lo, hi, permuted: bool) -> None:
                 p = kb.sitofp(p, kb.vec(LANES, kb.f32))
             out.append(kb.fma(kb.fmul(p, scale), sa, c[v]))  # t = p * sb; fma(t, sa, c)
         if permuted:
-            out = _in_order(kb, out)
+            out = in_order(kb, out)
         for v in range(4):
             kb.store_lanes(out[v], k.ops.c, [0, kb.add(col, LANES * v)], valids[v])

@@ -34,8 +34,7 @@ from mlir import ir
 from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import KernelState, Operands, PreparedA, Problem, prepare_a
-from mlir_mx.kernels.common.widen import LANES, decode_scales
-from mlir_mx.kernels.matmul.stream import interleave_pairs
+from mlir_mx.kernels.common.widen import LANES, decode_scales, interleave_pairs
 
 __all__ = ["PrefillConfig", "emit_prefill"]
 

@@ -41,7 +41,7 @@ from mlir_mx.kernels.common.problem import (
     code_columns,
     prepare_a,
 )
-from mlir_mx.kernels.common.widen import LANES, decode_scales
+from mlir_mx.kernels.common.widen import LANES, decode_scales, interleave_pairs
 
 __all__ = ["StreamConfig", "emit_stream", "TILED_PREFETCH"]
 
@@ -229,13 +229,3 @@ class _Kernel(KernelState):
             col = kb.add(n0, LANES * v)
             cv = kb.load_lanes(c, [m, col], LANES, valid)
             kb.store_lanes(kb.fma(t, sa, cv), c, [m, col], valid)
-
-
-def interleave_pairs(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:
-    """(even, odd) column vectors of each 32 columns -> the two vectors in column order."""
-    out = []
-    for q in range(0, len(vecs), 2):
-        even, odd = vecs[q], vecs[q + 1]
-        out.append(kb.shuffle(even, odd, [j for i in range(8) for j in (i, 16 + i)]))
-        out.append(kb.shuffle(even, odd, [j for i in range(8, 16) for j in (i, 16 + i)]))
-    return out
