@@ -261,7 +261,7 @@ class _Kernel:
 
     def __init__(self, spec: ConvertSpec):
         from mlir_mx.dialect import load_dialect
-        from mlir_mx.linear import cache_dir
+        from mlir_mx.execution.options import default_cache_dir as cache_dir
 
         with ir.Context() as ctx, ir.Location.unknown():
             load_dialect(ctx)

@@ -35,7 +35,8 @@ GGML_TYPES = (("ggml Q8_0", "GGML_TYPE_Q8_0"), ("ggml MXFP4", "GGML_TYPE_MXFP4")
 _INSTALL = "pip install --no-binary ggml-python 'mlir-mx[bench]' (needs cmake and a C compiler)"
 
 
-def _ggml():
+def load_ggml():
+    """The ``ggml`` module of ggml-python (ImportError when not installed)."""
     # ggml aborts the process on a failed assert; keep its gdb backtrace quiet.
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     import ggml
@@ -48,7 +49,7 @@ def ggml_available() -> str | None:
     if importlib.util.find_spec("ggml") is None:
         return f"ggml-python is not installed ({_INSTALL})"
     try:
-        gg = _ggml()
+        gg = load_ggml()
     except (ImportError, OSError) as err:  # a broken native build
         return f"ggml-python does not load: {err}"
     missing = [t for _, t in GGML_TYPES if not hasattr(gg, t)]
@@ -133,7 +134,7 @@ def ggml_methods(p: Problem, threads: int) -> list[Method] | Skipped:
     why = ggml_available()
     if why:
         return Skipped("ggml Q8_0/MXFP4", why)
-    gg = _ggml()
+    gg = load_ggml()
     s = p.shape
     out = []
     for label, type_name in GGML_TYPES:

@@ -63,9 +63,9 @@ class _Ggml:
 
     def __init__(self, weights, d: int, f: int, m: int, threads: int):
         from mlir_mx.interop.gguf import mxfp4_to_ggml
-        from mlir_mx_bench.ggml_baseline import _ggml
+        from mlir_mx_bench.ggml_baseline import load_ggml
 
-        gg = self.gg = _ggml()
+        gg = self.gg = load_ggml()
         raw = {n: mxfp4_to_ggml(w) for n, w in weights.items()}
         mem = sum(r.nbytes for r in raw.values()) + 4 * m * (4 * f + 3 * d) + (64 << 20)
         self.ctx = gg.ggml_init(gg.ggml_init_params(mem_size=mem, mem_buffer=None, no_alloc=False))

@@ -99,8 +99,8 @@ def _ours(x, element, threads):
 
 
 def _ggml(x, element, threads):
-    from mlir_mx_bench.ggml_baseline import _ggml as load
     from mlir_mx_bench.ggml_baseline import ggml_available
+    from mlir_mx_bench.ggml_baseline import load_ggml as load
 
     if ggml_available():
         return {}
@@ -134,11 +134,11 @@ def _torchao(x, element, threads):
     try:
         import torch
 
-        from mlir_mx.interop.torchao import _torch, from_mxtensor
+        from mlir_mx.interop.torchao import from_mxtensor, torchao_modules
     except ImportError:
         return {}
     try:
-        _, MXTensor, _, elems = _torch()
+        _, MXTensor, _, elems = torchao_modules()
     except ImportError:
         return {}
     if element not in elems:

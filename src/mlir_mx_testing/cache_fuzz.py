@@ -37,7 +37,7 @@ ADD = """func.func @add(%a: tensor<8x8xf32>, %b: tensor<8x8xf32>) -> tensor<8x8x
   %r = arith.addf %a, %b : tensor<8x8xf32>
   return %r : tensor<8x8xf32>
 }"""
-#: Where a targeted corruption lands (byte ranges of an entry; see compiled._DiskCache).
+#: Where a targeted corruption lands (byte ranges of an entry; see compiled.DiskCache).
 REGIONS = {"magic": (0, 8), "key": (8, 40), "length": (40, 48), "checksum": (48, 80), "body": (80, None)}
 
 
@@ -134,7 +134,7 @@ def _corrupt(data: bytes, rng: random.Random) -> tuple[bytes, str]:
 
 def case(seed: int, index: int) -> Outcome:
     """Corrupt one entry, compile from the cache, classify."""
-    from mlir_mx.execution.compiled import _DiskCache
+    from mlir_mx.execution.compiled import DiskCache
 
     rng = random.Random(f"cache:{seed}:{index}")
     module = ("linear", "add")[index % 2]
@@ -153,7 +153,7 @@ def case(seed: int, index: int) -> Outcome:
             return Outcome(index, "wrong", module, "wrong result after the rebuild", what)
         if not any("compile cache: dropped" in m for m in log.messages):
             return Outcome(index, "silent", module, "the dropped entry was not logged", what)
-        checker = _DiskCache.__new__(_DiskCache)
+        checker = DiskCache.__new__(DiskCache)
         checker.key = good[8:40]
         if not path.exists() or checker.verify(path.read_bytes())[0] is None:
             return Outcome(index, "wrong", module, "the entry was not rebuilt", what)

@@ -160,13 +160,14 @@ def _same_f32(x: np.ndarray, y: np.ndarray) -> bool:
     return bool(np.array_equal(nx, ny) and np.array_equal(x[~nx].view(np.uint32), y[~ny].view(np.uint32)))
 
 
-def _same(x, y) -> bool:
+def same_result(x, y) -> bool:
+    """Bit for bit: two MXArrays alike (codes and scales), or two f32 results (NaN payloads aside)."""
     if isinstance(x, N.MXArray) or isinstance(y, N.MXArray):
         return isinstance(x, N.MXArray) and isinstance(y, N.MXArray) and x.bitwise_equal(y)
     return _same_f32(x, y)
 
 
-def _within(got: np.ndarray, ref) -> tuple[bool, int]:
+def within_bound(got: np.ndarray, ref) -> tuple[bool, int]:
     """(within the bound where comparable, number of comparable outputs)."""
     _, exact, bound, ok = ref
     got = got.astype(np.float64)
@@ -263,10 +264,10 @@ def _compare_one(p, j, want, results, orders, report) -> None:
         where = f"{p.name} input {j} [{key[0]}{' +canonicalize' if key[1] else ''}]"
         plain = results.get((key[0], False, p.name, j))
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
-            if key[1] and plain is not None and not _same(g, plain[i]):
+            if key[1] and plain is not None and not same_result(g, plain[i]):
                 report.mismatches.append(f"{where} result {i}: --canonicalize changed it")
             if isinstance(w, tuple):
-                fine, n = _within(g, w)
+                fine, n = within_bound(g, w)
                 report.bounded += n
                 report.out_of_claim += int(w[3].size - n)
                 if not fine:
@@ -274,11 +275,11 @@ def _compare_one(p, j, want, results, orders, report) -> None:
                 order = orders.get(key[0])
                 if order:
                     ref = first_of_order.setdefault(f"{order}:{i}", (key, g))
-                    if not _same(g, ref[1]):
+                    if not same_result(g, ref[1]):
                         report.mismatches.append(f"{where} result {i}: differs from {ref[0][0]} (same matmul order '{order}')")
             else:
                 report.bitwise += 1
-                if not _same(g, w):
+                if not same_result(g, w):
                     report.mismatches.append(f"{where} result {i}: differs from the oracle")
 
 

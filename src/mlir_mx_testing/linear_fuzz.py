@@ -187,7 +187,7 @@ def _check(cfg: dict, w, x, y) -> tuple[str | None, int]:
     from mlir_mx.interop import transpose
     from mlir_mx.numerics import MXArray, quantize
     from mlir_mx.numerics.matmul import blocked_order, matmul_reference
-    from mlir_mx_testing.differential import _same, _within
+    from mlir_mx_testing.differential import same_result, within_bound
 
     vector = not isinstance(x, MXArray) and x.ndim == 1
     x2 = x[None] if vector else x
@@ -202,7 +202,7 @@ def _check(cfg: dict, w, x, y) -> tuple[str | None, int]:
     y2 = np.asarray(y).reshape(m, n)
     zero = np.zeros((m, n), np.float32)
     exact, bound, inside = matmul_reference(x2, transpose(w), zero)
-    ok, compared = _within(y2, ("matmul", exact, bound, inside))
+    ok, compared = within_bound(y2, ("matmul", exact, bound, inside))
     outside = int(inside.size - compared)
     if not ok:
         got = y2.astype(np.float64)
@@ -213,7 +213,7 @@ def _check(cfg: dict, w, x, y) -> tuple[str | None, int]:
         return (f"y[{i}, {j}] = {got[i, j]!r}, exact {exact[i, j]!r}, bound {bound[i, j]:.3g} "
                 f"({int(bad.sum())} outputs outside the bound)"), outside  # fmt: skip
     want = blocked_order(x2, transpose(w), zero)
-    if not _same(y2, want):
+    if not same_result(y2, want):
         i, j = np.argwhere(~((y2.view(np.uint32) == want.view(np.uint32))
                              | (np.isnan(y2) & np.isnan(want))))[0]  # fmt: skip
         return f"y[{i}, {j}] = {y2[i, j]!r}, the blocked order gives {want[i, j]!r}", outside

@@ -127,7 +127,7 @@ ALLOWED = {
     ): "one lowering per op, keys checked against OPS",
     (
         "src/mlir_mx/interop/torchao.py",
-        "_torch",
+        "torchao_modules",
     ): "torchao's dtype for each float format (another library's names)",
     (
         "src/mlir_mx_testing/fuzz.py",

@@ -14,7 +14,7 @@ import re
 
 from mlir_mx.diagnostics import Diagnostic
 from mlir_mx.dialect.irdl import OP_NAMES
-from mlir_mx.dialect.tokens import _PAIRS, MAX_NESTING, SKIP, TextError, tokenize
+from mlir_mx.dialect.tokens import BRACKET_PAIRS, MAX_NESTING, SKIP, TextError, tokenize
 
 __all__ = ["silent_failure", "scan"]
 
@@ -105,7 +105,7 @@ def scan(text: str) -> int | None:
                 parent.append(blocks[-1])
                 blocks.append(len(parent) - 1)
         elif kind == "close":
-            want = _PAIRS[m.group()]
+            want = BRACKET_PAIRS[m.group()]
             if want in stack:  # tolerant, as tokenize: pop to the opener
                 while True:
                     top = stack.pop()

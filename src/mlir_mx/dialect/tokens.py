@@ -20,7 +20,7 @@ from mlir import ir
 from mlir_mx.errors import TextError
 from mlir_mx.ir_utils import collect
 
-__all__ = ["MAX_NESTING", "Token", "TextError", "tokenize", "SourceMap", "remap_locations", "SKIP"]
+__all__ = ["BRACKET_PAIRS", "MAX_NESTING", "Token", "TextError", "tokenize", "SourceMap", "remap_locations", "SKIP"]
 
 #: Deepest bracket/region nesting accepted.  Upstream's parser recurses per
 #: level and overflows an 8 MiB stack at a few thousand nested regions
@@ -45,7 +45,7 @@ _TOKEN_RE = re.compile(
       |(?P<punct>.)""",
     re.VERBOSE | re.DOTALL,
 )
-_PAIRS = {">": "<", ")": "(", "]": "[", "}": "{"}
+BRACKET_PAIRS = {">": "<", ")": "(", "]": "[", "}": "{"}
 #: Token kinds that carry no syntax.
 SKIP = ("ws", "comment")
 
@@ -77,7 +77,7 @@ def tokenize(text: str) -> list[Token]:
         if kind == "open":
             stack.append(len(toks))
         elif kind == "close":
-            want = _PAIRS[tok.text]
+            want = BRACKET_PAIRS[tok.text]
             for depth in range(len(stack) - 1, -1, -1):
                 if toks[stack[depth]].text == want:
                     opener = stack[depth]

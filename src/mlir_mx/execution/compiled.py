@@ -88,7 +88,7 @@ class Compiled:
             emit_c_interfaces(module)
             load_async_runtime()
             cached = (
-                _DiskCache(options.cache_dir, text, self.pipeline) if options.cache_dir else None
+                DiskCache(options.cache_dir, text, self.pipeline) if options.cache_dir else None
             )
             lowered = cached.load(self.context) if cached else None
             self.from_disk = lowered is not None
@@ -149,7 +149,7 @@ def _uses_async_runtime(module: ir.Module) -> bool:
     )
 
 
-class _DiskCache:
+class DiskCache:
     """The lowered (LLVM dialect) module of one compilation, as MLIR bytecode.
 
     What upstream lets us reload: the bindings cannot load object code into an
@@ -297,7 +297,7 @@ def compile_module(
     The cache key is the module text and the options
     (:meth:`CompileOptions.key`: the pipeline as it will run, opt level,
     libraries, CPU features); ``options.cache_dir`` also keeps the lowered
-    module on disk, so another process skips the passes (:class:`_DiskCache`).
+    module on disk, so another process skips the passes (:class:`DiskCache`).
     ``validate(signatures)``, when given, runs after parsing and before
     lowering (and on a cache hit), so that a caller can refuse a module, e.g.
     one without the entry point it wants, before a long compilation.

@@ -38,7 +38,9 @@ from .layout import transpose
 __all__ = ["from_mxtensor", "to_mxtensor"]
 
 
-def _torch():
+def torchao_modules():
+    """``(torch, MXTensor, KernelPreference, {format name: torch dtype})``, or an
+    ImportError naming the extra to install."""
     try:
         import torch
         from torchao.prototype.mx_formats import constants
@@ -83,7 +85,7 @@ def to_mxtensor(a: MXArray, orig_dtype=None):
     is the high-precision dtype the tensor reports (default ``torch.float32``).
     Raises ``ValueError`` for ``i8`` and for other blocking axes.
     """
-    torch, MXTensor, KernelPreference, elems = _torch()
+    torch, MXTensor, KernelPreference, elems = torchao_modules()
     if not isinstance(a, MXArray):
         raise MXArgTypeError(f"a: expected an MXArray, got {type(a).__name__}")
     if a.element not in elems:
@@ -123,7 +125,7 @@ def from_mxtensor(t) -> MXArray:
     of a 2-D one gives the transposed array blocked along axis 0 (one copy).
     Swizzled (``is_swizzled_scales``) and non-CPU tensors raise ``ValueError``.
     """
-    torch, MXTensor, _, elems = _torch()
+    torch, MXTensor, _, elems = torchao_modules()
     if not isinstance(t, MXTensor):
         raise MXArgTypeError(f"t: expected a torchao MXTensor, got {type(t).__name__}")
     if t.is_swizzled_scales:

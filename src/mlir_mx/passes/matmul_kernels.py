@@ -33,6 +33,7 @@ from mlir_mx.ir_utils import KernelTag, collect, kernel_tag, owner_op, users
 from mlir_mx.kernels import Operands, Problem, emit_matmul, plan_kernel
 from mlir_mx.kernels.registry import SCHEDULES, schedule_names
 from mlir_mx.numerics import element_format
+from mlir_mx.passes.packed_sources import erase_unpack, packed_source
 from mlir_mx.passes.registry import Option, PassError, register_pass
 
 __all__ = ["mx_matmul_kernels"]
@@ -74,7 +75,7 @@ def mx_matmul_kernels(op: ir.Operation, *, schedule: str = "auto", threads: int 
         for d in dead:
             d.erase()
         for chain in unpacks:
-            _erase_unpack(chain)
+            erase_unpack(chain)
 
 
 def _unit_inner_stride(v: ir.Value) -> bool:
@@ -121,8 +122,8 @@ def _match(scales: ir.Operation):
     b_elem = None if sb is None else str(b_t.element_type)
     # Sub-byte codes that arrive packed (subbyte-storage=packed) are read as
     # packed bytes, each operand on its own; its unpacking then goes away.
-    ua = _packed_source(a) if _is_sub_byte(a_elem) else None
-    ub = _packed_source(b) if b_elem is not None and _is_sub_byte(b_elem) else None
+    ua = packed_source(a) if _is_sub_byte(a_elem) else None
+    ub = packed_source(b) if b_elem is not None and _is_sub_byte(b_elem) else None
     a = ua[0] if ua else a
     b = ub[0] if ub else b
     if not all(_unit_inner_stride(v) for v in (a, b, sa, acc) + ((sb,) if sb else ())):
@@ -140,40 +141,3 @@ def _match(scales: ir.Operation):
 
 def _is_sub_byte(element: str) -> bool:
     return element_format(element).is_sub_byte
-
-
-def _packed_source(codes: ir.Value):
-    """``(packed bytes, unpack chain)`` when ``codes`` is the unpacked view of
-    packed codes (``mx-to-linalg{subbyte-storage=packed}``): a
-    ``collapse_shape`` of a buffer written by a ``mx.kernel = "unpack_codes"``
-    generic.  None otherwise."""
-    collapse = owner_op(codes)
-    if collapse is None or collapse.name != "memref.collapse_shape":
-        return None
-    buf = collapse.operands[0]
-    writer = next((u for u in users(buf) if kernel_tag(u) == KernelTag.UNPACK_CODES), None)
-    if writer is None:
-        return None
-    grouped = owner_op(writer.operands[0])
-    if grouped is None or grouped.name != "memref.expand_shape":
-        return None
-    return grouped.operands[0], (collapse, writer, buf, grouped)
-
-
-def _erase_unpack(chain) -> None:
-    """Erase an unpacking the kernel no longer needs (when nothing else reads it)."""
-    collapse, writer, buf, grouped = chain
-    if any(True for _ in collapse.results[0].uses):
-        return
-    collapse.erase()
-    others = [u for u in users(buf) if u != writer]
-    if any(u.name != "memref.dealloc" for u in others):
-        return
-    writer.erase()
-    for u in others:
-        u.erase()
-    alloc = owner_op(buf)
-    if alloc is not None and alloc.name == "memref.alloc":
-        alloc.erase()
-    if not any(True for _ in grouped.results[0].uses):
-        grouped.erase()

@@ -29,7 +29,7 @@ from mlir_mx.ir_utils import KernelTag, collect, indexing_maps, kernel_tag, owne
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.convert import ConvertSpec, emit_convert
 from mlir_mx.numerics import element_format
-from mlir_mx.passes.matmul_kernels import _erase_unpack, _packed_source
+from mlir_mx.passes.packed_sources import erase_unpack, packed_source
 from mlir_mx.passes.registry import Option, PassError, register_pass
 
 __all__ = ["mx_quantize_kernels"]
@@ -148,7 +148,7 @@ def _dequantize(gen: ir.Operation, threads: int) -> None:
     if not all(_identity(v) for v in (scale, out)):
         return
     element = str(ir.MemRefType(mant.type).element_type)
-    source = _packed_source(mant) if element_format(element).is_sub_byte else None
+    source = packed_source(mant) if element_format(element).is_sub_byte else None
     codes = source[0] if source else mant
     if not _identity(codes):
         return
@@ -160,7 +160,7 @@ def _dequantize(gen: ir.Operation, threads: int) -> None:
         emit_convert(kb, spec, cs, ss, os_)
     gen.erase()
     if source:
-        _erase_unpack(source[1])
+        erase_unpack(source[1])
 
 
 # ------------------------------------------------------------------ emitting
