@@ -13,7 +13,9 @@ edge are left out, each for a stated reason:
   lazy re-export of the package's public names (``mlir_mx.Linear``), which runs
   on first use of the name, never while either module is being imported.
 
-``python tests/test_imports.py [SRC]`` prints what it finds in another tree.
+``python tests/test_imports.py [SRC]`` prints what it finds in another tree:
+on the tree before issue 25 (bf972a3) it prints the 5 circles and the 17
+private imports that issue lists.
 """
 
 from __future__ import annotations
