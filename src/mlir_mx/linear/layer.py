@@ -1,37 +1,16 @@
-"""A library API for MX weights: ``mlir_mx.matmul(x, w)`` and ``mlir_mx.Linear(w)``.
+"""The library API for MX weights: ``mlir_mx.matmul(x, w)`` and ``mlir_mx.Linear(w)``.
 
-No IR to write: a weight quantized with :func:`mlir_mx.numerics.quantize`
-(or read from a GGUF file, :mod:`mlir_mx.interop.gguf`) multiplies f32 (or
-MX) activations with the generated kernels of :mod:`mlir_mx.kernels`::
+No IR to write: an MX weight (from the compiled :func:`mlir_mx.quantize`; the
+oracle's :func:`mlir_mx.oracle.quantize` gives the same bits; or read from a
+GGUF file, :mod:`mlir_mx.interop.gguf`) multiplies f32 (or MX) activations
+with the generated kernels of :mod:`mlir_mx.kernels`::
 
-    w = quantize(weight, "f4E2M1FN", 32)          # (out, in), blocked along "in"
+    w = mlir_mx.quantize(weight, "f4E2M1FN", 32)   # (out, in), blocked along "in"
     lin = Linear(w, threads=2)
     y = lin(x)                                      # x: (M, in) f32 -> (M, out) f32
 
-* The weight is stored once in the kernels' layout: ``B = W^T`` (in x out,
-  blocked along ``in``), FP4/FP6 codes packed two per byte / four per three
-  bytes (``Linear.nbytes``: 4.25 bits per FP4 element with block 32).
-* One compiled kernel per (activation kind, shape class, threads) serves
-  every batch size M: ``decode`` for M = 1, ``small`` up to 48 rows,
-  ``prefill`` above; each is compiled on first use with a dynamic M.
-* Results are those of ``mx.block_matmul`` (the blocked order,
-  ``docs/numerics.md``): bit-identical across batch sizes and thread counts.
-  An f32 activation enters the products exactly (no quantization), unless
-  ``activations="i8"`` (or another MX element format) asks for it to be
-  quantized per call: then ``lin(x)`` is ``Linear(w)(quantize(x, "i8", B))``
-  bit for bit.
-* The weight is held once (:mod:`mlir_mx.linear.layout`): the stored codes
-  above, or, when ``activations=`` names a format the CPU's dot units pair
-  with the weight at every batch size and the dot kernels' records keep its
-  codes bit for bit (FP4/INT8 weights with i8-sized activations: VNNI), the
-  dot kernels' records only (4.25 bits per FP4 element too; the stored form
-  and the weight are derived from them on demand).  Where ``activations=``
-  runs on the dot units but the records cannot stand alone (FP6/FP8
-  weights), the records are held beside the stored form, both counted in
-  ``nbytes``.  Same bits as the f32 kernels in every case.
-* Compiled kernels are kept in memory and, lowered to the LLVM dialect, on
-  disk (``MLIR_MX_CACHE_DIR``, default ``~/.cache/mlir-mx``; ``off``
-  disables it), so a second process skips the mlir-mx and MLIR passes.
+How the weight is held, which kernel serves a call, the bits of the results
+and the compile cache: ``docs/library.md``, "How Linear works".
 """
 
 from __future__ import annotations
@@ -39,6 +18,7 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
+from typing import NamedTuple
 
 import ml_dtypes
 import numpy as np
@@ -61,6 +41,17 @@ __all__ = ["Linear", "matmul", "cache_dir"]
 
 #: The persistent compile cache directory (None when disabled).
 cache_dir = default_cache_dir
+
+
+class Activations(NamedTuple):
+    """What a call's activations are, as the kernels see them (a key of the
+    kernel cache): MX activations of ``element`` (codes ``packed`` or one per
+    byte), or f32 activations (``element`` None), quantized to ``quantize_to``
+    per call when that is set (``Linear(activations=...)``)."""
+
+    element: str | None
+    packed: bool
+    quantize_to: str | None
 
 
 class Linear:
@@ -292,7 +283,7 @@ class Linear:
         if m and self.out_features and self.in_features:
             call = self._bound(kind, m, t)
             if call is None:  # no dot kernel: quantize (compiled), then the MX path
-                args, kind = self._quantized_args(args[0], kind[2], t)
+                args, kind = self._quantized_args(args[0], kind.quantize_to, t)
                 call = self._bound(kind, m, t)
             call(*args, out)  # its messages name x, the weight, the output (_X_NAMES)
         return out[0] if vector else out
@@ -304,14 +295,14 @@ class Linear:
         cls = shape_class(max(m, 1))
         found = self._kernel(kind, cls)
         if found is None:  # quantized (compiled quantize), then the MX kernels
-            packed = is_packed_storage((1, self.in_features), kind[2])
-            found = self._kernel((kind[2], packed, None), cls)
+            packed = is_packed_storage((1, self.in_features), kind.quantize_to)
+            found = self._kernel(Activations(kind.quantize_to, packed, None), cls)
         return found[1]
 
     def _activations(self, x):
         """``(arguments, kind, M, vector)``: the activations as the kernel takes
-        them, and their kind ``(element or None, packed, quantized to)``: an
-        f32 ``x`` is quantized per call to ``activations`` when it is set."""
+        them, and their kind (:class:`Activations`): an f32 ``x`` is quantized
+        per call to ``activations`` when it is set."""
         k = self.in_features
         if isinstance(x, MXArray):
             if x.ndim != 2 or x.shape[1] != k or x.axis != 1 or x.block_size != self.block_size:
@@ -320,7 +311,7 @@ class Linear:
                     f"with block_size {self.block_size}; got shape {x.shape}, axis {x.axis}, "
                     f"block_size {x.block_size}"
                 )
-            return self._mx_args(x), (x.element, x.is_packed, None), x.shape[0], False
+            return self._mx_args(x), Activations(x.element, x.is_packed, None), x.shape[0], False
         if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
             x = _host_view(x)  # a torch CPU tensor, ...: viewed, not copied
         if not isinstance(x, np.ndarray):
@@ -336,7 +327,7 @@ class Linear:
         # Read-only x is fine (the kernels never write it); misaligned or
         # strided x is copied.
         x2 = np.require(x2, np.float32, ["C_CONTIGUOUS", "ALIGNED"])
-        return [x2], (None, False, self.activations), x2.shape[0], vector
+        return [x2], Activations(None, False, self.activations), x2.shape[0], vector
 
     def _quantized_args(self, x2: np.ndarray, element: str, threads: int):
         """``(arguments, kind)`` of f32 activations ``x2`` quantized to
@@ -347,7 +338,7 @@ class Linear:
         packed = is_packed_storage(x2.shape, element)
         if not packed:
             codes = codes.view(element_format(element).dtype)
-        return [codes, scales.view(SCALE_DTYPE)], (element, packed, None)
+        return [codes, scales.view(SCALE_DTYPE)], Activations(element, packed, None)
 
     @staticmethod
     def _mx_args(x: MXArray) -> list[np.ndarray]:
@@ -357,7 +348,7 @@ class Linear:
         raw, scales = x.held_buffers()
         return [raw if x.is_packed else raw.view(x.format.dtype), scales]
 
-    def _kernel(self, kind, cls: str):
+    def _kernel(self, kind: Activations, cls: str):
         """(problem, schedule, weight arguments) for activations of ``kind`` at
         shape class ``cls``: a dot kernel when the records held are those of
         the CPU's unit for the pair, else the f32 kernels on the stored form
@@ -378,7 +369,7 @@ class Linear:
         weights = list(self._held[:2]) if self.holds_stored else None
         return prob, choose(prob, cls=cls).name, weights
 
-    def _bound(self, kind, m: int, threads: int):
+    def _bound(self, kind: Activations, m: int, threads: int):
         """``@matmul`` of the kernel for ``m`` rows of activations of ``kind`` on
         ``threads`` threads, with the weight bound: the weight's descriptors
         are made once (Runner.bind), so a call only checks and passes the
@@ -392,7 +383,7 @@ class Linear:
                 return None
             prob, schedule, weights = found
             runner = self._runner(prob, schedule, threads)
-            n_act = 1 if kind[0] is None else 2
+            n_act = 1 if kind.element is None else 2
             if weights is None:  # the held records do not serve it: the stored form, per call
                 bound = functools.partial(self._call_derived, runner)
             else:
