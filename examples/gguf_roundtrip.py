@@ -28,9 +28,9 @@ import tempfile
 import numpy as np
 
 import mlir_mx
+from mlir_mx import oracle
 from mlir_mx.interop import weight_to_rhs
 from mlir_mx.interop.gguf import read_gguf, write_gguf
-from mlir_mx.numerics import quantize
 
 NAME = "blk.0.ffn_down.weight"
 
@@ -60,13 +60,13 @@ def run(path: str, n_out: int, n_in: int, seed: int) -> bool:
     x = make_weight(n_out, n_in, seed)
     write_gguf(path, {NAME: x}, metadata={"mlir_mx.example.seed": seed})  # f32 in
     w = read_gguf(path)[NAME]
-    q = quantize(x, "f4E2M1FN", 32, axis=-1)  # the oracle
+    q = oracle.quantize(x, "f4E2M1FN", 32, axis=-1)
 
     bit_exact = w.bitwise_equal(q)
     ggml_values, nbytes = ggml_decode(path, NAME, x.shape)
     decoded = mlir_mx.dequantize(w)
     ggml_equal = np.array_equal(ggml_values, decoded)
-    rhs_ok = weight_to_rhs(w).bitwise_equal(quantize(x.T, "f4E2M1FN", 32, axis=0))
+    rhs_ok = weight_to_rhs(w).bitwise_equal(oracle.quantize(x.T, "f4E2M1FN", 32, axis=0))
 
     err = decoded.astype(np.float64) - x
     rel_rms = np.sqrt(np.mean(err**2) / np.mean(x.astype(np.float64) ** 2))

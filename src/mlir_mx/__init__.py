@@ -2,12 +2,22 @@
 
 Stages, in the one direction data flows: ``dialect`` (the ``mx`` dialect and its
 text syntax) -> ``passes`` -> ``pipelines`` -> ``execution``;
-``numerics`` is the numpy oracle every test trusts; ``tools`` are thin CLIs.
-``mlir_mx.matmul`` / ``mlir_mx.Linear`` (:mod:`mlir_mx.linear`) are the
-library API for MX weights; ``mlir_mx.quantize`` / ``mlir_mx.dequantize``
-(:mod:`mlir_mx.convert`) convert at memory speed with compiled kernels.
-``except mlir_mx.MXError`` catches every error the library raises for bad
-input (:mod:`mlir_mx.errors`, importable without loading MLIR).
+``numerics`` is the numpy oracle every test trusts (:mod:`mlir_mx.oracle`
+names it); ``tools`` are thin CLIs.
+
+The public API:
+
+* :class:`MXArray`: an MX tensor (element codes and E8M0 scales, held in
+  their stored form);
+* :func:`quantize` / :func:`dequantize` (:mod:`mlir_mx.convert`): f32 <-> MX
+  with compiled kernels, the oracle's bits at memory speed;
+* :class:`Linear` and :func:`matmul` (:mod:`mlir_mx.linear`): ``x @ W.T`` with
+  an MX weight;
+* :class:`MXError` (and :class:`MXValueError`, :class:`MXArgTypeError`):
+  ``except mlir_mx.MXError`` catches every error the library raises for bad
+  input (:mod:`mlir_mx.errors`, importable without loading MLIR).
+
+Each name is imported on first use, so ``import mlir_mx`` stays light.
 """
 
 from mlir_mx.errors import MXArgTypeError, MXError, MXValueError
@@ -16,6 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Linear",
+    "MXArray",
     "MXArgTypeError",
     "MXError",
     "MXValueError",
@@ -37,4 +48,8 @@ def __getattr__(name):
         from mlir_mx import linear
 
         return getattr(linear, name)
+    if name == "MXArray":
+        from mlir_mx.numerics import MXArray
+
+        return MXArray
     raise AttributeError(f"module 'mlir_mx' has no attribute {name!r}")

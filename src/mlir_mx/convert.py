@@ -53,10 +53,24 @@ _SOURCE = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf
 
 
 def quantize(x, element: str = "f8E4M3FN", block_size: int = 32, axis: int = -1, threads=None):
-    """:func:`mlir_mx.numerics.quantize` (same signature, same bits), compiled.
+    """The oracle's :func:`mlir_mx.oracle.quantize` (same signature, same bits), compiled.
 
-    Returns an :class:`~mlir_mx.numerics.MXArray` built from its stored form
-    (``MXArray.from_packed``).  ``threads``: default this machine's cores.
+    Args:
+        x: the values, any rank and strides: a numpy array, a list, or a DLPack
+            array (a torch CPU tensor); float32, or float64 / float16 /
+            bfloat16 (converted to float32 exactly as the oracle does).
+        element: the MX element format (``f8E4M3FN``, ``f4E2M1FN``, ``i8``, ...).
+        block_size: elements per shared E8M0 scale; ``x.shape[axis]`` must be a
+            multiple of it.
+        axis: the axis the blocks run along.
+        threads: the kernel's thread count (default: this machine's cores).
+
+    Returns:
+        An :class:`~mlir_mx.MXArray` built from its stored form (``MXArray.from_packed``).
+
+    Raises:
+        MXArgTypeError: ``x`` of an unsupported type or dtype, a non-int size.
+        MXValueError: an unknown format, a bad block size, axis or thread count.
     """
     element = element_format(element).name
     x, block_size, axis = _check_input(x, block_size, axis)
@@ -91,11 +105,22 @@ def quantize_stored(x, element: str, block_size: int = 32, axis: int = -1, threa
 
 
 def dequantize(a, threads=None, *, out=None) -> np.ndarray:
-    """:func:`mlir_mx.numerics.dequantize` (same bits), compiled: ``a`` (an
-    :class:`~mlir_mx.numerics.MXArray`) as float32.  ``threads``: default
-    this machine's cores.  ``out``: a C-contiguous, writeable float32 array
-    of ``a.shape`` to write into (and return) instead of a new one (a fresh
-    array costs the OS's zeroing of its pages on first touch)."""
+    """The oracle's :func:`mlir_mx.oracle.dequantize` (same bits), compiled.
+
+    Args:
+        a: the :class:`~mlir_mx.MXArray` to decode.
+        threads: the kernel's thread count (default: this machine's cores).
+        out: a C-contiguous, writeable float32 array of ``a.shape`` to write
+            into instead of a new one (a fresh array costs the OS's zeroing of
+            its pages on first touch).
+
+    Returns:
+        ``a``'s values as float32 (``out`` when given).
+
+    Raises:
+        MXArgTypeError: ``a`` not an MXArray; ``out`` not a float32 array of ``a.shape``.
+        MXValueError: ``out`` not C-contiguous and writeable; a bad thread count.
+    """
     if not isinstance(a, MXArray):
         raise MXArgTypeError(f"a: expected an MXArray, got {type(a).__name__}")
     threads = check_threads(threads)

@@ -1,6 +1,8 @@
 """The library API for MX weights: :class:`Linear` and :func:`matmul`
-(:mod:`.layer`), and how a weight is held for the kernels (:mod:`.layout`)."""
+(:mod:`.layer`), how a weight is held for the kernels (:mod:`.layout`) and
+what a call's activations are (:mod:`.activations`)."""
 
-from mlir_mx.linear.layer import Linear, cache_dir, check_activations, matmul
+from mlir_mx.linear.activations import Activations, check_activations
+from mlir_mx.linear.layer import Linear, cache_dir, matmul
 
-__all__ = ["Linear", "cache_dir", "check_activations", "matmul"]
+__all__ = ["Activations", "Linear", "cache_dir", "check_activations", "matmul"]

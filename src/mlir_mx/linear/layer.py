@@ -18,22 +18,21 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
-from typing import NamedTuple
 
-import ml_dtypes
 import numpy as np
 from mlir import ir
 
 from mlir_mx.convert import quantize as compiled_quantize
 from mlir_mx.convert import quantize_stored
 from mlir_mx.dialect import load_dialect
-from mlir_mx.errors import MXArgTypeError, MXValueError, user_error
+from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.execution import FREE, BoundFunction, CompileOptions, Runner
 from mlir_mx.execution.options import default_cache_dir
 from mlir_mx.host import check_threads
 from mlir_mx.kernels import Problem, choose, kernel_module, plan_kernel, shape_class
 from mlir_mx.kernels.dot.layout import KINDS, dot_kind
 from mlir_mx.linear import layout
+from mlir_mx.linear.activations import HALF_DTYPES, Activations, check_activations, host_view
 from mlir_mx.numerics import SCALE_DTYPE, MXArray, element_format, is_packed_storage
 from mlir_mx.pipelines import kernel_library_pipeline
 
@@ -43,40 +42,31 @@ __all__ = ["Linear", "matmul", "cache_dir"]
 cache_dir = default_cache_dir
 
 
-class Activations(NamedTuple):
-    """What a call's activations are, as the kernels see them (a key of the
-    kernel cache): MX activations of ``element`` (codes ``packed`` or one per
-    byte), or f32 activations (``element`` None), quantized to ``quantize_to``
-    per call when that is set (``Linear(activations=...)``)."""
-
-    element: str | None
-    packed: bool
-    quantize_to: str | None
-
-
 class Linear:
     """``y = x @ W.T`` with an MX weight ``W`` of shape (out, in), blocked along ``in``.
 
-    ``weight`` may also be given as ``B`` of shape (in, out) blocked along
-    axis 0 (``y = x @ B``), the form ``mx.block_matmul`` takes, or as float
-    weights (out, in) (numpy or DLPack) with ``element=`` (and
-    ``block_size=``, default 32): quantized here along ``in`` by the compiled
-    :func:`mlir_mx.quantize`.  ``threads``: default this machine's cores;
-    settable later (``lin.threads = 1``) or given per call (``lin(x,
-    threads=1)``, which changes nothing shared).  ``activations``: None (f32
-    activations enter exactly) or an MX element format that f32 activations
-    are quantized to per call (blocks of the weight's block size along
-    ``in``; MX activations are used as given).
+    Args:
+        weight: ``W``, an :class:`~mlir_mx.MXArray` (out, in) blocked along axis 1;
+            or ``B`` (in, out) blocked along axis 0 (``y = x @ B``, the form
+            ``mx.block_matmul`` takes); or float weights (out, in) (numpy or
+            DLPack) with ``element=``, quantized here along ``in`` by the
+            compiled :func:`mlir_mx.quantize`.
+        threads: the default thread count (this machine's cores); settable
+            later (``lin.threads = 1``) or given per call (``lin(x, threads=1)``).
+        element: the MX element format to quantize float weights to.
+        block_size: their block size (default 32).
+        activations: None (f32 activations enter exactly) or an MX element
+            format f32 activations are quantized to per call (blocks of the
+            weight's block size along ``in``; MX activations are used as given).
 
-    The weight is held once (:attr:`held`, :attr:`nbytes`): as the stored
-    codes the f32 kernels read, or as the dot kernels' records alone when
-    ``activations`` pairs with the weight on this CPU's dot units at every
-    batch size and the records keep its codes (:attr:`records_unit`;
-    :func:`mlir_mx.linear.layout.records_unit`), or as both where the dot
-    units serve ``activations`` but the records cannot stand alone
-    (:attr:`holds_stored` and :attr:`records_unit`;
-    :func:`mlir_mx.linear.layout.side_records_unit`).  :attr:`stored` and
-    :meth:`weight` derive the other forms, bit for bit.
+    Raises:
+        MXArgTypeError: a weight of another type or dtype.
+        MXValueError: a weight that is not 2-D, an unknown format, a bad block
+            size or thread count.
+
+    The weight is held once (:attr:`held`, :attr:`nbytes`): the stored codes,
+    the dot kernels' records, or both; :attr:`stored` and :meth:`weight` derive
+    the other forms, bit for bit (``docs/library.md``, "One form of the weight").
     """
 
     def __init__(
@@ -137,8 +127,12 @@ class Linear:
         codes may also come as raw ``uint8``), whatever ``activations`` is.
         ``records``: the dot kernels' records held beside them by a Linear
         with these ``activations`` (:attr:`held`'s third array), held as they
-        are too; made here when not given.  Raises ``ValueError`` naming the
-        argument when an array has another shape, dtype or layout."""
+        are too; made here when not given.
+
+        Raises:
+            MXValueError: naming the argument, for an array of another shape,
+                dtype or layout.
+        """
         lin = cls.__new__(cls)
         lin._set_geometry(element, block_size, in_features, out_features)
         fmt = element_format(lin.element)
@@ -160,7 +154,11 @@ class Linear:
         ``unit`` (:attr:`held` of a Linear whose :attr:`records_unit` is
         ``unit``), held as they are (no copy) when this CPU runs them for
         ``activations``; else converted to the stored form (a new array).
-        Raises ``ValueError`` naming the argument for another shape or dtype."""
+
+        Raises:
+            MXValueError: naming the argument, for another shape or dtype, or an
+                unknown ``unit``.
+        """
         lin = cls.__new__(cls)
         lin._set_geometry(element, block_size, in_features, out_features)
         activations = check_activations(activations)
@@ -244,8 +242,12 @@ class Linear:
         return layout.to_stored(layout.records_chunks(self._held[0], self.records_unit, g), g)
 
     def weight(self) -> MXArray:
-        """The weight ``W`` ``(out, in)`` blocked along ``in``, derived from the
-        form held (new arrays, bit for bit the weight given)."""
+        """The weight as it was given.
+
+        Returns:
+            ``W`` ``(out, in)`` blocked along ``in``, an :class:`~mlir_mx.MXArray`
+            derived from the form held (new arrays, bit for bit the weight given).
+        """
         g = self._geometry
         if self.holds_stored:
             chunks = layout.stored_chunks(*self._held[:2], g)
@@ -271,10 +273,22 @@ class Linear:
     # -- the call ------------------------------------------------------------------
 
     def __call__(self, x, *, threads: int | None = None) -> np.ndarray:
-        """``x``: f32 ``(M, in)`` or ``(in,)`` (numpy, or any DLPack array such as
-        a torch CPU tensor), or an MXArray ``(M, in)`` blocked along its last
-        axis. Returns f32 ``(M, out)`` (``(out,)`` for a vector) as numpy.
-        ``threads``: this call's thread count (default :attr:`threads`)."""
+        """``y = x @ W.T``.
+
+        Args:
+            x: f32 ``(M, in)`` or ``(in,)`` (numpy, or any DLPack array such as a
+                torch CPU tensor; float16 / bfloat16 widened exactly), or an
+                MXArray ``(M, in)`` blocked along its last axis.
+            threads: this call's thread count (default :attr:`threads`).
+
+        Returns:
+            f32 ``(M, out)`` (``(out,)`` for a vector) as numpy.
+
+        Raises:
+            MXArgTypeError: ``x`` of another type or dtype (or a torch tensor
+                that requires grad).
+            MXValueError: ``x`` of another shape or block size; a bad thread count.
+        """
         t = self.threads if threads is None else check_threads(threads)
         args, kind, m, vector = self._activations(x)
         out = np.zeros((m, self.out_features), np.float32)
@@ -289,8 +303,14 @@ class Linear:
         return out[0] if vector else out
 
     def schedule(self, x) -> str:
-        """The kernel schedule a call with ``x`` runs (``int-prefill``,
-        ``decode``, ...; the registry's names)."""
+        """The kernel schedule a call with ``x`` runs.
+
+        Args:
+            x: activations, as :meth:`__call__` takes them.
+
+        Returns:
+            The schedule's name in the registry (``decode``, ``int-prefill``, ...).
+        """
         _args, kind, m, _vector = self._activations(x)
         cls = shape_class(max(m, 1))
         found = self._kernel(kind, cls)
@@ -313,10 +333,10 @@ class Linear:
                 )
             return self._mx_args(x), Activations(x.element, x.is_packed, None), x.shape[0], False
         if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
-            x = _host_view(x)  # a torch CPU tensor, ...: viewed, not copied
+            x = host_view(x)  # a torch CPU tensor, ...: viewed, not copied
         if not isinstance(x, np.ndarray):
             raise MXArgTypeError(f"x: expected a numpy array or an MXArray, got {type(x).__name__}")
-        if x.dtype in _HALF_DTYPES:
+        if x.dtype in HALF_DTYPES:
             x = x.astype(np.float32)  # exact: every f16 / bf16 value is an f32 value
         if x.dtype != np.float32:
             raise MXArgTypeError(f"x: expected dtype float32 (or float16, bfloat16), got {x.dtype}")
@@ -415,19 +435,6 @@ class Linear:
         return runner
 
 
-def check_activations(activations) -> str | None:
-    """``activations=``: ``None`` (f32 activations enter the products exactly) or
-    an MX element format they are quantized to per call, blocks along ``in``
-    (the dot kernels where the CPU has them).  Returns the format's name;
-    ``ValueError`` / ``TypeError`` naming ``activations`` otherwise."""
-    if activations is None:
-        return None
-    try:
-        return element_format(activations).name
-    except (TypeError, ValueError) as err:
-        raise user_error(err, f"activations: {err}") from None
-
-
 def _check_held(name: str, a, shape: tuple, dtype: np.dtype) -> None:
     """An array to hold as it is: this dtype and shape, C-contiguous."""
     if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != tuple(shape):
@@ -435,27 +442,6 @@ def _check_held(name: str, a, shape: tuple, dtype: np.dtype) -> None:
         raise MXValueError(f"{name}: expected a {dtype} array of shape {tuple(shape)}, got {got}")
     if not a.flags.c_contiguous:
         raise MXValueError(f"{name}: expected a C-contiguous array")
-
-
-_HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
-
-
-def _host_view(x) -> np.ndarray:
-    """A numpy view of the DLPack array ``x``; a torch bfloat16/float16 tensor
-    as float32 (numpy has no bfloat16 to view it as)."""
-    if type(x).__module__.startswith("torch"):
-        if getattr(x, "requires_grad", False):
-            raise MXArgTypeError(
-                "x: the tensor requires grad, and Linear computes no gradients: pass x.detach()"
-            )
-        if str(getattr(x, "dtype", "")) in ("torch.bfloat16", "torch.float16"):
-            x = x.float()  # exact
-    try:
-        return np.from_dlpack(x)
-    except (BufferError, RuntimeError, TypeError, ValueError) as err:
-        raise MXArgTypeError(
-            f"x: cannot view this {type(x).__name__} as host memory: {err}"
-        ) from None
 
 
 _X_NAMES = {1: ("x",), 2: ("x (codes)", "x (scales)")}
@@ -469,11 +455,23 @@ def matmul(
     x, w: MXArray, *, threads: int | None = None, element: str | None = None, block_size: int = 32
 ) -> np.ndarray:
     """``x @ W.T`` (W (out, in) blocked along in) or ``x @ B`` (B (in, out),
-    blocked along axis 0) with the MX weight ``w``; see :class:`Linear`.
+    blocked along axis 0) with the MX weight ``w``: ``Linear(w)(x)``, the
+    prepared weight cached for as long as ``w`` lives.
 
-    The prepared weight is cached for as long as ``w`` lives.  Float weights
-    ``w`` (out, in) with ``element=`` are quantized on every call (compiled,
-    :func:`mlir_mx.quantize`); keep a :class:`Linear` to quantize them once.
+    Args:
+        x: the activations, as :meth:`Linear.__call__` takes them.
+        w: the weight, as :class:`Linear` takes it.  Float weights (out, in)
+            with ``element=`` are quantized on every call (compiled,
+            :func:`mlir_mx.quantize`); keep a :class:`Linear` to quantize them once.
+        threads: this call's thread count (default: this machine's cores).
+        element: the MX element format of float weights.
+        block_size: their block size (default 32).
+
+    Returns:
+        f32 ``(M, out)`` (``(out,)`` for a vector) as numpy.
+
+    Raises:
+        MXArgTypeError, MXValueError: as :class:`Linear` and its call raise them.
     """
     if element is not None and not isinstance(w, MXArray):
         return Linear(w, threads=threads, element=element, block_size=block_size)(x)

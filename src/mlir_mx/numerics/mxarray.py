@@ -94,13 +94,24 @@ def _check_copy(copy) -> bool | None:
 class MXArray:
     """An MX-encoded tensor: element codes plus one E8M0 scale per block.
 
-    ``MXArray(codes, scales, element, block_size, axis=-1)``: ``codes`` has the
-    full logical shape and dtype ``element_format(element).dtype`` (one code per
-    byte; raw ``uint8`` code bytes are accepted for the float formats), ``scales``
-    dtype ``ml_dtypes.float8_e8m0fnu`` (or raw ``uint8``) and shape
-    ``codes.shape`` with ``shape[axis] // block_size``.  Blocks are
-    ``block_size`` consecutive elements along ``axis`` (normalized to be
-    non-negative).
+    Made by :func:`mlir_mx.quantize` (or the oracle's), or from its arrays.
+
+    Args:
+        codes: the full logical shape, dtype ``element_format(element).dtype``
+            (one code per byte; raw ``uint8`` code bytes are accepted for the
+            float formats).
+        scales: dtype ``ml_dtypes.float8_e8m0fnu`` (or raw ``uint8``), shape
+            ``codes.shape`` with ``shape[axis] // block_size``.
+        element: the MX element format's name.
+        block_size: ``block_size`` consecutive elements along ``axis`` share a scale.
+        axis: the blocked axis (normalized to be non-negative).
+        copy: ``None`` copies arrays unless nothing can write them
+            (:meth:`from_packed` says more), ``True`` always, ``False`` never.
+
+    Raises:
+        MXArgTypeError: an array of another dtype, a non-int size.
+        MXValueError: an unknown format, shapes that do not match, a bad block
+            size or axis.
 
     **Stored form.**  Codes that pack (:attr:`is_packed`: FP4/FP6 with a last
     axis of whole packing groups) are kept packed and only packed;
@@ -186,6 +197,13 @@ class MXArray:
         ``True`` always copies; ``False`` takes the arrays over without a copy
         and makes them read-only in place (the caller must not write them
         through another reference afterwards).
+
+        Returns:
+            The MXArray (its other arguments as :class:`MXArray` takes them).
+
+        Raises:
+            MXArgTypeError: ``packed`` not ``uint8``; scales of another dtype.
+            MXValueError: shapes that do not match the format and block size.
         """
         fmt = element_format(element)
         copy = _check_copy(copy)

@@ -1,0 +1,60 @@
+"""What a :class:`~mlir_mx.Linear` call's activations are: the ``activations=``
+argument checked, the kind the kernel cache is keyed by, and DLPack inputs
+viewed as numpy."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import ml_dtypes
+import numpy as np
+
+from mlir_mx.errors import MXArgTypeError, user_error
+from mlir_mx.numerics import element_format
+
+__all__ = ["HALF_DTYPES", "Activations", "check_activations", "host_view"]
+
+
+class Activations(NamedTuple):
+    """What a call's activations are, as the kernels see them (a key of the
+    kernel cache): MX activations of ``element`` (codes ``packed`` or one per
+    byte), or f32 activations (``element`` None), quantized to ``quantize_to``
+    per call when that is set (``Linear(activations=...)``)."""
+
+    element: str | None
+    packed: bool
+    quantize_to: str | None
+
+
+def check_activations(activations) -> str | None:
+    """``activations=``: ``None`` (f32 activations enter the products exactly) or
+    an MX element format they are quantized to per call, blocks along ``in``
+    (the dot kernels where the CPU has them).  Returns the format's name;
+    ``ValueError`` / ``TypeError`` naming ``activations`` otherwise."""
+    if activations is None:
+        return None
+    try:
+        return element_format(activations).name
+    except (TypeError, ValueError) as err:
+        raise user_error(err, f"activations: {err}") from None
+
+
+HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def host_view(x) -> np.ndarray:
+    """A numpy view of the DLPack array ``x``; a torch bfloat16/float16 tensor
+    as float32 (numpy has no bfloat16 to view it as)."""
+    if type(x).__module__.startswith("torch"):
+        if getattr(x, "requires_grad", False):
+            raise MXArgTypeError(
+                "x: the tensor requires grad, and Linear computes no gradients: pass x.detach()"
+            )
+        if str(getattr(x, "dtype", "")) in ("torch.bfloat16", "torch.float16"):
+            x = x.float()  # exact
+    try:
+        return np.from_dlpack(x)
+    except (BufferError, RuntimeError, TypeError, ValueError) as err:
+        raise MXArgTypeError(
+            f"x: cannot view this {type(x).__name__} as host memory: {err}"
+        ) from None

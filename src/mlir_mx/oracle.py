@@ -1,0 +1,23 @@
+"""The oracle: OCP MX v1.0 in numpy, the reference every compiled kernel is
+tested against (bit for bit where the operation is exact, within a derived
+bound where the summation order differs; ``docs/numerics.md``).
+
+Slow and exact, importable without MLIR.  :func:`quantize` / :func:`dequantize`
+here have the signature of the compiled ``mlir_mx.quantize`` /
+``mlir_mx.dequantize`` and give the same bits; use the compiled ones for speed
+and these to check them::
+
+    from mlir_mx import oracle
+    a = oracle.quantize(x, "f4E2M1FN", 32)
+    assert a.bitwise_equal(mlir_mx.quantize(x, "f4E2M1FN", 32))
+
+:func:`matmul_reference` states the matmul claim (the exact product and its
+bound) and :func:`blocked_order` emulates the kernels' f32 operation order.
+The same functions live in :mod:`mlir_mx.numerics` (with the format table and
+packing).
+"""
+
+from mlir_mx.numerics import MXArray, dequantize, fold_scale, quantize
+from mlir_mx.numerics.matmul import blocked_order, matmul_reference
+
+__all__ = ["MXArray", "blocked_order", "dequantize", "fold_scale", "matmul_reference", "quantize"]
