@@ -68,7 +68,7 @@ def our_variants(
     default pipeline: mx x mx and mx x f32 with the schedule ``auto`` picks
     for this M, and mx x mx with each other schedule ("per schedule"), all
     on ``threads`` threads.  Then ``mlir_mx.Linear`` on B as its weight
-    where it runs the dot kernels (``kernels/dot.py``): with the MX A, and
+    where it runs the dot kernels (``kernels/dot/kernel.py``): with the MX A, and
     with the f32 A quantized to A's format inside the kernel
     (``activations=``).  ``a_element``: A's format when it differs from B's.
     """
@@ -105,7 +105,7 @@ def our_variants(
 
 def linear_rows(p: Problem) -> list[tuple[str, str | None]]:
     """``mlir_mx.Linear`` rows for a problem whose pair the dot kernels serve
-    at its shape (``kernels/dot.py``): (label, activations) with the MX A
+    at its shape (``kernels/dot/kernel.py``): (label, activations) with the MX A
     (None) and with the f32 A quantized to A's format inside the kernel."""
     from mlir_mx.kernels import choose
     from mlir_mx.kernels.dot.layout import dot_kind

@@ -141,7 +141,7 @@ SCHEDULES: dict[str, Schedule] = {
             emit_prefill,
             supports=_f32,
         ),
-        # The dot kernels (kernels/dot.py): exact block dots on the CPU's dot
+        # The dot kernels (kernels/dot/kernel.py): exact block dots on the CPU's dot
         # units, the f32 kernels' bits; B as dot records (mlir_mx.Linear).
         _dot(
             "int",

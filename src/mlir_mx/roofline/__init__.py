@@ -7,7 +7,7 @@ Typical use::
     km.intensity, km.time_floor(M4), km.breakdown()
 
 ``mlir_mx.roofline.measure`` measures this machine and times kernels;
-``mlir_mx.roofline.plots`` draws the roofline and time charts; ``docs/model.md``
+``mlir_mx.roofline.plots`` draws the roofline and time charts; ``docs/roofline.md``
 states the rules.
 """
 

@@ -5,7 +5,7 @@ each buffer once (a result that is an argument, or a view of one, is not
 counted again), at the element type's bit width.  Buffers allocated inside
 the function are listed as temporaries and not counted.  Argument buffers
 are named by their role in the contraction (``A``, ``B scale``, ``C
-(accumulator)``, ...).  ``docs/model.md`` states the rule.
+(accumulator)``, ...).  ``docs/roofline.md`` states the rule.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ contraction's multiply-add: the ``addf`` that accumulates into an ``outs``
 block argument of a generic with a reduction loop, and the ``mulf`` feeding it
 when neither of its operands is a scale value), *dequant* (every other
 ``mulf``: the multiplies that undo the block scaling) or *other*.
-``docs/model.md`` states the rule in full.
+``docs/roofline.md`` states the rule in full.
 """
 
 from __future__ import annotations

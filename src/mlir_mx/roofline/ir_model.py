@@ -21,7 +21,7 @@ FLOPs are split into *useful* (the contraction's multiply-add: the ``addf``
 that accumulates into an ``outs`` block argument of a generic with a
 reduction loop, and the ``mulf`` feeding it when neither of its operands is
 a scale value), *dequant* (every other ``mulf``: the multiplies that undo
-the block scaling) and *other* (any remaining float op).  ``docs/model.md``
+the block scaling) and *other* (any remaining float op).  ``docs/roofline.md``
 states the rule in full.
 """
 
