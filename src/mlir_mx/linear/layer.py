@@ -19,6 +19,7 @@ import functools
 import threading
 import weakref
 
+import ml_dtypes
 import numpy as np
 from mlir import ir
 
@@ -32,7 +33,7 @@ from mlir_mx.host import check_threads
 from mlir_mx.kernels import Problem, choose, kernel_module, plan_kernel, shape_class
 from mlir_mx.kernels.dot.layout import KINDS, dot_kind
 from mlir_mx.linear import layout
-from mlir_mx.linear.activations import HALF_DTYPES, Activations, check_activations, host_view
+from mlir_mx.linear.activations import Activations, check_activations
 from mlir_mx.numerics import SCALE_DTYPE, MXArray, element_format, is_packed_storage
 from mlir_mx.pipelines import kernel_library_pipeline
 
@@ -130,8 +131,7 @@ class Linear:
         are too; made here when not given.
 
         Raises:
-            MXValueError: naming the argument, for an array of another shape,
-                dtype or layout.
+            MXValueError: an array of another shape, dtype or layout (named).
         """
         lin = cls.__new__(cls)
         lin._set_geometry(element, block_size, in_features, out_features)
@@ -156,8 +156,7 @@ class Linear:
         ``activations``; else converted to the stored form (a new array).
 
         Raises:
-            MXValueError: naming the argument, for another shape or dtype, or an
-                unknown ``unit``.
+            MXValueError: records of another shape or dtype, an unknown ``unit``.
         """
         lin = cls.__new__(cls)
         lin._set_geometry(element, block_size, in_features, out_features)
@@ -245,9 +244,8 @@ class Linear:
         """The weight as it was given.
 
         Returns:
-            ``W`` ``(out, in)`` blocked along ``in``, an :class:`~mlir_mx.MXArray`
-            derived from the form held (new arrays, bit for bit the weight given).
-        """
+            ``W`` ``(out, in)`` blocked along ``in``, an :class:`~mlir_mx.MXArray` derived
+            from the form held (new arrays, bit for bit the weight given)."""
         g = self._geometry
         if self.holds_stored:
             chunks = layout.stored_chunks(*self._held[:2], g)
@@ -303,10 +301,7 @@ class Linear:
         return out[0] if vector else out
 
     def schedule(self, x) -> str:
-        """The kernel schedule a call with ``x`` runs.
-
-        Args:
-            x: activations, as :meth:`__call__` takes them.
+        """The kernel schedule a call with ``x`` (as :meth:`__call__` takes it) runs.
 
         Returns:
             The schedule's name in the registry (``decode``, ``int-prefill``, ...).
@@ -333,10 +328,10 @@ class Linear:
                 )
             return self._mx_args(x), Activations(x.element, x.is_packed, None), x.shape[0], False
         if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
-            x = host_view(x)  # a torch CPU tensor, ...: viewed, not copied
+            x = _host_view(x)  # a torch CPU tensor, ...: viewed, not copied
         if not isinstance(x, np.ndarray):
             raise MXArgTypeError(f"x: expected a numpy array or an MXArray, got {type(x).__name__}")
-        if x.dtype in HALF_DTYPES:
+        if x.dtype in _HALF_DTYPES:
             x = x.astype(np.float32)  # exact: every f16 / bf16 value is an f32 value
         if x.dtype != np.float32:
             raise MXArgTypeError(f"x: expected dtype float32 (or float16, bfloat16), got {x.dtype}")
@@ -442,6 +437,27 @@ def _check_held(name: str, a, shape: tuple, dtype: np.dtype) -> None:
         raise MXValueError(f"{name}: expected a {dtype} array of shape {tuple(shape)}, got {got}")
     if not a.flags.c_contiguous:
         raise MXValueError(f"{name}: expected a C-contiguous array")
+
+
+_HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def _host_view(x) -> np.ndarray:
+    """A numpy view of the DLPack array ``x``; a torch bfloat16/float16 tensor
+    as float32 (numpy has no bfloat16 to view it as)."""
+    if type(x).__module__.startswith("torch"):
+        if getattr(x, "requires_grad", False):
+            raise MXArgTypeError(
+                "x: the tensor requires grad, and Linear computes no gradients: pass x.detach()"
+            )
+        if str(getattr(x, "dtype", "")) in ("torch.bfloat16", "torch.float16"):
+            x = x.float()  # exact
+    try:
+        return np.from_dlpack(x)
+    except (BufferError, RuntimeError, TypeError, ValueError) as err:
+        raise MXArgTypeError(
+            f"x: cannot view this {type(x).__name__} as host memory: {err}"
+        ) from None
 
 
 _X_NAMES = {1: ("x",), 2: ("x (codes)", "x (scales)")}
