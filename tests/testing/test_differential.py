@@ -47,8 +47,8 @@ def test_the_tester_catches_a_result_changing_rewrite():
 def test_oracle_and_bound_helpers():
     nan_a = np.array([np.nan, 1.0], np.float32)
     nan_b = np.array([np.float32(np.nan) * -1, 1.0], np.float32)
-    assert D._same(nan_a, nan_b)  # NaN payload and sign aside
-    assert not D._same(np.float32([0.0]), np.float32([-0.0]))  # but zeros' signs count
+    assert D.same_result(nan_a, nan_b)  # NaN payload and sign aside
+    assert not D.same_result(np.float32([0.0]), np.float32([-0.0]))  # but zeros' signs count
     b = D.matmul_bound(np.array([1.0, 2.0]), 64, 32)
     assert b[1] > b[0] > 64 * 2.0**-24
 
