@@ -36,6 +36,7 @@ import pytest
 
 import mlir_mx
 from mlir_mx.host import MAX_THREADS
+from mlir_mx.linear import Activations
 from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, is_packed_storage, quantize
 from mlir_mx.numerics.matmul import blocked_order, matmul_reference
 
@@ -171,12 +172,12 @@ def test_f4_messages_name_x_not_arg0():
     lin = mlir_mx.Linear(_weight(), threads=1)
     # The kernel calls Linear binds name its arguments in Linear's terms.
     x, xq = np.ones((1, 64), np.float32), quantize(np.ones((1, 64), np.float32), "f8E4M3FN", 32)
-    f32_call = lin._bound((None, False, None), 1, 1)
+    f32_call = lin._bound(Activations(None, False, None), 1, 1)
     with pytest.raises(ValueError, match=r"^x: array is not C-contiguous"):
         f32_call(np.ones((1, 128), np.float32)[:, ::2], np.zeros((1, 64), np.float32))
     with pytest.raises(TypeError, match=r"^the output: expected dtype float32, got float64"):
         f32_call(x, np.zeros((1, 64), np.float64))
-    mx_call = lin._bound((xq.element, xq.is_packed, None), 1, 1)
+    mx_call = lin._bound(Activations(xq.element, xq.is_packed, None), 1, 1)
     with pytest.raises(TypeError, match=r"^x \(scales\): expected dtype"):
         mx_call(lin._mx_args(xq)[0], xq.scales.view(np.uint8), np.zeros((1, 64), np.float32))
     raw = np.zeros(64 * 4 + 1, np.uint8)
