@@ -3,7 +3,7 @@
 Reproducer ``f14_corrupt_compile_cache_abort``: one NUL byte in a
 cached ``.mlirbc`` entry made every later process that needed the kernel abort
 (an LLVM assertion in upstream's bytecode reader).  Entries now carry a header
-with a SHA-256 checksum (``compiled._DiskCache``) that is checked before the
+with a SHA-256 checksum (``compiled.DiskCache``) that is checked before the
 bytes are parsed; an entry that fails the check or does not load is logged,
 deleted and rebuilt.  Here: a byte flipped in every region of an entry (each
 header field, the bytecode at its start, middle and end, the repro's NUL in a
@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from mlir_mx.execution import Runner, clear_cache
-from mlir_mx.execution.compiled import _DiskCache
+from mlir_mx.execution.compiled import DiskCache
 
 ADD = """func.func @add(%a: tensor<4x4xf32>, %b: tensor<4x4xf32>) -> tensor<4x4xf32> {
   %r = arith.addf %a, %b : tensor<4x4xf32>
@@ -51,9 +51,9 @@ def entry(tmp_path):
     return path, path.read_bytes()
 
 
-def _checker(good: bytes) -> _DiskCache:
-    """A _DiskCache that checks entries of the key of ``good``."""
-    cache = _DiskCache.__new__(_DiskCache)
+def _checker(good: bytes) -> DiskCache:
+    """A DiskCache that checks entries of the key of ``good``."""
+    cache = DiskCache.__new__(DiskCache)
     cache.key = good[8:40]
     return cache
 
@@ -128,7 +128,7 @@ def test_checksummed_entry_that_does_not_load_is_dropped(entry, caplog):
 
 def test_entry_of_another_key_is_not_used(entry, tmp_path):
     path, good = entry
-    other = _DiskCache(tmp_path, ADD + "\n", "builtin.module()")
+    other = DiskCache(tmp_path, ADD + "\n", "builtin.module()")
     assert other.path != path
     other.path.write_bytes(good)  # a valid entry, under another name
     assert other.verify(good)[0] is None
