@@ -150,7 +150,11 @@ def test_special_values_follow_the_blocked_order(ea, eb, unit, cls, source):
     want = model(qa, qb, acc)
     same = same_bits(got, want)
     assert same.all(), (np.argwhere(~same)[:5], got[~same][:5], want[~same][:5])
-    assert np.isnan(got).any() and not np.isnan(got).all()
+    assert np.isnan(got).any()
+    # A NaN code in A's only row (decode, a format with NaN: E5M2 here) makes
+    # every output NaN, as the model says; elsewhere some outputs stay finite.
+    if not (m == 1 and qa.format.has_nan):
+        assert not np.isnan(got).all()
 
 
 @needs_bw
