@@ -24,6 +24,8 @@ __all__ = [
     "register_source",
     "Chunk",
     "ToolError",
+    "UsageError",
+    "check_fits",
     "read_input",
     "split_input",
     "format_diagnostic",
@@ -34,20 +36,28 @@ SPLIT_MARKER = "// -----"
 
 
 class ToolError(MXError):
-    """A user error of a tool (bad flag, unreadable file); exit code 1."""
+    """A user error of a tool found in its input or on the way (an unreadable
+    input file, IR that does not verify, a wrong result); exit code 1, as
+    mlir-opt."""
+
+
+class UsageError(ToolError):
+    """A bad command line (an unknown flag, a value out of range, two modes
+    that exclude each other, a size too large for this machine); exit code 2,
+    argparse's convention, through :func:`tool_main`."""
 
 
 class ArgParser(argparse.ArgumentParser):
-    """argparse for the tools: a usage error is a :class:`ToolError` (one
-    line, exit code 1 through :func:`tool_main`, where argparse would exit 2)
-    and ``-h``/``--help`` returns the help text instead of exiting."""
+    """argparse for the tools: a usage error is a :class:`UsageError` (one
+    line, exit code 2 through :func:`tool_main`, as argparse) and
+    ``-h``/``--help`` returns the help text instead of exiting."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, add_help=False, **kwargs)
         self.add_argument("-h", "--help", action="store_true", help="show this help and exit")
 
     def error(self, message):
-        raise ToolError(message)
+        raise UsageError(message)
 
     def parse(self, argv):
         """Parsed arguments, or the help text when ``-h``/``--help`` is given."""
@@ -86,10 +96,13 @@ def tool_main(prog: str, parse, run, argv: list[str] | None) -> int:
     """The shared ``main()`` of every CLI: ``parse(argv)`` returns options or a
     string to print (``--help``); ``run(options)`` returns the exit code.
 
-    Any :class:`MXError` (a :class:`ToolError`, IR that does not parse or
-    verify, a failing pass, a bad pipeline) and any upstream ``MLIRError``
-    that escapes a stage are printed as diagnostics, exit code 1.  A closed
-    standard output (``mx-opt ... | head``) exits 1 quietly.
+    A :class:`UsageError` (a bad command line) is one ``prog: error: ...``
+    line, exit code 2 (argparse's).  Any other :class:`MXError` (a
+    :class:`ToolError`, IR that does not parse or verify, a failing pass) and
+    any upstream ``MLIRError`` that escapes a stage are printed as
+    diagnostics, exit code 1 (mlir-opt's).  A ``MemoryError`` is one line,
+    exit code 1.  A closed standard output (``mx-opt ... | head``) exits 1
+    quietly.
     """
     argv = sys.argv[1:] if argv is None else argv
     token = _SOURCES.set({})
@@ -99,8 +112,15 @@ def tool_main(prog: str, parse, run, argv: list[str] | None) -> int:
             print(opts)
             return 0
         return run(opts)
+    except UsageError as err:
+        print_diagnostics(prog, err.diagnostics)
+        return 2
     except MXError as err:
         print_diagnostics(prog, err.diagnostics)
+        return 1
+    except MemoryError as err:
+        detail = f": {err}" if str(err) else ""
+        print(f"{prog}: error: out of memory{detail}", file=sys.stderr)
         return 1
     except ir.MLIRError as err:  # a stage that forgot run_pipeline: still a diagnostic
         print_diagnostics(prog, from_mlir_error(err))
@@ -116,18 +136,45 @@ def tool_main(prog: str, parse, run, argv: list[str] | None) -> int:
 
 def check_out_dir(out, flag: str = "--out") -> Path:
     """The output directory ``out`` of a tool, created if missing; a
-    :class:`ToolError` when it is a file, cannot be created or is not writable
+    :class:`UsageError` when it is a file, cannot be created or is not writable
     (checked before the tool's work, so a long run is not lost at the end)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise ToolError(f"{flag} '{out}' exists and is not a directory")
+        raise UsageError(f"{flag} '{out}' exists and is not a directory")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ToolError(f"cannot create {flag} directory '{out}': {err.strerror or err}") from None
+        raise UsageError(f"cannot create {flag} directory '{out}': {err.strerror or err}") from None
     if not os.access(out, os.W_OK):
-        raise ToolError(f"{flag} directory '{out}' is not writable")
+        raise UsageError(f"{flag} directory '{out}' is not writable")
     return out
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(what: str, nbytes: int) -> None:
+    """A :class:`UsageError` when ``nbytes`` (what a run of ``what``, e.g.
+    ``"--shapes 99999999x99999x99968"``, would allocate) exceed this
+    machine's memory: checked before allocating anything."""
+    ram = physical_memory()
+    if ram is not None and nbytes > ram:
+        raise UsageError(
+            f"{what}: needs about {_size_text(nbytes)} of memory, more than this "
+            f"machine's {_size_text(ram)}"
+        )
+
+
+def _size_text(n: int) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _silence_stdout() -> None:
