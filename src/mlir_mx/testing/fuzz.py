@@ -11,8 +11,9 @@ interesting numbers and types, splices of other programs, truncation) and
 runs ``mx-opt`` in-process on it with one configuration of :data:`CONFIGS`
 (the case index picks it, round robin).  The rule every input must obey
 (``docs/testing.md``): exit 0 with output, or exit 1 with a located
-``<stdin>:line:col: error:`` diagnostic (or an ``mx-opt: error:`` line for a
-bad flag); never a traceback, a signal, a hang, or exit 1 without saying why.
+``<stdin>:line:col: error:`` diagnostic; never a traceback, a signal, a hang,
+or exit 1 without saying why (a bad flag is exit 2, but the configurations'
+flags are all valid).
 
 Run it::
 
