@@ -99,7 +99,7 @@ def test_quantize_summary_and_skipped_layers():
     model = torch.nn.Sequential(
         torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 16), torch.nn.Linear(16, 8)
     )
-    with pytest.warns(UserWarning, match=r"kept 2 nn.Linear layer\(s\): 2 \(in_features 48 is not"):
+    with pytest.warns(UserWarning, match=r"kept 2 linear layer\(s\): 2 \(in_features 48 is not"):
         summary = quantize_(model, "f4E2M1FN")
     assert summary.converted == ["0"] and list(summary.skipped) == ["2", "3"]
     assert type(model[0]) is MXLinear and type(model[2]) is torch.nn.Linear

@@ -80,6 +80,25 @@ class MXLinear(torch.nn.Module):
         w = quantize_weight(linear.weight, weights, block_size, threads=threads)
         return cls(w, linear.bias, threads=threads, activations=activations)
 
+    @classmethod
+    def from_conv1d(
+        cls, conv, weights: str = "f4E2M1FN", block_size: int = 32,
+        *, threads: int | None = None, activations=None,
+    ) -> MXLinear:  # fmt: skip
+        """The same from ``transformers``' ``Conv1D`` (GPT-2's projections:
+        ``y = x @ W + b``, ``W`` of shape ``(in, out)``): ``W.T`` is quantized,
+        blocked along ``in``, so the layer computes what the Conv1D does with
+        the dequantized weight."""
+        from .convert import is_conv1d
+
+        if not is_conv1d(conv):
+            raise MXArgTypeError(
+                f"conv: expected a transformers Conv1D, got {type(conv).__name__}"
+            )
+        activations = check_activations(activations)
+        w = quantize_weight(conv.weight.t(), weights, block_size, threads=threads)
+        return cls(w, conv.bias, threads=threads, activations=activations)
+
     def _adopt(self, lin: Linear) -> None:
         """Hold ``lin`` and expose the arrays it holds (``Linear.held``) as
         buffers sharing their memory: ``codes``/``scales``, or ``records``."""

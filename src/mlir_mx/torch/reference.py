@@ -43,7 +43,7 @@ import torch
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import dequantize
 
-from .convert import QuantizeSummary, selected_linears
+from .convert import QuantizeSummary, is_conv1d, linear_weight, selected_linears
 from .quantizer import quantize_weight
 
 __all__ = ["LogitBound", "dequantize_", "greedy", "logit_bound"]
@@ -58,7 +58,8 @@ def dequantize_(
     filter_fn: Callable[[torch.nn.Module, str], bool] | None = None,
 ) -> QuantizeSummary:
     """Make ``model`` the reference of ``quantize_(model, weights, ...)``, in place:
-    each ``nn.Linear`` that ``quantize_`` would convert (same selection) gets
+    each ``nn.Linear`` (or ``transformers`` ``Conv1D``, in its ``(in, out)``
+    layout) that ``quantize_`` would convert (same selection) gets
     ``dequantize(quantize_weight(weight))`` as its weight, in its dtype.
 
     Each such layer gets a new ``Parameter``; the one it had is left as it is,
@@ -69,10 +70,14 @@ def dequantize_(
         for name, owner, attr in selected_linears(model, block_size, filter_fn, summary):
             layer = getattr(owner, attr)
             old = layer.weight
-            w = quantize_weight(old, weights, block_size)
+            w = quantize_weight(linear_weight(layer), weights, block_size)
             new = torch.from_numpy(dequantize(w)).to(old.dtype)
+            if is_conv1d(layer):  # its weight is (in, out)
+                new = new.t().contiguous()
             layer.weight = torch.nn.Parameter(new, requires_grad=old.requires_grad)
             summary.converted.append(name)
+            if is_conv1d(layer):
+                summary.conv1d.append(name)
             summary.bytes_before += old.numel() * old.element_size()
             summary.bytes_after += w.nbytes
     return summary
@@ -111,15 +116,18 @@ def logit_bound(
 
     def perturb(module, inputs, out):
         x = inputs[0].to(torch.float32)
-        k = module.in_features
-        b = math.sqrt(2 * k + 2) * _U * (x.abs() @ module.weight.to(torch.float32).abs().T)
+        w = linear_weight(module).to(torch.float32)  # (out, in)
+        k = w.shape[1]
+        b = math.sqrt(2 * k + 2) * _U * (x.abs() @ w.abs().T)
         signs = torch.randint(0, 2, b.shape, generator=gen).to(b.dtype) * 2 - 1
         return out + (signs * b).to(out.dtype)
 
     with torch.inference_mode():
         base = _logits(reference, input_ids)
         sq = torch.zeros_like(base, dtype=torch.float64)
-        linears = [m for m in reference.modules() if type(m) is torch.nn.Linear]
+        linears = [
+            m for m in reference.modules() if type(m) is torch.nn.Linear or is_conv1d(m)
+        ]
         for _ in range(probes):
             hooks = [m.register_forward_hook(perturb) for m in linears]
             try:
