@@ -115,3 +115,37 @@ def _torch_round_trip(model):
     torch.save(model, buf)
     buf.seek(0)
     return torch.load(buf, weights_only=False)
+
+
+# -- the saved-form campaign (mlir_mx.testing.state_dict_fuzz, docs/testing.md) ----------
+
+
+def test_quick_state_dict_campaign():
+    from mlir_mx.testing.campaign import run_campaign
+    from mlir_mx.testing.state_dict_fuzz import KINDS
+
+    report = run_campaign("state-dict", seed=1, count=25, timeout=300)
+    assert report.clean, report.summary()
+    assert report.cases == 25 and report.kinds["ok"] > 5 and report.kinds["rejected"] > 5
+    assert set(KINDS) <= set(report.configs) and report.configs["other-same-bytes"] > 0
+
+
+def test_the_state_dict_campaign_finds_a_load_that_ignores_the_saved_meaning(monkeypatch):
+    """Without the check of the saved format, block size and shape (the defect
+    of issue 29), the campaign reports wrong loads."""
+    from mlir_mx.testing.campaign import run_inline
+
+    monkeypatch.setattr(MXLinear, "_meaning_problems", lambda self, sd, prefix: [])
+    report = run_inline("state-dict", 1, range(10))
+    assert {o.kind for o in report.findings} == {"wrong"}
+    assert any(o.config == "other-same-bytes" for o in report.findings)
+
+
+@pytest.mark.slow
+def test_long_state_dict_campaign():
+    """The long mode recorded in docs/testing.md (same seed, same count)."""
+    from mlir_mx.testing.campaign import run_campaign
+
+    report = run_campaign("state-dict", seed=2026, count=1_000, timeout=300)
+    assert report.clean, report.summary()
+    assert report.cases == 1_000

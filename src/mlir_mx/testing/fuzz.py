@@ -215,13 +215,17 @@ def main(argv=None) -> int:
         "--linear-options", default="{}",
         help='JSON keyword options of the Linear suite, e.g. \'{"value_range": "normal"}\'',
     )  # fmt: skip
+    p.add_argument(
+        "--state-dict-cases", type=int, default=0,
+        help="MXLinear state_dict loads and pickles (needs torch; default 0)",
+    )  # fmt: skip
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before a case is a hang")
     p.add_argument("--findings", help="directory to write the reproducer of each finding to")
     args = p.parse_args(argv)
     clean = True
     suites = (("fuzz", args.cases), ("misuse", args.api_calls), ("gguf", args.gguf_files),
               ("gguf-write", args.gguf_writes), ("cache", args.cache_entries),
-              ("linear", args.linear_calls))  # fmt: skip
+              ("linear", args.linear_calls), ("state-dict", args.state_dict_cases))  # fmt: skip
     for suite, n in suites:
         if n <= 0:
             continue
