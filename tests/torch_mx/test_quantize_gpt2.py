@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+from format_cases import BY_BEHAVIOUR
 
 torch = pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
 transformers = pytest.importorskip(
@@ -36,7 +37,7 @@ CONV1D = [f"transformer.h.{i}.{p}" for i in range(2)
           for p in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")]  # fmt: skip
 
 
-@pytest.mark.parametrize("element", ["f4E2M1FN", "f8E4M3FN"])
+@pytest.mark.parametrize("element", BY_BEHAVIOUR)
 def test_gpt2_conv1d_layers_equal_the_library_on_the_transposed_weight(element):
     model = tiny_gpt2()
     original = copy.deepcopy(model)
