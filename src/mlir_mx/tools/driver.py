@@ -151,11 +151,31 @@ def check_out_dir(out, flag: str = "--out") -> Path:
 
 
 def physical_memory() -> int | None:
-    """This machine's memory in bytes (None where the OS does not say)."""
+    """The memory this process may use, in bytes: the machine's, or less where
+    a limit says so (``ulimit -v``, a cgroup's ``memory.max``); None where
+    the OS does not say."""
+    limits = []
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        limits.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
-        return None
+        pass
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            limits.append(soft)
+    except (ImportError, OSError, ValueError, AttributeError):
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:  # "max" or a huge number: no limit
+            limits.append(int(text))
+    return min(limits) if limits else None
 
 
 def check_fits(what: str, nbytes: int) -> None:
@@ -165,8 +185,8 @@ def check_fits(what: str, nbytes: int) -> None:
     ram = physical_memory()
     if ram is not None and nbytes > ram:
         raise UsageError(
-            f"{what}: needs about {_size_text(nbytes)} of memory, more than this "
-            f"machine's {_size_text(ram)}"
+            f"{what}: needs about {_size_text(nbytes)} of memory, more than the "
+            f"{_size_text(ram)} this process may use"
         )
 
 
