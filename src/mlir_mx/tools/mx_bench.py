@@ -13,6 +13,10 @@ Examples::
 
 Every result is checked against the oracle before it is timed; a wrong result
 prints ``mx-bench: error: WRONG RESULT: ...`` and exits 1 (no results file).
+One benchmark a run (the matmul shapes, ``--mlp``, ``--quantize`` or
+``--model``).  A bad command line (a bad value, two benchmarks, an option the
+chosen one ignores, a size larger than the memory this process may use) is
+one ``mx-bench: error: ...`` line and exit status 2, before any work.
 Writes ``mx-bench-<date>-<tag>.json`` and ``.md`` under ``--out``.  torch and
 ggml-python are optional (extras ``torch`` and ``bench``, see docs/bench.md);
 each is skipped with a note when absent.
