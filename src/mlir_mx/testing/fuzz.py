@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import json
 import random
@@ -228,6 +229,9 @@ def main(argv=None) -> int:
               ("linear", args.linear_calls), ("state-dict", args.state_dict_cases))  # fmt: skip
     for suite, n in suites:
         if n <= 0:
+            continue
+        if suite == "state-dict" and importlib.util.find_spec("torch") is None:
+            print("state-dict: skipped (needs torch: pip install 'mlir-mx[torch]')", flush=True)
             continue
         options = json.loads(args.linear_options) if suite == "linear" else None
         report = run_campaign(suite, args.seed, n, timeout=args.timeout, options=options)
