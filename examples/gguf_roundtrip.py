@@ -29,8 +29,10 @@ import numpy as np
 
 import mlir_mx
 from mlir_mx import oracle
+from mlir_mx.errors import MXError
 from mlir_mx.interop import weight_to_rhs
 from mlir_mx.interop.gguf import read_gguf, write_gguf
+from mlir_mx.tools.driver import check_fits
 
 NAME = "blk.0.ffn_down.weight"
 
@@ -79,8 +81,15 @@ def run(path: str, n_out: int, n_in: int, seed: int) -> bool:
     return bit_exact and ggml_equal and rhs_ok
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one ``gguf_roundtrip.py: error: ...`` line, exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="gguf_roundtrip.py", description=__doc__.splitlines()[0])
     p.add_argument("--out", help="GGUF file to write (default: a temporary file)")
     p.add_argument("--shape", nargs=2, type=int, default=(512, 2048), metavar=("N_OUT", "N_IN"))
     p.add_argument("--seed", type=int, default=0)
@@ -88,6 +97,16 @@ def main(argv=None) -> int:
     n_out, n_in = args.shape
     if n_out < 1 or n_in < 32 or n_in % 32:
         p.error(f"--shape: N_OUT >= 1 and N_IN a positive multiple of 32, got {n_out} {n_in}")
+    if not 0 <= args.seed < 2**63:
+        p.error(f"--seed: expected 0 <= S < 2**63, got {args.seed}")
+    try:  # the f32 weight, the oracle's and the decoders' copies
+        check_fits(f"--shape {n_out} {n_in}", 24 * n_out * n_in)
+    except MXError as err:
+        p.error(str(err))
+    if args.out:
+        folder = os.path.dirname(os.path.abspath(args.out))
+        if os.path.isdir(args.out) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            p.error(f"--out: cannot write a file '{args.out}' (a folder, or no writable folder)")
     if args.out:
         return 0 if run(args.out, n_out, n_in, args.seed) else 1
     with tempfile.TemporaryDirectory() as tmp:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import sys
 import time
 
@@ -36,6 +37,11 @@ import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from mlir_mx.errors import MXError
+from mlir_mx.host import check_threads
+from mlir_mx.linear import check_activations
+from mlir_mx.numerics import element_format
+from mlir_mx.tools.driver import check_fits
 from mlir_mx.torch import dequantize_, greedy, logit_bound, quantize_
 
 TINYLLAMA = dict(hidden_size=2048, intermediate_size=5632, num_attention_heads=32,
@@ -52,8 +58,49 @@ def build(layers: int, tiny: bool, seed: int) -> LlamaForCausalLM:
     return LlamaForCausalLM(config).eval()
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one ``llama_mx.py: error: ...`` line, exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def check_args(ap: argparse.ArgumentParser, ns) -> None:
+    """Every argument checked before any work: a bad one is one
+    ``llama_mx.py: error: ...`` line and exit status 2 (``ap.error``)."""
+    for flag, value, low in (("--layers", ns.layers, 1), ("--prompt", ns.prompt, 1),
+                             ("--tokens", ns.tokens, 0), ("--seed", ns.seed, 0)):  # fmt: skip
+        if value < low:
+            ap.error(f"{flag}: expected {low} or more, got {value}")
+    if ns.seed >= 2**63 - 1:
+        ap.error(f"--seed: expected less than 2**63 - 1, got {ns.seed}")
+    config = TINY if ns.tiny else TINYLLAMA
+    checks = [("--weights", lambda: element_format(ns.weights)),
+              ("--activations", lambda: check_activations(ns.activations)),
+              ("--threads", lambda: ns.threads is None or check_threads(ns.threads, "")),
+              ("", lambda: check_fits(f"--layers {ns.layers}",
+                                      4 * (2 if ns.check else 1) * params(ns.layers, config)))]  # fmt: skip
+    for flag, check in checks:
+        try:
+            check()
+        except MXError as err:  # "element: ..." / ": expected ...": named by the flag instead
+            why = str(err).removeprefix("activations: ").removeprefix("element: ").lstrip(": ")
+            ap.error(f"{flag}: {why}" if flag else why)
+    if ns.save:
+        folder = os.path.dirname(os.path.abspath(ns.save))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            ap.error(f"--save: cannot write '{ns.save}': no writable folder '{folder}'")
+
+
+def params(layers: int, c: dict) -> int:
+    """The model's parameter count (its f32 bytes / 4)."""
+    h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    kv = h * c["num_key_value_heads"] // c["num_attention_heads"]
+    return layers * (2 * h * h + 2 * h * kv + 3 * h * i) + 2 * v * h
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="llama_mx.py", description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=22)
     ap.add_argument("--tiny", action="store_true", help="a toy config (hidden 128)")
     ap.add_argument("--weights", default="f4E2M1FN", help="MX element format (f4E2M1FN)")
@@ -65,6 +112,7 @@ def main(argv=None) -> int:
     ap.add_argument("--save", help="write the converted model's state_dict here")
     ap.add_argument("--seed", type=int, default=0)
     ns = ap.parse_args(argv)
+    check_args(ap, ns)
     if ns.threads:
         torch.set_num_threads(ns.threads)
 

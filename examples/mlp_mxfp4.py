@@ -25,18 +25,37 @@ import time
 import numpy as np
 
 import mlir_mx
+from mlir_mx.errors import MXError
+from mlir_mx.host import check_threads
+from mlir_mx.tools.driver import check_fits
 from mlir_mx_bench.mlp import NAMES, dense, make_weights, mlp_forward, mxfp4_through_gguf
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one ``mlp_mxfp4.py: error: ...`` line, exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="mlp_mxfp4.py", description=__doc__.splitlines()[0])
     ap.add_argument("--dims", nargs=2, type=int, default=[4096, 14336], metavar=("D", "F"))
     ap.add_argument("--tokens", nargs="+", type=int, default=[1, 128])
     ap.add_argument("--threads", type=int, default=None)
     ns = ap.parse_args(argv)
     d, f = ns.dims
     if d % 32 or f % 32 or d <= 0 or f <= 0:
-        ap.error("--dims: D and F must be positive multiples of 32")
+        ap.error(f"--dims: D and F must be positive multiples of 32, got {d} {f}")
+    if min(ns.tokens) < 1:
+        ap.error(f"--tokens: expected positive counts, got {' '.join(map(str, ns.tokens))}")
+    try:
+        if ns.threads is not None:
+            check_threads(ns.threads, "--threads")
+        # the f32 weights, their dequantized f32 and f64 copies, the activations
+        check_fits(f"--dims {d} {f}", 3 * 16 * d * f + 32 * max(ns.tokens) * (d + f))
+    except MXError as err:
+        ap.error(str(err))
     w32 = make_weights(d, f)
     q, size, exact = mxfp4_through_gguf(w32, print)
     print(f"GGUF: {size} bytes, round trip bit-exact: {'yes' if exact else 'NO'}")

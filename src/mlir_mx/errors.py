@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Diagnostic", "MXError", "MXValueError", "MXArgTypeError", "user_error", "location_parts",
     "DiagnosticError", "TextError", "MXTypeError", "PassError", "OptionError", "PipelineError",
-    "UnknownPassError", "ModelError", "ToolError", "InferenceOnlyError", "UnknownFunctionError",
+    "UnknownPassError", "ModelError", "ToolError", "UsageError", "InferenceOnlyError", "UnknownFunctionError",
 ]  # fmt: skip
 
 _FILE_LOC = re.compile(r'^loc\("(?P<file>(?:[^"\\]|\\.)*)":(?P<line>\d+):(?P<col>\d+)')
@@ -197,8 +197,15 @@ class ModelError(MXError, ValueError):
 
 
 class ToolError(MXError):
-    """A user error of a tool (bad flag, unreadable file); exit code 1
-    (:mod:`mlir_mx.tools.driver`)."""
+    """A user error of a tool found in its input or on the way (an unreadable
+    input file, IR that does not verify, a wrong result); exit code 1, as
+    mlir-opt (:mod:`mlir_mx.tools.driver`)."""
+
+
+class UsageError(ToolError):
+    """A bad command line (an unknown flag, a value out of range, two modes
+    that exclude each other, a size too large for this machine); exit code 2,
+    argparse's convention, through :func:`mlir_mx.tools.driver.tool_main`."""
 
 
 class InferenceOnlyError(MXError, RuntimeError):

@@ -7,7 +7,10 @@ folder, which is flushed to disk and renamed over the target only once it is
 complete.  An exception on the way (a refused value, a full disk, an
 interrupt) removes the temporary file and leaves the target as it was: the
 previous content, or no file.  A reader never sees a half-written file, and
-two writers of the same path leave one of the two complete files.
+two writers of the same path leave one of the two complete files.  A writer
+killed outright (``kill -9``) cannot remove its temporary file; the next
+write to the same path does (:func:`remove_stale_temporaries`: each writer
+holds a lock on its temporary file, which dies with it).
 """
 
 from __future__ import annotations
@@ -15,12 +18,17 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no stale-file cleanup
+    fcntl = None
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_path", "atomic_write", "write_bytes", "write_text"]
+__all__ = ["atomic_path", "atomic_write", "remove_stale_temporaries", "write_bytes", "write_text"]
 
 
 def _umask() -> int:
@@ -67,15 +75,19 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         mode = stat.S_IMODE(os.stat(target).st_mode)
     except OSError:
         mode = 0o666 & ~_umask()
+    remove_stale_temporaries(target)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held until the end: this writer is alive
+    else:
+        os.close(fd)
     try:
         yield Path(tmp)
-        fd = os.open(tmp, os.O_RDONLY)
+        sync = os.open(tmp, os.O_RDONLY)
         try:
-            os.fsync(fd)  # the data are on disk before the name points to them
+            os.fsync(sync)  # the data are on disk before the name points to them
         finally:
-            os.close(fd)
+            os.close(sync)
         os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
@@ -84,6 +96,58 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         except OSError:
             pass
         raise
+    finally:
+        if fcntl is not None:
+            os.close(fd)  # releases the lock
+
+
+#: The characters of ``tempfile.mkstemp``'s 8 random ones.
+_RANDOM = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files :func:`atomic_path` left beside ``path`` when
+    its writer was killed (``kill -9``, a power cut: no ``except`` ran).
+
+    A writer holds an exclusive ``flock`` on its temporary file
+    (``.<name>.<8 random characters>.tmp``) for as long as it writes; the
+    kernel releases it when the process dies, however it dies.  So a
+    temporary file of ``path`` whose lock can be taken has no writer left
+    and is removed; one whose lock is held (another writer of the same path,
+    in this process or another) is left alone.  Called by every write
+    (:func:`atomic_path`); returns the paths removed.  Without ``fcntl``
+    (Windows) nothing is removed."""
+    target = Path(path)
+    prefix = f".{target.name}."
+    if fcntl is None:
+        return []
+    try:
+        names = os.listdir(target.parent)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        middle = name[len(prefix) : -len(".tmp")]
+        if not (name.startswith(prefix) and name.endswith(".tmp")):
+            continue
+        if len(middle) != 8 or not set(middle) <= _RANDOM:
+            continue  # not one of ours (another target's, or a user's file)
+        stale = target.parent / name
+        try:
+            fd = os.open(stale, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError: a writer holds it
+            os.unlink(stale)
+            removed.append(stale)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
 
 
 @contextmanager

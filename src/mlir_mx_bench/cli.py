@@ -13,6 +13,10 @@ Examples::
 
 Every result is checked against the oracle before it is timed; a wrong result
 prints ``mx-bench: error: WRONG RESULT: ...`` and exits 1 (no results file).
+One benchmark a run (the matmul shapes, ``--mlp``, ``--quantize`` or
+``--model``).  A bad command line (a bad value, two benchmarks, an option the
+chosen one ignores, a size larger than the memory this process may use) is
+one ``mx-bench: error: ...`` line and exit status 2, before any work.
 Writes ``mx-bench-<date>-<tag>.json`` and ``.md`` under ``--out``.  torch and
 ggml-python are optional (extras ``torch`` and ``bench``, see docs/bench.md);
 each is skipped with a note when absent.
@@ -23,9 +27,15 @@ from __future__ import annotations
 import re
 import shlex
 import sys
-from pathlib import Path
 
-from mlir_mx.tools.driver import ArgParser, ToolError, check_out_dir, tool_main
+from mlir_mx.tools.driver import (
+    ArgParser,
+    ToolError,
+    UsageError,
+    check_fits,
+    check_out_dir,
+    tool_main,
+)
 
 PROG = "mx-bench"
 DEFAULT_SHAPES = "1x8192x8192,8x4096x4096,256x4096x4096"
@@ -52,7 +62,7 @@ def _parser() -> ArgParser:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _sized(p, "mlp", "run the MXFP4 MLP benchmark (d -> f -> d; default {}; --quick: {}) "
            "instead of the matmul shapes")  # fmt: skip
-    p.add_argument("--mlp-tokens", default="1,128", help="the MLP's batch sizes (1,128)")
+    p.add_argument("--mlp-tokens", help="--mlp: the MLP's batch sizes (1,128)")
     _sized(p, "quantize", "run the conversion benchmark on an R x C f32 matrix (default {}; "
            "--quick: {}): ours at each thread count, the oracle, ggml, torchao")  # fmt: skip
     p.add_argument(
@@ -95,15 +105,15 @@ def _size(ns, name: str) -> tuple[int, int] | None:
         return None
     _metavar, sep, size, quick, blocked, what = _SIZES[name]
     text = quick if ns.quick and value == size else value
-    vals = tuple(_ints(text.replace(sep, ","), f"--{name}"))
+    vals = tuple(_ints(text.replace(sep, ","), f"--{name}", typed=text))
     if len(vals) != 2 or any(vals[i] % BLOCK_SIZE for i in blocked):
-        raise ToolError(f"error: --{name}: expected {what} {BLOCK_SIZE}, got '{value}'")
+        raise UsageError(f"--{name}: expected {what} {BLOCK_SIZE}, got '{value}'")
     return vals
 
 
 def _check_tag(tag: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9._-]+", tag):
-        raise ToolError(f"error: --tag: use letters, digits, '.', '_' or '-', got '{tag}'")
+        raise UsageError(f"--tag: use letters, digits, '.', '_' or '-', got '{tag}'")
     return tag
 
 
@@ -115,11 +125,11 @@ def _model_options(ns, argv: list[str]):
     missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
     if missing:
         raise ToolError(
-            f"error: --model needs {' and '.join(missing)}: pip install 'mlir-mx[torch]'"
+            f"--model needs {' and '.join(missing)}: pip install 'mlir-mx[torch]'"
         )
     layers = ns.layers if ns.layers is not None else (2 if ns.quick else 22)
     if layers < 1:
-        raise ToolError(f"error: --layers: must be positive, got {layers}")
+        raise UsageError(f"--layers: must be positive, got {layers}")
     tag = _check_tag(ns.tag or ("quick-model" if ns.quick else f"model-{layers}l"))
     quick = dict(prompt=16, new_tokens=8, prefill_samples=1, probes=2, torchao_tokens=2,
                  config=dict(hidden_size=128, intermediate_size=256, num_attention_heads=4,
@@ -132,12 +142,25 @@ def _model_options(ns, argv: list[str]):
         keys = [k.strip() for k in ns.rows.split(",")]
         bad = [k for k in keys if k not in names]
         if bad or not keys:
-            raise ToolError(f"error: --rows: expected some of {','.join(names)}, got '{ns.rows}'")
+            raise UsageError(f"--rows: expected some of {','.join(names)}, got '{ns.rows}'")
         rows = [names[k] for k in keys]
+    threads = _thread_counts(ns.threads)
+    check_fits(f"--layers {layers}", _model_bytes(layers, quick.get("config", {})))
     return ModelOptions(
-        layers=layers, threads=_thread_counts(ns.threads), tag=tag, out=Path(ns.out), rows=rows,
+        layers=layers, threads=threads, tag=tag, out=check_out_dir(ns.out), rows=rows,
         command=" ".join([PROG, *(shlex.quote(a) for a in argv)]), **quick,
     )  # fmt: skip
+
+
+def _model_bytes(layers: int, config: dict) -> int:
+    """The f32 weights of the model a row process builds (TinyLlama's shape
+    with ``config`` over it): what each row holds at least."""
+    from mlir_mx_bench.llama_worker import TINYLLAMA
+
+    c = {**TINYLLAMA, **config}
+    h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    kv = h * c["num_key_value_heads"] // c["num_attention_heads"]
+    return 4 * (layers * (2 * h * h + 2 * h * kv + 3 * h * i) + 2 * v * h)
 
 
 def _format(spec: str) -> str:
@@ -150,13 +173,17 @@ def _format(spec: str) -> str:
     return ":".join(parts) if len(parts) == 2 and parts[0] != parts[1] else parts[-1]
 
 
-def _ints(text: str, what: str) -> list[int]:
+def _ints(text: str, what: str, typed: str | None = None) -> list[int]:
+    """Comma-separated positive integers; ``typed``: the value as the user typed
+    it, quoted in the message (``text`` may be a rewritten form of it)."""
     try:
         vals = [int(x) for x in text.split(",")]
     except ValueError:
-        raise ToolError(f"error: {what}: expected comma-separated integers, got '{text}'") from None
+        raise UsageError(
+            f"{what}: expected comma-separated integers, got '{typed or text}'"
+        ) from None
     if any(v < 1 for v in vals):
-        raise ToolError(f"error: {what}: values must be positive, got '{text}'")
+        raise UsageError(f"{what}: values must be positive, got '{typed or text}'")
     return vals
 
 
@@ -169,8 +196,50 @@ def _thread_counts(text: str | None) -> list[int]:
         return list(default_thread_counts())
     try:
         return [check_threads(v, "--threads") for v in _ints(text, "--threads")]
+    except UsageError:
+        raise
     except MXError as err:
-        raise ToolError(f"error: {err}") from None
+        raise UsageError(f"{err}") from None
+
+
+#: The benchmarks, one a run, and the options each one uses (beside --threads,
+#: --quick, --out, --tag and --quiet, which all do).
+_MODES = {
+    "--shapes": ("the matmul benchmark", ("--formats", "--samples")),
+    "--mlp": ("the MLP benchmark", ("--samples", "--mlp-tokens")),
+    "--quantize": ("the conversion benchmark", ("--formats", "--samples")),
+    "--model": ("the model benchmark", ("--layers", "--rows")),
+}
+
+
+def _mode(ns) -> str:
+    """The one benchmark asked for (``--shapes``, the default, ``--mlp``,
+    ``--quantize`` or ``--model``); two of them, or an option the chosen
+    one does not use, is a usage error (it would be ignored)."""
+    given = [f for f in _MODES if getattr(ns, f[2:]) not in (None, False)]
+    if len(given) > 1:
+        raise UsageError(f"{given[0]} and {given[1]} are two benchmarks: choose one a run")
+    mode = given[0] if given else "--shapes"
+    what, uses = _MODES[mode]
+    for flag in ("--formats", "--samples", "--mlp-tokens", "--layers", "--rows"):
+        if getattr(ns, flag[2:].replace("-", "_")) is not None and flag not in uses:
+            users = " or ".join(m for m, (_, u) in _MODES.items() if flag in u)
+            raise UsageError(f"{flag} is not used by {what} ({mode}), only with {users}")
+    return mode
+
+
+def _check_memory(ns, shapes, mlp, quantize, tokens) -> None:
+    """Refuse sizes this machine cannot hold, before allocating (a lower bound
+    of what each benchmark keeps: f32 operands, dequantized copies, the f64
+    oracle)."""
+    texts = (ns.shapes or "").split(",")
+    for text, sh in zip(texts, shapes, strict=False):
+        check_fits(f"--shapes {text.strip()}", 8 * (sh.M * sh.K + sh.K * sh.N) + 12 * sh.M * sh.N)
+    if mlp:
+        d, f = mlp
+        check_fits(f"--mlp {ns.mlp}", 48 * d * f + 32 * max(tokens) * (d + f))
+    if quantize:
+        check_fits(f"--quantize {ns.quantize}", 12 * quantize[0] * quantize[1])
 
 
 def _parse(argv: list[str]):
@@ -178,47 +247,39 @@ def _parse(argv: list[str]):
     from mlir_mx.roofline.variants import parse_shape
     from mlir_mx_bench.loop import Options
 
-    p = _parser()
-    ns = p.parse(argv)
+    ns = _parser().parse(argv)
     if isinstance(ns, str):  # --help
         return ns
-    if ns.model:
+    mode = _mode(ns)
+    if mode == "--model":
         return _model_options(ns, argv), ns.quiet
     try:
-        shapes = [
+        shapes = [] if mode != "--shapes" else [
             parse_shape(s, BLOCK_SIZE)
             for s in (ns.shapes or (QUICK_SHAPES if ns.quick else DEFAULT_SHAPES)).split(",")
-        ]
+        ]  # fmt: skip
         default_formats = ",".join(ELEMENT_FORMATS) if ns.quantize else "f8E4M3FN"
         formats = [_format(f.strip()) for f in (ns.formats or default_formats).split(",")]
     except (ValueError, TypeError) as err:
-        raise ToolError(f"error: {err}") from None
+        raise UsageError(f"{err}") from None
     mlp, quantize = _size(ns, "mlp"), _size(ns, "quantize")
-    if (mlp or quantize) and ns.shapes is None:
-        shapes = []  # the MLP or the conversion benchmark instead of the matmul shapes
+    tokens = tuple(_ints(ns.mlp_tokens or "1,128", "--mlp-tokens"))
     tag = _check_tag(
-        ns.tag
-        or ("quick" if ns.quick else "default")
-        + ("-mlp" if mlp else "")
-        + ("-quantize" if quantize else "")
-    )
+        ns.tag or ("quick" if ns.quick else "default") + {"--shapes": "", "--model": ""}.get(
+            mode, "-" + mode[2:])
+    )  # fmt: skip
     samples = ns.samples if ns.samples is not None else (3 if ns.quick else 9)
     if samples < 3:
-        raise ToolError(f"error: --samples: at least 3, got {samples}")
+        raise UsageError(f"--samples: at least 3, got {samples}")
+    threads = _thread_counts(ns.threads)
+    _check_memory(ns, shapes, mlp, quantize, tokens)
     opts = Options(
-        shapes=shapes,
-        formats=formats,
-        threads=_thread_counts(ns.threads),
-        command=" ".join([PROG, *(shlex.quote(a) for a in argv)]),
-        tag=tag,
+        shapes=shapes, formats=formats, threads=threads,
+        command=" ".join([PROG, *(shlex.quote(a) for a in argv)]), tag=tag,
         out=check_out_dir(ns.out),  # before the run: a bad --out costs no benchmark time
-        quick=ns.quick,
-        block_size=BLOCK_SIZE,
-        samples=samples,
-        mlp=mlp,
-        mlp_tokens=tuple(_ints(ns.mlp_tokens, "--mlp-tokens")),
-        quantize=quantize,
-    )
+        quick=ns.quick, block_size=BLOCK_SIZE, samples=samples,
+        mlp=mlp, mlp_tokens=tokens, quantize=quantize,
+    )  # fmt: skip
     if ns.quick:
         opts.target_s, opts.budget_s, opts.settle_s, opts.retries = 0.002, 0.2, 0.0, 0
     return opts, ns.quiet
@@ -242,11 +303,11 @@ def run(parsed) -> int:
     try:
         record = run_bench(opts, say)
     except BenchFailure as err:
-        raise ToolError(f"error: {err}") from None
+        raise ToolError(f"{err}") from None
     try:
         js, md = write_results(record, opts.out)
     except OSError as err:  # e.g. a full disk: no partial file is left (atomic writes)
-        raise ToolError(f"error: cannot write the results to '{opts.out}': {err.strerror or err}") from None
+        raise ToolError(f"cannot write the results to '{opts.out}': {err.strerror or err}") from None
     print(f"wrote {js} and {md}")
     return 0
 
@@ -261,7 +322,7 @@ def _run_model(opts, say) -> int:
     failed = [r["spec"]["row"] for r in (*record["references"], *record["rows"])
               if "error" in r or r.get("correct") is False]  # fmt: skip
     if failed:
-        raise ToolError(f"error: WRONG RESULT or failed row(s): {', '.join(failed)} (see {md})")
+        raise ToolError(f"WRONG RESULT or failed row(s): {', '.join(failed)} (see {md})")
     return 0
 
 

@@ -11,8 +11,9 @@ interesting numbers and types, splices of other programs, truncation) and
 runs ``mx-opt`` in-process on it with one configuration of :data:`CONFIGS`
 (the case index picks it, round robin).  The rule every input must obey
 (``docs/testing.md``): exit 0 with output, or exit 1 with a located
-``<stdin>:line:col: error:`` diagnostic (or an ``mx-opt: error:`` line for a
-bad flag); never a traceback, a signal, a hang, or exit 1 without saying why.
+``<stdin>:line:col: error:`` diagnostic; never a traceback, a signal, a hang,
+or exit 1 without saying why (a bad flag is exit 2, but the configurations'
+flags are all valid).
 
 Run it::
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import json
 import random
@@ -214,15 +216,22 @@ def main(argv=None) -> int:
         "--linear-options", default="{}",
         help='JSON keyword options of the Linear suite, e.g. \'{"value_range": "normal"}\'',
     )  # fmt: skip
+    p.add_argument(
+        "--state-dict-cases", type=int, default=0,
+        help="MXLinear state_dict loads and pickles (needs torch; default 0)",
+    )  # fmt: skip
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before a case is a hang")
     p.add_argument("--findings", help="directory to write the reproducer of each finding to")
     args = p.parse_args(argv)
     clean = True
     suites = (("fuzz", args.cases), ("misuse", args.api_calls), ("gguf", args.gguf_files),
               ("gguf-write", args.gguf_writes), ("cache", args.cache_entries),
-              ("linear", args.linear_calls))  # fmt: skip
+              ("linear", args.linear_calls), ("state-dict", args.state_dict_cases))  # fmt: skip
     for suite, n in suites:
         if n <= 0:
+            continue
+        if suite == "state-dict" and importlib.util.find_spec("torch") is None:
+            print("state-dict: skipped (needs torch: pip install 'mlir-mx[torch]')", flush=True)
             continue
         options = json.loads(args.linear_options) if suite == "linear" else None
         report = run_campaign(suite, args.seed, n, timeout=args.timeout, options=options)

@@ -290,3 +290,15 @@ def test_dimensions_ggml_cannot_hold_are_refused(tmp_path, ne, what):
     p.write_bytes(_gguf_bytes([("f", (), int(gguf.GGMLQuantizationType.F32), 0)], bytes(32)))
     assert read_gguf(p) == {}  # a rank-0 f32 tensor is fine (and skipped: not MXFP4)
     assert len(gguf.GGUFReader(p).tensors) == 1
+
+
+def test_a_stale_temporary_of_a_killed_writer_is_removed_by_the_next_write(tmp_path):
+    """Issue 29: ``write_gguf`` killed mid-write (kill -9) left its hidden
+    temporary file behind; the next write to the same file removes it."""
+    path = tmp_path / "w.gguf"
+    stale = tmp_path / ".w.gguf.abc_1234.tmp"  # named as the writer names them
+    stale.write_bytes(b"GGUF" + b"\0" * 60)  # what a killed writer leaves
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    write_gguf(path, {"w": x})
+    assert os.listdir(tmp_path) == ["w.gguf"]
+    assert read_gguf(path)["w"].shape == (4, 64)

@@ -60,7 +60,7 @@ def test_report_writes_a_results_page(tmp_path, capsys, mx_to_linalg):
     assert "Command: `mx-roofline --shape 1x64x64" in page
     assert "core(s) available" in page and "features:" in page  # host.machine_description
     assert page.count("| mx-ab-blocked | 1x64x64 |") == 1 and "| f32 | 1x64x64 |" in page
-    assert main(["--report", "--quiet"]) == 1
+    assert main(["--report", "--quiet"]) == 2
     assert "--report needs --out" in capsys.readouterr().err
 
 
@@ -82,22 +82,23 @@ def test_ir_file(tmp_path, capsys, mx_to_linalg):
 
 
 @pytest.mark.parametrize(
-    "argv, message",
+    "argv, message, rc",
     [
-        (["--shape", "32x64"], "bad shape '32x64'"),
-        (["--shape", "4x4x33"], "not a multiple of the block size"),
-        (["--variants", "f32,mx-z"], "unknown variant 'mx-z'"),
-        (["--machine", "m9"], "unknown machine 'm9'"),
-        (["--element", "f7"], "unknown element type 'f7'"),
-        (["/nonexistent/k.mlir"], "cannot read '/nonexistent/k.mlir'"),
-        (["--bogus"], "unrecognized arguments"),
-        (["--shape", "32x64x64", "--block-size", "0"], "--block-size must be a positive integer"),
-        (["--shape", "32x64x64", "--block-size", "-32"], "--block-size must be a positive integer"),
-        (["--shape", "32x64x64", "--out", "/proc/nope"], "cannot create --out directory"),
+        (["--shape", "32x64"], "bad shape '32x64'", 2),
+        (["--shape", "4x4x33"], "not a multiple of the block size", 2),
+        (["--variants", "f32,mx-z"], "unknown variant 'mx-z'", 2),
+        (["--machine", "m9"], "unknown machine 'm9'", 2),
+        (["--element", "f7"], "unknown element type 'f7'", 2),
+        (["/nonexistent/k.mlir"], "cannot read '/nonexistent/k.mlir'", 1),  # input, not usage
+        (["--measure-kernels", "--shape", "99999999x99999x99968"], "needs about", 2),
+        (["--bogus"], "unrecognized arguments", 2),
+        (["--shape", "32x64x64", "--block-size", "0"], "--block-size must be a positive integer", 2),
+        (["--shape", "32x64x64", "--block-size", "-32"], "--block-size must be a positive integer", 2),
+        (["--shape", "32x64x64", "--out", "/proc/nope"], "cannot create --out directory", 2),
     ],
 )
-def test_errors(capsys, argv, message):
-    assert main(argv + ["--quiet"]) == 1
+def test_errors(capsys, argv, message, rc):
+    assert main(argv + ["--quiet"]) == rc
     err = capsys.readouterr().err
     assert err.startswith("mx-roofline: error: ") and message in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -116,7 +117,7 @@ def test_invalid_ir(tmp_path, capsys):
 def test_out_must_not_be_a_file(tmp_path, capsys):
     f = tmp_path / "exists.txt"
     f.write_text("keep me")
-    assert main(["--shape", "32x64x64", "--out", str(f), "--quiet"]) == 1
+    assert main(["--shape", "32x64x64", "--out", str(f), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("mx-roofline: error: ") and "exists and is not a directory" in err
     assert f.read_text() == "keep me"

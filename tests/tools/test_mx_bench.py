@@ -162,7 +162,7 @@ def test_kernel_that_does_not_compile_fails_the_run(tmp_path, monkeypatch, capsy
     ],
 )
 def test_bad_arguments(args, message, capsys):
-    assert main(args) == 1
+    assert main(args) == 2  # a usage error: argparse's exit status
     err = capsys.readouterr().err
     assert err.startswith("mx-bench: error: ") and message in err and err.count("\n") == 1
 
@@ -192,8 +192,8 @@ def test_default_threads_and_sizes():
     assert (opts.shapes, opts.tag) == ([], "default-mlp")
     opts, _quiet = _parse(["--quantize", "--quick", "--threads", "3,1"])
     assert (opts.quantize, opts.mlp, opts.threads, opts.tag) == ((128, 256), None, [3, 1], "quick-quantize")
-    opts, _quiet = _parse(["--quantize", "64x96", "--quick", "--shapes", "1x8x32"])
-    assert (opts.quantize, len(opts.shapes)) == ((64, 96), 1)
+    opts, _quiet = _parse(["--quantize", "64x96", "--quick"])
+    assert (opts.quantize, opts.shapes, opts.mlp_tokens) == ((64, 96), [], (1, 128))
 
 
 def test_formats_take_mixed_pairs():
@@ -210,7 +210,7 @@ def test_formats_take_mixed_pairs():
 def test_f6_mx_bench_out_traceback(tmp_path, capsys):
     """Round 2 reproducer f6_mx_bench_out_traceback.sh: ``--out`` naming a file or a
     path that cannot be created gave a traceback; now one ``mx-bench: error:`` line
-    and exit 1, before any benchmark runs (as mx-roofline)."""
+    and exit 2 (a usage error), before any benchmark runs (as mx-roofline)."""
     afile = tmp_path / "afile"
     afile.write_text("keep")
     for out, message in [
@@ -218,7 +218,7 @@ def test_f6_mx_bench_out_traceback(tmp_path, capsys):
         (afile / "x", f"cannot create --out directory '{afile / 'x'}': Not a directory"),
         ("/dev/null/x", "cannot create --out directory '/dev/null/x': Not a directory"),
     ]:
-        assert main(["--quick", "--quiet", "--out", str(out)]) == 1
+        assert main(["--quick", "--quiet", "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert err == f"mx-bench: error: {message}\n"
     assert afile.read_text() == "keep"

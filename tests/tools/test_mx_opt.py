@@ -83,18 +83,19 @@ def test_bad_file():
 
 
 def test_unknown_pass_and_flag(good):
+    """A bad command line is exit status 2 (argparse's), bad input 1."""
     rc, _, err = run([str(good), "--no-such-pass"])
-    assert rc == 1 and "Unknown command line argument '--no-such-pass'" in err
+    assert rc == 2 and "Unknown command line argument '--no-such-pass'" in err
     rc, _, err = run([str(good), "-q"])
-    assert rc == 1 and "Unknown command line argument '-q'" in err
+    assert rc == 2 and "Unknown command line argument '-q'" in err
     assert "Traceback" not in err
 
 
 def test_bad_pass_option(good):
     rc, _, err = run([str(good), "--canonicalize=bogus-option=1"])
-    assert rc == 1 and "no such option" in err
+    assert rc == 2 and "no such option" in err
     rc, _, err = run([str(good), "--mx-canonicalize=x=1"])
-    assert rc == 1 and "no such option 'x' for pass 'mx-canonicalize'" in err
+    assert rc == 2 and "no such option 'x' for pass 'mx-canonicalize'" in err
 
 
 @pytest.mark.parametrize(
@@ -121,7 +122,7 @@ def test_pass_pipeline_flag(good):
     assert rc == 0, err
     assert "return %arg0" in out
     rc, out, err = run([str(good), "--pass-pipeline=builtin.module(canonicalize"])
-    assert rc == 1 and "expected ')'" in err
+    assert rc == 2 and "expected ')'" in err
 
 
 def test_generic_printing(good):
@@ -173,7 +174,7 @@ def test_pipe_into_upstream_mlir_opt():
 def test_pass_flag_with_pass_pipeline_is_refused(good):
     # semantics README: the pipeline used to be nested silently and never ran
     rc, out, err = run([str(good), "--canonicalize", "--pass-pipeline=builtin.module(cse)"])
-    assert rc == 1 and out == ""
+    assert rc == 2 and out == ""  # a usage error
     assert "'--pass-pipeline' option can't be used with individual pass options (--canonicalize)" in err
 
 

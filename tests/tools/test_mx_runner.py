@@ -40,7 +40,7 @@ def test_errors_are_reported_not_crashed(tmp_path):
     rc, _, err = run([str(ROUNDTRIP), "-e", "nope"])
     assert rc == 1 and "entry point 'nope' not found (public functions: main)" in err
     rc, _, err = run([str(ROUNDTRIP), "--entry-point-result=f16"])
-    assert rc == 1 and "--entry-point-result must be one of" in err
+    assert rc == 2 and "--entry-point-result must be one of" in err  # a usage error
     rc, _, err = run([str(ROUNDTRIP), "--shared-libs=/no/such/lib.so"])
     assert rc == 1 and "cannot load shared library '/no/such/lib.so'" in err
     bad = tmp_path / "bad.mlir"
@@ -91,9 +91,12 @@ def test_threads_and_schedule_of_the_default_lowering(tmp_path):
 @pytest.mark.parametrize(
     "flags,message",
     [
-        (["--threads=0"], "--threads: expected an integer in [1, 1024], got 0"),
-        (["--threads=2147483648"], "--threads: expected an integer in [1, 1024], got 2147483648"),
-        (["--threads=x"], "--threads: expected a positive integer, got 'x'"),
+        (["--threads=0"], "--threads: expected an integer in [1, 1024], got '0'"),
+        (["--threads=2147483648"], "--threads: expected an integer in [1, 1024], got '2147483648'"),
+        (["--threads=x"], "--threads: expected an integer in [1, 1024], got 'x'"),
+        # the value as typed, after a space too (it was "got ''")
+        (["--threads", "-3"], "--threads: expected an integer in [1, 1024], got '-3'"),
+        (["--threads", "99999"], "--threads: expected an integer in [1, 1024], got '99999'"),
         (["--schedule=fast"], "unknown schedule 'fast' (available: " + ", ".join(schedule_names())),
         (["--threads=2", "--pass-pipeline=mx-to-linalg"], "configure the default pipeline"),
     ],
@@ -102,5 +105,6 @@ def test_bad_kernel_options(tmp_path, flags, message):
     f = tmp_path / "mm.mlir"
     f.write_text(_MATMUL)
     rc, _out, err = run([str(f), *flags])
-    assert rc == 1
+    assert rc == 2  # a usage error: argparse's exit status
+    assert err.startswith("mx-runner: error: ") and err.count("\n") == 1
     assert message in err and "Traceback" not in err

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch", reason="torch not installed (pip install 'm
 
 from llama_cases import prompt, tiny_llama  # noqa: E402
 
+from mlir_mx.errors import MXError  # noqa: E402
 from mlir_mx.numerics import MXArray  # noqa: E402
 from mlir_mx.torch import (  # noqa: E402
     MXLinear,
@@ -48,6 +49,37 @@ def test_logits_within_the_bound_and_greedy_tokens_equal(element):
     np.testing.assert_array_equal(greedy(model, ids, 32), greedy(ref, ids, 32))
 
 
+def test_the_reference_of_a_tied_model_leaves_the_embedding():
+    """dequantize_ gives a tied lm_head its own weight (it wrote into the
+    embedding: the reference then failed a correct model's check, 9.4e3)."""
+    model = tiny_llama(tie_word_embeddings=True)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    ref = copy.deepcopy(model)
+    emb = ref.model.embed_tokens.weight.detach().clone()
+    quantize_(model, "f4E2M1FN")
+    summary = dequantize_(ref, "f4E2M1FN")
+    assert "lm_head" in summary.converted
+    assert torch.equal(ref.model.embed_tokens.weight, emb)
+    assert torch.equal(model.model.embed_tokens.weight, emb)
+    assert torch.equal(ref.lm_head.weight, model.lm_head.dequantized_weight())
+    ids = prompt()
+    with torch.inference_mode():
+        assert logit_bound(ref, ids).check(model(ids).logits) <= 1.0
+
+
+def test_greedy_counts():
+    model = tiny_llama()
+    ids = prompt()
+    none = greedy(model, ids, 0)  # returned at once (it looped for ever)
+    assert none.shape == (0,) and none.dtype == np.int64
+    assert greedy(model, ids, 3).tolist() == greedy(model, ids, 5)[:3].tolist()
+    with pytest.raises(ValueError, match="new_tokens: expected 0 or more, got -1") as err:
+        greedy(model, ids, -1)
+    assert isinstance(err.value, MXError)
+    with pytest.raises(TypeError, match="new_tokens: expected an int, got float"):
+        greedy(model, ids, 2.0)
+
+
 def test_the_bound_catches_one_wrong_weight_block():
     model, ref, _ = _pair("f4E2M1FN")
     ids = prompt()
@@ -67,7 +99,7 @@ def test_quantize_summary_and_skipped_layers():
     model = torch.nn.Sequential(
         torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 16), torch.nn.Linear(16, 8)
     )
-    with pytest.warns(UserWarning, match=r"kept 2 nn.Linear layer\(s\): 2 \(in_features 48 is not"):
+    with pytest.warns(UserWarning, match=r"kept 2 linear layer\(s\): 2 \(in_features 48 is not"):
         summary = quantize_(model, "f4E2M1FN")
     assert summary.converted == ["0"] and list(summary.skipped) == ["2", "3"]
     assert type(model[0]) is MXLinear and type(model[2]) is torch.nn.Linear

@@ -24,3 +24,10 @@ def test_llama_example_checks_pass(tmp_path, capsys):
     assert "4.25 bits/weight" in out
     assert "first 32 greedy tokens equal to the reference's: yes" in out
     assert saved.stat().st_size > 0
+
+
+def test_llama_example_with_no_new_tokens(capsys):
+    """--tokens 0 hung after the prefill (greedy looped for ever; issue 29)."""
+    main = runpy.run_path(str(EXAMPLE), run_name="llama_mx")["main"]
+    assert main(["--tiny", "--layers", "1", "--prompt", "4", "--tokens", "0", "--threads", "1"]) == 0
+    assert "0 greedy tokens in" in capsys.readouterr().out

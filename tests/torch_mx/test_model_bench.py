@@ -112,9 +112,9 @@ def test_rows_run_with_passive_openmp_waiting_unless_set(monkeypatch):
 
 
 def test_model_arguments_are_checked(capsys):
-    assert main(["--model", "--layers", "0"]) == 1
+    assert main(["--model", "--layers", "0"]) == 2
     assert "--layers: must be positive" in capsys.readouterr().err
-    assert main(["--model", "--rows", "f32,fp4"]) == 1
+    assert main(["--model", "--rows", "f32,fp4"]) == 2
     assert (
         "--rows: expected some of f32,bf16,torchao,mxfp8,mxfp4,mxfp4-i8" in capsys.readouterr().err
     )

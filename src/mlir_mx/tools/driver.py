@@ -16,7 +16,7 @@ from pathlib import Path
 from mlir import ir
 
 from mlir_mx.diagnostics import Diagnostic, MXError, from_mlir_error
-from mlir_mx.errors import ToolError
+from mlir_mx.errors import ToolError, UsageError
 
 __all__ = [
     "tool_main",
@@ -25,6 +25,8 @@ __all__ = [
     "register_source",
     "Chunk",
     "ToolError",
+    "UsageError",
+    "check_fits",
     "read_input",
     "split_input",
     "format_diagnostic",
@@ -35,16 +37,16 @@ SPLIT_MARKER = "// -----"
 
 
 class ArgParser(argparse.ArgumentParser):
-    """argparse for the tools: a usage error is a :class:`ToolError` (one
-    line, exit code 1 through :func:`tool_main`, where argparse would exit 2)
-    and ``-h``/``--help`` returns the help text instead of exiting."""
+    """argparse for the tools: a usage error is a :class:`UsageError` (one
+    line, exit code 2 through :func:`tool_main`, as argparse) and
+    ``-h``/``--help`` returns the help text instead of exiting."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, add_help=False, **kwargs)
         self.add_argument("-h", "--help", action="store_true", help="show this help and exit")
 
     def error(self, message):
-        raise ToolError(message)
+        raise UsageError(message)
 
     def parse(self, argv):
         """Parsed arguments, or the help text when ``-h``/``--help`` is given."""
@@ -83,10 +85,13 @@ def tool_main(prog: str, parse, run, argv: list[str] | None) -> int:
     """The shared ``main()`` of every CLI: ``parse(argv)`` returns options or a
     string to print (``--help``); ``run(options)`` returns the exit code.
 
-    Any :class:`MXError` (a :class:`ToolError`, IR that does not parse or
-    verify, a failing pass, a bad pipeline) and any upstream ``MLIRError``
-    that escapes a stage are printed as diagnostics, exit code 1.  A closed
-    standard output (``mx-opt ... | head``) exits 1 quietly.
+    A :class:`UsageError` (a bad command line) is one ``prog: error: ...``
+    line, exit code 2 (argparse's).  Any other :class:`MXError` (a
+    :class:`ToolError`, IR that does not parse or verify, a failing pass) and
+    any upstream ``MLIRError`` that escapes a stage are printed as
+    diagnostics, exit code 1 (mlir-opt's).  A ``MemoryError`` is one line,
+    exit code 1.  A closed standard output (``mx-opt ... | head``) exits 1
+    quietly.
     """
     argv = sys.argv[1:] if argv is None else argv
     token = _SOURCES.set({})
@@ -96,8 +101,15 @@ def tool_main(prog: str, parse, run, argv: list[str] | None) -> int:
             print(opts)
             return 0
         return run(opts)
+    except UsageError as err:
+        print_diagnostics(prog, err.diagnostics)
+        return 2
     except MXError as err:
         print_diagnostics(prog, err.diagnostics)
+        return 1
+    except MemoryError as err:
+        detail = f": {err}" if str(err) else ""
+        print(f"{prog}: error: out of memory{detail}", file=sys.stderr)
         return 1
     except ir.MLIRError as err:  # a stage that forgot run_pipeline: still a diagnostic
         print_diagnostics(prog, from_mlir_error(err))
@@ -113,18 +125,65 @@ def tool_main(prog: str, parse, run, argv: list[str] | None) -> int:
 
 def check_out_dir(out, flag: str = "--out") -> Path:
     """The output directory ``out`` of a tool, created if missing; a
-    :class:`ToolError` when it is a file, cannot be created or is not writable
+    :class:`UsageError` when it is a file, cannot be created or is not writable
     (checked before the tool's work, so a long run is not lost at the end)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise ToolError(f"{flag} '{out}' exists and is not a directory")
+        raise UsageError(f"{flag} '{out}' exists and is not a directory")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ToolError(f"cannot create {flag} directory '{out}': {err.strerror or err}") from None
+        raise UsageError(f"cannot create {flag} directory '{out}': {err.strerror or err}") from None
     if not os.access(out, os.W_OK):
-        raise ToolError(f"{flag} directory '{out}' is not writable")
+        raise UsageError(f"{flag} directory '{out}' is not writable")
     return out
+
+
+def physical_memory() -> int | None:
+    """The memory this process may use, in bytes: the machine's, or less where
+    a limit says so (``ulimit -v``, a cgroup's ``memory.max``); None where
+    the OS does not say."""
+    limits = []
+    try:
+        limits.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            limits.append(soft)
+    except (ImportError, OSError, ValueError, AttributeError):
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:  # "max" or a huge number: no limit
+            limits.append(int(text))
+    return min(limits) if limits else None
+
+
+def check_fits(what: str, nbytes: int) -> None:
+    """A :class:`UsageError` when ``nbytes`` (what a run of ``what``, e.g.
+    ``"--shapes 99999999x99999x99968"``, would allocate) exceed this
+    machine's memory: checked before allocating anything."""
+    ram = physical_memory()
+    if ram is not None and nbytes > ram:
+        raise UsageError(
+            f"{what}: needs about {_size_text(nbytes)} of memory, more than the "
+            f"{_size_text(ram)} this process may use"
+        )
+
+
+def _size_text(n: int) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _silence_stdout() -> None:

@@ -12,7 +12,8 @@
    against the oracle) through the library API (``mlir_mx.Linear``).
 5. Print what it did, with timings.
 
-Exit status 0 when every check passes, 1 otherwise.
+Exit status 0 when every check passes, 1 otherwise, 2 for a bad command line
+(one ``mx-demo: error: ...`` line).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from mlir_mx.numerics import ELEMENT_FORMATS, dequantize, quantize
 from mlir_mx.passes.pipeline import PipelineElement
 from mlir_mx.pipelines import load_pipeline
 from mlir_mx.roofline.variants import Shape, variant_module_text
-from mlir_mx.tools.driver import ArgParser, tool_main
+from mlir_mx.tools.driver import ArgParser, UsageError, tool_main
 
 M, N, K, B = 32, 64, 64, 32
 
@@ -55,7 +56,10 @@ def _bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _parse(argv):
     ap = ArgParser(prog="mx-demo", description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    return ap.parse(argv)
+    args = ap.parse(argv)
+    if not isinstance(args, str) and args.seed < 0:
+        raise UsageError(f"--seed: expected 0 or more, got {args.seed}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,8 +6,11 @@ Follows mlir-opt's conventions: an input file or ``-`` (default), ``-o``,
 flag per pass, ours (``--mx-to-linalg``) or upstream's
 (``--one-shot-bufferize="bufferize-function-boundaries=1"``,
 ``--transform-preload-library=...``, ``--transform-interpreter``), run in
-command-line order.  Exit status: 0 on success, 1 on a user error, reported
-as ``file:line:col: error: ...``; never a Python traceback for bad input.
+command-line order.  Exit status: 0 on success, 1 on bad input (IR that does
+not parse or verify, a failing pass, an unreadable file), reported as
+``file:line:col: error: ...``, 2 on a bad command line (an unknown flag or
+pass option, a malformed pipeline: one ``mx-opt: error: ...`` line, as
+argparse); never a Python traceback.
 """
 
 from __future__ import annotations
@@ -35,10 +38,11 @@ from mlir_mx.passes.pipeline import (
     run_pipeline,
     split_pipeline,
 )
-from mlir_mx.passes.registry import all_extensions, all_passes
+from mlir_mx.passes.registry import OptionError, all_extensions, all_passes
 from mlir_mx.tools.driver import (
     SPLIT_MARKER,
     ToolError,
+    UsageError,
     format_diagnostic,
     read_input,
     split_input,
@@ -126,7 +130,7 @@ def parse_args(argv: list[str]) -> Options | str:
             name = "-" + name  # accept single-dash long options like mlir-opt
         if name in _VALUE_FLAGS and not eq:
             if i + 1 >= len(argv):
-                raise ToolError(f"option '{name}' requires a value")
+                raise UsageError(f"option '{name}' requires a value")
             value = argv[i + 1]
             i += 1
         if arg.startswith("-o") and not arg.startswith("--") and len(arg) > 2 and not eq:
@@ -157,20 +161,23 @@ def parse_args(argv: list[str]) -> Options | str:
             try:
                 opts.pipeline.extend(split_pipeline(value))
             except PipelineError as err:
-                raise ToolError(f"invalid --pass-pipeline: {err}") from None
+                raise UsageError(f"invalid --pass-pipeline: {err}") from None
         elif name.startswith("--") and len(name) > 2:
-            opts.pipeline.append(PipelineElement(name[2:], value.strip() if eq else ""))
+            try:
+                opts.pipeline.append(PipelineElement(name[2:], value.strip() if eq else ""))
+            except PipelineError as err:  # an option the pass does not have
+                raise UsageError(str(err)) from None
             opts.spelling.setdefault(name[2:], arg.partition("=")[0])
         else:
-            raise ToolError(f"Unknown command line argument '{arg}'.  Try: '{PROG} --help'")
+            raise UsageError(f"Unknown command line argument '{arg}'.  Try: '{PROG} --help'")
     if opts.pass_pipeline_given and opts.spelling:
         # as mlir-opt: the two would otherwise nest one pipeline in the other
-        raise ToolError(
+        raise UsageError(
             "'--pass-pipeline' option can't be used with individual pass options "
             f"({', '.join(opts.spelling.values())})"
         )
     if len(inputs) > 1:
-        raise ToolError(f"too many positional arguments: {' '.join(inputs)}")
+        raise UsageError(f"too many positional arguments: {' '.join(inputs)}")
     if inputs:
         opts.input = inputs[0]
     return opts
@@ -184,9 +191,9 @@ def _check_pipeline(opts: Options) -> None:
         pm = build_pass_manager(opts.pipeline, ctx)
     except UnknownPassError as err:
         flag = opts.spelling.get(err.name, f"--{err.name}")
-        raise ToolError(f"Unknown command line argument '{flag}'.  Try: '{PROG} --help'") from None
-    except PipelineError as err:
-        raise ToolError(str(err)) from None
+        raise UsageError(f"Unknown command line argument '{flag}'.  Try: '{PROG} --help'") from None
+    except (PipelineError, OptionError) as err:  # a pass option that is not one
+        raise UsageError(str(err)) from None
     if opts.dump_pipeline:
         print(str(pm), file=sys.stderr)
 
@@ -218,9 +225,9 @@ def process_chunk(text: str, opts: Options, filename: str) -> tuple[str | None, 
 
 
 def run(opts: Options) -> int:
+    _check_pipeline(opts)  # a bad flag is a usage error, whatever the input
     text = read_input(opts.input)
     filename = "<stdin>" if opts.input == "-" else opts.input
-    _check_pipeline(opts)
     outputs: list[str] = []
     failed = False
     sources = {filename: text}

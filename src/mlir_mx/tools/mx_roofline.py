@@ -12,10 +12,12 @@ Examples::
 
 Inputs are mx IR files (every public function is modelled) or named shapes
 (MxNxK) with ``--variants`` (``f32``, ``mx-a``, ``mx-ab``, ``mx-ab-blocked``).
-Bad input (a bad shape or block size, an unknown variant, an unreadable
-file, an output path that is a file or cannot be created, input with
-nothing to model) prints ``mx-roofline: error: ...`` and exits 1; invalid IR
-prints its located diagnostic (``file:line:col: error: ...``).  The shared
+A bad command line (a bad shape or block size, an unknown variant, element
+type or machine, an output path that is a file or cannot be created, a
+``--measure-kernels`` shape too large for this machine's memory) prints one
+``mx-roofline: error: ...`` line and exits 2, as argparse; bad input (an
+unreadable file, input with nothing to model) exits 1, and invalid IR prints
+its located diagnostic (``file:line:col: error: ...``), exit 1.  The shared
 :func:`mlir_mx.tools.driver.tool_main` runs it, as every CLI.
 """
 
@@ -26,7 +28,15 @@ from pathlib import Path
 
 from mlir_mx.errors import MXError
 from mlir_mx.host import check_threads
-from mlir_mx.tools.driver import ArgParser, ToolError, check_out_dir, register_source, tool_main
+from mlir_mx.tools.driver import (
+    ArgParser,
+    ToolError,
+    UsageError,
+    check_fits,
+    check_out_dir,
+    register_source,
+    tool_main,
+)
 
 PROG = "mx-roofline"
 DEFAULT_SHAPES = ("32x64x64", "1x64x64")
@@ -127,19 +137,46 @@ def _time_file_row(row, say):
 
 
 def _parse(argv):
+    """Parsed arguments, every one checked (a bad one is a ``UsageError``:
+    one line, exit status 2) before any work."""
+    from mlir_mx.numerics import ELEMENT_FORMATS
+    from mlir_mx.roofline.machines import MACHINES
+    from mlir_mx.roofline.variants import VARIANTS, parse_shape
+
     args = _parser().parse(argv)
     if isinstance(args, str):
         return args
     if args.block_size < 1:
-        raise ToolError(f"--block-size must be a positive integer, got {args.block_size}")
+        raise UsageError(f"--block-size must be a positive integer, got {args.block_size}")
     try:
         args.threads = check_threads(args.threads, "--threads")
     except MXError as err:
-        raise ToolError(str(err)) from None
+        raise UsageError(str(err)) from None
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    for v in args.variants:
+        if v not in VARIANTS:
+            raise UsageError(f"unknown variant '{v}' (available: {', '.join(VARIANTS)})")
+    if args.element not in ELEMENT_FORMATS:
+        raise UsageError(
+            f"unknown element type '{args.element}' (available: {', '.join(ELEMENT_FORMATS)})"
+        )
+    if args.machine != "measure" and args.machine not in MACHINES:
+        raise UsageError(
+            f"--machine: unknown machine '{args.machine}' (available: {', '.join(MACHINES)}, "
+            "measure)"
+        )
+    try:
+        args.shapes = [parse_shape(s, args.block_size) for s in args.shape]
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if args.measure_kernels:
+        for text, sh in zip(args.shape, args.shapes, strict=True):
+            # the kernel's operands, its f64 reference and the result (time_kernel)
+            check_fits(f"--shape {text}", 12 * (sh.M * sh.K + sh.K * sh.N + sh.M * sh.N))
     if args.out is not None:
         check_out_dir(args.out)
     elif args.report:
-        raise ToolError("--report needs --out (the directory the results page is written to)")
+        raise UsageError("--report needs --out (the directory the results page is written to)")
     args.command = " ".join([PROG, *argv])
     return args
 
@@ -149,25 +186,12 @@ def run(args) -> int:
 
     from mlir_mx.roofline.measure import get_machine
     from mlir_mx.roofline.report import model_rows, roofline_table
-    from mlir_mx.roofline.variants import VARIANTS, parse_shape
+    from mlir_mx.roofline.variants import parse_shape
 
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    for v in variants:
-        if v not in VARIANTS:
-            raise ToolError(f"unknown variant '{v}' (available: {', '.join(VARIANTS)})")
-    try:
-        shapes = [parse_shape(s, args.block_size) for s in args.shape]
-    except ValueError as err:
-        raise ToolError(str(err)) from None
-    from mlir_mx.numerics import ELEMENT_FORMATS
-
-    if args.element not in ELEMENT_FORMATS:
-        raise ToolError(
-            f"unknown element type '{args.element}' (available: {', '.join(ELEMENT_FORMATS)})"
-        )
+    variants, shapes = args.variants, args.shapes
     if not shapes and not args.files:
         shapes = [parse_shape(s, args.block_size) for s in DEFAULT_SHAPES]
-    # an unknown machine is an MXValueError, which tool_main reports
+    # the machine name was checked in _parse
     machine = get_machine(args.machine, threads=args.threads, progress=say)
 
     rows = _file_rows(args, say) if args.files else []

@@ -30,9 +30,9 @@ from mlir_mx.diagnostics import DiagnosticError
 from mlir_mx.dialect import remap_diagnostics
 from mlir_mx.errors import MXError
 from mlir_mx.execution.runner import CompileOptions, Runner, runtime_libraries
-from mlir_mx.host import check_threads
+from mlir_mx.host import MAX_THREADS, check_threads
 from mlir_mx.kernels.registry import SCHEDULES
-from mlir_mx.tools.driver import ToolError, read_input, tool_main
+from mlir_mx.tools.driver import ToolError, UsageError, read_input, tool_main
 
 PROG = "mx-runner"
 _RESULTS = ("void", "f32", "i32", "i64")
@@ -56,7 +56,17 @@ OPTIONS:
 """
 
 
+_VALUE_OPTIONS = {
+    "-e": "entry", "--e": "entry", "-entry-point": "entry", "--entry-point": "entry",
+    "--entry-point-result": "result", "-entry-point-result": "result",
+    "--shared-libs": "libs", "-shared-libs": "libs", "--pass-pipeline": "pipeline",
+    "--threads": "threads", "-threads": "threads", "--schedule": "schedule", "-schedule": "schedule",
+}  # fmt: skip
+
+
 def _parse(argv: list[str]) -> dict | str:
+    """The options (``--name=value`` or ``--name value``); a bad command line
+    is a :class:`UsageError` (exit status 2) that quotes the value as typed."""
     opts = {"input": None, "entry": "main", "result": "void", "libs": None, "opt": 3,
             "pipeline": None, "threads": None, "schedule": "auto"}  # fmt: skip
     i = 0
@@ -65,35 +75,20 @@ def _parse(argv: list[str]) -> dict | str:
         name, eq, value = a.partition("=")
         if a in ("-h", "--help"):
             return HELP
-        if name in ("-e", "--e", "-entry-point", "--entry-point"):
+        if name in _VALUE_OPTIONS:
             if not eq:
                 if i + 1 >= len(argv):
-                    raise ToolError(f"option '{name}' requires a value")
+                    raise UsageError(f"option '{name}' requires a value")
                 value, i = argv[i + 1], i + 1
-            opts["entry"] = value
-        elif name in ("--entry-point-result", "-entry-point-result"):
-            if value not in _RESULTS:
-                raise ToolError(f"--entry-point-result must be one of {', '.join(_RESULTS)}, got '{value}'")
-            opts["result"] = value
-        elif name in ("--shared-libs", "-shared-libs"):
-            opts["libs"] = [p for p in value.split(",") if p]
+            _set(opts, _VALUE_OPTIONS[name], name, value)
         elif a in ("-O0", "-O1", "-O2", "-O3"):
             opts["opt"] = int(a[2])
-        elif name == "--pass-pipeline":
-            opts["pipeline"] = value
-        elif name in ("--threads", "-threads"):
-            try:
-                opts["threads"] = check_threads(int(value) if value.isdigit() else value, "--threads")
-            except MXError as err:
-                raise ToolError(str(err)) from None
-        elif name in ("--schedule", "-schedule"):
-            opts["schedule"] = value  # checked by CompileOptions, below
         elif a == "-" or not a.startswith("-"):
             if opts["input"] is not None:
-                raise ToolError(f"too many positional arguments: {opts['input']} {a}")
+                raise UsageError(f"too many positional arguments: {opts['input']} {a}")
             opts["input"] = a
         else:
-            raise ToolError(f"Unknown command line argument '{a}'.  Try: '{PROG} --help'")
+            raise UsageError(f"Unknown command line argument '{a}'.  Try: '{PROG} --help'")
         i += 1
     opts["input"] = opts["input"] or "-"
     try:
@@ -101,8 +96,24 @@ def _parse(argv: list[str]) -> dict | str:
             opts["pipeline"], opts["schedule"], opts["threads"], opt_level=opts["opt"]
         )
     except MXError as err:  # e.g. --threads/--schedule beside --pass-pipeline
-        raise ToolError(str(err)) from None
+        raise UsageError(str(err)) from None
     return opts
+
+
+def _set(opts: dict, key: str, name: str, value: str) -> None:
+    """One value option, checked as far as it can be without the input."""
+    if key == "result" and value not in _RESULTS:
+        raise UsageError(f"{name} must be one of {', '.join(_RESULTS)}, got '{value}'")
+    if key == "libs":
+        value = [p for p in value.split(",") if p]
+    if key == "threads":
+        try:
+            value = check_threads(int(value.strip()), name)
+        except (ValueError, MXError):
+            raise UsageError(
+                f"{name}: expected an integer in [1, {MAX_THREADS}], got '{value}'"
+            ) from None
+    opts[key] = value
 
 
 def _entry_check(opts: dict):

@@ -1,4 +1,5 @@
-"""``quantize_``: replace a model's ``nn.Linear`` modules by ``MXLinear``, in place."""
+"""``quantize_``: replace a model's ``nn.Linear`` modules (and ``transformers``'
+``Conv1D``, GPT-2's) by ``MXLinear``, in place."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import torch
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import element_format
 
-from .module import MXLinear, check_activations
+from .module import MXLinear, check_activations, is_conv1d
 
-__all__ = ["QuantizeSummary", "quantize_"]
+__all__ = ["QuantizeSummary", "is_conv1d", "linear_weight", "quantize_"]
 
 
 @dataclass
@@ -21,7 +22,9 @@ class QuantizeSummary:
     """What :func:`quantize_` did.
 
     ``converted``: the names of the layers now ``MXLinear``; ``skipped``: name ->
-    reason for the ``nn.Linear`` layers kept; ``bytes_before`` / ``bytes_after``:
+    reason for the linear layers kept (a shape that does not fit the block
+    size, a subclass of ``nn.Linear``); ``conv1d``: the names of the converted
+    layers that were ``transformers`` ``Conv1D``; ``bytes_before`` / ``bytes_after``:
     the weight bytes of the converted layers before (their dtype) and after (what
     each ``MXLinear`` holds, ``Linear.held``: the stored codes and scales, or the
     dot kernels' records; fixed at construction, so calls do not change it).
@@ -31,13 +34,15 @@ class QuantizeSummary:
     block_size: int
     converted: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    conv1d: list[str] = field(default_factory=list)
     bytes_before: int = 0
     bytes_after: int = 0
 
     def __str__(self) -> str:
         ratio = self.bytes_after / self.bytes_before if self.bytes_before else 0.0
+        conv = f", {len(self.conv1d)} of them Conv1D" if self.conv1d else ""
         lines = [
-            f"quantize_: {len(self.converted)} nn.Linear layers -> MXLinear ({self.weights}, "
+            f"quantize_: {len(self.converted)} nn.Linear layers{conv} -> MXLinear ({self.weights}, "
             f"block {self.block_size}); weights {self.bytes_before / 2**20:.1f} MiB -> "
             f"{self.bytes_after / 2**20:.1f} MiB ({ratio:.3f}x)"
         ]
@@ -56,11 +61,13 @@ def quantize_(
 ) -> QuantizeSummary:
     """Replace every ``nn.Linear`` of ``model`` (``lm_head`` included) by an
     :class:`MXLinear` with ``weights``-format MX weights, in place, as torchao's
-    ``quantize_`` does.
+    ``quantize_`` does; ``transformers``' ``Conv1D`` (GPT-2's projections, a
+    linear layer whose weight is ``(in, out)``) too (``MXLinear.from_conv1d``).
 
     ``filter_fn(module, name)`` (optional) chooses the layers: those for which it
     returns False are kept.  A layer whose ``in_features`` is not a multiple of
-    ``block_size`` is kept too, with a warning naming it.  Layers are converted
+    ``block_size`` is kept too, and so is a subclass of ``nn.Linear``, each
+    with a warning naming it and why (``summary.skipped``).  Layers are converted
     one at a time and each original weight is released as soon as its layer is
     replaced, so peak memory stays near the model's own.  ``activations``: None
     (activations enter exactly) or the MX format they are quantized to per call
@@ -78,9 +85,10 @@ def quantize_(
     for name, owner, attr in selected_linears(model, block_size, filter_fn, summary):
         layer = getattr(owner, attr)
         before = layer.weight.numel() * layer.weight.element_size()
-        new = MXLinear.from_linear(
-            layer, fmt.name, block_size, threads=threads, activations=activations
-        )
+        build = MXLinear.from_conv1d if is_conv1d(layer) else MXLinear.from_linear
+        new = build(layer, fmt.name, block_size, threads=threads, activations=activations)
+        if is_conv1d(layer):
+            summary.conv1d.append(name)
         setattr(owner, attr, new)
         del layer  # the last reference: its weight is freed before the next layer
         summary.converted.append(name)
@@ -89,35 +97,55 @@ def quantize_(
     return summary
 
 
-def selected_linears(model, block_size: int, filter_fn, summary: QuantizeSummary):
-    """``(name, parent module, attribute)`` of each ``nn.Linear`` to convert, one
-    at a time (the model may be changed between two); layers kept for their
-    shape are recorded in ``summary.skipped`` and named in a warning at the end.
+def linear_weight(module) -> torch.Tensor:
+    """The weight of an ``nn.Linear`` or a ``Conv1D`` in ``nn.Linear``'s layout
+    ``(out, in)`` (a Conv1D's: a transposed view)."""
+    return module.weight.t() if is_conv1d(module) else module.weight
 
-    Exactly ``torch.nn.Linear`` (not subclasses, whose owners may read
-    ``.weight`` directly, as ``nn.MultiheadAttention`` does)."""
+
+def _why_kept(layer, block_size: int) -> str | None:
+    """Why a linear layer cannot be converted; None when it can."""
+    if type(layer) is not torch.nn.Linear and not is_conv1d(layer):
+        return (
+            f"{type(layer).__name__} is a subclass of nn.Linear, kept: its owner may read "
+            ".weight directly (as nn.MultiheadAttention does)"
+        )
+    k = linear_weight(layer).shape[1]
+    if k % block_size:
+        return f"in_features {k} is not a multiple of block_size {block_size}"
+    return None
+
+
+def selected_linears(model, block_size: int, filter_fn, summary: QuantizeSummary):
+    """``(name, parent module, attribute)`` of each layer to convert, one at a
+    time (the model may be changed between two): exactly ``torch.nn.Linear``,
+    or ``transformers``' ``Conv1D``.  Linear layers kept (a shape that does
+    not fit the block size; a subclass of ``nn.Linear``, whose owner may read
+    ``.weight`` directly, as ``nn.MultiheadAttention`` does) are recorded in
+    ``summary.skipped`` with why and named in a warning at the end."""
     if filter_fn is not None and not callable(filter_fn):
         raise MXArgTypeError(
             f"filter_fn: expected a callable (module, name) -> bool, got {filter_fn!r}"
         )
     # Names only: holding the modules would keep every original weight alive
     # until the end (the peak would be both models).
-    names = [n for n, m in model.named_modules() if type(m) is torch.nn.Linear]
+    names = [
+        n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) or is_conv1d(m)
+    ]
     for name in names:
         parent, _, attr = name.rpartition(".")
         owner = model.get_submodule(parent) if parent else model
         layer = getattr(owner, attr)
         if filter_fn is not None and not filter_fn(layer, name):
             continue
-        if layer.in_features % block_size:
-            summary.skipped[name] = (
-                f"in_features {layer.in_features} is not a multiple of block_size {block_size}"
-            )
-            continue
+        why = _why_kept(layer, block_size)
         del layer
+        if why is not None:
+            summary.skipped[name] = why
+            continue
         yield name, owner, attr
     if summary.skipped:
         kept = ", ".join(f"{n} ({why})" for n, why in summary.skipped.items())
         warnings.warn(
-            f"quantize_: kept {len(summary.skipped)} nn.Linear layer(s): {kept}", stacklevel=3
+            f"quantize_: kept {len(summary.skipped)} linear layer(s): {kept}", stacklevel=3
         )

@@ -14,7 +14,7 @@ from mlir_mx.numerics import MXArray, dequantize
 from . import custom_ops as ops
 from .quantizer import quantize_weight
 
-__all__ = ["InferenceOnlyError", "MXLinear", "check_activations"]
+__all__ = ["InferenceOnlyError", "MXLinear", "check_activations", "is_conv1d"]
 
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -74,6 +74,23 @@ class MXLinear(torch.nn.Module):
         activations = check_activations(activations)
         w = quantize_weight(linear.weight, weights, block_size, threads=threads)
         return cls(w, linear.bias, threads=threads, activations=activations)
+
+    @classmethod
+    def from_conv1d(
+        cls, conv, weights: str = "f4E2M1FN", block_size: int = 32,
+        *, threads: int | None = None, activations=None,
+    ) -> MXLinear:  # fmt: skip
+        """The same from ``transformers``' ``Conv1D`` (GPT-2's projections:
+        ``y = x @ W + b``, ``W`` of shape ``(in, out)``): ``W.T`` is quantized,
+        blocked along ``in``, so the layer computes what the Conv1D does with
+        the dequantized weight."""
+        if not is_conv1d(conv):
+            raise MXArgTypeError(
+                f"conv: expected a transformers Conv1D, got {type(conv).__name__}"
+            )
+        activations = check_activations(activations)
+        w = quantize_weight(conv.weight.t(), weights, block_size, threads=threads)
+        return cls(w, conv.bias, threads=threads, activations=activations)
 
     def _adopt(self, lin: Linear) -> None:
         """Hold ``lin`` and expose the arrays it holds (``Linear.held``) as
@@ -163,17 +180,33 @@ class MXLinear(torch.nn.Module):
 
     # -- the saved form: nn.Linear's layout ------------------------------------------------
 
+    def _saved_weight(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(weight_codes, weight_scales)``: the weight's stored bytes, ``uint8``."""
+        w = self.weight()
+        codes = torch.from_numpy(np.array(w.packed_codes()))
+        return codes, torch.from_numpy(np.array(w.scales.view(np.uint8)))
+
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         super()._save_to_state_dict(destination, prefix, keep_vars)
-        w = self.weight()
-        destination[prefix + "weight_codes"] = torch.from_numpy(np.array(w.packed_codes()))
-        destination[prefix + "weight_scales"] = torch.from_numpy(np.array(w.scales.view(np.uint8)))
+        codes, scales = self._saved_weight()
+        destination[prefix + "weight_codes"] = codes
+        destination[prefix + "weight_scales"] = scales
+        # What the bytes mean, checked on load (uint8 ASCII: tensors only, so
+        # safetensors can hold a state_dict too).
+        destination[prefix + "weight_format"] = torch.tensor(
+            list(self.element.encode("ascii")), dtype=torch.uint8
+        )
+        destination[prefix + "weight_block_size"] = torch.tensor(self.block_size)
+        destination[prefix + "weight_shape"] = torch.tensor([self.out_features, self.in_features])
 
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors
     ):
         keys = (prefix + "weight_codes", prefix + "weight_scales")
-        if all(k in state_dict for k in keys):
+        problems = self._meaning_problems(state_dict, prefix)
+        if problems:
+            errors.extend(problems)
+        elif all(k in state_dict for k in keys):
             codes, scales = (state_dict[k] for k in keys)
             try:
                 w = MXArray.from_packed(
@@ -187,7 +220,81 @@ class MXLinear(torch.nn.Module):
                 errors.append(f"{prefix}weight_codes/weight_scales: {e}")
         else:
             missing.extend(k for k in keys if k not in state_dict)
-        rest = {k: v for k, v in state_dict.items() if k not in keys}
+        skip = set(keys) | {prefix + name for name in _MEANING}
+        rest = {k: v for k, v in state_dict.items() if k not in skip}
         super()._load_from_state_dict(
             rest, prefix, local_metadata, strict, missing, unexpected, errors
         )
+
+    def _meaning_problems(self, state_dict, prefix: str) -> list[str]:
+        """The saved format, block size and shape against this layer's: one
+        message per mismatch, naming its key.  A state_dict saved without
+        them (before they were saved) is checked by its byte shapes alone."""
+        want = {"weight_format": self.element, "weight_block_size": self.block_size,
+                "weight_shape": (self.out_features, self.in_features)}  # fmt: skip
+        problems = []
+        for name, read in _MEANING.items():
+            key = prefix + name
+            if key not in state_dict:
+                continue
+            try:
+                saved = read(state_dict[key])
+            except (TypeError, ValueError, RuntimeError, UnicodeDecodeError) as e:
+                problems.append(f"{key}: cannot read it ({e})")
+                continue
+            if saved != want[name]:
+                problems.append(
+                    f"{key}: saved {saved!r}, but this layer holds {want[name]!r} (build the "
+                    "layer with the saved format, block size and shape to load it)"
+                )
+        return problems
+
+    # -- pickle / torch.save(model): rebuilt from the saved form ---------------------------
+
+    def __getstate__(self):
+        # The Linear (compiled kernels, locks) is not pickled: the weight's
+        # saved form is, and __setstate__ builds a new Linear from it.
+        state = self.__dict__.copy()
+        state.pop("_linear", None)
+        state["_buffers"] = {
+            k: v for k, v in self._buffers.items() if k not in self._held_names
+        }
+        state["_mx_saved_weight"] = self._saved_weight()
+        return state
+
+    def __setstate__(self, state):
+        codes, scales = state.pop("_mx_saved_weight")
+        super().__setstate__(state)
+        w = MXArray.from_packed(
+            codes.numpy(), scales.numpy(), self.element, self.block_size, axis=1
+        )
+        self._adopt(Linear(w, threads=1, activations=self.activations))
+
+
+def _saved_format(t) -> str:
+    t = torch.as_tensor(t)
+    if t.dtype != torch.uint8 or t.dim() != 1:
+        raise ValueError(f"expected 1-D uint8 ASCII bytes, got {t.dtype} of shape {tuple(t.shape)}")
+    return bytes(t.tolist()).decode("ascii")
+
+
+def _saved_ints(t, dims: int):
+    t = torch.as_tensor(t)
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool or t.dim() != dims:
+        raise ValueError(f"expected a {dims}-D integer tensor, got {t.dtype} of shape {tuple(t.shape)}")
+    return int(t) if dims == 0 else tuple(int(v) for v in t.tolist())
+
+
+#: The entries that say what ``weight_codes``/``weight_scales`` mean, and how each is read.
+_MEANING = {
+    "weight_format": _saved_format,
+    "weight_block_size": lambda t: _saved_ints(t, 0),
+    "weight_shape": lambda t: _saved_ints(t, 1),
+}
+
+
+def is_conv1d(module) -> bool:
+    """``transformers.pytorch_utils.Conv1D`` (GPT-2's linear layers: ``y = x @ W
+    + b`` with ``W`` of shape ``(in, out)``), without importing transformers."""
+    t = type(module)
+    return t.__name__ == "Conv1D" and t.__module__ == "transformers.pytorch_utils"

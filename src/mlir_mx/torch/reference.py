@@ -40,9 +40,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import dequantize
 
-from .convert_model import QuantizeSummary, selected_linears
+from .convert_model import QuantizeSummary, is_conv1d, linear_weight, selected_linears
 from .quantizer import quantize_weight
 
 __all__ = ["LogitBound", "dequantize_", "greedy", "logit_bound"]
@@ -57,16 +58,27 @@ def dequantize_(
     filter_fn: Callable[[torch.nn.Module, str], bool] | None = None,
 ) -> QuantizeSummary:
     """Make ``model`` the reference of ``quantize_(model, weights, ...)``, in place:
-    each ``nn.Linear`` that ``quantize_`` would convert (same selection) gets
-    ``dequantize(quantize_weight(weight))`` as its weight, in its dtype."""
+    each ``nn.Linear`` (or ``transformers`` ``Conv1D``, in its ``(in, out)``
+    layout) that ``quantize_`` would convert (same selection) gets
+    ``dequantize(quantize_weight(weight))`` as its weight, in its dtype.
+
+    Each such layer gets a new ``Parameter``; the one it had is left as it is,
+    so a weight it shares (a tied ``lm_head`` and the embedding) keeps its
+    values elsewhere, as ``quantize_`` leaves the embedding of a tied model."""
     summary = QuantizeSummary(weights, block_size)
     with torch.no_grad():
         for name, owner, attr in selected_linears(model, block_size, filter_fn, summary):
             layer = getattr(owner, attr)
-            w = quantize_weight(layer.weight, weights, block_size)
-            layer.weight.copy_(torch.from_numpy(dequantize(w)))
+            old = layer.weight
+            w = quantize_weight(linear_weight(layer), weights, block_size)
+            new = torch.from_numpy(dequantize(w)).to(old.dtype)
+            if is_conv1d(layer):  # its weight is (in, out)
+                new = new.t().contiguous()
+            layer.weight = torch.nn.Parameter(new, requires_grad=old.requires_grad)
             summary.converted.append(name)
-            summary.bytes_before += layer.weight.numel() * layer.weight.element_size()
+            if is_conv1d(layer):
+                summary.conv1d.append(name)
+            summary.bytes_before += old.numel() * old.element_size()
             summary.bytes_after += w.nbytes
     return summary
 
@@ -104,15 +116,18 @@ def logit_bound(
 
     def perturb(module, inputs, out):
         x = inputs[0].to(torch.float32)
-        k = module.in_features
-        b = math.sqrt(2 * k + 2) * _U * (x.abs() @ module.weight.to(torch.float32).abs().T)
+        w = linear_weight(module).to(torch.float32)  # (out, in)
+        k = w.shape[1]
+        b = math.sqrt(2 * k + 2) * _U * (x.abs() @ w.abs().T)
         signs = torch.randint(0, 2, b.shape, generator=gen).to(b.dtype) * 2 - 1
         return out + (signs * b).to(out.dtype)
 
     with torch.inference_mode():
         base = _logits(reference, input_ids)
         sq = torch.zeros_like(base, dtype=torch.float64)
-        linears = [m for m in reference.modules() if type(m) is torch.nn.Linear]
+        linears = [
+            m for m in reference.modules() if type(m) is torch.nn.Linear or is_conv1d(m)
+        ]
         for _ in range(probes):
             hooks = [m.register_forward_hook(perturb) for m in linears]
             try:
@@ -128,13 +143,20 @@ def logit_bound(
 
 def greedy(model: torch.nn.Module, input_ids: torch.Tensor, new_tokens: int) -> np.ndarray:
     """``new_tokens`` greedy tokens after ``input_ids`` (batch 1), with the KV cache
-    (a ``transformers`` causal LM: ``cache=`` in, ``.cache`` out, as in 5.24)."""
+    (a ``transformers`` causal LM: ``cache=`` in, ``.cache`` out, as in 5.24).
+    ``new_tokens`` 0: an empty array, without running the model."""
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, (int, np.integer)):
+        raise MXArgTypeError(f"new_tokens: expected an int, got {type(new_tokens).__name__}")
+    if new_tokens < 0:
+        raise MXValueError(f"new_tokens: expected 0 or more, got {new_tokens}")
     tokens: list[int] = []
+    if new_tokens == 0:
+        return np.array(tokens, dtype=np.int64)
     with torch.inference_mode():
         out = model(input_ids, use_cache=True)
         while True:
             nxt = out.logits[:, -1].argmax(-1, keepdim=True)
             tokens.append(int(nxt))
             if len(tokens) == new_tokens:
-                return np.array(tokens)
+                return np.array(tokens, dtype=np.int64)
             out = model(nxt, cache=out.cache, use_cache=True)
