@@ -63,12 +63,12 @@ def quantize(x, element: str = "f8E4M3FN", block_size: int = 32, axis: int = -1,
     Returns an :class:`~mlir_mx.numerics.MXArray` built from its stored form
     (``MXArray.from_packed``).  ``threads``: default this machine's cores.
     """
-    element = element_format(element).name
+    fmt = element_format(element)
     x, block_size, axis = _check_input(x, block_size, axis)
-    packed, scales = quantize_stored(x, element, block_size, axis, threads)
+    packed, scales = _quantize_checked(x, fmt, block_size, axis, check_threads(threads))
     # The kernel's fresh buffers become the array's own (no copy).
     return MXArray.from_packed(
-        packed, scales.view(SCALE_DTYPE), element, block_size, axis, copy=False
+        packed, scales.view(SCALE_DTYPE), fmt.name, block_size, axis, copy=False
     )
 
 
@@ -78,7 +78,11 @@ def quantize_stored(x, element: str, block_size: int = 32, axis: int = -1, threa
     building the MXArray."""
     fmt = element_format(element)
     x, block_size, axis = _check_input(x, block_size, axis)
-    threads = check_threads(threads)
+    return _quantize_checked(x, fmt, block_size, axis, check_threads(threads))
+
+
+def _quantize_checked(x: np.ndarray, fmt, block_size: int, axis: int, threads: int):
+    """:func:`quantize_stored` on checked arguments (:func:`_check_input`)."""
     packed = is_packed_storage(x.shape, fmt)
     codes = np.empty(packed_shape(x.shape, fmt) if packed else x.shape, np.uint8)
     scales = np.empty(scale_shape(x.shape, block_size, axis), np.uint8)
@@ -108,12 +112,15 @@ def dequantize(a, threads=None, *, out=None) -> np.ndarray:
         out = np.empty(a.shape, np.float32)
     elif not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != a.shape:
         raise MXArgTypeError(f"out: expected a float32 numpy array of shape {a.shape}")
-    elif not (out.flags.c_contiguous and out.flags.writeable):
-        raise MXValueError("out: must be C-contiguous and writeable")
-    if out.size == 0:
-        return out
+    elif not (out.flags.c_contiguous and out.flags.aligned and out.flags.writeable):
+        raise MXValueError("out: must be C-contiguous, aligned and writeable")
     codes = np.ascontiguousarray(a.packed_codes()).view(np.uint8)
     scales = np.ascontiguousarray(a.scales).view(np.uint8)
+    if np.may_share_memory(out, codes) or np.may_share_memory(out, scales):
+        # The kernel would read codes it has already overwritten.
+        raise MXValueError("out: overlaps the memory of a's codes or scales")
+    if out.size == 0:
+        return out
     bs, axis = a.block_size, a.axis
     if axis == a.ndim - 1:
         layout, rows = "rows", prod(a.shape[:-1])
@@ -134,14 +141,28 @@ def dequantize(a, threads=None, *, out=None) -> np.ndarray:
 
 
 def _check_input(x, block_size, axis):
-    """The oracle's checks (and messages): x as an ndarray, block_size, axis."""
+    """The oracle's checks (and messages): x as an ndarray the kernels can
+    read in place (:func:`_readable`), block_size, axis."""
     if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
         x = _from_dlpack(x)
-    x = check_input(x)
+    x = _readable(check_input(x))
     block_size = _check_block_size(block_size)
     axis = _normalize_axis(axis, x.ndim)
     _check_blocked_shape(x.shape, block_size, axis, "x")
     return x, block_size, axis
+
+
+def _readable(x: np.ndarray) -> np.ndarray:
+    """``x`` itself when a kernel can read it in place: its data aligned for its
+    dtype and every stride (of a dimension longer than 1; negative, zero or
+    any multiple) a whole number of elements, as a memref's strides are.
+    Otherwise a C-contiguous copy: a field of a structured array (a float32
+    field of a 6-byte record has stride 6), a view at an odd byte offset, a
+    view of overlapping elements with a byte stride."""
+    item = x.itemsize
+    if x.flags.aligned and all(s % item == 0 for s, n in zip(x.strides, x.shape) if n > 1):
+        return x
+    return np.array(x, copy=True, order="C")
 
 
 def _from_dlpack(x) -> np.ndarray:
@@ -158,9 +179,6 @@ def _from_dlpack(x) -> np.ndarray:
 
             return np.from_dlpack(x.view(torch.int16)).view(ml_dtypes.bfloat16)
         raise MXArgTypeError(f"x: cannot view this {type(x).__name__} as host memory: {err}") from None
-
-
-
 
 
 # --------------------------------------------------------------------------- views

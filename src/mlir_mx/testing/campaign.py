@@ -1,7 +1,7 @@
 """Seeded campaigns of numbered cases, run in-process in a worker subprocess.
 
 A *suite* (``"fuzz"``, ``"misuse"``, ``"gguf"``, ``"gguf-write"``, ``"cache"``,
-``"linear"``)
+``"linear"``, ``"convert"``)
 maps ``(seed, index)`` (and the suite's keyword options) to one case
 and runs it in-process, returning an :class:`Outcome`.  Case ``i`` depends on
 ``(seed, i)`` only, so any case can be rerun alone.  :func:`run_campaign`
@@ -50,6 +50,7 @@ _SUITES = {
     "gguf-write": "mlir_mx.testing.gguf_fuzz:write_case",
     "cache": "mlir_mx.testing.cache_fuzz",
     "linear": "mlir_mx.testing.linear_fuzz",
+    "convert": "mlir_mx.testing.convert_fuzz",
 }
 
 
