@@ -160,7 +160,7 @@ def _readable(x: np.ndarray) -> np.ndarray:
     field of a 6-byte record has stride 6), a view at an odd byte offset, a
     view of overlapping elements with a byte stride."""
     item = x.itemsize
-    if x.flags.aligned and all(s % item == 0 for s, n in zip(x.strides, x.shape) if n > 1):
+    if x.flags.aligned and all(s % item == 0 for s, n in zip(x.strides, x.shape, strict=True) if n > 1):
         return x
     return np.array(x, copy=True, order="C")
 
