@@ -191,7 +191,9 @@ def _dequantize_into(a, how: str, threads: int):
     if how == "given":
         out = np.full(a.shape, 7.0, np.float32)
     elif how == "misaligned":
-        out = over_bytes(a.shape, np.float32, [4 * int(np.prod(a.shape[i + 1 :])) for i in range(a.ndim)], 1)
+        out = over_bytes(
+            a.shape, np.float32, [4 * int(np.prod(a.shape[i + 1 :])) for i in range(a.ndim)], 1
+        )
     elif how == "strided":
         out = np.empty((*a.shape[:-1], 2 * a.shape[-1]), np.float32)[..., ::2]
     else:  # the codes' own memory, handed over writeable (copy=False)
@@ -200,7 +202,9 @@ def _dequantize_into(a, how: str, threads: int):
         raw = np.zeros(max(4 * int(np.prod(a.shape)), a.packed_codes().nbytes), np.uint8)
         codes = raw[: a.packed_codes().nbytes].reshape(a.packed_codes().shape)
         codes[...] = a.packed_codes()
-        a = MXArray.from_packed(codes, np.array(a.scales), a.element, a.block_size, a.axis, copy=False)
+        a = MXArray.from_packed(
+            codes, np.array(a.scales), a.element, a.block_size, a.axis, copy=False
+        )
         out = raw[: 4 * int(np.prod(a.shape))].view(np.float32).reshape(a.shape)
     valid = how == "given" or (how == "strided" and out.flags.c_contiguous)
     try:
@@ -218,18 +222,30 @@ def case(seed: int, index: int) -> Outcome:
     config = f"{cfg['layout']}/{cfg['dtype']}"
     what = str(cfg)
     try:
-        x = layout_array(cfg["shape"], cfg["dtype"], cfg["layout"], np.random.default_rng(cfg["seed"]))
+        x = layout_array(
+            cfg["shape"], cfg["dtype"], cfg["layout"], np.random.default_rng(cfg["seed"])
+        )
         want = N.quantize(_host(x), cfg["element"], cfg["block"], cfg["axis"])
         try:
-            got = mlir_mx.quantize(x, cfg["element"], cfg["block"], cfg["axis"], threads=cfg["threads"])
+            got = mlir_mx.quantize(
+                x, cfg["element"], cfg["block"], cfg["axis"], threads=cfg["threads"]
+            )
         except (TypeError, ValueError) as e:
-            return Outcome(index, "wrong", config, f"valid call refused: {type(e).__name__}: {e}", what)
+            return Outcome(
+                index, "wrong", config, f"valid call refused: {type(e).__name__}: {e}", what
+            )
         bad = same_mx(got, want)
         if bad:
             return Outcome(index, "wrong", config, f"quantize: {bad}", what)
         y, refused, valid = _dequantize_into(want, cfg["out"], cfg["threads"])
         if valid and (refused is not None or not same_f32(y, N.dequantize(want))):
-            return Outcome(index, "wrong", config, f"dequantize into {cfg['out']}: {refused or 'bits differ'}", what)
+            return Outcome(
+                index,
+                "wrong",
+                config,
+                f"dequantize into {cfg['out']}: {refused or 'bits differ'}",
+                what,
+            )
         if not valid and not (refused or "").startswith("out: "):
             return Outcome(index, "wrong", config, f"out={cfg['out']} not refused naming out", what)
         return Outcome(index, "ok" if valid else "rejected", config)
