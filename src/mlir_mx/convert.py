@@ -10,22 +10,29 @@ multi-threaded)::
     y = mlir_mx.dequantize(a)                     # f32
 
 * Any rank and blocking axis; numpy arrays and DLPack arrays (a torch CPU
-  tensor, ...), strided ones too (read in place: no copy of the input);
+  tensor, ...), strided ones too: read in place (no copy of the input) when
+  the data is aligned and every stride is a whole number of elements
+  (negative and zero strides included), else copied first (a field of a
+  structured array, a view at an odd byte offset);
   float32 input (float64, float16 and bfloat16 are converted to float32 in
   registers, as the oracle converts them first).
 * The output is written once, in its stored form: FP4/FP6 codes packed
   (``numerics.packing``) where the shape packs; no f32-sized temporary.
 * One compiled kernel per (operation, format, block size, layout, input
-  type, threads) serves every shape (all sizes are dynamic; ranks and axes
-  fold into two layouts); kept in memory and, lowered, in the persistent
-  compile cache (``MLIR_MX_CACHE_DIR``, ``mlir_mx.linear.cache_dir``).
+  type) serves every shape and thread count (all sizes are dynamic, the
+  thread count is an argument; ranks and axes fold into two layouts); the
+  last :data:`KERNEL_CACHE_SIZE` used are kept in memory and, lowered, all
+  in the persistent compile cache (``MLIR_MX_CACHE_DIR``,
+  ``mlir_mx.linear.cache_dir``).
 * Bad arguments raise ``TypeError`` / ``ValueError`` naming the argument,
   with the oracle's messages, before any native code runs.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
+from collections import OrderedDict
 from math import prod
 
 import ml_dtypes
@@ -37,7 +44,7 @@ from mlir_mx.execution import CompileOptions, Runner
 from mlir_mx.execution.arguments import descriptor_type
 from mlir_mx.execution.packed import call_packed, packed_function
 from mlir_mx.host import check_threads, host_features
-from mlir_mx.kernels.convert import ConvertSpec, convert_module
+from mlir_mx.kernels.convert import RUNTIME_THREADS, ConvertSpec, convert_module
 from mlir_mx.numerics import MXArray, element_format, is_packed_storage, packed_shape
 from mlir_mx.numerics.formats import SCALE_DTYPE
 from mlir_mx.numerics.mx import (
@@ -49,7 +56,7 @@ from mlir_mx.numerics.mx import (
 )
 from mlir_mx.pipelines import kernel_library_pipeline
 
-__all__ = ["dequantize", "quantize", "quantize_stored"]
+__all__ = ["KERNEL_CACHE_SIZE", "dequantize", "quantize", "quantize_stored"]
 
 _SOURCE = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}
 
@@ -93,9 +100,9 @@ def _quantize_checked(x: np.ndarray, fmt, block_size: int, axis: int, threads: i
         contiguous = xv.strides[-1] == 1 or xv.shape[-1] == 1
         spec = ConvertSpec(
             "quantize", fmt.name, block_size, "rows" if rows else "columns", packed,
-            _SOURCE[x.dtype.name], contiguous, threads,
+            _SOURCE[x.dtype.name], contiguous, RUNTIME_THREADS,
         )  # fmt: skip
-        _kernel(spec)(xv, cv, sv)
+        _kernel(spec)(xv, cv, sv, threads=threads)
     return codes, scales
 
 
@@ -132,8 +139,8 @@ def dequantize(a, threads=None, *, out=None) -> np.ndarray:
             scales.reshape(rows // bs, -1),
             out.reshape(rows, -1),
         )
-    spec = ConvertSpec("dequantize", a.element, bs, layout, a.is_packed, threads=threads)
-    _kernel(spec)(*(_View.of(v) for v in views))
+    spec = ConvertSpec("dequantize", a.element, bs, layout, a.is_packed, threads=RUNTIME_THREADS)
+    _kernel(spec)(*(_View.of(v) for v in views), threads=threads)
     return out
 
 
@@ -275,12 +282,19 @@ def _folded(a: np.ndarray, split: int) -> _View:
 
 # --------------------------------------------------------------------------- kernels
 
-_KERNELS: dict[tuple, _Kernel] = {}
+#: How many compiled conversion kernels :func:`_kernel` keeps in memory (the
+#: least recently used goes first).  A kernel serves every shape and every
+#: thread count (``RUNTIME_THREADS``); one is needed per operation, format,
+#: block size, layout, packing, input dtype and innermost stride kind.
+#: About 4 MiB of memory each (docs/library.md, "Memory").
+KERNEL_CACHE_SIZE = 32
+_KERNELS: OrderedDict[tuple, _Kernel] = OrderedDict()
 _LOCK = threading.Lock()
 
 
 class _Kernel:
-    """One compiled kernel, called with three strided views."""
+    """One compiled kernel, called with three strided views (and, for a
+    ``RUNTIME_THREADS`` kernel, the thread count)."""
 
     def __init__(self, spec: ConvertSpec):
         from mlir_mx.dialect import load_dialect
@@ -292,17 +306,24 @@ class _Kernel:
         options = CompileOptions(kernel_library_pipeline(spec.threads), cache_dir=cache_dir())
         self.runner = Runner(text, options=options)
         self.fn = packed_function(self.runner.entry(spec.name))
+        self.runtime_threads = spec.threads == RUNTIME_THREADS
 
-    def __call__(self, *views: _View) -> None:
-        call_packed(self.fn, [v.descriptor() for v in views])
+    def __call__(self, *views: _View, threads: int = 1) -> None:
+        scalars = [ctypes.c_int64(threads)] if self.runtime_threads else []
+        call_packed(self.fn, [v.descriptor() for v in views], scalars)
 
 
 def _kernel(spec: ConvertSpec) -> _Kernel:
+    """The compiled kernel of ``spec`` on this host: from the in-memory LRU of
+    :data:`KERNEL_CACHE_SIZE` kernels, else compiled (from the persistent
+    compile cache when it holds it)."""
     key = (spec, host_features())
-    k = _KERNELS.get(key)
-    if k is None:
-        with _LOCK:
-            k = _KERNELS.get(key)
-            if k is None:
-                k = _KERNELS[key] = _Kernel(spec)
-    return k
+    with _LOCK:
+        k = _KERNELS.get(key)
+        if k is None:
+            k = _KERNELS[key] = _Kernel(spec)
+            while len(_KERNELS) > KERNEL_CACHE_SIZE:
+                _KERNELS.popitem(last=False)
+        else:
+            _KERNELS.move_to_end(key)
+        return k

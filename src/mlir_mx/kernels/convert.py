@@ -46,6 +46,7 @@ __all__ = [
     "ConvertEmitter",
     "ConvertSpec",
     "SEGMENT_BLOCKS",
+    "RUNTIME_THREADS",
     "SOURCES",
     "convert_module",
     "emit_convert",
@@ -60,6 +61,10 @@ SOURCES = ("f32", "f64", "f16", "bf16")
 SEGMENT_BLOCKS = 256
 #: Columns of one work item in the ``columns`` layout (a multiple of 64).
 COLUMN_CHUNK = 1024
+#: ``ConvertSpec.threads`` of a kernel that takes its thread count at run
+#: time, as an ``index`` argument after its memrefs: one compiled kernel
+#: serves every count (``mlir_mx.quantize`` / ``dequantize`` use these).
+RUNTIME_THREADS = 0
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,7 @@ class ConvertSpec:
     packed: bool = False  # FP4/FP6 codes in their packed storage (numerics.packing)
     source: str = "f32"  # quantize: the input's element type
     contiguous: bool = True  # quantize: the input's innermost stride is 1
-    threads: int = 1
+    threads: int = 1  # RUNTIME_THREADS: an argument of the kernel
 
     def __post_init__(self) -> None:
         fmt = element_format(self.element)
@@ -83,8 +88,8 @@ class ConvertSpec:
             raise ValueError(f"layout: expected 'rows' or 'columns', got {self.layout!r}")
         if self.source not in SOURCES:
             raise ValueError(f"source: expected one of {', '.join(SOURCES)}, got {self.source!r}")
-        if self.block < 1 or self.threads < 1:
-            raise ValueError("block and threads must be positive")
+        if self.block < 1 or self.threads < 0:
+            raise ValueError("block must be positive, threads positive or RUNTIME_THREADS")
         if self.packed and not fmt.is_sub_byte:
             raise ValueError(f"packed: {fmt.name} codes are one byte each")
 
@@ -94,7 +99,8 @@ class ConvertSpec:
         return self.op
 
     def arg_types(self) -> list[ir.Type]:
-        """Memref types of the function's three arguments (inside a context)."""
+        """Types of the function's arguments (inside a context): three memrefs,
+        then the thread count (``index``) for :data:`RUNTIME_THREADS`."""
         i8 = ir.IntegerType.get_signless(8)
         dyn = ir.ShapedType.get_dynamic_size()
         rank = 3 if self.layout == "columns" and self.op == "quantize" else 2
@@ -105,10 +111,11 @@ class ConvertSpec:
             return ir.MemRefType.get([dyn] * rank, elem, layout=layout)
 
         codes, scales = strided(i8, 2, True), strided(i8, 2, True)
+        runtime = [ir.IndexType.get()] if self.threads == RUNTIME_THREADS else []
         if self.op == "dequantize":
-            return [codes, scales, strided(ir.F32Type.get(), 2, True)]
+            return [codes, scales, strided(ir.F32Type.get(), 2, True), *runtime]
         src = ir.Type.parse(self.source)
-        return [strided(src, rank, self.contiguous), codes, scales]
+        return [strided(src, rank, self.contiguous), codes, scales, *runtime]
 
 
 def convert_module(spec: ConvertSpec) -> ir.Module:
@@ -120,29 +127,43 @@ def convert_module(spec: ConvertSpec) -> ir.Module:
         with ir.InsertionPoint(entry):
             anchor = arith.ConstantOp(ir.IndexType.get(), 0)
             kb = KernelBuilder(ir.InsertionPoint(anchor))
-            emit_convert(kb, spec, *entry.arguments)
+            args = list(entry.arguments)
+            emit_convert(kb, spec, *args[:3], threads=args[3] if len(args) > 3 else None)
             func.ReturnOp([])
             anchor.operation.erase()
     return module
 
 
-def emit_convert(kb: KernelBuilder, spec: ConvertSpec, *args: ir.Value) -> None:
+def emit_convert(
+    kb: KernelBuilder, spec: ConvertSpec, *args: ir.Value, threads: ir.Value | None = None
+) -> None:
     """Emit the kernel of ``spec`` at the insertion point; ``args``: the memrefs
     of :meth:`ConvertSpec.arg_types` (``x, codes, scales`` to quantize,
-    ``codes, scales, out`` to dequantize)."""
+    ``codes, scales, out`` to dequantize); ``threads``: the run-time thread
+    count (an ``index`` value) of a :data:`RUNTIME_THREADS` kernel."""
     from mlir_mx.kernels.dequantize import Dequantize
     from mlir_mx.kernels.quantize import Quantize
 
-    (Quantize if spec.op == "quantize" else Dequantize)(kb, spec, *args).emit()
+    emitter = (Quantize if spec.op == "quantize" else Dequantize)(kb, spec, *args)
+    if spec.threads == RUNTIME_THREADS:
+        if threads is None:
+            raise ValueError("a RUNTIME_THREADS kernel needs its threads argument")
+        emitter.threads = threads
+    emitter.emit()
 
 
 def parallel_items(
-    kb: KernelBuilder, total: ir.Value, threads: int, body: Callable[[ir.Value, ir.Value], None]
+    kb: KernelBuilder,
+    total: ir.Value,
+    threads: int | ir.Value,
+    body: Callable[[ir.Value, ir.Value], None],
 ) -> None:
     """``body(first, end)`` over ``[0, total)`` items, one contiguous range per
-    thread (``scf.parallel`` when ``threads > 1``); nothing when ``total`` is 0."""
+    thread (``scf.parallel`` when ``threads > 1``, or a run-time count: one
+    range runs inline, ``async-parallel-for``'s single-block path); nothing
+    when ``total`` is 0."""
     with kb.if_(kb.icmp("ugt", total, 0)):
-        if threads == 1:
+        if isinstance(threads, int) and threads == 1:
             body(kb.idx(0), total)
             return
         per = kb.ceildivu(total, threads)
@@ -173,6 +194,9 @@ class ConvertEmitter:
 
     def __init__(self, kb: KernelBuilder, spec: ConvertSpec):
         self.kb, self.spec, self.bs = kb, spec, spec.block
+        #: The thread count: ``spec.threads``, or the kernel's argument (an
+        #: ``index`` value) for :data:`RUNTIME_THREADS` (:func:`emit_convert`).
+        self.threads: int | ir.Value = spec.threads
         self.v16 = kb.vec(LANES, kb.f32)
         #: Elements of a block handled at once by :meth:`block` (blocks above
         #: 64 elements run in pieces of 16, 32 or 64, read from L1 again).
@@ -235,7 +259,7 @@ class ConvertEmitter:
             if scratch is not None:
                 kb.dealloc(scratch)
 
-        parallel_items(kb, kb.mul(p_rows, per_row), self.spec.threads, body)
+        parallel_items(kb, kb.mul(p_rows, per_row), self.threads, body)
 
     def segment_elements(self, r, js, je, scratch) -> None:
         """The elements of blocks ``js .. je`` of row ``r``, 16 at a time, each
@@ -273,7 +297,7 @@ class ConvertEmitter:
                 q0 = kb.mul(c, COLUMN_CHUNK)
                 self.column_tiles(g, q0, kb.min(kb.add(q0, COLUMN_CHUNK), q))
 
-        parallel_items(kb, kb.mul(block_rows, chunks), self.spec.threads, body)
+        parallel_items(kb, kb.mul(block_rows, chunks), self.threads, body)
 
     def column_tiles(self, g, q0, q1) -> None:
         """Columns ``q0 .. q1`` of block row ``g``: tiles of 64, of 16, a tail."""
