@@ -99,9 +99,9 @@ def test_each_layout_kind(dtype):
 
 
 def test_copies_only_what_it_must():
-    """An input whose strides are whole elements is read in place (no copy):
-    the kernel sees the caller's memory (checked by changing it under a
-    read-only view, which a copy would not see)."""
+    """An input whose strides are whole elements (steps, negative, transposed,
+    zero) is passed in place, no copy; only the other layouts are copied, to
+    C-contiguous aligned arrays of the same values."""
     from mlir_mx.convert import _readable
 
     x = np.zeros((4, 64), np.float32)
