@@ -10,22 +10,29 @@ multi-threaded)::
     y = mlir_mx.dequantize(a)                     # f32
 
 * Any rank and blocking axis; numpy arrays and DLPack arrays (a torch CPU
-  tensor, ...), strided ones too (read in place: no copy of the input);
+  tensor, ...), strided ones too: read in place (no copy of the input) when
+  the data is aligned and every stride is a whole number of elements
+  (negative and zero strides included), else copied first (a field of a
+  structured array, a view at an odd byte offset);
   float32 input (float64, float16 and bfloat16 are converted to float32 in
   registers, as the oracle converts them first).
 * The output is written once, in its stored form: FP4/FP6 codes packed
   (``numerics.packing``) where the shape packs; no f32-sized temporary.
 * One compiled kernel per (operation, format, block size, layout, input
-  type, threads) serves every shape (all sizes are dynamic; ranks and axes
-  fold into two layouts); kept in memory and, lowered, in the persistent
-  compile cache (``MLIR_MX_CACHE_DIR``, ``mlir_mx.linear.cache_dir``).
+  type) serves every shape and thread count (all sizes are dynamic, the
+  thread count is an argument; ranks and axes fold into two layouts); the
+  last :data:`KERNEL_CACHE_SIZE` used are kept in memory and, lowered, all
+  in the persistent compile cache (``MLIR_MX_CACHE_DIR``,
+  ``mlir_mx.linear.cache_dir``).
 * Bad arguments raise ``TypeError`` / ``ValueError`` naming the argument,
   with the oracle's messages, before any native code runs.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
+from collections import OrderedDict
 from math import prod
 
 import ml_dtypes
@@ -37,14 +44,14 @@ from mlir_mx.execution import CompileOptions, Runner
 from mlir_mx.execution.arguments import descriptor_type
 from mlir_mx.execution.packed import call_packed, packed_function
 from mlir_mx.host import check_threads, host_features
-from mlir_mx.kernels.convert import ConvertSpec, convert_module
+from mlir_mx.kernels.convert import RUNTIME_THREADS, ConvertSpec, convert_module
 from mlir_mx.numerics import MXArray, element_format, is_packed_storage, packed_shape
 from mlir_mx.numerics.blocks import check_block_size, check_blocked_shape, normalize_axis
 from mlir_mx.numerics.formats import SCALE_DTYPE
 from mlir_mx.numerics.mx import check_input, scale_shape
 from mlir_mx.pipelines import kernel_library_pipeline
 
-__all__ = ["dequantize", "quantize", "quantize_stored"]
+__all__ = ["KERNEL_CACHE_SIZE", "dequantize", "quantize", "quantize_stored"]
 
 _SOURCE = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}
 
@@ -72,12 +79,12 @@ def quantize(x, element: str = "f8E4M3FN", block_size: int = 32, axis: int = -1,
         MXArgTypeError: ``x`` of an unsupported type or dtype, a non-int size.
         MXValueError: an unknown format, a bad block size, axis or thread count.
     """
-    element = element_format(element).name
+    fmt = element_format(element)
     x, block_size, axis = _check_input(x, block_size, axis)
-    packed, scales = quantize_stored(x, element, block_size, axis, threads)
+    packed, scales = _quantize_checked(x, fmt, block_size, axis, check_threads(threads))
     # The kernel's fresh buffers become the array's own (no copy).
     return MXArray.from_packed(
-        packed, scales.view(SCALE_DTYPE), element, block_size, axis, copy=False
+        packed, scales.view(SCALE_DTYPE), fmt.name, block_size, axis, copy=False
     )
 
 
@@ -87,7 +94,11 @@ def quantize_stored(x, element: str, block_size: int = 32, axis: int = -1, threa
     building the MXArray."""
     fmt = element_format(element)
     x, block_size, axis = _check_input(x, block_size, axis)
-    threads = check_threads(threads)
+    return _quantize_checked(x, fmt, block_size, axis, check_threads(threads))
+
+
+def _quantize_checked(x: np.ndarray, fmt, block_size: int, axis: int, threads: int):
+    """:func:`quantize_stored` on checked arguments (:func:`_check_input`)."""
     packed = is_packed_storage(x.shape, fmt)
     codes = np.empty(packed_shape(x.shape, fmt) if packed else x.shape, np.uint8)
     scales = np.empty(scale_shape(x.shape, block_size, axis), np.uint8)
@@ -98,9 +109,9 @@ def quantize_stored(x, element: str, block_size: int = 32, axis: int = -1, threa
         contiguous = xv.strides[-1] == 1 or xv.shape[-1] == 1
         spec = ConvertSpec(
             "quantize", fmt.name, block_size, "rows" if rows else "columns", packed,
-            _SOURCE[x.dtype.name], contiguous, threads,
+            _SOURCE[x.dtype.name], contiguous, RUNTIME_THREADS,
         )  # fmt: skip
-        _kernel(spec)(xv, cv, sv)
+        _kernel(spec)(xv, cv, sv, threads=threads)
     return codes, scales
 
 
@@ -128,12 +139,15 @@ def dequantize(a, threads=None, *, out=None) -> np.ndarray:
         out = np.empty(a.shape, np.float32)
     elif not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != a.shape:
         raise MXArgTypeError(f"out: expected a float32 numpy array of shape {a.shape}")
-    elif not (out.flags.c_contiguous and out.flags.writeable):
-        raise MXValueError("out: must be C-contiguous and writeable")
-    if out.size == 0:
-        return out
+    elif not (out.flags.c_contiguous and out.flags.aligned and out.flags.writeable):
+        raise MXValueError("out: must be C-contiguous, aligned and writeable")
     codes = np.ascontiguousarray(a.packed_codes()).view(np.uint8)
     scales = np.ascontiguousarray(a.scales).view(np.uint8)
+    if np.may_share_memory(out, codes) or np.may_share_memory(out, scales):
+        # The kernel would read codes it has already overwritten.
+        raise MXValueError("out: overlaps the memory of a's codes or scales")
+    if out.size == 0:
+        return out
     bs, axis = a.block_size, a.axis
     if axis == a.ndim - 1:
         layout, rows = "rows", prod(a.shape[:-1])
@@ -145,8 +159,8 @@ def dequantize(a, threads=None, *, out=None) -> np.ndarray:
             scales.reshape(rows // bs, -1),
             out.reshape(rows, -1),
         )
-    spec = ConvertSpec("dequantize", a.element, bs, layout, a.is_packed, threads=threads)
-    _kernel(spec)(*(_View.of(v) for v in views))
+    spec = ConvertSpec("dequantize", a.element, bs, layout, a.is_packed, threads=RUNTIME_THREADS)
+    _kernel(spec)(*(_View.of(v) for v in views), threads=threads)
     return out
 
 
@@ -154,14 +168,28 @@ def dequantize(a, threads=None, *, out=None) -> np.ndarray:
 
 
 def _check_input(x, block_size, axis):
-    """The oracle's checks (and messages): x as an ndarray, block_size, axis."""
+    """The oracle's checks (and messages): x as an ndarray the kernels can
+    read in place (:func:`_readable`), block_size, axis."""
     if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
         x = _from_dlpack(x)
-    x = check_input(x)
+    x = _readable(check_input(x))
     block_size = check_block_size(block_size)
     axis = normalize_axis(axis, x.ndim)
     check_blocked_shape(x.shape, block_size, axis, "x")
     return x, block_size, axis
+
+
+def _readable(x: np.ndarray) -> np.ndarray:
+    """``x`` itself when a kernel can read it in place: its data aligned for its
+    dtype and every stride (of a dimension longer than 1; negative, zero or
+    any multiple) a whole number of elements, as a memref's strides are.
+    Otherwise a C-contiguous copy: a field of a structured array (a float32
+    field of a 6-byte record has stride 6), a view at an odd byte offset, a
+    view of overlapping elements with a byte stride."""
+    item = x.itemsize
+    if x.flags.aligned and all(s % item == 0 for s, n in zip(x.strides, x.shape, strict=True) if n > 1):
+        return x
+    return np.array(x, copy=True, order="C")
 
 
 def _from_dlpack(x) -> np.ndarray:
@@ -178,9 +206,6 @@ def _from_dlpack(x) -> np.ndarray:
 
             return np.from_dlpack(x.view(torch.int16)).view(ml_dtypes.bfloat16)
         raise MXArgTypeError(f"x: cannot view this {type(x).__name__} as host memory: {err}") from None
-
-
-
 
 
 # --------------------------------------------------------------------------- views
@@ -277,12 +302,19 @@ def _folded(a: np.ndarray, split: int) -> _View:
 
 # --------------------------------------------------------------------------- kernels
 
-_KERNELS: dict[tuple, _Kernel] = {}
+#: How many compiled conversion kernels :func:`_kernel` keeps in memory (the
+#: least recently used goes first).  A kernel serves every shape and every
+#: thread count (``RUNTIME_THREADS``); one is needed per operation, format,
+#: block size, layout, packing, input dtype and innermost stride kind.
+#: About 4 MiB of memory each (docs/library.md, "Memory").
+KERNEL_CACHE_SIZE = 32
+_KERNELS: OrderedDict[tuple, _Kernel] = OrderedDict()
 _LOCK = threading.Lock()
 
 
 class _Kernel:
-    """One compiled kernel, called with three strided views."""
+    """One compiled kernel, called with three strided views (and, for a
+    ``RUNTIME_THREADS`` kernel, the thread count)."""
 
     def __init__(self, spec: ConvertSpec):
         from mlir_mx.dialect import load_dialect
@@ -294,17 +326,24 @@ class _Kernel:
         options = CompileOptions(kernel_library_pipeline(spec.threads), cache_dir=cache_dir())
         self.runner = Runner(text, options=options)
         self.fn = packed_function(self.runner.entry(spec.name))
+        self.runtime_threads = spec.threads == RUNTIME_THREADS
 
-    def __call__(self, *views: _View) -> None:
-        call_packed(self.fn, [v.descriptor() for v in views])
+    def __call__(self, *views: _View, threads: int = 1) -> None:
+        scalars = [ctypes.c_int64(threads)] if self.runtime_threads else []
+        call_packed(self.fn, [v.descriptor() for v in views], scalars)
 
 
 def _kernel(spec: ConvertSpec) -> _Kernel:
+    """The compiled kernel of ``spec`` on this host: from the in-memory LRU of
+    :data:`KERNEL_CACHE_SIZE` kernels, else compiled (from the persistent
+    compile cache when it holds it)."""
     key = (spec, host_features())
-    k = _KERNELS.get(key)
-    if k is None:
-        with _LOCK:
-            k = _KERNELS.get(key)
-            if k is None:
-                k = _KERNELS[key] = _Kernel(spec)
-    return k
+    with _LOCK:
+        k = _KERNELS.get(key)
+        if k is None:
+            k = _KERNELS[key] = _Kernel(spec)
+            while len(_KERNELS) > KERNEL_CACHE_SIZE:
+                _KERNELS.popitem(last=False)
+        else:
+            _KERNELS.move_to_end(key)
+        return k

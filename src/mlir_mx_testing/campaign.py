@@ -1,7 +1,7 @@
 """Seeded campaigns of numbered cases, run in-process in a worker subprocess.
 
 A *suite* (``"fuzz"``, ``"misuse"``, ``"gguf"``, ``"gguf-write"``, ``"cache"``,
-``"linear"``, ``"state-dict"``: the last needs torch)
+``"linear"``, ``"state-dict"`` (needs torch), ``"convert"``)
 maps ``(seed, index)`` (and the suite's keyword options) to one case
 and runs it in-process, returning an :class:`Outcome`.  Case ``i`` depends on
 ``(seed, i)`` only, so any case can be rerun alone.  :func:`run_campaign`
@@ -51,6 +51,7 @@ _SUITES = {
     "cache": "mlir_mx_testing.cache_fuzz",
     "linear": "mlir_mx_testing.linear_fuzz",
     "state-dict": "mlir_mx_testing.state_dict_fuzz",
+    "convert": "mlir_mx_testing.convert_fuzz",
 }
 
 

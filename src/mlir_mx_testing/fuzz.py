@@ -213,6 +213,10 @@ def main(argv=None) -> int:
     p.add_argument("--cache-entries", type=int, default=20, help="corrupted cache entries (default 20)")
     p.add_argument("--linear-calls", type=int, default=100, help="Linear/matmul calls (default 100)")
     p.add_argument(
+        "--convert-calls", type=int, default=100,
+        help="quantize/dequantize calls on random array layouts (default 100)",
+    )  # fmt: skip
+    p.add_argument(
         "--linear-options", default="{}",
         help='JSON keyword options of the Linear suite, e.g. \'{"value_range": "normal"}\'',
     )  # fmt: skip
@@ -226,7 +230,8 @@ def main(argv=None) -> int:
     clean = True
     suites = (("fuzz", args.cases), ("misuse", args.api_calls), ("gguf", args.gguf_files),
               ("gguf-write", args.gguf_writes), ("cache", args.cache_entries),
-              ("linear", args.linear_calls), ("state-dict", args.state_dict_cases))  # fmt: skip
+              ("linear", args.linear_calls), ("state-dict", args.state_dict_cases),
+              ("convert", args.convert_calls))  # fmt: skip
     for suite, n in suites:
         if n <= 0:
             continue

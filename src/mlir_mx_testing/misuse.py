@@ -193,6 +193,12 @@ def _broken_array(a: np.ndarray, k: int, rng: random.Random):
         )
     if k == 1:
         return a.reshape(-1) if a.ndim > 1 else a.reshape(1, -1)
+    if k == 2 and a.ndim and a.dtype.kind == "f":
+        from mlir_mx.testing.convert_fuzz import field_of
+
+        f = field_of(a.shape, a.dtype, 1, 1)  # a structured array's field: byte strides
+        f[...] = a
+        return f
     if k == 2:
         return np.repeat(a, 2, axis=0)[::2] if a.ndim else a  # non-contiguous, same shape
     if k == 3:

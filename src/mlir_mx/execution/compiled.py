@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import resource
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -33,6 +34,7 @@ from mlir_mx.pipelines import kernel_pipeline, load_pipeline
 __all__ = [
     "CompileOptions",
     "Compiled",
+    "check_compile_memory",
     "clear_cache",
     "compile_module",
     "default_pipeline",
@@ -275,6 +277,52 @@ class DiskCache:
             _log.warning("compile cache: cannot store %s (%s); not cached on disk", self.path, err)
 
 
+#: Address space (and available memory) a compilation is assumed to need
+#: beyond what the process holds: compiling a conversion kernel under an
+#: ``RLIMIT_AS`` of its current size plus 8 MiB succeeds, plus 4 MiB fails
+#: (``std::bad_alloc``), plus 1 MiB aborts in LLVM's JIT ("Unable to
+#: allocate section memory") and plus 0 aborts in MLIR ("Buffer allocation
+#: failed").  Eight times the measured need, for larger modules.
+COMPILE_HEADROOM = 64 << 20
+
+
+def _status_bytes(path: str, key: str) -> int | None:
+    """``key``'s value (kB) in ``/proc/self/status`` or ``/proc/meminfo``, in bytes."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_compile_memory(need: int = COMPILE_HEADROOM) -> None:
+    """Raise ``MemoryError`` when a compilation may not get ``need`` bytes:
+    under the process's address-space limit (``RLIMIT_AS``, ``ulimit -v``)
+    beyond its current size, or from the machine's available memory.
+
+    LLVM and MLIR abort the process when an allocation fails while they
+    compile (they do not throw), so the limit is checked before they run.
+    An estimate, not a guarantee: a module much larger than the kernels of
+    this library may still need more."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        used = _status_bytes("/proc/self/status", "VmSize")
+        if used is not None and used + need > soft:
+            raise MemoryError(
+                f"compiling needs about {need >> 20} MiB of address space, and the process "
+                f"uses {used >> 20} MiB of its {soft >> 20} MiB limit (RLIMIT_AS, ulimit -v)"
+            )
+    avail = _status_bytes("/proc/meminfo", "MemAvailable")
+    if avail is not None and avail < need:
+        raise MemoryError(
+            f"compiling needs about {need >> 20} MiB of memory, and the machine has "
+            f"{avail >> 20} MiB available"
+        )
+
+
 _CACHE: OrderedDict[tuple, Compiled] = OrderedDict()
 _CACHE_SIZE = 64
 
@@ -316,6 +364,7 @@ def compile_module(
         if validate is not None:
             validate(hit.signatures)
         return hit
+    check_compile_memory()  # before LLVM, which aborts when an allocation fails
     compiled = Compiled(text, options, context, validate)
     _CACHE[key] = compiled
     while len(_CACHE) > _CACHE_SIZE:

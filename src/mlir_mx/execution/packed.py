@@ -42,8 +42,12 @@ def pointer_array(pointers: Sequence) -> ctypes.Array:
     )
 
 
-def call_packed(fn: Callable[[ctypes.Array], None], descriptors: Sequence) -> None:
-    """Call ``fn`` (:func:`packed_function`) on memref ``descriptors``, its
+def call_packed(
+    fn: Callable[[ctypes.Array], None], descriptors: Sequence, scalars: Sequence = ()
+) -> None:
+    """Call ``fn`` (:func:`packed_function`) on memref ``descriptors``, then
+    scalar ``scalars`` (ctypes cells, e.g. ``c_int64`` for an ``index``): its
     arguments in order (a function without results)."""
     cells = [ctypes.pointer(ctypes.pointer(d)) for d in descriptors]  # alive during the call
+    cells += [ctypes.pointer(c) for c in scalars]
     fn(pointer_array(cells))

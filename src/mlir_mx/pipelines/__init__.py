@@ -88,12 +88,13 @@ def threads_pipeline(threads: int) -> Pipeline:
     ``8 * threads`` tasks (our kernels' loops have ``threads`` iterations, so
     at most ``threads`` run at once); the rest lowers ``async`` to runtime
     calls (``libmlir_async_runtime.so``, loaded by the Runner).  Harmless on
-    a module without ``scf.parallel``.
+    a module without ``scf.parallel``.  ``threads=0``: kernels whose loops
+    have a run-time count of iterations (``kernels.convert.RUNTIME_THREADS``),
+    sharded by the runtime's number of worker threads (``num-workers=-1``).
     """
+    workers = -1 if threads == 0 else check_threads(threads)
     return Pipeline.of(
-        PipelineElement.of(
-            "async-parallel-for", num_workers=check_threads(threads), min_task_size=1
-        ),
+        PipelineElement.of("async-parallel-for", num_workers=workers, min_task_size=1),
         PipelineElement("async-to-async-runtime"),
         PipelineElement("async-runtime-ref-counting"),
         PipelineElement("async-runtime-ref-counting-opt"),

@@ -11,10 +11,10 @@ from mlir.dialects import arith, func
 
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.convert.dequantize import Dequantize
-from mlir_mx.kernels.convert.emitter import ConvertSpec
+from mlir_mx.kernels.convert.emitter import RUNTIME_THREADS, ConvertSpec
 from mlir_mx.kernels.convert.quantize import Quantize
 
-__all__ = ["ConvertSpec", "convert_module", "emit_convert"]
+__all__ = ["RUNTIME_THREADS", "ConvertSpec", "convert_module", "emit_convert"]
 
 
 def convert_module(spec: ConvertSpec) -> ir.Module:
@@ -26,14 +26,23 @@ def convert_module(spec: ConvertSpec) -> ir.Module:
         with ir.InsertionPoint(entry):
             anchor = arith.ConstantOp(ir.IndexType.get(), 0)
             kb = KernelBuilder(ir.InsertionPoint(anchor))
-            emit_convert(kb, spec, *entry.arguments)
+            args = list(entry.arguments)
+            emit_convert(kb, spec, *args[:3], threads=args[3] if len(args) > 3 else None)
             func.ReturnOp([])
             anchor.operation.erase()
     return module
 
 
-def emit_convert(kb: KernelBuilder, spec: ConvertSpec, *args: ir.Value) -> None:
+def emit_convert(
+    kb: KernelBuilder, spec: ConvertSpec, *args: ir.Value, threads: ir.Value | None = None
+) -> None:
     """Emit the kernel of ``spec`` at the insertion point; ``args``: the memrefs
     of :meth:`ConvertSpec.arg_types` (``x, codes, scales`` to quantize,
-    ``codes, scales, out`` to dequantize)."""
-    (Quantize if spec.op == "quantize" else Dequantize)(kb, spec, *args).emit()
+    ``codes, scales, out`` to dequantize); ``threads``: the run-time thread
+    count (an ``index`` value) of a :data:`RUNTIME_THREADS` kernel."""
+    emitter = (Quantize if spec.op == "quantize" else Dequantize)(kb, spec, *args)
+    if spec.threads == RUNTIME_THREADS:
+        if threads is None:
+            raise ValueError("a RUNTIME_THREADS kernel needs its threads argument")
+        emitter.threads = threads
+    emitter.emit()

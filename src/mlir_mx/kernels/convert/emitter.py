@@ -45,6 +45,7 @@ __all__ = [
     "ConvertEmitter",
     "ConvertSpec",
     "SEGMENT_BLOCKS",
+    "RUNTIME_THREADS",
     "SOURCES",
     "parallel_items",
 ]
@@ -57,6 +58,10 @@ SOURCES = ("f32", "f64", "f16", "bf16")
 SEGMENT_BLOCKS = 256
 #: Columns of one work item in the ``columns`` layout (a multiple of 64).
 COLUMN_CHUNK = 1024
+#: ``ConvertSpec.threads`` of a kernel that takes its thread count at run
+#: time, as an ``index`` argument after its memrefs: one compiled kernel
+#: serves every count (``mlir_mx.quantize`` / ``dequantize`` use these).
+RUNTIME_THREADS = 0
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,7 @@ class ConvertSpec:
     packed: bool = False  # FP4/FP6 codes in their packed storage (numerics.packing)
     source: str = "f32"  # quantize: the input's element type
     contiguous: bool = True  # quantize: the input's innermost stride is 1
-    threads: int = 1
+    threads: int = 1  # RUNTIME_THREADS: an argument of the kernel
 
     def __post_init__(self) -> None:
         fmt = element_format(self.element)
@@ -80,8 +85,8 @@ class ConvertSpec:
             raise ValueError(f"layout: expected 'rows' or 'columns', got {self.layout!r}")
         if self.source not in SOURCES:
             raise ValueError(f"source: expected one of {', '.join(SOURCES)}, got {self.source!r}")
-        if self.block < 1 or self.threads < 1:
-            raise ValueError("block and threads must be positive")
+        if self.block < 1 or self.threads < 0:
+            raise ValueError("block must be positive, threads positive or RUNTIME_THREADS")
         if self.packed and not fmt.is_sub_byte:
             raise ValueError(f"packed: {fmt.name} codes are one byte each")
 
@@ -91,7 +96,8 @@ class ConvertSpec:
         return self.op
 
     def arg_types(self) -> list[ir.Type]:
-        """Memref types of the function's three arguments (inside a context)."""
+        """Types of the function's arguments (inside a context): three memrefs,
+        then the thread count (``index``) for :data:`RUNTIME_THREADS`."""
         i8 = ir.IntegerType.get_signless(8)
         dyn = ir.ShapedType.get_dynamic_size()
         rank = 3 if self.layout == "columns" and self.op == "quantize" else 2
@@ -102,19 +108,25 @@ class ConvertSpec:
             return ir.MemRefType.get([dyn] * rank, elem, layout=layout)
 
         codes, scales = strided(i8, 2, True), strided(i8, 2, True)
+        runtime = [ir.IndexType.get()] if self.threads == RUNTIME_THREADS else []
         if self.op == "dequantize":
-            return [codes, scales, strided(ir.F32Type.get(), 2, True)]
+            return [codes, scales, strided(ir.F32Type.get(), 2, True), *runtime]
         src = ir.Type.parse(self.source)
-        return [strided(src, rank, self.contiguous), codes, scales]
+        return [strided(src, rank, self.contiguous), codes, scales, *runtime]
 
 
 def parallel_items(
-    kb: KernelBuilder, total: ir.Value, threads: int, body: Callable[[ir.Value, ir.Value], None]
+    kb: KernelBuilder,
+    total: ir.Value,
+    threads: int | ir.Value,
+    body: Callable[[ir.Value, ir.Value], None],
 ) -> None:
     """``body(first, end)`` over ``[0, total)`` items, one contiguous range per
-    thread (``scf.parallel`` when ``threads > 1``); nothing when ``total`` is 0."""
+    thread (``scf.parallel`` when ``threads > 1``, or a run-time count: one
+    range runs inline, ``async-parallel-for``'s single-block path); nothing
+    when ``total`` is 0."""
     with kb.if_(kb.icmp("ugt", total, 0)):
-        if threads == 1:
+        if isinstance(threads, int) and threads == 1:
             body(kb.idx(0), total)
             return
         per = kb.ceildivu(total, threads)
@@ -145,6 +157,9 @@ class ConvertEmitter:
 
     def __init__(self, kb: KernelBuilder, spec: ConvertSpec):
         self.kb, self.spec, self.bs = kb, spec, spec.block
+        #: The thread count: ``spec.threads``, or the kernel's argument (an
+        #: ``index`` value) for :data:`RUNTIME_THREADS` (:func:`emit_convert`).
+        self.threads: int | ir.Value = spec.threads
         self.v16 = kb.vec(LANES, kb.f32)
         #: Elements of a block handled at once by :meth:`block` (blocks above
         #: 64 elements run in pieces of 16, 32 or 64, read from L1 again).
@@ -207,7 +222,7 @@ class ConvertEmitter:
             if scratch is not None:
                 kb.dealloc(scratch)
 
-        parallel_items(kb, kb.mul(p_rows, per_row), self.spec.threads, body)
+        parallel_items(kb, kb.mul(p_rows, per_row), self.threads, body)
 
     def segment_elements(self, r, js, je, scratch) -> None:
         """The elements of blocks ``js .. je`` of row ``r``, 16 at a time, each
@@ -245,7 +260,7 @@ class ConvertEmitter:
                 q0 = kb.mul(c, COLUMN_CHUNK)
                 self.column_tiles(g, q0, kb.min(kb.add(q0, COLUMN_CHUNK), q))
 
-        parallel_items(kb, kb.mul(block_rows, chunks), self.spec.threads, body)
+        parallel_items(kb, kb.mul(block_rows, chunks), self.threads, body)
 
     def column_tiles(self, g, q0, q1) -> None:
         """Columns ``q0 .. q1`` of block row ``g``: tiles of 64, of 16, a tail."""
