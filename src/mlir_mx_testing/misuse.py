@@ -194,7 +194,7 @@ def _broken_array(a: np.ndarray, k: int, rng: random.Random):
     if k == 1:
         return a.reshape(-1) if a.ndim > 1 else a.reshape(1, -1)
     if k == 2 and a.ndim and a.dtype.kind == "f":
-        from mlir_mx.testing.convert_fuzz import field_of
+        from mlir_mx_testing.convert_fuzz import field_of
 
         f = field_of(a.shape, a.dtype, 1, 1)  # a structured array's field: byte strides
         f[...] = a

@@ -144,7 +144,7 @@ def test_mx_runner_bogus_matmul_lowering_names_the_allowed_values():
         str(ROOT / "examples" / "run-roundtrip.mlir"),
         "--pass-pipeline=mx-to-linalg{matmul-lowering=bogus}",
     )
-    assert rc == 1 and "Traceback" not in err
+    assert rc == 2 and "Traceback" not in err  # a bad command line: exit 2, as argparse
     assert "'bogus'" in err and "fused, blocked" in err  # the allowed values
 
 
