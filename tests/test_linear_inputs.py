@@ -44,8 +44,11 @@ _SUB_BYTE = [name for name, f in ELEMENT_FORMATS.items() if f.is_sub_byte]
 
 
 @pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLIR_MX_CACHE_DIR", str(tmp_path / "cache"))
+def _private_cache(tmp_path_factory, monkeypatch):
+    # One compile cache for the whole run, under pytest's basetemp (never
+    # ~/.cache/mlir-mx): a directory per test would be part of every
+    # compile-cache key and recompile the same kernels in each test.
+    monkeypatch.setenv("MLIR_MX_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "mx-cache"))
 
 
 def _weight(element="f8E4M3FN", shape=(64, 64), seed=0):
@@ -58,9 +61,24 @@ def _same_bits(got, want):
     assert same.all(), (np.argwhere(~same)[:4], got[~same][:4], want[~same][:4])
 
 
-@pytest.mark.parametrize("act_packed", [True, False])
-@pytest.mark.parametrize("act", _SUB_BYTE)
-@pytest.mark.parametrize("weight", list(ELEMENT_FORMATS))
+def _f1_cases():
+    """Every weight x sub-byte activation x activation storage.  The default
+    run keeps half: every weight meets every sub-byte activation format once,
+    in both activation storages and both weight storages over its three
+    cases, and each activation format runs both storages; the others are
+    ``slow``."""
+    assert len(_SUB_BYTE) == 3  # the choice below: storages (0, 0, 1) or (1, 1, 0)
+    cases = []
+    for i, weight in enumerate(ELEMENT_FORMATS):
+        for j, act in enumerate(_SUB_BYTE):
+            for act_packed in (True, False):
+                quick = act_packed == ((j == 2) != (i % 2 == 1))
+                marks = () if quick else pytest.mark.slow
+                cases.append(pytest.param(weight, act, act_packed, marks=marks))
+    return cases
+
+
+@pytest.mark.parametrize("weight, act, act_packed", _f1_cases())
 def test_f1_subbyte_activations_either_storage_at_every_shape_class(weight, act, act_packed):
     """FP4/FP6 activations stored packed (block 32, K = 64) or one code per
     byte (block 3, K = 9), against a weight stored packed (out = 8) or not
@@ -110,8 +128,14 @@ def _read_only_forms(x, tmp_path):
     return {"setflags": ro, "bytes": over_bytes, "memmap": mm}
 
 
-@pytest.mark.parametrize("element", ["f8E4M3FN", "f4E2M1FN", "i8"])
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "threads, element",
+    [(1, "f8E4M3FN"), (2, "f4E2M1FN"), (2, "i8")]
+    + [
+        pytest.param(t, e, marks=pytest.mark.slow)
+        for t, e in [(2, "f8E4M3FN"), (1, "f4E2M1FN"), (1, "i8")]
+    ],
+)
 def test_f4_readonly_activation(element, threads, tmp_path):
     """Read-only x at every shape class, in both call histories: on a fresh
     Linear (its first call) and then writeable x on it, and writeable x

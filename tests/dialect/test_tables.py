@@ -244,10 +244,6 @@ ALLOWED = {
             ): "an MX x of the records' unit (i8) and of another unit (i16)",
             (
                 "test_linear_layout.py",
-                "test_records_beside_the_stored_form_where_they_cannot_stand_alone",
-            ): "the FP6 weights whose i8/i16 records lose a negative zero",
-            (
-                "test_linear_layout.py",
                 "test_records_give_back_the_weight_and_the_stored_form_bit_for_bit",
             ): "one weight format per lossless record unit",
             (

@@ -48,7 +48,12 @@ def _check(m, n, k, elem, rhs_mx, seed=0):
     assert np.all(np.abs(got - exact) <= bound), np.abs(got - exact).max()
 
 
-@pytest.mark.parametrize("rhs_mx", [False, True], ids=["mx_x_f32", "mx_x_mx"])
+@pytest.mark.parametrize(
+    "rhs_mx",
+    # mx x mx runs by default in test_partial_m_tiles (M = 1 and 3)
+    [False, pytest.param(True, marks=pytest.mark.slow)],
+    ids=["mx_x_f32", "mx_x_mx"],
+)
 def test_v1_shape(rhs_mx):
     _check(32, 64, 64, "f8E4M3FN", rhs_mx)
 

@@ -21,8 +21,11 @@ from mlir_mx.numerics import dequantize, quantize
 
 
 @pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLIR_MX_CACHE_DIR", str(tmp_path / "cache"))
+def _private_cache(tmp_path_factory, monkeypatch):
+    # One compile cache for the whole run, under pytest's basetemp (never
+    # ~/.cache/mlir-mx): a directory per test would be part of every
+    # compile-cache key and recompile the same kernels in each test.
+    monkeypatch.setenv("MLIR_MX_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "mx-cache"))
 
 
 @pytest.mark.parametrize("block,element", cycled([3, 5, 6, 12, 24, 48, 96, 640]))

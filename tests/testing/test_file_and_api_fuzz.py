@@ -77,9 +77,13 @@ def test_quick_cache_corruptions():
 
 
 def test_quick_linear_calls():
-    report = run_campaign("linear", seed=1, count=120, timeout=600)
+    # 15 groups of four calls (seed 1: 53 ok, 7 malformed and refused); the
+    # generator's coverage of every pair, storage and block size is
+    # test_linear_generator_covers_the_space, the long mode -m slow
+    report = run_campaign("linear", seed=1, count=60, timeout=600)
     _assert_clean(report)
-    assert report.kinds["ok"] > 80 and report.kinds["rejected"] > 0
+    assert report.cases == 60
+    assert report.kinds["ok"] > 40 and report.kinds["rejected"] > 0
 
 
 def test_restricted_linear_calls():
