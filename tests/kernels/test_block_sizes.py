@@ -64,7 +64,7 @@ def _dot_pairs(block: int) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("block", [48, 96])
 def test_f3_mx_activations_and_dot_kernels_at_2_threads(block):
     """Block sizes 48 and 96 with MX activations at 2 threads, every weight
-    format: the dot kernels where the CPU has them (int-* schedules), else the
+    format: the dot kernels where the CPU has them (int-*/bf16-* schedules), else the
     f32 kernels; every M (decode 1, small 8 and 48, prefill 49 and 100) bit
     for bit the blocked order and its rows independent of the batch; the
     same f32 activation quantized per call (activations=) is the same as
@@ -72,6 +72,7 @@ def test_f3_mx_activations_and_dot_kernels_at_2_threads(block):
     for MX x) gives the same bits."""
     # imported here: the module's imports belong to the test above
     from mlir_mx.kernels.dot.layout import dot_kind
+    from mlir_mx.kernels.registry import SCHEDULES
     from mlir_mx.numerics import MXArray
     from mlir_mx.numerics.matmul import blocked_order
 
@@ -87,7 +88,15 @@ def test_f3_mx_activations_and_dot_kernels_at_2_threads(block):
         for m in (1, 8, 48, 49, 100):
             x = quantize(xf[:m], act, block)
             y = lin(x)
-            assert lin.schedule(x).startswith("int-") == (dot_kind(act, weight, block) is not None)
+            # the dot unit of the pair where the registry has one for this shape
+            # class (bf16 units have no decode kernel), else the f32 kernels
+            chosen = SCHEDULES[lin.schedule(x)]
+            kind = dot_kind(act, weight, block)
+            served = kind is not None and any(
+                s.unit == kind.name and s.shape_class == chosen.shape_class
+                for s in SCHEDULES.values()
+            )
+            assert chosen.unit == (kind.name if served else None), (weight, act, m)
             want = blocked_order(x, b, np.zeros((m, 64), np.float32))
             np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
             np.testing.assert_array_equal(y.view(np.uint32), full[:m].view(np.uint32))
