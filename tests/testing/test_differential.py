@@ -14,10 +14,10 @@ from mlir_mx_testing.programs import Program, _Val
 
 
 def test_quick_differential_set():
-    # 3 programs, each compiled by every variant with and without
-    # --canonicalize (44 compilations: the time goes there); the long set
-    # below runs 240 programs (-m slow)
-    report = D.run(seed=1, batches=1, programs_per_batch=3, inputs_per_program=2)
+    # 2 programs in one module, compiled by every variant with and without
+    # --canonicalize (44 compilations of it: the time goes there), 3 input
+    # sets each; the long set below runs 240 programs (-m slow)
+    report = D.run(seed=1, batches=1, programs_per_batch=2, inputs_per_program=3)
     assert not report.mismatches, "\n".join(report.mismatches[:20])
     # every variant compiled (the fused-vectorized one only if a program fits its tile)
     assert report.compiles >= 2 * (len(D.VARIANTS) - 1)
