@@ -20,13 +20,16 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 from .convert_model import QuantizeSummary, quantize_
+from .experts import Gate, MXExperts
 from .module import InferenceOnlyError, MXLinear
 from .quantizer import quantize_weight
 from .reference import LogitBound, dequantize_, greedy, logit_bound
 
 __all__ = [
+    "Gate",
     "InferenceOnlyError",
     "LogitBound",
+    "MXExperts",
     "MXLinear",
     "QuantizeSummary",
     "dequantize_",
