@@ -53,3 +53,50 @@ def tiny_gpt_oss(seed: int = 0, **overrides):
 
 def prompt(n: int = 12, vocab: int = TINY_GPT_OSS["vocab_size"], seed: int = 1):
     return torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(seed))
+
+
+def write_gpt_oss_checkpoint(model, folder, *, shards: int = 1):
+    """Write ``model`` (a ``GptOssForCausalLM``) as gpt-oss's checkpoints are:
+    experts MXFP4 (``*_blocks`` uint8 ``(E, out, in/32, 16)``, ``*_scales`` uint8
+    ``(E, out, in/32)``, quantized here by ``mlir_mx.quantize``), every other
+    tensor bf16, ``quantization_config`` ``mxfp4`` with ``modules_to_not_convert``;
+    ``shards`` > 1: that many files and ``model.safetensors.index.json``."""
+    import json
+
+    from safetensors.torch import save_file
+
+    import mlir_mx
+
+    tensors = {}
+    for key, t in model.state_dict().items():
+        if key.endswith(("gate_up_proj", "down_proj")):
+            e = t.shape[0]
+            codes, scales = [], []
+            for i in range(e):
+                w = mlir_mx.quantize(t[i].t().contiguous().float().numpy(), "f4E2M1FN", 32)
+                out = w.shape[0]
+                codes.append(torch.from_numpy(w.packed_codes().reshape(out, -1, 16).copy()))
+                scales.append(torch.from_numpy(w.scales.view("uint8").copy()))
+            tensors[key + "_blocks"] = torch.stack(codes)
+            tensors[key + "_scales"] = torch.stack(scales)
+        else:
+            tensors[key] = t.detach().to(torch.bfloat16).contiguous()
+    folder.mkdir(parents=True, exist_ok=True)
+    names = sorted(tensors)
+    files = {k: f"model-{i % shards + 1:05d}-of-{shards:05d}.safetensors" for i, k in enumerate(names)}
+    if shards == 1:
+        files = dict.fromkeys(names, "model.safetensors")
+    for f in sorted(set(files.values())):
+        save_file({k: tensors[k] for k in names if files[k] == f}, str(folder / f),
+                  metadata={"format": "pt"})  # fmt: skip
+    if shards > 1:
+        index = {"metadata": {"total_size": 0}, "weight_map": files}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    config = model.config.to_dict()
+    config["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                   "model.embed_tokens", "lm_head"],
+    }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config))
+    return tensors

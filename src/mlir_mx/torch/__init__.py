@@ -19,6 +19,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         f"mlir_mx.torch needs torch (tested: torch 2.13.0 CPU): pip install 'mlir-mx[torch]' ({e})"
     ) from e
 
+from .checkpoint import from_pretrained, save_pretrained
 from .convert_model import QuantizeSummary, quantize_
 from .experts import Gate, MXExperts
 from .module import InferenceOnlyError, MXLinear
@@ -33,8 +34,10 @@ __all__ = [
     "MXLinear",
     "QuantizeSummary",
     "dequantize_",
+    "from_pretrained",
     "greedy",
     "logit_bound",
     "quantize_",
     "quantize_weight",
+    "save_pretrained",
 ]
