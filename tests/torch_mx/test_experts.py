@@ -166,3 +166,29 @@ def test_bad_calls_name_the_argument(pair):
     with pytest.raises(MXValueError, match=r"down\[0\]"):
         MXExperts([w0], [w0])
     assert isinstance(ex.down[0], MXLinear)
+
+
+def test_mixtral_stacked_experts_plug_in():
+    """transformers 5's Mixtral holds its experts stacked too (gate_up (E, 2I, H),
+    concatenated halves, silu, no bias): quantize_ makes them MXExperts with a
+    concatenated gate, within the bound of their dequantized reference."""
+    transformers = transformers_or_skip()
+    torch.manual_seed(0)
+    config = transformers.MixtralConfig(
+        hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=256, num_local_experts=4, num_experts_per_tok=2,
+    )  # fmt: skip
+    model = transformers.MixtralForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in (model.model.layers[0].mlp.experts.gate_up_proj, model.model.layers[0].mlp.experts.down_proj):
+            p.normal_(0.0, 0.2)
+    ref = copy.deepcopy(model)
+    summary = quantize_(model, filter_fn=_experts_only)
+    dequantize_(ref, filter_fn=_experts_only)
+    ex = model.model.layers[0].mlp.experts
+    assert summary.experts == ["model.layers.0.mlp.experts"]
+    assert ex.gate == Gate("concatenated", act="silu") and ex.gate_up[0].bias is None
+    ids = prompt(8)
+    bound = logit_bound(ref, ids)
+    with torch.inference_mode():
+        assert 0 < bound.check(model(ids).logits) <= 1
