@@ -233,3 +233,18 @@ def test_compressed_tensors_linears(tmp_path):
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(MXValueError, match="up_proj.weight_scale: expected shape"):
         from_pretrained(folder)
+
+
+def test_transformers_own_loader_agrees(checkpoint, loaded):
+    """transformers' from_pretrained of the same folder (its CPU path dequantizes
+    the experts; it needs accelerate) holds our weights, dequantized, bit for bit."""
+    pytest.importorskip("accelerate", reason="transformers loads MXFP4 on a CPU only with accelerate")
+    transformers = transformers_or_skip()
+    theirs = transformers.GptOssForCausalLM.from_pretrained(checkpoint[0], dtype=torch.float32)
+    for ours_layer, their_layer in zip(loaded.model.layers, theirs.model.layers, strict=True):
+        ex, te = ours_layer.mlp.experts, their_layer.mlp.experts
+        for e in range(ex.num_experts):
+            assert torch.equal(ex.gate_up[e].dequantized_weight(), te.gate_up_proj[e].t())
+            assert torch.equal(ex.down[e].dequantized_weight(), te.down_proj[e].t())
+            assert torch.equal(ex.gate_up[e].bias, te.gate_up_proj_bias[e])
+    assert torch.equal(loaded.model.embed_tokens.weight, theirs.model.embed_tokens.weight)
