@@ -248,3 +248,38 @@ def test_transformers_own_loader_agrees(checkpoint, loaded):
             assert torch.equal(ex.down[e].dequantized_weight(), te.down_proj[e].t())
             assert torch.equal(ex.gate_up[e].bias, te.gate_up_proj_bias[e])
     assert torch.equal(loaded.model.embed_tokens.weight, theirs.model.embed_tokens.weight)
+
+
+def test_mutated_headers_are_refused_or_load(checkpoint, tmp_path):
+    """Random mutations of the file's header bytes (its length, its JSON: names,
+    dtypes, shapes, offsets) and truncations: from_pretrained loads the file or
+    raises MXValueError, never another exception or a crash."""
+    import random
+
+    folder, _ = checkpoint
+    data = (folder / "model.safetensors").read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    bad = tmp_path / "mut"
+    shutil.copytree(folder, bad)
+    rng = random.Random("safetensors-header:0")
+    outcomes = {"refused": 0, "loaded": 0}
+    for _ in range(12):
+        b = bytearray(data)
+        kind = rng.choice(("digit", "byte", "length", "cut"))
+        if kind == "digit":  # a shape or offset digit of the JSON
+            at = rng.choice([i for i in range(8, 8 + n) if chr(b[i]).isdigit()])
+            b[at] = ord(rng.choice("0123456789"))
+        elif kind == "byte":
+            b[rng.randrange(8, 8 + n)] = rng.randrange(256)
+        elif kind == "length":
+            b[:8] = rng.choice((0, n - 1, n + 1, 2**40, 2**64 - 1)).to_bytes(8, "little")
+        else:
+            b = b[: rng.randrange(len(b))]
+        (bad / "model.safetensors").write_bytes(bytes(b))
+        try:
+            from_pretrained(bad)
+            outcomes["loaded"] += 1
+        except MXValueError as e:
+            assert "model.safetensors" in str(e) or "model." in str(e) or "lm_head" in str(e), e
+            outcomes["refused"] += 1
+    assert outcomes["refused"] >= 6, outcomes
