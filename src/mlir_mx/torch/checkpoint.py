@@ -20,8 +20,9 @@ shape is checked against the model the config describes (file headers only)
 before any tensor is read, and a file ``safetensors`` refuses (truncated, a bad
 header) or a tensor that is missing, unexpected or of another dtype or shape is
 an :class:`~mlir_mx.errors.MXValueError` naming it.  Expert weights are read one
-expert at a time (``get_slice``) and each becomes its ``mlir_mx.Linear``'s
-stored form (the kernels' one load-time copy).  :func:`save_pretrained` writes
+expert at a time (``get_slice``), taken over by an ``MXArray`` without a copy,
+and laid out once as its ``mlir_mx.Linear``'s stored form; the bytes read are
+freed before the next expert.  :func:`save_pretrained` writes
 the same layout back, the same tensors in the same files with the same
 metadata, so a loaded checkpoint saved again is byte-identical.
 """
