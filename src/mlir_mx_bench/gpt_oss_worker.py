@@ -10,7 +10,8 @@ Row kinds: ``hf-f32`` / ``hf-bf16`` (transformers' own CPU path:
 ``GptOssForCausalLM.from_pretrained(dtype=...)``, which dequantizes the
 experts to that dtype; needs ``accelerate``), ``mx-bf16`` / ``mx-f32`` (ours:
 ``mlir_mx.torch.from_pretrained``, the experts MXFP4 as stored with f32
-activations, the other tensors bf16 as stored or f32).
+activations, the other tensors bf16 as stored or f32), ``mx-i8`` (ours, the
+experts' activations quantized to MXINT8 per call: W4A8).
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ def _load(spec: dict):
         return GptOssForCausalLM.from_pretrained(path, dtype=dtype).eval()
     from mlir_mx.torch import from_pretrained
 
-    return from_pretrained(path, dtype=None if dtype == torch.bfloat16 else dtype)
+    acts = "i8" if kind == "mx-i8" else None
+    return from_pretrained(path, dtype=None if dtype == torch.bfloat16 else dtype, activations=acts)
 
 
 def _decode(model, ids, new_tokens: int) -> tuple[list[int], list[float]]:
