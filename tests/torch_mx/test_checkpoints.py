@@ -283,3 +283,19 @@ def test_mutated_headers_are_refused_or_load(checkpoint, tmp_path):
             assert "model.safetensors" in str(e) or "model." in str(e) or "lm_head" in str(e), e
             outcomes["refused"] += 1
     assert outcomes["refused"] >= 6, outcomes
+
+
+def test_a_quantized_model_saves_and_loads(tmp_path):
+    """quantize_ (experts only) then save_pretrained: a gpt-oss checkpoint that
+    from_pretrained loads back bit for bit."""
+    from mlir_mx.torch import quantize_
+
+    model = tiny_gpt_oss(num_hidden_layers=1)
+    quantize_(model, filter_fn=lambda m, name: "experts" in name)
+    save_pretrained(model, tmp_path / "q")
+    cfg = json.loads((tmp_path / "q/config.json").read_text())["quantization_config"]
+    assert cfg["quant_method"] == "mxfp4" and "lm_head" in cfg["modules_to_not_convert"]
+    back = from_pretrained(tmp_path / "q")
+    ids = prompt(6)
+    with torch.inference_mode():
+        assert torch.equal(back(ids).logits, model(ids).logits)

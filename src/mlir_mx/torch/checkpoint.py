@@ -396,6 +396,23 @@ def save_pretrained(model, path) -> None:
         index = {"metadata": {"total_size": size}, "weight_map": dict(sorted(where.items()))}
         write_text(folder / _INDEX, json.dumps(index, indent=2) + "\n")
     config = model.config.to_dict()
-    if layout == GPT_OSS and "quantization_config" not in config:
-        config["quantization_config"] = {"quant_method": GPT_OSS, "modules_to_not_convert": []}
+    if "quantization_config" not in config:  # a model quantize_ converted: say what it holds
+        config["quantization_config"] = _quantization_config(model, layout)
     write_text(folder / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def _quantization_config(model, layout: str) -> dict:
+    """The ``quantization_config`` of a model whose MX layers ``quantize_`` made:
+    gpt-oss's (the modules kept as they are: every other leaf with weights) or
+    compressed-tensors' ``mxfp4-pack-quantized`` (the ``nn.Linear`` layers kept
+    in ``ignore``)."""
+    if layout == GPT_OSS:
+        kept = sorted({n for n, m in model.named_modules()
+                       if isinstance(m, torch.nn.Linear) or isinstance(m, torch.nn.Embedding)})  # fmt: skip
+        return {"quant_method": GPT_OSS, "modules_to_not_convert": kept}
+    kept = sorted(n for n, m in model.named_modules() if type(m) is torch.nn.Linear)
+    weights = {"num_bits": 4, "type": "float", "strategy": "group", "group_size": _BLOCK,
+               "symmetric": True, "scale_dtype": "torch.uint8"}  # fmt: skip
+    group = {"targets": ["Linear"], "weights": weights, "format": "mxfp4-pack-quantized"}
+    return {"quant_method": COMPRESSED, "format": "mxfp4-pack-quantized",
+            "config_groups": {"group_0": group}, "ignore": kept}  # fmt: skip
