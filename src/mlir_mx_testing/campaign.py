@@ -51,6 +51,7 @@ _SUITES = {
     "cache": "mlir_mx_testing.cache_fuzz",
     "linear": "mlir_mx_testing.linear_fuzz",
     "state-dict": "mlir_mx_testing.state_dict_fuzz",
+    "checkpoint": "mlir_mx_testing.checkpoint_fuzz",
 }
 
 

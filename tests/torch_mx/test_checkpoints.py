@@ -250,41 +250,6 @@ def test_transformers_own_loader_agrees(checkpoint, loaded):
     assert torch.equal(loaded.model.embed_tokens.weight, theirs.model.embed_tokens.weight)
 
 
-def test_mutated_headers_are_refused_or_load(checkpoint, tmp_path):
-    """Random mutations of the file's header bytes (its length, its JSON: names,
-    dtypes, shapes, offsets) and truncations: from_pretrained loads the file or
-    raises MXValueError, never another exception or a crash."""
-    import random
-
-    folder, _ = checkpoint
-    data = (folder / "model.safetensors").read_bytes()
-    n = int.from_bytes(data[:8], "little")
-    bad = tmp_path / "mut"
-    shutil.copytree(folder, bad)
-    rng = random.Random("safetensors-header:0")
-    outcomes = {"refused": 0, "loaded": 0}
-    for _ in range(10):
-        b = bytearray(data)
-        kind = rng.choice(("digit", "byte", "length", "cut"))
-        if kind == "digit":  # a shape or offset digit of the JSON
-            at = rng.choice([i for i in range(8, 8 + n) if chr(b[i]).isdigit()])
-            b[at] = ord(rng.choice("0123456789"))
-        elif kind == "byte":
-            b[rng.randrange(8, 8 + n)] = rng.randrange(256)
-        elif kind == "length":
-            b[:8] = rng.choice((0, n - 1, n + 1, 2**40, 2**64 - 1)).to_bytes(8, "little")
-        else:
-            b = b[: rng.randrange(len(b))]
-        (bad / "model.safetensors").write_bytes(bytes(b))
-        try:
-            from_pretrained(bad)
-            outcomes["loaded"] += 1
-        except MXValueError as e:
-            assert "model.safetensors" in str(e) or "model." in str(e) or "lm_head" in str(e), e
-            outcomes["refused"] += 1
-    assert outcomes["refused"] >= 5, outcomes
-
-
 def test_a_quantized_model_saves_and_loads(tmp_path):
     """quantize_ (experts only) then save_pretrained: a gpt-oss checkpoint that
     from_pretrained loads back bit for bit."""
@@ -299,3 +264,16 @@ def test_a_quantized_model_saves_and_loads(tmp_path):
     ids = prompt(6)
     with torch.inference_mode():
         assert torch.equal(back(ids).logits, model(ids).logits)
+
+
+def test_quick_checkpoint_campaign():
+    """mlir_mx_testing.checkpoint_fuzz: mutated checkpoints in a worker process
+    (a signal or a hang would be a finding): every case loads or is refused
+    with an MXValueError naming the file or tensor."""
+    from mlir_mx_testing.campaign import run_campaign
+    from mlir_mx_testing.checkpoint_fuzz import KINDS
+
+    report = run_campaign("checkpoint", seed=1, count=20, timeout=300)
+    assert report.clean, report.summary()
+    assert report.kinds["rejected"] > 5 and report.kinds["ok"] > 0
+    assert len(set(report.configs) & set(KINDS)) >= 4
