@@ -51,6 +51,15 @@ GPT_OSS_ROWS = (
 )
 SAME_TOKENS = 16
 
+#: Published gpt-oss-20b CPU figures of other runtimes, quoted beside our rows
+#: (not measured here; their machines, whole model; ../shared/guide sources).
+PUBLISHED = (
+    "llama.cpp, AVX2, CPU only (ggml-org/llama.cpp PR #19738): pp512 160 -> 197 tok/s, "
+    "tg32 18.8 -> 21.4 tok/s with repacking",
+    "ik_llama.cpp, i7-11700K, 8 threads (ikawrakow/ik_llama.cpp #2465): pp512 286 tok/s, "
+    "tg32 15.9 tok/s (AVX512-VNNI MXFP4_R8)",
+)
+
 
 class GptOssOptions:
     """What a gpt-oss run depends on (recorded in the results)."""
@@ -188,4 +197,6 @@ def gpt_oss_markdown(r: dict) -> str:
                 f"{x['prefill_ms']:.0f} | {x['decode_tokens_per_s']:.2f} | {speed} | {check} |"
             )
         lines.append("")
+    lines += ["## Published, not measured here (whole gpt-oss-20b, their machines)", ""]
+    lines += [f"- {p}" for p in PUBLISHED] + [""]
     return "\n".join(lines)

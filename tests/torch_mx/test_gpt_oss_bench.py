@@ -45,6 +45,7 @@ def test_markdown_reports_bits_and_the_check():
     text = gpt_oss_markdown(rec)
     assert "(4.25) | 2 | 5 | 2.00 | 2.00x | max diff 1.00e-06 = 0.010 of the bound; 4/4 tokens |" in text
     assert "(16.00)" in text and "| ours MXFP4 | failed: exit 1: boom |" in text
+    assert "## Published, not measured here" in text and "PR #19738" in text and "ik_llama.cpp" in text
 
 
 @pytest.mark.slow
