@@ -24,6 +24,7 @@ each is skipped with a note when absent.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import sys
@@ -67,12 +68,17 @@ def _parser() -> ArgParser:
            "--quick: {}): ours at each thread count, the oracle, ggml, torchao")  # fmt: skip
     p.add_argument(
         "--model",
-        action="store_true",
+        nargs="?",
+        const="llama",
+        choices=("llama", "gpt-oss"),
         help="run the end-to-end Llama benchmark (mlir_mx.torch: torch f32/bf16, torchao, "
-        "ours MXFP8/MXFP4; needs torch and transformers) instead of the matmul shapes",
+        "ours MXFP8/MXFP4; needs torch and transformers) instead of the matmul shapes; "
+        "--model gpt-oss: a gpt-oss of gpt-oss-20b's shape loaded from an MXFP4 checkpoint "
+        "file (transformers f32/bf16 vs ours; needs accelerate too)",
     )
     p.add_argument(
-        "--layers", type=int, help="--model: decoder layers of TinyLlama-1.1B's shape (22)"
+        "--layers", type=int,
+        help="--model: decoder layers of TinyLlama-1.1B's shape (22); gpt-oss: of gpt-oss-20b's (4)",
     )
     p.add_argument(
         "--rows",
@@ -127,6 +133,8 @@ def _model_options(ns, argv: list[str]):
         raise ToolError(
             f"--model needs {' and '.join(missing)}: pip install 'mlir-mx[torch]'"
         )
+    if ns.model == "gpt-oss":
+        return _gpt_oss_options(ns, argv)
     layers = ns.layers if ns.layers is not None else (2 if ns.quick else 22)
     if layers < 1:
         raise UsageError(f"--layers: must be positive, got {layers}")
@@ -148,6 +156,32 @@ def _model_options(ns, argv: list[str]):
     check_fits(f"--layers {layers}", _model_bytes(layers, quick.get("config", {})))
     return ModelOptions(
         layers=layers, threads=threads, tag=tag, out=check_out_dir(ns.out), rows=rows,
+        command=" ".join([PROG, *(shlex.quote(a) for a in argv)]), **quick,
+    )  # fmt: skip
+
+
+def _gpt_oss_options(ns, argv: list[str]):
+    from importlib.util import find_spec
+
+    from mlir_mx_bench.gpt_oss import GptOssOptions
+
+    if find_spec("accelerate") is None:
+        raise ToolError("--model gpt-oss needs accelerate (transformers' rows): pip install accelerate")
+    if ns.rows is not None:
+        raise UsageError("--rows is not used by --model gpt-oss (it runs every row)")
+    layers = ns.layers if ns.layers is not None else (1 if ns.quick else 4)
+    if layers < 1:
+        raise UsageError(f"--layers: must be positive, got {layers}")
+    tag = _check_tag(ns.tag or ("quick-gpt-oss" if ns.quick else f"gpt-oss-{layers}l"))
+    quick = dict(prompt=16, new_tokens=4, prefill_samples=1, probes=2,
+                 config=dict(hidden_size=128, intermediate_size=128, num_local_experts=4,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                             vocab_size=512)) if ns.quick else {}  # fmt: skip
+    # f32 experts (the f32 row) and the f32 embedding and lm_head: what a row holds at least.
+    h, i, e, v = 2880, 2880, 32, 201088
+    check_fits(f"--layers {layers}", 4 * (layers * e * 3 * h * i + 2 * v * h) if not quick else 0)
+    return GptOssOptions(
+        layers=layers, threads=_thread_counts(ns.threads), tag=tag, out=check_out_dir(ns.out),
         command=" ".join([PROG, *(shlex.quote(a) for a in argv)]), **quick,
     )  # fmt: skip
 
@@ -298,6 +332,8 @@ def run(parsed) -> int:
     say = (lambda s: None) if quiet else (lambda s: print(s, flush=True))
     if type(opts).__name__ == "ModelOptions":
         return _run_model(opts, say)
+    if type(opts).__name__ == "GptOssOptions":
+        return _run_gpt_oss(opts, say)
     if max(opts.threads) > cpus:
         say(f"note: {max(opts.threads)} threads on {cpus} CPUs: oversubscribed")
     try:
@@ -323,6 +359,22 @@ def _run_model(opts, say) -> int:
               if "error" in r or r.get("correct") is False]  # fmt: skip
     if failed:
         raise ToolError(f"WRONG RESULT or failed row(s): {', '.join(failed)} (see {md})")
+    return 0
+
+
+def _run_gpt_oss(opts, say) -> int:
+    from mlir_mx.files import write_text
+    from mlir_mx_bench.gpt_oss import gpt_oss_markdown, run_gpt_oss
+
+    record = run_gpt_oss(opts, say)
+    opts.out.mkdir(parents=True, exist_ok=True)
+    stem = opts.out / f"mx-bench-{record['date'][:10]}-{record['tag']}"
+    write_text(f"{stem}.json", json.dumps(record, indent=1) + "\n")
+    write_text(f"{stem}.md", gpt_oss_markdown(record))
+    print(f"wrote {stem}.json and {stem}.md")
+    failed = [r["spec"]["row"] for r in record["rows"] if "error" in r or r.get("correct") is False]
+    if failed:
+        raise ToolError(f"WRONG RESULT or failed row(s): {', '.join(failed)} (see {stem}.md)")
     return 0
 
 

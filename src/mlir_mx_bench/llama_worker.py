@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["linear_weight_bytes", "llama_config", "rss_kib", "run_row"]
+__all__ = ["linear_weight_bytes", "llama_config", "release_free_memory", "rss_kib", "run_row"]
 
 #: TinyLlama-1.1B's shape (its config.json), the default model.
 TINYLLAMA = dict(
@@ -53,7 +53,7 @@ def rss_kib() -> dict[str, int]:
     return out
 
 
-def _release_free_memory() -> None:
+def release_free_memory() -> None:
     """Return freed heap memory to the OS (glibc ``malloc_trim``), so that RSS shows
     what the model holds, not what the conversion once used."""
     gc.collect()
@@ -164,10 +164,10 @@ def run_row(spec: dict) -> dict:
     rec: dict = {"spec": spec, "rss_start_kib": rss_kib()["VmRSS"]}
     torch.manual_seed(spec["seed"])
     model = LlamaForCausalLM(llama_config(spec["layers"], **spec.get("config", {}))).eval()
-    _release_free_memory()
+    release_free_memory()
     rec["rss_f32_model_kib"] = rss_kib()["VmRSS"]
     rec.update(_convert(model, spec))
-    _release_free_memory()
+    release_free_memory()
     rec["rss_model_kib"] = rss_kib()["VmRSS"]
     rec["linear_bytes"], rec["linear_params"] = linear_weight_bytes(model)
     ids = torch.randint(0, model.config.vocab_size, (1, spec["prompt"]),

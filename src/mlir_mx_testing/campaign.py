@@ -1,7 +1,7 @@
 """Seeded campaigns of numbered cases, run in-process in a worker subprocess.
 
 A *suite* (``"fuzz"``, ``"misuse"``, ``"gguf"``, ``"gguf-write"``, ``"cache"``,
-``"linear"``, ``"state-dict"`` (needs torch), ``"convert"``)
+``"linear"``, ``"state-dict"`` and ``"checkpoint"`` (need torch), ``"convert"``)
 maps ``(seed, index)`` (and the suite's keyword options) to one case
 and runs it in-process, returning an :class:`Outcome`.  Case ``i`` depends on
 ``(seed, i)`` only, so any case can be rerun alone.  :func:`run_campaign`
@@ -52,6 +52,7 @@ _SUITES = {
     "linear": "mlir_mx_testing.linear_fuzz",
     "state-dict": "mlir_mx_testing.state_dict_fuzz",
     "convert": "mlir_mx_testing.convert_fuzz",
+    "checkpoint": "mlir_mx_testing.checkpoint_fuzz",
 }
 
 

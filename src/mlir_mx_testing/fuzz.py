@@ -224,6 +224,10 @@ def main(argv=None) -> int:
         "--state-dict-cases", type=int, default=0,
         help="MXLinear state_dict loads and pickles (needs torch; default 0)",
     )  # fmt: skip
+    p.add_argument(
+        "--checkpoint-cases", type=int, default=0,
+        help="mutated gpt-oss MXFP4 checkpoints through from_pretrained (needs torch; default 0)",
+    )  # fmt: skip
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before a case is a hang")
     p.add_argument("--findings", help="directory to write the reproducer of each finding to")
     args = p.parse_args(argv)
@@ -231,12 +235,12 @@ def main(argv=None) -> int:
     suites = (("fuzz", args.cases), ("misuse", args.api_calls), ("gguf", args.gguf_files),
               ("gguf-write", args.gguf_writes), ("cache", args.cache_entries),
               ("linear", args.linear_calls), ("state-dict", args.state_dict_cases),
-              ("convert", args.convert_calls))  # fmt: skip
+              ("convert", args.convert_calls), ("checkpoint", args.checkpoint_cases))  # fmt: skip
     for suite, n in suites:
         if n <= 0:
             continue
-        if suite == "state-dict" and importlib.util.find_spec("torch") is None:
-            print("state-dict: skipped (needs torch: pip install 'mlir-mx[torch]')", flush=True)
+        if suite in ("state-dict", "checkpoint") and importlib.util.find_spec("torch") is None:
+            print(f"{suite}: skipped (needs torch: pip install 'mlir-mx[torch]')", flush=True)
             continue
         options = json.loads(args.linear_options) if suite == "linear" else None
         report = run_campaign(suite, args.seed, n, timeout=args.timeout, options=options)

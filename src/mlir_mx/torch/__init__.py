@@ -19,19 +19,25 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         f"mlir_mx.torch needs torch (tested: torch 2.13.0 CPU): pip install 'mlir-mx[torch]' ({e})"
     ) from e
 
+from .checkpoint import from_pretrained, save_pretrained
 from .convert_model import QuantizeSummary, quantize_
+from .experts import Gate, MXExperts
 from .module import InferenceOnlyError, MXLinear
 from .quantizer import quantize_weight
 from .reference import LogitBound, dequantize_, greedy, logit_bound
 
 __all__ = [
+    "Gate",
     "InferenceOnlyError",
     "LogitBound",
+    "MXExperts",
     "MXLinear",
     "QuantizeSummary",
     "dequantize_",
+    "from_pretrained",
     "greedy",
     "logit_bound",
     "quantize_",
     "quantize_weight",
+    "save_pretrained",
 ]

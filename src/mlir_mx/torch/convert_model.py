@@ -12,9 +12,12 @@ import torch
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import element_format
 
+from .experts import MXExperts, is_stacked_experts
 from .module import MXLinear, check_activations, is_conv1d
 
-__all__ = ["QuantizeSummary", "is_conv1d", "linear_weight", "quantize_"]
+__all__ = [
+    "QuantizeSummary", "is_conv1d", "linear_weight", "quantize_", "selected_experts", "selected_linears"
+]
 
 
 @dataclass
@@ -35,14 +38,16 @@ class QuantizeSummary:
     converted: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     conv1d: list[str] = field(default_factory=list)
+    experts: list[str] = field(default_factory=list)
     bytes_before: int = 0
     bytes_after: int = 0
 
     def __str__(self) -> str:
         ratio = self.bytes_after / self.bytes_before if self.bytes_before else 0.0
         conv = f", {len(self.conv1d)} of them Conv1D" if self.conv1d else ""
+        moe = f", {len(self.experts)} experts modules -> MXExperts" if self.experts else ""
         lines = [
-            f"quantize_: {len(self.converted)} nn.Linear layers{conv} -> MXLinear ({self.weights}, "
+            f"quantize_: {len(self.converted)} nn.Linear layers{conv} -> MXLinear{moe} ({self.weights}, "
             f"block {self.block_size}); weights {self.bytes_before / 2**20:.1f} MiB -> "
             f"{self.bytes_after / 2**20:.1f} MiB ({ratio:.3f}x)"
         ]
@@ -82,6 +87,17 @@ def quantize_(
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise MXValueError(f"block_size: expected a positive int, got {block_size!r}")
     summary = QuantizeSummary(fmt.name, block_size)
+    for name, owner, attr in selected_experts(model, block_size, filter_fn, summary):
+        block = getattr(owner, attr)
+        before = sum(p.numel() * p.element_size() for p in (block.gate_up_proj, block.down_proj))
+        new = MXExperts.from_experts(
+            block, fmt.name, block_size, threads=threads, activations=activations
+        )
+        setattr(owner, attr, new)
+        del block
+        summary.experts.append(name)
+        summary.bytes_before += before
+        summary.bytes_after += new.nbytes
     for name, owner, attr in selected_linears(model, block_size, filter_fn, summary):
         layer = getattr(owner, attr)
         before = layer.weight.numel() * layer.weight.element_size()
@@ -101,6 +117,31 @@ def linear_weight(module) -> torch.Tensor:
     """The weight of an ``nn.Linear`` or a ``Conv1D`` in ``nn.Linear``'s layout
     ``(out, in)`` (a Conv1D's: a transposed view)."""
     return module.weight.t() if is_conv1d(module) else module.weight
+
+
+def selected_experts(model, block_size: int, filter_fn, summary: QuantizeSummary):
+    """``(name, parent module, attribute)`` of each stacked-experts module to
+    convert (:func:`mlir_mx.torch.experts.is_stacked_experts`: gpt-oss's
+    ``GptOssExperts``, Mixtral's in transformers 5), one at a time; one whose
+    ``hidden`` or ``intermediate`` size is not a multiple of ``block_size``
+    is kept and recorded in ``summary.skipped``."""
+    if filter_fn is not None and not callable(filter_fn):
+        raise MXArgTypeError(
+            f"filter_fn: expected a callable (module, name) -> bool, got {filter_fn!r}"
+        )
+    names = [n for n, m in model.named_modules() if n and is_stacked_experts(m)]
+    for name in names:
+        parent, _, attr = name.rpartition(".")
+        owner = model.get_submodule(parent) if parent else model
+        block = getattr(owner, attr)
+        if filter_fn is not None and not filter_fn(block, name):
+            continue
+        dims = block.down_proj.shape[1:]
+        del block
+        if any(d % block_size for d in dims):
+            summary.skipped[name] = f"expert sizes {tuple(dims)} are not multiples of block_size {block_size}"
+            continue
+        yield name, owner, attr
 
 
 def _why_kept(layer, block_size: int) -> str | None:

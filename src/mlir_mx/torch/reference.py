@@ -43,7 +43,14 @@ import torch
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import dequantize
 
-from .convert_model import QuantizeSummary, is_conv1d, linear_weight, selected_linears
+from .convert_model import (
+    QuantizeSummary,
+    is_conv1d,
+    linear_weight,
+    selected_experts,
+    selected_linears,
+)
+from .experts import experts_gate, is_stacked_experts
 from .quantizer import quantize_weight
 
 __all__ = ["LogitBound", "dequantize_", "greedy", "logit_bound"]
@@ -64,9 +71,25 @@ def dequantize_(
 
     Each such layer gets a new ``Parameter``; the one it had is left as it is,
     so a weight it shares (a tied ``lm_head`` and the embedding) keeps its
-    values elsewhere, as ``quantize_`` leaves the embedding of a tied model."""
+    values elsewhere, as ``quantize_`` leaves the embedding of a tied model.
+    A stacked-experts module (gpt-oss's ``GptOssExperts``) that ``quantize_``
+    makes an ``MXExperts`` keeps its class and gets each expert's dequantized
+    weights, in its own layout (transposed for gpt-oss)."""
     summary = QuantizeSummary(weights, block_size)
     with torch.no_grad():
+        for name, owner, attr in selected_experts(model, block_size, filter_fn, summary):
+            block = getattr(owner, attr)
+            for pname in ("gate_up_proj", "down_proj"):
+                old = getattr(block, pname)
+                new = torch.stack([
+                    _dequantized(expert_weight(block, pname, e), weights, block_size)
+                    for e in range(old.shape[0])
+                ])  # fmt: skip
+                if getattr(block, "is_transposed", False):
+                    new = new.transpose(1, 2).contiguous()
+                setattr(block, pname, torch.nn.Parameter(new.to(old.dtype), requires_grad=False))
+                summary.bytes_before += old.numel() * old.element_size()
+            summary.experts.append(name)
         for name, owner, attr in selected_linears(model, block_size, filter_fn, summary):
             layer = getattr(owner, attr)
             old = layer.weight
@@ -81,6 +104,56 @@ def dequantize_(
             summary.bytes_before += old.numel() * old.element_size()
             summary.bytes_after += w.nbytes
     return summary
+
+
+def _dequantized(w: torch.Tensor, weights: str, block_size: int) -> torch.Tensor:
+    return torch.from_numpy(dequantize(quantize_weight(w, weights, block_size)))
+
+
+def expert_weight(block, name: str, e: int) -> torch.Tensor:
+    """Expert ``e``'s ``gate_up_proj`` / ``down_proj`` of a stacked-experts module
+    in ``nn.Linear``'s layout ``(out, in)`` (a view: gpt-oss's are transposed)."""
+    p = getattr(block, name)[e]
+    return p.t() if getattr(block, "is_transposed", False) else p
+
+
+def _perturb_experts(gen):
+    """A forward hook on a stacked-experts module (called ``(x, indices,
+    weights)``) adding what the roundings of its two projections could
+    change, as :func:`logit_bound`'s hook on linear layers does: each
+    active expert's ``gate_up`` output moves by ``s * b`` before the gate, its
+    ``down`` output by ``s * b`` of its own input, weighted as routed."""
+
+    def hook(module, inputs, out):
+        x, idx, rw = inputs[0].to(torch.float32), inputs[1], inputs[2]
+        gate = experts_gate(module)
+        delta = torch.zeros(out.shape, dtype=torch.float32)
+        for e in idx.unique().tolist():
+            tok, slot = torch.where(idx == e)
+            xs = x[tok]
+            wgu = expert_weight(module, "gate_up_proj", e).to(torch.float32)
+            wd = expert_weight(module, "down_proj", e).to(torch.float32)
+            g = xs @ wgu.T
+            bias = getattr(module, "gate_up_proj_bias", None)
+            if bias is not None:
+                g = g + bias[e].to(torch.float32)
+            h0 = gate(g)
+            h1 = gate(g + _signed(_rounding(xs, wgu), gen))
+            y = (h1 - h0) @ wd.T + _signed(_rounding(h1, wd), gen)
+            delta.index_add_(0, tok, y * rw[tok, slot, None].to(torch.float32))
+        return out + delta.to(out.dtype)
+
+    return hook
+
+
+def _rounding(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``b = sqrt(2K + 2) u (|x| @ |W|^T)``: the standard deviation's bound of
+    the difference of two f32 products ``x @ W^T`` (the module docstring)."""
+    return math.sqrt(2 * w.shape[1] + 2) * _U * (x.abs() @ w.abs().T)
+
+
+def _signed(b: torch.Tensor, gen) -> torch.Tensor:
+    return (torch.randint(0, 2, b.shape, generator=gen).to(b.dtype) * 2 - 1) * b
 
 
 @dataclass
@@ -117,10 +190,7 @@ def logit_bound(
     def perturb(module, inputs, out):
         x = inputs[0].to(torch.float32)
         w = linear_weight(module).to(torch.float32)  # (out, in)
-        k = w.shape[1]
-        b = math.sqrt(2 * k + 2) * _U * (x.abs() @ w.abs().T)
-        signs = torch.randint(0, 2, b.shape, generator=gen).to(b.dtype) * 2 - 1
-        return out + (signs * b).to(out.dtype)
+        return out + _signed(_rounding(x, w), gen).to(out.dtype)
 
     with torch.inference_mode():
         base = _logits(reference, input_ids)
@@ -128,8 +198,10 @@ def logit_bound(
         linears = [
             m for m in reference.modules() if type(m) is torch.nn.Linear or is_conv1d(m)
         ]
+        experts = [m for m in reference.modules() if is_stacked_experts(m)]
         for _ in range(probes):
             hooks = [m.register_forward_hook(perturb) for m in linears]
+            hooks += [m.register_forward_hook(_perturb_experts(gen)) for m in experts]
             try:
                 sq += (_logits(reference, input_ids) - base).to(torch.float64) ** 2
             finally:

@@ -1,0 +1,422 @@
+"""Load and save MX checkpoints as they are: ``from_pretrained`` / ``save_pretrained``.
+
+Two layouts of MXFP4 weights in safetensors files (``docs/torch.md``, "MoE and
+checkpoints"), both the stored form of an FP4 :class:`~mlir_mx.numerics.MXArray`
+``(out, in)`` blocked along ``in`` (two E2M1 codes a byte, element ``2j`` in the
+low nibble; E8M0 scale bytes), so no byte is converted:
+
+* **gpt-oss** (``quantization_config.quant_method == "mxfp4"``): each layer's
+  experts as ``mlp.experts.{gate_up,down}_proj_blocks`` uint8 ``(E, out, in/32,
+  16)`` and ``..._scales`` uint8 ``(E, out, in/32)``, loaded into
+  :class:`MXExperts`; everything else (attention, router, norms, embeddings,
+  ``lm_head``, the expert biases) as stored (bf16), or in ``dtype``.
+* **compressed-tensors** ``mxfp4-pack-quantized`` (``quant_method ==
+  "compressed-tensors"``): each quantized ``nn.Linear`` as ``weight_packed``
+  uint8 ``(out, in/2)`` and ``weight_scale`` uint8 ``(out, in/32)``, loaded into
+  :class:`MXLinear`.
+
+The files are read with the ``safetensors`` library: every tensor's dtype and
+shape is checked against the model the config describes (file headers only)
+before any tensor is read, and a file ``safetensors`` refuses (truncated, a bad
+header) or a tensor that is missing, unexpected or of another dtype or shape is
+an :class:`~mlir_mx.errors.MXValueError` naming it.  Expert weights are read one
+expert at a time (``get_slice``), taken over by an ``MXArray`` without a copy,
+and laid out once as its ``mlir_mx.Linear``'s stored form; the bytes read are
+freed before the next expert.  :func:`save_pretrained` writes
+the same layout back, the same tensors in the same files with the same
+metadata, so a loaded checkpoint saved again is byte-identical.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import ExitStack
+from pathlib import Path
+
+import torch
+
+from mlir_mx.errors import MXArgTypeError, MXValueError
+from mlir_mx.files import atomic_path, write_text
+from mlir_mx.numerics import MXArray
+
+from .experts import MXExperts, experts_gate, is_stacked_experts
+from .module import MXLinear
+
+__all__ = ["from_pretrained", "save_pretrained"]
+
+_FP4, _BLOCK = "f4E2M1FN", 32
+_INDEX = "model.safetensors.index.json"
+_FLOATS = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+#: Which modules each layout quantizes, by the quantization config.
+GPT_OSS, COMPRESSED = "mxfp4", "compressed-tensors"
+
+
+def _safetensors():
+    try:
+        import safetensors
+        from safetensors import safe_open
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(f"mlir_mx.torch checkpoints need safetensors: pip install safetensors ({e})") from e
+    return safetensors, safe_open
+
+
+class _Files:
+    """The checkpoint's tensors by name, over ``safe_open`` handles (memory-mapped)."""
+
+    def __init__(self, folder: Path, stack: ExitStack):
+        st, safe_open = _safetensors()
+        index = folder / _INDEX
+        if index.exists():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+                assert isinstance(weight_map, dict)
+            except (ValueError, KeyError, TypeError, AssertionError) as e:
+                raise MXValueError(f"{index}: not a safetensors index ({e!r})") from None
+        else:
+            files = sorted(p.name for p in folder.glob("*.safetensors"))
+            if not files:
+                raise MXValueError(f"path: no *.safetensors file and no {_INDEX} in {folder}")
+            weight_map = None
+            names = files
+        self.handles, self.where, self.metadata = {}, {}, {}
+        for name in sorted(set(weight_map.values())) if weight_map else names:
+            path = folder / name
+            if not path.is_file():
+                raise MXValueError(f"{path}: named in {_INDEX}, but there is no such file")
+            try:
+                self.handles[name] = stack.enter_context(safe_open(str(path), framework="pt"))
+            except st.SafetensorError as e:
+                raise MXValueError(f"{path}: not a readable safetensors file ({e})") from None
+            self.metadata[name] = self.handles[name].metadata()
+            for key in self.handles[name].keys():
+                self.where.setdefault(key, name)
+        if weight_map:
+            for key, name in weight_map.items():
+                if self.where.get(key) != name:
+                    raise MXValueError(f"{key}: {_INDEX} puts it in {name}, which does not hold it")
+        self.sharded = weight_map is not None
+
+    def check(self, key: str, dtypes, shape: tuple) -> str:
+        """Its dtype (one of ``dtypes``) and shape, from the header; the dtype."""
+        if key not in self.where:
+            raise MXValueError(f"{key}: missing from the checkpoint")
+        s = self.handles[self.where[key]].get_slice(key)
+        dtype, got = s.get_dtype(), tuple(s.get_shape())
+        if dtype not in dtypes:
+            raise MXValueError(f"{key}: expected dtype {' or '.join(dtypes)}, got {dtype}")
+        if got != tuple(shape):
+            raise MXValueError(f"{key}: expected shape {tuple(shape)}, got {got}")
+        return dtype
+
+    def tensor(self, key: str, index=None) -> torch.Tensor:
+        h = self.handles[self.where[key]]
+        return h.get_tensor(key) if index is None else h.get_slice(key)[index]
+
+
+def read_config(folder: Path) -> tuple[dict, str]:
+    """``(config.json as a dict, the layout: GPT_OSS or COMPRESSED)``."""
+    path = folder / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise MXValueError(f"path: cannot read {path} ({e})") from None
+    q = config.get("quantization_config") if isinstance(config, dict) else None
+    method = q.get("quant_method") if isinstance(q, dict) else None
+    if method == GPT_OSS:
+        return config, GPT_OSS
+    if method == COMPRESSED:
+        groups = q.get("config_groups") or {}
+        formats = {q.get("format")} | {g.get("format") for g in groups.values() if isinstance(g, dict)}
+        if "mxfp4-pack-quantized" in formats:
+            return config, COMPRESSED
+        raise MXValueError(
+            f"{path}: compressed-tensors format {sorted(f for f in formats if f)} is not "
+            "mxfp4-pack-quantized"
+        )
+    raise MXValueError(
+        f"{path}: quantization_config.quant_method is {method!r}; expected 'mxfp4' (gpt-oss) "
+        "or 'compressed-tensors' (mxfp4-pack-quantized)"
+    )
+
+
+def _meta_model(config: dict):
+    import transformers
+
+    cfg = transformers.AutoConfig.for_model(**config)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    return model.eval()
+
+
+def from_pretrained(path, *, dtype=None, threads: int | None = None, activations=None):
+    """A ``transformers`` causal LM from the checkpoint folder ``path`` (``config.json``
+    and safetensors files, with ``model.safetensors.index.json`` when sharded),
+    its MXFP4 weights as stored: gpt-oss's experts in :class:`MXExperts`, a
+    compressed-tensors checkpoint's linears in :class:`MXLinear` (the module
+    docstring).  ``dtype``: the other tensors' dtype (None: as stored).
+    ``threads`` / ``activations``: every MX layer's, as for :class:`MXLinear`.
+
+    Raises:
+        MXValueError: a config that is not one of these layouts; a file that
+            does not read; a tensor missing, unexpected, or of another dtype or
+            shape than the config gives (named).
+    """
+    folder = Path(os.fspath(path))
+    if not folder.is_dir():
+        raise MXValueError(f"path: expected a checkpoint folder, got {str(path)!r}")
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise MXArgTypeError(f"dtype: expected a torch.dtype or None, got {dtype!r}")
+    config, layout = read_config(folder)
+    model = _meta_model(config)
+    with ExitStack() as stack:
+        files = _Files(folder, stack)
+        plan = _plan(model, layout, files)  # every header checked before a byte is read
+        _fill(model, plan, files, dtype, dict(threads=threads, activations=activations))
+        model.mx_source = {"layout": layout, "files": dict(files.where),
+                           "metadata": files.metadata, "sharded": files.sharded}  # fmt: skip
+    return model
+
+
+def _plan(model, layout: str, files: _Files) -> dict:
+    """``{"mx": {module name: kind}, "plain": {tensor name: dtype}}``, every
+    tensor of the file checked against the model."""
+    mx, plain, seen = {}, {}, set()
+    sd = model.state_dict()
+    for name, module in model.named_modules():
+        if layout == GPT_OSS and is_stacked_experts(module):
+            for proj in ("gate_up_proj", "down_proj"):
+                e, out, k = _linear_shape(module, proj)
+                key = f"{name}.{proj}"
+                _check_k(key, k)
+                files.check(key + "_blocks", ("U8",), (e, out, k // _BLOCK, _BLOCK // 2))
+                files.check(key + "_scales", ("U8",), (e, out, k // _BLOCK))
+                seen |= {key, key + "_blocks", key + "_scales"}
+                if f"{key}_bias" in sd:
+                    files.check(f"{key}_bias", tuple(_FLOATS), (e, out))
+                    seen.add(f"{key}_bias")
+            mx[name] = "experts"
+        elif layout == COMPRESSED and type(module) is torch.nn.Linear:
+            key = f"{name}.weight_packed"
+            if key not in files.where:
+                continue
+            out, k = module.weight.shape
+            _check_k(f"{name}.weight", k)
+            files.check(key, ("U8",), (out, k // 2))
+            files.check(f"{name}.weight_scale", ("U8",), (out, k // _BLOCK))
+            seen |= {f"{name}.weight", key, f"{name}.weight_scale"}
+            if module.bias is not None:
+                files.check(f"{name}.bias", tuple(_FLOATS), (out,))
+                seen.add(f"{name}.bias")
+            mx[name] = "linear"
+    for key, t in sd.items():
+        if key in seen:
+            continue
+        if key not in files.where and _tied(model, key):
+            continue
+        plain[key] = files.check(key, tuple(_FLOATS), tuple(t.shape))
+        seen.add(key)
+    extra = sorted(k for k in files.where if k not in seen)
+    if extra:
+        more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
+        raise MXValueError(f"{', '.join(extra[:3])}{more}: not a tensor of this model ({layout} layout)")
+    return {"mx": mx, "plain": plain}
+
+
+def _linear_shape(module, proj: str) -> tuple[int, int, int]:
+    """``(E, out, in)`` of a stacked-experts projection in ``nn.Linear``'s layout."""
+    e, a, b = getattr(module, proj).shape
+    return (e, b, a) if getattr(module, "is_transposed", False) else (e, a, b)
+
+
+def _check_k(key: str, k: int) -> None:
+    if k % _BLOCK:
+        raise MXValueError(f"{key}: in_features {k} is not a multiple of the MX block size {_BLOCK}")
+
+
+def _tied(model, key: str) -> bool:
+    tied = getattr(model, "_tied_weights_keys", None) or {}
+    return bool(getattr(model.config, "tie_word_embeddings", False)) and key in tied
+
+
+def _fill(model, plan: dict, files: _Files, dtype, kw: dict) -> None:
+    for key, file_dtype in plan["plain"].items():
+        owner, _, attr = key.rpartition(".")
+        module = model.get_submodule(owner)
+        t = files.tensor(key)
+        t = t.to(dtype or _FLOATS[file_dtype])
+        if attr in module._parameters:
+            # requires_grad as transformers loads it: a bf16 F.linear under
+            # inference_mode with a weight that does not require grad took
+            # another path in torch 2.13 (a copy of the transposed weight): 6.3
+            # s against 0.2 s for gpt-oss's lm_head on one token.
+            module._parameters[attr] = torch.nn.Parameter(t)
+        else:
+            module._buffers[attr] = t
+    read = files.tensor if dtype is None else (lambda key, i=None: files.tensor(key, i).to(dtype))
+    for name, kind in plan["mx"].items():
+        owner, _, attr = name.rpartition(".")
+        parent = model.get_submodule(owner) if owner else model
+        old = getattr(parent, attr)
+        build = _experts if kind == "experts" else _linear
+        new = build(old, name, files, read, kw)
+        setattr(parent, attr, new)
+    if getattr(model.config, "tie_word_embeddings", False):
+        model.tie_weights()
+    _rebuild_meta_buffers(model)
+
+
+def _mx(codes: torch.Tensor, scales: torch.Tensor, out: int) -> MXArray:
+    """The FP4 MXArray whose stored form is these bytes (taken over, no copy)."""
+    return MXArray.from_packed(
+        codes.reshape(out, -1).numpy(), scales.numpy(), _FP4, _BLOCK, axis=1, copy=False
+    )
+
+
+def _experts(old, name: str, files: _Files, read, kw: dict) -> MXExperts:
+    weights = {}
+    for proj in ("gate_up_proj", "down_proj"):
+        e, out, _k = _linear_shape(old, proj)
+        key = f"{name}.{proj}"
+        weights[proj] = [
+            _mx(files.tensor(key + "_blocks", i), files.tensor(key + "_scales", i), out)
+            for i in range(e)
+        ]
+    gu_b, dn_b = (
+        read(f"{name}.{p}_bias") if f"{name}.{p}_bias" in files.where else None
+        for p in ("gate_up_proj", "down_proj")
+    )
+    return MXExperts(weights["gate_up_proj"], weights["down_proj"], gu_b, dn_b,
+                     gate=experts_gate(old), **kw)  # fmt: skip
+
+
+def _linear(old, name: str, files: _Files, read, kw: dict) -> MXLinear:
+    out = old.weight.shape[0]
+    w = _mx(files.tensor(f"{name}.weight_packed"), files.tensor(f"{name}.weight_scale"), out)
+    bias = read(f"{name}.bias") if old.bias is not None else None
+    return MXLinear(w, bias, **kw)
+
+
+def _rebuild_meta_buffers(model) -> None:
+    """Non-persistent buffers (rotary frequencies) are computed, not stored:
+    each module still holding one on the meta device is built again from the
+    config, on the CPU."""
+    for name, module in list(model.named_modules()):
+        if not any(b.is_meta for b in module._buffers.values() if b is not None):
+            continue
+        try:
+            new = type(module)(model.config)
+        except Exception as e:  # noqa: BLE001 - a module we cannot rebuild: say which
+            raise MXValueError(f"{name}: a computed buffer that cannot be rebuilt ({e})") from None
+        owner, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(owner) if owner else model, attr, new)
+    left = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
+    if left:
+        raise MXValueError(f"{', '.join(left[:3])}: not in the checkpoint")
+
+
+# -- saving -------------------------------------------------------------------------------
+
+
+def checkpoint_tensors(model) -> tuple[dict[str, torch.Tensor], str]:
+    """``(name -> tensor, layout)``: the model's tensors as the checkpoint holds
+    them: each :class:`MXExperts` as gpt-oss's ``*_blocks`` / ``*_scales`` /
+    biases, each :class:`MXLinear` as compressed-tensors' ``weight_packed`` /
+    ``weight_scale`` / ``bias``, every other parameter and persistent buffer as
+    it is."""
+    out, prefixes, kinds = {}, [], set()
+    for name, module in model.named_modules():
+        if isinstance(module, MXExperts):
+            kinds.add(GPT_OSS)
+            for proj, layers in (("gate_up_proj", module.gate_up), ("down_proj", module.down)):
+                blocks, scales = zip(*(_stored(m, f"{name}.{proj}") for m in layers), strict=True)
+                out[f"{name}.{proj}_blocks"] = torch.stack(
+                    [b.reshape(b.shape[0], -1, _BLOCK // 2) for b in blocks]
+                )
+                out[f"{name}.{proj}_scales"] = torch.stack(scales)
+                if layers[0].bias is not None:
+                    out[f"{name}.{proj}_bias"] = torch.stack([m.bias.detach() for m in layers])
+            prefixes.append(name + ".")
+        elif isinstance(module, MXLinear) and not any(name.startswith(p) for p in prefixes):
+            kinds.add(COMPRESSED)
+            out[f"{name}.weight_packed"], out[f"{name}.weight_scale"] = _stored(module, name)
+            if module.bias is not None:
+                out[f"{name}.bias"] = module.bias.detach()
+            prefixes.append(name + ".")
+    if len(kinds) != 1:
+        raise MXValueError(
+            "model: expected MXExperts (gpt-oss layout) or MXLinear layers (compressed-tensors), "
+            f"not {'both' if kinds else 'neither'}"
+        )
+    for key, t in model.state_dict().items():
+        if not any(key.startswith(p) for p in prefixes) and key not in _tied_keys(model):
+            out[key] = t.detach()
+    return out, kinds.pop()
+
+
+def _tied_keys(model) -> set:
+    if not getattr(model.config, "tie_word_embeddings", False):
+        return set()
+    return set(getattr(model, "_tied_weights_keys", None) or {})
+
+
+def _stored(layer: MXLinear, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if (layer.element, layer.block_size) != (_FP4, _BLOCK):
+        raise MXValueError(
+            f"{name}: holds {layer.element} weights in blocks of {layer.block_size}; these "
+            f"checkpoint layouts hold {_FP4} in blocks of {_BLOCK}"
+        )
+    w = layer.weight()
+    return torch.from_numpy(w.packed_codes().copy()), torch.from_numpy(w.scales.view("uint8").copy())
+
+
+def save_pretrained(model, path) -> None:
+    """Write ``model`` (from :func:`from_pretrained`, or with ``MXExperts`` /
+    ``MXLinear`` layers of MXFP4 from ``quantize_``) to the folder ``path`` in
+    the layout it holds: ``config.json`` and safetensors files.  A model loaded
+    by :func:`from_pretrained` is written to the same files (same tensors per
+    file, same metadata; the index when it was sharded), so its safetensors
+    files are byte-identical to those it was loaded from; another goes to one
+    ``model.safetensors``.  Each file is written atomically (``mlir_mx.files``)."""
+    st, _ = _safetensors()
+    from safetensors.torch import save_file
+
+    tensors, layout = checkpoint_tensors(model)
+    folder = Path(os.fspath(path))
+    folder.mkdir(parents=True, exist_ok=True)
+    source = getattr(model, "mx_source", None) or {}
+    where = source.get("files") if source.get("layout") == layout else None
+    if where is None or set(where) != set(tensors):
+        where = dict.fromkeys(tensors, "model.safetensors")
+        metadata, sharded = {"model.safetensors": {"format": "pt"}}, False
+    else:
+        metadata, sharded = source["metadata"], source["sharded"]
+    for file in sorted(set(where.values())):
+        part = {k: t.contiguous() for k, t in tensors.items() if where[k] == file}
+        with atomic_path(folder / file) as tmp:
+            save_file(part, str(tmp), metadata=metadata.get(file))
+    if sharded:
+        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        index = {"metadata": {"total_size": size}, "weight_map": dict(sorted(where.items()))}
+        write_text(folder / _INDEX, json.dumps(index, indent=2) + "\n")
+    config = model.config.to_dict()
+    if "quantization_config" not in config:  # a model quantize_ converted: say what it holds
+        config["quantization_config"] = _quantization_config(model, layout)
+    write_text(folder / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def _quantization_config(model, layout: str) -> dict:
+    """The ``quantization_config`` of a model whose MX layers ``quantize_`` made:
+    gpt-oss's (the modules kept as they are: every other leaf with weights) or
+    compressed-tensors' ``mxfp4-pack-quantized`` (the ``nn.Linear`` layers kept
+    in ``ignore``)."""
+    if layout == GPT_OSS:
+        kept = sorted({n for n, m in model.named_modules()
+                       if isinstance(m, torch.nn.Linear) or isinstance(m, torch.nn.Embedding)})  # fmt: skip
+        return {"quant_method": GPT_OSS, "modules_to_not_convert": kept}
+    kept = sorted(n for n, m in model.named_modules() if type(m) is torch.nn.Linear)
+    weights = {"num_bits": 4, "type": "float", "strategy": "group", "group_size": _BLOCK,
+               "symmetric": True, "scale_dtype": "torch.uint8"}  # fmt: skip
+    group = {"targets": ["Linear"], "weights": weights, "format": "mxfp4-pack-quantized"}
+    return {"quant_method": COMPRESSED, "format": "mxfp4-pack-quantized",
+            "config_groups": {"group_0": group}, "ignore": kept}  # fmt: skip

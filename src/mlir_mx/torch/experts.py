@@ -1,0 +1,276 @@
+"""``MXExperts``: a mixture-of-experts block whose experts hold MX weights.
+
+It replaces a ``transformers`` stacked-experts module (gpt-oss's
+``GptOssExperts``: ``gate_up_proj`` ``(E, H, 2I)``, ``down_proj`` ``(E, I, H)``,
+stored transposed, with biases) in place, so the model's router stays: the
+model calls ``experts(hidden_states, router_indices, routing_weights)`` as it
+called the original (transformers 5.24's signature), with ``hidden_states``
+``(T, H)``, ``router_indices`` ``(T, k)`` (int) and ``routing_weights``
+``(T, k)``.  Each expert's two projections are ``MXLinear`` layers (one
+``mlir_mx.Linear`` each: 4.25 bits per weight for MXFP4), so ``state_dict``
+(with each layer's ``weight_format`` / ``weight_block_size`` / ``weight_shape``
+checks), pickling and ``copy.deepcopy`` are ``MXLinear``'s.
+
+The call groups the tokens per expert (one call of each active expert's two
+projections on its tokens: a decode step runs the top-k experts of its one
+token, a prefill each expert once on all the tokens routed to it), applies the
+gate (:class:`Gate`) in f32 and adds each expert's output times its routing
+weight, in f32, rounded once to the input's dtype.
+
+Another stacked-experts MoE plugs in through :class:`Gate`: ``interleaved``
+(gpt-oss: gate rows ``0::2``, up rows ``1::2``, ``gate = clamp(gate,
+max=limit)``, ``up = clamp(up, -limit, limit)``, ``gate * sigmoid(alpha *
+gate) * (up + 1)``) or ``concatenated`` (Mixtral / Qwen-MoE in transformers 5:
+``act(gate) * up`` with gate the first half of the rows); see
+:func:`experts_gate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from mlir_mx.errors import MXArgTypeError, MXValueError
+from mlir_mx.numerics import MXArray
+
+from .module import MXLinear
+from .quantizer import quantize_weight
+
+__all__ = ["Gate", "MXExperts", "experts_gate", "is_stacked_experts"]
+
+#: The activations a ``concatenated`` gate may apply to its gate half.
+_ACTS = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu}
+
+
+@dataclass(frozen=True)
+class Gate:
+    """How an expert's ``gate_up`` output becomes the ``down`` projection's input.
+
+    ``kind``: ``"interleaved"`` (gpt-oss: gate rows ``0::2``, up rows
+    ``1::2``; ``gate.clamp(max=limit)``, ``up.clamp(-limit, limit)``, ``(up +
+    1) * (gate * sigmoid(gate * alpha))``, transformers' ``GptOssExperts``
+    order of operations) or ``"concatenated"`` (``act(gate) * up``, gate the
+    first half: Mixtral / Qwen-MoE; ``act`` one of ``silu``, ``gelu``)."""
+
+    kind: str = "interleaved"
+    alpha: float = 1.702
+    limit: float = 7.0
+    act: str = "silu"
+
+    def __post_init__(self):
+        if self.kind not in ("interleaved", "concatenated"):
+            raise MXValueError(f"gate: kind must be 'interleaved' or 'concatenated', got {self.kind!r}")
+        if self.kind == "concatenated" and self.act not in _ACTS:
+            raise MXValueError(f"gate: act must be one of {', '.join(_ACTS)}, got {self.act!r}")
+
+    def __call__(self, gate_up: torch.Tensor) -> torch.Tensor:
+        if self.kind == "concatenated":
+            gate, up = gate_up.chunk(2, dim=-1)
+            return _ACTS[self.act](gate) * up
+        gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+        gate = gate.clamp(min=None, max=self.limit)
+        up = up.clamp(min=-self.limit, max=self.limit)
+        glu = gate * torch.sigmoid(gate * self.alpha)
+        return (up + 1) * glu
+
+
+class MXExperts(torch.nn.Module):
+    """``E`` experts, each ``down(gate(gate_up(x)))`` with MX weights.
+
+    ``gate_up``: ``E`` MXArrays ``(2I, H)`` blocked along ``H`` (``nn.Linear``'s
+    layout); ``down``: ``E`` MXArrays ``(H, I)``; ``gate_up_bias`` ``(E, 2I)``
+    and ``down_bias`` ``(E, H)`` (optional); ``gate``: a :class:`Gate`.
+    ``threads`` / ``activations``: as for :class:`MXLinear`, every projection.
+    """
+
+    def __init__(
+        self, gate_up: Sequence[MXArray], down: Sequence[MXArray], gate_up_bias=None,
+        down_bias=None, *, gate: Gate | None = None, threads: int | None = None,
+        activations=None,
+    ):  # fmt: skip
+        super().__init__()
+        gate_up, down = list(gate_up), list(down)
+        if not gate_up or len(gate_up) != len(down):
+            raise MXValueError(
+                f"gate_up, down: expected one weight per expert in each, got {len(gate_up)} "
+                f"and {len(down)}"
+            )
+        self.gate = Gate() if gate is None else gate
+        if not isinstance(self.gate, Gate):
+            raise MXArgTypeError(f"gate: expected a Gate, got {type(self.gate).__name__}")
+        e = len(gate_up)
+        gu_b = _biases(gate_up_bias, "gate_up_bias", e)
+        dn_b = _biases(down_bias, "down_bias", e)
+        kw = dict(threads=threads, activations=activations)
+        self.gate_up = torch.nn.ModuleList(
+            MXLinear(w, gu_b[i], **kw) for i, w in enumerate(gate_up)
+        )
+        self.down = torch.nn.ModuleList(MXLinear(w, dn_b[i], **kw) for i, w in enumerate(down))
+        self._check_shapes()
+
+    def _check_shapes(self) -> None:
+        first = self.gate_up[0]
+        hidden, inter2 = first.in_features, first.out_features
+        inter = inter2 // 2
+        for i, (gu, dn) in enumerate(zip(self.gate_up, self.down, strict=True)):
+            if (gu.out_features, gu.in_features) != (inter2, hidden) or inter2 % 2:
+                raise MXValueError(
+                    f"gate_up[{i}]: expected shape ({inter2}, {hidden}) (even rows), got "
+                    f"({gu.out_features}, {gu.in_features})"
+                )
+            if (dn.out_features, dn.in_features) != (hidden, inter):
+                raise MXValueError(
+                    f"down[{i}]: expected shape ({hidden}, {inter}), got "
+                    f"({dn.out_features}, {dn.in_features})"
+                )
+        self.num_experts, self.hidden_size, self.intermediate_size = len(self.gate_up), hidden, inter
+
+    # -- building ---------------------------------------------------------------------
+
+    @classmethod
+    def from_experts(
+        cls, experts: torch.nn.Module, weights: str = "f4E2M1FN", block_size: int = 32,
+        *, threads: int | None = None, activations=None,
+    ) -> MXExperts:  # fmt: skip
+        """Quantize a ``transformers`` stacked-experts module (:func:`is_stacked_experts`:
+        gpt-oss's ``GptOssExperts``, ``gate_up_proj`` ``(E, H, 2I)`` transposed;
+        Mixtral's ``(E, 2I, H)``), each expert's matrices one at a time, with
+        :func:`quantize_weight`; the biases are kept."""
+        if not is_stacked_experts(experts):
+            raise MXArgTypeError(
+                f"experts: expected a transformers stacked-experts module (gate_up_proj and "
+                f"down_proj of 3 dims), got {type(experts).__name__}"
+            )
+        gate = experts_gate(experts)
+        tr = bool(getattr(experts, "is_transposed", False))
+
+        def mx(p, e):
+            w = p[e].t() if tr else p[e]  # (out, in)
+            return quantize_weight(w, weights, block_size, threads=threads)
+
+        gu, dn = experts.gate_up_proj, experts.down_proj
+        n = gu.shape[0]
+        biases = [getattr(experts, name, None) for name in ("gate_up_proj_bias", "down_proj_bias")]
+        if not getattr(experts, "has_bias", biases[0] is not None):
+            biases = [None, None]
+        return cls(
+            [mx(gu, e) for e in range(n)], [mx(dn, e) for e in range(n)], *biases,
+            gate=gate, threads=threads, activations=activations,
+        )  # fmt: skip
+
+    # -- what it holds ----------------------------------------------------------------
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the expert weights held (codes and scales; biases not included)."""
+        return sum(m.nbytes for m in (*self.gate_up, *self.down))
+
+    @property
+    def threads(self) -> int | None:
+        return self.gate_up[0].threads
+
+    @threads.setter
+    def threads(self, value: int | None) -> None:
+        for m in (*self.gate_up, *self.down):
+            m.threads = value
+
+    def extra_repr(self) -> str:
+        n = self.num_experts * 3 * self.hidden_size * self.intermediate_size
+        return (
+            f"num_experts={self.num_experts}, hidden_size={self.hidden_size}, "
+            f"intermediate_size={self.intermediate_size}, gate={self.gate}, "
+            f"nbytes={self.nbytes} ({8 * self.nbytes / n:.2f} bits/weight)"
+        )
+
+    # -- the call ---------------------------------------------------------------------
+
+    def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        """Expert ``e`` on ``x`` ``(T, H)`` f32: ``(T, H)`` f32, its bias included."""
+        return self.down[e](self.gate(self.gate_up[e](x)))
+
+    def forward(self, hidden_states, router_indices=None, routing_weights=None):
+        """``sum_j routing_weights[t, j] * expert(router_indices[t, j])(x_t)`` per token."""
+        x, idx, w = self._check_call(hidden_states, router_indices, routing_weights)
+        t, k = idx.shape
+        xf = x.to(torch.float32)
+        out = torch.zeros(t, self.hidden_size, dtype=torch.float32)
+        flat = idx.reshape(-1)
+        order = torch.argsort(flat, stable=True)  # (token, slot) pairs grouped per expert
+        counts = torch.bincount(flat, minlength=self.num_experts).tolist()
+        start = 0
+        for e, count in enumerate(counts):
+            if not count:
+                continue
+            pairs = order[start : start + count]
+            start += count
+            tokens = pairs // k
+            y = self.expert(e, xf[tokens])
+            scale = w.reshape(-1)[pairs].to(torch.float32)
+            out.index_add_(0, tokens, y * scale[:, None])
+        return out.to(x.dtype)
+
+    def _check_call(self, hidden_states, router_indices, routing_weights):
+        for name, v in (("hidden_states", hidden_states), ("router_indices", router_indices),
+                        ("routing_weights", routing_weights)):  # fmt: skip
+            if not isinstance(v, torch.Tensor):
+                raise MXArgTypeError(f"{name}: expected a torch.Tensor, got {type(v).__name__}")
+        if hidden_states.dim() != 2 or hidden_states.shape[1] != self.hidden_size:
+            raise MXValueError(
+                f"hidden_states: expected shape (T, {self.hidden_size}), got "
+                f"{tuple(hidden_states.shape)}"
+            )
+        t = hidden_states.shape[0]
+        if router_indices.dim() != 2 or router_indices.shape[0] != t:
+            raise MXValueError(
+                f"router_indices: expected shape ({t}, k), got {tuple(router_indices.shape)}"
+            )
+        if router_indices.dtype.is_floating_point or router_indices.dtype == torch.bool:
+            raise MXArgTypeError(f"router_indices: expected integers, got {router_indices.dtype}")
+        if tuple(routing_weights.shape) != tuple(router_indices.shape):
+            raise MXValueError(
+                f"routing_weights: expected shape {tuple(router_indices.shape)} like "
+                f"router_indices, got {tuple(routing_weights.shape)}"
+            )
+        idx = router_indices.to(torch.int64)
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.num_experts):
+            raise MXValueError(
+                f"router_indices: expected experts in [0, {self.num_experts}), got "
+                f"{int(idx.min())}..{int(idx.max())}"
+            )
+        return hidden_states, idx, routing_weights
+
+
+def _biases(bias, name: str, experts: int) -> list:
+    """``bias`` ``(E, n)`` as ``E`` rows (or ``E`` Nones)."""
+    if bias is None:
+        return [None] * experts
+    bias = torch.as_tensor(bias).detach()
+    if bias.dim() != 2 or bias.shape[0] != experts:
+        raise MXValueError(f"{name}: expected shape ({experts}, n), got {tuple(bias.shape)}")
+    return list(bias)
+
+
+def is_stacked_experts(module) -> bool:
+    """A ``transformers`` experts module holding all experts' weights in two 3-D
+    parameters, ``gate_up_proj`` and ``down_proj`` (gpt-oss, and Mixtral /
+    Qwen-MoE in transformers 5)."""
+    ps = module._parameters if isinstance(module, torch.nn.Module) else {}
+    gu, dn = ps.get("gate_up_proj"), ps.get("down_proj")
+    return gu is not None and dn is not None and gu.dim() == 3 and dn.dim() == 3
+
+
+def experts_gate(module) -> Gate:
+    """The :class:`Gate` of a ``transformers`` stacked-experts module: gpt-oss's
+    interleaved, clamped gate (``alpha``, ``limit``; ``is_concatenated`` False, as
+    transformers' ``use_experts_implementation`` records it) or a concatenated
+    one with the module's ``config.hidden_act``."""
+    if not getattr(module, "is_concatenated", True):
+        return Gate("interleaved", float(module.alpha), float(module.limit))
+    act = getattr(getattr(module, "config", None), "hidden_act", None)
+    if act not in _ACTS:
+        raise MXValueError(
+            f"experts: a concatenated gate with activation {act!r} (supported: {', '.join(_ACTS)})"
+        )
+    return Gate("concatenated", act=act)

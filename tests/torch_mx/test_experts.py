@@ -1,0 +1,197 @@
+"""``MXExperts``: gpt-oss's experts on the MX kernels, against transformers' own
+``GptOssExperts`` (the facts of issue 28 checked on its source and behaviour)."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import io
+import pickle
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[torch]')")
+
+from gpt_oss_cases import prompt, tiny_gpt_oss, transformers_or_skip  # noqa: E402
+
+from mlir_mx.errors import MXArgTypeError, MXValueError  # noqa: E402
+from mlir_mx.torch import (  # noqa: E402
+    Gate,
+    MXExperts,
+    MXLinear,
+    dequantize_,
+    greedy,
+    logit_bound,
+    quantize_,
+)
+
+
+def _experts_only(module, name):
+    return "experts" in name
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """(ours: experts MXFP4, reference: the same model with the dequantized experts)."""
+    model = tiny_gpt_oss()
+    ref = copy.deepcopy(model)
+    summary = quantize_(model, filter_fn=_experts_only)
+    dequantize_(ref, filter_fn=_experts_only)
+    return model, ref, summary
+
+
+@pytest.fixture(scope="module")
+def bound(pair):
+    """The reference's logits for ``prompt()`` and their bound."""
+    return logit_bound(pair[1], prompt(), probes=3)
+
+
+def test_transformers_facts():
+    """The gpt-oss facts the module is built on, read from transformers 5.24's
+    ``GptOssExperts``: forward(hidden_states, router_indices, routing_weights),
+    gate_up (E, H, 2I) transposed, interleaved gate/up, clamp, alpha 1.702."""
+    transformers = transformers_or_skip()
+    from transformers.models.gpt_oss import modeling_gpt_oss as mod
+
+    params = list(inspect.signature(mod.GptOssExperts.forward).parameters)
+    assert params[:4] == ["self", "hidden_states", "router_indices", "routing_weights"]
+    src = inspect.getsource(mod.GptOssExperts._apply_gate)
+    assert "gate_up[..., ::2], gate_up[..., 1::2]" in src
+    assert "clamp(min=None, max=self.limit)" in src and "clamp(min=-self.limit, max=self.limit)" in src
+    cfg = transformers.GptOssConfig()
+    assert (cfg.swiglu_alpha, cfg.swiglu_limit) == (1.702, 7.0)
+    ex = mod.GptOssExperts(transformers.GptOssConfig(hidden_size=64, intermediate_size=32,
+                                                     num_local_experts=2))  # fmt: skip
+    assert tuple(ex.gate_up_proj.shape) == (2, 64, 64) and tuple(ex.down_proj.shape) == (2, 32, 64)
+    assert ex.is_transposed and not ex.is_concatenated and ex.has_bias
+    # Our gate is transformers' bit for bit (same operations, same order).
+    g = torch.randn(5, 64, generator=torch.Generator().manual_seed(0)) * 6
+    assert torch.equal(Gate()(g), ex._apply_gate(g))
+
+
+def test_model_within_the_bound_same_routing_and_tokens(pair, bound):
+    model, ref, summary = pair
+    assert len(summary.experts) == 2 and not summary.converted
+    ex = model.model.layers[0].mlp.experts
+    assert isinstance(ex, MXExperts) and 8 * ex.nbytes / (4 * 3 * 64 * 64) == 4.25
+    ids = prompt()
+    routes = {}
+
+    def record(tag):
+        def hook(module, inputs, out):
+            routes.setdefault(tag, []).append(out[2].clone())
+        return hook
+
+    hooks = [m.mlp.router.register_forward_hook(record(tag))
+             for tag, mm in (("ours", model), ("ref", ref)) for m in mm.model.layers]  # fmt: skip
+    try:
+        with torch.inference_mode():
+            logits = model(ids).logits
+            ref(ids)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert 0 < bound.check(logits) <= 1
+    for a, b in zip(routes["ours"], routes["ref"], strict=True):
+        assert torch.equal(a, b)
+    top2 = bound.logits[0, -1].topk(2).values
+    assert float(top2[0] - top2[1]) > 100 * float(bound.bound.max())
+    assert list(greedy(model, ids, 3)) == list(greedy(ref, ids, 3))
+
+
+def test_bound_catches_a_wrong_gate(pair, bound):
+    """Read gate/up as concatenated halves instead of interleaved rows: outside."""
+    model, ids = pair[0], prompt()
+    wrong = copy.deepcopy(model)
+    for layer in wrong.model.layers:
+        layer.mlp.experts.gate = Gate("concatenated", act="silu")
+    with torch.inference_mode():
+        assert bound.check(wrong(ids).logits) > 1
+
+
+def test_decode_is_the_prefill_row(pair):
+    ex = pair[0].model.layers[1].mlp.experts
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(7, 64, generator=gen)
+    idx = torch.stack([torch.randperm(4, generator=gen)[:2] for _ in range(7)])
+    w = torch.rand(7, 2, generator=gen)
+    with torch.inference_mode():
+        full = ex(x, idx, w)
+        for t in range(7):
+            assert torch.equal(ex(x[t : t + 1], idx[t : t + 1], w[t : t + 1]), full[t : t + 1])
+        # One expert's output is its two MXLinear layers and the gate.
+        e = int(idx[0, 0])
+        mid = Gate()(ex.gate_up[e](x[:1]))
+        assert torch.equal(ex.expert(e, x[:1]), ex.down[e](mid))
+
+
+def test_state_dict_pickle_and_meaning_checks(pair):
+    model = pair[0]
+    ex = model.model.layers[0].mlp.experts
+    sd = ex.state_dict()
+    assert "gate_up.0.weight_format" in sd and "down.3.weight_shape" in sd
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(4))
+    idx, w = torch.tensor([[0, 1], [2, 3], [1, 2]]), torch.full((3, 2), 0.5)
+    with torch.inference_mode():
+        want = ex(x, idx, w)
+        other = copy.deepcopy(model.model.layers[1].mlp.experts)
+        other.load_state_dict(sd)
+        assert torch.equal(other(x, idx, w), want)
+        back = pickle.loads(pickle.dumps(ex))
+        assert torch.equal(back(x, idx, w), want)
+        buf = io.BytesIO()
+        torch.save(ex, buf)
+        buf.seek(0)
+        assert torch.equal(torch.load(buf, weights_only=False)(x, idx, w), want)
+    bad = dict(sd)
+    bad["down.2.weight_shape"] = torch.tensor([64, 32])
+    with pytest.raises(RuntimeError, match=r"down\.2\.weight_shape"):
+        other.load_state_dict(bad)
+
+
+def test_bad_calls_name_the_argument(pair):
+    ex = pair[0].model.layers[0].mlp.experts
+    x = torch.randn(2, 64)
+    w = torch.ones(2, 2)
+    with pytest.raises(MXValueError, match="router_indices"):
+        ex(x, torch.tensor([[0, 4], [1, 2]]), w)
+    with pytest.raises(MXArgTypeError, match="router_indices"):
+        ex(x, torch.zeros(2, 2), w)
+    with pytest.raises(MXValueError, match="hidden_states"):
+        ex(torch.randn(2, 32), torch.zeros(2, 2, dtype=torch.long), w)
+    with pytest.raises(MXValueError, match="routing_weights"):
+        ex(x, torch.zeros(2, 2, dtype=torch.long), torch.ones(2, 3))
+    with pytest.raises(MXArgTypeError, match="experts"):
+        MXExperts.from_experts(torch.nn.Linear(4, 4))
+    with pytest.raises(MXValueError, match="gate"):
+        Gate("swapped")
+    w0 = ex.gate_up[0].weight()
+    with pytest.raises(MXValueError, match=r"down\[0\]"):
+        MXExperts([w0], [w0])
+    assert isinstance(ex.down[0], MXLinear)
+
+
+def test_mixtral_stacked_experts_plug_in():
+    """transformers 5's Mixtral holds its experts stacked too (gate_up (E, 2I, H),
+    concatenated halves, silu, no bias): quantize_ makes them MXExperts with a
+    concatenated gate, within the bound of their dequantized reference."""
+    transformers = transformers_or_skip()
+    torch.manual_seed(0)
+    config = transformers.MixtralConfig(
+        hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=256, num_local_experts=4, num_experts_per_tok=2,
+    )  # fmt: skip
+    model = transformers.MixtralForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in (model.model.layers[0].mlp.experts.gate_up_proj, model.model.layers[0].mlp.experts.down_proj):
+            p.normal_(0.0, 0.2)
+    ref = copy.deepcopy(model)
+    summary = quantize_(model, filter_fn=_experts_only)
+    dequantize_(ref, filter_fn=_experts_only)
+    ex = model.model.layers[0].mlp.experts
+    assert summary.experts == ["model.layers.0.mlp.experts"]
+    assert ex.gate == Gate("concatenated", act="silu") and ex.gate_up[0].bias is None
+    ids = prompt(8)
+    bound = logit_bound(ref, ids)
+    with torch.inference_mode():
+        assert 0 < bound.check(model(ids).logits) <= 1

@@ -1,0 +1,62 @@
+"""``mx-bench --model gpt-oss``: its command line and, marked slow, a quick run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[torch]')")
+pytest.importorskip("transformers", reason="transformers not installed (pip install 'mlir-mx[test]')")
+
+from mlir_mx_bench.cli import main  # noqa: E402
+from mlir_mx_bench.gpt_oss import gpt_oss_markdown  # noqa: E402
+
+
+def test_gpt_oss_arguments_are_checked(capsys):
+    pytest.importorskip("accelerate", reason="accelerate not installed (pip install 'mlir-mx[test]')")
+    assert main(["--model", "gpt-oss", "--layers", "0"]) == 2
+    assert "--layers: must be positive" in capsys.readouterr().err
+    assert main(["--model", "gpt-oss", "--rows", "f32"]) == 2
+    assert "--rows is not used by --model gpt-oss" in capsys.readouterr().err
+    assert main(["--model", "mixtral"]) == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_markdown_reports_bits_and_the_check():
+    row = dict(load_s=1.0, expert_bytes=17, expert_weights=32, rss_model_kib=3072, rss_start_kib=1024,
+               prefill_ms=5.0, decode_tokens_per_s=2.0)  # fmt: skip
+    rec = {
+        "tag": "t", "date": "d", "command": "c", "loadavg_start": 1, "loadavg_end": 1, "env": {},
+        "checkpoint_bytes": 2**30, "options": {"layers": 1, "prompt": 8, "prefill_samples": 1,
+                                               "new_tokens": 4},
+        "machine": {"cpu": "x", "cpus": 2, "platform": "p", "cpu_features": {"avx2": True},
+                    "versions": {"torch": "2"}},
+        "rows": [
+            {**row, "spec": {"row": "transformers bf16", "kind": "hf-bf16", "threads": 1},
+             "decode_tokens_per_s": 1.0, "expert_bytes": 64},
+            {**row, "spec": {"row": "ours MXFP4, f32 rest", "kind": "mx-f32", "threads": 1},
+             "max_logit_diff": 1e-6, "diff_over_bound": 0.01, "same_tokens": 4, "tokens_compared": 4},
+            {"spec": {"row": "ours MXFP4", "kind": "mx-bf16", "threads": 1}, "error": "exit 1: boom"},
+        ],
+    }  # fmt: skip
+    text = gpt_oss_markdown(rec)
+    assert "(4.25) | 2 | 5 | 2.00 | 2.00x | max diff 1.00e-06 = 0.010 of the bound; 4/4 tokens |" in text
+    assert "(16.00)" in text and "| ours MXFP4 | failed: exit 1: boom |" in text
+    assert "## Published, not measured here" in text and "PR #19738" in text and "ik_llama.cpp" in text
+
+
+@pytest.mark.slow
+def test_quick_gpt_oss_run_writes_results(tmp_path):
+    pytest.importorskip("accelerate", reason="accelerate not installed (pip install 'mlir-mx[test]')")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlir_mx_bench.cli", "--model", "gpt-oss", "--quick", "--threads",
+         "1", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rec = json.loads(next(tmp_path.glob("*.json")).read_text())
+    (checked,) = [r for r in rec["rows"] if "correct" in r]
+    assert checked["correct"] and checked["spec"]["kind"] == "mx-f32"
