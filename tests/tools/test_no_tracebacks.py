@@ -1,5 +1,6 @@
 """No CLI prints a Python traceback for any input file of the test suite, or
-for a bad command line.
+for a bad command line (reproducers ../shared/repro/round3/r3_cli_messages.sh,
+r3_llama_example_bad_args.sh and r3_mx_bench_huge_shape_traceback.sh).
 
 Every piece (``// -----``) of every ``.mlir`` file under ``tests/lit/`` (valid,
 invalid and reproducer inputs alike) goes through ``mx-opt``, ``mx-runner``

@@ -49,6 +49,7 @@ def test_logits_within_the_bound_and_greedy_tokens_equal(element):
     np.testing.assert_array_equal(greedy(model, ids, 32), greedy(ref, ids, 32))
 
 
+# Reproducer: ../shared/repro/round3/r3_reference_tied_embedding.py
 def test_the_reference_of_a_tied_model_leaves_the_embedding():
     """dequantize_ gives a tied lm_head its own weight (it wrote into the
     embedding: the reference then failed a correct model's check, 9.4e3)."""
@@ -67,6 +68,7 @@ def test_the_reference_of_a_tied_model_leaves_the_embedding():
         assert logit_bound(ref, ids).check(model(ids).logits) <= 1.0
 
 
+# Reproducer: ../shared/repro/round3/r3_greedy_zero_tokens_hangs.py
 def test_greedy_counts():
     model = tiny_llama()
     ids = prompt()

@@ -45,6 +45,7 @@ def test_state_dict_records_format_block_size_and_shape():
         (dict(n_in=64, n_out=32), dict(n_in=64, n_out=48), "weight_shape"),
     ],
 )
+# Reproducer: ../shared/repro/round3/r3_state_dict_format_mismatch.py
 def test_a_state_dict_of_another_meaning_is_refused_naming_the_key(saved, into, key):
     src, dst = _mx(**saved), _mx(seed=1, **into)
     before = dst.weight()
@@ -89,6 +90,7 @@ def test_an_unreadable_meaning_entry_is_an_error_naming_it(key, value, message):
         layer.load_state_dict(sd)
 
 
+# Reproducer: ../shared/repro/round3/r3_pickle_converted_model.py
 @pytest.mark.parametrize("activations", [None, "i8"])
 def test_a_converted_model_pickles_and_torch_saves(activations):
     layer = _mx(n_in=64, n_out=64, weights="f4E2M1FN", activations=activations)
