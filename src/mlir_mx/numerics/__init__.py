@@ -9,7 +9,6 @@ per byte and the packed storage layout (``docs/numerics.md``, "Packed storage").
 from .formats import (
     ELEMENT_FORMATS,
     SCALE_BIAS,
-    SCALE_DTYPE,
     SCALE_NAN_CODE,
     SCALE_TYPE,
     ElementFormat,
@@ -73,3 +72,12 @@ __all__ = [
     "unpack_codes",
     "unpacked_shape",
 ]
+
+
+def __getattr__(name: str):
+    """``SCALE_DTYPE``, from :mod:`.formats` on first use (it imports ml_dtypes)."""
+    if name == "SCALE_DTYPE":
+        from . import formats
+
+        return formats.SCALE_DTYPE
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

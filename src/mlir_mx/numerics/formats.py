@@ -21,9 +21,9 @@ See ``docs/numerics.md`` for the full semantics.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
@@ -32,7 +32,7 @@ __all__ = [
     "ELEMENT_FORMATS",
     "SCALE_BIAS",
     "SCALE_BITS",
-    "SCALE_DTYPE",
+    "SCALE_DTYPE",  # noqa: F822 - made on first use by __getattr__
     "SCALE_NAN_CODE",
     "SCALE_TYPE",
     "ElementFormat",
@@ -44,7 +44,9 @@ __all__ = [
 ]
 
 SCALE_TYPE = "f8E8M0FNU"
-SCALE_DTYPE = np.dtype(ml_dtypes.float8_e8m0fnu)
+# SCALE_DTYPE (np.dtype(ml_dtypes.float8_e8m0fnu)) is made on first use by the
+# module's __getattr__ below: importing ml_dtypes 0.7 costs 0.8-1 s (numpy's
+# ufunc loop registration), which every mx-opt process paid for nothing.
 SCALE_BITS = 8  # all exponent: no sign, no mantissa
 SCALE_BIAS = 127
 SCALE_NAN_CODE = 255
@@ -78,7 +80,9 @@ class ElementFormat:
     """
 
     name: str
-    dtype: np.dtype
+    #: The numpy dtype of one code, by name: an ``ml_dtypes`` type, or
+    #: ``int8`` (:attr:`dtype`; ml_dtypes is imported on first use).
+    dtype_name: str
     bits: int
     emax: int
     max_normal: float
@@ -92,6 +96,11 @@ class ElementFormat:
     group: tuple[int, int] = (1, 1)
     widening: str = "f16"
     int_exp2: int | None = None
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype of one code (``ml_dtypes.float8_e4m3fn``, ..., ``int8``)."""
+        return _code_dtype(self.dtype_name)
 
     @property
     def is_sub_byte(self) -> bool:
@@ -124,10 +133,27 @@ class ElementFormat:
         return 1 << (self.bits - 1)
 
 
+@functools.cache
+def _code_dtype(name: str) -> np.dtype:
+    if name == "int8":
+        return np.dtype(np.int8)
+    import ml_dtypes
+
+    return np.dtype(getattr(ml_dtypes, name))
+
+
+def __getattr__(name: str):
+    """``SCALE_DTYPE``, made (and kept) on first use."""
+    if name == "SCALE_DTYPE":
+        value = globals()[name] = _code_dtype("float8_e8m0fnu")
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _fp(name, dtype, bits, ebits, mbits, bias, emax, max_normal, has_nan, has_inf, **more):
     return ElementFormat(
         name=name,
-        dtype=np.dtype(dtype),
+        dtype_name=dtype,
         bits=bits,
         emax=emax,
         max_normal=float(max_normal),
@@ -144,17 +170,17 @@ def _fp(name, dtype, bits, ebits, mbits, bias, emax, max_normal, has_nan, has_in
 ELEMENT_FORMATS: dict[str, ElementFormat] = {
     f.name: f
     for f in (
-        _fp("f8E4M3FN", ml_dtypes.float8_e4m3fn, 8, 4, 3, 7, 8, 448.0, True, False),
-        _fp("f8E5M2", ml_dtypes.float8_e5m2, 8, 5, 2, 15, 15, 57344.0, True, True),
-        _fp("f6E2M3FN", ml_dtypes.float6_e2m3fn, 6, 2, 3, 1, 2, 7.5, False, False,
+        _fp("f8E4M3FN", "float8_e4m3fn", 8, 4, 3, 7, 8, 448.0, True, False),
+        _fp("f8E5M2", "float8_e5m2", 8, 5, 2, 15, 15, 57344.0, True, True),
+        _fp("f6E2M3FN", "float6_e2m3fn", 6, 2, 3, 1, 2, 7.5, False, False,
             group=(4, 3), int_exp2=3),
-        _fp("f6E3M2FN", ml_dtypes.float6_e3m2fn, 6, 3, 2, 3, 4, 28.0, False, False,
+        _fp("f6E3M2FN", "float6_e3m2fn", 6, 3, 2, 3, 4, 28.0, False, False,
             group=(4, 3), int_exp2=4),
-        _fp("f4E2M1FN", ml_dtypes.float4_e2m1fn, 4, 2, 1, 1, 2, 6.0, False, False,
+        _fp("f4E2M1FN", "float4_e2m1fn", 4, 2, 1, 1, 2, 6.0, False, False,
             group=(2, 1), widening="values", int_exp2=1),
         ElementFormat(
             name="i8",
-            dtype=np.dtype(np.int8),
+            dtype_name="int8",
             bits=8,
             emax=0,
             max_normal=127.0 / 64.0,
@@ -223,8 +249,9 @@ def decode_scales(scales: np.ndarray) -> np.ndarray:
     float32 (code 0 as an f32 subnormal).
     """
     scales = np.asarray(scales)
-    if scales.dtype != SCALE_DTYPE:
-        raise MXArgTypeError(f"scales: expected dtype {SCALE_DTYPE} ({SCALE_TYPE}), got {scales.dtype}")
+    scale_dtype = _code_dtype("float8_e8m0fnu")
+    if scales.dtype != scale_dtype:
+        raise MXArgTypeError(f"scales: expected dtype {scale_dtype} ({SCALE_TYPE}), got {scales.dtype}")
     k = scales.view(np.uint8).astype(np.int32)
     out = np.ldexp(1.0, k - SCALE_BIAS)
     return np.where(k == SCALE_NAN_CODE, np.nan, out)

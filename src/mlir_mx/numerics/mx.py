@@ -8,13 +8,15 @@ blocks, MXINT8, single-rounding dequantize) are stated in ``docs/numerics.md``.
 
 from __future__ import annotations
 
-import ml_dtypes
+import functools
+
 import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
 
+from . import formats
 from .blocks import check_block_size, check_blocked_shape, normalize_axis
-from .formats import SCALE_BIAS, SCALE_DTYPE, SCALE_NAN_CODE, ElementFormat, element_format
+from .formats import SCALE_BIAS, SCALE_NAN_CODE, ElementFormat, element_format
 from .mxarray import MXArray, scale_shape
 
 __all__ = [
@@ -39,12 +41,17 @@ NAN_SHARED_EXP = SCALE_NAN_CODE - SCALE_BIAS
 
 # Input dtypes quantize() accepts; all are converted to float32 first (float32 is the
 # reference input type; float16 and bfloat16 convert exactly, float64 rounds RNE).
-_ACCEPTED_INPUT_DTYPES = (
-    np.dtype(np.float32),
-    np.dtype(np.float64),
-    np.dtype(np.float16),
-    np.dtype(ml_dtypes.bfloat16),
-)
+# (A function: ml_dtypes is imported on first use, not with the oracle.)
+@functools.cache
+def _accepted_input_dtypes() -> tuple[np.dtype, ...]:
+    import ml_dtypes
+
+    return (
+        np.dtype(np.float32),
+        np.dtype(np.float64),
+        np.dtype(np.float16),
+        np.dtype(ml_dtypes.bfloat16),
+    )
 
 
 # --------------------------------------------------------------------------- helpers
@@ -90,7 +97,7 @@ def encode_scales(shared_exp) -> np.ndarray:
             f"shared_exp: values must lie in [{MIN_SHARED_EXP}, {NAN_SHARED_EXP}], "
             f"got [{e.min()}, {e.max()}]"
         )
-    return (e.astype(np.int32) + SCALE_BIAS).astype(np.uint8).view(SCALE_DTYPE)
+    return (e.astype(np.int32) + SCALE_BIAS).astype(np.uint8).view(formats.SCALE_DTYPE)
 
 
 def _blocked(x: np.ndarray, block_size: int, axis: int) -> np.ndarray:
@@ -110,7 +117,7 @@ def check_input(x) -> np.ndarray:
     rank >= 1; else ``MXArgTypeError`` / ``MXValueError`` naming ``x``.  The
     compiled :func:`mlir_mx.quantize` checks with it too."""
     x = np.asarray(x)
-    if x.dtype not in _ACCEPTED_INPUT_DTYPES:
+    if x.dtype not in _accepted_input_dtypes():
         raise MXArgTypeError(
             f"x: expected a float32 array (float64, float16 and bfloat16 are converted to "
             f"float32 first), got dtype {x.dtype}"
@@ -266,7 +273,7 @@ def fold_scale(a: MXArray, alpha) -> MXArray:
     codes = np.where(own, a.codes.view(np.uint8), requantized.codes.view(np.uint8))
     return MXArray(
         codes=codes.view(a.format.dtype),
-        scales=scale_codes.astype(np.uint8).view(SCALE_DTYPE),
+        scales=scale_codes.astype(np.uint8).view(formats.SCALE_DTYPE),
         element=a.element,
         block_size=a.block_size,
         axis=a.axis,

@@ -20,7 +20,7 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 
 from . import formats
 from .blocks import check_block_size, check_blocked_shape, normalize_axis
-from .formats import SCALE_DTYPE, ElementFormat, decode_elements, decode_scales, element_format
+from .formats import ElementFormat, decode_elements, decode_scales, element_format
 from .packing import is_packed_storage, pack_codes, packed_shape, unpack_codes
 
 __all__ = ["MXArray", "scale_shape"]
@@ -164,10 +164,10 @@ class MXArray:
         """Check and set everything but the codes (shared by both constructors)."""
         scales = np.asarray(scales)
         if scales.dtype == np.uint8:
-            scales = scales.view(SCALE_DTYPE)
-        if scales.dtype != SCALE_DTYPE:
+            scales = scales.view(formats.SCALE_DTYPE)
+        if scales.dtype != formats.SCALE_DTYPE:
             raise MXArgTypeError(
-                f"scales: expected dtype {SCALE_DTYPE} ({formats.SCALE_TYPE}), got {scales.dtype}"
+                f"scales: expected dtype {formats.SCALE_DTYPE} ({formats.SCALE_TYPE}), got {scales.dtype}"
             )
         self._block_size = check_block_size(block_size)
         self._axis = normalize_axis(axis, len(shape))
