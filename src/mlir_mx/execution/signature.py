@@ -5,15 +5,16 @@ why one cannot be passed), recorded from the mx-level or upstream signature.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 from mlir import ir
 
 from mlir_mx.dialect import MXTensorType, is_mx_type
 from mlir_mx.ir_utils import function_type, public_functions
-from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_DTYPE, SCALE_TYPE
+from mlir_mx.numerics import formats
+from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_TYPE
 
 __all__ = [
     "MXParam",
@@ -29,26 +30,32 @@ __all__ = [
 # types come from the format table: ml_dtypes stores every narrow float in
 # one byte, which is exactly LLVM's in-memory layout of the i4/i6/i8 the
 # narrow floats lower to.
-_DTYPES: dict[str, np.dtype] = {
-    "f64": np.dtype(np.float64),
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-    "i64": np.dtype(np.int64),
-    "i32": np.dtype(np.int32),
-    "i16": np.dtype(np.int16),
-    "i8": np.dtype(np.int8),
-    "ui8": np.dtype(np.uint8),
-    "i1": np.dtype(np.bool_),
-    "index": np.dtype(np.int64),
-    **{f.name: f.dtype for f in ELEMENT_FORMATS.values()},
-    SCALE_TYPE: SCALE_DTYPE,
-}
+@functools.cache
+def _dtypes() -> dict[str, np.dtype]:
+    # Made on first use: it imports ml_dtypes (0.8-1 s), which a process
+    # that only reports a usage error or verifies IR never needs.
+    import ml_dtypes
+
+    return {
+        "f64": np.dtype(np.float64),
+        "f32": np.dtype(np.float32),
+        "f16": np.dtype(np.float16),
+        "bf16": np.dtype(ml_dtypes.bfloat16),
+        "i64": np.dtype(np.int64),
+        "i32": np.dtype(np.int32),
+        "i16": np.dtype(np.int16),
+        "i8": np.dtype(np.int8),
+        "ui8": np.dtype(np.uint8),
+        "i1": np.dtype(np.bool_),
+        "index": np.dtype(np.int64),
+        **{f.name: f.dtype for f in ELEMENT_FORMATS.values()},
+        SCALE_TYPE: formats.SCALE_DTYPE,
+    }
 
 
 def numpy_dtype(t: ir.Type | str) -> np.dtype | None:
     """The numpy dtype of MLIR element type ``t``, or None if unsupported."""
-    return _DTYPES.get(str(t))
+    return _dtypes().get(str(t))
 
 
 @dataclass(frozen=True)
