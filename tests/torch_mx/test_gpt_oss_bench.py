@@ -46,6 +46,44 @@ def test_markdown_reports_bits_and_the_check():
     assert "(4.25) | 2 | 5 | 2.00 | 2.00x | max diff 1.00e-06 = 0.010 of the bound; 4/4 tokens |" in text
     assert "(16.00)" in text and "| ours MXFP4 | failed: exit 1: boom |" in text
     assert "## Published, not measured here" in text and "PR #19738" in text and "ik_llama.cpp" in text
+    # ours failed at this thread count: the targets say so instead of a ratio
+    assert "- decode tok/s vs transformers bf16: not measured (a row failed)" in text
+
+
+def test_markdown_computes_the_targets_per_thread_count():
+    def row(kind, threads, **fig):
+        base = dict(load_s=10.0, expert_bytes=64, expert_weights=32, rss_model_kib=5120,
+                    rss_start_kib=1024, prefill_ms=100.0, decode_tokens_per_s=1.0)  # fmt: skip
+        return {**base, **fig, "spec": {"row": kind, "kind": kind, "threads": threads}}
+
+    rec = {
+        "tag": "t", "date": "d", "command": "c", "loadavg_start": 1, "loadavg_end": 1, "env": {},
+        "checkpoint_bytes": 2**30, "options": {"layers": 1, "prompt": 8, "prefill_samples": 1,
+                                               "new_tokens": 4},
+        "machine": {"cpu": "x", "cpus": 2, "platform": "p", "cpu_features": {"avx2": True},
+                    "versions": {"torch": "2"}},
+        "rows": [
+            row("hf-f32", 1, decode_tokens_per_s=0.5, expert_bytes=128),
+            row("hf-bf16", 1),
+            row("mx-bf16", 1, decode_tokens_per_s=3.5, prefill_ms=50.0, load_s=4.0,
+                rss_model_kib=2048, expert_bytes=17),
+            row("hf-f32", 2, expert_bytes=128),
+            row("hf-bf16", 2),
+            row("mx-bf16", 2, decode_tokens_per_s=2.0, prefill_ms=80.0, load_s=6.0,
+                rss_model_kib=3072, expert_bytes=17),
+        ],
+    }  # fmt: skip
+    one, two = gpt_oss_markdown(rec).split("## 2 thread(s)")
+    assert "- decode tok/s vs transformers bf16: 3.50x (target >= 3.0x): met" in one
+    assert "- decode tok/s vs transformers f32: 7.00x (target >= 5.0x): met" in one
+    assert "- prefill speed vs transformers bf16: 2.00x (target >= 1.5x): met" in one
+    assert "- RSS over baseline vs transformers bf16: 0.25x (target <= 0.4x): met" in one
+    assert "- load time vs transformers bf16: 0.40x (target <= 0.5x): met" in one
+    assert "- expert weights in memory: 4.25 bits/weight (target 4.25)" in one
+    assert "- decode tok/s vs transformers bf16: 2.00x (target >= 3.0x): NOT met" in two
+    assert "- prefill speed vs transformers bf16: 1.25x (target >= 1.5x): NOT met" in two
+    assert "- RSS over baseline vs transformers bf16: 0.50x (target <= 0.4x): NOT met" in two
+    assert "- load time vs transformers bf16: 0.60x (target <= 0.5x): NOT met" in two
 
 
 @pytest.mark.slow
