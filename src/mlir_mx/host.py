@@ -3,14 +3,26 @@
 The one place for both (the kernels, the Runner's cache key, ``Linear``,
 the tools and ``mx-bench`` all ask here):
 
-* **CPU features** (:func:`host_features`): read once from ``/proc/cpuinfo`` (the ``flags`` line, i.e. what CPUID
-reports and the kernel enabled), the same source LLVM's host detection uses
-for the JIT, so an instruction is only emitted when the JIT may use it.
+* **CPU features** (:func:`host_features`): read once, in Linux's
+  ``/proc/cpuinfo`` names on every platform (:mod:`mlir_mx.cpu_features`):
+  on Linux the ``flags`` line (x86: what CPUID reports and the kernel
+  enabled) or the ``Features`` line (aarch64); on macOS ``sysctl
+  hw.optional`` (``hw.optional.arm.FEAT_DotProd`` is ``asimddp``).  A
+  feature whose requirement is absent is absent too (masking ``avx512f``
+  masks every AVX-512 feature, as on a real CPU).  The lowering gives every
+  function exactly these features (``mx-host-target``): an instruction is
+  emitted only when this CPU class has it, masked or not.
+  :func:`check_host` refuses a CPU the kernels cannot run on correctly
+  (an x86 CPU without FMA or F16C); :func:`isa_level` names the class
+  (``AVX2``, ``AVX512-VNNI``, ``NEON-DOTPROD``...).
 
 ``MLIR_MX_CPU_FEATURES`` adjusts the set for testing fallbacks:
 ``-avx512vbmi`` removes a feature, ``+flag`` adds one (only use ``+`` for
-features the machine really has: the JIT would crash otherwise), ``none``
-clears the set.
+features the machine really has: the code would stop on an illegal
+instruction otherwise), ``none`` clears the set (an x86 host is then refused
+at compile time: :func:`check_host`), ``baseline`` keeps only the least set
+mlir-mx supports (:func:`mlir_mx.cpu_features.minimum_features`; x86: up to
+AVX, FMA and F16C; aarch64: none beyond NEON), i.e. no dot unit, no AVX2.
 
 * **Threads**: :func:`default_threads` is the number of cores this process
   may run on (its CPU affinity, not ``os.cpu_count()``), and
@@ -24,12 +36,16 @@ from __future__ import annotations
 import functools
 import operator
 import os
+import platform
+import subprocess
 
-from mlir_mx.errors import MXArgTypeError, MXValueError
+from mlir_mx import cpu_features
+from mlir_mx.errors import MXArgTypeError, MXUnsupportedHostError, MXValueError
 
 __all__ = [
     "INTERESTING",
     "MAX_THREADS",
+    "check_host",
     "check_threads",
     "cpu_model",
     "default_thread_counts",
@@ -37,7 +53,9 @@ __all__ = [
     "feature_table",
     "features_summary",
     "has_features",
+    "host_arch",
     "host_features",
+    "isa_level",
     "lscpu",
     "machine_description",
 ]
@@ -62,29 +80,72 @@ INTERESTING = (
 )
 
 
+def host_arch() -> str:
+    """This machine's architecture: ``x86_64``, ``aarch64`` (macOS's
+    ``arm64`` too) or what :func:`platform.machine` says, lower-cased."""
+    return cpu_features.normalize_arch(platform.machine())
+
+
 @functools.cache
-def _cpuinfo_flags() -> frozenset[str]:
+def _reported_features() -> frozenset[str]:
+    """What the OS reports (Linux ``/proc/cpuinfo``, macOS ``sysctl``)."""
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
+            return cpu_features.parse_cpuinfo(f.read())
     except OSError:
         pass
+    if platform.system() == "Darwin":
+        try:
+            out = subprocess.run(
+                ["sysctl", "hw.optional"], capture_output=True, text=True, timeout=10
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            return frozenset()
+        return cpu_features.parse_sysctl(out)
     return frozenset()
 
 
 def host_features() -> frozenset[str]:
-    """The CPU feature flags the kernels may use on this machine."""
-    flags = set(_cpuinfo_flags())
+    """The CPU feature flags the kernels may use on this machine (cpuinfo
+    names; ``MLIR_MX_CPU_FEATURES`` applied, requirements closed)."""
+    flags = set(_reported_features())
     for item in os.environ.get("MLIR_MX_CPU_FEATURES", "").replace(",", " ").split():
         if item == "none":
             flags.clear()
+        elif item == "baseline":
+            flags &= cpu_features.minimum_features(host_arch())
         elif item.startswith("-"):
             flags.discard(item[1:])
         elif item.startswith("+"):
             flags.add(item[1:])
-    return frozenset(flags)
+    return cpu_features.close_features(flags, host_arch())
+
+
+def isa_level() -> str:
+    """The ISA level of this machine as the kernels see it (masks applied):
+    ``AVX2``, ``AVX-VNNI``, ``AVX512-VNNI``, ``AVX512-BF16``, ``NEON-I8MM``...
+    (:data:`mlir_mx.cpu_features.ISA_LEVELS`)."""
+    return cpu_features.isa_level(host_features(), host_arch())
+
+
+def check_host(arch: str | None = None, features=None) -> None:
+    """Refuse a CPU the kernels cannot run on correctly (default: this one):
+    :class:`~mlir_mx.errors.MXUnsupportedHostError` naming what is missing
+    and why (:data:`mlir_mx.cpu_features.REQUIRED`: an x86 CPU needs FMA and
+    F16C, which every AVX2 CPU has)."""
+    arch = host_arch() if arch is None else arch
+    features = host_features() if features is None else frozenset(features)
+    missing = {
+        f: why for f, why in cpu_features.REQUIRED.get(arch, {}).items() if f not in features
+    }
+    if missing:
+        masked = os.environ.get("MLIR_MX_CPU_FEATURES")
+        raise MXUnsupportedHostError(
+            f"this {arch} CPU lacks {', '.join(missing)}, which mlir-mx needs: "
+            + "; ".join(f"{f}: {why}" for f, why in missing.items())
+            + ". Every x86 CPU with AVX2 has them (Intel Haswell and later, AMD Zen)"
+            + (f" (MLIR_MX_CPU_FEATURES={masked!r} masks them here)" if masked else "")
+        )
 
 
 def has_features(*names: str) -> bool:
@@ -178,7 +239,9 @@ def machine_description() -> str:
     cores this process may use, the caches and the interesting features."""
     info = lscpu()
     caches = ", ".join(
-        f"{name} {info[key]}" for key, name in (("L2 cache", "L2"), ("L3 cache", "L3")) if key in info
+        f"{name} {info[key]}"
+        for key, name in (("L2 cache", "L2"), ("L3 cache", "L3"))
+        if key in info
     )
     return (
         f"{cpu_model()}, {default_threads()} core(s) available"
