@@ -40,6 +40,17 @@ _CONVERT = ("quantize", "dequantize")
 
 def __getattr__(name):
     # The library API, imported on first use (it loads the MLIR bindings).
+    try:
+        return _load(name)
+    except ModuleNotFoundError as err:
+        if (err.name or "").split(".")[0] == "mlir":  # no MLIR wheel for this platform?
+            from mlir_mx.host import check_platform
+
+            check_platform()
+        raise
+
+
+def _load(name):
     if name in _CONVERT:
         from mlir_mx import convert
 

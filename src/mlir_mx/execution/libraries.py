@@ -35,12 +35,23 @@ ASYNC_RUNTIME = library_name("mlir_async_runtime")
 
 
 def _package_file(package: str, sub: str, name: str, wheel: str) -> Path:
+    """``<package>/<sub>/<name>`` of an installed wheel; where it is missing,
+    :class:`~mlir_mx.errors.MXUnsupportedHostError` on a platform without
+    the wheels (:func:`mlir_mx.host.check_platform`), else
+    ``FileNotFoundError`` naming the wheel."""
     import importlib
 
-    for base in importlib.import_module(package).__path__:
+    from mlir_mx.host import check_platform
+
+    try:
+        bases = list(importlib.import_module(package).__path__)
+    except ModuleNotFoundError:
+        bases = []
+    for base in bases:
         path = Path(base) / sub / name
         if path.is_file():
             return path
+    check_platform()
     raise FileNotFoundError(f"{name} not found in {package}/{sub} (is {wheel} installed?)")
 
 
