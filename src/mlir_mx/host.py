@@ -58,6 +58,7 @@ __all__ = [
     "host_arch",
     "host_features",
     "isa_level",
+    "isa_summary",
     "lscpu",
     "platform_problem",
     "machine_description",
@@ -124,11 +125,22 @@ def host_features() -> frozenset[str]:
     return cpu_features.close_features(flags, host_arch())
 
 
-def isa_level() -> str:
-    """The ISA level of this machine as the kernels see it (masks applied):
-    ``AVX2``, ``AVX-VNNI``, ``AVX512-VNNI``, ``AVX512-BF16``, ``NEON-I8MM``...
+def isa_level(masked: bool = True) -> str:
+    """The ISA level of this machine as the kernels see it (``masked``:
+    ``MLIR_MX_CPU_FEATURES`` applied; else the CPU's own, which other
+    libraries such as numpy's BLAS dispatch on): ``AVX2``, ``AVX-VNNI``,
+    ``AVX512-VNNI``, ``AVX512-BF16``, ``NEON-I8MM``...
     (:data:`mlir_mx.cpu_features.ISA_LEVELS`)."""
-    return cpu_features.isa_level(host_features(), host_arch())
+    feats = host_features() if masked else _reported_features()
+    return cpu_features.isa_level(feats, host_arch())
+
+
+def isa_summary() -> str:
+    """``AVX2``, or ``AVX2 (MLIR_MX_CPU_FEATURES='-avx512f'; the CPU:
+    AVX512-BF16)`` when a mask changes the level: what a report says."""
+    level, own = isa_level(), isa_level(masked=False)
+    mask = os.environ.get("MLIR_MX_CPU_FEATURES")
+    return level if level == own else f"{level} (MLIR_MX_CPU_FEATURES={mask!r}; the CPU: {own})"
 
 
 def check_host(arch: str | None = None, features=None) -> None:
@@ -295,7 +307,8 @@ def cpu_model() -> str:
 def machine_description() -> str:
     """One line saying what machine a measurement ran on, the same in every
     report (mx-bench, mx-roofline, the benchmark scripts): the CPU model, the
-    cores this process may use, the caches and the interesting features."""
+    cores this process may use, the caches, the ISA level the kernels use
+    (:func:`isa_summary`) and the interesting features."""
     info = lscpu()
     caches = ", ".join(
         f"{name} {info[key]}"
@@ -305,5 +318,5 @@ def machine_description() -> str:
     return (
         f"{cpu_model()}, {default_threads()} core(s) available"
         + (f", {caches}" if caches else "")
-        + f"; features: {features_summary()}"
+        + f"; ISA level {isa_summary()}; features: {features_summary()}"
     )
