@@ -27,7 +27,7 @@ from mlir_mx.errors import MXError
 from mlir_mx.execution.libraries import wheel_tool
 from mlir_mx.host import host_arch
 from mlir_mx.ir_utils import collect
-from mlir_mx.kernels import SCHEDULES, Problem, kernel_module, plan_kernel
+from mlir_mx.kernels import SCHEDULES, Problem, kernel_module, plan_kernel, shape_class
 from mlir_mx.passes.pipeline import run_pipeline
 from mlir_mx.pipelines import kernel_library_pipeline
 
@@ -88,7 +88,10 @@ def _check_aarch64(prob: Problem, schedule: str, threads: int, cpus=None, monkey
 
 
 #: (schedule, M) for every schedule of the registry, M in its shape class.
-CASES = [(s.name, {"decode": 1, "small": 5}.get(s.shape_class, 64)) for s in SCHEDULES.values()]
+CASES = [
+    (s.name, next(m for m in (1, 5, 64) if shape_class(m) == s.shape_class))
+    for s in SCHEDULES.values()
+]
 
 
 def _case(schedule: str, m: int, ea, eb) -> Problem:
