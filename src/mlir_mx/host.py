@@ -122,7 +122,14 @@ def host_features() -> frozenset[str]:
             flags.discard(item[1:])
         elif item.startswith("+"):
             flags.add(item[1:])
-    return cpu_features.close_features(flags, host_arch())
+    return _closed(frozenset(flags), host_arch())
+
+
+@functools.lru_cache(maxsize=64)
+def _closed(flags: frozenset[str], arch: str) -> frozenset[str]:
+    """:func:`~mlir_mx.cpu_features.close_features`, cached: the kernels ask
+    :func:`has_features` many times per compilation."""
+    return cpu_features.close_features(flags, arch)
 
 
 def isa_level(masked: bool = True) -> str:
