@@ -1,8 +1,12 @@
-"""The MoE block alone at gpt-oss-20b's shape (32 experts, H = I = 2880, top-4), 1 thread:
-MXExperts (MXFP4, f32 activations) against transformers' GptOssExperts (eager:
-the per-expert loop of its CPU path) holding the same weights dequantized, in
-f32 and bf16.  Random codes and scales (2^-9..2^-5), random routing; median
-times.  Run: ``python bench/gpt_oss_moe_block.py`` (no environment variable set).
+"""The MoE block alone at gpt-oss-20b's shape (32 experts, H = I = 2880, top-4),
+at 1 thread and at all of this process's cores (``torch.set_num_threads``; our
+layers follow it): MXExperts (MXFP4 with f32 activations, the exact default; and
+W4A8, activations quantized to MXINT8 for the integer dot units) against
+transformers' GptOssExperts (eager: the per-expert loop of its CPU path) holding
+the same weights dequantized, in f32 and bf16.  Random codes and scales
+(2^-9..2^-5), random routing; median times, the rows interleaved per call.
+Run: ``python bench/gpt_oss_moe_block.py`` (no environment variable set: the
+default environment, as users run it).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import torch
 import transformers
 from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
 
+from mlir_mx.host import default_thread_counts, features_summary, isa_summary
 from mlir_mx.numerics import MXArray
 from mlir_mx.torch import MXExperts
 
@@ -32,6 +37,9 @@ def _models():
     gate_up = [_weight(rng, 2 * INTER, H) for _ in range(E)]
     down = [_weight(rng, H, INTER) for _ in range(E)]
     ours = MXExperts(gate_up, down, torch.zeros(E, 2 * INTER), torch.zeros(E, H))
+    w4a8 = MXExperts(
+        gate_up, down, torch.zeros(E, 2 * INTER), torch.zeros(E, H), activations="i8"
+    )
     cfg = transformers.GptOssConfig(hidden_size=H, intermediate_size=INTER, num_local_experts=E)
     cfg._experts_implementation = "eager"
     ref = GptOssExperts(cfg).eval()
@@ -42,35 +50,49 @@ def _models():
         ref.down_proj_bias.zero_()
     ref_bf16 = GptOssExperts(cfg).eval().to(torch.bfloat16)
     ref_bf16.load_state_dict(ref.state_dict())
-    return ours, ref, ref_bf16
+    return ours, w4a8, ref, ref_bf16
 
 
-def _median_s(module, args, n: int) -> float:
-    times = []
+def _medians_s(rows: dict, n: int) -> dict[str, float]:
+    """Median seconds of each ``name: (module, args)``, the rows called in turn."""
+    times: dict[str, list[float]] = {name: [] for name in rows}
     with torch.inference_mode():
-        for _ in range(3):
-            module(*args)
-        for _ in range(n):
-            t0 = time.perf_counter()
-            module(*args)
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for i in range(n + 3):
+            for name, (module, args) in rows.items():
+                t0 = time.perf_counter()
+                module(*args)
+                if i >= 3:  # 3 warm-up calls
+                    times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main() -> None:
-    torch.set_num_threads(1)
-    ours, ref, ref_bf16 = _models()
-    gen = torch.Generator().manual_seed(1)
-    for tokens in (1, 128):
-        idx = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(tokens)])
-        weights = torch.softmax(torch.randn(tokens, K, generator=gen), -1)
-        x = torch.randn(tokens, H, generator=gen)
-        n = 12 if tokens == 1 else 3
-        a = _median_s(ours, (x, idx, weights), n)
-        b = _median_s(ref, (x, idx, weights), n)
-        c = _median_s(ref_bf16, (x.bfloat16(), idx, weights.bfloat16()), n)
-        print(f"T={tokens}: ours MXFP4 {a * 1e3:.1f} ms, transformers f32 {b * 1e3:.1f} ms, "
-              f"bf16 {c * 1e3:.1f} ms; ours vs f32 {b / a:.2f}x, vs bf16 {c / a:.2f}x")  # fmt: skip
+    ours, w4a8, ref, ref_bf16 = _models()
+    print(f"ISA: {isa_summary()} ({features_summary()}); torch {torch.__version__}")
+    print("| threads | tokens | ours MXFP4 ms | ours W4A8 ms | transformers f32 ms "
+          "| transformers bf16 ms | MXFP4 vs f32 | MXFP4 vs bf16 | W4A8 vs f32 | W4A8 vs bf16 |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for threads in default_thread_counts():
+        torch.set_num_threads(threads)
+        gen = torch.Generator().manual_seed(1)
+        for tokens in (1, 128):
+            idx = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(tokens)])
+            weights = torch.softmax(torch.randn(tokens, K, generator=gen), -1)
+            x = torch.randn(tokens, H, generator=gen)
+            args = (x, idx, weights)
+            rows = {
+                "ours": (ours, args),
+                "w4a8": (w4a8, args),
+                "f32": (ref, args),
+                "bf16": (ref_bf16, (x.bfloat16(), idx, weights.bfloat16())),
+            }
+            t = _medians_s(rows, 12 if tokens == 1 else 3)
+            ms = {k: v * 1e3 for k, v in t.items()}
+            print(
+                f"| {threads} | {tokens} | {ms['ours']:.1f} | {ms['w4a8']:.1f} | {ms['f32']:.1f} "
+                f"| {ms['bf16']:.1f} | {t['f32'] / t['ours']:.2f}x | {t['bf16'] / t['ours']:.2f}x "
+                f"| {t['f32'] / t['w4a8']:.2f}x | {t['bf16'] / t['w4a8']:.2f}x |"
+            )
 
 
 if __name__ == "__main__":
