@@ -29,6 +29,7 @@ from mlir_mx.dialect import load_dialect
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.execution import FREE, BoundFunction, CompileOptions, Runner
 from mlir_mx.execution.options import default_cache_dir
+from mlir_mx.execution.threads import parallel_mode
 from mlir_mx.host import check_threads
 from mlir_mx.kernels import Problem, choose, kernel_module, plan_kernel, shape_class
 from mlir_mx.kernels.dot.layout import KINDS, dot_kind
@@ -415,7 +416,9 @@ class Linear:
         runner.invoke("matmul", *acts, *self.stored, out)
 
     def _runner(self, prob: Problem, schedule: str, threads: int) -> Runner:
-        key = (prob, schedule, threads)
+        # On torch's OpenMP team when torch is loaded (docs/library.md, "Threads").
+        parallel = parallel_mode(threads)
+        key = (prob, schedule, threads, parallel)
         with self._lock:
             runner = self._runners.get(key)
             if runner is None:
@@ -423,7 +426,7 @@ class Linear:
                     load_dialect(ctx)
                     text = str(kernel_module(prob, plan_kernel(prob, schedule, threads)))
                 options = CompileOptions(
-                    kernel_library_pipeline(threads), cache_dir=default_cache_dir()
+                    kernel_library_pipeline(threads, parallel), cache_dir=default_cache_dir()
                 )
                 runner = Runner(text, options=options)
                 self._runners[key] = runner
