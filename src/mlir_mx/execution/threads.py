@@ -29,6 +29,7 @@ import ctypes
 import os
 import threading
 
+from mlir_mx.execution.packed import C_INTERFACE
 from mlir_mx.passes.parallel_tasks import TASKS_ATTR
 
 __all__ = [
@@ -180,7 +181,8 @@ def task_functions(module) -> dict[str, int]:
         op = op.operation
         if op.name in ("llvm.func", "func.func") and TASKS_ATTR in op.attributes:
             name = ir.StringAttr(op.attributes["sym_name"]).value
-            found[name] = ir.IntegerAttr(op.attributes[TASKS_ATTR]).value
+            if not name.startswith(C_INTERFACE):  # its wrapper carries it too
+                found[name] = ir.IntegerAttr(op.attributes[TASKS_ATTR]).value
     return found
 
 
