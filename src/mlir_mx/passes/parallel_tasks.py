@@ -71,25 +71,35 @@ def mx_parallel_tasks(op: ir.Operation, *, threads: int = 1) -> None:
     """Rewrite the parallel loop of every public ``func.func`` under ``op``."""
     op = getattr(op, "operation", op)
     if threads < 1:
-        raise PassError(f"mx-parallel-tasks: threads must be at least 1, got {threads}", op.location)
-    for fn in collect(op, lambda o: o.name == "func.func"):
-        loops = collect(fn, lambda o: o.name == "scf.parallel")
-        if not loops:
-            continue
-        _check(fn, loops)
-        _rewrite(fn, loops[0], threads)
+        raise PassError(
+            f"mx-parallel-tasks: threads must be at least 1, got {threads}", op.location
+        )
+    with op.context:
+        for fn in collect(op, lambda o: o.name == "func.func"):
+            loops = collect(fn, lambda o: o.name == "scf.parallel")
+            if not loops:
+                continue
+            _check(fn, loops)
+            _rewrite(fn, loops[0], threads)
 
 
 def _check(fn: ir.Operation, loops: list[ir.Operation]) -> None:
     name = ir.StringAttr(fn.attributes["sym_name"]).value
     where = f"mx-parallel-tasks: @{name}"
-    if "sym_visibility" in fn.attributes and ir.StringAttr(fn.attributes["sym_visibility"]).value != "public":
+    if (
+        "sym_visibility" in fn.attributes
+        and ir.StringAttr(fn.attributes["sym_visibility"]).value != "public"
+    ):
         raise PassError(f"{where}: a private function with a parallel loop", fn.location)
     if len(loops) > 1:
-        raise PassError(f"{where}: {len(loops)} parallel loops (one is supported)", loops[1].location)
+        raise PassError(
+            f"{where}: {len(loops)} parallel loops (one is supported)", loops[1].location
+        )
     loop = loops[0]
     if len(loop.results) or len(loop.regions[0].blocks[0].arguments) != 1:
-        raise PassError(f"{where}: a parallel loop with reductions or several dimensions", loop.location)
+        raise PassError(
+            f"{where}: a parallel loop with reductions or several dimensions", loop.location
+        )
     if ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value).results:
         raise PassError(f"{where}: a function with results", fn.location)
     for o in collect(fn, lambda o: not _within(o, loop) and o != fn):

@@ -1,7 +1,6 @@
-"""``parallel="tasks"``: a kernel's parallel loop run by the caller's threads.
+"""``parallel="tasks"``: a kernel's parallel loop run by the caller's threads
+(``mlir_mx.execution.threads``; the pass: ``tests/passes/test_parallel_tasks.py``).
 
-* ``mx-parallel-tasks`` rewrites the one parallel loop of a kernel function
-  into a loop strided by the team, and refuses what a team would break;
 * every schedule class (decode, small, prefill; f32 and dot kernels) gives the
   bits of the async runtime at 1 and 2 threads, on torch's OpenMP team and on
   the serial fallback (no OpenMP runtime in the process);
@@ -20,9 +19,7 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.execution import CompileOptions, Runner
 from mlir_mx.execution import threads as threads_
 from mlir_mx.kernels import Problem, kernel_module, plan_kernel
-from mlir_mx.passes.pipeline import PipelineError, run_pipeline
-from mlir_mx.diagnostics import DiagnosticError
-from mlir_mx.pipelines import kernel_library_pipeline, threads_pipeline
+from mlir_mx.pipelines import kernel_library_pipeline
 
 torch = pytest.importorskip("torch")  # its libgomp: the OpenMP team
 
@@ -47,56 +44,12 @@ def _kernel_text(m, n, k, threads, schedule):
         return prob, str(kernel_module(prob, plan_kernel(prob, schedule, threads)))
 
 
-def test_the_pass_strides_the_loop_by_the_team():
-    _prob, text = _kernel_text(1, 512, 256, 2, "decode")
-    with ir.Context() as ctx, ir.Location.unknown():
-        load_dialect(ctx)
-        module = ir.Module.parse(text)
-        run_pipeline(module, threads_pipeline(2, "tasks"))
-        out = str(module)
-    assert "scf.parallel" not in out and "async" not in out
-    assert "index, %arg5: index) attributes {mx.tasks = 2 : i64}" in out
-
-
-def test_the_pass_refuses_writes_outside_the_loop():
-    text = """
-    func.func @f(%out: memref<8xf32>) {
-      %c0 = arith.constant 0 : index
-      %c1 = arith.constant 1 : index
-      %c8 = arith.constant 8 : index
-      %z = arith.constant 0.0 : f32
-      memref.store %z, %out[%c0] : memref<8xf32>
-      scf.parallel (%i) = (%c0) to (%c8) step (%c1) {
-        memref.store %z, %out[%i] : memref<8xf32>
-        scf.reduce
-      }
-      return
-    }"""
-    with ir.Context(), ir.Location.unknown():
-        module = ir.Module.parse(text)
-        with pytest.raises(DiagnosticError, match="writes memory the function did not allocate"):
-            run_pipeline(module, threads_pipeline(2, "tasks"))
-
-
-def test_unknown_parallel_mode_is_refused():
-    with pytest.raises(PipelineError, match="parallel: expected one of async, tasks"):
-        kernel_library_pipeline(2, "openmp")
-    with pytest.raises(MXValueError, match="parallel"):
-        CompileOptions(parallel="openmp")
-    with pytest.raises(MXValueError, match="explicit"):
-        CompileOptions(kernel_library_pipeline(2), parallel="tasks")
-    with pytest.raises(MXValueError, match="parallel"):
-        threads_.set_parallel("threads")
-
-
 def _bits(a):
     return np.ascontiguousarray(a).view(np.uint32)
 
 
 @pytest.mark.parametrize("fallback", [False, True], ids=["openmp", "serial"])
-@pytest.mark.parametrize(
-    "m,activations", [(1, None), (5, None), (40, None), (1, "i8"), (40, "i8")]
-)
+@pytest.mark.parametrize("m,activations", [(1, None), (5, None), (40, None), (1, "i8"), (40, "i8")])
 def test_tasks_give_the_async_bits(mode, monkeypatch, m, activations, fallback):
     rng = np.random.default_rng(m)
     n, k = 200, 256  # 200: a tail panel / partial tile in every schedule
