@@ -416,18 +416,15 @@ class Linear:
         runner.invoke("matmul", *acts, *self.stored, out)
 
     def _runner(self, prob: Problem, schedule: str, threads: int) -> Runner:
-        # On torch's OpenMP team when torch is loaded (docs/library.md, "Threads").
-        parallel = parallel_mode(threads)
-        key = (prob, schedule, threads, parallel)
+        key = (prob, schedule, threads, parallel_mode(threads))  # "tasks": docs/library.md
         with self._lock:
             runner = self._runners.get(key)
             if runner is None:
                 with ir.Context() as ctx, ir.Location.unknown():
                     load_dialect(ctx)
                     text = str(kernel_module(prob, plan_kernel(prob, schedule, threads)))
-                options = CompileOptions(
-                    kernel_library_pipeline(threads, parallel), cache_dir=default_cache_dir()
-                )
+                pipeline = kernel_library_pipeline(threads, key[3])  # torch's team when loaded
+                options = CompileOptions(pipeline, cache_dir=default_cache_dir())
                 runner = Runner(text, options=options)
                 self._runners[key] = runner
         return runner
