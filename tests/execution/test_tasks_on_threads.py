@@ -69,6 +69,8 @@ def test_tasks_give_the_async_bits(mode, monkeypatch, m, activations, fallback):
         if t == 2:
             runner = next(iter(lin._runners.values()))
             assert runner._tasks == {"matmul": 2}  # really run as tasks
+            # the write analysis sees through (thread, team): only the output is written
+            assert runner._compiled.writes("matmul") == {len(runner.signature("matmul").args) - 1}
 
 
 def test_runner_tasks_mode_gives_the_async_bits():
