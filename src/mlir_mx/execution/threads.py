@@ -122,7 +122,7 @@ def _compile_trampoline():
     with context, ir.Location.unknown():
         module = ir.Module.parse(_TRAMPOLINE)
         engine = ExecutionEngine(module, opt_level=2)
-        # raw_lookup gives the packed wrapper (``void (void **)``), as for every function.
+    # raw_lookup gives the packed wrapper (``void (void **)``), as for every function.
     address = engine.raw_lookup("mx_tasks_trampoline")
     if not address:  # pragma: no cover - the JIT always emits it
         raise RuntimeError("the JIT did not produce the tasks trampoline")
