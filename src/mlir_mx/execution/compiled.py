@@ -56,7 +56,7 @@ def default_pipeline(module: ir.Module, options: CompileOptions) -> Pipeline:
     (``convert-elementwise-to-linalg``).
     """
     if find_first(module, _uses_mx) is not None:
-        return kernel_pipeline(options.schedule, options.threads)
+        return kernel_pipeline(options.schedule, options.threads, options.parallel)
     return load_pipeline("lower-to-llvm")
 
 

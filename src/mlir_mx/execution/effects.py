@@ -24,6 +24,7 @@ from __future__ import annotations
 from mlir import ir
 
 from mlir_mx.ir_utils import collect
+from mlir_mx.passes.parallel_tasks import TASKS_ATTR
 
 __all__ = ["written_parameters"]
 
@@ -108,6 +109,9 @@ def written_parameters(module: ir.Module, name: str, params) -> frozenset[int]:
     entry = fn.regions[0].blocks[0]
     args = list(entry.arguments)
     widths = [_lowered_arity(p.is_buffer, len(p.shape) if p.is_buffer else 0) for p in params]
+    # mx-parallel-tasks appends (thread, team): two indices, never buffers.
+    if TASKS_ATTR in fn.attributes:
+        args = args[:-2]
     if sum(widths) != len(args):
         return everything
     taint: dict[ir.Value, frozenset[int]] = {}

