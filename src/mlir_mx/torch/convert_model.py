@@ -139,8 +139,10 @@ def _fuse_groups(fuse) -> tuple[tuple[str, ...], ...]:
     if fuse is False or fuse is None:
         return ()
     try:
-        groups = tuple(tuple(g) for g in fuse)
+        groups = None if isinstance(fuse, str) else tuple(tuple(g) for g in fuse)
     except TypeError:
+        groups = None
+    if groups and any(isinstance(g, str) for g in fuse):
         groups = None
     if not groups or any(len(g) < 2 or not all(isinstance(n, str) for n in g) for g in groups):
         raise MXArgTypeError(
