@@ -187,12 +187,14 @@ class MXLinear(torch.nn.Module):
             )
         if x.dtype not in _DTYPES:
             raise MXArgTypeError(f"x: expected dtype float32, bfloat16 or float16, got {x.dtype}")
-        if x.device.type != "cpu":
+        if not x.is_cpu:
             raise MXValueError(f"x: mlir_mx runs on the CPU, got a tensor on {x.device}")
         if x.dim() == 0 or x.shape[-1] != self.in_features:
             raise MXValueError(f"x: expected shape (..., {self.in_features}), got {tuple(x.shape)}")
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features).to(torch.float32).contiguous()
+        x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
+        if x2.dtype != torch.float32:
+            x2 = x2.float()  # exact: every bf16 / f16 value is an f32 value
+        x2 = x2.contiguous()
         if self._fused is not None:
             y = self._fused.output(self, x, x2)
         elif eager(x):  # no tracer to see the op: the Linear itself, without the dispatcher
@@ -206,7 +208,9 @@ class MXLinear(torch.nn.Module):
             )  # fmt: skip
         if self.bias is not None:
             y = y + self.bias.to(torch.float32)
-        return y.to(x.dtype).reshape(*lead, self.out_features)
+        if x.dtype != torch.float32:
+            y = y.to(x.dtype)
+        return y if x.dim() == 2 else y.reshape(*x.shape[:-1], self.out_features)
 
     # -- the saved form: nn.Linear's layout ------------------------------------------------
 
