@@ -181,18 +181,18 @@ def _profile(r: dict) -> list[str]:
     if not rows:
         return []
     lines = ["", "## Per-token breakdown (--profile)", "",
-             "| threads | row | decode step ms (timed) | step ms (hooked) | linears ms "
-             "| linear weights MiB | linears GB/s | torch's other ops ms (ops/token) "
-             "| Python and the rest ms | profiled step ms |",
+             "| threads | row | decode step ms (timed) | linears ms, hooks only | linear weights "
+             "MiB | linears GB/s | profiled step ms | of which: linears | torch's other ops "
+             "(ops/token) | Python and the rest |",
              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for x in rows:
         p = x["profile"]
         gbs = "-" if p["linear_gb_per_s"] is None else f"{p['linear_gb_per_s']:.1f}"
         lines.append(
             f"| {x['spec']['threads']} | {x['spec']['row']} | {1e3 / x['decode_tokens_per_s']:.2f} "
-            f"| {p['step_ms']:.2f} | {p['linear_ms']:.2f} ({p['linear_calls']} calls) "
-            f"| {p['linear_bytes'] / 2**20:.1f} | {gbs} | {p['other_ops_ms']:.2f} ({p['other_ops']}) "
-            f"| {p['python_ms']:.2f} | {p['profiled_step_ms']:.2f} |"
+            f"| {p['linear_ms']:.2f} ({p['linear_calls']} calls) | {p['linear_bytes'] / 2**20:.1f} "
+            f"| {gbs} | {p['profiled_step_ms']:.2f} | {p['profiled_linear_ms']:.2f} "
+            f"| {p['other_ops_ms']:.2f} ({p['other_ops']}) | {p['python_ms']:.2f} |"
         )
     method = " ".join(rows[0]["profile"]["method"].split())
     lines += ["", f"Method ({rows[0]['profile']['steps']} decode steps per pass): {method}"]

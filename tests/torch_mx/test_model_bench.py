@@ -64,7 +64,8 @@ def test_one_row_in_process(tmp_path, kind):
     assert p["steps"] == 2 and p["linear_calls"] == 8  # module calls: 7 a layer + lm_head
     assert 0 < p["linear_ms"] < p["step_ms"] and p["other_ops"] > 0 and p["other_ops_ms"] > 0
     assert p["linear_bytes"] == rec["linear_bytes"] and p["linear_gb_per_s"] > 0
-    assert p["python_ms"] == pytest.approx(p["step_ms"] - p["linear_ms"] - p["other_ops_ms"])
+    parts = p["profiled_linear_ms"] + p["other_ops_ms"] + p["python_ms"]
+    assert p["python_ms"] > 0 and parts == pytest.approx(p["profiled_step_ms"])
     rec.update(wall_s=1.0, environment={"variables": {}, "cpus": 2, "torch_threads": 1})
     record = {"tag": "t", "date": "2026-12-02T00:00:00", "command": "c", "loadavg_start": 0,
               "loadavg_end": 0, "total_s": 1, "references": [], "rows": [rec], "targets": [],
