@@ -30,7 +30,8 @@ import torch
 
 __all__ = ["METHOD", "profile_decode"]
 
-METHOD = __doc__.split("\n\n", 1)[1].strip()
+#: The method, as the report prints it (this docstring's, without its markup).
+METHOD = __doc__.split("\n\n", 1)[1].strip().replace(":func:", "").replace("``", "`")
 
 _RANGE = "mx-bench: linear"
 
