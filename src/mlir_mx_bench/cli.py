@@ -82,9 +82,19 @@ def _parser() -> ArgParser:
     )
     p.add_argument(
         "--rows",
-        help="--model: comma-separated rows to run, of f32,bf16,torchao,mxfp8,mxfp4,mxfp4-i8 "
-        "(all)",
+        help="--model: comma-separated rows to run, of f32,bf16,torchao,mxfp8,mxfp4,mxfp4-i8,"
+        "mxfp4-fused (all)",
     )
+    p.add_argument(
+        "--profile", nargs="?", type=int, const=8, metavar="STEPS",
+        help="--model: a per-token breakdown of each row's decode (time in the linear layers, "
+        "their bytes and GB/s, torch's other ops, Python) over STEPS more decode steps (8)",
+    )  # fmt: skip
+    p.add_argument(
+        "--env-row", action="append", metavar="VAR=VALUE",
+        help="--model: run the rows again with VAR=VALUE set for their processes, as separate "
+        "rows labelled [VAR=VALUE] (every other row runs in the environment as it is); repeatable",
+    )  # fmt: skip
     return p
 
 
@@ -127,6 +137,7 @@ def _model_options(ns, argv: list[str]):
     from importlib.util import find_spec
 
     from mlir_mx_bench.llama import ModelOptions
+    from mlir_mx_bench.workers import parse_env_setting
 
     missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
     if missing:
@@ -144,7 +155,7 @@ def _model_options(ns, argv: list[str]):
                              num_key_value_heads=2, vocab_size=512)) if ns.quick else {}  # fmt: skip
     names = {"f32": "torch f32", "bf16": "torch bf16", "torchao": "torchao MXFP4 (W+A, emulated)",
              "mxfp8": "ours MXFP8", "mxfp4": "ours MXFP4",
-             "mxfp4-i8": "ours MXFP4, activations=i8"}  # fmt: skip
+             "mxfp4-i8": "ours MXFP4, activations=i8", "mxfp4-fused": "ours MXFP4, fused"}  # fmt: skip
     rows = None
     if ns.rows is not None:
         keys = [k.strip() for k in ns.rows.split(",")]
@@ -154,8 +165,15 @@ def _model_options(ns, argv: list[str]):
         rows = [names[k] for k in keys]
     threads = _thread_counts(ns.threads)
     check_fits(f"--layers {layers}", _model_bytes(layers, quick.get("config", {})))
+    if ns.profile is not None and ns.profile < 1:
+        raise UsageError(f"--profile: expected a positive number of steps, got {ns.profile}")
+    try:
+        env_rows = [parse_env_setting(e) for e in ns.env_row or ()]
+    except ValueError as err:
+        raise UsageError(f"--env-row: {err}") from None
     return ModelOptions(
         layers=layers, threads=threads, tag=tag, out=check_out_dir(ns.out), rows=rows,
+        profile=ns.profile or 0, env_rows=env_rows,
         command=" ".join([PROG, *(shlex.quote(a) for a in argv)]), **quick,
     )  # fmt: skip
 
@@ -167,8 +185,9 @@ def _gpt_oss_options(ns, argv: list[str]):
 
     if find_spec("accelerate") is None:
         raise ToolError("--model gpt-oss needs accelerate (transformers' rows): pip install accelerate")
-    if ns.rows is not None:
-        raise UsageError("--rows is not used by --model gpt-oss (it runs every row)")
+    for flag in ("rows", "profile", "env_row"):
+        if getattr(ns, flag) is not None:
+            raise UsageError(f"--{flag.replace('_', '-')} is not used by --model gpt-oss")
     layers = ns.layers if ns.layers is not None else (1 if ns.quick else 4)
     if layers < 1:
         raise UsageError(f"--layers: must be positive, got {layers}")
@@ -242,7 +261,7 @@ _MODES = {
     "--shapes": ("the matmul benchmark", ("--formats", "--samples")),
     "--mlp": ("the MLP benchmark", ("--samples", "--mlp-tokens")),
     "--quantize": ("the conversion benchmark", ("--formats", "--samples")),
-    "--model": ("the model benchmark", ("--layers", "--rows")),
+    "--model": ("the model benchmark", ("--layers", "--rows", "--profile", "--env-row")),
 }
 
 
@@ -255,7 +274,8 @@ def _mode(ns) -> str:
         raise UsageError(f"{given[0]} and {given[1]} are two benchmarks: choose one a run")
     mode = given[0] if given else "--shapes"
     what, uses = _MODES[mode]
-    for flag in ("--formats", "--samples", "--mlp-tokens", "--layers", "--rows"):
+    for flag in ("--formats", "--samples", "--mlp-tokens", "--layers", "--rows", "--profile",
+                 "--env-row"):  # fmt: skip
         if getattr(ns, flag[2:].replace("-", "_")) is not None and flag not in uses:
             users = " or ".join(m for m, (_, u) in _MODES.items() if flag in u)
             raise UsageError(f"{flag} is not used by {what} ({mode}), only with {users}")

@@ -23,10 +23,7 @@ ms, decode tokens/s.  No environment variable is set for any row.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,6 +33,7 @@ import numpy as np
 
 from mlir_mx.host import default_thread_counts
 from mlir_mx_bench.machine import loadavg, machine_info
+from mlir_mx_bench.workers import ENV_PREFIXES, run_worker
 
 __all__ = ["GPT_OSS_ROWS", "GptOssOptions", "gpt_oss_markdown", "run_gpt_oss"]
 
@@ -78,17 +76,10 @@ class GptOssOptions:
 
 
 def _run_worker(spec: dict, tmp: Path, say) -> dict:
-    path = tmp / f"{spec['name']}-spec.json"
-    path.write_text(json.dumps(spec))
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mlir_mx_bench.gpt_oss_worker", str(path)],
-                          capture_output=True, text=True)  # fmt: skip
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
-        say(f"    {spec['row']:<24} failed: {tail}")
-        return {"spec": spec, "error": f"exit {proc.returncode}: {tail}"}
-    rec = json.loads((tmp / f"{spec['name']}.json").read_text())
-    rec["wall_s"] = time.perf_counter() - t0
+    rec = run_worker("mlir_mx_bench.gpt_oss_worker", spec, tmp)
+    if "error" in rec:
+        say(f"    {spec['row']:<24} failed: {rec['error']}")
+        return rec
     say(f"    {spec['row']:<24} load {rec['load_s']:.1f} s, prefill {rec['prefill_ms']:.0f} ms, "
         f"decode {rec['decode_tokens_per_s']:.2f} tok/s, "
         f"RSS +{(rec['rss_model_kib'] - rec['rss_start_kib']) / 1024:.0f} MiB")  # fmt: skip
@@ -118,8 +109,7 @@ def run_gpt_oss(opts: GptOssOptions, say: Callable[[str], None]) -> dict:
     record = {"tool": "mx-bench --model gpt-oss", "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "tag": opts.tag, "command": opts.command, "options": opts.as_dict(),
               "machine": machine_info(), "loadavg_start": loadavg(),
-              "env": {k: v for k, v in os.environ.items()
-                      if k.startswith(("OMP_", "GOMP_", "KMP_", "MKL_"))}}  # fmt: skip
+              "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="mx-bench-gpt-oss-") as tmp_:
         tmp = Path(tmp_)
         t0 = time.perf_counter()

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from mlir_mx_bench.llama_worker import release_free_memory, rss_kib
+from mlir_mx_bench.workers import greedy_decode, worker_main
 
 __all__ = ["GPT_OSS_20B", "expert_bytes", "run_row", "write_checkpoint"]
 
@@ -102,20 +103,6 @@ def _load(spec: dict):
     return from_pretrained(path, dtype=None if dtype == torch.bfloat16 else dtype, activations=acts)
 
 
-def _decode(model, ids, new_tokens: int) -> tuple[list[int], list[float]]:
-    tokens, steps = [], []
-    with torch.inference_mode():
-        out = model(ids, use_cache=True, logits_to_keep=1)
-        while True:
-            nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-            tokens.append(int(nxt))
-            if len(tokens) == new_tokens:
-                return tokens, steps
-            t0 = time.perf_counter()
-            out = model(nxt, cache=out.cache, use_cache=True, logits_to_keep=1)
-            steps.append(time.perf_counter() - t0)
-
-
 def run_row(spec: dict) -> dict:
     """Load, time and check one row (the module docstring)."""
     import transformers  # noqa: F401  (imported before the baseline RSS)
@@ -134,7 +121,7 @@ def run_row(spec: dict) -> dict:
     ids = torch.randint(0, model.config.vocab_size, (1, spec["prompt"]),
                         generator=torch.Generator().manual_seed(spec["seed"] + 1))  # fmt: skip
     t0 = time.perf_counter()
-    _decode(model, ids, 2)  # warm-up: our kernels compile here
+    greedy_decode(model, ids, 2)  # warm-up: our kernels compile here
     rec["warmup_s"] = time.perf_counter() - t0
     with torch.inference_mode():
         times = []
@@ -143,7 +130,7 @@ def run_row(spec: dict) -> dict:
             model(ids, use_cache=True, logits_to_keep=1)
             times.append(time.perf_counter() - t0)
     rec["prefill_ms"] = 1e3 * statistics.median(times)
-    rec["tokens"], steps = _decode(model, ids, spec["new_tokens"])
+    rec["tokens"], steps = greedy_decode(model, ids, spec["new_tokens"])
     rec["decode_tokens_per_s"] = 1.0 / statistics.median(steps)
     if spec.get("bound"):
         from mlir_mx.torch import logit_bound
@@ -159,13 +146,5 @@ def run_row(spec: dict) -> dict:
     return rec
 
 
-def main(argv: list[str]) -> int:
-    """``python -m mlir_mx_bench.gpt_oss_worker SPEC.json``."""
-    spec = json.loads(Path(argv[0]).read_text())
-    rec = run_row(spec)
-    (Path(spec["out"]) / f"{spec['name']}.json").write_text(json.dumps(rec, indent=1))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(worker_main(run_row, sys.argv[1:]))

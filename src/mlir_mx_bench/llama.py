@@ -18,10 +18,7 @@ first 32 greedy tokens.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,8 +30,11 @@ import numpy as np
 from mlir_mx.host import default_thread_counts
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 from mlir_mx_bench.machine import cpu_sample, loadavg, machine_info, other_load
+from mlir_mx_bench.workers import ENV_PREFIXES, run_worker
 
-__all__ = ["ModelOptions", "ROWS", "TARGET_ROWS", "run_model", "targets"]
+__all__ = [
+    "CHECKED_KINDS", "ModelOptions", "ROWS", "TARGET_ROWS", "run_model", "same_env_key", "targets"
+]
 
 #: (row name, worker kind, MX format); the reference a row is checked against
 ROWS = (
@@ -47,7 +47,11 @@ ROWS = (
     # checked against the same reference, reported, not held to its bound
     # (the bound is for f32 activations).
     ("ours MXFP4, activations=i8", "mx-w4a8", "f4E2M1FN"),
+    # quantize_(..., fuse=True): q/k/v and gate/up one kernel call each
+    ("ours MXFP4, fused", "mx-fused", "f4E2M1FN"),
 )
+#: The row kinds held to the reference's bound and greedy tokens.
+CHECKED_KINDS = ("mx", "mx-fused")
 NOT_RUN: dict[str, str] = {}
 SAME_TOKENS = 32
 
@@ -57,7 +61,8 @@ class ModelOptions:
 
     def __init__(self, *, layers=22, threads=None, prompt=128, new_tokens=64, seed=0,
                  prefill_samples=3, probes=4, torchao_tokens=4, command="", tag="model",
-                 out=Path("bench/results"), config=None, rows=None):  # fmt: skip
+                 out=Path("bench/results"), config=None, rows=None, env_rows=(),
+                 profile=0):  # fmt: skip
         #: thread counts (default: 1 and all cores, host.default_thread_counts)
         threads = default_thread_counts() if threads is None else threads
         self.layers, self.threads, self.prompt = layers, list(threads), prompt
@@ -68,57 +73,50 @@ class ModelOptions:
         self.config = dict(config or {})
         #: the ROWS to run, by name (None: all)
         self.rows = list(rows) if rows is not None else [name for name, _, _ in ROWS]
+        #: settings ({VAR: VALUE}) each run as separate, labelled rows (--env-row);
+        #: every other row runs in this environment as it is
+        self.env_rows = [dict(e) for e in env_rows]
+        #: decode steps of the per-token breakdown (--profile; 0: none)
+        self.profile = profile
 
     def as_dict(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self).items()}
 
 
 def _run_worker(spec: dict, tmp: Path, say) -> dict:
-    path = tmp / f"{spec['name']}-spec.json"
-    path.write_text(json.dumps(spec))
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "mlir_mx_bench.llama_worker", str(path)],
-        capture_output=True, text=True, env={**os.environ, **worker_env()},
-    )  # fmt: skip
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
-        return {"spec": spec, "error": f"exit {proc.returncode}: {tail}"}
-    rec = json.loads((tmp / f"{spec['name']}.json").read_text())
-    rec["wall_s"] = time.perf_counter() - t0
+    rec = run_worker("mlir_mx_bench.llama_worker", spec, tmp, spec.get("env"))
     say(f"    {spec['row']:<32} {_summary(rec)}")
     return rec
 
 
-def worker_env() -> dict[str, str]:
-    """What every row's process gets on top of this environment.
-
-    ``OMP_WAIT_POLICY=PASSIVE`` (unless set already): torch's OpenMP workers
-    otherwise spin after each op and hold the cores that the next op's threads,
-    ours or torch's own, need (measured on the 2-core machine, 2 layers, 2
-    threads: a decode step of ours 67 -> 14 ms, torch bf16's 170 -> 32 ms)."""
-    env = {"PYTHONWARNINGS": "ignore"}
-    if "OMP_WAIT_POLICY" not in os.environ:
-        env["OMP_WAIT_POLICY"] = "PASSIVE"
-    return env
-
-
 def _summary(r: dict) -> str:
+    if "error" in r:
+        return f"failed: {r['error'].splitlines()[-1]}"
     if "prefill_ms" not in r:
         return f"reference ready ({r['wall_s']:.0f} s)"
     return (f"prefill {r['prefill_ms']:.0f} ms, decode {r['decode_tokens_per_s']:.2f} tok/s, "
             f"RSS {r['rss_model_kib'] / 1024:.0f} MiB ({r['wall_s']:.0f} s)")  # fmt: skip
 
 
-def _spec(opts: ModelOptions, tmp: Path, row: str, kind: str, fmt, threads: int) -> dict:
-    name = f"{kind}-{fmt or 'none'}-{threads}t"
+def _label(env: dict | None) -> str:
+    return " ".join(f"{k}={v}" for k, v in (env or {}).items())
+
+
+def _spec(opts: ModelOptions, tmp: Path, row: str, kind: str, fmt, threads: int,
+          env: dict | None = None, index: int = 0) -> dict:  # fmt: skip
+    name = f"{kind}-{fmt or 'none'}-{threads}t" + (f"-env{index}" if env else "")
     tokens = min(opts.new_tokens, opts.torchao_tokens) if kind == "torchao" else opts.new_tokens
     if kind == "reference":  # its greedy tokens are only compared, SAME_TOKENS of them
         tokens = min(opts.new_tokens, SAME_TOKENS)
-    return dict(name=name, row=row, kind=kind, format=fmt, threads=threads, layers=opts.layers,
+    spec = dict(name=name, row=row, kind=kind, format=fmt, threads=threads, layers=opts.layers,
                 prompt=opts.prompt, new_tokens=tokens, seed=opts.seed, out=str(tmp),
                 prefill_samples=1 if kind == "torchao" else opts.prefill_samples,
-                probes=opts.probes, config=opts.config)  # fmt: skip
+                probes=opts.probes, config=opts.config, env=env,
+                base_row=row if env else None,
+                profile=opts.profile if kind not in ("torchao", "reference") else 0)  # fmt: skip
+    if env:
+        spec["row"] = f"{row} [{_label(env)}]"
+    return spec
 
 
 def _check(rec: dict, refs: dict, tmp: Path) -> None:
@@ -139,14 +137,20 @@ def _check(rec: dict, refs: dict, tmp: Path) -> None:
     n = min(SAME_TOKENS, len(rec["tokens"]), len(ref["tokens"]))
     rec["same_tokens"] = int(np.argmin(np.r_[np.equal(rec["tokens"][:n], ref["tokens"][:n]), False]))
     rec["tokens_compared"] = n
-    if kind == "mx":
+    if kind in CHECKED_KINDS:
         rec["correct"] = rec["diff_over_bound"] <= 1.0 and rec["same_tokens"] == n
 
 
+def same_env_key(spec: dict) -> tuple:
+    """Rows run at one thread count in one environment share this key."""
+    return spec["threads"], _label(spec.get("env"))
+
+
 def _bf16_vs_f32(rows: list[dict], tmp: Path) -> None:
-    f32 = {r["spec"]["threads"]: r for r in rows if r["spec"]["kind"] == "f32" and "error" not in r}
+    f32 = {same_env_key(r["spec"]): r for r in rows
+           if r["spec"]["kind"] == "f32" and "error" not in r}  # fmt: skip
     for r in rows:
-        base = f32.get(r["spec"]["threads"])
+        base = f32.get(same_env_key(r["spec"]))
         if r["spec"]["kind"] == "bf16" and "error" not in r and base is not None:
             z = np.load(tmp / f"{r['spec']['name']}-logits.npy")
             z32 = np.load(tmp / f"{base['spec']['name']}-logits.npy")
@@ -166,8 +170,7 @@ def run_model(opts: ModelOptions, say: Callable[[str], None]) -> dict:
     record = {"tool": "mx-bench --model", "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "tag": opts.tag, "command": opts.command, "options": opts.as_dict(),
               "machine": machine_info(), "loadavg_start": loadavg(), "not_run": NOT_RUN,
-              "worker_env": {k: v for k, v in {**os.environ, **worker_env()}.items()
-                             if k.startswith(("OMP_", "GOMP_", "KMP_", "MKL_"))}}  # fmt: skip
+              "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}}  # fmt: skip
     say(f"mx-bench --model: Llama of TinyLlama-1.1B's shape, {opts.layers} layers, "
         f"threads {opts.threads}, load average {record['loadavg_start']}")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="mx-bench-model-") as tmp_:
@@ -181,9 +184,11 @@ def run_model(opts: ModelOptions, say: Callable[[str], None]) -> dict:
         rows = []
         for t in opts.threads:
             say(f"  {t} thread(s):")
-            for row, kind, fmt in (r for r in ROWS if r[0] in opts.rows):
-                rows.append(_run_worker(_spec(opts, tmp, row, kind, fmt, t), tmp, say))
-                _check(rows[-1], refs, tmp)
+            for i, env in enumerate([None, *opts.env_rows]):
+                for row, kind, fmt in (r for r in ROWS if r[0] in opts.rows):
+                    spec = _spec(opts, tmp, row, kind, fmt, t, env, i)
+                    rows.append(_run_worker(spec, tmp, say))
+                    _check(rows[-1], refs, tmp)
         _bf16_vs_f32(rows, tmp)
     record.update(references=list(refs.values()), rows=rows, loadavg_end=loadavg(),
                   cpu=other_load(cpu0, _cpu_sample()), total_s=time.perf_counter() - t_start)  # fmt: skip
@@ -216,6 +221,14 @@ def targets(rows: list[dict]) -> list[dict]:
     for t in sorted({r["spec"]["threads"] for r in rows}):
         g = {name: by.get((name, t)) for name, _, _ in ROWS}
         out += [dict(threads=t, **x) for x in _targets_of(g)]
+        for r in rows:  # our rows in the default environment against each --env-row
+            s = r["spec"]
+            if s["threads"] == t and s.get("env") and s["kind"].startswith("mx"):
+                base = g.get(s["base_row"])
+                value = _ratio(base, by.get((s["row"], t)), "decode_tokens_per_s")
+                out.append(dict(threads=t, figure=f"decode tokens/s, {s['base_row']}: default "
+                                f"environment / {_label(s['env'])}", value=value,
+                                target=">= 0.9", met=None if value is None else value >= 0.9))  # fmt: skip
     return out
 
 

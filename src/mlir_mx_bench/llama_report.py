@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mlir_mx_bench.llama import ROWS
+from mlir_mx_bench.llama import ROWS, same_env_key
 
 __all__ = ["model_markdown", "write_model_results"]
 
@@ -47,9 +47,12 @@ def _header(r: dict) -> list[str]:
         "(decode tokens/s: 1 / the median decode step, robust to bursts of other work; the "
         "mean is in the JSON); each row after a warm-up of 3 tokens (our kernels compile "
         "there), each row in a process of its own",
-        "- Threads: torch.set_num_threads(t); our layers follow torch.get_num_threads(); "
-        f"every row's environment: {r.get('worker_env') or 'as is'} (torch's OpenMP workers "
-        "otherwise spin after each op and hold the cores the next op needs; docs/torch.md)",
+        "- Threads: torch.set_num_threads(t); our layers follow torch.get_num_threads(). "
+        "**Environment**: every row runs in the environment of the command as it is (no "
+        f"variable set; OMP_/GOMP_/KMP_/MKL_ variables of the command: {r.get('env') or 'none'})"
+        + (", except the rows labelled `[VAR=VALUE]` (`--env-row`), which set that variable "
+           "for their process only" if r["options"].get("env_rows") else "")
+        + "; what each row's process ran in is under 'Environment' below",
         "- Linear weights: bytes of the memory the linear layers reference (tensors, a "
         "tensor subclass's inner tensors, the arrays `mlir_mx.Linear` holds; each block once)",
         "- RSS: VmRSS after building and converting the model and returning freed heap "
@@ -72,7 +75,7 @@ def _row_line(r: dict, base: dict | None) -> str:
     bits = 8 * r["linear_bytes"] / r["linear_params"]
     diff = f"{r['max_logit_diff']:.2e} (vs {r['vs']})" if "max_logit_diff" in r else "-"
     ok = "-"
-    if s["kind"] in ("torchao", "mx-w4a8"):
+    if s["kind"] in ("torchao", "mx-w4a8"):  # activations quantized: no bound applies
         ok = "n/a (activations quantized)"
     elif "diff_over_bound" in r:
         ok = f"{r['diff_over_bound']:.2g}"
@@ -91,7 +94,8 @@ def _tables(r: dict) -> list[str]:
     lines = []
     for t in r["options"]["threads"]:
         rows = [x for x in r["rows"] if x["spec"]["threads"] == t]
-        base = next((x for x in rows if x["spec"]["kind"] == "f32" and "error" not in x), None)
+        f32 = {same_env_key(x["spec"]): x for x in rows
+               if x["spec"]["kind"] == "f32" and "error" not in x}  # fmt: skip
         lines += [
             "",
             f"## {t} thread(s)",
@@ -101,7 +105,7 @@ def _tables(r: dict) -> list[str]:
             "| same tokens |",
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
-        lines += [_row_line(x, base) for x in rows]
+        lines += [_row_line(x, f32.get(same_env_key(x["spec"]))) for x in rows]
         for name, why in r["not_run"].items():
             lines.append(f"| {name} | not run: {why} |" + " |" * 9)
     return lines
@@ -152,7 +156,51 @@ def _notes(r: dict) -> list[str]:
     return lines
 
 
+def _environment(r: dict) -> list[str]:
+    """What each row's process ran in (workers.run_environment), one line per
+    distinct environment."""
+    seen: dict[str, list[str]] = {}
+    for x in r["rows"]:
+        e = x.get("environment")
+        if e is None:
+            continue
+        keep = ("backend", "max_threads")
+        par = "; ".join(p for p in e.get("torch_parallel", []) if any(k in p for k in keep))
+        text = (f"variables {e['variables'] or 'none set'}; {e.get('cpus_allowed', e['cpus'])} "
+                f"CPUs allowed; torch threads {e.get('torch_threads')} (inter-op "
+                f"{e.get('torch_interop_threads')}); {par}")  # fmt: skip
+        seen.setdefault(text, []).append(f"{x['spec']['row']} ({x['spec']['threads']}t)")
+    lines = ["", "## Environment", ""]
+    lines += [f"- {text}: {', '.join(rows)}" for text, rows in seen.items()]
+    return lines if seen else []
+
+
+def _profile(r: dict) -> list[str]:
+    """The per-token breakdown (--profile) of the rows that have one."""
+    rows = [x for x in r["rows"] if "profile" in x]
+    if not rows:
+        return []
+    lines = ["", "## Per-token breakdown (--profile)", "",
+             "| threads | row | decode step ms (timed) | linears ms, hooks only | linear weights "
+             "MiB | linears GB/s | profiled step ms | of which: linears | torch's other ops "
+             "(ops/token) | Python and the rest |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for x in rows:
+        p = x["profile"]
+        gbs = "-" if p["linear_gb_per_s"] is None else f"{p['linear_gb_per_s']:.1f}"
+        lines.append(
+            f"| {x['spec']['threads']} | {x['spec']['row']} | {1e3 / x['decode_tokens_per_s']:.2f} "
+            f"| {p['linear_ms']:.2f} ({p['linear_calls']} calls) | {p['linear_bytes'] / 2**20:.1f} "
+            f"| {gbs} | {p['profiled_step_ms']:.2f} | {p['profiled_linear_ms']:.2f} "
+            f"| {p['other_ops_ms']:.2f} ({p['other_ops']}) | {p['python_ms']:.2f} |"
+        )
+    method = " ".join(rows[0]["profile"]["method"].split())
+    lines += ["", f"Method ({rows[0]['profile']['steps']} decode steps per pass): {method}"]
+    return lines
+
+
 def model_markdown(record: dict) -> str:
     """The markdown rendering of a model run."""
-    lines = _header(record) + _tables(record) + _targets(record) + _notes(record)
+    lines = _header(record) + _tables(record) + _profile(record) + _environment(record)
+    lines += _targets(record) + _notes(record)
     return "\n".join(lines) + "\n"

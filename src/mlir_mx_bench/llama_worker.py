@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import json
 import statistics
 import sys
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from mlir_mx_bench.workers import greedy_decode, worker_main
 
 __all__ = ["linear_weight_bytes", "llama_config", "release_free_memory", "rss_kib", "run_row"]
 
@@ -115,32 +116,17 @@ def _convert(model, spec: dict) -> dict:
         model.to(torch.bfloat16)  # torchao's MX inference path takes bf16 only
         ao_quantize_(model, MXDynamicActivationMXWeightConfig(
             activation_dtype=dt, weight_dtype=dt, kernel_preference=KernelPreference.EMULATED))  # fmt: skip
-    elif kind in ("mx", "mx-w4a8"):
+    elif kind in ("mx", "mx-w4a8", "mx-fused"):
         from mlir_mx.torch import quantize_
 
         acts = "i8" if kind == "mx-w4a8" else None
-        info["summary"] = str(quantize_(model, fmt, activations=acts))
+        info["summary"] = str(quantize_(model, fmt, activations=acts, fuse=kind == "mx-fused"))
     elif kind == "reference":
         from mlir_mx.torch import dequantize_
 
         dequantize_(model, fmt)
     info["convert_s"] = time.perf_counter() - t0
     return info
-
-
-def _decode(model, ids, new_tokens: int) -> tuple[list[int], list[float]]:
-    """Greedy tokens after ``ids`` and the seconds of each decode step."""
-    tokens, steps = [], []
-    with torch.inference_mode():
-        out = model(ids, use_cache=True, logits_to_keep=1)
-        while True:
-            nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-            tokens.append(int(nxt))
-            if len(tokens) == new_tokens:
-                return tokens, steps
-            t0 = time.perf_counter()
-            out = model(nxt, cache=out.cache, use_cache=True, logits_to_keep=1)
-            steps.append(time.perf_counter() - t0)
 
 
 def _prefill_s(model, ids, samples: int) -> list[float]:
@@ -178,14 +164,14 @@ def run_row(spec: dict) -> dict:
         lb = logit_bound(model, ids, probes=spec["probes"])
         np.save(out_dir / f"{name}-logits.npy", lb.logits[0].numpy())
         np.save(out_dir / f"{name}-bound.npy", lb.bound[0].numpy())
-        rec["tokens"], _ = _decode(model, ids, spec["new_tokens"])
+        rec["tokens"], _ = greedy_decode(model, ids, spec["new_tokens"])
     else:
         t0 = time.perf_counter()
         if spec["kind"] != "torchao":  # (torchao: nothing to compile, and it is slow)
-            _decode(model, ids, 3)  # warm-up: compiles our kernels (prefill and decode)
+            greedy_decode(model, ids, 3)  # warm-up: compiles our kernels (prefill and decode)
         rec["warmup_s"] = time.perf_counter() - t0
         rec["prefill_s"] = _prefill_s(model, ids, spec["prefill_samples"])
-        rec["tokens"], rec["decode_step_s"] = _decode(model, ids, spec["new_tokens"])
+        rec["tokens"], rec["decode_step_s"] = greedy_decode(model, ids, spec["new_tokens"])
         with torch.inference_mode():
             logits = model(ids).logits[0].to(torch.float32)
         np.save(out_dir / f"{name}-logits.npy", logits.numpy())
@@ -193,18 +179,14 @@ def run_row(spec: dict) -> dict:
         # The median step: robust to bursts of other processes on shared cores.
         rec["decode_tokens_per_s"] = 1.0 / statistics.median(rec["decode_step_s"])
         rec["decode_tokens_per_s_mean"] = len(rec["decode_step_s"]) / sum(rec["decode_step_s"])
+        if spec.get("profile"):
+            from mlir_mx_bench.llama_profile import profile_decode
+
+            rec["profile"] = profile_decode(model, ids, spec["profile"], rec["linear_bytes"])
     mem = rss_kib()
     rec["rss_end_kib"], rec["rss_peak_kib"] = mem["VmRSS"], mem["VmHWM"]
     return rec
 
 
-def main(argv: list[str]) -> int:
-    """``python -m mlir_mx_bench.llama_worker SPEC.json``."""
-    spec = json.loads(Path(argv[0]).read_text())
-    rec = run_row(spec)
-    (Path(spec["out"]) / f"{spec['name']}.json").write_text(json.dumps(rec, indent=1))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(worker_main(run_row, sys.argv[1:]))

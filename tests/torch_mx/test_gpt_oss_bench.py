@@ -21,6 +21,8 @@ def test_gpt_oss_arguments_are_checked(capsys):
     assert "--layers: must be positive" in capsys.readouterr().err
     assert main(["--model", "gpt-oss", "--rows", "f32"]) == 2
     assert "--rows is not used by --model gpt-oss" in capsys.readouterr().err
+    assert main(["--model", "gpt-oss", "--profile"]) == 2
+    assert "--profile is not used by --model gpt-oss" in capsys.readouterr().err
     assert main(["--model", "mixtral"]) == 2
     assert "invalid choice" in capsys.readouterr().err
 

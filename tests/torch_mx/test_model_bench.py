@@ -18,8 +18,10 @@ from llama_cases import tiny_llama  # noqa: E402
 
 from mlir_mx.torch import quantize_  # noqa: E402
 from mlir_mx_bench.cli import main  # noqa: E402
-from mlir_mx_bench.llama import targets, worker_env  # noqa: E402
+from mlir_mx_bench.llama import ModelOptions, _spec, targets  # noqa: E402
+from mlir_mx_bench.llama_report import model_markdown  # noqa: E402
 from mlir_mx_bench.llama_worker import linear_weight_bytes, run_row  # noqa: E402
+from mlir_mx_bench.workers import run_worker  # noqa: E402
 
 TOY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
            vocab_size=256)  # fmt: skip
@@ -43,10 +45,11 @@ def test_linear_weight_bytes_from_the_memory_referenced(activations):
     assert linear_weight_bytes(model) == (mx_bytes, params)
 
 
-def test_one_row_in_process(tmp_path):
-    spec = dict(name="r", row="ours MXFP4", kind="mx", format="f4E2M1FN", threads=1, layers=1,
+@pytest.mark.parametrize("kind", ["mx", "mx-fused"])
+def test_one_row_in_process(tmp_path, kind):
+    spec = dict(name="r", row="ours MXFP4", kind=kind, format="f4E2M1FN", threads=1, layers=1,
                 prompt=8, new_tokens=4, seed=0, out=str(tmp_path), prefill_samples=1, probes=1,
-                config=TOY)  # fmt: skip
+                config=TOY, profile=2)  # fmt: skip
     before = torch.get_num_threads()
     try:
         rec = run_row(spec)  # sets torch's threads, as the row's process does
@@ -56,6 +59,23 @@ def test_one_row_in_process(tmp_path):
     assert len(rec["tokens"]) == 4 and len(rec["decode_step_s"]) == 3
     assert rec["prefill_ms"] > 0 and rec["rss_peak_kib"] >= rec["rss_model_kib"] > 0
     assert (tmp_path / "r-logits.npy").stat().st_size > 8 * 256 * 4
+    assert ("groups fused" in rec["summary"]) == (kind == "mx-fused")
+    p = rec["profile"]  # the per-token breakdown (--profile)
+    assert p["steps"] == 2 and p["linear_calls"] == 8  # module calls: 7 a layer + lm_head
+    assert 0 < p["linear_ms"] < p["step_ms"] and p["other_ops"] > 0 and p["other_ops_ms"] > 0
+    assert p["linear_bytes"] == rec["linear_bytes"] and p["linear_gb_per_s"] > 0
+    parts = p["profiled_linear_ms"] + p["other_ops_ms"] + p["python_ms"]
+    assert p["python_ms"] > 0 and parts == pytest.approx(p["profiled_step_ms"])
+    rec.update(wall_s=1.0, environment={"variables": {}, "cpus": 2, "torch_threads": 1})
+    record = {"tag": "t", "date": "2026-12-02T00:00:00", "command": "c", "loadavg_start": 0,
+              "loadavg_end": 0, "total_s": 1, "references": [], "rows": [rec], "targets": [],
+              "not_run": {}, "env": {}, "machine": {"cpu": "x", "cpus": 2, "platform": "p",
+                                                      "cpu_features": {}, "versions": {}},
+              "options": {"threads": [1], "rows": ["ours MXFP4"], "layers": 1, "seed": 0,
+                          "prompt": 8, "prefill_samples": 1, "new_tokens": 4, "probes": 1}}  # fmt: skip
+    md = model_markdown(record)
+    assert "## Per-token breakdown (--profile)" in md and "Method (2 decode steps" in md
+    assert "## Environment" in md and "variables none set" in md
 
 
 def test_targets_from_rows():
@@ -104,11 +124,47 @@ def test_the_report_names_its_targets_and_the_rows_not_run():
     assert "?" not in text and "its row was not run here" in text
 
 
-def test_rows_run_with_passive_openmp_waiting_unless_set(monkeypatch):
+def test_rows_run_in_the_default_environment_unless_an_env_row_says(monkeypatch, tmp_path):
+    """No variable is set for a row's process; --env-row sets its own, for its rows only,
+    and each row records what it ran in."""
+    import mlir_mx_bench.workers as workers
+
+    seen = {}
+
+    def fake_run(cmd, **kw):  # the launch without env: the environment as it is
+        seen.update(kw)
+        raise RuntimeError("not run")
+
+    monkeypatch.setattr(workers.subprocess, "run", fake_run)
+    with pytest.raises(RuntimeError, match="not run"):
+        run_worker("mlir_mx_bench.workers", {"name": "a", "out": str(tmp_path)}, tmp_path)
+    assert seen["env"] is None
+    monkeypatch.undo()
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    assert worker_env()["OMP_WAIT_POLICY"] == "PASSIVE"
-    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    assert "OMP_WAIT_POLICY" not in worker_env()  # the user's choice stands
+    monkeypatch.setenv("MKL_VERBOSE", "0")  # the user's own variables pass through, recorded
+    rec = run_worker("mlir_mx_bench.workers", {"name": "b", "out": str(tmp_path)}, tmp_path,
+                     {"OMP_WAIT_POLICY": "PASSIVE"})  # fmt: skip
+    env = rec["environment"]
+    assert env["variables"] == {"MKL_VERBOSE": "0", "OMP_WAIT_POLICY": "PASSIVE"}
+    assert env["cpus"] >= 1 and "torch_threads" not in env  # (this worker imports no torch)
+    opts = ModelOptions(threads=[2], env_rows=[{"OMP_WAIT_POLICY": "PASSIVE"}])
+    plain = _spec(opts, tmp_path, "ours MXFP4", "mx", "f4E2M1FN", 2)
+    labelled = _spec(opts, tmp_path, "ours MXFP4", "mx", "f4E2M1FN", 2, opts.env_rows[0], 1)
+    assert plain["env"] is None and plain["row"] == "ours MXFP4"
+    assert labelled["row"] == "ours MXFP4 [OMP_WAIT_POLICY=PASSIVE]"
+    assert labelled["name"] != plain["name"] and labelled["base_row"] == "ours MXFP4"
+
+
+def test_env_rows_have_a_target_of_their_own():
+    def row(name, tps, env=None):
+        return {"spec": {"row": name + (" [X=1]" if env else ""), "threads": 2, "kind": "mx",
+                         "env": env, "base_row": name if env else None},
+                "decode_tokens_per_s": tps, "prefill_ms": 1.0}  # fmt: skip
+
+    t = [x for x in targets([row("ours MXFP8", 9.0), row("ours MXFP8", 10.0, {"X": "1"})])
+         if "default environment" in x["figure"]]  # fmt: skip
+    assert len(t) == 1 and t[0]["value"] == 0.9 and t[0]["met"]
+    assert t[0]["figure"] == "decode tokens/s, ours MXFP8: default environment / X=1"
 
 
 def test_model_arguments_are_checked(capsys):
@@ -118,6 +174,10 @@ def test_model_arguments_are_checked(capsys):
     assert (
         "--rows: expected some of f32,bf16,torchao,mxfp8,mxfp4,mxfp4-i8" in capsys.readouterr().err
     )
+    assert main(["--model", "--profile", "0"]) == 2
+    assert "--profile: expected a positive number" in capsys.readouterr().err
+    assert main(["--model", "--env-row", "OMP_WAIT_POLICY"]) == 2
+    assert "--env-row: expected VAR=VALUE" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -129,8 +189,9 @@ def test_quick_model_run_writes_results(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     rec = json.loads(next(tmp_path.glob("*.json")).read_text())
-    ours = [r for r in rec["rows"] if r["spec"]["kind"] == "mx"]
-    assert len(ours) == 2 and all(r["correct"] for r in ours)
+    ours = [r for r in rec["rows"] if r["spec"]["kind"] in ("mx", "mx-fused")]
+    assert len(ours) == 3 and all(r["correct"] for r in ours)
+    assert all(r["environment"]["variables"] == rec["env"] for r in rec["rows"])
     (w4a8,) = [r for r in rec["rows"] if r["spec"]["kind"] == "mx-w4a8"]
     assert "max_logit_diff" in w4a8 and "correct" not in w4a8  # reported, not held to the bound
     md = next(tmp_path.glob("*.md")).read_text()

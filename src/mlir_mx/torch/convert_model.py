@@ -16,8 +16,9 @@ from .experts import MXExperts, is_stacked_experts
 from .module import MXLinear, check_activations, is_conv1d
 
 __all__ = [
-    "QuantizeSummary", "is_conv1d", "linear_weight", "quantize_", "selected_experts", "selected_linears"
-]
+    "FUSE_GROUPS", "QuantizeSummary", "is_conv1d", "linear_weight", "quantize_", "selected_experts",
+    "selected_linears",
+]  # fmt: skip
 
 
 @dataclass
@@ -41,11 +42,14 @@ class QuantizeSummary:
     experts: list[str] = field(default_factory=list)
     bytes_before: int = 0
     bytes_after: int = 0
+    #: the groups of converted layers fused (``fuse=``): their names, one list a group
+    fused: list[list[str]] = field(default_factory=list)
 
     def __str__(self) -> str:
         ratio = self.bytes_after / self.bytes_before if self.bytes_before else 0.0
         conv = f", {len(self.conv1d)} of them Conv1D" if self.conv1d else ""
         moe = f", {len(self.experts)} experts modules -> MXExperts" if self.experts else ""
+        moe += f", {len(self.fused)} groups fused" if self.fused else ""
         lines = [
             f"quantize_: {len(self.converted)} nn.Linear layers{conv} -> MXLinear{moe} ({self.weights}, "
             f"block {self.block_size}); weights {self.bytes_before / 2**20:.1f} MiB -> "
@@ -63,6 +67,7 @@ def quantize_(
     filter_fn: Callable[[torch.nn.Module, str], bool] | None = None,
     *,
     threads: int | None = None,
+    fuse=False,
 ) -> QuantizeSummary:
     """Replace every ``nn.Linear`` of ``model`` (``lm_head`` included) by an
     :class:`MXLinear` with ``weights``-format MX weights, in place, as torchao's
@@ -77,8 +82,15 @@ def quantize_(
     replaced, so peak memory stays near the model's own.  ``activations``: None
     (activations enter exactly) or the MX format they are quantized to per call
     (``"i8"``: W4A8 on the CPU's integer dot units; ``MXLinear``).  ``threads``: as for
-    ``MXLinear`` (None follows ``torch.get_num_threads()``).  Returns a
-    :class:`QuantizeSummary`.
+    ``MXLinear`` (None follows ``torch.get_num_threads()``).
+
+    ``fuse``: False (default), True (the siblings of :data:`FUSE_GROUPS`:
+    ``q_proj``/``k_proj``/``v_proj`` and ``gate_proj``/``up_proj``), or a list
+    of tuples of attribute names.  Each group of converted ``MXLinear``
+    siblings of one parent with one ``in_features`` then holds one MX weight
+    (concatenated along ``out``) and runs one kernel call for an input they
+    share (:mod:`mlir_mx.torch.fused`); each stays an ``MXLinear`` with its
+    own name, bias and ``state_dict`` entries.  Returns a :class:`QuantizeSummary`.
     """
     if not isinstance(model, torch.nn.Module):
         raise MXArgTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
@@ -86,6 +98,7 @@ def quantize_(
     activations = check_activations(activations)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise MXValueError(f"block_size: expected a positive int, got {block_size!r}")
+    groups = _fuse_groups(fuse)
     summary = QuantizeSummary(fmt.name, block_size)
     for name, owner, attr in selected_experts(model, block_size, filter_fn, summary):
         block = getattr(owner, attr)
@@ -110,7 +123,57 @@ def quantize_(
         summary.converted.append(name)
         summary.bytes_before += before
         summary.bytes_after += new.nbytes
+    for names in groups:
+        _fuse(model, names, summary)
     return summary
+
+
+#: The siblings ``quantize_(fuse=True)`` fuses: attribute names of one parent
+#: module that read the same input (Llama-style attention and MLP).
+FUSE_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+def _fuse_groups(fuse) -> tuple[tuple[str, ...], ...]:
+    if fuse is True:
+        return FUSE_GROUPS
+    if fuse is False or fuse is None:
+        return ()
+    try:
+        groups = None if isinstance(fuse, str) else tuple(tuple(g) for g in fuse)
+    except TypeError:
+        groups = None
+    if groups and any(isinstance(g, str) for g in fuse):
+        groups = None
+    if not groups or any(len(g) < 2 or not all(isinstance(n, str) for n in g) for g in groups):
+        raise MXArgTypeError(
+            f"fuse: expected True, False or a list of tuples of two or more attribute names "
+            f"(e.g. [('q_proj', 'k_proj', 'v_proj')]), got {fuse!r}"
+        )
+    return groups
+
+
+def _fuse(model, attrs: tuple[str, ...], summary: QuantizeSummary) -> None:
+    """Fuse each group ``attrs`` of sibling MXLinear layers this call converted."""
+    from .fused import FusedWeight, concat_rows
+
+    converted = set(summary.converted)
+    for parent_name, parent in model.named_modules():
+        prefix = parent_name + "." if parent_name else ""
+        names = [prefix + a for a in attrs]
+        layers = [getattr(parent, a, None) for a in attrs]
+        if not all(n in converted and isinstance(m, MXLinear) for n, m in zip(names, layers, strict=True)):
+            continue
+        if len({m.in_features for m in layers}) != 1 or any(m._fused for m in layers):
+            continue
+        fused = FusedWeight(
+            concat_rows([m.weight() for m in layers]), [m.out_features for m in layers],
+            layers[0].activations,
+        )  # fmt: skip
+        summary.bytes_after -= sum(m.nbytes for m in layers)
+        for i, m in enumerate(layers):
+            fused.attach(m, i)
+        summary.bytes_after += fused.linear.nbytes
+        summary.fused.append(names)
 
 
 def linear_weight(module) -> torch.Tensor:

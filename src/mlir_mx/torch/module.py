@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
@@ -12,6 +14,7 @@ from mlir_mx.linear import Linear, check_activations
 from mlir_mx.numerics import MXArray, dequantize
 
 from . import custom_ops as ops
+from .fused import eager
 from .quantizer import quantize_weight
 
 __all__ = ["InferenceOnlyError", "MXLinear", "check_activations", "is_conv1d"]
@@ -92,21 +95,28 @@ class MXLinear(torch.nn.Module):
         w = quantize_weight(conv.weight.t(), weights, block_size, threads=threads)
         return cls(w, conv.bias, threads=threads, activations=activations)
 
-    def _adopt(self, lin: Linear) -> None:
+    def _adopt(self, lin: Linear, fused: tuple | None = None) -> None:
         """Hold ``lin`` and expose the arrays it holds (``Linear.held``) as
-        buffers sharing their memory: ``codes``/``scales``, or ``records``."""
+        buffers sharing their memory: ``codes``/``scales``, or ``records``.
+        ``fused``: ``(FusedWeight, part)`` when ``lin`` is the fused weight of
+        sibling layers (``quantize_(fuse=...)``) and this layer reads its part."""
         self._linear = lin
         self.element, self.block_size = lin.element, lin.block_size
         self.in_features, self.out_features = lin.in_features, lin.out_features
+        self._fused, self._part = fused or (None, 0)
         for name in ("codes", "scales", "records"):
             self._buffers.pop(name, None)
-        names = ("codes", "scales") if lin.holds_stored else ()
-        names += ("records",) if lin.records_unit is not None else ()
-        tensors = [torch.from_numpy(a.view(np.uint8)) for a in lin.held]
+        if fused is not None:  # the fused weight's tensors, shared by its parts
+            names, tensors = self._fused.names, self._fused.tensors
+            self.out_features = self._fused.sizes[self._part]
+        else:
+            names = ("codes", "scales") if lin.holds_stored else ()
+            names += ("records",) if lin.records_unit is not None else ()
+            tensors = [torch.from_numpy(a.view(np.uint8)) for a in lin.held]
+            ops.register(lin, tensors)
         for name, t in zip(names, tensors, strict=True):
             self.register_buffer(name, t, persistent=False)
         self._held_names = names
-        ops.register(lin, tensors)
 
     # -- what it holds ---------------------------------------------------------------
 
@@ -120,13 +130,18 @@ class MXLinear(torch.nn.Module):
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the weight held (codes and scales; the bias not included)."""
+        """Bytes of the weight held (codes and scales; the bias not included); a
+        fused layer's: its rows' share of the fused weight."""
+        if self._fused is not None:
+            return self._fused.part_nbytes(self._part)
         return self._linear.nbytes
 
     def weight(self) -> MXArray:
         """The weight as an ``MXArray`` ``(out_features, in_features)``, derived
         from the form held (``Linear.weight``: a new array, bit for bit the weight
         given; the module does not keep it)."""
+        if self._fused is not None:
+            return self._fused.part_weight(self._part)
         return self._linear.weight()
 
     def dequantized_weight(self) -> torch.Tensor:
@@ -140,13 +155,22 @@ class MXLinear(torch.nn.Module):
             f"bias={self.bias is not None}, weights={self.element}, block_size={self.block_size}, "
             f"nbytes={self.nbytes} ({bits:.2f} bits/weight), threads={self.threads}"
             + (f", activations={self.activations!r}" if self.activations else "")
+            + (f", fused=part {self._part + 1} of {len(self._fused.sizes)}" if self._fused else "")
         )
 
     def __deepcopy__(self, memo):
         # A new module over new arrays (the Linear's compiled kernels and locks
-        # are not copied; its kernels come back from the compile caches).
+        # are not copied; its kernels come back from the compile caches); the
+        # parts of a fused weight share one copy of it (memo).
         bias = None if self.bias is None else self.bias.detach().clone()
-        new = MXLinear(self.weight(), bias, threads=self.threads, activations=self.activations)
+        if self._fused is None:
+            new = MXLinear(self.weight(), bias, threads=self.threads, activations=self.activations)
+        else:
+            new = MXLinear.__new__(MXLinear)
+            torch.nn.Module.__init__(new)
+            new.activations, new.threads = self.activations, self.threads
+            copy.deepcopy(self._fused, memo).attach(new, self._part)
+            new.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
         memo[id(self)] = new
         return new
 
@@ -163,20 +187,30 @@ class MXLinear(torch.nn.Module):
             )
         if x.dtype not in _DTYPES:
             raise MXArgTypeError(f"x: expected dtype float32, bfloat16 or float16, got {x.dtype}")
-        if x.device.type != "cpu":
+        if not x.is_cpu:
             raise MXValueError(f"x: mlir_mx runs on the CPU, got a tensor on {x.device}")
         if x.dim() == 0 or x.shape[-1] != self.in_features:
             raise MXValueError(f"x: expected shape (..., {self.in_features}), got {tuple(x.shape)}")
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features).to(torch.float32).contiguous()
-        y = torch.ops.mlir_mx.linear(
-            x2, [getattr(self, name) for name in self._held_names], self.element,
-            self.block_size, self.in_features, self.out_features, self._threads or 0,
-            self.activations or "", self._linear.records_unit or "",
-        )  # fmt: skip
+        x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
+        if x2.dtype != torch.float32:
+            x2 = x2.float()  # exact: every bf16 / f16 value is an f32 value
+        x2 = x2.contiguous()
+        if self._fused is not None:
+            y = self._fused.output(self, x, x2)
+        elif eager(x):  # no tracer to see the op: the Linear itself, without the dispatcher
+            n = self._threads or torch.get_num_threads()
+            y = torch.from_numpy(self._linear(x2.numpy(), threads=n))
+        else:
+            y = torch.ops.mlir_mx.linear(
+                x2, [getattr(self, name) for name in self._held_names], self.element,
+                self.block_size, self.in_features, self.out_features, self._threads or 0,
+                self.activations or "", self._linear.records_unit or "",
+            )  # fmt: skip
         if self.bias is not None:
             y = y + self.bias.to(torch.float32)
-        return y.to(x.dtype).reshape(*lead, self.out_features)
+        if x.dtype != torch.float32:
+            y = y.to(x.dtype)
+        return y if x.dim() == 2 else y.reshape(*x.shape[:-1], self.out_features)
 
     # -- the saved form: nn.Linear's layout ------------------------------------------------
 
@@ -215,7 +249,10 @@ class MXLinear(torch.nn.Module):
                 )  # fmt: skip
                 if w.shape != (self.out_features, self.in_features):
                     raise MXValueError(f"holds a weight of shape {w.shape}")
-                self._adopt(Linear(w, threads=1, activations=self.activations))
+                if self._fused is not None:  # the fused weight rebuilt with these rows
+                    self._fused.replace(self._part, w)
+                else:
+                    self._adopt(Linear(w, threads=1, activations=self.activations))
             except (TypeError, ValueError) as e:
                 errors.append(f"{prefix}weight_codes/weight_scales: {e}")
         else:
@@ -254,15 +291,23 @@ class MXLinear(torch.nn.Module):
     def __getstate__(self):
         # The Linear (compiled kernels, locks) is not pickled: the weight's
         # saved form is, and __setstate__ builds a new Linear from it.
+        # A fused layer pickles its FusedWeight (shared by its parts; pickle's
+        # memo keeps it one object), which pickles the fused weight's saved form.
         state = self.__dict__.copy()
         state.pop("_linear", None)
         state["_buffers"] = {
             k: v for k, v in self._buffers.items() if k not in self._held_names
         }
-        state["_mx_saved_weight"] = self._saved_weight()
+        if self._fused is None:
+            state["_mx_saved_weight"] = self._saved_weight()
         return state
 
     def __setstate__(self, state):
+        state.setdefault("_fused", None)  # pickled before fusion existed
+        if state["_fused"] is not None:
+            super().__setstate__(state)
+            self._fused.attach(self, self._part)
+            return
         codes, scales = state.pop("_mx_saved_weight")
         super().__setstate__(state)
         w = MXArray.from_packed(

@@ -1,0 +1,113 @@
+"""The row processes of ``mx-bench --model`` (the Llama's and gpt-oss's): one
+launcher, one worker entry point, and the record of the environment a row ran in.
+
+Each row runs in a process of its own (``python -m <worker module> SPEC.json``),
+so that its RSS is its own.  The process inherits this environment as it is:
+no variable is set for it unless the caller passes ``env`` (``mx-bench --model
+--env-row VAR=VALUE``: a separate, labelled row).  The worker records what it
+ran in (:func:`run_environment`) in its result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = [
+    "ENV_PREFIXES",
+    "greedy_decode",
+    "parse_env_setting",
+    "run_environment",
+    "run_worker",
+    "worker_main",
+]
+
+#: The environment variables that change how the threads of torch, OpenMP and
+#: MKL behave (recorded in every row's result).
+ENV_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_")
+
+
+def run_worker(module: str, spec: dict, tmp: Path, env: dict[str, str] | None = None) -> dict:
+    """Run ``python -m module SPEC.json`` for one row and return its record
+    (``<tmp>/<name>.json``, plus ``wall_s``), or ``{"spec", "error"}`` with the
+    last lines of its output when it fails.  ``env``: variables set for this
+    process only, over this one's environment (None: the environment as is)."""
+    path = tmp / f"{spec['name']}-spec.json"
+    path.write_text(json.dumps(spec))
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", module, str(path)], capture_output=True, text=True,
+        env={**os.environ, **env} if env else None,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
+        return {"spec": spec, "error": f"exit {proc.returncode}: {tail}"}
+    rec = json.loads((tmp / f"{spec['name']}.json").read_text())
+    rec["wall_s"] = time.perf_counter() - t0
+    return rec
+
+
+def worker_main(run_row: Callable[[dict], dict], argv: list[str]) -> int:
+    """A row process's ``main``: read the spec, run the row, add the
+    environment it ran in, write ``<out>/<name>.json``."""
+    spec = json.loads(Path(argv[0]).read_text())
+    warnings.filterwarnings("ignore")  # in the process, not through PYTHONWARNINGS
+    rec = run_row(spec)
+    rec["environment"] = run_environment()
+    (Path(spec["out"]) / f"{spec['name']}.json").write_text(json.dumps(rec, indent=1))
+    return 0
+
+
+def greedy_decode(model, ids, new_tokens: int) -> tuple[list[int], list[float]]:
+    """Greedy tokens after the prompt ``ids`` (a ``transformers`` causal LM with
+    its KV cache) and the wall seconds of each decode step after the prefill."""
+    import torch
+
+    tokens, steps = [], []
+    with torch.inference_mode():
+        out = model(ids, use_cache=True, logits_to_keep=1)
+        while True:
+            nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+            tokens.append(int(nxt))
+            if len(tokens) == new_tokens:
+                return tokens, steps
+            t0 = time.perf_counter()
+            out = model(nxt, cache=out.cache, use_cache=True, logits_to_keep=1)
+            steps.append(time.perf_counter() - t0)
+
+
+def run_environment() -> dict:
+    """What this process runs in: the thread-related variables set
+    (:data:`ENV_PREFIXES`; empty: the default environment), the CPUs it may
+    use, and torch's thread counts and parallel backend where torch is loaded."""
+    env: dict = {
+        "variables": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
+        "cpus": os.cpu_count(),
+    }
+    if hasattr(os, "sched_getaffinity"):
+        env["cpus_allowed"] = len(os.sched_getaffinity(0))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        env["torch_threads"] = torch.get_num_threads()
+        env["torch_interop_threads"] = torch.get_num_interop_threads()
+        info = torch.__config__.parallel_info().splitlines()
+        env["torch_parallel"] = [line.strip() for line in info if line.strip()]
+    return env
+
+
+def parse_env_setting(text: str) -> dict[str, str]:
+    """``VAR=VALUE`` -> ``{VAR: VALUE}``; ValueError naming the text otherwise."""
+    name, sep, value = text.partition("=")
+    if not sep or not name or not name.replace("_", "").isalnum() or name[0].isdigit():
+        raise ValueError(f"expected VAR=VALUE (e.g. OMP_WAIT_POLICY=PASSIVE), got '{text}'")
+    return {name: value}
+
+
+if __name__ == "__main__":  # a row that only records the environment it ran in (tests)
+    sys.exit(worker_main(lambda spec: {"spec": spec}, sys.argv[1:]))
