@@ -180,29 +180,37 @@ class CodeRows:
             return col
         return self.kb.mul(self.kb.divu(col, codes), nbytes)
 
-    def address(self, row, col) -> list[ir.Value]:
-        """Indices into the buffer of code ``(row, col)`` (a group boundary)."""
+    def address(self, row, col, split=None) -> list[ir.Value]:
+        """Indices into the buffer of code ``(row, col)`` (a group boundary).
+
+        ``split``: ``(blk, kk)`` with ``row = blk * bs + kk`` (``kk < bs``),
+        which a tiled buffer's address then takes as they are instead of
+        dividing ``row`` by the block size: in a loop over ``kk`` the address
+        becomes one increment (the same address).
+        """
         if self.tiled is None:
             return [row, self.byte_column(col)]
         kb, (bs, tiles) = self.kb, self.tiled
         codes, nbytes = self.group
         tile_bytes = TILE_COLUMNS // codes * nbytes
-        tiles_row = kb.add(kb.mul(kb.divu(row, bs), tiles), kb.divu(col, TILE_COLUMNS))
+        blk, kk = split if split is not None else (kb.divu(row, bs), kb.remu(row, bs))
+        tiles_row = kb.add(kb.mul(blk, tiles), kb.divu(col, TILE_COLUMNS))
         in_tile = self.byte_column(kb.remu(col, TILE_COLUMNS))
-        return [tiles_row, kb.add(kb.mul(kb.remu(row, bs), tile_bytes), in_tile)]
+        return [tiles_row, kb.add(kb.mul(kk, tile_bytes), in_tile)]
 
-    def raw(self, row, col, nbytes: int) -> ir.Value:
+    def raw(self, row, col, nbytes: int, split=None) -> ir.Value:
         """``nbytes`` bytes of the buffer from code ``(row, col)`` on (no mask)."""
-        return self.kb.vload(self.mem, self.address(row, col), nbytes)
+        return self.kb.vload(self.mem, self.address(row, col, split), nbytes)
 
-    def load(self, row, col, n: int, valid=None) -> ir.Value:
+    def load(self, row, col, n: int, valid=None, split=None) -> ir.Value:
         """``n`` codes of ``row`` from column ``col`` (codes past ``valid`` read 0)."""
         kb = self.kb
         codes, nbytes = self.group
+        address = self.address(row, col, split)
         if codes == 1:
-            return kb.load_lanes(self.mem, self.address(row, col), n, valid)
+            return kb.load_lanes(self.mem, address, n, valid)
         bvalid = None if valid is None else kb.mul(kb.ceildivu(valid, codes), nbytes)
-        raw = kb.load_lanes(self.mem, self.address(row, col), n // codes * nbytes, bvalid)
+        raw = kb.load_lanes(self.mem, address, n // codes * nbytes, bvalid)
         return self.dec.unpack(kb, raw)
 
 

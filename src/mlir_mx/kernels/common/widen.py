@@ -62,6 +62,15 @@ class Decoder:
     table: bool = False  # 64-code vpermi2b lookups (needs avx512vbmi)
     #: FP4 only: the 16 values in one register, ``vpermps`` by code (avx512f)
     values16: bool = False
+    #: FP4 only, without AVX-512: the high bytes of the 16 values' f16
+    #: encodings in one 16-byte table, ``vpshufb`` by code, then ``vcvtph2ps``
+    #: (avx2, f16c)
+    shuf16: bool = False
+
+    @property
+    def pairs(self) -> bool:
+        """Whether :meth:`decode_pairs` serves packed FP4 (even / odd columns)."""
+        return self.values16 or self.shuf16
 
     @property
     def group(self) -> tuple[int, int]:
@@ -109,6 +118,8 @@ class Decoder:
                 self.lookup16(kb, kb.extui(kb.slice(codes, i, LANES), v16i))
                 for i in range(0, n, LANES)
             ]
+        if self.shuf16:
+            return [self._shuf16(kb, kb.slice(codes, i, LANES)) for i in range(0, n, LANES)]
         if self.table and n == 64:
             return self._table_decode(kb, codes)
         return [widen(kb, kb.slice(codes, i, LANES), self.fmt) for i in range(0, n, LANES)]
@@ -119,9 +130,40 @@ class Decoder:
         values = kb.const_array_f32(self.table_values(), v16f)
         return kb.intrinsic("llvm.x86.avx512.permvar.sf.512", v16f, [values, idx])
 
+    def _shuf16(self, kb: KernelBuilder, codes: ir.Value) -> ir.Value:
+        """FP4: 16 codes (``vector<16xi8>``, values 0..15) -> their 16 f32 values.
+
+        ``vpshufb`` looks up the high byte of each value's f16 encoding (every
+        E2M1 value is exact in f16 with a zero low byte: at most 2 significant
+        bits), a byte interleave with zero makes the 16 f16 words and
+        ``vcvtph2ps`` widens them: the exact values, the f16 path's bits.
+        """
+        v16 = kb.vec(16, kb.i8)
+        hi = kb.intrinsic(
+            "llvm.x86.ssse3.pshuf.b.128", v16, [kb.const_array(self._f16_high_bytes(), v16), codes]
+        )
+        words = kb.shuffle(kb.const(0, v16), hi, [j for i in range(16) for j in (i, 16 + i)])
+        return kb.extf(kb.vbitcast(words, 16, kb.f16), kb.vec(LANES, kb.f32))
+
+    def _f16_high_bytes(self) -> list[int]:
+        """The high byte of the f16 encoding of each of the 16 FP4 values
+        (as signed bytes); checked: the low bytes are all zero."""
+        bits = np.array(self.table_values(), np.float16).view(np.uint16)
+        if np.any(bits & 0xFF) or len(bits) != 16:
+            raise AssertionError(f"{self.fmt.name}: a value has a nonzero f16 low byte")
+        return [int(b >> 8) - (256 if b >> 15 else 0) for b in bits]
+
     def decode_pairs(self, kb: KernelBuilder, raw: ir.Value) -> list[ir.Value]:
         """Packed FP4, ``16 q`` bytes -> ``2 q`` f32 vectors: for each 16 bytes
         (32 codes) the even columns (low nibbles), then the odd ones (high)."""
+        if self.shuf16:
+            v16 = kb.vec(16, kb.i8)
+            out = []
+            for i in range(0, ir.VectorType(raw.type).shape[0], 16):
+                b = kb.slice(raw, i, 16)
+                lo = kb.andi(b, kb.const(0x0F, v16))
+                out += [self._shuf16(kb, lo), self._shuf16(kb, kb.shrui(b, kb.const(4, v16)))]
+            return out
         v16i = kb.vec(LANES, kb.i32)
         four = kb.const(4, v16i)
         out = []
@@ -220,7 +262,8 @@ def decoder(element: str, vbmi: bool | None = None) -> Decoder:
     if vbmi is None:
         vbmi = has_features("avx512f", "avx512bw", "avx512vbmi")
     values16 = fmt.widening == "values" and has_features("avx512f")
-    return Decoder(fmt, table=bool(vbmi) and not fmt.is_int, values16=values16)
+    shuf16 = fmt.widening == "values" and not values16 and has_features("avx2", "f16c")
+    return Decoder(fmt, table=bool(vbmi) and not fmt.is_int, values16=values16, shuf16=shuf16)
 
 
 def decode_scales(kb: KernelBuilder, codes: ir.Value) -> ir.Value:

@@ -174,7 +174,7 @@ class _Packed(KernelState):
         """64 columns of row ``k`` of B, widened (zeros past ``valid``)."""
         kb = self.kb
         if self.prob.b_is_mx:
-            if self.prob.b_packed and self.dec.values16 and valid is None:
+            if self.prob.b_packed and self.dec.pairs and valid is None:
                 raw = self.b.raw(k, n0, _PACK_W // 2)
                 return interleave_pairs(kb, self.dec.decode_pairs(kb, raw))
             return self.dec.decode(kb, self.b.load(k, n0, _PACK_W, valid))

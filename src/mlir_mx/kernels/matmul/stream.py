@@ -73,10 +73,15 @@ class StreamConfig:
         groups measured about 2x faster on an AMD EPYC with AVX2 only
         (4096 x 4096 MXFP4, M = 8 and 32, 1 and 2 threads; docs/passes/
         mx-matmul-kernels.md).  The order per output element is unchanged.
+        A single row (decode) keeps ``nv = 2`` there: 4 ymm of partials and
+        the widening's temporaries fit the 16 registers, where ``nv = 4``
+        spilled 5 registers per B row (llc -mcpu=znver3 of the MXFP4 decode
+        kernel: 46 instructions per 64 codes with 5 spills and reloads, 39
+        with none at ``nv = 2``).
         """
         cfg = replace(self, prefetch=TILED_PREFETCH if prob.b_tiled else 0)
-        if self.mr > 1 and not has_features("avx512f"):
-            cfg = replace(cfg, nv=1)
+        if not has_features("avx512f"):
+            cfg = replace(cfg, nv=1 if self.mr > 1 else min(cfg.nv, 2))
         return cfg
 
 
@@ -108,7 +113,7 @@ class _Kernel(KernelState):
         self.single_group = prob.m is not None and prob.m <= cfg.mr
         # Packed FP4 on full tiles: columns come in (even, odd) pairs of
         # vectors (Decoder.decode_pairs), interleaved once per block.
-        self.pairs = prob.b_is_mx and prob.b_packed and self.dec.values16 and cfg.nv % 2 == 0
+        self.pairs = prob.b_is_mx and prob.b_packed and self.dec.pairs and cfg.nv % 2 == 0
 
     def chunk(self, lo: ir.Value, hi: ir.Value) -> None:
         """All blocks of the columns [lo, hi)."""
@@ -165,22 +170,24 @@ class _Kernel(KernelState):
             return
         scratch = self.scratch
         with kb.loop(0, bs, 1) as kk:
-            for v, w in enumerate(self.b_row(kb.add(k0, kk.iv), n0, nv, valid)):
+            for v, w in enumerate(self.b_row(blk, kk.iv, n0, nv, valid)):
                 kb.vstore(w, scratch, [kk.iv, LANES * v])
         with kb.loop(0, self.pa.mp, cfg.mr) as g:
             self.group(blk, k0, n0, nv, valid, g.iv, cfg.mr, sbv, scratch=scratch)
 
-    def b_row(self, k, n0, nv: int, valid) -> list[ir.Value]:
-        """Row ``k`` of B at columns ``n0 .. n0 + 16 nv``, widened to f32."""
+    def b_row(self, blk, kk, n0, nv: int, valid) -> list[ir.Value]:
+        """Row ``kk`` of block ``blk`` of B at columns ``n0 .. n0 + 16 nv``, widened to f32."""
         kb = self.kb
+        k = kb.add(kb.mul(blk, self.prob.block), kk)
+        split = (blk, kk)
         if not self.prob.b_is_mx:
             return [
                 kb.load_lanes(self.b, [k, kb.add(n0, LANES * v)], LANES, valid) for v in range(nv)
             ]
         if self._paired(nv, valid):
-            raw = self.b.raw(k, n0, LANES * nv // 2)
+            raw = self.b.raw(k, n0, LANES * nv // 2, split)
             return self.dec.decode_pairs(kb, raw)
-        return self.dec.decode(kb, self.b.load(k, n0, LANES * nv, valid))
+        return self.dec.decode(kb, self.b.load(k, n0, LANES * nv, valid, split))
 
     def _paired(self, nv: int, valid) -> bool:
         return self.pairs and valid is None and nv == self.cfg.nv
@@ -198,7 +205,7 @@ class _Kernel(KernelState):
                 kk_u = kb.add(kk.iv, u)
                 k = kb.add(k0, kk_u)
                 if scratch is None:
-                    bvec = self.b_row(k, n0, nv, valid)
+                    bvec = self.b_row(blk, kk_u, n0, nv, valid)
                 else:
                     bvec = [kb.vload(scratch, [kk_u, LANES * v], LANES) for v in range(nv)]
                 for r in range(mr):
