@@ -40,6 +40,7 @@ from mlir_mx.kernels.common.problem import (
     Problem,
     code_columns,
     prepare_a,
+    task_count,
 )
 from mlir_mx.kernels.common.widen import LANES, decode_scales, interleave_pairs
 
@@ -93,12 +94,18 @@ def emit_stream(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: StreamConf
         raise ValueError(f"stream kernel: a tiled B needs 16 nv to divide {TILE_COLUMNS}")
     pa = prepare_a(kb, prob, ops, cfg.mr)
     k = _Kernel(kb, prob, ops, cfg, pa)
-    chunks = max(1, cfg.threads)
-    # Column chunk per thread: whole tiles, the last chunk takes the rest.
-    per = -(-prob.n // chunks)
-    per = -(-per // tile) * tile
-    chunks = -(-prob.n // per)
-    if chunks > 1:
+    tasks = task_count(kb, prob, pa.m, cfg.threads)
+    # Column chunk per task: whole tiles, the last chunk takes the rest.
+    if isinstance(tasks, int):
+        per = -(-prob.n // tasks)
+        per = -(-per // tile) * tile
+        chunks = -(-prob.n // per)
+    elif -(-prob.n // tile) > 1:  # a dynamic M: the count per call
+        per = kb.mul(kb.ceildivu(kb.ceildivu(kb.idx(prob.n), tasks), tile), tile)
+        chunks = kb.ceildivu(kb.idx(prob.n), per)
+    else:
+        chunks = 1
+    if not isinstance(chunks, int) or chunks > 1:
         with kb.parallel(0, chunks, 1) as t:
             lo = kb.mul(t, per)
             k.chunk(lo, kb.min(kb.add(lo, per), prob.n))
