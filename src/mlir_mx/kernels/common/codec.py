@@ -111,8 +111,10 @@ def widen(b, codes: ir.Value, fmt: ElementFormat) -> ir.Value:
     """Element code bytes -> their exact f32 values, by the format's
     ``widening`` row: ``int`` (:func:`int_widen`), ``f16`` (:func:`f16_widen`).
 
-    ``values`` (FP4) is a 16-entry value table in one register, a lookup only
-    the kernels emit (:meth:`mlir_mx.kernels.common.widen.Decoder.lookup16`); its
+    ``values`` (FP4) is a 16-entry table lookup only the kernels emit (the
+    values in one register with AVX-512,
+    :meth:`mlir_mx.kernels.common.widen.Decoder.lookup16`; a ``vpshufb`` table
+    of f16 high bytes with AVX2, ``Decoder.shuf16``); its
     elementwise form, for any shape and builder, is the f16 construction,
     exact for every code of such a format.
     """

@@ -26,6 +26,13 @@ FP4 (16 codes) with AVX-512: the 16 values sit in one register and
 codes give the even columns from the low nibbles and the odd ones from the
 high nibbles (:meth:`Decoder.decode_pairs`), interleaved once per block.
 
+FP4 without AVX-512 (AVX2 + F16C, :attr:`Decoder.shuf16`): ``vpshufb`` looks up
+the high byte of each code's f16 encoding in a 16-byte table (every E2M1
+value is exact in f16 with a zero low byte), a byte interleave with zero
+makes 16 f16 words and ``vcvtph2ps`` widens them: 5 instructions per 16 codes
+where the f16 construction took 9; packed codes come in the same even / odd
+column pairs as with AVX-512.
+
 With AVX512-VBMI, 64 other float codes are widened by table lookups instead
 (:class:`Decoder` ``table=True``): two ``vpermi2b`` pick the high and low
 byte of the bf16 encoding of each code's value (every MX element value is
