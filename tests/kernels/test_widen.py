@@ -120,9 +120,9 @@ def test_fp4_pshufb_path_widens_every_code_exactly(element):
     _check_values(_run(_module(64, _Decode(dec)), codes, np.float32), codes, fmt)
     lo, hi = np.arange(256) % 16, np.arange(256) // 16
     packed = (lo | hi << 4).astype(np.uint8)
-    got = np.concatenate([
-        _run(_module(32, _Pairs(dec)), packed[i : i + 32], np.float32) for i in range(0, 256, 32)
-    ]).reshape(-1, 32)  # per 16 bytes: 16 even columns, 16 odd ones
+    got = np.concatenate(
+        [_run(_module(32, _Pairs(dec)), packed[i : i + 32], np.float32) for i in range(0, 256, 32)]
+    ).reshape(-1, 32)  # per 16 bytes: 16 even columns, 16 odd ones
     _check_values(got[:, :16].ravel(), lo.astype(np.uint8), fmt)
     _check_values(got[:, 16:].ravel(), hi.astype(np.uint8), fmt)
 

@@ -36,7 +36,9 @@ _PAIRS = [(e, ELEMENTS[(i + 1) % len(ELEMENTS)]) for i, e in enumerate(ELEMENTS)
 
 
 #: The features of an AVX2 + FMA + F16C CPU (AMD Zen 2/3), masked on this one.
-NO_AVX512 = "-avx512f -avx512bw -avx512vl -avx512vbmi -avx512_vnni -avx512_bf16 -avx512_fp16 -avx_vnni"
+NO_AVX512 = (
+    "-avx512f -avx512bw -avx512vl -avx512vbmi -avx512_vnni -avx512_bf16 -avx512_fp16 -avx_vnni"
+)
 
 
 @pytest.fixture(autouse=True)

@@ -245,7 +245,9 @@ def vector_loop(kb: KernelBuilder, total: int, width: int, body: Callable) -> No
 MIN_TASK_MACS = 1 << 21
 
 
-def task_count(kb: KernelBuilder, prob: Problem, m: ir.Value | None, threads: int) -> int | ir.Value:
+def task_count(
+    kb: KernelBuilder, prob: Problem, m: ir.Value | None, threads: int
+) -> int | ir.Value:
     """The tasks a call of ``prob`` starts: ``threads``, fewer where the work
     (``M N K``) gives a task less than :data:`MIN_TASK_MACS`, at least 1.
 
