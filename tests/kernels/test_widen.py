@@ -86,11 +86,18 @@ def _run(text: str, data: np.ndarray, out_dtype) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("table", PATHS, ids=lambda t: "table" if t else "f16")
+#: (table, word_nan): the f16 path with its NaN test on the code byte or (as
+#: without AVX-512) on the f16 word, and the VBMI table path where it runs.
+_WIDENINGS = [(False, False), (False, True)] + [(True, False) for t in PATHS if t]
+
+
+@pytest.mark.parametrize(
+    "table,word_nan", _WIDENINGS, ids=lambda x: None if isinstance(x, bool) else str(x)
+)
 @pytest.mark.parametrize("element", FLOATS + ("i8",))
-def test_every_code_widens_exactly(element, table):
+def test_every_code_widens_exactly(element, table, word_nan):
     fmt = ELEMENT_FORMATS[element]
-    dec = Decoder(fmt, table=table and not fmt.is_int)
+    dec = Decoder(fmt, table=table and not fmt.is_int, word_nan=word_nan)
     text = _module(64, _Decode(dec))
     for start in range(0, fmt.num_codes, 64):
         raw = ((np.arange(64) + start) % fmt.num_codes).astype(np.uint8)

@@ -73,6 +73,9 @@ class Decoder:
     #: encodings in one 16-byte table, ``vpshufb`` by code, then ``vcvtph2ps``
     #: (avx2, f16c)
     shuf16: bool = False
+    #: The f16 path's NaN test on the f16 word (codec.f16_bits ``word_nan``;
+    #: without AVX-512, where the byte compare's mask had to be widened)
+    word_nan: bool = False
 
     @property
     def pairs(self) -> bool:
@@ -129,7 +132,10 @@ class Decoder:
             return [self._shuf16(kb, kb.slice(codes, i, LANES)) for i in range(0, n, LANES)]
         if self.table and n == 64:
             return self._table_decode(kb, codes)
-        return [widen(kb, kb.slice(codes, i, LANES), self.fmt) for i in range(0, n, LANES)]
+        return [
+            widen(kb, kb.slice(codes, i, LANES), self.fmt, word_nan=self.word_nan)
+            for i in range(0, n, LANES)
+        ]
 
     def lookup16(self, kb: KernelBuilder, idx: ir.Value) -> ir.Value:
         """FP4: ``values[idx & 15]`` for 16 dword indices (``vpermps`` reads the low 4 bits)."""
@@ -270,7 +276,13 @@ def decoder(element: str, vbmi: bool | None = None) -> Decoder:
         vbmi = has_features("avx512f", "avx512bw", "avx512vbmi")
     values16 = fmt.widening == "values" and has_features("avx512f")
     shuf16 = fmt.widening == "values" and not values16 and has_features("avx2", "f16c")
-    return Decoder(fmt, table=bool(vbmi) and not fmt.is_int, values16=values16, shuf16=shuf16)
+    return Decoder(
+        fmt,
+        table=bool(vbmi) and not fmt.is_int,
+        values16=values16,
+        shuf16=shuf16,
+        word_nan=not has_features("avx512f"),
+    )
 
 
 def decode_scales(kb: KernelBuilder, codes: ir.Value) -> ir.Value:
