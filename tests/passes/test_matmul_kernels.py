@@ -124,11 +124,12 @@ def test_every_code_through_the_kernels(element, features, monkeypatch):
     table), each equal to the oracle's values, hence to each other."""
     monkeypatch.setenv("MLIR_MX_CPU_FEATURES", features)
     fmt = ELEMENT_FORMATS[element]
-    f32 = [s for s in SCHEDULES.values() if s.unit is None]
-    for s in f32:
-        m = {"decode": 1, "small": 5, "prefill": 37}[s.shape_class]
+    for name, m, _k, _n in schedule_cases():
+        s = SCHEDULES[name]
+        if s.unit is not None:  # the f32 kernels only
+            continue
         for packed in (False, True) if fmt.is_sub_byte else (False,):
-            tiled = packed and s.shape_class == "decode"
+            tiled = packed and m == 1
             n = 256 if tiled else fmt.num_codes + 20  # a tail of 4 columns (tiles: 64)
             a, codes, scales, want = _every_code_case(element, m, n)
             prob = Problem(m, n, 32, 32, None, element, b_packed=packed, b_tiled=tiled)
@@ -154,7 +155,10 @@ def test_small_work_runs_on_fewer_tasks_with_the_same_bits(monkeypatch):
     # A dynamic M, the count per call: 1 task for M = 1, 3 for M = 24 here.
     monkeypatch.setattr(kernel_problem, "MIN_TASK_MACS", 8 * 96 * 200)
     prob = Problem(None, 200, 96, 32, "f8E4M3FN", "f4E2M1FN")
-    runners = [kernel_runner(prob, s, t) for s in ("small", "prefill") for t in (1, 3)]
+    groups = [
+        s.name for s in SCHEDULES.values() if s.unit is None and s.shape_class != shape_class(1)
+    ]
+    runners = [kernel_runner(prob, s, t) for s in groups for t in (1, 3)]
     for m in (1, 24):
         args, acc, exact, bound = case(m, 96, 200, "f8E4M3FN", "f4E2M1FN")
         outs = []
