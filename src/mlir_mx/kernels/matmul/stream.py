@@ -43,6 +43,7 @@ from mlir_mx.kernels.common.problem import (
     task_count,
 )
 from mlir_mx.kernels.common.widen import LANES, decode_scales, interleave_pairs
+from mlir_mx.numerics.formats import ELEMENT_FORMATS
 
 __all__ = ["StreamConfig", "emit_stream", "TILED_PREFETCH"]
 
@@ -78,11 +79,17 @@ class StreamConfig:
         the widening's temporaries fit the 16 registers, where ``nv = 4``
         spilled 5 registers per B row (llc -mcpu=znver3 of the MXFP4 decode
         kernel: 46 instructions per 64 codes with 5 spills and reloads, 39
-        with none at ``nv = 2``).
+        with none at ``nv = 2``; E4M3 18.2 -> 14.75 per 16 codes).  Packed
+        FP6 (groups of 3 bytes) keeps ``nv = 4``: its unpacking of 24-byte
+        rows legalized to 30.4 instructions per 16 codes, 24.6 (with
+        spills) of 48-byte rows.
         """
         cfg = replace(self, prefetch=TILED_PREFETCH if prob.b_tiled else 0)
         if not has_features("avx512f"):
-            cfg = replace(cfg, nv=1 if self.mr > 1 else min(cfg.nv, 2))
+            if self.mr > 1:
+                cfg = replace(cfg, nv=1)
+            elif not (prob.b_packed and ELEMENT_FORMATS[prob.b_elem].group[1] > 1):
+                cfg = replace(cfg, nv=min(cfg.nv, 2))
         return cfg
 
 
