@@ -75,10 +75,10 @@ def test_every_pair_at_every_shape_class(welem, aelem, m):
 @pytest.mark.parametrize(
     "act, welem", [("i8", "f4E2M1FN"), ("f6E2M3FN", "i8"), ("f8E4M3FN", "f4E2M1FN")]
 )
-@pytest.mark.parametrize("cpu", ["host", "none"])
+@pytest.mark.parametrize("cpu", ["host", "baseline"])
 def test_activations_quantize_per_call(monkeypatch, act, welem, cpu):
-    if cpu == "none":  # no dot units: the oracle quantizes, the f32 kernels run
-        monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "none")
+    if cpu == "baseline":  # no dot units: the oracle quantizes, the f32 kernels run
+        monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "baseline")
     w = _weight(welem)
     lin = mlir_mx.Linear(w, threads=2, activations=act)
     ref = mlir_mx.Linear(w, threads=2)

@@ -61,13 +61,13 @@ def _bits(*objs, elements: int) -> float:
     return 8 * referenced_bytes(*objs) / elements
 
 
-@pytest.mark.parametrize("acts, cpu", [(None, "host"), ("i8", "host"), ("i8", "none")])
+@pytest.mark.parametrize("acts, cpu", [(None, "host"), ("i8", "host"), ("i8", "baseline")])
 def test_one_form_is_held_before_and_after_every_kind_of_call(monkeypatch, acts, cpu):
     """4.25 bits per element referenced, before and after calls: f32 x, x
     quantized in the kernel, MX x of the records' unit and of another one; with
     no dot units (cpu 'none') the f32-kernel path, on the stored codes."""
-    if cpu == "none":
-        monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "none")
+    if cpu == "baseline":
+        monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "baseline")
     w = _weight()
     lin = mlir_mx.Linear(w, threads=1, activations=acts)
     records = acts is not None and cpu == "host" and VNNI
@@ -194,7 +194,7 @@ def test_a_records_linear_derives_its_stored_form_and_rebuilds_from_records(monk
         mlir_mx.Linear.from_records(rec[:-1], "i8", "f4E2M1FN", 32, 256, 128, activations="i8")
     with pytest.raises(ValueError, match="unit: expected one of"):
         mlir_mx.Linear.from_records(rec, "i4", "f4E2M1FN", 32, 256, 128)
-    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "none")  # no dot unit here: the stored form
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "baseline")  # no dot unit here: the stored form
     moved = mlir_mx.Linear.from_records(rec, "i8", "f4E2M1FN", 32, 256, 128, activations="i8")
     assert moved.records_unit is None and moved.weight().bitwise_equal(w)
     np.testing.assert_array_equal(moved(x).view(np.uint32), lin(x).view(np.uint32))

@@ -39,17 +39,31 @@ _CONVERT = ("quantize", "dequantize")
 
 
 def __getattr__(name):
-    # The library API, imported on first use (it loads the MLIR bindings).
-    if name in _CONVERT:
-        from mlir_mx import convert
+    # The library API, imported on first use (it loads the MLIR bindings;
+    # where they are missing, _no_mlir says whether this platform has them).
+    try:
+        if name in _CONVERT:
+            from mlir_mx import convert
 
-        return getattr(convert, name)
-    if name in ("Linear", "matmul"):
-        from mlir_mx import linear
+            return getattr(convert, name)
+        if name in ("Linear", "matmul"):
+            from mlir_mx import linear
 
-        return getattr(linear, name)
+            return getattr(linear, name)
+    except ModuleNotFoundError as err:
+        _no_mlir(err)
+        raise
     if name == "MXArray":
         from mlir_mx.numerics import MXArray
 
         return MXArray
     raise AttributeError(f"module 'mlir_mx' has no attribute {name!r}")
+
+
+def _no_mlir(err: ModuleNotFoundError) -> None:
+    """``MXUnsupportedHostError`` when ``err`` is the missing MLIR bindings
+    on a platform that has no wheel of them (``mlir_mx.host.check_platform``)."""
+    if (err.name or "").split(".")[0] == "mlir":
+        from mlir_mx.host import check_platform
+
+        check_platform()

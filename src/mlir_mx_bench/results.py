@@ -7,7 +7,7 @@ from pathlib import Path
 
 from mlir_mx.files import write_text
 
-__all__ = ["RATIO_BASELINES", "markdown", "write_results"]
+__all__ = ["RATIO_BASELINES", "markdown", "row_isa", "write_results"]
 
 #: baseline columns of the speedup table, in order
 RATIO_BASELINES = (
@@ -32,6 +32,16 @@ def write_results(record: dict, out: Path) -> tuple[Path, Path]:
     write_text(js, json.dumps(record, indent=1) + "\n")
     write_text(md, text)
     return js, md
+
+
+def row_isa(kind: str, machine: dict) -> str:
+    """The ISA level a results row ran on: ours (``kind == "ours"``) at the
+    kernels' level (the record's ``isa_level``: ``MLIR_MX_CPU_FEATURES``
+    applied), a baseline (numpy, torch, ggml, the emulation) at the CPU's own
+    (``isa_level_cpu``), which it dispatches on; ``-`` in a record made
+    before the levels were recorded."""
+    key = "isa_level" if kind == "ours" else "isa_level_cpu"
+    return machine.get(key, "-")
 
 
 def _pct(cpu: dict | None, key: str) -> str:
@@ -61,6 +71,9 @@ def _header(r: dict) -> list[str]:
         f"- Machine: {m.get('description', m['cpu'])}; {m['platform']}",
         f"- CPU features: {', '.join(have) or 'none of the listed'}; "
         f"absent: {', '.join(lack) or 'none'}",
+        f"- ISA level: ours {m.get('isa_level', 'not recorded')}, the baselines "
+        f"{m.get('isa_level_cpu', 'not recorded')} (they dispatch on the CPU itself; "
+        "MLIR_MX_CPU_FEATURES masks only ours); the 'ISA' column says per row",
         f"- Versions: {vers}; BLAS: {blas or 'unknown'}",
         f"- Thread counts: {', '.join(str(t) for t in r['options']['threads'])} "
         f"(numpy BLAS via threadpoolctl, torch.set_num_threads, ggml n_threads{used})",
@@ -116,7 +129,7 @@ def _rows_table(r: dict) -> list[str]:
         "Times per call. GB/s: the method's compulsory bytes / time (docs/bench.md). "
         "% roof: time at the roof that bounds the method (bandwidth or f32 FMA peak) / "
         "measured time. vs numpy: numpy f32 time / this time (> 1: faster).",
-        ["shape", "format", "threads", "method", "kernel threads", "median ms", "min ms",
+        ["shape", "format", "threads", "method", "ISA", "kernel threads", "median ms", "min ms",
          "spread", "GB/s", "GFLOP/s", "roof", "% roof", "vs numpy f32", "err/bound",
          "compile s", "others"],
     )  # fmt: skip
@@ -131,7 +144,7 @@ def _rows_table(r: dict) -> list[str]:
         comp = f"{x['compile_s']:.2f}" if x["compile_s"] is not None else "-"
         lines.append(
             f"| {x['shape']} | {x['format']} | {x['threads']} | {x['method']} "
-            f"| {x['method_threads']} | {x['median_s'] * 1e3:.3f} | {x['min_s'] * 1e3:.3f} "
+            f"| {row_isa(x['kind'], r['machine'])} | {x['method_threads']} | {x['median_s'] * 1e3:.3f} | {x['min_s'] * 1e3:.3f} "
             f"| {x['spread']:.1%} | {x['gb_per_s']:.1f} | {x['gflop_per_s']:.1f} | {x['roof']} "
             f"| {x['roof_fraction']:.1%} | {vs} | {x['max_err_over_bound']:.2g} | {comp} "
             f"| {_pct(x.get('cpu'), 'others')}{_tries(x)} |"

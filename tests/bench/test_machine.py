@@ -32,3 +32,23 @@ def test_a_library_that_is_not_installed_is_skipped_quietly(monkeypatch, caplog)
         versions = machine._versions()
     assert "ggml" not in versions
     assert not [r for r in caplog.records if r.name == machine.__name__]
+
+
+def test_rows_name_the_isa_level_they_ran_on(monkeypatch):
+    """Ours at the kernels' level (the mask applied), the baselines at the
+    CPU's own (they dispatch on the CPU, not on MLIR_MX_CPU_FEATURES)."""
+    from mlir_mx import host
+    from mlir_mx_bench.results import row_isa
+
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "baseline")
+    info = machine.machine_info()
+    assert info["isa_level"] == host.isa_level() != "AVX2"  # baseline: below AVX2
+    assert info["isa_level_cpu"] == host.isa_level(masked=False)
+    assert info["env"]["MLIR_MX_CPU_FEATURES"] == "baseline"
+    assert row_isa("ours", info) == info["isa_level"]
+    assert row_isa("baseline", info) == info["isa_level_cpu"]
+    assert row_isa("ours", {}) == "-"  # a record from before the levels
+    described = host.machine_description()
+    assert f"ISA level {info['isa_level']}" in described
+    if info["isa_level"] != info["isa_level_cpu"]:
+        assert f"the CPU: {info['isa_level_cpu']}" in described

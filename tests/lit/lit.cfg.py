@@ -37,6 +37,9 @@ for name, path in tools.items():
     if path is None or not os.path.exists(path):
         lit_config.fatal(f"required tool '{name}' not found (is the package installed in this environment?)")
 
+# A checkout run without installing it (PYTHONPATH=src) keeps its sources.
+if os.environ.get("PYTHONPATH"):
+    config.environment["PYTHONPATH"] = os.environ["PYTHONPATH"]
 config.environment["PATH"] = os.pathsep.join(
     [bindir, os.path.dirname(tools["FileCheck"]), os.path.dirname(tools["mlir-opt"]), os.environ.get("PATH", "")]
 )

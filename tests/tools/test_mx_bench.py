@@ -102,7 +102,9 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     assert {q["ours"] for q in rec["ratios"]} == expected
     text = md.read_text()
     assert f"`mx-bench --quick --out {tmp_path}`" in text
-    assert f"| 5x40x96 | f8E4M3FN | {counts[-1]} | ours mx x mx | {counts[-1]} |" in text
+    isa, cpu_isa = rec["machine"]["isa_level"], rec["machine"]["isa_level_cpu"]
+    assert f"| 5x40x96 | f8E4M3FN | {counts[-1]} | ours mx x mx | {isa} | {counts[-1]} |" in text
+    assert f"| 5x40x96 | f8E4M3FN | {counts[-1]} | numpy f32 | {cpu_isa} |" in text
     assert "## Our kernels against each baseline" in text
 
 

