@@ -5,7 +5,9 @@ format (and every E8M0 scale code) and compared bit for bit with the oracle
 (``decode_elements`` times the decoder's power of two).  Packed FP4/FP6
 unpacking is checked against ``mlir_mx.numerics.unpack_codes``.  Both the
 VBMI table path and the f16 path run when the machine has VBMI; otherwise the
-f16 path only.
+f16 path only.  FP4's AVX2 path (a ``vpshufb`` table of f16 high bytes,
+``Decoder(shuf16=True)``) runs where the machine has AVX2 and F16C, for plain
+and packed (even / odd column) codes.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from mlir_mx.pipelines import load_pipeline
 
 FLOATS = tuple(n for n, f in ELEMENT_FORMATS.items() if not f.is_int)  # the table
 PATHS = [False] + ([True] if has_features("avx512f", "avx512bw", "avx512vbmi") else [])
+#: FP4's AVX2 path (pshufb + vcvtph2ps).
+SHUF16 = has_features("avx2", "f16c")
+FP4 = tuple(n for n, f in ELEMENT_FORMATS.items() if f.widening == "values")
 
 
 def _module(n_in: int, body) -> str:
@@ -62,6 +67,11 @@ class _Decode:
         return self.dec.decode(kb, v)
 
 
+class _Pairs(_Decode):
+    def __call__(self, kb, v):
+        return self.dec.decode_pairs(kb, v)
+
+
 class _Unpack(_Decode):
     def out_elem(self):
         return ir.IntegerType.get_signless(8)
@@ -76,11 +86,18 @@ def _run(text: str, data: np.ndarray, out_dtype) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("table", PATHS, ids=lambda t: "table" if t else "f16")
+#: (table, word_nan): the f16 path with its NaN test on the code byte or (as
+#: without AVX-512) on the f16 word, and the VBMI table path where it runs.
+_WIDENINGS = [(False, False), (False, True)] + [(True, False) for t in PATHS if t]
+
+
+@pytest.mark.parametrize(
+    "table,word_nan", _WIDENINGS, ids=lambda x: None if isinstance(x, bool) else str(x)
+)
 @pytest.mark.parametrize("element", FLOATS + ("i8",))
-def test_every_code_widens_exactly(element, table):
+def test_every_code_widens_exactly(element, table, word_nan):
     fmt = ELEMENT_FORMATS[element]
-    dec = Decoder(fmt, table=table and not fmt.is_int)
+    dec = Decoder(fmt, table=table and not fmt.is_int, word_nan=word_nan)
     text = _module(64, _Decode(dec))
     for start in range(0, fmt.num_codes, 64):
         raw = ((np.arange(64) + start) % fmt.num_codes).astype(np.uint8)
@@ -89,6 +106,32 @@ def test_every_code_widens_exactly(element, table):
         nan = np.isnan(want)  # any NaN encoding (payloads differ between paths)
         np.testing.assert_array_equal(np.isnan(got), nan)
         np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
+def _check_values(got: np.ndarray, codes: np.ndarray, fmt) -> None:
+    """``got`` (f32) holds the exact values of ``codes``, any NaN for a NaN code."""
+    want = decode_elements(codes.view(fmt.dtype), fmt).astype(np.float32)
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
+@pytest.mark.skipif(not SHUF16, reason="FP4's vpshufb path needs AVX2 and F16C")
+@pytest.mark.parametrize("element", FP4)
+def test_fp4_pshufb_path_widens_every_code_exactly(element):
+    """Every FP4 code, plain (4 x 16 codes) and packed (32 bytes: each byte's
+    low nibble an even column, its high nibble the odd one, every pair of codes)."""
+    fmt = ELEMENT_FORMATS[element]
+    dec = Decoder(fmt, shuf16=True)
+    codes = (np.arange(64) % 16).astype(np.uint8)
+    _check_values(_run(_module(64, _Decode(dec)), codes, np.float32), codes, fmt)
+    lo, hi = np.arange(256) % 16, np.arange(256) // 16
+    packed = (lo | hi << 4).astype(np.uint8)
+    got = np.concatenate(
+        [_run(_module(32, _Pairs(dec)), packed[i : i + 32], np.float32) for i in range(0, 256, 32)]
+    ).reshape(-1, 32)  # per 16 bytes: 16 even columns, 16 odd ones
+    _check_values(got[:, :16].ravel(), lo.astype(np.uint8), fmt)
+    _check_values(got[:, 16:].ravel(), hi.astype(np.uint8), fmt)
 
 
 @pytest.mark.parametrize("table", PATHS, ids=lambda t: "vbmi" if t else "generic")

@@ -11,16 +11,19 @@ widening paths are both checked when the machine has VBMI.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from matmul_cases import ELEMENTS, case, kernel_runner, matmul_text, schedule_cases
 from mlir import ir
 
+import mlir_mx.kernels.common.problem as kernel_problem
 from mlir_mx.dialect import parse_module, print_module
 from mlir_mx.execution import Runner
 from mlir_mx.host import MAX_THREADS, has_features
 from mlir_mx.kernels import SCHEDULES, Problem, choose, plan_kernel, shape_class
-from mlir_mx.numerics import ELEMENT_FORMATS, pack_codes
+from mlir_mx.kernels.common.problem import MIN_TASK_MACS, task_count, tile_b_codes
+from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements, pack_codes
 from mlir_mx.passes.pipeline import build_pass_manager
 from mlir_mx.pipelines import load_pipeline
 
@@ -30,6 +33,20 @@ _PAIRS = [(e, ELEMENTS[(i + 1) % len(ELEMENTS)]) for i, e in enumerate(ELEMENTS)
     ("f8E4M3FN", None),
     ("f4E2M1FN", None),
 ]
+
+
+#: The features of an AVX2 + FMA + F16C CPU (AMD Zen 2/3), masked on this one.
+NO_AVX512 = (
+    "-avx512f -avx512bw -avx512vl -avx512vbmi -avx512_vnni -avx512_bf16 -avx512_fp16 -avx_vnni"
+)
+
+
+@pytest.fixture(autouse=True)
+def _split_small_work(monkeypatch):
+    """The test problems are small: without this a call would run on one task
+    whatever its thread count (``task_count``), and the threaded code paths
+    would go untested."""
+    monkeypatch.setattr(kernel_problem, "MIN_TASK_MACS", 1)
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -85,6 +102,76 @@ def test_f16_widening_path_equals_table_path(monkeypatch):
     _check(9, 96, 100, "f4E2M1FN", "f4E2M1FN", runs)
 
 
+def _every_code_case(element: str, m: int, n: int):
+    """(A, B codes, B scales, want): row 0 of B holds every code of ``element``
+    (column j code ``j % codes``), the other rows code 0, scales 1, A ones:
+    ``C = 0 + A x B`` is each code's exact value (+0 for -0: the sum starts at +0)."""
+    fmt = ELEMENT_FORMATS[element]
+    codes = np.zeros((32, n), np.uint8)
+    codes[0] = np.arange(n) % fmt.num_codes
+    values = decode_elements(codes[0].view(fmt.dtype), fmt).astype(np.float32)
+    want = np.broadcast_to(np.float32(0) + values, (m, n))
+    scales = np.full((1, n), 127, np.uint8).view(ml_dtypes.float8_e8m0fnu)
+    return np.ones((m, 32), np.float32), codes, scales, want
+
+
+@pytest.mark.parametrize("element", ELEMENTS)
+@pytest.mark.parametrize("features", ["", NO_AVX512], ids=["host", "avx2"])
+def test_every_code_through_the_kernels(element, features, monkeypatch):
+    """Every code of every format through each f32 schedule (its shape class's
+    M; N with a tail; packed, and tiled for decode, where the format packs)
+    with the host's widening and with an AVX2 CPU's (FP4 through a vpshufb
+    table), each equal to the oracle's values, hence to each other."""
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", features)
+    fmt = ELEMENT_FORMATS[element]
+    for name, m, _k, _n in schedule_cases():
+        s = SCHEDULES[name]
+        if s.unit is not None:  # the f32 kernels only
+            continue
+        for packed in (False, True) if fmt.is_sub_byte else (False,):
+            tiled = packed and m == 1
+            n = 256 if tiled else fmt.num_codes + 20  # a tail of 4 columns (tiles: 64)
+            a, codes, scales, want = _every_code_case(element, m, n)
+            prob = Problem(m, n, 32, 32, None, element, b_packed=packed, b_tiled=tiled)
+            arg = pack_codes(codes.view(fmt.dtype), element) if packed else codes.view(fmt.dtype)
+            if tiled:
+                arg = tile_b_codes(arg, 32, element, packed)
+            c = np.zeros((m, n), np.float32)
+            kernel_runner(prob, s.name, 2).matmul(a, arg, scales, c)
+            nan = np.isnan(want)
+            np.testing.assert_array_equal(np.isnan(c), nan, err_msg=s.name)
+            np.testing.assert_array_equal(_bits(c[~nan]), _bits(want[~nan]), err_msg=s.name)
+
+
+def test_small_work_runs_on_fewer_tasks_with_the_same_bits(monkeypatch):
+    """``task_count``: a call starts at most one task per ``MIN_TASK_MACS`` of
+    work (static M: at emission; dynamic M: per call), and the results are
+    the same bits on any thread count (tasks split columns only)."""
+    monkeypatch.setattr(kernel_problem, "MIN_TASK_MACS", MIN_TASK_MACS)  # the real one
+    small, big = Problem(5, 40, 96, 32, None, "f4E2M1FN"), Problem(1, 8192, 8192, 32, None, "i8")
+    assert task_count(None, small, None, 2) == 1
+    assert task_count(None, big, None, 2) == 2
+    assert task_count(None, big, None, 64) == 8192 * 8192 // MIN_TASK_MACS
+    # A dynamic M, the count per call: 1 task for M = 1, 3 for M = 24 here.
+    monkeypatch.setattr(kernel_problem, "MIN_TASK_MACS", 8 * 96 * 200)
+    prob = Problem(None, 200, 96, 32, "f8E4M3FN", "f4E2M1FN")
+    groups = [
+        s.name for s in SCHEDULES.values() if s.unit is None and s.shape_class != shape_class(1)
+    ]
+    runners = [kernel_runner(prob, s, t) for s in groups for t in (1, 3)]
+    for m in (1, 24):
+        args, acc, exact, bound = case(m, 96, 200, "f8E4M3FN", "f4E2M1FN")
+        outs = []
+        for r in runners:
+            c = acc.copy()
+            r.matmul(*map(np.array, (args[0].codes, args[0].scales, args[1].codes)),
+                     np.array(args[1].scales), c)  # fmt: skip
+            assert np.all(np.abs(c - exact) <= bound)
+            outs.append(_bits(c))
+        for o in outs[1:]:
+            np.testing.assert_array_equal(o, outs[0])
+
+
 def test_tiles_without_avx512_give_the_same_bits(monkeypatch):
     """Without AVX-512 (16 ymm registers) the f32 row-group schedules take
     narrower tiles (``StreamConfig.adapt``, ``PrefillConfig.adapt``): the
@@ -98,6 +185,8 @@ def test_tiles_without_avx512_give_the_same_bits(monkeypatch):
         cfg = plan_kernel(prob, s.name, 1).config
         # At most 6 vectors of partials per register group: 12 of the 16 ymm.
         assert cfg.nv == 1 and cfg.mr <= 6, s.describe(cfg)
+    decode = SCHEDULES[choose(Problem(1, 100, 96, 32, None, "i8")).name]
+    assert plan_kernel(prob, decode.name, 1).config.nv <= 2  # 4 ymm of partials
     runs = [dict(threads=t, schedule=s.name) for s in f32_groups for t in (1, 2)]
     _check(67, 96, 100, "f4E2M1FN", "i8", runs)
     _check(9, 64, 80, "f6E3M2FN", "f8E4M3FN", runs)
@@ -160,7 +249,7 @@ def test_packed_subbyte_codes(ea, eb, schedule, m):
 def test_pass_replaces_the_pair_and_frees_nothing_twice():
     """After the pass: no partials buffer, no linalg.generic, vector FMAs, and
     with threads an scf.parallel over column chunks."""
-    text = matmul_text(37, 128, 130, "f8E4M3FN", "f8E4M3FN")
+    text = matmul_text(37, 128, 130, "f8E4M3FN", "f8E4M3FN")  # split: the autouse fixture
     ctx = ir.Context()
     module = parse_module(text, ctx)
     pipe = (

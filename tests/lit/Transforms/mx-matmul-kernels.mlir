@@ -8,20 +8,20 @@
 // vector FMAs, the accumulator updated in place, no partials buffer.
 
 // CHECK-LABEL: func.func @decode(
-// CHECK-SAME:    %[[A:[^:]*]]: memref<1x256xf8E4M3FN>, %{{[^:]*}}: memref<1x8xf8E8M0FNU>, %{{[^:]*}}: memref<256x512xf8E4M3FN>, %{{[^:]*}}: memref<8x512xf8E8M0FNU>, %[[C:[^:]*]]: memref<1x512xf32>)
+// CHECK-SAME:    %[[A:[^:]*]]: memref<1x2048xf8E4M3FN>, %{{[^:]*}}: memref<1x64xf8E8M0FNU>, %{{[^:]*}}: memref<2048x2048xf8E4M3FN>, %{{[^:]*}}: memref<64x2048xf8E8M0FNU>, %[[C:[^:]*]]: memref<1x2048xf32>)
 // CHECK-NOT:     linalg.generic
-// CHECK-NOT:     memref<1x8x512xf32>
-// CHECK:         memref.alloc() {{.*}} : memref<1x256xf32>
+// CHECK-NOT:     memref<1x64x2048xf32>
+// CHECK:         memref.alloc() {{.*}} : memref<1x{{2048|2064}}xf32>
 // CHECK:         scf.parallel
 // CHECK:           vector.fma
 // CHECK:           vector.store {{.*}}, %[[C]]
 // CHECK:         memref.dealloc
 // CHECK:         return %[[C]]
-func.func @decode(%a: !mx.tensor<1x256xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU>,
-                  %b: !mx.tensor<256x512xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU, axis = 0>,
-                  %acc: tensor<1x512xf32>) -> tensor<1x512xf32> {
-  %0 = mx.block_matmul %a, %b, %acc : !mx.tensor<1x256xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU>, !mx.tensor<256x512xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU, axis = 0>, tensor<1x512xf32> -> tensor<1x512xf32>
-  return %0 : tensor<1x512xf32>
+func.func @decode(%a: !mx.tensor<1x2048xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU>,
+                  %b: !mx.tensor<2048x2048xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU, axis = 0>,
+                  %acc: tensor<1x2048xf32>) -> tensor<1x2048xf32> {
+  %0 = mx.block_matmul %a, %b, %acc : !mx.tensor<1x2048xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU>, !mx.tensor<2048x2048xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU, axis = 0>, tensor<1x2048xf32> -> tensor<1x2048xf32>
+  return %0 : tensor<1x2048xf32>
 }
 
 // The packed schedule: a per-panel f32 buffer of widened B (nc/nr x kc x nr),

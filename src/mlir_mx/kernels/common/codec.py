@@ -107,19 +107,21 @@ def e8m0_inverse(b, code: ir.Value) -> ir.Value:
 # --------------------------------------------------------------------------- widening
 
 
-def widen(b, codes: ir.Value, fmt: ElementFormat) -> ir.Value:
+def widen(b, codes: ir.Value, fmt: ElementFormat, *, word_nan: bool = False) -> ir.Value:
     """Element code bytes -> their exact f32 values, by the format's
     ``widening`` row: ``int`` (:func:`int_widen`), ``f16`` (:func:`f16_widen`).
 
-    ``values`` (FP4) is a 16-entry value table in one register, a lookup only
-    the kernels emit (:meth:`mlir_mx.kernels.common.widen.Decoder.lookup16`); its
+    ``values`` (FP4) is a 16-entry table lookup only the kernels emit (the
+    values in one register with AVX-512,
+    :meth:`mlir_mx.kernels.common.widen.Decoder.lookup16`; a ``vpshufb`` table
+    of f16 high bytes with AVX2, ``Decoder.shuf16``); its
     elementwise form, for any shape and builder, is the f16 construction,
     exact for every code of such a format.
     """
     if fmt.widening == "int":
         return int_widen(b, codes, fmt)
     if fmt.widening in ("f16", "values"):
-        return f16_widen(b, codes, fmt)
+        return f16_widen(b, codes, fmt, word_nan=word_nan)
     raise ValueError(f"{fmt.name}: no codec for widening {fmt.widening!r}")
 
 
@@ -130,14 +132,18 @@ def int_widen(b, codes: ir.Value, fmt: ElementFormat) -> ir.Value:
     return b.fmul(wide, _const(b, wide, 2.0**-fmt.mbits))
 
 
-def f16_bits(b, codes: ir.Value, fmt: ElementFormat) -> ir.Value:
+def f16_bits(b, codes: ir.Value, fmt: ElementFormat, *, word_nan: bool = False) -> ir.Value:
     """The f16 bits (``i16``) of ``value * 2^(bias - 15)`` for float code bytes.
 
     An f16 has room for every exponent of E4M3/FP6/FP4 and their subnormals
     land on f16 subnormals; E5M2 is exactly the top byte of an f16 (factor 1,
     Inf and NaN included).  Others: ``S.E..E.M..M`` becomes
     ``S.0..0E..E.M..M0..0`` by one sign extension, one shift and one mask;
-    E4M3's NaN code (``S.1111.111``) is mapped to an f16 NaN explicitly.
+    E4M3's NaN code (``S.1111.111``) is mapped to an f16 NaN explicitly:
+    tested on the code byte, or with ``word_nan`` on the f16 word (its
+    magnitude field all ones; or-ing in a masked ``0x7E00`` instead of a
+    select: the same bits in fewer instructions where a byte compare must be
+    widened to words, e.g. AVX2).
     """
     i16 = b.same_shape(codes, b.i16)
     if fmt.ebits == 5:  # E5M2: the top byte of an f16
@@ -151,6 +157,9 @@ def f16_bits(b, codes: ir.Value, fmt: ElementFormat) -> ir.Value:
     shift = 2 + fmt.bits - fmt.mbits
     mag = ((1 << (fmt.ebits + fmt.mbits)) - 1) << (10 - fmt.mbits)
     h = b.andi(b.shli(b.extsi(x, i16), b.const(shift, i16)), b.const(0x8000 | mag, i16))
+    if fmt.has_nan and word_nan:  # the magnitude field of the word all ones
+        nan = b.cmpi("eq", b.andi(h, b.const(mag, i16)), b.const(mag, i16))
+        return b.ori(h, b.andi(b.extsi(nan, i16), b.const(0x7E00, i16)))
     if fmt.has_nan:  # E4M3FN: S.1111.111 -> f16 NaN (tested on the byte)
         low = b.const(0x7F, codes.type)
         nan = b.cmpi("eq", b.andi(codes, low), low)
@@ -158,11 +167,11 @@ def f16_bits(b, codes: ir.Value, fmt: ElementFormat) -> ir.Value:
     return h
 
 
-def f16_widen(b, codes: ir.Value, fmt: ElementFormat) -> ir.Value:
+def f16_widen(b, codes: ir.Value, fmt: ElementFormat, *, word_nan: bool = False) -> ir.Value:
     """Float code bytes -> their exact f32 values through the hardware f16 -> f32
     conversion (``vcvtph2ps``: no f32 subnormal operand, no microcode assist),
     then the exact power-of-two correction ``2^(15 - bias)``."""
-    h = b.bitcast(f16_bits(b, codes, fmt), b.same_shape(codes, b.f16))
+    h = b.bitcast(f16_bits(b, codes, fmt, word_nan=word_nan), b.same_shape(codes, b.f16))
     w = b.extf(h, b.same_shape(codes, b.f32))
     if fmt.ebits == 5:
         return w

@@ -47,7 +47,9 @@ __all__ = [
     "TILE_COLUMNS",
     "tile_b_codes",
     "KernelState",
+    "MIN_TASK_MACS",
     "prepare_a",
+    "task_count",
     "vector_loop",
     "PreparedA",
 ]
@@ -180,29 +182,37 @@ class CodeRows:
             return col
         return self.kb.mul(self.kb.divu(col, codes), nbytes)
 
-    def address(self, row, col) -> list[ir.Value]:
-        """Indices into the buffer of code ``(row, col)`` (a group boundary)."""
+    def address(self, row, col, split=None) -> list[ir.Value]:
+        """Indices into the buffer of code ``(row, col)`` (a group boundary).
+
+        ``split``: ``(blk, kk)`` with ``row = blk * bs + kk`` (``kk < bs``),
+        which a tiled buffer's address then takes as they are instead of
+        dividing ``row`` by the block size: in a loop over ``kk`` the address
+        becomes one increment (the same address).
+        """
         if self.tiled is None:
             return [row, self.byte_column(col)]
         kb, (bs, tiles) = self.kb, self.tiled
         codes, nbytes = self.group
         tile_bytes = TILE_COLUMNS // codes * nbytes
-        tiles_row = kb.add(kb.mul(kb.divu(row, bs), tiles), kb.divu(col, TILE_COLUMNS))
+        blk, kk = split if split is not None else (kb.divu(row, bs), kb.remu(row, bs))
+        tiles_row = kb.add(kb.mul(blk, tiles), kb.divu(col, TILE_COLUMNS))
         in_tile = self.byte_column(kb.remu(col, TILE_COLUMNS))
-        return [tiles_row, kb.add(kb.mul(kb.remu(row, bs), tile_bytes), in_tile)]
+        return [tiles_row, kb.add(kb.mul(kk, tile_bytes), in_tile)]
 
-    def raw(self, row, col, nbytes: int) -> ir.Value:
+    def raw(self, row, col, nbytes: int, split=None) -> ir.Value:
         """``nbytes`` bytes of the buffer from code ``(row, col)`` on (no mask)."""
-        return self.kb.vload(self.mem, self.address(row, col), nbytes)
+        return self.kb.vload(self.mem, self.address(row, col, split), nbytes)
 
-    def load(self, row, col, n: int, valid=None) -> ir.Value:
+    def load(self, row, col, n: int, valid=None, split=None) -> ir.Value:
         """``n`` codes of ``row`` from column ``col`` (codes past ``valid`` read 0)."""
         kb = self.kb
         codes, nbytes = self.group
+        address = self.address(row, col, split)
         if codes == 1:
-            return kb.load_lanes(self.mem, self.address(row, col), n, valid)
+            return kb.load_lanes(self.mem, address, n, valid)
         bvalid = None if valid is None else kb.mul(kb.ceildivu(valid, codes), nbytes)
-        raw = kb.load_lanes(self.mem, self.address(row, col), n // codes * nbytes, bvalid)
+        raw = kb.load_lanes(self.mem, address, n // codes * nbytes, bvalid)
         return self.dec.unpack(kb, raw)
 
 
@@ -226,6 +236,33 @@ def vector_loop(kb: KernelBuilder, total: int, width: int, body: Callable) -> No
             body(lp.iv, None)
     if total % width:
         body(kb.idx(full), kb.idx(total % width))
+
+
+#: The least work (multiply-adds, ``M N K``) worth a task of its own: about
+#: 0.1 ms of one core's f32-kernel work, several times what starting a task of
+#: upstream's async runtime and waiting for it costs (0.02-0.2 ms measured: a
+#: 5 x 96 x 40 call took 0.04 ms on 1 thread and 0.23 ms on 2 on an AMD EPYC).
+MIN_TASK_MACS = 1 << 21
+
+
+def task_count(
+    kb: KernelBuilder, prob: Problem, m: ir.Value | None, threads: int
+) -> int | ir.Value:
+    """The tasks a call of ``prob`` starts: ``threads``, fewer where the work
+    (``M N K``) gives a task less than :data:`MIN_TASK_MACS`, at least 1.
+
+    An ``int`` for a static M, else an ``index`` value computed per call from
+    ``m`` (a single task then runs inline: ``async-parallel-for``'s
+    single-block path).  Tasks split columns, and every output element gets
+    the same operations on any split, so the count changes speed, never bits.
+    """
+    if threads <= 1:
+        return 1
+    per_row = prob.n * prob.k
+    if prob.m is not None:
+        return max(1, min(threads, prob.m * per_row // MIN_TASK_MACS))
+    worth = kb.divu(kb.mul(m, per_row), MIN_TASK_MACS)
+    return kb.max(kb.min(worth, threads), 1)
 
 
 def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> PreparedA:

@@ -26,6 +26,13 @@ FP4 (16 codes) with AVX-512: the 16 values sit in one register and
 codes give the even columns from the low nibbles and the odd ones from the
 high nibbles (:meth:`Decoder.decode_pairs`), interleaved once per block.
 
+FP4 without AVX-512 (AVX2 + F16C, :attr:`Decoder.shuf16`): ``vpshufb`` looks up
+the high byte of each code's f16 encoding in a 16-byte table (every E2M1
+value is exact in f16 with a zero low byte), a byte interleave with zero
+makes 16 f16 words and ``vcvtph2ps`` widens them: 5 instructions per 16 codes
+where the f16 construction took 9; packed codes come in the same even / odd
+column pairs as with AVX-512.
+
 With AVX512-VBMI, 64 other float codes are widened by table lookups instead
 (:class:`Decoder` ``table=True``): two ``vpermi2b`` pick the high and low
 byte of the bf16 encoding of each code's value (every MX element value is
@@ -62,6 +69,18 @@ class Decoder:
     table: bool = False  # 64-code vpermi2b lookups (needs avx512vbmi)
     #: FP4 only: the 16 values in one register, ``vpermps`` by code (avx512f)
     values16: bool = False
+    #: FP4 only, without AVX-512: the high bytes of the 16 values' f16
+    #: encodings in one 16-byte table, ``vpshufb`` by code, then ``vcvtph2ps``
+    #: (avx2, f16c)
+    shuf16: bool = False
+    #: The f16 path's NaN test on the f16 word (codec.f16_bits ``word_nan``;
+    #: without AVX-512, where the byte compare's mask had to be widened)
+    word_nan: bool = False
+
+    @property
+    def pairs(self) -> bool:
+        """Whether :meth:`decode_pairs` serves packed FP4 (even / odd columns)."""
+        return self.values16 or self.shuf16
 
     @property
     def group(self) -> tuple[int, int]:
@@ -109,9 +128,14 @@ class Decoder:
                 self.lookup16(kb, kb.extui(kb.slice(codes, i, LANES), v16i))
                 for i in range(0, n, LANES)
             ]
+        if self.shuf16:
+            return [self._shuf16(kb, kb.slice(codes, i, LANES)) for i in range(0, n, LANES)]
         if self.table and n == 64:
             return self._table_decode(kb, codes)
-        return [widen(kb, kb.slice(codes, i, LANES), self.fmt) for i in range(0, n, LANES)]
+        return [
+            widen(kb, kb.slice(codes, i, LANES), self.fmt, word_nan=self.word_nan)
+            for i in range(0, n, LANES)
+        ]
 
     def lookup16(self, kb: KernelBuilder, idx: ir.Value) -> ir.Value:
         """FP4: ``values[idx & 15]`` for 16 dword indices (``vpermps`` reads the low 4 bits)."""
@@ -119,9 +143,40 @@ class Decoder:
         values = kb.const_array_f32(self.table_values(), v16f)
         return kb.intrinsic("llvm.x86.avx512.permvar.sf.512", v16f, [values, idx])
 
+    def _shuf16(self, kb: KernelBuilder, codes: ir.Value) -> ir.Value:
+        """FP4: 16 codes (``vector<16xi8>``, values 0..15) -> their 16 f32 values.
+
+        ``vpshufb`` looks up the high byte of each value's f16 encoding (every
+        E2M1 value is exact in f16 with a zero low byte: at most 2 significant
+        bits), a byte interleave with zero makes the 16 f16 words and
+        ``vcvtph2ps`` widens them: the exact values, the f16 path's bits.
+        """
+        v16 = kb.vec(16, kb.i8)
+        hi = kb.intrinsic(
+            "llvm.x86.ssse3.pshuf.b.128", v16, [kb.const_array(self._f16_high_bytes(), v16), codes]
+        )
+        words = kb.shuffle(kb.const(0, v16), hi, [j for i in range(16) for j in (i, 16 + i)])
+        return kb.extf(kb.vbitcast(words, 16, kb.f16), kb.vec(LANES, kb.f32))
+
+    def _f16_high_bytes(self) -> list[int]:
+        """The high byte of the f16 encoding of each of the 16 FP4 values
+        (as signed bytes); checked: the low bytes are all zero."""
+        bits = np.array(self.table_values(), np.float16).view(np.uint16)
+        if np.any(bits & 0xFF) or len(bits) != 16:
+            raise AssertionError(f"{self.fmt.name}: a value has a nonzero f16 low byte")
+        return [int(b >> 8) - (256 if b >> 15 else 0) for b in bits]
+
     def decode_pairs(self, kb: KernelBuilder, raw: ir.Value) -> list[ir.Value]:
         """Packed FP4, ``16 q`` bytes -> ``2 q`` f32 vectors: for each 16 bytes
         (32 codes) the even columns (low nibbles), then the odd ones (high)."""
+        if self.shuf16:
+            v16 = kb.vec(16, kb.i8)
+            out = []
+            for i in range(0, ir.VectorType(raw.type).shape[0], 16):
+                b = kb.slice(raw, i, 16)
+                lo = kb.andi(b, kb.const(0x0F, v16))
+                out += [self._shuf16(kb, lo), self._shuf16(kb, kb.shrui(b, kb.const(4, v16)))]
+            return out
         v16i = kb.vec(LANES, kb.i32)
         four = kb.const(4, v16i)
         out = []
@@ -220,7 +275,14 @@ def decoder(element: str, vbmi: bool | None = None) -> Decoder:
     if vbmi is None:
         vbmi = has_features("avx512f", "avx512bw", "avx512vbmi")
     values16 = fmt.widening == "values" and has_features("avx512f")
-    return Decoder(fmt, table=bool(vbmi) and not fmt.is_int, values16=values16)
+    shuf16 = fmt.widening == "values" and not values16 and has_features("avx2", "f16c")
+    return Decoder(
+        fmt,
+        table=bool(vbmi) and not fmt.is_int,
+        values16=values16,
+        shuf16=shuf16,
+        word_nan=not has_features("avx512f"),
+    )
 
 
 def decode_scales(kb: KernelBuilder, codes: ir.Value) -> ir.Value:

@@ -33,7 +33,7 @@ class Dequantize(ConvertEmitter):
     def values(self, row, col, n: int, valid=None) -> list[ir.Value]:
         """The exact f32 values of ``n`` codes of ``row`` from ``col`` on."""
         kb, dec = self.kb, self.dec
-        pairs = self.spec.packed and dec.values16
+        pairs = self.spec.packed and dec.pairs
         if pairs and valid is None and n % (2 * LANES) == 0:
             # Packed FP4: even codes from the low nibbles, odd from the high.
             raw = self.codes.raw(row, col, n // 2)

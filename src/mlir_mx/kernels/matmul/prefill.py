@@ -33,7 +33,14 @@ from mlir import ir
 
 from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
-from mlir_mx.kernels.common.problem import KernelState, Operands, PreparedA, Problem, prepare_a
+from mlir_mx.kernels.common.problem import (
+    KernelState,
+    Operands,
+    PreparedA,
+    Problem,
+    prepare_a,
+    task_count,
+)
 from mlir_mx.kernels.common.widen import LANES, decode_scales, interleave_pairs
 
 __all__ = ["PrefillConfig", "emit_prefill"]
@@ -83,9 +90,11 @@ def emit_prefill(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: PrefillCo
     # multiple of the block (one block when the block is larger), so every
     # block size the dialect accepts (3, 5, 96, ...: not only powers of two) fits.
     cfg = replace(cfg, kc=max(cfg.kc - cfg.kc % prob.block, prob.block))
-    # Narrow the panels when N is too small to give every thread one.
+    # Narrow the panels when N is too small to give every task one (the
+    # most tasks a call may start: static M, task_count; dynamic, threads).
+    most = cfg.threads if prob.m is None else task_count(kb, prob, None, cfg.threads)
     nc = cfg.nc
-    while nc > _PACK_W and -(-prob.n // nc) < cfg.threads:
+    while nc > _PACK_W and -(-prob.n // nc) < most:
         nc -= _PACK_W
     nc -= nc % cfg.nr
     if nc % _PACK_W or nc <= 0:
@@ -94,8 +103,8 @@ def emit_prefill(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: PrefillCo
     pa = prepare_a(kb, prob, ops, cfg.mr)
     k = _Packed(kb, prob, ops, cfg, pa)
     panels = -(-prob.n // cfg.nc)
-    tasks = min(cfg.threads, panels)
-    if tasks > 1:
+    tasks = task_count(kb, prob, pa.m, min(cfg.threads, panels))
+    if not isinstance(tasks, int) or tasks > 1:
         # One task per thread, panels dealt round-robin (t, t + tasks, ...).
         with kb.parallel(0, tasks, 1) as t:
             with kb.loop(t, panels, tasks) as j:
@@ -174,7 +183,7 @@ class _Packed(KernelState):
         """64 columns of row ``k`` of B, widened (zeros past ``valid``)."""
         kb = self.kb
         if self.prob.b_is_mx:
-            if self.prob.b_packed and self.dec.values16 and valid is None:
+            if self.prob.b_packed and self.dec.pairs and valid is None:
                 raw = self.b.raw(k, n0, _PACK_W // 2)
                 return interleave_pairs(kb, self.dec.decode_pairs(kb, raw))
             return self.dec.decode(kb, self.b.load(k, n0, _PACK_W, valid))

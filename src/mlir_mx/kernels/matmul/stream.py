@@ -40,8 +40,10 @@ from mlir_mx.kernels.common.problem import (
     Problem,
     code_columns,
     prepare_a,
+    task_count,
 )
 from mlir_mx.kernels.common.widen import LANES, decode_scales, interleave_pairs
+from mlir_mx.numerics.formats import ELEMENT_FORMATS
 
 __all__ = ["StreamConfig", "emit_stream", "TILED_PREFETCH"]
 
@@ -73,10 +75,21 @@ class StreamConfig:
         groups measured about 2x faster on an AMD EPYC with AVX2 only
         (4096 x 4096 MXFP4, M = 8 and 32, 1 and 2 threads; docs/passes/
         mx-matmul-kernels.md).  The order per output element is unchanged.
+        A single row (decode) keeps ``nv = 2`` there: 4 ymm of partials and
+        the widening's temporaries fit the 16 registers, where ``nv = 4``
+        spilled 5 registers per B row (llc -mcpu=znver3 of the MXFP4 decode
+        kernel: 46 instructions per 64 codes with 5 spills and reloads, 39
+        with none at ``nv = 2``; E4M3 18.2 -> 14.75 per 16 codes).  Packed
+        FP6 (groups of 3 bytes) keeps ``nv = 4``: its unpacking of 24-byte
+        rows legalized to 30.4 instructions per 16 codes, 24.6 (with
+        spills) of 48-byte rows.
         """
         cfg = replace(self, prefetch=TILED_PREFETCH if prob.b_tiled else 0)
-        if self.mr > 1 and not has_features("avx512f"):
-            cfg = replace(cfg, nv=1)
+        if not has_features("avx512f"):
+            if self.mr > 1:
+                cfg = replace(cfg, nv=1)
+            elif not (prob.b_packed and ELEMENT_FORMATS[prob.b_elem].group[1] > 1):
+                cfg = replace(cfg, nv=min(cfg.nv, 2))
         return cfg
 
 
@@ -88,12 +101,18 @@ def emit_stream(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: StreamConf
         raise ValueError(f"stream kernel: a tiled B needs 16 nv to divide {TILE_COLUMNS}")
     pa = prepare_a(kb, prob, ops, cfg.mr)
     k = _Kernel(kb, prob, ops, cfg, pa)
-    chunks = max(1, cfg.threads)
-    # Column chunk per thread: whole tiles, the last chunk takes the rest.
-    per = -(-prob.n // chunks)
-    per = -(-per // tile) * tile
-    chunks = -(-prob.n // per)
-    if chunks > 1:
+    tasks = task_count(kb, prob, pa.m, cfg.threads)
+    # Column chunk per task: whole tiles, the last chunk takes the rest.
+    if isinstance(tasks, int):
+        per = -(-prob.n // tasks)
+        per = -(-per // tile) * tile
+        chunks = -(-prob.n // per)
+    elif -(-prob.n // tile) > 1:  # a dynamic M: the count per call
+        per = kb.mul(kb.ceildivu(kb.ceildivu(kb.idx(prob.n), tasks), tile), tile)
+        chunks = kb.ceildivu(kb.idx(prob.n), per)
+    else:
+        chunks = 1
+    if not isinstance(chunks, int) or chunks > 1:
         with kb.parallel(0, chunks, 1) as t:
             lo = kb.mul(t, per)
             k.chunk(lo, kb.min(kb.add(lo, per), prob.n))
@@ -108,7 +127,7 @@ class _Kernel(KernelState):
         self.single_group = prob.m is not None and prob.m <= cfg.mr
         # Packed FP4 on full tiles: columns come in (even, odd) pairs of
         # vectors (Decoder.decode_pairs), interleaved once per block.
-        self.pairs = prob.b_is_mx and prob.b_packed and self.dec.values16 and cfg.nv % 2 == 0
+        self.pairs = prob.b_is_mx and prob.b_packed and self.dec.pairs and cfg.nv % 2 == 0
 
     def chunk(self, lo: ir.Value, hi: ir.Value) -> None:
         """All blocks of the columns [lo, hi)."""
@@ -165,22 +184,24 @@ class _Kernel(KernelState):
             return
         scratch = self.scratch
         with kb.loop(0, bs, 1) as kk:
-            for v, w in enumerate(self.b_row(kb.add(k0, kk.iv), n0, nv, valid)):
+            for v, w in enumerate(self.b_row(blk, kk.iv, n0, nv, valid)):
                 kb.vstore(w, scratch, [kk.iv, LANES * v])
         with kb.loop(0, self.pa.mp, cfg.mr) as g:
             self.group(blk, k0, n0, nv, valid, g.iv, cfg.mr, sbv, scratch=scratch)
 
-    def b_row(self, k, n0, nv: int, valid) -> list[ir.Value]:
-        """Row ``k`` of B at columns ``n0 .. n0 + 16 nv``, widened to f32."""
+    def b_row(self, blk, kk, n0, nv: int, valid) -> list[ir.Value]:
+        """Row ``kk`` of block ``blk`` of B at columns ``n0 .. n0 + 16 nv``, widened to f32."""
         kb = self.kb
+        k = kb.add(kb.mul(blk, self.prob.block), kk)
+        split = (blk, kk)
         if not self.prob.b_is_mx:
             return [
                 kb.load_lanes(self.b, [k, kb.add(n0, LANES * v)], LANES, valid) for v in range(nv)
             ]
         if self._paired(nv, valid):
-            raw = self.b.raw(k, n0, LANES * nv // 2)
+            raw = self.b.raw(k, n0, LANES * nv // 2, split)
             return self.dec.decode_pairs(kb, raw)
-        return self.dec.decode(kb, self.b.load(k, n0, LANES * nv, valid))
+        return self.dec.decode(kb, self.b.load(k, n0, LANES * nv, valid, split))
 
     def _paired(self, nv: int, valid) -> bool:
         return self.pairs and valid is None and nv == self.cfg.nv
@@ -198,7 +219,7 @@ class _Kernel(KernelState):
                 kk_u = kb.add(kk.iv, u)
                 k = kb.add(k0, kk_u)
                 if scratch is None:
-                    bvec = self.b_row(k, n0, nv, valid)
+                    bvec = self.b_row(blk, kk_u, n0, nv, valid)
                 else:
                     bvec = [kb.vload(scratch, [kk_u, LANES * v], LANES) for v in range(nv)]
                 for r in range(mr):
