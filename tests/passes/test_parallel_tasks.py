@@ -16,6 +16,9 @@ from mlir_mx.kernels import Problem, kernel_module, plan_kernel
 from mlir_mx.passes.pipeline import PipelineError, run_pipeline
 from mlir_mx.pipelines import kernel_library_pipeline, threads_pipeline
 
+# Small problems, split into tasks all the same (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("tasks_for_small_work")
+
 
 def _kernel_text(m, n, k, threads, schedule):
     prob = Problem(m, n, k, 32, None, "f4E2M1FN", b_packed=True)

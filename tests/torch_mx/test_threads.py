@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+# Small problems, split into tasks all the same (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("tasks_for_small_work")
 
 from mlir_mx.execution import threads as threads_  # noqa: E402
 from mlir_mx.torch import MXLinear, quantize_  # noqa: E402
