@@ -36,7 +36,7 @@ saturate), ``vdpbf16ps`` with AVX512_BF16.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlir import ir
 
@@ -61,6 +61,24 @@ class DotConfig:
     kcb: int = 0  # blocks per K chunk (0: all of K)
     expand: bool = False  # expand each chunk's records into a scratch (several row groups)
     threads: int = 1
+
+    def adapt(self, prob: Problem) -> DotConfig:
+        """This config for ``prob`` on this CPU: on 256-bit halves (no AVX-512,
+        :mod:`.isa`) at most :data:`HALF_ROWS` rows, so that the 2 x mr x nv
+        ymm accumulators and B's vectors fit the 16 ymm registers; unchanged
+        on AVX-512."""
+        kind = _kind(prob)
+        if kind is None or self.mr <= HALF_ROWS:
+            return self
+        if dot_isa(kind, prob.a_elem or prob.a_quant, prob.b_elem).wide:
+            return self
+        return replace(self, mr=HALF_ROWS)
+
+
+#: Rows of a register tile on 256-bit halves (llc -mcpu=haswell / alderlake,
+#: 6 x 2 int-prefill: 240 stack accesses per block step; 3 x 2: 123 (52 with
+#: AVX-VNNI); 2 x 2: 80 (10 with AVX-VNNI, where no add is reassociated)).
+HALF_ROWS = 2
 
 
 def _kind(prob: Problem):
