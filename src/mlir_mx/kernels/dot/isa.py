@@ -35,7 +35,7 @@ sign(a)`` to fit a signed byte: ``|b| <= 127``, so it serves B in FP4
 = 32768`` is one above int16): :func:`~.layout.dot_kind` gives it the
 ``i16`` unit (int16 pairs, ``vpmaddwd``, exact).  With AVX-VNNI every narrow
 pair takes ``vpdpbusd`` (4 products summed in int32, no saturation).
-``tests/kernels/test_dot_avx2.py`` enumerates these bounds from the format
+``tests/kernels/test_dot_kernels.py`` enumerates these bounds from the format
 tables for every pair.
 """
 
