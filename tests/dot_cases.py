@@ -7,11 +7,13 @@ from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
+import pytest
 from format_cases import INTEGRAL, NON_INTEGRAL
 from mlir import ir
 
 from mlir_mx.dialect import load_dialect
 from mlir_mx.execution import Runner
+from mlir_mx.host import has_features
 from mlir_mx.kernels import SCHEDULES, Problem, find, kernel_module, plan_kernel, shape_class
 from mlir_mx.kernels.common.plan import KernelPlan
 from mlir_mx.kernels.dot.layout import RecordLayout, dot_kind, pack_records
@@ -22,6 +24,20 @@ from mlir_mx.pipelines import kernel_library_pipeline
 #: and those of the bf16 unit (none: FP8).
 INTS = INTEGRAL
 FP8 = NON_INTEGRAL
+
+
+_NO_AVX512 = "-avx512f -avx512bw -avx512vl -avx512vbmi -avx512_vnni -avx512_bf16 -avx512_fp16"
+#: MLIR_MX_CPU_FEATURES masks that make this CPU an AVX2 + AVX-VNNI one (Alder
+#: Lake) and a plain AVX2 one (Zen 2/3), and the feature each keeps and needs.
+AVX2_MASKS = {"avx-vnni": (_NO_AVX512, "avx_vnni"), "avx2": (_NO_AVX512 + " -avx_vnni", "avx2")}
+
+
+def mask_avx2(monkeypatch, name: str) -> None:
+    """Mask this CPU to :data:`AVX2_MASKS` ``name`` (skip where it lacks the feature)."""
+    mask, needed = AVX2_MASKS[name]
+    if not has_features(needed):
+        pytest.skip(f"the CPU has no {needed.upper()}: cannot run the {name} dot kernels")
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", mask)
 
 
 def compile_module(prob: Problem, plan) -> Runner:

@@ -21,7 +21,17 @@ import itertools
 
 import numpy as np
 import pytest
-from dot_cases import FP8, INTS, dot_schedule, model, run_dot, run_f32, same_bits
+from dot_cases import (
+    AVX2_MASKS,
+    FP8,
+    INTS,
+    dot_schedule,
+    mask_avx2,
+    model,
+    run_dot,
+    run_f32,
+    same_bits,
+)
 from matmul_cases import case
 
 from mlir_mx.host import has_features
@@ -181,18 +191,6 @@ def test_dot_kind_follows_the_cpu_features(monkeypatch):
 
 # -- without AVX-512: the 256-bit kernels (kernels/dot/isa.py) ---------------------------
 
-_NO_AVX512 = "-avx512f -avx512bw -avx512vl -avx512vbmi -avx512_vnni -avx512_bf16 -avx512_fp16"
-#: MLIR_MX_CPU_FEATURES masks that make this CPU an AVX2 + AVX-VNNI one (Alder Lake)
-#: and a plain AVX2 one (Zen 2/3); each needs the features it keeps.
-AVX2_MASKS = {"avx-vnni": (_NO_AVX512, "avx_vnni"), "avx2": (_NO_AVX512 + " -avx_vnni", "avx2")}
-
-
-def _mask(monkeypatch, name: str) -> None:
-    mask, needed = AVX2_MASKS[name]
-    if not has_features(needed):
-        pytest.skip(f"the CPU has no {needed.upper()}: cannot run the {name} dot kernels")
-    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", mask)
-
 
 def _int_values(element: str) -> np.ndarray:
     """Every value of ``element`` (every code: INT8's -128 too) as the
@@ -210,7 +208,7 @@ def test_avx2_pair_sums_cannot_saturate(monkeypatch, isa):
     chosen unit feeds its instructions fit their types, and no ``vpmaddubsw``
     pair sum leaves int16 (its saturating intermediate); INT8 x INT8 (-128 x
     -128) is the one narrow pair that cannot use it."""
-    _mask(monkeypatch, isa)
+    mask_avx2(monkeypatch, isa)
     for ea, eb in INT_PAIRS:
         a, b = _int_values(ea), _int_values(eb)
         kind = dot_kind(ea, eb, 32)
@@ -251,7 +249,7 @@ AVX2_CASES = [("avx2", a, b) for a, b in AVX2_PAIRS] + [
 def test_avx2_kernels_equal_f32_kernels(monkeypatch, isa, ea, eb):
     """The 256-bit dot kernels give the f32 kernels' bits (masked to AVX2):
     odd M, N tails, every shape class, 1 and 2 threads, records and codes."""
-    _mask(monkeypatch, isa)
+    mask_avx2(monkeypatch, isa)
     i = AVX2_PAIRS.index((ea, eb))
     _check(ea, eb, SHAPES[i % 3], 1 + i % 2, "int", SOURCES[i % 2])
     _check(ea, eb, SHAPES[(i + 1) % 3], 2 - i % 2, "int", SOURCES[(i + 1) % 2])
@@ -266,7 +264,7 @@ AVX2_ALL = [(isa, *case) for isa in AVX2_MASKS for case in ALL]
                                                            zip(AVX2_ALL, _ids(ALL) * 2, strict=True)]
 )  # fmt: skip
 def test_avx2_every_pair_shape_and_thread_count(monkeypatch, isa, ea, eb, shape, threads, source):
-    _mask(monkeypatch, isa)
+    mask_avx2(monkeypatch, isa)
     _check(ea, eb, shape, threads, "int", source)
 
 
@@ -274,7 +272,7 @@ def test_avx2_every_pair_shape_and_thread_count(monkeypatch, isa, ea, eb, shape,
 @pytest.mark.parametrize("cls, source", [("decode", "records"), ("prefill", "codes")])
 def test_avx2_special_values_follow_the_blocked_order(monkeypatch, isa, ea, eb, cls, source):
     """Saturated codes (INT8 -128), code-0, 254 and NaN scales on the 256-bit kernels."""
-    _mask(monkeypatch, isa)
+    mask_avx2(monkeypatch, isa)
     m = 1 if cls == "decode" else 7
     (qa, qb), acc, _e, _b = case(m, 96, 70, ea, eb, seed=11)
     qa, qb = _special(qa, qb, np.random.default_rng(7))
