@@ -61,7 +61,7 @@ class CodesSource:
         self.table = None
         v64 = kb.vec(64, kb.i8)
         if kind.name == "i8" and value_table(fmt.name):  # vpshufb: 16 entries per lane
-            table = offset_bytes(fmt.name, 16) * 4
+            table = dots.table_bytes(fmt.name)
             self.table = ("vpshufb", kb.const_array(table, v64))
         elif kind.name == "i8" and not fmt.is_int and has_features("avx512vbmi"):
             table = offset_bytes(fmt.name, 64)

@@ -47,7 +47,7 @@ from mlir import ir
 
 from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
-from mlir_mx.kernels.dot.layout import DotKind, maddubs_mode
+from mlir_mx.kernels.dot.layout import DotKind, maddubs_mode, offset_bytes, value_table
 
 __all__ = ["DotISA", "DotOps", "dot_isa"]
 
@@ -81,8 +81,18 @@ def dot_isa(kind: DotKind, a_elem: str, b_elem: str) -> DotISA:
 class DotOps:
     """Emits a dot kernel's instructions for one :class:`DotISA`."""
 
-    def __init__(self, kb: KernelBuilder, kind: DotKind, isa: DotISA):
+    def __init__(self, kind: DotKind, isa: DotISA, b_elem: str, kb: KernelBuilder):
         self.kb, self.kind, self.isa = kb, kind, isa
+        #: B's FP4 table gives ``b`` itself, not ``b + 128``: the sign trick's
+        #: operand without an xor (every FP4 B vector comes through the table).
+        self.signed_table = isa.sign and value_table(b_elem)
+
+    def table_bytes(self, element: str) -> list[int]:
+        """The 16-entry ``vpshufb`` table of ``element``'s codes (4 lanes): the
+        bytes ``2^f value + 128`` (:func:`~.layout.offset_bytes`), or the
+        values themselves under :attr:`signed_table`."""
+        table = offset_bytes(element, 16) * 4
+        return [x - 128 for x in table] if self.signed_table else table
 
     def dot(self, acc, a_words, b_bytes) -> ir.Value:
         """``acc + sum over each lane's group of a * b`` (16 i32 lanes; B the
@@ -149,7 +159,9 @@ class DotOps:
         u, s = b_bytes, a
         if isa.sign:  # |a| (unsigned) x b sign(a) (signed): the products a * b
             v32 = b_bytes.type
-            b = kb.xori(b_bytes, kb.const(0x80, v32))  # the records' b + 128 -> b
+            b = b_bytes  # the table's b, else the records' b + 128 -> b
+            if not self.signed_table:
+                b = kb.xori(b_bytes, kb.const(0x80, v32))
             u = kb.intrinsic("llvm.x86.avx2.psign.b", v32, [a, a])
             s = kb.intrinsic("llvm.x86.avx2.psign.b", v32, [b, a])
         pairs = kb.intrinsic("llvm.x86.avx2.pmadd.ub.sw", v16h, [u, s])

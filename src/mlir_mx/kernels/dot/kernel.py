@@ -45,7 +45,7 @@ from mlir_mx.kernels.common.problem import Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa
-from mlir_mx.kernels.dot.layout import PANEL, RecordLayout, dot_kind, int_factor, offset_bytes
+from mlir_mx.kernels.dot.layout import PANEL, RecordLayout, dot_kind, int_factor
 from mlir_mx.kernels.dot.prep import prepare_dot_a
 from mlir_mx.kernels.dot.sweep import sweep_decode
 
@@ -134,9 +134,8 @@ class _Dot:
     def __init__(self, kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig, pa):
         self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
         self.kind = _kind(prob)
-        self.units = DotOps(
-            kb, self.kind, dot_isa(self.kind, prob.a_elem or prob.a_quant, prob.b_elem)
-        )
+        isa = dot_isa(self.kind, prob.a_elem or prob.a_quant, prob.b_elem)
+        self.units = DotOps(self.kind, isa, prob.b_elem, kb)
         self.stored = RecordLayout(self.kind, prob.b_elem, prob.block)
         self.full = RecordLayout(self.kind, prob.b_elem, prob.block, full=True)
         a_fmt = prob.a_elem or prob.a_quant
@@ -151,8 +150,8 @@ class _Dot:
             self.rec = kb.as_bytes(ops.b)
         # From codes, chunks of 4 blocks (10 KiB of scratch) stay in L1.
         self.kcb = min(cfg.kcb or (1 if self.codes else prob.kblocks), prob.kblocks)
-        if self.stored.nibbles:  # FP4 code -> doubled value + 128, per 128-bit lane
-            self.table = kb.const_array(offset_bytes(prob.b_elem, 16) * 4, kb.vec(64, kb.i8))
+        if self.stored.nibbles:  # FP4 code -> doubled value (+ 128), per 128-bit lane
+            self.table = kb.const_array(self.units.table_bytes(prob.b_elem), kb.vec(64, kb.i8))
         self.row_tail = cfg.mr > 1 and (prob.m is None or prob.m % cfg.mr != 0)
         self.col_tail = prob.n % PANEL != 0
 
