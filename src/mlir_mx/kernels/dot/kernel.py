@@ -28,10 +28,12 @@ results are the f32 kernels' bit for bit at every shape, tile and thread
 count.  decode (M = 1): mr = 1, nv = 4, the whole K in one chunk (B streams
 once, panel after panel); small: a few rows, chunks that stay in L1;
 prefill: a register tile of 6 x 2 vectors over chunks that stay in L2.
-Instructions come from :mod:`mlir_mx.host` at emission: ``vpdpbusd``/``vpdpwssd``
-with AVX512-VNNI, else ``vpmaddubsw``+``vpmaddwd`` / ``vpmaddwd`` (AVX512BW,
-:func:`~.dot_layout.dot_kind` only picks ``i8`` then when no pair sum can
-saturate), ``vdpbf16ps`` with AVX512_BF16.
+Instructions come from :mod:`mlir_mx.host` at emission (:mod:`.isa`):
+``vpdpbusd``/``vpdpwssd`` with AVX512-VNNI, else ``vpmaddubsw``+``vpmaddwd`` /
+``vpmaddwd`` (AVX512BW, :func:`~.dot_layout.dot_kind` only picks ``i8`` then
+when no pair sum can saturate), ``vdpbf16ps`` with AVX512_BF16; without
+AVX-512 the same steps on two 256-bit halves (AVX-VNNI or AVX2, at most
+:data:`HALF_ROWS` rows per tile, :meth:`DotConfig.adapt`).
 """
 
 from __future__ import annotations
