@@ -14,7 +14,7 @@ import itertools
 
 import numpy as np
 import pytest
-from dot_cases import FP8, INTS, mask_avx2, run_f32, same_bits
+from dot_cases import AVX2_PAIRS, FP8, INTS, mask_avx2, run_f32, same_bits
 
 import mlir_mx
 from mlir_mx.kernels.dot.layout import dot_kind
@@ -121,7 +121,11 @@ def test_activations_argument_and_records_bytes():
 
 @pytest.mark.parametrize(
     "cpu, act, welem",
-    [("avx2", "i8", "f4E2M1FN"), ("avx2", "i8", "i8"), ("avx-vnni", "f6E2M3FN", "f4E2M1FN")],
+    [
+        ("avx2", *AVX2_PAIRS["sign"]),
+        ("avx2", *AVX2_PAIRS["i16"]),
+        ("avx-vnni", *AVX2_PAIRS["offset"]),
+    ],
 )
 def test_avx2_linear_reaches_the_dot_kernels(monkeypatch, cpu, act, welem):
     """Without AVX-512 (masked) ``activations=`` picks the 256-bit kernels'

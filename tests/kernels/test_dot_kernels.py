@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from dot_cases import (
     AVX2_MASKS,
+    AVX2_PAIRS,
     FP8,
     INTS,
     dot_schedule,
@@ -233,15 +234,10 @@ def test_avx2_pair_sums_cannot_saturate(monkeypatch, isa):
     assert worst >= 2**15 and (isa == "avx-vnni") == (dot_kind("i8", "i8", 32).name == "i8")
 
 
-#: The pairs at the 256-bit kernels' three operand mappings (offset, sign
-#: trick, i16) and a wide (E3M2, i16) one.
-AVX2_PAIRS = [("f4E2M1FN", "i8"), ("i8", "f4E2M1FN"), ("i8", "i8"), ("f6E3M2FN", "f6E2M3FN")]
-
-
 #: (mask, A, B): every mapping on plain AVX2; on AVX-VNNI the i8 (INT8 x INT8
 #: there) and i16 units.
-AVX2_CASES = [("avx2", a, b) for a, b in AVX2_PAIRS] + [
-    ("avx-vnni", a, b) for a, b in AVX2_PAIRS[2:]
+AVX2_CASES = [("avx2", a, b) for a, b in AVX2_PAIRS.values()] + [
+    ("avx-vnni", *AVX2_PAIRS[m]) for m in ("i16", "wide")
 ]
 
 
@@ -250,7 +246,7 @@ def test_avx2_kernels_equal_f32_kernels(monkeypatch, isa, ea, eb):
     """The 256-bit dot kernels give the f32 kernels' bits (masked to AVX2):
     odd M, N tails, every shape class, 1 and 2 threads, records and codes."""
     mask_avx2(monkeypatch, isa)
-    i = AVX2_PAIRS.index((ea, eb))
+    i = AVX2_CASES.index((isa, ea, eb))
     _check(ea, eb, SHAPES[i % 3], 1 + i % 2, "int", SOURCES[i % 2])
     _check(ea, eb, SHAPES[(i + 1) % 3], 2 - i % 2, "int", SOURCES[(i + 1) % 2])
 
