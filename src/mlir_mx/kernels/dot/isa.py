@@ -47,7 +47,13 @@ from mlir import ir
 
 from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
-from mlir_mx.kernels.dot.layout import DotKind, maddubs_mode, offset_bytes, value_table
+from mlir_mx.kernels.dot.layout import (
+    DotKind,
+    maddubs_mode,
+    offset_bytes,
+    pair_sum_bounds,
+    value_table,
+)
 
 __all__ = ["DotISA", "DotOps", "dot_isa"]
 
@@ -81,11 +87,18 @@ def dot_isa(kind: DotKind, a_elem: str, b_elem: str) -> DotISA:
 class DotOps:
     """Emits a dot kernel's instructions for one :class:`DotISA`."""
 
-    def __init__(self, kind: DotKind, isa: DotISA, b_elem: str, kb: KernelBuilder):
+    def __init__(self, kind: DotKind, isa: DotISA, a_elem: str, b_elem: str, kb: KernelBuilder):
         self.kb, self.kind, self.isa = kb, kind, isa
         #: B's FP4 table gives ``b`` itself, not ``b + 128``: the sign trick's
         #: operand without an xor (every FP4 B vector comes through the table).
         self.signed_table = isa.sign and value_table(b_elem)
+        #: K groups whose ``vpmaddubsw`` pair sums add up in int16 (``vpaddw``)
+        #: before one ``vpmaddwd``: as many as keep the sum of their bounds
+        #: (:func:`~.layout.pair_sum_bounds`) inside int16 (1: every group).
+        self.run = 1
+        if kind.name == "i8" and not isa.wide and not isa.vnni:
+            lo, hi = pair_sum_bounds(a_elem, b_elem, "sign" if isa.sign else "offset")
+            self.run = max(r for r in (1, 2, 4, 8) if r * lo >= -(2**15) and r * hi < 2**15)
 
     def table_bytes(self, element: str) -> list[int]:
         """The 16-entry ``vpshufb`` table of ``element``'s codes (4 lanes): the
@@ -103,6 +116,27 @@ class DotOps:
         halves = [
             self._dot256(kb.slice(acc, 8 * h, 8), kb.slice(a_words, 8 * h, 8),
                          kb.slice(b_bytes, 32 * h, 32))
+            for h in (0, 1)
+        ]  # fmt: skip
+        return kb.shuffle(halves[0], halves[1], list(range(16)))
+
+    def pairs(self, a_words, b_bytes) -> ir.Value:
+        """The ``vpmaddubsw`` pair sums (32 i16) of one step (256-bit halves, no VNNI)."""
+        kb = self.kb
+        halves = [
+            self._pairs256(kb.slice(a_words, 8 * h, 8), kb.slice(b_bytes, 32 * h, 32))
+            for h in (0, 1)
+        ]
+        return kb.shuffle(halves[0], halves[1], list(range(32)))
+
+    def add_pairs(self, acc, pairs) -> ir.Value:
+        """``acc`` (16 i32) plus each two of ``pairs`` (32 i16, ``vpmaddwd`` by ones)."""
+        kb = self.kb
+        v8i, v16h = kb.vec(8, kb.i32), kb.vec(16, kb.i16)
+        ones = kb.const(1, v16h)
+        halves = [
+            kb.add(kb.slice(acc, 8 * h, 8), kb.intrinsic("llvm.x86.avx2.pmadd.wd", v8i,
+                                                         [kb.slice(pairs, 16 * h, 16), ones]))
             for h in (0, 1)
         ]  # fmt: skip
         return kb.shuffle(halves[0], halves[1], list(range(16)))
@@ -153,17 +187,23 @@ class DotOps:
             if isa.vnni:
                 return kb.intrinsic("llvm.x86.avx512.vpdpwssd.256", v8i, [acc, a, b])
             return kb.add(acc, kb.intrinsic("llvm.x86.avx2.pmadd.wd", v8i, [a, b]))
-        a = kb.vbitcast(a_words, 32, kb.i8)
         if isa.vnni:  # the VEX vpdpbusd where only AVX-VNNI is enabled
+            a = kb.vbitcast(a_words, 32, kb.i8)
             return kb.intrinsic("llvm.x86.avx512.vpdpbusd.256", v8i, [acc, b_bytes, a])
+        pairs = self._pairs256(a_words, b_bytes)
+        ones = kb.const(1, v16h)
+        return kb.add(acc, kb.intrinsic("llvm.x86.avx2.pmadd.wd", v8i, [pairs, ones]))
+
+    def _pairs256(self, a_words, b_bytes) -> ir.Value:
+        """``vpmaddubsw`` of one 8-lane half: 16 i16 pair sums."""
+        kb = self.kb
+        a = kb.vbitcast(a_words, 32, kb.i8)
         u, s = b_bytes, a
-        if isa.sign:  # |a| (unsigned) x b sign(a) (signed): the products a * b
+        if self.isa.sign:  # |a| (unsigned) x b sign(a) (signed): the products a * b
             v32 = b_bytes.type
             b = b_bytes  # the table's b, else the records' b + 128 -> b
             if not self.signed_table:
                 b = kb.xori(b_bytes, kb.const(0x80, v32))
             u = kb.intrinsic("llvm.x86.avx2.psign.b", v32, [a, a])
             s = kb.intrinsic("llvm.x86.avx2.psign.b", v32, [b, a])
-        pairs = kb.intrinsic("llvm.x86.avx2.pmadd.ub.sw", v16h, [u, s])
-        ones = kb.const(1, v16h)
-        return kb.add(acc, kb.intrinsic("llvm.x86.avx2.pmadd.wd", v8i, [pairs, ones]))
+        return kb.intrinsic("llvm.x86.avx2.pmadd.ub.sw", kb.vec(16, kb.i16), [u, s])

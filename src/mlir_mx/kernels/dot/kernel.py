@@ -38,6 +38,7 @@ AVX-512 the same steps on two 256-bit halves (AVX-VNNI or AVX2, at most
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from mlir import ir
@@ -137,7 +138,7 @@ class _Dot:
         self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
         self.kind = _kind(prob)
         isa = dot_isa(self.kind, prob.a_elem or prob.a_quant, prob.b_elem)
-        self.units = DotOps(self.kind, isa, prob.b_elem, kb)
+        self.units = DotOps(self.kind, isa, prob.a_elem or prob.a_quant, prob.b_elem, kb)
         self.stored = RecordLayout(self.kind, prob.b_elem, prob.block)
         self.full = RecordLayout(self.kind, prob.b_elem, prob.block, full=True)
         a_fmt = prob.a_elem or prob.a_quant
@@ -323,13 +324,22 @@ class _Dot:
         else:
             t = kb.f32 if kind.name == "bf16" else kb.i32
             acc = [kb.const(0.0 if t == kb.f32 else 0, kb.vec(LANES, t))] * (len(rows) * nv)
+        # run > 1: int16 pair sums over `run` groups (a divisor of the block's groups)
+        run, sums = math.gcd(self.units.run, self.stored.groups), list(acc)
         for g in range(self.stored.groups):
             bvec = vecs[g] if direct else self.data(row, local, g, vs, stored)
             word = kb.add(kb.mul(blk, self.stored.groups), g)
             for r, m in enumerate(rows):
                 a = kb.broadcast(kb.load(self.pa.words, [m, word]), LANES)
                 for v in range(nv):
-                    acc[r * nv + v] = self.dot(acc[r * nv + v], a, bvec[v])
+                    i = r * nv + v
+                    if run == 1:
+                        acc[i] = self.dot(acc[i], a, bvec[v])
+                        continue
+                    p = self.units.pairs(a, bvec[v])
+                    sums[i] = p if g % run == 0 else kb.add(sums[i], p)
+                    if g % run == run - 1:
+                        acc[i] = self.units.add_pairs(acc[i], sums[i])
         out = []
         for r, m in enumerate(rows):
             sa = kb.broadcast(kb.load(self.pa.scales, [m, blk]), LANES)
