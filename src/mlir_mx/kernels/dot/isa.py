@@ -35,6 +35,10 @@ sign(a)`` to fit a signed byte: ``|b| <= 127``, so it serves B in FP4
 = 32768`` is one above int16): :func:`~.layout.dot_kind` gives it the
 ``i16`` unit (int16 pairs, ``vpmaddwd``, exact).  With AVX-VNNI every narrow
 pair takes ``vpdpbusd`` (4 products summed in int32, no saturation).
+Without VNNI, the pair sums of :attr:`DotOps.run` consecutive K groups add
+up in int16 (``vpaddw``) before one ``vpmaddwd``, ``run`` times the bound
+inside int16 (the sign trick's FP4 x INT8: 8 groups, a whole block of 32):
+one multiply per step instead of two, on cores where both share a port.
 ``tests/kernels/test_dot_kernels.py`` enumerates these bounds from the format
 tables for every pair.
 """
