@@ -37,7 +37,7 @@ from matmul_cases import case
 
 from mlir_mx.host import has_features
 from mlir_mx.kernels import shape_class
-from mlir_mx.kernels.dot.isa import dot_isa
+from mlir_mx.kernels.dot.isa import DotOps, dot_isa
 from mlir_mx.kernels.dot.layout import dot_kind
 from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, decode_elements, finite_codes
 
@@ -207,8 +207,9 @@ def _int_values(element: str) -> np.ndarray:
 def test_avx2_pair_sums_cannot_saturate(monkeypatch, isa):
     """For every FP4/FP6/INT8 pair, from the format tables: the operands the
     chosen unit feeds its instructions fit their types, and no ``vpmaddubsw``
-    pair sum leaves int16 (its saturating intermediate); INT8 x INT8 (-128 x
-    -128) is the one narrow pair that cannot use it."""
+    pair sum leaves int16 (its saturating intermediate), nor the int16 sum of
+    a run of them; INT8 x INT8 (-128 x -128) is the one narrow pair that
+    cannot use it."""
     mask_avx2(monkeypatch, isa)
     for ea, eb in INT_PAIRS:
         a, b = _int_values(ea), _int_values(eb)
@@ -227,9 +228,9 @@ def test_avx2_pair_sums_cannot_saturate(monkeypatch, isa):
             u, s = bb + 128, aa
         assert (u * s == aa * bb + (0 if ops.sign else 128 * aa)).all()
         assert 0 <= u.min() and u.max() <= 255 and -128 <= s.min() and s.max() <= 127
-        if not ops.vnni:  # two products into an int16, saturating
-            prods = u * s
-            assert -(2**15) <= 2 * prods.min() and 2 * prods.max() < 2**15, (ea, eb, ops)
+        if not ops.vnni:  # two products into an int16, saturating; `run` of them summed
+            prods, run = u * s, DotOps(kind, ops, ea, eb, None).run
+            assert -(2**15) <= 2 * run * prods.min() and 2 * run * prods.max() < 2**15, (ea, eb)
     worst = 2 * _int_values("i8").min() ** 2  # -128 x -128, twice: one above int16
     assert worst >= 2**15 and (isa == "avx-vnni") == (dot_kind("i8", "i8", 32).name == "i8")
 
