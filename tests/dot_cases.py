@@ -3,25 +3,74 @@ blocked order with the block step ``t = p * sb; c = fma(t, sa, c)``."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
+import pytest
 from format_cases import INTEGRAL, NON_INTEGRAL
 from mlir import ir
 
 from mlir_mx.dialect import load_dialect
 from mlir_mx.execution import Runner
+from mlir_mx.host import has_features
 from mlir_mx.kernels import SCHEDULES, Problem, find, kernel_module, plan_kernel, shape_class
 from mlir_mx.kernels.common.plan import KernelPlan
-from mlir_mx.kernels.dot.layout import RecordLayout, dot_kind, pack_records
-from mlir_mx.numerics import MXArray, is_packed_storage, pack_codes
+from mlir_mx.kernels.dot.layout import (
+    RecordLayout,
+    dot_kind,
+    int_max,
+    maddubs_mode,
+    pack_records,
+    value_table,
+)
+from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, is_packed_storage, pack_codes
 from mlir_mx.pipelines import kernel_library_pipeline
 
 #: The formats of the integer dot units (an ``int_exp2`` in the format table)
 #: and those of the bf16 unit (none: FP8).
 INTS = INTEGRAL
 FP8 = NON_INTEGRAL
+
+
+_NO_AVX512 = "-avx512f -avx512bw -avx512vl -avx512vbmi -avx512_vnni -avx512_bf16 -avx512_fp16"
+#: MLIR_MX_CPU_FEATURES masks that make this CPU an AVX2 + AVX-VNNI one (Alder
+#: Lake) and a plain AVX2 one (Zen 2/3), and the feature each keeps and needs.
+AVX2_MASKS = {"avx-vnni": (_NO_AVX512, "avx_vnni"), "avx2": (_NO_AVX512 + " -avx_vnni", "avx2")}
+
+
+def mask_avx2(monkeypatch, name: str) -> None:
+    """Mask this CPU to :data:`AVX2_MASKS` ``name`` (skip where it lacks the feature)."""
+    mask, needed = AVX2_MASKS[name]
+    if not has_features(needed):
+        pytest.skip(f"the CPU has no {needed.upper()}: cannot run the {name} dot kernels")
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", mask)
+
+
+def _avx2_mapping(a: str, b: str) -> str:
+    """How the plain AVX2 kernels feed A x B to their instructions (kernels/dot/isa.py)."""
+    if max(int_max(a), int_max(b)) > 128:
+        return "wide"
+    return maddubs_mode(a, b) or "i16"
+
+
+def _avx2_pairs() -> dict[str, tuple[str, str]]:
+    """One (A, B) pair per mapping of the plain AVX2 kernels, FP4 and INT8 first."""
+    found: dict[str, tuple[str, str]] = {}
+    pairs = sorted(
+        itertools.product(INTS, INTS),
+        key=lambda p: (-sum(value_table(e) + ELEMENT_FORMATS[e].is_int for e in p), p[0] == p[1]),
+    )
+    for a, b in pairs:
+        found.setdefault(_avx2_mapping(a, b), (a, b))
+    return found
+
+
+#: One (A, B) pair per operand mapping of the plain AVX2 kernels: ``offset``
+#: (B + 128, A's compensation), ``sign`` (the sign trick), ``i16`` (INT8 x
+#: INT8), ``wide`` (E3M2: i16).
+AVX2_PAIRS = _avx2_pairs()
 
 
 def compile_module(prob: Problem, plan) -> Runner:

@@ -14,9 +14,10 @@ import itertools
 
 import numpy as np
 import pytest
-from dot_cases import FP8, INTS, run_f32, same_bits
+from dot_cases import AVX2_PAIRS, FP8, INTS, mask_avx2, run_f32, same_bits
 
 import mlir_mx
+from mlir_mx.kernels.dot.layout import dot_kind
 from mlir_mx.numerics import MXArray, quantize
 
 FORMATS = INTS + FP8
@@ -76,6 +77,7 @@ def test_every_pair_at_every_shape_class(welem, aelem, m):
     "act, welem", [("i8", "f4E2M1FN"), ("f6E2M3FN", "i8"), ("f8E4M3FN", "f4E2M1FN")]
 )
 @pytest.mark.parametrize("cpu", ["host", "baseline"])
+@pytest.mark.filterwarnings("ignore:Linear.*f32 kernels")  # ref: the f32 kernels on purpose
 def test_activations_quantize_per_call(monkeypatch, act, welem, cpu):
     if cpu == "baseline":  # no dot units: the oracle quantizes, the f32 kernels run
         monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "baseline")
@@ -115,3 +117,44 @@ def test_activations_argument_and_records_bytes():
     if has_features("avx512_vnni"):  # the records alone: 4.25 bits per FP4 element
         assert lin.records_unit == "i8"
     assert lin.nbytes == before and before * 8 / (128 * 128) == 4.25
+
+
+@pytest.mark.parametrize(
+    "cpu, act, welem",
+    [
+        ("avx2", *AVX2_PAIRS["sign"]),
+        ("avx2", *AVX2_PAIRS["i16"]),
+        ("avx-vnni", *AVX2_PAIRS["offset"]),
+    ],
+)
+def test_avx2_linear_reaches_the_dot_kernels(monkeypatch, cpu, act, welem):
+    """Without AVX-512 (masked) ``activations=`` picks the 256-bit kernels'
+    records once and runs the dot kernels at every shape class, with the f32
+    kernels' bits for the quantized activations."""
+    mask_avx2(monkeypatch, cpu)
+    w = _weight(welem, n=128)
+    lin = mlir_mx.Linear(w, threads=2, activations=act)
+    assert lin.records_unit == dot_kind(act, welem, 32).name
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((70, 128)).astype(np.float32)
+    for m in (1, 9, 70):
+        assert lin.schedule(x[:m]).startswith("int-")
+        qx = quantize(x[:m], act, 32)
+        want = run_f32(qx, _as_b(w), np.zeros((m, 128), np.float32), 1 + m % 2)
+        assert same_bits(lin(x[:m], threads=1 + m % 2), want).all(), m
+
+
+def test_mx_activations_without_records_say_why():
+    """A plain ``Linear(w)`` holds no dot records: MX activations of a pair with
+    a dot unit here run on the f32 kernels, and the call says so in one line."""
+    w = _weight("f4E2M1FN", n=128)
+    x = quantize(np.ones((2, 128), np.float32), "i8", 32)
+    lin = mlir_mx.Linear(w, threads=1)
+    if dot_kind("i8", "f4E2M1FN", 32) is None:
+        pytest.skip("no dot unit for i8 x FP4 on this CPU: nothing to say")
+    with pytest.warns(
+        UserWarning, match=r"i8 activations run on the f32 kernels.*activations='i8'"
+    ):
+        lin(x)
+    assert lin.schedule(x) == "small"
+    assert mlir_mx.Linear(w, threads=1, activations="i8").schedule(x) == "int-small"

@@ -23,6 +23,7 @@ kernel schedule is one :func:`register_variant` call.
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mlir_mx import numerics as N
+from mlir_mx.host import has_features
 from mlir_mx.kernels.registry import SCHEDULES
 from mlir_mx.numerics.matmul import matmul_bound, matmul_reference
 from mlir_mx.passes.pipeline import Pipeline, PipelineElement, as_pipeline
@@ -49,13 +51,15 @@ class Variant:
     ``matmul_order`` names the f32 operation order its block_matmul claims:
     variants with the same order must agree bit for bit; ``supports(program)``
     says whether the pipeline handles the program (e.g. a schedule's tile
-    constraints).
+    constraints); ``features``, an ``MLIR_MX_CPU_FEATURES`` value the kernels
+    are generated under (a CPU without AVX-512: the 256-bit dot kernels).
     """
 
     name: str
     pipeline: Callable[[], Pipeline | str | None]
     matmul_order: str | None = None
     supports: Callable[[Program], bool] = lambda program: True
+    features: str | None = None
 
 
 def then_llvm(prefix: Pipeline | PipelineElement | str) -> Callable[[], Pipeline]:
@@ -82,6 +86,12 @@ def _vectorizable_fused(p: Program) -> bool:
     return all(mm.block_size == 32 and mm.n <= 32 and mm.m <= 8 for mm in p.matmuls)
 
 
+FEATURES_VAR = "MLIR_MX_CPU_FEATURES"
+#: The features a plain AVX2 CPU (Zen 2/3) lacks here: AVX-512 and AVX-VNNI.
+AVX2_FEATURES = (
+    "-avx512f -avx512bw -avx512vl -avx512vbmi -avx512_vnni -avx512_bf16 -avx512_fp16 -avx_vnni"
+)
+
 #: THE list of pipelines the tester compares (extend with register_variant).
 VARIANTS: list[Variant] = [
     Variant("fused", then_llvm(_to_linalg(matmul_lowering="fused")), "fused"),
@@ -102,6 +112,19 @@ VARIANTS: list[Variant] = [
         Variant(f"kernels-{s}-{t}t", (lambda s=s, t=t: _kernels(s, t)), "blocked")
         for s in SCHEDULES
         for t in (1, 2)
+    ),
+    # The integer dot schedules as on a plain AVX2 CPU (AVX-512 and AVX-VNNI
+    # masked): the 256-bit kernels of kernels/dot/isa.py.
+    *(
+        Variant(
+            f"kernels-{s}-avx2-2t",
+            (lambda s=s: _kernels(s, 2)),
+            "blocked",
+            lambda program: has_features("avx2"),
+            AVX2_FEATURES,
+        )
+        for s in SCHEDULES
+        if SCHEDULES[s].unit == "int"
     ),
 ]
 
@@ -157,7 +180,9 @@ def _same_f32(x: np.ndarray, y: np.ndarray) -> bool:
     if x.shape != y.shape:
         return False
     nx, ny = np.isnan(x), np.isnan(y)
-    return bool(np.array_equal(nx, ny) and np.array_equal(x[~nx].view(np.uint32), y[~ny].view(np.uint32)))
+    return bool(
+        np.array_equal(nx, ny) and np.array_equal(x[~nx].view(np.uint32), y[~ny].view(np.uint32))
+    )
 
 
 def same_result(x, y) -> bool:
@@ -219,7 +244,17 @@ def _compile(programs: list[Program], variant: Variant, canonicalize: bool):
         module = parse_module(text, ir.Context())
         run_pipeline(module, "canonicalize")
         text = print_module(module)
-    return Runner(text, variant.pipeline(), opt_level=1)
+    if variant.features is None:
+        return Runner(text, variant.pipeline(), opt_level=1)
+    saved = os.environ.get(FEATURES_VAR)
+    os.environ[FEATURES_VAR] = variant.features
+    try:
+        return Runner(text, variant.pipeline(), opt_level=1)
+    finally:
+        if saved is None:
+            del os.environ[FEATURES_VAR]
+        else:
+            os.environ[FEATURES_VAR] = saved
 
 
 def _call(runner, p: Program, args: list) -> list:
@@ -276,21 +311,27 @@ def _compare_one(p, j, want, results, orders, report) -> None:
                 if order:
                     ref = first_of_order.setdefault(f"{order}:{i}", (key, g))
                     if not same_result(g, ref[1]):
-                        report.mismatches.append(f"{where} result {i}: differs from {ref[0][0]} (same matmul order '{order}')")
+                        report.mismatches.append(
+                            f"{where} result {i}: differs from {ref[0][0]} (same matmul order '{order}')"
+                        )
             else:
                 report.bitwise += 1
                 if not same_result(g, w):
                     report.mismatches.append(f"{where} result {i}: differs from the oracle")
 
 
-def run(seed: int, batches: int, programs_per_batch: int = 6, inputs_per_program: int = 3) -> Report:
+def run(
+    seed: int, batches: int, programs_per_batch: int = 6, inputs_per_program: int = 3
+) -> Report:
     """The seeded campaign: ``batches`` batches of random programs through :func:`check`."""
     total = Report()
     for b in range(batches):
         rng = random.Random(f"differential:{seed}:{b}")
         nrng = np.random.default_rng(rng.randrange(2**32))
         programs = [random_program(rng, f"p{b}_{i}") for i in range(programs_per_batch)]
-        inputs = {p.name: [random_inputs(p, nrng) for _ in range(inputs_per_program)] for p in programs}
+        inputs = {
+            p.name: [random_inputs(p, nrng) for _ in range(inputs_per_program)] for p in programs
+        }
         rep = check(programs, inputs)
         if rep.mismatches:
             rep.mismatches = [m + f" (batch {b}, seed {seed})" for m in rep.mismatches]

@@ -10,6 +10,9 @@
 * Without AVX512-VNNI (simulated: ``MLIR_MX_CPU_FEATURES=-avx512_vnni``) the
   AVX512BW fallbacks give the same bits; without AVX512_BF16 no bf16 kind is
   chosen (the f32 kernels serve those pairs).
+* Without AVX-512 (simulated: :data:`AVX2_MASKS`, AVX2 + AVX-VNNI and plain
+  AVX2) the 256-bit kernels give the same bits, and the format tables show
+  that no ``vpmaddubsw`` pair sum can saturate for any pair.
 """
 
 from __future__ import annotations
@@ -18,13 +21,25 @@ import itertools
 
 import numpy as np
 import pytest
-from dot_cases import FP8, INTS, dot_schedule, model, run_dot, run_f32, same_bits
+from dot_cases import (
+    AVX2_MASKS,
+    AVX2_PAIRS,
+    FP8,
+    INTS,
+    dot_schedule,
+    mask_avx2,
+    model,
+    run_dot,
+    run_f32,
+    same_bits,
+)
 from matmul_cases import case
 
 from mlir_mx.host import has_features
 from mlir_mx.kernels import shape_class
+from mlir_mx.kernels.dot.isa import DotOps, dot_isa
 from mlir_mx.kernels.dot.layout import dot_kind
-from mlir_mx.numerics import MXArray, decode_elements, finite_codes
+from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, decode_elements, finite_codes
 
 needs_bw = pytest.mark.skipif(
     not has_features("avx512bw"), reason="the CPU has no AVX512BW: no integer dot kernel"
@@ -173,3 +188,98 @@ def test_dot_kind_follows_the_cpu_features(monkeypatch):
     assert dot_kind("f8E4M3FN", "f4E2M1FN", 32) is None
     assert dot_kind("f6E3M2FN", "f6E3M2FN", 128) is None  # 128 * 448^2 >= 2^24: inexact
     assert dot_kind(None, "f4E2M1FN", 32) is None  # an f32 A: no dot unit
+
+
+# -- without AVX-512: the 256-bit kernels (kernels/dot/isa.py) ---------------------------
+
+
+def _int_values(element: str) -> np.ndarray:
+    """Every value of ``element`` (every code: INT8's -128 too) as the
+    integer ``value * 2^int_exp2``."""
+    fmt = ELEMENT_FORMATS[element]
+    codes = np.arange(fmt.num_codes, dtype=np.uint8).view(fmt.dtype)
+    vals = decode_elements(codes, element) * 2.0**fmt.int_exp2
+    assert (vals == np.round(vals)).all()
+    return np.unique(vals.astype(np.int64))
+
+
+@pytest.mark.parametrize("isa", AVX2_MASKS)
+def test_avx2_pair_sums_cannot_saturate(monkeypatch, isa):
+    """For every FP4/FP6/INT8 pair, from the format tables: the operands the
+    chosen unit feeds its instructions fit their types, and no ``vpmaddubsw``
+    pair sum leaves int16 (its saturating intermediate), nor the int16 sum of
+    a run of them; INT8 x INT8 (-128 x -128) is the one narrow pair that
+    cannot use it."""
+    mask_avx2(monkeypatch, isa)
+    for ea, eb in INT_PAIRS:
+        a, b = _int_values(ea), _int_values(eb)
+        kind = dot_kind(ea, eb, 32)
+        ops = dot_isa(kind, ea, eb)
+        assert not ops.wide and ops.vnni == (isa == "avx-vnni"), (ea, eb, ops)
+        aa, bb = np.meshgrid(a, b)
+        if kind.name == "i16":  # int16 operands, vpmaddwd's int32 pair sums
+            assert max(abs(a).max(), abs(b).max()) < 2**15
+            assert 2 * abs(a).max() * abs(b).max() < 2**31
+            continue
+        assert kind.name == "i8", (ea, eb, kind)
+        if ops.sign:  # |a| unsigned, b * sign(a) signed: their products are a * b
+            u, s = np.abs(aa), bb * np.sign(aa)
+        else:  # b + 128 unsigned, a signed; the compensation -128 * sum a
+            u, s = bb + 128, aa
+        assert (u * s == aa * bb + (0 if ops.sign else 128 * aa)).all()
+        assert 0 <= u.min() and u.max() <= 255 and -128 <= s.min() and s.max() <= 127
+        if not ops.vnni:  # two products into an int16, saturating; `run` of them summed
+            prods, run = u * s, DotOps(kind, ops, ea, eb, None).run
+            assert -(2**15) <= 2 * run * prods.min() and 2 * run * prods.max() < 2**15, (ea, eb)
+    worst = 2 * _int_values("i8").min() ** 2  # -128 x -128, twice: one above int16
+    assert worst >= 2**15 and (isa == "avx-vnni") == (dot_kind("i8", "i8", 32).name == "i8")
+
+
+#: (mask, A, B): every mapping on plain AVX2; on AVX-VNNI the i8 (INT8 x INT8
+#: there) and i16 units.
+AVX2_CASES = [("avx2", a, b) for a, b in AVX2_PAIRS.values()] + [
+    ("avx-vnni", *AVX2_PAIRS[m]) for m in ("i16", "wide")
+]
+
+
+@pytest.mark.parametrize("isa, ea, eb", AVX2_CASES)
+def test_avx2_kernels_equal_f32_kernels(monkeypatch, isa, ea, eb):
+    """The 256-bit dot kernels give the f32 kernels' bits (masked to AVX2):
+    odd M, N tails, every shape class, 1 and 2 threads, records and codes."""
+    mask_avx2(monkeypatch, isa)
+    i = AVX2_CASES.index((isa, ea, eb))
+    _check(ea, eb, SHAPES[i % 3], 1 + i % 2, "int", SOURCES[i % 2])
+    _check(ea, eb, SHAPES[(i + 1) % 3], 2 - i % 2, "int", SOURCES[(i + 1) % 2])
+
+
+AVX2_ALL = [(isa, *case) for isa in AVX2_MASKS for case in ALL]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "isa, ea, eb, shape, threads, source", AVX2_ALL, ids=[f"{c[0]}-{i}" for c, i in
+                                                           zip(AVX2_ALL, _ids(ALL) * 2, strict=True)]
+)  # fmt: skip
+def test_avx2_every_pair_shape_and_thread_count(monkeypatch, isa, ea, eb, shape, threads, source):
+    mask_avx2(monkeypatch, isa)
+    _check(ea, eb, shape, threads, "int", source)
+
+
+@pytest.mark.parametrize("isa, ea, eb", AVX2_CASES[:3] + AVX2_CASES[-2:-1])
+@pytest.mark.parametrize("cls, source", [("decode", "records"), ("prefill", "codes")])
+def test_avx2_special_values_follow_the_blocked_order(monkeypatch, isa, ea, eb, cls, source):
+    """Saturated codes (INT8 -128), code-0, 254 and NaN scales on the 256-bit kernels."""
+    mask_avx2(monkeypatch, isa)
+    m = 1 if cls == "decode" else 7
+    (qa, qb), acc, _e, _b = case(m, 96, 70, ea, eb, seed=11)
+    qa, qb = _special(qa, qb, np.random.default_rng(7))
+    got = run_dot(qa, qb, acc, dot_schedule("int", cls), 2, source, **({"kcb": 2} if m > 1 else {}))
+    same = same_bits(got, model(qa, qb, acc))
+    assert same.all(), (np.argwhere(~same)[:5], got[~same][:5])
+    assert np.isnan(got).any() and not np.isnan(got).all()
+
+
+def test_avx2_dot_kind_needs_avx2(monkeypatch):
+    """Without AVX2 (and AVX-512) no integer dot unit: the f32 kernels."""
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", AVX2_MASKS["avx2"][0] + " -avx2")
+    assert all(dot_kind(a, b, 32) is None for a, b in INT_PAIRS)

@@ -146,7 +146,7 @@ SCHEDULES: dict[str, Schedule] = {
         _dot(
             "int",
             "decode",
-            "M = 1, FP4/FP6/INT8 pairs: exact integer block dots (VNNI), B records streamed",
+            "M = 1, FP4/FP6/INT8 pairs: exact integer block dots (VNNI, AVX2), B records streamed",
             mr=1,
             nv=4,
         ),

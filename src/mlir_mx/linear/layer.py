@@ -108,9 +108,7 @@ class Linear:
     def _set_geometry(self, element: str, block_size: int, k: int, n: int) -> None:
         self.element, self.block_size = element_format(element).name, int(block_size)
         self.in_features, self.out_features = int(k), int(n)
-        self._geometry = layout.Geometry(
-            self.element, self.block_size, self.in_features, self.out_features
-        )
+        self._geometry = layout.Geometry(self.element, self.block_size, int(k), int(n))
         # numerics.is_packed_storage: FP4/FP6 with whole groups along `out`.
         self.packed = self._geometry.packed
         # Whole 64-column tiles: stored tiled (Problem.b_tiled), so a decode
@@ -398,6 +396,9 @@ class Linear:
             if found is None:
                 return None
             prob, schedule, weights = found
+            layout.warn_without_records(
+                self._geometry, self.records_unit, self.activations, kind.element, schedule
+            )
             runner = self._runner(prob, schedule, threads)
             n_act = 1 if kind.element is None else 2
             if weights is None:  # the held records do not serve it: the stored form, per call
@@ -409,9 +410,8 @@ class Linear:
         return bound
 
     def _call_derived(self, runner: Runner, *args) -> None:
-        """A call of the f32 kernels on the stored form derived from the records
-        for this call only (activations the held records' unit does not take,
-        e.g. MX activations of another format): slow, and nothing is kept."""
+        """The f32 kernels on the stored form derived from the records for this call
+        only (e.g. MX activations of another format): slow, and nothing is kept."""
         *acts, out = args
         runner.invoke("matmul", *acts, *self.stored, out)
 

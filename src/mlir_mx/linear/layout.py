@@ -31,6 +31,7 @@ a conversion holds a few chunks (a few MiB), whatever the weight's size.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -39,7 +40,7 @@ import numpy as np
 from mlir_mx.kernels import Problem
 from mlir_mx.kernels.common.problem import TILE_COLUMNS, tile_b_codes
 from mlir_mx.kernels.dot.layout import KINDS, PANEL, RecordLayout, dot_kind
-from mlir_mx.kernels.registry import SHAPE_CLASSES, choose
+from mlir_mx.kernels.registry import SCHEDULES, SHAPE_CLASSES, choose
 from mlir_mx.numerics import (
     SCALE_DTYPE,
     MXArray,
@@ -62,6 +63,7 @@ __all__ = [
     "to_stored",
     "to_weight",
     "unpack_records",
+    "warn_without_records",
 ]
 
 #: Elements of B per conversion chunk (whole blocks along K; at least one block row).
@@ -162,6 +164,23 @@ def _dot_unit(g: Geometry, activations: str | None) -> tuple[str | None, list[st
     prob = Problem(None, g.n, g.k, g.block, None, g.element, a_quant=activations, b_dot=dot.name)
     classes = [cls for cls in SHAPE_CLASSES if choose(prob, cls=cls, required=False)]
     return dot.name, classes
+
+
+def warn_without_records(g: Geometry, unit, activations, a_elem, schedule: str) -> None:
+    """Warn (once per message) when MX activations ``a_elem`` run on the f32
+    kernels (``schedule``) although this CPU has a dot unit for the pair: the
+    Linear holds no records of that unit (made without ``activations=``, or
+    for another format), and records are never made per call (they would
+    hold the weight a second time)."""
+    dot = dot_kind(a_elem, g.element, g.block) if a_elem is not None else None
+    if dot is None or dot.name == unit or SCHEDULES[schedule].unit is not None:
+        return
+    fix = f"; Linear(w, activations={a_elem!r}) holds them" if activations != a_elem else ""
+    warnings.warn(
+        f"Linear: {a_elem} activations run on the f32 kernels ({schedule}), not the "
+        f"{dot.name} dot kernels: the weight holds no {dot.name} dot records{fix}",
+        stacklevel=4,
+    )
 
 
 # -- sources ------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import CodeRows
 from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder, interleave_pairs
+from mlir_mx.kernels.dot.isa import DotOps
 from mlir_mx.kernels.dot.layout import PANEL, int_factor, offset_bytes, value_table
 from mlir_mx.numerics import ELEMENT_FORMATS
 
@@ -47,8 +48,10 @@ EVEN_ODD = [2 * e for e in range(32)] + [2 * e + 1 for e in range(32)]
 class CodesSource:
     """Expands chunks of B's codes into the full records of a dot kernel."""
 
-    def __init__(self, kb: KernelBuilder, prob, ops, kind, full, unscale):
-        self.kb, self.prob, self.kind, self.full = kb, prob, kind, full
+    def __init__(self, kb: KernelBuilder, prob, ops, dots: DotOps, full, unscale):
+        self.kb, self.prob, self.kind, self.full = kb, prob, dots.kind, full
+        self.dots = dots  # the ISA's instructions (the vpshufb table)
+        kind = dots.kind
         self.unscale = unscale  # 2^-(fa+fb) for integer kinds (None: bf16)
         self.rows = CodeRows(kb, ops.b, prob.b_elem, prob.b_packed)
         self.sb = kb.as_bytes(ops.sb)
@@ -58,8 +61,8 @@ class CodesSource:
         self.table = None
         v64 = kb.vec(64, kb.i8)
         if kind.name == "i8" and value_table(fmt.name):  # vpshufb: 16 entries per lane
-            table = offset_bytes(fmt.name, 16) * 4
-            self.table = ("llvm.x86.avx512.pshuf.b.512", kb.const_array(table, v64))
+            table = dots.table_bytes(fmt.name)
+            self.table = ("vpshufb", kb.const_array(table, v64))
         elif kind.name == "i8" and not fmt.is_int and has_features("avx512vbmi"):
             table = offset_bytes(fmt.name, 64)
             self.table = ("llvm.x86.avx512.permvar.qi.512", kb.const_array(table, v64))
@@ -138,14 +141,20 @@ class CodesSource:
         pairs = [kb.shuffle(raws[i], raws[i + 1], list(range(64))) for i in (0, 2)]
         lows = [kb.andi(z, kb.const(0x0F, v64)) for z in pairs]
         highs = [kb.shrui(z, kb.const(4, v64)) for z in pairs]
-        name, table = self.table
         out = []
         for nib in (lows, highs):
             for h in range(2):  # byte e of a nibble vector is column 2e (+1): e = 16h + i
                 idx = [x for e in range(16 * h, 16 * h + 16) for x in (e, 32 + e, 64 + e, 96 + e)]
                 codes = kb.shuffle(nib[0], nib[1], idx)
-                out.append(kb.intrinsic(name, v64, [table, codes]))
+                out.append(self._lookup(codes))
         return out
+
+    def _lookup(self, codes: ir.Value) -> ir.Value:
+        """64 codes through the table: ``vpshufb`` (:class:`~.isa.DotOps`) or ``vpermb``."""
+        name, table = self.table
+        if name == "vpshufb":
+            return self.dots.lookup(table, codes)
+        return self.kb.intrinsic(name, codes.type, [table, codes])
 
     def values(self, k, col, valid) -> ir.Value:
         """Row ``k``'s 64 codes from column ``col`` as dot-unit values:
@@ -155,8 +164,7 @@ class CodesSource:
         if self.kind.name == "i8" and ELEMENT_FORMATS[self.prob.b_elem].is_int:
             return kb.xori(codes, kb.const(0x80, codes.type))  # b + 128
         if self.table is not None:
-            name, table = self.table
-            return kb.intrinsic(name, codes.type, [table, codes])
+            return self._lookup(codes)
         v16i = kb.vec(LANES, kb.i32)
         parts = []
         for x in self.dec.decode(kb, codes):  # exact f32 values, 16 columns each

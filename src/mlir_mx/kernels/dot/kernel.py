@@ -28,24 +28,27 @@ results are the f32 kernels' bit for bit at every shape, tile and thread
 count.  decode (M = 1): mr = 1, nv = 4, the whole K in one chunk (B streams
 once, panel after panel); small: a few rows, chunks that stay in L1;
 prefill: a register tile of 6 x 2 vectors over chunks that stay in L2.
-Instructions come from :mod:`mlir_mx.host` at emission: ``vpdpbusd``/``vpdpwssd``
-with AVX512-VNNI, else ``vpmaddubsw``+``vpmaddwd`` / ``vpmaddwd`` (AVX512BW,
-:func:`~.dot_layout.dot_kind` only picks ``i8`` then when no pair sum can
-saturate), ``vdpbf16ps`` with AVX512_BF16.
+Instructions come from :mod:`mlir_mx.host` at emission (:mod:`.isa`):
+``vpdpbusd``/``vpdpwssd`` with AVX512-VNNI, else ``vpmaddubsw``+``vpmaddwd`` /
+``vpmaddwd`` (AVX512BW, :func:`~.dot_layout.dot_kind` only picks ``i8`` then
+when no pair sum can saturate), ``vdpbf16ps`` with AVX512_BF16; without
+AVX-512 the same steps on two 256-bit halves (AVX-VNNI or AVX2, at most
+:data:`HALF_ROWS` rows per tile, :meth:`DotConfig.adapt`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from mlir import ir
 
-from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
-from mlir_mx.kernels.dot.layout import PANEL, RecordLayout, dot_kind, int_factor, offset_bytes
+from mlir_mx.kernels.dot.isa import DotOps, dot_isa
+from mlir_mx.kernels.dot.layout import PANEL, RecordLayout, dot_kind, int_factor
 from mlir_mx.kernels.dot.prep import prepare_dot_a
 from mlir_mx.kernels.dot.sweep import sweep_decode
 
@@ -61,6 +64,24 @@ class DotConfig:
     kcb: int = 0  # blocks per K chunk (0: all of K)
     expand: bool = False  # expand each chunk's records into a scratch (several row groups)
     threads: int = 1
+
+    def adapt(self, prob: Problem) -> DotConfig:
+        """This config for ``prob`` on this CPU: on 256-bit halves (no AVX-512,
+        :mod:`.isa`) at most :data:`HALF_ROWS` rows, so that the 2 x mr x nv
+        ymm accumulators and B's vectors fit the 16 ymm registers; unchanged
+        on AVX-512."""
+        kind = _kind(prob)
+        if kind is None or self.mr <= HALF_ROWS:
+            return self
+        if dot_isa(kind, prob.a_elem or prob.a_quant, prob.b_elem).wide:
+            return self
+        return replace(self, mr=HALF_ROWS)
+
+
+#: Rows of a register tile on 256-bit halves (llc -mcpu=haswell / alderlake,
+#: 6 x 2 int-prefill: 240 stack accesses per block step; 3 x 2: 123 (52 with
+#: AVX-VNNI); 2 x 2: 80 (10 with AVX-VNNI, where no add is reassociated)).
+HALF_ROWS = 2
 
 
 def _kind(prob: Problem):
@@ -92,7 +113,8 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
     kind = _kind(prob)
     if cfg.nv not in (2, 4) or kind is None:
         raise ValueError("dot kernel: needs a pair with a dot unit here and nv in (2, 4)")
-    pa = prepare_dot_a(kb, prob, ops, kind, cfg.mr)
+    isa = dot_isa(kind, prob.a_elem or prob.a_quant, prob.b_elem)
+    pa = prepare_dot_a(kb, prob, ops, kind, cfg.mr, compensate=not isa.sign)
     k = _Dot(kb, prob, ops, cfg, pa)
     run = k.panels
     if k.codes is not None and prob.m == 1 and cfg.mr == 1 and not cfg.expand:
@@ -115,6 +137,8 @@ class _Dot:
     def __init__(self, kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig, pa):
         self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
         self.kind = _kind(prob)
+        isa = dot_isa(self.kind, prob.a_elem or prob.a_quant, prob.b_elem)
+        self.units = DotOps(self.kind, isa, prob.a_elem or prob.a_quant, prob.b_elem, kb)
         self.stored = RecordLayout(self.kind, prob.b_elem, prob.block)
         self.full = RecordLayout(self.kind, prob.b_elem, prob.block, full=True)
         a_fmt = prob.a_elem or prob.a_quant
@@ -124,14 +148,13 @@ class _Dot:
             self.unscale = kb.const(2.0 ** -(fa + fb), kb.vec(LANES, kb.f32))
         self.codes = None  # B as codes: chunks expanded per call into full records
         if prob.b_dot is None:
-            self.codes = CodesSource(kb, prob, ops, self.kind, self.full, self.unscale)
+            self.codes = CodesSource(kb, prob, ops, self.units, self.full, self.unscale)
         else:
             self.rec = kb.as_bytes(ops.b)
         # From codes, chunks of 4 blocks (10 KiB of scratch) stay in L1.
         self.kcb = min(cfg.kcb or (1 if self.codes else prob.kblocks), prob.kblocks)
-        self.vnni = has_features("avx512_vnni")
-        if self.stored.nibbles:  # FP4 code -> doubled value + 128, per 128-bit lane
-            self.table = kb.const_array(offset_bytes(prob.b_elem, 16) * 4, kb.vec(64, kb.i8))
+        if self.stored.nibbles:  # FP4 code -> doubled value (+ 128), per 128-bit lane
+            self.table = kb.const_array(self.units.table_bytes(prob.b_elem), kb.vec(64, kb.i8))
         self.row_tail = cfg.mr > 1 and (prob.m is None or prob.m % cfg.mr != 0)
         self.col_tail = prob.n % PANEL != 0
 
@@ -237,7 +260,7 @@ class _Dot:
 
     def lookup(self, idx: ir.Value) -> ir.Value:
         """FP4 codes -> their doubled values + 128 (``vpshufb``, 16 entries per lane)."""
-        return self.kb.intrinsic("llvm.x86.avx512.pshuf.b.512", idx.type, [self.table, idx])
+        return self.units.lookup(self.table, idx)
 
     # -- the microkernel ---------------------------------------------------------------
 
@@ -293,7 +316,7 @@ class _Dot:
             scales, vecs = self.codes.block(j, blk, vs)
         else:
             scales = [self.scale(row, v, stored, local) for v in vs]
-        if kind.comp:  # the accumulators start at A's compensation of B's offset
+        if self.pa.comp is not None:  # the accumulators start at A's compensation of B's offset
             acc = []
             for m in rows:
                 comp = kb.broadcast(kb.load(self.pa.comp, [m, blk]), LANES)
@@ -301,13 +324,22 @@ class _Dot:
         else:
             t = kb.f32 if kind.name == "bf16" else kb.i32
             acc = [kb.const(0.0 if t == kb.f32 else 0, kb.vec(LANES, t))] * (len(rows) * nv)
+        # run > 1: int16 pair sums over `run` groups (a divisor of the block's groups)
+        run, sums = math.gcd(self.units.run, self.stored.groups), list(acc)
         for g in range(self.stored.groups):
             bvec = vecs[g] if direct else self.data(row, local, g, vs, stored)
             word = kb.add(kb.mul(blk, self.stored.groups), g)
             for r, m in enumerate(rows):
                 a = kb.broadcast(kb.load(self.pa.words, [m, word]), LANES)
                 for v in range(nv):
-                    acc[r * nv + v] = self.dot(acc[r * nv + v], a, bvec[v])
+                    i = r * nv + v
+                    if run == 1:
+                        acc[i] = self.dot(acc[i], a, bvec[v])
+                        continue
+                    p = self.units.pairs(a, bvec[v])
+                    sums[i] = p if g % run == 0 else kb.add(sums[i], p)
+                    if g % run == run - 1:
+                        acc[i] = self.units.add_pairs(acc[i], sums[i])
         out = []
         for r, m in enumerate(rows):
             sa = kb.broadcast(kb.load(self.pa.scales, [m, blk]), LANES)
@@ -321,24 +353,4 @@ class _Dot:
 
     def dot(self, acc, a_words, b_bytes) -> ir.Value:
         """``acc + sum over each lane's group of a * b`` on this CPU's dot unit."""
-        kb, name = self.kb, self.kind.name
-        v16i = kb.vec(LANES, kb.i32)
-        if name == "bf16":
-            bf = ir.BF16Type.get()
-            a = kb.vbitcast(a_words, 32, bf)
-            b = kb.vbitcast(b_bytes, 32, bf)
-            return kb.intrinsic("llvm.x86.avx512bf16.dpbf16ps.512", acc.type, [acc, a, b])
-        if name == "i16":
-            a = kb.vbitcast(a_words, 32, kb.i16)
-            b = kb.vbitcast(b_bytes, 32, kb.i16)
-            if self.vnni:
-                return kb.intrinsic("llvm.x86.avx512.vpdpwssd.512", v16i, [acc, a, b])
-            return kb.add(acc, kb.intrinsic("llvm.x86.avx512.pmaddw.d.512", v16i, [a, b]))
-        a = kb.vbitcast(a_words, 64, kb.i8)
-        # B (b + 128) is the unsigned operand, A the signed one.
-        if self.vnni:
-            return kb.intrinsic("llvm.x86.avx512.vpdpbusd.512", v16i, [acc, b_bytes, a])
-        # No VNNI: u8 x s8 pair sums (exact: dot_kind checked 2 * 255 * max|a| < 2^15).
-        pairs = kb.intrinsic("llvm.x86.avx512.pmaddubs.w.512", kb.vec(32, kb.i16), [b_bytes, a])
-        ones = kb.const(1, kb.vec(32, kb.i16))
-        return kb.add(acc, kb.intrinsic("llvm.x86.avx512.pmaddw.d.512", v16i, [pairs, ones]))
+        return self.units.dot(acc, a_words, b_bytes)

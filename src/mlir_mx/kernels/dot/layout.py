@@ -12,9 +12,14 @@ a dot-product instruction instead of f32 FMAs, and give the same bits:
          compensation ``-128 * sum_kk a[kk]`` (made with A, once per row and
          block), so it ends at the exact integer partial.  (AVX-512 has no
          ``vpsignb``; putting the offset on B keeps the compensation off the
-         weights and out of the inner loop.)
+         weights and out of the inner loop.)  Without AVX-512: ``vpdpbusd``
+         ymm (AVX-VNNI) or ``vpmaddubsw`` + ``vpmaddwd`` ymm (AVX2), the same
+         records, on 256-bit halves; INT8 activations there use the sign
+         trick instead of the offset (:mod:`.isa`, :func:`maddubs_mode`).
 ``i16``  ``vpdpwssd`` (``vpmaddwd`` + add without VNNI): pairs with E3M2
-         (x16, up to 448), both operands int16.
+         (x16, up to 448), both operands int16; also A = INT8 on AVX512BW
+         without VNNI, and INT8 x INT8 on AVX2 without AVX-VNNI (the one
+         narrow pair whose ``vpmaddubsw`` pair sums can saturate).
 ``bf16`` ``vdpbf16ps`` (AVX512_BF16): pairs with an FP8 operand.  Every MX
          element value is exact in bf16 and every product exact in f32;
          element ``k`` sits in the odd slot and ``k + 1`` in the even slot of
@@ -64,6 +69,8 @@ __all__ = [
     "offset_bytes",
     "value_table",
     "dot_kind",
+    "maddubs_mode",
+    "pair_sum_bounds",
     "RecordLayout",
     "pack_records",
     "dot_values",
@@ -117,12 +124,52 @@ KINDS = {
 }
 
 
+def pair_sum_bounds(a_elem: str, b_elem: str, mode: str = "offset") -> tuple[int, int]:
+    """The least and greatest sum of two products ``u * s`` that ``vpmaddubsw``
+    forms (into an int16, saturating) for A x B on the ``i8`` unit, from the
+    format tables: ``mode`` ``offset``: ``u = b + 128`` (the records' bytes),
+    ``s = a``; ``sign``: ``u = |a|``, ``s = b * sign(a)`` (:mod:`.isa`)."""
+    a = _int_values(a_elem)
+    b = _int_values(b_elem)
+    if mode == "offset":
+        u, s = [x + 128 for x in b], a
+    else:
+        u = [abs(x) for x in a]
+        s = [y * sg for y in b for sg in {(x > 0) - (x < 0) for x in a}]
+    return 2 * max(u) * min(s), 2 * max(u) * max(s)
+
+
+def _int_values(element: str) -> list[int]:
+    """Every finite value of ``element`` times ``2^int_exp2`` (integers)."""
+    fmt = ELEMENT_FORMATS[element]
+    codes = np.arange(fmt.num_codes).astype(np.uint8).view(fmt.dtype)
+    vals = decode_elements(codes, fmt.name) * 2.0**fmt.int_exp2
+    return sorted({int(x) for x in vals[np.isfinite(vals)]})
+
+
+def maddubs_mode(a_elem: str, b_elem: str) -> str | None:
+    """How ``vpmaddubsw`` computes A x B's pair sums exactly: ``offset`` (B as
+    ``b + 128``, A's compensation), else ``sign`` (the sign trick, where each
+    ``b * sign(a)`` is a signed byte), else None (some pair sum or operand
+    would saturate: INT8 x INT8)."""
+    for mode in ("offset", "sign"):
+        if mode == "sign" and min(_int_values(b_elem)) < -127:
+            continue
+        lo, hi = pair_sum_bounds(a_elem, b_elem, mode)
+        if lo >= -(2**15) and hi < 2**15:
+            return mode
+    return None
+
+
 def dot_kind(a_elem: str | None, b_elem: str | None, block: int) -> DotKind | None:
     """The dot unit for A x B on this CPU (:mod:`mlir_mx.host`), or None (f32 kernels).
 
     ``a_elem`` is A's element format (for an f32 A quantized per call: the
     format it is quantized to).  Integer pairs need every block partial below
     2^24 (exact in f32); bf16 needs an FP8 operand and an even block.
+    AVX-512 (512-bit) first; else AVX2 with 256-bit halves (:mod:`.isa`):
+    ``i8`` with AVX-VNNI or where ``vpmaddubsw`` cannot saturate
+    (:func:`maddubs_mode`), else ``i16``.
     """
     if a_elem is None or b_elem is None:
         return None
@@ -136,7 +183,13 @@ def dot_kind(a_elem: str | None, b_elem: str | None, block: int) -> DotKind | No
         # vpmaddubsw saturates its pair sums unless 2 * 255 * max|a| < 2^15.
         if narrow and int_max(a_elem) <= 64 and has_features("avx512bw"):
             return KINDS["i8"]
-        return KINDS["i16"] if has_features("avx512bw") else None
+        if has_features("avx512bw"):
+            return KINDS["i16"]
+        if not has_features("avx2"):
+            return None
+        if narrow and (has_features("avx_vnni") or maddubs_mode(a_elem, b_elem)):
+            return KINDS["i8"]
+        return KINDS["i16"]
     if block % 2 == 0 and has_features("avx512_bf16", "avx512bw"):
         return KINDS["bf16"]
     return None

@@ -54,9 +54,16 @@ class DotA:
 
 
 def prepare_dot_a(
-    kb: KernelBuilder, prob: Problem, ops: Operands, kind: DotKind, group: int
+    kb: KernelBuilder,
+    prob: Problem,
+    ops: Operands,
+    kind: DotKind,
+    group: int,
+    compensate: bool = True,
 ) -> DotA:
-    """Fill A's words and scales (rows padded to a multiple of ``group``)."""
+    """Fill A's words and scales (rows padded to a multiple of ``group``), and
+    the compensation where ``compensate`` and the unit offsets B (not with the
+    sign trick of :mod:`.isa`, which needs none)."""
     if prob.m is None:
         m = kb.dim(ops.a, 0)
         mp = kb.mul(kb.ceildivu(m, group), group)
@@ -70,7 +77,7 @@ def prepare_dot_a(
     width = prob.k // kind.group
     words = kb.alloc([rows, width + (LANES if width % 1024 == 0 else 0)], kb.i32, dyn)
     scales = kb.alloc([rows, prob.kblocks], kb.f32, dyn)
-    comp = kb.alloc([rows, prob.kblocks], kb.i32, dyn) if kind.comp else None
+    comp = kb.alloc([rows, prob.kblocks], kb.i32, dyn) if kind.comp and compensate else None
     conv = _Words(kb, kind, prob.a_elem or prob.a_quant, words)
     with kb.loop(0, m, 1) as row:
         if prob.a_is_mx:

@@ -47,7 +47,7 @@ def sweep_decode(k, lo, hi) -> None:
     vt = kb.vec(LANES, elem)
     with kb.loop(0, prob.kblocks, 1) as blk:
         start = kb.const(0.0 if k.kind.name == "bf16" else 0, vt)
-        if k.kind.comp:
+        if k.pa.comp is not None:
             start = kb.broadcast(kb.load(k.pa.comp, [0, blk.iv]), LANES)
         with kb.loop(lo, hi, 1) as j:
             for v in range(4):

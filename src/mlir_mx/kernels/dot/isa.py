@@ -1,0 +1,213 @@
+"""The dot kernels' instructions on this CPU: 512-bit AVX-512 or 256-bit AVX2 halves.
+
+The kernels (:mod:`.kernel`, :mod:`.codes`, :mod:`.sweep`) think in 16
+lanes: a B vector is 64 bytes (16 columns x one K group), an accumulator 16
+i32.  :class:`DotOps` turns one such dot step into instructions:
+
+``avx512-vnni``  ``vpdpbusd`` / ``vpdpwssd`` zmm (AVX512-VNNI);
+``avx512bw``     ``vpmaddubsw`` + ``vpmaddwd`` / ``vpmaddwd`` zmm;
+``avx-vnni``     ``vpdpbusd`` / ``vpdpwssd`` ymm (AVX-VNNI, VEX encoded), on
+                 each 256-bit half of the 16 lanes;
+``avx2``         ``vpmaddubsw`` + ``vpmaddwd`` / ``vpmaddwd`` ymm, per half.
+
+The AVX-512 entries emit what they always did; the 256-bit ones split each
+16-lane step into two 8-lane ones (``vector.extract_strided_slice``, the
+instruction, a ``vector.shuffle`` concatenation that LLVM folds away along
+an accumulator chain) and the FP4 table lookup into two ``vpshufb`` ymm.
+
+**Saturation.** ``vpmaddubsw`` multiplies unsigned bytes by signed bytes and
+adds each pair of products into an int16 *with saturation*; the VNNI
+instructions and ``vpmaddwd`` cannot saturate for our operands.  The ``i8``
+unit's operands are ``u = b + 128`` (B, the records' bytes) and ``s = a``
+(A's integers ``value * 2^fa``); the accumulator starts at A's
+compensation ``-128 * sum a`` (:mod:`.layout`).  A pair sum lies in
+``2 * max(u) * [min(s), max(s)]`` (:func:`~.layout.pair_sum_bounds`), which
+fits int16 when A is FP4 or FP6 E2M3 (``2 * 255 * 60 = 30600``).  With INT8
+activations it does not (``2 * 140 * 128 = 35840`` against FP4), and there
+the 256-bit path uses the **sign trick** instead: ``u = |a|`` (``vpsignb a,
+a``: -128 gives the byte 0x80, i.e. 128 as unsigned) and ``s = b * sign(a)``
+(``vpsignb``, B's signed value ``u ^ 0x80``), so each product ``|a| * b
+sign(a) = a * b`` is exact and the accumulator starts at 0.  It needs ``b *
+sign(a)`` to fit a signed byte: ``|b| <= 127``, so it serves B in FP4
+(``|2b| <= 12``) or E2M3 (``|8b| <= 60``), and the pair sums stay within
+``2 * 128 * 60 = 15360``.  INT8 x INT8 is the one narrow pair neither fits
+(``b = -128`` with ``a < 0`` overflows ``b * sign(a)``, and ``2 * 128 * 128
+= 32768`` is one above int16): :func:`~.layout.dot_kind` gives it the
+``i16`` unit (int16 pairs, ``vpmaddwd``, exact).  With AVX-VNNI every narrow
+pair takes ``vpdpbusd`` (4 products summed in int32, no saturation).
+Without VNNI, the pair sums of :attr:`DotOps.run` consecutive K groups add
+up in int16 (``vpaddw``) before one ``vpmaddwd``, ``run`` times the bound
+inside int16 (the sign trick's FP4 x INT8: 8 groups, a whole block of 32):
+one multiply per step instead of two, on cores where both share a port.
+``tests/kernels/test_dot_kernels.py`` enumerates these bounds from the format
+tables for every pair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+
+from mlir_mx.host import has_features
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.dot.layout import (
+    DotKind,
+    maddubs_mode,
+    offset_bytes,
+    pair_sum_bounds,
+    value_table,
+)
+
+__all__ = ["DotISA", "DotOps", "dot_isa"]
+
+
+@dataclass(frozen=True)
+class DotISA:
+    """The instruction set of one dot kernel."""
+
+    name: str  # avx512-vnni, avx512bw, avx-vnni, avx2
+    wide: bool  # 512-bit registers (else 256-bit halves)
+    vnni: bool  # vpdpbusd / vpdpwssd
+    sign: bool  # i8 by the sign trick (|a| x b sign(a)): no compensation
+
+
+def dot_isa(kind: DotKind, a_elem: str, b_elem: str) -> DotISA:
+    """The instructions a kernel of ``kind`` for A x B uses on this CPU
+    (:func:`~.layout.dot_kind` chose ``kind`` from the same features)."""
+    if (
+        kind.name == "bf16"
+        or has_features("avx512bw")
+        or (kind.name == "i8" and has_features("avx512_vnni"))
+    ):
+        vnni = has_features("avx512_vnni")
+        return DotISA("avx512-vnni" if vnni else "avx512bw", True, vnni, False)
+    if has_features("avx_vnni"):
+        return DotISA("avx-vnni", False, True, False)
+    sign = kind.name == "i8" and maddubs_mode(a_elem, b_elem) == "sign"
+    return DotISA("avx2", False, False, sign)
+
+
+class DotOps:
+    """Emits a dot kernel's instructions for one :class:`DotISA`."""
+
+    def __init__(self, kind: DotKind, isa: DotISA, a_elem: str, b_elem: str, kb: KernelBuilder):
+        self.kb, self.kind, self.isa = kb, kind, isa
+        #: B's FP4 table gives ``b`` itself, not ``b + 128``: the sign trick's
+        #: operand without an xor (every FP4 B vector comes through the table).
+        self.signed_table = isa.sign and value_table(b_elem)
+        #: K groups whose ``vpmaddubsw`` pair sums add up in int16 (``vpaddw``)
+        #: before one ``vpmaddwd``: as many as keep the sum of their bounds
+        #: (:func:`~.layout.pair_sum_bounds`) inside int16 (1: every group).
+        self.run = 1
+        if kind.name == "i8" and not isa.wide and not isa.vnni:
+            lo, hi = pair_sum_bounds(a_elem, b_elem, "sign" if isa.sign else "offset")
+            self.run = max(r for r in (1, 2, 4, 8) if r * lo >= -(2**15) and r * hi < 2**15)
+
+    def table_bytes(self, element: str) -> list[int]:
+        """The 16-entry ``vpshufb`` table of ``element``'s codes (4 lanes): the
+        bytes ``2^f value + 128`` (:func:`~.layout.offset_bytes`), or the
+        values themselves under :attr:`signed_table`."""
+        table = offset_bytes(element, 16) * 4
+        return [x - 128 for x in table] if self.signed_table else table
+
+    def dot(self, acc, a_words, b_bytes) -> ir.Value:
+        """``acc + sum over each lane's group of a * b`` (16 i32 lanes; B the
+        records' 64 bytes, A a 16-lane broadcast of one word)."""
+        if self.isa.wide:
+            return self._dot512(acc, a_words, b_bytes)
+        kb = self.kb
+        halves = [
+            self._dot256(kb.slice(acc, 8 * h, 8), kb.slice(a_words, 8 * h, 8),
+                         kb.slice(b_bytes, 32 * h, 32))
+            for h in (0, 1)
+        ]  # fmt: skip
+        return kb.shuffle(halves[0], halves[1], list(range(16)))
+
+    def pairs(self, a_words, b_bytes) -> ir.Value:
+        """The ``vpmaddubsw`` pair sums (32 i16) of one step (256-bit halves, no VNNI)."""
+        kb = self.kb
+        halves = [
+            self._pairs256(kb.slice(a_words, 8 * h, 8), kb.slice(b_bytes, 32 * h, 32))
+            for h in (0, 1)
+        ]
+        return kb.shuffle(halves[0], halves[1], list(range(32)))
+
+    def add_pairs(self, acc, pairs) -> ir.Value:
+        """``acc`` (16 i32) plus each two of ``pairs`` (32 i16, ``vpmaddwd`` by ones)."""
+        kb = self.kb
+        v8i, v16h = kb.vec(8, kb.i32), kb.vec(16, kb.i16)
+        ones = kb.const(1, v16h)
+        halves = [
+            kb.add(kb.slice(acc, 8 * h, 8), kb.intrinsic("llvm.x86.avx2.pmadd.wd", v8i,
+                                                         [kb.slice(pairs, 16 * h, 16), ones]))
+            for h in (0, 1)
+        ]  # fmt: skip
+        return kb.shuffle(halves[0], halves[1], list(range(16)))
+
+    def lookup(self, table: ir.Value, idx: ir.Value) -> ir.Value:
+        """64 bytes through a 16-entry table per 128-bit lane (``vpshufb``)."""
+        kb = self.kb
+        if self.isa.wide:
+            return kb.intrinsic("llvm.x86.avx512.pshuf.b.512", idx.type, [table, idx])
+        v32 = kb.vec(32, kb.i8)
+        halves = [
+            kb.intrinsic("llvm.x86.avx2.pshuf.b", v32, [kb.slice(table, 32 * h, 32),
+                                                         kb.slice(idx, 32 * h, 32)])
+            for h in (0, 1)
+        ]  # fmt: skip
+        return kb.shuffle(halves[0], halves[1], list(range(64)))
+
+    def _dot512(self, acc, a_words, b_bytes) -> ir.Value:
+        kb, name, vnni = self.kb, self.kind.name, self.isa.vnni
+        v16i = kb.vec(16, kb.i32)
+        if name == "bf16":
+            bf = ir.BF16Type.get()
+            a = kb.vbitcast(a_words, 32, bf)
+            b = kb.vbitcast(b_bytes, 32, bf)
+            return kb.intrinsic("llvm.x86.avx512bf16.dpbf16ps.512", acc.type, [acc, a, b])
+        if name == "i16":
+            a = kb.vbitcast(a_words, 32, kb.i16)
+            b = kb.vbitcast(b_bytes, 32, kb.i16)
+            if vnni:
+                return kb.intrinsic("llvm.x86.avx512.vpdpwssd.512", v16i, [acc, a, b])
+            return kb.add(acc, kb.intrinsic("llvm.x86.avx512.pmaddw.d.512", v16i, [a, b]))
+        a = kb.vbitcast(a_words, 64, kb.i8)
+        # B (b + 128) is the unsigned operand, A the signed one.
+        if vnni:
+            return kb.intrinsic("llvm.x86.avx512.vpdpbusd.512", v16i, [acc, b_bytes, a])
+        # No VNNI: u8 x s8 pair sums (exact: dot_kind checked the pair sum bounds).
+        pairs = kb.intrinsic("llvm.x86.avx512.pmaddubs.w.512", kb.vec(32, kb.i16), [b_bytes, a])
+        ones = kb.const(1, kb.vec(32, kb.i16))
+        return kb.add(acc, kb.intrinsic("llvm.x86.avx512.pmaddw.d.512", v16i, [pairs, ones]))
+
+    def _dot256(self, acc, a_words, b_bytes) -> ir.Value:
+        """One 8-lane half: ``acc`` 8 i32, ``a_words`` 8 words, ``b_bytes`` 32 bytes."""
+        kb, name, isa = self.kb, self.kind.name, self.isa
+        v8i, v16h = kb.vec(8, kb.i32), kb.vec(16, kb.i16)
+        if name == "i16":
+            a = kb.vbitcast(a_words, 16, kb.i16)
+            b = kb.vbitcast(b_bytes, 16, kb.i16)
+            if isa.vnni:
+                return kb.intrinsic("llvm.x86.avx512.vpdpwssd.256", v8i, [acc, a, b])
+            return kb.add(acc, kb.intrinsic("llvm.x86.avx2.pmadd.wd", v8i, [a, b]))
+        if isa.vnni:  # the VEX vpdpbusd where only AVX-VNNI is enabled
+            a = kb.vbitcast(a_words, 32, kb.i8)
+            return kb.intrinsic("llvm.x86.avx512.vpdpbusd.256", v8i, [acc, b_bytes, a])
+        pairs = self._pairs256(a_words, b_bytes)
+        ones = kb.const(1, v16h)
+        return kb.add(acc, kb.intrinsic("llvm.x86.avx2.pmadd.wd", v8i, [pairs, ones]))
+
+    def _pairs256(self, a_words, b_bytes) -> ir.Value:
+        """``vpmaddubsw`` of one 8-lane half: 16 i16 pair sums."""
+        kb = self.kb
+        a = kb.vbitcast(a_words, 32, kb.i8)
+        u, s = b_bytes, a
+        if self.isa.sign:  # |a| (unsigned) x b sign(a) (signed): the products a * b
+            v32 = b_bytes.type
+            b = b_bytes  # the table's b, else the records' b + 128 -> b
+            if not self.signed_table:
+                b = kb.xori(b_bytes, kb.const(0x80, v32))
+            u = kb.intrinsic("llvm.x86.avx2.psign.b", v32, [a, a])
+            s = kb.intrinsic("llvm.x86.avx2.psign.b", v32, [b, a])
+        return kb.intrinsic("llvm.x86.avx2.pmadd.ub.sw", kb.vec(16, kb.i16), [u, s])
