@@ -63,6 +63,7 @@ def quantize_(
     filter_fn: Callable[[torch.nn.Module, str], bool] | None = None,
     *,
     threads: int | None = None,
+    precompile: bool = False,
 ) -> QuantizeSummary:
     """Replace every ``nn.Linear`` of ``model`` (``lm_head`` included) by an
     :class:`MXLinear` with ``weights``-format MX weights, in place, as torchao's
@@ -77,8 +78,9 @@ def quantize_(
     replaced, so peak memory stays near the model's own.  ``activations``: None
     (activations enter exactly) or the MX format they are quantized to per call
     (``"i8"``: W4A8 on the CPU's integer dot units; ``MXLinear``).  ``threads``: as for
-    ``MXLinear`` (None follows ``torch.get_num_threads()``).  Returns a
-    :class:`QuantizeSummary`.
+    ``MXLinear`` (None follows ``torch.get_num_threads()``).  ``precompile``:
+    compile every kernel the model's forward may need now
+    (:func:`~mlir_mx.torch.precompile`).  Returns a :class:`QuantizeSummary`.
     """
     if not isinstance(model, torch.nn.Module):
         raise MXArgTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
@@ -110,6 +112,10 @@ def quantize_(
         summary.converted.append(name)
         summary.bytes_before += before
         summary.bytes_after += new.nbytes
+    if precompile:
+        from .precompile import precompile as precompile_model
+
+        precompile_model(model)
     return summary
 
 
