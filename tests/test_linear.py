@@ -80,14 +80,17 @@ def test_persistent_cache_is_written_and_reused(tmp_path, monkeypatch):
     w = _weight("f4E2M1FN", n=64, k=64)
     x = np.ones((1, 64), np.float32)
     y = mlir_mx.Linear(w, threads=1)(x)
-    files = list((tmp_path / "c2").glob("*.mlirbc"))
+    files = list((tmp_path / "c2").iterdir())  # machine code (.mxo) where it loads, else .mlirbc
     assert len(files) == 1
     from mlir_mx.execution import clear_cache
+    from mlir_mx.execution.objects import machine_code_supported
 
+    assert files[0].suffix == (".mxo" if machine_code_supported() else ".mlirbc")
     clear_cache()
     lin = mlir_mx.Linear(w, threads=1)
     np.testing.assert_array_equal(lin(x), y)
     assert all(r._compiled.from_disk for r in lin._runners.values())
+    assert all(r._compiled.machine_code == machine_code_supported() for r in lin._runners.values())
     files[0].write_bytes(b"garbage")  # a broken entry is recompiled, not fatal
     clear_cache()
     np.testing.assert_array_equal(mlir_mx.Linear(w, threads=1)(x), y)

@@ -153,6 +153,8 @@ class LoadedObject:
                 size += elf.sections[i][5]
             size = -(-size // _PAGE) * _PAGE
             bounds.append((start, size))
+        if size > len(data) + (64 << 20):  # no kernel has 64 MiB of zeroed data
+            raise ObjectError(f"sections of {size} bytes in a {len(data)}-byte object")
         self.size = max(size, _PAGE)
         base = _libc.mmap(None, self.size, 3, 0x22, -1, 0)  # RW, MAP_PRIVATE | MAP_ANONYMOUS
         if base in (None, ctypes.c_void_p(-1).value):
@@ -257,4 +259,7 @@ def load_object(data: bytes, libraries=()) -> LoadedObject:
     """Map the object file ``data``; its undefined symbols from ``libraries``
     (paths) and the process.  Raises :class:`ObjectError` for an object it
     does not take."""
-    return LoadedObject(data, libraries)
+    try:
+        return LoadedObject(data, libraries)
+    except (IndexError, struct.error, UnicodeError, ValueError, OverflowError) as err:
+        raise ObjectError(f"malformed object file ({type(err).__name__}: {err})") from None
