@@ -321,7 +321,7 @@ class Linear:
         ``m`` rows of f32 activations (an int or a sequence; None: one per shape
         class, every kernel a call may need) on ``threads`` (default :attr:`threads`)."""
         t = self.threads if threads is None else check_threads(threads)
-        rows = [1, 2, SMALL_MAX_M + 1] if m is None else [m] if isinstance(m, int) else list(m)
+        rows = [1, 2, SMALL_MAX_M + 1] if m is None else list(m) if hasattr(m, "__iter__") else [m]
         kind = Activations(None, False, self.activations)
         for r in rows:
             if isinstance(r, bool) or not isinstance(r, int) or r < 1:
