@@ -196,7 +196,7 @@ class Compiled:
         try:
             load_object(obj, self.options.libraries())  # what a later process will do
         except (ObjectError, MemoryError) as err:
-            _log.warning("compile cache: object code not stored (%s)", err)
+            _log.info("compile cache: object code not stored (%s)", err)
             return
         code.store_code(meta, obj)
 
