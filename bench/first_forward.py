@@ -83,9 +83,14 @@ def main(argv=None) -> int:
     for _ in range(ns.repeats):
         for row, kind in ROWS.items():
             got[row].append(_spawn(kind, ns, env))
-    med = {row: {k: statistics.median(r[k] for r in recs) for k in recs[0]} for row, recs in got.items()}
+    med = {
+        row: {k: statistics.median(r[k] for r in recs) for k in recs[0]}
+        for row, recs in got.items()
+    }
     base = med["torch f32"]["first_s"]
-    print(f"{ns.layers} layers, {ns.threads} threads, 128 tokens, median of {ns.repeats}; cache {cache}")
+    print(
+        f"{ns.layers} layers, {ns.threads} threads, 128 tokens, median of {ns.repeats}; cache {cache}"
+    )
     print("| row | first forward | second forward | first - second | first / torch f32 first |")
     print("|---|---|---|---|---|")
     for row, m in med.items():
