@@ -318,13 +318,16 @@ class _Kernel:
 
     def __init__(self, spec: ConvertSpec):
         from mlir_mx.dialect import load_dialect
+        from mlir_mx.execution.compiled import GeneratedModule
         from mlir_mx.execution.options import default_cache_dir as cache_dir
 
-        with ir.Context() as ctx, ir.Location.unknown():
-            load_dialect(ctx)
-            text = str(convert_module(spec))
+        def make() -> str:  # only when no cache holds the machine code
+            with ir.Context() as ctx, ir.Location.unknown():
+                load_dialect(ctx)
+                return str(convert_module(spec))
+
         options = CompileOptions(kernel_library_pipeline(spec.threads), cache_dir=cache_dir())
-        self.runner = Runner(text, options=options)
+        self.runner = Runner(GeneratedModule(f"convert {spec!r}", make), options=options)
         self.fn = packed_function(self.runner.entry(spec.name))
         self.runtime_threads = spec.threads == RUNTIME_THREADS
 

@@ -2,8 +2,11 @@
 
 Each worker compiles two modules once into a scratch cache and keeps their
 pristine entries: the kernel of a ``Linear`` with an MXFP4 weight (what
-``MLIR_MX_CACHE_DIR`` holds in practice: LLVM dialect with async-runtime
-calls) and a small f32 function through a ``Runner``.  Case ``i`` of seed
+``MLIR_MX_CACHE_DIR`` holds in practice: parallel code, async-runtime
+calls) and a small f32 function through a ``Runner``, each as both kinds of
+entry (``execution.disk_cache``): machine code (``.mxo``: metadata and an
+object file, where ``objects.machine_code_supported``) and the lowered
+module (``.mlirbc``: bytecode; forced by patching that check off).  Case ``i`` of seed
 ``s`` corrupts one entry with mutations drawn from
 ``random.Random(f"cache:{s}:{i}")`` -- bytes flipped or set (NUL included)
 anywhere or in one region (the header's magic, key, length or checksum; the
@@ -19,6 +22,7 @@ input, so no unverified byte may reach it) or a hang.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -37,8 +41,14 @@ ADD = """func.func @add(%a: tensor<8x8xf32>, %b: tensor<8x8xf32>) -> tensor<8x8x
   %r = arith.addf %a, %b : tensor<8x8xf32>
   return %r : tensor<8x8xf32>
 }"""
-#: Where a targeted corruption lands (byte ranges of an entry; see compiled.DiskCache).
-REGIONS = {"magic": (0, 8), "key": (8, 40), "length": (40, 48), "checksum": (48, 80), "body": (80, None)}
+#: Where a targeted corruption lands (byte ranges of an entry; see execution.disk_cache).
+REGIONS = {
+    "magic": (0, 8),
+    "key": (8, 40),
+    "length": (40, 48),
+    "checksum": (48, 80),
+    "body": (80, None),
+}
 
 
 class _Records(logging.Handler):
@@ -81,12 +91,34 @@ def _run(module: str, folder: Path):
     return r.add(a.copy(), a.copy()), r._compiled.from_disk
 
 
+@contextlib.contextmanager
+def _kind(kind: str):
+    """Compile with entries of ``kind``: ``mxo`` (machine code, where this host
+    loads it) or ``mlirbc`` (the machine-code check patched off meanwhile)."""
+    from mlir_mx.execution import compiled
+
+    real = compiled.machine_code_supported
+    if kind == "mlirbc":
+        compiled.machine_code_supported = lambda: False
+    try:
+        yield
+    finally:
+        compiled.machine_code_supported = real
+
+
+def _kinds() -> tuple[str, ...]:
+    from mlir_mx.execution.objects import machine_code_supported
+
+    return ("mxo", "mlirbc") if machine_code_supported() else ("mlirbc",)
+
+
 @cache
-def _pristine(module: str) -> tuple[Path, bytes, np.ndarray]:
+def _pristine(module: str, kind: str) -> tuple[Path, bytes, np.ndarray]:
     """Once per worker: (entry path, its bytes, the right result) of ``module``."""
-    folder = Path(tempfile.mkdtemp(prefix=f"mlir-mx-cache-fuzz-{module}-"))
-    want, _ = _run(module, folder)
-    (path,) = folder.glob("*.mlirbc")
+    folder = Path(tempfile.mkdtemp(prefix=f"mlir-mx-cache-fuzz-{module}-{kind}-"))
+    with _kind(kind):
+        want, _ = _run(module, folder)
+    (path,) = folder.glob(f"*.{kind}")
     return path, path.read_bytes(), want
 
 
@@ -134,31 +166,35 @@ def _corrupt(data: bytes, rng: random.Random) -> tuple[bytes, str]:
 
 def case(seed: int, index: int) -> Outcome:
     """Corrupt one entry, compile from the cache, classify."""
-    from mlir_mx.execution.compiled import DiskCache
+    from mlir_mx.execution.disk_cache import DiskCache, ObjectCache
 
     rng = random.Random(f"cache:{seed}:{index}")
+    kinds = _kinds()
     module = ("linear", "add")[index % 2]
-    what = module
+    kind = kinds[index // 2 % len(kinds)]
+    what = config = f"{module} ({kind})"
     try:
-        path, good, want = _pristine(module)
+        path, good, want = _pristine(module, kind)
         bad, how = _corrupt(good, rng)
-        what = f"{module}: {how}"
+        what = f"{module} ({kind}): {how}"
         path.write_bytes(bad)
         log = _handler()
         log.messages.clear()
-        got, from_disk = _run(module, path.parent)
+        with _kind(kind):
+            got, from_disk = _run(module, path.parent)
         if from_disk:
-            return Outcome(index, "wrong", module, "a corrupted entry was used", what)
+            return Outcome(index, "wrong", config, "a corrupted entry was used", what)
         if not np.array_equal(got, want):
-            return Outcome(index, "wrong", module, "wrong result after the rebuild", what)
+            return Outcome(index, "wrong", config, "wrong result after the rebuild", what)
         if not any("compile cache: dropped" in m for m in log.messages):
-            return Outcome(index, "silent", module, "the dropped entry was not logged", what)
-        checker = DiskCache.__new__(DiskCache)
+            return Outcome(index, "silent", config, "the dropped entry was not logged", what)
+        cls = ObjectCache if kind == "mxo" else DiskCache
+        checker = cls.__new__(cls)
         checker.key = good[8:40]
         if not path.exists() or checker.verify(path.read_bytes())[0] is None:
-            return Outcome(index, "wrong", module, "the entry was not rebuilt", what)
+            return Outcome(index, "wrong", config, "the entry was not rebuilt", what)
         path.write_bytes(good)  # the next case starts from the pristine entry
-        return Outcome(index, "ok", module)
+        return Outcome(index, "ok", config)
     except BaseException as e:  # noqa: BLE001 - anything else is the finding
         tb = "".join(traceback.format_exception(e))[-1500:]
-        return Outcome(index, "traceback", module, tb, what)
+        return Outcome(index, "traceback", config, tb, what)

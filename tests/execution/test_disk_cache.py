@@ -10,10 +10,15 @@ header field, the bytecode at its start, middle and end, the repro's NUL in a
 symbol name), truncations, appended bytes, entries of another key or of the
 old headerless format, and checksummed entries whose body does not load.
 ``mlir_mx_testing.cache_fuzz`` runs random corruptions of the same kind.
+
+Every test runs on both kinds of entry (``disk_cache``): machine code
+(``.mxo``, where ``objects.machine_code_supported``) and the lowered module
+(``.mlirbc``, the other hosts; forced here by patching the check).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -23,8 +28,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from mlir_mx.execution import Runner, clear_cache
-from mlir_mx.execution.compiled import DiskCache
+from mlir_mx.execution import Runner, clear_cache, compiled
+from mlir_mx.execution.disk_cache import DiskCache, ObjectCache
+from mlir_mx.execution.objects import machine_code_supported
 
 ADD = """func.func @add(%a: tensor<4x4xf32>, %b: tensor<4x4xf32>) -> tensor<4x4xf32> {
   %r = arith.addf %a, %b : tensor<4x4xf32>
@@ -42,18 +48,33 @@ def _run(cache_dir):
     return r._compiled.from_disk
 
 
+@pytest.fixture(params=["mxo", "mlirbc"])
+def kind(request, monkeypatch):
+    """The kind of entry: machine code, or (patched off) the lowered module."""
+    if request.param == "mxo" and not machine_code_supported():
+        pytest.skip("machine-code entries load on x86-64 Linux only")
+    if request.param == "mlirbc":
+        monkeypatch.setattr(compiled, "machine_code_supported", lambda: False)
+    return request.param
+
+
 @pytest.fixture
-def entry(tmp_path):
+def entry(tmp_path, kind):
     """The path and pristine bytes of ADD's cache entry."""
     assert not _run(tmp_path)
-    (path,) = tmp_path.glob("*.mlirbc")
+    (path,) = tmp_path.iterdir()
+    assert path.suffix == "." + kind
     assert _run(tmp_path)  # a hit
     return path, path.read_bytes()
 
 
 def _checker(good: bytes) -> DiskCache:
-    """A DiskCache that checks entries of the key of ``good``."""
-    cache = DiskCache.__new__(DiskCache)
+    """A DiskCache (an ObjectCache) that checks entries of the key of ``good``."""
+    cache = (
+        ObjectCache.__new__(ObjectCache)
+        if good[:8] == ObjectCache.MAGIC
+        else DiskCache.__new__(DiskCache)
+    )
     cache.key = good[8:40]
     return cache
 
@@ -111,13 +132,32 @@ def test_f14_corrupt_compile_cache_abort_every_region(entry, how, caplog):
     assert _run(path.parent)
 
 
+def _bodies(good: bytes) -> list[bytes]:
+    """Bodies that pass the checksum and must not load: not bytecode, a module
+    not lowered; for machine code: metadata that is not JSON or lacks a
+    field, an object that is not ELF, of another machine, or truncated."""
+    if good[:8] != ObjectCache.MAGIC:
+        return [b"\x00garbage", ADD.encode()]
+    body = good[80:]
+    n = int.from_bytes(body[:4], "little")
+    meta, obj = json.loads(body[4 : 4 + n]), body[4 + n :]
+
+    def pack(m: dict, o: bytes) -> bytes:
+        text = json.dumps(m).encode()
+        return len(text).to_bytes(4, "little") + text + o
+
+    other_machine = obj[:18] + (183).to_bytes(2, "little") + obj[20:]  # aarch64
+    return [b"\x00garbage", body[:4] + b"?" + body[5:],
+            pack({k: v for k, v in meta.items() if k != "writes"}, obj), pack(meta, b"\x7fELF"),
+            pack(meta, other_machine), pack(meta, obj[: len(obj) // 2]), pack(meta, b"")]  # fmt: skip
+
+
 def test_checksummed_entry_that_does_not_load_is_dropped(entry, caplog):
-    """Verification after parsing: a body with a valid checksum that is not
-    bytecode, or a module that is not lowered, is dropped too."""
+    """Verification after parsing: a body with a valid checksum that does not
+    load (``_bodies``) is dropped too."""
     path, good = entry
     cache = _checker(good)
-    unlowered = ADD.encode()  # parses, but is not in the LLVM dialect
-    for body, why in ((b"\x00garbage", "does not load"), (unlowered, "does not load")):
+    for body, why in ((b, "does not load") for b in _bodies(good)):
         path.write_bytes(cache.encode(body))
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger=LOGGER):
@@ -128,7 +168,7 @@ def test_checksummed_entry_that_does_not_load_is_dropped(entry, caplog):
 
 def test_entry_of_another_key_is_not_used(entry, tmp_path):
     path, good = entry
-    other = DiskCache(tmp_path, ADD + "\n", "builtin.module()")
+    other = type(_checker(good))(tmp_path, ADD + "\n", "builtin.module()")
     assert other.path != path
     other.path.write_bytes(good)  # a valid entry, under another name
     assert other.verify(good)[0] is None
@@ -141,7 +181,7 @@ def test_store_is_atomic_and_leaves_no_temporary_files(entry):
     assert oct(path.stat().st_mode & 0o777) != oct(0o600)  # not mkstemp's private mode
 
 
-def test_unusable_cache_directory_is_not_fatal_and_is_logged(tmp_path, caplog):
+def test_unusable_cache_directory_is_not_fatal_and_is_logged(tmp_path, caplog, kind):
     """A cache path that is a file: nothing stored, right result, and the
     failed store is logged (not dropped silently)."""
     blocker = tmp_path / "file"
@@ -191,7 +231,7 @@ def test_f14_corrupt_compile_cache_abort(tmp_path):
 
     first = run()
     assert first.returncode == 0, first.stderr
-    (f,) = tmp_path.glob("*.mlirbc")
+    (f,) = tmp_path.iterdir()
     data = f.read_bytes()
     i = data.find(b"mlirAsyncRuntimeAwaitValue")
     i = i if i >= 0 else data.index(b"_mlir_ciface_matmul")

@@ -12,28 +12,33 @@ import logging
 import resource
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 
-from mlir_mx.diagnostics import DiagnosticError
 from mlir_mx.dialect import is_mx_op, is_mx_type, parse_module, print_module
 from mlir_mx.errors import MXArgTypeError
 from mlir_mx.execution import arguments as args_
+from mlir_mx.execution.disk_cache import DiskCache, ObjectCache
 from mlir_mx.execution.effects import written_parameters
 from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
 from mlir_mx.execution.lowered import check_lowered, check_symbols
+from mlir_mx.execution.objects import ObjectError, load_object, machine_code_supported
 from mlir_mx.execution.options import CompileOptions
+from mlir_mx.execution.packed import lookup_entry
 from mlir_mx.execution.signature import emit_c_interfaces, signatures
-from mlir_mx.host import host_features
 from mlir_mx.ir_utils import find_first
-from mlir_mx.passes.pipeline import Pipeline, run_pipeline
+from mlir_mx.passes.pipeline import Pipeline, as_pipeline, run_pipeline
 from mlir_mx.pipelines import kernel_pipeline, load_pipeline
 
 __all__ = [
     "CompileOptions",
     "Compiled",
+    "DiskCache",
+    "GeneratedModule",
     "check_compile_memory",
     "clear_cache",
     "compile_module",
@@ -70,12 +75,53 @@ def _uses_mx(op: ir.Operation) -> bool:
     return ftype is not None and "!mx.tensor<" in str(ftype)
 
 
-class Compiled:
-    """A lowered module and its engine; shared by every Runner of the same
-    module text and :class:`CompileOptions`."""
+@dataclass(frozen=True)
+class GeneratedModule:
+    """A module given by a generator: ``make()`` returns its text, ``key``
+    names it.  ``key`` must determine the text, given mlir-mx's source and
+    the host's CPU features (both in every cache key): e.g. a kernel's
+    problem, schedule and thread count.  A compilation found in the caches
+    (in memory, or machine code on disk) then never generates the text, so a
+    new process starts a model's kernels without building their IR."""
 
-    def __init__(self, text: str, options: CompileOptions, context=None, validate=None):
+    key: str
+    make: Callable[[], str] = field(compare=False, repr=False)
+
+
+class Compiled:
+    """A lowered module and its engine (or its machine code, loaded from the
+    compile cache); shared by every Runner of the same module and
+    :class:`CompileOptions`."""
+
+    def __init__(self, source, options: CompileOptions, context=None, validate=None):
         self.options = options
+        self.lock = threading.Lock()
+        self._writes: dict[str, frozenset[int]] = {}
+        self._source, self._module = source, None
+        self.context = context
+        #: Whether this compilation came from the disk cache; ``machine_code``:
+        #: from a machine-code entry (no LLVM ran).
+        self.from_disk = self.machine_code = False
+        libs = list(options.libraries())
+        identity = f"generated:{source.key}" if isinstance(source, GeneratedModule) else source
+        code = None
+        if options.cache_dir and machine_code_supported():
+            code = ObjectCache(options.cache_dir, identity, _options_text(options))
+            load_async_runtime()  # before the code's symbols resolve: the one instance
+            hit = code.load_code(libs)
+            if hit is not None:
+                meta, self.engine = hit
+                self.signatures = meta["signatures"]
+                if validate is not None:
+                    validate(self.signatures)
+                self._writes.update(meta["writes"])
+                self.pipeline = as_pipeline(meta["pipeline"])
+                self.owns_results = meta["owns_results"]
+                self.from_disk = self.machine_code = True
+                if meta["async"]:
+                    _PARALLEL_ENGINES.append(self.engine)
+                return
+        text = source.make() if isinstance(source, GeneratedModule) else source
         self.context = context or ir.Context()
         with self.context, ir.Location.unknown():
             # parse_module loads the mx dialect and reads its custom syntax, so
@@ -89,9 +135,9 @@ class Compiled:
                 validate(self.signatures)  # before the (possibly long) lowering
             emit_c_interfaces(module)
             load_async_runtime()
-            cached = (
-                DiskCache(options.cache_dir, text, self.pipeline) if options.cache_dir else None
-            )
+            cached = None
+            if options.cache_dir and code is None:
+                cached = DiskCache(options.cache_dir, identity, _options_text(options))
             lowered = cached.load(self.context) if cached else None
             self.from_disk = lowered is not None
             if lowered is None:
@@ -101,11 +147,11 @@ class Compiled:
                     cached.store(module)
             else:
                 module = lowered
-            libs = list(options.libraries())
             check_symbols(module, libs)
-            self.module = module
+            self._module = module
             self.engine = ExecutionEngine(module, opt_level=options.opt_level, shared_libs=libs)
-        if _uses_async_runtime(module):
+        uses_async = _uses_async_runtime(module)
+        if uses_async:
             # FIXME(upstream): a task of upstream's async runtime signals its
             # completion and then still runs the tail of its JIT-compiled
             # function on a worker thread; destroying the engine (its code)
@@ -116,22 +162,76 @@ class Compiled:
             # been made (long after any task finished), not destroyed with
             # its last Runner; unbounded, the kept JIT memory ran out in a
             # long process ("LLVM ERROR: Unable to allocate section
-            # memory").  No upstream issue found.
+            # memory").  No upstream issue found.  Machine code loaded from
+            # the cache (objects.LoadedObject) is kept the same way.
             _PARALLEL_ENGINES.append(self.engine)
         #: Whether each buffer a function returns is the caller's to free (the
         #: Runner frees it after copying it out): a property of the lowering,
         #: decided with it.
         self.owns_results = self.pipeline.returns_owned_buffers
-        self.lock = threading.Lock()
-        self._writes: dict[str, frozenset[int]] = {}
+        if code is not None:
+            self._store_code(code, uses_async)
+
+    def _store_code(self, code: ObjectCache, uses_async: bool) -> None:
+        """Generate every function's machine code now and keep it in ``code``."""
+        import tempfile
+
+        for name in self.signatures:
+            lookup_entry(self.engine, name)  # LLJIT generates the code at the first lookup
+        with tempfile.TemporaryDirectory(prefix="mlir-mx-object-") as tmp:
+            path = Path(tmp) / "module.o"
+            self.engine.dump_to_object_file(str(path))
+            try:
+                obj = path.read_bytes()
+            except OSError as err:
+                _log.warning("compile cache: no object code to store (%s)", err)
+                return
+        meta = {
+            "pipeline": str(self.pipeline),
+            "owns_results": self.owns_results,
+            "async": uses_async,
+            "signatures": self.signatures,
+            "writes": {name: self.writes(name) for name in self.signatures},
+        }
+        try:
+            load_object(obj, self.options.libraries())  # what a later process will do
+        except (ObjectError, MemoryError) as err:
+            _log.info("compile cache: object code not stored (%s)", err)
+            return
+        code.store_code(meta, obj)
+
+    @property
+    def module(self) -> ir.Module:
+        """The lowered (LLVM dialect) module; lowered again (no code
+        generation) when the compilation came from machine code."""
+        with self.lock:
+            if self._module is None:
+                src = self._source
+                text = src.make() if isinstance(src, GeneratedModule) else src
+                self.context = self.context or ir.Context()
+                with self.context, ir.Location.unknown():
+                    module = parse_module(text, self.context)
+                    emit_c_interfaces(module)
+                    run_pipeline(module, self.pipeline)
+                    check_lowered(module)
+                self._module = module
+            return self._module
 
     def writes(self, name: str) -> frozenset[int]:
         """Flat argument indices of ``@name`` that native code may write (cached)."""
         with self.lock:
-            if name not in self._writes:
-                params = self.signatures[name].flat_args
-                self._writes[name] = written_parameters(self.module, name, params)
+            if name in self._writes:
+                return self._writes[name]
+        module = self.module
+        with self.lock:
+            params = self.signatures[name].flat_args
+            self._writes[name] = written_parameters(module, name, params)
             return self._writes[name]
+
+
+def _options_text(options: CompileOptions) -> str:
+    """What of ``options`` selects the code, as text (the cache directory not)."""
+    return repr(options.code_key()[:-1])  # the CPU features: in the entry's key already
 
 
 #: How many engines with parallel code are kept after their last use.
@@ -149,132 +249,6 @@ def _uses_async_runtime(module: ir.Module) -> bool:
         )
         is not None
     )
-
-
-class DiskCache:
-    """The lowered (LLVM dialect) module of one compilation, as MLIR bytecode.
-
-    What upstream lets us reload: the bindings cannot load object code into an
-    ExecutionEngine, so a hit skips parsing-time passes (ours and MLIR's) but
-    not LLVM's code generation (measured: ``docs/library.md``).  Keyed by the
-    text, the pipeline, the CPU features and the versions of mlir-mx and the
-    bindings.
-
-    An entry is an 80-byte header then the bytecode::
-
-        magic "MLIRMXC1" (8 bytes) | key (32) | body length (8, u64 LE)
-        | SHA-256 of (key, body length, body) (32) | body
-
-    Upstream's bytecode reader asserts (aborts the process) on some malformed
-    input, so no byte of an entry reaches ``ir.Module.parse`` before the whole
-    header and checksum match; the parsed module is verified again (the
-    verifier, and ``check_lowered``: nothing outside the LLVM dialect).  An
-    entry that fails either check, or does not load, is logged (``logging``
-    warning of ``mlir_mx.execution.compiled``), deleted, and rebuilt by the
-    caller.  An entry that exists but cannot be read, and a store that fails
-    (a read-only or full directory, a file where the directory should be),
-    are logged too and only cost a compilation.  Entries are written
-    atomically (:func:`mlir_mx.files.atomic_write`): a reader never sees half
-    an entry.
-    """
-
-    MAGIC = b"MLIRMXC1"
-    HEADER = 80
-
-    def __init__(self, directory, text: str, pipeline: Pipeline):
-        import hashlib
-        from importlib import metadata
-
-        import mlir_mx
-
-        try:
-            bindings = metadata.version("xtc-mlir-python-bindings")
-        except metadata.PackageNotFoundError:  # pragma: no cover - source builds
-            bindings = "unknown"
-        h = hashlib.sha256()
-        for part in (
-            text,
-            str(pipeline),
-            " ".join(sorted(host_features())),
-            mlir_mx.__version__,
-            bindings,
-        ):
-            h.update(part.encode())
-            h.update(b"\0")
-        self.key = h.digest()
-        self.path = Path(directory) / f"{h.hexdigest()}.mlirbc"
-
-    def _checksum(self, length: bytes, body: bytes) -> bytes:
-        import hashlib
-
-        return hashlib.sha256(self.key + length + body).digest()
-
-    def encode(self, body: bytes) -> bytes:
-        """The entry (header and body) for the bytecode ``body``."""
-        length = len(body).to_bytes(8, "little")
-        return self.MAGIC + self.key + length + self._checksum(length, body) + body
-
-    def verify(self, data: bytes) -> tuple[bytes | None, str]:
-        """The body of the entry ``data`` if its header and checksum hold, else
-        ``(None, why)``."""
-        if len(data) < self.HEADER:
-            return None, f"{len(data)} bytes, shorter than the {self.HEADER}-byte header"
-        if data[:8] != self.MAGIC:
-            return None, "not a mlir-mx cache entry (bad magic)"
-        if data[8:40] != self.key:
-            return None, "the header's key is not this entry's"
-        length = data[40:48]
-        body = data[self.HEADER :]
-        if int.from_bytes(length, "little") != len(body):
-            n = int.from_bytes(length, "little")
-            return None, f"the header says {n} bytes of bytecode, the file has {len(body)}"
-        if data[48:80] != self._checksum(length, body):
-            return None, "checksum mismatch"
-        return body, ""
-
-    def load(self, context: ir.Context) -> ir.Module | None:
-        """The cached lowered module, or None (no entry, or one dropped)."""
-        try:
-            data = self.path.read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
-            return None  # no entry: a miss (a store that then fails is logged)
-        except OSError as err:
-            _log.warning("compile cache: cannot read %s (%s); it is compiled again", self.path, err)
-            return None
-        body, why = self.verify(data)
-        if body is None:
-            return self._drop(why)
-        try:
-            module = ir.Module.parse(body, context)
-            module.operation.verify()
-            check_lowered(module)
-            return module
-        except (ir.MLIRError, DiagnosticError, RuntimeError, ValueError) as err:
-            return self._drop(f"does not load: {str(err).splitlines()[0][:200]}")
-
-    def _drop(self, why: str) -> None:
-        """Log and delete the entry; None (a miss)."""
-        _log.warning("compile cache: dropped %s (%s); it is rebuilt", self.path, why)
-        try:
-            self.path.unlink()
-        except OSError:
-            pass  # a read-only cache: it is rebuilt in memory and not stored
-        return None
-
-    def store(self, module: ir.Module) -> None:
-        """Write the entry of ``module`` atomically.  A failure (a read-only or
-        full cache directory) is logged and only costs the next process time."""
-        import io
-
-        from mlir_mx.files import write_bytes
-
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            buf = io.BytesIO()
-            module.operation.write_bytecode(buf)
-            write_bytes(self.path, self.encode(buf.getvalue()))
-        except OSError as err:
-            _log.warning("compile cache: cannot store %s (%s); not cached on disk", self.path, err)
 
 
 #: Address space (and available memory) a compilation is assumed to need
@@ -333,7 +307,7 @@ def clear_cache() -> None:
 
 
 def compile_module(
-    module: ir.Module | str,
+    module: ir.Module | str | GeneratedModule,
     options: CompileOptions | None = None,
     *,
     context: ir.Context | None = None,
@@ -342,10 +316,11 @@ def compile_module(
     """Compile (or fetch from the LRU cache) ``module`` with ``options``
     (default: :class:`CompileOptions`, the default lowering on every core).
 
-    The cache key is the module text and the options
-    (:meth:`CompileOptions.key`: the pipeline as it will run, opt level,
-    libraries, CPU features); ``options.cache_dir`` also keeps the lowered
-    module on disk, so another process skips the passes (:class:`DiskCache`).
+    The cache key is the module text (a :class:`GeneratedModule`'s key) and
+    the options (:meth:`CompileOptions.key`: the pipeline as it will run, opt
+    level, libraries, CPU features); ``options.cache_dir`` also keeps the
+    machine code on disk, so another process skips the passes and LLVM
+    (:mod:`~mlir_mx.execution.disk_cache`).
     ``validate(signatures)``, when given, runs after parsing and before
     lowering (and on a cache hit), so that a caller can refuse a module, e.g.
     one without the entry point it wants, before a long compilation.
@@ -353,11 +328,15 @@ def compile_module(
     options = CompileOptions() if options is None else options
     if not isinstance(options, CompileOptions):
         raise MXArgTypeError(f"options: expected a CompileOptions, got {type(options).__name__}")
-    args_.check_compile_args(module, context)
-    text = print_module(module) if isinstance(module, ir.Module) else module
+    if isinstance(module, GeneratedModule):
+        text, ident = module, ("generated", module.key)
+    else:
+        args_.check_compile_args(module, context)
+        text = print_module(module) if isinstance(module, ir.Module) else module
+        ident = text
     if context is None and isinstance(module, ir.Module):
         context = module.context
-    key = (text, options.key())
+    key = (ident, options.key())
     hit = _CACHE.get(key)
     if hit is not None:
         _CACHE.move_to_end(key)

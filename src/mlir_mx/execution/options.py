@@ -117,7 +117,12 @@ class CompileOptions:
     def key(self) -> tuple:
         """The compile cache's key (with the module text): what selects the
         artifact, the CPU features included (``MLIR_MX_CPU_FEATURES`` may
-        change them, and the kernels depend on them)."""
+        change them, and the kernels depend on them), and the cache directory."""
+        return (*self.code_key(), str(self.cache_dir) if self.cache_dir is not None else None)
+
+    def code_key(self) -> tuple:
+        """What of the options selects the generated code: :meth:`key` without
+        the cache directory (the key of a cache entry on disk)."""
         return (
             str(self.pipeline) if self.pipeline is not None else None,
             self.schedule,
@@ -125,7 +130,6 @@ class CompileOptions:
             self.parallel,
             self.opt_level,
             self.libraries(),
-            str(self.cache_dir) if self.cache_dir is not None else None,
             host_features(),
         )
 

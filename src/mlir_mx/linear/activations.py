@@ -1,14 +1,18 @@
 """What a :class:`~mlir_mx.Linear` call's activations are: the ``activations=``
-argument checked, and the kind the kernel cache is keyed by."""
+argument checked, the kind the kernel cache is keyed by, and a DLPack array
+viewed as host memory."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from mlir_mx.errors import user_error
+import ml_dtypes
+import numpy as np
+
+from mlir_mx.errors import MXArgTypeError, user_error
 from mlir_mx.numerics import element_format
 
-__all__ = ["Activations", "check_activations"]
+__all__ = ["HALF_DTYPES", "Activations", "check_activations", "host_view"]
 
 
 class Activations(NamedTuple):
@@ -33,3 +37,25 @@ def check_activations(activations) -> str | None:
         return element_format(activations).name
     except (TypeError, ValueError) as err:
         raise user_error(err, f"activations: {err}") from None
+
+
+#: Activation dtypes widened to f32 exactly.
+HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def host_view(x) -> np.ndarray:
+    """A numpy view of the DLPack array ``x``; a torch bfloat16/float16 tensor
+    as float32 (numpy has no bfloat16 to view it as)."""
+    if type(x).__module__.startswith("torch"):
+        if getattr(x, "requires_grad", False):
+            raise MXArgTypeError(
+                "x: the tensor requires grad, and Linear computes no gradients: pass x.detach()"
+            )
+        if str(getattr(x, "dtype", "")) in ("torch.bfloat16", "torch.float16"):
+            x = x.float()  # exact
+    try:
+        return np.from_dlpack(x)
+    except (BufferError, RuntimeError, TypeError, ValueError) as err:
+        raise MXArgTypeError(
+            f"x: cannot view this {type(x).__name__} as host memory: {err}"
+        ) from None

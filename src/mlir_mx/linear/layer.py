@@ -19,24 +19,22 @@ import functools
 import threading
 import weakref
 
-import ml_dtypes
 import numpy as np
-from mlir import ir
 
 from mlir_mx.convert import quantize as compiled_quantize
 from mlir_mx.convert import quantize_stored
-from mlir_mx.dialect import load_dialect
 from mlir_mx.errors import MXArgTypeError, MXValueError
-from mlir_mx.execution import FREE, BoundFunction, CompileOptions, Runner
+from mlir_mx.execution import FREE, BoundFunction, Runner
 from mlir_mx.execution.options import default_cache_dir
 from mlir_mx.execution.threads import parallel_mode
 from mlir_mx.host import check_threads
-from mlir_mx.kernels import Problem, choose, kernel_module, plan_kernel, shape_class
+from mlir_mx.kernels import Problem, choose, shape_class
 from mlir_mx.kernels.dot.layout import KINDS, dot_kind
+from mlir_mx.kernels.registry import SMALL_MAX_M
 from mlir_mx.linear import layout
-from mlir_mx.linear.activations import Activations, check_activations
+from mlir_mx.linear.activations import HALF_DTYPES, Activations, check_activations, host_view
+from mlir_mx.linear.kernels import kernel_runner
 from mlir_mx.numerics import SCALE_DTYPE, MXArray, element_format, is_packed_storage
-from mlir_mx.pipelines import kernel_library_pipeline
 
 __all__ = ["Linear", "matmul", "cache_dir"]
 
@@ -313,6 +311,19 @@ class Linear:
             found = self._kernel(Activations(kind.quantize_to, packed, None), cls)
         return found[1]
 
+    def precompile(self, m=None, *, threads: int | None = None) -> None:
+        """Compile now (or load from the compile cache) the kernels of calls with
+        ``m`` rows of f32 activations (an int or a sequence; None: one per shape
+        class, every kernel a call may need) on ``threads`` (default :attr:`threads`)."""
+        t = self.threads if threads is None else check_threads(threads)
+        rows = [1, 2, SMALL_MAX_M + 1] if m is None else list(m) if hasattr(m, "__iter__") else [m]
+        kind = Activations(None, False, self.activations)
+        for r in rows:
+            if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+                raise MXValueError(f"m: expected positive row counts, got {m!r}")
+            if self.out_features and self.in_features and self._bound(kind, r, t) is None:
+                self(np.zeros((r, self.in_features), np.float32), threads=t)  # quantizes too
+
     def _activations(self, x):
         """``(arguments, kind, M, vector)``: the activations as the kernel takes
         them, and their kind (:class:`Activations`): an f32 ``x`` is quantized
@@ -327,10 +338,10 @@ class Linear:
                 )
             return self._mx_args(x), Activations(x.element, x.is_packed, None), x.shape[0], False
         if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
-            x = _host_view(x)  # a torch CPU tensor, ...: viewed, not copied
+            x = host_view(x)  # a torch CPU tensor, ...: viewed, not copied
         if not isinstance(x, np.ndarray):
             raise MXArgTypeError(f"x: expected a numpy array or an MXArray, got {type(x).__name__}")
-        if x.dtype in _HALF_DTYPES:
+        if x.dtype in HALF_DTYPES:
             x = x.astype(np.float32)  # exact: every f16 / bf16 value is an f32 value
         if x.dtype != np.float32:
             raise MXArgTypeError(f"x: expected dtype float32 (or float16, bfloat16), got {x.dtype}")
@@ -420,13 +431,7 @@ class Linear:
         with self._lock:
             runner = self._runners.get(key)
             if runner is None:
-                with ir.Context() as ctx, ir.Location.unknown():
-                    load_dialect(ctx)
-                    text = str(kernel_module(prob, plan_kernel(prob, schedule, threads)))
-                pipeline = kernel_library_pipeline(threads, key[3])  # torch's team when loaded
-                options = CompileOptions(pipeline, cache_dir=default_cache_dir())
-                runner = Runner(text, options=options)
-                self._runners[key] = runner
+                runner = self._runners[key] = kernel_runner(*key)
         return runner
 
 
@@ -439,31 +444,8 @@ def _check_held(name: str, a, shape: tuple, dtype: np.dtype) -> None:
         raise MXValueError(f"{name}: expected a C-contiguous array")
 
 
-_HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
-
-
-def _host_view(x) -> np.ndarray:
-    """A numpy view of the DLPack array ``x``; a torch bfloat16/float16 tensor
-    as float32 (numpy has no bfloat16 to view it as)."""
-    if type(x).__module__.startswith("torch"):
-        if getattr(x, "requires_grad", False):
-            raise MXArgTypeError(
-                "x: the tensor requires grad, and Linear computes no gradients: pass x.detach()"
-            )
-        if str(getattr(x, "dtype", "")) in ("torch.bfloat16", "torch.float16"):
-            x = x.float()  # exact
-    try:
-        return np.from_dlpack(x)
-    except (BufferError, RuntimeError, TypeError, ValueError) as err:
-        raise MXArgTypeError(
-            f"x: cannot view this {type(x).__name__} as host memory: {err}"
-        ) from None
-
-
 _X_NAMES = {1: ("x",), 2: ("x (codes)", "x (scales)")}
 _W_NAMES = {2: ("the weight (codes)", "the weight (scales)"), 1: ("the weight (dot records)",)}
-
-
 _LINEARS: dict[int, tuple[weakref.ref, Linear]] = {}
 
 

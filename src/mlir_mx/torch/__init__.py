@@ -23,6 +23,7 @@ from .checkpoint import from_pretrained, save_pretrained
 from .convert_model import QuantizeSummary, quantize_
 from .experts import Gate, MXExperts
 from .module import InferenceOnlyError, MXLinear
+from .precompile import precompile
 from .quantizer import quantize_weight
 from .reference import LogitBound, dequantize_, greedy, logit_bound
 
@@ -37,6 +38,7 @@ __all__ = [
     "from_pretrained",
     "greedy",
     "logit_bound",
+    "precompile",
     "quantize_",
     "quantize_weight",
     "save_pretrained",

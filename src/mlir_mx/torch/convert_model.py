@@ -68,6 +68,7 @@ def quantize_(
     *,
     threads: int | None = None,
     fuse=False,
+    precompile: bool = False,
 ) -> QuantizeSummary:
     """Replace every ``nn.Linear`` of ``model`` (``lm_head`` included) by an
     :class:`MXLinear` with ``weights``-format MX weights, in place, as torchao's
@@ -90,7 +91,9 @@ def quantize_(
     siblings of one parent with one ``in_features`` then holds one MX weight
     (concatenated along ``out``) and runs one kernel call for an input they
     share (:mod:`mlir_mx.torch.fused`); each stays an ``MXLinear`` with its
-    own name, bias and ``state_dict`` entries.  Returns a :class:`QuantizeSummary`.
+    own name, bias and ``state_dict`` entries.  ``precompile``: compile every
+    kernel the model's forward may need now (:func:`~mlir_mx.torch.precompile`;
+    after fusing, so the fused kernels).  Returns a :class:`QuantizeSummary`.
     """
     if not isinstance(model, torch.nn.Module):
         raise MXArgTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
@@ -125,6 +128,10 @@ def quantize_(
         summary.bytes_after += new.nbytes
     for names in groups:
         _fuse(model, names, summary)
+    if precompile:
+        from .precompile import precompile as precompile_model
+
+        precompile_model(model)
     return summary
 
 

@@ -174,6 +174,11 @@ class MXLinear(torch.nn.Module):
         memo[id(self)] = new
         return new
 
+    def precompile(self, m=None) -> None:
+        """Compile now the kernels of calls with ``m`` rows (``Linear.precompile``),
+        on this layer's thread count (None: ``torch.get_num_threads()``)."""
+        self._linear.precompile(m, threads=self._threads or torch.get_num_threads())
+
     # -- the call ----------------------------------------------------------------------
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,45 @@
+"""The kernels a :class:`~mlir_mx.linear.Linear` compiles: one Runner per
+problem, schedule, thread count and parallel mode, its text generated only
+when no cache (in memory or on disk, :class:`~mlir_mx.execution.compiled.GeneratedModule`)
+holds the machine code."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from mlir import ir
+
+from mlir_mx.dialect import load_dialect
+from mlir_mx.execution import CompileOptions, Runner
+from mlir_mx.execution.compiled import GeneratedModule
+from mlir_mx.execution.options import default_cache_dir
+from mlir_mx.kernels import Problem, kernel_module, plan_kernel
+from mlir_mx.kernels.common import problem as kernel_problem
+from mlir_mx.pipelines import kernel_library_pipeline
+
+__all__ = ["kernel_options", "kernel_runner", "kernel_text"]
+
+
+@functools.lru_cache(maxsize=64)
+def kernel_options(threads: int, parallel: str, cache: Path | None) -> CompileOptions:
+    """The options of a Linear's kernel (``parallel="tasks"``: run on torch's
+    OpenMP team when loaded; ``docs/library.md``, "Threads")."""
+    return CompileOptions(kernel_library_pipeline(threads, parallel), cache_dir=cache)
+
+
+def kernel_text(prob: Problem, schedule: str, threads: int) -> str:
+    """The kernel module of ``prob`` as text (``mlir_mx.kernels``)."""
+    with ir.Context() as ctx, ir.Location.unknown():
+        load_dialect(ctx)
+        return str(kernel_module(prob, plan_kernel(prob, schedule, threads)))
+
+
+def kernel_runner(prob: Problem, schedule: str, threads: int, parallel: str) -> Runner:
+    """The Runner of ``prob``'s kernel.  The cache key names everything the
+    text depends on, ``task_count``'s threshold included (read now: tests
+    lower it)."""
+    make = functools.partial(kernel_text, prob, schedule, threads)
+    name = f"linear {prob!r} {schedule} threads={threads} tasks>={kernel_problem.MIN_TASK_MACS}"
+    options = kernel_options(threads, parallel, default_cache_dir())
+    return Runner(GeneratedModule(name, make), options=options)
