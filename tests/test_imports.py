@@ -204,15 +204,16 @@ if __name__ == "__main__":
         print("no such module:", d)
 
 
-def test_mx_opt_does_not_import_ml_dtypes():
+def test_the_tools_do_not_import_ml_dtypes():
     """``import ml_dtypes`` (0.7) costs 0.8-1 s of numpy ufunc registration;
     mx-opt (dialect, passes, pipelines) needs no numpy dtype of a narrow float,
-    so every mx-opt process (71 per lit run) is spared it: the formats table
-    makes its dtypes on first use (``ElementFormat.dtype``, ``SCALE_DTYPE``)."""
+    so every mx-opt process (71 per lit run) is spared it, as is an mx-runner
+    that stops at a usage error: the formats table makes its dtypes on first
+    use (``ElementFormat.dtype``, ``SCALE_DTYPE``), the kernels their tables."""
     import subprocess
 
     code = (
-        "import sys, mlir_mx.tools.mx_opt, mlir_mx.numerics as N\n"
+        "import sys, mlir_mx.tools.mx_opt, mlir_mx.tools.mx_runner, mlir_mx.numerics as N\n"
         "assert 'ml_dtypes' not in sys.modules, 'imported ml_dtypes'\n"
         "assert str(N.ELEMENT_FORMATS['f4E2M1FN'].dtype) == 'float4_e2m1fn'\n"
         "assert 'ml_dtypes' in sys.modules\n"

@@ -262,7 +262,8 @@ def format_diagnostic(d: Diagnostic, sources: dict[str, str]) -> str:
 
 _EXPECT = re.compile(
     r"expected-(?P<sev>error|warning|note|remark)"
-    r"(?:@(?P<where>[+-]\d+|above|below))?\s*\{\{(?P<msg>.*?)\}\}"
+    # spaces before "@" allowed, as upstream's verifier does (`expected-error @+1`)
+    r" *(?:@(?P<where>[+-]\d+|above|below))?\s*\{\{(?P<msg>.*?)\}\}"
 )
 
 

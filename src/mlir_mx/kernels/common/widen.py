@@ -46,7 +46,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 from mlir import ir
 
@@ -199,6 +198,8 @@ class Decoder:
         if f.is_sub_byte:  # the whole code fits in 7 bits: the table covers the sign
             codes = np.where(codes < f.num_codes, codes, 0).astype(np.uint8)
         vals = decode_elements(codes.view(f.dtype), f.name)
+        import ml_dtypes  # on first use: its import costs 0.8-1 s
+
         bits = vals.astype(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
         if not np.array_equal(
             bits.view(ml_dtypes.bfloat16).astype(np.float64), vals, equal_nan=True

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from mlir_mx.host import has_features
@@ -199,6 +198,8 @@ def dot_values(values: np.ndarray, element: str, kind: DotKind) -> np.ndarray:
     """B's element values (float64) -> the dot unit's operand values: bf16
     (exact), int16 ``value * 2^f``, or (i8) the bytes ``value * 2^f + 128``."""
     if kind.name == "bf16":
+        import ml_dtypes  # on first use: its import costs 0.8-1 s
+
         return values.astype(np.float32).astype(ml_dtypes.bfloat16)
     ints = values * 2.0 ** int_factor(element)
     if kind.name == "i8":
