@@ -59,6 +59,9 @@ def test_without_the_bindings_an_unsupported_platform_is_named(monkeypatch):
     monkeypatch.setattr(host.platform, "machine", lambda: "AMD64")
     for mod in [m for m in sys.modules if m == "mlir" or m.startswith(("mlir.", "mlir_mx.linear"))]:
         monkeypatch.delitem(sys.modules, mod)
+    # A submodule imported before stays an attribute of the package, and
+    # `from mlir_mx import linear` would take it without importing anything.
+    monkeypatch.delattr(mlir_mx, "linear", raising=False)
     monkeypatch.setitem(sys.modules, "mlir", None)  # import mlir -> ModuleNotFoundError
     with pytest.raises(MXUnsupportedHostError, match="not for Windows x86_64"):
         mlir_mx.Linear  # noqa: B018

@@ -195,16 +195,11 @@ def selected_experts(model, block_size: int, filter_fn, summary: QuantizeSummary
     ``GptOssExperts``, Mixtral's in transformers 5), one at a time; one whose
     ``hidden`` or ``intermediate`` size is not a multiple of ``block_size``
     is kept and recorded in ``summary.skipped``."""
-    if filter_fn is not None and not callable(filter_fn):
-        raise MXArgTypeError(
-            f"filter_fn: expected a callable (module, name) -> bool, got {filter_fn!r}"
-        )
+    _check_filter(filter_fn)
     names = [n for n, m in model.named_modules() if n and is_stacked_experts(m)]
     for name in names:
-        parent, _, attr = name.rpartition(".")
-        owner = model.get_submodule(parent) if parent else model
-        block = getattr(owner, attr)
-        if filter_fn is not None and not filter_fn(block, name):
+        owner, attr, block = _lookup(model, name, filter_fn)
+        if block is None:
             continue
         dims = block.down_proj.shape[1:]
         del block
@@ -212,6 +207,24 @@ def selected_experts(model, block_size: int, filter_fn, summary: QuantizeSummary
             summary.skipped[name] = f"expert sizes {tuple(dims)} are not multiples of block_size {block_size}"
             continue
         yield name, owner, attr
+
+
+def _check_filter(filter_fn) -> None:
+    if filter_fn is not None and not callable(filter_fn):
+        raise MXArgTypeError(
+            f"filter_fn: expected a callable (module, name) -> bool, got {filter_fn!r}"
+        )
+
+
+def _lookup(model, name: str, filter_fn):
+    """``(owner, attribute, module)`` of the submodule ``name``; the module
+    None where ``filter_fn`` leaves it out."""
+    parent, _, attr = name.rpartition(".")
+    owner = model.get_submodule(parent) if parent else model
+    module = getattr(owner, attr)
+    if filter_fn is not None and not filter_fn(module, name):
+        module = None
+    return owner, attr, module
 
 
 def _why_kept(layer, block_size: int) -> str | None:
@@ -234,20 +247,15 @@ def selected_linears(model, block_size: int, filter_fn, summary: QuantizeSummary
     not fit the block size; a subclass of ``nn.Linear``, whose owner may read
     ``.weight`` directly, as ``nn.MultiheadAttention`` does) are recorded in
     ``summary.skipped`` with why and named in a warning at the end."""
-    if filter_fn is not None and not callable(filter_fn):
-        raise MXArgTypeError(
-            f"filter_fn: expected a callable (module, name) -> bool, got {filter_fn!r}"
-        )
+    _check_filter(filter_fn)
     # Names only: holding the modules would keep every original weight alive
     # until the end (the peak would be both models).
     names = [
         n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) or is_conv1d(m)
     ]
     for name in names:
-        parent, _, attr = name.rpartition(".")
-        owner = model.get_submodule(parent) if parent else model
-        layer = getattr(owner, attr)
-        if filter_fn is not None and not filter_fn(layer, name):
+        owner, attr, layer = _lookup(model, name, filter_fn)
+        if layer is None:
             continue
         why = _why_kept(layer, block_size)
         del layer

@@ -51,13 +51,8 @@ from mlir import ir
 
 from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
-from mlir_mx.kernels.dot.layout import (
-    DotKind,
-    maddubs_mode,
-    offset_bytes,
-    pair_sum_bounds,
-    value_table,
-)
+from mlir_mx.kernels.dot import layout
+from mlir_mx.kernels.dot.layout import DotKind
 
 __all__ = ["DotISA", "DotOps", "dot_isa"]
 
@@ -84,7 +79,7 @@ def dot_isa(kind: DotKind, a_elem: str, b_elem: str) -> DotISA:
         return DotISA("avx512-vnni" if vnni else "avx512bw", True, vnni, False)
     if has_features("avx_vnni"):
         return DotISA("avx-vnni", False, True, False)
-    sign = kind.name == "i8" and maddubs_mode(a_elem, b_elem) == "sign"
+    sign = kind.name == "i8" and layout.maddubs_mode(a_elem, b_elem) == "sign"
     return DotISA("avx2", False, False, sign)
 
 
@@ -95,20 +90,20 @@ class DotOps:
         self.kb, self.kind, self.isa = kb, kind, isa
         #: B's FP4 table gives ``b`` itself, not ``b + 128``: the sign trick's
         #: operand without an xor (every FP4 B vector comes through the table).
-        self.signed_table = isa.sign and value_table(b_elem)
+        self.signed_table = isa.sign and layout.value_table(b_elem)
         #: K groups whose ``vpmaddubsw`` pair sums add up in int16 (``vpaddw``)
         #: before one ``vpmaddwd``: as many as keep the sum of their bounds
         #: (:func:`~.layout.pair_sum_bounds`) inside int16 (1: every group).
         self.run = 1
         if kind.name == "i8" and not isa.wide and not isa.vnni:
-            lo, hi = pair_sum_bounds(a_elem, b_elem, "sign" if isa.sign else "offset")
+            lo, hi = layout.pair_sum_bounds(a_elem, b_elem, "sign" if isa.sign else "offset")
             self.run = max(r for r in (1, 2, 4, 8) if r * lo >= -(2**15) and r * hi < 2**15)
 
     def table_bytes(self, element: str) -> list[int]:
         """The 16-entry ``vpshufb`` table of ``element``'s codes (4 lanes): the
         bytes ``2^f value + 128`` (:func:`~.layout.offset_bytes`), or the
         values themselves under :attr:`signed_table`."""
-        table = offset_bytes(element, 16) * 4
+        table = layout.offset_bytes(element, 16) * 4
         return [x - 128 for x in table] if self.signed_table else table
 
     def dot(self, acc, a_words, b_bytes) -> ir.Value:
