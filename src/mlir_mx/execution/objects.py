@@ -7,7 +7,10 @@ Neither the MLIR Python bindings nor their C API can load an object into an
 engine (22.1.8: ``ExecutionEngine`` has ``dump_to_object_file``,
 ``raw_lookup``, ``raw_register_runtime``; ``libMLIR-C`` exports no
 ``LLVMOrc*`` function), so this module is the linker: a few dozen lines,
-because the JIT's objects are simple.
+because the JIT's objects are simple.  FIXME(upstream): an
+``ExecutionEngine`` that loads an object file (ORC's ``addObjectFile``,
+not exposed by the MLIR C API or bindings; no upstream issue found) would
+replace it.
 
 What it takes: an ELF64 little-endian relocatable object for x86-64, as LLJIT
 emits it on Linux: the large code model, so code reaches data and external
