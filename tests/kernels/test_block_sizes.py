@@ -61,7 +61,9 @@ def _dot_pairs(block: int) -> list[tuple[str, str]]:
     return out
 
 
-@pytest.mark.parametrize("block", [48, 96])
+# 96 (30 s, kernels of every class for 6 pairs) runs with -m slow; 48 covers
+# the same paths (a block of 3 lane groups, not a power of two) by default.
+@pytest.mark.parametrize("block", [48, pytest.param(96, marks=pytest.mark.slow)])
 def test_f3_mx_activations_and_dot_kernels_at_2_threads(block):
     """Block sizes 48 and 96 with MX activations at 2 threads, every weight
     format: the dot kernels where the CPU has them (int-*/bf16-* schedules), else the
