@@ -21,7 +21,7 @@ from mlir_mx.execution import threads as threads_
 from mlir_mx.kernels import Problem, kernel_module, plan_kernel
 from mlir_mx.pipelines import kernel_library_pipeline
 
-torch = pytest.importorskip("torch")  # its libgomp: the OpenMP team
+torch = pytest.importorskip("torch", reason="torch not installed: its libgomp is the OpenMP team")
 # Small problems, split into tasks all the same (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("tasks_for_small_work")
 

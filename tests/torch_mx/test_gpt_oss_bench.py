@@ -27,15 +27,21 @@ def test_gpt_oss_arguments_are_checked(capsys):
     assert "invalid choice" in capsys.readouterr().err
 
 
+#: A run record's fields other than its rows (gpt_oss_markdown's input).
+_HEADER = {
+    "tag": "t", "date": "d", "command": "c", "loadavg_start": 1, "loadavg_end": 1, "env": {},
+    "checkpoint_bytes": 2**30, "options": {"layers": 1, "prompt": 8, "prefill_samples": 1,
+                                           "new_tokens": 4},
+    "machine": {"cpu": "x", "cpus": 2, "platform": "p", "cpu_features": {"avx2": True},
+                "versions": {"torch": "2"}},
+}
+
+
 def test_markdown_reports_bits_and_the_check():
     row = dict(load_s=1.0, expert_bytes=17, expert_weights=32, rss_model_kib=3072, rss_start_kib=1024,
                prefill_ms=5.0, decode_tokens_per_s=2.0)  # fmt: skip
     rec = {
-        "tag": "t", "date": "d", "command": "c", "loadavg_start": 1, "loadavg_end": 1, "env": {},
-        "checkpoint_bytes": 2**30, "options": {"layers": 1, "prompt": 8, "prefill_samples": 1,
-                                               "new_tokens": 4},
-        "machine": {"cpu": "x", "cpus": 2, "platform": "p", "cpu_features": {"avx2": True},
-                    "versions": {"torch": "2"}},
+        **_HEADER,
         "rows": [
             {**row, "spec": {"row": "transformers bf16", "kind": "hf-bf16", "threads": 1},
              "decode_tokens_per_s": 1.0, "expert_bytes": 64},
@@ -59,11 +65,7 @@ def test_markdown_computes_the_targets_per_thread_count():
         return {**base, **fig, "spec": {"row": kind, "kind": kind, "threads": threads}}
 
     rec = {
-        "tag": "t", "date": "d", "command": "c", "loadavg_start": 1, "loadavg_end": 1, "env": {},
-        "checkpoint_bytes": 2**30, "options": {"layers": 1, "prompt": 8, "prefill_samples": 1,
-                                               "new_tokens": 4},
-        "machine": {"cpu": "x", "cpus": 2, "platform": "p", "cpu_features": {"avx2": True},
-                    "versions": {"torch": "2"}},
+        **_HEADER,
         "rows": [
             row("hf-f32", 1, decode_tokens_per_s=0.5, expert_bytes=128),
             row("hf-bf16", 1),

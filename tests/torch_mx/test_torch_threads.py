@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[torch]')")
 # Small problems, split into tasks all the same (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("tasks_for_small_work")
 
