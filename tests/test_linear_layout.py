@@ -22,13 +22,14 @@ import pytest
 from memory_cases import referenced_bytes
 
 import mlir_mx
-from mlir_mx.host import has_features
 from mlir_mx.kernels.common.problem import tile_b_codes
-from mlir_mx.kernels.dot.layout import KINDS, RecordLayout, pack_records
+from mlir_mx.kernels.dot.layout import KINDS, RecordLayout, dot_kind, pack_records
 from mlir_mx.linear import layout
 from mlir_mx.numerics import MXArray, element_format, pack_codes, quantize
 
-VNNI = has_features("avx512_vnni")
+#: The i8 dot unit serves i8 x FP4 here (AVX512-VNNI, AVX-VNNI, or AVX2's
+#: vpmaddubsw where it cannot saturate): the FP4 records stand alone.
+I8_UNIT = dot_kind("i8", "f4E2M1FN", 32) == KINDS["i8"]
 
 
 @pytest.fixture(autouse=True)
@@ -70,7 +71,7 @@ def test_one_form_is_held_before_and_after_every_kind_of_call(monkeypatch, acts,
         monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "baseline")
     w = _weight()
     lin = mlir_mx.Linear(w, threads=1, activations=acts)
-    records = acts is not None and cpu == "host" and VNNI
+    records = acts is not None and cpu == "host" and I8_UNIT
     assert lin.records_unit == ("i8" if records else None)
     assert len(lin.held) == (1 if records else 2)
     assert lin.nbytes == w.nbytes and _bits(lin, elements=w.size) == 4.25
@@ -88,13 +89,13 @@ def test_one_form_is_held_before_and_after_every_kind_of_call(monkeypatch, acts,
 
 @pytest.mark.parametrize("element", ["f6E2M3FN", pytest.param("f6E3M2FN", marks=pytest.mark.slow)])
 def test_records_beside_the_stored_form_where_they_cannot_stand_alone(element):
-    """FP6 weights with activations='i8' on VNNI: the records would lose a
+    """FP6 weights with activations='i8' on a dot unit: the records would lose a
     negative zero, so the Linear holds the stored form and the records beside
     it (both counted), runs the dot kernels on the records and gives the bits
     of the f32 kernels on quantize(x, 'i8', 32) at every shape class; the
     weight comes back from the stored form bit for bit."""
-    if not VNNI:
-        pytest.skip("the CPU has no AVX512-VNNI: no dot kernel for i8 activations")
+    if dot_kind("i8", element, 32) is None:
+        pytest.skip(f"the CPU has no dot unit for i8 x {element} (AVX2 or AVX-512 needed)")
     w = _every_code(element, 128, 256)
     lin = mlir_mx.Linear(w, threads=1, activations="i8")
     g = layout.Geometry(w.element, 32, 256, 128)
@@ -174,7 +175,9 @@ def test_the_stored_form_is_b_packed_and_tiled_as_before(monkeypatch, element, n
     assert lin.weight().bitwise_equal(w)
 
 
-@pytest.mark.skipif(not VNNI, reason="the records form needs the i8 dot unit (AVX512-VNNI)")
+@pytest.mark.skipif(
+    not I8_UNIT, reason="the records form needs the i8 dot unit (AVX512-VNNI, AVX-VNNI or AVX2)"
+)
 def test_a_records_linear_derives_its_stored_form_and_rebuilds_from_records(monkeypatch):
     w = _every_code("f4E2M1FN", 128, 256)
     lin = mlir_mx.Linear(w, threads=1, activations="i8")

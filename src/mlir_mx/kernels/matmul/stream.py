@@ -88,7 +88,7 @@ class StreamConfig:
         if not has_features("avx512f"):
             if self.mr > 1:
                 cfg = replace(cfg, nv=1)
-            elif not (prob.b_packed and ELEMENT_FORMATS[prob.b_elem].group[1] > 1):
+            elif not (prob.b_is_mx and prob.b_packed and ELEMENT_FORMATS[prob.b_elem].group[1] > 1):
                 cfg = replace(cfg, nv=min(cfg.nv, 2))
         return cfg
 
