@@ -70,15 +70,46 @@ class CodesSource:
     def expand(self, hs, ds, j, c0, nblk: int) -> None:
         """Full records of blocks ``c0 .. c0 + nblk`` of panel ``j`` into
         the header scratch ``hs`` and the data scratch ``ds``."""
-        kb = self.kb
+        kb, g = self.kb, self.kind.group
+        col, valid = self._panel(j)
         with kb.loop(0, nblk, 1) as b:
             blk = kb.add(c0, b.iv)
-            scales, vecs = self.block(j, blk, range(4), permute=False)
-            for grp, vs in enumerate(vecs):
-                for v, w in enumerate(vs):
-                    kb.vstore(w, ds, [b.iv, 256 * grp + 64 * v])
-            for v, sv in enumerate(scales):
+            k0 = kb.mul(blk, self.prob.block)
+            # One K group per iteration, not the block unrolled: the same
+            # records, and LLVM's register coalescing and sinking (superlinear
+            # in a block's size) see g rows, not the block's 32 (FP6 without
+            # VBMI: 12 s of llc for an int-small kernel, unrolled).
+            with kb.loop(0, self.prob.block // g, 1) as grp:
+                k = kb.add(k0, kb.mul(grp.iv, g))
+                rows = [self.values(kb.add(k, i), col, valid) for i in range(g)]
+                at = kb.mul(grp.iv, 256)
+                for v in range(4):
+                    kb.vstore(self.interleave(rows, v), ds, [b.iv, kb.add(at, 64 * v)])
+            for v, sv in enumerate(self._scales(blk, col, valid, range(4), permuted=False)):
                 kb.vstore(kb.vbitcast(sv, 64, kb.i8), hs, [b.iv, 64 * v])
+
+    def _panel(self, j):
+        """Panel ``j``'s first column and its valid columns (None: all 64)."""
+        kb, prob = self.kb, self.prob
+        col = kb.mul(j, PANEL)
+        valid = None
+        if prob.n % PANEL:
+            valid = kb.max(kb.min(PANEL, kb.sub(prob.n, col)), 0)
+        return col, valid
+
+    def _scales(self, blk, col, valid, vs, permuted: bool) -> list[ir.Value]:
+        """B's scales of block ``blk`` for the vectors ``vs``, as f32 times ``2^-(fa+fb)``."""
+        kb = self.kb
+        raw = kb.load_lanes(self.sb, [blk, col], PANEL, valid)
+        if permuted:
+            raw = kb.shuffle(raw, raw, EVEN_ODD)
+        scales = []
+        for v in vs:
+            scale = decode_scales(kb, kb.slice(raw, LANES * v, LANES))
+            if self.unscale is not None:  # exact: sb * 2^-(fa+fb) >= 2^-139
+                scale = kb.fmul(scale, self.unscale)
+            scales.append(scale)
+        return scales
 
     def permutes(self, vs) -> bool:
         """Whether :meth:`block` gives ``vs`` with the panel's columns permuted
@@ -94,10 +125,7 @@ class CodesSource:
         :data:`EVEN_ODD` column order when ``permute`` and :meth:`permutes`
         (the caller then keeps its partials and C in that order)."""
         kb, prob, g = self.kb, self.prob, self.kind.group
-        col = kb.mul(j, PANEL)
-        valid = None
-        if prob.n % PANEL:
-            valid = kb.max(kb.min(PANEL, kb.sub(prob.n, col)), 0)
+        col, valid = self._panel(j)
         k0 = kb.mul(blk, prob.block)
         permuted = permute and self.permutes(vs)
         vecs = []
@@ -107,16 +135,7 @@ class CodesSource:
                 continue
             rows = [self.values(kb.add(k0, grp * g + i), col, valid) for i in range(g)]
             vecs.append([self.interleave(rows, v) for v in vs])
-        raw = kb.load_lanes(self.sb, [blk, col], PANEL, valid)
-        if permuted:
-            raw = kb.shuffle(raw, raw, EVEN_ODD)
-        scales = []
-        for v in vs:
-            scale = decode_scales(kb, kb.slice(raw, LANES * v, LANES))
-            if self.unscale is not None:  # exact: sb * 2^-(fa+fb) >= 2^-139
-                scale = kb.fmul(scale, self.unscale)
-            scales.append(scale)
-        return scales, vecs
+        return self._scales(blk, col, valid, vs, permuted), vecs
 
     def quads(self, k, col, valid) -> list[ir.Value]:
         """The 4 vectors of the K group at row ``k`` (all 64 columns from
