@@ -132,6 +132,13 @@ class Problem:
             self.cache["mx"] = Oracle.of(self.da, self.db)
         return self.cache["mx"]
 
+    @property
+    def f32_a_oracle(self) -> Oracle:
+        """The oracle of ``a @ db``: f32 activations, the MX weights (computed once)."""
+        if "f32-a" not in self.cache:
+            self.cache["f32-a"] = Oracle.of(self.a, self.db)
+        return self.cache["f32-a"]
+
 
 def make_problem(
     shape: Shape, element: str, block_size: int = 32, seed: int = 0, a_element: str | None = None

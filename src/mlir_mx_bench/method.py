@@ -32,7 +32,8 @@ class Method:
     oracle: Oracle
     #: unit roundoff of the output type (0: f32 output)
     out_unit: float = 0.0
-    #: "mx-ab" (mx x mx) / "mx-a" (mx x f32) for methods that take MX operands
+    #: "mx-ab" (mx x mx) / "mx-a" (mx x f32) for methods that take MX operands;
+    #: "f32-a" for f32 activations times the MX weights (mlir_mx.Linear)
     operands: str | None = None
     compile_s: float | None = None
     note: str = ""

@@ -121,11 +121,36 @@ def linear_rows(p: Problem) -> list[tuple[str, str | None]]:
     return [("ours Linear mx x mx", None), (f"ours Linear f32->{p.a_format}", p.a_format)]
 
 
+def _linear_f32_method(p: Problem, threads: int, say) -> Method:
+    """``mlir_mx.Linear(B)(a)``: the f32 activations as they are, the exact
+    default path of ``Linear`` and ``mlir_mx.torch`` (the f32 kernels)."""
+    import mlir_mx
+
+    s = p.shape
+    t0 = time.perf_counter()
+    lin = mlir_mx.Linear(p.qb, threads=threads)
+    schedule = lin.schedule(p.a)
+    say(f"    compiling ours Linear f32 x ({schedule})...")
+    lin(p.a)  # compiles
+    return Method(
+        "ours Linear f32 x",
+        "ours",
+        threads,
+        4 * s.M * s.K + lin.nbytes + 4 * s.M * s.N,  # A, B as held, C written
+        run=lambda n, f=lin, a=p.a: [f(a) for _ in range(n)],
+        result=lambda f=lin, a=p.a: f(a),
+        oracle=p.f32_a_oracle,
+        compile_s=time.perf_counter() - t0,
+        operands="f32-a",
+        note=f"schedule {schedule} (mlir_mx.Linear, f32 activations)",
+    )
+
+
 def _linear_methods(p: Problem, threads: int, say) -> list[Method]:
     import mlir_mx
 
     s = p.shape
-    methods = []
+    methods = [_linear_f32_method(p, threads, say)]
     for label, act in linear_rows(p):
         x = p.qa if act is None else p.a
         t0 = time.perf_counter()
