@@ -112,13 +112,22 @@ def _tables(r: dict) -> list[str]:
 
 
 def _targets(r: dict) -> list[str]:
+    from mlir_mx_bench.llama import MODEL_TARGETS, machine_class
+
+    cls = r.get("target_class") or machine_class()
+    w = MODEL_TARGETS[cls]
     lines = ["", "## Targets", "",
-             "What mlir-mx aims for on this model: decode tokens/s of each MXFP4 row (f32 "
-             "activations, and W4A8: activations quantized to MXINT8 per call) at least 4x "
-             "torch f32's and 3x torch bf16's, MXFP8's at least 2.5x torch f32's, each MXFP4 "
-             "row's 128-token prefill at least as fast as torch f32's, the linear weights of "
-             "each MXFP4 row 4.25 bits per parameter (measured from the memory they "
-             "reference), and the MXFP4 model's process RSS at most 0.35x the f32 model's.",
+             f"What mlir-mx aims for on this model on an {cls} machine (this one's class): "
+             f"decode tokens/s of each MXFP4 row (f32 activations, and W4A8: activations "
+             f"quantized to MXINT8 per call) at least {w['decode_f32']:g}x torch f32's and "
+             f"{w['decode_bf16']:g}x torch bf16's, MXFP8's at least {w['mxfp8_f32']:g}x torch "
+             f"f32's, the 128-token prefill at least {w['prefill']:g}x torch f32's (W4A8: "
+             f"{w['prefill_w4a8']:g}x), the linear weights of each MXFP4 row 4.25 bits per "
+             "parameter (measured from the memory they reference), and the MXFP4 model's "
+             "process RSS at most 0.35x the f32 model's. "
+             + "; ".join(f"{c}: {v['decode_f32']:g}x / {v['decode_bf16']:g}x / "
+                         f"{v['mxfp8_f32']:g}x / {v['prefill']:g}x ({v['prefill_w4a8']:g}x)"
+                         for c, v in MODEL_TARGETS.items()) + ".",
              "", "| threads | figure | value | target | met |", "|---|---|---|---|---|"]  # fmt: skip
     for x in r["targets"]:
         value = "-" if x["value"] is None else f"{x['value']:.3f}"

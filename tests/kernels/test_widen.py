@@ -5,9 +5,9 @@ format (and every E8M0 scale code) and compared bit for bit with the oracle
 (``decode_elements`` times the decoder's power of two).  Packed FP4/FP6
 unpacking is checked against ``mlir_mx.numerics.unpack_codes``.  Both the
 VBMI table path and the f16 path run when the machine has VBMI; otherwise the
-f16 path only.  FP4's AVX2 path (a ``vpshufb`` table of f16 high bytes,
-``Decoder(shuf16=True)``) runs where the machine has AVX2 and F16C, for plain
-and packed (even / odd column) codes.
+f16 path only.  FP4's AVX2 path (``Decoder(shuf16=True)``: ``vpshufb``
+tables of f16 high bytes for plain codes, of bf16 bytes for packed ones)
+runs where the machine has AVX2 and F16C.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from mlir.dialects import func
 from mlir_mx.execution import Runner
 from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
-from mlir_mx.kernels.common.widen import Decoder, decode_scales
+from mlir_mx.kernels.common.widen import PAIR_ORDER, Decoder, decode_scales
 from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements, pack_codes, unpack_codes
 from mlir_mx.numerics import decode_scales as oracle_scales
 from mlir_mx.pipelines import load_pipeline
@@ -72,6 +72,11 @@ class _Pairs(_Decode):
         return self.dec.decode_pairs(kb, v)
 
 
+class _InOrder(_Decode):
+    def __call__(self, kb, v):
+        return self.dec.in_order(kb, self.dec.decode_pairs(kb, v))
+
+
 class _Unpack(_Decode):
     def out_elem(self):
         return ir.IntegerType.get_signless(8)
@@ -120,18 +125,22 @@ def _check_values(got: np.ndarray, codes: np.ndarray, fmt) -> None:
 @pytest.mark.parametrize("element", FP4)
 def test_fp4_pshufb_path_widens_every_code_exactly(element):
     """Every FP4 code, plain (4 x 16 codes) and packed (32 bytes: each byte's
-    low nibble an even column, its high nibble the odd one, every pair of codes)."""
+    low nibble an even column, its high nibble the odd one, every pair of
+    codes), the packed vectors' lanes holding columns ``16 v + PAIR_ORDER``
+    (the bf16-byte route), which ``in_order`` puts back."""
     fmt = ELEMENT_FORMATS[element]
     dec = Decoder(fmt, shuf16=True)
     codes = (np.arange(64) % 16).astype(np.uint8)
     _check_values(_run(_module(64, _Decode(dec)), codes, np.float32), codes, fmt)
     lo, hi = np.arange(256) % 16, np.arange(256) // 16
     packed = (lo | hi << 4).astype(np.uint8)
-    got = np.concatenate(
-        [_run(_module(32, _Pairs(dec)), packed[i : i + 32], np.float32) for i in range(0, 256, 32)]
-    ).reshape(-1, 32)  # per 16 bytes: 16 even columns, 16 odd ones
-    _check_values(got[:, :16].ravel(), lo.astype(np.uint8), fmt)
-    _check_values(got[:, 16:].ravel(), hi.astype(np.uint8), fmt)
+    by_column = np.stack([lo, hi], axis=1).reshape(-1, 32)  # per 16 bytes: columns 0..31
+    lane_column = np.concatenate([np.array(PAIR_ORDER), 16 + np.array(PAIR_ORDER)])
+    for pairs, columns in ((_Pairs(dec), lane_column), (_InOrder(dec), np.arange(32))):
+        got = np.concatenate(
+            [_run(_module(32, pairs), packed[i : i + 32], np.float32) for i in range(0, 256, 32)]
+        ).reshape(-1, 32)
+        _check_values(got.ravel(), by_column[:, columns].ravel().astype(np.uint8), fmt)
 
 
 @pytest.mark.parametrize("table", PATHS, ids=lambda t: "vbmi" if t else "generic")

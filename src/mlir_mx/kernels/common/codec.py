@@ -113,8 +113,9 @@ def widen(b, codes: ir.Value, fmt: ElementFormat, *, word_nan: bool = False) -> 
 
     ``values`` (FP4) is a 16-entry table lookup only the kernels emit (the
     values in one register with AVX-512,
-    :meth:`mlir_mx.kernels.common.widen.Decoder.lookup16`; a ``vpshufb`` table
-    of f16 high bytes with AVX2, ``Decoder.shuf16``); its
+    :meth:`mlir_mx.kernels.common.widen.Decoder.lookup16`; with AVX2,
+    ``Decoder.shuf16``: ``vpshufb`` tables of the bf16 bytes for packed
+    pairs, of the f16 high byte for one code per byte); its
     elementwise form, for any shape and builder, is the f16 construction,
     exact for every code of such a format.
     """

@@ -26,12 +26,16 @@ FP4 (16 codes) with AVX-512: the 16 values sit in one register and
 codes give the even columns from the low nibbles and the odd ones from the
 high nibbles (:meth:`Decoder.decode_pairs`), interleaved once per block.
 
-FP4 without AVX-512 (AVX2 + F16C, :attr:`Decoder.shuf16`): ``vpshufb`` looks up
-the high byte of each code's f16 encoding in a 16-byte table (every E2M1
-value is exact in f16 with a zero low byte), a byte interleave with zero
-makes 16 f16 words and ``vcvtph2ps`` widens them: 5 instructions per 16 codes
-where the f16 construction took 9; packed codes come in the same even / odd
-column pairs as with AVX-512.
+FP4 without AVX-512 (AVX2 + F16C, :attr:`Decoder.shuf16`): packed codes
+(:meth:`Decoder.decode_pairs`) go through two ``vpshufb`` tables, the high and
+the low byte of each value's bf16 encoding (the f32 bits of every E2M1 value
+are its bf16 bits over 16 zero bits), and in-lane byte and word interleaves
+with zero: integer pipes only, 4.5 shuffles per 16 codes and no
+``vcvtph2ps`` (one per ~1.4 cycles on Zen 3); the vector lanes hold the
+columns in :data:`PAIR_ORDER`, which :meth:`Decoder.in_order` undoes once per
+block.  One code per byte: ``vpshufb`` of the f16 high byte (every E2M1 value
+is exact in f16 with a zero low byte), a byte interleave with zero and
+``vcvtph2ps``.
 
 With AVX512-VBMI, 64 other float codes are widened by table lookups instead
 (:class:`Decoder` ``table=True``): two ``vpermi2b`` pick the high and low
@@ -54,7 +58,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.codec import e8m0_to_f32, widen
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, ElementFormat, decode_elements
 
-__all__ = ["Decoder", "decoder", "decode_scales", "interleave_pairs", "LANES"]
+__all__ = ["Decoder", "decoder", "decode_scales", "interleave_pairs", "LANES", "PAIR_ORDER"]
 
 #: f32 lanes per vector register (AVX-512).
 LANES = 16
@@ -166,15 +170,14 @@ class Decoder:
         return [int(b >> 8) - (256 if b >> 15 else 0) for b in bits]
 
     def decode_pairs(self, kb: KernelBuilder, raw: ir.Value) -> list[ir.Value]:
-        """Packed FP4, ``16 q`` bytes -> ``2 q`` f32 vectors: for each 16 bytes
-        (32 codes) the even columns (low nibbles), then the odd ones (high)."""
+        """Packed FP4, ``16 q`` bytes -> ``2 q`` f32 vectors, in the order
+        :meth:`in_order` puts back into columns: with AVX-512, for each 16
+        bytes (32 codes) the even columns (low nibbles), then the odd ones
+        (high); without, :meth:`_bf16_pairs`."""
         if self.shuf16:
-            v16 = kb.vec(16, kb.i8)
             out = []
             for i in range(0, ir.VectorType(raw.type).shape[0], 16):
-                b = kb.slice(raw, i, 16)
-                lo = kb.andi(b, kb.const(0x0F, v16))
-                out += [self._shuf16(kb, lo), self._shuf16(kb, kb.shrui(b, kb.const(4, v16)))]
+                out += self._bf16_pairs(kb, kb.slice(raw, i, 16))
             return out
         v16i = kb.vec(LANES, kb.i32)
         four = kb.const(4, v16i)
@@ -183,6 +186,57 @@ class Decoder:
             idx = kb.extui(kb.slice(raw, i, LANES), v16i)
             out += [self.lookup16(kb, idx), self.lookup16(kb, kb.shrui(idx, four))]
         return out
+
+    def _bf16_pairs(self, kb: KernelBuilder, b: ir.Value) -> list[ir.Value]:
+        """16 bytes of packed FP4 (32 codes) -> 2 f32 vectors, integer pipes only.
+
+        The f32 bits of every E2M1 value are its bf16 bits over 16 zero bits,
+        so two ``vpshufb`` (the bf16 high and low byte of each code, sign
+        included) and in-lane interleaves with zero (``vpunpck{l,h}bw``, then
+        ``vpunpck{l,h}wd``) build the exact f32 values: no ``vcvtph2ps``,
+        which issues at one per ~1.4 cycles on Zen 3 (bench/results/
+        avx2-zen3-2026-12-02.md).  The low nibbles (even columns) fill the
+        low 128-bit lane, the high nibbles (odd columns) the high one, so
+        vector ``v`` holds columns ``16 v + PAIR_ORDER`` (:meth:`in_order`).
+        """
+        v16, v32 = kb.vec(16, kb.i8), kb.vec(32, kb.i8)
+        lo = kb.andi(b, kb.const(0x0F, v16))
+        hi = kb.shrui(b, kb.const(4, v16))
+        codes = kb.shuffle(lo, hi, list(range(32)))  # [even columns | odd columns]
+        hi_t, lo_t = self._bf16_bytes()
+        pshufb = "llvm.x86.avx2.pshuf.b"
+        high = kb.intrinsic(pshufb, v32, [kb.const_array(hi_t * 2, v32), codes])
+        low = kb.intrinsic(pshufb, v32, [kb.const_array(lo_t * 2, v32), codes])
+        zero = kb.const(0, kb.vec(16, kb.i16))
+        out = []
+        for half in (0, 8):  # bytes 0-7 / 8-15 of each lane: vpunpck{l,h}bw
+            words = kb.shuffle(low, high, [j for lane in (0, 16) for i in range(half, half + 8)
+                                           for j in (lane + i, 32 + lane + i)])  # fmt: skip
+            w = kb.vbitcast(words, 16, kb.i16)
+            quads = [  # words 0-3 / 4-7 of each lane over zero: vpunpck{l,h}wd
+                kb.shuffle(zero, w, [j for lane in (0, 8) for i in range(q, q + 4)
+                                     for j in (i, 16 + lane + i)])  # fmt: skip
+                for q in (0, 4)
+            ]
+            both = kb.shuffle(quads[0], quads[1], list(range(32)))
+            out.append(kb.vbitcast(both, LANES, kb.f32))
+        return out
+
+    def _bf16_bytes(self) -> tuple[list[int], list[int]]:
+        """The high and low byte of the bf16 encoding of each of the 16 FP4
+        values (as signed bytes); checked: the f32 bits are the bf16 bits
+        over 16 zero bits."""
+        bits = np.array(self.table_values(), np.float32).view(np.uint32)
+        if np.any(bits & 0xFFFF) or len(bits) != 16:
+            raise AssertionError(f"{self.fmt.name}: a value is not exact in bf16")
+        signed = lambda x: int(x) - (256 if x >= 128 else 0)  # noqa: E731
+        return [signed(b >> 24) for b in bits], [signed((b >> 16) & 0xFF) for b in bits]
+
+    def in_order(self, kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:
+        """:meth:`decode_pairs`' vectors (or partial sums in their order) -> columns in order."""
+        if not self.shuf16:
+            return interleave_pairs(kb, vecs)
+        return [kb.shuffle(v, v, PAIR_INVERSE) for v in vecs]
 
     def table_values(self) -> list[float]:
         """The value of every code (``2^bits`` entries), as :meth:`decode` gives."""
@@ -284,6 +338,13 @@ def decoder(element: str, vbmi: bool | None = None) -> Decoder:
         shuf16=shuf16,
         word_nan=not has_features("avx512f"),
     )
+
+
+#: Columns of the 16 lanes of a :meth:`Decoder.decode_pairs` vector without
+#: AVX-512 (``Decoder._bf16_pairs``): per 8-lane half, even columns then odd.
+PAIR_ORDER = [8 * h + 2 * i + e for h in range(2) for e in range(2) for i in range(4)]
+#: The lane holding each column: :meth:`Decoder.in_order`'s shuffle.
+PAIR_INVERSE = [PAIR_ORDER.index(c) for c in range(16)]
 
 
 def decode_scales(kb: KernelBuilder, codes: ir.Value) -> ir.Value:

@@ -15,7 +15,7 @@ from mlir import ir
 
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import CodeRows
-from mlir_mx.kernels.common.widen import LANES, decode_scales, interleave_pairs
+from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.kernels.convert.emitter import ConvertEmitter, ConvertSpec
 
 __all__ = ["Dequantize"]
@@ -37,7 +37,7 @@ class Dequantize(ConvertEmitter):
         if pairs and valid is None and n % (2 * LANES) == 0:
             # Packed FP4: even codes from the low nibbles, odd from the high.
             raw = self.codes.raw(row, col, n // 2)
-            vals = interleave_pairs(kb, dec.decode_pairs(kb, raw))
+            vals = dec.in_order(kb, dec.decode_pairs(kb, raw))
         else:
             vals = dec.decode(kb, self.codes.load(row, col, n, valid))
         return vals

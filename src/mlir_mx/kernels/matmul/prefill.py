@@ -41,7 +41,7 @@ from mlir_mx.kernels.common.problem import (
     prepare_a,
     task_count,
 )
-from mlir_mx.kernels.common.widen import LANES, decode_scales, interleave_pairs
+from mlir_mx.kernels.common.widen import LANES, decode_scales
 
 __all__ = ["PrefillConfig", "emit_prefill"]
 
@@ -185,7 +185,7 @@ class _Packed(KernelState):
         if self.prob.b_is_mx:
             if self.prob.b_packed and self.dec.pairs and valid is None:
                 raw = self.b.raw(k, n0, _PACK_W // 2)
-                return interleave_pairs(kb, self.dec.decode_pairs(kb, raw))
+                return self.dec.in_order(kb, self.dec.decode_pairs(kb, raw))
             return self.dec.decode(kb, self.b.load(k, n0, _PACK_W, valid))
         row = kb.load_lanes(self.b, [k, n0], _PACK_W, valid)
         return [kb.slice(row, i, LANES) for i in range(0, _PACK_W, LANES)]

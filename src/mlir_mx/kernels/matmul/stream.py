@@ -42,7 +42,7 @@ from mlir_mx.kernels.common.problem import (
     prepare_a,
     task_count,
 )
-from mlir_mx.kernels.common.widen import LANES, decode_scales, interleave_pairs
+from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 
 __all__ = ["StreamConfig", "emit_stream", "TILED_PREFETCH"]
@@ -62,7 +62,7 @@ class StreamConfig:
     prefetch: int = 0  # software prefetch distance in blocks (0: none)
 
     def adapt(self, prob: Problem) -> StreamConfig:
-        """Prefetch for a tiled B; one vector per row of a row group without AVX-512.
+        """Prefetch for a tiled B with AVX-512; one vector per row of a row group without.
 
         A tiled B is one sequential stream: prefetching 4 tiles (4 KiB of
         FP4) ahead measured 1.4x (1 thread) / 1.3x (2) on the MXFP4 MLP's
@@ -83,8 +83,16 @@ class StreamConfig:
         FP6 (groups of 3 bytes) keeps ``nv = 4``: its unpacking of 24-byte
         rows legalized to 30.4 instructions per 16 codes, 24.6 (with
         spills) of 48-byte rows.
+
+        Without AVX-512 a tiled B gets no software prefetch: on an AMD EPYC
+        (Zen 3, AVX2) the prefetching loop spilled and ran 1 x 8192 x 8192 at
+        11.98 / 6.12 ms (MXFP4, 1 / 2 threads) and 23.0 / 13.4 ms (MXFP8)
+        against 6.14 / 3.63 and 13.5 / 7.6 ms without
+        (bench/results/avx2-zen3-2026-12-02.md); the hardware prefetchers
+        follow the one stream alone there.
         """
-        cfg = replace(self, prefetch=TILED_PREFETCH if prob.b_tiled else 0)
+        prefetch = TILED_PREFETCH if prob.b_tiled and has_features("avx512f") else 0
+        cfg = replace(self, prefetch=prefetch)
         if not has_features("avx512f"):
             if self.mr > 1:
                 cfg = replace(cfg, nv=1)
@@ -229,7 +237,7 @@ class _Kernel(KernelState):
             kk.yield_(p)
         p = kk.results
         if self._paired(nv, valid):
-            p = [w for r in range(mr) for w in interleave_pairs(kb, p[r * nv : (r + 1) * nv])]
+            p = [w for r in range(mr) for w in self.dec.in_order(kb, p[r * nv : (r + 1) * nv])]
         for r in range(mr):
             m = kb.add(m0, r)
             sa = kb.broadcast(kb.load(self.pa.saf, [m, blk]), LANES)
