@@ -217,9 +217,9 @@ def _ratio(a, b, key, inverse=False):
 #: torch f32's.
 MODEL_TARGETS = {
     "AVX2": {"decode_f32": 3.0, "decode_bf16": 2.0, "mxfp8_f32": 2.0,
-             "prefill": 1.0, "prefill_w4a8": 1.0},
+             "prefill_f32": 1.0, "prefill_w4a8": 1.0},
     "AVX-512 + VNNI": {"decode_f32": 4.0, "decode_bf16": 3.0, "mxfp8_f32": 2.5,
-                       "prefill": 1.5, "prefill_w4a8": 2.0},
+                       "prefill_f32": 1.5, "prefill_w4a8": 2.0},
 }  # fmt: skip
 
 
@@ -268,7 +268,7 @@ def _targets_of(g: dict, want: dict) -> list[dict]:
     out = []
     for row, label in TARGET_ROWS:
         r = g.get(row)
-        prefill = want["prefill_w4a8" if "W4A8" in label else "prefill"]
+        prefill = want["prefill_w4a8" if "W4A8" in label else "prefill_f32"]
         out += [
             _target(f"decode tokens/s, {label} / torch f32", _ratio(r, f32, tps), want["decode_f32"]),
             _target(f"decode tokens/s, {label} / torch bf16", _ratio(r, bf16, tps),
