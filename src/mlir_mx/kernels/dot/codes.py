@@ -117,17 +117,15 @@ class CodesSource:
         pairs = self.kind.name == "i8" and value_table(self.prob.b_elem) and self.prob.b_packed
         return pairs and list(vs) == [0, 1, 2, 3]
 
-    def block(
-        self, j, blk, vs, permute: bool = True
-    ) -> tuple[list[ir.Value], list[list[ir.Value]]]:
+    def block(self, j, blk, vs) -> tuple[list[ir.Value], list[list[ir.Value]]]:
         """Block ``blk`` of panel ``j``: B's scales (f32, times ``2^-(fa+fb)``)
         and, per K group, the vectors ``vs`` (64 bytes each); in the
-        :data:`EVEN_ODD` column order when ``permute`` and :meth:`permutes`
-        (the caller then keeps its partials and C in that order)."""
+        :data:`EVEN_ODD` column order when :meth:`permutes` (the caller then
+        keeps its partials and C in that order)."""
         kb, prob, g = self.kb, self.prob, self.kind.group
         col, valid = self._panel(j)
         k0 = kb.mul(blk, prob.block)
-        permuted = permute and self.permutes(vs)
+        permuted = self.permutes(vs)
         vecs = []
         for grp in range(prob.block // g):
             if permuted:
