@@ -1,8 +1,40 @@
 """Test-suite configuration: ``tests/`` is on ``sys.path`` (pytest inserts the
 directory of a rootdir conftest), so test modules share helpers such as
-:mod:`matmul_cases` by a plain import."""
+:mod:`matmul_cases` by a plain import.
+
+**One compile cache per run.**  :func:`pytest_configure` points
+``MLIR_MX_CACHE_DIR`` at a new directory for the run (removed at its end), so
+that no test reads or fills the developer's ``~/.cache/mlir-mx`` (a warm one
+would hide compile time and cache bugs that CI, starting cold, would meet),
+and so that the kernels one test compiles are found by the others: by the
+xdist workers and the campaigns' worker processes too, which inherit the
+variable.  It is one directory for the whole run because the cache directory
+is part of every in-memory cache key.  Tests of the cache itself give their
+own directories.
+"""
+
+import os
+import shutil
+import tempfile
 
 import pytest
+
+_RUN_CACHE = "MLIR_MX_TEST_RUN_CACHE"  # the run's directory, set by the first process
+
+
+def pytest_configure(config):
+    if os.environ.get(_RUN_CACHE):  # an xdist worker (or a nested pytest): the run's
+        return
+    path = tempfile.mkdtemp(prefix="mlir-mx-test-cache-")
+    os.environ[_RUN_CACHE] = os.environ["MLIR_MX_CACHE_DIR"] = path
+    config._mx_run_cache = path
+
+
+def pytest_unconfigure(config):
+    path = getattr(config, "_mx_run_cache", None)
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
+        del os.environ[_RUN_CACHE]
 
 
 @pytest.fixture

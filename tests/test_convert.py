@@ -37,13 +37,6 @@ SPECIAL = np.array(
 )  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    # One compile cache for the whole run, under pytest's basetemp (never
-    # ~/.cache/mlir-mx): a directory per test would be part of every
-    # compile-cache key and recompile the same kernels in each test.
-    monkeypatch.setenv("MLIR_MX_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "mx-cache"))
-
 
 def special_values(shape, seed=0) -> np.ndarray:
     """Normal values over all exponents, with specials sprinkled in, some

@@ -12,14 +12,6 @@ from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, dequantize, quantize
 from mlir_mx.numerics.matmul import matmul_reference
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    # One compile cache for the whole run, under pytest's basetemp (never
-    # ~/.cache/mlir-mx): a directory per test would be part of every
-    # compile-cache key and recompile the same kernels in each test.
-    monkeypatch.setenv("MLIR_MX_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "mx-cache"))
-
-
 def _weight(element, n=200, k=256, seed=0):
     rng = np.random.default_rng(seed)
     return quantize(rng.standard_normal((n, k)).astype(np.float32), element, 32)

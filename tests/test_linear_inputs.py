@@ -43,13 +43,6 @@ from mlir_mx.numerics.matmul import blocked_order, matmul_reference
 _SUB_BYTE = [name for name, f in ELEMENT_FORMATS.items() if f.is_sub_byte]
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    # One compile cache for the whole run, under pytest's basetemp (never
-    # ~/.cache/mlir-mx): a directory per test would be part of every
-    # compile-cache key and recompile the same kernels in each test.
-    monkeypatch.setenv("MLIR_MX_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "mx-cache"))
-
 
 def _weight(element="f8E4M3FN", shape=(64, 64), seed=0):
     rng = np.random.default_rng(seed)

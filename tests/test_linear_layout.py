@@ -32,13 +32,6 @@ from mlir_mx.numerics import MXArray, element_format, pack_codes, quantize
 I8_UNIT = dot_kind("i8", "f4E2M1FN", 32) == KINDS["i8"]
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    # One compile cache for the whole run, under pytest's basetemp (never
-    # ~/.cache/mlir-mx): a directory per test would be part of every
-    # compile-cache key and recompile the same kernels in each test.
-    monkeypatch.setenv("MLIR_MX_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "mx-cache"))
-
 
 def _weight(element="f4E2M1FN", n=128, k=256, seed=0) -> MXArray:
     rng = np.random.default_rng(seed)

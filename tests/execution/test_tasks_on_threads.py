@@ -26,10 +26,6 @@ torch = pytest.importorskip("torch", reason="torch not installed: its libgomp is
 pytestmark = pytest.mark.usefixtures("tasks_for_small_work")
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("MLIR_MX_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "mx-cache"))
-
 
 @pytest.fixture
 def mode():

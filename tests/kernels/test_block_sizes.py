@@ -20,14 +20,6 @@ import mlir_mx
 from mlir_mx.numerics import dequantize, quantize
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    # One compile cache for the whole run, under pytest's basetemp (never
-    # ~/.cache/mlir-mx): a directory per test would be part of every
-    # compile-cache key and recompile the same kernels in each test.
-    monkeypatch.setenv("MLIR_MX_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "mx-cache"))
-
-
 @pytest.mark.parametrize("block,element", cycled([3, 5, 6, 12, 24, 48, 96, 640]))
 def test_f3_prefill_blocksize_not_pow2(block, element):
     """Every M (decode 1, small 8 and 48, prefill 49 and 100) against the oracle,

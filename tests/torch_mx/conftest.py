@@ -10,13 +10,3 @@ package ``torch`` wherever torch is not installed, and every
 ``importorskip("torch")`` of the suite then "succeeded" and failed instead of
 skipping.
 """
-
-from __future__ import annotations
-
-import pytest
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    # One compile cache for the whole directory (its kernels are few and shared).
-    monkeypatch.setenv("MLIR_MX_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "mx-cache"))
