@@ -95,8 +95,31 @@ def torch_available() -> str | None:
     return None
 
 
-def torch_methods(p: Problem, threads: int) -> list[Method] | Skipped:
-    """torch f32 and bf16 ``a @ b`` (operands converted once, outside the timing)."""
+#: The largest problem (multiply-adds) torch's bf16 row runs on a CPU without
+#: bf16 units (:func:`torch_bf16_emulated`): there torch's bf16 matmul ran
+#: at about 0.3 GFLOP/s on an AMD EPYC (Zen 3), 986 ms for 8 x 4096 x 4096
+#: and 32 s a call for 256 x 4096 x 4096 (each timing calls it at least 3
+#: times), so larger shapes skip it with the reason.
+BF16_EMULATED_MAX_MACS = 2**28
+
+
+def torch_bf16_emulated() -> str | None:
+    """Why torch's bf16 matmul is emulated here (no bf16 dot unit on the CPU
+    itself: AVX512-BF16 or AMX on x86, BF16 on Arm), or None where it is not.
+    The CPU's own ISA level, not ``MLIR_MX_CPU_FEATURES``: torch dispatches
+    on the CPU."""
+    from mlir_mx.host import isa_level
+
+    level = isa_level(masked=False)
+    if "BF16" in level or "AMX" in level:
+        return None
+    return f"the CPU ({level}) has no bf16 dot unit"
+
+
+def torch_methods(p: Problem, threads: int) -> list[Method | Skipped] | Skipped:
+    """torch f32 and bf16 ``a @ b`` (operands converted once, outside the
+    timing); bf16 skipped for shapes over :data:`BF16_EMULATED_MAX_MACS`
+    where the CPU has no bf16 unit."""
     why = torch_available()
     if why:
         return Skipped("torch f32/bf16", why)
@@ -118,8 +141,15 @@ def torch_methods(p: Problem, threads: int) -> list[Method] | Skipped:
             oracle=p.oracle, note=f"torch {torch.__version__}{note}", **extra,
         )  # fmt: skip
 
-    return [
-        method("torch f32", ta, tb, 4, ""),
-        method("torch bf16", ha, hb, 2, "; bf16 output (bound includes its rounding)",
-               out_unit=BF16_UNIT),
-    ]  # fmt: skip
+    emulated = torch_bf16_emulated()
+    if emulated and s.M * s.N * s.K > BF16_EMULATED_MAX_MACS:
+        bf16: Method | Skipped = Skipped(
+            "torch bf16 (large shapes)",
+            f"{emulated}: torch emulates bf16 matmuls at about 0.3 GFLOP/s (32 s a call "
+            f"at 256x4096x4096 on an AMD EPYC), so shapes over "
+            f"{BF16_EMULATED_MAX_MACS:,} multiply-adds skip it",
+        )
+    else:
+        bf16 = method("torch bf16", ha, hb, 2, "; bf16 output (bound includes its rounding)",
+                      out_unit=BF16_UNIT)  # fmt: skip
+    return [method("torch f32", ta, tb, 4, ""), bf16]

@@ -151,16 +151,17 @@ def _group(p, threads, roof, opts, compiled, skipped, say) -> list[dict]:
     families: list[Callable] = [*FAMILIES, lambda p, t: our_methods(p, t, compiled, say)]
     for family in families:
         got = family(p, threads)
-        if isinstance(got, Skipped):
-            if got.name not in skipped:
-                skipped[got.name] = got.reason
-                say(f"    note: skipping {got.name}: {got.reason}")
-            continue
+        items = [got] if isinstance(got, Skipped) else got
+        methods = [m for m in items if not isinstance(m, Skipped)]
+        for s in items:
+            if isinstance(s, Skipped) and s.name not in skipped:
+                skipped[s.name] = s.reason
+                say(f"    note: skipping {s.name}: {s.reason}")
         try:
-            for m in got:
+            for m in methods:
                 rows.append(_measure(p, m, threads, roof, opts, say))
         finally:
-            for m in got:
+            for m in methods:
                 if m.close:
                     m.close()
     return rows

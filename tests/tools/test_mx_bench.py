@@ -263,3 +263,40 @@ def test_quick_quantize_run(tmp_path):
         assert ("f4E2M1FN", "ggml MXFP4 quantize", 2) in got
     md = next(tmp_path.glob("mx-bench-*-quick-quantize.md")).read_text()
     assert "## Converting a 128 x 256 f32 matrix" in md
+
+
+def test_torch_bf16_skips_large_shapes_where_it_is_emulated(monkeypatch):
+    """torch's bf16 matmul without a bf16 unit ran at 0.3 GFLOP/s (32 s a call
+    at 256x4096x4096 on Zen 3): shapes over BF16_EMULATED_MAX_MACS skip its
+    row with the reason there, and keep it where the CPU has the unit or the
+    shape is small; the loop records a skipped item of a family's list."""
+    pytest.importorskip("torch", reason="the torch rows need torch")
+    from mlir_mx.roofline.variants import Shape
+    from mlir_mx_bench import baselines, loop
+    from mlir_mx_bench.cases import make_problem
+    from mlir_mx_bench.method import Skipped
+
+    p = make_problem(Shape(2, 64, 64), "f8E4M3FN")  # 8,192 multiply-adds
+    monkeypatch.setattr(baselines, "BF16_EMULATED_MAX_MACS", 8191)
+    monkeypatch.setattr(baselines, "torch_bf16_emulated", lambda: "the CPU (AVX2) has no bf16 dot unit")
+    got = baselines.torch_methods(p, 1)
+    assert [m.name for m in got] == ["torch f32", "torch bf16 (large shapes)"]
+    assert isinstance(got[1], Skipped) and "AVX2" in got[1].reason and "8,191" in got[1].reason
+    monkeypatch.setattr(loop, "FAMILIES", (baselines.torch_methods,))
+    monkeypatch.setattr(loop, "our_methods", lambda *a: [])
+    monkeypatch.setattr(loop, "_measure", lambda p, m, *a: {"method": m.name})
+    skipped, said = {}, []
+    rows = loop._group(p, 1, None, None, None, skipped, said.append)
+    assert rows == [{"method": "torch f32"}] and list(skipped) == ["torch bf16 (large shapes)"]
+    assert any("skipping torch bf16 (large shapes)" in s for s in said)
+    monkeypatch.setattr(baselines, "BF16_EMULATED_MAX_MACS", 8192)  # not larger: kept
+    assert [m.name for m in baselines.torch_methods(p, 1)] == ["torch f32", "torch bf16"]
+    monkeypatch.setattr(baselines, "BF16_EMULATED_MAX_MACS", 8191)
+    monkeypatch.setattr(baselines, "torch_bf16_emulated", lambda: None)  # the CPU has the unit
+    assert [m.name for m in baselines.torch_methods(p, 1)] == ["torch f32", "torch bf16"]
+    from mlir_mx.host import isa_level
+
+    level = isa_level(masked=False)  # the real CPU's: what torch dispatches on
+    want = None if ("BF16" in level or "AMX" in level) else f"the CPU ({level}) has no bf16 dot unit"
+    monkeypatch.undo()
+    assert baselines.torch_bf16_emulated() == want
