@@ -5,8 +5,10 @@ W4A8, activations quantized to MXINT8 for the integer dot units) against
 transformers' GptOssExperts (eager: the per-expert loop of its CPU path) holding
 the same weights dequantized, in f32 and bf16.  Random codes and scales
 (2^-9..2^-5), random routing; median times, the rows interleaved per call.
-Run: ``python bench/gpt_oss_moe_block.py`` (no environment variable set: the
-default environment, as users run it).
+Run: ``python bench/gpt_oss_moe_block.py [--tokens 1,128]`` (no environment
+variable set: the default environment, as users run it).  ``--tokens 1``: the
+decode rows alone (on a CPU without a bf16 unit torch emulates the bf16 row's
+matmuls, and its 128-token calls take most of a minute each).
 """
 
 from __future__ import annotations
@@ -66,7 +68,12 @@ def _medians_s(rows: dict, n: int) -> dict[str, float]:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tokens", default="1,128", help="comma-separated token counts (1,128)")
+    token_counts = [int(t) for t in ap.parse_args(argv).tokens.split(",")]
     ours, w4a8, ref, ref_bf16 = _models()
     print(f"ISA: {isa_summary()} ({features_summary()}); torch {torch.__version__}")
     print("| threads | tokens | ours MXFP4 ms | ours W4A8 ms | transformers f32 ms "
@@ -75,7 +82,7 @@ def main() -> None:
     for threads in default_thread_counts():
         torch.set_num_threads(threads)
         gen = torch.Generator().manual_seed(1)
-        for tokens in (1, 128):
+        for tokens in token_counts:
             idx = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(tokens)])
             weights = torch.softmax(torch.randn(tokens, K, generator=gen), -1)
             x = torch.randn(tokens, H, generator=gen)
