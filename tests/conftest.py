@@ -26,15 +26,22 @@ def pytest_configure(config):
     if os.environ.get(_RUN_CACHE):  # an xdist worker (or a nested pytest): the run's
         return
     path = tempfile.mkdtemp(prefix="mlir-mx-test-cache-")
+    config._mx_run_cache = path, os.environ.get("MLIR_MX_CACHE_DIR")
     os.environ[_RUN_CACHE] = os.environ["MLIR_MX_CACHE_DIR"] = path
-    config._mx_run_cache = path
 
 
 def pytest_unconfigure(config):
-    path = getattr(config, "_mx_run_cache", None)
-    if path:
-        shutil.rmtree(path, ignore_errors=True)
-        del os.environ[_RUN_CACHE]
+    """Remove the run's directory; the variables as they were before the run."""
+    saved = getattr(config, "_mx_run_cache", None)
+    if saved is None:
+        return
+    path, before = saved
+    shutil.rmtree(path, ignore_errors=True)
+    del os.environ[_RUN_CACHE]
+    if before is None:
+        os.environ.pop("MLIR_MX_CACHE_DIR", None)
+    else:
+        os.environ["MLIR_MX_CACHE_DIR"] = before
 
 
 @pytest.fixture
