@@ -67,21 +67,33 @@ class DotConfig:
 
     def adapt(self, prob: Problem) -> DotConfig:
         """This config for ``prob`` on this CPU: on 256-bit halves (no AVX-512,
-        :mod:`.isa`) at most :data:`HALF_ROWS` rows, so that the 2 x mr x nv
-        ymm accumulators and B's vectors fit the 16 ymm registers; unchanged
-        on AVX-512."""
+        :mod:`.isa`) at most :data:`HALF_ROWS` rows (:data:`HALF_ROWS_VNNI`
+        with AVX-VNNI), so that the 2 x mr x nv ymm accumulators and B's
+        vectors (nearly) fit the 16 ymm registers; unchanged on AVX-512."""
         kind = _kind(prob)
-        if kind is None or self.mr <= HALF_ROWS:
+        if kind is None or self.mr <= min(HALF_ROWS, HALF_ROWS_VNNI):
             return self
-        if dot_isa(kind, prob.a_elem or prob.a_quant, prob.b_elem).wide:
+        isa = dot_isa(kind, prob.a_elem or prob.a_quant, prob.b_elem)
+        if isa.wide:
             return self
-        return replace(self, mr=HALF_ROWS)
+        rows = HALF_ROWS_VNNI if isa.vnni else HALF_ROWS
+        return self if self.mr <= rows else replace(self, mr=rows)
 
 
-#: Rows of a register tile on 256-bit halves (llc -mcpu=haswell / alderlake,
-#: 6 x 2 int-prefill: 240 stack accesses per block step; 3 x 2: 123 (52 with
-#: AVX-VNNI); 2 x 2: 80 (10 with AVX-VNNI, where no add is reassociated)).
-HALF_ROWS = 2
+#: Rows of a register tile on 256-bit halves without VNNI (``vpmaddubsw`` /
+#: ``vpmaddwd``).  llc -mcpu=haswell counts 240 stack accesses per block step
+#: for the 6 x 2 int-prefill tile, 123 for 3 x 2 and 80 for 2 x 2; measured on
+#: an AMD EPYC (Zen 3), 256 x 4096 x 4096 through ``Linear``, one new process
+#: per run, 1 thread, the runs interleaved (``bench/results/avx2-zen3-targets-
+#: 2026-12-02-afternoon.md``), 3 rows were faster than 2 all the same: FP4 x
+#: FP4 in 6 of 6 pairs of runs (1.09-1.43x, median 1.17x), INT8 x INT8 (the
+#: i16 unit) in 3 of 3 (1.22-1.48x), INT8 x FP4 and FP6 x FP6 even within the
+#: noise, M = 8 unchanged (3.2 against 3.3 ms at best); the same bits.
+HALF_ROWS = 3
+#: With AVX-VNNI (``vpdpbusd`` ymm): 2 x 2 has 10 stack accesses per block step
+#: against 52 for 3 x 2 (llc -mcpu=alderlake, where no add is reassociated).
+#: Not measured on such a CPU.
+HALF_ROWS_VNNI = 2
 
 
 def _kind(prob: Problem):
