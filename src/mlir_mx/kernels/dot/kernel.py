@@ -71,13 +71,11 @@ class DotConfig:
         with AVX-VNNI), so that the 2 x mr x nv ymm accumulators and B's
         vectors (nearly) fit the 16 ymm registers; unchanged on AVX-512."""
         kind = _kind(prob)
-        if kind is None or self.mr <= min(HALF_ROWS, HALF_ROWS_VNNI):
+        if kind is None:
             return self
         isa = dot_isa(kind, prob.a_elem or prob.a_quant, prob.b_elem)
-        if isa.wide:
-            return self
         rows = HALF_ROWS_VNNI if isa.vnni else HALF_ROWS
-        return self if self.mr <= rows else replace(self, mr=rows)
+        return self if isa.wide or self.mr <= rows else replace(self, mr=rows)
 
 
 #: Rows of a register tile on 256-bit halves without VNNI (``vpmaddubsw`` /
