@@ -266,7 +266,7 @@ class _Translator:
         return res[1]
 
 
-def to_generic(text: str, filename: str = "-") -> tuple[str, SourceMap]:
+def to_generic(text: str, filename: str = "-", guard: bool = True) -> tuple[str, SourceMap]:
     """Rewrite custom mx syntax in ``text`` to the generic forms.
 
     Returns the translated text and the map back to ``text``'s positions
@@ -275,9 +275,10 @@ def to_generic(text: str, filename: str = "-") -> tuple[str, SourceMap]:
     malformed or invalid mx construct, or for input upstream would crash on
     (:mod:`mlir_mx.dialect.guards`).  Text without mx syntax is not
     tokenized at all (a 50 MB LLVM-dialect module costs one regex scan).
+    ``guard=False`` skips that scan too (text mlir-mx generated itself).
     """
     try:
-        suspect = scan(text)
+        suspect = scan(text) if guard else None
         if "mx." in text:
             tr = _Translator(text)
             out, smap = tr.run(), tr.map

@@ -30,7 +30,7 @@ from mlir_mx.execution.objects import ObjectError, load_object, machine_code_sup
 from mlir_mx.execution.options import CompileOptions
 from mlir_mx.execution.packed import lookup_entry
 from mlir_mx.execution.signature import emit_c_interfaces, signatures
-from mlir_mx.ir_utils import find_first
+from mlir_mx.ir_utils import find_first, top_level_ops
 from mlir_mx.passes.pipeline import Pipeline, as_pipeline, run_pipeline
 from mlir_mx.pipelines import kernel_pipeline, load_pipeline
 
@@ -127,7 +127,7 @@ class Compiled:
             # parse_module loads the mx dialect and reads its custom syntax, so
             # mx-level modules compile through a pipeline that starts with
             # mx-to-linalg; plain upstream text parses as usual.
-            module = parse_module(text, self.context)
+            module = parse_module(text, self.context, generated=isinstance(source, GeneratedModule))
             self.pipeline: Pipeline = options.pipeline or default_pipeline(module, options)
             # The ABI of mx parameters follows the lowering's sub-byte storage.
             self.signatures = signatures(module, self.pipeline.packs_subbyte_codes)
@@ -210,7 +210,7 @@ class Compiled:
                 text = src.make() if isinstance(src, GeneratedModule) else src
                 self.context = self.context or ir.Context()
                 with self.context, ir.Location.unknown():
-                    module = parse_module(text, self.context)
+                    module = parse_module(text, self.context, generated=isinstance(src, GeneratedModule))
                     emit_c_interfaces(module)
                     run_pipeline(module, self.pipeline)
                     check_lowered(module)
@@ -242,12 +242,10 @@ _PARALLEL_ENGINES: collections.deque[ExecutionEngine] = collections.deque(maxlen
 
 def _uses_async_runtime(module: ir.Module) -> bool:
     """True when the lowered module calls upstream's async runtime."""
-    return (
-        find_first(
-            module,
-            lambda o: o.name == "llvm.func" and "mlirAsyncRuntime" in str(o.attributes["sym_name"]),
-        )
-        is not None
+    # llvm.func ops sit at the module's top level: no walk of every op.
+    return any(
+        o.name == "llvm.func" and "mlirAsyncRuntime" in str(o.attributes["sym_name"])
+        for o in top_level_ops(module)
     )
 
 

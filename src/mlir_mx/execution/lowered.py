@@ -77,17 +77,18 @@ def check_symbols(module: ir.Module, shared_libs) -> None:
     """Refuse a used external function nothing defines, before the JIT links
     lazily (it would print "Symbols not found" and hand back no function).
     Declarations nobody calls are harmless and left alone."""
-    externals = []
+    unresolved = []
     for op in module.body.operations:
         op = op.operation
         if op.name == "llvm.func" and not op.regions[0].blocks:
-            externals.append(op)
-    if not externals:
-        return
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            if not _resolves(name, shared_libs):
+                unresolved.append((op, name))
+    if not unresolved:
+        return  # the usual case: no walk of the module's uses
     used = _referenced_symbols(module)
-    for op in externals:
-        name = ir.StringAttr(op.attributes["sym_name"]).value
-        if name in used and not _resolves(name, shared_libs):
+    for op, name in unresolved:
+        if name in used:
             libs = ", ".join(Path(p).name for p in shared_libs) or "none"
             raise DiagnosticError(
                 Diagnostic.from_location(

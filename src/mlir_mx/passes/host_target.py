@@ -37,7 +37,7 @@ from mlir import ir
 from mlir_mx import cpu_features
 from mlir_mx.errors import MXUnsupportedHostError
 from mlir_mx.host import check_host, host_arch, host_features
-from mlir_mx.ir_utils import collect
+from mlir_mx.ir_utils import collect, top_level_ops
 from mlir_mx.passes.registry import Option, PassError, register_pass
 
 __all__ = ["host_target", "target_of"]
@@ -101,7 +101,7 @@ def host_target(op: ir.Operation, *, arch: str, features: str, cpu: str) -> None
     if flags:
         quoted = ", ".join(f'"{f}"' for f in flags)
         attr = ir.Attribute.parse(f"#llvm.target_features<[{quoted}]>", op.context)
-    for fn in collect(op, lambda o: o.name == "llvm.func"):
+    for fn in (o for o in top_level_ops(op) if o.name == "llvm.func"):
         if not len(fn.regions[0].blocks) or "target_features" in fn.attributes:
             continue  # a declaration, or features chosen by whoever wrote it
         if attr is not None:

@@ -69,18 +69,28 @@ def legalize_i1_memrefs(op: ir.Operation) -> None:
     funcs: list[ir.Operation] = []
     loads: list[ir.Operation] = []
     stores: list[ir.Operation] = []
+    # Types are uniqued: one answer per distinct type (the per-op downcasts
+    # were most of this pass's time, which every compilation pays).
+    memo: dict[ir.Type, bool] = {}
+
+    def i1_memref(t: ir.Type) -> bool:
+        hit = memo.get(t)
+        if hit is None:
+            hit = memo[t] = _is_i1_memref(t)
+        return hit
 
     for o in collect(op, lambda o: True):
+        name = o.name
         # llvm.func (e.g. the async runtime declarations) cannot carry memrefs.
-        if o.name == "func.func" and "function_type" in o.attributes:
+        if name == "func.func" and "function_type" in o.attributes:
             funcs.append(o)
         for region in o.regions:
             for block in region.blocks:
-                values.extend(a for a in block.arguments if _is_i1_memref(a.type))
-        values.extend(r for r in o.results if _is_i1_memref(r.type))
-        if o.name == "memref.load" and _is_i1_memref(o.operands[0].type):
+                values.extend(a for a in block.arguments if i1_memref(a.type))
+        values.extend(r for r in o.results if i1_memref(r.type))
+        if name == "memref.load" and i1_memref(o.operands[0].type):
             loads.append(o)
-        elif o.name == "memref.store" and _is_i1_memref(o.operands[1].type):
+        elif name == "memref.store" and i1_memref(o.operands[1].type):
             stores.append(o)
     if not values and not funcs:
         return
