@@ -137,12 +137,25 @@ def test_whole_tiles_are_stored_tiled(element):
         _check(lin(x[:m]), x[:m].astype(np.float64), w64)
 
 
-@pytest.mark.parametrize("out", [64, 33])  # whole 64-column tiles (packed, tiled) / unpacked
-@pytest.mark.parametrize("act", list(ELEMENT_FORMATS))
-@pytest.mark.parametrize("weight", list(ELEMENT_FORMATS))
+#: Every weight x activation format pair, each with out_features 64 (whole
+#: 64-column tiles: sub-byte weights packed and tiled) or 33 (one code per
+#: byte) in a checkerboard, so that every weight and every activation format
+#: meets both storages; ``-m slow`` runs each pair with the other one too.
+_FORMAT_GRID = [
+    (w, a, (64, 33)[(i + j) % 2])
+    for i, w in enumerate(ELEMENT_FORMATS)
+    for j, a in enumerate(ELEMENT_FORMATS)
+]
+_OTHER_STORAGE = [(w, a, 97 - out) for w, a, out in _FORMAT_GRID]
+
+
 # A plain Linear(w) with MX activations that a dot unit could take warns that it
 # runs the f32 kernels (tests/test_linear_dot.py tests the warning): on purpose here.
 @pytest.mark.filterwarnings("ignore:Linear.*f32 kernels")
+@pytest.mark.parametrize(
+    "weight, act, out",
+    [*_FORMAT_GRID, *(pytest.param(*case, marks=pytest.mark.slow) for case in _OTHER_STORAGE)],
+)
 def test_every_weight_by_activation_format_pair(weight, act, out):
     """Every weight x MX activation format pair, with the weight stored packed
     and tiled or one code per byte (reproducer f1_linear_mx_activation_unpacked_weight:

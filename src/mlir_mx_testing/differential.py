@@ -52,7 +52,9 @@ class Variant:
     variants with the same order must agree bit for bit; ``supports(program)``
     says whether the pipeline handles the program (e.g. a schedule's tile
     constraints); ``features``, an ``MLIR_MX_CPU_FEATURES`` value the kernels
-    are generated under (a CPU without AVX-512: the 256-bit dot kernels).
+    are generated under (a CPU without AVX-512: the 256-bit dot kernels);
+    ``kernels``, whether it is one of the generated kernel schedules (the
+    quick set builds only the other variants after ``--canonicalize``).
     """
 
     name: str
@@ -60,6 +62,7 @@ class Variant:
     matmul_order: str | None = None
     supports: Callable[[Program], bool] = lambda program: True
     features: str | None = None
+    kernels: bool = False
 
 
 def then_llvm(prefix: Pipeline | PipelineElement | str) -> Callable[[], Pipeline]:
@@ -109,7 +112,7 @@ VARIANTS: list[Variant] = [
     # The generated kernels: every schedule of the registry at 1 and 2
     # threads, all claiming the blocked order bit for bit.
     *(
-        Variant(f"kernels-{s}-{t}t", (lambda s=s, t=t: _kernels(s, t)), "blocked")
+        Variant(f"kernels-{s}-{t}t", (lambda s=s, t=t: _kernels(s, t)), "blocked", kernels=True)
         for s in SCHEDULES
         for t in (1, 2)
     ),
@@ -122,6 +125,7 @@ VARIANTS: list[Variant] = [
             "blocked",
             lambda program: has_features("avx2"),
             AVX2_FEATURES,
+            kernels=True,
         )
         for s in SCHEDULES
         if SCHEDULES[s].unit == "int"
@@ -231,19 +235,24 @@ class Report:
         )
 
 
-def _compile(programs: list[Program], variant: Variant, canonicalize: bool):
+def _canonicalized(text: str) -> str | None:
+    """``text`` after ``--canonicalize``, or None where it changed nothing
+    (the printed module before and after are the same)."""
+    from mlir import ir
+
+    from mlir_mx.dialect import parse_module, print_module
+    from mlir_mx.passes.pipeline import run_pipeline
+
+    module = parse_module(text, ir.Context())
+    before = print_module(module)
+    run_pipeline(module, "canonicalize")
+    after = print_module(module)
+    return None if after == before else after
+
+
+def _compile(text: str, variant: Variant):
     from mlir_mx.execution import Runner
 
-    text = "\n".join(p.text() for p in programs)
-    if canonicalize:
-        from mlir import ir
-
-        from mlir_mx.dialect import parse_module, print_module
-        from mlir_mx.passes.pipeline import run_pipeline
-
-        module = parse_module(text, ir.Context())
-        run_pipeline(module, "canonicalize")
-        text = print_module(module)
     if variant.features is None:
         return Runner(text, variant.pipeline(), opt_level=1)
     saved = os.environ.get(FEATURES_VAR)
@@ -263,17 +272,39 @@ def _call(runner, p: Program, args: list) -> list:
     return list(out) if isinstance(out, tuple) else [out]
 
 
-def check(programs: list[Program], inputs: dict[str, list[list]], variants=None) -> Report:
+def check(
+    programs: list[Program], inputs: dict[str, list[list]], variants=None, canonicalize="all"
+) -> Report:
     """Compile ``programs`` with every variant (plain and canonicalized), run
-    them on ``inputs[name]`` and compare; see the module docstring."""
+    them on ``inputs[name]`` and compare; see the module docstring.
+
+    ``canonicalize="lowerings"`` builds the canonicalized programs with the
+    variants that are not generated kernel schedules only (the quick set:
+    the kernel schedules start from the same linalg as ``runner-default``).
+    Where ``--canonicalize`` leaves a module as it was, its build would be the
+    plain one again and is not repeated."""
+    if canonicalize not in ("all", "lowerings"):
+        raise ValueError(f"canonicalize: expected 'all' or 'lowerings', got {canonicalize!r}")
     report = Report(programs=len(programs))
     results: dict[tuple[str, bool, str, int], list] = {}
+    canonical: dict[tuple[str, ...], str | None] = {}
     for variant in variants or VARIANTS:
         chosen = [p for p in programs if variant.supports(p)]
         if not chosen:
             continue
+        plain = "\n".join(p.text() for p in chosen)
         for canon in (False, True):
-            runner = _compile(chosen, variant, canon)
+            if canon and canonicalize == "lowerings" and variant.kernels:
+                continue
+            text = plain
+            if canon:
+                names = tuple(p.name for p in chosen)
+                if names not in canonical:
+                    canonical[names] = _canonicalized(plain)
+                if canonical[names] is None:
+                    continue
+                text = canonical[names]
+            runner = _compile(text, variant)
             report.compiles += 1
             for p in chosen:
                 for j, args in enumerate(inputs[p.name]):
@@ -321,9 +352,14 @@ def _compare_one(p, j, want, results, orders, report) -> None:
 
 
 def run(
-    seed: int, batches: int, programs_per_batch: int = 6, inputs_per_program: int = 3
+    seed: int,
+    batches: int,
+    programs_per_batch: int = 6,
+    inputs_per_program: int = 3,
+    canonicalize: str = "all",
 ) -> Report:
-    """The seeded campaign: ``batches`` batches of random programs through :func:`check`."""
+    """The seeded campaign: ``batches`` batches of random programs through
+    :func:`check` (``canonicalize``: as there)."""
     total = Report()
     for b in range(batches):
         rng = random.Random(f"differential:{seed}:{b}")
@@ -332,7 +368,7 @@ def run(
         inputs = {
             p.name: [random_inputs(p, nrng) for _ in range(inputs_per_program)] for p in programs
         }
-        rep = check(programs, inputs)
+        rep = check(programs, inputs, canonicalize=canonicalize)
         if rep.mismatches:
             rep.mismatches = [m + f" (batch {b}, seed {seed})" for m in rep.mismatches]
         total.merge(rep)

@@ -14,14 +14,37 @@ from mlir_mx_testing.programs import Program, _Val
 
 
 def test_quick_differential_set():
-    # 1 program, compiled by every variant with and without --canonicalize
-    # (44 compilations of it: the time goes there), 4 input sets; the long
-    # set below runs 240 programs (-m slow)
-    report = D.run(seed=1, batches=1, programs_per_batch=1, inputs_per_program=4)
+    # 1 program, compiled by every variant, and after --canonicalize by every
+    # variant that is not a generated kernel schedule (the compilations are
+    # where the time goes), 4 input sets; the long set below runs 240
+    # programs, each variant also after --canonicalize (-m slow)
+    report = D.run(seed=1, batches=1, programs_per_batch=1, inputs_per_program=4, canonicalize="lowerings")
     assert not report.mismatches, "\n".join(report.mismatches[:20])
-    # every variant compiled (the fused-vectorized one only if a program fits its tile)
-    assert report.compiles >= 2 * (len(D.VARIANTS) - 1)
+    # every variant compiled (the fused-vectorized one only if a program fits
+    # its tile); this seed's program is one --canonicalize rewrites
+    lowerings = [v for v in D.VARIANTS if not v.kernels]
+    assert len(lowerings) >= 5 and len(lowerings) < len(D.VARIANTS)
+    assert report.compiles >= (len(D.VARIANTS) - 1) + (len(lowerings) - 1)
     assert report.bitwise > 20 and report.bounded > 20
+
+
+def test_a_module_canonicalize_leaves_alone_is_built_once(monkeypatch):
+    """--canonicalize leaves this program as it is: its canonicalized build
+    would be the plain one again, and is not made."""
+    p = _fold_then_dequantize(3.0)
+    assert D._canonicalized(p.text()) is None
+    built = []
+    monkeypatch.setattr(D, "_compile", lambda text, variant: built.append(variant.name) or _NoRunner())
+    plain = D.Variant("blocked", D.then_llvm("mx-to-linalg"))
+    report = D.check([p], {"fd": []}, [plain])
+    assert built == ["blocked"] and report.compiles == 1
+    with pytest.raises(ValueError, match="canonicalize: expected"):
+        D.check([p], {"fd": []}, [plain], canonicalize="some")
+
+
+class _NoRunner:
+    def invoke(self, *args):  # pragma: no cover - no input sets are given
+        raise AssertionError("not called")
 
 
 def _fold_then_dequantize(alpha: float) -> Program:
