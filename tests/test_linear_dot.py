@@ -14,7 +14,7 @@ import itertools
 
 import numpy as np
 import pytest
-from dot_cases import AVX2_PAIRS, FP8, INTS, mask_avx2, run_f32, same_bits
+from dot_cases import AVX2_PAIRS, FP8, INTS, f32_bits, mask_avx2, same_bits
 
 import mlir_mx
 from mlir_mx.kernels.dot.layout import dot_kind
@@ -51,7 +51,7 @@ def _pair(welem, aelem, m):
     rng = np.random.default_rng(1)
     x = quantize(rng.standard_normal((70, 128)).astype(np.float32), aelem, 32)
     xm = MXArray(x.codes[:m], x.scales[:m], aelem, 32)
-    want = run_f32(x, _as_b(w), np.zeros((70, 96), np.float32), 2)
+    want = f32_bits(x, _as_b(w), np.zeros((70, 96), np.float32))
     assert same_bits(lin(xm), want[:m]).all(), m
 
 
@@ -133,7 +133,7 @@ def test_avx2_linear_reaches_the_dot_kernels(monkeypatch, cpu, act, welem):
     for m in (1, 9, 70):
         assert lin.schedule(x[:m]).startswith("int-")
         qx = quantize(x[:m], act, 32)
-        want = run_f32(qx, _as_b(w), np.zeros((m, 128), np.float32), 1 + m % 2)
+        want = f32_bits(qx, _as_b(w), np.zeros((m, 128), np.float32))
         assert same_bits(lin(x[:m], threads=1 + m % 2), want).all(), m
 
 

@@ -27,10 +27,10 @@ from dot_cases import (
     FP8,
     INTS,
     dot_schedule,
+    f32_bits,
     mask_avx2,
     model,
     run_dot,
-    run_f32,
     same_bits,
 )
 from matmul_cases import case
@@ -58,7 +58,7 @@ BF16_PAIRS = [(a, b) for a, b in itertools.product(INTS + FP8, INTS + FP8) if a 
 def _check(ea, eb, shape, threads, unit, source="records"):
     m, k, n, overrides = shape
     (qa, qb), acc, _exact, _bound = case(m, k, n, ea, eb, seed=m + k)
-    want = run_f32(qa, qb, acc, threads)
+    want = f32_bits(qa, qb, acc)
     got = run_dot(qa, qb, acc, dot_schedule(unit, shape_class(m)), threads, source, **overrides)
     same = same_bits(got, want)
     assert same.all(), (np.argwhere(~same)[:5], got[~same][:5], want[~same][:5])

@@ -3,9 +3,11 @@
 Every schedule class (decode, small, prefill), every element format (mx x f32
 and mx x mx), 1 and 2 threads, odd M and N not a multiple of any tile: the
 result is within the bound of :mod:`matmul_cases` of the exact f64 result and
-**bit-identical** to the ``mx-to-linalg{matmul-lowering=blocked}`` scalar
-lowering it replaces (the same f32 operations per element), hence identical
-across schedules and thread counts.  The table (AVX512-VBMI) and the f16
+**bit-identical** to the blocked order of the numpy oracle
+(``mlir_mx.numerics.matmul.blocked_order``), as is the
+``mx-to-linalg{matmul-lowering=blocked}`` scalar lowering it replaces (the
+same f32 operations per element), hence identical across schedules and
+thread counts.  The table (AVX512-VBMI) and the f16
 widening paths are both checked when the machine has VBMI.
 """
 
@@ -24,6 +26,7 @@ from mlir_mx.host import MAX_THREADS, has_features
 from mlir_mx.kernels import SCHEDULES, Problem, choose, plan_kernel, shape_class
 from mlir_mx.kernels.common.problem import MIN_TASK_MACS, task_count, tile_b_codes
 from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements, pack_codes
+from mlir_mx.numerics.matmul import blocked_order
 from mlir_mx.passes.pipeline import build_pass_manager
 from mlir_mx.pipelines import load_pipeline
 
@@ -60,12 +63,17 @@ def _run(text, args, acc, **kw) -> np.ndarray:
     return got
 
 
-def _check(m, k, n, ea, eb, runs):
-    """Each of ``runs`` (Runner kwargs) within the bound and equal to the reference bits."""
+def _check(m, k, n, ea, eb, runs, reference=True):
+    """Each of ``runs`` (Runner kwargs) within the bound and equal to the bits
+    of the blocked order (the numpy oracle ``blocked_order``), and so is the
+    blocked linalg lowering (``reference``: compiled and compared too)."""
     text = matmul_text(m, k, n, ea, eb)
     args, acc, exact, bound = case(m, k, n, ea, eb)
-    ref = _run(text, args, acc, pipeline=REFERENCE)
+    ref = blocked_order(*args, acc)
     assert np.all(np.abs(ref - exact) <= bound)
+    if reference:
+        lowered = _run(text, args, acc, pipeline=REFERENCE)
+        assert np.array_equal(_bits(lowered), _bits(ref)), "the blocked lowering is not the blocked order"
     for kw in runs:
         got = _run(text, args, acc, **kw)
         err = np.abs(got - exact)
@@ -76,9 +84,13 @@ def _check(m, k, n, ea, eb, runs):
 @pytest.mark.parametrize("ea,eb", _PAIRS, ids=lambda x: x or "f32")
 def test_every_format_every_class(ea, eb):
     """Every schedule of the registry at 1 thread, and the automatic choice at
-    2, in the shape class of each, bit-identical to the linalg reference."""
-    for schedule, m, k, n in schedule_cases():
-        _check(m, k, n, ea, eb, [dict(threads=1, schedule=schedule), dict(threads=2)])
+    2, in the shape class of each, bit-identical to the blocked order of the
+    oracle; the linalg reference too, at the largest problem."""
+    cases = schedule_cases()
+    largest = max((m * k * n, (m, k, n)) for _s, m, k, n in cases)[1]
+    for schedule, m, k, n in cases:
+        runs = [dict(threads=1, schedule=schedule), dict(threads=2)]
+        _check(m, k, n, ea, eb, runs, reference=(m, k, n) == largest)
 
 
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
