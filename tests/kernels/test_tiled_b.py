@@ -55,9 +55,20 @@ def test_a_column_tile_wider_than_a_b_tile_is_refused():
             kernel_module(prob, plan)
 
 
-@pytest.mark.parametrize("element", BY_BEHAVIOUR)
-@pytest.mark.parametrize("schedule, m", [(s, m) for s, m, _k, _n in schedule_cases()])
-@pytest.mark.parametrize("threads", [1, 2])
+#: Every schedule (in its shape class) with every format behaviour, at 1 or
+#: 2 threads in turn, so that each schedule and each format meets both
+#: thread counts; ``-m slow`` adds the other thread count of each.
+_TILED_CASES = [
+    (element, schedule, m, 1 + (i + j) % 2)
+    for i, element in enumerate(BY_BEHAVIOUR)
+    for j, (schedule, m, _k, _n) in enumerate(schedule_cases())
+]
+
+
+@pytest.mark.parametrize(
+    "element, schedule, m, threads",
+    [*_TILED_CASES, *(pytest.param(e, s, m, 3 - t, marks=pytest.mark.slow) for e, s, m, t in _TILED_CASES)],
+)
 def test_tiled_b_gives_the_same_bits(element, schedule, m, threads):
     rng = np.random.default_rng(0)
     b = quantize(rng.standard_normal((K, N)).astype(np.float32), element, 32, axis=0)
