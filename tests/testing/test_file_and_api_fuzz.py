@@ -75,19 +75,19 @@ _CACHE_CONFIGS = {f"{m} ({k})" for m in ("linear", "add") for k in cache_fuzz._k
 
 
 def test_quick_cache_corruptions():
-    report = run_campaign("cache", seed=1, count=30, timeout=300)
+    report = run_campaign("cache", seed=1, count=16, timeout=300)
     _assert_clean(report)
-    assert report.kinds["ok"] == 30 and set(report.configs) == _CACHE_CONFIGS
+    assert report.kinds["ok"] == 16 and set(report.configs) == _CACHE_CONFIGS
 
 
 def test_quick_linear_calls():
-    # 15 groups of four calls (seed 1: 53 ok, 7 malformed and refused); the
+    # 8 groups of four calls (seed 1: 30 ok, 2 malformed and refused); the
     # generator's coverage of every pair, storage and block size is
     # test_linear_generator_covers_the_space, the long mode -m slow
-    report = run_campaign("linear", seed=1, count=60, timeout=600)
+    report = run_campaign("linear", seed=1, count=32, timeout=600)
     _assert_clean(report)
-    assert report.cases == 60
-    assert report.kinds["ok"] > 40 and report.kinds["rejected"] > 0
+    assert report.cases == 32
+    assert report.kinds["ok"] > 20 and report.kinds["rejected"] > 0
 
 
 def test_restricted_linear_calls():
