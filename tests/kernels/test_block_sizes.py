@@ -17,7 +17,7 @@ from format_cases import cycled
 from matmul_cases import U
 
 import mlir_mx
-from mlir_mx.numerics import dequantize, quantize
+from mlir_mx.numerics import ELEMENT_FORMATS, dequantize, quantize
 
 
 @pytest.mark.parametrize("block,element", cycled([3, 5, 6, 12, 24, 48, 96, 640]))
@@ -39,24 +39,23 @@ def test_f3_prefill_blocksize_not_pow2(block, element):
         np.testing.assert_array_equal(y.view(np.uint32), full[:m].view(np.uint32))
 
 
-def _dot_pairs(block: int) -> list[tuple[str, str]]:
-    """(weight, activation) pairs at ``block``: for each weight format the
-    first activation format the CPU's dot units take (else the same format:
-    the f32 kernels), from the format table."""
+def _dot_activation(weight: str, block: int) -> str:
+    """The first activation format the CPU's dot units take with ``weight``
+    at ``block`` (else the weight's own format: the f32 kernels), from the
+    format table."""
     from mlir_mx.kernels.dot.layout import dot_kind
-    from mlir_mx.numerics import ELEMENT_FORMATS
 
-    out = []
-    for weight in ELEMENT_FORMATS:
-        act = next((a for a in ELEMENT_FORMATS if dot_kind(a, weight, block)), weight)
-        out.append((weight, act))
-    return out
+    return next((a for a in ELEMENT_FORMATS if dot_kind(a, weight, block)), weight)
 
 
 # 96 (30 s, kernels of every class for 6 pairs) runs with -m slow; 48 covers
 # the same paths (a block of 3 lane groups, not a power of two) by default.
+# ``plain`` (a Linear without activations=) warns that MX activations run on
+# the f32 kernels: on purpose here.
+@pytest.mark.filterwarnings("ignore:Linear.*f32 kernels")
+@pytest.mark.parametrize("weight", list(ELEMENT_FORMATS))
 @pytest.mark.parametrize("block", [48, pytest.param(96, marks=pytest.mark.slow)])
-def test_f3_mx_activations_and_dot_kernels_at_2_threads(block):
+def test_f3_mx_activations_and_dot_kernels_at_2_threads(block, weight):
     """Block sizes 48 and 96 with MX activations at 2 threads, every weight
     format: the dot kernels where the CPU has them (int-*/bf16-* schedules), else the
     f32 kernels; every M (decode 1, small 8 and 48, prefill 49 and 100) bit
@@ -64,40 +63,39 @@ def test_f3_mx_activations_and_dot_kernels_at_2_threads(block):
     same f32 activation quantized per call (activations=) is the same as
     quantizing it first; and a Linear without activations= (the f32 kernels
     for MX x) gives the same bits."""
-    # imported here: the module's imports belong to the test above
     from mlir_mx.kernels.dot.layout import dot_kind
     from mlir_mx.kernels.registry import SCHEDULES
     from mlir_mx.numerics import MXArray
     from mlir_mx.numerics.matmul import blocked_order
 
-    rng = np.random.default_rng(block)
+    act = _dot_activation(weight, block)
+    rng = np.random.default_rng([block, list(ELEMENT_FORMATS).index(weight)])
     k = 2 * block
-    for weight, act in _dot_pairs(block):
-        w = quantize(rng.standard_normal((64, k)).astype(np.float32), weight, block)
-        b = MXArray(w.codes.T.copy(), w.scales.T.copy(), weight, block, 0)
-        # activations=act: the Linear holds the dot kernels' records for MX x of act's format
-        lin = mlir_mx.Linear(w, threads=2, activations=act)
-        xf = rng.standard_normal((100, k)).astype(np.float32)
-        full = lin(quantize(xf, act, block))
-        for m in (1, 8, 48, 49, 100):
-            x = quantize(xf[:m], act, block)
-            y = lin(x)
-            # the dot unit of the pair where the registry has one for this shape
-            # class (bf16 units have no decode kernel), else the f32 kernels
-            chosen = SCHEDULES[lin.schedule(x)]
-            kind = dot_kind(act, weight, block)
-            # the registry's unit family: int-* schedules run the i8 and i16 units
-            unit = None if kind is None else ("bf16" if kind.name == "bf16" else "int")
-            served = unit is not None and any(
-                s.unit == unit and s.shape_class == chosen.shape_class for s in SCHEDULES.values()
-            )
-            assert chosen.unit == (unit if served else None), (weight, act, m)
-            want = blocked_order(x, b, np.zeros((m, 64), np.float32))
-            np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
-            np.testing.assert_array_equal(y.view(np.uint32), full[:m].view(np.uint32))
-        plain = mlir_mx.Linear(w, threads=2)
-        for m in (1, 49):
-            got = lin(xf[:m])
-            np.testing.assert_array_equal(got.view(np.uint32), full[:m].view(np.uint32))
-            got = plain(quantize(xf[:m], act, block))
-            np.testing.assert_array_equal(got.view(np.uint32), full[:m].view(np.uint32))
+    w = quantize(rng.standard_normal((64, k)).astype(np.float32), weight, block)
+    b = MXArray(w.codes.T.copy(), w.scales.T.copy(), weight, block, 0)
+    # activations=act: the Linear holds the dot kernels' records for MX x of act's format
+    lin = mlir_mx.Linear(w, threads=2, activations=act)
+    xf = rng.standard_normal((100, k)).astype(np.float32)
+    full = lin(quantize(xf, act, block))
+    for m in (1, 8, 48, 49, 100):
+        x = quantize(xf[:m], act, block)
+        y = lin(x)
+        # the dot unit of the pair where the registry has one for this shape
+        # class (bf16 units have no decode kernel), else the f32 kernels
+        chosen = SCHEDULES[lin.schedule(x)]
+        kind = dot_kind(act, weight, block)
+        # the registry's unit family: int-* schedules run the i8 and i16 units
+        unit = None if kind is None else ("bf16" if kind.name == "bf16" else "int")
+        served = unit is not None and any(
+            s.unit == unit and s.shape_class == chosen.shape_class for s in SCHEDULES.values()
+        )
+        assert chosen.unit == (unit if served else None), (weight, act, m)
+        want = blocked_order(x, b, np.zeros((m, 64), np.float32))
+        np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
+        np.testing.assert_array_equal(y.view(np.uint32), full[:m].view(np.uint32))
+    plain = mlir_mx.Linear(w, threads=2)
+    for m in (1, 49):
+        got = lin(xf[:m])
+        np.testing.assert_array_equal(got.view(np.uint32), full[:m].view(np.uint32))
+        got = plain(quantize(xf[:m], act, block))
+        np.testing.assert_array_equal(got.view(np.uint32), full[:m].view(np.uint32))
