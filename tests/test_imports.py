@@ -221,3 +221,30 @@ def test_the_tools_do_not_import_ml_dtypes():
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+def test_running_f32_code_does_not_import_ml_dtypes(tmp_path):
+    """A module with f32 parameters only (an mx-runner ``main`` of the lit
+    tests) compiles, is stored in and loaded from the compile cache, and runs
+    without ml_dtypes (1.2 s of an mx-runner's 2.8 s): its signatures take
+    numpy's own dtypes (``signature.numpy_dtype``, the cache's JSON)."""
+    import subprocess
+
+    code = (
+        "import sys, numpy as np\n"
+        "from mlir_mx.execution import Runner\n"
+        "text = 'func.func @f(%a: memref<4xf32>) -> f32 {\\n"
+        "  %c0 = arith.constant 0 : index\\n"
+        "  %v = memref.load %a[%c0] : memref<4xf32>\\n"
+        "  return %v : f32\\n}'\n"
+        f"r = Runner(text, cache_dir={str(tmp_path)!r})\n"
+        "assert r.f(np.arange(4, dtype=np.float32) + 2) == 2.0\n"
+        "assert 'ml_dtypes' not in sys.modules, 'imported ml_dtypes'\n"
+        "from mlir_mx.execution.signature import numpy_dtype\n"
+        "assert str(numpy_dtype('f8E4M3FN')) == 'float8_e4m3fn' and 'ml_dtypes' in sys.modules\n"
+        "print('machine code from the cache:', r._compiled.machine_code)\n"
+    )
+    for loaded in (False, True):  # compiled and stored, then loaded by a new process
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        assert f"machine code from the cache: {loaded}" in run.stdout

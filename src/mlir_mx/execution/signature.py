@@ -26,28 +26,32 @@ __all__ = [
     "signatures",
 ]
 
-# MLIR element type (as printed) -> numpy dtype.  The MX element and scale
-# types come from the format table: ml_dtypes stores every narrow float in
-# one byte, which is exactly LLVM's in-memory layout of the i4/i6/i8 the
-# narrow floats lower to.
+# MLIR element type (as printed) -> numpy dtype: the types numpy has.
+_PLAIN_DTYPES = {
+    "f64": np.dtype(np.float64),
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "i64": np.dtype(np.int64),
+    "i32": np.dtype(np.int32),
+    "i16": np.dtype(np.int16),
+    "i8": np.dtype(np.int8),
+    "ui8": np.dtype(np.uint8),
+    "i1": np.dtype(np.bool_),
+    "index": np.dtype(np.int64),
+}
+
+
+# The others: bf16 and the MX element and scale types, from the format
+# table: ml_dtypes stores every narrow float in one byte, which is exactly
+# LLVM's in-memory layout of the i4/i6/i8 the narrow floats lower to.
 @functools.cache
-def _dtypes() -> dict[str, np.dtype]:
-    # Made on first use: it imports ml_dtypes (0.8-1 s), which a process
-    # that only reports a usage error or verifies IR never needs.
+def _narrow_dtypes() -> dict[str, np.dtype]:
+    # Made on first use: it imports ml_dtypes (0.8-1.3 s), which a process
+    # that only reports a usage error, verifies IR or runs f32 code never needs.
     import ml_dtypes
 
     return {
-        "f64": np.dtype(np.float64),
-        "f32": np.dtype(np.float32),
-        "f16": np.dtype(np.float16),
         "bf16": np.dtype(ml_dtypes.bfloat16),
-        "i64": np.dtype(np.int64),
-        "i32": np.dtype(np.int32),
-        "i16": np.dtype(np.int16),
-        "i8": np.dtype(np.int8),
-        "ui8": np.dtype(np.uint8),
-        "i1": np.dtype(np.bool_),
-        "index": np.dtype(np.int64),
         **{f.name: f.dtype for f in ELEMENT_FORMATS.values()},
         SCALE_TYPE: formats.SCALE_DTYPE,
     }
@@ -55,7 +59,9 @@ def _dtypes() -> dict[str, np.dtype]:
 
 def numpy_dtype(t: ir.Type | str) -> np.dtype | None:
     """The numpy dtype of MLIR element type ``t``, or None if unsupported."""
-    return _dtypes().get(str(t))
+    name = str(t)
+    plain = _PLAIN_DTYPES.get(name)
+    return plain if plain is not None else _narrow_dtypes().get(name)
 
 
 @dataclass(frozen=True)
