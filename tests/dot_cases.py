@@ -86,7 +86,9 @@ def a_args(qa: MXArray) -> list[np.ndarray]:
     codes = qa.codes
     if is_packed_storage(codes.shape, qa.element):
         codes = pack_codes(np.ascontiguousarray(codes), qa.element)
-    return [np.array(codes), np.array(qa.scales)]  # writeable copies: a threaded kernel's write analysis cannot prove read-only views are only read
+    # Writeable copies: a threaded kernel's write analysis (effects.py)
+    # cannot prove that read-only views are only read.
+    return [np.array(codes), np.array(qa.scales)]
 
 
 def run_dot(
