@@ -48,13 +48,12 @@ import logging
 import struct
 from pathlib import Path
 
-import numpy as np
 from mlir import ir
 
 from mlir_mx.diagnostics import DiagnosticError
 from mlir_mx.execution.lowered import check_lowered
 from mlir_mx.execution.objects import ObjectError, load_object
-from mlir_mx.execution.signature import MXParam, Param, Signature
+from mlir_mx.execution.signature import MXParam, Param, Signature, dtype_named
 from mlir_mx.host import host_features
 
 __all__ = [
@@ -293,37 +292,12 @@ class ObjectCache(DiskCache):
 # -- signatures as JSON -----------------------------------------------------------------------
 
 
-#: The dtypes of plain parameters by name: numpy's own ...
-_PLAIN_DTYPES = {
-    np.dtype(k).name: np.dtype(k)
-    for k in (np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8,
-              np.uint8, np.bool_)  # fmt: skip
-}
-
-
-@functools.cache
-def _narrow_dtypes() -> dict[str, np.dtype]:
-    """... and bf16, the MX element and scale types (ml_dtypes: imported only
-    for a signature that has them, as :mod:`~mlir_mx.execution.signature` does)."""
-    import ml_dtypes
-
-    from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_DTYPE
-
-    kinds = [ml_dtypes.bfloat16, SCALE_DTYPE] + [f.dtype for f in ELEMENT_FORMATS.values()]
-    return {np.dtype(k).name: np.dtype(k) for k in kinds}
-
-
-def _dtype_named(name: str) -> np.dtype | None:
-    dt = _PLAIN_DTYPES.get(name)
-    return dt if dt is not None else _narrow_dtypes().get(name)
-
-
 def _param_to_json(p) -> dict:
     if isinstance(p, MXParam):
         return {"mx": dataclasses.asdict(p.mx), "name": p.name, "type": p.type,
                 "parts": [_param_to_json(q) for q in p.parts], "error": p.error,
                 "packed": p.packed}  # fmt: skip
-    if p.dtype is not None and _dtype_named(p.dtype.name) is None:
+    if p.dtype is not None and dtype_named(p.dtype.name) is None:
         raise ValueError(f"dtype {p.dtype} has no name in the cache's table")
     shape = None if p.shape is None else list(p.shape)
     dtype = None if p.dtype is None else p.dtype.name
@@ -338,7 +312,7 @@ def _param_from_json(d: dict):
         mx["shape"] = tuple(mx["shape"])
         parts = tuple(_param_from_json(q) for q in d["parts"])
         return MXParam(d["name"], d["type"], MXTensorType(**mx), parts, d["error"], d["packed"])
-    dtype = None if d["dtype"] is None else _dtype_named(d["dtype"])
+    dtype = None if d["dtype"] is None else dtype_named(d["dtype"])
     if d["dtype"] is not None and dtype is None:
         raise ValueError(f"dtype {d['dtype']!r} has no entry in the cache's table")
     shape = None if d["shape"] is None else tuple(d["shape"])

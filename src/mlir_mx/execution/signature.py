@@ -21,6 +21,7 @@ __all__ = [
     "Param",
     "Signature",
     "emit_c_interfaces",
+    "dtype_named",
     "flatten",
     "numpy_dtype",
     "signatures",
@@ -62,6 +63,20 @@ def numpy_dtype(t: ir.Type | str) -> np.dtype | None:
     name = str(t)
     plain = _PLAIN_DTYPES.get(name)
     return plain if plain is not None else _narrow_dtypes().get(name)
+
+
+#: The same plain dtypes by numpy's name (``float32``).
+_PLAIN_BY_NAME = {dt.name: dt for dt in _PLAIN_DTYPES.values()}
+
+
+def dtype_named(name: str) -> np.dtype | None:
+    """The dtype of a parameter by its numpy name (``float32``,
+    ``float8_e4m3fn``; the compile cache's JSON), or None if no parameter
+    can have it; ml_dtypes is imported only for a narrow float's name."""
+    plain = _PLAIN_BY_NAME.get(name)
+    if plain is not None:
+        return plain
+    return next((dt for dt in _narrow_dtypes().values() if dt.name == name), None)
 
 
 @dataclass(frozen=True)
