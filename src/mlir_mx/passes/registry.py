@@ -240,6 +240,7 @@ _PASS_MODULES = (
     "mlir_mx.passes.legalize_subbyte_vector_memory",
     "mlir_mx.passes.matmul_kernels",
     "mlir_mx.passes.quantize_kernels",
+    "mlir_mx.passes.legalize_masked_stores",
     "mlir_mx.passes.host_target",
     "mlir_mx.passes.parallel_tasks",
 )
