@@ -105,6 +105,26 @@ def test_source_hash_follows_every_file(tmp_path):
     assert tree_hash(tmp_path) != h
 
 
+def test_source_hash_follows_the_pipeline_files(tmp_path):
+    """A lowering is read from ``pipelines/*.txt`` (and schedules from
+    ``*.mlir``): editing one changes the code, so the key; other files not."""
+    (tmp_path / "pipelines").mkdir()
+    txt = tmp_path / "pipelines" / "memref-to-llvm.txt"
+    txt.write_text("convert-linalg-to-loops\n")
+    (tmp_path / "pipelines" / "s.mlir").write_text("module {}\n")
+    h = tree_hash(tmp_path)
+    txt.write_text("convert-linalg-to-loops\nmx-legalize-masked-stores\n")
+    assert tree_hash(tmp_path) != h
+    txt.write_text("convert-linalg-to-loops\n")
+    assert tree_hash(tmp_path) == h
+    (tmp_path / "pipelines" / "s.mlir").write_text("module {}\n// edited\n")
+    assert tree_hash(tmp_path) != h
+    (tmp_path / "pipelines" / "s.mlir").write_text("module {}\n")
+    (tmp_path / "notes.md").write_text("not code\n")
+    (tmp_path / "x.pyc").write_bytes(b"\0")
+    assert tree_hash(tmp_path) == h
+
+
 def test_machine_code_hit_keeps_what_the_runner_needs(tmp_path):
     """Signatures, written parameters, the pipeline and result ownership come
     back from the entry as the compilation had them; the lowered module is
