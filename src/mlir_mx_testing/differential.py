@@ -133,6 +133,22 @@ VARIANTS: list[Variant] = [
 ]
 
 
+def quick_variants() -> list[Variant]:
+    """The quick set's variants: every lowering, and each kernel schedule at
+    one thread count, 1 and 2 in turn along the registry (the AVX2-masked ones
+    at their 2): half the kernel compilations, every schedule and both thread
+    counts still compiled.  The long set (``-m slow``) runs all of
+    :data:`VARIANTS`."""
+    threads = {name: 1 + i % 2 for i, name in enumerate(SCHEDULES)}
+    return [
+        v
+        for v in VARIANTS
+        if not v.kernels
+        or "-avx2-" in v.name
+        or any(v.name == f"kernels-{s}-{t}t" for s, t in threads.items())
+    ]
+
+
 def _kernels(schedule: str, threads: int):
     from mlir_mx.pipelines import kernel_pipeline
 
@@ -357,9 +373,11 @@ def run(
     programs_per_batch: int = 6,
     inputs_per_program: int = 3,
     canonicalize: str = "all",
+    variants: list[Variant] | None = None,
 ) -> Report:
     """The seeded campaign: ``batches`` batches of random programs through
-    :func:`check` (``canonicalize``: as there)."""
+    :func:`check` (``canonicalize``, ``variants``: as there; None: all of
+    :data:`VARIANTS`)."""
     total = Report()
     for b in range(batches):
         rng = random.Random(f"differential:{seed}:{b}")
@@ -368,7 +386,7 @@ def run(
         inputs = {
             p.name: [random_inputs(p, nrng) for _ in range(inputs_per_program)] for p in programs
         }
-        rep = check(programs, inputs, canonicalize=canonicalize)
+        rep = check(programs, inputs, variants, canonicalize=canonicalize)
         if rep.mismatches:
             rep.mismatches = [m + f" (batch {b}, seed {seed})" for m in rep.mismatches]
         total.merge(rep)

@@ -9,23 +9,49 @@ import numpy as np
 import pytest
 
 from mlir_mx import numerics as N
+from mlir_mx.kernels import SCHEDULES
 from mlir_mx_testing import differential as D
 from mlir_mx_testing.programs import Program, _Val
 
 
 def test_quick_differential_set():
-    # 1 program, compiled by every variant, and after --canonicalize by every
+    # 1 program, compiled by every lowering and each kernel schedule at 1 or 2
+    # threads in turn (D.quick_variants), and after --canonicalize by every
     # variant that is not a generated kernel schedule (the compilations are
     # where the time goes), 4 input sets; the long set below runs 240
-    # programs, each variant also after --canonicalize (-m slow)
-    report = D.run(seed=1, batches=1, programs_per_batch=1, inputs_per_program=4, canonicalize="lowerings")
+    # programs, every variant at both thread counts, each also after
+    # --canonicalize (-m slow)
+    variants = D.quick_variants()
+    report = D.run(
+        seed=1,
+        batches=1,
+        programs_per_batch=1,
+        inputs_per_program=4,
+        canonicalize="lowerings",
+        variants=variants,
+    )
     assert not report.mismatches, "\n".join(report.mismatches[:20])
     # every variant compiled (the fused-vectorized one only if a program fits
     # its tile); this seed's program is one --canonicalize rewrites
-    lowerings = [v for v in D.VARIANTS if not v.kernels]
-    assert len(lowerings) >= 5 and len(lowerings) < len(D.VARIANTS)
-    assert report.compiles >= (len(D.VARIANTS) - 1) + (len(lowerings) - 1)
+    lowerings = [v for v in variants if not v.kernels]
+    assert len(lowerings) >= 5 and len(lowerings) < len(variants)
+    assert report.compiles >= (len(variants) - 1) + (len(lowerings) - 1)
     assert report.bitwise > 20 and report.bounded > 20
+
+
+def test_quick_variants_cover_every_schedule_at_both_thread_counts():
+    quick = {v.name for v in D.quick_variants()}
+    assert {v.name for v in D.VARIANTS if not v.kernels} <= quick
+    for s in SCHEDULES:  # each schedule once, at 1 or 2 threads
+        assert len(quick & {f"kernels-{s}-1t", f"kernels-{s}-2t"}) == 1
+    assert any(n.endswith("-1t") for n in quick) and any(n.endswith("-2t") for n in quick)
+    # the decode, small and prefill classes each at both thread counts
+    for cls in ("decode", "small", "prefill"):
+        threads = {
+            n[-2] for n in quick if n.startswith("kernels-") and cls in n and "avx2" not in n
+        }
+        assert threads == {"1", "2"}, cls
+    assert len(quick) < len(D.VARIANTS)
 
 
 def test_a_module_canonicalize_leaves_alone_is_built_once(monkeypatch):
@@ -34,7 +60,9 @@ def test_a_module_canonicalize_leaves_alone_is_built_once(monkeypatch):
     p = _fold_then_dequantize(3.0)
     assert D._canonicalized(p.text()) is None
     built = []
-    monkeypatch.setattr(D, "_compile", lambda text, variant: built.append(variant.name) or _NoRunner())
+    monkeypatch.setattr(
+        D, "_compile", lambda text, variant: built.append(variant.name) or _NoRunner()
+    )
     plain = D.Variant("blocked", D.then_llvm("mx-to-linalg"))
     report = D.check([p], {"fd": []}, [plain])
     assert built == ["blocked"] and report.compiles == 1
