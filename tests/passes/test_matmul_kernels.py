@@ -73,7 +73,9 @@ def _check(m, k, n, ea, eb, runs, reference=True):
     assert np.all(np.abs(ref - exact) <= bound)
     if reference:
         lowered = _run(text, args, acc, pipeline=REFERENCE)
-        assert np.array_equal(_bits(lowered), _bits(ref)), "the blocked lowering is not the blocked order"
+        assert np.array_equal(_bits(lowered), _bits(ref)), (
+            "the blocked lowering is not the blocked order"
+        )
     for kw in runs:
         got = _run(text, args, acc, **kw)
         err = np.abs(got - exact)
@@ -81,16 +83,41 @@ def _check(m, k, n, ea, eb, runs, reference=True):
         assert np.array_equal(_bits(got), _bits(ref)), f"{kw}: not bit-identical to the reference"
 
 
+def _shapes() -> list[tuple[int, int, int]]:
+    """The distinct problems of :func:`schedule_cases`, one per shape class."""
+    return sorted({(m, k, n) for _s, m, k, n in schedule_cases()})
+
+
 @pytest.mark.parametrize("ea,eb", _PAIRS, ids=lambda x: x or "f32")
 def test_every_format_every_class(ea, eb):
-    """Every schedule of the registry at 1 thread, and the automatic choice at
-    2, in the shape class of each, bit-identical to the blocked order of the
-    oracle; the linalg reference too, at the largest problem."""
+    """Every schedule of the registry at 1 thread, in the shape class of each,
+    bit-identical to the blocked order of the oracle; the automatic choice at
+    2 threads on one of the problems, the pairs taking them in turn (the rest:
+    ``test_every_format_automatic_choice_everywhere``, slow); the linalg
+    reference too, at the largest problem."""
     cases = schedule_cases()
     largest = max((m * k * n, (m, k, n)) for _s, m, k, n in cases)[1]
+    shapes = _shapes()
+    auto = shapes[_PAIRS.index((ea, eb)) % len(shapes)]
     for schedule, m, k, n in cases:
-        runs = [dict(threads=1, schedule=schedule), dict(threads=2)]
+        runs = [dict(threads=1, schedule=schedule)]
+        if (m, k, n) == auto:
+            runs.append(dict(threads=2))
         _check(m, k, n, ea, eb, runs, reference=(m, k, n) == largest)
+
+
+def test_the_pairs_take_every_problem_in_turn():
+    shapes = _shapes()
+    assert len(_PAIRS) >= len(shapes)
+    assert {shapes[i % len(shapes)] for i in range(len(_PAIRS))} == set(shapes)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ea,eb", _PAIRS, ids=lambda x: x or "f32")
+def test_every_format_automatic_choice_everywhere(ea, eb):
+    """The automatic choice at 2 threads on every problem of every pair."""
+    for m, k, n in _shapes():
+        _check(m, k, n, ea, eb, [dict(threads=2)], reference=False)
 
 
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
