@@ -81,7 +81,11 @@ def test_pipelines_are_package_data():
     p = load_pipeline("lower-to-llvm")
     names = [e.name for e in p]
     assert names[:2] == ["convert-elementwise-to-linalg", "one-shot-bufferize"]
-    assert names[-2:] == ["reconcile-unrealized-casts", "mx-host-target"]
+    assert names[-3:] == [
+        "reconcile-unrealized-casts",
+        "mx-legalize-masked-stores",
+        "mx-host-target",
+    ]
     assert p.runs("mx-expand-narrow-floats") and "#" not in str(p)
     with pytest.raises(MXError, match="lower-to-llvm"):
         load_pipeline("no-such-pipeline")

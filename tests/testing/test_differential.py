@@ -45,10 +45,13 @@ def test_quick_variants_cover_every_schedule_at_both_thread_counts():
     for s in SCHEDULES:  # each schedule once, at 1 or 2 threads
         assert len(quick & {f"kernels-{s}-1t", f"kernels-{s}-2t"}) == 1
     assert any(n.endswith("-1t") for n in quick) and any(n.endswith("-2t") for n in quick)
-    # the decode, small and prefill classes each at both thread counts
-    for cls in ("decode", "small", "prefill"):
+    # every shape class (decode, small, prefill) at both thread counts
+    for cls in {SCHEDULES[s].shape_class for s in SCHEDULES}:
         threads = {
-            n[-2] for n in quick if n.startswith("kernels-") and cls in n and "avx2" not in n
+            n[-2]
+            for n in quick
+            for s in SCHEDULES
+            if SCHEDULES[s].shape_class == cls and n.startswith(f"kernels-{s}-") and "avx2" not in n
         }
         assert threads == {"1", "2"}, cls
     assert len(quick) < len(D.VARIANTS)

@@ -37,6 +37,11 @@ from mlir_mx.passes.registry import register_pass
 __all__ = ["legalize_i1_memrefs"]
 
 
+#: Dialects whose ops neither produce memrefs nor hold regions with memref
+#: block arguments (checked by name first: the kernels are thousands of them).
+_NO_MEMREFS = ("arith.", "vector.", "math.", "llvm.", "index.", "ub.")
+
+
 def _is_i1_memref(t: ir.Type) -> bool:
     t = t.maybe_downcast()
     if isinstance(t, ir.MemRefType | ir.UnrankedMemRefType):
@@ -81,6 +86,8 @@ def legalize_i1_memrefs(op: ir.Operation) -> None:
 
     for o in collect(op, lambda o: True):
         name = o.name
+        if name.startswith(_NO_MEMREFS):
+            continue  # most ops of a kernel; none has a memref result or region
         # llvm.func (e.g. the async runtime declarations) cannot carry memrefs.
         if name == "func.func" and "function_type" in o.attributes:
             funcs.append(o)
