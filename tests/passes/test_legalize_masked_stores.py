@@ -135,3 +135,16 @@ def test_two_tasks_rows_of_one_element_keep_their_bits():
     for _ in range(50):
         got = runner.invoke("q", x)
         assert got.bitwise_equal(want)
+
+
+def test_nothing_is_written_past_the_end_of_a_buffer():
+    """The widened store wrote the three bytes after a buffer's last element:
+    here the caller's array beyond a one-element view (before the pass:
+    ``[7, 0, 0, 0]``)."""
+    text = _store_module("i32", "i8", 16, "vector.constant_mask [1]").replace(
+        "%dst: memref<16xi8>", "%dst: memref<1xi8>"
+    ).replace("vector.maskedstore %dst[%c0], %m, %t : memref<16xi8>",
+              "vector.maskedstore %dst[%c0], %m, %t : memref<1xi8>")  # fmt: skip
+    big = np.array([1, 2, 3, 4], np.int8)
+    Runner(text, threads=1).invoke("f", np.full(16, 7, np.int32), big[:1], 1)
+    assert list(big) == [7, 2, 3, 4]
