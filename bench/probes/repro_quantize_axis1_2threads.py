@@ -5,6 +5,10 @@ tensor, block 4 along axis 1), and its quantize results differ from the
 oracle in every variant compiled for 2 threads (the f32 matmul schedules'
 variants included: `kernels-decode-2t`, `runner-default` on 2 cores), never
 at 1 thread.  So not the dot kernels (issue 17); reported to the lead.
+Cause, found 2026-12-03: LLVM's x86 backend widened the quantize kernels'
+one-lane masked tail stores (llvm-project #179489), worked around by
+``mx-legalize-masked-stores``; before it, 1 of 3 runs of this probe at
+``a4e60d9`` printed a mismatch, after it 0 of 5.
 Run: python bench/probes/repro_quantize_axis1_2threads.py  (prints the mismatches)"""
 import random
 

@@ -97,7 +97,6 @@ def test_every_narrow_masked_store_gets_an_opaque_mask():
         assert mask_op.name != "llvm.xor"
 
 
-@x86_only
 def test_aarch64_target_is_left_alone():
     module = parse_module(_store_module("i32", "i8", 16, "vector.constant_mask [1]"), ir.Context())
     plain = Pipeline(
