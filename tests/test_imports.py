@@ -223,6 +223,33 @@ def test_the_tools_do_not_import_ml_dtypes():
     assert run.returncode == 0, run.stderr
 
 
+def test_passes_that_do_not_lower_do_not_import_linalgs_opdsl():
+    """Looking up any pass imports every pass module; ``mlir.dialects.linalg``
+    builds upstream's opdsl named ops on import (0.15 s, a quarter of an
+    ``mx-opt --canonicalize`` run), so the mx-to-linalg builders import it on
+    first use (``helpers.linalg_dialect``), and only a lowering pays it."""
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from mlir_mx.tools.mx_opt import main\n"
+        "from mlir_mx.passes.registry import all_passes\n"
+        "assert 'mx-to-linalg' in {p.argument for p in all_passes()}\n"
+        "sys.argv = ['mx-opt', '-', '--canonicalize']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n"
+        "assert 'mlir.dialects.linalg' not in sys.modules, 'imported linalg'\n"
+        "from mlir_mx.passes.mx_to_linalg.helpers import linalg_dialect\n"
+        "assert linalg_dialect().fill and 'mlir.dialects.linalg' in sys.modules\n"
+    )
+    mod = "func.func @f(%a: f32) -> f32 {\n  return %a : f32\n}\n"
+    run = subprocess.run([sys.executable, "-c", code], input=mod, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "func.func @f" in run.stdout
+
+
 def test_running_f32_code_does_not_import_ml_dtypes(tmp_path):
     """A module with f32 parameters only (an mx-runner ``main`` of the lit
     tests) compiles, is stored in and loaded from the compile cache, and runs

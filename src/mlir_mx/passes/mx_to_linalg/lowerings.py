@@ -9,7 +9,7 @@ each; :mod:`mlir_mx.passes.mx_to_linalg.helpers` builds the pieces.
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import builtin, linalg, tensor
+from mlir.dialects import builtin, tensor
 
 from mlir_mx.dialect.types import MXTensorType, is_mx_type
 from mlir_mx.ir_utils import KernelTag, constant_float, owner_op, tag_kernel
@@ -219,7 +219,7 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     a3 = h.expand_axis(am, 1, bs)  # (M, K/B, B)
     b3 = h.expand_axis(bm, 0, bs)  # (K/B, B, N)
     # Partials are laid out (M, K/B, N) so that a vector along n is contiguous.
-    init = linalg.fill(_ab().const(0.0, h.f32()), outs=[h.empty([m, kb, n], h.f32())])
+    init = h.linalg_dialect().fill(_ab().const(0.0, h.f32()), outs=[h.empty([m, kb, n], h.f32())])
     d = ir.AffineDimExpr.get
 
     def pmap(*dims):

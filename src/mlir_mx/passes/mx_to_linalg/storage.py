@@ -26,7 +26,7 @@ from its codes (pack).
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import linalg, tensor
+from mlir.dialects import tensor
 
 from mlir_mx.dialect.types import MXTensorType
 from mlir_mx.ir_utils import KernelTag, tag_kernel
@@ -86,7 +86,7 @@ def _word(parts: list[ir.Value], width: int) -> ir.Value:
 def _lane_shift(loop: int, width: int) -> ir.Value:
     """``linalg.index loop * width`` as an i32."""
     b = ArithBuilder()
-    idx = linalg.IndexOp(ir.IntegerAttr.get(_int(64), loop)).result
+    idx = h.linalg_dialect().IndexOp(ir.IntegerAttr.get(_int(64), loop)).result
     return b.muli(b.index_cast(idx, b.i32), b.const(width, b.i32))
 
 
