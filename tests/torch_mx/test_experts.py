@@ -119,6 +119,14 @@ def test_decode_is_the_prefill_row(pair):
         full = ex(x, idx, w)
         for t in range(7):
             assert torch.equal(ex(x[t : t + 1], idx[t : t + 1], w[t : t + 1]), full[t : t + 1])
+        # One token takes its own path (MXExperts._decode): an expert named in
+        # two slots, and three slots out of expert order (three terms: the
+        # order of the sum shows in its bits), add up as in a batch.
+        w3 = torch.rand(2, 3, generator=gen)
+        for row in ([2, 2, 1], [3, 0, 1], [3, 1, 0]):
+            idx2 = torch.tensor([row, [1, 0, 2]])
+            both = ex(x[:2], idx2, w3)
+            assert torch.equal(ex(x[:1], idx2[:1], w3[:1]), both[:1])
         # One expert's output is its two MXLinear layers and the gate.
         e = int(idx[0, 0])
         mid = Gate()(ex.gate_up[e](x[:1]))

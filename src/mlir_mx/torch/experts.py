@@ -196,6 +196,8 @@ class MXExperts(torch.nn.Module):
         t, k = idx.shape
         xf = x.to(torch.float32)
         out = torch.zeros(t, self.hidden_size, dtype=torch.float32)
+        if t == 1:
+            return self._decode(xf, idx, w, out).to(x.dtype)
         flat = idx.reshape(-1)
         order = torch.argsort(flat, stable=True)  # (token, slot) pairs grouped per expert
         counts = torch.bincount(flat, minlength=self.num_experts).tolist()
@@ -210,6 +212,16 @@ class MXExperts(torch.nn.Module):
             scale = w.reshape(-1)[pairs].to(torch.float32)
             out.index_add_(0, tokens, y * scale[:, None])
         return out.to(x.dtype)
+
+    def _decode(self, xf, idx, w, out):
+        """One token: the same experts, products and sums in the same order as
+        the grouped path (ascending expert, then slot; ``index_add_`` of one
+        row is ``out += y * scale``), without its sort, count and gathers (a
+        dozen small torch ops, 0.4 ms of a 1-token call at gpt-oss-20b's shape)."""
+        scales = w.reshape(-1).to(torch.float32)
+        for e, j in sorted((e, j) for j, e in enumerate(idx[0].tolist())):
+            out += self.expert(e, xf) * scales[j]
+        return out
 
     def _check_call(self, hidden_states, router_indices, routing_weights):
         for name, v in (("hidden_states", hidden_states), ("router_indices", router_indices),
