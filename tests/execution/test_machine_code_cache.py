@@ -126,12 +126,15 @@ def test_source_hash_follows_the_pipeline_files(tmp_path):
 
 
 def test_machine_code_hit_keeps_what_the_runner_needs(tmp_path):
-    """Signatures, written parameters, the pipeline and result ownership come
-    back from the entry as the compilation had them; the lowered module is
-    lowered again on demand."""
+    """Signatures, written parameters, the pipeline, result ownership and the
+    functions the caller's threads run come back from the entry as the
+    compilation had them (the Runner is made without lowering the module
+    again); the lowered module is lowered again on demand."""
     first = _run(tmp_path)
     hit = _run(tmp_path)
     assert hit.machine_code and not first.machine_code
+    assert hit._module is None  # not lowered again to make the Runner
+    assert hit.tasks == first.tasks
     assert hit.signatures == first.signatures
     assert hit.writes("add") == first.writes("add")
     assert str(hit.pipeline) == str(first.pipeline)
@@ -142,15 +145,17 @@ def test_machine_code_hit_keeps_what_the_runner_needs(tmp_path):
 def test_new_process_runs_a_model_without_llvm(tmp_path):
     """The issue's promise: with a warm cache, a new process runs Linear
     kernels (parallel code: the async runtime) and the conversion kernels
-    without creating an ExecutionEngine (made to fail here)."""
+    without creating an ExecutionEngine or running a lowering (both made to
+    fail here)."""
     child = textwrap.dedent(
         """
         import sys, numpy as np, mlir_mx
         from mlir_mx.execution import compiled
         if sys.argv[1] == "warm":
             def refuse(*a, **k):
-                raise AssertionError("LLVM code generation in a warm process")
+                raise AssertionError("LLVM code generation or a lowering in a warm process")
             compiled.ExecutionEngine = refuse
+            compiled.run_pipeline = refuse
         w = np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32)
         lin = mlir_mx.Linear(w, element="f4E2M1FN", threads=2)
         lin.precompile()

@@ -30,6 +30,7 @@ from mlir_mx.execution.objects import ObjectError, load_object, machine_code_sup
 from mlir_mx.execution.options import CompileOptions
 from mlir_mx.execution.packed import lookup_entry
 from mlir_mx.execution.signature import emit_c_interfaces, signatures
+from mlir_mx.execution.threads import task_functions
 from mlir_mx.ir_utils import find_first, top_level_ops
 from mlir_mx.passes.pipeline import Pipeline, as_pipeline, run_pipeline
 from mlir_mx.pipelines import kernel_pipeline, load_pipeline
@@ -117,6 +118,7 @@ class Compiled:
                 self._writes.update(meta["writes"])
                 self.pipeline = as_pipeline(meta["pipeline"])
                 self.owns_results = meta["owns_results"]
+                self.tasks = meta["tasks"]
                 self.from_disk = self.machine_code = True
                 if meta["async"]:
                     _PARALLEL_ENGINES.append(self.engine)
@@ -149,6 +151,11 @@ class Compiled:
                 module = lowered
             check_symbols(module, libs)
             self._module = module
+            #: ``{name: team size}`` of the functions whose parallel loop the
+            #: caller's threads run (``mx-parallel-tasks``), kept with the
+            #: machine code: a Runner needs it, and a module loaded as machine
+            #: code is not lowered again to find it.
+            self.tasks = task_functions(module)
             self.engine = ExecutionEngine(module, opt_level=options.opt_level, shared_libs=libs)
         uses_async = _uses_async_runtime(module)
         if uses_async:
@@ -190,6 +197,7 @@ class Compiled:
             "pipeline": str(self.pipeline),
             "owns_results": self.owns_results,
             "async": uses_async,
+            "tasks": self.tasks,
             "signatures": self.signatures,
             "writes": {name: self.writes(name) for name in self.signatures},
         }

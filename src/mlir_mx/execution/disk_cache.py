@@ -262,7 +262,8 @@ class ObjectCache(DiskCache):
     """One entry of machine code: the body is the length of the metadata (4
     bytes, u32 LE), the metadata (JSON: the pipeline, the signatures, the
     parameters each function writes, whether results are owned, whether the
-    code calls the async runtime), then the object file."""
+    code calls the async runtime, the functions whose parallel loop the
+    caller's threads run), then the object file."""
 
     MAGIC = b"MLIRMXO1"
     SUFFIX = ".mxo"
@@ -278,8 +279,13 @@ class ObjectCache(DiskCache):
             meta = json.loads(body[4 : 4 + n].decode("utf-8"))
             meta["signatures"] = {k: signature_from_json(v) for k, v in meta["signatures"].items()}
             meta["writes"] = {k: frozenset(v) for k, v in meta["writes"].items()}
-            for field in ("pipeline", "owns_results", "async"):
+            for field in ("pipeline", "owns_results", "async", "tasks"):
                 meta[field]  # noqa: B018 - present
+            tasks = meta["tasks"]
+            if not isinstance(tasks, dict) or not all(
+                type(v) is int and v > 0 for v in tasks.values()
+            ):
+                raise ValueError(f"tasks: not a map of function names to team sizes: {tasks!r:.80}")
             return meta, load_object(body[4 + n :], libraries)
         except (ObjectError, ValueError, KeyError, TypeError, struct.error) as err:
             return self._drop(

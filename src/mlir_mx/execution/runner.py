@@ -56,7 +56,7 @@ from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
 from mlir_mx.execution.options import CompileOptions
 from mlir_mx.execution.packed import lookup_entry, packed_function, pointer_array
 from mlir_mx.execution.signature import MXParam, Param, Signature, numpy_dtype
-from mlir_mx.execution.threads import run_tasks, task_functions
+from mlir_mx.execution.threads import run_tasks
 
 __all__ = [
     "FREE",
@@ -123,7 +123,7 @@ class Runner:
         self._compiled = compile_module(module, options, context=context, validate=validate)
         #: Functions whose parallel loop the caller's threads run (``parallel="tasks"``):
         #: name -> team size (:mod:`mlir_mx.execution.threads`).
-        self._tasks = task_functions(self._compiled.module)
+        self._tasks = self._compiled.tasks
 
     @property
     def options(self) -> CompileOptions:
