@@ -60,6 +60,7 @@ def linalg_dialect():
 
     return linalg
 
+
 PARALLEL = "parallel"
 REDUCTION = "reduction"
 
