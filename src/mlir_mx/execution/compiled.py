@@ -111,17 +111,7 @@ class Compiled:
             load_async_runtime()  # before the code's symbols resolve: the one instance
             hit = code.load_code(libs)
             if hit is not None:
-                meta, self.engine = hit
-                self.signatures = meta["signatures"]
-                if validate is not None:
-                    validate(self.signatures)
-                self._writes.update(meta["writes"])
-                self.pipeline = as_pipeline(meta["pipeline"])
-                self.owns_results = meta["owns_results"]
-                self.tasks = meta["tasks"]
-                self.from_disk = self.machine_code = True
-                if meta["async"]:
-                    _PARALLEL_ENGINES.append(self.engine)
+                self._from_code(*hit, validate)
                 return
         text = source.make() if isinstance(source, GeneratedModule) else source
         self.context = context or ir.Context()
@@ -178,6 +168,21 @@ class Compiled:
         self.owns_results = self.pipeline.returns_owned_buffers
         if code is not None:
             self._store_code(code, uses_async)
+
+    def _from_code(self, meta: dict, engine, validate) -> None:
+        """Take a machine-code entry's loaded object and metadata: what a Runner
+        needs, as the compilation that stored it had it; nothing is lowered."""
+        self.engine = engine
+        self.signatures = meta["signatures"]
+        if validate is not None:
+            validate(self.signatures)
+        self._writes.update(meta["writes"])
+        self.pipeline = as_pipeline(meta["pipeline"])
+        self.owns_results = meta["owns_results"]
+        self.tasks = meta["tasks"]
+        self.from_disk = self.machine_code = True
+        if meta["async"]:
+            _PARALLEL_ENGINES.append(self.engine)
 
     def _store_code(self, code: ObjectCache, uses_async: bool) -> None:
         """Generate every function's machine code now and keep it in ``code``."""
