@@ -11,6 +11,10 @@ iteration (``ku`` rows x ``16 nv`` columns for the stream kernels).
     MLIR_MX_CPU_FEATURES="-avx512f -avx512bw -avx512vl -avx512vbmi -avx512_vnni \
         -avx512_bf16 -avx512_fp16 -avx_vnni" \
     python bench/probes/kernel_asm.py f4E2M1FN 1 decode [N=K] [--cpu znver3] [--nv 2 --ku 8]
+
+``--a ELEM`` gives A as MX codes of ELEM (the dot schedules' A), ``--records
+KIND`` B as the dot records of KIND, ``--tiled`` / ``--row-major`` B's layout
+(default: tiled at M = 1, as ``mlir_mx.Linear`` stores it, row-major else).
 """
 
 from __future__ import annotations
@@ -78,14 +82,24 @@ def main() -> None:
     p.add_argument("--cpu", default="znver3")
     p.add_argument("--nv", type=int)
     p.add_argument("--ku", type=int)
+    p.add_argument("--a", choices=list(ELEMENT_FORMATS), help="A's MX element (default: f32 A)")
+    p.add_argument("--records", help="B as the dot records of this kind (i8, i16, bf16)")
+    p.add_argument("--tiled", action="store_true", help="a tiled B at any M (Linear's stored form)")
+    p.add_argument("--row-major", action="store_true", help="a row-major B at M = 1 (the Runner's)")
     p.add_argument("--out", default="/tmp/kernel_asm")
     a = p.parse_args()
     packed = ELEMENT_FORMATS[a.element].is_sub_byte
-    prob = Problem(a.m, a.size, a.size, 32, None, a.element, b_packed=packed, b_tiled=a.m == 1)
+    a_packed = a.a is not None and ELEMENT_FORMATS[a.a].is_sub_byte
+    if a.records:
+        prob = Problem(a.m, a.size, a.size, 32, a.a, a.element, a_packed=a_packed, b_dot=a.records)
+    else:
+        tiled = (a.m == 1 and not a.row_major) or a.tiled
+        prob = Problem(a.m, a.size, a.size, 32, a.a, a.element, a_packed=a_packed,
+                       b_packed=packed, b_tiled=tiled)  # fmt: skip
     over = {k: v for k, v in (("nv", a.nv), ("ku", a.ku)) if v is not None}
     s = compile_asm(prob, a.schedule, a.cpu, Path(a.out), **over)
     for label, body in loops(s):
-        if len(body) > 100:
+        if len(body) > 40:
             ops = collections.Counter(x.split()[0] for x in body)
             stack = sum("(%rsp)" in x for x in body)
             print(label, len(body), "stack refs", stack, dict(ops.most_common(12)))
