@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from matmul_cases import case, matmul_text
 
+from mlir_mx.errors import MXArgTypeError
 from mlir_mx.execution import FREE, CompileOptions, Runner
 from mlir_mx.passes.pipeline import Pipeline
 from mlir_mx.pipelines import load_pipeline
@@ -49,6 +50,25 @@ def test_bind_equals_invoke(runner):
     np.testing.assert_array_equal(y1, 2 * x + 1)
     f(y1)  # a second call reuses the fixed descriptors
     np.testing.assert_array_equal(y1, 4 * x + 1)
+
+
+def test_call_unchecked_takes_addresses_and_only_free_buffers(runner):
+    """``BoundFunction.call_unchecked``: each free buffer as (address, shape),
+    the same result as a checked call; functions with free scalars or results
+    are refused (they need ``__call__``)."""
+    x = np.arange(8, dtype=np.float32)
+    f = runner.bind("saxpy", 2.0, x, FREE)
+    y1, y2 = np.ones(8, np.float32), np.ones(8, np.float32)
+    f.call_unchecked((y1.ctypes.data, (8,)))
+    f(y2)
+    np.testing.assert_array_equal(y1, y2)
+    np.testing.assert_array_equal(y1, 2 * x + 1)
+    with pytest.raises(MXArgTypeError, match="expected 1 buffer"):
+        f.call_unchecked()
+    with pytest.raises(MXArgTypeError, match="free buffers only"):
+        runner.bind("saxpy", FREE, x, FREE).call_unchecked((x.ctypes.data, (8,)), (y1.ctypes.data, (8,)))
+    with pytest.raises(MXArgTypeError, match="free buffers only"):
+        runner.bind("twice", FREE).call_unchecked((x.ctypes.data, (4,)))
 
 
 def test_bind_free_scalar_and_dynamic_shapes(runner):

@@ -42,16 +42,23 @@ def _pair(fmt="f4E2M1FN", activations=None, **kw):
 
 
 class _Calls:
-    """Counts the kernel calls (mlir_mx.Linear.__call__)."""
+    """Counts the kernel calls (``mlir_mx.Linear.__call__``, and its form from
+    addresses, ``Linear._call_raw``, where it ran the kernel)."""
 
     def __init__(self, monkeypatch):
-        self.n, real = 0, Linear.__call__
+        self.n, real, raw = 0, Linear.__call__, Linear._call_raw
 
         def counted(lin, *args, **kw):
             self.n += 1
             return real(lin, *args, **kw)
 
+        def counted_raw(lin, *args):
+            ran = raw(lin, *args)
+            self.n += ran
+            return ran
+
         monkeypatch.setattr(Linear, "__call__", counted)
+        monkeypatch.setattr(Linear, "_call_raw", counted_raw)
 
 
 #: A float format of each code width (4: two codes a byte; 6: four codes in three

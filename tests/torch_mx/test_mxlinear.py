@@ -42,6 +42,31 @@ def test_equals_the_library_linear_bit_for_bit(element):
     assert np.all(np.abs(y.numpy() - exact) <= bound)
 
 
+def test_eager_calls_hand_the_kernel_the_tensors_addresses(monkeypatch):
+    """An eager f32 call passes its tensors' addresses to the bound kernel
+    (``Linear._call_raw``: no numpy views, no second checks): a view at an
+    offset and a non-contiguous input give the numpy path's bits; with
+    ``activations=`` the Linear's own call (per-call quantization) runs."""
+    from mlir_mx.linear.layer import Linear
+
+    taken = []
+    real = Linear._call_raw
+    monkeypatch.setattr(Linear, "_call_raw", lambda s, *a: taken.append(real(s, *a)) or taken[-1])
+    layer = _layer()
+    mx = MXLinear.from_linear(layer, threads=1)
+    base = torch.randn(9, 96)
+    for x in (base[2:5], torch.randn(96, 4).t(), base[:1]):
+        with torch.inference_mode():
+            y = mx(x)
+        want = mlir_mx.Linear(mx.weight(), threads=1)(x.contiguous().numpy())
+        want = want + layer.bias.detach().numpy()
+        np.testing.assert_array_equal(y.numpy().view(np.uint32), want.view(np.uint32))
+    assert taken == [True, True, True]
+    with torch.inference_mode():
+        MXLinear.from_linear(layer, activations="i8", threads=1)(base)
+    assert taken[-1] is False
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", [(96,), (3, 96), (2, 5, 96), (2, 1, 3, 96), (0, 96)])
 def test_any_leading_shape_and_dtype(dtype, shape):

@@ -42,6 +42,7 @@ reuses the engine.
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 
 import numpy as np
@@ -427,6 +428,36 @@ class BoundFunction:
             return None
         buffers = [a for a, p in zip(arrays, self._params, strict=True) if p.is_buffer]
         return self.runner._results(self.sig, out, buffers + self._fixed_arrays)
+
+
+    def call_unchecked(self, *buffers: tuple[int, tuple[int, ...]]) -> None:
+        """Call with each free argument given as ``(address, shape)`` of a
+        C-contiguous buffer of its parameter's dtype, **unchecked**: for a
+        caller that made and validated the buffers itself and keeps them alive
+        during the call (``mlir_mx.torch``'s layers pass their tensors'
+        ``data_ptr()``: no numpy views, no checks twice).  Functions with free
+        scalar or MX arguments, or with results, take :meth:`__call__`."""
+        if self._split or self.sig.flat_results or None in self._descs:
+            raise MXArgTypeError(f"{self.name}: call_unchecked takes free buffers only")
+        if len(buffers) != len(self._descs):
+            raise MXArgTypeError(f"{self.name}: expected {len(self._descs)} buffer(s), got {len(buffers)}")
+        with self._lock:
+            for d, (address, shape) in zip(self._descs, buffers, strict=True):
+                d.allocated = d.aligned = address
+                d.offset = 0
+                d.shape[:] = shape
+                d.strides[:] = _c_strides(shape)
+            self._fn(self._array)
+
+
+@functools.lru_cache(maxsize=256)
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a C-contiguous array of ``shape``."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
 
 
 def _check_names(sig: Signature, names) -> list[str] | None:

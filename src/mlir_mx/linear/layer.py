@@ -297,6 +297,20 @@ class Linear:
             call(*args, out)  # its messages name x, the weight, the output (_X_NAMES)
         return out[0] if vector else out
 
+    def _call_raw(self, x_addr: int, m: int, out_addr: int, threads: int) -> bool:
+        """``out = x @ W.T`` from the addresses of an f32 C-contiguous ``(m, in)``
+        ``x`` and a zeroed ``(m, out)`` output that the caller made and checked
+        (``mlir_mx.torch``): the bound kernel call without numpy views or checks
+        made twice.  False, with nothing done, where that call does not apply
+        (activations quantized per call, weights derived per call, empty shapes)."""
+        if self.activations or not (m and self.out_features and self.in_features):
+            return False
+        call = self._bound(Activations(None, False, None), m, check_threads(threads))
+        if not isinstance(call, BoundFunction):
+            return False
+        call.call_unchecked((x_addr, (m, self.in_features)), (out_addr, (m, self.out_features)))
+        return True
+
     def schedule(self, x) -> str:
         """The kernel schedule a call with ``x`` (as :meth:`__call__` takes it) runs.
 

@@ -204,7 +204,12 @@ class MXLinear(torch.nn.Module):
             y = self._fused.output(self, x, x2)
         elif eager(x):  # no tracer to see the op: the Linear itself, without the dispatcher
             n = self._threads or torch.get_num_threads()
-            y = torch.from_numpy(self._linear(x2.numpy(), threads=n))
+            y = torch.zeros(x2.shape[0], self.out_features)
+            # x2 is checked above (f32, C-contiguous, (M, in)) and y is ours:
+            # the kernel takes their addresses (Linear._call_raw), else the
+            # Linear's own call (activations quantized per call, ...).
+            if not self._linear._call_raw(x2.data_ptr(), x2.shape[0], y.data_ptr(), n):
+                y = torch.from_numpy(self._linear(x2.numpy(), threads=n))
         else:
             y = torch.ops.mlir_mx.linear(
                 x2, [getattr(self, name) for name in self._held_names], self.element,
