@@ -99,6 +99,9 @@ def test_inference_only_and_argument_errors():
         mx(torch.ones(2, 96, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"x: expected shape \(\.\.\., 96\)"):
         mx(torch.ones(2, 95))
+    for other in (torch.ones(2, 96).to_sparse(), torch.ones(2, 96).to_mkldnn()):
+        with torch.no_grad(), pytest.raises(TypeError, match="x: expected a dense .strided. tensor"):
+            mx(other)
     with pytest.raises(ValueError, match="activations: element: unknown MX element format 'i4'"):
         MXLinear.from_linear(_layer(), activations="i4")
     with pytest.raises(

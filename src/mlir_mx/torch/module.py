@@ -194,6 +194,8 @@ class MXLinear(torch.nn.Module):
             raise MXArgTypeError(f"x: expected dtype float32, bfloat16 or float16, got {x.dtype}")
         if not x.is_cpu:
             raise MXValueError(f"x: mlir_mx runs on the CPU, got a tensor on {x.device}")
+        if x.layout != torch.strided:  # sparse, mkldnn: no dense storage to pass
+            raise MXArgTypeError(f"x: expected a dense (strided) tensor, got layout {x.layout}")
         if x.dim() == 0 or x.shape[-1] != self.in_features:
             raise MXValueError(f"x: expected shape (..., {self.in_features}), got {tuple(x.shape)}")
         x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
