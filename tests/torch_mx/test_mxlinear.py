@@ -65,6 +65,16 @@ def test_eager_calls_hand_the_kernel_the_tensors_addresses(monkeypatch):
     with torch.inference_mode():
         MXLinear.from_linear(layer, activations="i8", threads=1)(base)
     assert taken[-1] is False
+    # the output the kernel writes is f32 whatever torch's default dtype
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with torch.inference_mode():
+            y64 = mx(base)
+    finally:
+        torch.set_default_dtype(default)
+    with torch.inference_mode():
+        assert y64.dtype == torch.float32 and torch.equal(y64, mx(base))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

@@ -161,7 +161,7 @@ class FusedWeight:
         if hit is not None:
             return self._columns(hit, part)
         n = threads if threads > 0 else torch.get_num_threads()
-        y = torch.zeros(x2.shape[0], self.linear.out_features)
+        y = torch.zeros(x2.shape[0], self.linear.out_features, dtype=torch.float32)
         if not self.linear._call_raw(x2.data_ptr(), x2.shape[0], y.data_ptr(), n):  # see MXLinear
             y = torch.from_numpy(self.linear(x2.numpy(), threads=n))
         copy = x2.numpy().copy() if key[-1] is None else None

@@ -206,7 +206,7 @@ class MXLinear(torch.nn.Module):
             y = self._fused.output(self, x, x2)
         elif eager(x):  # no tracer to see the op: the Linear itself, without the dispatcher
             n = self._threads or torch.get_num_threads()
-            y = torch.zeros(x2.shape[0], self.out_features)
+            y = torch.zeros(x2.shape[0], self.out_features, dtype=torch.float32)
             # x2 is checked above (f32, C-contiguous, (M, in)) and y is ours:
             # the kernel takes their addresses (Linear._call_raw), else the
             # Linear's own call (activations quantized per call, ...).
