@@ -429,7 +429,6 @@ class BoundFunction:
         buffers = [a for a, p in zip(arrays, self._params, strict=True) if p.is_buffer]
         return self.runner._results(self.sig, out, buffers + self._fixed_arrays)
 
-
     def call_unchecked(self, *buffers: tuple[int, tuple[int, ...]]) -> None:
         """Call with each free argument given as ``(address, shape)`` of a
         C-contiguous buffer of its parameter's dtype, **unchecked**: for a
