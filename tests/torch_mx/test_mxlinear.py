@@ -43,10 +43,12 @@ def test_equals_the_library_linear_bit_for_bit(element):
 
 
 def test_eager_calls_hand_the_kernel_the_tensors_addresses(monkeypatch):
-    """An eager f32 call passes its tensors' addresses to the bound kernel
+    """An eager call passes its tensors' addresses to the bound kernel
     (``Linear._call_raw``: no numpy views, no second checks): a view at an
     offset and a non-contiguous input give the numpy path's bits; with
-    ``activations=`` the Linear's own call (per-call quantization) runs."""
+    ``activations=`` too where a dot kernel quantizes x itself (AVX-512 VNNI),
+    else the Linear's own call (a separate quantizing kernel first) runs."""
+    from mlir_mx.linear.activations import Activations
     from mlir_mx.linear.layer import Linear
 
     taken = []
@@ -62,9 +64,14 @@ def test_eager_calls_hand_the_kernel_the_tensors_addresses(monkeypatch):
         want = want + layer.bias.detach().numpy()
         np.testing.assert_array_equal(y.numpy().view(np.uint32), want.view(np.uint32))
     assert taken == [True, True, True]
+    w8 = MXLinear.from_linear(layer, activations="i8", threads=1)
     with torch.inference_mode():
-        MXLinear.from_linear(layer, activations="i8", threads=1)(base)
-    assert taken[-1] is False
+        y = w8(base)
+    want = mlir_mx.Linear(w8.weight(), activations="i8", threads=1)(base.numpy())
+    want = want + layer.bias.detach().numpy()
+    np.testing.assert_array_equal(y.numpy().view(np.uint32), want.view(np.uint32))
+    in_kernel = w8._linear._bound(Activations(None, False, "i8"), 9, 1) is not None
+    assert taken[-1] is in_kernel
     # the output the kernel writes is f32 whatever torch's default dtype
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)

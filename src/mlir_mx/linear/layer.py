@@ -301,11 +301,12 @@ class Linear:
         """``out = x @ W.T`` from the addresses of an f32 C-contiguous ``(m, in)``
         ``x`` and a zeroed ``(m, out)`` output that the caller made and checked
         (``mlir_mx.torch``): the bound kernel call without numpy views or checks
-        made twice.  False, with nothing done, where that call does not apply
-        (activations quantized per call, weights derived per call, empty shapes)."""
-        if self.activations or not (m and self.out_features and self.in_features):
+        made twice (``activations=`` included where a dot kernel quantizes x
+        itself).  False, with nothing done, where that call does not apply (x
+        quantized by a separate kernel first, weights derived per call, empty shapes)."""
+        if not (m and self.out_features and self.in_features):
             return False
-        call = self._bound(Activations(None, False, None), m, check_threads(threads))
+        call = self._bound(Activations(None, False, self.activations), m, check_threads(threads))
         if not isinstance(call, BoundFunction):
             return False
         call.call_unchecked((x_addr, (m, self.in_features)), (out_addr, (m, self.out_features)))
