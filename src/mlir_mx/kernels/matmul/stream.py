@@ -214,9 +214,8 @@ class _Kernel(KernelState):
         col = kb.select(kb.andi(wrap, last), kb.sub(hi, tile), col)
         ahead = kb.select(wrap, kb.min(kb.add(blk, 1), prob.kblocks - 1), blk)
         row_bytes = code_columns(prob.b_elem, tile, prob.b_packed)
-        k0 = kb.mul(ahead, prob.block)
-        for r in range(0, prob.block, max(1, 64 // row_bytes)):
-            kb.prefetch(self.b.mem, self.b.address(kb.add(k0, r), col, (ahead, kb.idx(r))))
+        for r in range(0, prob.block, max(1, 64 // row_bytes)):  # (block, row in block)
+            kb.prefetch(self.b.mem, self.b.address(None, col, (ahead, kb.idx(r))))
 
     def b_row(self, blk, kk, n0, nv: int, valid) -> list[ir.Value]:
         """Row ``kk`` of block ``blk`` of B at columns ``n0 .. n0 + 16 nv``, widened to f32."""
