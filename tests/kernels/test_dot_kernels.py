@@ -36,8 +36,9 @@ from dot_cases import (
 from matmul_cases import case
 
 from mlir_mx.host import has_features
-from mlir_mx.kernels import shape_class
+from mlir_mx.kernels import SCHEDULES, Problem, shape_class
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa
+from mlir_mx.kernels.dot.kernel import DECODE_PREFETCH, DECODE_STREAMS
 from mlir_mx.kernels.dot.layout import dot_kind
 from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, decode_elements, finite_codes
 
@@ -181,6 +182,31 @@ def test_without_vnni_the_bw_fallback_gives_the_same_bits(monkeypatch, ea, eb):
     _check(ea, eb, SHAPES[0], 2, "int", "codes")
 
 
+def _decode_config(ea: str, eb: str, threads: int):
+    """int-decode's config for a 1 x 96 x 300 problem on B's records, on this CPU."""
+    prob = Problem(1, 300, 96, 32, ea, eb, b_dot=dot_kind(ea, eb, 32).name)
+    return SCHEDULES[dot_schedule("int", "decode")].configure(prob, threads)
+
+
+#: Decode with 5 panels (the last 44 columns wide): at 1 thread 2 runs of 2
+#: panels side by side and 1 left over; at 2 threads 3 and 2 panels.
+SIDE_BY_SIDE = (1, 96, 300, {})
+
+
+@needs_bw
+@pytest.mark.parametrize("ea, eb", [("f4E2M1FN", "f4E2M1FN"), ("i8", "f6E2M3FN"), ("i8", "i8")])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_decode_reads_panels_side_by_side_with_the_same_bits(ea, eb, threads):
+    """int-decode from records reads 2 panels at once and prefetches each run
+    (``DotConfig.adapt`` on AVX-512); 3 runs, a remainder of every size, and
+    no prefetch give the same bits."""
+    cfg = _decode_config(ea, eb, threads)
+    assert (cfg.streams, cfg.prefetch) == (DECODE_STREAMS, DECODE_PREFETCH) == (2, 8)
+    _check(ea, eb, SIDE_BY_SIDE, threads, "int")
+    _check(ea, eb, (*SIDE_BY_SIDE[:3], {"streams": 3}), threads, "int")
+    _check(ea, eb, (*SIDE_BY_SIDE[:3], {"streams": 1, "prefetch": 0}), threads, "int")
+
+
 def test_dot_kind_follows_the_cpu_features(monkeypatch):
     monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "none")
     assert all(dot_kind(a, b, 32) is None for a in INTS + FP8 for b in INTS + FP8)
@@ -247,6 +273,8 @@ def test_avx2_kernels_equal_f32_kernels(monkeypatch, isa, ea, eb):
     """The 256-bit dot kernels give the f32 kernels' bits (masked to AVX2):
     odd M, N tails, every shape class, 1 and 2 threads, records and codes."""
     mask_avx2(monkeypatch, isa)
+    cfg = _decode_config(ea, eb, 1)  # one run, no prefetch: not measured on 16 ymm registers
+    assert (cfg.streams, cfg.prefetch) == (1, 0)
     i = AVX2_CASES.index((isa, ea, eb))
     _check(ea, eb, SHAPES[i % 3], 1 + i % 2, "int", SOURCES[i % 2])
     _check(ea, eb, SHAPES[(i + 1) % 3], 2 - i % 2, "int", SOURCES[(i + 1) % 2])
