@@ -329,7 +329,7 @@ class _Dot:
         load_rows = [kb.min(r, kb.sub(pa.m, 1)) for r in rows] if self.row_tail else rows
         c = [
             kb.load_lanes(self.ops.c, [load_rows[r], kb.add(col0, LANES * v)], LANES, val[v])
-            for col0, val in zip(col0s, valids)
+            for col0, val in zip(col0s, valids, strict=True)
             for r in range(mr)
             for v in range(nv)
         ]
@@ -348,7 +348,7 @@ class _Dot:
         c = b.results
         if permuted:
             c = [w for r in range(mr) for w in in_order(kb, c[r * nv : (r + 1) * nv])]
-        for p, (col0, val) in enumerate(zip(col0s, valids)):
+        for p, (col0, val) in enumerate(zip(col0s, valids, strict=True)):
             for r in range(mr):
 
                 def store(r=r, p=p, col0=col0, val=val):
