@@ -83,7 +83,7 @@ def _parser() -> ArgParser:
     p.add_argument(
         "--rows",
         help="--model: comma-separated rows to run, of f32,bf16,torchao,mxfp8,mxfp4,mxfp4-i8,"
-        "mxfp4-fused (all)",
+        "mxfp4-fused,mxfp4-i8-fused (all)",
     )
     p.add_argument(
         "--profile", nargs="?", type=int, const=8, metavar="STEPS",
@@ -155,7 +155,8 @@ def _model_options(ns, argv: list[str]):
                              num_key_value_heads=2, vocab_size=512)) if ns.quick else {}  # fmt: skip
     names = {"f32": "torch f32", "bf16": "torch bf16", "torchao": "torchao MXFP4 (W+A, emulated)",
              "mxfp8": "ours MXFP8", "mxfp4": "ours MXFP4",
-             "mxfp4-i8": "ours MXFP4, activations=i8", "mxfp4-fused": "ours MXFP4, fused"}  # fmt: skip
+             "mxfp4-i8": "ours MXFP4, activations=i8", "mxfp4-fused": "ours MXFP4, fused",
+             "mxfp4-i8-fused": "ours MXFP4, activations=i8, fused"}  # fmt: skip
     rows = None
     if ns.rows is not None:
         keys = [k.strip() for k in ns.rows.split(",")]

@@ -49,6 +49,7 @@ ROWS = (
     ("ours MXFP4, activations=i8", "mx-w4a8", "f4E2M1FN"),
     # quantize_(..., fuse=True): q/k/v and gate/up one kernel call each
     ("ours MXFP4, fused", "mx-fused", "f4E2M1FN"),
+    ("ours MXFP4, activations=i8, fused", "mx-w4a8-fused", "f4E2M1FN"),
 )
 #: The row kinds held to the reference's bound and greedy tokens.
 CHECKED_KINDS = ("mx", "mx-fused")

@@ -75,7 +75,7 @@ def _row_line(r: dict, base: dict | None) -> str:
     bits = 8 * r["linear_bytes"] / r["linear_params"]
     diff = f"{r['max_logit_diff']:.2e} (vs {r['vs']})" if "max_logit_diff" in r else "-"
     ok = "-"
-    if s["kind"] in ("torchao", "mx-w4a8"):  # activations quantized: no bound applies
+    if s["kind"] in ("torchao", "mx-w4a8", "mx-w4a8-fused"):  # activations quantized: no bound
         ok = "n/a (activations quantized)"
     elif "diff_over_bound" in r:
         ok = f"{r['diff_over_bound']:.2g}"

@@ -116,11 +116,12 @@ def _convert(model, spec: dict) -> dict:
         model.to(torch.bfloat16)  # torchao's MX inference path takes bf16 only
         ao_quantize_(model, MXDynamicActivationMXWeightConfig(
             activation_dtype=dt, weight_dtype=dt, kernel_preference=KernelPreference.EMULATED))  # fmt: skip
-    elif kind in ("mx", "mx-w4a8", "mx-fused"):
+    elif kind in ("mx", "mx-w4a8", "mx-fused", "mx-w4a8-fused"):
         from mlir_mx.torch import quantize_
 
-        acts = "i8" if kind == "mx-w4a8" else None
-        info["summary"] = str(quantize_(model, fmt, activations=acts, fuse=kind == "mx-fused"))
+        acts = "i8" if kind.startswith("mx-w4a8") else None
+        fuse = kind.endswith("fused")
+        info["summary"] = str(quantize_(model, fmt, activations=acts, fuse=fuse))
     elif kind == "reference":
         from mlir_mx.torch import dequantize_
 

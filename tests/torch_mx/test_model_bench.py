@@ -46,7 +46,7 @@ def test_linear_weight_bytes_from_the_memory_referenced(activations):
     assert linear_weight_bytes(model) == (mx_bytes, params)
 
 
-@pytest.mark.parametrize("kind", ["mx", "mx-fused"])
+@pytest.mark.parametrize("kind", ["mx", "mx-fused", "mx-w4a8-fused"])
 def test_one_row_in_process(tmp_path, kind):
     spec = dict(name="r", row="ours MXFP4", kind=kind, format="f4E2M1FN", threads=1, layers=1,
                 prompt=8, new_tokens=4, seed=0, out=str(tmp_path), prefill_samples=1, probes=1,
@@ -60,7 +60,7 @@ def test_one_row_in_process(tmp_path, kind):
     assert len(rec["tokens"]) == 4 and len(rec["decode_step_s"]) == 3
     assert rec["prefill_ms"] > 0 and rec["rss_peak_kib"] >= rec["rss_model_kib"] > 0
     assert (tmp_path / "r-logits.npy").stat().st_size > 8 * 256 * 4
-    assert ("groups fused" in rec["summary"]) == (kind == "mx-fused")
+    assert ("groups fused" in rec["summary"]) == kind.endswith("fused")
     p = rec["profile"]  # the per-token breakdown (--profile)
     assert p["steps"] == 2 and p["linear_calls"] == 8  # module calls: 7 a layer + lm_head
     assert 0 < p["linear_ms"] < p["step_ms"] and p["other_ops"] > 0 and p["other_ops_ms"] > 0
