@@ -1,15 +1,20 @@
-"""``mlir_mx.files``: the one atomic-write helper every writer of the library uses."""
+"""``mlir_mx.files``: the one atomic-write helper every writer of the library uses,
+and the release of a memory-mapped file's pages after a copy."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import stat
+import sys
 
+import numpy as np
 import pytest
 
 from mlir_mx.files import (
     atomic_path,
     atomic_write,
+    release_file_pages,
     remove_stale_temporaries,
     write_bytes,
     write_text,
@@ -113,3 +118,47 @@ def test_a_writer_killed_with_sigkill_leaves_nothing_after_the_next_write(tmp_pa
     assert os.listdir(tmp_path) == [left]  # kill -9: nothing ran to remove it
     write_text(target, "complete")
     assert os.listdir(tmp_path) == ["w.gguf"] and target.read_text() == "complete"
+
+
+def _mapping_rss_kib(path) -> int:
+    """Resident KiB of this process's mappings of ``path`` (``/proc/self/smaps``)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and ":" not in head[0]:
+                inside = len(head) == 6 and head[5] == str(path)
+            elif inside and head[0] == "Rss:":
+                total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="madvise and /proc/self/maps: Linux")
+def test_released_pages_of_a_file_map_read_again_the_same(tmp_path):
+    page = os.sysconf("SC_PAGE_SIZE")
+    path = tmp_path / "weights.bin"
+    data = np.random.default_rng(0).integers(0, 256, 64 * page, dtype=np.uint8)
+    path.write_bytes(data.tobytes())
+    with open(path, "r+b") as f:
+        m = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE)
+    view = np.frombuffer(m, np.uint8)
+    base = view.ctypes.data
+    assert int(view.sum()) == int(data.sum())  # every page read once: resident
+    before = _mapping_rss_kib(path.resolve())
+    assert before >= 64 * page // 1024
+    # A span from the middle of page 1 to the middle of page 41: pages 2..40 only.
+    span = (base + page + page // 2, 40 * page)
+    assert release_file_pages([span], [path]) == 39 * page
+    # Spans that touch are joined: three pages' worth from the middle of page
+    # 50, none holding a whole page alone, release pages 51 and 52.
+    rows = [(base + (52 + i) * page - page // 2, page) for i in (1, -1, 0)]
+    assert release_file_pages(rows, [path]) == 2 * page
+    assert _mapping_rss_kib(path.resolve()) <= before - 41 * page // 1024
+    # Anonymous memory and other files' maps are left alone, whatever the span.
+    anon = np.full(16 * page, 7, np.uint8)
+    assert release_file_pages([(anon.ctypes.data, anon.nbytes)], [path]) == 0
+    assert release_file_pages([span], [tmp_path / "other.bin"]) == 0
+    assert (anon == 7).all()
+    assert np.array_equal(view, data)  # read again from the file, unchanged
+    del view
+    m.close()

@@ -11,6 +11,10 @@ two writers of the same path leave one of the two complete files.  A writer
 killed outright (``kill -9``) cannot remove its temporary file; the next
 write to the same path does (:func:`remove_stale_temporaries`: each writer
 holds a lock on its temporary file, which dies with it).
+
+Reading: :func:`release_file_pages` drops from this process the pages of a
+memory-mapped file that were read once and copied (a checkpoint's MX bytes,
+which the layers re-lay out into arrays of their own).
 """
 
 from __future__ import annotations
@@ -28,7 +32,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_path", "atomic_write", "remove_stale_temporaries", "write_bytes", "write_text"]
+__all__ = [
+    "atomic_path",
+    "atomic_write",
+    "release_file_pages",
+    "remove_stale_temporaries",
+    "write_bytes",
+    "write_text",
+]
 
 
 def _umask() -> int:
@@ -171,3 +182,67 @@ def write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> N
     """Write ``text`` to ``path`` atomically."""
     with atomic_write(path, "w", encoding=encoding) as f:
         f.write(text)
+
+
+# -- reading ------------------------------------------------------------------------
+
+_MADV_DONTNEED = 4  # Linux's value (asm-generic/mman-common.h)
+
+
+def _file_mappings(paths) -> list[tuple[int, int]]:
+    """``(start, end)`` of this process's mappings of ``paths`` (``/proc/self/maps``)."""
+    names = {str(Path(p).resolve()) for p in paths}
+    out = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].strip() in names:
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                out.append((lo, hi))
+    return out
+
+
+def _merged(spans) -> list[tuple[int, int]]:
+    """``spans`` sorted, those that touch or overlap joined (an expert's rows
+    of one tensor, one after another, release the pages they share)."""
+    out: list[list[int]] = []
+    for address, nbytes in sorted(spans):
+        if out and address <= out[-1][0] + out[-1][1]:
+            out[-1][1] = max(out[-1][1], address + nbytes - out[-1][0])
+        else:
+            out.append([address, nbytes])
+    return [(a, n) for a, n in out]
+
+
+def release_file_pages(spans, paths) -> int:
+    """Drop the resident pages of ``spans`` (``(address, bytes)``) from this
+    process, where a span lies in a mapping of one of ``paths``; returns the
+    bytes released.  Spans that touch are joined first; only whole pages
+    inside a (joined) span are released, never a neighbour's, and only in
+    file mappings: ``madvise(MADV_DONTNEED)`` there
+    discards no data (the pages were only read; a later read maps them again
+    from the page cache or the file), while on anonymous memory it would zero
+    it, so anything else is left alone.  Linux only (elsewhere: 0).
+
+    What it is for: a file read through a memory map (``safetensors``'
+    ``safe_open``) stays mapped while any tensor of it is in use, and every
+    page read once counts in the process's RSS until the map is closed, even
+    after its bytes were copied into arrays of their own."""
+    if not os.path.exists("/proc/self/maps"):
+        return 0
+    import ctypes
+
+    maps = _file_mappings(paths)
+    if not maps:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    page = os.sysconf("SC_PAGE_SIZE")
+    released = 0
+    for address, nbytes in _merged(spans):
+        lo = -(-address // page) * page
+        hi = (address + nbytes) // page * page
+        if hi > lo and any(a <= lo and hi <= b for a, b in maps):
+            if libc.madvise(lo, hi - lo, _MADV_DONTNEED) == 0:
+                released += hi - lo
+    return released

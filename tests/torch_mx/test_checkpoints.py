@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 
 import pytest
 
@@ -21,6 +22,7 @@ from gpt_oss_cases import (  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
 from mlir_mx.errors import MXValueError  # noqa: E402
+from mlir_mx.files import release_file_pages  # noqa: E402
 from mlir_mx.numerics import dequantize  # noqa: E402
 from mlir_mx.torch import (  # noqa: E402
     MXExperts,
@@ -108,6 +110,37 @@ def test_logits_routing_and_tokens_against_transformers(checkpoint, loaded):
     top2 = bound.logits[0, -1].topk(2).values
     assert float(top2[0] - top2[1]) > 100 * float(bound.bound.max())
     assert list(greedy(loaded, ids, 2)) == list(greedy(ref, ids, 2))
+
+
+def test_the_mx_bytes_pages_leave_the_rss_after_loading(checkpoint, monkeypatch):
+    """The experts' bytes, copied into the layers' own arrays, are released
+    from the checkpoint's memory map (``mlir_mx.files.release_file_pages``):
+    every whole page of each blocks/scales tensor; the weights stay right
+    (``test_weights_are_transformers_dequantization_bit_for_bit`` loads the
+    same way)."""
+    import os
+
+    from mlir_mx.torch import checkpoint as ckpt
+
+    folder, tensors = checkpoint
+    calls = []
+
+    def spy(spans, paths):
+        calls.append((list(spans), list(paths), release_file_pages(spans, paths)))
+        return calls[-1][2]
+
+    monkeypatch.setattr(ckpt, "release_file_pages", spy)
+    model = from_pretrained(folder)
+    [(spans, paths, released)] = calls
+    mx = {k: t for k, t in tensors.items() if k.endswith(("_blocks", "_scales"))}
+    assert paths == [folder / "model.safetensors"]
+    assert sum(n for _, n in spans) == sum(t.numel() for t in mx.values())
+    if sys.platform == "linux":  # the whole pages of 52 KiB in a few runs
+        page, total = os.sysconf("SC_PAGE_SIZE"), sum(t.numel() for t in mx.values())
+        assert total - 2 * page * 4 <= released <= total and released % page == 0
+    ids = prompt(5)
+    with torch.inference_mode():
+        assert torch.equal(model(ids).logits, from_pretrained(folder)(ids).logits)
 
 
 def test_round_trip_is_byte_identical(checkpoint, tmp_path):

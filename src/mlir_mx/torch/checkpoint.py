@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
-from mlir_mx.files import atomic_path, write_text
+from mlir_mx.files import atomic_path, release_file_pages, write_text
 from mlir_mx.numerics import MXArray
 
 from .experts import MXExperts, experts_gate, is_stacked_experts
@@ -80,6 +80,7 @@ class _Files:
             weight_map = None
             names = files
         self.handles, self.where, self.metadata = {}, {}, {}
+        self.folder, self.spans = folder, []
         for name in sorted(set(weight_map.values())) if weight_map else names:
             path = folder / name
             if not path.is_file():
@@ -112,6 +113,18 @@ class _Files:
     def tensor(self, key: str, index=None) -> torch.Tensor:
         h = self.handles[self.where[key]]
         return h.get_tensor(key) if index is None else h.get_slice(key)[index]
+
+    def copied(self, key: str, index=None) -> torch.Tensor:
+        """:meth:`tensor`, noted as bytes a layer copies (:meth:`release`)."""
+        t = self.tensor(key, index)
+        self.spans.append((t.data_ptr(), t.numel() * t.element_size()))
+        return t
+
+    def release(self) -> int:
+        """Drop the pages of the bytes the layers copied from the files' maps
+        (:func:`mlir_mx.files.release_file_pages`); the bytes released."""
+        spans, self.spans = self.spans, []
+        return release_file_pages(spans, [self.folder / name for name in self.handles])
 
 
 def read_config(folder: Path) -> tuple[dict, str]:
@@ -173,6 +186,9 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
         files = _Files(folder, stack)
         plan = _plan(model, layout, files)  # every header checked before a byte is read
         _fill(model, plan, files, dtype, dict(threads=threads, activations=activations))
+        # The MX bytes now live in the layers' own arrays: their pages of the
+        # memory map would count in the RSS until the map is closed.
+        files.release()
         model.mx_source = {"layout": layout, "files": dict(files.where),
                            "metadata": files.metadata, "sharded": files.sharded}  # fmt: skip
     return model
@@ -279,7 +295,7 @@ def _experts(old, name: str, files: _Files, read, kw: dict) -> MXExperts:
         e, out, _k = _linear_shape(old, proj)
         key = f"{name}.{proj}"
         weights[proj] = [
-            _mx(files.tensor(key + "_blocks", i), files.tensor(key + "_scales", i), out)
+            _mx(files.copied(key + "_blocks", i), files.copied(key + "_scales", i), out)
             for i in range(e)
         ]
     gu_b, dn_b = (
@@ -292,7 +308,7 @@ def _experts(old, name: str, files: _Files, read, kw: dict) -> MXExperts:
 
 def _linear(old, name: str, files: _Files, read, kw: dict) -> MXLinear:
     out = old.weight.shape[0]
-    w = _mx(files.tensor(f"{name}.weight_packed"), files.tensor(f"{name}.weight_scale"), out)
+    w = _mx(files.copied(f"{name}.weight_packed"), files.copied(f"{name}.weight_scale"), out)
     bias = read(f"{name}.bias") if old.bias is not None else None
     return MXLinear(w, bias, **kw)
 
