@@ -258,18 +258,22 @@ def pack_records(codes: np.ndarray, scales: np.ndarray, layout: RecordLayout) ->
     bs, kind = layout.block, layout.kind
     nb, panels, g = k // bs, -(-n // PANEL), kind.group
     npad = panels * PANEL
-    vals = np.pad(decode_elements(codes, layout.b_elem), ((0, 0), (0, npad - n)))
-    sb = np.pad(np.asarray(scales).view(np.uint8), ((0, 0), (0, npad - n)))
-    out = np.zeros((panels, nb, layout.nbytes), np.uint8)
+
+    def padded(a: np.ndarray) -> np.ndarray:  # columns up to whole panels (a copy only then)
+        return a if npad == n else np.pad(a, ((0, 0), (0, npad - n)))
+
+    sb = padded(np.asarray(scales).view(np.uint8))
+    out = np.empty((panels, nb, layout.nbytes), np.uint8)
     out[..., :PANEL] = sb.reshape(nb, panels, PANEL).transpose(1, 0, 2)
     # (K, Npad) -> (panels, nb, groups, 4 vectors, 16 columns, g)
     order = (3, 0, 1, 4, 5, 2)
-    if layout.nibbles:
-        raw = np.pad(codes.view(np.uint8), ((0, 0), (0, npad - n)))
+    if layout.nibbles:  # the codes as they are: no values decoded
+        raw = padded(codes.view(np.uint8))
         nib = raw.reshape(nb, bs // g, g, panels, 4, 16).transpose(order)
         nib = nib.reshape(panels, nb, bs // g, 2, 2, 64)  # (.., h, low/high vector, bytes)
         data = nib[..., 0, :] | (nib[..., 1, :] << np.uint8(4))
     else:
+        vals = padded(decode_elements(codes, layout.b_elem))
         shaped = vals.reshape(nb, bs // g, g, panels, 4, 16).transpose(order)
         data = dot_values(shaped, layout.b_elem, kind)
         if kind.name == "bf16":  # swapped pairs: element 2i in the odd slot
