@@ -71,6 +71,25 @@ def test_call_unchecked_takes_addresses_and_only_free_buffers(runner):
         runner.bind("twice", FREE).call_unchecked((x.ctypes.data, (4,)))
 
 
+def test_call_unchecked_shapes_follow_every_call(runner):
+    """``call_unchecked`` passes each call's shapes: a change of shape between
+    unchecked calls, and a checked call in between (which points the shared
+    descriptors at other arrays), are both seen."""
+    f = runner.bind("saxpy", 2.0, FREE, FREE)
+
+    def unchecked(n: int) -> np.ndarray:
+        x, y = np.arange(n, dtype=np.float32), np.ones(n, np.float32)
+        f.call_unchecked((x.ctypes.data, (n,)), (y.ctypes.data, (n,)))
+        return y
+
+    for n in (8, 8, 5, 8):
+        np.testing.assert_array_equal(unchecked(n), 2 * np.arange(n, dtype=np.float32) + 1)
+    x3, y3 = np.arange(3, dtype=np.float32), np.ones(3, np.float32)
+    f(x3, y3)  # a checked call: the descriptors now hold shape (3,)
+    np.testing.assert_array_equal(y3, 2 * x3 + 1)
+    np.testing.assert_array_equal(unchecked(8), 2 * np.arange(8, dtype=np.float32) + 1)
+
+
 def test_bind_free_scalar_and_dynamic_shapes(runner):
     f = runner.bind("saxpy", FREE, FREE, FREE)
     for n in (1, 5, 33):

@@ -67,6 +67,9 @@ def test_tasks_give_the_async_bits(mode, monkeypatch, m, activations, fallback):
         if t == 2:
             runner = next(iter(lin._runners.values()))
             assert runner._tasks == {"matmul": 2}  # really run as tasks
+            # each bound call keeps its OpenMP call's data once the team is found
+            calls = [b._fn for b in lin._calls.values() if isinstance(getattr(b, "_fn", None), threads_.TaskCall)]
+            assert calls and all((c._omp is None) == fallback for c in calls)
             # the write analysis sees through (thread, team): only the output is written
             assert runner._compiled.writes("matmul") == {len(runner.signature("matmul").args) - 1}
 

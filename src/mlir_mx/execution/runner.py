@@ -57,7 +57,7 @@ from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
 from mlir_mx.execution.options import CompileOptions
 from mlir_mx.execution.packed import lookup_entry, packed_function, pointer_array
 from mlir_mx.execution.signature import MXParam, Param, Signature, numpy_dtype
-from mlir_mx.execution.threads import run_tasks
+from mlir_mx.execution.threads import TaskCall, run_tasks
 
 __all__ = [
     "FREE",
@@ -380,9 +380,9 @@ class BoundFunction:
         self._fn = packed_function(runner.entry(name))
         team = runner._tasks.get(name)
         if team is not None:  # run by the caller's threads (mlir_mx.execution.threads)
-            entry, size = runner.entry(name), len(self._array)
-            self._fn = lambda array: run_tasks(entry, array, size, team)
+            self._fn = TaskCall(runner.entry(name), self._array, team)
         self._lock = threading.Lock()
+        self._unchecked = not (self._split or sig.flat_results or None in self._descs)
 
     def _cell(self, j: int, a, writes):
         """The cell of fixed flat argument ``j``: a pointer to a descriptor, or a scalar."""
@@ -436,7 +436,7 @@ class BoundFunction:
         during the call (``mlir_mx.torch``'s layers pass their tensors'
         ``data_ptr()``: no numpy views, no checks twice).  Functions with free
         scalar or MX arguments, or with results, take :meth:`__call__`."""
-        if self._split or self.sig.flat_results or None in self._descs:
+        if not self._unchecked:
             raise MXArgTypeError(f"{self.name}: call_unchecked takes free buffers only")
         if len(buffers) != len(self._descs):
             raise MXArgTypeError(f"{self.name}: expected {len(self._descs)} buffer(s), got {len(buffers)}")
