@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 import torch
@@ -198,6 +199,10 @@ class MXLinear(torch.nn.Module):
             raise MXArgTypeError(f"x: expected a dense (strided) tensor, got layout {x.layout}")
         if x.dim() == 0 or x.shape[-1] != self.in_features:
             raise MXValueError(f"x: expected shape (..., {self.in_features}), got {tuple(x.shape)}")
+        if self._fused is None and x.dtype == torch.float32 and x.is_contiguous() and eager(x):
+            y = self._call_in_place(x)
+            if y is not None:
+                return y if self.bias is None else y + self.bias.to(torch.float32)
         x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
         if x2.dtype != torch.float32:
             x2 = x2.float()  # exact: every bf16 / f16 value is an f32 value
@@ -223,6 +228,19 @@ class MXLinear(torch.nn.Module):
         if x.dtype != torch.float32:
             y = y.to(x.dtype)
         return y if x.dim() == 2 else y.reshape(*x.shape[:-1], self.out_features)
+
+    def _call_in_place(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The kernel on ``x`` itself (checked: f32, C-contiguous, ``(..., in)``)
+        into a new output of ``x``'s leading shape: no reshape or copy on either
+        side.  In a model each torch call here costs 4-11 us, not 1-3 as in a
+        loop over one layer (the weights' stream leaves torch's code and data
+        out of cache), and the two reshapes were a third of the layer's own
+        time around the kernel (bench/results/decode-streams-2026-12-03.md,
+        session 40).  None where ``Linear._call_raw`` does not apply."""
+        y = torch.zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
+        m = math.prod(x.shape[:-1])
+        n = self._threads or torch.get_num_threads()
+        return y if self._linear._call_raw(x.data_ptr(), m, y.data_ptr(), n) else None
 
     # -- the saved form: nn.Linear's layout ------------------------------------------------
 
