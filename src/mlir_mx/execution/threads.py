@@ -220,8 +220,8 @@ class TaskCall:
     ``GOMP_parallel``: 15.1 -> 12.5 and 12.0 -> 7.4 us per
     ``call_unchecked`` of a 1 x 256 x 256 ``MXLinear`` kernel in two runs
     (W4A8, 2 threads, medians of 7 x 20,000 calls, the two paths alternating
-    in one process; the kernel itself is a few microseconds).  Until a runtime is found, and
-    for any other array, each call is :func:`run_tasks`."""
+    in one process).  Until a runtime is found, and for any other array,
+    each call is :func:`run_tasks`."""
 
     __slots__ = ("_entry", "_array", "_threads", "_omp", "_slots", "_keep")
 

@@ -234,8 +234,8 @@ class MXLinear(torch.nn.Module):
         into a new output of ``x``'s leading shape: no reshape or copy on either
         side.  In a model each torch call here costs 4-11 us, not 1-3 as in a
         loop over one layer (the weights' stream leaves torch's code and data
-        out of cache), and the two reshapes were a third of the layer's own
-        time around the kernel (bench/results/decode-streams-2026-12-03.md,
+        out of cache), and the two reshapes were about 40 % of the layer's
+        own time around the kernel (bench/results/decode-streams-2026-12-03.md,
         session 40).  None where ``Linear._call_raw`` does not apply."""
         y = torch.zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
         m = math.prod(x.shape[:-1])
