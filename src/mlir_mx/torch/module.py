@@ -210,12 +210,12 @@ class MXLinear(torch.nn.Module):
         if self._fused is not None:
             y = self._fused.output(self, x, x2)
         elif eager(x):  # no tracer to see the op: the Linear itself, without the dispatcher
-            n = self._threads or torch.get_num_threads()
-            y = torch.zeros(x2.shape[0], self.out_features, dtype=torch.float32)
-            # x2 is checked above (f32, C-contiguous, (M, in)) and y is ours:
-            # the kernel takes their addresses (Linear._call_raw), else the
-            # Linear's own call (activations quantized per call, ...).
-            if not self._linear._call_raw(x2.data_ptr(), x2.shape[0], y.data_ptr(), n):
+            # x2 is checked above (f32, C-contiguous, (M, in)): the kernel takes
+            # its address, else the Linear's own call (activations quantized
+            # per call, ...).
+            y = self._call_in_place(x2)
+            if y is None:
+                n = self._threads or torch.get_num_threads()
                 y = torch.from_numpy(self._linear(x2.numpy(), threads=n))
         else:
             y = torch.ops.mlir_mx.linear(
