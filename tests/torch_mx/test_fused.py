@@ -115,6 +115,37 @@ def test_one_kernel_call_per_shared_input_and_never_a_stale_result(monkeypatch, 
         assert torch.equal(b.v_proj(w), a.v_proj(w))
 
 
+@pytest.mark.parametrize("libc", [True, False], ids=["memcmp", "python-compare"])
+def test_inference_inputs_are_compared_by_their_bytes(monkeypatch, libc):
+    """An inference tensor has no version counter: a copy of its bytes, kept
+    with the result, decides a hit.  Identical bytes hit, NaN included (one
+    kernel call for the three layers); one changed element, or a sibling whose
+    input grew at the same address, misses.  Without libc's memcmp the bytes
+    are compared in Python, with the same outcome."""
+    import mlir_mx.torch.fused as fused
+
+    if not libc:
+        monkeypatch.setattr(fused, "_MEMCMP", None)
+    a, b = _pair(bias=True)
+    calls = _Calls(monkeypatch)
+    bits = lambda t: t.view(torch.int32)  # noqa: E731  (NaN != NaN for torch.equal)
+    with torch.inference_mode():
+        x = torch.randn(1, 3, 64)
+        x[0, 1, 5] = float("nan")
+        want = [bits(getattr(a, n)(x)) for n in ("q_proj", "k_proj", "v_proj")]
+        calls.n = 0
+        got = [bits(getattr(b, n)(x)) for n in ("q_proj", "k_proj", "v_proj")]
+        assert calls.n == 1 and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+        b.q_proj(x)
+        x[0, 2, 63] += 1.0  # the last byte range of the copy
+        calls.n = 0
+        assert torch.equal(bits(b.k_proj(x)), bits(a.k_proj(x))) and calls.n == 2
+        assert b.v_proj(x).shape == (1, 3, 24) and calls.n == 2  # k_proj's call kept for v
+        q = b.q_proj(x[:, :2])  # a view at the same address, fewer rows: not a hit
+        assert torch.equal(bits(q), bits(a.q_proj(x[:, :2])))
+        assert torch.equal(bits(b.k_proj(x)), bits(a.k_proj(x)))
+
+
 def test_a_fused_llama_decodes_as_the_separate_one(monkeypatch):
     a, b = tiny_llama(), tiny_llama()
     quantize_(a, "f4E2M1FN")

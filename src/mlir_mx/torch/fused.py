@@ -11,7 +11,8 @@ whole result; a sibling called with **the same input** takes its columns from
 it instead of calling a kernel.  "The same" is checked, never assumed: the
 same tensor object (alive), data pointer, shape, strides and dtype, and either
 the same version counter or, for inference tensors (which have none), equal
-contents (a copy of the input is kept beside the result).  Each part is taken
+contents (a copy of the input's bytes is kept beside the result and compared
+with ``memcmp``).  Each part is taken
 once; the result is dropped when every part has been taken, or replaced by
 the next call.  A layer called on its own, or with another input, runs the
 fused kernel itself (the whole ``out``, its columns returned): always correct,
@@ -21,6 +22,8 @@ layer's (the kernels' blocked order runs along ``in``, per output column).
 
 from __future__ import annotations
 
+import ctypes
+import math
 import threading
 import weakref
 
@@ -67,18 +70,77 @@ def eager(x: torch.Tensor) -> bool:
     )
 
 
-class _Result:
-    """The fused result of one input, and which parts have taken their columns."""
+def _memcmp():
+    """libc's ``memcmp`` (None where no C library is found: the bytes are
+    then compared in Python)."""
+    try:
+        f = ctypes.CDLL(None).memcmp
+    except (OSError, AttributeError, TypeError):
+        return None
+    f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t], ctypes.c_int
+    return f
 
-    __slots__ = ("ref", "key", "copy", "y", "taken")
 
-    def __init__(self, x, key, copy, y, part):
-        self.ref, self.key, self.copy, self.y, self.taken = weakref.ref(x), key, copy, y, {part}
+_MEMCMP = _memcmp()
+
+
+class _Kept:
+    """The fused result of the last input, and which parts have taken their
+    columns (a bit each); one per :class:`FusedWeight`, reused by every call.
+
+    For an inference tensor (no version counter) a copy of the input's bytes
+    is kept in a buffer that only grows, and compared byte for byte with the
+    next input at the same address: ``memmove`` and ``memcmp`` through
+    ``ctypes``, where numpy's copy and ``array_equal`` (and an object per
+    result) cost 30 us a miss inside a model, whose weight streams leave
+    Python's data out of cache (a NaN input compares equal to itself here,
+    as it should)."""
+
+    __slots__ = ("ref", "key", "y", "taken", "buf", "n")
+
+    def __init__(self):
+        self.ref = self.key = self.y = self.buf = None
+        self.taken = self.n = 0
+
+    def keep(self, x, key, y: torch.Tensor, part: int, address: int, nbytes: int) -> None:
+        """Keep ``y``, the result of ``x``, taken by ``part``; ``nbytes`` of the
+        input at ``address`` copied (0: ``x`` has a version counter in ``key``)."""
+        if nbytes:
+            if self.buf is None or len(self.buf) < nbytes:
+                self.buf = ctypes.create_string_buffer(nbytes)
+            ctypes.memmove(self.buf, address, nbytes)
+        self.ref, self.key, self.y, self.taken, self.n = weakref.ref(x), key, y, 1 << part, nbytes
+
+    def take(self, x, key, part: int, address: int, parts: int) -> torch.Tensor | None:
+        """The kept result if ``x`` (its f32 form at ``address``) is its input
+        and ``part`` has not taken it, marked taken (dropped once all
+        ``parts`` have); else None."""
+        if self.key != key or self.taken >> part & 1 or self.ref() is not x:
+            return None
+        if self.n and not _same(self.buf, address, self.n):
+            return None
+        y = self.y
+        self.taken |= 1 << part
+        if self.taken == (1 << parts) - 1:
+            self.ref = self.key = self.y = None
+        return y
+
+
+def _same(buf, address: int, n: int) -> bool:
+    if _MEMCMP is None:
+        return ctypes.string_at(address, n) == buf.raw[:n]
+    return _MEMCMP(buf, address, n) == 0
 
 
 def _identity(x: torch.Tensor) -> tuple:
     version = None if x.is_inference() else x._version
     return (x.data_ptr(), tuple(x.shape), x.stride(), x.dtype, version)
+
+
+def _identity_f32(x: torch.Tensor) -> tuple:
+    """:func:`_identity` of an f32 C-contiguous ``x`` (its strides and dtype
+    follow from that): four torch calls, not six."""
+    return (x.data_ptr(), x.shape, None if x.is_inference() else x._version)
 
 
 class FusedWeight:
@@ -93,6 +155,7 @@ class FusedWeight:
         self.activations = activations
         self._lock = threading.Lock()
         self._members: dict[int, weakref.ref] = {}
+        self._kept = _Kept()
         self._set(weight)
 
     def _set(self, weight: MXArray) -> None:
@@ -102,7 +165,7 @@ class FusedWeight:
         names = ("codes", "scales") if lin.holds_stored else ()
         self.names = names + (("records",) if lin.records_unit is not None else ())
         ops.register(lin, self.tensors)
-        self._result = None
+        self._kept = _Kept()
 
     # -- the parts ------------------------------------------------------------------
 
@@ -149,25 +212,46 @@ class FusedWeight:
             )  # fmt: skip
             return self._columns(y, part)
         key = _identity(x)
-        hit = None
-        with self._lock:
-            r = self._result
-            if (r is not None and part not in r.taken and r.key == key and r.ref() is x
-                    and (r.copy is None or np.array_equal(r.copy, x2.numpy()))):  # fmt: skip
-                r.taken.add(part)
-                if len(r.taken) == len(self.sizes):
-                    self._result = None
-                hit = r.y
-        if hit is not None:
-            return self._columns(hit, part)
+        y = self._take(x, key, part, x2)
+        if y is not None:
+            return self._columns(y, part)
         n = threads if threads > 0 else torch.get_num_threads()
         y = torch.zeros(x2.shape[0], self.linear.out_features, dtype=torch.float32)
         if not self.linear._call_raw(x2.data_ptr(), x2.shape[0], y.data_ptr(), n):  # see MXLinear
             y = torch.from_numpy(self.linear(x2.numpy(), threads=n))
-        copy = x2.numpy().copy() if key[-1] is None else None
-        with self._lock:
-            self._result = _Result(x, key, copy, y, part)
+        self._keep(x, key, y, part, x2)
         return self._columns(y, part)
+
+    def output_in_place(self, layer, x: torch.Tensor) -> torch.Tensor | None:
+        """:meth:`output` for an f32, C-contiguous ``x`` of shape ``(..., in)``
+        in eager mode (checked by the caller, ``MXLinear.forward``): the fused
+        result made in ``x``'s leading shape and each part's columns a
+        ``narrow`` of it, with no reshape on either side (each torch call costs
+        4-11 us inside a model: ``docs/torch.md``).  None where the kernel
+        cannot take ``x``'s address (``Linear._call_raw``)."""
+        part, key = layer._part, _identity_f32(x)
+        y = self._take(x, key, part, x)
+        if y is None:
+            y = torch.zeros(*x.shape[:-1], self.offsets[-1], dtype=torch.float32)
+            m = math.prod(x.shape[:-1])
+            n = layer._threads or torch.get_num_threads()
+            if not self.linear._call_raw(x.data_ptr(), m, y.data_ptr(), n):
+                return None
+            self._keep(x, key, y, part, x)
+        cols = y.narrow(-1, self.offsets[part], self.sizes[part])
+        return cols if y.dim() == 1 or math.prod(y.shape[:-1]) == 1 else cols.contiguous()
+
+    def _take(self, x, key, part: int, x2: torch.Tensor) -> torch.Tensor | None:
+        """The kept result if ``x`` is its input and ``part`` has not taken it (marked taken)."""
+        with self._lock:
+            return self._kept.take(x, key, part, x2.data_ptr(), len(self.sizes))
+
+    def _keep(self, x, key, y: torch.Tensor, part: int, x2: torch.Tensor) -> None:
+        """Keep ``y``, the fused result of ``x``, for the other parts (with a
+        copy of ``x2``'s bytes when ``x`` has no version counter)."""
+        nbytes = x2.numel() * 4 if key[-1] is None else 0
+        with self._lock:
+            self._kept.keep(x, key, y, part, x2.data_ptr(), nbytes)
 
     def _columns(self, y: torch.Tensor, part: int) -> torch.Tensor:
         cols = y[:, self.offsets[part] : self.offsets[part + 1]]

@@ -199,8 +199,9 @@ class MXLinear(torch.nn.Module):
             raise MXArgTypeError(f"x: expected a dense (strided) tensor, got layout {x.layout}")
         if x.dim() == 0 or x.shape[-1] != self.in_features:
             raise MXValueError(f"x: expected shape (..., {self.in_features}), got {tuple(x.shape)}")
-        if self._fused is None and x.dtype == torch.float32 and x.is_contiguous() and eager(x):
-            y = self._call_in_place(x)
+        if x.dtype == torch.float32 and x.is_contiguous() and eager(x):
+            fused = self._fused
+            y = self._call_in_place(x) if fused is None else fused.output_in_place(self, x)
             if y is not None:
                 return y if self.bias is None else y + self.bias.to(torch.float32)
         x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
