@@ -355,11 +355,12 @@ class KernelBuilder(ArithBuilder):
     def store(self, v: ir.Value, mem: ir.Value, indices) -> None:
         memref.StoreOp(v, mem, [self._i(i) for i in indices])
 
-    def prefetch(self, mem: ir.Value, indices, locality: int = 3) -> None:
-        """``memref.prefetch`` for reading into the data cache."""
+    def prefetch(self, mem: ir.Value, indices, locality: int = 3, write: bool = False) -> None:
+        """``memref.prefetch`` into the data cache, for reading or (``write``)
+        for writing (x86 ``prefetchw`` where the CPU has it)."""
         i32 = ir.IntegerType.get_signless(32)
         memref.PrefetchOp(
-            mem, [self._i(i) for i in indices], False, ir.IntegerAttr.get(i32, locality), True
+            mem, [self._i(i) for i in indices], write, ir.IntegerAttr.get(i32, locality), True
         )
 
     def alloc(

@@ -141,6 +141,8 @@ class _Kernel(KernelState):
         """All blocks of the columns [lo, hi)."""
         kb, cfg = self.kb, self.cfg
         self.span = (lo, hi)  # the tiled prefetch runs on into the next block's row
+        if cfg.threads > 1:
+            self._own_c(lo, hi)
         tile = LANES * cfg.nv
         width = kb.sub(hi, lo)
         full_tiles = kb.add(lo, kb.mul(kb.divu(width, tile), tile))
@@ -159,6 +161,29 @@ class _Kernel(KernelState):
                 self.tile(blk.iv, full_vecs, 1, rest)
         if self.scratch is not None:
             kb.dealloc(self.scratch)
+
+    def _own_c(self, lo: ir.Value, hi: ir.Value) -> None:
+        """Prefetch for writing (``prefetchw``) the chunk's lines of C, rows
+        ``[0, M)``, columns ``[lo, hi)``, before its first block.
+
+        The caller zeroed C on its own core, so on another core every line of
+        the chunk's C is first read (the first block's ``fma(p * sb, sa, c)``)
+        from the caller's cache, one cross-core transfer each, with the
+        kernel waiting on it: ``perf`` of a 2-thread 1 x 2048 x 2048 MXFP4
+        decode put a quarter of the worker's samples on that load, none on
+        the caller's.  Requested for ownership up front, those transfers
+        overlap the first block's widening (1 x 2048 x 2048, 2 threads:
+        0.230 / 0.203 / 0.216 -> 0.188 / 0.187 / 0.179 ms, old and new in
+        alternating processes; bench/results/decode-streams-2026-12-03.md,
+        session 41).  A prefetch changes no value, so no bit."""
+        kb = self.kb
+        with kb.loop(lo, hi, LANES) as col:
+            if self.prob.m is not None:
+                for m in range(self.prob.m):
+                    kb.prefetch(self.ops.c, [m, col.iv], write=True)
+            else:
+                with kb.loop(0, self.pa.m, 1) as row:
+                    kb.prefetch(self.ops.c, [row.iv, col.iv], write=True)
 
     # -- one column tile of one block -------------------------------------------------
 
