@@ -144,6 +144,17 @@ def test_inference_inputs_are_compared_by_their_bytes(monkeypatch, libc):
         q = b.q_proj(x[:, :2])  # a view at the same address, fewer rows: not a hit
         assert torch.equal(bits(q), bits(a.q_proj(x[:, :2])))
         assert torch.equal(bits(b.k_proj(x)), bits(a.k_proj(x)))
+        # a prefill-sized input's copy goes with its result (a small one is reused)
+        kept = b.q_proj._fused._kept
+        big = torch.randn(fused._REUSE // (4 * 64) + 1, 64)
+        b.q_proj(big)
+        assert len(kept.buf) == big.numel() * 4
+        b.k_proj(big), b.v_proj(big)  # every part taken: result and copy dropped
+        assert kept.y is None and kept.buf is None
+        b.q_proj(x)
+        small = kept.buf
+        b.q_proj(x + 1)
+        assert kept.buf is small and len(small) == x.numel() * 4
 
 
 def test_a_fused_llama_decodes_as_the_separate_one(monkeypatch):

@@ -83,18 +83,24 @@ def _memcmp():
 
 _MEMCMP = _memcmp()
 
+#: Bytes of an input copy that :class:`_Kept` keeps for the next call (an
+#: M = 1 input of up to 16384 f32 features); larger copies go with their result.
+_REUSE = 1 << 16
+
 
 class _Kept:
     """The fused result of the last input, and which parts have taken their
     columns (a bit each); one per :class:`FusedWeight`, reused by every call.
 
     For an inference tensor (no version counter) a copy of the input's bytes
-    is kept in a buffer that only grows, and compared byte for byte with the
-    next input at the same address: ``memmove`` and ``memcmp`` through
+    is kept, and compared byte for byte with the next input at the same
+    address: ``memmove`` and ``memcmp`` through
     ``ctypes``, where numpy's copy and ``array_equal`` (and an object per
     result) cost 30 us a miss inside a model, whose weight streams leave
     Python's data out of cache (a NaN input compares equal to itself here,
-    as it should)."""
+    as it should).  The copy's buffer is reused while it holds at most
+    :data:`_REUSE` bytes (a decode step's input); a larger one (a prefill's)
+    is freed with its result, so a long prompt leaves no copy behind."""
 
     __slots__ = ("ref", "key", "y", "taken", "buf", "n")
 
@@ -106,9 +112,11 @@ class _Kept:
         """Keep ``y``, the result of ``x``, taken by ``part``; ``nbytes`` of the
         input at ``address`` copied (0: ``x`` has a version counter in ``key``)."""
         if nbytes:
-            if self.buf is None or len(self.buf) < nbytes:
+            if self.buf is None or not nbytes <= len(self.buf) <= max(nbytes, _REUSE):
                 self.buf = ctypes.create_string_buffer(nbytes)
             ctypes.memmove(self.buf, address, nbytes)
+        elif self.buf is not None and len(self.buf) > _REUSE:
+            self.buf = None
         self.ref, self.key, self.y, self.taken, self.n = weakref.ref(x), key, y, 1 << part, nbytes
 
     def take(self, x, key, part: int, address: int, parts: int) -> torch.Tensor | None:
@@ -123,6 +131,8 @@ class _Kept:
         self.taken |= 1 << part
         if self.taken == (1 << parts) - 1:
             self.ref = self.key = self.y = None
+            if len(self.buf or b"") > _REUSE:
+                self.buf = None
         return y
 
 
