@@ -39,7 +39,7 @@ from mlir_mx.host import has_features
 from mlir_mx.kernels import SCHEDULES, Problem, shape_class
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa
 from mlir_mx.kernels.dot.kernel import DECODE_PREFETCH, DECODE_STREAMS
-from mlir_mx.kernels.dot.layout import dot_kind
+from mlir_mx.kernels.dot.layout import a_offset_fits, dot_kind
 from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, decode_elements, finite_codes
 
 needs_bw = pytest.mark.skipif(
@@ -229,6 +229,20 @@ def _int_values(element: str) -> np.ndarray:
     return np.unique(vals.astype(np.int64))
 
 
+def _check_a_offset(aa: np.ndarray, bb: np.ndarray) -> None:
+    """The A-offset mode (kernels/dot/isa.py): ``u = a + 128`` unsigned, ``s =
+    b`` signed, one pair sum inside int16; each int16 lane starts at ``-128 *``
+    its sum of B (at most 16 values: no wrap) and adds 8 such pair sums with
+    wrapping ``vpaddw``, so it ends exact when the lane's true sum of 16
+    products fits int16, for any A and B values."""
+    u, s = aa + 128, bb
+    assert (u * s - 128 * bb == aa * bb).all()
+    assert 0 <= u.min() and u.max() <= 255 and -128 <= s.min() and s.max() <= 127
+    assert -(2**15) <= 2 * (u * s).min() and 2 * (u * s).max() < 2**15
+    assert 16 * 128 * np.abs(bb).max() < 2**15  # the lane's start
+    assert 16 * np.abs(aa * bb).max() < 2**15  # the lane's exact end
+
+
 @pytest.mark.parametrize("isa", AVX2_MASKS)
 def test_avx2_pair_sums_cannot_saturate(monkeypatch, isa):
     """For every FP4/FP6/INT8 pair, from the format tables: the operands the
@@ -237,6 +251,7 @@ def test_avx2_pair_sums_cannot_saturate(monkeypatch, isa):
     a run of them; INT8 x INT8 (-128 x -128) is the one narrow pair that
     cannot use it."""
     mask_avx2(monkeypatch, isa)
+    a_offset = []
     for ea, eb in INT_PAIRS:
         a, b = _int_values(ea), _int_values(eb)
         kind = dot_kind(ea, eb, 32)
@@ -257,6 +272,10 @@ def test_avx2_pair_sums_cannot_saturate(monkeypatch, isa):
         if not ops.vnni:  # two products into an int16, saturating; `run` of them summed
             prods, run = u * s, DotOps(kind, ops, ea, eb, None).run
             assert -(2**15) <= 2 * run * prods.min() and 2 * run * prods.max() < 2**15, (ea, eb)
+        if ops.sign and a_offset_fits(ea, eb, 32):  # the expanding kernels' A-offset mode
+            _check_a_offset(aa, bb)
+            a_offset.append((ea, eb))
+    assert a_offset == ([] if isa == "avx-vnni" else [("i8", "f4E2M1FN")])  # W4A8
     worst = 2 * _int_values("i8").min() ** 2  # -128 x -128, twice: one above int16
     assert worst >= 2**15 and (isa == "avx-vnni") == (dot_kind("i8", "i8", 32).name == "i8")
 

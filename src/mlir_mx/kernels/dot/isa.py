@@ -84,10 +84,24 @@ def dot_isa(kind: DotKind, a_elem: str, b_elem: str) -> DotISA:
 
 
 class DotOps:
-    """Emits a dot kernel's instructions for one :class:`DotISA`."""
+    """Emits a dot kernel's instructions for one :class:`DotISA`.
 
-    def __init__(self, kind: DotKind, isa: DotISA, a_elem: str, b_elem: str, kb: KernelBuilder):
+    ``a_offset``: the sign trick's pairs by the **A-offset** mode instead
+    (``u = a + 128``, A's words stored offset; ``s = b``, B's signed values
+    from the FP4 table; the accumulator starts at ``-128 *`` B's column sum
+    over the block, which the kernel computes once per expanded chunk): one
+    ``vpmaddubsw`` per step and no ``vpsignb``.  Each int16 lane adds the
+    whole block (``run`` 8) with wrapping ``vpaddw`` from that start, and
+    ends at its exact sum of products (:func:`~.layout.a_offset_fits`: the
+    kernel passes ``a_offset`` only where it holds, in the dot kernels that
+    expand B's chunks)."""
+
+    def __init__(
+        self, kind: DotKind, isa: DotISA, a_elem: str, b_elem: str, kb: KernelBuilder,
+        a_offset: bool = False,
+    ):  # fmt: skip
         self.kb, self.kind, self.isa = kb, kind, isa
+        self.a_offset = a_offset
         #: B's FP4 table gives ``b`` itself, not ``b + 128``: the sign trick's
         #: operand without an xor (every FP4 B vector comes through the table).
         self.signed_table = isa.sign and layout.value_table(b_elem)
@@ -95,7 +109,9 @@ class DotOps:
         #: before one ``vpmaddwd``: as many as keep the sum of their bounds
         #: (:func:`~.layout.pair_sum_bounds`) inside int16 (1: every group).
         self.run = 1
-        if kind.name == "i8" and not isa.wide and not isa.vnni:
+        if a_offset:  # the whole block in int16 (wrapping; layout.a_offset_fits)
+            self.run = 8
+        elif kind.name == "i8" and not isa.wide and not isa.vnni:
             lo, hi = layout.pair_sum_bounds(a_elem, b_elem, "sign" if isa.sign else "offset")
             self.run = max(r for r in (1, 2, 4, 8) if r * lo >= -(2**15) and r * hi < 2**15)
 
@@ -198,7 +214,9 @@ class DotOps:
         kb = self.kb
         a = kb.vbitcast(a_words, 32, kb.i8)
         u, s = b_bytes, a
-        if self.isa.sign:  # |a| (unsigned) x b sign(a) (signed): the products a * b
+        if self.a_offset:  # a + 128 (unsigned; the words hold it) x b (signed)
+            u, s = a, b_bytes
+        elif self.isa.sign:  # |a| (unsigned) x b sign(a) (signed): the products a * b
             v32 = b_bytes.type
             b = b_bytes  # the table's b, else the records' b + 128 -> b
             if not self.signed_table:

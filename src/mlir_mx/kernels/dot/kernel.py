@@ -48,7 +48,7 @@ from mlir_mx.kernels.common.problem import Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa
-from mlir_mx.kernels.dot.layout import PANEL, RecordLayout, dot_kind, int_factor
+from mlir_mx.kernels.dot.layout import PANEL, RecordLayout, a_offset_fits, dot_kind, int_factor
 from mlir_mx.kernels.dot.prep import prepare_dot_a
 from mlir_mx.kernels.dot.sweep import sweep_decode
 
@@ -60,7 +60,7 @@ class DotConfig:
     """Tile parameters of the dot schedule."""
 
     mr: int = 1  # rows of A per register group
-    nv: int = 4  # vectors of 16 columns per register tile (2 or 4)
+    nv: int = 4  # vectors of 16 columns per register tile (1, 2 or 4)
     kcb: int = 0  # blocks per K chunk (0: all of K)
     expand: bool = False  # expand each chunk's records into a scratch (several row groups)
     threads: int = 1
@@ -82,6 +82,10 @@ class DotConfig:
         if isa.wide and prob.b_dot is not None and self.mr == 1 and not self.expand:
             return replace(self, streams=DECODE_STREAMS, prefetch=DECODE_PREFETCH)
         rows = HALF_ROWS_VNNI if isa.vnni else HALF_ROWS
+        if _a_offset(prob, self, isa):
+            # 3 rows x 16 columns: the f32 partials and the int16 lanes take
+            # 12 of the 16 ymm registers (32 columns spilled 160 times per block step)
+            return replace(self, mr=min(self.mr, rows), nv=1)
         return self if isa.wide or self.mr <= rows else replace(self, mr=rows)
 
 
@@ -144,10 +148,11 @@ def supports_bf16(prob: Problem) -> bool:
 def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) -> None:
     """Emit the dot kernel at the current insertion point."""
     kind = _kind(prob)
-    if cfg.nv not in (2, 4) or kind is None:
-        raise ValueError("dot kernel: needs a pair with a dot unit here and nv in (2, 4)")
+    if cfg.nv not in (1, 2, 4) or kind is None:
+        raise ValueError("dot kernel: needs a pair with a dot unit here and nv in (1, 2, 4)")
     isa = dot_isa(kind, prob.a_elem or prob.a_quant, prob.b_elem)
-    pa = prepare_dot_a(kb, prob, ops, kind, cfg.mr, compensate=not isa.sign)
+    offset = _a_offset(prob, cfg, isa)
+    pa = prepare_dot_a(kb, prob, ops, kind, cfg.mr, compensate=not isa.sign, offset=offset)
     k = _Dot(kb, prob, ops, cfg, pa)
     run = k.panels
     if k.codes is not None and prob.m == 1 and cfg.mr == 1 and not cfg.expand:
@@ -166,12 +171,26 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
             kb.dealloc(buf)
 
 
+def _a_offset(prob: Problem, cfg: DotConfig, isa) -> bool:
+    """The A-offset mode of :mod:`.isa` instead of the sign trick: where the
+    kernel expands B's chunks (several row groups share them, so B's column
+    sums cost once per chunk) and the pair fits (FP4 B: INT8 x FP4, the
+    W4A8 path).  Measured on 256-bit halves (AMD EPYC Zen 4 with the AVX-512
+    features masked, ``Linear`` 256 x 4096 x 4096 INT8 x FP4): see
+    ``docs/passes/mx-matmul-kernels.md``."""
+    a_elem = prob.a_elem or prob.a_quant
+    return cfg.expand and isa.sign and a_offset_fits(a_elem, prob.b_elem, prob.block)
+
+
 class _Dot:
     def __init__(self, kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig, pa):
         self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
         self.kind = _kind(prob)
         isa = dot_isa(self.kind, prob.a_elem or prob.a_quant, prob.b_elem)
-        self.units = DotOps(self.kind, isa, prob.a_elem or prob.a_quant, prob.b_elem, kb)
+        self.a_offset = _a_offset(prob, cfg, isa)
+        self.units = DotOps(
+            self.kind, isa, prob.a_elem or prob.a_quant, prob.b_elem, kb, self.a_offset
+        )
         self.stored = RecordLayout(self.kind, prob.b_elem, prob.block)
         self.full = RecordLayout(self.kind, prob.b_elem, prob.block, full=True)
         a_fmt = prob.a_elem or prob.a_quant
@@ -195,11 +214,13 @@ class _Dot:
 
     def panels(self, lo, hi) -> None:
         kb, cfg = self.kb, self.cfg
-        self.hs = self.ds = None
+        self.hs = self.ds = self.cs = None
         if cfg.expand:  # several row groups share each chunk: expand it once
             self.hs = kb.alloc([self.kcb, self.full.data_offset], kb.i8)
             if self.stored.nibbles or self.codes:
                 self.ds = kb.alloc([self.kcb, self.full.nbytes - self.full.data_offset], kb.i8)
+            if self.a_offset:  # -128 x B's sums per block and int16 lane (A-offset)
+                self.cs = kb.alloc([self.kcb, 2 * PANEL], kb.i16)
         nb, kcb = self.prob.kblocks, self.kcb
         full = nb - nb % kcb
         # Records: one panel's records are contiguous, so a panel streams
@@ -214,7 +235,7 @@ class _Dot:
                     self._chunks(j.iv, c0, nblk, full)
             else:
                 self._chunks_codes(lo, hi, c0, nblk, full)
-        for buf in (self.hs, self.ds):
+        for buf in (self.hs, self.ds, self.cs):
             if buf is not None:
                 kb.dealloc(buf)
 
@@ -256,6 +277,8 @@ class _Dot:
             self.codes.expand(self.hs, self.ds, j, c0, nblk)
         elif self.hs is not None:
             self.expand(j, c0, nblk)
+        if self.cs is not None:
+            self.column_sums(nblk)
         for sub in range(PANEL // (LANES * cfg.nv)):
             with kb.loop(0, self.pa.mp, cfg.mr) as g:
                 self.micro(j, sub, c0, nblk, g.iv)
@@ -272,6 +295,24 @@ class _Dot:
                 for g in range(self.stored.groups):
                     for v, w in enumerate(self.data(row, None, g, range(4), stored=True)):
                         kb.vstore(w, self.ds, [b.iv, 256 * g + 64 * v])
+
+    def column_sums(self, nblk: int) -> None:
+        """``cs[b, l] = -128 * sum`` over block ``b`` of the chunk of the B
+        values that int16 lane ``l`` multiplies (lane ``2n``: column ``n``'s
+        rows ``4g, 4g + 1`` of every K group ``g``; ``2n + 1``: rows ``4g + 2,
+        4g + 3``), from the expanded data: ``vpmaddubsw`` of 128 against them,
+        summed in int16 (at most ``8 * 2 * 128 * 12``, no wrap): where the
+        A-offset mode's lanes start, since they add ``(a + 128) * b``."""
+        kb = self.kb
+        v32h = kb.vec(2 * LANES, kb.i16)
+        offset = kb.const(0x80808080 - 2**32, kb.vec(LANES, kb.i32))  # 128 in every byte
+        with kb.loop(0, nblk, 1) as b:
+            for v in range(4):
+                total = kb.const(0, v32h)
+                for g in range(self.stored.groups):
+                    (bv,) = self.data(None, b.iv, g, [v], stored=False)
+                    total = kb.add(total, self.units.pairs(offset, bv))
+                kb.vstore(kb.sub(kb.const(0, v32h), total), self.cs, [b.iv, 2 * LANES * v])
 
     def record_row(self, j, blk) -> ir.Value:
         return self.kb.add(self.kb.mul(j, self.prob.kblocks), blk)
@@ -374,6 +415,9 @@ class _Dot:
             if self.cfg.prefetch and vs[0] == 0:
                 self.prefetch(row)
             scales = [self.scale(row, v, stored, local) for v in vs]
+        start = None  # the A-offset mode's int16 lanes start at -128 x B's sums
+        if self.a_offset:
+            start = [kb.vload(self.cs, [local, 2 * LANES * v], 2 * LANES) for v in vs] * len(rows)
         if self.pa.comp is not None:  # the accumulators start at A's compensation of B's offset
             acc = []
             for m in rows:
@@ -395,7 +439,10 @@ class _Dot:
                         acc[i] = self.dot(acc[i], a, bvec[v])
                         continue
                     p = self.units.pairs(a, bvec[v])
-                    sums[i] = p if g % run == 0 else kb.add(sums[i], p)
+                    if g % run == 0:
+                        sums[i] = p if start is None else kb.add(start[i], p)
+                    else:
+                        sums[i] = kb.add(sums[i], p)
                     if g % run == run - 1:
                         acc[i] = self.units.add_pairs(acc[i], sums[i])
         out = []

@@ -69,6 +69,7 @@ __all__ = [
     "value_table",
     "dot_kind",
     "maddubs_mode",
+    "a_offset_fits",
     "pair_sum_bounds",
     "RecordLayout",
     "pack_records",
@@ -127,11 +128,14 @@ def pair_sum_bounds(a_elem: str, b_elem: str, mode: str = "offset") -> tuple[int
     """The least and greatest sum of two products ``u * s`` that ``vpmaddubsw``
     forms (into an int16, saturating) for A x B on the ``i8`` unit, from the
     format tables: ``mode`` ``offset``: ``u = b + 128`` (the records' bytes),
-    ``s = a``; ``sign``: ``u = |a|``, ``s = b * sign(a)`` (:mod:`.isa`)."""
+    ``s = a``; ``sign``: ``u = |a|``, ``s = b * sign(a)``; ``a-offset``:
+    ``u = a + 128``, ``s = b`` (:mod:`.isa`)."""
     a = _int_values(a_elem)
     b = _int_values(b_elem)
     if mode == "offset":
         u, s = [x + 128 for x in b], a
+    elif mode == "a-offset":
+        u, s = [x + 128 for x in a], b
     else:
         u = [abs(x) for x in a]
         s = [y * sg for y in b for sg in {(x > 0) - (x < 0) for x in a}]
@@ -158,6 +162,22 @@ def maddubs_mode(a_elem: str, b_elem: str) -> str | None:
         if lo >= -(2**15) and hi < 2**15:
             return mode
     return None
+
+
+def a_offset_fits(a_elem: str, b_elem: str, block: int) -> bool:
+    """Whether the ``a-offset`` mode of :mod:`.isa` is exact for A x B in
+    blocks of ``block``: B's values come from a 16-entry table as signed bytes
+    (FP4: ``|2b| <= 12``), one pair sum ``2 * 255 * max |b|`` fits an int16,
+    and so does each int16 lane's true sum over the block, ``block / 2``
+    products ``a * b`` (the lane's running sum may wrap: it starts at ``-128
+    *`` the lane's sum of B and adds ``(a + 128) * b``, so it ends exact);
+    the block is 4, 8, 16 or 32 (1, 2, 4 or 8 K groups: one ``vpmaddwd``)."""
+    if not value_table(b_elem) or block not in (4, 8, 16, 32):
+        return False
+    a, b = _int_values(a_elem), _int_values(b_elem)
+    amax, bmax = max(abs(x) for x in a), max(abs(x) for x in b)
+    lo, hi = pair_sum_bounds(a_elem, b_elem, "a-offset")
+    return bmax <= 127 and lo >= -(2**15) and hi < 2**15 and block // 2 * amax * bmax < 2**15
 
 
 def dot_kind(a_elem: str | None, b_elem: str | None, block: int) -> DotKind | None:

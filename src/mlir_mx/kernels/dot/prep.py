@@ -60,10 +60,13 @@ def prepare_dot_a(
     kind: DotKind,
     group: int,
     compensate: bool = True,
+    offset: bool = False,
 ) -> DotA:
     """Fill A's words and scales (rows padded to a multiple of ``group``), and
     the compensation where ``compensate`` and the unit offsets B (not with the
-    sign trick of :mod:`.isa`, which needs none)."""
+    sign trick of :mod:`.isa`, which needs none).  ``offset``: each int8 of
+    the words is stored as ``a + 128`` (``a ^ 0x80``, the unsigned operand
+    of the A-offset mode of :mod:`.isa`)."""
     if prob.m is None:
         m = kb.dim(ops.a, 0)
         mp = kb.mul(kb.ceildivu(m, group), group)
@@ -78,7 +81,7 @@ def prepare_dot_a(
     words = kb.alloc([rows, width + (LANES if width % 1024 == 0 else 0)], kb.i32, dyn)
     scales = kb.alloc([rows, prob.kblocks], kb.f32, dyn)
     comp = kb.alloc([rows, prob.kblocks], kb.i32, dyn) if kind.comp and compensate else None
-    conv = _Words(kb, kind, prob.a_elem or prob.a_quant, words)
+    conv = _Words(kb, kind, prob.a_elem or prob.a_quant, words, offset)
     with kb.loop(0, m, 1) as row:
         if prob.a_is_mx:
             _decode_row(kb, prob, ops, conv, scales, row.iv)
@@ -121,8 +124,10 @@ def _compensation(kb: KernelBuilder, prob: Problem, words, comp, r) -> None:
 class _Words:
     """f32 element values (16 lanes, exact) -> dot words, stored into ``words``."""
 
-    def __init__(self, kb: KernelBuilder, kind: DotKind, element: str, words: ir.Value):
-        self.kb, self.kind, self.words = kb, kind, words
+    def __init__(
+        self, kb: KernelBuilder, kind: DotKind, element: str, words: ir.Value, offset: bool
+    ):
+        self.kb, self.kind, self.words, self.offset = kb, kind, words, offset
         f = int_factor(element)
         self.factor = None if f is None else kb.const(2.0**f, kb.vec(LANES, kb.f32))
 
@@ -142,6 +147,8 @@ class _Words:
             kb.vstore(kb.vbitcast(h, LANES // 2, kb.i32), self.words, [row, kb.divu(col, 2)])
             return
         b = kb.trunci(ints, kb.vec(LANES, kb.i8))
+        if self.offset:  # a + 128 as an unsigned byte
+            b = kb.xori(b, kb.const(0x80, kb.vec(LANES, kb.i8)))
         kb.vstore(kb.vbitcast(b, LANES // 4, kb.i32), self.words, [row, kb.divu(col, 4)])
 
 
