@@ -74,7 +74,8 @@ class DotConfig:
         """This config for ``prob`` on this CPU: on 256-bit halves (no AVX-512,
         :mod:`.isa`) at most :data:`HALF_ROWS` rows (:data:`HALF_ROWS_VNNI`
         with AVX-VNNI), so that the 2 x mr x nv ymm accumulators and B's
-        vectors (nearly) fit the 16 ymm registers; unchanged on AVX-512."""
+        vectors (nearly) fit the 16 ymm registers, and the A-offset mode's
+        one row of 32 columns (:data:`A_OFFSET_KCB`); unchanged on AVX-512."""
         kind = _kind(prob)
         if kind is None:
             return self
@@ -83,9 +84,7 @@ class DotConfig:
             return replace(self, streams=DECODE_STREAMS, prefetch=DECODE_PREFETCH)
         rows = HALF_ROWS_VNNI if isa.vnni else HALF_ROWS
         if _a_offset(prob, self, isa):
-            # 3 rows x 16 columns: the f32 partials and the int16 lanes take
-            # 12 of the 16 ymm registers (32 columns spilled 160 times per block step)
-            return replace(self, mr=min(self.mr, rows), nv=1)
+            return replace(self, mr=1, nv=2, kcb=A_OFFSET_KCB)
         return self if isa.wide or self.mr <= rows else replace(self, mr=rows)
 
 
@@ -103,6 +102,17 @@ HALF_ROWS = 3
 #: against 52 for 3 x 2 (llc -mcpu=alderlake, where no add is reassociated).
 #: Not measured on such a CPU.
 HALF_ROWS_VNNI = 2
+
+#: The A-offset mode's tile on 256-bit halves (:func:`_a_offset`): one row
+#: of 32 columns over chunks of 8 blocks of B (16 KiB expanded, in L1).  Each
+#: ``vpmaddubsw`` then reads B's signed bytes straight from the chunk (its
+#: memory operand) and the tile needs 8 of the 16 ymm registers: ``llc
+#: -mcpu=znver4`` counts 96 instructions per block step of 32 ``vpmaddubsw``,
+#: no stack access, where 3 rows x 16 columns (B loaded once for 3 rows)
+#: spilled 52 times per 48.  Measured on an AMD EPYC (Zen 4) with the AVX-512
+#: features masked, ``Linear`` 256 x 4096 x 4096 INT8 x FP4, old and new in
+#: alternating processes (bench/results/avx2-a-offset-2026-12-03.md).
+A_OFFSET_KCB = 8
 
 #: Decode from records with AVX-512: each thread reads ``DECODE_STREAMS``
 #: panels side by side (one panel's records are one contiguous run down K)
@@ -175,9 +185,7 @@ def _a_offset(prob: Problem, cfg: DotConfig, isa) -> bool:
     """The A-offset mode of :mod:`.isa` instead of the sign trick: where the
     kernel expands B's chunks (several row groups share them, so B's column
     sums cost once per chunk) and the pair fits (FP4 B: INT8 x FP4, the
-    W4A8 path).  Measured on 256-bit halves (AMD EPYC Zen 4 with the AVX-512
-    features masked, ``Linear`` 256 x 4096 x 4096 INT8 x FP4): see
-    ``docs/passes/mx-matmul-kernels.md``."""
+    W4A8 path), on 256-bit halves without VNNI (:data:`A_OFFSET_KCB`)."""
     a_elem = prob.a_elem or prob.a_quant
     return cfg.expand and isa.sign and a_offset_fits(a_elem, prob.b_elem, prob.block)
 
