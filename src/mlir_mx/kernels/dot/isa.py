@@ -104,7 +104,7 @@ class DotOps:
         self.a_offset = a_offset
         #: B's FP4 table gives ``b`` itself, not ``b + 128``: the sign trick's
         #: operand without an xor (every FP4 B vector comes through the table).
-        self.signed_table = isa.sign and layout.value_table(b_elem)
+        self.signed_table = (isa.sign or a_offset) and layout.value_table(b_elem)
         #: K groups whose ``vpmaddubsw`` pair sums add up in int16 (``vpaddw``)
         #: before one ``vpmaddwd``: as many as keep the sum of their bounds
         #: (:func:`~.layout.pair_sum_bounds`) inside int16 (1: every group).

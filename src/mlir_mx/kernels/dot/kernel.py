@@ -162,7 +162,9 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
         raise ValueError("dot kernel: needs a pair with a dot unit here and nv in (1, 2, 4)")
     isa = dot_isa(kind, prob.a_elem or prob.a_quant, prob.b_elem)
     offset = _a_offset(prob, cfg, isa)
-    pa = prepare_dot_a(kb, prob, ops, kind, cfg.mr, compensate=not isa.sign, offset=offset)
+    pa = prepare_dot_a(
+        kb, prob, ops, kind, cfg.mr, compensate=not (isa.sign or offset), offset=offset
+    )
     k = _Dot(kb, prob, ops, cfg, pa)
     run = k.panels
     if k.codes is not None and prob.m == 1 and cfg.mr == 1 and not cfg.expand:
@@ -187,7 +189,9 @@ def _a_offset(prob: Problem, cfg: DotConfig, isa) -> bool:
     sums cost once per chunk) and the pair fits (FP4 B: INT8 x FP4, the
     W4A8 path), on 256-bit halves without VNNI (:data:`A_OFFSET_KCB`)."""
     a_elem = prob.a_elem or prob.a_quant
-    return cfg.expand and isa.sign and a_offset_fits(a_elem, prob.b_elem, prob.block)
+    if not cfg.expand or isa.wide or isa.vnni or _kind(prob).name != "i8":
+        return False
+    return a_offset_fits(a_elem, prob.b_elem, prob.block)
 
 
 class _Dot:
