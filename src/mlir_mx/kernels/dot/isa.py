@@ -39,6 +39,9 @@ Without VNNI, the pair sums of :attr:`DotOps.run` consecutive K groups add
 up in int16 (``vpaddw``) before one ``vpmaddwd``, ``run`` times the bound
 inside int16 (the sign trick's FP4 x INT8: 8 groups, a whole block of 32):
 one multiply per step instead of two, on cores where both share a port.
+The kernels that expand B's chunks (several row groups share them) use the
+**A-offset** mode instead for FP4 B and an 8-bit A (:class:`DotOps`,
+``a_offset``; ``docs/numerics.md``).
 ``tests/kernels/test_dot_kernels.py`` enumerates these bounds from the format
 tables for every pair.
 """
