@@ -39,7 +39,7 @@ from mlir_mx.host import has_features
 from mlir_mx.kernels import SCHEDULES, Problem, shape_class
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa
 from mlir_mx.kernels.dot.kernel import DECODE_PREFETCH, DECODE_STREAMS
-from mlir_mx.kernels.dot.layout import a_offset_fits, dot_kind
+from mlir_mx.kernels.dot.layout import a_offset_run, dot_kind
 from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, decode_elements, finite_codes
 
 needs_bw = pytest.mark.skipif(
@@ -229,18 +229,19 @@ def _int_values(element: str) -> np.ndarray:
     return np.unique(vals.astype(np.int64))
 
 
-def _check_a_offset(aa: np.ndarray, bb: np.ndarray) -> None:
+def _check_a_offset(aa: np.ndarray, bb: np.ndarray, run: int) -> None:
     """The A-offset mode (kernels/dot/isa.py): ``u = a + 128`` unsigned, ``s =
-    b`` signed, one pair sum inside int16; each int16 lane starts at ``-128 *``
-    its sum of B (at most 16 values: no wrap) and adds 8 such pair sums with
-    wrapping ``vpaddw``, so it ends exact when the lane's true sum of 16
-    products fits int16, for any A and B values."""
+    b`` signed, one pair sum (and ``128 (b + b')``, the lane's start) inside
+    int16; each int16 lane adds ``run`` K groups (``2 run`` products) with
+    wrapping ``vpaddw`` from ``-128 *`` its sum of B, so it ends exact when
+    the lane's true sum fits int16, for any A and B values."""
     u, s = aa + 128, bb
     assert (u * s - 128 * bb == aa * bb).all()
     assert 0 <= u.min() and u.max() <= 255 and -128 <= s.min() and s.max() <= 127
     assert -(2**15) <= 2 * (u * s).min() and 2 * (u * s).max() < 2**15
-    assert 16 * 128 * np.abs(bb).max() < 2**15  # the lane's start
-    assert 16 * np.abs(aa * bb).max() < 2**15  # the lane's exact end
+    assert 2 * 128 * np.abs(bb).max() < 2**15  # one pair of the lane's start
+    assert 2 * run * np.abs(aa * bb).max() < 2**15  # the lane's exact end
+    assert 8 % run == 0  # whole runs per block of 32
 
 
 @pytest.mark.parametrize("isa", AVX2_MASKS)
@@ -272,12 +273,14 @@ def test_avx2_pair_sums_cannot_saturate(monkeypatch, isa):
         if not ops.vnni:  # two products into an int16, saturating; `run` of them summed
             prods, run = u * s, DotOps(kind, ops, ea, eb, None).run
             assert -(2**15) <= 2 * run * prods.min() and 2 * run * prods.max() < 2**15, (ea, eb)
-        if not ops.vnni and a_offset_fits(ea, eb, 32):  # the expanding kernels' A-offset mode
-            _check_a_offset(aa, bb)
+        run = a_offset_run(ea, eb, 32)
+        if not ops.vnni and run:  # the expanding kernels' A-offset mode
+            _check_a_offset(aa, bb, run)
             a_offset.append((ea, eb))
-    # Plain AVX2: every pair with FP4 B and an 8-bit A (W4A8 among them).
-    assert all(eb == "f4E2M1FN" for _, eb in a_offset)
+    # Plain AVX2: every i8-unit pair with FP4 or E2M3 B (W4A8 among them).
+    assert all(eb in ("f4E2M1FN", "f6E2M3FN") for _, eb in a_offset)
     assert (("i8", "f4E2M1FN") in a_offset) == (isa == "avx2"), a_offset
+    assert (("i8", "f6E2M3FN") in a_offset) == (isa == "avx2"), a_offset
     worst = 2 * _int_values("i8").min() ** 2  # -128 x -128, twice: one above int16
     assert worst >= 2**15 and (isa == "avx-vnni") == (dot_kind("i8", "i8", 32).name == "i8")
 
@@ -299,6 +302,18 @@ def test_avx2_kernels_equal_f32_kernels(monkeypatch, isa, ea, eb):
     i = AVX2_CASES.index((isa, ea, eb))
     _check(ea, eb, SHAPES[i % 3], 1 + i % 2, "int", SOURCES[i % 2])
     _check(ea, eb, SHAPES[(i + 1) % 3], 2 - i % 2, "int", SOURCES[(i + 1) % 2])
+
+
+@pytest.mark.parametrize("ea, eb", [("i8", "f6E2M3FN"), ("f6E2M3FN", "f6E2M3FN")])
+def test_avx2_a_offset_runs_equal_f32_kernels(monkeypatch, ea, eb):
+    """The A-offset mode with E2M3 B (plain AVX2): its int16 lanes end every
+    2 (INT8 A) or 4 (E2M3 A) K groups, and B's expanded bytes are made signed
+    per chunk; the f32 kernels' bits at small and prefill, records and codes,
+    1 and 2 threads (the FP4-B pairs take it in test_avx2_kernels_equal_f32_kernels)."""
+    mask_avx2(monkeypatch, "avx2")
+    assert a_offset_run(ea, eb, 32) == (2 if ea == "i8" else 4)
+    _check(ea, eb, SHAPES[1], 1, "int", "records")
+    _check(ea, eb, SHAPES[2], 2, "int", "codes")
 
 
 AVX2_ALL = [(isa, *case) for isa in AVX2_MASKS for case in ALL]

@@ -40,8 +40,8 @@ up in int16 (``vpaddw``) before one ``vpmaddwd``, ``run`` times the bound
 inside int16 (the sign trick's FP4 x INT8: 8 groups, a whole block of 32):
 one multiply per step instead of two, on cores where both share a port.
 The kernels that expand B's chunks (several row groups share them) use the
-**A-offset** mode instead for FP4 B and an 8-bit A (:class:`DotOps`,
-``a_offset``; ``docs/numerics.md``).
+**A-offset** mode instead for the ``i8`` pairs with FP4 or E2M3 B
+(:class:`DotOps`, ``a_offset``; ``docs/numerics.md``).
 ``tests/kernels/test_dot_kernels.py`` enumerates these bounds from the format
 tables for every pair.
 """
@@ -89,19 +89,19 @@ def dot_isa(kind: DotKind, a_elem: str, b_elem: str) -> DotISA:
 class DotOps:
     """Emits a dot kernel's instructions for one :class:`DotISA`.
 
-    ``a_offset``: the sign trick's pairs by the **A-offset** mode instead
-    (``u = a + 128``, A's words stored offset; ``s = b``, B's signed values
-    from the FP4 table; the accumulator starts at ``-128 *`` B's column sum
-    over the block, which the kernel computes once per expanded chunk): one
-    ``vpmaddubsw`` per step and no ``vpsignb``.  Each int16 lane adds the
-    whole block (``run`` 8) with wrapping ``vpaddw`` from that start, and
-    ends at its exact sum of products (:func:`~.layout.a_offset_fits`: the
-    kernel passes ``a_offset`` only where it holds, in the dot kernels that
-    expand B's chunks)."""
+    ``a_offset``: the pairs by the **A-offset** mode instead of the sign
+    trick or B's offset (``u = a + 128``, A's words stored offset; ``s = b``,
+    B's signed values; each int16 lane starts at ``-128 *`` its sum of B
+    over a run of K groups, which the kernel computes once per expanded
+    chunk): one ``vpmaddubsw`` per step, no ``vpsignb``, and B's bytes can
+    be its memory operand.  ``a_offset`` is the run (0: off), from
+    :func:`~.layout.a_offset_run`: the lane adds that many groups with
+    wrapping ``vpaddw`` and ends at its exact sum of products; the kernel
+    passes it only in the dot kernels that expand B's chunks."""
 
     def __init__(
         self, kind: DotKind, isa: DotISA, a_elem: str, b_elem: str, kb: KernelBuilder,
-        a_offset: bool = False,
+        a_offset: int = 0,
     ):  # fmt: skip
         self.kb, self.kind, self.isa = kb, kind, isa
         self.a_offset = a_offset
@@ -112,8 +112,8 @@ class DotOps:
         #: before one ``vpmaddwd``: as many as keep the sum of their bounds
         #: (:func:`~.layout.pair_sum_bounds`) inside int16 (1: every group).
         self.run = 1
-        if a_offset:  # the whole block in int16 (wrapping; layout.a_offset_fits)
-            self.run = 8
+        if a_offset:  # runs of K groups in int16 (wrapping; layout.a_offset_run)
+            self.run = a_offset
         elif kind.name == "i8" and not isa.wide and not isa.vnni:
             lo, hi = layout.pair_sum_bounds(a_elem, b_elem, "sign" if isa.sign else "offset")
             self.run = max(r for r in (1, 2, 4, 8) if r * lo >= -(2**15) and r * hi < 2**15)

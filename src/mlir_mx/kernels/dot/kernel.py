@@ -48,7 +48,13 @@ from mlir_mx.kernels.common.problem import Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa
-from mlir_mx.kernels.dot.layout import PANEL, RecordLayout, a_offset_fits, dot_kind, int_factor
+from mlir_mx.kernels.dot.layout import (
+    PANEL,
+    RecordLayout,
+    a_offset_run,
+    dot_kind,
+    int_factor,
+)
 from mlir_mx.kernels.dot.prep import prepare_dot_a
 from mlir_mx.kernels.dot.sweep import sweep_decode
 
@@ -183,15 +189,16 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
             kb.dealloc(buf)
 
 
-def _a_offset(prob: Problem, cfg: DotConfig, isa) -> bool:
-    """The A-offset mode of :mod:`.isa` instead of the sign trick: where the
-    kernel expands B's chunks (several row groups share them, so B's column
-    sums cost once per chunk) and the pair fits (FP4 B: INT8 x FP4, the
-    W4A8 path), on 256-bit halves without VNNI (:data:`A_OFFSET_KCB`)."""
+def _a_offset(prob: Problem, cfg: DotConfig, isa) -> int:
+    """The A-offset mode of :mod:`.isa` (its run of K groups; 0: not taken):
+    where the kernel expands B's chunks (several row groups share them, so
+    B's sums cost once per chunk) and the pair fits
+    (:func:`~.layout.a_offset_run`: FP4 B with an 8-bit A, E2M3 B), on
+    256-bit halves without VNNI (:data:`A_OFFSET_KCB`)."""
     a_elem = prob.a_elem or prob.a_quant
     if not cfg.expand or isa.wide or isa.vnni or _kind(prob).name != "i8":
-        return False
-    return a_offset_fits(a_elem, prob.b_elem, prob.block)
+        return 0
+    return a_offset_run(a_elem, prob.b_elem, prob.block)
 
 
 class _Dot:
@@ -229,10 +236,11 @@ class _Dot:
         self.hs = self.ds = self.cs = None
         if cfg.expand:  # several row groups share each chunk: expand it once
             self.hs = kb.alloc([self.kcb, self.full.data_offset], kb.i8)
-            if self.stored.nibbles or self.codes:
+            if self.stored.nibbles or self.codes or self.a_offset:
                 self.ds = kb.alloc([self.kcb, self.full.nbytes - self.full.data_offset], kb.i8)
-            if self.a_offset:  # -128 x B's sums per block and int16 lane (A-offset)
-                self.cs = kb.alloc([self.kcb, 2 * PANEL], kb.i16)
+            if self.a_offset:  # -128 x B's sums per block, run and int16 lane (A-offset)
+                runs = self.stored.groups // self.a_offset
+                self.cs = kb.alloc([self.kcb, runs * 2 * PANEL], kb.i16)
         nb, kcb = self.prob.kblocks, self.kcb
         full = nb - nb % kcb
         # Records: one panel's records are contiguous, so a panel streams
@@ -309,22 +317,32 @@ class _Dot:
                         kb.vstore(w, self.ds, [b.iv, 256 * g + 64 * v])
 
     def column_sums(self, nblk: int) -> None:
-        """``cs[b, l] = -128 * sum`` over block ``b`` of the chunk of the B
-        values that int16 lane ``l`` multiplies (lane ``2n``: column ``n``'s
-        rows ``4g, 4g + 1`` of every K group ``g``; ``2n + 1``: rows ``4g + 2,
-        4g + 3``), from the expanded data: ``vpmaddubsw`` of 128 against them,
-        summed in int16 (at most ``8 * 2 * 128 * 12``, no wrap): where the
-        A-offset mode's lanes start, since they add ``(a + 128) * b``."""
-        kb = self.kb
+        """``cs[b, (q, v, l)] = -128 * sum`` over run ``q`` of block ``b`` of
+        the chunk of the B values that int16 lane ``l`` of vector ``v``
+        multiplies (lane ``2n``: column ``n``'s rows ``4g, 4g + 1`` of each K
+        group ``g`` of the run; ``2n + 1``: rows ``4g + 2, 4g + 3``):
+        ``vpmaddubsw`` of 128 against them, summed in int16 (wrapping is
+        harmless: :func:`~.layout.a_offset_run`).  Where the A-offset mode's
+        lanes start, since they add ``(a + 128) * b``.  B's expanded bytes
+        hold ``b + 128`` unless a signed table made them (FP4): those are
+        turned into ``b`` here, once per chunk."""
+        kb, run = self.kb, self.a_offset
         v32h = kb.vec(2 * LANES, kb.i16)
         offset = kb.const(0x80808080 - 2**32, kb.vec(LANES, kb.i32))  # 128 in every byte
+        signed = self.units.signed_table
         with kb.loop(0, nblk, 1) as b:
             for v in range(4):
-                total = kb.const(0, v32h)
+                total = None
                 for g in range(self.stored.groups):
                     (bv,) = self.data(None, b.iv, g, [v], stored=False)
-                    total = kb.add(total, self.units.pairs(offset, bv))
-                kb.vstore(kb.sub(kb.const(0, v32h), total), self.cs, [b.iv, 2 * LANES * v])
+                    if not signed:
+                        bv = kb.xori(bv, kb.const(0x80, bv.type))
+                        kb.vstore(bv, self.ds, [b.iv, 256 * g + 64 * v])
+                    p = self.units.pairs(offset, bv)
+                    total = p if g % run == 0 else kb.add(total, p)
+                    if g % run == run - 1:
+                        at = 2 * LANES * (4 * (g // run) + v)
+                        kb.vstore(kb.sub(kb.const(0, v32h), total), self.cs, [b.iv, at])
 
     def record_row(self, j, blk) -> ir.Value:
         return self.kb.add(self.kb.mul(j, self.prob.kblocks), blk)
@@ -427,9 +445,6 @@ class _Dot:
             if self.cfg.prefetch and vs[0] == 0:
                 self.prefetch(row)
             scales = [self.scale(row, v, stored, local) for v in vs]
-        start = None  # the A-offset mode's int16 lanes start at -128 x B's sums
-        if self.a_offset:
-            start = [kb.vload(self.cs, [local, 2 * LANES * v], 2 * LANES) for v in vs] * len(rows)
         if self.pa.comp is not None:  # the accumulators start at A's compensation of B's offset
             acc = []
             for m in rows:
@@ -447,12 +462,15 @@ class _Dot:
                 a = kb.broadcast(kb.load(self.pa.words, [m, word]), LANES)
                 for v in range(nv):
                     i = r * nv + v
-                    if run == 1:
+                    if run == 1 and not self.a_offset:
                         acc[i] = self.dot(acc[i], a, bvec[v])
                         continue
                     p = self.units.pairs(a, bvec[v])
-                    if g % run == 0:
-                        sums[i] = p if start is None else kb.add(start[i], p)
+                    if g % run == 0 and self.a_offset:  # the run's start
+                        at = 2 * LANES * (4 * (g // run) + vs[v])
+                        sums[i] = kb.add(kb.vload(self.cs, [local, at], 2 * LANES), p)
+                    elif g % run == 0:
+                        sums[i] = p
                     else:
                         sums[i] = kb.add(sums[i], p)
                     if g % run == run - 1:

@@ -69,7 +69,7 @@ __all__ = [
     "value_table",
     "dot_kind",
     "maddubs_mode",
-    "a_offset_fits",
+    "a_offset_run",
     "pair_sum_bounds",
     "RecordLayout",
     "pack_records",
@@ -164,20 +164,24 @@ def maddubs_mode(a_elem: str, b_elem: str) -> str | None:
     return None
 
 
-def a_offset_fits(a_elem: str, b_elem: str, block: int) -> bool:
-    """Whether the ``a-offset`` mode of :mod:`.isa` is exact for A x B in
-    blocks of ``block``: B's values come from a 16-entry table as signed bytes
-    (FP4: ``|2b| <= 12``), one pair sum ``2 * 255 * max |b|`` fits an int16,
-    and so does each int16 lane's true sum over the block, ``block / 2``
-    products ``a * b`` (the lane's running sum may wrap: it starts at ``-128
-    *`` the lane's sum of B and adds ``(a + 128) * b``, so it ends exact);
-    the block is 4, 8, 16 or 32 (1, 2, 4 or 8 K groups: one ``vpmaddwd``)."""
-    if not value_table(b_elem) or block not in (4, 8, 16, 32):
-        return False
+def a_offset_run(a_elem: str, b_elem: str, block: int) -> int:
+    """The K groups (of 4) each int16 lane of the ``a-offset`` mode of
+    :mod:`.isa` adds before one ``vpmaddwd``, or 0 where the mode is not
+    exact for A x B in blocks of ``block``.  The mode needs B's values as
+    signed bytes, every pair sum ``(a + 128) b + (a' + 128) b'`` and every
+    ``128 (b + b')`` (the lane's start) inside int16 (``vpmaddubsw``
+    saturates), and the lane's true sum over a run of ``r`` groups, ``2 r``
+    products ``a * b``, inside int16: its running value starts at ``-128
+    *`` the run's sum of B and may wrap, but int16 addition is exact modulo
+    2^16, so it ends at that true sum.  ``r`` divides the block's groups."""
     a, b = _int_values(a_elem), _int_values(b_elem)
     amax, bmax = max(abs(x) for x in a), max(abs(x) for x in b)
     lo, hi = pair_sum_bounds(a_elem, b_elem, "a-offset")
-    return bmax <= 127 and lo >= -(2**15) and hi < 2**15 and block // 2 * amax * bmax < 2**15
+    if min(b) < -128 or max(b) > 127 or lo < -(2**15) or hi >= 2**15 or 2 * 128 * bmax >= 2**15:
+        return 0
+    groups = block // 4 if block % 4 == 0 else 0
+    runs = [r for r in (1, 2, 4, 8) if groups % r == 0 and 2 * r * amax * bmax < 2**15]
+    return max(runs, default=0)
 
 
 def dot_kind(a_elem: str | None, b_elem: str | None, block: int) -> DotKind | None:
