@@ -48,13 +48,7 @@ from mlir_mx.kernels.common.problem import Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa
-from mlir_mx.kernels.dot.layout import (
-    PANEL,
-    RecordLayout,
-    a_offset_run,
-    dot_kind,
-    int_factor,
-)
+from mlir_mx.kernels.dot.layout import PANEL, RecordLayout, a_offset_run, dot_kind, int_factor
 from mlir_mx.kernels.dot.prep import prepare_dot_a
 from mlir_mx.kernels.dot.sweep import sweep_decode
 
