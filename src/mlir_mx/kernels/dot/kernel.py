@@ -163,7 +163,7 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
     isa = dot_isa(kind, prob.a_elem or prob.a_quant, prob.b_elem)
     offset = _a_offset(prob, cfg, isa)
     pa = prepare_dot_a(
-        kb, prob, ops, kind, cfg.mr, compensate=not (isa.sign or offset), offset=offset
+        kb, prob, ops, kind, cfg.mr, compensate=not (isa.sign or offset), offset=offset > 0
     )
     k = _Dot(kb, prob, ops, cfg, pa)
     run = k.panels
