@@ -74,8 +74,9 @@ class DotConfig:
         """This config for ``prob`` on this CPU: on 256-bit halves (no AVX-512,
         :mod:`.isa`) at most :data:`HALF_ROWS` rows (:data:`HALF_ROWS_VNNI`
         with AVX-VNNI), so that the 2 x mr x nv ymm accumulators and B's
-        vectors (nearly) fit the 16 ymm registers, and the A-offset mode's
-        one row of 32 columns (:data:`A_OFFSET_KCB`); unchanged on AVX-512."""
+        vectors (nearly) fit the 16 ymm registers, and one row of 32 columns
+        where B can be the multiply's memory operand (:data:`ONE_ROW_KCB`);
+        unchanged on AVX-512."""
         kind = _kind(prob)
         if kind is None:
             return self
@@ -83,8 +84,9 @@ class DotConfig:
         if isa.wide and prob.b_dot is not None and self.mr == 1 and not self.expand:
             return replace(self, streams=DECODE_STREAMS, prefetch=DECODE_PREFETCH)
         rows = HALF_ROWS_VNNI if isa.vnni else HALF_ROWS
-        if _a_offset(prob, self, isa):
-            return replace(self, mr=1, nv=2, kcb=A_OFFSET_KCB)
+        if self.expand and not isa.wide and not isa.vnni:
+            if kind.name == "i16" or _a_offset(prob, self, isa):
+                return replace(self, mr=1, nv=2, kcb=ONE_ROW_KCB)
         return self if isa.wide or self.mr <= rows else replace(self, mr=rows)
 
 
@@ -103,16 +105,17 @@ HALF_ROWS = 3
 #: Not measured on such a CPU.
 HALF_ROWS_VNNI = 2
 
-#: The A-offset mode's tile on 256-bit halves (:func:`_a_offset`): one row
-#: of 32 columns over chunks of 8 blocks of B (16 KiB expanded, in L1).  Each
-#: ``vpmaddubsw`` then reads B's signed bytes straight from the chunk (its
-#: memory operand) and the tile needs 8 of the 16 ymm registers: ``llc
-#: -mcpu=znver4`` counts 96 instructions per block step of 32 ``vpmaddubsw``,
-#: no stack access, where 3 rows x 16 columns (B loaded once for 3 rows)
-#: spilled 52 times per 48.  Measured on an AMD EPYC (Zen 4) with the AVX-512
-#: features masked, ``Linear`` 256 x 4096 x 4096 INT8 x FP4, old and new in
-#: alternating processes (bench/results/avx2-a-offset-2026-12-03.md).
-A_OFFSET_KCB = 8
+#: The expanding kernels' tile on 256-bit halves without VNNI where B can be
+#: the multiply's memory operand (the A-offset mode, :func:`_a_offset`, and
+#: the ``i16`` unit): one row of 32 columns over chunks of 8 blocks of B (16
+#: KiB of i8 expanded, in L1).  Each ``vpmaddubsw`` / ``vpmaddwd`` then reads
+#: B straight from the chunk and the tile needs 8 of the 16 ymm registers:
+#: ``llc -mcpu=znver4`` counts 96 instructions per block step of 32
+#: ``vpmaddubsw``, no stack access, where 3 rows x 16 columns (B loaded once
+#: for 3 rows) spilled 52 times per 48 (i16: 186 per 64 ``vpmaddwd``, none,
+#: against 634 with 220 stack accesses per 192 at 3 x 32).  Measured on an
+#: AMD EPYC (Zen 4), AVX-512 masked: bench/results/avx2-a-offset-2026-12-03.md.
+ONE_ROW_KCB = 8
 
 #: Decode from records with AVX-512: each thread reads ``DECODE_STREAMS``
 #: panels side by side (one panel's records are one contiguous run down K)
@@ -188,7 +191,7 @@ def _a_offset(prob: Problem, cfg: DotConfig, isa) -> int:
     where the kernel expands B's chunks (several row groups share them, so
     B's sums cost once per chunk) and the pair fits
     (:func:`~.layout.a_offset_run`: FP4 B with an 8-bit A, E2M3 B), on
-    256-bit halves without VNNI (:data:`A_OFFSET_KCB`)."""
+    256-bit halves without VNNI (:data:`ONE_ROW_KCB`)."""
     a_elem = prob.a_elem or prob.a_quant
     if not cfg.expand or isa.wide or isa.vnni or _kind(prob).name != "i8":
         return 0
