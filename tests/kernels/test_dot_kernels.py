@@ -39,7 +39,7 @@ from mlir_mx.host import has_features
 from mlir_mx.kernels import SCHEDULES, Problem, shape_class
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa
 from mlir_mx.kernels.dot.kernel import DECODE_PREFETCH, DECODE_STREAMS
-from mlir_mx.kernels.dot.layout import a_offset_run, dot_kind
+from mlir_mx.kernels.dot.layout import a_offset_run, dot_kind, int_max, value_table
 from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, decode_elements, finite_codes
 
 needs_bw = pytest.mark.skipif(
@@ -54,6 +54,13 @@ needs_bf16 = pytest.mark.skipif(
 SHAPES = [(1, 128, 100, {}), (5, 128, 80, {}), (13, 256, 130, {"kcb": 3})]
 INT_PAIRS = list(itertools.product(INTS, INTS))
 BF16_PAIRS = [(a, b) for a, b in itertools.product(INTS + FP8, INTS + FP8) if a in FP8 or b in FP8]
+#: The i8-unit pairs whose B has no 16-entry table but fits the A-offset mode
+#: (E2M3 B, made signed per chunk), from the format tables.
+A_OFFSET_TABLELESS = [
+    (a, b)
+    for a, b in INT_PAIRS
+    if not value_table(b) and a_offset_run(a, b, 32) and max(int_max(a), int_max(b)) <= 128
+]
 
 
 def _check(ea, eb, shape, threads, unit, source="records"):
@@ -277,8 +284,9 @@ def test_avx2_pair_sums_cannot_saturate(monkeypatch, isa):
         if not ops.vnni and run:  # the expanding kernels' A-offset mode
             _check_a_offset(aa, bb, run)
             a_offset.append((ea, eb))
-    # Plain AVX2: every i8-unit pair with FP4 or E2M3 B (W4A8 among them).
-    assert all(eb in ("f4E2M1FN", "f6E2M3FN") for _, eb in a_offset)
+    # Plain AVX2: every i8-unit pair with FP4 or E2M3 B (|b| <= 60), W4A8 among them.
+    assert all(np.abs(_int_values(eb)).max() <= 60 for _, eb in a_offset)
+    assert {p for p in A_OFFSET_TABLELESS if isa == "avx2"} <= set(a_offset)
     assert (("i8", "f4E2M1FN") in a_offset) == (isa == "avx2"), a_offset
     assert (("i8", "f6E2M3FN") in a_offset) == (isa == "avx2"), a_offset
     worst = 2 * _int_values("i8").min() ** 2  # -128 x -128, twice: one above int16
@@ -304,14 +312,14 @@ def test_avx2_kernels_equal_f32_kernels(monkeypatch, isa, ea, eb):
     _check(ea, eb, SHAPES[(i + 1) % 3], 2 - i % 2, "int", SOURCES[(i + 1) % 2])
 
 
-@pytest.mark.parametrize("ea, eb", [("i8", "f6E2M3FN"), ("f6E2M3FN", "f6E2M3FN")])
+@pytest.mark.parametrize("ea, eb", A_OFFSET_TABLELESS)
 def test_avx2_a_offset_runs_equal_f32_kernels(monkeypatch, ea, eb):
     """The A-offset mode with E2M3 B (plain AVX2): its int16 lanes end every
-    2 (INT8 A) or 4 (E2M3 A) K groups, and B's expanded bytes are made signed
-    per chunk; the f32 kernels' bits at small and prefill, records and codes,
-    1 and 2 threads (the FP4-B pairs take it in test_avx2_kernels_equal_f32_kernels)."""
+    2 (INT8 A), 4 (E2M3 A) or 8 (FP4 A) K groups, and B's expanded bytes are
+    made signed per chunk; the f32 kernels' bits at small and prefill, records
+    and codes, 1 and 2 threads (the FP4-B pairs: test_avx2_kernels_equal_f32_kernels)."""
     mask_avx2(monkeypatch, "avx2")
-    assert a_offset_run(ea, eb, 32) == (2 if ea == "i8" else 4)
+    assert dot_kind(ea, eb, 32).name == "i8" and a_offset_run(ea, eb, 32) in (2, 4, 8)
     _check(ea, eb, SHAPES[1], 1, "int", "records")
     _check(ea, eb, SHAPES[2], 2, "int", "codes")
 
