@@ -28,6 +28,7 @@ __all__ = [
     "REQUIRED",
     "INTRINSICS",
     "close_features",
+    "parse_vendor",
     "intrinsic_arch",
     "intrinsic_features",
     "isa_level",
@@ -255,6 +256,17 @@ def parse_cpuinfo(text: str) -> frozenset[str]:
         if sep and key.strip() in ("flags", "Features"):
             return frozenset(value.split())
     return frozenset()
+
+
+def parse_vendor(text: str) -> str:
+    """The CPU vendor of ``/proc/cpuinfo`` text: its first ``vendor_id``
+    (x86: ``GenuineIntel``, ``AuthenticAMD``, ``HygonGenuine``...), else
+    ``""`` (aarch64's cpuinfo has none)."""
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "vendor_id":
+            return value.strip()
+    return ""
 
 
 def parse_sysctl(text: str) -> frozenset[str]:

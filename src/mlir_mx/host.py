@@ -50,6 +50,7 @@ __all__ = [
     "check_platform",
     "check_threads",
     "cpu_model",
+    "cpu_vendor",
     "default_thread_counts",
     "default_threads",
     "feature_table",
@@ -62,6 +63,7 @@ __all__ = [
     "lscpu",
     "platform_problem",
     "machine_description",
+    "software_prefetch",
 ]
 
 #: Features that decide which kernels can run fast here (reports, mx-bench).
@@ -230,6 +232,36 @@ def has_features(*names: str) -> bool:
     """True when every feature in ``names`` is available."""
     f = host_features()
     return all(n in f for n in names)
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """The CPU's vendor as ``/proc/cpuinfo`` names it (``GenuineIntel``,
+    ``AuthenticAMD``, ``HygonGenuine``...; ``""`` where there is none, e.g.
+    aarch64 or macOS).  Not masked by ``MLIR_MX_CPU_FEATURES``."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return cpu_features.parse_vendor(f.read())
+    except OSError:
+        return ""
+
+
+def software_prefetch() -> bool:
+    """Whether the decode kernels prefetch B in software (AVX-512 CPUs; the
+    AVX2 kernels never do): on Intel CPUs only.
+
+    Whether it pays depends on the core's hardware prefetchers, not on an
+    ISA feature. On an Intel Xeon (Sapphire Rapids class, KVM) one
+    sequential run of B was bound by its L1 misses in flight, and the
+    prefetch with two runs side by side took ``Linear`` 1 x 8192 x 8192
+    W4A8 from 4.9 to 3.5 ms at 1 thread (the tiled f32 stream: 1.4x on the
+    MXFP4 MLP). On an AMD EPYC (Zen 4) the same prefetch made it 1.6-2.6x
+    slower: W4A8 2.8-3.8 against 1.2-1.8 ms at 1 thread, MXFP8 with f32
+    activations 5.9-6.0 against 3.7-3.8 ms, where the hardware follows one
+    sequential run at 23-28 GB/s (``bench/probes/decode-int-records.c``).
+    Other vendors (AMD, Hygon, unknown) take the plain sequential loop.
+    A prefetch changes no value: the bits are the same either way."""
+    return cpu_vendor() == "GenuineIntel"
 
 
 def feature_table() -> dict[str, bool]:

@@ -116,3 +116,12 @@ def test_an_x86_cpu_without_fma_is_refused_by_name():
     with pytest.raises(MXUnsupportedHostError, match="lacks fma.*one rounding"):
         host.check_host("x86_64", cf.close_features(zen3 - {"fma"}, "x86_64"))
     host.check_host("aarch64", _features("cpuinfo-aarch64-cortex-a72.txt"))
+
+
+def test_the_vendor_is_read_from_cpuinfo():
+    """``parse_vendor`` (the decode kernels' prefetch policy,
+    ``host.software_prefetch``): x86 samples name theirs, aarch64 has none."""
+    assert cf.parse_vendor((SAMPLES / "cpuinfo-x86-epyc-zen3.txt").read_text()) == "AuthenticAMD"
+    intel = (SAMPLES / "cpuinfo-x86-emeraldrapids-kvm.txt").read_text()
+    assert cf.parse_vendor(intel) == "GenuineIntel"
+    assert cf.parse_vendor((SAMPLES / "cpuinfo-aarch64-graviton3.txt").read_text()) == ""

@@ -40,6 +40,7 @@ from mlir_mx.kernels import SCHEDULES, Problem, shape_class
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa
 from mlir_mx.kernels.dot.kernel import DECODE_PREFETCH, DECODE_STREAMS
 from mlir_mx.kernels.dot.layout import a_offset_run, dot_kind, int_max, value_table
+from mlir_mx.kernels.matmul.stream import TILED_PREFETCH
 from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, decode_elements, finite_codes
 
 needs_bw = pytest.mark.skipif(
@@ -204,14 +205,32 @@ SIDE_BY_SIDE = (1, 96, 300, {})
 @pytest.mark.parametrize("ea, eb", [("f4E2M1FN", "f4E2M1FN"), ("i8", "f6E2M3FN"), ("i8", "i8")])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_decode_reads_panels_side_by_side_with_the_same_bits(ea, eb, threads):
-    """int-decode from records reads 2 panels at once and prefetches each run
-    (``DotConfig.adapt`` on AVX-512); 3 runs, a remainder of every size, and
-    no prefetch give the same bits."""
-    cfg = _decode_config(ea, eb, threads)
-    assert (cfg.streams, cfg.prefetch) == (DECODE_STREAMS, DECODE_PREFETCH) == (2, 8)
-    _check(ea, eb, SIDE_BY_SIDE, threads, "int")
+    """int-decode from records: 2 panels side by side, each run prefetched
+    (Intel's config), 3 runs, a remainder of every size, and one run with no
+    prefetch (the others') give the same bits on any CPU."""
+    _check(ea, eb, (*SIDE_BY_SIDE[:3], {"streams": 2, "prefetch": 8}), threads, "int")
     _check(ea, eb, (*SIDE_BY_SIDE[:3], {"streams": 3}), threads, "int")
     _check(ea, eb, (*SIDE_BY_SIDE[:3], {"streams": 1, "prefetch": 0}), threads, "int")
+
+
+@needs_bw
+@pytest.mark.parametrize("vendor", ["GenuineIntel", "AuthenticAMD", "HygonGenuine", ""])
+def test_decode_prefetches_on_intel_only(monkeypatch, vendor):
+    """The software prefetch of the decode streams follows the vendor
+    (``host.software_prefetch``): Intel's 2 runs prefetched 8 records ahead
+    and the tiled f32 stream's 4 tiles; elsewhere one sequential run."""
+    from mlir_mx import host
+
+    monkeypatch.setattr(host, "cpu_vendor", lambda: vendor)
+    intel = vendor == "GenuineIntel"
+    assert host.software_prefetch() is intel
+    cfg = _decode_config("i8", "f4E2M1FN", 1)
+    want = (DECODE_STREAMS, DECODE_PREFETCH) if intel else (1, 0)
+    assert (cfg.streams, cfg.prefetch) == want
+    assert (DECODE_STREAMS, DECODE_PREFETCH) == (2, 8)
+    tiled = Problem(1, 256, 256, 32, None, "f4E2M1FN", b_tiled=True)
+    stream = SCHEDULES["decode"].configure(tiled, 1)
+    assert stream.prefetch == (TILED_PREFETCH if intel else 0)
 
 
 def test_dot_kind_follows_the_cpu_features(monkeypatch):

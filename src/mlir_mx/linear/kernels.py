@@ -37,9 +37,11 @@ def kernel_text(prob: Problem, schedule: str, threads: int) -> str:
 
 def kernel_runner(prob: Problem, schedule: str, threads: int, parallel: str) -> Runner:
     """The Runner of ``prob``'s kernel.  The cache key names everything the
-    text depends on, ``task_count``'s threshold included (read now: tests
-    lower it)."""
+    text depends on: the plan with every config field (what ``adapt`` chose
+    for this CPU, e.g. ``host.software_prefetch``) and ``task_count``'s
+    threshold (read now: tests lower it)."""
     make = functools.partial(kernel_text, prob, schedule, threads)
-    name = f"linear {prob!r} {schedule} threads={threads} tasks>={kernel_problem.MIN_TASK_MACS}"
+    plan = plan_kernel(prob, schedule, threads).describe()
+    name = f"linear {prob!r} {plan} tasks>={kernel_problem.MIN_TASK_MACS}"
     options = kernel_options(threads, parallel, default_cache_dir())
     return Runner(GeneratedModule(name, make), options=options)

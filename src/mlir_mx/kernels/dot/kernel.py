@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 
 from mlir import ir
 
+from mlir_mx.host import software_prefetch
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scales
@@ -82,7 +83,9 @@ class DotConfig:
             return self
         isa = dot_isa(kind, prob.a_elem or prob.a_quant, prob.b_elem)
         if isa.wide and prob.b_dot is not None and self.mr == 1 and not self.expand:
-            return replace(self, streams=DECODE_STREAMS, prefetch=DECODE_PREFETCH)
+            if software_prefetch():
+                return replace(self, streams=DECODE_STREAMS, prefetch=DECODE_PREFETCH)
+            return self
         rows = HALF_ROWS_VNNI if isa.vnni else HALF_ROWS
         if self.expand and not isa.wide and not isa.vnni:
             if kind.name == "i16" or _a_offset(prob, self, isa):
@@ -117,19 +120,14 @@ HALF_ROWS_VNNI = 2
 #: AMD EPYC (Zen 4), AVX-512 masked: bench/results/avx2-a-offset-2026-12-03.md.
 ONE_ROW_KCB = 8
 
-#: Decode from records with AVX-512: each thread reads ``DECODE_STREAMS``
-#: panels side by side (one panel's records are one contiguous run down K)
-#: and prefetches each run ``DECODE_PREFETCH`` records (8.5 KiB for FP4)
-#: ahead.  One run alone was bound by its L1 misses in flight (a profile of
-#: the loop put the time on its loads, or on the prefetches where they were
-#: added, and the same loop in C on the same buffer ran 1.2x faster with the
-#: prefetch and 1.5x with 4 runs).  Measured, ``Linear`` 1 x 8192 x 8192
-#: MXFP4 with ``activations="i8"``, variants alternating in one process
-#: (medians of 40 calls; bench/results/decode-streams-2026-12-03.md): 1 thread
-#: 4.93 -> 3.51 ms, 2 threads 2.61 -> 1.86 ms (7.2 -> 10.2 and 13.6 -> 19.2
-#: GB/s); FP6 and INT8 weights 1.24-1.27x at 1 thread.  4 runs measured within
-#: the noise of 2 and spilled; 2 spill nothing.  Without AVX-512 one run, no
-#: prefetch (the 16 ymm registers; not measured on such a CPU).
+#: Decode from records with AVX-512 on Intel CPUs (:func:`~mlir_mx.host.
+#: software_prefetch`; elsewhere one run, no prefetch): each thread reads
+#: ``DECODE_STREAMS`` panels side by side (a panel's records are one run down
+#: K), each prefetched ``DECODE_PREFETCH`` records (8.5 KiB of FP4) ahead.  On
+#: an Intel Xeon one run alone was bound by its L1 misses in flight; ``Linear``
+#: 1 x 8192 x 8192 W4A8 went 4.93 -> 3.51 ms at 1 thread, 2.61 -> 1.86 at 2
+#: (bench/results/decode-streams-2026-12-03.md).  On an AMD EPYC (Zen 4) the
+#: prefetch made it 1.6-2.6x slower (bench/results/decode-prefetch-amd-2026-12-03.md).
 DECODE_STREAMS = 2
 DECODE_PREFETCH = 8
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 from mlir import ir
 
-from mlir_mx.host import has_features
+from mlir_mx.host import has_features, software_prefetch
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import (
     TILE_COLUMNS,
@@ -91,7 +91,8 @@ class StreamConfig:
         (bench/results/avx2-zen3-2026-12-02.md); the hardware prefetchers
         follow the one stream alone there.
         """
-        prefetch = TILED_PREFETCH if prob.b_tiled and has_features("avx512f") else 0
+        wanted = prob.b_tiled and has_features("avx512f") and software_prefetch()
+        prefetch = TILED_PREFETCH if wanted else 0
         cfg = replace(self, prefetch=prefetch)
         if not has_features("avx512f"):
             if self.mr > 1:
