@@ -28,7 +28,7 @@ import numpy as np
 from .cases import Oracle, Problem
 from .method import Method, Skipped
 
-__all__ = ["GGML_TYPES", "ggml_available", "ggml_methods"]
+__all__ = ["GGML_TYPES", "ggml_available", "ggml_isa", "ggml_methods"]
 
 #: (label, ggml type enum name)
 GGML_TYPES = (("ggml Q8_0", "GGML_TYPE_Q8_0"), ("ggml MXFP4", "GGML_TYPE_MXFP4"))
@@ -56,6 +56,30 @@ def ggml_available() -> str | None:
     if missing:
         return f"ggml-python {gg.__version__} lacks {', '.join(missing)} (need 0.0.45)"
     return None
+
+
+#: ggml's compile-time ISA flags (``ggml_cpu_has_*``), widest first, and the
+#: level each names: ggml runs the kernels its build was compiled for
+#: (``-march=native`` by default, or ``GGML_AVX512=OFF`` etc. in ``CMAKE_ARGS``),
+#: not what the CPU has.
+_GGML_LEVELS = (
+    ("avx512_vnni", "AVX512-VNNI"),
+    ("avx512", "AVX512"),
+    ("avx_vnni", "AVX-VNNI"),
+    ("avx2", "AVX2"),
+    ("avx", "AVX"),
+)
+
+
+def ggml_isa() -> str | None:
+    """The ISA level ggml-python's build runs (None: not installed)."""
+    if ggml_available() is not None:
+        return None
+    gg = load_ggml()
+    for flag, level in _GGML_LEVELS:
+        if getattr(gg, f"ggml_cpu_has_{flag}")():
+            return level
+    return "SSE"
 
 
 def _fptr(a: np.ndarray):

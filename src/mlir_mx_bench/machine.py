@@ -22,6 +22,8 @@ from mlir_mx.host import (
 )
 from mlir_mx.roofline.measure import measure_bandwidth, measure_peak
 
+from .ggml_baseline import ggml_isa
+
 __all__ = [
     "Roof",
     "cpu_features",
@@ -126,6 +128,8 @@ def machine_info() -> dict:
         # The kernels' ISA level (masks applied) and the CPU's own (baselines').
         "isa_level": isa_level(),
         "isa_level_cpu": isa_level(masked=False),
+        # ggml's build (its rows run what it was compiled for), when installed.
+        "isa_level_ggml": ggml_isa(),
         "platform": platform.platform(),
         "versions": _versions(),
         "blas": _blas(),

@@ -34,12 +34,15 @@ def write_results(record: dict, out: Path) -> tuple[Path, Path]:
     return js, md
 
 
-def row_isa(kind: str, machine: dict) -> str:
+def row_isa(kind: str, machine: dict, method: str = "") -> str:
     """The ISA level a results row ran on: ours (``kind == "ours"``) at the
     kernels' level (the record's ``isa_level``: ``MLIR_MX_CPU_FEATURES``
-    applied), a baseline (numpy, torch, ggml, the emulation) at the CPU's own
-    (``isa_level_cpu``), which it dispatches on; ``-`` in a record made
-    before the levels were recorded."""
+    applied), ggml's rows at its build's (``isa_level_ggml``: it runs what it
+    was compiled for), another baseline (numpy, torch, the emulation) at the
+    CPU's own (``isa_level_cpu``), which it dispatches on; ``-`` in a record
+    made before the levels were recorded."""
+    if kind != "ours" and method.startswith("ggml") and machine.get("isa_level_ggml"):
+        return machine["isa_level_ggml"]
     key = "isa_level" if kind == "ours" else "isa_level_cpu"
     return machine.get(key, "-")
 
@@ -73,7 +76,9 @@ def _header(r: dict) -> list[str]:
         f"absent: {', '.join(lack) or 'none'}",
         f"- ISA level: ours {m.get('isa_level', 'not recorded')}, the baselines "
         f"{m.get('isa_level_cpu', 'not recorded')} (they dispatch on the CPU itself; "
-        "MLIR_MX_CPU_FEATURES masks only ours); the 'ISA' column says per row",
+        "MLIR_MX_CPU_FEATURES masks only ours"
+        + (f"; ggml as built: {m['isa_level_ggml']}" if m.get("isa_level_ggml") else "")
+        + "); the 'ISA' column says per row",
         f"- Versions: {vers}; BLAS: {blas or 'unknown'}",
         f"- Thread counts: {', '.join(str(t) for t in r['options']['threads'])} "
         f"(numpy BLAS via threadpoolctl, torch.set_num_threads, ggml n_threads{used})",
@@ -144,7 +149,7 @@ def _rows_table(r: dict) -> list[str]:
         comp = f"{x['compile_s']:.2f}" if x["compile_s"] is not None else "-"
         lines.append(
             f"| {x['shape']} | {x['format']} | {x['threads']} | {x['method']} "
-            f"| {row_isa(x['kind'], r['machine'])} | {x['method_threads']} | {x['median_s'] * 1e3:.3f} | {x['min_s'] * 1e3:.3f} "
+            f"| {row_isa(x['kind'], r['machine'], x['method'])} | {x['method_threads']} | {x['median_s'] * 1e3:.3f} | {x['min_s'] * 1e3:.3f} "
             f"| {x['spread']:.1%} | {x['gb_per_s']:.1f} | {x['gflop_per_s']:.1f} | {x['roof']} "
             f"| {x['roof_fraction']:.1%} | {vs} | {x['max_err_over_bound']:.2g} | {comp} "
             f"| {_pct(x.get('cpu'), 'others')}{_tries(x)} |"

@@ -48,6 +48,11 @@ def test_rows_name_the_isa_level_they_ran_on(monkeypatch):
     assert row_isa("ours", info) == info["isa_level"]
     assert row_isa("baseline", info) == info["isa_level_cpu"]
     assert row_isa("ours", {}) == "-"  # a record from before the levels
+    # ggml runs what its build was compiled for, recorded when installed
+    built = {**info, "isa_level_ggml": "AVX2"}
+    assert row_isa("baseline", built, "ggml MXFP4") == "AVX2"
+    assert row_isa("baseline", built, "numpy f32") == info["isa_level_cpu"]
+    assert row_isa("baseline", {**info, "isa_level_ggml": None}, "ggml Q8_0") == info["isa_level_cpu"]
     described = host.machine_description()
     assert f"ISA level {info['isa_level']}" in described
     if info["isa_level"] != info["isa_level_cpu"]:
