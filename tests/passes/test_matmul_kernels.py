@@ -187,6 +187,58 @@ def test_every_code_through_the_kernels(element, features, monkeypatch):
             np.testing.assert_array_equal(_bits(c[~nan]), _bits(want[~nan]), err_msg=s.name)
 
 
+@pytest.mark.parametrize("features", ["", NO_AVX512], ids=["host", "avx2"])
+@pytest.mark.parametrize("tiled", [False, True], ids=["row-major", "tiled"])
+def test_the_block_nan_test_equals_the_per_code_mapping(features, tiled, monkeypatch):
+    """The decode kernel's per-block NaN test for E4M3 (``Decoder.block_nan``:
+    the NaN codes widened to a finite value, their columns made NaN after
+    the block) against the per-code mapping: NaN codes of both signs at
+    every row position of a block, in tail columns, beside an Inf and a zero
+    activation; the other columns the same bits."""
+    from mlir_mx.kernels.matmul import stream
+
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", features)
+    rng = np.random.default_rng(7)
+    k, n = 96, 192 if tiled else 100
+    codes = rng.integers(0, 256, (k, n)).astype(np.uint8)
+    codes[(codes & 0x7F) == 0x7F] = 0x10
+    cols = np.arange(0, n, 3)
+    codes[(7 * cols) % k, cols] = np.where(cols % 2, 0xFF, 0x7F)  # rows 0..95, both signs
+    codes[:, n - 1] = 0x7F  # the last (tail) column NaN in every block
+    a = rng.standard_normal((1, k)).astype(np.float32)
+    a[0, 40], a[0, 41] = np.inf, 0.0
+    scales = rng.integers(120, 135, (k // 32, n)).astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)
+    prob = Problem(1, n, k, 32, None, "f8E4M3FN", b_tiled=tiled)
+    arg = codes.view(ml_dtypes.float8_e4m3fn)
+    if tiled:
+        arg = tile_b_codes(codes, 32, "f8E4M3FN", False)
+    outs = []
+    for block_nan in (True, False):
+        if not block_nan:
+            monkeypatch.setattr(stream._Kernel, "_block_nan", lambda self, nv, scratch: False)
+        c = np.zeros((1, n), np.float32)
+        kernel_runner(prob, "decode", 1).matmul(a, arg, scales, c)
+        outs.append(c)
+    got, want = outs
+    assert np.isnan(want[0, cols]).all() and np.isnan(want[0, n - 1])
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    assert ok.sum() > n // 3
+    np.testing.assert_array_equal(_bits(got[ok]), _bits(want[ok]))
+
+
+def test_the_block_nan_test_is_where_it_pays():
+    """Only E4M3 (an 8-bit format with NaN codes) on the f16 path takes it;
+    the 64-code tables (VBMI) map NaN themselves, FP4/FP6/E5M2/INT8 have no
+    NaN code to test."""
+    from mlir_mx.kernels.common.widen import Decoder
+
+    for name, fmt in ELEMENT_FORMATS.items():
+        want = name == "f8E4M3FN"
+        assert Decoder(fmt).block_nan(32) is want, name
+        assert Decoder(fmt, table=not fmt.is_int).block_nan(64) is False, name
+
+
 def test_small_work_runs_on_fewer_tasks_with_the_same_bits(monkeypatch):
     """``task_count``: a call starts at most one task per ``MIN_TASK_MACS`` of
     work (static M: at emission; dynamic M: per call), and the results are

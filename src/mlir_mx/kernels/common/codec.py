@@ -37,6 +37,8 @@ __all__ = [
     "f16_widen",
     "f32_bits",
     "int_widen",
+    "nan_key",
+    "or_nan",
     "round_magnitude",
     "widen",
 ]
@@ -107,7 +109,9 @@ def e8m0_inverse(b, code: ir.Value) -> ir.Value:
 # --------------------------------------------------------------------------- widening
 
 
-def widen(b, codes: ir.Value, fmt: ElementFormat, *, word_nan: bool = False) -> ir.Value:
+def widen(
+    b, codes: ir.Value, fmt: ElementFormat, *, word_nan: bool = False, nan: bool = True
+) -> ir.Value:
     """Element code bytes -> their exact f32 values, by the format's
     ``widening`` row: ``int`` (:func:`int_widen`), ``f16`` (:func:`f16_widen`).
 
@@ -122,7 +126,7 @@ def widen(b, codes: ir.Value, fmt: ElementFormat, *, word_nan: bool = False) -> 
     if fmt.widening == "int":
         return int_widen(b, codes, fmt)
     if fmt.widening in ("f16", "values"):
-        return f16_widen(b, codes, fmt, word_nan=word_nan)
+        return f16_widen(b, codes, fmt, word_nan=word_nan, nan=nan)
     raise ValueError(f"{fmt.name}: no codec for widening {fmt.widening!r}")
 
 
@@ -133,7 +137,9 @@ def int_widen(b, codes: ir.Value, fmt: ElementFormat) -> ir.Value:
     return b.fmul(wide, _const(b, wide, 2.0**-fmt.mbits))
 
 
-def f16_bits(b, codes: ir.Value, fmt: ElementFormat, *, word_nan: bool = False) -> ir.Value:
+def f16_bits(
+    b, codes: ir.Value, fmt: ElementFormat, *, word_nan: bool = False, nan: bool = True
+) -> ir.Value:
     """The f16 bits (``i16``) of ``value * 2^(bias - 15)`` for float code bytes.
 
     An f16 has room for every exponent of E4M3/FP6/FP4 and their subnormals
@@ -144,7 +150,10 @@ def f16_bits(b, codes: ir.Value, fmt: ElementFormat, *, word_nan: bool = False) 
     tested on the code byte, or with ``word_nan`` on the f16 word (its
     magnitude field all ones; or-ing in a masked ``0x7E00`` instead of a
     select: the same bits in fewer instructions where a byte compare must be
-    widened to words, e.g. AVX2).
+    widened to words, e.g. AVX2).  ``nan=False`` leaves the NaN code's
+    word finite (``S.0111.1111.0000000``): for a caller that makes the
+    result of each column holding one NaN itself (the decode kernel's
+    per-block test, :func:`nan_codes`).
     """
     i16 = b.same_shape(codes, b.i16)
     if fmt.ebits == 5:  # E5M2: the top byte of an f16
@@ -158,6 +167,8 @@ def f16_bits(b, codes: ir.Value, fmt: ElementFormat, *, word_nan: bool = False) 
     shift = 2 + fmt.bits - fmt.mbits
     mag = ((1 << (fmt.ebits + fmt.mbits)) - 1) << (10 - fmt.mbits)
     h = b.andi(b.shli(b.extsi(x, i16), b.const(shift, i16)), b.const(0x8000 | mag, i16))
+    if not nan:
+        return h
     if fmt.has_nan and word_nan:  # the magnitude field of the word all ones
         nan = b.cmpi("eq", b.andi(h, b.const(mag, i16)), b.const(mag, i16))
         return b.ori(h, b.andi(b.extsi(nan, i16), b.const(0x7E00, i16)))
@@ -168,15 +179,37 @@ def f16_bits(b, codes: ir.Value, fmt: ElementFormat, *, word_nan: bool = False) 
     return h
 
 
-def f16_widen(b, codes: ir.Value, fmt: ElementFormat, *, word_nan: bool = False) -> ir.Value:
+def f16_widen(
+    b, codes: ir.Value, fmt: ElementFormat, *, word_nan: bool = False, nan: bool = True
+) -> ir.Value:
     """Float code bytes -> their exact f32 values through the hardware f16 -> f32
     conversion (``vcvtph2ps``: no f32 subnormal operand, no microcode assist),
     then the exact power-of-two correction ``2^(15 - bias)``."""
-    h = b.bitcast(f16_bits(b, codes, fmt, word_nan=word_nan), b.same_shape(codes, b.f16))
+    bits = f16_bits(b, codes, fmt, word_nan=word_nan, nan=nan)
+    h = b.bitcast(bits, b.same_shape(codes, b.f16))
     w = b.extf(h, b.same_shape(codes, b.f32))
     if fmt.ebits == 5:
         return w
     return b.fmul(w, b.const(2.0 ** (15 - fmt.bias), w.type))
+
+
+def nan_key(b, codes: ir.Value) -> ir.Value:
+    """8-bit float codes (``i8``, a format with one NaN code per sign,
+    ``S.1..1``: E4M3) -> ``code + code`` (wrapping): ``0xFE`` exactly for
+    the NaN codes (``0x7F``, ``0xFF``), at most ``0xFC`` for every other, so
+    the unsigned maximum of the keys of a column's codes is ``0xFE`` iff
+    one of them is NaN (:func:`or_nan`)."""
+    return b.addi(codes, codes)
+
+
+def or_nan(b, x: ir.Value, keys: ir.Value) -> ir.Value:
+    """``x`` (f32 lanes) made NaN where the maximum ``keys`` (``i8``, one per
+    lane; :func:`nan_key`) say a NaN code was among the lane's operands: the
+    quiet-NaN bits or-ed in (NaN whatever ``x`` was, Inf or finite)."""
+    hit = b.cmpi("eq", keys, _const(b, keys, 0xFE - 256))
+    bits = b.bitcast(x, b.same_shape(x, b.i32))
+    mask = b.andi(b.extsi(hit, b.same_shape(x, b.i32)), _const(b, bits, F32_QNAN))
+    return b.bitcast(b.ori(bits, mask), x.type)
 
 
 # --------------------------------------------------------------------------- rounding

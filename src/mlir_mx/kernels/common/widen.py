@@ -122,9 +122,25 @@ class Decoder:
             [j for i in range(g) for j in (2 * i, 2 * i + 1, 2 * g + 2 * i, 2 * g + 2 * i + 1)],
         )
 
-    def decode(self, kb: KernelBuilder, codes: ir.Value) -> list[ir.Value]:
-        """``codes``: ``vector<n x i8>`` (n a multiple of 16) -> n/16 f32 vectors."""
+    def block_nan(self, n: int) -> bool:
+        """Whether :meth:`decode` of ``n`` codes can leave the NaN codes to
+        the caller (``nan=False``): an 8-bit format with NaN codes (E4M3)
+        on the f16 path, where the per-code NaN mapping costs 3-4
+        instructions per 16 codes (the table path maps NaN for free)."""
+        fmt = self.fmt
+        table = self.table and n == 64
+        # E5M2 is the top byte of an f16: its NaN (and Inf) codes widen as they are.
+        mapped = fmt.has_nan and fmt.ebits != 5 and fmt.widening == "f16"
+        return mapped and not fmt.is_sub_byte and not table
+
+    def decode(self, kb: KernelBuilder, codes: ir.Value, nan: bool = True) -> list[ir.Value]:
+        """``codes``: ``vector<n x i8>`` (n a multiple of 16) -> n/16 f32 vectors.
+
+        ``nan=False`` (only where :meth:`block_nan`): NaN codes widen to a
+        finite value; the caller makes their columns NaN
+        (:func:`~mlir_mx.kernels.common.codec.nan_key`, ``or_nan``)."""
         n = ir.VectorType(codes.type).shape[0]
+        assert nan or self.block_nan(n)
         if self.values16:
             v16i = kb.vec(LANES, kb.i32)
             return [
@@ -136,7 +152,7 @@ class Decoder:
         if self.table and n == 64:
             return self._table_decode(kb, codes)
         return [
-            widen(kb, kb.slice(codes, i, LANES), self.fmt, word_nan=self.word_nan)
+            widen(kb, kb.slice(codes, i, LANES), self.fmt, word_nan=self.word_nan, nan=nan)
             for i in range(0, n, LANES)
         ]
 

@@ -32,6 +32,7 @@ from mlir import ir
 
 from mlir_mx.host import has_features, software_prefetch
 from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.codec import nan_key, or_nan
 from mlir_mx.kernels.common.problem import (
     TILE_COLUMNS,
     KernelState,
@@ -255,7 +256,22 @@ class _Kernel(KernelState):
         if self._paired(nv, valid):
             raw = self.b.raw(k, n0, LANES * nv // 2, split)
             return self.dec.decode_pairs(kb, raw)
-        return self.dec.decode(kb, self.b.load(k, n0, LANES * nv, valid, split))
+        return self.dec.decode(kb, self.b_codes(blk, kk, n0, nv, valid))
+
+    def b_codes(self, blk, kk, n0, nv: int, valid) -> ir.Value:
+        """Row ``kk`` of block ``blk`` of an MX B, columns ``n0 .. n0 + 16 nv``:
+        one code per byte (zero in a tail's missing columns)."""
+        k = self.kb.add(self.kb.mul(blk, self.prob.block), kk)
+        return self.b.load(k, n0, LANES * nv, valid, (blk, kk))
+
+    def _block_nan(self, nv: int, scratch) -> bool:
+        """Whether the register loop tests B's NaN codes once per block
+        (``Decoder.block_nan``; B widened in registers, not to a scratch):
+        each row's codes update a running maximum of their :func:`nan_key`
+        (2 instructions per 32 codes instead of 3-4 per 16 in the widening),
+        and a column whose block held a NaN code becomes NaN before its
+        scaling, the value the per-code mapping gives.  The same bits."""
+        return scratch is None and self.prob.b_is_mx and self.dec.block_nan(LANES * nv)
 
     def _paired(self, nv: int, valid) -> bool:
         return self.pairs and valid is None and nv == self.cfg.nv
@@ -267,12 +283,19 @@ class _Kernel(KernelState):
         zero = kb.const(0.0, kb.vec(LANES, kb.f32))
         n_acc = mr * nv
         ku = cfg.ku if prob.block % cfg.ku == 0 else 1
-        with kb.loop(0, prob.block, ku, [zero] * n_acc) as kk:
+        nan_keys = self._block_nan(nv, scratch)
+        init = [zero] * n_acc + ([kb.const(0, kb.vec(LANES * nv, kb.i8))] if nan_keys else [])
+        with kb.loop(0, prob.block, ku, init) as kk:
             p = list(kk.args)
+            keys = p.pop() if nan_keys else None
             for u in range(ku):
                 kk_u = kb.add(kk.iv, u)
                 k = kb.add(k0, kk_u)
-                if scratch is None:
+                if nan_keys:
+                    codes = self.b_codes(blk, kk_u, n0, nv, valid)
+                    keys = kb.maxui(keys, nan_key(kb, codes))
+                    bvec = self.dec.decode(kb, codes, nan=False)
+                elif scratch is None:
                     bvec = self.b_row(blk, kk_u, n0, nv, valid)
                 else:
                     bvec = [kb.vload(scratch, [kk_u, LANES * v], LANES) for v in range(nv)]
@@ -280,8 +303,11 @@ class _Kernel(KernelState):
                     a = kb.broadcast(kb.load(af, [kb.add(m0, r), k]), LANES)
                     for v in range(nv):
                         p[r * nv + v] = kb.fma(a, bvec[v], p[r * nv + v])
-            kk.yield_(p)
-        p = kk.results
+            kk.yield_(p + ([keys] if nan_keys else []))
+        p = list(kk.results)
+        if nan_keys:
+            keys = p.pop()
+            p = [or_nan(kb, x, kb.slice(keys, LANES * (i % nv), LANES)) for i, x in enumerate(p)]
         if self._paired(nv, valid):
             p = [w for r in range(mr) for w in self.dec.in_order(kb, p[r * nv : (r + 1) * nv])]
         for r in range(mr):
