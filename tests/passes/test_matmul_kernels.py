@@ -227,6 +227,56 @@ def test_the_block_nan_test_equals_the_per_code_mapping(features, tiled, monkeyp
     np.testing.assert_array_equal(_bits(got[ok]), _bits(want[ok]))
 
 
+@pytest.mark.parametrize("features", ["", NO_AVX512], ids=["host", "avx2"])
+@pytest.mark.parametrize("element", ["f8E4M3FN", "f6E2M3FN"])
+def test_the_widening_factor_moved_onto_a_gives_the_same_bits(features, element, monkeypatch):
+    """``move_factor``: B's f16 widening leaves out ``2^(15 - bias)`` and the
+    loop reads ``f * A`` instead, where ``f * A`` cannot overflow (tested per
+    call).  Subnormal and tiny activations give the same bits as the multiply
+    per code; an activation of 2^121 fails the test and runs the loop with
+    the multiply (forcing the moved loop there overflows: the test matters)."""
+    from mlir_mx.kernels.matmul import stream
+
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", features)
+    rng = np.random.default_rng(3)
+    k, n = 96, 100
+    fmt = ELEMENT_FORMATS[element]
+    codes = rng.integers(0, fmt.num_codes, (k, n)).astype(np.uint8)
+    if fmt.has_nan:
+        codes[(codes & 0x7F) == 0x7F] = 0x11
+    b = codes.view(fmt.dtype)
+    scales = rng.integers(100, 140, (k // 32, n)).astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)
+    a = (rng.standard_normal((1, k)) * 2.0 ** rng.integers(-140, 60, (1, k))).astype(np.float32)
+    a[0, :4] = [1e-45, -3e-42, 2.0**-126, np.inf]  # subnormals, the smallest normal, Inf
+    huge = a.copy()
+    huge[0, 50] = 2.0**121
+    prob = Problem(1, n, k, 32, None, element)
+    orig = stream._Kernel.move_factor
+
+    def run(x, mode):
+        def move(self):
+            orig(self)
+            if mode == "off":
+                self.afs = None
+            elif mode == "forced":
+                assert self.afs is not None
+                self.fast = True
+
+        monkeypatch.setattr(stream._Kernel, "move_factor", move)
+        c = np.zeros((1, n), np.float32)
+        kernel_runner(prob, "decode", 1).matmul(x, b, scales, c)
+        return c
+
+    def same(x, y):
+        return np.array_equal(np.isnan(x), np.isnan(y)) and np.array_equal(
+            _bits(x[~np.isnan(x)]), _bits(y[~np.isnan(y)])
+        )
+
+    for x in (a, huge):
+        assert same(run(x, "on"), run(x, "off"))
+    assert not same(run(huge, "forced"), run(huge, "off"))
+
+
 def test_the_block_nan_test_is_where_it_pays():
     """Only E4M3 (an 8-bit format with NaN codes) on the f16 path takes it;
     the 64-code tables (VBMI) map NaN themselves, FP4/FP6/E5M2/INT8 have no

@@ -34,6 +34,7 @@ __all__ = [
     "e8m0_inverse",
     "e8m0_to_f32",
     "f16_bits",
+    "f16_factor",
     "f16_widen",
     "f32_bits",
     "int_widen",
@@ -110,7 +111,13 @@ def e8m0_inverse(b, code: ir.Value) -> ir.Value:
 
 
 def widen(
-    b, codes: ir.Value, fmt: ElementFormat, *, word_nan: bool = False, nan: bool = True
+    b,
+    codes: ir.Value,
+    fmt: ElementFormat,
+    *,
+    word_nan: bool = False,
+    nan: bool = True,
+    scaled: bool = True,
 ) -> ir.Value:
     """Element code bytes -> their exact f32 values, by the format's
     ``widening`` row: ``int`` (:func:`int_widen`), ``f16`` (:func:`f16_widen`).
@@ -126,7 +133,7 @@ def widen(
     if fmt.widening == "int":
         return int_widen(b, codes, fmt)
     if fmt.widening in ("f16", "values"):
-        return f16_widen(b, codes, fmt, word_nan=word_nan, nan=nan)
+        return f16_widen(b, codes, fmt, word_nan=word_nan, nan=nan, scaled=scaled)
     raise ValueError(f"{fmt.name}: no codec for widening {fmt.widening!r}")
 
 
@@ -180,17 +187,31 @@ def f16_bits(
 
 
 def f16_widen(
-    b, codes: ir.Value, fmt: ElementFormat, *, word_nan: bool = False, nan: bool = True
+    b,
+    codes: ir.Value,
+    fmt: ElementFormat,
+    *,
+    word_nan: bool = False,
+    nan: bool = True,
+    scaled: bool = True,
 ) -> ir.Value:
     """Float code bytes -> their exact f32 values through the hardware f16 -> f32
     conversion (``vcvtph2ps``: no f32 subnormal operand, no microcode assist),
-    then the exact power-of-two correction ``2^(15 - bias)``."""
+    then the exact power-of-two correction ``2^(15 - bias)`` (:func:`f16_factor`;
+    ``scaled=False`` leaves it out, for a caller that multiplied the other
+    operand by it, exactly)."""
     bits = f16_bits(b, codes, fmt, word_nan=word_nan, nan=nan)
     h = b.bitcast(bits, b.same_shape(codes, b.f16))
     w = b.extf(h, b.same_shape(codes, b.f32))
-    if fmt.ebits == 5:
+    if not scaled or f16_factor(fmt) == 1:
         return w
-    return b.fmul(w, b.const(2.0 ** (15 - fmt.bias), w.type))
+    return b.fmul(w, b.const(f16_factor(fmt), w.type))
+
+
+def f16_factor(fmt: ElementFormat) -> float:
+    """The power of two :func:`f16_widen` multiplies the f16's value by:
+    ``2^(15 - bias)`` (E4M3 2^8, E2M3 2^14, E3M2 2^12, E2M1 2^14); 1 for E5M2."""
+    return 1.0 if fmt.ebits == 5 else 2.0 ** (15 - fmt.bias)
 
 
 def nan_key(b, codes: ir.Value) -> ir.Value:

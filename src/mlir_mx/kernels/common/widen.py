@@ -55,7 +55,7 @@ from mlir import ir
 
 from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
-from mlir_mx.kernels.common.codec import e8m0_to_f32, widen
+from mlir_mx.kernels.common.codec import e8m0_to_f32, f16_factor, widen
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, ElementFormat, decode_elements
 
 __all__ = ["Decoder", "decoder", "decode_scales", "interleave_pairs", "LANES", "PAIR_ORDER"]
@@ -133,7 +133,21 @@ class Decoder:
         mapped = fmt.has_nan and fmt.ebits != 5 and fmt.widening == "f16"
         return mapped and not fmt.is_sub_byte and not table
 
-    def decode(self, kb: KernelBuilder, codes: ir.Value, nan: bool = True) -> list[ir.Value]:
+    def factor(self, n: int) -> float | None:
+        """The power of two (> 1) :meth:`decode` of ``n`` codes multiplies
+        every f16 by (:func:`~mlir_mx.kernels.common.codec.f16_factor`), which
+        ``decode(scaled=False)`` leaves to the caller; None where no such
+        multiply is emitted (tables, E5M2, MXINT8's ``2^-6``)."""
+        f = f16_factor(self.fmt)
+        if self.fmt.widening not in ("f16", "values") or f == 1:
+            return None
+        if self.values16 or self.shuf16 or (self.table and n == 64):
+            return None
+        return f
+
+    def decode(
+        self, kb: KernelBuilder, codes: ir.Value, nan: bool = True, scaled: bool = True
+    ) -> list[ir.Value]:
         """``codes``: ``vector<n x i8>`` (n a multiple of 16) -> n/16 f32 vectors.
 
         ``nan=False`` (only where :meth:`block_nan`): NaN codes widen to a
@@ -141,6 +155,7 @@ class Decoder:
         (:func:`~mlir_mx.kernels.common.codec.nan_key`, ``or_nan``)."""
         n = ir.VectorType(codes.type).shape[0]
         assert nan or self.block_nan(n)
+        assert scaled or self.factor(n) is not None
         if self.values16:
             v16i = kb.vec(LANES, kb.i32)
             return [
@@ -152,7 +167,10 @@ class Decoder:
         if self.table and n == 64:
             return self._table_decode(kb, codes)
         return [
-            widen(kb, kb.slice(codes, i, LANES), self.fmt, word_nan=self.word_nan, nan=nan)
+            widen(
+                kb, kb.slice(codes, i, LANES), self.fmt,
+                word_nan=self.word_nan, nan=nan, scaled=scaled,
+            )
             for i in range(0, n, LANES)
         ]
 

@@ -32,7 +32,7 @@ from mlir import ir
 
 from mlir_mx.host import has_features, software_prefetch
 from mlir_mx.kernels.common.builder import KernelBuilder
-from mlir_mx.kernels.common.codec import nan_key, or_nan
+from mlir_mx.kernels.common.codec import F32_INF, abs_bits, f32_bits, nan_key, or_nan
 from mlir_mx.kernels.common.problem import (
     TILE_COLUMNS,
     KernelState,
@@ -42,6 +42,7 @@ from mlir_mx.kernels.common.problem import (
     code_columns,
     prepare_a,
     task_count,
+    vector_loop,
 )
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
@@ -111,6 +112,7 @@ def emit_stream(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: StreamConf
         raise ValueError(f"stream kernel: a tiled B needs 16 nv to divide {TILE_COLUMNS}")
     pa = prepare_a(kb, prob, ops, cfg.mr)
     k = _Kernel(kb, prob, ops, cfg, pa)
+    k.move_factor()
     tasks = task_count(kb, prob, pa.m, cfg.threads)
     # Column chunk per task: whole tiles, the last chunk takes the rest.
     if isinstance(tasks, int):
@@ -210,7 +212,16 @@ class _Kernel(KernelState):
             for r in range(bs):
                 kb.prefetch(self.b.mem, self.b.address(kb.add(ahead, r), n0))
         if self.single_group:
-            self.group(blk, k0, n0, nv, valid, kb.idx(0), prob.m, sbv, scratch=None)
+            args = (blk, k0, n0, nv, valid, kb.idx(0), prob.m, sbv, None)
+            if self.afs is None or self.dec.factor(LANES * nv) is None:
+                self.group(*args)
+            elif self.fast is True:
+                self.group(*args, moved=True)
+            else:  # the factor moves onto A where A's range lets it (per call)
+                with kb.if_(self.fast):
+                    self.group(*args, moved=True)
+                with kb.if_(kb.xori(self.fast, kb.const(1, kb.i1))):
+                    self.group(*args)
             return
         scratch = self.scratch
         with kb.loop(0, bs, 1) as kk:
@@ -244,8 +255,55 @@ class _Kernel(KernelState):
         for r in range(0, prob.block, max(1, 64 // row_bytes)):  # (block, row in block)
             kb.prefetch(self.b.mem, self.b.address(None, col, (ahead, kb.idx(r))))
 
-    def b_row(self, blk, kk, n0, nv: int, valid) -> list[ir.Value]:
-        """Row ``kk`` of block ``blk`` of B at columns ``n0 .. n0 + 16 nv``, widened to f32."""
+    def move_factor(self) -> None:
+        """Where the register loop widens B through f16 with a multiply by
+        ``f = 2^(15 - bias)`` per code (``Decoder.factor``: E4M3 without the
+        VBMI tables, FP6 on AVX2), keep ``afs = f * A`` (rows < M) and let
+        the loop leave ``f`` out: each product ``(f a) (b / f)`` is ``a b``
+        exactly, so every FMA, hence every bit, is the same, for one
+        ``vmulps`` per row of A's broadcast instead of one per 8 or 16 codes.
+        ``f a`` is exact unless it overflows: an MX A's element values are
+        at most 448, an f32 A is tested once per call (``self.fast``: every
+        finite ``|a| < 2^128 / f``; Inf and NaN scale to themselves), and a
+        call that fails the test runs the loop with the multiply."""
+        kb, prob = self.kb, self.prob
+        self.afs, self.fast = None, None
+        if not (self.single_group and prob.b_is_mx) or self.pairs:
+            return
+        f = self.dec.factor(LANES * self.cfg.nv) or self.dec.factor(LANES)
+        if f is None:
+            return
+        k, rows = prob.k, prob.m
+        self.afs = kb.alloc([rows, k], kb.f32)
+        v16f, v16i = kb.vec(LANES, kb.f32), kb.vec(LANES, kb.i32)
+        most = kb.alloc([LANES], kb.i32)  # the largest finite |a| bits so far
+        kb.vstore(kb.const(0, v16i), most, [0])
+        inf = kb.const(F32_INF, v16i)
+        for r in range(rows):
+
+            def body(off, valid, r=r):
+                a = kb.load_lanes(self.pa.af, [r, off], LANES, valid)
+                kb.store_lanes(kb.fmul(a, kb.const(f, v16f)), self.afs, [r, off], valid)
+                bits = abs_bits(kb, a)
+                finite = kb.select(kb.cmpi("ult", bits, inf), bits, kb.const(0, v16i))
+                kb.vstore(kb.maxui(kb.vload(most, [0], LANES), finite), most, [0])
+
+            vector_loop(kb, k, LANES, body)
+        if prob.a_is_mx:  # element values <= 448: never near 2^128 / f
+            self.fast = True
+        else:
+            top = kb.reduce("maxui", kb.vload(most, [0], LANES))
+            self.fast = kb.cmpi("ult", top, kb.const(f32_bits(2.0**128 / f), kb.i32))
+        kb.dealloc(most)
+
+    def free(self) -> None:
+        super().free()
+        if self.afs is not None:
+            self.kb.dealloc(self.afs)
+
+    def b_row(self, blk, kk, n0, nv: int, valid, scaled: bool = True) -> list[ir.Value]:
+        """Row ``kk`` of block ``blk`` of B at columns ``n0 .. n0 + 16 nv``, widened to f32
+        (``scaled=False``: without ``Decoder.factor``, :meth:`move_factor`)."""
         kb = self.kb
         k = kb.add(kb.mul(blk, self.prob.block), kk)
         split = (blk, kk)
@@ -256,7 +314,7 @@ class _Kernel(KernelState):
         if self._paired(nv, valid):
             raw = self.b.raw(k, n0, LANES * nv // 2, split)
             return self.dec.decode_pairs(kb, raw)
-        return self.dec.decode(kb, self.b_codes(blk, kk, n0, nv, valid))
+        return self.dec.decode(kb, self.b_codes(blk, kk, n0, nv, valid), scaled=scaled)
 
     def b_codes(self, blk, kk, n0, nv: int, valid) -> ir.Value:
         """Row ``kk`` of block ``blk`` of an MX B, columns ``n0 .. n0 + 16 nv``:
@@ -276,10 +334,11 @@ class _Kernel(KernelState):
     def _paired(self, nv: int, valid) -> bool:
         return self.pairs and valid is None and nv == self.cfg.nv
 
-    def group(self, blk, k0, n0, nv: int, valid, m0, mr: int, sbv, scratch) -> None:
-        """Rows ``m0 .. m0 + mr`` of one (block, tile): partials, then scale into C."""
+    def group(self, blk, k0, n0, nv: int, valid, m0, mr: int, sbv, scratch, moved=False) -> None:
+        """Rows ``m0 .. m0 + mr`` of one (block, tile): partials, then scale into C
+        (``moved``: A times B's widening factor, B without it, :meth:`move_factor`)."""
         kb, prob, cfg = self.kb, self.prob, self.cfg
-        af = self.pa.af
+        af = self.afs if moved else self.pa.af
         zero = kb.const(0.0, kb.vec(LANES, kb.f32))
         n_acc = mr * nv
         ku = cfg.ku if prob.block % cfg.ku == 0 else 1
@@ -294,9 +353,9 @@ class _Kernel(KernelState):
                 if nan_keys:
                     codes = self.b_codes(blk, kk_u, n0, nv, valid)
                     keys = kb.maxui(keys, nan_key(kb, codes))
-                    bvec = self.dec.decode(kb, codes, nan=False)
+                    bvec = self.dec.decode(kb, codes, nan=False, scaled=not moved)
                 elif scratch is None:
-                    bvec = self.b_row(blk, kk_u, n0, nv, valid)
+                    bvec = self.b_row(blk, kk_u, n0, nv, valid, scaled=not moved)
                 else:
                     bvec = [kb.vload(scratch, [kk_u, LANES * v], LANES) for v in range(nv)]
                 for r in range(mr):
