@@ -187,7 +187,9 @@ def test_every_code_through_the_kernels(element, features, monkeypatch):
             np.testing.assert_array_equal(_bits(c[~nan]), _bits(want[~nan]), err_msg=s.name)
 
 
-@pytest.mark.parametrize("features", ["", NO_AVX512], ids=["host", "avx2"])
+@pytest.mark.parametrize(
+    "features", ["", "-avx512vbmi", NO_AVX512], ids=["host", "avx512-no-vbmi", "avx2"]
+)
 @pytest.mark.parametrize("tiled", [False, True], ids=["row-major", "tiled"])
 def test_the_block_nan_test_equals_the_per_code_mapping(features, tiled, monkeypatch):
     """The decode kernel's per-block NaN test for E4M3 (``Decoder.block_nan``:
@@ -227,7 +229,9 @@ def test_the_block_nan_test_equals_the_per_code_mapping(features, tiled, monkeyp
     np.testing.assert_array_equal(_bits(got[ok]), _bits(want[ok]))
 
 
-@pytest.mark.parametrize("features", ["", NO_AVX512], ids=["host", "avx2"])
+@pytest.mark.parametrize(
+    "features", ["", "-avx512vbmi", NO_AVX512], ids=["host", "avx512-no-vbmi", "avx2"]
+)
 @pytest.mark.parametrize("element", ["f8E4M3FN", "f6E2M3FN"])
 def test_the_widening_factor_moved_onto_a_gives_the_same_bits(features, element, monkeypatch):
     """``move_factor``: B's f16 widening leaves out ``2^(15 - bias)`` and the
