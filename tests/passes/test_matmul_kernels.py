@@ -290,6 +290,44 @@ def test_the_widening_factor_moved_onto_a_gives_the_same_bits(features, element,
     assert not same(run(huge, "forced"), run(huge, "off"))
 
 
+@pytest.mark.parametrize("features", ["", NO_AVX512], ids=["host", "avx2"])
+@pytest.mark.parametrize("element", ELEMENTS)
+def test_the_row_major_sweep_gives_the_same_bits(features, element, monkeypatch):
+    """Decode from a row-major B reads 8 rows at a time across the chunk's
+    columns, the partials and NaN keys kept between them (``_Kernel._sweep``):
+    the same bits as the whole block per tile, with a column tail, on 1 and 2
+    threads, packed where the format packs, NaN codes included."""
+    from mlir_mx.kernels.matmul import stream
+
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", features)
+    fmt = ELEMENT_FORMATS[element]
+    rng = np.random.default_rng(11)
+    k, n = 96, 148  # 9 vectors and a tail of 4 (whole FP6 groups)
+    codes = rng.integers(0, fmt.num_codes, (k, n)).astype(np.uint8)
+    codes[5, 7] = codes[40, n - 1] = fmt.num_codes - 1  # NaN / the largest code
+    b = pack_codes(codes.view(fmt.dtype), element) if fmt.is_sub_byte else codes.view(fmt.dtype)
+    scales = rng.integers(110, 140, (k // 32, n)).astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)
+    a = rng.standard_normal((1, k)).astype(np.float32)
+    prob = Problem(1, n, k, 32, None, element, b_packed=fmt.is_sub_byte)
+    sweeps, used = stream._Kernel._sweeps, []
+
+    def patched(self, on):
+        used.append(sweeps(self))
+        return on and used[-1]
+
+    for threads in (1, 2):
+        outs = []
+        for on in (True, False):
+            monkeypatch.setattr(stream._Kernel, "_sweeps", lambda self, on=on: patched(self, on))
+            c = np.zeros((1, n), np.float32)
+            kernel_runner(prob, "decode", threads).matmul(a, b, scales, c)
+            outs.append(c)
+        assert np.array_equal(np.isnan(outs[0]), np.isnan(outs[1]))
+        ok = ~np.isnan(outs[1])
+        np.testing.assert_array_equal(_bits(outs[0][ok]), _bits(outs[1][ok]))
+    assert used and all(used)  # the problem takes the sweep
+
+
 def test_the_block_nan_test_is_where_it_pays():
     """Only E4M3 (an 8-bit format with NaN codes) on the f16 path takes it;
     the 64-code tables (VBMI) map NaN themselves, FP4/FP6/E5M2/INT8 have no

@@ -133,6 +133,35 @@ def emit_stream(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: StreamConf
     k.free()
 
 
+#: Rows of B a decode from a row-major B reads at once (:meth:`_Kernel._sweep`).
+SWEEP_ROWS = 8
+
+
+@dataclass(frozen=True)
+class _Partials:
+    """One task's partial sums (f32) and NaN keys (i8) per column of its chunk
+    (offset ``lo``), carried between the row groups ``rows`` of a block."""
+
+    p: ir.Value
+    keys: ir.Value
+    lo: ir.Value
+    rows: tuple[int, int]
+
+    def load(self, kb, n0, nv: int, valid, nan_keys: bool) -> list[ir.Value]:
+        at = kb.sub(n0, self.lo)
+        out = [kb.load_lanes(self.p, [kb.add(at, LANES * v)], LANES, valid) for v in range(nv)]
+        if nan_keys:
+            out.append(kb.load_lanes(self.keys, [at], LANES * nv, valid))
+        return out
+
+    def store(self, kb, values, n0, nv: int, valid) -> None:
+        at = kb.sub(n0, self.lo)
+        for v in range(nv):
+            kb.store_lanes(values[v], self.p, [kb.add(at, LANES * v)], valid)
+        if len(values) > nv:
+            kb.store_lanes(values[nv], self.keys, [at], valid)
+
+
 class _Kernel(KernelState):
     def __init__(self, kb, prob: Problem, ops: Operands, cfg: StreamConfig, pa: PreparedA):
         super().__init__(kb, prob, ops, cfg, pa)
@@ -155,6 +184,9 @@ class _Kernel(KernelState):
         self.scratch = None
         if not self.single_group:
             self.scratch = kb.alloc([self.prob.block, tile], kb.f32)
+        if self._sweeps():
+            self._sweep(lo, hi, full_tiles, full_vecs)
+            return
         with kb.loop(0, self.prob.kblocks, 1) as blk:
             with kb.loop(lo, full_tiles, tile) as t:
                 self.tile(blk.iv, t.iv, cfg.nv, None)
@@ -165,6 +197,40 @@ class _Kernel(KernelState):
                 self.tile(blk.iv, full_vecs, 1, rest)
         if self.scratch is not None:
             kb.dealloc(self.scratch)
+
+    def _sweeps(self) -> bool:
+        """Whether one row of A reads a row-major B :data:`SWEEP_ROWS` rows at a
+        time across the chunk's columns (:meth:`_sweep`)."""
+        prob = self.prob
+        rows_ok = prob.block % SWEEP_ROWS == 0 and prob.block > SWEEP_ROWS
+        return self.single_group and prob.m == 1 and prob.b_is_mx and not prob.b_tiled and rows_ok
+
+    def _sweep(self, lo, hi, full_tiles, full_vecs) -> None:
+        """Decode from a row-major B: for each block, :data:`SWEEP_ROWS` of its
+        rows across all of the chunk's columns, then the next ones, the
+        partials (and NaN keys) of each column kept in an L1/L2 buffer between
+        them; each column's FMAs stay in K order (the same bits).  A block's
+        32 rows read at once are 32 streams 4 KiB or more apart, which the
+        prefetchers follow poorly (``bench/results/dot-units-findings-2026-12-01.md``:
+        14.5 GB/s for 32 rows in parallel, 34 for 8, one Zen 4 core); the
+        ``int-decode`` sweep (:mod:`mlir_mx.kernels.dot.sweep`) reads B the
+        same way."""
+        kb, cfg, bs = self.kb, self.cfg, self.prob.block
+        tile = LANES * cfg.nv
+        width = self.prob.n + tile  # a chunk's columns, whatever its start
+        part = _Partials(kb.alloc([width], kb.f32), kb.alloc([width], kb.i8), lo, (0, 0))
+        with kb.loop(0, self.prob.kblocks, 1) as blk:
+            for r0 in range(0, bs, SWEEP_ROWS):
+                rows = replace(part, rows=(r0, r0 + SWEEP_ROWS))
+                with kb.loop(lo, full_tiles, tile) as t:
+                    self.tile(blk.iv, t.iv, cfg.nv, None, rows)
+                with kb.loop(full_tiles, full_vecs, LANES) as t:
+                    self.tile(blk.iv, t.iv, 1, None, rows)
+                rest = kb.sub(hi, full_vecs)
+                with kb.if_(kb.icmp("sgt", rest, 0)):
+                    self.tile(blk.iv, full_vecs, 1, rest, rows)
+        kb.dealloc(part.p)
+        kb.dealloc(part.keys)
 
     def _own_c(self, lo: ir.Value, hi: ir.Value) -> None:
         """Prefetch for writing (``prefetchw``) the chunk's lines of C, rows
@@ -191,8 +257,9 @@ class _Kernel(KernelState):
 
     # -- one column tile of one block -------------------------------------------------
 
-    def tile(self, blk, n0, nv: int, valid) -> None:
-        """Columns ``n0 .. n0 + 16 nv`` of block ``blk`` (``valid``: columns in a tail)."""
+    def tile(self, blk, n0, nv: int, valid, part=None) -> None:
+        """Columns ``n0 .. n0 + 16 nv`` of block ``blk`` (``valid``: columns in a tail;
+        ``part``: some of the block's rows, :meth:`_sweep`)."""
         kb, prob, cfg = self.kb, self.prob, self.cfg
         bs = prob.block
         sbv = None
@@ -214,14 +281,14 @@ class _Kernel(KernelState):
         if self.single_group:
             args = (blk, k0, n0, nv, valid, kb.idx(0), prob.m, sbv, None)
             if self.afs is None or self.dec.factor(LANES * nv) is None:
-                self.group(*args)
+                self.group(*args, part=part)
             elif self.fast is True:
-                self.group(*args, moved=True)
+                self.group(*args, moved=True, part=part)
             else:  # the factor moves onto A where A's range lets it (per call)
                 with kb.if_(self.fast):
-                    self.group(*args, moved=True)
+                    self.group(*args, moved=True, part=part)
                 with kb.if_(kb.xori(self.fast, kb.const(1, kb.i1))):
-                    self.group(*args)
+                    self.group(*args, part=part)
             return
         scratch = self.scratch
         with kb.loop(0, bs, 1) as kk:
@@ -334,17 +401,24 @@ class _Kernel(KernelState):
     def _paired(self, nv: int, valid) -> bool:
         return self.pairs and valid is None and nv == self.cfg.nv
 
-    def group(self, blk, k0, n0, nv: int, valid, m0, mr: int, sbv, scratch, moved=False) -> None:
+    def group(
+        self, blk, k0, n0, nv: int, valid, m0, mr: int, sbv, scratch, moved=False, part=None
+    ) -> None:
         """Rows ``m0 .. m0 + mr`` of one (block, tile): partials, then scale into C
-        (``moved``: A times B's widening factor, B without it, :meth:`move_factor`)."""
+        (``moved``: A times B's widening factor, B without it, :meth:`move_factor`;
+        ``part``: only the block's rows ``part.rows``, the partials carried
+        in ``part``'s buffers between them, :meth:`_sweep`)."""
         kb, prob, cfg = self.kb, self.prob, self.cfg
         af = self.afs if moved else self.pa.af
         zero = kb.const(0.0, kb.vec(LANES, kb.f32))
         n_acc = mr * nv
         ku = cfg.ku if prob.block % cfg.ku == 0 else 1
         nan_keys = self._block_nan(nv, scratch)
+        r0, r1 = (0, prob.block) if part is None else part.rows
         init = [zero] * n_acc + ([kb.const(0, kb.vec(LANES * nv, kb.i8))] if nan_keys else [])
-        with kb.loop(0, prob.block, ku, init) as kk:
+        if r0 > 0:  # mr = 1: the partials (and NaN keys) of the rows before
+            init = part.load(kb, n0, nv, valid, nan_keys)
+        with kb.loop(r0, r1, ku, init) as kk:
             p = list(kk.args)
             keys = p.pop() if nan_keys else None
             for u in range(ku):
@@ -364,6 +438,9 @@ class _Kernel(KernelState):
                         p[r * nv + v] = kb.fma(a, bvec[v], p[r * nv + v])
             kk.yield_(p + ([keys] if nan_keys else []))
         p = list(kk.results)
+        if r1 < prob.block:
+            part.store(kb, p, n0, nv, valid)
+            return
         if nan_keys:
             keys = p.pop()
             p = [or_nan(kb, x, kb.slice(keys, LANES * (i % nv), LANES)) for i, x in enumerate(p)]
