@@ -263,7 +263,7 @@ class _Kernel(KernelState):
         kb, prob, cfg = self.kb, self.prob, self.cfg
         bs = prob.block
         sbv = None
-        if prob.b_is_mx:
+        if prob.b_is_mx and (part is None or part.rows[1] == bs):  # used when scaling
             sbv = [
                 decode_scales(
                     kb, kb.load_lanes(self.sb, [blk, kb.add(n0, LANES * v)], LANES, valid)
