@@ -160,7 +160,7 @@ def f16_bits(
     widened to words, e.g. AVX2).  ``nan=False`` leaves the NaN code's
     word finite (``S.0111.1111.0000000``): for a caller that makes the
     result of each column holding one NaN itself (the decode kernel's
-    per-block test, :func:`nan_codes`).
+    per-block test, :func:`nan_key`).
     """
     i16 = b.same_shape(codes, b.i16)
     if fmt.ebits == 5:  # E5M2: the top byte of an f16

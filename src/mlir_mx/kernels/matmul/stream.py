@@ -327,8 +327,8 @@ class _Kernel(KernelState):
         ``f = 2^(15 - bias)`` per code (``Decoder.factor``: E4M3 without the
         VBMI tables, FP6 on AVX2), keep ``afs = f * A`` (rows < M) and let
         the loop leave ``f`` out: each product ``(f a) (b / f)`` is ``a b``
-        exactly, so every FMA, hence every bit, is the same, for one
-        ``vmulps`` per row of A's broadcast instead of one per 8 or 16 codes.
+        exactly, so every FMA, hence every bit, is the same, for one pass
+        over A per call instead of one ``vmulps`` per 8 or 16 codes.
         ``f a`` is exact unless it overflows: an MX A's element values are
         at most 448, an f32 A is tested once per call (``self.fast``: every
         finite ``|a| < 2^128 / f``; Inf and NaN scale to themselves), and a
