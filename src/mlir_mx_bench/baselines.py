@@ -107,9 +107,14 @@ def torch_bf16_emulated() -> str | None:
     """Why torch's bf16 matmul is emulated here (no bf16 dot unit on the CPU
     itself: AVX512-BF16 or AMX on x86, BF16 on Arm), or None where it is not.
     The CPU's own ISA level, not ``MLIR_MX_CPU_FEATURES``: torch dispatches
-    on the CPU."""
+    on the CPU, unless ``--emulate`` capped it."""
     from mlir_mx.host import isa_level
 
+    from .emulate import baseline_level
+
+    capped = baseline_level()
+    if capped is not None and "BF16" not in capped:
+        return f"torch is capped at {capped} (--emulate): no bf16 dot unit"
     level = isa_level(masked=False)
     if "BF16" in level or "AMX" in level:
         return None

@@ -10,6 +10,7 @@ Examples::
     mx-bench --mlp                             # the 4096 -> 14336 -> 4096 MXFP4 MLP (GGUF weights)
     mx-bench --quantize                        # f32 8192 x 8192 -> MX (every format) and back
     mx-bench --model --layers 8                # a Llama of TinyLlama-1.1B's shape, end to end
+    mx-bench --emulate avx2 --shapes 1x8192x8192   # every row as on an AVX2-only CPU
 
 Every result is checked against the oracle before it is timed; a wrong result
 prints ``mx-bench: error: WRONG RESULT: ...`` and exits 1 (no results file).
@@ -94,6 +95,12 @@ def _parser() -> ArgParser:
         "--env-row", action="append", metavar="VAR=VALUE",
         help="--model: run the rows again with VAR=VALUE set for their processes, as separate "
         "rows labelled [VAR=VALUE] (every other row runs in the environment as it is); repeatable",
+    )  # fmt: skip
+    p.add_argument(
+        "--emulate", choices=("avx2",),
+        help="run every row as on an AVX2-only CPU: our kernels masked, numpy's OpenBLAS, "
+        "torch's ATen, MKL and oneDNN capped at AVX2 by their own variables (mx-bench runs "
+        "again with them set; ggml rows need an AVX2 build of ggml-python)",
     )  # fmt: skip
     return p
 
@@ -298,6 +305,20 @@ def _check_memory(ns, shapes, mlp, quantize, tokens) -> None:
 
 
 def _parse(argv: list[str]):
+    """Options, a ``--help`` text, or (``--emulate`` not yet applied) the run
+    again in a child process with its variables: every check is made here first."""
+    from mlir_mx_bench.emulate import Reexec, active
+
+    parsed = _parse_options(argv)
+    if isinstance(parsed, str):
+        return parsed
+    level = _parser().parse(argv).emulate
+    if level is not None and active() != level:
+        return Reexec(level, argv)
+    return parsed
+
+
+def _parse_options(argv: list[str]):
     from mlir_mx.numerics import ELEMENT_FORMATS
     from mlir_mx.roofline.variants import parse_shape
     from mlir_mx_bench.loop import Options
@@ -343,6 +364,10 @@ def _parse(argv: list[str]):
 def run(parsed) -> int:
     """Run the benchmark with parsed options; exit code."""
     from mlir_mx_bench.cases import BenchFailure
+    from mlir_mx_bench.emulate import Reexec
+
+    if isinstance(parsed, Reexec):
+        return parsed.run()
     from mlir_mx_bench.loop import run_bench
     from mlir_mx_bench.results import write_results
 

@@ -26,6 +26,7 @@ import os
 import numpy as np
 
 from .cases import Oracle, Problem
+from .emulate import baseline_level
 from .method import Method, Skipped
 
 __all__ = ["GGML_TYPES", "ggml_available", "ggml_isa", "ggml_methods"]
@@ -45,7 +46,26 @@ def load_ggml():
 
 
 def ggml_available() -> str | None:
-    """None when ggml-python can be imported and has every type we time, else why not."""
+    """None when ggml-python can be imported and has every type we time, else
+    why not; under ``--emulate`` also why not when its build runs a wider ISA
+    than the emulated one (it runs what it was compiled for)."""
+    why = _loadable()
+    if why is None and (level := baseline_level()) is not None:
+        isa = ggml_isa()
+        if _rank(isa) > _rank(level):
+            return (f"ggml-python here is built for {isa}, wider than the emulated {level}: "
+                    "install an AVX2 build of it (docs/bench.md) for its rows")  # fmt: skip
+    return why
+
+
+def _rank(level: str) -> int:
+    """Wider ISA levels rank higher (levels of :data:`_GGML_LEVELS` and ``SSE``)."""
+    names = [lv for _, lv in reversed(_GGML_LEVELS)]
+    return names.index(level) + 1 if level in names else 0
+
+
+def _loadable() -> str | None:
+    """None when ggml-python imports and has every type we time, else why not."""
     if importlib.util.find_spec("ggml") is None:
         return f"ggml-python is not installed ({_INSTALL})"
     try:
@@ -73,7 +93,7 @@ _GGML_LEVELS = (
 
 def ggml_isa() -> str | None:
     """The ISA level ggml-python's build runs (None: not installed)."""
-    if ggml_available() is not None:
+    if _loadable() is not None:
         return None
     gg = load_ggml()
     for flag, level in _GGML_LEVELS:

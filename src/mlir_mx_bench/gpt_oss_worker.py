@@ -6,6 +6,10 @@ experts), times the load, a prefill and a greedy decode, and writes
 ``<out>/<name>.json`` and ``<name>-logits.npy`` (the prefill's logits); with
 ``bound`` also ``<name>-bound.npy`` (:func:`mlir_mx.torch.logit_bound`).
 
+Each row also times its MoE blocks inside the model (:class:`MoEClock`: every
+decoder layer's ``mlp``, router and experts, the same modules in every row),
+so that the MoE's own speed is reported beside the whole model's.
+
 Row kinds: ``hf-f32`` / ``hf-bf16`` (transformers' own CPU path:
 ``GptOssForCausalLM.from_pretrained(dtype=...)``, which dequantizes the
 experts to that dtype; needs ``accelerate``), ``mx-bf16`` / ``mx-f32`` (ours:
@@ -28,7 +32,7 @@ import torch
 from mlir_mx_bench.llama_worker import release_free_memory, rss_kib
 from mlir_mx_bench.workers import greedy_decode, worker_main
 
-__all__ = ["GPT_OSS_20B", "expert_bytes", "run_row", "write_checkpoint"]
+__all__ = ["GPT_OSS_20B", "MoEClock", "expert_bytes", "run_row", "write_checkpoint"]
 
 #: gpt-oss-20b's shape (its config.json), but for the layer count.
 GPT_OSS_20B = dict(
@@ -90,6 +94,35 @@ def expert_bytes(model) -> tuple[int, int]:
     return total, n
 
 
+class MoEClock:
+    """Wall seconds spent in the model's MoE blocks (each decoder layer's
+    ``mlp``: router and experts), per call of the model: forward hooks, so
+    that the figure is the MoE's share of the same run.  ``calls[i]``: the
+    seconds of the i-th model call since :meth:`reset`."""
+
+    def __init__(self, model):
+        self.calls: list[float] = []
+        self._t0 = 0.0
+        blocks = [layer.mlp for layer in model.model.layers]
+        self._handles = [model.register_forward_pre_hook(lambda *_: self.calls.append(0.0))]
+        for b in blocks:
+            self._handles.append(b.register_forward_pre_hook(self._start))
+            self._handles.append(b.register_forward_hook(self._stop))
+
+    def _start(self, *_):
+        self._t0 = time.perf_counter()
+
+    def _stop(self, *_):
+        self.calls[-1] += time.perf_counter() - self._t0
+
+    def reset(self) -> None:
+        self.calls = []
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
 def _load(spec: dict):
     kind, path = spec["kind"], spec["checkpoint"]
     dtype = torch.float32 if kind.endswith("f32") else torch.bfloat16
@@ -123,6 +156,7 @@ def run_row(spec: dict) -> dict:
     t0 = time.perf_counter()
     greedy_decode(model, ids, 2)  # warm-up: our kernels compile here
     rec["warmup_s"] = time.perf_counter() - t0
+    clock = MoEClock(model)
     with torch.inference_mode():
         times = []
         for _ in range(spec["prefill_samples"]):
@@ -130,8 +164,13 @@ def run_row(spec: dict) -> dict:
             model(ids, use_cache=True, logits_to_keep=1)
             times.append(time.perf_counter() - t0)
     rec["prefill_ms"] = 1e3 * statistics.median(times)
+    rec["moe_prefill_ms"] = 1e3 * statistics.median(clock.calls)
+    clock.reset()
     rec["tokens"], steps = greedy_decode(model, ids, spec["new_tokens"])
     rec["decode_tokens_per_s"] = 1.0 / statistics.median(steps)
+    # calls[0]: greedy_decode's prefill; then one call per timed step.
+    rec["moe_decode_ms"] = 1e3 * statistics.median(clock.calls[1:])
+    clock.remove()
     if spec.get("bound"):
         from mlir_mx.torch import logit_bound
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mlir_mx_bench.emulate import summary
 from mlir_mx_bench.llama import ROWS, same_env_key
 
 __all__ = ["model_markdown", "write_model_results"]
@@ -33,6 +34,7 @@ def _header(r: dict) -> list[str]:
         "",
         f"- Command: `{r['command']}`",
         f"- Machine: {m['cpu']}, {m['cpus']} CPUs; {m['platform']}; CPU features: {', '.join(have)}",
+        *([emu] if (emu := summary(m)) else []),
         f"- Versions: {vers}",
         f"- **Shared machine**: other agents' processes ran on the same cores during this "
         f"run (load average {r['loadavg_start']} at start, {r['loadavg_end']} at end; other "

@@ -22,6 +22,7 @@ from mlir_mx.host import (
 )
 from mlir_mx.roofline.measure import measure_bandwidth, measure_peak
 
+from . import emulate
 from .ggml_baseline import ggml_isa
 
 __all__ = [
@@ -118,8 +119,37 @@ def _blas() -> list[dict]:
     ]
 
 
+def emulated_libraries() -> dict[str, str]:
+    """What each library reports it runs, once loaded here: numpy's BLAS
+    kernels (threadpoolctl's ``architecture``), torch's CPU capability, ggml's
+    build (only those installed)."""
+    import importlib.util
+
+    from threadpoolctl import threadpool_info
+
+    out = {}
+    for lib in threadpool_info():
+        if lib.get("user_api") == "blas":
+            out[f"numpy {lib.get('internal_api')}"] = str(lib.get("architecture"))
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        out["torch"] = torch.backends.cpu.get_cpu_capability()
+    isa = ggml_isa()
+    if isa:
+        out["ggml"] = isa
+    return out
+
+
 def machine_info() -> dict:
-    """What a results file records about the machine."""
+    """What a results file records about the machine (``emulated``: the
+    ``--emulate`` level, its variables and what each library reports)."""
+    level = emulate.active()
+    emulated = level and {
+        "level": emulate.EMULATIONS[level][0],
+        "variables": emulate.EMULATIONS[level][1],
+        "libraries": emulated_libraries(),
+    }
     return {
         "cpu": cpu_model(),
         "description": machine_description(),
@@ -128,6 +158,8 @@ def machine_info() -> dict:
         # The kernels' ISA level (masks applied) and the CPU's own (baselines').
         "isa_level": isa_level(),
         "isa_level_cpu": isa_level(masked=False),
+        # The level numpy and torch were capped at (--emulate), when they were.
+        **({"isa_level_baselines": emulated["level"], "emulated": emulated} if emulated else {}),
         # ggml's build (its rows run what it was compiled for), when installed.
         "isa_level_ggml": ggml_isa(),
         "platform": platform.platform(),
@@ -138,6 +170,8 @@ def machine_info() -> dict:
             for k in (
                 "OPENBLAS_CORETYPE",
                 "OPENBLAS_L2_SIZE",
+                "ATEN_CPU_CAPABILITY",
+                "ONEDNN_MAX_CPU_ISA",
                 "OMP_NUM_THREADS",
                 "MLIR_MX_CPU_FEATURES",
             )

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from mlir_mx.files import write_text
 
+from . import emulate
+
 __all__ = ["RATIO_BASELINES", "markdown", "row_isa", "write_results"]
 
 #: baseline columns of the speedup table, in order
@@ -39,12 +41,15 @@ def row_isa(kind: str, machine: dict, method: str = "") -> str:
     kernels' level (the record's ``isa_level``: ``MLIR_MX_CPU_FEATURES``
     applied), ggml's rows at its build's (``isa_level_ggml``: it runs what it
     was compiled for), another baseline (numpy, torch, the emulation) at the
-    CPU's own (``isa_level_cpu``), which it dispatches on; ``-`` in a record
+    CPU's own (``isa_level_cpu``), which it dispatches on, or the level
+    ``--emulate`` capped them at (``isa_level_baselines``); ``-`` in a record
     made before the levels were recorded."""
     if kind != "ours" and method.startswith("ggml") and machine.get("isa_level_ggml"):
         return machine["isa_level_ggml"]
-    key = "isa_level" if kind == "ours" else "isa_level_cpu"
-    return machine.get(key, "-")
+    if kind == "ours":
+        return machine.get("isa_level", "-")
+    # numpy and torch at the level --emulate capped them at, else the CPU's.
+    return machine.get("isa_level_baselines") or machine.get("isa_level_cpu", "-")
 
 
 def _pct(cpu: dict | None, key: str) -> str:
@@ -75,10 +80,12 @@ def _header(r: dict) -> list[str]:
         f"- CPU features: {', '.join(have) or 'none of the listed'}; "
         f"absent: {', '.join(lack) or 'none'}",
         f"- ISA level: ours {m.get('isa_level', 'not recorded')}, the baselines "
-        f"{m.get('isa_level_cpu', 'not recorded')} (they dispatch on the CPU itself; "
-        "MLIR_MX_CPU_FEATURES masks only ours"
+        + (f"{m['isa_level_baselines']} (capped by --emulate, below)" if m.get("isa_level_baselines")
+           else f"{m.get('isa_level_cpu', 'not recorded')} (they dispatch on the CPU itself; "
+           "MLIR_MX_CPU_FEATURES masks only ours")
         + (f"; ggml as built: {m['isa_level_ggml']}" if m.get("isa_level_ggml") else "")
         + "); the 'ISA' column says per row",
+        *([emu] if (emu := emulate.summary(m)) else []),
         f"- Versions: {vers}; BLAS: {blas or 'unknown'}",
         f"- Thread counts: {', '.join(str(t) for t in r['options']['threads'])} "
         f"(numpy BLAS via threadpoolctl, torch.set_num_threads, ggml n_threads{used})",
