@@ -172,6 +172,7 @@ def machine_info() -> dict:
                 "OPENBLAS_L2_SIZE",
                 "ATEN_CPU_CAPABILITY",
                 "ONEDNN_MAX_CPU_ISA",
+                "MKL_ENABLE_INSTRUCTIONS",
                 "OMP_NUM_THREADS",
                 "MLIR_MX_CPU_FEATURES",
             )

@@ -7,9 +7,11 @@ with the ``lower-to-llvm`` pipeline):
   arrays much larger than the last-level cache (``vector<16xf32>`` loads,
   ``vector.fma``, stores); bytes counted the STREAM way, 12 per element
   (write-allocate traffic is not counted).
-* **peak**: a register-resident loop of ``vector.fma`` on ``vector<16xf32>``
-  with :data:`FMA_ACCUMULATORS` independent accumulators (enough to cover
-  the FMA latency), 2 FLOPs per lane per FMA.
+* **peak**: a register-resident loop of ``vector.fma`` on one vector
+  register's f32 lanes (:func:`fma_lanes`: 16 with AVX-512, 8 with AVX2, 4
+  on NEON) with :data:`FMA_ACCUMULATORS` independent accumulators (enough to
+  cover the FMA latency, and with the two constants within AVX2's 16
+  registers), 2 FLOPs per lane per FMA.
 
 With ``threads > 1`` both run as ``threads`` parallel tasks of the kernels'
 own threading (``scf.parallel`` on upstream's async runtime), each on its
@@ -34,12 +36,13 @@ import numpy as np
 
 from mlir_mx.errors import MXValueError
 from mlir_mx.execution import Runner
-from mlir_mx.host import machine_description
+from mlir_mx.host import has_features, host_arch, machine_description
 from mlir_mx.roofline.machines import MACHINES, Machine
 from mlir_mx.roofline.variants import VARIANTS, Shape, variant_module_text
 
 __all__ = [
     "FMA_ACCUMULATORS",
+    "fma_lanes",
     "KernelTiming",
     "Timing",
     "get_machine",
@@ -200,11 +203,22 @@ func.func @triad(%a: memref<?xf32>, %b: memref<?xf32>, %c: memref<?xf32>, %s: f3
 """
 
 
-def _fma_text(acc: int = FMA_ACCUMULATORS, lanes: int = _LANES) -> str:
+def fma_lanes() -> int:
+    """f32 lanes of one vector register of the code the kernels are compiled
+    for (the masked features): 16 (AVX-512), 8 (AVX2), 4 (NEON).  The peak
+    loop keeps its accumulators in registers only at this width: AVX2's 16
+    ymm registers hold 12 accumulators of 8 lanes, not of 16 (24 halves and
+    spills: 17.9 against 118 GFLOP/s on a Zen 4 core masked to AVX2)."""
+    if host_arch() != "x86_64":
+        return 4
+    return 16 if has_features("avx512f") else 8
+
+
+def _fma_text(acc: int = FMA_ACCUMULATORS, lanes: int | None = None) -> str:
     """``@fma_peak(x, n, out)``: ``out.dim`` parallel tasks, each ``n``
     iterations of ``acc`` independent ``vector.fma``; task ``t`` stores its sum
     in ``out[t]`` (so nothing is dead)."""
-    vt = f"vector<{lanes}xf32>"
+    vt = f"vector<{lanes or fma_lanes()}xf32>"
     inits = "\n".join(
         f"    %k{i} = arith.constant {float(i) + 1.0:e} : f32\n"
         f"    %s{i} = arith.addf %x, %k{i} : f32\n"
@@ -288,8 +302,9 @@ def measure_bandwidth(
 def measure_peak(threads: int = 1, seconds: float = 0.3, reps: int = 5) -> tuple[float, float]:
     """Peak f32 FMA rate (FLOP/s): (best, median) over ``reps`` runs of
     ``threads`` parallel tasks of the kernels' own threading."""
-    runner = _ceiling_runner(_fma_text(), threads)
-    per_iter = FMA_ACCUMULATORS * _LANES * 2
+    lanes = fma_lanes()
+    runner = _ceiling_runner(_fma_text(lanes=lanes), threads)
+    per_iter = FMA_ACCUMULATORS * lanes * 2
     out = np.zeros(threads, np.float32)
     t0 = time.perf_counter()
     runner.invoke("fma_peak", 0.5, 100_000, out)
