@@ -20,7 +20,8 @@ ggml-python                   none: it runs the ISA it     its rows run only wit
                               was compiled for             (``docs/bench.md``), else skipped
 ============================  ===========================  =====================================
 
-The run checks what each library reports once loaded (:func:`libraries`) and
+The run checks what each library reports once loaded
+(:func:`mlir_mx_bench.machine.emulated_libraries`) and
 records it.  What still differs from a real AVX2 CPU: the caches, the clock,
 the memory bandwidth and the core's pipes (a Zen 4 core runs 256-bit code on
 the same pipes as its AVX-512 code; a Zen 3 or a Skylake client core does
