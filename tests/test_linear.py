@@ -8,6 +8,7 @@ from format_cases import BY_BEHAVIOUR
 from matmul_cases import U
 
 import mlir_mx
+from mlir_mx.host import has_features, host_arch
 from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, dequantize, quantize
 from mlir_mx.numerics.matmul import matmul_reference
 
@@ -65,6 +66,31 @@ def test_weight_in_either_layout_and_threads():
 def test_fp4_weight_takes_4_25_bits_per_element():
     lin = mlir_mx.Linear(_weight("f4E2M1FN", n=128, k=4096))
     assert lin.nbytes * 8 / (128 * 4096) == 4.25
+
+
+def test_linears_of_one_kernel_share_its_runner(monkeypatch):
+    """Two Linears of the same shape and format run one Runner (a new
+    Linear's first call made its own: 0.2-0.35 ms, paid by each of a MoE
+    layer's experts); another CPU-feature set or a cleared compile cache
+    gets another, and each Linear's results stay its own."""
+    from mlir_mx.execution import clear_cache
+
+    x = np.random.default_rng(5).standard_normal((3, 64)).astype(np.float32)
+    lins = [mlir_mx.Linear(_weight("f4E2M1FN", n=64, k=64, seed=s), threads=1) for s in (1, 2)]
+    ys = [lin(x) for lin in lins]
+    [r1], [r2] = (list(lin._runners.values()) for lin in lins)
+    assert r1 is r2
+    assert not np.array_equal(ys[0], ys[1])  # each call bound its own weight
+    np.testing.assert_array_equal(lins[0](x), ys[0])
+    clear_cache()
+    fresh = mlir_mx.Linear(_weight("f4E2M1FN", n=64, k=64, seed=1), threads=1)
+    np.testing.assert_array_equal(fresh(x), ys[0])
+    assert next(iter(fresh._runners.values())) is not r1
+    if host_arch() == "x86_64" and has_features("avx512f"):
+        monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-avx512f")
+        masked = mlir_mx.Linear(_weight("f4E2M1FN", n=64, k=64, seed=1), threads=1)
+        np.testing.assert_array_equal(masked(x), ys[0])
+        assert next(iter(masked._runners.values())) is not next(iter(fresh._runners.values()))
 
 
 def test_persistent_cache_is_written_and_reused(tmp_path, monkeypatch):

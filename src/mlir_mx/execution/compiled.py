@@ -312,9 +312,21 @@ _CACHE: OrderedDict[tuple, Compiled] = OrderedDict()
 _CACHE_SIZE = 64
 
 
+_generation = 0
+
+
 def clear_cache() -> None:
     """Forget every cached compilation."""
+    global _generation
     _CACHE.clear()
+    _generation += 1
+
+
+def cache_generation() -> int:
+    """How many times :func:`clear_cache` has run: part of the key of a cache
+    of Runners (``mlir_mx.linear.kernels``), whose Runners hold the
+    compilations they were made with."""
+    return _generation
 
 
 def compile_module(

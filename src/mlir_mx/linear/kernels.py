@@ -1,5 +1,6 @@
 """The kernels a :class:`~mlir_mx.linear.Linear` compiles: one Runner per
-problem, schedule, thread count and parallel mode, its text generated only
+problem, schedule, thread count and parallel mode in the process (shared by
+every Linear of that kernel), its text generated only
 when no cache (in memory or on disk, :class:`~mlir_mx.execution.compiled.GeneratedModule`)
 holds the machine code."""
 
@@ -12,8 +13,9 @@ from mlir import ir
 
 from mlir_mx.dialect import load_dialect
 from mlir_mx.execution import CompileOptions, Runner
-from mlir_mx.execution.compiled import GeneratedModule
+from mlir_mx.execution.compiled import GeneratedModule, cache_generation
 from mlir_mx.execution.options import default_cache_dir
+from mlir_mx.host import host_features
 from mlir_mx.kernels import Problem, kernel_module, plan_kernel
 from mlir_mx.kernels.common import problem as kernel_problem
 from mlir_mx.pipelines import kernel_library_pipeline
@@ -36,12 +38,27 @@ def kernel_text(prob: Problem, schedule: str, threads: int) -> str:
 
 
 def kernel_runner(prob: Problem, schedule: str, threads: int, parallel: str) -> Runner:
-    """The Runner of ``prob``'s kernel.  The cache key names everything the
-    text depends on: the plan with every config field (what ``adapt`` chose
-    for this CPU, e.g. ``host.software_prefetch``) and ``task_count``'s
-    threshold (read now: tests lower it)."""
-    make = functools.partial(kernel_text, prob, schedule, threads)
+    """The Runner of ``prob``'s kernel, one per process for every Linear of
+    the same kernel (the 32 experts of a gpt-oss layer share two): making a
+    Runner costs 0.2-0.35 ms of key computing, each new Linear's first call
+    at a shape class paid it (0.9 against 0.33 ms for a 2880 x 5760 W4A8
+    decode call), and a Runner holds nothing of its callers (``bind`` keeps
+    a Linear's weights in the bound function).  The key names everything
+    the kernel depends on: the plan with every config field (what ``adapt``
+    chose for this CPU, e.g. ``host.software_prefetch``), ``task_count``'s
+    threshold (read now: tests lower it), the CPU features and the cache
+    directory (``MLIR_MX_CPU_FEATURES`` / ``MLIR_MX_CACHE_DIR`` may change),
+    and the compile cache's generation (``clear_cache``)."""
     plan = plan_kernel(prob, schedule, threads).describe()
     name = f"linear {prob!r} {plan} tasks>={kernel_problem.MIN_TASK_MACS}"
-    options = kernel_options(threads, parallel, default_cache_dir())
+    return _shared_runner(
+        prob, schedule, threads, parallel, name, default_cache_dir(), host_features(),
+        cache_generation(),
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=256)
+def _shared_runner(prob, schedule, threads, parallel, name, cache, _features, _generation):
+    make = functools.partial(kernel_text, prob, schedule, threads)
+    options = kernel_options(threads, parallel, cache)
     return Runner(GeneratedModule(name, make), options=options)
