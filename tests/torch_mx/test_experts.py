@@ -203,3 +203,46 @@ def test_mixtral_stacked_experts_plug_in():
     bound = logit_bound(ref, ids)
     with torch.inference_mode():
         assert 0 < bound.check(model(ids).logits) <= 1
+
+
+def _expert_loop(ex, x, idx, w):
+    """One token through each of its experts alone, summed in the grouped
+    path's order (ascending expert, then slot): what ``MXExperts`` computes."""
+    out = torch.zeros(1, ex.hidden_size)
+    for e, j in sorted((e, j) for j, e in enumerate(idx[0].tolist())):
+        out += ex.expert(e, x) * w[0, j]
+    return out
+
+
+@pytest.mark.parametrize("acts, mask", [(None, None), ("i8", None), ("i8", "baseline")])
+@pytest.mark.parametrize("gate", ["interleaved", "concatenated"])
+def test_one_token_runs_its_experts_rows_together(pair, monkeypatch, acts, mask, gate):
+    """A one-token call runs its k experts' rows through each step together
+    (``MXExperts._rows``: the kernels write the rows of one output; one bias
+    add, gate and scaling) with the bits of each expert alone; also where a
+    layer's own call computes the row (no dot unit for ``i8`` under the mask
+    ``baseline``: activations quantized by a separate kernel) and without biases
+    (a concatenated gate, Mixtral's).  Its first call binds every expert's
+    one-row kernel."""
+    from mlir_mx.kernels import shape_class
+
+    if mask is not None:
+        monkeypatch.setenv("MLIR_MX_CPU_FEATURES", mask)
+    src = pair[0].model.layers[0].mlp.experts
+    biases = {}
+    if gate == "interleaved":
+        biases = dict(gate_up_bias=torch.stack([m.bias for m in src.gate_up]),
+                      down_bias=torch.stack([m.bias for m in src.down]))  # fmt: skip
+    ex = MXExperts([m.weight() for m in src.gate_up], [m.weight() for m in src.down],
+                   gate=Gate(gate), activations=acts, **biases)  # fmt: skip
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(1, 64, generator=gen) * 2
+    with torch.inference_mode():
+        for row in ([2, 0], [3, 3], [1, 2, 0], [0, 1, 2, 3]):
+            idx = torch.tensor([row])
+            w = torch.rand(1, len(row), generator=gen)
+            got = ex(x, idx, w)
+            assert torch.equal(got, _expert_loop(ex, x, idx, w)), row
+            assert got.abs().max() > 0
+    for layer in (*ex.gate_up, *ex.down):
+        assert any(key[1] == shape_class(1) for key in layer._linear._calls)
