@@ -163,6 +163,9 @@ def test_bad_calls_name_the_argument(pair):
     w = torch.ones(2, 2)
     with pytest.raises(MXValueError, match="router_indices"):
         ex(x, torch.tensor([[0, 4], [1, 2]]), w)
+    for one in ([[0, 4]], [[-1, 2]]):  # one token: its experts checked as a list
+        with pytest.raises(MXValueError, match=r"router_indices: expected experts in \[0, 4\)"):
+            ex(x[:1], torch.tensor(one), w[:1])
     with pytest.raises(MXArgTypeError, match="router_indices"):
         ex(x, torch.zeros(2, 2), w)
     with pytest.raises(MXValueError, match="hidden_states"):

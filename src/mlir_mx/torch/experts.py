@@ -320,17 +320,16 @@ class MXExperts(torch.nn.Module):
             )
         idx = router_indices.to(torch.int64)
         if idx.numel():
-            # One token's k experts: a list (2 torch ops fewer, 0.1 ms in a model).
-            lo, hi = _min_max(idx.view(-1).tolist()) if t == 1 else (int(idx.min()), int(idx.max()))
+            if t == 1:  # one token's k experts, as a list: 2 torch ops fewer (0.1 ms in a model)
+                ks = idx.reshape(-1).tolist()
+                lo, hi = min(ks), max(ks)
+            else:
+                lo, hi = int(idx.min()), int(idx.max())
             if lo < 0 or hi >= self.num_experts:
                 raise MXValueError(
                     f"router_indices: expected experts in [0, {self.num_experts}), got {lo}..{hi}"
                 )
         return hidden_states, idx, routing_weights
-
-
-def _min_max(values: list[int]) -> tuple[int, int]:
-    return min(values), max(values)
 
 
 def _biases(bias, name: str, experts: int) -> list:
