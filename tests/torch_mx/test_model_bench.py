@@ -146,7 +146,7 @@ def test_rows_run_in_the_default_environment_unless_an_env_row_says(monkeypatch,
         run_worker("mlir_mx_bench.workers", {"name": "a", "out": str(tmp_path)}, tmp_path)
     assert seen["env"] is None
     monkeypatch.undo()
-    for var in [v for v in os.environ if v.startswith(("OMP_", "GOMP_", "KMP_", "MKL_"))]:
+    for var in [v for v in os.environ if v.startswith(workers.ENV_PREFIXES)]:
         monkeypatch.delenv(var)  # e.g. KMP_DUPLICATE_LIB_OK, set by a library imported before
     monkeypatch.setenv("MKL_VERBOSE", "0")  # the user's own variables pass through, recorded
     rec = run_worker("mlir_mx_bench.workers", {"name": "b", "out": str(tmp_path)}, tmp_path,
