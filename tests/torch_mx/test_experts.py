@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch", reason="torch not installed (pip install 'm
 from gpt_oss_cases import prompt, tiny_gpt_oss, transformers_or_skip  # noqa: E402
 
 from mlir_mx.errors import MXArgTypeError, MXValueError  # noqa: E402
+from mlir_mx.interop.layout import transpose  # noqa: E402
 from mlir_mx.torch import (  # noqa: E402
     Gate,
     MXExperts,
@@ -249,3 +250,24 @@ def test_one_token_runs_its_experts_rows_together(pair, monkeypatch, acts, mask,
             assert got.abs().max() > 0
     for layer in (*ex.gate_up, *ex.down):
         assert any(key[1] == shape_class(1) for key in layer._linear._calls)
+
+
+def test_experts_are_laid_out_on_threads_in_order(pair):
+    """``MXExperts`` makes its experts' ``mlir_mx.Linear`` on up to ``threads``
+    threads at once: the same arrays, in the experts' order, as on one; a bad
+    weight is named by its list and index before any is made."""
+    src = pair[0].model.layers[0].mlp.experts
+    gu, dn = [m.weight() for m in src.gate_up], [m.weight() for m in src.down]
+    one = MXExperts(gu, dn, threads=1, activations="i8")
+    two = MXExperts(gu, dn, threads=2, activations="i8")
+    for a, b, w in zip((*one.gate_up, *one.down), (*two.gate_up, *two.down), gu + dn, strict=True):
+        assert a._linear.records_unit == b._linear.records_unit
+        for x, y in zip(a._linear.held, b._linear.held, strict=True):
+            assert x.tobytes() == y.tobytes()
+        got, want = b.weight().held_buffers(), w.held_buffers()
+        assert all(g.tobytes() == h.tobytes() for g, h in zip(got, want, strict=True))
+    assert two.threads == 2 and all(m.threads == 2 for m in two.down)
+    with pytest.raises(MXArgTypeError, match=r"down\[1\]: expected an MXArray"):
+        MXExperts(gu[:2], [dn[0], "not a weight"])
+    with pytest.raises(MXValueError, match=r"gate_up\[0\]: expected a 2-D MXArray"):
+        MXExperts([transpose(gu[0])], dn[:1])

@@ -57,6 +57,23 @@ class MXLinear(torch.nn.Module):
         self.activations = activations
         self.threads = threads
         self._adopt(Linear(weight, threads=1, activations=activations))
+        self._set_bias(bias)
+
+    @classmethod
+    def from_mx_linear(cls, lin: Linear, bias=None, *, threads: int | None = None) -> MXLinear:
+        """The layer over ``lin``, an ``mlir_mx.Linear`` (held as it is: its
+        arrays not copied), with ``lin``'s activations; ``bias`` and ``threads``
+        as for the constructor."""
+        if not isinstance(lin, Linear):
+            raise MXArgTypeError(f"lin: expected an mlir_mx.Linear, got {type(lin).__name__}")
+        new = cls.__new__(cls)
+        torch.nn.Module.__init__(new)
+        new.activations, new.threads = lin.activations, threads
+        new._adopt(lin)
+        new._set_bias(bias)
+        return new
+
+    def _set_bias(self, bias) -> None:
         if bias is not None:
             bias = torch.as_tensor(bias).detach()
             if bias.shape != (self.out_features,):
