@@ -271,5 +271,7 @@ def test_experts_are_laid_out_on_threads_in_order(pair):
         MXExperts(gu[:2], [dn[0], "not a weight"])
     with pytest.raises(MXValueError, match=r"gate_up\[0\]: expected a 2-D MXArray"):
         MXExperts([transpose(gu[0])], dn[:1])
+    with pytest.raises(MXValueError, match=r"threads: expected an integer in \[1, "):
+        MXExperts(gu, dn, threads=0)  # checked before any weight is laid out
     with pytest.raises(MXArgTypeError, match="lin: expected an mlir_mx.Linear, got MXArray"):
         MXLinear.from_mx_linear(gu[0])

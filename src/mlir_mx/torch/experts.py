@@ -347,7 +347,7 @@ def _linears(weights: dict[str, list], activations, threads: int | None) -> list
     items = [(f"{name}[{i}]", w) for name, ws in weights.items() for i, w in enumerate(ws)]
     for arg, w in items:
         check_linear_weight(w, arg, ("out_features", "in_features"))
-    workers = min(len(items), check_threads(threads or torch.get_num_threads()))
+    workers = min(len(items), torch.get_num_threads() if threads is None else check_threads(threads))
 
     def make(item):
         return Linear(item[1], threads=1, activations=activations)
