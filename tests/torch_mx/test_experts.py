@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch", reason="torch not installed (pip install 'm
 
 from gpt_oss_cases import prompt, tiny_gpt_oss, transformers_or_skip  # noqa: E402
 
-from mlir_mx.errors import MXArgTypeError, MXValueError  # noqa: E402
+from mlir_mx.errors import InferenceOnlyError, MXArgTypeError, MXValueError  # noqa: E402
 from mlir_mx.interop.layout import transpose  # noqa: E402
 from mlir_mx.torch import (  # noqa: E402
     Gate,
@@ -164,6 +164,9 @@ def test_bad_calls_name_the_argument(pair):
     w = torch.ones(2, 2)
     with pytest.raises(MXValueError, match="router_indices"):
         ex(x, torch.tensor([[0, 4], [1, 2]]), w)
+    for t in (1, 2):  # one token takes the rows path: it refuses grad as the layers do
+        with pytest.raises(InferenceOnlyError, match="x: requires grad"):
+            ex(x[:t].clone().requires_grad_(), torch.tensor([[0, 2]] * t), w[:t])
     for one in ([[0, 4]], [[-1, 2]]):  # one token: its experts checked as a list
         with pytest.raises(MXValueError, match=r"router_indices: expected experts in \[0, 4\)"):
             ex(x[:1], torch.tensor(one), w[:1])

@@ -235,7 +235,9 @@ class MXExperts(torch.nn.Module):
         (:meth:`_gate_rows` for the gate's transcendental functions)."""
         order = sorted((e, j) for j, e in enumerate(idx[0].tolist()))
         scales = w.reshape(-1).to(torch.float32)
-        if not eager(xf):  # traced: the layers' custom op, one expert at a time
+        if not eager(xf) or (xf.requires_grad and torch.is_grad_enabled()):
+            # Traced: the layers' custom op, one expert at a time; with grad:
+            # the layers refuse it (InferenceOnlyError), the rows would drop it.
             for e, j in order:
                 out += self.expert(e, xf) * scales[j]
             return out
