@@ -167,6 +167,12 @@ def test_bad_calls_name_the_argument(pair):
     for t in (1, 2):  # one token takes the rows path: it refuses grad as the layers do
         with pytest.raises(InferenceOnlyError, match="x: requires grad"):
             ex(x[:t].clone().requires_grad_(), torch.tensor([[0, 2]] * t), w[:t])
+    for t in (1, 2):  # the rows path passes addresses: a meta or sparse tensor is refused first
+        idx, wt = torch.tensor([[0, 2]] * t), w[:t]
+        with pytest.raises(MXValueError, match="hidden_states: mlir_mx runs on the CPU, got a tensor on meta"):
+            ex(torch.empty(t, 64, device="meta"), idx, wt)
+        with pytest.raises(MXArgTypeError, match="hidden_states: expected a dense"):
+            ex(x[:t].to_sparse(), idx, wt)
     for one in ([[0, 4]], [[-1, 2]]):  # one token: its experts checked as a list
         with pytest.raises(MXValueError, match=r"router_indices: expected experts in \[0, 4\)"):
             ex(x[:1], torch.tensor(one), w[:1])

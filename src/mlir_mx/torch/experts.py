@@ -314,6 +314,14 @@ class MXExperts(torch.nn.Module):
                 f"hidden_states: expected shape (T, {self.hidden_size}), got "
                 f"{tuple(hidden_states.shape)}"
             )
+        if not hidden_states.is_cpu:  # the rows path passes its address to the kernels
+            raise MXValueError(
+                f"hidden_states: mlir_mx runs on the CPU, got a tensor on {hidden_states.device}"
+            )
+        if hidden_states.layout != torch.strided:
+            raise MXArgTypeError(
+                f"hidden_states: expected a dense (strided) tensor, got layout {hidden_states.layout}"
+            )
         t = hidden_states.shape[0]
         if router_indices.dim() != 2 or router_indices.shape[0] != t:
             raise MXValueError(
