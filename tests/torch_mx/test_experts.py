@@ -257,7 +257,10 @@ def test_one_token_runs_its_experts_rows_together(pair, monkeypatch, acts, mask,
             got = ex(x, idx, w)
             assert torch.equal(got, _expert_loop(ex, x, idx, w)), row
             assert got.abs().max() > 0
-    for layer in (*ex.gate_up, *ex.down):
+    copied = copy.deepcopy(ex)  # new Linears: its first one-token call binds them again
+    with torch.inference_mode():
+        copied(x, torch.tensor([[0]]), w[:, :1])  # one expert: the bind makes the rest
+    for layer in (*ex.gate_up, *ex.down, *copied.gate_up, *copied.down):
         assert any(key[1] == shape_class(1) for key in layer._linear._calls)
 
 

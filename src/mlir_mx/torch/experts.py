@@ -228,8 +228,8 @@ class MXExperts(torch.nn.Module):
 
         Eager, the ``k`` experts' rows go through each step together
         (:meth:`_rows`: the kernels write the rows of one output; one bias
-        add, one gate, one scaling for all): 25 torch ops a token where the
-        per-expert loop made 80, each 5-15 us in a model (its data and code
+        add, one gate, one scaling for all): about 25 torch ops a token where
+        the per-expert loop made about 80, each 5-15 us in a model (its data and code
         out of cache after the other layers).  Every element sees the same
         operations as in :meth:`expert`, so the bits are the loop's
         (:meth:`_gate_rows` for the gate's transcendental functions)."""
@@ -268,8 +268,10 @@ class MXExperts(torch.nn.Module):
         layer's first call at a shape class looks it up and binds its weight
         (0.1 ms a layer).  Met one new expert at a time, that was 0.2-0.4 ms
         of most of the first tokens' MoE time (a decode meets a new expert
-        per token for dozens of tokens); all at once it is 5-7 ms, once."""
-        ready = torch.get_num_threads()
+        per token for dozens of tokens); all at once it is 5-7 ms, once.  The
+        mark names the layers' Linears too: a copy, an unpickled module or
+        new weights loaded hold new ones, which bind again."""
+        ready = (torch.get_num_threads(), id(self.gate_up[0]._linear), id(self.down[-1]._linear))
         if self.__dict__.get("_decode_bound") != ready:
             for layer in (*self.gate_up, *self.down):
                 layer.precompile(1)
@@ -336,7 +338,7 @@ class MXExperts(torch.nn.Module):
             )
         idx = router_indices.to(torch.int64)
         if idx.numel():
-            if t == 1:  # one token's k experts, as a list: 2 torch ops fewer (0.1 ms in a model)
+            if t == 1:  # one token's k experts, as a list: 2 torch ops fewer
                 ks = idx.reshape(-1).tolist()
                 lo, hi = min(ks), max(ks)
             else:
