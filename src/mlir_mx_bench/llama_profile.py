@@ -8,7 +8,12 @@ steps twice, on the same model and cache state:
    ``nn.Linear`` for torch's; ``lm_head`` included) give the time inside the
    linear modules per token (the module's whole call: its Python, its input
    conversion and the kernel). The weight bytes those layers reference
-   (``linear_weight_bytes``) over that time give the linears' GB/s.
+   (``linear_weight_bytes``) over that time give the linears' GB/s. The same
+   time and bytes per projection (the layers of one name, the last part of
+   their module path: ``q_proj`` of every decoder layer, ``lm_head``...) show
+   which shapes stream slowly; a block of memory that fused siblings share
+   counts once, with the projection called first (the one whose call runs
+   the fused kernel).
 2. **torch.profiler** (CPU activities), with the same hooks, which also open a
    ``record_function`` range around each linear call: per token, the step's
    wall time splits into the linears (the hooks), torch's other ops (the
@@ -45,8 +50,10 @@ def _linears(model) -> list:
 class _Hooks:
     """perf_counter around every linear call (and optionally a profiler range)."""
 
-    def __init__(self, layers, ranges: bool):
+    def __init__(self, layers, ranges: bool, names: dict[int, str] | None = None):
         self.total, self.calls, self._open, self._ranges = 0.0, 0, [], ranges
+        self._names = names or {}
+        self.by_name: dict[str, list] = {}  # name -> [seconds, calls]
         self._handles = [h for m in layers for h in (
             m.register_forward_pre_hook(self._pre), m.register_forward_hook(self._post))]  # fmt: skip
 
@@ -57,10 +64,15 @@ class _Hooks:
             rng.__enter__()
         self._open.append((rng, time.perf_counter()))
 
-    def _post(self, _module, _args, _out):
+    def _post(self, module, _args, _out):
         rng, t0 = self._open.pop()
-        self.total += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        self.total += dt
         self.calls += 1
+        if self._names:
+            part = self.by_name.setdefault(self._names[id(module)], [0.0, 0])
+            part[0] += dt
+            part[1] += 1
         if rng is not None:
             rng.__exit__(None, None, None)
 
@@ -74,7 +86,7 @@ def _steps(model, ids, steps: int, hooks: _Hooks) -> list[float]:
     walls = []
     with torch.inference_mode():
         out = model(ids, use_cache=True, logits_to_keep=1)
-        hooks.total, hooks.calls = 0.0, 0
+        hooks.total, hooks.calls, hooks.by_name = 0.0, 0, {}
         for _ in range(steps):
             nxt = out.logits[:, -1].argmax(-1, keepdim=True)
             t0 = time.perf_counter()
@@ -83,11 +95,21 @@ def _steps(model, ids, steps: int, hooks: _Hooks) -> list[float]:
     return walls
 
 
-def profile_decode(model, ids, steps: int, linear_bytes: int) -> dict:
+def _projection(path: str) -> str:
+    """A linear layer's projection name: the last part of its module path."""
+    return path.rsplit(".", 1)[-1]
+
+
+def profile_decode(model, ids, steps: int, linear_bytes: int, module_blocks=None) -> dict:
     """The per-token breakdown of ``steps`` decode steps after the prompt ``ids``
-    (see the module docstring); times in ms per token."""
+    (see the module docstring); times in ms per token.  ``module_blocks``: the
+    memory blocks of one linear layer's weights
+    (``llama_worker.module_weight_blocks``), for the per-projection rows (none
+    without it)."""
     layers = _linears(model)
-    hooks = _Hooks(layers, ranges=False)
+    layer_ids = {id(m) for m in layers}
+    paths = {id(m): _projection(p) for p, m in model.named_modules() if id(m) in layer_ids}
+    hooks = _Hooks(layers, ranges=False, names=paths)
     try:
         walls = _steps(model, ids, steps, hooks)
     finally:
@@ -95,6 +117,23 @@ def profile_decode(model, ids, steps: int, linear_bytes: int) -> dict:
     linear_s = hooks.total / steps
     wall_s = statistics.mean(walls)
     calls = hooks.calls // steps
+    projections = []
+    if module_blocks is not None:
+        nbytes, seen = dict.fromkeys(hooks.by_name, 0), set()
+        for name in hooks.by_name:  # in the order of their first call
+            for m in layers:
+                if paths[id(m)] != name:
+                    continue
+                for addr, size in module_blocks(m).items():
+                    if addr not in seen:
+                        seen.add(addr)
+                        nbytes[name] += size
+        for name, (sec, n) in hooks.by_name.items():
+            ms = 1e3 * sec / steps
+            projections.append({
+                "name": name, "calls": n // steps, "ms": ms, "bytes": nbytes[name],
+                "gb_per_s": nbytes[name] / (ms * 1e6) if ms and nbytes[name] else None,
+            })  # fmt: skip
     hooks = _Hooks(layers, ranges=True)
     try:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -123,5 +162,6 @@ def profile_decode(model, ids, steps: int, linear_bytes: int) -> dict:
         "other_ops_ms": 1e3 * other_s,
         "other_ops": len(other) // steps,
         "python_ms": 1e3 * (prof_s - prof_linear_s - other_s),
+        "projections": projections,  # pass 1, in the order of their first call
         "method": METHOD,
     }

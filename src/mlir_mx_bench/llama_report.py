@@ -207,6 +207,25 @@ def _profile(r: dict) -> list[str]:
         )
     method = " ".join(rows[0]["profile"]["method"].split())
     lines += ["", f"Method ({rows[0]['profile']['steps']} decode steps per pass): {method}"]
+    return lines + _projections(rows)
+
+
+def _projections(rows: list[dict]) -> list[str]:
+    """The linears' time per projection (--profile, the hooks-only pass)."""
+    rows = [x for x in rows if x["profile"].get("projections")]
+    if not rows:
+        return []
+    lines = ["", "Linears per projection (the hooks-only pass; ms per token, the layers "
+             "of one name together):", "",
+             "| threads | row | projection | calls | ms | weights MiB | GB/s |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for x in rows:
+        for p in x["profile"]["projections"]:
+            gbs = "-" if p["gb_per_s"] is None else f"{p['gb_per_s']:.1f}"
+            lines.append(
+                f"| {x['spec']['threads']} | {x['spec']['row']} | {p['name']} | {p['calls']} "
+                f"| {p['ms']:.2f} | {p['bytes'] / 2**20:.1f} | {gbs} |"
+            )
     return lines
 
 

@@ -26,7 +26,14 @@ import torch
 
 from mlir_mx_bench.workers import greedy_decode, worker_main
 
-__all__ = ["linear_weight_bytes", "llama_config", "release_free_memory", "rss_kib", "run_row"]
+__all__ = [
+    "linear_weight_bytes",
+    "llama_config",
+    "module_weight_blocks",
+    "release_free_memory",
+    "rss_kib",
+    "run_row",
+]
 
 #: TinyLlama-1.1B's shape (its config.json), the default model.
 TINYLLAMA = dict(
@@ -81,24 +88,35 @@ def linear_weight_bytes(model: torch.nn.Module) -> tuple[int, int]:
     ``mlir_mx.Linear`` holds (``Linear.held``: its stored codes and scales, or
     the dot kernels' records, the only form it keeps), each block of memory
     counted once."""
+    mem: dict[int, int] = {}
+    params = sum(_module_weights(m, mem) for m in model.modules())
+    return sum(mem.values()), params
+
+
+def module_weight_blocks(module: torch.nn.Module) -> dict[int, int]:
+    """The memory blocks (address -> bytes) one linear layer's weights
+    reference, as :func:`linear_weight_bytes` counts them (none for other
+    modules; fused siblings share theirs)."""
+    mem: dict[int, int] = {}
+    _module_weights(module, mem)
+    return mem
+
+
+def _module_weights(m: torch.nn.Module, mem: dict[int, int]) -> int:
+    """Add the memory blocks ``m`` references to ``mem`` (address -> bytes) if it
+    is a linear layer; its parameter count (0 otherwise)."""
     from mlir_mx.torch import MXLinear
 
-    mem: dict[int, int] = {}
-    params = 0
-    for m in model.modules():
-        if isinstance(m, MXLinear):
-            params += m.in_features * m.out_features
-            for a in m._linear.held:
-                while isinstance(a.base, np.ndarray):
-                    a = a.base
-                mem[a.ctypes.data] = a.nbytes
-        elif isinstance(m, torch.nn.Linear):
-            params += m.in_features * m.out_features
-        else:
-            continue
-        for t in (*m.parameters(recurse=False), *m.buffers(recurse=False)):
-            _tensor_storages(t, mem)
-    return sum(mem.values()), params
+    if isinstance(m, MXLinear):
+        for a in m._linear.held:
+            while isinstance(a.base, np.ndarray):
+                a = a.base
+            mem[a.ctypes.data] = a.nbytes
+    elif not isinstance(m, torch.nn.Linear):
+        return 0
+    for t in (*m.parameters(recurse=False), *m.buffers(recurse=False)):
+        _tensor_storages(t, mem)
+    return m.in_features * m.out_features
 
 
 def _convert(model, spec: dict) -> dict:
@@ -183,7 +201,9 @@ def run_row(spec: dict) -> dict:
         if spec.get("profile"):
             from mlir_mx_bench.llama_profile import profile_decode
 
-            rec["profile"] = profile_decode(model, ids, spec["profile"], rec["linear_bytes"])
+            rec["profile"] = profile_decode(
+                model, ids, spec["profile"], rec["linear_bytes"], module_weight_blocks
+            )
     mem = rss_kib()
     rec["rss_end_kib"], rec["rss_peak_kib"] = mem["VmRSS"], mem["VmHWM"]
     return rec

@@ -67,6 +67,16 @@ def test_one_row_in_process(tmp_path, kind):
     assert p["linear_bytes"] == rec["linear_bytes"] and p["linear_gb_per_s"] > 0
     parts = p["profiled_linear_ms"] + p["other_ops_ms"] + p["python_ms"]
     assert p["python_ms"] > 0 and parts == pytest.approx(p["profiled_step_ms"])
+    proj = {q["name"]: q for q in p["projections"]}  # per projection: they add up
+    assert "lm_head" in proj and proj["lm_head"]["calls"] == 1
+    assert sum(q["calls"] for q in proj.values()) == p["linear_calls"]
+    assert sum(q["ms"] for q in proj.values()) == pytest.approx(p["linear_ms"])
+    assert sum(q["bytes"] for q in proj.values()) == p["linear_bytes"]
+    assert set(proj) >= {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"}
+    # fused: k_proj and v_proj take their columns of q_proj's call, which reads the bytes
+    streams = {n for n, q in proj.items() if q["bytes"]}
+    assert streams == set(proj) - ({"k_proj", "v_proj", "up_proj"} if "fused" in kind else set())
+    assert all(proj[n]["gb_per_s"] > 0 for n in streams)
     rec.update(wall_s=1.0, environment={"variables": {}, "cpus": 2, "torch_threads": 1})
     record = {"tag": "t", "date": "2026-12-02T00:00:00", "command": "c", "loadavg_start": 0,
               "loadavg_end": 0, "total_s": 1, "references": [], "rows": [rec], "targets": [],
@@ -76,6 +86,7 @@ def test_one_row_in_process(tmp_path, kind):
                           "prompt": 8, "prefill_samples": 1, "new_tokens": 4, "probes": 1}}  # fmt: skip
     md = model_markdown(record)
     assert "## Per-token breakdown (--profile)" in md and "Method (2 decode steps" in md
+    assert "| 1 | ours MXFP4 | lm_head | 1 |" in md  # the per-projection table
     assert "## Environment" in md and "variables none set" in md
 
 
