@@ -233,10 +233,15 @@ class Decoder:
         low 128-bit lane, the high nibbles (odd columns) the high one, so
         vector ``v`` holds columns ``16 v + PAIR_ORDER`` (:meth:`in_order`).
         """
-        v16, v32 = kb.vec(16, kb.i8), kb.vec(32, kb.i8)
-        lo = kb.andi(b, kb.const(0x0F, v16))
-        hi = kb.shrui(b, kb.const(4, v16))
-        codes = kb.shuffle(lo, hi, list(range(32)))  # [even columns | odd columns]
+        v32 = kb.vec(32, kb.i8)
+        # [even columns | odd columns]: the 16 bytes in both 128-bit lanes (a
+        # load feeding this splat becomes one vbroadcasti128, no shuffle), the
+        # high lane's dwords shifted right by 4 (vpsrlvd), then one mask.  It
+        # replaced a byte shift, a vinserti128 and a mask (8 instead of 9
+        # shuffles per 32 codes).
+        both = kb.vbitcast(kb.shuffle(b, b, list(range(16)) * 2), 8, kb.i32)
+        shift = kb.const_array([0] * 4 + [4] * 4, kb.vec(8, kb.i32))
+        codes = kb.andi(kb.vbitcast(kb.shrui(both, shift), 32, kb.i8), kb.const(0x0F, v32))
         hi_t, lo_t = self._bf16_bytes()
         pshufb = "llvm.x86.avx2.pshuf.b"
         high = kb.intrinsic(pshufb, v32, [kb.const_array(hi_t * 2, v32), codes])
