@@ -17,7 +17,7 @@ from mlir import ir
 
 from mlir_mx.dialect import parse_module
 from mlir_mx.execution import Runner
-from mlir_mx.host import host_arch
+from mlir_mx.host import has_features, host_arch
 from mlir_mx.ir_utils import collect
 from mlir_mx.numerics import quantize as oracle_quantize
 from mlir_mx.passes.pipeline import Pipeline, run_pipeline
@@ -75,7 +75,12 @@ def test_masked_store_writes_only_its_lanes(src, dst, lanes, n, constant):
 def test_upstream_defect_is_still_there():
     """Tracks the upstream fix: the same program without our pass still gets
     the widened store.  When this fails, the pinned LLVM has the fix
-    (llvm-project #179853) and the pass can go."""
+    (llvm-project #179853) and the pass can go.  The widened store is the
+    AVX512BW lowering's (masked byte stores); without AVX512BW (an AVX2 CPU,
+    or ``MLIR_MX_CPU_FEATURES=-avx512bw``: measured in session 47) LLVM stores
+    the one byte, so there is no defect to track there."""
+    if not has_features("avx512f", "avx512bw"):
+        pytest.skip("the defect is in the AVX512BW lowering; this CPU has none")
     plain = Pipeline(
         tuple(e for e in load_pipeline("lower-to-llvm") if e.name != "mx-legalize-masked-stores")
     )

@@ -27,13 +27,20 @@ codes give the even columns from the low nibbles and the odd ones from the
 high nibbles (:meth:`Decoder.decode_pairs`), interleaved once per block.
 
 FP4 without AVX-512 (AVX2 + F16C, :attr:`Decoder.shuf16`): packed codes
-(:meth:`Decoder.decode_pairs`) go through two ``vpshufb`` tables, the high and
-the low byte of each value's bf16 encoding (the f32 bits of every E2M1 value
-are its bf16 bits over 16 zero bits), and in-lane byte and word interleaves
-with zero: integer pipes only, 4.5 shuffles per 16 codes and no
+(:meth:`Decoder.decode_pairs`) are broadcast to both 128-bit lanes and split
+into low and high nibbles by a per-lane shift, go through two ``vpshufb``
+tables, the high and the low byte of each value's bf16 encoding (the f32 bits
+of every E2M1 value are its bf16 bits over 16 zero bits), an in-lane byte
+interleave makes bf16 words, and a shift and a mask per dword the f32:
+integer pipes only, 2 shuffles per 16 codes (and two shift/mask pairs) and no
 ``vcvtph2ps`` (one per ~1.4 cycles on Zen 3); the vector lanes hold the
 columns in :data:`PAIR_ORDER`, which :meth:`Decoder.in_order` undoes once per
-block.  One code per byte: ``vpshufb`` of the f16 high byte (every E2M1 value
+block.  Session 47 (llc -mcpu=znver3, per 256 codes of the decode loop): 135
+instructions, of them 32 shuffles (16 ``vpshufb``, 16 byte interleaves) and
+16 ``vpblendw`` (LLVM's form of the mask), where a byte shift, a
+``vinserti128`` and word interleaves with zero took 143 with 72 shuffles;
+1.10-1.14x faster in L2/L3 under the AVX2 mask on a Zen 4
+(``bench/results/zen4-s47-2026-12-04.md``).  One code per byte: ``vpshufb`` of the f16 high byte (every E2M1 value
 is exact in f16 with a zero low byte), a byte interleave with zero and
 ``vcvtph2ps``.
 
@@ -226,8 +233,9 @@ class Decoder:
 
         The f32 bits of every E2M1 value are its bf16 bits over 16 zero bits,
         so two ``vpshufb`` (the bf16 high and low byte of each code, sign
-        included) and in-lane interleaves with zero (``vpunpck{l,h}bw``, then
-        ``vpunpck{l,h}wd``) build the exact f32 values: no ``vcvtph2ps``,
+        included), in-lane byte interleaves (``vpunpck{l,h}bw``) into bf16
+        words, and per dword a shift (the even word) and a mask (the odd one)
+        build the exact f32 values: no ``vcvtph2ps``,
         which issues at one per ~1.4 cycles on Zen 3 (bench/results/
         avx2-zen3-2026-12-02.md).  The low nibbles (even columns) fill the
         low 128-bit lane, the high nibbles (odd columns) the high one, so
@@ -236,9 +244,7 @@ class Decoder:
         v32 = kb.vec(32, kb.i8)
         # [even columns | odd columns]: the 16 bytes in both 128-bit lanes (a
         # load feeding this splat becomes one vbroadcasti128, no shuffle), the
-        # high lane's dwords shifted right by 4 (vpsrlvd), then one mask.  It
-        # replaced a byte shift, a vinserti128 and a mask (8 instead of 9
-        # shuffles per 32 codes).
+        # high lane's dwords shifted right by 4 (vpsrlvd), then one mask.
         both = kb.vbitcast(kb.shuffle(b, b, list(range(16)) * 2), 8, kb.i32)
         shift = kb.const_array([0] * 4 + [4] * 4, kb.vec(8, kb.i32))
         codes = kb.andi(kb.vbitcast(kb.shrui(both, shift), 32, kb.i8), kb.const(0x0F, v32))
@@ -246,19 +252,18 @@ class Decoder:
         pshufb = "llvm.x86.avx2.pshuf.b"
         high = kb.intrinsic(pshufb, v32, [kb.const_array(hi_t * 2, v32), codes])
         low = kb.intrinsic(pshufb, v32, [kb.const_array(lo_t * 2, v32), codes])
-        zero = kb.const(0, kb.vec(16, kb.i16))
+        v8 = kb.vec(8, kb.i32)
         out = []
         for half in (0, 8):  # bytes 0-7 / 8-15 of each lane: vpunpck{l,h}bw
             words = kb.shuffle(low, high, [j for lane in (0, 16) for i in range(half, half + 8)
                                            for j in (lane + i, 32 + lane + i)])  # fmt: skip
-            w = kb.vbitcast(words, 16, kb.i16)
-            quads = [  # words 0-3 / 4-7 of each lane over zero: vpunpck{l,h}wd
-                kb.shuffle(zero, w, [j for lane in (0, 8) for i in range(q, q + 4)
-                                     for j in (i, 16 + lane + i)])  # fmt: skip
-                for q in (0, 4)
-            ]
-            both = kb.shuffle(quads[0], quads[1], list(range(32)))
-            out.append(kb.vbitcast(both, LANES, kb.f32))
+            w = kb.vbitcast(words, 8, kb.i32)
+            # Each dword holds two bf16 words: the even one shifted up, the
+            # odd one masked in place, are f32 (vpslld, vpand: no shuffle).
+            even = kb.shli(w, kb.const(16, v8))
+            odd = kb.andi(w, kb.const(-65536, v8))
+            both = kb.shuffle(even, odd, list(range(16)))
+            out.append(kb.bitcast(both, kb.vec(LANES, kb.f32)))
         return out
 
     def _bf16_bytes(self) -> tuple[list[int], list[int]]:
@@ -380,8 +385,10 @@ def decoder(element: str, vbmi: bool | None = None) -> Decoder:
 
 
 #: Columns of the 16 lanes of a :meth:`Decoder.decode_pairs` vector without
-#: AVX-512 (``Decoder._bf16_pairs``): per 8-lane half, even columns then odd.
-PAIR_ORDER = [8 * h + 2 * i + e for h in range(2) for e in range(2) for i in range(4)]
+#: AVX-512 (``Decoder._bf16_pairs``): lanes ``8 o + 4 e + d`` hold column
+#: ``4 d + 2 o + e`` (``e``: the code's nibble, low or high; ``o``: the even
+#: or odd bf16 word of each dword).
+PAIR_ORDER = [4 * d + 2 * o + e for o in range(2) for e in range(2) for d in range(4)]
 #: The lane holding each column: :meth:`Decoder.in_order`'s shuffle.
 PAIR_INVERSE = [PAIR_ORDER.index(c) for c in range(16)]
 
