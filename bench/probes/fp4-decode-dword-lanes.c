@@ -21,6 +21,13 @@
 //   F 27.2-27.4 (+5 %), G 24.6-25.1 G codes/s; an earlier run without D/F/G
 //   A 25.9-26.7, B 30.7-31.7, C 32.3-33.5.  So only a new stored layout (B/C)
 //   pays; the vpermb route from today's layout is slower than A.
+// Session 47 added, again on today's layout:
+//   E: the 32-byte row broadcast to both 256-bit halves (vbroadcasti32x8), a
+//      vpsrlvd by 0/4 per half, then 3 vpsrld by 8 and 4 vpermps (no vpmovzxbd);
+//   H: E over two tiles at once (8 chains).
+// Measured 2026-12-04 on the same kind of Zen 4, 3 runs: A 25.4-26.2,
+//   E 22.0-25.0, H 23.2-26.0 G codes/s (B 28.5-29.8, C 30.5-33.0): the
+//   broadcast costs what the vpmovzxbd did; no route from today's layout beats A.
 // gcc -O2 -march=sapphirerapids fp4-decode-dword-lanes.c -o fp4dec && ./fp4dec
 // (-march=native on the Zen 4: gcc 12 has no znver4)
 #include <immintrin.h>
@@ -148,12 +155,48 @@ __attribute__((noinline)) void loopG(void){
     for(int i=0;i<8;i++) _mm512_storeu_ps(out+t*128+16*i,a[i]);
   }
 }
+
+// E: today's stored tile, the 32-byte row broadcast to both halves (vbroadcasti32x8), vpsrlvd by 0/4 per half, then 3 vpsrld by 8.
+static int shE[16] __attribute__((aligned(64)));
+__attribute__((noinline)) void loopE(void){
+  __m512 tbl=_mm512_loadu_ps(tblv); __m512i sv=_mm512_load_si512(shE);
+  for(int t=0;t<NCOL/64;t++){
+    const uint8_t*p=codes+t*K*32;
+    __m512 a0=_mm512_setzero_ps(),a1=a0,a2=a0,a3=a0;
+    for(int k=0;k<K;k++){
+      __m512 xb=_mm512_set1_ps(x[k]);
+      __m512i b=_mm512_srlv_epi32(_mm512_broadcast_i32x8(_mm256_loadu_si256((const __m256i*)(p+k*32))),sv);
+      a0=_mm512_fmadd_ps(_mm512_permutexvar_ps(b,tbl),xb,a0);
+      a1=_mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b,8),tbl),xb,a1);
+      a2=_mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b,16),tbl),xb,a2);
+      a3=_mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b,24),tbl),xb,a3);
+    }
+    _mm512_storeu_ps(out+t*64,a0);_mm512_storeu_ps(out+t*64+16,a1);_mm512_storeu_ps(out+t*64+32,a2);_mm512_storeu_ps(out+t*64+48,a3);
+  }
+}
+// H: E, two tiles at once (8 chains).
+__attribute__((noinline)) void loopH(void){
+  __m512 tbl=_mm512_loadu_ps(tblv); __m512i sv=_mm512_load_si512(shE);
+  for(int t=0;t<NCOL/128;t++){
+    const uint8_t*p=codes+2*t*K*32; const uint8_t*q=p+K*32;
+    __m512 a[8]; for(int i=0;i<8;i++) a[i]=_mm512_setzero_ps();
+    for(int k=0;k<K;k++){
+      __m512 xb=_mm512_set1_ps(x[k]);
+      __m512i b=_mm512_srlv_epi32(_mm512_broadcast_i32x8(_mm256_loadu_si256((const __m256i*)(p+k*32))),sv);
+      __m512i c=_mm512_srlv_epi32(_mm512_broadcast_i32x8(_mm256_loadu_si256((const __m256i*)(q+k*32))),sv);
+      #pragma GCC unroll 4
+      for(int i=0;i<4;i++){ a[i]=_mm512_fmadd_ps(_mm512_permutexvar_ps(b,tbl),xb,a[i]); b=_mm512_srli_epi32(b,8);
+        a[4+i]=_mm512_fmadd_ps(_mm512_permutexvar_ps(c,tbl),xb,a[4+i]); c=_mm512_srli_epi32(c,8);}
+    }
+    for(int i=0;i<8;i++) _mm512_storeu_ps(out+t*128+16*i,a[i]);
+  }
+}
 int main(void){
-  for(int j=0;j<16;j++){ for(int i=0;i<4;i++) pidx[4*j+i]=8*i+j/2; shv[j]=4*(j&1);}
+  for(int j=0;j<16;j++){ for(int i=0;i<4;i++) pidx[4*j+i]=8*i+j/2; shv[j]=4*(j&1); shE[j]=j<8?0:4;}
   for(int i=0;i<K*NCOL/2;i++) codes[i]=rand();
   for(int i=0;i<K;i++) x[i]=1.0f/(i+1);
-  void (*f[6])(void)={loopA,loopB,loopC,loopD,loopF,loopG}; const char*nm[6]={"A bytes+vpmovzxbd","B dword nibbles, 8 chains","C dword nibbles, 16 chains","D vpermb+vpsrlvd, 4 chains","F A x2 tiles, 8 chains","G D x2 tiles, 8 chains"};
-  for(int rep=0;rep<3;rep++) for(int j=0;j<6;j++){
+  void (*f[8])(void)={loopA,loopB,loopC,loopD,loopF,loopG,loopE,loopH}; const char*nm[8]={"A bytes+vpmovzxbd","B dword nibbles, 8 chains","C dword nibbles, 16 chains","D vpermb+vpsrlvd, 4 chains","F A x2 tiles, 8 chains","G D x2 tiles, 8 chains","E bcast+vpsrlvd, 4 chains","H E x2 tiles, 8 chains"};
+  for(int rep=0;rep<3;rep++) for(int j=0;j<8;j++){
     int R=20000; double t0=now(); for(int r=0;r<R;r++) f[j](); double dt=now()-t0;
     printf("%-28s %.2f Gcodes/s\n", nm[j], (double)K*NCOL*R/dt/1e9);
   }
