@@ -40,9 +40,9 @@ instructions, of them 32 shuffles (16 ``vpshufb``, 16 byte interleaves) and
 16 ``vpblendw`` (LLVM's form of the mask), where a byte shift, a
 ``vinserti128`` and word interleaves with zero took 143 with 72 shuffles;
 1.10-1.14x faster in L2/L3 under the AVX2 mask on a Zen 4
-(``bench/results/zen4-s47-2026-12-04.md``).  One code per byte: ``vpshufb`` of the f16 high byte (every E2M1 value
-is exact in f16 with a zero low byte), a byte interleave with zero and
-``vcvtph2ps``.
+(``bench/results/zen4-s47-2026-12-04.md``).  One code per byte: ``vpshufb``
+of the f16 high byte (every E2M1 value is exact in f16 with a zero low byte),
+a byte interleave with zero and ``vcvtph2ps``.
 
 With AVX512-VBMI, 64 other float codes are widened by table lookups instead
 (:class:`Decoder` ``table=True``): two ``vpermi2b`` pick the high and low
@@ -259,7 +259,8 @@ class Decoder:
                                            for j in (lane + i, 32 + lane + i)])  # fmt: skip
             w = kb.vbitcast(words, 8, kb.i32)
             # Each dword holds two bf16 words: the even one shifted up, the
-            # odd one masked in place, are f32 (vpslld, vpand: no shuffle).
+            # odd one masked in place, are f32 (vpslld, and the mask as a
+            # vpblendw with zero: no interleave).
             even = kb.shli(w, kb.const(16, v8))
             odd = kb.andi(w, kb.const(-65536, v8))
             both = kb.shuffle(even, odd, list(range(16)))
