@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from matmul_cases import case, matmul_text
 
-from mlir_mx.errors import MXArgTypeError
+from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.execution import FREE, CompileOptions, Runner
 from mlir_mx.passes.pipeline import Pipeline
 from mlir_mx.pipelines import load_pipeline
@@ -25,6 +25,12 @@ func.func @saxpy(%a: f32, %x: memref<?xf32>, %y: memref<?xf32>) {
     %s = arith.addf %p, %yi : f32
     memref.store %s, %y[%i] : memref<?xf32>
   }
+  return
+}
+func.func @copy4(%x: memref<4xf32>, %y: memref<4xf32>) {
+  %c3 = arith.constant 3 : index
+  %v = memref.load %x[%c3] : memref<4xf32>
+  memref.store %v, %y[%c3] : memref<4xf32>
   return
 }
 func.func @twice(%x: memref<4xf32>) -> f32 {
@@ -88,6 +94,48 @@ def test_call_unchecked_shapes_follow_every_call(runner):
     f(x3, y3)  # a checked call: the descriptors now hold shape (3,)
     np.testing.assert_array_equal(y3, 2 * x3 + 1)
     np.testing.assert_array_equal(unchecked(8), 2 * np.arange(8, dtype=np.float32) + 1)
+
+
+def test_on_shapes_calls_take_addresses_and_see_other_calls(runner):
+    """``BoundFunction.on_shapes``: a call with the free buffers' shapes fixed
+    that takes addresses only.  Calls of other shapes in between (unchecked
+    or checked: they share the descriptors) do not leak into it."""
+    f = runner.bind("saxpy", 2.0, FREE, FREE)
+    call = f.on_shapes((8,), (8,))
+
+    def fixed() -> np.ndarray:
+        x, y = np.arange(8, dtype=np.float32), np.ones(8, np.float32)
+        call(x.ctypes.data, y.ctypes.data)
+        return y
+
+    want = 2 * np.arange(8, dtype=np.float32) + 1
+    np.testing.assert_array_equal(fixed(), want)
+    np.testing.assert_array_equal(fixed(), want)
+    x5, y5 = np.arange(5, dtype=np.float32), np.ones(5, np.float32)
+    f.call_unchecked((x5.ctypes.data, (5,)), (y5.ctypes.data, (5,)))
+    np.testing.assert_array_equal(y5, 2 * x5 + 1)
+    np.testing.assert_array_equal(fixed(), want)
+    x3, y3 = np.arange(3, dtype=np.float32), np.ones(3, np.float32)
+    f(x3, y3)  # a checked call: the descriptors now hold shape (3,)
+    np.testing.assert_array_equal(y3, 2 * x3 + 1)
+    np.testing.assert_array_equal(fixed(), want)
+
+
+def test_on_shapes_checks_its_shapes_once(runner):
+    f = runner.bind("saxpy", 2.0, FREE, FREE)
+    with pytest.raises(MXArgTypeError, match="expected 2 shape"):
+        f.on_shapes((8,))
+    with pytest.raises(MXValueError, match=r"shape \(8, 1\) does not fit"):
+        f.on_shapes((8, 1), (8,))
+    with pytest.raises(MXValueError, match=r"shape \(-1,\) does not fit"):
+        f.on_shapes((-1,), (8,))
+    with pytest.raises(MXValueError, match=r"shape \(5,\) does not fit"):
+        runner.bind("copy4", FREE, FREE).on_shapes((5,), (4,))  # static memref<4xf32>
+    x, y = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
+    runner.bind("copy4", FREE, FREE).on_shapes((4,), (4,))(x.ctypes.data, y.ctypes.data)
+    np.testing.assert_array_equal(y, [0, 0, 0, 3])
+    with pytest.raises(MXArgTypeError, match="free buffers only"):
+        runner.bind("twice", FREE).on_shapes((4,))
 
 
 def test_bind_free_scalar_and_dynamic_shapes(runner):

@@ -44,13 +44,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+from collections.abc import Callable
 
 import numpy as np
 from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 
 from mlir_mx.diagnostics import DiagnosticError
-from mlir_mx.errors import MXArgTypeError, UnknownFunctionError
+from mlir_mx.errors import MXArgTypeError, MXValueError, UnknownFunctionError
 from mlir_mx.execution import arguments as args_
 from mlir_mx.execution.compiled import clear_cache, compile_module, default_pipeline
 from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
@@ -382,6 +383,9 @@ class BoundFunction:
         if team is not None:  # run by the caller's threads (mlir_mx.execution.threads)
             self._fn = TaskCall(runner.entry(name), self._array, team)
         self._lock = threading.Lock()
+        #: per free buffer, the shape call_unchecked last wrote into its descriptor
+        #: (with offset 0 and C strides); None after __call__ wrote it
+        self._shapes: list = [None] * len(self._descs)
         self._unchecked = not (self._split or sig.flat_results or None in self._descs)
 
     def _cell(self, j: int, a, writes):
@@ -416,6 +420,7 @@ class BoundFunction:
         if out is not None:
             cell = ctypes.pointer(ctypes.pointer(out)) if first else ctypes.pointer(out)
         with self._lock:  # the descriptors and slots are shared by calls
+            self._shapes[:] = [None] * len(self._shapes)  # call_unchecked refills them
             for j, d, a in zip(self._slots, self._descs, arrays, strict=True):
                 if d is not None:
                     args_.point(d, a)
@@ -441,12 +446,64 @@ class BoundFunction:
         if len(buffers) != len(self._descs):
             raise MXArgTypeError(f"{self.name}: expected {len(self._descs)} buffer(s), got {len(buffers)}")
         with self._lock:
-            for d, (address, shape) in zip(self._descs, buffers, strict=True):
-                d.allocated = d.aligned = address
-                d.offset = 0
-                d.shape[:] = shape
-                d.strides[:] = _c_strides(shape)
+            for i, (address, shape) in enumerate(buffers):
+                self._point(i, address, shape)
             self._fn(self._array)
+
+    def _point(self, i: int, address: int, shape: tuple[int, ...]) -> None:
+        """Point free buffer ``i``'s descriptor at ``address`` with ``shape``
+        (C-contiguous); the shape and strides are written only when they
+        changed (a layer in decode calls with the same shapes every time)."""
+        d = self._descs[i]
+        d.allocated = d.aligned = address
+        if self._shapes[i] != shape:
+            d.offset = 0
+            d.shape[:] = shape
+            d.strides[:] = _c_strides(shape)
+        self._shapes[i] = shape  # (on_shapes' calls compare by identity)
+
+    def on_shapes(self, *shapes: tuple[int, ...]) -> Callable[..., None]:
+        """:meth:`call_unchecked` with the free buffers' shapes fixed: the
+        returned function takes one address per free buffer.  The same
+        contract (C-contiguous buffers of the parameters' dtypes, made and
+        checked by the caller, alive during the call); the shapes are checked
+        here once.  ``Linear._call_raw`` keeps one per row count, which saves
+        the per-call tuples and loops (about 2 us of a layer's call)."""
+        if not self._unchecked:
+            raise MXArgTypeError(f"{self.name}: on_shapes takes free buffers only")
+        if len(shapes) != len(self._descs):
+            raise MXArgTypeError(f"{self.name}: expected {len(self._descs)} shape(s), got {len(shapes)}")
+        shapes = tuple(tuple(int(n) for n in s) for s in shapes)
+        for p, s in zip(self._params, shapes, strict=True):
+            bad = len(s) != len(p.shape) or any(
+                n < 0 or d not in (None, n) for d, n in zip(p.shape, s, strict=False)
+            )
+            if bad:
+                raise MXValueError(f"{self.name}: shape {s} does not fit parameter {p}")
+        lock, fn, array, point, last = self._lock, self._fn, self._array, self._point, self._shapes
+        descs = self._descs
+        if len(shapes) == 2:  # x and the output: the layers' case, unrolled
+            (d0, d1), (s0, s1) = descs, shapes
+
+            def call2(a0: int, a1: int) -> None:
+                with lock:
+                    if last[0] is s0 and last[1] is s1:
+                        d0.allocated = d0.aligned = a0
+                        d1.allocated = d1.aligned = a1
+                    else:
+                        point(0, a0, s0)
+                        point(1, a1, s1)
+                    fn(array)
+
+            return call2
+
+        def call(*addresses: int) -> None:
+            with lock:
+                for i, (a, s) in enumerate(zip(addresses, shapes, strict=True)):
+                    point(i, a, s)
+                fn(array)
+
+        return call
 
 
 @functools.lru_cache(maxsize=256)

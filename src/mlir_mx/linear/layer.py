@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 
@@ -203,6 +204,8 @@ class Linear:
         self.threads = threads
         self._runners: dict[tuple, Runner] = {}
         self._calls: dict[tuple, BoundFunction] = {}
+        #: ``(m, threads)`` -> the call ``_call_raw`` makes (or False: none applies)
+        self._raw_calls: dict[tuple[int, int], Callable | bool] = {}
         self._lock = threading.Lock()
 
     # -- properties --------------------------------------------------------------
@@ -304,13 +307,26 @@ class Linear:
         made twice (``activations=`` included where a dot kernel quantizes x
         itself).  False, with nothing done, where that call does not apply (x
         quantized by a separate kernel first, weights derived per call, empty shapes)."""
-        if not (m and self.out_features and self.in_features):
+        call = self._raw_calls.get((m, threads))
+        if call is None:
+            call = self._raw_call(m, threads)
+        if call is False:
             return False
-        call = self._bound(Activations(None, False, self.activations), m, check_threads(threads))
-        if not isinstance(call, BoundFunction):
-            return False
-        call.call_unchecked((x_addr, (m, self.in_features)), (out_addr, (m, self.out_features)))
+        call(x_addr, out_addr)
         return True
+
+    def _raw_call(self, m: int, threads: int):
+        """The addresses-only call :meth:`_call_raw` keeps per ``(m, threads)``
+        (``BoundFunction.on_shapes``), or False where that call does not apply."""
+        call = False
+        if m and self.out_features and self.in_features:
+            bound = self._bound(Activations(None, False, self.activations), m, check_threads(threads))
+            if isinstance(bound, BoundFunction):
+                call = bound.on_shapes((m, self.in_features), (m, self.out_features))
+        if len(self._raw_calls) >= _RAW_CALLS:  # prompts of many lengths: keep the latest
+            self._raw_calls.clear()
+        self._raw_calls[(m, threads)] = call
+        return call
 
     def schedule(self, x) -> str:
         """The kernel schedule a call with ``x`` (as :meth:`__call__` takes it) runs.
@@ -459,6 +475,8 @@ def _check_held(name: str, a, shape: tuple, dtype: np.dtype) -> None:
         raise MXValueError(f"{name}: expected a C-contiguous array")
 
 
+#: How many ``(m, threads)`` calls ``Linear._call_raw`` keeps before it starts over.
+_RAW_CALLS = 64
 _X_NAMES = {1: ("x",), 2: ("x (codes)", "x (scales)")}
 _W_NAMES = {2: ("the weight (codes)", "the weight (scales)"), 1: ("the weight (dot records)",)}
 _LINEARS: dict[int, tuple[weakref.ref, Linear]] = {}
