@@ -1,8 +1,9 @@
-"""The library API for MX weights: :class:`Linear` and :func:`matmul`
-(:mod:`.layer`), how a weight is held for the kernels (:mod:`.layout`) and
+"""The library API for MX weights: :class:`Linear` (:mod:`.layer`) and
+:func:`matmul` (:mod:`.functional`), how a weight is held for the kernels (:mod:`.layout`) and
 what a call's activations are (:mod:`.activations`)."""
 
 from mlir_mx.linear.activations import Activations, check_activations
-from mlir_mx.linear.layer import Linear, cache_dir, matmul
+from mlir_mx.linear.functional import matmul
+from mlir_mx.linear.layer import Linear, cache_dir
 
 __all__ = ["Activations", "Linear", "cache_dir", "check_activations", "matmul"]
