@@ -134,6 +134,10 @@ def test_on_shapes_checks_its_shapes_once(runner):
     x, y = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
     runner.bind("copy4", FREE, FREE).on_shapes((4,), (4,))(x.ctypes.data, y.ctypes.data)
     np.testing.assert_array_equal(y, [0, 0, 0, 3])
+    one = runner.bind("saxpy", 2.0, x, FREE).on_shapes((4,))  # one free buffer: the loop
+    y1 = np.ones(4, np.float32)
+    one(y1.ctypes.data)
+    np.testing.assert_array_equal(y1, 2 * x + 1)
     with pytest.raises(MXArgTypeError, match="free buffers only"):
         runner.bind("twice", FREE).on_shapes((4,))
 
