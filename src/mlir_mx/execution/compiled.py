@@ -14,7 +14,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from mlir import ir
 from mlir.execution_engine import ExecutionEngine
@@ -22,10 +21,11 @@ from mlir.execution_engine import ExecutionEngine
 from mlir_mx.dialect import is_mx_op, is_mx_type, parse_module, print_module
 from mlir_mx.errors import MXArgTypeError
 from mlir_mx.execution import arguments as args_
-from mlir_mx.execution.disk_cache import DiskCache, ObjectCache
+from mlir_mx.execution.disk_cache import DiskCache, ObjectCache, store_failed
 from mlir_mx.execution.effects import written_parameters
 from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
 from mlir_mx.execution.lowered import check_lowered, check_symbols
+from mlir_mx.execution.object_dump import object_code
 from mlir_mx.execution.objects import ObjectError, load_object, machine_code_supported
 from mlir_mx.execution.options import CompileOptions
 from mlir_mx.execution.packed import lookup_entry
@@ -186,18 +186,13 @@ class Compiled:
 
     def _store_code(self, code: ObjectCache, uses_async: bool) -> None:
         """Generate every function's machine code now and keep it in ``code``."""
-        import tempfile
-
         for name in self.signatures:
             lookup_entry(self.engine, name)  # LLJIT generates the code at the first lookup
-        with tempfile.TemporaryDirectory(prefix="mlir-mx-object-") as tmp:
-            path = Path(tmp) / "module.o"
-            self.engine.dump_to_object_file(str(path))
-            try:
-                obj = path.read_bytes()
-            except OSError as err:
-                _log.warning("compile cache: no object code to store (%s)", err)
-                return
+        try:  # through a pipe, never LLVM's own file write (it exits the process on failure)
+            obj = object_code(self.engine)
+        except OSError as err:
+            store_failed(("object code", err.errno), "compile cache: no object code to store (%s)", err)
+            return
         meta = {
             "pipeline": str(self.pipeline),
             "owns_results": self.owns_results,

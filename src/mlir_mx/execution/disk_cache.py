@@ -163,6 +163,19 @@ def entry_key(kind: bytes, identity: str, options: str) -> bytes:
     return h.digest()
 
 
+#: The store failures already warned of: ``(directory, errno)``.
+_WARNED: set = set()
+
+
+def store_failed(key, message: str, *args) -> None:
+    """Log a failed store: a warning the first time for ``key`` (a directory
+    and the error's number) in this process, then at DEBUG (a full disk fails
+    every store after it; the kernels run all the same)."""
+    level = logging.DEBUG if key in _WARNED else logging.WARNING
+    _WARNED.add(key)
+    _log.log(level, message, *args)
+
+
 class DiskCache:
     """One entry of the persistent cache: the lowered module as MLIR bytecode
     (the module docstring has the format and the rules)."""
@@ -247,7 +260,10 @@ class DiskCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_bytes(self.path, self.encode(body))
         except OSError as err:
-            _log.warning("compile cache: cannot store %s (%s); not cached on disk", self.path, err)
+            store_failed(
+                (self.path.parent, err.errno),
+                "compile cache: cannot store %s (%s); not cached on disk", self.path, err,
+            )
 
     def store(self, module: ir.Module) -> None:
         """Write the entry of the lowered ``module``."""
