@@ -36,6 +36,7 @@ __all__ = [
     "minimum_features",
     "normalize_arch",
     "parse_cpuinfo",
+    "parse_mask",
     "parse_sysctl",
 ]
 
@@ -79,7 +80,10 @@ REQUIRES: dict[str, dict[str, tuple[str, ...]]] = {
         "avx512bw": ("avx512f",),
         "avx512vl": ("avx512f",),
         "avx512ifma": ("avx512f",),
-        "avx512_vnni": ("avx512f",),
+        # Not LLVM's implication (avx512vnni implies avx512f only): no CPU has
+        # AVX512_VNNI without BW, and the kernels that take the VNNI path use
+        # BW's byte shuffles, so a mask of BW removes VNNI too (round 4, 09).
+        "avx512_vnni": ("avx512f", "avx512bw"),
         "avx512_vpopcntdq": ("avx512f",),
         "avx512_vp2intersect": ("avx512f",),
         "avx512vbmi": ("avx512bw",),
@@ -379,3 +383,56 @@ def intrinsic_features(name: str) -> tuple[tuple[str, ...], ...]:
         if pattern.match(name):
             return alts
     return ()
+
+
+def known_features(arch: str) -> frozenset[str]:
+    """Every feature name of ``arch`` these tables know (cpuinfo spelling)."""
+    out = set(BASELINE.get(arch, ())) | set(LLVM_NAMES.get(arch, {}))
+    for f, needs in REQUIRES.get(arch, {}).items():
+        out.add(f)
+        out.update(needs)
+    if arch == "aarch64":
+        out.update(n for names in MACOS_SYSCTL.values() for n in names)
+    return frozenset(out)
+
+
+def parse_mask(text: str, arch: str, reported=frozenset()) -> tuple[tuple[str, str], ...]:
+    """``MLIR_MX_CPU_FEATURES`` as ``(op, name)`` steps: ``("-", f)``,
+    ``("+", f)``, ``("none", "")`` or ``("baseline", "")``; items are split on
+    spaces and commas.
+
+    A name is a cpuinfo name of ``arch`` (:func:`known_features`, or one the
+    CPU reports: ``reported``) or LLVM's spelling of one (``avx512vnni`` is
+    ``avx512_vnni``, ``sse4.1`` is ``sse4_1``, ``dotprod`` is ``asimddp``).
+    ``-name`` of another architecture's feature is accepted and removes
+    nothing (one mask serves tests on both).  Raises ``ValueError`` naming the
+    item for anything else: an unknown name, ``+`` of another architecture's
+    feature, an item with neither sign."""
+    known = known_features(arch) | frozenset(reported)
+    alias = {llvm: flag for flag, llvm in LLVM_NAMES.get(arch, {}).items() if llvm not in known}
+    foreign = frozenset().union(*(known_features(a) for a in ARCHES if a != arch))
+    for a in ARCHES:
+        if a != arch:
+            foreign |= frozenset(LLVM_NAMES.get(a, {}).values())
+    steps = []
+    for item in text.replace(",", " ").split():
+        if item in ("none", "baseline"):
+            steps.append((item, ""))
+            continue
+        sign, name = item[:1], item[1:]
+        if sign not in "+-" or not name:
+            raise ValueError(
+                f"{item!r}: expected +name, -name, 'none' or 'baseline' (e.g. '-avx512f')"
+            )
+        name = alias.get(name, name)
+        if name in known:
+            steps.append((sign, name))
+        elif sign == "-" and name in foreign:
+            continue  # another architecture's feature: nothing to remove here
+        else:
+            where = "not a feature of " if name in foreign else "unknown feature on "
+            raise ValueError(
+                f"{item!r}: {where}{arch}; known: {', '.join(sorted(known_features(arch)))}, "
+                "and any flag the CPU reports (cpuinfo names; LLVM's spellings are accepted too)"
+            )
+    return tuple(steps)

@@ -114,17 +114,30 @@ def _reported_features() -> frozenset[str]:
 def host_features() -> frozenset[str]:
     """The CPU feature flags the kernels may use on this machine (cpuinfo
     names; ``MLIR_MX_CPU_FEATURES`` applied, requirements closed)."""
-    flags = set(_reported_features())
-    for item in os.environ.get("MLIR_MX_CPU_FEATURES", "").replace(",", " ").split():
-        if item == "none":
+    mask = os.environ.get("MLIR_MX_CPU_FEATURES", "")
+    return _masked(mask, _reported_features(), host_arch())
+
+
+@functools.lru_cache(maxsize=16)
+def _masked(mask: str, reported: frozenset[str], arch: str) -> frozenset[str]:
+    """The reported features with ``mask`` applied, requirements closed.
+    Raises :class:`MXValueError` naming ``MLIR_MX_CPU_FEATURES`` for an item
+    it cannot apply (:func:`~mlir_mx.cpu_features.parse_mask`)."""
+    flags = set(reported)
+    try:
+        steps = cpu_features.parse_mask(mask, arch, reported)
+    except ValueError as err:
+        raise MXValueError(f"MLIR_MX_CPU_FEATURES: {err}") from None
+    for op, name in steps:
+        if op == "none":
             flags.clear()
-        elif item == "baseline":
-            flags &= cpu_features.minimum_features(host_arch())
-        elif item.startswith("-"):
-            flags.discard(item[1:])
-        elif item.startswith("+"):
-            flags.add(item[1:])
-    return _closed(frozenset(flags), host_arch())
+        elif op == "baseline":
+            flags &= cpu_features.minimum_features(arch)
+        elif op == "-":
+            flags.discard(name)
+        else:
+            flags.add(name)
+    return _closed(frozenset(flags), arch)
 
 
 @functools.lru_cache(maxsize=64)
