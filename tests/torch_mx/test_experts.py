@@ -290,13 +290,13 @@ def test_experts_are_laid_out_on_threads_in_order(pair):
 
 
 def test_the_gate_of_rows_is_each_rows_own(pair):
-    """``MXExperts._gate_rows`` gives each row's gate bit for bit as of that
-    row alone: at once below torch's grain (32768 elements), row by row above."""
+    """``Gate.rows`` gives each row's gate bit for bit as of that row alone:
+    at once below its chunk (16384 elements), in chunks of rows above."""
     ex = pair[0].model.layers[0].mlp.experts
     gen = torch.Generator().manual_seed(6)
-    for k in (4, 1025):  # 4 x 32 and 1025 x 32 elements: at once, then row by row
+    for k in (4, 1025):  # 4 x 32 and 1025 x 32 elements: at once, then in chunks
         mid = torch.randn(k, 2 * ex.intermediate_size, generator=gen) * 6
-        got = ex._gate_rows(mid)
+        got = ex.gate.rows(mid)
         assert got.is_contiguous() and got.shape == (k, ex.intermediate_size)
         for r in (0, k // 2, k - 1):
             assert torch.equal(got[r : r + 1], ex.gate(mid[r : r + 1]))

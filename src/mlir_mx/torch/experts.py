@@ -45,6 +45,10 @@ from .quantizer import quantize_weight
 
 __all__ = ["Gate", "MXExperts", "experts_gate", "is_stacked_experts"]
 
+#: The dtypes of ``hidden_states`` the call takes (the result is in the same).
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+#: The most elements of the gate's input per torch call (:meth:`Gate.rows`).
+_GATE_CHUNK = 16384
 #: The activations a ``concatenated`` gate may apply to its gate half.
 _ACTS = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu}
 
@@ -79,6 +83,32 @@ class Gate:
         up = up.clamp(min=-self.limit, max=self.limit)
         glu = gate * torch.sigmoid(gate * self.alpha)
         return (up + 1) * glu
+
+    def rows(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """The gate of each row of ``gate_up`` ``(R, 2I)`` (f32, contiguous),
+        bit for bit as of that row alone, whatever ``R``: torch's vector and
+        scalar ``exp`` (``sigmoid``, ``silu``) may differ in the last bit, so
+        every element is made to take the vector body.  Each half is padded
+        to a multiple of 32 elements (the 2 x 16-lane step; lanes do not mix),
+        and the rows go in chunks below 16384 elements, under torch's grain
+        (32768), so no chunk is split between threads at another boundary.
+        The one-token and the grouped call both take it (round 4, ``07``)."""
+        r, inter = gate_up.shape[0], gate_up.shape[1] // 2
+        pad = -inter % 32
+        if pad:
+            padded = gate_up.new_zeros(r, 2 * (inter + pad))
+            if self.kind == "concatenated":
+                padded[:, :inter] = gate_up[:, :inter]
+                padded[:, inter + pad : 2 * inter + pad] = gate_up[:, inter:]
+            else:
+                padded[:, : 2 * inter] = gate_up
+            gate_up = padded
+        step = max(1, _GATE_CHUNK // (inter + pad))
+        if r <= step:
+            out = self(gate_up)
+        else:
+            out = torch.cat([self(gate_up[s : s + step]) for s in range(0, r, step)])
+        return (out[:, :inter] if pad else out).contiguous()
 
 
 class MXExperts(torch.nn.Module):
@@ -196,7 +226,7 @@ class MXExperts(torch.nn.Module):
 
     def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
         """Expert ``e`` on ``x`` ``(T, H)`` f32: ``(T, H)`` f32, its bias included."""
-        return self.down[e](self.gate(self.gate_up[e](x)))
+        return self.down[e](self.gate.rows(self.gate_up[e](x)))
 
     def forward(self, hidden_states, router_indices=None, routing_weights=None):
         """``sum_j routing_weights[t, j] * expert(router_indices[t, j])(x_t)`` per token."""
@@ -204,6 +234,8 @@ class MXExperts(torch.nn.Module):
         t, k = idx.shape
         xf = x.to(torch.float32)
         out = torch.zeros(t, self.hidden_size, dtype=torch.float32)
+        if k == 0:  # no expert routed: zeros, at every token count (round 4, 05)
+            return out.to(x.dtype)
         if t == 1:
             return self._decode(xf, idx, w, out).to(x.dtype)
         flat = idx.reshape(-1)
@@ -232,7 +264,7 @@ class MXExperts(torch.nn.Module):
         the per-expert loop made about 80, each 5-15 us in a model (its data and code
         out of cache after the other layers).  Every element sees the same
         operations as in :meth:`expert`, so the bits are the loop's
-        (:meth:`_gate_rows` for the gate's transcendental functions)."""
+        (:meth:`Gate.rows` for the gate's transcendental functions)."""
         order = sorted((e, j) for j, e in enumerate(idx[0].tolist()))
         scales = w.reshape(-1).to(torch.float32)
         if not eager(xf) or (xf.requires_grad and torch.is_grad_enabled()):
@@ -244,23 +276,11 @@ class MXExperts(torch.nn.Module):
         self._bind_decode()
         experts = [e for e, _ in order]
         mid = self._rows(self.gate_up, experts, xf.contiguous(), shared=True)
-        y = self._rows(self.down, experts, self._gate_rows(mid))
+        y = self._rows(self.down, experts, self.gate.rows(mid))
         y *= scales[[j for _, j in order]][:, None]
         for r in range(len(order)):
             out += y[r]
         return out
-
-    def _gate_rows(self, mid: torch.Tensor) -> torch.Tensor:
-        """The gate of each row of ``mid`` ``(k, 2I)``, bit for bit as of that
-        row alone: at once where torch's elementwise kernels then run every
-        element in their vector body as they do for one row (``I`` a multiple
-        of 32, their 2 x 16-lane step; at most 32768 elements, the grain below
-        which they do not split the work between threads), else row by row
-        (the vector and scalar ``exp`` of ``sigmoid`` / ``silu`` may differ)."""
-        k, inter = mid.shape[0], self.intermediate_size
-        if inter % 32 == 0 and k * inter <= 32768:
-            return self.gate(mid).contiguous()
-        return torch.cat([self.gate(mid[r : r + 1]) for r in range(k)]).contiguous()
 
     def _bind_decode(self) -> None:
         """Bind every expert's one-row kernel at the first one-token call (per
@@ -324,6 +344,17 @@ class MXExperts(torch.nn.Module):
             raise MXArgTypeError(
                 f"hidden_states: expected a dense (strided) tensor, got layout {hidden_states.layout}"
             )
+        if hidden_states.dtype not in _FLOATS:
+            raise MXArgTypeError(
+                f"hidden_states: expected float32, bfloat16 or float16, got {hidden_states.dtype}"
+            )
+        for name, v in (("router_indices", router_indices), ("routing_weights", routing_weights)):
+            if not v.is_cpu or v.layout != torch.strided:
+                raise MXValueError(
+                    f"{name}: expected a dense tensor on the CPU, got {v.layout} on {v.device}"
+                )
+        if not routing_weights.dtype.is_floating_point:
+            raise MXArgTypeError(f"routing_weights: expected floats, got {routing_weights.dtype}")
         t = hidden_states.shape[0]
         if router_indices.dim() != 2 or router_indices.shape[0] != t:
             raise MXValueError(
