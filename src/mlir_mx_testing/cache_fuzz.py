@@ -26,7 +26,10 @@ import contextlib
 import logging
 import os
 import random
+import subprocess
+import sys
 import tempfile
+import textwrap
 import traceback
 from functools import cache
 from pathlib import Path
@@ -35,7 +38,7 @@ import numpy as np
 
 from mlir_mx_testing.campaign import Outcome
 
-__all__ = ["case", "REGIONS"]
+__all__ = ["case", "store_case", "REGIONS", "STORE_FAILURES"]
 
 ADD = """func.func @add(%a: tensor<8x8xf32>, %b: tensor<8x8xf32>) -> tensor<8x8xf32> {
   %r = arith.addf %a, %b : tensor<8x8xf32>
@@ -198,3 +201,89 @@ def case(seed: int, index: int) -> Outcome:
     except BaseException as e:  # noqa: BLE001 - anything else is the finding
         tb = "".join(traceback.format_exception(e))[-1500:]
         return Outcome(index, "traceback", config, tb, what)
+
+
+# -- stores that fail (reliability round 4, 08) ------------------------------------------------
+
+#: How ``store_case`` makes every store of a fresh process fail.
+STORE_FAILURES = (
+    "file-size limit",
+    "cache folder is a file",
+    "read-only cache folder",
+    "TMPDIR missing",
+)
+
+#: A fresh process: quantize, a Linear and ADD through a Runner, all compiled
+#: into the cache folder; prints the results' bytes as hex.
+_STORE_CODE = textwrap.dedent(
+    """
+    import resource, sys, numpy as np, mlir_mx
+    from mlir_mx.execution import Runner
+    from mlir_mx_testing.cache_fuzz import ADD, _weight
+    if int(sys.argv[1]):
+        resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
+    y = mlir_mx.Linear(_weight(), threads=1)(np.ones((1, 96), np.float32))
+    q = mlir_mx.quantize(np.linspace(-8, 8, 64, dtype=np.float32), "f8E4M3FN", 32)
+    a = np.arange(64, dtype=np.float32).reshape(8, 8)
+    z = Runner(ADD).add(a.copy(), a.copy())
+    print(y.tobytes().hex(), q.codes.tobytes().hex(), z.tobytes().hex())
+    """
+)
+
+
+@cache
+def _linear_result() -> np.ndarray:
+    import mlir_mx
+
+    return mlir_mx.Linear(_weight(), threads=1)(np.ones((1, 96), np.float32))
+
+
+def store_case(seed: int, index: int) -> Outcome:
+    """One fresh process whose every cache store fails one way (a file-size
+    limit drawn from 0..64 KiB, the cache path a file, a read-only cache
+    folder, TMPDIR missing): it must exit 0 with the oracle's results, print
+    no LLVM error and leave nothing in TMPDIR."""
+    from mlir_mx import oracle
+
+    rng = random.Random(f"cache-store:{seed}:{index}")
+    how = STORE_FAILURES[index % len(STORE_FAILURES)]
+    limit = rng.randrange(0, 64 << 10) if how == "file-size limit" else 0
+    what = f"{how} {limit}" if limit else how
+    root = Path(tempfile.mkdtemp(prefix="mlir-mx-store-fuzz-"))
+    tmp, cache = root / "tmp", root / "cache"
+    tmp.mkdir()
+    cache.mkdir()
+    env = dict(os.environ, MLIR_MX_CACHE_DIR=str(cache), TMPDIR=str(tmp))
+    if how == "cache folder is a file":
+        cache.rmdir()
+        cache.write_text("x")
+    elif how == "read-only cache folder":
+        cache.chmod(0o500)
+    elif how == "TMPDIR missing":
+        tmp.rmdir()
+    try:
+        cmd = [sys.executable, "-c", _STORE_CODE, str(limit)]
+        run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        if run.returncode != 0 or "LLVM ERROR" in run.stderr:
+            kind = "signal" if run.returncode < 0 else "traceback"
+            return Outcome(index, kind, how, f"rc {run.returncode}: {run.stderr[-800:]}", what)
+        y, q, z = (bytes.fromhex(h) for h in run.stdout.split())
+        want_q = oracle.quantize(np.linspace(-8, 8, 64, dtype=np.float32), "f8E4M3FN", 32)
+        a = np.arange(64, dtype=np.float32).reshape(8, 8)
+        if z != (2 * a).tobytes() or q != want_q.codes.tobytes():
+            return Outcome(index, "wrong", how, "a result differs from the oracle's", what)
+        if y != _linear_result().tobytes():  # the same kernel's bits, stored or not
+            return Outcome(index, "wrong", how, "the Linear's result differs", what)
+        left = sorted(p.name for p in tmp.iterdir()) if tmp.is_dir() else []
+        if left:
+            return Outcome(index, "wrong", how, f"left in TMPDIR: {left[:5]}", what)
+        return Outcome(index, "ok", how)
+    except BaseException as e:  # noqa: BLE001 - anything else is the finding
+        tb = "".join(traceback.format_exception(e))[-1500:]
+        return Outcome(index, "traceback", how, tb, what)
+    finally:
+        if cache.is_dir():
+            cache.chmod(0o700)
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)

@@ -49,6 +49,7 @@ _SUITES = {
     "gguf": "mlir_mx_testing.gguf_fuzz",
     "gguf-write": "mlir_mx_testing.gguf_fuzz:write_case",
     "cache": "mlir_mx_testing.cache_fuzz",
+    "cache-store": "mlir_mx_testing.cache_fuzz:store_case",
     "linear": "mlir_mx_testing.linear_fuzz",
     "state-dict": "mlir_mx_testing.state_dict_fuzz",
     "convert": "mlir_mx_testing.convert_fuzz",

@@ -176,3 +176,18 @@ def test_long_linear_calls():
     report = run_campaign("linear", seed=2026, count=2_000, timeout=600)
     _assert_clean(report)
     assert report.cases == 2_000
+
+
+def test_quick_failed_cache_stores():
+    """Reliability round 4, ``08``: a fresh process whose every store fails
+    (each way once) runs its kernels with the right bits and exits 0."""
+    report = run_campaign("cache-store", seed=1, count=len(cache_fuzz.STORE_FAILURES), timeout=600)
+    _assert_clean(report)
+    assert report.kinds["ok"] == 4 and set(report.configs) == set(cache_fuzz.STORE_FAILURES)
+
+
+@pytest.mark.slow
+def test_long_failed_cache_stores():
+    report = run_campaign("cache-store", seed=2, count=24, timeout=600)
+    _assert_clean(report)
+    assert report.kinds["ok"] == 24

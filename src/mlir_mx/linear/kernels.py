@@ -7,6 +7,9 @@ holds the machine code."""
 from __future__ import annotations
 
 import functools
+import threading
+import weakref
+from collections import OrderedDict
 from pathlib import Path
 
 from mlir import ir
@@ -57,8 +60,39 @@ def kernel_runner(prob: Problem, schedule: str, threads: int, parallel: str) -> 
     )  # fmt: skip
 
 
-@functools.lru_cache(maxsize=256)
-def _shared_runner(prob, schedule, threads, parallel, name, cache, _features, _generation):
+#: The Runners kept for the next Linear after their last Linear is gone (the
+#: most recently asked for): each holds a compiled kernel, about 5.4 MiB of
+#: RSS.  A Runner some live Linear holds is found whatever this count
+#: (:data:`_LIVE`); with the compile cache's 64 (``execution.compiled``),
+#: this bounds the kernels a process keeps after its Linears are deleted
+#: (``docs/library.md``, "Kernel memory"; reliability round 4, ``10``).
+RUNNERS_KEPT = 32
+
+#: key -> the Runner, while any Linear (or caller) holds it.
+_LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+#: The last :data:`RUNNERS_KEPT` Runners asked for, held.
+_RECENT: OrderedDict = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def _shared_runner(*key) -> Runner:
+    """The one Runner of ``key`` in this process: a live one, else a new one
+    (made outside the lock: making it may generate and compile the kernel)."""
+    with _LOCK:
+        runner = _LIVE.get(key)
+    if runner is None:
+        made = _make_runner(*key)
+        with _LOCK:
+            runner = _LIVE.setdefault(key, made)  # another thread's, if it won
+    with _LOCK:
+        _RECENT[key] = runner
+        _RECENT.move_to_end(key)
+        while len(_RECENT) > RUNNERS_KEPT:
+            _RECENT.popitem(last=False)
+    return runner
+
+
+def _make_runner(prob, schedule, threads, parallel, name, cache, _features, _generation):
     make = functools.partial(kernel_text, prob, schedule, threads)
     options = kernel_options(threads, parallel, cache)
     return Runner(GeneratedModule(name, make), options=options)
