@@ -5,6 +5,10 @@ intermediate size."""
 
 from __future__ import annotations
 
+import collections
+import itertools
+import random
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="MXExperts needs torch")
@@ -95,3 +99,49 @@ def test_a_tokens_bits_do_not_depend_on_its_batch(inter, block, gate):
             assert torch.equal(y.view(torch.int32), alone.view(torch.int32)), threads
     finally:
         torch.set_num_threads(before)
+
+
+_H_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int32, torch.bool)
+_I_DTYPES = (torch.int64, torch.int32, torch.uint8, torch.float32, torch.bool)
+_W_DTYPES = (torch.float32, torch.bfloat16, torch.int64)
+_SWEEP = list(
+    itertools.product(_H_DTYPES, _I_DTYPES, _W_DTYPES, ("cpu", "meta"), (1, 3), (0, 1, 2))
+)
+
+
+def _misuse(experts, case):
+    """One call of the sweep: an MXError, or the right dtype, shape and a
+    result equal to the same call with f32 hidden states and int64 indices."""
+    hd, idd, wd, device, t, k = case
+    gen = torch.Generator().manual_seed(t * 10 + k)
+    x = (torch.randn(t, H, generator=gen) * 2).to(hd)
+    idx = torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(t)]).to(idd)
+    w = torch.rand(t, k, generator=gen).to(wd)
+    if device == "meta":
+        idx = idx.to("meta")
+    try:
+        with torch.inference_mode():
+            y = experts(x, idx, w)
+    except mlir_mx.MXError:
+        return "refused"
+    assert y.dtype == hd and y.shape == (t, H), case
+    with torch.inference_mode():
+        ref = experts(x.float(), idx.long(), w.float()).to(hd)
+    assert torch.equal(y, ref), case
+    return "ran"
+
+
+def test_quick_moe_misuse_sweep(experts):
+    """Round 4's MoE misuse cases, 120 of the sweep's 1,080 (drawn once):
+    every call is refused with an MXError or gives the result of the same
+    call in the types it takes; never a builtin exception or a truncated
+    result.  ``-m slow`` runs all."""
+    cases = random.Random(4).sample(_SWEEP, 120)
+    got = collections.Counter(_misuse(experts, c) for c in cases)
+    assert got["refused"] > 0 and got["ran"] > 0
+
+
+@pytest.mark.slow
+def test_long_moe_misuse_sweep(experts):
+    got = collections.Counter(_misuse(experts, c) for c in _SWEEP)
+    assert got["refused"] > 0 and got["ran"] > 0
