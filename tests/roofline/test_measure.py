@@ -53,8 +53,9 @@ def test_time_kernel_feeds_the_stored_form(element, mx_to_linalg):
 
 
 def _peak_loop_spills(lanes: int, tmp_path) -> int:
-    """Instructions of the compiled peak loop (1 task: every loop with an
-    FMA, a jump target up to the backward jump to it) that move a vector
+    """Instructions of the compiled peak loop (1 task: every straight loop
+    with an FMA, a jump target up to the backward jump to it with no other
+    jump between) that move a vector
     register to or from the stack (the Runner's engine's machine code,
     disassembled with the wheel's ``llvm-objdump``)."""
     import re
@@ -81,6 +82,11 @@ def _peak_loop_spills(lanes: int, tmp_path) -> int:
         if any(lo <= a < b < hi or lo < a < b <= hi for a, b in back):
             continue  # not innermost
         body = [x for a, x in rows if lo <= a <= hi]
+        if any(re.search(r"\sj\w+\s", x) for x in body[:-1]):
+            # a jump inside: not the straight peak loop but a block around
+            # it (LLVM for an Intel target_cpu lays the one-iteration
+            # remainder out as a loop with the outer loop's reloads)
+            continue
         if any("vfmadd" in x for x in body):
             loops += 1
             spills += sum("mm" in x and "(%rsp)" in x for x in body)
