@@ -43,10 +43,10 @@ def _pair(fmt="f4E2M1FN", activations=None, **kw):
 
 class _Calls:
     """Counts the kernel calls (``mlir_mx.Linear.__call__``, and its form from
-    addresses, ``Linear._call_raw``, where it ran the kernel)."""
+    addresses, ``Linear.call_into``, where it ran the kernel)."""
 
     def __init__(self, monkeypatch):
-        self.n, real, raw = 0, Linear.__call__, Linear._call_raw
+        self.n, real, raw = 0, Linear.__call__, Linear.call_into
 
         def counted(lin, *args, **kw):
             self.n += 1
@@ -58,7 +58,7 @@ class _Calls:
             return ran
 
         monkeypatch.setattr(Linear, "__call__", counted)
-        monkeypatch.setattr(Linear, "_call_raw", counted_raw)
+        monkeypatch.setattr(Linear, "call_into", counted_raw)
 
 
 #: A float format of each code width (4: two codes a byte; 6: four codes in three

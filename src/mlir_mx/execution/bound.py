@@ -191,7 +191,7 @@ class BoundFunction:
         returned function takes one address per free buffer.  The same
         contract (C-contiguous buffers of the parameters' dtypes, made and
         checked by the caller, alive during the call); the shapes are checked
-        here once.  ``Linear._call_raw`` keeps one per row count, which saves
+        here once.  ``Linear.call_into`` keeps one per row count, which saves
         the per-call tuples and loops (about 2 us of a layer's call)."""
         if not self._unchecked:
             raise MXArgTypeError(f"{self.name}: on_shapes takes free buffers only")
