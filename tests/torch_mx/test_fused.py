@@ -82,7 +82,10 @@ def test_fused_gives_the_bits_of_the_separate_layers(bits, activations, bias):
             for name in ("v_proj", "q_proj", "k_proj"):  # each alone, another order
                 assert torch.equal(getattr(a, name)(x), getattr(b, name)(x))
     assert b.k_proj.weight().bitwise_equal(a.k_proj.weight())
-    assert sum(getattr(b, n).nbytes for n in ("q_proj", "k_proj", "v_proj")) == b.q_proj._fused.linear.nbytes
+    assert sum(getattr(b, n).nbytes for n in ("q_proj", "k_proj", "v_proj")) == b.q_proj.fused.linear.nbytes
+    parts = [getattr(b, n) for n in ("q_proj", "k_proj", "v_proj")]
+    assert [p.fused_part for p in parts] == [0, 1, 2] and a.q_proj.fused is None
+    assert all(p.fused is parts[0].fused and p.linear is p.fused.linear for p in parts)
 
 
 @pytest.mark.parametrize("mode", ["inference_mode", "no_grad"])

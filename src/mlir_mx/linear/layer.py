@@ -219,6 +219,12 @@ class Linear:
         self._threads = check_threads(value)
 
     @property
+    def runners(self) -> list[Runner]:
+        """The Runners of the kernels its calls have used (shared: ``linear/kernels.py``)."""
+        with self._lock:
+            return list(self._runners.values())
+
+    @property
     def held(self) -> tuple[np.ndarray, ...]:
         """The arrays the weight is held in, the only ones (not copies):
         ``(codes, scales)`` of the stored form, ``(records,)`` when the records
