@@ -13,9 +13,22 @@ edge are left out, each for a stated reason:
   lazy re-export of the package's public names (``mlir_mx.Linear``), which runs
   on first use of the name, never while either module is being imported.
 
+Two more rules read the same parse:
+
+* the packages' order: ``mlir_mx`` (the library) never imports
+  ``mlir_mx_bench`` or ``mlir_mx_testing``, nor ``mlir_mx_bench``
+  ``mlir_mx_testing`` (:data:`NEVER`), at module level or inside a function;
+* no private attribute reached across modules: ``x._name`` in a module that
+  does not define ``_name`` (no ``def``/``class`` of it, no assignment to
+  ``_name`` or ``*._name``) while another module of the packages gives its
+  objects one (a class's member, ``y._name = ...``), or ``x`` is that module:
+  the other module's private, used as a seam (:func:`reach_ins`).
+
 ``python tests/test_imports.py [SRC]`` prints what it finds in another tree:
 on the tree before issue 25 (bf972a3) it prints the 5 circles and the 17
-private imports that issue lists.
+private imports that issue lists; on the tree before issue 50 (16b5e3a) the
+private attributes that issue lists (``Linear._call_raw``, ``MXLinear._adopt``,
+``Runner._compiled``, ...) and the imports of the shims it removed.
 """
 
 from __future__ import annotations
@@ -193,6 +206,184 @@ def test_the_checks_find_a_circle_and_a_private_import(tmp_path):
     assert dangling(tmp_path) == ["pkg/c.py:1: pkg.gone", "pkg/c.py:3: pkg.old"]
 
 
+#: Package -> the packages it never imports: the library stands alone, the
+#: benchmark beside it, the testing machinery over both (docs/architecture.md).
+NEVER = {"mlir_mx": {"mlir_mx_bench", "mlir_mx_testing"}, "mlir_mx_bench": {"mlir_mx_testing"}}
+
+
+def _imported(node: ast.Import | ast.ImportFrom, mod: str, is_package: bool) -> list[str]:
+    """The absolute dotted names an import statement of module ``mod`` names."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if not node.level:
+        return [node.module or ""]
+    anchor = mod.split(".") if is_package else mod.split(".")[:-1]
+    anchor = anchor[: len(anchor) - (node.level - 1)]
+    return [".".join(anchor + ([node.module] if node.module else []))]
+
+
+def forbidden_imports(src: Path, never: dict[str, set[str]] = NEVER) -> list[str]:
+    """Every import, anywhere in a module (inside functions and lazy
+    re-exports too), of a package its own package never imports
+    (``file:line: mod imports name``)."""
+    out = []
+    for mod, path in modules(src).items():
+        banned = never.get(mod.split(".")[0], set())
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            for name in _imported(node, mod, path.name == "__init__.py"):
+                if name.split(".")[0] in banned:
+                    out.append(f"{path.relative_to(src)}:{node.lineno}: {mod} imports {name}")
+    return out
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _defined(tree: ast.Module) -> tuple[set[str], set[str], set[str]]:
+    """The private names a module defines: every one (functions and classes,
+    any name or attribute it assigns, a ``for`` or ``with`` target, a
+    deletion); those an object of another module may carry (a class's
+    methods and class attributes, any ``x._name = ...``); those the module
+    object carries (its top-level names)."""
+    every, members, top = set(), set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            every.add(node.name)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            every.add(node.id)
+        elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+            every.add(node.attr)
+            members.add(node.attr)
+        if isinstance(node, ast.ClassDef):
+            members.update(_bound_in(node.body))
+    top = _bound_in(tree.body)
+    return tuple({n for n in names if _is_private(n)} for names in (every, members, top))
+
+
+def _bound_in(body: list[ast.stmt]) -> set[str]:
+    """The names a block of statements binds at its own level (in ``if`` and
+    ``try`` blocks too, not in functions or classes)."""
+    out = set()
+    for stmt in body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(stmt.name)
+            continue
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                out.add(node.id)
+    return out
+
+
+def _module_names(tree: ast.Module, mod: str, is_package: bool, mods) -> dict[str, str]:
+    """The names a module binds to modules of the packages (``from . import
+    layout``, ``import a.b as c``), each with the module's dotted name."""
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname and a.name in mods:
+                    out[a.asname] = a.name
+                elif not a.asname and a.name.split(".")[0] in mods:
+                    out[a.name.split(".")[0]] = a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            (base,) = _imported(node, mod, is_package)
+            for a in node.names:
+                if f"{base}.{a.name}" in mods:
+                    out[a.asname or a.name] = f"{base}.{a.name}"
+    return out
+
+
+def _own(value: ast.expr) -> bool:
+    """``self``, ``cls`` or ``super()``: the object's own attributes."""
+    if isinstance(value, ast.Call):
+        return isinstance(value.func, ast.Name) and value.func.id == "super"
+    return isinstance(value, ast.Name) and value.id in ("self", "cls")
+
+
+def _module_of(value: ast.expr, names: dict[str, str], mods) -> str | None:
+    """The module of the packages ``value`` names (``layout``, ``a.b``), or None."""
+    parts = []
+    while isinstance(value, ast.Attribute):
+        parts.insert(0, value.attr)
+        value = value.value
+    if not isinstance(value, ast.Name) or value.id not in names:
+        return None
+    dotted = ".".join([names[value.id], *parts])
+    return dotted if dotted in mods else None
+
+
+def reach_ins(src: Path) -> list[str]:
+    """Every private attribute one module reads from another's objects
+    (``file:line: x._name``): ``x._name`` (``x`` not ``self``, ``cls`` or
+    ``super()``) in a module that does not define ``_name``, where another
+    module defines it as a class's member or an attribute (``y._name = ...``),
+    or ``x`` is that module (``layout._helper``).  A third party's private
+    (``torch._C``, a tensor's ``_version``) is a member of no class here, and
+    a module's own privates on other objects of its classes are its own
+    business: neither is reported."""
+    mods = modules(src)
+    trees = {mod: ast.parse(path.read_text(), str(path)) for mod, path in mods.items()}
+    defined = {mod: _defined(tree) for mod, tree in trees.items()}
+    members: dict[str, set[str]] = {}  # private name -> the modules whose objects carry it
+    for mod, (_every, names, _top) in defined.items():
+        for name in names:
+            members.setdefault(name, set()).add(mod)
+    out = []
+    for mod, tree in trees.items():
+        path = mods[mod]
+        names = _module_names(tree, mod, path.name == "__init__.py", mods)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or not _is_private(node.attr):
+                continue
+            if _own(node.value) or node.attr in defined[mod][0]:
+                continue
+            target = _module_of(node.value, names, mods)
+            if (node.attr in defined[target][2]) if target else members.get(node.attr):
+                out.append(f"{path.relative_to(src)}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(set(out), key=lambda s: (s.split(":")[0], int(s.split(":")[1]), s))
+
+
+def test_the_library_imports_neither_the_bench_nor_the_testing_package():
+    found = forbidden_imports(SRC)
+    assert found == [], "imports against the packages' order:\n" + "\n".join(found)
+
+
+def test_no_private_attribute_reached_across_modules():
+    found = reach_ins(SRC)
+    assert len(modules(SRC)) > 50
+    assert found == [], "private attributes of other modules' objects:\n" + "\n".join(found)
+
+
+def test_the_checks_find_a_forbidden_import_and_a_reach_in(tmp_path):
+    for top in ("lib", "bench"):
+        (tmp_path / top).mkdir()
+        (tmp_path / top / "__init__.py").write_text("")
+    (tmp_path / "lib" / "a.py").write_text(
+        "class A:\n    def __init__(self):\n        self._x, self._y = 1, 2\n"
+        "    def same(self, other):\n        return other._x + self._y\n"
+        "def _helper():\n    import bench.cli\n"
+    )
+    (tmp_path / "lib" / "b.py").write_text(
+        "import torch\nfrom . import a\n"
+        "def f(obj, t):\n"
+        "    obj._x = t._C\n"  # _x assigned here: b's own; _C: a third party's
+        "    super()._y\n"
+        "    return obj._y + a._helper() + t._helper + obj.__class__.__name__\n"  # t: no module
+        "from bench import cli as _cli\n"
+    )
+    (tmp_path / "bench" / "cli.py").write_text("from lib.a import A\nA()._y\n")
+    never = {"lib": {"bench"}}
+    found = forbidden_imports(tmp_path, never)
+    assert found == ["lib/a.py:7: lib.a imports bench.cli", "lib/b.py:7: lib.b imports bench"]
+    found = forbidden_imports(tmp_path, {"bench": {"lib"}})
+    assert found == ["bench/cli.py:1: bench.cli imports lib.a"]
+    found = reach_ins(tmp_path)
+    assert found == ["bench/cli.py:2: A()._y", "lib/b.py:6: a._helper", "lib/b.py:6: obj._y"]
+
+
 if __name__ == "__main__":
     root = Path(sys.argv[1]) if len(sys.argv) > 1 else SRC
     graph, private = imports(root)
@@ -202,6 +393,10 @@ if __name__ == "__main__":
         print("private:", p)
     for d in dangling(root):
         print("no such module:", d)
+    for f in forbidden_imports(root):
+        print("against the packages' order:", f)
+    for r in reach_ins(root):
+        print("private attribute:", r)
 
 
 def test_the_tools_do_not_import_ml_dtypes():

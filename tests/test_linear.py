@@ -43,7 +43,7 @@ def test_every_batch_size_one_weight(element):
 
 
 def test_raw_calls_kept_per_row_count_see_each_others_shapes(monkeypatch):
-    """``Linear._call_raw`` keeps one addresses-only call per ``(m, threads)``;
+    """``Linear.call_into`` keeps one addresses-only call per ``(m, threads)``;
     row counts of one shape class share a bound kernel and its descriptors,
     so calls alternating between them (2, 5, 2, ...), calls of the Linear's
     own checked path in between, and a full keep (started over) all give the
@@ -57,11 +57,11 @@ def test_raw_calls_kept_per_row_count_see_each_others_shapes(monkeypatch):
     for m in (2, 5, 2, 1, 5, 40, 2, 7, 1):
         x = np.ascontiguousarray(x_all[:m])
         out = np.zeros((m, 128), np.float32)
-        assert lin._call_raw(x.ctypes.data, m, out.ctypes.data, 1)
+        assert lin.call_into(x.ctypes.data, m, out.ctypes.data, 1)
         want = lin(x)  # the checked call, through the same descriptors
         np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
         assert len(lin._raw_calls) <= 3
-    assert not lin._call_raw(x_all.ctypes.data, 0, x_all.ctypes.data, 1)  # empty: declined
+    assert not lin.call_into(x_all.ctypes.data, 0, x_all.ctypes.data, 1)  # empty: declined
 
 
 def test_mx_activations_and_vectors():
@@ -129,8 +129,8 @@ def test_persistent_cache_is_written_and_reused(tmp_path, monkeypatch):
     clear_cache()
     lin = mlir_mx.Linear(w, threads=1)
     np.testing.assert_array_equal(lin(x), y)
-    assert all(r._compiled.from_disk for r in lin._runners.values())
-    assert all(r._compiled.machine_code == machine_code_supported() for r in lin._runners.values())
+    assert lin.runners and all(r.compiled.from_disk for r in lin.runners)
+    assert all(r.compiled.machine_code == machine_code_supported() for r in lin.runners)
     files[0].write_bytes(b"garbage")  # a broken entry is recompiled, not fatal
     clear_cache()
     np.testing.assert_array_equal(mlir_mx.Linear(w, threads=1)(x), y)

@@ -1,11 +1,9 @@
-"""The public API at the top of ``mlir_mx``, the oracle named as such, and the
-old import paths of the modules moved in 0.2 (docs/architecture.md, "Moved in 0.2")."""
+"""The public API at the top of ``mlir_mx`` and the oracle named as such."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import warnings
 
 
 def test_the_top_level_names():
@@ -33,30 +31,3 @@ def test_errors_are_defined_in_errors_and_exported_where_raised():
 
     assert PipelineError is errors.PipelineError and ToolError is errors.ToolError
     assert issubclass(errors.UnknownPassError, ValueError)
-
-
-def test_the_old_model_path_is_a_deprecated_alias_of_roofline():
-    sys.modules.pop("mlir_mx.model", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        from mlir_mx.model.measure import get_machine
-
-        import mlir_mx.model
-    import mlir_mx.roofline.measure
-
-    assert any(issubclass(w.category, DeprecationWarning) for w in caught)
-    assert get_machine is mlir_mx.roofline.measure.get_machine
-    assert mlir_mx.model.analyze is mlir_mx.roofline.analyze
-
-
-def test_the_old_testing_and_bench_paths():
-    import mlir_mx_bench.cli
-    import mlir_mx_testing.differential
-    from mlir_mx.testing.differential import Variant
-    from mlir_mx.tools.mx_bench import main
-
-    assert Variant is mlir_mx_testing.differential.Variant
-    assert main is mlir_mx_bench.cli.main
-    for module in ("mlir_mx.tools.mx_bench", "mlir_mx.testing.differential", "mlir_mx.testing.fuzz"):
-        out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True)
-        assert out.returncode == 0 and "usage:" in out.stdout, (module, out.stderr[-500:])

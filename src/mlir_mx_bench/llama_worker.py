@@ -108,7 +108,7 @@ def _module_weights(m: torch.nn.Module, mem: dict[int, int]) -> int:
     from mlir_mx.torch import MXLinear
 
     if isinstance(m, MXLinear):
-        for a in m._linear.held:
+        for a in m.linear.held:
             while isinstance(a.base, np.ndarray):
                 a = a.base
             mem[a.ctypes.data] = a.nbytes

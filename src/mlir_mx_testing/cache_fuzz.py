@@ -88,10 +88,10 @@ def _run(module: str, folder: Path):
         os.environ["MLIR_MX_CACHE_DIR"] = str(folder)
         lin = mlir_mx.Linear(_weight(), threads=1)
         y = lin(np.ones((1, 96), np.float32))
-        return y, next(iter(lin._runners.values()))._compiled.from_disk
+        return y, lin.runners[0].compiled.from_disk
     r = Runner(ADD, cache_dir=folder)
     a = np.arange(64, dtype=np.float32).reshape(8, 8)
-    return r.add(a.copy(), a.copy()), r._compiled.from_disk
+    return r.add(a.copy(), a.copy()), r.compiled.from_disk
 
 
 @contextlib.contextmanager

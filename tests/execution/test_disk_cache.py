@@ -45,7 +45,7 @@ def _run(cache_dir):
     r = Runner(ADD, cache_dir=cache_dir)
     a = np.arange(16, dtype=np.float32).reshape(4, 4)
     np.testing.assert_array_equal(r.add(a.copy(), a.copy()), 2 * a)
-    return r._compiled.from_disk
+    return r.compiled.from_disk
 
 
 @pytest.fixture(params=["mxo", "mlirbc"])

@@ -65,13 +65,13 @@ def test_tasks_give_the_async_bits(mode, monkeypatch, m, activations, fallback):
         lin = mlir_mx.Linear(wq, threads=t, activations=activations)
         np.testing.assert_array_equal(_bits(lin(x)), _bits(ref))
         if t == 2:
-            runner = next(iter(lin._runners.values()))
-            assert runner._tasks == {"matmul": 2}  # really run as tasks
+            [runner] = lin.runners
+            assert runner.compiled.tasks == {"matmul": 2}  # really run as tasks
             # each bound call keeps its OpenMP call's data once the team is found
             calls = [b._fn for b in lin._calls.values() if isinstance(getattr(b, "_fn", None), threads_.TaskCall)]
             assert calls and all((c._omp is None) == fallback for c in calls)
             # the write analysis sees through (thread, team): only the output is written
-            assert runner._compiled.writes("matmul") == {len(runner.signature("matmul").args) - 1}
+            assert runner.compiled.writes("matmul") == {len(runner.signature("matmul").args) - 1}
 
 
 def test_runner_tasks_mode_gives_the_async_bits():

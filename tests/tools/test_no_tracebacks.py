@@ -132,7 +132,8 @@ def _main_of(prog: str):
             pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
             pytest.importorskip("transformers", reason="transformers not installed")
         return runpy.run_path(str(EXAMPLES / prog), run_name=prog)["main"]
-    from mlir_mx.tools import mx_bench, mx_demo
+    from mlir_mx.tools import mx_demo
+    from mlir_mx_bench import cli as mx_bench
 
     return {"mx-opt": mx_opt.main, "mx-runner": mx_runner.main, "mx-roofline": mx_roofline.main,
             "mx-demo": mx_demo.main, "mx-bench": mx_bench.main}[prog]  # fmt: skip

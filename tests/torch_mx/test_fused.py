@@ -43,10 +43,10 @@ def _pair(fmt="f4E2M1FN", activations=None, **kw):
 
 class _Calls:
     """Counts the kernel calls (``mlir_mx.Linear.__call__``, and its form from
-    addresses, ``Linear._call_raw``, where it ran the kernel)."""
+    addresses, ``Linear.call_into``, where it ran the kernel)."""
 
     def __init__(self, monkeypatch):
-        self.n, real, raw = 0, Linear.__call__, Linear._call_raw
+        self.n, real, raw = 0, Linear.__call__, Linear.call_into
 
         def counted(lin, *args, **kw):
             self.n += 1
@@ -58,7 +58,7 @@ class _Calls:
             return ran
 
         monkeypatch.setattr(Linear, "__call__", counted)
-        monkeypatch.setattr(Linear, "_call_raw", counted_raw)
+        monkeypatch.setattr(Linear, "call_into", counted_raw)
 
 
 #: A float format of each code width (4: two codes a byte; 6: four codes in three
@@ -82,7 +82,10 @@ def test_fused_gives_the_bits_of_the_separate_layers(bits, activations, bias):
             for name in ("v_proj", "q_proj", "k_proj"):  # each alone, another order
                 assert torch.equal(getattr(a, name)(x), getattr(b, name)(x))
     assert b.k_proj.weight().bitwise_equal(a.k_proj.weight())
-    assert sum(getattr(b, n).nbytes for n in ("q_proj", "k_proj", "v_proj")) == b.q_proj._fused.linear.nbytes
+    assert sum(getattr(b, n).nbytes for n in ("q_proj", "k_proj", "v_proj")) == b.q_proj.fused.linear.nbytes
+    parts = [getattr(b, n) for n in ("q_proj", "k_proj", "v_proj")]
+    assert [p.fused_part for p in parts] == [0, 1, 2] and a.q_proj.fused is None
+    assert all(p.fused is parts[0].fused and p.linear is p.fused.linear for p in parts)
 
 
 @pytest.mark.parametrize("mode", ["inference_mode", "no_grad"])

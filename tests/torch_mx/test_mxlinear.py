@@ -44,7 +44,7 @@ def test_equals_the_library_linear_bit_for_bit(element):
 
 def test_eager_calls_hand_the_kernel_the_tensors_addresses(monkeypatch):
     """An eager call passes its tensors' addresses to the bound kernel
-    (``Linear._call_raw``: no numpy views, no second checks): a view at an
+    (``Linear.call_into``: no numpy views, no second checks): a view at an
     offset and a non-contiguous input give the numpy path's bits; with
     ``activations=`` too where a dot kernel quantizes x itself (AVX-512 VNNI),
     else the Linear's own call (a separate quantizing kernel first) runs."""
@@ -52,8 +52,8 @@ def test_eager_calls_hand_the_kernel_the_tensors_addresses(monkeypatch):
     from mlir_mx.linear.layer import Linear
 
     taken = []
-    real = Linear._call_raw
-    monkeypatch.setattr(Linear, "_call_raw", lambda s, *a: taken.append(real(s, *a)) or taken[-1])
+    real = Linear.call_into
+    monkeypatch.setattr(Linear, "call_into", lambda s, *a: taken.append(real(s, *a)) or taken[-1])
     layer = _layer()
     mx = MXLinear.from_linear(layer, threads=1)
     base = torch.randn(9, 96)

@@ -79,7 +79,7 @@ class BoundFunction:
         fixed_flat = args_.split_mx_args(
             name, [sig.args[i] for i in fixed], [args[i] for i in fixed], MXParam, fixed_names
         )
-        writes = runner._compiled.writes(name)
+        writes = runner.compiled.writes(name)
         self._cells: list = [None] * n
         self._keep: list = []  # the fixed cells and descriptors, alive as long as this
         self._fixed_arrays: list[np.ndarray] = []
@@ -103,7 +103,7 @@ class BoundFunction:
             if cell is not None:
                 self._array[j + self._shift] = ctypes.cast(ctypes.pointer(cell), ctypes.c_void_p)
         self._fn = packed_function(runner.entry(name))
-        team = runner._tasks.get(name)
+        team = runner.compiled.tasks.get(name)
         if team is not None:  # run by the caller's threads (mlir_mx.execution.threads)
             self._fn = TaskCall(runner.entry(name), self._array, team)
         self._lock = threading.Lock()
@@ -156,7 +156,7 @@ class BoundFunction:
         if out is None:
             return None
         buffers = [a for a, p in zip(arrays, self._params, strict=True) if p.is_buffer]
-        return self.runner._results(self.sig, out, buffers + self._fixed_arrays)
+        return self.runner.read_results(self.sig, out, buffers + self._fixed_arrays)
 
     def call_unchecked(self, *buffers: tuple[int, tuple[int, ...]]) -> None:
         """Call with each free argument given as ``(address, shape)`` of a
@@ -191,7 +191,7 @@ class BoundFunction:
         returned function takes one address per free buffer.  The same
         contract (C-contiguous buffers of the parameters' dtypes, made and
         checked by the caller, alive during the call); the shapes are checked
-        here once.  ``Linear._call_raw`` keeps one per row count, which saves
+        here once.  ``Linear.call_into`` keeps one per row count, which saves
         the per-call tuples and loops (about 2 us of a layer's call)."""
         if not self._unchecked:
             raise MXArgTypeError(f"{self.name}: on_shapes takes free buffers only")

@@ -51,7 +51,7 @@ from mlir_mx.diagnostics import DiagnosticError
 from mlir_mx.errors import MXArgTypeError, UnknownFunctionError
 from mlir_mx.execution import arguments as args_
 from mlir_mx.execution.bound import FREE, BoundFunction, result_cell
-from mlir_mx.execution.compiled import clear_cache, compile_module, default_pipeline
+from mlir_mx.execution.compiled import Compiled, clear_cache, compile_module, default_pipeline
 from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
 from mlir_mx.execution.options import CompileOptions
 from mlir_mx.execution.packed import lookup_entry, packed_function, pointer_array
@@ -118,6 +118,13 @@ class Runner:
         #: Functions whose parallel loop the caller's threads run (``parallel="tasks"``):
         #: name -> team size (:mod:`mlir_mx.execution.threads`).
         self._tasks = self._compiled.tasks
+
+    @property
+    def compiled(self) -> Compiled:
+        """The compilation it calls, shared by every Runner of the same module
+        and options (:class:`~mlir_mx.execution.compiled.Compiled`: ``from_disk``,
+        ``machine_code``, ``tasks``, ``writes(name)``, ``owns_results``)."""
+        return self._compiled
 
     @property
     def options(self) -> CompileOptions:
@@ -220,7 +227,7 @@ class Runner:
             packed.insert(0, cell) if first else packed.append(cell)
         self.call_entry(name, pointer_array(packed))
         del keep
-        return self._results(sig, out, buffers)
+        return self.read_results(sig, out, buffers)
 
     def call_entry(self, name: str, array: ctypes.Array) -> None:
         """Call ``@name``'s C interface with its argument array: directly, or
@@ -231,8 +238,11 @@ class Runner:
         else:  # mx-parallel-tasks refuses functions with results: no result slot
             run_tasks(self.entry(name), array, len(array), team)
 
-    def _results(self, sig: Signature, out, buffers: list[np.ndarray]):
-        """The Python value of the results in ``out`` (copied; owned buffers freed)."""
+    def read_results(self, sig: Signature, out, buffers: list[np.ndarray]):
+        """The Python value of the results of a call of ``sig``'s function in
+        ``out``, its result cell (copied; buffers the caller owns freed, but for
+        one inside ``buffers``, the call's buffer arguments): what :meth:`invoke`
+        and a :class:`BoundFunction` return."""
         res = sig.flat_results
         if not res:
             return None

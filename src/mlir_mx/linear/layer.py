@@ -203,7 +203,7 @@ class Linear:
         self.threads = threads
         self._runners: dict[tuple, Runner] = {}
         self._calls: dict[tuple, BoundFunction] = {}
-        #: ``(m, threads)`` -> the call ``_call_raw`` makes (or False: none applies)
+        #: ``(m, threads)`` -> the call :meth:`call_into` makes (or False: none applies)
         self._raw_calls: dict[tuple[int, int], Callable | bool] = {}
         self._lock = threading.Lock()
 
@@ -217,6 +217,12 @@ class Linear:
     @threads.setter
     def threads(self, value: int | None) -> None:
         self._threads = check_threads(value)
+
+    @property
+    def runners(self) -> list[Runner]:
+        """The Runners of the kernels its calls have used (shared: ``linear/kernels.py``)."""
+        with self._lock:
+            return list(self._runners.values())
 
     @property
     def held(self) -> tuple[np.ndarray, ...]:
@@ -299,33 +305,41 @@ class Linear:
             call(*args, out)  # its messages name x, the weight, the output (_X_NAMES)
         return out[0] if vector else out
 
-    def _call_raw(self, x_addr: int, m: int, out_addr: int, threads: int) -> bool:
-        """``out = x @ W.T`` from the addresses of an f32 C-contiguous ``(m, in)``
-        ``x`` and a zeroed ``(m, out)`` output that the caller made and checked
-        (``mlir_mx.torch``): the bound kernel call without numpy views or checks
-        made twice (``activations=`` included where a dot kernel quantizes x
-        itself).  False, with nothing done, where that call does not apply (x
-        quantized by a separate kernel first, weights derived per call, empty shapes)."""
+    def call_into(self, x_addr: int, m: int, out_addr: int, threads: int) -> bool:
+        """``out = x @ W.T`` on buffers given by address, **unchecked**: the fast
+        call for a caller that made and checked them (``mlir_mx.torch``'s layers
+        pass their tensors' ``data_ptr()``): the bound kernel, with no numpy
+        views and no checks made twice (``activations=`` included where a dot
+        kernel quantizes ``x`` itself; ``docs/library.md``, "The call by address").
+
+        Args:
+            x_addr: the address of ``x``: f32, C-contiguous, ``(m, in_features)``.
+            m: its row count.
+            out_addr: the address of the output: f32, C-contiguous,
+                ``(m, out_features)``, zeroed.  Both alive during the call.
+            threads: the call's thread count (a positive int).
+
+        Returns:
+            True: the kernel ran.  False, with nothing done, where no such call
+            applies (``x`` quantized by a separate kernel first, the weight
+            derived from the records for each call, an empty shape): the
+            caller makes the checked call, ``lin(x, threads=threads)``.
+        """
         call = self._raw_calls.get((m, threads))
-        if call is None:
-            call = self._raw_call(m, threads)
+        if call is None:  # first call at (m, threads): bind it, or mark it declined
+            call = False
+            if m and self.out_features and self.in_features:
+                kind = Activations(None, False, self.activations)
+                bound = self._bound(kind, m, check_threads(threads))
+                if isinstance(bound, BoundFunction):
+                    call = bound.on_shapes((m, self.in_features), (m, self.out_features))
+            if len(self._raw_calls) >= _RAW_CALLS:  # prompts of many lengths: keep the latest
+                self._raw_calls.clear()
+            self._raw_calls[(m, threads)] = call
         if call is False:
             return False
         call(x_addr, out_addr)
         return True
-
-    def _raw_call(self, m: int, threads: int):
-        """The addresses-only call :meth:`_call_raw` keeps per ``(m, threads)``
-        (``BoundFunction.on_shapes``), or False where that call does not apply."""
-        call = False
-        if m and self.out_features and self.in_features:
-            bound = self._bound(Activations(None, False, self.activations), m, check_threads(threads))
-            if isinstance(bound, BoundFunction):
-                call = bound.on_shapes((m, self.in_features), (m, self.out_features))
-        if len(self._raw_calls) >= _RAW_CALLS:  # prompts of many lengths: keep the latest
-            self._raw_calls.clear()
-        self._raw_calls[(m, threads)] = call
-        return call
 
     def schedule(self, x) -> str:
         """The kernel schedule a call with ``x`` (as :meth:`__call__` takes it) runs.
@@ -474,7 +488,7 @@ def _check_held(name: str, a, shape: tuple, dtype: np.dtype) -> None:
         raise MXValueError(f"{name}: expected a C-contiguous array")
 
 
-#: How many ``(m, threads)`` calls ``Linear._call_raw`` keeps before it starts over.
+#: How many ``(m, threads)`` calls ``Linear.call_into`` keeps before it starts over.
 _RAW_CALLS = 64
 _X_NAMES = {1: ("x",), 2: ("x (codes)", "x (scales)")}
 _W_NAMES = {2: ("the weight (codes)", "the weight (scales)"), 1: ("the weight (dot records)",)}

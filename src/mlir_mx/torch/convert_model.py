@@ -170,7 +170,7 @@ def _fuse(model, attrs: tuple[str, ...], summary: QuantizeSummary) -> None:
         layers = [getattr(parent, a, None) for a in attrs]
         if not all(n in converted and isinstance(m, MXLinear) for n, m in zip(names, layers, strict=True)):
             continue
-        if len({m.in_features for m in layers}) != 1 or any(m._fused for m in layers):
+        if len({m.in_features for m in layers}) != 1 or any(m.fused for m in layers):
             continue
         fused = FusedWeight(
             concat_rows([m.weight() for m in layers]), [m.out_features for m in layers],

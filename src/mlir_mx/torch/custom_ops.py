@@ -32,7 +32,7 @@ import torch
 from mlir_mx.linear import Linear
 from mlir_mx.numerics import SCALE_DTYPE
 
-__all__ = ["linear", "register"]
+__all__ = ["call_op", "linear", "register"]
 
 _LIVE: weakref.WeakValueDictionary[tuple, Linear] = weakref.WeakValueDictionary()
 
@@ -85,6 +85,20 @@ def linear(
     lin = _layer(weight, element, block_size, in_features, out_features, activations, records)
     n = threads if threads > 0 else torch.get_num_threads()
     return torch.from_numpy(lin(x.numpy(), threads=n))
+
+
+def call_op(
+    x: torch.Tensor, weight: list[torch.Tensor], lin: Linear, threads: int | None
+) -> torch.Tensor:
+    """``torch.ops.mlir_mx.linear`` on ``x`` (f32 ``(M, in)``, C-contiguous) for
+    ``lin``, held as ``weight`` (views of ``lin.held``: a layer's buffers, which
+    a tracer sees; the fused weight's for a part of it); ``threads`` None:
+    ``torch.get_num_threads()`` at call time.  The one spelling of the op's
+    call (``MXLinear``, ``FusedWeight``): format, shape, activations and
+    records unit are ``lin``'s, those :func:`register` keys it by."""
+    shape = (lin.element, lin.block_size, lin.in_features, lin.out_features)
+    acts, unit = lin.activations or "", lin.records_unit or ""
+    return torch.ops.mlir_mx.linear(x, weight, *shape, threads or 0, acts, unit)
 
 
 @linear.register_fake

@@ -291,7 +291,7 @@ class MXExperts(torch.nn.Module):
         per token for dozens of tokens); all at once it is 5-7 ms, once.  The
         mark names the layers' Linears too: a copy, an unpickled module or
         new weights loaded hold new ones, which bind again."""
-        ready = (torch.get_num_threads(), id(self.gate_up[0]._linear), id(self.down[-1]._linear))
+        ready = (torch.get_num_threads(), id(self.gate_up[0].linear), id(self.down[-1].linear))
         if self.__dict__.get("_decode_bound") != ready:
             for layer in (*self.gate_up, *self.down):
                 layer.precompile(1)
@@ -301,7 +301,7 @@ class MXExperts(torch.nn.Module):
     def _rows(layers, experts: list[int], x: torch.Tensor, shared: bool = False) -> torch.Tensor:
         """``(k, out)`` f32: row ``r`` is ``layers[experts[r]]`` on ``x``'s row
         ``r`` (its only row when ``shared``), bias included, as the layer's
-        own call computes it: the kernel into the row (``Linear._call_raw``),
+        own call computes it: the kernel into the row (``Linear.call_into``),
         then the bias in f32; the layer's own call where that does not apply
         (a fused layer, activations quantized by a separate kernel)."""
         k, n_in = len(experts), x.shape[-1]
@@ -312,7 +312,7 @@ class MXExperts(torch.nn.Module):
         for r, e in enumerate(experts):
             lin = layers[e]
             threads = lin.threads or torch.get_num_threads()
-            if lin._fused is not None or not lin._linear._call_raw(
+            if lin.fused is not None or not lin.linear.call_into(
                 x_addr + r * x_row, 1, y_addr + r * y_row, threads
             ):
                 y[r] = lin(x[:1] if shared else x[r : r + 1])[0]

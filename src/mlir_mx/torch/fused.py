@@ -182,7 +182,7 @@ class FusedWeight:
     def attach(self, layer, part: int) -> None:
         """Make ``layer`` (an ``MXLinear``) read part ``part`` of this weight."""
         self._members[part] = weakref.ref(layer)
-        layer._adopt(self.linear, (self, part))
+        layer.read_fused(self, part)
 
     def part_weight(self, part: int) -> MXArray:
         """Part ``part``'s weight ``(sizes[part], in)``, a new MXArray (bit for bit)."""
@@ -206,28 +206,24 @@ class FusedWeight:
         for i, ref in list(self._members.items()):
             layer = ref()
             if layer is not None:
-                layer._adopt(self.linear, (self, i))
+                layer.read_fused(self, i)
 
     # -- the call -------------------------------------------------------------------
 
     def output(self, layer, x: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
         """The f32 result ``(M, layer.out_features)`` of ``layer``, a part of this
         weight, for its input ``x`` (``x2``: ``x`` as f32 ``(M, in)``, C-contiguous)."""
-        part, threads = layer._part, layer._threads or 0
+        part, threads = layer.fused_part, layer.threads or 0
         if not eager(x):  # the custom op on the layer's buffers, which tracing sees
-            lin = self.linear
-            y = torch.ops.mlir_mx.linear(
-                x2, [getattr(layer, name) for name in self.names], lin.element, lin.block_size, lin.in_features, lin.out_features,
-                threads, self.activations or "", lin.records_unit or "",
-            )  # fmt: skip
-            return self._columns(y, part)
+            weight = [getattr(layer, name) for name in self.names]
+            return self._columns(ops.call_op(x2, weight, self.linear, threads), part)
         key = _identity(x)
         y = self._take(x, key, part, x2)
         if y is not None:
             return self._columns(y, part)
         n = threads if threads > 0 else torch.get_num_threads()
         y = torch.zeros(x2.shape[0], self.linear.out_features, dtype=torch.float32)
-        if not self.linear._call_raw(x2.data_ptr(), x2.shape[0], y.data_ptr(), n):  # see MXLinear
+        if not self.linear.call_into(x2.data_ptr(), x2.shape[0], y.data_ptr(), n):  # see MXLinear
             y = torch.from_numpy(self.linear(x2.numpy(), threads=n))
         self._keep(x, key, y, part, x2)
         return self._columns(y, part)
@@ -238,14 +234,14 @@ class FusedWeight:
         result made in ``x``'s leading shape and each part's columns a
         ``narrow`` of it, with no reshape on either side (each torch call costs
         4-11 us inside a model: ``docs/torch.md``).  None where the kernel
-        cannot take ``x``'s address (``Linear._call_raw``)."""
-        part, key = layer._part, _identity_f32(x)
+        cannot take ``x``'s address (``Linear.call_into``)."""
+        part, key = layer.fused_part, _identity_f32(x)
         y = self._take(x, key, part, x)
         if y is None:
             y = torch.zeros(*x.shape[:-1], self.offsets[-1], dtype=torch.float32)
             m = math.prod(x.shape[:-1])
-            n = layer._threads or torch.get_num_threads()
-            if not self.linear._call_raw(x.data_ptr(), m, y.data_ptr(), n):
+            n = layer.threads or torch.get_num_threads()
+            if not self.linear.call_into(x.data_ptr(), m, y.data_ptr(), n):
                 return None
             self._keep(x, key, y, part, x)
         cols = y.narrow(-1, self.offsets[part], self.sizes[part])

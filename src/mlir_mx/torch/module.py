@@ -136,7 +136,31 @@ class MXLinear(torch.nn.Module):
             self.register_buffer(name, t, persistent=False)
         self._held_names = names
 
+    def read_fused(self, fused, part: int) -> None:
+        """Read part ``part`` of ``fused``, a :class:`~mlir_mx.torch.fused.FusedWeight`
+        (its ``attach`` and ``replace`` call this): hold its Linear and expose
+        its tensors as this layer's buffers; ``out_features`` is the part's."""
+        self._adopt(fused.linear, (fused, part))
+
     # -- what it holds ---------------------------------------------------------------
+
+    @property
+    def linear(self) -> Linear:
+        """The ``mlir_mx.Linear`` this layer runs (``Linear.held`` are its
+        buffers' memory); a fused layer's is the fused weight's, over every
+        part's rows (:attr:`fused`)."""
+        return self._linear
+
+    @property
+    def fused(self):
+        """The :class:`~mlir_mx.torch.fused.FusedWeight` this layer reads a part
+        of (``quantize_(fuse=...)``), or None."""
+        return self._fused
+
+    @property
+    def fused_part(self) -> int:
+        """Which part of :attr:`fused` this layer reads (0 when not fused)."""
+        return self._part
 
     @property
     def threads(self) -> int | None:
@@ -236,11 +260,8 @@ class MXLinear(torch.nn.Module):
                 n = self._threads or torch.get_num_threads()
                 y = torch.from_numpy(self._linear(x2.numpy(), threads=n))
         else:
-            y = torch.ops.mlir_mx.linear(
-                x2, [getattr(self, name) for name in self._held_names], self.element,
-                self.block_size, self.in_features, self.out_features, self._threads or 0,
-                self.activations or "", self._linear.records_unit or "",
-            )  # fmt: skip
+            weight = [getattr(self, name) for name in self._held_names]
+            y = ops.call_op(x2, weight, self._linear, self._threads)
         if self.bias is not None:
             y = y + self.bias.to(torch.float32)
         if x.dtype != torch.float32:
@@ -254,11 +275,11 @@ class MXLinear(torch.nn.Module):
         loop over one layer (the weights' stream leaves torch's code and data
         out of cache), and the two reshapes were about 40 % of the layer's
         own time around the kernel (bench/results/decode-streams-2026-12-03.md,
-        session 40).  None where ``Linear._call_raw`` does not apply."""
+        session 40).  None where ``Linear.call_into`` does not apply."""
         y = torch.zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
         m = math.prod(x.shape[:-1])
         n = self._threads or torch.get_num_threads()
-        return y if self._linear._call_raw(x.data_ptr(), m, y.data_ptr(), n) else None
+        return y if self._linear.call_into(x.data_ptr(), m, y.data_ptr(), n) else None
 
     # -- the saved form: nn.Linear's layout ------------------------------------------------
 
