@@ -365,8 +365,16 @@ INTRINSICS: tuple[tuple[re.Pattern, tuple[tuple[str, ...], ...]], ...] = tuple(
 )
 
 #: The architecture of each family of target intrinsics (``llvm.<prefix>.``).
-_INTRINSIC_ARCH = {"x86": "x86_64", "aarch64": "aarch64", "arm": "arm", "ppc": "ppc64",
-                   "riscv": "riscv64", "wasm": "wasm", "nvvm": "nvptx", "amdgcn": "amdgpu"}  # fmt: skip
+_INTRINSIC_ARCH = {
+    "x86": "x86_64",
+    "aarch64": "aarch64",
+    "arm": "arm",
+    "ppc": "ppc64",
+    "riscv": "riscv64",
+    "wasm": "wasm",
+    "nvvm": "nvptx",
+    "amdgcn": "amdgpu",
+}
 
 
 def intrinsic_arch(name: str) -> str | None:

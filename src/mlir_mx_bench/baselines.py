@@ -140,11 +140,16 @@ def torch_methods(p: Problem, threads: int) -> list[Method | Skipped] | Skipped:
 
     def method(label, a, b, itemsize, note, **extra):
         return Method(
-            label, "baseline", threads, itemsize * (mk + kn + mn),
+            label,
+            "baseline",
+            threads,
+            itemsize * (mk + kn + mn),
             run=lambda n: [a @ b for _ in range(n)],
             result=lambda: (a @ b).float().numpy(),
-            oracle=p.oracle, note=f"torch {torch.__version__}{note}", **extra,
-        )  # fmt: skip
+            oracle=p.oracle,
+            note=f"torch {torch.__version__}{note}",
+            **extra,
+        )
 
     emulated = torch_bf16_emulated()
     if emulated and s.M * s.N * s.K > BF16_EMULATED_MAX_MACS:
@@ -155,6 +160,12 @@ def torch_methods(p: Problem, threads: int) -> list[Method | Skipped] | Skipped:
             f"{BF16_EMULATED_MAX_MACS:,} multiply-adds skip it",
         )
     else:
-        bf16 = method("torch bf16", ha, hb, 2, "; bf16 output (bound includes its rounding)",
-                      out_unit=BF16_UNIT)  # fmt: skip
+        bf16 = method(
+            "torch bf16",
+            ha,
+            hb,
+            2,
+            "; bf16 output (bound includes its rounding)",
+            out_unit=BF16_UNIT,
+        )
     return [method("torch f32", ta, tb, 4, ""), bf16]

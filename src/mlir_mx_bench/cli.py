@@ -62,11 +62,19 @@ def _parser() -> ArgParser:
     p.add_argument("--out", default="bench/results", help="results directory (bench/results)")
     p.add_argument("--tag", help="results file tag (default: 'default', or 'quick')")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    _sized(p, "mlp", "run the MXFP4 MLP benchmark (d -> f -> d; default {}; --quick: {}) "
-           "instead of the matmul shapes")  # fmt: skip
+    _sized(
+        p,
+        "mlp",
+        "run the MXFP4 MLP benchmark (d -> f -> d; default {}; --quick: {}) "
+        "instead of the matmul shapes",
+    )
     p.add_argument("--mlp-tokens", help="--mlp: the MLP's batch sizes (1,128)")
-    _sized(p, "quantize", "run the conversion benchmark on an R x C f32 matrix (default {}; "
-           "--quick: {}): ours at each thread count, the oracle, ggml, torchao")  # fmt: skip
+    _sized(
+        p,
+        "quantize",
+        "run the conversion benchmark on an R x C f32 matrix (default {}; "
+        "--quick: {}): ours at each thread count, the oracle, ggml, torchao",
+    )
     p.add_argument(
         "--model",
         nargs="?",
@@ -87,21 +95,28 @@ def _parser() -> ArgParser:
         "mxfp4-fused,mxfp4-i8-fused (all)",
     )
     p.add_argument(
-        "--profile", nargs="?", type=int, const=8, metavar="STEPS",
+        "--profile",
+        nargs="?",
+        type=int,
+        const=8,
+        metavar="STEPS",
         help="--model: a per-token breakdown of each row's decode (time in the linear layers, "
         "their bytes and GB/s, torch's other ops, Python) over STEPS more decode steps (8)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--env-row", action="append", metavar="VAR=VALUE",
+        "--env-row",
+        action="append",
+        metavar="VAR=VALUE",
         help="--model: run the rows again with VAR=VALUE set for their processes, as separate "
         "rows labelled [VAR=VALUE] (every other row runs in the environment as it is); repeatable",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--emulate", choices=("avx2",),
+        "--emulate",
+        choices=("avx2",),
         help="run every row as on an AVX2-only CPU: our kernels masked, numpy's OpenBLAS, "
         "torch's ATen, MKL and oneDNN capped at AVX2 by their own variables (mx-bench runs "
         "again with them set; ggml rows need an AVX2 build of ggml-python)",
-    )  # fmt: skip
+    )
     return p
 
 
@@ -160,10 +175,16 @@ def _model_options(ns, argv: list[str]):
     quick = dict(prompt=16, new_tokens=8, prefill_samples=1, probes=2, torchao_tokens=2,
                  config=dict(hidden_size=128, intermediate_size=256, num_attention_heads=4,
                              num_key_value_heads=2, vocab_size=512)) if ns.quick else {}  # fmt: skip
-    names = {"f32": "torch f32", "bf16": "torch bf16", "torchao": "torchao MXFP4 (W+A, emulated)",
-             "mxfp8": "ours MXFP8", "mxfp4": "ours MXFP4",
-             "mxfp4-i8": "ours MXFP4, activations=i8", "mxfp4-fused": "ours MXFP4, fused",
-             "mxfp4-i8-fused": "ours MXFP4, activations=i8, fused"}  # fmt: skip
+    names = {
+        "f32": "torch f32",
+        "bf16": "torch bf16",
+        "torchao": "torchao MXFP4 (W+A, emulated)",
+        "mxfp8": "ours MXFP8",
+        "mxfp4": "ours MXFP4",
+        "mxfp4-i8": "ours MXFP4, activations=i8",
+        "mxfp4-fused": "ours MXFP4, fused",
+        "mxfp4-i8-fused": "ours MXFP4, activations=i8, fused",
+    }
     rows = None
     if ns.rows is not None:
         keys = [k.strip() for k in ns.rows.split(",")]
@@ -180,10 +201,16 @@ def _model_options(ns, argv: list[str]):
     except ValueError as err:
         raise UsageError(f"--env-row: {err}") from None
     return ModelOptions(
-        layers=layers, threads=threads, tag=tag, out=check_out_dir(ns.out), rows=rows,
-        profile=ns.profile or 0, env_rows=env_rows,
-        command=" ".join([PROG, *(shlex.quote(a) for a in argv)]), **quick,
-    )  # fmt: skip
+        layers=layers,
+        threads=threads,
+        tag=tag,
+        out=check_out_dir(ns.out),
+        rows=rows,
+        profile=ns.profile or 0,
+        env_rows=env_rows,
+        command=" ".join([PROG, *(shlex.quote(a) for a in argv)]),
+        **quick,
+    )
 
 
 def _gpt_oss_options(ns, argv: list[str]):
@@ -208,9 +235,13 @@ def _gpt_oss_options(ns, argv: list[str]):
     h, i, e, v = 2880, 2880, 32, 201088
     check_fits(f"--layers {layers}", 4 * (layers * e * 3 * h * i + 2 * v * h) if not quick else 0)
     return GptOssOptions(
-        layers=layers, threads=_thread_counts(ns.threads), tag=tag, out=check_out_dir(ns.out),
-        command=" ".join([PROG, *(shlex.quote(a) for a in argv)]), **quick,
-    )  # fmt: skip
+        layers=layers,
+        threads=_thread_counts(ns.threads),
+        tag=tag,
+        out=check_out_dir(ns.out),
+        command=" ".join([PROG, *(shlex.quote(a) for a in argv)]),
+        **quick,
+    )
 
 
 def _model_bytes(layers: int, config: dict) -> int:
@@ -282,8 +313,15 @@ def _mode(ns) -> str:
         raise UsageError(f"{given[0]} and {given[1]} are two benchmarks: choose one a run")
     mode = given[0] if given else "--shapes"
     what, uses = _MODES[mode]
-    for flag in ("--formats", "--samples", "--mlp-tokens", "--layers", "--rows", "--profile",
-                 "--env-row"):  # fmt: skip
+    for flag in (
+        "--formats",
+        "--samples",
+        "--mlp-tokens",
+        "--layers",
+        "--rows",
+        "--profile",
+        "--env-row",
+    ):
         if getattr(ns, flag[2:].replace("-", "_")) is not None and flag not in uses:
             users = " or ".join(m for m, (_, u) in _MODES.items() if flag in u)
             raise UsageError(f"{flag} is not used by {what} ({mode}), only with {users}")
@@ -330,10 +368,14 @@ def _parse_options(argv: list[str]):
     if mode == "--model":
         return _model_options(ns, argv), ns.quiet
     try:
-        shapes = [] if mode != "--shapes" else [
-            parse_shape(s, BLOCK_SIZE)
-            for s in (ns.shapes or (QUICK_SHAPES if ns.quick else DEFAULT_SHAPES)).split(",")
-        ]  # fmt: skip
+        shapes = (
+            []
+            if mode != "--shapes"
+            else [
+                parse_shape(s, BLOCK_SIZE)
+                for s in (ns.shapes or (QUICK_SHAPES if ns.quick else DEFAULT_SHAPES)).split(",")
+            ]
+        )
         default_formats = ",".join(ELEMENT_FORMATS) if ns.quantize else "f8E4M3FN"
         formats = [_format(f.strip()) for f in (ns.formats or default_formats).split(",")]
     except (ValueError, TypeError) as err:
@@ -341,21 +383,29 @@ def _parse_options(argv: list[str]):
     mlp, quantize = _size(ns, "mlp"), _size(ns, "quantize")
     tokens = tuple(_ints(ns.mlp_tokens or "1,128", "--mlp-tokens"))
     tag = _check_tag(
-        ns.tag or ("quick" if ns.quick else "default") + {"--shapes": "", "--model": ""}.get(
-            mode, "-" + mode[2:])
-    )  # fmt: skip
+        ns.tag
+        or ("quick" if ns.quick else "default")
+        + {"--shapes": "", "--model": ""}.get(mode, "-" + mode[2:])
+    )
     samples = ns.samples if ns.samples is not None else (3 if ns.quick else 9)
     if samples < 3:
         raise UsageError(f"--samples: at least 3, got {samples}")
     threads = _thread_counts(ns.threads)
     _check_memory(ns, shapes, mlp, quantize, tokens)
     opts = Options(
-        shapes=shapes, formats=formats, threads=threads,
-        command=" ".join([PROG, *(shlex.quote(a) for a in argv)]), tag=tag,
+        shapes=shapes,
+        formats=formats,
+        threads=threads,
+        command=" ".join([PROG, *(shlex.quote(a) for a in argv)]),
+        tag=tag,
         out=check_out_dir(ns.out),  # before the run: a bad --out costs no benchmark time
-        quick=ns.quick, block_size=BLOCK_SIZE, samples=samples,
-        mlp=mlp, mlp_tokens=tokens, quantize=quantize,
-    )  # fmt: skip
+        quick=ns.quick,
+        block_size=BLOCK_SIZE,
+        samples=samples,
+        mlp=mlp,
+        mlp_tokens=tokens,
+        quantize=quantize,
+    )
     if ns.quick:
         opts.target_s, opts.budget_s, opts.settle_s, opts.retries = 0.002, 0.2, 0.0, 0
     return opts, ns.quiet
@@ -401,8 +451,11 @@ def _run_model(opts, say) -> int:
     record = run_model(opts, say)
     js, md = write_model_results(record, opts.out)
     print(f"wrote {js} and {md}")
-    failed = [r["spec"]["row"] for r in (*record["references"], *record["rows"])
-              if "error" in r or r.get("correct") is False]  # fmt: skip
+    failed = [
+        r["spec"]["row"]
+        for r in (*record["references"], *record["rows"])
+        if "error" in r or r.get("correct") is False
+    ]
     if failed:
         raise ToolError(f"WRONG RESULT or failed row(s): {', '.join(failed)} (see {md})")
     return 0

@@ -83,8 +83,11 @@ class Reexec:
 
     def run(self) -> int:
         env = {**os.environ, **EMULATIONS[self.level][1], MARK: self.level}
-        print(f"mx-bench: --emulate {self.level}: running again with "
-              + " ".join(f"{k}={v!r}" for k, v in EMULATIONS[self.level][1].items()), flush=True)  # fmt: skip
+        print(
+            f"mx-bench: --emulate {self.level}: running again with "
+            + " ".join(f"{k}={v!r}" for k, v in EMULATIONS[self.level][1].items()),
+            flush=True,
+        )
         return subprocess.run([sys.executable, "-m", "mlir_mx_bench.cli", *self.argv], env=env).returncode
 
 
@@ -94,6 +97,8 @@ def summary(machine: dict) -> str | None:
     if not emu:
         return None
     libs = ", ".join(f"{k} {v}" for k, v in emu["libraries"].items())
-    return (f"- **Emulated {emu['level']}** (`--emulate`): every library capped at run time "
-            f"({', '.join(f'{k}={v}' for k, v in emu['variables'].items())}); the libraries "
-            f"report: {libs}. What differs: {DIFFERS}")  # fmt: skip
+    return (
+        f"- **Emulated {emu['level']}** (`--emulate`): every library capped at run time "
+        f"({', '.join(f'{k}={v}' for k, v in emu['variables'].items())}); the libraries "
+        f"report: {libs}. What differs: {DIFFERS}"
+    )

@@ -53,8 +53,10 @@ def ggml_available() -> str | None:
     if why is None and (level := baseline_level()) is not None:
         isa = ggml_isa()
         if _rank(isa) > _rank(level):
-            return (f"ggml-python here is built for {isa}, wider than the emulated {level}: "
-                    "install an AVX2 build of it (docs/bench.md) for its rows")  # fmt: skip
+            return (
+                f"ggml-python here is built for {isa}, wider than the emulated {level}: "
+                "install an AVX2 build of it (docs/bench.md) for its rows"
+            )
     return why
 
 

@@ -63,9 +63,21 @@ PUBLISHED = (
 class GptOssOptions:
     """What a gpt-oss run depends on (recorded in the results)."""
 
-    def __init__(self, *, layers=4, threads=None, prompt=128, new_tokens=16, seed=0,
-                 prefill_samples=2, probes=2, command="", tag="gpt-oss",
-                 out=Path("bench/results"), config=None):  # fmt: skip
+    def __init__(
+        self,
+        *,
+        layers=4,
+        threads=None,
+        prompt=128,
+        new_tokens=16,
+        seed=0,
+        prefill_samples=2,
+        probes=2,
+        command="",
+        tag="gpt-oss",
+        out=Path("bench/results"),
+        config=None,
+    ):
         self.layers, self.prompt, self.new_tokens = layers, prompt, new_tokens
         self.threads = list(default_thread_counts() if threads is None else threads)
         self.seed, self.prefill_samples, self.probes = seed, prefill_samples, probes
@@ -81,9 +93,11 @@ def _run_worker(spec: dict, tmp: Path, say) -> dict:
     if "error" in rec:
         say(f"    {spec['row']:<24} failed: {rec['error']}")
         return rec
-    say(f"    {spec['row']:<24} load {rec['load_s']:.1f} s, prefill {rec['prefill_ms']:.0f} ms, "
+    say(
+        f"    {spec['row']:<24} load {rec['load_s']:.1f} s, prefill {rec['prefill_ms']:.0f} ms, "
         f"decode {rec['decode_tokens_per_s']:.2f} tok/s, "
-        f"RSS +{(rec['rss_model_kib'] - rec['rss_start_kib']) / 1024:.0f} MiB")  # fmt: skip
+        f"RSS +{(rec['rss_model_kib'] - rec['rss_start_kib']) / 1024:.0f} MiB"
+    )
     return rec
 
 
@@ -96,9 +110,14 @@ def _check(rec: dict, ref: dict | None, tmp: Path) -> None:
     diff = np.abs(z - z_ref)
     n = min(SAME_TOKENS, len(rec["tokens"]), len(ref["tokens"]))
     same = int(np.argmin(np.r_[np.equal(rec["tokens"][:n], ref["tokens"][:n]), False]))
-    rec.update(vs=ref["spec"]["row"], max_logit_diff=float(diff.max()),
-               max_bound=float(bound.max()), diff_over_bound=float((diff / bound).max()),
-               same_tokens=same, tokens_compared=n)  # fmt: skip
+    rec.update(
+        vs=ref["spec"]["row"],
+        max_logit_diff=float(diff.max()),
+        max_bound=float(bound.max()),
+        diff_over_bound=float((diff / bound).max()),
+        same_tokens=same,
+        tokens_compared=n,
+    )
     rec["correct"] = rec["diff_over_bound"] <= 1.0 and same == n
 
 
@@ -107,25 +126,43 @@ def run_gpt_oss(opts: GptOssOptions, say: Callable[[str], None]) -> dict:
     from mlir_mx_bench.gpt_oss_worker import write_checkpoint
 
     t_start = time.perf_counter()
-    record = {"tool": "mx-bench --model gpt-oss", "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
-              "tag": opts.tag, "command": opts.command, "options": opts.as_dict(),
-              "machine": machine_info(), "loadavg_start": loadavg(),
-              "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}}  # fmt: skip
+    record = {
+        "tool": "mx-bench --model gpt-oss",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "tag": opts.tag,
+        "command": opts.command,
+        "options": opts.as_dict(),
+        "machine": machine_info(),
+        "loadavg_start": loadavg(),
+        "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)},
+    }
     with tempfile.TemporaryDirectory(prefix="mx-bench-gpt-oss-") as tmp_:
         tmp = Path(tmp_)
         t0 = time.perf_counter()
         record["checkpoint_bytes"] = write_checkpoint(tmp / "ckpt", opts.layers, opts.seed, opts.config)
-        say(f"mx-bench --model gpt-oss: {opts.layers} layer(s) of gpt-oss-20b's shape, checkpoint "
-            f"{record['checkpoint_bytes'] / 2**30:.2f} GiB written in {time.perf_counter() - t0:.0f} s")  # fmt: skip
+        say(
+            f"mx-bench --model gpt-oss: {opts.layers} layer(s) of gpt-oss-20b's shape, checkpoint "
+            f"{record['checkpoint_bytes'] / 2**30:.2f} GiB written in {time.perf_counter() - t0:.0f} s"
+        )
         rows, ref = [], None
         for t in opts.threads:
             say(f"  {t} thread(s):")
             for row, kind in GPT_OSS_ROWS:
-                spec = dict(name=f"{kind}-{t}t", row=row, kind=kind, threads=t,
-                            checkpoint=str(tmp / "ckpt"), out=str(tmp), prompt=opts.prompt,
-                            new_tokens=opts.new_tokens, seed=opts.seed, probes=opts.probes,
-                            prefill_samples=opts.prefill_samples,
-                            bound=kind == "hf-f32" and ref is None, logits=kind == "mx-f32")  # fmt: skip
+                spec = dict(
+                    name=f"{kind}-{t}t",
+                    row=row,
+                    kind=kind,
+                    threads=t,
+                    checkpoint=str(tmp / "ckpt"),
+                    out=str(tmp),
+                    prompt=opts.prompt,
+                    new_tokens=opts.new_tokens,
+                    seed=opts.seed,
+                    probes=opts.probes,
+                    prefill_samples=opts.prefill_samples,
+                    bound=kind == "hf-f32" and ref is None,
+                    logits=kind == "mx-f32",
+                )
                 rows.append(_run_worker(spec, tmp, say))
                 if spec["bound"] and "error" not in rows[-1]:
                     ref = rows[-1]
@@ -151,8 +188,10 @@ TARGETS = (
     ("load time vs transformers bf16", "hf-bf16", "load_s", False, 0.5),
 )
 #: Our rows the targets are checked on (kind, what the report calls it).
-TARGET_ROWS = (("mx-bf16", "`ours MXFP4` (the exact path: f32 activations)"),
-               ("mx-i8", "`ours MXFP4 W4A8` (MXINT8 activations)"))  # fmt: skip
+TARGET_ROWS = (
+    ("mx-bf16", "`ours MXFP4` (the exact path: f32 activations)"),
+    ("mx-i8", "`ours MXFP4 W4A8` (MXINT8 activations)"),
+)
 
 
 def _figure(x: dict, what: str) -> float | None:
@@ -195,7 +234,8 @@ def gpt_oss_markdown(r: dict) -> str:
     have = [k for k, v in m["cpu_features"].items() if v]
     vers = ", ".join(f"{k} {v}" for k, v in m["versions"].items())
     lines = [
-        f"# mx-bench --model gpt-oss: {r['tag']} ({r['date']})", "",
+        f"# mx-bench --model gpt-oss: {r['tag']} ({r['date']})",
+        "",
         f"- Command: `{r['command']}`",
         f"- Machine: {m['cpu']}, {m['cpus']} CPUs; {m['platform']}; CPU features: {', '.join(have)}",
         *([emu] if (emu := summary(m)) else []),
@@ -221,15 +261,18 @@ def gpt_oss_markdown(r: dict) -> str:
         "bf16 `lm_head` (201088 x 2880, 1.16 GB read per token), which outweighs one layer's "
         "experts",
         "",
-    ]  # fmt: skip
+    ]
     for t in sorted({x["spec"]["threads"] for x in r["rows"]}):
         rows = [x for x in r["rows"] if x["spec"]["threads"] == t]
         base = next((x for x in rows if x["spec"]["kind"] == "hf-bf16" and "error" not in x), None)
-        lines += [f"## {t} thread(s)", "",
-                  "| row | load s | expert bytes (bits/weight) | RSS over baseline MiB | "
-                  "prefill ms | decode tok/s | decode vs transformers bf16 | MoE prefill ms | "
-                  "MoE decode ms/token | check |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"## {t} thread(s)",
+            "",
+            "| row | load s | expert bytes (bits/weight) | RSS over baseline MiB | "
+            "prefill ms | decode tok/s | decode vs transformers bf16 | MoE prefill ms | "
+            "MoE decode ms/token | check |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for x in rows:
             if "error" in x:
                 lines.append(f"| {x['spec']['row']} | failed: {x['error'].splitlines()[-1]} |")
@@ -237,8 +280,10 @@ def gpt_oss_markdown(r: dict) -> str:
             bits = 8 * x["expert_bytes"] / x["expert_weights"]
             check = "-"
             if "diff_over_bound" in x:
-                check = (f"max diff {x['max_logit_diff']:.2e} = {x['diff_over_bound']:.3f} of the "
-                         f"bound; {x['same_tokens']}/{x['tokens_compared']} tokens")  # fmt: skip
+                check = (
+                    f"max diff {x['max_logit_diff']:.2e} = {x['diff_over_bound']:.3f} of the "
+                    f"bound; {x['same_tokens']}/{x['tokens_compared']} tokens"
+                )
             speed = _ratio(x["decode_tokens_per_s"], base and base["decode_tokens_per_s"])
             lines.append(
                 f"| {x['spec']['row']} | {x['load_s']:.1f} | {x['expert_bytes'] / 2**20:.0f} MiB "

@@ -36,11 +36,20 @@ __all__ = ["GPT_OSS_20B", "MoEClock", "expert_bytes", "run_row", "write_checkpoi
 
 #: gpt-oss-20b's shape (its config.json), but for the layer count.
 GPT_OSS_20B = dict(
-    hidden_size=2880, intermediate_size=2880, num_local_experts=32, num_experts_per_tok=4,
-    num_attention_heads=64, num_key_value_heads=8, head_dim=64, vocab_size=201088,
-    sliding_window=128, max_position_embeddings=131072, rms_norm_eps=1e-5,
-    swiglu_limit=7.0, tie_word_embeddings=False,
-)  # fmt: skip
+    hidden_size=2880,
+    intermediate_size=2880,
+    num_local_experts=32,
+    num_experts_per_tok=4,
+    num_attention_heads=64,
+    num_key_value_heads=8,
+    head_dim=64,
+    vocab_size=201088,
+    sliding_window=128,
+    max_position_embeddings=131072,
+    rms_norm_eps=1e-5,
+    swiglu_limit=7.0,
+    tie_word_embeddings=False,
+)
 
 
 def write_checkpoint(folder: Path, layers: int, seed: int, config: dict | None = None) -> int:
@@ -58,10 +67,12 @@ def write_checkpoint(folder: Path, layers: int, seed: int, config: dict | None =
     for key, t in meta.state_dict().items():
         if key.endswith(("gate_up_proj", "down_proj")):
             e, a, b = t.shape  # (E, in, out): transposed
-            tensors[key + "_blocks"] = torch.randint(0, 256, (e, b, a // 32, 16), dtype=torch.uint8,
-                                                     generator=gen)  # fmt: skip
-            tensors[key + "_scales"] = torch.randint(118, 123, (e, b, a // 32), dtype=torch.uint8,
-                                                     generator=gen)  # fmt: skip
+            tensors[key + "_blocks"] = torch.randint(
+                0, 256, (e, b, a // 32, 16), dtype=torch.uint8, generator=gen
+            )
+            tensors[key + "_scales"] = torch.randint(
+                118, 123, (e, b, a // 32), dtype=torch.uint8, generator=gen
+            )
         elif key.endswith("norm.weight"):
             tensors[key] = torch.ones(t.shape, dtype=torch.bfloat16)
         else:
@@ -71,9 +82,13 @@ def write_checkpoint(folder: Path, layers: int, seed: int, config: dict | None =
     config_dict = cfg.to_dict()
     config_dict["quantization_config"] = {
         "quant_method": "mxfp4",
-        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
-                                   "model.embed_tokens", "lm_head"],
-    }  # fmt: skip
+        "modules_to_not_convert": [
+            "model.layers.*.self_attn",
+            "model.layers.*.mlp.router",
+            "model.embed_tokens",
+            "lm_head",
+        ],
+    }
     (folder / "config.json").write_text(json.dumps(config_dict, indent=1))
     return (folder / "model.safetensors").stat().st_size
 
@@ -151,8 +166,12 @@ def run_row(spec: dict) -> dict:
     release_free_memory()
     rec["rss_model_kib"] = rss_kib()["VmRSS"]
     rec["expert_bytes"], rec["expert_weights"] = expert_bytes(model)
-    ids = torch.randint(0, model.config.vocab_size, (1, spec["prompt"]),
-                        generator=torch.Generator().manual_seed(spec["seed"] + 1))  # fmt: skip
+    ids = torch.randint(
+        0,
+        model.config.vocab_size,
+        (1, spec["prompt"]),
+        generator=torch.Generator().manual_seed(spec["seed"] + 1),
+    )
     t0 = time.perf_counter()
     greedy_decode(model, ids, 2)  # warm-up: our kernels compile here
     rec["warmup_s"] = time.perf_counter() - t0

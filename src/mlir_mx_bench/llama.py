@@ -60,10 +60,25 @@ SAME_TOKENS = 32
 class ModelOptions:
     """What a model run depends on (recorded in the results)."""
 
-    def __init__(self, *, layers=22, threads=None, prompt=128, new_tokens=64, seed=0,
-                 prefill_samples=3, probes=4, torchao_tokens=4, command="", tag="model",
-                 out=Path("bench/results"), config=None, rows=None, env_rows=(),
-                 profile=0):  # fmt: skip
+    def __init__(
+        self,
+        *,
+        layers=22,
+        threads=None,
+        prompt=128,
+        new_tokens=64,
+        seed=0,
+        prefill_samples=3,
+        probes=4,
+        torchao_tokens=4,
+        command="",
+        tag="model",
+        out=Path("bench/results"),
+        config=None,
+        rows=None,
+        env_rows=(),
+        profile=0,
+    ):
         #: thread counts (default: 1 and all cores, host.default_thread_counts)
         threads = default_thread_counts() if threads is None else threads
         self.layers, self.threads, self.prompt = layers, list(threads), prompt
@@ -95,26 +110,48 @@ def _summary(r: dict) -> str:
         return f"failed: {r['error'].splitlines()[-1]}"
     if "prefill_ms" not in r:
         return f"reference ready ({r['wall_s']:.0f} s)"
-    return (f"prefill {r['prefill_ms']:.0f} ms, decode {r['decode_tokens_per_s']:.2f} tok/s, "
-            f"RSS {r['rss_model_kib'] / 1024:.0f} MiB ({r['wall_s']:.0f} s)")  # fmt: skip
+    return (
+        f"prefill {r['prefill_ms']:.0f} ms, decode {r['decode_tokens_per_s']:.2f} tok/s, "
+        f"RSS {r['rss_model_kib'] / 1024:.0f} MiB ({r['wall_s']:.0f} s)"
+    )
 
 
 def _label(env: dict | None) -> str:
     return " ".join(f"{k}={v}" for k, v in (env or {}).items())
 
 
-def _spec(opts: ModelOptions, tmp: Path, row: str, kind: str, fmt, threads: int,
-          env: dict | None = None, index: int = 0) -> dict:  # fmt: skip
+def _spec(
+    opts: ModelOptions,
+    tmp: Path,
+    row: str,
+    kind: str,
+    fmt,
+    threads: int,
+    env: dict | None = None,
+    index: int = 0,
+) -> dict:
     name = f"{kind}-{fmt or 'none'}-{threads}t" + (f"-env{index}" if env else "")
     tokens = min(opts.new_tokens, opts.torchao_tokens) if kind == "torchao" else opts.new_tokens
     if kind == "reference":  # its greedy tokens are only compared, SAME_TOKENS of them
         tokens = min(opts.new_tokens, SAME_TOKENS)
-    spec = dict(name=name, row=row, kind=kind, format=fmt, threads=threads, layers=opts.layers,
-                prompt=opts.prompt, new_tokens=tokens, seed=opts.seed, out=str(tmp),
-                prefill_samples=1 if kind == "torchao" else opts.prefill_samples,
-                probes=opts.probes, config=opts.config, env=env,
-                base_row=row if env else None,
-                profile=opts.profile if kind not in ("torchao", "reference") else 0)  # fmt: skip
+    spec = dict(
+        name=name,
+        row=row,
+        kind=kind,
+        format=fmt,
+        threads=threads,
+        layers=opts.layers,
+        prompt=opts.prompt,
+        new_tokens=tokens,
+        seed=opts.seed,
+        out=str(tmp),
+        prefill_samples=1 if kind == "torchao" else opts.prefill_samples,
+        probes=opts.probes,
+        config=opts.config,
+        env=env,
+        base_row=row if env else None,
+        profile=opts.profile if kind not in ("torchao", "reference") else 0,
+    )
     if env:
         spec["row"] = f"{row} [{_label(env)}]"
     return spec
@@ -148,8 +185,9 @@ def same_env_key(spec: dict) -> tuple:
 
 
 def _bf16_vs_f32(rows: list[dict], tmp: Path) -> None:
-    f32 = {same_env_key(r["spec"]): r for r in rows
-           if r["spec"]["kind"] == "f32" and "error" not in r}  # fmt: skip
+    f32 = {
+        same_env_key(r["spec"]): r for r in rows if r["spec"]["kind"] == "f32" and "error" not in r
+    }
     for r in rows:
         base = f32.get(same_env_key(r["spec"]))
         if r["spec"]["kind"] == "bf16" and "error" not in r and base is not None:
@@ -168,12 +206,21 @@ def _cpu_sample():
 def run_model(opts: ModelOptions, say: Callable[[str], None]) -> dict:
     """Run every row at every thread count; returns the record."""
     t_start, cpu0 = time.perf_counter(), _cpu_sample()
-    record = {"tool": "mx-bench --model", "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
-              "tag": opts.tag, "command": opts.command, "options": opts.as_dict(),
-              "machine": machine_info(), "loadavg_start": loadavg(), "not_run": NOT_RUN,
-              "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}}  # fmt: skip
-    say(f"mx-bench --model: Llama of TinyLlama-1.1B's shape, {opts.layers} layers, "
-        f"threads {opts.threads}, load average {record['loadavg_start']}")  # fmt: skip
+    record = {
+        "tool": "mx-bench --model",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "tag": opts.tag,
+        "command": opts.command,
+        "options": opts.as_dict(),
+        "machine": machine_info(),
+        "loadavg_start": loadavg(),
+        "not_run": NOT_RUN,
+        "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)},
+    }
+    say(
+        f"mx-bench --model: Llama of TinyLlama-1.1B's shape, {opts.layers} layers, "
+        f"threads {opts.threads}, load average {record['loadavg_start']}"
+    )
     with tempfile.TemporaryDirectory(prefix="mx-bench-model-") as tmp_:
         tmp = Path(tmp_)
         say("  the correctness references (f32, dequantized MX weights) and their bounds:")
@@ -191,8 +238,13 @@ def run_model(opts: ModelOptions, say: Callable[[str], None]) -> dict:
                     rows.append(_run_worker(spec, tmp, say))
                     _check(rows[-1], refs, tmp)
         _bf16_vs_f32(rows, tmp)
-    record.update(references=list(refs.values()), rows=rows, loadavg_end=loadavg(),
-                  cpu=other_load(cpu0, _cpu_sample()), total_s=time.perf_counter() - t_start)  # fmt: skip
+    record.update(
+        references=list(refs.values()),
+        rows=rows,
+        loadavg_end=loadavg(),
+        cpu=other_load(cpu0, _cpu_sample()),
+        total_s=time.perf_counter() - t_start,
+    )
     record["target_class"] = machine_class()
     record["targets"] = targets(rows, record["target_class"])
     return record
@@ -217,11 +269,21 @@ def _ratio(a, b, key, inverse=False):
 #: 128-token prefill of the f32-activation MXFP4 row and of the W4A8 row over
 #: torch f32's.
 MODEL_TARGETS = {
-    "AVX2": {"decode_f32": 3.0, "decode_bf16": 2.0, "mxfp8_f32": 2.0,
-             "prefill_f32": 1.0, "prefill_w4a8": 1.0},
-    "AVX-512 + VNNI": {"decode_f32": 4.0, "decode_bf16": 3.0, "mxfp8_f32": 2.5,
-                       "prefill_f32": 1.5, "prefill_w4a8": 2.0},
-}  # fmt: skip
+    "AVX2": {
+        "decode_f32": 3.0,
+        "decode_bf16": 2.0,
+        "mxfp8_f32": 2.0,
+        "prefill_f32": 1.0,
+        "prefill_w4a8": 1.0,
+    },
+    "AVX-512 + VNNI": {
+        "decode_f32": 4.0,
+        "decode_bf16": 3.0,
+        "mxfp8_f32": 2.5,
+        "prefill_f32": 1.5,
+        "prefill_w4a8": 2.0,
+    },
+}
 
 
 def machine_class(level: str | None = None) -> str:
@@ -252,9 +314,16 @@ def targets(rows: list[dict], cls: str | None = None) -> list[dict]:
             if s["threads"] == t and s.get("env") and s["kind"].startswith("mx"):
                 base = g.get(s["base_row"])
                 value = _ratio(base, by.get((s["row"], t)), "decode_tokens_per_s")
-                out.append(dict(threads=t, figure=f"decode tokens/s, {s['base_row']}: default "
-                                f"environment / {_label(s['env'])}", value=value,
-                                target=">= 0.9", met=None if value is None else value >= 0.9))  # fmt: skip
+                out.append(
+                    dict(
+                        threads=t,
+                        figure=f"decode tokens/s, {s['base_row']}: default "
+                        f"environment / {_label(s['env'])}",
+                        value=value,
+                        target=">= 0.9",
+                        met=None if value is None else value >= 0.9,
+                    )
+                )
     return out
 
 
@@ -271,25 +340,47 @@ def _targets_of(g: dict, want: dict) -> list[dict]:
         r = g.get(row)
         prefill = want["prefill_w4a8" if "W4A8" in label else "prefill_f32"]
         out += [
-            _target(f"decode tokens/s, {label} / torch f32", _ratio(r, f32, tps), want["decode_f32"]),
-            _target(f"decode tokens/s, {label} / torch bf16", _ratio(r, bf16, tps),
-                    want["decode_bf16"]),
-            _target(f"128-token prefill, torch f32 time / {label} time",
-                    _ratio(r, f32, "prefill_ms", True), prefill),
-        ]  # fmt: skip
+            _target(
+                f"decode tokens/s, {label} / torch f32", _ratio(r, f32, tps), want["decode_f32"]
+            ),
+            _target(
+                f"decode tokens/s, {label} / torch bf16", _ratio(r, bf16, tps), want["decode_bf16"]
+            ),
+            _target(
+                f"128-token prefill, torch f32 time / {label} time",
+                _ratio(r, f32, "prefill_ms", True),
+                prefill,
+            ),
+        ]
         if r is not None:
             bits = 8 * r["linear_bytes"] / r["linear_params"]
-            out.append(dict(figure=f"linear weights, {label}, bits per parameter", value=bits,
-                            target="4.25", met=abs(bits - 4.25) < 1e-9))  # fmt: skip
+            out.append(
+                dict(
+                    figure=f"linear weights, {label}, bits per parameter",
+                    value=bits,
+                    target="4.25",
+                    met=abs(bits - 4.25) < 1e-9,
+                )
+            )
     fp8 = _ratio(g["ours MXFP8"], f32, tps)
-    out.append(_target("decode tokens/s, MXFP8 (f32 activations) / torch f32", fp8,
-                       want["mxfp8_f32"]))  # fmt: skip
+    out.append(
+        _target("decode tokens/s, MXFP8 (f32 activations) / torch f32", fp8, want["mxfp8_f32"])
+    )
     fp4 = g["ours MXFP4"]
     if fp4 is not None and f32 is not None:
-        for key, what in (("rss_model_kib", "process RSS"), ("model_rss_kib", "RSS over the baseline")):  # fmt: skip
+        for key, what in (
+            ("rss_model_kib", "process RSS"),
+            ("model_rss_kib", "RSS over the baseline"),
+        ):
             value = _rss(fp4, key) / _rss(f32, key)
-            out.append(dict(figure=f"{what} of the converted model, MXFP4 (f32 activations) / f32",
-                            value=value, target="<= 0.35", met=value <= 0.35))  # fmt: skip
+            out.append(
+                dict(
+                    figure=f"{what} of the converted model, MXFP4 (f32 activations) / f32",
+                    value=value,
+                    target="<= 0.35",
+                    met=value <= 0.35,
+                )
+            )
     return out
 
 

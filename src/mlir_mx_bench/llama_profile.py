@@ -54,8 +54,11 @@ class _Hooks:
         self.total, self.calls, self._open, self._ranges = 0.0, 0, [], ranges
         self._names = names or {}
         self.by_name: dict[str, list] = {}  # name -> [seconds, calls]
-        self._handles = [h for m in layers for h in (
-            m.register_forward_pre_hook(self._pre), m.register_forward_hook(self._post))]  # fmt: skip
+        self._handles = [
+            h
+            for m in layers
+            for h in (m.register_forward_pre_hook(self._pre), m.register_forward_hook(self._post))
+        ]
 
     def _pre(self, _module, _args):
         rng = None
@@ -130,10 +133,15 @@ def profile_decode(model, ids, steps: int, linear_bytes: int, module_blocks=None
                         nbytes[name] += size
         for name, (sec, n) in hooks.by_name.items():
             ms = 1e3 * sec / steps
-            projections.append({
-                "name": name, "calls": n // steps, "ms": ms, "bytes": nbytes[name],
-                "gb_per_s": nbytes[name] / (ms * 1e6) if ms and nbytes[name] else None,
-            })  # fmt: skip
+            projections.append(
+                {
+                    "name": name,
+                    "calls": n // steps,
+                    "ms": ms,
+                    "bytes": nbytes[name],
+                    "gb_per_s": nbytes[name] / (ms * 1e6) if ms and nbytes[name] else None,
+                }
+            )
     hooks = _Hooks(layers, ranges=True)
     try:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:

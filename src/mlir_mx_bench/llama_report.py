@@ -96,8 +96,11 @@ def _tables(r: dict) -> list[str]:
     lines = []
     for t in r["options"]["threads"]:
         rows = [x for x in r["rows"] if x["spec"]["threads"] == t]
-        f32 = {same_env_key(x["spec"]): x for x in rows
-               if x["spec"]["kind"] == "f32" and "error" not in x}  # fmt: skip
+        f32 = {
+            same_env_key(x["spec"]): x
+            for x in rows
+            if x["spec"]["kind"] == "f32" and "error" not in x
+        }
         lines += [
             "",
             f"## {t} thread(s)",
@@ -118,19 +121,28 @@ def _targets(r: dict) -> list[str]:
 
     cls = r.get("target_class") or machine_class()
     w = MODEL_TARGETS[cls]
-    lines = ["", "## Targets", "",
-             f"What mlir-mx aims for on this model on an {cls} machine (this one's class): "
-             f"decode tokens/s of each MXFP4 row (f32 activations, and W4A8: activations "
-             f"quantized to MXINT8 per call) at least {w['decode_f32']:g}x torch f32's and "
-             f"{w['decode_bf16']:g}x torch bf16's, MXFP8's at least {w['mxfp8_f32']:g}x torch "
-             f"f32's, the 128-token prefill at least {w['prefill_f32']:g}x torch f32's (W4A8: "
-             f"{w['prefill_w4a8']:g}x), the linear weights of each MXFP4 row 4.25 bits per "
-             "parameter (measured from the memory they reference), and the MXFP4 model's "
-             "process RSS at most 0.35x the f32 model's. "
-             + "; ".join(f"{c}: {v['decode_f32']:g}x / {v['decode_bf16']:g}x / "
-                         f"{v['mxfp8_f32']:g}x / {v['prefill_f32']:g}x ({v['prefill_w4a8']:g}x)"
-                         for c, v in MODEL_TARGETS.items()) + ".",
-             "", "| threads | figure | value | target | met |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "",
+        "## Targets",
+        "",
+        f"What mlir-mx aims for on this model on an {cls} machine (this one's class): "
+        f"decode tokens/s of each MXFP4 row (f32 activations, and W4A8: activations "
+        f"quantized to MXINT8 per call) at least {w['decode_f32']:g}x torch f32's and "
+        f"{w['decode_bf16']:g}x torch bf16's, MXFP8's at least {w['mxfp8_f32']:g}x torch "
+        f"f32's, the 128-token prefill at least {w['prefill_f32']:g}x torch f32's (W4A8: "
+        f"{w['prefill_w4a8']:g}x), the linear weights of each MXFP4 row 4.25 bits per "
+        "parameter (measured from the memory they reference), and the MXFP4 model's "
+        "process RSS at most 0.35x the f32 model's. "
+        + "; ".join(
+            f"{c}: {v['decode_f32']:g}x / {v['decode_bf16']:g}x / "
+            f"{v['mxfp8_f32']:g}x / {v['prefill_f32']:g}x ({v['prefill_w4a8']:g}x)"
+            for c, v in MODEL_TARGETS.items()
+        )
+        + ".",
+        "",
+        "| threads | figure | value | target | met |",
+        "|---|---|---|---|---|",
+    ]
     for x in r["targets"]:
         value = "-" if x["value"] is None else f"{x['value']:.3f}"
         met = "-" if x["met"] is None else ("yes" if x["met"] else "no")
@@ -162,8 +174,10 @@ def _notes(r: dict) -> list[str]:
     )
     for x in r["rows"]:
         if "summary" in x and x["spec"]["threads"] == r["options"]["threads"][0]:
-            lines.append(f"- {x['spec']['row']}: `{x['summary'].splitlines()[0]}`, "
-                         f"converted in {x['convert_s']:.0f} s (mlir_mx.quantize, compiled)")  # fmt: skip
+            lines.append(
+                f"- {x['spec']['row']}: `{x['summary'].splitlines()[0]}`, "
+                f"converted in {x['convert_s']:.0f} s (mlir_mx.quantize, compiled)"
+            )
     return lines
 
 
@@ -177,9 +191,11 @@ def _environment(r: dict) -> list[str]:
             continue
         keep = ("backend", "max_threads")
         par = "; ".join(p for p in e.get("torch_parallel", []) if any(k in p for k in keep))
-        text = (f"variables {e['variables'] or 'none set'}; {e.get('cpus_allowed', e['cpus'])} "
-                f"CPUs allowed; torch threads {e.get('torch_threads')} (inter-op "
-                f"{e.get('torch_interop_threads')}); {par}")  # fmt: skip
+        text = (
+            f"variables {e['variables'] or 'none set'}; {e.get('cpus_allowed', e['cpus'])} "
+            f"CPUs allowed; torch threads {e.get('torch_threads')} (inter-op "
+            f"{e.get('torch_interop_threads')}); {par}"
+        )
         seen.setdefault(text, []).append(f"{x['spec']['row']} ({x['spec']['threads']}t)")
     lines = ["", "## Environment", ""]
     lines += [f"- {text}: {', '.join(rows)}" for text, rows in seen.items()]
@@ -191,11 +207,15 @@ def _profile(r: dict) -> list[str]:
     rows = [x for x in r["rows"] if "profile" in x]
     if not rows:
         return []
-    lines = ["", "## Per-token breakdown (--profile)", "",
-             "| threads | row | decode step ms (timed) | linears ms, hooks only | linear weights "
-             "MiB | linears GB/s | profiled step ms | of which: linears | torch's other ops "
-             "(ops/token) | Python and the rest |",
-             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "",
+        "## Per-token breakdown (--profile)",
+        "",
+        "| threads | row | decode step ms (timed) | linears ms, hooks only | linear weights "
+        "MiB | linears GB/s | profiled step ms | of which: linears | torch's other ops "
+        "(ops/token) | Python and the rest |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for x in rows:
         p = x["profile"]
         gbs = "-" if p["linear_gb_per_s"] is None else f"{p['linear_gb_per_s']:.1f}"
@@ -215,10 +235,14 @@ def _projections(rows: list[dict]) -> list[str]:
     rows = [x for x in rows if x["profile"].get("projections")]
     if not rows:
         return []
-    lines = ["", "Linears per projection (the hooks-only pass; ms per token, the layers "
-             "of one name together):", "",
-             "| threads | row | projection | calls | ms | weights MiB | GB/s |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "",
+        "Linears per projection (the hooks-only pass; ms per token, the layers "
+        "of one name together):",
+        "",
+        "| threads | row | projection | calls | ms | weights MiB | GB/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for x in rows:
         for p in x["profile"]["projections"]:
             gbs = "-" if p["gb_per_s"] is None else f"{p['gb_per_s']:.1f}"

@@ -37,10 +37,16 @@ __all__ = [
 
 #: TinyLlama-1.1B's shape (its config.json), the default model.
 TINYLLAMA = dict(
-    hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
-    num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048, rms_norm_eps=1e-5,
+    hidden_size=2048,
+    intermediate_size=5632,
+    num_hidden_layers=22,
+    num_attention_heads=32,
+    num_key_value_heads=4,
+    vocab_size=32000,
+    max_position_embeddings=2048,
+    rms_norm_eps=1e-5,
     tie_word_embeddings=False,
-)  # fmt: skip
+)
 
 
 def llama_config(layers: int, **overrides):
@@ -132,8 +138,12 @@ def _convert(model, spec: dict) -> dict:
 
         dt = torch.float4_e2m1fn_x2 if fmt == "f4E2M1FN" else torch.float8_e4m3fn
         model.to(torch.bfloat16)  # torchao's MX inference path takes bf16 only
-        ao_quantize_(model, MXDynamicActivationMXWeightConfig(
-            activation_dtype=dt, weight_dtype=dt, kernel_preference=KernelPreference.EMULATED))  # fmt: skip
+        ao_quantize_(
+            model,
+            MXDynamicActivationMXWeightConfig(
+                activation_dtype=dt, weight_dtype=dt, kernel_preference=KernelPreference.EMULATED
+            ),
+        )
     elif kind in ("mx", "mx-w4a8", "mx-fused", "mx-w4a8-fused"):
         from mlir_mx.torch import quantize_
 
@@ -175,8 +185,12 @@ def run_row(spec: dict) -> dict:
     release_free_memory()
     rec["rss_model_kib"] = rss_kib()["VmRSS"]
     rec["linear_bytes"], rec["linear_params"] = linear_weight_bytes(model)
-    ids = torch.randint(0, model.config.vocab_size, (1, spec["prompt"]),
-                        generator=torch.Generator().manual_seed(spec["seed"] + 1))  # fmt: skip
+    ids = torch.randint(
+        0,
+        model.config.vocab_size,
+        (1, spec["prompt"]),
+        generator=torch.Generator().manual_seed(spec["seed"] + 1),
+    )
     if spec["kind"] == "reference":
         from mlir_mx.torch import logit_bound
 

@@ -201,13 +201,25 @@ def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
     if opts.mlp:
         from .mlp import run_mlp
 
-        record["mlp"] = run_mlp(*opts.mlp, opts.threads, list(opts.mlp_tokens), say,
-                                samples=opts.samples, retries=opts.retries)  # fmt: skip
+        record["mlp"] = run_mlp(
+            *opts.mlp,
+            opts.threads,
+            list(opts.mlp_tokens),
+            say,
+            samples=opts.samples,
+            retries=opts.retries,
+        )
     if opts.quantize:
         from .quantize_rows import run_quantize
 
-        record["quantize"] = run_quantize(*opts.quantize, opts.formats, opts.threads, say,
-                                          samples=opts.samples, retries=opts.retries)  # fmt: skip
+        record["quantize"] = run_quantize(
+            *opts.quantize,
+            opts.formats,
+            opts.threads,
+            say,
+            samples=opts.samples,
+            retries=opts.retries,
+        )
     record.update(
         roofs=[asdict(r) for r in roofs.values()],
         roof_warnings=roof_warnings(roofs),

@@ -137,8 +137,9 @@ def _timed(fn, x, samples: int, say, name: str, retries: int):
     benchmark."""
     for attempt in range(retries + 1):
         cpu0 = cpu_sample()
-        tm = time_repeated(lambda n: [fn(x) for _ in range(n)],
-                           samples=samples, target_s=0.05, budget_s=4.0)  # fmt: skip
+        tm = time_repeated(
+            lambda n: [fn(x) for _ in range(n)], samples=samples, target_s=0.05, budget_s=4.0
+        )
         cpu = other_load(cpu0, cpu_sample())
         if cpu is None or cpu["others"] <= 0.1 or attempt == retries:
             return tm, cpu, attempt + 1
@@ -152,11 +153,24 @@ def _time_group(methods, x, ref64, ref32, m: int, t: int, samples: int, say, ret
     for name, fn in methods.items():
         e64, e32 = _errors(fn(x), ref64, ref32)
         tm, cpu, attempts = _timed(fn, x, samples, say, name, retries)
-        rows.append(dict(method=name, M=m, threads=t, median_s=tm.median, min_s=tm.min,
-                         spread=tm.spread, err_vs_f64=e64, err_vs_f32_weights=e32,
-                         cpu=cpu, attempts=attempts))  # fmt: skip
-        say(f"    {name:<24} {tm.median * 1e3:9.3f} ms (spread {tm.spread:5.1%})  max err "
-            f"{e64:.2e} (vs f64, dequantized weights), {e32:.2e} (vs f32 weights)")  # fmt: skip
+        rows.append(
+            dict(
+                method=name,
+                M=m,
+                threads=t,
+                median_s=tm.median,
+                min_s=tm.min,
+                spread=tm.spread,
+                err_vs_f64=e64,
+                err_vs_f32_weights=e32,
+                cpu=cpu,
+                attempts=attempts,
+            )
+        )
+        say(
+            f"    {name:<24} {tm.median * 1e3:9.3f} ms (spread {tm.spread:5.1%})  max err "
+            f"{e64:.2e} (vs f64, dequantized weights), {e32:.2e} (vs f32 weights)"
+        )
     return rows
 
 
@@ -203,10 +217,17 @@ def run_mlp(
                         gg.close()
     weight_bytes = {"ours": ours_bytes, "numpy f32": sum(a.nbytes for a in deq_t.values())}
     return dict(
-        d=d, f=f, tokens=tokens, threads=threads, rows=rows, gguf_bytes=gguf_bytes,
-        gguf_roundtrip_bit_exact=exact, weight_bytes=weight_bytes,
-        bits_per_weight=8 * ours_bytes / (3 * d * f), ggml_skipped=skipped,
-    )  # fmt: skip
+        d=d,
+        f=f,
+        tokens=tokens,
+        threads=threads,
+        rows=rows,
+        gguf_bytes=gguf_bytes,
+        gguf_roundtrip_bit_exact=exact,
+        weight_bytes=weight_bytes,
+        bits_per_weight=8 * ours_bytes / (3 * d * f),
+        ggml_skipped=skipped,
+    )
 
 
 def mlp_markdown(rec: dict) -> list[str]:

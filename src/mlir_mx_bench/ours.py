@@ -86,9 +86,13 @@ def our_variants(
     rows = [("mx-ab", "ours mx x mx", "auto"), ("mx-a", "ours mx x f32", "auto")]
     # Every other schedule that supports the problem (the decode schedule
     # only at M = 1: one row at a time is its whole design).
-    rows += [("mx-ab", f"ours mx x mx {s.name}", s.name) for s in SCHEDULES.values()
-             if s.name != chosen and s.supports(prob)
-             and (s.shape_class != shape_class(1) or shape.M == 1)]  # fmt: skip
+    rows += [
+        ("mx-ab", f"ours mx x mx {s.name}", s.name)
+        for s in SCHEDULES.values()
+        if s.name != chosen
+        and s.supports(prob)
+        and (s.shape_class != shape_class(1) or shape.M == 1)
+    ]
     for operands, label, schedule in rows:
         text = variant_module_text(operands, shape, element, block_size, a_element)
         variants.append(

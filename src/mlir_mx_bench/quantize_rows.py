@@ -198,16 +198,36 @@ def run_quantize(
                     tries = retries if name.startswith("ours") else 0
                     (med, lo, hi, n), cpu, attempts = _measure(fn, samples, tries)
                     peak = _peak(fn) if name.startswith(("ours", "oracle")) else None
-                    out.append(dict(
-                        format=element, method=name, threads=t, median_s=med, min_s=lo,
-                        spread=(hi - lo) / med, samples=n, elements_per_s=x.size / med,
-                        input_gb_per_s=x.nbytes / med / 1e9, bit_exact=exact,
-                        peak_numpy_bytes=peak, cpu=cpu, attempts=attempts,
-                    ))  # fmt: skip
-                    say(f"    {name:<28} {med * 1e3:10.2f} ms  {x.size / med / 1e6:8.0f} M el/s "
-                        f"{x.nbytes / med / 1e9:6.2f} GB/s")  # fmt: skip
-    return dict(rows_=rows, cols=cols, block_size=BLOCK, formats=list(formats),
-                threads=list(threads), rows=out, ggml_skipped=ggml_available())  # fmt: skip
+                    out.append(
+                        dict(
+                            format=element,
+                            method=name,
+                            threads=t,
+                            median_s=med,
+                            min_s=lo,
+                            spread=(hi - lo) / med,
+                            samples=n,
+                            elements_per_s=x.size / med,
+                            input_gb_per_s=x.nbytes / med / 1e9,
+                            bit_exact=exact,
+                            peak_numpy_bytes=peak,
+                            cpu=cpu,
+                            attempts=attempts,
+                        )
+                    )
+                    say(
+                        f"    {name:<28} {med * 1e3:10.2f} ms  {x.size / med / 1e6:8.0f} M el/s "
+                        f"{x.nbytes / med / 1e9:6.2f} GB/s"
+                    )
+    return dict(
+        rows_=rows,
+        cols=cols,
+        block_size=BLOCK,
+        formats=list(formats),
+        threads=list(threads),
+        rows=out,
+        ggml_skipped=ggml_available(),
+    )
 
 
 def _output_bytes(rec: dict, element: str, method: str) -> int:
@@ -232,23 +252,32 @@ def _rate_target(rec, element, method, what, t) -> dict:
     r = _row(rec, element, method, t)
     rate = None if r is None else r["elements_per_s"]
     return dict(
-        target=f"{what} >= {TARGETS['rate'] / 1e6:,.0f} M elements/s", format=element,
-        threads=t, measured="not measured" if rate is None else f"{rate / 1e6:,.0f} M/s",
+        target=f"{what} >= {TARGETS['rate'] / 1e6:,.0f} M elements/s",
+        format=element,
+        threads=t,
+        measured="not measured" if rate is None else f"{rate / 1e6:,.0f} M/s",
         met=None if rate is None else rate >= TARGETS["rate"],
-    )  # fmt: skip
+    )
 
 
 def _ggml_target(rec, element, t) -> dict:
     ours = _row(rec, element, "ours quantize", t)
-    ggml = next((r for r in rec["rows"] if r["format"] == element and r["threads"] == t
-                 and r["method"].startswith("ggml")), None)  # fmt: skip
+    ggml = next(
+        (
+            r
+            for r in rec["rows"]
+            if r["format"] == element and r["threads"] == t and r["method"].startswith("ggml")
+        ),
+        None,
+    )
     ratio = None if ours is None or ggml is None else ggml["median_s"] / ours["median_s"]
     return dict(
         target=f"quantize >= {TARGETS['vs_ggml']:g}x ggml at the same thread count",
-        format=element, threads=t,
+        format=element,
+        threads=t,
         measured="no ggml row" if ratio is None else f"{ratio:.1f}x {ggml['method']}",
         met=None if ratio is None else ratio >= TARGETS["vs_ggml"],
-    )  # fmt: skip
+    )
 
 
 def _memory_target(rec, op: str) -> dict:
@@ -266,7 +295,7 @@ def _memory_target(rec, op: str) -> dict:
         threads="all" if worst is None else worst[2],
         measured="not measured" if worst is None else f"{worst[0]:.3f}x",
         met=None if worst is None else worst[0] <= limit,
-    )  # fmt: skip
+    )
 
 
 def quantize_targets(rec: dict) -> list[dict]:
@@ -282,8 +311,10 @@ def quantize_targets(rec: dict) -> list[dict]:
     for f in quantized:
         what = f"f32 -> {ELEMENT_FORMATS[f].mx_name}"
         out += [_rate_target(rec, f, "ours quantize", what, t), _ggml_target(rec, f, t)]
-    out += [_rate_target(rec, f, "ours dequantize", "dequantize into a new array", t)
-            for f in rec["formats"]]  # fmt: skip
+    out += [
+        _rate_target(rec, f, "ours dequantize", "dequantize into a new array", t)
+        for f in rec["formats"]
+    ]
     return out + [_memory_target(rec, "quantize"), _memory_target(rec, "dequantize")]
 
 

@@ -130,9 +130,14 @@ def _header(r: dict) -> list[str]:
 def _table(title: str, intro: str, columns: list[str]) -> list[str]:
     """A section's heading, its explanation and a markdown table's header."""
     return [
-        "", f"## {title}", "", intro, "",
-        "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
-    ]  # fmt: skip
+        "",
+        f"## {title}",
+        "",
+        intro,
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
 
 
 def _rows_table(r: dict) -> list[str]:
@@ -141,10 +146,26 @@ def _rows_table(r: dict) -> list[str]:
         "Times per call. GB/s: the method's compulsory bytes / time (docs/bench.md). "
         "% roof: time at the roof that bounds the method (bandwidth or f32 FMA peak) / "
         "measured time. vs numpy: numpy f32 time / this time (> 1: faster).",
-        ["shape", "format", "threads", "method", "ISA", "kernel threads", "median ms", "min ms",
-         "spread", "GB/s", "GFLOP/s", "roof", "% roof", "vs numpy f32", "err/bound",
-         "compile s", "others"],
-    )  # fmt: skip
+        [
+            "shape",
+            "format",
+            "threads",
+            "method",
+            "ISA",
+            "kernel threads",
+            "median ms",
+            "min ms",
+            "spread",
+            "GB/s",
+            "GFLOP/s",
+            "roof",
+            "% roof",
+            "vs numpy f32",
+            "err/bound",
+            "compile s",
+            "others",
+        ],
+    )
     numpy = {
         (x["shape"], x["format"], x["threads"]): x["median_s"]
         for x in r["rows"]

@@ -46,9 +46,11 @@ def run_worker(module: str, spec: dict, tmp: Path, env: dict[str, str] | None = 
     path.write_text(json.dumps(spec))
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", module, str(path)], capture_output=True, text=True,
+        [sys.executable, "-m", module, str(path)],
+        capture_output=True,
+        text=True,
         env={**os.environ, **env} if env else None,
-    )  # fmt: skip
+    )
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
         return {"spec": spec, "error": f"exit {proc.returncode}: {tail}"}

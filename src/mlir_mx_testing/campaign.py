@@ -133,9 +133,15 @@ def run_inline(suite: str, seed: int, indices, options: dict | None = None) -> R
 
 
 def run_campaign(
-    suite: str, seed: int, count: int, *, start: int = 0, timeout: float = 120.0, progress=None,
+    suite: str,
+    seed: int,
+    count: int,
+    *,
+    start: int = 0,
+    timeout: float = 120.0,
+    progress=None,
     options: dict | None = None,
-) -> Report:  # fmt: skip
+) -> Report:
     """Run cases ``start .. start+count-1`` of ``suite`` in worker processes.
 
     ``options``: keyword arguments of the suite's ``case`` (JSON values), e.g.
@@ -156,8 +162,16 @@ def run_campaign(
 
 def _one_worker(suite, seed, nxt, end, timeout, report, progress, opts="{}") -> int:
     """Run one worker from case ``nxt``; return the next case to run."""
-    cmd = [sys.executable, "-m", "mlir_mx_testing.campaign", suite, str(seed), str(nxt), str(end),
-           opts]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlir_mx_testing.campaign",
+        suite,
+        str(seed),
+        str(nxt),
+        str(end),
+        opts,
+    ]
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
         lines: queue.Queue = queue.Queue()

@@ -35,9 +35,18 @@ __all__ = ["KINDS", "TINY", "case"]
 
 KINDS = ("length", "header-byte", "header-digit", "cut", "data-byte")
 #: The tiny gpt-oss of every case (over gpt-oss-20b's shape).
-TINY = dict(hidden_size=64, intermediate_size=64, num_local_experts=4, num_experts_per_tok=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256,
-            sliding_window=8, max_position_embeddings=256)  # fmt: skip
+TINY = dict(
+    hidden_size=64,
+    intermediate_size=64,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=256,
+    sliding_window=8,
+    max_position_embeddings=256,
+)
 
 
 @cache

@@ -42,9 +42,16 @@ DTYPES = {
 }
 #: The layouts a case draws its input from.
 LAYOUTS = (
-    "contiguous", "step", "byte-strides", "negative", "field", "misaligned", "broadcast",
-    "overlap", "torch",
-)  # fmt: skip
+    "contiguous",
+    "step",
+    "byte-strides",
+    "negative",
+    "field",
+    "misaligned",
+    "broadcast",
+    "overlap",
+    "torch",
+)
 #: ``out=`` layouts of the dequantize half: the first is valid.
 OUTS = ("fresh", "given", "misaligned", "strided", "overlap")
 
@@ -70,9 +77,13 @@ def field_of(shape, dtype, before: int, after: int) -> np.ndarray:
     multiples of the record size, its address ``before`` past the record's."""
     dtype = np.dtype(dtype)
     rec = np.dtype(
-        {"names": ["a"], "formats": [dtype], "offsets": [before],
-         "itemsize": before + dtype.itemsize + after}
-    )  # fmt: skip
+        {
+            "names": ["a"],
+            "formats": [dtype],
+            "offsets": [before],
+            "itemsize": before + dtype.itemsize + after,
+        }
+    )
     return np.zeros(tuple(shape), rec)["a"]
 
 
@@ -141,8 +152,11 @@ def _host(x) -> np.ndarray:
 def same_mx(got, want) -> str | None:
     """What differs between two MXArrays' stored bytes (None: nothing)."""
     if (got.element, got.block_size, got.axis, got.shape) != (
-        want.element, want.block_size, want.axis, want.shape,
-    ):  # fmt: skip
+        want.element,
+        want.block_size,
+        want.axis,
+        want.shape,
+    ):
         return f"layout {got.shape} axis {got.axis}, the oracle's {want.shape} axis {want.axis}"
     for what, a, b in (
         ("codes", got.packed_codes(), want.packed_codes()),
@@ -174,10 +188,16 @@ def _config(seed: int, index: int) -> dict:
     shape = [rng.randint(1, 4) for _ in range(rank)]
     shape[axis] = block * rng.randint(1, 3)
     return dict(
-        element=rng.choice(list(ELEMENT_FORMATS)), block=block, axis=axis, shape=shape,
-        dtype=rng.choice(list(DTYPES)), layout=rng.choice(LAYOUTS), threads=rng.randint(1, 3),
-        out=rng.choice(OUTS[:1] * 3 + OUTS[1:2] * 2 + OUTS[2:]), seed=rng.randrange(2**32),
-    )  # fmt: skip
+        element=rng.choice(list(ELEMENT_FORMATS)),
+        block=block,
+        axis=axis,
+        shape=shape,
+        dtype=rng.choice(list(DTYPES)),
+        layout=rng.choice(LAYOUTS),
+        threads=rng.randint(1, 3),
+        out=rng.choice(OUTS[:1] * 3 + OUTS[1:2] * 2 + OUTS[2:]),
+        seed=rng.randrange(2**32),
+    )
 
 
 def _dequantize_into(a, how: str, threads: int):

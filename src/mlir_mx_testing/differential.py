@@ -38,9 +38,19 @@ from mlir_mx.passes.pipeline import Pipeline, PipelineElement, as_pipeline
 from mlir_mx_testing.programs import Program, random_inputs, random_program
 
 __all__ = [
-    "Variant", "VARIANTS", "register_variant", "then_llvm", "Program", "random_program", "random_inputs",
-    "matmul_bound", "evaluate", "check", "run", "Report",
-]  # fmt: skip
+    "Variant",
+    "VARIANTS",
+    "register_variant",
+    "then_llvm",
+    "Program",
+    "random_program",
+    "random_inputs",
+    "matmul_bound",
+    "evaluate",
+    "check",
+    "run",
+    "Report",
+]
 
 
 @dataclass(frozen=True)

@@ -84,9 +84,21 @@ _TOKENS = (
     "func.func @g() {", "return", "// expected-error {{x}}", "\t", "\x00", "\u00e9",
 )  # fmt: skip
 _NUMBERS = ("0", "1", "-1", "2", "3", "31", "33", "64", "65536", "2147483648", "-9223372036854775809", "1e39", "nan")
-_TYPES = ("f32", "f16", "bf16", "i8", "i32", "i64", "index",
-          *(f.name for f in ELEMENT_FORMATS.values() if not f.is_int), SCALE_TYPE,
-          "i1", "none", "complex<f32>", "vector<4xf32>")  # fmt: skip
+_TYPES = (
+    "f32",
+    "f16",
+    "bf16",
+    "i8",
+    "i32",
+    "i64",
+    "index",
+    *(f.name for f in ELEMENT_FORMATS.values() if not f.is_int),
+    SCALE_TYPE,
+    "i1",
+    "none",
+    "complex<f32>",
+    "vector<4xf32>",
+)
 
 
 @cache
@@ -207,35 +219,51 @@ def main(argv=None) -> int:
     p.add_argument("--api-calls", type=int, default=200, help="Runner calls (default 200)")
     p.add_argument("--gguf-files", type=int, default=300, help="mutated GGUF files (default 300)")
     p.add_argument(
-        "--gguf-writes", type=int, default=100,
+        "--gguf-writes",
+        type=int,
+        default=100,
         help="write_gguf calls over a good file, often invalid (default 100)",
-    )  # fmt: skip
+    )
     p.add_argument("--cache-entries", type=int, default=20, help="corrupted cache entries (default 20)")
     p.add_argument("--linear-calls", type=int, default=100, help="Linear/matmul calls (default 100)")
     p.add_argument(
-        "--convert-calls", type=int, default=100,
+        "--convert-calls",
+        type=int,
+        default=100,
         help="quantize/dequantize calls on random array layouts (default 100)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--linear-options", default="{}",
+        "--linear-options",
+        default="{}",
         help='JSON keyword options of the Linear suite, e.g. \'{"value_range": "normal"}\'',
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--state-dict-cases", type=int, default=0,
+        "--state-dict-cases",
+        type=int,
+        default=0,
         help="MXLinear state_dict loads and pickles (needs torch; default 0)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--checkpoint-cases", type=int, default=0,
+        "--checkpoint-cases",
+        type=int,
+        default=0,
         help="mutated gpt-oss MXFP4 checkpoints through from_pretrained (needs torch; default 0)",
-    )  # fmt: skip
+    )
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before a case is a hang")
     p.add_argument("--findings", help="directory to write the reproducer of each finding to")
     args = p.parse_args(argv)
     clean = True
-    suites = (("fuzz", args.cases), ("misuse", args.api_calls), ("gguf", args.gguf_files),
-              ("gguf-write", args.gguf_writes), ("cache", args.cache_entries),
-              ("linear", args.linear_calls), ("state-dict", args.state_dict_cases),
-              ("convert", args.convert_calls), ("checkpoint", args.checkpoint_cases))  # fmt: skip
+    suites = (
+        ("fuzz", args.cases),
+        ("misuse", args.api_calls),
+        ("gguf", args.gguf_files),
+        ("gguf-write", args.gguf_writes),
+        ("cache", args.cache_entries),
+        ("linear", args.linear_calls),
+        ("state-dict", args.state_dict_cases),
+        ("convert", args.convert_calls),
+        ("checkpoint", args.checkpoint_cases),
+    )
     for suite, n in suites:
         if n <= 0:
             continue

@@ -251,8 +251,13 @@ def case(seed: int, index: int) -> Outcome:
 def _config(how: str) -> str:
     """The configuration a case counts under: its first mutation's kind."""
     first = how.split(";")[0]
-    for word, kind in (("truncated", "truncate"), ("flipped", "flip"), ("inserted", "insert"),
-                       ("deleted", "delete"), ("random content", "random")):  # fmt: skip
+    for word, kind in (
+        ("truncated", "truncate"),
+        ("flipped", "flip"),
+        ("inserted", "insert"),
+        ("deleted", "delete"),
+        ("random content", "random"),
+    ):
         if word in first:
             return kind
     return "field"
@@ -263,12 +268,26 @@ def _config(how: str) -> str:
 #: What a writer case may get wrong (its configuration: the first invalid part).
 WRITE_PARTS = ("valid", "container", "name", "shape", "format", "scale", "float", "other",
                "metadata", "arch")  # fmt: skip
-_NAME_CASES = (("", False), (5, False), (b"w", False), (None, False), ("\ud800", False),
-               ("a" * 64, False), ("\u00e9" * 32, False), ("\u00e9" * 31 + "a", True))  # fmt: skip
+_NAME_CASES = (
+    ("", False),
+    (5, False),
+    (b"w", False),
+    (None, False),
+    ("\ud800", False),
+    ("a" * 64, False),
+    ("\u00e9" * 32, False),
+    ("\u00e9" * 31 + "a", True),
+)
 #: Empty shapes on both sides of the reader's limit (2^60 elements, zeros aside).
-_HUGE = (((0, 2**60), False), ((0, 2**60 - 32), True), ((2**29, 0, 2**30), True),
-         ((2**30, 0, 2**30), False), ((0, 2**30, 0, 2**30), False), ((3, 0, 2**58), True),
-         ((0, 0, 0, 2**60 + 32), False))  # fmt: skip
+_HUGE = (
+    ((0, 2**60), False),
+    ((0, 2**60 - 32), True),
+    ((2**29, 0, 2**30), True),
+    ((2**30, 0, 2**30), False),
+    ((0, 2**30, 0, 2**30), False),
+    ((3, 0, 2**58), True),
+    ((0, 0, 0, 2**60 + 32), False),
+)
 
 
 def _mx(shape, nrng, element="f4E2M1FN", block=32, axis=-1):

@@ -85,11 +85,17 @@ def _config(seed: int, group: int, pairs, unpacked_subbyte: bool, value_range: s
         k *= packing_group(a_kind)[0] if k % packing_group(a_kind)[0] else 1
     edge = value_range == "full" and rng.random() < 0.35
     return dict(
-        w_elem=w_elem, a_kind=a_kind, block=block, k=k, n=n, layout=rng.choice(("out_in", "in_out")),
+        w_elem=w_elem,
+        a_kind=a_kind,
+        block=block,
+        k=k,
+        n=n,
+        layout=rng.choice(("out_in", "in_out")),
         threads=rng.choice(THREADS),
         entry="Linear" if ":" in a_kind else rng.choice(("Linear", "Linear", "matmul")),
-        values="edge" if edge else "normal", seed=rng.randrange(2**32),
-    )  # fmt: skip
+        values="edge" if edge else "normal",
+        seed=rng.randrange(2**32),
+    )
 
 
 def _raw_mx(shape, elem, block, axis, rng: np.random.Generator, edge: bool):
@@ -207,15 +213,19 @@ def _check(cfg: dict, w, x, y) -> tuple[str | None, int]:
     if not ok:
         got = y2.astype(np.float64)
         with np.errstate(invalid="ignore"):
-            bad = inside & ~((np.abs(got - exact) <= bound) | (np.isnan(exact) & np.isnan(got))
-                             | (np.isinf(exact) & (got == exact)))  # fmt: skip
+            bad = inside & ~(
+                (np.abs(got - exact) <= bound)
+                | (np.isnan(exact) & np.isnan(got))
+                | (np.isinf(exact) & (got == exact))
+            )
         i, j = np.argwhere(bad)[0]
         return (f"y[{i}, {j}] = {got[i, j]!r}, exact {exact[i, j]!r}, bound {bound[i, j]:.3g} "
                 f"({int(bad.sum())} outputs outside the bound)"), outside  # fmt: skip
     want = blocked_order(x2, transpose(w), zero)
     if not same_result(y2, want):
-        i, j = np.argwhere(~((y2.view(np.uint32) == want.view(np.uint32))
-                             | (np.isnan(y2) & np.isnan(want))))[0]  # fmt: skip
+        i, j = np.argwhere(
+            ~((y2.view(np.uint32) == want.view(np.uint32)) | (np.isnan(y2) & np.isnan(want)))
+        )[0]
         return f"y[{i}, {j}] = {y2[i, j]!r}, the blocked order gives {want[i, j]!r}", outside
     return None, outside
 
@@ -229,9 +239,13 @@ def _same_input(x, before) -> bool:
 
 
 def case(
-    seed: int, index: int, *, pairs=None, unpacked_subbyte_activations: bool = True,
+    seed: int,
+    index: int,
+    *,
+    pairs=None,
+    unpacked_subbyte_activations: bool = True,
     value_range: str = "full",
-) -> Outcome:  # fmt: skip
+) -> Outcome:
     """One ``Linear`` / ``matmul`` call; see the module docstring."""
     import mlir_mx
 
@@ -246,8 +260,10 @@ def case(
         m = rng.choice(BATCHES)
         vector = m == 1 and cfg["a_kind"].startswith("f32") and rng.random() < 0.3
         x = _activation(cfg, m, np.random.default_rng(rng.randrange(2**32)), vector)
-        what = (f"{cfg}; M={m}{' (vector)' if vector else ''}; weight shape {given.shape} "
-                f"axis {given.axis}")  # fmt: skip
+        what = (
+            f"{cfg}; M={m}{' (vector)' if vector else ''}; weight shape {given.shape} "
+            f"axis {given.axis}"
+        )
 
         def call(arg):
             if lin is not None:

@@ -78,8 +78,16 @@ func.func @dyn(%a: tensor<?xf64>) -> tensor<?xf64> {
 """
 
 #: (module, function) of the sweep.
-FUNCTIONS = (("mx", "mm"), ("mx", "mmx"), ("mx", "q"), ("mx", "fold"),
-             ("plain", "add"), ("plain", "scalars"), ("plain", "store"), ("plain", "dyn"))  # fmt: skip
+FUNCTIONS = (
+    ("mx", "mm"),
+    ("mx", "mmx"),
+    ("mx", "q"),
+    ("mx", "fold"),
+    ("plain", "add"),
+    ("plain", "scalars"),
+    ("plain", "store"),
+    ("plain", "dyn"),
+)
 
 
 @cache
@@ -277,11 +285,15 @@ def _constructor_misuse(rng: random.Random):
     good = "func.func @f(%x: f32) -> f32 {\n  return %x : f32\n}\n"
     k = rng.randrange(8)
     kw = [
-        dict(module=123), dict(module=b"func.func @f() { return }"), dict(module="func.func @f( {"),
-        dict(module=good, pipeline=5), dict(module=good, pipeline="no-such-pass"),
+        dict(module=123),
+        dict(module=b"func.func @f() { return }"),
+        dict(module="func.func @f( {"),
+        dict(module=good, pipeline=5),
+        dict(module=good, pipeline="no-such-pass"),
         dict(module=good, opt_level=rng.choice([7, -1, "3", 1.5, True])),
-        dict(module=good, shared_libs=["/no/such/lib.so"]), dict(module=good, shared_libs="lib.so"),
-    ][k]  # fmt: skip
+        dict(module=good, shared_libs=["/no/such/lib.so"]),
+        dict(module=good, shared_libs="lib.so"),
+    ][k]
     return lambda: Runner(**kw), f"Runner({', '.join(f'{a}={v!r}' for a, v in kw.items())})"
 
 

@@ -143,8 +143,11 @@ def random_program(rng: random.Random, name: str) -> Program:
             bs = rng.choice((8, 16, 32, 32))
             m, k, nn = rng.choice((1, 2, 3, 4, 8)), bs * rng.choice((1, 2)), rng.choice((1, 2, 5, 8, 16))
             a = _new_arg(p, rng, (m, k), (rng.choice(_ELEMS), bs, 1))
-            b = (_new_arg(p, rng, (k, nn), (rng.choice(_ELEMS), bs, 0)) if rng.random() < 0.5
-                 else _new_arg(p, rng, (k, nn)))  # fmt: skip
+            b = (
+                _new_arg(p, rng, (k, nn), (rng.choice(_ELEMS), bs, 0))
+                if rng.random() < 0.5
+                else _new_arg(p, rng, (k, nn))
+            )
             acc = _new_arg(p, rng, (m, nn))
             out = fresh((m, nn))
             p.ops.append(("matmul", out, a, b, acc))

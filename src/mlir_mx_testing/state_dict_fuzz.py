@@ -60,9 +60,14 @@ def _layer(cfg: dict, seed: int):
 
 def _config(rng: random.Random) -> dict:
     block = rng.choice(BLOCKS)
-    return dict(element=rng.choice(ELEMENTS), block=block, k=block * rng.choice((1, 2, 4)),
-                n=rng.choice(OUTS), bias=rng.random() < 0.5,
-                activations="i8" if rng.random() < 0.2 else None)  # fmt: skip
+    return dict(
+        element=rng.choice(ELEMENTS),
+        block=block,
+        k=block * rng.choice((1, 2, 4)),
+        n=rng.choice(OUTS),
+        bias=rng.random() < 0.5,
+        activations="i8" if rng.random() < 0.2 else None,
+    )
 
 
 def _bytes_per_row(cfg: dict) -> tuple[int, int] | None:
@@ -92,8 +97,11 @@ def _other(rng: random.Random, src: dict) -> dict:
     while True:
         dst = {**_config(rng), "bias": src["bias"]}
         if (dst["element"], dst["block"], dst["k"], dst["n"]) != (
-            src["element"], src["block"], src["k"], src["n"]
-        ):  # fmt: skip
+            src["element"],
+            src["block"],
+            src["k"],
+            src["n"],
+        ):
             return dst
 
 
@@ -115,13 +123,21 @@ def _tamper(rng: random.Random, sd: dict, prefix: str, src: dict) -> tuple[str, 
             value = value.to(torch.int64).reshape(1, -1)
         same = how == 0 and bytes(values[0]) == src["element"].encode()
     elif name == "weight_block_size":
-        choices = [torch.tensor(rng.choice(BLOCKS)), torch.tensor(float(src["block"])),
-                   torch.tensor([src["block"]]), torch.tensor(0)]  # fmt: skip
+        choices = [
+            torch.tensor(rng.choice(BLOCKS)),
+            torch.tensor(float(src["block"])),
+            torch.tensor([src["block"]]),
+            torch.tensor(0),
+        ]
         value = choices[how]
         same = how == 0 and int(value) == src["block"]
     else:
-        choices = [torch.tensor([src["n"], src["k"] * 2]), torch.tensor([src["n"] + 1, src["k"]]),
-                   torch.tensor(src["n"]), torch.tensor([-1, -1])]  # fmt: skip
+        choices = [
+            torch.tensor([src["n"], src["k"] * 2]),
+            torch.tensor([src["n"] + 1, src["k"]]),
+            torch.tensor(src["n"]),
+            torch.tensor([-1, -1]),
+        ]
         value, same = choices[how], False
     sd[key] = value
     return key, same
@@ -153,8 +169,10 @@ def _run(rng, index: int, kind: str, src: dict, config: str) -> Outcome:
     source = _layer(src, seed=index)
     if kind == "pickle":
         for copied in (pickle.loads(pickle.dumps(source)), copy.copy(source)):
-            if not (copied.weight().bitwise_equal(source.weight())
-                    and torch.equal(_output(copied, src["k"]), _output(source, src["k"]))):  # fmt: skip
+            if not (
+                copied.weight().bitwise_equal(source.weight())
+                and torch.equal(_output(copied, src["k"]), _output(source, src["k"]))
+            ):
                 return Outcome(index, "wrong", config, "a pickled layer differs", repr(src))
         return Outcome(index, "ok", config)
     prefix = "layer." if rng.random() < 0.5 else ""
@@ -162,8 +180,12 @@ def _run(rng, index: int, kind: str, src: dict, config: str) -> Outcome:
     dst_cfg, expect_key = dict(src), None
     if kind == "other":
         dst_cfg = _other(rng, src)
-        differs = [("weight_format", "element"), ("weight_block_size", "block"),
-                   ("weight_shape", "k"), ("weight_shape", "n")]  # fmt: skip
+        differs = [
+            ("weight_format", "element"),
+            ("weight_block_size", "block"),
+            ("weight_shape", "k"),
+            ("weight_shape", "n"),
+        ]
         expect_key = next(prefix + m for m, c in differs if dst_cfg[c] != src[c])
         if _bytes_per_row(dst_cfg) == _bytes_per_row(src) and dst_cfg["n"] == src["n"]:
             config = "other-same-bytes"  # only the saved meaning tells them apart

@@ -43,10 +43,24 @@ ELEMENT_TYPES = tuple(ELEMENT_FORMATS)
 SCALE_TYPES = (SCALE_TYPE,)
 
 # MLIR's float types: the ones MX does not use, then the MX ones.
-_FLOAT_TYPES = {
-    "f16", "bf16", "f32", "f64", "f80", "f128", "tf32",
-    "f8E4M3", "f8E3M4", "f8E4M3FNUZ", "f8E5M2FNUZ", "f8E4M3B11FNUZ",
-} | {f.name for f in ELEMENT_FORMATS.values() if not f.is_int} | set(SCALE_TYPES)  # fmt: skip
+_FLOAT_TYPES = (
+    {
+        "f16",
+        "bf16",
+        "f32",
+        "f64",
+        "f80",
+        "f128",
+        "tf32",
+        "f8E4M3",
+        "f8E3M4",
+        "f8E4M3FNUZ",
+        "f8E5M2FNUZ",
+        "f8E4M3B11FNUZ",
+    }
+    | {f.name for f in ELEMENT_FORMATS.values() if not f.is_int}
+    | set(SCALE_TYPES)
+)
 
 
 @dataclass(frozen=True)

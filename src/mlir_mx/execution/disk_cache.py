@@ -153,8 +153,15 @@ def entry_key(kind: bytes, identity: str, options: str) -> bytes:
     import mlir_mx
 
     h = hashlib.sha256()
-    parts = [kind.decode(), identity, options, " ".join(sorted(host_features())),
-             mlir_mx.__version__, toolchain_versions(), source_hash()]  # fmt: skip
+    parts = [
+        kind.decode(),
+        identity,
+        options,
+        " ".join(sorted(host_features())),
+        mlir_mx.__version__,
+        toolchain_versions(),
+        source_hash(),
+    ]
     if kind == ObjectCache.MAGIC:
         parts.append(machine_identity())
     for part in parts:
@@ -323,9 +330,14 @@ class ObjectCache(DiskCache):
 
 def _param_to_json(p) -> dict:
     if isinstance(p, MXParam):
-        return {"mx": dataclasses.asdict(p.mx), "name": p.name, "type": p.type,
-                "parts": [_param_to_json(q) for q in p.parts], "error": p.error,
-                "packed": p.packed}  # fmt: skip
+        return {
+            "mx": dataclasses.asdict(p.mx),
+            "name": p.name,
+            "type": p.type,
+            "parts": [_param_to_json(q) for q in p.parts],
+            "error": p.error,
+            "packed": p.packed,
+        }
     if p.dtype is not None and dtype_named(p.dtype.name) is None:
         raise ValueError(f"dtype {p.dtype} has no name in the cache's table")
     shape = None if p.shape is None else list(p.shape)
@@ -349,8 +361,11 @@ def _param_from_json(d: dict):
 
 
 def signature_to_json(sig: Signature) -> dict:
-    return {"name": sig.name, "args": [_param_to_json(p) for p in sig.args],
-            "results": [_param_to_json(p) for p in sig.results]}  # fmt: skip
+    return {
+        "name": sig.name,
+        "args": [_param_to_json(p) for p in sig.args],
+        "results": [_param_to_json(p) for p in sig.results],
+    }
 
 
 def signature_from_json(d: dict) -> Signature:

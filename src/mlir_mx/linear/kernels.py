@@ -55,9 +55,15 @@ def kernel_runner(prob: Problem, schedule: str, threads: int, parallel: str) -> 
     plan = plan_kernel(prob, schedule, threads).describe()
     name = f"linear {prob!r} {plan} tasks>={kernel_problem.MIN_TASK_MACS}"
     return _shared_runner(
-        prob, schedule, threads, parallel, name, default_cache_dir(), host_features(),
+        prob,
+        schedule,
+        threads,
+        parallel,
+        name,
+        default_cache_dir(),
+        host_features(),
         cache_generation(),
-    )  # fmt: skip
+    )
 
 
 #: The Runners kept for the next Linear after their last Linear is gone (the

@@ -81,42 +81,8 @@ def roofline_plot(rows: list[Row], machine: Machine, out_dir, stem: str = "roofl
         )
     else:
         ax.axvline(machine.ridge, color="0.6", ls=":", label=f"ridge {machine.ridge:.2f} F/B")
-    others: dict = {}
-    seen = set()
-    for r in rows:
-        km = r.model
-        x = km.intensity
-        mk = _marker(r.shape, others)
-        lab = f"{r.name} {r.shape_text}"
-        ax.scatter(
-            [x], [km.attainable(machine) / 1e9], color=_color(r.variant), marker=mk, s=70, zorder=3,
-            label=f"{lab} (model)" if lab not in seen else None,
-        )  # fmt: skip
-        ach = r.achieved()
-        if ach is not None:
-            ax.scatter(
-                [x], [ach / 1e9], facecolors="none", edgecolors=_color(r.variant), marker=mk,
-                s=70, lw=1.5, zorder=3, label=f"{lab} (measured)",
-            )  # fmt: skip
-        seen.add(lab)
-    per_base: dict = {}
-    for b, r, s in shifts(rows):
-        # arrows leaving nearby points share a label stack (shapes with the
-        # same f32 intensity, e.g. every M = 1 GEMV, would overlap otherwise)
-        k = per_base.setdefault(round(float(np.log10(b.model.intensity)), 1), [0])
-        p0 = (b.model.intensity, b.model.attainable(machine) / 1e9)
-        p1 = (r.model.intensity, r.model.attainable(machine) / 1e9)
-        ax.annotate(
-            "", xy=p1, xytext=p0,
-            arrowprops={"arrowstyle": "->", "color": _color(r.variant), "lw": 1.2,
-                        "connectionstyle": f"arc3,rad={0.25 * (k[0] + 1)}"},
-        )  # fmt: skip
-        ax.text(
-            p0[0] * 1.08, min(p0[1], p1[1]) * 0.72 ** (k[0] + 1),
-            s.label if len({x.shape for x in rows}) == 1 else f"{r.shape_text}: {s.label}",
-            fontsize=8, color=_color(r.variant), ha="left", va="top",
-        )  # fmt: skip
-        k[0] += 1
+    _plot_points(ax, rows, machine)
+    _plot_shifts(ax, rows, machine)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -130,6 +96,73 @@ def roofline_plot(rows: list[Row], machine: Machine, out_dir, stem: str = "roofl
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return _save(fig, Path(out_dir), stem)
+
+
+def _plot_points(ax, rows: list[Row], machine: Machine) -> None:
+    """One point per row: filled at the modelled rate, hollow at the measured one."""
+    others: dict = {}
+    seen = set()
+    for r in rows:
+        km = r.model
+        x = km.intensity
+        mk = _marker(r.shape, others)
+        lab = f"{r.name} {r.shape_text}"
+        ax.scatter(
+            [x],
+            [km.attainable(machine) / 1e9],
+            color=_color(r.variant),
+            marker=mk,
+            s=70,
+            zorder=3,
+            label=f"{lab} (model)" if lab not in seen else None,
+        )
+        ach = r.achieved()
+        if ach is not None:
+            ax.scatter(
+                [x],
+                [ach / 1e9],
+                facecolors="none",
+                edgecolors=_color(r.variant),
+                marker=mk,
+                s=70,
+                lw=1.5,
+                zorder=3,
+                label=f"{lab} (measured)",
+            )
+        seen.add(lab)
+
+
+def _plot_shifts(ax, rows: list[Row], machine: Machine) -> None:
+    """An arrow from f32 to each mx variant at the same shape, labelled with
+    the decomposition of the intensity shift."""
+    per_base: dict = {}
+    for b, r, s in shifts(rows):
+        # arrows leaving nearby points share a label stack (shapes with the
+        # same f32 intensity, e.g. every M = 1 GEMV, would overlap otherwise)
+        k = per_base.setdefault(round(float(np.log10(b.model.intensity)), 1), [0])
+        p0 = (b.model.intensity, b.model.attainable(machine) / 1e9)
+        p1 = (r.model.intensity, r.model.attainable(machine) / 1e9)
+        ax.annotate(
+            "",
+            xy=p1,
+            xytext=p0,
+            arrowprops={
+                "arrowstyle": "->",
+                "color": _color(r.variant),
+                "lw": 1.2,
+                "connectionstyle": f"arc3,rad={0.25 * (k[0] + 1)}",
+            },
+        )
+        ax.text(
+            p0[0] * 1.08,
+            min(p0[1], p1[1]) * 0.72 ** (k[0] + 1),
+            s.label if len({x.shape for x in rows}) == 1 else f"{r.shape_text}: {s.label}",
+            fontsize=8,
+            color=_color(r.variant),
+            ha="left",
+            va="top",
+        )
+        k[0] += 1
 
 
 def time_plot(rows: list[Row], machine: Machine, out_dir, stem: str = "time") -> list[Path]:
@@ -156,19 +189,26 @@ def time_plot(rows: list[Row], machine: Machine, out_dir, stem: str = "time") ->
             ]
             if measured:
                 bars.append(
-                    ("measured", r.measured.median if r.measured else None,
-                     b.measured.median if b and b.measured else None)
-                )  # fmt: skip
+                    (
+                        "measured",
+                        r.measured.median if r.measured else None,
+                        b.measured.median if b and b.measured else None,
+                    )
+                )
             for kind, t, tb in bars:
                 x = i + (k - (per - 1) / 2) * width
                 k += 1
                 if t is None:
                     continue
                 ax.bar(
-                    x, t * 1e9, width * 0.9, color=_color(r.variant) if kind == "model" else "none",
-                    edgecolor=_color(r.variant), hatch=None if kind == "model" else "//",
+                    x,
+                    t * 1e9,
+                    width * 0.9,
+                    color=_color(r.variant) if kind == "model" else "none",
+                    edgecolor=_color(r.variant),
+                    hatch=None if kind == "model" else "//",
                     label=f"{v} ({kind})" if i == 0 else None,
-                )  # fmt: skip
+                )
                 txt = (
                     f"{t * 1e9:,.1f} ns"
                     if t < 1e-6

@@ -70,9 +70,19 @@ def _ns(t: float | None) -> str:
 def roofline_table(rows: list[Row], machine: Machine) -> str:
     """The text table: bytes, FLOPs (useful/dequant), intensity, times, ratio."""
     head = (
-        "variant", "shape", "bytes", "FLOPs", "useful", "dequant", "I (F/B)",
-        "attain GF/s", "bound", "model ns", "measured ns", "meas/model",
-    )  # fmt: skip
+        "variant",
+        "shape",
+        "bytes",
+        "FLOPs",
+        "useful",
+        "dequant",
+        "I (F/B)",
+        "attain GF/s",
+        "bound",
+        "model ns",
+        "measured ns",
+        "meas/model",
+    )
     lines = [head]
     for r in rows:
         km = r.model

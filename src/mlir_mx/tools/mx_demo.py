@@ -100,12 +100,18 @@ def run(args) -> int:
     fused = PipelineElement.of("mx-to-linalg", matmul_lowering="fused") + lower
     runs = [
         ("2. v1 block_matmul, mx x f32, scalar loops (the v1 fused generic)", False, fused),
-        ("3. same kernel tiled [8,32,32] + mx-pin-map-constants + vectorized", False,
-         load_pipeline("mx-vectorize") + lower),
+        (
+            "3. same kernel tiled [8,32,32] + mx-pin-map-constants + vectorized",
+            False,
+            load_pipeline("mx-vectorize") + lower,
+        ),
         ("4. both operands quantized (mx x mx), fused, scalar loops", True, fused),
-        ("5. mx x mx, blocked lowering (the default: ~1.03x f32 FLOPs), vectorized", True,
-         load_pipeline("mx-vectorize-blocked") + lower),
-    ]  # fmt: skip
+        (
+            "5. mx x mx, blocked lowering (the default: ~1.03x f32 FLOPs), vectorized",
+            True,
+            load_pipeline("mx-vectorize-blocked") + lower,
+        ),
+    ]
     for title, rhs_mx, pipeline in runs:
         print(f"\n{title}: {M}x{N}x{K}, f8E4M3FN")
         t0 = time.perf_counter()
@@ -149,8 +155,10 @@ def _kernels_demo(rng) -> bool:
     """The generated kernels (the Runner's default): every shape class, 1 and 2 threads."""
     from mlir_mx.host import features_summary
 
-    print(f"\n6. the generated kernels (Runner default: mx-matmul-kernels), mx x mx f8E4M3FN;"
-          f" CPU features: {features_summary()}")  # fmt: skip
+    print(
+        f"\n6. the generated kernels (Runner default: mx-matmul-kernels), mx x mx f8E4M3FN;"
+        f" CPU features: {features_summary()}"
+    )
     ok = True
     for m, n, k in ((1, 2048, 2048), (8, 1024, 1024), (128, 512, 512)):
         a = quantize(rng.standard_normal((m, k)).astype(np.float32), "f8E4M3FN", B)
@@ -172,9 +180,11 @@ def _kernels_demo(rng) -> bool:
         good = bool(np.all(np.abs(outs[0] - da @ db) <= bound))
         same = np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
         ok &= good and same
-        print(f"   {m}x{n}x{k}: {'OK' if good else 'FAILED'} vs exact; 1 and 2 threads "
-              f"{'bit-identical' if same else 'DIFFER'}; {times[0] * 1e3:.3f} / "
-              f"{times[1] * 1e3:.3f} ms (1 / 2 threads), numpy f32 {t_np * 1e3:.3f} ms")  # fmt: skip
+        print(
+            f"   {m}x{n}x{k}: {'OK' if good else 'FAILED'} vs exact; 1 and 2 threads "
+            f"{'bit-identical' if same else 'DIFFER'}; {times[0] * 1e3:.3f} / "
+            f"{times[1] * 1e3:.3f} ms (1 / 2 threads), numpy f32 {t_np * 1e3:.3f} ms"
+        )
     return ok
 
 
@@ -190,8 +200,10 @@ def _library_demo(rng) -> bool:
     t0 = time.perf_counter()
     same = w.bitwise_equal(quantize(w32, "f4E2M1FN", B))
     t_oracle = time.perf_counter() - t0
-    print(f"   mlir_mx.quantize (compiled): {t_fast * 1e3:.2f} ms, bit-exact with the numpy "
-          f"oracle ({t_oracle * 1e3:.0f} ms): {'yes' if same else 'NO'}")  # fmt: skip
+    print(
+        f"   mlir_mx.quantize (compiled): {t_fast * 1e3:.2f} ms, bit-exact with the numpy "
+        f"oracle ({t_oracle * 1e3:.0f} ms): {'yes' if same else 'NO'}"
+    )
     lin = mlir_mx.Linear(w)
     x = rng.standard_normal((17, 2048)).astype(np.float32)
     dw = dequantize(w).astype(np.float64)
@@ -201,9 +213,11 @@ def _library_demo(rng) -> bool:
     rows = [lin(x[:m]) for m in (1, 8)]
     invariant = all(np.array_equal(r.view(np.uint32), y[: len(r)].view(np.uint32)) for r in rows)
     bits = 8 * lin.nbytes / w.codes.size
-    print(f"   {bits:.2f} bits per weight in memory; M = 17: {'OK' if good else 'FAILED'} vs "
-          f"exact; rows of M = 1 and 8 {'bit-identical' if invariant else 'DIFFER'} to M = 17; "
-          f"{lin.threads} thread(s)")  # fmt: skip
+    print(
+        f"   {bits:.2f} bits per weight in memory; M = 17: {'OK' if good else 'FAILED'} vs "
+        f"exact; rows of M = 1 and 8 {'bit-identical' if invariant else 'DIFFER'} to M = 17; "
+        f"{lin.threads} thread(s)"
+    )
     return good and invariant and same
 
 

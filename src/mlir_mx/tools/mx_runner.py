@@ -57,18 +57,35 @@ OPTIONS:
 
 
 _VALUE_OPTIONS = {
-    "-e": "entry", "--e": "entry", "-entry-point": "entry", "--entry-point": "entry",
-    "--entry-point-result": "result", "-entry-point-result": "result",
-    "--shared-libs": "libs", "-shared-libs": "libs", "--pass-pipeline": "pipeline",
-    "--threads": "threads", "-threads": "threads", "--schedule": "schedule", "-schedule": "schedule",
-}  # fmt: skip
+    "-e": "entry",
+    "--e": "entry",
+    "-entry-point": "entry",
+    "--entry-point": "entry",
+    "--entry-point-result": "result",
+    "-entry-point-result": "result",
+    "--shared-libs": "libs",
+    "-shared-libs": "libs",
+    "--pass-pipeline": "pipeline",
+    "--threads": "threads",
+    "-threads": "threads",
+    "--schedule": "schedule",
+    "-schedule": "schedule",
+}
 
 
 def _parse(argv: list[str]) -> dict | str:
     """The options (``--name=value`` or ``--name value``); a bad command line
     is a :class:`UsageError` (exit status 2) that quotes the value as typed."""
-    opts = {"input": None, "entry": "main", "result": "void", "libs": None, "opt": 3,
-            "pipeline": None, "threads": None, "schedule": "auto"}  # fmt: skip
+    opts = {
+        "input": None,
+        "entry": "main",
+        "result": "void",
+        "libs": None,
+        "opt": 3,
+        "pipeline": None,
+        "threads": None,
+        "schedule": "auto",
+    }
     i = 0
     while i < len(argv):
         a = argv[i]

@@ -189,8 +189,12 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
         # The MX bytes now live in the layers' own arrays: their pages of the
         # memory map would count in the RSS until the map is closed.
         files.release()
-        model.mx_source = {"layout": layout, "files": dict(files.where),
-                           "metadata": files.metadata, "sharded": files.sharded}  # fmt: skip
+        model.mx_source = {
+            "layout": layout,
+            "files": dict(files.where),
+            "metadata": files.metadata,
+            "sharded": files.sharded,
+        }
     return model
 
 
@@ -427,12 +431,27 @@ def _quantization_config(model, layout: str) -> dict:
     compressed-tensors' ``mxfp4-pack-quantized`` (the ``nn.Linear`` layers kept
     in ``ignore``)."""
     if layout == GPT_OSS:
-        kept = sorted({n for n, m in model.named_modules()
-                       if isinstance(m, torch.nn.Linear) or isinstance(m, torch.nn.Embedding)})  # fmt: skip
+        kept = sorted(
+            {
+                n
+                for n, m in model.named_modules()
+                if isinstance(m, torch.nn.Linear) or isinstance(m, torch.nn.Embedding)
+            }
+        )
         return {"quant_method": GPT_OSS, "modules_to_not_convert": kept}
     kept = sorted(n for n, m in model.named_modules() if type(m) is torch.nn.Linear)
-    weights = {"num_bits": 4, "type": "float", "strategy": "group", "group_size": _BLOCK,
-               "symmetric": True, "scale_dtype": "torch.uint8"}  # fmt: skip
+    weights = {
+        "num_bits": 4,
+        "type": "float",
+        "strategy": "group",
+        "group_size": _BLOCK,
+        "symmetric": True,
+        "scale_dtype": "torch.uint8",
+    }
     group = {"targets": ["Linear"], "weights": weights, "format": "mxfp4-pack-quantized"}
-    return {"quant_method": COMPRESSED, "format": "mxfp4-pack-quantized",
-            "config_groups": {"group_0": group}, "ignore": kept}  # fmt: skip
+    return {
+        "quant_method": COMPRESSED,
+        "format": "mxfp4-pack-quantized",
+        "config_groups": {"group_0": group},
+        "ignore": kept,
+    }

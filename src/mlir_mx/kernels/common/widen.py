@@ -255,8 +255,16 @@ class Decoder:
         v8 = kb.vec(8, kb.i32)
         out = []
         for half in (0, 8):  # bytes 0-7 / 8-15 of each lane: vpunpck{l,h}bw
-            words = kb.shuffle(low, high, [j for lane in (0, 16) for i in range(half, half + 8)
-                                           for j in (lane + i, 32 + lane + i)])  # fmt: skip
+            words = kb.shuffle(
+                low,
+                high,
+                [
+                    j
+                    for lane in (0, 16)
+                    for i in range(half, half + 8)
+                    for j in (lane + i, 32 + lane + i)
+                ],
+            )
             w = kb.vbitcast(words, 8, kb.i32)
             # Each dword holds two bf16 words: the even one shifted up, the
             # odd one masked in place, are f32 (vpslld, and the mask as a

@@ -132,10 +132,11 @@ class DotOps:
             return self._dot512(acc, a_words, b_bytes)
         kb = self.kb
         halves = [
-            self._dot256(kb.slice(acc, 8 * h, 8), kb.slice(a_words, 8 * h, 8),
-                         kb.slice(b_bytes, 32 * h, 32))
+            self._dot256(
+                kb.slice(acc, 8 * h, 8), kb.slice(a_words, 8 * h, 8), kb.slice(b_bytes, 32 * h, 32)
+            )
             for h in (0, 1)
-        ]  # fmt: skip
+        ]
         return kb.shuffle(halves[0], halves[1], list(range(16)))
 
     def pairs(self, a_words, b_bytes) -> ir.Value:
@@ -153,10 +154,12 @@ class DotOps:
         v8i, v16h = kb.vec(8, kb.i32), kb.vec(16, kb.i16)
         ones = kb.const(1, v16h)
         halves = [
-            kb.add(kb.slice(acc, 8 * h, 8), kb.intrinsic("llvm.x86.avx2.pmadd.wd", v8i,
-                                                         [kb.slice(pairs, 16 * h, 16), ones]))
+            kb.add(
+                kb.slice(acc, 8 * h, 8),
+                kb.intrinsic("llvm.x86.avx2.pmadd.wd", v8i, [kb.slice(pairs, 16 * h, 16), ones]),
+            )
             for h in (0, 1)
-        ]  # fmt: skip
+        ]
         return kb.shuffle(halves[0], halves[1], list(range(16)))
 
     def lookup(self, table: ir.Value, idx: ir.Value) -> ir.Value:
@@ -166,10 +169,13 @@ class DotOps:
             return kb.intrinsic("llvm.x86.avx512.pshuf.b.512", idx.type, [table, idx])
         v32 = kb.vec(32, kb.i8)
         halves = [
-            kb.intrinsic("llvm.x86.avx2.pshuf.b", v32, [kb.slice(table, 32 * h, 32),
-                                                         kb.slice(idx, 32 * h, 32)])
+            kb.intrinsic(
+                "llvm.x86.avx2.pshuf.b",
+                v32,
+                [kb.slice(table, 32 * h, 32), kb.slice(idx, 32 * h, 32)],
+            )
             for h in (0, 1)
-        ]  # fmt: skip
+        ]
         return kb.shuffle(halves[0], halves[1], list(range(64)))
 
     def _dot512(self, acc, a_words, b_bytes) -> ir.Value:

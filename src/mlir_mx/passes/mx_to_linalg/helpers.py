@@ -395,9 +395,12 @@ def exponent_add(mant, scale, qm, qs, p: int | ir.Value, t: MXTensorType):
         return [b.select(keep, s, r)]
 
     new_scale = generic(
-        [scale, qs, *extra], [empty(t.scale_shape, scalar_type(t.scale_type))],
-        [identity_map(srank)] * 2 + scalar + [identity_map(srank)], [PARALLEL] * srank, scale_body,
-    )[0]  # fmt: skip
+        [scale, qs, *extra],
+        [empty(t.scale_shape, scalar_type(t.scale_type))],
+        [identity_map(srank)] * 2 + scalar + [identity_map(srank)],
+        [PARALLEL] * srank,
+        scale_body,
+    )[0]
 
     ident, blk = identity_map(rank), block_map(rank, t.block_axis, t.block_size)
     scalar = [ir.AffineMap.get(rank, 0, [])] if runtime else []
@@ -407,7 +410,10 @@ def exponent_add(mant, scale, qm, qs, p: int | ir.Value, t: MXTensorType):
         return [b.select(b.ori(add, keep), m, q)]
 
     new_mant = generic(
-        [mant, qm, scale, *extra], [empty(t.shape, scalar_type(t.element_type))],
-        [ident, ident, blk] + scalar + [ident], [PARALLEL] * rank, mant_body,
-    )[0]  # fmt: skip
+        [mant, qm, scale, *extra],
+        [empty(t.shape, scalar_type(t.element_type))],
+        [ident, ident, blk] + scalar + [ident],
+        [PARALLEL] * rank,
+        mant_body,
+    )[0]
     return new_mant, new_scale

@@ -233,9 +233,12 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
         return [h.contracted_fma(av, bv, c)]
 
     partial_op_results = h.generic(
-        [a3, b3], [init], [pmap(0, 2, 3), pmap(2, 3, 1), pmap(0, 2, 1)],
-        [h.PARALLEL, h.PARALLEL, h.PARALLEL, h.REDUCTION], partial_body,
-    )  # fmt: skip
+        [a3, b3],
+        [init],
+        [pmap(0, 2, 3), pmap(2, 3, 1), pmap(0, 2, 1)],
+        [h.PARALLEL, h.PARALLEL, h.PARALLEL, h.REDUCTION],
+        partial_body,
+    )
     partials = partial_op_results[0]
     sub_byte = _sub_byte(lt.element_type) or _sub_byte(b_elem)
     tag_kernel(partials, KernelTag.BLOCK_PARTIALS_SUBBYTE if sub_byte else KernelTag.BLOCK_PARTIALS)
