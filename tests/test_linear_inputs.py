@@ -35,10 +35,10 @@ import numpy as np
 import pytest
 
 import mlir_mx
+from mlir_mx import oracle
 from mlir_mx.host import MAX_THREADS
 from mlir_mx.linear import Activations
-from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, is_packed_storage, quantize
-from mlir_mx.numerics.matmul import blocked_order, matmul_reference
+from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, is_packed_storage
 
 _SUB_BYTE = [name for name, f in ELEMENT_FORMATS.items() if f.is_sub_byte]
 
@@ -46,7 +46,7 @@ _SUB_BYTE = [name for name, f in ELEMENT_FORMATS.items() if f.is_sub_byte]
 
 def _weight(element="f8E4M3FN", shape=(64, 64), seed=0):
     rng = np.random.default_rng(seed)
-    return quantize(rng.standard_normal(shape).astype(np.float32), element, 32)
+    return oracle.quantize(rng.standard_normal(shape).astype(np.float32), element, 32)
 
 
 def _same_bits(got, want):
@@ -81,31 +81,31 @@ def test_f1_subbyte_activations_either_storage_at_every_shape_class(weight, act,
     w_packed = (_SUB_BYTE.index(act) + act_packed) % 2 == 1  # each weight: both storages
     out = 8 if w_packed else 5
     rng = np.random.default_rng(_SUB_BYTE.index(act) * 2 + act_packed)
-    w = quantize(rng.standard_normal((out, k)).astype(np.float32), weight, block)
+    w = oracle.quantize(rng.standard_normal((out, k)).astype(np.float32), weight, block)
     lin = mlir_mx.Linear(w, threads=1)
     assert lin.packed == (w_packed and ELEMENT_FORMATS[weight].is_sub_byte)
     b = MXArray(w.codes.T.copy(), w.scales.T.copy(), weight, block, 0)
     xf = rng.standard_normal((60, k)).astype(np.float32)
     rows = {}
     for m in (1, 60):
-        x = quantize(xf[:m], act, block)
+        x = oracle.quantize(xf[:m], act, block)
         assert x.is_packed == act_packed == is_packed_storage((m, k), act)
         rows[m] = y = lin(x)
         zero = np.zeros((m, out), np.float32)
-        _same_bits(y, blocked_order(x, b, zero))
-        exact, bound, inside = matmul_reference(x, b, zero)
+        _same_bits(y, oracle.blocked_order(x, b, zero))
+        exact, bound, inside = oracle.matmul_reference(x, b, zero)
         assert inside.all() and np.all(np.abs(y - exact) <= bound)
-    assert lin.schedule(quantize(xf[:60], act, block)).endswith("prefill")
+    assert lin.schedule(oracle.quantize(xf[:60], act, block)).endswith("prefill")
     _same_bits(rows[1], rows[60][:1])  # a row's result does not depend on its batch
 
 
 @pytest.mark.parametrize("shape", [(0, 64), (8, 0), (0, 0)])
 @pytest.mark.parametrize("element", ["f8E4M3FN", "f4E2M1FN"])
 def test_f2_linear_out0_zerodivision(shape, element):
-    lin = mlir_mx.Linear(quantize(np.zeros(shape, np.float32), element, 32), threads=1)
+    lin = mlir_mx.Linear(oracle.quantize(np.zeros(shape, np.float32), element, 32), threads=1)
     for m in (0, 1, 8, 48, 49, 60):
         for x in (np.ones((m, shape[1]), np.float32),
-                  quantize(np.ones((m, shape[1]), np.float32), "f8E5M2", 32)):  # fmt: skip
+                  oracle.quantize(np.ones((m, shape[1]), np.float32), "f8E5M2", 32)):  # fmt: skip
             y = lin(x)
             assert y.shape == (m, shape[0]) and y.dtype == np.float32 and not y.any()
     assert lin(np.ones(shape[1], np.float32)).shape == (shape[0],)
@@ -161,7 +161,7 @@ def test_f4_readonly_mx_activation_and_the_write_analysis(threads):
     w = _weight("f4E2M1FN", (64, 64))
     rng = np.random.default_rng(2)
     for m in (3, 60):
-        xq = quantize(rng.standard_normal((m, 64)).astype(np.float32), "f8E4M3FN", 32)
+        xq = oracle.quantize(rng.standard_normal((m, 64)).astype(np.float32), "f8E4M3FN", 32)
         codes, scales = xq.codes.copy(), xq.scales.copy()
         codes.setflags(write=False)
         scales.setflags(write=False)
@@ -188,7 +188,8 @@ def test_f4_readonly_mx_activation_and_the_write_analysis(threads):
 def test_f4_messages_name_x_not_arg0():
     lin = mlir_mx.Linear(_weight(), threads=1)
     # The kernel calls Linear binds name its arguments in Linear's terms.
-    x, xq = np.ones((1, 64), np.float32), quantize(np.ones((1, 64), np.float32), "f8E4M3FN", 32)
+    x = np.ones((1, 64), np.float32)
+    xq = oracle.quantize(x, "f8E4M3FN", 32)
     f32_call = lin._bound(Activations(None, False, None), 1, 1)
     with pytest.raises(ValueError, match=r"^x: array is not C-contiguous"):
         f32_call(np.ones((1, 128), np.float32)[:, ::2], np.zeros((1, 64), np.float32))
@@ -261,8 +262,8 @@ def test_one_block_along_k_at_several_threads(threads):
     suite: a kept view of the MXArray's read-only scales was refused by the
     multi-threaded kernels; the Linear now holds arrays of its own)."""
     rng = np.random.default_rng(5)
-    w = quantize(rng.standard_normal((128, 64)).astype(np.float32), "i8", 64)
-    x = quantize(rng.standard_normal((17, 64)).astype(np.float32), "f8E4M3FN", 64)
+    w = oracle.quantize(rng.standard_normal((128, 64)).astype(np.float32), "i8", 64)
+    x = oracle.quantize(rng.standard_normal((17, 64)).astype(np.float32), "f8E4M3FN", 64)
     y = mlir_mx.Linear(w, threads=threads)(x)
     b = MXArray(w.codes.T.copy(), w.scales.T.copy(), "i8", 64, 0)
-    _same_bits(y, blocked_order(x, b, np.zeros((17, 128), np.float32)))
+    _same_bits(y, oracle.blocked_order(x, b, np.zeros((17, 128), np.float32)))

@@ -22,10 +22,11 @@ import pytest
 from memory_cases import referenced_bytes
 
 import mlir_mx
+from mlir_mx import oracle
 from mlir_mx.kernels.common.problem import tile_b_codes
 from mlir_mx.kernels.dot.layout import KINDS, RecordLayout, dot_kind, pack_records
 from mlir_mx.linear import layout
-from mlir_mx.numerics import MXArray, element_format, pack_codes, quantize
+from mlir_mx.numerics import MXArray, element_format, pack_codes
 
 #: The i8 dot unit serves i8 x FP4 here (AVX512-VNNI, AVX-VNNI, or AVX2's
 #: vpmaddubsw where it cannot saturate): the FP4 records stand alone.
@@ -35,7 +36,7 @@ I8_UNIT = dot_kind("i8", "f4E2M1FN", 32) == KINDS["i8"]
 
 def _weight(element="f4E2M1FN", n=128, k=256, seed=0) -> MXArray:
     rng = np.random.default_rng(seed)
-    return quantize(rng.standard_normal((n, k)).astype(np.float32), element, 32)
+    return oracle.quantize(rng.standard_normal((n, k)).astype(np.float32), element, 32)
 
 
 def _every_code(element: str, n: int, k: int, seed=0) -> MXArray:
@@ -72,10 +73,10 @@ def test_one_form_is_held_before_and_after_every_kind_of_call(monkeypatch, acts,
     x = np.random.default_rng(1).standard_normal((70, 256)).astype(np.float32)
     for m in (1, 5, 70):  # decode, small, prefill
         got = lin(x[:m])
-        want = ref(x[:m] if acts is None else quantize(x[:m], acts, 32))
+        want = ref(x[:m] if acts is None else oracle.quantize(x[:m], acts, 32))
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
         for aelem in ("i8", "f6E3M2FN"):  # the records' unit, and i16 (derived per call)
-            xq = quantize(x[:m], aelem, 32)
+            xq = oracle.quantize(x[:m], aelem, 32)
             np.testing.assert_array_equal(lin(xq).view(np.uint32), ref(xq).view(np.uint32))
         assert lin.nbytes == w.nbytes and _bits(lin, elements=w.size) == 4.25
 
@@ -99,9 +100,9 @@ def test_records_beside_the_stored_form_where_they_cannot_stand_alone(element):
     x = np.random.default_rng(3).standard_normal((70, 256)).astype(np.float32)
     for m in (1, 5, 70):
         assert lin.schedule(x[:m]).startswith("int-")
-        want = ref(quantize(x[:m], "i8", 32))
+        want = ref(oracle.quantize(x[:m], "i8", 32))
         np.testing.assert_array_equal(lin(x[:m]).view(np.uint32), want.view(np.uint32))
-        xq = quantize(x[:m], "f4E2M1FN", 32)  # MX x: the dot kernels on the records too
+        xq = oracle.quantize(x[:m], "f4E2M1FN", 32)  # MX x: the dot kernels on the records too
         np.testing.assert_array_equal(lin(xq).view(np.uint32), ref(xq).view(np.uint32))
     back = lin.weight()
     np.testing.assert_array_equal(back.packed_codes(), w.packed_codes())

@@ -1,7 +1,7 @@
 """Quantize and dequantize at memory speed: ``mlir_mx.quantize`` / ``mlir_mx.dequantize``.
 
-The same results as the numpy oracle (:func:`mlir_mx.numerics.quantize`,
-:func:`mlir_mx.numerics.dequantize`), bit for bit, computed by the compiled
+The same results as the numpy oracle (:func:`mlir_mx.oracle.quantize`,
+:func:`mlir_mx.oracle.dequantize`), bit for bit, computed by the compiled
 kernels of :mod:`mlir_mx.kernels.convert.emitter` (the numerics of the dialect's
 ``mx.quantize_block`` / ``mx.dequantize_block`` lowering, vectorized and
 multi-threaded)::

@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mlir_mx import numerics as N
+from mlir_mx import oracle
 from mlir_mx.host import has_features
 from mlir_mx.kernels.registry import SCHEDULES
-from mlir_mx.numerics.matmul import matmul_bound, matmul_reference
+from mlir_mx.numerics.matmul import matmul_bound
 from mlir_mx.passes.pipeline import Pipeline, PipelineElement, as_pipeline
 from mlir_mx_testing.programs import Program, random_inputs, random_program
 
@@ -164,7 +165,7 @@ def register_variant(variant: Variant) -> None:
 
 
 def _value(v) -> np.ndarray:
-    return N.dequantize(v) if isinstance(v, N.MXArray) else v
+    return oracle.dequantize(v) if isinstance(v, N.MXArray) else v
 
 
 def evaluate(p: Program, args: list) -> list:
@@ -175,12 +176,12 @@ def evaluate(p: Program, args: list) -> list:
         env[spec[1] if isinstance(spec, tuple) else spec.name] = a
     for kind, out, *ins in p.ops:
         if kind == "quantize":
-            env[out.name] = N.quantize(env[ins[0].name], out.mx[0], out.mx[1], axis=out.mx[2])
+            env[out.name] = oracle.quantize(env[ins[0].name], out.mx[0], out.mx[1], axis=out.mx[2])
         elif kind == "dequantize":
-            env[out.name] = N.dequantize(env[ins[0].name])
+            env[out.name] = oracle.dequantize(env[ins[0].name])
         elif kind == "fold":
             alpha = ins[1][1] if ins[1][0] == "const" else env[ins[1][1]]
-            env[out.name] = N.fold_scale(env[ins[0].name], alpha)
+            env[out.name] = oracle.fold_scale(env[ins[0].name], alpha)
         else:
             a, b, acc = (env[v.name] for v in ins)
             env[out.name] = _matmul_reference(a, b, acc)
@@ -189,8 +190,8 @@ def evaluate(p: Program, args: list) -> list:
 
 def _matmul_reference(a: N.MXArray, b, acc: np.ndarray):
     """The claim of docs/numerics.md as a checkable condition on the operands
-    (:func:`mlir_mx.numerics.matmul.matmul_reference`)."""
-    exact, bound, inside = matmul_reference(a, b, acc)
+    (:func:`mlir_mx.oracle.matmul_reference`)."""
+    exact, bound, inside = oracle.matmul_reference(a, b, acc)
     return ("matmul", exact, bound, inside)
 
 

@@ -26,9 +26,9 @@ import textwrap
 import numpy as np
 import pytest
 
+from mlir_mx import oracle
 from mlir_mx.interop.gguf import read_gguf, write_gguf
 from mlir_mx.interop.gguf_format import check_tensor, parse_gguf
-from mlir_mx.numerics import quantize
 
 gguf = pytest.importorskip("gguf", reason="GGUF interop needs the gguf package (mlir-mx[gguf])")
 
@@ -36,7 +36,7 @@ NOT_READABLE = "not a readable GGUF file"
 
 
 def _weight(shape=(8, 64), seed=0):
-    return quantize(
+    return oracle.quantize(
         np.random.default_rng(seed).standard_normal(shape).astype(np.float32), "f4E2M1FN", 32
     )
 
@@ -196,7 +196,7 @@ def test_f10_write_gguf_truncates_on_error(tmp_path):
     bad = type(good)(good.codes, nan, good.element, good.block_size, good.axis)
     _write_fails(path, {"w": good, "b": bad}, {}, ValueError, "scale byte 255")
     assert list(read_gguf(path)) == ["w"]
-    empty = quantize(np.zeros((0, 64), np.float32), "f4E2M1FN", 32)
+    empty = oracle.quantize(np.zeros((0, 64), np.float32), "f4E2M1FN", 32)
     write_gguf(path, {"w": good, "e": empty})
     back = read_gguf(path)
     assert back["w"].bitwise_equal(good) and back["e"].bitwise_equal(empty)

@@ -1,9 +1,9 @@
 """Right answers at the edges of the f32 range: scale products that overflow,
 activations near the top of the range and subnormal activations, as property
 tests over the edge, against the claim stated as a condition
-(``mlir_mx.numerics.matmul.matmul_reference``, docs/numerics.md) and, bit for
+(``mlir_mx.oracle.matmul_reference``, docs/numerics.md) and, bit for
 bit, against the blocked order emulated in numpy
-(``mlir_mx.numerics.matmul.blocked_order``: every schedule computes exactly
+(``mlir_mx.oracle.blocked_order``: every schedule computes exactly
 it).  Each bullet is one reproducer (its name in the tests' names):
 
 * f9_scale_product_overflow_nan: a zero block product meeting a scale
@@ -33,10 +33,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mlir_mx
+from mlir_mx import oracle
 from mlir_mx.execution import Runner
 from mlir_mx.kernels import SCHEDULES
-from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, decode_elements, finite_codes, quantize
-from mlir_mx.numerics.matmul import blocked_order, matmul_reference
+from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, decode_elements, finite_codes
 
 PROPS = settings(
     max_examples=25,
@@ -128,7 +128,7 @@ def test_f9_scale_product_overflow_nan(runners, seed, pair, top):
     a = _edge_mx(rng, (M, K), ea, 1, top)
     b = _edge_mx(rng, (K, N), eb, 0, top)
     acc = np.full((M, N), 5.0, np.float32)
-    exact, bound, inside = matmul_reference(a, b, acc)
+    exact, bound, inside = oracle.matmul_reference(a, b, acc)
     outs = []
     turn = _PAIRS.index(pair)
     for i, name in enumerate(SCHEDULES):
@@ -136,7 +136,7 @@ def test_f9_scale_product_overflow_nan(runners, seed, pair, top):
         outs.append(runners(ea, eb, name, threads).mm(a, b, acc.copy()))
     _check(outs[0], exact, bound, inside)
     assert inside.any()
-    want = blocked_order(a, b, acc)
+    want = oracle.blocked_order(a, b, acc)
     for o in outs:
         _same_bits(o, want)
 
@@ -147,7 +147,7 @@ def test_f9_zero_block_against_2_to_the_128_is_exact(runners):
     x[0, 0], x[0, 1] = 2.0**127, 1.0
     w = np.zeros((K, N), np.float32)
     w[1:, :] = 2.0**17
-    a, b = quantize(x, "f8E4M3FN", 32), quantize(w, "f8E4M3FN", 32, axis=0)
+    a, b = oracle.quantize(x, "f8E4M3FN", 32), oracle.quantize(w, "f8E4M3FN", 32, axis=0)
     acc = np.full((M, N), 5.0, np.float32)
     for name in SCHEDULES:
         got = runners("f8E4M3FN", "f8E4M3FN", name, 1).mm(a, b, acc.copy())
@@ -196,8 +196,8 @@ def test_f12_f8_linear_activations_across_the_f32_range(seed, elem, lo, rows, ed
     )
     got = mlir_mx.Linear(w, threads=threads)(x)
     zero = np.zeros((rows, N), np.float32)
-    _same_bits(got, blocked_order(x, _rhs(w), zero))
-    exact, bound, inside = matmul_reference(x, _rhs(w), zero)
+    _same_bits(got, oracle.blocked_order(x, _rhs(w), zero))
+    exact, bound, inside = oracle.matmul_reference(x, _rhs(w), zero)
     _check(got, exact, bound, inside)
     if not edge and lo + 28 < 90:  # far from overflow, every output is inside the claim
         assert inside.all()
@@ -222,7 +222,7 @@ def test_f8_one_nonzero_activation_is_one_rounding(seed, elem):
     ks = rng.integers(0, K, rows)
     x[np.arange(rows), ks] = (xv * rng.choice((-1, 1), rows)).astype(np.float32)
     got = mlir_mx.Linear(w, threads=1)(x)
-    _same_bits(got, blocked_order(x, _rhs(w), np.zeros((rows, N), np.float32)))
+    _same_bits(got, oracle.blocked_order(x, _rhs(w), np.zeros((rows, N), np.float32)))
     xe = x[np.arange(rows), ks].astype(np.float64)[:, None] * w.element_values()[:, ks].T  # exact
     prod = xe * w.scale_values()[:, ks // 32].T
     grid = np.ldexp(xe, 149) == np.floor(np.ldexp(xe, 149))
@@ -239,7 +239,7 @@ def test_f8_one_nonzero_activation_is_one_rounding(seed, elem):
 def test_f12_large_activations_are_exact():
     """The reproducer's case: x = 2^116 against FP4/FP6 weights."""
     for elem in ("f4E2M1FN", "f6E2M3FN", "f6E3M2FN"):
-        w = quantize(np.full((4, 32), 1.0, np.float32), elem, 32)
+        w = oracle.quantize(np.full((4, 32), 1.0, np.float32), elem, 32)
         x = np.zeros((1, 32), np.float32)
         x[0, 0] = 2.0**116
         y = mlir_mx.Linear(w, threads=1)(x)
@@ -248,7 +248,7 @@ def test_f12_large_activations_are_exact():
 
 def test_f8_subnormal_activations_are_not_flushed():
     """(a): x = 2^-149 against i8 weights: the exact, nonzero result."""
-    w = quantize(np.full((64, 32), 2.0**60, np.float32), "i8", 32)
+    w = oracle.quantize(np.full((64, 32), 2.0**60, np.float32), "i8", 32)
     x = np.zeros((1, 32), np.float32)
     for xv in (2.0**-149, 3 * 2.0**-140, 2.0**-126):
         x[0, 0] = xv
@@ -293,8 +293,8 @@ def test_f8_small_element_under_a_large_scale(elem):
             x[0, 0] = xv
             assert float(x[0, 0]) == xv  # an f32 value
             got = lin(x)
-            _same_bits(got, blocked_order(x, _rhs(w), np.zeros((1, 4), np.float32)))
-            exact, bound, inside = matmul_reference(x, _rhs(w), np.zeros((1, 4), np.float32))
+            _same_bits(got, oracle.blocked_order(x, _rhs(w), np.zeros((1, 4), np.float32)))
+            exact, bound, inside = oracle.matmul_reference(x, _rhs(w), np.zeros((1, 4), np.float32))
             assert inside.all()
             _check(got, exact, bound, inside)
             assert np.all(got == np.float32(want)), (elem, sb_exp, xv, got)
@@ -309,13 +309,13 @@ def test_f8_the_reproducers_own_numbers():
     inside the bound); the old flushing output for (a) is outside it."""
     wf = np.full((64, 32), 2.0**60, np.float32)
     wf[:, 0] = 2.0**48
-    w = quantize(wf, "f8E4M3FN", 32)
+    w = oracle.quantize(wf, "f8E4M3FN", 32)
     assert w.scale_values()[0, 0] == 2.0**52 and w.element_values()[0, 0] == 0.0625
     x = np.zeros((1, 32), np.float32)
     x[0, 0] = 2.0**-149
     y = mlir_mx.Linear(w, threads=1)(x)
-    exact, bound, inside = matmul_reference(x, _rhs(w), np.zeros((1, 64), np.float32))
+    exact, bound, inside = oracle.matmul_reference(x, _rhs(w), np.zeros((1, 64), np.float32))
     assert np.all(y == 0.0) and np.all(exact == 2.0**-101) and np.all(bound >= exact)
-    wi = quantize(np.full((64, 32), 2.0**60, np.float32), "i8", 32)
-    exact, bound, inside = matmul_reference(x, _rhs(wi), np.zeros((1, 64), np.float32))
+    wi = oracle.quantize(np.full((64, 32), 2.0**60, np.float32), "i8", 32)
+    exact, bound, inside = oracle.matmul_reference(x, _rhs(wi), np.zeros((1, 64), np.float32))
     assert inside.all() and np.all(np.abs(0.0 - exact) > bound)  # (a)'s old 0.0 is refused

@@ -93,7 +93,7 @@ class Problem:
     #: reads B as one sequential stream.  Needs ``n % TILE_COLUMNS == 0``.
     b_tiled: bool = False
     #: An f32 A quantized per call, inside the kernel, to this MX element
-    #: format (``mlir_mx.numerics.quantize`` semantics; dot kernels only).
+    #: format (``mlir_mx.oracle.quantize`` semantics; dot kernels only).
     a_quant: str | None = None
     #: B stored as the dot kernels' VNNI records of this dot kind ("i8",
     #: "i16", "bf16"; :mod:`mlir_mx.kernels.dot.layout`), scales included.

@@ -14,7 +14,7 @@ and its scales become f32 (E8M0 decoded by :mod:`.codec`; rows past M are zero).
 
 An MX A is decoded exactly (:mod:`.widen`).  An f32 A with
 ``Problem.a_quant`` is quantized here, block by block, exactly as
-:func:`mlir_mx.numerics.quantize` does (the FLOOR scale rule, RNE rounding
+:func:`mlir_mx.oracle.quantize` does (the FLOOR scale rule, RNE rounding
 with saturation, NaN/Inf blocks to scale NaN and zero elements), so the
 kernel's result equals the one for the oracle-quantized MX A bit for bit:
 
@@ -182,7 +182,7 @@ def _quantize_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, r) -> 
 
 def quantize_block(kb: KernelBuilder, xs: list[ir.Value], element: str) -> tuple[list, ir.Value]:
     """One MX block of f32 values (vectors of 16) -> (element values, f32 scale),
-    as :func:`mlir_mx.numerics.quantize` (module docstring)."""
+    as :func:`mlir_mx.oracle.quantize` (module docstring)."""
     fmt = ELEMENT_FORMATS[element]
     i32, f32 = kb.i32, kb.f32
     v16f = kb.vec(LANES, f32)
