@@ -18,7 +18,7 @@ from mlir_mx.execution import Runner
 from mlir_mx.host import has_features
 from mlir_mx.kernels import SCHEDULES, Problem, find, kernel_module, shape_class
 from mlir_mx.kernels.common.plan import KernelPlan
-from mlir_mx.kernels.dot.layout import (
+from mlir_mx.kernels.dot.units import (
     RecordLayout,
     dot_kind,
     int_max,

@@ -18,7 +18,7 @@ from dot_cases import AVX2_PAIRS, FP8, INTS, f32_bits, mask_avx2, same_bits
 
 import mlir_mx
 from mlir_mx import oracle
-from mlir_mx.kernels.dot.layout import dot_kind
+from mlir_mx.kernels.dot.units import dot_kind
 from mlir_mx.numerics import MXArray
 
 FORMATS = INTS + FP8
@@ -47,7 +47,7 @@ def _pair(welem, aelem, m):
     operands (so a row's result does not depend on its batch)."""
     w = _weight(welem)
     # activations=aelem: the dot kernels' records where they serve the pair
-    # (mlir_mx.linear.layout.records_unit), else the stored form.
+    # (mlir_mx.linear.weight_form.records_unit), else the stored form.
     lin = mlir_mx.Linear(w, threads=2, activations=aelem)
     rng = np.random.default_rng(1)
     x = oracle.quantize(rng.standard_normal((70, 128)).astype(np.float32), aelem, 32)
@@ -100,7 +100,7 @@ def test_activations_argument_and_records_bytes():
     assert "activations='i8'" in repr(lin)
     before = lin.nbytes
     lin(np.ones((2, 128), np.float32))
-    from mlir_mx.kernels.dot.layout import KINDS, dot_kind
+    from mlir_mx.kernels.dot.units import KINDS, dot_kind
 
     # One form of the weight, made at construction; a call adds nothing: the
     # stored codes here (96 columns would pad the records' last 64-column panel).

@@ -42,7 +42,7 @@ from mlir import ir
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.execution import CompileOptions, Runner
 from mlir_mx.execution.arguments import descriptor_type
-from mlir_mx.execution.packed import call_packed, packed_function
+from mlir_mx.execution.c_interface import call_packed, packed_function
 from mlir_mx.host import check_threads, host_features
 from mlir_mx.kernels.convert import RUNTIME_THREADS, ConvertSpec, convert_module
 from mlir_mx.numerics import MXArray, element_format, is_packed_storage, packed_shape

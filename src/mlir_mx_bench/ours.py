@@ -108,7 +108,7 @@ def linear_rows(p: Problem) -> list[tuple[str, str | None]]:
     at its shape (``kernels/dot/kernel.py``): (label, activations) with the MX A
     (None) and with the f32 A quantized to A's format inside the kernel."""
     from mlir_mx.kernels import choose
-    from mlir_mx.kernels.dot.layout import dot_kind
+    from mlir_mx.kernels.dot.units import dot_kind
 
     kind = dot_kind(p.a_format, p.element, p.block_size)
     if kind is None:
@@ -155,7 +155,7 @@ def _linear_methods(p: Problem, threads: int, say) -> list[Method]:
         x = p.qa if act is None else p.a
         t0 = time.perf_counter()
         # activations=A's format: the Linear holds the dot kernels' records where
-        # they serve the pair (mlir_mx.linear.layout.records_unit), else its codes;
+        # they serve the pair (mlir_mx.linear.weight_form.records_unit), else its codes;
         # an MX x runs on them as given.
         lin = mlir_mx.Linear(p.qb, threads=threads, activations=p.a_format)
         schedule = lin.schedule(x)

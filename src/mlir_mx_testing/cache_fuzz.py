@@ -151,7 +151,7 @@ def _corrupt(data: bytes, rng: random.Random) -> tuple[bytes, str]:
         b = bytearray(rng.choice((b"", b"MLIRMXC1", bytes(rng.randrange(256) for _ in range(200)))))
         how = f"replaced by {len(b)} bytes"
     else:  # a NUL into a symbol name, as in reproducer f14
-        from mlir_mx.execution.packed import C_INTERFACE
+        from mlir_mx.execution.c_interface import C_INTERFACE
 
         symbol = C_INTERFACE.encode()
         i = b.find(symbol, 80)

@@ -240,15 +240,15 @@ ALLOWED = {
                 "test_the_f32_fma_rounds_once",
             ): "the two formats whose elements give a tie at an f32 midpoint",
             (
-                "test_linear_layout.py",
+                "test_linear_weight_form.py",
                 "test_one_form_is_held_before_and_after_every_kind_of_call",
             ): "an MX x of the records' unit (i8) and of another unit (i16)",
             (
-                "test_linear_layout.py",
+                "test_linear_weight_form.py",
                 "test_records_give_back_the_weight_and_the_stored_form_bit_for_bit",
             ): "one weight format per lossless record unit",
             (
-                "test_linear_layout.py",
+                "test_linear_weight_form.py",
                 "test_the_stored_form_is_b_packed_and_tiled_as_before",
             ): "one weight per stored layout (packed, padded, tiled, one code per byte)",
         }.items()

@@ -44,7 +44,7 @@ def _dot_activation(weight: str, block: int) -> str:
     """The first activation format the CPU's dot units take with ``weight``
     at ``block`` (else the weight's own format: the f32 kernels), from the
     format table."""
-    from mlir_mx.kernels.dot.layout import dot_kind
+    from mlir_mx.kernels.dot.units import dot_kind
 
     return next((a for a in ELEMENT_FORMATS if dot_kind(a, weight, block)), weight)
 
@@ -64,7 +64,7 @@ def test_f3_mx_activations_and_dot_kernels_at_2_threads(block, weight):
     same f32 activation quantized per call (activations=) is the same as
     quantizing it first; and a Linear without activations= (the f32 kernels
     for MX x) gives the same bits."""
-    from mlir_mx.kernels.dot.layout import dot_kind
+    from mlir_mx.kernels.dot.units import dot_kind
     from mlir_mx.kernels.registry import SCHEDULES
     from mlir_mx.numerics import MXArray
 

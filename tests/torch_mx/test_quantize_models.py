@@ -16,7 +16,7 @@ from memory_cases import referenced_bytes  # noqa: E402
 
 import mlir_mx  # noqa: E402
 from mlir_mx import oracle  # noqa: E402
-from mlir_mx.kernels.dot.layout import KINDS, dot_kind  # noqa: E402
+from mlir_mx.kernels.dot.units import KINDS, dot_kind  # noqa: E402
 from mlir_mx.torch import MXLinear, quantize_  # noqa: E402
 
 

@@ -51,10 +51,10 @@ from mlir_mx.diagnostics import DiagnosticError
 from mlir_mx.errors import MXArgTypeError, UnknownFunctionError
 from mlir_mx.execution import arguments as args_
 from mlir_mx.execution.bound import FREE, BoundFunction, result_cell
+from mlir_mx.execution.c_interface import lookup_entry, packed_function, pointer_array
 from mlir_mx.execution.compiled import clear_cache, compile_module, default_pipeline
 from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
 from mlir_mx.execution.options import CompileOptions
-from mlir_mx.execution.packed import lookup_entry, packed_function, pointer_array
 from mlir_mx.execution.signature import MXParam, Param, Signature, numpy_dtype
 from mlir_mx.execution.threads import run_tasks
 

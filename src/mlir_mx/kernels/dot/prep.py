@@ -1,10 +1,10 @@
 """A for the dot kernels: widened (or quantized) once per call into dot-unit words.
 
-Each row of A becomes ``K / g`` 32-bit words (:class:`~.dot_layout.DotKind`
+Each row of A becomes ``K / g`` 32-bit words (:class:`~.units.DotKind`
 ``group`` g), the operand one dot instruction broadcasts:
 
 * ``i8``: four int8 ``a = value * 2^fa``, and per block the compensation
-  ``-128 * sum a`` of B's ``+128`` offset (:mod:`.dot_layout`), the
+  ``-128 * sum a`` of B's ``+128`` offset (:mod:`.units`), the
   accumulator's start;
 * ``i16``: two int16 ``value * 2^fa``;
 * ``bf16``: two bf16 values, element ``2i + 1`` in the low half and ``2i`` in
@@ -37,7 +37,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.codec import abs_bits, e8m0_code, e8m0_to_f32
 from mlir_mx.kernels.common.problem import CodeRows, Operands, Problem, vector_loop
 from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder
-from mlir_mx.kernels.dot.layout import DotKind, int_factor
+from mlir_mx.kernels.dot.units import DotKind, int_factor
 from mlir_mx.numerics import ELEMENT_FORMATS
 from mlir_mx.numerics.formats import SCALE_BIAS, SCALE_NAN_CODE
 
