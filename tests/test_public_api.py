@@ -53,10 +53,10 @@ def test_the_old_model_path_is_a_deprecated_alias_of_roofline():
 def test_the_old_testing_and_bench_paths():
     import mlir_mx_bench.cli
     import mlir_mx_testing.differential
-    from mlir_mx.testing.differential import Variant
+    from mlir_mx.testing.differential import Compiler
     from mlir_mx.tools.mx_bench import main
 
-    assert Variant is mlir_mx_testing.differential.Variant
+    assert Compiler is mlir_mx_testing.differential.Compiler
     assert main is mlir_mx_bench.cli.main
     for module in ("mlir_mx.tools.mx_bench", "mlir_mx.testing.differential", "mlir_mx.testing.fuzz"):
         out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True)

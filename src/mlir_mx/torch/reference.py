@@ -43,14 +43,14 @@ import torch
 from mlir_mx import oracle
 from mlir_mx.errors import MXArgTypeError, MXValueError
 
-from .convert_model import (
+from .experts import experts_gate, is_stacked_experts
+from .quantize_model import (
     QuantizeSummary,
     is_conv1d,
     linear_weight,
     selected_experts,
     selected_linears,
 )
-from .experts import experts_gate, is_stacked_experts
 from .quantizer import quantize_weight
 
 __all__ = ["LogitBound", "dequantize_", "greedy", "logit_bound"]
