@@ -54,7 +54,7 @@ def _same_bits(got, want):
     assert same.all(), (np.argwhere(~same)[:4], got[~same][:4], want[~same][:4])
 
 
-def _f1_cases():
+def _subbyte_cases():
     """Every weight x sub-byte activation x activation storage.  The default
     run keeps half: every weight meets every sub-byte activation format once,
     in both activation storages and both weight storages over its three
@@ -71,8 +71,8 @@ def _f1_cases():
     return cases
 
 
-@pytest.mark.parametrize("weight, act, act_packed", _f1_cases())
-def test_f1_subbyte_activations_either_storage_at_every_shape_class(weight, act, act_packed):
+@pytest.mark.parametrize("weight, act, act_packed", _subbyte_cases())
+def test_subbyte_activations_either_storage_at_every_shape_class(weight, act, act_packed):
     """FP4/FP6 activations stored packed (block 32, K = 64) or one code per
     byte (block 3, K = 9), against a weight stored packed (out = 8) or not
     (out = 5 or 6 is not a whole group for FP6; 5 for FP4), at M = 1 (decode)
@@ -101,7 +101,7 @@ def test_f1_subbyte_activations_either_storage_at_every_shape_class(weight, act,
 
 @pytest.mark.parametrize("shape", [(0, 64), (8, 0), (0, 0)])
 @pytest.mark.parametrize("element", ["f8E4M3FN", "f4E2M1FN"])
-def test_f2_linear_out0_zerodivision(shape, element):
+def test_a_weight_without_rows_or_columns_gives_zeros(shape, element):
     lin = mlir_mx.Linear(oracle.quantize(np.zeros(shape, np.float32), element, 32), threads=1)
     for m in (0, 1, 8, 48, 49, 60):
         for x in (np.ones((m, shape[1]), np.float32),
@@ -129,7 +129,7 @@ def _read_only_forms(x, tmp_path):
         for t, e in [(2, "f8E4M3FN"), (1, "f4E2M1FN"), (1, "i8")]
     ],
 )
-def test_f4_readonly_activation(element, threads, tmp_path):
+def test_read_only_activations_in_either_call_order(element, threads, tmp_path):
     """Read-only x at every shape class, in both call histories: on a fresh
     Linear (its first call) and then writeable x on it, and writeable x
     first and then read-only x on the same Linear: accepted, the same result
@@ -154,7 +154,7 @@ def test_f4_readonly_activation(element, threads, tmp_path):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_f4_readonly_mx_activation_and_the_write_analysis(threads):
+def test_read_only_mx_activations_and_no_kernel_writes_its_inputs(threads):
     """Read-only MX activations (codes and scales), first on a fresh Linear
     and after a writeable call, at 1 and 2 threads, at every shape class;
     and no kernel writes its activations or its weight."""
@@ -185,7 +185,7 @@ def test_f4_readonly_mx_activation_and_the_write_analysis(threads):
         assert written == {n_act + n_weights}, (prob, written)
 
 
-def test_f4_messages_name_x_not_arg0():
+def test_kernel_call_messages_name_x_not_arg0():
     lin = mlir_mx.Linear(_weight(), threads=1)
     # The kernel calls Linear binds name its arguments in Linear's terms.
     x = np.ones((1, 64), np.float32)
@@ -214,7 +214,7 @@ def test_f4_messages_name_x_not_arg0():
         assert "%arg" not in str(info.value)
 
 
-def test_f13_half_precision_activations_are_converted():
+def test_half_precision_activations_are_converted():
     lin = mlir_mx.Linear(_weight(), threads=1)
     x = np.random.default_rng(3).standard_normal((5, 64)).astype(np.float32)
     for dtype in (np.float16, ml_dtypes.bfloat16):
@@ -226,7 +226,7 @@ def test_f13_half_precision_activations_are_converted():
         lin(x.astype(np.float64))
 
 
-def test_f13_low_api_messages_torch():
+def test_torch_half_precision_and_requires_grad_activations():
     torch = pytest.importorskip("torch", reason="the torch part needs torch")
     lin = mlir_mx.Linear(_weight(), threads=1)
     x = torch.randn(2, 64)
@@ -243,7 +243,7 @@ def test_f13_low_api_messages_torch():
     [(2**31, ValueError), (MAX_THREADS + 1, ValueError), (0, ValueError), (-1, ValueError),
      (True, TypeError), (1.5, TypeError), ("2", TypeError)],
 )  # fmt: skip
-def test_f13_threads_are_checked_at_construction(threads, err):
+def test_threads_are_checked_at_construction(threads, err):
     w = _weight()
     match = r"threads: expected (a positive integer|an integer in \[1, 1024\])"
     with pytest.raises(err, match=match):

@@ -23,7 +23,7 @@ def _t(shape, element, axis):
 
 @pytest.mark.parametrize("element", ELEMENTS)
 @pytest.mark.parametrize("shape,axis", [((4, 64), 1), ((64, 6), 0)])
-def test_f11_return_mx_argument(element, shape, axis):
+def test_functions_that_return_their_mx_arguments(element, shape, axis):
     q = _t(shape, element, axis)
     p = _t((shape[1], shape[0]), "f8E4M3FN", 1 - axis)
     text = f"""

@@ -22,7 +22,7 @@ from mlir_mx.numerics import ELEMENT_FORMATS
 
 
 @pytest.mark.parametrize("block,element", cycled([3, 5, 6, 12, 24, 48, 96, 640]))
-def test_f3_prefill_blocksize_not_pow2(block, element):
+def test_block_sizes_not_powers_of_two_at_every_batch_size(block, element):
     """Every M (decode 1, small 8 and 48, prefill 49 and 100) against the oracle,
     and the same rows bit for bit whatever the batch (hence the schedule)."""
     rng = np.random.default_rng(block)
@@ -56,7 +56,7 @@ def _dot_activation(weight: str, block: int) -> str:
 @pytest.mark.filterwarnings("ignore:Linear.*f32 kernels")
 @pytest.mark.parametrize("weight", list(ELEMENT_FORMATS))
 @pytest.mark.parametrize("block", [48, pytest.param(96, marks=pytest.mark.slow)])
-def test_f3_mx_activations_and_dot_kernels_at_2_threads(block, weight):
+def test_block_sizes_48_and_96_with_mx_activations_at_2_threads(block, weight):
     """Block sizes 48 and 96 with MX activations at 2 threads, every weight
     format: the dot kernels where the CPU has them (int-*/bf16-* schedules), else the
     f32 kernels; every M (decode 1, small 8 and 48, prefill 49 and 100) bit

@@ -4,15 +4,19 @@ tests over the edge, against the claim stated as a condition
 (``mlir_mx.oracle.matmul_reference``, docs/numerics.md) and, bit for
 bit, against the blocked order emulated in numpy
 (``mlir_mx.oracle.blocked_order``: every schedule computes exactly
-it).  Each bullet is one reproducer (its name in the tests' names):
+it).  Each bullet is one reproducer (its name in the review's findings) and
+the tests that check it:
 
-* f9_scale_product_overflow_nan: a zero block product meeting a scale
-  product of 2^128 or more gave ``fma(0, sa * sb = Inf, c) = NaN``; the
-  scales are now applied one after the other.
-* f12_linear_large_activation_overflow: FP4/FP6 weights pre-multiplied f32
-  activations by 2^14, so x > 2^114 overflowed; codes now widen to exact
-  values, nothing is pre-scaled.
-* f8_linear_subnormal_activation_flushed: (a) i8 weights pre-multiplied by
+* f9_scale_product_overflow_nan (``test_scale_products_past_2_to_the_127_are_not_nan``,
+  ``test_zero_block_against_2_to_the_128_is_exact``): a zero block product
+  meeting a scale product of 2^128 or more gave ``fma(0, sa * sb = Inf, c) =
+  NaN``; the scales are now applied one after the other.
+* f12_linear_large_activation_overflow (``test_large_activations_are_exact``,
+  ``test_linear_activations_across_the_f32_range``): FP4/FP6 weights
+  pre-multiplied f32 activations by 2^14, so x > 2^114 overflowed; codes now
+  widen to exact values, nothing is pre-scaled.
+* f8_linear_subnormal_activation_flushed (``test_subnormal_*``,
+  ``test_one_nonzero_activation_is_one_rounding``): (a) i8 weights pre-multiplied by
   2^-6, flushing subnormal activations (0.0 for x = 2^-149 against 2^60:
   the claim's bound now forbids it, and the bit-for-bit tests do); (b) a
   subnormal activation times a small element under a large scale
@@ -21,7 +25,7 @@ it).  Each bullet is one reproducer (its name in the tests' names):
   check both sides of that edge.
 
 Against the commit before the fixes (7b969b6^, with this file and
-numerics/matmul.py copied over), the f9, f12 and f8 tests here fail
+numerics/matmul.py copied over), the tests of all three fail
 (docs/testing.md, "Recorded long runs").
 """
 
@@ -117,7 +121,7 @@ def runners():
     pair=st.sampled_from(_PAIRS),
     top=st.integers(0, 254),
 )
-def test_f9_scale_product_overflow_nan(runners, seed, pair, top):
+def test_scale_products_past_2_to_the_127_are_not_nan(runners, seed, pair, top):
     """Zero blocks with scales anywhere in 2^-127..2^127 meet other blocks'
     scales (products far above 2^127 and below 2^-149): every output inside
     the claim is within the bound (the old order made NaN there), and every
@@ -141,7 +145,7 @@ def test_f9_scale_product_overflow_nan(runners, seed, pair, top):
         _same_bits(o, want)
 
 
-def test_f9_zero_block_against_2_to_the_128_is_exact(runners):
+def test_zero_block_against_2_to_the_128_is_exact(runners):
     """The reproducer's own case: the exact result 5.0, not NaN."""
     x = np.zeros((M, K), np.float32)
     x[0, 0], x[0, 1] = 2.0**127, 1.0
@@ -183,7 +187,7 @@ def _rhs(w: MXArray) -> MXArray:
     edge=st.booleans(),
     threads=st.sampled_from([1, 2]),
 )
-def test_f12_f8_linear_activations_across_the_f32_range(seed, elem, lo, rows, edge, threads):
+def test_linear_activations_across_the_f32_range(seed, elem, lo, rows, edge, threads):
     """f32 activations spanning 2^lo .. 2^(lo + 27), subnormals and
     magnitudes near 2^127 included, against every weight format with scales
     moderate or anywhere in 2^-127..2^127: bit for bit the blocked order
@@ -205,7 +209,7 @@ def test_f12_f8_linear_activations_across_the_f32_range(seed, elem, lo, rows, ed
 
 @PROPS
 @given(seed=st.integers(0, 2**32 - 1), elem=st.sampled_from(list(ELEMENT_FORMATS)))
-def test_f8_one_nonzero_activation_is_one_rounding(seed, elem):
+def test_one_nonzero_activation_is_one_rounding(seed, elem):
     """Rows with one nonzero activation ``x`` (half of them 2^-149..2^-120,
     the others anywhere in the f32 range) against weights with scales
     anywhere: output ``n`` is ``fl(fl(x e) sb)``, and exactly ``fl(x e sb)``,
@@ -236,7 +240,7 @@ def test_f8_one_nonzero_activation_is_one_rounding(seed, elem):
     _same_bits(got[one], prod[one].astype(np.float32))
 
 
-def test_f12_large_activations_are_exact():
+def test_large_activations_are_exact():
     """The reproducer's case: x = 2^116 against FP4/FP6 weights."""
     for elem in ("f4E2M1FN", "f6E2M3FN", "f6E3M2FN"):
         w = oracle.quantize(np.full((4, 32), 1.0, np.float32), elem, 32)
@@ -246,7 +250,7 @@ def test_f12_large_activations_are_exact():
         assert np.all(y == np.float32(2.0**116)), (elem, y)
 
 
-def test_f8_subnormal_activations_are_not_flushed():
+def test_subnormal_activations_are_not_flushed():
     """(a): x = 2^-149 against i8 weights: the exact, nonzero result."""
     w = oracle.quantize(np.full((64, 32), 2.0**60, np.float32), "i8", 32)
     x = np.zeros((1, 32), np.float32)
@@ -266,7 +270,7 @@ def _smallest(elem: str):
 
 
 @pytest.mark.parametrize("elem", list(ELEMENT_FORMATS))
-def test_f8_small_element_under_a_large_scale(elem):
+def test_subnormal_times_the_smallest_element_under_a_large_scale(elem):
     """(b), the reproducer's own case generalized: x = 2^-149 times the
     format's smallest element value (E4M3 2^-9, ..., the reproducer's 0.0625
     and 0.5 included) under scales up to 2^127. The product is off the
@@ -304,7 +308,7 @@ def test_f8_small_element_under_a_large_scale(elem):
                 assert np.all(got != exact) and np.all(bound >= 2.0**-150 * sb)
 
 
-def test_f8_the_reproducers_own_numbers():
+def test_subnormal_activation_against_e4m3_0_0625_under_2_to_the_52():
     """E4M3 weight 0.0625 under 2^52 against 2^-149: 0.0 (exact 3.9e-31,
     inside the bound); the old flushing output for (a) is outside it."""
     wf = np.full((64, 32), 2.0**60, np.float32)

@@ -209,7 +209,7 @@ def test_formats_take_mixed_pairs():
     assert (p.qa.element, p.qb.element, p.label) == ("i8", "f4E2M1FN", "i8:f4E2M1FN")
 
 
-def test_f6_mx_bench_out_traceback(tmp_path, capsys):
+def test_an_out_that_cannot_be_a_directory_is_a_usage_error(tmp_path, capsys):
     """Round 2 reproducer f6_mx_bench_out_traceback.sh: ``--out`` naming a file or a
     path that cannot be created gave a traceback; now one ``mx-bench: error:`` line
     and exit 2 (a usage error), before any benchmark runs (as mx-roofline)."""
