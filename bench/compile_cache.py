@@ -22,7 +22,7 @@ from mlir.execution_engine import ExecutionEngine
 
 from mlir_mx.dialect import load_dialect
 from mlir_mx.errors import MXError
-from mlir_mx.execution.packed import lookup_entry
+from mlir_mx.execution.c_interface import lookup_entry
 from mlir_mx.execution.runner import load_async_runtime, runtime_libraries
 from mlir_mx.execution.signature import emit_c_interfaces
 from mlir_mx.host import check_threads

@@ -40,7 +40,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from mlir_mx import numerics as N  # noqa: E402
+from mlir_mx import oracle  # noqa: E402
 from mlir_mx.execution import Runner  # noqa: E402
 from mlir_mx.host import machine_description  # noqa: E402
 from mlir_mx.passes.pipeline import Pipeline  # noqa: E402
@@ -117,9 +117,9 @@ def main(argv=None) -> int:
             rng = np.random.default_rng(0)
             a = rng.standard_normal((shape.M, shape.K)).astype(np.float32)
             b = rng.standard_normal((shape.K, shape.N)).astype(np.float32)
-            qa = N.quantize(a, ELEMENT, 32)
-            qb = N.quantize(b, ELEMENT, 32, axis=0)
-            da, db = N.dequantize(qa), N.dequantize(qb)
+            qa = oracle.quantize(a, ELEMENT, 32)
+            qb = oracle.quantize(b, ELEMENT, 32, axis=0)
+            da, db = oracle.dequantize(qa), oracle.dequantize(qb)
             args = {"f32": (da, db), "mx-a": (qa, db), "mx-ab": (qa, qb)}
             # The mx x f32 kernel reads db (the dequantized B) as its f32 rhs,
             # so every column computes the same product dequant(A) @ dequant(B).

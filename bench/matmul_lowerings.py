@@ -35,7 +35,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from mlir_mx import numerics as N  # noqa: E402
+from mlir_mx import oracle  # noqa: E402
 from mlir_mx.execution import Runner  # noqa: E402
 from mlir_mx.host import machine_description  # noqa: E402
 from mlir_mx.pipelines import load_pipeline  # noqa: E402
@@ -60,13 +60,13 @@ def pipelines() -> dict[str, str]:
 def inputs(kind: str, shape, rng):
     a = rng.standard_normal((shape.M, shape.K)).astype(np.float32)
     b = rng.standard_normal((shape.K, shape.N)).astype(np.float32)
-    qa = N.quantize(a, ELEMENT, 32)
+    qa = oracle.quantize(a, ELEMENT, 32)
     args = [qa]  # the Runner takes an MXArray for an !mx.tensor argument
-    a = N.dequantize(qa)
+    a = oracle.dequantize(qa)
     if kind == "mx-ab":
-        qb = N.quantize(b, ELEMENT, 32, axis=0)
+        qb = oracle.quantize(b, ELEMENT, 32, axis=0)
         args.append(qb)
-        b = N.dequantize(qb)
+        b = oracle.dequantize(qb)
     else:
         args.append(b)
     return args, a, b

@@ -12,12 +12,13 @@ import pytest
 from format_cases import INTEGRAL, NON_INTEGRAL
 from mlir import ir
 
+from mlir_mx import oracle
 from mlir_mx.dialect import load_dialect
 from mlir_mx.execution import Runner
 from mlir_mx.host import has_features
 from mlir_mx.kernels import SCHEDULES, Problem, find, kernel_module, shape_class
 from mlir_mx.kernels.common.plan import KernelPlan
-from mlir_mx.kernels.dot.layout import (
+from mlir_mx.kernels.dot.units import (
     RecordLayout,
     dot_kind,
     int_max,
@@ -26,7 +27,6 @@ from mlir_mx.kernels.dot.layout import (
     value_table,
 )
 from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, is_packed_storage, pack_codes
-from mlir_mx.numerics.matmul import blocked_order
 from mlir_mx.pipelines import kernel_library_pipeline
 
 #: The formats of the integer dot units (an ``int_exp2`` in the format table)
@@ -136,12 +136,12 @@ def dot_schedule(unit: str, cls: str) -> str:
 
 def f32_bits(qa: MXArray, qb: MXArray, acc) -> np.ndarray:
     """``acc + A B`` with the f32 kernels' bits: the blocked order of the
-    numpy oracle (:func:`mlir_mx.numerics.matmul.blocked_order`), which every
+    numpy oracle (:func:`mlir_mx.oracle.blocked_order`), which every
     f32 schedule computes bit for bit at every thread count
     (``tests/passes/test_matmul_kernels.py``, ``tests/repro/test_f32_range_edges.py``).
     The oracle rather than a compiled f32 kernel: the same bits, without
     one compilation per case."""
-    return blocked_order(qa, qb, acc)
+    return oracle.blocked_order(qa, qb, acc)
 
 
 def same_bits(x: np.ndarray, y: np.ndarray) -> np.ndarray:

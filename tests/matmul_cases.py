@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from mlir_mx import numerics as N
+from mlir_mx import oracle
 
 #: Every element format of the one table: a new format is tested the day it is added.
 ELEMENTS = tuple(N.ELEMENT_FORMATS)
@@ -62,11 +63,11 @@ def _values(shape, axis, rng) -> np.ndarray:
 def case(m, k, n, ea, eb, seed=0):
     """(args, acc, exact, bound) for one problem."""
     rng = np.random.default_rng(seed)
-    qa = N.quantize(_values((m, k), 1, rng), ea, 32)
-    a = N.dequantize(qa).astype(np.float64)
+    qa = oracle.quantize(_values((m, k), 1, rng), ea, 32)
+    a = oracle.dequantize(qa).astype(np.float64)
     if eb:
-        qb = N.quantize(_values((k, n), 0, rng), eb, 32, axis=0)
-        b = N.dequantize(qb).astype(np.float64)
+        qb = oracle.quantize(_values((k, n), 0, rng), eb, 32, axis=0)
+        b = oracle.dequantize(qb).astype(np.float64)
         args = (qa, qb)
     else:
         bf = _values((k, n), 0, rng)

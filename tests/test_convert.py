@@ -1,8 +1,8 @@
 """``mlir_mx.quantize`` / ``mlir_mx.dequantize`` (the compiled kernels) against the oracle.
 
 Bit for bit: the packed codes (``MXArray.packed_codes()``) and the scale codes
-of :func:`mlir_mx.numerics.quantize`, and the f32 bits of
-:func:`mlir_mx.numerics.dequantize` (NaN where the oracle has NaN), for all
+of :func:`mlir_mx.oracle.quantize`, and the f32 bits of
+:func:`mlir_mx.oracle.dequantize` (NaN where the oracle has NaN), for all
 six formats, block size 32 and odd ones, ranks 1-4 and every axis, strided
 inputs, special values (NaN, Inf, f32 subnormals, signed zeros, saturating
 values, ties, code-0 scales) and 1, 2 and 3 threads.  The quick set covers
@@ -20,10 +20,9 @@ import pytest
 from format_cases import BY_BEHAVIOUR
 
 import mlir_mx
+from mlir_mx import oracle
 from mlir_mx.convert import quantize_stored
 from mlir_mx.numerics import ELEMENT_FORMATS, MXArray
-from mlir_mx.numerics import dequantize as oracle_dequantize
-from mlir_mx.numerics import quantize as oracle_quantize
 
 FORMATS = list(ELEMENT_FORMATS)
 
@@ -73,10 +72,10 @@ def assert_same_f32(got: np.ndarray, want: np.ndarray) -> None:
 
 
 def check(x, element, block, axis, threads) -> None:
-    want = oracle_quantize(np.asarray(x), element, block, axis)
+    want = oracle.quantize(np.asarray(x), element, block, axis)
     got = mlir_mx.quantize(x, element, block, axis, threads=threads)
     assert_same(got, want)
-    assert_same_f32(mlir_mx.dequantize(want, threads=threads), oracle_dequantize(want))
+    assert_same_f32(mlir_mx.dequantize(want, threads=threads), oracle.dequantize(want))
 
 
 def strided(x: np.ndarray, how: str) -> np.ndarray:
@@ -161,9 +160,9 @@ def test_every_code_and_scale_dequantizes(element):
     codes = np.tile(row, (256, 1))  # each row: every code
     scales = np.repeat(np.arange(256, dtype=np.uint8)[:, None], cols // 32, axis=1)  # row r: r
     a = MXArray(codes.view(fmt.dtype), scales, element, 32, 1)
-    assert_same_f32(mlir_mx.dequantize(a, threads=2), oracle_dequantize(a))
+    assert_same_f32(mlir_mx.dequantize(a, threads=2), oracle.dequantize(a))
     b = MXArray(np.ascontiguousarray(codes.T).view(fmt.dtype), scales.T.copy(), element, 32, 0)
-    assert_same_f32(mlir_mx.dequantize(b, threads=1), oracle_dequantize(b))
+    assert_same_f32(mlir_mx.dequantize(b, threads=1), oracle.dequantize(b))
 
 
 @pytest.mark.parametrize("element", FORMATS)
@@ -214,25 +213,25 @@ def test_lists_and_empty_arrays():
     for shape, axis in (((0, 32), 1), ((4, 0), 1), ((0, 3), 0)):
         x = np.zeros(shape, np.float32)
         assert_same(mlir_mx.quantize(x, "f6E3M2FN", 1 if shape[axis] == 0 else 32, axis),
-                    oracle_quantize(x, "f6E3M2FN", 1 if shape[axis] == 0 else 32, axis))  # fmt: skip
+                    oracle.quantize(x, "f6E3M2FN", 1 if shape[axis] == 0 else 32, axis))  # fmt: skip
 
 
 def test_dlpack_torch_tensors():
     torch = pytest.importorskip("torch", reason="torch is not installed (the optional torch extra)")
     x = special_values((8, 64), seed=4)
     t = torch.from_numpy(x)
-    assert_same(mlir_mx.quantize(t, "f4E2M1FN"), oracle_quantize(x, "f4E2M1FN"))
-    assert_same(mlir_mx.quantize(t.T, "f8E5M2", axis=0), oracle_quantize(x.T, "f8E5M2", axis=0))
+    assert_same(mlir_mx.quantize(t, "f4E2M1FN"), oracle.quantize(x, "f4E2M1FN"))
+    assert_same(mlir_mx.quantize(t.T, "f8E5M2", axis=0), oracle.quantize(x.T, "f8E5M2", axis=0))
     b = t.to(torch.bfloat16)
-    want = oracle_quantize(b.float().numpy(), "f8E4M3FN")
+    want = oracle.quantize(b.float().numpy(), "f8E4M3FN")
     assert_same(mlir_mx.quantize(b, "f8E4M3FN"), want)
 
 
 def test_dequantize_into_out():
-    a = oracle_quantize(special_values((4, 64), seed=11), "f8E5M2")
+    a = oracle.quantize(special_values((4, 64), seed=11), "f8E5M2")
     out = np.full((4, 64), 7.0, np.float32)
     assert mlir_mx.dequantize(a, 2, out=out) is out
-    assert_same_f32(out, oracle_dequantize(a))
+    assert_same_f32(out, oracle.dequantize(a))
     with pytest.raises(TypeError, match="out: expected a float32"):
         mlir_mx.dequantize(a, out=np.zeros((4, 64)))
     with pytest.raises(ValueError, match="out: must be C-contiguous"):
@@ -338,7 +337,7 @@ def test_linear_and_matmul_take_float_weights():
     rng = np.random.default_rng(7)
     w = rng.standard_normal((96, 128)).astype(np.float32)
     x = rng.standard_normal((3, 128)).astype(np.float32)
-    ref = mlir_mx.Linear(oracle_quantize(w, "f6E2M3FN", 32), threads=1)(x)
+    ref = mlir_mx.Linear(oracle.quantize(w, "f6E2M3FN", 32), threads=1)(x)
     lin = mlir_mx.Linear(w, element="f6E2M3FN", threads=1)
     np.testing.assert_array_equal(lin(x), ref)
     np.testing.assert_array_equal(mlir_mx.matmul(x, w, element="f6E2M3FN", threads=1), ref)
@@ -355,6 +354,6 @@ def test_write_gguf_from_f32(tmp_path):
     w = special_values((8, 128), seed=8)
     w[np.isnan(w) | np.isinf(w)] = 1.0  # ggml has no NaN scale
     write_gguf(tmp_path / "w.gguf", {"w": w})
-    assert read_gguf(tmp_path / "w.gguf")["w"].bitwise_equal(oracle_quantize(w, "f4E2M1FN", 32))
+    assert read_gguf(tmp_path / "w.gguf")["w"].bitwise_equal(oracle.quantize(w, "f4E2M1FN", 32))
     with pytest.raises(TypeError, match=r"tensors\['w'\]: x: expected a float32"):
         write_gguf(tmp_path / "bad.gguf", {"w": np.zeros((8, 128), np.int8)})

@@ -17,10 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mlir_mx
+from mlir_mx import oracle
 from mlir_mx.errors import MXValueError
 from mlir_mx.numerics import ELEMENT_FORMATS
-from mlir_mx.numerics import dequantize as oracle_dequantize
-from mlir_mx.numerics import quantize as oracle_quantize
 from mlir_mx_testing.convert_fuzz import (
     DTYPES,
     field_of,
@@ -50,10 +49,10 @@ def blocked(draw):
 
 def check_quantize(x, element, block, axis, threads) -> None:
     """Compiled quantize (and dequantize of the oracle's array) == the oracle."""
-    want = oracle_quantize(x, element, block, axis)
+    want = oracle.quantize(x, element, block, axis)
     got = mlir_mx.quantize(x, element, block, axis, threads=threads)
     assert same_mx(got, want) is None, same_mx(got, want)
-    assert same_f32(mlir_mx.dequantize(want, threads), oracle_dequantize(want))
+    assert same_f32(mlir_mx.dequantize(want, threads), oracle.dequantize(want))
 
 
 def _fill(x: np.ndarray, seed: int) -> np.ndarray:
@@ -118,8 +117,8 @@ def test_dequantize_out_layouts():
     refused naming ``out``, nothing written."""
     from mlir_mx.numerics import MXArray
 
-    a = oracle_quantize(_fill(np.empty((4, 64), np.float32), 1), "f4E2M1FN", 32)
-    want = oracle_dequantize(a)
+    a = oracle.quantize(_fill(np.empty((4, 64), np.float32), 1), "f4E2M1FN", 32)
+    want = oracle.dequantize(a)
     mis = over_bytes((4, 64), np.float32, (256, 4), 1)
     with pytest.raises(MXValueError, match="out: must be C-contiguous, aligned and writeable"):
         mlir_mx.dequantize(a, out=mis)
@@ -148,12 +147,12 @@ def test_linear_activations_and_weights(layout):
     x = layout_array([3, 64], "f32", layout, rng)
     x[...] = np.nan_to_num(x, nan=1.0, posinf=2.0, neginf=-2.0)  # finite activations
     for acts in (None, "f8E4M3FN"):
-        lin = mlir_mx.Linear(oracle_quantize(w, "f4E2M1FN", 32), threads=2, activations=acts)
+        lin = mlir_mx.Linear(oracle.quantize(w, "f4E2M1FN", 32), threads=2, activations=acts)
         np.testing.assert_array_equal(lin(x), lin(np.array(x)))
     wv = field_of(w.shape, np.float32, 3, 1)
     wv[...] = w
     lin = mlir_mx.Linear(wv, element="f6E3M2FN", threads=1)
-    assert lin.weight().bitwise_equal(oracle_quantize(w, "f6E3M2FN", 32))
+    assert lin.weight().bitwise_equal(oracle.quantize(w, "f6E3M2FN", 32))
 
 
 def test_runner_refuses_layouts_it_cannot_pass():
@@ -198,7 +197,7 @@ def test_mxlinear_layouts():
     lin.weight = torch.nn.Parameter(torch.randn(64, 32).t())  # (32, 64), not contiguous
     assert not lin.weight.is_contiguous()
     layer = MXLinear.from_linear(lin, "f4E2M1FN", 32, threads=2)
-    ref = oracle_quantize(lin.weight.detach().numpy().copy(), "f4E2M1FN", 32)
+    ref = oracle.quantize(lin.weight.detach().numpy().copy(), "f4E2M1FN", 32)
     assert layer.weight().bitwise_equal(ref)
     x = torch.randn(5, 128)[:, ::2]
     assert not x.is_contiguous()
@@ -220,7 +219,7 @@ def test_gguf_writes_any_layout(tmp_path):
     neg[...] = w
     write_gguf(tmp_path / "w.gguf", {"field": f, "neg": neg[:, :]})
     got = read_gguf(tmp_path / "w.gguf")
-    want = oracle_quantize(w, "f4E2M1FN", 32)
+    want = oracle.quantize(w, "f4E2M1FN", 32)
     assert got["field"].bitwise_equal(want) and got["neg"].bitwise_equal(want)
 
 
@@ -234,5 +233,5 @@ def test_torchao_round_trip_of_a_strided_quantization():
     x = field_of((4, 64), np.float32, 1, 3)
     _fill(x, 4)
     a = mlir_mx.quantize(x, "f8E4M3FN", 32)
-    assert a.bitwise_equal(oracle_quantize(x, "f8E4M3FN", 32))
+    assert a.bitwise_equal(oracle.quantize(x, "f8E4M3FN", 32))
     assert from_mxtensor(to_mxtensor(a)).bitwise_equal(a)

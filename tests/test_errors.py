@@ -62,3 +62,24 @@ def test_an_unknown_campaign_suite():
 
     with pytest.raises(MXValueError, match="unknown suite 'nope' .*fuzz"):
         run_inline("nope", 0, [0])
+
+
+def test_every_error_class_of_mlir_mx_is_defined_in_errors():
+    """``mlir_mx/errors.py`` holds every exception class of the library, the
+    compile cache's ``ObjectError`` too (importable without MLIR, like the rest)."""
+    import ast
+    from pathlib import Path
+
+    src = Path(mlir_mx.__file__).parent
+    elsewhere = [
+        f"{path.relative_to(src)}:{node.lineno}: {node.name}"
+        for path in sorted(src.rglob("*.py"))
+        if path.name != "errors.py" or path.parent != src
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+        and any(ast.unparse(b).endswith(("Error", "Exception")) for b in node.bases)
+    ]
+    assert elsewhere == []
+    code = "import sys\nfrom mlir_mx.errors import ObjectError\nprint('mlir' in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

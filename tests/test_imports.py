@@ -470,3 +470,71 @@ def test_running_f32_code_does_not_import_ml_dtypes(tmp_path):
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert run.returncode == 0, run.stderr
         assert f"machine code from the cache: {loaded}" in run.stdout
+
+
+ORACLE_NAMES = {"quantize", "dequantize", "fold_scale", "matmul_reference", "blocked_order"}
+NUMERICS = {"mlir_mx.numerics", "mlir_mx.numerics.mx", "mlir_mx.numerics.matmul"}
+
+
+def oracle_reach_ins(root: Path) -> list[str]:
+    """Every use, in a Python file under ``root``'s ``src``, ``tests``,
+    ``bench``, ``examples`` or ``scripts`` outside ``mlir_mx/numerics`` and
+    ``mlir_mx/oracle.py``, of an oracle function through
+    :mod:`mlir_mx.numerics` (``from mlir_mx.numerics import quantize``,
+    relative too, or ``N.quantize`` on the imported module): the oracle is
+    named ``mlir_mx.oracle`` everywhere else, so a bare ``quantize`` never
+    leaves the reader to guess between it and the compiled ``mlir_mx.quantize``."""
+    out = []
+    for path in sorted(p for d in ("src", "tests", "bench", "examples", "scripts")
+                       for p in (root / d).rglob("*.py")):  # fmt: skip
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("src/mlir_mx/numerics/") or rel == "src/mlir_mx/oracle.py":
+            continue
+        parts = path.relative_to(root).with_suffix("").parts[1:]  # below src/
+        tree = ast.parse(path.read_text(), str(path))
+        aliases = set(NUMERICS)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                aliases.update(a.asname for a in node.names if a.name in NUMERICS and a.asname)
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level and rel.startswith("src/"):
+                anchor = list(parts[: len(parts) - node.level])
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            for a in node.names:
+                if f"{base}.{a.name}" in NUMERICS:
+                    aliases.add(a.asname or a.name)
+                elif base in NUMERICS and a.name in ORACLE_NAMES:
+                    out.append(f"{rel}:{node.lineno}: from {base} import {a.name}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ORACLE_NAMES:
+                if ast.unparse(node.value) in aliases:
+                    out.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_the_oracle_is_imported_as_mlir_mx_oracle(tmp_path):
+    root = SRC.parent
+    found = oracle_reach_ins(root)
+    assert found == [], "oracle functions taken from mlir_mx.numerics:\n" + "\n".join(found)
+    pkg = tmp_path / "src" / "mlir_mx"
+    (pkg / "numerics").mkdir(parents=True)
+    (pkg / "numerics" / "mx.py").write_text("from .formats import quantize\n")
+    (pkg / "oracle.py").write_text("from mlir_mx.numerics import quantize\n")
+    (pkg / "linear").mkdir()
+    (pkg / "linear" / "a.py").write_text(
+        "from ..numerics import MXArray, quantize\nfrom mlir_mx import numerics as N\n"
+        "from mlir_mx import oracle\nN.dequantize(oracle.quantize(N.MXArray))\n"
+    )
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "t.py").write_text(
+        "import mlir_mx.numerics.matmul as M\nfrom mlir_mx.numerics.mx import fold_scale\n"
+        "M.blocked_order()\n"
+    )
+    assert oracle_reach_ins(tmp_path) == [
+        "src/mlir_mx/linear/a.py:1: from mlir_mx.numerics import quantize",
+        "src/mlir_mx/linear/a.py:4: N.dequantize",
+        "tests/t.py:2: from mlir_mx.numerics.mx import fold_scale",
+        "tests/t.py:3: M.blocked_order",
+    ]

@@ -8,14 +8,14 @@ from format_cases import BY_BEHAVIOUR
 from matmul_cases import U
 
 import mlir_mx
+from mlir_mx import oracle
 from mlir_mx.host import has_features, host_arch
-from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, dequantize, quantize
-from mlir_mx.numerics.matmul import matmul_reference
+from mlir_mx.numerics import ELEMENT_FORMATS, MXArray
 
 
 def _weight(element, n=200, k=256, seed=0):
     rng = np.random.default_rng(seed)
-    return quantize(rng.standard_normal((n, k)).astype(np.float32), element, 32)
+    return oracle.quantize(rng.standard_normal((n, k)).astype(np.float32), element, 32)
 
 
 def _check(y, x64, w64):
@@ -29,7 +29,7 @@ def _check(y, x64, w64):
 def test_every_batch_size_one_weight(element):
     w = _weight(element)
     lin = mlir_mx.Linear(w, threads=2)
-    w64 = dequantize(w).astype(np.float64)
+    w64 = oracle.dequantize(w).astype(np.float64)
     rng = np.random.default_rng(1)
     rows = {}
     x_all = rng.standard_normal((33, 256)).astype(np.float32)
@@ -68,8 +68,10 @@ def test_mx_activations_and_vectors():
     w = _weight("f4E2M1FN")
     lin = mlir_mx.Linear(w, threads=1)
     rng = np.random.default_rng(2)
-    xq = quantize(rng.standard_normal((5, 256)).astype(np.float32), "f4E2M1FN", 32)
-    _check(lin(xq), dequantize(xq).astype(np.float64), dequantize(w).astype(np.float64))
+    xq = oracle.quantize(rng.standard_normal((5, 256)).astype(np.float32), "f4E2M1FN", 32)
+    _check(
+        lin(xq), oracle.dequantize(xq).astype(np.float64), oracle.dequantize(w).astype(np.float64)
+    )
     x = rng.standard_normal(256).astype(np.float32)
     assert lin(x).shape == (200,)
     np.testing.assert_array_equal(lin(x), lin(x[None])[0])
@@ -77,7 +79,7 @@ def test_mx_activations_and_vectors():
 
 def test_weight_in_either_layout_and_threads():
     w = _weight("f8E5M2", n=96, k=64)
-    b = quantize(dequantize(w).T.copy(), "f8E5M2", 32, axis=0)  # (in, out), axis 0
+    b = oracle.quantize(oracle.dequantize(w).T.copy(), "f8E5M2", 32, axis=0)  # (in, out), axis 0
     assert b.bitwise_equal(MXArray(w.codes.T.copy(), w.scales.T.copy(), "f8E5M2", 32, 0))
     x = np.random.default_rng(3).standard_normal((7, 64)).astype(np.float32)
     y1 = mlir_mx.matmul(x, w, threads=1)
@@ -162,14 +164,16 @@ def test_empty_batch():
     assert lin(np.zeros((0, 64), np.float32)).shape == (0, 32)
 
 
-@pytest.mark.parametrize("element, n, packed", [("f4E2M1FN", 5, False), ("f6E2M3FN", 6, False), ("f6E2M3FN", 8, True)])
+@pytest.mark.parametrize(
+    "element, n, packed", [("f4E2M1FN", 5, False), ("f6E2M3FN", 6, False), ("f6E2M3FN", 8, True)]
+)
 def test_out_features_that_do_not_pack_stay_one_code_per_byte(element, n, packed):
     """numerics.is_packed_storage decides: FP4/FP6 pack only whole groups along `out`."""
     w = _weight(element, n=n, k=64)
     lin = mlir_mx.Linear(w, threads=1)
     assert lin.packed == packed
     x = np.random.default_rng(2).standard_normal((3, 64)).astype(np.float32)
-    _check(lin(x), x.astype(np.float64), dequantize(w).astype(np.float64))
+    _check(lin(x), x.astype(np.float64), oracle.dequantize(w).astype(np.float64))
 
 
 @pytest.mark.parametrize("element", ["f4E2M1FN", "f8E4M3FN"])
@@ -180,7 +184,7 @@ def test_whole_tiles_are_stored_tiled(element):
     lin = mlir_mx.Linear(w, threads=2)
     assert lin.tiled and lin.nbytes == w.nbytes
     x = np.random.default_rng(5).standard_normal((60, 96)).astype(np.float32)
-    w64 = dequantize(w).astype(np.float64)
+    w64 = oracle.dequantize(w).astype(np.float64)
     for m in (1, 7, 60):
         _check(lin(x[:m]), x[:m].astype(np.float64), w64)
 
@@ -209,11 +213,13 @@ def test_every_weight_by_activation_format_pair(weight, act, out):
     and tiled or one code per byte (reproducer f1_linear_mx_activation_unpacked_weight:
     FP4/FP6 activations failed against unpacked weights), against the claim."""
     rng = np.random.default_rng(7)
-    w = quantize(rng.standard_normal((out, 96)).astype(np.float32), weight, 32)
-    x = quantize(rng.standard_normal((3, 96)).astype(np.float32), act, 32)
+    w = oracle.quantize(rng.standard_normal((out, 96)).astype(np.float32), weight, 32)
+    x = oracle.quantize(rng.standard_normal((3, 96)).astype(np.float32), act, 32)
     lin = mlir_mx.Linear(w, threads=1)
-    assert lin.packed == (ELEMENT_FORMATS[weight].is_sub_byte and out % ELEMENT_FORMATS[weight].group[0] == 0)
+    assert lin.packed == (
+        ELEMENT_FORMATS[weight].is_sub_byte and out % ELEMENT_FORMATS[weight].group[0] == 0
+    )
     b = MXArray(w.codes.T.copy(), w.scales.T.copy(), weight, 32, 0)
-    exact, bound, inside = matmul_reference(x, b, np.zeros((3, out), np.float32))
+    exact, bound, inside = oracle.matmul_reference(x, b, np.zeros((3, out), np.float32))
     y = lin(x)
     assert inside.all() and np.all(np.abs(y - exact) <= bound)

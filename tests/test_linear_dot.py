@@ -17,8 +17,9 @@ import pytest
 from dot_cases import AVX2_PAIRS, FP8, INTS, f32_bits, mask_avx2, same_bits
 
 import mlir_mx
-from mlir_mx.kernels.dot.layout import dot_kind
-from mlir_mx.numerics import MXArray, quantize
+from mlir_mx import oracle
+from mlir_mx.kernels.dot.units import dot_kind
+from mlir_mx.numerics import MXArray
 
 FORMATS = INTS + FP8
 
@@ -27,7 +28,7 @@ FORMATS = INTS + FP8
 def _weight(element, n=96, k=128, seed=0):
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((n, k)) * np.exp2(rng.integers(-8, 8, (n, 1)))
-    return quantize(w.astype(np.float32), element, 32)
+    return oracle.quantize(w.astype(np.float32), element, 32)
 
 
 def _as_b(w: MXArray) -> MXArray:
@@ -46,10 +47,10 @@ def _pair(welem, aelem, m):
     operands (so a row's result does not depend on its batch)."""
     w = _weight(welem)
     # activations=aelem: the dot kernels' records where they serve the pair
-    # (mlir_mx.linear.layout.records_unit), else the stored form.
+    # (mlir_mx.linear.weight_form.records_unit), else the stored form.
     lin = mlir_mx.Linear(w, threads=2, activations=aelem)
     rng = np.random.default_rng(1)
-    x = quantize(rng.standard_normal((70, 128)).astype(np.float32), aelem, 32)
+    x = oracle.quantize(rng.standard_normal((70, 128)).astype(np.float32), aelem, 32)
     xm = MXArray(x.codes[:m], x.scales[:m], aelem, 32)
     want = f32_bits(x, _as_b(w), np.zeros((70, 96), np.float32))
     assert same_bits(lin(xm), want[:m]).all(), m
@@ -83,7 +84,7 @@ def test_activations_quantize_per_call(monkeypatch, act, welem, cpu):
     )
     x[3, 50] = np.inf
     for m in (1, 9, 70):
-        got, want = lin(x[:m]), ref(quantize(x[:m], act, 32))
+        got, want = lin(x[:m]), ref(oracle.quantize(x[:m], act, 32))
         assert same_bits(got, want).all(), m
     assert np.isnan(lin(x[:9])[3]).all()
     assert lin(x[0]).shape == (96,)
@@ -99,7 +100,7 @@ def test_activations_argument_and_records_bytes():
     assert "activations='i8'" in repr(lin)
     before = lin.nbytes
     lin(np.ones((2, 128), np.float32))
-    from mlir_mx.kernels.dot.layout import KINDS, dot_kind
+    from mlir_mx.kernels.dot.units import KINDS, dot_kind
 
     # One form of the weight, made at construction; a call adds nothing: the
     # stored codes here (96 columns would pad the records' last 64-column panel).
@@ -132,7 +133,7 @@ def test_avx2_linear_reaches_the_dot_kernels(monkeypatch, cpu, act, welem):
     x = rng.standard_normal((70, 128)).astype(np.float32)
     for m in (1, 9, 70):
         assert lin.schedule(x[:m]).startswith("int-")
-        qx = quantize(x[:m], act, 32)
+        qx = oracle.quantize(x[:m], act, 32)
         want = f32_bits(qx, _as_b(w), np.zeros((m, 128), np.float32))
         assert same_bits(lin(x[:m], threads=1 + m % 2), want).all(), m
 
@@ -141,7 +142,7 @@ def test_mx_activations_without_records_say_why():
     """A plain ``Linear(w)`` holds no dot records: MX activations of a pair with
     a dot unit here run on the f32 kernels, and the call says so in one line."""
     w = _weight("f4E2M1FN", n=128)
-    x = quantize(np.ones((2, 128), np.float32), "i8", 32)
+    x = oracle.quantize(np.ones((2, 128), np.float32), "i8", 32)
     lin = mlir_mx.Linear(w, threads=1)
     if dot_kind("i8", "f4E2M1FN", 32) is None:
         pytest.skip("no dot unit for i8 x FP4 on this CPU: nothing to say")

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 import mlir_mx
-from mlir_mx.numerics import quantize
+from mlir_mx import oracle
 
 
 def _median_ms(f, reps: int = 15) -> float:
@@ -39,7 +39,7 @@ def main() -> None:
         lin = mlir_mx.Linear(mlir_mx.quantize(w32, el, 32), threads=args.threads, activations="i8")
         for m in map(int, args.ms.split(",")):
             x = rng.standard_normal((m, k)).astype(np.float32)
-            xq = quantize(x, "i8", 32)
+            xq = oracle.quantize(x, "i8", 32)
             same = np.array_equal(lin(x).view(np.uint32), lin(xq).view(np.uint32))
             f32_ms, q_ms = [], []
             for _ in range(3):  # interleaved rounds

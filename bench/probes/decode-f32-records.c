@@ -6,7 +6,7 @@
 //      1 KiB tiles of 64 columns, a tile row = 32 bytes (byte j: columns 2j, 2j+1),
 //      the scales a separate (K/32) x N byte array; kb outside, tiles inside;
 //      prefetch 4 tiles ahead (the stream kernel's loop).
-//   R: int-decode's FP4 records (kernels/dot/layout.py): per 64-column panel one
+//   R: int-decode's FP4 records (kernels/dot/units.py): per 64-column panel one
 //      run down K of 1088-byte records (64 scale bytes, then 8 groups of 2 lines;
 //      dword lane j of a line: 4 K-consecutive codes of column j in its low
 //      nibbles, of column 16 + j in its high ones); a thread's panels read 2 side

@@ -11,8 +11,8 @@ import time
 
 import numpy as np
 
+from mlir_mx import oracle
 from mlir_mx.execution import Runner
-from mlir_mx.numerics import quantize
 from mlir_mx.roofline.variants import Shape, variant_module_text
 
 
@@ -29,8 +29,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
-    qa = quantize(a, args.element, 32, axis=1)
-    qb = quantize(b, args.element, 32, axis=0)
+    qa = oracle.quantize(a, args.element, 32, axis=1)
+    qb = oracle.quantize(b, args.element, 32, axis=0)
     text = variant_module_text("mx-ab", Shape(m, n, k), args.element, 32)
     nbytes = qb.nbytes + qa.nbytes
     ref = None

@@ -1,7 +1,7 @@
 """Quantize and dequantize at memory speed: ``mlir_mx.quantize`` / ``mlir_mx.dequantize``.
 
-The same results as the numpy oracle (:func:`mlir_mx.numerics.quantize`,
-:func:`mlir_mx.numerics.dequantize`), bit for bit, computed by the compiled
+The same results as the numpy oracle (:func:`mlir_mx.oracle.quantize`,
+:func:`mlir_mx.oracle.dequantize`), bit for bit, computed by the compiled
 kernels of :mod:`mlir_mx.kernels.convert.emitter` (the numerics of the dialect's
 ``mx.quantize_block`` / ``mx.dequantize_block`` lowering, vectorized and
 multi-threaded)::
@@ -42,7 +42,7 @@ from mlir import ir
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.execution import CompileOptions, Runner
 from mlir_mx.execution.arguments import descriptor_type
-from mlir_mx.execution.packed import call_packed, packed_function
+from mlir_mx.execution.c_interface import call_packed, packed_function
 from mlir_mx.host import check_threads, host_features
 from mlir_mx.kernels.convert import RUNTIME_THREADS, ConvertSpec, convert_module
 from mlir_mx.numerics import MXArray, element_format, is_packed_storage, packed_shape

@@ -34,14 +34,14 @@ _SEVERITY = {
     ir.DiagnosticSeverity.REMARK: "remark",
 }
 
-def _convert(info) -> Diagnostic:
+def _from_upstream(info) -> Diagnostic:
     file, line, col = location_parts(info.location)
     message = str(info.message)
     loc = str(info.location)
     if file is None and loc != "loc(unknown)":
         message = f"{loc}: {message}"  # a location without a file: say it, as mlir-opt does
     d = Diagnostic(_SEVERITY.get(info.severity, "error"), message, file, line, col)
-    d.notes = [_convert(n) for n in info.notes]
+    d.notes = [_from_upstream(n) for n in info.notes]
     return d
 
 
@@ -63,7 +63,7 @@ def capture_diagnostics(context: ir.Context):
     context.enable_multithreading(False)
 
     def handler(d) -> bool:
-        collected.append(_convert(d))
+        collected.append(_from_upstream(d))
         return True
 
     h = context.attach_diagnostic_handler(handler)
@@ -80,7 +80,7 @@ def from_mlir_error(err: ir.MLIRError, default_file: str | None = None) -> list[
     assembly in statement position: "Unable to parse module assembly");
     the fallback is then located at ``default_file`` when given.
     """
-    diags = [_convert(d) for d in getattr(err, "error_diagnostics", [])]
+    diags = [_from_upstream(d) for d in getattr(err, "error_diagnostics", [])]
     if not diags:
         text = str(err).strip() or "upstream MLIR failed without a diagnostic"
         diags = [Diagnostic("error", text, default_file)]

@@ -14,6 +14,8 @@ without loading the bindings; :mod:`mlir_mx.diagnostics` adds what needs
 MLIR (capturing upstream diagnostics).  Every subclass of :class:`MXError` is
 defined here; the modules that raise one also export it where users import
 it from (``mlir_mx.passes.pipeline.PipelineError``, ``mlir_mx.torch.InferenceOnlyError``).
+So is the one error class that is not an :class:`MXError`, :class:`ObjectError`
+(the compile cache's, never raised to a user).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ __all__ = [
     "Diagnostic", "MXError", "MXValueError", "MXArgTypeError", "user_error", "location_parts",
     "DiagnosticError", "TextError", "MXTypeError", "PassError", "OptionError", "PipelineError",
     "UnknownPassError", "ModelError", "ToolError", "UsageError", "InferenceOnlyError", "UnknownFunctionError",
-    "MXUnsupportedHostError",
+    "MXUnsupportedHostError", "ObjectError",
 ]  # fmt: skip
 
 _FILE_LOC = re.compile(r'^loc\("(?P<file>(?:[^"\\]|\\.)*)":(?P<line>\d+):(?P<col>\d+)')
@@ -221,3 +223,9 @@ class UnknownFunctionError(MXError, AttributeError):
 class MXUnsupportedHostError(MXError, RuntimeError):
     """A machine mlir-mx cannot compile for correctly: an x86 CPU without FMA
     or F16C, a platform without MLIR wheels (:func:`mlir_mx.host.check_host`)."""
+
+
+class ObjectError(Exception):
+    """An object file the compile cache's loader does not take (or a malformed
+    one; :mod:`mlir_mx.execution.objects`).  Not an :class:`MXError`: it never
+    reaches a user, the cache drops the entry and compiles the kernel again."""

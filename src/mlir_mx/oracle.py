@@ -13,8 +13,10 @@ and these to check them::
 
 :func:`matmul_reference` states the matmul claim (the exact product and its
 bound) and :func:`blocked_order` emulates the kernels' f32 operation order.
-The same functions live in :mod:`mlir_mx.numerics` (with the format table and
-packing).
+The functions are defined in :mod:`mlir_mx.numerics` (beside the format table
+and packing), and everything outside that package imports them from here, so a
+bare ``quantize`` is never left to guess between the oracle and the compiled
+function (``tests/test_imports.py`` checks it).
 """
 
 from mlir_mx.numerics import MXArray, dequantize, fold_scale, quantize

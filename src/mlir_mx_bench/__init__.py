@@ -5,7 +5,7 @@ One process, one run, the same thread count for every method of a group:
 * :mod:`.baselines`  numpy f32 (BLAS), the ml_dtypes + numpy emulation, torch
   f32/bf16 (when torch is installed);
 * :mod:`.ggml_baseline`  ggml Q8_0 and MXFP4 through ggml-python (when installed);
-* :mod:`.ours`  our compiled kernels; :func:`.ours.our_variants` is the one list
+* :mod:`.ours`  our compiled kernels; :func:`.ours.our_kernels` is the one list
   of them;
 * :mod:`.cases`  inputs and the oracle every result is checked against;
 * :mod:`.machine`  CPU model/features, thread control, the measured roofs;

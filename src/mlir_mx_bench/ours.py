@@ -1,6 +1,6 @@
 """Our compiled kernels, as benchmark methods.
 
-:func:`our_variants` is the ONE list of our kernels that ``mx-bench`` times
+:func:`our_kernels` is the ONE list of our kernels that ``mx-bench`` times
 (one row per schedule of the registry that supports the problem);
 everything else here turns its entries into checked, timed methods.
 """
@@ -21,11 +21,11 @@ from mlir_mx.roofline.variants import Shape, variant_module_text
 from .cases import BenchFailure, Problem, stored_mx_bytes
 from .method import Method
 
-__all__ = ["OurVariant", "our_methods", "our_variants"]
+__all__ = ["OurKernel", "our_methods", "our_kernels"]
 
 
 @dataclass(frozen=True)
-class OurVariant:
+class OurKernel:
     """One of our kernels: how to build it and how to call it.
 
     ``build()`` returns a :class:`~mlir_mx.execution.Runner` (or anything with
@@ -49,16 +49,16 @@ class OurVariant:
     b_bytes: Callable[[int, int, int], int] | None = None
 
 
-def our_variants(
+def our_kernels(
     shape: Shape,
     threads: int,
     element: str = "f8E4M3FN",
     block_size: int = 32,
     a_element: str | None = None,
-) -> list[OurVariant]:
+) -> list[OurKernel]:
     """Our kernels to time at ``shape`` in a group run at ``threads`` threads.
 
-    One :class:`OurVariant` per kernel/schedule to compare, each with an
+    One :class:`OurKernel` per kernel/schedule to compare, each with an
     honest ``kernel_threads``, derived from the schedule registry
     (:data:`mlir_mx.kernels.SCHEDULES`): a new schedule is a new row without
     an edit here.  The harness compiles each (timing the compile), checks it
@@ -82,7 +82,7 @@ def our_variants(
         f32_b = KProblem(shape.M, shape.N, shape.K, block_size, a_element, None)
         return plan_kernel(f32_b, "auto", threads).name
 
-    variants = []
+    kernels = []
     rows = [("mx-ab", "ours mx x mx", "auto"), ("mx-a", "ours mx x f32", "auto")]
     # Every other schedule that supports the problem (the decode schedule
     # only at M = 1: one row at a time is its whole design).
@@ -95,8 +95,8 @@ def our_variants(
     ]
     for operands, label, schedule in rows:
         text = variant_module_text(operands, shape, element, block_size, a_element)
-        variants.append(
-            OurVariant(
+        kernels.append(
+            OurKernel(
                 label=label,
                 operands=operands,
                 build=lambda t=text, s=schedule: Runner(t, threads=threads, schedule=s),
@@ -104,7 +104,7 @@ def our_variants(
                 schedule=f"mx-matmul-kernels {_auto(operands) if schedule == 'auto' else schedule}",
             )
         )
-    return variants
+    return kernels
 
 
 def linear_rows(p: Problem) -> list[tuple[str, str | None]]:
@@ -112,7 +112,7 @@ def linear_rows(p: Problem) -> list[tuple[str, str | None]]:
     at its shape (``kernels/dot/kernel.py``): (label, activations) with the MX A
     (None) and with the f32 A quantized to A's format inside the kernel."""
     from mlir_mx.kernels import choose
-    from mlir_mx.kernels.dot.layout import dot_kind
+    from mlir_mx.kernels.dot.units import dot_kind
 
     kind = dot_kind(p.a_format, p.element, p.block_size)
     if kind is None:
@@ -159,7 +159,7 @@ def _linear_methods(p: Problem, threads: int, say) -> list[Method]:
         x = p.qa if act is None else p.a
         t0 = time.perf_counter()
         # activations=A's format: the Linear holds the dot kernels' records where
-        # they serve the pair (mlir_mx.linear.layout.records_unit), else its codes;
+        # they serve the pair (mlir_mx.linear.weight_form.records_unit), else its codes;
         # an MX x runs on them as given.
         lin = mlir_mx.Linear(p.qb, threads=threads, activations=p.a_format)
         schedule = lin.schedule(x)
@@ -193,7 +193,7 @@ def _engine_key(runner) -> int | None:
 def our_methods(
     p: Problem, threads: int, compiled: dict[int, float], say: Callable[[str], None]
 ) -> list[Method]:
-    """Build (compile, timed) every :func:`our_variants` entry as a :class:`Method`.
+    """Build (compile, timed) every :func:`our_kernels` entry as a :class:`Method`.
 
     ``compiled`` maps an engine's id to its compile seconds across the run: a
     kernel the Runner's cache already holds (same module and pipeline at
@@ -201,7 +201,7 @@ def our_methods(
     """
     s, bs = p.shape, p.block_size
     methods = []
-    for v in our_variants(s, threads, p.element, bs, p.a_format):
+    for v in our_kernels(s, threads, p.element, bs, p.a_format):
         if v.operands not in ("mx-ab", "mx-a"):
             raise ValueError(f"{v.label}: unknown operands {v.operands!r}")
         say(f"    compiling {v.label} ({v.schedule})...")

@@ -9,7 +9,7 @@ along its rows, per element format and thread count:
   array, whose pages the OS zeroes on first touch, and into a reused one,
   ``out=``); checked bit for bit against the oracle before they are timed
   (a mismatch fails the run);
-* the oracle, :func:`mlir_mx.numerics.quantize` (numpy, one thread; timed
+* the oracle, :func:`mlir_mx.oracle.quantize` (numpy, one thread; timed
   at the lowest thread count only);
 * ggml's ``ggml_quantize_chunk`` (ggml-python, when installed): MXFP4 for
   FP4 and Q8_0 (8-bit codes, f16 scale per 32) for the 8-bit formats, its
@@ -77,12 +77,12 @@ def _peak(fn) -> int:
 
 def _ours(x, element, threads):
     import mlir_mx
+    from mlir_mx import oracle
     from mlir_mx.convert import quantize_stored
     from mlir_mx.numerics import SCALE_DTYPE, MXArray
-    from mlir_mx.numerics import quantize as oracle
 
     codes, scales = quantize_stored(x, element, BLOCK, 1, threads)
-    want = oracle(x, element, BLOCK, 1)
+    want = oracle.quantize(x, element, BLOCK, 1)
     got = MXArray.from_packed(codes, scales.view(SCALE_DTYPE), element, BLOCK, 1)
     if not got.bitwise_equal(want):
         raise BenchFailure(f"WRONG RESULT: mlir_mx.quantize {element} differs from the oracle")
@@ -143,23 +143,23 @@ def _torchao(x, element, threads):
         return {}
     if element not in elems:
         return {}
-    from mlir_mx.numerics import quantize as oracle
+    from mlir_mx import oracle
 
     t = torch.from_numpy(x)
 
     def run():
         return MXTensor.to_mx(t, elems[element], block_size=BLOCK)
 
-    exact = from_mxtensor(run()).bitwise_equal(oracle(x, element, BLOCK, 1))
+    exact = from_mxtensor(run()).bitwise_equal(oracle.quantize(x, element, BLOCK, 1))
     return {"torchao MXTensor.to_mx": (run, exact)}
 
 
 def _methods(x, element, threads, oracle_row: bool):
-    from mlir_mx.numerics import quantize as oracle
+    from mlir_mx import oracle
 
     out = _ours(x, element, threads)
     if oracle_row:
-        out["oracle numerics.quantize"] = (lambda: oracle(x, element, BLOCK, 1), True)
+        out["oracle numerics.quantize"] = (lambda: oracle.quantize(x, element, BLOCK, 1), True)
     out.update(_ggml(x, element, threads))
     out.update(_torchao(x, element, threads))
     return out

@@ -71,10 +71,10 @@ def _handler() -> _Records:
 
 
 def _weight():
-    from mlir_mx.numerics import quantize
+    from mlir_mx import oracle
 
     x = np.random.default_rng(0).standard_normal((64, 96)).astype(np.float32)
-    return quantize(x, "f4E2M1FN", 32)
+    return oracle.quantize(x, "f4E2M1FN", 32)
 
 
 def _run(module: str, folder: Path):
@@ -154,7 +154,7 @@ def _corrupt(data: bytes, rng: random.Random) -> tuple[bytes, str]:
         b = bytearray(rng.choice((b"", b"MLIRMXC1", bytes(rng.randrange(256) for _ in range(200)))))
         how = f"replaced by {len(b)} bytes"
     else:  # a NUL into a symbol name, as in reproducer f14
-        from mlir_mx.execution.packed import C_INTERFACE
+        from mlir_mx.execution.c_interface import C_INTERFACE
 
         symbol = C_INTERFACE.encode()
         i = b.find(symbol, 80)

@@ -236,7 +236,7 @@ def _dequantize_into(a, how: str, threads: int):
 def case(seed: int, index: int) -> Outcome:
     """One quantize and one dequantize call; see the module docstring."""
     import mlir_mx
-    from mlir_mx import numerics as N
+    from mlir_mx import oracle
 
     cfg = _config(seed, index)
     config = f"{cfg['layout']}/{cfg['dtype']}"
@@ -245,7 +245,7 @@ def case(seed: int, index: int) -> Outcome:
         x = layout_array(
             cfg["shape"], cfg["dtype"], cfg["layout"], np.random.default_rng(cfg["seed"])
         )
-        want = N.quantize(_host(x), cfg["element"], cfg["block"], cfg["axis"])
+        want = oracle.quantize(_host(x), cfg["element"], cfg["block"], cfg["axis"])
         try:
             got = mlir_mx.quantize(
                 x, cfg["element"], cfg["block"], cfg["axis"], threads=cfg["threads"]
@@ -258,7 +258,7 @@ def case(seed: int, index: int) -> Outcome:
         if bad:
             return Outcome(index, "wrong", config, f"quantize: {bad}", what)
         y, refused, valid = _dequantize_into(want, cfg["out"], cfg["threads"])
-        if valid and (refused is not None or not same_f32(y, N.dequantize(want))):
+        if valid and (refused is not None or not same_f32(y, oracle.dequantize(want))):
             return Outcome(
                 index,
                 "wrong",

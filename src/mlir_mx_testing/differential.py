@@ -5,20 +5,20 @@ shapes, element formats, block sizes and axes; constant and runtime
 ``fold_scale`` alphas; the patterns the canonicalizer looks for), and
 :func:`random_inputs` feeds it NaN, +-Inf, +-0, f32 subnormals, saturating
 magnitudes and MX operands with scale codes 0, 254 and 255.  :func:`check`
-compiles a batch of programs with every :data:`VARIANTS` entry, with and
+compiles a batch of programs with every :data:`COMPILERS` entry, with and
 without ``--canonicalize`` first, runs them, and compares
 (``docs/testing.md``, the claims are in ``docs/numerics.md``):
 
 * every quantize / dequantize / fold_scale result with the oracle, bit for
   bit (NaN payloads aside);
-* every variant with its own canonicalized build, bit for bit: a rewrite
+* every compiler with its own canonicalized build, bit for bit: a rewrite
   never changes a result;
 * ``block_matmul`` results with the exact sum, within the documented bound
-  (:func:`matmul_bound`), and bit for bit between variants that claim the
+  (:func:`matmul_bound`), and bit for bit between compilers that claim the
   same summation order (the same ``matmul_order``).
 
-The pipelines compared are the ONE list :data:`VARIANTS`; a new lowering or
-kernel schedule is one :func:`register_variant` call.
+The pipelines compared are the ONE list :data:`COMPILERS`; a new lowering or
+kernel schedule is one :func:`register_compiler` call.
 """
 
 from __future__ import annotations
@@ -31,16 +31,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mlir_mx import numerics as N
+from mlir_mx import oracle
 from mlir_mx.host import has_features
 from mlir_mx.kernels.registry import SCHEDULES
-from mlir_mx.numerics.matmul import matmul_bound, matmul_reference
+from mlir_mx.numerics.matmul import matmul_bound
 from mlir_mx.passes.pipeline import Pipeline, PipelineElement, as_pipeline
 from mlir_mx_testing.programs import Program, random_inputs, random_program
 
 __all__ = [
-    "Variant",
-    "VARIANTS",
-    "register_variant",
+    "Compiler",
+    "COMPILERS",
+    "register_compiler",
     "then_llvm",
     "Program",
     "random_program",
@@ -54,17 +55,17 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Variant:
+class Compiler:
     """One way to compile a program.
 
     ``pipeline()`` returns the pipeline (None: the Runner's default);
     ``matmul_order`` names the f32 operation order its block_matmul claims:
-    variants with the same order must agree bit for bit; ``supports(program)``
+    compilers with the same order must agree bit for bit; ``supports(program)``
     says whether the pipeline handles the program (e.g. a schedule's tile
     constraints); ``features``, an ``MLIR_MX_CPU_FEATURES`` value the kernels
     are generated under (a CPU without AVX-512: the 256-bit dot kernels);
     ``kernels``, whether it is one of the generated kernel schedules (the
-    quick set builds only the other variants after ``--canonicalize``).
+    quick set builds only the other compilers after ``--canonicalize``).
     """
 
     name: str
@@ -105,31 +106,31 @@ AVX2_FEATURES = (
     "-avx512f -avx512bw -avx512vl -avx512vbmi -avx512_vnni -avx512_bf16 -avx512_fp16 -avx_vnni"
 )
 
-#: THE list of pipelines the tester compares (extend with register_variant).
-VARIANTS: list[Variant] = [
-    Variant("fused", then_llvm(_to_linalg(matmul_lowering="fused")), "fused"),
-    Variant("blocked", then_llvm(_to_linalg(matmul_lowering="blocked")), "blocked"),
-    # Every other variant stores FP4/FP6 codes packed at function boundaries
+#: THE list of pipelines the tester compares (extend with register_compiler).
+COMPILERS: list[Compiler] = [
+    Compiler("fused", then_llvm(_to_linalg(matmul_lowering="fused")), "fused"),
+    Compiler("blocked", then_llvm(_to_linalg(matmul_lowering="blocked")), "blocked"),
+    # Every other compiler stores FP4/FP6 codes packed at function boundaries
     # (the default); this one one code per byte: same results, other ABI.
-    Variant(
+    Compiler(
         "blocked-unpacked",
         then_llvm(_to_linalg(matmul_lowering="blocked", subbyte_storage="unpacked")),
         "blocked",
     ),
-    Variant("fused-vectorized", then_llvm("@mx-vectorize"), None, _vectorizable_fused),
-    Variant("blocked-vectorized", then_llvm("@mx-vectorize-blocked"), None),
-    Variant("runner-default", lambda: None, "blocked"),
+    Compiler("fused-vectorized", then_llvm("@mx-vectorize"), None, _vectorizable_fused),
+    Compiler("blocked-vectorized", then_llvm("@mx-vectorize-blocked"), None),
+    Compiler("runner-default", lambda: None, "blocked"),
     # The generated kernels: every schedule of the registry at 1 and 2
     # threads, all claiming the blocked order bit for bit.
     *(
-        Variant(f"kernels-{s}-{t}t", (lambda s=s, t=t: _kernels(s, t)), "blocked", kernels=True)
+        Compiler(f"kernels-{s}-{t}t", (lambda s=s, t=t: _kernels(s, t)), "blocked", kernels=True)
         for s in SCHEDULES
         for t in (1, 2)
     ),
     # The integer dot schedules as on a plain AVX2 CPU (AVX-512 and AVX-VNNI
     # masked): the 256-bit kernels of kernels/dot/isa.py.
     *(
-        Variant(
+        Compiler(
             f"kernels-{s}-avx2-2t",
             (lambda s=s: _kernels(s, 2)),
             "blocked",
@@ -143,16 +144,16 @@ VARIANTS: list[Variant] = [
 ]
 
 
-def quick_variants() -> list[Variant]:
-    """The quick set's variants: every lowering, and each kernel schedule at
+def quick_compilers() -> list[Compiler]:
+    """The quick set's compilers: every lowering, and each kernel schedule at
     one thread count, 1 and 2 in turn along the registry (the AVX2-masked ones
     at their 2): half the kernel compilations, every schedule and both thread
     counts still compiled.  The long set (``-m slow``) runs all of
-    :data:`VARIANTS`."""
+    :data:`COMPILERS`."""
     threads = {name: 1 + i % 2 for i, name in enumerate(SCHEDULES)}
     return [
         v
-        for v in VARIANTS
+        for v in COMPILERS
         if not v.kernels
         or "-avx2-" in v.name
         or any(v.name == f"kernels-{s}-{t}t" for s, t in threads.items())
@@ -165,16 +166,16 @@ def _kernels(schedule: str, threads: int):
     return kernel_pipeline(schedule, threads)
 
 
-def register_variant(variant: Variant) -> None:
+def register_compiler(compiler: Compiler) -> None:
     """Add (or replace, by name) a pipeline the differential tester compares."""
-    VARIANTS[:] = [v for v in VARIANTS if v.name != variant.name] + [variant]
+    COMPILERS[:] = [v for v in COMPILERS if v.name != compiler.name] + [compiler]
 
 
 # ------------------------------------------------------------------ the oracle
 
 
 def _value(v) -> np.ndarray:
-    return N.dequantize(v) if isinstance(v, N.MXArray) else v
+    return oracle.dequantize(v) if isinstance(v, N.MXArray) else v
 
 
 def evaluate(p: Program, args: list) -> list:
@@ -185,12 +186,12 @@ def evaluate(p: Program, args: list) -> list:
         env[spec[1] if isinstance(spec, tuple) else spec.name] = a
     for kind, out, *ins in p.ops:
         if kind == "quantize":
-            env[out.name] = N.quantize(env[ins[0].name], out.mx[0], out.mx[1], axis=out.mx[2])
+            env[out.name] = oracle.quantize(env[ins[0].name], out.mx[0], out.mx[1], axis=out.mx[2])
         elif kind == "dequantize":
-            env[out.name] = N.dequantize(env[ins[0].name])
+            env[out.name] = oracle.dequantize(env[ins[0].name])
         elif kind == "fold":
             alpha = ins[1][1] if ins[1][0] == "const" else env[ins[1][1]]
-            env[out.name] = N.fold_scale(env[ins[0].name], alpha)
+            env[out.name] = oracle.fold_scale(env[ins[0].name], alpha)
         else:
             a, b, acc = (env[v.name] for v in ins)
             env[out.name] = _matmul_reference(a, b, acc)
@@ -199,8 +200,8 @@ def evaluate(p: Program, args: list) -> list:
 
 def _matmul_reference(a: N.MXArray, b, acc: np.ndarray):
     """The claim of docs/numerics.md as a checkable condition on the operands
-    (:func:`mlir_mx.numerics.matmul.matmul_reference`)."""
-    exact, bound, inside = matmul_reference(a, b, acc)
+    (:func:`mlir_mx.oracle.matmul_reference`)."""
+    exact, bound, inside = oracle.matmul_reference(a, b, acc)
     return ("matmul", exact, bound, inside)
 
 
@@ -276,15 +277,15 @@ def _canonicalized(text: str) -> str | None:
     return None if after == before else after
 
 
-def _compile(text: str, variant: Variant):
+def _compile(text: str, compiler: Compiler):
     from mlir_mx.execution import Runner
 
-    if variant.features is None:
-        return Runner(text, variant.pipeline(), opt_level=1)
+    if compiler.features is None:
+        return Runner(text, compiler.pipeline(), opt_level=1)
     saved = os.environ.get(FEATURES_VAR)
-    os.environ[FEATURES_VAR] = variant.features
+    os.environ[FEATURES_VAR] = compiler.features
     try:
-        return Runner(text, variant.pipeline(), opt_level=1)
+        return Runner(text, compiler.pipeline(), opt_level=1)
     finally:
         if saved is None:
             del os.environ[FEATURES_VAR]
@@ -299,13 +300,13 @@ def _call(runner, p: Program, args: list) -> list:
 
 
 def check(
-    programs: list[Program], inputs: dict[str, list[list]], variants=None, canonicalize="all"
+    programs: list[Program], inputs: dict[str, list[list]], compilers=None, canonicalize="all"
 ) -> Report:
-    """Compile ``programs`` with every variant (plain and canonicalized), run
+    """Compile ``programs`` with every compiler (plain and canonicalized), run
     them on ``inputs[name]`` and compare; see the module docstring.
 
     ``canonicalize="lowerings"`` builds the canonicalized programs with the
-    variants that are not generated kernel schedules only (the quick set:
+    compilers that are not generated kernel schedules only (the quick set:
     the kernel schedules start from the same linalg as ``runner-default``).
     Where ``--canonicalize`` leaves a module as it was, its build would be the
     plain one again and is not repeated."""
@@ -314,13 +315,13 @@ def check(
     report = Report(programs=len(programs))
     results: dict[tuple[str, bool, str, int], list] = {}
     canonical: dict[tuple[str, ...], str | None] = {}
-    for variant in variants or VARIANTS:
-        chosen = [p for p in programs if variant.supports(p)]
+    for compiler in compilers or COMPILERS:
+        chosen = [p for p in programs if compiler.supports(p)]
         if not chosen:
             continue
         plain = "\n".join(p.text() for p in chosen)
         for canon in (False, True):
-            if canon and canonicalize == "lowerings" and variant.kernels:
+            if canon and canonicalize == "lowerings" and compiler.kernels:
                 continue
             text = plain
             if canon:
@@ -330,17 +331,17 @@ def check(
                 if canonical[names] is None:
                     continue
                 text = canonical[names]
-            runner = _compile(text, variant)
+            runner = _compile(text, compiler)
             report.compiles += 1
             for p in chosen:
                 for j, args in enumerate(inputs[p.name]):
                     report.calls += 1
                     try:
-                        results[(variant.name, canon, p.name, j)] = _call(runner, p, args)
+                        results[(compiler.name, canon, p.name, j)] = _call(runner, p, args)
                     except (ValueError, TypeError) as err:  # e.g. codes an MXArray refuses
-                        where = f"{p.name} input {j} [{variant.name}{' +canonicalize' if canon else ''}]"
+                        where = f"{p.name} input {j} [{compiler.name}{' +canonicalize' if canon else ''}]"
                         report.mismatches.append(f"{where}: the call failed: {err}")
-    orders = {v.name: v.matmul_order for v in variants or VARIANTS}
+    orders = {v.name: v.matmul_order for v in compilers or COMPILERS}
     for p in programs:
         for j, args in enumerate(inputs[p.name]):
             want = evaluate(p, args)
@@ -383,11 +384,11 @@ def run(
     programs_per_batch: int = 6,
     inputs_per_program: int = 3,
     canonicalize: str = "all",
-    variants: list[Variant] | None = None,
+    compilers: list[Compiler] | None = None,
 ) -> Report:
     """The seeded campaign: ``batches`` batches of random programs through
-    :func:`check` (``canonicalize``, ``variants``: as there; None: all of
-    :data:`VARIANTS`)."""
+    :func:`check` (``canonicalize``, ``compilers``: as there; None: all of
+    :data:`COMPILERS`)."""
     total = Report()
     for b in range(batches):
         rng = random.Random(f"differential:{seed}:{b}")
@@ -396,7 +397,7 @@ def run(
         inputs = {
             p.name: [random_inputs(p, nrng) for _ in range(inputs_per_program)] for p in programs
         }
-        rep = check(programs, inputs, variants, canonicalize=canonicalize)
+        rep = check(programs, inputs, compilers, canonicalize=canonicalize)
         if rep.mismatches:
             rep.mismatches = [m + f" (batch {b}, seed {seed})" for m in rep.mismatches]
         total.merge(rep)
@@ -414,7 +415,7 @@ def main(argv=None) -> int:
     p.add_argument("--inputs", type=int, default=3, help="input sets per program")
     args = p.parse_args(argv)
     report = run(args.seed, args.batches, args.programs, args.inputs)
-    print(f"variants: {', '.join(v.name for v in VARIANTS)} (each also after --canonicalize)")
+    print(f"compilers: {', '.join(v.name for v in COMPILERS)} (each also after --canonicalize)")
     print(report.summary())
     for m in report.mismatches[:50]:
         print("MISMATCH", m)

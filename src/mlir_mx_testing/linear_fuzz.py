@@ -18,9 +18,9 @@ activations near overflow (2^100..2^127) and subnormal, block scale codes 0,
 ``"normal"`` keeps values and scales within 2^-20..2^20.
 
 The rule: a valid call returns the ``block_matmul`` result bit for bit as
-the blocked order computes it (:func:`mlir_mx.numerics.matmul.blocked_order`;
+the blocked order computes it (:func:`mlir_mx.oracle.blocked_order`;
 for ``activations=F``, on the oracle's ``quantize(x, F, B)``), within the
-claim's bound (:func:`mlir_mx.numerics.matmul.matmul_reference`: outputs
+claim's bound (:func:`mlir_mx.oracle.matmul_reference`: outputs
 inside the claim are compared; NaN and Inf must agree), and leaves its input
 unchanged; a malformed one raises ``TypeError`` / ``ValueError`` naming ``x``.
 
@@ -134,8 +134,8 @@ def _f32(shape, rng: np.random.Generator, edge: bool) -> np.ndarray:
 def _state(seed, group, pairs, unpacked_subbyte, value_range):
     """The configuration of a group, its weight and its Linear (kept across calls)."""
     import mlir_mx
+    from mlir_mx import oracle
     from mlir_mx.interop import transpose
-    from mlir_mx.numerics import quantize
 
     cfg = _config(seed, group, pairs, unpacked_subbyte, value_range)
     rng = np.random.default_rng(cfg["seed"])
@@ -144,7 +144,7 @@ def _state(seed, group, pairs, unpacked_subbyte, value_range):
         w = _raw_mx((n, k), cfg["w_elem"], b, 1, rng, True)
     else:
         data = rng.standard_normal((n, k)) * np.exp2(rng.integers(-20, 21, (n, k // b))).repeat(b, 1)
-        w = quantize(data.astype(np.float32), cfg["w_elem"], b)
+        w = oracle.quantize(data.astype(np.float32), cfg["w_elem"], b)
     given = w if cfg["layout"] == "out_in" else transpose(w)
     lin = None
     if cfg["entry"] == "Linear":
@@ -161,7 +161,7 @@ def _quantized_to(cfg: dict) -> str | None:
 
 
 def _activation(cfg: dict, m: int, rng: np.random.Generator, vector: bool):
-    from mlir_mx.numerics import quantize
+    from mlir_mx import oracle
 
     edge = cfg["values"] == "edge"
     if cfg["a_kind"].startswith("f32"):
@@ -169,11 +169,11 @@ def _activation(cfg: dict, m: int, rng: np.random.Generator, vector: bool):
         return x[0] if vector else x
     if edge:
         return _raw_mx((m, cfg["k"]), cfg["a_kind"], cfg["block"], 1, rng, True)
-    return quantize(_f32((m, cfg["k"]), rng, False), cfg["a_kind"], cfg["block"])
+    return oracle.quantize(_f32((m, cfg["k"]), rng, False), cfg["a_kind"], cfg["block"])
 
 
 def _malformed(cfg: dict, x, rng: random.Random):
-    from mlir_mx.numerics import quantize
+    from mlir_mx import oracle
 
     k, choice = cfg["k"], rng.randrange(4)
     if choice == 0:
@@ -184,15 +184,15 @@ def _malformed(cfg: dict, x, rng: random.Random):
         other = 2 * cfg["block"] if k % (2 * cfg["block"]) == 0 else 1
         if other == cfg["block"]:
             return np.ones((2, 3, k), np.float32), "rank 3"
-        return quantize(np.ones((2, k), np.float32), "f8E4M3FN", other), "another block size"
+        return oracle.quantize(np.ones((2, k), np.float32), "f8E4M3FN", other), "another block size"
     return [[1.0] * k], "a list"
 
 
 def _check(cfg: dict, w, x, y) -> tuple[str | None, int]:
     """(what is wrong or None, outputs outside the claim)."""
+    from mlir_mx import oracle
     from mlir_mx.interop import transpose
-    from mlir_mx.numerics import MXArray, quantize
-    from mlir_mx.numerics.matmul import blocked_order, matmul_reference
+    from mlir_mx.numerics import MXArray
     from mlir_mx_testing.differential import same_result, within_bound
 
     vector = not isinstance(x, MXArray) and x.ndim == 1
@@ -204,10 +204,10 @@ def _check(cfg: dict, w, x, y) -> tuple[str | None, int]:
     if m == 0 or n == 0:
         return None, 0
     if _quantized_to(cfg):  # Linear(w, activations=F)(x) is Linear(w)(quantize(x, F, B))
-        x2 = quantize(x2, _quantized_to(cfg), cfg["block"])
+        x2 = oracle.quantize(x2, _quantized_to(cfg), cfg["block"])
     y2 = np.asarray(y).reshape(m, n)
     zero = np.zeros((m, n), np.float32)
-    exact, bound, inside = matmul_reference(x2, transpose(w), zero)
+    exact, bound, inside = oracle.matmul_reference(x2, transpose(w), zero)
     ok, compared = within_bound(y2, ("matmul", exact, bound, inside))
     outside = int(inside.size - compared)
     if not ok:
@@ -221,7 +221,7 @@ def _check(cfg: dict, w, x, y) -> tuple[str | None, int]:
         i, j = np.argwhere(bad)[0]
         return (f"y[{i}, {j}] = {got[i, j]!r}, exact {exact[i, j]!r}, bound {bound[i, j]:.3g} "
                 f"({int(bad.sum())} outputs outside the bound)"), outside  # fmt: skip
-    want = blocked_order(x2, transpose(w), zero)
+    want = oracle.blocked_order(x2, transpose(w), zero)
     if not same_result(y2, want):
         i, j = np.argwhere(
             ~((y2.view(np.uint32) == want.view(np.uint32)) | (np.isnan(y2) & np.isnan(want)))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from mlir_mx import numerics as N
+from mlir_mx import oracle
 from mlir_mx.roofline.variants import Shape
 from mlir_mx_bench.baselines import emulate_dequantize
 from mlir_mx_bench.cases import BenchFailure, Oracle, make_problem
@@ -19,8 +20,8 @@ def test_emulation_dequantizes_bit_exactly(element, axis):
     x = (rng.standard_normal((64, 64)) * np.exp2(rng.integers(-20, 20, (64, 64)))).astype(
         np.float32
     )
-    q = N.quantize(x, element, 32, axis=axis)
-    got, want = emulate_dequantize(q), N.dequantize(q)
+    q = oracle.quantize(x, element, 32, axis=axis)
+    got, want = emulate_dequantize(q), oracle.dequantize(q)
     assert got.dtype == np.float32
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 

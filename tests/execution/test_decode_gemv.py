@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlir_mx import numerics as N
+from mlir_mx import oracle
 from mlir_mx.execution import Runner
 from mlir_mx.pipelines import load_pipeline
 from mlir_mx.roofline.variants import parse_shape, variant_module_text
@@ -37,11 +37,11 @@ def test_blocked_vectorized_decode(shape, variant):
     # Block scales spread over 2^-10..2^10.
     a *= np.repeat(np.exp2(rng.integers(-10, 11, (s.M, s.K // 32))), 32, axis=1)
     b *= np.repeat(np.exp2(rng.integers(-10, 11, (s.K // 32, s.N))), 32, axis=0)
-    qa = N.quantize(a, "f8E4M3FN", 32)
-    da = N.dequantize(qa)
+    qa = oracle.quantize(a, "f8E4M3FN", 32)
+    da = oracle.dequantize(qa)
     if variant == "mx-ab":
-        qb = N.quantize(b, "f8E4M3FN", 32, axis=0)
-        db = N.dequantize(qb)
+        qb = oracle.quantize(b, "f8E4M3FN", 32, axis=0)
+        db = oracle.dequantize(qb)
     else:
         qb = db = b
     acc = rng.standard_normal((s.M, s.N)).astype(np.float32)

@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 import mlir_mx
+from mlir_mx.errors import ObjectError
 from mlir_mx.execution import Runner, clear_cache, disk_cache
 from mlir_mx.execution.disk_cache import ObjectCache, entry_key, tree_hash
-from mlir_mx.execution.objects import ObjectError, load_object, machine_code_supported
+from mlir_mx.execution.objects import load_object, machine_code_supported
 from mlir_mx.host import has_features
 from mlir_mx.pipelines import load_pipeline
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlir_mx import numerics as N
+from mlir_mx import oracle
 from mlir_mx.execution import Runner
 from mlir_mx.pipelines import kernel_pipeline
 
@@ -36,8 +36,8 @@ def runners():
 @pytest.fixture(scope="module")
 def operands():
     rng = np.random.default_rng(3)
-    a = N.quantize(rng.standard_normal((4, 64)).astype(np.float32), "f4E2M1FN", 32)
-    b = N.quantize(rng.standard_normal((64, 32)).astype(np.float32), "f6E2M3FN", 32, axis=0)
+    a = oracle.quantize(rng.standard_normal((4, 64)).astype(np.float32), "f4E2M1FN", 32)
+    b = oracle.quantize(rng.standard_normal((64, 32)).astype(np.float32), "f6E2M3FN", 32, axis=0)
     c = rng.standard_normal((4, 32)).astype(np.float32)
     return a, b, c
 
@@ -67,7 +67,7 @@ def test_results_come_back_as_the_oracle_mxarray(runners):
     x = np.random.default_rng(4).standard_normal((4, 64)).astype(np.float32)
     for r in runners:
         q = r.invoke("q", x)
-        assert q.bitwise_equal(N.quantize(x, "f4E2M1FN", 32))
+        assert q.bitwise_equal(oracle.quantize(x, "f4E2M1FN", 32))
 
 
 def test_code_pairs_may_be_logical_or_packed(runners, operands):

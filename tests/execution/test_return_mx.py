@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from matmul_cases import ELEMENTS
 
+from mlir_mx import oracle
 from mlir_mx.execution import Runner
-from mlir_mx.numerics import quantize
 
 
 def _t(shape, element, axis):
@@ -23,7 +23,7 @@ def _t(shape, element, axis):
 
 @pytest.mark.parametrize("element", ELEMENTS)
 @pytest.mark.parametrize("shape,axis", [((4, 64), 1), ((64, 6), 0)])
-def test_f11_return_mx_argument(element, shape, axis):
+def test_functions_that_return_their_mx_arguments(element, shape, axis):
     q = _t(shape, element, axis)
     p = _t((shape[1], shape[0]), "f8E4M3FN", 1 - axis)
     text = f"""
@@ -33,8 +33,10 @@ func.func @swap(%q: {q}, %p: {p}) -> ({p}, {q}) {{ return %p, %q : {p}, {q} }}
 """
     r = Runner(text, threads=1)
     rng = np.random.default_rng(0)
-    a = quantize(rng.standard_normal(shape).astype(np.float32), element, 32, axis=axis)
-    b = quantize(rng.standard_normal(shape[::-1]).astype(np.float32), "f8E4M3FN", 32, axis=1 - axis)
+    a = oracle.quantize(rng.standard_normal(shape).astype(np.float32), element, 32, axis=axis)
+    b = oracle.quantize(
+        rng.standard_normal(shape[::-1]).astype(np.float32), "f8E4M3FN", 32, axis=1 - axis
+    )
     assert r.identity(a).bitwise_equal(a)
     x, y = r.twice(a)
     assert x.bitwise_equal(a) and y.bitwise_equal(a)

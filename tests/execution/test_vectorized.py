@@ -11,8 +11,9 @@ one extra rounding for the product and one for the accumulator add).
 import numpy as np
 import pytest
 
+from mlir_mx import oracle
 from mlir_mx.execution import Runner
-from mlir_mx.numerics import ELEMENT_FORMATS, dequantize, quantize
+from mlir_mx.numerics import ELEMENT_FORMATS
 from mlir_mx.pipelines import load_pipeline
 
 PIPELINE = load_pipeline("mx-vectorize") + load_pipeline("lower-to-llvm")
@@ -35,11 +36,11 @@ def _module(m, n, k, elem, rhs_mx):
 
 def _check(m, n, k, elem, rhs_mx, seed=0):
     rng = np.random.default_rng(seed)
-    a = quantize(rng.standard_normal((m, k)).astype(np.float32), elem, 32)
+    a = oracle.quantize(rng.standard_normal((m, k)).astype(np.float32), elem, 32)
     bf = rng.standard_normal((k, n)).astype(np.float32)
-    b = quantize(bf, elem, 32, axis=0) if rhs_mx else bf
-    a_d = dequantize(a).astype(np.float64)
-    b_d = (dequantize(b) if rhs_mx else bf).astype(np.float64)
+    b = oracle.quantize(bf, elem, 32, axis=0) if rhs_mx else bf
+    a_d = oracle.dequantize(a).astype(np.float64)
+    b_d = (oracle.dequantize(b) if rhs_mx else bf).astype(np.float64)
     acc = rng.standard_normal((m, n)).astype(np.float32)
     exact = acc + a_d @ b_d
     runner = Runner(_module(m, n, k, elem, rhs_mx), PIPELINE)

@@ -26,9 +26,9 @@ import textwrap
 import numpy as np
 import pytest
 
+from mlir_mx import oracle
 from mlir_mx.interop.gguf import read_gguf, write_gguf
 from mlir_mx.interop.gguf_format import check_tensor, parse_gguf
-from mlir_mx.numerics import quantize
 
 gguf = pytest.importorskip("gguf", reason="GGUF interop needs the gguf package (mlir-mx[gguf])")
 
@@ -36,7 +36,7 @@ NOT_READABLE = "not a readable GGUF file"
 
 
 def _weight(shape=(8, 64), seed=0):
-    return quantize(
+    return oracle.quantize(
         np.random.default_rng(seed).standard_normal(shape).astype(np.float32), "f4E2M1FN", 32
     )
 
@@ -57,7 +57,7 @@ def _refused(path, what=""):
     return str(info.value)
 
 
-def test_f7_gguf_memory_blowup(tmp_path, good):
+def test_a_string_retyped_as_an_array_is_refused_fast_in_little_memory(tmp_path, good):
     """STRING -> ARRAY on a metadata type, in a child capped at 1 GiB: refused
     at once. The read itself is timed in the child (not the interpreter's
     start and imports): under 2 s even on a loaded 2-core machine (it takes
@@ -95,7 +95,7 @@ def test_f7_gguf_memory_blowup(tmp_path, good):
     assert int(grown_kib) < 32 * 1024, p.stdout
 
 
-def test_f5_gguf_indexerror_huge_lengths_and_counts(tmp_path, good):
+def test_huge_lengths_and_counts_are_refused(tmp_path, good):
     data = good.read_bytes()
     for offset, what in [(24, "the key of metadata entry 0"), (8, "tensor infos"),
                          (16, "metadata entries")]:  # fmt: skip
@@ -106,7 +106,7 @@ def test_f5_gguf_indexerror_huge_lengths_and_counts(tmp_path, good):
         _refused(bad, what)
 
 
-def test_f5_gguf_indexerror_every_truncation(tmp_path, good):
+def test_every_truncation_into_the_data_is_refused(tmp_path, good):
     """Every prefix of a good file that cuts into its data is refused; one that
     only drops the padding after the last tensor reads the same tensors."""
     data = good.read_bytes()
@@ -179,7 +179,7 @@ def _write_fails(path, tensors, md, err, match):
     assert sorted(os.listdir(path.parent)) == [path.name]  # no temporary file left
 
 
-def test_f10_write_gguf_truncates_on_error(tmp_path):
+def test_a_refused_write_leaves_the_old_file_and_empty_tensors_read_back(tmp_path):
     """(a) a metadata int outside int64, and every other refusal, leave the old
     file as it was; (b) a (0, 64) tensor beside a good one reads back."""
     path = tmp_path / "f10.gguf"
@@ -196,7 +196,7 @@ def test_f10_write_gguf_truncates_on_error(tmp_path):
     bad = type(good)(good.codes, nan, good.element, good.block_size, good.axis)
     _write_fails(path, {"w": good, "b": bad}, {}, ValueError, "scale byte 255")
     assert list(read_gguf(path)) == ["w"]
-    empty = quantize(np.zeros((0, 64), np.float32), "f4E2M1FN", 32)
+    empty = oracle.quantize(np.zeros((0, 64), np.float32), "f4E2M1FN", 32)
     write_gguf(path, {"w": good, "e": empty})
     back = read_gguf(path)
     assert back["w"].bitwise_equal(good) and back["e"].bitwise_equal(empty)

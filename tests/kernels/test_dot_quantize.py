@@ -2,7 +2,7 @@
 
 ``quantize_block`` compiled into a tiny kernel gives, for every element
 format, the oracle's element values and scales bit for bit
-(``mlir_mx.numerics.quantize``) on blocks built to hit every rule: zeros,
+(``mlir_mx.oracle.quantize``) on blocks built to hit every rule: zeros,
 NaN and Inf blocks, f32 subnormals, the top of the f32 range, rounding ties,
 saturation and random values over the whole exponent range.  A dot kernel
 whose A is quantized inside it equals the dot kernel on the oracle's MX A.
@@ -16,10 +16,11 @@ from dot_cases import dot_schedule, run_dot, same_bits
 from mlir import ir
 from mlir.dialects import arith, func
 
+from mlir_mx import oracle
 from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.dot.prep import quantize_block
-from mlir_mx.numerics import ELEMENT_FORMATS, quantize
+from mlir_mx.numerics import ELEMENT_FORMATS
 
 ROWS = 64
 
@@ -78,7 +79,7 @@ def test_quantize_block_matches_the_oracle(element):
     vals = np.zeros((ROWS, 32), np.float32)
     scales = np.zeros(ROWS, np.float32)
     Runner(_module(element), load_pipeline("memref-to-llvm")).invoke("q", x, vals, scales)
-    q = quantize(x, element, 32)
+    q = oracle.quantize(x, element, 32)
     want_vals = q.element_values().astype(np.float32)
     want_scales = q.scale_values().astype(np.float32)[:, 0]
     assert same_bits(scales, want_scales).all(), np.argwhere(~same_bits(scales, want_scales))
@@ -107,9 +108,9 @@ def test_quantized_activations_equal_the_oracle_quantized_mx(element, weights, u
     m = 1 if cls == "decode" else 11  # the prefill schedule runs any M
     x = (rng.standard_normal((m, 128)) * np.exp2(rng.integers(-30, 30, (m, 1)))).astype(np.float32)
     x[0, 40] = np.nan
-    qb = quantize(rng.standard_normal((128, 96)).astype(np.float32), weights, 32, axis=0)
+    qb = oracle.quantize(rng.standard_normal((128, 96)).astype(np.float32), weights, 32, axis=0)
     acc = rng.standard_normal((m, 96)).astype(np.float32)
     got = run_dot(x, qb, acc, schedule, 2, a_quant=element)
-    want = run_dot(quantize(x, element, 32), qb, acc, schedule, 2)
+    want = run_dot(oracle.quantize(x, element, 32), qb, acc, schedule, 2)
     assert same_bits(got, want).all()
     assert np.isnan(got[0]).all() and not np.isnan(got[1:]).any()

@@ -11,9 +11,10 @@ import pytest
 from format_cases import BY_BEHAVIOUR
 from matmul_cases import kernel_runner, schedule_cases
 
+from mlir_mx import oracle
 from mlir_mx.kernels import Problem
 from mlir_mx.kernels.common.problem import TILE_COLUMNS, tile_b_codes
-from mlir_mx.numerics import ELEMENT_FORMATS, pack_codes, quantize
+from mlir_mx.numerics import ELEMENT_FORMATS, pack_codes
 
 K, N = 128, 192
 
@@ -71,7 +72,7 @@ _TILED_CASES = [
 )
 def test_tiled_b_gives_the_same_bits(element, schedule, m, threads):
     rng = np.random.default_rng(0)
-    b = quantize(rng.standard_normal((K, N)).astype(np.float32), element, 32, axis=0)
+    b = oracle.quantize(rng.standard_normal((K, N)).astype(np.float32), element, 32, axis=0)
     packed = ELEMENT_FORMATS[element].is_sub_byte
     raw = pack_codes(b.codes, element) if packed else b.codes.view(np.uint8)
     x = rng.standard_normal((m, K)).astype(np.float32)

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import mlir_mx
+from mlir_mx import oracle
 from mlir_mx.execution import Runner
-from mlir_mx.numerics import MXArray, quantize
+from mlir_mx.numerics import MXArray
 
 
 def _owner(a: np.ndarray) -> np.ndarray:
@@ -37,7 +38,7 @@ def referenced_nbytes(obj) -> int:
 
 def _fp4(shape=(64, 4096), seed=0) -> MXArray:
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-    return quantize(x, "f4E2M1FN", 32)
+    return oracle.quantize(x, "f4E2M1FN", 32)
 
 
 def _bits(a: MXArray) -> float:
@@ -75,7 +76,8 @@ def test_linear_holds_4_25_bits_and_does_not_copy_a_b_weight():
     w = _fp4((256, 128))
     lin = mlir_mx.Linear(w, threads=1)
     assert lin.nbytes * 8 / w.size == 4.25
-    b = quantize(np.random.default_rng(1).standard_normal((256, 96)).astype(np.float32), "f4E2M1FN", 32, axis=0)
+    bf = np.random.default_rng(1).standard_normal((256, 96)).astype(np.float32)
+    b = oracle.quantize(bf, "f4E2M1FN", 32, axis=0)
     lin_b = mlir_mx.Linear(b, threads=1)  # (in, out) blocked along in: B as stored, 96 % 64 != 0: untiled
     assert not lin_b.tiled
     codes, scales = lin_b.stored
@@ -86,7 +88,9 @@ def test_stored_arrays_are_read_only_so_a_prepared_weight_cannot_go_stale():
     # Writing w.codes in place used to leave mlir_mx.matmul serving the weight
     # it prepared before the write.  Every view of the stored form is read-only
     # and the attribute cannot be rebound, so the prepared copy stays right.
-    w = quantize(np.random.default_rng(2).standard_normal((64, 64)).astype(np.float32), "f8E4M3FN", 32)
+    w = oracle.quantize(
+        np.random.default_rng(2).standard_normal((64, 64)).astype(np.float32), "f8E4M3FN", 32
+    )
     x = np.ones((1, 64), np.float32)
     y = mlir_mx.matmul(x, w, threads=1)
     for view in (w.codes, w.scales, w.packed_codes()):
@@ -102,7 +106,7 @@ def test_arrays_given_are_copied_unless_nothing_can_write_them():
     codes = np.array(a.codes)
     b = MXArray(codes, a.scales, "f4E2M1FN", 32)  # one code per byte in, packed bytes kept
     assert b.is_packed and not np.shares_memory(b.packed_codes(), codes) and b.bitwise_equal(a)
-    f8 = quantize(np.ones((2, 32), np.float32), "f8E4M3FN", 32)
+    f8 = oracle.quantize(np.ones((2, 32), np.float32), "f8E4M3FN", 32)
     raw = np.array(f8.codes.view(np.uint8))
     c = MXArray(raw, f8.scales, "f8E4M3FN", 32)
     raw[...] = 0  # the caller's array: c kept its own copy

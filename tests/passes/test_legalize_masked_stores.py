@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from mlir import ir
 
+from mlir_mx import oracle
 from mlir_mx.dialect import parse_module
 from mlir_mx.execution import Runner
 from mlir_mx.host import has_features, host_arch
 from mlir_mx.ir_utils import collect
-from mlir_mx.numerics import quantize as oracle_quantize
 from mlir_mx.passes.pipeline import Pipeline, run_pipeline
 from mlir_mx.pipelines import load_pipeline
 
@@ -134,8 +134,8 @@ def test_two_tasks_rows_of_one_element_keep_their_bits():
     x = x.reshape(2, 4, 1)
     runner = Runner(FOLD, threads=2)
     # the oracle: fold_scale requantizes dequantize(q) * 1.5
-    q = oracle_quantize(x, "f8E5M2", 2, axis=1)
-    want = oracle_quantize(q.dequantize() * np.float32(1.5), "f8E5M2", 2, axis=1)
+    q = oracle.quantize(x, "f8E5M2", 2, axis=1)
+    want = oracle.quantize(q.dequantize() * np.float32(1.5), "f8E5M2", 2, axis=1)
     for _ in range(50):
         got = runner.invoke("q", x)
         assert got.bitwise_equal(want)

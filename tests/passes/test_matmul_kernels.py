@@ -4,7 +4,7 @@ Every schedule class (decode, small, prefill), every element format (mx x f32
 and mx x mx), 1 and 2 threads, odd M and N not a multiple of any tile: the
 result is within the bound of :mod:`matmul_cases` of the exact f64 result and
 **bit-identical** to the blocked order of the numpy oracle
-(``mlir_mx.numerics.matmul.blocked_order``), as is the
+(``mlir_mx.oracle.blocked_order``), as is the
 ``mx-to-linalg{matmul-lowering=blocked}`` scalar lowering it replaces (the
 same f32 operations per element), hence identical across schedules and
 thread counts.  The table (AVX512-VBMI) and the f16
@@ -20,6 +20,7 @@ from matmul_cases import ELEMENTS, case, kernel_runner, matmul_text, schedule_ca
 from mlir import ir
 
 import mlir_mx.kernels.common.problem as kernel_problem
+from mlir_mx import oracle
 from mlir_mx.dialect import parse_module, print_module
 from mlir_mx.execution import Runner
 from mlir_mx.host import MAX_THREADS, has_features
@@ -27,7 +28,6 @@ from mlir_mx.kernels import SCHEDULES, Problem, choose, plan_kernel, shape_class
 from mlir_mx.kernels.common.codec import f16_factor
 from mlir_mx.kernels.common.problem import MIN_TASK_MACS, task_count, tile_b_codes
 from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements, pack_codes
-from mlir_mx.numerics.matmul import blocked_order
 from mlir_mx.passes.pipeline import build_pass_manager
 from mlir_mx.pipelines import load_pipeline
 
@@ -70,7 +70,7 @@ def _check(m, k, n, ea, eb, runs, reference=True):
     blocked linalg lowering (``reference``: compiled and compared too)."""
     text = matmul_text(m, k, n, ea, eb)
     args, acc, exact, bound = case(m, k, n, ea, eb)
-    ref = blocked_order(*args, acc)
+    ref = oracle.blocked_order(*args, acc)
     assert np.all(np.abs(ref - exact) <= bound)
     if reference:
         lowered = _run(text, args, acc, pipeline=REFERENCE)
@@ -439,7 +439,7 @@ def test_packed_subbyte_codes(ea, eb, schedule, m):
     c = acc.copy()
     r.matmul(pk(qa.codes, ea), np.array(qa.scales), *bargs, c)
     assert np.all(np.abs(c - exact) <= bound)
-    np.testing.assert_array_equal(_bits(c), _bits(blocked_order(qa, b, acc)))
+    np.testing.assert_array_equal(_bits(c), _bits(oracle.blocked_order(qa, b, acc)))
 
 
 def test_pass_replaces_the_pair_and_frees_nothing_twice():

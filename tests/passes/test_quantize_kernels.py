@@ -15,12 +15,11 @@ import numpy as np
 import pytest
 from mlir import ir
 
+from mlir_mx import oracle
 from mlir_mx.dialect import parse_module
 from mlir_mx.execution import Runner
 from mlir_mx.ir_utils import collect, kernel_tag
 from mlir_mx.numerics import ELEMENT_FORMATS, MXArray
-from mlir_mx.numerics import dequantize as oracle_dequantize
-from mlir_mx.numerics import quantize as oracle_quantize
 from mlir_mx.passes.pipeline import build_pass_manager, run_pipeline
 from mlir_mx.pipelines import kernel_pipeline, load_pipeline
 
@@ -60,7 +59,7 @@ CASES = [((4, 64), 32, 1), ((3, 21, 8), 7, 1), ((6, 2, 4), 3, 0), ((96,), 32, 0)
 def test_runner_default_pipeline_is_the_oracle(element, case):
     shape, block, axis = case
     x = _values(shape)
-    want = oracle_quantize(x, element, block, axis)
+    want = oracle.quantize(x, element, block, axis)
     runs = ((2, "packed"), (1, "unpacked"))  # the storages differ for FP4/FP6 only
     if not ELEMENT_FORMATS[element].is_sub_byte:
         runs = runs[CASES.index(case) % 2 :][:1]
@@ -72,7 +71,7 @@ def test_runner_default_pipeline_is_the_oracle(element, case):
         got = r.q(x)
         assert got.bitwise_equal(want), (threads, storage)
         back = r.d(want)
-        ref = oracle_dequantize(want)
+        ref = oracle.dequantize(want)
         nan = np.isnan(ref)
         np.testing.assert_array_equal(np.isnan(back), nan)
         np.testing.assert_array_equal(back.view(np.uint32)[~nan], ref.view(np.uint32)[~nan])
@@ -113,11 +112,9 @@ def test_fold_scale_requantization_still_matches():
         f"func.func @f(%a: {t}) -> {t} {{\n  %c = arith.constant 3.0 : f32\n"
         f"  %0 = mx.fold_scale %a, %c : {t}, f32 -> {t}\n  return %0 : {t}\n}}\n"
     )
-    a = oracle_quantize(_values((2, 64), 3), "f4E2M1FN", 32)
-    from mlir_mx.numerics import fold_scale
-
+    a = oracle.quantize(_values((2, 64), 3), "f4E2M1FN", 32)
     got = Runner(text, threads=2).f(a)
-    assert isinstance(got, MXArray) and got.bitwise_equal(fold_scale(a, 3.0))
+    assert isinstance(got, MXArray) and got.bitwise_equal(oracle.fold_scale(a, 3.0))
 
 
 def test_bad_threads_option():

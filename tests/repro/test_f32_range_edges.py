@@ -1,18 +1,22 @@
 """Right answers at the edges of the f32 range: scale products that overflow,
 activations near the top of the range and subnormal activations, as property
 tests over the edge, against the claim stated as a condition
-(``mlir_mx.numerics.matmul.matmul_reference``, docs/numerics.md) and, bit for
+(``mlir_mx.oracle.matmul_reference``, docs/numerics.md) and, bit for
 bit, against the blocked order emulated in numpy
-(``mlir_mx.numerics.matmul.blocked_order``: every schedule computes exactly
-it).  Each bullet is one reproducer (its name in the tests' names):
+(``mlir_mx.oracle.blocked_order``: every schedule computes exactly
+it).  Each bullet is one reproducer (its name in the review's findings) and
+the tests that check it:
 
-* f9_scale_product_overflow_nan: a zero block product meeting a scale
-  product of 2^128 or more gave ``fma(0, sa * sb = Inf, c) = NaN``; the
-  scales are now applied one after the other.
-* f12_linear_large_activation_overflow: FP4/FP6 weights pre-multiplied f32
-  activations by 2^14, so x > 2^114 overflowed; codes now widen to exact
-  values, nothing is pre-scaled.
-* f8_linear_subnormal_activation_flushed: (a) i8 weights pre-multiplied by
+* f9_scale_product_overflow_nan (``test_scale_products_past_2_to_the_127_are_not_nan``,
+  ``test_zero_block_against_2_to_the_128_is_exact``): a zero block product
+  meeting a scale product of 2^128 or more gave ``fma(0, sa * sb = Inf, c) =
+  NaN``; the scales are now applied one after the other.
+* f12_linear_large_activation_overflow (``test_large_activations_are_exact``,
+  ``test_linear_activations_across_the_f32_range``): FP4/FP6 weights
+  pre-multiplied f32 activations by 2^14, so x > 2^114 overflowed; codes now
+  widen to exact values, nothing is pre-scaled.
+* f8_linear_subnormal_activation_flushed (``test_subnormal_*``,
+  ``test_one_nonzero_activation_is_one_rounding``): (a) i8 weights pre-multiplied by
   2^-6, flushing subnormal activations (0.0 for x = 2^-149 against 2^60:
   the claim's bound now forbids it, and the bit-for-bit tests do); (b) a
   subnormal activation times a small element under a large scale
@@ -21,7 +25,7 @@ it).  Each bullet is one reproducer (its name in the tests' names):
   check both sides of that edge.
 
 Against the commit before the fixes (7b969b6^, with this file and
-numerics/matmul.py copied over), the f9, f12 and f8 tests here fail
+numerics/matmul.py copied over), the tests of all three fail
 (docs/testing.md, "Recorded long runs").
 """
 
@@ -33,10 +37,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mlir_mx
+from mlir_mx import oracle
 from mlir_mx.execution import Runner
 from mlir_mx.kernels import SCHEDULES
-from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, decode_elements, finite_codes, quantize
-from mlir_mx.numerics.matmul import blocked_order, matmul_reference
+from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, decode_elements, finite_codes
 
 PROPS = settings(
     max_examples=25,
@@ -117,7 +121,7 @@ def runners():
     pair=st.sampled_from(_PAIRS),
     top=st.integers(0, 254),
 )
-def test_f9_scale_product_overflow_nan(runners, seed, pair, top):
+def test_scale_products_past_2_to_the_127_are_not_nan(runners, seed, pair, top):
     """Zero blocks with scales anywhere in 2^-127..2^127 meet other blocks'
     scales (products far above 2^127 and below 2^-149): every output inside
     the claim is within the bound (the old order made NaN there), and every
@@ -128,7 +132,7 @@ def test_f9_scale_product_overflow_nan(runners, seed, pair, top):
     a = _edge_mx(rng, (M, K), ea, 1, top)
     b = _edge_mx(rng, (K, N), eb, 0, top)
     acc = np.full((M, N), 5.0, np.float32)
-    exact, bound, inside = matmul_reference(a, b, acc)
+    exact, bound, inside = oracle.matmul_reference(a, b, acc)
     outs = []
     turn = _PAIRS.index(pair)
     for i, name in enumerate(SCHEDULES):
@@ -136,18 +140,18 @@ def test_f9_scale_product_overflow_nan(runners, seed, pair, top):
         outs.append(runners(ea, eb, name, threads).mm(a, b, acc.copy()))
     _check(outs[0], exact, bound, inside)
     assert inside.any()
-    want = blocked_order(a, b, acc)
+    want = oracle.blocked_order(a, b, acc)
     for o in outs:
         _same_bits(o, want)
 
 
-def test_f9_zero_block_against_2_to_the_128_is_exact(runners):
+def test_zero_block_against_2_to_the_128_is_exact(runners):
     """The reproducer's own case: the exact result 5.0, not NaN."""
     x = np.zeros((M, K), np.float32)
     x[0, 0], x[0, 1] = 2.0**127, 1.0
     w = np.zeros((K, N), np.float32)
     w[1:, :] = 2.0**17
-    a, b = quantize(x, "f8E4M3FN", 32), quantize(w, "f8E4M3FN", 32, axis=0)
+    a, b = oracle.quantize(x, "f8E4M3FN", 32), oracle.quantize(w, "f8E4M3FN", 32, axis=0)
     acc = np.full((M, N), 5.0, np.float32)
     for name in SCHEDULES:
         got = runners("f8E4M3FN", "f8E4M3FN", name, 1).mm(a, b, acc.copy())
@@ -183,7 +187,7 @@ def _rhs(w: MXArray) -> MXArray:
     edge=st.booleans(),
     threads=st.sampled_from([1, 2]),
 )
-def test_f12_f8_linear_activations_across_the_f32_range(seed, elem, lo, rows, edge, threads):
+def test_linear_activations_across_the_f32_range(seed, elem, lo, rows, edge, threads):
     """f32 activations spanning 2^lo .. 2^(lo + 27), subnormals and
     magnitudes near 2^127 included, against every weight format with scales
     moderate or anywhere in 2^-127..2^127: bit for bit the blocked order
@@ -196,8 +200,8 @@ def test_f12_f8_linear_activations_across_the_f32_range(seed, elem, lo, rows, ed
     )
     got = mlir_mx.Linear(w, threads=threads)(x)
     zero = np.zeros((rows, N), np.float32)
-    _same_bits(got, blocked_order(x, _rhs(w), zero))
-    exact, bound, inside = matmul_reference(x, _rhs(w), zero)
+    _same_bits(got, oracle.blocked_order(x, _rhs(w), zero))
+    exact, bound, inside = oracle.matmul_reference(x, _rhs(w), zero)
     _check(got, exact, bound, inside)
     if not edge and lo + 28 < 90:  # far from overflow, every output is inside the claim
         assert inside.all()
@@ -205,7 +209,7 @@ def test_f12_f8_linear_activations_across_the_f32_range(seed, elem, lo, rows, ed
 
 @PROPS
 @given(seed=st.integers(0, 2**32 - 1), elem=st.sampled_from(list(ELEMENT_FORMATS)))
-def test_f8_one_nonzero_activation_is_one_rounding(seed, elem):
+def test_one_nonzero_activation_is_one_rounding(seed, elem):
     """Rows with one nonzero activation ``x`` (half of them 2^-149..2^-120,
     the others anywhere in the f32 range) against weights with scales
     anywhere: output ``n`` is ``fl(fl(x e) sb)``, and exactly ``fl(x e sb)``,
@@ -222,7 +226,7 @@ def test_f8_one_nonzero_activation_is_one_rounding(seed, elem):
     ks = rng.integers(0, K, rows)
     x[np.arange(rows), ks] = (xv * rng.choice((-1, 1), rows)).astype(np.float32)
     got = mlir_mx.Linear(w, threads=1)(x)
-    _same_bits(got, blocked_order(x, _rhs(w), np.zeros((rows, N), np.float32)))
+    _same_bits(got, oracle.blocked_order(x, _rhs(w), np.zeros((rows, N), np.float32)))
     xe = x[np.arange(rows), ks].astype(np.float64)[:, None] * w.element_values()[:, ks].T  # exact
     prod = xe * w.scale_values()[:, ks // 32].T
     grid = np.ldexp(xe, 149) == np.floor(np.ldexp(xe, 149))
@@ -236,19 +240,19 @@ def test_f8_one_nonzero_activation_is_one_rounding(seed, elem):
     _same_bits(got[one], prod[one].astype(np.float32))
 
 
-def test_f12_large_activations_are_exact():
+def test_large_activations_are_exact():
     """The reproducer's case: x = 2^116 against FP4/FP6 weights."""
     for elem in ("f4E2M1FN", "f6E2M3FN", "f6E3M2FN"):
-        w = quantize(np.full((4, 32), 1.0, np.float32), elem, 32)
+        w = oracle.quantize(np.full((4, 32), 1.0, np.float32), elem, 32)
         x = np.zeros((1, 32), np.float32)
         x[0, 0] = 2.0**116
         y = mlir_mx.Linear(w, threads=1)(x)
         assert np.all(y == np.float32(2.0**116)), (elem, y)
 
 
-def test_f8_subnormal_activations_are_not_flushed():
+def test_subnormal_activations_are_not_flushed():
     """(a): x = 2^-149 against i8 weights: the exact, nonzero result."""
-    w = quantize(np.full((64, 32), 2.0**60, np.float32), "i8", 32)
+    w = oracle.quantize(np.full((64, 32), 2.0**60, np.float32), "i8", 32)
     x = np.zeros((1, 32), np.float32)
     for xv in (2.0**-149, 3 * 2.0**-140, 2.0**-126):
         x[0, 0] = xv
@@ -266,7 +270,7 @@ def _smallest(elem: str):
 
 
 @pytest.mark.parametrize("elem", list(ELEMENT_FORMATS))
-def test_f8_small_element_under_a_large_scale(elem):
+def test_subnormal_times_the_smallest_element_under_a_large_scale(elem):
     """(b), the reproducer's own case generalized: x = 2^-149 times the
     format's smallest element value (E4M3 2^-9, ..., the reproducer's 0.0625
     and 0.5 included) under scales up to 2^127. The product is off the
@@ -293,8 +297,8 @@ def test_f8_small_element_under_a_large_scale(elem):
             x[0, 0] = xv
             assert float(x[0, 0]) == xv  # an f32 value
             got = lin(x)
-            _same_bits(got, blocked_order(x, _rhs(w), np.zeros((1, 4), np.float32)))
-            exact, bound, inside = matmul_reference(x, _rhs(w), np.zeros((1, 4), np.float32))
+            _same_bits(got, oracle.blocked_order(x, _rhs(w), np.zeros((1, 4), np.float32)))
+            exact, bound, inside = oracle.matmul_reference(x, _rhs(w), np.zeros((1, 4), np.float32))
             assert inside.all()
             _check(got, exact, bound, inside)
             assert np.all(got == np.float32(want)), (elem, sb_exp, xv, got)
@@ -304,18 +308,18 @@ def test_f8_small_element_under_a_large_scale(elem):
                 assert np.all(got != exact) and np.all(bound >= 2.0**-150 * sb)
 
 
-def test_f8_the_reproducers_own_numbers():
+def test_subnormal_activation_against_e4m3_0_0625_under_2_to_the_52():
     """E4M3 weight 0.0625 under 2^52 against 2^-149: 0.0 (exact 3.9e-31,
     inside the bound); the old flushing output for (a) is outside it."""
     wf = np.full((64, 32), 2.0**60, np.float32)
     wf[:, 0] = 2.0**48
-    w = quantize(wf, "f8E4M3FN", 32)
+    w = oracle.quantize(wf, "f8E4M3FN", 32)
     assert w.scale_values()[0, 0] == 2.0**52 and w.element_values()[0, 0] == 0.0625
     x = np.zeros((1, 32), np.float32)
     x[0, 0] = 2.0**-149
     y = mlir_mx.Linear(w, threads=1)(x)
-    exact, bound, inside = matmul_reference(x, _rhs(w), np.zeros((1, 64), np.float32))
+    exact, bound, inside = oracle.matmul_reference(x, _rhs(w), np.zeros((1, 64), np.float32))
     assert np.all(y == 0.0) and np.all(exact == 2.0**-101) and np.all(bound >= exact)
-    wi = quantize(np.full((64, 32), 2.0**60, np.float32), "i8", 32)
-    exact, bound, inside = matmul_reference(x, _rhs(wi), np.zeros((1, 64), np.float32))
+    wi = oracle.quantize(np.full((64, 32), 2.0**60, np.float32), "i8", 32)
+    exact, bound, inside = oracle.matmul_reference(x, _rhs(wi), np.zeros((1, 64), np.float32))
     assert inside.all() and np.all(np.abs(0.0 - exact) > bound)  # (a)'s old 0.0 is refused

@@ -17,11 +17,11 @@ from format_cases import ALL
 
 import mlir_mx
 import mlir_mx.convert as convert
-from mlir_mx import numerics
+from mlir_mx import oracle
 from mlir_mx.kernels.convert import RUNTIME_THREADS
 
 
-def test_r3_quantize_odd_strides():
+def test_quantize_a_structured_array_field_with_odd_strides():
     """r3_quantize_odd_strides.py: a float32 field of a structured array (byte
     stride 6) quantized to all-zero codes; now the oracle's bits."""
     x = np.random.default_rng(1).standard_normal((3, 32)).astype(np.float32)
@@ -31,11 +31,11 @@ def test_r3_quantize_odd_strides():
     assert view.strides == (192, 6)
     for el in ALL:
         got = mlir_mx.quantize(view, el, 32)
-        assert got.bitwise_equal(numerics.quantize(x, el, 32))
-        np.testing.assert_array_equal(mlir_mx.dequantize(got), numerics.dequantize(got))
+        assert got.bitwise_equal(oracle.quantize(x, el, 32))
+        np.testing.assert_array_equal(mlir_mx.dequantize(got), oracle.dequantize(got))
 
 
-def test_r3_one_kernel_for_every_thread_count():
+def test_one_kernel_for_every_thread_count():
     """r3_kernel_cache_unbounded.py: each thread count compiled one more
     kernel (about 4 MiB kept each); now the count is a run-time argument and
     one kernel serves them all."""
@@ -43,14 +43,14 @@ def test_r3_one_kernel_for_every_thread_count():
     before = set(convert._KERNELS)
     for t in range(1, 41):
         got = mlir_mx.quantize(x, "f6E2M3FN", 13, threads=t)
-        assert got.bitwise_equal(numerics.quantize(x, "f6E2M3FN", 13))
-        np.testing.assert_array_equal(mlir_mx.dequantize(got, threads=t), numerics.dequantize(got))
+        assert got.bitwise_equal(oracle.quantize(x, "f6E2M3FN", 13))
+        np.testing.assert_array_equal(mlir_mx.dequantize(got, threads=t), oracle.dequantize(got))
     new = set(convert._KERNELS) - before
     assert len(new) == 2  # one quantize and one dequantize kernel
     assert all(spec.threads == RUNTIME_THREADS for spec, _features in new)
 
 
-def test_r3_kernel_cache_is_bounded(monkeypatch):
+def test_kernel_cache_is_bounded(monkeypatch):
     """Kernels for other formats and block sizes are kept in an LRU of
     KERNEL_CACHE_SIZE; an evicted one is compiled again when needed."""
     monkeypatch.setattr(convert, "KERNEL_CACHE_SIZE", 3)
@@ -64,7 +64,7 @@ def test_r3_kernel_cache_is_bounded(monkeypatch):
     assert len(convert._KERNELS) == 3
     assert [k[0].block for k in convert._KERNELS] == [7, 3, 11]
     assert next(reversed(convert._KERNELS)) != first
-    assert mlir_mx.quantize(x, "f8E5M2", 5).bitwise_equal(numerics.quantize(x, "f8E5M2", 5))
+    assert mlir_mx.quantize(x, "f8E5M2", 5).bitwise_equal(oracle.quantize(x, "f8E5M2", 5))
 
 
 _RSS = textwrap.dedent(
@@ -86,7 +86,7 @@ _RSS = textwrap.dedent(
 )
 
 
-def test_r3_thread_counts_keep_no_memory():
+def test_thread_counts_keep_no_memory():
     """The reproducer itself: RSS after 40 more thread counts (it grew by
     164 MiB, 4.1 MiB a kernel; now by nothing a kernel holds)."""
     env = dict(os.environ, MLIR_MX_CACHE_DIR="off")
@@ -119,7 +119,7 @@ _LIMITED = textwrap.dedent(
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS and /proc are Linux's")
-def test_r3_compile_under_an_address_space_limit_raises_memory_error():
+def test_compile_under_an_address_space_limit_raises_memory_error():
     """Under a cap of the process's size plus 1 MiB, compiling aborted the
     process in LLVM ("Unable to allocate section memory", exit 134); now a
     MemoryError before LLVM runs, and the process carries on."""

@@ -112,15 +112,15 @@ class _WrongRunner:
     """Computes the right shape and adds 1 to one element."""
 
     def invoke(self, name, qa, qb, acc, n):
-        from mlir_mx.numerics import dequantize
+        from mlir_mx import oracle
 
-        acc += n * (dequantize(qa) @ dequantize(qb))
+        acc += n * (oracle.dequantize(qa) @ oracle.dequantize(qb))
         acc[0, 0] += 1.0
 
 
 def test_wrong_result_is_a_failure_not_a_row(tmp_path, monkeypatch, capsys):
-    wrong = ours.OurVariant("ours broken", "mx-ab", _WrongRunner, 1, "none")
-    monkeypatch.setattr(ours, "our_variants", lambda *a, **k: [wrong])
+    wrong = ours.OurKernel("ours broken", "mx-ab", _WrongRunner, 1, "none")
+    monkeypatch.setattr(ours, "our_kernels", lambda *a, **k: [wrong])
     monkeypatch.setattr(harness, "FAMILIES", ())
     rc = main(["--quick", "--shapes", "2x8x64", "--threads", "1", "--out", str(tmp_path)])
     err = capsys.readouterr().err
@@ -136,8 +136,8 @@ def test_kernel_that_does_not_compile_fails_the_run(tmp_path, monkeypatch, capsy
     def build():
         return Runner("func.func @bench(%x: i32) {\n  return %y : i32\n}\n")
 
-    broken = ours.OurVariant("ours bad ir", "mx-ab", build, 1, "none")
-    monkeypatch.setattr(ours, "our_variants", lambda *a, **k: [broken])
+    broken = ours.OurKernel("ours bad ir", "mx-ab", build, 1, "none")
+    monkeypatch.setattr(ours, "our_kernels", lambda *a, **k: [broken])
     monkeypatch.setattr(harness, "FAMILIES", ())
     rc = main(["--quick", "--shapes", "1x8x32", "--threads", "1", "--out", str(tmp_path)])
     err = capsys.readouterr().err
@@ -174,10 +174,10 @@ def test_help(capsys):
     assert "--threads" in capsys.readouterr().out
 
 
-def test_our_variants_are_runner_constructions():
+def test_our_kernels_are_runner_constructions():
     from mlir_mx.roofline.variants import Shape
 
-    vs = ours.our_variants(Shape(1, 8, 32), threads=2)
+    vs = ours.our_kernels(Shape(1, 8, 32), threads=2)
     assert {v.operands for v in vs} == {"mx-ab", "mx-a"}
     runner = vs[0].build()
     acc = np.zeros((1, 8), np.float32)
@@ -209,7 +209,7 @@ def test_formats_take_mixed_pairs():
     assert (p.qa.element, p.qb.element, p.label) == ("i8", "f4E2M1FN", "i8:f4E2M1FN")
 
 
-def test_f6_mx_bench_out_traceback(tmp_path, capsys):
+def test_an_out_that_cannot_be_a_directory_is_a_usage_error(tmp_path, capsys):
     """Round 2 reproducer f6_mx_bench_out_traceback.sh: ``--out`` naming a file or a
     path that cannot be created gave a traceback; now one ``mx-bench: error:`` line
     and exit 2 (a usage error), before any benchmark runs (as mx-roofline)."""

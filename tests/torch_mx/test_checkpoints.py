@@ -21,9 +21,9 @@ from gpt_oss_cases import (  # noqa: E402
 )
 from safetensors.torch import save_file  # noqa: E402
 
+from mlir_mx import oracle  # noqa: E402
 from mlir_mx.errors import MXValueError  # noqa: E402
 from mlir_mx.files import release_file_pages  # noqa: E402
-from mlir_mx.numerics import dequantize  # noqa: E402
 from mlir_mx.torch import (  # noqa: E402
     MXExperts,
     MXLinear,
@@ -80,7 +80,7 @@ def test_weights_are_transformers_dequantization_bit_for_bit(checkpoint, loaded)
                 tensors[key + "_blocks"], tensors[key + "_scales"], dtype=torch.float32
             )  # (E, in, out): transposed
             for e, m in enumerate(mods):
-                ours = torch.from_numpy(dequantize(m.weight()))
+                ours = torch.from_numpy(oracle.dequantize(m.weight()))
                 assert torch.equal(ours.view(torch.int32), theirs[e].t().contiguous().view(torch.int32))
     # The other tensors as stored (bf16), here in the dtype asked for.
     assert torch.equal(loaded.lm_head.weight, tensors["lm_head.weight"].float())

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch", reason="torch not installed (pip install 'm
 from gpt_oss_cases import prompt, tiny_gpt_oss, transformers_or_skip  # noqa: E402
 
 from mlir_mx.errors import InferenceOnlyError, MXArgTypeError, MXValueError  # noqa: E402
-from mlir_mx.interop.layout import transpose  # noqa: E402
+from mlir_mx.interop.orientation import transpose  # noqa: E402
 from mlir_mx.torch import (  # noqa: E402
     Gate,
     MXExperts,

@@ -11,8 +11,8 @@ torch = pytest.importorskip("torch", reason="torch not installed (pip install 'm
 from memory_cases import referenced_bytes  # noqa: E402
 
 import mlir_mx  # noqa: E402
+from mlir_mx import oracle  # noqa: E402
 from mlir_mx.errors import MXError  # noqa: E402
-from mlir_mx.numerics import dequantize, quantize  # noqa: E402
 from mlir_mx.torch import InferenceOnlyError, MXLinear, quantize_weight  # noqa: E402
 
 U = 2.0**-24
@@ -27,7 +27,7 @@ def _layer(n_in=96, n_out=80, bias=True, seed=0) -> torch.nn.Linear:
 def test_equals_the_library_linear_bit_for_bit(element):
     layer = _layer()
     mx = MXLinear.from_linear(layer, element, threads=1)
-    w = quantize(layer.weight.detach().numpy(), element, 32, axis=1)
+    w = oracle.quantize(layer.weight.detach().numpy(), element, 32, axis=1)
     assert mx.weight().bitwise_equal(w)  # quantize_weight is the oracle's quantize
     x = torch.randn(7, 96)
     with torch.no_grad():
@@ -35,7 +35,7 @@ def test_equals_the_library_linear_bit_for_bit(element):
     want = mlir_mx.Linear(w, threads=1)(x.numpy()) + layer.bias.detach().numpy()
     np.testing.assert_array_equal(y.numpy().view(np.uint32), want.view(np.uint32))
     # and within the matmul's bound of the exact product with the dequantized weight
-    w64 = dequantize(w).astype(np.float64)
+    w64 = oracle.dequantize(w).astype(np.float64)
     x64 = x.numpy().astype(np.float64)
     exact = x64 @ w64.T + layer.bias.detach().numpy()
     bound = 98 * U * (np.abs(x64) @ np.abs(w64.T) + np.abs(layer.bias.detach().numpy()))
@@ -126,7 +126,7 @@ def test_inference_only_and_argument_errors():
     ):
         MXLinear.from_linear(_layer(95, 8))
     with pytest.raises(ValueError, match="weight: expected a 2-D MXArray"):
-        MXLinear(quantize(np.ones((64, 32), np.float32), "f4E2M1FN", 32, axis=0))
+        MXLinear(oracle.quantize(np.ones((64, 32), np.float32), "f4E2M1FN", 32, axis=0))
     with pytest.raises(ValueError, match="bias: expected shape"):
         MXLinear(quantize_weight(_layer().weight, "f8E4M3FN", 32), torch.zeros(3))
     with pytest.raises(ValueError, match="threads"):
@@ -224,7 +224,9 @@ def test_quantized_activations_equal_linear_on_quantized_x(act):
     with torch.no_grad():
         y = mx(x)
         want = (
-            torch.from_numpy(mlir_mx.Linear(mx.weight(), threads=1)(quantize(x.numpy(), act, 32)))
+            torch.from_numpy(
+                mlir_mx.Linear(mx.weight(), threads=1)(oracle.quantize(x.numpy(), act, 32))
+            )
             + layer.bias
         )
     np.testing.assert_array_equal(y.numpy().view(np.uint32), want.numpy().view(np.uint32))

@@ -20,7 +20,7 @@ transformers = pytest.importorskip(
 from llama_cases import prompt  # noqa: E402
 
 import mlir_mx  # noqa: E402
-from mlir_mx.numerics import dequantize, quantize  # noqa: E402
+from mlir_mx import oracle  # noqa: E402
 from mlir_mx.torch import MXLinear, dequantize_, greedy, logit_bound, quantize_  # noqa: E402
 
 U = 2.0**-24
@@ -51,7 +51,7 @@ def test_gpt2_conv1d_layers_equal_the_library_on_the_transposed_weight(element):
         conv, layer = original.get_submodule(name), model.get_submodule(name)
         assert type(layer) is MXLinear
         wt = conv.weight.detach().numpy().T  # (out, in), nn.Linear's layout
-        w = quantize(np.ascontiguousarray(wt), element, 32, axis=1)
+        w = oracle.quantize(np.ascontiguousarray(wt), element, 32, axis=1)
         assert layer.weight().bitwise_equal(w) and layer.in_features == conv.weight.shape[0]
         xin = x if layer.in_features == 64 else torch.randn(5, layer.in_features)
         with torch.no_grad():
@@ -59,7 +59,7 @@ def test_gpt2_conv1d_layers_equal_the_library_on_the_transposed_weight(element):
         want = mlir_mx.Linear(w, threads=1)(xin.numpy()) + conv.bias.detach().numpy()
         np.testing.assert_array_equal(y.numpy().view(np.uint32), want.view(np.uint32))
         # within the matmul's bound of the Conv1D itself on the dequantized weight
-        w64 = dequantize(w).astype(np.float64).T  # back to (in, out)
+        w64 = oracle.dequantize(w).astype(np.float64).T  # back to (in, out)
         x64 = xin.numpy().astype(np.float64)
         exact = x64 @ w64 + conv.bias.detach().numpy()
         bound = (layer.in_features + 2) * U * (np.abs(x64) @ np.abs(w64) + np.abs(conv.bias.detach().numpy()))

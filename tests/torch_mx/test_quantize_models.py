@@ -15,8 +15,8 @@ from llama_cases import prompt, tiny_llama  # noqa: E402
 from memory_cases import referenced_bytes  # noqa: E402
 
 import mlir_mx  # noqa: E402
-from mlir_mx.kernels.dot.layout import KINDS, dot_kind  # noqa: E402
-from mlir_mx.numerics import quantize  # noqa: E402
+from mlir_mx import oracle  # noqa: E402
+from mlir_mx.kernels.dot.units import KINDS, dot_kind  # noqa: E402
 from mlir_mx.torch import MXLinear, quantize_  # noqa: E402
 
 
@@ -73,7 +73,7 @@ def test_w4a8_llama_each_layer_is_the_library_on_quantized_activations():
         assert [tuple(x.shape[:-1]) for x, _ in calls] == [(1, 16), (1, 1)]
         for x, y in calls:
             x2 = x.reshape(-1, x.shape[-1]).numpy()
-            want = torch.from_numpy(ref(quantize(x2, "i8", 32))).reshape(y.shape)
+            want = torch.from_numpy(ref(oracle.quantize(x2, "i8", 32))).reshape(y.shape)
             assert _same_bits(y, want), name
     # what the layers hold: 4.25 bits per weight, as the summary said
     bits = 8 * referenced_bytes(*(layers[n] for n in summary.converted))
@@ -89,7 +89,7 @@ def test_a_bf16_model_is_quantized_from_its_bf16_weights_and_runs_in_bf16():
     assert summary.bytes_before == 2 * sum(w.size for w in weights.values())
     layers = dict(model.named_modules())
     for name, w in weights.items():  # the oracle's bits of the (exactly widened) bf16 weight
-        assert layers[name].weight().bitwise_equal(quantize(w, "f4E2M1FN", 32, axis=1)), name
+        assert layers[name].weight().bitwise_equal(oracle.quantize(w, "f4E2M1FN", 32, axis=1)), name
     seen, hooks = _record_layers(model)
     try:
         with torch.inference_mode():

@@ -39,7 +39,7 @@ __all__ = [
     "CTYPES",
 ]
 
-#: Raw storage of a scalar passed by pointer (the packed C interface).
+#: Raw storage of a scalar passed by pointer (the C interface).
 CTYPES = {1: ctypes.c_uint8, 2: ctypes.c_uint16, 4: ctypes.c_uint32, 8: ctypes.c_uint64}
 
 

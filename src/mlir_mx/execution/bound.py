@@ -14,7 +14,7 @@ import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.execution import arguments as args_
-from mlir_mx.execution.packed import packed_function, pointer_array
+from mlir_mx.execution.c_interface import packed_function, pointer_array
 from mlir_mx.execution.signature import MXParam, Param, Signature
 from mlir_mx.execution.threads import TaskCall
 

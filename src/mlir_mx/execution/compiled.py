@@ -19,16 +19,16 @@ from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 
 from mlir_mx.dialect import is_mx_op, is_mx_type, parse_module, print_module
-from mlir_mx.errors import MXArgTypeError
+from mlir_mx.errors import MXArgTypeError, ObjectError
 from mlir_mx.execution import arguments as args_
+from mlir_mx.execution.c_interface import lookup_entry
 from mlir_mx.execution.disk_cache import DiskCache, ObjectCache, store_failed
 from mlir_mx.execution.effects import written_parameters
 from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
 from mlir_mx.execution.lowered import check_lowered, check_symbols
 from mlir_mx.execution.object_dump import object_code
-from mlir_mx.execution.objects import ObjectError, load_object, machine_code_supported
+from mlir_mx.execution.objects import load_object, machine_code_supported
 from mlir_mx.execution.options import CompileOptions
-from mlir_mx.execution.packed import lookup_entry
 from mlir_mx.execution.signature import emit_c_interfaces, signatures
 from mlir_mx.execution.threads import task_functions
 from mlir_mx.ir_utils import find_first, top_level_ops

@@ -51,8 +51,9 @@ from pathlib import Path
 from mlir import ir
 
 from mlir_mx.diagnostics import DiagnosticError
+from mlir_mx.errors import ObjectError
 from mlir_mx.execution.lowered import check_lowered
-from mlir_mx.execution.objects import ObjectError, load_object
+from mlir_mx.execution.objects import load_object
 from mlir_mx.execution.signature import MXParam, Param, Signature, dtype_named
 from mlir_mx.host import host_features
 

@@ -17,7 +17,7 @@ emits it on Linux: the large code model, so code reaches data and external
 functions through 64-bit absolute or PC-relative relocations
 (``R_X86_64_64``, ``R_X86_64_PC64``; ``R_X86_64_PC32``/``PLT32``/``32``/``32S``
 are accepted when they fit), no GOT, no PLT, no thread-local storage, no
-constructors.  Anything else raises :class:`ObjectError`, and the caller
+constructors.  Anything else raises :class:`~mlir_mx.errors.ObjectError`, and the caller
 compiles instead (:func:`machine_code_supported` says False on other hosts:
 the cache then keeps only the lowered module).  ``.eh_frame`` is not loaded
 (no C++ exception crosses kernel code; a debugger's backtrace stops there).
@@ -39,11 +39,9 @@ import platform
 import struct
 import sys
 
-__all__ = ["LoadedObject", "ObjectError", "load_object", "machine_code_supported"]
+from mlir_mx.errors import ObjectError
 
-
-class ObjectError(Exception):
-    """An object file this loader does not take (or a malformed one)."""
+__all__ = ["LoadedObject", "load_object", "machine_code_supported"]
 
 
 def machine_code_supported() -> bool:
@@ -266,7 +264,7 @@ def _resolve(name: str, handles) -> int | None:
 
 def load_object(data: bytes, libraries=()) -> LoadedObject:
     """Map the object file ``data``; its undefined symbols from ``libraries``
-    (paths) and the process.  Raises :class:`ObjectError` for an object it
+    (paths) and the process.  Raises :class:`~mlir_mx.errors.ObjectError` for an object it
     does not take."""
     try:
         return LoadedObject(data, libraries)

@@ -51,10 +51,10 @@ from mlir_mx.diagnostics import DiagnosticError
 from mlir_mx.errors import MXArgTypeError, UnknownFunctionError
 from mlir_mx.execution import arguments as args_
 from mlir_mx.execution.bound import FREE, BoundFunction, result_cell
+from mlir_mx.execution.c_interface import lookup_entry, packed_function, pointer_array
 from mlir_mx.execution.compiled import Compiled, clear_cache, compile_module, default_pipeline
 from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
 from mlir_mx.execution.options import CompileOptions
-from mlir_mx.execution.packed import lookup_entry, packed_function, pointer_array
 from mlir_mx.execution.signature import MXParam, Param, Signature, numpy_dtype
 from mlir_mx.execution.threads import run_tasks
 
@@ -155,7 +155,7 @@ class Runner:
         return sig
 
     def entry(self, name: str) -> int:
-        """The address of ``@name``'s C interface (:mod:`.packed`)."""
+        """The address of ``@name``'s C interface (:mod:`.c_interface`)."""
         fn = lookup_entry(self._compiled.engine, name)
         if not fn:  # check_symbols makes this unreachable for unresolved externals
             raise DiagnosticError(f"{name}: the JIT did not produce the compiled function")

@@ -186,6 +186,6 @@ def signatures(module: ir.Module, packed: bool = True) -> dict[str, Signature]:
 
 def emit_c_interfaces(module: ir.Module) -> None:
     """Mark every public function for upstream's C interface (the entry
-    points the Runner calls, :mod:`mlir_mx.execution.packed`)."""
+    points the Runner calls, :mod:`mlir_mx.execution.c_interface`)."""
     for op in public_functions(module):
         op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()

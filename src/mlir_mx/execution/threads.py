@@ -29,7 +29,7 @@ import ctypes
 import os
 import threading
 
-from mlir_mx.execution.packed import C_INTERFACE
+from mlir_mx.execution.c_interface import C_INTERFACE
 from mlir_mx.passes.parallel_tasks import TASKS_ATTR
 
 __all__ = [

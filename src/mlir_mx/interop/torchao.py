@@ -33,7 +33,7 @@ import numpy as np
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import SCALE_DTYPE, MXArray, element_format, pack_codes
 
-from .layout import transpose
+from .orientation import transpose
 
 __all__ = ["from_mxtensor", "to_mxtensor"]
 

@@ -7,7 +7,7 @@ a one-line help.  Everything that names schedules iterates
 :data:`SCHEDULES`: the automatic choice (:func:`choose`, used by
 ``mx-matmul-kernels{schedule=auto}`` and ``mlir_mx.Linear``), the pass's and
 ``mx-runner``'s option values and help, ``mx-bench``'s rows, the
-differential tester's variants and the tests.  Adding a schedule is one
+differential tester's compilers and the tests.  Adding a schedule is one
 emitter module plus one entry here (``docs/adding-a-kernel.md``).
 
 Every schedule computes the same f32 operations per output element (the

@@ -1,6 +1,6 @@
 """The library API for MX weights: :class:`Linear` (:mod:`.layer`) and
-:func:`matmul` (:mod:`.functional`), how a weight is held for the kernels (:mod:`.layout`) and
-what a call's activations are (:mod:`.activations`)."""
+:func:`matmul` (:mod:`.functional`), how a weight is held for the kernels
+(:mod:`.weight_form`) and what a call's activations are (:mod:`.activations`)."""
 
 from mlir_mx.linear.activations import Activations, check_activations
 from mlir_mx.linear.functional import matmul

@@ -29,9 +29,9 @@ from mlir_mx.execution.options import default_cache_dir
 from mlir_mx.execution.threads import parallel_mode
 from mlir_mx.host import check_threads
 from mlir_mx.kernels import Problem, choose, shape_class
-from mlir_mx.kernels.dot.layout import KINDS, dot_kind
+from mlir_mx.kernels.dot.units import KINDS, dot_kind
 from mlir_mx.kernels.registry import SMALL_MAX_M
-from mlir_mx.linear import layout
+from mlir_mx.linear import weight_form
 from mlir_mx.linear.activations import HALF_DTYPES, Activations, check_activations, host_view
 from mlir_mx.linear.kernels import kernel_runner
 from mlir_mx.numerics import SCALE_DTYPE, MXArray, element_format, is_packed_storage
@@ -91,22 +91,22 @@ class Linear:
         self._set_geometry(weight.element, weight.block_size, k, n)
         activations = check_activations(activations)
         g = self._geometry
-        unit = layout.records_unit(g, activations)
+        unit = weight_form.records_unit(g, activations)
         if unit is not None:  # the dot kernels' records only
-            held = (layout.to_records(layout.array_chunks(weight, g), unit, g),)
+            held = (weight_form.to_records(weight_form.array_chunks(weight, g), unit, g),)
             self._start(threads, activations, held, unit, stored=False)
             return
         if weight.axis == 0 and not self.tiled:  # already B as stored: the MXArray's own
             raw, scales = weight.held_buffers()
             held = (raw if self.packed else raw.view(weight.format.dtype), scales)
-        else:  # re-laid out one chunk of blocks at a time (linear_layout)
-            held = layout.to_stored(layout.array_chunks(weight, g), g)
+        else:  # re-laid out one chunk of blocks at a time (weight_form)
+            held = weight_form.to_stored(weight_form.array_chunks(weight, g), g)
         self._start_stored(threads, activations, held)
 
     def _set_geometry(self, element: str, block_size: int, k: int, n: int) -> None:
         self.element, self.block_size = element_format(element).name, int(block_size)
         self.in_features, self.out_features = int(k), int(n)
-        self._geometry = layout.Geometry(self.element, self.block_size, int(k), int(n))
+        self._geometry = weight_form.Geometry(self.element, self.block_size, int(k), int(n))
         # numerics.is_packed_storage: FP4/FP6 with whole groups along `out`.
         self.packed = self._geometry.packed
         # Whole 64-column tiles: stored tiled (Problem.b_tiled), so a decode
@@ -133,7 +133,7 @@ class Linear:
         lin = cls.__new__(cls)
         lin._set_geometry(element, block_size, in_features, out_features)
         fmt = element_format(lin.element)
-        want_codes, code_dtype = layout.stored_shape(lin._geometry)
+        want_codes, code_dtype = weight_form.stored_shape(lin._geometry)
         if code_dtype != np.uint8 and isinstance(codes, np.ndarray) and codes.dtype == np.uint8:
             codes = codes.view(fmt.dtype)  # raw code bytes, as a uint8 tensor holds them
         want_scales = (lin.in_features // lin.block_size, lin.out_features)
@@ -162,10 +162,10 @@ class Linear:
         if unit not in KINDS:
             raise MXValueError(f"unit: expected one of {', '.join(KINDS)}, got {unit!r}")
         _check_held("records", records, g.layout(unit).shape(g.k, g.n), np.dtype(np.uint8))
-        if layout.records_unit(g, activations) == unit:
+        if weight_form.records_unit(g, activations) == unit:
             lin._start(threads, activations, (records,), unit, stored=False)
         else:
-            stored = layout.to_stored(layout.records_chunks(records, unit, g), g)
+            stored = weight_form.to_stored(weight_form.records_chunks(records, unit, g), g)
             lin._start_stored(threads, activations, stored)
         return lin
 
@@ -174,14 +174,14 @@ class Linear:
     ) -> None:
         """Hold the stored form, and the dot kernels' records beside it where
         ``activations`` runs on the dot units but the records alone cannot hold
-        the weight (:func:`mlir_mx.linear.layout.side_records_unit`): ``records``
+        the weight (:func:`mlir_mx.linear.weight_form.side_records_unit`): ``records``
         as given (checked), else made from the stored form."""
         g = self._geometry
-        unit = layout.side_records_unit(g, activations)
+        unit = weight_form.side_records_unit(g, activations)
         held = tuple(stored)
         if unit is not None:
             if records is None:
-                records = layout.to_records(layout.stored_chunks(*held, g), unit, g)
+                records = weight_form.to_records(weight_form.stored_chunks(*held, g), unit, g)
             _check_held("records", records, g.layout(unit).shape(g.k, g.n), np.dtype(np.uint8))
             held += (records,)
         elif records is not None:
@@ -243,7 +243,8 @@ class Linear:
         if self.holds_stored:
             return self._held[:2]
         g = self._geometry
-        return layout.to_stored(layout.records_chunks(self._held[0], self.records_unit, g), g)
+        chunks = weight_form.records_chunks(self._held[0], self.records_unit, g)
+        return weight_form.to_stored(chunks, g)
 
     def weight(self) -> MXArray:
         """The weight as it was given.
@@ -253,10 +254,10 @@ class Linear:
             from the form held (new arrays, bit for bit the weight given)."""
         g = self._geometry
         if self.holds_stored:
-            chunks = layout.stored_chunks(*self._held[:2], g)
+            chunks = weight_form.stored_chunks(*self._held[:2], g)
         else:
-            chunks = layout.records_chunks(self._held[0], self.records_unit, g)
-        return layout.to_weight(chunks, g)
+            chunks = weight_form.records_chunks(self._held[0], self.records_unit, g)
+        return weight_form.to_weight(chunks, g)
 
     @property
     def nbytes(self) -> int:
@@ -451,7 +452,7 @@ class Linear:
             if found is None:
                 return None
             prob, schedule, weights = found
-            layout.warn_without_records(
+            weight_form.warn_without_records(
                 self._geometry, self.records_unit, self.activations, kind.element, schedule
             )
             runner = self._runner(prob, schedule, threads)

@@ -23,8 +23,9 @@ import time
 
 import numpy as np
 
+from mlir_mx import oracle
 from mlir_mx.execution import Runner
-from mlir_mx.numerics import ELEMENT_FORMATS, dequantize, quantize
+from mlir_mx.numerics import ELEMENT_FORMATS
 from mlir_mx.passes.pipeline import PipelineElement
 from mlir_mx.pipelines import load_pipeline
 from mlir_mx.roofline.variants import Shape, variant_module_text
@@ -83,10 +84,10 @@ def run(args) -> int:
         r = Runner(quantize_module(elem), PipelineElement("mx-to-linalg") + lower)
         t1 = time.perf_counter()
         got = r.quantize(x)
-        want = quantize(x, elem, B)
+        want = oracle.quantize(x, elem, B)
         same = got.bitwise_equal(want)
         ok &= same
-        rel = np.abs(dequantize(got).astype(np.float64) - x).max(axis=1) / np.maximum(
+        rel = np.abs(oracle.dequantize(got).astype(np.float64) - x).max(axis=1) / np.maximum(
             np.abs(x).max(axis=1), np.finfo(np.float32).tiny
         )
         print(
@@ -94,9 +95,9 @@ def run(args) -> int:
             f"  (compile {t1 - t0:.2f} s; max |x - dequant| / row max |x| = {rel.max():.3g})"
         )
 
-    a = quantize(rng.standard_normal((M, K)).astype(np.float32), "f8E4M3FN", B)
+    a = oracle.quantize(rng.standard_normal((M, K)).astype(np.float32), "f8E4M3FN", B)
     bf = rng.standard_normal((K, N)).astype(np.float32)
-    bq = quantize(bf, "f8E4M3FN", B, axis=0)
+    bq = oracle.quantize(bf, "f8E4M3FN", B, axis=0)
     fused = PipelineElement.of("mx-to-linalg", matmul_lowering="fused") + lower
     runs = [
         ("2. v1 block_matmul, mx x f32, scalar loops (the v1 fused generic)", False, fused),
@@ -120,8 +121,8 @@ def run(args) -> int:
         t1 = time.perf_counter()
         acc = rng.standard_normal((M, N)).astype(np.float32)
         b_in = bq if rhs_mx else bf
-        b_deq = dequantize(bq) if rhs_mx else bf
-        a_deq = dequantize(a)
+        b_deq = oracle.dequantize(bq) if rhs_mx else bf
+        a_deq = oracle.dequantize(a)
         exact = acc.astype(np.float64) + a_deq.astype(np.float64) @ b_deq.astype(np.float64)
         got = r.kernel(a, b_in, acc.copy())
         err = np.abs(got - exact)
@@ -161,9 +162,9 @@ def _kernels_demo(rng) -> bool:
     )
     ok = True
     for m, n, k in ((1, 2048, 2048), (8, 1024, 1024), (128, 512, 512)):
-        a = quantize(rng.standard_normal((m, k)).astype(np.float32), "f8E4M3FN", B)
-        b = quantize(rng.standard_normal((k, n)).astype(np.float32), "f8E4M3FN", B, axis=0)
-        da, db = dequantize(a).astype(np.float64), dequantize(b).astype(np.float64)
+        a = oracle.quantize(rng.standard_normal((m, k)).astype(np.float32), "f8E4M3FN", B)
+        b = oracle.quantize(rng.standard_normal((k, n)).astype(np.float32), "f8E4M3FN", B, axis=0)
+        da, db = oracle.dequantize(a).astype(np.float64), oracle.dequantize(b).astype(np.float64)
         text = variant_module_text("mx-ab", Shape(m, n, k))
         outs, times = [], []
         for threads in (1, 2):
@@ -198,7 +199,7 @@ def _library_demo(rng) -> bool:
     t_fast = _time(lambda: mlir_mx.quantize(w32, "f4E2M1FN", B), reps=3)
     w = mlir_mx.quantize(w32, "f4E2M1FN", B)
     t0 = time.perf_counter()
-    same = w.bitwise_equal(quantize(w32, "f4E2M1FN", B))
+    same = w.bitwise_equal(oracle.quantize(w32, "f4E2M1FN", B))
     t_oracle = time.perf_counter() - t0
     print(
         f"   mlir_mx.quantize (compiled): {t_fast * 1e3:.2f} ms, bit-exact with the numpy "
@@ -206,7 +207,7 @@ def _library_demo(rng) -> bool:
     )
     lin = mlir_mx.Linear(w)
     x = rng.standard_normal((17, 2048)).astype(np.float32)
-    dw = dequantize(w).astype(np.float64)
+    dw = oracle.dequantize(w).astype(np.float64)
     y = lin(x)
     bound = 2050 * 2.0**-24 * (np.abs(x.astype(np.float64)) @ np.abs(dw.T))
     good = bool(np.all(np.abs(y - x.astype(np.float64) @ dw.T) <= bound))

@@ -20,10 +20,10 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 from .checkpoint import from_pretrained, save_pretrained
-from .convert_model import QuantizeSummary, quantize_
 from .experts import Gate, MXExperts
 from .module import InferenceOnlyError, MXLinear
 from .precompile import precompile
+from .quantize_model import QuantizeSummary, quantize_
 from .quantizer import quantize_weight
 from .reference import LogitBound, dequantize_, greedy, logit_bound
 

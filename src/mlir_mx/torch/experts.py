@@ -35,7 +35,7 @@ import torch
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.host import check_threads
-from mlir_mx.interop.layout import check_linear_weight
+from mlir_mx.interop.orientation import check_linear_weight
 from mlir_mx.linear import Linear, check_activations
 from mlir_mx.numerics import MXArray
 

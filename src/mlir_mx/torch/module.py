@@ -8,11 +8,12 @@ import math
 import numpy as np
 import torch
 
+from mlir_mx import oracle
 from mlir_mx.errors import InferenceOnlyError, MXArgTypeError, MXValueError
 from mlir_mx.host import check_threads
-from mlir_mx.interop.layout import check_linear_weight
+from mlir_mx.interop.orientation import check_linear_weight
 from mlir_mx.linear import Linear, check_activations
-from mlir_mx.numerics import MXArray, dequantize
+from mlir_mx.numerics import MXArray
 
 from . import custom_ops as ops
 from .fused import eager
@@ -188,7 +189,7 @@ class MXLinear(torch.nn.Module):
 
     def dequantized_weight(self) -> torch.Tensor:
         """The f32 values of the weight, ``(out_features, in_features)``."""
-        return torch.from_numpy(dequantize(self.weight()))
+        return torch.from_numpy(oracle.dequantize(self.weight()))
 
     def extra_repr(self) -> str:
         bits = 8 * self.nbytes / (self.in_features * self.out_features)

@@ -40,17 +40,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mlir_mx import oracle
 from mlir_mx.errors import MXArgTypeError, MXValueError
-from mlir_mx.numerics import dequantize
 
-from .convert_model import (
+from .experts import experts_gate, is_stacked_experts
+from .quantize_model import (
     QuantizeSummary,
     is_conv1d,
     linear_weight,
     selected_experts,
     selected_linears,
 )
-from .experts import experts_gate, is_stacked_experts
 from .quantizer import quantize_weight
 
 __all__ = ["LogitBound", "dequantize_", "greedy", "logit_bound"]
@@ -94,7 +94,7 @@ def dequantize_(
             layer = getattr(owner, attr)
             old = layer.weight
             w = quantize_weight(linear_weight(layer), weights, block_size)
-            new = torch.from_numpy(dequantize(w)).to(old.dtype)
+            new = torch.from_numpy(oracle.dequantize(w)).to(old.dtype)
             if is_conv1d(layer):  # its weight is (in, out)
                 new = new.t().contiguous()
             layer.weight = torch.nn.Parameter(new, requires_grad=old.requires_grad)
@@ -107,7 +107,7 @@ def dequantize_(
 
 
 def _dequantized(w: torch.Tensor, weights: str, block_size: int) -> torch.Tensor:
-    return torch.from_numpy(dequantize(quantize_weight(w, weights, block_size)))
+    return torch.from_numpy(oracle.dequantize(quantize_weight(w, weights, block_size)))
 
 
 def expert_weight(block, name: str, e: int) -> torch.Tensor:

@@ -93,10 +93,10 @@ class Problem:
     #: reads B as one sequential stream.  Needs ``n % TILE_COLUMNS == 0``.
     b_tiled: bool = False
     #: An f32 A quantized per call, inside the kernel, to this MX element
-    #: format (``mlir_mx.numerics.quantize`` semantics; dot kernels only).
+    #: format (``mlir_mx.oracle.quantize`` semantics; dot kernels only).
     a_quant: str | None = None
     #: B stored as the dot kernels' VNNI records of this dot kind ("i8",
-    #: "i16", "bf16"; :mod:`mlir_mx.kernels.dot.layout`), scales included.
+    #: "i16", "bf16"; :mod:`mlir_mx.kernels.dot.units`), scales included.
     b_dot: str | None = None
 
     def __post_init__(self) -> None:
@@ -124,7 +124,7 @@ class Problem:
     def b_codes_shape(self) -> tuple[int, int]:
         """Shape of the B codes buffer (bytes for packed codes or records)."""
         if self.b_dot is not None:
-            from mlir_mx.kernels.dot.layout import KINDS, RecordLayout
+            from mlir_mx.kernels.dot.units import KINDS, RecordLayout
 
             return RecordLayout(KINDS[self.b_dot], self.b_elem, self.block).shape(self.k, self.n)
         cols = code_columns(self.b_elem, self.n, self.b_packed)

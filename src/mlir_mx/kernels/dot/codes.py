@@ -2,7 +2,7 @@
 
 ``mx-matmul-kernels`` (the Runner) hands the kernels B as row-major codes
 (FP4/FP6 packed or not) and E8M0 scales, not as the records ``Linear``
-makes once (:mod:`.dot_layout`).  The dot schedule then expands each chunk
+makes once (:mod:`.units`).  The dot schedule then expands each chunk
 of B into full records in its scratch, per call, and runs the same
 microkernel on them (:mod:`.dot`)::
 
@@ -21,7 +21,7 @@ E2M3 by a 64-entry ``vpermb`` table (AVX512-VBMI), everything else by the
 exact f32 widening of :mod:`.widen` and a conversion (integers
 ``value * 2^f``, or the bf16 half of the f32).  The interleaves are static
 ``vector.shuffle`` ops (LLVM picks ``vpermt2b``/``vpunpck``).  Every step is
-exact, so the records equal :func:`~.dot_layout.pack_records`'s (expanded),
+exact, so the records equal :func:`~.units.pack_records`'s (expanded),
 and the results equal the f32 kernels' bit for bit.
 """
 
@@ -34,7 +34,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import CodeRows
 from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder, interleave_pairs
 from mlir_mx.kernels.dot.isa import DotOps
-from mlir_mx.kernels.dot.layout import PANEL, int_factor, offset_bytes, value_table
+from mlir_mx.kernels.dot.units import PANEL, int_factor, offset_bytes, value_table
 from mlir_mx.numerics import ELEMENT_FORMATS
 
 __all__ = ["CodesSource", "EVEN_ODD", "even_odd", "in_order"]

@@ -20,8 +20,8 @@ adds each pair of products into an int16 *with saturation*; the VNNI
 instructions and ``vpmaddwd`` cannot saturate for our operands.  The ``i8``
 unit's operands are ``u = b + 128`` (B, the records' bytes) and ``s = a``
 (A's integers ``value * 2^fa``); the accumulator starts at A's
-compensation ``-128 * sum a`` (:mod:`.layout`).  A pair sum lies in
-``2 * max(u) * [min(s), max(s)]`` (:func:`~.layout.pair_sum_bounds`), which
+compensation ``-128 * sum a`` (:mod:`.units`).  A pair sum lies in
+``2 * max(u) * [min(s), max(s)]`` (:func:`~.units.pair_sum_bounds`), which
 fits int16 when A is FP4 or FP6 E2M3 (``2 * 255 * 60 = 30600``).  With INT8
 activations it does not (``2 * 140 * 128 = 35840`` against FP4), and there
 the 256-bit path uses the **sign trick** instead: ``u = |a|`` (``vpsignb a,
@@ -32,7 +32,7 @@ sign(a)`` to fit a signed byte: ``|b| <= 127``, so it serves B in FP4
 (``|2b| <= 12``) or E2M3 (``|8b| <= 60``), and the pair sums stay within
 ``2 * 128 * 60 = 15360``.  INT8 x INT8 is the one narrow pair neither fits
 (``b = -128`` with ``a < 0`` overflows ``b * sign(a)``, and ``2 * 128 * 128
-= 32768`` is one above int16): :func:`~.layout.dot_kind` gives it the
+= 32768`` is one above int16): :func:`~.units.dot_kind` gives it the
 ``i16`` unit (int16 pairs, ``vpmaddwd``, exact).  With AVX-VNNI every narrow
 pair takes ``vpdpbusd`` (4 products summed in int32, no saturation).
 Without VNNI, the pair sums of :attr:`DotOps.run` consecutive K groups add
@@ -54,8 +54,8 @@ from mlir import ir
 
 from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
-from mlir_mx.kernels.dot import layout
-from mlir_mx.kernels.dot.layout import DotKind
+from mlir_mx.kernels.dot import units
+from mlir_mx.kernels.dot.units import DotKind
 
 __all__ = ["DotISA", "DotOps", "dot_isa"]
 
@@ -72,7 +72,7 @@ class DotISA:
 
 def dot_isa(kind: DotKind, a_elem: str, b_elem: str) -> DotISA:
     """The instructions a kernel of ``kind`` for A x B uses on this CPU
-    (:func:`~.layout.dot_kind` chose ``kind`` from the same features)."""
+    (:func:`~.units.dot_kind` chose ``kind`` from the same features)."""
     if (
         kind.name == "bf16"
         or has_features("avx512bw")
@@ -82,7 +82,7 @@ def dot_isa(kind: DotKind, a_elem: str, b_elem: str) -> DotISA:
         return DotISA("avx512-vnni" if vnni else "avx512bw", True, vnni, False)
     if has_features("avx_vnni"):
         return DotISA("avx-vnni", False, True, False)
-    sign = kind.name == "i8" and layout.maddubs_mode(a_elem, b_elem) == "sign"
+    sign = kind.name == "i8" and units.maddubs_mode(a_elem, b_elem) == "sign"
     return DotISA("avx2", False, False, sign)
 
 
@@ -95,7 +95,7 @@ class DotOps:
     over a run of K groups, which the kernel computes once per expanded
     chunk): one ``vpmaddubsw`` per step, no ``vpsignb``, and B's bytes can
     be its memory operand.  ``a_offset`` is the run (0: off), from
-    :func:`~.layout.a_offset_run`: the lane adds that many groups with
+    :func:`~.units.a_offset_run`: the lane adds that many groups with
     wrapping ``vpaddw`` and ends at its exact sum of products; the kernel
     passes it only in the dot kernels that expand B's chunks."""
 
@@ -107,22 +107,22 @@ class DotOps:
         self.a_offset = a_offset
         #: B's FP4 table gives ``b`` itself, not ``b + 128``: the sign trick's
         #: operand without an xor (every FP4 B vector comes through the table).
-        self.signed_table = (isa.sign or a_offset) and layout.value_table(b_elem)
+        self.signed_table = (isa.sign or a_offset) and units.value_table(b_elem)
         #: K groups whose ``vpmaddubsw`` pair sums add up in int16 (``vpaddw``)
         #: before one ``vpmaddwd``: as many as keep the sum of their bounds
-        #: (:func:`~.layout.pair_sum_bounds`) inside int16 (1: every group).
+        #: (:func:`~.units.pair_sum_bounds`) inside int16 (1: every group).
         self.run = 1
-        if a_offset:  # runs of K groups in int16 (wrapping; layout.a_offset_run)
+        if a_offset:  # runs of K groups in int16 (wrapping; units.a_offset_run)
             self.run = a_offset
         elif kind.name == "i8" and not isa.wide and not isa.vnni:
-            lo, hi = layout.pair_sum_bounds(a_elem, b_elem, "sign" if isa.sign else "offset")
+            lo, hi = units.pair_sum_bounds(a_elem, b_elem, "sign" if isa.sign else "offset")
             self.run = max(r for r in (1, 2, 4, 8) if r * lo >= -(2**15) and r * hi < 2**15)
 
     def table_bytes(self, element: str) -> list[int]:
         """The 16-entry ``vpshufb`` table of ``element``'s codes (4 lanes): the
-        bytes ``2^f value + 128`` (:func:`~.layout.offset_bytes`), or the
+        bytes ``2^f value + 128`` (:func:`~.units.offset_bytes`), or the
         values themselves under :attr:`signed_table`."""
-        table = layout.offset_bytes(element, 16) * 4
+        table = units.offset_bytes(element, 16) * 4
         return [x - 128 for x in table] if self.signed_table else table
 
     def dot(self, acc, a_words, b_bytes) -> ir.Value:

@@ -1,6 +1,6 @@
 """The dot kernels: MX block partials on the CPU's dot units, same bits as f32.
 
-B is read from VNNI records (:mod:`.dot_layout`, ``Problem.b_dot``: what
+B is read from VNNI records (:mod:`.units`, ``Problem.b_dot``: what
 ``mlir_mx.Linear`` stores) or from its codes and scales (the Runner's ABI:
 chunks expanded per call by :mod:`.dot_codes`, decode swept 8 rows at a
 time by :mod:`.dot_sweep`), A from the words :mod:`.dot_prep` builds once
@@ -30,7 +30,7 @@ once, panel after panel); small: a few rows, chunks that stay in L1;
 prefill: a register tile of 6 x 2 vectors over chunks that stay in L2.
 Instructions come from :mod:`mlir_mx.host` at emission (:mod:`.isa`):
 ``vpdpbusd``/``vpdpwssd`` with AVX512-VNNI, else ``vpmaddubsw``+``vpmaddwd`` /
-``vpmaddwd`` (AVX512BW, :func:`~.dot_layout.dot_kind` only picks ``i8`` then
+``vpmaddwd`` (AVX512BW, :func:`~.units.dot_kind` only picks ``i8`` then
 when no pair sum can saturate), ``vdpbf16ps`` with AVX512_BF16; without
 AVX-512 the same steps on two 256-bit halves (AVX-VNNI or AVX2, at most
 :data:`HALF_ROWS` rows per tile, :meth:`DotConfig.adapt`).
@@ -49,9 +49,9 @@ from mlir_mx.kernels.common.problem import Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa
-from mlir_mx.kernels.dot.layout import PANEL, RecordLayout, a_offset_run, dot_kind, int_factor
 from mlir_mx.kernels.dot.prep import prepare_dot_a
 from mlir_mx.kernels.dot.sweep import sweep_decode
+from mlir_mx.kernels.dot.units import PANEL, RecordLayout, a_offset_run, dot_kind, int_factor
 
 __all__ = ["DotConfig", "emit_dot", "supports_int", "supports_bf16"]
 
@@ -188,7 +188,7 @@ def _a_offset(prob: Problem, cfg: DotConfig, isa) -> int:
     """The A-offset mode of :mod:`.isa` (its run of K groups; 0: not taken):
     where the kernel expands B's chunks (several row groups share them, so
     B's sums cost once per chunk) and the pair fits
-    (:func:`~.layout.a_offset_run`: FP4 B with an 8-bit A, E2M3 B), on
+    (:func:`~.units.a_offset_run`: FP4 B with an 8-bit A, E2M3 B), on
     256-bit halves without VNNI (:data:`ONE_ROW_KCB`)."""
     a_elem = prob.a_elem or prob.a_quant
     if not cfg.expand or isa.wide or isa.vnni or _kind(prob).name != "i8":
@@ -317,7 +317,7 @@ class _Dot:
         multiplies (lane ``2n``: column ``n``'s rows ``4g, 4g + 1`` of each K
         group ``g`` of the run; ``2n + 1``: rows ``4g + 2, 4g + 3``):
         ``vpmaddubsw`` of 128 against them, summed in int16 (wrapping is
-        harmless: :func:`~.layout.a_offset_run`).  Where the A-offset mode's
+        harmless: :func:`~.units.a_offset_run`).  Where the A-offset mode's
         lanes start, since they add ``(a + 128) * b``.  B's expanded bytes
         hold ``b + 128`` unless a signed table made them (FP4): those are
         turned into ``b`` here, once per chunk."""

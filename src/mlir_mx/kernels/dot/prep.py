@@ -1,10 +1,10 @@
 """A for the dot kernels: widened (or quantized) once per call into dot-unit words.
 
-Each row of A becomes ``K / g`` 32-bit words (:class:`~.dot_layout.DotKind`
+Each row of A becomes ``K / g`` 32-bit words (:class:`~.units.DotKind`
 ``group`` g), the operand one dot instruction broadcasts:
 
 * ``i8``: four int8 ``a = value * 2^fa``, and per block the compensation
-  ``-128 * sum a`` of B's ``+128`` offset (:mod:`.dot_layout`), the
+  ``-128 * sum a`` of B's ``+128`` offset (:mod:`.units`), the
   accumulator's start;
 * ``i16``: two int16 ``value * 2^fa``;
 * ``bf16``: two bf16 values, element ``2i + 1`` in the low half and ``2i`` in
@@ -14,7 +14,7 @@ and its scales become f32 (E8M0 decoded by :mod:`.codec`; rows past M are zero).
 
 An MX A is decoded exactly (:mod:`.widen`).  An f32 A with
 ``Problem.a_quant`` is quantized here, block by block, exactly as
-:func:`mlir_mx.numerics.quantize` does (the FLOOR scale rule, RNE rounding
+:func:`mlir_mx.oracle.quantize` does (the FLOOR scale rule, RNE rounding
 with saturation, NaN/Inf blocks to scale NaN and zero elements), so the
 kernel's result equals the one for the oracle-quantized MX A bit for bit:
 
@@ -37,7 +37,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.codec import abs_bits, e8m0_code, e8m0_to_f32
 from mlir_mx.kernels.common.problem import CodeRows, Operands, Problem, vector_loop
 from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder
-from mlir_mx.kernels.dot.layout import DotKind, int_factor
+from mlir_mx.kernels.dot.units import DotKind, int_factor
 from mlir_mx.numerics import ELEMENT_FORMATS
 from mlir_mx.numerics.formats import SCALE_BIAS, SCALE_NAN_CODE
 
@@ -182,7 +182,7 @@ def _quantize_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, r) -> 
 
 def quantize_block(kb: KernelBuilder, xs: list[ir.Value], element: str) -> tuple[list, ir.Value]:
     """One MX block of f32 values (vectors of 16) -> (element values, f32 scale),
-    as :func:`mlir_mx.numerics.quantize` (module docstring)."""
+    as :func:`mlir_mx.oracle.quantize` (module docstring)."""
     fmt = ELEMENT_FORMATS[element]
     i32, f32 = kb.i32, kb.f32
     v16f = kb.vec(LANES, f32)

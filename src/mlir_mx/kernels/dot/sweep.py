@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.kernels.dot.codes import EVEN_ODD, even_odd, in_order
-from mlir_mx.kernels.dot.layout import PANEL
+from mlir_mx.kernels.dot.units import PANEL
 
 __all__ = ["sweep_decode"]
 

@@ -1,10 +1,10 @@
-"""``mlir_mx.Linear`` holds its weight in one form (``mlir_mx.linear.layout``).
+"""``mlir_mx.Linear`` holds its weight in one form (``mlir_mx.linear.weight_form``).
 
 * The stored codes, or the dot kernels' records alone: what a Linear
   references (every array, each byte once) is 4.25 bits per MXFP4 element
   after construction and after calls of every kind, on both paths.
 * Each form is derived from the other bit for bit (``Linear.stored``,
-  ``Linear.weight``, the layout functions), including NaN scales, negative
+  ``Linear.weight``, the weight_form functions), including NaN scales, negative
   zeros and every code, over many chunks.
 * Building a Linear needs a bounded working set (chunks), not unpacked
   copies of the weight.
@@ -22,10 +22,11 @@ import pytest
 from memory_cases import referenced_bytes
 
 import mlir_mx
+from mlir_mx import oracle
 from mlir_mx.kernels.common.problem import tile_b_codes
-from mlir_mx.kernels.dot.layout import KINDS, RecordLayout, dot_kind, pack_records
-from mlir_mx.linear import layout
-from mlir_mx.numerics import MXArray, element_format, pack_codes, quantize
+from mlir_mx.kernels.dot.units import KINDS, RecordLayout, dot_kind, pack_records
+from mlir_mx.linear import weight_form
+from mlir_mx.numerics import MXArray, element_format, pack_codes
 
 #: The i8 dot unit serves i8 x FP4 here (AVX512-VNNI, AVX-VNNI, or AVX2's
 #: vpmaddubsw where it cannot saturate): the FP4 records stand alone.
@@ -35,7 +36,7 @@ I8_UNIT = dot_kind("i8", "f4E2M1FN", 32) == KINDS["i8"]
 
 def _weight(element="f4E2M1FN", n=128, k=256, seed=0) -> MXArray:
     rng = np.random.default_rng(seed)
-    return quantize(rng.standard_normal((n, k)).astype(np.float32), element, 32)
+    return oracle.quantize(rng.standard_normal((n, k)).astype(np.float32), element, 32)
 
 
 def _every_code(element: str, n: int, k: int, seed=0) -> MXArray:
@@ -72,10 +73,10 @@ def test_one_form_is_held_before_and_after_every_kind_of_call(monkeypatch, acts,
     x = np.random.default_rng(1).standard_normal((70, 256)).astype(np.float32)
     for m in (1, 5, 70):  # decode, small, prefill
         got = lin(x[:m])
-        want = ref(x[:m] if acts is None else quantize(x[:m], acts, 32))
+        want = ref(x[:m] if acts is None else oracle.quantize(x[:m], acts, 32))
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
         for aelem in ("i8", "f6E3M2FN"):  # the records' unit, and i16 (derived per call)
-            xq = quantize(x[:m], aelem, 32)
+            xq = oracle.quantize(x[:m], aelem, 32)
             np.testing.assert_array_equal(lin(xq).view(np.uint32), ref(xq).view(np.uint32))
         assert lin.nbytes == w.nbytes and _bits(lin, elements=w.size) == 4.25
 
@@ -91,17 +92,17 @@ def test_records_beside_the_stored_form_where_they_cannot_stand_alone(element):
         pytest.skip(f"the CPU has no dot unit for i8 x {element} (AVX2 or AVX-512 needed)")
     w = _every_code(element, 128, 256)
     lin = mlir_mx.Linear(w, threads=1, activations="i8")
-    g = layout.Geometry(w.element, 32, 256, 128)
-    assert lin.holds_stored and lin.records_unit == layout.side_records_unit(g, "i8")
+    g = weight_form.Geometry(w.element, 32, 256, 128)
+    assert lin.holds_stored and lin.records_unit == weight_form.side_records_unit(g, "i8")
     assert lin.records_unit in KINDS and len(lin.held) == 3
     assert lin.nbytes == sum(a.nbytes for a in lin.held) == referenced_bytes(lin)
     ref = mlir_mx.Linear(w, threads=1)
     x = np.random.default_rng(3).standard_normal((70, 256)).astype(np.float32)
     for m in (1, 5, 70):
         assert lin.schedule(x[:m]).startswith("int-")
-        want = ref(quantize(x[:m], "i8", 32))
+        want = ref(oracle.quantize(x[:m], "i8", 32))
         np.testing.assert_array_equal(lin(x[:m]).view(np.uint32), want.view(np.uint32))
-        xq = quantize(x[:m], "f4E2M1FN", 32)  # MX x: the dot kernels on the records too
+        xq = oracle.quantize(x[:m], "f4E2M1FN", 32)  # MX x: the dot kernels on the records too
         np.testing.assert_array_equal(lin(xq).view(np.uint32), ref(xq).view(np.uint32))
     back = lin.weight()
     np.testing.assert_array_equal(back.packed_codes(), w.packed_codes())
@@ -132,18 +133,18 @@ def test_records_give_back_the_weight_and_the_stored_form_bit_for_bit(
 ):
     """Records made chunk by chunk (many chunks here) are pack_records' of the
     whole weight, and the stored form and W come back from them exactly."""
-    monkeypatch.setattr(layout, "CHUNK_ELEMENTS", 64 * n)  # 64 rows of B per chunk
+    monkeypatch.setattr(weight_form, "CHUNK_ELEMENTS", 64 * n)  # 64 rows of B per chunk
     w = _every_code(element, n, k)
-    g = layout.Geometry(element, 32, k, n)
-    rec = layout.to_records(layout.array_chunks(w, g), unit, g)
+    g = weight_form.Geometry(element, 32, k, n)
+    rec = weight_form.to_records(weight_form.array_chunks(w, g), unit, g)
     lay = RecordLayout(KINDS[unit], element, 32)
     np.testing.assert_array_equal(rec, pack_records(w.codes.T.copy(), w.scales.T.copy(), lay))
-    stored = layout.to_stored(layout.array_chunks(w, g), g)
-    back = layout.to_stored(layout.records_chunks(rec, unit, g), g)
+    stored = weight_form.to_stored(weight_form.array_chunks(w, g), g)
+    back = weight_form.to_stored(weight_form.records_chunks(rec, unit, g), g)
     for a, b in zip(stored, back, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))
-    assert layout.to_weight(layout.records_chunks(rec, unit, g), g).bitwise_equal(w)
-    assert layout.to_weight(layout.stored_chunks(*stored, g), g).bitwise_equal(w)
+    assert weight_form.to_weight(weight_form.records_chunks(rec, unit, g), g).bitwise_equal(w)
+    assert weight_form.to_weight(weight_form.stored_chunks(*stored, g), g).bitwise_equal(w)
 
 
 @pytest.mark.parametrize(
@@ -154,7 +155,7 @@ def test_records_give_back_the_weight_and_the_stored_form_bit_for_bit(
 def test_the_stored_form_is_b_packed_and_tiled_as_before(monkeypatch, element, n, k, axis):
     """Chunked conversion gives the layout the whole-array one gave (B = W^T
     packed along out, tiled when out % 64 == 0), from either weight layout."""
-    monkeypatch.setattr(layout, "CHUNK_ELEMENTS", 32 * n)  # one block row of B per chunk
+    monkeypatch.setattr(weight_form, "CHUNK_ELEMENTS", 32 * n)  # one block row of B per chunk
     w = _every_code(element, n, k) if element in ("f4E2M1FN", "i8") else _weight(element, n, k)
     b_codes = w.codes.T.copy()
     given = w if axis == 1 else MXArray(b_codes, w.scales.T.copy(), element, 32, axis=0)
@@ -212,7 +213,7 @@ def test_building_a_linear_needs_a_bounded_working_set(acts):
     finally:
         tracemalloc.stop()
     assert lin.nbytes * 8 / (n * k) == 4.25
-    assert peak - lin.nbytes <= 24 * layout.CHUNK_ELEMENTS  # 6 MiB; 0.75 bytes per element here
+    assert peak - lin.nbytes <= 24 * weight_form.CHUNK_ELEMENTS  # 6 MiB; 0.75 bytes per element here
 
 
 @pytest.mark.parametrize("acts", [None, "i8"])

@@ -9,7 +9,7 @@ the stored form with the dot kernels' records beside it:
   tiles when N is a multiple of 64 (``kernels.problem.tile_b_codes``), plus
   the E8M0 scales ``(K / block, N)``;
 * **records** (:func:`records_unit`): the dot kernels' records of one dot unit
-  (``kernels.dot_layout.RecordLayout``, scales inside), chosen only where the
+  (``kernels.dot.units.RecordLayout``, scales inside), chosen only where the
   dot kernels serve every shape class for the Linear's ``activations``, the
   records keep every code bit for bit (FP4 nibbles, INT8), so that the stored
   form and the weight are derived from them exactly when asked for, and N is
@@ -39,7 +39,7 @@ import numpy as np
 
 from mlir_mx.kernels import Problem
 from mlir_mx.kernels.common.problem import TILE_COLUMNS, tile_b_codes
-from mlir_mx.kernels.dot.layout import KINDS, PANEL, RecordLayout, dot_kind
+from mlir_mx.kernels.dot.units import KINDS, PANEL, RecordLayout, dot_kind
 from mlir_mx.kernels.registry import SCHEDULES, SHAPE_CLASSES, choose
 from mlir_mx.numerics import (
     SCALE_DTYPE,
@@ -237,7 +237,7 @@ _INVERSE = tuple(int(i) for i in np.argsort(_ORDER))
 
 
 def unpack_records(rec: np.ndarray, layout: RecordLayout, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The inverse of ``kernels.dot_layout.pack_records`` for records that keep
+    """The inverse of ``kernels.dot.units.pack_records`` for records that keep
     the codes: ``rec`` ``(panels, nb, layout.nbytes)`` -> codes ``(nb * block, n)``
     (element dtype) and E8M0 scales ``(nb, n)``."""
     fmt = element_format(layout.b_elem)
@@ -282,8 +282,8 @@ def to_stored(chunks: Iterator[Chunk], g: Geometry) -> tuple[np.ndarray, np.ndar
 
 
 def to_records(chunks: Iterator[Chunk], unit: str, g: Geometry) -> np.ndarray:
-    """B's records of dot unit ``unit`` (``kernels.dot_layout.pack_records``), a new array."""
-    from mlir_mx.kernels.dot.layout import pack_records
+    """B's records of dot unit ``unit`` (``kernels.dot.units.pack_records``), a new array."""
+    from mlir_mx.kernels.dot.units import pack_records
 
     layout = g.layout(unit)
     rows, width = layout.shape(g.k, g.n)

@@ -1,4 +1,4 @@
-"""The packed C interface of a compiled function: the one place it is spelled.
+"""The C interface of a compiled function: the one place it is spelled.
 
 With ``llvm.emit_c_interface`` (:func:`~mlir_mx.execution.signature.emit_c_interfaces`)
 upstream emits, beside each public function ``@f``, a wrapper whose symbol is

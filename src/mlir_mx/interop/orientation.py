@@ -1,4 +1,4 @@
-"""Layout helpers for MX weights coming from other frameworks.
+"""A linear weight's two orientations: ``(n_out, n_in)`` as stored, ``(K, N)`` as multiplied.
 
 GGUF (ggml) and ``torch.nn.Linear`` store a linear layer's weight as
 ``W: (n_out, n_in)`` with the MX blocks along ``n_in``, the contiguous axis.  The
