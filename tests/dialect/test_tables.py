@@ -23,8 +23,8 @@ from mlir_mx.execution.runner import numpy_dtype
 from mlir_mx.kernels import SCHEDULES
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_BITS, SCALE_DTYPE, SCALE_TYPE
 from mlir_mx.passes import mx_to_linalg
-from mlir_mx.passes.expand_narrow_floats import narrow_format
-from mlir_mx.passes.legalize_subbyte_vector_memory import _subbyte_memref
+from mlir_mx.passes.legalize.expand_narrow_floats import narrow_format
+from mlir_mx.passes.legalize.subbyte_vector_memory import _subbyte_memref
 from mlir_mx_testing import fuzz
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "mlir_mx"
@@ -202,11 +202,11 @@ ALLOWED = {
                 "test_vectorized_pipeline_leaves_sub_byte_scalar",
             ): "the sub-byte element types the vectorizer must not read as vectors",
             (
-                "passes/test_matmul_kernels.py",
+                "passes/kernels/test_matmul_kernels.py",
                 "_PAIRS",
             ): "two mx x f32 cases beside the rotated pairs",
             (
-                "passes/test_matmul_kernels.py",
+                "passes/kernels/test_matmul_kernels.py",
                 "test_packed_subbyte_codes",
             ): "packed A, packed B, both, and mx x f32",
             ("repro/test_f32_range_edges.py", "_PAIRS"): "a reproducer's pairs",
