@@ -22,9 +22,9 @@ from mlir_mx.dialect.types import ELEMENT_TYPES, SCALE_TYPES, MXTensorType
 from mlir_mx.execution.runner import numpy_dtype
 from mlir_mx.kernels import SCHEDULES
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_BITS, SCALE_DTYPE, SCALE_TYPE
-from mlir_mx.passes import mx_to_linalg
 from mlir_mx.passes.legalize.expand_narrow_floats import narrow_format
 from mlir_mx.passes.legalize.subbyte_vector_memory import _subbyte_memref
+from mlir_mx.passes.mx_to_linalg import lowerings
 from mlir_mx_testing import fuzz
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "mlir_mx"
@@ -53,7 +53,7 @@ def test_irdl_defines_exactly_the_table():
 def test_every_op_has_a_builder_accessors_rules_and_a_lowering():
     assert ops.OpView._NAMES == {op.name: op.operands for op in irdl.OPS}
     assert set(verifier.RULES) == OP_NAMES
-    assert set(mx_to_linalg.LOWERINGS) == OP_NAMES
+    assert set(lowerings.LOWERINGS) == OP_NAMES
     for op in irdl.OPS:
         assert callable(getattr(ops, op.mnemonic)), op.mnemonic
         assert op.mnemonic in ops.__all__

@@ -233,7 +233,7 @@ _REGISTRY: dict[str, PassSpec] = {}
 _PASS_MODULES = (
     "mlir_mx.passes.canonicalize",
     "mlir_mx.passes.fuse_scales",
-    "mlir_mx.passes.mx_to_linalg",
+    "mlir_mx.passes.mx_to_linalg.split",
     "mlir_mx.passes.legalize.expand_narrow_floats",
     "mlir_mx.passes.pin_map_constants",
     "mlir_mx.passes.legalize.i1_memrefs",
