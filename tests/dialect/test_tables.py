@@ -139,7 +139,7 @@ ALLOWED = {
         "SHAPE_CLASSES",
     ): "the shape classes (named like the schedules serving them)",
     (
-        "src/mlir_mx_bench/llama.py",
+        "src/mlir_mx_bench/models/llama/run.py",
         "ROWS",
     ): "the model benchmark's rows, each naming the one format it runs",
     # tests: cases pinned to particular formats (the sample IS the test), the
