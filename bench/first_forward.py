@@ -31,7 +31,7 @@ def worker(kind: str, layers: int, threads: int) -> dict:
     import torch
     from transformers import LlamaForCausalLM
 
-    from mlir_mx_bench.llama_worker import llama_config
+    from mlir_mx_bench.models.llama.worker import llama_config
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

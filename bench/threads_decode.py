@@ -50,7 +50,7 @@ def main() -> None:
 
     from mlir_mx.execution.threads import set_parallel
     from mlir_mx.torch import MXLinear, quantize_
-    from mlir_mx_bench.llama_worker import llama_config
+    from mlir_mx_bench.models.llama.worker import llama_config
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

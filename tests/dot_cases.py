@@ -138,7 +138,7 @@ def f32_bits(qa: MXArray, qb: MXArray, acc) -> np.ndarray:
     """``acc + A B`` with the f32 kernels' bits: the blocked order of the
     numpy oracle (:func:`mlir_mx.oracle.blocked_order`), which every
     f32 schedule computes bit for bit at every thread count
-    (``tests/passes/test_matmul_kernels.py``, ``tests/repro/test_f32_range_edges.py``).
+    (``tests/passes/kernels/test_matmul_kernels.py``, ``tests/repro/test_f32_range_edges.py``).
     The oracle rather than a compiled f32 kernel: the same bits, without
     one compilation per case."""
     return oracle.blocked_order(qa, qb, acc)

@@ -28,7 +28,7 @@ import time
 import torch
 
 from mlir_mx_bench.emulate import EMULATIONS, MARK, active
-from mlir_mx_bench.llama_worker import llama_config
+from mlir_mx_bench.models.llama.worker import llama_config
 
 #: row -> quantize_ arguments (None: torch's own bf16 model)
 ROWS = {

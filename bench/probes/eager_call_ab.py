@@ -27,7 +27,7 @@ from mlir_mx.host import check_threads
 from mlir_mx.linear.activations import Activations
 from mlir_mx.linear.layer import Linear
 from mlir_mx.torch import quantize_
-from mlir_mx_bench.llama_worker import llama_config
+from mlir_mx_bench.models.llama.worker import llama_config
 
 
 def per_call(self, x_addr: int, m: int, out_addr: int, threads: int) -> bool:

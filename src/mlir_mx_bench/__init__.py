@@ -11,6 +11,7 @@ One process, one run, the same thread count for every method of a group:
 * :mod:`.machine`  CPU model/features, thread control, the measured roofs;
 * :mod:`.loop`  the loop (build, check, time, progress lines);
 * :mod:`.results`  the JSON and markdown files under ``bench/results/``.
+* :mod:`.models`  ``--model``: a whole Llama or gpt-oss, one process per row.
 
 The command itself is :mod:`mlir_mx_bench.cli`; the method, byte counts
 and tolerances are described in ``docs/bench.md``.

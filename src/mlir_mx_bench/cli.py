@@ -158,8 +158,8 @@ def _check_tag(tag: str) -> str:
 def _model_options(ns, argv: list[str]):
     from importlib.util import find_spec
 
-    from mlir_mx_bench.llama import ModelOptions
-    from mlir_mx_bench.workers import parse_env_setting
+    from mlir_mx_bench.models.llama.run import ModelOptions
+    from mlir_mx_bench.models.workers import parse_env_setting
 
     missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
     if missing:
@@ -216,7 +216,7 @@ def _model_options(ns, argv: list[str]):
 def _gpt_oss_options(ns, argv: list[str]):
     from importlib.util import find_spec
 
-    from mlir_mx_bench.gpt_oss import GptOssOptions
+    from mlir_mx_bench.models.gpt_oss.run import GptOssOptions
 
     if find_spec("accelerate") is None:
         raise ToolError("--model gpt-oss needs accelerate (transformers' rows): pip install accelerate")
@@ -247,7 +247,7 @@ def _gpt_oss_options(ns, argv: list[str]):
 def _model_bytes(layers: int, config: dict) -> int:
     """The f32 weights of the model a row process builds (TinyLlama's shape
     with ``config`` over it): what each row holds at least."""
-    from mlir_mx_bench.llama_worker import TINYLLAMA
+    from mlir_mx_bench.models.llama.worker import TINYLLAMA
 
     c = {**TINYLLAMA, **config}
     h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
@@ -445,8 +445,8 @@ def run(parsed) -> int:
 
 
 def _run_model(opts, say) -> int:
-    from mlir_mx_bench.llama import run_model
-    from mlir_mx_bench.llama_report import write_model_results
+    from mlir_mx_bench.models.llama.report import write_model_results
+    from mlir_mx_bench.models.llama.run import run_model
 
     record = run_model(opts, say)
     js, md = write_model_results(record, opts.out)
@@ -463,7 +463,7 @@ def _run_model(opts, say) -> int:
 
 def _run_gpt_oss(opts, say) -> int:
     from mlir_mx.files import write_text
-    from mlir_mx_bench.gpt_oss import gpt_oss_markdown, run_gpt_oss
+    from mlir_mx_bench.models.gpt_oss.run import gpt_oss_markdown, run_gpt_oss
 
     record = run_gpt_oss(opts, say)
     opts.out.mkdir(parents=True, exist_ok=True)

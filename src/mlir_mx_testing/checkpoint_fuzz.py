@@ -2,7 +2,7 @@
 ``mlir_mx.torch.from_pretrained`` (needs torch, transformers, safetensors).
 
 Once per worker a tiny gpt-oss checkpoint is written (2 layers, hidden 64, 4
-experts; :func:`mlir_mx_bench.gpt_oss_worker.write_checkpoint`).  Case ``i`` of
+experts; :func:`mlir_mx_bench.models.gpt_oss.worker.write_checkpoint`).  Case ``i`` of
 seed ``s`` (``random.Random(f"checkpoint:{s}:{i}")``) applies one of
 :data:`KINDS` to its ``model.safetensors``:
 
@@ -51,7 +51,7 @@ TINY = dict(
 
 @cache
 def _good() -> tuple[Path, bytes]:
-    from mlir_mx_bench.gpt_oss_worker import write_checkpoint
+    from mlir_mx_bench.models.gpt_oss.worker import write_checkpoint
 
     folder = Path(tempfile.mkdtemp(prefix="mlir-mx-checkpoint-fuzz-")) / "good"
     write_checkpoint(folder, 2, 0, TINY)

@@ -17,9 +17,8 @@ from mlir_mx.dialect import (
     parse_module,
     print_module,
     quantize_block,
-    to_custom,
-    to_generic,
 )
+from mlir_mx.dialect.syntax import to_custom, to_generic
 
 V1 = "!mx.tensor<32x64xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU>"
 MATMUL = f"""

@@ -22,9 +22,9 @@ from mlir_mx.dialect.types import ELEMENT_TYPES, SCALE_TYPES, MXTensorType
 from mlir_mx.execution.runner import numpy_dtype
 from mlir_mx.kernels import SCHEDULES
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_BITS, SCALE_DTYPE, SCALE_TYPE
-from mlir_mx.passes import mx_to_linalg
-from mlir_mx.passes.expand_narrow_floats import narrow_format
-from mlir_mx.passes.legalize_subbyte_vector_memory import _subbyte_memref
+from mlir_mx.passes.legalize.expand_narrow_floats import narrow_format
+from mlir_mx.passes.legalize.subbyte_vector_memory import _subbyte_memref
+from mlir_mx.passes.mx_to_linalg import lowerings
 from mlir_mx_testing import fuzz
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "mlir_mx"
@@ -53,7 +53,7 @@ def test_irdl_defines_exactly_the_table():
 def test_every_op_has_a_builder_accessors_rules_and_a_lowering():
     assert ops.OpView._NAMES == {op.name: op.operands for op in irdl.OPS}
     assert set(verifier.RULES) == OP_NAMES
-    assert set(mx_to_linalg.LOWERINGS) == OP_NAMES
+    assert set(lowerings.LOWERINGS) == OP_NAMES
     for op in irdl.OPS:
         assert callable(getattr(ops, op.mnemonic)), op.mnemonic
         assert op.mnemonic in ops.__all__
@@ -139,7 +139,7 @@ ALLOWED = {
         "SHAPE_CLASSES",
     ): "the shape classes (named like the schedules serving them)",
     (
-        "src/mlir_mx_bench/llama.py",
+        "src/mlir_mx_bench/models/llama/run.py",
         "ROWS",
     ): "the model benchmark's rows, each naming the one format it runs",
     # tests: cases pinned to particular formats (the sample IS the test), the
@@ -202,11 +202,11 @@ ALLOWED = {
                 "test_vectorized_pipeline_leaves_sub_byte_scalar",
             ): "the sub-byte element types the vectorizer must not read as vectors",
             (
-                "passes/test_matmul_kernels.py",
+                "passes/kernels/test_matmul_kernels.py",
                 "_PAIRS",
             ): "two mx x f32 cases beside the rotated pairs",
             (
-                "passes/test_matmul_kernels.py",
+                "passes/kernels/test_matmul_kernels.py",
                 "test_packed_subbyte_codes",
             ): "packed A, packed B, both, and mx x f32",
             ("repro/test_f32_range_edges.py", "_PAIRS"): "a reproducer's pairs",

@@ -1,5 +1,5 @@
 """``parallel="tasks"``: a kernel's parallel loop run by the caller's threads
-(``mlir_mx.execution.threads``; the pass: ``tests/passes/test_parallel_tasks.py``).
+(``mlir_mx.execution.threads``; the pass: ``tests/passes/kernels/test_parallel_tasks.py``).
 
 * every schedule class (decode, small, prefill; f32 and dot kernels) gives the
   bits of the async runtime at 1 and 2 threads, on torch's OpenMP team and on

@@ -69,7 +69,7 @@ def test_parse_render_and_compose():
 
 
 def test_pipeline_files_are_read_line_by_line_with_includes(tmp_path, monkeypatch):
-    import mlir_mx.pipelines as pipelines
+    import mlir_mx.pipelines.shipped as shipped
 
     head = PipelineElement("convert-elementwise-to-linalg")
     assert load_pipeline("lower-to-llvm") == (
@@ -79,7 +79,7 @@ def test_pipeline_files_are_read_line_by_line_with_includes(tmp_path, monkeypatc
     (tmp_path / "b.txt").write_text("cse\n\ninclude a\n")
     (tmp_path / "c.txt").write_text("func.func(canonicalize, cse)\ninclude d\n")
     (tmp_path / "d.txt").write_text("cse\n")
-    monkeypatch.setattr(pipelines, "_files", lambda: tmp_path)
+    monkeypatch.setattr(shipped, "_files", lambda: tmp_path)
     assert load_pipeline("c") == Pipeline.parse("func.func(canonicalize,cse),cse")
     with pytest.raises(PipelineError, match=r"pipeline 'a' includes itself \(a -> b -> a\)"):
         load_pipeline("a")

@@ -1,4 +1,5 @@
-"""The ``mlir_mx.torch`` tests (helpers: ``llama_cases.py``).
+"""The ``mlir_mx.torch`` tests (helpers: ``gpt_oss_cases.py``; ``tests/llama_cases.py``,
+which ``tests/bench/models`` shares).
 
 Every module needs torch (and the Llama tests ``transformers``), which the
 ``test`` extra installs (a CPU build of torch); where they cannot be imported,

@@ -24,7 +24,7 @@ from __future__ import annotations
 from mlir import ir
 
 from mlir_mx.ir_utils import collect
-from mlir_mx.passes.parallel_tasks import TASKS_ATTR
+from mlir_mx.passes.kernels.parallel_tasks import TASKS_ATTR
 
 __all__ = ["written_parameters"]
 

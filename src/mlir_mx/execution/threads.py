@@ -30,7 +30,7 @@ import os
 import threading
 
 from mlir_mx.execution.c_interface import C_INTERFACE
-from mlir_mx.passes.parallel_tasks import TASKS_ATTR
+from mlir_mx.passes.kernels.parallel_tasks import TASKS_ATTR
 
 __all__ = [
     "TASKS_ATTR",

@@ -233,16 +233,16 @@ _REGISTRY: dict[str, PassSpec] = {}
 _PASS_MODULES = (
     "mlir_mx.passes.canonicalize",
     "mlir_mx.passes.fuse_scales",
-    "mlir_mx.passes.mx_to_linalg",
-    "mlir_mx.passes.expand_narrow_floats",
+    "mlir_mx.passes.mx_to_linalg.split",
+    "mlir_mx.passes.legalize.expand_narrow_floats",
     "mlir_mx.passes.pin_map_constants",
-    "mlir_mx.passes.legalize_i1_memrefs",
-    "mlir_mx.passes.legalize_subbyte_vector_memory",
-    "mlir_mx.passes.matmul_kernels",
-    "mlir_mx.passes.quantize_kernels",
-    "mlir_mx.passes.legalize_masked_stores",
-    "mlir_mx.passes.host_target",
-    "mlir_mx.passes.parallel_tasks",
+    "mlir_mx.passes.legalize.i1_memrefs",
+    "mlir_mx.passes.legalize.subbyte_vector_memory",
+    "mlir_mx.passes.kernels.matmul",
+    "mlir_mx.passes.kernels.quantize",
+    "mlir_mx.passes.legalize.masked_stores",
+    "mlir_mx.passes.legalize.host_target",
+    "mlir_mx.passes.kernels.parallel_tasks",
 )
 _loaded = False
 

@@ -1,21 +1,26 @@
 """Named pass pipelines shipped as package data.
 
-A pipeline is a text file ``<name>.txt`` next to this module: one pipeline
+A pipeline is a text file ``<name>.txt`` in this package (:mod:`.shipped`): one pipeline
 element per line (an upstream pass with options, an ``anchor(...)`` nest or a
 pass of our registry), ``#`` comments and blank lines ignored;
 ``{pipelines_dir}`` expands to this directory (where the transform schedules,
 ``*.mlir``, live) and a line ``include NAME`` inserts the pipeline ``NAME``.
 :func:`load_pipeline` returns a :class:`~mlir_mx.passes.pipeline.Pipeline`
 (composable with ``+``); :func:`kernel_pipeline` and :func:`threads_pipeline`
-build theirs from typed elements (``PipelineElement.of``), never from text.
+(:mod:`.kernel`) build theirs from typed elements (``PipelineElement.of``),
+never from text.
 """
 
 from __future__ import annotations
 
-from importlib import resources
-
-from mlir_mx.host import check_threads
-from mlir_mx.passes.pipeline import Pipeline, PipelineElement, PipelineError
+from mlir_mx.pipelines.kernel import (
+    PARALLEL_MODES,
+    check_parallel,
+    kernel_library_pipeline,
+    kernel_pipeline,
+    threads_pipeline,
+)
+from mlir_mx.pipelines.shipped import available_pipelines, data_dir, load_pipeline, schedule_path
 
 __all__ = [
     "load_pipeline",
@@ -28,128 +33,3 @@ __all__ = [
     "PARALLEL_MODES",
     "check_parallel",
 ]
-
-
-def _files():
-    return resources.files(__name__)
-
-
-def available_pipelines() -> list[str]:
-    """Names of the shipped pipelines (without ``.txt``), sorted."""
-    return sorted(p.name[: -len(".txt")] for p in _files().iterdir() if p.name.endswith(".txt"))
-
-
-def load_pipeline(name: str) -> Pipeline:
-    """The shipped pipeline ``name`` as a :class:`~mlir_mx.passes.pipeline.Pipeline`.
-
-    The file is text (the edge where pipelines are read); an unknown name
-    raises :class:`~mlir_mx.passes.pipeline.PipelineError` listing the
-    available ones.
-    """
-    return _load(name, ())
-
-
-def _load(name: str, including: tuple[str, ...]) -> Pipeline:
-    """The pipeline of file ``name``: each line parsed on its own (an
-    ``include`` loaded as a pipeline), the pieces concatenated."""
-    if name in including:
-        raise PipelineError(
-            f"pipeline '{name}' includes itself ({' -> '.join(including + (name,))})"
-        )
-    path = _files() / f"{name}.txt"
-    if not path.is_file():
-        known = ", ".join(available_pipelines()) or "none"
-        raise PipelineError(f"no pipeline named '{name}' (available: {known})")
-    parts: list[Pipeline] = []
-    for line in path.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line.startswith("include "):
-            parts.append(_load(line.split(None, 1)[1].strip(), including + (name,)))
-        elif line:
-            parts.append(Pipeline.parse(line.rstrip(",").replace("{pipelines_dir}", data_dir())))
-    return Pipeline.of(*parts)
-
-
-def data_dir() -> str:
-    """Directory of the shipped pipelines and transform schedules."""
-    return str(_files())
-
-
-def schedule_path(name: str = "schedules") -> str:
-    """Path of a shipped transform library (``<name>.mlir``)."""
-    path = _files() / f"{name}.mlir"
-    if not path.is_file():
-        raise PipelineError(f"no transform library named '{name}'")
-    return str(path)
-
-
-#: How parallel loops run: on upstream's async runtime (its own worker
-#: threads), or as tasks the caller runs on its threads (``mx-parallel-tasks``:
-#: torch's OpenMP team, :mod:`mlir_mx.execution.threads`).
-PARALLEL_MODES = ("async", "tasks")
-
-
-def check_parallel(parallel: str) -> str:
-    """``parallel`` when it is one of :data:`PARALLEL_MODES`, else PipelineError."""
-    if parallel not in PARALLEL_MODES:
-        raise PipelineError(
-            f"parallel: expected one of {', '.join(PARALLEL_MODES)}, got {parallel!r}"
-        )
-    return parallel
-
-
-def threads_pipeline(threads: int, parallel: str = "async") -> Pipeline:
-    """Lower ``scf.parallel`` to tasks of upstream's async runtime.
-
-    ``async-parallel-for`` shards each parallel loop into at most
-    ``8 * threads`` tasks (our kernels' loops have ``threads`` iterations, so
-    at most ``threads`` run at once); the rest lowers ``async`` to runtime
-    calls (``libmlir_async_runtime.so``, loaded by the Runner).  Harmless on
-    a module without ``scf.parallel``.  ``threads=0``: kernels whose loops
-    have a run-time count of iterations (``kernels.convert.RUNTIME_THREADS``),
-    sharded by the runtime's number of worker threads (``num-workers=-1``).
-    ``parallel="tasks"``: ``mx-parallel-tasks`` instead, the loop run by the
-    caller's threads (``docs/library.md``, "Threads").
-    """
-    if check_parallel(parallel) == "tasks":
-        return Pipeline.of(
-            PipelineElement.of("mx-parallel-tasks", threads=max(1, check_threads(threads or None)))
-        )
-    workers = -1 if threads == 0 else check_threads(threads)
-    return Pipeline.of(
-        PipelineElement.of("async-parallel-for", num_workers=workers, min_task_size=1),
-        PipelineElement("async-to-async-runtime"),
-        PipelineElement("async-runtime-ref-counting"),
-        PipelineElement("async-runtime-ref-counting-opt"),
-        PipelineElement("convert-async-to-llvm"),
-    )
-
-
-def kernel_pipeline(
-    schedule: str = "auto", threads: int | None = None, parallel: str = "async"
-) -> Pipeline:
-    """The default lowering of an mx module: generated matmul kernels, then LLVM.
-
-    ``mx-to-linalg`` (blocked matmuls) -> ``bufferize`` -> ``mx-matmul-kernels``
-    (``schedule``, ``threads``; None = this machine's cores) ->
-    ``mx-quantize-kernels`` (``threads``) -> threads (``parallel``:
-    :func:`threads_pipeline`) -> the rest of ``lower-to-llvm``.
-    """
-    threads = check_threads(threads)
-    return Pipeline.of(
-        PipelineElement.of("mx-to-linalg", matmul_lowering="blocked"),
-        # tensor-level elementwise arith (e.g. what --canonicalize leaves)
-        PipelineElement("convert-elementwise-to-linalg"),
-        load_pipeline("bufferize"),
-        PipelineElement.of("mx-matmul-kernels", schedule=schedule, threads=threads),
-        PipelineElement.of("mx-quantize-kernels", threads=threads),
-        threads_pipeline(threads, parallel),
-        load_pipeline("memref-to-llvm"),
-    )
-
-
-def kernel_library_pipeline(threads: int, parallel: str = "async") -> Pipeline:
-    """The lowering of a stand-alone kernel module (memrefs already, e.g.
-    :func:`mlir_mx.kernels.kernel_module`): threads (``parallel``:
-    :func:`threads_pipeline`), then LLVM."""
-    return threads_pipeline(threads, parallel) + load_pipeline("memref-to-llvm")

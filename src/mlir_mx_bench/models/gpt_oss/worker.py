@@ -1,6 +1,6 @@
 """One row of ``mx-bench --model gpt-oss``, in a process of its own (its RSS its own).
 
-``python -m mlir_mx_bench.gpt_oss_worker SPEC.json`` loads the checkpoint of the
+``python -m mlir_mx_bench.models.gpt_oss.worker SPEC.json`` loads the checkpoint of the
 spec (written once by :func:`write_checkpoint`: gpt-oss's layout, MXFP4
 experts), times the load, a prefill and a greedy decode, and writes
 ``<out>/<name>.json`` and ``<name>-logits.npy`` (the prefill's logits); with
@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlir_mx_bench.llama_worker import release_free_memory, rss_kib
-from mlir_mx_bench.workers import greedy_decode, worker_main
+from mlir_mx_bench.models.llama.worker import release_free_memory, rss_kib
+from mlir_mx_bench.models.workers import greedy_decode, worker_main
 
 __all__ = ["GPT_OSS_20B", "MoEClock", "expert_bytes", "run_row", "write_checkpoint"]
 

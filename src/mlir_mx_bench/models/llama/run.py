@@ -7,7 +7,7 @@ weights from a fixed seed, nothing downloaded; ``--layers`` shrinks it) runs a
 torch f32, torch bf16, torchao's MX path, ours MXFP8 and ours MXFP4 (f32
 activations, entering the products exactly) and ours MXFP4 with
 ``activations="i8"`` (W4A8: activations quantized to MXINT8 per call, the
-integer dot units).  Each row is a process of its own (:mod:`mlir_mx_bench.llama_worker`), so its RSS is its
+integer dot units).  Each row is a process of its own (:mod:`mlir_mx_bench.models.llama.worker`), so its RSS is its
 own.  Per row: prefill ms, decode tokens/s, the linear weights' bytes (from the
 memory they reference), RSS, and the logits against the correctness reference
 (``mlir_mx.torch.dequantize_``: the f32 model with each converted layer's
@@ -30,7 +30,7 @@ import numpy as np
 from mlir_mx.host import default_thread_counts
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 from mlir_mx_bench.machine import cpu_sample, loadavg, machine_info, other_load
-from mlir_mx_bench.workers import ENV_PREFIXES, run_worker
+from mlir_mx_bench.models.workers import ENV_PREFIXES, run_worker
 
 __all__ = [
     "CHECKED_KINDS", "ModelOptions", "ROWS", "TARGET_ROWS", "run_model", "same_env_key", "targets"
@@ -100,7 +100,7 @@ class ModelOptions:
 
 
 def _run_worker(spec: dict, tmp: Path, say) -> dict:
-    rec = run_worker("mlir_mx_bench.llama_worker", spec, tmp, spec.get("env"))
+    rec = run_worker("mlir_mx_bench.models.llama.worker", spec, tmp, spec.get("env"))
     say(f"    {spec['row']:<32} {_summary(rec)}")
     return rec
 

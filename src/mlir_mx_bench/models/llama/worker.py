@@ -1,6 +1,6 @@
 """One row of ``mx-bench --model``, in a process of its own (so that its RSS is its own).
 
-``python -m mlir_mx_bench.llama_worker SPEC.json`` builds the Llama of the spec
+``python -m mlir_mx_bench.models.llama.worker SPEC.json`` builds the Llama of the spec
 (``transformers`` ``LlamaForCausalLM`` from a config, random weights from a
 fixed seed, nothing downloaded), converts it as the row says, times a prefill
 and a greedy decode, and writes ``<out>/<name>.json`` (figures) and
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlir_mx_bench.workers import greedy_decode, worker_main
+from mlir_mx_bench.models.workers import greedy_decode, worker_main
 
 __all__ = [
     "linear_weight_bytes",
@@ -213,7 +213,7 @@ def run_row(spec: dict) -> dict:
         rec["decode_tokens_per_s"] = 1.0 / statistics.median(rec["decode_step_s"])
         rec["decode_tokens_per_s_mean"] = len(rec["decode_step_s"]) / sum(rec["decode_step_s"])
         if spec.get("profile"):
-            from mlir_mx_bench.llama_profile import profile_decode
+            from mlir_mx_bench.models.llama.profiling import profile_decode
 
             rec["profile"] = profile_decode(
                 model, ids, spec["profile"], rec["linear_bytes"], module_weight_blocks

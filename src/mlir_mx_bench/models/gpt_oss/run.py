@@ -2,7 +2,7 @@
 
 One checkpoint is written first (gpt-oss's layout: the experts MXFP4 bytes,
 everything else bf16; random, nothing downloaded; ``--layers`` layers, default
-4; :func:`mlir_mx_bench.gpt_oss_worker.write_checkpoint`), then each row loads
+4; :func:`mlir_mx_bench.models.gpt_oss.worker.write_checkpoint`), then each row loads
 it in a process of its own at each thread count and runs a 128-token prefill
 and a greedy decode:
 
@@ -34,7 +34,7 @@ import numpy as np
 from mlir_mx.host import default_thread_counts
 from mlir_mx_bench.emulate import summary
 from mlir_mx_bench.machine import loadavg, machine_info
-from mlir_mx_bench.workers import ENV_PREFIXES, run_worker
+from mlir_mx_bench.models.workers import ENV_PREFIXES, run_worker
 
 __all__ = ["GPT_OSS_ROWS", "GptOssOptions", "gpt_oss_markdown", "run_gpt_oss"]
 
@@ -89,7 +89,7 @@ class GptOssOptions:
 
 
 def _run_worker(spec: dict, tmp: Path, say) -> dict:
-    rec = run_worker("mlir_mx_bench.gpt_oss_worker", spec, tmp)
+    rec = run_worker("mlir_mx_bench.models.gpt_oss.worker", spec, tmp)
     if "error" in rec:
         say(f"    {spec['row']:<24} failed: {rec['error']}")
         return rec
@@ -123,7 +123,7 @@ def _check(rec: dict, ref: dict | None, tmp: Path) -> None:
 
 def run_gpt_oss(opts: GptOssOptions, say: Callable[[str], None]) -> dict:
     """Write the checkpoint, run every row at every thread count; the record."""
-    from mlir_mx_bench.gpt_oss_worker import write_checkpoint
+    from mlir_mx_bench.models.gpt_oss.worker import write_checkpoint
 
     t_start = time.perf_counter()
     record = {
@@ -178,7 +178,7 @@ def _ratio(a, b):
 #: Issue 28's targets, per thread count, for each of our rows: (what, the
 #: reference row kind, the figure, at least (True) or at most (False), the
 #: bound).  Decode and prefill are the MoE blocks' own times in the model
-#: (``moe_*_ms``, :class:`~mlir_mx_bench.gpt_oss_worker.MoEClock`): the
+#: (``moe_*_ms``, :class:`~mlir_mx_bench.models.gpt_oss.worker.MoEClock`): the
 #: issue's "MoE decode tokens/s"; the whole model's are in the table.
 TARGETS = (
     ("MoE decode speed vs transformers bf16", "hf-bf16", "moe_decode_ms", True, 3.0),

@@ -12,7 +12,7 @@ pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[t
 pytest.importorskip("transformers", reason="transformers not installed (pip install 'mlir-mx[test]')")
 
 from mlir_mx_bench.cli import main  # noqa: E402
-from mlir_mx_bench.gpt_oss import gpt_oss_markdown  # noqa: E402
+from mlir_mx_bench.models.gpt_oss.run import gpt_oss_markdown  # noqa: E402
 
 
 def test_gpt_oss_arguments_are_checked(capsys):
@@ -112,7 +112,7 @@ def test_the_moe_clock_times_each_model_call_in_its_mlp_blocks():
     import torch
     from transformers import GptOssConfig, GptOssForCausalLM
 
-    from mlir_mx_bench.gpt_oss_worker import MoEClock
+    from mlir_mx_bench.models.gpt_oss.worker import MoEClock
 
     cfg = GptOssConfig(hidden_size=64, intermediate_size=64, num_local_experts=4,
                        num_experts_per_tok=2, num_attention_heads=4, num_key_value_heads=2,

@@ -1,5 +1,5 @@
 """A tiny Llama built from a config (2 layers, hidden 64; random weights from a
-fixed seed, nothing downloaded), for the ``mlir_mx.torch`` tests."""
+fixed seed, nothing downloaded), for the ``mlir_mx.torch`` tests and ``mx-bench --model``'s."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def profile_decode(model, ids, steps: int, linear_bytes: int, module_blocks=None
     """The per-token breakdown of ``steps`` decode steps after the prompt ``ids``
     (see the module docstring); times in ms per token.  ``module_blocks``: the
     memory blocks of one linear layer's weights
-    (``llama_worker.module_weight_blocks``), for the per-projection rows (none
+    (:func:`mlir_mx_bench.models.llama.worker.module_weight_blocks`), for the per-projection rows (none
     without it)."""
     layers = _linears(model)
     layer_ids = {id(m) for m in layers}

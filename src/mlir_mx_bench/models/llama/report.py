@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from mlir_mx_bench.emulate import summary
-from mlir_mx_bench.llama import ROWS, same_env_key
+from mlir_mx_bench.models.llama.run import ROWS, same_env_key
 
 __all__ = ["model_markdown", "write_model_results"]
 
@@ -117,7 +117,7 @@ def _tables(r: dict) -> list[str]:
 
 
 def _targets(r: dict) -> list[str]:
-    from mlir_mx_bench.llama import MODEL_TARGETS, machine_class
+    from mlir_mx_bench.models.llama.run import MODEL_TARGETS, machine_class
 
     cls = r.get("target_class") or machine_class()
     w = MODEL_TARGETS[cls]

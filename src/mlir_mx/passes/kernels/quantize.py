@@ -29,7 +29,7 @@ from mlir_mx.ir_utils import KernelTag, collect, indexing_maps, kernel_tag, owne
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.convert import ConvertSpec, emit_convert
 from mlir_mx.numerics import element_format
-from mlir_mx.passes.packed_sources import erase_unpack, packed_source
+from mlir_mx.passes.kernels.packed_sources import erase_unpack, packed_source
 from mlir_mx.passes.registry import Option, PassError, register_pass
 
 __all__ = ["mx_quantize_kernels"]

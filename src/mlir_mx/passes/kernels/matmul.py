@@ -33,7 +33,7 @@ from mlir_mx.ir_utils import KernelTag, collect, kernel_tag, owner_op, users
 from mlir_mx.kernels import Operands, Problem, emit_matmul, plan_kernel
 from mlir_mx.kernels.registry import SCHEDULES, schedule_names
 from mlir_mx.numerics import element_format
-from mlir_mx.passes.packed_sources import erase_unpack, packed_source
+from mlir_mx.passes.kernels.packed_sources import erase_unpack, packed_source
 from mlir_mx.passes.registry import Option, PassError, register_pass
 
 __all__ = ["mx_matmul_kernels"]

@@ -19,10 +19,10 @@ from llama_cases import tiny_llama  # noqa: E402
 
 from mlir_mx.torch import quantize_  # noqa: E402
 from mlir_mx_bench.cli import main  # noqa: E402
-from mlir_mx_bench.llama import ModelOptions, _spec, machine_class, targets  # noqa: E402
-from mlir_mx_bench.llama_report import model_markdown  # noqa: E402
-from mlir_mx_bench.llama_worker import linear_weight_bytes, run_row  # noqa: E402
-from mlir_mx_bench.workers import run_worker  # noqa: E402
+from mlir_mx_bench.models.llama.report import model_markdown  # noqa: E402
+from mlir_mx_bench.models.llama.run import ModelOptions, _spec, machine_class, targets  # noqa: E402
+from mlir_mx_bench.models.llama.worker import linear_weight_bytes, run_row  # noqa: E402
+from mlir_mx_bench.models.workers import run_worker  # noqa: E402
 
 TOY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
            vocab_size=256)  # fmt: skip
@@ -127,7 +127,7 @@ def test_targets_from_rows():
 
 
 def test_the_report_names_its_targets_and_the_rows_not_run():
-    from mlir_mx_bench.llama_report import _notes, _targets
+    from mlir_mx_bench.models.llama.report import _notes, _targets
 
     rec = {
         "targets": [],
@@ -144,7 +144,7 @@ def test_the_report_names_its_targets_and_the_rows_not_run():
 def test_rows_run_in_the_default_environment_unless_an_env_row_says(monkeypatch, tmp_path):
     """No variable is set for a row's process; --env-row sets its own, for its rows only,
     and each row records what it ran in."""
-    import mlir_mx_bench.workers as workers
+    import mlir_mx_bench.models.workers as workers
 
     seen = {}
 
@@ -154,13 +154,13 @@ def test_rows_run_in_the_default_environment_unless_an_env_row_says(monkeypatch,
 
     monkeypatch.setattr(workers.subprocess, "run", fake_run)
     with pytest.raises(RuntimeError, match="not run"):
-        run_worker("mlir_mx_bench.workers", {"name": "a", "out": str(tmp_path)}, tmp_path)
+        run_worker("mlir_mx_bench.models.workers", {"name": "a", "out": str(tmp_path)}, tmp_path)
     assert seen["env"] is None
     monkeypatch.undo()
     for var in [v for v in os.environ if v.startswith(workers.ENV_PREFIXES)]:
         monkeypatch.delenv(var)  # e.g. KMP_DUPLICATE_LIB_OK, set by a library imported before
     monkeypatch.setenv("MKL_VERBOSE", "0")  # the user's own variables pass through, recorded
-    rec = run_worker("mlir_mx_bench.workers", {"name": "b", "out": str(tmp_path)}, tmp_path,
+    rec = run_worker("mlir_mx_bench.models.workers", {"name": "b", "out": str(tmp_path)}, tmp_path,
                      {"OMP_WAIT_POLICY": "PASSIVE"})  # fmt: skip
     env = rec["environment"]
     assert env["variables"] == {"MKL_VERBOSE": "0", "OMP_WAIT_POLICY": "PASSIVE"}
