@@ -409,10 +409,10 @@ class Linear:
         the CPU's unit for the pair, else the f32 kernels on the stored form
         (weight arguments None: derived from the records for each call); None
         for an f32 activation to quantize (the caller quantizes it)."""
-        a_elem, a_packed, a_quant = kind
-        dot = dot_kind(a_elem or a_quant, self.element, self.block_size)
+        a_element, a_packed, a_quant = kind
+        dot = dot_kind(a_element or a_quant, self.element, self.block_size)
         m = 1 if cls == shape_class(1) else None  # decode: M = 1 (the kernel keeps B in registers)
-        common = (m, self.out_features, self.in_features, self.block_size, a_elem, self.element)
+        common = (m, self.out_features, self.in_features, self.block_size, a_element, self.element)
         if dot is not None and dot.name == self.records_unit:
             prob = Problem(*common, a_packed=a_packed, a_quant=a_quant, b_dot=dot.name)
             chosen = choose(prob, cls=cls, required=False)

@@ -166,18 +166,18 @@ def _dot_unit(g: Geometry, activations: str | None) -> tuple[str | None, list[st
     return dot.name, classes
 
 
-def warn_without_records(g: Geometry, unit, activations, a_elem, schedule: str) -> None:
-    """Warn (once per message) when MX activations ``a_elem`` run on the f32
+def warn_without_records(g: Geometry, unit, activations, a_element, schedule: str) -> None:
+    """Warn (once per message) when MX activations ``a_element`` run on the f32
     kernels (``schedule``) although this CPU has a dot unit for the pair: the
     Linear holds no records of that unit (made without ``activations=``, or
     for another format), and records are never made per call (they would
     hold the weight a second time)."""
-    dot = dot_kind(a_elem, g.element, g.block) if a_elem is not None else None
+    dot = dot_kind(a_element, g.element, g.block) if a_element is not None else None
     if dot is None or dot.name == unit or SCHEDULES[schedule].unit is not None:
         return
-    fix = f"; Linear(w, activations={a_elem!r}) holds them" if activations != a_elem else ""
+    fix = f"; Linear(w, activations={a_element!r}) holds them" if activations != a_element else ""
     warnings.warn(
-        f"Linear: {a_elem} activations run on the f32 kernels ({schedule}), not the "
+        f"Linear: {a_element} activations run on the f32 kernels ({schedule}), not the "
         f"{dot.name} dot kernels: the weight holds no {dot.name} dot records{fix}",
         stacklevel=4,
     )
@@ -240,7 +240,7 @@ def unpack_records(rec: np.ndarray, layout: RecordLayout, n: int) -> tuple[np.nd
     """The inverse of ``kernels.dot_layout.pack_records`` for records that keep
     the codes: ``rec`` ``(panels, nb, layout.nbytes)`` -> codes ``(nb * block, n)``
     (element dtype) and E8M0 scales ``(nb, n)``."""
-    fmt = element_format(layout.b_elem)
+    fmt = element_format(layout.b_element)
     panels, nb, _ = rec.shape
     bs, g = layout.block, layout.kind.group
     scales = rec[..., :PANEL].transpose(1, 0, 2).reshape(nb, panels * PANEL)[:, :n]
