@@ -9,7 +9,7 @@ shrinks it, ``--tiny`` makes it a toy), converts every ``nn.Linear`` to an
 ``MXLinear`` in place, and generates greedily::
 
     from mlir_mx.torch import quantize_
-    summary = quantize_(model, weights="f4E2M1FN")     # lm_head included
+    summary = quantize_(model, element="f4E2M1FN")     # lm_head included
     with torch.inference_mode():
         out = model(input_ids, use_cache=True)
 
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     model = build(ns.layers, ns.tiny, ns.seed)
     reference = copy.deepcopy(model) if ns.check else None
     t0 = time.perf_counter()
-    summary = quantize_(model, weights=ns.weights, activations=ns.activations)
+    summary = quantize_(model, element=ns.weights, activations=ns.activations)
     print(f"{summary}\n  ({time.perf_counter() - t0:.1f} s)")
     print(model.model.layers[0].mlp.down_proj)
 
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
         print(f"saved the state_dict (uint8 codes and scales) to {ns.save}")
     if reference is None:
         return 0
-    dequantize_(reference, weights=ns.weights)
+    dequantize_(reference, element=ns.weights)
     lb = logit_bound(reference, ids)
     with torch.inference_mode():
         ratio = lb.check(model(ids).logits)

@@ -3,7 +3,7 @@
 Needs torch (``pip install 'mlir-mx[torch]'``; tested with torch 2.13.0 CPU)::
 
     from mlir_mx.torch import quantize_
-    summary = quantize_(model, weights="f4E2M1FN")   # every nn.Linear -> MXLinear
+    summary = quantize_(model, element="f4E2M1FN")   # every nn.Linear -> MXLinear
     with torch.inference_mode():
         logits = model(input_ids).logits
 

@@ -34,7 +34,7 @@ class QuantizeSummary:
     dot kernels' records; fixed at construction, so calls do not change it).
     """
 
-    weights: str
+    element: str
     block_size: int
     converted: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
@@ -51,7 +51,7 @@ class QuantizeSummary:
         moe = f", {len(self.experts)} experts modules -> MXExperts" if self.experts else ""
         moe += f", {len(self.fused)} groups fused" if self.fused else ""
         lines = [
-            f"quantize_: {len(self.converted)} nn.Linear layers{conv} -> MXLinear{moe} ({self.weights}, "
+            f"quantize_: {len(self.converted)} nn.Linear layers{conv} -> MXLinear{moe} ({self.element}, "
             f"block {self.block_size}); weights {self.bytes_before / 2**20:.1f} MiB -> "
             f"{self.bytes_after / 2**20:.1f} MiB ({ratio:.3f}x)"
         ]
@@ -61,7 +61,7 @@ class QuantizeSummary:
 
 def quantize_(
     model: torch.nn.Module,
-    weights: str = "f4E2M1FN",
+    element: str = "f4E2M1FN",
     activations=None,
     block_size: int = 32,
     filter_fn: Callable[[torch.nn.Module, str], bool] | None = None,
@@ -71,7 +71,7 @@ def quantize_(
     precompile: bool = False,
 ) -> QuantizeSummary:
     """Replace every ``nn.Linear`` of ``model`` (``lm_head`` included) by an
-    :class:`MXLinear` with ``weights``-format MX weights, in place, as torchao's
+    :class:`MXLinear` with MX weights of format ``element``, in place, as torchao's
     ``quantize_`` does; ``transformers``' ``Conv1D`` (GPT-2's projections, a
     linear layer whose weight is ``(in, out)``) too (``MXLinear.from_conv1d``).
 
@@ -97,7 +97,7 @@ def quantize_(
     """
     if not isinstance(model, torch.nn.Module):
         raise MXArgTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
-    fmt = element_format(weights)  # names the argument when unknown
+    fmt = element_format(element)  # names the argument when unknown
     activations = check_activations(activations)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise MXValueError(f"block_size: expected a positive int, got {block_size!r}")

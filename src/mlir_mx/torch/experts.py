@@ -138,7 +138,7 @@ class MXExperts(torch.nn.Module):
 
     @classmethod
     def from_experts(
-        cls, experts: torch.nn.Module, weights: str = "f4E2M1FN", block_size: int = 32,
+        cls, experts: torch.nn.Module, element: str = "f4E2M1FN", block_size: int = 32,
         *, threads: int | None = None, activations=None,
     ) -> MXExperts:  # fmt: skip
         """Quantize a ``transformers`` stacked-experts module (:func:`is_stacked_experts`:
@@ -155,7 +155,7 @@ class MXExperts(torch.nn.Module):
 
         def mx(p, e):
             w = p[e].t() if tr else p[e]  # (out, in)
-            return quantize_weight(w, weights, block_size, threads=threads)
+            return quantize_weight(w, element, block_size, threads=threads)
 
         gu, dn = experts.gate_up_proj, experts.down_proj
         n = gu.shape[0]

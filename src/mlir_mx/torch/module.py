@@ -85,20 +85,20 @@ class MXLinear(torch.nn.Module):
 
     @classmethod
     def from_linear(
-        cls, linear: torch.nn.Linear, weights: str = "f4E2M1FN", block_size: int = 32,
+        cls, linear: torch.nn.Linear, element: str = "f4E2M1FN", block_size: int = 32,
         *, threads: int | None = None, activations=None,
     ) -> MXLinear:  # fmt: skip
-        """Quantize ``linear``'s weight to ``weights`` (MX, blocks of ``block_size``
+        """Quantize ``linear``'s weight to ``element`` (MX, blocks of ``block_size``
         along ``in_features``; on ``threads`` threads, None: torch's) and keep its bias."""
         if not isinstance(linear, torch.nn.Linear):
             raise MXArgTypeError(f"linear: expected a torch.nn.Linear, got {type(linear).__name__}")
         activations = check_activations(activations)
-        w = quantize_weight(linear.weight, weights, block_size, threads=threads)
+        w = quantize_weight(linear.weight, element, block_size, threads=threads)
         return cls(w, linear.bias, threads=threads, activations=activations)
 
     @classmethod
     def from_conv1d(
-        cls, conv, weights: str = "f4E2M1FN", block_size: int = 32,
+        cls, conv, element: str = "f4E2M1FN", block_size: int = 32,
         *, threads: int | None = None, activations=None,
     ) -> MXLinear:  # fmt: skip
         """The same from ``transformers``' ``Conv1D`` (GPT-2's projections:
@@ -110,7 +110,7 @@ class MXLinear(torch.nn.Module):
                 f"conv: expected a transformers Conv1D, got {type(conv).__name__}"
             )
         activations = check_activations(activations)
-        w = quantize_weight(conv.weight.t(), weights, block_size, threads=threads)
+        w = quantize_weight(conv.weight.t(), element, block_size, threads=threads)
         return cls(w, conv.bias, threads=threads, activations=activations)
 
     def _adopt(self, lin: Linear, fused: tuple | None = None) -> None:
