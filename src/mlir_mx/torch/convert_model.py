@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
-from mlir_mx.numerics import element_format
+from mlir_mx.numerics import ElementFormat, element_format
 
 from .experts import MXExperts, is_stacked_experts
 from .module import MXLinear, check_activations, is_conv1d
@@ -61,7 +61,7 @@ class QuantizeSummary:
 
 def quantize_(
     model: torch.nn.Module,
-    element: str = "f4E2M1FN",
+    element: str | ElementFormat = "f4E2M1FN",
     activations=None,
     block_size: int = 32,
     filter_fn: Callable[[torch.nn.Module, str], bool] | None = None,
@@ -107,7 +107,7 @@ def quantize_(
         block = getattr(owner, attr)
         before = sum(p.numel() * p.element_size() for p in (block.gate_up_proj, block.down_proj))
         new = MXExperts.from_experts(
-            block, fmt.name, block_size, threads=threads, activations=activations
+            block, fmt, block_size, threads=threads, activations=activations
         )
         setattr(owner, attr, new)
         del block
@@ -118,7 +118,7 @@ def quantize_(
         layer = getattr(owner, attr)
         before = layer.weight.numel() * layer.weight.element_size()
         build = MXLinear.from_conv1d if is_conv1d(layer) else MXLinear.from_linear
-        new = build(layer, fmt.name, block_size, threads=threads, activations=activations)
+        new = build(layer, fmt, block_size, threads=threads, activations=activations)
         if is_conv1d(layer):
             summary.conv1d.append(name)
         setattr(owner, attr, new)

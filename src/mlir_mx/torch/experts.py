@@ -37,7 +37,7 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.host import check_threads
 from mlir_mx.interop.layout import check_linear_weight
 from mlir_mx.linear import Linear, check_activations
-from mlir_mx.numerics import MXArray
+from mlir_mx.numerics import ElementFormat, MXArray, element_format
 
 from .fused import eager
 from .module import MXLinear
@@ -138,7 +138,8 @@ class MXExperts(torch.nn.Module):
 
     @classmethod
     def from_experts(
-        cls, experts: torch.nn.Module, element: str = "f4E2M1FN", block_size: int = 32,
+        cls, experts: torch.nn.Module, element: str | ElementFormat = "f4E2M1FN",
+        block_size: int = 32,
         *, threads: int | None = None, activations=None,
     ) -> MXExperts:  # fmt: skip
         """Quantize a ``transformers`` stacked-experts module (:func:`is_stacked_experts`:
@@ -150,12 +151,13 @@ class MXExperts(torch.nn.Module):
                 f"experts: expected a transformers stacked-experts module (gate_up_proj and "
                 f"down_proj of 3 dims), got {type(experts).__name__}"
             )
+        fmt = element_format(element)
         gate = experts_gate(experts)
         tr = bool(getattr(experts, "is_transposed", False))
 
         def mx(p, e):
             w = p[e].t() if tr else p[e]  # (out, in)
-            return quantize_weight(w, element, block_size, threads=threads)
+            return quantize_weight(w, fmt, block_size, threads=threads)
 
         gu, dn = experts.gate_up_proj, experts.down_proj
         n = gu.shape[0]

@@ -12,7 +12,7 @@ from mlir_mx.errors import InferenceOnlyError, MXArgTypeError, MXValueError
 from mlir_mx.host import check_threads
 from mlir_mx.interop.layout import check_linear_weight
 from mlir_mx.linear import Linear, check_activations
-from mlir_mx.numerics import MXArray, dequantize
+from mlir_mx.numerics import ElementFormat, MXArray, dequantize
 
 from . import custom_ops as ops
 from .fused import eager
@@ -85,8 +85,8 @@ class MXLinear(torch.nn.Module):
 
     @classmethod
     def from_linear(
-        cls, linear: torch.nn.Linear, element: str = "f4E2M1FN", block_size: int = 32,
-        *, threads: int | None = None, activations=None,
+        cls, linear: torch.nn.Linear, element: str | ElementFormat = "f4E2M1FN",
+        block_size: int = 32, *, threads: int | None = None, activations=None,
     ) -> MXLinear:  # fmt: skip
         """Quantize ``linear``'s weight to ``element`` (MX, blocks of ``block_size``
         along ``in_features``; on ``threads`` threads, None: torch's) and keep its bias."""
@@ -98,7 +98,7 @@ class MXLinear(torch.nn.Module):
 
     @classmethod
     def from_conv1d(
-        cls, conv, element: str = "f4E2M1FN", block_size: int = 32,
+        cls, conv, element: str | ElementFormat = "f4E2M1FN", block_size: int = 32,
         *, threads: int | None = None, activations=None,
     ) -> MXLinear:  # fmt: skip
         """The same from ``transformers``' ``Conv1D`` (GPT-2's projections:

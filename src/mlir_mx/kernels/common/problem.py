@@ -38,6 +38,7 @@ from mlir import ir
 
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder
+from mlir_mx.numerics.formats import ElementFormat
 from mlir_mx.numerics.packing import packing_group
 
 __all__ = [
@@ -61,7 +62,9 @@ __all__ = [
 TILE_COLUMNS = 64
 
 
-def tile_b_codes(codes: np.ndarray, block: int, element: str, packed: bool) -> np.ndarray:
+def tile_b_codes(
+    codes: np.ndarray, block: int, element: str | ElementFormat, packed: bool
+) -> np.ndarray:
     """B's code bytes (K, N) (packed rows when ``packed``) in the tiled layout
     of :attr:`Problem.b_tiled`: row ``(k // block) * (N / 64) + n // 64`` holds
     rows ``k`` of the block, 64 columns each, one after the other."""
