@@ -39,7 +39,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from mlir_mx.errors import MXError
 from mlir_mx.host import check_threads
-from mlir_mx.linear import check_activations
+from mlir_mx.linear import activations_format
 from mlir_mx.numerics import element_format
 from mlir_mx.tools.driver import check_fits
 from mlir_mx.torch import dequantize_, greedy, logit_bound, quantize_
@@ -76,7 +76,7 @@ def check_args(ap: argparse.ArgumentParser, ns) -> None:
         ap.error(f"--seed: expected less than 2**63 - 1, got {ns.seed}")
     config = TINY if ns.tiny else TINYLLAMA
     checks = [("--weights", lambda: element_format(ns.weights)),
-              ("--activations", lambda: check_activations(ns.activations)),
+              ("--activations", lambda: activations_format(ns.activations)),
               ("--threads", lambda: ns.threads is None or check_threads(ns.threads, "")),
               ("", lambda: check_fits(f"--layers {ns.layers}",
                                       4 * (2 if ns.check else 1) * params(ns.layers, config)))]  # fmt: skip

@@ -112,7 +112,7 @@ def _quantize_checked(x: np.ndarray, fmt: ElementFormat, block_size: int, axis: 
     for xv, cv, sv in _views(x, codes, scales, axis):
         contiguous = xv.strides[-1] == 1 or xv.shape[-1] == 1
         spec = ConvertSpec(
-            "quantize", fmt.name, block_size, "rows" if rows else "columns", packed,
+            "quantize", fmt, block_size, "rows" if rows else "columns", packed,
             _SOURCE[x.dtype.name], contiguous, RUNTIME_THREADS,
         )  # fmt: skip
         _kernel(spec)(xv, cv, sv, threads=threads)
@@ -163,7 +163,7 @@ def dequantize(a, threads=None, *, out=None) -> np.ndarray:
             scales.reshape(rows // bs, -1),
             out.reshape(rows, -1),
         )
-    spec = ConvertSpec("dequantize", a.element, bs, layout, a.is_packed, threads=RUNTIME_THREADS)
+    spec = ConvertSpec("dequantize", a.format, bs, layout, a.is_packed, threads=RUNTIME_THREADS)
     _kernel(spec)(*(_View.of(v) for v in views), threads=threads)
     return out
 

@@ -12,7 +12,7 @@ import numpy as np
 from mlir_mx.errors import MXArgTypeError, user_error
 from mlir_mx.numerics import ElementFormat, element_format
 
-__all__ = ["HALF_DTYPES", "Activations", "activations_format", "check_activations", "host_view"]
+__all__ = ["HALF_DTYPES", "Activations", "activations_format", "host_view"]
 
 
 class Activations(NamedTuple):
@@ -39,12 +39,6 @@ def activations_format(activations) -> ElementFormat | None:
     except (TypeError, ValueError) as err:
         raise user_error(err, f"activations: {err}") from None
 
-
-def check_activations(activations) -> str | None:
-    """:func:`activations_format`'s name (None for None): what a layer's
-    ``activations`` attribute holds."""
-    fmt = activations_format(activations)
-    return None if fmt is None else fmt.name
 
 
 #: Activation dtypes widened to f32 exactly.

@@ -20,6 +20,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 from .checkpoint import from_pretrained, save_pretrained
+from .config import MXConfig
 from .convert_model import QuantizeSummary, quantize_
 from .experts import Gate, MXExperts
 from .module import InferenceOnlyError, MXLinear
@@ -31,6 +32,7 @@ __all__ = [
     "Gate",
     "InferenceOnlyError",
     "LogitBound",
+    "MXConfig",
     "MXExperts",
     "MXLinear",
     "QuantizeSummary",

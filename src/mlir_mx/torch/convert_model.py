@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 import torch
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
-from mlir_mx.numerics import ElementFormat, element_format
+from mlir_mx.numerics import ElementFormat
 
+from .config import MXConfig
 from .experts import MXExperts, is_stacked_experts
-from .module import MXLinear, check_activations, is_conv1d
+from .module import MXLinear, is_conv1d
 
 __all__ = [
     "FUSE_GROUPS", "QuantizeSummary", "is_conv1d", "linear_weight", "quantize_", "selected_experts",
@@ -59,11 +60,40 @@ class QuantizeSummary:
         return "\n".join(lines)
 
 
+class _Unset:
+    """A keyword left out, told apart from its default given (refused next to
+    a config); a signature shows the default."""
+
+    def __init__(self, default):
+        self.default = default
+
+    def __repr__(self) -> str:
+        return repr(self.default)
+
+
+_UNSET_ACTIVATIONS, _UNSET_BLOCK_SIZE = _Unset(None), _Unset(32)
+
+
+def _config(element, activations, block_size) -> MXConfig:
+    """``quantize_``'s :class:`MXConfig`: ``element`` itself when it is one (no
+    ``activations=`` / ``block_size=`` beside it), else made from the three."""
+    pairs = (("activations", activations), ("block_size", block_size))
+    given = {name: value for name, value in pairs if not isinstance(value, _Unset)}
+    if isinstance(element, MXConfig):
+        if given:
+            raise MXValueError(
+                f"{', '.join(given)}: given beside an MXConfig, which holds them; "
+                "give the config alone, or the keywords alone"
+            )
+        return element
+    return MXConfig(element, given.get("activations"), given.get("block_size", 32))
+
+
 def quantize_(
     model: torch.nn.Module,
-    element: str | ElementFormat = "f4E2M1FN",
-    activations=None,
-    block_size: int = 32,
+    element: str | ElementFormat | MXConfig = "f4E2M1FN",
+    activations=_UNSET_ACTIVATIONS,
+    block_size: int = _UNSET_BLOCK_SIZE,
     filter_fn: Callable[[torch.nn.Module, str], bool] | None = None,
     *,
     threads: int | None = None,
@@ -74,6 +104,11 @@ def quantize_(
     :class:`MXLinear` with MX weights of format ``element``, in place, as torchao's
     ``quantize_`` does; ``transformers``' ``Conv1D`` (GPT-2's projections, a
     linear layer whose weight is ``(in, out)``) too (``MXLinear.from_conv1d``).
+
+    ``element``, ``activations`` and ``block_size`` may come as one
+    :class:`MXConfig` instead, in ``element``'s place (``quantize_(model,
+    MXConfig(...))``); a config with either keyword beside it raises
+    ``MXValueError``.
 
     ``filter_fn(module, name)`` (optional) chooses the layers: those for which it
     returns False are kept.  A layer whose ``in_features`` is not a multiple of
@@ -97,10 +132,8 @@ def quantize_(
     """
     if not isinstance(model, torch.nn.Module):
         raise MXArgTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
-    fmt = element_format(element)  # names the argument when unknown
-    activations = check_activations(activations)
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise MXValueError(f"block_size: expected a positive int, got {block_size!r}")
+    config = _config(element, activations, block_size)  # names the argument when wrong
+    fmt, activations, block_size = config.format, config.activations_format, config.block_size
     groups = _fuse_groups(fuse)
     summary = QuantizeSummary(fmt.name, block_size)
     for name, owner, attr in selected_experts(model, block_size, filter_fn, summary):

@@ -36,7 +36,7 @@ import torch
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.host import check_threads
 from mlir_mx.interop.layout import check_linear_weight
-from mlir_mx.linear import Linear, check_activations
+from mlir_mx.linear import Linear, activations_format
 from mlir_mx.numerics import ElementFormat, MXArray, element_format
 
 from .fused import eager
@@ -108,7 +108,7 @@ class MXExperts(torch.nn.Module):
         e = len(gate_up)
         gu_b = _biases(gate_up_bias, "gate_up_bias", e)
         dn_b = _biases(down_bias, "down_bias", e)
-        lins = _linears({"gate_up": gate_up, "down": down}, check_activations(activations), threads)
+        lins = _linears({"gate_up": gate_up, "down": down}, activations_format(activations), threads)
         self.gate_up = torch.nn.ModuleList(
             MXLinear.from_mx_linear(lin, gu_b[i], threads=threads) for i, lin in enumerate(lins[:e])
         )
@@ -151,7 +151,7 @@ class MXExperts(torch.nn.Module):
                 f"experts: expected a transformers stacked-experts module (gate_up_proj and "
                 f"down_proj of 3 dims), got {type(experts).__name__}"
             )
-        fmt = element_format(element)
+        fmt, activations = element_format(element), activations_format(activations)
         gate = experts_gate(experts)
         tr = bool(getattr(experts, "is_transposed", False))
 

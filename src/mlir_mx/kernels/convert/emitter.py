@@ -69,7 +69,7 @@ class ConvertSpec:
     """One compiled conversion kernel (see the module docstring)."""
 
     op: str  # "quantize" | "dequantize"
-    element: str
+    element: str  # the format's name (an ElementFormat given is held as its name)
     block: int
     layout: str  # "rows" | "columns"
     packed: bool = False  # FP4/FP6 codes in their packed storage (numerics.packing)
@@ -81,6 +81,7 @@ class ConvertSpec:
 
     def __post_init__(self) -> None:
         fmt = element_format(self.element)
+        object.__setattr__(self, "element", fmt.name)
         object.__setattr__(self, "format", fmt)
         if self.op not in ("quantize", "dequantize"):
             raise ValueError(f"op: expected 'quantize' or 'dequantize', got {self.op!r}")
