@@ -9,7 +9,7 @@ shrinks it, ``--tiny`` makes it a toy), converts every ``nn.Linear`` to an
 ``MXLinear`` in place, and generates greedily::
 
     from mlir_mx.torch import quantize_
-    summary = quantize_(model, weights="f4E2M1FN")     # lm_head included
+    summary = quantize_(model, element="f4E2M1FN")     # lm_head included
     with torch.inference_mode():
         out = model(input_ids, use_cache=True)
 
@@ -39,7 +39,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from mlir_mx.errors import MXError
 from mlir_mx.host import check_threads
-from mlir_mx.linear import check_activations
+from mlir_mx.linear import activations_format
 from mlir_mx.numerics import element_format
 from mlir_mx.tools.driver import check_fits
 from mlir_mx.torch import dequantize_, greedy, logit_bound, quantize_
@@ -76,7 +76,7 @@ def check_args(ap: argparse.ArgumentParser, ns) -> None:
         ap.error(f"--seed: expected less than 2**63 - 1, got {ns.seed}")
     config = TINY if ns.tiny else TINYLLAMA
     checks = [("--weights", lambda: element_format(ns.weights)),
-              ("--activations", lambda: check_activations(ns.activations)),
+              ("--activations", lambda: activations_format(ns.activations)),
               ("--threads", lambda: ns.threads is None or check_threads(ns.threads, "")),
               ("", lambda: check_fits(f"--layers {ns.layers}",
                                       4 * (2 if ns.check else 1) * params(ns.layers, config)))]  # fmt: skip
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     model = build(ns.layers, ns.tiny, ns.seed)
     reference = copy.deepcopy(model) if ns.check else None
     t0 = time.perf_counter()
-    summary = quantize_(model, weights=ns.weights, activations=ns.activations)
+    summary = quantize_(model, element=ns.weights, activations=ns.activations)
     print(f"{summary}\n  ({time.perf_counter() - t0:.1f} s)")
     print(model.model.layers[0].mlp.down_proj)
 
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
         print(f"saved the state_dict (uint8 codes and scales) to {ns.save}")
     if reference is None:
         return 0
-    dequantize_(reference, weights=ns.weights)
+    dequantize_(reference, element=ns.weights)
     lb = logit_bound(reference, ids)
     with torch.inference_mode():
         ratio = lb.check(model(ids).logits)

@@ -178,7 +178,7 @@ def test_read_only_mx_activations_and_no_kernel_writes_its_inputs(threads):
     lin(ro)
     lin(np.ones((1, 64), np.float32))
     for (prob, *_schedule_threads_parallel), runner in lin._runners.items():
-        n_act = 1 if prob.a_elem is None else 2
+        n_act = 1 if prob.a_element is None else 2
         n_weights = 1 if prob.b_dot else 2  # the dot kernels' records, or codes and scales
         written = runner._compiled.writes("matmul")
         # the activations and the weight are read, the output written

@@ -92,8 +92,9 @@ def test_records_beside_the_stored_form_where_they_cannot_stand_alone(element):
         pytest.skip(f"the CPU has no dot unit for i8 x {element} (AVX2 or AVX-512 needed)")
     w = _every_code(element, 128, 256)
     lin = mlir_mx.Linear(w, threads=1, activations="i8")
-    g = weight_form.Geometry(w.element, 32, 256, 128)
-    assert lin.holds_stored and lin.records_unit == weight_form.side_records_unit(g, "i8")
+    g = weight_form.Geometry(w.format, 32, 256, 128)
+    i8 = element_format("i8")
+    assert lin.holds_stored and lin.records_unit == weight_form.side_records_unit(g, i8)
     assert lin.records_unit in KINDS and len(lin.held) == 3
     assert lin.nbytes == sum(a.nbytes for a in lin.held) == referenced_bytes(lin)
     ref = mlir_mx.Linear(w, threads=1)
@@ -135,7 +136,7 @@ def test_records_give_back_the_weight_and_the_stored_form_bit_for_bit(
     whole weight, and the stored form and W come back from them exactly."""
     monkeypatch.setattr(weight_form, "CHUNK_ELEMENTS", 64 * n)  # 64 rows of B per chunk
     w = _every_code(element, n, k)
-    g = weight_form.Geometry(element, 32, k, n)
+    g = weight_form.Geometry(element_format(element), 32, k, n)
     rec = weight_form.to_records(weight_form.array_chunks(w, g), unit, g)
     lay = RecordLayout(KINDS[unit], element, 32)
     np.testing.assert_array_equal(rec, pack_records(w.codes.T.copy(), w.scales.T.copy(), lay))

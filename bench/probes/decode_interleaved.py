@@ -33,11 +33,11 @@ from mlir_mx_bench.models.llama.worker import llama_config
 #: row -> quantize_ arguments (None: torch's own bf16 model)
 ROWS = {
     "bf16": None,
-    "mxfp4": dict(weights="f4E2M1FN"),
-    "mxfp4-i8": dict(weights="f4E2M1FN", activations="i8"),
-    "mxfp4-fused": dict(weights="f4E2M1FN", fuse=True),
-    "mxfp4-i8-fused": dict(weights="f4E2M1FN", activations="i8", fuse=True),
-    "mxfp8": dict(weights="f8E4M3FN"),
+    "mxfp4": dict(element="f4E2M1FN"),
+    "mxfp4-i8": dict(element="f4E2M1FN", activations="i8"),
+    "mxfp4-fused": dict(element="f4E2M1FN", fuse=True),
+    "mxfp4-i8-fused": dict(element="f4E2M1FN", activations="i8", fuse=True),
+    "mxfp8": dict(element="f8E4M3FN"),
 }
 
 

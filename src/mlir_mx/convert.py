@@ -45,7 +45,7 @@ from mlir_mx.execution.arguments import descriptor_type
 from mlir_mx.execution.c_interface import call_packed, packed_function
 from mlir_mx.host import check_threads, host_features
 from mlir_mx.kernels.convert import RUNTIME_THREADS, ConvertSpec, convert_module
-from mlir_mx.numerics import MXArray, element_format, is_packed_storage, packed_shape
+from mlir_mx.numerics import ElementFormat, MXArray, element_format, is_packed_storage, packed_shape
 from mlir_mx.numerics.blocks import check_block_size, check_blocked_shape, normalize_axis
 from mlir_mx.numerics.formats import SCALE_DTYPE
 from mlir_mx.numerics.mx import check_input, scale_shape
@@ -59,14 +59,18 @@ _SOURCE = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf
 # --------------------------------------------------------------------------- the API
 
 
-def quantize(x, element: str = "f8E4M3FN", block_size: int = 32, axis: int = -1, threads=None):
+def quantize(
+    x, element: str | ElementFormat = "f8E4M3FN", block_size: int = 32, axis: int = -1,
+    threads=None,
+):
     """The oracle's :func:`mlir_mx.oracle.quantize` (same signature, same bits), compiled.
 
     Args:
         x: the values, any rank and strides: a numpy array, a list, or a DLPack
             array (a torch CPU tensor); float32, or float64 / float16 /
             bfloat16 (converted to float32 exactly as the oracle does).
-        element: the MX element format (``f8E4M3FN``, ``f4E2M1FN``, ``i8``, ...).
+        element: the MX element format (``f8E4M3FN``, ``f4E2M1FN``, ``i8``, ...;
+            a name or an :class:`~mlir_mx.numerics.ElementFormat`).
         block_size: elements per shared E8M0 scale; ``x.shape[axis]`` must be a
             multiple of it.
         axis: the axis the blocks run along.
@@ -83,12 +87,12 @@ def quantize(x, element: str = "f8E4M3FN", block_size: int = 32, axis: int = -1,
     x, block_size, axis = _check_input(x, block_size, axis)
     packed, scales = _quantize_checked(x, fmt, block_size, axis, check_threads(threads))
     # The kernel's fresh buffers become the array's own (no copy).
-    return MXArray.from_packed(
-        packed, scales.view(SCALE_DTYPE), fmt.name, block_size, axis, copy=False
-    )
+    return MXArray.from_packed(packed, scales.view(SCALE_DTYPE), fmt, block_size, axis, copy=False)
 
 
-def quantize_stored(x, element: str, block_size: int = 32, axis: int = -1, threads=None):
+def quantize_stored(
+    x, element: str | ElementFormat, block_size: int = 32, axis: int = -1, threads=None
+):
     """``(codes, scales)`` of :func:`quantize` as ``uint8`` arrays in their stored
     form (``MXArray.packed_codes()`` and the E8M0 scale codes), without
     building the MXArray."""
@@ -97,7 +101,7 @@ def quantize_stored(x, element: str, block_size: int = 32, axis: int = -1, threa
     return _quantize_checked(x, fmt, block_size, axis, check_threads(threads))
 
 
-def _quantize_checked(x: np.ndarray, fmt, block_size: int, axis: int, threads: int):
+def _quantize_checked(x: np.ndarray, fmt: ElementFormat, block_size: int, axis: int, threads: int):
     """:func:`quantize_stored` on checked arguments (:func:`_check_input`)."""
     packed = is_packed_storage(x.shape, fmt)
     codes = np.empty(packed_shape(x.shape, fmt) if packed else x.shape, np.uint8)
@@ -108,7 +112,7 @@ def _quantize_checked(x: np.ndarray, fmt, block_size: int, axis: int, threads: i
     for xv, cv, sv in _views(x, codes, scales, axis):
         contiguous = xv.strides[-1] == 1 or xv.shape[-1] == 1
         spec = ConvertSpec(
-            "quantize", fmt.name, block_size, "rows" if rows else "columns", packed,
+            "quantize", fmt, block_size, "rows" if rows else "columns", packed,
             _SOURCE[x.dtype.name], contiguous, RUNTIME_THREADS,
         )  # fmt: skip
         _kernel(spec)(xv, cv, sv, threads=threads)
@@ -159,7 +163,7 @@ def dequantize(a, threads=None, *, out=None) -> np.ndarray:
             scales.reshape(rows // bs, -1),
             out.reshape(rows, -1),
         )
-    spec = ConvertSpec("dequantize", a.element, bs, layout, a.is_packed, threads=RUNTIME_THREADS)
+    spec = ConvertSpec("dequantize", a.format, bs, layout, a.is_packed, threads=RUNTIME_THREADS)
     _kernel(spec)(*(_View.of(v) for v in views), threads=threads)
     return out
 

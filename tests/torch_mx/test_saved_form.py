@@ -15,9 +15,9 @@ torch = pytest.importorskip("torch", reason="torch not installed (pip install 'm
 from mlir_mx.torch import MXLinear  # noqa: E402
 
 
-def _mx(n_in=64, n_out=32, weights="f8E4M3FN", block_size=32, seed=0, **kw) -> MXLinear:
+def _mx(n_in=64, n_out=32, element="f8E4M3FN", block_size=32, seed=0, **kw) -> MXLinear:
     torch.manual_seed(seed)
-    return MXLinear.from_linear(torch.nn.Linear(n_in, n_out), weights, block_size, threads=1, **kw)
+    return MXLinear.from_linear(torch.nn.Linear(n_in, n_out), element, block_size, threads=1, **kw)
 
 
 def _same_output(a: MXLinear, b: MXLinear) -> bool:
@@ -27,7 +27,7 @@ def _same_output(a: MXLinear, b: MXLinear) -> bool:
 
 
 def test_state_dict_records_format_block_size_and_shape():
-    sd = _mx(weights="f6E3M2FN", block_size=16).state_dict()
+    sd = _mx(element="f6E3M2FN", block_size=16).state_dict()
     assert bytes(sd["weight_format"].tolist()) == b"f6E3M2FN" and sd["weight_format"].dtype == torch.uint8
     assert int(sd["weight_block_size"]) == 16
     assert sd["weight_shape"].tolist() == [32, 64]
@@ -38,10 +38,10 @@ def test_state_dict_records_format_block_size_and_shape():
     "saved, into, key",
     [
         # the reproducer: same byte shapes, another format (the layer then returned NaN)
-        (dict(weights="f8E4M3FN"), dict(weights="f8E5M2"), "weight_format"),
+        (dict(element="f8E4M3FN"), dict(element="f8E5M2"), "weight_format"),
         # f8 in 64 block 32 and f4 in 128 block 64: the same code and scale bytes
-        (dict(weights="f8E4M3FN"), dict(n_in=128, weights="f4E2M1FN", block_size=64), "weight_format"),
-        (dict(weights="f8E4M3FN", block_size=16), dict(weights="f8E4M3FN", block_size=32), "weight_block_size"),
+        (dict(element="f8E4M3FN"), dict(n_in=128, element="f4E2M1FN", block_size=64), "weight_format"),
+        (dict(element="f8E4M3FN", block_size=16), dict(element="f8E4M3FN", block_size=32), "weight_block_size"),
         (dict(n_in=64, n_out=32), dict(n_in=64, n_out=48), "weight_shape"),
     ],
 )
@@ -93,7 +93,7 @@ def test_an_unreadable_meaning_entry_is_an_error_naming_it(key, value, message):
 # Reproducer: ../shared/repro/round3/r3_pickle_converted_model.py
 @pytest.mark.parametrize("activations", [None, "i8"])
 def test_a_converted_model_pickles_and_torch_saves(activations):
-    layer = _mx(n_in=64, n_out=64, weights="f4E2M1FN", activations=activations)
+    layer = _mx(n_in=64, n_out=64, element="f4E2M1FN", activations=activations)
     model = torch.nn.Sequential(layer, torch.nn.ReLU())
     for back in (
         pickle.loads(pickle.dumps(model)),

@@ -47,7 +47,7 @@ def _forward(mlp, x):
 def test_layers_and_torch_ops_alternately_keep_their_results(two_threads):
     assert threads_.openmp_runtime() is not None  # torch's libgomp: the team
     mlp = _mlp(0)
-    quantize_(mlp, weights="f4E2M1FN")
+    quantize_(mlp, element="f4E2M1FN")
     assert all(isinstance(m, MXLinear) for m in mlp.values())
     a = torch.randn(512, 512)
     rng = np.random.default_rng(0)

@@ -216,7 +216,7 @@ def split_mx_args(fn: str, params, args, mx_param_type, labels=None) -> list:
             # prove it (effects.py: escapes into the threads' closures).
             codes, scales = a.held_buffers()
             if not p.packed:  # one code per byte at this boundary
-                fmt = element_format(a.element)
+                fmt = a.format
                 codes = unpack_codes(codes, fmt) if a.is_packed else codes.view(fmt.dtype)
             flat += [codes, scales]
         elif isinstance(a, tuple | list) and len(a) == 2:

@@ -37,7 +37,7 @@ def kernel_module(
     """A module with ``func @name(a, sa, b, [sb,] c)`` on memrefs running one kernel.
 
     ``a``/``sa``: A's codes (M x K) and E8M0 scales (M x K/B), or an f32
-    ``a`` alone when ``prob.a_elem`` is None; ``b``: B's
+    ``a`` alone when ``prob.a_element`` is None; ``b``: B's
     codes (K x N, blocked along K) or an f32 K x N; ``sb``: B's scales
     (K/B x N, only when B is MX); ``c``: the f32 M x N accumulator, updated
     in place.  M may be dynamic (``prob.m is None``).  With ``prob.a_packed``
@@ -56,7 +56,7 @@ def kernel_module(
 
     types = []
     if prob.a_is_mx:
-        a_codes = codes(m, prob.k, prob.a_elem, prob.a_packed)
+        a_codes = codes(m, prob.k, prob.a_element, prob.a_packed)
         types += [a_codes, _memref([m, prob.kblocks], SCALE_TYPE)]
     else:
         types.append(_memref([m, prob.k], "f32"))
@@ -66,7 +66,7 @@ def kernel_module(
         b_codes = (
             _memref(list(prob.b_codes_shape()), "ui8")
             if prob.b_tiled
-            else codes(prob.k, prob.n, prob.b_elem, prob.b_packed)
+            else codes(prob.k, prob.n, prob.b_element, prob.b_packed)
         )
         types += [b_codes, _memref([prob.kblocks, prob.n], SCALE_TYPE)]
     else:

@@ -10,9 +10,9 @@ import ml_dtypes
 import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, user_error
-from mlir_mx.numerics import element_format
+from mlir_mx.numerics import ElementFormat, element_format
 
-__all__ = ["HALF_DTYPES", "Activations", "check_activations", "host_view"]
+__all__ = ["HALF_DTYPES", "Activations", "activations_format", "host_view"]
 
 
 class Activations(NamedTuple):
@@ -26,17 +26,19 @@ class Activations(NamedTuple):
     quantize_to: str | None
 
 
-def check_activations(activations) -> str | None:
+def activations_format(activations) -> ElementFormat | None:
     """``activations=``: ``None`` (f32 activations enter the products exactly) or
-    an MX element format they are quantized to per call, blocks along ``in``
-    (the dot kernels where the CPU has them).  Returns the format's name;
-    ``ValueError`` / ``TypeError`` naming ``activations`` otherwise."""
+    an MX element format (a name or an :class:`ElementFormat`) they are
+    quantized to per call, blocks along ``in`` (the dot kernels where the CPU
+    has them).  Returns the format; ``ValueError`` / ``TypeError`` naming
+    ``activations`` otherwise."""
     if activations is None:
         return None
     try:
-        return element_format(activations).name
+        return element_format(activations)
     except (TypeError, ValueError) as err:
         raise user_error(err, f"activations: {err}") from None
+
 
 
 #: Activation dtypes widened to f32 exactly.

@@ -32,9 +32,9 @@ from mlir_mx.kernels import Problem, choose, shape_class
 from mlir_mx.kernels.dot.units import KINDS, dot_kind
 from mlir_mx.kernels.registry import SMALL_MAX_M
 from mlir_mx.linear import weight_form
-from mlir_mx.linear.activations import HALF_DTYPES, Activations, check_activations, host_view
+from mlir_mx.linear.activations import HALF_DTYPES, Activations, activations_format, host_view
 from mlir_mx.linear.kernels import kernel_runner
-from mlir_mx.numerics import SCALE_DTYPE, MXArray, element_format, is_packed_storage
+from mlir_mx.numerics import SCALE_DTYPE, ElementFormat, MXArray, element_format, is_packed_storage
 
 __all__ = ["Linear", "cache_dir"]
 
@@ -53,7 +53,8 @@ class Linear:
             compiled :func:`mlir_mx.quantize`.
         threads: the default thread count (this machine's cores); settable
             later (``lin.threads = 1``) or given per call (``lin(x, threads=1)``).
-        element: the MX element format to quantize float weights to.
+        element: the MX element format to quantize float weights to (a name
+            or an :class:`~mlir_mx.numerics.ElementFormat`).
         block_size: their block size (default 32).
         activations: None (f32 activations enter exactly) or an MX element
             format f32 activations are quantized to per call (blocks of the
@@ -74,9 +75,9 @@ class Linear:
         weight: MXArray,
         *,
         threads: int | None = None,
-        element: str | None = None,
+        element: str | ElementFormat | None = None,
         block_size: int = 32,
-        activations: str | None = None,
+        activations: str | ElementFormat | None = None,
     ):
         if element is not None and not isinstance(weight, MXArray):
             weight = compiled_quantize(weight, element, block_size, axis=-1, threads=threads)
@@ -88,8 +89,8 @@ class Linear:
         if weight.ndim != 2:
             raise MXValueError(f"weight: expected a 2-D MXArray, got shape {weight.shape}")
         k, n = weight.shape[::-1] if weight.axis == 1 else weight.shape
-        self._set_geometry(weight.element, weight.block_size, k, n)
-        activations = check_activations(activations)
+        self._set_geometry(weight.format, weight.block_size, k, n)
+        activations = activations_format(activations)
         g = self._geometry
         unit = weight_form.records_unit(g, activations)
         if unit is not None:  # the dot kernels' records only
@@ -103,10 +104,10 @@ class Linear:
             held = weight_form.to_stored(weight_form.array_chunks(weight, g), g)
         self._start_stored(threads, activations, held)
 
-    def _set_geometry(self, element: str, block_size: int, k: int, n: int) -> None:
-        self.element, self.block_size = element_format(element).name, int(block_size)
+    def _set_geometry(self, fmt: ElementFormat, block_size: int, k: int, n: int) -> None:
+        self.element, self.block_size = fmt.name, int(block_size)
         self.in_features, self.out_features = int(k), int(n)
-        self._geometry = weight_form.Geometry(self.element, self.block_size, int(k), int(n))
+        self._geometry = weight_form.Geometry(fmt, self.block_size, int(k), int(n))
         # numerics.is_packed_storage: FP4/FP6 with whole groups along `out`.
         self.packed = self._geometry.packed
         # Whole 64-column tiles: stored tiled (Problem.b_tiled), so a decode
@@ -115,8 +116,8 @@ class Linear:
 
     @classmethod
     def from_stored(
-        cls, codes, scales, element: str, block_size: int, in_features: int, out_features: int,
-        *, threads: int | None = None, activations: str | None = None, records=None,
+        cls, codes, scales, element: str | ElementFormat, block_size: int, in_features: int,
+        out_features: int, *, threads: int | None = None, activations=None, records=None,
     ) -> Linear:  # fmt: skip
         """The Linear whose :attr:`held` arrays are ``codes`` and ``scales``,
         held as they are (no copy): the stored form a Linear of this weight
@@ -131,21 +132,21 @@ class Linear:
             MXValueError: an array of another shape, dtype or layout (named).
         """
         lin = cls.__new__(cls)
-        lin._set_geometry(element, block_size, in_features, out_features)
-        fmt = element_format(lin.element)
+        fmt = element_format(element)
+        lin._set_geometry(fmt, block_size, in_features, out_features)
         want_codes, code_dtype = weight_form.stored_shape(lin._geometry)
         if code_dtype != np.uint8 and isinstance(codes, np.ndarray) and codes.dtype == np.uint8:
             codes = codes.view(fmt.dtype)  # raw code bytes, as a uint8 tensor holds them
         want_scales = (lin.in_features // lin.block_size, lin.out_features)
         _check_held("codes", codes, want_codes, code_dtype)
         _check_held("scales", scales, want_scales, SCALE_DTYPE)
-        lin._start_stored(threads, check_activations(activations), (codes, scales), records)
+        lin._start_stored(threads, activations_format(activations), (codes, scales), records)
         return lin
 
     @classmethod
     def from_records(
-        cls, records, unit: str, element: str, block_size: int, in_features: int,
-        out_features: int, *, threads: int | None = None, activations: str | None = None,
+        cls, records, unit: str, element: str | ElementFormat, block_size: int, in_features: int,
+        out_features: int, *, threads: int | None = None, activations=None,
     ) -> Linear:  # fmt: skip
         """The Linear over ``records``, the dot kernels' records of dot unit
         ``unit`` (:attr:`held` of a Linear whose :attr:`records_unit` is
@@ -156,8 +157,8 @@ class Linear:
             MXValueError: records of another shape or dtype, an unknown ``unit``.
         """
         lin = cls.__new__(cls)
-        lin._set_geometry(element, block_size, in_features, out_features)
-        activations = check_activations(activations)
+        lin._set_geometry(element_format(element), block_size, in_features, out_features)
+        activations = activations_format(activations)
         g = lin._geometry
         if unit not in KINDS:
             raise MXValueError(f"unit: expected one of {', '.join(KINDS)}, got {unit!r}")
@@ -170,7 +171,7 @@ class Linear:
         return lin
 
     def _start_stored(
-        self, threads: int | None, activations: str | None, stored: tuple, records=None
+        self, threads: int | None, activations: ElementFormat | None, stored: tuple, records=None
     ) -> None:
         """Hold the stored form, and the dot kernels' records beside it where
         ``activations`` runs on the dot units but the records alone cannot hold
@@ -187,14 +188,18 @@ class Linear:
         elif records is not None:
             raise MXValueError(
                 f"records: this Linear holds no records beside its stored form "
-                f"(activations={activations!r}, {g.element} weights on this CPU)"
+                f"(activations={getattr(activations, 'name', None)!r}, {g.element} weights on "
+                "this CPU)"
             )
         self._start(threads, activations, held, unit, stored=True)
 
     def _start(
-        self, threads: int | None, activations: str | None, held: tuple, unit, *, stored: bool
+        self, threads: int | None, activations: ElementFormat | None, held: tuple, unit, *,
+        stored: bool,
     ) -> None:
-        self.activations = activations
+        #: The format f32 activations are quantized to per call (None: they enter exactly).
+        self._activations_format = activations
+        self.activations = None if activations is None else activations.name
         #: The dot unit whose records are held (None: no records).
         self.records_unit = unit
         #: Whether the stored form (codes, scales) is held (the first two of :attr:`held`).
@@ -301,7 +306,7 @@ class Linear:
         if m and self.out_features and self.in_features:
             call = self._bound(kind, m, t)
             if call is None:  # no dot kernel: quantize (compiled), then the MX path
-                args, kind = self._quantized_args(args[0], kind.quantize_to, t)
+                args, kind = self._quantized_args(args[0], self._activations_format, t)
                 call = self._bound(kind, m, t)
             call(*args, out)  # its messages name x, the weight, the output (_X_NAMES)
         return out[0] if vector else out
@@ -399,16 +404,16 @@ class Linear:
         x2 = np.require(x2, np.float32, ["C_CONTIGUOUS", "ALIGNED"])
         return [x2], Activations(None, False, self.activations), x2.shape[0], vector
 
-    def _quantized_args(self, x2: np.ndarray, element: str, threads: int):
+    def _quantized_args(self, x2: np.ndarray, fmt: ElementFormat, threads: int):
         """``(arguments, kind)`` of f32 activations ``x2`` quantized to
-        ``element`` by the compiled quantizer: its stored form as
+        ``fmt`` by the compiled quantizer: its stored form as
         :meth:`_mx_args` passes an MXArray's, without building the MXArray
         (a decode-sized call is mostly Python)."""
-        codes, scales = quantize_stored(x2, element, self.block_size, threads=threads)
-        packed = is_packed_storage(x2.shape, element)
+        codes, scales = quantize_stored(x2, fmt, self.block_size, threads=threads)
+        packed = is_packed_storage(x2.shape, fmt)
         if not packed:
-            codes = codes.view(element_format(element).dtype)
-        return [codes, scales.view(SCALE_DTYPE)], Activations(element, packed, None)
+            codes = codes.view(fmt.dtype)
+        return [codes, scales.view(SCALE_DTYPE)], Activations(fmt.name, packed, None)
 
     @staticmethod
     def _mx_args(x: MXArray) -> list[np.ndarray]:
@@ -424,10 +429,10 @@ class Linear:
         the CPU's unit for the pair, else the f32 kernels on the stored form
         (weight arguments None: derived from the records for each call); None
         for an f32 activation to quantize (the caller quantizes it)."""
-        a_elem, a_packed, a_quant = kind
-        dot = dot_kind(a_elem or a_quant, self.element, self.block_size)
+        a_element, a_packed, a_quant = kind
+        dot = dot_kind(a_element or a_quant, self.element, self.block_size)
         m = 1 if cls == shape_class(1) else None  # decode: M = 1 (the kernel keeps B in registers)
-        common = (m, self.out_features, self.in_features, self.block_size, a_elem, self.element)
+        common = (m, self.out_features, self.in_features, self.block_size, a_element, self.element)
         if dot is not None and dot.name == self.records_unit:
             prob = Problem(*common, a_packed=a_packed, a_quant=a_quant, b_dot=dot.name)
             chosen = choose(prob, cls=cls, required=False)

@@ -43,8 +43,8 @@ from mlir_mx.kernels.dot.units import KINDS, PANEL, RecordLayout, dot_kind
 from mlir_mx.kernels.registry import SCHEDULES, SHAPE_CLASSES, choose
 from mlir_mx.numerics import (
     SCALE_DTYPE,
+    ElementFormat,
     MXArray,
-    element_format,
     is_packed_storage,
     pack_codes,
     packed_shape,
@@ -78,15 +78,20 @@ Chunk = tuple[int, int, np.ndarray, np.ndarray]
 class Geometry:
     """B's format and shape: ``k`` rows (in), ``n`` columns (out), blocked along k."""
 
-    element: str
+    format: ElementFormat
     block: int
     k: int
     n: int
 
     @property
+    def element(self) -> str:
+        """The format's name (the kernels' spelling: ``Problem``, ``RecordLayout``)."""
+        return self.format.name
+
+    @property
     def packed(self) -> bool:
         """The stored codes pack along N (FP4/FP6 with whole packing groups)."""
-        return is_packed_storage((self.k, self.n), self.element)
+        return is_packed_storage((self.k, self.n), self.format)
 
     @property
     def tiled(self) -> bool:
@@ -102,7 +107,7 @@ class Geometry:
 
     def ranges(self) -> Iterator[tuple[int, int]]:
         """Chunks ``(k0, k1)`` of whole blocks (and whole packing groups along K)."""
-        step = math.lcm(self.block, element_format(self.element).group[0])
+        step = math.lcm(self.block, self.format.group[0])
         rows = max(1, CHUNK_ELEMENTS // max(self.n, 1) // step) * step
         for k0 in range(0, self.k, rows):
             yield k0, min(k0 + rows, self.k)
@@ -110,7 +115,7 @@ class Geometry:
 
 def stored_shape(g: Geometry) -> tuple[tuple[int, int], np.dtype]:
     """Shape and dtype of the stored codes (``uint8`` when packed or tiled)."""
-    fmt = element_format(g.element)
+    fmt = g.format
     width = packed_shape((1, g.n), fmt)[1] if g.packed else g.n
     dtype = np.dtype(np.uint8) if g.packed or g.tiled else fmt.dtype
     if not g.tiled:
@@ -119,7 +124,7 @@ def stored_shape(g: Geometry) -> tuple[tuple[int, int], np.dtype]:
     return (g.k // g.block * g.tiles, g.block * tile_bytes), dtype
 
 
-def records_unit(g: Geometry, activations: str | None) -> str | None:
+def records_unit(g: Geometry, activations: ElementFormat | None) -> str | None:
     """The dot unit whose records ALONE hold the weight of a Linear with
     ``activations``, or None: the dot kernels serve every shape class for f32
     activations quantized to ``activations`` on this CPU, the records keep
@@ -133,7 +138,7 @@ def records_unit(g: Geometry, activations: str | None) -> str | None:
     return unit
 
 
-def side_records_unit(g: Geometry, activations: str | None) -> str | None:
+def side_records_unit(g: Geometry, activations: ElementFormat | None) -> str | None:
     """The dot unit whose records a Linear holds BESIDE its stored form, or
     None: ``activations`` pairs with the weight on this CPU's dot units for
     some shape class, but the records cannot stand alone: they would lose
@@ -149,35 +154,36 @@ def side_records_unit(g: Geometry, activations: str | None) -> str | None:
 
 def _standalone(g: Geometry, unit: str, classes: list[str]) -> bool:
     """The records serve every shape class and keep every code."""
-    lossless = g.layout(unit).nibbles or element_format(g.element).is_int
+    lossless = g.layout(unit).nibbles or g.format.is_int
     return lossless and len(classes) == len(SHAPE_CLASSES)
 
 
-def _dot_unit(g: Geometry, activations: str | None) -> tuple[str | None, list[str]]:
+def _dot_unit(g: Geometry, activations: ElementFormat | None) -> tuple[str | None, list[str]]:
     """The CPU's dot unit for f32 activations quantized to ``activations``
     against this weight, and the shape classes its kernels serve."""
     if activations is None or not g.k or not g.n:
         return None, []
-    dot = dot_kind(activations, g.element, g.block)
+    a_quant = activations.name
+    dot = dot_kind(a_quant, g.element, g.block)
     if dot is None:
         return None, []
-    prob = Problem(None, g.n, g.k, g.block, None, g.element, a_quant=activations, b_dot=dot.name)
+    prob = Problem(None, g.n, g.k, g.block, None, g.element, a_quant=a_quant, b_dot=dot.name)
     classes = [cls for cls in SHAPE_CLASSES if choose(prob, cls=cls, required=False)]
     return dot.name, classes
 
 
-def warn_without_records(g: Geometry, unit, activations, a_elem, schedule: str) -> None:
-    """Warn (once per message) when MX activations ``a_elem`` run on the f32
+def warn_without_records(g: Geometry, unit, activations, a_element, schedule: str) -> None:
+    """Warn (once per message) when MX activations ``a_element`` run on the f32
     kernels (``schedule``) although this CPU has a dot unit for the pair: the
     Linear holds no records of that unit (made without ``activations=``, or
     for another format), and records are never made per call (they would
     hold the weight a second time)."""
-    dot = dot_kind(a_elem, g.element, g.block) if a_elem is not None else None
+    dot = dot_kind(a_element, g.element, g.block) if a_element is not None else None
     if dot is None or dot.name == unit or SCHEDULES[schedule].unit is not None:
         return
-    fix = f"; Linear(w, activations={a_elem!r}) holds them" if activations != a_elem else ""
+    fix = f"; Linear(w, activations={a_element!r}) holds them" if activations != a_element else ""
     warnings.warn(
-        f"Linear: {a_elem} activations run on the f32 kernels ({schedule}), not the "
+        f"Linear: {a_element} activations run on the f32 kernels ({schedule}), not the "
         f"{dot.name} dot kernels: the weight holds no {dot.name} dot records{fix}",
         stacklevel=4,
     )
@@ -191,7 +197,7 @@ def array_chunks(w: MXArray, g: Geometry) -> Iterator[Chunk]:
     ``B`` (in, out) blocked along axis 0; read from its stored bytes, unpacked
     one chunk at a time."""
     raw, scales = w.held_buffers()
-    fmt = element_format(g.element)
+    fmt = g.format
     per, nbytes = fmt.group
     for k0, k1 in g.ranges():
         b0, b1 = k0 // g.block, k1 // g.block
@@ -208,7 +214,7 @@ def array_chunks(w: MXArray, g: Geometry) -> Iterator[Chunk]:
 
 def stored_chunks(codes: np.ndarray, scales: np.ndarray, g: Geometry) -> Iterator[Chunk]:
     """Chunks of B from its stored form (the inverse of :func:`to_stored`)."""
-    fmt = element_format(g.element)
+    fmt = g.format
     raw = codes.view(np.uint8)
     for k0, k1 in g.ranges():
         b0, b1 = k0 // g.block, k1 // g.block
@@ -228,7 +234,7 @@ def records_chunks(records: np.ndarray, unit: str, g: Geometry) -> Iterator[Chun
     rec = records.reshape(panels, g.k // g.block, layout.nbytes)
     for k0, k1 in g.ranges():
         b0, b1 = k0 // g.block, k1 // g.block
-        yield k0, k1, *unpack_records(rec[:, b0:b1], layout, g.n)
+        yield k0, k1, *unpack_records(rec[:, b0:b1], layout, g)
 
 
 #: pack_records' axis order (K, Npad) -> (panels, nb, groups, 4 vectors, 16 columns, g)
@@ -236,11 +242,14 @@ _ORDER = (3, 0, 1, 4, 5, 2)
 _INVERSE = tuple(int(i) for i in np.argsort(_ORDER))
 
 
-def unpack_records(rec: np.ndarray, layout: RecordLayout, n: int) -> tuple[np.ndarray, np.ndarray]:
+def unpack_records(
+    rec: np.ndarray, layout: RecordLayout, g: Geometry
+) -> tuple[np.ndarray, np.ndarray]:
     """The inverse of ``kernels.dot.units.pack_records`` for records that keep
-    the codes: ``rec`` ``(panels, nb, layout.nbytes)`` -> codes ``(nb * block, n)``
-    (element dtype) and E8M0 scales ``(nb, n)``."""
-    fmt = element_format(layout.b_elem)
+    the codes: ``rec`` ``(panels, nb, layout.nbytes)`` of B (``g``'s format,
+    ``layout`` one of ``g.layout(unit)``) -> codes ``(nb * block, g.n)``
+    (element dtype) and E8M0 scales ``(nb, g.n)``."""
+    fmt, n = g.format, g.n
     panels, nb, _ = rec.shape
     bs, g = layout.block, layout.kind.group
     scales = rec[..., :PANEL].transpose(1, 0, 2).reshape(nb, panels * PANEL)[:, :n]
@@ -265,7 +274,7 @@ def unpack_records(rec: np.ndarray, layout: RecordLayout, n: int) -> tuple[np.nd
 
 def to_stored(chunks: Iterator[Chunk], g: Geometry) -> tuple[np.ndarray, np.ndarray]:
     """B's stored form ``(codes, scales)`` (:func:`stored_shape`), new arrays."""
-    fmt = element_format(g.element)
+    fmt = g.format
     shape, dtype = stored_shape(g)
     codes = np.empty(shape, dtype)
     raw = codes.view(np.uint8)
@@ -275,7 +284,7 @@ def to_stored(chunks: Iterator[Chunk], g: Geometry) -> tuple[np.ndarray, np.ndar
         scales[b0:b1] = s
         part = pack_codes(c, fmt) if g.packed else c.view(np.uint8)
         if g.tiled:
-            raw[b0 * g.tiles : b1 * g.tiles] = tile_b_codes(part, g.block, g.element, g.packed)
+            raw[b0 * g.tiles : b1 * g.tiles] = tile_b_codes(part, g.block, fmt, g.packed)
         else:
             raw[k0:k1] = part
     return codes, scales
@@ -297,7 +306,7 @@ def to_records(chunks: Iterator[Chunk], unit: str, g: Geometry) -> np.ndarray:
 
 def to_weight(chunks: Iterator[Chunk], g: Geometry) -> MXArray:
     """``W`` ``(n, k)`` blocked along axis 1 (nn.Linear's layout), new arrays."""
-    fmt = element_format(g.element)
+    fmt = g.format
     packed = is_packed_storage((g.n, g.k), fmt)
     per, nbytes = fmt.group
     codes = np.empty(packed_shape((g.n, g.k), fmt) if packed else (g.n, g.k), np.uint8)
@@ -308,4 +317,4 @@ def to_weight(chunks: Iterator[Chunk], g: Geometry) -> MXArray:
             codes[:, k0 // per * nbytes : k1 // per * nbytes] = pack_codes(c.T, fmt)
         else:
             codes[:, k0:k1] = c.T.view(np.uint8)
-    return MXArray.from_packed(codes, scales, fmt.name, g.block, axis=1, copy=False)
+    return MXArray.from_packed(codes, scales, fmt, g.block, axis=1, copy=False)

@@ -174,7 +174,9 @@ def round_to_element(p, element: str | ElementFormat) -> np.ndarray:
 # --------------------------------------------------------------------------- quantize
 
 
-def quantize(x, element: str = "f8E4M3FN", block_size: int = 32, axis: int = -1) -> MXArray:
+def quantize(
+    x, element: str | ElementFormat = "f8E4M3FN", block_size: int = 32, axis: int = -1
+) -> MXArray:
     """Quantize ``x`` to MX with OCP MX v1.0 semantics (see ``docs/numerics.md``).
 
     ``x`` is float32 (float64, float16 and bfloat16 are converted to float32 first;
@@ -210,7 +212,7 @@ def quantize(x, element: str = "f8E4M3FN", block_size: int = 32, axis: int = -1)
     codes = np.ascontiguousarray(_unblocked(codes_b, axis))
     scales = np.ascontiguousarray(np.moveaxis(encode_scales(shared), -1, axis))
     # Fresh arrays of our own: taken over, not copied (FP4/FP6 codes are packed).
-    return MXArray(codes, scales, fmt.name, block_size, axis, copy=False)
+    return MXArray(codes, scales, fmt, block_size, axis, copy=False)
 
 
 def dequantize(a: MXArray) -> np.ndarray:
@@ -258,7 +260,7 @@ def fold_scale(a: MXArray, alpha) -> MXArray:
     with np.errstate(over="ignore", invalid="ignore"):
         alpha = np.float32(alpha)
         product = dequantize(a) * alpha
-    requantized = quantize(product, a.element, a.block_size, a.axis)
+    requantized = quantize(product, a.format, a.block_size, a.axis)
     p = _power_of_two_exponent(alpha)
     if p is None:
         return requantized
@@ -274,7 +276,7 @@ def fold_scale(a: MXArray, alpha) -> MXArray:
     return MXArray(
         codes=codes.view(a.format.dtype),
         scales=scale_codes.astype(np.uint8).view(formats.SCALE_DTYPE),
-        element=a.element,
+        element=a.format,
         block_size=a.block_size,
         axis=a.axis,
         copy=False,

@@ -102,7 +102,7 @@ class MXArray:
             float formats).
         scales: dtype ``ml_dtypes.float8_e8m0fnu`` (or raw ``uint8``), shape
             ``codes.shape`` with ``shape[axis] // block_size``.
-        element: the MX element format's name.
+        element: the MX element format: its name, or an :class:`ElementFormat`.
         block_size: ``block_size`` consecutive elements along ``axis`` share a scale.
         axis: the blocked axis (normalized to be non-negative).
         copy: ``None`` copies arrays unless nothing can write them
@@ -131,10 +131,13 @@ class MXArray:
     # return the read-only views _stored_bytes / _codes / _scales_view.
     __slots__ = (
         "_stored", "_stored_bytes", "_codes", "_scales", "_scales_view",
-        "_shape", "_element", "_block_size", "_axis", "__weakref__",
+        "_shape", "_format", "_block_size", "_axis", "__weakref__",
     )  # fmt: skip
 
-    def __init__(self, codes, scales, element: str, block_size: int, axis: int = -1, *, copy=None):
+    def __init__(
+        self, codes, scales, element: str | ElementFormat, block_size: int, axis: int = -1, *,
+        copy=None,
+    ):
         fmt = element_format(element)
         copy = _check_copy(copy)
         codes = np.asarray(codes)
@@ -178,14 +181,15 @@ class MXArray:
                 f"scales: expected shape {expected} for codes of shape {tuple(shape)} "
                 f"(block_size {self._block_size} along axis {self._axis}), got {scales.shape}"
             )
-        self._element = fmt.name
+        self._format = fmt
         self._shape = tuple(int(s) for s in shape)
         self._scales = _held(scales, copy)
         self._scales_view = _read_only_view(self._scales)
 
     @classmethod
     def from_packed(
-        cls, packed, scales, element: str, block_size: int, axis: int = -1, *, copy=None
+        cls, packed, scales, element: str | ElementFormat, block_size: int, axis: int = -1, *,
+        copy=None,
     ) -> MXArray:
         """The MXArray whose :meth:`packed_codes` is ``packed`` (a ``uint8`` array
         of the packed shape; for formats and shapes that are not packed, the one
@@ -222,7 +226,7 @@ class MXArray:
         logical = packed.shape[:-1] + (scale_shape_[-1] * (block_size if blocked_last else 1),)
         if not is_packed_storage(logical, fmt):
             codes = packed.view(np.int8) if fmt.is_int else packed
-            return cls(codes, scales, fmt.name, block_size, axis, copy=copy)
+            return cls(codes, scales, fmt, block_size, axis, copy=copy)
         if packed.shape != packed_shape(logical, fmt):
             raise MXValueError(
                 f"packed: expected shape {packed_shape(logical, fmt)} for {fmt.name} codes of "
@@ -238,7 +242,8 @@ class MXArray:
 
     @property
     def element(self) -> str:
-        return self._element
+        """The element format's name (``f4E2M1FN``, ...; :attr:`format` is the format)."""
+        return self._format.name
 
     @property
     def block_size(self) -> int:
@@ -250,7 +255,7 @@ class MXArray:
 
     @property
     def format(self) -> ElementFormat:
-        return element_format(self._element)
+        return self._format
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -292,7 +297,7 @@ class MXArray:
     def is_packed(self) -> bool:
         """True when this array's codes are stored packed (FP4 two per byte, FP6
         four per three bytes, along the last axis): :func:`is_packed_storage`."""
-        return is_packed_storage(self._shape, self._element)
+        return is_packed_storage(self._shape, self._format)
 
     def packed_codes(self) -> np.ndarray:
         """The codes in their storage layout: packed ``uint8`` bytes when
@@ -338,7 +343,7 @@ class MXArray:
         """True when both arrays have the same layout and identical code and scale bytes."""
         return (
             isinstance(other, MXArray)
-            and self._element == other._element
+            and self._format == other._format
             and self._block_size == other._block_size
             and self._axis == other._axis
             and self._shape == other._shape
@@ -348,7 +353,7 @@ class MXArray:
 
     def __repr__(self) -> str:
         return (
-            f"MXArray(shape={self._shape}, element={self._element}, block_size="
+            f"MXArray(shape={self._shape}, element={self.element}, block_size="
             f"{self._block_size}, axis={self._axis}, packed={self.is_packed}, nbytes={self.nbytes})"
         )
 
@@ -357,7 +362,7 @@ class MXArray:
     def __reduce__(self):
         return (
             _restore,
-            (self.packed_codes(), self._scales.view(np.uint8), self._element, self._block_size, self._axis),
+            (self.packed_codes(), self._scales.view(np.uint8), self.element, self._block_size, self._axis),
         )
 
 

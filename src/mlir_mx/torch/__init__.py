@@ -3,7 +3,7 @@
 Needs torch (``pip install 'mlir-mx[torch]'``; tested with torch 2.13.0 CPU)::
 
     from mlir_mx.torch import quantize_
-    summary = quantize_(model, weights="f4E2M1FN")   # every nn.Linear -> MXLinear
+    summary = quantize_(model, element="f4E2M1FN")   # every nn.Linear -> MXLinear
     with torch.inference_mode():
         logits = model(input_ids).logits
 
@@ -20,6 +20,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 from .checkpoint import from_pretrained, save_pretrained
+from .config import MXConfig
 from .experts import Gate, MXExperts
 from .module import InferenceOnlyError, MXLinear
 from .precompile import precompile
@@ -31,6 +32,7 @@ __all__ = [
     "Gate",
     "InferenceOnlyError",
     "LogitBound",
+    "MXConfig",
     "MXExperts",
     "MXLinear",
     "QuantizeSummary",

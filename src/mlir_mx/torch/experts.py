@@ -36,8 +36,8 @@ import torch
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.host import check_threads
 from mlir_mx.interop.orientation import check_linear_weight
-from mlir_mx.linear import Linear, check_activations
-from mlir_mx.numerics import MXArray
+from mlir_mx.linear import Linear, activations_format
+from mlir_mx.numerics import ElementFormat, MXArray, element_format
 
 from .fused import eager
 from .module import MXLinear
@@ -138,7 +138,7 @@ class MXExperts(torch.nn.Module):
         e = len(gate_up)
         gu_b = _biases(gate_up_bias, "gate_up_bias", e)
         dn_b = _biases(down_bias, "down_bias", e)
-        lins = _linears({"gate_up": gate_up, "down": down}, check_activations(activations), threads)
+        lins = _linears({"gate_up": gate_up, "down": down}, activations_format(activations), threads)
         self.gate_up = torch.nn.ModuleList(
             MXLinear.from_mx_linear(lin, gu_b[i], threads=threads) for i, lin in enumerate(lins[:e])
         )
@@ -168,7 +168,8 @@ class MXExperts(torch.nn.Module):
 
     @classmethod
     def from_experts(
-        cls, experts: torch.nn.Module, weights: str = "f4E2M1FN", block_size: int = 32,
+        cls, experts: torch.nn.Module, element: str | ElementFormat = "f4E2M1FN",
+        block_size: int = 32,
         *, threads: int | None = None, activations=None,
     ) -> MXExperts:  # fmt: skip
         """Quantize a ``transformers`` stacked-experts module (:func:`is_stacked_experts`:
@@ -180,12 +181,13 @@ class MXExperts(torch.nn.Module):
                 f"experts: expected a transformers stacked-experts module (gate_up_proj and "
                 f"down_proj of 3 dims), got {type(experts).__name__}"
             )
+        fmt, activations = element_format(element), activations_format(activations)
         gate = experts_gate(experts)
         tr = bool(getattr(experts, "is_transposed", False))
 
         def mx(p, e):
             w = p[e].t() if tr else p[e]  # (out, in)
-            return quantize_weight(w, weights, block_size, threads=threads)
+            return quantize_weight(w, fmt, block_size, threads=threads)
 
         gu, dn = experts.gate_up_proj, experts.down_proj
         n = gu.shape[0]

@@ -52,7 +52,7 @@ def concat_rows(weights: list[MXArray]) -> MXArray:
             )
     codes = np.concatenate([w.packed_codes() for w in weights], axis=0)
     scales = np.concatenate([w.scales for w in weights], axis=0)
-    return MXArray.from_packed(codes, scales, first.element, first.block_size, axis=1, copy=False)
+    return MXArray.from_packed(codes, scales, first.format, first.block_size, axis=1, copy=False)
 
 
 def eager(x: torch.Tensor) -> bool:

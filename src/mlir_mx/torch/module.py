@@ -12,14 +12,14 @@ from mlir_mx import oracle
 from mlir_mx.errors import InferenceOnlyError, MXArgTypeError, MXValueError
 from mlir_mx.host import check_threads
 from mlir_mx.interop.orientation import check_linear_weight
-from mlir_mx.linear import Linear, check_activations
-from mlir_mx.numerics import MXArray
+from mlir_mx.linear import Linear, activations_format
+from mlir_mx.numerics import ElementFormat, MXArray
 
 from . import custom_ops as ops
 from .fused import eager
 from .quantizer import quantize_weight
 
-__all__ = ["InferenceOnlyError", "MXLinear", "check_activations", "is_conv1d"]
+__all__ = ["InferenceOnlyError", "MXLinear", "is_conv1d"]
 
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -53,9 +53,9 @@ class MXLinear(torch.nn.Module):
 
     def __init__(self, weight: MXArray, bias=None, *, threads: int | None = None, activations=None):
         super().__init__()
-        activations = check_activations(activations)
+        activations = activations_format(activations)  # an ElementFormat: Linear takes it as it is
         check_linear_weight(weight, "weight", ("out_features", "in_features"))
-        self.activations = activations
+        self.activations = None if activations is None else activations.name
         self.threads = threads
         self._adopt(Linear(weight, threads=1, activations=activations))
         self._set_bias(bias)
@@ -86,20 +86,20 @@ class MXLinear(torch.nn.Module):
 
     @classmethod
     def from_linear(
-        cls, linear: torch.nn.Linear, weights: str = "f4E2M1FN", block_size: int = 32,
-        *, threads: int | None = None, activations=None,
+        cls, linear: torch.nn.Linear, element: str | ElementFormat = "f4E2M1FN",
+        block_size: int = 32, *, threads: int | None = None, activations=None,
     ) -> MXLinear:  # fmt: skip
-        """Quantize ``linear``'s weight to ``weights`` (MX, blocks of ``block_size``
+        """Quantize ``linear``'s weight to ``element`` (MX, blocks of ``block_size``
         along ``in_features``; on ``threads`` threads, None: torch's) and keep its bias."""
         if not isinstance(linear, torch.nn.Linear):
             raise MXArgTypeError(f"linear: expected a torch.nn.Linear, got {type(linear).__name__}")
-        activations = check_activations(activations)
-        w = quantize_weight(linear.weight, weights, block_size, threads=threads)
+        activations = activations_format(activations)
+        w = quantize_weight(linear.weight, element, block_size, threads=threads)
         return cls(w, linear.bias, threads=threads, activations=activations)
 
     @classmethod
     def from_conv1d(
-        cls, conv, weights: str = "f4E2M1FN", block_size: int = 32,
+        cls, conv, element: str | ElementFormat = "f4E2M1FN", block_size: int = 32,
         *, threads: int | None = None, activations=None,
     ) -> MXLinear:  # fmt: skip
         """The same from ``transformers``' ``Conv1D`` (GPT-2's projections:
@@ -110,8 +110,8 @@ class MXLinear(torch.nn.Module):
             raise MXArgTypeError(
                 f"conv: expected a transformers Conv1D, got {type(conv).__name__}"
             )
-        activations = check_activations(activations)
-        w = quantize_weight(conv.weight.t(), weights, block_size, threads=threads)
+        activations = activations_format(activations)
+        w = quantize_weight(conv.weight.t(), element, block_size, threads=threads)
         return cls(w, conv.bias, threads=threads, activations=activations)
 
     def _adopt(self, lin: Linear, fused: tuple | None = None) -> None:

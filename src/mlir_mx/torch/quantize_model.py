@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 import torch
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
-from mlir_mx.numerics import element_format
+from mlir_mx.numerics import ElementFormat
 
+from .config import MXConfig
 from .experts import MXExperts, is_stacked_experts
-from .module import MXLinear, check_activations, is_conv1d
+from .module import MXLinear, is_conv1d
 
 __all__ = [
     "FUSE_GROUPS", "QuantizeSummary", "is_conv1d", "linear_weight", "quantize_", "selected_experts",
@@ -34,7 +35,7 @@ class QuantizeSummary:
     dot kernels' records; fixed at construction, so calls do not change it).
     """
 
-    weights: str
+    element: str
     block_size: int
     converted: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
@@ -51,7 +52,7 @@ class QuantizeSummary:
         moe = f", {len(self.experts)} experts modules -> MXExperts" if self.experts else ""
         moe += f", {len(self.fused)} groups fused" if self.fused else ""
         lines = [
-            f"quantize_: {len(self.converted)} nn.Linear layers{conv} -> MXLinear{moe} ({self.weights}, "
+            f"quantize_: {len(self.converted)} nn.Linear layers{conv} -> MXLinear{moe} ({self.element}, "
             f"block {self.block_size}); weights {self.bytes_before / 2**20:.1f} MiB -> "
             f"{self.bytes_after / 2**20:.1f} MiB ({ratio:.3f}x)"
         ]
@@ -59,11 +60,40 @@ class QuantizeSummary:
         return "\n".join(lines)
 
 
+class _Unset:
+    """A keyword left out, told apart from its default given (refused next to
+    a config); a signature shows the default."""
+
+    def __init__(self, default):
+        self.default = default
+
+    def __repr__(self) -> str:
+        return repr(self.default)
+
+
+_UNSET_ACTIVATIONS, _UNSET_BLOCK_SIZE = _Unset(None), _Unset(32)
+
+
+def _config(element, activations, block_size) -> MXConfig:
+    """``quantize_``'s :class:`MXConfig`: ``element`` itself when it is one (no
+    ``activations=`` / ``block_size=`` beside it), else made from the three."""
+    pairs = (("activations", activations), ("block_size", block_size))
+    given = {name: value for name, value in pairs if not isinstance(value, _Unset)}
+    if isinstance(element, MXConfig):
+        if given:
+            raise MXValueError(
+                f"{', '.join(given)}: given beside an MXConfig, which holds them; "
+                "give the config alone, or the keywords alone"
+            )
+        return element
+    return MXConfig(element, given.get("activations"), given.get("block_size", 32))
+
+
 def quantize_(
     model: torch.nn.Module,
-    weights: str = "f4E2M1FN",
-    activations=None,
-    block_size: int = 32,
+    element: str | ElementFormat | MXConfig = "f4E2M1FN",
+    activations=_UNSET_ACTIVATIONS,
+    block_size: int = _UNSET_BLOCK_SIZE,
     filter_fn: Callable[[torch.nn.Module, str], bool] | None = None,
     *,
     threads: int | None = None,
@@ -71,9 +101,14 @@ def quantize_(
     precompile: bool = False,
 ) -> QuantizeSummary:
     """Replace every ``nn.Linear`` of ``model`` (``lm_head`` included) by an
-    :class:`MXLinear` with ``weights``-format MX weights, in place, as torchao's
+    :class:`MXLinear` with MX weights of format ``element``, in place, as torchao's
     ``quantize_`` does; ``transformers``' ``Conv1D`` (GPT-2's projections, a
     linear layer whose weight is ``(in, out)``) too (``MXLinear.from_conv1d``).
+
+    ``element``, ``activations`` and ``block_size`` may come as one
+    :class:`MXConfig` instead, in ``element``'s place (``quantize_(model,
+    MXConfig(...))``); a config with either keyword beside it raises
+    ``MXValueError``.
 
     ``filter_fn(module, name)`` (optional) chooses the layers: those for which it
     returns False are kept.  A layer whose ``in_features`` is not a multiple of
@@ -97,17 +132,15 @@ def quantize_(
     """
     if not isinstance(model, torch.nn.Module):
         raise MXArgTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
-    fmt = element_format(weights)  # names the argument when unknown
-    activations = check_activations(activations)
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise MXValueError(f"block_size: expected a positive int, got {block_size!r}")
+    config = _config(element, activations, block_size)  # names the argument when wrong
+    fmt, activations, block_size = config.format, config.activations_format, config.block_size
     groups = _fuse_groups(fuse)
     summary = QuantizeSummary(fmt.name, block_size)
     for name, owner, attr in selected_experts(model, block_size, filter_fn, summary):
         block = getattr(owner, attr)
         before = sum(p.numel() * p.element_size() for p in (block.gate_up_proj, block.down_proj))
         new = MXExperts.from_experts(
-            block, fmt.name, block_size, threads=threads, activations=activations
+            block, fmt, block_size, threads=threads, activations=activations
         )
         setattr(owner, attr, new)
         del block
@@ -118,7 +151,7 @@ def quantize_(
         layer = getattr(owner, attr)
         before = layer.weight.numel() * layer.weight.element_size()
         build = MXLinear.from_conv1d if is_conv1d(layer) else MXLinear.from_linear
-        new = build(layer, fmt.name, block_size, threads=threads, activations=activations)
+        new = build(layer, fmt, block_size, threads=threads, activations=activations)
         if is_conv1d(layer):
             summary.conv1d.append(name)
         setattr(owner, attr, new)

@@ -11,13 +11,14 @@ from __future__ import annotations
 import torch
 
 from mlir_mx.errors import MXValueError
-from mlir_mx.numerics import MXArray, element_format
+from mlir_mx.numerics import ElementFormat, MXArray, element_format
 
 __all__ = ["quantize_weight"]
 
 
 def quantize_weight(
-    weight: torch.Tensor, element: str, block_size: int, *, threads: int | None = None
+    weight: torch.Tensor, element: str | ElementFormat, block_size: int, *,
+    threads: int | None = None,
 ) -> MXArray:
     """MX ``weight`` ``(out, in)`` (any float dtype, on the CPU), blocked along ``in``:
     the bits of ``quantize(weight.float().numpy(), element, block_size, axis=1)``,
@@ -40,4 +41,4 @@ def quantize_weight(
     if not w.is_contiguous():
         w = w.contiguous()
     n = torch.get_num_threads() if threads is None else threads
-    return quantize(w, fmt.name, block_size, axis=-1, threads=n)
+    return quantize(w, fmt, block_size, axis=-1, threads=n)

@@ -42,6 +42,7 @@ import torch
 
 from mlir_mx import oracle
 from mlir_mx.errors import MXArgTypeError, MXValueError
+from mlir_mx.numerics import ElementFormat, element_format
 
 from .experts import experts_gate, is_stacked_experts
 from .quantize_model import (
@@ -60,11 +61,11 @@ _U = 2.0**-24
 
 def dequantize_(
     model: torch.nn.Module,
-    weights: str = "f4E2M1FN",
+    element: str | ElementFormat = "f4E2M1FN",
     block_size: int = 32,
     filter_fn: Callable[[torch.nn.Module, str], bool] | None = None,
 ) -> QuantizeSummary:
-    """Make ``model`` the reference of ``quantize_(model, weights, ...)``, in place:
+    """Make ``model`` the reference of ``quantize_(model, element, ...)``, in place:
     each ``nn.Linear`` (or ``transformers`` ``Conv1D``, in its ``(in, out)``
     layout) that ``quantize_`` would convert (same selection) gets
     ``dequantize(quantize_weight(weight))`` as its weight, in its dtype.
@@ -75,14 +76,15 @@ def dequantize_(
     A stacked-experts module (gpt-oss's ``GptOssExperts``) that ``quantize_``
     makes an ``MXExperts`` keeps its class and gets each expert's dequantized
     weights, in its own layout (transposed for gpt-oss)."""
-    summary = QuantizeSummary(weights, block_size)
+    fmt = element_format(element)  # names the argument when unknown
+    summary = QuantizeSummary(fmt.name, block_size)
     with torch.no_grad():
         for name, owner, attr in selected_experts(model, block_size, filter_fn, summary):
             block = getattr(owner, attr)
             for pname in ("gate_up_proj", "down_proj"):
                 old = getattr(block, pname)
                 new = torch.stack([
-                    _dequantized(expert_weight(block, pname, e), weights, block_size)
+                    _dequantized(expert_weight(block, pname, e), fmt, block_size)
                     for e in range(old.shape[0])
                 ])  # fmt: skip
                 if getattr(block, "is_transposed", False):
@@ -93,7 +95,7 @@ def dequantize_(
         for name, owner, attr in selected_linears(model, block_size, filter_fn, summary):
             layer = getattr(owner, attr)
             old = layer.weight
-            w = quantize_weight(linear_weight(layer), weights, block_size)
+            w = quantize_weight(linear_weight(layer), fmt, block_size)
             new = torch.from_numpy(oracle.dequantize(w)).to(old.dtype)
             if is_conv1d(layer):  # its weight is (in, out)
                 new = new.t().contiguous()
@@ -106,8 +108,8 @@ def dequantize_(
     return summary
 
 
-def _dequantized(w: torch.Tensor, weights: str, block_size: int) -> torch.Tensor:
-    return torch.from_numpy(oracle.dequantize(quantize_weight(w, weights, block_size)))
+def _dequantized(w: torch.Tensor, fmt: ElementFormat, block_size: int) -> torch.Tensor:
+    return torch.from_numpy(oracle.dequantize(quantize_weight(w, fmt, block_size)))
 
 
 def expert_weight(block, name: str, e: int) -> torch.Tensor:

@@ -38,6 +38,7 @@ from mlir import ir
 
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder
+from mlir_mx.numerics.formats import ElementFormat
 from mlir_mx.numerics.packing import packing_group
 
 __all__ = [
@@ -61,7 +62,9 @@ __all__ = [
 TILE_COLUMNS = 64
 
 
-def tile_b_codes(codes: np.ndarray, block: int, element: str, packed: bool) -> np.ndarray:
+def tile_b_codes(
+    codes: np.ndarray, block: int, element: str | ElementFormat, packed: bool
+) -> np.ndarray:
     """B's code bytes (K, N) (packed rows when ``packed``) in the tiled layout
     of :attr:`Problem.b_tiled`: row ``(k // block) * (N / 64) + n // 64`` holds
     rows ``k`` of the block, 64 columns each, one after the other."""
@@ -81,8 +84,8 @@ class Problem:
     n: int
     k: int
     block: int
-    a_elem: str | None  # None: an f32 A (the library's activations; no scales)
-    b_elem: str | None  # None: an f32 B
+    a_element: str | None  # None: an f32 A (the library's activations; no scales)
+    b_element: str | None  # None: an f32 B
     #: A's / B's FP4/FP6 codes packed along each row
     #: (``mlir_mx.numerics.packing``) instead of one code per byte; each
     #: operand on its own (no effect on 8-bit formats).
@@ -105,7 +108,7 @@ class Problem:
                 f"b_tiled needs an MX B with N a multiple of {TILE_COLUMNS}, got N = {self.n}"
             )
         if self.a_quant is not None and self.a_is_mx:
-            raise ValueError("a_quant quantizes an f32 A: a_elem must be None")
+            raise ValueError("a_quant quantizes an f32 A: a_element must be None")
         if self.b_dot is not None and (not self.b_is_mx or self.b_tiled):
             raise ValueError("b_dot needs an MX B that is not b_tiled")
 
@@ -115,22 +118,22 @@ class Problem:
 
     @property
     def a_is_mx(self) -> bool:
-        return self.a_elem is not None
+        return self.a_element is not None
 
     @property
     def b_is_mx(self) -> bool:
-        return self.b_elem is not None
+        return self.b_element is not None
 
     def b_codes_shape(self) -> tuple[int, int]:
         """Shape of the B codes buffer (bytes for packed codes or records)."""
         if self.b_dot is not None:
             from mlir_mx.kernels.dot.units import KINDS, RecordLayout
 
-            return RecordLayout(KINDS[self.b_dot], self.b_elem, self.block).shape(self.k, self.n)
-        cols = code_columns(self.b_elem, self.n, self.b_packed)
+            return RecordLayout(KINDS[self.b_dot], self.b_element, self.block).shape(self.k, self.n)
+        cols = code_columns(self.b_element, self.n, self.b_packed)
         if not self.b_tiled:
             return (self.k, cols)
-        tile_bytes = code_columns(self.b_elem, TILE_COLUMNS, self.b_packed)
+        tile_bytes = code_columns(self.b_element, TILE_COLUMNS, self.b_packed)
         return (self.kblocks * (self.n // TILE_COLUMNS), self.block * tile_bytes)
 
 
@@ -270,7 +273,7 @@ def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> Pr
 
     An f32 A is copied as it is, with scales 1.
     """
-    rows_a = CodeRows(kb, ops.a, prob.a_elem, prob.a_packed) if prob.a_is_mx else None
+    rows_a = CodeRows(kb, ops.a, prob.a_element, prob.a_packed) if prob.a_is_mx else None
     sa8 = kb.as_bytes(ops.sa) if prob.a_is_mx else None
     if prob.m is None:
         m = kb.dim(ops.a, 0)
@@ -326,9 +329,9 @@ class KernelState:
         self.b = ops.b
         if prob.b_is_mx:
             tiled = (prob.block, prob.n // TILE_COLUMNS) if prob.b_tiled else None
-            self.b = CodeRows(kb, ops.b, prob.b_elem, prob.b_packed, tiled)
+            self.b = CodeRows(kb, ops.b, prob.b_element, prob.b_packed, tiled)
         self.sb = kb.as_bytes(ops.sb) if prob.b_is_mx else None
-        self.dec = decoder(prob.b_elem) if prob.b_is_mx else None
+        self.dec = decoder(prob.b_element) if prob.b_is_mx else None
 
     def free(self) -> None:
         """Free A's widened buffers (after the kernel's loops)."""

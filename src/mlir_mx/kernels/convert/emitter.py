@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mlir import ir
 
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.widen import LANES
-from mlir_mx.numerics.formats import element_format
+from mlir_mx.numerics.formats import ElementFormat, element_format
 
 __all__ = [
     "COLUMN_CHUNK",
@@ -69,16 +69,20 @@ class ConvertSpec:
     """One compiled conversion kernel (see the module docstring)."""
 
     op: str  # "quantize" | "dequantize"
-    element: str
+    element: str  # the format's name (an ElementFormat given is held as its name)
     block: int
     layout: str  # "rows" | "columns"
     packed: bool = False  # FP4/FP6 codes in their packed storage (numerics.packing)
     source: str = "f32"  # quantize: the input's element type
     contiguous: bool = True  # quantize: the input's innermost stride is 1
     threads: int = 1  # RUNTIME_THREADS: an argument of the kernel
+    #: ``element``'s format (derived; not part of the key or the repr)
+    format: ElementFormat = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         fmt = element_format(self.element)
+        object.__setattr__(self, "element", fmt.name)
+        object.__setattr__(self, "format", fmt)
         if self.op not in ("quantize", "dequantize"):
             raise ValueError(f"op: expected 'quantize' or 'dequantize', got {self.op!r}")
         if self.layout not in ("rows", "columns"):

@@ -29,7 +29,6 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.codec import abs_bits, e8m0_code, e8m0_inverse
 from mlir_mx.kernels.convert.emitter import ConvertEmitter, ConvertSpec, split_items
 from mlir_mx.kernels.convert.encode import LANES, Encoder, pack
-from mlir_mx.numerics.formats import element_format
 from mlir_mx.numerics.packing import packing_group
 
 __all__ = ["Quantize"]
@@ -41,7 +40,7 @@ class Quantize(ConvertEmitter):
     def __init__(self, kb: KernelBuilder, spec: ConvertSpec, x, codes, scales):
         super().__init__(kb, spec)
         self.x, self.codes, self.scales = x, codes, scales
-        self.fmt = element_format(spec.element)
+        self.fmt = spec.format
         self.enc = Encoder(self.fmt)
         self.group = packing_group(self.fmt) if spec.packed else (1, 1)
         self.nb = None  # columns: blocks per column of x

@@ -53,11 +53,11 @@ class CodesSource:
         self.dots = dots  # the ISA's instructions (the vpshufb table)
         kind = dots.kind
         self.unscale = unscale  # 2^-(fa+fb) for integer kinds (None: bf16)
-        self.rows = CodeRows(kb, ops.b, prob.b_elem, prob.b_packed)
+        self.rows = CodeRows(kb, ops.b, prob.b_element, prob.b_packed)
         self.sb = kb.as_bytes(ops.sb)
-        self.dec = decoder(prob.b_elem)
-        fmt = ELEMENT_FORMATS[prob.b_elem]
-        self.f = int_factor(prob.b_elem)
+        self.dec = decoder(prob.b_element)
+        fmt = ELEMENT_FORMATS[prob.b_element]
+        self.f = int_factor(prob.b_element)
         self.table = None
         v64 = kb.vec(64, kb.i8)
         if kind.name == "i8" and value_table(fmt.name):  # vpshufb: 16 entries per lane
@@ -114,7 +114,7 @@ class CodesSource:
     def permutes(self, vs) -> bool:
         """Whether :meth:`block` gives ``vs`` with the panel's columns permuted
         (:data:`EVEN_ODD`): packed FP4 under i8, all four vectors."""
-        pairs = self.kind.name == "i8" and value_table(self.prob.b_elem) and self.prob.b_packed
+        pairs = self.kind.name == "i8" and value_table(self.prob.b_element) and self.prob.b_packed
         return pairs and list(vs) == [0, 1, 2, 3]
 
     def block(self, j, blk, vs) -> tuple[list[ir.Value], list[list[ir.Value]]]:
@@ -178,7 +178,7 @@ class CodesSource:
         ``vector<64xi8>`` (i8) or ``vector<64xi16>`` (i16: integers, bf16: bits)."""
         kb = self.kb
         codes = self.rows.load(k, col, 64, valid)
-        if self.kind.name == "i8" and ELEMENT_FORMATS[self.prob.b_elem].is_int:
+        if self.kind.name == "i8" and ELEMENT_FORMATS[self.prob.b_element].is_int:
             return kb.xori(codes, kb.const(0x80, codes.type))  # b + 128
         if self.table is not None:
             return self._lookup(codes)

@@ -70,7 +70,7 @@ class DotISA:
     sign: bool  # i8 by the sign trick (|a| x b sign(a)): no compensation
 
 
-def dot_isa(kind: DotKind, a_elem: str, b_elem: str) -> DotISA:
+def dot_isa(kind: DotKind, a_element: str, b_element: str) -> DotISA:
     """The instructions a kernel of ``kind`` for A x B uses on this CPU
     (:func:`~.units.dot_kind` chose ``kind`` from the same features)."""
     if (
@@ -82,7 +82,7 @@ def dot_isa(kind: DotKind, a_elem: str, b_elem: str) -> DotISA:
         return DotISA("avx512-vnni" if vnni else "avx512bw", True, vnni, False)
     if has_features("avx_vnni"):
         return DotISA("avx-vnni", False, True, False)
-    sign = kind.name == "i8" and units.maddubs_mode(a_elem, b_elem) == "sign"
+    sign = kind.name == "i8" and units.maddubs_mode(a_element, b_element) == "sign"
     return DotISA("avx2", False, False, sign)
 
 
@@ -100,14 +100,14 @@ class DotOps:
     passes it only in the dot kernels that expand B's chunks."""
 
     def __init__(
-        self, kind: DotKind, isa: DotISA, a_elem: str, b_elem: str, kb: KernelBuilder,
+        self, kind: DotKind, isa: DotISA, a_element: str, b_element: str, kb: KernelBuilder,
         a_offset: int = 0,
     ):  # fmt: skip
         self.kb, self.kind, self.isa = kb, kind, isa
         self.a_offset = a_offset
         #: B's FP4 table gives ``b`` itself, not ``b + 128``: the sign trick's
         #: operand without an xor (every FP4 B vector comes through the table).
-        self.signed_table = (isa.sign or a_offset) and units.value_table(b_elem)
+        self.signed_table = (isa.sign or a_offset) and units.value_table(b_element)
         #: K groups whose ``vpmaddubsw`` pair sums add up in int16 (``vpaddw``)
         #: before one ``vpmaddwd``: as many as keep the sum of their bounds
         #: (:func:`~.units.pair_sum_bounds`) inside int16 (1: every group).
@@ -115,7 +115,7 @@ class DotOps:
         if a_offset:  # runs of K groups in int16 (wrapping; units.a_offset_run)
             self.run = a_offset
         elif kind.name == "i8" and not isa.wide and not isa.vnni:
-            lo, hi = units.pair_sum_bounds(a_elem, b_elem, "sign" if isa.sign else "offset")
+            lo, hi = units.pair_sum_bounds(a_element, b_element, "sign" if isa.sign else "offset")
             self.run = max(r for r in (1, 2, 4, 8) if r * lo >= -(2**15) and r * hi < 2**15)
 
     def table_bytes(self, element: str) -> list[int]:

@@ -81,7 +81,7 @@ class DotConfig:
         kind = _kind(prob)
         if kind is None:
             return self
-        isa = dot_isa(kind, prob.a_elem or prob.a_quant, prob.b_elem)
+        isa = dot_isa(kind, prob.a_element or prob.a_quant, prob.b_element)
         if isa.wide and prob.b_dot is not None and self.mr == 1 and not self.expand:
             if software_prefetch():
                 return replace(self, streams=DECODE_STREAMS, prefetch=DECODE_PREFETCH)
@@ -134,7 +134,7 @@ DECODE_PREFETCH = 8
 
 def _kind(prob: Problem):
     """The dot unit of the problem's pair on this CPU (None: f32 kernels)."""
-    return dot_kind(prob.a_elem or prob.a_quant, prob.b_elem, prob.block)
+    return dot_kind(prob.a_element or prob.a_quant, prob.b_element, prob.block)
 
 
 def _supports(prob: Problem, bf16: bool) -> bool:
@@ -161,7 +161,7 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
     kind = _kind(prob)
     if cfg.nv not in (1, 2, 4) or kind is None:
         raise ValueError("dot kernel: needs a pair with a dot unit here and nv in (1, 2, 4)")
-    isa = dot_isa(kind, prob.a_elem or prob.a_quant, prob.b_elem)
+    isa = dot_isa(kind, prob.a_element or prob.a_quant, prob.b_element)
     offset = _a_offset(prob, cfg, isa)
     pa = prepare_dot_a(
         kb, prob, ops, kind, cfg.mr, compensate=not (isa.sign or offset), offset=offset > 0
@@ -190,25 +190,25 @@ def _a_offset(prob: Problem, cfg: DotConfig, isa) -> int:
     B's sums cost once per chunk) and the pair fits
     (:func:`~.units.a_offset_run`: FP4 B with an 8-bit A, E2M3 B), on
     256-bit halves without VNNI (:data:`ONE_ROW_KCB`)."""
-    a_elem = prob.a_elem or prob.a_quant
+    a_element = prob.a_element or prob.a_quant
     if not cfg.expand or isa.wide or isa.vnni or _kind(prob).name != "i8":
         return 0
-    return a_offset_run(a_elem, prob.b_elem, prob.block)
+    return a_offset_run(a_element, prob.b_element, prob.block)
 
 
 class _Dot:
     def __init__(self, kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig, pa):
         self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
         self.kind = _kind(prob)
-        isa = dot_isa(self.kind, prob.a_elem or prob.a_quant, prob.b_elem)
+        isa = dot_isa(self.kind, prob.a_element or prob.a_quant, prob.b_element)
         self.a_offset = _a_offset(prob, cfg, isa)
         self.units = DotOps(
-            self.kind, isa, prob.a_elem or prob.a_quant, prob.b_elem, kb, self.a_offset
+            self.kind, isa, prob.a_element or prob.a_quant, prob.b_element, kb, self.a_offset
         )
-        self.stored = RecordLayout(self.kind, prob.b_elem, prob.block)
-        self.full = RecordLayout(self.kind, prob.b_elem, prob.block, full=True)
-        a_fmt = prob.a_elem or prob.a_quant
-        fa, fb = int_factor(a_fmt), int_factor(prob.b_elem)
+        self.stored = RecordLayout(self.kind, prob.b_element, prob.block)
+        self.full = RecordLayout(self.kind, prob.b_element, prob.block, full=True)
+        a_fmt = prob.a_element or prob.a_quant
+        fa, fb = int_factor(a_fmt), int_factor(prob.b_element)
         self.unscale = None  # 2^-(fa+fb), int kinds: the scales carry it
         if self.kind.name != "bf16":
             self.unscale = kb.const(2.0 ** -(fa + fb), kb.vec(LANES, kb.f32))
@@ -220,7 +220,7 @@ class _Dot:
         # From codes, chunks of 4 blocks (10 KiB of scratch) stay in L1.
         self.kcb = min(cfg.kcb or (1 if self.codes else prob.kblocks), prob.kblocks)
         if self.stored.nibbles:  # FP4 code -> doubled value (+ 128), per 128-bit lane
-            self.table = kb.const_array(self.units.table_bytes(prob.b_elem), kb.vec(64, kb.i8))
+            self.table = kb.const_array(self.units.table_bytes(prob.b_element), kb.vec(64, kb.i8))
         self.row_tail = cfg.mr > 1 and (prob.m is None or prob.m % cfg.mr != 0)
         self.col_tail = prob.n % PANEL != 0
 

@@ -81,7 +81,7 @@ def prepare_dot_a(
     words = kb.alloc([rows, width + (LANES if width % 1024 == 0 else 0)], kb.i32, dyn)
     scales = kb.alloc([rows, prob.kblocks], kb.f32, dyn)
     comp = kb.alloc([rows, prob.kblocks], kb.i32, dyn) if kind.comp and compensate else None
-    conv = _Words(kb, kind, prob.a_elem or prob.a_quant, words, offset)
+    conv = _Words(kb, kind, prob.a_element or prob.a_quant, words, offset)
     with kb.loop(0, m, 1) as row:
         if prob.a_is_mx:
             _decode_row(kb, prob, ops, conv, scales, row.iv)
@@ -153,8 +153,8 @@ class _Words:
 
 
 def _decode_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, r) -> None:
-    rows_a = CodeRows(kb, ops.a, prob.a_elem, prob.a_packed)
-    dec = decoder(prob.a_elem, vbmi=False)
+    rows_a = CodeRows(kb, ops.a, prob.a_element, prob.a_packed)
+    dec = decoder(prob.a_element, vbmi=False)
     sa8 = kb.as_bytes(ops.sa)
 
     def widen(off, valid):

@@ -124,14 +124,14 @@ KINDS = {
 }
 
 
-def pair_sum_bounds(a_elem: str, b_elem: str, mode: str = "offset") -> tuple[int, int]:
+def pair_sum_bounds(a_element: str, b_element: str, mode: str = "offset") -> tuple[int, int]:
     """The least and greatest sum of two products ``u * s`` that ``vpmaddubsw``
     forms (into an int16, saturating) for A x B on the ``i8`` unit, from the
     format tables: ``mode`` ``offset``: ``u = b + 128`` (the records' bytes),
     ``s = a``; ``sign``: ``u = |a|``, ``s = b * sign(a)``; ``a-offset``:
     ``u = a + 128``, ``s = b`` (:mod:`.isa`)."""
-    a = _int_values(a_elem)
-    b = _int_values(b_elem)
+    a = _int_values(a_element)
+    b = _int_values(b_element)
     if mode == "offset":
         u, s = [x + 128 for x in b], a
     elif mode == "a-offset":
@@ -150,21 +150,21 @@ def _int_values(element: str) -> list[int]:
     return sorted({int(x) for x in vals[np.isfinite(vals)]})
 
 
-def maddubs_mode(a_elem: str, b_elem: str) -> str | None:
+def maddubs_mode(a_element: str, b_element: str) -> str | None:
     """How ``vpmaddubsw`` computes A x B's pair sums exactly: ``offset`` (B as
     ``b + 128``, A's compensation), else ``sign`` (the sign trick, where each
     ``b * sign(a)`` is a signed byte), else None (some pair sum or operand
     would saturate: INT8 x INT8)."""
     for mode in ("offset", "sign"):
-        if mode == "sign" and min(_int_values(b_elem)) < -127:
+        if mode == "sign" and min(_int_values(b_element)) < -127:
             continue
-        lo, hi = pair_sum_bounds(a_elem, b_elem, mode)
+        lo, hi = pair_sum_bounds(a_element, b_element, mode)
         if lo >= -(2**15) and hi < 2**15:
             return mode
     return None
 
 
-def a_offset_run(a_elem: str, b_elem: str, block: int) -> int:
+def a_offset_run(a_element: str, b_element: str, block: int) -> int:
     """The K groups (of 4) each int16 lane of the ``a-offset`` mode of
     :mod:`.isa` adds before one ``vpmaddwd``, or 0 where the mode is not
     exact for A x B in blocks of ``block``.  The mode needs B's values as
@@ -174,9 +174,9 @@ def a_offset_run(a_elem: str, b_elem: str, block: int) -> int:
     products ``a * b``, inside int16: its running value starts at ``-128
     *`` the run's sum of B and may wrap, but int16 addition is exact modulo
     2^16, so it ends at that true sum.  ``r`` divides the block's groups."""
-    a, b = _int_values(a_elem), _int_values(b_elem)
+    a, b = _int_values(a_element), _int_values(b_element)
     amax, bmax = max(abs(x) for x in a), max(abs(x) for x in b)
-    lo, hi = pair_sum_bounds(a_elem, b_elem, "a-offset")
+    lo, hi = pair_sum_bounds(a_element, b_element, "a-offset")
     if min(b) < -128 or max(b) > 127 or lo < -(2**15) or hi >= 2**15 or 2 * 128 * bmax >= 2**15:
         return 0
     groups = block // 4 if block % 4 == 0 else 0
@@ -184,33 +184,33 @@ def a_offset_run(a_elem: str, b_elem: str, block: int) -> int:
     return max(runs, default=0)
 
 
-def dot_kind(a_elem: str | None, b_elem: str | None, block: int) -> DotKind | None:
+def dot_kind(a_element: str | None, b_element: str | None, block: int) -> DotKind | None:
     """The dot unit for A x B on this CPU (:mod:`mlir_mx.host`), or None (f32 kernels).
 
-    ``a_elem`` is A's element format (for an f32 A quantized per call: the
+    ``a_element`` is A's element format (for an f32 A quantized per call: the
     format it is quantized to).  Integer pairs need every block partial below
     2^24 (exact in f32); bf16 needs an FP8 operand and an even block.
     AVX-512 (512-bit) first; else AVX2 with 256-bit halves (:mod:`.isa`):
     ``i8`` with AVX-VNNI or where ``vpmaddubsw`` cannot saturate
     (:func:`maddubs_mode`), else ``i16``.
     """
-    if a_elem is None or b_elem is None:
+    if a_element is None or b_element is None:
         return None
-    fa, fb = int_factor(a_elem), int_factor(b_elem)
+    fa, fb = int_factor(a_element), int_factor(b_element)
     if fa is not None and fb is not None:
-        if block % 4 or block * int_max(a_elem) * int_max(b_elem) >= 2**24:
+        if block % 4 or block * int_max(a_element) * int_max(b_element) >= 2**24:
             return None
-        narrow = max(int_max(a_elem), int_max(b_elem)) <= 128
+        narrow = max(int_max(a_element), int_max(b_element)) <= 128
         if narrow and has_features("avx512_vnni"):
             return KINDS["i8"]
         # vpmaddubsw saturates its pair sums unless 2 * 255 * max|a| < 2^15.
-        if narrow and int_max(a_elem) <= 64 and has_features("avx512bw"):
+        if narrow and int_max(a_element) <= 64 and has_features("avx512bw"):
             return KINDS["i8"]
         if has_features("avx512bw"):
             return KINDS["i16"]
         if not has_features("avx2"):
             return None
-        if narrow and (has_features("avx_vnni") or maddubs_mode(a_elem, b_elem)):
+        if narrow and (has_features("avx_vnni") or maddubs_mode(a_element, b_element)):
             return KINDS["i8"]
         return KINDS["i16"]
     if block % 2 == 0 and has_features("avx512_bf16", "avx512bw"):
@@ -241,14 +241,14 @@ class RecordLayout:
     """
 
     kind: DotKind
-    b_elem: str
+    b_element: str
     block: int
     full: bool = False
 
     @property
     def nibbles(self) -> bool:
         """FP4 codes kept as nibbles (stored i8 records only)."""
-        return not self.full and self.kind.name == "i8" and value_table(self.b_elem)
+        return not self.full and self.kind.name == "i8" and value_table(self.b_element)
 
     @property
     def data_offset(self) -> int:
@@ -297,9 +297,9 @@ def pack_records(codes: np.ndarray, scales: np.ndarray, layout: RecordLayout) ->
         nib = nib.reshape(panels, nb, bs // g, 2, 2, 64)  # (.., h, low/high vector, bytes)
         data = nib[..., 0, :] | (nib[..., 1, :] << np.uint8(4))
     else:
-        vals = padded(decode_elements(codes, layout.b_elem))
+        vals = padded(decode_elements(codes, layout.b_element))
         shaped = vals.reshape(nb, bs // g, g, panels, 4, 16).transpose(order)
-        data = dot_values(shaped, layout.b_elem, kind)
+        data = dot_values(shaped, layout.b_element, kind)
         if kind.name == "bf16":  # swapped pairs: element 2i in the odd slot
             data = data[..., ::-1]
         data = np.ascontiguousarray(data).view(np.uint8)

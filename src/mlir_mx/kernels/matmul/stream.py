@@ -99,7 +99,9 @@ class StreamConfig:
         if not has_features("avx512f"):
             if self.mr > 1:
                 cfg = replace(cfg, nv=1)
-            elif not (prob.b_is_mx and prob.b_packed and ELEMENT_FORMATS[prob.b_elem].group[1] > 1):
+            elif not (
+                prob.b_is_mx and prob.b_packed and ELEMENT_FORMATS[prob.b_element].group[1] > 1
+            ):
                 cfg = replace(cfg, nv=min(cfg.nv, 2))
         return cfg
 
@@ -318,7 +320,7 @@ class _Kernel(KernelState):
         last = kb.icmp("sge", blk, prob.kblocks - 1)
         col = kb.select(kb.andi(wrap, last), kb.sub(hi, tile), col)
         ahead = kb.select(wrap, kb.min(kb.add(blk, 1), prob.kblocks - 1), blk)
-        row_bytes = code_columns(prob.b_elem, tile, prob.b_packed)
+        row_bytes = code_columns(prob.b_element, tile, prob.b_packed)
         for r in range(0, prob.block, max(1, 64 // row_bytes)):  # (block, row in block)
             kb.prefetch(self.b.mem, self.b.address(None, col, (ahead, kb.idx(r))))
 

@@ -118,17 +118,17 @@ def _match(scales: ir.Operation):
     block = ir.MemRefType(a3.type).shape[-1]
     m, k = a_t.shape
     n = b_t.shape[1]
-    a_elem = str(a_t.element_type)
-    b_elem = None if sb is None else str(b_t.element_type)
+    a_element = str(a_t.element_type)
+    b_element = None if sb is None else str(b_t.element_type)
     # Sub-byte codes that arrive packed (subbyte-storage=packed) are read as
     # packed bytes, each operand on its own; its unpacking then goes away.
-    ua = packed_source(a) if _is_sub_byte(a_elem) else None
-    ub = packed_source(b) if b_elem is not None and _is_sub_byte(b_elem) else None
+    ua = packed_source(a) if _is_sub_byte(a_element) else None
+    ub = packed_source(b) if b_element is not None and _is_sub_byte(b_element) else None
     a = ua[0] if ua else a
     b = ub[0] if ub else b
     if not all(_unit_inner_stride(v) for v in (a, b, sa, acc) + ((sb,) if sb else ())):
         return None
-    prob = Problem(m, n, k, block, a_elem, b_elem, a_packed=bool(ua), b_packed=bool(ub))
+    prob = Problem(m, n, k, block, a_element, b_element, a_packed=bool(ua), b_packed=bool(ub))
     ops = Operands(a, sa, b, sb, acc)
     dead = [scales, partials, fill] + dead + [alloc]
     # The expand_shape views die with the partials generic (unless used elsewhere).

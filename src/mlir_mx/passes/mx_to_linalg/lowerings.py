@@ -225,11 +225,11 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     def pmap(*dims):
         return ir.AffineMap.get(4, 0, [d(i) for i in dims])
 
-    b_elem = rt.element_type if rhs_mx else None
+    b_element = rt.element_type if rhs_mx else None
 
     def partial_body(a, b, c):
         av = h.element_to_f32(a, lt.element_type)
-        bv = h.element_to_f32(b, b_elem) if rhs_mx else b
+        bv = h.element_to_f32(b, b_element) if rhs_mx else b
         return [h.contracted_fma(av, bv, c)]
 
     partial_op_results = h.generic(
@@ -240,7 +240,7 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
         partial_body,
     )
     partials = partial_op_results[0]
-    sub_byte = _sub_byte(lt.element_type) or _sub_byte(b_elem)
+    sub_byte = _sub_byte(lt.element_type) or _sub_byte(b_element)
     tag_kernel(partials, KernelTag.BLOCK_PARTIALS_SUBBYTE if sub_byte else KernelTag.BLOCK_PARTIALS)
 
     def smap(*dims):
