@@ -13,7 +13,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
 
 from mlir_mx.errors import MXArgTypeError, MXValueError  # noqa: E402
-from mlir_mx.numerics import ELEMENT_FORMATS, element_format, quantize  # noqa: E402
+from mlir_mx import oracle  # noqa: E402
+from mlir_mx.numerics import ELEMENT_FORMATS, element_format  # noqa: E402
 from mlir_mx.torch import MXConfig, MXExperts, MXLinear, quantize_, quantize_weight  # noqa: E402
 
 
@@ -98,7 +99,7 @@ def test_an_element_format_is_taken_where_a_name_is():
     assert by_value.weight().bitwise_equal(by_name.weight()) and by_value.element == "f6E2M3FN"
     w = quantize_weight(layer.weight, fmt, 32, threads=1)
     assert w.format is fmt and w.element == "f6E2M3FN"
-    assert w.bitwise_equal(quantize(layer.weight.detach().numpy(), "f6E2M3FN", 32, axis=1))
+    assert w.bitwise_equal(oracle.quantize(layer.weight.detach().numpy(), "f6E2M3FN", 32, axis=1))
     experts = _Experts()
     a = MXExperts.from_experts(experts, fmt, threads=1)
     b = MXExperts.from_experts(experts, "f6E2M3FN", threads=1)
