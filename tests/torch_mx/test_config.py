@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
 
-from mlir_mx.errors import MXArgTypeError, MXValueError  # noqa: E402
 from mlir_mx import oracle  # noqa: E402
+from mlir_mx.errors import MXArgTypeError, MXValueError  # noqa: E402
 from mlir_mx.numerics import ELEMENT_FORMATS, element_format  # noqa: E402
 from mlir_mx.torch import MXConfig, MXExperts, MXLinear, quantize_, quantize_weight  # noqa: E402
 
