@@ -436,12 +436,19 @@ def run(parsed) -> int:
         record = run_bench(opts, say)
     except BenchFailure as err:
         raise ToolError(f"{err}") from None
-    try:
-        js, md = write_results(record, opts.out)
-    except OSError as err:  # e.g. a full disk: no partial file is left (atomic writes)
-        raise ToolError(f"cannot write the results to '{opts.out}': {err.strerror or err}") from None
+    js, md = _written(lambda: write_results(record, opts.out), opts.out)
     print(f"wrote {js} and {md}")
     return 0
+
+
+def _written(write, out):
+    """``write()``; an ``OSError`` (a full disk, a folder that is a file)
+    becomes the tool's one-line error.  The files are written atomically,
+    so none is left half written."""
+    try:
+        return write()
+    except OSError as err:
+        raise ToolError(f"cannot write the results to '{out}': {err.strerror or err}") from None
 
 
 def _run_model(opts, say) -> int:
@@ -449,7 +456,7 @@ def _run_model(opts, say) -> int:
     from mlir_mx_bench.models.llama.run import run_model
 
     record = run_model(opts, say)
-    js, md = write_model_results(record, opts.out)
+    js, md = _written(lambda: write_model_results(record, opts.out), opts.out)
     print(f"wrote {js} and {md}")
     failed = [
         r["spec"]["row"]
@@ -466,10 +473,15 @@ def _run_gpt_oss(opts, say) -> int:
     from mlir_mx_bench.models.gpt_oss.run import gpt_oss_markdown, run_gpt_oss
 
     record = run_gpt_oss(opts, say)
-    opts.out.mkdir(parents=True, exist_ok=True)
     stem = opts.out / f"mx-bench-{record['date'][:10]}-{record['tag']}"
-    write_text(f"{stem}.json", json.dumps(record, indent=1) + "\n")
-    write_text(f"{stem}.md", gpt_oss_markdown(record))
+
+    def write() -> None:
+        opts.out.mkdir(parents=True, exist_ok=True)
+        text = gpt_oss_markdown(record)
+        write_text(f"{stem}.json", json.dumps(record, indent=1) + "\n")
+        write_text(f"{stem}.md", text)
+
+    _written(write, opts.out)
     print(f"wrote {stem}.json and {stem}.md")
     failed = [r["spec"]["row"] for r in record["rows"] if "error" in r or r.get("correct") is False]
     if failed:

@@ -300,3 +300,24 @@ def test_torch_bf16_skips_large_shapes_where_it_is_emulated(monkeypatch):
     want = None if ("BF16" in level or "AMX" in level) else f"the CPU ({level}) has no bf16 dot unit"
     monkeypatch.undo()
     assert baselines.torch_bf16_emulated() == want
+
+
+def test_model_results_are_written_atomically_and_a_failure_is_a_tool_error(tmp_path, monkeypatch):
+    """Round 4's audit of every file the project writes: ``--model``'s and
+    ``--model gpt-oss``'s results go through ``mlir_mx.files`` too, the
+    markdown rendered before either file is touched."""
+    from mlir_mx_bench import cli
+    from mlir_mx_bench.models.llama import report
+
+    def render(record):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report, "model_markdown", render)
+    record = {"date": "2026-12-05T00:00", "tag": "t"}
+    with pytest.raises(cli.ToolError, match=f"^cannot write the results to '{tmp_path}': No space"):
+        cli._written(lambda: report.write_model_results(record, tmp_path), tmp_path)
+    assert not list(tmp_path.iterdir())
+    monkeypatch.setattr(report, "model_markdown", lambda record: "# ok\n")
+    js, md = report.write_model_results(record, tmp_path)
+    assert md.read_text() == "# ok\n" and '"tag": "t"' in js.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [js.name, md.name]  # no temporary left

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mlir_mx.files import write_text
 from mlir_mx_bench.emulate import summary
 from mlir_mx_bench.models.llama.run import ROWS, same_env_key
 
@@ -14,12 +15,17 @@ MIB = 1024
 
 
 def write_model_results(record: dict, out: Path) -> tuple[Path, Path]:
-    """Write the JSON record and its markdown rendering; returns both paths."""
+    """Write the JSON record and its markdown rendering; returns both paths.
+
+    Each file is written atomically (:mod:`mlir_mx.files`), the markdown
+    rendered first: an error (a full disk) leaves the previous file of the
+    same name, or none, never half a file."""
     out.mkdir(parents=True, exist_ok=True)
     stem = f"mx-bench-{record['date'][:10]}-{record['tag']}"
     js, md = out / f"{stem}.json", out / f"{stem}.md"
-    js.write_text(json.dumps(record, indent=1) + "\n")
-    md.write_text(model_markdown(record))
+    text = model_markdown(record)
+    write_text(js, json.dumps(record, indent=1) + "\n")
+    write_text(md, text)
     return js, md
 
 
