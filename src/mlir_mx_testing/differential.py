@@ -38,19 +38,9 @@ from mlir_mx.passes.pipeline import Pipeline, PipelineElement, as_pipeline
 from mlir_mx_testing.programs import Program, random_inputs, random_program
 
 __all__ = [
-    "Variant",
-    "VARIANTS",
-    "register_variant",
-    "then_llvm",
-    "Program",
-    "random_program",
-    "random_inputs",
-    "matmul_bound",
-    "evaluate",
-    "check",
-    "run",
-    "Report",
-]
+    "Variant", "VARIANTS", "register_variant", "then_llvm", "Program", "random_program", "random_inputs",
+    "matmul_bound", "evaluate", "check", "run", "Report",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
