@@ -31,7 +31,7 @@ __all__ = [
     "Diagnostic", "MXError", "MXValueError", "MXArgTypeError", "user_error", "location_parts",
     "DiagnosticError", "TextError", "MXTypeError", "PassError", "OptionError", "PipelineError",
     "UnknownPassError", "ModelError", "ToolError", "UsageError", "InferenceOnlyError", "UnknownFunctionError",
-    "MXUnsupportedHostError", "ObjectError",
+    "MXUnsupportedHostError", "ObjectError", "ObjectDumpError",
 ]  # fmt: skip
 
 _FILE_LOC = re.compile(r'^loc\("(?P<file>(?:[^"\\]|\\.)*)":(?P<line>\d+):(?P<col>\d+)')
@@ -223,6 +223,12 @@ class UnknownFunctionError(MXError, AttributeError):
 class MXUnsupportedHostError(MXError, RuntimeError):
     """A machine mlir-mx cannot compile for correctly: an x86 CPU without FMA
     or F16C, a platform without MLIR wheels (:func:`mlir_mx.host.check_host`)."""
+
+
+class ObjectDumpError(OSError):
+    """The object code of a compiled module could not be had to store
+    (:mod:`mlir_mx.execution.object_dump`).  An ``OSError``, as the failed
+    writes it stands for: the cache logs it and the kernel runs all the same."""
 
 
 class ObjectError(Exception):

@@ -28,7 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["object_code"]
+from mlir_mx.errors import ObjectDumpError
+
+__all__ = ["ObjectDumpError", "object_code"]
 
 #: The child: read the FIFO to its end (LLVM closing it), then write it all.
 _READER = (
@@ -40,10 +42,6 @@ _READER = (
 
 #: Seconds the child may take after LLVM has returned (it only copies bytes).
 _TIMEOUT_S = 60
-
-
-class ObjectDumpError(OSError):
-    """The object code could not be had (no FIFO, no child, nothing written)."""
 
 
 def object_code(engine, *, dump=None) -> bytes:
