@@ -241,7 +241,7 @@ class Linear:
     def stored(self) -> tuple[np.ndarray, np.ndarray]:
         """``(codes, scales)`` as the f32 kernels read them: B = W^T's codes,
         packed along ``out`` where they pack (``uint8``), in 64-column tiles
-        when :attr:`tiled` (``uint8``, ``kernels.problem.tile_b_codes``), and
+        when :attr:`tiled` (``uint8``, ``kernels.common.problem.tile_b_codes``), and
         its E8M0 scales ``(in / block_size, out)``.  The arrays held when the
         stored form is (:attr:`held`); else derived from the records, bit for
         bit, as new arrays on each access.  :meth:`from_stored` takes them back."""

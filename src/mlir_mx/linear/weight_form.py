@@ -6,7 +6,7 @@ the stored form with the dot kernels' records beside it:
 
 * **stored** (:func:`stored_shape`): the codes the f32 kernels read, packed
   along N where they pack (``numerics.is_packed_storage``) and in 64-column
-  tiles when N is a multiple of 64 (``kernels.problem.tile_b_codes``), plus
+  tiles when N is a multiple of 64 (``kernels.common.problem.tile_b_codes``), plus
   the E8M0 scales ``(K / block, N)``;
 * **records** (:func:`records_unit`): the dot kernels' records of one dot unit
   (``kernels.dot.units.RecordLayout``, scales inside), chosen only where the

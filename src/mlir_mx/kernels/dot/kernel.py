@@ -2,8 +2,8 @@
 
 B is read from VNNI records (:mod:`.units`, ``Problem.b_dot``: what
 ``mlir_mx.Linear`` stores) or from its codes and scales (the Runner's ABI:
-chunks expanded per call by :mod:`.dot_codes`, decode swept 8 rows at a
-time by :mod:`.dot_sweep`), A from the words :mod:`.dot_prep` builds once
+chunks expanded per call by :mod:`.codes`, decode swept 8 rows at a
+time by :mod:`.sweep`), A from the words :mod:`.prep` builds once
 per call.  One schedule serves the three shape classes through its
 :class:`DotConfig`::
 
@@ -139,7 +139,7 @@ def _kind(prob: Problem):
 
 def _supports(prob: Problem, bf16: bool) -> bool:
     """B as dot records of the unit this CPU uses for the pair, or as
-    row-major codes (expanded per call, :mod:`.dot_codes`)."""
+    row-major codes (expanded per call, :mod:`.codes`)."""
     kind = _kind(prob)
     if kind is None or prob.block % LANES or (kind.name == "bf16") != bf16:
         return False
@@ -400,7 +400,7 @@ class _Dot:
             for v in range(nv)
         ]
         # Packed FP4 from codes at decode: the accumulators hold the panel's
-        # columns even/odd split (dot_codes.EVEN_ODD), like the B vectors.
+        # columns even/odd split (codes.EVEN_ODD), like the B vectors.
         permuted = self.codes is not None and self.hs is None and self.codes.permutes(vs)
         if permuted:
             c = [w for r in range(mr) for w in even_odd(kb, c[r * nv : (r + 1) * nv])]

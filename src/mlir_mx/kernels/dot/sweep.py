@@ -19,7 +19,7 @@ in a small buffer (``N / threads`` int32, in L1) instead of in registers::
 Per output element this is the blocked order (the same partial, the same
 block step), so the results are the other dot schedules' and the f32
 kernels' bit for bit.  Packed FP4 keeps the panel's columns even/odd split
-(``dot_codes.EVEN_ODD``) in the buffer and the scales, and C is read and
+(``codes.EVEN_ODD``) in the buffer and the scales, and C is read and
 written in that order through two shuffles per 32 columns.
 """
 
