@@ -1,5 +1,6 @@
 """The row processes of ``mx-bench --model`` (the Llama's and gpt-oss's): one
-launcher, one worker entry point, and the record of the environment a row ran in.
+launcher, one worker entry point, and the record of the environment a row ran in;
+the start of a run's record (:func:`run_record`).
 
 Each row runs in a process of its own (``python -m <worker module> SPEC.json``),
 so that its RSS is its own.  The process inherits this environment as it is:
@@ -24,6 +25,7 @@ __all__ = [
     "greedy_decode",
     "parse_env_setting",
     "run_environment",
+    "run_record",
     "run_worker",
     "worker_main",
 ]
@@ -35,6 +37,25 @@ __all__ = [
 #: load (``from_pretrained`` imports the model's module), where a user's
 #: Python reads the cached bytecode.
 ENV_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "PYTHONDONTWRITEBYTECODE")
+
+
+def run_record(tool: str, opts, **more) -> dict:
+    """The start of a model run's record: ``tool``, the date, ``opts``' tag,
+    command and options (``as_dict``), the machine, the load average, ``more``
+    and the thread-related variables of this environment (:data:`ENV_PREFIXES`)."""
+    from mlir_mx_bench.machine import loadavg, machine_info  # not in the row processes
+
+    return {
+        "tool": tool,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "tag": opts.tag,
+        "command": opts.command,
+        "options": opts.as_dict(),
+        "machine": machine_info(),
+        "loadavg_start": loadavg(),
+        **more,
+        "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)},
+    }
 
 
 def run_worker(module: str, spec: dict, tmp: Path, env: dict[str, str] | None = None) -> dict:
