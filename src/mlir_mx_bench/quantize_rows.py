@@ -248,16 +248,19 @@ def _row(rec: dict, element: str, method: str, threads: int) -> dict | None:
     return next((r for r in rec["rows"] if (r["format"], r["method"], r["threads"]) == key), None)
 
 
+def _at_least(target: str, element: str, t: int, value, measured: str, want: float) -> dict:
+    """One target of a format at ``t`` threads: met when ``value`` (None: not
+    measured, ``measured`` says why) is at least ``want``."""
+    met = None if value is None else value >= want
+    return dict(target=target, format=element, threads=t, measured=measured, met=met)
+
+
 def _rate_target(rec, element, method, what, t) -> dict:
     r = _row(rec, element, method, t)
     rate = None if r is None else r["elements_per_s"]
-    return dict(
-        target=f"{what} >= {TARGETS['rate'] / 1e6:,.0f} M elements/s",
-        format=element,
-        threads=t,
-        measured="not measured" if rate is None else f"{rate / 1e6:,.0f} M/s",
-        met=None if rate is None else rate >= TARGETS["rate"],
-    )
+    target = f"{what} >= {TARGETS['rate'] / 1e6:,.0f} M elements/s"
+    measured = "not measured" if rate is None else f"{rate / 1e6:,.0f} M/s"
+    return _at_least(target, element, t, rate, measured, TARGETS["rate"])
 
 
 def _ggml_target(rec, element, t) -> dict:
@@ -271,13 +274,9 @@ def _ggml_target(rec, element, t) -> dict:
         None,
     )
     ratio = None if ours is None or ggml is None else ggml["median_s"] / ours["median_s"]
-    return dict(
-        target=f"quantize >= {TARGETS['vs_ggml']:g}x ggml at the same thread count",
-        format=element,
-        threads=t,
-        measured="no ggml row" if ratio is None else f"{ratio:.1f}x {ggml['method']}",
-        met=None if ratio is None else ratio >= TARGETS["vs_ggml"],
-    )
+    target = f"quantize >= {TARGETS['vs_ggml']:g}x ggml at the same thread count"
+    measured = "no ggml row" if ratio is None else f"{ratio:.1f}x {ggml['method']}"
+    return _at_least(target, element, t, ratio, measured, TARGETS["vs_ggml"])
 
 
 def _memory_target(rec, op: str) -> dict:

@@ -1,5 +1,7 @@
 """The row processes of ``mx-bench --model`` (the Llama's and gpt-oss's): one
-launcher, one worker entry point, and the record of the environment a row ran in.
+launcher, one worker entry point, and the record of the environment a row ran in;
+what every row does alike (its prompt, the prefill's timing, the greedy decode,
+a reference's logits and bound); the start of a run's record (:func:`run_record`).
 
 Each row runs in a process of its own (``python -m <worker module> SPEC.json``),
 so that its RSS is its own.  The process inherits this environment as it is:
@@ -23,9 +25,13 @@ __all__ = [
     "ENV_PREFIXES",
     "greedy_decode",
     "parse_env_setting",
+    "prefill_seconds",
+    "prompt_ids",
     "run_environment",
+    "run_record",
     "run_worker",
     "worker_main",
+    "write_logit_bound",
 ]
 
 #: The environment variables that change how the threads of torch, OpenMP and
@@ -35,6 +41,25 @@ __all__ = [
 #: load (``from_pretrained`` imports the model's module), where a user's
 #: Python reads the cached bytecode.
 ENV_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "PYTHONDONTWRITEBYTECODE")
+
+
+def run_record(tool: str, opts, **more) -> dict:
+    """The start of a model run's record: ``tool``, the date, ``opts``' tag,
+    command and options (``as_dict``), the machine, the load average, ``more``
+    and the thread-related variables of this environment (:data:`ENV_PREFIXES`)."""
+    from mlir_mx_bench.machine import loadavg, machine_info  # not in the row processes
+
+    return {
+        "tool": tool,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "tag": opts.tag,
+        "command": opts.command,
+        "options": opts.as_dict(),
+        "machine": machine_info(),
+        "loadavg_start": loadavg(),
+        **more,
+        "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)},
+    }
 
 
 def run_worker(module: str, spec: dict, tmp: Path, env: dict[str, str] | None = None) -> dict:
@@ -86,6 +111,49 @@ def greedy_decode(model, ids, new_tokens: int) -> tuple[list[int], list[float]]:
             t0 = time.perf_counter()
             out = model(nxt, cache=out.cache, use_cache=True, logits_to_keep=1)
             steps.append(time.perf_counter() - t0)
+
+
+def prompt_ids(model, spec: dict):
+    """The row's prompt: ``spec["prompt"]`` random token ids (``(1, prompt)``) of
+    the model's vocabulary, drawn from seed ``spec["seed"] + 1``: the same in
+    every row of a run."""
+    import torch
+
+    return torch.randint(
+        0,
+        model.config.vocab_size,
+        (1, spec["prompt"]),
+        generator=torch.Generator().manual_seed(spec["seed"] + 1),
+    )
+
+
+def prefill_seconds(model, ids, samples: int) -> list[float]:
+    """The wall seconds of ``samples`` prefills of ``ids`` (the last position's
+    logits only, as :func:`greedy_decode`'s first call)."""
+    import torch
+
+    times = []
+    with torch.inference_mode():
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            model(ids, use_cache=True, logits_to_keep=1)
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def write_logit_bound(model, ids, spec: dict) -> None:
+    """A reference row's files, what the run checks the other rows against:
+    ``<out>/<name>-logits.npy`` and ``<name>-bound.npy``, the prefill's logits
+    of ``ids`` (every position) and their bound (:func:`mlir_mx.torch.logit_bound`,
+    ``spec["probes"]`` probes)."""
+    import numpy as np
+
+    from mlir_mx.torch import logit_bound
+
+    out_dir, name = Path(spec["out"]), spec["name"]
+    lb = logit_bound(model, ids, probes=spec["probes"])
+    np.save(out_dir / f"{name}-logits.npy", lb.logits[0].numpy())
+    np.save(out_dir / f"{name}-bound.npy", lb.bound[0].numpy())
 
 
 def run_environment() -> dict:

@@ -23,7 +23,6 @@ ms, decode tokens/s.  No environment variable is set for any row.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,8 +32,8 @@ import numpy as np
 
 from mlir_mx.host import default_thread_counts
 from mlir_mx_bench.emulate import summary
-from mlir_mx_bench.machine import loadavg, machine_info
-from mlir_mx_bench.models.workers import ENV_PREFIXES, run_worker
+from mlir_mx_bench.machine import loadavg
+from mlir_mx_bench.models.workers import run_record, run_worker
 
 __all__ = ["GPT_OSS_ROWS", "GptOssOptions", "gpt_oss_markdown", "run_gpt_oss"]
 
@@ -126,16 +125,7 @@ def run_gpt_oss(opts: GptOssOptions, say: Callable[[str], None]) -> dict:
     from mlir_mx_bench.models.gpt_oss.worker import write_checkpoint
 
     t_start = time.perf_counter()
-    record = {
-        "tool": "mx-bench --model gpt-oss",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "tag": opts.tag,
-        "command": opts.command,
-        "options": opts.as_dict(),
-        "machine": machine_info(),
-        "loadavg_start": loadavg(),
-        "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)},
-    }
+    record = run_record("mx-bench --model gpt-oss", opts)
     with tempfile.TemporaryDirectory(prefix="mx-bench-gpt-oss-") as tmp_:
         tmp = Path(tmp_)
         t0 = time.perf_counter()

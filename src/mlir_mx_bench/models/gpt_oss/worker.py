@@ -30,7 +30,13 @@ import numpy as np
 import torch
 
 from mlir_mx_bench.models.llama.worker import release_free_memory, rss_kib
-from mlir_mx_bench.models.workers import greedy_decode, worker_main
+from mlir_mx_bench.models.workers import (
+    greedy_decode,
+    prefill_seconds,
+    prompt_ids,
+    worker_main,
+    write_logit_bound,
+)
 
 __all__ = ["GPT_OSS_20B", "MoEClock", "expert_bytes", "run_row", "write_checkpoint"]
 
@@ -166,22 +172,12 @@ def run_row(spec: dict) -> dict:
     release_free_memory()
     rec["rss_model_kib"] = rss_kib()["VmRSS"]
     rec["expert_bytes"], rec["expert_weights"] = expert_bytes(model)
-    ids = torch.randint(
-        0,
-        model.config.vocab_size,
-        (1, spec["prompt"]),
-        generator=torch.Generator().manual_seed(spec["seed"] + 1),
-    )
+    ids = prompt_ids(model, spec)
     t0 = time.perf_counter()
     greedy_decode(model, ids, 2)  # warm-up: our kernels compile here
     rec["warmup_s"] = time.perf_counter() - t0
     clock = MoEClock(model)
-    with torch.inference_mode():
-        times = []
-        for _ in range(spec["prefill_samples"]):
-            t0 = time.perf_counter()
-            model(ids, use_cache=True, logits_to_keep=1)
-            times.append(time.perf_counter() - t0)
+    times = prefill_seconds(model, ids, spec["prefill_samples"])
     rec["prefill_ms"] = 1e3 * statistics.median(times)
     rec["moe_prefill_ms"] = 1e3 * statistics.median(clock.calls)
     clock.reset()
@@ -191,11 +187,7 @@ def run_row(spec: dict) -> dict:
     rec["moe_decode_ms"] = 1e3 * statistics.median(clock.calls[1:])
     clock.remove()
     if spec.get("bound"):
-        from mlir_mx.torch import logit_bound
-
-        lb = logit_bound(model, ids, probes=spec["probes"])
-        np.save(out_dir / f"{name}-logits.npy", lb.logits[0].numpy())
-        np.save(out_dir / f"{name}-bound.npy", lb.bound[0].numpy())
+        write_logit_bound(model, ids, spec)
     elif spec.get("logits"):
         with torch.inference_mode():
             np.save(out_dir / f"{name}-logits.npy", model(ids).logits[0].float().numpy())

@@ -29,8 +29,8 @@ import numpy as np
 
 from mlir_mx.host import default_thread_counts
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
-from mlir_mx_bench.machine import cpu_sample, loadavg, machine_info, other_load
-from mlir_mx_bench.models.workers import ENV_PREFIXES, run_worker
+from mlir_mx_bench.machine import cpu_sample, loadavg, other_load
+from mlir_mx_bench.models.workers import run_record, run_worker
 
 __all__ = [
     "CHECKED_KINDS", "ModelOptions", "ROWS", "TARGET_ROWS", "run_model", "same_env_key", "targets"
@@ -206,17 +206,7 @@ def _cpu_sample():
 def run_model(opts: ModelOptions, say: Callable[[str], None]) -> dict:
     """Run every row at every thread count; returns the record."""
     t_start, cpu0 = time.perf_counter(), _cpu_sample()
-    record = {
-        "tool": "mx-bench --model",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "tag": opts.tag,
-        "command": opts.command,
-        "options": opts.as_dict(),
-        "machine": machine_info(),
-        "loadavg_start": loadavg(),
-        "not_run": NOT_RUN,
-        "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)},
-    }
+    record = run_record("mx-bench --model", opts, not_run=NOT_RUN)
     say(
         f"mx-bench --model: Llama of TinyLlama-1.1B's shape, {opts.layers} layers, "
         f"threads {opts.threads}, load average {record['loadavg_start']}"

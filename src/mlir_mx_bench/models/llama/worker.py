@@ -24,7 +24,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlir_mx_bench.models.workers import greedy_decode, worker_main
+from mlir_mx_bench.models.workers import (
+    greedy_decode,
+    prefill_seconds,
+    prompt_ids,
+    worker_main,
+    write_logit_bound,
+)
 
 __all__ = [
     "linear_weight_bytes",
@@ -158,16 +164,6 @@ def _convert(model, spec: dict) -> dict:
     return info
 
 
-def _prefill_s(model, ids, samples: int) -> list[float]:
-    times = []
-    with torch.inference_mode():
-        for _ in range(samples):
-            t0 = time.perf_counter()
-            model(ids, use_cache=True, logits_to_keep=1)
-            times.append(time.perf_counter() - t0)
-    return times
-
-
 def run_row(spec: dict) -> dict:
     """Build, convert, time and check one row (see the module docstring)."""
     from transformers import LlamaForCausalLM
@@ -185,25 +181,16 @@ def run_row(spec: dict) -> dict:
     release_free_memory()
     rec["rss_model_kib"] = rss_kib()["VmRSS"]
     rec["linear_bytes"], rec["linear_params"] = linear_weight_bytes(model)
-    ids = torch.randint(
-        0,
-        model.config.vocab_size,
-        (1, spec["prompt"]),
-        generator=torch.Generator().manual_seed(spec["seed"] + 1),
-    )
+    ids = prompt_ids(model, spec)
     if spec["kind"] == "reference":
-        from mlir_mx.torch import logit_bound
-
-        lb = logit_bound(model, ids, probes=spec["probes"])
-        np.save(out_dir / f"{name}-logits.npy", lb.logits[0].numpy())
-        np.save(out_dir / f"{name}-bound.npy", lb.bound[0].numpy())
+        write_logit_bound(model, ids, spec)
         rec["tokens"], _ = greedy_decode(model, ids, spec["new_tokens"])
     else:
         t0 = time.perf_counter()
         if spec["kind"] != "torchao":  # (torchao: nothing to compile, and it is slow)
             greedy_decode(model, ids, 3)  # warm-up: compiles our kernels (prefill and decode)
         rec["warmup_s"] = time.perf_counter() - t0
-        rec["prefill_s"] = _prefill_s(model, ids, spec["prefill_samples"])
+        rec["prefill_s"] = prefill_seconds(model, ids, spec["prefill_samples"])
         rec["tokens"], rec["decode_step_s"] = greedy_decode(model, ids, spec["new_tokens"])
         with torch.inference_mode():
             logits = model(ids).logits[0].to(torch.float32)
