@@ -110,7 +110,7 @@ def test_an_element_format_is_taken_where_a_name_is():
 
 
 class _Experts(torch.nn.Module):
-    """A stacked-experts module as transformers 5 has Mixtral's: ``(E, 2I, H)`` and ``(E, H, I)``."""
+    """A stacked-experts module as transformers 5 has Mixtral's: (E, 2I, H) and (E, H, I)."""
 
     def __init__(self, e=2, hidden=64, inter=32):
         super().__init__()

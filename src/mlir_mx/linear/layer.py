@@ -57,8 +57,9 @@ class Linear:
             or an :class:`~mlir_mx.numerics.ElementFormat`).
         block_size: their block size (default 32).
         activations: None (f32 activations enter exactly) or an MX element
-            format f32 activations are quantized to per call (blocks of the
-            weight's block size along ``in``; MX activations are used as given).
+            format (a name or an ``ElementFormat``) f32 activations are quantized
+            to per call (blocks of the weight's block size along ``in``; MX
+            activations are used as given).
 
     Raises:
         MXArgTypeError: a weight of another type or dtype.

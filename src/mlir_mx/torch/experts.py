@@ -138,7 +138,8 @@ class MXExperts(torch.nn.Module):
         e = len(gate_up)
         gu_b = _biases(gate_up_bias, "gate_up_bias", e)
         dn_b = _biases(down_bias, "down_bias", e)
-        lins = _linears({"gate_up": gate_up, "down": down}, activations_format(activations), threads)
+        acts = activations_format(activations)
+        lins = _linears({"gate_up": gate_up, "down": down}, acts, threads)
         self.gate_up = torch.nn.ModuleList(
             MXLinear.from_mx_linear(lin, gu_b[i], threads=threads) for i, lin in enumerate(lins[:e])
         )
