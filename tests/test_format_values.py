@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from format_cases import BY_BEHAVIOUR
 
 import mlir_mx
 from mlir_mx import oracle
@@ -13,7 +14,7 @@ from mlir_mx.errors import MXValueError
 from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, element_format
 
 
-@pytest.mark.parametrize("name", ["f4E2M1FN", "f6E3M2FN", "f8E4M3FN", "i8"])
+@pytest.mark.parametrize("name", BY_BEHAVIOUR)
 def test_an_element_format_gives_the_bits_of_its_name(name):
     fmt = ELEMENT_FORMATS[name]
     assert element_format(fmt) is fmt and element_format(name) is fmt
