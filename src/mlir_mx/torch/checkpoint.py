@@ -143,13 +143,17 @@ def _meta_model(config: dict, path: Path):
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     if config["model_type"] not in CONFIG_MAPPING:
-        raise MXValueError(f"{path}: model_type {config['model_type']!r} is not a transformers model type")
+        raise MXValueError(
+            f"{path}: model_type {config['model_type']!r} is not a transformers model type"
+        )
     try:
         cfg = transformers.AutoConfig.for_model(**config)
         with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(cfg)
     except Exception as e:  # noqa: BLE001 - the config's fields only: name the file
-        raise MXValueError(f"{path}: transformers builds no causal LM from it ({type(e).__name__}: {e})") from None
+        raise MXValueError(
+            f"{path}: transformers builds no causal LM from it ({type(e).__name__}: {e})"
+        ) from None
     return model.eval()
 
 
@@ -172,7 +176,9 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise MXArgTypeError(f"dtype: expected a torch.dtype or None, got {dtype!r}")
     if dtype is not None and dtype not in _DTYPES:
-        raise MXValueError(f"dtype: expected one of {', '.join(map(str, _DTYPES))} or None, got {dtype}")
+        raise MXValueError(
+            f"dtype: expected one of {', '.join(map(str, _DTYPES))} or None, got {dtype}"
+        )
     config, layout = read_config(folder)
     model = _meta_model(config, folder / "config.json")
     with ExitStack() as stack:
@@ -435,7 +441,8 @@ def save_pretrained(model, path) -> None:
     config = model.config.to_dict()
     if "quantization_config" not in config:  # a model quantize_ converted: say what it holds
         config["quantization_config"] = _quantization_config(model, layout)
-    write_checkpoint(folder, parts, metadata, index, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    config = json.dumps(config, indent=2, sort_keys=True) + "\n"
+    write_checkpoint(folder, parts, metadata, index, config)
 
 
 def _quantization_config(model, layout: str) -> dict:

@@ -64,8 +64,14 @@ def _what(path: Path) -> str:
     except OSError:
         return "there is no such file"
     if stat.S_ISLNK(mode):
-        return "it is a symbolic link to nothing" if not path.exists() else "it is not a regular file"
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"))
+        return (
+            "it is a symbolic link to nothing" if not path.exists() else "it is not a regular file"
+        )
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+    )
     kind = next((k for test, k in kinds if test(mode)), "a device")
     return f"it is {kind}, not a file"
 
@@ -81,7 +87,9 @@ def _read_index(path: Path) -> dict[str, str]:
     wmap = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(wmap, dict):
         got = type(index).__name__ if not isinstance(index, dict) else repr(wmap)[:60]
-        raise MXValueError(f"{path}: not a safetensors index (weight_map: expected an object, got {got})")
+        raise MXValueError(
+            f"{path}: not a safetensors index (weight_map: expected an object, got {got})"
+        )
     if not wmap:
         raise MXValueError(f"{path}: weight_map is empty (no tensor in any file)")
     for key, name in wmap.items():
@@ -136,7 +144,9 @@ def tensor_owners(folder: Path, keys: dict[str, list[str]], wmap: dict | None) -
                 )
             where[key] = name
             if wmap is not None and key not in wmap:
-                raise MXValueError(f"{key}: in {folder / name}, but {folder / INDEX} does not name it")
+                raise MXValueError(
+                    f"{key}: in {folder / name}, but {folder / INDEX} does not name it"
+                )
     for key, name in (wmap or {}).items():
         if where.get(key) != name:
             raise MXValueError(f"{key}: {INDEX} puts it in {name}, which does not hold it")
@@ -150,14 +160,18 @@ def check_config(path: Path, config) -> None:
         raise MXValueError(f"{path}: expected a JSON object, got {type(config).__name__}")
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
-        raise MXValueError(f"{path}: model_type is {model_type!r}; expected a transformers model type")
+        raise MXValueError(
+            f"{path}: model_type is {model_type!r}; expected a transformers model type"
+        )
     for key in ("torch_dtype", "dtype"):
         v = config.get(key)
         if v is not None and (not isinstance(v, str) or v.removeprefix("torch.") not in _DTYPES):
             raise MXValueError(f"{path}: {key} is {v!r}; expected one of {', '.join(_DTYPES)}")
     q = config.get("quantization_config")
     if q is not None and not isinstance(q, dict):
-        raise MXValueError(f"{path}: quantization_config is a {type(q).__name__}; expected an object")
+        raise MXValueError(
+            f"{path}: quantization_config is a {type(q).__name__}; expected an object"
+        )
     groups = (q or {}).get("config_groups")
     if groups is not None and not isinstance(groups, dict):
         raise MXValueError(
@@ -177,7 +191,9 @@ def check_config(path: Path, config) -> None:
 # -- writing --------------------------------------------------------------------------------
 
 
-def write_checkpoint(folder: Path, parts: dict, metadata: dict, index: str | None, config: str) -> None:
+def write_checkpoint(
+    folder: Path, parts: dict, metadata: dict, index: str | None, config: str
+) -> None:
     """Save ``parts`` (file name -> tensor name -> tensor, with each file's
     ``metadata``), the index's text (None: not sharded) and ``config.json``'s
     into ``folder`` (the module docstring).  A write that fails raises its
@@ -272,7 +288,9 @@ def _remove_stale_work(folder: Path) -> None:
         if not name.startswith(_WORK) or len(name) != len(_WORK) + 8 or os.path.islink(path):
             continue
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+            fd = os.open(
+                path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+            )
         except OSError:
             continue
         try:
