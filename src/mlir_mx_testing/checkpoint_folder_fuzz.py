@@ -46,8 +46,14 @@ from mlir_mx_testing.campaign import Outcome
 
 __all__ = ["FOLDER_KINDS", "folder_case"]
 
-FOLDER_KINDS = ("stale-save", "duplicate", "index-field", "config-field", "dense-beside-packed",
-                "partial-save")  # fmt: skip
+FOLDER_KINDS = (
+    "stale-save",
+    "duplicate",
+    "index-field",
+    "config-field",
+    "dense-beside-packed",
+    "partial-save",
+)
 INDEX = "model.safetensors.index.json"
 _CHILD = """
 import resource, sys, warnings
@@ -175,8 +181,22 @@ def _index_field(rng, good: Path, folder: Path):
     index = json.loads(path.read_text())
     wmap = index["weight_map"]
     key = rng.choice(sorted(wmap))
-    bad = rng.choice(("empty", "missing", "list", "not-object", "value", "path", "absent-file",
-                      "absent-tensor", "unnamed", "dir", "link", "cut"))  # fmt: skip
+    bad = rng.choice(
+        (
+            "empty",
+            "missing",
+            "list",
+            "not-object",
+            "value",
+            "path",
+            "absent-file",
+            "absent-tensor",
+            "unnamed",
+            "dir",
+            "link",
+            "cut",
+        )
+    )
     needles = [INDEX]
     if bad == "empty":
         wmap.clear()
@@ -212,8 +232,19 @@ def _index_field(rng, good: Path, folder: Path):
 def _config_value(rng, cfg: dict) -> str:
     """Change one field of ``cfg`` to a malformed value; what was changed."""
     ct = {"quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized"}
-    field = rng.choice(("model_type", "torch_dtype", "dtype", "quantization_config", "quant_method",
-                        "config_groups", "format", "group", "size"))  # fmt: skip
+    field = rng.choice(
+        (
+            "model_type",
+            "torch_dtype",
+            "dtype",
+            "quantization_config",
+            "quant_method",
+            "config_groups",
+            "format",
+            "group",
+            "size",
+        )
+    )
     bad = rng.choice((None, 3, [1], {"a": 1}, "bogus", "", True))
     if field == "model_type":
         bad = rng.choice((None, 3, [1], "bogus", "", "clip", "missing"))
@@ -294,7 +325,9 @@ def _partial_save(rng, good: Path, folder: Path):
     _write(rng, good, side, b, n_new)
     sizes = sorted(p.stat().st_size for p in side.glob("*.safetensors"))
     # Fails on the first file written, part-way (between shards' sizes), or never.
-    low, high = rng.choice(((256, sizes[0]), (sizes[0], sizes[-1] + 1), (sizes[-1], sizes[-1] + 4096)))
+    low, high = rng.choice(
+        ((256, sizes[0]), (sizes[0], sizes[-1] + 1), (sizes[-1], sizes[-1] + 4096))
+    )
     limit = rng.randrange(low, max(high, low + 1))
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     cmd = [sys.executable, "-c", _CHILD, str(side), str(folder), str(limit)]
@@ -315,9 +348,14 @@ def _partial_save(rng, good: Path, folder: Path):
     return what + ": failed", ("load", a)
 
 
-_BUILD = {"stale-save": _stale_save, "duplicate": _duplicate, "index-field": _index_field,
-          "config-field": _config_field, "dense-beside-packed": _dense_beside_packed,
-          "partial-save": _partial_save}  # fmt: skip
+_BUILD = {
+    "stale-save": _stale_save,
+    "duplicate": _duplicate,
+    "index-field": _index_field,
+    "config-field": _config_field,
+    "dense-beside-packed": _dense_beside_packed,
+    "partial-save": _partial_save,
+}
 
 
 def folder_case(rng, index: int, kind: str, good: Path) -> Outcome:

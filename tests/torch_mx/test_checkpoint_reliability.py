@@ -133,31 +133,56 @@ def _directory(d):
 
 INDEX_CASES = {
     "empty weight_map": (_map(lambda m: m.clear()), r"index\.json: weight_map is empty"),
-    "an int file name": (_map(lambda m: m.update({"lm_head.weight": 3})),
-                         r"index\.json: weight_map\['lm_head\.weight'\] is 3"),
-    "a list file name": (_map(lambda m: m.update({"lm_head.weight": [S1]})),
-                         r"weight_map\['lm_head\.weight'\] is \["),
-    "a path, not a name": (_map(lambda m: m.update({"lm_head.weight": "../" + S1})),
-                           r"weight_map\['lm_head\.weight'\] is '\.\./"),
-    "no weight_map": (lambda d: _set_index(d, {"metadata": {}}), r"index\.json: not a safetensors index"),
-    "weight_map a list": (lambda d: _set_index(d, {"weight_map": [S1]}), r"index\.json: not a safetensors"),
+    "an int file name": (
+        _map(lambda m: m.update({"lm_head.weight": 3})),
+        r"index\.json: weight_map\['lm_head\.weight'\] is 3",
+    ),
+    "a list file name": (
+        _map(lambda m: m.update({"lm_head.weight": [S1]})),
+        r"weight_map\['lm_head\.weight'\] is \[",
+    ),
+    "a path, not a name": (
+        _map(lambda m: m.update({"lm_head.weight": "../" + S1})),
+        r"weight_map\['lm_head\.weight'\] is '\.\./",
+    ),
+    "no weight_map": (
+        lambda d: _set_index(d, {"metadata": {}}),
+        r"index\.json: not a safetensors index",
+    ),
+    "weight_map a list": (
+        lambda d: _set_index(d, {"weight_map": [S1]}),
+        r"index\.json: not a safetensors",
+    ),
     "the index a list": (lambda d: _set_index(d, [1]), r"index\.json: not a safetensors index"),
     "not JSON": (lambda d: (d / INDEX).write_text("{"), r"index\.json: not a safetensors index"),
-    "the index a directory": (_directory, r"index\.json: not a safetensors index: it is a directory"),
+    "the index a directory": (
+        _directory,
+        r"index\.json: not a safetensors index: it is a directory",
+    ),
     "the index a dangling link": (_dangling, r"index\.json: not a .*symbolic link to nothing"),
-    "an absent file": (_map(lambda m: m.update({"lm_head.weight": "model-00009-of-00009.safetensors"})),
-                       r"model-00009-of-00009\.safetensors: named in"),
-    "an absent tensor": (_map(lambda m: m.update({"model.extra": S1})),
-                         r"model\.extra: model\.safetensors\.index\.json puts it in"),
+    "an absent file": (
+        _map(lambda m: m.update({"lm_head.weight": "model-00009-of-00009.safetensors"})),
+        r"model-00009-of-00009\.safetensors: named in",
+    ),
+    "an absent tensor": (
+        _map(lambda m: m.update({"model.extra": S1})),
+        r"model\.extra: model\.safetensors\.index\.json puts it in",
+    ),
     "a tensor the index does not name": (_unnamed, r"lm_head\.weight: in .* does not name it"),
     "a tensor in two shards": (_two_shards, r"lm_head\.weight: in both .*00001.* and .*00002"),
-    "a shard the index does not name": (_stray("model-00003-of-00003.safetensors"),
-                                        r"model-00003-of-00003\.safetensors: a checkpoint file that"),
-    "model.safetensors beside the index": (_stray("model.safetensors"),
-                                           r"/model\.safetensors: a checkpoint file that .* does not name"),
-    "shards without their index": (lambda d: (d / INDEX).unlink(),
-                                   r"00001-of-00002\.safetensors: a shard without its model\.safetensors"),
-}  # fmt: skip
+    "a shard the index does not name": (
+        _stray("model-00003-of-00003.safetensors"),
+        r"model-00003-of-00003\.safetensors: a checkpoint file that",
+    ),
+    "model.safetensors beside the index": (
+        _stray("model.safetensors"),
+        r"/model\.safetensors: a checkpoint file that .* does not name",
+    ),
+    "shards without their index": (
+        lambda d: (d / INDEX).unlink(),
+        r"00001-of-00002\.safetensors: a shard without its model\.safetensors",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", INDEX_CASES)
@@ -178,8 +203,11 @@ def test_a_model_safetensors_that_is_not_a_file(folders, tmp_path, kind):
     d = _copy(folders, "one", tmp_path)
     target = d / "model.safetensors"
     target.unlink()
-    {"directory": target.mkdir, "fifo": lambda: os.mkfifo(target),
-     "dangling link": lambda: target.symlink_to(d / "gone.safetensors")}[kind]()  # fmt: skip
+    {
+        "directory": target.mkdir,
+        "fifo": lambda: os.mkfifo(target),
+        "dangling link": lambda: target.symlink_to(d / "gone.safetensors"),
+    }[kind]()
     what = {
         "directory": "a directory",
         "fifo": "a named pipe",
@@ -228,16 +256,21 @@ def _compressed(tmp_path, *, tie: bool, quantize_lm_head: bool, extra=None):
     save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
     cfg = model.config.to_dict()
     group = {"targets": ["Linear"], "format": "mxfp4-pack-quantized"}
-    cfg["quantization_config"] = {"quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized",
-                                  "config_groups": {"group_0": group}, "ignore": []}  # fmt: skip
+    cfg["quantization_config"] = {
+        "quant_method": "compressed-tensors",
+        "format": "mxfp4-pack-quantized",
+        "config_groups": {"group_0": group},
+        "ignore": [],
+    }
     (d / "config.json").write_text(json.dumps(cfg))
     return d, model, tensors
 
 
 def test_a_dense_weight_beside_weight_packed_is_refused(tmp_path):
     key = "model.layers.0.mlp.up_proj.weight"
-    d, _, _ = _compressed(tmp_path, tie=False, quantize_lm_head=False,
-                          extra={key: torch.zeros(128, 64)})  # fmt: skip
+    d, _, _ = _compressed(
+        tmp_path, tie=False, quantize_lm_head=False, extra={key: torch.zeros(128, 64)}
+    )
     with pytest.raises(
         MXValueError, match=rf"{key}: stored dense .* beside .*up_proj\.weight_packed"
     ):
@@ -280,27 +313,45 @@ def test_tied_embeddings_with_a_quantized_lm_head_load_untied(tmp_path):
 
 _CT = {"quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized"}
 CONFIG_CASES = {
-    "ct config_groups a list": (lambda c: c.update(quantization_config={**_CT, "config_groups": ["g"]}),
-                                "quantization_config.config_groups is a list"),
-    "ct format a list": (lambda c: c.update(quantization_config={**_CT, "format": ["mxfp4-pack-quantized"]}),
-                         "quantization_config.format is"),
-    "ct group a string": (lambda c: c.update(quantization_config={**_CT, "config_groups": {"g": "x"}}),
-                          "quantization_config.config_groups.g is not an object"),
+    "ct config_groups a list": (
+        lambda c: c.update(quantization_config={**_CT, "config_groups": ["g"]}),
+        "quantization_config.config_groups is a list",
+    ),
+    "ct format a list": (
+        lambda c: c.update(quantization_config={**_CT, "format": ["mxfp4-pack-quantized"]}),
+        "quantization_config.format is",
+    ),
+    "ct group a string": (
+        lambda c: c.update(quantization_config={**_CT, "config_groups": {"g": "x"}}),
+        "quantization_config.config_groups.g is not an object",
+    ),
     "ct group format a dict": (
         lambda c: c.update(quantization_config={**_CT, "config_groups": {"g": {"format": {}}}}),
-        "quantization_config.config_groups.g.format is"),
-    "quantization_config a list": (lambda c: c.update(quantization_config=["mxfp4"]),
-                                   "quantization_config is a list"),
+        "quantization_config.config_groups.g.format is",
+    ),
+    "quantization_config a list": (
+        lambda c: c.update(quantization_config=["mxfp4"]),
+        "quantization_config is a list",
+    ),
     "no model_type": (lambda c: c.pop("model_type"), "model_type is None"),
     "model_type bogus": (lambda c: c.update(model_type="bogus"), "model_type 'bogus' is not"),
     "model_type an int": (lambda c: c.update(model_type=3), "model_type is 3"),
-    "model_type not a causal LM": (lambda c: c.update(model_type="clip"), "transformers builds no causal LM"),
-    "dtype bogus": (lambda c: c.update(torch_dtype="bogus", dtype="bogus"), "torch_dtype is 'bogus'"),
+    "model_type not a causal LM": (
+        lambda c: c.update(model_type="clip"),
+        "transformers builds no causal LM",
+    ),
+    "dtype bogus": (
+        lambda c: c.update(torch_dtype="bogus", dtype="bogus"),
+        "torch_dtype is 'bogus'",
+    ),
     "dtype an int": (lambda c: c.update(dtype=7), "dtype is 7"),
     "dtype int8": (lambda c: c.update(dtype="int8"), "dtype is 'int8'"),
-    "hidden_size a string": (lambda c: c.update(hidden_size="abc"), "transformers builds no causal LM"),
+    "hidden_size a string": (
+        lambda c: c.update(hidden_size="abc"),
+        "transformers builds no causal LM",
+    ),
     "the config a list": (None, "expected a JSON object, got list"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", CONFIG_CASES)

@@ -19,7 +19,9 @@ The files are read with the ``safetensors`` library: every tensor's dtype and
 shape is checked against the model the config describes (file headers only)
 before any tensor is read, and a file ``safetensors`` refuses (truncated, a bad
 header) or a tensor that is missing, unexpected or of another dtype or shape is
-an :class:`~mlir_mx.errors.MXValueError` naming it.  Expert weights are read one
+an :class:`~mlir_mx.errors.MXValueError` naming it, as is a folder whose files
+disagree or a malformed index or config field (:mod:`.checkpoint_files`, which
+also holds the save's commit).  Expert weights are read one
 expert at a time (``get_slice``), taken over by an ``MXArray`` without a copy,
 and laid out once as its ``mlir_mx.Linear``'s stored form; the bytes read are
 freed before the next expert.  :func:`save_pretrained` writes
@@ -166,9 +168,12 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
     ``threads`` / ``activations``: every MX layer's, as for :class:`MXLinear`.
 
     Raises:
-        MXValueError: a config that is not one of these layouts; a file that
-            does not read; a tensor missing, unexpected, or of another dtype or
-            shape than the config gives (named).
+        MXValueError: a config that is not one of these layouts, or a
+            malformed field of it or of the index (the file and key named); a
+            file that does not read; files that disagree (named); a tensor
+            missing, unexpected, or of another dtype or shape than the config
+            gives (named); ``dtype`` not bf16, f16, f32 or f64.
+        MXArgTypeError: ``dtype`` not a ``torch.dtype``.
     """
     folder = Path(os.fspath(path))
     if not folder.is_dir():
