@@ -3,8 +3,9 @@
 
 Once per worker a tiny gpt-oss checkpoint is written (2 layers, hidden 64, 4
 experts; :func:`mlir_mx_bench.models.gpt_oss.worker.write_checkpoint`).  Case ``i`` of
-seed ``s`` (``random.Random(f"checkpoint:{s}:{i}")``) applies one of
-:data:`KINDS` to its ``model.safetensors``:
+seed ``s`` (``random.Random(f"checkpoint:{s}:{i}")``) draws its kind from
+``kinds`` (the campaign's option; default: all of :data:`ALL_KINDS`).  One of
+:data:`KINDS` mutates its ``model.safetensors``:
 
 * ``length``: the header's 8-byte length (0, off by one, huge);
 * ``header-byte``: a random byte of the JSON header;
@@ -17,7 +18,10 @@ The rule: ``from_pretrained`` returns a model (``ok``), or raises an
 another exception is a finding (``not-mx-error``, or ``traceback`` for one that
 is not a ValueError/TypeError), as is a signal or a hang (the campaign's
 worker).  A data byte never changes what the headers say: those cases must
-load.
+load.  The other kinds, :data:`FOLDER_KINDS` (folders whose files disagree,
+malformed index and config fields, saves over an older checkpoint, some
+under a file-size limit in a child process), are
+:mod:`mlir_mx_testing.checkpoint_folder_fuzz`'s.
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ from functools import cache
 from pathlib import Path
 
 from mlir_mx_testing.campaign import Outcome
+from mlir_mx_testing.checkpoint_folder_fuzz import FOLDER_KINDS, folder_case
 
-__all__ = ["KINDS", "TINY", "case"]
+__all__ = ["ALL_KINDS", "FOLDER_KINDS", "KINDS", "TINY", "case"]
 
 KINDS = ("length", "header-byte", "header-digit", "cut", "data-byte")
+ALL_KINDS = KINDS + FOLDER_KINDS
 #: The tiny gpt-oss of every case (over gpt-oss-20b's shape).
 TINY = dict(
     hidden_size=64,
@@ -81,13 +87,18 @@ def _mutate(rng: random.Random, data: bytes, kind: str) -> tuple[bytes, str]:
     return bytes(b), f"data byte {at} = {b[at]}"
 
 
-def case(seed: int, index: int) -> Outcome:
+def case(seed: int, index: int, kinds=None) -> Outcome:
     from mlir_mx.errors import MXError, MXValueError
     from mlir_mx.torch import from_pretrained
 
+    pool = ALL_KINDS if kinds is None else tuple(kinds)
+    if not pool or not set(pool) <= set(ALL_KINDS):
+        raise MXValueError(f"kinds: expected some of {', '.join(ALL_KINDS)}, got {kinds!r}")
     rng = random.Random(f"checkpoint:{seed}:{index}")
-    kind = rng.choice(KINDS)
+    kind = rng.choice(pool)
     good, data = _good()
+    if kind in FOLDER_KINDS:
+        return folder_case(rng, index, kind, good)
     mutated, what = _mutate(rng, data, kind)
     folder = good.parent / f"case-{index}"
     shutil.rmtree(folder, ignore_errors=True)

@@ -306,7 +306,7 @@ def test_quick_checkpoint_campaign():
     from mlir_mx_testing.campaign import run_campaign
     from mlir_mx_testing.checkpoint_fuzz import KINDS
 
-    report = run_campaign("checkpoint", seed=1, count=12, timeout=300)
+    report = run_campaign("checkpoint", seed=1, count=12, timeout=300, options={"kinds": KINDS})
     assert report.clean, report.summary()
     assert report.kinds["rejected"] > 5 and report.kinds["ok"] > 0
     assert len(set(report.configs) & set(KINDS)) >= 4

@@ -139,8 +139,8 @@ class Linear:
         if code_dtype != np.uint8 and isinstance(codes, np.ndarray) and codes.dtype == np.uint8:
             codes = codes.view(fmt.dtype)  # raw code bytes, as a uint8 tensor holds them
         want_scales = (lin.in_features // lin.block_size, lin.out_features)
-        _check_held("codes", codes, want_codes, code_dtype)
-        _check_held("scales", scales, want_scales, SCALE_DTYPE)
+        weight_form.check_held("codes", codes, want_codes, code_dtype)
+        weight_form.check_held("scales", scales, want_scales, SCALE_DTYPE)
         lin._start_stored(threads, activations_format(activations), (codes, scales), records)
         return lin
 
@@ -163,7 +163,7 @@ class Linear:
         g = lin._geometry
         if unit not in KINDS:
             raise MXValueError(f"unit: expected one of {', '.join(KINDS)}, got {unit!r}")
-        _check_held("records", records, g.layout(unit).shape(g.k, g.n), np.dtype(np.uint8))
+        weight_form.check_held("records", records, g.layout(unit).shape(g.k, g.n), np.dtype(np.uint8))
         if weight_form.records_unit(g, activations) == unit:
             lin._start(threads, activations, (records,), unit, stored=False)
         else:
@@ -184,7 +184,7 @@ class Linear:
         if unit is not None:
             if records is None:
                 records = weight_form.to_records(weight_form.stored_chunks(*held, g), unit, g)
-            _check_held("records", records, g.layout(unit).shape(g.k, g.n), np.dtype(np.uint8))
+            weight_form.check_held("records", records, g.layout(unit).shape(g.k, g.n), np.dtype(np.uint8))
             held += (records,)
         elif records is not None:
             raise MXValueError(
@@ -484,15 +484,6 @@ class Linear:
             if runner is None:
                 runner = self._runners[key] = kernel_runner(*key)
         return runner
-
-
-def _check_held(name: str, a, shape: tuple, dtype: np.dtype) -> None:
-    """An array to hold as it is: this dtype and shape, C-contiguous."""
-    if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != tuple(shape):
-        got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
-        raise MXValueError(f"{name}: expected a {dtype} array of shape {tuple(shape)}, got {got}")
-    if not a.flags.c_contiguous:
-        raise MXValueError(f"{name}: expected a C-contiguous array")
 
 
 #: How many ``(m, threads)`` calls ``Linear.call_into`` keeps before it starts over.

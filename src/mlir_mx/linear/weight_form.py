@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mlir_mx.errors import MXValueError
 from mlir_mx.kernels import Problem
 from mlir_mx.kernels.common.problem import TILE_COLUMNS, tile_b_codes
 from mlir_mx.kernels.dot.units import KINDS, PANEL, RecordLayout, dot_kind
@@ -55,6 +56,7 @@ __all__ = [
     "CHUNK_ELEMENTS",
     "Geometry",
     "array_chunks",
+    "check_held",
     "records_chunks",
     "records_unit",
     "side_records_unit",
@@ -318,3 +320,14 @@ def to_weight(chunks: Iterator[Chunk], g: Geometry) -> MXArray:
         else:
             codes[:, k0:k1] = c.T.view(np.uint8)
     return MXArray.from_packed(codes, scales, fmt, g.block, axis=1, copy=False)
+
+
+def check_held(name: str, a, shape: tuple, dtype: np.dtype) -> None:
+    """An array a Linear holds as it is (``Linear.from_stored`` /
+    ``from_records``): this dtype and shape, C-contiguous; else an
+    ``MXValueError`` naming ``name``."""
+    if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != tuple(shape):
+        got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+        raise MXValueError(f"{name}: expected a {dtype} array of shape {tuple(shape)}, got {got}")
+    if not a.flags.c_contiguous:
+        raise MXValueError(f"{name}: expected a C-contiguous array")

@@ -19,7 +19,9 @@ The files are read with the ``safetensors`` library: every tensor's dtype and
 shape is checked against the model the config describes (file headers only)
 before any tensor is read, and a file ``safetensors`` refuses (truncated, a bad
 header) or a tensor that is missing, unexpected or of another dtype or shape is
-an :class:`~mlir_mx.errors.MXValueError` naming it.  Expert weights are read one
+an :class:`~mlir_mx.errors.MXValueError` naming it, as is a folder whose files
+disagree or a malformed index or config field (:mod:`.checkpoint_files`, which
+also holds the save's commit).  Expert weights are read one
 expert at a time (``get_slice``), taken over by an ``MXArray`` without a copy,
 and laid out once as its ``mlir_mx.Linear``'s stored form; the bytes read are
 freed before the next expert.  :func:`save_pretrained` writes
@@ -37,17 +39,19 @@ from pathlib import Path
 import torch
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
-from mlir_mx.files import atomic_path, release_file_pages, write_text
+from mlir_mx.files import release_file_pages
 from mlir_mx.numerics import MXArray
 
+from .checkpoint_files import check_config, checkpoint_files, tensor_owners, write_checkpoint
 from .experts import MXExperts, experts_gate, is_stacked_experts
 from .module import MXLinear
 
 __all__ = ["from_pretrained", "save_pretrained"]
 
 _FP4, _BLOCK = "f4E2M1FN", 32
-_INDEX = "model.safetensors.index.json"
 _FLOATS = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+#: The dtypes ``from_pretrained(dtype=...)`` takes.
+_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 #: Which modules each layout quantizes, by the quantization config.
 GPT_OSS, COMPRESSED = "mxfp4", "compressed-tensors"
 
@@ -66,36 +70,18 @@ class _Files:
 
     def __init__(self, folder: Path, stack: ExitStack):
         st, safe_open = _safetensors()
-        index = folder / _INDEX
-        if index.exists():
-            try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-                assert isinstance(weight_map, dict)
-            except (ValueError, KeyError, TypeError, AssertionError) as e:
-                raise MXValueError(f"{index}: not a safetensors index ({e!r})") from None
-        else:
-            files = sorted(p.name for p in folder.glob("*.safetensors"))
-            if not files:
-                raise MXValueError(f"path: no *.safetensors file and no {_INDEX} in {folder}")
-            weight_map = None
-            names = files
-        self.handles, self.where, self.metadata = {}, {}, {}
+        names, weight_map = checkpoint_files(folder)  # the files agree (checkpoint_files)
+        self.handles, self.metadata, keys = {}, {}, {}
         self.folder, self.spans = folder, []
-        for name in sorted(set(weight_map.values())) if weight_map else names:
+        for name in names:
             path = folder / name
-            if not path.is_file():
-                raise MXValueError(f"{path}: named in {_INDEX}, but there is no such file")
             try:
                 self.handles[name] = stack.enter_context(safe_open(str(path), framework="pt"))
-            except st.SafetensorError as e:
+            except (st.SafetensorError, OSError) as e:
                 raise MXValueError(f"{path}: not a readable safetensors file ({e})") from None
             self.metadata[name] = self.handles[name].metadata()
-            for key in self.handles[name].keys():
-                self.where.setdefault(key, name)
-        if weight_map:
-            for key, name in weight_map.items():
-                if self.where.get(key) != name:
-                    raise MXValueError(f"{key}: {_INDEX} puts it in {name}, which does not hold it")
+            keys[name] = list(self.handles[name].keys())
+        self.where = tensor_owners(folder, keys, weight_map)
         self.sharded = weight_map is not None
 
     def check(self, key: str, dtypes, shape: tuple) -> str:
@@ -134,8 +120,9 @@ def read_config(folder: Path) -> tuple[dict, str]:
         config = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise MXValueError(f"path: cannot read {path} ({e})") from None
-    q = config.get("quantization_config") if isinstance(config, dict) else None
-    method = q.get("quant_method") if isinstance(q, dict) else None
+    check_config(path, config)  # each field read below of the right type
+    q = config.get("quantization_config") or {}
+    method = q.get("quant_method")
     if method == GPT_OSS:
         return config, GPT_OSS
     if method == COMPRESSED:
@@ -153,12 +140,22 @@ def read_config(folder: Path) -> tuple[dict, str]:
     )
 
 
-def _meta_model(config: dict):
+def _meta_model(config: dict, path: Path):
     import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    cfg = transformers.AutoConfig.for_model(**config)
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    if config["model_type"] not in CONFIG_MAPPING:
+        raise MXValueError(
+            f"{path}: model_type {config['model_type']!r} is not a transformers model type"
+        )
+    try:
+        cfg = transformers.AutoConfig.for_model(**config)
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(cfg)
+    except Exception as e:  # noqa: BLE001 - the config's fields only: name the file
+        raise MXValueError(
+            f"{path}: transformers builds no causal LM from it ({type(e).__name__}: {e})"
+        ) from None
     return model.eval()
 
 
@@ -171,17 +168,24 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
     ``threads`` / ``activations``: every MX layer's, as for :class:`MXLinear`.
 
     Raises:
-        MXValueError: a config that is not one of these layouts; a file that
-            does not read; a tensor missing, unexpected, or of another dtype or
-            shape than the config gives (named).
+        MXValueError: a config that is not one of these layouts, or a
+            malformed field of it or of the index (the file and key named); a
+            file that does not read; files that disagree (named); a tensor
+            missing, unexpected, or of another dtype or shape than the config
+            gives (named); ``dtype`` not bf16, f16, f32 or f64.
+        MXArgTypeError: ``dtype`` not a ``torch.dtype``.
     """
     folder = Path(os.fspath(path))
     if not folder.is_dir():
         raise MXValueError(f"path: expected a checkpoint folder, got {str(path)!r}")
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise MXArgTypeError(f"dtype: expected a torch.dtype or None, got {dtype!r}")
+    if dtype is not None and dtype not in _DTYPES:
+        raise MXValueError(
+            f"dtype: expected one of {', '.join(map(str, _DTYPES))} or None, got {dtype}"
+        )
     config, layout = read_config(folder)
-    model = _meta_model(config)
+    model = _meta_model(config, folder / "config.json")
     with ExitStack() as stack:
         files = _Files(folder, stack)
         plan = _plan(model, layout, files)  # every header checked before a byte is read
@@ -201,7 +205,7 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
 def _plan(model, layout: str, files: _Files) -> dict:
     """``{"mx": {module name: kind}, "plain": {tensor name: dtype}}``, every
     tensor of the file checked against the model."""
-    mx, plain, seen = {}, {}, set()
+    mx, plain, seen, dense = {}, {}, set(), {}  # dense: a weight's name -> its MX form's
     sd = model.state_dict()
     for name, module in model.named_modules():
         if layout == GPT_OSS and is_stacked_experts(module):
@@ -211,7 +215,8 @@ def _plan(model, layout: str, files: _Files) -> dict:
                 _check_k(key, k)
                 files.check(key + "_blocks", ("U8",), (e, out, k // _BLOCK, _BLOCK // 2))
                 files.check(key + "_scales", ("U8",), (e, out, k // _BLOCK))
-                seen |= {key, key + "_blocks", key + "_scales"}
+                seen |= {key + "_blocks", key + "_scales"}
+                dense[key] = f"{key}_blocks / _scales"
                 if f"{key}_bias" in sd:
                     files.check(f"{key}_bias", tuple(_FLOATS), (e, out))
                     seen.add(f"{key}_bias")
@@ -224,19 +229,26 @@ def _plan(model, layout: str, files: _Files) -> dict:
             _check_k(f"{name}.weight", k)
             files.check(key, ("U8",), (out, k // 2))
             files.check(f"{name}.weight_scale", ("U8",), (out, k // _BLOCK))
-            seen |= {f"{name}.weight", key, f"{name}.weight_scale"}
+            seen |= {key, f"{name}.weight_scale"}
+            dense[f"{name}.weight"] = f"{key} / weight_scale"
             if module.bias is not None:
                 files.check(f"{name}.bias", tuple(_FLOATS), (out,))
                 seen.add(f"{name}.bias")
             mx[name] = "linear"
     for key, t in sd.items():
-        if key in seen:
+        if key in seen or key in dense:
             continue
         if key not in files.where and _tied(model, key):
             continue
         plain[key] = files.check(key, tuple(_FLOATS), tuple(t.shape))
         seen.add(key)
     extra = sorted(k for k in files.where if k not in seen)
+    both = [k for k in extra if k in dense]
+    if both:  # the docs' "unexpected tensor", said precisely
+        raise MXValueError(
+            f"{both[0]}: stored dense in {files.where[both[0]]} beside its MX form "
+            f"{dense[both[0]]}; a checkpoint holds one form of each weight"
+        )
     if extra:
         more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
         raise MXValueError(f"{', '.join(extra[:3])}{more}: not a tensor of this model ({layout} layout)")
@@ -281,9 +293,23 @@ def _fill(model, plan: dict, files: _Files, dtype, kw: dict) -> None:
         build = _experts if kind == "experts" else _linear
         new = build(old, name, files, read, kw)
         setattr(parent, attr, new)
-    if getattr(model.config, "tie_word_embeddings", False):
-        model.tie_weights()
+    _tie(model, plan)
     _rebuild_meta_buffers(model)
+
+
+def _tie(model, plan: dict) -> None:
+    """Tie the embeddings as the config says; but a tied weight the file holds
+    in MX (a compressed-tensors ``lm_head`` quantized: ``weight_packed``)
+    wins: that layer stays an ``MXLinear``, the embeddings as stored, and the
+    model's config says ``tie_word_embeddings=False`` (so a later
+    ``tie_weights`` or save keeps them apart)."""
+    tied = _tied_keys(model)
+    if any(key.rpartition(".")[0] in plan["mx"] for key in tied):
+        model.config.tie_word_embeddings = False
+        for key in tied:
+            getattr(model, "all_tied_weights_keys", {}).pop(key, None)
+    elif tied:
+        model.tie_weights()
 
 
 def _mx(codes: torch.Tensor, scales: torch.Tensor, out: int) -> MXArray:
@@ -397,13 +423,14 @@ def save_pretrained(model, path) -> None:
     by :func:`from_pretrained` is written to the same files (same tensors per
     file, same metadata; the index when it was sharded), so its safetensors
     files are byte-identical to those it was loaded from; another goes to one
-    ``model.safetensors``.  Each file is written atomically (``mlir_mx.files``)."""
-    st, _ = _safetensors()
-    from safetensors.torch import save_file
-
+    ``model.safetensors``.  The save is atomic: every file goes to a hidden
+    folder inside ``path`` first and is renamed in once all were written,
+    after the previous checkpoint's index and the safetensors files this save
+    does not rewrite were removed (``checkpoint_files.write_checkpoint``).  A
+    failed write raises its ``OSError`` and leaves the folder as it was."""
+    _safetensors()
     tensors, layout = checkpoint_tensors(model)
     folder = Path(os.fspath(path))
-    folder.mkdir(parents=True, exist_ok=True)
     source = getattr(model, "mx_source", None) or {}
     where = source.get("files") if source.get("layout") == layout else None
     if where is None or set(where) != set(tensors):
@@ -411,18 +438,20 @@ def save_pretrained(model, path) -> None:
         metadata, sharded = {"model.safetensors": {"format": "pt"}}, False
     else:
         metadata, sharded = source["metadata"], source["sharded"]
-    for file in sorted(set(where.values())):
-        part = {k: t.contiguous() for k, t in tensors.items() if where[k] == file}
-        with atomic_path(folder / file) as tmp:
-            save_file(part, str(tmp), metadata=metadata.get(file))
+    parts = {
+        file: {k: t.contiguous() for k, t in tensors.items() if where[k] == file}
+        for file in sorted(set(where.values()))
+    }
+    index = None
     if sharded:
         size = sum(t.numel() * t.element_size() for t in tensors.values())
         index = {"metadata": {"total_size": size}, "weight_map": dict(sorted(where.items()))}
-        write_text(folder / _INDEX, json.dumps(index, indent=2) + "\n")
+        index = json.dumps(index, indent=2) + "\n"
     config = model.config.to_dict()
     if "quantization_config" not in config:  # a model quantize_ converted: say what it holds
         config["quantization_config"] = _quantization_config(model, layout)
-    write_text(folder / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
+    config = json.dumps(config, indent=2, sort_keys=True) + "\n"
+    write_checkpoint(folder, parts, metadata, index, config)
 
 
 def _quantization_config(model, layout: str) -> dict:
