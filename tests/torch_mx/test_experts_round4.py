@@ -75,7 +75,6 @@ def test_routing_tensors_off_the_cpu_or_of_the_wrong_kind_are_refused(experts, t
     [
         (48, 16, None),  # the reproducer: 48 = 32 + a 16-element tail
         (40, 8, Gate("concatenated", act="silu")),
-        (64, 32, None),
         (288, 32, Gate("concatenated", act="gelu")),  # 60 rows x 288 > one chunk
     ],
 )
