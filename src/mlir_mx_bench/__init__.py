@@ -10,7 +10,9 @@ One process, one run, the same thread count for every method of a group:
 * :mod:`.cases`  inputs and the oracle every result is checked against;
 * :mod:`.machine`  CPU model/features, thread control, the measured roofs;
 * :mod:`.loop`  the loop (build, check, time, progress lines);
-* :mod:`.results`  the JSON and markdown files under ``bench/results/``.
+* :mod:`.results`  the JSON and markdown files (under ``--out``);
+* :mod:`.console`  the default ``--out`` (a user folder), the aligned table and
+  ``--quick``'s summary line at the end of a run;
 * :mod:`.models`  ``--model``: a whole Llama or gpt-oss, one process per row.
 
 The command itself is :mod:`mlir_mx_bench.cli`; the method, byte counts

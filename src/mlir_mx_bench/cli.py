@@ -4,6 +4,7 @@ one run, at each thread count.
 
 Examples::
 
+    mx-bench --quick                           # tiny shapes, seconds; a summary line at the end
     mx-bench                                   # the default shapes at 1 thread and all cores
     mx-bench --shapes 1x4096x4096 --threads 2 --formats f8E4M3FN,f4E2M1FN
     mx-bench --quick --out /tmp/r              # tiny shapes, seconds (the test suite runs this)
@@ -18,7 +19,8 @@ One benchmark a run (the matmul shapes, ``--mlp``, ``--quantize`` or
 ``--model``).  A bad command line (a bad value, two benchmarks, an option the
 chosen one ignores, a size larger than the memory this process may use) is
 one ``mx-bench: error: ...`` line and exit status 2, before any work.
-Writes ``mx-bench-<date>-<tag>.json`` and ``.md`` under ``--out``.  torch and
+Writes ``mx-bench-<date>-<tag>.json`` and ``.md`` under ``--out`` (default: a
+user folder, :func:`mlir_mx_bench.console.default_out_dir`).  torch and
 ggml-python are optional (extras ``torch`` and ``bench``, see docs/bench.md);
 each is skipped with a note when absent.
 """
@@ -59,7 +61,8 @@ def _parser() -> ArgParser:
     p.add_argument("--threads", help="comma-separated thread counts (default: 1 and all cores)")
     p.add_argument("--quick", action="store_true", help="tiny shapes, few samples (seconds)")
     p.add_argument("--samples", type=int, help="timed samples per method (9; --quick: 3)")
-    p.add_argument("--out", default="bench/results", help="results directory (bench/results)")
+    p.add_argument("--out", help="results directory (default $XDG_DATA_HOME/mlir-mx/bench-results, "
+                   "else ~/.local/share/mlir-mx/bench-results; the repository's: --out bench/results)")
     p.add_argument("--tag", help="results file tag (default: 'default', or 'quick')")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _sized(
@@ -313,15 +316,7 @@ def _mode(ns) -> str:
         raise UsageError(f"{given[0]} and {given[1]} are two benchmarks: choose one a run")
     mode = given[0] if given else "--shapes"
     what, uses = _MODES[mode]
-    for flag in (
-        "--formats",
-        "--samples",
-        "--mlp-tokens",
-        "--layers",
-        "--rows",
-        "--profile",
-        "--env-row",
-    ):
+    for flag in dict.fromkeys(f for _what, uses in _MODES.values() for f in uses):
         if getattr(ns, flag[2:].replace("-", "_")) is not None and flag not in uses:
             users = " or ".join(m for m, (_, u) in _MODES.items() if flag in u)
             raise UsageError(f"{flag} is not used by {what} ({mode}), only with {users}")
@@ -359,11 +354,13 @@ def _parse(argv: list[str]):
 def _parse_options(argv: list[str]):
     from mlir_mx.numerics import ELEMENT_FORMATS
     from mlir_mx.roofline.variants import parse_shape
+    from mlir_mx_bench.console import default_out_dir
     from mlir_mx_bench.loop import Options
 
     ns = _parser().parse(argv)
     if isinstance(ns, str):  # --help
         return ns
+    ns.out = ns.out or default_out_dir()
     mode = _mode(ns)
     if mode == "--model":
         return _model_options(ns, argv), ns.quiet
@@ -418,6 +415,7 @@ def run(parsed) -> int:
 
     if isinstance(parsed, Reexec):
         return parsed.run()
+    from mlir_mx_bench.console import report
     from mlir_mx_bench.loop import run_bench
     from mlir_mx_bench.results import write_results
 
@@ -437,7 +435,7 @@ def run(parsed) -> int:
     except BenchFailure as err:
         raise ToolError(f"{err}") from None
     js, md = _written(lambda: write_results(record, opts.out), opts.out)
-    print(f"wrote {js} and {md}")
+    report(record, f"wrote {js} and {md}", opts.quick, say)
     return 0
 
 

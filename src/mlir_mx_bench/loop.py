@@ -119,7 +119,12 @@ def _ratios(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _measure(p: Problem, m: Method, threads: int, roof: Roof, opts: Options, say) -> dict:
+#: the progress lines' method column: at least this wide, wider for a longer name
+NAME_WIDTH = 26
+
+
+def _measure(p: Problem, m: Method, threads: int, roof: Roof, opts: Options, say,
+             width: int = NAME_WIDTH) -> dict:  # fmt: skip
     err = m.oracle.check(m.name, f"{p.where}, {threads} thread(s)", m.result(), m.out_unit)
     for attempt in range(1, opts.retries + 2):
         time.sleep(opts.settle_s)
@@ -138,7 +143,7 @@ def _measure(p: Problem, m: Method, threads: int, roof: Roof, opts: Options, say
     row = _row(p, m, timing, roof, threads, err)
     row["cpu"], row["attempts"] = cpu, attempt
     say(
-        f"    {m.name:<20} {timing.median * 1e3:10.3f} ms (spread {timing.spread:5.1%}) "
+        f"    {m.name:<{width}} {timing.median * 1e3:10.3f} ms (spread {timing.spread:7.1%}) "
         f"{row['gb_per_s']:7.1f} GB/s {row['gflop_per_s']:8.1f} GFLOP/s "
         f"{row['roof_fraction']:6.1%} of {row['roof']} roof; err/bound {err:.2g}"
         + (f"; others used {row['cpu']['others']:.0%} of the cores" if row["cpu"] else "")
@@ -157,9 +162,10 @@ def _group(p, threads, roof, opts, compiled, skipped, say) -> list[dict]:
             if isinstance(s, Skipped) and s.name not in skipped:
                 skipped[s.name] = s.reason
                 say(f"    note: skipping {s.name}: {s.reason}")
+        width = max([NAME_WIDTH, *(len(m.name) for m in methods)])
         try:
             for m in methods:
-                rows.append(_measure(p, m, threads, roof, opts, say))
+                rows.append(_measure(p, m, threads, roof, opts, say, width))
         finally:
             for m in methods:
                 if m.close:

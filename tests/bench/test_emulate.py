@@ -19,6 +19,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(autouse=True)
+def _user_data_home(tmp_path, monkeypatch):
+    """The default --out (a user folder, created when the options are parsed)
+    is a temporary one here."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+
+
 def test_the_options_are_checked_before_the_child_runs(capsys):
     parsed = _parse(["--emulate", "avx2", "--quick", "--threads", "1"])
     assert isinstance(parsed, emulate.Reexec) and parsed.level == "avx2"

@@ -4,6 +4,7 @@ run, and bad arguments get one-line errors.  No timing is asserted."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -41,6 +42,13 @@ ROW_FIELDS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _user_data_home(tmp_path_factory, monkeypatch):
+    """The default --out (a user folder) is a temporary one here: a test that
+    parses options without --out writes nothing under the real home."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg")))
+
+
 def test_quick_run_writes_json_and_markdown(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "mlir_mx_bench.cli", "--quick", "--out", str(tmp_path)],
@@ -51,6 +59,7 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     assert proc.returncode == 0, proc.stderr
     counts = default_thread_counts()  # the default --threads: 1 and all cores
     assert f"5x40x96 f8E4M3FN at {counts[-1]} thread(s):" in proc.stdout  # progress lines
+    assert proc.stdout.splitlines()[-1].startswith("summary: tiny shapes measure call overhead")
     [js] = tmp_path.glob("mx-bench-*-quick.json")
     [md] = tmp_path.glob("mx-bench-*-quick.md")
     rec = json.loads(js.read_text())
@@ -321,3 +330,70 @@ def test_model_results_are_written_atomically_and_a_failure_is_a_tool_error(tmp_
     js, md = report.write_model_results(record, tmp_path)
     assert md.read_text() == "# ok\n" and '"tag": "t"' in js.read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == [js.name, md.name]  # no temporary left
+
+
+def test_results_go_to_a_user_folder_by_default(tmp_path, monkeypatch):
+    """No --out: $XDG_DATA_HOME/mlir-mx/bench-results, else (unset, empty or
+    relative) ~/.local/share/mlir-mx/bench-results; never bench/results unless
+    asked."""
+    from mlir_mx_bench.cli import _parse
+    from mlir_mx_bench.console import default_out_dir
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    opts, _quiet = _parse(["--quick"])
+    assert opts.out == tmp_path / "data" / "mlir-mx" / "bench-results" and opts.out.is_dir()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for xdg in ("", "relative/data"):
+        monkeypatch.setenv("XDG_DATA_HOME", xdg)
+        assert default_out_dir() == tmp_path / "home" / ".local" / "share" / "mlir-mx" / "bench-results"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    opts, _quiet = _parse(["--quick", "--mlp"])
+    assert opts.out == tmp_path / "home" / ".local" / "share" / "mlir-mx" / "bench-results"
+    monkeypatch.chdir(tmp_path)
+    opts, _quiet = _parse(["--quick", "--out", "bench/results"])
+    assert opts.out == Path("bench/results")
+
+
+def _row(shape, threads, method, ms, kind="ours"):
+    return {"shape": shape, "format": "f8E4M3FN", "threads": threads, "method": method,
+            "kind": kind, "median_s": ms / 1e3}  # fmt: skip
+
+
+def test_quick_summary_is_computed_from_the_rows():
+    from mlir_mx_bench.console import quick_summary
+
+    rows = [
+        _row("1x64x128", 1, "numpy f32", 0.001, "baseline"),
+        _row("1x64x128", 1, "ours mx x mx", 0.004),
+        _row("1x64x128", 1, "ours mx x f32", 0.005),
+        _row("4x512x512", 1, "numpy f32", 0.100, "baseline"),
+        _row("4x512x512", 1, "ours mx x mx", 0.200),
+        _row("4x512x512", 2, "numpy f32", 0.100, "baseline"),
+        _row("4x512x512", 2, "ours mx x mx", 0.040),
+    ]
+    line = quick_summary(rows)
+    assert line.startswith("summary: tiny shapes measure call overhead")
+    assert "numpy f32 wins at 1x64x128 (up to 8192 MACs; our fastest at 0.25x its speed)" in line
+    # the best thread count counts: 0.100 / 0.040 at 2 threads
+    assert "ours win at 4x512x512 (from 1048576 MACs; up to 2.50x numpy)" in line
+    assert line.endswith("run without --quick for the 8192-wide shapes (minutes)")
+    assert "ours win at none of these shapes" in quick_summary(rows[:3])
+
+
+def test_the_rows_table_is_aligned_with_long_method_names():
+    from mlir_mx_bench.console import rows_table
+
+    long = "ours Linear f32->f8E4M3FN with a much longer name than any column"
+    lines = rows_table([
+        _row("1x64x128", 1, "numpy f32", 0.001, "baseline"),
+        _row("1x64x128", 1, long, 0.004),
+        _row("256x4096x4096", 16, "ours mx x mx", 12.5),
+    ])  # fmt: skip
+    assert len(lines) == 4 and lines[0].startswith("shape")
+    # each column starts at the same place on every line
+    for head in ("format", "method"):
+        col = lines[0].index(head)
+        assert all(line[col - 2 : col] == "  " and line[col] != " " for line in lines)
+    ends = {len(line) for line in lines}  # the last column is right-aligned
+    assert ends == {len(lines[0])}
+    assert lines[2].split()[-1] == "0.25x" and lines[3].endswith(" -")

@@ -7,7 +7,8 @@
    (both operands quantized), and compare with numpy.
 3. The generated kernels (``mx-matmul-kernels``, the Runner's default) at a
    decode, a small-batch and a prefill shape, 1 and 2 threads, against the
-   exact result and numpy, bit-identical across thread counts.
+   exact result and numpy, bit-identical across thread counts; numpy timed at
+   the same thread counts (its BLAS held there by threadpoolctl).
 4. An MXFP4 weight quantized by the compiled ``mlir_mx.quantize`` (checked
    against the oracle) through the library API (``mlir_mx.Linear``).
 5. Print what it did, with timings.
@@ -152,6 +153,29 @@ def _time(fn, reps: int = 5) -> float:
     return best
 
 
+#: the shapes (M, N, K) of the kernels step: decode, a small batch, prefill
+KERNEL_SHAPES = ((1, 2048, 2048), (8, 1024, 1024), (128, 512, 512))
+#: the thread counts ours and numpy run at in the kernels step
+KERNEL_THREADS = (1, 2)
+
+
+def _numpy_times(fn, counts) -> tuple[list[float], str]:
+    """``fn`` (a numpy matmul) timed with numpy's BLAS held to each thread
+    count (threadpoolctl), as ours run, and the words that say so; where
+    threadpoolctl is missing, once at the BLAS's own default, which says so
+    too (that default swings with the load: the two are not comparable)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        why = "at its BLAS's default threads, not ours: threadpoolctl is not installed"
+        return [_time(fn)], why
+    times = []
+    for t in counts:
+        with threadpool_limits(limits=t, user_api="blas"):
+            times.append(_time(fn))
+    return times, "its BLAS held to the same thread counts by threadpoolctl"
+
+
 def _kernels_demo(rng) -> bool:
     """The generated kernels (the Runner's default): every shape class, 1 and 2 threads."""
     from mlir_mx.host import features_summary
@@ -161,13 +185,14 @@ def _kernels_demo(rng) -> bool:
         f" CPU features: {features_summary()}"
     )
     ok = True
-    for m, n, k in ((1, 2048, 2048), (8, 1024, 1024), (128, 512, 512)):
+    counts = " / ".join(str(t) for t in KERNEL_THREADS)
+    for m, n, k in KERNEL_SHAPES:
         a = oracle.quantize(rng.standard_normal((m, k)).astype(np.float32), "f8E4M3FN", B)
         b = oracle.quantize(rng.standard_normal((k, n)).astype(np.float32), "f8E4M3FN", B, axis=0)
         da, db = oracle.dequantize(a).astype(np.float64), oracle.dequantize(b).astype(np.float64)
         text = variant_module_text("mx-ab", Shape(m, n, k))
         outs, times = [], []
-        for threads in (1, 2):
+        for threads in KERNEL_THREADS:
             r = Runner(text, threads=threads)
 
             def call(r=r, a=a, b=b, shape=(m, n)):
@@ -176,17 +201,21 @@ def _kernels_demo(rng) -> bool:
             outs.append(call())
             times.append(_time(call))
         fa, fb = da.astype(np.float32), db.astype(np.float32)
-        t_np = _time(lambda fa=fa, fb=fb: fa @ fb)
+        t_np, how = _numpy_times(lambda fa=fa, fb=fb: fa @ fb, KERNEL_THREADS)
         bound = (k + 2) * 2.0**-24 * (np.abs(da) @ np.abs(db))
         good = bool(np.all(np.abs(outs[0] - da @ db) <= bound))
-        same = np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+        same = all(np.array_equal(outs[0].view(np.uint32), o.view(np.uint32)) for o in outs)
         ok &= good and same
         print(
-            f"   {m}x{n}x{k}: {'OK' if good else 'FAILED'} vs exact; 1 and 2 threads "
-            f"{'bit-identical' if same else 'DIFFER'}; {times[0] * 1e3:.3f} / "
-            f"{times[1] * 1e3:.3f} ms (1 / 2 threads), numpy f32 {t_np * 1e3:.3f} ms"
+            f"   {m}x{n}x{k}: {'OK' if good else 'FAILED'} vs exact; {counts.replace('/', 'and')} threads "
+            f"{'bit-identical' if same else 'DIFFER'}; {_ms(times)} ms ({counts} threads), "
+            f"numpy f32 {_ms(t_np)} ms ({how})"
         )
     return ok
+
+
+def _ms(times: list[float]) -> str:
+    return " / ".join(f"{t * 1e3:.3f}" for t in times)
 
 
 def _library_demo(rng) -> bool:

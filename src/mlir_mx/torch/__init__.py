@@ -1,6 +1,7 @@
 """mlir-mx for torch models: ``MXLinear``, ``quantize_`` and the ``mlir_mx::linear`` op.
 
-Needs torch (``pip install 'mlir-mx[torch]'``; tested with torch 2.13.0 CPU)::
+Needs torch (``pip install 'mlir-mx[torch]'``; tested with torch 2.13 and 2.14,
+:data:`.versions.TESTED_TORCH`: another version warns once)::
 
     from mlir_mx.torch import quantize_
     summary = quantize_(model, element="f4E2M1FN")   # every nn.Linear -> MXLinear
@@ -27,6 +28,9 @@ from .precompile import precompile
 from .quantize_model import QuantizeSummary, quantize_
 from .quantizer import quantize_weight
 from .reference import LogitBound, dequantize_, greedy, logit_bound
+from .versions import warn_untested_torch
+
+warn_untested_torch()  # once, for a torch outside the tested range (versions.TESTED_TORCH)
 
 __all__ = [
     "Gate",

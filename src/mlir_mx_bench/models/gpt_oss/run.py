@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from mlir_mx.host import default_thread_counts
+from mlir_mx_bench.console import default_out_dir
 from mlir_mx_bench.emulate import summary
 from mlir_mx_bench.machine import loadavg
 from mlir_mx_bench.models.workers import run_record, run_worker
@@ -74,13 +75,13 @@ class GptOssOptions:
         probes=2,
         command="",
         tag="gpt-oss",
-        out=Path("bench/results"),
+        out=None,
         config=None,
     ):
         self.layers, self.prompt, self.new_tokens = layers, prompt, new_tokens
         self.threads = list(default_thread_counts() if threads is None else threads)
         self.seed, self.prefill_samples, self.probes = seed, prefill_samples, probes
-        self.command, self.tag, self.out = command, tag, Path(out)
+        self.command, self.tag, self.out = command, tag, Path(out or default_out_dir())
         self.config = dict(config or {})
 
     def as_dict(self) -> dict:

@@ -29,6 +29,7 @@ import numpy as np
 
 from mlir_mx.host import default_thread_counts
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
+from mlir_mx_bench.console import default_out_dir
 from mlir_mx_bench.machine import cpu_sample, loadavg, other_load
 from mlir_mx_bench.models.workers import run_record, run_worker
 
@@ -73,7 +74,7 @@ class ModelOptions:
         torchao_tokens=4,
         command="",
         tag="model",
-        out=Path("bench/results"),
+        out=None,
         config=None,
         rows=None,
         env_rows=(),
@@ -84,7 +85,7 @@ class ModelOptions:
         self.layers, self.threads, self.prompt = layers, list(threads), prompt
         self.new_tokens, self.seed, self.prefill_samples = new_tokens, seed, prefill_samples
         self.probes, self.torchao_tokens, self.command = probes, torchao_tokens, command
-        self.tag, self.out = tag, Path(out)
+        self.tag, self.out = tag, Path(out or default_out_dir())
         #: LlamaConfig fields over TinyLlama's (--quick: a tiny model)
         self.config = dict(config or {})
         #: the ROWS to run, by name (None: all)
