@@ -19,7 +19,7 @@ def fresh(monkeypatch):
     monkeypatch.setattr(versions, "_warned", set())
 
 
-@pytest.mark.parametrize("version", ["2.13.0", "2.13.0+cpu", "2.14.1+cu130", "2.14.0a0+git1234"])
+@pytest.mark.parametrize("version", ["2.13.0", "2.13.0+cpu", "2.13.1+cu130", "2.13.0a0+git1234"])
 def test_a_tested_torch_does_not_warn(version, fresh, monkeypatch):
     monkeypatch.setattr(torch, "__version__", version)
     with warnings.catch_warnings():
@@ -27,7 +27,7 @@ def test_a_tested_torch_does_not_warn(version, fresh, monkeypatch):
         versions.warn_untested_torch()
 
 
-@pytest.mark.parametrize("version", ["2.12.1", "2.15.0.dev20270101", "3.0.0+cu140", "nightly"])
+@pytest.mark.parametrize("version", ["2.12.1", "2.14.1+cu130", "2.15.0.dev20270101", "3.0.0+cu140", "nightly"])
 def test_an_untested_torch_warns_once_with_what_to_install(version, fresh, monkeypatch):
     monkeypatch.setattr(torch, "__version__", version)
     with pytest.warns(versions.UntestedTorchWarning) as got:
@@ -36,7 +36,7 @@ def test_an_untested_torch_warns_once_with_what_to_install(version, fresh, monke
     assert len(got) == 1
     text = str(got[0].message)
     assert text.startswith(f"mlir_mx.torch: torch {version} is untested: mlir-mx is tested "
-                           "with torch 2.13 to 2.14 (pip install 'mlir-mx[torch]' installs one; "
+                           "with torch 2.13 (pip install 'mlir-mx[torch]' installs one; "
                            "CPU-only: pip install torch==2.13.0 --index-url "
                            "https://download.pytorch.org/whl/cpu)")  # fmt: skip
 

@@ -2,7 +2,7 @@
 for any other.
 
 ``TESTED_TORCH`` is the range the ``torch`` extra of ``pyproject.toml`` pins
-(``torch>=2.13,<2.15``; a test keeps the two equal).  Another major or minor
+(``torch>=2.13,<2.14``; a test keeps the two equal).  Another major or minor
 version (an older torch, or a newer one than this release knew) may work, but
 its custom-op, ``torch.compile`` and threading behaviour is unchecked:
 importing ``mlir_mx.torch`` then warns once, naming the version, the tested
@@ -17,7 +17,7 @@ import warnings
 __all__ = ["TESTED_TORCH", "UntestedTorchWarning", "untested_torch", "warn_untested_torch"]
 
 #: (major, minor) of the oldest and the newest torch tested, both included.
-TESTED_TORCH = ((2, 13), (2, 14))
+TESTED_TORCH = ((2, 13), (2, 13))
 
 #: The install commands the warning names (docs/torch.md, README).
 CPU_INSTALL = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
@@ -31,6 +31,8 @@ class UntestedTorchWarning(UserWarning):
 
 def _tested_text() -> str:
     (lo_major, lo_minor), (hi_major, hi_minor) = TESTED_TORCH
+    if (lo_major, lo_minor) == (hi_major, hi_minor):
+        return f"torch {lo_major}.{lo_minor}"
     return f"torch {lo_major}.{lo_minor} to {hi_major}.{hi_minor}"
 
 
