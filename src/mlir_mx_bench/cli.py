@@ -55,8 +55,9 @@ def _parser() -> ArgParser:
     )
     p.add_argument(
         "--formats",
-        help="comma-separated MX element formats (f8E4M3FN; --quantize: all six), or A:B "
-        "pairs (A the activations' format, B the weights', e.g. i8:f4E2M1FN for W4A8)",
+        help="comma-separated MX element formats (f8E4M3FN; --quantize: all six; or aliases "
+        "such as mxfp4), or A:B pairs (A the activations' format, B the weights', e.g. "
+        "i8:f4E2M1FN for W4A8)",
     )
     p.add_argument("--threads", help="comma-separated thread counts (default: 1 and all cores)")
     p.add_argument("--quick", action="store_true", help="tiny shapes, few samples (seconds)")

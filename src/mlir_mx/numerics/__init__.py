@@ -8,6 +8,7 @@ per byte and the packed storage layout (``docs/numerics.md``, "Packed storage").
 
 from .formats import (
     ELEMENT_FORMATS,
+    FORMAT_ALIASES,
     SCALE_BIAS,
     SCALE_NAN_CODE,
     SCALE_TYPE,
@@ -17,6 +18,7 @@ from .formats import (
     element_bits,
     element_format,
     finite_codes,
+    format_names,
 )
 from .mx import (
     MIN_SHARED_EXP,
@@ -43,6 +45,7 @@ from .packing import (
 
 __all__ = [
     "ELEMENT_FORMATS",
+    "FORMAT_ALIASES",
     "MIN_SHARED_EXP",
     "NAN_SHARED_EXP",
     "SCALE_BIAS",
@@ -62,6 +65,7 @@ __all__ = [
     "f32_exponent",
     "fold_scale",
     "finite_codes",
+    "format_names",
     "pack_codes",
     "packed_shape",
     "packing_group",

@@ -22,7 +22,7 @@ See ``docs/numerics.md`` for the full semantics.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 
 __all__ = [
     "ELEMENT_FORMATS",
+    "FORMAT_ALIASES",
     "SCALE_BIAS",
     "SCALE_BITS",
     "SCALE_DTYPE",  # noqa: F822 - made on first use by __getattr__
@@ -41,6 +42,7 @@ __all__ = [
     "element_format",
     "element_bits",
     "finite_codes",
+    "format_names",
 ]
 
 SCALE_TYPE = "f8E8M0FNU"
@@ -96,6 +98,10 @@ class ElementFormat:
     group: tuple[int, int] = (1, 1)
     widening: str = "f16"
     int_exp2: int | None = None
+    #: Other names users type for this format (lower case, looked up
+    #: case-insensitively by :func:`element_format`): the OCP/MLX ``mxfp4``
+    #: style, torch's and torchao's dtype names.  Never IR syntax.
+    aliases: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def dtype(self) -> np.dtype:
@@ -170,14 +176,19 @@ def _fp(name, dtype, bits, ebits, mbits, bias, emax, max_normal, has_nan, has_in
 ELEMENT_FORMATS: dict[str, ElementFormat] = {
     f.name: f
     for f in (
-        _fp("f8E4M3FN", "float8_e4m3fn", 8, 4, 3, 7, 8, 448.0, True, False),
-        _fp("f8E5M2", "float8_e5m2", 8, 5, 2, 15, 15, 57344.0, True, True),
+        _fp("f8E4M3FN", "float8_e4m3fn", 8, 4, 3, 7, 8, 448.0, True, False,
+            aliases=("mxfp8", "mxfp8_e4m3", "float8_e4m3fn")),
+        _fp("f8E5M2", "float8_e5m2", 8, 5, 2, 15, 15, 57344.0, True, True,
+            aliases=("mxfp8_e5m2", "float8_e5m2")),
+        # mxfp6 is E2M3: the OCP spec lists it first, and AMD Quark's MXFP6 is E2M3.
         _fp("f6E2M3FN", "float6_e2m3fn", 6, 2, 3, 1, 2, 7.5, False, False,
-            group=(4, 3), int_exp2=3),
+            group=(4, 3), int_exp2=3,
+            aliases=("mxfp6", "mxfp6_e2m3", "fp6_e2m3", "float6_e2m3fn")),
         _fp("f6E3M2FN", "float6_e3m2fn", 6, 3, 2, 3, 4, 28.0, False, False,
-            group=(4, 3), int_exp2=4),
+            group=(4, 3), int_exp2=4, aliases=("mxfp6_e3m2", "fp6_e3m2", "float6_e3m2fn")),
         _fp("f4E2M1FN", "float4_e2m1fn", 4, 2, 1, 1, 2, 6.0, False, False,
-            group=(2, 1), widening="values", int_exp2=1),
+            group=(2, 1), widening="values", int_exp2=1,
+            aliases=("mxfp4", "mxfp4_e2m1", "fp4_e2m1", "float4_e2m1fn", "float4_e2m1fn_x2")),
         ElementFormat(
             name="i8",
             dtype_name="int8",
@@ -191,30 +202,66 @@ ELEMENT_FORMATS: dict[str, ElementFormat] = {
             is_int=True,
             widening="int",
             int_exp2=6,
+            aliases=("mxint8",),
         ),
     )
 }
 
+#: Every alias (lower case) -> the name of its format, derived from the
+#: table's ``aliases``: ``"mxfp4"`` -> ``"f4E2M1FN"``, ``"mxfp6"`` ->
+#: ``"f6E2M3FN"`` (E2M3 is MXFP6's default; ``"mxfp6_e3m2"`` names the other),
+#: ``"mxfp8"`` -> ``"f8E4M3FN"``, ``"mxint8"`` -> ``"i8"``, ...
+FORMAT_ALIASES: dict[str, str] = {
+    alias: f.name for f in ELEMENT_FORMATS.values() for alias in f.aliases
+}
 
-def element_format(name: str | ElementFormat) -> ElementFormat:
-    """Look up an element format by its MLIR type spelling.
 
-    An :class:`ElementFormat` is returned unchanged.  Unknown names raise
-    ``ValueError`` listing the valid names (never ``KeyError``).
+def format_names() -> str:
+    """The names :func:`element_format` takes, for error messages: each format's
+    MLIR type name with its aliases, ``f8E4M3FN (mxfp8, ...), ..., i8 (mxint8)``."""
+    return ", ".join(
+        f"{f.name} ({', '.join(f.aliases)})" if f.aliases else f.name
+        for f in ELEMENT_FORMATS.values()
+    )
+
+
+def _torch_dtype_name(obj) -> str | None:
+    """``"float8_e4m3fn"`` for ``torch.float8_e4m3fn`` (a torch dtype, told apart
+    without importing torch), else None."""
+    if type(obj).__name__ == "dtype" and type(obj).__module__ == "torch":
+        return str(obj).removeprefix("torch.")
+    return None
+
+
+def element_format(name) -> ElementFormat:
+    """Look up an element format by its MLIR type spelling or an alias.
+
+    An :class:`ElementFormat` is returned unchanged.  An alias
+    (:data:`FORMAT_ALIASES`, any case: ``"mxfp4"``, ``"MXFP8_E5M2"``,
+    ``"float8_e4m3fn"``, ``"fp6_e3m2"``, ...) or a torch dtype
+    (``torch.float8_e4m3fn``, ``torch.float4_e2m1fn_x2``) gives the same object
+    as the format's name, so ``fmt.name`` is always the MLIR type name.  Unknown
+    names raise ``ValueError`` listing the valid names and aliases (never
+    ``KeyError``).
     """
     if isinstance(name, ElementFormat):
         return name
     if not isinstance(name, str):
-        raise MXArgTypeError(
-            f"element: expected a format name (str), got {type(name).__name__}; "
-            f"valid names: {', '.join(ELEMENT_FORMATS)}"
-        )
-    try:
+        torch_name = _torch_dtype_name(name)
+        if torch_name is None:
+            raise MXArgTypeError(
+                f"element: expected a format name (str) or a torch dtype, got {type(name).__name__}; "
+                f"valid names: {format_names()}"
+            )
+        if torch_name in FORMAT_ALIASES:
+            return ELEMENT_FORMATS[FORMAT_ALIASES[torch_name]]
+    elif name in ELEMENT_FORMATS:
         return ELEMENT_FORMATS[name]
-    except KeyError:
-        raise MXValueError(
-            f"element: unknown MX element format {name!r}; valid names: {', '.join(ELEMENT_FORMATS)}"
-        ) from None
+    elif name.lower() in FORMAT_ALIASES:
+        return ELEMENT_FORMATS[FORMAT_ALIASES[name.lower()]]
+    raise MXValueError(
+        f"element: unknown MX element format {str(name)!r}; valid names: {format_names()}"
+    )
 
 
 def element_bits(codes: np.ndarray, element: str | ElementFormat) -> np.ndarray:

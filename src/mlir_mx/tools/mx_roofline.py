@@ -52,7 +52,9 @@ def _parser() -> ArgParser:
     p.add_argument(
         "--variants", default=DEFAULT_VARIANTS, help=f"comma-separated (default {DEFAULT_VARIANTS})"
     )
-    p.add_argument("--element", default="f8E4M3FN", help="mx element type (default f8E4M3FN)")
+    p.add_argument(
+        "--element", default="f8E4M3FN", help="mx element type or alias (default f8E4M3FN)"
+    )
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--machine", default="m4", help="m4 (preset) or measure (this machine)")
     p.add_argument(
@@ -139,7 +141,7 @@ def _time_file_row(row, say):
 def _parse(argv):
     """Parsed arguments, every one checked (a bad one is a ``UsageError``:
     one line, exit status 2) before any work."""
-    from mlir_mx.numerics import ELEMENT_FORMATS
+    from mlir_mx.numerics import element_format, format_names
     from mlir_mx.roofline.machines import MACHINES
     from mlir_mx.roofline.variants import VARIANTS, parse_shape
 
@@ -156,10 +158,12 @@ def _parse(argv):
     for v in args.variants:
         if v not in VARIANTS:
             raise UsageError(f"unknown variant '{v}' (available: {', '.join(VARIANTS)})")
-    if args.element not in ELEMENT_FORMATS:
+    try:
+        args.element = element_format(args.element).name  # an alias: its MLIR type name
+    except MXError:
         raise UsageError(
-            f"unknown element type '{args.element}' (available: {', '.join(ELEMENT_FORMATS)})"
-        )
+            f"unknown element type '{args.element}' (available: {format_names()})"
+        ) from None
     if args.machine != "measure" and args.machine not in MACHINES:
         raise UsageError(
             f"--machine: unknown machine '{args.machine}' (available: {', '.join(MACHINES)}, "
