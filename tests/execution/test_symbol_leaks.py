@@ -32,6 +32,7 @@ FIXED = [
     "mlirContextCreate",
     "mlirAsyncRuntimeCreateToken",
     "mlirAsyncRuntimeAwaitToken",
+    "mlirAsyncRuntimGetNumWorkerThreads",  # sic
     "memrefCopy",
     "_mlir_ciface_printMemrefF32",
     "_mlir_apfloat_add",

@@ -116,6 +116,10 @@ def load_async_runtime() -> ctypes.CDLL:
     return _async_runtime_handle
 
 
+#: The prefix of the async runtime's functions: ``mlirAsyncRuntime*``, and
+#: upstream's ``mlirAsyncRuntimGetNumWorkerThreads`` (sic).
+ASYNC_PREFIX = "mlirAsyncRuntim"
+
 #: Compiler-runtime helpers that LLVM's code generation calls without the
 #: module declaring them (bf16 / f16 conversions on CPUs without the
 #: instructions): found in the process (``libgcc_s``) or, where it lacks
@@ -154,7 +158,7 @@ def symbol_address(name: str, libraries=(), process: bool = True) -> int | None:
     instance; anything else from ``libraries`` (paths, opened ``RTLD_LOCAL``:
     a library's own symbols and its dependencies', none of them made
     global), then, with ``process``, the process's global scope."""
-    if name.startswith("mlirAsyncRuntime"):
+    if name.startswith(ASYNC_PREFIX):
         return _address(load_async_runtime(), name)
     for path in (*libraries, None) if process else libraries:
         found = _address(_handle(path), name)
@@ -174,7 +178,7 @@ def link_runtime(engine, names, libraries) -> None:
     it; the JIT resolves anything else from the process, as before."""
     process = _handle(None)
     for name in dict.fromkeys([*names, *LIBCALLS]):
-        if name.startswith("mlirAsyncRuntime") or _address(process, name) is None:
+        if name.startswith(ASYNC_PREFIX) or _address(process, name) is None:
             found = symbol_address(name, libraries, process=False)
             if found is not None:
                 engine.raw_register_runtime(name, ctypes.c_void_p(found))
