@@ -24,8 +24,8 @@ from mlir_mx.execution import arguments as args_
 from mlir_mx.execution.c_interface import lookup_entry
 from mlir_mx.execution.disk_cache import DiskCache, ObjectCache, store_failed
 from mlir_mx.execution.effects import written_parameters
-from mlir_mx.execution.libraries import load_async_runtime, runtime_libraries
-from mlir_mx.execution.lowered import check_lowered, check_symbols
+from mlir_mx.execution.libraries import link_runtime, load_async_runtime, runtime_libraries
+from mlir_mx.execution.lowered import check_lowered, check_symbols, external_functions
 from mlir_mx.execution.object_dump import object_code
 from mlir_mx.execution.objects import load_object, machine_code_supported
 from mlir_mx.execution.options import CompileOptions
@@ -146,7 +146,10 @@ class Compiled:
             #: machine code: a Runner needs it, and a module loaded as machine
             #: code is not lowered again to find it.
             self.tasks = task_functions(module)
-            self.engine = ExecutionEngine(module, opt_level=options.opt_level, shared_libs=libs)
+            # No shared_libs: the engine would load them RTLD_GLOBAL, and
+            # the wheel's libLLVM / libMLIR with them (link_runtime).
+            self.engine = ExecutionEngine(module, opt_level=options.opt_level)
+            link_runtime(self.engine, external_functions(module), libs)
         uses_async = _uses_async_runtime(module)
         if uses_async:
             # FIXME(upstream): a task of upstream's async runtime signals its

@@ -13,7 +13,16 @@ import ctypes
 import sys
 from pathlib import Path
 
-__all__ = ["ASYNC_RUNTIME", "library_name", "load_async_runtime", "runtime_libraries", "wheel_tool"]
+__all__ = [
+    "ASYNC_RUNTIME",
+    "LIBCALLS",
+    "library_name",
+    "link_runtime",
+    "load_async_runtime",
+    "runtime_libraries",
+    "symbol_address",
+    "wheel_tool",
+]
 
 
 def library_name(stem: str, platform: str | None = None) -> str:
@@ -77,14 +86,15 @@ def runtime_libraries() -> list[str]:
     ]
 
 
-_async_runtime_handle = None
+_async_runtime_handle: ctypes.CDLL | None = None
 
 
-def load_async_runtime() -> None:
-    """Load upstream's async runtime into the process, once, for good.
+def load_async_runtime() -> ctypes.CDLL:
+    """Upstream's async runtime, loaded once, for good, and only locally.
 
     Parallel loops (``scf.parallel`` -> ``async-parallel-for``) call its
-    ``mlirAsyncRuntime*`` functions, which the JIT resolves from the process.
+    ``mlirAsyncRuntime*`` functions; every engine and every loaded machine
+    code gets them from this one instance (:func:`symbol_address`).
     It is NOT handed to an ExecutionEngine as a shared library:
     FIXME(upstream): the library's ``__mlir_execution_engine_destroy`` resets
     the process-wide runtime, so destroying any engine that loaded it makes
@@ -92,9 +102,83 @@ def load_async_runtime() -> None:
     (reproducer: tests/execution/test_threads.py::test_engines_come_and_go).
     No upstream issue found (``resetDefaultAsyncRuntime`` in
     ``AsyncRuntime.cpp``).
+
+    ``RTLD_LOCAL``, not ``RTLD_GLOBAL``: the library links the wheel's
+    ``libLLVM``, and a global load put all of LLVM's symbols in the process's
+    namespace, where another LLVM (triton's, under ``torch.compile``) bound
+    to them and crashed (issue 53; tests/execution/test_symbol_leaks.py).
     """
     global _async_runtime_handle
     if _async_runtime_handle is None:
         _async_runtime_handle = ctypes.CDLL(
-            str(_wheel_library(ASYNC_RUNTIME)), mode=ctypes.RTLD_GLOBAL
+            str(_wheel_library(ASYNC_RUNTIME)), mode=ctypes.RTLD_LOCAL
         )
+    return _async_runtime_handle
+
+
+#: The prefix of the async runtime's functions: ``mlirAsyncRuntime*``, and
+#: upstream's ``mlirAsyncRuntimGetNumWorkerThreads`` (sic).
+ASYNC_PREFIX = "mlirAsyncRuntim"
+
+#: Compiler-runtime helpers that LLVM's code generation calls without the
+#: module declaring them (bf16 / f16 conversions on CPUs without the
+#: instructions): found in the process (``libgcc_s``) or, where it lacks
+#: them, in the runtime libraries' dependencies (``libmlir_float16_utils``).
+LIBCALLS = (
+    "__truncsfbf2",
+    "__truncdfbf2",
+    "__extendhfsf2",
+    "__truncsfhf2",
+    "__truncdfhf2",
+    "__gnu_h2f_ieee",
+    "__gnu_f2h_ieee",
+)
+
+#: Open libraries by path (None: the process's global scope), never closed.
+_handles: dict[str | None, ctypes.CDLL] = {}
+
+
+def _handle(path: str | None) -> ctypes.CDLL:
+    if path not in _handles:
+        _handles[path] = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+    return _handles[path]
+
+
+def _address(handle: ctypes.CDLL, name: str) -> int | None:
+    try:
+        return ctypes.cast(handle[name], ctypes.c_void_p).value
+    except AttributeError:
+        return None
+
+
+def symbol_address(name: str, libraries=(), process: bool = True) -> int | None:
+    """The address compiled code's external ``name`` resolves to, or None.
+
+    ``mlirAsyncRuntime*`` functions come from :func:`load_async_runtime`'s
+    instance; anything else from ``libraries`` (paths, opened ``RTLD_LOCAL``:
+    a library's own symbols and its dependencies', none of them made
+    global), then, with ``process``, the process's global scope."""
+    if name.startswith(ASYNC_PREFIX):
+        return _address(load_async_runtime(), name)
+    for path in (*libraries, None) if process else libraries:
+        found = _address(_handle(path), name)
+        if found is not None:
+            return found
+    return None
+
+
+def link_runtime(engine, names, libraries) -> None:
+    """Register with ExecutionEngine ``engine`` (before its first lookup) the
+    address of each external function ``names`` and each of :data:`LIBCALLS`
+    that the process does not define, found by :func:`symbol_address`.
+
+    No library is handed to the engine itself: upstream loads its
+    ``shared_libs`` with ``llvm::sys::DynamicLibrary``, i.e. ``RTLD_GLOBAL``,
+    and each one's dependencies (the wheel's ``libLLVM``, ``libMLIR``) with
+    it; the JIT resolves anything else from the process, as before."""
+    process = _handle(None)
+    for name in dict.fromkeys([*names, *LIBCALLS]):
+        if name.startswith(ASYNC_PREFIX) or _address(process, name) is None:
+            found = symbol_address(name, libraries, process=False)
+            if found is not None:
+                engine.raw_register_runtime(name, ctypes.c_void_p(found))

@@ -9,15 +9,15 @@ its location, as a :class:`~mlir_mx.diagnostics.DiagnosticError`.
 
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
 
 from mlir import ir
 
 from mlir_mx.diagnostics import Diagnostic, DiagnosticError
+from mlir_mx.execution.libraries import symbol_address
 from mlir_mx.ir_utils import collect, find_first
 
-__all__ = ["check_lowered", "check_symbols"]
+__all__ = ["check_lowered", "check_symbols", "external_functions"]
 
 
 def check_lowered(module: ir.Module) -> None:
@@ -47,20 +47,13 @@ def check_lowered(module: ir.Module) -> None:
         )
 
 
-_LIB_HANDLES: dict[str, ctypes.CDLL] = {}
-
-
-def _resolves(symbol: str, shared_libs) -> bool:
-    """True when the JIT can find ``symbol``: in the process or a shared library."""
-    for path in (None, *shared_libs):
-        try:
-            if path not in _LIB_HANDLES:
-                _LIB_HANDLES[path] = ctypes.CDLL(path)
-            getattr(_LIB_HANDLES[path], symbol)
-            return True
-        except (OSError, AttributeError):
-            continue
-    return False
+def external_functions(module: ir.Module) -> list[str]:
+    """The functions a lowered module declares without defining them."""
+    return [
+        ir.StringAttr(op.operation.attributes["sym_name"]).value
+        for op in module.body.operations
+        if op.operation.name == "llvm.func" and not op.operation.regions[0].blocks
+    ]
 
 
 def _referenced_symbols(module: ir.Module) -> set[str]:
@@ -82,7 +75,7 @@ def check_symbols(module: ir.Module, shared_libs) -> None:
         op = op.operation
         if op.name == "llvm.func" and not op.regions[0].blocks:
             name = ir.StringAttr(op.attributes["sym_name"]).value
-            if not _resolves(name, shared_libs):
+            if symbol_address(name, shared_libs) is None:
                 unresolved.append((op, name))
     if not unresolved:
         return  # the usual case: no walk of the module's uses

@@ -22,11 +22,12 @@ compiles instead (:func:`machine_code_supported` says False on other hosts:
 the cache then keeps only the lowered module).  ``.eh_frame`` is not loaded
 (no C++ exception crosses kernel code; a debugger's backtrace stops there).
 
-Undefined symbols resolve as the engine resolves them: in the runtime
-libraries the engine would have been given (``CompileOptions.libraries``),
-then in the process (libc, upstream's async runtime, which
-:func:`~mlir_mx.execution.libraries.load_async_runtime` loads globally: the
-same library instance the JIT-compiled kernels use).  Code is mapped
+Undefined symbols resolve with
+:func:`~mlir_mx.execution.libraries.symbol_address`, as the engine's do:
+``mlirAsyncRuntime*`` in upstream's async runtime (the one instance the
+JIT-compiled kernels use), anything else in the runtime libraries
+(``CompileOptions.libraries``, opened locally), then in the process (libc).
+Code is mapped
 writable, relocated, then made read-and-execute (never both writable and
 executable).
 """
@@ -40,6 +41,7 @@ import struct
 import sys
 
 from mlir_mx.errors import ObjectError
+from mlir_mx.execution.libraries import symbol_address
 
 __all__ = ["LoadedObject", "load_object", "machine_code_supported"]
 
@@ -190,11 +192,10 @@ class LoadedObject:
 
     def _symbols(self, elf: _Elf, place: dict[int, int], libraries):
         """``(address of each symbol by index, address of each global by name)``."""
-        handles = [ctypes.CDLL(lib) for lib in libraries] + [_libc]
         by_index, globals_ = [], {}
         for name, bind, shndx, value in elf.symbols():
             if shndx == _SHN_UNDEF:
-                addr = _resolve(name, handles) if name else 0
+                addr = symbol_address(name, libraries) if name else 0
                 if addr is None and bind != _STB_WEAK:
                     raise ObjectError(f"undefined symbol {name!r} not found")
                 by_index.append(addr or 0)
@@ -251,15 +252,6 @@ class LoadedObject:
         if getattr(self, "base", None):
             _libc.munmap(self.base, self.size)
             self.base = None
-
-
-def _resolve(name: str, handles) -> int | None:
-    for h in handles:
-        try:
-            return ctypes.cast(h[name], ctypes.c_void_p).value
-        except AttributeError:
-            continue
-    return None
 
 
 def load_object(data: bytes, libraries=()) -> LoadedObject:

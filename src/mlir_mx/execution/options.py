@@ -109,8 +109,9 @@ class CompileOptions:
         return dataclasses.replace(self, **changes)
 
     def libraries(self) -> tuple[str, ...]:
-        """The shared libraries handed to the engine (upstream's async runtime
-        is loaded into the process instead: ``load_async_runtime``)."""
+        """The shared libraries the compiled code's external functions are
+        looked up in, each opened ``RTLD_LOCAL`` (``libraries.link_runtime``;
+        upstream's async runtime is kept apart: ``load_async_runtime``)."""
         libs = self.shared_libs if self.shared_libs is not None else runtime_libraries()
         return tuple(p for p in libs if Path(p).name != ASYNC_RUNTIME)
 
