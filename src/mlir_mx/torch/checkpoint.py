@@ -51,7 +51,9 @@ __all__ = ["from_pretrained", "save_pretrained"]
 _FP4, _BLOCK = "f4E2M1FN", 32
 _FLOATS = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 #: The dtypes ``from_pretrained(dtype=...)`` takes.
-_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+#: The dtypes ``from_pretrained(dtype=)`` takes: those the MX layers take
+#: (``MXLinear`` / ``MXExperts`` refuse float64 inputs).
+_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #: Which modules each layout quantizes, by the quantization config.
 GPT_OSS, COMPRESSED = "mxfp4", "compressed-tensors"
 
