@@ -1,5 +1,5 @@
 """The kernels a process keeps after its Linears are gone are bounded
-(reliability round 4, ``10``: every distinct Linear kernel stayed resident,
+(reliability round 4, ``10-linear-kernels-retained-after-delete``: every distinct Linear kernel stayed resident,
 about 5.4 MiB each, up to 256 of them).  ``linear/kernels.py`` holds the last
 ``RUNNERS_KEPT`` Runners asked for, and finds any Runner a live Linear holds
 whatever that count."""

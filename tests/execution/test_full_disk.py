@@ -1,5 +1,6 @@
 """A compile-cache store that cannot be written never ends the process
-(reliability round 4, ``08``): the object code leaves LLVM through a pipe
+(reliability round 4, ``08``:
+``../shared/repro/round4/08-cache-store-llvm-abort-on-full-tmp.py``): the object code leaves LLVM through a pipe
 (``execution/object_dump.py``), the entry is written by Python with its errors
 caught, and the kernel runs.  Each case runs in a fresh process, as the
 failure it guards against killed the process."""

@@ -1,5 +1,6 @@
 """``MLIR_MX_CPU_FEATURES``: every item is applied or refused by name
-(reliability round 4, ``09`` and ``13``)."""
+(reliability round 4: ``09-cpu-mask-avx512bw`` and
+``13-cpu-mask-unknown-names-ignored`` in ``../shared/repro/round4/``)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,11 @@
 never leave a wrong model (issue 52, round 4's reproducers 01-04, 11, 12, 14):
 each case loads the model its files hold, or is refused with an MXValueError
 naming the file, key or tensor; never a traceback, never a silent wrong
-model."""
+model.  The reproducers (``../shared/repro/round4/``):
+``01-ckpt-duplicate-keys-unindexed``, ``02-ckpt-index-tracebacks``,
+``03-ckpt-config-tracebacks``, ``04-ckpt-tied-quantized-lm-head``,
+``11-save-pretrained-stale-index``, ``12-save-pretrained-partial-sharded``,
+``14-ckpt-misleading-or-silent``."""
 
 from __future__ import annotations
 

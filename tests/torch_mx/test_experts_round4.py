@@ -1,4 +1,6 @@
-"""``MXExperts`` on the cases of reliability round 4 (``05``-``07``): k = 0 at
+"""``MXExperts`` on the cases of reliability round 4 (``../shared/repro/round4/``:
+``05-experts-k0-one-token``, ``06-experts-int-hidden-states``,
+``07-experts-batch-dependent-bits``): k = 0 at
 every token count, inputs of the wrong dtype or device refused by name before
 any kernel, and a token's bits independent of the batch it is in whatever the
 intermediate size."""
