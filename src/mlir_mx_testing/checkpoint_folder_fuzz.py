@@ -375,30 +375,45 @@ def folder_case(rng, index: int, kind: str, good: Path) -> Outcome:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def load_outcome(load, index: int, kind: str, what: str, refused):
+    """``(model, None)`` from ``load()``, or ``(None, finding)``: an
+    ``MXValueError`` judged by ``refused(error)`` (an :class:`Outcome`), any
+    other exception classified as the campaign classifies it (an ``MXError``
+    of another class is wrong, a builtin ``ValueError`` / ``TypeError`` is
+    not-mx-error, anything else a traceback)."""
+    from mlir_mx.errors import MXError, MXValueError
+
+    try:
+        return load(), None
+    except MXValueError as e:
+        return None, refused(e)
+    except MXError as e:
+        why = f"{type(e).__name__} (not MXValueError): {e}"
+        return None, Outcome(index, "wrong", kind, why, what)
+    except (ValueError, TypeError) as e:
+        return None, Outcome(index, "not-mx-error", kind, f"{type(e).__name__}: {e}", what)
+    except Exception:  # noqa: BLE001 - any other exception is a finding
+        return None, Outcome(index, "traceback", kind, traceback.format_exc(), what)
+
+
 def _judge(index: int, kind: str, what: str, expect: tuple, folder: Path) -> Outcome:
     import torch
 
-    from mlir_mx.errors import MXError, MXValueError
     from mlir_mx.torch import from_pretrained
     from mlir_mx.torch.checkpoint import checkpoint_tensors
 
-    try:
-        model = from_pretrained(folder)
-    except MXValueError as e:
+    def refused(e) -> Outcome:
         if expect[0] == "load":
-            return Outcome(
-                index, "wrong", kind, f"refused a folder that holds one model: {e}", what
-            )
+            why = f"refused a folder that holds one model: {e}"
+            return Outcome(index, "wrong", kind, why, what)
         missing = [n for n in expect[1] if n not in str(e)]
         if missing:
             return Outcome(index, "wrong", kind, f"the error does not name {missing}: {e}", what)
         return Outcome(index, "rejected", kind)
-    except MXError as e:
-        return Outcome(index, "wrong", kind, f"{type(e).__name__} (not MXValueError): {e}", what)
-    except (ValueError, TypeError) as e:
-        return Outcome(index, "not-mx-error", kind, f"{type(e).__name__}: {e}", what)
-    except Exception:  # noqa: BLE001 - any other exception is a finding
-        return Outcome(index, "traceback", kind, traceback.format_exc(), what)
+
+    model, finding = load_outcome(lambda: from_pretrained(folder), index, kind, what, refused)
+    if finding is not None:
+        return finding
     if expect[0] == "refuse":
         return Outcome(index, "silent", kind, f"loaded; expected an error naming {expect[1]}", what)
     got, want = checkpoint_tensors(model)[0], expect[1]

@@ -29,12 +29,11 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
-import traceback
 from functools import cache
 from pathlib import Path
 
 from mlir_mx_testing.campaign import Outcome
-from mlir_mx_testing.checkpoint_folder_fuzz import FOLDER_KINDS, folder_case
+from mlir_mx_testing.checkpoint_folder_fuzz import FOLDER_KINDS, folder_case, load_outcome
 
 __all__ = ["ALL_KINDS", "FOLDER_KINDS", "KINDS", "TINY", "case"]
 
@@ -88,7 +87,7 @@ def _mutate(rng: random.Random, data: bytes, kind: str) -> tuple[bytes, str]:
 
 
 def case(seed: int, index: int, kinds=None) -> Outcome:
-    from mlir_mx.errors import MXError, MXValueError
+    from mlir_mx.errors import MXValueError
     from mlir_mx.torch import from_pretrained
 
     pool = ALL_KINDS if kinds is None else tuple(kinds)
@@ -104,20 +103,17 @@ def case(seed: int, index: int, kinds=None) -> Outcome:
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(good, folder)
     (folder / "model.safetensors").write_bytes(mutated)
-    try:
-        from_pretrained(folder)
-    except MXValueError as e:
+    def refused(e) -> Outcome:
         if kind == "data-byte":
             return Outcome(index, "wrong", kind, f"refused a data byte: {e}", what)
         if "model.safetensors" not in str(e) and "model." not in str(e) and "lm_head" not in str(e):
             return Outcome(index, "wrong", kind, f"the error names no file or tensor: {e}", what)
         return Outcome(index, "rejected", kind)
-    except MXError as e:
-        return Outcome(index, "wrong", kind, f"{type(e).__name__} (not MXValueError): {e}", what)
-    except (ValueError, TypeError) as e:
-        return Outcome(index, "not-mx-error", kind, f"{type(e).__name__}: {e}", what)
-    except Exception:  # noqa: BLE001 - any other exception is a finding
-        return Outcome(index, "traceback", kind, traceback.format_exc(), what)
+
+    try:
+        _, finding = load_outcome(lambda: from_pretrained(folder), index, kind, what, refused)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    if finding is not None:
+        return finding
     return Outcome(index, "ok", kind)
