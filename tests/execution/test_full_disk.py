@@ -114,3 +114,18 @@ def test_a_dump_that_writes_nothing_or_fails_is_an_oserror_and_leaves_no_folder(
         assert issubclass(ObjectDumpError, OSError)
     finally:
         tmp.rmdir()
+
+
+def test_a_reader_that_never_starts_is_an_oserror_not_a_hang(monkeypatch):
+    """The reader child dies before it opens the FIFO (here: it is not a
+    Python at all): LLVM's open would wait for a reader for good, holding the
+    GIL.  The dump never starts; an ObjectDumpError says why (found in
+    review)."""
+    monkeypatch.setattr(sys, "executable", "/bin/true")
+    called = []
+    with pytest.raises(ObjectDumpError, match="did not start"):
+        object_code(None, dump=called.append)
+    assert called == []
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    with pytest.raises(ObjectDumpError, match="no Python executable"):
+        object_code(None, dump=called.append)

@@ -108,3 +108,63 @@ def test_kernels_from_machine_code_leak_no_symbol(tmp_path):
     """The first process compiles and stores machine code, the second loads it."""
     assert _leaked(str(tmp_path)) == []
     assert _leaked(str(tmp_path)) == []
+
+
+#: Functions whose code LLVM lowers to calls of the C compiler's runtime
+#: (``__divti3`` for a 128-bit division, ``__powisf2`` for ``math.fpowi``),
+#: which the module does not declare.
+HELPERS = """
+func.func @div(%a: memref<4xi64>, %b: memref<4xi64>, %c: memref<4xi64>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  scf.for %i = %c0 to %c4 step %c1 {
+    %x = memref.load %a[%i] : memref<4xi64>
+    %y = memref.load %b[%i] : memref<4xi64>
+    %xw = arith.extsi %x : i64 to i128
+    %yw = arith.extsi %y : i64 to i128
+    %q = arith.divsi %xw, %yw : i128
+    %qn = arith.trunci %q : i128 to i64
+    memref.store %qn, %c[%i] : memref<4xi64>
+  }
+  return
+}
+func.func @powi(%a: memref<4xf32>, %n: i32, %c: memref<4xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  scf.for %i = %c0 to %c4 step %c1 {
+    %x = memref.load %a[%i] : memref<4xf32>
+    %p = math.fpowi %x, %n : f32, i32
+    memref.store %p, %c[%i] : memref<4xf32>
+  }
+  return
+}
+"""
+
+
+def test_compiler_runtime_helpers_still_link(tmp_path):
+    """The runtime libraries no longer go global (above), and the C
+    compiler's runtime helpers came into the process's global scope with
+    them: ``libgcc_s`` is made global on its own (``compiler_runtime``; not
+    LLVM), so a module whose code calls ``__divti3`` / ``__powisf2`` links in
+    a fresh process (a review of issue 53's change found "Symbols not found")."""
+    code = textwrap.dedent(
+        """
+        import sys, numpy as np
+        from mlir_mx.execution import Runner
+        r = Runner(open(sys.argv[1]).read())
+        c = np.zeros(4, np.int64)
+        r.div(np.array([7, 13, 21, 27], np.int64), np.full(4, 2, np.int64), c)
+        y = np.zeros(4, np.float32)
+        r.powi(np.array([2, 3, -2, 1], np.float32), np.int32(3), y)
+        print(c.tolist(), y.tolist())
+        """
+    )
+    path = tmp_path / "helpers.mlir"
+    path.write_text(HELPERS)
+    env = dict(os.environ, MLIR_MX_CACHE_DIR="off")
+    run = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("\n")[-2] == "[3, 6, 10, 13] [8.0, 27.0, -8.0, 1.0]"

@@ -134,6 +134,34 @@ LIBCALLS = (
     "__gnu_f2h_ieee",
 )
 
+_compiler_runtime_loaded = False
+
+
+def compiler_runtime() -> None:
+    """Make the C compiler's runtime (``libgcc_s``) global, once: LLVM's code
+    generation calls its helpers without the module declaring them (128-bit
+    division ``__divti3``, ``__powisf2`` for ``math.fpowi``, complex
+    multiplication ...), and the JIT finds them only in the process's global
+    scope.  They used to arrive there with the runtime libraries upstream
+    loaded ``RTLD_GLOBAL``; ``libgcc_s`` is no LLVM, so making it global
+    leaks none of LLVM's symbols (issue 53).  Where there is none (macOS:
+    the helpers are in libSystem, always global), nothing is loaded."""
+    global _compiler_runtime_loaded
+    if _compiler_runtime_loaded:
+        return
+    _compiler_runtime_loaded = True
+    import ctypes.util
+
+    name = ctypes.util.find_library("gcc_s")
+    if name is None and sys.platform.startswith("linux"):
+        name = "libgcc_s.so.1"
+    if name is not None:
+        try:
+            ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+        except OSError:  # a libc without it (musl has no wheel of ours anyway)
+            pass
+
+
 #: Open libraries by path (None: the process's global scope), never closed.
 _handles: dict[str | None, ctypes.CDLL] = {}
 
@@ -176,6 +204,7 @@ def link_runtime(engine, names, libraries) -> None:
     ``shared_libs`` with ``llvm::sys::DynamicLibrary``, i.e. ``RTLD_GLOBAL``,
     and each one's dependencies (the wheel's ``libLLVM``, ``libMLIR``) with
     it; the JIT resolves anything else from the process, as before."""
+    compiler_runtime()
     process = _handle(None)
     for name in dict.fromkeys([*names, *LIBCALLS]):
         if name.startswith(ASYNC_PREFIX) or _address(process, name) is None:

@@ -52,7 +52,8 @@ def object_code(engine, *, dump=None) -> bytes:
     :class:`ObjectDumpError` (an ``OSError``) when no object came back; the
     temporary directory is removed whatever happens."""
     dump = dump if dump is not None else engine.dump_to_object_file
-    if not sys.executable:  # an embedded interpreter: no Python to run the reader
+    if not sys.executable or getattr(sys, "frozen", False):
+        # an embedded interpreter or a frozen application: no Python to run the reader
         raise ObjectDumpError("no Python executable to read the object code")
     with tempfile.TemporaryDirectory(prefix="mlir-mx-object-") as tmp:
         fifo = Path(tmp) / "module.o"
@@ -64,13 +65,33 @@ def object_code(engine, *, dump=None) -> bytes:
             stderr=subprocess.PIPE,
         )
         try:
-            dump(str(fifo))
+            held = _reader_ready(child, fifo)
+            try:
+                dump(str(fifo))
+            finally:
+                os.close(held)
         finally:
             out, err = _collect(child, fifo)
     if child.returncode != 0 or not out:
         why = err.decode(errors="replace").strip().splitlines()[-1:] or ["no bytes written"]
         raise ObjectDumpError(f"no object code ({why[0][:200]})")
     return out
+
+
+def _reader_ready(child: subprocess.Popen, fifo: Path) -> int:
+    """A write end of the FIFO, once the reader has opened it: LLVM's own
+    open then finds a reader and never blocks (it would block for good,
+    holding the GIL, if the child had died first).  Held until LLVM is done,
+    so the reader sees the end of the file only after LLVM's bytes."""
+    deadline = time.monotonic() + _TIMEOUT_S
+    while True:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # ENXIO: the reader has not opened it yet
+            pass
+        if child.poll() is not None or time.monotonic() > deadline:
+            raise ObjectDumpError("the object reader did not start")
+        time.sleep(0.002)
 
 
 def _collect(child: subprocess.Popen, fifo: Path) -> tuple[bytes, bytes]:

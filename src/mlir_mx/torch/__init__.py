@@ -1,6 +1,6 @@
 """mlir-mx for torch models: ``MXLinear``, ``quantize_`` and the ``mlir_mx::linear`` op.
 
-Needs torch (``pip install 'mlir-mx[torch]'``; tested with torch 2.13 and 2.14,
+Needs torch (``pip install 'mlir-mx[torch]'``; tested with torch 2.13,
 :data:`.versions.TESTED_TORCH`: another version warns once)::
 
     from mlir_mx.torch import quantize_

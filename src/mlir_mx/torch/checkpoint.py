@@ -174,7 +174,7 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
             malformed field of it or of the index (the file and key named); a
             file that does not read; files that disagree (named); a tensor
             missing, unexpected, or of another dtype or shape than the config
-            gives (named); ``dtype`` not bf16, f16, f32 or f64.
+            gives (named); ``dtype`` not bf16, f16 or f32.
         MXArgTypeError: ``dtype`` not a ``torch.dtype``.
     """
     folder = Path(os.fspath(path))
