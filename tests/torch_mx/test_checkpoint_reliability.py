@@ -528,6 +528,28 @@ def test_a_killed_saves_folder_goes_with_the_next_save(folders, tmp_path):
     assert sorted(os.listdir(d)) == [live.name, "config.json", "model.safetensors"]
 
 
+def test_another_saves_cleanup_never_takes_a_save_in_progress(folders, tmp_path, monkeypatch):
+    """Two saves into one folder: the second's stale-folder cleanup running
+    in the first's window between making its hidden folder and locking it
+    (forced here) leaves it alone, and the first save completes (found in
+    review: the folder was removed and the save failed)."""
+    from mlir_mx.torch import checkpoint_files
+
+    d = _copy(folders, "one", tmp_path)
+    real = checkpoint_files.tempfile.mkdtemp
+
+    def mkdtemp_then_cleanup(*args, **kwargs):
+        made = real(*args, **kwargs)
+        checkpoint_files._remove_stale_work(d)  # the other save, at the worst time
+        return made
+
+    monkeypatch.setattr(checkpoint_files.tempfile, "mkdtemp", mkdtemp_then_cleanup)
+    model = from_pretrained(folders["b"])
+    save_pretrained(model, d)
+    assert sorted(os.listdir(d)) == ["config.json", "model.safetensors"]
+    assert torch.equal(_logits(from_pretrained(d)), _logits(model))
+
+
 def test_a_directory_where_a_file_goes_is_refused_before_writing(folders, tmp_path):
     d = _copy(folders, "two", tmp_path)
     (d / "config.json").unlink()

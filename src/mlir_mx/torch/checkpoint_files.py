@@ -208,11 +208,15 @@ def write_checkpoint(
         if os.path.isdir(folder / name) and not os.path.islink(folder / name):
             raise MXValueError(f"{folder / name}: a directory where the checkpoint's file goes")
     _remove_stale_work(folder)
-    work = Path(tempfile.mkdtemp(dir=folder, prefix=_WORK))
-    lock = os.open(work, os.O_RDONLY)
+    # Made under a name the stale-folder cleanup skips, locked, then renamed
+    # to its working name: another save's cleanup never sees it unlocked.
+    new = Path(tempfile.mkdtemp(dir=folder, prefix=_WORK, suffix="-new"))
+    lock = os.open(new, os.O_RDONLY)
+    work = new.with_name(new.name[: -len("-new")])
     try:
         if fcntl is not None:
             fcntl.flock(lock, fcntl.LOCK_EX)  # held while this save runs
+        os.rename(new, work)
         for name, part in parts.items():
             try:
                 with atomic_path(work / name) as tmp:  # flushed to disk
@@ -225,6 +229,7 @@ def write_checkpoint(
         _commit(folder, work, list(parts), index is not None)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(new, ignore_errors=True)  # where the rename did not happen
         os.close(lock)
 
 
