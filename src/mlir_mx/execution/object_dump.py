@@ -66,12 +66,15 @@ def object_code(engine, *, dump=None) -> bytes:
         )
         try:
             held = _reader_ready(child, fifo)
-            try:
-                dump(str(fifo))
-            finally:
-                os.close(held)
+        except ObjectDumpError:
+            child.kill()
+            child.communicate()
+            raise
+        try:
+            dump(str(fifo))
         finally:
-            out, err = _collect(child, fifo)
+            os.close(held)  # the reader's end of file (LLVM's own end is closed)
+            out, err = _collect(child)
     if child.returncode != 0 or not out:
         why = err.decode(errors="replace").strip().splitlines()[-1:] or ["no bytes written"]
         raise ObjectDumpError(f"no object code ({why[0][:200]})")
@@ -94,22 +97,11 @@ def _reader_ready(child: subprocess.Popen, fifo: Path) -> int:
         time.sleep(0.002)
 
 
-def _collect(child: subprocess.Popen, fifo: Path) -> tuple[bytes, bytes]:
-    """The reader's output, once it has ended.  Where LLVM never opened the
-    FIFO (its open failed), the reader still waits for a writer: open and
-    close the write end for it (until it has ended: it may not have reached
-    its own open yet), so that it reads an empty file."""
-    deadline = time.monotonic() + _TIMEOUT_S
-    while True:
-        try:  # reads its output meanwhile: a reader blocked on a full pipe goes on
-            return child.communicate(timeout=0.01)
-        except subprocess.TimeoutExpired:
-            pass
-        if time.monotonic() > deadline:
-            child.kill()
-            child.communicate()
-            raise ObjectDumpError("the object reader did not finish")
-        try:
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:  # ENXIO: no reader has it open now (not yet, or no more)
-            pass
+def _collect(child: subprocess.Popen) -> tuple[bytes, bytes]:
+    """The reader's output, once it has read to the end of the FIFO."""
+    try:
+        return child.communicate(timeout=_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        raise ObjectDumpError("the object reader did not finish") from None
