@@ -38,6 +38,7 @@ __all__ = [
     "MXFP4_BLOCK_BYTES",
     "GGUFFile",
     "ggml_e8m0_half",
+    "gguf_package",
     "mxfp4_from_ggml",
     "mxfp4_packed_from_ggml",
     "open_gguf",
@@ -79,6 +80,12 @@ def _gguf():
             "gguf >= 0.18.0 is needed: pip install 'mlir-mx[gguf]'"
         )
     return gguf
+
+
+def gguf_package():
+    """The ``gguf`` package (gguf-py), checked for MXFP4 support; an ``ImportError``
+    saying how to install it otherwise."""
+    return _gguf()
 
 
 def _reject_nan_scales(scales: np.ndarray, arg: str, direction: str) -> None:
