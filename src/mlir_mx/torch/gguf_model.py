@@ -314,11 +314,15 @@ def _warn_dequantized(f: GGUFFile, plan: dict, dtype: torch.dtype) -> None:
     warnings.warn(
         f"{f.path}: {len(names)} tensor(s) of ggml type {', '.join(kinds)} are dequantized to "
         f"{str(dtype).removeprefix('torch.')} and run as dense layers, not MX kernels: "
-        f"{stored / 2**20:.1f} MiB in the file become {held / 2**20:.1f} MiB in memory "
+        f"{_size(stored)} in the file become {_size(held)} in memory "
         f"({held / max(stored, 1):.1f}x); their values are the file's, exactly "
         f"({', '.join(names[:3])}{' ...' if len(names) > 3 else ''})",
         stacklevel=3,
     )
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
 # -- reading ------------------------------------------------------------------------------
