@@ -9,6 +9,8 @@ of mlir-mx's reader)."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -69,7 +71,7 @@ def encode(w: np.ndarray, qtype) -> np.ndarray:
 def decode(raw: np.ndarray, qtype) -> np.ndarray:
     """gguf-py's dequantization, f32."""
     if qtype in (Q.F32, Q.F16):
-        return np.asarray(raw, np.float32)
+        return np.array(raw, np.float32)
     return gguf.quants.dequantize(raw, qtype).astype(np.float32)
 
 
@@ -87,7 +89,7 @@ def _byte_tokens(n: int) -> tuple[list[str], list[int], list[str]]:
     return tokens, types, [" ".join(m) for m in merges]
 
 
-def _metadata(w, config, arch: str, tokenizer: bool) -> None:
+def write_metadata(w, config, arch: str, tokenizer: bool) -> None:
     w.add_context_length(config.max_position_embeddings)
     w.add_embedding_length(config.hidden_size)
     w.add_block_count(config.num_hidden_layers)
@@ -175,7 +177,7 @@ def write_model_gguf(model, path, types=None, *, tokenizer: bool = True):
     ref = copy.deepcopy(model).float().eval()
     state = {k: v.detach().clone().float() for k, v in ref.state_dict().items()}
     w = gguf.GGUFWriter(str(path), arch)
-    _metadata(w, model.config, arch, tokenizer)
+    write_metadata(w, model.config, arch, tokenizer)
     for name, (key, a, how) in tensors.items():
         qtype = Q.F32 if types is None else types(name, a)
         raw = encode(a, qtype)
@@ -216,4 +218,125 @@ def tiny_llama(seed: int = 0, **overrides):
         for p in model.parameters():
             if p.dim() == 2:
                 p.normal_(0.0, 0.15)
+    return model.eval()
+
+
+# -- the gpt-oss-shaped file of the target (issue 53): written without a model ----------
+
+
+def gpt_oss_shaped_config(layers: int = 2, vocab: int = 8192):
+    """gpt-oss-20b's shape (hidden 2880, 32 experts of 2880, top-4, 64 query heads,
+    8 KV heads of 64, yarn rope), ``layers`` layers, a ``vocab``-token tied embedding."""
+    transformers = pytest.importorskip("transformers")
+    rope = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+            "truncate": False, "original_max_position_embeddings": 4096, "rope_theta": 150000.0}  # fmt: skip
+    return transformers.GptOssConfig(
+        num_hidden_layers=layers, vocab_size=vocab, hidden_size=2880, intermediate_size=2880,
+        num_local_experts=32, num_experts_per_tok=4, num_attention_heads=64,
+        num_key_value_heads=8, head_dim=64, sliding_window=128,
+        max_position_embeddings=131072, tie_word_embeddings=True, rope_parameters=rope,
+    )  # fmt: skip
+
+
+def write_gpt_oss_shaped(path, config, seed: int = 0, q8_0=("blk.0.attn_k.weight",)) -> None:
+    """A GGUF file of ``config``'s shape with random weights: every ``*_exps``
+    tensor MXFP4 (random codes, scale bytes 119..122: 2**-8 .. 2**-5), the
+    tensors named in ``q8_0`` Q8_0, the rest F32 (no output.weight: tied)."""
+    rng = np.random.default_rng(seed)
+    h, inter, e = config.hidden_size, config.intermediate_size, config.num_local_experts
+    nq, nkv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+
+    def normal(shape, std, mean=0.0):
+        return (rng.standard_normal(shape, dtype=np.float32) * std + mean).astype(np.float32)
+
+    def mxfp4(rows, cols):
+        raw = rng.integers(0, 256, (e, rows, cols // 32, 17), dtype=np.uint8)
+        raw[..., 0] = rng.integers(119, 123, (e, rows, cols // 32), dtype=np.uint8)
+        return raw.reshape(e, rows, cols // 32 * 17)
+
+    w = gguf.GGUFWriter(str(path), "gpt-oss")
+    write_metadata(w, config, "gpt-oss", tokenizer=False)
+    tensors = {"token_embd.weight": normal((config.vocab_size, h), 1.0),
+               "output_norm.weight": normal(h, 0.1, 1.0)}  # fmt: skip
+    for b in range(config.num_hidden_layers):
+        p = f"blk.{b}."
+        tensors |= {
+            p + "attn_norm.weight": normal(h, 0.1, 1.0),
+            p + "post_attention_norm.weight": normal(h, 0.1, 1.0),
+            p + "attn_q.weight": normal((nq * hd, h), 0.02), p + "attn_q.bias": normal(nq * hd, 0.1),
+            p + "attn_k.weight": normal((nkv * hd, h), 0.02), p + "attn_k.bias": normal(nkv * hd, 0.1),
+            p + "attn_v.weight": normal((nkv * hd, h), 0.02), p + "attn_v.bias": normal(nkv * hd, 0.1),
+            p + "attn_output.weight": normal((h, nq * hd), 0.02), p + "attn_output.bias": normal(h, 0.1),
+            p + "attn_sinks.weight": normal(nq, 1.0),
+            p + "ffn_gate_inp.weight": normal((e, h), 0.3), p + "ffn_gate_inp.bias": normal(e, 0.1),
+            p + "ffn_gate_exps.weight": mxfp4(inter, h), p + "ffn_gate_exps.bias": normal((e, inter), 0.1),
+            p + "ffn_up_exps.weight": mxfp4(inter, h), p + "ffn_up_exps.bias": normal((e, inter), 0.1),
+            p + "ffn_down_exps.weight": mxfp4(h, inter), p + "ffn_down_exps.bias": normal((e, h), 0.1),
+        }  # fmt: skip
+    for name, a in tensors.items():
+        if name.endswith("_exps.weight"):
+            w.add_tensor(name, a, raw_dtype=Q.MXFP4)
+        elif name in q8_0:
+            w.add_tensor(name, gguf.quants.quantize(a, Q.Q8_0), raw_dtype=Q.Q8_0)
+        else:
+            w.add_tensor(name, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def reference_from_gguf(path, config, scratch=None):
+    """A transformers ``GptOssForCausalLM`` (f32) holding gguf-py's dequantization
+    of every tensor of the gpt-oss GGUF file ``path`` (read with
+    ``gguf.GGUFReader``, not mlir-mx's reader), experts one at a time.
+    ``scratch`` (a folder): the experts' f32 parameters live in memory-mapped
+    files there (``.npy``), so the kernel can write them back and evict them
+    under memory pressure instead of the process running out of memory."""
+    transformers = pytest.importorskip("transformers")
+    reader = gguf.GGUFReader(str(path))
+    tensors = {t.name: t for t in reader.tensors}
+
+    def deq(name, index=None):
+        t = tensors[name]
+        raw = np.asarray(t.data if index is None else t.data[index])
+        return torch.from_numpy(decode(raw, t.tensor_type).reshape(raw.shape[:-1] + (-1,)))
+
+    with torch.device("meta"):
+        model = transformers.GptOssForCausalLM(config)
+    model.to_empty(device="cpu")
+    model.model.rotary_emb = type(model.model.rotary_emb)(config)  # computed, not stored
+    if scratch is not None:
+        for b, layer in enumerate(model.model.layers):
+            for name in ("gate_up_proj", "down_proj"):
+                shape = tuple(getattr(layer.mlp.experts, name).shape)
+                mm = np.lib.format.open_memmap(
+                    os.path.join(scratch, f"{b}.{name}.npy"), "w+", np.float32, shape
+                )
+                setattr(layer.mlp.experts, name, torch.nn.Parameter(torch.from_numpy(mm), False))
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GPT_OSS, config.num_hidden_layers)
+    with torch.no_grad():
+        for key, p in model.state_dict().items():
+            if key == "lm_head.weight" and config.tie_word_embeddings:
+                continue
+            blk = key.split(".")[2] if key.startswith("model.layers.") else None
+            if key.endswith("experts.gate_up_proj"):
+                for i in range(p.shape[0]):
+                    p[i, :, 0::2] = deq(f"blk.{blk}.ffn_gate_exps.weight", i).t()
+                    p[i, :, 1::2] = deq(f"blk.{blk}.ffn_up_exps.weight", i).t()
+            elif key.endswith("experts.gate_up_proj_bias"):
+                p[:, 0::2] = deq(f"blk.{blk}.ffn_gate_exps.bias")
+                p[:, 1::2] = deq(f"blk.{blk}.ffn_up_exps.bias")
+            elif key.endswith("experts.down_proj"):
+                for i in range(p.shape[0]):
+                    p[i] = deq(f"blk.{blk}.ffn_down_exps.weight", i).t()
+            elif key.endswith("experts.down_proj_bias"):
+                p.copy_(deq(f"blk.{blk}.ffn_down_exps.bias"))
+            elif key.endswith("self_attn.sinks"):
+                p.copy_(deq(names.get_name(key) + ".weight"))
+            else:
+                stem, _, suffix = key.rpartition(".")
+                p.copy_(deq(f"{names.get_name(stem)}.{suffix}").reshape(p.shape))
+    if config.tie_word_embeddings:
+        model.tie_weights()
     return model.eval()

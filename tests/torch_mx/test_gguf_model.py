@@ -19,10 +19,22 @@ deviations of the measured propagation of ``sqrt(2K + 2) u |x||W|`` per layer,
 
 from __future__ import annotations
 
+import gc
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
-from gguf_cases import Q, gguf, tiny_llama, write_model_gguf
+from gguf_cases import (
+    Q,
+    gguf,
+    gpt_oss_shaped_config,
+    reference_from_gguf,
+    tiny_llama,
+    write_model_gguf,
+)
 from gpt_oss_cases import tiny_gpt_oss
 
 from mlir_mx import oracle
@@ -295,3 +307,84 @@ def test_bad_files_name_the_path(llama_file, tmp_path):
         from_pretrained(other)
     with pytest.raises(MXValueError, match="dtype: expected one of"):
         from_pretrained(llama_file, dtype=torch.float64)
+
+
+# -- the target: a gpt-oss-shaped file of more than a gigabyte ---------------------------
+
+
+def rss() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+@pytest.mark.slow
+def test_gpt_oss_shaped_file_of_a_gigabyte(tmp_path, monkeypatch):
+    """2 layers of gpt-oss-20b's shape (32 experts of 2880 x 2880, MXFP4), an 8192-token
+    tied F32 embedding, F32 attention (one Q8_0 tensor): 1.15 GB.  The RSS grows by
+    at most 1.1x the file's size over the load; no expert byte is decoded; the
+    tokens and logits are the f32 reference's (gguf-py's dequantization, 6.7 GB,
+    its experts in memory-mapped scratch files)."""
+    path = tmp_path / "gpt-oss-shaped.gguf"
+    here = os.path.dirname(__file__)
+    code = (f"import sys; sys.path.insert(0, {here!r}); from gguf_cases import *; "
+            f"write_gpt_oss_shaped({str(path)!r}, gpt_oss_shaped_config())")  # fmt: skip
+    try:
+        subprocess.run([sys.executable, "-c", code], check=True)  # the writer's memory apart
+        size = path.stat().st_size
+        assert size >= 10**9
+        decoded = []
+        real = gguf.quants.dequantize
+        monkeypatch.setattr(gguf.quants, "dequantize", lambda d, t: decoded.append(t) or real(d, t))
+        transformers.GptOssForCausalLM  # noqa: B018 - the lazy import, before the baseline
+        gc.collect()
+        before = rss()
+        with pytest.warns(UserWarning, match="Q8_0 are dequantized"):
+            model = from_pretrained(path)
+        growth = rss() - before
+        monkeypatch.undo()
+        print(f"\nfile {size / 2**20:.1f} MiB, RSS growth over the load {growth / 2**20:.1f} MiB "
+              f"({growth / size:.3f}x)")  # fmt: skip
+        assert growth <= 1.1 * size
+        assert decoded == [Q.Q8_0]  # the one Q8_0 tensor; nothing else decoded
+        reader = gguf.GGUFReader(str(path))
+        raw = {t.name: t.data for t in reader.tensors}
+        for b, layer in enumerate(model.model.layers):
+            ex = layer.mlp.experts
+            assert isinstance(ex, MXExperts) and 8 * ex.nbytes / (32 * 3 * 2880**2) == 4.25
+            for e in range(ex.num_experts):
+                gu = ex.gate_up[e].weight()
+                for p, rows in (("gate", slice(0, None, 2)), ("up", slice(1, None, 2))):
+                    want = mxfp4_from_ggml(
+                        np.asarray(raw[f"blk.{b}.ffn_{p}_exps.weight"][e]), (2880, 2880)
+                    )
+                    assert np.array_equal(gu.packed_codes()[rows], want.packed_codes())
+                    assert np.array_equal(
+                        gu.scales.view(np.uint8)[rows], want.scales.view(np.uint8)
+                    )
+                dn = ex.down[e].weight()
+                want = mxfp4_from_ggml(
+                    np.asarray(raw[f"blk.{b}.ffn_down_exps.weight"][e]), (2880, 2880)
+                )
+                assert np.array_equal(dn.packed_codes(), want.packed_codes())
+                assert np.array_equal(dn.scales.view(np.uint8), want.scales.view(np.uint8))
+        del reader, raw
+        x = torch.randint(0, 8192, (1, 8), generator=torch.Generator().manual_seed(1))
+        with torch.inference_mode():
+            logits = model(x).logits
+        tokens = list(greedy(model, x, 4))
+        del model
+        gc.collect()
+        scratch = tmp_path / "scratch"  # the reference's 6.4 GB of f32 experts, mapped
+        scratch.mkdir()
+        ref = reference_from_gguf(path, gpt_oss_shaped_config(), scratch)
+        bound = logit_bound(ref, x, probes=3)
+        used = bound.check(logits)
+        top2 = bound.logits[0, -1].topk(2).values
+        print(f"logits: max |ours - ref| {float((logits - bound.logits).abs().max()):.3g}, "
+              f"bound max {float(bound.bound.max()):.3g}, fraction of the bound used {used:.3f}, "
+              f"top-2 gap {float(top2[0] - top2[1]):.3g}; tokens {tokens}")  # fmt: skip
+        assert tokens == list(greedy(ref, x, 4))
+    finally:
+        path.unlink(missing_ok=True)
+        for f in (tmp_path / "scratch").glob("*.npy"):
+            f.unlink()

@@ -23,7 +23,8 @@ architectures (``docs/torch.md``, "GGUF model files"):
   can decode (Q8_0, Q4_K, ...) is dequantized, with one warning that names the
   tensors and says what it costs; a type it cannot decode is refused, named.
 * the pages of the map that were read are dropped from the RSS after each
-  tensor (:meth:`GGUFFile.release`), so the RSS grows by the model's own bytes.
+  tensor (:meth:`GGUFFile.release`), and the heap the conversion freed is given
+  back at the end (``malloc_trim``), so the RSS grows by the model's own bytes.
 
 :func:`gguf_tokenizer` builds the tokenizer from the file's metadata with
 transformers' GGUF tokenizer conversion.
@@ -39,6 +40,7 @@ import numpy as np
 import torch
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
+from mlir_mx.files import release_free_heap
 from mlir_mx.interop.gguf import GGUFFile, gguf_package, mxfp4_packed_from_ggml, open_gguf
 from mlir_mx.numerics import MXArray
 
@@ -92,6 +94,7 @@ def from_gguf(path, *, dtype=None, threads: int | None = None, activations=None)
         _warn_dequantized(f, plan, dtype)
         _fill(model, f, plan, dtype, dict(threads=threads, activations=activations))
         f.release()
+    release_free_heap()  # the experts' transient arrays (a layer's worth) leave the RSS
     return model
 
 
