@@ -163,6 +163,8 @@ def mxfp4_packed_from_ggml(data, rows: int, n: int, out=None) -> tuple[np.ndarra
     qs = blocks[:, :, 1:]
     lo, hi = qs & np.uint8(0x0F), qs >> np.uint8(4)  # elements 0..15, 16..31
     view = packed.reshape(rows, n // MXFP4_BLOCK, MXFP4_BLOCK // 2)
+    # a view for any 2-D ``packed`` (splitting one strided axis needs no copy), so the
+    # writes below land in ``out``
     view[:, :, :8] = lo[:, :, 0::2] | (lo[:, :, 1::2] << np.uint8(4))
     view[:, :, 8:] = hi[:, :, 0::2] | (hi[:, :, 1::2] << np.uint8(4))
     return packed, scales

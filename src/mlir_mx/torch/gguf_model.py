@@ -413,7 +413,7 @@ def _experts(f: GGUFFile, old, bid: int, dtype: torch.dtype, kw: dict) -> MXExpe
         gate_up.append(MXArray.from_packed(packed, scales, _FP4, _BLOCK, axis=1, copy=False))
         p, s = mxfp4_packed_from_ggml(f.data(f"{pre}down_exps.weight", i), h, inter)
         down.append(MXArray.from_packed(p, s, _FP4, _BLOCK, axis=1, copy=False))
-    f.release()
+        f.release()  # this expert's pages of the map
     biases = [None, None]
     if getattr(old, "has_bias", True):
         gb, ub = (_plain(f, f"{pre}{p}_exps.bias", torch.float32, {}) for p in ("gate", "up"))
