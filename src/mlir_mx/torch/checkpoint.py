@@ -44,6 +44,7 @@ from mlir_mx.numerics import MXArray
 
 from .checkpoint_files import check_config, checkpoint_files, tensor_owners, write_checkpoint
 from .experts import MXExperts, experts_gate, is_stacked_experts
+from .gguf_model import from_gguf
 from .module import MXLinear
 
 __all__ = ["from_pretrained", "save_pretrained"]
@@ -179,9 +180,7 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
         MXArgTypeError: ``dtype`` not a ``torch.dtype``.
     """
     folder = Path(os.fspath(path))
-    if folder.suffix == ".gguf":  # a llama.cpp model file: gguf_model.from_gguf
-        from .gguf_model import from_gguf
-
+    if folder.suffix == ".gguf":  # a llama.cpp model file
         return from_gguf(path, dtype=dtype, threads=threads, activations=activations)
     if not folder.is_dir():
         raise MXValueError(f"path: expected a checkpoint folder, got {str(path)!r}")
