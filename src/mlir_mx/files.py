@@ -246,3 +246,16 @@ def release_file_pages(spans, paths) -> int:
             if libc.madvise(lo, hi - lo, _MADV_DONTNEED) == 0:
                 released += hi - lo
     return released
+
+
+def release_free_heap() -> bool:
+    """Return the heap memory freed so far to the OS (glibc's ``malloc_trim(0)``),
+    so that the RSS shows what is held, not what a conversion once used: glibc
+    serves arrays below its (growing) mmap threshold from the heap and keeps
+    their pages after they are freed.  False where there is no glibc."""
+    import ctypes
+
+    try:
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return False

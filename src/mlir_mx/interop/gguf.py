@@ -21,22 +21,27 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, MXValueError, user_error
-from mlir_mx.files import atomic_path
-from mlir_mx.interop.gguf_format import check_tensor, parse_gguf
+from mlir_mx.files import atomic_path, release_file_pages
+from mlir_mx.interop.gguf_format import TensorInfo, check_tensor, parse_gguf
 from mlir_mx.numerics import SCALE_DTYPE, SCALE_NAN_CODE, MXArray, element_format
 
 __all__ = [
     "GGML_KVALUES",
     "MXFP4_BLOCK",
     "MXFP4_BLOCK_BYTES",
+    "GGUFFile",
     "ggml_e8m0_half",
+    "gguf_package",
     "mxfp4_from_ggml",
+    "mxfp4_packed_from_ggml",
+    "open_gguf",
     "mxfp4_to_ggml",
     "read_gguf",
     "write_gguf",
@@ -75,6 +80,12 @@ def _gguf():
             "gguf >= 0.18.0 is needed: pip install 'mlir-mx[gguf]'"
         )
     return gguf
+
+
+def gguf_package():
+    """The ``gguf`` package (gguf-py), checked for MXFP4 support; an ``ImportError``
+    saying how to install it otherwise."""
+    return _gguf()
 
 
 def _reject_nan_scales(scales: np.ndarray, arg: str, direction: str) -> None:
@@ -131,6 +142,32 @@ def mxfp4_from_ggml(data, shape) -> MXArray:
         axis=-1,
         copy=False,  # new arrays of ours (the codes are packed, the scales kept)
     )
+
+
+def mxfp4_packed_from_ggml(data, rows: int, n: int, out=None) -> tuple[np.ndarray, np.ndarray]:
+    """The raw bytes of a ggml MXFP4 matrix ``(rows, n)`` (``rows * n / 32`` blocks
+    of 17 bytes, ``uint8``) as the stored form of an MXArray blocked along ``n``
+    (:meth:`MXArray.from_packed`): ``(packed (rows, n / 2), scales (rows, n / 32))``,
+    two codes a byte, element ``2j`` in the low nibble.  This is the one
+    conversion: the scale bytes are gathered and the nibbles re-paired from
+    ggml's split halves (byte ``j`` of a block: elements ``j`` and ``j + 16``);
+    no value is decoded.  ``out``: a ``(packed, scales)`` pair of ``uint8`` arrays
+    of those shapes to write into (views, e.g. every other row); else new
+    arrays.  Scale byte 255 is refused as in :func:`mxfp4_from_ggml`."""
+    blocks = np.asarray(data, dtype=np.uint8).reshape(rows, n // MXFP4_BLOCK, MXFP4_BLOCK_BYTES)
+    if out is None:
+        out = (np.empty((rows, n // 2), np.uint8), np.empty((rows, n // MXFP4_BLOCK), np.uint8))
+    packed, scales = out
+    scales[...] = blocks[:, :, 0]
+    _reject_nan_scales(scales, "data", "read as MXFP4")
+    qs = blocks[:, :, 1:]
+    lo, hi = qs & np.uint8(0x0F), qs >> np.uint8(4)  # elements 0..15, 16..31
+    view = packed.reshape(rows, n // MXFP4_BLOCK, MXFP4_BLOCK // 2)
+    # a view for any 2-D ``packed`` (splitting one strided axis needs no copy), so the
+    # writes below land in ``out``
+    view[:, :, :8] = lo[:, :, 0::2] | (lo[:, :, 1::2] << np.uint8(4))
+    view[:, :, 8:] = hi[:, :, 0::2] | (hi[:, :, 1::2] << np.uint8(4))
+    return packed, scales
 
 
 def mxfp4_to_ggml(a: MXArray) -> np.ndarray:
@@ -202,6 +239,55 @@ def read_gguf(path: str | os.PathLike, names=None) -> dict[str, MXArray]:
     return out
 
 
+@dataclass
+class GGUFFile:
+    """A GGUF file opened by :func:`open_gguf`: its tensors (checked, by name),
+    its scalar metadata (by key), and views of its memory-mapped bytes."""
+
+    path: str
+    tensors: dict[str, TensorInfo]
+    metadata: dict
+    buf: object
+    spans: list
+
+    def data(self, name: str, index: int | None = None) -> np.ndarray:
+        """The raw bytes of tensor ``name`` (of its ``index``-th slice along its
+        first numpy axis), ``uint8``, a view of the map (no copy); noted for
+        :meth:`release`."""
+        t = self.tensors[name]
+        start, nbytes = t.start, t.nbytes
+        if index is not None:
+            nbytes //= t.shape[0]
+            start += index * nbytes
+        a = np.frombuffer(self.buf, np.uint8, nbytes, start) if nbytes else np.empty(0, np.uint8)
+        self.spans.append((a.ctypes.data, nbytes))
+        return a
+
+    def release(self) -> int:
+        """Drop the pages of the bytes read so far from the process's RSS
+        (:func:`mlir_mx.files.release_file_pages`); the bytes released."""
+        spans, self.spans = self.spans, []
+        return release_file_pages(spans, [self.path])
+
+
+@contextmanager
+def open_gguf(path: str | os.PathLike) -> Iterator[GGUFFile]:
+    """The GGUF file ``path``, memory-mapped and checked (every count, length
+    and offset, as :func:`read_gguf` does), as a :class:`GGUFFile`.  A file that
+    does not read raises ``MXValueError`` naming ``path``; a missing one
+    ``FileNotFoundError``.  Views from :meth:`GGUFFile.data` must not outlive
+    the ``with`` block (the map is closed there once no view holds it)."""
+    gguf = _gguf()
+    where = os.fspath(path)
+    with _mapped(where) as buf:
+        metadata: dict = {}
+        try:
+            infos = parse_gguf(buf, gguf.GGML_QUANT_SIZES, metadata)
+        except ValueError as e:
+            raise MXValueError(f"{where}: not a readable GGUF file ({e})") from None
+        yield GGUFFile(where, {t.name: t for t in infos}, metadata, buf, [])
+
+
 @contextmanager
 def _mapped(path: str):
     """The file's bytes, memory-mapped (read-only); ``b""`` for an empty file."""
@@ -220,7 +306,10 @@ def _mapped(path: str):
         try:
             yield mm
         finally:
-            mm.close()
+            try:
+                mm.close()
+            except BufferError:  # a view still holds it: closed when the last one goes
+                pass
 
 
 #: Metadata keys the writer sets itself (``arch=``, the default alignment).

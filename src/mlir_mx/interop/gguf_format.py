@@ -32,6 +32,8 @@ _VERSIONS = (2, 3)
 #: Byte size of each fixed-size GGUF value type (GGUFValueType).
 _FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _UINT32, _STRING, _ARRAY = 4, 8, 9
+#: struct codes of the fixed-size value types (read where metadata values are asked for).
+_CODES = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _MAX_DIMS = 4  # GGML_MAX_DIMS
 _MAX_NESTING = 8  # arrays of arrays: GGUFReader reads them, ggml does not
 _MIN_KV = 8 + 4 + 1  # empty key, type, one byte
@@ -124,8 +126,9 @@ def _value(cur: _Cursor, vtype: int, what: str, depth: int = 0) -> None:
         raise MXValueError(f"{what}: unknown value type {vtype}")
 
 
-def _metadata(cur: _Cursor, count: int) -> int:
-    """Walk the metadata; returns ``general.alignment`` (default 32)."""
+def _metadata(cur: _Cursor, count: int, values: dict | None = None) -> int:
+    """Walk the metadata; returns ``general.alignment`` (default 32).  With
+    ``values``, each scalar (number, bool, string) is stored in it by key."""
     cur.need(count * _MIN_KV, f"{count} metadata entries")
     keys: set[str] = set()
     alignment = _DEFAULT_ALIGNMENT
@@ -138,6 +141,10 @@ def _metadata(cur: _Cursor, count: int) -> int:
             alignment = cur.unpack("I", "general.alignment")
             if alignment == 0 or alignment & (alignment - 1):
                 raise MXValueError(f"general.alignment {alignment} is not a power of two")
+        elif values is not None and vtype in _CODES:
+            values[key] = cur.unpack(_CODES[vtype], f"metadata {key!r}")
+        elif values is not None and vtype == _STRING:
+            values[key] = cur.string(f"metadata {key!r}")
         else:
             _value(cur, vtype, f"metadata {key!r}")
     return alignment
@@ -192,12 +199,17 @@ def check_tensor(name: str, ne, ttype: int, sizes: Mapping[int, tuple[int, int]]
     return elements // block * type_size
 
 
-def parse_gguf(buf, sizes: Mapping[int, tuple[int, int]]) -> list[TensorInfo]:
+def parse_gguf(
+    buf, sizes: Mapping[int, tuple[int, int]], metadata: dict | None = None
+) -> list[TensorInfo]:
     """The tensors of the GGUF file whose bytes are ``buf`` (bytes, mmap, ...).
 
     ``sizes``: ggml type -> (elements per block, bytes per block), i.e.
     ``gguf.GGML_QUANT_SIZES``.  Raises ``ValueError`` (why and at which byte)
-    for anything malformed; reads the metadata only to check and skip it.
+    for anything malformed.  The metadata is read only to check and skip it,
+    unless ``metadata`` (a dict) is given: then its scalar values (numbers,
+    bools, strings; not arrays) are stored in it by key (``general.alignment``
+    included).
     """
     if len(buf) < 8:
         raise MXValueError(f"{len(buf)} bytes, too short for a GGUF header")
@@ -212,7 +224,9 @@ def parse_gguf(buf, sizes: Mapping[int, tuple[int, int]]) -> list[TensorInfo]:
         raise MXValueError(f"version {version} (readable: {', '.join(map(str, _VERSIONS))})")
     n_tensors = cur.unpack("Q", "the tensor count")
     n_kv = cur.unpack("Q", "the metadata count")
-    alignment = _metadata(cur, n_kv)
+    alignment = _metadata(cur, n_kv, metadata)
+    if metadata is not None:
+        metadata["general.alignment"] = alignment
     infos = _tensor_infos(cur, n_tensors, sizes)
     data = -(-cur.pos // alignment) * alignment
     out = []

@@ -23,6 +23,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from .checkpoint import from_pretrained, save_pretrained
 from .config import MXConfig
 from .experts import Gate, MXExperts
+from .gguf_model import gguf_tokenizer
 from .module import InferenceOnlyError, MXLinear
 from .precompile import precompile
 from .quantize_model import QuantizeSummary, quantize_
@@ -42,6 +43,7 @@ __all__ = [
     "QuantizeSummary",
     "dequantize_",
     "from_pretrained",
+    "gguf_tokenizer",
     "greedy",
     "logit_bound",
     "precompile",

@@ -44,6 +44,7 @@ from mlir_mx.numerics import MXArray
 
 from .checkpoint_files import check_config, checkpoint_files, tensor_owners, write_checkpoint
 from .experts import MXExperts, experts_gate, is_stacked_experts
+from .gguf_model import from_gguf
 from .module import MXLinear
 
 __all__ = ["from_pretrained", "save_pretrained"]
@@ -166,7 +167,8 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
     and safetensors files, with ``model.safetensors.index.json`` when sharded),
     its MXFP4 weights as stored: gpt-oss's experts in :class:`MXExperts`, a
     compressed-tensors checkpoint's linears in :class:`MXLinear` (the module
-    docstring).  ``dtype``: the other tensors' dtype (None: as stored).
+    docstring); or from a GGUF file ``path`` ending in ``.gguf`` (:mod:`.gguf_model`).
+    ``dtype``: the other tensors' dtype (None: as stored).
     ``threads`` / ``activations``: every MX layer's, as for :class:`MXLinear`.
 
     Raises:
@@ -178,6 +180,8 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
         MXArgTypeError: ``dtype`` not a ``torch.dtype``.
     """
     folder = Path(os.fspath(path))
+    if folder.suffix == ".gguf":  # a llama.cpp model file
+        return from_gguf(path, dtype=dtype, threads=threads, activations=activations)
     if not folder.is_dir():
         raise MXValueError(f"path: expected a checkpoint folder, got {str(path)!r}")
     if dtype is not None and not isinstance(dtype, torch.dtype):
