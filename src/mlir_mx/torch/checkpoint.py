@@ -42,11 +42,13 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.files import release_file_pages
 from mlir_mx.numerics import MXArray
 
-from .checkpoint_files import check_config, checkpoint_files, tensor_owners, write_checkpoint
+from .checkpoint_files import (
+    check_config, checkpoint_files, not_a_folder, tensor_owners, write_checkpoint,
+)  # fmt: skip
 from .experts import MXExperts, experts_gate, is_stacked_experts
 from .module import MXLinear
 
-__all__ = ["from_pretrained", "save_pretrained"]
+__all__ = ["from_pretrained", "linear_shape", "quantization_config", "save_pretrained"]
 
 _FP4, _BLOCK = "f4E2M1FN", 32
 _FLOATS = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
@@ -179,7 +181,7 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
     """
     folder = Path(os.fspath(path))
     if not folder.is_dir():
-        raise MXValueError(f"path: expected a checkpoint folder, got {str(path)!r}")
+        raise not_a_folder(path)
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise MXArgTypeError(f"dtype: expected a torch.dtype or None, got {dtype!r}")
     if dtype is not None and dtype not in _DTYPES:
@@ -212,7 +214,7 @@ def _plan(model, layout: str, files: _Files) -> dict:
     for name, module in model.named_modules():
         if layout == GPT_OSS and is_stacked_experts(module):
             for proj in ("gate_up_proj", "down_proj"):
-                e, out, k = _linear_shape(module, proj)
+                e, out, k = linear_shape(module, proj)
                 key = f"{name}.{proj}"
                 _check_k(key, k)
                 files.check(key + "_blocks", ("U8",), (e, out, k // _BLOCK, _BLOCK // 2))
@@ -257,7 +259,7 @@ def _plan(model, layout: str, files: _Files) -> dict:
     return {"mx": mx, "plain": plain}
 
 
-def _linear_shape(module, proj: str) -> tuple[int, int, int]:
+def linear_shape(module, proj: str) -> tuple[int, int, int]:
     """``(E, out, in)`` of a stacked-experts projection in ``nn.Linear``'s layout."""
     e, a, b = getattr(module, proj).shape
     return (e, b, a) if getattr(module, "is_transposed", False) else (e, a, b)
@@ -324,7 +326,7 @@ def _mx(codes: torch.Tensor, scales: torch.Tensor, out: int) -> MXArray:
 def _experts(old, name: str, files: _Files, read, kw: dict) -> MXExperts:
     weights = {}
     for proj in ("gate_up_proj", "down_proj"):
-        e, out, _k = _linear_shape(old, proj)
+        e, out, _k = linear_shape(old, proj)
         key = f"{name}.{proj}"
         weights[proj] = [
             _mx(files.copied(key + "_blocks", i), files.copied(key + "_scales", i), out)
@@ -449,14 +451,15 @@ def save_pretrained(model, path) -> None:
         size = sum(t.numel() * t.element_size() for t in tensors.values())
         index = {"metadata": {"total_size": size}, "weight_map": dict(sorted(where.items()))}
         index = json.dumps(index, indent=2) + "\n"
-    config = model.config.to_dict()
-    if "quantization_config" not in config:  # a model quantize_ converted: say what it holds
-        config["quantization_config"] = _quantization_config(model, layout)
+    config = model.config.to_diff_dict()  # as transformers writes it (its defaults left out)
+    if (config.get("quantization_config") or {}).get("quant_method") != layout:
+        # quantize_'s model, or one transformers loaded with MXConfig: say what it holds
+        config["quantization_config"] = quantization_config(model, layout)
     config = json.dumps(config, indent=2, sort_keys=True) + "\n"
     write_checkpoint(folder, parts, metadata, index, config)
 
 
-def _quantization_config(model, layout: str) -> dict:
+def quantization_config(model, layout: str) -> dict:
     """The ``quantization_config`` of a model whose MX layers ``quantize_`` made:
     gpt-oss's (the modules kept as they are: every other leaf with weights) or
     compressed-tensors' ``mxfp4-pack-quantized`` (the ``nn.Linear`` layers kept
