@@ -451,7 +451,11 @@ def save_pretrained(model, path) -> None:
         size = sum(t.numel() * t.element_size() for t in tensors.values())
         index = {"metadata": {"total_size": size}, "weight_map": dict(sorted(where.items()))}
         index = json.dumps(index, indent=2) + "\n"
-    config = model.config.to_diff_dict()  # as transformers writes it (its defaults left out)
+    # As transformers' own save_pretrained writes it: the model's class and dtype
+    # set on its config, the defaults left out (so both saves write one config.json).
+    model.config.architectures = [type(model).__name__]
+    model.config.dtype = str(model.dtype).split(".")[1]
+    config = model.config.to_diff_dict()
     if (config.get("quantization_config") or {}).get("quant_method") != layout:
         # quantize_'s model, or one transformers loaded with MXConfig: say what it holds
         config["quantization_config"] = quantization_config(model, layout)
