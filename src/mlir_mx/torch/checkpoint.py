@@ -42,13 +42,18 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.files import release_file_pages
 from mlir_mx.numerics import MXArray
 
+from .checkpoint_config import COMPRESSED, GPT_OSS, saved_config
 from .checkpoint_files import (
-    check_config, checkpoint_files, not_a_folder, tensor_owners, write_checkpoint,
-)  # fmt: skip
+    check_config,
+    checkpoint_files,
+    not_a_folder,
+    tensor_owners,
+    write_checkpoint,
+)
 from .experts import MXExperts, experts_gate, is_stacked_experts
 from .module import MXLinear
 
-__all__ = ["from_pretrained", "linear_shape", "quantization_config", "save_pretrained"]
+__all__ = ["COMPRESSED", "GPT_OSS", "from_pretrained", "linear_shape", "save_pretrained"]
 
 _FP4, _BLOCK = "f4E2M1FN", 32
 _FLOATS = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
@@ -56,8 +61,6 @@ _FLOATS = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 #: The dtypes ``from_pretrained(dtype=)`` takes: those the MX layers take
 #: (``MXLinear`` / ``MXExperts`` refuse float64 inputs).
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-#: Which modules each layout quantizes, by the quantization config.
-GPT_OSS, COMPRESSED = "mxfp4", "compressed-tensors"
 
 
 def _safetensors():
@@ -451,45 +454,5 @@ def save_pretrained(model, path) -> None:
         size = sum(t.numel() * t.element_size() for t in tensors.values())
         index = {"metadata": {"total_size": size}, "weight_map": dict(sorted(where.items()))}
         index = json.dumps(index, indent=2) + "\n"
-    # As transformers' own save_pretrained writes it: the model's class and dtype
-    # set on its config, the defaults left out (so both saves write one config.json).
-    model.config.architectures = [type(model).__name__]
-    model.config.dtype = str(model.dtype).split(".")[1]
-    config = model.config.to_diff_dict()
-    if (config.get("quantization_config") or {}).get("quant_method") != layout:
-        # quantize_'s model, or one transformers loaded with MXConfig: say what it holds
-        config["quantization_config"] = quantization_config(model, layout)
-    config = json.dumps(config, indent=2, sort_keys=True) + "\n"
+    config = json.dumps(saved_config(model, layout), indent=2, sort_keys=True) + "\n"
     write_checkpoint(folder, parts, metadata, index, config)
-
-
-def quantization_config(model, layout: str) -> dict:
-    """The ``quantization_config`` of a model whose MX layers ``quantize_`` made:
-    gpt-oss's (the modules kept as they are: every other leaf with weights) or
-    compressed-tensors' ``mxfp4-pack-quantized`` (the ``nn.Linear`` layers kept
-    in ``ignore``)."""
-    if layout == GPT_OSS:
-        kept = sorted(
-            {
-                n
-                for n, m in model.named_modules()
-                if isinstance(m, torch.nn.Linear) or isinstance(m, torch.nn.Embedding)
-            }
-        )
-        return {"quant_method": GPT_OSS, "modules_to_not_convert": kept}
-    kept = sorted(n for n, m in model.named_modules() if type(m) is torch.nn.Linear)
-    weights = {
-        "num_bits": 4,
-        "type": "float",
-        "strategy": "group",
-        "group_size": _BLOCK,
-        "symmetric": True,
-        "scale_dtype": "torch.uint8",
-    }
-    group = {"targets": ["Linear"], "weights": weights, "format": "mxfp4-pack-quantized"}
-    return {
-        "quant_method": COMPRESSED,
-        "format": "mxfp4-pack-quantized",
-        "config_groups": {"group_0": group},
-        "ignore": kept,
-    }

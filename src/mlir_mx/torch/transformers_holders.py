@@ -26,7 +26,8 @@ from transformers.core_model_loading import ConversionOps
 from mlir_mx.errors import MXValueError
 from mlir_mx.numerics import MXArray
 
-from .checkpoint import COMPRESSED, GPT_OSS, linear_shape
+from .checkpoint import linear_shape
+from .checkpoint_config import COMPRESSED, GPT_OSS
 from .config import MXConfig
 from .experts import MXExperts, experts_gate, is_stacked_experts
 from .module import MXLinear, is_conv1d

@@ -37,7 +37,8 @@ from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from mlir_mx.errors import MXValueError
 
-from .checkpoint import COMPRESSED, GPT_OSS, checkpoint_tensors, quantization_config
+from .checkpoint import checkpoint_tensors
+from .checkpoint_config import COMPRESSED, GPT_OSS, saved_config
 from .config import MXConfig
 from .quantize_model import AFTER_QUANTIZE
 from .transformers_holders import OnLoad, holder_modules, mx_modules
@@ -163,9 +164,7 @@ class MXHfQuantizer(HfQuantizer):
         """:func:`~mlir_mx.torch.save_pretrained`'s tensors; the model's config
         takes that layout's ``quantization_config`` (written next)."""
         tensors, layout = checkpoint_tensors(model)
-        source = getattr(model.config, "quantization_config", None)
-        if not _saved_config(source, layout):
-            model.config.quantization_config = quantization_config(model, layout)
+        model.config.quantization_config = saved_config(model, layout)["quantization_config"]
         return {k: t.contiguous() for k, t in tensors.items()}, {}
 
     def is_serializable(self, *args, **kwargs) -> bool:
@@ -178,15 +177,6 @@ class MXHfQuantizer(HfQuantizer):
     @property
     def is_compileable(self) -> bool:
         return True
-
-
-def _saved_config(config, layout: str) -> bool:
-    """``config`` is a ``quantization_config`` of ``layout`` as a checkpoint holds it."""
-    if config is None or isinstance(config, MXConfig):
-        return False
-    d = config if isinstance(config, dict) else config.to_dict()
-    method = d.get("quant_method")
-    return getattr(method, "value", method) == layout
 
 
 def attach(model) -> None:
