@@ -191,14 +191,15 @@ class OnLoad:
         acts = self.config.activations
         for name in sorted(self.linears):
             layer = model.get_submodule(name)
-            w = self.pending.get(name, {}).get("weight")
+            w = self.pending.pop(name, {}).get("weight")  # freed once laid out
             if w is None:
                 self._check_loaded(name, layer.weight)
                 w = quantize_weight(layer.weight.t() if is_conv1d(layer) else layer.weight,
                                     self.config.format, self.config.block_size)  # fmt: skip
             _set(model, name, MXLinear(w, layer.bias, activations=acts))
+            del w
         for name in sorted(self.experts):
-            block, got = model.get_submodule(name), self.pending.get(name, {})
+            block, got = model.get_submodule(name), self.pending.pop(name, {})
             for proj in _PROJS:
                 if proj not in got:
                     raise MXValueError(f"{name}.{proj}: missing from the checkpoint")
