@@ -255,6 +255,26 @@ def test_quantized_llama_saves_and_reloads_both_ways(tmp_path):
     _same_files(tmp_path / "again", tmp_path / "transformers")
 
 
+def test_tied_embeddings_with_an_mx_lm_head(tmp_path):
+    """A tied Llama converted whole (lm_head an MXLinear over the embeddings'
+    weight): transformers' from_pretrained of its save keeps lm_head MX and
+    the embeddings as stored, untied, as mlir_mx.torch.from_pretrained does:
+    the same logits bits, the same files saved again."""
+    model = tiny_llama(tie_word_embeddings=True)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    mt.quantize_(model)
+    model.save_pretrained(tmp_path / "tied")
+    theirs = AutoModelForCausalLM.from_pretrained(tmp_path / "tied")
+    ours = mt.from_pretrained(tmp_path / "tied")
+    assert isinstance(theirs.lm_head, MXLinear) and theirs.config.tie_word_embeddings is False
+    ids = llama_prompt(6)
+    assert torch.equal(_logits(theirs, ids), _logits(model, ids))
+    assert torch.equal(_logits(ours, ids), _logits(model, ids))
+    theirs.save_pretrained(tmp_path / "again")
+    mt.save_pretrained(ours, tmp_path / "again-mlir_mx")
+    _same_files(tmp_path / "again", tmp_path / "again-mlir_mx")
+
+
 def test_a_model_converted_on_load_saves_as_mlir_mx_does(plain_llama, tmp_path):
     """MXConfig on load, then model.save_pretrained: the compressed-tensors files
     (the config's quant_method "mlir_mx" replaced by the layout's) that reload

@@ -108,7 +108,21 @@ def holder_modules(model, layout: str, checkpoint_files) -> list[str]:
                                    f"multiple of the MX block size {_BLOCK}")  # fmt: skip
             _set(model, name, StoredLinear(module))
             names.append(name)
+    _untie(model, names)
     return names
+
+
+def _untie(model, names: list[str]) -> None:
+    """A tied weight the file holds in MX (a compressed-tensors ``lm_head`` with
+    ``weight_packed`` beside ``tie_word_embeddings``) wins, as in
+    :func:`~mlir_mx.torch.from_pretrained`: that layer stays MX, the embeddings
+    as stored, and the config says ``tie_word_embeddings=False``."""
+    tied = getattr(model, "all_tied_weights_keys", None) or {}
+    untied = [key for key in tied if key.rpartition(".")[0] in names]
+    if untied:
+        model.config.tie_word_embeddings = False
+        for key in untied:
+            tied.pop(key)
 
 
 def _mx(codes: torch.Tensor, scales: torch.Tensor, out: int, key: str) -> MXArray:
