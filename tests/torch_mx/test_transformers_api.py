@@ -319,6 +319,12 @@ def test_configs_we_do_not_take_stay_transformers(gpt_oss_folder):
         assert not isinstance(got, CompressedMXFP4Config)
 
 
+def test_device_map_off_the_cpu_is_refused(plain_llama):
+    with pytest.raises(MXValueError, match="device_map: mlir-mx layers run on the CPU"):
+        AutoModelForCausalLM.from_pretrained(plain_llama, quantization_config=MXConfig(),
+                                             device_map={"": "meta"})  # fmt: skip
+
+
 def test_hub_id_says_how_to_download():
     """A Hub id is answered with how to get the folder; nothing is downloaded."""
     with pytest.raises(MXValueError, match=r"hf download openai/gpt-oss-20b --local-dir gpt-oss-20b"):
@@ -338,8 +344,9 @@ def tables():
 if sys.argv[1] == "mlir_mx first":
     import mlir_mx.torch
     print("transformers imported:", "transformers" in sys.modules)
-    print(*tables())
+    # imports transformers' quantizers itself, while the import hook waits for them
     from mlir_mx.torch.transformers_quantizer import unregister
+    print(*tables())
     unregister()
     print(*tables())
 else:

@@ -14,6 +14,7 @@ import sys
 __all__ = ["register_on_import"]
 
 NAME = "transformers.quantizers.auto"
+QUANTIZER = "mlir_mx.torch.transformers_quantizer"
 
 
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -37,6 +38,9 @@ class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def register() -> None:
+    module = sys.modules.get(QUANTIZER)
+    if module is not None and not hasattr(module, "register"):
+        return  # it is being imported (and imported transformers' quantizers): it registers at its end
     from .transformers_quantizer import register as now
 
     now()

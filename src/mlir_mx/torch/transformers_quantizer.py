@@ -116,11 +116,17 @@ class MXHfQuantizer(HfQuantizer):
 
     requires_calibration = False
 
-    def __new__(cls, quantization_config, **kwargs):
-        if not _ours(quantization_config, kwargs.get("pre_quantized", True)):
+    def __new__(cls, quantization_config=None, **kwargs):
+        # None: copy / pickle make the object first, then set its state
+        if quantization_config is not None and not _ours(
+            quantization_config, kwargs.get("pre_quantized", True)
+        ):
             method = getattr(quantization_config, "quant_method", None)
             method = getattr(method, "value", method)
-            return _OWN[method][0](quantization_config, **kwargs)
+            own = _OWN.get(method, (auto.AUTO_QUANTIZER_MAPPING.get(method),))[0]
+            if own is None or own is cls:
+                raise MXValueError(f"quantization_config: {method!r} is not a config mlir-mx takes")
+            return own(quantization_config, **kwargs)
         return super().__new__(cls)
 
     def __init__(self, quantization_config, **kwargs):
@@ -129,8 +135,12 @@ class MXHfQuantizer(HfQuantizer):
         self.on_load = None  # OnLoad: the layers quantized as read
 
     def validate_environment(self, *args, device_map=None, **kwargs):
-        devices = set(device_map.values()) if isinstance(device_map, dict) else set()
-        if device_map not in (None, "cpu") and devices - {"cpu", torch.device("cpu")}:
+        """The MX layers run on the CPU: a ``device_map`` placing anything
+        elsewhere is refused (``"auto"`` only where torch sees no CUDA device)."""
+        places = device_map.values() if isinstance(device_map, dict) else [device_map]
+        cpu = {None, "cpu", torch.device("cpu")} | ({"auto"} if not torch.cuda.is_available() else set())
+        bad = [p for p in places if not isinstance(p, (str, torch.device, type(None))) or p not in cpu]
+        if bad:
             raise MXValueError(f"device_map: mlir-mx layers run on the CPU, got {device_map!r}")
 
     def _process_model_before_weight_loading(self, model, checkpoint_files=None, **kwargs):
@@ -225,3 +235,9 @@ def unregister() -> None:
     _OWN.clear()
     if attach in AFTER_QUANTIZE:
         AFTER_QUANTIZE.remove(attach)
+
+
+# Imported directly, this module imports transformers' quantizers itself, while the
+# import hook (transformers_hook) finds it half made: its package, mlir_mx.torch,
+# was imported first, so it registers here.
+register()
