@@ -297,7 +297,8 @@ def test_a_model_converted_on_load_saves_as_mlir_mx_does(plain_llama, tmp_path):
 def test_configs_we_do_not_take_stay_transformers(gpt_oss_folder):
     """Mxfp4Config(dequantize=True) is transformers' own dequantizing load
     (float experts, no MXExperts); a compressed-tensors format other than
-    mxfp4-pack-quantized goes to transformers' own config class."""
+    mxfp4-pack-quantized goes to transformers' own config class; an MXConfig
+    for a quantized checkpoint is transformers' own refusal."""
     from transformers import Mxfp4Config
     from transformers.quantizers.quantizer_mxfp4 import Mxfp4HfQuantizer
 
@@ -308,6 +309,8 @@ def test_configs_we_do_not_take_stay_transformers(gpt_oss_folder):
     )
     assert not isinstance(model.model.layers[0].mlp.experts, MXExperts)
     assert model.model.layers[0].mlp.experts.gate_up_proj.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="quantized with Mxfp4Config but you are passing a MXConfig"):
+        AutoModelForCausalLM.from_pretrained(gpt_oss_folder, quantization_config=MXConfig())
     q = MXHfQuantizer(Mxfp4Config(dequantize=True), pre_quantized=True)
     assert type(q) is Mxfp4HfQuantizer
     other = {"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {}}
