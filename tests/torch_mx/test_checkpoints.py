@@ -269,11 +269,15 @@ def test_compressed_tensors_linears(tmp_path):
 
 
 def test_transformers_own_loader_agrees(checkpoint, loaded):
-    """transformers' from_pretrained of the same folder (its CPU path dequantizes
-    the experts; it needs accelerate) holds our weights, dequantized, bit for bit."""
-    pytest.importorskip("accelerate", reason="transformers loads MXFP4 on a CPU only with accelerate")
+    """transformers' own from_pretrained of the same folder (its dequantizing
+    path, asked for by Mxfp4Config(dequantize=True): with mlir_mx.torch imported
+    a plain from_pretrained comes to our loader, test_transformers_api.py) holds
+    our weights, dequantized, bit for bit."""
     transformers = transformers_or_skip()
-    theirs = transformers.GptOssForCausalLM.from_pretrained(checkpoint[0], dtype=torch.float32)
+    theirs = transformers.GptOssForCausalLM.from_pretrained(
+        checkpoint[0], dtype=torch.float32, quantization_config=transformers.Mxfp4Config(dequantize=True)
+    )
+    assert not isinstance(theirs.model.layers[0].mlp.experts, MXExperts)
     for ours_layer, their_layer in zip(loaded.model.layers, theirs.model.layers, strict=True):
         ex, te = ours_layer.mlp.experts, their_layer.mlp.experts
         for e in range(ex.num_experts):

@@ -29,9 +29,13 @@ from .precompile import precompile
 from .quantize_model import QuantizeSummary, quantize_
 from .quantizer import quantize_weight
 from .reference import LogitBound, dequantize_, greedy, logit_bound
+from .transformers_hook import register_on_import
 from .versions import warn_untested_torch
 
 warn_untested_torch()  # once, for a torch outside the tested range (versions.TESTED_TORCH)
+# transformers' from_pretrained / save_pretrained through mlir-mx (docs/torch.md,
+# "transformers' own API"): now, or when transformers' quantizers are imported.
+register_on_import()
 
 __all__ = [
     "Gate",

@@ -42,12 +42,19 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.files import release_file_pages
 from mlir_mx.numerics import MXArray
 
-from .checkpoint_files import check_config, checkpoint_files, tensor_owners, write_checkpoint
+from .checkpoint_config import COMPRESSED, GPT_OSS, saved_config
+from .checkpoint_files import (
+    check_config,
+    checkpoint_files,
+    not_a_folder,
+    tensor_owners,
+    write_checkpoint,
+)
 from .experts import MXExperts, experts_gate, is_stacked_experts
 from .gguf_model import from_gguf
 from .module import MXLinear
 
-__all__ = ["from_pretrained", "save_pretrained"]
+__all__ = ["COMPRESSED", "GPT_OSS", "from_pretrained", "linear_shape", "save_pretrained"]
 
 _FP4, _BLOCK = "f4E2M1FN", 32
 _FLOATS = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
@@ -55,8 +62,6 @@ _FLOATS = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 #: The dtypes ``from_pretrained(dtype=)`` takes: those the MX layers take
 #: (``MXLinear`` / ``MXExperts`` refuse float64 inputs).
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-#: Which modules each layout quantizes, by the quantization config.
-GPT_OSS, COMPRESSED = "mxfp4", "compressed-tensors"
 
 
 def _safetensors():
@@ -183,7 +188,7 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
     if folder.suffix == ".gguf":  # a llama.cpp model file
         return from_gguf(path, dtype=dtype, threads=threads, activations=activations)
     if not folder.is_dir():
-        raise MXValueError(f"path: expected a checkpoint folder, got {str(path)!r}")
+        raise not_a_folder(path)
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise MXArgTypeError(f"dtype: expected a torch.dtype or None, got {dtype!r}")
     if dtype is not None and dtype not in _DTYPES:
@@ -216,7 +221,7 @@ def _plan(model, layout: str, files: _Files) -> dict:
     for name, module in model.named_modules():
         if layout == GPT_OSS and is_stacked_experts(module):
             for proj in ("gate_up_proj", "down_proj"):
-                e, out, k = _linear_shape(module, proj)
+                e, out, k = linear_shape(module, proj)
                 key = f"{name}.{proj}"
                 _check_k(key, k)
                 files.check(key + "_blocks", ("U8",), (e, out, k // _BLOCK, _BLOCK // 2))
@@ -261,7 +266,7 @@ def _plan(model, layout: str, files: _Files) -> dict:
     return {"mx": mx, "plain": plain}
 
 
-def _linear_shape(module, proj: str) -> tuple[int, int, int]:
+def linear_shape(module, proj: str) -> tuple[int, int, int]:
     """``(E, out, in)`` of a stacked-experts projection in ``nn.Linear``'s layout."""
     e, a, b = getattr(module, proj).shape
     return (e, b, a) if getattr(module, "is_transposed", False) else (e, a, b)
@@ -328,7 +333,7 @@ def _mx(codes: torch.Tensor, scales: torch.Tensor, out: int) -> MXArray:
 def _experts(old, name: str, files: _Files, read, kw: dict) -> MXExperts:
     weights = {}
     for proj in ("gate_up_proj", "down_proj"):
-        e, out, _k = _linear_shape(old, proj)
+        e, out, _k = linear_shape(old, proj)
         key = f"{name}.{proj}"
         weights[proj] = [
             _mx(files.copied(key + "_blocks", i), files.copied(key + "_scales", i), out)
@@ -453,40 +458,5 @@ def save_pretrained(model, path) -> None:
         size = sum(t.numel() * t.element_size() for t in tensors.values())
         index = {"metadata": {"total_size": size}, "weight_map": dict(sorted(where.items()))}
         index = json.dumps(index, indent=2) + "\n"
-    config = model.config.to_dict()
-    if "quantization_config" not in config:  # a model quantize_ converted: say what it holds
-        config["quantization_config"] = _quantization_config(model, layout)
-    config = json.dumps(config, indent=2, sort_keys=True) + "\n"
+    config = json.dumps(saved_config(model, layout), indent=2, sort_keys=True) + "\n"
     write_checkpoint(folder, parts, metadata, index, config)
-
-
-def _quantization_config(model, layout: str) -> dict:
-    """The ``quantization_config`` of a model whose MX layers ``quantize_`` made:
-    gpt-oss's (the modules kept as they are: every other leaf with weights) or
-    compressed-tensors' ``mxfp4-pack-quantized`` (the ``nn.Linear`` layers kept
-    in ``ignore``)."""
-    if layout == GPT_OSS:
-        kept = sorted(
-            {
-                n
-                for n, m in model.named_modules()
-                if isinstance(m, torch.nn.Linear) or isinstance(m, torch.nn.Embedding)
-            }
-        )
-        return {"quant_method": GPT_OSS, "modules_to_not_convert": kept}
-    kept = sorted(n for n, m in model.named_modules() if type(m) is torch.nn.Linear)
-    weights = {
-        "num_bits": 4,
-        "type": "float",
-        "strategy": "group",
-        "group_size": _BLOCK,
-        "symmetric": True,
-        "scale_dtype": "torch.uint8",
-    }
-    group = {"targets": ["Linear"], "weights": weights, "format": "mxfp4-pack-quantized"}
-    return {
-        "quant_method": COMPRESSED,
-        "format": "mxfp4-pack-quantized",
-        "config_groups": {"group_0": group},
-        "ignore": kept,
-    }

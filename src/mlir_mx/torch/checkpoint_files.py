@@ -46,7 +46,9 @@ except ImportError:  # pragma: no cover - Windows: no stale-folder cleanup
 from mlir_mx.errors import MXValueError
 from mlir_mx.files import atomic_path, write_text
 
-__all__ = ["INDEX", "check_config", "checkpoint_files", "tensor_owners", "write_checkpoint"]
+__all__ = [
+    "INDEX", "check_config", "checkpoint_files", "not_a_folder", "tensor_owners", "write_checkpoint",
+]  # fmt: skip
 
 INDEX = "model.safetensors.index.json"
 #: The names of a checkpoint's safetensors files (transformers' names).
@@ -74,6 +76,21 @@ def _what(path: Path) -> str:
     )
     kind = next((k for test, k in kinds if test(mode)), "a device")
     return f"it is {kind}, not a file"
+
+
+def not_a_folder(path) -> MXValueError:
+    """The error for a ``path`` that is not a checkpoint folder; for a Hugging Face
+    Hub id (``org/name``, no such file here) it says how to get the folder (we
+    download nothing)."""
+    text = str(path)
+    msg = f"path: expected a checkpoint folder, got {text!r}"
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", text) and not os.path.exists(text):
+        msg += (
+            f"; it reads as a Hugging Face Hub id: mlir_mx.torch reads local folders only. "
+            f"Get one with `hf download {text} --local-dir {text.split('/')[1]}` "
+            f"(or huggingface_hub.snapshot_download({text!r})) and pass that folder"
+        )
+    return MXValueError(msg)
 
 
 def _read_index(path: Path) -> dict[str, str]:

@@ -15,9 +15,10 @@ written now keeps its meaning.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
 
-from mlir_mx.errors import MXValueError
+from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.linear import activations_format
 from mlir_mx.numerics import ElementFormat, element_format
 
@@ -45,6 +46,24 @@ class MXConfig:
     element: str = "f4E2M1FN"
     activations: str | None = None
     block_size: int = 32
+    #: transformers' name for it (``from_pretrained(path, quantization_config=MXConfig())``:
+    #: ``docs/torch.md``, "transformers' own API"); not a field.
+    quant_method: ClassVar[str] = "mlir_mx"
+
+    def __new__(cls, *args, **kwargs):
+        # Before the dataclass's __init__, so a keyword it lacks is named here
+        # rather than in a bare TypeError.
+        if "weights" in kwargs:
+            raise MXArgTypeError(
+                "weights: MXConfig names the weights' MX element format element= "
+                f"(MXConfig(element={kwargs['weights']!r}))"
+            )
+        unknown = sorted(set(kwargs) - {f.name for f in fields(cls)})
+        if unknown:
+            raise MXArgTypeError(
+                f"{unknown[0]}: not an MXConfig field (element, activations, block_size)"
+            )
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         fmt, act = element_format(self.element), activations_format(self.activations)
@@ -67,6 +86,17 @@ class MXConfig:
     def activations_format(self) -> ElementFormat | None:
         """The activations' :class:`~mlir_mx.numerics.ElementFormat` (None: exact)."""
         return self._activations_format
+
+    def to_dict(self) -> dict:
+        """The fields and ``quant_method``: what transformers writes of it."""
+        return {"quant_method": self.quant_method, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MXConfig:
+        """The config :meth:`to_dict` gave (``quant_method`` may be there)."""
+        if not isinstance(d, dict):
+            raise MXArgTypeError(f"d: expected a dict, got {type(d).__name__}")
+        return cls(**{k: v for k, v in d.items() if k != "quant_method"})
 
     def __reduce__(self):
         # Pickled and copied as its fields (names): made, and checked, again.

@@ -17,7 +17,7 @@ from .experts import MXExperts, is_stacked_experts
 from .module import MXLinear, is_conv1d
 
 __all__ = [
-    "FUSE_GROUPS", "QuantizeSummary", "is_conv1d", "linear_weight", "quantize_", "selected_experts",
+    "AFTER_QUANTIZE", "FUSE_GROUPS", "QuantizeSummary", "is_conv1d", "linear_weight", "quantize_", "selected_experts",
     "selected_linears",
 ]  # fmt: skip
 
@@ -165,7 +165,14 @@ def quantize_(
         from .precompile import precompile as precompile_model
 
         precompile_model(model)
+    for hook in AFTER_QUANTIZE:
+        hook(model)
     return summary
+
+
+#: Called as ``hook(model)`` at the end of every ``quantize_``: ``transformers_quantizer``
+#: adds the one that lets transformers' ``model.save_pretrained`` write the MX checkpoint.
+AFTER_QUANTIZE: list[Callable] = []
 
 
 #: The siblings ``quantize_(fuse=True)`` fuses: attribute names of one parent

@@ -148,9 +148,12 @@ def _load(spec: dict):
     kind, path = spec["kind"], spec["checkpoint"]
     dtype = torch.float32 if kind.endswith("f32") else torch.bfloat16
     if kind.startswith("hf"):
-        from transformers import GptOssForCausalLM
+        from transformers import GptOssForCausalLM, Mxfp4Config
 
-        return GptOssForCausalLM.from_pretrained(path, dtype=dtype).eval()
+        # transformers' own (dequantizing) path: with mlir_mx.torch imported, a plain
+        # from_pretrained would load our MXExperts (docs/torch.md, "transformers' own API").
+        deq = Mxfp4Config(dequantize=True)
+        return GptOssForCausalLM.from_pretrained(path, dtype=dtype, quantization_config=deq).eval()
     from mlir_mx.torch import from_pretrained
 
     acts = "i8" if kind == "mx-i8" else None
