@@ -210,7 +210,7 @@ class GenerationClock:
         prefill = tokens[0] - self.t0
         lines = [f"prefill: {prompt_tokens} tokens in {prefill:.3f} s: "
                  f"{prompt_tokens / prefill:.2f} tokens/s"]  # fmt: skip
-        steps = [b - a for a, b in zip(tokens, tokens[1:])]
+        steps = [b - a for a, b in zip(tokens[:-1], tokens[1:], strict=True)]
         if steps:
             total = tokens[-1] - tokens[0]
             lines.append(
