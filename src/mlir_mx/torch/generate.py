@@ -184,7 +184,7 @@ def prompt_ids(tokenizer, prompt: str, chat_template: bool = True) -> torch.Tens
 
 class GenerationClock:
     """A ``transformers`` streamer that notes the time of each ``put`` before
-    passing it on to ``inner`` (a ``TextStreamer``): ``generate`` puts the
+    passing it on to ``inner`` (a ``TextStreamer``, or None): ``generate`` puts the
     prompt first, then each new token as it is chosen, so the time from
     :meth:`start` to the second ``put`` is the prefill (and the first token's
     choice) and the gaps after it are the decode steps."""
@@ -197,10 +197,12 @@ class GenerationClock:
 
     def put(self, value) -> None:
         self.times.append(time.perf_counter())
-        self.inner.put(value)
+        if self.inner is not None:
+            self.inner.put(value)
 
     def end(self) -> None:
-        self.inner.end()
+        if self.inner is not None:
+            self.inner.end()
 
     def figures(self, prompt_tokens: int) -> list[str]:
         """The prefill and decode lines (tokens/s)."""
