@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import sys
 import time
 
@@ -37,6 +38,11 @@ import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from mlir_mx.errors import MXError
+from mlir_mx.host import check_threads
+from mlir_mx.linear import activations_format
+from mlir_mx.numerics import element_format
+from mlir_mx.tools.driver import check_fits
 from mlir_mx.torch import (
     dequantize_,
     from_pretrained,
@@ -64,9 +70,52 @@ def build(layers: int, tiny: bool, seed: int) -> LlamaForCausalLM:
     return model
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one ``llama_mx.py: error: ...`` line, exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def check_args(ap: argparse.ArgumentParser, ns) -> None:
+    """Every argument checked before any work: a bad one is one
+    ``llama_mx.py: error: ...`` line and exit status 2 (``ap.error``)."""
+    for flag, value, low in (("--layers", ns.layers, 1), ("--prompt", ns.prompt, 1),
+                             ("--tokens", ns.tokens, 0), ("--seed", ns.seed, 0)):  # fmt: skip
+        if value < low:
+            ap.error(f"{flag}: expected {low} or more, got {value}")
+    if ns.seed >= 2**63 - 1:
+        ap.error(f"--seed: expected less than 2**63 - 1, got {ns.seed}")
+    config = TINY if ns.tiny else TINYLLAMA
+    checks = [("--weights", lambda: element_format(ns.weights)),
+              ("--activations", lambda: activations_format(ns.activations)),
+              ("--threads", lambda: ns.threads is None or check_threads(ns.threads, "")),
+              ("", lambda: check_fits(f"--layers {ns.layers}",
+                                      4 * (2 if ns.check else 1) * params(ns.layers, config)))]  # fmt: skip
+    for flag, check in checks:
+        try:
+            check()
+        except MXError as err:  # "element: ..." / ": expected ...": named by the flag instead
+            why = str(err).removeprefix("activations: ").removeprefix("element: ").lstrip(": ")
+            ap.error(f"{flag}: {why}" if flag else why)
+    if ns.save:
+        folder = os.path.dirname(os.path.abspath(ns.save))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            ap.error(f"--save: cannot write '{ns.save}': no writable folder '{folder}'")
+
+
+def params(layers: int, c: dict) -> int:
+    """The model's parameter count (its f32 bytes / 4)."""
+    h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    kv = h * c["num_key_value_heads"] // c["num_attention_heads"]
+    return layers * (2 * h * h + 2 * h * kv + 3 * h * i) + 2 * v * h
+
+
 def generate(model, ids: torch.Tensor, tokens: int, show: bool = True) -> np.ndarray:
     """``tokens`` greedy tokens after ``ids``; ``show``: the prefill and decode
-    figures printed."""
+    figures printed.  0 tokens: none, the model not run."""
+    if tokens == 0:
+        return np.zeros(0, dtype=np.int64)
     clock = GenerationClock(None)  # notes when each token comes
     with torch.inference_mode():
         clock.start()
@@ -78,7 +127,7 @@ def generate(model, ids: torch.Tensor, tokens: int, show: bool = True) -> np.nda
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="llama_mx.py", description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="llama_mx.py", description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--tiny", action="store_true", help="a toy config (hidden 128)")
     ap.add_argument("--weights", default="mxfp4", help="MX element format (mxfp4)")
@@ -90,15 +139,14 @@ def main(argv=None) -> int:
     ap.add_argument("--save", help="save_pretrained the converted model here, and reload it")
     ap.add_argument("--seed", type=int, default=0)
     ns = ap.parse_args(argv)
-    if ns.layers < 1 or ns.prompt < 1 or ns.tokens < 1:
-        ap.error("--layers, --prompt and --tokens: expected 1 or more")
+    check_args(ap, ns)
     if ns.threads:
         torch.set_num_threads(ns.threads)
 
     model = build(ns.layers, ns.tiny, ns.seed)
     reference = copy.deepcopy(model) if ns.check else None
     t0 = time.perf_counter()
-    print(quantize_(model, element=ns.weights, activations=ns.activations))  # MXError: a bad name
+    print(quantize_(model, element=ns.weights, activations=ns.activations))
     print(model.model.layers[0].mlp.down_proj)  # an MXLinear: its format, bits per weight
     t1 = time.perf_counter()
     precompile(model)
@@ -122,7 +170,7 @@ def main(argv=None) -> int:
     dequantize_(reference, element=ns.weights)
     with torch.inference_mode():
         ratio = logit_bound(reference, ids).check(model(ids).logits)
-    n = min(32, ns.tokens)
+    n = min(32, ns.tokens)  # 0 tokens: the logits checked alone
     same = bool(np.array_equal(tokens[:n], greedy(reference, ids, n)))
     note = "activations quantized: reported, no bound applies" if ns.activations else "<= 1: within the bound"
     print(f"logits vs the reference: max |diff| / bound = {ratio:.3g} ({note})")

@@ -37,3 +37,10 @@ def test_llama_example_with_one_token(capsys):
     assert main(["--tiny", "--layers", "1", "--prompt", "4", "--tokens", "1", "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert "1 greedy tokens" in out and "decode: no token after the first" in out
+
+
+def test_llama_example_with_no_new_tokens(capsys):
+    """--tokens 0 hung after the prefill (greedy looped for ever; issue 29)."""
+    main = runpy.run_path(str(EXAMPLE), run_name="llama_mx")["main"]
+    assert main(["--tiny", "--layers", "1", "--prompt", "4", "--tokens", "0", "--threads", "1"]) == 0
+    assert "0 greedy tokens" in capsys.readouterr().out
