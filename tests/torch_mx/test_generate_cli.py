@@ -162,6 +162,44 @@ def test_gpt_oss_w4a8_without_chat_template(folders):
     check_run(proc, text, n)
 
 
+def test_sampling_follows_the_seed(folders):
+    """--temperature: sampled, from torch's seed --seed (set after the warm-up),
+    as model.generate(do_sample=True) after torch.manual_seed."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    proc = mx_generate(folders["llama"], "--prompt", PROMPT, "--max-new-tokens", 8, "--threads", 1,
+                       "--temperature", 0.8, "--seed", 3)  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(folders["llama"]).eval()
+    quantize_(model, element="mxfp4")
+    tok = AutoTokenizer.from_pretrained(folders["llama"])
+    ids = prompt_ids(tok, PROMPT, False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(3)
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8,
+                                 do_sample=True, temperature=0.8, top_p=1.0)  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    check_run(proc, tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True), ids.shape[1])
+
+
+def test_checkpoint_that_does_not_load_is_one_line_exit_1(folders, tmp_path, capsys):
+    """An MX checkpoint whose weights file is not safetensors: from_pretrained's
+    one-line message, exit status 1 (the command line was right)."""
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(folders["gpt-oss"], bad)
+    (bad / "model.safetensors").write_bytes(b"not a safetensors file")
+    assert main([str(bad), "--prompt", "hi", "--max-new-tokens", "2"]) == 1
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("mx-generate:")]
+    assert len(lines) == 1 and "model.safetensors" in lines[0], err
+    assert "Traceback" not in err
+
+
 def one_error_line(proc, *words) -> str:
     """The command failed with exit status 2 and one ``mx-generate: error:``
     line (other lines: only the environment's import noise), naming ``words``."""

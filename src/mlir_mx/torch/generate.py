@@ -32,6 +32,7 @@ import statistics
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -245,8 +246,9 @@ class LoadingBar:
 
     def _draw(self, frac: float) -> None:
         bar = "#" * int(30 * frac)
-        sys.stderr.write(f"\r{PROG}: loading [{bar:<30}] {100 * frac:3.0f} % of "
-                         f"{self.total / 2**30:.2f} GiB, {time.perf_counter() - self.t0:.1f} s")  # fmt: skip
+        size = f"{self.total / 2**30:.2f} GiB" if self.total >= 2**30 else f"{self.total / 2**20:.1f} MiB"
+        sys.stderr.write(f"\r{PROG}: loading [{bar:<30}] {100 * frac:3.0f} % of {size}, "
+                         f"{time.perf_counter() - self.t0:.1f} s")  # fmt: skip
         sys.stderr.flush()
 
     def _run(self) -> None:
@@ -270,12 +272,22 @@ def _rss() -> int:
         return 0
 
 
-def _quiet_transformers() -> None:
-    """No progress bars or advice from transformers (ours only, on a terminal)."""
-    import transformers
+@contextmanager
+def _quiet_transformers():
+    """No progress bars or advice from transformers while it runs (ours only,
+    on a terminal); its settings as they were afterwards (``main`` in a process
+    that goes on)."""
+    from transformers.utils import logging
 
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
+    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()
 
 
 def _generate_kwargs(ns, tokenizer, model) -> dict:
@@ -306,9 +318,13 @@ def _warm_up(model, ids: torch.Tensor, kw: dict) -> float:
 
 
 def _run(ns) -> int:
+    with _quiet_transformers():
+        return _generate(ns)
+
+
+def _generate(ns) -> int:
     from transformers import TextStreamer
 
-    _quiet_transformers()
     if ns.threads:
         torch.set_num_threads(ns.threads)
     tokenizer = load_tokenizer(ns.path)
