@@ -147,8 +147,6 @@ def load_tokenizer(path):
             f"PATH: no tokenizer in '{folder}': expected tokenizer.json (or the files of a "
             f"slow tokenizer, e.g. tokenizer.model) and tokenizer_config.json ({why})"
         ) from None
-    if isinstance(tok, bool) or not callable(tok):
-        raise UsageError(f"PATH: no tokenizer in '{folder}': expected tokenizer.json")
     return tok
 
 
