@@ -121,6 +121,23 @@ def check_run(proc, text: str, prompt_tokens: int) -> None:
     steps, seconds, rate = f["decode"]
     assert steps >= 1 and seconds > 0 and rate > 0
     assert "Traceback" not in proc.stderr
+    assert "loading [" not in proc.stderr and "precompiling [" not in proc.stderr  # not a terminal
+
+
+def test_loading_bar_on_a_terminal(folders, capsys):
+    """Where standard error is a terminal (show=True here), the bar is redrawn
+    while the load runs and ends at 100 % on its own line."""
+    import time
+
+    from mlir_mx.torch.generate import LoadingBar
+
+    with LoadingBar(folders["gpt-oss"], show=True) as bar:
+        time.sleep(0.5)
+    err = capsys.readouterr().err
+    draws = err.split("\r")
+    assert bar.total == (folders["gpt-oss"] / "model.safetensors").stat().st_size
+    assert len(draws) >= 3 and all(d.startswith("mx-generate: loading [") for d in draws[1:])
+    assert draws[-1].startswith("mx-generate: loading [" + "#" * 30 + "] 100 %") and err.endswith("\n")
 
 
 def test_llama_converted_on_load_streams_generates_text(folders):
