@@ -1,28 +1,29 @@
-"""A Llama with MX weights, end to end, through ``mlir_mx.torch``.
+"""A Llama with MX weights through ``mlir_mx.torch``: ``quantize_``, then ``generate``.
 
-    python examples/llama_mx.py [--layers 8] [--weights f4E2M1FN] [--activations i8]
-                                [--tokens 64] [--check]
+    python examples/llama_mx.py [--layers 2] [--weights mxfp4] [--activations i8]
+                                [--prompt 32] [--tokens 32] [--threads T] [--check]
+                                [--save DIR] [--tiny]
 
-Builds a ``transformers`` ``LlamaForCausalLM`` of TinyLlama-1.1B's shape from a
-config (random weights from a fixed seed: nothing is downloaded; ``--layers``
-shrinks it, ``--tiny`` makes it a toy), converts every ``nn.Linear`` to an
-``MXLinear`` in place, and generates greedily::
+Builds a ``transformers`` ``LlamaForCausalLM`` of TinyLlama-1.1B's shape with
+``--layers`` layers (default 2: a small model; random weights from a fixed
+seed, nothing downloaded; ``--tiny``: a toy config), converts every
+``nn.Linear`` to an ``MXLinear`` in place, compiles its kernels, then runs
+``model.generate`` greedily, timing the prefill and the decode (compile time
+apart)::
 
-    from mlir_mx.torch import quantize_
-    summary = quantize_(model, element="f4E2M1FN")     # lm_head included
-    with torch.inference_mode():
-        out = model(input_ids, use_cache=True)
+    from mlir_mx.torch import precompile, quantize_
+    quantize_(model, element="mxfp4")        # every nn.Linear, lm_head included
+    precompile(model)                        # the kernels, before any timing
+    out = model.generate(input_ids, max_new_tokens=32, do_sample=False)
 
-``--activations i8`` quantizes each layer's activations to MXINT8 per call
-(W4A8 on the CPU's integer dot units; the layers then hold the dot kernels'
-records alone, still 4.25 bits per weight).  ``--check`` also builds the
-correctness reference (the f32 model with each converted weight replaced by its
-dequantized MX weight) and checks the logits against its bound and the greedy
-tokens against its own (``docs/torch.md``); with ``--activations`` it reports
-the difference only (the bound is for exact activations).
-``--save PATH`` writes the converted model's ``state_dict`` (``uint8`` codes and
-scales).  ``mx-bench --model`` times the same model against torch f32/bf16.
-Needs torch and transformers (``pip install 'mlir-mx[torch]'``).
+``--save DIR`` writes the converted model with ``mlir_mx.torch.save_pretrained``
+and loads it back with ``mlir_mx.torch.from_pretrained`` (the same tokens).
+``--check`` also builds the correctness reference (the f32 model with each
+weight replaced by its dequantized MX weight) and checks the logits against
+its bound and the greedy tokens against its own (``docs/torch.md``).
+For a model folder with a tokenizer, ``mx-generate PATH --prompt "..."`` does
+all of this from the command line.  Needs torch and transformers
+(``pip install 'mlir-mx[torch]'``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,16 @@ from mlir_mx.host import check_threads
 from mlir_mx.linear import activations_format
 from mlir_mx.numerics import element_format
 from mlir_mx.tools.driver import check_fits
-from mlir_mx.torch import dequantize_, greedy, logit_bound, quantize_
+from mlir_mx.torch import (
+    dequantize_,
+    from_pretrained,
+    greedy,
+    logit_bound,
+    precompile,
+    quantize_,
+    save_pretrained,
+)
+from mlir_mx.torch.generate import GenerationClock
 
 TINYLLAMA = dict(hidden_size=2048, intermediate_size=5632, num_attention_heads=32,
                  num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048,
@@ -55,7 +65,9 @@ def build(layers: int, tiny: bool, seed: int) -> LlamaForCausalLM:
     """The f32 model, random weights from ``seed``."""
     torch.manual_seed(seed)
     config = LlamaConfig(**(TINY if tiny else TINYLLAMA), num_hidden_layers=layers)
-    return LlamaForCausalLM(config).eval()
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config.eos_token_id = None  # random weights: no end of text, every token
+    return model
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -99,17 +111,32 @@ def params(layers: int, c: dict) -> int:
     return layers * (2 * h * h + 2 * h * kv + 3 * h * i) + 2 * v * h
 
 
+def generate(model, ids: torch.Tensor, tokens: int, show: bool = True) -> np.ndarray:
+    """``tokens`` greedy tokens after ``ids``; ``show``: the prefill and decode
+    figures printed.  0 tokens: none, the model not run."""
+    if tokens == 0:
+        return np.zeros(0, dtype=np.int64)
+    clock = GenerationClock(None)  # notes when each token comes
+    with torch.inference_mode():
+        clock.start()
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens,
+                             do_sample=False, streamer=clock)  # fmt: skip
+    if show:
+        print("\n".join(clock.figures(ids.shape[1])))
+    return out[0, ids.shape[1] :].numpy()
+
+
 def main(argv=None) -> int:
     ap = OneLineParser(prog="llama_mx.py", description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, default=22)
+    ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--tiny", action="store_true", help="a toy config (hidden 128)")
-    ap.add_argument("--weights", default="f4E2M1FN", help="MX element format (f4E2M1FN)")
+    ap.add_argument("--weights", default="mxfp4", help="MX element format (mxfp4)")
     ap.add_argument("--activations", help="MX format activations are quantized to per call (i8)")
-    ap.add_argument("--prompt", type=int, default=128, help="prompt tokens (128)")
-    ap.add_argument("--tokens", type=int, default=64, help="greedy tokens (64)")
+    ap.add_argument("--prompt", type=int, default=32, help="prompt tokens (32)")
+    ap.add_argument("--tokens", type=int, default=32, help="greedy tokens (32)")
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (our layers follow it)")
     ap.add_argument("--check", action="store_true", help="compare with the reference")
-    ap.add_argument("--save", help="write the converted model's state_dict here")
+    ap.add_argument("--save", help="save_pretrained the converted model here, and reload it")
     ap.add_argument("--seed", type=int, default=0)
     ns = ap.parse_args(argv)
     check_args(ap, ns)
@@ -119,42 +146,38 @@ def main(argv=None) -> int:
     model = build(ns.layers, ns.tiny, ns.seed)
     reference = copy.deepcopy(model) if ns.check else None
     t0 = time.perf_counter()
-    summary = quantize_(model, element=ns.weights, activations=ns.activations)
-    print(f"{summary}\n  ({time.perf_counter() - t0:.1f} s)")
-    print(model.model.layers[0].mlp.down_proj)
+    print(quantize_(model, element=ns.weights, activations=ns.activations))
+    print(model.model.layers[0].mlp.down_proj)  # an MXLinear: its format, bits per weight
+    t1 = time.perf_counter()
+    precompile(model)
+    print(f"quantize_ {t1 - t0:.1f} s, compile {time.perf_counter() - t1:.1f} s (not timed below)")
 
     ids = torch.randint(0, model.config.vocab_size, (1, ns.prompt),
                         generator=torch.Generator().manual_seed(ns.seed + 1))  # fmt: skip
-    greedy(model, ids, 2)  # compiles our kernels (prefill and decode) before the timing
-    with torch.inference_mode():
-        t0 = time.perf_counter()
-        model(ids, logits_to_keep=1)
-        print(f"prefill of {ns.prompt} tokens: {1e3 * (time.perf_counter() - t0):.0f} ms")
-    t0 = time.perf_counter()
-    tokens = greedy(model, ids, ns.tokens)
-    print(f"{ns.tokens} greedy tokens in {time.perf_counter() - t0:.2f} s: {tokens[:16]} ...")
-
+    generate(model, ids[:, :4], 2, show=False)  # a warm-up: torch's first calls
+    tokens = generate(model, ids, ns.tokens)
+    print(f"{ns.tokens} greedy tokens: {tokens[:16]} ...")
+    ok = True
     if ns.save:
-        torch.save(model.state_dict(), ns.save)
-        print(f"saved the state_dict (uint8 codes and scales) to {ns.save}")
+        save_pretrained(model, ns.save)
+        reloaded = from_pretrained(ns.save)
+        reloaded.generation_config.eos_token_id = None
+        same = np.array_equal(generate(reloaded, ids, ns.tokens, show=False), tokens)
+        print(f"saved to {ns.save}; reloaded, the same tokens: {'yes' if same else 'NO'}")
+        ok &= same
     if reference is None:
-        return 0
+        return 0 if ok else 1
     dequantize_(reference, element=ns.weights)
-    lb = logit_bound(reference, ids)
     with torch.inference_mode():
-        ratio = lb.check(model(ids).logits)
-    n = min(32, ns.tokens)
+        ratio = logit_bound(reference, ids).check(model(ids).logits)
+    n = min(32, ns.tokens)  # 0 tokens: the logits checked alone
     same = bool(np.array_equal(tokens[:n], greedy(reference, ids, n)))
-    note = (
-        "activations quantized: reported, no bound applies"
-        if ns.activations
-        else "<= 1: within the bound"
-    )
+    note = "activations quantized: reported, no bound applies" if ns.activations else "<= 1: within the bound"
     print(f"logits vs the reference: max |diff| / bound = {ratio:.3g} ({note})")
     print(f"first {n} greedy tokens equal to the reference's: {'yes' if same else 'NO'}")
     if ns.activations:  # quantized activations: reported, not held to the bound
-        return 0
-    return 0 if ratio <= 1.0 and same else 1
+        return 0 if ok else 1
+    return 0 if ok and ratio <= 1.0 and same else 1
 
 
 if __name__ == "__main__":

@@ -114,6 +114,8 @@ BAD_ARGS = [
     ("llama_mx.py", ["--tiny", "--threads", "0"], "--threads: expected an integer in [1, 1024], got 0"),
     ("llama_mx.py", ["--layers", "100000"], "--layers 100000: needs about"),
     ("llama_mx.py", ["--tiny", "--save", "no-such-dir/x.pt"], "--save: cannot write 'no-such-dir/x.pt'"),
+    ("mx-generate", ["no-such-folder", "--prompt", "hi"], "PATH: no such file or folder: 'no-such-folder'"),
+    ("mx-generate", [".", "--prompt", "hi", "--max-new-tokens", "0"], "--max-new-tokens: expected 1 or more, got 0"),
     ("gguf_roundtrip.py", ["--shape", "0", "32"], "got 0 32"),
     ("gguf_roundtrip.py", ["--shape", "99999999", "99999968"], "needs about"),
     ("gguf_roundtrip.py", ["--out", "/no/such/dir/w.gguf"], "--out: cannot write a file '/no/such/dir/w.gguf'"),
@@ -132,6 +134,12 @@ def _main_of(prog: str):
             pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
             pytest.importorskip("transformers", reason="transformers not installed")
         return runpy.run_path(str(EXAMPLES / prog), run_name=prog)["main"]
+    if prog == "mx-generate":
+        pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
+        pytest.importorskip("transformers", reason="transformers not installed")
+        from mlir_mx.torch.generate import main
+
+        return main
     from mlir_mx.tools import mx_demo
     from mlir_mx_bench import cli as mx_bench
 
