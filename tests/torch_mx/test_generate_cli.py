@@ -167,6 +167,28 @@ def test_gpt_oss_checkpoint_with_chat_template(folders):
     assert "MX weights as stored" in proc.stderr
 
 
+def test_gguf_file_runs_with_its_own_tokenizer(tmp_path):
+    """A ``.gguf`` file (MXFP4 experts beside Q8_0/F16/F32 tensors) runs as
+    ``from_pretrained`` loads it, with the tokenizer its metadata describes."""
+    import warnings
+
+    from gguf_cases import write_model_gguf
+    from test_gguf_model import YARN, mixed_types
+
+    from mlir_mx.torch import gguf_tokenizer
+
+    path = tmp_path / "gpt-oss.gguf"
+    write_model_gguf(tiny_gpt_oss(vocab_size=264, rope_parameters=YARN), path, mixed_types)
+    proc = mx_generate(path, "--prompt", PROMPT, "--max-new-tokens", 6, "--threads", 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the Q8_0 tensors' dequantization warning
+        model = from_pretrained(path)
+    tok = gguf_tokenizer(path)
+    text, n = expected_text(model, tok, new_tokens=6, chat_template=True)
+    check_run(proc, text, n)
+    assert "MX weights as stored" in proc.stderr
+
+
 def test_gpt_oss_w4a8_without_chat_template(folders):
     from transformers import AutoTokenizer
 

@@ -44,6 +44,7 @@ from mlir_mx.numerics import element_format
 from mlir_mx.tools.driver import ArgParser, tool_main
 
 from .checkpoint import from_pretrained
+from .gguf_model import gguf_tokenizer
 from .precompile import precompile
 from .quantize_model import quantize_
 
@@ -132,15 +133,20 @@ def _is_mx_checkpoint(path: Path) -> bool:
 
 
 def load_tokenizer(path):
-    """The tokenizer of the model folder ``path`` (``AutoTokenizer``; a file: the
-    folder it is in, ``gguf_file=`` its name); :class:`UsageError` saying what
-    is missing otherwise."""
+    """The tokenizer of the model folder ``path`` (``AutoTokenizer``; a GGUF
+    file: the one its metadata describes, :func:`gguf_tokenizer`);
+    :class:`UsageError` saying what is missing otherwise."""
     from transformers import AutoTokenizer
 
     path = Path(path)
-    folder, kw = (path, {}) if path.is_dir() else (path.parent, {"gguf_file": path.name})
+    if not path.is_dir():
+        try:
+            return gguf_tokenizer(path)
+        except MXError as e:
+            raise UsageError(f"PATH: {e}") from None
+    folder = path
     try:
-        tok = AutoTokenizer.from_pretrained(str(folder), **kw)
+        tok = AutoTokenizer.from_pretrained(str(folder))
     except Exception as e:  # noqa: BLE001 - transformers raises OSError, ValueError, ...
         why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UsageError(
