@@ -47,7 +47,7 @@ from mlir_mx.host import check_threads, host_features
 from mlir_mx.kernels.convert import RUNTIME_THREADS, ConvertSpec, convert_module
 from mlir_mx.numerics import ElementFormat, MXArray, element_format, is_packed_storage, packed_shape
 from mlir_mx.numerics.blocks import check_block_size, check_blocked_shape, normalize_axis
-from mlir_mx.numerics.formats import SCALE_DTYPE
+from mlir_mx.numerics.formats import SCALE_DTYPE, SCALE_TYPE
 from mlir_mx.numerics.mx import check_input, scale_shape
 from mlir_mx.pipelines import kernel_library_pipeline
 
@@ -138,6 +138,11 @@ def dequantize(a, threads=None, *, out=None) -> np.ndarray:
     """
     if not isinstance(a, MXArray):
         raise MXArgTypeError(f"a: expected an MXArray, got {type(a).__name__}")
+    if a.scale_type != SCALE_TYPE:
+        raise MXValueError(
+            f"a: the compiled dequantize decodes E8M0-scaled arrays; for this {a.format_name} "
+            "array use mlir_mx.oracle.dequantize (or mx.dequantize_block with its global_scale)"
+        )
     threads = check_threads(threads)
     if out is None:
         out = np.empty(a.shape, np.float32)

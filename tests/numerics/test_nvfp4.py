@@ -205,3 +205,29 @@ def test_default_block_sizes():
 ])  # fmt: skip
 def test_scale_rule(element, scale, block, ok):
     assert (formats.scale_rule(element, scale, block) is None) == ok
+
+
+def test_interop_keeps_or_refuses_nvfp4():
+    """transpose keeps an NVFP4 array NVFP4 (its global scale too); the linear
+    weight check (the torch layers' and experts') refuses it with its name."""
+    from mlir_mx.interop.orientation import check_linear_weight, transpose
+
+    x = np.random.default_rng(2).standard_normal((16, 32)).astype(np.float32)
+    a = oracle.quantize(x, "nvfp4")
+    t = transpose(a)
+    assert (t.format_name, t.axis, t.global_scale) == ("nvfp4", 0, a.global_scale)
+    np.testing.assert_array_equal(t.dequantize(), a.dequantize().T)
+    with pytest.raises(MXValueError, match="an nvfp4 weight .* E8M0-scaled"):
+        check_linear_weight(a)
+
+
+def test_compiled_conversions_refuse_nvfp4_by_name():
+    """mlir_mx.quantize / dequantize (the compiled kernels) are E8M0 ones so
+    far: an nvfp4 request is refused before any native code runs."""
+    import mlir_mx
+
+    x = np.ones((2, 32), np.float32)
+    with pytest.raises(MXValueError, match="not yet the compiled mlir_mx.quantize"):
+        mlir_mx.quantize(x, "nvfp4", 16)
+    with pytest.raises(MXValueError, match="compiled dequantize decodes E8M0-scaled arrays"):
+        mlir_mx.dequantize(oracle.quantize(x, "nvfp4"))

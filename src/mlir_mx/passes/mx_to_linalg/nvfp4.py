@@ -15,11 +15,14 @@ order, ``docs/numerics.md``), one f32 rounding per step:
 The generics carry no kernel tag: ``mx-quantize-kernels``' compiled
 kernels are OCP MX (E8M0) ones, so these lower through the stock path.
 
-FIXME(upstream): ``arith.scaling_extf`` / ``arith.scaling_truncf`` (22.1.8)
-take E8M0 scales only (their verifier and ``arith-expand`` assume an
-``f8E8M0FNU`` scale operand); non-E8M0 scales are under review upstream
-(llvm-project PR #217892).  Even then, NVFP4's global-scale division and
-the zero-block scale are compressed-tensors' arithmetic, not the op's.
+FIXME(upstream): not lowered to ``arith.scaling_extf`` /
+``arith.scaling_truncf``: at 22.1.8 their verifier accepts an ``f8E4M3FN``
+scale, but ``arith-expand`` (their only lowering) expands ``f8E8M0FNU``
+scales only and fails with "failed to legalize operation
+'arith.scaling_extf'" on any other (``tests/execution/test_nvfp4_e2e.py``
+checks it); non-E8M0 scales are under review upstream (llvm-project PR
+#217892).  Even then the ops hold no global scale: NVFP4's division by it
+and the zero-block scale are compressed-tensors' arithmetic around them.
 """
 
 from __future__ import annotations
