@@ -220,14 +220,3 @@ def test_interop_keeps_or_refuses_nvfp4():
     with pytest.raises(MXValueError, match="an nvfp4 weight .* E8M0-scaled"):
         check_linear_weight(a)
 
-
-def test_compiled_conversions_refuse_nvfp4_by_name():
-    """mlir_mx.quantize / dequantize (the compiled kernels) are E8M0 ones so
-    far: an nvfp4 request is refused before any native code runs."""
-    import mlir_mx
-
-    x = np.ones((2, 32), np.float32)
-    with pytest.raises(MXValueError, match="not yet the compiled mlir_mx.quantize"):
-        mlir_mx.quantize(x, "nvfp4", 16)
-    with pytest.raises(MXValueError, match="compiled dequantize decodes E8M0-scaled arrays"):
-        mlir_mx.dequantize(oracle.quantize(x, "nvfp4"))

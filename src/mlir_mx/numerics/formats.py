@@ -327,8 +327,8 @@ def element_format(name) -> ElementFormat:
         raise MXValueError(
             f"element: {name!r} is not an MX element format: it is {E4M3_SCALED[name.lower()]} "
             f"codes with {E4M3_SCALE_TYPE} block scales (blocks of {NVFP4_BLOCK_SIZE}) and a "
-            "per-tensor global scale, which the oracle (mlir_mx.oracle.quantize), MXArray and "
-            "the dialect take (not yet the compiled mlir_mx.quantize, the matmul kernels, "
+            "per-tensor global scale, which quantize / dequantize (the oracle's and the "
+            "compiled ones), MXArray and the dialect take (not yet the matmul kernels, "
             "Linear or the torch layers)"
         )
     raise MXValueError(

@@ -32,7 +32,7 @@ from .formats import (
 )
 from .packing import is_packed_storage, pack_codes, packed_shape, unpack_codes
 
-__all__ = ["MXArray", "scale_shape"]
+__all__ = ["MXArray", "check_global_scale", "scale_shape"]
 
 
 def scale_shape(shape, block_size: int, axis: int) -> tuple[int, ...]:
@@ -103,6 +103,12 @@ def _check_global_scale(global_scale, scale_type: str) -> np.float32 | None:
         return None
     if global_scale is None:
         raise MXValueError(f"global_scale: {E4M3_SCALE_TYPE}-scaled (NVFP4) arrays need one")
+    return check_global_scale(global_scale)
+
+
+def check_global_scale(global_scale) -> np.float32:
+    """A given NVFP4 global scale as a finite, positive float32, else
+    ``MXArgTypeError`` / ``MXValueError`` naming ``global_scale``."""
     if isinstance(global_scale, np.ndarray) and global_scale.size == 1:
         global_scale = global_scale.reshape(())[()]  # a numpy scalar of its dtype
     if isinstance(global_scale, (bool, np.bool_)) or not isinstance(

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlir_mx.errors import MXValueError
-
 from .formats import E4M3_SCALE_TYPE, E4M3_SCALED, ELEMENT_FORMATS, NVFP4, NVFP4_BLOCK_SIZE
-from .mxarray import MXArray
+from .mxarray import MXArray, check_global_scale
 
 __all__ = ["E4M3_NAN_CODE", "ZERO_BLOCK_SCALE", "global_scale", "quantize_nvfp4"]
 
@@ -72,10 +70,7 @@ def quantize_nvfp4(x: np.ndarray, axis: int, g=None) -> MXArray:
     normalized, its size a multiple of 16); ``g``: the global scale (a finite
     positive real; None: :func:`global_scale` of ``x``)."""
     bs = NVFP4_BLOCK_SIZE
-    g = global_scale(x) if g is None else g
-    g = np.float32(g)
-    if not (np.isfinite(g) and g > 0):
-        raise MXValueError(f"global_scale: must be finite and positive in float32, got {g}")
+    g = global_scale(x) if g is None else check_global_scale(g)
     xm = np.moveaxis(x, axis, -1)
     xb = xm.reshape(xm.shape[:-1] + (xm.shape[-1] // bs, bs))
     finite = np.isfinite(xb).all(axis=-1)
