@@ -209,7 +209,7 @@ class MXArray:
         ``scaling``: (scale type, global scale as given)."""
         scale_type, global_scale = scaling
         scale_dtype = (
-            formats.SCALE_DTYPE if scale_type == SCALE_TYPE else fmt_dtype(E4M3_SCALE_TYPE)
+            formats.SCALE_DTYPE if scale_type == SCALE_TYPE else _e4m3_dtype()
         )
         scales = np.asarray(scales)
         if scales.dtype == np.uint8:
@@ -472,6 +472,6 @@ def _same_bits(a, b) -> bool:
     return np.float32(a).view(np.uint32) == np.float32(b).view(np.uint32)
 
 
-def fmt_dtype(scale_type: str) -> np.dtype:
+def _e4m3_dtype() -> np.dtype:
     """The numpy dtype of E4M3 scales (the element format of the same name)."""
-    return formats.ELEMENT_FORMATS[scale_type].dtype
+    return formats.ELEMENT_FORMATS[E4M3_SCALE_TYPE].dtype
