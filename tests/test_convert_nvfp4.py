@@ -41,6 +41,11 @@ LAYOUTS = [
     ((4, 6, 32), 2, 2, "step"),
     ((64, 12), 0, 1, "transposed"),
     ((5, 32), 1, 3, "reversed"),
+    # rows of 16 blocks and more: the kernels' groups of 16 blocks, the tail,
+    # a row of two segments (256 + 16 blocks)
+    ((6, 560), -1, 2, None),
+    ((3, 4352), 1, 3, None),
+    ((4, 512), 1, 2, "step"),
 ]
 
 
@@ -53,7 +58,7 @@ def test_layouts_and_special_values(case):
 
 def test_every_f32_bit_pattern_kind():
     """Random f32 bit patterns: NaN payloads, infinities, subnormals, every exponent."""
-    x = np.random.default_rng(5).integers(0, 2**32, (64, 64), dtype=np.uint64)
+    x = np.random.default_rng(5).integers(0, 2**32, (64, 512), dtype=np.uint64)
     x = x.astype(np.uint32).view(np.float32)
     check(x, "nvfp4", 16, 1, 2)
     check(x, "nvfp4", 16, 0, 2)

@@ -237,12 +237,17 @@ class ConvertEmitter:
                     self.segment_scales(r, js, je, scratch)
                     self.segment_elements(r, js, je, scratch)
                 else:
-                    with kb.loop(js, je, 1) as j:
-                        self.block(r, j.iv)
+                    self.segment_blocks(r, js, je)
             if scratch is not None:
                 kb.dealloc(scratch)
 
         parallel_items(kb, kb.mul(p_rows, per_row), self.threads, body)
+
+    def segment_blocks(self, r, js, je) -> None:
+        """Blocks ``js .. je`` of row ``r`` (a block size a multiple of 16),
+        one by one (:meth:`block`)."""
+        with self.kb.loop(js, je, 1) as j:
+            self.block(r, j.iv)
 
     def segment_elements(self, r, js, je, scratch) -> None:
         """The elements of blocks ``js .. je`` of row ``r``, 16 at a time, each

@@ -145,6 +145,32 @@ class Quantize(ConvertEmitter):
             xs = [self.load([r, kb.add(col, LANES * v)]) for v in range(nv)]
             self.store_codes([self.scaled(v, mult) for v in xs], r, col)
 
+    def segment_blocks(self, r, js, je) -> None:
+        """NVFP4: 16 blocks at a time (:meth:`nvfp4_blocks`: their scales in one
+        vector), the rest one by one; other formats one by one."""
+        if not self.spec.global_scale:
+            super().segment_blocks(r, js, je)
+            return
+        kb = self.kb
+        full = kb.add(js, kb.mul(kb.divu(kb.sub(je, js), LANES), LANES))
+        with kb.loop(js, full, LANES) as j:
+            self.nvfp4_blocks(r, j.iv)
+        super().segment_blocks(r, full, je)
+
+    def nvfp4_blocks(self, r, j0) -> None:
+        """16 NVFP4 blocks of 16 from block ``j0`` of row ``r``: each block's
+        amax reduced to a scalar, the 16 scales and factors computed in one
+        vector (:func:`block_scale`: its divisions and rounding once per 16
+        blocks), then each block's codes with its factor broadcast."""
+        kb = self.kb
+        e0 = kb.mul(j0, self.bs)
+        xs = [self.load([r, kb.add(e0, LANES * b)]) for b in range(LANES)]
+        amax_bits = kb.from_elements([kb.reduce("maxui", abs_bits(kb, v)) for v in xs])
+        code, factor = block_scale(kb, amax_bits, self.global_scale)
+        kb.store_lanes(kb.trunci(code, kb.vec(LANES, kb.i8)), self.scales, [r, j0])
+        vals = [self.scaled(v, kb.shuffle(factor, factor, [b] * LANES)) for b, v in enumerate(xs)]
+        self.store_codes(vals, r, e0)
+
     def segment_scales(self, r, js, je, scratch) -> None:
         """Any block size: the scales of blocks ``[js, je)`` (their codes stored,
         their ``2^-shared_exp`` into ``scratch``)."""
