@@ -47,8 +47,10 @@ from mlir_mx.host import check_threads, host_features
 from mlir_mx.kernels.convert import RUNTIME_THREADS, ConvertSpec, convert_module
 from mlir_mx.numerics import ElementFormat, MXArray, element_format, is_packed_storage, packed_shape
 from mlir_mx.numerics.blocks import check_block_size, check_blocked_shape, normalize_axis
-from mlir_mx.numerics.formats import SCALE_DTYPE
-from mlir_mx.numerics.mx import check_input, scale_shape
+from mlir_mx.numerics.formats import E4M3_SCALE_TYPE, NVFP4, SCALE_DTYPE, SCALE_TYPE
+from mlir_mx.numerics.mx import check_input, check_scaling, scale_shape
+from mlir_mx.numerics.mxarray import check_global_scale
+from mlir_mx.numerics.nvfp4 import global_scale
 from mlir_mx.pipelines import kernel_library_pipeline
 
 __all__ = ["KERNEL_CACHE_SIZE", "dequantize", "quantize", "quantize_stored"]
@@ -60,8 +62,8 @@ _SOURCE = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf
 
 
 def quantize(
-    x, element: str | ElementFormat = "f8E4M3FN", block_size: int = 32, axis: int = -1,
-    threads=None,
+    x, element: str | ElementFormat = "f8E4M3FN", block_size: int | None = None, axis: int = -1,
+    threads=None, *, global_scale=None,
 ):
     """The oracle's :func:`mlir_mx.oracle.quantize` (same signature, same bits), compiled.
 
@@ -70,11 +72,13 @@ def quantize(
             array (a torch CPU tensor); float32, or float64 / float16 /
             bfloat16 (converted to float32 exactly as the oracle does).
         element: the MX element format (``f8E4M3FN``, ``f4E2M1FN``, ``i8``, ...;
-            a name or an :class:`~mlir_mx.numerics.ElementFormat`).
-        block_size: elements per shared E8M0 scale; ``x.shape[axis]`` must be a
-            multiple of it.
+            a name or an :class:`~mlir_mx.numerics.ElementFormat`), or ``"nvfp4"``.
+        block_size: elements per shared scale (None: 32, 16 for ``nvfp4``);
+            ``x.shape[axis]`` must be a multiple of it.
         axis: the axis the blocks run along.
         threads: the kernel's thread count (default: this machine's cores).
+        global_scale: ``nvfp4`` only: the per-tensor scale (None: computed
+            from ``x`` as the oracle does, one pass of numpy's max and min).
 
     Returns:
         An :class:`~mlir_mx.MXArray` built from its stored form (``MXArray.from_packed``).
@@ -83,11 +87,31 @@ def quantize(
         MXArgTypeError: ``x`` of an unsupported type or dtype, a non-int size.
         MXValueError: an unknown format, a bad block size, axis or thread count.
     """
-    fmt = element_format(element)
+    fmt, scale_type, block_size = check_scaling(element, block_size, global_scale)
     x, block_size, axis = _check_input(x, block_size, axis)
-    packed, scales = _quantize_checked(x, fmt, block_size, axis, check_threads(threads))
+    threads = check_threads(threads)
+    if scale_type != SCALE_TYPE:
+        g = _global_scale(x) if global_scale is None else check_global_scale(global_scale)
+        packed, scales = _quantize_checked(x, fmt, block_size, axis, threads, g)
+        return MXArray.from_packed(
+            packed, scales, NVFP4, block_size, axis, copy=False, global_scale=g
+        )
+    packed, scales = _quantize_checked(x, fmt, block_size, axis, threads)
     # The kernel's fresh buffers become the array's own (no copy).
     return MXArray.from_packed(packed, scales.view(SCALE_DTYPE), fmt, block_size, axis, copy=False)
+
+
+def _global_scale(x: np.ndarray) -> np.float32:
+    """The oracle's computed global scale (:func:`mlir_mx.numerics.nvfp4.global_scale`)
+    of ``x``, from numpy's max and min where they are finite (no temporary);
+    else, or for f16/bf16 input, from the oracle on ``x`` as float32."""
+    if x.size and x.dtype in (np.float32, np.float64):
+        with np.errstate(invalid="ignore", over="ignore"):
+            m = np.float32(max(float(np.max(x)), -float(np.min(x))))
+        if np.isfinite(m):
+            return global_scale(np.array([m], np.float32))
+    with np.errstate(over="ignore"):
+        return global_scale(np.asarray(x, np.float32))
 
 
 def quantize_stored(
@@ -101,8 +125,11 @@ def quantize_stored(
     return _quantize_checked(x, fmt, block_size, axis, check_threads(threads))
 
 
-def _quantize_checked(x: np.ndarray, fmt: ElementFormat, block_size: int, axis: int, threads: int):
-    """:func:`quantize_stored` on checked arguments (:func:`_check_input`)."""
+def _quantize_checked(
+    x: np.ndarray, fmt: ElementFormat, block_size: int, axis: int, threads: int, g=None
+):
+    """:func:`quantize_stored` on checked arguments (:func:`_check_input`);
+    ``g``: NVFP4's global scale (None: E8M0 scales)."""
     packed = is_packed_storage(x.shape, fmt)
     codes = np.empty(packed_shape(x.shape, fmt) if packed else x.shape, np.uint8)
     scales = np.empty(scale_shape(x.shape, block_size, axis), np.uint8)
@@ -114,8 +141,9 @@ def _quantize_checked(x: np.ndarray, fmt: ElementFormat, block_size: int, axis: 
         spec = ConvertSpec(
             "quantize", fmt, block_size, "rows" if rows else "columns", packed,
             _SOURCE[x.dtype.name], contiguous, RUNTIME_THREADS,
+            SCALE_TYPE if g is None else E4M3_SCALE_TYPE,
         )  # fmt: skip
-        _kernel(spec)(xv, cv, sv, threads=threads)
+        _kernel(spec)(xv, cv, sv, threads=threads, global_scale=g)
     return codes, scales
 
 
@@ -163,8 +191,11 @@ def dequantize(a, threads=None, *, out=None) -> np.ndarray:
             scales.reshape(rows // bs, -1),
             out.reshape(rows, -1),
         )
-    spec = ConvertSpec("dequantize", a.format, bs, layout, a.is_packed, threads=RUNTIME_THREADS)
-    _kernel(spec)(*(_View.of(v) for v in views), threads=threads)
+    spec = ConvertSpec(
+        "dequantize", a.format, bs, layout, a.is_packed, threads=RUNTIME_THREADS,
+        scale_type=a.scale_type,
+    )
+    _kernel(spec)(*(_View.of(v) for v in views), threads=threads, global_scale=a.global_scale)
     return out
 
 
@@ -335,8 +366,10 @@ class _Kernel:
         self.fn = packed_function(self.runner.entry(spec.name))
         self.runtime_threads = spec.threads == RUNTIME_THREADS
 
-    def __call__(self, *views: _View, threads: int = 1) -> None:
+    def __call__(self, *views: _View, threads: int = 1, global_scale=None) -> None:
         scalars = [ctypes.c_int64(threads)] if self.runtime_threads else []
+        if global_scale is not None:  # NVFP4: the f32 argument before the thread count
+            scalars.insert(0, ctypes.c_float(global_scale))
         call_packed(self.fn, [v.descriptor() for v in views], scalars)
 
 

@@ -262,7 +262,10 @@ def _model_bytes(layers: int, config: dict) -> int:
 def _format(spec: str) -> str:
     """``F`` or ``A:B``, each an MX element format, normalized."""
     from mlir_mx.numerics import element_format
+    from mlir_mx.numerics.formats import E4M3_SCALED
 
+    if spec.lower() in E4M3_SCALED:  # nvfp4: --quantize's rows take it (quantize_rows.py)
+        return spec.lower()
     parts = [element_format(p).name for p in spec.split(":")]
     if len(parts) > 2:
         raise ValueError(f"--formats: expected F or A:B, got '{spec}'")

@@ -1,7 +1,9 @@
 """``mx-bench --quantize``: converting an f32 matrix to MX, and back.
 
 One standard-normal f32 matrix (default 8192 x 8192, 256 MiB), blocks of 32
-along its rows, per element format and thread count:
+along its rows (16 for ``nvfp4``, whose ``ours quantize`` row computes the
+global scale too, as ``mlir_mx.quantize`` does, and ``ours quantize,
+global_scale=`` is the kernel alone), per element format and thread count:
 
 * ours: :func:`mlir_mx.convert.quantize_stored` (the compiled kernels; codes
   in their stored form, what ``MXArray.from_packed``, ``write_gguf`` and
@@ -39,6 +41,13 @@ from mlir_mx_bench.machine import cpu_sample, other_load, thread_limits
 __all__ = ["TARGETS", "quantize_markdown", "quantize_targets", "run_quantize"]
 
 BLOCK = 32
+#: The one format with another block size (E4M3 block scales: docs/numerics.md).
+NVFP4 = "nvfp4"
+
+
+def block_of(element: str) -> int:
+    """The block size a format's rows use: 32, 16 for ``nvfp4``."""
+    return 16 if element == NVFP4 else BLOCK
 
 #: The conversion targets: elements per second of ``f32 -> MXFP4`` and
 #: ``f32 -> MXFP8`` (quantize) and of every dequantize into a new array, with
@@ -75,7 +84,29 @@ def _peak(fn) -> int:
     return peak
 
 
+def _ours_nvfp4(x, threads):
+    import mlir_mx
+    from mlir_mx import oracle
+
+    want = oracle.quantize(x, NVFP4, axis=1)
+    if not mlir_mx.quantize(x, NVFP4, axis=1, threads=threads).bitwise_equal(want):
+        raise BenchFailure("WRONG RESULT: mlir_mx.quantize nvfp4 differs from the oracle")
+    if not np.array_equal(mlir_mx.dequantize(want, threads), want.dequantize(), equal_nan=True):
+        raise BenchFailure("WRONG RESULT: mlir_mx.dequantize nvfp4 differs from the oracle")
+    g, out = want.global_scale, np.empty_like(x)
+    return {
+        "ours quantize": (lambda: mlir_mx.quantize(x, NVFP4, axis=1, threads=threads), True),
+        "ours quantize, global_scale=": (
+            lambda: mlir_mx.quantize(x, NVFP4, axis=1, threads=threads, global_scale=g), True
+        ),
+        "ours dequantize": (lambda: mlir_mx.dequantize(want, threads), True),
+        "ours dequantize, out=": (lambda: mlir_mx.dequantize(want, threads, out=out), True),
+    }
+
+
 def _ours(x, element, threads):
+    if element == NVFP4:
+        return _ours_nvfp4(x, threads)
     import mlir_mx
     from mlir_mx import oracle
     from mlir_mx.convert import quantize_stored
@@ -102,7 +133,7 @@ def _ggml(x, element, threads):
     from mlir_mx_bench.ggml_baseline import ggml_available
     from mlir_mx_bench.ggml_baseline import load_ggml as load
 
-    if ggml_available():
+    if ggml_available() or element == NVFP4:
         return {}
     gg = load()
     if element == "f4E2M1FN":
@@ -141,7 +172,7 @@ def _torchao(x, element, threads):
         _, MXTensor, _, elems = torchao_modules()
     except ImportError:
         return {}
-    if element not in elems:
+    if element == NVFP4 or element not in elems:
         return {}
     from mlir_mx import oracle
 
@@ -159,7 +190,8 @@ def _methods(x, element, threads, oracle_row: bool):
 
     out = _ours(x, element, threads)
     if oracle_row:
-        out["oracle numerics.quantize"] = (lambda: oracle.quantize(x, element, BLOCK, 1), True)
+        bs = block_of(element)
+        out["oracle numerics.quantize"] = (lambda: oracle.quantize(x, element, bs, 1), True)
     out.update(_ggml(x, element, threads))
     out.update(_torchao(x, element, threads))
     return out
@@ -238,8 +270,11 @@ def _output_bytes(rec: dict, element: str, method: str) -> int:
     shape = (rec["rows_"], rec["cols"])
     if "dequantize" in method:
         return 4 * shape[0] * shape[1]
-    codes = packed_shape(shape, element) if is_packed_storage(shape, element) else shape
-    scales = scale_shape(shape, rec["block_size"], 1)
+    from mlir_mx.numerics.formats import E4M3_SCALED
+
+    fmt = E4M3_SCALED.get(element, element)  # nvfp4's codes: E2M1
+    codes = packed_shape(shape, fmt) if is_packed_storage(shape, fmt) else shape
+    scales = scale_shape(shape, block_of(element) if element == NVFP4 else rec["block_size"], 1)
     return codes[0] * codes[1] + scales[0] * scales[1]
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import irdl
 
-__all__ = ["MX_IRDL", "OPS", "OP_NAMES", "OpDef", "load_dialect"]
+__all__ = ["MX_IRDL", "OPS", "OP_NAMES", "OP_OPTIONAL", "OpDef", "load_dialect"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,10 @@ class OpDef:
     mnemonic: str  # the name inside the dialect, ``quantize_block``
     operands: tuple[str, ...]  # operand names, in order; every op has one result
     summary: str
+    #: Optional operands after ``operands`` (IRDL ``optional``): the NVFP4
+    #: ``global_scale``, present exactly when an ``!mx.tensor`` involved has
+    #: ``f8E4M3FN`` scales (the verifier's rule).
+    optional: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -46,22 +50,34 @@ class OpDef:
 
 #: The four ops of the dialect (semantics: :mod:`mlir_mx.dialect.ops`).
 OPS: tuple[OpDef, ...] = (
-    OpDef("quantize_block", ("input",), "f32 tensor -> !mx.tensor: OCP MX quantization"),
-    OpDef("dequantize_block", ("input",), "!mx.tensor -> f32 tensor: element x 2^scale"),
+    OpDef(
+        "quantize_block", ("input",), "f32 tensor -> !mx.tensor: OCP MX (or NVFP4) quantization",
+        ("global_scale",),
+    ),
+    OpDef(
+        "dequantize_block", ("input",), "!mx.tensor -> f32 tensor: element x scale",
+        ("global_scale",),
+    ),
     OpDef("block_matmul", ("lhs", "rhs", "acc"), "acc + dequant(lhs) x rhs (rhs f32 or mx)"),
     OpDef("fold_scale", ("input", "alpha"), "!mx.tensor x f32 alpha -> the same type"),
 )
 
-#: Full op name -> (number of operands, number of results).
+#: Full op name -> (number of operands, number of results); the optional
+#: operands (:data:`OP_OPTIONAL`) are not counted.
 OP_NAMES: dict[str, tuple[int, int]] = {op.name: (len(op.operands), 1) for op in OPS}
+#: Full op name -> the names of its optional operands (may follow the others).
+OP_OPTIONAL: dict[str, tuple[str, ...]] = {op.name: op.optional for op in OPS}
 
 
 def _irdl_op(op: OpDef) -> str:
     lines = [f"  irdl.operation @{op.mnemonic} {{"]
-    for i, _ in enumerate(op.operands):
+    names = op.operands + op.optional
+    for i, _ in enumerate(names):
         lines.append(f"    %o{i} = irdl.any")
     lines.append("    %r = irdl.any")
-    operands = ", ".join(f"{n}: %o{i}" for i, n in enumerate(op.operands))
+    operands = ", ".join(
+        f"{n}: {'optional ' if i >= len(op.operands) else ''}%o{i}" for i, n in enumerate(names)
+    )
     lines.append(f"    irdl.operands({operands})")
     lines.append("    irdl.results(result: %r)")
     lines.append("  }")

@@ -7,8 +7,11 @@ location unless ``ip``/``loc`` are given, like upstream's generated builders.
 
 Semantics (all four are pure, value semantics on tensors):
 
-``mx.quantize_block``    f32 tensor -> ``!mx.tensor``: OCP MX quantization.
-``mx.dequantize_block``  ``!mx.tensor`` -> f32 tensor: element x 2^scale.
+``mx.quantize_block``    f32 tensor -> ``!mx.tensor``: OCP MX quantization
+                         (NVFP4 for ``f8E4M3FN`` scales, with the f32
+                         ``global_scale`` operand).
+``mx.dequantize_block``  ``!mx.tensor`` -> f32 tensor: element x 2^scale
+                         (element x f32(scale / global_scale) for NVFP4).
 ``mx.block_matmul``      (mx lhs [M,K] blocked along K, rhs [K,N] f32 or mx
                          blocked along K (``axis = 0``), acc [M,N] f32) ->
                          acc + dequant(lhs) x rhs, destination-passing style.
@@ -45,23 +48,30 @@ def _create(name, operands, result, loc, ip) -> ir.Value:
 
 
 def quantize_block(
-    input: ir.Value, result_type: MXTensorType | ir.Type, *, loc=None, ip=None
+    input: ir.Value, result_type: MXTensorType | ir.Type, global_scale: ir.Value | None = None,
+    *, loc=None, ip=None,
 ) -> ir.Value:
-    """``%r = mx.quantize_block %input : tensor<...xf32> -> !mx.tensor<...>``"""
-    return _create("mx.quantize_block", [input], _ty(result_type, input.context), loc, ip)
+    """``%r = mx.quantize_block %input : tensor<...xf32> -> !mx.tensor<...>``;
+    with ``global_scale`` (an f32, for ``f8E4M3FN`` scales: NVFP4)
+    ``mx.quantize_block %input, %g : tensor<...xf32>, f32 -> !mx.tensor<...>``."""
+    operands = [input] + ([global_scale] if global_scale is not None else [])
+    return _create("mx.quantize_block", operands, _ty(result_type, input.context), loc, ip)
 
 
 def dequantize_block(
-    input: ir.Value, result_type: ir.Type | None = None, *, loc=None, ip=None
+    input: ir.Value, result_type: ir.Type | None = None, global_scale: ir.Value | None = None,
+    *, loc=None, ip=None,
 ) -> ir.Value:
-    """``%r = mx.dequantize_block %t : !mx.tensor<...> -> tensor<...xf32>``
+    """``%r = mx.dequantize_block %t : !mx.tensor<...> -> tensor<...xf32>`` (with
+    ``global_scale``, for ``f8E4M3FN`` scales: ``%t, %g : !mx.tensor<...>, f32``).
 
     The result type defaults to an f32 tensor of the input's shape.
     """
     if result_type is None:
         shape = mx_type(input).shape
         result_type = ir.RankedTensorType.get(list(shape), ir.F32Type.get(input.context))
-    return _create("mx.dequantize_block", [input], result_type, loc, ip)
+    operands = [input] + ([global_scale] if global_scale is not None else [])
+    return _create("mx.dequantize_block", operands, result_type, loc, ip)
 
 
 def block_matmul(lhs: ir.Value, rhs: ir.Value, acc: ir.Value, *, loc=None, ip=None) -> ir.Value:
@@ -96,6 +106,7 @@ class OpView:
     """
 
     _NAMES = {op.name: op.operands for op in OPS}
+    _OPTIONAL = {op.name: op.optional for op in OPS}
 
     def __init__(self, op):
         self.operation = getattr(op, "operation", op)
@@ -114,6 +125,11 @@ class OpView:
         names = OpView._NAMES[self.operation.name]
         if attr in names:
             return self.operation.operands[names.index(attr)]
+        optional = OpView._OPTIONAL[self.operation.name]
+        if attr in optional:  # None when absent
+            i = len(names) + optional.index(attr)
+            operands = list(self.operation.operands)
+            return operands[i] if i < len(operands) else None
         if attr.endswith("_type") and attr[:-5] in names + ("result",):
             v = self.result if attr == "result_type" else getattr(self, attr[:-5])
             return MXTensorType.from_mlir(v.type) if is_mx_type(v.type) else v.type

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from mlir_mx.diagnostics import Diagnostic, DiagnosticError
 from mlir_mx.dialect.guards import scan, silent_failure
-from mlir_mx.dialect.irdl import OP_NAMES
+from mlir_mx.dialect.irdl import OP_NAMES, OP_OPTIONAL
 from mlir_mx.dialect.tokens import (
     MAX_NESTING,
     SKIP,
@@ -206,6 +206,7 @@ class _Translator:
     def translate_op(self, i: int) -> int:
         name, toks = self.toks[i].text, self.toks
         nopnd = OP_NAMES[name][0]
+        nmax = nopnd + len(OP_OPTIONAL[name])
         start = toks[i].start
         k = self.sig(i + 1)
         if self.is_(k, "open", "("):
@@ -219,9 +220,8 @@ class _Translator:
             if not self.is_(k, "punct", ","):
                 break
             k = self.sig(k + 1)
-        if len(operands) != nopnd:
-            s = "s" if nopnd > 1 else ""
-            raise TextError(f"'{name}' expects {nopnd} operand{s}, got {len(operands)}", start)
+        if not nopnd <= len(operands) <= nmax:
+            raise TextError(f"'{name}' expects {_count(nopnd, nmax)}, got {len(operands)}", start)
         attrs = None
         if self.is_(k, "open", "{"):
             if toks[k].match < 0:
@@ -231,10 +231,11 @@ class _Translator:
             raise TextError(f"expected ':' and the operand types of '{name}'", self.off(k))
         colon = toks[k].start
         in_types, k = self.type_list(self.sig(k + 1), "an operand type", name)
-        if len(in_types) != nopnd:
-            s = "s" if nopnd > 1 else ""
+        if len(in_types) != len(operands):
             raise TextError(
-                f"'{name}' expects {nopnd} operand type{s}, got {len(in_types)}", self.off(k)
+                f"'{name}' expects {_count(len(operands), len(operands), 'operand type')}, "
+                f"got {len(in_types)}",
+                self.off(k),
             )
         if not self.is_(k, "arrow"):
             raise TextError(f"expected '->' and the result type of '{name}'", self.off(k))
@@ -264,6 +265,13 @@ class _Translator:
         emitted = self.newlines - lines_before
         self.emit("\n" * (self.text.count("\n", start, end) - emitted), end, False)
         return res[1]
+
+
+def _count(lo: int, hi: int, what: str = "operand") -> str:
+    """``1 operand``, ``3 operands``, ``1 or 2 operands``."""
+    if lo == hi:
+        return f"{lo} {what}{'s' if lo > 1 else ''}"
+    return f"{lo} to {hi} {what}s" if hi > lo + 1 else f"{lo} or {hi} {what}s"
 
 
 def to_generic(text: str, filename: str = "-", guard: bool = True) -> tuple[str, SourceMap]:

@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from mlir import ir
 
 from mlir_mx.errors import MXTypeError
-from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_TYPE
+from mlir_mx.numerics.formats import (
+    E4M3_SCALE_TYPE,
+    ELEMENT_FORMATS,
+    SCALE_TYPE,
+    scale_rule,
+)
+from mlir_mx.numerics.formats import SCALE_TYPES as _SCALE_TYPES
 from mlir_mx.numerics.packing import is_packed_storage, packed_shape
 
 __all__ = [
@@ -39,8 +45,9 @@ __all__ = [
 #: Element (mantissa) types the OCP MX spec defines, spelled as MLIR types
 #: (the keys of :data:`mlir_mx.numerics.formats.ELEMENT_FORMATS`).
 ELEMENT_TYPES = tuple(ELEMENT_FORMATS)
-#: The only scale type MX defines.
-SCALE_TYPES = (SCALE_TYPE,)
+#: The block-scale types: E8M0 (OCP MX) and E4M3 (NVFP4, with E2M1 elements
+#: in blocks of 16 only: :func:`mlir_mx.numerics.formats.scale_rule`).
+SCALE_TYPES = _SCALE_TYPES
 
 # MLIR's float types: the ones MX does not use, then the MX ones.
 _FLOAT_TYPES = (
@@ -82,6 +89,12 @@ class MXTensorType:
     def block_axis(self) -> int:
         """The blocked dimension, normalized (the last one by default)."""
         return self.rank - 1 if self.axis is None else self.axis
+
+    @property
+    def has_global_scale(self) -> bool:
+        """True for ``f8E4M3FN`` scales (NVFP4): the ops that produce or read
+        such a tensor take its f32 ``global_scale`` operand."""
+        return self.scale_type == E4M3_SCALE_TYPE
 
     @property
     def scale_shape(self) -> tuple[int, ...]:
@@ -157,9 +170,13 @@ class MXTensorType:
                 out.append(f"scaleType must be a float type, got {self.scale_type}")
             else:
                 out.append(
-                    f"scaleType {self.scale_type} is not supported: MX scales are "
-                    f"{SCALE_TYPE} (the only scale type the OCP MX spec defines)"
+                    f"scaleType {self.scale_type} is not supported: block scales are "
+                    f"{SCALE_TYPE} (OCP MX) or {E4M3_SCALE_TYPE} (NVFP4)"
                 )
+        elif self.block_size > 0:
+            rule = scale_rule(self.element_type, self.scale_type, self.block_size)
+            if rule is not None:
+                out.append(f"scaleType {rule}")
         return out
 
     def verify(self) -> MXTensorType:

@@ -13,6 +13,7 @@ from mlir import ir
 from mlir_mx.dialect.irdl import OP_NAMES
 from mlir_mx.dialect.types import MXTensorType, MXTypeError, is_mx_type
 from mlir_mx.ir_utils import collect, declared_types
+from mlir_mx.numerics.formats import E4M3_SCALE_TYPE
 
 __all__ = ["RULES", "op_errors", "verify_module"]
 
@@ -52,6 +53,20 @@ def _f32(t: ir.Type, what: str) -> str | None:
     return None
 
 
+def _global_scale(t: MXTensorType, ops: list[ir.Value], what: str) -> str | None:
+    """The NVFP4 rule: a ``global_scale`` operand (an f32 scalar) exactly when
+    ``t`` (the op's ``what``) has ``f8E4M3FN`` scales."""
+    if len(ops) > 2:
+        return f"expects at most 2 operands, got {len(ops)}"
+    if t.has_global_scale and len(ops) < 2:
+        return f"{what} has {t.scale_type} scales (NVFP4): a global_scale operand (f32) is required"
+    if not t.has_global_scale and len(ops) == 2:
+        return f"global_scale is only for {E4M3_SCALE_TYPE}-scaled tensors, {what} has {t.scale_type} scales"
+    if len(ops) == 2 and not _is_f32(ops[1].type):
+        return f"global_scale must be an f32 scalar, got {ops[1].type}"
+    return None
+
+
 def _quantize_block(ops: list[ir.Value], res: ir.Type) -> str | None:
     err = _f32(ops[0].type, "input")
     if err:
@@ -61,7 +76,7 @@ def _quantize_block(ops: list[ir.Value], res: ir.Type) -> str | None:
         return err
     if _tensor_shape(ops[0].type) != rt.shape:
         return "input shape doesn't match result shape"
-    return None
+    return _global_scale(rt, ops, "result")
 
 
 def _dequantize_block(ops: list[ir.Value], res: ir.Type) -> str | None:
@@ -73,11 +88,20 @@ def _dequantize_block(ops: list[ir.Value], res: ir.Type) -> str | None:
         return err
     if it.shape != _tensor_shape(res):
         return "input shape doesn't match result shape"
+    return _global_scale(it, ops, "input")
+
+
+def _not_nvfp4(t: MXTensorType, what: str, why: str) -> str | None:
+    if t.has_global_scale:
+        return f"{what} has {t.scale_type} scales (NVFP4), which {why}"
     return None
 
 
 def _fold_scale(ops: list[ir.Value], res: ir.Type) -> str | None:
     it, err = _mx(ops[0].type, "input")
+    if err:
+        return err
+    err = _not_nvfp4(it, "input", "fold_scale does not take: fold alpha into its global_scale")
     if err:
         return err
     if not _is_f32(ops[1].type):
@@ -115,6 +139,10 @@ def _block_matmul(ops: list[ir.Value], res: ir.Type) -> str | None:
         return f"N dimension mismatch: rhs has N={b[1]} but acc has N={c[1]}"
     if c != _tensor_shape(res):
         return "acc shape doesn't match result shape"
+    why = "block_matmul does not take yet (issue 54: NVFP4 matmul kernels)"
+    err = _not_nvfp4(lhs, "lhs", why) or (rhs and _not_nvfp4(rhs, "rhs", why))
+    if err:
+        return err
     if lhs.block_axis != 1:
         return f"lhs must be blocked along its last (contraction) axis, got axis = {lhs.block_axis}"
     if rhs is not None:

@@ -202,14 +202,16 @@ def split_mx_args(fn: str, params, args, mx_param_type, labels=None) -> list:
             continue
         where = _where(fn, i, p, None if labels is None else labels[i])
         if isinstance(a, MXArray):
-            want = (p.mx.element_type, p.mx.block_size, p.mx.block_axis)
-            got = (a.element, a.block_size, a.axis)
+            want = (p.mx.element_type, p.mx.block_size, p.mx.block_axis, p.mx.scale_type)
+            got = (a.element, a.block_size, a.axis, a.scale_type)
             if want != got:
                 raise MXArgTypeError(
                     f"{where}: expected an MXArray with element {want[0]}, block_size "
-                    f"{want[1]}, axis {want[2]} for {p.type}; got element {got[0]}, "
-                    f"block_size {got[1]}, axis {got[2]}"
+                    f"{want[1]}, axis {want[2]}, scales {want[3]} for {p.type}; got element "
+                    f"{got[0]}, block_size {got[1]}, axis {got[2]}, scales {got[3]}"
                 )
+            # An NVFP4 array's global scale is not part of the !mx.tensor value:
+            # it is the ops' own f32 operand, an argument of its own.
             # The arrays the MXArray holds, not its read-only views and not a
             # copy: no lowering writes an !mx.tensor argument (its codes and
             # scales are never a destination), but the write analysis may not
@@ -233,12 +235,18 @@ def split_mx_args(fn: str, params, args, mx_param_type, labels=None) -> list:
 
 
 def group_mx_results(params, values: list, mx_param_type) -> list:
-    """Regroup the (codes, scales) buffers of mx results into MXArrays."""
+    """Regroup the (codes, scales) buffers of mx results into MXArrays; an
+    NVFP4 result (``f8E4M3FN`` scales) stays the ``(codes, scales)`` pair:
+    its global scale is another value of the function, not part of it."""
     out, k = [], 0
     for p in params:
         if isinstance(p, mx_param_type):
             codes, scales = values[k], values[k + 1]
             mx = p.mx
+            if mx.has_global_scale:
+                out.append((codes, scales))
+                k += 2
+                continue
             # Fresh copies the Runner made (Runner._take): taken over, not copied again.
             make = MXArray.from_packed if p.packed else MXArray
             out.append(make(codes, scales, mx.element_type, mx.block_size, mx.block_axis, copy=False))

@@ -88,8 +88,8 @@ def to_mxtensor(a: MXArray, orig_dtype=None):
     torch, MXTensor, KernelPreference, elems = torchao_modules()
     if not isinstance(a, MXArray):
         raise MXArgTypeError(f"a: expected an MXArray, got {type(a).__name__}")
-    if a.element not in elems:
-        raise MXValueError(f"a: torchao's MXTensor has no {a.element} element type")
+    if a.element not in elems or a.global_scale is not None:
+        raise MXValueError(f"a: torchao's MXTensor has no {a.format_name} element type")
     if a.axis != a.ndim - 1:
         if a.ndim == 2:
             return to_mxtensor(transpose(a), orig_dtype).t()

@@ -37,12 +37,20 @@ __all__ = [
     "SCALE_NAN_CODE",
     "SCALE_TYPE",
     "ElementFormat",
+    "E4M3_SCALED",
+    "E4M3_SCALE_TYPE",
+    "NVFP4",
+    "NVFP4_BLOCK_SIZE",
+    "SCALE_TYPES",
+    "block_scaling",
+    "decode_e4m3_scales",
     "decode_elements",
     "decode_scales",
     "element_format",
     "element_bits",
     "finite_codes",
     "format_names",
+    "scale_rule",
 ]
 
 SCALE_TYPE = "f8E8M0FNU"
@@ -52,6 +60,16 @@ SCALE_TYPE = "f8E8M0FNU"
 SCALE_BITS = 8  # all exponent: no sign, no mantissa
 SCALE_BIAS = 127
 SCALE_NAN_CODE = 255
+
+#: The second block-scale type: NVFP4's E4M3 scale (``f8E4M3FN``, the
+#: element type of the same name), always with a per-tensor f32 global scale.
+E4M3_SCALE_TYPE = "f8E4M3FN"
+#: Every block-scale type (the dialect's ``scale_type`` values).
+SCALE_TYPES = (SCALE_TYPE, E4M3_SCALE_TYPE)
+#: The name (lower case) of the one format with E4M3 block scales.
+NVFP4 = "nvfp4"
+#: NVFP4's block size, the only one E4M3 scales come with.
+NVFP4_BLOCK_SIZE = 16
 
 
 @dataclass(frozen=True)
@@ -102,6 +120,11 @@ class ElementFormat:
     #: case-insensitively by :func:`element_format`): the OCP/MLX ``mxfp4``
     #: style, torch's and torchao's dtype names.  Never IR syntax.
     aliases: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    #: Names of formats with these elements and E4M3 block scales in blocks
+    #: of :data:`NVFP4_BLOCK_SIZE` with a per-tensor f32 global scale
+    #: (:func:`block_scaling`): ``nvfp4`` on E2M1.  Not element aliases:
+    #: :func:`element_format` refuses them, with the places that take them.
+    e4m3_scaled: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def dtype(self) -> np.dtype:
@@ -188,7 +211,8 @@ ELEMENT_FORMATS: dict[str, ElementFormat] = {
             group=(4, 3), int_exp2=4, aliases=("mxfp6_e3m2", "fp6_e3m2", "float6_e3m2fn")),
         _fp("f4E2M1FN", "float4_e2m1fn", 4, 2, 1, 1, 2, 6.0, False, False,
             group=(2, 1), widening="values", int_exp2=1,
-            aliases=("mxfp4", "mxfp4_e2m1", "fp4_e2m1", "float4_e2m1fn", "float4_e2m1fn_x2")),
+            aliases=("mxfp4", "mxfp4_e2m1", "fp4_e2m1", "float4_e2m1fn", "float4_e2m1fn_x2"),
+            e4m3_scaled=(NVFP4,)),
         ElementFormat(
             name="i8",
             dtype_name="int8",
@@ -214,6 +238,46 @@ ELEMENT_FORMATS: dict[str, ElementFormat] = {
 FORMAT_ALIASES: dict[str, str] = {
     alias: f.name for f in ELEMENT_FORMATS.values() for alias in f.aliases
 }
+
+#: The E4M3-scaled format names (``"nvfp4"``) -> the name of their element
+#: format, derived from the table's ``e4m3_scaled``.
+E4M3_SCALED: dict[str, str] = {
+    name: f.name for f in ELEMENT_FORMATS.values() for name in f.e4m3_scaled
+}
+
+
+def scale_rule(element: str, scale_type: str, block_size: int) -> str | None:
+    """The one rule on (element, scale type, block size) triples, shared by the
+    dialect's type verifier and :class:`~mlir_mx.numerics.MXArray`: None when
+    the triple is accepted, else why not.
+
+    E8M0 scales (OCP MX) take every element format and any block size.  E4M3
+    scales take only the formats of the table's ``e4m3_scaled`` (E2M1: NVFP4)
+    and only blocks of :data:`NVFP4_BLOCK_SIZE`: that is the one published
+    format with E4M3 block scales, and the one the references
+    (compressed-tensors, MLX, ModelOpt) define and check; any other triple
+    would be a format with no reference to be bit-exact against.
+    """
+    if scale_type == SCALE_TYPE:
+        return None
+    if scale_type != E4M3_SCALE_TYPE:
+        return f"scale type {scale_type} is not one of {', '.join(SCALE_TYPES)}"
+    fmt = ELEMENT_FORMATS.get(element)
+    if fmt is None or not fmt.e4m3_scaled:
+        scaled = ", ".join(f"{v} ({k})" for k, v in E4M3_SCALED.items())
+        return f"{E4M3_SCALE_TYPE} scales take {scaled} elements only, got {element}"
+    if block_size != NVFP4_BLOCK_SIZE:
+        return f"{E4M3_SCALE_TYPE} scales take block_size {NVFP4_BLOCK_SIZE} only (NVFP4), got {block_size}"
+    return None
+
+
+def block_scaling(name) -> tuple[ElementFormat, str]:
+    """``(element format, scale type)`` of a format name: an E4M3-scaled name
+    (``"nvfp4"``, any case) gives E2M1 and ``f8E4M3FN``; every name
+    :func:`element_format` takes gives its format and ``f8E8M0FNU``."""
+    if isinstance(name, str) and name.lower() in E4M3_SCALED:
+        return ELEMENT_FORMATS[E4M3_SCALED[name.lower()]], E4M3_SCALE_TYPE
+    return element_format(name), SCALE_TYPE
 
 
 def format_names() -> str:
@@ -259,6 +323,14 @@ def element_format(name) -> ElementFormat:
         return ELEMENT_FORMATS[name]
     elif name.lower() in FORMAT_ALIASES:
         return ELEMENT_FORMATS[FORMAT_ALIASES[name.lower()]]
+    elif name.lower() in E4M3_SCALED:
+        raise MXValueError(
+            f"element: {name!r} is not an MX element format: it is {E4M3_SCALED[name.lower()]} "
+            f"codes with {E4M3_SCALE_TYPE} block scales (blocks of {NVFP4_BLOCK_SIZE}) and a "
+            "per-tensor global scale, which quantize / dequantize (the oracle's and the "
+            "compiled ones), MXArray and the dialect take (not yet the matmul kernels, "
+            "Linear or the torch layers)"
+        )
     raise MXValueError(
         f"element: unknown MX element format {str(name)!r}; valid names: {format_names()}"
     )
@@ -302,6 +374,16 @@ def decode_scales(scales: np.ndarray) -> np.ndarray:
     k = scales.view(np.uint8).astype(np.int32)
     out = np.ldexp(1.0, k - SCALE_BIAS)
     return np.where(k == SCALE_NAN_CODE, np.nan, out)
+
+
+def decode_e4m3_scales(scales: np.ndarray) -> np.ndarray:
+    """Values of E4M3 block ``scales`` (``ml_dtypes.float8_e4m3fn``) as float64,
+    exact; NaN for the codes 0x7f and 0xff."""
+    scales = np.asarray(scales)
+    dtype = _code_dtype("float8_e4m3fn")
+    if scales.dtype != dtype:
+        raise MXArgTypeError(f"scales: expected dtype {dtype} ({E4M3_SCALE_TYPE}), got {scales.dtype}")
+    return scales.astype(np.float64)
 
 
 def finite_codes(element: str | ElementFormat) -> np.ndarray:

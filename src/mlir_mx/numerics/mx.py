@@ -16,8 +16,18 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 
 from . import formats
 from .blocks import check_block_size, check_blocked_shape, normalize_axis
-from .formats import SCALE_BIAS, SCALE_NAN_CODE, ElementFormat, element_format
+from .formats import (
+    NVFP4_BLOCK_SIZE,
+    SCALE_BIAS,
+    SCALE_NAN_CODE,
+    SCALE_TYPE,
+    ElementFormat,
+    block_scaling,
+    element_format,
+    scale_rule,
+)
 from .mxarray import MXArray, scale_shape
+from .nvfp4 import quantize_nvfp4
 
 __all__ = [
     "MIN_SHARED_EXP",
@@ -174,10 +184,33 @@ def round_to_element(p, element: str | ElementFormat) -> np.ndarray:
 # --------------------------------------------------------------------------- quantize
 
 
+def check_scaling(element, block_size, global_scale) -> tuple[ElementFormat, str, int]:
+    """``(element format, scale type, block size)`` of quantize's arguments,
+    checked: ``block_size`` None is 32 for E8M0 formats and 16 for ``nvfp4``;
+    the triple passes :func:`~mlir_mx.numerics.formats.scale_rule`; a
+    ``global_scale`` is given only for ``nvfp4``."""
+    fmt, scale_type = block_scaling(element)
+    if block_size is None:
+        block_size = 32 if scale_type == SCALE_TYPE else NVFP4_BLOCK_SIZE
+    block_size = check_block_size(block_size)
+    rule = scale_rule(fmt.name, scale_type, block_size)
+    if rule is not None:
+        raise MXValueError(f"block_size: {rule}")
+    if global_scale is not None and scale_type == SCALE_TYPE:
+        raise MXValueError(f"global_scale: only nvfp4 takes one, not {fmt.name} with E8M0 scales")
+    return fmt, scale_type, block_size
+
+
 def quantize(
-    x, element: str | ElementFormat = "f8E4M3FN", block_size: int = 32, axis: int = -1
+    x, element: str | ElementFormat = "f8E4M3FN", block_size: int | None = None, axis: int = -1,
+    *, global_scale=None,
 ) -> MXArray:
-    """Quantize ``x`` to MX with OCP MX v1.0 semantics (see ``docs/numerics.md``).
+    """Quantize ``x`` to MX with OCP MX v1.0 semantics (see ``docs/numerics.md``),
+    or to NVFP4 (``element="nvfp4"``: :mod:`mlir_mx.numerics.nvfp4`).
+
+    ``block_size`` None is 32 (16 for ``nvfp4``, its only block size).
+    ``global_scale`` (``nvfp4`` only): the per-tensor scale, a finite positive
+    real; None computes compressed-tensors' ``2688 / max|x|``.
 
     ``x`` is float32 (float64, float16 and bfloat16 are converted to float32 first;
     float64 -> float32 rounds to nearest even and may overflow to Inf), any rank
@@ -190,11 +223,12 @@ def quantize(
     block holding a NaN or an Inf gets scale code 255 (NaN) and all-zero element
     codes.
     """
-    fmt = element_format(element)
+    fmt, scale_type, block_size = check_scaling(element, block_size, global_scale)
     x = _as_f32_input(x)
-    block_size = check_block_size(block_size)
     axis = normalize_axis(axis, x.ndim)
     check_blocked_shape(x.shape, block_size, axis, "x")
+    if scale_type != SCALE_TYPE:
+        return quantize_nvfp4(x, axis, global_scale)
 
     xb = _blocked(x, block_size, axis)  # (..., nblocks, block_size) float32
     finite = np.isfinite(xb).all(axis=-1)
@@ -253,6 +287,11 @@ def fold_scale(a: MXArray, alpha) -> MXArray:
     """
     if not isinstance(a, MXArray):
         raise MXArgTypeError(f"a: expected an MXArray, got {type(a).__name__}")
+    if a.scale_type != SCALE_TYPE:
+        raise MXValueError(
+            f"a: fold_scale takes E8M0-scaled arrays; an {a.format_name} array's factor "
+            "belongs in its global_scale"
+        )
     if isinstance(alpha, (bool, np.bool_)) or not isinstance(
         alpha, (int, float, np.integer, np.floating)
     ):

@@ -20,10 +20,19 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 
 from . import formats
 from .blocks import check_block_size, check_blocked_shape, normalize_axis
-from .formats import ElementFormat, decode_elements, decode_scales, element_format
+from .formats import (
+    E4M3_SCALE_TYPE,
+    SCALE_TYPE,
+    ElementFormat,
+    block_scaling,
+    decode_e4m3_scales,
+    decode_elements,
+    decode_scales,
+    scale_rule,
+)
 from .packing import is_packed_storage, pack_codes, packed_shape, unpack_codes
 
-__all__ = ["MXArray", "scale_shape"]
+__all__ = ["MXArray", "check_global_scale", "scale_shape"]
 
 
 def scale_shape(shape, block_size: int, axis: int) -> tuple[int, ...]:
@@ -82,6 +91,37 @@ def _read_only_view(a: np.ndarray, dtype=None) -> np.ndarray:
     return view
 
 
+def _check_global_scale(global_scale, scale_type: str) -> np.float32 | None:
+    """The per-tensor global scale of an E4M3-scaled array as a finite, positive
+    float32 (None for E8M0 scales, which take none)."""
+    if scale_type == SCALE_TYPE:
+        if global_scale is not None:
+            raise MXValueError(
+                f"global_scale: only {E4M3_SCALE_TYPE}-scaled (NVFP4) arrays have one, "
+                f"these scales are {SCALE_TYPE}"
+            )
+        return None
+    if global_scale is None:
+        raise MXValueError(f"global_scale: {E4M3_SCALE_TYPE}-scaled (NVFP4) arrays need one")
+    return check_global_scale(global_scale)
+
+
+def check_global_scale(global_scale) -> np.float32:
+    """A given NVFP4 global scale as a finite, positive float32, else
+    ``MXArgTypeError`` / ``MXValueError`` naming ``global_scale``."""
+    if isinstance(global_scale, np.ndarray) and global_scale.size == 1:
+        global_scale = global_scale.reshape(())[()]  # a numpy scalar of its dtype
+    if isinstance(global_scale, (bool, np.bool_)) or not isinstance(
+        global_scale, (int, float, np.integer, np.floating)
+    ):
+        raise MXArgTypeError(f"global_scale: expected a real number, got {type(global_scale).__name__}")
+    with np.errstate(over="ignore"):
+        g = np.float32(global_scale)
+    if not (np.isfinite(g) and g > 0):
+        raise MXValueError(f"global_scale: must be finite and positive in float32, got {global_scale}")
+    return g
+
+
 def _check_copy(copy) -> bool | None:
     if copy is not None and not isinstance(copy, bool):
         raise MXArgTypeError(f"copy: expected None, True or False, got {type(copy).__name__}")
@@ -131,14 +171,15 @@ class MXArray:
     # return the read-only views _stored_bytes / _codes / _scales_view.
     __slots__ = (
         "_stored", "_stored_bytes", "_codes", "_scales", "_scales_view",
-        "_shape", "_format", "_block_size", "_axis", "__weakref__",
+        "_shape", "_format", "_block_size", "_axis", "_scale_type", "_global_scale",
+        "__weakref__",
     )  # fmt: skip
 
     def __init__(
         self, codes, scales, element: str | ElementFormat, block_size: int, axis: int = -1, *,
-        copy=None,
+        copy=None, global_scale=None,
     ):
-        fmt = element_format(element)
+        fmt, scale_type = block_scaling(element)
         copy = _check_copy(copy)
         codes = np.asarray(codes)
         if codes.dtype == np.uint8 and not fmt.is_int:
@@ -152,7 +193,7 @@ class MXArray:
                 raise MXValueError(
                     f"codes: {fmt.name} codes must fit in the low {fmt.bits} bits of each byte"
                 )
-        self._init(codes.shape, scales, fmt, block_size, axis, copy)
+        self._init(codes.shape, scales, fmt, block_size, axis, copy, (scale_type, global_scale))
         if is_packed_storage(codes.shape, fmt):
             self._hold_codes(pack_codes(codes, fmt))  # a new array: ours
         else:
@@ -163,16 +204,26 @@ class MXArray:
         self._stored_bytes = _read_only_view(stored, np.uint8)
         self._codes = None if self.is_packed else _read_only_view(stored)
 
-    def _init(self, shape, scales, fmt: ElementFormat, block_size, axis, copy) -> None:
-        """Check and set everything but the codes (shared by both constructors)."""
+    def _init(self, shape, scales, fmt: ElementFormat, block_size, axis, copy, scaling) -> None:
+        """Check and set everything but the codes (shared by both constructors);
+        ``scaling``: (scale type, global scale as given)."""
+        scale_type, global_scale = scaling
+        scale_dtype = (
+            formats.SCALE_DTYPE if scale_type == SCALE_TYPE else _e4m3_dtype()
+        )
         scales = np.asarray(scales)
         if scales.dtype == np.uint8:
-            scales = scales.view(formats.SCALE_DTYPE)
-        if scales.dtype != formats.SCALE_DTYPE:
+            scales = scales.view(scale_dtype)
+        if scales.dtype != scale_dtype:
             raise MXArgTypeError(
-                f"scales: expected dtype {formats.SCALE_DTYPE} ({formats.SCALE_TYPE}), got {scales.dtype}"
+                f"scales: expected dtype {scale_dtype} ({scale_type}), got {scales.dtype}"
             )
         self._block_size = check_block_size(block_size)
+        rule = scale_rule(fmt.name, scale_type, self._block_size)
+        if rule is not None:
+            raise MXValueError(f"block_size: {rule}")
+        self._scale_type = scale_type
+        self._global_scale = _check_global_scale(global_scale, scale_type)
         self._axis = normalize_axis(axis, len(shape))
         check_blocked_shape(shape, self._block_size, self._axis, "codes")
         expected = scale_shape(shape, self._block_size, self._axis)
@@ -189,7 +240,7 @@ class MXArray:
     @classmethod
     def from_packed(
         cls, packed, scales, element: str | ElementFormat, block_size: int, axis: int = -1, *,
-        copy=None,
+        copy=None, global_scale=None,
     ) -> MXArray:
         """The MXArray whose :meth:`packed_codes` is ``packed`` (a ``uint8`` array
         of the packed shape; for formats and shapes that are not packed, the one
@@ -209,7 +260,7 @@ class MXArray:
             MXArgTypeError: ``packed`` not ``uint8``; scales of another dtype.
             MXValueError: shapes that do not match the format and block size.
         """
-        fmt = element_format(element)
+        fmt, scale_type = block_scaling(element)
         copy = _check_copy(copy)
         block_size = check_block_size(block_size)
         packed = np.asarray(packed)
@@ -226,14 +277,14 @@ class MXArray:
         logical = packed.shape[:-1] + (scale_shape_[-1] * (block_size if blocked_last else 1),)
         if not is_packed_storage(logical, fmt):
             codes = packed.view(np.int8) if fmt.is_int else packed
-            return cls(codes, scales, fmt, block_size, axis, copy=copy)
+            return cls(codes, scales, element, block_size, axis, copy=copy, global_scale=global_scale)
         if packed.shape != packed_shape(logical, fmt):
             raise MXValueError(
                 f"packed: expected shape {packed_shape(logical, fmt)} for {fmt.name} codes of "
                 f"shape {logical} (from the scales), got {packed.shape}"
             )
         out = cls.__new__(cls)
-        out._init(logical, scales, fmt, block_size, axis, copy)
+        out._init(logical, scales, fmt, block_size, axis, copy, (scale_type, global_scale))
         # Every packed byte pattern is valid: each 4- or 6-bit field is a code.
         out._hold_codes(_held(packed, copy))
         return out
@@ -248,6 +299,25 @@ class MXArray:
     @property
     def block_size(self) -> int:
         return self._block_size
+
+    @property
+    def scale_type(self) -> str:
+        """The block scales' type: ``f8E8M0FNU`` (OCP MX) or ``f8E4M3FN`` (NVFP4)."""
+        return self._scale_type
+
+    @property
+    def global_scale(self) -> np.float32 | None:
+        """NVFP4's per-tensor scale (compressed-tensors' ``global_scale``: a
+        value is ``code * f32(block_scale / global_scale)``); None for E8M0."""
+        return self._global_scale
+
+    @property
+    def format_name(self) -> str:
+        """The name that makes this array's format: the element's (``f4E2M1FN``)
+        for E8M0 scales, ``nvfp4`` for E4M3 scales (:func:`block_scaling`)."""
+        if self._scale_type == SCALE_TYPE:
+            return self._format.name
+        return self._format.e4m3_scaled[0]
 
     @property
     def axis(self) -> int:
@@ -329,13 +399,27 @@ class MXArray:
         return decode_elements(self.codes, self.format)
 
     def scale_values(self) -> np.ndarray:
-        """Values of the E8M0 scales (float64, exact; NaN for code 255)."""
-        return decode_scales(self._scales)
+        """Values of the block scales (float64, exact; NaN for E8M0 code 255 and
+        the E4M3 NaN codes).  For E4M3 scales these are the block scales
+        themselves; a block's factor is ``f32(scale / global_scale)``."""
+        if self._scale_type == SCALE_TYPE:
+            return decode_scales(self._scales)
+        return decode_e4m3_scales(self._scales)
+
+    def block_factors(self) -> np.ndarray:
+        """What each block's codes are multiplied by, as float64 holding an f32
+        value: the E8M0 scale, or for NVFP4 ``f32(block_scale / global_scale)``
+        (one f32 division, compressed-tensors' order)."""
+        s = self.scale_values()
+        if self._scale_type == SCALE_TYPE:
+            return s
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            return (s.astype(np.float32) / self._global_scale).astype(np.float64)
 
     def dequantize(self) -> np.ndarray:
         """:func:`mlir_mx.numerics.dequantize` of this array (float32)."""
         vals = self.element_values()
-        scales = np.repeat(self.scale_values(), self.block_size, axis=self.axis)
+        scales = np.repeat(self.block_factors(), self.block_size, axis=self.axis)
         with np.errstate(over="ignore", invalid="ignore"):
             return (vals * scales).astype(np.float32)
 
@@ -347,14 +431,21 @@ class MXArray:
             and self._block_size == other._block_size
             and self._axis == other._axis
             and self._shape == other._shape
+            and self._scale_type == other._scale_type
+            and _same_bits(self._global_scale, other._global_scale)
             and np.array_equal(self.packed_codes(), other.packed_codes())
             and np.array_equal(self._scales.view(np.uint8), other._scales.view(np.uint8))
         )
 
     def __repr__(self) -> str:
+        scaling = (
+            "" if self._global_scale is None
+            else f", scale_type={self._scale_type}, global_scale={self._global_scale!r}"
+        )
         return (
             f"MXArray(shape={self._shape}, element={self.element}, block_size="
-            f"{self._block_size}, axis={self._axis}, packed={self.is_packed}, nbytes={self.nbytes})"
+            f"{self._block_size}, axis={self._axis}{scaling}, packed={self.is_packed}, "
+            f"nbytes={self.nbytes})"
         )
 
     # -- pickling: keep the stored form, and read-only after a round trip --------------
@@ -362,9 +453,25 @@ class MXArray:
     def __reduce__(self):
         return (
             _restore,
-            (self.packed_codes(), self._scales.view(np.uint8), self.element, self._block_size, self._axis),
-        )
+            (
+                self.packed_codes(), self._scales.view(np.uint8), self.format_name,
+                self._block_size, self._axis, self._global_scale,
+            ),
+        )  # fmt: skip
 
 
-def _restore(packed, scales, element, block_size, axis) -> MXArray:
-    return MXArray.from_packed(packed, scales, element, block_size, axis, copy=False)
+def _restore(packed, scales, element, block_size, axis, global_scale=None) -> MXArray:
+    return MXArray.from_packed(
+        packed, scales, element, block_size, axis, copy=False, global_scale=global_scale
+    )
+
+
+def _same_bits(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return np.float32(a).view(np.uint32) == np.float32(b).view(np.uint32)
+
+
+def _e4m3_dtype() -> np.dtype:
+    """The numpy dtype of E4M3 scales (the element format of the same name)."""
+    return formats.ELEMENT_FORMATS[E4M3_SCALE_TYPE].dtype

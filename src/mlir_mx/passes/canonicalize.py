@@ -17,7 +17,10 @@ any input (``docs/dialect.md``).  The patterns:
   ``2^0`` moves no scale code and keeps NaN blocks: exact).
 * :func:`quantize_of_dequantize` ``quantize_block(dequantize_block(t)) -> t``
   when the types match AND ``t`` is produced by a ``quantize_block``: its
-  encoding is canonical, so requantizing reproduces it bit for bit.
+  encoding is canonical, so requantizing reproduces it bit for bit.  Not
+  for ``f8E4M3FN`` scales (NVFP4), whose encoding is not canonical: a
+  negative value that rounds to zero is the code -0, which dequantizes to
+  -0.0 and requantizes to +0 (and E4M3-subnormal block scales move).
 * :func:`erase_dead_mx_op` erases an mx op whose result is unused: IRDL ops
   have no ``Pure`` trait at 22.1.8, so upstream's DCE keeps them.
 
@@ -64,11 +67,15 @@ def quantize_of_dequantize(op, rewriter) -> bool | None:
 
     Other encodings of ``t`` (function arguments, fold_scale results) may be
     non-canonical or hold element NaN codes, which requantizing changes (a
-    NaN element makes the whole block NaN): no rewrite there.
+    NaN element makes the whole block NaN): no rewrite there.  Nor for
+    NVFP4 (``f8E4M3FN`` scales: a global_scale operand), whose
+    quantize_block encodings are not canonical (the module docstring).
     """
     op = op.operation
     dq = producer(op.operands[0], "mx.dequantize_block")
     if dq is None or str(dq.operands[0].type) != str(op.results[0].type):
+        return NO_MATCH
+    if len(list(op.operands)) > 1:  # NVFP4
         return NO_MATCH
     if producer(dq.operands[0], "mx.quantize_block") is None:
         return NO_MATCH

@@ -141,3 +141,23 @@ func.func @requantize_argument_stays(%t: !t) -> !t {
   %1 = mx.quantize_block %0 : tensor<32x64xf32> -> !t
   return %1 : !t
 }
+
+// -----
+
+!n = !mx.tensor<4x64xf4E2M1FN, block_size = 16, scale_type = f8E4M3FN>
+// NVFP4 (issue 54): not even for a t from quantize_block with the same
+// global_scale: its encoding is not canonical (a negative value that rounds
+// to zero is the code -0, dequantized -0.0, requantized +0), so the pair
+// stays, its global_scale operands carried; the dead dequantize is erased.
+// CHECK-LABEL: func.func @nvfp4_requantize_stays
+// CHECK-NEXT:    %[[Q:.*]] = mx.quantize_block %arg0, %arg1
+// CHECK-NEXT:    %[[D:.*]] = mx.dequantize_block %[[Q]], %arg1
+// CHECK-NEXT:    %[[R:.*]] = mx.quantize_block %[[D]], %arg1
+// CHECK-NEXT:    return %[[R]]
+func.func @nvfp4_requantize_stays(%x: tensor<4x64xf32>, %g: f32) -> !n {
+  %q = mx.quantize_block %x, %g : tensor<4x64xf32>, f32 -> !n
+  %0 = mx.dequantize_block %q, %g : !n, f32 -> tensor<4x64xf32>
+  %1 = mx.quantize_block %0, %g : tensor<4x64xf32>, f32 -> !n
+  %dead = mx.dequantize_block %1, %g : !n, f32 -> tensor<4x64xf32>
+  return %1 : !n
+}

@@ -27,20 +27,28 @@ def convert_module(spec: ConvertSpec) -> ir.Module:
             anchor = arith.ConstantOp(ir.IndexType.get(), 0)
             kb = KernelBuilder(ir.InsertionPoint(anchor))
             args = list(entry.arguments)
-            emit_convert(kb, spec, *args[:3], threads=args[3] if len(args) > 3 else None)
+            g = args.pop(3) if spec.global_scale else None
+            threads = args[3] if len(args) > 3 else None
+            emit_convert(kb, spec, *args[:3], threads=threads, global_scale=g)
             func.ReturnOp([])
             anchor.operation.erase()
     return module
 
 
 def emit_convert(
-    kb: KernelBuilder, spec: ConvertSpec, *args: ir.Value, threads: ir.Value | None = None
+    kb: KernelBuilder, spec: ConvertSpec, *args: ir.Value, threads: ir.Value | None = None,
+    global_scale: ir.Value | None = None,
 ) -> None:
     """Emit the kernel of ``spec`` at the insertion point; ``args``: the memrefs
     of :meth:`ConvertSpec.arg_types` (``x, codes, scales`` to quantize,
     ``codes, scales, out`` to dequantize); ``threads``: the run-time thread
-    count (an ``index`` value) of a :data:`RUNTIME_THREADS` kernel."""
+    count (an ``index`` value) of a :data:`RUNTIME_THREADS` kernel;
+    ``global_scale``: NVFP4's (an ``f32`` value)."""
     emitter = (Quantize if spec.op == "quantize" else Dequantize)(kb, spec, *args)
+    if spec.global_scale:
+        if global_scale is None:
+            raise ValueError("an NVFP4 kernel needs its global_scale argument")
+        emitter.global_scale = global_scale
     if spec.threads == RUNTIME_THREADS:
         if threads is None:
             raise ValueError("a RUNTIME_THREADS kernel needs its threads argument")

@@ -17,6 +17,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import CodeRows
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.kernels.convert.emitter import ConvertEmitter, ConvertSpec
+from mlir_mx.kernels.convert.nvfp4 import e4m3_value
 
 __all__ = ["Dequantize"]
 
@@ -42,10 +43,19 @@ class Dequantize(ConvertEmitter):
             vals = dec.decode(kb, self.codes.load(row, col, n, valid))
         return vals
 
-    def scale_lanes(self, row, col, valid=None) -> ir.Value:
-        """16 decoded scales from ``scales[row, col]`` on."""
+    def decode(self, codes: ir.Value) -> ir.Value:
+        """Block factors of scale codes (``vector<16 x i8>``): E8M0 values, or
+        NVFP4's ``f32(e4m3 value / g)``."""
         kb = self.kb
-        return decode_scales(kb, kb.load_lanes(self.scales, [row, col], LANES, valid))
+        if not self.spec.global_scale:
+            return decode_scales(kb, codes)
+        value = e4m3_value(kb, kb.extui(codes, kb.vec(LANES, kb.i32)))
+        return kb.fdiv(value, kb.broadcast(self.global_scale, LANES))
+
+    def scale_lanes(self, row, col, valid=None) -> ir.Value:
+        """16 decoded scales (block factors) from ``scales[row, col]`` on."""
+        kb = self.kb
+        return self.decode(kb.load_lanes(self.scales, [row, col], LANES, valid))
 
     # -- rows ------------------------------------------------------------------------
 
@@ -60,7 +70,7 @@ class Dequantize(ConvertEmitter):
         """One block of a row (block size a multiple of 16)."""
         kb, bs = self.kb, self.bs
         code = kb.load(self.scales, [r, j])
-        s = decode_scales(kb, kb.broadcast(code, LANES))
+        s = self.decode(kb.broadcast(code, LANES))
         e0, width = kb.mul(j, bs), self.width
 
         def run(col):

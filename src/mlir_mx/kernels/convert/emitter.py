@@ -38,7 +38,7 @@ from mlir import ir
 
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.widen import LANES
-from mlir_mx.numerics.formats import ElementFormat, element_format
+from mlir_mx.numerics.formats import SCALE_TYPE, ElementFormat, element_format, scale_rule
 
 __all__ = [
     "COLUMN_CHUNK",
@@ -76,6 +76,9 @@ class ConvertSpec:
     source: str = "f32"  # quantize: the input's element type
     contiguous: bool = True  # quantize: the input's innermost stride is 1
     threads: int = 1  # RUNTIME_THREADS: an argument of the kernel
+    #: ``f8E8M0FNU`` (OCP MX) or ``f8E4M3FN`` (NVFP4: E2M1 in blocks of 16,
+    #: and the global scale an f32 argument after the memrefs)
+    scale_type: str = SCALE_TYPE
     #: ``element``'s format (derived; not part of the key or the repr)
     format: ElementFormat = field(init=False, repr=False, compare=False)
 
@@ -93,6 +96,14 @@ class ConvertSpec:
             raise ValueError("block must be positive, threads positive or RUNTIME_THREADS")
         if self.packed and not fmt.is_sub_byte:
             raise ValueError(f"packed: {fmt.name} codes are one byte each")
+        rule = scale_rule(fmt.name, self.scale_type, self.block)
+        if rule is not None:
+            raise ValueError(f"scale_type: {rule}")
+
+    @property
+    def global_scale(self) -> bool:
+        """True for NVFP4: the kernel takes the f32 global scale."""
+        return self.scale_type != SCALE_TYPE
 
     @property
     def name(self) -> str:
@@ -101,7 +112,8 @@ class ConvertSpec:
 
     def arg_types(self) -> list[ir.Type]:
         """Types of the function's arguments (inside a context): three memrefs,
-        then the thread count (``index``) for :data:`RUNTIME_THREADS`."""
+        the global scale (``f32``) for NVFP4, then the thread count
+        (``index``) for :data:`RUNTIME_THREADS`."""
         i8 = ir.IntegerType.get_signless(8)
         dyn = ir.ShapedType.get_dynamic_size()
         rank = 3 if self.layout == "columns" and self.op == "quantize" else 2
@@ -113,6 +125,8 @@ class ConvertSpec:
 
         codes, scales = strided(i8, 2, True), strided(i8, 2, True)
         runtime = [ir.IndexType.get()] if self.threads == RUNTIME_THREADS else []
+        if self.global_scale:
+            runtime.insert(0, ir.F32Type.get())
         if self.op == "dequantize":
             return [codes, scales, strided(ir.F32Type.get(), 2, True), *runtime]
         src = ir.Type.parse(self.source)
@@ -165,6 +179,8 @@ class ConvertEmitter:
         #: ``index`` value) for :data:`RUNTIME_THREADS` (:func:`emit_convert`).
         self.threads: int | ir.Value = spec.threads
         self.v16 = kb.vec(LANES, kb.f32)
+        #: NVFP4's global scale (an ``f32`` argument; :func:`emit_convert`).
+        self.global_scale: ir.Value | None = None
         #: Elements of a block handled at once by :meth:`block` (blocks above
         #: 64 elements run in pieces of 16, 32 or 64, read from L1 again).
         self.width = self.bs if self.bs <= 64 else LANES * math.gcd(self.bs // LANES, 4)
@@ -221,12 +237,17 @@ class ConvertEmitter:
                     self.segment_scales(r, js, je, scratch)
                     self.segment_elements(r, js, je, scratch)
                 else:
-                    with kb.loop(js, je, 1) as j:
-                        self.block(r, j.iv)
+                    self.segment_blocks(r, js, je)
             if scratch is not None:
                 kb.dealloc(scratch)
 
         parallel_items(kb, kb.mul(p_rows, per_row), self.threads, body)
+
+    def segment_blocks(self, r, js, je) -> None:
+        """Blocks ``js .. je`` of row ``r`` (a block size a multiple of 16),
+        one by one (:meth:`block`)."""
+        with self.kb.loop(js, je, 1) as j:
+            self.block(r, j.iv)
 
     def segment_elements(self, r, js, je, scratch) -> None:
         """The elements of blocks ``js .. je`` of row ``r``, 16 at a time, each

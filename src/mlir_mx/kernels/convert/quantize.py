@@ -29,6 +29,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.codec import abs_bits, e8m0_code, e8m0_inverse
 from mlir_mx.kernels.convert.emitter import ConvertEmitter, ConvertSpec, split_items
 from mlir_mx.kernels.convert.encode import LANES, Encoder, pack
+from mlir_mx.kernels.convert.nvfp4 import block_scale, scaled_codes_input
 from mlir_mx.numerics.packing import packing_group
 
 __all__ = ["Quantize"]
@@ -86,21 +87,37 @@ class Quantize(ConvertEmitter):
             bvalid = valid if codes == 1 else kb.mul(kb.divu(valid, codes), nbytes)
         kb.store_lanes(data, self.codes, [row, self.byte_col(col)], bvalid)
 
+    def scale_code(self, m: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(scale code i32, the block's multiplier ``2^-shared_exp``, or for
+        NVFP4 its divisor ``f32(s / g)``) from the magnitude bits ``m``."""
+        kb = self.kb
+        if self.spec.global_scale:
+            return block_scale(kb, m, self.global_scale)
+        code = e8m0_code(kb, m, self.fmt.emax)
+        return code, e8m0_inverse(kb, code)
+
+    def scaled(self, v: ir.Value, factor: ir.Value) -> ir.Value:
+        """The value to encode: ``v * 2^-shared_exp``, or NVFP4's ``v / f``
+        (+0 for a zero or NaN quotient)."""
+        if self.spec.global_scale:
+            return scaled_codes_input(self.kb, v, factor)
+        return self.kb.fmul(v, factor)
+
     def scale_vector(self, m: ir.Value, row, col, valid=None) -> ir.Value:
         """Scale codes of 16 blocks from their magnitude bits ``m``: stored at
-        ``scales[row, col..]``; returns their ``2^-shared_exp``."""
+        ``scales[row, col..]``; returns their factors (:meth:`scale_code`)."""
         kb = self.kb
-        code = e8m0_code(kb, m, self.fmt.emax)
+        code, factor = self.scale_code(m)
         kb.store_lanes(kb.trunci(code, kb.vec(LANES, kb.i8)), self.scales, [row, col], valid)
-        return e8m0_inverse(kb, code)
+        return factor
 
     def scale_scalar(self, m_vec: ir.Value, row, col) -> ir.Value:
         """Scale code of one block from lane-wise magnitude bits: stored at
-        ``scales[row, col]``; returns its ``2^-shared_exp`` (f32 scalar)."""
+        ``scales[row, col]``; returns its factor (f32 scalar, :meth:`scale_code`)."""
         kb = self.kb
-        code = e8m0_code(kb, kb.reduce("maxui", m_vec), self.fmt.emax)
+        code, factor = self.scale_code(kb.reduce("maxui", m_vec))
         kb.store(kb.trunci(code, kb.i8), self.scales, [row, col])
-        return e8m0_inverse(kb, code)
+        return factor
 
     # -- rows ------------------------------------------------------------------------
 
@@ -115,7 +132,7 @@ class Quantize(ConvertEmitter):
         if width == bs:  # the whole block in registers
             xs = [self.load([r, kb.add(e0, LANES * v)]) for v in range(nv)]
             mult = kb.broadcast(self.scale_scalar(_umax_all(kb, xs), r, j), LANES)
-            self.store_codes([kb.fmul(v, mult) for v in xs], r, e0)
+            self.store_codes([self.scaled(v, mult) for v in xs], r, e0)
             return
         zero = kb.const(0, kb.vec(LANES, kb.i32))
         with kb.loop(0, bs, width, [zero]) as c:
@@ -126,7 +143,33 @@ class Quantize(ConvertEmitter):
         with kb.loop(0, bs, width) as c:
             col = kb.add(e0, c.iv)
             xs = [self.load([r, kb.add(col, LANES * v)]) for v in range(nv)]
-            self.store_codes([kb.fmul(v, mult) for v in xs], r, col)
+            self.store_codes([self.scaled(v, mult) for v in xs], r, col)
+
+    def segment_blocks(self, r, js, je) -> None:
+        """NVFP4: 16 blocks at a time (:meth:`nvfp4_blocks`: their scales in one
+        vector), the rest one by one; other formats one by one."""
+        if not self.spec.global_scale:
+            super().segment_blocks(r, js, je)
+            return
+        kb = self.kb
+        full = kb.add(js, kb.mul(kb.divu(kb.sub(je, js), LANES), LANES))
+        with kb.loop(js, full, LANES) as j:
+            self.nvfp4_blocks(r, j.iv)
+        super().segment_blocks(r, full, je)
+
+    def nvfp4_blocks(self, r, j0) -> None:
+        """16 NVFP4 blocks of 16 from block ``j0`` of row ``r``: each block's
+        amax reduced to a scalar, the 16 scales and factors computed in one
+        vector (:func:`block_scale`: its divisions and rounding once per 16
+        blocks), then each block's codes with its factor broadcast."""
+        kb = self.kb
+        e0 = kb.mul(j0, self.bs)
+        xs = [self.load([r, kb.add(e0, LANES * b)]) for b in range(LANES)]
+        amax_bits = kb.from_elements([kb.reduce("maxui", abs_bits(kb, v)) for v in xs])
+        code, factor = block_scale(kb, amax_bits, self.global_scale)
+        kb.store_lanes(kb.trunci(code, kb.vec(LANES, kb.i8)), self.scales, [r, j0])
+        vals = [self.scaled(v, kb.shuffle(factor, factor, [b] * LANES)) for b, v in enumerate(xs)]
+        self.store_codes(vals, r, e0)
 
     def segment_scales(self, r, js, je, scratch) -> None:
         """Any block size: the scales of blocks ``[js, je)`` (their codes stored,
@@ -142,7 +185,7 @@ class Quantize(ConvertEmitter):
 
     def element_lanes(self, r, e, factor, valid) -> None:
         x = self.load([r, e], valid)
-        self.store_codes([self.kb.fmul(x, factor)], r, e, valid)
+        self.store_codes([self.scaled(x, factor)], r, e, valid)
 
     # -- columns -------------------------------------------------------------------
 
@@ -177,7 +220,8 @@ class Quantize(ConvertEmitter):
         with kb.loop(0, bs, 1) as i:
             n = kb.add(n0, i.iv)
             vals = [
-                kb.fmul(self.load([p, n, c], valid), m) for m, c in zip(mults, cols, strict=True)
+                self.scaled(self.load([p, n, c], valid), m)
+                for m, c in zip(mults, cols, strict=True)
             ]
             self.store_codes(vals, kb.add(row0, i.iv), q, valid)
 

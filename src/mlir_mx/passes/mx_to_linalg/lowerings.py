@@ -16,6 +16,7 @@ from mlir_mx.ir_utils import KernelTag, constant_float, owner_op, tag_kernel
 from mlir_mx.kernels.common.builder import ArithBuilder
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 from mlir_mx.passes.mx_to_linalg import helpers as h
+from mlir_mx.passes.mx_to_linalg.nvfp4 import dequantize_nvfp4, quantize_nvfp4
 
 __all__ = ["CAST", "LOWERINGS", "pack", "unpack"]
 
@@ -50,9 +51,11 @@ def unpack(v: ir.Value) -> tuple[ir.Value, ir.Value]:
 
 
 def _lower_dequantize(op: ir.Operation, _mm: str) -> list[ir.Value]:
-    (src,) = op.operands
+    src, *global_scale = op.operands
     t = MXTensorType.from_mlir(src.type)
     mant, scale = unpack(src)
+    if t.has_global_scale:  # NVFP4: the verifier made sure the operand is there
+        return [dequantize_nvfp4(mant, scale, global_scale[0], t)]
     return [_dequantize(mant, scale, t)]
 
 
@@ -86,8 +89,10 @@ def _dequantize(mant, scale, t: MXTensorType, alpha: ir.Value | None = None) -> 
 
 
 def _lower_quantize(op: ir.Operation, _mm: str) -> list[ir.Value]:
-    (x,) = op.operands
+    x, *global_scale = op.operands
     t = MXTensorType.from_mlir(op.results[0].type)
+    if t.has_global_scale:
+        return list(quantize_nvfp4(x, global_scale[0], t))
     return list(_quantize(x, t))
 
 

@@ -65,7 +65,7 @@ func.func @scale_not_float(%t: !mx.tensor<32xf8E4M3FN, block_size = 32, scale_ty
 
 // -----
 
-// expected-error@+1 {{scaleType f32 is not supported: MX scales are f8E8M0FNU}}
+// expected-error@+1 {{scaleType f32 is not supported: block scales are f8E8M0FNU (OCP MX) or f8E4M3FN (NVFP4)}}
 func.func @scale_not_e8m0(%t: !mx.tensor<32xf8E4M3FN, block_size = 32, scale_type = f32>) {
   return
 }
