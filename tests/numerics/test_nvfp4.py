@@ -220,3 +220,17 @@ def test_interop_keeps_or_refuses_nvfp4():
     with pytest.raises(MXValueError, match="an nvfp4 weight .* E8M0-scaled"):
         check_linear_weight(a)
 
+
+
+def test_products_refuse_nvfp4_until_their_kernels_exist():
+    """The linear kernels and the oracle's matmul read E8M0 scales: an NVFP4
+    MXArray is refused by name, never read as if its E4M3 scales were E8M0."""
+    import mlir_mx
+
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    w = oracle.quantize(x, "nvfp4")
+    for call in (lambda: mlir_mx.Linear(w), lambda: mlir_mx.matmul(x, w)):
+        with pytest.raises(MXValueError, match=r"weight: an nvfp4 MXArray .*E8M0-scaled"):
+            call()
+    with pytest.raises(MXValueError, match=r"takes E8M0-scaled .* not an nvfp4 MXArray"):
+        oracle.matmul_reference(x, w, np.zeros((4, 4), np.float32))

@@ -66,6 +66,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mlir_mx.errors import MXValueError
+
 from .mx import MXArray
 
 __all__ = ["U", "blocked_order", "matmul_bound", "matmul_reference"]
@@ -87,6 +89,11 @@ def _operand(x, bs: int, axis: int):
     """``(element values, scales, exact values, overflow mask)`` of one operand
     (an MXArray blocked along ``axis``, or an f32 array: scales 1)."""
     if isinstance(x, MXArray):
+        if x.global_scale is not None:  # FIXME(issue 54 item 3): NVFP4 products
+            raise MXValueError(
+                f"the oracle's matmul takes E8M0-scaled (OCP MX) operands only, so far, "
+                f"not an {x.format_name} MXArray"
+            )
         e, s = x.element_values(), x.scale_values()
         v = e * np.repeat(s, bs, axis=axis)  # exact (f64)
         return e, s, v, ~(np.abs(v) <= _F32_MAX) & np.isfinite(e) & ~np.isnan(v)
