@@ -195,3 +195,17 @@ def test_bf16_activations_follow_the_cpu(monkeypatch):
     assert dot_kind(BF16, "f4E2M1FN", 32) is None
     prob = Problem(8, 64, 64, 32, None, "f4E2M1FN", b_packed=True, b_tiled=True, a_quant=BF16)
     assert SCHEDULES["small"].supports(prob) and not SCHEDULES["bf16-small"].supports(prob)
+
+
+def test_mlir_mx_bf16_dot_overrides_the_vendor(monkeypatch):
+    from mlir_mx import host
+
+    monkeypatch.setattr(host, "cpu_vendor", lambda: "GenuineIntel")
+    assert not host.bf16_dot_pays()
+    monkeypatch.setenv("MLIR_MX_BF16_DOT", "on")
+    assert host.bf16_dot_pays()
+    monkeypatch.setattr(host, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setenv("MLIR_MX_BF16_DOT", "off")
+    assert not host.bf16_dot_pays() and dot_kind(BF16, "f4E2M1FN", 32) is None
+    monkeypatch.setenv("MLIR_MX_BF16_DOT", "")
+    assert host.bf16_dot_pays()
