@@ -210,8 +210,8 @@ class Linear:
         self.threads = threads
         self._runners: dict[tuple, Runner] = {}
         self._calls: dict[tuple, BoundFunction] = {}
-        #: ``(m, threads)`` -> the call :meth:`call_into` makes (or False: none applies)
-        self._raw_calls: dict[tuple[int, int], Callable | bool] = {}
+        #: ``(m, threads, bf16)`` -> the call :meth:`call_into` makes (or False: none applies)
+        self._raw_calls: dict[tuple[int, int, bool], Callable | bool] = {}
         self._lock = threading.Lock()
 
     # -- properties --------------------------------------------------------------
@@ -326,7 +326,8 @@ class Linear:
             out_addr: the address of the output: f32, C-contiguous,
                 ``(m, out_features)``, zeroed.  Both alive during the call.
             threads: the call's thread count (a positive int).
-            bf16: ``x`` holds bf16 values: with no ``activations=``, the bf16 kernels run it.
+            bf16: ``x`` holds bf16 values: with no ``activations=``, the bf16 dot
+                kernels run it where they are chosen (same bits; else the exact path).
 
         Returns:
             True: the kernel ran.  False, with nothing done, where no such call
@@ -334,12 +335,13 @@ class Linear:
             derived from the records for each call, an empty shape): the
             caller makes the checked call, ``lin(x, threads=threads)``.
         """
-        key = (m, threads, bf16 and not self.activations)
+        key = (m, threads, bf16)
         call = self._raw_calls.get(key)
         if call is None:  # first call at (m, threads): bind it, or mark it declined
             call = False
-            if m and self.out_features and self.in_features:
-                kind = Activations(None, False, self.activations or (BF16 if key[2] else None))
+            if m and self.out_features and self.in_features:  # bf16: where the dot kernels run
+                dot = bf16 and m > 1 and dot_kind(BF16, self.element, self.block_size)
+                kind = Activations(None, False, self.activations or (BF16 if dot else None))
                 bound = self._bound(kind, m, check_threads(threads))
                 if isinstance(bound, BoundFunction):
                     call = bound.on_shapes((m, self.in_features), (m, self.out_features))
