@@ -51,6 +51,7 @@ __all__ = [
     "check_threads",
     "cpu_model",
     "cpu_vendor",
+    "bf16_dot_pays",
     "default_thread_counts",
     "default_threads",
     "feature_table",
@@ -275,6 +276,22 @@ def software_prefetch() -> bool:
     Other vendors (AMD, Hygon, unknown) take the plain sequential loop.
     A prefetch changes no value: the bits are the same either way."""
     return cpu_vendor() == "GenuineIntel"
+
+
+def bf16_dot_pays() -> bool:
+    """Whether bf16 activations run on ``vdpbf16ps`` (where the CPU has
+    AVX512-BF16) rather than on the f32 kernels (the same bits either way):
+    not on Intel CPUs.  On AMD Zen 4 ``vdpbf16ps`` zmm issues like a zmm FMA
+    and adds 32 products to its 16; on an Intel Xeon (Sapphire Rapids class,
+    KVM, 2026-12-05, loaded) it issued at about a third of the FMA rate, and
+    ``Linear`` 256 x 4096 x 4096 MXFP4 took 84-86 ms of CPU time on it
+    (``bf16-prefill``, every tile tried) against 58-61 ms on the f32 kernels.
+    ``MLIR_MX_BF16_DOT=on`` / ``off`` overrides the vendor rule (``mx-bench``'s
+    forced row; an instruction the CPU lacks is never emitted either way)."""
+    force = os.environ.get("MLIR_MX_BF16_DOT", "").strip().lower()
+    if force in ("on", "off"):
+        return force == "on"
+    return cpu_vendor() != "GenuineIntel"
 
 
 def feature_table() -> dict[str, bool]:

@@ -96,7 +96,7 @@ def _parser() -> ArgParser:
     p.add_argument(
         "--rows",
         help="--model: comma-separated rows to run, of f32,bf16,torchao,mxfp8,mxfp4,mxfp4-i8,"
-        "mxfp4-fused,mxfp4-i8-fused (all)",
+        "mxfp4-fused,mxfp4-i8-fused,mxfp4-bf16 (all)",
     )
     p.add_argument(
         "--profile",
@@ -188,6 +188,7 @@ def _model_options(ns, argv: list[str]):
         "mxfp4-i8": "ours MXFP4, activations=i8",
         "mxfp4-fused": "ours MXFP4, fused",
         "mxfp4-i8-fused": "ours MXFP4, activations=i8, fused",
+        "mxfp4-bf16": "ours MXFP4, bf16 model",
     }
     rows = None
     if ns.rows is not None:

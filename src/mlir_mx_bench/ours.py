@@ -154,7 +154,9 @@ def _linear_methods(p: Problem, threads: int, say) -> list[Method]:
     import mlir_mx
 
     s = p.shape
-    methods = [_linear_f32_method(p, threads, say)]
+    from .bf16_rows import bf16_methods  # activations="bf16", beside the exact path
+
+    methods = [_linear_f32_method(p, threads, say), *bf16_methods(p, threads, say)]
     for label, act in linear_rows(p):
         x = p.qa if act is None else p.a
         t0 = time.perf_counter()

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlir_mx.errors import MXValueError
-from mlir_mx.kernels.common.problem import Problem
+from mlir_mx.kernels.common.problem import BF16, Problem
 from mlir_mx.kernels.dot.kernel import DotConfig, emit_dot, supports_bf16, supports_int
 from mlir_mx.kernels.matmul.prefill import PrefillConfig, emit_prefill
 from mlir_mx.kernels.matmul.stream import StreamConfig, emit_stream
@@ -61,8 +61,9 @@ def _any(prob: Problem) -> bool:
 
 
 def _f32(prob: Problem) -> bool:
-    """The f32 schedules: B as codes (not dot records), A as codes or f32."""
-    return prob.b_dot is None and prob.a_quant is None
+    """The f32 schedules: B as codes (not dot records), A as codes or f32
+    (rounded to bf16 in ``prepare_a`` for bf16 activations)."""
+    return prob.b_dot is None and prob.a_quant in (None, BF16)
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ SCHEDULES: dict[str, Schedule] = {
         _dot(
             "bf16",
             "small",
-            "small M, pairs with FP8: vdpbf16ps in the f32 kernels' order (swapped pairs)",
+            "small M, pairs with FP8 or bf16 activations: vdpbf16ps in the f32 kernels' order",
             mr=4,
             nv=2,
             kcb=8,
@@ -180,7 +181,7 @@ SCHEDULES: dict[str, Schedule] = {
         _dot(
             "bf16",
             "prefill",
-            "large M, pairs with FP8: vdpbf16ps in the f32 kernels' order, 6x32 tiles",
+            "large M, pairs with FP8 or bf16 activations: vdpbf16ps in the f32 order, 6x32 tiles",
             mr=6,
             nv=2,
             kcb=64,

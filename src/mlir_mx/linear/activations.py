@@ -4,36 +4,58 @@ viewed as host memory."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import ml_dtypes
 import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, user_error
+from mlir_mx.kernels.common.problem import BF16
 from mlir_mx.numerics import ElementFormat, element_format
 
-__all__ = ["HALF_DTYPES", "Activations", "activations_format", "host_view"]
+__all__ = ["BF16", "BF16_ACTIVATIONS", "HALF_DTYPES", "Activations", "activations_format", "host_view"]
+
+
+@dataclass(frozen=True)
+class RoundedActivations:
+    """``activations="bf16"``: f32 activations rounded to bf16 per call
+    (nearest even), then multiplied exactly: the ``bf16`` dot kernels
+    (``vdpbf16ps``) where the CPU has AVX512-BF16, else the f32 kernels on
+    the rounded values; the same bits (``docs/numerics.md``)."""
+
+    name: str = BF16
+
+
+#: The one ``activations="bf16"`` (what :func:`activations_format` returns for it).
+BF16_ACTIVATIONS = RoundedActivations()
 
 
 class Activations(NamedTuple):
     """What a call's activations are, as the kernels see them (a key of the
     kernel cache): MX activations of ``element`` (codes ``packed`` or one per
     byte), or f32 activations (``element`` None), quantized to ``quantize_to``
-    per call when that is set (``Linear(activations=...)``)."""
+    per call when that is set (``Linear(activations=...)``): an MX element
+    format, or :data:`BF16` (rounded to bf16, then exact)."""
 
     element: str | None
     packed: bool
     quantize_to: str | None
 
 
-def activations_format(activations) -> ElementFormat | None:
-    """``activations=``: ``None`` (f32 activations enter the products exactly) or
-    an MX element format (a name or an :class:`ElementFormat`) they are
+def activations_format(activations) -> ElementFormat | RoundedActivations | None:
+    """``activations=``: ``None`` (f32 activations enter the products exactly),
+    ``"bf16"`` (rounded to bf16 per call, then exact: :data:`BF16_ACTIVATIONS`)
+    or an MX element format (a name or an :class:`ElementFormat`) they are
     quantized to per call, blocks along ``in`` (the dot kernels where the CPU
     has them).  Returns the format; ``ValueError`` / ``TypeError`` naming
     ``activations`` otherwise."""
     if activations is None:
         return None
+    if isinstance(activations, RoundedActivations) or (
+        isinstance(activations, str) and activations == BF16
+    ):
+        return BF16_ACTIVATIONS
     try:
         return element_format(activations)
     except (TypeError, ValueError) as err:

@@ -29,6 +29,7 @@ from mlir_mx.execution.options import default_cache_dir
 from mlir_mx.execution.threads import parallel_mode
 from mlir_mx.host import check_threads
 from mlir_mx.kernels import Problem, choose, shape_class
+from mlir_mx.kernels.common.problem import BF16
 from mlir_mx.kernels.dot.units import KINDS, dot_kind
 from mlir_mx.kernels.registry import SMALL_MAX_M
 from mlir_mx.linear import weight_form
@@ -214,8 +215,8 @@ class Linear:
         self.threads = threads
         self._runners: dict[tuple, Runner] = {}
         self._calls: dict[tuple, BoundFunction] = {}
-        #: ``(m, threads)`` -> the call :meth:`call_into` makes (or False: none applies)
-        self._raw_calls: dict[tuple[int, int], Callable | bool] = {}
+        #: ``(m, threads, bf16)`` -> the call :meth:`call_into` makes (or False: none applies)
+        self._raw_calls: dict[tuple[int, int, bool], Callable | bool] = {}
         self._lock = threading.Lock()
 
     # -- properties --------------------------------------------------------------
@@ -317,7 +318,7 @@ class Linear:
             call(*args, out)  # its messages name x, the weight, the output (_X_NAMES)
         return out[0] if vector else out
 
-    def call_into(self, x_addr: int, m: int, out_addr: int, threads: int) -> bool:
+    def call_into(self, x_addr: int, m: int, out_addr: int, threads: int, bf16=False) -> bool:
         """``out = x @ W.T`` on buffers given by address, **unchecked**: the fast
         call for a caller that made and checked them (``mlir_mx.torch``'s layers
         pass their tensors' ``data_ptr()``): the bound kernel, with no numpy
@@ -330,6 +331,8 @@ class Linear:
             out_addr: the address of the output: f32, C-contiguous,
                 ``(m, out_features)``, zeroed.  Both alive during the call.
             threads: the call's thread count (a positive int).
+            bf16: ``x`` holds bf16 values: with no ``activations=``, the bf16 dot
+                kernels run it where they are chosen (same bits; else the exact path).
 
         Returns:
             True: the kernel ran.  False, with nothing done, where no such call
@@ -337,17 +340,19 @@ class Linear:
             derived from the records for each call, an empty shape): the
             caller makes the checked call, ``lin(x, threads=threads)``.
         """
-        call = self._raw_calls.get((m, threads))
+        key = (m, threads, bf16)
+        call = self._raw_calls.get(key)
         if call is None:  # first call at (m, threads): bind it, or mark it declined
             call = False
-            if m and self.out_features and self.in_features:
-                kind = Activations(None, False, self.activations)
+            if m and self.out_features and self.in_features:  # bf16: where the dot kernels run
+                dot = bf16 and m > 1 and dot_kind(BF16, self.element, self.block_size)
+                kind = Activations(None, False, self.activations or (BF16 if dot else None))
                 bound = self._bound(kind, m, check_threads(threads))
                 if isinstance(bound, BoundFunction):
                     call = bound.on_shapes((m, self.in_features), (m, self.out_features))
             if len(self._raw_calls) >= _RAW_CALLS:  # prompts of many lengths: keep the latest
                 self._raw_calls.clear()
-            self._raw_calls[(m, threads)] = call
+            self._raw_calls[key] = call
         if call is False:
             return False
         call(x_addr, out_addr)
@@ -444,9 +449,9 @@ class Linear:
             chosen = choose(prob, cls=cls, required=False)
             if chosen is not None:
                 return prob, chosen.name, [self._held[-1]]
-        if a_quant is not None:
+        if a_quant not in (None, BF16):  # bf16: the stored codes (bf16-* or f32 kernels)
             return None
-        prob = Problem(*common, a_packed=a_packed, b_packed=self.packed, b_tiled=self.tiled)
+        prob = Problem(*common, a_packed, self.packed, self.tiled, a_quant)
         weights = list(self._held[:2]) if self.holds_stored else None
         return prob, choose(prob, cls=cls).name, weights
 

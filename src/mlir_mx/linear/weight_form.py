@@ -39,7 +39,7 @@ import numpy as np
 
 from mlir_mx.errors import MXValueError
 from mlir_mx.kernels import Problem
-from mlir_mx.kernels.common.problem import TILE_COLUMNS, tile_b_codes
+from mlir_mx.kernels.common.problem import BF16, TILE_COLUMNS, tile_b_codes
 from mlir_mx.kernels.dot.units import KINDS, PANEL, RecordLayout, dot_kind
 from mlir_mx.kernels.registry import SCHEDULES, SHAPE_CLASSES, choose
 from mlir_mx.numerics import (
@@ -163,8 +163,8 @@ def _standalone(g: Geometry, unit: str, classes: list[str]) -> bool:
 def _dot_unit(g: Geometry, activations: ElementFormat | None) -> tuple[str | None, list[str]]:
     """The CPU's dot unit for f32 activations quantized to ``activations``
     against this weight, and the shape classes its kernels serve."""
-    if activations is None or not g.k or not g.n:
-        return None, []
+    if activations is None or activations.name == BF16 or not g.k or not g.n:
+        return None, []  # bf16 activations: the bf16 dot kernels read the stored codes
     a_quant = activations.name
     dot = dot_kind(a_quant, g.element, g.block)
     if dot is None:

@@ -227,9 +227,19 @@ class MXExperts(torch.nn.Module):
 
     # -- the call ---------------------------------------------------------------------
 
-    def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
-        """Expert ``e`` on ``x`` ``(T, H)`` f32: ``(T, H)`` f32, its bias included."""
-        return self.down[e](self.gate.rows(self.gate_up[e](x)))
+    def expert(self, e: int, x: torch.Tensor, bf16: bool = False) -> torch.Tensor:
+        """Expert ``e`` on ``x`` ``(T, H)`` f32: ``(T, H)`` f32, its bias included.
+        ``bf16``: ``x`` holds bf16 values (a bf16 model's hidden states, C-contiguous):
+        ``gate_up`` runs the bf16 kernels on them, the same bits."""
+        up, h = self.gate_up[e], None
+        if bf16 and up.fused is None and eager(x):
+            h = torch.zeros(x.shape[0], up.out_features, dtype=torch.float32)
+            n = up.threads or torch.get_num_threads()
+            if not up.linear.call_into(x.data_ptr(), x.shape[0], h.data_ptr(), n, True):
+                h = None
+            elif up.bias is not None:
+                h = h + up.bias.to(torch.float32)
+        return self.down[e](self.gate.rows(up(x) if h is None else h))
 
     def forward(self, hidden_states, router_indices=None, routing_weights=None):
         """``sum_j routing_weights[t, j] * expert(router_indices[t, j])(x_t)`` per token."""
@@ -239,8 +249,9 @@ class MXExperts(torch.nn.Module):
         out = torch.zeros(t, self.hidden_size, dtype=torch.float32)
         if k == 0:  # no expert routed: zeros, at every token count (round 4, 05)
             return out.to(x.dtype)
+        bf16 = x.dtype == torch.bfloat16  # gate_up on the bf16 kernels: the same bits
         if t == 1:
-            return self._decode(xf, idx, w, out).to(x.dtype)
+            return self._decode(xf, idx, w, out, bf16).to(x.dtype)
         flat = idx.reshape(-1)
         order = torch.argsort(flat, stable=True)  # (token, slot) pairs grouped per expert
         counts = torch.bincount(flat, minlength=self.num_experts).tolist()
@@ -251,12 +262,12 @@ class MXExperts(torch.nn.Module):
             pairs = order[start : start + count]
             start += count
             tokens = pairs // k
-            y = self.expert(e, xf[tokens])
+            y = self.expert(e, xf[tokens], bf16)
             scale = w.reshape(-1)[pairs].to(torch.float32)
             out.index_add_(0, tokens, y * scale[:, None])
         return out.to(x.dtype)
 
-    def _decode(self, xf, idx, w, out):
+    def _decode(self, xf, idx, w, out, bf16=False):
         """One token: the same experts, products and sums in the same order as
         the grouped path (ascending expert, then slot; ``index_add_`` of one
         row is ``out += y * scale``), without its sort, count and gathers.
@@ -278,7 +289,7 @@ class MXExperts(torch.nn.Module):
             return out
         self._bind_decode()
         experts = [e for e, _ in order]
-        mid = self._rows(self.gate_up, experts, xf.contiguous(), shared=True)
+        mid = self._rows(self.gate_up, experts, xf.contiguous(), shared=True, bf16=bf16)
         y = self._rows(self.down, experts, self.gate.rows(mid))
         y *= scales[[j for _, j in order]][:, None]
         for r in range(len(order)):
@@ -301,12 +312,13 @@ class MXExperts(torch.nn.Module):
             self.__dict__["_decode_bound"] = ready
 
     @staticmethod
-    def _rows(layers, experts: list[int], x: torch.Tensor, shared: bool = False) -> torch.Tensor:
+    def _rows(layers, experts: list[int], x: torch.Tensor, shared=False, bf16=False) -> torch.Tensor:
         """``(k, out)`` f32: row ``r`` is ``layers[experts[r]]`` on ``x``'s row
         ``r`` (its only row when ``shared``), bias included, as the layer's
         own call computes it: the kernel into the row (``Linear.call_into``),
         then the bias in f32; the layer's own call where that does not apply
-        (a fused layer, activations quantized by a separate kernel)."""
+        (a fused layer, activations quantized by a separate kernel).  ``bf16``: as
+        for :meth:`expert`."""
         k, n_in = len(experts), x.shape[-1]
         y = torch.zeros(k, layers[experts[0]].out_features, dtype=torch.float32)
         x_row, y_row = (0 if shared else 4 * n_in), 4 * y.shape[1]
@@ -316,7 +328,7 @@ class MXExperts(torch.nn.Module):
             lin = layers[e]
             threads = lin.threads or torch.get_num_threads()
             if lin.fused is not None or not lin.linear.call_into(
-                x_addr + r * x_row, 1, y_addr + r * y_row, threads
+                x_addr + r * x_row, 1, y_addr + r * y_row, threads, bf16
             ):
                 y[r] = lin(x[:1] if shared else x[r : r + 1])[0]
                 biased.append(r)

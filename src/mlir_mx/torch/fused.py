@@ -223,7 +223,8 @@ class FusedWeight:
             return self._columns(y, part)
         n = threads if threads > 0 else torch.get_num_threads()
         y = torch.zeros(x2.shape[0], self.linear.out_features, dtype=torch.float32)
-        if not self.linear.call_into(x2.data_ptr(), x2.shape[0], y.data_ptr(), n):  # see MXLinear
+        bf16 = x.dtype == torch.bfloat16  # a bf16 input: the bf16 kernels, same bits
+        if not self.linear.call_into(x2.data_ptr(), x2.shape[0], y.data_ptr(), n, bf16):
             y = torch.from_numpy(self.linear(x2.numpy(), threads=n))
         self._keep(x, key, y, part, x2)
         return self._columns(y, part)

@@ -256,7 +256,7 @@ class MXLinear(torch.nn.Module):
             # x2 is checked above (f32, C-contiguous, (M, in)): the kernel takes
             # its address, else the Linear's own call (activations quantized
             # per call, ...).
-            y = self._call_in_place(x2)
+            y = self._call_in_place(x2, bf16=x.dtype == torch.bfloat16)  # bf16: its kernels
             if y is None:
                 n = self._threads or torch.get_num_threads()
                 y = torch.from_numpy(self._linear(x2.numpy(), threads=n))
@@ -269,18 +269,19 @@ class MXLinear(torch.nn.Module):
             y = y.to(x.dtype)
         return y if x.dim() == 2 else y.reshape(*x.shape[:-1], self.out_features)
 
-    def _call_in_place(self, x: torch.Tensor) -> torch.Tensor | None:
+    def _call_in_place(self, x: torch.Tensor, bf16: bool = False) -> torch.Tensor | None:
         """The kernel on ``x`` itself (checked: f32, C-contiguous, ``(..., in)``)
         into a new output of ``x``'s leading shape: no reshape or copy on either
         side.  In a model each torch call here costs 4-11 us, not 1-3 as in a
         loop over one layer (the weights' stream leaves torch's code and data
         out of cache), and the two reshapes were about 40 % of the layer's
         own time around the kernel (bench/results/decode-streams-2026-12-03.md,
-        session 40).  None where ``Linear.call_into`` does not apply."""
+        session 40).  None where ``Linear.call_into`` does not apply.  ``bf16``:
+        ``x`` holds bf16 values (a bf16 input): the bf16 kernels, same bits."""
         y = torch.zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
         m = math.prod(x.shape[:-1])
         n = self._threads or torch.get_num_threads()
-        return y if self._linear.call_into(x.data_ptr(), m, y.data_ptr(), n) else None
+        return y if self._linear.call_into(x.data_ptr(), m, y.data_ptr(), n, bf16) else None
 
     # -- the saved form: nn.Linear's layout ------------------------------------------------
 

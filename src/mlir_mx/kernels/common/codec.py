@@ -25,6 +25,7 @@ from mlir import ir
 from mlir_mx.numerics.formats import SCALE_BIAS, SCALE_NAN_CODE, ElementFormat
 
 __all__ = [
+    "BF16",
     "F32_2_POW_M127",
     "F32_ABS_MASK",
     "F32_INF",
@@ -40,6 +41,7 @@ __all__ = [
     "int_widen",
     "nan_key",
     "or_nan",
+    "round_bf16",
     "round_magnitude",
     "widen",
 ]
@@ -263,3 +265,22 @@ def round_magnitude(b, mag: ir.Value, fmt: ElementFormat) -> ir.Value:
     s = b.fadd(b.bitcast(mag, f32), b.const(magic, f32))
     sub = b.subi(b.bitcast(s, mag.type), c(f32_bits(magic)))
     return b.select(b.cmpi("ult", mag, c(f32_bits(2.0 ** (1 - fmt.bias)))), sub, norm)
+
+
+#: ``Problem.a_quant`` for bf16 activations: an f32 A rounded to bf16 per
+#: call (:func:`round_bf16`), no scales (``sa = 1``); the f32 kernels run it
+#: on the rounded values, the ``bf16`` dot kernels on ``vdpbf16ps``, with the
+#: same bits (``docs/numerics.md``).
+BF16 = "bf16"
+
+
+def round_bf16(b, x: ir.Value) -> ir.Value:
+    """``x`` (f32) rounded to bf16, nearest even, as the f32 value it is
+    (``ml_dtypes.bfloat16``'s rounding: overflow to Inf, a NaN stays NaN)."""
+    bits = b.bitcast(x, b.same_shape(x, b.i32))
+    c = lambda v: _const(b, bits, v)  # noqa: E731
+    odd = b.andi(b.shrui(bits, c(16)), c(1))
+    rounded = b.addi(bits, b.addi(odd, c(0x7FFF)))
+    quiet = b.ori(bits, c(0x00400000))  # a NaN: quiet, never rounded into Inf
+    out = b.select(b.cmpf("uno", x, x), quiet, rounded)
+    return b.bitcast(b.andi(out, c(-65536)), x.type)

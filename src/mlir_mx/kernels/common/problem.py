@@ -37,6 +37,7 @@ import numpy as np
 from mlir import ir
 
 from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.codec import BF16, round_bf16
 from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder
 from mlir_mx.numerics.formats import ElementFormat
 from mlir_mx.numerics.packing import packing_group
@@ -53,6 +54,7 @@ __all__ = [
     "task_count",
     "vector_loop",
     "PreparedA",
+    "BF16",
 ]
 
 
@@ -96,7 +98,8 @@ class Problem:
     #: reads B as one sequential stream.  Needs ``n % TILE_COLUMNS == 0``.
     b_tiled: bool = False
     #: An f32 A quantized per call, inside the kernel, to this MX element
-    #: format (``mlir_mx.oracle.quantize`` semantics; dot kernels only).
+    #: format (``mlir_mx.oracle.quantize`` semantics; dot kernels only), or
+    #: rounded to bf16 (:data:`BF16`: every kernel; ``sa = 1``).
     a_quant: str | None = None
     #: B stored as the dot kernels' VNNI records of this dot kind ("i8",
     #: "i16", "bf16"; :mod:`mlir_mx.kernels.dot.units`), scales included.
@@ -271,7 +274,8 @@ def task_count(
 def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> PreparedA:
     """Widen A's codes and decode A's scales into f32 buffers (rows padded to ``group``).
 
-    An f32 A is copied as it is, with scales 1.
+    An f32 A is copied as it is (rounded to bf16 where ``a_quant`` is
+    :data:`BF16`), with scales 1.
     """
     rows_a = CodeRows(kb, ops.a, prob.a_element, prob.a_packed) if prob.a_is_mx else None
     sa8 = kb.as_bytes(ops.sa) if prob.a_is_mx else None
@@ -299,6 +303,7 @@ def prepare_a(kb: KernelBuilder, prob: Problem, ops: Operands, group: int) -> Pr
         def widen(off, valid):
             if rows_a is None:
                 v = kb.load_lanes(ops.a, [r, off], LANES, valid)
+                v = round_bf16(kb, v) if prob.a_quant == BF16 else v
             else:
                 (v,) = rows_a.dec.decode(kb, rows_a.load(r, off, LANES, valid))
             kb.store_lanes(v, af, [r, off], valid)

@@ -57,7 +57,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.dot import units
 from mlir_mx.kernels.dot.units import DotKind
 
-__all__ = ["DotISA", "DotOps", "dot_isa"]
+__all__ = ["DotISA", "DotOps", "dot_isa", "routed"]
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,8 @@ class DotOps:
     ):  # fmt: skip
         self.kb, self.kind, self.isa = kb, kind, isa
         self.a_offset = a_offset
+        #: bf16: the pairs as two f32 FMAs each (:func:`routed`), not ``vdpbf16ps``.
+        self.fma_form = False
         #: B's FP4 table gives ``b`` itself, not ``b + 128``: the sign trick's
         #: operand without an xor (every FP4 B vector comes through the table).
         self.signed_table = (isa.sign or a_offset) and units.value_table(b_element)
@@ -128,6 +130,8 @@ class DotOps:
     def dot(self, acc, a_words, b_bytes) -> ir.Value:
         """``acc + sum over each lane's group of a * b`` (16 i32 lanes; B the
         records' 64 bytes, A a 16-lane broadcast of one word)."""
+        if self.fma_form:
+            return self._fma_pairs(acc, a_words, b_bytes)
         if self.isa.wide:
             return self._dot512(acc, a_words, b_bytes)
         kb = self.kb
@@ -177,6 +181,20 @@ class DotOps:
             for h in (0, 1)
         ]
         return kb.shuffle(halves[0], halves[1], list(range(64)))
+
+    def _fma_pairs(self, acc, a_words, b_bytes) -> ir.Value:
+        """``vdpbf16ps`` as its two FMAs, odd slot first (``docs/numerics.md``),
+        without its flush: each bf16 widened to f32 by a shift."""
+        kb = self.kb
+        v16i, v16f = kb.vec(16, kb.i32), kb.vec(16, kb.f32)
+        a, b = a_words, kb.vbitcast(b_bytes, 16, kb.i32)
+        for slot in (kb.const(-65536, v16i), None):  # odd (high half), then even
+            if slot is None:
+                x, y = (kb.shli(w, kb.const(16, v16i)) for w in (a, b))
+            else:
+                x, y = kb.andi(a, slot), kb.andi(b, slot)
+            acc = kb.fma(kb.bitcast(x, v16f), kb.bitcast(y, v16f), acc)
+        return acc
 
     def _dot512(self, acc, a_words, b_bytes) -> ir.Value:
         kb, name, vnni = self.kb, self.kind.name, self.isa.vnni
@@ -233,3 +251,24 @@ class DotOps:
             u = kb.intrinsic("llvm.x86.avx2.psign.b", v32, [a, a])
             s = kb.intrinsic("llvm.x86.avx2.psign.b", v32, [b, a])
         return kb.intrinsic("llvm.x86.avx2.pmadd.ub.sw", kb.vec(16, kb.i16), [u, s])
+
+
+def routed(kb: KernelBuilder, ops: DotOps, tiny, run):
+    """``run(lo, hi)`` emitted twice where ``tiny`` (bf16 activations,
+    :mod:`.prep`) is given: with ``vdpbf16ps``, taken unless some lane of
+    ``tiny`` is set, and in the FMA form (:attr:`DotOps.fma_form`), taken
+    where one is: the calls whose products or partial sums could reach the
+    instruction's flush of denormals get the f32 kernels' operations."""
+    if tiny is None:
+        return run
+
+    def both(lo, hi):
+        flag = kb.cmpi("ne", kb.reduce("or", kb.vload(tiny, [0], 16)), kb.const(0, kb.i32))
+        with kb.if_(kb.cmpi("eq", flag, kb.const(0, kb.i1))):
+            run(lo, hi)
+        ops.fma_form = True
+        with kb.if_(flag):
+            run(lo, hi)
+        ops.fma_form = False
+
+    return both

@@ -45,10 +45,10 @@ from mlir import ir
 
 from mlir_mx.host import software_prefetch
 from mlir_mx.kernels.common.builder import KernelBuilder
-from mlir_mx.kernels.common.problem import Operands, Problem
+from mlir_mx.kernels.common.problem import BF16, Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
-from mlir_mx.kernels.dot.isa import DotOps, dot_isa
+from mlir_mx.kernels.dot.isa import DotOps, dot_isa, routed
 from mlir_mx.kernels.dot.prep import prepare_dot_a
 from mlir_mx.kernels.dot.sweep import sweep_decode
 from mlir_mx.kernels.dot.units import PANEL, RecordLayout, a_offset_run, dot_kind, int_factor
@@ -143,7 +143,8 @@ def _supports(prob: Problem, bf16: bool) -> bool:
     kind = _kind(prob)
     if kind is None or prob.block % LANES or (kind.name == "bf16") != bf16:
         return False
-    return prob.b_dot == kind.name or (prob.b_dot is None and not prob.b_tiled)
+    codes = prob.b_dot is None and (not prob.b_tiled or prob.a_quant == BF16)
+    return prob.b_dot == kind.name or codes
 
 
 def supports_int(prob: Problem) -> bool:
@@ -170,6 +171,7 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
     run = k.panels
     if k.codes is not None and prob.m == 1 and cfg.mr == 1 and not cfg.expand:
         run = lambda lo, hi: sweep_decode(k, lo, hi)  # noqa: E731 - decode from codes
+    run = routed(kb, k.units, pa.tiny, run)  # bf16 activations below bf16_floor: FMA form
     panels = -(-prob.n // PANEL)
     per = -(-panels // max(1, cfg.threads))
     tasks = -(-panels // per)
@@ -179,7 +181,7 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
             run(lo, kb.min(kb.add(lo, per), panels))
     else:
         run(kb.idx(0), kb.idx(panels))
-    for buf in (pa.words, pa.scales, pa.comp):
+    for buf in (pa.words, pa.scales, pa.comp, pa.tiny):
         if buf is not None:
             kb.dealloc(buf)
 

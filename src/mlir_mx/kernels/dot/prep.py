@@ -10,6 +10,11 @@ Each row of A becomes ``K / g`` 32-bit words (:class:`~.units.DotKind`
 * ``bf16``: two bf16 values, element ``2i + 1`` in the low half and ``2i`` in
   the high half ("swapped pairs", so that ``vdpbf16ps`` adds ``2i`` first).
 
+bf16 activations (``Problem.a_quant`` ``"bf16"``): an f32 A rounded to bf16
+(nearest even), scales 1, and a flag set where some nonzero value lies
+below :func:`~.units.bf16_floor` (the kernel then takes its FMA form,
+:func:`~.isa.routed`).
+
 and its scales become f32 (E8M0 decoded by :mod:`.codec`; rows past M are zero).
 
 An MX A is decoded exactly (:mod:`.widen`).  An f32 A with
@@ -34,10 +39,10 @@ from mlir import ir
 from mlir.dialects import math, vector
 
 from mlir_mx.kernels.common.builder import KernelBuilder
-from mlir_mx.kernels.common.codec import abs_bits, e8m0_code, e8m0_to_f32
-from mlir_mx.kernels.common.problem import CodeRows, Operands, Problem, vector_loop
+from mlir_mx.kernels.common.codec import abs_bits, e8m0_code, e8m0_to_f32, round_bf16
+from mlir_mx.kernels.common.problem import BF16, CodeRows, Operands, Problem, vector_loop
 from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder
-from mlir_mx.kernels.dot.units import DotKind, int_factor
+from mlir_mx.kernels.dot.units import DotKind, bf16_floor, int_factor
 from mlir_mx.numerics import ELEMENT_FORMATS
 from mlir_mx.numerics.formats import SCALE_BIAS, SCALE_NAN_CODE
 
@@ -49,6 +54,7 @@ class DotA:
     words: ir.Value  # (Mp, K/g) i32: the dot operand words; rows >= M hold value 0
     scales: ir.Value  # (Mp, K/B) f32; rows >= M are 0
     comp: ir.Value | None  # (Mp, K/B) i32: -128 * the block's sum of A (i8 only)
+    tiny: ir.Value | None  # (16,) i32, bf16 activations: nonzero where some |a| < 2^floor
     m: ir.Value  # M (index)
     mp: ir.Value  # M rounded up to the row group
 
@@ -82,9 +88,14 @@ def prepare_dot_a(
     scales = kb.alloc([rows, prob.kblocks], kb.f32, dyn)
     comp = kb.alloc([rows, prob.kblocks], kb.i32, dyn) if kind.comp and compensate else None
     conv = _Words(kb, kind, prob.a_element or prob.a_quant, words, offset)
+    tiny = kb.alloc([LANES], kb.i32) if prob.a_quant == BF16 else None
+    if tiny is not None:
+        kb.vstore(kb.const(0, kb.vec(LANES, kb.i32)), tiny, [0])
     with kb.loop(0, m, 1) as row:
         if prob.a_is_mx:
             _decode_row(kb, prob, ops, conv, scales, row.iv)
+        elif tiny is not None:
+            _round_row(kb, prob, ops, conv, scales, tiny, row.iv)
         else:
             _quantize_row(kb, prob, ops, conv, scales, row.iv)
         if comp is not None:
@@ -104,7 +115,7 @@ def prepare_dot_a(
             vector_loop(
                 kb, prob.kblocks, LANES, lambda o, v: kb.store_lanes(zero_word, comp, [r, o], v)
             )
-    return DotA(words, scales, comp, m, mp)
+    return DotA(words, scales, comp, tiny, m, mp)
 
 
 def _compensation(kb: KernelBuilder, prob: Problem, words, comp, r) -> None:
@@ -167,6 +178,24 @@ def _decode_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, r) -> No
 
     vector_loop(kb, prob.k, LANES, widen)
     vector_loop(kb, prob.kblocks, LANES, scale)
+
+
+def _round_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, tiny, r) -> None:
+    """Row ``r`` of an f32 A rounded to bf16 into words, scales 1, and the
+    lanes of ``tiny`` or-ed with ``|a| < 2^floor`` for nonzero ``a``."""
+    v16i = kb.vec(LANES, kb.i32)
+    floor = kb.const(((bf16_floor(prob.b_element) + 127) << 23) - 1, v16i)
+    one = kb.const(1, v16i)
+
+    def widen(off, valid):
+        v = round_bf16(kb, kb.load_lanes(ops.a, [r, off], LANES, valid))
+        small = kb.cmpi("ult", kb.subi(abs_bits(kb, v), one), floor)  # 0 < |a| < 2^floor
+        kb.vstore(kb.ori(kb.vload(tiny, [0], LANES), kb.extui(small, v16i)), tiny, [0])
+        conv.store(v, r, off)
+
+    vector_loop(kb, prob.k, LANES, widen)
+    ones = kb.const(1.0, kb.vec(LANES, kb.f32))
+    vector_loop(kb, prob.kblocks, LANES, lambda o, v: kb.store_lanes(ones, scales, [r, o], v))
 
 
 def _quantize_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, r) -> None:

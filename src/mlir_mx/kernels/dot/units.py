@@ -56,7 +56,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlir_mx.host import has_features
+from mlir_mx.host import bf16_dot_pays, has_features
+from mlir_mx.kernels.common.codec import BF16
 from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements
 
 __all__ = [
@@ -74,6 +75,8 @@ __all__ = [
     "RecordLayout",
     "pack_records",
     "dot_values",
+    "BF16",
+    "bf16_floor",
 ]
 
 #: Columns of one panel of B records (4 vectors of 16 f32/i32 lanes).
@@ -82,8 +85,21 @@ PANEL = 64
 
 def int_factor(element: str) -> int | None:
     """``f`` such that every value of ``element`` times ``2^f`` is an integer
-    (the format table's ``int_exp2``; None for FP8)."""
-    return ELEMENT_FORMATS[element].int_exp2
+    (the format table's ``int_exp2``; None for FP8 and bf16 activations)."""
+    return None if element == BF16 else ELEMENT_FORMATS[element].int_exp2
+
+
+def bf16_floor(b_element: str) -> int:
+    """``e`` such that bf16 activations of magnitude at least ``2^e`` (or
+    zero) against ``b_element`` weights never meet ``vdpbf16ps``'s flush:
+    each nonzero product is then a multiple of ``2^(e-7) q`` (``a``'s bf16
+    ulp times ``q``, the format's smallest positive value), and so is every
+    partial sum (rounding a multiple of a power of two to f32 keeps it one),
+    so each is zero or at least ``2^-126``: normal, never flushed.  Smaller
+    nonzero activations send the call to the FMA form (``docs/numerics.md``)."""
+    fmt = ELEMENT_FORMATS[b_element]
+    q = decode_elements(np.ones(1, np.uint8).view(fmt.dtype), fmt.name)[0]
+    return -126 + 7 - int(np.log2(q))
 
 
 def int_max(element: str) -> int:
@@ -189,13 +205,18 @@ def dot_kind(a_element: str | None, b_element: str | None, block: int) -> DotKin
 
     ``a_element`` is A's element format (for an f32 A quantized per call: the
     format it is quantized to).  Integer pairs need every block partial below
-    2^24 (exact in f32); bf16 needs an FP8 operand and an even block.
+    2^24 (exact in f32); bf16 needs an FP8 operand and an even block, or
+    bf16 activations (:data:`BF16`, any weight) on a CPU where ``vdpbf16ps``
+    pays (:func:`mlir_mx.host.bf16_dot_pays`: not Intel).
     AVX-512 (512-bit) first; else AVX2 with 256-bit halves (:mod:`.isa`):
     ``i8`` with AVX-VNNI or where ``vpmaddubsw`` cannot saturate
     (:func:`maddubs_mode`), else ``i16``.
     """
     if a_element is None or b_element is None:
         return None
+    if a_element == BF16:  # bf16 activations: any weight format (exact in bf16)
+        ok = block % 2 == 0 and has_features("avx512_bf16", "avx512bw") and bf16_dot_pays()
+        return KINDS["bf16"] if ok else None
     fa, fb = int_factor(a_element), int_factor(b_element)
     if fa is not None and fb is not None:
         if block % 4 or block * int_max(a_element) * int_max(b_element) >= 2**24:

@@ -15,7 +15,10 @@ and a greedy decode:
 - ``ours MXFP4, f32 rest``: the same with the other tensors in f32, checked
   against the reference's bound and greedy tokens;
 - ``ours MXFP4 W4A8``: the experts with ``activations="i8"`` (MXINT8
-  activations per call: the integer dot units where the CPU has them).
+  activations per call: the integer dot units where the CPU has them);
+- ``ours MXFP4, activations=bf16``: the experts' inputs rounded to bf16 (the
+  bf16 kernels; the bf16 hidden states of ``ours MXFP4`` take them in
+  ``gate_up`` already, with the exact path's bits).
 
 Per row: load time, expert-weight bytes, RSS over the import baseline, prefill
 ms, decode tokens/s.  No environment variable is set for any row.
@@ -47,6 +50,10 @@ GPT_OSS_ROWS = (
     # W4A8: the experts' activations quantized to MXINT8 per call (the integer
     # dot units where the CPU has them); reported, not held to the f32 bound.
     ("ours MXFP4 W4A8", "mx-i8"),
+    # activations="bf16": every projection's input rounded to bf16 (the bf16
+    # kernels where they pay); "ours MXFP4" above already sends the bf16
+    # hidden states through gate_up's bf16 kernels (same bits as f32 there).
+    ("ours MXFP4, activations=bf16", "mx-abf16"),
 )
 SAME_TOKENS = 16
 
@@ -182,6 +189,7 @@ TARGETS = (
 TARGET_ROWS = (
     ("mx-bf16", "`ours MXFP4` (the exact path: f32 activations)"),
     ("mx-i8", "`ours MXFP4 W4A8` (MXINT8 activations)"),
+    ("mx-abf16", "`ours MXFP4, activations=bf16` (inputs rounded to bf16)"),
 )
 
 

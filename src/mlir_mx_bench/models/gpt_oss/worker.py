@@ -156,7 +156,7 @@ def _load(spec: dict):
         return GptOssForCausalLM.from_pretrained(path, dtype=dtype, quantization_config=deq).eval()
     from mlir_mx.torch import from_pretrained
 
-    acts = "i8" if kind == "mx-i8" else None
+    acts = {"mx-i8": "i8", "mx-abf16": "bf16"}.get(kind)
     return from_pretrained(path, dtype=None if dtype == torch.bfloat16 else dtype, activations=acts)
 
 

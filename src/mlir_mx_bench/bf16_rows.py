@@ -1,0 +1,94 @@
+"""``mx-bench`` rows for bf16 activations: ``mlir_mx.Linear(B, activations="bf16")``.
+
+``ours Linear f32->bf16``: the f32 activations rounded to bf16 per call, then
+multiplied exactly, with the kernel the automatic choice runs here (the
+``bf16-*`` dot kernels on ``vdpbf16ps`` where ``mlir_mx.host.bf16_dot_pays``,
+else the f32 kernels on the rounded values).  Where that choice is not the
+dot kernels but the CPU has AVX512-BF16 (Intel), ``ours Linear f32->bf16
+vdpbf16ps`` runs them as well (``MLIR_MX_BF16_DOT=on`` while the Linear binds
+its kernel), so one run shows both.  Both are checked against the oracle of
+the rounded activations times the weights (exact on the rounded input; the
+rounding itself is the row's approximation, not the kernel's error).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+
+import ml_dtypes
+import numpy as np
+
+from mlir_mx.host import has_features
+
+from .cases import Oracle, Problem
+from .method import Method
+
+__all__ = ["bf16_methods"]
+
+
+@contextmanager
+def _forced_dot():
+    """``MLIR_MX_BF16_DOT=on`` for the body (a Linear binds its kernel at its first call)."""
+    old = os.environ.get("MLIR_MX_BF16_DOT")
+    os.environ["MLIR_MX_BF16_DOT"] = "on"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["MLIR_MX_BF16_DOT"]
+        else:
+            os.environ["MLIR_MX_BF16_DOT"] = old
+
+
+def _oracle(p: Problem) -> Oracle:
+    """The oracle of ``round_bf16(a) @ db`` (computed once per problem)."""
+    if "bf16-a" not in p.cache:
+        p.cache["bf16-a"] = Oracle.of(p.a.astype(ml_dtypes.bfloat16).astype(np.float32), p.db)
+    return p.cache["bf16-a"]
+
+
+def _method(p: Problem, threads: int, say, label: str, forced: bool) -> Method:
+    import mlir_mx
+
+    s = p.shape
+    t0 = time.perf_counter()
+    lin = mlir_mx.Linear(p.qb, threads=threads, activations="bf16")
+    if forced:
+        with _forced_dot():
+            schedule = lin.schedule(p.a)
+            say(f"    compiling {label} ({schedule})...")
+            lin(p.a)  # binds (and compiles) the dot kernel
+    else:
+        schedule = lin.schedule(p.a)
+        say(f"    compiling {label} ({schedule})...")
+        lin(p.a)
+    return Method(
+        label,
+        "ours",
+        threads,
+        4 * s.M * s.K + lin.nbytes + 4 * s.M * s.N,  # A (f32), B as held, C written
+        run=lambda n, f=lin, a=p.a: [f(a) for _ in range(n)],
+        result=lambda f=lin, a=p.a: f(a),
+        oracle=_oracle(p),
+        compile_s=time.perf_counter() - t0,
+        operands="f32-a",
+        note=f"schedule {schedule} (mlir_mx.Linear, activations='bf16')",
+    )
+
+
+def bf16_methods(p: Problem, threads: int, say) -> list[Method]:
+    """The bf16-activation rows of a problem with f32 activations (not an A:B pair)."""
+    import mlir_mx
+
+    if p.a_element is not None or p.shape.K % 2:
+        return []
+    methods = [_method(p, threads, say, "ours Linear f32->bf16", forced=False)]
+    auto = methods[0].note.split()[1]
+    if not auto.startswith("bf16-") and has_features("avx512_bf16", "avx512bw"):
+        with _forced_dot():
+            forced = mlir_mx.Linear(p.qb, activations="bf16").schedule(p.a)
+        if forced.startswith("bf16-"):
+            methods.append(_method(p, threads, say, "ours Linear f32->bf16 vdpbf16ps", True))
+    return methods
