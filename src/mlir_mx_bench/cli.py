@@ -40,6 +40,7 @@ from mlir_mx.tools.driver import (
     check_out_dir,
     tool_main,
 )
+from mlir_mx_bench.options import element_spec, positive_ints, thread_counts
 
 PROG = "mx-bench"
 DEFAULT_SHAPES = "1x8192x8192,8x4096x4096,256x4096x4096"
@@ -147,7 +148,7 @@ def _size(ns, name: str) -> tuple[int, int] | None:
         return None
     _metavar, sep, size, quick, blocked, what = _SIZES[name]
     text = quick if ns.quick and value == size else value
-    vals = tuple(_ints(text.replace(sep, ","), f"--{name}", typed=text))
+    vals = tuple(positive_ints(text.replace(sep, ","), f"--{name}", typed=text))
     if len(vals) != 2 or any(vals[i] % BLOCK_SIZE for i in blocked):
         raise UsageError(f"--{name}: expected {what} {BLOCK_SIZE}, got '{value}'")
     return vals
@@ -197,7 +198,7 @@ def _model_options(ns, argv: list[str]):
         if bad or not keys:
             raise UsageError(f"--rows: expected some of {','.join(names)}, got '{ns.rows}'")
         rows = [names[k] for k in keys]
-    threads = _thread_counts(ns.threads)
+    threads = thread_counts(ns.threads)
     check_fits(f"--layers {layers}", _model_bytes(layers, quick.get("config", {})))
     if ns.profile is not None and ns.profile < 1:
         raise UsageError(f"--profile: expected a positive number of steps, got {ns.profile}")
@@ -241,7 +242,7 @@ def _gpt_oss_options(ns, argv: list[str]):
     check_fits(f"--layers {layers}", 4 * (layers * e * 3 * h * i + 2 * v * h) if not quick else 0)
     return GptOssOptions(
         layers=layers,
-        threads=_thread_counts(ns.threads),
+        threads=thread_counts(ns.threads),
         tag=tag,
         out=check_out_dir(ns.out),
         command=" ".join([PROG, *(shlex.quote(a) for a in argv)]),
@@ -258,48 +259,6 @@ def _model_bytes(layers: int, config: dict) -> int:
     h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     kv = h * c["num_key_value_heads"] // c["num_attention_heads"]
     return 4 * (layers * (2 * h * h + 2 * h * kv + 3 * h * i) + 2 * v * h)
-
-
-def _format(spec: str) -> str:
-    """``F`` or ``A:B``, each an MX element format, normalized."""
-    from mlir_mx.numerics import element_format
-    from mlir_mx.numerics.formats import E4M3_SCALED
-
-    if spec.lower() in E4M3_SCALED:  # nvfp4: --quantize's rows take it (quantize_rows.py)
-        return spec.lower()
-    parts = [element_format(p).name for p in spec.split(":")]
-    if len(parts) > 2:
-        raise ValueError(f"--formats: expected F or A:B, got '{spec}'")
-    return ":".join(parts) if len(parts) == 2 and parts[0] != parts[1] else parts[-1]
-
-
-def _ints(text: str, what: str, typed: str | None = None) -> list[int]:
-    """Comma-separated positive integers; ``typed``: the value as the user typed
-    it, quoted in the message (``text`` may be a rewritten form of it)."""
-    try:
-        vals = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise UsageError(
-            f"{what}: expected comma-separated integers, got '{typed or text}'"
-        ) from None
-    if any(v < 1 for v in vals):
-        raise UsageError(f"{what}: values must be positive, got '{typed or text}'")
-    return vals
-
-
-def _thread_counts(text: str | None) -> list[int]:
-    """``--threads``: each count checked (host.check_threads); default 1 and all cores."""
-    from mlir_mx.errors import MXError
-    from mlir_mx.host import check_threads, default_thread_counts
-
-    if text is None:
-        return list(default_thread_counts())
-    try:
-        return [check_threads(v, "--threads") for v in _ints(text, "--threads")]
-    except UsageError:
-        raise
-    except MXError as err:
-        raise UsageError(f"{err}") from None
 
 
 #: The benchmarks, one a run, and the options each one uses (beside --threads,
@@ -379,11 +338,11 @@ def _parse_options(argv: list[str]):
             ]
         )
         default_formats = ",".join(ELEMENT_FORMATS) if ns.quantize else "f8E4M3FN"
-        formats = [_format(f.strip()) for f in (ns.formats or default_formats).split(",")]
+        formats = [element_spec(f.strip()) for f in (ns.formats or default_formats).split(",")]
     except (ValueError, TypeError) as err:
         raise UsageError(f"{err}") from None
     mlp, quantize = _size(ns, "mlp"), _size(ns, "quantize")
-    tokens = tuple(_ints(ns.mlp_tokens or "1,128", "--mlp-tokens"))
+    tokens = tuple(positive_ints(ns.mlp_tokens or "1,128", "--mlp-tokens"))
     tag = _check_tag(
         ns.tag
         or ("quick" if ns.quick else "default")
@@ -392,7 +351,7 @@ def _parse_options(argv: list[str]):
     samples = ns.samples if ns.samples is not None else (3 if ns.quick else 9)
     if samples < 3:
         raise UsageError(f"--samples: at least 3, got {samples}")
-    threads = _thread_counts(ns.threads)
+    threads = thread_counts(ns.threads)
     _check_memory(ns, shapes, mlp, quantize, tokens)
     opts = Options(
         shapes=shapes,

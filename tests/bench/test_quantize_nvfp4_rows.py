@@ -4,13 +4,13 @@ timings themselves are mx-bench's business, not a test's)."""
 
 from __future__ import annotations
 
-from mlir_mx_bench.cli import _format
+from mlir_mx_bench.options import element_spec
 from mlir_mx_bench.quantize_rows import block_of, run_quantize
 
 
 def test_nvfp4_rows_run_and_are_exact():
     """run_quantize raises BenchFailure where ours differs from the oracle."""
-    assert _format("NVFP4") == "nvfp4" and block_of("nvfp4") == 16
+    assert element_spec("NVFP4") == "nvfp4" and block_of("nvfp4") == 16
     rec = run_quantize(32, 64, ["nvfp4"], [1], lambda _msg: None, samples=2, retries=0)
     methods = {r["method"] for r in rec["rows"]}
     assert {"ours quantize", "ours quantize, global_scale=", "ours dequantize",

@@ -108,6 +108,14 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
                      and (s.shape_class != shape_class(1) or m == 1)}  # fmt: skip
         if SCHEDULES[chosen].unit is not None:  # a dot schedule: Linear's rows too
             expected |= {"ours Linear mx x mx", "ours Linear f32->f8E4M3FN"}
+    # activations="bf16" (bf16_rows): the automatic choice on every f32 problem,
+    # and the vdpbf16ps kernels forced where the CPU has them but the choice
+    # keeps the f32 kernels (5 x 40 x 96 is small: bf16-small serves it)
+    from mlir_mx.host import bf16_dot_pays, has_features
+
+    expected.add("ours Linear f32->bf16")
+    if has_features("avx512_bf16", "avx512bw") and not bf16_dot_pays():
+        expected.add("ours Linear f32->bf16 vdpbf16ps")
     assert {q["ours"] for q in rec["ratios"]} == expected
     text = md.read_text()
     assert f"`mx-bench --quick --out {tmp_path}`" in text

@@ -83,18 +83,7 @@ class Linear:
     ):
         if element is not None and not isinstance(weight, MXArray):
             weight = compiled_quantize(weight, element, block_size, axis=-1, threads=threads)
-        if not isinstance(weight, MXArray):
-            raise MXArgTypeError(
-                f"weight: expected an MXArray (or float weights with element=...), "
-                f"got {type(weight).__name__}"
-            )
-        if weight.ndim != 2 or weight.global_scale is not None:
-            raise MXValueError(
-                f"weight: expected a 2-D MXArray, got shape {weight.shape}"
-                if weight.ndim != 2
-                else f"weight: an {weight.format_name} MXArray ({weight.scale_type} block scales "
-                "and a global scale): Linear takes E8M0-scaled (OCP MX) weights only, so far"
-            )
+        weight_form.check_weight(weight)
         k, n = weight.shape[::-1] if weight.axis == 1 else weight.shape
         self._set_geometry(weight.format, weight.block_size, k, n)
         activations = activations_format(activations)

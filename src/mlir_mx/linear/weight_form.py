@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlir_mx.errors import MXValueError
+from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.kernels import Problem
 from mlir_mx.kernels.common.problem import BF16, TILE_COLUMNS, tile_b_codes
 from mlir_mx.kernels.dot.units import KINDS, PANEL, RecordLayout, dot_kind
@@ -113,6 +113,23 @@ class Geometry:
         rows = max(1, CHUNK_ELEMENTS // max(self.n, 1) // step) * step
         for k0 in range(0, self.k, rows):
             yield k0, min(k0 + rows, self.k)
+
+
+def check_weight(weight) -> None:
+    """``Linear``'s ``weight``: a 2-D, E8M0-scaled :class:`MXArray`; an
+    :class:`~mlir_mx.errors.MXError` naming ``weight`` otherwise."""
+    if not isinstance(weight, MXArray):
+        raise MXArgTypeError(
+            f"weight: expected an MXArray (or float weights with element=...), "
+            f"got {type(weight).__name__}"
+        )
+    if weight.ndim != 2:
+        raise MXValueError(f"weight: expected a 2-D MXArray, got shape {weight.shape}")
+    if weight.global_scale is not None:  # FIXME(issue 54 item 3): NVFP4 kernels
+        raise MXValueError(
+            f"weight: an {weight.format_name} MXArray ({weight.scale_type} block scales and a "
+            "global scale): Linear takes E8M0-scaled (OCP MX) weights only, so far"
+        )
 
 
 def stored_shape(g: Geometry) -> tuple[tuple[int, int], np.dtype]:
