@@ -1,6 +1,6 @@
 """``mx-bench``: our MX matmul kernels side by side with numpy f32 (BLAS), the
-ml_dtypes emulation, torch f32/bf16 and ggml Q8_0/MXFP4, in one process and
-one run, at each thread count.
+ml_dtypes emulation, torch f32/bf16, ggml Q8_0/MXFP4 and OpenVINO's MXFP4
+MatMul, in one process and one run, at each thread count.
 
 Examples::
 
@@ -20,8 +20,8 @@ One benchmark a run (the matmul shapes, ``--mlp``, ``--quantize`` or
 chosen one ignores, a size larger than the memory this process may use) is
 one ``mx-bench: error: ...`` line and exit status 2, before any work.
 Writes ``mx-bench-<date>-<tag>.json`` and ``.md`` under ``--out`` (default: a
-user folder, :func:`mlir_mx_bench.console.default_out_dir`).  torch and
-ggml-python are optional (extras ``torch`` and ``bench``, see docs/bench.md);
+user folder, :func:`mlir_mx_bench.console.default_out_dir`).  torch, ggml-python
+and openvino/nncf are optional (extras ``torch`` and ``bench``, docs/bench.md);
 each is skipped with a note when absent.
 """
 

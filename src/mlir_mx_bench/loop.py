@@ -30,11 +30,12 @@ from .machine import (
     thread_limits,
 )
 from .method import Method, Skipped
+from .openvino_baseline import openvino_methods
 from .ours import our_methods
 
 __all__ = ["Options", "run_bench"]
 
-FAMILIES = (numpy_methods, torch_methods, ggml_methods)
+FAMILIES = (numpy_methods, torch_methods, ggml_methods, openvino_methods)
 
 
 @dataclass
@@ -96,6 +97,7 @@ def _row(p: Problem, m: Method, t: Timing, roof: Roof, threads: int, err: float)
         "max_err_over_bound": err,
         "compile_s": m.compile_s,
         "note": m.note,
+        **(m.extra or {}),
     }
 
 

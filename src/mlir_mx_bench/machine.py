@@ -96,7 +96,7 @@ def _versions() -> dict[str, str]:
 
     out = {"python": platform.python_version(), "numpy": np.__version__}
     out["ml_dtypes"] = ml_dtypes.__version__
-    for mod in ("torch", "ggml", "threadpoolctl"):
+    for mod in ("torch", "ggml", "threadpoolctl", "openvino", "nncf"):
         if importlib.util.find_spec(mod) is None:
             continue  # not installed: no version to record
         try:

@@ -38,6 +38,8 @@ class Method:
     compile_s: float | None = None
     note: str = ""
     close: Callable[[], None] | None = None
+    #: more fields for the method's results row (e.g. the kernel a library reports)
+    extra: dict | None = None
 
 
 @dataclass

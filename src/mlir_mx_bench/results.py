@@ -19,6 +19,8 @@ RATIO_BASELINES = (
     "torch bf16",
     "ggml Q8_0",
     "ggml MXFP4",
+    "openvino MXFP4",
+    "openvino MXFP4 f32",
 )
 
 

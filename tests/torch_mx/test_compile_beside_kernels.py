@@ -13,6 +13,7 @@ import importlib.util
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -73,8 +74,8 @@ def test_torch_compile_inductor_after_our_kernels():
 
 @pytest.mark.skipif(
     importlib.util.find_spec("triton") is None,
-    reason="triton is not installed (torch's CPU wheel has none; the crash it "
-    "showed needs torch's default CUDA wheel, which brings it)",
+    reason="triton is not installed (the test extra installs it on Linux, "
+    "pip install -e '.[test]'; torch's CPU wheel brings none, its default CUDA wheel does)",
 )
 def test_import_triton_after_our_kernels():
     """``import triton`` crashed (rc 139) once our kernels had run."""
@@ -85,3 +86,39 @@ def test_import_triton_after_our_kernels():
         """
     )
     assert out.strip().splitlines()[-1].startswith("triton")
+
+
+#: Whether triton is importable here: where it is (the `test` extra installs it,
+#: beside the CPU torch as beside the CUDA one), inductor imports it, and so the
+#: compile below runs with triton's LLVM in the process beside ours.
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+
+
+def test_compile_and_generate_give_the_eager_tokens():
+    """The issue's target: ``quantize_``, then ``torch.compile`` (inductor) of
+    the model's forward, then ``generate``: the same greedy tokens as eager,
+    after our kernels ran, in a process where inductor has loaded triton
+    wherever it is installed (checked: the crash came from triton's LLVM)."""
+    out = _run(
+        f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+        import torch
+        from llama_cases import prompt, tiny_llama
+        from mlir_mx.torch import quantize_
+
+        model = tiny_llama(num_hidden_layers=1)
+        quantize_(model, "f4E2M1FN", threads=2)
+        ids = prompt(12)
+        with torch.inference_mode():
+            eager = model.generate(ids, max_new_tokens=4, do_sample=False)
+            model.forward = torch.compile(model.forward, backend="inductor")
+            compiled = model.generate(ids, max_new_tokens=4, do_sample=False)
+        print("tokens", eager[0, 12:].tolist(), compiled[0, 12:].tolist())
+        print("triton loaded" if "triton" in sys.modules else "no triton")
+        print("equal" if torch.equal(compiled, eager) else "DIFFERENT")
+        """
+    )
+    lines = out.strip().splitlines()
+    assert lines[-1] == "equal", lines
+    assert lines[-2] == ("triton loaded" if HAS_TRITON else "no triton")

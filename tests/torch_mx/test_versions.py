@@ -62,3 +62,22 @@ def test_importing_mlir_mx_torch_under_an_untested_torch_warns_once():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("UntestedTorchWarning: mlir_mx.torch: torch 3.1.0 is untested") == 1
+
+
+def _torch_triton_pin() -> str | None:
+    from importlib.metadata import requires
+
+    return next((r for r in requires("torch") or () if r.startswith("triton")), None)
+
+
+@pytest.mark.skipif(
+    _torch_triton_pin() is None,
+    reason="this torch's wheel names no triton (the CPU wheel; the default CUDA one does)",
+)
+def test_the_test_extras_triton_is_the_one_torch_pins():
+    """Where torch's default (CUDA) wheel is installed, the triton it requires
+    is the one the test extra installs beside the CPU torch (issue 53)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    extra = re.search(r"^test = \[(.*?)^\]", text, re.M | re.S)[1]  # to its own line's ]
+    ours = re.search(r'"(triton==[^;"]+)', extra)[1].strip()
+    assert _torch_triton_pin().split(";")[0].strip() == ours
