@@ -23,7 +23,8 @@ on a team:
   another Python thread's call): the calling thread alone, which claims every
   iteration (correct, not parallel).
 
-:func:`regions` counts the team calls (parallel regions) made so far.
+:func:`regions` counts the team calls (parallel regions) made so far;
+:func:`one_region` runs the tasks kernels a block calls as one region.
 
 Why (measured): ``docs/library.md``, "Threads".
 """
@@ -33,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from contextlib import contextmanager
 
 from mlir_mx.execution import pool as pool_
 from mlir_mx.execution.c_interface import C_INTERFACE
@@ -43,6 +45,7 @@ __all__ = [
     "TASK_ARGS",
     "OpenMP",
     "TaskCall",
+    "one_region",
     "openmp_runtime",
     "parallel_mode",
     "regions",
@@ -206,7 +209,57 @@ class TaskCall:
             run_tasks(self._entry, array, len(array), self._threads)
             return
         ctypes.memmove(self._full, array, self._bytes)
-        _launch(self._entry, self._full, self._counter, self._threads)
+        held = getattr(_held, "calls", None)
+        if held is None:
+            _launch(self._entry, self._full, self._counter, self._threads)
+            return
+        if any(c is self for c in held):  # its array is rewritten: run the ones before
+            _launch_held(held)
+        self._counter.value = 0
+        held.append(self)
+
+
+_held = threading.local()
+
+
+@contextmanager
+def one_region():
+    """Inside the block, this thread's :class:`TaskCall` calls (a bound
+    function's: ``Linear.call_into``) are held, and run at its end as **one**
+    parallel region, in order: every thread of the team runs the kernels one
+    after another, each claiming tasks from each kernel's counter, so a thread
+    done with one kernel goes on to the next without waiting and the region
+    has one join (``MXExperts``' decode: the ``k`` experts' projections).
+
+    Only for calls whose results are not read inside the block and do not read
+    each other's (a held call has not run yet); a bound function called twice
+    runs the calls held before its second call first.  An exception in the
+    block drops the held calls.  Nested blocks join the outer one."""
+    if getattr(_held, "calls", None) is not None:
+        yield
+        return
+    _held.calls = held = []
+    try:
+        yield
+    finally:
+        _held.calls = None
+    _launch_held(held)
+
+
+def _launch_held(held: list) -> None:
+    calls, held[:] = list(held), []
+    if len(calls) == 1:
+        c = calls[0]
+        _launch(c._entry, c._full, c._counter, c._threads)
+    elif calls:
+        slots = [len(calls)]
+        for c in calls:
+            slots += [c._entry, ctypes.addressof(c._full)]
+        listing = (ctypes.c_void_p * len(slots))(*slots)
+        cell = ctypes.c_void_p(ctypes.addressof(listing))
+        array = (ctypes.c_void_p * 1)(ctypes.addressof(cell))
+        threads = max(c._threads for c in calls)
+        _launch(pool_.batch_entry(), array, ctypes.c_int64(0), threads)
 
 
 _MODES = ("auto", "async", "tasks")
