@@ -35,8 +35,12 @@ needs_pool = pytest.mark.skipif(
 def tasks():
     """Linear's kernels lowered as tasks on our pool for one test; hooks off after."""
     previous, team = threads_.set_parallel("tasks"), threads_.set_team("pool")
+    if pool_.pool() is not None:
+        pool_.pool().hooks(backoff=False)  # no stretch alone left by an earlier call
+        pool_.pool().hooks()
     yield pool_.pool()
     if pool_.pool() is not None:
+        pool_.pool().hooks(backoff=False)
         pool_.pool().hooks()
     threads_.set_parallel(previous)
     threads_.set_team(team)
@@ -66,8 +70,11 @@ def test_bits_do_not_depend_on_which_thread_ran_which_task(tasks, m, activations
         lin(x)
         [runner] = lin.runners
         assert 2 <= runner.compiled.tasks["matmul"] <= t  # tasks claimed by a team of t
-        for hook in ({}, {"late": SLEEP_US}, {"inside": SLEEP_US}, {"caller": SLEEP_US}):
-            tasks.hooks(**hook)
+        # worker 1 late to join; joined (the caller waits for it to join) and late
+        # inside; the caller late, so the workers run the tasks
+        hooks = ({"late": SLEEP_US}, {"caller": SLEEP_US, "inside": SLEEP_US}, {"caller": SLEEP_US})
+        for hook in ({}, *hooks):
+            tasks.hooks(**hook, backoff=False)  # every call on the team
             for _ in range(2):
                 np.testing.assert_array_equal(_bits(lin(x)), ref, err_msg=f"{t} threads, {hook}")
             tasks.hooks()
@@ -88,6 +95,24 @@ def test_a_late_worker_finds_the_job_closed(tasks):
     assert tasks.skipped > skipped
     for _ in range(3):  # and the next calls find it back at work
         np.testing.assert_array_equal(_bits(lin(x)), ref)
+
+
+@needs_pool
+def test_a_call_held_by_a_late_worker_makes_the_next_ones_run_alone(tasks):
+    w, x = _problem(1, seed=8)
+    lin = mlir_mx.Linear(w, threads=2)
+    ref = _bits(lin(x))
+    tasks.hooks(backoff=False)  # whatever the calls above met
+    # the caller sleeps first, so worker 1 joins; then worker 1 sleeps inside
+    tasks.hooks(caller=SLEEP_US, inside=2 * SLEEP_US)
+    np.testing.assert_array_equal(_bits(lin(x)), ref)  # waited 0.2 s, worked far less
+    tasks.hooks()  # the hooks off; the pool backs off
+    alone = tasks.alone
+    for _ in range(8):  # the next 8 calls on the caller alone, the same bits
+        np.testing.assert_array_equal(_bits(lin(x)), ref)
+    assert tasks.alone == alone + 8
+    np.testing.assert_array_equal(_bits(lin(x)), ref)  # then on the team again
+    assert tasks.alone == alone + 8
 
 
 @needs_pool
@@ -126,6 +151,7 @@ def test_nothing_spins_after_a_call(tasks):
 
 @needs_pool
 def test_stop_and_restart(tasks):
+    tasks.hooks(backoff=False)  # every call on the team, however loaded the machine
     w, x = _problem(2, seed=5)
     lin = mlir_mx.Linear(w, threads=2)
     ref = _bits(lin(x))

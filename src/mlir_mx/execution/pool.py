@@ -20,6 +20,10 @@ JIT-compiled once, :data:`_IR`), on one block of 64-bit cells:
   ``FUTEX_WAIT_PRIVATE``) on the generation (workers) or on ``exited`` (the
   caller); a waker calls ``FUTEX_WAKE`` only when someone sleeps.  Between
   calls nothing spins longer than the bound.
+* Backing off (:data:`SLOW_WAIT`): a worker descheduled *after* it joined
+  holds the call until it runs again; when the caller waited longer for the
+  joined workers than it worked itself, the next calls run on the caller
+  alone, for a stretch that doubles while that recurs.
 * The workers are native loops hosted by daemon Python threads (a ctypes call
   releases the GIL; they never hold it while they run or wait), started on
   the first call that needs them, stopped at exit and replaced after a fork.
@@ -47,8 +51,17 @@ __all__ = ["Pool", "batch_entry", "pool"]
 # Cell indices (8 bytes each); the written-often ones on their own cache lines.
 _GEN, _ENTRY, _EXITED = 0, 8, 16
 _FN, _ARGS, _WANT, _SPIN, _STOP, _LATE_US, _INSIDE_US, _CALLER_US = range(32, 40)
-_SKIPPED, _SLEEPERS, _CALLER_SLEEPS = 40, 48, 56
+_SKIPPED, _WORK, _WAIT, _SLEEPERS, _CALLER_SLEEPS = 40, 41, 42, 48, 56
 _CELLS = 64
+
+#: Backing off: when the caller waited for the workers that joined its call
+#: longer than it worked on its own share, and longer than this many cycles
+#: of the CPU's counter (``llvm.readcyclecounter``: the TSC, about 20-50 us),
+#: a worker was descheduled while holding a task (a busy machine); the next
+#: 8 calls, doubled while it recurs up to :data:`MAX_ALONE`, halved by each
+#: call that does not, run on the caller alone.
+SLOW_WAIT = 100_000
+MAX_ALONE = 1024
 
 #: Polls (``pause``) before a waiting thread sleeps: about 30-60 us on the
 #: hosts measured (``docs/library.md``, "Threads").
@@ -278,7 +291,9 @@ llvm.func @mx_pool_run(%pool: !llvm.ptr, %fn: !llvm.ptr, %args: !llvm.ptr, %want
   llvm.store %g, %gen atomic seq_cst {alignment = 8 : i64} : i64, !llvm.ptr
   llvm.call @mx_wake(%pool, %geni, %sleepersi, %want) : (!llvm.ptr, i64, i64, i64) -> ()
   llvm.call @mx_hook(%pool, %calleri) : (!llvm.ptr, i64) -> ()
+  %t0 = llvm.call_intrinsic "llvm.readcyclecounter"() : () -> i64
   llvm.call %fn(%args) : !llvm.ptr, (!llvm.ptr) -> ()
+  %t1 = llvm.call_intrinsic "llvm.readcyclecounter"() : () -> i64
   %w = llvm.atomicrmw _or %entry, %closed acq_rel {alignment = 8 : i64} : !llvm.ptr, i64
   %joined = llvm.and %w, %low31 : i64
   %spin = llvm.load %spinp atomic monotonic {alignment = 8 : i64} : !llvm.ptr -> i64
@@ -291,6 +306,15 @@ llvm.func @mx_pool_run(%pool: !llvm.ptr, %fn: !llvm.ptr, %args: !llvm.ptr, %want
   llvm.call @mx_wait(%pool, %exitedi, %e, %spin, %callersi) : (!llvm.ptr, i64, i64, i64, i64) -> ()
   llvm.br ^check
 ^done:
+  %t2 = llvm.call_intrinsic "llvm.readcyclecounter"() : () -> i64
+  %worki = llvm.mlir.constant(WORK : i64) : i64
+  %waiti = llvm.mlir.constant(WAIT : i64) : i64
+  %workp = llvm.call @mx_cell(%pool, %worki) : (!llvm.ptr, i64) -> !llvm.ptr
+  %waitp = llvm.call @mx_cell(%pool, %waiti) : (!llvm.ptr, i64) -> !llvm.ptr
+  %work = llvm.sub %t1, %t0 : i64
+  %waited = llvm.sub %t2, %t1 : i64
+  llvm.store %work, %workp {alignment = 8 : i64} : i64, !llvm.ptr
+  llvm.store %waited, %waitp {alignment = 8 : i64} : i64, !llvm.ptr
   llvm.return
 }
 """
@@ -347,7 +371,7 @@ def _source(machine: str) -> str:
     text = _IR.replace("PAUSE", _PAUSE.get(machine, "")).replace("FUTEX", str(_FUTEX[machine]))
     names = {
         "CALLER_SLEEPS": _CALLER_SLEEPS, "CALLER_US": _CALLER_US, "INSIDE_US": _INSIDE_US,
-        "LATE_US": _LATE_US, "SKIPPED": _SKIPPED, "SLEEPERS": _SLEEPERS, "EXITED": _EXITED, "ENTRY": _ENTRY, "STOP": _STOP, "SPIN": _SPIN, "WANT": _WANT,
+        "LATE_US": _LATE_US, "SKIPPED": _SKIPPED, "WORK": _WORK, "WAIT": _WAIT, "SLEEPERS": _SLEEPERS, "EXITED": _EXITED, "ENTRY": _ENTRY, "STOP": _STOP, "SPIN": _SPIN, "WANT": _WANT,
         "ARGS": _ARGS, "GEN": _GEN, "FN": _FN,
     }  # fmt: skip
     for name, cell in names.items():  # longest names first: no name is a prefix of a later one
@@ -380,6 +404,10 @@ class Pool:
         self._view[_SPIN] = SPIN
         self._threads: list[threading.Thread] = []
         self._keep: list = []
+        #: calls the caller ran alone while backing off (:data:`SLOW_WAIT`)
+        self.alone = 0
+        self._alone = self._penalty = 0
+        self._backoff = True
         self._lock = threading.Lock()
         self.pid = os.getpid()
         self._pool = ctypes.c_void_p(self.cells)
@@ -414,9 +442,19 @@ class Pool:
         if not self._lock.acquire(blocking=False):
             return False
         try:
+            if self._alone:  # backing off: the last waits cost more than the work
+                self._alone -= 1
+                self.alone += 1
+                return False
             self._grow(team - 1)
             self._fn.value, self._args.value, self._want.value = fn, args, team - 1
             self._run(self._slots)
+            wait, work = self._view[_WAIT], self._view[_WORK]
+            if self._backoff and wait > max(work, SLOW_WAIT):
+                self._penalty = min(max(2 * self._penalty, 8), MAX_ALONE)
+                self._alone = self._penalty
+            else:
+                self._penalty //= 2
         finally:
             self._lock.release()
         return True
@@ -432,8 +470,15 @@ class Pool:
         moved on or full): each one a late worker that touched nothing."""
         return self._view[_SKIPPED]
 
-    def hooks(self, *, late: int = 0, inside: int = 0, caller: int = 0, spin: int = SPIN) -> None:
-        """Test hooks (microseconds, 0 = off) and the spin bound: see the module's docstring."""
+    def hooks(
+        self, *, late: int = 0, inside: int = 0, caller: int = 0, spin: int = SPIN,
+        backoff: bool = True,
+    ) -> None:  # fmt: skip
+        """Test hooks (microseconds, 0 = off), the spin bound and whether to back
+        off (:data:`SLOW_WAIT`; False also ends a stretch): see the module's docstring."""
+        if not backoff:
+            self._alone = self._penalty = 0
+        self._backoff = backoff
         self._view[_LATE_US], self._view[_INSIDE_US] = late, inside
         self._view[_CALLER_US], self._view[_SPIN] = caller, spin
 
