@@ -190,3 +190,24 @@ def test_team_must_be_known():
 
     with pytest.raises(MXValueError, match="team: expected one of pool, openmp"):
         threads_.set_team("gomp")
+
+
+@needs_pool
+def test_one_region_runs_several_kernels_with_one_join(tasks):
+    problems = [_problem(1, seed=s) for s in (9, 10, 11)]
+    lins = [mlir_mx.Linear(w, threads=2) for w, _ in problems]
+    refs = [_bits(mlir_mx.Linear(w, threads=1)(x)) for w, x in problems]
+    outs = [np.zeros((1, 200), np.float32) for _ in problems]
+    before = threads_.regions()
+    with threads_.one_region():
+        for lin, (_, x), out in zip(lins, problems, outs, strict=True):
+            assert lin.call_into(x.ctypes.data, 1, out.ctypes.data, 2)
+        assert not any(out.any() for out in outs)  # held until the block ends
+    assert threads_.regions() == before + 1
+    for out, ref in zip(outs, refs, strict=True):
+        np.testing.assert_array_equal(_bits(out), ref)
+    # a bound function twice in one region: its first call's arguments are gone
+    with pytest.raises(RuntimeError, match="called twice in one region"):
+        with threads_.one_region():
+            for _ in range(2):
+                lins[0].call_into(problems[0][1].ctypes.data, 1, outs[0].ctypes.data, 2)

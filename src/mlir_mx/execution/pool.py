@@ -46,7 +46,7 @@ import platform
 import sys
 import threading
 
-__all__ = ["Pool", "batch_entry", "pool"]
+__all__ = ["MAX_ALONE", "SLOW_WAIT", "SPIN", "Pool", "pool"]
 
 # Cell indices (8 bytes each); the written-often ones on their own cache lines.
 _GEN, _ENTRY, _EXITED = 0, 8, 16
@@ -318,53 +318,6 @@ llvm.func @mx_pool_run(%pool: !llvm.ptr, %fn: !llvm.ptr, %args: !llvm.ptr, %want
   llvm.return
 }
 """
-
-
-#: Calls one after another: ``list`` = ``[n, fn_0, args_0, ..., fn_n-1, args_n-1]``
-#: (packed C interfaces and their argument arrays): every thread of a region
-#: runs it, so the region's kernels share one join (:func:`batch_entry`).
-_BATCH = """
-llvm.func @mx_tasks_batch(%list: !llvm.ptr) {
-  %zero = llvm.mlir.constant(0 : i64) : i64
-  %one = llvm.mlir.constant(1 : i64) : i64
-  %two = llvm.mlir.constant(2 : i64) : i64
-  %n = llvm.load %list : !llvm.ptr -> i64
-  llvm.br ^loop(%zero : i64)
-^loop(%i: i64):
-  %more = llvm.icmp "slt" %i, %n : i64
-  llvm.cond_br %more, ^call, ^done
-^call:
-  %j = llvm.mul %i, %two : i64
-  %jf = llvm.add %j, %one : i64
-  %ja = llvm.add %j, %two : i64
-  %pf = llvm.getelementptr %list[%jf] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.ptr
-  %pa = llvm.getelementptr %list[%ja] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.ptr
-  %fn = llvm.load %pf : !llvm.ptr -> !llvm.ptr
-  %args = llvm.load %pa : !llvm.ptr -> !llvm.ptr
-  llvm.call %fn(%args) : !llvm.ptr, (!llvm.ptr) -> ()
-  %i1 = llvm.add %i, %one : i64
-  llvm.br ^loop(%i1 : i64)
-^done:
-  llvm.return
-}
-"""
-
-
-def batch_entry() -> int:
-    """The packed C interface of :data:`_BATCH` (JIT-compiled once): its one
-    slot points to a cell holding the list's address."""
-    found = _state.get("batch")
-    if found is None:
-        from mlir import ir
-        from mlir.execution_engine import ExecutionEngine
-
-        with _state_lock:
-            context = ir.Context()
-            with context, ir.Location.unknown():
-                module = ir.Module.parse(_BATCH)
-                engine = ExecutionEngine(module, opt_level=2)
-            found = _state["batch"] = (engine.raw_lookup("mx_tasks_batch"), context, module, engine)
-    return found[0]
 
 
 def _source(machine: str) -> str:

@@ -45,6 +45,7 @@ __all__ = [
     "TASK_ARGS",
     "OpenMP",
     "TaskCall",
+    "batch_entry",
     "one_region",
     "openmp_runtime",
     "parallel_mode",
@@ -213,12 +214,61 @@ class TaskCall:
         if held is None:
             _launch(self._entry, self._full, self._counter, self._threads)
             return
-        if any(c is self for c in held):  # its array is rewritten: run the ones before
-            _launch_held(held)
+        if any(c is self for c in held):  # its held call's arguments were just rewritten
+            held.clear()
+            raise RuntimeError("one_region: a bound function called twice in one region")
         self._counter.value = 0
         held.append(self)
 
 
+#: Calls one after another: ``list`` = ``[n, fn_0, args_0, ..., fn_n-1, args_n-1]``
+#: (packed C interfaces and their argument arrays): every thread of a region
+#: runs it, so the region's kernels share one join (:func:`batch_entry`).
+_BATCH = """
+llvm.func @mx_tasks_batch(%list: !llvm.ptr) {
+  %zero = llvm.mlir.constant(0 : i64) : i64
+  %one = llvm.mlir.constant(1 : i64) : i64
+  %two = llvm.mlir.constant(2 : i64) : i64
+  %n = llvm.load %list : !llvm.ptr -> i64
+  llvm.br ^loop(%zero : i64)
+^loop(%i: i64):
+  %more = llvm.icmp "slt" %i, %n : i64
+  llvm.cond_br %more, ^call, ^done
+^call:
+  %j = llvm.mul %i, %two : i64
+  %jf = llvm.add %j, %one : i64
+  %ja = llvm.add %j, %two : i64
+  %pf = llvm.getelementptr %list[%jf] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.ptr
+  %pa = llvm.getelementptr %list[%ja] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.ptr
+  %fn = llvm.load %pf : !llvm.ptr -> !llvm.ptr
+  %args = llvm.load %pa : !llvm.ptr -> !llvm.ptr
+  llvm.call %fn(%args) : !llvm.ptr, (!llvm.ptr) -> ()
+  %i1 = llvm.add %i, %one : i64
+  llvm.br ^loop(%i1 : i64)
+^done:
+  llvm.return
+}
+"""
+
+
+def batch_entry() -> int:
+    """The packed C interface of :data:`_BATCH` (JIT-compiled once): its one
+    slot points to a cell holding the list's address."""
+    found = _batch.get("entry")
+    if found is None:
+        from mlir import ir
+        from mlir.execution_engine import ExecutionEngine
+
+        with _lock:
+            context = ir.Context()
+            with context, ir.Location.unknown():
+                module = ir.Module.parse(_BATCH)
+                engine = ExecutionEngine(module, opt_level=2)
+            found = _batch["entry"] = (engine.raw_lookup("mx_tasks_batch"), context, module, engine)
+    return found[0]
+
+
+_batch: dict = {}
 _held = threading.local()
 
 
@@ -232,8 +282,9 @@ def one_region():
     has one join (``MXExperts``' decode: the ``k`` experts' projections).
 
     Only for calls whose results are not read inside the block and do not read
-    each other's (a held call has not run yet); a bound function called twice
-    runs the calls held before its second call first.  An exception in the
+    each other's (a held call has not run yet), each bound function at most
+    once: its second call has already rewritten the arguments of the first,
+    so it raises RuntimeError (and drops the held calls).  An exception in the
     block drops the held calls.  Nested blocks join the outer one."""
     if getattr(_held, "calls", None) is not None:
         yield
@@ -259,7 +310,7 @@ def _launch_held(held: list) -> None:
         cell = ctypes.c_void_p(ctypes.addressof(listing))
         array = (ctypes.c_void_p * 1)(ctypes.addressof(cell))
         threads = max(c._threads for c in calls)
-        _launch(pool_.batch_entry(), array, ctypes.c_int64(0), threads)
+        _launch(batch_entry(), array, ctypes.c_int64(0), threads)
 
 
 _MODES = ("auto", "async", "tasks")

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -314,7 +315,10 @@ class MXExperts(torch.nn.Module):
         x_row, y_row = (0 if shared else 4 * n_in), 4 * y.shape[1]
         x_addr, y_addr = x.data_ptr(), y.data_ptr()
         biased = []  # rows with their bias in: the layer's own call made them
-        with one_region():  # the k kernels: one parallel region (execution.threads)
+        # the k kernels: one parallel region (execution.threads), each layer's
+        # bound call at most once in it (an expert routed twice: one region each)
+        distinct = len(set(experts)) == len(experts)
+        with one_region() if distinct else nullcontext():
             for r, e in enumerate(experts):
                 lin = layers[e]
                 threads = lin.threads or torch.get_num_threads()
