@@ -152,9 +152,13 @@ def regions() -> int:
     return _regions[0]
 
 
-def _launch(fn: int, array: ctypes.Array, counter: ctypes.c_int64, threads: int) -> None:
+_PACKED = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def _launch(fn: int, array: ctypes.Array, counter: ctypes.c_int64, threads: int, alone=None) -> None:
     """Run the packed C interface ``fn`` on ``array`` (its last slot the claims
-    cell, which holds ``counter``'s address) on a team of ``threads``."""
+    cell, which holds ``counter``'s address) on a team of ``threads``;
+    ``alone``: ``fn`` as a ctypes function, if the caller keeps one."""
     counter.value = 0
     if threads > 1:
         _regions[0] += 1
@@ -167,7 +171,7 @@ def _launch(fn: int, array: ctypes.Array, counter: ctypes.c_int64, threads: int)
             if omp is not None:
                 omp.parallel(fn, ctypes.addressof(array), threads, 0)
                 return
-    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(fn)(array)  # the caller claims every task
+    (alone or _PACKED(fn))(array)  # the caller claims every task
 
 
 def _with_claims(array: ctypes.Array, nargs: int, counter: ctypes.c_int64):
@@ -197,13 +201,14 @@ class TaskCall:
     the counter are made once; a call copies the array's slots (the bound
     function may repoint them) and launches the team."""
 
-    __slots__ = ("_entry", "_array", "_threads", "_full", "_cell", "_counter", "_bytes")
+    __slots__ = ("_entry", "_array", "_threads", "_full", "_cell", "_counter", "_bytes", "_alone")
 
     def __init__(self, entry: int, array: ctypes.Array, threads: int):
         self._entry, self._array, self._threads = entry, array, threads
         self._counter = ctypes.c_int64(0)
         self._full, self._cell = _with_claims(array, len(array), self._counter)
         self._bytes = len(array) * ctypes.sizeof(ctypes.c_void_p)
+        self._alone = _PACKED(entry)
 
     def __call__(self, array: ctypes.Array) -> None:
         if array is not self._array:
@@ -212,7 +217,7 @@ class TaskCall:
         ctypes.memmove(self._full, array, self._bytes)
         held = getattr(_held, "calls", None)
         if held is None:
-            _launch(self._entry, self._full, self._counter, self._threads)
+            _launch(self._entry, self._full, self._counter, self._threads, self._alone)
             return
         if any(c is self for c in held):  # its held call's arguments were just rewritten
             held.clear()
