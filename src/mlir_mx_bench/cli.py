@@ -40,6 +40,7 @@ from mlir_mx.tools.driver import (
     check_out_dir,
     tool_main,
 )
+from mlir_mx_bench.models import busy
 from mlir_mx_bench.options import element_spec, positive_ints, thread_counts
 
 PROG = "mx-bench"
@@ -115,6 +116,7 @@ def _parser() -> ArgParser:
         help="--model: run the rows again with VAR=VALUE set for their processes, as separate "
         "rows labelled [VAR=VALUE] (every other row runs in the environment as it is); repeatable",
     )
+    busy.add_busy_argument(p)
     p.add_argument(
         "--emulate",
         choices=("avx2",),
@@ -214,6 +216,7 @@ def _model_options(ns, argv: list[str]):
         rows=rows,
         profile=ns.profile or 0,
         env_rows=env_rows,
+        busy=busy.parse_busy(ns.busy),
         command=" ".join([PROG, *(shlex.quote(a) for a in argv)]),
         **quick,
     )
@@ -267,7 +270,7 @@ _MODES = {
     "--shapes": ("the matmul benchmark", ("--formats", "--samples")),
     "--mlp": ("the MLP benchmark", ("--samples", "--mlp-tokens")),
     "--quantize": ("the conversion benchmark", ("--formats", "--samples")),
-    "--model": ("the model benchmark", ("--layers", "--rows", "--profile", "--env-row")),
+    "--model": ("the model benchmark", ("--layers", "--rows", "--profile", "--env-row", "--busy")),
 }
 
 

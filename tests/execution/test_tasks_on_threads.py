@@ -2,8 +2,8 @@
 (``mlir_mx.execution.threads``; the pass: ``tests/passes/kernels/test_parallel_tasks.py``).
 
 * every schedule class (decode, small, prefill; f32 and dot kernels) gives the
-  bits of the async runtime at 1 and 2 threads, on torch's OpenMP team and on
-  the serial fallback (no OpenMP runtime in the process);
+  bits of the async runtime at 1 and 2 threads, on our pool, on torch's
+  OpenMP team and on the serial fallback (no pool and no OpenMP runtime);
 * bad inputs still raise before native code runs.
 """
 
@@ -46,9 +46,17 @@ def _bits(a):
     return np.ascontiguousarray(a).view(np.uint32)
 
 
-@pytest.mark.parametrize("fallback", [False, True], ids=["openmp", "serial"])
+@pytest.fixture
+def team():
+    """Set the team that runs tasks kernels for one test, restored after it."""
+    previous = threads_.set_team("pool")
+    yield threads_.set_team
+    threads_.set_team(previous)
+
+
+@pytest.mark.parametrize("where", ["pool", "openmp", "serial"])
 @pytest.mark.parametrize("m,activations", [(1, None), (5, None), (40, None), (1, "i8"), (40, "i8")])
-def test_tasks_give_the_async_bits(mode, monkeypatch, m, activations, fallback):
+def test_tasks_give_the_async_bits(mode, team, monkeypatch, m, activations, where):
     rng = np.random.default_rng(m)
     n, k = 200, 256  # 200: a tail panel / partial tile in every schedule
     w = rng.standard_normal((n, k)).astype(np.float32)
@@ -56,9 +64,10 @@ def test_tasks_give_the_async_bits(mode, monkeypatch, m, activations, fallback):
     wq = mlir_mx.quantize(w, "f4E2M1FN", 32)
     mode("async")
     ref = mlir_mx.Linear(wq, threads=1, activations=activations)(x)
-    if fallback:
-        monkeypatch.setattr(threads_, "openmp_runtime", lambda: None)
-    else:
+    team("openmp" if where == "openmp" else "pool")
+    if where == "serial":
+        monkeypatch.setattr(threads_.pool_, "pool", lambda: None)
+    elif where == "openmp":
         assert threads_.openmp_runtime() is not None  # torch's libgomp
     mode("tasks")
     for t in (1, 2):
@@ -67,10 +76,12 @@ def test_tasks_give_the_async_bits(mode, monkeypatch, m, activations, fallback):
         if t == 2:
             [runner] = lin.runners
             assert runner.compiled.tasks == {"matmul": 2}  # really run as tasks
-            # each bound call keeps its OpenMP call's data once the team is found
+            # each bound call runs through a TaskCall, one region per call
             calls = [b._fn for b in lin._calls.values() if isinstance(getattr(b, "_fn", None), threads_.TaskCall)]
-            assert calls and all((c._omp is None) == fallback for c in calls)
-            # the write analysis sees through (thread, team): only the output is written
+            before = threads_.regions()
+            np.testing.assert_array_equal(_bits(lin(x)), _bits(ref))
+            assert calls and threads_.regions() == before + 1
+            # the write analysis sees through claims: only the output is written
             assert runner.compiled.writes("matmul") == {len(runner.signature("matmul").args) - 1}
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from mlir import ir
 
 from mlir_mx.ir_utils import collect
-from mlir_mx.passes.kernels.parallel_tasks import TASKS_ATTR
+from mlir_mx.passes.kernels.parallel_tasks import TASK_ARGS, TASKS_ATTR
 
 __all__ = ["written_parameters"]
 
@@ -109,9 +109,9 @@ def written_parameters(module: ir.Module, name: str, params) -> frozenset[int]:
     entry = fn.regions[0].blocks[0]
     args = list(entry.arguments)
     widths = [_lowered_arity(p.is_buffer, len(p.shape) if p.is_buffer else 0) for p in params]
-    # mx-parallel-tasks appends (thread, team): two indices, never buffers.
+    # mx-parallel-tasks appends claims: an index, never a buffer.
     if TASKS_ATTR in fn.attributes:
-        args = args[:-2]
+        args = args[:-TASK_ARGS]
     if sum(widths) != len(args):
         return everything
     taint: dict[ir.Value, frozenset[int]] = {}

@@ -1,24 +1,30 @@
-"""Parallel kernels run on the OpenMP team already in the process (torch's).
+"""Parallel kernels run on a team of threads that divide their work dynamically.
 
 A function lowered with ``parallel="tasks"`` (the ``mx-parallel-tasks`` pass,
-:func:`mlir_mx.pipelines.threads_pipeline`) takes two more ``index``
-arguments, ``thread`` and ``team``, and runs the iterations ``thread, thread +
-team, ...`` of its parallel loop.  :func:`run_tasks` calls it once on every
-thread of a team:
+:func:`mlir_mx.pipelines.threads_pipeline`) takes one more ``index``
+argument, ``claims``: the address of a counter from which every thread that
+runs it claims the iterations of its parallel loop (an atomic add each).
+:func:`run_tasks` and :class:`TaskCall` zero the counter and run the function
+on a team:
 
-* with an OpenMP runtime in the process (torch's ``libgomp``; also LLVM's
-  ``libomp`` and Intel's ``libiomp5``, which export the same ``GOMP_parallel``):
-  ``GOMP_parallel(trampoline, data, threads, 0)`` through ctypes (which
-  releases the GIL).  The calling thread is the team's thread 0, and the
-  workers are the ones torch's own parallel regions use: after a torch op they
-  still spin, waiting for work, and take ours at once; nothing else competes
-  for the cores.  The trampoline, a few lines of LLVM IR compiled once, asks
-  ``omp_get_thread_num``/``omp_get_num_threads`` (their addresses in
-  ``data``: nothing is resolved by name), copies the call's argument array,
-  appends its two cells and calls the function's C interface.
-* without one: the tasks one after another on the calling thread (correct,
-  not parallel); :func:`openmp_runtime` tells callers to choose the async
-  runtime instead (``mlir_mx.Linear`` does).
+* ``"pool"`` (the default, :func:`set_team`): our own small team
+  (:mod:`mlir_mx.execution.pool`): the caller and up to ``threads - 1``
+  workers; the call returns when every worker that joined has left, so a
+  descheduled worker never holds it (it finds the work taken and the job
+  closed when it wakes); waiting spins a bounded while, then sleeps.
+* ``"openmp"``: the OpenMP runtime already in the process (torch's
+  ``libgomp``; also LLVM's ``libomp`` and Intel's ``libiomp5``, which export
+  the same ``GOMP_parallel``): ``GOMP_parallel(fn, array, threads, 0)``
+  through ctypes (which releases the GIL), ``fn`` the kernel's packed C
+  interface and ``array`` its arguments, so every team thread calls the
+  kernel; the region ends at OpenMP's barrier, which waits for every thread.
+  Kept to measure against (``docs/library.md``, "Threads").
+* neither (no pool on this platform, no OpenMP runtime, or the pool busy with
+  another Python thread's call): the calling thread alone, which claims every
+  iteration (correct, not parallel).
+
+:func:`regions` counts the team calls (parallel regions) made so far;
+:func:`one_region` runs the tasks kernels a block calls as one region.
 
 Why (measured): ``docs/library.md``, "Threads".
 """
@@ -28,78 +34,33 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from contextlib import contextmanager
 
+from mlir_mx.execution import pool as pool_
 from mlir_mx.execution.c_interface import C_INTERFACE
-from mlir_mx.passes.kernels.parallel_tasks import TASKS_ATTR
+from mlir_mx.passes.kernels.parallel_tasks import TASK_ARGS, TASKS_ATTR
 
 __all__ = [
     "TASKS_ATTR",
+    "TASK_ARGS",
     "OpenMP",
     "TaskCall",
+    "batch_entry",
+    "one_region",
     "openmp_runtime",
     "parallel_mode",
+    "regions",
     "run_tasks",
     "set_parallel",
+    "set_team",
     "task_functions",
 ]
 
 #: Library names (``/proc/self/maps``) that may export ``GOMP_parallel``.
 _OPENMP_NAMES = ("libgomp", "libiomp5", "libomp")
 
-_TRAMPOLINE = """
-llvm.func @mx_tasks_trampoline(%data: !llvm.ptr) {
-  %fn = llvm.load %data : !llvm.ptr -> !llvm.ptr
-  %p1 = llvm.getelementptr %data[1] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr
-  %args = llvm.load %p1 : !llvm.ptr -> !llvm.ptr
-  %p2 = llvm.getelementptr %data[2] : (!llvm.ptr) -> !llvm.ptr, i64
-  %n = llvm.load %p2 : !llvm.ptr -> i64
-  %p3 = llvm.getelementptr %data[3] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr
-  %get_thread = llvm.load %p3 : !llvm.ptr -> !llvm.ptr
-  %p4 = llvm.getelementptr %data[4] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr
-  %get_team = llvm.load %p4 : !llvm.ptr -> !llvm.ptr
-  %t32 = llvm.call %get_thread() : !llvm.ptr, () -> i32
-  %team32 = llvm.call %get_team() : !llvm.ptr, () -> i32
-  %t = llvm.sext %t32 : i32 to i64
-  %team = llvm.sext %team32 : i32 to i64
-  %one = llvm.mlir.constant(1 : i64) : i64
-  %two = llvm.mlir.constant(2 : i64) : i64
-  %cells = llvm.alloca %two x i64 : (i64) -> !llvm.ptr
-  llvm.store %t, %cells : i64, !llvm.ptr
-  %team_cell = llvm.getelementptr %cells[1] : (!llvm.ptr) -> !llvm.ptr, i64
-  llvm.store %team, %team_cell : i64, !llvm.ptr
-  %slots = llvm.add %n, %two : i64
-  %array = llvm.alloca %slots x !llvm.ptr : (i64) -> !llvm.ptr
-  %eight = llvm.mlir.constant(8 : i64) : i64
-  %bytes = llvm.mul %n, %eight : i64
-  "llvm.intr.memcpy"(%array, %args, %bytes) <{isVolatile = false}>
-      : (!llvm.ptr, !llvm.ptr, i64) -> ()
-  %s0 = llvm.getelementptr %array[%n] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.ptr
-  llvm.store %cells, %s0 : !llvm.ptr, !llvm.ptr
-  %n1 = llvm.add %n, %one : i64
-  %s1 = llvm.getelementptr %array[%n1] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.ptr
-  llvm.store %team_cell, %s1 : !llvm.ptr, !llvm.ptr
-  llvm.call %fn(%array) : !llvm.ptr, (!llvm.ptr) -> ()
-  llvm.return
-}
-"""
-
-
-class _Data(ctypes.Structure):
-    """What the trampoline reads: the C interface, its argument array (without
-    the two task cells), the array's length and the two OpenMP queries."""
-
-    _fields_ = [
-        ("fn", ctypes.c_void_p),
-        ("args", ctypes.c_void_p),
-        ("nargs", ctypes.c_int64),
-        ("get_thread", ctypes.c_void_p),
-        ("get_team", ctypes.c_void_p),
-    ]
-
-
 class OpenMP:
-    """An OpenMP runtime loaded in the process: its ``GOMP_parallel`` and the
-    two queries, and the trampoline (compiled once)."""
+    """An OpenMP runtime loaded in the process: its ``GOMP_parallel``."""
 
     def __init__(self, path: str, lib: ctypes.CDLL):
         self.path = path
@@ -107,27 +68,9 @@ class OpenMP:
         self.parallel = lib.GOMP_parallel
         self.parallel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
         self.parallel.restype = None
-        self.get_thread = ctypes.cast(lib.omp_get_thread_num, ctypes.c_void_p).value
-        self.get_team = ctypes.cast(lib.omp_get_num_threads, ctypes.c_void_p).value
-        self._engine, self.trampoline = _compile_trampoline()
 
     def __repr__(self) -> str:
         return f"OpenMP({self.path!r})"
-
-
-def _compile_trampoline():
-    from mlir import ir
-    from mlir.execution_engine import ExecutionEngine
-
-    context = ir.Context()
-    with context, ir.Location.unknown():
-        module = ir.Module.parse(_TRAMPOLINE)
-        engine = ExecutionEngine(module, opt_level=2)
-    # raw_lookup gives the packed wrapper (``void (void **)``), as for every function.
-    address = engine.raw_lookup("mx_tasks_trampoline")
-    if not address:  # pragma: no cover - the JIT always emits it
-        raise RuntimeError("the JIT did not produce the tasks trampoline")
-    return (context, module, engine), address
 
 
 _lock = threading.Lock()
@@ -138,8 +81,7 @@ def openmp_runtime() -> OpenMP | None:
     """The OpenMP runtime loaded in this process (torch's ``libgomp``), or None.
 
     Found in ``/proc/self/maps`` (Linux) by name, opened without loading
-    anything new (``RTLD_NOLOAD``), and kept when it exports ``GOMP_parallel``,
-    ``omp_get_thread_num`` and ``omp_get_num_threads``.  Asked again on each
+    anything new (``RTLD_NOLOAD``), and kept when it exports ``GOMP_parallel``.  Asked again on each
     call until one is found (torch may be imported later)."""
     with _lock:
         if _found:
@@ -147,7 +89,7 @@ def openmp_runtime() -> OpenMP | None:
         for path in _mapped_openmp():
             try:
                 lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
-                lib.GOMP_parallel, lib.omp_get_thread_num, lib.omp_get_num_threads  # noqa: B018
+                lib.GOMP_parallel  # noqa: B018
             except (OSError, AttributeError):
                 continue
             _found[path] = OpenMP(path, lib)
@@ -187,61 +129,193 @@ def task_functions(module) -> dict[str, int]:
     return found
 
 
+_TEAMS = ("pool", "openmp")
+_team = ["pool"]
+_regions = [0]
+
+
+def set_team(team: str) -> str:
+    """Which team runs ``parallel="tasks"`` kernels from now on: ``"pool"``
+    (default: :mod:`mlir_mx.execution.pool`) or ``"openmp"`` (the process's
+    OpenMP team, for measurements).  Returns the previous setting."""
+    if team not in _TEAMS:
+        from mlir_mx.errors import MXValueError
+
+        raise MXValueError(f"team: expected one of {', '.join(_TEAMS)}, got {team!r}")
+    previous, _team[0] = _team[0], team
+    return previous
+
+
+def regions() -> int:
+    """How many parallel regions (calls of a tasks kernel on a team of more
+    than one thread) this process has run: for tests and benchmarks."""
+    return _regions[0]
+
+
+_PACKED = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def _launch(fn: int, array: ctypes.Array, counter: ctypes.c_int64, threads: int, alone=None) -> None:
+    """Run the packed C interface ``fn`` on ``array`` (its last slot the claims
+    cell, which holds ``counter``'s address) on a team of ``threads``;
+    ``alone``: ``fn`` as a ctypes function, if the caller keeps one."""
+    counter.value = 0
+    if threads > 1:
+        _regions[0] += 1
+        if _team[0] == "pool":
+            p = pool_.pool()
+            if p is not None and p.run(fn, ctypes.addressof(array), threads):
+                return
+        else:
+            omp = openmp_runtime()
+            if omp is not None:
+                omp.parallel(fn, ctypes.addressof(array), threads, 0)
+                return
+    (alone or _PACKED(fn))(array)  # the caller claims every task
+
+
+def _with_claims(array: ctypes.Array, nargs: int, counter: ctypes.c_int64):
+    """``array``'s ``nargs`` slots and one more, the claims cell (``counter``'s
+    address); returns the new array and the cell (keep both alive)."""
+    full = (ctypes.c_void_p * (nargs + TASK_ARGS))()
+    ctypes.memmove(full, array, nargs * ctypes.sizeof(ctypes.c_void_p))
+    cell = ctypes.c_int64(ctypes.addressof(counter))
+    full[nargs] = ctypes.addressof(cell)
+    return full, cell
+
+
 def run_tasks(entry: int, array: ctypes.Array, nargs: int, threads: int) -> None:
     """Call the C interface at ``entry`` (a function rewritten by
-    ``mx-parallel-tasks``) once per thread of a team of ``threads``, each with
-    the ``nargs`` argument pointers of ``array`` and its own ``(thread, team)``
-    cells: on the process's OpenMP team when there is one, else in turn on the
-    calling thread."""
-    omp = openmp_runtime() if threads > 1 else None
-    if omp is not None:
-        data = _Data(entry, ctypes.addressof(array), nargs, omp.get_thread, omp.get_team)
-        # The engine's lookup gives the trampoline's packed form: its argument
-        # is an array whose slot 0 points to the trampoline's argument.
-        cell = ctypes.c_void_p(ctypes.addressof(data))
-        slots = (ctypes.c_void_p * 1)(ctypes.addressof(cell))
-        omp.parallel(omp.trampoline, ctypes.addressof(slots), threads, 0)
-        return
-    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(entry)
-    full = (ctypes.c_void_p * (nargs + 2))()
-    ctypes.memmove(full, array, nargs * ctypes.sizeof(ctypes.c_void_p))
-    team = ctypes.c_int64(threads)
-    full[nargs + 1] = ctypes.addressof(team)
-    for t in range(threads):
-        cell = ctypes.c_int64(t)
-        full[nargs] = ctypes.addressof(cell)
-        fn(full)
+    ``mx-parallel-tasks``) with the ``nargs`` argument pointers of ``array``
+    and a fresh claims counter, on a team of ``threads`` (:func:`set_team`),
+    or on the calling thread alone."""
+    counter = ctypes.c_int64(0)
+    full, cell = _with_claims(array, nargs, counter)
+    _launch(entry, full, counter, threads)
+    del cell
 
 
 class TaskCall:
     """:func:`run_tasks` of one entry on one argument array that stays put
-    (a bound function's, ``Runner.bind``): the OpenMP call's data is made on
-    the first call that finds the runtime and kept, so a call is one
-    ``GOMP_parallel``: 15.1 -> 12.5 and 12.0 -> 7.4 us per
-    ``call_unchecked`` of a 1 x 256 x 256 ``MXLinear`` kernel in two runs
-    (W4A8, 2 threads, medians of 7 x 20,000 calls, the two paths alternating
-    in one process).  Until a runtime is found, and for any other array,
-    each call is :func:`run_tasks`."""
+    (a bound function's, ``Runner.bind``): the array with its claims cell and
+    the counter are made once; a call copies the array's slots (the bound
+    function may repoint them) and launches the team."""
 
-    __slots__ = ("_entry", "_array", "_threads", "_omp", "_slots", "_keep")
+    __slots__ = ("_entry", "_array", "_threads", "_full", "_cell", "_counter", "_bytes", "_alone")
 
     def __init__(self, entry: int, array: ctypes.Array, threads: int):
         self._entry, self._array, self._threads = entry, array, threads
-        self._omp: OpenMP | None = None
-        self._slots = 0
-        self._keep: tuple = ()
+        self._counter = ctypes.c_int64(0)
+        self._full, self._cell = _with_claims(array, len(array), self._counter)
+        self._bytes = len(array) * ctypes.sizeof(ctypes.c_void_p)
+        self._alone = _PACKED(entry)
 
     def __call__(self, array: ctypes.Array) -> None:
-        if self._omp is None or array is not self._array:
-            omp = openmp_runtime() if self._threads > 1 else None
-            if omp is None or array is not self._array:
-                run_tasks(self._entry, array, len(array), self._threads)
-                return
-            data = _Data(self._entry, ctypes.addressof(array), len(array), omp.get_thread, omp.get_team)
-            cell = ctypes.c_void_p(ctypes.addressof(data))
-            slots = (ctypes.c_void_p * 1)(ctypes.addressof(cell))
-            self._keep, self._slots, self._omp = (data, cell, slots), ctypes.addressof(slots), omp
-        self._omp.parallel(self._omp.trampoline, self._slots, self._threads, 0)
+        if array is not self._array:
+            run_tasks(self._entry, array, len(array), self._threads)
+            return
+        ctypes.memmove(self._full, array, self._bytes)
+        held = getattr(_held, "calls", None)
+        if held is None:
+            _launch(self._entry, self._full, self._counter, self._threads, self._alone)
+            return
+        if any(c is self for c in held):  # its held call's arguments were just rewritten
+            held.clear()
+            raise RuntimeError("one_region: a bound function called twice in one region")
+        self._counter.value = 0
+        held.append(self)
+
+
+#: Calls one after another: ``list`` = ``[n, fn_0, args_0, ..., fn_n-1, args_n-1]``
+#: (packed C interfaces and their argument arrays): every thread of a region
+#: runs it, so the region's kernels share one join (:func:`batch_entry`).
+_BATCH = """
+llvm.func @mx_tasks_batch(%list: !llvm.ptr) {
+  %zero = llvm.mlir.constant(0 : i64) : i64
+  %one = llvm.mlir.constant(1 : i64) : i64
+  %two = llvm.mlir.constant(2 : i64) : i64
+  %n = llvm.load %list : !llvm.ptr -> i64
+  llvm.br ^loop(%zero : i64)
+^loop(%i: i64):
+  %more = llvm.icmp "slt" %i, %n : i64
+  llvm.cond_br %more, ^call, ^done
+^call:
+  %j = llvm.mul %i, %two : i64
+  %jf = llvm.add %j, %one : i64
+  %ja = llvm.add %j, %two : i64
+  %pf = llvm.getelementptr %list[%jf] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.ptr
+  %pa = llvm.getelementptr %list[%ja] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.ptr
+  %fn = llvm.load %pf : !llvm.ptr -> !llvm.ptr
+  %args = llvm.load %pa : !llvm.ptr -> !llvm.ptr
+  llvm.call %fn(%args) : !llvm.ptr, (!llvm.ptr) -> ()
+  %i1 = llvm.add %i, %one : i64
+  llvm.br ^loop(%i1 : i64)
+^done:
+  llvm.return
+}
+"""
+
+
+def batch_entry() -> int:
+    """The packed C interface of :data:`_BATCH` (JIT-compiled once): its one
+    slot points to a cell holding the list's address."""
+    found = _batch.get("entry")
+    if found is None:
+        from mlir import ir
+        from mlir.execution_engine import ExecutionEngine
+
+        with _lock:
+            context = ir.Context()
+            with context, ir.Location.unknown():
+                module = ir.Module.parse(_BATCH)
+                engine = ExecutionEngine(module, opt_level=2)
+            found = _batch["entry"] = (engine.raw_lookup("mx_tasks_batch"), context, module, engine)
+    return found[0]
+
+
+_batch: dict = {}
+_held = threading.local()
+
+
+@contextmanager
+def one_region():
+    """Inside the block, this thread's :class:`TaskCall` calls (a bound
+    function's: ``Linear.call_into``) are held, and run at its end as **one**
+    parallel region, in order: every thread of the team runs the kernels one
+    after another, each claiming tasks from each kernel's counter, so a thread
+    done with one kernel goes on to the next without waiting and the region
+    has one join (``MXExperts``' decode: the ``k`` experts' projections).
+
+    Only for calls whose results are not read inside the block and do not read
+    each other's (a held call has not run yet), each bound function at most
+    once: its second call has already rewritten the arguments of the first,
+    so it raises RuntimeError (and drops the held calls).  An exception in the
+    block drops the held calls.  Nested blocks join the outer one."""
+    if getattr(_held, "calls", None) is not None:
+        yield
+        return
+    _held.calls = held = []
+    try:
+        yield
+    finally:
+        _held.calls = None
+    _launch_held(held)
+
+
+def _launch_held(held: list) -> None:
+    calls, held[:] = list(held), []
+    if len(calls) == 1:
+        c = calls[0]
+        _launch(c._entry, c._full, c._counter, c._threads)
+    elif calls:
+        slots = [len(calls)]
+        for c in calls:
+            slots += [c._entry, ctypes.addressof(c._full)]
+        listing = (ctypes.c_void_p * len(slots))(*slots)
+        cell = ctypes.c_void_p(ctypes.addressof(listing))
+        array = (ctypes.c_void_p * 1)(ctypes.addressof(cell))
+        threads = max(c._threads for c in calls)
+        _launch(batch_entry(), array, ctypes.c_int64(0), threads)
 
 
 _MODES = ("auto", "async", "tasks")

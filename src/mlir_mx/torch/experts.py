@@ -29,11 +29,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
+from mlir_mx.execution.threads import one_region
 from mlir_mx.host import check_threads
 from mlir_mx.interop.orientation import check_linear_weight
 from mlir_mx.linear import Linear, activations_format
@@ -273,8 +275,9 @@ class MXExperts(torch.nn.Module):
         row is ``out += y * scale``), without its sort, count and gathers.
 
         Eager, the ``k`` experts' rows go through each step together
-        (:meth:`_rows`: the kernels write the rows of one output; one bias
-        add, one gate, one scaling for all): about 25 torch ops a token where
+        (:meth:`_rows`: the kernels write the rows of one output, in one
+        parallel region per projection; one bias add, one gate, one scaling
+        for all): about 25 torch ops a token where
         the per-expert loop made about 80, each 5-15 us in a model (its data and code
         out of cache after the other layers).  Every element sees the same
         operations as in :meth:`expert`, so the bits are the loop's
@@ -324,14 +327,20 @@ class MXExperts(torch.nn.Module):
         x_row, y_row = (0 if shared else 4 * n_in), 4 * y.shape[1]
         x_addr, y_addr = x.data_ptr(), y.data_ptr()
         biased = []  # rows with their bias in: the layer's own call made them
-        for r, e in enumerate(experts):
-            lin = layers[e]
-            threads = lin.threads or torch.get_num_threads()
-            if lin.fused is not None or not lin.linear.call_into(
-                x_addr + r * x_row, 1, y_addr + r * y_row, threads, bf16
-            ):
-                y[r] = lin(x[:1] if shared else x[r : r + 1])[0]
-                biased.append(r)
+        # the k kernels: one parallel region (execution.threads), each layer's
+        # bound call at most once in it (an expert routed twice: one region each)
+        distinct = len(set(experts)) == len(experts)
+        with one_region() if distinct else nullcontext():
+            for r, e in enumerate(experts):
+                lin = layers[e]
+                threads = lin.threads or torch.get_num_threads()
+                if lin.fused is not None or not lin.linear.call_into(
+                    x_addr + r * x_row, 1, y_addr + r * y_row, threads, bf16
+                ):
+                    biased.append(r)
+        for r in biased:
+            lin = layers[experts[r]]
+            y[r] = lin(x[:1] if shared else x[r : r + 1])[0]
         biases = [layers[e].bias for e in experts]
         if not biased and all(b is not None for b in biases):
             y += torch.stack(biases).to(torch.float32)

@@ -1,16 +1,25 @@
 // RUN: mx-opt %s --split-input-file --verify-diagnostics --mx-parallel-tasks | FileCheck %s
 
-// The loop (0 to 8 step 1) becomes a loop strided by the team; the function
-// takes (thread, team) last and carries the most threads with work.
+// The loop (0 to 8 step 1) becomes a loop that claims its iterations from a
+// counter shared by the team (one atomic add each); the function takes the
+// counter's address (claims) last and carries the most threads with work.
 // CHECK-LABEL: func.func @kernel
-// CHECK-SAME: (%[[OUT:.*]]: memref<8xf32>, %[[T:.*]]: index, %[[TEAM:.*]]: index)
+// CHECK-SAME: (%[[OUT:.*]]: memref<8xf32>, %[[CLAIMS:.*]]: index)
 // CHECK-SAME: attributes {mx.tasks = 8 : i64}
 // CHECK: %[[BUF:.*]] = memref.alloc
-// CHECK: %[[OFF:.*]] = arith.muli %[[T]], %c1
-// CHECK: %[[LB:.*]] = arith.addi %c0, %[[OFF]]
-// CHECK: %[[STEP:.*]] = arith.muli %[[TEAM]], %c1
-// CHECK: scf.for %[[I:.*]] = %[[LB]] to %c8 step %[[STEP]]
-// CHECK:   memref.store %{{.*}}, %[[OUT]][%[[I]]]
+// CHECK: %[[ADDR:.*]] = arith.index_cast %[[CLAIMS]] : index to i64
+// CHECK: %[[PTR:.*]] = llvm.inttoptr %[[ADDR]] : i64 to !llvm.ptr
+// CHECK: %[[ONE:.*]] = arith.constant 1 : i64
+// CHECK: scf.while : () -> index {
+// CHECK:   %[[OLD:.*]] = llvm.atomicrmw add %[[PTR]], %[[ONE]] monotonic
+// CHECK:   %[[K:.*]] = arith.index_cast %[[OLD]] : i64 to index
+// CHECK:   %[[OFF:.*]] = arith.muli %[[K]], %c1
+// CHECK:   %[[I:.*]] = arith.addi %c0, %[[OFF]]
+// CHECK:   %[[MORE:.*]] = arith.cmpi slt, %[[I]], %c8
+// CHECK:   scf.condition(%[[MORE]]) %[[I]] : index
+// CHECK: } do {
+// CHECK: ^bb0(%[[J:.*]]: index):
+// CHECK:   memref.store %{{.*}}, %[[OUT]][%[[J]]]
 // CHECK-NOT: scf.parallel
 // CHECK: memref.dealloc %[[BUF]]
 func.func @kernel(%out: memref<8xf32>) {

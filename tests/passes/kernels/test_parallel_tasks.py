@@ -1,4 +1,4 @@
-"""``mx-parallel-tasks``: a kernel's parallel loop strided by the caller's team
+"""``mx-parallel-tasks``: a kernel's parallel loop claimed from a shared counter
 (the IR: ``tests/lit/Transforms/mx-parallel-tasks.mlir``; running it:
 ``tests/execution/test_tasks_on_threads.py``)."""
 
@@ -27,7 +27,7 @@ def _kernel_text(m, n, k, threads, schedule):
         return str(kernel_module(prob, plan_kernel(prob, schedule, threads)))
 
 
-def test_the_pass_strides_the_loop_by_the_team():
+def test_the_pass_claims_the_loop_from_a_counter():
     text = _kernel_text(1, 512, 256, 2, "decode")
     with ir.Context() as ctx, ir.Location.unknown():
         load_dialect(ctx)
@@ -35,7 +35,9 @@ def test_the_pass_strides_the_loop_by_the_team():
         run_pipeline(module, threads_pipeline(2, "tasks"))
         out = str(module)
     assert "scf.parallel" not in out and "async" not in out
-    assert "index, %arg5: index) attributes {mx.tasks = 2 : i64}" in out
+    assert "%arg3: memref<1x512xf32>, %arg4: index) attributes {mx.tasks = 2 : i64}" in out
+    # one atomic add per claimed task, on the counter whose address is %arg4
+    assert out.count("llvm.atomicrmw add") == 1 and "scf.while" in out
 
 
 def test_the_pass_refuses_writes_outside_the_loop():

@@ -2,38 +2,45 @@
 
 The other lowering of ``scf.parallel`` (beside upstream's async runtime,
 :func:`mlir_mx.pipelines.threads_pipeline`): every thread of a team the
-caller brings (torch's OpenMP team, :mod:`mlir_mx.execution.threads`) calls
-the function, each with its place in the team.  A public function with an
-``scf.parallel`` gets two ``index`` arguments appended, ``thread`` and
-``team``, and its loop ``scf.parallel (i) = (lb) to (ub) step (s)`` becomes
+caller brings (:mod:`mlir_mx.execution.pool`, through
+:mod:`mlir_mx.execution.threads`) calls the function, and the threads divide
+the loop's iterations dynamically.  A public function with an
+``scf.parallel`` gets one ``index`` argument appended, ``claims``: the
+address of an ``i64`` counter the caller zeroes before the call and shares
+with every thread.  Its loop ``scf.parallel (i) = (lb) to (ub) step (s)``
+becomes
 
-    scf.for %i = lb + thread * s to ub step team * s
+    scf.while: c = atomicrmw add claims, 1 (monotonic); i = lb + c * s; i < ub
+    do: the body at i
 
-so the team runs exactly the loop's iterations (the same tasks, so the same
-bits), thread ``t`` the iterations ``t, t + team, ...``.  Each thread runs the
-code around the loop itself: the kernels' prologues (activations prepared into
-buffers they allocate) and epilogues (deallocations) are private to a thread.
-The pass refuses what that would break: a function whose code outside the
-loop writes memory it did not allocate (an argument, a global), calls a
-function, or has results; more than one parallel loop in a function, one
-nested in another, a loop with reductions or more than one dimension.  The
-function carries ``mx.tasks``: the most threads that find work (the loop's
-iteration count when static, else the ``threads`` option), which the caller
-asks its team for.
+so each iteration is claimed by exactly one thread, one atomic add per
+iteration (the same tasks, so the same bits, whichever thread runs which:
+each task owns its output whole), and a thread that arrives late finds the
+work taken.  Each thread runs the code around the loop itself: the kernels'
+prologues (activations prepared into buffers they allocate) and epilogues
+(deallocations) are private to a thread.  The pass refuses what that would
+break: a function whose code outside the loop writes memory it did not
+allocate (an argument, a global), calls a function, or has results; more than
+one parallel loop in a function, one nested in another, a loop with
+reductions or more than one dimension.  The function carries ``mx.tasks``:
+the most threads that find work (the loop's iteration count when static,
+else the ``threads`` option), which the caller asks its team for.
 """
 
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, scf
+from mlir.dialects import arith, llvm, scf
 
 from mlir_mx.ir_utils import collect
 from mlir_mx.passes.registry import Option, PassError, register_pass
 
-__all__ = ["TASKS_ATTR", "mx_parallel_tasks"]
+__all__ = ["TASKS_ATTR", "TASK_ARGS", "mx_parallel_tasks"]
 
 #: The attribute of a function lowered by this pass: the most threads with work.
 TASKS_ATTR = "mx.tasks"
+#: The arguments the pass appends (``claims``: the shared counter's address).
+TASK_ARGS = 1
 
 #: Ops that may write memory they are given; outside the loop their target
 #: must be an allocation of the function itself.
@@ -62,7 +69,8 @@ _ALLOCS = ("memref.alloc", "memref.alloca")
 @register_pass(
     "mx-parallel-tasks",
     "Run each public function's scf.parallel loop on the caller's threads: "
-    "append (thread, team) index arguments and stride the loop by the team",
+    "append a claims index argument (a shared counter's address) and let each "
+    "thread claim iterations from it with an atomic add",
     options=[
         Option("threads", int, 1, "Threads asked for when the loop's trip count is dynamic"),
     ],
@@ -147,31 +155,38 @@ def _allocated(v: ir.Value) -> bool:
 
 def _rewrite(fn: ir.Operation, loop: ir.Operation, threads: int) -> None:
     index = ir.IndexType.get()
+    i64 = ir.IntegerType.get_signless(64)
     entry = fn.regions[0].blocks[0]
-    thread = entry.add_argument(index, fn.location)
-    team = entry.add_argument(index, fn.location)
+    claims = entry.add_argument(index, fn.location)
     ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
-    new_type = ir.FunctionType.get([*ftype.inputs, index, index], ftype.results)
+    new_type = ir.FunctionType.get([*ftype.inputs, index], ftype.results)
     fn.attributes["function_type"] = ir.TypeAttr.get(new_type)
     if "arg_attrs" in fn.attributes:
         attrs = list(ir.ArrayAttr(fn.attributes["arg_attrs"]))
-        empty = ir.DictAttr.get({})
-        fn.attributes["arg_attrs"] = ir.ArrayAttr.get([*attrs, empty, empty])
+        fn.attributes["arg_attrs"] = ir.ArrayAttr.get([*attrs, ir.DictAttr.get({})])
     lb, ub, step = (loop.operands[i] for i in range(3))
-    fn.attributes[TASKS_ATTR] = ir.IntegerAttr.get(
-        ir.IntegerType.get_signless(64), _trip_count(lb, ub, step) or threads
-    )
+    fn.attributes[TASKS_ATTR] = ir.IntegerAttr.get(i64, _trip_count(lb, ub, step) or threads)
     with ir.InsertionPoint(loop), loop.location:
-        first = arith.AddIOp(lb, arith.MulIOp(thread, step).result).result
-        stride = arith.MulIOp(team, step).result
-        new = scf.ForOp(first, ub, stride)
+        address = arith.IndexCastOp(i64, claims).result
+        counter = llvm.IntToPtrOp(llvm.PointerType.get(), address).result
+        one = arith.ConstantOp(i64, 1).result
+        new = scf.WhileOp([index], [])
+    before = new.before.blocks.append()
+    with ir.InsertionPoint(before), loop.location:
+        claim = llvm.AtomicRMWOp(
+            llvm.AtomicBinOp.add, counter, one, llvm.AtomicOrdering.monotonic, alignment=8
+        ).result
+        k = arith.IndexCastOp(index, claim).result
+        i = arith.AddIOp(lb, arith.MulIOp(k, step).result).result
+        scf.ConditionOp(arith.CmpIOp(arith.CmpIPredicate.slt, i, ub).result, [i])
+    after = new.after.blocks.append(index, arg_locs=[loop.location])
+    with ir.InsertionPoint(after), loop.location:
+        end = scf.YieldOp([])
     body = loop.regions[0].blocks[0]
     ops = list(body.operations)
-    with ir.InsertionPoint(new.body), loop.location:
-        end = scf.YieldOp([])
     for o in ops[:-1]:  # all but scf.reduce
         o.operation.move_before(end)
-    body.arguments[0].replace_all_uses_with(new.induction_variable)
+    body.arguments[0].replace_all_uses_with(after.arguments[0])
     loop.erase()
 
 

@@ -31,6 +31,7 @@ from mlir_mx.host import default_thread_counts
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 from mlir_mx_bench.console import default_out_dir
 from mlir_mx_bench.machine import cpu_sample, loadavg, other_load
+from mlir_mx_bench.models.busy import busy_spec, busy_targets, run_busy_row
 from mlir_mx_bench.models.workers import run_record, run_worker
 
 __all__ = [
@@ -83,6 +84,7 @@ class ModelOptions:
         rows=None,
         env_rows=(),
         profile=0,
+        busy=(),
     ):
         #: thread counts (default: 1 and all cores, host.default_thread_counts)
         threads = default_thread_counts() if threads is None else threads
@@ -99,14 +101,22 @@ class ModelOptions:
         self.env_rows = [dict(e) for e in env_rows]
         #: decode steps of the per-token breakdown (--profile; 0: none)
         self.profile = profile
+        #: loads each run as separate, labelled rows (--busy; models.busy)
+        self.busy = list(busy)
 
     def as_dict(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self).items()}
 
 
 def _run_worker(spec: dict, tmp: Path, say) -> dict:
-    rec = run_worker("mlir_mx_bench.models.llama.worker", spec, tmp, spec.get("env"))
-    say(f"    {spec['row']:<32} {_summary(rec)}")
+    module = "mlir_mx_bench.models.llama.worker"
+    if spec.get("busy"):
+        rec = run_busy_row(module, spec, tmp)
+    else:
+        rec = run_worker(module, spec, tmp, spec.get("env"))
+    twin = rec.get("twin") or {}
+    more = f" (second copy {twin['decode_tokens_per_s']:.2f} tok/s)" if "decode_tokens_per_s" in twin else ""
+    say(f"    {spec['row']:<32} {_summary(rec)}{more}")
     return rec
 
 
@@ -232,6 +242,11 @@ def run_model(opts: ModelOptions, say: Callable[[str], None]) -> dict:
                     spec = _spec(opts, tmp, row, kind, fmt, t, env, i)
                     rows.append(_run_worker(spec, tmp, say))
                     _check(rows[-1], refs, tmp)
+            for load in opts.busy:  # the same rows with a load beside them (--busy)
+                for row, kind, fmt in (r for r in ROWS if r[0] in opts.rows):
+                    spec = busy_spec(_spec(opts, tmp, row, kind, fmt, t), load)
+                    rows.append(_run_worker(spec, tmp, say))
+                    _check(rows[-1], refs, tmp)
         _bf16_vs_f32(rows, tmp)
     record.update(
         references=list(refs.values()),
@@ -304,6 +319,7 @@ def targets(rows: list[dict], cls: str | None = None) -> list[dict]:
     for t in sorted({r["spec"]["threads"] for r in rows}):
         g = {name: by.get((name, t)) for name, _, _ in ROWS}
         out += [dict(threads=t, **x) for x in _targets_of(g, want)]
+        out += busy_targets(rows, t, by)
         for r in rows:  # our rows in the default environment against each --env-row
             s = r["spec"]
             if s["threads"] == t and s.get("env") and s["kind"].startswith("mx"):

@@ -1,0 +1,121 @@
+"""``mx-bench --model --busy KIND[,KIND]``: rows run on a machine made busy on purpose.
+
+Each busy kind runs every chosen row again, at every thread count, labelled
+``[busy KIND]``, with its load started beside it by the benchmark itself, so
+the row can be reproduced on any machine (issue 51):
+
+* ``spin``: one CPU-bound process (``python -c "while True: pass"``) runs for
+  the whole life of the row's process;
+* ``self``: a second copy of the row (the same spec, another process) starts
+  at the same moment; both build, convert, prefill and decode the same model
+  at once.  The copy's own figures are recorded with the row (``twin``).
+
+The row's record keeps its kind (``spec["busy"]``) and the row it repeats
+(``spec["base_row"]``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from mlir_mx.tools.driver import UsageError
+from mlir_mx_bench.models.workers import run_worker
+
+__all__ = [
+    "BUSY_KINDS", "add_busy_argument", "busy_spec", "busy_targets", "parse_busy", "run_busy_row"
+]
+
+BUSY_KINDS = ("spin", "self")
+
+#: The CPU-bound process of ``--busy spin``.
+SPIN_COMMAND = (sys.executable, "-c", "while True: pass")
+
+
+def add_busy_argument(p) -> None:
+    """``--busy`` on the command line's parser."""
+    p.add_argument(
+        "--busy",
+        metavar="KIND[,KIND]",
+        help="--model: run the rows again on a busy machine, labelled [busy KIND]: spin "
+        "(one CPU-bound process beside the row), self (a second copy of the row at once)",
+    )
+
+
+def parse_busy(text: str | None) -> list[str]:
+    """``"spin,self"`` -> ``["spin", "self"]``; UsageError naming ``--busy`` otherwise."""
+    if text is None:
+        return []
+    kinds = [k.strip() for k in text.split(",")]
+    if not kinds or any(k not in BUSY_KINDS for k in kinds) or len(set(kinds)) != len(kinds):
+        raise UsageError(f"--busy: expected some of {','.join(BUSY_KINDS)}, got '{text}'")
+    return kinds
+
+
+def busy_spec(spec: dict, kind: str) -> dict:
+    """The spec of ``spec``'s row run with the load ``kind``."""
+    return dict(
+        spec,
+        name=f"{spec['name']}-busy-{kind}",
+        row=f"{spec['row']} [busy {kind}]",
+        base_row=spec["row"],
+        busy=kind,
+    )
+
+
+def run_busy_row(module: str, spec: dict, tmp: Path) -> dict:
+    """Run the row of ``spec`` (``python -m module``, :func:`run_worker`) with
+    its load (``spec["busy"]``) beside it; returns the row's record."""
+    if spec["busy"] == "spin":
+        load = subprocess.Popen(SPIN_COMMAND, stdout=subprocess.DEVNULL)
+        try:
+            return run_worker(module, spec, tmp, spec.get("env"))
+        finally:
+            load.kill()
+            load.wait()
+    twin = dict(spec, name=f"{spec['name']}-twin")
+    path = tmp / f"{twin['name']}-spec.json"
+    path.write_text(json.dumps(twin))
+    other = subprocess.Popen(
+        [sys.executable, "-m", module, str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        rec = run_worker(module, spec, tmp, spec.get("env"))
+    finally:
+        code = other.wait()
+    result = tmp / f"{twin['name']}.json"
+    if code == 0 and result.exists() and "error" not in rec:
+        copy = json.loads(result.read_text())
+        rec["twin"] = {k: copy.get(k) for k in ("prefill_ms", "decode_tokens_per_s")}
+    elif "error" not in rec:
+        rec["twin"] = {"error": f"the second copy exited {code}"}
+    return rec
+
+
+def busy_targets(rows: list[dict], threads: int, by: dict) -> list[dict]:
+    """Issue 51's targets for our busy rows at ``threads`` > 1: decode tokens/s
+    at least the same row's with the same load at 1 thread (``by``: records by
+    (row, threads))."""
+    out = []
+    for r in rows:
+        s = r["spec"]
+        if s["threads"] != threads or threads == 1 or not s.get("busy"):
+            continue
+        if not s["kind"].startswith("mx") or "decode_tokens_per_s" not in r:
+            continue
+        one = by.get((s["row"], 1))
+        value = None if one is None else r["decode_tokens_per_s"] / one["decode_tokens_per_s"]
+        out.append(
+            dict(
+                threads=threads,
+                figure=f"decode tokens/s, {s['row']}: {threads} threads / 1 thread",
+                value=value,
+                target=">= 1.0",
+                met=None if value is None else value >= 1.0,
+            )
+        )
+    return out
