@@ -37,6 +37,18 @@ CPUS = [
     ("sysctl-macos-apple-m3.txt", "aarch64", "NEON-I8MM-BF16"),
 ]
 
+#: sample -> ``host.features_summary`` (what mx-demo, mx-bench and the
+#: benchmark reports print): each architecture's own feature names.
+SUMMARIES = {
+    "cpuinfo-x86-emeraldrapids-kvm.txt": "avx2 fma f16c avx512f avx512bw avx512vl avx512vbmi "
+    "avx512_vnni avx512_bf16 avx512_fp16 avx_vnni gfni",
+    "cpuinfo-x86-epyc-zen3.txt": "avx2 fma f16c",
+    "cpuinfo-aarch64-graviton3.txt": "asimd asimdhp asimddp i8mm bf16 sve svei8mm svebf16",
+    "cpuinfo-aarch64-cortex-a72.txt": "asimd",
+    "sysctl-macos-apple-m1.txt": "asimd asimdhp asimddp",
+    "sysctl-macos-apple-m3.txt": "asimd asimdhp asimddp i8mm bf16",
+}
+
 
 @pytest.mark.parametrize("sample, arch, level", CPUS, ids=[c[0] for c in CPUS])
 def test_each_platform_reports_its_class(sample, arch, level):
@@ -105,9 +117,23 @@ def test_host_reads_each_platform(monkeypatch, sample, arch, level):
         assert host.host_arch() == arch
         assert host.host_features() == _features(sample)
         assert host.isa_level() == level
+        assert host.features_summary() == SUMMARIES[sample]
+        assert host.feature_table() == {n: n in SUMMARIES[sample].split() for n in host.interesting()}
         host.check_host()  # every sample is a supported CPU
     finally:
         host._reported_features.cache_clear()
+
+
+@pytest.mark.parametrize("sample, arch, _level", CPUS, ids=[c[0] for c in CPUS])
+def test_features_summary_names_each_architectures_features(sample, arch, _level):
+    """The summary of a sample's features names them in its architecture's
+    terms (an aarch64 CPU's were "none" when only x86 names were known);
+    another architecture's names never show."""
+    features = _features(sample)
+    assert host.features_summary(features, arch) == SUMMARIES[sample]
+    other = host.interesting("aarch64" if arch == "x86_64" else "x86_64")
+    assert not set(other) & set(SUMMARIES[sample].split())
+    assert host.features_summary(features - set(host.interesting(arch)), arch) == "none"
 
 
 def test_an_x86_cpu_without_fma_is_refused_by_name():
