@@ -4,8 +4,11 @@
 project's development machine), an AMD EPYC Zen 3 (AVX2, no AVX-512), an
 AWS Graviton3 (Neoverse V1: dotprod, i8mm, bf16, SVE) and a Raspberry Pi 4
 (Cortex-A72: NEON only); ``sysctl hw.optional`` of an Apple M1 (no BF16 or
-I8MM) and an Apple M3.  The same names come out everywhere (cpuinfo's), the
-ISA level follows, and ``mlir_mx.host`` reads each platform's source.
+I8MM) and an Apple M3; and the ``/proc/cpuinfo`` that qemu-user 10.0.2
+(bookworm-backports) shows an arm64 guest at ``QEMU_CPU`` cortex-a72,
+neoverse-n1, neoverse-v1 and max (``scripts/run-tests-aarch64``'s CPUs).
+The same names come out everywhere (cpuinfo's), the ISA level follows, and
+``mlir_mx.host`` reads each platform's source.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ CPUS = [
     ("cpuinfo-aarch64-cortex-a72.txt", "aarch64", "NEON"),
     ("sysctl-macos-apple-m1.txt", "aarch64", "NEON-DOTPROD"),
     ("sysctl-macos-apple-m3.txt", "aarch64", "NEON-I8MM-BF16"),
+    ("cpuinfo-aarch64-qemu-cortex-a72.txt", "aarch64", "NEON"),
+    ("cpuinfo-aarch64-qemu-neoverse-n1.txt", "aarch64", "NEON-DOTPROD"),
+    ("cpuinfo-aarch64-qemu-neoverse-v1.txt", "aarch64", "NEON-I8MM-BF16"),
+    ("cpuinfo-aarch64-qemu-max.txt", "aarch64", "NEON-I8MM-BF16"),
 ]
 
 #: sample -> ``host.features_summary`` (what mx-demo, mx-bench and the
@@ -47,6 +54,10 @@ SUMMARIES = {
     "cpuinfo-aarch64-cortex-a72.txt": "asimd",
     "sysctl-macos-apple-m1.txt": "asimd asimdhp asimddp",
     "sysctl-macos-apple-m3.txt": "asimd asimdhp asimddp i8mm bf16",
+    "cpuinfo-aarch64-qemu-cortex-a72.txt": "asimd",
+    "cpuinfo-aarch64-qemu-neoverse-n1.txt": "asimd asimdhp asimddp",
+    "cpuinfo-aarch64-qemu-neoverse-v1.txt": "asimd asimdhp asimddp i8mm bf16 sve svei8mm svebf16",
+    "cpuinfo-aarch64-qemu-max.txt": "asimd asimdhp asimddp i8mm bf16 sve sve2 svei8mm svebf16 sme",
 }
 
 
