@@ -53,3 +53,12 @@ def tasks_for_small_work(monkeypatch):
     from mlir_mx.kernels.common import problem
 
     monkeypatch.setattr(problem, "MIN_TASK_MACS", 1)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """The ``aarch64`` marker on the subset ``tests/aarch64_subset.py`` names
+    (before ``-m`` selects)."""
+    import aarch64_subset
+
+    aarch64_subset.mark(items)

@@ -44,6 +44,7 @@ from mlir_mx.errors import MXArgTypeError, MXUnsupportedHostError, MXValueError
 
 __all__ = [
     "INTERESTING",
+    "INTERESTING_AARCH64",
     "MAX_THREADS",
     "SUPPORTED_PLATFORMS",
     "check_host",
@@ -59,6 +60,7 @@ __all__ = [
     "has_features",
     "host_arch",
     "host_features",
+    "interesting",
     "isa_level",
     "isa_summary",
     "lscpu",
@@ -85,6 +87,31 @@ INTERESTING = (
     "amx_bf16",
     "amx_int8",
 )
+
+#: The same for aarch64, in cpuinfo's names (macOS's sysctl names are
+#: translated to these): NEON (``asimd``), its f16 arithmetic, the dot units
+#: (``asimddp``: ``sdot``; ``i8mm``: ``smmla``/``usdot``; ``bf16``:
+#: ``bfdot``/``bfmmla``), SVE/SVE2 with their i8mm/bf16 forms, and SME.
+INTERESTING_AARCH64 = (
+    "asimd",
+    "asimdhp",
+    "asimddp",
+    "i8mm",
+    "bf16",
+    "sve",
+    "sve2",
+    "svei8mm",
+    "svebf16",
+    "sme",
+    "sme2",
+)
+
+
+def interesting(arch: str | None = None) -> tuple[str, ...]:
+    """:data:`INTERESTING` or :data:`INTERESTING_AARCH64`, for ``arch``
+    (default: this machine's); none for another architecture."""
+    arch = host_arch() if arch is None else arch
+    return {"x86_64": INTERESTING, "aarch64": INTERESTING_AARCH64}.get(arch, ())
 
 
 def host_arch() -> str:
@@ -295,15 +322,20 @@ def bf16_dot_pays() -> bool:
 
 
 def feature_table() -> dict[str, bool]:
-    """Each of :data:`INTERESTING`: present on this machine?"""
+    """Each interesting feature of this architecture (:func:`interesting`):
+    present on this machine?"""
     f = host_features()
-    return {name: name in f for name in INTERESTING}
+    return {name: name in f for name in interesting()}
 
 
-def features_summary() -> str:
-    """The interesting features present, e.g. ``avx512f avx512vbmi ...``."""
-    f = host_features()
-    return " ".join(n for n in INTERESTING if n in f) or "none"
+def features_summary(features=None, arch: str | None = None) -> str:
+    """The interesting features present (:func:`interesting`), e.g.
+    ``avx2 fma f16c avx512f ...`` or ``asimd asimddp i8mm bf16 sve``;
+    ``none`` where there is none.  Default: this machine's
+    (:func:`host_features`, masked); else ``features`` of ``arch``."""
+    arch = host_arch() if arch is None else arch
+    f = host_features() if features is None else frozenset(features)
+    return " ".join(n for n in interesting(arch) if n in f) or "none"
 
 
 #: The largest thread count accepted.  Threads become tasks of upstream's

@@ -4,8 +4,11 @@
 project's development machine), an AMD EPYC Zen 3 (AVX2, no AVX-512), an
 AWS Graviton3 (Neoverse V1: dotprod, i8mm, bf16, SVE) and a Raspberry Pi 4
 (Cortex-A72: NEON only); ``sysctl hw.optional`` of an Apple M1 (no BF16 or
-I8MM) and an Apple M3.  The same names come out everywhere (cpuinfo's), the
-ISA level follows, and ``mlir_mx.host`` reads each platform's source.
+I8MM) and an Apple M3; and the ``/proc/cpuinfo`` that qemu-user 10.0.2
+(bookworm-backports) shows an arm64 guest at ``QEMU_CPU`` cortex-a72,
+neoverse-n1, neoverse-v1 and max (``scripts/run-tests-aarch64``'s CPUs).
+The same names come out everywhere (cpuinfo's), the ISA level follows, and
+``mlir_mx.host`` reads each platform's source.
 """
 
 from __future__ import annotations
@@ -35,7 +38,27 @@ CPUS = [
     ("cpuinfo-aarch64-cortex-a72.txt", "aarch64", "NEON"),
     ("sysctl-macos-apple-m1.txt", "aarch64", "NEON-DOTPROD"),
     ("sysctl-macos-apple-m3.txt", "aarch64", "NEON-I8MM-BF16"),
+    ("cpuinfo-aarch64-qemu-cortex-a72.txt", "aarch64", "NEON"),
+    ("cpuinfo-aarch64-qemu-neoverse-n1.txt", "aarch64", "NEON-DOTPROD"),
+    ("cpuinfo-aarch64-qemu-neoverse-v1.txt", "aarch64", "NEON-I8MM-BF16"),
+    ("cpuinfo-aarch64-qemu-max.txt", "aarch64", "NEON-I8MM-BF16"),
 ]
+
+#: sample -> ``host.features_summary`` (what mx-demo, mx-bench and the
+#: benchmark reports print): each architecture's own feature names.
+SUMMARIES = {
+    "cpuinfo-x86-emeraldrapids-kvm.txt": "avx2 fma f16c avx512f avx512bw avx512vl avx512vbmi "
+    "avx512_vnni avx512_bf16 avx512_fp16 avx_vnni gfni",
+    "cpuinfo-x86-epyc-zen3.txt": "avx2 fma f16c",
+    "cpuinfo-aarch64-graviton3.txt": "asimd asimdhp asimddp i8mm bf16 sve svei8mm svebf16",
+    "cpuinfo-aarch64-cortex-a72.txt": "asimd",
+    "sysctl-macos-apple-m1.txt": "asimd asimdhp asimddp",
+    "sysctl-macos-apple-m3.txt": "asimd asimdhp asimddp i8mm bf16",
+    "cpuinfo-aarch64-qemu-cortex-a72.txt": "asimd",
+    "cpuinfo-aarch64-qemu-neoverse-n1.txt": "asimd asimdhp asimddp",
+    "cpuinfo-aarch64-qemu-neoverse-v1.txt": "asimd asimdhp asimddp i8mm bf16 sve svei8mm svebf16",
+    "cpuinfo-aarch64-qemu-max.txt": "asimd asimdhp asimddp i8mm bf16 sve sve2 svei8mm svebf16 sme",
+}
 
 
 @pytest.mark.parametrize("sample, arch, level", CPUS, ids=[c[0] for c in CPUS])
@@ -105,9 +128,23 @@ def test_host_reads_each_platform(monkeypatch, sample, arch, level):
         assert host.host_arch() == arch
         assert host.host_features() == _features(sample)
         assert host.isa_level() == level
+        assert host.features_summary() == SUMMARIES[sample]
+        assert host.feature_table() == {n: n in SUMMARIES[sample].split() for n in host.interesting()}
         host.check_host()  # every sample is a supported CPU
     finally:
         host._reported_features.cache_clear()
+
+
+@pytest.mark.parametrize("sample, arch, _level", CPUS, ids=[c[0] for c in CPUS])
+def test_features_summary_names_each_architectures_features(sample, arch, _level):
+    """The summary of a sample's features names them in its architecture's
+    terms (an aarch64 CPU's were "none" when only x86 names were known);
+    another architecture's names never show."""
+    features = _features(sample)
+    assert host.features_summary(features, arch) == SUMMARIES[sample]
+    other = host.interesting("aarch64" if arch == "x86_64" else "x86_64")
+    assert not set(other) & set(SUMMARIES[sample].split())
+    assert host.features_summary(features - set(host.interesting(arch)), arch) == "none"
 
 
 def test_an_x86_cpu_without_fma_is_refused_by_name():

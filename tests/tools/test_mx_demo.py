@@ -48,3 +48,22 @@ def test_without_threadpoolctl_the_demo_says_numpy_ran_at_its_default(monkeypatc
     times, how = mx_demo._numpy_times(lambda: None, (1, 2))
     assert len(times) == 1
     assert how == "at its BLAS's default threads, not ours: threadpoolctl is not installed"
+
+
+def test_quick_demo_passes_every_check(capsys):
+    """``mx-demo --quick`` (the aarch64 job's cut-down demo): every step's
+    checks, on fewer formats and smaller shapes; the CPU's features named in
+    this architecture's terms (``host.features_summary``)."""
+    from mlir_mx.host import features_summary
+
+    assert mx_demo.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "--quick: cut down" in out and out.rstrip().endswith("all checks passed")
+    assert [x.split()[0] for x in out.splitlines() if "codes+scales bit-exact" in x] == list(
+        mx_demo.QUICK_FORMATS
+    )
+    summary = features_summary()
+    assert summary != "none" and f"CPU features: {summary}\n" in out
+    for m, n, k in mx_demo.QUICK_KERNEL_SHAPES:
+        assert f"   {m}x{n}x{k}: OK vs exact; 1 and 2 threads bit-identical;" in out
+    assert "M = 17: OK vs exact; rows of M = 1 and 8 bit-identical to M = 17" in out

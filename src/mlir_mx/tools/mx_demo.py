@@ -13,6 +13,11 @@
    against the oracle) through the library API (``mlir_mx.Linear``).
 5. Print what it did, with timings.
 
+``--quick`` is a cut-down run, for a first check of a new machine or of an
+emulated one (``scripts/run-tests-aarch64`` runs it under qemu): two formats
+in step 1, only the default (blocked, vectorized) lowering in step 2, smaller
+shapes in steps 3 and 4; the same checks.
+
 Exit status 0 when every check passes, 1 otherwise, 2 for a bad command line
 (one ``mx-demo: error: ...`` line).
 """
@@ -58,6 +63,11 @@ def _bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _parse(argv):
     ap = ArgParser(prog="mx-demo", description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="a cut-down run (two formats, the default lowering, small shapes): the same checks",
+    )
     args = ap.parse(argv)
     if not isinstance(args, str) and args.seed < 0:
         raise UsageError(f"--seed: expected 0 or more, got {args.seed}")
@@ -75,12 +85,17 @@ def run(args) -> int:
     lower = load_pipeline("lower-to-llvm")
     ok = True
 
-    print(f"mlir-mx demo: OCP MX on upstream MLIR 22.1.8, JIT on this CPU (seed {args.seed})\n")
+    quick = getattr(args, "quick", False)
+    print(
+        f"mlir-mx demo: OCP MX on upstream MLIR 22.1.8, JIT on this CPU (seed {args.seed}"
+        + ("; --quick: cut down" if quick else "")
+        + ")\n"
+    )
     print(f"1. mx.quantize_block on a {M}x{K} f32 tensor, block 32, compiled vs the numpy oracle")
     x = (rng.standard_normal((M, K)) * np.exp2(rng.integers(-20, 20, (M, 1)))).astype(np.float32)
     x[0, :B] = 0.0  # an all-zero block
     x[1, 3] = 500.0  # saturates in E4M3 (448)
-    for elem in ELEMENT_FORMATS:
+    for elem in QUICK_FORMATS if quick else ELEMENT_FORMATS:
         t0 = time.perf_counter()
         r = Runner(quantize_module(elem), PipelineElement("mx-to-linalg") + lower)
         t1 = time.perf_counter()
@@ -114,7 +129,7 @@ def run(args) -> int:
             load_pipeline("mx-vectorize-blocked") + lower,
         ),
     ]
-    for title, rhs_mx, pipeline in runs:
+    for title, rhs_mx, pipeline in runs[-1:] if quick else runs:
         print(f"\n{title}: {M}x{N}x{K}, f8E4M3FN")
         t0 = time.perf_counter()
         # the model's variant modules: @kernel is the v1 block_matmul function
@@ -137,8 +152,8 @@ def run(args) -> int:
             f"max |kernel - numpy f32| = {np.abs(got - ref).max():.3g}"
         )
 
-    ok &= _kernels_demo(rng)
-    ok &= _library_demo(rng)
+    ok &= _kernels_demo(rng, QUICK_KERNEL_SHAPES if quick else KERNEL_SHAPES)
+    ok &= _library_demo(rng, QUICK_LINEAR if quick else (1024, 2048))
     print("\nall checks passed" if ok else "\nSOME CHECKS FAILED")
     return 0 if ok else 1
 
@@ -155,6 +170,10 @@ def _time(fn, reps: int = 5) -> float:
 
 #: the shapes (M, N, K) of the kernels step: decode, a small batch, prefill
 KERNEL_SHAPES = ((1, 2048, 2048), (8, 1024, 1024), (128, 512, 512))
+#: ``--quick``: the formats of step 1, the kernels step's shapes, Linear's (out, in)
+QUICK_FORMATS = ("f4E2M1FN", "f8E4M3FN")
+QUICK_KERNEL_SHAPES = ((1, 256, 256), (40, 128, 128))
+QUICK_LINEAR = (128, 256)
 #: the thread counts ours and numpy run at in the kernels step
 KERNEL_THREADS = (1, 2)
 
@@ -176,7 +195,7 @@ def _numpy_times(fn, counts) -> tuple[list[float], str]:
     return times, "its BLAS held to the same thread counts by threadpoolctl"
 
 
-def _kernels_demo(rng) -> bool:
+def _kernels_demo(rng, shapes=None) -> bool:
     """The generated kernels (the Runner's default): every shape class, 1 and 2 threads."""
     from mlir_mx.host import features_summary
 
@@ -186,7 +205,7 @@ def _kernels_demo(rng) -> bool:
     )
     ok = True
     counts = " / ".join(str(t) for t in KERNEL_THREADS)
-    for m, n, k in KERNEL_SHAPES:
+    for m, n, k in KERNEL_SHAPES if shapes is None else shapes:
         a = oracle.quantize(rng.standard_normal((m, k)).astype(np.float32), "f8E4M3FN", B)
         b = oracle.quantize(rng.standard_normal((k, n)).astype(np.float32), "f8E4M3FN", B, axis=0)
         da, db = oracle.dequantize(a).astype(np.float64), oracle.dequantize(b).astype(np.float64)
@@ -218,12 +237,13 @@ def _ms(times: list[float]) -> str:
     return " / ".join(f"{t * 1e3:.3f}" for t in times)
 
 
-def _library_demo(rng) -> bool:
+def _library_demo(rng, size=(1024, 2048)) -> bool:
     """MXFP4 weights through mlir_mx.Linear: packed, any batch size, batch-invariant."""
     import mlir_mx
 
-    print("\n7. mlir_mx.Linear: an MXFP4 weight (out 1024, in 2048), f32 activations")
-    w32 = rng.standard_normal((1024, 2048)).astype(np.float32) * 0.02
+    n_out, n_in = size
+    print(f"\n7. mlir_mx.Linear: an MXFP4 weight (out {n_out}, in {n_in}), f32 activations")
+    w32 = rng.standard_normal((n_out, n_in)).astype(np.float32) * 0.02
     mlir_mx.quantize(w32, "f4E2M1FN", B)  # compiles the kernel
     t_fast = _time(lambda: mlir_mx.quantize(w32, "f4E2M1FN", B), reps=3)
     w = mlir_mx.quantize(w32, "f4E2M1FN", B)
@@ -235,10 +255,10 @@ def _library_demo(rng) -> bool:
         f"oracle ({t_oracle * 1e3:.0f} ms): {'yes' if same else 'NO'}"
     )
     lin = mlir_mx.Linear(w)
-    x = rng.standard_normal((17, 2048)).astype(np.float32)
+    x = rng.standard_normal((17, n_in)).astype(np.float32)
     dw = oracle.dequantize(w).astype(np.float64)
     y = lin(x)
-    bound = 2050 * 2.0**-24 * (np.abs(x.astype(np.float64)) @ np.abs(dw.T))
+    bound = (n_in + 2) * 2.0**-24 * (np.abs(x.astype(np.float64)) @ np.abs(dw.T))
     good = bool(np.all(np.abs(y - x.astype(np.float64) @ dw.T) <= bound))
     rows = [lin(x[:m]) for m in (1, 8)]
     invariant = all(np.array_equal(r.view(np.uint32), y[: len(r)].view(np.uint32)) for r in rows)
