@@ -130,14 +130,18 @@ def task_functions(module) -> dict[str, int]:
 
 
 _TEAMS = ("pool", "openmp")
-_team = ["pool"]
+#: The default, "openmp": measured on a quiet 2-vCPU Xeon (docs/library.md,
+#: "Threads", session 50), our pool's 2-thread decode was 1.45x slower than
+#: torch's team (its worker meets torch's spinning workers for the core).
+_team = ["openmp"]
 _regions = [0]
 
 
 def set_team(team: str) -> str:
-    """Which team runs ``parallel="tasks"`` kernels from now on: ``"pool"``
-    (default: :mod:`mlir_mx.execution.pool`) or ``"openmp"`` (the process's
-    OpenMP team, for measurements).  Returns the previous setting."""
+    """Which team runs ``parallel="tasks"`` kernels from now on: ``"openmp"``
+    (default: the process's OpenMP team, dynamic division) or ``"pool"``
+    (:mod:`mlir_mx.execution.pool`, whose join waits only for the workers
+    that joined).  Returns the previous setting."""
     if team not in _TEAMS:
         from mlir_mx.errors import MXValueError
 
