@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import pytest
 
-FORMATS = ("f8E4M3FN", "f8E5M2", "f6E2M3FN", "f6E3M2FN", "f4E2M1FN", "i8")
+from mlir_mx.numerics import ELEMENT_FORMATS
+
+FORMATS = tuple(ELEMENT_FORMATS)
 
 SUBSET: dict[str, tuple[str, ...] | None] = {
     # one quantize / dequantize round trip per format (the first layout)

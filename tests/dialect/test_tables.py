@@ -139,6 +139,10 @@ ALLOWED = {
     ): "a fuzzing dictionary: chosen tokens, its order fixes recorded cases",
     ("src/mlir_mx_testing/misuse.py", "_break"): "three formats picked to re-encode an argument",
     (
+        "src/mlir_mx/tools/mx_demo.py",
+        "QUICK_FORMATS",
+    ): "mx-demo --quick's two formats: a packed FP4 and a byte FP8, picked",
+    (
         "src/mlir_mx/kernels/registry.py",
         "SHAPE_CLASSES",
     ): "the shape classes (named like the schedules serving them)",
@@ -197,6 +201,7 @@ ALLOWED = {
                 "test_swapped_pair_chain_equals_in_order_fma_chain",
             ): "bf16-unit pairs: each FP8 format against formats of the other kinds",
             ("execution/test_matmul_lowerings.py", "test_shapes"): "shapes pinned per lowering",
+            ("aarch64_subset.py", "SUBSET"): "the aarch64 job's test ids, parameters included",
             (
                 "kernels/test_bf16_activations.py",
                 "test_denormal_inputs_and_partials_follow_the_rule",
