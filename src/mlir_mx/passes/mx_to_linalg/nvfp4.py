@@ -51,15 +51,21 @@ def _factor(b: ArithBuilder, s: ir.Value, g: ir.Value) -> ir.Value:
     return b.fdiv(b.extf(s, b.f32), g)
 
 
-def dequantize_nvfp4(mant: ir.Value, scale: ir.Value, g: ir.Value, t: MXTensorType) -> ir.Value:
-    """One elementwise generic: ``extf(m) * (extf(s) / g)``."""
+def _elementwise_maps(t: MXTensorType) -> list:
+    """The maps of an elementwise generic over (values, block scales, the
+    global scale as a 0-d tensor, out)."""
     rank = t.rank
-    maps = [
+    return [
         h.identity_map(rank),
         h.block_map(rank, t.block_axis, t.block_size),
         ir.AffineMap.get(rank, 0, []),
         h.identity_map(rank),
     ]
+
+
+def dequantize_nvfp4(mant: ir.Value, scale: ir.Value, g: ir.Value, t: MXTensorType) -> ir.Value:
+    """One elementwise generic: ``extf(m) * (extf(s) / g)``."""
+    rank, maps = t.rank, _elementwise_maps(t)
 
     def body(m, s, gv, _o):
         b = ArithBuilder()
@@ -100,13 +106,7 @@ def quantize_nvfp4(x: ir.Value, g: ir.Value, t: MXTensorType) -> tuple[ir.Value,
         [h.PARALLEL] * srank,
         _scale_body(fmt, scale_t),
     )[0]
-    rank = t.rank
-    maps = [
-        h.identity_map(rank),
-        h.block_map(rank, t.block_axis, t.block_size),
-        ir.AffineMap.get(rank, 0, []),
-        h.identity_map(rank),
-    ]
+    rank, maps = t.rank, _elementwise_maps(t)
 
     def body(v, s, gv, _o):
         b = ArithBuilder()
