@@ -18,17 +18,10 @@ import torch
 gguf = pytest.importorskip("gguf", reason="gguf not installed (pip install 'mlir-mx[gguf]')")
 Q = gguf.GGMLQuantizationType
 
+from llama_cases import TINY  # noqa: E402
+
 #: A tiny Llama (hidden 64 so every ``ne0`` is a multiple of 32).
-TINY_LLAMA = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=264,
-    max_position_embeddings=256,
-    tie_word_embeddings=False,
-)
+TINY_LLAMA = {**TINY, "vocab_size": 264, "max_position_embeddings": 256, "tie_word_embeddings": False}
 ARCH = {"llama": "llama", "gpt_oss": "gpt-oss"}
 
 
