@@ -104,13 +104,21 @@ class Schedule:
         return f"{self.name} ({fields})"
 
 
-def _dot(unit: str, cls: str, help: str, **settings) -> Schedule:
-    """The dot schedule ``<unit>-<cls>`` (:mod:`.dot`): :class:`DotConfig`
+def _dot(unit: str, cls: str, help: str, suffix: str = "", priority=10, **settings) -> Schedule:
+    """The dot schedule ``<unit>-<cls><suffix>`` (:mod:`.dot`): :class:`DotConfig`
     with ``settings``, above the f32 kernels where it supports the problem."""
     supports = {"int": supports_int, "bf16": supports_bf16}[unit]
-    return Schedule(
-        f"{unit}-{cls}", help, cls, DotConfig, emit_dot, settings, supports, priority=10, unit=unit
-    )
+    name = f"{unit}-{cls}{suffix}"
+    return Schedule(name, help, cls, DotConfig, emit_dot, settings, supports, priority, unit=unit)
+
+
+#: The ``-ahead`` variants of the decode schedules (issue 51): the same kernel,
+#: which on a row-major B (the Runner's ABI) also prefetches the rows of the
+#: next sweep (``ahead``, :func:`mlir_mx.kernels.matmul.stream.prefetch_sweep`);
+#: the same bits.  Below the plain schedule in the automatic choice (opt-in:
+#: ``schedule=decode-ahead`` / ``int-decode-ahead``) until a quiet machine
+#: confirms a gain (docs/passes/mx-matmul-kernels.md, "Prefetching the next sweep").
+AHEAD = 1
 
 
 SCHEDULES: dict[str, Schedule] = {
@@ -124,6 +132,16 @@ SCHEDULES: dict[str, Schedule] = {
             emit_stream,
             {"mr": 1},
             _f32,
+        ),
+        Schedule(
+            "decode-ahead",
+            "decode, also prefetching a row-major B's next sweep of rows (opt-in)",
+            "decode",
+            StreamConfig,
+            emit_stream,
+            {"mr": 1, "ahead": AHEAD},
+            _f32,
+            priority=-1,
         ),
         Schedule(
             "small",
@@ -150,6 +168,16 @@ SCHEDULES: dict[str, Schedule] = {
             "M = 1, FP4/FP6/INT8 pairs: exact integer block dots (VNNI, AVX2), B records streamed",
             mr=1,
             nv=4,
+        ),
+        _dot(
+            "int",
+            "decode",
+            "int-decode, also prefetching a row-major B's next sweep of rows (opt-in)",
+            "-ahead",
+            9,
+            mr=1,
+            nv=4,
+            ahead=AHEAD,
         ),
         _dot(
             "int",

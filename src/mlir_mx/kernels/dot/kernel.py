@@ -70,6 +70,7 @@ class DotConfig:
     #: records of each panel's run (0: none).  :meth:`adapt` sets both.
     streams: int = 1
     prefetch: int = 0
+    ahead: int = 0  # decode from codes: prefetch the rows this many sweeps ahead (sweep.py)
 
     def adapt(self, prob: Problem) -> DotConfig:
         """This config for ``prob`` on this CPU: on 256-bit halves (no AVX-512,

@@ -28,6 +28,7 @@ from __future__ import annotations
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.kernels.dot.codes import EVEN_ODD, even_odd, in_order
 from mlir_mx.kernels.dot.units import PANEL
+from mlir_mx.kernels.matmul.stream import prefetch_sweep
 
 __all__ = ["sweep_decode"]
 
@@ -62,6 +63,8 @@ def sweep_decode(k, lo, hi) -> None:
                 col = kb.mul(j.iv, PANEL)
                 valid = _valid(kb, prob, col)
                 row = kb.add(k0, kb.mul(step.iv, g))
+                if k.cfg.ahead:  # DotConfig.ahead: the registry's int-decode-ahead
+                    prefetch_sweep(kb, prob, src.rows, row, col, k.cfg.ahead, SWEEP_ROWS)
                 vecs = [src.quads(kb.add(row, i * g), col, valid) for i in range(per)]
                 for v in range(4):
                     a = kb.vload(acc, [kb.sub(j.iv, lo), LANES * v], LANES)

@@ -47,7 +47,7 @@ from mlir_mx.kernels.common.problem import (
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 
-__all__ = ["StreamConfig", "emit_stream", "TILED_PREFETCH"]
+__all__ = ["StreamConfig", "emit_stream", "prefetch_sweep", "TILED_PREFETCH"]
 
 #: Software prefetch distance, in column tiles, for a tiled B.
 TILED_PREFETCH = 4
@@ -62,6 +62,9 @@ class StreamConfig:
     ku: int = 8  # unroll of the in-block loop
     threads: int = 1
     prefetch: int = 0  # software prefetch distance in blocks (0: none)
+    #: Decode from a row-major B: prefetch the rows this many sweeps ahead
+    #: (:func:`prefetch_sweep`; 0: none).  The registry's ``decode-ahead``.
+    ahead: int = 0
 
     def adapt(self, prob: Problem) -> StreamConfig:
         """Prefetch for a tiled B with AVX-512; one vector per row of a row group without.
@@ -137,6 +140,23 @@ def emit_stream(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: StreamConf
 
 #: Rows of B a decode from a row-major B reads at once (:meth:`_Kernel._sweep`).
 SWEEP_ROWS = 8
+
+
+def prefetch_sweep(
+    kb: KernelBuilder, prob: Problem, rows, row, col, ahead: int, count: int = SWEEP_ROWS
+) -> None:
+    """Prefetch the ``count`` rows of a sweep ``ahead`` sweeps past ``row``
+    (clamped to B's last rows) at column ``col`` (``rows``: the
+    :class:`~mlir_mx.kernels.common.problem.CodeRows` of B).  At 2 threads
+    every row of a row-major B is split between the threads, and each
+    thread's run of a row ends where the hardware prefetchers would go on
+    into the other's half; the next sweep's rows are then requested while
+    this one runs.  A prefetch changes no value, so no bit.  Used by this
+    kernel's :meth:`_Kernel._sweep` (``StreamConfig.ahead``) and the
+    ``int-decode`` sweep (``DotConfig.ahead``, :mod:`mlir_mx.kernels.dot.sweep`)."""
+    first = kb.min(kb.add(row, ahead * count), prob.k - count)
+    for i in range(count):
+        kb.prefetch(rows.mem, rows.address(kb.add(first, i), col))
 
 
 @dataclass(frozen=True)
@@ -225,6 +245,9 @@ class _Kernel(KernelState):
             for r0 in range(0, bs, SWEEP_ROWS):
                 rows = replace(part, rows=(r0, r0 + SWEEP_ROWS))
                 with kb.loop(lo, full_tiles, tile) as t:
+                    if cfg.ahead:
+                        row = kb.add(kb.mul(blk.iv, bs), r0)
+                        prefetch_sweep(kb, self.prob, self.b, row, t.iv, cfg.ahead)
                     self.tile(blk.iv, t.iv, cfg.nv, None, rows)
                 with kb.loop(full_tiles, full_vecs, LANES) as t:
                     self.tile(blk.iv, t.iv, 1, None, rows)
