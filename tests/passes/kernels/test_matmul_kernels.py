@@ -21,10 +21,10 @@ from mlir import ir
 
 import mlir_mx.kernels.common.problem as kernel_problem
 from mlir_mx import oracle
-from mlir_mx.dialect import parse_module, print_module
+from mlir_mx.dialect import load_dialect, parse_module, print_module
 from mlir_mx.execution import Runner
 from mlir_mx.host import MAX_THREADS, has_features
-from mlir_mx.kernels import SCHEDULES, Problem, choose, plan_kernel, shape_class
+from mlir_mx.kernels import SCHEDULES, Problem, choose, kernel_module, plan_kernel, shape_class
 from mlir_mx.kernels.common.codec import f16_factor
 from mlir_mx.kernels.common.problem import MIN_TASK_MACS, task_count, tile_b_codes
 from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements, pack_codes
@@ -327,6 +327,45 @@ def test_the_row_major_sweep_gives_the_same_bits(features, element, monkeypatch)
     ok = ~np.isnan(outs[1])
     np.testing.assert_array_equal(_bits(outs[0][ok]), _bits(outs[1][ok]))
     assert used and all(used)  # the problem takes the sweep
+
+
+#: The ``-ahead`` decode schedules and the plain ones they vary (issue 51).
+_AHEAD = {
+    s.name: s.name.removesuffix("-ahead") for s in SCHEDULES.values() if s.name.endswith("-ahead")
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "ea,eb,k,n",
+    [
+        ("f8E5M2", "f4E2M1FN", 96, 148),  # decode(-ahead), packed B; 3 blocks, a column tail
+        ("f8E4M3FN", "f8E4M3FN", 64, 200),  # the Runner's MXFP8 path
+        ("f4E2M1FN", "f4E2M1FN", 96, 300),  # int-decode(-ahead) from codes, a panel tail
+        ("f6E2M3FN", "i8", 160, 130),
+    ],
+    ids=str,
+)
+def test_decode_ahead_gives_the_same_bits(ea, eb, k, n, threads):
+    """The ``-ahead`` schedules (the decode sweeps of a row-major B prefetching
+    the next sweep's rows, clamped at B's last rows) give the blocked order's
+    bits, as the plain schedules do, at 1 and 2 threads on ragged shapes; and
+    their kernels do prefetch (the plain ones' do not)."""
+    runs = [dict(threads=threads, schedule=s) for pair in _AHEAD.items() for s in pair]
+    _check(1, k, n, ea, eb, runs, reference=False)
+    for ahead, plain in _AHEAD.items():
+        prob = Problem(1, n, k, 32, ea, eb, b_packed=ELEMENT_FORMATS[eb].is_sub_byte)
+        if not SCHEDULES[ahead].supports(prob):
+            continue
+        with ir.Context() as ctx, ir.Location.unknown():
+            load_dialect(ctx)
+            texts = {s: str(kernel_module(prob, plan_kernel(prob, s, threads))) for s in (ahead, plain)}
+        assert texts[ahead].count("memref.prefetch") > texts[plain].count("memref.prefetch")
+
+
+def test_the_ahead_schedules_are_opt_in():
+    """``auto`` never picks an ``-ahead`` schedule (until a quiet machine confirms it)."""
+    assert _AHEAD and all(SCHEDULES[a].priority < SCHEDULES[p].priority for a, p in _AHEAD.items())
 
 
 def test_the_block_nan_test_is_where_it_pays():
