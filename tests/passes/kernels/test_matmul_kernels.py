@@ -16,6 +16,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from format_cases import INTEGRAL, NON_INTEGRAL, SUB_BYTE
 from matmul_cases import ELEMENTS, case, kernel_runner, matmul_text, schedule_cases
 from mlir import ir
 
@@ -335,17 +336,21 @@ _AHEAD = {
 }
 
 
+#: FP4 (the sub-byte format with the fewest codes): the Runner's MXFP4 decode.
+_FP4 = min(SUB_BYTE, key=lambda n: ELEMENT_FORMATS[n].num_codes)
+#: (A, B, K, N) of the -ahead test: FP8 x FP8 and FP8 x packed FP4 take the
+#: f32 kernels (``decode``), FP4 x FP4 and two integral formats ``int-decode``;
+#: K of 2 to 5 blocks (the last sweeps' prefetch clamped), N with a tail.
+_AHEAD_CASES = [
+    (NON_INTEGRAL[0], NON_INTEGRAL[0], 64, 200),
+    (NON_INTEGRAL[-1], _FP4, 96, 148),
+    (_FP4, _FP4, 96, 300),
+    (INTEGRAL[1], INTEGRAL[-1], 160, 130),
+]
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize(
-    "ea,eb,k,n",
-    [
-        ("f8E5M2", "f4E2M1FN", 96, 148),  # decode(-ahead), packed B; 3 blocks, a column tail
-        ("f8E4M3FN", "f8E4M3FN", 64, 200),  # the Runner's MXFP8 path
-        ("f4E2M1FN", "f4E2M1FN", 96, 300),  # int-decode(-ahead) from codes, a panel tail
-        ("f6E2M3FN", "i8", 160, 130),
-    ],
-    ids=str,
-)
+@pytest.mark.parametrize("ea,eb,k,n", _AHEAD_CASES, ids=str)
 def test_decode_ahead_gives_the_same_bits(ea, eb, k, n, threads):
     """The ``-ahead`` schedules (the decode sweeps of a row-major B prefetching
     the next sweep's rows, clamped at B's last rows) give the blocked order's
