@@ -134,16 +134,6 @@ SCHEDULES: dict[str, Schedule] = {
             _f32,
         ),
         Schedule(
-            "decode-ahead",
-            "decode, also prefetching a row-major B's next sweep of rows (opt-in)",
-            "decode",
-            StreamConfig,
-            emit_stream,
-            {"mr": 1, "ahead": AHEAD},
-            _f32,
-            priority=-1,
-        ),
-        Schedule(
             "small",
             f"M <= {SMALL_MAX_M}: streaming, groups of 4 rows sharing each widened B tile",
             "small",
@@ -168,16 +158,6 @@ SCHEDULES: dict[str, Schedule] = {
             "M = 1, FP4/FP6/INT8 pairs: exact integer block dots (VNNI, AVX2), B records streamed",
             mr=1,
             nv=4,
-        ),
-        _dot(
-            "int",
-            "decode",
-            "int-decode, also prefetching a row-major B's next sweep of rows (opt-in)",
-            "-ahead",
-            9,
-            mr=1,
-            nv=4,
-            ahead=AHEAD,
         ),
         _dot(
             "int",
@@ -214,6 +194,27 @@ SCHEDULES: dict[str, Schedule] = {
             nv=2,
             kcb=64,
             expand=True,
+        ),
+        # Opt-in variants (after the others, so that option lists keep their order).
+        Schedule(
+            "decode-ahead",
+            "decode, also prefetching a row-major B's next sweep of rows (opt-in)",
+            "decode",
+            StreamConfig,
+            emit_stream,
+            {"mr": 1, "ahead": AHEAD},
+            _f32,
+            priority=-1,
+        ),
+        _dot(
+            "int",
+            "decode",
+            "int-decode, also prefetching a row-major B's next sweep of rows (opt-in)",
+            "-ahead",
+            9,
+            mr=1,
+            nv=4,
+            ahead=AHEAD,
         ),
     )
 }
