@@ -56,7 +56,9 @@ from .experts import MXExperts, experts_gate, is_stacked_experts
 from .gguf_model import from_gguf
 from .module import MXLinear
 
-__all__ = ["COMPRESSED", "GPT_OSS", "from_pretrained", "linear_shape", "save_pretrained"]
+__all__ = [
+    "COMPRESSED", "GPT_OSS", "from_pretrained", "linear_shape", "mx_weights", "save_pretrained",
+]  # fmt: skip
 
 _FP4, _BLOCK = "f4E2M1FN", 32
 _FLOATS = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
@@ -218,6 +220,25 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
             "sharded": files.sharded,
         }
     return model
+
+
+def mx_weights(path) -> dict[str, MXArray]:
+    """Each quantized linear's :class:`MXArray` as :func:`from_pretrained` reads
+    it (the same checks, the same bytes: copied out of the files, nothing
+    decoded), without building the layers: to inspect a checkpoint of a
+    compressed-tensors, ModelOpt, Quark or MLX family (not gpt-oss's experts)."""
+    folder = Path(os.fspath(path))
+    if folder.suffix == ".gguf" or not folder.is_dir():
+        raise not_a_folder(path)
+    config, layout = read_config(folder)
+    model = _meta_model(model_config(config, layout), folder / "config.json")
+    with ExitStack() as stack:
+        files = _Files(folder, stack)
+        plan = _plan(model, layout, files)
+        return {
+            name: lay.weight(name, lambda key: files.tensor(key).clone())
+            for name, lay in plan["mx"].items() if not isinstance(lay, str)
+        }  # fmt: skip
 
 
 def _plan(model, layout: str, files: _Files) -> dict:
