@@ -359,3 +359,74 @@ def test_nvfp4_families_tokens_after_nvfp4_linear(tmp_path, family):
         loaded = from_pretrained(tmp_path / "c")
     assert isinstance(loaded.model.layers[0].mlp.down_proj, MXLinear)
     _assert_same_tokens(loaded, reference_model(model, ref), prompt(8))
+
+
+# -- GGUF NVFP4 (ggml type 40) ----------------------------------------------------------------
+
+
+def _nvfp4_mlp(name: str, a) -> int:
+    from gguf_cases import Q
+
+    return 40 if ".ffn_" in name and name.endswith(".weight") and "norm" not in name else Q.F32
+
+
+@pytest.fixture(scope="module")
+def nvfp4_gguf(tmp_path_factory):
+    from gguf_cases import tiny_llama, write_model_gguf
+
+    path = tmp_path_factory.mktemp("gguf") / "nvfp4.gguf"
+    ref = write_model_gguf(tiny_llama(), path, _nvfp4_mlp, tokenizer=False)
+    return path, ref
+
+
+def test_gguf_nvfp4_type_and_layout_are_gguf_py_s():
+    """ggml's NVFP4 as gguf-py 0.19.0 has it: type 40, 64 elements in 36 bytes."""
+    gguf = pytest.importorskip("gguf", reason="gguf not installed (pip install 'mlir-mx[gguf]')")
+    from mlir_mx.interop.gguf_nvfp4 import NVFP4_BLOCK, NVFP4_BLOCK_BYTES, NVFP4_TYPE
+
+    assert gguf.GGMLQuantizationType.NVFP4 == NVFP4_TYPE
+    assert gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.NVFP4] == (NVFP4_BLOCK, NVFP4_BLOCK_BYTES)
+
+
+def test_gguf_nvfp4_tensors_read_as_stored(nvfp4_gguf):
+    """Each NVFP4 tensor of the file: its scale bytes and re-paired nibbles an
+    nvfp4 MXArray (global scale 1) that dequantizes to gguf-py's decoder bit
+    for bit, and writes back to the same bytes."""
+    gguf = pytest.importorskip("gguf")
+    from mlir_mx.interop.gguf_nvfp4 import nvfp4_packed_from_ggml, nvfp4_to_ggml
+    from mlir_mx.numerics import MXArray
+
+    tensors = [t for t in gguf.GGUFReader(str(nvfp4_gguf[0])).tensors if int(t.tensor_type) == 40]
+    assert len(tensors) == 6  # gate, up, down of 2 layers
+    for t in tensors:
+        raw = np.array(t.data)
+        rows, n = raw.shape[0], raw.shape[1] // 36 * 64
+        packed, scales = nvfp4_packed_from_ggml(raw, rows, n)
+        w = MXArray.from_packed(packed, scales, "nvfp4", 16, axis=1, global_scale=1.0)
+        theirs = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.NVFP4)
+        ours = np.asarray(w.dequantize(), np.float32)
+        assert np.array_equal(ours, theirs)  # as values: ggml decodes code 8 (-0) as +0
+        assert np.array_equal(nvfp4_to_ggml(w), raw)
+
+
+def test_gguf_nvfp4_malformed_scales_are_refused():
+    from mlir_mx.interop.gguf_nvfp4 import nvfp4_packed_from_ggml
+
+    raw = np.zeros((2, 36), np.uint8)
+    raw[1, 2] = 0x7F
+    with pytest.raises(MXValueError, match=r"0x7f \(E4M3 NaN; ggml reads it as 0\), first at \(1, 2\)"):
+        nvfp4_packed_from_ggml(raw, 2, 64)
+    raw[1, 2] = 0x81
+    with pytest.raises(MXValueError, match="a sign bit"):
+        nvfp4_packed_from_ggml(raw, 2, 64)
+    with pytest.raises(MXValueError, match="not a multiple of ggml's NVFP4 block of 64"):
+        nvfp4_packed_from_ggml(np.zeros((2, 18), np.uint8), 2, 32)
+
+
+def test_gguf_nvfp4_tokens_after_nvfp4_linear(nvfp4_gguf):
+    """The GGUF NVFP4 Llama end to end against gguf-py's dequantized model."""
+    _nvfp4_linear_or_skip()
+    path, ref = nvfp4_gguf
+    loaded = from_pretrained(path, dtype=torch.float32)
+    assert loaded.model.layers[0].mlp.up_proj.weight().format_name == "nvfp4"
+    _assert_same_tokens(loaded, ref, prompt(8))
