@@ -113,6 +113,24 @@ def test_quark_ocp_mx(tmp_path, weight, activations):
     assert again.model.layers[0].mlp.down_proj.activations == "f8E4M3FN"
 
 
+def test_a_loaded_family_saves_in_compressed_tensors_mxfp4(tmp_path):
+    """save_pretrained writes a Quark MXFP4 model in compressed-tensors'
+    layout, which loads back to the same logits; MXFP6 does not fit it."""
+    from mlir_mx.torch import save_pretrained
+
+    quark_checkpoint(tmp_path / "q4", "fp4", None)
+    model = from_pretrained(tmp_path / "q4")
+    save_pretrained(model, tmp_path / "s4")
+    saved = json.loads((tmp_path / "s4/config.json").read_text())["quantization_config"]
+    assert saved["format"] == "mxfp4-pack-quantized"
+    ids = prompt(8)
+    with torch.inference_mode():
+        assert torch.equal(from_pretrained(tmp_path / "s4")(ids).logits, model(ids).logits)
+    quark_checkpoint(tmp_path / "q6", "fp6_e2m3", None)
+    with pytest.raises(MXValueError, match="holds f6E2M3FN weights in blocks of 32"):
+        save_pretrained(from_pretrained(tmp_path / "q6"), tmp_path / "s6")
+
+
 def _quark_folder(tmp_path, **over):
     d = tmp_path / "quark"
     quark_checkpoint(d, "fp4", "fp4")

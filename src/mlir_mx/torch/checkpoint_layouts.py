@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +33,7 @@ import numpy as np
 
 from mlir_mx.errors import MXValueError
 from mlir_mx.numerics import MXArray
-from mlir_mx.numerics.formats import E4M3_SCALE_TYPE, NVFP4
+from mlir_mx.numerics.formats import NVFP4
 
 from .checkpoint_config import COMPRESSED
 
@@ -138,15 +139,15 @@ class Scheme:
             if _matches(name, pattern):
                 return lay
         if self.by_file and files is not None:
-            return _compressed_layout(self, name, files)
+            return _compressed_layout(name, files)
         return self.default
 
 
 def _matches(name: str, pattern: str) -> bool:
+    """A module name against a config's pattern: the name itself, a glob
+    (Quark, ModelOpt), or compressed-tensors' ``re:`` regular expression."""
     if pattern.startswith("re:"):
-        import re
-
-        return re.fullmatch(pattern[3:], name) is not None or re.search(pattern[3:], name) is not None
+        return re.search(pattern[3:], name) is not None
     return name == pattern or fnmatch.fnmatchcase(name, pattern)
 
 
@@ -184,7 +185,7 @@ def _compressed(path: Path, q: dict) -> Scheme:
     return Scheme(COMPRESSED, default=kinds[0], exclude=ignore, by_file=len(kinds) > 1)
 
 
-def _compressed_layout(scheme: Scheme, name: str, files) -> LinearLayout:
+def _compressed_layout(name: str, files) -> LinearLayout:
     """Both formats in one checkpoint: NVFP4 where the module has its global scale."""
     return _CT_NVFP4 if f"{name}.weight_global_scale" in files.where else _CT_MXFP4
 
@@ -310,8 +311,7 @@ def _mlx_layout(path: Path, where: str, q) -> LinearLayout | None:
         raise MXValueError(
             f"{path}: {where}: MLX {mode} with bits/group_size {got}; {mode} is ({bits}, {size})"
         )
-    sdtype = "U8"
-    return LinearLayout(MLX, element, size, "weight", "scales", codes_dtype="U32", scales_dtype=sdtype)
+    return LinearLayout(MLX, element, size, "weight", "scales", codes_dtype="U32")
 
 
 def _mlx(path: Path, q: dict) -> Scheme:
@@ -341,7 +341,3 @@ def scheme_of(folder: Path, config: dict) -> Scheme | None:
     if mo is not None:
         return _modelopt(folder / ("config.json" if q else "hf_quant_config.json"), mo)
     return None
-
-
-def is_e4m3(scale_type: str) -> bool:
-    return scale_type == E4M3_SCALE_TYPE
