@@ -127,7 +127,9 @@ def compressed_nvfp4_checkpoint(folder, seed: int = 0):
 
     def quantize(base, w):
         scheme, state = _ct_nvfp4(w)
-        return {base + k: v.contiguous() for k, v in state.items()}, _ct_decompress(scheme, state)
+        out = {base + k: v.contiguous() for k, v in state.items()}
+        out[base + "input_global_scale"] = torch.tensor([100.0])  # static W4A4's, read and checked
+        return out, _ct_decompress(scheme, state)
 
     tensors, ref = _tensors(model.state_dict(), quantize)
     tensors = {k: torch.as_tensor(v).contiguous() for k, v in tensors.items()}

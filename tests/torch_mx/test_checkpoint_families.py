@@ -160,6 +160,7 @@ QUARK_REFUSED = {
         r"weight dtype \['fp4', 'fp8_e4m3'\]"),
     "output quantized": ({"global_quant_config.output_tensors": quark_spec("fp4", True)}, "output_tensors"),
     "fake quantized": ({"export.weight_format": "fake_quantized"}, "weight_format 'fake_quantized'"),
+    "fp8 KV cache": ({"export.kv_cache_group": ["*k_proj", "*v_proj"]}, "kv_cache_group is not read"),
 }  # fmt: skip
 
 
@@ -321,6 +322,9 @@ NVFP4_MALFORMED = {
     "group_size 32 in the config": (
         None, lambda q: q["config_groups"]["group_0"]["weights"].__setitem__("group_size", 32),
         "nvfp4-pack-quantized with group_size 32; it is read in groups of 16 only"),
+    "an fp8 KV cache": (
+        None, lambda q: q.__setitem__("kv_cache_scheme", {"num_bits": 8, "type": "float"}),
+        "kv_cache_scheme is not read"),
     "an int4 format": (
         None, lambda q: q.__setitem__("format", "pack-quantized"),
         r"compressed-tensors format \['pack-quantized'\] is not read"),
@@ -345,6 +349,10 @@ def test_modelopt_algorithms_we_do_not_run_are_named(tmp_path):
     cfg["quantization_config"].update(quant_algo="NVFP4", group_size=32)
     (d / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(MXValueError, match="ModelOpt NVFP4 with group_size 32"):
+        mx_weights(d)
+    cfg["quantization_config"].update(group_size=16, kv_cache_quant_algo="FP8")
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(MXValueError, match="ModelOpt kv_cache_quant_algo 'FP8' is not read"):
         mx_weights(d)
 
 

@@ -156,7 +156,7 @@ def _matches(name: str, pattern: str) -> bool:
 _CT_MXFP4 = LinearLayout(COMPRESSED, _FP4, 32, "weight_packed", "weight_scale")
 _CT_NVFP4 = LinearLayout(
     COMPRESSED, NVFP4, 16, "weight_packed", "weight_scale", scales_dtype="F8_E4M3",
-    global_scale="weight_global_scale",
+    global_scale="weight_global_scale", extra=("input_global_scale",),
 )  # fmt: skip
 _CT_FORMATS = {"mxfp4-pack-quantized": (_CT_MXFP4, 32), "nvfp4-pack-quantized": (_CT_NVFP4, 16)}
 
@@ -180,6 +180,8 @@ def _compressed(path: Path, q: dict) -> Scheme:
                 f"{path}: quantization_config.config_groups.{gname}: {fmt} with group_size "
                 f"{size}; it is read in groups of {_CT_FORMATS[fmt][1]} only"
             )
+    if q.get("kv_cache_scheme"):
+        raise MXValueError(f"{path}: compressed-tensors kv_cache_scheme is not read (KV-cache quantization)")
     kinds = [_CT_FORMATS[f][0] for f in sorted(formats)]
     ignore = tuple(str(i) for i in q.get("ignore") or ())
     return Scheme(COMPRESSED, default=kinds[0], exclude=ignore, by_file=len(kinds) > 1)
@@ -197,6 +199,11 @@ def _modelopt(path: Path, q: dict) -> Scheme:
     algo = q.get("quant_algo")
     if algo != "NVFP4":
         raise MXValueError(f"{path}: ModelOpt quant_algo {algo!r} is not read; expected 'NVFP4'")
+    if q.get("kv_cache_quant_algo"):
+        raise MXValueError(
+            f"{path}: ModelOpt kv_cache_quant_algo {q['kv_cache_quant_algo']!r} is not read "
+            "(KV-cache quantization)"
+        )
     size = q.get("group_size", 16)
     if size != 16:
         raise MXValueError(f"{path}: ModelOpt NVFP4 with group_size {size}; NVFP4 takes blocks of 16")
@@ -271,6 +278,8 @@ def _quark_layer(path: Path, where: str, cfg) -> LinearLayout | None:
 
 
 def _quark(path: Path, q: dict) -> Scheme:
+    if (q.get("export") or {}).get("kv_cache_group"):
+        raise MXValueError(f"{path}: Quark export.kv_cache_group is not read (KV-cache quantization)")
     fmt = (q.get("export") or {}).get("weight_format", "real_quantized")
     if fmt != "real_quantized":
         raise MXValueError(f"{path}: Quark export weight_format {fmt!r} is not read; expected 'real_quantized'")
