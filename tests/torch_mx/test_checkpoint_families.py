@@ -462,3 +462,33 @@ def test_gguf_nvfp4_tokens_after_nvfp4_linear(nvfp4_gguf):
     loaded = from_pretrained(path, dtype=torch.float32)
     assert loaded.model.layers[0].mlp.up_proj.weight().format_name == "nvfp4"
     _assert_same_tokens(loaded, ref, prompt(8))
+
+
+# -- the config readings, without files ---------------------------------------------------------
+
+
+def test_each_family_s_config_reading(tmp_path):
+    """scheme_of: which layout each module gets (patterns, excludes,
+    per-layer entries), before any file is read."""
+    from family_cases import quark_config
+
+    from mlir_mx.torch.checkpoint_layouts import scheme_of
+
+    q = quark_config("fp6_e2m3", "fp8_e4m3")
+    q["layer_quant_config"] = {"*.mlp.down_proj": {**q["global_quant_config"], "input_tensors": None}}
+    q["exclude"] = ["lm_head", "*.self_attn.k_proj"]
+    s = scheme_of(tmp_path, {"quantization_config": q})
+    up, down = s.linear("model.layers.3.mlp.up_proj"), s.linear("model.layers.3.mlp.down_proj")
+    assert (up.element, up.activations, down.activations) == ("f6E2M3FN", "f8E4M3FN", None)
+    assert s.linear("lm_head") is None and s.linear("model.layers.0.self_attn.k_proj") is None
+    mlx = {"group_size": 32, "bits": 8, "mode": "mxfp8", "lm_head": False,
+           "model.layers.0.mlp.up_proj": {"group_size": 32, "bits": 4, "mode": "mxfp4"}}  # fmt: skip
+    s = scheme_of(tmp_path, {"quantization": mlx})
+    assert s.linear("lm_head") is None
+    assert s.linear("model.layers.0.mlp.up_proj").element == "f4E2M1FN"
+    assert s.linear("model.layers.1.mlp.up_proj").element == "f8E4M3FN"
+    ct = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+          "ignore": ["re:.*lm_head$"]}  # fmt: skip
+    s = scheme_of(tmp_path, {"quantization_config": ct})
+    assert s.linear("lm_head") is None and s.linear("model.layers.0.mlp.up_proj").element == "nvfp4"
+    assert scheme_of(tmp_path, {"quantization_config": {"quant_method": "mxfp4"}}) is None
