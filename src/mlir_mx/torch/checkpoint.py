@@ -13,7 +13,10 @@ low nibble; E8M0 scale bytes), so no byte is converted:
 * **compressed-tensors** ``mxfp4-pack-quantized`` (``quant_method ==
   "compressed-tensors"``): each quantized ``nn.Linear`` as ``weight_packed``
   uint8 ``(out, in/2)`` and ``weight_scale`` uint8 ``(out, in/32)``, loaded into
-  :class:`MXLinear`.
+  :class:`MXLinear`; with the other block-scaled families (compressed-tensors
+  NVFP4, ModelOpt NVFP4, Quark OCP MX, MLX) through one registry of per-linear
+  layouts (:mod:`.checkpoint_layouts`, ``docs/torch.md``, "Block-scaled
+  checkpoint families").
 
 The files are read with the ``safetensors`` library: every tensor's dtype and
 shape is checked against the model the config describes (file headers only)
@@ -178,14 +181,17 @@ def _meta_model(config: dict, path: Path):
 def from_pretrained(path, *, dtype=None, threads: int | None = None, activations=None):
     """A ``transformers`` causal LM from the checkpoint folder ``path`` (``config.json``
     and safetensors files, with ``model.safetensors.index.json`` when sharded),
-    its MXFP4 weights as stored: gpt-oss's experts in :class:`MXExperts`, a
-    compressed-tensors checkpoint's linears in :class:`MXLinear` (the module
-    docstring); or from a GGUF file ``path`` ending in ``.gguf`` (:mod:`.gguf_model`).
+    its MX weights as stored: gpt-oss's experts in :class:`MXExperts`, the
+    linears of a compressed-tensors, ModelOpt, Quark or MLX checkpoint in
+    :class:`MXLinear` (the module docstring); or from a GGUF file ``path``
+    ending in ``.gguf`` (:mod:`.gguf_model`).
     ``dtype``: the other tensors' dtype (None: as stored).
-    ``threads`` / ``activations``: every MX layer's, as for :class:`MXLinear`.
+    ``threads`` / ``activations``: every MX layer's, as for :class:`MXLinear`
+    (``activations`` None: the checkpoint's own, where Quark names MX ones).
 
     Raises:
-        MXValueError: a config that is not one of these layouts, or a
+        MXValueError: a config that is not one of these layouts, a scheme or
+            group size they do not run, or a
             malformed field of it or of the index (the file and key named); a
             file that does not read; files that disagree (named); a tensor
             missing, unexpected, or of another dtype or shape than the config
