@@ -53,7 +53,7 @@ from .checkpoint_files import (
     tensor_owners,
     write_checkpoint,
 )
-from .checkpoint_layouts import MLX, Scheme, scheme_of
+from .checkpoint_layouts import MLX, LinearLayout, Scheme, scheme_of
 from .checkpoint_linears import layout_embedding, plan_embedding, plan_linear
 from .experts import MXExperts, experts_gate, is_stacked_experts
 from .gguf_model import from_gguf
@@ -213,7 +213,6 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
     model = _meta_model(model_config(config, layout), folder / "config.json")
     with ExitStack() as stack:
         files = _Files(folder, stack)
-        files.scheme_embeddings = getattr(layout, "embeddings", None)
         plan = _plan(model, layout, files)  # every header checked before a byte is read
         _fill(model, plan, files, dtype, dict(threads=threads, activations=activations))
         # The MX bytes now live in the layers' own arrays: their pages of the
@@ -243,7 +242,7 @@ def mx_weights(path) -> dict[str, MXArray]:
         plan = _plan(model, layout, files)
         return {
             name: lay.weight(name, lambda key: files.tensor(key).clone())
-            for name, lay in plan["mx"].items() if not isinstance(lay, str)
+            for name, lay in plan["mx"].items() if isinstance(lay, LinearLayout)
         }  # fmt: skip
 
 
@@ -271,7 +270,7 @@ def _plan(model, layout: str, files: _Files) -> dict:
             if lay is not None:
                 mx[name] = lay
         elif isinstance(layout, Scheme) and plan_embedding(layout, name, module, files, seen):
-            mx[name] = "embedding"
+            mx[name] = ("embedding", layout.embeddings)
     for key, t in sd.items():
         if key in seen or key in dense:
             continue
@@ -329,8 +328,8 @@ def _fill(model, plan: dict, files: _Files, dtype, kw: dict) -> None:
         old = getattr(parent, attr)
         if kind == "experts":
             new = _experts(old, name, files, read, kw)
-        elif kind == "embedding":
-            new = layout_embedding(old, name, files, dtype)
+        elif isinstance(kind, tuple):  # ("embedding", its layout)
+            new = layout_embedding(old, name, kind[1], files, dtype)
         else:
             new = _linear(old, name, kind, files, read, kw)
         setattr(parent, attr, new)

@@ -79,10 +79,9 @@ def plan_embedding(scheme: Scheme, name: str, module, files, seen: set) -> bool:
     return True
 
 
-def layout_embedding(old, name: str, files, dtype) -> torch.nn.Embedding:
+def layout_embedding(old, name: str, lay, files, dtype) -> torch.nn.Embedding:
     """An MLX quantized embedding table, dequantized (a table is indexed, not
     multiplied: no MX kernel reads it); one warning names it."""
-    lay = files.scheme_embeddings
     w = lay.weight(name, files.tensor)
     values = torch.from_numpy(np.asarray(w.dequantize(), dtype=np.float32))
     warnings.warn(
