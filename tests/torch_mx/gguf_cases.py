@@ -58,6 +58,11 @@ def encode(w: np.ndarray, qtype) -> np.ndarray:
         from mlir_mx.interop.gguf import mxfp4_to_ggml
 
         return mxfp4_to_ggml(oracle.quantize(w, "f4E2M1FN", 32, axis=-1))
+    if qtype == 40:  # NVFP4: gguf-py 0.19.0 has no quantizer; the oracle's, global scale 1
+        from mlir_mx import oracle
+        from mlir_mx.interop.gguf_nvfp4 import nvfp4_to_ggml
+
+        return nvfp4_to_ggml(oracle.quantize(w, "nvfp4", axis=-1, global_scale=1.0))
     return gguf.quants.quantize(w, qtype)
 
 

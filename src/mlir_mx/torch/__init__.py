@@ -20,7 +20,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         f"mlir_mx.torch needs torch (tested: torch 2.13.0 CPU): pip install 'mlir-mx[torch]' ({e})"
     ) from e
 
-from .checkpoint import from_pretrained, save_pretrained
+from .checkpoint import from_pretrained, mx_weights, save_pretrained
 from .config import MXConfig
 from .experts import Gate, MXExperts
 from .gguf_model import gguf_tokenizer
@@ -50,6 +50,7 @@ __all__ = [
     "gguf_tokenizer",
     "greedy",
     "logit_bound",
+    "mx_weights",
     "precompile",
     "quantize_",
     "quantize_weight",

@@ -13,7 +13,10 @@ low nibble; E8M0 scale bytes), so no byte is converted:
 * **compressed-tensors** ``mxfp4-pack-quantized`` (``quant_method ==
   "compressed-tensors"``): each quantized ``nn.Linear`` as ``weight_packed``
   uint8 ``(out, in/2)`` and ``weight_scale`` uint8 ``(out, in/32)``, loaded into
-  :class:`MXLinear`.
+  :class:`MXLinear`; with the other block-scaled families (compressed-tensors
+  NVFP4, ModelOpt NVFP4, Quark OCP MX, MLX) through one registry of per-linear
+  layouts (:mod:`.checkpoint_layouts`, ``docs/torch.md``, "Block-scaled
+  checkpoint families").
 
 The files are read with the ``safetensors`` library: every tensor's dtype and
 shape is checked against the model the config describes (file headers only)
@@ -50,11 +53,15 @@ from .checkpoint_files import (
     tensor_owners,
     write_checkpoint,
 )
+from .checkpoint_layouts import MLX, LinearLayout, Scheme, scheme_of
+from .checkpoint_linears import layout_embedding, plan_embedding, plan_linear
 from .experts import MXExperts, experts_gate, is_stacked_experts
 from .gguf_model import from_gguf
 from .module import MXLinear
 
-__all__ = ["COMPRESSED", "GPT_OSS", "from_pretrained", "linear_shape", "save_pretrained"]
+__all__ = [
+    "COMPRESSED", "GPT_OSS", "from_pretrained", "linear_shape", "mx_weights", "save_pretrained",
+]  # fmt: skip
 
 _FP4, _BLOCK = "f4E2M1FN", 32
 _FLOATS = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
@@ -121,8 +128,9 @@ class _Files:
         return release_file_pages(spans, [self.folder / name for name in self.handles])
 
 
-def read_config(folder: Path) -> tuple[dict, str]:
-    """``(config.json as a dict, the layout: GPT_OSS or COMPRESSED)``."""
+def read_config(folder: Path) -> tuple[dict, str | Scheme]:
+    """``(config.json as a dict, the layout: GPT_OSS, or the Scheme of a family
+    of linears, :mod:`.checkpoint_layouts`)``."""
     path = folder / "config.json"
     try:
         config = json.loads(path.read_text())
@@ -133,19 +141,22 @@ def read_config(folder: Path) -> tuple[dict, str]:
     method = q.get("quant_method")
     if method == GPT_OSS:
         return config, GPT_OSS
-    if method == COMPRESSED:
-        groups = q.get("config_groups") or {}
-        formats = {q.get("format")} | {g.get("format") for g in groups.values() if isinstance(g, dict)}
-        if "mxfp4-pack-quantized" in formats:
-            return config, COMPRESSED
-        raise MXValueError(
-            f"{path}: compressed-tensors format {sorted(f for f in formats if f)} is not "
-            "mxfp4-pack-quantized"
-        )
+    scheme = scheme_of(folder, config)
+    if scheme is not None:
+        return config, scheme
     raise MXValueError(
-        f"{path}: quantization_config.quant_method is {method!r}; expected 'mxfp4' (gpt-oss) "
-        "or 'compressed-tensors' (mxfp4-pack-quantized)"
+        f"{path}: quantization_config.quant_method is {method!r}; expected 'mxfp4' (gpt-oss), "
+        "'compressed-tensors' (mxfp4- / nvfp4-pack-quantized), 'quark' or 'modelopt', or MLX's "
+        "'quantization' (docs/torch.md)"
     )
+
+
+def model_config(config: dict, layout) -> dict:
+    """The config transformers builds the model from: MLX's quantization fields
+    left out (they are MLX's, not a transformers quantizer's)."""
+    if getattr(layout, "name", None) != MLX:
+        return config
+    return {k: v for k, v in config.items() if k not in ("quantization", "quantization_config")}
 
 
 def _meta_model(config: dict, path: Path):
@@ -170,14 +181,17 @@ def _meta_model(config: dict, path: Path):
 def from_pretrained(path, *, dtype=None, threads: int | None = None, activations=None):
     """A ``transformers`` causal LM from the checkpoint folder ``path`` (``config.json``
     and safetensors files, with ``model.safetensors.index.json`` when sharded),
-    its MXFP4 weights as stored: gpt-oss's experts in :class:`MXExperts`, a
-    compressed-tensors checkpoint's linears in :class:`MXLinear` (the module
-    docstring); or from a GGUF file ``path`` ending in ``.gguf`` (:mod:`.gguf_model`).
+    its MX weights as stored: gpt-oss's experts in :class:`MXExperts`, the
+    linears of a compressed-tensors, ModelOpt, Quark or MLX checkpoint in
+    :class:`MXLinear` (the module docstring); or from a GGUF file ``path``
+    ending in ``.gguf`` (:mod:`.gguf_model`).
     ``dtype``: the other tensors' dtype (None: as stored).
-    ``threads`` / ``activations``: every MX layer's, as for :class:`MXLinear`.
+    ``threads`` / ``activations``: every MX layer's, as for :class:`MXLinear`
+    (``activations`` None: the checkpoint's own, where Quark names MX ones).
 
     Raises:
-        MXValueError: a config that is not one of these layouts, or a
+        MXValueError: a config that is not one of these layouts, a scheme or
+            group size they do not run, or a
             malformed field of it or of the index (the file and key named); a
             file that does not read; files that disagree (named); a tensor
             missing, unexpected, or of another dtype or shape than the config
@@ -196,7 +210,7 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
             f"dtype: expected one of {', '.join(map(str, _DTYPES))} or None, got {dtype}"
         )
     config, layout = read_config(folder)
-    model = _meta_model(config, folder / "config.json")
+    model = _meta_model(model_config(config, layout), folder / "config.json")
     with ExitStack() as stack:
         files = _Files(folder, stack)
         plan = _plan(model, layout, files)  # every header checked before a byte is read
@@ -205,12 +219,31 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
         # memory map would count in the RSS until the map is closed.
         files.release()
         model.mx_source = {
-            "layout": layout,
+            "layout": getattr(layout, "name", layout),
             "files": dict(files.where),
             "metadata": files.metadata,
             "sharded": files.sharded,
         }
     return model
+
+
+def mx_weights(path) -> dict[str, MXArray]:
+    """Each quantized linear's :class:`MXArray` as :func:`from_pretrained` reads
+    it (the same checks, the same bytes: copied out of the files, nothing
+    decoded), without building the layers: to inspect a checkpoint of a
+    compressed-tensors, ModelOpt, Quark or MLX family (not gpt-oss's experts)."""
+    folder = Path(os.fspath(path))
+    if folder.suffix == ".gguf" or not folder.is_dir():
+        raise not_a_folder(path)
+    config, layout = read_config(folder)
+    model = _meta_model(model_config(config, layout), folder / "config.json")
+    with ExitStack() as stack:
+        files = _Files(folder, stack)
+        plan = _plan(model, layout, files)
+        return {
+            name: lay.weight(name, lambda key: files.tensor(key).clone())
+            for name, lay in plan["mx"].items() if isinstance(lay, LinearLayout)
+        }  # fmt: skip
 
 
 def _plan(model, layout: str, files: _Files) -> dict:
@@ -232,20 +265,12 @@ def _plan(model, layout: str, files: _Files) -> dict:
                     files.check(f"{key}_bias", tuple(_FLOATS), (e, out))
                     seen.add(f"{key}_bias")
             mx[name] = "experts"
-        elif layout == COMPRESSED and type(module) is torch.nn.Linear:
-            key = f"{name}.weight_packed"
-            if key not in files.where:
-                continue
-            out, k = module.weight.shape
-            _check_k(f"{name}.weight", k)
-            files.check(key, ("U8",), (out, k // 2))
-            files.check(f"{name}.weight_scale", ("U8",), (out, k // _BLOCK))
-            seen |= {key, f"{name}.weight_scale"}
-            dense[f"{name}.weight"] = f"{key} / weight_scale"
-            if module.bias is not None:
-                files.check(f"{name}.bias", tuple(_FLOATS), (out,))
-                seen.add(f"{name}.bias")
-            mx[name] = "linear"
+        elif isinstance(layout, Scheme) and type(module) is torch.nn.Linear:
+            lay = plan_linear(layout, name, module, files, seen, dense)
+            if lay is not None:
+                mx[name] = lay
+        elif isinstance(layout, Scheme) and plan_embedding(layout, name, module, files, seen):
+            mx[name] = ("embedding", layout.embeddings)
     for key, t in sd.items():
         if key in seen or key in dense:
             continue
@@ -262,7 +287,7 @@ def _plan(model, layout: str, files: _Files) -> dict:
         )
     if extra:
         more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
-        raise MXValueError(f"{', '.join(extra[:3])}{more}: not a tensor of this model ({layout} layout)")
+        raise MXValueError(f"{', '.join(extra[:3])}{more}: not a tensor of this model ({getattr(layout, 'name', layout)} layout)")
     return {"mx": mx, "plain": plain}
 
 
@@ -301,8 +326,12 @@ def _fill(model, plan: dict, files: _Files, dtype, kw: dict) -> None:
         owner, _, attr = name.rpartition(".")
         parent = model.get_submodule(owner) if owner else model
         old = getattr(parent, attr)
-        build = _experts if kind == "experts" else _linear
-        new = build(old, name, files, read, kw)
+        if kind == "experts":
+            new = _experts(old, name, files, read, kw)
+        elif isinstance(kind, tuple):  # ("embedding", its layout)
+            new = layout_embedding(old, name, kind[1], files, dtype)
+        else:
+            new = _linear(old, name, kind, files, read, kw)
         setattr(parent, attr, new)
     _tie(model, plan)
     _rebuild_meta_buffers(model)
@@ -347,10 +376,11 @@ def _experts(old, name: str, files: _Files, read, kw: dict) -> MXExperts:
                      gate=experts_gate(old), **kw)  # fmt: skip
 
 
-def _linear(old, name: str, files: _Files, read, kw: dict) -> MXLinear:
-    out = old.weight.shape[0]
-    w = _mx(files.copied(f"{name}.weight_packed"), files.copied(f"{name}.weight_scale"), out)
+def _linear(old, name: str, lay, files: _Files, read, kw: dict) -> MXLinear:
+    w = lay.weight(name, lambda key: files.copied(key) if not key.endswith("scale_2") else files.tensor(key))
     bias = read(f"{name}.bias") if old.bias is not None else None
+    if lay.activations is not None and kw.get("activations") is None:
+        kw = {**kw, "activations": lay.activations}  # the checkpoint's own scheme (Quark)
     return MXLinear(w, bias, **kw)
 
 

@@ -19,6 +19,8 @@ architectures (``docs/torch.md``, "GGUF model files"):
   :class:`MXExperts` (gate rows ``0::2``, up rows ``1::2``, as the converter
   split them), each expert converted once from ggml's nibble order
   (:func:`~mlir_mx.interop.gguf.mxfp4_packed_from_ggml`), nothing decoded.
+  An ``NVFP4`` (type 40) ``nn.Linear`` weight becomes an NVFP4 :class:`MXLinear`
+  the same way (:mod:`mlir_mx.interop.gguf_nvfp4`; global scale 1).
   F32/F16/BF16 tensors are copied as they are.  Every other ggml type gguf-py
   can decode (Q8_0, Q4_K, ...) is dequantized, with one warning that names the
   tensors and says what it costs; a type it cannot decode is refused, named.
@@ -42,6 +44,7 @@ import torch
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.files import release_free_heap
 from mlir_mx.interop.gguf import GGUFFile, gguf_package, mxfp4_packed_from_ggml, open_gguf
+from mlir_mx.interop.gguf_nvfp4 import NVFP4_TYPE, nvfp4_packed_from_ggml
 from mlir_mx.numerics import MXArray
 
 from .experts import MXExperts, experts_gate, is_stacked_experts
@@ -236,7 +239,7 @@ def _plan(model, f: GGUFFile, arch: str) -> dict:
         _check(f, name, tuple(t.shape))
         used.add(name)
         owner = model.get_submodule(stem) if key.endswith(".weight") else None
-        if f.tensors[name].type == _MXFP4 and type(owner) is torch.nn.Linear:
+        if f.tensors[name].type in (_MXFP4, NVFP4_TYPE) and type(owner) is torch.nn.Linear:
             plan["linear"][stem] = name
         else:
             plan["plain"][key] = name
@@ -278,7 +281,7 @@ def _check_experts(f: GGUFFile, module, bid: int) -> set:
 
 def _check_types(f: GGUFFile, used: set) -> None:
     """Refuse, named, the types gguf-py cannot decode (before anything is read)."""
-    types = {f.tensors[n].type for n in used} - set(_FLOATS) - {_MXFP4}
+    types = {f.tensors[n].type for n in used} - set(_FLOATS) - {_MXFP4, NVFP4_TYPE}
     bad_types = {t for t in types if not _decodable(t)}
     bad = sorted(n for n in used if f.tensors[n].type in bad_types)
     if bad:
@@ -353,12 +356,15 @@ def _fill(model, f: GGUFFile, plan: dict, dtype: torch.dtype, kw: dict) -> None:
     for stem, name in plan["linear"].items():
         old = model.get_submodule(stem)
         out, k = old.weight.shape
-        packed, scales = mxfp4_packed_from_ggml(f.data(name), out, k)
+        nv = f.tensors[name].type == NVFP4_TYPE  # global scale 1 (interop.gguf_nvfp4)
+        read = nvfp4_packed_from_ggml if nv else mxfp4_packed_from_ggml
+        packed, scales = read(f.data(name), out, k)
         n_head = permuted.get(name.split(".")[-2])
         if n_head:
             rows = _unpermute_rows(out, heads[0], n_head)
             packed, scales = packed[rows], scales[rows]
-        w = MXArray.from_packed(packed, scales, _FP4, _BLOCK, axis=1, copy=False)
+        w = MXArray.from_packed(packed, scales, *(("nvfp4", 16) if nv else (_FP4, _BLOCK)),
+                                axis=1, copy=False, global_scale=1.0 if nv else None)  # fmt: skip
         bias = None if old.bias is None else old.bias.detach()  # read with the plain tensors
         _replace(model, stem, MXLinear(w, bias, **kw))
         f.release()
