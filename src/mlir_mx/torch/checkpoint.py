@@ -167,7 +167,9 @@ def _meta_model(config: dict, path: Path):
     return model.eval()
 
 
-def from_pretrained(path, *, dtype=None, threads: int | None = None, activations=None):
+def from_pretrained(
+    path, *, dtype=None, threads: int | None = None, activations=None, shards=None
+):  # fmt: skip
     """A ``transformers`` causal LM from the checkpoint folder ``path`` (``config.json``
     and safetensors files, with ``model.safetensors.index.json`` when sharded),
     its MXFP4 weights as stored: gpt-oss's experts in :class:`MXExperts`, a
@@ -175,6 +177,11 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
     docstring); or from a GGUF file ``path`` ending in ``.gguf`` (:mod:`.gguf_model`).
     ``dtype``: the other tensors' dtype (None: as stored).
     ``threads`` / ``activations``: every MX layer's, as for :class:`MXLinear`.
+    ``shards``: None, or a function of the model (built on the meta device)
+    returning ``{layer name: (dim, start, stop)}``: those compressed-tensors
+    layers read only rows (``dim`` 0) or block-aligned columns (``dim`` 1)
+    ``start:stop`` of their weight from the files (``get_slice``), and note it
+    as ``mx_tp_shard`` (tensor parallel: :mod:`mlir_mx.torch.distributed`).
 
     Raises:
         MXValueError: a config that is not one of these layouts, or a
@@ -200,6 +207,7 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
     with ExitStack() as stack:
         files = _Files(folder, stack)
         plan = _plan(model, layout, files)  # every header checked before a byte is read
+        plan["shards"] = {} if shards is None else shards(model)
         _fill(model, plan, files, dtype, dict(threads=threads, activations=activations))
         # The MX bytes now live in the layers' own arrays: their pages of the
         # memory map would count in the RSS until the map is closed.
@@ -301,9 +309,13 @@ def _fill(model, plan: dict, files: _Files, dtype, kw: dict) -> None:
         owner, _, attr = name.rpartition(".")
         parent = model.get_submodule(owner) if owner else model
         old = getattr(parent, attr)
-        build = _experts if kind == "experts" else _linear
-        new = build(old, name, files, read, kw)
+        if kind == "experts":
+            new = _experts(old, name, files, read, kw)
+        else:
+            new = _linear(old, name, files, read, kw, plan["shards"].get(name))
         setattr(parent, attr, new)
+        if plan["shards"]:  # a shard's bytes read: its pages of the map dropped now
+            files.release()
     _tie(model, plan)
     _rebuild_meta_buffers(model)
 
@@ -347,11 +359,23 @@ def _experts(old, name: str, files: _Files, read, kw: dict) -> MXExperts:
                      gate=experts_gate(old), **kw)  # fmt: skip
 
 
-def _linear(old, name: str, files: _Files, read, kw: dict) -> MXLinear:
+def _linear(old, name: str, files: _Files, read, kw: dict, cut=None) -> MXLinear:
     out = old.weight.shape[0]
-    w = _mx(files.copied(f"{name}.weight_packed"), files.copied(f"{name}.weight_scale"), out)
+    dim, a, b = cut or (0, 0, out)
+    rows = slice(a, b) if dim == 0 else slice(None)
+    cols = (slice(None),) if dim == 0 else (slice(a // 2, b // 2),)  # FP4: 2 codes a byte
+    scols = (slice(None),) if dim == 0 else (slice(a // _BLOCK, b // _BLOCK),)
+    packed = files.copied(f"{name}.weight_packed", None if cut is None else (rows, *cols))
+    scales = files.copied(f"{name}.weight_scale", None if cut is None else (rows, *scols))
+    w = _mx(packed, scales, packed.shape[0])
     bias = read(f"{name}.bias") if old.bias is not None else None
-    return MXLinear(w, bias, **kw)
+    if cut is None:
+        return MXLinear(w, bias, **kw)
+    layer = MXLinear(w, bias[a:b] if dim == 0 and bias is not None else None, **kw)
+    if dim == 1 and bias is not None:  # added once, after the all-reduce
+        layer.mx_tp_bias = bias
+    layer.mx_tp_shard = cut
+    return layer
 
 
 def _rebuild_meta_buffers(model) -> None:

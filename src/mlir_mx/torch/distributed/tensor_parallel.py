@@ -125,18 +125,19 @@ def _leave(made, wanted, local, mesh, bias, module, args, y):
 
 
 def _shard_layer(module: MXLinear, dim: int, mesh) -> None:
-    """Slice ``module``'s weight (and bias, colwise) for this rank, once."""
+    """Slice ``module``'s weight (and bias, colwise) for this rank, once; noted
+    as ``module.mx_tp_shard = (dim, start, stop)`` (its own rows or columns)."""
     rank, world = mesh.get_local_rank(), mesh.size()
     if getattr(module, "mx_tp_shard", None) is not None:
         return  # loaded as its shard (shard_load.from_pretrained)
     fused = module.fused
     if fused is not None:  # every part's own rows split, once for the group
-        if getattr(fused, "mx_tp_shard", None) is None:
+        if getattr(fused, "mx_tp_sizes", None) is None:
+            fused.mx_tp_sizes = list(fused.sizes)  # before: the parts' full sizes
             starts = [shard_range(n, rank, world)[0] for n in fused.sizes]
             fused.narrow_parts(starts, [n // world for n in fused.sizes])
-            fused.mx_tp_shard = (0, rank, world)
+        a, b = shard_range(fused.mx_tp_sizes[module.fused_part], rank, world)
         if module.bias is not None:
-            a, b = shard_range(module.bias.shape[0], rank, world)
             module.bias = torch.nn.Parameter(module.bias.detach()[a:b].clone(), requires_grad=False)
     else:
         w = module.weight()
@@ -147,7 +148,7 @@ def _shard_layer(module: MXLinear, dim: int, mesh) -> None:
         module.replace_weight(slice_mx(w, dim, a, b), None if dim == 1 else bias)
         if dim == 1 and bias is not None:
             module.mx_tp_bias = bias.detach().clone()
-    module.mx_tp_shard = (dim, rank, world)
+    module.mx_tp_shard = (dim, a, b)
 
 
 class MXColwiseParallel(ColwiseParallel):
@@ -236,51 +237,56 @@ def expand_plan(model: torch.nn.Module, plan: dict) -> dict[str, ParallelStyle]:
     return out
 
 
-def check_plan(model: torch.nn.Module, world: int, plan: dict[str, ParallelStyle]) -> None:
+def check_plan(
+    model: torch.nn.Module, world: int, plan: dict[str, ParallelStyle], *, block_size=None
+) -> None:  # fmt: skip
     """Refuse an expanded ``plan`` that ``world`` ranks cannot run: an
     :class:`MXValueError` naming the first layer whose split is not whole (a
     rowwise ``in / world`` not a multiple of the block, a colwise ``out`` or a
     fused part not divisible by ``world``, a fused group not wholly colwise,
-    an attention's heads not divisible).  No collective runs here."""
+    an attention's heads not divisible).  No collective runs here.
+    ``block_size``: also check the plain ``nn.Linear`` layers of ``plan`` as MX
+    weights of that block (a model about to be loaded as its shards)."""
     if world < 1:
         raise MXValueError(f"device_mesh: expected 1 or more ranks, got {world}")
     for name, style in plan.items():
         module = model.get_submodule(name)
         col = isinstance(style, ColwiseParallel)
         row = isinstance(style, RowwiseParallel)
-        if not isinstance(module, MXLinear) or not (col or row):
+        mx = isinstance(module, MXLinear)
+        if not (mx or (block_size and type(module) is torch.nn.Linear)) or not (col or row):
             continue
         if getattr(module, "mx_tp_shard", None) is not None:
             continue  # loaded as its shard
+        fused = module.fused if mx else None
         if row:
-            if module.fused is not None:
+            if fused is not None:
                 raise MXValueError(f"{name}: a part of a fused weight (fused along out) cannot "
                                    "be split rowwise; fuse=False, or plan it colwise")  # fmt: skip
-            k, bs = module.in_features, module.block_size
+            k, bs = module.in_features, module.block_size if mx else block_size
             if k % (world * bs):
                 raise MXValueError(
                     f"{name}: rowwise over {world} ranks splits in_features {k} into "
                     f"{k / world:g}, not a multiple of the MX block {bs}"
                 )
         else:
-            sizes = module.fused.sizes if module.fused is not None else [module.out_features]
+            sizes = fused.sizes if fused is not None else [module.out_features]
             bad = [s for s in sizes if s % world]
             if bad:
                 raise MXValueError(
                     f"{name}: colwise over {world} ranks: out_features {bad[0]} is not "
                     f"divisible by {world}"
                 )
-        _check_fused_group(model, name, module, plan)
+        if fused is not None:
+            _check_fused_group(model, name, fused, plan)
         _check_heads(model, name, module, world)
 
 
-def _check_fused_group(model, name: str, module: MXLinear, plan: dict) -> None:
-    if module.fused is None:
-        return
+def _check_fused_group(model, name: str, fused, plan: dict) -> None:
     owner = name.rpartition(".")[0]
     parent = model.get_submodule(owner) if owner else model
     for attr, child in parent.named_children():
-        if isinstance(child, MXLinear) and child.fused is module.fused:
+        if isinstance(child, MXLinear) and child.fused is fused:
             full = f"{owner}.{attr}" if owner else attr
             if not isinstance(plan.get(full), ColwiseParallel):
                 raise MXValueError(
