@@ -86,8 +86,8 @@ def measure(rank, world, folder, tokens):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from mlir_mx.torch import precompile
-    from mlir_mx.torch.distributed import from_pretrained, held_weight_bytes
+    from mlir_mx.torch import from_pretrained, precompile
+    from mlir_mx.torch.distributed import held_weight_bytes
 
     mesh = init_device_mesh("cpu", (world,)) if world > 1 else None
     rss0 = _status("VmRSS")
@@ -136,7 +136,9 @@ def main() -> None:
     per_token = 2 * a.layers + 2
     print(f"TP tokens/s over 1 x 2: {one['ms'] / two['ms']:.2f}x; MX weights per rank "
           f"{two['held'] / one['held']:.2f}x; all tensors {two['tensors'] / one['tensors']:.2f}x; "
-          f"peak RSS at load {max(x['peak'] for x in rows[2, 1]) / one['peak']:.2f}x")  # fmt: skip
+          f"peak RSS at load {max(x['peak'] for x in rows[2, 1]) / one['peak']:.2f}x, its growth "
+          f"over the RSS before the load "
+          f"{max(x['peak'] - x['rss0'] for x in rows[2, 1]) / (one['peak'] - one['rss0']):.2f}x")  # fmt: skip
     print(f"where the time goes: one all-reduce of (1, {WIDTHS['hidden_size']}) f32 "
           f"{two['allreduce_us']:.0f} us alone; {per_token} collectives a token -> about "
           f"{per_token * two['allreduce_us'] / 1e3:.2f} ms of {two['ms']:.2f} ms")  # fmt: skip

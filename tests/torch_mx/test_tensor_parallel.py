@@ -33,6 +33,7 @@ from mlir_mx.errors import MXValueError  # noqa: E402
 from mlir_mx.torch import (  # noqa: E402
     MXLinear,
     dequantize_,
+    from_pretrained,
     greedy,
     logit_bound,
     quantize_,
@@ -77,8 +78,6 @@ def _rank(rank, world, cases, folder):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import RowwiseParallel
 
-    from mlir_mx.torch.distributed import from_pretrained as load_tp
-
     mesh = init_device_mesh("cpu", (world,))
     out = {}
     bad = torch.nn.Sequential(torch.nn.Linear(96, 64))  # in 96 / 2 ranks = 48: not a block
@@ -93,7 +92,7 @@ def _rank(rank, world, cases, folder):
         full = held_weight_bytes(m)
         parallelize(m, mesh, resolve_plan(m, "auto"))
         out[case] = (*_run(m, prompt()), full, held_weight_bytes(m), _weights(m))
-    m = load_tp(folder, device_mesh=mesh, tp_plan="auto")
+    m = from_pretrained(folder, device_mesh=mesh, tp_plan="auto")
     out["load"] = (*_run(m, prompt()), None, held_weight_bytes(m), _weights(m))
     return out
 

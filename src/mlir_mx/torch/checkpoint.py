@@ -58,7 +58,6 @@ __all__ = ["COMPRESSED", "GPT_OSS", "from_pretrained", "linear_shape", "save_pre
 
 _FP4, _BLOCK = "f4E2M1FN", 32
 _FLOATS = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
-#: The dtypes ``from_pretrained(dtype=...)`` takes.
 #: The dtypes ``from_pretrained(dtype=)`` takes: those the MX layers take
 #: (``MXLinear`` / ``MXExperts`` refuse float64 inputs).
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -168,7 +167,8 @@ def _meta_model(config: dict, path: Path):
 
 
 def from_pretrained(
-    path, *, dtype=None, threads: int | None = None, activations=None, shards=None
+    path, *, dtype=None, threads: int | None = None, activations=None, device_mesh=None,
+    tp_plan=None,
 ):  # fmt: skip
     """A ``transformers`` causal LM from the checkpoint folder ``path`` (``config.json``
     and safetensors files, with ``model.safetensors.index.json`` when sharded),
@@ -177,11 +177,10 @@ def from_pretrained(
     docstring); or from a GGUF file ``path`` ending in ``.gguf`` (:mod:`.gguf_model`).
     ``dtype``: the other tensors' dtype (None: as stored).
     ``threads`` / ``activations``: every MX layer's, as for :class:`MXLinear`.
-    ``shards``: None, or a function of the model (built on the meta device)
-    returning ``{layer name: (dim, start, stop)}``: those compressed-tensors
-    layers read only rows (``dim`` 0) or block-aligned columns (``dim`` 1)
-    ``start:stop`` of their weight from the files (``get_slice``), and note it
-    as ``mx_tp_shard`` (tensor parallel: :mod:`mlir_mx.torch.distributed`).
+    ``device_mesh`` (a 1-D torch ``DeviceMesh``) / ``tp_plan`` (``"auto"``, the
+    default, or a dict): tensor parallel over the mesh, each layer the plan
+    splits read as this rank's rows or block-aligned columns only
+    (``get_slice``; :mod:`mlir_mx.torch.distributed.shard_load`).
 
     Raises:
         MXValueError: a config that is not one of these layouts, or a
@@ -191,9 +190,14 @@ def from_pretrained(
             gives (named); ``dtype`` not bf16, f16 or f32.
         MXArgTypeError: ``dtype`` not a ``torch.dtype``.
     """
-    folder = Path(os.fspath(path))
-    if folder.suffix == ".gguf":  # a llama.cpp model file
-        return from_gguf(path, dtype=dtype, threads=threads, activations=activations)
+    folder, tp = Path(os.fspath(path)), None
+    if device_mesh is not None or tp_plan is not None:  # torch.distributed: imported now
+        from .distributed.shard_load import ShardedLoad
+
+        tp = ShardedLoad(device_mesh, tp_plan)
+    if folder.suffix == ".gguf":  # a llama.cpp model file (read whole, then sliced)
+        model = from_gguf(path, dtype=dtype, threads=threads, activations=activations)
+        return model if tp is None else tp.parallelize(model)
     if not folder.is_dir():
         raise not_a_folder(path)
     if dtype is not None and not isinstance(dtype, torch.dtype):
@@ -207,7 +211,7 @@ def from_pretrained(
     with ExitStack() as stack:
         files = _Files(folder, stack)
         plan = _plan(model, layout, files)  # every header checked before a byte is read
-        plan["shards"] = {} if shards is None else shards(model)
+        plan["shards"] = {} if tp is None else tp.shards(model)
         _fill(model, plan, files, dtype, dict(threads=threads, activations=activations))
         # The MX bytes now live in the layers' own arrays: their pages of the
         # memory map would count in the RSS until the map is closed.
@@ -218,7 +222,7 @@ def from_pretrained(
             "metadata": files.metadata,
             "sharded": files.sharded,
         }
-    return model
+    return model if tp is None else tp.parallelize(model)
 
 
 def _plan(model, layout: str, files: _Files) -> dict:
@@ -294,7 +298,10 @@ def _fill(model, plan: dict, files: _Files, dtype, kw: dict) -> None:
     for key, file_dtype in plan["plain"].items():
         owner, _, attr = key.rpartition(".")
         module = model.get_submodule(owner)
-        t = files.tensor(key)
+        cut = plan["shards"].get(owner) if attr == "weight" else None  # an nn.Embedding's
+        if cut is not None:
+            module.mx_tp_shard = cut
+        t = files.copied(key, None if cut is None else _cut(cut)[0])
         t = t.to(dtype or _FLOATS[file_dtype])
         if attr in module._parameters:
             # requires_grad as transformers loads it: a bf16 F.linear under
@@ -304,6 +311,7 @@ def _fill(model, plan: dict, files: _Files, dtype, kw: dict) -> None:
             module._parameters[attr] = torch.nn.Parameter(t)
         else:
             module._buffers[attr] = t
+    files.release()  # the pages of the map those copies read
     read = files.tensor if dtype is None else (lambda key, i=None: files.tensor(key, i).to(dtype))
     for name, kind in plan["mx"].items():
         owner, _, attr = name.rpartition(".")
@@ -360,13 +368,10 @@ def _experts(old, name: str, files: _Files, read, kw: dict) -> MXExperts:
 
 
 def _linear(old, name: str, files: _Files, read, kw: dict, cut=None) -> MXLinear:
-    out = old.weight.shape[0]
-    dim, a, b = cut or (0, 0, out)
-    rows = slice(a, b) if dim == 0 else slice(None)
-    cols = (slice(None),) if dim == 0 else (slice(a // 2, b // 2),)  # FP4: 2 codes a byte
-    scols = (slice(None),) if dim == 0 else (slice(a // _BLOCK, b // _BLOCK),)
-    packed = files.copied(f"{name}.weight_packed", None if cut is None else (rows, *cols))
-    scales = files.copied(f"{name}.weight_scale", None if cut is None else (rows, *scols))
+    dim, a, b = cut or (0, 0, 0)
+    packed_at, scales_at = _cut(cut, 2, _BLOCK) if cut else (None, None)  # FP4: 2 codes a byte
+    packed = files.copied(f"{name}.weight_packed", packed_at)
+    scales = files.copied(f"{name}.weight_scale", scales_at)
     w = _mx(packed, scales, packed.shape[0])
     bias = read(f"{name}.bias") if old.bias is not None else None
     if cut is None:
@@ -376,6 +381,13 @@ def _linear(old, name: str, files: _Files, read, kw: dict, cut=None) -> MXLinear
         layer.mx_tp_bias = bias
     layer.mx_tp_shard = cut
     return layer
+
+
+def _cut(cut, *per) -> tuple:
+    """The ``get_slice`` index of rows (``dim`` 0) or columns ``start:stop``
+    (``cut``), for each tensor with ``per[i]`` elements a column unit (1: one)."""
+    dim, a, b = cut
+    return tuple(slice(a, b) if dim == 0 else (slice(None), slice(a // n, b // n)) for n in per or (1,))
 
 
 def _rebuild_meta_buffers(model) -> None:

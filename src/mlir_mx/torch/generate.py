@@ -50,9 +50,6 @@ from mlir_mx.tools.driver import ArgParser, tool_main
 
 from .checkpoint import from_pretrained
 from .distributed.launch import is_rank_zero, relaunch, tensor_mesh, under_launcher
-from .distributed.plans import resolve_plan
-from .distributed.shard_load import from_pretrained as from_pretrained_tp
-from .distributed.tensor_parallel import parallelize
 from .gguf_model import gguf_tokenizer
 from .precompile import precompile
 from .quantize_model import quantize_
@@ -179,8 +176,8 @@ def load_model(path, *, mx_checkpoint: bool, element=None, activations=None, dev
     this rank's shard.  Returns ``(model, what)``, ``what`` a few words on how
     it was loaded."""
     if mx_checkpoint and device_mesh is not None:
-        model = from_pretrained_tp(path, device_mesh=device_mesh, tp_plan="auto",
-                                   activations=activations)  # fmt: skip
+        model = from_pretrained(path, device_mesh=device_mesh, tp_plan="auto",
+                                activations=activations)  # fmt: skip
         return model, f"this rank's shard of {device_mesh.size()} (MX weights as stored)"
     if mx_checkpoint:
         model = from_pretrained(path, activations=activations)
@@ -193,7 +190,10 @@ def load_model(path, *, mx_checkpoint: bool, element=None, activations=None, dev
         why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ToolError(f"PATH: transformers loads no causal LM from '{path}' ({why})") from None
     summary = quantize_(model, element=element or "mxfp4", activations=activations)
-    if device_mesh is not None:
+    if device_mesh is not None:  # torch.distributed.tensor: imported only here
+        from .distributed.plans import resolve_plan
+        from .distributed.tensor_parallel import parallelize
+
         parallelize(model, device_mesh, resolve_plan(model, "auto"))
     return model, f"converted on load: {summary}".splitlines()[0]
 

@@ -3,32 +3,41 @@
 Tensor parallel (:mod:`.tensor_parallel`): torch's ``ColwiseParallel`` /
 ``RowwiseParallel`` extended to ``MXLinear`` (:class:`MXColwiseParallel`,
 :class:`MXRowwiseParallel`, :func:`parallelize`); the plans (:mod:`.plans`:
-``"auto"``, transformers' ``base_model_tp_plan``); a checkpoint loaded as this
-rank's shard only (:mod:`.shard_load`: :func:`from_pretrained` with
-``device_mesh=`` and ``tp_plan=``).
+``"auto"``, transformers' ``tp_plan``); a checkpoint loaded as this rank's
+shard only (:mod:`.shard_load`, behind ``mlir_mx.torch.from_pretrained(path,
+device_mesh=, tp_plan=)``); the processes of ``mx-generate --tp N`` /
+``torchrun`` (:mod:`.launch`).
+
+The names are re-exported lazily (imported on first use): importing
+``torch.distributed.tensor`` costs about a second, which a process that never
+splits a model (``mx-generate`` without ``--tp``) does not pay.
 """
 
 from __future__ import annotations
 
-from .plans import auto_plan, resolve_plan
-from .shard_load import from_pretrained
-from .tensor_parallel import (
-    MXColwiseParallel,
-    MXRowwiseParallel,
-    check_plan,
-    held_weight_bytes,
-    parallelize,
-    slice_mx,
-)
+#: Each public name and the module that defines it.
+_EXPORTS = {
+    "MXColwiseParallel": "tensor_parallel",
+    "MXRowwiseParallel": "tensor_parallel",
+    "check_plan": "tensor_parallel",
+    "held_weight_bytes": "tensor_parallel",
+    "parallelize": "tensor_parallel",
+    "slice_mx": "tensor_parallel",
+    "auto_plan": "plans",
+    "resolve_plan": "plans",
+}
 
-__all__ = [
-    "MXColwiseParallel",
-    "MXRowwiseParallel",
-    "auto_plan",
-    "check_plan",
-    "from_pretrained",
-    "held_weight_bytes",
-    "parallelize",
-    "resolve_plan",
-    "slice_mx",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in ("MXColwiseParallel", "MXRowwiseParallel", "check_plan", "held_weight_bytes",
+                "parallelize", "slice_mx"):  # fmt: skip
+        from . import tensor_parallel
+
+        return getattr(tensor_parallel, name)
+    if name in ("auto_plan", "resolve_plan"):
+        from . import plans
+
+        return getattr(plans, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -47,7 +47,7 @@ from functools import partial
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_module
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     ParallelStyle,
@@ -180,6 +180,8 @@ class MXColwiseParallel(ColwiseParallel):
     rows for a fused layer)."""
 
     def _apply(self, module: torch.nn.Module, device_mesh) -> torch.nn.Module:
+        if _loaded_shard(module):  # an nn.Embedding read as its columns
+            return _presharded(self, module, device_mesh, Shard(1))
         if not isinstance(module, MXLinear):
             return super()._apply(module, device_mesh)
         _shard_layer(module, 0, device_mesh)
@@ -199,6 +201,9 @@ class MXRowwiseParallel(RowwiseParallel):
     ``output_layouts``), the bias added once after."""
 
     def _apply(self, module: torch.nn.Module, device_mesh) -> torch.nn.Module:
+        if _loaded_shard(module):  # an nn.Embedding read as its rows
+            self.desired_input_layouts = (Replicate(),)
+            return _presharded(self, module, device_mesh, Shard(0))
         if not isinstance(module, MXLinear):
             return super()._apply(module, device_mesh)
         _shard_layer(module, 1, device_mesh)
@@ -211,6 +216,24 @@ class MXRowwiseParallel(RowwiseParallel):
             _leave, (Partial(),), self.output_layouts, self.use_local_output, device_mesh, bias
         ))  # fmt: skip
         return module
+
+
+def _loaded_shard(module) -> bool:
+    return type(module) is torch.nn.Embedding and getattr(module, "mx_tp_shard", None) is not None
+
+
+def _presharded(style, module, mesh, placement):
+    """torch's style on an ``nn.Embedding`` whose weight already is this rank's
+    shard (read as such, :mod:`.shard_load`): the weight made a DTensor from
+    it (``from_local``, no scatter from rank 0), the style's own input and
+    output functions around it."""
+    w = DTensor.from_local(module.weight.detach(), mesh, [placement], run_check=False)
+    module.register_parameter("weight", torch.nn.Parameter(w, requires_grad=False))
+    return distribute_module(
+        module, mesh, None,
+        partial(style._prepare_input_fn, style.input_layouts, style.desired_input_layouts),
+        partial(style._prepare_output_fn, style.output_layouts, style.use_local_output),
+    )  # fmt: skip
 
 
 def mx_style(style: ParallelStyle | str) -> ParallelStyle:
@@ -277,6 +300,11 @@ def check_plan(
         col = isinstance(style, ColwiseParallel)
         row = isinstance(style, RowwiseParallel)
         mx = isinstance(module, MXLinear)
+        if type(module) is torch.nn.Embedding and (col or row):
+            n = module.num_embeddings if row else module.embedding_dim
+            if n % world:
+                raise MXValueError(f"{name}: {n} embedding {'rows' if row else 'columns'} "
+                                   f"do not split over {world} ranks")  # fmt: skip
         if not (mx or (block_size and type(module) is torch.nn.Linear)) or not (col or row):
             continue
         if getattr(module, "mx_tp_shard", None) is not None:
