@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
-from mlir_mx.files import release_file_pages
+from mlir_mx.files import release_file_pages, release_mapped_files
 from mlir_mx.numerics import MXArray
 
 from .checkpoint_config import COMPRESSED, GPT_OSS, saved_config
@@ -113,11 +113,13 @@ class _Files:
         self.spans.append((t.data_ptr(), t.numel() * t.element_size()))
         return t
 
-    def release(self) -> int:
+    def release(self, whole: bool = False) -> int:
         """Drop the pages of the bytes the layers copied from the files' maps
-        (:func:`mlir_mx.files.release_file_pages`); the bytes released."""
+        (:func:`mlir_mx.files.release_file_pages`; ``whole``: every page of the
+        maps, those of slices ``get_slice`` copied out too); the bytes released."""
         spans, self.spans = self.spans, []
-        return release_file_pages(spans, [self.folder / name for name in self.handles])
+        paths = [self.folder / name for name in self.handles]
+        return release_mapped_files(paths) if whole else release_file_pages(spans, paths)
 
 
 def read_config(folder: Path) -> tuple[dict, str]:
@@ -311,7 +313,8 @@ def _fill(model, plan: dict, files: _Files, dtype, kw: dict) -> None:
             module._parameters[attr] = torch.nn.Parameter(t)
         else:
             module._buffers[attr] = t
-    files.release()  # the pages of the map those copies read
+    if plan["shards"]:  # a shard: the pages of the map those reads touched
+        files.release(whole=True)
     read = files.tensor if dtype is None else (lambda key, i=None: files.tensor(key, i).to(dtype))
     for name, kind in plan["mx"].items():
         owner, _, attr = name.rpartition(".")
@@ -323,7 +326,7 @@ def _fill(model, plan: dict, files: _Files, dtype, kw: dict) -> None:
             new = _linear(old, name, files, read, kw, plan["shards"].get(name))
         setattr(parent, attr, new)
         if plan["shards"]:  # a shard's bytes read: its pages of the map dropped now
-            files.release()
+            files.release(whole=True)
     _tie(model, plan)
     _rebuild_meta_buffers(model)
 
@@ -384,8 +387,7 @@ def _linear(old, name: str, files: _Files, read, kw: dict, cut=None) -> MXLinear
 
 
 def _cut(cut, *per) -> tuple:
-    """The ``get_slice`` index of rows (``dim`` 0) or columns ``start:stop``
-    (``cut``), for each tensor with ``per[i]`` elements a column unit (1: one)."""
+    """``get_slice`` indices of rows / columns ``cut`` (``per``: elements a column, each)."""
     dim, a, b = cut
     return tuple(slice(a, b) if dim == 0 else (slice(None), slice(a // n, b // n)) for n in per or (1,))
 
