@@ -303,7 +303,7 @@ def _fill(model, plan: dict, files: _Files, dtype, kw: dict) -> None:
         cut = plan["shards"].get(owner) if attr == "weight" else None  # an nn.Embedding's
         if cut is not None:
             module.mx_tp_shard = cut
-        t = files.copied(key, None if cut is None else _cut(cut)[0])
+        t = files.tensor(key, None if cut is None else _cut(cut)[0])
         t = t.to(dtype or _FLOATS[file_dtype])
         if attr in module._parameters:
             # requires_grad as transformers loads it: a bf16 F.linear under
