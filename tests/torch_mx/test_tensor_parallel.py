@@ -234,3 +234,33 @@ def test_a_hung_collective_is_killed(tmp_path):
         pid = int((tmp_path / f"pid{rank}").read_text())
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_generate_tp_option_checked_first(checkpoint, capsys):
+    from mlir_mx.torch.generate import main
+
+    assert main([checkpoint, "--prompt", "w7", "--tp", "0"]) == 2
+    assert "mx-generate: error: --tp: expected 1 or more processes, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_mx_generate_tp_2_streams_the_single_process_text(checkpoint):
+    """``mx-generate --tp 2`` (torchrun on itself, 2 ranks x 1 thread) prints the
+    text the one-process run prints, once (rank 0)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_generate_cli import word_tokenizer
+
+    word_tokenizer().save_pretrained(checkpoint)
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    args = [sys.executable, "-m", "mlir_mx.torch.generate", checkpoint, "--prompt", "w7 w8 w9",
+            "--no-chat-template", "--max-new-tokens", "8"]  # fmt: skip
+    one = subprocess.run([*args, "--threads", "1"], capture_output=True, text=True, env=env, timeout=300)
+    two = subprocess.run([*args, "--tp", "2"], capture_output=True, text=True, env=env, timeout=300)
+    assert one.returncode == 0 and two.returncode == 0, two.stderr
+    assert one.stdout.strip() and two.stdout == one.stdout
+    assert "1 threads in each of 2 ranks" in two.stderr
+    assert two.stderr.count("decode: ") == 1  # rank 0 alone prints the figures
