@@ -71,7 +71,7 @@ CASES = (("fused", "mxfp4", True), ("fp6", FP6, False))
 ALL_CASES = (("fp4", "mxfp4", False), *CASES)
 
 
-def _rank(rank, world, cases, folder):
+def _rank(rank, world, cases, folder, gguf_file=None):
     """One rank: a bad plan refused; the tiny Llama quantized per case and
     split by the auto plan; the FP4 checkpoint in ``folder`` loaded as this
     rank's shard (``from_pretrained(device_mesh=, tp_plan="auto")``)."""
@@ -94,6 +94,10 @@ def _rank(rank, world, cases, folder):
         out[case] = (*_run(m, prompt()), full, held_weight_bytes(m), _weights(m))
     m = from_pretrained(folder, device_mesh=mesh, tp_plan="auto")
     out["load"] = (*_run(m, prompt()), None, held_weight_bytes(m), _weights(m))
+    if gguf_file is not None:  # MXFP4 rows / columns read from the GGUF map
+        m = from_pretrained(gguf_file, device_mesh=mesh, tp_plan="auto")
+        ids = prompt(vocab=m.config.vocab_size)
+        out["gguf"] = (*_run(m, ids), None, held_weight_bytes(m), _weights(m))
     return out
 
 
@@ -124,12 +128,14 @@ def _check_shards(full: dict, shards: list[dict], world: int) -> int:
     return len(full)
 
 
-def _check(results, cases) -> None:
+def _check(results, cases, gguf=None) -> None:
     for out in results:
         assert "rowwise over 2 ranks splits in_features 96 into 48, not a multiple" in out["bad"]
         assert out["bad"].startswith("0: ")  # the layer named
-    for case, element, fuse in (*cases, ("load", "mxfp4", False)):
-        tokens, full, weights, lb = _reference(element, fuse)
+    for case, element, fuse in (*cases, ("load", "mxfp4", False), ("gguf", None, None)):
+        if case == "gguf" and gguf is None:
+            continue
+        tokens, full, weights, lb = gguf if case == "gguf" else _reference(element, fuse)
         for logits, toks, _, held, _ in (out[case] for out in results):
             assert all(torch.equal(a, logits[0]) for a in logits)  # run to run: bit for bit
             assert all(np.array_equal(t, toks[0]) for t in toks)
@@ -138,6 +144,29 @@ def _check(results, cases) -> None:
             assert held <= 0.55 * full, (case, held, full)
         # A fused layer's weight() is its part's rows: the same check.
         assert _check_shards(weights, [out[case][4] for out in results], 2) == 15, case
+
+
+def _mxfp4_linears(name: str, a) -> int:
+    """GGUF types: MXFP4 for every linear weight (Q and K stored permuted), F32 else."""
+    from gguf import GGMLQuantizationType as Q
+
+    linear = name.endswith(".weight") and a.ndim == 2 and name != "token_embd.weight"
+    return Q.MXFP4 if linear else Q.F32
+
+
+@pytest.fixture(scope="module")
+def gguf_file(tmp_path_factory):
+    """A tiny Llama GGUF with MXFP4 linears; its single-process load's tokens,
+    held bytes and weights, and the bound from gguf-py's dequantized reference."""
+    pytest.importorskip("gguf", reason="gguf not installed (pip install 'mlir-mx[test]')")
+    from gguf_cases import tiny_llama as gguf_llama
+    from gguf_cases import write_model_gguf
+
+    path = tmp_path_factory.mktemp("tp-gguf") / "llama.gguf"
+    ref = write_model_gguf(gguf_llama(), path, _mxfp4_linears, tokenizer=False)
+    m = from_pretrained(path)
+    ids = prompt(vocab=m.config.vocab_size)
+    return str(path), (greedy(m, ids, NEW), held_weight_bytes(m), _weights(m), logit_bound(ref, ids))
 
 
 @pytest.fixture(scope="module")
@@ -150,13 +179,15 @@ def checkpoint(tmp_path_factory):
     return str(folder)
 
 
-def test_two_ranks_match_one_process(checkpoint):
+def test_two_ranks_match_one_process(checkpoint, gguf_file):
     """One spawn of 2 ranks x 1 thread: a bad plan refused on both ranks,
-    then FP4 fused, FP6 and the FP4 checkpoint loaded as shards: greedy
-    tokens equal to one process's, logits within the bound, bit-identical
-    from call to call, held MX bytes <= 0.55x, each shard its slice."""
+    then FP4 fused, FP6, the FP4 checkpoint and the GGUF file loaded as
+    shards: greedy tokens equal to one process's, logits within the bound,
+    bit-identical from call to call, held MX bytes <= 0.55x, each shard its
+    slice (the GGUF's Q/K rows in transformers' order)."""
     torch.set_num_threads(1)
-    _check(run_ranks(_rank, 2, (CASES, checkpoint), timeout=300), CASES)
+    path, gguf = gguf_file
+    _check(run_ranks(_rank, 2, (CASES, checkpoint, path), timeout=300), CASES, gguf)
 
 
 @pytest.mark.slow

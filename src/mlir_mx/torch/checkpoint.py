@@ -192,13 +192,13 @@ def from_pretrained(
             gives (named); ``dtype`` not bf16, f16 or f32.
         MXArgTypeError: ``dtype`` not a ``torch.dtype``.
     """
-    folder, tp = Path(os.fspath(path)), None
+    folder, tp, kw = Path(os.fspath(path)), None, dict(threads=threads, activations=activations)
     if device_mesh is not None or tp_plan is not None:  # torch.distributed: imported now
         from .distributed.shard_load import ShardedLoad
 
         tp = ShardedLoad(device_mesh, tp_plan)
-    if folder.suffix == ".gguf":  # a llama.cpp model file (read whole, then sliced)
-        model = from_gguf(path, dtype=dtype, threads=threads, activations=activations)
+    if folder.suffix == ".gguf":  # a llama.cpp model file (MXFP4 layers read as shards)
+        model = from_gguf(path, dtype=dtype, shards=tp and tp.shards, **kw)
         return model if tp is None else tp.parallelize(model)
     if not folder.is_dir():
         raise not_a_folder(path)
@@ -214,7 +214,7 @@ def from_pretrained(
         files = _Files(folder, stack)
         plan = _plan(model, layout, files)  # every header checked before a byte is read
         plan["shards"] = {} if tp is None else tp.shards(model)
-        _fill(model, plan, files, dtype, dict(threads=threads, activations=activations))
+        _fill(model, plan, files, dtype, kw)
         # The MX bytes now live in the layers' own arrays: their pages of the
         # memory map would count in the RSS until the map is closed.
         files.release()
