@@ -25,7 +25,7 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
-__all__ = ["RanksFailed", "RanksTimedOut", "free_port", "run_ranks"]
+__all__ = ["RanksFailed", "RanksTimedOut", "free_port", "hang_in_a_collective", "run_ranks"]
 
 
 class RanksFailed(RuntimeError):
@@ -114,3 +114,18 @@ def _failures(folder: str, world: int) -> str:
             if status != "ok":
                 lines.append(f"rank {rank} raised:\n{value}")
     return "\n".join(lines)
+
+
+def hang_in_a_collective(rank: int, world: int, folder: str) -> None:
+    """A rank function that hangs (the harness's own check): each rank writes
+    its process id to ``folder/pid{rank}``; rank 0 then waits in an all-reduce
+    that rank 1, asleep, never joins.  Defined here, not in a test module, so
+    the spawned ranks import nothing heavier than torch before they hang."""
+    import torch
+    import torch.distributed as dist
+
+    Path(folder, f"pid{rank}").write_text(str(os.getpid()))
+    if rank == 0:
+        dist.all_reduce(torch.ones(1))
+    else:
+        time.sleep(3600)

@@ -47,7 +47,11 @@ from mlir_mx.torch.distributed import (  # noqa: E402
     slice_mx,
 )
 from mlir_mx.torch.distributed.tensor_parallel import expand_plan  # noqa: E402
-from mlir_mx_testing.distributed import RanksTimedOut, run_ranks  # noqa: E402
+from mlir_mx_testing.distributed import (  # noqa: E402
+    RanksTimedOut,
+    hang_in_a_collective,
+    run_ranks,
+)
 
 NEW = 8
 FP6 = "f6E3M2FN"
@@ -65,10 +69,12 @@ def _run(model, ids) -> tuple:
     return logits, [greedy(model, ids, NEW) for _ in range(2)]
 
 
-#: (name, element, fuse): FP4 fused (each part's rows split), FP6 (packed 4
-#: codes in 3 bytes, sliced by columns rowwise); FP4 unfused: "load" (below).
-CASES = (("fused", "mxfp4", True), ("fp6", FP6, False))
-ALL_CASES = (("fp4", "mxfp4", False), *CASES)
+#: (name, element, fuse): the default test's FP4 fused (each part's rows
+#: split; FP4 unfused is the checkpoint's, "load"); the slow test's adds FP4
+#: in memory and FP6 (packed 4 codes in 3 bytes, sliced by columns rowwise;
+#: ``slice_mx`` on FP6 is also the default in-process test's).
+CASES = (("fused", "mxfp4", True),)
+ALL_CASES = (("fp4", "mxfp4", False), ("fp6", FP6, False), *CASES)
 
 
 def _rank(rank, world, cases, folder, gguf_file=None):
@@ -179,26 +185,27 @@ def checkpoint(tmp_path_factory):
     return str(folder)
 
 
-def test_two_ranks_match_one_process(checkpoint, gguf_file):
+def test_two_ranks_match_one_process(checkpoint):
     """One spawn of 2 ranks x 1 thread: a bad plan refused on both ranks,
-    then FP4 fused, FP6, the FP4 checkpoint and the GGUF file loaded as
-    shards: greedy tokens equal to one process's, logits within the bound,
-    bit-identical from call to call, held MX bytes <= 0.55x, each shard its
-    slice (the GGUF's Q/K rows in transformers' order)."""
+    then FP4 fused and the FP4 checkpoint loaded as shards: greedy tokens
+    equal to one process's, logits within the bound, bit-identical from call
+    to call, held MX bytes <= 0.55x, each shard its slice."""
     torch.set_num_threads(1)
-    path, gguf = gguf_file
-    _check(run_ranks(_rank, 2, (CASES, checkpoint, path), timeout=300), CASES, gguf)
+    _check(run_ranks(_rank, 2, (CASES, checkpoint), timeout=300), CASES)
 
 
 @pytest.mark.slow
-def test_two_ranks_every_case_bit_identical_across_runs(checkpoint):
-    """Every case, and two separate runs (new processes) give the same bits."""
+def test_two_ranks_every_case_bit_identical_across_runs(checkpoint, gguf_file):
+    """Every case (FP4, FP6, FP4 fused, the checkpoint, the GGUF file: its
+    Q/K rows in transformers' order), and two separate runs (new processes)
+    give the same bits."""
     torch.set_num_threads(1)
-    first = run_ranks(_rank, 2, (ALL_CASES, checkpoint), timeout=600)
-    _check(first, ALL_CASES)
-    again = run_ranks(_rank, 2, (ALL_CASES, checkpoint), timeout=600)
+    path, gguf = gguf_file
+    first = run_ranks(_rank, 2, (ALL_CASES, checkpoint, path), timeout=900)
+    _check(first, ALL_CASES, gguf)
+    again = run_ranks(_rank, 2, (ALL_CASES, checkpoint, path), timeout=900)
     for a, b in zip(first, again, strict=True):
-        for case in (*(c[0] for c in ALL_CASES), "load"):
+        for case in (*(c[0] for c in ALL_CASES), "load", "gguf"):
             assert torch.equal(a[case][0][0], b[case][0][0]), case
             assert np.array_equal(a[case][1][0], b[case][1][0]), case
 
@@ -244,23 +251,12 @@ def test_bad_plan_refused_naming_the_layer(world, plan, fuse, message):
         check_plan(m, world, expand_plan(m, resolve_plan(m, plan)))
 
 
-def _hang_rank(rank, world, folder):
-    import torch.distributed as dist
-
-    with open(os.path.join(folder, f"pid{rank}"), "w") as f:
-        f.write(str(os.getpid()))
-    if rank == 0:
-        dist.all_reduce(torch.ones(1))  # rank 1 never joins
-    else:
-        time.sleep(600)
-
-
 @pytest.mark.slow
 def test_a_hung_collective_is_killed(tmp_path):
     t0 = time.monotonic()
     with pytest.raises(RanksTimedOut, match="killed"):
-        run_ranks(_hang_rank, 2, (str(tmp_path),), timeout=20)
-    assert time.monotonic() - t0 < 60
+        run_ranks(hang_in_a_collective, 2, (str(tmp_path),), timeout=60)
+    assert time.monotonic() - t0 < 120  # the timeout, then the kills and joins
     for rank in range(2):
         pid = int((tmp_path / f"pid{rank}").read_text())
         with pytest.raises(ProcessLookupError):
