@@ -18,9 +18,10 @@ An ``nn.Embedding`` the plan splits (Llama's ``embedding_rowwise``) reads its
 rows (or columns) the same way, and becomes a DTensor made from that shard
 (``from_local``: no scatter from rank 0).  Not read as a shard: the tensors the
 plan does not split (norms, a replicated head), a plain ``nn.Linear`` torch
-shards (read whole, then ``distribute_tensor``),
-gpt-oss's experts (expert parallel's part), a GGUF file (the model is loaded
-whole, then sliced by :func:`parallelize`: ``docs/distributed.md`` says why).
+shards (read whole, then ``distribute_tensor``), gpt-oss's experts (expert
+parallel's part).  A GGUF file (``gguf_model.from_gguf(shards=)``) reads its
+MXFP4 layers' shards from its map the same way (whole 17-byte ggml blocks);
+its other tensors whole.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class ShardedLoad:
         return out
 
     def parallelize(self, model):
-        """``model`` (loaded: its planned MX layers holding their shards, or a
-        whole model, a GGUF file's) split over the mesh."""
+        """``model`` (loaded, its planned MX layers holding their shards) split
+        over the mesh: the plan's hooks, the other planned modules sharded."""
         plan = self.plan if self.plan is not None else resolve_plan(model, self.tp_plan)
         return parallelize(model, self.mesh, plan)
