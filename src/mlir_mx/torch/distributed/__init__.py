@@ -31,13 +31,8 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name):
-    if name in ("MXColwiseParallel", "MXRowwiseParallel", "check_plan", "held_weight_bytes",
-                "parallelize", "slice_mx"):  # fmt: skip
-        from . import tensor_parallel
+    if name in _EXPORTS:
+        from . import plans, tensor_parallel
 
-        return getattr(tensor_parallel, name)
-    if name in ("auto_plan", "resolve_plan"):
-        from . import plans
-
-        return getattr(plans, name)
+        return getattr(plans if _EXPORTS[name] == "plans" else tensor_parallel, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
