@@ -36,6 +36,7 @@ __all__ = [
     "atomic_path",
     "atomic_write",
     "release_file_pages",
+    "release_mapped_files",
     "remove_stale_temporaries",
     "write_bytes",
     "write_text",
@@ -200,6 +201,18 @@ def _file_mappings(paths) -> list[tuple[int, int]]:
                 lo, hi = (int(x, 16) for x in parts[0].split("-"))
                 out.append((lo, hi))
     return out
+
+
+def release_mapped_files(paths) -> int:
+    """Drop every resident page of this process's mappings of ``paths``
+    (:func:`release_file_pages` over each whole mapping: only file mappings,
+    whose pages a later read maps again); the bytes released.  For a loader
+    that copies its slices out of a memory-mapped file (``safetensors``'
+    ``get_slice``): the pages it read stay in the RSS until the map is closed,
+    though no array points into them."""
+    if not os.path.exists("/proc/self/maps"):
+        return 0
+    return release_file_pages([(a, b - a) for a, b in _file_mappings(paths)], paths)
 
 
 def _merged(spans) -> list[tuple[int, int]]:

@@ -37,26 +37,26 @@ from __future__ import annotations
 import json
 import os
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
-from mlir_mx.files import release_file_pages
 from mlir_mx.numerics import MXArray
 
 from .checkpoint_config import COMPRESSED, GPT_OSS, saved_config
 from .checkpoint_files import (
+    CheckpointFiles,
     check_config,
-    checkpoint_files,
     not_a_folder,
-    tensor_owners,
+    safetensors_module,
     write_checkpoint,
 )
 from .checkpoint_layouts import MLX, LinearLayout, Scheme, scheme_of
 from .checkpoint_linears import layout_embedding, plan_embedding, plan_linear
 from .experts import MXExperts, experts_gate, is_stacked_experts
-from .gguf_model import from_gguf
+from .gguf_model import from_gguf, linear_layer
 from .module import MXLinear
 
 __all__ = [
@@ -65,67 +65,9 @@ __all__ = [
 
 _FP4, _BLOCK = "f4E2M1FN", 32
 _FLOATS = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
-#: The dtypes ``from_pretrained(dtype=...)`` takes.
 #: The dtypes ``from_pretrained(dtype=)`` takes: those the MX layers take
 #: (``MXLinear`` / ``MXExperts`` refuse float64 inputs).
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-
-
-def _safetensors():
-    try:
-        import safetensors
-        from safetensors import safe_open
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(f"mlir_mx.torch checkpoints need safetensors: pip install safetensors ({e})") from e
-    return safetensors, safe_open
-
-
-class _Files:
-    """The checkpoint's tensors by name, over ``safe_open`` handles (memory-mapped)."""
-
-    def __init__(self, folder: Path, stack: ExitStack):
-        st, safe_open = _safetensors()
-        names, weight_map = checkpoint_files(folder)  # the files agree (checkpoint_files)
-        self.handles, self.metadata, keys = {}, {}, {}
-        self.folder, self.spans = folder, []
-        for name in names:
-            path = folder / name
-            try:
-                self.handles[name] = stack.enter_context(safe_open(str(path), framework="pt"))
-            except (st.SafetensorError, OSError) as e:
-                raise MXValueError(f"{path}: not a readable safetensors file ({e})") from None
-            self.metadata[name] = self.handles[name].metadata()
-            keys[name] = list(self.handles[name].keys())
-        self.where = tensor_owners(folder, keys, weight_map)
-        self.sharded = weight_map is not None
-
-    def check(self, key: str, dtypes, shape: tuple) -> str:
-        """Its dtype (one of ``dtypes``) and shape, from the header; the dtype."""
-        if key not in self.where:
-            raise MXValueError(f"{key}: missing from the checkpoint")
-        s = self.handles[self.where[key]].get_slice(key)
-        dtype, got = s.get_dtype(), tuple(s.get_shape())
-        if dtype not in dtypes:
-            raise MXValueError(f"{key}: expected dtype {' or '.join(dtypes)}, got {dtype}")
-        if got != tuple(shape):
-            raise MXValueError(f"{key}: expected shape {tuple(shape)}, got {got}")
-        return dtype
-
-    def tensor(self, key: str, index=None) -> torch.Tensor:
-        h = self.handles[self.where[key]]
-        return h.get_tensor(key) if index is None else h.get_slice(key)[index]
-
-    def copied(self, key: str, index=None) -> torch.Tensor:
-        """:meth:`tensor`, noted as bytes a layer copies (:meth:`release`)."""
-        t = self.tensor(key, index)
-        self.spans.append((t.data_ptr(), t.numel() * t.element_size()))
-        return t
-
-    def release(self) -> int:
-        """Drop the pages of the bytes the layers copied from the files' maps
-        (:func:`mlir_mx.files.release_file_pages`); the bytes released."""
-        spans, self.spans = self.spans, []
-        return release_file_pages(spans, [self.folder / name for name in self.handles])
 
 
 def read_config(folder: Path) -> tuple[dict, str | Scheme]:
@@ -178,7 +120,10 @@ def _meta_model(config: dict, path: Path):
     return model.eval()
 
 
-def from_pretrained(path, *, dtype=None, threads: int | None = None, activations=None):
+def from_pretrained(
+    path, *, dtype=None, threads: int | None = None, activations=None, device_mesh=None,
+    tp_plan=None,
+):  # fmt: skip
     """A ``transformers`` causal LM from the checkpoint folder ``path`` (``config.json``
     and safetensors files, with ``model.safetensors.index.json`` when sharded),
     its MX weights as stored: gpt-oss's experts in :class:`MXExperts`, the
@@ -188,6 +133,10 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
     ``dtype``: the other tensors' dtype (None: as stored).
     ``threads`` / ``activations``: every MX layer's, as for :class:`MXLinear`
     (``activations`` None: the checkpoint's own, where Quark names MX ones).
+    ``device_mesh`` (a 1-D torch ``DeviceMesh``) / ``tp_plan`` (``"auto"``, the
+    default, or a dict): tensor parallel over the mesh, each layer the plan
+    splits read as this rank's rows or block-aligned columns only
+    (``get_slice``; :mod:`mlir_mx.torch.distributed.shard_load`).
 
     Raises:
         MXValueError: a config that is not one of these layouts, a scheme or
@@ -198,9 +147,14 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
             gives (named); ``dtype`` not bf16, f16 or f32.
         MXArgTypeError: ``dtype`` not a ``torch.dtype``.
     """
-    folder = Path(os.fspath(path))
-    if folder.suffix == ".gguf":  # a llama.cpp model file
-        return from_gguf(path, dtype=dtype, threads=threads, activations=activations)
+    folder, tp, kw = Path(os.fspath(path)), None, dict(threads=threads, activations=activations)
+    if device_mesh is not None or tp_plan is not None:  # torch.distributed: imported now
+        from .distributed.shard_load import ShardedLoad
+
+        tp = ShardedLoad(device_mesh, tp_plan)
+    if folder.suffix == ".gguf":  # a llama.cpp model file (MXFP4 layers read as shards)
+        model = from_gguf(path, dtype=dtype, shards=tp and tp.shards, **kw)
+        return model if tp is None else tp.parallelize(model)
     if not folder.is_dir():
         raise not_a_folder(path)
     if dtype is not None and not isinstance(dtype, torch.dtype):
@@ -212,9 +166,10 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
     config, layout = read_config(folder)
     model = _meta_model(model_config(config, layout), folder / "config.json")
     with ExitStack() as stack:
-        files = _Files(folder, stack)
+        files = CheckpointFiles(folder, stack)
         plan = _plan(model, layout, files)  # every header checked before a byte is read
-        _fill(model, plan, files, dtype, dict(threads=threads, activations=activations))
+        plan["shards"] = {} if tp is None else tp.shards(model)
+        _fill(model, plan, files, dtype, kw)
         # The MX bytes now live in the layers' own arrays: their pages of the
         # memory map would count in the RSS until the map is closed.
         files.release()
@@ -224,7 +179,7 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
             "metadata": files.metadata,
             "sharded": files.sharded,
         }
-    return model
+    return model if tp is None else tp.parallelize(model)
 
 
 def mx_weights(path) -> dict[str, MXArray]:
@@ -238,7 +193,7 @@ def mx_weights(path) -> dict[str, MXArray]:
     config, layout = read_config(folder)
     model = _meta_model(model_config(config, layout), folder / "config.json")
     with ExitStack() as stack:
-        files = _Files(folder, stack)
+        files = CheckpointFiles(folder, stack)
         plan = _plan(model, layout, files)
         return {
             name: lay.weight(name, lambda key: files.tensor(key).clone())
@@ -246,7 +201,7 @@ def mx_weights(path) -> dict[str, MXArray]:
         }  # fmt: skip
 
 
-def _plan(model, layout: str, files: _Files) -> dict:
+def _plan(model, layout: str, files: CheckpointFiles) -> dict:
     """``{"mx": {module name: kind}, "plain": {tensor name: dtype}}``, every
     tensor of the file checked against the model."""
     mx, plain, seen, dense = {}, {}, set(), {}  # dense: a weight's name -> its MX form's
@@ -307,11 +262,14 @@ def _tied(model, key: str) -> bool:
     return bool(getattr(model.config, "tie_word_embeddings", False)) and key in tied
 
 
-def _fill(model, plan: dict, files: _Files, dtype, kw: dict) -> None:
+def _fill(model, plan: dict, files: CheckpointFiles, dtype, kw: dict) -> None:
     for key, file_dtype in plan["plain"].items():
         owner, _, attr = key.rpartition(".")
         module = model.get_submodule(owner)
-        t = files.tensor(key)
+        cut = plan["shards"].get(owner) if attr == "weight" else None  # an nn.Embedding's
+        if cut is not None:
+            module.mx_tp_shard = cut
+        t = files.tensor(key, None if cut is None else _rows_or_cols(cut))
         t = t.to(dtype or _FLOATS[file_dtype])
         if attr in module._parameters:
             # requires_grad as transformers loads it: a bf16 F.linear under
@@ -321,6 +279,8 @@ def _fill(model, plan: dict, files: _Files, dtype, kw: dict) -> None:
             module._parameters[attr] = torch.nn.Parameter(t)
         else:
             module._buffers[attr] = t
+    if plan["shards"]:  # a shard: the pages of the map those reads touched
+        files.release(whole=True)
     read = files.tensor if dtype is None else (lambda key, i=None: files.tensor(key, i).to(dtype))
     for name, kind in plan["mx"].items():
         owner, _, attr = name.rpartition(".")
@@ -331,8 +291,10 @@ def _fill(model, plan: dict, files: _Files, dtype, kw: dict) -> None:
         elif isinstance(kind, tuple):  # ("embedding", its layout)
             new = layout_embedding(old, name, kind[1], files, dtype)
         else:
-            new = _linear(old, name, kind, files, read, kw)
+            new = _linear(old, name, kind, files, read, kw, plan["shards"].get(name))
         setattr(parent, attr, new)
+        if plan["shards"]:  # a shard's bytes read: its pages of the map dropped now
+            files.release(whole=True)
     _tie(model, plan)
     _rebuild_meta_buffers(model)
 
@@ -359,7 +321,7 @@ def _mx(codes: torch.Tensor, scales: torch.Tensor, out: int) -> MXArray:
     )
 
 
-def _experts(old, name: str, files: _Files, read, kw: dict) -> MXExperts:
+def _experts(old, name: str, files: CheckpointFiles, read, kw: dict) -> MXExperts:
     weights = {}
     for proj in ("gate_up_proj", "down_proj"):
         e, out, _k = linear_shape(old, proj)
@@ -376,12 +338,33 @@ def _experts(old, name: str, files: _Files, read, kw: dict) -> MXExperts:
                      gate=experts_gate(old), **kw)  # fmt: skip
 
 
-def _linear(old, name: str, lay, files: _Files, read, kw: dict) -> MXLinear:
-    w = lay.weight(name, lambda key: files.copied(key) if not key.endswith("scale_2") else files.tensor(key))
+def _linear(old, name: str, lay, files: CheckpointFiles, read, kw: dict, cut=None) -> MXLinear:
+    w = lay.weight(name, partial(_read_cut, files, lay, cut, old.in_features))
     bias = read(f"{name}.bias") if old.bias is not None else None
     if lay.activations is not None and kw.get("activations") is None:
         kw = {**kw, "activations": lay.activations}  # the checkpoint's own scheme (Quark)
-    return MXLinear(w, bias, **kw)
+    return linear_layer(w, bias, cut, kw)
+
+
+def _rows_or_cols(cut) -> tuple | slice:
+    """The ``get_slice`` index of rows (``dim`` 0) or columns ``a:b``."""
+    dim, a, b = cut
+    return slice(a, b) if dim == 0 else (slice(None), slice(a, b))
+
+
+def _read_cut(files: CheckpointFiles, lay, cut, k: int, key: str) -> torch.Tensor:
+    """A linear's tensor ``key``, whole or its rows / block-aligned columns ``cut``
+    of the ``k`` inputs (``get_slice``: the codes' and the scales' columns in
+    their own units); a per-tensor scale whole, not noted as copied (a scalar)."""
+    if lay.global_scale is not None and key.endswith(lay.global_scale):
+        return files.tensor(key)
+    if cut is None:
+        return files.copied(key)
+    dim, a, b = cut
+    if dim == 0:
+        return files.copied(key, slice(a, b))
+    cols = files.handles[files.where[key]].get_slice(key).get_shape()[1]
+    return files.copied(key, (slice(None), slice(a * cols // k, b * cols // k)))
 
 
 def _rebuild_meta_buffers(model) -> None:
@@ -469,7 +452,7 @@ def save_pretrained(model, path) -> None:
     after the previous checkpoint's index and the safetensors files this save
     does not rewrite were removed (``checkpoint_files.write_checkpoint``).  A
     failed write raises its ``OSError`` and leaves the folder as it was."""
-    _safetensors()
+    safetensors_module()
     tensors, layout = checkpoint_tensors(model)
     folder = Path(os.fspath(path))
     source = getattr(model, "mx_source", None) or {}

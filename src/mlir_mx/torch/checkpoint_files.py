@@ -36,7 +36,9 @@ import re
 import shutil
 import stat
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 try:
     import fcntl
@@ -44,10 +46,14 @@ except ImportError:  # pragma: no cover - Windows: no stale-folder cleanup
     fcntl = None
 
 from mlir_mx.errors import MXValueError
-from mlir_mx.files import atomic_path, write_text
+from mlir_mx.files import atomic_path, release_file_pages, release_mapped_files, write_text
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
-    "INDEX", "check_config", "checkpoint_files", "not_a_folder", "tensor_owners", "write_checkpoint",
+    "INDEX", "CheckpointFiles", "check_config", "checkpoint_files", "not_a_folder",
+    "safetensors_module", "tensor_owners", "write_checkpoint",
 ]  # fmt: skip
 
 INDEX = "model.safetensors.index.json"
@@ -322,3 +328,62 @@ def _remove_stale_work(folder: Path) -> None:
             continue
         finally:
             os.close(fd)
+
+
+def safetensors_module():
+    try:
+        import safetensors
+        from safetensors import safe_open
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(f"mlir_mx.torch checkpoints need safetensors: pip install safetensors ({e})") from e
+    return safetensors, safe_open
+
+
+class CheckpointFiles:
+    """A checkpoint folder's tensors by name, over ``safe_open`` handles (memory-mapped)."""
+
+    def __init__(self, folder: Path, stack: ExitStack):
+        st, safe_open = safetensors_module()
+        names, weight_map = checkpoint_files(folder)  # the files agree (checkpoint_files)
+        self.handles, self.metadata, keys = {}, {}, {}
+        self.folder, self.spans = folder, []
+        for name in names:
+            path = folder / name
+            try:
+                self.handles[name] = stack.enter_context(safe_open(str(path), framework="pt"))
+            except (st.SafetensorError, OSError) as e:
+                raise MXValueError(f"{path}: not a readable safetensors file ({e})") from None
+            self.metadata[name] = self.handles[name].metadata()
+            keys[name] = list(self.handles[name].keys())
+        self.where = tensor_owners(folder, keys, weight_map)
+        self.sharded = weight_map is not None
+
+    def check(self, key: str, dtypes, shape: tuple) -> str:
+        """Its dtype (one of ``dtypes``) and shape, from the header; the dtype."""
+        if key not in self.where:
+            raise MXValueError(f"{key}: missing from the checkpoint")
+        s = self.handles[self.where[key]].get_slice(key)
+        dtype, got = s.get_dtype(), tuple(s.get_shape())
+        if dtype not in dtypes:
+            raise MXValueError(f"{key}: expected dtype {' or '.join(dtypes)}, got {dtype}")
+        if got != tuple(shape):
+            raise MXValueError(f"{key}: expected shape {tuple(shape)}, got {got}")
+        return dtype
+
+    def tensor(self, key: str, index=None) -> torch.Tensor:
+        h = self.handles[self.where[key]]
+        return h.get_tensor(key) if index is None else h.get_slice(key)[index]
+
+    def copied(self, key: str, index=None) -> torch.Tensor:
+        """:meth:`tensor`, noted as bytes a layer copies (:meth:`release`)."""
+        t = self.tensor(key, index)
+        self.spans.append((t.data_ptr(), t.numel() * t.element_size()))
+        return t
+
+    def release(self, whole: bool = False) -> int:
+        """Drop the pages of the bytes the layers copied from the files' maps
+        (:func:`mlir_mx.files.release_file_pages`; ``whole``: every page of the
+        maps, those of slices ``get_slice`` copied out too); the bytes released."""
+        spans, self.spans = self.spans, []
+        paths = [self.folder / name for name in self.handles]
+        return release_mapped_files(paths) if whole else release_file_pages(spans, paths)

@@ -208,6 +208,30 @@ class FusedWeight:
             if layer is not None:
                 layer.read_fused(self, i)
 
+    def narrow_parts(self, starts: list[int], sizes: list[int]) -> None:
+        """Keep rows ``starts[i] : starts[i] + sizes[i]`` of each part ``i`` (its
+        own row numbers; tensor parallel: each part's slice of ``out`` on this
+        rank): the fused weight is rebuilt from those rows (stored bytes and
+        scales copied, bit for bit) and every live part re-reads it."""
+        if len(starts) != len(self.sizes) or len(sizes) != len(self.sizes):
+            raise MXValueError(f"starts, sizes: expected {len(self.sizes)} parts each")
+        parts, w = [], self.linear.weight()
+        codes, scales = w.packed_codes(), w.scales
+        for i, (a, n) in enumerate(zip(starts, sizes, strict=True)):
+            if not 0 <= a <= a + n <= self.sizes[i] or n < 1:
+                raise MXValueError(f"part {i}: rows {a}:{a + n} not within 0:{self.sizes[i]}")
+            rows = slice(self.offsets[i] + a, self.offsets[i] + a + n)
+            parts.append(MXArray.from_packed(
+                codes[rows], scales[rows], w.element, w.block_size, axis=1, copy=True
+            ))  # fmt: skip
+        self.sizes = [int(n) for n in sizes]
+        self.offsets = [int(o) for o in np.cumsum([0, *self.sizes])]
+        self._set(concat_rows(parts))
+        for i, ref in list(self._members.items()):
+            layer = ref()
+            if layer is not None:
+                layer.read_fused(self, i)
+
     # -- the call -------------------------------------------------------------------
 
     def output(self, layer, x: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:

@@ -3,6 +3,8 @@
     mx-generate PATH --prompt "..." [--max-new-tokens N] [--threads T]
                 [--activations i8] [--element mxfp4] [--no-chat-template]
     python -m mlir_mx.torch.generate PATH --prompt "..."   (the same)
+    mx-generate --tp N PATH ...       (tensor parallel over N processes on this machine)
+    torchrun --nproc-per-node N -m mlir_mx.torch.generate PATH ...   (the same, or across machines)
 
 ``PATH`` is a checkpoint folder with MX weights as stored (gpt-oss's MXFP4
 layout, compressed-tensors ``mxfp4-pack-quantized``, what
@@ -15,7 +17,10 @@ applies its chat template where it has one (``--no-chat-template``: the prompt
 as it is).  The kernels are compiled before the prompt runs
 (:func:`mlir_mx.torch.precompile`), so that the figures printed at the end
 (load, compile, prefill tokens/s, decode tokens/s, on standard error) time
-the model alone.  Greedy unless ``--temperature`` is given: the text is
+the model alone.  With ``--tp N`` (or under ``torchrun``) the model is split
+over the ranks (``docs/distributed.md``): each loads only its shard
+(:func:`mlir_mx.torch.distributed.from_pretrained`, transformers' plan of the
+model), every rank computes the same tokens, and rank 0 prints.  Greedy unless ``--temperature`` is given: the text is
 ``model.generate(ids, max_new_tokens=N, do_sample=False)``'s, streamed to
 standard output as it comes (``transformers.TextStreamer``).
 
@@ -44,6 +49,7 @@ from mlir_mx.numerics import element_format
 from mlir_mx.tools.driver import ArgParser, tool_main
 
 from .checkpoint import from_pretrained
+from .distributed.launch import is_rank_zero, relaunch, tensor_mesh, under_launcher
 from .gguf_model import gguf_tokenizer
 from .precompile import precompile
 from .quantize_model import quantize_
@@ -72,6 +78,7 @@ def _parser() -> ArgParser:
     ap.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (with --temperature)")
     ap.add_argument("--seed", type=int, default=0, help="torch's seed (with --temperature)")
     ap.add_argument("--ignore-eos", action="store_true", help="generate --max-new-tokens tokens")
+    ap.add_argument("--tp", type=int, help="tensor parallel over N processes (torchrun on itself)")
     return ap
 
 
@@ -85,6 +92,10 @@ def _check_options(ns) -> None:
         raise UsageError(f"--temperature: expected 0 or more, got {ns.temperature}")
     if not 0.0 < ns.top_p <= 1.0:
         raise UsageError(f"--top-p: expected a number in (0, 1], got {ns.top_p}")
+    if ns.tp is not None and ns.tp < 1:
+        raise UsageError(f"--tp: expected 1 or more processes, got {ns.tp}")
+    if ns.tp is not None and under_launcher() and ns.tp != under_launcher():
+        raise UsageError(f"--tp: {ns.tp} given, but the launcher started {under_launcher()} ranks")
     if not 0 <= ns.seed < 2**63 - 1:
         raise UsageError(f"--seed: expected an integer in [0, 2**63 - 1), got {ns.seed}")
     checks = (
@@ -104,6 +115,7 @@ def _parse(argv):
     ns = _parser().parse(argv)
     if isinstance(ns, str):
         return ns
+    ns.argv = list(sys.argv[1:] if argv is None else argv)
     _check_options(ns)
     path = Path(ns.path)
     if not path.exists():
@@ -156,11 +168,17 @@ def load_tokenizer(path):
     return tok
 
 
-def load_model(path, *, mx_checkpoint: bool, element=None, activations=None):
+def load_model(path, *, mx_checkpoint: bool, element=None, activations=None, device_mesh=None):
     """The model: :func:`from_pretrained` for an MX checkpoint (or a file),
     else ``transformers``' ``AutoModelForCausalLM`` (dtype as stored) converted
-    by :func:`quantize_` to ``element`` (None: MXFP4).  Returns ``(model,
-    what)``, ``what`` a few words on how it was loaded."""
+    by :func:`quantize_` to ``element`` (None: MXFP4).  With ``device_mesh``:
+    tensor parallel over it (the model's own plan), an MX checkpoint read as
+    this rank's shard.  Returns ``(model, what)``, ``what`` a few words on how
+    it was loaded."""
+    if mx_checkpoint and device_mesh is not None:
+        model = from_pretrained(path, device_mesh=device_mesh, tp_plan="auto",
+                                activations=activations)  # fmt: skip
+        return model, f"this rank's shard of {device_mesh.size()} (MX weights as stored)"
     if mx_checkpoint:
         model = from_pretrained(path, activations=activations)
         return model, "MX weights as stored (mlir_mx.torch.from_pretrained)"
@@ -172,6 +190,11 @@ def load_model(path, *, mx_checkpoint: bool, element=None, activations=None):
         why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ToolError(f"PATH: transformers loads no causal LM from '{path}' ({why})") from None
     summary = quantize_(model, element=element or "mxfp4", activations=activations)
+    if device_mesh is not None:  # torch.distributed.tensor: imported only here
+        from .distributed.plans import resolve_plan
+        from .distributed.tensor_parallel import parallelize
+
+        parallelize(model, device_mesh, resolve_plan(model, "auto"))
     return model, f"converted on load: {summary}".splitlines()[0]
 
 
@@ -322,6 +345,14 @@ def _warm_up(model, ids: torch.Tensor, kw: dict) -> float:
 
 
 def _run(ns) -> int:
+    if ns.tp is not None and ns.tp > 1 and not under_launcher():
+        argv, skip = [], False
+        for a in ns.argv:  # every option but --tp, for each rank
+            if skip or a == "--tp" or a.startswith("--tp="):
+                skip = a == "--tp"
+                continue
+            argv.append(a)
+        return relaunch(ns.tp, argv, "mlir_mx.torch.generate")
     with _quiet_transformers():
         return _generate(ns)
 
@@ -331,11 +362,13 @@ def _generate(ns) -> int:
 
     if ns.threads:
         torch.set_num_threads(ns.threads)
+    mesh = tensor_mesh()  # None: one process
+    main_rank = is_rank_zero()
     tokenizer = load_tokenizer(ns.path)
     t0 = time.perf_counter()
-    with LoadingBar(Path(ns.path)):
+    with LoadingBar(Path(ns.path), None if main_rank else False):
         model, what = load_model(ns.path, mx_checkpoint=ns.mx_checkpoint, element=ns.element,
-                                 activations=ns.activations)  # fmt: skip
+                                 activations=ns.activations, device_mesh=mesh)  # fmt: skip
     load_s = time.perf_counter() - t0
     ids = prompt_ids(tokenizer, ns.prompt, not ns.no_chat_template)
     kw = _generate_kwargs(ns, tokenizer, model)
@@ -343,19 +376,22 @@ def _generate(ns) -> int:
     layers = precompile(model)
     compile_s = time.perf_counter() - t0
     warmup_s = _warm_up(model, ids, kw)
-    clock = GenerationClock(TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True))
+    text = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True) if main_rank else None
+    clock = GenerationClock(text)
     torch.manual_seed(ns.seed)
     with torch.inference_mode():
         clock.start()
         model.generate(ids, attention_mask=torch.ones_like(ids), streamer=clock, **kw)
     sys.stdout.flush()
     lines = [
-        f"load: {load_s:.2f} s ({what}; {torch.get_num_threads()} threads)",
+        f"load: {load_s:.2f} s ({what}; {torch.get_num_threads()} threads"
+        + (f" in each of {mesh.size()} ranks)" if mesh is not None else ")"),
         f"compile: {compile_s:.2f} s ({layers} MX layers' kernels, before the prompt); "
         f"warm-up {warmup_s:.2f} s",
         *clock.figures(ids.shape[1]),
     ]
-    print("\n".join(lines), file=sys.stderr)
+    if main_rank:
+        print("\n".join(lines), file=sys.stderr)
     return 0
 
 

@@ -61,12 +61,15 @@ _FLOATS = {_F32: torch.float32, _F16: torch.float16, _BF16: torch.bfloat16}
 _EXPERTS = re.compile(r"model\.layers\.(\d+)\.mlp\.experts$")
 
 
-def from_gguf(path, *, dtype=None, threads: int | None = None, activations=None):
+def from_gguf(path, *, dtype=None, threads: int | None = None, activations=None, shards=None):
     """A ``transformers`` causal LM from the GGUF file ``path`` (the module
     docstring).  ``dtype``: the dtype of the tensors that are not MX (None: the
     file's 16-bit float type where it has one, else f32: as transformers'
     GGUF reader decides; tensors stored in it are kept bit for bit).
     ``threads`` / ``activations``: every MX layer's, as for :class:`MXLinear`.
+    ``shards``: None, or a function of the meta model giving ``{layer name:
+    (dim, start, stop)}`` (tensor parallel, ``distributed.shard_load``): those
+    MXFP4 layers read only those rows or block-aligned columns from the map.
 
     Raises:
         MXValueError: no such file; a file that does not read as GGUF (the
@@ -93,6 +96,7 @@ def from_gguf(path, *, dtype=None, threads: int | None = None, activations=None)
             )
         model = _meta_model(_config(f, arch), where)
         plan = _plan(model, f, arch)
+        plan["shards"] = {} if shards is None else shards(model)
         dtype = dtype or _file_dtype(f)
         _warn_dequantized(f, plan, dtype)
         _fill(model, f, plan, dtype, dict(threads=threads, activations=activations))
@@ -356,23 +360,70 @@ def _fill(model, f: GGUFFile, plan: dict, dtype: torch.dtype, kw: dict) -> None:
     for stem, name in plan["linear"].items():
         old = model.get_submodule(stem)
         out, k = old.weight.shape
-        nv = f.tensors[name].type == NVFP4_TYPE  # global scale 1 (interop.gguf_nvfp4)
-        read = nvfp4_packed_from_ggml if nv else mxfp4_packed_from_ggml
-        packed, scales = read(f.data(name), out, k)
         n_head = permuted.get(name.split(".")[-2])
-        if n_head:
-            rows = _unpermute_rows(out, heads[0], n_head)
-            packed, scales = packed[rows], scales[rows]
+        rows = _unpermute_rows(out, heads[0], n_head) if n_head else None
+        cut = plan["shards"].get(stem)
+        nv = f.tensors[name].type == NVFP4_TYPE  # global scale 1 (interop.gguf_nvfp4)
+        if nv:  # read whole, then this rank's rows / columns (64-element ggml blocks)
+            packed, scales = nvfp4_packed_from_ggml(f.data(name), out, k)
+            packed, scales = _rows_cols(packed, scales, rows, cut, 2, 16)
+        elif cut is None:
+            packed, scales = mxfp4_packed_from_ggml(f.data(name), out, k)
+            packed, scales = _rows_cols(packed, scales, rows, None, 2, _BLOCK)
+        else:
+            packed, scales = _mxfp4_shard(f.data(name), out, k, rows, cut)
         w = MXArray.from_packed(packed, scales, *(("nvfp4", 16) if nv else (_FP4, _BLOCK)),
                                 axis=1, copy=False, global_scale=1.0 if nv else None)  # fmt: skip
         bias = None if old.bias is None else old.bias.detach()  # read with the plain tensors
-        _replace(model, stem, MXLinear(w, bias, **kw))
+        _replace(model, stem, linear_layer(w, bias, cut, kw))
         f.release()
     for stem, bid in plan["experts"].items():
         _replace(model, stem, _experts(f, model.get_submodule(stem), bid, dtype, kw))
     if getattr(model.config, "tie_word_embeddings", False):
         model.tie_weights()
     _rebuild_meta_buffers(model)
+
+
+def _rows_cols(packed, scales, rows, cut, per_byte: int, block: int) -> tuple:
+    """``packed`` / ``scales`` in transformers' row order (``rows``: the file row
+    of each, or None), then rows / block-aligned columns ``cut`` (or all)."""
+    if rows is not None:
+        packed, scales = packed[rows], scales[rows]
+    if cut is None:
+        return packed, scales
+    dim, a, b = cut
+    if dim == 0:
+        return packed[a:b], scales[a:b]
+    return packed[:, a // per_byte : b // per_byte], scales[:, a // block : b // block]
+
+
+def _mxfp4_shard(data, out: int, k: int, rows, cut) -> tuple[np.ndarray, np.ndarray]:
+    """The stored form of rows / block-aligned columns ``cut`` (transformers'
+    order; ``rows``: the file row of each, llama's Q/K, or None) of a ggml
+    MXFP4 matrix: only those 17-byte blocks read from the map, then converted."""
+    dim, a, b = cut
+    blocks = np.asarray(data, dtype=np.uint8).reshape(out, k // _BLOCK, -1)
+    if dim == 0:
+        blocks = blocks[rows[a:b] if rows is not None else slice(a, b)]
+    else:
+        blocks = blocks[:, a // _BLOCK : b // _BLOCK]
+        blocks = blocks[rows] if rows is not None else blocks
+    blocks = np.ascontiguousarray(blocks)
+    return mxfp4_packed_from_ggml(blocks, blocks.shape[0], blocks.shape[1] * _BLOCK)
+
+
+def linear_layer(w: MXArray, bias, cut, kw: dict) -> MXLinear:
+    """The layer over ``w``; a shard (``cut``) notes it (``mx_tp_shard``), a
+    colwise one with its bias rows, a rowwise one with its bias apart (added
+    once, after the all-reduce)."""
+    if cut is None:
+        return MXLinear(w, bias, **kw)
+    dim, a, b = cut
+    layer = MXLinear(w, bias[a:b] if dim == 0 and bias is not None else None, **kw)
+    if dim == 1 and bias is not None:
+        layer.mx_tp_bias = bias
+    layer.mx_tp_shard = cut
+    return layer
 
 
 def _replace(model, name: str, new) -> None:

@@ -137,6 +137,23 @@ class MXLinear(torch.nn.Module):
             self.register_buffer(name, t, persistent=False)
         self._held_names = names
 
+    def replace_weight(self, weight: MXArray, bias=None) -> None:
+        """Hold ``weight`` (an ``MXArray`` ``(out, in)`` blocked along ``in``, of
+        this layer's format and block size) and ``bias`` instead of the weight
+        and bias held; ``in_features`` / ``out_features`` follow ``weight``
+        (tensor parallel: a rank's shard, :mod:`mlir_mx.torch.distributed`).
+        A part of a fused weight is narrowed through its ``FusedWeight`` instead."""
+        if self._fused is not None:
+            raise MXValueError("weight: this layer reads a fused weight; narrow the FusedWeight")
+        check_linear_weight(weight, "weight", ("out_features", "in_features"))
+        if (weight.element, weight.block_size) != (self.element, self.block_size):
+            raise MXValueError(
+                f"weight: expected {self.element} in blocks of {self.block_size}, got "
+                f"{weight.element} in blocks of {weight.block_size}"
+            )
+        self._adopt(Linear(weight, threads=1, activations=self.activations))
+        self._set_bias(bias)
+
     def read_fused(self, fused, part: int) -> None:
         """Read part ``part`` of ``fused``, a :class:`~mlir_mx.torch.fused.FusedWeight`
         (its ``attach`` and ``replace`` call this): hold its Linear and expose

@@ -1,0 +1,38 @@
+"""``mlir_mx.torch`` across processes with ``torch.distributed`` (``docs/distributed.md``).
+
+Tensor parallel (:mod:`.tensor_parallel`): torch's ``ColwiseParallel`` /
+``RowwiseParallel`` extended to ``MXLinear`` (:class:`MXColwiseParallel`,
+:class:`MXRowwiseParallel`, :func:`parallelize`); the plans (:mod:`.plans`:
+``"auto"``, transformers' ``tp_plan``); a checkpoint loaded as this rank's
+shard only (:mod:`.shard_load`, behind ``mlir_mx.torch.from_pretrained(path,
+device_mesh=, tp_plan=)``); the processes of ``mx-generate --tp N`` /
+``torchrun`` (:mod:`.launch`).
+
+The names are re-exported lazily (imported on first use): importing
+``torch.distributed.tensor`` costs about a second, which a process that never
+splits a model (``mx-generate`` without ``--tp``) does not pay.
+"""
+
+from __future__ import annotations
+
+#: Each public name and the module that defines it.
+_EXPORTS = {
+    "MXColwiseParallel": "tensor_parallel",
+    "MXRowwiseParallel": "tensor_parallel",
+    "check_plan": "tensor_parallel",
+    "held_weight_bytes": "tensor_parallel",
+    "parallelize": "tensor_parallel",
+    "slice_mx": "tensor_parallel",
+    "auto_plan": "plans",
+    "resolve_plan": "plans",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        from . import plans, tensor_parallel
+
+        return getattr(plans if _EXPORTS[name] == "plans" else tensor_parallel, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

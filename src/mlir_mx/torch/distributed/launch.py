@@ -1,0 +1,63 @@
+"""Processes for ``mx-generate --tp N`` / ``torchrun ... -m mlir_mx.torch.generate``.
+
+Under ``torchrun`` (``WORLD_SIZE``, ``RANK``, ``MASTER_ADDR``/``MASTER_PORT``
+in the environment) :func:`tensor_mesh` joins the gloo process group and
+returns the 1-D CPU ``DeviceMesh`` of all ranks; ``mx-generate --tp N`` run by
+hand starts ``torchrun --standalone --nproc-per-node N`` on itself
+(:func:`relaunch`: torch's own launcher, in this process, so the ranks are its
+children and end with it).  ``docs/distributed.md`` has the multi-machine form.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from mlir_mx.errors import ToolError, UsageError
+
+__all__ = ["is_rank_zero", "relaunch", "tensor_mesh", "under_launcher"]
+
+#: How long a collective may wait for a peer before it fails (a rank that died).
+COLLECTIVE_TIMEOUT = timedelta(minutes=10)
+
+
+def under_launcher() -> int:
+    """The world size torchrun gave this process (0: not started by a launcher)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "0")) if "RANK" in os.environ else 0
+    except ValueError:
+        raise UsageError(f"WORLD_SIZE: expected an integer, got {os.environ['WORLD_SIZE']!r}") from None
+
+
+def tensor_mesh():
+    """The 1-D CPU ``DeviceMesh`` over torchrun's ranks (the gloo group joined
+    first), or None outside a launcher or with one rank."""
+    world = under_launcher()
+    if world <= 1:
+        return None
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
+    return init_device_mesh("cpu", (world,))
+
+
+def is_rank_zero() -> bool:
+    """True in rank 0, or outside a process group (the one that prints)."""
+    import torch.distributed as dist
+
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def relaunch(n: int, argv: list[str], module: str) -> int:
+    """``torchrun --standalone --nproc-per-node n -m module argv...`` (torch's
+    launcher, run in this process); the exit status (1 when a rank failed)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+
+    try:
+        torchrun(["--standalone", "--nproc-per-node", str(n), "-m", module, *argv])
+    except ChildFailedError as e:
+        raise ToolError(f"--tp {n}: a rank failed ({e.get_first_failure()[1].message})") from None
+    return 0

@@ -1,0 +1,82 @@
+"""A checkpoint loaded as this rank's shard: ``from_pretrained(path, device_mesh=, tp_plan=)``.
+
+:func:`mlir_mx.torch.from_pretrained` with a ``device_mesh`` builds a
+:class:`ShardedLoad` (imported then, so a process that never splits a model
+never imports ``torch.distributed.tensor``).  For a compressed-tensors
+``mxfp4-pack-quantized`` folder each layer the plan splits reads only this
+rank's bytes from the safetensors files (``safe_open(...).get_slice``): a
+colwise layer its rows of ``weight_packed`` / ``weight_scale``, a rowwise
+layer its columns (``in / N`` at block boundaries: ``in / 2N`` bytes and
+``in / 32N`` scales per row), and the pages of the file's map it touched are
+dropped after each layer.  The plan is checked against the model's shapes
+(built on the meta device) before any byte is read.  Then the layers, already
+holding their shards, get the plan's forward hooks from torch's
+``parallelize_module`` (:func:`.tensor_parallel.parallelize`), as do the plain
+modules the plan names (``nn.Embedding``: torch shards it itself).
+
+An ``nn.Embedding`` the plan splits (Llama's ``embedding_rowwise``) reads its
+rows (or columns) the same way, and becomes a DTensor made from that shard
+(``from_local``: no scatter from rank 0).  Not read as a shard: the tensors the
+plan does not split (norms, a replicated head), a plain ``nn.Linear`` torch
+shards (read whole, then ``distribute_tensor``), gpt-oss's experts (expert
+parallel's part).  A GGUF file (``gguf_model.from_gguf(shards=)``) reads its
+MXFP4 layers' shards from its map the same way (whole 17-byte ggml blocks);
+its other tensors whole.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+from mlir_mx.errors import MXArgTypeError, MXValueError
+
+from .plans import resolve_plan
+from .tensor_parallel import check_plan, expand_plan, parallelize, shard_range
+
+__all__ = ["ShardedLoad"]
+
+_BLOCK = 32  # compressed-tensors MXFP4's block
+
+
+class ShardedLoad:
+    """This rank's part of a tensor-parallel load over ``device_mesh`` (a 1-D
+    torch ``DeviceMesh``, this process one of its ranks) with ``tp_plan``
+    (``"auto"``, the default: the model's own plan, :func:`.plans.auto_plan`;
+    or a dict as :func:`.tensor_parallel.parallelize` takes)."""
+
+    def __init__(self, device_mesh, tp_plan=None):
+        if device_mesh is None:
+            raise MXArgTypeError("tp_plan: given without device_mesh (the ranks to split over)")
+        if not hasattr(device_mesh, "get_local_rank") or not hasattr(device_mesh, "ndim"):
+            raise MXArgTypeError(f"device_mesh: expected a 1-D torch DeviceMesh, got {device_mesh!r}")
+        if device_mesh.ndim != 1:
+            raise MXValueError(f"device_mesh: expected a 1-D mesh, got {device_mesh.ndim} dimensions")
+        self.mesh, self.tp_plan, self.plan = device_mesh, tp_plan or "auto", None
+
+    def shards(self, meta_model) -> dict:
+        """``{layer name: (dim, start, stop)}`` of the plain ``nn.Linear`` and
+        ``nn.Embedding`` layers of ``meta_model`` the plan splits (the plan
+        checked first)."""
+        rank, world = self.mesh.get_local_rank(), self.mesh.size()
+        full = expand_plan(meta_model, resolve_plan(meta_model, self.tp_plan))
+        check_plan(meta_model, world, full, block_size=_BLOCK)
+        self.plan, out = full, {}
+        for name, style in full.items():
+            m = meta_model.get_submodule(name)
+            if type(m) is torch.nn.Embedding:  # rowwise: its rows; colwise: its columns
+                if isinstance(style, (ColwiseParallel, RowwiseParallel)):
+                    row = isinstance(style, RowwiseParallel)
+                    n = m.num_embeddings if row else m.embedding_dim
+                    out[name] = (0 if row else 1, *shard_range(n, rank, world))
+            elif type(m) is torch.nn.Linear and isinstance(style, ColwiseParallel):
+                out[name] = (0, *shard_range(m.out_features, rank, world))
+            elif type(m) is torch.nn.Linear and isinstance(style, RowwiseParallel):
+                out[name] = (1, *shard_range(m.in_features, rank, world))
+        return out
+
+    def parallelize(self, model):
+        """``model`` (loaded, its planned MX layers holding their shards) split
+        over the mesh: the plan's hooks, the other planned modules sharded."""
+        plan = self.plan if self.plan is not None else resolve_plan(model, self.tp_plan)
+        return parallelize(model, self.mesh, plan)
