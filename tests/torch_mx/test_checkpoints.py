@@ -120,7 +120,7 @@ def test_the_mx_bytes_pages_leave_the_rss_after_loading(checkpoint, monkeypatch)
     same way)."""
     import os
 
-    from mlir_mx.torch import checkpoint as ckpt
+    from mlir_mx.torch import checkpoint_files as ckpt_files
 
     folder, tensors = checkpoint
     calls = []
@@ -129,7 +129,7 @@ def test_the_mx_bytes_pages_leave_the_rss_after_loading(checkpoint, monkeypatch)
         calls.append((list(spans), list(paths), release_file_pages(spans, paths)))
         return calls[-1][2]
 
-    monkeypatch.setattr(ckpt, "release_file_pages", spy)
+    monkeypatch.setattr(ckpt_files, "release_file_pages", spy)
     model = from_pretrained(folder)
     [(spans, paths, released)] = calls
     mx = {k: t for k, t in tensors.items() if k.endswith(("_blocks", "_scales"))}
