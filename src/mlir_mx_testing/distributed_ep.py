@@ -1,0 +1,146 @@
+"""Expert parallel in real processes: a small spawn harness and the ranks' work
+(``tests/torch_mx/test_expert_parallel.py``, ``bench/probes/ep_decode.py``).
+
+:func:`spawn` starts ``ranks`` processes with ``torch.multiprocessing.spawn``,
+each in a ``gloo`` group over loopback on a free port, and waits at most
+``timeout`` seconds: past it, every process still alive is killed and
+``TimeoutError`` raised (a collective that hangs cannot hold the test).  A
+rank's exception fails the call (``torch.multiprocessing.ProcessRaisedException``).
+The ranks' work (:func:`ep_ranks`, :func:`refuse_rank`) writes its results
+with ``torch.save`` to ``out/rank{N}.pt``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import socket
+import time
+import weakref
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+__all__ = ["ep_ranks", "free_port", "hang_rank", "refuse_rank", "spawn", "trace"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 free now (bound to port 0, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(fn, ranks: int, args: tuple = (), *, timeout: float = 120.0, threads: int = 1) -> None:
+    """Run ``fn(rank, ranks, *args)`` in ``ranks`` processes of one gloo group
+    (loopback, a free port), each on ``threads`` torch threads; kill them all
+    and raise ``TimeoutError`` after ``timeout`` seconds."""
+    port = free_port()
+    ctx = mp.spawn(_entry, args=(fn, ranks, port, args, timeout, threads), nprocs=ranks,
+                   join=False)  # fmt: skip
+    deadline = time.monotonic() + timeout
+    try:
+        while not ctx.join(timeout=max(0.1, min(1.0, deadline - time.monotonic()))):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{ranks} ranks still running after {timeout} s: killed")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+
+
+def _entry(rank, fn, ranks, port, args, timeout, threads):
+    torch.set_num_threads(threads)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ranks,
+        timeout=datetime.timedelta(seconds=timeout + 60),  # spawn's kill comes first
+    )  # fmt: skip
+    try:
+        fn(rank, ranks, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def trace(model, ids: torch.Tensor, new_tokens: int) -> dict:
+    """The prompt's logits (the grouped path), then ``new_tokens`` greedy steps
+    with the KV cache: each step's logits (the one-token path) and the tokens."""
+    with torch.inference_mode():
+        out = model(ids, use_cache=True)
+        prefill, steps, tokens = out.logits.clone(), [], []
+        for _ in range(new_tokens):
+            nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+            tokens.append(int(nxt))
+            out = model(nxt, cache=out.cache, use_cache=True)
+            steps.append(out.logits[0, -1].clone())
+    return {"prefill": prefill, "steps": torch.stack(steps), "tokens": tokens}
+
+
+def _held(model) -> int:
+    from mlir_mx.torch import MXExperts
+
+    return sum(m.nbytes for m in model.modules() if isinstance(m, MXExperts))
+
+
+def ep_ranks(rank: int, ranks: int, folder: str, out: str, ids, new_tokens: int, combines) -> None:
+    """One rank: the checkpoint at ``folder`` loaded whole (``from_pretrained``)
+    and traced unsharded (no collective), then, per combine of ``combines``,
+    loaded again, sharded (:func:`~mlir_mx.torch.distributed.shard_experts`)
+    and traced twice; the held expert bytes before and after, and whether the
+    layers of the experts the rank gave away were freed."""
+    from mlir_mx.torch import MXExperts, from_pretrained
+    from mlir_mx.torch.distributed import shard_experts
+
+    whole = from_pretrained(folder)
+    result = {"whole": trace(whole, ids, new_tokens), "held_whole": _held(whole)}
+    del whole
+    for combine in combines:
+        model = from_pretrained(folder)
+        blocks = [m for m in model.modules() if isinstance(m, MXExperts)]
+        mine = set(range(rank * len(blocks[0].gate_up) // ranks,
+                         (rank + 1) * len(blocks[0].gate_up) // ranks))  # fmt: skip
+        given = [weakref.ref(m) for b in blocks for e, m in enumerate(b.gate_up) if e not in mine]
+        del blocks
+        names = shard_experts(model, combine=combine)
+        gc.collect()
+        result[combine] = {
+            "names": names,
+            "held": _held(model),
+            "given_away_alive": sum(r() is not None for r in given),
+            "given_away": len(given),
+            "runs": [trace(model, ids, new_tokens) for _ in range(2)],
+        }
+        del model
+    torch.save(result, Path(out) / f"rank{rank}.pt")
+
+
+def refuse_rank(rank: int, ranks: int, folder: str, out: str) -> None:
+    """Rank 0 alone asks to shard the checkpoint at ``folder`` (experts not a
+    multiple of ``ranks``); the other ranks do nothing.  Had the refusal
+    come after a collective, rank 0 would wait there for the others until
+    the group's timeout."""
+    if rank:
+        return
+    from mlir_mx.errors import MXValueError
+    from mlir_mx.torch import from_pretrained
+    from mlir_mx.torch.distributed import shard_experts
+
+    model = from_pretrained(folder)
+    try:
+        shard_experts(model)
+    except MXValueError as e:
+        message = str(e)
+    else:
+        message = None
+    sharded = sum(type(m).__name__ == "ExpertShard" for m in model.modules())
+    torch.save({"message": message, "sharded": sharded}, Path(out) / f"rank{rank}.pt")
+
+
+def hang_rank(rank: int, ranks: int) -> None:
+    """Rank 0 waits in an ``all_reduce`` that rank 1 never joins (it sleeps):
+    the hang :func:`spawn`'s timeout must end."""
+    if rank:
+        time.sleep(3600)
+    dist.all_reduce(torch.zeros(1))
