@@ -84,17 +84,23 @@ def _held(model) -> int:
     return sum(m.nbytes for m in model.modules() if isinstance(m, MXExperts))
 
 
-def ep_ranks(rank: int, ranks: int, folder: str, out: str, ids, new_tokens: int, combines) -> None:
-    """One rank: the checkpoint at ``folder`` loaded whole (``from_pretrained``)
-    and traced unsharded (no collective), then, per combine of ``combines``,
-    loaded again, sharded (:func:`~mlir_mx.torch.distributed.shard_experts`)
-    and traced twice; the held expert bytes before and after, and whether the
-    layers of the experts the rank gave away were freed."""
+def ep_ranks(
+    rank: int, ranks: int, folder: str, out: str, ids, new_tokens: int, combines, bad=None
+) -> None:
+    """One rank: first, on rank 0 only, :func:`refuse_rank`'s bad plan on the
+    checkpoint at ``bad`` (if given: a refusal that entered a collective would
+    meet the other ranks' first one); then the checkpoint at ``folder``
+    loaded whole (``from_pretrained``) and traced unsharded (no collective),
+    then, per combine of ``combines``, loaded again, sharded
+    (:func:`~mlir_mx.torch.distributed.shard_experts`) and traced twice; the
+    held expert bytes before and after, and whether the layers of the experts
+    the rank gave away were freed."""
     from mlir_mx.torch import MXExperts, from_pretrained
     from mlir_mx.torch.distributed import shard_experts
 
+    result = {"refused": _refuse(bad) if bad is not None and rank == 0 else None}
     whole = from_pretrained(folder)
-    result = {"whole": trace(whole, ids, new_tokens), "held_whole": _held(whole)}
+    result |= {"whole": trace(whole, ids, new_tokens), "held_whole": _held(whole)}
     del whole
     for combine in combines:
         model = from_pretrained(folder)
@@ -118,14 +124,17 @@ def ep_ranks(rank: int, ranks: int, folder: str, out: str, ids, new_tokens: int,
 
 def refuse_rank(rank: int, ranks: int, folder: str, out: str) -> None:
     """Rank 0 alone asks to shard the checkpoint at ``folder`` (experts not a
-    multiple of ``ranks``); the other ranks do nothing.  Had the refusal
-    come after a collective, rank 0 would wait there for the others until
-    the group's timeout."""
-    if rank:
-        return
+    multiple of ``ranks``); the other ranks do nothing and leave.  Had the
+    refusal come after a collective, rank 0 would wait there for the others
+    until the group's timeout."""
+    if not rank:
+        torch.save(_refuse(folder), Path(out) / f"rank{rank}.pt")
+
+
+def _refuse(folder: str) -> dict:
     from mlir_mx.errors import MXValueError
     from mlir_mx.torch import from_pretrained
-    from mlir_mx.torch.distributed import shard_experts
+    from mlir_mx.torch.distributed import ExpertShard, shard_experts
 
     model = from_pretrained(folder)
     try:
@@ -134,8 +143,7 @@ def refuse_rank(rank: int, ranks: int, folder: str, out: str) -> None:
         message = str(e)
     else:
         message = None
-    sharded = sum(type(m).__name__ == "ExpertShard" for m in model.modules())
-    torch.save({"message": message, "sharded": sharded}, Path(out) / f"rank{rank}.pt")
+    return {"message": message, "sharded": sum(isinstance(m, ExpertShard) for m in model.modules())}
 
 
 def hang_rank(rank: int, ranks: int) -> None:
