@@ -93,8 +93,8 @@ def ep_ranks(
     loaded whole (``from_pretrained``) and traced unsharded (no collective),
     then, per combine of ``combines``, loaded again, sharded
     (:func:`~mlir_mx.torch.distributed.shard_experts`) and traced twice; the
-    held expert bytes before and after, and whether the layers of the experts
-    the rank gave away were freed."""
+    held expert bytes before and after, whether the layers of the experts the
+    rank gave away were freed, and ``save_pretrained``'s refusal."""
     from mlir_mx.torch import MXExperts, from_pretrained
     from mlir_mx.torch.distributed import shard_experts
 
@@ -117,9 +117,21 @@ def ep_ranks(
             "given_away_alive": sum(r() is not None for r in given),
             "given_away": len(given),
             "runs": [trace(model, ids, new_tokens) for _ in range(2)],
+            "save": _save_refused(model, Path(out) / f"save{rank}"),
         }
         del model
     torch.save(result, Path(out) / f"rank{rank}.pt")
+
+
+def _save_refused(model, folder: Path) -> str | None:
+    from mlir_mx.errors import MXValueError
+    from mlir_mx.torch import save_pretrained
+
+    try:
+        save_pretrained(model, folder)
+    except MXValueError as e:
+        return str(e)
+    return None
 
 
 def refuse_rank(rank: int, ranks: int, folder: str, out: str) -> None:

@@ -145,7 +145,8 @@ def test_two_ranks_exact_is_the_single_process_bit_for_bit(two_ranks):
     """2 ranks x 1 thread, combine="exact": the prompt's logits and every decode
     step's bit for bit the unsharded model's (so within its bound, same
     tokens), the same on both ranks and in both runs; each rank holds half
-    the expert bytes, and the layers of the experts it gave away are freed."""
+    the expert bytes, the layers of the experts it gave away are freed, and
+    save_pretrained refuses the sharded model."""
     ranks, bound = two_ranks
     for r in ranks:
         whole, ep = r["whole"], r["exact"]
@@ -156,6 +157,11 @@ def test_two_ranks_exact_is_the_single_process_bit_for_bit(two_ranks):
             assert run["tokens"] == whole["tokens"] and len(run["tokens"]) == 3
         assert 2 * ep["held"] == r["held_whole"] > 0
         assert ep["given_away"] == 2 * 2 and ep["given_away_alive"] == 0
+        # save_pretrained would write 2 experts under a config of 4: refused
+        assert ep["save"] == (
+            "model.layers.0.mlp.experts: holds 2 of its 4 experts (expert parallel): save the "
+            "unsharded model"
+        )
     assert torch.equal(ranks[0]["exact"]["runs"][0]["steps"], ranks[1]["exact"]["runs"][1]["steps"])
     assert 0 < bound.check(ranks[0]["exact"]["runs"][0]["prefill"]) <= 1
 
