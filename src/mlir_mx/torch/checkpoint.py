@@ -397,6 +397,11 @@ def checkpoint_tensors(model) -> tuple[dict[str, torch.Tensor], str]:
     out, prefixes, kinds = {}, [], set()
     for name, module in model.named_modules():
         if isinstance(module, MXExperts):
+            if getattr(module, "total_experts", module.num_experts) != module.num_experts:
+                raise MXValueError(
+                    f"{name}: holds {module.num_experts} of its {module.total_experts} experts "
+                    "(expert parallel): save the unsharded model"
+                )
             kinds.add(GPT_OSS)
             for proj, layers in (("gate_up_proj", module.gate_up), ("down_proj", module.down)):
                 blocks, scales = zip(*(_stored(m, f"{name}.{proj}") for m in layers), strict=True)

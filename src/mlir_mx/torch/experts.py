@@ -290,14 +290,44 @@ class MXExperts(torch.nn.Module):
             for e, j in order:
                 out += self.expert(e, xf) * scales[j]
             return out
-        self._bind_decode()
-        experts = [e for e, _ in order]
-        mid = self._rows(self.gate_up, experts, xf.contiguous(), shared=True, bf16=bf16)
-        y = self._rows(self.down, experts, self.gate.rows(mid))
+        y = self.rows([e for e, _ in order], xf.contiguous(), bf16)
         y *= scales[[j for _, j in order]][:, None]
         for r in range(len(order)):
             out += y[r]
         return out
+
+    def rows(self, experts: list[int], x: torch.Tensor, bf16: bool = False) -> torch.Tensor:
+        """``(len(experts), H)`` f32: row ``r`` is expert ``experts[r]`` on the one
+        row of ``x`` ``(1, H)`` (f32, C-contiguous; eager), its bias included:
+        the one-token path's products, bit for bit :meth:`expert`'s, each
+        projection of the ``k`` experts in one parallel region.  ``bf16``: as
+        for :meth:`expert`.  Expert parallel's one-token call runs its rank's
+        experts through it (:mod:`mlir_mx.torch.distributed`)."""
+        self._bind_decode()
+        mid = self._rows(self.gate_up, experts, x, shared=True, bf16=bf16)
+        return self._rows(self.down, experts, self.gate.rows(mid))
+
+    def select(self, first: int, count: int) -> MXExperts:
+        """Experts ``first .. first + count - 1`` as a new ``MXExperts`` over the
+        same layers: each expert's ``MXLinear`` (its packed codes and scales,
+        its biases) shared, not a byte copied or dequantized; the others are
+        not referenced, so they are freed with this module.  Expert parallel
+        holds a rank's experts this way (:mod:`mlir_mx.torch.distributed`)."""
+        for name, v in (("first", first), ("count", count)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise MXArgTypeError(f"{name}: expected an int, got {type(v).__name__}")
+        if not (0 <= first and 0 < count and first + count <= self.num_experts):
+            raise MXValueError(
+                f"first, count: experts {first}..{first + count - 1} are not in "
+                f"[0, {self.num_experts})"
+            )
+        new = MXExperts.__new__(MXExperts)
+        torch.nn.Module.__init__(new)
+        new.gate = self.gate
+        new.gate_up = torch.nn.ModuleList(self.gate_up[first : first + count])
+        new.down = torch.nn.ModuleList(self.down[first : first + count])
+        new._check_shapes()
+        return new
 
     def _bind_decode(self) -> None:
         """Bind every expert's one-row kernel at the first one-token call (per
@@ -350,7 +380,8 @@ class MXExperts(torch.nn.Module):
                     y[r] += b.to(torch.float32)
         return y
 
-    def _check_call(self, hidden_states, router_indices, routing_weights):
+    def _check_call(self, hidden_states, router_indices, routing_weights, experts=None):
+        """The call's checks; ``experts``: the routed experts' range (None: this block's)."""
         for name, v in (("hidden_states", hidden_states), ("router_indices", router_indices),
                         ("routing_weights", routing_weights)):  # fmt: skip
             if not isinstance(v, torch.Tensor):
@@ -398,10 +429,9 @@ class MXExperts(torch.nn.Module):
                 lo, hi = min(ks), max(ks)
             else:
                 lo, hi = int(idx.min()), int(idx.max())
-            if lo < 0 or hi >= self.num_experts:
-                raise MXValueError(
-                    f"router_indices: expected experts in [0, {self.num_experts}), got {lo}..{hi}"
-                )
+            n = self.num_experts if experts is None else experts
+            if lo < 0 or hi >= n:
+                raise MXValueError(f"router_indices: expected experts in [0, {n}), got {lo}..{hi}")
         return hidden_states, idx, routing_weights
 
 

@@ -8,12 +8,19 @@ shard only (:mod:`.shard_load`, behind ``mlir_mx.torch.from_pretrained(path,
 device_mesh=, tp_plan=)``); the processes of ``mx-generate --tp N`` /
 ``torchrun`` (:mod:`.launch`).
 
+Expert parallel for ``MXExperts`` (:mod:`.experts`): :func:`shard_experts`,
+:class:`ExpertParallel` (a ``ParallelStyle``), :class:`ExpertShard`,
+:func:`expert_range` (``docs/torch.md``, "Expert parallel"; on paper, past one
+machine: ``docs/scaling-out.md``).
+
 The names are re-exported lazily (imported on first use): importing
 ``torch.distributed.tensor`` costs about a second, which a process that never
 splits a model (``mx-generate`` without ``--tp``) does not pay.
 """
 
 from __future__ import annotations
+
+from importlib import import_module
 
 #: Each public name and the module that defines it.
 _EXPORTS = {
@@ -25,6 +32,11 @@ _EXPORTS = {
     "slice_mx": "tensor_parallel",
     "auto_plan": "plans",
     "resolve_plan": "plans",
+    "COMBINES": "experts",
+    "ExpertParallel": "experts",
+    "ExpertShard": "experts",
+    "expert_range": "experts",
+    "shard_experts": "experts",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -32,7 +44,5 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name):
     if name in _EXPORTS:
-        from . import plans, tensor_parallel
-
-        return getattr(plans if _EXPORTS[name] == "plans" else tensor_parallel, name)
+        return getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

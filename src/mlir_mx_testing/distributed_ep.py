@@ -1,0 +1,111 @@
+"""Expert parallel in real processes: the ranks' work
+(``tests/torch_mx/test_expert_parallel.py``, ``bench/probes/ep_decode.py``),
+run by :func:`mlir_mx_testing.distributed.run_ranks` (gloo over loopback, a
+free port, every rank killed past a timeout).
+The ranks' work (:func:`ep_ranks`, :func:`refuse_rank`) writes its results
+with ``torch.save`` to ``out/rank{N}.pt``.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from pathlib import Path
+
+import torch
+
+__all__ = ["ep_ranks", "refuse_rank", "trace"]
+
+
+def trace(model, ids: torch.Tensor, new_tokens: int) -> dict:
+    """The prompt's logits (the grouped path), then ``new_tokens`` greedy steps
+    with the KV cache: each step's logits (the one-token path) and the tokens."""
+    with torch.inference_mode():
+        out = model(ids, use_cache=True)
+        prefill, steps, tokens = out.logits.clone(), [], []
+        for _ in range(new_tokens):
+            nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+            tokens.append(int(nxt))
+            out = model(nxt, cache=out.cache, use_cache=True)
+            steps.append(out.logits[0, -1].clone())
+    return {"prefill": prefill, "steps": torch.stack(steps), "tokens": tokens}
+
+
+def _held(model) -> int:
+    from mlir_mx.torch import MXExperts
+
+    return sum(m.nbytes for m in model.modules() if isinstance(m, MXExperts))
+
+
+def ep_ranks(
+    rank: int, ranks: int, folder: str, out: str, ids, new_tokens: int, combines, bad=None
+) -> None:
+    """One rank: first, on rank 0 only, :func:`refuse_rank`'s bad plan on the
+    checkpoint at ``bad`` (if given: a refusal that entered a collective would
+    meet the other ranks' first one); then the checkpoint at ``folder``
+    loaded whole (``from_pretrained``) and traced unsharded (no collective),
+    then, per combine of ``combines``, loaded again, sharded
+    (:func:`~mlir_mx.torch.distributed.shard_experts`) and traced twice; the
+    held expert bytes before and after, whether the layers of the experts the
+    rank gave away were freed, and ``save_pretrained``'s refusal."""
+    from mlir_mx.torch import MXExperts, from_pretrained
+    from mlir_mx.torch.distributed import shard_experts
+
+    result = {"refused": _refuse(bad) if bad is not None and rank == 0 else None}
+    whole = from_pretrained(folder)
+    result |= {"whole": trace(whole, ids, new_tokens), "held_whole": _held(whole)}
+    del whole
+    for combine in combines:
+        model = from_pretrained(folder)
+        blocks = [m for m in model.modules() if isinstance(m, MXExperts)]
+        mine = set(range(rank * len(blocks[0].gate_up) // ranks,
+                         (rank + 1) * len(blocks[0].gate_up) // ranks))  # fmt: skip
+        given = [weakref.ref(m) for b in blocks for e, m in enumerate(b.gate_up) if e not in mine]
+        del blocks
+        names = shard_experts(model, combine=combine)
+        gc.collect()
+        result[combine] = {
+            "names": names,
+            "held": _held(model),
+            "given_away_alive": sum(r() is not None for r in given),
+            "given_away": len(given),
+            "runs": [trace(model, ids, new_tokens) for _ in range(2)],
+            "save": _save_refused(model, Path(out) / f"save{rank}"),
+        }
+        del model
+    torch.save(result, Path(out) / f"rank{rank}.pt")
+
+
+def _save_refused(model, folder: Path) -> str | None:
+    from mlir_mx.errors import MXValueError
+    from mlir_mx.torch import save_pretrained
+
+    try:
+        save_pretrained(model, folder)
+    except MXValueError as e:
+        return str(e)
+    return None
+
+
+def refuse_rank(rank: int, ranks: int, folder: str, out: str) -> None:
+    """Rank 0 alone asks to shard the checkpoint at ``folder`` (experts not a
+    multiple of ``ranks``); the other ranks do nothing and leave.  Had the
+    refusal come after a collective, rank 0 would wait there for the others
+    until the group's timeout."""
+    if not rank:
+        torch.save(_refuse(folder), Path(out) / f"rank{rank}.pt")
+
+
+def _refuse(folder: str) -> dict:
+    from mlir_mx.errors import MXValueError
+    from mlir_mx.torch import from_pretrained
+    from mlir_mx.torch.distributed import ExpertShard, shard_experts
+
+    model = from_pretrained(folder)
+    try:
+        shard_experts(model)
+    except MXValueError as e:
+        message = str(e)
+    else:
+        message = None
+    return {"message": message, "sharded": sum(isinstance(m, ExpertShard) for m in model.modules())}

@@ -1,0 +1,209 @@
+"""Expert parallel (issue 56): ``MXExperts`` sharded over ``torch.distributed``.
+
+The 2-rank tests run real processes (``mlir_mx_testing.distributed.run_ranks``:
+``mlir_mx_testing.distributed.run_ranks``, gloo over loopback, killed after a timeout)
+on a tiny gpt-oss (4 experts, top-2) saved as an MXFP4 checkpoint; attention,
+router and the rest replicated on every rank.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[torch]')")
+dist = pytest.importorskip("torch.distributed", reason="torch without torch.distributed")
+if not dist.is_available():
+    pytest.skip("torch built without torch.distributed", allow_module_level=True)
+
+from gpt_oss_cases import prompt, tiny_gpt_oss  # noqa: E402
+
+from mlir_mx.errors import MXArgTypeError, MXValueError  # noqa: E402
+from mlir_mx.torch import (  # noqa: E402
+    MXExperts,
+    dequantize_,
+    logit_bound,
+    quantize_,
+    save_pretrained,
+)
+from mlir_mx.torch.distributed import (  # noqa: E402
+    ExpertParallel,
+    ExpertShard,
+    expert_range,
+    shard_experts,
+)
+from mlir_mx_testing.distributed import run_ranks  # noqa: E402
+from mlir_mx_testing.distributed_ep import ep_ranks, refuse_rank  # noqa: E402
+
+TIMEOUT = 180  # s: the 2 ranks' whole run; a hung collective is killed at it
+
+
+def _experts_only(module, name):
+    return "experts" in name
+
+
+def _checkpoint(folder, **overrides):
+    """The tiny gpt-oss, experts MXFP4, saved; its kernels compiled here, into
+    the run's compile cache, so the ranks load them (two ranks compiling at
+    once on 2 cores is most of a cold run)."""
+    model = tiny_gpt_oss(**overrides)
+    ref = copy.deepcopy(model)
+    quantize_(model, filter_fn=_experts_only, precompile=True)
+    dequantize_(ref, filter_fn=_experts_only)
+    save_pretrained(model, folder)
+    return model, ref
+
+
+def _two_ranks(root, combines, bad=None):
+    _, ref = _checkpoint(root / "ckpt")
+    ids = prompt()
+    args = (str(root / "ckpt"), str(root), ids, 3, combines, bad)
+    run_ranks(ep_ranks, 2, args, timeout=TIMEOUT)
+    return [torch.load(root / f"rank{r}.pt") for r in range(2)], logit_bound(ref, ids, probes=3)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """Both ranks' results (``ep_ranks``: rank 0's bad plan first, then unsharded,
+    then sharded with combine="exact"): the one spawn of the default suite."""
+    root = tmp_path_factory.mktemp("ep")
+    _checkpoint(root / "bad", num_local_experts=3)
+    return _two_ranks(root, ("exact",), str(root / "bad"))
+
+
+def test_expert_range_plans_and_refuses():
+    assert [expert_range(128, r, 4) for r in range(4)] == [(0, 32), (32, 32), (64, 32), (96, 32)]
+    assert expert_range(4, 0, 1) == (0, 4)
+    with pytest.raises(MXValueError, match="ranks: 3 ranks do not divide the 4 experts"):
+        expert_range(4, 0, 3)
+    with pytest.raises(MXValueError, match="rank, ranks"):
+        expert_range(4, 2, 2)
+    with pytest.raises(MXArgTypeError, match="ranks: expected an int"):
+        expert_range(4, 0, 2.0)
+
+
+def test_refused_without_a_process_group_or_experts():
+    assert not dist.is_initialized()
+    model = tiny_gpt_oss()
+    with pytest.raises(MXValueError, match="init_process_group"):
+        shard_experts(model)
+    with pytest.raises(MXValueError, match="combine: expected one of exact, sum"):
+        ExpertParallel(combine="tree")
+
+
+def test_select_shares_the_layers(tmp_path):
+    model, _ = _checkpoint(tmp_path / "ckpt")
+    block = model.model.layers[0].mlp.experts
+    part = block.select(2, 2)
+    assert isinstance(part, MXExperts) and part.num_experts == 2
+    assert part.gate_up[0] is block.gate_up[2] and part.down[1] is block.down[3]
+    assert 2 * part.nbytes == block.nbytes
+    with pytest.raises(MXValueError, match=r"experts 3\.\.4 are not in \[0, 4\)"):
+        block.select(3, 2)
+
+
+def test_one_rank_group_is_the_single_process_bit_for_bit(tmp_path):
+    """In this process, a gloo group of one rank (a HashStore): the sharded block
+    (all experts local; the slots, the all_reduce, the fold) gives the
+    unsharded model's logits bit for bit, prefill and one-token steps; the
+    ParallelStyle path (parallelize_module) does the same."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    model, _ = _checkpoint(tmp_path / "ckpt")
+    ids = prompt()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        from mlir_mx_testing.distributed_ep import trace
+
+        whole = trace(model, ids, 3)
+        sharded = copy.deepcopy(model)
+        assert shard_experts(sharded) == [f"model.layers.{i}.mlp.experts" for i in range(2)]
+        styled = copy.deepcopy(model)
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("cpu", (1,))
+        parallelize_module(styled, mesh, {"model.layers.*.mlp.experts": ExpertParallel()})
+        for m in (sharded, styled):
+            assert all(isinstance(layer.mlp.experts, ExpertShard) for layer in m.model.layers)
+            got = trace(m, ids, 3)
+            assert torch.equal(got["prefill"], whole["prefill"])
+            assert torch.equal(got["steps"], whole["steps"]) and got["tokens"] == whole["tokens"]
+        with pytest.raises(MXValueError, match="already sharded"):
+            shard_experts(sharded)
+        with pytest.raises(MXValueError, match="model: holds no MXExperts"):
+            shard_experts(torch.nn.Linear(2, 2))
+        with pytest.raises(MXArgTypeError, match="device_mesh: expected a DeviceMesh"):
+            shard_experts(model, device_mesh="cpu")
+        with pytest.raises(MXValueError, match=r"router_indices: expected experts in \[0, 4\)"):
+            block = sharded.model.layers[0].mlp.experts
+            block(torch.zeros(1, 64), torch.tensor([[0, 4]]), torch.ones(1, 2))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_ranks_exact_is_the_single_process_bit_for_bit(two_ranks):
+    """2 ranks x 1 thread, combine="exact": the prompt's logits and every decode
+    step's bit for bit the unsharded model's (so within its bound, same
+    tokens), the same on both ranks and in both runs; each rank holds half
+    the expert bytes, the layers of the experts it gave away are freed, and
+    save_pretrained refuses the sharded model."""
+    ranks, bound = two_ranks
+    for r in ranks:
+        whole, ep = r["whole"], r["exact"]
+        assert ep["names"] == [f"model.layers.{i}.mlp.experts" for i in range(2)]
+        for run in ep["runs"]:
+            assert torch.equal(run["prefill"], whole["prefill"])
+            assert torch.equal(run["steps"], whole["steps"])
+            assert run["tokens"] == whole["tokens"] and len(run["tokens"]) == 3
+        assert 2 * ep["held"] == r["held_whole"] > 0
+        assert ep["given_away"] == 2 * 2 and ep["given_away_alive"] == 0
+        # save_pretrained would write 2 experts under a config of 4: refused
+        assert ep["save"] == (
+            "model.layers.0.mlp.experts: holds 2 of its 4 experts (expert parallel): save the "
+            "unsharded model"
+        )
+    assert torch.equal(ranks[0]["exact"]["runs"][0]["steps"], ranks[1]["exact"]["runs"][1]["steps"])
+    assert 0 < bound.check(ranks[0]["exact"]["runs"][0]["prefill"]) <= 1
+
+
+def test_a_rank_count_that_does_not_divide_the_experts_is_refused_before_any_collective(
+    two_ranks,
+):
+    """3 experts over 2 ranks, asked by rank 0 alone before the run above:
+    refused with MXValueError naming the block, nothing sharded, and no
+    collective entered (it would have met rank 1's first all_reduce, and the
+    run above would not be bit for bit)."""
+    ranks, _ = two_ranks
+    assert ranks[0]["refused"] == {
+        "message": "model.layers.0.mlp.experts: ranks: 2 ranks do not divide the 3 experts "
+        "(expert parallel gives each rank the same number of experts)",
+        "sharded": 0,
+    }
+    assert ranks[1]["refused"] is None
+
+
+@pytest.mark.slow
+def test_two_ranks_sum_within_the_bound_and_run_to_run(tmp_path):
+    """combine="sum" (partial sums all-reduced): not the single process's order
+    of additions, but within the reference's bound, the same greedy tokens,
+    and bit for bit the same in both runs and on both ranks."""
+    ranks, bound = _two_ranks(tmp_path, ("sum",))
+    for r in ranks:
+        whole, runs = r["whole"], r["sum"]["runs"]
+        assert torch.equal(runs[0]["prefill"], runs[1]["prefill"])
+        assert torch.equal(runs[0]["steps"], runs[1]["steps"])
+        assert runs[0]["tokens"] == whole["tokens"]
+        assert 0 < bound.check(runs[0]["prefill"]) <= 1
+        assert r["sum"]["held"] * 2 == r["held_whole"]
+    assert torch.equal(ranks[0]["sum"]["runs"][0]["steps"], ranks[1]["sum"]["runs"][0]["steps"])
+
+
+@pytest.mark.slow
+def test_a_lone_rank_is_refused_without_waiting(tmp_path):
+    """The same refusal with rank 1 gone at once: rank 0 does not wait for it."""
+    _checkpoint(tmp_path / "ckpt", num_local_experts=3)
+    run_ranks(refuse_rank, 2, (str(tmp_path / "ckpt"), str(tmp_path)), timeout=TIMEOUT)
+    got = torch.load(tmp_path / "rank0.pt")
+    assert got["message"].startswith("model.layers.0.mlp.experts: ranks: 2 ranks do not divide")
+    assert got["sharded"] == 0
