@@ -57,7 +57,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.dot import units
 from mlir_mx.kernels.dot.units import DotKind
 
-__all__ = ["DotISA", "DotOps", "dot_isa", "routed"]
+__all__ = ["DotISA", "DotOps", "NEON_ROWS", "dot_isa", "neon_tile", "routed"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,18 @@ class DotOps:
         elif kind.name == "i8" and not isa.wide and not isa.vnni:
             lo, hi = units.pair_sum_bounds(a_element, b_element, "sign" if isa.sign else "offset")
             self.run = max(r for r in (1, 2, 4, 8) if r * lo >= -(2**15) and r * hi < 2**15)
+
+    def a_words(self, words, rows, blk, groups: int):
+        """``(r, g) ->`` A's word of K group ``g`` of block ``blk`` for row
+        ``rows[r]`` (``words``: :mod:`.prep`'s i32 words), as 16 lanes: loaded
+        and broadcast per group; on NEON a lane of the row's ``groups`` words,
+        loaded once per block (LLVM then emits the indexed ``sdot v.4s,
+        b.16b, a.4b[i]``: no broadcast per group)."""
+        kb, first = self.kb, self.kb.mul(blk, groups)
+        if self.isa.neon and groups % 4 == 0:
+            rw = [kb.vload(words, [m, first], groups) for m in rows]
+            return lambda r, g: kb.shuffle(rw[r], rw[r], [g] * 16)
+        return lambda r, g: kb.broadcast(kb.load(words, [rows[r], kb.add(first, g)]), 16)
 
     def table_bytes(self, element: str) -> list[int]:
         """The 16-entry ``vpshufb`` table of ``element``'s codes (4 lanes): the
@@ -293,6 +305,24 @@ class DotOps:
 NEON_SDOT = "llvm.aarch64.neon.sdot.v4i32.v16i8"
 NEON_USDOT = "llvm.aarch64.neon.usdot.v4i32.v16i8"
 NEON_TBL = "llvm.aarch64.neon.tbl1.v16i8"
+
+
+#: Rows of a register tile of the NEON kernels (``sdot``/``usdot`` on 128-bit
+#: quarters, 32 q registers), one vector of 16 columns wide: 12 accumulators,
+#: 4 B registers and each row's 8 words of A in 2 (the indexed ``sdot``).
+#: ``llc -mcpu=neoverse-n1`` (``bench/probes/neon_counts.py``) counts 179
+#: instructions per block step of 96 ``sdot`` (54 %) and no stack access for
+#: W4A8, against 268 with 26 stack accesses (48 %) for 2 rows x 32 columns and
+#: 245 with 16 (52 %) for 4 x 16.  Decode (one row) keeps 32 columns: 333
+#: instructions per 64 ``sdot`` with 8 stack accesses, against 699 with 54 at
+#: 64 columns.  Not measured on an aarch64 CPU (docs/portability.md).
+NEON_ROWS = 3
+
+
+def neon_tile(mr: int, nv: int) -> dict[str, int]:
+    """A dot schedule's rows ``mr`` and vectors of 16 columns ``nv`` on NEON:
+    :data:`NEON_ROWS` x 1 where it has several rows, else (decode) at most 2."""
+    return {"mr": min(mr, NEON_ROWS), "nv": 1} if mr > 1 else {"mr": 1, "nv": min(nv, 2)}
 
 
 def _concat(kb: KernelBuilder, parts: list[ir.Value]) -> ir.Value:
