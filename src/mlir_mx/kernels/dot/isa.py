@@ -8,7 +8,11 @@ i32.  :class:`DotOps` turns one such dot step into instructions:
 ``avx512bw``     ``vpmaddubsw`` + ``vpmaddwd`` / ``vpmaddwd`` zmm;
 ``avx-vnni``     ``vpdpbusd`` / ``vpdpwssd`` ymm (AVX-VNNI, VEX encoded), on
                  each 256-bit half of the 16 lanes;
-``avx2``         ``vpmaddubsw`` + ``vpmaddwd`` / ``vpmaddwd`` ymm, per half.
+``avx2``         ``vpmaddubsw`` + ``vpmaddwd`` / ``vpmaddwd`` ymm, per half;
+``neon-sdot``    aarch64 ``asimddp``: ``sdot`` on each 128-bit quarter (B signed:
+                 FP4 through a signed ``tbl`` table, other B by an ``eor``);
+``neon-usdot``   aarch64 ``i8mm``, B without an FP4 table: ``usdot`` (u8 x s8,
+                 the records' bytes as ``vpdpbusd`` takes them).
 
 The AVX-512 entries emit what they always did; the 256-bit ones split each
 16-lane step into two 8-lane ones (``vector.extract_strided_slice``, the
