@@ -213,3 +213,26 @@ def test_a_neon_kernel_is_refused_for_a_cpu_without_its_feature(monkeypatch, cpu
     need = "i8mm" if cpu == "neoverse-v1" else "asimddp"
     with pytest.raises(MXError, match=rf"intrinsic llvm\.aarch64\.neon\.u?s?dot\S* needs {need}"):
         _lower(text, 1, "aarch64", features)
+
+
+def test_dot_kind_on_aarch64_follows_its_features(monkeypatch):
+    """The i8 unit for the narrow integer pairs where the CPU has asimddp
+    (sdot; usdot for a B without an FP4 table where it also has i8mm), none
+    for E3M2 pairs (int16 operands) or FP8, and none at all without asimddp
+    (qemu's Cortex-A72: the f32 kernels)."""
+    from mlir_mx.kernels.dot.isa import dot_isa
+    from mlir_mx.kernels.dot.units import dot_kind
+
+    _as_aarch64(monkeypatch, "cortex-a72")
+    assert all(dot_kind(a, b, 32) is None for a, b in NEON_PAIRS)
+    for cpu in ("neoverse-n1", "neoverse-v1"):
+        _as_aarch64(monkeypatch, cpu)
+        for a, b in NEON_PAIRS:
+            kind = dot_kind(a, b, 32)
+            assert kind is not None and kind.name == "i8", (cpu, a, b)
+            isa = dot_isa(kind, a, b)
+            usdot = cpu == "neoverse-v1" and b != "f4E2M1FN"
+            assert isa.neon and isa.name == ("neon-usdot" if usdot else "neon-sdot")
+            assert isa.sign != usdot  # sdot: B signed, no compensation; usdot: B + 128
+        assert dot_kind("i8", "f6E3M2FN", 32) is None
+        assert dot_kind("f8E4M3FN", "f4E2M1FN", 32) is None
