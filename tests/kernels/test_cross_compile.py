@@ -15,11 +15,13 @@ registry schedule; ``-m slow`` sweeps the element pairs and CPUs.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
+from format_cases import INTEGRAL, NON_INTEGRAL
 from matmul_cases import ELEMENTS
 from mlir import ir
 
@@ -30,6 +32,8 @@ from mlir_mx.execution.libraries import wheel_tool
 from mlir_mx.host import host_arch
 from mlir_mx.ir_utils import collect
 from mlir_mx.kernels import SCHEDULES, Problem, kernel_module, plan_kernel, shape_class
+from mlir_mx.kernels.dot.units import int_max, value_table
+from mlir_mx.numerics import ELEMENT_FORMATS
 from mlir_mx.passes.pipeline import run_pipeline
 from mlir_mx.pipelines import kernel_library_pipeline
 
@@ -158,13 +162,18 @@ def _as_aarch64(monkeypatch, cpu: str) -> frozenset[str]:
     return feats
 
 
-#: The dot pairs (A, B) of issue 55: W4A8, FP4 x FP4, INT8 x INT8, and E2M3 B.
-NEON_PAIRS = [("i8", "f4E2M1FN"), ("f4E2M1FN", "f4E2M1FN"), ("i8", "i8"), ("i8", "f6E2M3FN")]
+#: The i8 unit's formats (FP4, FP6 E2M3, INT8: every integer value within a
+#: signed byte, from the format table), FP4 (B through ``tbl``) and INT8.
+NARROW = [e for e in INTEGRAL if int_max(e) <= 128]
+FP4 = next(e for e in NARROW if value_table(e))
+INT8 = next(e for e in NARROW if ELEMENT_FORMATS[e].is_int)
+NEON_PAIRS = list(itertools.product(NARROW, NARROW))
 INT_SCHEDULES = [(s.name, m) for s, m in ((SCHEDULES[n], m) for n, m in CASES) if s.unit == "int"]
+#: W4A8 at decode, INT8 x INT8 (usdot with i8mm) small, FP4 x FP4 prefill.
 NEON_CASES = [
-    ("neoverse-n1", "i8", "f4E2M1FN", *INT_SCHEDULES[0]),
-    ("neoverse-v1", "i8", "i8", *INT_SCHEDULES[1]),
-    ("neoverse-n1", "f4E2M1FN", "f4E2M1FN", *INT_SCHEDULES[2]),
+    ("neoverse-n1", INT8, FP4, *INT_SCHEDULES[0]),
+    ("neoverse-v1", INT8, INT8, *INT_SCHEDULES[1]),
+    ("neoverse-n1", FP4, FP4, *INT_SCHEDULES[2]),
 ]
 
 
@@ -173,12 +182,12 @@ def _neon_check(monkeypatch, cpu, ea, eb, schedule, m, triple="aarch64-linux-gnu
     prob = Problem(m, 40 if m > 1 else 64, 128, 32, ea, eb, b_dot="i8")
     chosen, text = _kernel(prob, schedule, 1)
     assert chosen == schedule and "llvm.x86" not in text
-    usdot = cpu == "neoverse-v1" and eb != "f4E2M1FN"  # i8mm, B without a table
+    usdot = cpu == "neoverse-v1" and not value_table(eb)  # i8mm, B without a table
     features = "asimddp,i8mm" if cpu == "neoverse-v1" else "asimddp"
     asm = _assembly(text, 1, triple, "generic", features)
     dots = re.findall(r"\b(usdot|sdot)\b", asm)  # Linux and Apple syntax
     assert dots and set(dots) == {"usdot" if usdot else "sdot"}, (chosen, set(dots))
-    if eb == "f4E2M1FN":  # the FP4 table (LLVM also uses tbl for some shuffles)
+    if value_table(eb):  # the FP4 table (LLVM also uses tbl for some shuffles)
         assert re.search(r"\btbl(\.16b)?\s", asm)
     assert re.search(r"\bfmla\b", asm)  # the block step's fma
     assert not re.search(r"%[xyz]mm|\bvpdpbusd\b", asm)
@@ -208,7 +217,7 @@ def test_a_neon_kernel_is_refused_for_a_cpu_without_its_feature(monkeypatch, cpu
     aarch64 CPU without ``asimddp`` (``i8mm``): ``mx-host-target`` refuses it
     with a diagnostic naming the intrinsic and the feature, before LLVM."""
     _as_aarch64(monkeypatch, cpu)
-    prob = Problem(1, 64, 128, 32, "i8", "i8", b_dot="i8")
+    prob = Problem(1, 64, 128, 32, INT8, INT8, b_dot="i8")
     _chosen, text = _kernel(prob, "auto", 1)
     need = "i8mm" if cpu == "neoverse-v1" else "asimddp"
     with pytest.raises(MXError, match=rf"intrinsic llvm\.aarch64\.neon\.u?s?dot\S* needs {need}"):
@@ -223,6 +232,7 @@ def test_dot_kind_on_aarch64_follows_its_features(monkeypatch):
     from mlir_mx.kernels.dot.isa import dot_isa
     from mlir_mx.kernels.dot.units import dot_kind
 
+    assert NARROW and NON_INTEGRAL
     _as_aarch64(monkeypatch, "cortex-a72")
     assert all(dot_kind(a, b, 32) is None for a, b in NEON_PAIRS)
     for cpu in ("neoverse-n1", "neoverse-v1"):
@@ -231,8 +241,9 @@ def test_dot_kind_on_aarch64_follows_its_features(monkeypatch):
             kind = dot_kind(a, b, 32)
             assert kind is not None and kind.name == "i8", (cpu, a, b)
             isa = dot_isa(kind, a, b)
-            usdot = cpu == "neoverse-v1" and b != "f4E2M1FN"
+            usdot = cpu == "neoverse-v1" and not value_table(b)
             assert isa.neon and isa.name == ("neon-usdot" if usdot else "neon-sdot")
             assert isa.sign != usdot  # sdot: B signed, no compensation; usdot: B + 128
-        assert dot_kind("i8", "f6E3M2FN", 32) is None
-        assert dot_kind("f8E4M3FN", "f4E2M1FN", 32) is None
+        wide = [e for e in INTEGRAL if e not in NARROW]  # E3M2: int16 operands
+        assert all(dot_kind(INT8, e, 32) is None for e in wide)
+        assert all(dot_kind(e, FP4, 32) is None for e in NON_INTEGRAL)  # FP8
