@@ -48,7 +48,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import BF16, Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
-from mlir_mx.kernels.dot.isa import DotOps, dot_isa, routed
+from mlir_mx.kernels.dot.isa import DotOps, dot_isa, neon_tile, routed
 from mlir_mx.kernels.dot.prep import prepare_dot_a
 from mlir_mx.kernels.dot.sweep import sweep_decode
 from mlir_mx.kernels.dot.units import PANEL, RecordLayout, a_offset_run, dot_kind, int_factor
@@ -87,6 +87,8 @@ class DotConfig:
             if software_prefetch():
                 return replace(self, streams=DECODE_STREAMS, prefetch=DECODE_PREFETCH)
             return self
+        if isa.neon:  # 32 q registers (isa.neon_tile)
+            return replace(self, **neon_tile(self.mr, self.nv))
         rows = HALF_ROWS_VNNI if isa.vnni else HALF_ROWS
         if self.expand and not isa.wide and not isa.vnni:
             if kind.name == "i16" or _a_offset(prob, self, isa):
@@ -453,11 +455,11 @@ class _Dot:
             acc = [kb.const(0.0 if t == kb.f32 else 0, kb.vec(LANES, t))] * (len(rows) * nv)
         # run > 1: int16 pair sums over `run` groups (a divisor of the block's groups)
         run, sums = math.gcd(self.units.run, self.stored.groups), list(acc)
+        a_word = self.units.a_words(self.pa.words, rows, blk, self.stored.groups)  # (r, g) -> 16
         for g in range(self.stored.groups):
             bvec = vecs[g] if direct else self.data(row, local, g, vs, stored)
-            word = kb.add(kb.mul(blk, self.stored.groups), g)
-            for r, m in enumerate(rows):
-                a = kb.broadcast(kb.load(self.pa.words, [m, word]), LANES)
+            for r, _m in enumerate(rows):
+                a = a_word(r, g)
                 for v in range(nv):
                     i = r * nv + v
                     if run == 1 and not self.a_offset:

@@ -210,7 +210,9 @@ def dot_kind(a_element: str | None, b_element: str | None, block: int) -> DotKin
     pays (:func:`mlir_mx.host.bf16_dot_pays`: not Intel).
     AVX-512 (512-bit) first; else AVX2 with 256-bit halves (:mod:`.isa`):
     ``i8`` with AVX-VNNI or where ``vpmaddubsw`` cannot saturate
-    (:func:`maddubs_mode`), else ``i16``.
+    (:func:`maddubs_mode`), else ``i16``.  aarch64 with ``asimddp``: ``i8``
+    for the narrow pairs (``sdot`` / ``usdot``, :mod:`.isa`; the same
+    records); E3M2 pairs and FP8 take the f32 kernels there.
     """
     if a_element is None or b_element is None:
         return None
@@ -222,6 +224,8 @@ def dot_kind(a_element: str | None, b_element: str | None, block: int) -> DotKin
         if block % 4 or block * int_max(a_element) * int_max(b_element) >= 2**24:
             return None
         narrow = max(int_max(a_element), int_max(b_element)) <= 128
+        if narrow and has_features("asimddp"):  # aarch64: sdot / usdot (.isa)
+            return KINDS["i8"]
         if narrow and has_features("avx512_vnni"):
             return KINDS["i8"]
         # vpmaddubsw saturates its pair sums unless 2 * 255 * max|a| < 2^15.
