@@ -2,9 +2,8 @@
 
 B is read from VNNI records (:mod:`.units`, ``Problem.b_dot``: what
 ``mlir_mx.Linear`` stores) or from its codes and scales (the Runner's ABI:
-chunks expanded per call by :mod:`.codes`, decode swept 8 rows at a
-time by :mod:`.sweep`), A from the words :mod:`.prep` builds once
-per call.  One schedule serves the three shape classes through its
+chunks expanded per call by :mod:`.codes`, decode swept 8 rows at a time by
+:mod:`.sweep`), A from the words :mod:`.prep` builds once per call.  One schedule serves the three shape classes through its
 :class:`DotConfig`::
 
     parallel over column panels (64 columns; a contiguous range per thread)
