@@ -15,6 +15,7 @@ from mlir_mx.numerics import ElementFormat
 from .config import MXConfig
 from .experts import MXExperts, is_stacked_experts
 from .module import MXLinear, is_conv1d
+from .thread_policy import install as install_decode_policy
 
 __all__ = [
     "AFTER_QUANTIZE", "FUSE_GROUPS", "QuantizeSummary", "is_conv1d", "linear_weight", "quantize_", "selected_experts",
@@ -165,6 +166,8 @@ def quantize_(
         from .precompile import precompile as precompile_model
 
         precompile_model(model)
+    if summary.converted or summary.experts:  # decode steps: torch on 1 thread (thread_policy)
+        install_decode_policy(model)
     for hook in AFTER_QUANTIZE:
         hook(model)
     return summary
