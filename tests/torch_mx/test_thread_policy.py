@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch", reason="torch not installed (pip install 'm
 from llama_cases import prompt, tiny_llama  # noqa: E402
 
 from mlir_mx.errors import MXValueError  # noqa: E402
+from mlir_mx.execution import pool_load  # noqa: E402
 from mlir_mx.execution import threads as threads_  # noqa: E402
 from mlir_mx.torch import MXLinear, quantize_  # noqa: E402
 from mlir_mx.torch import thread_policy as policy  # noqa: E402
@@ -25,9 +26,13 @@ WIDE = dict(hidden_size=512, intermediate_size=1024, num_attention_heads=8, num_
 
 @pytest.fixture
 def two_threads():
+    """2 threads, kernels as tasks, and the load not looked at (this machine
+    may be busy: the layers would then run on 1 thread, tested below)."""
     previous, mode = torch.get_num_threads(), threads_.set_parallel("tasks")
     torch.set_num_threads(2)
+    pool_load.configure(0)
     yield
+    pool_load.configure()
     torch.set_num_threads(previous)
     threads_.set_parallel(mode)
     policy.set_decode_policy("layers")
@@ -44,6 +49,16 @@ def test_the_block_sets_torch_to_one_thread_and_restores_it(two_threads):
     with pytest.raises(ZeroDivisionError), policy.decode_threads():
         1 / 0  # noqa: B018
     assert torch.get_num_threads() == 2
+
+
+def test_on_a_busy_machine_the_layers_run_on_one_thread(two_threads):
+    pool_load.configure(1, -1000)  # every look finds more runnable threads than CPUs
+    with policy.decode_threads() as n:
+        assert (n, policy.layer_threads(), torch.get_num_threads()) == (2, 1, 1)
+    pool_load.configure(1, 1000)  # never
+    with policy.decode_threads():
+        assert policy.layer_threads() == 2
+    assert policy.layer_threads() == 2  # outside a block: torch's, whatever the load
 
 
 def test_bad_arguments_name_themselves():

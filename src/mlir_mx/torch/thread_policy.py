@@ -19,7 +19,8 @@ faster beside other work and no slower on a quiet machine.
   the model it converts (:func:`install`), which run each forward call of at
   most :data:`DECODE_TOKENS` tokens inside :func:`decode_threads`; a longer
   call (a prefill) runs as before. :func:`set_decode_policy` turns it off
-  (``"torch"``: torch's thread count for everything) or on (``"layers"``).
+  (``"torch"``: torch's thread count for everything) or on (``"layers"``);
+  ``MLIR_MX_DECODE_POLICY=torch|layers`` sets it for a process.
   Nothing changes outside the model's forward call; under a tracer
   (``torch.compile``, ``torch.export``) the hooks do nothing.
 
@@ -29,12 +30,14 @@ torch ops while a decode step runs here gets 1 thread for that while.
 
 from __future__ import annotations
 
+import os
 import threading
 from contextlib import contextmanager
 
 import torch
 
 from mlir_mx.errors import MXValueError
+from mlir_mx.execution.threads import oversubscribed
 
 __all__ = [
     "DECODE_TOKENS",
@@ -50,7 +53,20 @@ __all__ = [
 DECODE_TOKENS = 8
 
 _POLICIES = ("layers", "torch")
-_policy = ["layers"]
+
+
+def _initial_policy() -> str:
+    """``"layers"``, or ``MLIR_MX_DECODE_POLICY``'s (``layers`` / ``torch``) for a
+    process (``mx-bench --env-row``)."""
+    policy = os.environ.get("MLIR_MX_DECODE_POLICY", "").strip().lower() or "layers"
+    if policy not in _POLICIES:
+        raise MXValueError(
+            f"MLIR_MX_DECODE_POLICY: expected one of {', '.join(_POLICIES)}, got {policy!r}"
+        )
+    return policy
+
+
+_policy = [_initial_policy()]
 _scope = threading.local()
 
 
@@ -72,9 +88,14 @@ def decode_policy() -> str:
 
 def layer_threads() -> int:
     """How many threads an MX layer whose ``threads`` is None runs on now: the
-    innermost :func:`decode_threads` block's count, else ``torch.get_num_threads()``."""
+    innermost :func:`decode_threads` block's count (1 while the machine has more
+    runnable threads than CPUs: ``execution.threads.oversubscribed``), else
+    ``torch.get_num_threads()``."""
     stack = getattr(_scope, "stack", None)
-    return stack[-1][0] if stack else torch.get_num_threads()
+    if not stack:
+        return torch.get_num_threads()
+    n = stack[-1][0]
+    return 1 if oversubscribed(n) else n
 
 
 @contextmanager
@@ -84,7 +105,7 @@ def decode_threads(threads: int | None = None):
     block's); torch's count is restored on exit.  Yields the layers' count."""
     _enter(threads)
     try:
-        yield layer_threads()
+        yield _scope.stack[-1][0]
     finally:
         _leave()
 
@@ -93,7 +114,7 @@ def _enter(threads: int | None) -> None:
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise MXValueError(f"threads: expected a positive int or None, got {threads!r}")
     stack = _scope.__dict__.setdefault("stack", [])
-    n = threads if threads is not None else layer_threads()
+    n = threads if threads is not None else stack[-1][0] if stack else torch.get_num_threads()
     stack.append((n, torch.get_num_threads()))
     if torch.get_num_threads() != 1:
         torch.set_num_threads(1)
