@@ -132,3 +132,16 @@ def test_the_policy_keeps_the_bits_and_the_regions(two_threads, fuse):
             # every kernel call a region on 2 threads under either policy
             assert threads_.regions() - before == kernels
     assert torch.equal(results["torch"].view(torch.int32), results["layers"].view(torch.int32))
+
+
+def test_a_loaded_checkpoint_gets_the_policy(two_threads, tmp_path):
+    from mlir_mx.torch import from_pretrained, save_pretrained
+
+    model = tiny_llama(**WIDE)
+    quantize_(model, "f4E2M1FN")
+    save_pretrained(model, tmp_path / "tiny")
+    loaded = from_pretrained(tmp_path / "tiny")
+    seen = _seen(loaded)
+    with torch.inference_mode():
+        loaded(prompt(1, vocab=256))
+    assert seen == [(1, 2)] and torch.get_num_threads() == 2

@@ -53,6 +53,7 @@ from .checkpoint_files import (
 from .experts import MXExperts, experts_gate, is_stacked_experts
 from .gguf_model import from_gguf
 from .module import MXLinear
+from .thread_policy import install as install_decode_policy
 
 __all__ = ["COMPRESSED", "GPT_OSS", "from_pretrained", "linear_shape", "save_pretrained"]
 
@@ -210,6 +211,7 @@ def from_pretrained(path, *, dtype=None, threads: int | None = None, activations
             "metadata": files.metadata,
             "sharded": files.sharded,
         }
+    install_decode_policy(model)  # decode steps: torch on 1 thread (thread_policy)
     return model
 
 

@@ -166,16 +166,21 @@ def quantize_(
         from .precompile import precompile as precompile_model
 
         precompile_model(model)
-    if summary.converted or summary.experts:  # decode steps: torch on 1 thread (thread_policy)
-        install_decode_policy(model)
     for hook in AFTER_QUANTIZE:
         hook(model)
     return summary
 
 
-#: Called as ``hook(model)`` at the end of every ``quantize_``: ``transformers_quantizer``
-#: adds the one that lets transformers' ``model.save_pretrained`` write the MX checkpoint.
-AFTER_QUANTIZE: list[Callable] = []
+def _decode_policy(model: torch.nn.Module) -> None:
+    """The decode thread policy's hooks on a model with MX layers (``thread_policy``)."""
+    if any(isinstance(m, (MXLinear, MXExperts)) for m in model.modules()):
+        install_decode_policy(model)
+
+
+#: Called as ``hook(model)`` at the end of every ``quantize_``: the decode thread
+#: policy's (``thread_policy.install``); ``transformers_quantizer`` adds the one
+#: that lets transformers' ``model.save_pretrained`` write the MX checkpoint.
+AFTER_QUANTIZE: list[Callable] = [_decode_policy]
 
 
 #: The siblings ``quantize_(fuse=True)`` fuses: attribute names of one parent
