@@ -1,12 +1,14 @@
-"""How busy the machine is, for :mod:`mlir_mx.execution.pool`'s calls.
+"""How busy the machine is, for the teams of :mod:`mlir_mx.execution.threads`.
 
-A call of the pool on a machine with more runnable threads than CPUs gains
+A call on a team (our pool or the OpenMP runtime's) on a machine with more runnable threads than CPUs gains
 little from a second thread (it takes a core's time from a thread that would
 otherwise have it) and risks much: a worker the OS deschedules after it
 joined a call holds that call until it runs again, and a decode token makes
-dozens of calls. So the pool looks at the machine's runnable threads now and
-then (:class:`LoadCheck`) and runs its calls on the caller alone while the
-machine is oversubscribed (``docs/library.md``, "Threads").
+dozens of calls. So the calls look at the machine's runnable threads now and
+then (:class:`LoadCheck`, :func:`oversubscribed`) and run on the caller alone
+while the machine is oversubscribed; the decode policy
+(``mlir_mx.torch.thread_policy``) then runs its layers on one thread
+(``docs/library.md``, "Threads").
 """
 
 from __future__ import annotations
@@ -16,15 +18,28 @@ import threading
 
 __all__ = ["LOAD_CHECK", "LOAD_SLACK", "LoadCheck", "configure", "oversubscribed"]
 
+def _env_int(name: str, default: int) -> int:
+    text = os.environ.get(name, "").strip()
+    try:
+        return int(text) if text else default
+    except ValueError:
+        from mlir_mx.errors import MXValueError
+
+        raise MXValueError(f"{name}: expected an integer, got {text!r}") from None
+
+
 #: Looking at the machine's load: every this many calls (0: never) the caller
-#: reads how many threads are runnable now (``/proc/loadavg``'s fourth field,
-#: every process of the machine, about 2 us); when those not ours, plus the
-#: call's team, exceed the CPUs by more than :data:`LOAD_SLACK`, the calls
-#: until the next look run on the caller alone: a second thread of ours then
-#: only takes a core's time from a thread that would otherwise have it, and a
-#: joined worker the OS deschedules holds the call (``docs/library.md``, "Threads").
-LOAD_CHECK = 4
-LOAD_SLACK = 0
+#: reads how many threads are runnable now: ``/proc/loadavg``'s fourth field
+#: (every process of the machine) less this process's own (about 2 us, and
+#: 3.5 us a thread of the process). When those not ours, plus the call's team,
+#: exceed the CPUs by more than :data:`LOAD_SLACK`, the calls until the next
+#: look run on the caller alone: a second thread of ours would only take a
+#: core's time from a thread that would otherwise have it, and a joined worker
+#: the OS deschedules holds the call (``docs/library.md``, "Threads").
+#: ``MLIR_MX_LOAD_CHECK`` / ``MLIR_MX_LOAD_SLACK`` set them for a process
+#: (``mx-bench --env-row``).
+LOAD_CHECK = _env_int("MLIR_MX_LOAD_CHECK", 16)
+LOAD_SLACK = _env_int("MLIR_MX_LOAD_SLACK", 0)
 
 
 class LoadCheck:
