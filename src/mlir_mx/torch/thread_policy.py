@@ -5,16 +5,18 @@ spends most of its time in the MX layers' kernels; torch's own operations
 between them (norms, rotary embedding, attention over the cache, the
 residual adds) are small, and on more than one thread each is an OpenMP
 region with a barrier, after which torch's worker threads spin on the cores
-that our kernels' threads need. Measured (``docs/library.md``, "Threads",
-session 51), running those on one thread and only our kernels on ``n`` is
-faster beside other work and no slower on a quiet machine.
+that our kernels' threads need. Measured on a loaded 2-vCPU machine
+(``docs/library.md``, "Threads", session 51), running those on one thread
+and only our kernels on ``n`` avoided most of the 2-thread collapse; the
+quiet machine's figures are to be taken (the same page names the command).
 
 * :func:`decode_threads` (a context manager): inside it, torch runs on 1
   thread (``torch.set_num_threads(1)``) and every MX layer whose own
   ``threads`` is None runs on ``n`` (default: ``torch.get_num_threads()`` on
   entry); on exit torch's thread count is restored, also after an exception.
 * :func:`layer_threads`: the thread count an MX layer with ``threads=None``
-  uses now (the innermost :func:`decode_threads` block's, else torch's).
+  uses now (the innermost :func:`decode_threads` block's, or 1 while the
+  machine has more runnable threads than cores; else torch's).
 * The policy by default: ``quantize_`` puts a forward pre-hook and hook on
   the model it converts (:func:`install`), which run each forward call of at
   most :data:`DECODE_TOKENS` tokens inside :func:`decode_threads`; a longer
