@@ -24,8 +24,8 @@ JIT-compiled once, :data:`_IR`), on one block of 64-bit cells:
   holds the call until it runs again; when the caller waited longer for the
   joined workers than it worked itself, the next calls run on the caller
   alone, for a stretch that doubles while that recurs.
-* A busy machine (:mod:`mlir_mx.execution.pool_load`): every few calls the
-  caller reads how many threads the machine has runnable; while those not
+* A busy machine (:mod:`mlir_mx.execution.pool_load`): every few
+  milliseconds a caller reads how many threads the machine has runnable; while those not
   ours and the call's team exceed the CPUs, calls run on the caller alone.
 * The workers are native loops hosted by daemon Python threads (a ctypes call
   releases the GIL; they never hold it while they run or wait), started on

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 __all__ = ["LOAD_CHECK", "LOAD_SLACK", "LoadCheck", "configure", "oversubscribed"]
 
@@ -28,17 +29,19 @@ def _env_int(name: str, default: int) -> int:
         raise MXValueError(f"{name}: expected an integer, got {text!r}") from None
 
 
-#: Looking at the machine's load: every this many calls (0: never) the caller
-#: reads how many threads are runnable now: ``/proc/loadavg``'s fourth field
+#: Looking at the machine's load: at most once in this many microseconds (0:
+#: never), a call reads how many threads are runnable now: ``/proc/loadavg``'s fourth field
 #: (every process of the machine) less this process's own (about 2 us, and
 #: 3.5 us a thread of the process). When those not ours, plus the call's team,
 #: exceed the CPUs by more than :data:`LOAD_SLACK`, the calls until the next
-#: look run on the caller alone: a second thread of ours would only take a
+#: look run on the caller alone (a decode token makes 50-100 calls; once in
+#: 5 ms costs 3-4 reads of ~20 us a token, and a call between two looks a
+#: counter, every 8th a clock read): a second thread of ours would only take a
 #: core's time from a thread that would otherwise have it, and a joined worker
 #: the OS deschedules holds the call (``docs/library.md``, "Threads").
 #: ``MLIR_MX_LOAD_CHECK`` / ``MLIR_MX_LOAD_SLACK`` set them for a process
 #: (``mx-bench --env-row``).
-LOAD_CHECK = _env_int("MLIR_MX_LOAD_CHECK", 16)
+LOAD_CHECK = _env_int("MLIR_MX_LOAD_CHECK", 5000)
 LOAD_SLACK = _env_int("MLIR_MX_LOAD_SLACK", 0)
 
 
@@ -48,23 +51,27 @@ class LoadCheck:
     Runnable threads of the machine: ``/proc/loadavg``'s fourth field; of this
     process: its threads in state ``R`` (``/proc/self/task/*/stat``, each kept
     open; the list read again when ``/proc/self/stat`` counts other threads).
-    About 2 + 3.5 us a thread, every :data:`LOAD_CHECK` calls."""
+    About 2 + 3.5 us a thread, at most once in :data:`LOAD_CHECK` microseconds."""
 
     def __init__(self, every: int = LOAD_CHECK, slack: int = LOAD_SLACK):
-        self.every, self.slack, self.calls, self.over = every, slack, 0, False
+        self.every, self.slack, self.next, self.over, self.calls = every, slack, 0, False, 0
         self.cpus = os.cpu_count() or 1
         self.pid, self.fds, self.tasks = -1, {}, {}
         self.lock = threading.Lock()
 
     def busy(self, team: int, ours: int | None = None) -> bool:
-        """Looked at every ``every`` calls: the runnable threads not this
-        process's (``ours``: how many of its threads are runnable, None: read)
-        and the ``team`` exceed the CPUs by more than ``slack``."""
+        """Looked at on the first call and then at most once in ``every``
+        microseconds: the runnable threads not this process's (``ours``: how
+        many of its threads are runnable, None: read) and the ``team`` exceed
+        the CPUs by more than ``slack``; between looks, the last verdict."""
         if self.every <= 0:
             return False
         self.calls += 1
-        if self.calls >= self.every and self.lock.acquire(blocking=False):
-            self.calls = 0  # one thread looks; the others take the last verdict
+        if self.calls & 7 and self.next:  # the clock itself costs 0.5 us in a VM: every 8th call
+            return self.over
+        now = time.monotonic_ns()
+        if now >= self.next and self.lock.acquire(blocking=False):
+            self.next = now + 1000 * self.every  # one thread looks; the others take the last
             try:
                 if self.pid != os.getpid():  # first use, or a forked child
                     self._open()
