@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch", reason="torch not installed (pip install 'm
 from llama_cases import prompt, tiny_llama  # noqa: E402
 
 from mlir_mx.errors import MXValueError  # noqa: E402
-from mlir_mx.execution import pool_load  # noqa: E402
+from mlir_mx.execution import compiled, pool_load  # noqa: E402
+from mlir_mx.execution import pool as pool_  # noqa: E402
 from mlir_mx.execution import threads as threads_  # noqa: E402
 from mlir_mx.torch import MXLinear, quantize_  # noqa: E402
 from mlir_mx.torch import thread_policy as policy  # noqa: E402
@@ -51,14 +52,24 @@ def test_the_block_sets_torch_to_one_thread_and_restores_it(two_threads):
     assert torch.get_num_threads() == 2
 
 
-def test_on_a_busy_machine_the_layers_run_on_one_thread(two_threads):
-    pool_load.configure(1, -1000)  # every look finds more runnable threads than CPUs
-    with policy.decode_threads() as n:
-        assert (n, policy.layer_threads(), torch.get_num_threads()) == (2, 1, 1)
-    pool_load.configure(1, 1000)  # never
-    with policy.decode_threads():
-        assert policy.layer_threads() == 2
-    assert policy.layer_threads() == 2  # outside a block: torch's, whatever the load
+def test_on_a_busy_machine_a_decode_step_runs_alone_with_the_same_kernels(two_threads, monkeypatch):
+    model = tiny_llama(**WIDE)
+    quantize_(model, "f4E2M1FN", precompile=True)  # the 2-thread kernels
+    ids = prompt(6, vocab=256)
+    with torch.inference_mode():
+        cache = model(ids, use_cache=True).past_key_values
+
+        def step():
+            return model(ids[:, -1:], past_key_values=copy.deepcopy(cache), use_cache=True).logits
+
+        quiet = step()
+        pool_load.configure(1, -1000)  # every look finds more runnable threads than CPUs
+        monkeypatch.setattr(compiled, "Compiled", refuse)  # nothing new compiled
+        seen = _seen(model)
+        busy = step()
+    assert seen == [(1, 2)] and torch.get_num_threads() == 2  # the layers keep their count
+    assert threads_.oversubscribed(2) and not threads_.oversubscribed(1)
+    assert torch.equal(quiet.view(torch.int32), busy.view(torch.int32))
 
 
 def test_bad_arguments_name_themselves():
@@ -67,6 +78,10 @@ def test_bad_arguments_name_themselves():
     with pytest.raises(MXValueError, match="threads"), policy.decode_threads(0):
         pass
     assert torch.get_num_threads() >= 1
+
+
+def refuse(*args, **kwargs):
+    raise AssertionError("a kernel was compiled")
 
 
 def _seen(model):
@@ -145,3 +160,31 @@ def test_a_loaded_checkpoint_gets_the_policy(two_threads, tmp_path):
     with torch.inference_mode():
         loaded(prompt(1, vocab=256))
     assert seen == [(1, 2)] and torch.get_num_threads() == 2
+
+
+@pytest.mark.skipif(pool_.pool() is None, reason="the pool needs Linux on x86-64 or AArch64")
+def test_a_decode_step_on_the_pool_with_a_late_worker_keeps_the_bits(two_threads):
+    model = tiny_llama(**WIDE)
+    quantize_(model, "f4E2M1FN", fuse=True)
+    ids = prompt(6, vocab=256)
+    with torch.inference_mode():
+        cache = model(ids, use_cache=True).past_key_values
+
+        def step():
+            return model(ids[:, -1:], past_key_values=copy.deepcopy(cache), use_cache=True).logits
+
+        torch.set_num_threads(1)
+        one = step()
+        torch.set_num_threads(2)
+        team = threads_.set_team("pool")
+        try:
+            # worker 1 late to join, then late inside a call it joined: the
+            # caller claims what is left; every call on the team (no backing off)
+            for hook in ({"late": 3000}, {"inside": 3000}):
+                pool_.pool().hooks(**hook, backoff=False)
+                assert torch.equal(step().view(torch.int32), one.view(torch.int32)), hook
+        finally:
+            pool_.pool().hooks(backoff=False)
+            pool_.pool().hooks()
+            pool_load.configure(0)  # as the fixture left it
+            threads_.set_team(team)

@@ -15,8 +15,7 @@ quiet machine's figures are to be taken (the same page names the command).
   ``threads`` is None runs on ``n`` (default: ``torch.get_num_threads()`` on
   entry); on exit torch's thread count is restored, also after an exception.
 * :func:`layer_threads`: the thread count an MX layer with ``threads=None``
-  uses now (the innermost :func:`decode_threads` block's, or 1 while the
-  machine has more runnable threads than cores; else torch's).
+  uses now (the innermost :func:`decode_threads` block's, else torch's).
 * The policy by default: ``quantize_`` puts a forward pre-hook and hook on
   the model it converts (:func:`install`), which run each forward call of at
   most :data:`DECODE_TOKENS` tokens inside :func:`decode_threads`; a longer
@@ -39,7 +38,6 @@ from contextlib import contextmanager
 import torch
 
 from mlir_mx.errors import MXValueError
-from mlir_mx.execution.threads import oversubscribed
 
 __all__ = [
     "DECODE_TOKENS",
@@ -90,14 +88,12 @@ def decode_policy() -> str:
 
 def layer_threads() -> int:
     """How many threads an MX layer whose ``threads`` is None runs on now: the
-    innermost :func:`decode_threads` block's count (1 while the machine has more
-    runnable threads than CPUs: ``execution.threads.oversubscribed``), else
-    ``torch.get_num_threads()``."""
+    innermost :func:`decode_threads` block's count, else ``torch.get_num_threads()``.
+    (While the machine has more runnable threads than CPUs the calls run on
+    the caller alone, ``execution.threads.oversubscribed``: the same kernels,
+    so nothing is compiled that ``precompile`` did not.)"""
     stack = getattr(_scope, "stack", None)
-    if not stack:
-        return torch.get_num_threads()
-    n = stack[-1][0]
-    return 1 if oversubscribed(n) else n
+    return stack[-1][0] if stack else torch.get_num_threads()
 
 
 @contextmanager
