@@ -1,13 +1,13 @@
 """How busy the machine is, for the teams of :mod:`mlir_mx.execution.threads`.
 
-A call on a team (our pool or the OpenMP runtime's) on a machine with more runnable threads than CPUs gains
-little from a second thread (it takes a core's time from a thread that would
+A call on a team (our pool or the OpenMP runtime's) on a machine with more
+runnable threads than CPUs gains little from a second thread (it takes a core's time from a thread that would
 otherwise have it) and risks much: a worker the OS deschedules after it
 joined a call holds that call until it runs again, and a decode token makes
 dozens of calls. So the calls look at the machine's runnable threads now and
 then (:class:`LoadCheck`, :func:`oversubscribed`) and run on the caller alone
-while the machine is oversubscribed; the decode policy
-(``mlir_mx.torch.thread_policy``) then runs its layers on one thread
+while the machine is oversubscribed; with the decode policy
+(``mlir_mx.torch.thread_policy``) a step then runs on one thread throughout
 (``docs/library.md``, "Threads").
 """
 

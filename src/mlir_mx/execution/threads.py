@@ -168,7 +168,7 @@ def set_team(team: str) -> str:
 def oversubscribed(threads: int) -> bool:
     """Whether a team of ``threads`` would oversubscribe the machine now (more
     runnable threads than CPUs, :mod:`mlir_mx.execution.pool_load`); such calls
-    run on the caller alone, and the decode policy runs its layers on 1 thread."""
+    run on the caller alone (with the decode policy, a step on one thread throughout)."""
     return threads > 1 and pool_load.oversubscribed(threads)
 
 
