@@ -86,7 +86,7 @@ def test_a_late_worker_finds_the_job_closed(tasks):
     lin = mlir_mx.Linear(w, threads=2)
     ref = _bits(lin(x))
     skipped = tasks.skipped
-    tasks.hooks(late=SLEEP_US)
+    tasks.hooks(late=SLEEP_US, load_check=0)  # on the team, however busy the machine
     # worker 1 sleeps before it joins: the caller claims both tasks, closes
     # the job and returns; the worker wakes to a closed job (or a newer one)
     np.testing.assert_array_equal(_bits(lin(x)), ref)
@@ -104,9 +104,9 @@ def test_a_call_held_by_a_late_worker_makes_the_next_ones_run_alone(tasks):
     ref = _bits(lin(x))
     tasks.hooks(backoff=False)  # whatever the calls above met
     # the caller sleeps first, so worker 1 joins; then worker 1 sleeps inside
-    tasks.hooks(caller=SLEEP_US, inside=2 * SLEEP_US)
+    tasks.hooks(caller=SLEEP_US, inside=2 * SLEEP_US, load_check=0)
     np.testing.assert_array_equal(_bits(lin(x)), ref)  # waited 0.2 s, worked far less
-    tasks.hooks()  # the hooks off; the pool backs off
+    tasks.hooks(load_check=0)  # the hooks off; the pool backs off (not for the load)
     alone = tasks.alone
     for _ in range(8):  # the next 8 calls on the caller alone, the same bits
         np.testing.assert_array_equal(_bits(lin(x)), ref)
@@ -139,6 +139,7 @@ def test_calls_from_two_threads_at_once(tasks):
 def test_nothing_spins_after_a_call(tasks):
     w, x = _problem(5, seed=4)
     lin = mlir_mx.Linear(w, threads=3)
+    tasks.hooks(load_check=0)  # on the team, however busy the machine
     for _ in range(50):
         lin(x)
     assert tasks.workers == 2  # the team, not a thread per call
@@ -163,6 +164,7 @@ def test_stop_and_restart(tasks):
 
 @needs_pool
 def test_a_forked_child_gets_a_pool_of_its_own(tasks):
+    tasks.hooks(load_check=0)  # the child's call on its team, however busy the machine
     w, x = _problem(2, seed=6)
     lin = mlir_mx.Linear(w, threads=2)
     ref = _bits(lin(x))
@@ -211,3 +213,31 @@ def test_one_region_runs_several_kernels_with_one_join(tasks):
         with threads_.one_region():
             for _ in range(2):
                 lins[0].call_into(problems[0][1].ctypes.data, 1, outs[0].ctypes.data, 2)
+
+
+@needs_pool
+def test_a_busy_machine_runs_the_calls_on_the_caller_alone(tasks):
+    w, x = _problem(1, seed=9)
+    lin = mlir_mx.Linear(w, threads=2)
+    ref = _bits(lin(x))
+    # every look at the load (1 us apart) finds more runnable threads than CPUs
+    tasks.hooks(load_check=1, load_slack=-1000)
+    alone = tasks.alone
+    for _ in range(5):
+        np.testing.assert_array_equal(_bits(lin(x)), ref)
+    assert tasks.alone == alone + 5
+
+
+@needs_pool
+def test_the_load_check_reads_the_runnable_threads():
+    from mlir_mx.execution.pool_load import LoadCheck
+
+    # /proc/loadavg's runnable count includes the reading thread: at least 1,
+    # so 1 + a team of 1 > the CPUs less all of them
+    assert LoadCheck(1, -(os.cpu_count() or 1)).busy(team=1, ours=0)
+    assert not LoadCheck(1, 10_000).busy(team=2, ours=1)  # never beyond 10,000 CPUs
+    assert not LoadCheck(0, -10_000).busy(team=2, ours=1)  # 0: never looks
+    check = LoadCheck(10**9, -10_000)  # looks at the first call, then not for 1,000 s
+    assert check.busy(2, 1)
+    check.slack = 10_000  # would never be busy, but the last verdict stands until the next look
+    assert check.busy(2, 1) and check.busy(2, 1)

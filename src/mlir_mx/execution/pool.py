@@ -24,6 +24,9 @@ JIT-compiled once, :data:`_IR`), on one block of 64-bit cells:
   holds the call until it runs again; when the caller waited longer for the
   joined workers than it worked itself, the next calls run on the caller
   alone, for a stretch that doubles while that recurs.
+* A busy machine (:mod:`mlir_mx.execution.pool_load`): every few
+  milliseconds a caller reads how many threads the machine has runnable; while those not
+  ours and the call's team exceed the CPUs, calls run on the caller alone.
 * The workers are native loops hosted by daemon Python threads (a ctypes call
   releases the GIL; they never hold it while they run or wait), started on
   the first call that needs them, stopped at exit and replaced after a fork.
@@ -45,6 +48,8 @@ import os
 import platform
 import sys
 import threading
+
+from mlir_mx.execution import pool_load
 
 __all__ = ["MAX_ALONE", "SLOW_WAIT", "SPIN", "Pool", "pool"]
 
@@ -395,8 +400,8 @@ class Pool:
         if not self._lock.acquire(blocking=False):
             return False
         try:
-            if self._alone:  # backing off: the last waits cost more than the work
-                self._alone -= 1
+            if self._alone or pool_load.oversubscribed(team):
+                self._alone = max(0, self._alone - 1)  # backing off, or a busy machine
                 self.alone += 1
                 return False
             self._grow(team - 1)
@@ -425,13 +430,17 @@ class Pool:
 
     def hooks(
         self, *, late: int = 0, inside: int = 0, caller: int = 0, spin: int = SPIN,
-        backoff: bool = True,
+        backoff: bool = True, load_check: int = pool_load.LOAD_CHECK,
+        load_slack: int = pool_load.LOAD_SLACK,
     ) -> None:  # fmt: skip
-        """Test hooks (microseconds, 0 = off), the spin bound and whether to back
-        off (:data:`SLOW_WAIT`; False also ends a stretch): see the module's docstring."""
+        """Test hooks (microseconds, 0 = off), the spin bound, whether to back
+        off (:data:`SLOW_WAIT`; False also ends a stretch and stops looking at the
+        load) and how often to look at the machine's load (``pool_load``'s
+        ``LOAD_CHECK``, 0 never; ``load_slack`` its ``LOAD_SLACK``): see the module's docstring."""
         if not backoff:
             self._alone = self._penalty = 0
         self._backoff = backoff
+        pool_load.configure(load_check if backoff else 0, load_slack)
         self._view[_LATE_US], self._view[_INSIDE_US] = late, inside
         self._view[_CALLER_US], self._view[_SPIN] = caller, spin
 

@@ -18,7 +18,8 @@ on a team:
   through ctypes (which releases the GIL), ``fn`` the kernel's packed C
   interface and ``array`` its arguments, so every team thread calls the
   kernel; the region ends at OpenMP's barrier, which waits for every thread.
-  Kept to measure against (``docs/library.md``, "Threads").
+* either team, on a machine with more runnable threads than CPUs
+  (:func:`oversubscribed`, looked at every few calls): the calling thread alone.
 * neither (no pool on this platform, no OpenMP runtime, or the pool busy with
   another Python thread's call): the calling thread alone, which claims every
   iteration (correct, not parallel).
@@ -37,6 +38,7 @@ import threading
 from contextlib import contextmanager
 
 from mlir_mx.execution import pool as pool_
+from mlir_mx.execution import pool_load
 from mlir_mx.execution.c_interface import C_INTERFACE
 from mlir_mx.passes.kernels.parallel_tasks import TASK_ARGS, TASKS_ATTR
 
@@ -48,6 +50,7 @@ __all__ = [
     "batch_entry",
     "one_region",
     "openmp_runtime",
+    "oversubscribed",
     "parallel_mode",
     "regions",
     "run_tasks",
@@ -130,16 +133,28 @@ def task_functions(module) -> dict[str, int]:
 
 
 _TEAMS = ("pool", "openmp")
-#: The default, "openmp": measured on a quiet 2-vCPU Xeon (docs/library.md,
-#: "Threads", session 50), our pool's 2-thread decode was 1.45x slower than
-#: torch's team (its worker meets torch's spinning workers for the core).
-_team = ["openmp"]
+
+
+def _initial_team() -> str:
+    """The default, "openmp": measured on a quiet 2-vCPU Xeon (docs/library.md,
+    "Threads", session 50), our pool's 2-thread decode was 1.45x slower than
+    torch's team (its worker meets torch's spinning workers for the core).
+    ``MLIR_MX_TEAM=pool|openmp`` sets it for a process (``mx-bench --env-row``)."""
+    team = os.environ.get("MLIR_MX_TEAM", "").strip().lower() or "openmp"
+    if team not in _TEAMS:
+        from mlir_mx.errors import MXValueError
+
+        raise MXValueError(f"MLIR_MX_TEAM: expected one of {', '.join(_TEAMS)}, got {team!r}")
+    return team
+
+
+_team = [_initial_team()]
 _regions = [0]
 
 
 def set_team(team: str) -> str:
     """Which team runs ``parallel="tasks"`` kernels from now on: ``"openmp"``
-    (default: the process's OpenMP team, dynamic division) or ``"pool"``
+    (default, or ``MLIR_MX_TEAM``'s: the process's OpenMP team, dynamic division) or ``"pool"``
     (:mod:`mlir_mx.execution.pool`, whose join waits only for the workers
     that joined).  Returns the previous setting."""
     if team not in _TEAMS:
@@ -148,6 +163,13 @@ def set_team(team: str) -> str:
         raise MXValueError(f"team: expected one of {', '.join(_TEAMS)}, got {team!r}")
     previous, _team[0] = _team[0], team
     return previous
+
+
+def oversubscribed(threads: int) -> bool:
+    """Whether a team of ``threads`` would oversubscribe the machine now (more
+    runnable threads than CPUs, :mod:`mlir_mx.execution.pool_load`); such calls
+    run on the caller alone (with the decode policy, a step on one thread throughout)."""
+    return threads > 1 and pool_load.oversubscribed(threads)
 
 
 def regions() -> int:
@@ -172,7 +194,7 @@ def _launch(fn: int, array: ctypes.Array, counter: ctypes.c_int64, threads: int,
                 return
         else:
             omp = openmp_runtime()
-            if omp is not None:
+            if omp is not None and not pool_load.oversubscribed(threads):
                 omp.parallel(fn, ctypes.addressof(array), threads, 0)
                 return
     (alone or _PACKED(fn))(array)  # the caller claims every task

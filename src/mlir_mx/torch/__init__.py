@@ -29,6 +29,7 @@ from .precompile import precompile
 from .quantize_model import QuantizeSummary, quantize_
 from .quantizer import quantize_weight
 from .reference import LogitBound, dequantize_, greedy, logit_bound
+from .thread_policy import decode_threads, set_decode_policy
 from .transformers_hook import register_on_import
 from .versions import warn_untested_torch
 
@@ -45,6 +46,7 @@ __all__ = [
     "MXExperts",
     "MXLinear",
     "QuantizeSummary",
+    "decode_threads",
     "dequantize_",
     "from_pretrained",
     "gguf_tokenizer",
@@ -55,4 +57,5 @@ __all__ = [
     "quantize_",
     "quantize_weight",
     "save_pretrained",
+    "set_decode_policy",
 ]

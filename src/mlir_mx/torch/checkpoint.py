@@ -58,6 +58,7 @@ from .checkpoint_linears import layout_embedding, plan_embedding, plan_linear
 from .experts import MXExperts, experts_gate, is_stacked_experts
 from .gguf_model import from_gguf, linear_layer
 from .module import MXLinear
+from .thread_policy import install as install_decode_policy
 
 __all__ = [
     "COMPRESSED", "GPT_OSS", "from_pretrained", "linear_shape", "mx_weights", "save_pretrained",
@@ -179,6 +180,7 @@ def from_pretrained(
             "metadata": files.metadata,
             "sharded": files.sharded,
         }
+    install_decode_policy(model)  # decode steps: torch on 1 thread (thread_policy)
     return model if tp is None else tp.parallelize(model)
 
 

@@ -32,6 +32,8 @@ import torch
 from mlir_mx.linear import Linear
 from mlir_mx.numerics import SCALE_DTYPE
 
+from .thread_policy import layer_threads
+
 __all__ = ["call_op", "linear", "register"]
 
 _LIVE: weakref.WeakValueDictionary[tuple, Linear] = weakref.WeakValueDictionary()
@@ -83,7 +85,7 @@ def linear(
 ) -> torch.Tensor:
     """``x @ W.T`` with the MX weight ``W`` held as ``weight`` (see the module)."""
     lin = _layer(weight, element, block_size, in_features, out_features, activations, records)
-    n = threads if threads > 0 else torch.get_num_threads()
+    n = threads if threads > 0 else layer_threads()
     return torch.from_numpy(lin(x.numpy(), threads=n))
 
 

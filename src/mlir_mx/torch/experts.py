@@ -44,6 +44,7 @@ from mlir_mx.numerics import ElementFormat, MXArray, element_format
 from .fused import eager
 from .module import MXLinear
 from .quantizer import quantize_weight
+from .thread_policy import layer_threads
 
 __all__ = ["Gate", "MXExperts", "experts_gate", "is_stacked_experts"]
 
@@ -236,7 +237,7 @@ class MXExperts(torch.nn.Module):
         up, h = self.gate_up[e], None
         if bf16 and up.fused is None and eager(x):
             h = torch.zeros(x.shape[0], up.out_features, dtype=torch.float32)
-            n = up.threads or torch.get_num_threads()
+            n = up.threads or layer_threads()
             if not up.linear.call_into(x.data_ptr(), x.shape[0], h.data_ptr(), n, True):
                 h = None
             elif up.bias is not None:
@@ -338,7 +339,7 @@ class MXExperts(torch.nn.Module):
         per token for dozens of tokens); all at once it is 5-7 ms, once.  The
         mark names the layers' Linears too: a copy, an unpickled module or
         new weights loaded hold new ones, which bind again."""
-        ready = (torch.get_num_threads(), id(self.gate_up[0].linear), id(self.down[-1].linear))
+        ready = (layer_threads(), id(self.gate_up[0].linear), id(self.down[-1].linear))
         if self.__dict__.get("_decode_bound") != ready:
             for layer in (*self.gate_up, *self.down):
                 layer.precompile(1)
@@ -363,7 +364,7 @@ class MXExperts(torch.nn.Module):
         with one_region() if distinct else nullcontext():
             for r, e in enumerate(experts):
                 lin = layers[e]
-                threads = lin.threads or torch.get_num_threads()
+                threads = lin.threads or layer_threads()
                 if lin.fused is not None or not lin.linear.call_into(
                     x_addr + r * x_row, 1, y_addr + r * y_row, threads, bf16
                 ):

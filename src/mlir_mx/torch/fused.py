@@ -35,6 +35,7 @@ from mlir_mx.linear import Linear
 from mlir_mx.numerics import MXArray
 
 from . import custom_ops as ops
+from .thread_policy import layer_threads
 
 __all__ = ["FusedWeight", "concat_rows", "eager"]
 
@@ -245,7 +246,7 @@ class FusedWeight:
         y = self._take(x, key, part, x2)
         if y is not None:
             return self._columns(y, part)
-        n = threads if threads > 0 else torch.get_num_threads()
+        n = threads if threads > 0 else layer_threads()
         y = torch.zeros(x2.shape[0], self.linear.out_features, dtype=torch.float32)
         bf16 = x.dtype == torch.bfloat16  # a bf16 input: the bf16 kernels, same bits
         if not self.linear.call_into(x2.data_ptr(), x2.shape[0], y.data_ptr(), n, bf16):
@@ -265,7 +266,7 @@ class FusedWeight:
         if y is None:
             y = torch.zeros(*x.shape[:-1], self.offsets[-1], dtype=torch.float32)
             m = math.prod(x.shape[:-1])
-            n = layer.threads or torch.get_num_threads()
+            n = layer.threads or layer_threads()
             if not self.linear.call_into(x.data_ptr(), m, y.data_ptr(), n):
                 return None
             self._keep(x, key, y, part, x)

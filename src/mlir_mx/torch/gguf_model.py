@@ -49,6 +49,7 @@ from mlir_mx.numerics import MXArray
 
 from .experts import MXExperts, experts_gate, is_stacked_experts
 from .module import MXLinear
+from .thread_policy import install as install_decode_policy
 
 __all__ = ["GGUF_ARCHITECTURES", "from_gguf", "gguf_tokenizer"]
 
@@ -102,6 +103,7 @@ def from_gguf(path, *, dtype=None, threads: int | None = None, activations=None,
         _fill(model, f, plan, dtype, dict(threads=threads, activations=activations))
         f.release()
     release_free_heap()  # the experts' transient arrays (a layer's worth) leave the RSS
+    install_decode_policy(model)  # decode steps: torch on 1 thread (thread_policy)
     return model
 
 

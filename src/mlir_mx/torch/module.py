@@ -18,6 +18,7 @@ from mlir_mx.numerics import ElementFormat, MXArray
 from . import custom_ops as ops
 from .fused import eager
 from .quantizer import quantize_weight
+from .thread_policy import layer_threads
 
 __all__ = ["InferenceOnlyError", "MXLinear", "is_conv1d"]
 
@@ -237,7 +238,7 @@ class MXLinear(torch.nn.Module):
     def precompile(self, m=None) -> None:
         """Compile now the kernels of calls with ``m`` rows (``Linear.precompile``),
         on this layer's thread count (None: ``torch.get_num_threads()``)."""
-        self._linear.precompile(m, threads=self._threads or torch.get_num_threads())
+        self._linear.precompile(m, threads=self._threads or layer_threads())
 
     # -- the call ----------------------------------------------------------------------
 
@@ -275,7 +276,7 @@ class MXLinear(torch.nn.Module):
             # per call, ...).
             y = self._call_in_place(x2, bf16=x.dtype == torch.bfloat16)  # bf16: its kernels
             if y is None:
-                n = self._threads or torch.get_num_threads()
+                n = self._threads or layer_threads()
                 y = torch.from_numpy(self._linear(x2.numpy(), threads=n))
         else:
             weight = [getattr(self, name) for name in self._held_names]
@@ -297,7 +298,7 @@ class MXLinear(torch.nn.Module):
         ``x`` holds bf16 values (a bf16 input): the bf16 kernels, same bits."""
         y = torch.zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
         m = math.prod(x.shape[:-1])
-        n = self._threads or torch.get_num_threads()
+        n = self._threads or layer_threads()
         return y if self._linear.call_into(x.data_ptr(), m, y.data_ptr(), n, bf16) else None
 
     # -- the saved form: nn.Linear's layout ------------------------------------------------

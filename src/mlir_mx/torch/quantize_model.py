@@ -15,6 +15,7 @@ from mlir_mx.numerics import ElementFormat
 from .config import MXConfig
 from .experts import MXExperts, is_stacked_experts
 from .module import MXLinear, is_conv1d
+from .thread_policy import install as install_decode_policy
 
 __all__ = [
     "AFTER_QUANTIZE", "FUSE_GROUPS", "QuantizeSummary", "is_conv1d", "linear_weight", "quantize_", "selected_experts",
@@ -170,9 +171,16 @@ def quantize_(
     return summary
 
 
-#: Called as ``hook(model)`` at the end of every ``quantize_``: ``transformers_quantizer``
-#: adds the one that lets transformers' ``model.save_pretrained`` write the MX checkpoint.
-AFTER_QUANTIZE: list[Callable] = []
+def _decode_policy(model: torch.nn.Module) -> None:
+    """The decode thread policy's hooks on a model with MX layers (``thread_policy``)."""
+    if any(isinstance(m, (MXLinear, MXExperts)) for m in model.modules()):
+        install_decode_policy(model)
+
+
+#: Called as ``hook(model)`` at the end of every ``quantize_``: the decode thread
+#: policy's (``thread_policy.install``); ``transformers_quantizer`` adds the one
+#: that lets transformers' ``model.save_pretrained`` write the MX checkpoint.
+AFTER_QUANTIZE: list[Callable] = [_decode_policy]
 
 
 #: The siblings ``quantize_(fuse=True)`` fuses: attribute names of one parent

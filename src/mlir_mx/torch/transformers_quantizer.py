@@ -41,6 +41,7 @@ from .checkpoint import checkpoint_tensors
 from .checkpoint_config import COMPRESSED, GPT_OSS, saved_config
 from .config import MXConfig
 from .quantize_model import AFTER_QUANTIZE
+from .thread_policy import install as install_decode_policy
 from .transformers_holders import OnLoad, holder_modules, mx_modules
 
 __all__ = [
@@ -168,6 +169,7 @@ class MXHfQuantizer(HfQuantizer):
             how = f"quantized on load ({self.quantization_config.element})"
         model.mx_source = {"layout": self.layout, "loader": "transformers", "modules": made}
         log.info("mlir_mx.torch: %d layers through mlir-mx kernels (%s)", len(made), how)
+        install_decode_policy(model)  # decode steps: torch on 1 thread (thread_policy)
         return model
 
     def get_state_dict_and_metadata(self, model):

@@ -17,6 +17,7 @@ The row's record keeps its kind (``spec["busy"]``) and the row it repeats
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -78,10 +79,12 @@ def run_busy_row(module: str, spec: dict, tmp: Path) -> dict:
     twin = dict(spec, name=f"{spec['name']}-twin")
     path = tmp / f"{twin['name']}-spec.json"
     path.write_text(json.dumps(twin))
+    env = spec.get("env")
     other = subprocess.Popen(
         [sys.executable, "-m", module, str(path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, **env} if env else None,  # an --env-row's twin: its setting too
     )
     try:
         rec = run_worker(module, spec, tmp, spec.get("env"))

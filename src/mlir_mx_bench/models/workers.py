@@ -40,7 +40,8 @@ __all__ = [
 #: it imports from source, 3.5 s of transformers' and torch's in a gpt-oss
 #: load (``from_pretrained`` imports the model's module), where a user's
 #: Python reads the cached bytecode.
-ENV_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "PYTHONDONTWRITEBYTECODE")
+ENV_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "PYTHONDONTWRITEBYTECODE",
+                "MLIR_MX_TEAM", "MLIR_MX_DECODE_POLICY", "MLIR_MX_LOAD_")  # fmt: skip
 
 
 def run_record(tool: str, opts, **more) -> dict:

@@ -4,6 +4,7 @@ row (a row process that only records its environment: cheap)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -95,3 +96,12 @@ def test_the_loads_run_beside_the_row_and_stop_after_it(tmp_path, monkeypatch):
     # the second copy ran the same spec under its own name, and its figures are kept
     assert (tmp_path / "t-busy-self-twin.json").exists()
     assert rec["twin"] == {"prefill_ms": None, "decode_tokens_per_s": None}
+
+
+def test_an_env_rows_second_copy_runs_with_its_setting(tmp_path):
+    spec = {"name": "e", "row": "ours [MLIR_MX_TEAM=pool]", "out": str(tmp_path),
+            "env": {"MLIR_MX_TEAM": "pool"}}  # fmt: skip
+    rec = run_busy_row(RECORDER, busy_spec(spec, "self"), tmp_path)
+    twin = json.loads((tmp_path / "e-busy-self-twin.json").read_text())
+    for r in (rec, twin):  # the row and its copy both ran with the --env-row's variable
+        assert r["environment"]["variables"].get("MLIR_MX_TEAM") == "pool"

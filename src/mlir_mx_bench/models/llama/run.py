@@ -243,10 +243,11 @@ def run_model(opts: ModelOptions, say: Callable[[str], None]) -> dict:
                     rows.append(_run_worker(spec, tmp, say))
                     _check(rows[-1], refs, tmp)
             for load in opts.busy:  # the same rows with a load beside them (--busy)
-                for row, kind, fmt in (r for r in ROWS if r[0] in opts.rows):
-                    spec = busy_spec(_spec(opts, tmp, row, kind, fmt, t), load)
-                    rows.append(_run_worker(spec, tmp, say))
-                    _check(rows[-1], refs, tmp)
+                for i, env in enumerate([None, *opts.env_rows]):  # and each --env-row
+                    for row, kind, fmt in (r for r in ROWS if r[0] in opts.rows):
+                        spec = busy_spec(_spec(opts, tmp, row, kind, fmt, t, env, i), load)
+                        rows.append(_run_worker(spec, tmp, say))
+                        _check(rows[-1], refs, tmp)
         _bf16_vs_f32(rows, tmp)
     record.update(
         references=list(refs.values()),

@@ -1,0 +1,162 @@
+"""The decode thread policy: torch's own ops on 1 thread, the MX layers on ``n``.
+
+A decode step (one token, or a few) of a model converted by ``quantize_``
+spends most of its time in the MX layers' kernels; torch's own operations
+between them (norms, rotary embedding, attention over the cache, the
+residual adds) are small, and on more than one thread each is an OpenMP
+region with a barrier, after which torch's worker threads spin on the cores
+that our kernels' threads need. Measured on a loaded 2-vCPU machine
+(``docs/library.md``, "Threads", session 51), running those on one thread
+and only our kernels on ``n`` avoided most of the 2-thread collapse; the
+quiet machine's figures are to be taken (the same page names the command).
+
+* :func:`decode_threads` (a context manager): inside it, torch runs on 1
+  thread (``torch.set_num_threads(1)``) and every MX layer whose own
+  ``threads`` is None runs on ``n`` (default: ``torch.get_num_threads()`` on
+  entry); on exit torch's thread count is restored, also after an exception.
+* :func:`layer_threads`: the thread count an MX layer with ``threads=None``
+  uses now (the innermost :func:`decode_threads` block's, else torch's).
+* The policy by default: ``quantize_`` puts a forward pre-hook and hook on
+  the model it converts (:func:`install`), which run each forward call of at
+  most :data:`DECODE_TOKENS` tokens inside :func:`decode_threads`; a longer
+  call (a prefill) runs as before. :func:`set_decode_policy` turns it off
+  (``"torch"``: torch's thread count for everything) or on (``"layers"``);
+  ``MLIR_MX_DECODE_POLICY=torch|layers`` sets it for a process.
+  Nothing changes outside the model's forward call; under a tracer
+  (``torch.compile``, ``torch.export``) the hooks do nothing.
+
+``torch.set_num_threads`` is process-wide: another Python thread running
+torch ops while a decode step runs here gets 1 thread for that while.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from contextlib import contextmanager
+
+import torch
+
+from mlir_mx.errors import MXValueError
+
+__all__ = [
+    "DECODE_TOKENS",
+    "decode_policy",
+    "decode_threads",
+    "install",
+    "layer_threads",
+    "set_decode_policy",
+]
+
+#: A forward call of at most this many tokens (batch x sequence) is a decode
+#: step for the default policy.
+DECODE_TOKENS = 8
+
+_POLICIES = ("layers", "torch")
+
+
+def _initial_policy() -> str:
+    """``"layers"``, or ``MLIR_MX_DECODE_POLICY``'s (``layers`` / ``torch``) for a
+    process (``mx-bench --env-row``)."""
+    policy = os.environ.get("MLIR_MX_DECODE_POLICY", "").strip().lower() or "layers"
+    if policy not in _POLICIES:
+        raise MXValueError(
+            f"MLIR_MX_DECODE_POLICY: expected one of {', '.join(_POLICIES)}, got {policy!r}"
+        )
+    return policy
+
+
+_policy = [_initial_policy()]
+_scope = threading.local()
+
+
+def set_decode_policy(policy: str) -> str:
+    """``"layers"`` (default): a converted model's decode steps run torch's own
+    ops on 1 thread and the MX layers on torch's thread count
+    (:func:`decode_threads`); ``"torch"``: everything on torch's thread count.
+    Returns the previous setting."""
+    if policy not in _POLICIES:
+        raise MXValueError(f"policy: expected one of {', '.join(_POLICIES)}, got {policy!r}")
+    previous, _policy[0] = _policy[0], policy
+    return previous
+
+
+def decode_policy() -> str:
+    """The current :func:`set_decode_policy` setting."""
+    return _policy[0]
+
+
+def layer_threads() -> int:
+    """How many threads an MX layer whose ``threads`` is None runs on now: the
+    innermost :func:`decode_threads` block's count, else ``torch.get_num_threads()``.
+    (While the machine has more runnable threads than CPUs the calls run on
+    the caller alone, ``execution.threads.oversubscribed``: the same kernels,
+    so nothing is compiled that ``precompile`` did not.)"""
+    stack = getattr(_scope, "stack", None)
+    return stack[-1][0] if stack else torch.get_num_threads()
+
+
+@contextmanager
+def decode_threads(threads: int | None = None):
+    """Inside the block torch runs on 1 thread and the MX layers (``threads=None``)
+    on ``threads`` (None: ``torch.get_num_threads()`` on entry, or the enclosing
+    block's); torch's count is restored on exit.  Yields the layers' count."""
+    _enter(threads)
+    try:
+        yield _scope.stack[-1][0]
+    finally:
+        _leave()
+
+
+def _enter(threads: int | None) -> None:
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise MXValueError(f"threads: expected a positive int or None, got {threads!r}")
+    stack = _scope.__dict__.setdefault("stack", [])
+    n = threads if threads is not None else stack[-1][0] if stack else torch.get_num_threads()
+    stack.append((n, torch.get_num_threads()))
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
+def _leave() -> None:
+    _n, torch_threads = _scope.stack.pop()
+    if torch.get_num_threads() != torch_threads:
+        torch.set_num_threads(torch_threads)
+
+
+def _tokens(args: tuple, kwargs: dict) -> int | None:
+    """The token count of a forward call: its ``input_ids`` (or first tensor
+    argument) without the last dimension of ``inputs_embeds``."""
+    x = kwargs.get("input_ids")
+    if x is None and kwargs.get("inputs_embeds") is not None:
+        e = kwargs["inputs_embeds"]
+        return e.numel() // max(1, e.shape[-1])
+    if x is None:
+        x = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    if not isinstance(x, torch.Tensor) or x.dtype.is_floating_point:
+        return None  # not token ids: a module, not a whole model
+    return x.numel()
+
+
+def _pre_hook(module, args, kwargs):
+    entered = False
+    if _policy[0] == "layers" and not torch.compiler.is_compiling():
+        tokens = _tokens(args, kwargs)
+        if tokens is not None and tokens <= DECODE_TOKENS:
+            _enter(None)
+            entered = True
+    _scope.__dict__.setdefault("marks", []).append(entered)
+
+
+def _post_hook(module, args, kwargs, output):
+    marks = getattr(_scope, "marks", None)
+    if marks and marks.pop():
+        _leave()
+
+
+def install(model: torch.nn.Module) -> None:
+    """Put the default policy's hooks on ``model`` (once; ``quantize_`` calls it)."""
+    if _pre_hook in model._forward_pre_hooks.values():
+        return
+    model.register_forward_pre_hook(_pre_hook, with_kwargs=True)
+    model.register_forward_hook(_post_hook, with_kwargs=True, always_call=True)
