@@ -376,8 +376,9 @@ def to_weight(chunks: Iterator[Chunk], g: Geometry) -> MXArray:
             codes[:, k0 // per * nbytes : k1 // per * nbytes] = pack_codes(c.T, fmt)
         else:
             codes[:, k0:k1] = c.T.view(np.uint8)
+    name = fmt if g.global_scale is None else fmt.e4m3_scaled[0]  # "nvfp4"
     return MXArray.from_packed(
-        codes, scales, fmt, g.block, axis=1, copy=False, global_scale=g.global_scale
+        codes, scales, name, g.block, axis=1, copy=False, global_scale=g.global_scale
     )
 
 
