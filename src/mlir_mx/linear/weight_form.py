@@ -7,7 +7,8 @@ the stored form with the dot kernels' records beside it:
 * **stored** (:func:`stored_shape`): the codes the f32 kernels read, packed
   along N where they pack (``numerics.is_packed_storage``) and in 64-column
   tiles when N is a multiple of 64 (``kernels.common.problem.tile_b_codes``), plus
-  the E8M0 scales ``(K / block, N)``;
+  the block scales ``(K / block, N)`` (E8M0; E4M3 for NVFP4, whose global scale
+  the :class:`Geometry` holds);
 * **records** (:func:`records_unit`): the dot kernels' records of one dot unit
   (``kernels.dot.units.RecordLayout``, scales inside), chosen only where the
   dot kernels serve every shape class for the Linear's ``activations``, the
