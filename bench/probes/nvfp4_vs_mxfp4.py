@@ -34,7 +34,9 @@ def main() -> None:
         x = rng.standard_normal((m, k), dtype=np.float32)
         qs = [(label, mlir_mx.quantize(w, f, b, axis=1)) for label, f, b in WEIGHTS]
         for act in (None, "i8", "bf16"):
-            lins = [(label, mlir_mx.Linear(q, threads=args.threads, activations=act)) for label, q in qs]
+            lins = [
+                (label, mlir_mx.Linear(q, threads=args.threads, activations=act)) for label, q in qs
+            ]
             times: dict[str, list[float]] = {label: [] for label, _ in lins}
             for _label, lin in lins:
                 lin(x)  # compiles

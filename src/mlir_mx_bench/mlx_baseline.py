@@ -63,7 +63,9 @@ def mlx_methods(p: Problem, threads: int) -> list[Method] | Skipped:
 
     def call():
         with mx.stream(mx.cpu):
-            y = mx.quantized_matmul(x, w, scales, transpose=True, group_size=group, bits=4, mode=mode)
+            y = mx.quantized_matmul(
+                x, w, scales, transpose=True, group_size=group, bits=4, mode=mode
+            )
             mx.eval(y)
         return y
 
