@@ -14,7 +14,7 @@ import numpy as np
 
 from mlir_mx.numerics import MXArray
 
-from .cases import Problem, mx_bytes
+from .cases import Problem, is_nvfp4, mx_bytes
 from .method import Method, Skipped
 
 __all__ = ["emulate_dequantize", "numpy_methods", "torch_methods"]
@@ -85,6 +85,9 @@ def numpy_methods(p: Problem, threads: int) -> list[Method]:
         operands="mx-a",
         note="ml_dtypes dequantize of A, then numpy f32 matmul",
     )
+    if is_nvfp4(p.element):  # ml_dtypes' E8M0 emulation does not apply
+        why = "the emulation rows dequantize E8M0 scales (OCP MX); NVFP4 has no such row"
+        return [f32, Skipped("emulation (nvfp4)", why)]
     return [f32, ab, a]
 
 
@@ -152,8 +155,14 @@ def torch_methods(p: Problem, threads: int) -> list[Method | Skipped] | Skipped:
         )
 
     emulated = torch_bf16_emulated()
-    if emulated and s.M * s.N * s.K > BF16_EMULATED_MAX_MACS:
+    if is_nvfp4(p.element):
         bf16: Method | Skipped = Skipped(
+            "torch bf16 (nvfp4)",
+            "NVFP4's values (code x f32(block scale / global scale)) are not exact in bf16, "
+            "so torch bf16 would multiply other operands",
+        )
+    elif emulated and s.M * s.N * s.K > BF16_EMULATED_MAX_MACS:
+        bf16 = Skipped(
             "torch bf16 (large shapes)",
             f"{emulated}: torch emulates bf16 matmuls at about 0.3 GFLOP/s (32 s a call "
             f"at 256x4096x4096 on an AMD EPYC), so shapes over "

@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mlir_mx import numerics as N
+from mlir_mx.numerics.formats import E4M3_SCALED, NVFP4_BLOCK_SIZE
 from mlir_mx.roofline.variants import Shape
 
 __all__ = [
     "BenchFailure",
     "Oracle",
     "Problem",
+    "is_nvfp4",
     "make_problem",
     "mx_bytes",
     "split_format",
@@ -144,7 +146,11 @@ def make_problem(
     shape: Shape, element: str, block_size: int = 32, seed: int = 0, a_element: str | None = None
 ) -> Problem:
     """Random inputs of ``shape``, B quantized to ``element`` and A to
-    ``a_element`` (default ``element``) with blocks of ``block_size``."""
+    ``a_element`` (default ``element``) with blocks of ``block_size``
+    (``nvfp4``: blocks of 16, its one block size, each operand with its
+    computed global scale)."""
+    if is_nvfp4(element):
+        block_size = NVFP4_BLOCK_SIZE
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((shape.M, shape.K), dtype=np.float32)
     b = rng.standard_normal((shape.K, shape.N), dtype=np.float32)
@@ -157,6 +163,12 @@ def make_problem(
         shape, element, block_size, a, b, qa, qb, dequantize(qa), dequantize(qb),
         a_element=a_el,
     )  # fmt: skip
+
+
+def is_nvfp4(element: str) -> bool:
+    """``element`` names NVFP4 (E4M3 block scales, a global scale): its rows
+    are :mod:`mlir_mx_bench.nvfp4_rows`' (``docs/bench.md``)."""
+    return element.lower() in E4M3_SCALED
 
 
 def split_format(spec: str) -> tuple[str | None, str]:

@@ -25,7 +25,7 @@ import os
 
 import numpy as np
 
-from .cases import Oracle, Problem
+from .cases import Oracle, Problem, is_nvfp4
 from .emulate import baseline_level
 from .method import Method, Skipped
 
@@ -33,6 +33,8 @@ __all__ = ["GGML_TYPES", "ggml_available", "ggml_isa", "ggml_methods"]
 
 #: (label, ggml type enum name)
 GGML_TYPES = (("ggml Q8_0", "GGML_TYPE_Q8_0"), ("ggml MXFP4", "GGML_TYPE_MXFP4"))
+#: The row of an ``nvfp4`` problem, where the installed ggml has the type.
+GGML_NVFP4 = ("ggml NVFP4", "GGML_TYPE_NVFP4")
 _INSTALL = "pip install --no-binary ggml-python 'mlir-mx[bench]' (needs cmake and a C compiler)"
 
 
@@ -179,11 +181,19 @@ def ggml_methods(p: Problem, threads: int) -> list[Method] | Skipped:
     """ggml Q8_0 and MXFP4 at ``threads`` threads (weights quantized from ``B``)."""
     why = ggml_available()
     if why:
-        return Skipped("ggml Q8_0/MXFP4", why)
+        return Skipped("ggml NVFP4" if is_nvfp4(p.element) else "ggml Q8_0/MXFP4", why)
     gg = load_ggml()
     s = p.shape
     out = []
-    for label, type_name in GGML_TYPES:
+    types = GGML_TYPES
+    if is_nvfp4(p.element):  # ggml's NVFP4 (llama.cpp PR #19769), where this build has it
+        if not hasattr(gg, GGML_NVFP4[1]):
+            return Skipped(
+                "ggml NVFP4", f"ggml-python {gg.__version__} has no {GGML_NVFP4[1]} (ggml's NVFP4, "
+                "llama.cpp PR #19769, is newer than the ggml it vendors)",
+            )  # fmt: skip
+        types = (GGML_NVFP4,)
+    for label, type_name in types:
         typ = getattr(gg, type_name)
         mm = _GgmlMatmul(gg, typ, p, threads)
         key = f"ggml-{type_name}"

@@ -17,7 +17,7 @@ from mlir_mx.roofline.measure import Timing, time_repeated
 from mlir_mx.roofline.variants import Shape
 
 from .baselines import numpy_methods, torch_methods
-from .cases import Problem, make_problem, split_format
+from .cases import Problem, is_nvfp4, make_problem, split_format
 from .ggml_baseline import ggml_methods
 from .machine import (
     Roof,
@@ -30,12 +30,14 @@ from .machine import (
     thread_limits,
 )
 from .method import Method, Skipped
+from .mlx_baseline import mlx_methods
+from .nvfp4_rows import nvfp4_methods
 from .openvino_baseline import openvino_methods
 from .ours import our_methods
 
 __all__ = ["Options", "run_bench"]
 
-FAMILIES = (numpy_methods, torch_methods, ggml_methods, openvino_methods)
+FAMILIES = (numpy_methods, torch_methods, ggml_methods, openvino_methods, mlx_methods)
 
 
 @dataclass
@@ -155,7 +157,8 @@ def _measure(p: Problem, m: Method, threads: int, roof: Roof, opts: Options, say
 
 def _group(p, threads, roof, opts, compiled, skipped, say) -> list[dict]:
     rows = []
-    families: list[Callable] = [*FAMILIES, lambda p, t: our_methods(p, t, compiled, say)]
+    ours = nvfp4_methods if is_nvfp4(p.element) else lambda p, t, s: our_methods(p, t, compiled, s)
+    families: list[Callable] = [*FAMILIES, lambda p, t: ours(p, t, say)]
     for family in families:
         got = family(p, threads)
         items = [got] if isinstance(got, Skipped) else got

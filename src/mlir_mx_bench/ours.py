@@ -21,7 +21,7 @@ from mlir_mx.roofline.variants import Shape, variant_module_text
 from .cases import BenchFailure, Problem, stored_mx_bytes
 from .method import Method
 
-__all__ = ["OurKernel", "our_methods", "our_kernels"]
+__all__ = ["OurKernel", "linear_f32_method", "our_methods", "our_kernels"]
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def linear_rows(p: Problem) -> list[tuple[str, str | None]]:
     return [("ours Linear mx x mx", None), (f"ours Linear f32->{p.a_format}", p.a_format)]
 
 
-def _linear_f32_method(p: Problem, threads: int, say) -> Method:
+def linear_f32_method(p: Problem, threads: int, say) -> Method:
     """``mlir_mx.Linear(B)(a)``: the f32 activations as they are, the exact
     default path of ``Linear`` and ``mlir_mx.torch`` (the f32 kernels)."""
     import mlir_mx
@@ -156,7 +156,7 @@ def _linear_methods(p: Problem, threads: int, say) -> list[Method]:
     s = p.shape
     from .bf16_rows import bf16_methods  # activations="bf16", beside the exact path
 
-    methods = [_linear_f32_method(p, threads, say), *bf16_methods(p, threads, say)]
+    methods = [linear_f32_method(p, threads, say), *bf16_methods(p, threads, say)]
     for label, act in linear_rows(p):
         x = p.qa if act is None else p.a
         t0 = time.perf_counter()

@@ -340,11 +340,14 @@ def quantize_targets(rec: dict) -> list[dict]:
     from mlir_mx.numerics import ELEMENT_FORMATS
 
     t = max(rec["threads"])
-    quantized = [f for f in rec["formats"] if ELEMENT_FORMATS[f].mx_name in ("MXFP4", "MXFP8")]
+    mx = [f for f in rec["formats"] if f in ELEMENT_FORMATS]  # nvfp4: not an element format
+    quantized = [f for f in mx if ELEMENT_FORMATS[f].mx_name in ("MXFP4", "MXFP8")]
     out = []
     for f in quantized:
         what = f"f32 -> {ELEMENT_FORMATS[f].mx_name}"
         out += [_rate_target(rec, f, "ours quantize", what, t), _ggml_target(rec, f, t)]
+    if NVFP4 in rec["formats"]:  # issue 54: NVFP4 quantize at >= 1 G elements/s
+        out.append(_rate_target(rec, NVFP4, "ours quantize", "f32 -> NVFP4", t))
     out += [
         _rate_target(rec, f, "ours dequantize", "dequantize into a new array", t)
         for f in rec["formats"]

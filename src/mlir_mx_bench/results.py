@@ -21,6 +21,9 @@ RATIO_BASELINES = (
     "ggml MXFP4",
     "openvino MXFP4",
     "openvino MXFP4 f32",
+    "ggml NVFP4",
+    "mlx MXFP4",
+    "mlx NVFP4",
 )
 
 

@@ -5,7 +5,7 @@ timings themselves are mx-bench's business, not a test's)."""
 from __future__ import annotations
 
 from mlir_mx_bench.options import element_spec
-from mlir_mx_bench.quantize_rows import block_of, run_quantize
+from mlir_mx_bench.quantize_rows import block_of, quantize_markdown, quantize_targets, run_quantize
 
 
 def test_nvfp4_rows_run_and_are_exact():
@@ -16,3 +16,7 @@ def test_nvfp4_rows_run_and_are_exact():
     assert {"ours quantize", "ours quantize, global_scale=", "ours dequantize",
             "oracle numerics.quantize"} <= methods  # fmt: skip
     assert {r["format"] for r in rec["rows"]} == {"nvfp4"}
+    # The report's targets name NVFP4's quantize rate (they raised KeyError before).
+    targets = [t["target"] for t in quantize_targets(rec)]
+    assert any(t.startswith("f32 -> NVFP4 >= 1,000 M elements/s") for t in targets), targets
+    assert any("NVFP4" in line for line in quantize_markdown(rec))

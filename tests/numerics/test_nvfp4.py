@@ -207,9 +207,9 @@ def test_scale_rule(element, scale, block, ok):
     assert (formats.scale_rule(element, scale, block) is None) == ok
 
 
-def test_interop_keeps_or_refuses_nvfp4():
+def test_interop_keeps_nvfp4():
     """transpose keeps an NVFP4 array NVFP4 (its global scale too); the linear
-    weight check (the torch layers' and experts') refuses it with its name."""
+    weight check (the torch layers' and experts') takes it as an MXFP4 one."""
     from mlir_mx.interop.orientation import check_linear_weight, transpose
 
     x = np.random.default_rng(2).standard_normal((16, 32)).astype(np.float32)
@@ -217,20 +217,17 @@ def test_interop_keeps_or_refuses_nvfp4():
     t = transpose(a)
     assert (t.format_name, t.axis, t.global_scale) == ("nvfp4", 0, a.global_scale)
     np.testing.assert_array_equal(t.dequantize(), a.dequantize().T)
-    with pytest.raises(MXValueError, match="an nvfp4 weight .* E8M0-scaled"):
-        check_linear_weight(a)
+    check_linear_weight(a)
+    with pytest.raises(MXValueError, match=r"w: expected a 2-D MXArray .* blocked along axis 0"):
+        check_linear_weight(t)
 
 
-
-def test_products_refuse_nvfp4_until_their_kernels_exist():
-    """The linear kernels and the oracle's matmul read E8M0 scales: an NVFP4
-    MXArray is refused by name, never read as if its E4M3 scales were E8M0."""
-    import mlir_mx
-
+def test_the_oracles_matmul_refuses_nvfp4_activations():
+    """NVFP4 goes in B (tests/test_linear_nvfp4.py); an NVFP4 A is refused by
+    name, never read as if its E4M3 scales were E8M0."""
     x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
-    w = oracle.quantize(x, "nvfp4")
-    for call in (lambda: mlir_mx.Linear(w), lambda: mlir_mx.matmul(x, w)):
-        with pytest.raises(MXValueError, match=r"weight: an nvfp4 MXArray .*E8M0-scaled"):
-            call()
-    with pytest.raises(MXValueError, match=r"takes E8M0-scaled .* not an nvfp4 MXArray"):
-        oracle.matmul_reference(x, w, np.zeros((4, 4), np.float32))
+    a = oracle.quantize(x, "nvfp4")
+    b = oracle.quantize(x.T.copy(), "mxfp4", 16, axis=0)
+    for f in (oracle.matmul_reference, oracle.blocked_order):
+        with pytest.raises(MXValueError, match=r"a: .*E8M0-scaled .* not an nvfp4 MXArray"):
+            f(a, b, np.zeros((4, 4), np.float32))

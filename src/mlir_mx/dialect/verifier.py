@@ -139,7 +139,7 @@ def _block_matmul(ops: list[ir.Value], res: ir.Type) -> str | None:
         return f"N dimension mismatch: rhs has N={b[1]} but acc has N={c[1]}"
     if c != _tensor_shape(res):
         return "acc shape doesn't match result shape"
-    why = "block_matmul does not take yet (issue 54: NVFP4 matmul kernels)"
+    why = "block_matmul does not take yet (no global_scale operand; mlir_mx.Linear runs NVFP4 weights)"
     err = _not_nvfp4(lhs, "lhs", why) or (rhs and _not_nvfp4(rhs, "rhs", why))
     if err:
         return err

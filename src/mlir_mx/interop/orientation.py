@@ -45,11 +45,6 @@ def check_linear_weight(w, arg: str = "w", dims: tuple[str, str] = ("n_out", "n_
     naming ``arg``."""
     if not isinstance(w, MXArray):
         raise MXArgTypeError(f"{arg}: expected an MXArray, got {type(w).__name__}")
-    if w.global_scale is not None:
-        raise MXValueError(
-            f"{arg}: an {w.format_name} weight ({w.scale_type} block scales and a global "
-            "scale): the linear kernels take E8M0-scaled (OCP MX) weights only, so far"
-        )
     if w.ndim != 2 or w.axis != 1:
         out, inn = dims
         raise MXValueError(

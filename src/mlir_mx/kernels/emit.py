@@ -68,7 +68,7 @@ def kernel_module(
             if prob.b_tiled
             else codes(prob.k, prob.n, prob.b_element, prob.b_packed)
         )
-        types += [b_codes, _memref([prob.kblocks, prob.n], SCALE_TYPE)]
+        types += [b_codes, _memref([prob.kblocks, prob.n], prob.b_scale_type)]
     else:
         types.append(_memref([prob.k, prob.n], "f32"))
     types.append(_memref([m, prob.n], "f32"))

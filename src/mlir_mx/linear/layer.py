@@ -85,7 +85,7 @@ class Linear:
             weight = compiled_quantize(weight, element, block_size, axis=-1, threads=threads)
         weight_form.check_weight(weight)
         k, n = weight.shape[::-1] if weight.axis == 1 else weight.shape
-        self._set_geometry(weight.format, weight.block_size, k, n)
+        self._set_geometry(weight.format, weight.block_size, k, n, weight.global_scale)
         activations = activations_format(activations)
         g = self._geometry
         unit = weight_form.records_unit(g, activations)
@@ -100,10 +100,12 @@ class Linear:
             held = weight_form.to_stored(weight_form.array_chunks(weight, g), g)
         self._start_stored(threads, activations, held)
 
-    def _set_geometry(self, fmt: ElementFormat, block_size: int, k: int, n: int) -> None:
+    def _set_geometry(self, fmt: ElementFormat, block_size: int, k: int, n: int, gs=None) -> None:
         self.element, self.block_size = fmt.name, int(block_size)
         self.in_features, self.out_features = int(k), int(n)
-        self._geometry = weight_form.Geometry(fmt, self.block_size, int(k), int(n))
+        self._geometry = weight_form.Geometry.of(fmt, self.block_size, int(k), int(n), gs)
+        #: An NVFP4 weight's global scale (np.float32; its scales are E4M3), else None.
+        self.global_scale = self._geometry.global_scale
         # numerics.is_packed_storage: FP4/FP6 with whole groups along `out`.
         self.packed = self._geometry.packed
         # Whole 64-column tiles: stored tiled (Problem.b_tiled), so a decode
@@ -114,8 +116,10 @@ class Linear:
     def from_stored(
         cls, codes, scales, element: str | ElementFormat, block_size: int, in_features: int,
         out_features: int, *, threads: int | None = None, activations=None, records=None,
+        global_scale=None,
     ) -> Linear:  # fmt: skip
-        """The Linear whose :attr:`held` arrays are ``codes`` and ``scales``,
+        """The Linear whose :attr:`held` arrays are ``codes`` and ``scales``
+        (E4M3 scales with ``global_scale``: an NVFP4 weight),
         held as they are (no copy): the stored form a Linear of this weight
         shape keeps (B = W^T packed where it packs, in 64-column tiles where
         ``out_features`` is a multiple of 64; :attr:`stored`; one-code-per-byte
@@ -129,20 +133,20 @@ class Linear:
         """
         lin = cls.__new__(cls)
         fmt = element_format(element)
-        lin._set_geometry(fmt, block_size, in_features, out_features)
+        lin._set_geometry(fmt, block_size, in_features, out_features, global_scale)
         want_codes, code_dtype = weight_form.stored_shape(lin._geometry)
         if code_dtype != np.uint8 and isinstance(codes, np.ndarray) and codes.dtype == np.uint8:
             codes = codes.view(fmt.dtype)  # raw code bytes, as a uint8 tensor holds them
         want_scales = (lin.in_features // lin.block_size, lin.out_features)
         weight_form.check_held("codes", codes, want_codes, code_dtype)
-        weight_form.check_held("scales", scales, want_scales, SCALE_DTYPE)
+        weight_form.check_held("scales", scales, want_scales, lin._geometry.scale_dtype)
         lin._start_stored(threads, activations_format(activations), (codes, scales), records)
         return lin
 
     @classmethod
     def from_records(
         cls, records, unit: str, element: str | ElementFormat, block_size: int, in_features: int,
-        out_features: int, *, threads: int | None = None, activations=None,
+        out_features: int, *, threads: int | None = None, activations=None, global_scale=None,
     ) -> Linear:  # fmt: skip
         """The Linear over ``records``, the dot kernels' records of dot unit
         ``unit`` (:attr:`held` of a Linear whose :attr:`records_unit` is
@@ -153,7 +157,7 @@ class Linear:
             MXValueError: records of another shape or dtype, an unknown ``unit``.
         """
         lin = cls.__new__(cls)
-        lin._set_geometry(element_format(element), block_size, in_features, out_features)
+        lin._set_geometry(element_format(element), block_size, in_features, out_features, global_scale)
         activations = activations_format(activations)
         g = lin._geometry
         if unit not in KINDS:
@@ -305,6 +309,7 @@ class Linear:
                 args, kind = self._quantized_args(args[0], self._activations_format, t)
                 call = self._bound(kind, m, t)
             call(*args, out)  # its messages name x, the weight, the output (_X_NAMES)
+            weight_form.divide_by_global(out, self._geometry)  # NVFP4: once per output
         return out[0] if vector else out
 
     def call_into(self, x_addr: int, m: int, out_addr: int, threads: int, bf16=False) -> bool:
@@ -339,6 +344,7 @@ class Linear:
                 bound = self._bound(kind, m, check_threads(threads))
                 if isinstance(bound, BoundFunction):
                     call = bound.on_shapes((m, self.in_features), (m, self.out_features))
+                    call = weight_form.divide_at(call, self._geometry, m)
             if len(self._raw_calls) >= _RAW_CALLS:  # prompts of many lengths: keep the latest
                 self._raw_calls.clear()
             self._raw_calls[key] = call
@@ -380,6 +386,7 @@ class Linear:
         per call to ``activations`` when it is set."""
         k = self.in_features
         if isinstance(x, MXArray):
+            weight_form.check_mx_activations(x)
             if x.ndim != 2 or x.shape[1] != k or x.axis != 1 or x.block_size != self.block_size:
                 raise MXValueError(
                     f"x: expected an MXArray of shape (M, {k}) blocked along its last axis "
@@ -433,14 +440,15 @@ class Linear:
         dot = dot_kind(a_element or a_quant, self.element, self.block_size)
         m = 1 if cls == shape_class(1) else None  # decode: M = 1 (the kernel keeps B in registers)
         common = (m, self.out_features, self.in_features, self.block_size, a_element, self.element)
+        sb = self._geometry.scale_type
         if dot is not None and dot.name == self.records_unit:
-            prob = Problem(*common, a_packed=a_packed, a_quant=a_quant, b_dot=dot.name)
+            prob = Problem(*common, a_packed=a_packed, a_quant=a_quant, b_dot=dot.name, b_scale_type=sb)
             chosen = choose(prob, cls=cls, required=False)
             if chosen is not None:
                 return prob, chosen.name, [self._held[-1]]
         if a_quant not in (None, BF16):  # bf16: the stored codes (bf16-* or f32 kernels)
             return None
-        prob = Problem(*common, a_packed, self.packed, self.tiled, a_quant)
+        prob = Problem(*common, a_packed, self.packed, self.tiled, a_quant, b_scale_type=sb)
         weights = list(self._held[:2]) if self.holds_stored else None
         return prob, choose(prob, cls=cls).name, weights
 

@@ -7,7 +7,8 @@ the stored form with the dot kernels' records beside it:
 * **stored** (:func:`stored_shape`): the codes the f32 kernels read, packed
   along N where they pack (``numerics.is_packed_storage``) and in 64-column
   tiles when N is a multiple of 64 (``kernels.common.problem.tile_b_codes``), plus
-  the E8M0 scales ``(K / block, N)``;
+  the block scales ``(K / block, N)`` (E8M0; E4M3 for NVFP4, whose global scale
+  the :class:`Geometry` holds);
 * **records** (:func:`records_unit`): the dot kernels' records of one dot unit
   (``kernels.dot.units.RecordLayout``, scales inside), chosen only where the
   dot kernels serve every shape class for the Linear's ``activations``, the
@@ -30,6 +31,7 @@ a conversion holds a few chunks (a few MiB), whatever the weight's size.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import warnings
 from collections.abc import Iterator
@@ -43,7 +45,9 @@ from mlir_mx.kernels.common.problem import BF16, TILE_COLUMNS, tile_b_codes
 from mlir_mx.kernels.dot.units import KINDS, PANEL, RecordLayout, dot_kind
 from mlir_mx.kernels.registry import SCHEDULES, SHAPE_CLASSES, choose
 from mlir_mx.numerics import (
+    ELEMENT_FORMATS,
     SCALE_DTYPE,
+    SCALE_TYPE,
     ElementFormat,
     MXArray,
     is_packed_storage,
@@ -51,12 +55,17 @@ from mlir_mx.numerics import (
     packed_shape,
     unpack_codes,
 )
+from mlir_mx.numerics.formats import E4M3_SCALE_TYPE, scale_rule
+from mlir_mx.numerics.mxarray import check_global_scale
 
 __all__ = [
     "CHUNK_ELEMENTS",
     "Geometry",
     "array_chunks",
     "check_held",
+    "check_mx_activations",
+    "divide_at",
+    "divide_by_global",
     "records_chunks",
     "records_unit",
     "side_records_unit",
@@ -78,12 +87,35 @@ Chunk = tuple[int, int, np.ndarray, np.ndarray]
 
 @dataclass(frozen=True)
 class Geometry:
-    """B's format and shape: ``k`` rows (in), ``n`` columns (out), blocked along k."""
+    """B's format and shape: ``k`` rows (in), ``n`` columns (out), blocked along k;
+    an NVFP4 weight's global scale (None: E8M0 scales, OCP MX)."""
 
     format: ElementFormat
     block: int
     k: int
     n: int
+    global_scale: np.float32 | None = None
+
+    @classmethod
+    def of(cls, fmt: ElementFormat, block: int, k: int, n: int, global_scale=None) -> Geometry:
+        """The geometry of a weight; ``global_scale`` given: NVFP4 (E4M3 block
+        scales), checked by the format table's rule (``MXValueError`` naming it)."""
+        if global_scale is None:
+            return cls(fmt, block, k, n)
+        why = scale_rule(fmt.name, E4M3_SCALE_TYPE, block)
+        if why is not None:
+            raise MXValueError(f"global_scale: an NVFP4 weight's, but {why}")
+        return cls(fmt, block, k, n, check_global_scale(global_scale))
+
+    @property
+    def scale_type(self) -> str:
+        """B's block scale type: E4M3 for NVFP4, else E8M0."""
+        return SCALE_TYPE if self.global_scale is None else E4M3_SCALE_TYPE
+
+    @property
+    def scale_dtype(self) -> np.dtype:
+        """The numpy dtype of B's block scales (the kernels' ``sb`` memref)."""
+        return SCALE_DTYPE if self.global_scale is None else ELEMENT_FORMATS[self.scale_type].dtype
 
     @property
     def element(self) -> str:
@@ -116,8 +148,8 @@ class Geometry:
 
 
 def check_weight(weight) -> None:
-    """``Linear``'s ``weight``: a 2-D, E8M0-scaled :class:`MXArray`; an
-    :class:`~mlir_mx.errors.MXError` naming ``weight`` otherwise."""
+    """``Linear``'s ``weight``: a 2-D :class:`MXArray` (E8M0-scaled, or NVFP4);
+    an :class:`~mlir_mx.errors.MXError` naming ``weight`` otherwise."""
     if not isinstance(weight, MXArray):
         raise MXArgTypeError(
             f"weight: expected an MXArray (or float weights with element=...), "
@@ -125,10 +157,16 @@ def check_weight(weight) -> None:
         )
     if weight.ndim != 2:
         raise MXValueError(f"weight: expected a 2-D MXArray, got shape {weight.shape}")
-    if weight.global_scale is not None:  # FIXME(issue 54 item 3): NVFP4 kernels
+
+
+def check_mx_activations(x: MXArray) -> None:
+    """MX activations (an MXArray ``x``) are E8M0-scaled: the kernels' A scales.
+    NVFP4 activations (E4M3 scales and a global scale) are refused by name
+    (``docs/numerics.md``, "NVFP4 in the matmul"); NVFP4 goes in the weight."""
+    if x.global_scale is not None:
         raise MXValueError(
-            f"weight: an {weight.format_name} MXArray ({weight.scale_type} block scales and a "
-            "global scale): Linear takes E8M0-scaled (OCP MX) weights only, so far"
+            f"x: {x.format_name} activations are not taken (E4M3 block scales and a global "
+            "scale); MX activations are E8M0-scaled (e.g. mxfp4, mxint8), NVFP4 goes in the weight"
         )
 
 
@@ -186,7 +224,10 @@ def _dot_unit(g: Geometry, activations: ElementFormat | None) -> tuple[str | Non
     dot = dot_kind(a_quant, g.element, g.block)
     if dot is None:
         return None, []
-    prob = Problem(None, g.n, g.k, g.block, None, g.element, a_quant=a_quant, b_dot=dot.name)
+    prob = Problem(
+        None, g.n, g.k, g.block, None, g.element, a_quant=a_quant, b_dot=dot.name,
+        b_scale_type=g.scale_type,
+    )  # fmt: skip
     classes = [cls for cls in SHAPE_CLASSES if choose(prob, cls=cls, required=False)]
     return dot.name, classes
 
@@ -267,8 +308,8 @@ def unpack_records(
     """The inverse of ``kernels.dot.units.pack_records`` for records that keep
     the codes: ``rec`` ``(panels, nb, layout.nbytes)`` of B (``g``'s format,
     ``layout`` one of ``g.layout(unit)``) -> codes ``(nb * block, g.n)``
-    (element dtype) and E8M0 scales ``(nb, g.n)``."""
-    fmt, n = g.format, g.n
+    (element dtype) and the block scales ``(nb, g.n)``."""
+    fmt, n, scale_dtype = g.format, g.n, g.scale_dtype
     panels, nb, _ = rec.shape
     bs, g = layout.block, layout.kind.group
     scales = rec[..., :PANEL].transpose(1, 0, 2).reshape(nb, panels * PANEL)[:, :n]
@@ -285,7 +326,7 @@ def unpack_records(
     vals = vals.reshape(panels, nb, bs // g, 4, 16, g).transpose(_INVERSE)
     codes = vals.reshape(nb * bs, panels * PANEL)[:, :n]
     codes = np.ascontiguousarray(codes).view(fmt.dtype)
-    return codes, np.ascontiguousarray(scales).view(SCALE_DTYPE)
+    return codes, np.ascontiguousarray(scales).view(scale_dtype)
 
 
 # -- results ------------------------------------------------------------------------
@@ -297,7 +338,7 @@ def to_stored(chunks: Iterator[Chunk], g: Geometry) -> tuple[np.ndarray, np.ndar
     shape, dtype = stored_shape(g)
     codes = np.empty(shape, dtype)
     raw = codes.view(np.uint8)
-    scales = np.empty((g.k // g.block, g.n), SCALE_DTYPE)
+    scales = np.empty((g.k // g.block, g.n), g.scale_dtype)
     for k0, k1, c, s in chunks:
         b0, b1 = k0 // g.block, k1 // g.block
         scales[b0:b1] = s
@@ -329,14 +370,17 @@ def to_weight(chunks: Iterator[Chunk], g: Geometry) -> MXArray:
     packed = is_packed_storage((g.n, g.k), fmt)
     per, nbytes = fmt.group
     codes = np.empty(packed_shape((g.n, g.k), fmt) if packed else (g.n, g.k), np.uint8)
-    scales = np.empty((g.n, g.k // g.block), SCALE_DTYPE)
+    scales = np.empty((g.n, g.k // g.block), g.scale_dtype)
     for k0, k1, c, s in chunks:
         scales[:, k0 // g.block : k1 // g.block] = s.T
         if packed:
             codes[:, k0 // per * nbytes : k1 // per * nbytes] = pack_codes(c.T, fmt)
         else:
             codes[:, k0:k1] = c.T.view(np.uint8)
-    return MXArray.from_packed(codes, scales, fmt, g.block, axis=1, copy=False)
+    name = fmt if g.global_scale is None else fmt.e4m3_scaled[0]  # "nvfp4"
+    return MXArray.from_packed(
+        codes, scales, name, g.block, axis=1, copy=False, global_scale=g.global_scale
+    )
 
 
 def check_held(name: str, a, shape: tuple, dtype: np.dtype) -> None:
@@ -348,3 +392,27 @@ def check_held(name: str, a, shape: tuple, dtype: np.dtype) -> None:
         raise MXValueError(f"{name}: expected a {dtype} array of shape {tuple(shape)}, got {got}")
     if not a.flags.c_contiguous:
         raise MXValueError(f"{name}: expected a C-contiguous array")
+
+
+def divide_by_global(out: np.ndarray, g: Geometry) -> None:
+    """An NVFP4 weight's last step (``docs/numerics.md``, "NVFP4 in the
+    matmul"): ``out = f32(out / global_scale)`` in place, one f32 division per
+    output, after the kernel (which applied the E4M3 block scales only)."""
+    if g.global_scale is not None:
+        np.divide(out, g.global_scale, out=out)
+
+
+def divide_at(call, g: Geometry, m: int):
+    """``call(x_addr, out_addr)`` followed by :func:`divide_by_global` on the
+    ``(m, g.n)`` f32 output at ``out_addr`` (``Linear.call_into``); ``call`` as
+    it is for an E8M0 weight."""
+    if g.global_scale is None:
+        return call
+    size = m * g.n
+
+    def scaled(x_addr: int, out_addr: int) -> None:
+        call(x_addr, out_addr)
+        out = np.frombuffer((ctypes.c_float * size).from_address(out_addr), np.float32)
+        np.divide(out, g.global_scale, out=out)
+
+    return scaled

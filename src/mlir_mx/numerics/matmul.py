@@ -60,6 +60,15 @@ the error bound and whether the output lies inside the claim:
 
 NaN/Inf: where the exact sum is NaN the result must be NaN; where it is
 infinite, the same infinity.
+
+**NVFP4 B** (E4M3 block scales ``s_j`` and a global scale ``g``, a divisor:
+``numerics.nvfp4``): the blocked order runs with ``sb_j = s_j`` (the E4M3
+values, exact in f32), from zero, and the global scale is applied **once per
+output, at the end**: ``C = acc + f32(c / g)`` (one f32 division, then one f32
+addition; ``acc = 0`` in ``mlir_mx.Linear``, where the addition is exact).
+Its exact value is ``acc + sum_k a_k b_k s_j / g`` and its bound the blocked
+order's, divided by ``g``, plus the division's and the addition's roundings
+(:func:`_nvfp4_claim`).  An NVFP4 A is refused.
 """
 
 from __future__ import annotations
@@ -89,10 +98,10 @@ def _operand(x, bs: int, axis: int):
     """``(element values, scales, exact values, overflow mask)`` of one operand
     (an MXArray blocked along ``axis``, or an f32 array: scales 1)."""
     if isinstance(x, MXArray):
-        if x.global_scale is not None:  # FIXME(issue 54 item 3): NVFP4 products
+        if x.global_scale is not None and axis == 1:
             raise MXValueError(
-                f"the oracle's matmul takes E8M0-scaled (OCP MX) operands only, so far, "
-                f"not an {x.format_name} MXArray"
+                f"a: the oracle's matmul takes an E8M0-scaled (OCP MX) or f32 A, "
+                f"not an {x.format_name} MXArray (NVFP4 weights go in B)"
             )
         e, s = x.element_values(), x.scale_values()
         v = e * np.repeat(s, bs, axis=axis)  # exact (f64)
@@ -127,13 +136,47 @@ def _underflow(ea, eb, sa, sb, bs: int) -> np.ndarray:
     return e.sum(axis=1)
 
 
+def _global(b) -> np.float32 | None:
+    """B's global scale (an NVFP4 B), else None."""
+    return b.global_scale if isinstance(b, MXArray) else None
+
+
 def matmul_reference(a, b, acc: np.ndarray):
     """``(exact, bound, inside)`` of ``acc + A x B`` (f64, f64, bool; shape (M, N)).
 
     ``a``: an MXArray (M, K) blocked along axis 1, or an f32 (M, K) array (the
-    library's activations); ``b``: an MXArray (K, N) blocked along axis 0 or
-    an f32 (K, N) array (at least one of them MX); ``acc``: f32 (M, N).
+    library's activations); ``b``: an MXArray (K, N) blocked along axis 0 (an
+    NVFP4 one included: module doc) or an f32 (K, N) array (at least one of
+    them MX); ``acc``: f32 (M, N).
     """
+    g = _global(b)
+    if g is not None:
+        return _nvfp4_claim(a, b, acc, float(g))
+    exact, bound, inside, _terms = _claim(a, b, acc)
+    return exact, bound, inside
+
+
+def _nvfp4_claim(a, b, acc: np.ndarray, g: float):
+    """:func:`matmul_reference` of an NVFP4 B: ``c`` (the blocked order from
+    zero, ``sb = s_j``) within ``b0`` of ``e0``; ``d = f32(c / g)`` within
+    ``b1 = (b0 + u (|e0| + b0)) / g + 2^-150`` of ``e0 / g`` (a relative
+    rounding, or half the subnormal spacing); ``f32(acc + d)`` within
+    ``b1 + u (|acc| + |e0| / g + b1)`` of ``acc + e0 / g``.  Inside where
+    ``c``'s claim holds and ``(T + b0) / g + |acc| < 2^126``."""
+    e0, b0, inside, terms = _claim(a, b, np.zeros(acc.shape, np.float32))
+    acc64 = acc.astype(np.float64)
+    with np.errstate(all="ignore"):
+        b1 = (b0 + U * (np.abs(e0) + b0)) / g + 2.0**-150
+        finite_acc = np.where(np.isfinite(acc64), np.abs(acc64), 0.0)
+        bound = b1 + U * (finite_acc + np.abs(e0) / g + b1)
+        inside = inside & ((terms + b0) / g + finite_acc < 2.0**126)
+        exact = acc64 + e0 / g
+    return exact, bound, inside
+
+
+def _claim(a, b, acc: np.ndarray):
+    """``(exact, bound, inside, T)`` of the blocked order (``sb``: B's scale
+    values, E4M3 ones for an NVFP4 B; no global scale)."""
     bs = (a if isinstance(a, MXArray) else b).block_size
     ea, sa, av, overflow_a = _operand(a, bs, 1)
     eb, sb, bv, overflow_b = _operand(b, bs, 0)
@@ -153,7 +196,7 @@ def matmul_reference(a, b, acc: np.ndarray):
     big = (part >= 2.0**126).any(axis=1) | (part_b >= 2.0**126).any(axis=1)
     inside = ~bad & (terms < 2.0**126) & ~big
     underflow = _underflow(ea, eb, sa, sb, bs)
-    return exact, matmul_bound(terms, k, bs, underflow), inside
+    return exact, matmul_bound(terms, k, bs, underflow), inside, terms
 
 
 def _fma(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -178,7 +221,18 @@ def blocked_order(a, b, acc: np.ndarray) -> np.ndarray:
     """``acc + A x B`` in the blocked order, bit for bit as the kernels compute it
     (f32 (M, N)): operands as for :func:`matmul_reference` (either may be
     f32, not both).  Per block: ``p = fma(a_k, b_k, p)`` over the block in
-    order, ``t = p * sb`` (f32), ``c = fma(t, sa, c)``."""
+    order, ``t = p * sb`` (f32), ``c = fma(t, sa, c)``.  An NVFP4 B: ``c``
+    from zero with ``sb`` its E4M3 scales, then ``acc + f32(c / g)``."""
+    g = _global(b)
+    if g is None:
+        return _blocked(a, b, acc)
+    c = _blocked(a, b, np.zeros(acc.shape, np.float32))
+    with np.errstate(all="ignore"):
+        return acc.astype(np.float32) + c / np.float32(g)
+
+
+def _blocked(a, b, acc: np.ndarray) -> np.ndarray:
+    """The blocked order with B's scale values as ``sb`` (no global scale)."""
     bs = (a if isinstance(a, MXArray) else b).block_size
     ea, sa, _, _ = _operand(a, bs, 1)
     eb, sb, _, _ = _operand(b, bs, 0)

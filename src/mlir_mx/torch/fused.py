@@ -51,9 +51,18 @@ def concat_rows(weights: list[MXArray]) -> MXArray:
                 f"weights: expected one element format, block size and in_features to fuse, got "
                 f"{[(v.element, v.block_size, v.shape[1]) for v in weights]}"
             )
+    gs = {None if w.global_scale is None else w.global_scale.tobytes() for w in weights}
+    if len(gs) > 1:  # one Linear divides by one global scale (docs/numerics.md)
+        raise MXValueError(
+            "weights: NVFP4 weights fuse only with one global scale (as compressed-tensors "
+            f"gives fused layers), got {[w.global_scale for w in weights]}"
+        )
     codes = np.concatenate([w.packed_codes() for w in weights], axis=0)
     scales = np.concatenate([w.scales for w in weights], axis=0)
-    return MXArray.from_packed(codes, scales, first.format, first.block_size, axis=1, copy=False)
+    return MXArray.from_packed(
+        codes, scales, first.format_name, first.block_size, axis=1, copy=False,
+        global_scale=first.global_scale,
+    )  # fmt: skip
 
 
 def eager(x: torch.Tensor) -> bool:
@@ -190,8 +199,9 @@ class FusedWeight:
         w = self.linear.weight()
         a, b = self.offsets[part], self.offsets[part + 1]
         return MXArray.from_packed(
-            w.packed_codes()[a:b], w.scales[a:b], w.element, w.block_size, axis=1, copy=True
-        )
+            w.packed_codes()[a:b], w.scales[a:b], w.format_name, w.block_size, axis=1, copy=True,
+            global_scale=w.global_scale,
+        )  # fmt: skip
 
     def part_nbytes(self, part: int) -> int:
         """Part ``part``'s share of the bytes held, by rows (the shares sum to the whole)."""
@@ -298,12 +308,14 @@ class FusedWeight:
 
     def __getstate__(self):
         w = self.linear.weight()
-        return {"sizes": self.sizes, "activations": self.activations, "element": w.element,
+        return {"sizes": self.sizes, "activations": self.activations, "element": w.format_name,
                 "block_size": w.block_size, "codes": np.array(w.packed_codes()),
-                "scales": np.array(w.scales.view(np.uint8))}  # fmt: skip
+                "scales": np.array(w.scales.view(np.uint8)),
+                "global_scale": w.global_scale}  # fmt: skip
 
     def __setstate__(self, state):
         w = MXArray.from_packed(
-            state["codes"], state["scales"], state["element"], state["block_size"], axis=1
-        )
+            state["codes"], state["scales"], state["element"], state["block_size"], axis=1,
+            global_scale=state.get("global_scale"),  # an NVFP4 weight's (absent: E8M0)
+        )  # fmt: skip
         self.__init__(w, state["sizes"], state["activations"])

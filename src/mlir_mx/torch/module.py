@@ -314,6 +314,8 @@ class MXLinear(torch.nn.Module):
         codes, scales = self._saved_weight()
         destination[prefix + "weight_codes"] = codes
         destination[prefix + "weight_scales"] = scales
+        if self._linear.global_scale is not None:  # NVFP4: E4M3 scales and this divisor
+            destination[prefix + _GLOBAL] = torch.tensor(self._linear.global_scale)
         # What the bytes mean, checked on load (uint8 ASCII: tensors only, so
         # safetensors can hold a state_dict too).
         destination[prefix + "weight_format"] = torch.tensor(
@@ -332,9 +334,10 @@ class MXLinear(torch.nn.Module):
         elif all(k in state_dict for k in keys):
             codes, scales = (state_dict[k] for k in keys)
             try:
-                w = MXArray.from_packed(
+                gs = state_dict.get(prefix + _GLOBAL)
+                w = self._from_saved(
                     codes.detach().cpu().numpy(), scales.detach().cpu().numpy(),
-                    self.element, self.block_size, axis=1,
+                    None if gs is None else gs.detach().cpu().numpy(),
                 )  # fmt: skip
                 if w.shape != (self.out_features, self.in_features):
                     raise MXValueError(f"holds a weight of shape {w.shape}")
@@ -346,7 +349,7 @@ class MXLinear(torch.nn.Module):
                 errors.append(f"{prefix}weight_codes/weight_scales: {e}")
         else:
             missing.extend(k for k in keys if k not in state_dict)
-        skip = set(keys) | {prefix + name for name in _MEANING}
+        skip = set(keys) | {prefix + name for name in (*_MEANING, _GLOBAL)}
         rest = {k: v for k, v in state_dict.items() if k not in skip}
         super()._load_from_state_dict(
             rest, prefix, local_metadata, strict, missing, unexpected, errors
@@ -388,7 +391,7 @@ class MXLinear(torch.nn.Module):
             k: v for k, v in self._buffers.items() if k not in self._held_names
         }
         if self._fused is None:
-            state["_mx_saved_weight"] = self._saved_weight()
+            state["_mx_saved_weight"] = (*self._saved_weight(), self._linear.global_scale)
         return state
 
     def __setstate__(self, state):
@@ -397,12 +400,17 @@ class MXLinear(torch.nn.Module):
             super().__setstate__(state)
             self._fused.attach(self, self._part)
             return
-        codes, scales = state.pop("_mx_saved_weight")
+        codes, scales, *gs = state.pop("_mx_saved_weight")  # gs: an NVFP4 weight's
         super().__setstate__(state)
-        w = MXArray.from_packed(
-            codes.numpy(), scales.numpy(), self.element, self.block_size, axis=1
-        )
+        w = self._from_saved(codes.numpy(), scales.numpy(), gs[0] if gs else None)
         self._adopt(Linear(w, threads=1, activations=self.activations))
+
+    def _from_saved(self, codes, scales, global_scale) -> MXArray:
+        """The weight from its saved bytes (an NVFP4 one with its global scale)."""
+        element = self.element if global_scale is None else "nvfp4"
+        return MXArray.from_packed(
+            codes, scales, element, self.block_size, axis=1, global_scale=global_scale
+        )
 
 
 def _saved_format(t) -> str:
@@ -418,6 +426,9 @@ def _saved_ints(t, dims: int):
         raise ValueError(f"expected a {dims}-D integer tensor, got {t.dtype} of shape {tuple(t.shape)}")
     return int(t) if dims == 0 else tuple(int(v) for v in t.tolist())
 
+
+#: An NVFP4 weight's global scale (f32, 0-D) in the saved form; absent for E8M0 weights.
+_GLOBAL = "weight_global_scale"
 
 #: The entries that say what ``weight_codes``/``weight_scales`` mean, and how each is read.
 _MEANING = {

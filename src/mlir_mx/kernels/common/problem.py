@@ -39,7 +39,7 @@ from mlir import ir
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.codec import BF16, round_bf16
 from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder
-from mlir_mx.numerics.formats import ElementFormat
+from mlir_mx.numerics.formats import SCALE_TYPE, ElementFormat
 from mlir_mx.numerics.packing import packing_group
 
 __all__ = [
@@ -104,6 +104,10 @@ class Problem:
     #: B stored as the dot kernels' VNNI records of this dot kind ("i8",
     #: "i16", "bf16"; :mod:`mlir_mx.kernels.dot.units`), scales included.
     b_dot: str | None = None
+    #: The type of B's block scales: E8M0 (OCP MX), or E4M3 (NVFP4: the
+    #: kernels decode them exactly and never see the global scale, which
+    #: ``mlir_mx.Linear`` divides by once per output, ``docs/numerics.md``).
+    b_scale_type: str = SCALE_TYPE
 
     def __post_init__(self) -> None:
         if self.b_tiled and (not self.b_is_mx or self.n % TILE_COLUMNS):
@@ -114,6 +118,8 @@ class Problem:
             raise ValueError("a_quant quantizes an f32 A: a_element must be None")
         if self.b_dot is not None and (not self.b_is_mx or self.b_tiled):
             raise ValueError("b_dot needs an MX B that is not b_tiled")
+        if self.b_scale_type != SCALE_TYPE and not self.b_is_mx:
+            raise ValueError("b_scale_type is B's scale type: it needs an MX B")
 
     @property
     def kblocks(self) -> int:

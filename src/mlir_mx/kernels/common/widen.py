@@ -63,7 +63,7 @@ from mlir import ir
 from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.codec import e8m0_to_f32, f16_factor, widen
-from mlir_mx.numerics.formats import ELEMENT_FORMATS, ElementFormat, decode_elements
+from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_TYPE, ElementFormat, decode_elements
 
 __all__ = ["Decoder", "decoder", "decode_scales", "interleave_pairs", "LANES", "PAIR_ORDER"]
 
@@ -402,10 +402,13 @@ PAIR_ORDER = [4 * d + 2 * o + e for o in range(2) for e in range(2) for d in ran
 PAIR_INVERSE = [PAIR_ORDER.index(c) for c in range(16)]
 
 
-def decode_scales(kb: KernelBuilder, codes: ir.Value) -> ir.Value:
-    """E8M0 codes (``vector<n x i8>``) -> ``vector<n x f32>``, exactly
-    (:func:`mlir_mx.kernels.common.codec.e8m0_to_f32`)."""
-    return e8m0_to_f32(kb, codes)
+def decode_scales(kb: KernelBuilder, codes: ir.Value, scale_type: str = SCALE_TYPE) -> ir.Value:
+    """Scale codes (``vector<n x i8>``) -> ``vector<n x f32>``, exactly: E8M0
+    (:func:`mlir_mx.kernels.common.codec.e8m0_to_f32`), or E4M3 (NVFP4's block
+    scales, ``Problem.b_scale_type``: the E4M3 element widening, NaN codes to NaN)."""
+    if scale_type == SCALE_TYPE:
+        return e8m0_to_f32(kb, codes)
+    return widen(kb, codes, ELEMENT_FORMATS[scale_type])
 
 
 def interleave_pairs(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:

@@ -106,7 +106,7 @@ class CodesSource:
             raw = kb.shuffle(raw, raw, EVEN_ODD)
         scales = []
         for v in vs:
-            scale = decode_scales(kb, kb.slice(raw, LANES * v, LANES))
+            scale = decode_scales(kb, kb.slice(raw, LANES * v, LANES), self.prob.b_scale_type)
             if self.unscale is not None:  # exact: sb * 2^-(fa+fb) >= 2^-139
                 scale = kb.fmul(scale, self.unscale)
             scales.append(scale)

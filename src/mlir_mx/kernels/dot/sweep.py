@@ -102,7 +102,7 @@ def _scale_into_c(k, blk, acc, lo, hi, permuted: bool) -> None:
             c = even_odd(kb, c)
         out = []
         for v in range(4):
-            scale = decode_scales(kb, kb.slice(raw, LANES * v, LANES))
+            scale = decode_scales(kb, kb.slice(raw, LANES * v, LANES), prob.b_scale_type)
             if k.unscale is not None:
                 scale = kb.fmul(scale, k.unscale)
             p = kb.vload(acc, [kb.sub(j.iv, lo), LANES * v], LANES)

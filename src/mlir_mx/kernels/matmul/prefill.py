@@ -171,7 +171,7 @@ class _Packed(KernelState):
                     valid = self._valid(width, col, LANES)
                     idx = [kb.add(kb0, s.iv), kb.add(jc, col)]
                     raw = kb.load_lanes(self.sb, idx, LANES, valid)
-                    kb.vstore(decode_scales(kb, raw), sbp, [s.iv, col])
+                    kb.vstore(decode_scales(kb, raw, prob.b_scale_type), sbp, [s.iv, col])
 
     def _valid(self, width, col: int, n: int):
         """Columns of [col, col + n) inside the panel (None when never partial)."""

@@ -291,7 +291,9 @@ class _Kernel(KernelState):
         if prob.b_is_mx and (part is None or part.rows[1] == bs):  # used when scaling
             sbv = [
                 decode_scales(
-                    kb, kb.load_lanes(self.sb, [blk, kb.add(n0, LANES * v)], LANES, valid)
+                    kb,
+                    kb.load_lanes(self.sb, [blk, kb.add(n0, LANES * v)], LANES, valid),
+                    prob.b_scale_type,
                 )
                 for v in range(nv)
             ]

@@ -1,0 +1,76 @@
+"""Our rows of an ``nvfp4`` problem (``mx-bench --formats nvfp4``).
+
+NVFP4 weights (E2M1 codes in blocks of 16, E4M3 block scales, a global scale)
+run through ``mlir_mx.Linear`` only (the mx dialect's ``block_matmul`` kernels
+the Runner rows compile take E8M0 scales), so an nvfp4 group has the Linear
+rows of an MXFP4 group, on the same shapes, side by side in one run:
+
+* ``ours Linear f32 x``: the exact path (f32 activations; ``ours.py``);
+* ``ours Linear f32->bf16`` (and ``... vdpbf16ps`` where it applies;
+  ``bf16_rows.py``);
+* ``ours Linear f32->i8``: ``activations="i8"``, MXINT8 activations in blocks
+  of 16, the integer dot kernels (W4A8); its oracle is
+  ``dequantize(quantize(a, "i8", 16)) @ db``, which the kernel computes
+  within the f32 summation bound (``docs/numerics.md``, "NVFP4 in the matmul").
+"""
+
+from __future__ import annotations
+
+import time
+
+from mlir_mx.convert import dequantize, quantize
+
+from .cases import Oracle, Problem
+from .method import Method, Skipped
+
+__all__ = ["nvfp4_methods"]
+
+#: Why the Runner's kernels (``ours mx x mx`` ...) have no nvfp4 row.
+NO_RUNNER = (
+    "the Runner's rows compile mx.block_matmul, whose kernels take E8M0 scales; NVFP4 "
+    "weights run through mlir_mx.Linear (the ours Linear rows)"
+)
+
+
+def _i8_oracle(p: Problem) -> Oracle:
+    """The oracle of ``a`` quantized to MXINT8 in blocks of 16, times ``db``."""
+    if "nvfp4-i8" not in p.cache:
+        qa = quantize(p.a, "i8", p.block_size, axis=1)
+        p.cache["nvfp4-i8"] = Oracle.of(dequantize(qa), p.db)
+    return p.cache["nvfp4-i8"]
+
+
+def _i8_method(p: Problem, threads: int, say) -> Method:
+    import mlir_mx
+
+    s = p.shape
+    t0 = time.perf_counter()
+    lin = mlir_mx.Linear(p.qb, threads=threads, activations="i8")
+    schedule = lin.schedule(p.a)
+    say(f"    compiling ours Linear f32->i8 ({schedule})...")
+    lin(p.a)  # compiles
+    return Method(
+        "ours Linear f32->i8",
+        "ours",
+        threads,
+        4 * s.M * s.K + lin.nbytes + 4 * s.M * s.N,  # A (f32), B as held, C written
+        run=lambda n, f=lin, a=p.a: [f(a) for _ in range(n)],
+        result=lambda f=lin, a=p.a: f(a),
+        oracle=_i8_oracle(p),
+        compile_s=time.perf_counter() - t0,
+        operands="f32-a",
+        note=f"schedule {schedule} (mlir_mx.Linear, activations='i8', blocks of 16)",
+    )
+
+
+def nvfp4_methods(p: Problem, threads: int, say) -> list[Method | Skipped]:
+    """The Linear rows of an nvfp4 problem, and the Runner rows' reason."""
+    from .bf16_rows import bf16_methods
+    from .ours import linear_f32_method
+
+    return [
+        Skipped("ours Runner kernels (nvfp4)", NO_RUNNER),
+        linear_f32_method(p, threads, say),
+        *bf16_methods(p, threads, say),
+        _i8_method(p, threads, say),
+    ]
