@@ -31,7 +31,6 @@ from family_cases import (  # noqa: E402
 )
 from llama_cases import prompt  # noqa: E402
 
-from mlir_mx import Linear, oracle  # noqa: E402
 from mlir_mx.errors import MXValueError  # noqa: E402
 from mlir_mx.torch import MXLinear, from_pretrained, greedy, logit_bound, mx_weights  # noqa: E402
 
@@ -365,23 +364,10 @@ def test_modelopt_algorithms_we_do_not_run_are_named(tmp_path):
 # -- NVFP4 families: tokens (need the NVFP4 Linear) ----------------------------------------------
 
 
-def _nvfp4_linear_or_skip() -> None:
-    """Skip while mlir_mx.Linear refuses NVFP4 weights (its kernels are issue 54
-    item 3, another branch): the lead removes this guard when they merge."""
-    w = oracle.quantize(np.ones((2, 16), np.float32), "nvfp4", axis=1)
-    try:
-        Linear(w)
-    except MXValueError as e:
-        if "nvfp4" in str(e):
-            pytest.skip("NVFP4 Linear lands with s51-nvfp4k")
-        raise
-
-
 @pytest.mark.parametrize("family", sorted(NVFP4_FAMILIES))
 def test_nvfp4_families_tokens_after_nvfp4_linear(tmp_path, family):
     """The NVFP4 families end to end: greedy tokens equal those of transformers'
     model from the reference dequantization, logits within the bound."""
-    _nvfp4_linear_or_skip()
     write, _ = NVFP4_FAMILIES[family]
     model, tensors, ref = write(tmp_path / "c")
     import warnings
@@ -457,7 +443,6 @@ def test_gguf_nvfp4_malformed_scales_are_refused():
 
 def test_gguf_nvfp4_tokens_after_nvfp4_linear(nvfp4_gguf):
     """The GGUF NVFP4 Llama end to end against gguf-py's dequantized model."""
-    _nvfp4_linear_or_skip()
     path, ref = nvfp4_gguf
     loaded = from_pretrained(path, dtype=torch.float32)
     assert loaded.model.layers[0].mlp.up_proj.weight().format_name == "nvfp4"

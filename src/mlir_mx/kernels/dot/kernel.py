@@ -354,8 +354,7 @@ class _Dot:
         kb = self.kb
         if not stored:
             return kb.vbitcast(kb.vload(self.hs, [local, 64 * v], 64), LANES, kb.f32)
-        codes = kb.vload(self.rec, [row, LANES * v], LANES)
-        scale = decode_scales(kb, codes, self.prob.b_scale_type)
+        scale = decode_scales(kb, kb.vload(self.rec, [row, LANES * v], LANES), self.prob.b_scale_type)
         return scale if self.unscale is None else kb.fmul(scale, self.unscale)
 
     def data(self, row, local, g: int, vs, stored: bool) -> list[ir.Value]:
