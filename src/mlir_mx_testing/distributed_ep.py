@@ -28,7 +28,7 @@ def trace(model, ids: torch.Tensor, new_tokens: int) -> dict:
             tokens.append(int(nxt))
             out = model(nxt, cache=out.cache, use_cache=True)
             steps.append(out.logits[0, -1].clone())
-    return {"prefill": prefill, "steps": torch.stack(steps), "tokens": tokens}
+    return {"prompt": prefill, "steps": torch.stack(steps), "tokens": tokens}
 
 
 def _held(model) -> int:

@@ -150,6 +150,10 @@ ALLOWED = {
         "src/mlir_mx_bench/models/llama/run.py",
         "ROWS",
     ): "the model benchmark's rows, each naming the one format it runs",
+    (
+        "src/mlir_mx/torch/checkpoint_layouts.py",
+        "_QUARK_DTYPES",
+    ): "AMD Quark's dtype names for the formats it writes (another library's names)",
     # tests: cases pinned to particular formats (the sample IS the test), the
     # table's values written out independently, another library's names.
     **{
@@ -159,6 +163,8 @@ ALLOWED = {
                 "numerics/test_formats.py",
                 "EXPECTED",
             ): "the table's values, written out independently",
+            ("torch_mx/family_cases.py", "QUARK_DTYPES"): "Quark's dtype names (another library's)",
+            ("torch_mx/test_checkpoint_families.py", "test_mlx_mx_modes"): "MLX's mode names",
             ("numerics/test_formats.py", "test_finite_codes"): "expected code counts, written out",
             (
                 "numerics/test_packing.py",

@@ -127,7 +127,7 @@ def test_one_rank_group_is_the_single_process_bit_for_bit(tmp_path):
         for m in (sharded, styled):
             assert all(isinstance(layer.mlp.experts, ExpertShard) for layer in m.model.layers)
             got = trace(m, ids, 3)
-            assert torch.equal(got["prefill"], whole["prefill"])
+            assert torch.equal(got["prompt"], whole["prompt"])
             assert torch.equal(got["steps"], whole["steps"]) and got["tokens"] == whole["tokens"]
         with pytest.raises(MXValueError, match="already sharded"):
             shard_experts(sharded)
@@ -153,7 +153,7 @@ def test_two_ranks_exact_is_the_single_process_bit_for_bit(two_ranks):
         whole, ep = r["whole"], r["exact"]
         assert ep["names"] == [f"model.layers.{i}.mlp.experts" for i in range(2)]
         for run in ep["runs"]:
-            assert torch.equal(run["prefill"], whole["prefill"])
+            assert torch.equal(run["prompt"], whole["prompt"])
             assert torch.equal(run["steps"], whole["steps"])
             assert run["tokens"] == whole["tokens"] and len(run["tokens"]) == 3
         assert 2 * ep["held"] == r["held_whole"] > 0
@@ -164,7 +164,7 @@ def test_two_ranks_exact_is_the_single_process_bit_for_bit(two_ranks):
             "unsharded model"
         )
     assert torch.equal(ranks[0]["exact"]["runs"][0]["steps"], ranks[1]["exact"]["runs"][1]["steps"])
-    assert 0 < bound.check(ranks[0]["exact"]["runs"][0]["prefill"]) <= 1
+    assert 0 < bound.check(ranks[0]["exact"]["runs"][0]["prompt"]) <= 1
 
 
 def test_a_rank_count_that_does_not_divide_the_experts_is_refused_before_any_collective(
@@ -191,10 +191,10 @@ def test_two_ranks_sum_within_the_bound_and_run_to_run(tmp_path):
     ranks, bound = _two_ranks(tmp_path, ("sum",))
     for r in ranks:
         whole, runs = r["whole"], r["sum"]["runs"]
-        assert torch.equal(runs[0]["prefill"], runs[1]["prefill"])
+        assert torch.equal(runs[0]["prompt"], runs[1]["prompt"])
         assert torch.equal(runs[0]["steps"], runs[1]["steps"])
         assert runs[0]["tokens"] == whole["tokens"]
-        assert 0 < bound.check(runs[0]["prefill"]) <= 1
+        assert 0 < bound.check(runs[0]["prompt"]) <= 1
         assert r["sum"]["held"] * 2 == r["held_whole"]
     assert torch.equal(ranks[0]["sum"]["runs"][0]["steps"], ranks[1]["sum"]["runs"][0]["steps"])
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from mlir_mx.errors import MXValueError
 from mlir_mx.numerics import MXArray
-from mlir_mx.numerics.formats import NVFP4
+from mlir_mx.numerics.formats import NVFP4, element_format
 
 from .checkpoint_config import COMPRESSED
 
@@ -45,7 +45,6 @@ __all__ = [
 #: is :data:`~mlir_mx.torch.checkpoint_config.COMPRESSED`).
 QUARK, MODELOPT, MLX = "quark", "modelopt", "mlx"
 _FP4 = "f4E2M1FN"
-_BITS = {_FP4: 4, NVFP4: 4, "f6E2M3FN": 6, "f6E3M2FN": 6, "f8E4M3FN": 8}
 _SCALAR = ((), (1,))  # a per-tensor scale: a scalar or one element
 
 
@@ -70,7 +69,7 @@ class LinearLayout:
         """``{tensor name: (dtypes, shape)}`` of this linear in the file."""
         per = 4 if self.codes_dtype == "U32" else 1
         t = {
-            f"{name}.{self.codes}": ((self.codes_dtype,), (out, k * _BITS[self.element] // 8 // per)),
+            f"{name}.{self.codes}": ((self.codes_dtype,), (out, k * _bits(self.element) // 8 // per)),
             f"{name}.{self.scales}": ((self.scales_dtype,), (out, k // self.block)),
         }
         for s in (self.global_scale, *self.extra):
@@ -95,6 +94,11 @@ class LinearLayout:
             codes.numpy(), scales.numpy(), self.element, self.block, axis=1, copy=False,
             global_scale=g,
         )  # fmt: skip
+
+
+def _bits(element: str) -> int:
+    """Bits per stored code of ``element`` (NVFP4: its E2M1 codes)."""
+    return element_format(_FP4 if element == NVFP4 else element).bits
 
 
 def _global(name: str, lay: LinearLayout, read) -> np.float32:
