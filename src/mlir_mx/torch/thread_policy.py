@@ -7,8 +7,11 @@ residual adds) are small, and on more than one thread each is an OpenMP
 region with a barrier, after which torch's worker threads spin on the cores
 that our kernels' threads need. Measured on a loaded 2-vCPU machine
 (``docs/library.md``, "Threads", session 51), running those on one thread
-and only our kernels on ``n`` avoided most of the 2-thread collapse; the
-quiet machine's figures are to be taken (the same page names the command).
+and only our kernels on ``n`` avoided most of the 2-thread collapse; on the
+quiet machine (the same page's session-51 table) 2 threads keep 0.97x of the
+old default's speed and, beside one CPU-bound process, run at 0.95x of 1
+thread where the old default ran at 0.18x (with the load check,
+:mod:`mlir_mx.execution.pool_load`).
 
 * :func:`decode_threads` (a context manager): inside it, torch runs on 1
   thread (``torch.set_num_threads(1)``) and every MX layer whose own
