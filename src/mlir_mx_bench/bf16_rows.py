@@ -24,6 +24,7 @@ from mlir_mx.host import has_features
 
 from .cases import Oracle, Problem
 from .method import Method
+from .ours import linear_call_method
 
 __all__ = ["bf16_methods"]
 
@@ -52,7 +53,6 @@ def _oracle(p: Problem) -> Oracle:
 def _method(p: Problem, threads: int, say, label: str, forced: bool) -> Method:
     import mlir_mx
 
-    s = p.shape
     t0 = time.perf_counter()
     lin = mlir_mx.Linear(p.qb, threads=threads, activations="bf16")
     if forced:
@@ -64,18 +64,10 @@ def _method(p: Problem, threads: int, say, label: str, forced: bool) -> Method:
         schedule = lin.schedule(p.a)
         say(f"    compiling {label} ({schedule})...")
         lin(p.a)
-    return Method(
-        label,
-        "ours",
-        threads,
-        4 * s.M * s.K + lin.nbytes + 4 * s.M * s.N,  # A (f32), B as held, C written
-        run=lambda n, f=lin, a=p.a: [f(a) for _ in range(n)],
-        result=lambda f=lin, a=p.a: f(a),
-        oracle=_oracle(p),
-        compile_s=time.perf_counter() - t0,
-        operands="f32-a",
+    return linear_call_method(
+        p, threads, lin, label, t0, oracle=_oracle(p),
         note=f"schedule {schedule} (mlir_mx.Linear, activations='bf16')",
-    )
+    )  # fmt: skip
 
 
 def bf16_methods(p: Problem, threads: int, say) -> list[Method]:

@@ -22,6 +22,7 @@ from mlir_mx.convert import dequantize, quantize
 
 from .cases import Oracle, Problem
 from .method import Method, Skipped
+from .ours import linear_call_method
 
 __all__ = ["nvfp4_methods"]
 
@@ -43,24 +44,15 @@ def _i8_oracle(p: Problem) -> Oracle:
 def _i8_method(p: Problem, threads: int, say) -> Method:
     import mlir_mx
 
-    s = p.shape
     t0 = time.perf_counter()
     lin = mlir_mx.Linear(p.qb, threads=threads, activations="i8")
     schedule = lin.schedule(p.a)
     say(f"    compiling ours Linear f32->i8 ({schedule})...")
     lin(p.a)  # compiles
-    return Method(
-        "ours Linear f32->i8",
-        "ours",
-        threads,
-        4 * s.M * s.K + lin.nbytes + 4 * s.M * s.N,  # A (f32), B as held, C written
-        run=lambda n, f=lin, a=p.a: [f(a) for _ in range(n)],
-        result=lambda f=lin, a=p.a: f(a),
-        oracle=_i8_oracle(p),
-        compile_s=time.perf_counter() - t0,
-        operands="f32-a",
+    return linear_call_method(
+        p, threads, lin, "ours Linear f32->i8", t0, oracle=_i8_oracle(p),
         note=f"schedule {schedule} (mlir_mx.Linear, activations='i8', blocks of 16)",
-    )
+    )  # fmt: skip
 
 
 def nvfp4_methods(p: Problem, threads: int, say) -> list[Method | Skipped]:

@@ -125,29 +125,38 @@ def linear_rows(p: Problem) -> list[tuple[str, str | None]]:
     return [("ours Linear mx x mx", None), (f"ours Linear f32->{p.a_format}", p.a_format)]
 
 
+def linear_call_method(p: Problem, threads: int, lin, label: str, t0: float, **kw) -> Method:
+    """The row timing ``lin(p.a)`` (an ``mlir_mx.Linear`` already compiled,
+    f32 activations; bytes: A, B as held, C written); ``kw``: its ``oracle``
+    and ``note``."""
+    s = p.shape
+    return Method(
+        label,
+        "ours",
+        threads,
+        4 * s.M * s.K + lin.nbytes + 4 * s.M * s.N,
+        run=lambda n, f=lin, a=p.a: [f(a) for _ in range(n)],
+        result=lambda f=lin, a=p.a: f(a),
+        compile_s=time.perf_counter() - t0,
+        operands="f32-a",
+        **kw,
+    )
+
+
 def linear_f32_method(p: Problem, threads: int, say) -> Method:
     """``mlir_mx.Linear(B)(a)``: the f32 activations as they are, the exact
     default path of ``Linear`` and ``mlir_mx.torch`` (the f32 kernels)."""
     import mlir_mx
 
-    s = p.shape
     t0 = time.perf_counter()
     lin = mlir_mx.Linear(p.qb, threads=threads)
     schedule = lin.schedule(p.a)
     say(f"    compiling ours Linear f32 x ({schedule})...")
     lin(p.a)  # compiles
-    return Method(
-        "ours Linear f32 x",
-        "ours",
-        threads,
-        4 * s.M * s.K + lin.nbytes + 4 * s.M * s.N,  # A, B as held, C written
-        run=lambda n, f=lin, a=p.a: [f(a) for _ in range(n)],
-        result=lambda f=lin, a=p.a: f(a),
-        oracle=p.f32_a_oracle,
-        compile_s=time.perf_counter() - t0,
-        operands="f32-a",
+    return linear_call_method(
+        p, threads, lin, "ours Linear f32 x", t0, oracle=p.f32_a_oracle,
         note=f"schedule {schedule} (mlir_mx.Linear, f32 activations)",
-    )
+    )  # fmt: skip
 
 
 def _linear_methods(p: Problem, threads: int, say) -> list[Method]:
