@@ -226,6 +226,22 @@ def test_slice_mx_at_block_boundaries_packed_fp4_and_fp6():
             slice_mx(w, 1, 16, 48)
 
 
+def test_slice_mx_keeps_nvfp4s_scales_and_global_scale():
+    """An NVFP4 shard keeps its E4M3 block scales and the tensor's one global
+    scale, so it dequantizes to the same slice of the whole weight, bit for bit."""
+    from mlir_mx import dequantize, quantize
+
+    x = np.random.default_rng(1).standard_normal((6, 128)).astype(np.float32)
+    w = quantize(x, "nvfp4", axis=1)
+    whole = dequantize(w)
+    for dim, a, b, cut in ((1, 32, 96, np.s_[:, 32:96]), (0, 2, 5, np.s_[2:5])):
+        part = slice_mx(w, dim, a, b)
+        assert part.format_name == "nvfp4" and part.global_scale == w.global_scale
+        assert np.array_equal(part.scales, w.scales[cut[0], cut[1].start // 16 : cut[1].stop // 16]
+                              if dim else w.scales[cut])  # fmt: skip
+        assert np.array_equal(dequantize(part).view(np.uint32), whole[cut].view(np.uint32))
+
+
 @pytest.mark.parametrize(
     ("world", "plan", "fuse", "message"),
     [

@@ -82,7 +82,8 @@ def shard_range(n: int, rank: int, world: int) -> tuple[int, int]:
 def slice_mx(w: MXArray, dim: int, start: int, stop: int) -> MXArray:
     """Rows (``dim`` 0) or columns (``dim`` 1, at block boundaries) ``start:stop``
     of a 2-D ``w`` blocked along axis 1, as a new compact MXArray: the stored
-    code bytes and E8M0 scale bytes of that range, copied, never dequantized
+    code bytes and scale bytes (E8M0, or NVFP4's E4M3 with its global scale)
+    of that range, copied, never dequantized
     (packed FP4: 2 codes a byte; FP6: 4 codes in 3 bytes; a block is a whole
     number of bytes in every format)."""
     codes, scales = w.packed_codes(), w.scales
@@ -97,7 +98,9 @@ def slice_mx(w: MXArray, dim: int, start: int, stop: int) -> MXArray:
             raise MXValueError(f"columns {start}:{stop}: not a whole number of stored bytes")
         c = codes[:, start * per_row // k : stop * per_row // k]
         s = scales[:, start // bs : stop // bs]
-    return MXArray.from_packed(c, s, w.format, w.block_size, axis=1, copy=True)
+    return MXArray.from_packed(
+        c, s, w.format_name, w.block_size, axis=1, copy=True, global_scale=w.global_scale
+    )  # NVFP4: its E4M3 scales and its one global scale, whole on every rank
 
 
 def _wait(t: torch.Tensor) -> torch.Tensor:
