@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch", reason="torch not installed (pip install 'm
 from mlir_mx import oracle  # noqa: E402
 from mlir_mx.errors import MXValueError  # noqa: E402
 from mlir_mx.linear import Linear  # noqa: E402
+from mlir_mx.numerics import MXArray  # noqa: E402
 from mlir_mx.torch import MXLinear  # noqa: E402
 from mlir_mx.torch.fused import FusedWeight, concat_rows  # noqa: E402
 
@@ -64,3 +65,25 @@ def test_siblings_fuse_with_one_global_scale_only():
     assert _same(again[1](x).detach(), layers[1](x).detach())
     with pytest.raises(MXValueError, match="one global scale"):
         concat_rows([_w(64, seed=4), _w(32, seed=5)])
+
+
+def test_a_fused_nvfp4_weight_narrows_to_its_parts_rows():
+    """Tensor parallel's narrowing of a fused weight (each part's own rows)
+    keeps NVFP4's E4M3 scales and the one global scale: each narrowed part
+    computes what a Linear over those rows of its weight computes."""
+    g = np.float32(300.0)
+    parts = [_w(64, seed=6, g=g), _w(32, seed=7, g=g)]
+    fused = FusedWeight(concat_rows(parts), [64, 32])
+    layers = [MXLinear(p) for p in parts]
+    for i, layer in enumerate(layers):
+        fused.attach(layer, i)
+    fused.narrow_parts([32, 16], [32, 16])
+    x = torch.randn(2, 64)
+    for part, layer, a in zip(parts, layers, (32, 16), strict=True):
+        rows = oracle.dequantize(part)[a : 2 * a]
+        got = layer(x).detach().numpy()
+        assert layer.weight().global_scale == g and layer.weight().format_name == "nvfp4"
+        assert np.array_equal(oracle.dequantize(layer.weight()).view(np.uint32), rows.view(np.uint32))
+        own = MXArray.from_packed(part.packed_codes()[a : 2 * a], part.scales[a : 2 * a],
+                                  "nvfp4", 16, axis=1, global_scale=g)  # fmt: skip
+        assert _same(got, Linear(own)(x.numpy()))

@@ -233,7 +233,8 @@ class FusedWeight:
                 raise MXValueError(f"part {i}: rows {a}:{a + n} not within 0:{self.sizes[i]}")
             rows = slice(self.offsets[i] + a, self.offsets[i] + a + n)
             parts.append(MXArray.from_packed(
-                codes[rows], scales[rows], w.element, w.block_size, axis=1, copy=True
+                codes[rows], scales[rows], w.format_name, w.block_size, axis=1, copy=True,
+                global_scale=w.global_scale,
             ))  # fmt: skip
         self.sizes = [int(n) for n in sizes]
         self.offsets = [int(o) for o in np.cumsum([0, *self.sizes])]
