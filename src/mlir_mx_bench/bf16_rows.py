@@ -23,8 +23,7 @@ import numpy as np
 from mlir_mx.host import has_features
 
 from .cases import Oracle, Problem
-from .method import Method
-from .ours import linear_call_method
+from .method import Method, linear_call_method
 
 __all__ = ["bf16_methods"]
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from .cases import Oracle
+from .cases import Oracle, Problem
 
-__all__ = ["Method", "Skipped"]
+__all__ = ["Method", "Skipped", "linear_call_method"]
 
 
 @dataclass
@@ -48,3 +49,21 @@ class Skipped:
 
     name: str
     reason: str
+
+
+def linear_call_method(p: Problem, threads: int, lin, label: str, t0: float, **kw) -> Method:
+    """The row timing ``lin(p.a)`` (an ``mlir_mx.Linear`` already compiled,
+    f32 activations; bytes: A, B as held, C written); ``kw``: its ``oracle``
+    and ``note``."""
+    s = p.shape
+    return Method(
+        label,
+        "ours",
+        threads,
+        4 * s.M * s.K + lin.nbytes + 4 * s.M * s.N,
+        run=lambda n, f=lin, a=p.a: [f(a) for _ in range(n)],
+        result=lambda f=lin, a=p.a: f(a),
+        compile_s=time.perf_counter() - t0,
+        operands="f32-a",
+        **kw,
+    )

@@ -21,8 +21,7 @@ import time
 from mlir_mx.convert import dequantize, quantize
 
 from .cases import Oracle, Problem
-from .method import Method, Skipped
-from .ours import linear_call_method
+from .method import Method, Skipped, linear_call_method
 
 __all__ = ["nvfp4_methods"]
 

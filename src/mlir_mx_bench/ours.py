@@ -19,7 +19,7 @@ from mlir_mx.kernels import Problem as KProblem
 from mlir_mx.roofline.variants import Shape, variant_module_text
 
 from .cases import BenchFailure, Problem, stored_mx_bytes
-from .method import Method
+from .method import Method, linear_call_method
 
 __all__ = ["OurKernel", "linear_f32_method", "our_methods", "our_kernels"]
 
@@ -123,24 +123,6 @@ def linear_rows(p: Problem) -> list[tuple[str, str | None]]:
     if choose(records, required=False) is None:
         return []
     return [("ours Linear mx x mx", None), (f"ours Linear f32->{p.a_format}", p.a_format)]
-
-
-def linear_call_method(p: Problem, threads: int, lin, label: str, t0: float, **kw) -> Method:
-    """The row timing ``lin(p.a)`` (an ``mlir_mx.Linear`` already compiled,
-    f32 activations; bytes: A, B as held, C written); ``kw``: its ``oracle``
-    and ``note``."""
-    s = p.shape
-    return Method(
-        label,
-        "ours",
-        threads,
-        4 * s.M * s.K + lin.nbytes + 4 * s.M * s.N,
-        run=lambda n, f=lin, a=p.a: [f(a) for _ in range(n)],
-        result=lambda f=lin, a=p.a: f(a),
-        compile_s=time.perf_counter() - t0,
-        operands="f32-a",
-        **kw,
-    )
 
 
 def linear_f32_method(p: Problem, threads: int, say) -> Method:
