@@ -219,7 +219,8 @@ def run_quantize(
     load the cores; the slow baselines are timed once."""
     from mlir_mx_bench.ggml_baseline import ggml_available
 
-    say(f"quantize: {rows} x {cols} f32 ({rows * cols * 4 / 2**20:.0f} MiB), blocks of {BLOCK}")
+    blocks = f"blocks of {BLOCK}" + (f" ({NVFP4}: {block_of(NVFP4)})" if NVFP4 in formats else "")
+    say(f"quantize: {rows} x {cols} f32 ({rows * cols * 4 / 2**20:.0f} MiB), {blocks}")
     x = np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32)
     out = []
     for element in formats:
