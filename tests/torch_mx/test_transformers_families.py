@@ -144,3 +144,26 @@ def test_what_transformers_itself_refuses(tmp_path):
         AutoModelForCausalLM.from_pretrained(tmp_path / "x")
     with pytest.warns(UserWarning, match="embedding table"):
         assert isinstance(mt.from_pretrained(tmp_path / "x").lm_head, MXLinear)
+
+
+def test_quark_entry_is_transformers_own_after_unregister():
+    """``unregister()`` puts transformers' own Quark quantizer and config back
+    (``"modelopt"``, which transformers lacks, stays ours, as ``"mlir_mx"``)."""
+    from transformers.quantizers.auto import (
+        AUTO_QUANTIZATION_CONFIG_MAPPING,
+        AUTO_QUANTIZER_MAPPING,
+    )
+    from transformers.quantizers.quantizer_quark import QuarkHfQuantizer
+
+    from mlir_mx.torch import transformers_quantizer as tq
+
+    assert AUTO_QUANTIZER_MAPPING["quark"] is tq.MXHfQuantizer
+    assert AUTO_QUANTIZER_MAPPING["modelopt"] is tq.MXHfQuantizer
+    tq.unregister()
+    try:
+        assert AUTO_QUANTIZER_MAPPING["quark"] is QuarkHfQuantizer
+        assert AUTO_QUANTIZATION_CONFIG_MAPPING["quark"] is not tq.QuarkEntry
+        assert AUTO_QUANTIZER_MAPPING["modelopt"] is tq.MXHfQuantizer
+    finally:
+        tq.register()
+    assert AUTO_QUANTIZER_MAPPING["quark"] is tq.MXHfQuantizer
