@@ -164,3 +164,37 @@ func.func @f(%x: tensor<32x64xf32>) -> !a {{
     back = to_custom(generic)
     assert "mx.quantize_block %x {note = \"mx.fold_scale %x\"} : tensor<32x64xf32> -> !a" in back
     assert print_module(parse_module(src, ir.Context())).count("mx.quantize_block") == 1
+
+
+def test_nvfp4_block_matmul_builder_and_accessor():
+    """``block_matmul(a, b, acc, global_scale)`` with an NVFP4 rhs: the fourth
+    operand prints after the accumulator, verifies, round-trips, and is
+    ``OpView(...).global_scale`` (None on an E8M0 matmul)."""
+    from mlir_mx.numerics.formats import E4M3_SCALE_TYPE
+
+    ctx = ir.Context()
+    load_dialect(ctx)
+    ta = MXTensorType((4, 32), "f8E4M3FN", 16)
+    tb = MXTensorType((32, 8), "f4E2M1FN", 16, E4M3_SCALE_TYPE, 0)
+    with ctx, ir.Location.unknown():
+        module = ir.Module.create()
+        f32 = ir.F32Type.get()
+        x_t, w_t = ir.RankedTensorType.get([4, 32], f32), ir.RankedTensorType.get([32, 8], f32)
+        c_t = ir.RankedTensorType.get([4, 8], f32)
+        with ir.InsertionPoint(module.body):
+
+            @func.FuncOp.from_py_func(x_t, w_t, c_t, f32)
+            def build(x, w, c, g):
+                a = quantize_block(x, ta)
+                b = quantize_block(w, tb, g)
+                return block_matmul(a, b, c, g), block_matmul(a, dequantize_block(b, None, g), c)
+
+    text = print_module(module)
+    assert "mx.block_matmul %0, %1, %arg2, %arg3 : !mx.tensor<4x32xf8E4M3FN, block_size = 16, " in text
+    assert "scale_type = f8E4M3FN, axis = 0>, tensor<4x8xf32>, f32 -> tensor<4x8xf32>" in text
+    assert print_module(parse_module(text, ir.Context())) == text
+    ops = list(module.body.operations[0].regions[0].blocks[0].operations)
+    nv, plain = OpView(ops[2]), OpView(ops[4])
+    assert (nv.name, plain.name) == ("mx.block_matmul", "mx.block_matmul")
+    assert nv.rhs_type == tb and nv.global_scale is not None
+    assert str(nv.global_scale.type) == "f32" and plain.global_scale is None

@@ -58,7 +58,10 @@ OPS: tuple[OpDef, ...] = (
         "dequantize_block", ("input",), "!mx.tensor -> f32 tensor: element x scale",
         ("global_scale",),
     ),
-    OpDef("block_matmul", ("lhs", "rhs", "acc"), "acc + dequant(lhs) x rhs (rhs f32 or mx)"),
+    OpDef(
+        "block_matmul", ("lhs", "rhs", "acc"), "acc + dequant(lhs) x rhs (rhs f32 or mx)",
+        ("global_scale",),
+    ),
     OpDef("fold_scale", ("input", "alpha"), "!mx.tensor x f32 alpha -> the same type"),
 )
 

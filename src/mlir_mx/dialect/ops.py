@@ -14,7 +14,10 @@ Semantics (all four are pure, value semantics on tensors):
                          (element x f32(scale / global_scale) for NVFP4).
 ``mx.block_matmul``      (mx lhs [M,K] blocked along K, rhs [K,N] f32 or mx
                          blocked along K (``axis = 0``), acc [M,N] f32) ->
-                         acc + dequant(lhs) x rhs, destination-passing style.
+                         acc + dequant(lhs) x rhs, destination-passing style
+                         (an NVFP4 rhs with its f32 ``global_scale``:
+                         acc + f32((dequant(lhs) x rhs') / global_scale),
+                         rhs' its codes times its E4M3 scales).
 ``mx.fold_scale``        (``!mx.tensor``, f32 alpha) -> same type: multiply
                          the tensor's real values by alpha.
 """
@@ -74,12 +77,18 @@ def dequantize_block(
     return _create("mx.dequantize_block", operands, result_type, loc, ip)
 
 
-def block_matmul(lhs: ir.Value, rhs: ir.Value, acc: ir.Value, *, loc=None, ip=None) -> ir.Value:
-    """``%r = mx.block_matmul %a, %b, %acc : !mx.tensor<..>, T, tensor<..> -> tensor<..>``
+def block_matmul(
+    lhs: ir.Value, rhs: ir.Value, acc: ir.Value, global_scale: ir.Value | None = None,
+    *, loc=None, ip=None,
+) -> ir.Value:
+    """``%r = mx.block_matmul %a, %b, %acc : !mx.tensor<..>, T, tensor<..> -> tensor<..>``;
+    with ``global_scale`` (the f32 global scale of an NVFP4 ``rhs``)
+    ``mx.block_matmul %a, %b, %acc, %g : ..., tensor<..>, f32 -> tensor<..>``.
 
     The result type is the accumulator's (destination-passing style).
     """
-    return _create("mx.block_matmul", [lhs, rhs, acc], acc.type, loc, ip)
+    operands = [lhs, rhs, acc] + ([global_scale] if global_scale is not None else [])
+    return _create("mx.block_matmul", operands, acc.type, loc, ip)
 
 
 def fold_scale(input: ir.Value, alpha: ir.Value, *, loc=None, ip=None) -> ir.Value:

@@ -139,10 +139,14 @@ def _block_matmul(ops: list[ir.Value], res: ir.Type) -> str | None:
         return f"N dimension mismatch: rhs has N={b[1]} but acc has N={c[1]}"
     if c != _tensor_shape(res):
         return "acc shape doesn't match result shape"
-    why = "block_matmul does not take yet (no global_scale operand; mlir_mx.Linear runs NVFP4 weights)"
-    err = _not_nvfp4(lhs, "lhs", why) or (rhs and _not_nvfp4(rhs, "rhs", why))
-    if err:
-        return err
+    err = _not_nvfp4(lhs, "lhs", "block_matmul takes as rhs only (the NVFP4 operand is the rhs)")
+    if err or len(ops) > 3 and not _is_f32(ops[3].type):
+        return err or f"global_scale must be an f32 scalar, got {ops[3].type}"
+    if rhs is not None and rhs.has_global_scale and len(ops) < 4:
+        return f"rhs has {rhs.scale_type} scales (NVFP4): a global_scale operand (f32) is required"
+    if (rhs is None or not rhs.has_global_scale) and len(ops) > 3:
+        kind = "an f32 tensor" if rhs is None else f"{rhs.scale_type} scales"
+        return f"global_scale is only for an {E4M3_SCALE_TYPE}-scaled rhs, rhs has {kind}"
     if lhs.block_axis != 1:
         return f"lhs must be blocked along its last (contraction) axis, got axis = {lhs.block_axis}"
     if rhs is not None:

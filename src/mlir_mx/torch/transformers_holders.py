@@ -9,6 +9,14 @@
   ``uint8`` bytes).  :func:`mx_modules` then makes each holder the
   ``MXExperts`` / ``MXLinear`` over those bytes, as
   :func:`~mlir_mx.torch.from_pretrained` does.
+* Holders of the other block-scaled families (:func:`family_holders`:
+  compressed-tensors ``nvfp4-pack-quantized``, ModelOpt NVFP4, Quark OCP MX):
+  :class:`LayoutLinear`, one buffer per tensor the family's
+  :class:`~mlir_mx.torch.checkpoint_layouts.LinearLayout` names, in the
+  file's dtype and shape (transformers casts nothing: a buffer's dtype is the
+  file's), planned and checked from the headers by the one registry
+  (:func:`~mlir_mx.torch.checkpoint_linears.plan_linear`), as
+  :func:`~mlir_mx.torch.from_pretrained` plans them.
 * :class:`OnLoad`: quantize-on-load to an :class:`~mlir_mx.torch.MXConfig`.
   The layers are those :func:`~mlir_mx.torch.quantize_` would convert
   (``selected_linears`` / ``selected_experts``); transformers hands each of
@@ -28,6 +36,9 @@ from mlir_mx.numerics import MXArray
 
 from .checkpoint import linear_shape
 from .checkpoint_config import COMPRESSED, GPT_OSS
+from .checkpoint_files import CheckpointFiles
+from .checkpoint_layouts import LinearLayout, scheme_of
+from .checkpoint_linears import plan_linear
 from .config import MXConfig
 from .experts import MXExperts, experts_gate, is_stacked_experts
 from .module import MXLinear, is_conv1d
@@ -35,7 +46,8 @@ from .quantize_model import QuantizeSummary, selected_experts, selected_linears
 from .quantizer import quantize_weight
 
 __all__ = [
-    "OnLoad", "QuantizeOnLoad", "StoredExperts", "StoredLinear", "holder_modules", "mx_modules",
+    "LayoutLinear", "OnLoad", "QuantizeOnLoad", "StoredExperts", "StoredLinear", "family_holders",
+    "holder_modules", "mx_modules",
 ]  # fmt: skip
 
 _FP4, _BLOCK = "f4E2M1FN", 32
@@ -72,6 +84,68 @@ class StoredLinear(torch.nn.Module):
         self.register_buffer("weight_scale", _meta((out, k // _BLOCK)))
         if old.bias is not None:
             self.bias = torch.nn.Parameter(_meta(old.bias.shape, old.bias.dtype))
+
+
+#: safetensors dtypes -> torch dtypes of the holders' buffers.
+_DTYPES = {"U8": torch.uint8, "F8_E4M3": torch.float8_e4m3fn, "F32": torch.float32,
+           "BF16": torch.bfloat16, "F16": torch.float16}  # fmt: skip
+
+
+class LayoutLinear(torch.nn.Module):
+    """An ``nn.Linear`` of a block-scaled family as its file stores it, until
+    loaded: a buffer per tensor of its :class:`LinearLayout` (the file's
+    dtype and shape), its bias."""
+
+    def __init__(self, old: torch.nn.Linear, name: str, lay: LinearLayout, files):
+        super().__init__()
+        self.layout, self.name = lay, name
+        out, k = old.weight.shape
+        for key in lay.tensors(name, out, k):
+            if key in files.where:  # an optional input scale may be absent
+                sl = files.handles[files.where[key]].get_slice(key)
+                dtype = _DTYPES.get(sl.get_dtype())
+                if dtype is None:
+                    raise MXValueError(f"{key}: dtype {sl.get_dtype()} is not one transformers can hold here")
+                self.register_buffer(key[len(name) + 1 :], _meta(tuple(sl.get_shape()), dtype))
+        if old.bias is not None:
+            self.bias = torch.nn.Parameter(_meta(old.bias.shape, old.bias.dtype))
+
+    def mx_linear(self) -> MXLinear:
+        """The ``MXLinear`` over the loaded bytes (``LinearLayout.weight``: no copy)."""
+        def read(key: str) -> torch.Tensor:
+            t = getattr(self, key[len(self.name) + 1 :])
+            if t.is_meta:
+                raise MXValueError(f"{key}: missing from the checkpoint")
+            return t
+
+        w = self.layout.weight(self.name, read)
+        return MXLinear(w, _bias(self, "bias", f"{self.name}.bias"), activations=self.layout.activations)
+
+
+def family_holders(model, config: dict, checkpoint_files) -> str:
+    """Replace (on the meta model) each ``nn.Linear`` the family of ``config``
+    (the checkpoint's ``config.json``) stores quantized by a
+    :class:`LayoutLinear`; the family's name.  A scheme, group size, dtype or
+    activation scheme we do not run, or a malformed header, is refused as
+    :func:`~mlir_mx.torch.from_pretrained` refuses it."""
+    from contextlib import ExitStack
+    from pathlib import Path
+
+    folder = Path(checkpoint_files[0]).parent
+    scheme = scheme_of(folder, config)
+    if scheme is None:
+        raise MXValueError(f"{folder}: no block-scaled checkpoint family in its config")
+    names, seen, dense = [], set(), {}
+    with ExitStack() as stack:
+        files = CheckpointFiles(folder, stack)
+        for name, module in list(model.named_modules()):
+            if type(module) is torch.nn.Linear:
+                lay = plan_linear(scheme, name, module, files, seen, dense)
+                if lay is not None:
+                    _set(model, name, LayoutLinear(module, name, lay, files))
+                    names.append(name)
+    _untie(model, names)
+    return scheme.name
 
 
 def _set(model, name: str, module: torch.nn.Module) -> None:
@@ -159,6 +233,8 @@ def mx_modules(model, layout: str) -> list[str]:
             w = _mx(holder.weight_packed, holder.weight_scale, holder.weight_packed.shape[0],
                     f"{name}.weight_packed")  # fmt: skip
             new = MXLinear(w, _bias(holder, "bias", f"{name}.bias"))
+        elif isinstance(holder, LayoutLinear):
+            new = holder.mx_linear()
         else:
             continue
         _set(model, name, new)

@@ -11,15 +11,24 @@ and ``model.save_pretrained`` use (``docs/torch.md``, "transformers' own API").
   holders of the stored form (:mod:`.transformers_holders`) and each holder
   becomes an ``MXExperts`` / ``MXLinear`` over those bytes, as
   :func:`~mlir_mx.torch.from_pretrained` builds it.
+* ``from_pretrained(path)`` on the other block-scaled families
+  (compressed-tensors ``nvfp4-pack-quantized``, ModelOpt NVFP4 with
+  ``quant_method: modelopt``, AMD Quark OCP MX): each quantized linear's
+  tensors are read into a :class:`~.transformers_holders.LayoutLinear` in the
+  file's dtypes, planned by the one registry (``checkpoint_layouts``), and
+  each becomes an ``MXLinear`` over those bytes (Quark's MX activations as
+  its ``activations=``), as :func:`~mlir_mx.torch.from_pretrained` builds it.
 * ``model.save_pretrained(path)`` on a model holding MX layers (loaded so, or
   converted by ``quantize_``): the tensors and ``quantization_config`` of
   :func:`~mlir_mx.torch.save_pretrained` (``checkpoint.checkpoint_tensors``).
 
 :func:`register` puts :class:`MXHfQuantizer` in transformers' tables: under
 ``"mlir_mx"`` (:class:`~mlir_mx.torch.MXConfig`'s ``quant_method``) and in
-place of transformers' ``"mxfp4"`` and ``"compressed-tensors"`` quantizers,
-which it hands every config it does not take (dequantize, another
-compressed-tensors format, quantizing on load to Mxfp4Config) unchanged.
+place of transformers' ``"mxfp4"``, ``"compressed-tensors"`` and ``"quark"``
+quantizers, which it hands every config it does not take (dequantize, another
+compressed-tensors format, quantizing on load to Mxfp4Config, a Quark scheme
+we do not run where ``amd-quark`` is installed) unchanged; and under
+``"modelopt"``, which transformers does not have.
 :func:`unregister` puts transformers' own back.  ``mlir_mx.torch`` calls
 :func:`register_on_import`: at once when transformers' quantizers are already
 imported, else when they are (an import hook, so ``import mlir_mx.torch`` does
@@ -29,6 +38,7 @@ not import transformers).
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import torch
 from transformers.quantizers import auto
@@ -39,38 +49,45 @@ from mlir_mx.errors import MXValueError
 
 from .checkpoint import checkpoint_tensors
 from .checkpoint_config import COMPRESSED, GPT_OSS, saved_config
+from .checkpoint_layouts import MODELOPT, QUARK, scheme_of
 from .config import MXConfig
 from .quantize_model import AFTER_QUANTIZE
 from .thread_policy import install as install_decode_policy
-from .transformers_holders import OnLoad, holder_modules, mx_modules
+from .transformers_holders import OnLoad, family_holders, holder_modules, mx_modules
 
 __all__ = [
-    "METHOD", "CompressedMXFP4Config", "MXConfigEntry", "MXHfQuantizer", "attach", "register",
-    "registered", "unregister",
+    "METHOD", "CompressedMXFP4Config", "FamilyConfig", "MXConfigEntry", "MXHfQuantizer", "attach",
+    "register", "registered", "unregister",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
 METHOD = MXConfig.quant_method  # "mlir_mx"
 #: transformers' own entries our registration replaced (restored by :func:`unregister`).
 _OWN: dict[str, tuple] = {}
-_MXFP4_CT = "mxfp4-pack-quantized"
+_MXFP4_CT, _NVFP4_CT = "mxfp4-pack-quantized", "nvfp4-pack-quantized"
+
+
+def _ct_formats(d: dict) -> set:
+    groups = d.get("config_groups") or {}
+    return {d.get("format")} | {g.get("format") for g in groups.values() if isinstance(g, dict)}
 
 
 def _is_mxfp4_ct(d: dict) -> bool:
-    groups = d.get("config_groups") or {}
-    formats = {d.get("format")} | {g.get("format") for g in groups.values() if isinstance(g, dict)}
-    return _MXFP4_CT in formats
+    return bool(_ct_formats(d) & {_MXFP4_CT, _NVFP4_CT})
 
 
 class CompressedMXFP4Config(QuantizationConfigMixin):
-    """A compressed-tensors ``mxfp4-pack-quantized`` ``quantization_config``, held
-    as the dict it was read from (no ``compressed_tensors`` package needed);
-    another compressed-tensors config goes to transformers' own class."""
+    """A compressed-tensors ``mxfp4-pack-quantized`` or ``nvfp4-pack-quantized``
+    ``quantization_config``, held as the dict it was read from (no
+    ``compressed_tensors`` package needed); another compressed-tensors config
+    goes to transformers' own class."""
 
     def __init__(self, config: dict):
         self.config = dict(config)
         self.quant_method = COMPRESSED
         self.dequantize = False
+        #: Read through the block-scaled families' registry (NVFP4 present).
+        self.family = _NVFP4_CT in _ct_formats(self.config)
 
     @classmethod
     def from_dict(cls, config_dict, return_unused_kwargs=False, **kwargs):
@@ -87,6 +104,61 @@ class CompressedMXFP4Config(QuantizationConfigMixin):
         return self.to_dict()
 
 
+class FamilyConfig(QuantizationConfigMixin):
+    """The ``quantization_config`` of a block-scaled family transformers has no
+    CPU loader for, held as its dict: AMD Quark OCP MX (``quant_method:
+    quark``; transformers' own needs the ``amd-quark`` package) and ModelOpt
+    NVFP4 (``modelopt``; transformers has none).  Read by the one registry
+    (:func:`~mlir_mx.torch.checkpoint_layouts.scheme_of`) when transformers
+    reads the config: a scheme we do not run is refused then, named (a Quark
+    one goes to transformers' own loader where ``amd-quark`` is installed)."""
+
+    family = True
+    method: str = ""
+
+    def __init__(self, config: dict):
+        self.config = dict(config)
+        self.quant_method = config.get("quant_method", self.method)
+
+    @classmethod
+    def from_dict(cls, config_dict, return_unused_kwargs=False, **kwargs):
+        d = config_dict.get("quantization_config", config_dict)
+        try:
+            scheme_of(Path("config.json"), {"quantization_config": d})
+        except MXValueError as err:
+            own = _OWN.get(cls.method)
+            if own is not None and _quark_installed():
+                return own[1].from_dict(config_dict, return_unused_kwargs=return_unused_kwargs, **kwargs)
+            raise MXValueError(
+                f"{cls.method} checkpoint: {err.args[0]}; transformers has no CPU loader of its own "
+                f"for it{_NOTE.get(cls.method, '')}"
+            ) from None
+        return (cls(d), kwargs) if return_unused_kwargs else cls(d)
+
+    def to_dict(self) -> dict:
+        return dict(self.config)
+
+    def to_diff_dict(self) -> dict:
+        return self.to_dict()
+
+
+_NOTE = {QUARK: " (its own Quark loader needs the amd-quark package)"}
+
+
+class QuarkEntry(FamilyConfig):
+    method = QUARK
+
+
+class ModelOptEntry(FamilyConfig):
+    method = MODELOPT
+
+
+def _quark_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("quark") is not None
+
+
 class MXConfigEntry(QuantizationConfigMixin):
     """transformers' table entry for ``quant_method: "mlir_mx"``: it makes an
     :class:`~mlir_mx.torch.MXConfig` (the one config users write; never made itself)."""
@@ -101,7 +173,7 @@ class MXConfigEntry(QuantizationConfigMixin):
 def _ours(config, pre_quantized: bool) -> bool:
     if isinstance(config, MXConfig):
         return True
-    if isinstance(config, CompressedMXFP4Config):
+    if isinstance(config, (CompressedMXFP4Config, FamilyConfig)):
         return pre_quantized
     method = getattr(config, "quant_method", None)
     method = getattr(method, "value", method)
@@ -145,9 +217,12 @@ class MXHfQuantizer(HfQuantizer):
             raise MXValueError(f"device_map: mlir-mx layers run on the CPU, got {device_map!r}")
 
     def _process_model_before_weight_loading(self, model, checkpoint_files=None, **kwargs):
-        if self.pre_quantized:
-            self.layout = GPT_OSS if not isinstance(self.quantization_config,
-                                                    CompressedMXFP4Config) else COMPRESSED  # fmt: skip
+        config = self.quantization_config
+        if self.pre_quantized and getattr(config, "family", False):  # the families' registry
+            self.layout = family_holders(model, {"quantization_config": config.to_dict()},
+                                         checkpoint_files or [])  # fmt: skip
+        elif self.pre_quantized:
+            self.layout = GPT_OSS if not isinstance(config, CompressedMXFP4Config) else COMPRESSED
             holder_modules(model, self.layout, checkpoint_files or [])
         else:
             self.on_load = OnLoad(model, self.quantization_config)
@@ -219,10 +294,15 @@ def register() -> None:
     if METHOD not in auto.AUTO_QUANTIZER_MAPPING:
         auto.register_quantization_config(METHOD)(MXConfigEntry)
         auto.register_quantizer(METHOD)(MXHfQuantizer)
-    for method in (GPT_OSS, COMPRESSED):
-        _OWN[method] = (auto.AUTO_QUANTIZER_MAPPING[method], auto.AUTO_QUANTIZATION_CONFIG_MAPPING[method])
+    for method in (GPT_OSS, COMPRESSED, QUARK):
+        if method in auto.AUTO_QUANTIZER_MAPPING:
+            _OWN[method] = (auto.AUTO_QUANTIZER_MAPPING[method], auto.AUTO_QUANTIZATION_CONFIG_MAPPING[method])
         auto.AUTO_QUANTIZER_MAPPING[method] = MXHfQuantizer
     auto.AUTO_QUANTIZATION_CONFIG_MAPPING[COMPRESSED] = CompressedMXFP4Config
+    auto.AUTO_QUANTIZATION_CONFIG_MAPPING[QUARK] = QuarkEntry
+    if MODELOPT not in auto.AUTO_QUANTIZER_MAPPING:  # transformers has none: ours, kept
+        auto.register_quantization_config(MODELOPT)(ModelOptEntry)
+        auto.register_quantizer(MODELOPT)(MXHfQuantizer)
     if attach not in AFTER_QUANTIZE:
         AFTER_QUANTIZE.append(attach)
     log.info("mlir_mx.torch: transformers' mxfp4 and compressed-tensors MXFP4 loading go through mlir-mx")

@@ -33,6 +33,7 @@ from mlir_mx.ir_utils import KernelTag, collect, kernel_tag, owner_op, users
 from mlir_mx.kernels import Operands, Problem, emit_matmul, plan_kernel
 from mlir_mx.kernels.registry import SCHEDULES, schedule_names
 from mlir_mx.numerics import element_format
+from mlir_mx.numerics.formats import SCALE_TYPE
 from mlir_mx.passes.kernels.packed_sources import erase_unpack, packed_source
 from mlir_mx.passes.registry import Option, PassError, register_pass
 
@@ -128,7 +129,13 @@ def _match(scales: ir.Operation):
     b = ub[0] if ub else b
     if not all(_unit_inner_stride(v) for v in (a, b, sa, acc) + ((sb,) if sb else ())):
         return None
-    prob = Problem(m, n, k, block, a_element, b_element, a_packed=bool(ua), b_packed=bool(ub))
+    # An NVFP4 B (f8E4M3FN scales): the kernel decodes its E4M3 scales; the
+    # division by the global scale is the generic after the pair (mx-to-linalg).
+    sb_type = SCALE_TYPE if sb is None else str(ir.MemRefType(sb.type).element_type)
+    prob = Problem(
+        m, n, k, block, a_element, b_element, a_packed=bool(ua), b_packed=bool(ub),
+        b_scale_type=sb_type,
+    )
     ops = Operands(a, sa, b, sb, acc)
     dead = [scales, partials, fill] + dead + [alloc]
     # The expand_shape views die with the partials generic (unless used elsewhere).

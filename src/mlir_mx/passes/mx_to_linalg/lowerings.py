@@ -16,7 +16,12 @@ from mlir_mx.ir_utils import KernelTag, constant_float, owner_op, tag_kernel
 from mlir_mx.kernels.common.builder import ArithBuilder
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 from mlir_mx.passes.mx_to_linalg import helpers as h
-from mlir_mx.passes.mx_to_linalg.nvfp4 import dequantize_nvfp4, quantize_nvfp4
+from mlir_mx.passes.mx_to_linalg.nvfp4 import (
+    dequantize_nvfp4,
+    divide_into_acc,
+    quantize_nvfp4,
+    zeros_like,
+)
 
 __all__ = ["CAST", "LOWERINGS", "pack", "unpack"]
 
@@ -135,14 +140,19 @@ def _scale_elements(x: ir.Value, scale: ir.Value, t: MXTensorType) -> ir.Value:
 
 
 def _lower_matmul(op: ir.Operation, matmul_lowering: str) -> list[ir.Value]:
-    if matmul_lowering == "blocked":
-        return _lower_matmul_blocked(op)
-    return _lower_matmul_fused(op)
+    """An NVFP4 rhs (a ``global_scale`` operand, the verifier's rule): the
+    matmul from zero with its E4M3 scales, then ``acc + c / g``
+    (:func:`~mlir_mx.passes.mx_to_linalg.nvfp4.divide_into_acc`)."""
+    lhs, rhs, acc, *global_scale = op.operands
+    lower = _lower_matmul_blocked if matmul_lowering == "blocked" else _lower_matmul_fused
+    if not global_scale:
+        return lower(lhs, rhs, acc)
+    c = lower(lhs, rhs, zeros_like(acc))[0]
+    return divide_into_acc(c, global_scale[0], acc)
 
 
-def _lower_matmul_fused(op: ir.Operation) -> list[ir.Value]:
+def _lower_matmul_fused(lhs: ir.Value, rhs: ir.Value, acc: ir.Value) -> list[ir.Value]:
     """One generic over (m, n, k); the scales are read through ``d2 floordiv B``."""
-    lhs, rhs, acc = op.operands
     lt = MXTensorType.from_mlir(lhs.type)
     am, ascale = unpack(lhs)
     bs = lt.block_size
@@ -183,7 +193,7 @@ def _sub_byte(element: str | None) -> bool:
     return element is not None and ELEMENT_FORMATS[element].is_sub_byte
 
 
-def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
+def _lower_matmul_blocked(lhs: ir.Value, rhs: ir.Value, acc: ir.Value) -> list[ir.Value]:
     """Block-factored matmul: K split into (K/B, B), no ``floordiv`` anywhere.
 
     1. ``tensor.expand_shape``: A mantissa (M, K) -> (M, K/B, B); B (mantissa,
@@ -206,7 +216,6 @@ def _lower_matmul_blocked(op: ir.Operation) -> list[ir.Value]:
     pair by a kernel doing exactly the same operations per element.  About
     2 FLOPs per (m, n, k) point plus 2 (mx x f32) or 3 (mx x mx) per block.
     """
-    lhs, rhs, acc = op.operands
     lt = MXTensorType.from_mlir(lhs.type)
     bs = lt.block_size
     am, ascale = unpack(lhs)

@@ -10,7 +10,12 @@ order, ``docs/numerics.md``), one f32 rounding per step:
   NaN or an Inf;
 * elements: ``p = x / (extf(s) / g)`` (+0 where ``p`` is zero or NaN),
   clamped to +-6, rounded to E2M1 by ``truncf``;
-* dequantize: ``extf(code) * (extf(s) / g)``.
+* dequantize: ``extf(code) * (extf(s) / g)``;
+* ``mx.block_matmul`` with an NVFP4 rhs (``numerics.matmul``, "NVFP4 B"):
+  the matmul into a zero-filled ``c`` with the E4M3 scales as ``sb`` (the
+  tagged pair ``mx-matmul-kernels`` replaces), then one elementwise generic
+  ``acc + c / g`` (:func:`divide_into_acc`): one f32 division, one f32
+  addition per output.
 
 The generics carry no kernel tag: ``mx-quantize-kernels``' compiled
 kernels are OCP MX (E8M0) ones, so these lower through the stock path.
@@ -36,7 +41,7 @@ from mlir_mx.numerics.formats import E4M3_SCALE_TYPE, ELEMENT_FORMATS
 from mlir_mx.numerics.nvfp4 import E4M3_NAN_CODE, ZERO_BLOCK_SCALE
 from mlir_mx.passes.mx_to_linalg import helpers as h
 
-__all__ = ["dequantize_nvfp4", "quantize_nvfp4"]
+__all__ = ["dequantize_nvfp4", "divide_into_acc", "quantize_nvfp4", "zeros_like"]
 
 _E4M3 = ELEMENT_FORMATS[E4M3_SCALE_TYPE]
 
@@ -119,3 +124,23 @@ def quantize_nvfp4(x: ir.Value, g: ir.Value, t: MXTensorType) -> tuple[ir.Value,
     out = h.empty(t.shape, h.scalar_type(t.element_type))
     mant = h.generic([x, scale, g0], [out], maps, [h.PARALLEL] * rank, body)[0]
     return mant, scale
+
+
+def zeros_like(acc: ir.Value) -> ir.Value:
+    """A zero-filled f32 tensor of ``acc``'s type: where an NVFP4 matmul
+    accumulates before the division by the global scale."""
+    zero = ArithBuilder().const(0.0, h.f32())
+    shape = ir.RankedTensorType(acc.type).shape
+    return h.linalg_dialect().fill(zero, outs=[h.empty(shape, h.f32())])
+
+
+def divide_into_acc(c: ir.Value, g: ir.Value, acc: ir.Value) -> list[ir.Value]:
+    """One elementwise generic into ``acc`` (``outs``): ``acc + c / g``."""
+    rank = ir.RankedTensorType(acc.type).rank
+    maps = [h.identity_map(rank), ir.AffineMap.get(rank, 0, []), h.identity_map(rank)]
+
+    def body(cv, gv, a):
+        b = ArithBuilder()
+        return [b.fadd(a, b.fdiv(cv, gv))]
+
+    return h.generic([c, _scalar_tensor(g)], [acc], maps, [h.PARALLEL] * rank, body)

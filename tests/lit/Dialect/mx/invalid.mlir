@@ -206,7 +206,7 @@ func.func @matmul_lhs_not_mx(%a: tensor<32x64xf32>, %b: tensor<64x64xf32>, %c: t
 // -----
 
 func.func @matmul_operands(%a: !mx.tensor<32x64xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU>, %b: tensor<64x64xf32>) {
-  // expected-error@+1 {{'mx.block_matmul' expects 3 operands, got 2}}
+  // expected-error@+1 {{'mx.block_matmul' expects 3 or 4 operands, got 2}}
   %0 = mx.block_matmul %a, %b : !mx.tensor<32x64xf8E4M3FN, block_size = 32, scale_type = f8E8M0FNU>, tensor<64x64xf32> -> tensor<32x64xf32>
   return
 }

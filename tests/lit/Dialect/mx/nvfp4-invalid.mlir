@@ -87,8 +87,48 @@ func.func @fold_scale_nvfp4(%t: !mx.tensor<64xf4E2M1FN, block_size = 16, scale_t
 
 // -----
 
-func.func @matmul_nvfp4(%a: !mx.tensor<4x32xf4E2M1FN, block_size = 16, scale_type = f8E4M3FN>, %b: tensor<32x8xf32>, %c: tensor<4x8xf32>) {
-  // expected-error@+1 {{'mx.block_matmul' op lhs has f8E4M3FN scales (NVFP4), which block_matmul does not take yet (no global_scale operand; mlir_mx.Linear runs NVFP4 weights)}}
+func.func @matmul_nvfp4_lhs(%a: !mx.tensor<4x32xf4E2M1FN, block_size = 16, scale_type = f8E4M3FN>, %b: tensor<32x8xf32>, %c: tensor<4x8xf32>) {
+  // expected-error@+1 {{'mx.block_matmul' op lhs has f8E4M3FN scales (NVFP4), which block_matmul takes as rhs only (the NVFP4 operand is the rhs)}}
   %r = mx.block_matmul %a, %b, %c : !mx.tensor<4x32xf4E2M1FN, block_size = 16, scale_type = f8E4M3FN>, tensor<32x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_missing_global_scale(%a: !mx.tensor<4x32xf8E4M3FN, block_size = 16, scale_type = f8E8M0FNU>, %b: !mx.tensor<32x8xf4E2M1FN, block_size = 16, scale_type = f8E4M3FN, axis = 0>, %c: tensor<4x8xf32>) {
+  // expected-error@+1 {{'mx.block_matmul' op rhs has f8E4M3FN scales (NVFP4): a global_scale operand (f32) is required}}
+  %r = mx.block_matmul %a, %b, %c : !mx.tensor<4x32xf8E4M3FN, block_size = 16, scale_type = f8E8M0FNU>, !mx.tensor<32x8xf4E2M1FN, block_size = 16, scale_type = f8E4M3FN, axis = 0>, tensor<4x8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_global_scale_e8m0_rhs(%a: !mx.tensor<4x32xf8E4M3FN, block_size = 16, scale_type = f8E8M0FNU>, %b: !mx.tensor<32x8xf4E2M1FN, block_size = 16, scale_type = f8E8M0FNU, axis = 0>, %c: tensor<4x8xf32>, %g: f32) {
+  // expected-error@+1 {{'mx.block_matmul' op global_scale is only for an f8E4M3FN-scaled rhs, rhs has f8E8M0FNU scales}}
+  %r = mx.block_matmul %a, %b, %c, %g : !mx.tensor<4x32xf8E4M3FN, block_size = 16, scale_type = f8E8M0FNU>, !mx.tensor<32x8xf4E2M1FN, block_size = 16, scale_type = f8E8M0FNU, axis = 0>, tensor<4x8xf32>, f32 -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_global_scale_f32_rhs(%a: !mx.tensor<4x32xf8E4M3FN, block_size = 16, scale_type = f8E8M0FNU>, %b: tensor<32x8xf32>, %c: tensor<4x8xf32>, %g: f32) {
+  // expected-error@+1 {{'mx.block_matmul' op global_scale is only for an f8E4M3FN-scaled rhs, rhs has an f32 tensor}}
+  %r = mx.block_matmul %a, %b, %c, %g : !mx.tensor<4x32xf8E4M3FN, block_size = 16, scale_type = f8E8M0FNU>, tensor<32x8xf32>, tensor<4x8xf32>, f32 -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_global_scale_f64(%a: !mx.tensor<4x32xf8E4M3FN, block_size = 16, scale_type = f8E8M0FNU>, %b: !mx.tensor<32x8xf4E2M1FN, block_size = 16, scale_type = f8E4M3FN, axis = 0>, %c: tensor<4x8xf32>, %g: f64) {
+  // expected-error@+1 {{'mx.block_matmul' op global_scale must be an f32 scalar, got f64}}
+  %r = mx.block_matmul %a, %b, %c, %g : !mx.tensor<4x32xf8E4M3FN, block_size = 16, scale_type = f8E8M0FNU>, !mx.tensor<32x8xf4E2M1FN, block_size = 16, scale_type = f8E4M3FN, axis = 0>, tensor<4x8xf32>, f64 -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_five_operands(%a: !mx.tensor<4x32xf8E4M3FN, block_size = 16, scale_type = f8E8M0FNU>, %b: !mx.tensor<32x8xf4E2M1FN, block_size = 16, scale_type = f8E4M3FN, axis = 0>, %c: tensor<4x8xf32>, %g: f32) {
+  // expected-error@+1 {{'mx.block_matmul' expects 3 or 4 operands, got 5}}
+  %r = mx.block_matmul %a, %b, %c, %g, %g : !mx.tensor<4x32xf8E4M3FN, block_size = 16, scale_type = f8E8M0FNU>, !mx.tensor<32x8xf4E2M1FN, block_size = 16, scale_type = f8E4M3FN, axis = 0>, tensor<4x8xf32>, f32, f32 -> tensor<4x8xf32>
   return
 }

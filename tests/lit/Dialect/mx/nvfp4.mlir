@@ -31,3 +31,16 @@ func.func @axis0(%t: !mx.tensor<array<i64: 32, 3>, f4E2M1FN, 16 : i64, f8E4M3FN,
   %d = mx.dequantize_block %t, %g : !mx.tensor<32x3xf4E2M1FN, block_size = 16, scale_type = f8E4M3FN, axis = 0>, f32 -> tensor<32x3xf32>
   return %d : tensor<32x3xf32>
 }
+
+// -----
+
+// block_matmul with an NVFP4 rhs: the rhs's f32 global_scale is the fourth
+// operand (acc + (lhs x rhs') / g, docs/dialect.md).
+// CHECK-LABEL: func.func @matmul
+// CHECK-SAME: (%[[A:.*]]: !mx.tensor<4x32xf8E4M3FN, block_size = 16, scale_type = f8E8M0FNU>, %[[B:.*]]: !mx.tensor<32x8xf4E2M1FN, block_size = 16, scale_type = f8E4M3FN, axis = 0>, %[[C:.*]]: tensor<4x8xf32>, %[[G:.*]]: f32)
+// CHECK: mx.block_matmul %[[A]], %[[B]], %[[C]], %[[G]] : !mx.tensor<4x32xf8E4M3FN, block_size = 16, scale_type = f8E8M0FNU>, !mx.tensor<32x8xf4E2M1FN, block_size = 16, scale_type = f8E4M3FN, axis = 0>, tensor<4x8xf32>, f32 -> tensor<4x8xf32>
+// GENERIC: "mx.block_matmul"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (!mx.tensor<4x32xf8E4M3FN, block_size = 16, scale_type = f8E8M0FNU>, !mx.tensor<32x8xf4E2M1FN, block_size = 16, scale_type = f8E4M3FN, axis = 0>, tensor<4x8xf32>, f32) -> tensor<4x8xf32>
+func.func @matmul(%a: !mx.tensor<4x32xf8E4M3FN, block_size = 16, scale_type = f8E8M0FNU>, %b: !mx.tensor<32x8xf4E2M1FN, block_size = 16, scale_type = f8E4M3FN, axis = 0>, %c: tensor<4x8xf32>, %g: f32) -> tensor<4x8xf32> {
+  %r = mx.block_matmul %a, %b, %c, %g : !mx.tensor<4x32xf8E4M3FN, block_size = 16, scale_type = f8E8M0FNU>, !mx.tensor<32x8xf4E2M1FN, block_size = 16, scale_type = f8E4M3FN, axis = 0>, tensor<4x8xf32>, f32 -> tensor<4x8xf32>
+  return %r : tensor<4x8xf32>
+}
