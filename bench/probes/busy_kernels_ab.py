@@ -38,6 +38,7 @@ ap.add_argument("--layers", type=int, default=8)
 ap.add_argument("--rounds", type=int, default=5)
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--rows", default="1t,team,one,one-t1")
+ap.add_argument("--calls", type=int, default=0, help="also time one layer's calls, this many a row")
 ns = ap.parse_args()
 
 
@@ -63,9 +64,47 @@ def check_costs() -> tuple[float, float]:
     return 1e6 * look, 1e6 * between
 
 
+
+
+def layer_calls(calls: int) -> None:
+    """Each decode kernel of the model alone (``Linear.call_into``, M = 1):
+    us a call on the 1-thread kernel, on the 2-thread kernel alone (busy,
+    ``team``) and on the 2-thread call the busy machine maps to 1 (``one``):
+    the least mean of 15 batches of ``calls`` (on a loaded machine the
+    median mostly measures the preemptions), the rows alternated."""
+    import numpy as np
+
+    import mlir_mx
+
+    print("\n| layer (out x in) | 1t us | team us | one us | team / 1t |")
+    print("|---|---|---|---|---|")
+    rng = np.random.default_rng(0)
+    for n, k in ((2048, 2048), (256, 2048), (5632, 2048), (2048, 5632)):
+        w = mlir_mx.quantize(rng.standard_normal((n, k)).astype(np.float32), "f4E2M1FN", 32)
+        lin = mlir_mx.Linear(w, threads=2)
+        lin.precompile(1)
+        x, out = np.ones((1, k), np.float32), np.zeros((1, n), np.float32)
+        got = {"1t": [], "team": [], "one": []}
+        for _ in range(15):
+            for name in got:
+                pool_load.configure(pool_load.LOAD_CHECK, -1000)
+                threads_.set_busy_kernels("team" if name == "team" else "one")
+                t, call = 1 if name == "1t" else 2, lin.call_into
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    call(x.ctypes.data, 1, out.ctypes.data, t)
+                got[name].append(1e6 * (time.perf_counter() - t0) / calls)
+        med = {name: min(v) for name, v in got.items()}
+        print(f"| {n} x {k} | {med['1t']:.1f} | {med['team']:.1f} | {med['one']:.1f} "
+              f"| {med['team'] / med['1t']:.3f} |")  # fmt: skip
+    threads_.set_busy_kernels("one")
+
+
 print(f"load average, runnable/threads at the start: {load()}; {ns.layers} layers", flush=True)
 look_us, between_us = check_costs()
 print(f"load check: a look {look_us:.1f} us, a call between looks {between_us:.2f} us")
+if ns.calls:
+    layer_calls(ns.calls)
 
 torch.manual_seed(0)
 cfg = LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=ns.layers,

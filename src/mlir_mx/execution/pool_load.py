@@ -6,7 +6,8 @@ otherwise have it) and risks much: a worker the OS deschedules after it
 joined a call holds that call until it runs again, and a decode token makes
 dozens of calls. So the calls look at the machine's runnable threads now and
 then (:class:`LoadCheck`, :func:`oversubscribed`) and run on the caller alone
-while the machine is oversubscribed; with the decode policy
+while the machine is oversubscribed (``Linear``'s calls on their 1-thread
+kernels, ``threads.call_threads``); with the decode policy
 (``mlir_mx.torch.thread_policy``) a step then runs on one thread throughout
 (``docs/library.md``, "Threads").
 """
