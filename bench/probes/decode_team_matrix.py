@@ -5,7 +5,7 @@ second copy of itself, the rows alternated round by round
 (docs/library.md, "Threads"):
 
     python bench/probes/decode_team_matrix.py [--layers 8] [--rounds 3]
-        [--busy none,spin,self] [--settings 1t,2t,2t-before,...]
+        [--busy none,spin,self] [--settings 1t,2t,2t-s51,2t-before,...]
 
 Prints each setting's median over the rounds (every round's figure in
 brackets; for ``self`` the row's and its copy's), the load average at the
@@ -29,6 +29,11 @@ SETTINGS = {
         "2 threads as in session 50 (torch's ops on 2 threads, no load check)",
         ["openmp", "2", "--policy", "torch"],
         {"MLIR_MX_LOAD_CHECK": "0"},
+    ),
+    "2t-s51": (
+        "2 threads as in session 51 (busy: the 2-thread kernels on the caller alone)",
+        ["openmp", "2", "--policy", "auto"],
+        {"MLIR_MX_BUSY_KERNELS": "team"},
     ),
     "2t-nocheck": (
         "2 threads, the decode policy without the load check",

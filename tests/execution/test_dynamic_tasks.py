@@ -33,11 +33,13 @@ needs_pool = pytest.mark.skipif(
 
 @pytest.fixture
 def tasks():
-    """Linear's kernels lowered as tasks on our pool for one test; hooks off after."""
+    """Linear's kernels lowered as tasks on our pool for one test; hooks off after.
+    The load is not looked at (this machine may be busy: the calls would then
+    run the 1-thread kernels, tested below)."""
     previous, team = threads_.set_parallel("tasks"), threads_.set_team("pool")
     if pool_.pool() is not None:
         pool_.pool().hooks(backoff=False)  # no stretch alone left by an earlier call
-        pool_.pool().hooks()
+        pool_.pool().hooks(load_check=0)
     yield pool_.pool()
     if pool_.pool() is not None:
         pool_.pool().hooks(backoff=False)
@@ -77,7 +79,7 @@ def test_bits_do_not_depend_on_which_thread_ran_which_task(tasks, m, activations
             tasks.hooks(**hook, backoff=False)  # every call on the team
             for _ in range(2):
                 np.testing.assert_array_equal(_bits(lin(x)), ref, err_msg=f"{t} threads, {hook}")
-            tasks.hooks()
+            tasks.hooks(load_check=0)
 
 
 @needs_pool
@@ -215,8 +217,16 @@ def test_one_region_runs_several_kernels_with_one_join(tasks):
                 lins[0].call_into(problems[0][1].ctypes.data, 1, outs[0].ctypes.data, 2)
 
 
+@pytest.fixture
+def team_kernels():
+    """Busy calls run the team's kernels on the caller (session 51's way)."""
+    previous = threads_.set_busy_kernels("team")
+    yield
+    threads_.set_busy_kernels(previous)
+
+
 @needs_pool
-def test_a_busy_machine_runs_the_calls_on_the_caller_alone(tasks):
+def test_a_busy_machine_runs_the_calls_on_the_caller_alone(tasks, team_kernels):
     w, x = _problem(1, seed=9)
     lin = mlir_mx.Linear(w, threads=2)
     ref = _bits(lin(x))
@@ -226,6 +236,73 @@ def test_a_busy_machine_runs_the_calls_on_the_caller_alone(tasks):
     for _ in range(5):
         np.testing.assert_array_equal(_bits(lin(x)), ref)
     assert tasks.alone == alone + 5
+
+
+class _Spy:
+    """Records the thread count of every kernel ``Linear`` binds, and every
+    launch of a tasks kernel (a team's kernel, on a team or alone)."""
+
+    def __init__(self, monkeypatch):
+        self.bound, self.launched = [], 0
+        bound, launch = mlir_mx.Linear._bound, threads_._launch
+
+        def spy_bound(lin, kind, m, threads):
+            self.bound.append(threads)
+            return bound(lin, kind, m, threads)
+
+        def spy_launch(*args, **kwargs):
+            self.launched += 1
+            return launch(*args, **kwargs)
+
+        monkeypatch.setattr(mlir_mx.Linear, "_bound", spy_bound)
+        monkeypatch.setattr(threads_, "_launch", spy_launch)
+
+
+@needs_pool
+@pytest.mark.parametrize("team", ["pool", "openmp"])
+@pytest.mark.parametrize("m,activations", [(1, None), (40, None), (3, "i8")])
+def test_a_busy_machine_runs_the_one_thread_kernels(tasks, monkeypatch, team, m, activations):
+    from mlir_mx.execution import compiled
+
+    threads_.set_team(team)
+    w, x = _problem(m, seed=11)
+    one = mlir_mx.Linear(w, threads=1, activations=activations)
+    ref = _bits(one(x))
+    lin = mlir_mx.Linear(w, threads=2, activations=activations)
+    lin.precompile(m)  # the 2- and the 1-thread kernels
+    kernels = {r.compiled.tasks.get("matmul", 1) for r in lin.runners}
+    assert kernels == {1, 2} and set(one.runners) <= set(lin.runners)  # the 1-thread process's
+    np.testing.assert_array_equal(_bits(lin(x)), ref)  # quiet: the team's kernel
+    monkeypatch.setattr(compiled, "Compiled", _refuse)  # nothing compiled from here on
+    spy = _Spy(monkeypatch)
+    tasks.hooks(load_check=1, load_slack=-1000)  # every look finds the machine oversubscribed
+    regions, alone = threads_.regions(), tasks.alone
+    out = np.zeros((m, 200), np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(_bits(lin(x)), ref)
+        out[:] = 0
+        if lin.call_into(x.ctypes.data, m, out.ctypes.data, 2):
+            np.testing.assert_array_equal(_bits(out), ref)
+    assert set(spy.bound) <= {1} and spy.launched == 0  # the 1-thread kernel, never a team's
+    assert (threads_.regions(), tasks.alone) == (regions, alone)
+    assert threads_.call_threads(2) == 1 and threads_.call_threads(1) == 1
+    tasks.hooks(load_check=0)  # quiet again: the team's kernel
+    np.testing.assert_array_equal(_bits(lin(x)), ref)
+    assert spy.launched == 1 and threads_.regions() == regions + 1
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("a kernel was compiled")
+
+
+def test_busy_kernels_must_be_known(monkeypatch):
+    from mlir_mx.errors import MXValueError
+
+    with pytest.raises(MXValueError, match="kernels: expected one of one, team"):
+        threads_.set_busy_kernels("two")
+    monkeypatch.setenv("MLIR_MX_BUSY_KERNELS", "all")
+    with pytest.raises(MXValueError, match="MLIR_MX_BUSY_KERNELS"):
+        threads_._initial_busy_kernels()
 
 
 @needs_pool

@@ -52,9 +52,13 @@ def test_the_block_sets_torch_to_one_thread_and_restores_it(two_threads):
     assert torch.get_num_threads() == 2
 
 
-def test_on_a_busy_machine_a_decode_step_runs_alone_with_the_same_kernels(two_threads, monkeypatch):
+@pytest.mark.parametrize("kernels", ["one", "team"])
+def test_on_a_busy_machine_a_decode_step_runs_alone(two_threads, monkeypatch, kernels):
+    """Busy, a step runs on the caller alone: by default the 1-thread kernels
+    (what a 1-thread process runs, ``threads.call_threads``), with ``"team"``
+    the 2-thread kernels; both compiled by ``precompile``, the same bits."""
     model = tiny_llama(**WIDE)
-    quantize_(model, "f4E2M1FN", precompile=True)  # the 2-thread kernels
+    quantize_(model, "f4E2M1FN", precompile=True)  # the 2- and the 1-thread kernels
     ids = prompt(6, vocab=256)
     with torch.inference_mode():
         cache = model(ids, use_cache=True).past_key_values
@@ -63,12 +67,21 @@ def test_on_a_busy_machine_a_decode_step_runs_alone_with_the_same_kernels(two_th
             return model(ids[:, -1:], past_key_values=copy.deepcopy(cache), use_cache=True).logits
 
         quiet = step()
+        previous = threads_.set_busy_kernels(kernels)
+        launched = []
+        launch = threads_._launch
+        monkeypatch.setattr(threads_, "_launch", lambda *a, **k: launched.append(1) or launch(*a, **k))
         pool_load.configure(1, -1000)  # every look finds more runnable threads than CPUs
         monkeypatch.setattr(compiled, "Compiled", refuse)  # nothing new compiled
         seen = _seen(model)
-        busy = step()
+        try:
+            busy = step()
+        finally:
+            threads_.set_busy_kernels(previous)
     assert seen == [(1, 2)] and torch.get_num_threads() == 2  # the layers keep their count
     assert threads_.oversubscribed(2) and not threads_.oversubscribed(1)
+    # "one": no tasks kernel launched (the 1-thread kernels); "team": every call one
+    assert (len(launched) > 0) == (kernels == "team")
     assert torch.equal(quiet.view(torch.int32), busy.view(torch.int32))
 
 

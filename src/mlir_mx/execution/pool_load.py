@@ -6,7 +6,8 @@ otherwise have it) and risks much: a worker the OS deschedules after it
 joined a call holds that call until it runs again, and a decode token makes
 dozens of calls. So the calls look at the machine's runnable threads now and
 then (:class:`LoadCheck`, :func:`oversubscribed`) and run on the caller alone
-while the machine is oversubscribed; with the decode policy
+while the machine is oversubscribed (``Linear``'s calls on their 1-thread
+kernels, ``threads.call_threads``); with the decode policy
 (``mlir_mx.torch.thread_policy``) a step then runs on one thread throughout
 (``docs/library.md``, "Threads").
 """
@@ -17,7 +18,7 @@ import os
 import threading
 import time
 
-__all__ = ["LOAD_CHECK", "LOAD_SLACK", "LoadCheck", "configure", "oversubscribed"]
+__all__ = ["LOAD_CHECK", "LOAD_SLACK", "LoadCheck", "configure", "oversubscribed", "shared_reads"]
 
 def _env_int(name: str, default: int) -> int:
     text = os.environ.get(name, "").strip()
@@ -55,6 +56,8 @@ class LoadCheck:
 
     def __init__(self, every: int = LOAD_CHECK, slack: int = LOAD_SLACK):
         self.every, self.slack, self.next, self.over, self.calls = every, slack, 0, False, 0
+        #: how many times it looked at ``/proc``
+        self.reads = 0
         self.cpus = os.cpu_count() or 1
         self.pid, self.fds, self.tasks = -1, {}, {}
         self.lock = threading.Lock()
@@ -72,6 +75,7 @@ class LoadCheck:
         now = time.monotonic_ns()
         if now >= self.next and self.lock.acquire(blocking=False):
             self.next = now + 1000 * self.every  # one thread looks; the others take the last
+            self.reads += 1
             try:
                 if self.pid != os.getpid():  # first use, or a forked child
                     self._open()
@@ -148,3 +152,9 @@ def oversubscribed(team: int) -> bool:
     if not _shared:
         configure()
     return _shared[0].busy(team)
+
+
+def shared_reads() -> int:
+    """How many times the process's :class:`LoadCheck` looked at ``/proc``
+    since it was made (:func:`configure`): for probes and tests."""
+    return _shared[0].reads if _shared else 0

@@ -19,7 +19,9 @@ on a team:
   interface and ``array`` its arguments, so every team thread calls the
   kernel; the region ends at OpenMP's barrier, which waits for every thread.
 * either team, on a machine with more runnable threads than CPUs
-  (:func:`oversubscribed`, looked at every few calls): the calling thread alone.
+  (:func:`oversubscribed`, looked at every few calls): the calling thread
+  alone; a ``Linear`` call then runs the **1-thread kernels** (:func:`call_threads`),
+  what a 1-thread process runs, not the team's kernels on one thread.
 * neither (no pool on this platform, no OpenMP runtime, or the pool busy with
   another Python thread's call): the calling thread alone, which claims every
   iteration (correct, not parallel).
@@ -48,12 +50,15 @@ __all__ = [
     "OpenMP",
     "TaskCall",
     "batch_entry",
+    "busy_kernels",
+    "call_threads",
     "one_region",
     "openmp_runtime",
     "oversubscribed",
     "parallel_mode",
     "regions",
     "run_tasks",
+    "set_busy_kernels",
     "set_parallel",
     "set_team",
     "task_functions",
@@ -86,6 +91,8 @@ def openmp_runtime() -> OpenMP | None:
     Found in ``/proc/self/maps`` (Linux) by name, opened without loading
     anything new (``RTLD_NOLOAD``), and kept when it exports ``GOMP_parallel``.  Asked again on each
     call until one is found (torch may be imported later)."""
+    if _found:  # found once, kept: no lock on a call's path
+        return next(iter(_found.values()))
     with _lock:
         if _found:
             return next(iter(_found.values()))
@@ -170,6 +177,58 @@ def oversubscribed(threads: int) -> bool:
     runnable threads than CPUs, :mod:`mlir_mx.execution.pool_load`); such calls
     run on the caller alone (with the decode policy, a step on one thread throughout)."""
     return threads > 1 and pool_load.oversubscribed(threads)
+
+
+_BUSY_KERNELS = ("one", "team")
+
+
+def _initial_busy_kernels() -> str:
+    """``"one"``, or ``MLIR_MX_BUSY_KERNELS``'s (``one`` / ``team``) for a
+    process (``mx-bench --env-row``, ``bench/probes/decode_team_matrix.py``)."""
+    kernels = os.environ.get("MLIR_MX_BUSY_KERNELS", "").strip().lower() or "one"
+    if kernels not in _BUSY_KERNELS:
+        from mlir_mx.errors import MXValueError
+
+        raise MXValueError(
+            f"MLIR_MX_BUSY_KERNELS: expected one of {', '.join(_BUSY_KERNELS)}, got {kernels!r}"
+        )
+    return kernels
+
+
+_busy_kernels = [_initial_busy_kernels()]
+
+
+def set_busy_kernels(kernels: str) -> str:
+    """Which kernels a call asked for on ``n > 1`` threads runs while the
+    machine is oversubscribed: ``"one"`` (default) the 1-thread kernels, what a
+    1-thread process runs (:func:`call_threads`); ``"team"`` the ``n``-thread
+    kernels on the caller alone (session 51; measured 3-5 % slower,
+    ``docs/library.md``, "Threads").  Same bits either way.  Returns the previous setting."""
+    if kernels not in _BUSY_KERNELS:
+        from mlir_mx.errors import MXValueError
+
+        raise MXValueError(
+            f"kernels: expected one of {', '.join(_BUSY_KERNELS)}, got {kernels!r}"
+        )
+    previous, _busy_kernels[0] = _busy_kernels[0], kernels
+    return previous
+
+
+def busy_kernels() -> str:
+    """The current :func:`set_busy_kernels` setting."""
+    return _busy_kernels[0]
+
+
+def call_threads(threads: int) -> int:
+    """The thread count whose kernels a call asked for on ``threads`` runs now:
+    1 while a team of ``threads`` would oversubscribe the machine
+    (:func:`oversubscribed`; with :func:`set_busy_kernels` ``"one"``), else
+    ``threads``.  ``Linear`` picks its kernel by it at each call; both are
+    compiled by ``precompile``.  Every kernel gives the same bits on any
+    thread count, so the result does not depend on it."""
+    if threads > 1 and _busy_kernels[0] == "one" and pool_load.oversubscribed(threads):
+        return 1
+    return threads
 
 
 def regions() -> int:

@@ -26,7 +26,7 @@ from mlir_mx.convert import quantize_stored
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.execution import FREE, BoundFunction, Runner
 from mlir_mx.execution.options import default_cache_dir
-from mlir_mx.execution.threads import parallel_mode
+from mlir_mx.execution.threads import call_threads, parallel_mode
 from mlir_mx.host import check_threads
 from mlir_mx.kernels import Problem, choose, shape_class
 from mlir_mx.kernels.common.problem import BF16
@@ -298,7 +298,7 @@ class Linear:
                 that requires grad).
             MXValueError: ``x`` of another shape or block size; a bad thread count.
         """
-        t = self.threads if threads is None else check_threads(threads)
+        t = call_threads(self.threads if threads is None else check_threads(threads))  # busy: 1
         args, kind, m, vector = self._activations(x)
         out = np.zeros((m, self.out_features), np.float32)
         # An empty weight (out or in = 0) gives the empty (or zero) product at
@@ -334,7 +334,7 @@ class Linear:
             derived from the records for each call, an empty shape): the
             caller makes the checked call, ``lin(x, threads=threads)``.
         """
-        key = (m, threads, bf16)
+        key = (m, threads := call_threads(threads), bf16)  # busy machine: the 1-thread kernels
         call = self._raw_calls.get(key)
         if call is None:  # first call at (m, threads): bind it, or mark it declined
             call = False
@@ -370,15 +370,15 @@ class Linear:
     def precompile(self, m=None, *, threads: int | None = None) -> None:
         """Compile now (or load from the compile cache) the kernels of calls with
         ``m`` rows of f32 activations (an int or a sequence; None: one per shape
-        class, every kernel a call may need) on ``threads`` (default :attr:`threads`)."""
+        class, every kernel a call may need) on ``threads`` (default :attr:`threads`) and 1."""
         t = self.threads if threads is None else check_threads(threads)
         rows = [1, 2, SMALL_MAX_M + 1] if m is None else list(m) if hasattr(m, "__iter__") else [m]
         kind = Activations(None, False, self.activations)
-        for r in rows:
+        for r, u in [(r, u) for r in rows for u in sorted({t, 1})]:  # 1: call_threads
             if isinstance(r, bool) or not isinstance(r, int) or r < 1:
                 raise MXValueError(f"m: expected positive row counts, got {m!r}")
-            if self.out_features and self.in_features and self._bound(kind, r, t) is None:
-                self(np.zeros((r, self.in_features), np.float32), threads=t)  # quantizes too
+            if self.out_features and self.in_features and self._bound(kind, r, u) is None:
+                self(np.zeros((r, self.in_features), np.float32), threads=u)  # quantizes too
 
     def _activations(self, x):
         """``(arguments, kind, M, vector)``: the activations as the kernel takes

@@ -93,8 +93,8 @@ def layer_threads() -> int:
     """How many threads an MX layer whose ``threads`` is None runs on now: the
     innermost :func:`decode_threads` block's count, else ``torch.get_num_threads()``.
     (While the machine has more runnable threads than CPUs the calls run on
-    the caller alone, ``execution.threads.oversubscribed``: the same kernels,
-    so nothing is compiled that ``precompile`` did not.)"""
+    the caller alone, on the 1-thread kernels, ``execution.threads.call_threads``;
+    ``precompile`` compiles those too, so nothing is compiled mid-decode.)"""
     stack = getattr(_scope, "stack", None)
     return stack[-1][0] if stack else torch.get_num_threads()
 
