@@ -5,6 +5,11 @@ stored codes tiled (64-column tiles) and row-major (``Geometry.tiled`` forced
 each way), and the Runner's mx x mx ``decode``; checks the two Linears give
 the same output bytes, then times the three alternating (2 warm-up and 10
 timed calls per round) and prints median, 10th percentile and minimum.
+Session 52 (loaded Xeon, load average 13-15): row-major ran at the Runner's
+time, tiled 1.4x it at 1 and at 2 threads; but a row-major B made the
+M = 64 ``prefill`` of the same Linear 1.15-1.2x slower, so the stored layout
+stays tiled (docs/passes/mx-matmul-kernels.md, "Where the MXFP8 decode
+time goes").
 
     PYTHONPATH=src MLIR_MX_CACHE_DIR=off python bench/probes/linear_fp8_layout.py \
         THREADS ROUNDS [N] [ELEMENT]

@@ -40,7 +40,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
-from mlir_mx.host import cpu_vendor
 from mlir_mx.kernels import Problem
 from mlir_mx.kernels.common.problem import BF16, TILE_COLUMNS, tile_b_codes
 from mlir_mx.kernels.dot.units import KINDS, PANEL, RecordLayout, dot_kind
@@ -69,7 +68,6 @@ __all__ = [
     "divide_by_global",
     "records_chunks",
     "records_unit",
-    "row_major_bytes",
     "side_records_unit",
     "stored_chunks",
     "to_records",
@@ -131,9 +129,8 @@ class Geometry:
 
     @property
     def tiled(self) -> bool:
-        """The stored codes are in 64-column tiles (N a multiple of 64), but
-        for one-byte float weights on Intel CPUs (:func:`row_major_bytes`)."""
-        return self.n % TILE_COLUMNS == 0 and not row_major_bytes(self.format)
+        """The stored codes are in 64-column tiles (N a multiple of 64)."""
+        return self.n % TILE_COLUMNS == 0
 
     @property
     def tiles(self) -> int:
@@ -171,23 +168,6 @@ def check_mx_activations(x: MXArray) -> None:
             f"x: {x.format_name} activations are not taken (E4M3 block scales and a global "
             "scale); MX activations are E8M0-scaled (e.g. mxfp4, mxint8), NVFP4 goes in the weight"
         )
-
-
-def row_major_bytes(fmt: ElementFormat) -> bool:
-    """Whether ``Linear`` stores a weight of ``fmt`` row-major even where N is
-    a multiple of 64: one-byte float codes (E4M3, E5M2) on Intel CPUs, the
-    Runner's layout, which its ``decode`` reads 8 rows at a time
-    (``kernels.matmul.stream``).  The tiled layout is one sequential stream,
-    which on an Intel Xeon (Sapphire Rapids class, B in L3) one core reads
-    slower than 8 rows side by side: 1 x 8192 x 8192 MXFP8 with f32
-    activations took 1.2x (1 thread) / 1.4x (2) the Runner's time tiled
-    (session 51, quiet: 4.09 / 2.75 against 3.39 / 1.93 ms) and the Runner's
-    time row-major (session 52, loaded, one process:
-    ``bench/probes/linear_fp8_layout.py``).  Elsewhere (AMD: one stream
-    is followed at 23-28 GB/s, ``host.software_prefetch``) the tiles stay.
-    The same values either way, so the same bits."""
-    one_byte_float = not fmt.is_sub_byte and not fmt.is_int
-    return one_byte_float and cpu_vendor() == "GenuineIntel"
 
 
 def stored_shape(g: Geometry) -> tuple[tuple[int, int], np.dtype]:
