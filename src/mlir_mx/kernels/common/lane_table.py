@@ -4,11 +4,11 @@ The f32 decode kernel of E4M3/E5M2 weights (``decode``/``small``, M = 1 and
 row groups) is bound by the vector ports, not by memory: on the Intel Xeon
 of session 52 a 1 x 1024 x 1024 MXFP8 decode (B in L2) ran at the same codes
 per second as 1 x 8192 x 8192 (B in L3).  ``llc -mcpu=sapphirerapids`` of its
-loop gives, per 64 codes, 4 ``vfmadd`` and 11 widening instructions on ports
+loop gives, per 64 codes, 4 ``vfmadd`` and 10 widening instructions on ports
 0 and 5 (:meth:`~mlir_mx.kernels.common.widen.Decoder._table_decode`: one
 ``vpermb`` reordering the codes, two ``vpermt2b`` lookups, the sign's
-``vpternlogq``, two byte interleaves, two shifts and two masks), plus two
-table copies.
+``vpternlogq``, two byte interleaves, two shifts and two masks), plus
+two table copies.
 
 :class:`LaneTable` leaves the ``vpermb`` out: the looked-up bytes are
 interleaved as loaded, so vector ``2h + e`` lane ``4L + d`` holds column
@@ -16,10 +16,11 @@ interleaved as loaded, so vector ``2h + e`` lane ``4L + d`` holds column
 products and FMAs are the same, in the same order, whichever lane computes
 them; the kernel (:mod:`mlir_mx.kernels.matmul.stream`) keeps its partial
 sums in this lane order down the block and puts them in column order once
-per block (:meth:`LaneTable.in_order`, 8 two-source shuffles per 64 columns
-and 32 rows) before scaling them into C, as it does for packed FP4's
-(even, odd) pairs.  So the bits are the ordered decoder's, for one
-instruction in 15 fewer on the vector ports.
+per block (:meth:`LaneTable.in_order`: 8 ``vpermt2ps`` and 4
+``vinsertf64x4`` per 64 columns and 32 rows) before scaling them into C, as
+it does for packed FP4's (even, odd) pairs.  So the bits are the ordered
+decoder's, for 13 instead of 14 instructions per 64 codes on ports 0/5
+(measured 3-4 % faster with B in L2, docs/passes/mx-matmul-kernels.md).
 """
 
 from __future__ import annotations
