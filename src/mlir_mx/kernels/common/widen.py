@@ -314,17 +314,18 @@ class Decoder:
             raise AssertionError(f"{f.name}: a value is not exact in bf16")
         return [int(b) >> 8 for b in bits], [int(b) & 0xFF for b in bits]
 
-    def _table_decode(self, kb: KernelBuilder, codes: ir.Value) -> list[ir.Value]:
+    def _table_decode(self, kb: KernelBuilder, codes: ir.Value, ordered=True) -> list[ir.Value]:
         """64 codes -> 4 x 16 f32 (columns in order), ~14 instructions.
 
         ``vpermb`` (a static ``vector.shuffle``) reorders the codes so that
         the in-lane byte interleaves (``vpunpck{l,h}bw``) of the looked-up
         (low, high) bf16 bytes, split into even and odd words by a shift and
-        a mask, come out as columns 0-15, 16-31, 32-47, 48-63.
+        a mask, come out as columns 0-15, 16-31, 32-47, 48-63
+        (``ordered=False``: no reorder, the lanes of ``lane_table.LaneTable``).
         """
         hi_t, lo_t = self._tables()
         v64 = kb.vec(64, kb.i8)
-        b = kb.shuffle(codes, codes, _TABLE_PERM)
+        b = kb.shuffle(codes, codes, _TABLE_PERM) if ordered else codes
         if self.fmt.num_codes <= 64:  # FP6/FP4: one 64-entry table each (vpermb)
             name = "llvm.x86.avx512.permvar.qi.512"
             hi = kb.intrinsic(name, v64, [kb.const_array(hi_t[:64], v64), b])

@@ -33,6 +33,7 @@ from mlir import ir
 from mlir_mx.host import has_features, software_prefetch
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.codec import F32_INF, abs_bits, f32_bits, nan_key, or_nan
+from mlir_mx.kernels.common.lane_table import lane_order
 from mlir_mx.kernels.common.problem import (
     TILE_COLUMNS,
     KernelState,
@@ -65,6 +66,7 @@ class StreamConfig:
     #: Decode from a row-major B: prefetch the rows this many sweeps ahead
     #: (:func:`prefetch_sweep`; 0: none).  The registry's ``decode-ahead``.
     ahead: int = 0
+    lanes: bool = True  # 8-bit table codes in lane order (kernels/common/lane_table.py)
 
     def adapt(self, prob: Problem) -> StreamConfig:
         """Prefetch for a tiled B with AVX-512; one vector per row of a row group without.
@@ -188,9 +190,11 @@ class _Kernel(KernelState):
     def __init__(self, kb, prob: Problem, ops: Operands, cfg: StreamConfig, pa: PreparedA):
         super().__init__(kb, prob, ops, cfg, pa)
         self.single_group = prob.m is not None and prob.m <= cfg.mr
-        # Packed FP4 on full tiles: columns come in (even, odd) pairs of
-        # vectors (Decoder.decode_pairs), interleaved once per block.
-        self.pairs = prob.b_is_mx and prob.b_packed and self.dec.pairs and cfg.nv % 2 == 0
+        # Packed FP4 on full tiles: columns come in (even, odd) pairs of vectors
+        # (Decoder.decode_pairs), 8-bit table codes in lane order (lane_table.py),
+        # put in column order once per block.
+        self.dec, lanes = lane_order(self.dec, cfg.nv if cfg.lanes else 0)
+        self.pairs = prob.b_is_mx and (prob.b_packed or lanes) and self.dec.pairs and cfg.nv % 2 == 0
 
     def chunk(self, lo: ir.Value, hi: ir.Value) -> None:
         """All blocks of the columns [lo, hi)."""
@@ -362,7 +366,7 @@ class _Kernel(KernelState):
         call that fails the test runs the loop with the multiply."""
         kb, prob = self.kb, self.prob
         self.afs, self.fast = None, None
-        if not (self.single_group and prob.b_is_mx) or self.pairs:
+        if not (self.single_group and prob.b_is_mx) or (self.pairs and prob.b_packed):
             return
         f = self.dec.factor(LANES * self.cfg.nv) or self.dec.factor(LANES)
         if f is None:
@@ -406,7 +410,7 @@ class _Kernel(KernelState):
                 kb.load_lanes(self.b, [k, kb.add(n0, LANES * v)], LANES, valid) for v in range(nv)
             ]
         if self._paired(nv, valid):
-            raw = self.b.raw(k, n0, LANES * nv // 2, split)
+            raw = self.b.raw(k, n0, code_columns(self.prob.b_element, LANES * nv, True), split)
             return self.dec.decode_pairs(kb, raw)
         return self.dec.decode(kb, self.b_codes(blk, kk, n0, nv, valid), scaled=scaled)
 
