@@ -48,6 +48,7 @@ SUBSET: dict[str, tuple[str, ...] | None] = {
         "f4E2M1FN-f4E2M1FN-small-t2-codes",
         "i8-i8-decode-t2-codes",
         "i8-f4E2M1FN-small-t1-codes",
+        "f4E2M1FN-f6E2M3FN-small-t1-records",  # B's chunk expanded signed (sdot, no eor)
         "f6E2M3FN-i8-decode-t2-codes",
         "f4E2M1FN-f6E3M2FN-decode-t2-records",
     ),

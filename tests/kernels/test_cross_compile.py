@@ -169,9 +169,11 @@ FP4 = next(e for e in NARROW if value_table(e))
 INT8 = next(e for e in NARROW if ELEMENT_FORMATS[e].is_int)
 NEON_PAIRS = list(itertools.product(NARROW, NARROW))
 INT_SCHEDULES = [(s.name, m) for s, m in ((SCHEDULES[n], m) for n, m in CASES) if s.unit == "int"]
-#: W4A8 at decode, INT8 x INT8 (usdot with i8mm) small, FP4 x FP4 prefill.
+#: W4A8 at decode, INT8 x INT8 (usdot with i8mm) at decode and small (sdot
+#: on the chunk expanded signed), FP4 x FP4 prefill.
 NEON_CASES = [
     ("neoverse-n1", INT8, FP4, *INT_SCHEDULES[0]),
+    ("neoverse-v1", INT8, INT8, *INT_SCHEDULES[0]),
     ("neoverse-v1", INT8, INT8, *INT_SCHEDULES[1]),
     ("neoverse-n1", FP4, FP4, *INT_SCHEDULES[2]),
 ]
@@ -182,7 +184,10 @@ def _neon_check(monkeypatch, cpu, ea, eb, schedule, m, triple="aarch64-linux-gnu
     prob = Problem(m, 40 if m > 1 else 64, 128, 32, ea, eb, b_dot="i8")
     chosen, text = _kernel(prob, schedule, 1)
     assert chosen == schedule and "llvm.x86" not in text
-    usdot = cpu == "neoverse-v1" and not value_table(eb)  # i8mm, B without a table
+    # i8mm, B without a table, and a kernel that reads B's records as they are
+    # (one that expands B's chunks stores them signed: sdot, isa.DotOps.signed_scratch)
+    expands = SCHEDULES[schedule].settings.get("expand", False)
+    usdot = cpu == "neoverse-v1" and not value_table(eb) and not expands
     features = "asimddp,i8mm" if cpu == "neoverse-v1" else "asimddp"
     asm = _assembly(text, 1, triple, "generic", features)
     dots = re.findall(r"\b(usdot|sdot)\b", asm)  # Linux and Apple syntax
@@ -244,6 +249,8 @@ def test_dot_kind_on_aarch64_follows_its_features(monkeypatch):
             usdot = cpu == "neoverse-v1" and not value_table(b)
             assert isa.neon and isa.name == ("neon-usdot" if usdot else "neon-sdot")
             assert isa.sign != usdot  # sdot: B signed, no compensation; usdot: B + 128
+            expanding = dot_isa(kind, a, b, expand=True)  # B's chunks expanded signed
+            assert expanding.name == "neon-sdot" and expanding.sign
         wide = [e for e in INTEGRAL if e not in NARROW]  # E3M2: int16 operands
         assert all(dot_kind(INT8, e, 32) is None for e in wide)
         assert all(dot_kind(e, FP4, 32) is None for e in NON_INTEGRAL)  # FP8

@@ -85,7 +85,8 @@ class CodesSource:
                 rows = [self.values(kb.add(k, i), col, valid) for i in range(g)]
                 at = kb.mul(grp.iv, 256)
                 for v in range(4):
-                    kb.vstore(self.interleave(rows, v), ds, [b.iv, kb.add(at, 64 * v)])
+                    vec = self.dots.scratch_bytes(self.interleave(rows, v))  # NEON: signed
+                    kb.vstore(vec, ds, [b.iv, kb.add(at, 64 * v)])
             for v, sv in enumerate(self._scales(blk, col, valid, range(4), permuted=False)):
                 kb.vstore(kb.vbitcast(sv, 64, kb.i8), hs, [b.iv, 64 * v])
 

@@ -75,7 +75,7 @@ class DotISA:
     neon: bool = False  # aarch64: sdot / usdot / tbl on 128-bit quarters
 
 
-def dot_isa(kind: DotKind, a_element: str, b_element: str) -> DotISA:
+def dot_isa(kind: DotKind, a_element: str, b_element: str, expand: bool = False) -> DotISA:
     """The instructions a kernel of ``kind`` for A x B uses on this CPU
     (:func:`~.units.dot_kind` chose ``kind`` from the same features).
 
@@ -83,9 +83,12 @@ def dot_isa(kind: DotKind, a_element: str, b_element: str) -> DotISA:
     ``u8 x s8`` like ``vpdpbusd``: the records' ``b + 128`` as they are, A's
     compensation) where B has no 16-entry table, else ``sdot`` (signed x
     signed: FP4 B through a signed ``tbl`` table, other B made signed by one
-    ``eor`` with 0x80 per 16 bytes; no compensation): the fewer instructions."""
+    ``eor`` with 0x80 per 16 bytes; no compensation): the fewer instructions.
+    A kernel that expands B's chunks (``expand``) takes ``sdot`` for every B:
+    its scratch holds B signed (:attr:`DotOps.signed_scratch`), so the inner
+    loop has neither the ``eor`` nor A's compensation."""
     if has_features("asimddp"):
-        usdot = has_features("i8mm") and not units.value_table(b_element)
+        usdot = has_features("i8mm") and not units.value_table(b_element) and not expand
         return DotISA("neon-usdot" if usdot else "neon-sdot", False, True, not usdot, True)
     if (
         kind.name == "bf16"
@@ -111,11 +114,17 @@ class DotOps:
     be its memory operand.  ``a_offset`` is the run (0: off), from
     :func:`~.units.a_offset_run`: the lane adds that many groups with
     wrapping ``vpaddw`` and ends at its exact sum of products; the kernel
-    passes it only in the dot kernels that expand B's chunks."""
+    passes it only in the dot kernels that expand B's chunks.
+
+    ``expand``: the kernel expands B's chunks into a scratch (several row
+    groups share them).  On NEON ``sdot`` with a B that has no signed table
+    (INT8, FP6 E2M3 without ``i8mm``) the scratch then holds B signed
+    (:attr:`signed_scratch`, :meth:`scratch_bytes`): the ``eor`` with 0x80
+    runs once per chunk, not once per B vector in the inner loop."""
 
     def __init__(
         self, kind: DotKind, isa: DotISA, a_element: str, b_element: str, kb: KernelBuilder,
-        a_offset: int = 0,
+        a_offset: int = 0, expand: bool = False,
     ):  # fmt: skip
         self.kb, self.kind, self.isa = kb, kind, isa
         self.a_offset = a_offset
@@ -124,6 +133,8 @@ class DotOps:
         #: B's FP4 table gives ``b`` itself, not ``b + 128``: the sign trick's
         #: operand without an xor (every FP4 B vector comes through the table).
         self.signed_table = (isa.sign or a_offset) and units.value_table(b_element)
+        #: The expanded chunks hold B's signed values ``b`` (NEON ``sdot``, no table).
+        self.signed_scratch = bool(expand and isa.neon and isa.sign and not self.signed_table)
         #: K groups whose ``vpmaddubsw`` pair sums add up in int16 (``vpaddw``)
         #: before one ``vpmaddwd``: as many as keep the sum of their bounds
         #: (:func:`~.units.pair_sum_bounds`) inside int16 (1: every group).
@@ -145,6 +156,14 @@ class DotOps:
             rw = [kb.vload(words, [m, first], groups) for m in rows]
             return lambda r, g: kb.shuffle(rw[r], rw[r], [g] * 16)
         return lambda r, g: kb.broadcast(kb.load(words, [rows[r], kb.add(first, g)]), 16)
+
+    def scratch_bytes(self, b_bytes: ir.Value) -> ir.Value:
+        """B's bytes as the expanding kernels store them in their scratch: the
+        records' ``b + 128`` turned into ``b`` under :attr:`signed_scratch`
+        (the ``eor`` :meth:`_dot_neon` then leaves out), else as they are."""
+        if not self.signed_scratch:
+            return b_bytes
+        return self.kb.xori(b_bytes, self.kb.const(0x80, b_bytes.type))
 
     def table_bytes(self, element: str) -> list[int]:
         """The 16-entry ``vpshufb`` table of ``element``'s codes (4 lanes): the
@@ -236,7 +255,8 @@ class DotOps:
         exactly (no saturation; ``docs/portability.md``)."""
         kb, v4i = self.kb, self.kb.vec(4, self.kb.i32)
         b = b_bytes
-        if self.isa.sign and not self.signed_table:  # the records' b + 128 -> b
+        # the records' b + 128 -> b (the expanded scratch holds b already)
+        if self.isa.sign and not (self.signed_table or self.signed_scratch):
             b = kb.xori(b_bytes, kb.const(0x80, b_bytes.type))
         name = NEON_SDOT if self.isa.sign else NEON_USDOT
         quarters = []
