@@ -47,7 +47,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import BF16, Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
-from mlir_mx.kernels.dot.isa import DotOps, dot_isa, neon_tile, routed
+from mlir_mx.kernels.dot.isa import DotOps, dot_isa, mmla_block, neon_tile, routed
 from mlir_mx.kernels.dot.prep import prepare_dot_a
 from mlir_mx.kernels.dot.sweep import sweep_decode
 from mlir_mx.kernels.dot.units import PANEL, RecordLayout, a_offset_run, dot_kind, int_factor
@@ -87,7 +87,7 @@ class DotConfig:
                 return replace(self, streams=DECODE_STREAMS, prefetch=DECODE_PREFETCH)
             return self
         if isa.neon:  # 32 q registers (isa.neon_tile)
-            return replace(self, **neon_tile(self.mr, self.nv))
+            return replace(self, **neon_tile(self.mr, self.nv, isa.mmla))
         rows = HALF_ROWS_VNNI if isa.vnni else HALF_ROWS
         if self.expand and not isa.wide and not isa.vnni:
             if kind.name == "i16" or _a_offset(prob, self, isa):
@@ -308,10 +308,9 @@ class _Dot:
             for v in range(4):
                 scale = self.scale(row, v, stored=True)
                 kb.vstore(kb.vbitcast(scale, 64, kb.i8), self.hs, [b.iv, 64 * v])
-            if self.ds is not None:
-                for g in range(self.stored.groups):
-                    for v, w in enumerate(self.data(row, None, g, range(4), stored=True)):
-                        kb.vstore(self.units.scratch_bytes(w), self.ds, [b.iv, 256 * g + 64 * v])
+            if self.ds is not None:  # as the dot unit reads them (isa.DotOps.store_block)
+                vecs = [self.data(row, None, g, range(4), True) for g in range(self.stored.groups)]
+                self.units.store_block(self.ds, b.iv, 0, vecs)
 
     def column_sums(self, nblk: int) -> None:
         """``cs[b, (q, v, l)] = -128 * sum`` over run ``q`` of block ``b`` of
@@ -433,6 +432,8 @@ class _Dot:
     def block(self, j, blk, local, rows, vs, c) -> list[ir.Value]:
         """One block of the register tile: partials on the dot unit, then into C."""
         kb, kind, nv = self.kb, self.kind, self.cfg.nv
+        if self.units.isa.mmla:  # NEON smmla on the expanded chunk (neon_mmla.py)
+            return mmla_block(self, blk, local, rows, vs, c)
         direct = self.codes is not None and self.hs is None  # from codes, in registers
         stored = self.hs is None
         row = None if direct else self.record_row(j, blk)
