@@ -40,7 +40,7 @@ SUBSET: dict[str, tuple[str, ...] | None] = {
     "tests/test_linear.py::test_every_batch_size_one_weight": ("f4E2M1FN", "f8E4M3FN"),
     # the dot kernels against the f32 kernels' bits (the oracle's blocked
     # order) and the exact model of special values; they skip, saying why,
-    # on a CPU without the kind's unit (on aarch64: the NEON sdot / usdot
+    # on a CPU without the kind's unit (on aarch64: the NEON sdot / usdot / smmla
     # kernels at neoverse-n1 / -v1, E3M2 and FP8 pairs skip; everything at
     # cortex-a72); each runs a kernel compilation under qemu (1-6 min loaded)
     "tests/kernels/test_dot_kernels.py::test_integer_pairs_equal_f32_kernels": (
