@@ -50,9 +50,15 @@ SAMPLES = ROOT / "tests" / "host" / "samples"
 
 #: (qemu sample, llc/llvm-mca CPU, features for mx-host-target).  Apple M1
 #: has asimddp but no i8mm (M2 adds i8mm and bf16): the neoverse-n1 kernels.
+#: The neoverse-n1 sample on the V1 model is the sdot kernels (no i8mm) there,
+#: to weigh smmla against sdot on one core model; Neoverse V2 (Graviton4) has
+#: i8mm: the V1 sample's kernels.
 TARGETS = [
     ("neoverse-n1", "neoverse-n1", "asimddp"),
     ("neoverse-v1", "neoverse-v1", "asimddp,i8mm"),
+    ("neoverse-n1", "neoverse-v1", "asimddp"),
+    ("neoverse-v1", "neoverse-v2", "asimddp,i8mm"),
+    ("neoverse-n1", "neoverse-v2", "asimddp"),
     ("neoverse-n1", "apple-m1", "asimddp"),
 ]
 #: (name, A element, B element)
@@ -147,18 +153,24 @@ def mca(body: list[str], triple: str, cpu: str) -> float | None:
 
 def count(body: list[str], rows: int, lanes: int) -> dict:
     """The loop's counts; ``lanes``: products per dot instruction (16 for
-    sdot/usdot on 128 bits, 64 for vpdpbusd zmm); ``rows``: rows of A per
-    iteration (a dot instruction serves one row)."""
+    sdot/usdot on 128 bits, 64 for vpdpbusd zmm; an ``smmla`` does twice
+    ``lanes``: 2 x 8 by 8 x 2); ``rows``: rows of A per iteration."""
     ops = [x.split()[0] for x in body]
     dots = sum(bool(DOTS.match(x)) for x in body)
+    products = sum(lanes * (2 if o == "smmla" else 1) for o in ops if DOTS.match("\t" + o))
     loads = sum(o.startswith("ld") or "(%" in x for o, x in zip(ops, body, strict=True))
-    col_blocks = dots * lanes / 32  # 32 products = one column-block of one row
+    col_blocks = products / 32  # 32 products = one column-block of one row
     return {
-        "insns": len(body), "dots": dots, "loads": loads,
+        "insns": len(body), "dots": dots, "loads": loads, "kind": _dot_names(ops),
+        "spills": sum("[sp" in x for x in body),
         "mult_share": dots / max(1, len(body)),
         "per_col_block": len(body) / col_blocks if col_blocks else float("nan"),
         "col_blocks": col_blocks, "rows": rows,
     }  # fmt: skip
+
+
+def _dot_names(ops: list[str]) -> str:
+    return "/".join(sorted({o for o in ops if DOTS.match("\t" + o)}))
 
 
 def ggml_per_block() -> float:
@@ -183,11 +195,11 @@ def main() -> None:
                 prob = Problem(m, size, size, 32, ea, eb, b_dot="i8")
                 with as_aarch64(sample):
                     text, desc = lowered(prob, schedule, "aarch64", feats)
-                tag = f"{cpu}-{name}-{schedule}"
+                tag = f"{cpu}-{feats.replace(',', '+')}-{name}-{schedule}"
                 body = hot_loop(assemble(text, "aarch64-linux-gnu", cpu, out / f"{tag}.s"))
                 c = count(body, m, 16)
                 cyc = mca(body, "aarch64-linux-gnu", cpu) if a.mca else None
-                rows.append((cpu, name, schedule, desc, c, cyc))
+                rows.append((f"{cpu} ({feats})", name, schedule, desc, c, cyc))
     x86 = []
     for name, ea, eb in PAIRS:
         for schedule, m, size in SHAPES:
@@ -199,15 +211,15 @@ def main() -> None:
             cyc = mca(body, "x86_64-linux-gnu", "sapphirerapids") if a.mca else None
             x86.append(("sapphirerapids", name, schedule, desc, c, cyc))
     print(
-        "| CPU | pair | schedule | loop insns | dots | mult share | insns/col-block |"
-        " mca cycles/col-block |"
+        "| CPU (features) | pair | schedule | loop insns | dots | mult share | stack |"
+        " insns/col-block | mca cycles/col-block |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for cpu, name, schedule, _desc, c, cyc in rows + x86:
         per = f"{cyc / c['col_blocks']:.2f}" if cyc and c["col_blocks"] else "-"
         print(
-            f"| {cpu} | {name} | {schedule} | {c['insns']} | {c['dots']} |"
-            f" {100 * c['mult_share']:.0f} % | {c['per_col_block']:.2f} | {per} |"
+            f"| {cpu} | {name} | {schedule} | {c['insns']} | {c['dots']} {c['kind']} |"
+            f" {100 * c['mult_share']:.0f} % | {c['spills']} | {c['per_col_block']:.2f} | {per} |"
         )
     print(f"(assembly under {out})")
 

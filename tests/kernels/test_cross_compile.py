@@ -169,9 +169,11 @@ FP4 = next(e for e in NARROW if value_table(e))
 INT8 = next(e for e in NARROW if ELEMENT_FORMATS[e].is_int)
 NEON_PAIRS = list(itertools.product(NARROW, NARROW))
 INT_SCHEDULES = [(s.name, m) for s, m in ((SCHEDULES[n], m) for n, m in CASES) if s.unit == "int"]
-#: W4A8 at decode, INT8 x INT8 (usdot with i8mm) small, FP4 x FP4 prefill.
+#: W4A8 at decode, INT8 x INT8 with i8mm at decode (usdot) and small (smmla
+#: on the chunk expanded signed, kernels/dot/neon_mmla.py), FP4 x FP4 prefill.
 NEON_CASES = [
     ("neoverse-n1", INT8, FP4, *INT_SCHEDULES[0]),
+    ("neoverse-v1", INT8, INT8, *INT_SCHEDULES[0]),
     ("neoverse-v1", INT8, INT8, *INT_SCHEDULES[1]),
     ("neoverse-n1", FP4, FP4, *INT_SCHEDULES[2]),
 ]
@@ -182,11 +184,16 @@ def _neon_check(monkeypatch, cpu, ea, eb, schedule, m, triple="aarch64-linux-gnu
     prob = Problem(m, 40 if m > 1 else 64, 128, 32, ea, eb, b_dot="i8")
     chosen, text = _kernel(prob, schedule, 1)
     assert chosen == schedule and "llvm.x86" not in text
-    usdot = cpu == "neoverse-v1" and not value_table(eb)  # i8mm, B without a table
-    features = "asimddp,i8mm" if cpu == "neoverse-v1" else "asimddp"
+    # i8mm: a kernel that expands B's chunks stores them signed in the smmla
+    # layout (isa.DotOps.signed_scratch); one that reads the records as they
+    # are takes usdot for a B without a table; else sdot
+    expands = SCHEDULES[schedule].settings.get("expand", False)
+    i8mm = cpu == "neoverse-v1"
+    want = "smmla" if i8mm and expands else "usdot" if i8mm and not value_table(eb) else "sdot"
+    features = "asimddp,i8mm" if i8mm else "asimddp"
     asm = _assembly(text, 1, triple, "generic", features)
-    dots = re.findall(r"\b(usdot|sdot)\b", asm)  # Linux and Apple syntax
-    assert dots and set(dots) == {"usdot" if usdot else "sdot"}, (chosen, set(dots))
+    dots = re.findall(r"\b(usdot|sdot|smmla)\b", asm)  # Linux and Apple syntax
+    assert dots and set(dots) == {want}, (chosen, set(dots))
     if value_table(eb):  # the FP4 table (LLVM also uses tbl for some shuffles)
         assert re.search(r"\btbl(\.16b)?\s", asm)
     assert re.search(r"\bfmla\b", asm)  # the block step's fma
@@ -224,6 +231,17 @@ def test_a_neon_kernel_is_refused_for_a_cpu_without_its_feature(monkeypatch, cpu
         _lower(text, 1, "aarch64", features)
 
 
+def test_an_smmla_kernel_is_refused_for_a_cpu_without_i8mm(monkeypatch):
+    """The prefill kernel chosen on an i8mm CPU (smmla, kernels/dot/neon_mmla.py),
+    lowered for an aarch64 CPU with asimddp only: refused, naming smmla and i8mm."""
+    _as_aarch64(monkeypatch, "neoverse-v1")
+    prob = Problem(64, 64, 128, 32, INT8, FP4, b_dot="i8")
+    chosen, text = _kernel(prob, "int-prefill", 1)
+    assert chosen == "int-prefill"
+    with pytest.raises(MXError, match=r"intrinsic llvm\.aarch64\.neon\.smmla\S* needs i8mm"):
+        _lower(text, 1, "aarch64", "asimddp")
+
+
 def test_dot_kind_on_aarch64_follows_its_features(monkeypatch):
     """The i8 unit for the narrow integer pairs where the CPU has asimddp
     (sdot; usdot for a B without an FP4 table where it also has i8mm), none
@@ -244,6 +262,9 @@ def test_dot_kind_on_aarch64_follows_its_features(monkeypatch):
             usdot = cpu == "neoverse-v1" and not value_table(b)
             assert isa.neon and isa.name == ("neon-usdot" if usdot else "neon-sdot")
             assert isa.sign != usdot  # sdot: B signed, no compensation; usdot: B + 128
+            expanding = dot_isa(kind, a, b, expand=True)  # B's chunks expanded signed
+            assert expanding.name == ("neon-smmla" if cpu == "neoverse-v1" else "neon-sdot")
+            assert expanding.sign and expanding.mmla == (cpu == "neoverse-v1")
         wide = [e for e in INTEGRAL if e not in NARROW]  # E3M2: int16 operands
         assert all(dot_kind(INT8, e, 32) is None for e in wide)
         assert all(dot_kind(e, FP4, 32) is None for e in NON_INTEGRAL)  # FP8

@@ -80,12 +80,15 @@ class CodesSource:
             # records, and LLVM's register coalescing and sinking (superlinear
             # in a block's size) see g rows, not the block's 32 (FP6 without
             # VBMI: 12 s of llc for an int-small kernel, unrolled).
-            with kb.loop(0, self.prob.block // g, 1) as grp:
-                k = kb.add(k0, kb.mul(grp.iv, g))
-                rows = [self.values(kb.add(k, i), col, valid) for i in range(g)]
-                at = kb.mul(grp.iv, 256)
-                for v in range(4):
-                    kb.vstore(self.interleave(rows, v), ds, [b.iv, kb.add(at, 64 * v)])
+            # (smmla: two K groups, whose words its layout interleaves.)
+            step = 2 if self.dots.isa.mmla else 1
+            with kb.loop(0, self.prob.block // (g * step), 1) as grp:
+                vecs = []
+                for h in range(step):
+                    k = kb.add(k0, kb.mul(kb.add(kb.mul(grp.iv, step), h), g))
+                    rows = [self.values(kb.add(k, i), col, valid) for i in range(g)]
+                    vecs.append([self.interleave(rows, v) for v in range(4)])
+                self.dots.store_block(ds, b.iv, kb.mul(grp.iv, 256 * step), vecs)
             for v, sv in enumerate(self._scales(blk, col, valid, range(4), permuted=False)):
                 kb.vstore(kb.vbitcast(sv, 64, kb.i8), hs, [b.iv, 64 * v])
 

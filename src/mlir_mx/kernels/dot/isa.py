@@ -12,7 +12,10 @@ i32.  :class:`DotOps` turns one such dot step into instructions:
 ``neon-sdot``    aarch64 ``asimddp``: ``sdot`` on each 128-bit quarter (B signed:
                  FP4 through a signed ``tbl`` table, other B by an ``eor``);
 ``neon-usdot``   aarch64 ``i8mm``, B without an FP4 table: ``usdot`` (u8 x s8,
-                 the records' bytes as ``vpdpbusd`` takes them).
+                 the records' bytes as ``vpdpbusd`` takes them);
+``neon-smmla``   aarch64 ``i8mm``, the kernels that expand B's chunks: ``smmla``
+                 (2 x 8 by 8 x 2, :mod:`.neon_mmla`) on the chunk stored signed
+                 in its own layout.
 
 The AVX-512 entries emit what they always did; the 256-bit ones split each
 16-lane step into two 8-lane ones (``vector.extract_strided_slice``, the
@@ -59,9 +62,10 @@ from mlir import ir
 from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.dot import units
+from mlir_mx.kernels.dot.neon_mmla import mmla_block, mmla_tile, store_chunk
 from mlir_mx.kernels.dot.units import DotKind
 
-__all__ = ["DotISA", "DotOps", "NEON_ROWS", "dot_isa", "neon_tile", "routed"]
+__all__ = ["DotISA", "DotOps", "NEON_ROWS", "dot_isa", "mmla_block", "neon_tile", "routed"]
 
 
 @dataclass(frozen=True)
@@ -73,9 +77,10 @@ class DotISA:
     vnni: bool  # vpdpbusd / vpdpwssd (NEON: sdot / usdot, a fused dot-accumulate)
     sign: bool  # i8 with B signed (the sign trick; NEON sdot): no compensation
     neon: bool = False  # aarch64: sdot / usdot / tbl on 128-bit quarters
+    mmla: bool = False  # aarch64 i8mm: smmla on the expanded chunk (neon_mmla.py)
 
 
-def dot_isa(kind: DotKind, a_element: str, b_element: str) -> DotISA:
+def dot_isa(kind: DotKind, a_element: str, b_element: str, expand: bool = False) -> DotISA:
     """The instructions a kernel of ``kind`` for A x B uses on this CPU
     (:func:`~.units.dot_kind` chose ``kind`` from the same features).
 
@@ -83,9 +88,15 @@ def dot_isa(kind: DotKind, a_element: str, b_element: str) -> DotISA:
     ``u8 x s8`` like ``vpdpbusd``: the records' ``b + 128`` as they are, A's
     compensation) where B has no 16-entry table, else ``sdot`` (signed x
     signed: FP4 B through a signed ``tbl`` table, other B made signed by one
-    ``eor`` with 0x80 per 16 bytes; no compensation): the fewer instructions."""
+    ``eor`` with 0x80 per 16 bytes; no compensation): the fewer instructions.
+    A kernel that expands B's chunks (``expand``) stores them signed
+    (:attr:`DotOps.signed_scratch`), so its inner loop has neither the ``eor``
+    nor A's compensation: ``smmla`` where the CPU has ``i8mm`` (the chunk in
+    the smmla layout, :mod:`.neon_mmla`), else ``sdot``, for every B."""
     if has_features("asimddp"):
-        usdot = has_features("i8mm") and not units.value_table(b_element)
+        if expand and has_features("i8mm"):
+            return DotISA("neon-smmla", False, True, True, True, True)
+        usdot = has_features("i8mm") and not units.value_table(b_element) and not expand
         return DotISA("neon-usdot" if usdot else "neon-sdot", False, True, not usdot, True)
     if (
         kind.name == "bf16"
@@ -111,11 +122,18 @@ class DotOps:
     be its memory operand.  ``a_offset`` is the run (0: off), from
     :func:`~.units.a_offset_run`: the lane adds that many groups with
     wrapping ``vpaddw`` and ends at its exact sum of products; the kernel
-    passes it only in the dot kernels that expand B's chunks."""
+    passes it only in the dot kernels that expand B's chunks.
+
+    ``expand``: the kernel expands B's chunks into a scratch (several row
+    groups share them).  On NEON the scratch then holds B signed
+    (:attr:`signed_scratch`, :meth:`store_block`): for ``sdot`` the ``eor``
+    with 0x80 of a B without a signed table (INT8, FP6 E2M3) runs once per
+    chunk, not once per B vector in the inner loop; for ``smmla`` every B's
+    chunk is stored in the smmla layout."""
 
     def __init__(
         self, kind: DotKind, isa: DotISA, a_element: str, b_element: str, kb: KernelBuilder,
-        a_offset: int = 0,
+        a_offset: int = 0, expand: bool = False,
     ):  # fmt: skip
         self.kb, self.kind, self.isa = kb, kind, isa
         self.a_offset = a_offset
@@ -124,6 +142,11 @@ class DotOps:
         #: B's FP4 table gives ``b`` itself, not ``b + 128``: the sign trick's
         #: operand without an xor (every FP4 B vector comes through the table).
         self.signed_table = (isa.sign or a_offset) and units.value_table(b_element)
+        #: The expanded chunks hold B's signed values ``b`` (NEON: the records'
+        #: bytes turned, or FP4's table; smmla: in its layout, every B).
+        self.signed_scratch = bool(
+            expand and isa.neon and isa.sign and (isa.mmla or not self.signed_table)
+        )
         #: K groups whose ``vpmaddubsw`` pair sums add up in int16 (``vpaddw``)
         #: before one ``vpmaddwd``: as many as keep the sum of their bounds
         #: (:func:`~.units.pair_sum_bounds`) inside int16 (1: every group).
@@ -145,6 +168,30 @@ class DotOps:
             rw = [kb.vload(words, [m, first], groups) for m in rows]
             return lambda r, g: kb.shuffle(rw[r], rw[r], [g] * 16)
         return lambda r, g: kb.broadcast(kb.load(words, [rows[r], kb.add(first, g)]), 16)
+
+    def scratch_bytes(self, b_bytes: ir.Value) -> ir.Value:
+        """B's bytes as the expanding kernels store them in their scratch: the
+        records' ``b + 128`` turned into ``b`` under :attr:`signed_scratch`
+        (the ``eor`` :meth:`_dot_neon` then leaves out), else as they are."""
+        if not self.signed_scratch or self.signed_table:
+            return b_bytes
+        return self.kb.xori(b_bytes, self.kb.const(0x80, b_bytes.type))
+
+    def store_block(self, ds, at, base, groups: list[list[ir.Value]]) -> None:
+        """One block's B vectors (``groups[g][v]``: K group ``g``, columns
+        ``16v ..``, as :meth:`dot` takes them) into row ``at`` of an expanding
+        kernel's scratch ``ds`` from byte ``base`` (int or index): 256 bytes
+        per group, :meth:`scratch_bytes` each, or in the smmla layout
+        (:func:`~.neon_mmla.store_chunk`, pairs of groups)."""
+        kb = self.kb
+        groups = [[self.scratch_bytes(w) for w in vecs] for vecs in groups]
+        if self.isa.mmla:
+            store_chunk(kb, ds, at, base, groups)
+            return
+        for g, vecs in enumerate(groups):
+            for v, w in enumerate(vecs):
+                off = 256 * g + 64 * v
+                kb.vstore(w, ds, [at, base + off if isinstance(base, int) else kb.add(base, off)])
 
     def table_bytes(self, element: str) -> list[int]:
         """The 16-entry ``vpshufb`` table of ``element``'s codes (4 lanes): the
@@ -236,7 +283,8 @@ class DotOps:
         exactly (no saturation; ``docs/portability.md``)."""
         kb, v4i = self.kb, self.kb.vec(4, self.kb.i32)
         b = b_bytes
-        if self.isa.sign and not self.signed_table:  # the records' b + 128 -> b
+        # the records' b + 128 -> b (the expanded scratch holds b already)
+        if self.isa.sign and not (self.signed_table or self.signed_scratch):
             b = kb.xori(b_bytes, kb.const(0x80, b_bytes.type))
         name = NEON_SDOT if self.isa.sign else NEON_USDOT
         quarters = []
@@ -323,9 +371,12 @@ NEON_TBL = "llvm.aarch64.neon.tbl1.v16i8"
 NEON_ROWS = 3
 
 
-def neon_tile(mr: int, nv: int) -> dict[str, int]:
+def neon_tile(mr: int, nv: int, mmla: bool = False) -> dict[str, int]:
     """A dot schedule's rows ``mr`` and vectors of 16 columns ``nv`` on NEON:
-    :data:`NEON_ROWS` x 1 where it has several rows, else (decode) at most 2."""
+    :data:`NEON_ROWS` x 1 where it has several rows, else (decode) at most 2;
+    on ``smmla`` (``mmla``) :func:`~.neon_mmla.mmla_tile`."""
+    if mmla:
+        return mmla_tile(mr)
     return {"mr": min(mr, NEON_ROWS), "nv": 1} if mr > 1 else {"mr": 1, "nv": min(nv, 2)}
 
 

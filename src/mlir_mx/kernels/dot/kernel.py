@@ -47,7 +47,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import BF16, Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
-from mlir_mx.kernels.dot.isa import DotOps, dot_isa, neon_tile, routed
+from mlir_mx.kernels.dot.isa import DotOps, dot_isa, mmla_block, neon_tile, routed
 from mlir_mx.kernels.dot.prep import prepare_dot_a
 from mlir_mx.kernels.dot.sweep import sweep_decode
 from mlir_mx.kernels.dot.units import PANEL, RecordLayout, a_offset_run, dot_kind, int_factor
@@ -81,13 +81,13 @@ class DotConfig:
         kind = _kind(prob)
         if kind is None:
             return self
-        isa = dot_isa(kind, prob.a_element or prob.a_quant, prob.b_element)
+        isa = dot_isa(kind, prob.a_element or prob.a_quant, prob.b_element, self.expand)
         if isa.wide and prob.b_dot is not None and self.mr == 1 and not self.expand:
             if software_prefetch():
                 return replace(self, streams=DECODE_STREAMS, prefetch=DECODE_PREFETCH)
             return self
         if isa.neon:  # 32 q registers (isa.neon_tile)
-            return replace(self, **neon_tile(self.mr, self.nv))
+            return replace(self, **neon_tile(self.mr, self.nv, isa.mmla))
         rows = HALF_ROWS_VNNI if isa.vnni else HALF_ROWS
         if self.expand and not isa.wide and not isa.vnni:
             if kind.name == "i16" or _a_offset(prob, self, isa):
@@ -164,7 +164,7 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
     kind = _kind(prob)
     if cfg.nv not in (1, 2, 4) or kind is None:
         raise ValueError("dot kernel: needs a pair with a dot unit here and nv in (1, 2, 4)")
-    isa = dot_isa(kind, prob.a_element or prob.a_quant, prob.b_element)
+    isa = dot_isa(kind, prob.a_element or prob.a_quant, prob.b_element, cfg.expand)
     offset = _a_offset(prob, cfg, isa)
     pa = prepare_dot_a(
         kb, prob, ops, kind, cfg.mr, compensate=not (isa.sign or offset), offset=offset > 0
@@ -204,14 +204,12 @@ class _Dot:
     def __init__(self, kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig, pa):
         self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
         self.kind = _kind(prob)
-        isa = dot_isa(self.kind, prob.a_element or prob.a_quant, prob.b_element)
+        isa = dot_isa(self.kind, prob.a_element or prob.a_quant, prob.b_element, cfg.expand)
         self.a_offset = _a_offset(prob, cfg, isa)
-        self.units = DotOps(
-            self.kind, isa, prob.a_element or prob.a_quant, prob.b_element, kb, self.a_offset
-        )
+        a_fmt = prob.a_element or prob.a_quant
+        self.units = DotOps(self.kind, isa, a_fmt, prob.b_element, kb, self.a_offset, cfg.expand)
         self.stored = RecordLayout(self.kind, prob.b_element, prob.block)
         self.full = RecordLayout(self.kind, prob.b_element, prob.block, full=True)
-        a_fmt = prob.a_element or prob.a_quant
         fa, fb = int_factor(a_fmt), int_factor(prob.b_element)
         self.unscale = None  # 2^-(fa+fb), int kinds: the scales carry it
         if self.kind.name != "bf16":
@@ -235,7 +233,7 @@ class _Dot:
         self.hs = self.ds = self.cs = None
         if cfg.expand:  # several row groups share each chunk: expand it once
             self.hs = kb.alloc([self.kcb, self.full.data_offset], kb.i8)
-            if self.stored.nibbles or self.codes or self.a_offset:
+            if self.stored.nibbles or self.codes or self.a_offset or self.units.signed_scratch:
                 self.ds = kb.alloc([self.kcb, self.full.nbytes - self.full.data_offset], kb.i8)
             if self.a_offset:  # -128 x B's sums per block, run and int16 lane (A-offset)
                 runs = self.stored.groups // self.a_offset
@@ -310,10 +308,9 @@ class _Dot:
             for v in range(4):
                 scale = self.scale(row, v, stored=True)
                 kb.vstore(kb.vbitcast(scale, 64, kb.i8), self.hs, [b.iv, 64 * v])
-            if self.ds is not None:
-                for g in range(self.stored.groups):
-                    for v, w in enumerate(self.data(row, None, g, range(4), stored=True)):
-                        kb.vstore(w, self.ds, [b.iv, 256 * g + 64 * v])
+            if self.ds is not None:  # as the dot unit reads them (isa.DotOps.store_block)
+                vecs = [self.data(row, None, g, range(4), True) for g in range(self.stored.groups)]
+                self.units.store_block(self.ds, b.iv, 0, vecs)
 
     def column_sums(self, nblk: int) -> None:
         """``cs[b, (q, v, l)] = -128 * sum`` over run ``q`` of block ``b`` of
@@ -435,6 +432,8 @@ class _Dot:
     def block(self, j, blk, local, rows, vs, c) -> list[ir.Value]:
         """One block of the register tile: partials on the dot unit, then into C."""
         kb, kind, nv = self.kb, self.kind, self.cfg.nv
+        if self.units.isa.mmla:  # NEON smmla on the expanded chunk (neon_mmla.py)
+            return mmla_block(self, blk, local, rows, vs, c)
         direct = self.codes is not None and self.hs is None  # from codes, in registers
         stored = self.hs is None
         row = None if direct else self.record_row(j, blk)
