@@ -46,6 +46,7 @@ from mlir_mx.host import software_prefetch
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import BF16, Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scales
+from mlir_mx.kernels.dot.biased import BIAS, biased, block_partial, offsets, start_value
 from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa, neon_tile, routed
 from mlir_mx.kernels.dot.prep import prepare_dot_a
@@ -166,8 +167,9 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
         raise ValueError("dot kernel: needs a pair with a dot unit here and nv in (1, 2, 4)")
     isa = dot_isa(kind, prob.a_element or prob.a_quant, prob.b_element)
     offset = _a_offset(prob, cfg, isa)
+    bias = BIAS if biased(prob, kind) else 0  # the accumulators' start (.biased)
     pa = prepare_dot_a(
-        kb, prob, ops, kind, cfg.mr, compensate=not (isa.sign or offset), offset=offset > 0
+        kb, prob, ops, kind, cfg.mr, not (isa.sign or offset), offset=offset > 0, bias=bias
     )
     k = _Dot(kb, prob, ops, cfg, pa)
     run = k.panels
@@ -204,6 +206,7 @@ class _Dot:
     def __init__(self, kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig, pa):
         self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
         self.kind = _kind(prob)
+        self.bias = biased(prob, self.kind)  # the block step in one FMA (.biased)
         isa = dot_isa(self.kind, prob.a_element or prob.a_quant, prob.b_element)
         self.a_offset = _a_offset(prob, cfg, isa)
         self.units = DotOps(
@@ -450,8 +453,7 @@ class _Dot:
                 comp = kb.broadcast(kb.load(self.pa.comp, [m, blk]), LANES)
                 acc += [comp] * nv
         else:
-            t = kb.f32 if kind.name == "bf16" else kb.i32
-            acc = [kb.const(0.0 if t == kb.f32 else 0, kb.vec(LANES, t))] * (len(rows) * nv)
+            acc = [start_value(kb, kind, self.bias)] * (len(rows) * nv)
         # run > 1: int16 pair sums over `run` groups (a divisor of the block's groups)
         run, sums = math.gcd(self.units.run, self.stored.groups), list(acc)
         a_word = self.units.a_words(self.pa.words, rows, blk, self.stored.groups)  # (r, g) -> 16
@@ -474,14 +476,11 @@ class _Dot:
                         sums[i] = kb.add(sums[i], p)
                     if g % run == run - 1:
                         acc[i] = self.units.add_pairs(acc[i], sums[i])
-        out = []
+        out, offs = [], offsets(kb, scales, self.bias)
         for r, m in enumerate(rows):
             sa = kb.broadcast(kb.load(self.pa.scales, [m, blk]), LANES)
-            for v in range(nv):
-                p = acc[r * nv + v]
-                if kind.name != "bf16":
-                    p = kb.sitofp(p, kb.vec(LANES, kb.f32))
-                t = kb.fmul(p, scales[v])  # t = p * sb: one rounding
+            for v in range(nv):  # t = p * sb: one rounding
+                t = block_partial(kb, kind, acc[r * nv + v], scales[v], offs[v])
                 out.append(kb.fma(t, sa, c[r * nv + v]))
         return out
 

@@ -238,11 +238,14 @@ class _Packed(KernelState):
                     for v in range(nv)
                 ]
             for r in range(mr):
-                sa = kb.broadcast(kb.load(self.pa.saf, [rows[r], kb.add(kb0, blk.iv)]), LANES)
+                sa = None
+                if prob.a_is_mx:  # else sa = 1: fma(t, 1, c) is t + c, bit for bit
+                    sa = kb.broadcast(kb.load(self.pa.saf, [rows[r], kb.add(kb0, blk.iv)]), LANES)
                 for v in range(nv):
                     t = p[r * nv + v]
                     t = kb.fmul(t, sbv[v]) if sbv is not None else t
-                    cc[r * nv + v] = kb.fma(t, sa, cc[r * nv + v])
+                    i = r * nv + v
+                    cc[i] = kb.fadd(cc[i], t) if sa is None else kb.fma(t, sa, cc[i])
             if ctile is not None:
                 for i, cv in enumerate(cc):
                     kb.vstore(cv, ctile, [i // nv, LANES * (i % nv)])
