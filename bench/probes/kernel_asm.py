@@ -65,6 +65,18 @@ def compile_asm(prob: Problem, schedule: str, cpu: str, out: Path, **over) -> Pa
     return s
 
 
+def mca(body: list[str], cpu: str) -> str:
+    """llvm-mca's simulated cycles per pass of a loop body (100 passes), and
+    its block reciprocal throughput (the busiest port's bound)."""
+    out = subprocess.run([tool(llvm, "llvm-mca"), "-mtriple=x86_64-linux-gnu", f"-mcpu={cpu}"],
+                         input="\n".join(body) + "\n", capture_output=True, text=True)  # fmt: skip
+    total = re.search(r"Total Cycles:\s*(\d+)", out.stdout)
+    rthr = re.search(r"Block RThroughput:\s*([\d.]+)", out.stdout)
+    if not total or not rthr:
+        return "mca: n/a"
+    return f"mca {int(total.group(1)) / 100:.1f} cycles/pass (bound {rthr.group(1)})"
+
+
 def loops(path: Path):
     """(label, body lines) of every loop: a label up to the backward jump to it."""
     lines = path.read_text().splitlines()
@@ -92,6 +104,7 @@ def main() -> None:
     p.add_argument("--row-major", action="store_true", help="a row-major B at M = 1 (the Runner's)")
     p.add_argument("--block", type=int, default=32, help="B's block size (16: NVFP4's)")
     p.add_argument("--scale-type", default=SCALE_TYPE, help="B's scale type (f8E4M3FN: NVFP4)")
+    p.add_argument("--mca", action="store_true", help="llvm-mca's cycles per pass of each loop")
     p.add_argument("--out", default="/tmp/kernel_asm")
     a = p.parse_args()
     packed = ELEMENT_FORMATS[a.element].is_sub_byte
@@ -110,7 +123,8 @@ def main() -> None:
         if len(body) > 40:
             ops = collections.Counter(x.split()[0] for x in body)
             stack = sum("(%rsp)" in x for x in body)
-            print(label, len(body), "stack refs", stack, dict(ops.most_common(12)))
+            cyc = f" {mca(body, a.cpu)}" if a.mca else ""
+            print(label, len(body), "stack refs", stack, dict(ops.most_common(12)), cyc)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from mlir_mx.kernels.common.widen import LANES
 from mlir_mx.kernels.dot.units import DotKind, int_max
 from mlir_mx.numerics.formats import E4M3_SCALE_TYPE
 
-__all__ = ["BIAS", "biased", "block_partial", "offsets", "start_value"]
+__all__ = ["BIAS", "biased", "block_partial", "offsets", "start_value", "store_scale"]
 
 #: The accumulator's start: the bits of the f32 1.5 * 2^23.
 BIAS = 0x4B400000
@@ -54,12 +54,14 @@ BIAS_F32 = 1.5 * 2**23
 P_LIMIT = 2**22
 
 
-def biased(prob: Problem, kind: DotKind) -> bool:
-    """Whether the kernel for ``prob`` on ``kind`` takes the biased block step."""
+def biased(prob: Problem, kind: DotKind) -> int:
+    """:data:`BIAS` where the kernel for ``prob`` on ``kind`` takes the biased
+    block step (its accumulators' start), else 0."""
     if kind.name == "bf16" or prob.b_scale_type != E4M3_SCALE_TYPE or prob.b_dot is None:
-        return False
+        return 0
     a_element = prob.a_element or prob.a_quant
-    return prob.block * int_max(a_element) * int_max(prob.b_element) < P_LIMIT
+    bound = prob.block * int_max(a_element) * int_max(prob.b_element)
+    return BIAS if bound < P_LIMIT else 0
 
 
 def start_value(kb: KernelBuilder, kind: DotKind, bias: bool) -> ir.Value:
@@ -80,9 +82,24 @@ def block_partial(kb: KernelBuilder, kind: DotKind, acc, scale, offset) -> ir.Va
     return kb.fmul(kb.sitofp(acc, kb.vec(LANES, kb.f32)), scale)
 
 
-def offsets(kb: KernelBuilder, scales: list, bias: bool) -> list:
-    """``-BIAS_F32 * sb`` of each scale vector (exact), or Nones (no bias)."""
+def offsets(kb: KernelBuilder, scales: list, bias: bool, at=None) -> list:
+    """``-BIAS_F32 * sb`` of each scale vector (exact), or Nones (no bias):
+    computed, or where ``at = (scratch, row, byte columns)`` read from an
+    expanded chunk's header (:func:`store_scale` put them there)."""
     if not bias:
         return [None] * len(scales)
+    if at is not None:
+        hs, row, cols = at
+        return [kb.vbitcast(kb.vload(hs, [row, c], 64), LANES, kb.f32) for c in cols]
     minus = kb.const(-BIAS_F32, kb.vec(LANES, kb.f32))
     return [kb.fmul(s, minus) for s in scales]
+
+
+def store_scale(kb: KernelBuilder, hs, at: list, scale, offset_bytes: int) -> None:
+    """A chunk's header: ``scale`` (f32 x 16) at ``at`` in the scratch ``hs``
+    and, where ``offset_bytes`` (the biased step), its offset that many
+    bytes further (once per chunk, not per row group)."""
+    kb.vstore(kb.vbitcast(scale, 64, kb.i8), hs, at)
+    if offset_bytes:
+        (off,) = offsets(kb, [scale], True)
+        kb.vstore(kb.vbitcast(off, 64, kb.i8), hs, [at[0], kb.add(at[1], offset_bytes)])
