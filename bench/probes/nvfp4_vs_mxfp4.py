@@ -7,7 +7,8 @@ and ``bf16`` activations.  Medians of ``--reps`` calls, each weight in turn
 per repetition.  mx-bench (``--formats f4E2M1FN,nvfp4``) is the measurement
 of record; this probe separates the block-16 cost from the E4M3 one.
 
-    python bench/probes/nvfp4_vs_mxfp4.py [--threads 1] [--reps 11]
+    python bench/probes/nvfp4_vs_mxfp4.py [--threads 1] [--reps 11] [--only prefill]
+        [--activations f32,i8,bf16]
 """
 
 from __future__ import annotations
@@ -27,13 +28,25 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reps", type=int, default=11)
+    p.add_argument("--only", choices=("decode", "prefill"), help="one of the two shapes")
+    p.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="the process's CPU time, not wall time (a loaded machine: no time spent waiting "
+        "for a core; the threads' CPU time summed at more than 1 thread)",
+    )
+    p.add_argument("--activations", default="f32,i8,bf16", help="comma-separated (f32: None)")
     args = p.parse_args()
+    acts = [None if a == "f32" else a for a in args.activations.split(",")]
+    clock = time.process_time if args.cpu_time else time.perf_counter
     rng = np.random.default_rng(0)
     for m, k, n in SHAPES:
+        if args.only and (m == 1) != (args.only == "decode"):
+            continue
         w = rng.standard_normal((n, k), dtype=np.float32)
         x = rng.standard_normal((m, k), dtype=np.float32)
         qs = [(label, mlir_mx.quantize(w, f, b, axis=1)) for label, f, b in WEIGHTS]
-        for act in (None, "i8", "bf16"):
+        for act in acts:
             lins = [
                 (label, mlir_mx.Linear(q, threads=args.threads, activations=act)) for label, q in qs
             ]
@@ -42,9 +55,9 @@ def main() -> None:
                 lin(x)  # compiles
             for _ in range(args.reps):
                 for label, lin in lins:
-                    t0 = time.perf_counter()
+                    t0 = clock()
                     lin(x)
-                    times[label].append(time.perf_counter() - t0)
+                    times[label].append(clock() - t0)
             med = {label: 1e3 * float(np.median(t)) for label, t in times.items()}
             base = med["MXFP4 b32"]
             cells = ", ".join(f"{label} {v:.2f} ms ({v / base:.2f}x)" for label, v in med.items())

@@ -46,6 +46,7 @@ from mlir_mx.host import software_prefetch
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import BF16, Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scales
+from mlir_mx.kernels.dot.biased import biased, block_partial, offsets, start_value, store_scale
 from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa, mmla_block, neon_tile, routed
 from mlir_mx.kernels.dot.prep import prepare_dot_a
@@ -166,8 +167,9 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
         raise ValueError("dot kernel: needs a pair with a dot unit here and nv in (1, 2, 4)")
     isa = dot_isa(kind, prob.a_element or prob.a_quant, prob.b_element, cfg.expand)
     offset = _a_offset(prob, cfg, isa)
+    bias = biased(prob, kind)  # the accumulators' start: 0 or .biased.BIAS
     pa = prepare_dot_a(
-        kb, prob, ops, kind, cfg.mr, compensate=not (isa.sign or offset), offset=offset > 0
+        kb, prob, ops, kind, cfg.mr, not (isa.sign or offset), offset=offset > 0, bias=bias
     )
     k = _Dot(kb, prob, ops, cfg, pa)
     run = k.panels
@@ -204,6 +206,7 @@ class _Dot:
     def __init__(self, kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig, pa):
         self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
         self.kind = _kind(prob)
+        self.bias = biased(prob, self.kind) != 0  # the block step in one FMA (.biased)
         isa = dot_isa(self.kind, prob.a_element or prob.a_quant, prob.b_element, cfg.expand)
         self.a_offset = _a_offset(prob, cfg, isa)
         a_fmt = prob.a_element or prob.a_quant
@@ -232,7 +235,7 @@ class _Dot:
         kb, cfg = self.kb, self.cfg
         self.hs = self.ds = self.cs = None
         if cfg.expand:  # several row groups share each chunk: expand it once
-            self.hs = kb.alloc([self.kcb, self.full.data_offset], kb.i8)
+            self.hs = kb.alloc([self.kcb, self.full.data_offset * (1 + self.bias)], kb.i8)
             if self.stored.nibbles or self.codes or self.a_offset or self.units.signed_scratch:
                 self.ds = kb.alloc([self.kcb, self.full.nbytes - self.full.data_offset], kb.i8)
             if self.a_offset:  # -128 x B's sums per block, run and int16 lane (A-offset)
@@ -307,7 +310,7 @@ class _Dot:
             row = self.record_row(j, kb.add(c0, b.iv))
             for v in range(4):
                 scale = self.scale(row, v, stored=True)
-                kb.vstore(kb.vbitcast(scale, 64, kb.i8), self.hs, [b.iv, 64 * v])
+                store_scale(kb, self.hs, [b.iv, 64 * v], scale, self.bias and self.full.data_offset)
             if self.ds is not None:  # as the dot unit reads them (isa.DotOps.store_block)
                 vecs = [self.data(row, None, g, range(4), True) for g in range(self.stored.groups)]
                 self.units.store_block(self.ds, b.iv, 0, vecs)
@@ -449,8 +452,7 @@ class _Dot:
                 comp = kb.broadcast(kb.load(self.pa.comp, [m, blk]), LANES)
                 acc += [comp] * nv
         else:
-            t = kb.f32 if kind.name == "bf16" else kb.i32
-            acc = [kb.const(0.0 if t == kb.f32 else 0, kb.vec(LANES, t))] * (len(rows) * nv)
+            acc = [start_value(kb, kind, self.bias)] * (len(rows) * nv)
         # run > 1: int16 pair sums over `run` groups (a divisor of the block's groups)
         run, sums = math.gcd(self.units.run, self.stored.groups), list(acc)
         a_word = self.units.a_words(self.pa.words, rows, blk, self.stored.groups)  # (r, g) -> 16
@@ -473,14 +475,12 @@ class _Dot:
                         sums[i] = kb.add(sums[i], p)
                     if g % run == run - 1:
                         acc[i] = self.units.add_pairs(acc[i], sums[i])
-        out = []
+        at = None if stored else (self.hs, local, [self.full.data_offset + 64 * v for v in vs])
+        out, offs = [], offsets(kb, scales, self.bias, at)
         for r, m in enumerate(rows):
             sa = kb.broadcast(kb.load(self.pa.scales, [m, blk]), LANES)
-            for v in range(nv):
-                p = acc[r * nv + v]
-                if kind.name != "bf16":
-                    p = kb.sitofp(p, kb.vec(LANES, kb.f32))
-                t = kb.fmul(p, scales[v])  # t = p * sb: one rounding
+            for v in range(nv):  # t = p * sb: one rounding
+                t = block_partial(kb, kind, acc[r * nv + v], scales[v], offs[v])
                 out.append(kb.fma(t, sa, c[r * nv + v]))
         return out
 

@@ -67,12 +67,14 @@ def prepare_dot_a(
     group: int,
     compensate: bool = True,
     offset: bool = False,
+    bias: int = 0,
 ) -> DotA:
     """Fill A's words and scales (rows padded to a multiple of ``group``), and
     the compensation where ``compensate`` and the unit offsets B (not with the
     sign trick of :mod:`.isa`, which needs none).  ``offset``: each int8 of
     the words is stored as ``a + 128`` (``a ^ 0x80``, the unsigned operand
-    of the A-offset mode of :mod:`.isa`)."""
+    of the A-offset mode of :mod:`.isa`).  ``bias``: added to the
+    compensation (the biased accumulator's start, :mod:`.biased`)."""
     if prob.m is None:
         m = kb.dim(ops.a, 0)
         mp = kb.mul(kb.ceildivu(m, group), group)
@@ -99,7 +101,7 @@ def prepare_dot_a(
         else:
             _quantize_row(kb, prob, ops, conv, scales, row.iv)
         if comp is not None:
-            _compensation(kb, prob, words, comp, row.iv)
+            _compensation(kb, prob, words, comp, row.iv, bias)
     zero_word = kb.const(0, kb.vec(LANES, kb.i32))
     zero = kb.const(0.0, kb.vec(LANES, kb.f32))
     with kb.loop(m, mp, 1) as row:  # padding rows: value 0, scale 0
@@ -118,8 +120,8 @@ def prepare_dot_a(
     return DotA(words, scales, comp, tiny, m, mp)
 
 
-def _compensation(kb: KernelBuilder, prob: Problem, words, comp, r) -> None:
-    """``comp[r, kb] = -128 * sum`` of the block's int8 values (from ``words``)."""
+def _compensation(kb: KernelBuilder, prob: Problem, words, comp, r, bias: int = 0) -> None:
+    """``comp[r, kb] = -128 * sum + bias`` of the block's int8 values (from ``words``)."""
     v16i = kb.vec(LANES, kb.i32)
     with kb.loop(0, prob.kblocks, 1) as blk:
         w0 = kb.mul(blk.iv, prob.block // 4)
@@ -129,7 +131,8 @@ def _compensation(kb: KernelBuilder, prob: Problem, words, comp, r) -> None:
             ints = kb.extsi(q, v16i)
             total = ints if total is None else kb.add(total, ints)
         s = vector.ReductionOp(kb.i32, vector.CombiningKind.ADD, total).result
-        kb.store(kb.mul(s, kb.const(-128, kb.i32)), comp, [r, blk.iv])
+        s = kb.mul(s, kb.const(-128, kb.i32))
+        kb.store(kb.add(s, kb.const(bias, kb.i32)) if bias else s, comp, [r, blk.iv])
 
 
 class _Words:

@@ -68,7 +68,7 @@ class PrefillConfig:
         return LANES * self.nv
 
     def adapt(self, prob: Problem) -> PrefillConfig:
-        """A 6 x 16 tile without AVX-512.
+        """A 6 x 16 tile without AVX-512 (with it, :meth:`block16`).
 
         The 8 x 32 tile's partials are 16 zmm registers; without AVX-512 a
         ``vector<16xf32>`` is two of the 16 ymm registers and the tile
@@ -78,8 +78,21 @@ class PrefillConfig:
         order per output element is unchanged.
         """
         if has_features("avx512f"):
-            return self
+            return self.block16(prob)
         return replace(self, mr=min(self.mr, 6), nv=1)
+
+    def block16(self, prob: Problem) -> PrefillConfig:
+        """The AVX-512 tile for blocks of 16 (NVFP4's): 4 x 64 with the
+        in-block loop unrolled 4 times.  Each block of 16 ends in its own
+        block step (``t = p * sb; c += t``), twice per 32 codes; 8 x 32 with
+        ``ku = 8`` (two trips per block) ran NVFP4 256 x 4096 x 4096 at
+        1.23-1.25x MXFP4's time, ``ku = 4`` at 1.11-1.14x, 4 x 64 with ``ku =
+        4`` at 1.08x (Xeon, Sapphire Rapids class, 1 thread, CPU time of
+        interleaved calls on a loaded machine; docs/bench.md).  The order
+        per output element is unchanged."""
+        if prob.block != 16 or self != PrefillConfig(threads=self.threads):
+            return self
+        return replace(self, mr=4, nv=4, ku=4)
 
 
 def emit_prefill(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: PrefillConfig) -> None:
@@ -238,11 +251,14 @@ class _Packed(KernelState):
                     for v in range(nv)
                 ]
             for r in range(mr):
-                sa = kb.broadcast(kb.load(self.pa.saf, [rows[r], kb.add(kb0, blk.iv)]), LANES)
+                sa = None
+                if prob.a_is_mx:  # else sa = 1: fma(t, 1, c) is t + c, bit for bit
+                    sa = kb.broadcast(kb.load(self.pa.saf, [rows[r], kb.add(kb0, blk.iv)]), LANES)
                 for v in range(nv):
                     t = p[r * nv + v]
                     t = kb.fmul(t, sbv[v]) if sbv is not None else t
-                    cc[r * nv + v] = kb.fma(t, sa, cc[r * nv + v])
+                    i = r * nv + v
+                    cc[i] = kb.fadd(cc[i], t) if sa is None else kb.fma(t, sa, cc[i])
             if ctile is not None:
                 for i, cv in enumerate(cc):
                     kb.vstore(cv, ctile, [i // nv, LANES * (i % nv)])

@@ -1,0 +1,105 @@
+"""The integer block partial to f32 in one FMA: a biased accumulator (NVFP4).
+
+The dot kernels' block step (:mod:`.kernel`) turns the exact int32 partial
+``P`` into ``t = f32(P) * sb`` (``vcvtdq2ps`` + ``vmulps``), then
+``c = fma(t, sa, c)``.  With NVFP4's block of 16 that is twice per 32
+codes, and on AVX-512 the step's three instructions per accumulator share
+the vector ports with the dot instructions: 8 ``vpdpbusd`` + 6 against
+MXFP4's 8 + 3 per 32 codes and accumulator (issue 54: the 1.29x of int8
+prefill).  Here the accumulator starts at ``BIAS = 0x4B400000`` (the f32
+``1.5 * 2^23``) instead of 0 (or A's compensation plus it), so after the
+block's dots its bits, read as an f32, are exactly ``1.5 * 2^23 + P``
+(every integer of ``[2^23, 2^24)`` is an f32 with those low bits, for
+``|P| < 2^22``), and::
+
+    t = fma(bits(acc), sb, -1.5 * 2^23 * sb)
+      = RN((1.5 * 2^23 + P) * sb - 1.5 * 2^23 * sb) = RN(P * sb)
+
+one FMA (the product and the sum exact inside it, one rounding) where the
+plain step has ``RN(f32(P) * sb)``, ``f32(P)`` exact: the same ``t``, but
+for the sign of a zero ``t`` (``P * sb = 0``: the FMA gives ``+0`` where
+the product of a negative ``P`` and a ``+0`` scale gives ``-0``).  That
+sign never reaches C: ``c + (+-0) = c`` unless ``c = -0``, and ``c``
+starts at ``+0`` (``mlir_mx.Linear``, the only caller with E4M3 scales:
+the Runner refuses NVFP4) and never becomes ``-0``, since every term
+``t * sa`` is a multiple of ``2^-143`` (E4M3 values are multiples of
+``2^-9``, ``2^-(fa+fb) >= 2^-7``, E8M0 ``sa >= 2^-127``), so each exact sum
+is zero (``+0``) or at least ``2^-143`` in magnitude (never rounded to a
+zero).  ``-1.5 * 2^23 * sb`` is exact (E4M3's 4-bit significands times 3,
+far from the f32 range's ends); a NaN scale gives the same NaN either way.
+
+Taken only where all of this holds (:func:`biased`): E4M3 block scales
+(NVFP4), an integer unit, B as records (``Linear``), and the partial's
+bound ``block * max|a| * max|b|`` below ``2^22``.  E8M0 scales up to
+``2^127`` would overflow ``1.5 * 2^23 * sb`` (MXFP4 keeps the plain step).
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.problem import Problem
+from mlir_mx.kernels.common.widen import LANES
+from mlir_mx.kernels.dot.units import DotKind, int_max
+from mlir_mx.numerics.formats import E4M3_SCALE_TYPE
+
+__all__ = ["BIAS", "biased", "block_partial", "offsets", "start_value", "store_scale"]
+
+#: The accumulator's start: the bits of the f32 1.5 * 2^23.
+BIAS = 0x4B400000
+#: Its value as an f32.
+BIAS_F32 = 1.5 * 2**23
+#: Largest |P| the biased accumulator reads exactly.
+P_LIMIT = 2**22
+
+
+def biased(prob: Problem, kind: DotKind) -> int:
+    """:data:`BIAS` where the kernel for ``prob`` on ``kind`` takes the biased
+    block step (its accumulators' start), else 0."""
+    if kind.name == "bf16" or prob.b_scale_type != E4M3_SCALE_TYPE or prob.b_dot is None:
+        return 0
+    a_element = prob.a_element or prob.a_quant
+    bound = prob.block * int_max(a_element) * int_max(prob.b_element)
+    return BIAS if bound < P_LIMIT else 0
+
+
+def start_value(kb: KernelBuilder, kind: DotKind, bias: bool) -> ir.Value:
+    """The accumulators' start without A's compensation: 0, 0.0 (bf16) or BIAS."""
+    if kind.name == "bf16":
+        return kb.const(0.0, kb.vec(LANES, kb.f32))
+    return kb.const(BIAS if bias else 0, kb.vec(LANES, kb.i32))
+
+
+def block_partial(kb: KernelBuilder, kind: DotKind, acc, scale, offset) -> ir.Value:
+    """``t = p * sb`` of a block's accumulator ``acc``: ``acc * scale`` (bf16),
+    ``f32(acc) * scale``, or with ``offset`` (``-BIAS_F32 * scale``, the
+    biased step) one FMA of ``acc``'s bits."""
+    if kind.name == "bf16":
+        return kb.fmul(acc, scale)
+    if offset is not None:
+        return kb.fma(kb.bitcast(acc, kb.vec(LANES, kb.f32)), scale, offset)
+    return kb.fmul(kb.sitofp(acc, kb.vec(LANES, kb.f32)), scale)
+
+
+def offsets(kb: KernelBuilder, scales: list, bias: bool, at=None) -> list:
+    """``-BIAS_F32 * sb`` of each scale vector (exact), or Nones (no bias):
+    computed, or where ``at = (scratch, row, byte columns)`` read from an
+    expanded chunk's header (:func:`store_scale` put them there)."""
+    if not bias:
+        return [None] * len(scales)
+    if at is not None:
+        hs, row, cols = at
+        return [kb.vbitcast(kb.vload(hs, [row, c], 64), LANES, kb.f32) for c in cols]
+    minus = kb.const(-BIAS_F32, kb.vec(LANES, kb.f32))
+    return [kb.fmul(s, minus) for s in scales]
+
+
+def store_scale(kb: KernelBuilder, hs, at: list, scale, offset_bytes: int) -> None:
+    """A chunk's header: ``scale`` (f32 x 16) at ``at`` in the scratch ``hs``
+    and, where ``offset_bytes`` (the biased step), its offset that many
+    bytes further (once per chunk, not per row group)."""
+    kb.vstore(kb.vbitcast(scale, 64, kb.i8), hs, at)
+    if offset_bytes:
+        (off,) = offsets(kb, [scale], True)
+        kb.vstore(kb.vbitcast(off, 64, kb.i8), hs, [at[0], kb.add(at[1], offset_bytes)])
