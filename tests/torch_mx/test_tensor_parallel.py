@@ -44,6 +44,7 @@ from mlir_mx.torch.distributed import (  # noqa: E402
     held_weight_bytes,
     parallelize,
     resolve_plan,
+    set_decode_collective,
     slice_mx,
 )
 from mlir_mx.torch.distributed.tensor_parallel import expand_plan  # noqa: E402
@@ -100,6 +101,11 @@ def _rank(rank, world, cases, folder, gguf_file=None):
         out[case] = (*_run(m, prompt()), full, held_weight_bytes(m), _weights(m))
     m = from_pretrained(folder, device_mesh=mesh, tp_plan="auto")
     out["load"] = (*_run(m, prompt()), None, held_weight_bytes(m), _weights(m))
+    previous = set_decode_collective("torch")  # gloo's all-reduce / all-gather
+    try:
+        out["load_torch"] = _run(m, prompt())
+    finally:
+        set_decode_collective(previous)
     if gguf_file is not None:  # MXFP4 rows / columns read from the GGUF map
         m = from_pretrained(gguf_file, device_mesh=mesh, tp_plan="auto")
         ids = prompt(vocab=m.config.vocab_size)
@@ -149,6 +155,10 @@ def _check(results, cases, gguf=None) -> None:
             assert lb.check(logits[0]) <= 1.0, case
             assert held <= 0.55 * full, (case, held, full)
         # A fused layer's weight() is its part's rows: the same check.
+        if case == "load":  # 2 ranks: the exchange's a + b is the all-reduce's bits
+            for out in results:
+                assert torch.equal(out["load_torch"][0][0], out["load"][0][0])
+                assert np.array_equal(out["load_torch"][1][0], out["load"][1][0])
         assert _check_shards(weights, [out[case][4] for out in results], 2) == 15, case
 
 
@@ -189,9 +199,16 @@ def test_two_ranks_match_one_process(checkpoint):
     """One spawn of 2 ranks x 1 thread: a bad plan refused on both ranks,
     then FP4 fused and the FP4 checkpoint loaded as shards: greedy tokens
     equal to one process's, logits within the bound, bit-identical from call
-    to call, held MX bytes <= 0.55x, each shard its slice."""
+    to call, held MX bytes <= 0.55x, each shard its slice; the checkpoint's
+    logits and tokens the same bits with gloo's all-reduce / all-gather as
+    with the default one-round exchange (``set_decode_collective``)."""
     torch.set_num_threads(1)
     _check(run_ranks(_rank, 2, (CASES, checkpoint), timeout=300), CASES)
+
+
+def test_an_unknown_decode_collective_is_refused():
+    with pytest.raises(MXValueError, match="kind: expected one of exchange, torch, got 'ring'"):
+        set_decode_collective("ring")
 
 
 @pytest.mark.slow

@@ -68,6 +68,7 @@ __all__ = [
     "held_weight_bytes",
     "mx_style",
     "parallelize",
+    "set_decode_collective",
     "shard_range",
     "slice_mx",
 ]
@@ -134,17 +135,48 @@ def _leave(made, wanted, local, mesh, bias, module, args, y):
     return y
 
 
+#: How the decode step's collectives are made (:func:`set_decode_collective`).
+COLLECTIVES = ("exchange", "torch")
+_collective = ["exchange"]
+
+
+def set_decode_collective(kind: str) -> str:
+    """How a local output is made ``Replicate`` on the decode hot path:
+    ``"exchange"`` (default): one ``dist.all_to_all_single`` in which every
+    rank sends its whole output to every rank, then each rank sums the parts
+    (``Partial``) or concatenates them (``Shard(-1)``) in rank order: one
+    message round; ``"torch"``: ``dist.all_reduce`` / ``dist.all_gather``
+    (gloo's ring: 2 (N - 1) rounds for the all-reduce, N - 1 for the gather).
+    A decode row is a few KiB, so a round's latency is the cost, not its bytes
+    (``docs/distributed.md``, "Where the time goes").  Both give every rank the
+    same bits; with 2 ranks they are the same bits (``a + b == b + a``).
+    Returns the previous setting."""
+    if kind not in COLLECTIVES:
+        raise MXValueError(f"kind: expected one of {', '.join(COLLECTIVES)}, got {kind!r}")
+    previous, _collective[0] = _collective[0], kind
+    return previous
+
+
 def _replicated(y: torch.Tensor, made, mesh) -> torch.Tensor:
     """What ``DTensor.redistribute(Replicate())`` computes, with the collective
     called directly on the mesh's group (the decode step's hot path: no
-    DTensor made, ~0.1 ms of Python a call less): ``Partial`` is summed by
-    ``all_reduce``, in place (``y`` is this call's own new output);
-    ``Shard(-1)`` gathered by ``all_gather`` and concatenated in rank order."""
+    DTensor made, ~0.1 ms of Python a call less): ``Partial`` summed,
+    ``Shard(-1)`` concatenated, in rank order (:func:`set_decode_collective`)."""
     group = mesh.get_group()
-    if isinstance(made, Partial):
-        dist.all_reduce(y, group=group)
-        return y
     y = y.contiguous()
+    if _collective[0] == "exchange":
+        send = y.unsqueeze(0).expand(mesh.size(), *y.shape).contiguous()
+        parts = torch.empty_like(send)
+        dist.all_to_all_single(parts, send, group=group)
+        if isinstance(made, Partial):
+            out = parts[0]
+            for part in parts[1:]:
+                out = out + part  # rank order: the same bits on every rank
+            return out
+        return torch.cat(parts.unbind(0), dim=-1)
+    if isinstance(made, Partial):
+        dist.all_reduce(y, group=group)  # in place: y is this call's own new output
+        return y
     parts = [torch.empty_like(y) for _ in range(mesh.size())]
     dist.all_gather(parts, y, group=group)
     return torch.cat(parts, dim=-1)
@@ -206,6 +238,9 @@ class MXRowwiseParallel(RowwiseParallel):
     def _apply(self, module: torch.nn.Module, device_mesh) -> torch.nn.Module:
         if _loaded_shard(module):  # an nn.Embedding read as its rows
             self.desired_input_layouts = (Replicate(),)
+            local = (Replicate(),) == self.input_layouts == self.output_layouts
+            if local and self.use_local_output:
+                return _row_lookup(module, device_mesh)
             return _presharded(self, module, device_mesh, Shard(0))
         if not isinstance(module, MXLinear):
             return super()._apply(module, device_mesh)
@@ -223,6 +258,30 @@ class MXRowwiseParallel(RowwiseParallel):
 
 def _loaded_shard(module) -> bool:
     return type(module) is torch.nn.Embedding and getattr(module, "mx_tp_shard", None) is not None
+
+
+def _row_lookup(module: torch.nn.Embedding, mesh) -> torch.nn.Module:
+    """An ``nn.Embedding`` holding its rows ``start:stop`` (read as its shard)
+    looked up as torch's ``RowwiseParallel`` does (ids outside the rows read
+    as zeros, the partial rows summed over the ranks: exact, each id's row is
+    one rank's), without a DTensor: the ids shifted by ``start`` in a forward
+    pre-hook, the other ranks' rows zeroed and the sum made by the decode
+    collective (:func:`_replicated`) in a forward hook."""
+    _dim, start, stop = module.mx_tp_shard
+    outside = []
+
+    def shift(mod, args):
+        ids = args[0]
+        out = (ids < start) | (ids >= stop)
+        outside[:] = [out.unsqueeze(-1)]
+        return ((ids - start).masked_fill(out, 0), *args[1:])
+
+    def gather(mod, args, y):
+        return _replicated(y.masked_fill(outside.pop(), 0), Partial(), mesh)
+
+    module.register_forward_pre_hook(shift)
+    module.register_forward_hook(gather)
+    return module
 
 
 def _presharded(style, module, mesh, placement):
