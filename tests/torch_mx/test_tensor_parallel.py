@@ -303,6 +303,16 @@ def test_generate_tp_option_checked_first(checkpoint, capsys):
     assert "mx-generate: error: --tp: expected 1 or more processes, got 0" in capsys.readouterr().err
 
 
+def test_rank_threads_share_out_this_machines_cpus():
+    """``mx-generate --tp N``'s threads per rank (OMP_NUM_THREADS unless set)."""
+    from mlir_mx.torch.distributed.launch import rank_threads
+
+    cpus = len(os.sched_getaffinity(0))
+    assert rank_threads(1) == cpus
+    assert rank_threads(2) == max(1, cpus // 2)
+    assert rank_threads(4 * cpus) == 1
+
+
 @pytest.mark.slow
 def test_mx_generate_tp_2_streams_the_single_process_text(checkpoint):
     """``mx-generate --tp 2`` (torchrun on itself, 2 ranks x 1 thread) prints the
