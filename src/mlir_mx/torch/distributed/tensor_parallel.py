@@ -28,10 +28,17 @@ their meaning, and change one thing, ``_apply`` on an ``MXLinear``:
   all-gather).  A transition that is the identity (``Replicate`` in, the local
   output out) makes no DTensor at all, and the two of a decode step's hot
   path, a local output made ``Replicate`` from ``Partial`` (rowwise) or
-  ``Shard(-1)`` (a gathered head), call that same collective directly on the
-  mesh's process group (``dist.all_reduce`` / ``dist.all_gather``), without a
-  DTensor around it;
-* a rowwise layer's bias is added once, after the all-reduce.
+  ``Shard(-1)`` (a gathered head), make no DTensor either: one
+  ``dist.all_to_all_single`` on the mesh's process group hands every rank
+  every rank's output, summed or concatenated in rank order (one message
+  round where gloo's ring all-reduce takes two; :func:`set_decode_collective`,
+  ``"torch"``: ``dist.all_reduce`` / ``dist.all_gather``);
+* a rowwise layer's bias is added once, after the all-reduce;
+* an ``nn.Embedding`` read as its rows (``from_pretrained(device_mesh=)``)
+  and planned rowwise with replicated input and output (Llama's
+  ``embedding_rowwise``) is looked up without a DTensor: its ids shifted to
+  its rows, the others' rows zeroed, summed by the same exchange
+  (:func:`_row_lookup`).
 
 Every other module (a plain ``nn.Linear``, ``nn.Embedding``) gets torch's own
 ``_apply``.  :func:`parallelize` checks the whole plan first (every layer's
