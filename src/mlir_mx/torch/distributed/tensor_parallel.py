@@ -129,10 +129,21 @@ def _enter(given, wanted, mesh, module, args):
     return (x, *args[1:])
 
 
-def _leave(made, wanted, local, mesh, bias, module, args, y):
+def _leave_hook(made, wanted, local, mesh, bias):
+    """The forward hook that takes a layer's local output ``made`` to ``wanted``:
+    which path it takes decided here, once (a decode step calls it for every
+    layer; comparing placements costs microseconds a call)."""
     if local and wanted == (Replicate(),) and made in ((Partial(),), (Shard(-1),)):
+        path = "exchange"
+    else:
+        path = "dtensor" if made != wanted or not local else "local"
+    return partial(_leave, path, made, wanted, local, mesh, bias)
+
+
+def _leave(path, made, wanted, local, mesh, bias, module, args, y):
+    if path == "exchange":
         y = _replicated(y, made[0], mesh)
-    elif made != wanted or not local:
+    elif path == "dtensor":
         d = DTensor.from_local(y, mesh, made, run_check=False)
         if made != wanted:
             d = d.redistribute(mesh, wanted)
@@ -230,8 +241,8 @@ class MXColwiseParallel(ColwiseParallel):
         module.register_forward_pre_hook(
             partial(_enter, self.input_layouts, self.desired_input_layouts, device_mesh)
         )
-        module.register_forward_hook(partial(
-            _leave, (Shard(-1),), self.output_layouts, self.use_local_output, device_mesh, None
+        module.register_forward_hook(_leave_hook(
+            (Shard(-1),), self.output_layouts, self.use_local_output, device_mesh, None
         ))  # fmt: skip
         return module
 
@@ -257,8 +268,8 @@ class MXRowwiseParallel(RowwiseParallel):
             partial(_enter, self.input_layouts, self.desired_input_layouts, device_mesh)
         )
         bias = getattr(module, "mx_tp_bias", None)
-        module.register_forward_hook(partial(
-            _leave, (Partial(),), self.output_layouts, self.use_local_output, device_mesh, bias
+        module.register_forward_hook(_leave_hook(
+            (Partial(),), self.output_layouts, self.use_local_output, device_mesh, bias
         ))  # fmt: skip
         return module
 
