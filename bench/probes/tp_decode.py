@@ -26,7 +26,8 @@ per configuration (rank 0's; the ranks' RSS both):
   rank waited for the other to arrive.
 
 ``--collective exchange,torch`` runs the 2-rank row once per kind of decode
-collective (``set_decode_collective``); ``--rounds R`` repeats every row R
+collective (``set_decode_collective``; ``exchange+poll``: the exchange
+waited for by polling while the machine has a free core, :func:`_polled`); ``--rounds R`` repeats every row R
 times, interleaved (A B A B ...), and prints each row's median of the rounds
 with its spread, since a loaded machine's timings move between runs.
 
@@ -110,6 +111,30 @@ def _timed_collectives(dist, events: list) -> None:
         setattr(dist, name, timed)
 
 
+def _polled(dist, most_s: float = 0.002) -> None:
+    """``dist.all_to_all_single`` waited for by polling (``Work.is_completed``,
+    yielding the core between looks) for at most ``most_s``, then by sleeping
+    as before; polled only while the machine has a free core (the MX teams'
+    load check, ``mlir_mx.execution.pool_load.oversubscribed``).  A trial for
+    a quiet machine: the ``--collective exchange+poll`` row."""
+    import os
+
+    from mlir_mx.execution.pool_load import oversubscribed
+
+    inner = dist.all_to_all_single
+
+    def polled(*args, **kw):
+        if oversubscribed(1):  # the poller itself: a core of its own, or sleep
+            return inner(*args, **kw)
+        work = inner(*args, async_op=True, **kw)
+        end = time.perf_counter() + most_s
+        while not work.is_completed() and time.perf_counter() < end:
+            os.sched_yield()
+        work.wait()
+
+    dist.all_to_all_single = polled
+
+
 def _timed_modules(model, events: list) -> None:
     """Each MX layer's and the embedding's forward call (its hooks, the TP
     collectives, included): ``("mx" | "embed", enter, exit)`` appended."""
@@ -161,7 +186,9 @@ def measure(rank, world, folder, tokens, collective="exchange"):
     from mlir_mx.torch import from_pretrained, precompile
     from mlir_mx.torch.distributed import held_weight_bytes, set_decode_collective
 
-    set_decode_collective(collective)
+    set_decode_collective(collective.removesuffix("+poll"))
+    if collective.endswith("+poll"):
+        _polled(dist)
 
     mesh = init_device_mesh("cpu", (world,)) if world > 1 else None
     rss0 = _status("VmRSS")
