@@ -206,6 +206,45 @@ def test_two_ranks_match_one_process(checkpoint):
     _check(run_ranks(_rank, 2, (CASES, checkpoint), timeout=300), CASES)
 
 
+def _collectives_3(rank, world):
+    """Each rank's ``_replicated`` of a partial sum (decode-sized, and past
+    ``EXCHANGE_BYTES``: the ring) and of a shard, by both kinds."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Partial, Shard
+
+    from mlir_mx.torch.distributed import tensor_parallel as tp
+
+    mesh = init_device_mesh("cpu", (world,))
+    g = torch.Generator().manual_seed(rank)
+    small, big = torch.randn(1, 1, 64, generator=g), torch.randn(1, 512, 64, generator=g)
+    out = {}
+    for kind in tp.COLLECTIVES:
+        tp.set_decode_collective(kind)
+        out[kind] = [tp._replicated(t.clone(), Partial(), mesh) for t in (small, big)]
+        out[kind].append(tp._replicated(small.clone(), Shard(-1), mesh))
+    return out, small, big
+
+
+@pytest.mark.slow
+def test_three_ranks_exchange_sums_in_rank_order():
+    """3 ranks: the exchange sums a decode row in rank order, the same bits
+    on every rank; a partial sum past ``EXCHANGE_BYTES`` takes gloo's ring
+    (the same bits as ``"torch"``); a shard is concatenated in rank order."""
+    from mlir_mx.torch.distributed.tensor_parallel import EXCHANGE_BYTES
+
+    assert 512 * 64 * 4 > EXCHANGE_BYTES >= 64 * 4
+    results = run_ranks(_collectives_3, 3, timeout=300)
+    smalls, bigs = [r[1] for r in results], [r[2] for r in results]
+    want = smalls[0] + smalls[1] + smalls[2]
+    for out, _, _ in results:
+        assert torch.equal(out["exchange"][0], want)
+        assert torch.equal(out["exchange"][1], out["torch"][1])  # the ring, both kinds
+        torch.testing.assert_close(out["exchange"][1], bigs[0] + bigs[1] + bigs[2])
+        assert torch.equal(out["exchange"][2], torch.cat(smalls, dim=-1))
+        assert torch.equal(out["exchange"][2], out["torch"][2])
+        torch.testing.assert_close(out["torch"][0], want)  # the ring's order may differ
+
+
 def test_an_unknown_decode_collective_is_refused():
     with pytest.raises(MXValueError, match="kind: expected one of exchange, torch, got 'ring'"):
         set_decode_collective("ring")

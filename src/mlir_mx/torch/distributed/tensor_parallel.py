@@ -157,13 +157,20 @@ def _leave(path, made, wanted, local, mesh, bias, module, args, y):
 COLLECTIVES = ("exchange", "torch")
 _collective = ["exchange"]
 
+#: Past 2 ranks the exchange's all-reduce sends ``N - 1`` copies of a rank's
+#: output where the ring sends ``2 (N - 1) / N``: it is used for partial sums
+#: up to this many bytes (a decode step's rows; a long prompt's prefill takes
+#: the ring).  A gather sends the same bytes either way: always exchanged.
+EXCHANGE_BYTES = 1 << 16
+
 
 def set_decode_collective(kind: str) -> str:
     """How a local output is made ``Replicate`` on the decode hot path:
     ``"exchange"`` (default): one ``dist.all_to_all_single`` in which every
     rank sends its whole output to every rank, then each rank sums the parts
     (``Partial``) or concatenates them (``Shard(-1)``) in rank order: one
-    message round; ``"torch"``: ``dist.all_reduce`` / ``dist.all_gather``
+    message round (past 2 ranks, partial sums up to :data:`EXCHANGE_BYTES`);
+    ``"torch"``: ``dist.all_reduce`` / ``dist.all_gather``
     (gloo's ring: 2 (N - 1) rounds for the all-reduce, N - 1 for the gather).
     A decode row is a few KiB, so a round's latency is the cost, not its bytes
     (``docs/distributed.md``, "Where the time goes").  Both give every rank the
@@ -180,13 +187,15 @@ def _replicated(y: torch.Tensor, made, mesh) -> torch.Tensor:
     called directly on the mesh's group (the decode step's hot path: no
     DTensor made, ~0.1 ms of Python a call less): ``Partial`` summed,
     ``Shard(-1)`` concatenated, in rank order (:func:`set_decode_collective`)."""
-    group = mesh.get_group()
+    group, world = mesh.get_group(), mesh.size()
     y = y.contiguous()
-    if _collective[0] == "exchange":
-        send = y.unsqueeze(0).expand(mesh.size(), *y.shape).contiguous()
+    gather = not isinstance(made, Partial)  # the same bytes as the ring's all-gather
+    small = gather or world == 2 or y.numel() * y.element_size() <= EXCHANGE_BYTES
+    if _collective[0] == "exchange" and small:
+        send = y.unsqueeze(0).expand(world, *y.shape).contiguous()
         parts = torch.empty_like(send)
         dist.all_to_all_single(parts, send, group=group)
-        if isinstance(made, Partial):
+        if not gather:
             out = parts[0]
             for part in parts[1:]:
                 out = out + part  # rank order: the same bits on every rank
@@ -195,7 +204,7 @@ def _replicated(y: torch.Tensor, made, mesh) -> torch.Tensor:
     if isinstance(made, Partial):
         dist.all_reduce(y, group=group)  # in place: y is this call's own new output
         return y
-    parts = [torch.empty_like(y) for _ in range(mesh.size())]
+    parts = [torch.empty_like(y) for _ in range(world)]
     dist.all_gather(parts, y, group=group)
     return torch.cat(parts, dim=-1)
 
