@@ -26,9 +26,9 @@ per configuration (rank 0's; the ranks' RSS both):
   rank waited for the other to arrive.
 
 ``--collective exchange,torch`` runs the 2-rank row once per kind of decode
-collective (``set_decode_collective``; ``exchange+poll``: the exchange
-waited for by polling while the machine has a free core, :func:`_polled`); ``--rounds R`` repeats every row R
-times, interleaved (A B A B ...), and prints each row's median of the rounds
+collective (``set_decode_collective``; ``exchange+sleep``: the exchange
+waited for as torch waits, not polled: ``decode_collectives.POLL_S = 0``);
+``--rounds R`` repeats every row R times, interleaved (A B A B ...), and prints each row's median of the rounds
 with its spread, since a loaded machine's timings move between runs.
 
     python bench/probes/tp_decode.py [--layers 8] [--tokens 32] [--rounds 1]
@@ -95,44 +95,22 @@ def _allreduce_us(hidden: int) -> float:
     return 1e6 * statistics.median(times)
 
 
-def _timed_collectives(dist, events: list) -> None:
-    """``dist.all_reduce`` / ``all_gather`` / ``all_to_all_single`` (the MX
-    layers' decode collectives) timed: ``("comm", enter, exit)`` appended."""
-    for name in ("all_reduce", "all_gather", "all_to_all_single"):
-        inner = getattr(dist, name)
+def _timed_collectives(events: list) -> None:
+    """The MX layers' (and the embedding's) decode collectives,
+    ``decode_collectives.replicated`` (the collective, its wait and the local
+    sum or concatenation), timed: ``("comm", enter, exit)`` appended."""
+    from mlir_mx.torch.distributed import decode_collectives as dc
 
-        def timed(*args, _inner=inner, **kw):
-            t0 = time.perf_counter()
-            try:
-                return _inner(*args, **kw)
-            finally:
-                events.append(("comm", t0, time.perf_counter()))
+    inner = dc.replicated
 
-        setattr(dist, name, timed)
-
-
-def _polled(dist, most_s: float = 0.002) -> None:
-    """``dist.all_to_all_single`` waited for by polling (``Work.is_completed``,
-    yielding the core between looks) for at most ``most_s``, then by sleeping
-    as before; polled only while the machine has a free core (the MX teams'
-    load check, ``mlir_mx.execution.pool_load.oversubscribed``).  A trial for
-    a quiet machine: the ``--collective exchange+poll`` row."""
-    import os
-
-    from mlir_mx.execution.pool_load import oversubscribed
-
-    inner = dist.all_to_all_single
-
-    def polled(*args, **kw):
-        if oversubscribed(1):  # the poller itself: a core of its own, or sleep
+    def timed(*args, **kw):
+        t0 = time.perf_counter()
+        try:
             return inner(*args, **kw)
-        work = inner(*args, async_op=True, **kw)
-        end = time.perf_counter() + most_s
-        while not work.is_completed() and time.perf_counter() < end:
-            os.sched_yield()
-        work.wait()
+        finally:
+            events.append(("comm", t0, time.perf_counter()))
 
-    dist.all_to_all_single = polled
+    dc.replicated = timed
 
 
 def _timed_modules(model, events: list) -> None:
@@ -184,11 +162,15 @@ def measure(rank, world, folder, tokens, collective="exchange"):
     from torch.distributed.device_mesh import init_device_mesh
 
     from mlir_mx.torch import from_pretrained, precompile
-    from mlir_mx.torch.distributed import held_weight_bytes, set_decode_collective
+    from mlir_mx.torch.distributed import (
+        decode_collectives,
+        held_weight_bytes,
+        set_decode_collective,
+    )
 
-    set_decode_collective(collective.removesuffix("+poll"))
-    if collective.endswith("+poll"):
-        _polled(dist)
+    set_decode_collective(collective.removesuffix("+sleep"))
+    if collective.endswith("+sleep"):  # waited for as torch waits, never polled
+        decode_collectives.POLL_S = 0.0
 
     mesh = init_device_mesh("cpu", (world,)) if world > 1 else None
     rss0 = _status("VmRSS")
@@ -206,7 +188,7 @@ def measure(rank, world, folder, tokens, collective="exchange"):
             toks.append(int(nxt))
             dist.barrier() if world > 1 else None  # each step starts together
             if i == 2:
-                _timed_collectives(dist, events)
+                _timed_collectives(events)
                 _timed_modules(model, events)
             events.clear()
             t0 = time.perf_counter()

@@ -212,7 +212,7 @@ def _collectives_3(rank, world):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Partial, Shard
 
-    from mlir_mx.torch.distributed import tensor_parallel as tp
+    from mlir_mx.torch.distributed import decode_collectives as tp
 
     mesh = init_device_mesh("cpu", (world,))
     g = torch.Generator().manual_seed(rank)
@@ -220,8 +220,8 @@ def _collectives_3(rank, world):
     out = {}
     for kind in tp.COLLECTIVES:
         tp.set_decode_collective(kind)
-        out[kind] = [tp._replicated(t.clone(), Partial(), mesh) for t in (small, big)]
-        out[kind].append(tp._replicated(small.clone(), Shard(-1), mesh))
+        out[kind] = [tp.replicated(t.clone(), Partial(), mesh) for t in (small, big)]
+        out[kind].append(tp.replicated(small.clone(), Shard(-1), mesh))
     return out, small, big
 
 
@@ -230,7 +230,7 @@ def test_three_ranks_exchange_sums_in_rank_order():
     """3 ranks: the exchange sums a decode row in rank order, the same bits
     on every rank; a partial sum past ``EXCHANGE_BYTES`` takes gloo's ring
     (the same bits as ``"torch"``); a shard is concatenated in rank order."""
-    from mlir_mx.torch.distributed.tensor_parallel import EXCHANGE_BYTES
+    from mlir_mx.torch.distributed.decode_collectives import EXCHANGE_BYTES
 
     assert 512 * 64 * 4 > EXCHANGE_BYTES >= 64 * 4
     results = run_ranks(_collectives_3, 3, timeout=300)

@@ -31,8 +31,8 @@ their meaning, and change one thing, ``_apply`` on an ``MXLinear``:
   ``Shard(-1)`` (a gathered head), make no DTensor either: one
   ``dist.all_to_all_single`` on the mesh's process group hands every rank
   every rank's output, summed or concatenated in rank order (one message
-  round where gloo's ring all-reduce takes two; :func:`set_decode_collective`,
-  ``"torch"``: ``dist.all_reduce`` / ``dist.all_gather``);
+  round where gloo's ring all-reduce takes two; ``"torch"``:
+  ``dist.all_reduce`` / ``dist.all_gather``; :mod:`.decode_collectives`);
 * a rowwise layer's bias is added once, after the all-reduce;
 * an ``nn.Embedding`` read as its rows (``from_pretrained(device_mesh=)``)
   and planned rowwise with replicated input and output (Llama's
@@ -53,7 +53,6 @@ from fnmatch import fnmatchcase
 from functools import partial
 
 import torch
-import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_module
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -66,6 +65,7 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import MXArray
 
 from ..module import MXLinear
+from . import decode_collectives as dc
 
 __all__ = [
     "MXColwiseParallel",
@@ -75,7 +75,6 @@ __all__ = [
     "held_weight_bytes",
     "mx_style",
     "parallelize",
-    "set_decode_collective",
     "shard_range",
     "slice_mx",
 ]
@@ -142,7 +141,7 @@ def _leave_hook(made, wanted, local, mesh, bias):
 
 def _leave(path, made, wanted, local, mesh, bias, module, args, y):
     if path == "exchange":
-        y = _replicated(y, made[0], mesh)
+        y = dc.replicated(y, made[0], mesh)
     elif path == "dtensor":
         d = DTensor.from_local(y, mesh, made, run_check=False)
         if made != wanted:
@@ -151,62 +150,6 @@ def _leave(path, made, wanted, local, mesh, bias, module, args, y):
     if bias is not None:
         y = y + bias.to(y.dtype)
     return y
-
-
-#: How the decode step's collectives are made (:func:`set_decode_collective`).
-COLLECTIVES = ("exchange", "torch")
-_collective = ["exchange"]
-
-#: Past 2 ranks the exchange's all-reduce sends ``N - 1`` copies of a rank's
-#: output where the ring sends ``2 (N - 1) / N``: it is used for partial sums
-#: up to this many bytes (a decode step's rows; a long prompt's prefill takes
-#: the ring).  A gather sends the same bytes either way: always exchanged.
-EXCHANGE_BYTES = 1 << 16
-
-
-def set_decode_collective(kind: str) -> str:
-    """How a local output is made ``Replicate`` on the decode hot path:
-    ``"exchange"`` (default): one ``dist.all_to_all_single`` in which every
-    rank sends its whole output to every rank, then each rank sums the parts
-    (``Partial``) or concatenates them (``Shard(-1)``) in rank order: one
-    message round (past 2 ranks, partial sums up to :data:`EXCHANGE_BYTES`);
-    ``"torch"``: ``dist.all_reduce`` / ``dist.all_gather``
-    (gloo's ring: 2 (N - 1) rounds for the all-reduce, N - 1 for the gather).
-    A decode row is a few KiB, so a round's latency is the cost, not its bytes
-    (``docs/distributed.md``, "Where the time goes").  Both give every rank the
-    same bits; with 2 ranks they are the same bits (``a + b == b + a``).
-    Returns the previous setting."""
-    if kind not in COLLECTIVES:
-        raise MXValueError(f"kind: expected one of {', '.join(COLLECTIVES)}, got {kind!r}")
-    previous, _collective[0] = _collective[0], kind
-    return previous
-
-
-def _replicated(y: torch.Tensor, made, mesh) -> torch.Tensor:
-    """What ``DTensor.redistribute(Replicate())`` computes, with the collective
-    called directly on the mesh's group (the decode step's hot path: no
-    DTensor made, ~0.1 ms of Python a call less): ``Partial`` summed,
-    ``Shard(-1)`` concatenated, in rank order (:func:`set_decode_collective`)."""
-    group, world = mesh.get_group(), mesh.size()
-    y = y.contiguous()
-    gather = not isinstance(made, Partial)  # the same bytes as the ring's all-gather
-    small = gather or world == 2 or y.numel() * y.element_size() <= EXCHANGE_BYTES
-    if _collective[0] == "exchange" and small:
-        send = y.unsqueeze(0).expand(world, *y.shape).contiguous()
-        parts = torch.empty_like(send)
-        dist.all_to_all_single(parts, send, group=group)
-        if not gather:
-            out = parts[0]
-            for part in parts[1:]:
-                out = out + part  # rank order: the same bits on every rank
-            return out
-        return torch.cat(parts.unbind(0), dim=-1)
-    if isinstance(made, Partial):
-        dist.all_reduce(y, group=group)  # in place: y is this call's own new output
-        return y
-    parts = [torch.empty_like(y) for _ in range(world)]
-    dist.all_gather(parts, y, group=group)
-    return torch.cat(parts, dim=-1)
 
 
 def _shard_layer(module: MXLinear, dim: int, mesh) -> None:
@@ -304,7 +247,7 @@ def _row_lookup(module: torch.nn.Embedding, mesh) -> torch.nn.Module:
         return ((ids - start).masked_fill(out, 0), *args[1:])
 
     def gather(mod, args, y):
-        return _replicated(y.masked_fill(outside.pop(), 0), Partial(), mesh)
+        return dc.replicated(y.masked_fill(outside.pop(), 0), Partial(), mesh)
 
     module.register_forward_pre_hook(shift)
     module.register_forward_hook(gather)
