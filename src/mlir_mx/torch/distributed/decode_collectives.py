@@ -87,7 +87,8 @@ def replicated(y: torch.Tensor, made, mesh) -> torch.Tensor:
 #: between looks) for at most this many seconds, then by sleeping as torch
 #: waits; polled only while the machine has a core free for the poller
 #: (``execution.pool_load.oversubscribed(1)``), else waited for as torch does.
-#: 0: never polled.
+#: 0: never polled.  (``MLIR_MX_LOAD_CHECK=0`` turns the check off, so every
+#: wait polls: on a shared machine set this to 0 with it.)
 POLL_S = 0.002
 
 
