@@ -125,20 +125,27 @@ def expected_max_load(experts: int, top_k: int, ranks: int) -> float:
     return walk(0, top_k, 0) / total
 
 
-#: The all-reduce's message count: "ring" (``2 (N - 1)``) or "tree" (recursive
-#: halving and doubling, ``2 log2 N``: the same bytes in fewer, larger steps).
+#: The all-reduce's message count: "ring" (``2 (N - 1)``), "tree" (recursive
+#: halving and doubling, ``2 log2 N``: the same bytes in fewer, larger steps)
+#: or "exchange" (one ``all_to_all``: every rank sends its whole ``S`` to
+#: each other rank at once, ``(N - 1) S`` bytes in one round, and sums what
+#: it gets: what ``mlir_mx.torch.distributed`` runs by default,
+#: ``set_decode_collective``).
 ALGORITHM = ["ring"]
 
 
 def allreduce(size: float, ranks: int) -> tuple[float, int]:
     """(bytes each rank sends, messages in sequence) for an all-reduce of ``size``."""
+    if ALGORITHM[0] == "exchange":
+        return (ranks - 1) * size, 1
     steps = 2 * (ranks - 1) if ALGORITHM[0] == "ring" else 2 * math.ceil(math.log2(ranks))
     return 2 * (ranks - 1) / ranks * size, steps
 
 
 def allgather(size: float, ranks: int) -> tuple[float, int]:
-    """(bytes each rank sends, messages) for a ring all-gather of ``size`` in all."""
-    return (ranks - 1) / ranks * size, ranks - 1
+    """(bytes each rank sends, messages in sequence) for an all-gather of
+    ``size`` in all: the ring's ``N - 1`` steps, the exchange's one."""
+    return (ranks - 1) / ranks * size, 1 if ALGORITHM[0] == "exchange" else ranks - 1
 
 
 def layer_collectives(model: Model, scheme: str, ranks: int, tokens: int, act: int,
@@ -267,8 +274,8 @@ def main(argv=None) -> int:
     p.add_argument("--mem-gbs", type=float, default=100.0, help="memory GB/s per machine")
     p.add_argument("--latency-us", type=float, default=25.0, help="latency per message, us")
     p.add_argument("--act-bytes", type=int, default=4, choices=(2, 4), help="bytes/activation")
-    p.add_argument("--algorithm", default="ring", choices=("ring", "tree"),
-                   help="the all-reduce's messages: ring 2(N-1), tree 2 log2 N")  # fmt: skip
+    p.add_argument("--algorithm", default="ring", choices=("ring", "tree", "exchange"),
+                   help="the all-reduce's messages: ring 2(N-1), tree 2 log2 N, exchange 1")  # fmt: skip
     args = p.parse_args(argv)
     ALGORITHM[0] = args.algorithm
     print(tables(args.mem_gbs, args.latency_us, args.act_bytes))

@@ -18,9 +18,21 @@ per configuration (rank 0's; the ranks' RSS both):
 * peak RSS at load (``VmHWM`` after the load) and the RSS before it;
 * where the time goes: one all-reduce of a ``(1, hidden)`` f32 row timed
   alone (median of 200), times the collectives a token makes (2 per layer,
-  the embedding's all-reduce, the head's all-gather of the logits).
+  the embedding's all-reduce, the head's all-gather of the logits);
+* a per-rank timeline of the median token (perf_counter stamps, one clock
+  for both ranks): the MX layers' own compute, the embedding, the rest
+  (attention, norms, Python), and each decode collective split into the time
+  both ranks were inside it (the collective's own cost) and the time this
+  rank waited for the other to arrive.
 
-    python bench/probes/tp_decode.py [--layers 8] [--tokens 32] [--folder /tmp/mx-tp-probe]
+``--collective exchange,torch`` runs the 2-rank row once per kind of decode
+collective (``set_decode_collective``; ``exchange+sleep``: the exchange
+waited for as torch waits, not polled: ``decode_collectives.POLL_S = 0``);
+``--rounds R`` repeats every row R times, interleaved (A B A B ...), and prints each row's median of the rounds
+with its spread, since a loaded machine's timings move between runs.
+
+    python bench/probes/tp_decode.py [--layers 8] [--tokens 32] [--rounds 1]
+        [--collective exchange,torch] [--folder /tmp/mx-tp-probe]
 """
 
 from __future__ import annotations
@@ -83,29 +95,82 @@ def _allreduce_us(hidden: int) -> float:
     return 1e6 * statistics.median(times)
 
 
-def _timed_collectives(dist, spent: list) -> None:
-    """``dist.all_reduce`` / ``dist.all_gather`` (the MX layers' collectives)
-    timed: their seconds added to ``spent[0]``."""
-    for name in ("all_reduce", "all_gather"):
-        inner = getattr(dist, name)
+def _timed_collectives(events: list) -> None:
+    """The MX layers' (and the embedding's) decode collectives,
+    ``decode_collectives.replicated`` (the collective, its wait and the local
+    sum or concatenation), timed: ``("comm", enter, exit)`` appended."""
+    from mlir_mx.torch.distributed import decode_collectives as dc
 
-        def timed(*args, _inner=inner, **kw):
-            t0 = time.perf_counter()
-            try:
-                return _inner(*args, **kw)
-            finally:
-                spent[0] += time.perf_counter() - t0
+    inner = dc.replicated
 
-        setattr(dist, name, timed)
+    def timed(*args, **kw):
+        t0 = time.perf_counter()
+        try:
+            return inner(*args, **kw)
+        finally:
+            events.append(("comm", t0, time.perf_counter()))
+
+    dc.replicated = timed
 
 
-def measure(rank, world, folder, tokens):
+def _timed_modules(model, events: list) -> None:
+    """Each MX layer's and the embedding's forward call (its hooks, the TP
+    collectives, included): ``("mx" | "embed", enter, exit)`` appended."""
+    from mlir_mx.torch.module import MXLinear
+
+    for name, m in model.named_modules():
+        kind = "mx" if isinstance(m, MXLinear) else "embed" if name.endswith("embed_tokens") else None
+        if kind is None:
+            continue
+        stamp = {}
+        m.register_forward_pre_hook(lambda *a, s=stamp: s.update(t=time.perf_counter()), prepend=True)
+        m.register_forward_hook(lambda *a, s=stamp, k=kind: events.append((k, s["t"], time.perf_counter())))
+
+
+def timeline(ranks: list) -> list[dict]:
+    """Per rank, ms a token: ``mx`` (the MX layers less their collectives),
+    ``embed``, ``rest`` (the step less both), ``inside`` (both ranks inside a
+    collective) and ``waiting`` (this rank inside, the other not yet);
+    averaged over the timed steps."""
+    out = []
+    for r in ranks:
+        steps = r["events"]
+        acc = dict(step=0.0, mx=0.0, embed=0.0, inside=0.0, waiting=0.0)
+        for i, (t0, t1, ev) in enumerate(steps):
+            comm = [e for e in ev if e[0] == "comm"]
+            others = [[e for e in o["events"][i][2] if e[0] == "comm"] for o in ranks]
+            acc["step"] += t1 - t0
+            for e in ev:
+                if e[0] in ("mx", "embed"):
+                    inner = sum(c[2] - c[1] for c in comm if e[1] <= c[1] and c[2] <= e[2])
+                    acc[e[0]] += e[2] - e[1] - inner
+            for j, c in enumerate(comm):
+                last_in = max(o[j][1] for o in others)
+                acc["waiting"] += last_in - c[1]
+                acc["inside"] += c[2] - last_in
+        n = len(steps)
+        row = {k: 1e3 * v / n for k, v in acc.items()}
+        row["rest"] = row["step"] - row["mx"] - row["embed"] - row["inside"] - row["waiting"]
+        row["collectives"] = len(steps[0][2] and [e for e in steps[0][2] if e[0] == "comm"])
+        out.append(row)
+    return out
+
+
+def measure(rank, world, folder, tokens, collective="exchange"):
     import torch.distributed as dist
     import torch.distributed.tensor.parallel  # noqa: F401 - imported before the RSS is read
     from torch.distributed.device_mesh import init_device_mesh
 
     from mlir_mx.torch import from_pretrained, precompile
-    from mlir_mx.torch.distributed import held_weight_bytes
+    from mlir_mx.torch.distributed import (
+        decode_collectives,
+        held_weight_bytes,
+        set_decode_collective,
+    )
+
+    set_decode_collective(collective.removesuffix("+sleep"))
+    if collective.endswith("+sleep"):  # waited for as torch waits, never polled
+        decode_collectives.POLL_S = 0.0
 
     mesh = init_device_mesh("cpu", (world,)) if world > 1 else None
     rss0 = _status("VmRSS")
@@ -115,55 +180,87 @@ def measure(rank, world, folder, tokens):
     peak = _status("VmHWM")
     precompile(model)
     ids = torch.randint(0, WIDTHS["vocab_size"], (1, 16), generator=torch.Generator().manual_seed(1))
-    steps, spent = [], [0.0]
+    steps, events, toks = [], [], []
     with torch.inference_mode():
         out = model(ids, use_cache=True)
         for i in range(tokens + 2):
             nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+            toks.append(int(nxt))
             dist.barrier() if world > 1 else None  # each step starts together
+            if i == 2:
+                _timed_collectives(events)
+                _timed_modules(model, events)
+            events.clear()
             t0 = time.perf_counter()
             out = model(nxt, cache=out.cache, use_cache=True)
-            if i == 1:
-                _timed_collectives(dist, spent)
             if i >= 2:
-                steps.append(time.perf_counter() - t0)
-    return dict(ms=1e3 * statistics.median(steps), comm_ms=1e3 * spent[0] / len(steps), held=held_weight_bytes(model),
-                tensors=_held_tensors(model), peak=peak, rss0=rss0, load_s=load_s,
-                allreduce_us=_allreduce_us(WIDTHS["hidden_size"]))  # fmt: skip
+                steps.append((t0, time.perf_counter(), list(events)))
+    return dict(ms=1e3 * statistics.median(t1 - t0 for t0, t1, _ in steps), events=steps, toks=toks,
+                held=held_weight_bytes(model), tensors=_held_tensors(model), peak=peak, rss0=rss0,
+                load_s=load_s, allreduce_us=_allreduce_us(WIDTHS["hidden_size"]))  # fmt: skip
+
+
+def _row(name: str, res: list, times: list) -> None:
+    mib, r = 2.0**20, res[0]
+    spread = f" (rounds {min(times):.2f}-{max(times):.2f})" if len(times) > 1 else ""
+    print(f"{name}: decode {statistics.median(times):.2f} ms/token{spread}; "
+          f"MX weights held {r['held'] / mib:.1f} MiB, all tensors {r['tensors'] / mib:.1f} MiB "
+          f"per rank; load {r['load_s']:.1f} s; peak RSS at load "
+          + ", ".join(f"{x['peak'] / mib:.0f} MiB (before {x['rss0'] / mib:.0f})" for x in res))  # fmt: skip
+
+
+def _where(name: str, res: list) -> None:
+    for rank, t in enumerate(timeline(res)):
+        print(f"  {name} rank {rank}, ms a token: step {t['step']:.2f} = MX layers {t['mx']:.2f} "
+              f"+ embedding {t['embed']:.2f} + rest {t['rest']:.2f} + {t['collectives']} "
+              f"collectives: both inside {t['inside']:.2f}, waiting for the other "
+              f"{t['waiting']:.2f}")  # fmt: skip
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--tokens", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--collective", default="exchange", help="comma-separated: exchange, torch")
+    p.add_argument("--no-single-thread", action="store_true", help="leave out 1 process x 1 thread")
     p.add_argument("--folder", default="/tmp/mx-tp-probe")
     a = p.parse_args()
     folder = Path(a.folder) / f"llama-{a.layers}"
     if not (folder / "config.json").exists():
         print(f"building {folder} ...", file=sys.stderr)
         build(folder, a.layers)
-    mib = 2.0**20
-    rows = {}
-    for world, threads in ((1, 1), (1, 2), (2, 1)):
-        res = run_ranks(measure, world, (str(folder), a.tokens), timeout=900, threads=threads)
-        rows[world, threads] = res
-        r = res[0]
-        print(f"{world} process(es) x {threads} thread(s): decode {r['ms']:.2f} ms/token; "
-              f"MX weights held {r['held'] / mib:.1f} MiB, all tensors {r['tensors'] / mib:.1f} MiB "
-              f"per rank; load {r['load_s']:.1f} s; peak RSS at load "
-              + ", ".join(f"{x['peak'] / mib:.0f} MiB (before {x['rss0'] / mib:.0f})" for x in res))  # fmt: skip
-    one, two = rows[1, 2][0], rows[2, 1][0]
+    rows = ([] if a.no_single_thread else [("1 process x 1 thread", 1, 1, "torch")])
+    rows += [("1 process x 2 threads", 1, 2, "torch")]
+    rows += [(f"2 ranks x 1 thread ({k})", 2, 1, k) for k in a.collective.split(",")]
+    times, last = {r[0]: [] for r in rows}, {}
+    for _ in range(a.rounds):  # interleaved: A B A B ...
+        for name, world, threads, kind in rows:
+            res = run_ranks(measure, world, (str(folder), a.tokens, kind), timeout=900, threads=threads)
+            times[name].append(res[0]["ms"])
+            last[name] = res
+    for name, *_ in rows:
+        _row(name, last[name], times[name])
+    one = last["1 process x 2 threads"][0]
+    base = statistics.median(times["1 process x 2 threads"])
+    for name, world, *_ in rows:
+        if world == 1:
+            continue
+        two = last[name][0]
+        paired = [b / t for b, t in zip(times["1 process x 2 threads"], times[name], strict=True)]
+        print(f"{name}: tokens/s over 1 x 2 {base / statistics.median(times[name]):.2f}x "
+              f"(per round {', '.join(f'{x:.2f}' for x in paired)}); greedy tokens equal: "
+              f"{two['toks'] == one['toks']}; MX weights per rank "
+              f"{two['held'] / one['held']:.2f}x; all tensors {two['tensors'] / one['tensors']:.2f}x; "
+              f"peak RSS at load {max(x['peak'] for x in last[name]) / one['peak']:.2f}x, its growth "
+              f"over the RSS before the load "
+              f"{max(x['peak'] - x['rss0'] for x in last[name]) / (one['peak'] - one['rss0']):.2f}x")  # fmt: skip
     per_token = 2 * a.layers + 2
-    print(f"TP tokens/s over 1 x 2: {one['ms'] / two['ms']:.2f}x; MX weights per rank "
-          f"{two['held'] / one['held']:.2f}x; all tensors {two['tensors'] / one['tensors']:.2f}x; "
-          f"peak RSS at load {max(x['peak'] for x in rows[2, 1]) / one['peak']:.2f}x, its growth "
-          f"over the RSS before the load "
-          f"{max(x['peak'] - x['rss0'] for x in rows[2, 1]) / (one['peak'] - one['rss0']):.2f}x")  # fmt: skip
-    print(f"where the time goes: one all-reduce of (1, {WIDTHS['hidden_size']}) f32 "
-          f"{two['allreduce_us']:.0f} us alone; {per_token} collectives a token -> about "
-          f"{per_token * two['allreduce_us'] / 1e3:.2f} ms of {two['ms']:.2f} ms; inside the "
-          f"MX layers' all-reduce / all-gather calls during the steps: "
-          f"{two['comm_ms']:.2f} ms a token (waiting for the other rank included)")  # fmt: skip
+    two = last[rows[-1][0]][0]
+    print(f"where the time goes (the last round): one all-reduce of (1, {WIDTHS['hidden_size']}) "
+          f"f32 {two['allreduce_us']:.0f} us alone, back to back; {per_token} collectives a token")
+    for name, *_ in rows[-len(a.collective.split(",")) - 1 :]:
+        _where(name, last[name])
 
 
 if __name__ == "__main__":

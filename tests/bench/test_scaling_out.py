@@ -75,3 +75,17 @@ def test_the_tables_print(so, capsys):
     out = capsys.readouterr().out
     assert "| TP | 23,040 | 34,560 | 40,320 | 43,200 |" in out
     assert "Fastest decode at 25 Gb/s (gpt-oss-120b): TP on 4 machines" in out
+
+
+def test_the_exchange_sends_n_minus_1_rows_in_one_round(so):
+    """``--algorithm exchange`` (one all_to_all, what the TP decode runs):
+    an all-reduce of S over N sends (N - 1) S in 1 round where the ring sends
+    2 (N - 1) / N S in 2 (N - 1); an all-gather (N - 1) / N S in 1 round."""
+    assert so.allreduce(1000.0, 4) == (1500.0, 6)  # the ring
+    previous, so.ALGORITHM[0] = so.ALGORITHM[0], "exchange"
+    try:
+        assert so.allreduce(1000.0, 4) == (3000.0, 1)
+        assert so.allgather(1000.0, 4) == (750.0, 1)
+        assert so.main(["--algorithm", "exchange"]) == 0
+    finally:
+        so.ALGORITHM[0] = previous

@@ -44,6 +44,7 @@ from mlir_mx.torch.distributed import (  # noqa: E402
     held_weight_bytes,
     parallelize,
     resolve_plan,
+    set_decode_collective,
     slice_mx,
 )
 from mlir_mx.torch.distributed.tensor_parallel import expand_plan  # noqa: E402
@@ -100,6 +101,11 @@ def _rank(rank, world, cases, folder, gguf_file=None):
         out[case] = (*_run(m, prompt()), full, held_weight_bytes(m), _weights(m))
     m = from_pretrained(folder, device_mesh=mesh, tp_plan="auto")
     out["load"] = (*_run(m, prompt()), None, held_weight_bytes(m), _weights(m))
+    previous = set_decode_collective("torch")  # gloo's all-reduce / all-gather
+    try:
+        out["load_torch"] = _run(m, prompt())
+    finally:
+        set_decode_collective(previous)
     if gguf_file is not None:  # MXFP4 rows / columns read from the GGUF map
         m = from_pretrained(gguf_file, device_mesh=mesh, tp_plan="auto")
         ids = prompt(vocab=m.config.vocab_size)
@@ -149,6 +155,10 @@ def _check(results, cases, gguf=None) -> None:
             assert lb.check(logits[0]) <= 1.0, case
             assert held <= 0.55 * full, (case, held, full)
         # A fused layer's weight() is its part's rows: the same check.
+        if case == "load":  # 2 ranks: the exchange's a + b is the all-reduce's bits
+            for out in results:
+                assert torch.equal(out["load_torch"][0][0], out["load"][0][0])
+                assert np.array_equal(out["load_torch"][1][0], out["load"][1][0])
         assert _check_shards(weights, [out[case][4] for out in results], 2) == 15, case
 
 
@@ -189,9 +199,55 @@ def test_two_ranks_match_one_process(checkpoint):
     """One spawn of 2 ranks x 1 thread: a bad plan refused on both ranks,
     then FP4 fused and the FP4 checkpoint loaded as shards: greedy tokens
     equal to one process's, logits within the bound, bit-identical from call
-    to call, held MX bytes <= 0.55x, each shard its slice."""
+    to call, held MX bytes <= 0.55x, each shard its slice; the checkpoint's
+    logits and tokens the same bits with gloo's all-reduce / all-gather as
+    with the default one-round exchange (``set_decode_collective``)."""
     torch.set_num_threads(1)
     _check(run_ranks(_rank, 2, (CASES, checkpoint), timeout=300), CASES)
+
+
+def _collectives_3(rank, world):
+    """Each rank's ``_replicated`` of a partial sum (decode-sized, and past
+    ``EXCHANGE_BYTES``: the ring) and of a shard, by both kinds."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Partial, Shard
+
+    from mlir_mx.torch.distributed import decode_collectives as tp
+
+    mesh = init_device_mesh("cpu", (world,))
+    g = torch.Generator().manual_seed(rank)
+    small, big = torch.randn(1, 1, 64, generator=g), torch.randn(1, 512, 64, generator=g)
+    out = {}
+    for kind in tp.COLLECTIVES:
+        tp.set_decode_collective(kind)
+        out[kind] = [tp.replicated(t.clone(), Partial(), mesh) for t in (small, big)]
+        out[kind].append(tp.replicated(small.clone(), Shard(-1), mesh))
+    return out, small, big
+
+
+@pytest.mark.slow
+def test_three_ranks_exchange_sums_in_rank_order():
+    """3 ranks: the exchange sums a decode row in rank order, the same bits
+    on every rank; a partial sum past ``EXCHANGE_BYTES`` takes gloo's ring
+    (the same bits as ``"torch"``); a shard is concatenated in rank order."""
+    from mlir_mx.torch.distributed.decode_collectives import EXCHANGE_BYTES
+
+    assert 512 * 64 * 4 > EXCHANGE_BYTES >= 64 * 4
+    results = run_ranks(_collectives_3, 3, timeout=300)
+    smalls, bigs = [r[1] for r in results], [r[2] for r in results]
+    want = smalls[0] + smalls[1] + smalls[2]
+    for out, _, _ in results:
+        assert torch.equal(out["exchange"][0], want)
+        assert torch.equal(out["exchange"][1], out["torch"][1])  # the ring, both kinds
+        torch.testing.assert_close(out["exchange"][1], bigs[0] + bigs[1] + bigs[2])
+        assert torch.equal(out["exchange"][2], torch.cat(smalls, dim=-1))
+        assert torch.equal(out["exchange"][2], out["torch"][2])
+        torch.testing.assert_close(out["torch"][0], want)  # the ring's order may differ
+
+
+def test_an_unknown_decode_collective_is_refused():
+    with pytest.raises(MXValueError, match="kind: expected one of exchange, torch, got 'ring'"):
+        set_decode_collective("ring")
 
 
 @pytest.mark.slow
@@ -284,6 +340,16 @@ def test_generate_tp_option_checked_first(checkpoint, capsys):
 
     assert main([checkpoint, "--prompt", "w7", "--tp", "0"]) == 2
     assert "mx-generate: error: --tp: expected 1 or more processes, got 0" in capsys.readouterr().err
+
+
+def test_rank_threads_share_out_this_machines_cpus():
+    """``mx-generate --tp N``'s threads per rank (OMP_NUM_THREADS unless set)."""
+    from mlir_mx.torch.distributed.launch import rank_threads
+
+    cpus = len(os.sched_getaffinity(0))
+    assert rank_threads(1) == cpus
+    assert rank_threads(2) == max(1, cpus // 2)
+    assert rank_threads(4 * cpus) == 1
 
 
 @pytest.mark.slow

@@ -29,6 +29,7 @@ _EXPORTS = {
     "check_plan": "tensor_parallel",
     "held_weight_bytes": "tensor_parallel",
     "parallelize": "tensor_parallel",
+    "set_decode_collective": "decode_collectives",
     "slice_mx": "tensor_parallel",
     "auto_plan": "plans",
     "resolve_plan": "plans",

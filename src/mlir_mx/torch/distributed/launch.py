@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from mlir_mx.errors import ToolError, UsageError
 
-__all__ = ["is_rank_zero", "relaunch", "tensor_mesh", "under_launcher"]
+__all__ = ["is_rank_zero", "rank_threads", "relaunch", "tensor_mesh", "under_launcher"]
 
 #: How long a collective may wait for a peer before it fails (a rank that died).
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
@@ -50,11 +50,26 @@ def is_rank_zero() -> bool:
     return not dist.is_initialized() or dist.get_rank() == 0
 
 
+def rank_threads(n: int) -> int:
+    """Threads for each of ``n`` ranks on this machine: its CPUs (those this
+    process may run on) shared out, at least 1."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // n)
+
+
 def relaunch(n: int, argv: list[str], module: str) -> int:
     """``torchrun --standalone --nproc-per-node n -m module argv...`` (torch's
-    launcher, run in this process); the exit status (1 when a rank failed)."""
+    launcher, run in this process); the exit status (1 when a rank failed).
+    Each rank's torch threads (and so its MX layers'): ``OMP_NUM_THREADS`` if
+    set, else :func:`rank_threads` (torchrun's own default is 1 whatever the
+    CPUs); ``--threads`` in ``argv`` sets them in each rank after that."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
+
+    os.environ.setdefault("OMP_NUM_THREADS", str(rank_threads(n)))
 
     try:
         torchrun(["--standalone", "--nproc-per-node", str(n), "-m", module, *argv])

@@ -28,10 +28,17 @@ their meaning, and change one thing, ``_apply`` on an ``MXLinear``:
   all-gather).  A transition that is the identity (``Replicate`` in, the local
   output out) makes no DTensor at all, and the two of a decode step's hot
   path, a local output made ``Replicate`` from ``Partial`` (rowwise) or
-  ``Shard(-1)`` (a gathered head), call that same collective directly on the
-  mesh's process group (``dist.all_reduce`` / ``dist.all_gather``), without a
-  DTensor around it;
-* a rowwise layer's bias is added once, after the all-reduce.
+  ``Shard(-1)`` (a gathered head), make no DTensor either: one
+  ``dist.all_to_all_single`` on the mesh's process group hands every rank
+  every rank's output, summed or concatenated in rank order (one message
+  round where gloo's ring all-reduce takes two; ``"torch"``:
+  ``dist.all_reduce`` / ``dist.all_gather``; :mod:`.decode_collectives`);
+* a rowwise layer's bias is added once, after the all-reduce;
+* an ``nn.Embedding`` read as its rows (``from_pretrained(device_mesh=)``)
+  and planned rowwise with replicated input and output (Llama's
+  ``embedding_rowwise``) is looked up without a DTensor: its ids shifted to
+  its rows, the others' rows zeroed, summed by the same exchange
+  (:func:`_row_lookup`).
 
 Every other module (a plain ``nn.Linear``, ``nn.Embedding``) gets torch's own
 ``_apply``.  :func:`parallelize` checks the whole plan first (every layer's
@@ -46,7 +53,6 @@ from fnmatch import fnmatchcase
 from functools import partial
 
 import torch
-import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_module
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -59,6 +65,7 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import MXArray
 
 from ..module import MXLinear
+from . import decode_collectives as dc
 
 __all__ = [
     "MXColwiseParallel",
@@ -121,10 +128,21 @@ def _enter(given, wanted, mesh, module, args):
     return (x, *args[1:])
 
 
-def _leave(made, wanted, local, mesh, bias, module, args, y):
+def _leave_hook(made, wanted, local, mesh, bias):
+    """The forward hook that takes a layer's local output ``made`` to ``wanted``:
+    which path it takes decided here, once (a decode step calls it for every
+    layer; comparing placements costs microseconds a call)."""
     if local and wanted == (Replicate(),) and made in ((Partial(),), (Shard(-1),)):
-        y = _replicated(y, made[0], mesh)
-    elif made != wanted or not local:
+        path = "exchange"
+    else:
+        path = "dtensor" if made != wanted or not local else "local"
+    return partial(_leave, path, made, wanted, local, mesh, bias)
+
+
+def _leave(path, made, wanted, local, mesh, bias, module, args, y):
+    if path == "exchange":
+        y = dc.replicated(y, made[0], mesh)
+    elif path == "dtensor":
         d = DTensor.from_local(y, mesh, made, run_check=False)
         if made != wanted:
             d = d.redistribute(mesh, wanted)
@@ -132,22 +150,6 @@ def _leave(made, wanted, local, mesh, bias, module, args, y):
     if bias is not None:
         y = y + bias.to(y.dtype)
     return y
-
-
-def _replicated(y: torch.Tensor, made, mesh) -> torch.Tensor:
-    """What ``DTensor.redistribute(Replicate())`` computes, with the collective
-    called directly on the mesh's group (the decode step's hot path: no
-    DTensor made, ~0.1 ms of Python a call less): ``Partial`` is summed by
-    ``all_reduce``, in place (``y`` is this call's own new output);
-    ``Shard(-1)`` gathered by ``all_gather`` and concatenated in rank order."""
-    group = mesh.get_group()
-    if isinstance(made, Partial):
-        dist.all_reduce(y, group=group)
-        return y
-    y = y.contiguous()
-    parts = [torch.empty_like(y) for _ in range(mesh.size())]
-    dist.all_gather(parts, y, group=group)
-    return torch.cat(parts, dim=-1)
 
 
 def _shard_layer(module: MXLinear, dim: int, mesh) -> None:
@@ -191,8 +193,8 @@ class MXColwiseParallel(ColwiseParallel):
         module.register_forward_pre_hook(
             partial(_enter, self.input_layouts, self.desired_input_layouts, device_mesh)
         )
-        module.register_forward_hook(partial(
-            _leave, (Shard(-1),), self.output_layouts, self.use_local_output, device_mesh, None
+        module.register_forward_hook(_leave_hook(
+            (Shard(-1),), self.output_layouts, self.use_local_output, device_mesh, None
         ))  # fmt: skip
         return module
 
@@ -206,6 +208,9 @@ class MXRowwiseParallel(RowwiseParallel):
     def _apply(self, module: torch.nn.Module, device_mesh) -> torch.nn.Module:
         if _loaded_shard(module):  # an nn.Embedding read as its rows
             self.desired_input_layouts = (Replicate(),)
+            local = (Replicate(),) == self.input_layouts == self.output_layouts
+            if local and self.use_local_output:
+                return _row_lookup(module, device_mesh)
             return _presharded(self, module, device_mesh, Shard(0))
         if not isinstance(module, MXLinear):
             return super()._apply(module, device_mesh)
@@ -215,14 +220,38 @@ class MXRowwiseParallel(RowwiseParallel):
             partial(_enter, self.input_layouts, self.desired_input_layouts, device_mesh)
         )
         bias = getattr(module, "mx_tp_bias", None)
-        module.register_forward_hook(partial(
-            _leave, (Partial(),), self.output_layouts, self.use_local_output, device_mesh, bias
+        module.register_forward_hook(_leave_hook(
+            (Partial(),), self.output_layouts, self.use_local_output, device_mesh, bias
         ))  # fmt: skip
         return module
 
 
 def _loaded_shard(module) -> bool:
     return type(module) is torch.nn.Embedding and getattr(module, "mx_tp_shard", None) is not None
+
+
+def _row_lookup(module: torch.nn.Embedding, mesh) -> torch.nn.Module:
+    """An ``nn.Embedding`` holding its rows ``start:stop`` (read as its shard)
+    looked up as torch's ``RowwiseParallel`` does (ids outside the rows read
+    as zeros, the partial rows summed over the ranks: exact, each id's row is
+    one rank's), without a DTensor: the ids shifted by ``start`` in a forward
+    pre-hook, the other ranks' rows zeroed and the sum made by the decode
+    collective (:func:`_replicated`) in a forward hook."""
+    _dim, start, stop = module.mx_tp_shard
+    outside = []
+
+    def shift(mod, args):
+        ids = args[0]
+        out = (ids < start) | (ids >= stop)
+        outside[:] = [out.unsqueeze(-1)]
+        return ((ids - start).masked_fill(out, 0), *args[1:])
+
+    def gather(mod, args, y):
+        return dc.replicated(y.masked_fill(outside.pop(), 0), Partial(), mesh)
+
+    module.register_forward_pre_hook(shift)
+    module.register_forward_hook(gather)
+    return module
 
 
 def _presharded(style, module, mesh, placement):
