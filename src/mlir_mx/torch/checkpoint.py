@@ -289,7 +289,7 @@ def _fill(model, plan: dict, files: CheckpointFiles, dtype, kw: dict) -> None:
         parent = model.get_submodule(owner) if owner else model
         old = getattr(parent, attr)
         if kind == "experts":
-            new = _experts(old, name, files, read, kw)
+            new = _experts(old, name, files, read, kw, plan["shards"].get(name))
         elif isinstance(kind, tuple):  # ("embedding", its layout)
             new = layout_embedding(old, name, kind[1], files, dtype)
         else:
@@ -323,17 +323,18 @@ def _mx(codes: torch.Tensor, scales: torch.Tensor, out: int) -> MXArray:
     )
 
 
-def _experts(old, name: str, files: CheckpointFiles, read, kw: dict) -> MXExperts:
-    weights = {}
+def _experts(old, name: str, files: CheckpointFiles, read, kw: dict, mine=None) -> MXExperts:
+    """``mine``: the range of experts to read (expert parallel's shard), else all."""
+    weights, rows = {}, None if mine is None else slice(mine.start, mine.stop)
     for proj in ("gate_up_proj", "down_proj"):
         e, out, _k = linear_shape(old, proj)
         key = f"{name}.{proj}"
         weights[proj] = [
             _mx(files.copied(key + "_blocks", i), files.copied(key + "_scales", i), out)
-            for i in range(e)
+            for i in (range(e) if mine is None else mine)
         ]
     gu_b, dn_b = (
-        read(f"{name}.{p}_bias") if f"{name}.{p}_bias" in files.where else None
+        read(f"{name}.{p}_bias", rows) if f"{name}.{p}_bias" in files.where else None
         for p in ("gate_up_proj", "down_proj")
     )
     return MXExperts(weights["gate_up_proj"], weights["down_proj"], gu_b, dn_b,
