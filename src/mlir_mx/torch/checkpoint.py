@@ -46,6 +46,7 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import MXArray
 
 from .checkpoint_config import COMPRESSED, GPT_OSS, saved_config
+from .checkpoint_experts import experts_in_groups
 from .checkpoint_files import (
     CheckpointFiles,
     check_config,
@@ -324,21 +325,23 @@ def _mx(codes: torch.Tensor, scales: torch.Tensor, out: int) -> MXArray:
 
 
 def _experts(old, name: str, files: CheckpointFiles, read, kw: dict, mine=None) -> MXExperts:
-    """``mine``: the range of experts to read (expert parallel's shard), else all."""
-    weights, rows = {}, None if mine is None else slice(mine.start, mine.stop)
-    for proj in ("gate_up_proj", "down_proj"):
-        e, out, _k = linear_shape(old, proj)
-        key = f"{name}.{proj}"
-        weights[proj] = [
-            _mx(files.copied(key + "_blocks", i), files.copied(key + "_scales", i), out)
-            for i in (range(e) if mine is None else mine)
-        ]
+    """``mine``: the range of experts to read (expert parallel's shard), else
+    all; read a few at a time (:func:`.checkpoint_experts.experts_in_groups`)."""
+    e = linear_shape(old, "gate_up_proj")[0]
+    ids, rows = (range(e), None) if mine is None else (mine, slice(mine.start, mine.stop))
+
+    def one(i: int) -> tuple[MXArray, MXArray]:
+        got = tuple(_mx(files.copied(f"{name}.{p}_blocks", i), files.copied(f"{name}.{p}_scales", i),
+                        linear_shape(old, p)[1]) for p in ("gate_up_proj", "down_proj"))  # fmt: skip
+        if mine is not None:  # a shard: the map's pages this expert's read touched, dropped now
+            files.release(whole=True)
+        return got
+
     gu_b, dn_b = (
         read(f"{name}.{p}_bias", rows) if f"{name}.{p}_bias" in files.where else None
         for p in ("gate_up_proj", "down_proj")
     )
-    return MXExperts(weights["gate_up_proj"], weights["down_proj"], gu_b, dn_b,
-                     gate=experts_gate(old), **kw)  # fmt: skip
+    return experts_in_groups(one, ids, gu_b, dn_b, gate=experts_gate(old), kw=kw)
 
 
 def _linear(old, name: str, lay, files: CheckpointFiles, read, kw: dict, cut=None) -> MXLinear:
