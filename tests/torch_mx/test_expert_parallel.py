@@ -274,6 +274,40 @@ def test_a_rank_reads_its_experts_and_heads_as_slices_of_the_whole(tmp_path, ran
                        whole.model.embed_tokens.weight[rows(vocab)])  # fmt: skip
 
 
+def test_a_rank_reads_its_experts_from_a_gguf_file(tmp_path):
+    """The same from a GGUF file (ggml MXFP4 experts): as rank 1 of 2, each
+    block holds experts 2..3, their codes, scales and biases those of the
+    whole load's, half its bytes."""
+    import numpy as np
+
+    gguf = pytest.importorskip("gguf", reason="gguf not installed (pip install 'mlir-mx[test]')")
+    from gguf_cases import write_model_gguf
+
+    from mlir_mx.torch import from_pretrained
+
+    def types(name, a):
+        q = gguf.GGMLQuantizationType
+        return q.MXFP4 if "_exps.weight" in name else q.F32
+
+    path = tmp_path / "gpt-oss.gguf"
+    write_model_gguf(tiny_gpt_oss(vocab_size=264), path, types)
+    whole = from_pretrained(path, dtype=torch.float32)
+    mesh = _as_rank(1, 2)
+    try:
+        part = from_pretrained(path, dtype=torch.float32, device_mesh=mesh, tp_plan="auto")
+    finally:
+        dist.destroy_process_group()
+    for w, p in zip(whole.model.layers, part.model.layers, strict=True):
+        block, full = p.mlp.experts, w.mlp.experts
+        assert (block.first, block.num_experts, block.total_experts) == (2, 2, 4)
+        assert 2 * block.nbytes == full.nbytes
+        for proj in ("gate_up", "down"):
+            for j, layer in enumerate(getattr(block, proj)):
+                mine, theirs = _stored(layer), _stored(getattr(full, proj)[2 + j])
+                assert np.array_equal(mine[0], theirs[0]) and np.array_equal(mine[1], theirs[1])
+                assert torch.equal(mine[2], theirs[2])
+
+
 @pytest.mark.slow
 def test_two_ranks_sum_within_the_bound_and_run_to_run(tmp_path):
     """combine="sum" (partial sums all-reduced): not the single process's order
