@@ -78,18 +78,12 @@ class Sampler(threading.Thread):
 
 
 def _held(model) -> int:
-    from mlir_mx.torch import MXExperts, MXLinear
-
+    """Bytes of the parameters and buffers (local shards; an ``MXLinear``'s
+    stored codes and scales are its buffers)."""
     total = 0
     for t in (*model.parameters(), *model.buffers()):
         t = t.to_local() if hasattr(t, "to_local") else t
         total += t.numel() * t.element_size()
-    inside = {id(x) for m in model.modules() if isinstance(m, MXExperts) for x in m.modules()}
-    for m in model.modules():
-        if isinstance(m, MXExperts):
-            total += m.nbytes
-        elif isinstance(m, MXLinear) and id(m) not in inside:
-            total += m.linear.nbytes
     return total
 
 

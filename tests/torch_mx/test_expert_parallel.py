@@ -332,3 +332,15 @@ def test_a_lone_rank_is_refused_without_waiting(tmp_path):
     got = torch.load(tmp_path / "rank0.pt")
     assert got["message"].startswith("model.layers.0.mlp.experts: ranks: 2 ranks do not divide")
     assert got["sharded"] == 0
+
+
+@pytest.mark.slow
+def test_ep_tp_load_is_bit_identical_across_spawns(tmp_path):
+    """Two separate spawns of 2 ranks, each loading the checkpoint as its shard
+    (EP + attention TP): the same bits in both, prompt and every step, on
+    both ranks, and the single process's tokens."""
+    spawns = [_two_ranks(tmp_path / str(i), (), load=True)[0] for i in range(2)]
+    for a, b in zip(*spawns, strict=True):
+        for x, y in zip(a["load"]["runs"], b["load"]["runs"], strict=True):
+            assert torch.equal(x["prompt"], y["prompt"]) and torch.equal(x["steps"], y["steps"])
+            assert x["tokens"] == y["tokens"] == a["whole"]["tokens"]

@@ -333,8 +333,7 @@ def _experts(old, name: str, files: CheckpointFiles, read, kw: dict, mine=None) 
     def one(i: int) -> tuple[MXArray, MXArray]:
         got = tuple(_mx(files.copied(f"{name}.{p}_blocks", i), files.copied(f"{name}.{p}_scales", i),
                         linear_shape(old, p)[1]) for p in ("gate_up_proj", "down_proj"))  # fmt: skip
-        if mine is not None:  # a shard: the map's pages this expert's read touched, dropped now
-            files.release(whole=True)
+        files.release(whole=True)  # the map's pages this expert's read touched (RSS), dropped
         return got
 
     gu_b, dn_b = (

@@ -16,12 +16,14 @@ modules the plan names (``nn.Embedding``: torch shards it itself).
 
 An ``nn.Embedding`` the plan splits (Llama's ``embedding_rowwise``) reads its
 rows (or columns) the same way, and becomes a DTensor made from that shard
-(``from_local``: no scatter from rank 0).  Not read as a shard: the tensors the
-plan does not split (norms, a replicated head), a plain ``nn.Linear`` torch
-shards (read whole, then ``distribute_tensor``), gpt-oss's experts (expert
-parallel's part: :mod:`.expert_load`).  A GGUF file (``gguf_model.from_gguf(shards=)``) reads its
-MXFP4 layers' shards from its map the same way (whole 17-byte ggml blocks);
-its other tensors whole.
+(``from_local``: no scatter from rank 0); so does a plain ``nn.Linear`` the
+plan splits (gpt-oss's bf16 attention and head: its rows or columns read,
+:func:`.expert_load.adopt_linear_shard`).  Stacked experts planned
+:class:`~.experts.ExpertParallel` (``"auto"`` on gpt-oss: :mod:`.expert_load`)
+read only this rank's experts.  Not read as a shard: the tensors the plan does
+not split (norms, routers).  A GGUF file (``gguf_model.from_gguf(shards=)``)
+reads its MXFP4 layers' shards and its experts from its map the same way
+(whole 17-byte ggml blocks); its other tensors whole.
 """
 
 from __future__ import annotations
