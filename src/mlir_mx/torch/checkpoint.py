@@ -27,7 +27,8 @@ disagree or a malformed index or config field (:mod:`.checkpoint_files`, which
 also holds the save's commit).  Expert weights are read one
 expert at a time (``get_slice``), taken over by an ``MXArray`` without a copy,
 and laid out once as its ``mlir_mx.Linear``'s stored form; the bytes read are
-freed before the next expert.  :func:`save_pretrained` writes
+freed a group of experts at a time (:mod:`.checkpoint_experts`; a shard's
+load drops the file map's pages with them).  :func:`save_pretrained` writes
 the same layout back, the same tensors in the same files with the same
 metadata, so a loaded checkpoint saved again is byte-identical.
 """
@@ -331,16 +332,15 @@ def _experts(old, name: str, files: CheckpointFiles, read, kw: dict, mine=None) 
     ids, rows = (range(e), None) if mine is None else (mine, slice(mine.start, mine.stop))
 
     def one(i: int) -> tuple[MXArray, MXArray]:
-        got = tuple(_mx(files.copied(f"{name}.{p}_blocks", i), files.copied(f"{name}.{p}_scales", i),
-                        linear_shape(old, p)[1]) for p in ("gate_up_proj", "down_proj"))  # fmt: skip
-        files.release(whole=True)  # the map's pages this expert's read touched (RSS), dropped
-        return got
+        return tuple(_mx(files.copied(f"{name}.{p}_blocks", i), files.copied(f"{name}.{p}_scales", i),
+                         linear_shape(old, p)[1]) for p in ("gate_up_proj", "down_proj"))  # fmt: skip
 
     gu_b, dn_b = (
         read(f"{name}.{p}_bias", rows) if f"{name}.{p}_bias" in files.where else None
         for p in ("gate_up_proj", "down_proj")
     )
-    return experts_in_groups(one, ids, gu_b, dn_b, gate=experts_gate(old), kw=kw)
+    drop = None if mine is None else partial(files.release, whole=True)  # a shard: map pages
+    return experts_in_groups(one, ids, gu_b, dn_b, gate=experts_gate(old), kw=kw, after_group=drop)
 
 
 def _linear(old, name: str, lay, files: CheckpointFiles, read, kw: dict, cut=None) -> MXLinear:

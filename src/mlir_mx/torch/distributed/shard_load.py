@@ -35,6 +35,7 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 
 from ..experts import MXExperts
 from .expert_load import adopt_linear_shard, ep_auto_plan, expert_cuts, with_ep_styles
+from .experts import ExpertParallel
 from .plans import resolve_plan
 from .tensor_parallel import check_plan, expand_plan, parallelize, shard_range
 
@@ -90,6 +91,9 @@ class ShardedLoad:
         the expert blocks and plain linears read as their shards adopted as
         such (:mod:`.expert_load`)."""
         plan = self.plan if self.plan is not None else resolve_plan(model, self.tp_plan)
+        if self.tp_plan == "auto":  # stacked experts a checkpoint holds dense: replicated
+            plan = {n: s for n, s in plan.items() if not isinstance(s, ExpertParallel)
+                    or isinstance(model.get_submodule(n), MXExperts)}  # fmt: skip
         world = self.mesh.size()
         for name, cut in self.cuts.items():
             m = model.get_submodule(name)
