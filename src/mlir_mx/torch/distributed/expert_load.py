@@ -134,17 +134,18 @@ def adopt_linear_shard(module: torch.nn.Linear, style, mesh) -> None:
     ``Shard(1)``; a rowwise bias ``Replicate``), so the style's
     ``distribute_tensor`` keeps them as they are."""
     col = isinstance(style, ColwiseParallel)
-    w = module.weight.detach()
+    w = module.weight  # requires_grad kept as loaded, as torch's distribute_tensor keeps it
     module.register_parameter("weight", torch.nn.Parameter(
-        DTensor.from_local(w, mesh, [Shard(0 if col else 1)], run_check=False),
-        requires_grad=False,
+        DTensor.from_local(w.detach(), mesh, [Shard(0 if col else 1)], run_check=False),
+        requires_grad=w.requires_grad,
     ))  # fmt: skip
     if module.bias is not None:
-        b = module.bias.detach()
+        b = module.bias
+        local = b.detach()
         if col:
             a, z = shard_range(b.shape[0], mesh.get_local_rank(), mesh.size())
-            b = b[a:z].clone()
+            local = local[a:z].clone()
         module.register_parameter("bias", torch.nn.Parameter(
-            DTensor.from_local(b, mesh, [Shard(0) if col else Replicate()], run_check=False),
-            requires_grad=False,
+            DTensor.from_local(local, mesh, [Shard(0) if col else Replicate()], run_check=False),
+            requires_grad=b.requires_grad,
         ))  # fmt: skip
