@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["ep_ranks", "refuse_rank", "trace"]
+__all__ = ["ep_ranks", "loaded_shard", "refuse_rank", "trace"]
 
 
 def trace(model, ids: torch.Tensor, new_tokens: int) -> dict:
@@ -38,20 +38,26 @@ def _held(model) -> int:
 
 
 def ep_ranks(
-    rank: int, ranks: int, folder: str, out: str, ids, new_tokens: int, combines, bad=None
-) -> None:
+    rank: int, ranks: int, folder: str, out: str, ids, new_tokens: int, combines, bad=None,
+    load: bool = False,
+) -> None:  # fmt: skip
     """One rank: first, on rank 0 only, :func:`refuse_rank`'s bad plan on the
     checkpoint at ``bad`` (if given: a refusal that entered a collective would
-    meet the other ranks' first one); then the checkpoint at ``folder``
+    meet the other ranks' first one), by ``shard_experts`` and by
+    ``from_pretrained(device_mesh=)``; then the checkpoint at ``folder``
     loaded whole (``from_pretrained``) and traced unsharded (no collective),
     then, per combine of ``combines``, loaded again, sharded
     (:func:`~mlir_mx.torch.distributed.shard_experts`) and traced twice; the
     held expert bytes before and after, whether the layers of the experts the
-    rank gave away were freed, and ``save_pretrained``'s refusal."""
+    rank gave away were freed, and ``save_pretrained``'s refusal.  ``load``:
+    last, the checkpoint loaded as this rank's shard (:func:`loaded_shard`)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
     from mlir_mx.torch import MXExperts, from_pretrained
     from mlir_mx.torch.distributed import shard_experts
 
-    result = {"refused": _refuse(bad) if bad is not None and rank == 0 else None}
+    mesh = init_device_mesh("cpu", (ranks,))  # on every rank, before anything else
+    result = {"refused": _refuse(bad, mesh) if bad is not None and rank == 0 else None}
     whole = from_pretrained(folder)
     result |= {"whole": trace(whole, ids, new_tokens), "held_whole": _held(whole)}
     del whole
@@ -73,7 +79,30 @@ def ep_ranks(
             "save": _save_refused(model, Path(out) / f"save{rank}"),
         }
         del model
+    if load:
+        result["load"] = loaded_shard(mesh, folder, ids, new_tokens)
     torch.save(result, Path(out) / f"rank{rank}.pt")
+
+
+def loaded_shard(mesh, folder: str, ids, new_tokens: int) -> dict:
+    """The checkpoint at ``folder`` loaded as this rank's shard
+    (``from_pretrained(device_mesh=, tp_plan="auto")``: its experts only, the
+    attention split by heads) and traced twice: the traces, the expert bytes
+    held, each block's (kind, first, count, total), the first attention's
+    local weight shapes and sinks."""
+    from mlir_mx.torch import from_pretrained
+
+    model = from_pretrained(folder, device_mesh=mesh, tp_plan="auto")
+    blocks = [m for n, m in model.named_modules() if n.endswith("mlp.experts")]
+    attn = model.model.layers[0].self_attn
+    return {
+        "held": _held(model),
+        "experts": [(type(b).__name__, b.first, b.num_experts, b.total_experts) for b in blocks],
+        "attention": {p: tuple(getattr(attn, p).weight.to_local().shape)
+                      for p in ("q_proj", "k_proj", "v_proj", "o_proj")},
+        "sinks": tuple(attn.sinks.shape),
+        "runs": [trace(model, ids, new_tokens) for _ in range(2)],
+    }  # fmt: skip
 
 
 def _save_refused(model, folder: Path) -> str | None:
@@ -96,7 +125,9 @@ def refuse_rank(rank: int, ranks: int, folder: str, out: str) -> None:
         torch.save(_refuse(folder), Path(out) / f"rank{rank}.pt")
 
 
-def _refuse(folder: str) -> dict:
+def _refuse(folder: str, mesh=None) -> dict:
+    """``shard_experts`` on the checkpoint at ``folder`` loaded whole, and (with
+    ``mesh``) ``from_pretrained(folder, device_mesh=mesh)``: their messages."""
     from mlir_mx.errors import MXValueError
     from mlir_mx.torch import from_pretrained
     from mlir_mx.torch.distributed import ExpertShard, shard_experts
@@ -108,4 +139,12 @@ def _refuse(folder: str) -> dict:
         message = str(e)
     else:
         message = None
-    return {"message": message, "sharded": sum(isinstance(m, ExpertShard) for m in model.modules())}
+    got = {"message": message, "sharded": sum(isinstance(m, ExpertShard) for m in model.modules())}
+    if mesh is not None:
+        try:
+            from_pretrained(folder, device_mesh=mesh, tp_plan="auto")
+        except MXValueError as e:
+            got["load"] = str(e)
+        else:
+            got["load"] = None
+    return got

@@ -34,7 +34,7 @@ from mlir_mx.torch.distributed import (  # noqa: E402
     shard_experts,
 )
 from mlir_mx_testing.distributed import run_ranks  # noqa: E402
-from mlir_mx_testing.distributed_ep import ep_ranks, refuse_rank  # noqa: E402
+from mlir_mx_testing.distributed_ep import ep_ranks, refuse_rank, trace  # noqa: E402
 
 TIMEOUT = 180  # s: the 2 ranks' whole run; a hung collective is killed at it
 
@@ -55,10 +55,10 @@ def _checkpoint(folder, **overrides):
     return model, ref
 
 
-def _two_ranks(root, combines, bad=None):
+def _two_ranks(root, combines, bad=None, load=False):
     _, ref = _checkpoint(root / "ckpt")
     ids = prompt()
-    args = (str(root / "ckpt"), str(root), ids, 3, combines, bad)
+    args = (str(root / "ckpt"), str(root), ids, 3, combines, bad, load)
     run_ranks(ep_ranks, 2, args, timeout=TIMEOUT)
     return [torch.load(root / f"rank{r}.pt") for r in range(2)], logit_bound(ref, ids, probes=3)
 
@@ -66,10 +66,11 @@ def _two_ranks(root, combines, bad=None):
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     """Both ranks' results (``ep_ranks``: rank 0's bad plan first, then unsharded,
-    then sharded with combine="exact"): the one spawn of the default suite."""
+    then sharded with combine="exact", then the checkpoint loaded as each
+    rank's shard, EP + TP): the one spawn of the default suite."""
     root = tmp_path_factory.mktemp("ep")
     _checkpoint(root / "bad", num_local_experts=3)
-    return _two_ranks(root, ("exact",), str(root / "bad"))
+    return _two_ranks(root, ("exact",), str(root / "bad"), load=True)
 
 
 def test_expert_range_plans_and_refuses():
@@ -114,8 +115,6 @@ def test_one_rank_group_is_the_single_process_bit_for_bit(tmp_path):
     ids = prompt()
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        from mlir_mx_testing.distributed_ep import trace
-
         whole = trace(model, ids, 3)
         sharded = copy.deepcopy(model)
         assert shard_experts(sharded) == [f"model.layers.{i}.mlp.experts" for i in range(2)]
@@ -175,12 +174,138 @@ def test_a_rank_count_that_does_not_divide_the_experts_is_refused_before_any_col
     collective entered (it would have met rank 1's first all_reduce, and the
     run above would not be bit for bit)."""
     ranks, _ = two_ranks
-    assert ranks[0]["refused"] == {
-        "message": "model.layers.0.mlp.experts: ranks: 2 ranks do not divide the 3 experts "
-        "(expert parallel gives each rank the same number of experts)",
-        "sharded": 0,
-    }
+    message = ("model.layers.0.mlp.experts: ranks: 2 ranks do not divide the 3 experts "
+               "(expert parallel gives each rank the same number of experts)")  # fmt: skip
+    # shard_experts on the model loaded whole, and from_pretrained(device_mesh=)
+    # on the meta model, before a byte of the experts is read
+    assert ranks[0]["refused"] == {"message": message, "sharded": 0, "load": message}
     assert ranks[1]["refused"] is None
+
+
+def test_two_ranks_loaded_as_shards_ep_tp_give_the_single_process_tokens(two_ranks):
+    """from_pretrained(device_mesh=, tp_plan="auto") on 2 ranks x 1 thread: each
+    rank reads its 2 of the 4 experts and its heads of the attention (q/k/v
+    rows, o_proj columns, sinks); the greedy tokens are the single process's,
+    the logits within the dequantized reference's bound (the rowwise o_proj's
+    partial sums are added in another order), and both runs and both ranks
+    give the same bits."""
+    ranks, bound = two_ranks
+    for rank, r in enumerate(ranks):
+        got = r["load"]
+        assert got["experts"] == [("ExpertShard", 2 * rank, 2, 4)] * 2
+        assert 2 * got["held"] == r["held_whole"] > 0
+        assert got["attention"] == {"q_proj": (32, 64), "k_proj": (16, 64), "v_proj": (16, 64),
+                                    "o_proj": (64, 32)}  # fmt: skip
+        assert got["sinks"] == (2,)
+        first, second = got["runs"]
+        assert torch.equal(first["prompt"], second["prompt"])
+        assert torch.equal(first["steps"], second["steps"])
+        assert first["tokens"] == second["tokens"] == r["whole"]["tokens"]
+        assert 0 < bound.check(first["prompt"]) <= 1
+    a, b = (r["load"]["runs"][0] for r in ranks)
+    assert torch.equal(a["prompt"], b["prompt"]) and torch.equal(a["steps"], b["steps"])
+
+
+def _as_rank(rank: int, world: int):
+    """This process as rank ``rank`` of ``world`` in torch's fake process group
+    (a rank and a world size, no peers: the loads below run no collective)."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (world,))
+
+
+def _stored(layer):
+    w = layer.weight()
+    return w.packed_codes(), w.scales.view("uint8"), layer.bias
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_reads_its_experts_and_heads_as_slices_of_the_whole(tmp_path, rank):
+    """In this process, as rank 0 or 1 of 2: the shard load's experts (codes,
+    scales, biases), attention rows / columns, sinks, embedding rows and
+    head rows are those slices of the model loaded whole; half the expert
+    bytes; bad EP plans refused before a byte is read."""
+    import numpy as np
+
+    from mlir_mx.torch import from_pretrained
+
+    _checkpoint(tmp_path / "ckpt")
+    _checkpoint(tmp_path / "bad", num_local_experts=3)
+    whole = from_pretrained(tmp_path / "ckpt")
+    mesh = _as_rank(rank, 2)
+    try:
+        part = from_pretrained(tmp_path / "ckpt", device_mesh=mesh, tp_plan="auto")
+        with pytest.raises(MXValueError, match="model.layers.0.mlp.experts: ranks: 2 ranks do "
+                                               "not divide the 3 experts"):  # fmt: skip
+            from_pretrained(tmp_path / "bad", device_mesh=mesh,
+                            tp_plan={"model.layers.*.mlp.experts": "ep_dispatch_experts"})  # fmt: skip
+        with pytest.raises(MXValueError, match=r"model.layers.0.self_attn: planned expert "
+                                               r"parallel, but holds no stacked experts"):  # fmt: skip
+            from_pretrained(tmp_path / "ckpt", device_mesh=mesh,
+                            tp_plan={"model.layers.*.self_attn": ExpertParallel()})  # fmt: skip
+    finally:
+        dist.destroy_process_group()
+    rows = lambda n: slice(rank * n // 2, (rank + 1) * n // 2)  # noqa: E731
+    for w, p in zip(whole.model.layers, part.model.layers, strict=True):
+        block = p.mlp.experts
+        assert (block.first, block.num_experts, block.total_experts) == (2 * rank, 2, 4)
+        for proj in ("gate_up", "down"):
+            for j, layer in enumerate(getattr(block, proj)):
+                mine = _stored(layer)
+                full = _stored(getattr(w.mlp.experts, proj)[2 * rank + j])
+                assert np.array_equal(mine[0], full[0]) and np.array_equal(mine[1], full[1])
+                assert torch.equal(mine[2], full[2])
+        assert 2 * block.nbytes == w.mlp.experts.nbytes
+        wa, pa = w.self_attn, p.self_attn
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            n = getattr(wa, proj).out_features
+            assert torch.equal(getattr(pa, proj).weight.to_local(), getattr(wa, proj).weight[rows(n)])
+            assert torch.equal(getattr(pa, proj).bias.to_local(), getattr(wa, proj).bias[rows(n)])
+        cols = rows(wa.o_proj.in_features)
+        assert torch.equal(pa.o_proj.weight.to_local(), wa.o_proj.weight[:, cols])
+        assert torch.equal(pa.o_proj.bias.to_local(), wa.o_proj.bias)
+        assert torch.equal(pa.sinks, wa.sinks[rows(4)])
+    vocab = whole.config.vocab_size
+    assert torch.equal(part.lm_head.weight.to_local(), whole.lm_head.weight[rows(vocab)])
+    assert torch.equal(part.model.embed_tokens.weight.to_local(),
+                       whole.model.embed_tokens.weight[rows(vocab)])  # fmt: skip
+
+
+def test_a_rank_reads_its_experts_from_a_gguf_file(tmp_path):
+    """The same from a GGUF file (ggml MXFP4 experts): as rank 1 of 2, each
+    block holds experts 2..3, their codes, scales and biases those of the
+    whole load's, half its bytes."""
+    import numpy as np
+
+    gguf = pytest.importorskip("gguf", reason="gguf not installed (pip install 'mlir-mx[test]')")
+    from gguf_cases import write_model_gguf
+
+    from mlir_mx.torch import from_pretrained
+
+    def types(name, a):
+        q = gguf.GGMLQuantizationType
+        return q.MXFP4 if "_exps.weight" in name else q.F32
+
+    path = tmp_path / "gpt-oss.gguf"
+    write_model_gguf(tiny_gpt_oss(vocab_size=264), path, types)
+    whole = from_pretrained(path, dtype=torch.float32)
+    mesh = _as_rank(1, 2)
+    try:
+        part = from_pretrained(path, dtype=torch.float32, device_mesh=mesh, tp_plan="auto")
+    finally:
+        dist.destroy_process_group()
+    for w, p in zip(whole.model.layers, part.model.layers, strict=True):
+        block, full = p.mlp.experts, w.mlp.experts
+        assert (block.first, block.num_experts, block.total_experts) == (2, 2, 4)
+        assert 2 * block.nbytes == full.nbytes
+        for proj in ("gate_up", "down"):
+            for j, layer in enumerate(getattr(block, proj)):
+                mine, theirs = _stored(layer), _stored(getattr(full, proj)[2 + j])
+                assert np.array_equal(mine[0], theirs[0]) and np.array_equal(mine[1], theirs[1])
+                assert torch.equal(mine[2], theirs[2])
 
 
 @pytest.mark.slow
@@ -207,3 +332,15 @@ def test_a_lone_rank_is_refused_without_waiting(tmp_path):
     got = torch.load(tmp_path / "rank0.pt")
     assert got["message"].startswith("model.layers.0.mlp.experts: ranks: 2 ranks do not divide")
     assert got["sharded"] == 0
+
+
+@pytest.mark.slow
+def test_ep_tp_load_is_bit_identical_across_spawns(tmp_path):
+    """Two separate spawns of 2 ranks, each loading the checkpoint as its shard
+    (EP + attention TP): the same bits in both, prompt and every step, on
+    both ranks, and the single process's tokens."""
+    spawns = [_two_ranks(tmp_path / str(i), (), load=True)[0] for i in range(2)]
+    for a, b in zip(*spawns, strict=True):
+        for x, y in zip(a["load"]["runs"], b["load"]["runs"], strict=True):
+            assert torch.equal(x["prompt"], y["prompt"]) and torch.equal(x["steps"], y["steps"])
+            assert x["tokens"] == y["tokens"] == a["whole"]["tokens"]

@@ -27,7 +27,8 @@ disagree or a malformed index or config field (:mod:`.checkpoint_files`, which
 also holds the save's commit).  Expert weights are read one
 expert at a time (``get_slice``), taken over by an ``MXArray`` without a copy,
 and laid out once as its ``mlir_mx.Linear``'s stored form; the bytes read are
-freed before the next expert.  :func:`save_pretrained` writes
+freed a group of experts at a time (:mod:`.checkpoint_experts`; a shard's
+load drops the file map's pages with them).  :func:`save_pretrained` writes
 the same layout back, the same tensors in the same files with the same
 metadata, so a loaded checkpoint saved again is byte-identical.
 """
@@ -46,6 +47,7 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import MXArray
 
 from .checkpoint_config import COMPRESSED, GPT_OSS, saved_config
+from .checkpoint_experts import experts_in_groups
 from .checkpoint_files import (
     CheckpointFiles,
     check_config,
@@ -289,7 +291,7 @@ def _fill(model, plan: dict, files: CheckpointFiles, dtype, kw: dict) -> None:
         parent = model.get_submodule(owner) if owner else model
         old = getattr(parent, attr)
         if kind == "experts":
-            new = _experts(old, name, files, read, kw)
+            new = _experts(old, name, files, read, kw, plan["shards"].get(name))
         elif isinstance(kind, tuple):  # ("embedding", its layout)
             new = layout_embedding(old, name, kind[1], files, dtype)
         else:
@@ -323,21 +325,22 @@ def _mx(codes: torch.Tensor, scales: torch.Tensor, out: int) -> MXArray:
     )
 
 
-def _experts(old, name: str, files: CheckpointFiles, read, kw: dict) -> MXExperts:
-    weights = {}
-    for proj in ("gate_up_proj", "down_proj"):
-        e, out, _k = linear_shape(old, proj)
-        key = f"{name}.{proj}"
-        weights[proj] = [
-            _mx(files.copied(key + "_blocks", i), files.copied(key + "_scales", i), out)
-            for i in range(e)
-        ]
+def _experts(old, name: str, files: CheckpointFiles, read, kw: dict, mine=None) -> MXExperts:
+    """``mine``: the range of experts to read (expert parallel's shard), else
+    all; read a few at a time (:func:`.checkpoint_experts.experts_in_groups`)."""
+    e = linear_shape(old, "gate_up_proj")[0]
+    ids, rows = (range(e), None) if mine is None else (mine, slice(mine.start, mine.stop))
+
+    def one(i: int) -> tuple[MXArray, MXArray]:
+        return tuple(_mx(files.copied(f"{name}.{p}_blocks", i), files.copied(f"{name}.{p}_scales", i),
+                         linear_shape(old, p)[1]) for p in ("gate_up_proj", "down_proj"))  # fmt: skip
+
     gu_b, dn_b = (
-        read(f"{name}.{p}_bias") if f"{name}.{p}_bias" in files.where else None
+        read(f"{name}.{p}_bias", rows) if f"{name}.{p}_bias" in files.where else None
         for p in ("gate_up_proj", "down_proj")
     )
-    return MXExperts(weights["gate_up_proj"], weights["down_proj"], gu_b, dn_b,
-                     gate=experts_gate(old), **kw)  # fmt: skip
+    drop = None if mine is None else partial(files.release, whole=True)  # a shard: map pages
+    return experts_in_groups(one, ids, gu_b, dn_b, gate=experts_gate(old), kw=kw, after_group=drop)
 
 
 def _linear(old, name: str, lay, files: CheckpointFiles, read, kw: dict, cut=None) -> MXLinear:

@@ -380,7 +380,8 @@ def _fill(model, f: GGUFFile, plan: dict, dtype: torch.dtype, kw: dict) -> None:
         _replace(model, stem, linear_layer(w, bias, cut, kw))
         f.release()
     for stem, bid in plan["experts"].items():
-        _replace(model, stem, _experts(f, model.get_submodule(stem), bid, dtype, kw))
+        mine = plan["shards"].get(stem)  # expert parallel: a range of experts
+        _replace(model, stem, _experts(f, model.get_submodule(stem), bid, dtype, kw, mine))
     if getattr(model.config, "tie_word_embeddings", False):
         model.tie_weights()
     _rebuild_meta_buffers(model)
@@ -459,11 +460,11 @@ def _plain(f: GGUFFile, name: str, dtype: torch.dtype, permuted: dict) -> torch.
     return t.to(dtype).contiguous()
 
 
-def _experts(f: GGUFFile, old, bid: int, dtype: torch.dtype, kw: dict) -> MXExperts:
+def _experts(f: GGUFFile, old, bid: int, dtype: torch.dtype, kw: dict, mine=None) -> MXExperts:
     e, h, inter2 = old.gate_up_proj.shape
     inter, pre = inter2 // 2, f"blk.{bid}.ffn_"
     gate_up, down = [], []
-    for i in range(e):
+    for i in range(e) if mine is None else mine:  # ``mine``: only these experts read
         packed = np.empty((inter2, h // 2), np.uint8)
         scales = np.empty((inter2, h // _BLOCK), np.uint8)
         for proj, rows in (("gate", slice(0, None, 2)), ("up", slice(1, None, 2))):
@@ -478,7 +479,8 @@ def _experts(f: GGUFFile, old, bid: int, dtype: torch.dtype, kw: dict) -> MXExpe
         gb, ub = (_plain(f, f"{pre}{p}_exps.bias", torch.float32, {}) for p in ("gate", "up"))
         gu = torch.empty(e, inter2, dtype=torch.float32)
         gu[:, 0::2], gu[:, 1::2] = gb, ub
-        biases = [gu.to(dtype), _plain(f, f"{pre}down_exps.bias", dtype, {})]
+        biases = [b if mine is None else b[mine.start : mine.stop]
+                  for b in (gu.to(dtype), _plain(f, f"{pre}down_exps.bias", dtype, {}))]  # fmt: skip
     return MXExperts(gate_up, down, *biases, gate=experts_gate(old), **kw)
 
 

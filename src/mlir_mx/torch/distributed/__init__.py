@@ -11,7 +11,8 @@ device_mesh=, tp_plan=)``); the processes of ``mx-generate --tp N`` /
 Expert parallel for ``MXExperts`` (:mod:`.experts`): :func:`shard_experts`,
 :class:`ExpertParallel` (a ``ParallelStyle``), :class:`ExpertShard`,
 :func:`expert_range` (``docs/torch.md``, "Expert parallel"; on paper, past one
-machine: ``docs/scaling-out.md``).
+machine: ``docs/scaling-out.md``); read as each rank's experts at load
+(:mod:`.expert_load`: :func:`ep_auto_plan`, :class:`HeadsParallel`).
 
 The names are re-exported lazily (imported on first use): importing
 ``torch.distributed.tensor`` costs about a second, which a process that never
@@ -38,6 +39,8 @@ _EXPORTS = {
     "ExpertShard": "experts",
     "expert_range": "experts",
     "shard_experts": "experts",
+    "HeadsParallel": "expert_load",
+    "ep_auto_plan": "expert_load",
 }
 
 __all__ = sorted(_EXPORTS)

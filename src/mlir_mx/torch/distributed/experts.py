@@ -202,18 +202,32 @@ def shard_experts(model: torch.nn.Module, device_mesh=None, *, combine: str = "e
     for name, block in blocks:
         if isinstance(block, ExpertShard):
             raise MXValueError(f"{name or 'model'}: already sharded ({block.extra_repr()})")
-        try:
-            plans.append(expert_range(block.num_experts, rank, ranks))
-        except MXValueError as e:
-            raise MXValueError(f"{name or 'model'}: {e}") from None
-    for (_, block), (first, count) in zip(blocks, plans, strict=True):
-        _shard(block, group, first, count, combine)
+        plans.append(_plan(name or "model", block, rank, ranks))
+    for (_, block), (first, count, total) in zip(blocks, plans, strict=True):
+        _shard(block, group, first, count, total, combine)
     return [name for name, _ in blocks]
 
 
-def _shard(block: MXExperts, group, first: int, count: int, combine: str) -> None:
-    total = block.num_experts
-    local = block.select(first, count)
+def _plan(name: str, block: MXExperts, rank: int, ranks: int) -> tuple[int, int, int]:
+    """``(first, count, total)`` of this rank; a block loaded as its experts
+    only (``mx_ep_loaded = (first, total)``, :mod:`.expert_load`) must hold
+    this rank's range."""
+    loaded = getattr(block, "mx_ep_loaded", None)
+    total = block.num_experts if loaded is None else loaded[1]
+    try:
+        first, count = expert_range(total, rank, ranks)
+    except MXValueError as e:
+        raise MXValueError(f"{name}: {e}") from None
+    if loaded is not None and (loaded[0], block.num_experts) != (first, count):
+        raise MXValueError(
+            f"{name}: loaded as experts {loaded[0]}..{loaded[0] + block.num_experts - 1} of "
+            f"{total}, but rank {rank} of {ranks} holds {first}..{first + count - 1}"
+        )
+    return first, count, total
+
+
+def _shard(block: MXExperts, group, first: int, count: int, total: int, combine: str) -> None:
+    local = block if hasattr(block, "mx_ep_loaded") else block.select(first, count)
     block.gate_up, block.down = local.gate_up, local.down
     block.num_experts = local.num_experts
     block.__class__ = ExpertShard

@@ -16,12 +16,14 @@ modules the plan names (``nn.Embedding``: torch shards it itself).
 
 An ``nn.Embedding`` the plan splits (Llama's ``embedding_rowwise``) reads its
 rows (or columns) the same way, and becomes a DTensor made from that shard
-(``from_local``: no scatter from rank 0).  Not read as a shard: the tensors the
-plan does not split (norms, a replicated head), a plain ``nn.Linear`` torch
-shards (read whole, then ``distribute_tensor``), gpt-oss's experts (expert
-parallel's part).  A GGUF file (``gguf_model.from_gguf(shards=)``) reads its
-MXFP4 layers' shards from its map the same way (whole 17-byte ggml blocks);
-its other tensors whole.
+(``from_local``: no scatter from rank 0); so does a plain ``nn.Linear`` the
+plan splits (gpt-oss's bf16 attention and head: its rows or columns read,
+:func:`.expert_load.adopt_linear_shard`).  Stacked experts planned
+:class:`~.experts.ExpertParallel` (``"auto"`` on gpt-oss: :mod:`.expert_load`)
+read only this rank's experts.  Not read as a shard: the tensors the plan does
+not split (norms, routers).  A GGUF file (``gguf_model.from_gguf(shards=)``)
+reads its MXFP4 layers' shards and its experts from its map the same way
+(whole 17-byte ggml blocks); its other tensors whole.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
 
+from ..experts import MXExperts
+from .expert_load import adopt_linear_shard, ep_auto_plan, expert_cuts, with_ep_styles
+from .experts import ExpertParallel
 from .plans import resolve_plan
 from .tensor_parallel import check_plan, expand_plan, parallelize, shard_range
 
@@ -53,15 +58,19 @@ class ShardedLoad:
         if device_mesh.ndim != 1:
             raise MXValueError(f"device_mesh: expected a 1-D mesh, got {device_mesh.ndim} dimensions")
         self.mesh, self.tp_plan, self.plan = device_mesh, tp_plan or "auto", None
+        self.cuts: dict = {}  # shards(): {layer name: (dim, start, stop), or a range of experts}
 
     def shards(self, meta_model) -> dict:
         """``{layer name: (dim, start, stop)}`` of the plain ``nn.Linear`` and
         ``nn.Embedding`` layers of ``meta_model`` the plan splits (the plan
         checked first)."""
         rank, world = self.mesh.get_local_rank(), self.mesh.size()
-        full = expand_plan(meta_model, resolve_plan(meta_model, self.tp_plan))
+        plan = resolve_plan(meta_model, with_ep_styles(self.tp_plan))
+        if self.tp_plan == "auto":  # a model with stacked experts: EP + attention TP
+            plan = {**plan, **ep_auto_plan(meta_model)}
+        full = expand_plan(meta_model, plan)
         check_plan(meta_model, world, full, block_size=_BLOCK)
-        self.plan, out = full, {}
+        self.plan, out = full, expert_cuts(meta_model, full, rank, world)
         for name, style in full.items():
             m = meta_model.get_submodule(name)
             if type(m) is torch.nn.Embedding:  # rowwise: its rows; colwise: its columns
@@ -73,10 +82,23 @@ class ShardedLoad:
                 out[name] = (0, *shard_range(m.out_features, rank, world))
             elif type(m) is torch.nn.Linear and isinstance(style, RowwiseParallel):
                 out[name] = (1, *shard_range(m.in_features, rank, world))
+        self.cuts = out
         return out
 
     def parallelize(self, model):
         """``model`` (loaded, its planned MX layers holding their shards) split
-        over the mesh: the plan's hooks, the other planned modules sharded."""
+        over the mesh: the plan's hooks, the other planned modules sharded;
+        the expert blocks and plain linears read as their shards adopted as
+        such (:mod:`.expert_load`)."""
         plan = self.plan if self.plan is not None else resolve_plan(model, self.tp_plan)
+        if self.tp_plan == "auto":  # stacked experts a checkpoint holds dense: replicated
+            plan = {n: s for n, s in plan.items() if not isinstance(s, ExpertParallel)
+                    or isinstance(model.get_submodule(n), MXExperts)}  # fmt: skip
+        world = self.mesh.size()
+        for name, cut in self.cuts.items():
+            m = model.get_submodule(name)
+            if isinstance(cut, range) and isinstance(m, MXExperts) and m.num_experts == len(cut):
+                m.mx_ep_loaded = (cut.start, len(cut) * world)  # read as its experts only
+            elif type(m) is torch.nn.Linear and getattr(m, "mx_tp_shard", None) is not None:
+                adopt_linear_shard(m, plan[name], self.mesh)
         return parallelize(model, self.mesh, plan)
