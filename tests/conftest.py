@@ -11,6 +11,13 @@ xdist workers and the campaigns' worker processes too, which inherit the
 variable.  It is one directory for the whole run because the cache directory
 is part of every in-memory cache key.  Tests of the cache itself give their
 own directories.
+
+**The load check off.**  ``MLIR_MX_LOAD_CHECK`` is 0 for the run (unless set)
+and its processes: with it on, a 2-thread call on a machine the suite itself
+keeps busy (``-n 2`` on 2 cores) would run the 1-thread kernels, so what a
+test exercises would depend on the load.  The tests of the load check and of
+the busy path force its verdict (``pool_load.configure(1, -1000)``,
+``Pool.hooks(load_check=...)``).
 """
 
 import os
@@ -18,6 +25,8 @@ import shutil
 import tempfile
 
 import pytest
+
+os.environ.setdefault("MLIR_MX_LOAD_CHECK", "0")  # before mlir_mx reads it (see above)
 
 _RUN_CACHE = "MLIR_MX_TEST_RUN_CACHE"  # the run's directory, set by the first process
 

@@ -1,9 +1,11 @@
 """Our rows of an ``nvfp4`` problem (``mx-bench --formats nvfp4``).
 
 NVFP4 weights (E2M1 codes in blocks of 16, E4M3 block scales, a global scale)
-run through ``mlir_mx.Linear`` only (the mx dialect's ``block_matmul`` kernels
-the Runner rows compile take E8M0 scales), so an nvfp4 group has the Linear
-rows of an MXFP4 group, on the same shapes, side by side in one run:
+are timed through ``mlir_mx.Linear``: the mx dialect's ``block_matmul`` takes
+an NVFP4 B with its ``global_scale`` operand (``docs/dialect.md``), but the
+Runner rows' module builder (``variant_module_text``) writes E8M0 operands
+only, so an nvfp4 group has the Linear rows of an MXFP4 group, on the same
+shapes, side by side in one run:
 
 * ``ours Linear f32 x``: the exact path (f32 activations; ``ours.py``);
 * ``ours Linear f32->bf16`` (and ``... vdpbf16ps`` where it applies;
@@ -27,8 +29,9 @@ __all__ = ["nvfp4_methods"]
 
 #: Why the Runner's kernels (``ours mx x mx`` ...) have no nvfp4 row.
 NO_RUNNER = (
-    "the Runner's rows compile mx.block_matmul, whose kernels take E8M0 scales; NVFP4 "
-    "weights run through mlir_mx.Linear (the ours Linear rows)"
+    "mx.block_matmul takes an NVFP4 B (its global_scale operand), but the Runner rows' "
+    "module builder writes E8M0 operands only; NVFP4 weights are timed through "
+    "mlir_mx.Linear (the ours Linear rows)"
 )
 
 
