@@ -284,6 +284,8 @@ def runner_methods(
         note = f"schedule {v.schedule}"
         if v.kernel_threads < threads:
             note += f"; single-threaded kernel: runs on {v.kernel_threads} of {threads} threads"
+        if v.a_element not in (None, p.a_format):
+            note += f"; A in {v.a_element}, blocks of {bs} (E8M0), its own oracle"
         if cached:
             note += "; compiled earlier in this run (Runner cache)"
         methods.append(
