@@ -35,7 +35,8 @@ class OurKernel:
     (M, N) accumulator and a call count ``n`` (``C += A B``, ``n`` times; the
     ``@bench`` convention of :mod:`mlir_mx.roofline.variants`).
     ``operands`` is ``"mx-ab"`` (mx x mx: called with ``qa, qb``) or
-    ``"mx-a"`` (mx x f32: ``qa`` and the dequantized ``db``).
+    ``"mx-a"`` (mx x f32: ``qa`` and the dequantized ``db``); ``args`` maps
+    them to the kernel's own list (an NVFP4 B: ``qa, qb, g``, its global scale).
     ``kernel_threads`` is the number of threads the kernel really uses.
     """
 
