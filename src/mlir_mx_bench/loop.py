@@ -157,7 +157,12 @@ def _measure(p: Problem, m: Method, threads: int, roof: Roof, opts: Options, say
 
 def _group(p, threads, roof, opts, compiled, skipped, say) -> list[dict]:
     rows = []
-    ours = nvfp4_methods if is_nvfp4(p.element) else lambda p, t, s: our_methods(p, t, compiled, s)
+
+    def ours(p, t, s):
+        if is_nvfp4(p.element):
+            return nvfp4_methods(p, t, s, compiled)
+        return our_methods(p, t, compiled, s)
+
     families: list[Callable] = [*FAMILIES, lambda p, t: ours(p, t, say)]
     for family in families:
         got = family(p, threads)

@@ -1,12 +1,16 @@
 """Our rows of an ``nvfp4`` problem (``mx-bench --formats nvfp4``).
 
 NVFP4 weights (E2M1 codes in blocks of 16, E4M3 block scales, a global scale)
-are timed through ``mlir_mx.Linear``: the mx dialect's ``block_matmul`` takes
-an NVFP4 B with its ``global_scale`` operand (``docs/dialect.md``), but the
-Runner rows' module builder (``variant_module_text``) writes E8M0 operands
-only, so an nvfp4 group has the Linear rows of an MXFP4 group, on the same
-shapes, side by side in one run:
+beside an MXFP4 group, on the same shapes, side by side in one run:
 
+* ``ours mx x mx`` and ``ours mx x mx <schedule>`` (one row per other
+  schedule that supports the problem, as for MXFP4): the Runner's kernels
+  (``ours.runner_methods``) on ``mx.block_matmul`` with the NVFP4 B and its
+  ``global_scale`` operand (``docs/dialect.md``), the global scale passed as
+  the f32 argument after the operands.  Its lhs is E8M0-scaled, so A is
+  ``p.a`` quantized to MXFP4 in blocks of 16 (W4A4; an ``A:nvfp4`` pair
+  names another MX A), and its oracle is ``dequantize(qa) @ db``; the
+  kernels compute ``oracle.blocked_order`` bit for bit, inside that bound;
 * ``ours Linear f32 x``: the exact path (f32 activations; ``ours.py``);
 * ``ours Linear f32->bf16`` (and ``... vdpbf16ps`` where it applies;
   ``bf16_rows.py``);
@@ -26,14 +30,6 @@ from .cases import Oracle, Problem
 from .method import Method, Skipped, linear_call_method
 
 __all__ = ["nvfp4_methods"]
-
-#: Why the Runner's kernels (``ours mx x mx`` ...) have no nvfp4 row.
-NO_RUNNER = (
-    "mx.block_matmul takes an NVFP4 B (its global_scale operand), but the Runner rows' "
-    "module builder writes E8M0 operands only; NVFP4 weights are timed through "
-    "mlir_mx.Linear (the ours Linear rows)"
-)
-
 
 def _i8_oracle(p: Problem) -> Oracle:
     """The oracle of ``a`` quantized to MXINT8 in blocks of 16, times ``db``."""
@@ -57,13 +53,16 @@ def _i8_method(p: Problem, threads: int, say) -> Method:
     )  # fmt: skip
 
 
-def nvfp4_methods(p: Problem, threads: int, say) -> list[Method | Skipped]:
-    """The Linear rows of an nvfp4 problem, and the Runner rows' reason."""
+def nvfp4_methods(
+    p: Problem, threads: int, say, compiled: dict[int, float] | None = None
+) -> list[Method | Skipped]:
+    """The Runner rows and the Linear rows of an nvfp4 problem (``compiled``:
+    the run's compile seconds per engine, :func:`~.ours.runner_methods`)."""
     from .bf16_rows import bf16_methods
-    from .ours import linear_f32_method
+    from .ours import linear_f32_method, runner_methods
 
     return [
-        Skipped("ours Runner kernels (nvfp4)", NO_RUNNER),
+        *runner_methods(p, threads, {} if compiled is None else compiled, say),
         linear_f32_method(p, threads, say),
         *bf16_methods(p, threads, say),
         _i8_method(p, threads, say),

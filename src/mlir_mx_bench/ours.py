@@ -13,15 +13,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mlir_mx.convert import dequantize, quantize
 from mlir_mx.execution import Runner
 from mlir_mx.kernels import SCHEDULES, plan_kernel, shape_class
 from mlir_mx.kernels import Problem as KProblem
+from mlir_mx.numerics.formats import SCALE_TYPE, block_scaling
 from mlir_mx.roofline.variants import Shape, variant_module_text
 
-from .cases import BenchFailure, Problem, stored_mx_bytes
+from .cases import BenchFailure, Oracle, Problem, stored_mx_bytes
 from .method import Method, linear_call_method
 
-__all__ = ["OurKernel", "linear_f32_method", "our_methods", "our_kernels"]
+__all__ = ["OurKernel", "linear_f32_method", "our_methods", "our_kernels", "runner_methods"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,8 @@ class OurKernel:
     (M, N) accumulator and a call count ``n`` (``C += A B``, ``n`` times; the
     ``@bench`` convention of :mod:`mlir_mx.roofline.variants`).
     ``operands`` is ``"mx-ab"`` (mx x mx: called with ``qa, qb``) or
-    ``"mx-a"`` (mx x f32: ``qa`` and the dequantized ``db``).
+    ``"mx-a"`` (mx x f32: ``qa`` and the dequantized ``db``); ``args`` maps
+    them to the kernel's own list (an NVFP4 B: ``qa, qb, g``, its global scale).
     ``kernel_threads`` is the number of threads the kernel really uses.
     """
 
@@ -47,6 +50,9 @@ class OurKernel:
     args: Callable | None = None
     #: bytes of B as this kernel stores it (default: one code per byte)
     b_bytes: Callable[[int, int, int], int] | None = None
+    #: A's MX format in this kernel when it is not the problem's A (an nvfp4
+    #: problem: the E8M0 A of ``mx.block_matmul``'s lhs; its own oracle)
+    a_element: str | None = None
 
 
 def our_kernels(
@@ -71,9 +77,21 @@ def our_kernels(
     where it runs the dot kernels (``kernels/dot/kernel.py``): with the MX A, and
     with the f32 A quantized to A's format inside the kernel
     (``activations=``).  ``a_element``: A's format when it differs from B's.
+
+    An NVFP4 B (``element="nvfp4"``): the Runner's kernels take it with its
+    global scale as the extra f32 argument (``@bench(A, B, g, C, n)``), and an
+    E8M0 A: ``a_element`` where it is one, else MXFP4 in blocks of 16 (an
+    NVFP4 A has no ``mx.block_matmul``); mx x mx rows only (an f32 B has no
+    NVFP4 in it).
     """
+    b_fmt, b_scale = block_scaling(element)
+    nvfp4 = b_scale != SCALE_TYPE
     a_element = a_element or element
-    prob = KProblem(shape.M, shape.N, shape.K, block_size, a_element, element)
+    if block_scaling(a_element)[1] != SCALE_TYPE:  # the lhs is E8M0-scaled
+        a_element = b_fmt.name
+    prob = KProblem(
+        shape.M, shape.N, shape.K, block_size, a_element, b_fmt.name, b_scale_type=b_scale
+    )
     chosen = plan_kernel(prob, "auto", threads).name
 
     def _auto(operands: str) -> str:  # what auto runs for mx x mx / mx x f32
@@ -83,7 +101,7 @@ def our_kernels(
         return plan_kernel(f32_b, "auto", threads).name
 
     kernels = []
-    rows = [("mx-ab", "ours mx x mx", "auto"), ("mx-a", "ours mx x f32", "auto")]
+    rows = [("mx-ab", "ours mx x mx", "auto")] + ([] if nvfp4 else [("mx-a", "ours mx x f32", "auto")])
     # Every other schedule that supports the problem (the decode schedule
     # only at M = 1: one row at a time is its whole design).
     rows += [
@@ -102,9 +120,33 @@ def our_kernels(
                 build=lambda t=text, s=schedule: Runner(t, threads=threads, schedule=s),
                 kernel_threads=threads,
                 schedule=f"mx-matmul-kernels {_auto(operands) if schedule == 'auto' else schedule}",
+                **(_nvfp4_fields(b_fmt.name, a_element) if nvfp4 else {}),
             )
         )
     return kernels
+
+
+def _nvfp4_fields(b_element: str, a_element: str) -> dict:
+    """An NVFP4 B's :class:`OurKernel` fields: the global scale as the f32
+    argument after the operands, B's bytes (packed E2M1 codes, E4M3 scales,
+    the 4-byte scale), A's E8M0 format."""
+    return dict(
+        args=lambda qa, qb: (qa, qb, np.float32(qb.global_scale)),
+        b_bytes=lambda k, n, bs: stored_mx_bytes(k, n, bs, b_element) + 4,
+        a_element=a_element,
+    )
+
+
+def _kernel_a(p: Problem, v: OurKernel) -> tuple:
+    """``(qa, oracle)`` of kernel ``v``: the problem's, or (``v.a_element``)
+    ``p.a`` quantized to that MX format along K and ``dequantize(qa) @ db``."""
+    if v.a_element in (None, p.a_format):
+        return p.qa, p.oracle
+    key = f"runner-a-{v.a_element}"
+    if key not in p.cache:
+        qa = quantize(p.a, v.a_element, p.block_size, axis=1)
+        p.cache[key] = (qa, Oracle.of(dequantize(qa), p.db))
+    return p.cache[key]
 
 
 def linear_rows(p: Problem) -> list[tuple[str, str | None]]:
@@ -186,6 +228,13 @@ def _engine_key(runner) -> int | None:
 def our_methods(
     p: Problem, threads: int, compiled: dict[int, float], say: Callable[[str], None]
 ) -> list[Method]:
+    """:func:`runner_methods`, then the ``mlir_mx.Linear`` rows."""
+    return runner_methods(p, threads, compiled, say) + _linear_methods(p, threads, say)
+
+
+def runner_methods(
+    p: Problem, threads: int, compiled: dict[int, float], say: Callable[[str], None]
+) -> list[Method]:
     """Build (compile, timed) every :func:`our_kernels` entry as a :class:`Method`.
 
     ``compiled`` maps an engine's id to its compile seconds across the run: a
@@ -213,14 +262,16 @@ def our_methods(
         if key is not None and not cached:
             compiled[key] = seconds
         compile_s = compiled[key] if cached else seconds
-        args = (p.qa, p.qb) if v.operands == "mx-ab" else (p.qa, p.db)
+        qa, oracle = _kernel_a(p, v)
+        args = (qa, p.qb) if v.operands == "mx-ab" else (qa, p.db)
         if v.args is not None:
             args = v.args(*args)
         # Operands as the Runner passes them: FP4/FP6 codes packed where the
         # shape packs (mx-to-linalg{subbyte-storage=packed}, the default).
-        b_bytes = stored_mx_bytes(s.K, s.N, bs, p.element) if v.operands == "mx-ab" else 4 * s.K * s.N
         if v.b_bytes is not None:
             b_bytes = v.b_bytes(s.K, s.N, bs)
+        else:
+            b_bytes = stored_mx_bytes(s.K, s.N, bs, p.element) if v.operands == "mx-ab" else 4 * s.K * s.N
         acc = np.zeros((s.M, s.N), np.float32)
 
         def run(n, r=runner, e=v.entry, a=args, c=acc):
@@ -234,6 +285,8 @@ def our_methods(
         note = f"schedule {v.schedule}"
         if v.kernel_threads < threads:
             note += f"; single-threaded kernel: runs on {v.kernel_threads} of {threads} threads"
+        if v.a_element not in (None, p.a_format):
+            note += f"; A in {v.a_element}, blocks of {bs} (E8M0), its own oracle"
         if cached:
             note += "; compiled earlier in this run (Runner cache)"
         methods.append(
@@ -242,13 +295,13 @@ def our_methods(
                 "ours",
                 v.kernel_threads,
                 # A and B as stored, the accumulator read and written.
-                stored_mx_bytes(s.M, s.K, bs, p.a_format) + b_bytes + 8 * s.M * s.N,
+                stored_mx_bytes(s.M, s.K, bs, qa.format_name) + b_bytes + 8 * s.M * s.N,
                 run=run,
                 result=result,
-                oracle=p.oracle,
+                oracle=oracle,
                 compile_s=compile_s,
                 operands=v.operands,
                 note=note,
             )
         )
-    return methods + _linear_methods(p, threads, say)
+    return methods

@@ -13,6 +13,11 @@ accumulator, so a measurement does not include Python's call overhead):
 
 ``mx-a`` and ``mx-ab`` use the v1 fused lowering (``matmul-lowering=fused``).
 
+An NVFP4 rhs (``element="nvfp4"``: E2M1 codes, ``f8E4M3FN`` scales in blocks
+of 16) adds ``mx.block_matmul``'s f32 ``global_scale`` operand: the functions
+take it after the operands, ``@kernel(A, B, g, C)`` and ``@bench(A, B, g, C, n)``
+(``docs/dialect.md``).  The lhs of ``mx.block_matmul`` is E8M0-scaled.
+
 The mx ops are built with the dialect builders; the f32 baseline has no mx
 op and is written as text.
 """
@@ -27,6 +32,7 @@ from mlir.dialects import arith, func, scf
 
 from mlir_mx.dialect import MXTensorType, block_matmul, load_dialect, print_module
 from mlir_mx.errors import MXValueError
+from mlir_mx.numerics.formats import SCALE_TYPE, block_scaling
 
 __all__ = [
     "VARIANTS",
@@ -124,33 +130,37 @@ func.func @bench(%a: {a}, %b: {b}, %c: {c}, %n: index) -> {c} {{
 
 
 def _mx_text(s: Shape, v: Variant, element: str, block_size: int, a_element: str) -> str:
+    b_fmt, b_scale = block_scaling(element)
+    global_scale = v.rhs_mx and b_scale != SCALE_TYPE  # NVFP4 B: the f32 operand
     ctx = ir.Context()
     load_dialect(ctx)
     with ctx, ir.Location.unknown():
         f32 = ir.F32Type.get()
         a_t = MXTensorType((s.M, s.K), a_element, block_size).to_mlir(ctx)
         if v.rhs_mx:
-            b_t = MXTensorType((s.K, s.N), element, block_size, axis=0).to_mlir(ctx)
+            b_t = MXTensorType((s.K, s.N), b_fmt.name, block_size, b_scale, axis=0).to_mlir(ctx)
         else:
             b_t = ir.RankedTensorType.get([s.K, s.N], f32)
         c_t = ir.RankedTensorType.get([s.M, s.N], f32)
+        ins = [a_t, b_t] + ([f32] if global_scale else [])
         idx = ir.IndexType.get()
         module = ir.Module.create()
         with ir.InsertionPoint(module.body):
-            kern = func.FuncOp("kernel", ir.FunctionType.get([a_t, b_t, c_t], [c_t]))
+            kern = func.FuncOp("kernel", ir.FunctionType.get([*ins, c_t], [c_t]))
             entry = kern.add_entry_block()
             with ir.InsertionPoint(entry):
-                a, b, c = entry.arguments
-                func.ReturnOp([block_matmul(a, b, c)])
-            bench = func.FuncOp("bench", ir.FunctionType.get([a_t, b_t, c_t, idx], [c_t]))
+                *ops, c = entry.arguments
+                func.ReturnOp([block_matmul(ops[0], ops[1], c, *ops[2:])])
+            bench = func.FuncOp("bench", ir.FunctionType.get([*ins, c_t, idx], [c_t]))
             entry = bench.add_entry_block()
             with ir.InsertionPoint(entry):
-                a, b, c, n = entry.arguments
+                *ops, c, n = entry.arguments
                 c0 = arith.ConstantOp(idx, 0).result
                 c1 = arith.ConstantOp(idx, 1).result
                 loop = scf.ForOp(c0, n, c1, [c])
                 with ir.InsertionPoint(loop.body):
-                    scf.YieldOp([block_matmul(a, b, loop.inner_iter_args[0])])
+                    acc = loop.inner_iter_args[0]
+                    scf.YieldOp([block_matmul(ops[0], ops[1], acc, *ops[2:])])
                 func.ReturnOp([loop.results[0]])
         return print_module(module)
 
@@ -163,10 +173,20 @@ def variant_module_text(
     a_element: str | None = None,
 ) -> str:
     """The module (``@kernel`` and ``@bench``) of ``variant`` at ``shape``, before
-    lowering (A in ``a_element`` when given, else ``element``)."""
+    lowering (A in ``a_element`` when given, else ``element``).
+
+    ``element="nvfp4"``: B is NVFP4 (blocks of 16, the ``global_scale``
+    operand after the operands); A must then be an E8M0-scaled format
+    (``a_element``), as ``mx.block_matmul``'s lhs is."""
     v = VARIANTS.get(variant)
     if v is None:
         raise MXValueError(f"unknown variant '{variant}' (available: {', '.join(VARIANTS)})")
     if not v.is_mx:
         return _f32_text(shape)
-    return _mx_text(shape, v, element, block_size, a_element or element)
+    a_fmt, a_scale = block_scaling(a_element or element)
+    if a_scale != SCALE_TYPE:
+        raise MXValueError(
+            f"a_element: {a_element or element} has {a_scale} scales; the lhs of "
+            f"mx.block_matmul takes {SCALE_TYPE} scales (an MX A, e.g. a_element='mxfp4')"
+        )
+    return _mx_text(shape, v, element, block_size, a_fmt.name)
