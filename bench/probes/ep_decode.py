@@ -15,7 +15,7 @@ time, the rows interleaved ``--rounds`` times:
   sharded (``shard_experts(model, combine=...)``), attention, router and
   ``lm_head`` replicated; a decode step's combine by the decode exchange
   (``decode_collectives.replicated``);
-* ``2 x 1 exact, torch all_reduce``: the same with
+* ``2 x 1 exact torch``: the same with
   ``set_decode_collective("torch")`` (gloo's all-reduce, as before session 52).
 
 ``--rows`` picks rows by name (comma-separated).
@@ -121,7 +121,7 @@ def decode_rank(rank, ranks, folder, out, combine, steps, row) -> None:
 
 ROWS = (
     ("1 x 2", 1, 2, "exact"), ("2 x 1 exact", 2, 1, "exact"),
-    ("2 x 1 exact, torch all_reduce", 2, 1, "exact+torch"), ("2 x 1 sum", 2, 1, "sum"),
+    ("2 x 1 exact torch", 2, 1, "exact+torch"), ("2 x 1 sum", 2, 1, "sum"),
 )  # fmt: skip
 
 
