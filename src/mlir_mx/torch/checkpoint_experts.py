@@ -11,10 +11,12 @@ them: the shapes checked, no byte copied).  With the file map's pages its
 reads touched dropped after each group (``after_group``: the reader's
 ``CheckpointFiles.release``), a load's peak is one group's bytes above the
 layers kept (``docs/distributed.md``, "Peak RSS at
-load": a rank's 1132 MiB became about 945).  A shard's load drops every page
-of the maps after a group (``release(whole=True)``); the whole-model load
-drops, after each group, exactly the whole pages of the bytes copied so far
-not yet dropped (:func:`page_release`), each page once.
+load", 2 layers of gpt-oss-20b's widths: a rank's 1132 MiB became about
+945).  A shard's load drops every page of the maps after a group
+(``release(whole=True)``); the whole-model load drops, after each group,
+the whole pages of the bytes copied so far not yet dropped
+(:func:`page_release`), each page once: its peak went from 2141 MiB to 1353
+(15 above the 1338 it keeps), where it held every page read until the end.
 """
 
 from __future__ import annotations
