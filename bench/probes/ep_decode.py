@@ -13,7 +13,12 @@ time, the rows interleaved ``--rounds`` times:
 * ``1 x 2``: one process, 2 threads, the model whole;
 * ``2 x 1 exact`` / ``2 x 1 sum``: 2 ranks of 1 thread each, the experts
   sharded (``shard_experts(model, combine=...)``), attention, router and
-  ``lm_head`` replicated.
+  ``lm_head`` replicated; a decode step's combine by the decode exchange
+  (``decode_collectives.replicated``);
+* ``2 x 1 exact torch``: the same with
+  ``set_decode_collective("torch")`` (gloo's all-reduce, as before session 52).
+
+``--rows`` picks rows by name (comma-separated).
 
 Each process runs a 16-token prompt, 4 warm-up steps, then ``--steps`` timed
 one-token steps (``model(token, cache=...)``): the median step, the MoE
@@ -77,7 +82,10 @@ def _allreduce_us(shape) -> float:
 def decode_rank(rank, ranks, folder, out, combine, steps, row) -> None:
     from mlir_mx.torch import MXExperts, from_pretrained, precompile
     from mlir_mx.torch.distributed import shard_experts
+    from mlir_mx.torch.distributed.decode_collectives import set_decode_collective
 
+    combine, _, collective = combine.partition("+")
+    set_decode_collective(collective or "exchange")
     model = from_pretrained(folder)
     if ranks > 1:
         shard_experts(model, combine=combine)
@@ -111,7 +119,10 @@ def decode_rank(rank, ranks, folder, out, combine, steps, row) -> None:
     torch.save(result, Path(out) / f"{row}-rank{rank}.pt")
 
 
-ROWS = (("1 x 2", 1, 2, "exact"), ("2 x 1 exact", 2, 1, "exact"), ("2 x 1 sum", 2, 1, "sum"))
+ROWS = (
+    ("1 x 2", 1, 2, "exact"), ("2 x 1 exact", 2, 1, "exact"),
+    ("2 x 1 exact torch", 2, 1, "exact+torch"), ("2 x 1 sum", 2, 1, "sum"),
+)  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -120,15 +131,18 @@ def main(argv=None) -> int:
     p.add_argument("--vocab", type=int, default=201088)
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rows", default=",".join(r[0] for r in ROWS),
+                   help="the rows to run, comma-separated (default: all)")  # fmt: skip
     args = p.parse_args(argv)
+    rows = [r for r in ROWS if r[0] == "1 x 2" or r[0] in args.rows.split(",")]  # 1 x 2: the base
     from mlir_mx_bench.models.gpt_oss.worker import write_checkpoint
 
     with tempfile.TemporaryDirectory(prefix="ep-decode-") as tmp:
         folder = Path(tmp) / "ckpt"
         write_checkpoint(folder, args.layers, 0, {"vocab_size": args.vocab})
-        got = {row: [] for row, *_ in ROWS}
+        got = {row: [] for row, *_ in rows}
         for r in range(args.rounds):
-            for row, ranks, threads, combine in ROWS:
+            for row, ranks, threads, combine in rows:
                 tag = f"{row.replace(' ', '')}-{r}"
                 run_ranks(decode_rank, ranks, (str(folder), tmp, combine, args.steps, tag),
                           timeout=600, threads=threads)  # fmt: skip
@@ -140,7 +154,7 @@ def main(argv=None) -> int:
           "| RSS MB per rank (peak at load) | tokens as 1 x 2 |")
     print("|---|---|---|---|---|---|---|")
     base = got["1 x 2"][0][0]["tokens"]
-    for row, ranks, *_ in ROWS:
+    for row, ranks, *_ in rows:
         steps = [max(x["step_ms"] for x in rnd) for rnd in got[row]]  # the slowest rank
         moe = statistics.median(max(x["moe_ms"] for x in rnd) for rnd in got[row])
         first = got[row][0][0]

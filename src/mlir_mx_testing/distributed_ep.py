@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import gc
 import weakref
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
-__all__ = ["ep_ranks", "loaded_shard", "refuse_rank", "trace"]
+__all__ = ["counted_collectives", "ep_ranks", "loaded_shard", "refuse_rank", "trace"]
 
 
 def trace(model, ids: torch.Tensor, new_tokens: int) -> dict:
@@ -49,7 +50,9 @@ def ep_ranks(
     then, per combine of ``combines``, loaded again, sharded
     (:func:`~mlir_mx.torch.distributed.shard_experts`) and traced twice; the
     held expert bytes before and after, whether the layers of the experts the
-    rank gave away were freed, and ``save_pretrained``'s refusal.  ``load``:
+    rank gave away were freed, the collectives the two traces called, a third
+    trace with ``set_decode_collective("torch")`` (:func:`_torch_collectives`),
+    and ``save_pretrained``'s refusal.  ``load``:
     last, the checkpoint loaded as this rank's shard (:func:`loaded_shard`)."""
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -70,18 +73,61 @@ def ep_ranks(
         del blocks
         names = shard_experts(model, combine=combine)
         gc.collect()
+        with counted_collectives() as calls:
+            runs = [trace(model, ids, new_tokens) for _ in range(2)]
         result[combine] = {
             "names": names,
             "held": _held(model),
             "given_away_alive": sum(r() is not None for r in given),
             "given_away": len(given),
-            "runs": [trace(model, ids, new_tokens) for _ in range(2)],
+            "runs": runs,
+            "calls": calls,
+            "torch": _torch_collectives(model, ids, new_tokens),
             "save": _save_refused(model, Path(out) / f"save{rank}"),
         }
         del model
     if load:
         result["load"] = loaded_shard(mesh, folder, ids, new_tokens)
     torch.save(result, Path(out) / f"rank{rank}.pt")
+
+
+@contextmanager
+def counted_collectives():
+    """The calls of ``torch.distributed.all_to_all_single`` / ``all_reduce``
+    made inside (the real collectives, counted), by name."""
+    import torch.distributed as dist
+
+    calls = {"all_to_all_single": 0, "all_reduce": 0}
+    real = {name: getattr(dist, name) for name in calls}
+
+    def counting(name):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real[name](*args, **kwargs)
+
+        return call
+
+    for name in calls:
+        setattr(dist, name, counting(name))
+    try:
+        yield calls
+    finally:
+        for name, fn in real.items():
+            setattr(dist, name, fn)
+
+
+def _torch_collectives(model, ids, new_tokens: int) -> dict:
+    """:func:`trace` once more with ``set_decode_collective("torch")`` (the
+    collectives counted), the setting restored after."""
+    from mlir_mx.torch.distributed.decode_collectives import set_decode_collective
+
+    previous = set_decode_collective("torch")
+    try:
+        with counted_collectives() as calls:
+            run = trace(model, ids, new_tokens)
+    finally:
+        set_decode_collective(previous)
+    return {"run": run, "calls": calls}
 
 
 def loaded_shard(mesh, folder: str, ids, new_tokens: int) -> dict:

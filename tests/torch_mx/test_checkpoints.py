@@ -112,32 +112,95 @@ def test_logits_routing_and_tokens_against_transformers(checkpoint, loaded):
     assert list(greedy(loaded, ids, 2)) == list(greedy(ref, ids, 2))
 
 
+def _pages(runs, page):
+    """The whole pages inside ``runs`` (``(address, bytes)``, joined where they
+    touch), as page numbers."""
+    out, joined = set(), []
+    for address, n in sorted(runs):
+        if joined and address <= joined[-1][1]:
+            joined[-1][1] = max(joined[-1][1], address + n)
+        else:
+            joined.append([address, address + n])
+    for lo, hi in joined:
+        out |= set(range(-(-lo // page), hi // page))
+    return out
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pages are released on Linux only")
 def test_the_mx_bytes_pages_leave_the_rss_after_loading(checkpoint, monkeypatch):
     """The experts' bytes, copied into the layers' own arrays, are released
-    from the checkpoint's memory map (``mlir_mx.files.release_file_pages``):
-    every whole page of each blocks/scales tensor; the weights stay right
-    (``test_weights_are_transformers_dequantization_bit_for_bit`` loads the
-    same way)."""
+    from the checkpoint's memory map (``mlir_mx.files.release_file_pages``)
+    a group of experts at a time, as they are laid out: after each group,
+    every whole page of the bytes copied so far has been released, each page
+    once (a page two experts' rows share, when the second's are read); in
+    all every whole page of each blocks/scales tensor; the stored weights are
+    the file's bytes (``test_weights_are_transformers_dequantization_bit_for_bit``
+    loads the same way)."""
     import os
+
+    import numpy as np
 
     from mlir_mx.torch import checkpoint_files as ckpt_files
 
     folder, tensors = checkpoint
-    calls = []
+    page, events = os.sysconf("SC_PAGE_SIZE"), []
+    copied = ckpt_files.CheckpointFiles.copied
 
-    def spy(spans, paths):
-        calls.append((list(spans), list(paths), release_file_pages(spans, paths)))
-        return calls[-1][2]
+    def copy_spy(self, key, index=None):
+        t = copied(self, key, index)
+        events.append(("copy", key, self.spans[-1]))
+        return t
 
-    monkeypatch.setattr(ckpt_files, "release_file_pages", spy)
+    def release_spy(spans, paths):
+        released = release_file_pages(spans, paths)
+        events.append(("release", list(spans), list(paths), released))
+        return released
+
+    monkeypatch.setattr(ckpt_files.CheckpointFiles, "copied", copy_spy)
+    monkeypatch.setattr(ckpt_files, "release_file_pages", release_spy)
     model = from_pretrained(folder)
-    [(spans, paths, released)] = calls
     mx = {k: t for k, t in tensors.items() if k.endswith(("_blocks", "_scales"))}
-    assert paths == [folder / "model.safetensors"]
-    assert sum(n for _, n in spans) == sum(t.numel() for t in mx.values())
-    if sys.platform == "linux":  # the whole pages of 52 KiB in a few runs
-        page, total = os.sysconf("SC_PAGE_SIZE"), sum(t.numel() for t in mx.values())
-        assert total - 2 * page * 4 <= released <= total and released % page == 0
+    copies = [e for e in events if e[0] == "copy"]
+    releases = [e for e in events if e[0] == "release"]
+    # every byte of every blocks/scales tensor copied once, an expert's rows at a time
+    assert sorted({e[1] for e in copies}) == sorted(mx)
+    for key, t in mx.items():
+        spans = sorted(e[2] for e in copies if e[1] == key)
+        assert len(spans) == t.shape[0] and sum(n for _, n in spans) == t.numel()
+        assert all(a + n == b for (a, n), (b, _) in zip(spans[:-1], spans[1:], strict=True))
+    # one release per group of experts a block (group: torch's threads), then
+    # from_pretrained's own with only the partial pages at the tensors' ends
+    groups = -(-4 // torch.get_num_threads())
+    assert len(releases) == 2 * groups + 1
+    seen, done = [], set()
+    for event in events:
+        if event[0] == "copy":
+            seen.append(event[2])
+            continue
+        _, spans, paths, released = event
+        assert paths == [folder / "model.safetensors"]
+        if event is releases[-1]:  # from_pretrained's: the last edges, no whole page
+            assert released == 0 and _pages(spans, page) == set()
+            continue
+        assert all(a % page == 0 and n % page == 0 for a, n in spans)
+        now = _pages(spans, page)
+        assert sum(n for _, n in spans) == len(now) * page == released
+        assert not now & done  # each page released once
+        done |= now
+        assert done == _pages(seen, page)  # every whole page copied so far
+    total = sum(t.numel() for t in mx.values())
+    assert total - 2 * page * len(mx) <= len(done) * page <= total and len(done) > 0
+    # the layers hold the file's bytes
+    for i, layer in enumerate(model.model.layers):
+        for proj, mods in (("gate_up_proj", layer.mlp.experts.gate_up),
+                           ("down_proj", layer.mlp.experts.down)):  # fmt: skip
+            key = f"model.layers.{i}.mlp.experts.{proj}"
+            for e, m in enumerate(mods):
+                w = m.weight()
+                codes = tensors[key + "_blocks"][e].reshape(w.packed_codes().shape)
+                assert np.array_equal(w.packed_codes(), codes.numpy())
+                assert np.array_equal(w.scales.view("uint8"), tensors[key + "_scales"][e].numpy())
+    monkeypatch.undo()
     ids = prompt(5)
     with torch.inference_mode():
         assert torch.equal(model(ids).logits, from_pretrained(folder)(ids).logits)

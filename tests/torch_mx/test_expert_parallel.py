@@ -34,7 +34,12 @@ from mlir_mx.torch.distributed import (  # noqa: E402
     shard_experts,
 )
 from mlir_mx_testing.distributed import run_ranks  # noqa: E402
-from mlir_mx_testing.distributed_ep import ep_ranks, refuse_rank, trace  # noqa: E402
+from mlir_mx_testing.distributed_ep import (  # noqa: E402
+    counted_collectives,
+    ep_ranks,
+    refuse_rank,
+    trace,
+)
 
 TIMEOUT = 180  # s: the 2 ranks' whole run; a hung collective is killed at it
 
@@ -106,9 +111,11 @@ def test_select_shares_the_layers(tmp_path):
 
 def test_one_rank_group_is_the_single_process_bit_for_bit(tmp_path):
     """In this process, a gloo group of one rank (a HashStore): the sharded block
-    (all experts local; the slots, the all_reduce, the fold) gives the
+    (all experts local; the slots, the sum over the ranks, the fold) gives the
     unsharded model's logits bit for bit, prefill and one-token steps; the
-    ParallelStyle path (parallelize_module) does the same."""
+    ParallelStyle path (parallelize_module) does the same; a block call whose
+    slots pass ``EXCHANGE_BYTES`` sums them by torch's ``all_reduce``, one
+    token's by the decode exchange, both the unsharded block's bits."""
     from torch.distributed.tensor.parallel import parallelize_module
 
     model, _ = _checkpoint(tmp_path / "ckpt")
@@ -128,6 +135,18 @@ def test_one_rank_group_is_the_single_process_bit_for_bit(tmp_path):
             got = trace(m, ids, 3)
             assert torch.equal(got["prompt"], whole["prompt"])
             assert torch.equal(got["steps"], whole["steps"]) and got["tokens"] == whole["tokens"]
+        # a prompt whose slots pass EXCHANGE_BYTES (200 x 2 x 64 f32): torch's
+        # all_reduce; one token's: the decode exchange; both bit for bit
+        gen = torch.Generator().manual_seed(3)
+        for t, kind in ((200, "all_reduce"), (1, "all_to_all_single")):
+            x = torch.randn(t, 64, generator=gen)
+            idx = torch.stack([torch.randperm(4, generator=gen)[:2] for _ in range(t)])
+            w = torch.rand(t, 2, generator=gen)
+            with torch.inference_mode(), counted_collectives() as calls:
+                got = sharded.model.layers[0].mlp.experts(x, idx, w)
+            assert calls == {"all_to_all_single": 0, "all_reduce": 0, kind: 1}
+            with torch.inference_mode():
+                assert torch.equal(got, model.model.layers[0].mlp.experts(x, idx, w))
         with pytest.raises(MXValueError, match="already sharded"):
             shard_experts(sharded)
         with pytest.raises(MXValueError, match="model: holds no MXExperts"):
@@ -164,6 +183,22 @@ def test_two_ranks_exact_is_the_single_process_bit_for_bit(two_ranks):
         )
     assert torch.equal(ranks[0]["exact"]["runs"][0]["steps"], ranks[1]["exact"]["runs"][1]["steps"])
     assert 0 < bound.check(ranks[0]["exact"]["runs"][0]["prompt"]) <= 1
+
+
+def test_two_ranks_combine_by_the_decode_exchange_or_torch_the_same_bits(two_ranks):
+    """The exact combine of a decode step (and of this short prompt: its slots
+    are under ``EXCHANGE_BYTES``) is tensor parallel's decode collective, one
+    ``all_to_all_single`` per block and forward (2 blocks x (prompt + 3
+    steps) x 2 runs), no ``all_reduce``; with ``set_decode_collective("torch")``
+    it is torch's ``all_reduce`` instead, and the bits are the same (each
+    slot is nonzero on one rank only)."""
+    ranks, _ = two_ranks
+    for r in ranks:
+        whole, ep = r["whole"], r["exact"]
+        assert ep["calls"] == {"all_to_all_single": 2 * 4 * 2, "all_reduce": 0}
+        assert ep["torch"]["calls"] == {"all_to_all_single": 0, "all_reduce": 2 * 4}
+        run = ep["torch"]["run"]
+        assert torch.equal(run["prompt"], whole["prompt"]) and torch.equal(run["steps"], whole["steps"])
 
 
 def test_a_rank_count_that_does_not_divide_the_experts_is_refused_before_any_collective(

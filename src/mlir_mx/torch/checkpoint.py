@@ -47,7 +47,7 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import MXArray
 
 from .checkpoint_config import COMPRESSED, GPT_OSS, saved_config
-from .checkpoint_experts import experts_in_groups
+from .checkpoint_experts import experts_in_groups, page_release
 from .checkpoint_files import (
     CheckpointFiles,
     check_config,
@@ -339,7 +339,7 @@ def _experts(old, name: str, files: CheckpointFiles, read, kw: dict, mine=None) 
         read(f"{name}.{p}_bias", rows) if f"{name}.{p}_bias" in files.where else None
         for p in ("gate_up_proj", "down_proj")
     )
-    drop = None if mine is None else partial(files.release, whole=True)  # a shard: map pages
+    drop = partial(page_release, files) if mine is None else partial(files.release, whole=True)
     return experts_in_groups(one, ids, gu_b, dn_b, gate=experts_gate(old), kw=kw, after_group=drop)
 
 

@@ -11,18 +11,24 @@ them: the shapes checked, no byte copied).  With the file map's pages its
 reads touched dropped after each group (``after_group``: the reader's
 ``CheckpointFiles.release``), a load's peak is one group's bytes above the
 layers kept (``docs/distributed.md``, "Peak RSS at
-load": a rank's 1132 MiB became about 945).
+load", 2 layers of gpt-oss-20b's widths: a rank's 1132 MiB became about
+945).  A shard's load drops every page of the maps after a group
+(``release(whole=True)``); the whole-model load drops, after each group,
+the whole pages of the bytes copied so far not yet dropped
+(:func:`page_release`), each page once: its peak went from 2141 MiB to 1353
+(15 above the 1338 it keeps), where it held every page read until the end.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 import torch
 
 from .experts import Gate, MXExperts
 
-__all__ = ["experts_in_groups"]
+__all__ = ["experts_in_groups", "page_release"]
 
 
 def experts_in_groups(
@@ -55,3 +61,30 @@ def experts_in_groups(
     whole.gate_up, whole.down = torch.nn.ModuleList(gate_up), torch.nn.ModuleList(down)
     whole.num_experts = len(gate_up)
     return whole.select(0, len(gate_up))
+
+
+def page_release(files) -> int:
+    """An ``after_group`` for a load that reads every expert
+    (``partial(page_release, files)``): drops from the file maps the whole
+    pages of the bytes copied so far (``files.spans``,
+    :meth:`CheckpointFiles.release`); the bytes released.  An expert's rows
+    rarely end on a page boundary: the page they share with the next rows
+    (the next expert's, or the next tensor's) stays noted in ``files.spans``
+    and is dropped once those are copied too.  So over a load every whole
+    page of the blocks / scales tensors is dropped once, a group after it
+    was read."""
+    page, runs, whole, edges = os.sysconf("SC_PAGE_SIZE"), [], [], []
+    for address, nbytes in sorted(files.spans):
+        if runs and address <= runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], address + nbytes)
+        else:
+            runs.append([address, address + nbytes])
+    for lo, hi in runs:  # the whole pages inside each run; its edges wait
+        a, b = -(-lo // page) * page, hi // page * page
+        if b > a:
+            whole.append((a, b - a))
+        edges.extend((x, y - x) for x, y in (((lo, a), (b, hi)) if b > a else ((lo, hi),)) if y > x)
+    files.spans = whole
+    released = files.release()
+    files.spans = edges
+    return released

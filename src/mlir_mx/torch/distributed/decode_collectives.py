@@ -1,4 +1,5 @@
-"""How tensor parallel's decode step makes a rank's local output ``Replicate``.
+"""How tensor parallel's decode step makes a rank's local output ``Replicate``
+(and expert parallel's decode step combines its slots: ``experts.py``).
 
 A decode step makes two collectives a layer, each of a row of a few KiB, so a
 message round's latency is their cost, not their bytes
@@ -60,8 +61,12 @@ def replicated(y: torch.Tensor, made, mesh) -> torch.Tensor:
     """What ``DTensor.redistribute(Replicate())`` computes, with the collective
     called directly on the mesh's group (the decode step's hot path: no
     DTensor made, ~0.1 ms of Python a call less): ``Partial`` summed,
-    ``Shard(-1)`` concatenated, in rank order (:func:`set_decode_collective`)."""
-    group, world = mesh.get_group(), mesh.size()
+    ``Shard(-1)`` concatenated, in rank order (:func:`set_decode_collective`).
+    ``mesh``: a 1-D ``DeviceMesh``, or a ``ProcessGroup`` (expert parallel's)."""
+    if isinstance(mesh, dist.ProcessGroup):
+        group, world = mesh, dist.get_world_size(mesh)
+    else:
+        group, world = mesh.get_group(), mesh.size()
     y = y.contiguous()
     gather = not isinstance(made, Partial)  # the same bytes as the ring's all-gather
     small = gather or world == 2 or y.numel() * y.element_size() <= EXCHANGE_BYTES

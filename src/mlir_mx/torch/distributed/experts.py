@@ -11,8 +11,8 @@ CPUs):
 * ``combine="exact"`` (the default): each rank fills the ``(T, k, H)`` f32
   tensor of its slots (token ``t``'s ``j``-th routed expert's output times
   its routing weight; zeros for the slots whose expert another rank holds),
-  one ``all_reduce`` (sum) makes every slot whole (each slot nonzero on one
-  rank only: ``x + 0 = x``, exact in any order the backend adds), and every
+  one sum over the ranks makes every slot whole (each slot nonzero on one
+  rank only: ``x + 0 = x``, exact in any order of the additions), and every
   rank adds each token's slots in ascending expert order into zeros, as
   ``MXExperts`` does in one process (the one-token path's ``out += y[r]``,
   the grouped path's ``index_add_`` per expert, ascending).  So the output is
@@ -24,8 +24,18 @@ CPUs):
   sum_j |w_j y_j|`` per element (``gamma_n = n u / (1 - n u)``, ``u =
   2^-24``: each order's sum is within ``gamma_{k-1} sum |terms|`` of the exact
   sum, whatever the order; Higham, "Accuracy and Stability", 4.2).  It is
-  still the same from run to run: the backend's order for ``N`` ranks is
-  fixed.
+  still the same from run to run: the order over ``N`` ranks is fixed.
+
+The sum over the ranks of a decode step's tensor (at most
+``decode_collectives.EXCHANGE_BYTES``: 64 KiB, a gpt-oss step's ``(1, 4,
+2880)`` f32 slots are 45 KiB) is tensor parallel's decode collective
+(``decode_collectives.replicated``: one ``all_to_all_single`` round, the
+parts added in rank order, waited for by polling while a core is free;
+``set_decode_collective("torch")`` makes it torch's ``all_reduce``); a
+longer prompt's is torch's ``all_reduce``.  For ``"exact"`` the bits are
+the same either way (each slot is one rank's value plus zeros); for
+``"sum"`` with 2 ranks too (``a + b == b + a``), past 2 the rank order is
+another fixed order, within the same bound.
 
 Entry points: :func:`shard_experts` (every ``MXExperts`` of a model, in
 place) and :class:`ExpertParallel`, a ``ParallelStyle`` for
@@ -39,12 +49,14 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import Partial
 from torch.distributed.tensor.parallel import ParallelStyle
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
 
 from ..experts import MXExperts
 from ..fused import eager
+from .decode_collectives import EXCHANGE_BYTES, replicated
 
 __all__ = ["COMBINES", "ExpertParallel", "ExpertShard", "expert_range", "shard_experts"]
 
@@ -88,12 +100,11 @@ class ExpertShard(MXExperts):
         )
         slots = _slots(self, x, idx, w)  # (T, k, H) f32, zeros where another rank's
         group = self.__dict__.get("group")
+        group = dist.group.WORLD if group is None else group
         if self.combine == "sum":
-            out = _fold(slots, idx)
-            dist.all_reduce(out, group=group)
+            out = _summed(_fold(slots, idx), group)
         else:
-            dist.all_reduce(slots, group=group)
-            out = _fold(slots, idx)
+            out = _fold(_summed(slots, group), idx)
         return out.to(x.dtype)
 
     def extra_repr(self) -> str:
@@ -131,6 +142,19 @@ def _slots(block: ExpertShard, x: torch.Tensor, idx: torch.Tensor, w: torch.Tens
         y = block.expert(e - first, xf[where // k], bf16)
         flat[where] = y * scales[where][:, None]
     return slots
+
+
+def _summed(t: torch.Tensor, group) -> torch.Tensor:
+    """``t`` summed over the ranks: a decode step's (at most
+    ``EXCHANGE_BYTES``) by tensor parallel's decode collective
+    (:func:`.decode_collectives.replicated`: one ``all_to_all_single`` round
+    summed in rank order, waited for by polling; or torch's ``all_reduce``
+    after ``set_decode_collective("torch")``), a longer prompt's by torch's
+    ``all_reduce`` (in place)."""
+    if t.numel() * t.element_size() <= EXCHANGE_BYTES:
+        return replicated(t, Partial(), group)
+    dist.all_reduce(t, group=group)
+    return t
 
 
 def _fold(slots: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
