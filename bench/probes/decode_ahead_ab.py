@@ -46,21 +46,29 @@ def main() -> None:
         outs.append(out)
         calls.append(lambda k, r=r, c=c: r.invoke("bench", p.qa, p.qb, c, k))
     same = all(np.array_equal(outs[0].view(np.uint32), o.view(np.uint32)) for o in outs)
-    times: list[list[float]] = [[] for _ in schedules]
+    header = f"1 x {n} x {n} {element}, {threads} thread(s), load average {os.getloadavg()}"
+    alternate(schedules, calls, rounds, header)
+    print(f"  same output bytes: {same}")
+
+
+def alternate(names: list[str], calls: list, rounds: int, header: str) -> None:
+    """Time ``calls`` (each ``call(n)`` runs ``n`` calls) in turn: per round 2
+    warm-up calls and 10 timed ones; print ``header`` and each one's median,
+    10th percentile and minimum per call (also ``fp8_lanes_ab.py``'s)."""
+    times: list[list[float]] = [[] for _ in names]
     for _ in range(rounds):
         for i, call in enumerate(calls):
             call(2)
             t0 = time.perf_counter()
             call(10)
             times[i].append((time.perf_counter() - t0) / 10)
-    print(f"1 x {n} x {n} {element}, {threads} thread(s), load average {os.getloadavg()}")
-    for s, ts in zip(schedules, times, strict=True):
+    print(header)
+    for name, ts in zip(names, times, strict=True):
         ts = sorted(ts)
         print(
-            f"  {s:20s} median {statistics.median(ts) * 1e3:7.3f} ms  "
+            f"  {name:20s} median {statistics.median(ts) * 1e3:7.3f} ms  "
             f"p10 {ts[len(ts) // 10] * 1e3:7.3f}  min {ts[0] * 1e3:7.3f}"
         )
-    print(f"  same output bytes: {same}")
 
 
 if __name__ == "__main__":

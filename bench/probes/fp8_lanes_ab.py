@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
+from decode_ahead_ab import alternate  # the probes' folder is sys.path[0]
 
 from mlir_mx.execution import Runner, compiled
 from mlir_mx.kernels import registry
@@ -61,20 +60,8 @@ def main() -> None:
         c = np.zeros((1, n), np.float32)
         calls.append(lambda k, r=r, c=c: r.invoke("bench", p.qa, p.qb, c, k))
     same = np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
-    times: list[list[float]] = [[], []]
-    for _ in range(rounds):
-        for i, call in enumerate(calls):
-            call(2)
-            t0 = time.perf_counter()
-            call(10)
-            times[i].append((time.perf_counter() - t0) / 10)
-    print(f"1 x {n} x {n} {element} {schedule}, {threads} thread(s), load {os.getloadavg()}")
-    for name, ts in zip(names, times, strict=True):
-        ts = sorted(ts)
-        print(
-            f"  {name:12s} median {statistics.median(ts) * 1e3:7.3f} ms  "
-            f"p10 {ts[len(ts) // 10] * 1e3:7.3f}  min {ts[0] * 1e3:7.3f}"
-        )
+    header = f"1 x {n} x {n} {element} {schedule}, {threads} thread(s), load {os.getloadavg()}"
+    alternate(names, calls, rounds, header)
     print(f"  same output bytes: {same}")
 
 
