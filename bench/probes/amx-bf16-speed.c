@@ -14,8 +14,9 @@
  *           a mask, A as f32), then c += p * sb: the exact path's operations
  *
  *   gcc -O2 -march=sapphirerapids bench/probes/amx-bf16-speed.c -lm -o /tmp/amx-bf16-speed
- *   /tmp/amx-bf16-speed [reps, default 5] [activations: normal (default) | spread] [noguard]
- *   (noguard: every (row, block) taken as passing: the AMX floor; bits then not checked)
+ *   /tmp/amx-bf16-speed [reps, default 5] [activations: normal (default) | spread] [noguard | storeall]
+ *   (noguard: every (row, block) taken as passing: the AMX floor; bits then not checked;
+ *   storeall: the same, but amx-acc and amx-acc2 store and reload their tiles at every block)
  *
  * It checks that amx's C equals fma's bit for bit (exit status 1 otherwise) and
  * prints the share of (row, block)s the guard sent to the FMA chain, and the
@@ -23,21 +24,25 @@
  * from L3/DRAM each call.
  *
  * Seen on this host (Intel Xeon, Sapphire Rapids class, KVM, 2 vCPUs shared by other
- * jobs, load average 11-12: LOADED figures, thread CPU time, median of 7), 2026-12-05:
+ * jobs, load average 11-12: LOADED figures, thread CPU time, median of 7), 2026-12-05,
+ * one run of each right after the other:
  *
  *   N(0,1) activations, guard fails on 5.97 % of (row, block)s, 86 % of (32-row, block)s
- *     amx 44-46 ms, amx-acc 42-48 ms, amx-acc2 38.5-40 ms, vdpbf16ps 106-122 ms,
- *     f32 fma 101-111 ms; amx, amx-acc, amx-acc2 equal the f32 fma chain on all
- *     1,048,576 outputs
+ *     amx 41.2 ms, amx-acc 40.8 ms, amx-acc2 32.1 ms (its fallback chains 9.0 ms),
+ *     vdpbf16ps 111 ms, f32 fma 104 ms; amx, amx-acc, amx-acc2 equal the f32 fma
+ *     chain on all 1,048,576 outputs
  *   noguard (no fallback; NOT the exact bits: 2,816 of 1,048,576 outputs differ)
- *     amx 23-24 ms, amx-acc 12.2 ms (the AMX floor of this loop nest)
- *   spread activations (N(0,1) x 2^(-6..5)): guard fails on 92 %, amx 183 ms
- *   the product's exact path in the same minutes, mlir_mx.Linear MXFP4 f32 activations
- *     1 thread (time.thread_time, median of 7): 53-58 ms; activations="bf16" 52-56 ms
+ *     amx-acc 13.1 ms (the AMX floor of this loop nest)
+ *   storeall (noguard, tiles stored and reloaded at every block): amx-acc 21.2 ms
+ *   spread activations (N(0,1) x 2^(-6..5)): guard fails on 92 %: amx-acc2 151 ms,
+ *     slower than f32 fma (102 ms): such a call belongs on the f32 kernels
+ *   the product's exact path in the same minutes, mlir_mx.Linear MXFP4, f32
+ *     activations, 1 thread (time.thread_time, median of 7): 49.1 ms;
+ *     activations="bf16" 48.5 ms
  *
- * So against the product: amx-acc2 about 1.4x, the no-fallback floor about 4.5x; the f32
- * prototype here is about 2x slower than the product's f32 kernels (simpler blocking,
- * A re-read from L3), so its ratios overstate AMX's gain.  Not included: the guard and
+ * So against the product: amx-acc2 1.5x, the no-fallback floor 3.7x.  The f32
+ * prototype here is about 2x slower than the product's f32 kernels (simpler
+ * blocking), so ratios against it overstate AMX's gain.  Not included: the guard and
  * the zeroed copy of A (a scan of A per call), and the FP4 -> bf16 widening of B (here
  * pre-widened: 32 MiB, 4x the FP4 codes). */
 #include <immintrin.h>
@@ -187,9 +192,11 @@ static void run_amx_acc(void) {
 /* amx-acc2: as amx-acc, but per 32-column panel the fallback's t = p sb of every failing
  * (row, block) of the whole matrix is computed first, block by block, so that the rows
  * failing at one block share its B loads (four rows at a time: eight independent FMA
- * chains), then added into the tiles at its block */
-static int nfk[KB], frow[KB][M], fbase[KB]; /* failing rows per block; their index in tb */
-static void chains4(int kb, const int *r, int nt, float (*t)[32]) {
+ * chains; their A blocks packed once per call), then added into the tiles at its block */
+static double prepass_s; /* CPU time in amx-acc2's fallback chains, all calls */
+static int nfk[KB], frow[KB][M], fbase[KB];
+static float fa[M * KB + 4][32] __attribute__((aligned(64))); /* the failing A blocks, packed */ /* failing rows per block; their index in tb */
+static void chains4(int kb, const float (*a4)[32], int nt, float (*t)[32]) {
   __m512 a[4][2];
   const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
   for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = _mm512_setzero_ps();
@@ -198,7 +205,7 @@ static void chains4(int kb, const int *r, int nt, float (*t)[32]) {
     __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(w0, 16)), e1 = _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16));
     __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(w0, hi)), o1 = _mm512_castsi512_ps(_mm512_and_si512(w1, hi));
     for (int i = 0; i < 4; i++) {
-      __m512 ae = _mm512_set1_ps(Af[r[i]][kb * 32 + 2 * j]), ao = _mm512_set1_ps(Af[r[i]][kb * 32 + 2 * j + 1]);
+      __m512 ae = _mm512_set1_ps(a4[i][2 * j]), ao = _mm512_set1_ps(a4[i][2 * j + 1]);
       a[i][0] = _mm512_fmadd_ps(ae, e0, a[i][0]);
       a[i][1] = _mm512_fmadd_ps(ae, e1, a[i][1]);
       a[i][0] = _mm512_fmadd_ps(ao, o0, a[i][0]);
@@ -223,11 +230,16 @@ static void run_amx_acc2(void) {
     for (int m = 0; m < M; m++)
       if (fail[m][kb]) { fidx[m][kb] = total + nfk[kb]; frow[kb][nfk[kb]++] = m; }
     for (int i = nfk[kb]; i < ((nfk[kb] + 3) & ~3); i++) frow[kb][i] = frow[kb][0];
+    for (int i = 0; i < ((nfk[kb] + 3) & ~3); i++) memcpy(fa[total + i], &Af[frow[kb][i]][kb * 32], 128);
     total += (nfk[kb] + 3) & ~3;
   }
   for (int nt = 0; nt < NT; nt += 2) {
+    struct timespec q0, q1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &q0);
     for (int kb = 0; kb < KB; kb++)
-      for (int i = 0; i < nfk[kb]; i += 4) chains4(kb, &frow[kb][i], nt, &tb[fbase[kb] + i]);
+      for (int i = 0; i < nfk[kb]; i += 4) chains4(kb, (const float (*)[32])fa[fbase[kb] + i], nt, &tb[fbase[kb] + i]);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &q1);
+    prepass_s += (q1.tv_sec - q0.tv_sec) + 1e-9 * (q1.tv_nsec - q0.tv_nsec);
     for (int m0 = 0; m0 < M; m0 += 32) {
       _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
       for (int kb = 0; kb < KB; kb++) {
@@ -307,6 +319,8 @@ int main(int argc, char **argv) {
   int reps = argc > 1 ? atoi(argv[1]) : 5;
   int spread = argc > 2 && !strcmp(argv[2], "spread");
   int noguard = argc > 3 && !strcmp(argv[3], "noguard"); /* timing floor: no fallback, bits not checked */
+  int storeall = argc > 3 && !strcmp(argv[3], "storeall"); /* noguard, but amx-acc* store and reload at every block */
+  noguard |= storeall;
   if (syscall(SYS_arch_prctl, 0x1023, 18)) { perror("arch_prctl(ARCH_REQ_XCOMP_PERM)"); return 2; }
   memset((void *)&cfg, 0, sizeof cfg);
   cfg.palette_id = 1;
@@ -342,6 +356,7 @@ int main(int argc, char **argv) {
   for (int g = 0; g < M / 32; g++)
     for (int kb = 0; kb < KB; kb++) {
       for (int r = 0; r < 32; r++) grpfail[g][kb] |= fail[g * 32 + r][kb];
+      grpfail[g][kb] |= storeall;
       ngrp += grpfail[g][kb];
     }
   printf("activations %s: guard fails on %ld of %d (row, block)s (%.2f %%), recomputed by the FMA chain;\n"
@@ -364,6 +379,7 @@ int main(int argc, char **argv) {
     printf("%-12s CPU time median %7.2f ms best %7.2f ms (%.2fx f32 fma) | wall median %7.2f ms best %7.2f ms\n",
            name[v], c[v][reps / 2] * 1e3, c[v][0] * 1e3, c[2][reps / 2] / c[v][reps / 2], t[v][reps / 2] * 1e3,
            t[v][0] * 1e3);
+  printf("amx-acc2: its fallback chains took %.2f ms per call (CPU time, mean)\n", prepass_s * 1e3 / reps);
   long same = 0, same4 = 0, same5 = 0;
   for (int m = 0; m < M; m++)
     for (int n = 0; n < N; n++) {
