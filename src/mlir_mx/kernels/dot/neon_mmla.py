@@ -31,6 +31,7 @@ from mlir import ir
 
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.widen import LANES
+from mlir_mx.kernels.dot.neon_scratch import scratch_at
 
 __all__ = ["NEON_SMMLA", "MMLA_ROWS", "mmla_block", "mmla_tile", "store_chunk"]
 
@@ -59,17 +60,19 @@ def _zip_words(kb: KernelBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return kb.vbitcast(z, 8 * LANES, kb.i8)
 
 
-def store_chunk(kb: KernelBuilder, ds, at, base, groups: list[list[ir.Value]]) -> None:
+def store_chunk(kb: KernelBuilder, ds, at, base, groups: list[list[ir.Value]], kcb: int) -> None:
     """Store one block's B vectors (``groups[g][v]``, 64 bytes of K group
-    ``g`` and columns ``16v ..``, already signed) in the smmla layout at row
-    ``at`` of the scratch ``ds``, from byte ``base`` (an int or an index,
-    256 bytes per K group as in the other layout); ``groups`` holds an even
-    number of consecutive K groups, starting at an even one."""
+    ``g`` and columns ``16v ..``, already signed) in the smmla layout at block
+    ``at`` of the scratch ``ds`` of a chunk of ``kcb`` blocks (sub-tile major,
+    :mod:`.neon_scratch`), K groups from ``base / 256`` (``base``: an int or
+    an index, 256 bytes per K group of the 4 sub-tiles); ``groups`` holds an
+    even number of consecutive K groups, starting at an even one."""
+    col0 = base // 4 if isinstance(base, int) else kb.divu(base, 4)
     for s in range(len(groups) // 2):
         for v in range(len(groups[0])):
             z = _zip_words(kb, groups[2 * s][v], groups[2 * s + 1][v])
-            off = 512 * s + 128 * v
-            kb.vstore(z, ds, [at, base + off if isinstance(base, int) else kb.add(base, off)])
+            col = col0 + 128 * s if isinstance(col0, int) else kb.add(col0, 128 * s)
+            kb.vstore(z, ds, scratch_at(kb, kcb, at, v, col))
 
 
 def mmla_block(k, blk, local, rows, vs, c) -> list[ir.Value]:
@@ -92,8 +95,8 @@ def mmla_block(k, blk, local, rows, vs, c) -> list[ir.Value]:
             mask = [2 * s, 2 * s + 1, groups + 2 * s, groups + 2 * s + 1]
             a.append(kb.vbitcast(kb.shuffle(words[r0], words[r1], mask), 16, kb.i8))
         for v in vs:
-            at = 512 * s + 128 * v
-            bq = [kb.vload(k.ds, [local, at + 16 * q], 16) for q in range(8)]
+            bq = [kb.vload(k.ds, scratch_at(kb, k.units.kcb, local, v, 128 * s + 16 * q), 16)
+                  for q in range(8)]  # fmt: skip
             for p, ap in enumerate(a):
                 for q in range(8):
                     acc[p, v, q] = kb.intrinsic(NEON_SMMLA, v4i, [acc[p, v, q], ap, bq[q]])
