@@ -382,7 +382,7 @@ NEON_TBL = "llvm.aarch64.neon.tbl1.v16i8"
 #: Rows of a register tile of the NEON kernels (``sdot``/``usdot`` on 128-bit
 #: quarters, 32 q registers), one vector of 16 columns wide: 12 accumulators,
 #: 4 B registers and each row's 8 words of A in 2 (the indexed ``sdot``).
-#: ``llc -mcpu=neoverse-n1`` (``bench/probes/neon_counts.py``) counts 179
+#: ``llc -mcpu=neoverse-n1`` (``bench/probes/neon_counts.py``) counts 177
 #: instructions per block step of 96 ``sdot`` (54 %) and no stack access for
 #: W4A8, against 268 with 26 stack accesses (48 %) for 2 rows x 32 columns and
 #: 245 with 16 (52 %) for 4 x 16.  Decode (one row) keeps 32 columns: 333

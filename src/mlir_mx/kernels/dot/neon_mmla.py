@@ -14,7 +14,8 @@ bytes per column).  The **smmla layout** is the expanding kernels' scratch
 pair of K groups ``2s, 2s + 1`` and 16 columns, 8 column pairs of 16 bytes,
 ``c0 k0..7, c1 k0..7`` (a ``zip1``/``zip2`` of 32-bit words of the two
 groups), B signed (the records' ``b + 128`` turned into ``b``; FP4 through
-its signed table).  A's pair ``r0 k0..7, r1 k0..7`` comes from the two rows'
+its signed table), a scratch row per 16-column sub-tile and block
+(:mod:`.neon_scratch`).  A's pair ``r0 k0..7, r1 k0..7`` comes from the two rows'
 words of the block (a ``zip`` of 64-bit halves).  Rows go in pairs (a tile
 of 2 rows x 16 columns, :func:`mmla_tile`); an odd last row is paired
 with itself and its copy dropped.
@@ -40,10 +41,13 @@ NEON_SMMLA = "llvm.aarch64.neon.smmla.v4i32.v16i8"
 
 #: Rows of the ``smmla`` register tile (one row pair) of one vector of 16
 #: columns: 8 accumulators, 8 C registers, 8 B operands of a K step and A's
-#: pair.  ``llc -mcpu=neoverse-v1`` (``bench/probes/neon_counts.py``): 113
+#: pair.  ``llc -mcpu=neoverse-v1`` (``bench/probes/neon_counts.py``): 106
 #: instructions per block step of 32 ``smmla``, no stack access, 0.54
 #: llvm-mca cycles per column-block; 4 rows (16 accumulators and 16 C
-#: registers) had 18 spill stores and 0.88 cycles.  Not measured on a CPU.
+#: registers) had 228 with 31 stack accesses and 0.57 cycles.  No shape is
+#: half ``smmla``: each 2 x 2 tile's block step (``movi``, ``scvtf``,
+#: ``fmul``, ``fmla``) takes as many instructions as its 4 ``smmla``
+#: (docs/portability.md counts the shapes).  Not measured on a CPU.
 MMLA_ROWS = 2
 
 
