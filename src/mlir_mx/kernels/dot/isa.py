@@ -191,9 +191,8 @@ class DotOps:
             return
         for g, vecs in enumerate(groups):
             for v, w in enumerate(vecs):
-                if self.isa.neon:  # sub-tile major (neon_scratch): base // 4 within the row
-                    col = base // 4 + 64 * g if isinstance(base, int) else None
-                    col = col if col is not None else kb.add(kb.divu(base, 4), 64 * g)
+                if self.isa.neon:  # sub-tile major (neon_scratch)
+                    col = neon_scratch.scratch_col(kb, base, 64 * g)
                     kb.vstore(w, ds, neon_scratch.scratch_at(kb, self.kcb, at, v, col))
                     continue
                 off = 256 * g + 64 * v

@@ -38,7 +38,7 @@ from mlir import ir
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.dot.units import PANEL
 
-__all__ = ["SUBTILES", "scratch_at", "scratch_shape"]
+__all__ = ["SUBTILES", "scratch_at", "scratch_col", "scratch_shape"]
 
 #: Vectors of 16 columns per panel: the scratch rows per block.
 SUBTILES = PANEL // 16
@@ -53,3 +53,13 @@ def scratch_at(kb: KernelBuilder, kcb: int, b, v: int, col) -> list[ir.Value]:
     """The index of byte ``col`` (an int or an index, within the sub-tile's
     512 bytes) of sub-tile ``v`` of block ``b`` (an index) of the chunk."""
     return [kb.add(b, v * kcb) if v else b, col]
+
+
+def scratch_col(kb: KernelBuilder, base, off: int):
+    """The byte within a sub-tile's row of the K groups that start at byte
+    ``base`` (an int or an index) of a block in x86's row (256 per K group
+    of the 4 sub-tiles; :meth:`~.isa.DotOps.store_block`'s ``base``), plus
+    ``off``."""
+    if isinstance(base, int):
+        return base // SUBTILES + off
+    return kb.add(kb.divu(base, SUBTILES), off)
