@@ -61,7 +61,7 @@ from mlir import ir
 
 from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
-from mlir_mx.kernels.dot import units
+from mlir_mx.kernels.dot import neon_scratch, units
 from mlir_mx.kernels.dot.neon_mmla import mmla_block, mmla_tile, store_chunk
 from mlir_mx.kernels.dot.units import DotKind
 
@@ -137,6 +137,7 @@ class DotOps:
     ):  # fmt: skip
         self.kb, self.kind, self.isa = kb, kind, isa
         self.a_offset = a_offset
+        self.kcb = 0  # blocks per chunk of the expanding kernels' scratch (scratch_shape)
         #: bf16: the pairs as two f32 FMAs each (:func:`routed`), not ``vdpbf16ps``.
         self.fma_form = False
         #: B's FP4 table gives ``b`` itself, not ``b + 128``: the sign trick's
@@ -186,12 +187,30 @@ class DotOps:
         kb = self.kb
         groups = [[self.scratch_bytes(w) for w in vecs] for vecs in groups]
         if self.isa.mmla:
-            store_chunk(kb, ds, at, base, groups)
+            store_chunk(kb, ds, at, base, groups, self.kcb)
             return
         for g, vecs in enumerate(groups):
             for v, w in enumerate(vecs):
+                if self.isa.neon:  # sub-tile major (neon_scratch)
+                    col = neon_scratch.scratch_col(kb, base, 64 * g)
+                    kb.vstore(w, ds, neon_scratch.scratch_at(kb, self.kcb, at, v, col))
+                    continue
                 off = 256 * g + 64 * v
                 kb.vstore(w, ds, [at, base + off if isinstance(base, int) else kb.add(base, off)])
+
+    def scratch_shape(self, kcb: int, full) -> list[int]:
+        """The expanding kernels' B scratch for chunks of ``kcb`` blocks of
+        the full records ``full``: a row per block, or on NEON a row per
+        sub-tile and block (:mod:`.neon_scratch`: no LLVM ``prfm``)."""
+        self.kcb = kcb
+        nbytes = full.nbytes - full.data_offset
+        return neon_scratch.scratch_shape(kcb, nbytes) if self.isa.neon else [kcb, nbytes]
+
+    def scratch_at(self, b, g: int, v: int) -> list:
+        """The scratch index of K group ``g`` of sub-tile ``v`` of block ``b``."""
+        if self.isa.neon:
+            return neon_scratch.scratch_at(self.kb, self.kcb, b, v, 64 * g)
+        return [b, 256 * g + 64 * v]
 
     def table_bytes(self, element: str) -> list[int]:
         """The 16-entry ``vpshufb`` table of ``element``'s codes (4 lanes): the
@@ -362,7 +381,7 @@ NEON_TBL = "llvm.aarch64.neon.tbl1.v16i8"
 #: Rows of a register tile of the NEON kernels (``sdot``/``usdot`` on 128-bit
 #: quarters, 32 q registers), one vector of 16 columns wide: 12 accumulators,
 #: 4 B registers and each row's 8 words of A in 2 (the indexed ``sdot``).
-#: ``llc -mcpu=neoverse-n1`` (``bench/probes/neon_counts.py``) counts 179
+#: ``llc -mcpu=neoverse-n1`` (``bench/probes/neon_counts.py``) counts 177
 #: instructions per block step of 96 ``sdot`` (54 %) and no stack access for
 #: W4A8, against 268 with 26 stack accesses (48 %) for 2 rows x 32 columns and
 #: 245 with 16 (52 %) for 4 x 16.  Decode (one row) keeps 32 columns: 333

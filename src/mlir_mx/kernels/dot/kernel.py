@@ -237,7 +237,7 @@ class _Dot:
         if cfg.expand:  # several row groups share each chunk: expand it once
             self.hs = kb.alloc([self.kcb, self.full.data_offset * (1 + self.bias)], kb.i8)
             if self.stored.nibbles or self.codes or self.a_offset or self.units.signed_scratch:
-                self.ds = kb.alloc([self.kcb, self.full.nbytes - self.full.data_offset], kb.i8)
+                self.ds = kb.alloc(self.units.scratch_shape(self.kcb, self.full), kb.i8)
             if self.a_offset:  # -128 x B's sums per block, run and int16 lane (A-offset)
                 runs = self.stored.groups // self.a_offset
                 self.cs = kb.alloc([self.kcb, runs * 2 * PANEL], kb.i16)
@@ -361,7 +361,7 @@ class _Dot:
         """The B vectors ``vs`` (64 bytes each) of K group ``g`` of a record."""
         kb = self.kb
         if not stored and self.ds is not None:
-            return [kb.vload(self.ds, [local, 256 * g + 64 * v], 64) for v in vs]
+            return [kb.vload(self.ds, self.units.scratch_at(local, g, v), 64) for v in vs]
         base = self.stored.data_offset + self.stored.group_bytes * g
         if not self.stored.nibbles:
             return [kb.vload(self.rec, [row, base + 64 * v], 64) for v in vs]

@@ -14,7 +14,8 @@ bytes per column).  The **smmla layout** is the expanding kernels' scratch
 pair of K groups ``2s, 2s + 1`` and 16 columns, 8 column pairs of 16 bytes,
 ``c0 k0..7, c1 k0..7`` (a ``zip1``/``zip2`` of 32-bit words of the two
 groups), B signed (the records' ``b + 128`` turned into ``b``; FP4 through
-its signed table).  A's pair ``r0 k0..7, r1 k0..7`` comes from the two rows'
+its signed table), a scratch row per 16-column sub-tile and block
+(:mod:`.neon_scratch`).  A's pair ``r0 k0..7, r1 k0..7`` comes from the two rows'
 words of the block (a ``zip`` of 64-bit halves).  Rows go in pairs (a tile
 of 2 rows x 16 columns, :func:`mmla_tile`); an odd last row is paired
 with itself and its copy dropped.
@@ -31,6 +32,7 @@ from mlir import ir
 
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.widen import LANES
+from mlir_mx.kernels.dot.neon_scratch import scratch_at
 
 __all__ = ["NEON_SMMLA", "MMLA_ROWS", "mmla_block", "mmla_tile", "store_chunk"]
 
@@ -39,10 +41,13 @@ NEON_SMMLA = "llvm.aarch64.neon.smmla.v4i32.v16i8"
 
 #: Rows of the ``smmla`` register tile (one row pair) of one vector of 16
 #: columns: 8 accumulators, 8 C registers, 8 B operands of a K step and A's
-#: pair.  ``llc -mcpu=neoverse-v1`` (``bench/probes/neon_counts.py``): 113
+#: pair.  ``llc -mcpu=neoverse-v1`` (``bench/probes/neon_counts.py``): 106
 #: instructions per block step of 32 ``smmla``, no stack access, 0.54
 #: llvm-mca cycles per column-block; 4 rows (16 accumulators and 16 C
-#: registers) had 18 spill stores and 0.88 cycles.  Not measured on a CPU.
+#: registers) had 228 with 31 stack accesses and 0.57 cycles.  No shape is
+#: half ``smmla``: each 2 x 2 tile's block step (``movi``, ``scvtf``,
+#: ``fmul``, ``fmla``) takes as many instructions as its 4 ``smmla``
+#: (docs/portability.md counts the shapes).  Not measured on a CPU.
 MMLA_ROWS = 2
 
 
@@ -59,17 +64,19 @@ def _zip_words(kb: KernelBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return kb.vbitcast(z, 8 * LANES, kb.i8)
 
 
-def store_chunk(kb: KernelBuilder, ds, at, base, groups: list[list[ir.Value]]) -> None:
+def store_chunk(kb: KernelBuilder, ds, at, base, groups: list[list[ir.Value]], kcb: int) -> None:
     """Store one block's B vectors (``groups[g][v]``, 64 bytes of K group
-    ``g`` and columns ``16v ..``, already signed) in the smmla layout at row
-    ``at`` of the scratch ``ds``, from byte ``base`` (an int or an index,
-    256 bytes per K group as in the other layout); ``groups`` holds an even
-    number of consecutive K groups, starting at an even one."""
+    ``g`` and columns ``16v ..``, already signed) in the smmla layout at block
+    ``at`` of the scratch ``ds`` of a chunk of ``kcb`` blocks (sub-tile major,
+    :mod:`.neon_scratch`), K groups from ``base / 256`` (``base``: an int or
+    an index, 256 bytes per K group of the 4 sub-tiles); ``groups`` holds an
+    even number of consecutive K groups, starting at an even one."""
+    col0 = base // 4 if isinstance(base, int) else kb.divu(base, 4)
     for s in range(len(groups) // 2):
         for v in range(len(groups[0])):
             z = _zip_words(kb, groups[2 * s][v], groups[2 * s + 1][v])
-            off = 512 * s + 128 * v
-            kb.vstore(z, ds, [at, base + off if isinstance(base, int) else kb.add(base, off)])
+            col = col0 + 128 * s if isinstance(col0, int) else kb.add(col0, 128 * s)
+            kb.vstore(z, ds, scratch_at(kb, kcb, at, v, col))
 
 
 def mmla_block(k, blk, local, rows, vs, c) -> list[ir.Value]:
@@ -92,8 +99,8 @@ def mmla_block(k, blk, local, rows, vs, c) -> list[ir.Value]:
             mask = [2 * s, 2 * s + 1, groups + 2 * s, groups + 2 * s + 1]
             a.append(kb.vbitcast(kb.shuffle(words[r0], words[r1], mask), 16, kb.i8))
         for v in vs:
-            at = 512 * s + 128 * v
-            bq = [kb.vload(k.ds, [local, at + 16 * q], 16) for q in range(8)]
+            bq = [kb.vload(k.ds, scratch_at(kb, k.units.kcb, local, v, 128 * s + 16 * q), 16)
+                  for q in range(8)]  # fmt: skip
             for p, ap in enumerate(a):
                 for q in range(8):
                     acc[p, v, q] = kb.intrinsic(NEON_SMMLA, v4i, [acc[p, v, q], ap, bq[q]])
