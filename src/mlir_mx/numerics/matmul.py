@@ -79,7 +79,14 @@ from mlir_mx.errors import MXValueError
 
 from .mx import MXArray
 
-__all__ = ["U", "blocked_order", "matmul_bound", "matmul_reference"]
+__all__ = [
+    "U",
+    "amx_pair_layout",
+    "amx_tdpbf16ps",
+    "blocked_order",
+    "matmul_bound",
+    "matmul_reference",
+]
 
 #: The unit roundoff of f32.
 U = 2.0**-24
@@ -247,3 +254,64 @@ def _blocked(a, b, acc: np.ndarray) -> np.ndarray:
             t = (p.astype(np.float64) * sb[j][None]).astype(np.float32)
             c = _fma(t, np.broadcast_to(sa[:, j, None], c.shape), c)
     return c
+
+
+#: x86's default NaN (an invalid operation's result, e.g. ``Inf * 0``).
+_DEFAULT_NAN = 0xFFC00000
+
+
+def _ftz(x: np.ndarray) -> np.ndarray:
+    """f32 values below 2^-126 in magnitude as zeros of their sign (DAZ/FTZ)."""
+    return np.where(np.abs(x) < np.float32(2.0**-126), np.copysign(np.float32(0), x), x)
+
+
+def amx_pair_layout(b: np.ndarray) -> np.ndarray:
+    """B (K x N) in AMX's pair layout (K/2 x 2N): ``b[k][n]`` at row ``k // 2``,
+    column ``2 n + k % 2`` (what ``TDPBF16PS`` reads as its B tile)."""
+    k, n = b.shape
+    return np.ascontiguousarray(b.reshape(k // 2, 2, n).transpose(0, 2, 1).reshape(k // 2, 2 * n))
+
+
+def amx_tdpbf16ps(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """What AMX-BF16's ``TDPBF16PS`` computes (measured, ``docs/numerics.md``,
+    "AMX-BF16"): ``a`` (M x K, bf16 values), ``b`` (K x N, bf16 values, the
+    logical matrix, not the pair layout), ``c`` (M x N f32); f32 (M x N).
+    Per element, with DAZ/FTZ (``_ftz``) at every step::
+
+        E = +0;  for k = 0, 2, ...:  E = FTZ(fma(DAZ(a[k]), DAZ(b[k]), E))
+        O = +0;  for k = 1, 3, ...:  O = FTZ(fma(DAZ(a[k]), DAZ(b[k]), O))
+        c = FTZ(FTZ(E + O) + DAZ(c))
+
+    A NaN result is x86's default NaN ``0xffc00000`` where no operand of the
+    element is a NaN, the operand's payload made quiet where exactly one is;
+    where several NaN operands meet the payload is not modelled (NaN)."""
+    a32, b32 = _ftz(np.asarray(a, np.float32)), _ftz(np.asarray(b, np.float32))
+    c32 = np.asarray(c, np.float32)
+    shape = (a32.shape[0], b32.shape[1])
+    chains = []
+    with np.errstate(all="ignore"):
+        for first in (0, 1):
+            p = np.zeros(shape, np.float32)
+            for k in range(first, a32.shape[1], 2):
+                p = _ftz(_fma(np.broadcast_to(a32[:, k, None], shape), b32[k][None], p))
+            chains.append(p)
+        out = _ftz(_ftz(chains[0] + chains[1]) + _ftz(c32))
+    return _amx_nans(out, a32, b32, c32)
+
+
+def _amx_nans(out: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``out`` with its NaNs given the payloads :func:`amx_tdpbf16ps` states."""
+    nan = np.isnan(out)
+    if not nan.any():
+        return out
+    na, nb, nc = np.isnan(a), np.isnan(b), np.isnan(c)
+    count = na.sum(1)[:, None] + nb.sum(0)[None, :] + nc
+    bits = out.view(np.uint32).copy()
+    bits[nan & (count == 0)] = _DEFAULT_NAN
+    one = nan & (count == 1)
+    if one.any():
+        a_bits = np.max(np.where(na, a.view(np.uint32), 0), axis=1)[:, None]
+        b_bits = np.max(np.where(nb, b.view(np.uint32), 0), axis=0)[None, :]
+        src = np.where(nc, c.view(np.uint32), np.maximum(a_bits, b_bits))
+        bits[one] = src[one] | np.uint32(0x00400000)
+    return bits.view(np.float32)
