@@ -107,7 +107,7 @@ def _request() -> AMXPermission:
             errno.ENOSYS: "no arch_prctl system call",
         }.get(err, os.strerror(err) if err else "refused")
         return AMXPermission(
-            False, f"arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) failed: {name}: {why}"
+            False, f"the tile state request (arch_prctl ARCH_REQ_XCOMP_PERM) failed: {name}: {why}"
         )
     mask = ctypes.c_ulong(0)
     rc, err = _arch_prctl(libc, ARCH_GET_XCOMP_PERM, ctypes.byref(mask))

@@ -23,6 +23,7 @@ function (``tests/test_imports.py`` checks it).
 
 from mlir_mx.numerics import MXArray, dequantize, fold_scale, quantize
 from mlir_mx.numerics.matmul import (
+    amx_nan_open,
     amx_pair_layout,
     amx_tdpbf16ps,
     blocked_order,
@@ -31,6 +32,7 @@ from mlir_mx.numerics.matmul import (
 
 __all__ = [
     "MXArray",
+    "amx_nan_open",
     "amx_pair_layout",
     "amx_tdpbf16ps",
     "blocked_order",

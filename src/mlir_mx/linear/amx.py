@@ -31,6 +31,7 @@ import numpy as np
 
 from mlir_mx import oracle
 from mlir_mx.amx_permission import amx_permission
+from mlir_mx.errors import MXUnsupportedHostError
 from mlir_mx.host import has_features, host_features
 
 __all__ = [
@@ -109,7 +110,8 @@ def _values(rng: np.random.Generator, shape, mode: int) -> np.ndarray:
     """bf16 values (as f32) of one distribution of the probe: 0 four-bit
     significands over 32 binades, 1 eight-bit over 40, 2 products near
     2^-126 with bf16 denormals, 3 small integers (cancellation), 4 any bf16
-    bit pattern (NaN, Inf, denormals, ±0), 5 zeros, ±0 and tiny values."""
+    bit pattern (NaN, Inf, denormals, ±0), 5 zeros, ±0 and tiny values,
+    6 Inf, NaN and huge values (overflow) among small ones."""
     sign = np.where(rng.integers(0, 2, shape) == 1, -1.0, 1.0)
     if mode == 0:
         v = np.ldexp(rng.integers(8, 16, shape), rng.integers(-15, 17, shape))
@@ -124,10 +126,16 @@ def _values(rng: np.random.Generator, shape, mode: int) -> np.ndarray:
     elif mode == 4:
         bits = rng.integers(0, 1 << 16, shape, dtype=np.uint32) << 16
         return bits.view(np.float32)
-    else:
+    elif mode == 5:
         v = np.where(
             rng.integers(0, 3, shape) > 0, 0.0, np.ldexp(1.0, rng.integers(-140, -99, shape))
         )
+    else:
+        pick = rng.integers(0, 10, shape)
+        huge = np.ldexp(rng.integers(128, 256, shape), rng.integers(43, 57, shape))
+        small = np.ldexp(rng.integers(8, 16, shape), rng.integers(-3, 5, shape))
+        special = np.array([0.0, np.inf, np.nan, float.fromhex("0x1.fep127")])
+        v = np.where(pick < 4, special[np.minimum(pick, 3)], np.where(pick == 4, huge, small))
     return (sign * v).astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
 
 
@@ -152,7 +160,7 @@ def random_tiles(count: int = RANDOM_TILES, seed: int = 51):
     :func:`_values` in turn; every other tile has a zero accumulator."""
     rng = np.random.default_rng(seed)
     for t in range(count):
-        mode = t % 6
+        mode = t % 7
         a = _values(rng, (_M, _K), mode)
         b = _values(rng, (_K, _N), mode)
         c = np.zeros((_M, _N), np.float32) if t % 2 else _accumulator(rng, mode)
@@ -166,9 +174,8 @@ def _bf16(x: np.ndarray) -> np.ndarray:
 
 def _same(got: np.ndarray, want: np.ndarray, a, b, c) -> np.ndarray:
     """Bit equality, where a NaN whose payload the model leaves open
-    (several NaN operands) matches any NaN."""
-    nans = np.isnan(a).sum(1)[:, None] + np.isnan(b).sum(0)[None, :] + np.isnan(c)
-    open_nan = (nans > 1) & np.isnan(want) & np.isnan(got)
+    (:func:`oracle.amx_nan_open`) matches any NaN."""
+    open_nan = oracle.amx_nan_open(a, b, c) & np.isnan(want) & np.isnan(got)
     return (_bits32(got) == _bits32(want)) | open_nan
 
 
@@ -248,7 +255,13 @@ def _status(_features: frozenset[str]) -> AMXStatus:
 
 
 def _tile_runner():
-    """The Runner of the one-tile kernel, compiled for this CPU (no disk cache)."""
+    """The Runner of the one-tile kernel, compiled for this CPU (no disk
+    cache).  Refuses (``MXUnsupportedHostError``) before compiling unless
+    the features and the OS permission are there: a tile instruction
+    without the permission kills the process (``SIGILL``)."""
+    permission = amx_permission()
+    if not (has_features("amx_tile", "amx_bf16") and permission):
+        raise MXUnsupportedHostError(f"AMX-BF16 kernel refused here: {permission.reason}")
     from mlir import ir
 
     from mlir_mx.execution import CompileOptions, Runner

@@ -81,6 +81,7 @@ from .mx import MXArray
 
 __all__ = [
     "U",
+    "amx_nan_open",
     "amx_pair_layout",
     "amx_tdpbf16ps",
     "blocked_order",
@@ -282,36 +283,68 @@ def amx_tdpbf16ps(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         O = +0;  for k = 1, 3, ...:  O = FTZ(fma(DAZ(a[k]), DAZ(b[k]), O))
         c = FTZ(FTZ(E + O) + DAZ(c))
 
-    A NaN result is x86's default NaN ``0xffc00000`` where no operand of the
-    element is a NaN, the operand's payload made quiet where exactly one is;
-    where several NaN operands meet the payload is not modelled (NaN)."""
-    a32, b32 = _ftz(np.asarray(a, np.float32)), _ftz(np.asarray(b, np.float32))
-    c32 = np.asarray(c, np.float32)
+    NaN results: x86's default NaN ``0xffc00000`` where no operand of the
+    element is a NaN (an invalid operation made it); the operand's payload,
+    made quiet, where exactly one is and nothing else in the element
+    overflows or is invalid; elsewhere the payload is left open
+    (:func:`amx_nan_open`)."""
+    a32, b32, c32 = _amx_operands(a, b, c)
+    out, _ = _amx_chains(a32, b32, c32)
+    nan = np.isnan(out)
+    if not nan.any():
+        return out
+    count = _amx_nan_count(a32, b32, c32)
+    bits = out.view(np.uint32).copy()
+    bits[nan & (count == 0)] = _DEFAULT_NAN
+    one = nan & (count == 1)
+    if one.any():
+        na, nb, nc = np.isnan(a32), np.isnan(b32), np.isnan(c32)
+        a_bits = np.max(np.where(na, a32.view(np.uint32), 0), axis=1)[:, None]
+        b_bits = np.max(np.where(nb, b32.view(np.uint32), 0), axis=0)[None, :]
+        src = np.where(nc, c32.view(np.uint32), np.maximum(a_bits, b_bits))
+        bits[one] = src[one] | np.uint32(0x00400000)
+    return bits.view(np.float32)
+
+
+def amx_nan_open(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Where :func:`amx_tdpbf16ps` leaves a NaN result's payload open
+    (bool, M x N): an element with two or more NaN operands, or with one
+    and an overflow or invalid operation elsewhere (which NaN x86 keeps
+    then depends on operand order, not measured)."""
+    a32, b32, c32 = _amx_operands(a, b, c)
+    count = _amx_nan_count(a32, b32, c32)
+    zero = np.float32(0)
+    _, clean = _amx_chains(*(np.where(np.isnan(x), zero, x) for x in (a32, b32, c32)))
+    return (count > 1) | ((count == 1) & ~clean)
+
+
+def _amx_operands(a, b, c):
+    """DAZ ``a`` and ``b`` (f32 copies), ``c`` as f32."""
+    return (
+        _ftz(np.asarray(a, np.float32)),
+        _ftz(np.asarray(b, np.float32)),
+        np.asarray(c, np.float32),
+    )
+
+
+def _amx_nan_count(a32, b32, c32) -> np.ndarray:
+    """The NaN operands of each output element."""
+    return np.isnan(a32).sum(1)[:, None] + np.isnan(b32).sum(0)[None, :] + np.isnan(c32)
+
+
+def _amx_chains(a32, b32, c32) -> tuple[np.ndarray, np.ndarray]:
+    """The model's result (NaN payloads as numpy leaves them) and where
+    every chain step, ``E + O`` and the result are finite."""
     shape = (a32.shape[0], b32.shape[1])
+    finite = np.ones(shape, bool)
     chains = []
     with np.errstate(all="ignore"):
         for first in (0, 1):
             p = np.zeros(shape, np.float32)
             for k in range(first, a32.shape[1], 2):
                 p = _ftz(_fma(np.broadcast_to(a32[:, k, None], shape), b32[k][None], p))
+                finite &= np.isfinite(p)
             chains.append(p)
-        out = _ftz(_ftz(chains[0] + chains[1]) + _ftz(c32))
-    return _amx_nans(out, a32, b32, c32)
-
-
-def _amx_nans(out: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """``out`` with its NaNs given the payloads :func:`amx_tdpbf16ps` states."""
-    nan = np.isnan(out)
-    if not nan.any():
-        return out
-    na, nb, nc = np.isnan(a), np.isnan(b), np.isnan(c)
-    count = na.sum(1)[:, None] + nb.sum(0)[None, :] + nc
-    bits = out.view(np.uint32).copy()
-    bits[nan & (count == 0)] = _DEFAULT_NAN
-    one = nan & (count == 1)
-    if one.any():
-        a_bits = np.max(np.where(na, a.view(np.uint32), 0), axis=1)[:, None]
-        b_bits = np.max(np.where(nb, b.view(np.uint32), 0), axis=0)[None, :]
-        src = np.where(nc, c.view(np.uint32), np.maximum(a_bits, b_bits))
-        bits[one] = src[one] | np.uint32(0x00400000)
-    return bits.view(np.float32)
+        both = _ftz(chains[0] + chains[1])
+        out = _ftz(both + _ftz(c32))
+    return out, finite & np.isfinite(both) & np.isfinite(out)
