@@ -105,6 +105,7 @@ def _request() -> AMXPermission:
         why = {
             errno.EINVAL: "the kernel does not know the request (Linux < 5.16) or the feature",
             errno.ENOSYS: "no arch_prctl system call",
+            errno.ENOSPC: "a thread's sigaltstack is too small for the tile state",
         }.get(err, os.strerror(err) if err else "refused")
         return AMXPermission(
             False, f"the tile state request (arch_prctl ARCH_REQ_XCOMP_PERM) failed: {name}: {why}"

@@ -229,7 +229,9 @@ def amx_bf16_usable() -> bool:
     """True when a kernel may run ``TDPBF16PS`` here and rely on
     :func:`mlir_mx.oracle.amx_tdpbf16ps` for its bits: the CPU features (as
     masked), the OS permission and the start-up self-test (the module
-    docstring).  Asked once per process and feature set; never raises."""
+    docstring).  Asked once per process and feature set; raises nothing of
+    its own (a malformed ``MLIR_MX_CPU_FEATURES`` is refused as everywhere:
+    ``MXValueError``)."""
     return _status(host_features()).usable
 
 
@@ -246,7 +248,10 @@ def _status(_features: frozenset[str]) -> AMXStatus:
         runner = _tile_runner()
     except Exception as err:  # noqa: BLE001 - a compile failure makes AMX unusable, no more
         return AMXStatus(False, f"the self-test kernel did not compile: {err}")
-    bad = selftest_mismatches(runner.tdpbf16ps)
+    try:
+        bad = selftest_mismatches(runner.tdpbf16ps)
+    except Exception as err:  # noqa: BLE001 - likewise a call that fails
+        return AMXStatus(False, f"the self-test kernel failed: {err}", True)
     if bad:
         return AMXStatus(
             False, f"the self-test differs from the model on {len(bad)} tiles: {bad[0]}", True
