@@ -14,6 +14,7 @@ from mlir_mx.amx_permission import amx_permission
 from mlir_mx.diagnostics import DiagnosticError
 from mlir_mx.errors import MXUnsupportedHostError
 from mlir_mx.execution import CompileOptions, Runner
+from mlir_mx.execution.object_dump import object_code
 from mlir_mx.kernels.amx import tile_product_module
 from mlir_mx.linear import amx
 from mlir_mx.pipelines.amx import amx_library_pipeline
@@ -68,6 +69,31 @@ def test_random_tiles_give_the_models_bits(runner):
     """Another seed than the self-test's: 140 tiles, every distribution."""
     for a, b, c in amx.random_tiles(140, seed=7):
         _assert_model_bits(_run(runner, a, b, c), a, b, c)
+
+
+@needs_amx
+@pytest.mark.slow
+def test_many_random_tiles_give_the_models_bits(runner):
+    """The campaign behind docs/numerics.md's figure: 2,800 tiles (716,800
+    outputs), 20 seeds, every distribution."""
+    for seed in range(20):
+        for a, b, c in amx.random_tiles(140, seed=1000 + seed):
+            _assert_model_bits(_run(runner, a, b, c), a, b, c)
+
+
+#: ``TILERELEASE`` (VEX.128.NP.0F38.W0 49 C0) and ``LDTILECFG m512``'s opcode bytes.
+TILERELEASE = bytes.fromhex("c4e27849c0")
+LDTILECFG = bytes.fromhex("c4e27849")
+
+
+@needs_amx
+def test_the_kernel_configures_and_releases_the_tiles(runner):
+    """LLVM's x86 backend writes the tile configuration before the tile
+    instructions and releases the tiles after: the calling thread does not
+    keep 8 KiB of tile state live."""
+    code = object_code(runner.engine)
+    assert code.count(LDTILECFG) >= 2  # ldtilecfg m512, and tilerelease's own prefix
+    assert TILERELEASE in code
 
 
 @needs_amx
