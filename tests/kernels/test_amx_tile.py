@@ -12,7 +12,7 @@ from mlir import ir
 from mlir_mx import host, oracle
 from mlir_mx.amx_permission import amx_permission
 from mlir_mx.diagnostics import DiagnosticError
-from mlir_mx.errors import MXUnsupportedHostError
+from mlir_mx.errors import MXUnsupportedHostError, MXValueError
 from mlir_mx.execution import CompileOptions, Runner
 from mlir_mx.execution.object_dump import object_code
 from mlir_mx.kernels.amx import tile_product_module
@@ -94,6 +94,24 @@ def test_the_kernel_configures_and_releases_the_tiles(runner):
     code = object_code(runner.engine)
     assert code.count(LDTILECFG) >= 2  # ldtilecfg m512, and tilerelease's own prefix
     assert TILERELEASE in code
+
+
+@needs_amx
+def test_only_c_is_written(runner):
+    """The Runner's effects analysis knows the tile loads read and the tile
+    store writes (``execution/effects.py``): read-only A and B (weights in
+    a read-only map) are taken, a read-only C is refused by name."""
+    assert runner.compiled.writes("tdpbf16ps") == frozenset({2})
+    a, b, c = next(amx.random_tiles(1, seed=9))
+    a16, b16 = amx._bf16(a), amx._bf16(oracle.amx_pair_layout(b))  # noqa: SLF001
+    a16.setflags(write=False)
+    b16.setflags(write=False)
+    got = c.copy()
+    runner.tdpbf16ps(a16, b16, got)
+    _assert_model_bits(got, a, b, c)
+    got.setflags(write=False)
+    with pytest.raises(MXValueError, match="argument 3 .* writes this argument"):
+        runner.tdpbf16ps(a16, b16, got)
 
 
 @needs_amx
