@@ -26,7 +26,7 @@ import os
 import platform
 from dataclasses import dataclass
 
-from mlir_mx.host import host_arch
+from mlir_mx.host import host_arch, reported_features
 
 __all__ = [
     "ARCH_GET_XCOMP_PERM",
@@ -72,19 +72,6 @@ def permission_problem(system: str, arch: str, reported) -> str | None:
     return None
 
 
-def _reported() -> frozenset[str]:
-    """The CPU's own features (``/proc/cpuinfo`` flags, no mask): the OS
-    permission does not depend on ``MLIR_MX_CPU_FEATURES``."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            text = f.read()
-    except OSError:
-        return frozenset()
-    from mlir_mx.cpu_features import parse_cpuinfo
-
-    return parse_cpuinfo(text)
-
-
 def _arch_prctl(libc, code: int, arg) -> tuple[int, int]:
     """``syscall(SYS_arch_prctl, code, arg)``: (return value, errno)."""
     ctypes.set_errno(0)
@@ -128,7 +115,7 @@ def amx_permission() -> AMXPermission:
     CPU that does not report ``amx_tile`` and ``amx_bf16``, on a kernel
     without the request (< 5.16) or when the kernel refuses it."""
     try:
-        problem = permission_problem(platform.system(), host_arch(), _reported())
+        problem = permission_problem(platform.system(), host_arch(), reported_features())
         if problem:
             return AMXPermission(False, problem)
         return _request()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
@@ -202,21 +203,18 @@ def selftest_mismatches(run_tile) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
 class AMXStatus:
     """Whether AMX-BF16 is usable here (``usable``, also the truth value),
     why not or what passed (``reason``), and whether the self-test's kernel
     was compiled (``compiled``: never where the features are masked)."""
 
-    __slots__ = ("compiled", "reason", "usable")
-
-    def __init__(self, usable: bool, reason: str, compiled: bool = False):
-        self.usable, self.reason, self.compiled = usable, reason, compiled
+    usable: bool
+    reason: str
+    compiled: bool = False
 
     def __bool__(self) -> bool:
         return self.usable
-
-    def __repr__(self) -> str:
-        return f"AMXStatus(usable={self.usable}, reason={self.reason!r}, compiled={self.compiled})"
 
 
 def amx_bf16_status() -> AMXStatus:
