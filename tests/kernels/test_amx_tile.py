@@ -138,7 +138,7 @@ def test_the_mask_makes_amx_unusable_and_compiles_nothing(monkeypatch):
     assert "no AMX-BF16 on this CPU" in status.reason and "-amx_bf16" in status.reason
     assert amx.amx_bf16_usable() is False
     with pytest.raises(MXUnsupportedHostError, match="AMX-BF16 kernel refused"):
-        amx._tile_runner()  # noqa: SLF001 - refused before anything is compiled or run
+        amx.tile_runner()  # refused before anything is compiled or run
     # and the lowering itself refuses the intrinsic for the masked target
     with pytest.raises(DiagnosticError, match="tdpbf16ps"):
         Runner(_module_text(), options=CompileOptions(amx_library_pipeline()))

@@ -44,6 +44,7 @@ __all__ = [
     "directed_tile",
     "random_tiles",
     "selftest_mismatches",
+    "tile_runner",
 ]
 
 _T, _U, _W = 2.0**-62, 2.0**-63, float.fromhex("0x1.fp-64")  # t*u = 2^-125, t*w = 2^-125 - 2^-130
@@ -243,7 +244,7 @@ def _status(_features: frozenset[str]) -> AMXStatus:
     if not permission:
         return AMXStatus(False, f"no OS permission for the tile state: {permission.reason}")
     try:
-        runner = _tile_runner()
+        runner = tile_runner()
     except Exception as err:  # noqa: BLE001 - a compile failure makes AMX unusable, no more
         return AMXStatus(False, f"the self-test kernel did not compile: {err}")
     try:
@@ -259,13 +260,19 @@ def _status(_features: frozenset[str]) -> AMXStatus:
     )
 
 
-def _tile_runner():
+def tile_runner():
     """The Runner of the one-tile kernel, compiled for this CPU (no disk
     cache).  Refuses (``MXUnsupportedHostError``) before compiling unless
     the features and the OS permission are there: a tile instruction
     without the permission kills the process (``SIGILL``)."""
+    if not has_features("amx_tile", "amx_bf16"):
+        mask = os.environ.get("MLIR_MX_CPU_FEATURES")
+        raise MXUnsupportedHostError(
+            "AMX-BF16 kernel refused here: amx_tile and amx_bf16 are not in the CPU features"
+            + (f" (MLIR_MX_CPU_FEATURES={mask!r})" if mask else "")
+        )
     permission = amx_permission()
-    if not (has_features("amx_tile", "amx_bf16") and permission):
+    if not permission:
         raise MXUnsupportedHostError(f"AMX-BF16 kernel refused here: {permission.reason}")
     from mlir import ir
 
