@@ -349,6 +349,10 @@ INTRINSICS: tuple[tuple[re.Pattern, tuple[tuple[str, ...], ...]], ...] = tuple(
     (re.compile(p), alts)
     for p, alts in (
         (r"^llvm\.x86\.avx512bf16\.", (("avx512_bf16",),)),
+        (r"^llvm\.x86\.tdpbf16ps", (("amx_bf16",),)),
+        (r"^llvm\.x86\.tdpb[su][su]d", (("amx_int8",),)),
+        (r"^llvm\.x86\.tdpfp16ps", (("amx_fp16",),)),
+        (r"^llvm\.x86\.tile", (("amx_tile",),)),
         (r"^llvm\.x86\.avx512\.vpdp\w+\.512$", (("avx512_vnni",),)),
         (r"^llvm\.x86\.avx512\.vpdp\w+\.(128|256)$", (("avx512_vnni", "avx512vl"), ("avx_vnni",))),
         (r"^llvm\.x86\.avx512\.(permvar\.qi|vpermi2var\.qi|pmultishift\.qb)", (("avx512vbmi",),)),

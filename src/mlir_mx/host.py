@@ -65,6 +65,7 @@ __all__ = [
     "isa_summary",
     "lscpu",
     "platform_problem",
+    "reported_features",
     "machine_description",
     "software_prefetch",
 ]
@@ -137,6 +138,13 @@ def _reported_features() -> frozenset[str]:
             return frozenset()
         return cpu_features.parse_sysctl(out)
     return frozenset()
+
+
+def reported_features() -> frozenset[str]:
+    """What the OS reports for this CPU (cpuinfo names), before
+    ``MLIR_MX_CPU_FEATURES`` and the requirements are applied: what an OS
+    request depends on (:func:`mlir_mx.amx_permission.amx_permission`)."""
+    return _reported_features()
 
 
 def host_features() -> frozenset[str]:

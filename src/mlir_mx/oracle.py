@@ -12,7 +12,9 @@ and these to check them::
     assert a.bitwise_equal(mlir_mx.quantize(x, "f4E2M1FN", 32))
 
 :func:`matmul_reference` states the matmul claim (the exact product and its
-bound) and :func:`blocked_order` emulates the kernels' f32 operation order.
+bound) and :func:`blocked_order` emulates the kernels' f32 operation order;
+:func:`amx_tdpbf16ps` is what AMX-BF16's tile product computes (two FMA
+chains; :func:`amx_pair_layout` is its B layout).
 The functions are defined in :mod:`mlir_mx.numerics` (beside the format table
 and packing), and everything outside that package imports them from here, so a
 bare ``quantize`` is never left to guess between the oracle and the compiled
@@ -20,6 +22,22 @@ function (``tests/test_imports.py`` checks it).
 """
 
 from mlir_mx.numerics import MXArray, dequantize, fold_scale, quantize
-from mlir_mx.numerics.matmul import blocked_order, matmul_reference
+from mlir_mx.numerics.matmul import (
+    amx_nan_open,
+    amx_pair_layout,
+    amx_tdpbf16ps,
+    blocked_order,
+    matmul_reference,
+)
 
-__all__ = ["MXArray", "blocked_order", "dequantize", "fold_scale", "matmul_reference", "quantize"]
+__all__ = [
+    "MXArray",
+    "amx_nan_open",
+    "amx_pair_layout",
+    "amx_tdpbf16ps",
+    "blocked_order",
+    "dequantize",
+    "fold_scale",
+    "matmul_reference",
+    "quantize",
+]

@@ -71,6 +71,12 @@ _WRITES_OPERAND = {
     "llvm.intr.memset.inline": 0,
 }
 
+# Target intrinsics (``llvm.call_intrinsic``) that only read through their
+# pointer operands, and those that write through ONE operand (index): the
+# AMX tile loads and store (``mlir_mx.kernels.amx``).
+_INTRINSIC_READS = frozenset({"llvm.x86.tileloadd64.internal", "llvm.x86.tileloaddt164.internal"})
+_INTRINSIC_WRITES_OPERAND = {"llvm.x86.tilestored64.internal": 2}
+
 
 # Functions that only allocate: they write nothing their operands point to.
 _ALLOCATORS = frozenset({"malloc", "aligned_alloc", "calloc"})
@@ -79,6 +85,13 @@ _ALLOCATORS = frozenset({"malloc", "aligned_alloc", "calloc"})
 def _callee(op: ir.Operation) -> str | None:
     attr = op.attributes["callee"] if "callee" in op.attributes else None
     return None if attr is None else ir.FlatSymbolRefAttr(attr).value
+
+
+def _intrinsic(op: ir.Operation) -> str | None:
+    """The name an ``llvm.call_intrinsic`` calls; None for another op."""
+    if op.name != "llvm.call_intrinsic" or "intrin" not in op.attributes:
+        return None
+    return ir.StringAttr(op.attributes["intrin"]).value
 
 
 def _function(module: ir.Module, name: str):
@@ -164,6 +177,12 @@ def _effect(
         return frozenset()
     if op.successors:  # branches: operands flow into successor arguments
         return every
+    intrinsic = _intrinsic(op)
+    if intrinsic in _INTRINSIC_READS:
+        return frozenset()
+    if intrinsic in _INTRINSIC_WRITES_OPERAND:
+        written.update(tainted[_INTRINSIC_WRITES_OPERAND[intrinsic]])
+        return frozenset()
     if name == "llvm.call" and _callee(op) in _ALLOCATORS:
         # malloc(size): its operands are sizes (tainted when computed from a
         # descriptor's shape fields, which share the pointers' aggregate); it

@@ -79,7 +79,15 @@ from mlir_mx.errors import MXValueError
 
 from .mx import MXArray
 
-__all__ = ["U", "blocked_order", "matmul_bound", "matmul_reference"]
+__all__ = [
+    "U",
+    "amx_nan_open",
+    "amx_pair_layout",
+    "amx_tdpbf16ps",
+    "blocked_order",
+    "matmul_bound",
+    "matmul_reference",
+]
 
 #: The unit roundoff of f32.
 U = 2.0**-24
@@ -247,3 +255,96 @@ def _blocked(a, b, acc: np.ndarray) -> np.ndarray:
             t = (p.astype(np.float64) * sb[j][None]).astype(np.float32)
             c = _fma(t, np.broadcast_to(sa[:, j, None], c.shape), c)
     return c
+
+
+#: x86's default NaN (an invalid operation's result, e.g. ``Inf * 0``).
+_DEFAULT_NAN = 0xFFC00000
+
+
+def _ftz(x: np.ndarray) -> np.ndarray:
+    """f32 values below 2^-126 in magnitude as zeros of their sign (DAZ/FTZ)."""
+    return np.where(np.abs(x) < np.float32(2.0**-126), np.copysign(np.float32(0), x), x)
+
+
+def amx_pair_layout(b: np.ndarray) -> np.ndarray:
+    """B (K x N) in AMX's pair layout (K/2 x 2N): ``b[k][n]`` at row ``k // 2``,
+    column ``2 n + k % 2`` (what ``TDPBF16PS`` reads as its B tile)."""
+    k, n = b.shape
+    return np.ascontiguousarray(b.reshape(k // 2, 2, n).transpose(0, 2, 1).reshape(k // 2, 2 * n))
+
+
+def amx_tdpbf16ps(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """What AMX-BF16's ``TDPBF16PS`` computes (measured, ``docs/numerics.md``,
+    "AMX-BF16"): ``a`` (M x K, bf16 values), ``b`` (K x N, bf16 values, the
+    logical matrix, not the pair layout), ``c`` (M x N f32); f32 (M x N).
+    Per element, with DAZ/FTZ (``_ftz``) at every step::
+
+        E = +0;  for k = 0, 2, ...:  E = FTZ(fma(DAZ(a[k]), DAZ(b[k]), E))
+        O = +0;  for k = 1, 3, ...:  O = FTZ(fma(DAZ(a[k]), DAZ(b[k]), O))
+        c = FTZ(FTZ(E + O) + DAZ(c))
+
+    NaN results: x86's default NaN ``0xffc00000`` where no operand of the
+    element is a NaN (an invalid operation made it); the operand's payload,
+    made quiet, where exactly one is and nothing else in the element
+    overflows or is invalid; elsewhere the payload is left open
+    (:func:`amx_nan_open`)."""
+    a32, b32, c32 = _amx_operands(a, b, c)
+    out, _ = _amx_chains(a32, b32, c32)
+    nan = np.isnan(out)
+    if not nan.any():
+        return out
+    count = _amx_nan_count(a32, b32, c32)
+    bits = out.view(np.uint32).copy()
+    bits[nan & (count == 0)] = _DEFAULT_NAN
+    one = nan & (count == 1)
+    if one.any():
+        na, nb, nc = np.isnan(a32), np.isnan(b32), np.isnan(c32)
+        a_bits = np.max(np.where(na, a32.view(np.uint32), 0), axis=1)[:, None]
+        b_bits = np.max(np.where(nb, b32.view(np.uint32), 0), axis=0)[None, :]
+        src = np.where(nc, c32.view(np.uint32), np.maximum(a_bits, b_bits))
+        bits[one] = src[one] | np.uint32(0x00400000)
+    return bits.view(np.float32)
+
+
+def amx_nan_open(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Where :func:`amx_tdpbf16ps` leaves a NaN result's payload open
+    (bool, M x N): an element with two or more NaN operands, or with one
+    and an overflow or invalid operation elsewhere (which NaN x86 keeps
+    then depends on operand order, not measured)."""
+    a32, b32, c32 = _amx_operands(a, b, c)
+    count = _amx_nan_count(a32, b32, c32)
+    zero = np.float32(0)
+    _, clean = _amx_chains(*(np.where(np.isnan(x), zero, x) for x in (a32, b32, c32)))
+    return (count > 1) | ((count == 1) & ~clean)
+
+
+def _amx_operands(a, b, c):
+    """DAZ ``a`` and ``b`` (f32 copies), ``c`` as f32."""
+    return (
+        _ftz(np.asarray(a, np.float32)),
+        _ftz(np.asarray(b, np.float32)),
+        np.asarray(c, np.float32),
+    )
+
+
+def _amx_nan_count(a32, b32, c32) -> np.ndarray:
+    """The NaN operands of each output element."""
+    return np.isnan(a32).sum(1)[:, None] + np.isnan(b32).sum(0)[None, :] + np.isnan(c32)
+
+
+def _amx_chains(a32, b32, c32) -> tuple[np.ndarray, np.ndarray]:
+    """The model's result (NaN payloads as numpy leaves them) and where
+    every chain step, ``E + O`` and the result are finite."""
+    shape = (a32.shape[0], b32.shape[1])
+    finite = np.ones(shape, bool)
+    chains = []
+    with np.errstate(all="ignore"):
+        for first in (0, 1):
+            p = np.zeros(shape, np.float32)
+            for k in range(first, a32.shape[1], 2):
+                p = _ftz(_fma(np.broadcast_to(a32[:, k, None], shape), b32[k][None], p))
+                finite &= np.isfinite(p)
+            chains.append(p)
+        both = _ftz(chains[0] + chains[1])
+        out = _ftz(both + _ftz(c32))
+    return out, finite & np.isfinite(both) & np.isfinite(out)
