@@ -287,6 +287,62 @@ def test_malformed_files_and_configs(checkpoint, tmp_path):
         from_pretrained(tmp_path / "nowhere")
 
 
+def test_a_whole_dense_load_drops_each_linears_pages_after_it(tmp_path, monkeypatch):
+    """A model of MX linears loaded whole (compressed-tensors, no mesh) drops
+    from the file's map the pages of each linear's codes and scales once that
+    linear is built (issue 56: its peak was every linear's pages above what it
+    keeps), not at the end: after each linear, every whole page copied so far
+    has been released, each page once; the logits are unchanged."""
+    import os
+
+    from llama_cases import prompt as llama_prompt
+    from llama_cases import tiny_llama
+
+    from mlir_mx.torch import checkpoint_files as ckpt_files
+    from mlir_mx.torch import quantize_
+
+    model = tiny_llama(hidden_size=256, intermediate_size=512)
+    quantize_(model, element="mxfp4")
+    save_pretrained(model, tmp_path / "ct")
+    page, events = os.sysconf("SC_PAGE_SIZE"), []
+    copied = ckpt_files.CheckpointFiles.copied
+
+    def copy_spy(self, key, index=None):
+        t = copied(self, key, index)
+        events.append(("copy", key, self.spans[-1]))
+        return t
+
+    def release_spy(spans, paths):
+        released = release_file_pages(spans, paths)
+        events.append(("release", list(spans), released))
+        return released
+
+    monkeypatch.setattr(ckpt_files.CheckpointFiles, "copied", copy_spy)
+    monkeypatch.setattr(ckpt_files, "release_file_pages", release_spy)
+    loaded = from_pretrained(tmp_path / "ct")
+    linears = [n for n, m in loaded.named_modules() if isinstance(m, MXLinear)]
+    assert len(linears) == 7 * model.config.num_hidden_layers + 1  # lm_head too
+    # per linear: its codes and scales copied, then one release; from_pretrained's last
+    kinds = [e[0] for e in events]
+    assert kinds == ["copy", "copy", "release"] * len(linears) + ["release"]
+    seen, done = [], set()
+    for event in events[:-1]:
+        if event[0] == "copy":
+            seen.append(event[2])
+            continue
+        _, spans, released = event
+        assert all(a % page == 0 and n % page == 0 for a, n in spans)
+        now = _pages(spans, page)
+        assert sum(n for _, n in spans) == len(now) * page == released
+        assert not now & done  # each page released once
+        done |= now
+        assert done == _pages(seen, page)  # every whole page copied so far
+    assert len(done) * page > sum(n for _, n in seen) // 2  # most of the bytes: whole pages
+    ids = llama_prompt(8)
+    with torch.inference_mode():
+        assert torch.equal(loaded(ids).logits, model(ids).logits)
+
+
 def test_compressed_tensors_linears(tmp_path):
     """A compressed-tensors mxfp4-pack-quantized Llama: each linear's
     weight_packed / weight_scale become an MXLinear over those bytes; the

@@ -183,12 +183,17 @@ def symbol_address(name: str, libraries=(), process: bool = True) -> int | None:
     """The address compiled code's external ``name`` resolves to, or None.
 
     ``mlirAsyncRuntime*`` functions come from :func:`load_async_runtime`'s
-    instance; anything else from ``libraries`` (paths, opened ``RTLD_LOCAL``:
-    a library's own symbols and its dependencies', none of them made
-    global), then, with ``process``, the process's global scope."""
+    instance; anything else, with ``process``, from the process's global
+    scope first (libc's ``malloc``, ``free``...: where :func:`link_runtime`'s
+    engine finds them too), then from ``libraries`` (paths, opened
+    ``RTLD_LOCAL``: a library's own symbols and its dependencies', none of
+    them made global).  So a library is opened only for a name the process
+    lacks: a cached kernel calling only libc never maps
+    ``libmlir_c_runner_utils`` and the ``libMLIR`` it needs (27 MiB of RSS
+    per process; issue 56)."""
     if name.startswith(ASYNC_PREFIX):
         return _address(load_async_runtime(), name)
-    for path in (*libraries, None) if process else libraries:
+    for path in (None, *libraries) if process else libraries:
         found = _address(_handle(path), name)
         if found is not None:
             return found

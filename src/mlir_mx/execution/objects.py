@@ -25,8 +25,9 @@ the cache then keeps only the lowered module).  ``.eh_frame`` is not loaded
 Undefined symbols resolve with
 :func:`~mlir_mx.execution.libraries.symbol_address`, as the engine's do:
 ``mlirAsyncRuntime*`` in upstream's async runtime (the one instance the
-JIT-compiled kernels use), anything else in the runtime libraries
-(``CompileOptions.libraries``, opened locally), then in the process (libc).
+JIT-compiled kernels use), anything else in the process (libc), then in
+the runtime libraries (``CompileOptions.libraries``, opened locally, only
+for a name the process lacks).
 Code is mapped
 writable, relocated, then made read-and-execute (never both writable and
 executable).

@@ -286,6 +286,7 @@ def _fill(model, plan: dict, files: CheckpointFiles, dtype, kw: dict) -> None:
     if plan["shards"]:  # a shard: the pages of the map those reads touched
         files.release(whole=True)
     read = files.tensor if dtype is None else (lambda key, i=None: files.tensor(key, i).to(dtype))
+    drop = partial(files.release, whole=True) if plan["shards"] else partial(page_release, files)
     for name, kind in plan["mx"].items():
         owner, _, attr = name.rpartition(".")
         parent = model.get_submodule(owner) if owner else model
@@ -297,8 +298,8 @@ def _fill(model, plan: dict, files: CheckpointFiles, dtype, kw: dict) -> None:
         else:
             new = _linear(old, name, kind, files, read, kw, plan["shards"].get(name))
         setattr(parent, attr, new)
-        if plan["shards"]:  # a shard's bytes read: its pages of the map dropped now
-            files.release(whole=True)
+        if plan["shards"] or kind != "experts":  # (a whole load's experts: per group)
+            drop()  # its bytes copied: their pages of the map dropped now (each page once)
     _tie(model, plan)
     _rebuild_meta_buffers(model)
 
