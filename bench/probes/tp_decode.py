@@ -168,9 +168,14 @@ def measure(rank, world, folder, tokens, collective="exchange"):
         set_decode_collective,
     )
 
-    set_decode_collective(collective.removesuffix("+sleep"))
-    if collective.endswith("+sleep"):  # waited for as torch waits, never polled
+    kind, *flags = collective.split("+")
+    set_decode_collective(kind)
+    if "sleep" in flags:  # waited for as torch waits, never polled
         decode_collectives.POLL_S = 0.0
+    if "pin" in flags:  # every thread of rank r on CPU share r
+        from mlir_mx.torch.distributed.affinity import pin_rank
+
+        pin_rank(rank, world)
 
     mesh = init_device_mesh("cpu", (world,)) if world > 1 else None
     rss0 = _status("VmRSS")
