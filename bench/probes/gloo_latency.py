@@ -8,7 +8,8 @@ row with the other rank] for every combination of:
   session 52), ``p2p`` (``dist.irecv`` + ``dist.isend`` posted at the call:
   no gloo worker thread, the calling thread writes the socket) and
   ``p2p-early`` (the ``irecv`` posted before the gap, so the peer's ``isend``
-  finds it and writes at once: what ``decode_collectives`` does now);
+  finds it and writes at once: tried for ``decode_collectives`` in session
+  53 and dropped, its rounds' tails are long: ``docs/distributed.md``);
 * **wait**: ``block`` (the call's own wait: the caller sleeps until gloo wakes
   it) or ``poll`` (collectives: ``async_op=True`` and ``is_completed()`` with
   ``sched_yield`` between looks; ``p2p-early``: a spin on the receive
@@ -25,7 +26,8 @@ torch's intra-op threads are 1 per rank.  Printed per row: the median over
 the rounds of the time **both ranks were inside** the exchange (from the later
 rank's entry to this rank's exit: the exchange's own cost), rank 0 / rank 1,
 and the mean time a round took past its gap (cost plus waiting, as a decode
-step sees it).  ``perf_counter`` is one clock for both processes.
+step sees it), and rank 0's round times at p50/p90/p99/max (gap included).
+``--rounds R`` runs every row R times, interleaved, and prints medians.  ``perf_counter`` is one clock for both processes.
 
     python bench/probes/gloo_latency.py [--sizes 2048,8192] [--reps 300]
         [--gap-us 1000] [--skew-us 150] [--prims all_reduce,...] [--waits block,poll]
@@ -115,14 +117,14 @@ def _rows(rank: int, a) -> list[dict]:
     import torch.distributed as dist
 
     out = []
-    for pin in (False, True):
+    for pin in [p == "yes" for p in a.pins] * a.rounds:
         _pin(rank if pin else None)
         for n in a.sizes:
             for prim in a.prims:
                 for wait in a.waits:
                     if prim == "p2p" and wait == "poll":
                         continue  # nothing to poll: gloo's RecvWork is not pollable
-                    for gap in ("none", "busy"):
+                    for gap in a.gaps:
                         ex, row = _Exchange(prim, wait, n, rank), torch.ones(n)
                         stamps = []
                         dist.barrier()
@@ -145,20 +147,30 @@ def measure(rank: int, world: int, a) -> list[dict]:
 
 
 def report(res: list[list[dict]], a) -> None:
+    """Each row's medians over its ``--rounds`` runs (interleaved)."""
     print(f"{'pin':>4} {'n':>5} {'primitive':>18} {'wait':>5} {'gap':>4}  "
-          f"both inside us (r0 / r1)   round past the gap us (r0 / r1)")  # fmt: skip
+          f"both inside us, median (r0 / r1)   round past the gap us, mean (r0 / r1)")  # fmt: skip
+    table: dict = {}
     for rows in zip(*res, strict=True):
         r0 = rows[0]
+        key = (r0["pin"], r0["n"], r0["prim"], r0["wait"], r0["gap"])
         inside, past = [], []
         for me in rows:
-            ins = [t1 - max(o["stamps"][i][0] for o in rows) for i, (_, t1) in enumerate(me["stamps"])]
+            enter = [max(o["stamps"][i][0] for o in rows) for i in range(len(me["stamps"]))]
+            ins = [t1 - e for (_, t1), e in zip(me["stamps"], enter, strict=True)]
             inside.append(1e6 * statistics.median(ins))
             gap = 0.0 if r0["gap"] == "none" else 1e-6 * (a.gap_us + a.skew_us / 2)
             span = me["stamps"][-1][1] - me["stamps"][0][1]
             past.append(1e6 * (span / (len(me["stamps"]) - 1) - gap))
-        print(f"{'yes' if r0['pin'] else 'no':>4} {r0['n']:>5} {r0['prim']:>18} {r0['wait']:>5} "
-              f"{r0['gap']:>4}  {inside[0]:8.0f} / {inside[1]:<8.0f}          "
-              f"{past[0]:8.0f} / {past[1]:<8.0f}")  # fmt: skip
+        ends = [t1 for _, t1 in r0["stamps"]]
+        steps = sorted(b - e for e, b in zip(ends, ends[1:], strict=False))
+        tails = [1e6 * steps[int(q * (len(steps) - 1))] for q in (0.5, 0.9, 0.99, 1.0)]
+        table.setdefault(key, []).append(inside + past + tails)
+    for (pin, n, prim, wait, gap), runs in table.items():
+        m = [statistics.median(r[i] for r in runs) for i in range(8)]
+        print(f"{'yes' if pin else 'no':>4} {n:>5} {prim:>18} {wait:>5} {gap:>4}  "
+              f"{m[0]:8.0f} / {m[1]:<8.0f}                {m[2]:8.0f} / {m[3]:<8.0f}   "
+              f"r0's rounds p50/p90/p99/max {m[4]:.0f}/{m[5]:.0f}/{m[6]:.0f}/{m[7]:.0f}")  # fmt: skip
 
 
 def main() -> None:
@@ -169,10 +181,14 @@ def main() -> None:
     p.add_argument("--skew-us", type=float, default=150.0)
     p.add_argument("--prims", default=",".join(PRIMS))
     p.add_argument("--waits", default="block,poll")
+    p.add_argument("--gaps", default="none,busy")
+    p.add_argument("--pins", default="no,yes")
+    p.add_argument("--rounds", type=int, default=1, help="every row this many times, interleaved")
     a = p.parse_args()
     a.sizes = [int(x) for x in a.sizes.split(",")]
     a.prims = a.prims.split(",")
     a.waits = a.waits.split(",")
+    a.gaps, a.pins = a.gaps.split(","), a.pins.split(",")
     print(f"gloo over loopback, 2 ranks x 1 intra-op thread, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.1f}; {a.reps} rounds a row; busy gap {a.gap_us:g} us, the later "
           f"rank {a.skew_us:g} us later, in turn")  # fmt: skip

@@ -1,0 +1,68 @@
+"""Each rank's threads on its own CPUs (issue 56: ``distributed/affinity.py``,
+``launch.pin_local_rank``): the shares, the refusal, and 2 real gloo ranks
+whose every thread (their own and gloo's) ends up on the rank's share."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
+
+from mlir_mx.errors import MXValueError  # noqa: E402
+from mlir_mx.torch.distributed.affinity import rank_cpus  # noqa: E402
+from mlir_mx_testing.distributed import run_ranks  # noqa: E402
+
+
+def test_each_rank_gets_its_own_share_in_order():
+    cpus = {0, 1, 2, 3, 4, 5, 6, 7, 8}
+    assert [rank_cpus(r, 2, cpus) for r in range(2)] == [{0, 1, 2, 3}, {4, 5, 6, 7}]
+    assert [rank_cpus(r, 3, {5, 9, 2}) for r in range(3)] == [{2}, {5}, {9}]
+    assert rank_cpus(1, 4, {0, 1, 2}) is None  # fewer CPUs than ranks: nothing pinned
+    assert rank_cpus(0, 1, {3, 4}) == {3, 4}
+
+
+@pytest.mark.parametrize("rank, world", [(2, 2), (-1, 2), (0, 0)])
+def test_a_rank_outside_the_world_is_refused(rank, world):
+    with pytest.raises(MXValueError, match="local_rank: expected 0 <= local_rank <"):
+        rank_cpus(rank, world, {0, 1})
+
+
+def _pinned(rank: int, world: int) -> dict:
+    """torchrun's variables set as it sets them, then ``pin_local_rank``: each
+    thread's CPUs (gloo's, made at ``init_process_group``, and one made after)."""
+    from mlir_mx.torch.distributed.launch import pin_local_rank
+
+    everyone = os.sched_getaffinity(0)
+    os.environ.update(LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), MLIR_MX_PIN_RANKS="0")
+    off = pin_local_rank()
+    unchanged = os.sched_getaffinity(0) == everyone
+    os.environ["MLIR_MX_PIN_RANKS"] = "1"
+    pinned = pin_local_rank()
+    seen = {}
+    later = threading.Thread(target=lambda: seen.update(later=os.sched_getaffinity(0)))
+    later.start()
+    later.join()
+    tasks = {int(t): os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")}
+    return dict(everyone=everyone, off=off, unchanged=unchanged, pinned=pinned, tasks=tasks,
+                later=seen["later"])  # fmt: skip
+
+
+def test_two_ranks_pin_every_thread_to_their_share():
+    """Each of 2 gloo ranks pins all its threads (the main thread, gloo's I/O
+    and worker threads) to its half of the CPUs; a thread made after inherits
+    it; ``MLIR_MX_PIN_RANKS=0`` leaves the process as it was."""
+    results = run_ranks(_pinned, 2, timeout=120)
+    for rank, r in enumerate(results):
+        assert r["off"] is None and r["unchanged"]
+        want = rank_cpus(rank, 2, r["everyone"])
+        assert r["pinned"] == want
+        if want is None:  # a 1-CPU machine: nothing to pin
+            continue
+        assert len(r["tasks"]) >= 3  # the rank's own thread and gloo's
+        assert all(cpus == want for cpus in r["tasks"].values()), r["tasks"]
+        assert r["later"] == want
+    if results[0]["pinned"] is not None:
+        assert not results[0]["pinned"] & results[1]["pinned"]
