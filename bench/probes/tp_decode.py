@@ -29,7 +29,8 @@ per configuration (rank 0's; the ranks' RSS both):
 collective (``set_decode_collective``; ``exchange+sleep``: the exchange
 waited for as torch waits, not polled: ``decode_collectives.POLL_S = 0``;
 ``K+pin``: every thread of rank r on its half of the CPUs, as ``mx-generate
---tp`` / ``torchrun -m mlir_mx.torch.generate`` do: ``affinity.pin_rank``);
+--tp`` / ``torchrun -m mlir_mx.torch.generate`` do: ``affinity.pin_rank``;
+``K+poll``: every wait polled whatever the load: ``pool_load.configure(0)``);
 ``--rounds R`` repeats every row R times, interleaved (A B A B ...), and prints each row's median of the rounds
 with its spread, since a loaded machine's timings move between runs.
 
@@ -177,6 +178,10 @@ def measure(rank, world, folder, tokens, collective="exchange"):
     set_decode_collective(kind)
     if "sleep" in flags:  # waited for as torch waits, never polled
         decode_collectives.POLL_S = 0.0
+    if "poll" in flags:  # every wait polled, whatever the load (the load check off)
+        from mlir_mx.execution import pool_load
+
+        pool_load.configure(0)
     if "pin" in flags:  # every thread of rank r on CPU share r
         from mlir_mx.torch.distributed.affinity import pin_rank
 
