@@ -16,7 +16,9 @@ import os
 
 from mlir_mx.errors import MXValueError
 
-__all__ = ["pin_rank", "rank_cpus"]
+__all__ = ["pin_rank", "pinned_cpus", "rank_cpus"]
+
+_pinned: list = [None]  # the CPUs pin_rank pinned this process to, in this process
 
 
 def rank_cpus(local_rank: int, local_world: int, cpus: set[int] | None = None) -> set[int] | None:
@@ -46,4 +48,16 @@ def pin_rank(local_rank: int, local_world: int) -> set[int] | None:
             os.sched_setaffinity(int(tid), mine)
         except OSError:  # a thread that ended meanwhile
             pass
+    _pinned[0] = (os.getpid(), frozenset(mine))
     return mine
+
+
+def pinned_cpus() -> frozenset[int] | None:
+    """The CPUs :func:`pin_rank` pinned this process to (None: not pinned, or
+    pinned in a parent before a fork).  A pinned rank's decode collectives
+    are polled whatever the machine's load (``decode_collectives.POLL_S``):
+    its poller yields only its own CPUs."""
+    pid_cpus = _pinned[0]
+    if pid_cpus is None or pid_cpus[0] != os.getpid():
+        return None
+    return pid_cpus[1]
