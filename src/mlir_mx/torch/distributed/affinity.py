@@ -3,10 +3,11 @@
 Without it the scheduler moves a rank's threads (its compute thread, gloo's
 I/O thread and worker threads) over every CPU, so a rank's gloo thread that
 wakes for a message often lands on the CPU where the other rank computes, and
-waits there for a time slice: on the 2-CPU machine a decode collective cost
-about 1.2 ms a round that way against about 0.2 ms with each rank on its own
-CPU (``bench/probes/gloo_latency.py``; ``docs/distributed.md``, "Where the
-time goes (session 53)").  :func:`pin_rank` puts every thread of this process
+waits there for a time slice: on the 2-CPU machine (loaded) a decode-sized
+``all_to_all_single`` between two ranks that compute took about 1.9 ms a
+round that way against 0.29 ms with each rank on its own CPU
+(``bench/probes/gloo_latency.py``; ``docs/distributed.md``, "Where the time
+goes (session 53)").  :func:`pin_rank` puts every thread of this process
 on this rank's share of the CPUs; threads made later inherit it.
 """
 

@@ -9,8 +9,8 @@ message round's latency is their cost, not their bytes
   order, by one ``dist.all_to_all_single`` round (``"exchange"``, the
   default) or torch's ``dist.all_reduce`` / ``dist.all_gather``
   (``"torch"``, :func:`set_decode_collective`);
-* each collective waited for by polling while the machine has a core free
-  (:data:`POLL_S`).
+* each collective waited for by polling while the machine has a core free,
+  or always in a rank pinned to its own CPUs (:data:`POLL_S`).
 """
 
 from __future__ import annotations
