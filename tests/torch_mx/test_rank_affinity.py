@@ -60,6 +60,7 @@ def _pinned(rank: int, world: int) -> dict:
     """torchrun's variables set as it sets them, then ``pin_local_rank``: each
     thread's CPUs (gloo's, made at ``init_process_group``, and one made after),
     and how a decode collective is waited for before and after."""
+    import torch
     import torch.distributed as dist
 
     from mlir_mx.execution import pool_load
@@ -73,6 +74,9 @@ def _pinned(rank: int, world: int) -> dict:
     unchanged = os.sched_getaffinity(0) == everyone
     before = (pinned_cpus(), _waits(dist.group.WORLD))
     os.environ["MLIR_MX_PIN_RANKS"] = "1"
+    torch.set_num_threads(len(everyone) // world + 1)  # more threads than the share: not pinned
+    crowded = pin_local_rank(), os.sched_getaffinity(0) == everyone
+    torch.set_num_threads(1)
     pinned = pin_local_rank()
     after = (pinned_cpus(), _waits(dist.group.WORLD))
     seen = {}
@@ -81,19 +85,21 @@ def _pinned(rank: int, world: int) -> dict:
     later.join()
     tasks = {int(t): os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")}
     return dict(everyone=everyone, off=off, unchanged=unchanged, pinned=pinned, tasks=tasks,
-                later=seen["later"], before=before, after=after)  # fmt: skip
+                later=seen["later"], before=before, after=after, crowded=crowded)  # fmt: skip
 
 
 def test_two_ranks_pin_every_thread_to_their_share():
     """Each of 2 gloo ranks pins all its threads (the main thread, gloo's I/O
     and worker threads) to its half of the CPUs; a thread made after inherits
-    it; ``MLIR_MX_PIN_RANKS=0`` leaves the process as it was.  On a machine
+    it; ``MLIR_MX_PIN_RANKS=0``, or more torch threads than the share, leave
+    the process as it was.  On a machine
     the load check finds busy, a decode collective is waited for as torch
     waits, except in a pinned rank, which polls it (same bits either way)."""
     results = run_ranks(_pinned, 2, timeout=120)
     for rank, r in enumerate(results):
         assert r["off"] is None and r["unchanged"]
         assert r["before"] == (None, [False])  # busy and not pinned: torch's sleeping wait
+        assert r["crowded"] == (None, True)
         want = rank_cpus(rank, 2, r["everyone"])
         assert r["pinned"] == want
         if want is None:  # a 1-CPU machine: nothing to pin

@@ -55,8 +55,9 @@ def tensor_mesh():
 def pin_local_rank() -> set[int] | None:
     """Under torchrun, with several ranks on this machine (``LOCAL_WORLD_SIZE``
     > 1): every thread of this rank on its share of the CPUs
-    (:func:`.affinity.pin_rank`; ``MLIR_MX_PIN_RANKS=0``: never).  The CPUs
-    pinned to, or None."""
+    (:func:`.affinity.pin_rank`; ``MLIR_MX_PIN_RANKS=0``: never; nor when
+    torch's threads, ``--threads``, outnumber the share: they would share
+    its CPUs).  The CPUs pinned to, or None."""
     if os.environ.get("MLIR_MX_PIN_RANKS", "1").strip() == "0":
         return None
     try:
@@ -69,8 +70,13 @@ def pin_local_rank() -> set[int] | None:
         ) from None
     if local_world <= 1:
         return None
-    from .affinity import pin_rank
+    import torch
 
+    from .affinity import pin_rank, rank_cpus
+
+    share = rank_cpus(local_rank, local_world)
+    if share is None or torch.get_num_threads() > len(share):
+        return None
     return pin_rank(local_rank, local_world)
 
 
