@@ -17,7 +17,8 @@ row with the other rank] for every combination of:
   ``wait()``; gloo's ``RecvWork`` cannot be polled: its ``is_completed`` is
   torch's base ``Work``'s, false until ``wait()``);
 * **gap**: ``none`` (back to back) or ``busy`` (``--gap-us`` of Python spin,
-  the decode step's compute between two collectives; the ranks take turns to
+  or with ``--gap-kind stream`` of 1 MiB copies through 32 MiB: the decode
+  step's compute between two collectives; the ranks take turns to
   be ``--skew-us`` later, as the ranks' compute differs);
 * **pin**: every thread of rank ``r`` (its own, gloo's I/O and worker threads)
   on CPU ``r`` (``os.sched_setaffinity`` per task) or free.
@@ -57,8 +58,22 @@ def _pin(cpu: int | None) -> None:
             pass
 
 
-def _spin(seconds: float) -> None:
+_STREAM: list = []
+
+
+def _spin(seconds: float, kind: str = "spin") -> None:
+    """Busy for ``seconds``: a Python spin, or (``stream``) copies of 1 MiB
+    chunks through 32 MiB, as the MX layers stream their weights (the
+    caches hold none of gloo's state after it)."""
     end = time.perf_counter() + seconds
+    if kind == "stream":
+        if not _STREAM:
+            _STREAM.extend([torch.ones(32, 1 << 18), torch.empty(1 << 18), [0]])
+        big, out, at = _STREAM
+        while time.perf_counter() < end:
+            out.copy_(big[at[0] % 32])
+            at[0] += 1
+        return
     while time.perf_counter() < end:
         pass
 
@@ -132,7 +147,7 @@ def _rows(rank: int, a) -> list[dict]:
                             ex.post()
                             if gap == "busy":
                                 late = (i % 2) == rank
-                                _spin(1e-6 * (a.gap_us + (a.skew_us if late else 0)))
+                                _spin(1e-6 * (a.gap_us + (a.skew_us if late else 0)), a.gap_kind)
                             t0 = time.perf_counter()
                             ex(row.clone())
                             stamps.append((t0, time.perf_counter()))
@@ -182,6 +197,7 @@ def main() -> None:
     p.add_argument("--prims", default=",".join(PRIMS))
     p.add_argument("--waits", default="block,poll")
     p.add_argument("--gaps", default="none,busy")
+    p.add_argument("--gap-kind", default="spin", help="spin (Python) or stream (1 MiB copies)")
     p.add_argument("--pins", default="no,yes")
     p.add_argument("--rounds", type=int, default=1, help="every row this many times, interleaved")
     a = p.parse_args()
