@@ -27,7 +27,10 @@ per configuration (rank 0's; the ranks' RSS both):
 
 ``--collective exchange,torch`` runs the 2-rank row once per kind of decode
 collective (``set_decode_collective``; ``exchange+sleep``: the exchange
-waited for as torch waits, not polled: ``decode_collectives.POLL_S = 0``);
+waited for as torch waits, not polled: ``decode_collectives.POLL_S = 0``;
+``K+pin``: every thread of rank r on its half of the CPUs, as ``mx-generate
+--tp`` / ``torchrun -m mlir_mx.torch.generate`` do: ``affinity.pin_rank``;
+``K+poll``: every wait polled whatever the load: ``pool_load.configure(0)``);
 ``--rounds R`` repeats every row R times, interleaved (A B A B ...), and prints each row's median of the rounds
 with its spread, since a loaded machine's timings move between runs.
 
@@ -136,6 +139,7 @@ def timeline(ranks: list) -> list[dict]:
     for r in ranks:
         steps = r["events"]
         acc = dict(step=0.0, mx=0.0, embed=0.0, inside=0.0, waiting=0.0)
+        each = []  # every collective's time with both ranks inside
         for i, (t0, t1, ev) in enumerate(steps):
             comm = [e for e in ev if e[0] == "comm"]
             others = [[e for e in o["events"][i][2] if e[0] == "comm"] for o in ranks]
@@ -148,9 +152,11 @@ def timeline(ranks: list) -> list[dict]:
                 last_in = max(o[j][1] for o in others)
                 acc["waiting"] += last_in - c[1]
                 acc["inside"] += c[2] - last_in
+                each.append(c[2] - last_in)
         n = len(steps)
         row = {k: 1e3 * v / n for k, v in acc.items()}
         row["rest"] = row["step"] - row["mx"] - row["embed"] - row["inside"] - row["waiting"]
+        row["median_us"] = 1e6 * statistics.median(each) if each else 0.0
         row["collectives"] = len(steps[0][2] and [e for e in steps[0][2] if e[0] == "comm"])
         out.append(row)
     return out
@@ -168,9 +174,18 @@ def measure(rank, world, folder, tokens, collective="exchange"):
         set_decode_collective,
     )
 
-    set_decode_collective(collective.removesuffix("+sleep"))
-    if collective.endswith("+sleep"):  # waited for as torch waits, never polled
+    kind, *flags = collective.split("+")
+    set_decode_collective(kind)
+    if "sleep" in flags:  # waited for as torch waits, never polled
         decode_collectives.POLL_S = 0.0
+    if "poll" in flags:  # every wait polled, whatever the load (the load check off)
+        from mlir_mx.execution import pool_load
+
+        pool_load.configure(0)
+    if "pin" in flags:  # every thread of rank r on CPU share r
+        from mlir_mx.torch.distributed.affinity import pin_rank
+
+        pin_rank(rank, world)
 
     mesh = init_device_mesh("cpu", (world,)) if world > 1 else None
     rss0 = _status("VmRSS")
@@ -213,7 +228,8 @@ def _where(name: str, res: list) -> None:
     for rank, t in enumerate(timeline(res)):
         print(f"  {name} rank {rank}, ms a token: step {t['step']:.2f} = MX layers {t['mx']:.2f} "
               f"+ embedding {t['embed']:.2f} + rest {t['rest']:.2f} + {t['collectives']} "
-              f"collectives: both inside {t['inside']:.2f}, waiting for the other "
+              f"collectives: both inside {t['inside']:.2f} (one: median {t['median_us']:.0f} us), "
+              f"waiting for the other "
               f"{t['waiting']:.2f}")  # fmt: skip
 
 

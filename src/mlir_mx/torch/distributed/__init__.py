@@ -6,7 +6,8 @@ Tensor parallel (:mod:`.tensor_parallel`): torch's ``ColwiseParallel`` /
 ``"auto"``, transformers' ``tp_plan``); a checkpoint loaded as this rank's
 shard only (:mod:`.shard_load`, behind ``mlir_mx.torch.from_pretrained(path,
 device_mesh=, tp_plan=)``); the processes of ``mx-generate --tp N`` /
-``torchrun`` (:mod:`.launch`).
+``torchrun`` (:mod:`.launch`), each rank's threads on its own CPUs
+(:mod:`.affinity`: :func:`pin_rank`).
 
 Expert parallel for ``MXExperts`` (:mod:`.experts`): :func:`shard_experts`,
 :class:`ExpertParallel` (a ``ParallelStyle``), :class:`ExpertShard`,
@@ -31,6 +32,7 @@ _EXPORTS = {
     "held_weight_bytes": "tensor_parallel",
     "parallelize": "tensor_parallel",
     "set_decode_collective": "decode_collectives",
+    "pin_rank": "affinity",
     "slice_mx": "tensor_parallel",
     "auto_plan": "plans",
     "resolve_plan": "plans",

@@ -9,8 +9,8 @@ message round's latency is their cost, not their bytes
   order, by one ``dist.all_to_all_single`` round (``"exchange"``, the
   default) or torch's ``dist.all_reduce`` / ``dist.all_gather``
   (``"torch"``, :func:`set_decode_collective`);
-* each collective waited for by polling while the machine has a core free
-  (:data:`POLL_S`).
+* each collective waited for by polling while the machine has a core free,
+  or always in a rank pinned to its own CPUs (:data:`POLL_S`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from torch.distributed.tensor import Partial
 
 from mlir_mx.errors import MXValueError
 from mlir_mx.execution import pool_load
+
+from .affinity import pinned_cpus
 
 __all__ = ["COLLECTIVES", "EXCHANGE_BYTES", "POLL_S", "replicated", "set_decode_collective"]
 
@@ -91,9 +93,12 @@ def replicated(y: torch.Tensor, made, mesh) -> torch.Tensor:
 #: A decode collective is waited for by polling its ``Work`` (yielding the core
 #: between looks) for at most this many seconds, then by sleeping as torch
 #: waits; polled only while the machine has a core free for the poller
-#: (``execution.pool_load.oversubscribed(1)``), else waited for as torch does.
-#: 0: never polled.  (``MLIR_MX_LOAD_CHECK=0`` turns the check off, so every
-#: wait polls: on a shared machine set this to 0 with it.)
+#: (``execution.pool_load.oversubscribed(1)``), else waited for as torch does,
+#: except in a rank pinned to its own CPUs (``affinity.pinned_cpus``: under
+#: ``torchrun``), which always polls: its poller yields only its own CPUs, and
+#: a sleeping waiter pays a wake-up per message round (``docs/distributed.md``,
+#: "Where the time goes (session 53)").  0: never polled.
+#: (``MLIR_MX_LOAD_CHECK=0`` turns the check off, so every wait polls.)
 POLL_S = 0.002
 
 
@@ -102,7 +107,7 @@ def _polled(collective, *args, group) -> None:
     between the collectives of a decode step a rank computes for about a
     millisecond, and a sleeping waiter pays a thread wake-up for each of gloo's
     message rounds (``docs/distributed.md``, "Where the time goes")."""
-    if POLL_S <= 0 or pool_load.oversubscribed(1):
+    if POLL_S <= 0 or (pinned_cpus() is None and pool_load.oversubscribed(1)):
         collective(*args, group=group)
         return
     work = collective(*args, group=group, async_op=True)

@@ -2,7 +2,8 @@
 
 Under ``torchrun`` (``WORLD_SIZE``, ``RANK``, ``MASTER_ADDR``/``MASTER_PORT``
 in the environment) :func:`tensor_mesh` joins the gloo process group and
-returns the 1-D CPU ``DeviceMesh`` of all ranks; ``mx-generate --tp N`` run by
+returns the 1-D CPU ``DeviceMesh`` of all ranks, each rank's threads pinned to
+its share of the machine's CPUs (:func:`pin_local_rank`); ``mx-generate --tp N`` run by
 hand starts ``torchrun --standalone --nproc-per-node N`` on itself
 (:func:`relaunch`: torch's own launcher, in this process, so the ranks are its
 children and end with it).  ``docs/distributed.md`` has the multi-machine form.
@@ -15,7 +16,14 @@ from datetime import timedelta
 
 from mlir_mx.errors import ToolError, UsageError
 
-__all__ = ["is_rank_zero", "rank_threads", "relaunch", "tensor_mesh", "under_launcher"]
+__all__ = [
+    "is_rank_zero",
+    "pin_local_rank",
+    "rank_threads",
+    "relaunch",
+    "tensor_mesh",
+    "under_launcher",
+]
 
 #: How long a collective may wait for a peer before it fails (a rank that died).
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
@@ -40,7 +48,36 @@ def tensor_mesh():
 
     if not dist.is_initialized():
         dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
+    pin_local_rank()
     return init_device_mesh("cpu", (world,))
+
+
+def pin_local_rank() -> set[int] | None:
+    """Under torchrun, with several ranks on this machine (``LOCAL_WORLD_SIZE``
+    > 1): every thread of this rank on its share of the CPUs
+    (:func:`.affinity.pin_rank`; ``MLIR_MX_PIN_RANKS=0``: never; nor when
+    torch's threads, ``--threads``, outnumber the share: they would share
+    its CPUs).  The CPUs pinned to, or None."""
+    if os.environ.get("MLIR_MX_PIN_RANKS", "1").strip() == "0":
+        return None
+    try:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        raise UsageError(
+            "LOCAL_RANK / LOCAL_WORLD_SIZE: expected integers, got "
+            f"{os.environ.get('LOCAL_RANK')!r} / {os.environ.get('LOCAL_WORLD_SIZE')!r}"
+        ) from None
+    if local_world <= 1:
+        return None
+    import torch
+
+    from .affinity import pin_rank, rank_cpus
+
+    share = rank_cpus(local_rank, local_world)
+    if share is None or torch.get_num_threads() > len(share):
+        return None
+    return pin_rank(local_rank, local_world)
 
 
 def is_rank_zero() -> bool:

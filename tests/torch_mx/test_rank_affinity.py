@@ -1,0 +1,113 @@
+"""Each rank's threads on its own CPUs (issue 56: ``distributed/affinity.py``,
+``launch.pin_local_rank``): the shares, the refusal, and 2 real gloo ranks
+whose every thread (their own and gloo's) ends up on the rank's share."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
+
+from mlir_mx.errors import MXValueError  # noqa: E402
+from mlir_mx.torch.distributed.affinity import rank_cpus  # noqa: E402
+from mlir_mx_testing.distributed import run_ranks  # noqa: E402
+
+
+def test_each_rank_gets_its_own_share_in_order():
+    cpus = {0, 1, 2, 3, 4, 5, 6, 7, 8}
+    assert [rank_cpus(r, 2, cpus) for r in range(2)] == [{0, 1, 2, 3}, {4, 5, 6, 7}]
+    assert [rank_cpus(r, 3, {5, 9, 2}) for r in range(3)] == [{2}, {5}, {9}]
+    assert rank_cpus(1, 4, {0, 1, 2}) is None  # fewer CPUs than ranks: nothing pinned
+    assert rank_cpus(0, 1, {3, 4}) == {3, 4}
+
+
+@pytest.mark.parametrize("rank, world", [(2, 2), (-1, 2), (0, 0)])
+def test_a_rank_outside_the_world_is_refused(rank, world):
+    with pytest.raises(MXValueError, match="local_rank: expected 0 <= local_rank <"):
+        rank_cpus(rank, world, {0, 1})
+
+
+def _waits(group) -> list[bool]:
+    """Whether gloo's all-reduce of a decode row was waited for by polling
+    (``async_op=True``), on a machine the load check always finds busy."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import Partial
+
+    from mlir_mx.torch.distributed import decode_collectives as dc
+
+    real, seen = dist.all_reduce, []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("async_op", False))
+        return real(*args, **kwargs)
+
+    dist.all_reduce = spy
+    try:
+        previous = dc.set_decode_collective("torch")
+        got = dc.replicated(torch.ones(1, 1, 8), Partial(), group)
+        dc.set_decode_collective(previous)
+    finally:
+        dist.all_reduce = real
+    assert torch.equal(got, torch.full((1, 1, 8), 2.0))
+    return seen
+
+
+def _pinned(rank: int, world: int) -> dict:
+    """torchrun's variables set as it sets them, then ``pin_local_rank``: each
+    thread's CPUs (gloo's, made at ``init_process_group``, and one made after),
+    and how a decode collective is waited for before and after."""
+    import torch
+    import torch.distributed as dist
+
+    from mlir_mx.execution import pool_load
+    from mlir_mx.torch.distributed.affinity import pinned_cpus
+    from mlir_mx.torch.distributed.launch import pin_local_rank
+
+    pool_load.configure(1, -1000)  # every look finds the machine busy
+    everyone = os.sched_getaffinity(0)
+    os.environ.update(LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), MLIR_MX_PIN_RANKS="0")
+    off = pin_local_rank()
+    unchanged = os.sched_getaffinity(0) == everyone
+    before = (pinned_cpus(), _waits(dist.group.WORLD))
+    os.environ["MLIR_MX_PIN_RANKS"] = "1"
+    torch.set_num_threads(len(everyone) // world + 1)  # more threads than the share: not pinned
+    crowded = pin_local_rank(), os.sched_getaffinity(0) == everyone
+    torch.set_num_threads(1)
+    pinned = pin_local_rank()
+    after = (pinned_cpus(), _waits(dist.group.WORLD))
+    seen = {}
+    later = threading.Thread(target=lambda: seen.update(later=os.sched_getaffinity(0)))
+    later.start()
+    later.join()
+    tasks = {int(t): os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")}
+    return dict(everyone=everyone, off=off, unchanged=unchanged, pinned=pinned, tasks=tasks,
+                later=seen["later"], before=before, after=after, crowded=crowded)  # fmt: skip
+
+
+def test_two_ranks_pin_every_thread_to_their_share():
+    """Each of 2 gloo ranks pins all its threads (the main thread, gloo's I/O
+    and worker threads) to its half of the CPUs; a thread made after inherits
+    it; ``MLIR_MX_PIN_RANKS=0``, or more torch threads than the share, leave
+    the process as it was.  On a machine
+    the load check finds busy, a decode collective is waited for as torch
+    waits, except in a pinned rank, which polls it (same bits either way)."""
+    results = run_ranks(_pinned, 2, timeout=120)
+    for rank, r in enumerate(results):
+        assert r["off"] is None and r["unchanged"]
+        assert r["before"] == (None, [False])  # busy and not pinned: torch's sleeping wait
+        assert r["crowded"] == (None, True)
+        want = rank_cpus(rank, 2, r["everyone"])
+        assert r["pinned"] == want
+        if want is None:  # a 1-CPU machine: nothing to pin
+            assert r["after"] == (None, [False])
+            continue
+        assert r["after"] == (want, [True])  # pinned: polled, whatever the load
+        assert len(r["tasks"]) >= 3  # the rank's own thread and gloo's
+        assert all(cpus == want for cpus in r["tasks"].values()), r["tasks"]
+        assert r["later"] == want
+    if results[0]["pinned"] is not None:
+        assert not results[0]["pinned"] & results[1]["pinned"]
