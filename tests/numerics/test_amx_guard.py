@@ -243,28 +243,30 @@ def test_bad_inputs_are_refused_by_name():
 @pytest.mark.slow
 @pytest.mark.parametrize("element", INTEGRAL)
 def test_many_random_cases_give_the_exact_paths_bits(element):
-    """A campaign: 60 seeds x 3 activation kinds, extreme scales on a third."""
-    counts = {"elements": 0, "fallbacks": 0, "blocks": 0, "exact_path_calls": 0}
+    """A campaign: 60 seeds x 3 activation kinds (times 2^40 on every other
+    seed, so that 2^-127 scales pass the per-call condition), extreme scales
+    on a third of the weights.  Counts (printed): output elements, (row,
+    block)s, fallbacks, calls on the exact path, calls on the tiles with
+    flagged weight blocks."""
+    counts = dict.fromkeys(["elements", "blocks", "fallbacks", "exact_calls", "flagged_calls"], 0)
     for seed in range(60):
         rng = np.random.default_rng(seed)
         m, n = int(rng.integers(1, 70)), int(rng.integers(1, 70))
         b = weight(element, n, 256, seed=seed, spread=int(rng.integers(1, 20)))
         if seed % 3 == 0:
-            b = with_scales(
-                b,
-                {
-                    (int(rng.integers(8)), int(rng.integers(n))): int(rng.choice([0, 1, 253, 254]))
-                    for _ in range(4)
-                },
-            )
+            codes = [0, 1, 253, 254]
+            at = [(int(rng.integers(8)), int(rng.integers(n))) for _ in range(4)]
+            b = with_scales(b, {p: int(rng.choice(codes)) for p in at})
+        w = oracle.amx_prepare(b)
         for kind in ("normal", "spread", "rows"):
-            a = activations(kind, m, 256, seed=1000 + seed)
-            w = oracle.amx_prepare(b)
+            a = activations(kind, m, 256, seed=1000 + seed) * np.float32(2.0 ** (40 * (seed % 2)))
             got = oracle.amx_guarded_matmul(a, w)
             assert same_bits(got, exact(a, b)).all(), (seed, kind)
-            ok = oracle.amx_pass(a, w)
+            ok, tiles = oracle.amx_pass(a, w), oracle.amx_guard_call(a, w)
             counts["elements"] += got.size
             counts["blocks"] += ok.size
             counts["fallbacks"] += int((~ok).sum())
-            counts["exact_path_calls"] += not oracle.amx_guard_call(a, w)
+            counts["exact_calls"] += not tiles
+            counts["flagged_calls"] += tiles and bool(w.flagged.any())
     print(element, counts)
+    assert counts["flagged_calls"] > 0 and counts["fallbacks"] > 0
