@@ -207,6 +207,24 @@ def test_blocks_with_extreme_scales(element, scale_a):
     assert same_bits(oracle.amx_guarded_matmul(a, w), exact(a, b)).all()
 
 
+def test_a_chain_that_overflows_falls_back():
+    """E2M1 codes 6, 6 with ``sb = 2^125`` (``b sb`` folds into bf16) against
+    ``a = 4, -4``: A alone passes the guard, but the scaled chains overflow
+    (``Inf - Inf``) where the exact path gives 0, so the (row, block) fails
+    ``amx_pass`` and falls back."""
+    codes = np.zeros((32, 1), ml_dtypes.float4_e2m1fn)
+    codes[:2] = 6
+    b = MXArray(codes, np.array([[127 + 125]], np.uint8), "f4E2M1FN", 32, 0)
+    a = np.zeros((1, 32), np.float32)
+    a[0, :2] = 4, -4
+    w = oracle.amx_prepare(b)
+    assert not w.flagged.any() and oracle.amx_guard(a, "f4E2M1FN").all()
+    assert np.isnan(oracle.amx_tdpbf16ps(a, w.values(0), np.zeros((1, 1), np.float32))).all()
+    assert not oracle.amx_pass(a, w).any()
+    assert same_bits(oracle.amx_guarded_matmul(a, w), exact(a, b)).all()
+    assert oracle.amx_guarded_matmul(a, w).view(np.uint32)[0, 0] == 0
+
+
 def test_non_finite_activations_fall_back():
     b = weight("f4E2M1FN", 16, 64, seed=14)
     a = activations("normal", 6, 64, seed=15)
