@@ -171,7 +171,7 @@ def amx_guard_call(a, w: AMXWeight) -> bool:
     q, _ = amx_bounds(w.element)
     _, g, _ = _stats(a, w.block_size)
     with np.errstate(invalid="ignore"):
-        sb_min = np.nanmin(np.where(np.isnan(w.scales), np.inf, w.scales), axis=1)
+        sb_min = np.where(np.isnan(w.scales), np.inf, w.scales).min(axis=1)
         return bool((g * q * sb_min[None, :] >= _TINY).all())
 
 
@@ -184,7 +184,7 @@ def amx_pass(a, w: AMXWeight) -> np.ndarray:
     a = _check_a(a, w.source.shape[0], w.block_size)
     q, bmax = amx_bounds(w.element)
     _, _, s = _stats(a, w.block_size)
-    sb_max = np.nanmax(np.where(np.isnan(w.scales), np.inf, w.scales), axis=1)
+    sb_max = np.where(np.isnan(w.scales), np.inf, w.scales).max(axis=1)
     with np.errstate(all="ignore"):
         fits = s * bmax * np.maximum(1.0, sb_max)[None, :] < 2.0**128
     return amx_guard(a, w.element, w.block_size) & fits
@@ -199,8 +199,12 @@ def _fallback_t(a_rows: np.ndarray, w: AMXWeight, j: int) -> np.ndarray:
     return blocked_order(a_rows, block, zero)
 
 
-def amx_guarded_matmul(a, w: AMXWeight) -> np.ndarray:
+def amx_guarded_matmul(a, w: AMXWeight, product=amx_tdpbf16ps) -> np.ndarray:
     """``A x B`` (f32 (M, N)) as the guarded AMX kernel computes it, in numpy.
+
+    ``product(a, b, c)``: ``TDPBF16PS`` on any (M x bs) A, (bs x N) B and
+    (M x N) C, the measured model by default (a test passes the hardware's
+    one-tile kernel, tiled, to check the design on AMX itself).
 
     If :func:`amx_guard_call` fails, the exact path (``blocked_order``).
     Otherwise C starts as a zero tile and, per block ``j``:
@@ -222,9 +226,9 @@ def amx_guarded_matmul(a, w: AMXWeight) -> np.ndarray:
         for j in range(ok.shape[1]):
             blk = np.where(ok[:, j, None], a[:, j * bs : (j + 1) * bs], np.float32(0))
             bj, fl = w.values(j), w.flagged[j]
-            c = amx_tdpbf16ps(blk, np.where(fl[None, :], np.float32(0), bj), c)
+            c = product(blk, np.where(fl[None, :], np.float32(0), bj), c)
             if fl.any():
-                p = amx_tdpbf16ps(blk, bj[:, fl], np.zeros((a.shape[0], int(fl.sum())), np.float32))
+                p = product(blk, bj[:, fl], np.zeros((a.shape[0], int(fl.sum())), np.float32))
                 c[:, fl] += (p.astype(np.float64) * w.scales[j, fl]).astype(np.float32)
             rows = ~ok[:, j]
             if rows.any():
