@@ -14,7 +14,9 @@ and these to check them::
 :func:`matmul_reference` states the matmul claim (the exact product and its
 bound) and :func:`blocked_order` emulates the kernels' f32 operation order;
 :func:`amx_tdpbf16ps` is what AMX-BF16's tile product computes (two FMA
-chains; :func:`amx_pair_layout` is its B layout).
+chains; :func:`amx_pair_layout` is its B layout); :func:`amx_guard` is the
+condition under which it gives the exact path's bits and
+:func:`amx_guarded_matmul` the guarded AMX matmul built on it, in numpy.
 The functions are defined in :mod:`mlir_mx.numerics` (beside the format table
 and packing), and everything outside that package imports them from here, so a
 bare ``quantize`` is never left to guess between the oracle and the compiled
@@ -22,6 +24,15 @@ function (``tests/test_imports.py`` checks it).
 """
 
 from mlir_mx.numerics import MXArray, dequantize, fold_scale, quantize
+from mlir_mx.numerics.amx_guard import (
+    AMXWeight,
+    amx_bounds,
+    amx_guard,
+    amx_guard_call,
+    amx_guarded_matmul,
+    amx_pass,
+    amx_prepare,
+)
 from mlir_mx.numerics.matmul import (
     amx_nan_open,
     amx_pair_layout,
@@ -31,9 +42,16 @@ from mlir_mx.numerics.matmul import (
 )
 
 __all__ = [
+    "AMXWeight",
     "MXArray",
+    "amx_bounds",
+    "amx_guard",
+    "amx_guard_call",
+    "amx_guarded_matmul",
     "amx_nan_open",
     "amx_pair_layout",
+    "amx_pass",
+    "amx_prepare",
     "amx_tdpbf16ps",
     "blocked_order",
     "dequantize",

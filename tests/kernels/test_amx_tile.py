@@ -5,8 +5,10 @@ AMX is usable (``mlir_mx.linear.amx``; issue 51)."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
+from format_cases import INTEGRAL
 from mlir import ir
 
 from mlir_mx import host, oracle
@@ -163,3 +165,55 @@ def test_the_selftest_catches_another_implementation():
     assert bad, "the self-test must tell the single chain from the hardware's two"
     assert any(line.startswith("2^20 (even), -2^20 (odd)") for line in bad)
     assert all("differ" in line for line in bad)
+
+
+def _tiled(runner):
+    """The one-tile kernel as ``product(a, b, c)`` on any (M x 32), (32 x N)
+    and (M x N), in 16 x 16 tiles (zero padded)."""
+
+    def product(a, b, c):
+        m, n = c.shape
+        mp, np_ = -(-m // 16) * 16, -(-n // 16) * 16
+        ap, bp = np.zeros((mp, 32), np.float32), np.zeros((32, np_), np.float32)
+        cp = np.zeros((mp, np_), np.float32)
+        ap[:m], bp[:, :n], cp[:m, :n] = a, b, c
+        for i in range(0, mp, 16):
+            for j in range(0, np_, 16):
+                cp[i : i + 16, j : j + 16] = _run(runner, ap[i : i + 16], bp[:, j : j + 16],
+                                                  cp[i : i + 16, j : j + 16].copy())  # fmt: skip
+        return cp[:m, :n]
+
+    return product
+
+
+@needs_amx
+@pytest.mark.parametrize("element", INTEGRAL)
+def test_the_guarded_design_gives_the_exact_paths_bits_on_amx(runner, element):
+    """``oracle.amx_guarded_matmul`` with this CPU's ``TDPBF16PS`` in place
+    of the model (issue 51's design on the hardware): the exact path's bits,
+    with fallback rows, flagged weight blocks and ragged M and N; the same
+    tiles with the guard ignored do not give them."""
+    from mlir_mx.numerics import MXArray
+
+    rng = np.random.default_rng(21)
+    w = rng.standard_normal((37, 128)) * np.exp2(rng.integers(-8, 8, (37, 1)))
+    w = oracle.quantize(w.astype(np.float32), element, 32)
+    s = w.scales.view(np.uint8).T.copy()
+    s[1, 3], s[2, 5] = 253, 254  # bmax sb >= 2^128 for these (flagged)
+    b = MXArray(w.codes.T.copy(), s, element, 32, 0)
+    x = rng.standard_normal((21, 128))
+    x[1::2] *= np.exp2(rng.integers(-20, 20, (21, 128)))[1::2]  # odd rows fall back
+    a = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    pw = oracle.amx_prepare(b)
+    ok = oracle.amx_pass(a, pw)
+    assert pw.flagged.any() and oracle.amx_guard_call(a, pw) and ok.any() and not ok.all()
+    want = oracle.blocked_order(a, b, np.zeros((21, 37), np.float32))
+    product = _tiled(runner)
+    got = oracle.amx_guarded_matmul(a, pw, product=product)
+    assert (got.view(np.uint32) == want.view(np.uint32)).all()
+    ignored = np.zeros((21, 37), np.float32)
+    for j in range(4):
+        bj = np.where(pw.flagged[j][None, :], np.float32(0), pw.values(j))
+        ignored = product(a[:, j * 32 : (j + 1) * 32], bj, ignored)
+    cols = ~pw.flagged.any(axis=0)  # the columns the ignored run computes whole
+    assert (ignored[:, cols].view(np.uint32) != want[:, cols].view(np.uint32)).any()

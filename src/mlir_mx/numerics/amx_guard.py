@@ -1,0 +1,236 @@
+"""The guard under which AMX-BF16 gives the exact path's bits, the prepared
+weight, and a numpy model of the guarded AMX matmul (issue 51;
+``docs/numerics.md``, "AMX-BF16": "The guard" and "Accumulating in the
+tiles across blocks").
+
+For bf16 activations ``A`` (M x K) and an MX weight ``B`` (K x N, blocked
+along K) with grid ``q`` (the format's smallest positive value) and largest
+magnitude ``bmax``, per (row, block) of A with ``g`` the largest power of two
+dividing every nonzero ``a_k`` and ``S = sum |a_k|``, the row's block
+**passes** (:func:`amx_guard`) when every ``a_k`` is finite,
+``g q >= 2^-126``, ``S / g <= T = 2^24 q / bmax`` and ``S bmax < 2^127``.
+Then every product is a multiple of ``g q``, every partial sum of any subset
+has at most 24 significant bits and is zero or normal, so ``TDPBF16PS``'s two
+chains (:func:`~mlir_mx.numerics.matmul.amx_tdpbf16ps`) and the in-order
+chain both give the exact sum.
+
+:func:`amx_guarded_matmul` is the whole design in numpy: B stored as
+``b * sb`` in bf16 in the pair layout (:func:`amx_prepare`), C accumulated in
+the tiles across blocks, failing (row, block)s zeroed in A and their ``t``
+added by the in-order f32 chain at their block, and the whole call on the
+exact path where :func:`amx_guard_call` fails.  Its result equals
+:func:`~mlir_mx.numerics.matmul.blocked_order`'s bit for bit (the tests say
+where this was checked).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mlir_mx.errors import MXValueError
+
+from .formats import decode_elements, element_format
+from .matmul import amx_pair_layout, amx_tdpbf16ps, blocked_order
+from .mxarray import MXArray
+
+__all__ = [
+    "AMXWeight",
+    "amx_bounds",
+    "amx_guard",
+    "amx_guard_call",
+    "amx_guarded_matmul",
+    "amx_pass",
+    "amx_prepare",
+]
+
+_TINY = 2.0**-126
+
+
+def amx_bounds(element) -> tuple[float, float]:
+    """``(q, bmax)`` of an element format, from the format table: the smallest
+    positive value and the largest finite magnitude of any code (INT8's code
+    -128, -2.0, included: ``bmax = 2``)."""
+    fmt = element_format(element)
+    codes = np.arange(fmt.num_codes, dtype=np.uint8).view(fmt.dtype)
+    v = np.abs(np.asarray(decode_elements(codes, fmt), np.float64))
+    v = v[np.isfinite(v)]
+    return float(v[v > 0].min()), float(v.max())
+
+
+def _stats(a: np.ndarray, block_size: int):
+    """Per (row, block) of A (M x K, f32): ``(finite, g, S)``; ``g`` over the
+    finite nonzero elements (``inf`` where there is none)."""
+    m, k = a.shape
+    x = a.astype(np.float64).reshape(m, k // block_size, block_size)
+    finite = np.isfinite(x)
+    nonzero = finite & (x != 0)
+    f, e = np.frexp(np.where(nonzero, x, 1.0))
+    n = np.abs(f * 2.0**53).astype(np.int64)  # |x| = n 2^(e-53), n an integer
+    lsb = np.ldexp((n & -n).astype(np.float64), e - 53)
+    g = np.where(nonzero, lsb, np.inf).min(axis=2)
+    s = np.where(finite, np.abs(x), 0.0).sum(axis=2)
+    return finite.all(axis=2), g, s
+
+
+def _check_a(a, k: int | None = None, block_size: int = 32) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype != np.float32 or a.ndim != 2:
+        raise MXValueError(f"a: an f32 (M, K) array of bf16 values, not {a.dtype} {a.shape}")
+    if k is not None and a.shape[1] != k:
+        raise MXValueError(f"a: K = {a.shape[1]}, the weight's K is {k}")
+    if a.shape[1] % block_size:
+        raise MXValueError(f"a: K = {a.shape[1]} is not a multiple of block_size {block_size}")
+    bits = a.view(np.uint32)
+    if ((bits & 0xFFFF) != 0).any():
+        raise MXValueError("a: holds values that are not bf16 (round to bf16 first)")
+    return a
+
+
+def amx_guard(a, element, block_size: int = 32) -> np.ndarray:
+    """The pass mask (bool, M x K/block_size) of bf16 activations ``a`` (f32
+    values, bf16-exact) against weights in ``element``: per (row, block),
+    every element finite, ``g q >= 2^-126``, ``S/g <= T = 2^24 q / bmax``
+    (checked as ``(S/g) bmax <= 2^24 q``, exact) and ``S bmax < 2^127``
+    (module doc).  An all-zero block passes.
+
+    FP8 weights never pass on a nonzero block: E4M3's ``T`` is 73 and E5M2's
+    below 1, so the formula itself fails them (``S/g >= 1``); they have no
+    special case.  Where ``S/g <= T`` holds, ``S`` is exact in f64 (a sum of
+    multiples of ``g`` below ``2^24 g``); where it does not, ``S/g`` rounds
+    (above 2^53) too little to pass."""
+    a = _check_a(a, block_size=block_size)
+    q, bmax = amx_bounds(element)
+    finite, g, s = _stats(a, block_size)
+    with np.errstate(all="ignore"):
+        ratio = np.where(np.isinf(g), 0.0, s / g)
+        return finite & (g * q >= _TINY) & (ratio * bmax <= 2.0**24 * q) & (s * bmax < 2.0**127)
+
+
+@dataclass(frozen=True)
+class AMXWeight:
+    """A weight prepared for the guarded AMX matmul (:func:`amx_prepare`).
+
+    ``tiles``: (K/bs, bs/2, 2N) ``bfloat16``, each block's B in the pair
+    layout (:func:`~mlir_mx.numerics.matmul.amx_pair_layout`), ``b * sb``
+    (exact) or ``b`` in a ``flagged`` column; ``scales``: (K/bs, N) ``sb``
+    (f64); ``flagged``: (K/bs, N) the weight blocks whose ``sb`` breaks
+    ``q sb >= 2^-126`` or ``bmax sb < 2^128`` (or is NaN): they keep the
+    unscaled form and the per-block store; ``source``: the MXArray (the
+    fallback chain reads its codes)."""
+
+    source: MXArray
+    tiles: np.ndarray
+    scales: np.ndarray
+    flagged: np.ndarray
+
+    @property
+    def element(self) -> str:
+        return self.source.format_name
+
+    @property
+    def block_size(self) -> int:
+        return self.source.block_size
+
+    def values(self, j: int) -> np.ndarray:
+        """Block ``j``'s tile as the logical (bs x N) f32 values."""
+        t = self.tiles[j].astype(np.float32)
+        half, n2 = t.shape
+        return t.reshape(half, n2 // 2, 2).transpose(0, 2, 1).reshape(2 * half, n2 // 2)
+
+
+def amx_prepare(b: MXArray) -> AMXWeight:
+    """B (an MXArray (K, N) blocked along axis 0, E8M0 scales, as
+    ``blocked_order``'s ``b``) as :class:`AMXWeight`."""
+    import ml_dtypes
+
+    if not isinstance(b, MXArray) or b.axis != 0 or b.ndim != 2 or b.global_scale is not None:
+        raise MXValueError("b: an E8M0-scaled MXArray (K, N) blocked along axis 0")
+    bs = b.block_size
+    if bs % 2:
+        raise MXValueError(f"b: block_size {bs} is odd (AMX reads K in pairs)")
+    q, bmax = amx_bounds(b.format_name)
+    e, sb = b.element_values(), b.scale_values()
+    with np.errstate(invalid="ignore"):
+        flagged = ~((q * sb >= _TINY) & (bmax * sb < 2.0**128))
+    scaled = e * np.repeat(np.where(flagged, 1.0, sb), bs, axis=0)  # exact, bf16-exact
+    nb = e.shape[0] // bs
+    tiles = np.stack([amx_pair_layout(scaled[j * bs : (j + 1) * bs]) for j in range(nb)])
+    return AMXWeight(b, tiles.astype(ml_dtypes.bfloat16), sb, flagged)
+
+
+def amx_guard_call(a, w: AMXWeight) -> bool:
+    """The per-call condition: ``g q sb_min >= 2^-126`` for every (row, block)
+    with a finite nonzero element, ``sb_min`` the smallest scale of that
+    block of the weight (every column; the design's per-weight minimum is
+    never larger, so this is as sound).  It keeps every ``t`` and every
+    partial of C a multiple of 2^-126, so the tiles' DAZ/FTZ never fires;
+    where it fails the call runs on the exact path."""
+    a = _check_a(a, w.source.shape[0], w.block_size)
+    q, _ = amx_bounds(w.element)
+    _, g, _ = _stats(a, w.block_size)
+    with np.errstate(invalid="ignore"):
+        sb_min = np.where(np.isnan(w.scales), np.inf, w.scales).min(axis=1)
+        return bool((g * q * sb_min[None, :] >= _TINY).all())
+
+
+def amx_pass(a, w: AMXWeight) -> np.ndarray:
+    """:func:`amx_guard` and no overflow inside the chains of the scaled
+    tile: ``S bmax max(1, sb_max) < 2^128`` per (row, block), ``sb_max`` the
+    block's largest scale (every partial of ``b sb`` products is at most
+    ``S bmax sb`` and, under the guard, has at most 24 bits, so it is then
+    an f32 value)."""
+    a = _check_a(a, w.source.shape[0], w.block_size)
+    q, bmax = amx_bounds(w.element)
+    _, _, s = _stats(a, w.block_size)
+    sb_max = np.where(np.isnan(w.scales), np.inf, w.scales).max(axis=1)
+    with np.errstate(all="ignore"):
+        fits = s * bmax * np.maximum(1.0, sb_max)[None, :] < 2.0**128
+    return amx_guard(a, w.element, w.block_size) & fits
+
+
+def _fallback_t(a_rows: np.ndarray, w: AMXWeight, j: int) -> np.ndarray:
+    """``t = p sb`` of block ``j`` for some rows, by the in-order f32 chain
+    (the exact path's, ``blocked_order`` on that block from +0)."""
+    bs, src = w.block_size, w.source
+    block = MXArray(src.codes[j * bs : (j + 1) * bs], src.scales[j : j + 1], src.element, bs, 0)
+    zero = np.zeros((a_rows.shape[0], src.shape[1]), np.float32)
+    return blocked_order(a_rows, block, zero)
+
+
+def amx_guarded_matmul(a, w: AMXWeight, product=amx_tdpbf16ps) -> np.ndarray:
+    """``A x B`` (f32 (M, N)) as the guarded AMX kernel computes it, in numpy.
+
+    ``product(a, b, c)``: ``TDPBF16PS`` on any (M x bs) A, (bs x N) B and
+    (M x N) C, the measured model by default (a test passes the hardware's
+    one-tile kernel, tiled, to check the design on AMX itself).
+
+    If :func:`amx_guard_call` fails, the exact path (``blocked_order``).
+    Otherwise C starts as a zero tile and, per block ``j``:
+
+    1. one ``TDPBF16PS`` (the measured model) of A's block, with the rows
+       that fail :func:`amx_pass` zeroed, against the scaled tile (flagged
+       columns zero) into the running C;
+    2. flagged columns: ``TDPBF16PS`` against the unscaled tile from a zero
+       tile, stored, ``t = p sb`` and ``c + t`` in f32, reloaded;
+    3. each failing row's ``t`` from the in-order f32 chain, ``c + t`` in f32.
+    """
+    bs = w.block_size
+    a = _check_a(a, w.source.shape[0], bs)
+    if not amx_guard_call(a, w):
+        return blocked_order(a, w.source, np.zeros((a.shape[0], w.source.shape[1]), np.float32))
+    ok = amx_pass(a, w)
+    c = np.zeros((a.shape[0], w.source.shape[1]), np.float32)
+    with np.errstate(all="ignore"):
+        for j in range(ok.shape[1]):
+            blk = np.where(ok[:, j, None], a[:, j * bs : (j + 1) * bs], np.float32(0))
+            bj, fl = w.values(j), w.flagged[j]
+            c = product(blk, np.where(fl[None, :], np.float32(0), bj), c)
+            if fl.any():
+                p = product(blk, bj[:, fl], np.zeros((a.shape[0], int(fl.sum())), np.float32))
+                c[:, fl] += (p.astype(np.float64) * w.scales[j, fl]).astype(np.float32)
+            rows = ~ok[:, j]
+            if rows.any():
+                c[rows] += _fallback_t(a[rows, j * bs : (j + 1) * bs], w, j)
+    return c
