@@ -21,7 +21,8 @@ hardware prefetchers follow; iterating a column tile down all of K instead
 touches one cache line per 4 KiB page and runs at a fraction of the memory
 bandwidth (measured: ``bench/results``).
 
-Column tails (N not a multiple of the tile) use masked loads and stores.
+Column tails (N not a multiple of the tile) use masked loads and stores.  A
+tiled B's one-byte decode takes each tile of ``blocks`` blocks in turn.
 """
 
 from __future__ import annotations
