@@ -9,15 +9,17 @@
 // best of R runs, in the thread's CPU time (leaves out the time a loaded
 // machine deschedules it; includes what the hypervisor steals) and in wall
 // time (what a decode sees; only meaningful on a quiet machine).
-// Measured 2026-12-05 (session 53), Intel Xeon (KVM, 2 vCPUs), LOADED (load
-// average 12-13), CPU time, best of 15:
-//   dependent add: 4.04 / 4.12 G/s per thread at 1 / 2 threads (~4.1 GHz both)
-//   zmm FMA:       7.50 / 7.63 G/s per thread (~1.85 per cycle both)
-// so the two vCPUs are not SMT siblings (mx-bench's quiet FMA roof agrees:
-// 235.7 -> 448.1 GFLOP/s, 1.90x, bench/results/mx-bench-2026-12-05-decode-
-// fp8-ggml-s52-quiet-run2.md) and the clock does not drop at 2 threads.
-// The 64 MiB read at 2 threads in wall time needs a quiet machine (not had
-// in session 53); that is the number that bounds a 2-thread MXFP8 decode.
+// Measured 2026-12-05 (session 53), Intel Xeon (KVM, 2 vCPUs), load average
+// 3.5 (mx-bench beside it), best of 21, per thread in CPU time / all threads
+// in wall time:
+//   dependent add: 4.02 / 2.67 G/s (1 thread), 3.72 / 6.78 (2): the clock
+//     (3.4-4.1 GHz over the session's runs) holds at 2 threads
+//   zmm FMA:       7.70 / 7.70 G/s (1 thread), 7.69 / 15.35 (2): two cores,
+//     not SMT siblings (mx-bench's quiet FMA roof: 235.7 -> 448.1 GFLOP/s)
+//   64 MiB read, 1 stream per thread: 25.82 / 25.78 GB/s (1), 26.81 / 51.76 (2)
+//   64 MiB read, 8 streams per thread: 31.54 / 31.49 GB/s (1), 32.12 / 63.44 (2)
+// So the two cores' L3 reads add up; a 2-thread MXFP8 decode (37.6 GB/s
+// quiet in session 52) is not bound by them.
 // gcc -O2 -march=native -pthread two-core-limits.c -o t && ./t [R]
 #include <immintrin.h>
 #include <pthread.h>
