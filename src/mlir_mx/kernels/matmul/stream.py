@@ -49,7 +49,7 @@ from mlir_mx.kernels.common.problem import (
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 
-__all__ = ["StreamConfig", "emit_stream", "prefetch_sweep", "TILED_PREFETCH"]
+__all__ = ["StreamConfig", "emit_stream", "prefetch_sweep", "TILED_PREFETCH", "TILED_STREAMS"]
 
 #: Software prefetch distance, in column tiles, for a tiled B.
 TILED_PREFETCH = 4
@@ -338,7 +338,7 @@ class _Kernel(KernelState):
         ``lo`` of the next block (the last block's clamps to its last tile).
         Clamping at ``N`` instead prefetched the other thread's tiles and left
         the first tiles of every block's row unprefetched: a quarter of a
-        thread's tiles at 2 threads and N = 2048 (measured: 2-4 % at 2
+        thread's tiles at 2 threads and N = 2048 (measured: 1-4 % at 2
         threads; docs/passes/mx-matmul-kernels.md, "The schedules")."""
         kb, prob, cfg = self.kb, self.prob, self.cfg
         lo, hi = self.span
