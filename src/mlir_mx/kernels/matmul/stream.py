@@ -21,7 +21,8 @@ hardware prefetchers follow; iterating a column tile down all of K instead
 touches one cache line per 4 KiB page and runs at a fraction of the memory
 bandwidth (measured: ``bench/results``).
 
-Column tails (N not a multiple of the tile) use masked loads and stores.
+Column tails (N not a multiple of the tile) use masked loads and stores.  A
+tiled B's one-byte decode takes each tile of ``blocks`` blocks in turn.
 """
 
 from __future__ import annotations
@@ -48,10 +49,13 @@ from mlir_mx.kernels.common.problem import (
 from mlir_mx.kernels.common.widen import LANES, decode_scales
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 
-__all__ = ["StreamConfig", "emit_stream", "prefetch_sweep", "TILED_PREFETCH"]
+__all__ = ["StreamConfig", "emit_stream", "prefetch_sweep", "TILED_PREFETCH", "TILED_STREAMS"]
 
 #: Software prefetch distance, in column tiles, for a tiled B.
 TILED_PREFETCH = 4
+#: Blocks side by side in a decode of one-byte codes from a tiled B on Intel, no
+#: software prefetch (docs/passes/mx-matmul-kernels.md, the MXFP8 decode time).
+TILED_STREAMS = 4
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,8 @@ class StreamConfig:
     #: (:func:`prefetch_sweep`; 0: none).  The registry's ``decode-ahead``.
     ahead: int = 0
     lanes: bool = True  # 8-bit table codes in lane order (kernels/common/lane_table.py)
+    #: A tiled B at M = 1: each tile of this many blocks in turn (as many streams).
+    blocks: int = 1
 
     def adapt(self, prob: Problem) -> StreamConfig:
         """Prefetch for a tiled B with AVX-512; one vector per row of a row group without.
@@ -82,14 +88,9 @@ class StreamConfig:
         groups measured about 2x faster on an AMD EPYC with AVX2 only
         (4096 x 4096 MXFP4, M = 8 and 32, 1 and 2 threads; docs/passes/
         mx-matmul-kernels.md).  The order per output element is unchanged.
-        A single row (decode) keeps ``nv = 2`` there: 4 ymm of partials and
-        the widening's temporaries fit the 16 registers, where ``nv = 4``
-        spilled 5 registers per B row (llc -mcpu=znver3 of the MXFP4 decode
-        kernel: 46 instructions per 64 codes with 5 spills and reloads, 39
-        with none at ``nv = 2``; E4M3 18.2 -> 14.75 per 16 codes).  Packed
-        FP6 (groups of 3 bytes) keeps ``nv = 4``: its unpacking of 24-byte
-        rows legalized to 30.4 instructions per 16 codes, 24.6 (with
-        spills) of 48-byte rows.
+        A single row (decode) keeps ``nv = 2`` there (``nv = 4`` spilled 5
+        registers per B row; the counts are in the docs); packed FP6 (groups
+        of 3 bytes) keeps ``nv = 4`` (its 24-byte rows legalize worse).
 
         Without AVX-512 a tiled B gets no software prefetch: on an AMD EPYC
         (Zen 3, AVX2) the prefetching loop spilled and ran 1 x 8192 x 8192 at
@@ -99,8 +100,10 @@ class StreamConfig:
         follow the one stream alone there.
         """
         wanted = prob.b_tiled and has_features("avx512f") and software_prefetch()
-        prefetch = TILED_PREFETCH if wanted else 0
-        cfg = replace(self, prefetch=prefetch)
+        cfg = replace(self, prefetch=TILED_PREFETCH if wanted else 0)
+        byte = prob.b_is_mx and not ELEMENT_FORMATS[prob.b_element].is_sub_byte
+        if wanted and prob.m == 1 and byte and prob.kblocks % TILED_STREAMS == 0:
+            cfg = replace(cfg, prefetch=0, blocks=TILED_STREAMS)  # one-byte codes
         if not has_features("avx512f"):
             if self.mr > 1:
                 cfg = replace(cfg, nv=1)
@@ -213,14 +216,16 @@ class _Kernel(KernelState):
         if self._sweeps():
             self._sweep(lo, hi, full_tiles, full_vecs)
             return
-        with kb.loop(0, self.prob.kblocks, 1) as blk:
-            with kb.loop(lo, full_tiles, tile) as t:
-                self.tile(blk.iv, t.iv, cfg.nv, None)
-            with kb.loop(full_tiles, full_vecs, LANES) as t:
-                self.tile(blk.iv, t.iv, 1, None)
-            rest = kb.sub(hi, full_vecs)
-            with kb.if_(kb.icmp("sgt", rest, 0)):
-                self.tile(blk.iv, full_vecs, 1, rest)
+        with kb.loop(0, self.prob.kblocks, cfg.blocks) as blks:
+            with kb.loop(lo, full_tiles, tile) as t:  # C per column in block order
+                for j in range(cfg.blocks):
+                    self.tile(kb.add(blks.iv, j), t.iv, cfg.nv, None)
+            for blk in [kb.add(blks.iv, j) for j in range(cfg.blocks)]:
+                with kb.loop(full_tiles, full_vecs, LANES) as t:
+                    self.tile(blk, t.iv, 1, None)
+                rest = kb.sub(hi, full_vecs)
+                with kb.if_(kb.icmp("sgt", rest, 0)):
+                    self.tile(blk, full_vecs, 1, rest)
         if self.scratch is not None:
             kb.dealloc(self.scratch)
 
@@ -271,10 +276,8 @@ class _Kernel(KernelState):
         kernel waiting on it: ``perf`` of a 2-thread 1 x 2048 x 2048 MXFP4
         decode put a quarter of the worker's samples on that load, none on
         the caller's.  Requested for ownership up front, those transfers
-        overlap the first block's widening (1 x 2048 x 2048, 2 threads:
-        0.230 / 0.203 / 0.216 -> 0.188 / 0.187 / 0.179 ms, old and new in
-        alternating processes; bench/results/decode-streams-2026-12-03.md,
-        session 41).  A prefetch changes no value, so no bit."""
+        overlap the first block's widening (1 x 2048 x 2048, 2 threads: about
+        1.15x; bench/results/decode-streams-2026-12-03.md).  No bit changes."""
         kb = self.kb
         with kb.loop(lo, hi, LANES) as col:
             if self.prob.m is not None:
@@ -335,11 +338,8 @@ class _Kernel(KernelState):
         ``lo`` of the next block (the last block's clamps to its last tile).
         Clamping at ``N`` instead prefetched the other thread's tiles and left
         the first tiles of every block's row unprefetched: a quarter of a
-        thread's tiles at 2 threads and N = 2048.  Measured (1 x N x K MXFP4,
-        bound calls alternating in one process, 2 threads, medians): N x K =
-        2048 x 2048 0.232 -> 0.229 ms, 2048 x 5632 0.541 -> 0.521, 5632 x
-        2048 0.509 -> 0.495, 8192 x 8192 2.303 -> 2.286; MXFP8 2048 x 2048
-        0.403 -> 0.388; 1 thread unchanged."""
+        thread's tiles at 2 threads and N = 2048 (measured: 1-4 % at 2
+        threads; docs/passes/mx-matmul-kernels.md, "The schedules")."""
         kb, prob, cfg = self.kb, self.prob, self.cfg
         lo, hi = self.span
         tile = LANES * cfg.nv

@@ -1,0 +1,101 @@
+"""A tiled B's decode reading several blocks in turn (``StreamConfig.blocks``, issue 51).
+
+``decode`` of one-byte codes from a tiled B (``mlir_mx.Linear``'s stored
+form) on Intel AVX-512 reads each column tile of ``TILED_STREAMS`` blocks in
+turn, without software prefetch.  Each block's partials start from zero and
+every column's C update stays in block order, so the bits are the blocked
+order's: checked against the oracle for 2 and 4 blocks side by side,
+f32 and MX activations, NaN codes, 1 and 2 threads, block counts that the
+stream count divides and ones it does not (``adapt`` then keeps 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from matmul_cases import case
+from mlir import ir
+
+import mlir_mx.kernels.common.problem as kernel_problem
+from mlir_mx import host, oracle
+from mlir_mx.dialect import load_dialect
+from mlir_mx.execution import Runner
+from mlir_mx.kernels import Problem, kernel_module, plan_kernel
+from mlir_mx.kernels.common.problem import tile_b_codes
+from mlir_mx.kernels.matmul.stream import TILED_PREFETCH, TILED_STREAMS
+from mlir_mx.numerics import ELEMENT_FORMATS, MXArray
+from mlir_mx.pipelines import kernel_library_pipeline
+
+#: One-byte element formats (E4M3, E5M2, INT8): the ones ``adapt`` streams.
+ONE_BYTE = [n for n, f in ELEMENT_FORMATS.items() if not f.is_sub_byte]
+
+
+@pytest.fixture(autouse=True)
+def _split_small_work(monkeypatch):
+    """Small problems: let 2 threads really start 2 tasks."""
+    monkeypatch.setattr(kernel_problem, "MIN_TASK_MACS", 1)
+
+
+def _runner(prob: Problem, threads: int, blocks: int) -> Runner:
+    with ir.Context() as ctx, ir.Location.unknown():
+        load_dialect(ctx)
+        plan = plan_kernel(prob, "decode", threads)
+        cfg = dataclasses.replace(plan.config, blocks=blocks)
+        text = str(kernel_module(prob, dataclasses.replace(plan, config=cfg)))
+    return Runner(text, kernel_library_pipeline(threads))
+
+
+def _with_nan_codes(qb, rng):
+    """E4M3 codes with NaN codes of both signs at scattered rows and columns."""
+    if qb.element != "f8E4M3FN":
+        return qb
+    codes = np.array(qb.codes).view(np.uint8)
+    k, n = codes.shape
+    cols = np.arange(0, n, 5)
+    codes[rng.integers(0, k, cols.size), cols] = np.where(cols % 2, 0xFF, 0x7F)
+    return MXArray(codes.view(qb.format.dtype), qb.scales, qb.element, 32, axis=0)
+
+
+def test_adapt_streams_one_byte_codes_of_a_tiled_decode_on_intel():
+    """On an Intel AVX-512 host ``adapt`` gives a tiled one-byte decode
+    ``TILED_STREAMS`` blocks and no prefetch when they divide the block count;
+    1 block and the prefetch otherwise, and for packed FP4 and row groups."""
+    if not (host.has_features("avx512f") and host.software_prefetch()):
+        pytest.skip("the side-by-side blocks are chosen on Intel AVX-512 hosts only")
+    fp8 = next(n for n, f in ELEMENT_FORMATS.items() if not f.is_sub_byte and not f.is_int)
+    fp4 = next(n for n, f in ELEMENT_FORMATS.items() if f.group == (2, 1) and not f.is_int)
+    k = 32 * TILED_STREAMS
+    for prob, want in [
+        (Problem(1, 128, k, 32, None, fp8, b_tiled=True), (TILED_STREAMS, 0)),
+        (Problem(1, 128, k + 32, 32, None, fp8, b_tiled=True), (1, TILED_PREFETCH)),
+        (Problem(1, 128, k, 32, None, fp4, b_packed=True, b_tiled=True), (1, TILED_PREFETCH)),
+        (Problem(4, 128, k, 32, None, fp8, b_tiled=True), (1, TILED_PREFETCH)),
+    ]:
+        cfg = plan_kernel(prob, "decode" if prob.m == 1 else "small", 1).config
+        assert (cfg.blocks, cfg.prefetch) == want, prob
+
+
+@pytest.mark.parametrize("element", ONE_BYTE)
+def test_blocks_side_by_side_give_the_blocked_order_bits(element):
+    """2 and 4 blocks in turn: the oracle's blocked order bit for bit."""
+    rng = np.random.default_rng(5)
+    n = 192  # 3 tiles: 2 threads take 2 and 1
+    for k, ea, threads in [(128, None, 1), (128, "f8E4M3FN", 2), (256, None, 2)]:
+        args, acc, _exact, _bound = case(1, k, n, ea or "f8E4M3FN", element)
+        qa, qb = args[0], _with_nan_codes(args[1], rng)
+        ref = oracle.blocked_order(qa if ea else oracle.dequantize(qa), qb, acc)
+        b = tile_b_codes(np.array(qb.codes).view(np.uint8), 32, element, False)
+        a = (np.array(qa.codes), np.array(qa.scales)) if ea else (oracle.dequantize(qa),)
+        prob = Problem(1, n, k, 32, ea, element, b_tiled=True)
+        ok = ~np.isnan(ref)
+        assert ok.sum() > n // 2
+        for blocks in (2, 4):  # 1: tests/passes/kernels/test_lane_table.py
+            c = acc.copy()
+            _runner(prob, threads, blocks).matmul(*a, b, np.array(qb.scales), c)
+            where = str((element, k, ea, threads, blocks))
+            np.testing.assert_array_equal(np.isnan(c), np.isnan(ref), err_msg=where)
+            np.testing.assert_array_equal(
+                c[ok].view(np.uint32), ref[ok].view(np.uint32), err_msg=where
+            )
