@@ -126,6 +126,29 @@ def _pages(runs, page):
     return out
 
 
+def _spy_copies_and_releases(monkeypatch) -> list:
+    """Record, in order, every copy a checkpoint load makes out of its memory
+    map (``("copy", key, span)``) and every page release
+    (``("release", spans, paths, bytes released)``)."""
+    from mlir_mx.torch import checkpoint_files as ckpt_files
+
+    events, copied = [], ckpt_files.CheckpointFiles.copied
+
+    def copy_spy(self, key, index=None):
+        t = copied(self, key, index)
+        events.append(("copy", key, self.spans[-1]))
+        return t
+
+    def release_spy(spans, paths):
+        released = release_file_pages(spans, paths)
+        events.append(("release", list(spans), list(paths), released))
+        return released
+
+    monkeypatch.setattr(ckpt_files.CheckpointFiles, "copied", copy_spy)
+    monkeypatch.setattr(ckpt_files, "release_file_pages", release_spy)
+    return events
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="pages are released on Linux only")
 def test_the_mx_bytes_pages_leave_the_rss_after_loading(checkpoint, monkeypatch):
     """The experts' bytes, copied into the layers' own arrays, are released
@@ -140,24 +163,8 @@ def test_the_mx_bytes_pages_leave_the_rss_after_loading(checkpoint, monkeypatch)
 
     import numpy as np
 
-    from mlir_mx.torch import checkpoint_files as ckpt_files
-
     folder, tensors = checkpoint
-    page, events = os.sysconf("SC_PAGE_SIZE"), []
-    copied = ckpt_files.CheckpointFiles.copied
-
-    def copy_spy(self, key, index=None):
-        t = copied(self, key, index)
-        events.append(("copy", key, self.spans[-1]))
-        return t
-
-    def release_spy(spans, paths):
-        released = release_file_pages(spans, paths)
-        events.append(("release", list(spans), list(paths), released))
-        return released
-
-    monkeypatch.setattr(ckpt_files.CheckpointFiles, "copied", copy_spy)
-    monkeypatch.setattr(ckpt_files, "release_file_pages", release_spy)
+    page, events = os.sysconf("SC_PAGE_SIZE"), _spy_copies_and_releases(monkeypatch)
     model = from_pretrained(folder)
     mx = {k: t for k, t in tensors.items() if k.endswith(("_blocks", "_scales"))}
     copies = [e for e in events if e[0] == "copy"]
@@ -298,27 +305,12 @@ def test_a_whole_dense_load_drops_each_linears_pages_after_it(tmp_path, monkeypa
     from llama_cases import prompt as llama_prompt
     from llama_cases import tiny_llama
 
-    from mlir_mx.torch import checkpoint_files as ckpt_files
     from mlir_mx.torch import quantize_
 
     model = tiny_llama(hidden_size=256, intermediate_size=512)
     quantize_(model, element="mxfp4")
     save_pretrained(model, tmp_path / "ct")
-    page, events = os.sysconf("SC_PAGE_SIZE"), []
-    copied = ckpt_files.CheckpointFiles.copied
-
-    def copy_spy(self, key, index=None):
-        t = copied(self, key, index)
-        events.append(("copy", key, self.spans[-1]))
-        return t
-
-    def release_spy(spans, paths):
-        released = release_file_pages(spans, paths)
-        events.append(("release", list(spans), released))
-        return released
-
-    monkeypatch.setattr(ckpt_files.CheckpointFiles, "copied", copy_spy)
-    monkeypatch.setattr(ckpt_files, "release_file_pages", release_spy)
+    page, events = os.sysconf("SC_PAGE_SIZE"), _spy_copies_and_releases(monkeypatch)
     loaded = from_pretrained(tmp_path / "ct")
     linears = [n for n, m in loaded.named_modules() if isinstance(m, MXLinear)]
     assert len(linears) == 7 * model.config.num_hidden_layers + 1  # lm_head too
@@ -330,7 +322,7 @@ def test_a_whole_dense_load_drops_each_linears_pages_after_it(tmp_path, monkeypa
         if event[0] == "copy":
             seen.append(event[2])
             continue
-        _, spans, released = event
+        _, spans, _paths, released = event
         assert all(a % page == 0 and n % page == 0 for a, n in spans)
         now = _pages(spans, page)
         assert sum(n for _, n in spans) == len(now) * page == released
