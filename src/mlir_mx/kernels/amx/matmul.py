@@ -131,9 +131,7 @@ def _k_loop(ix: _Ix, args, nb, mt0, nt0, tm: int, tn: int) -> None:
         carried = list(loop.inner_iter_args)
         ta = [_load(a, [mts[i], j, zero, zero], tile_a) for i in range(tm)]
         tb = [_load(b, [nts[jn], j, zero, zero], tile_b) for jn in range(tn)]
-        accs = [
-            [_mulf(ta[i], tb[jn], carried[i * tn + jn]) for jn in range(tn)] for i in range(tm)
-        ]
+        accs = [[_mulf(ta[i], tb[jn], carried[i * tn + jn]) for jn in range(tn)] for i in range(tm)]
         s = [ix.add(ix.mul(mts[i], nb), j) for i in range(tm)]
         any_fail = None
         for i in range(tm):

@@ -1,0 +1,168 @@
+"""The guarded AMX-BF16 matmul kernel (``mlir_mx.kernels.amx.matmul``) and its
+driver (``mlir_mx.linear.amx_matmul.AMXMatmul``; issue 51, docs/numerics.md,
+"AMX-BF16"): the exact path's bits (the oracle's blocked order and
+``Linear(b, activations="bf16")``) and the numpy model's
+(``oracle.amx_guarded_matmul``), with fallback rows, flagged weight blocks,
+the call-level fallback and ragged M and N; without the fallback the bits
+differ."""
+
+from __future__ import annotations
+
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+from format_cases import INTEGRAL
+from mlir import ir
+
+import mlir_mx
+from mlir_mx import host, oracle
+from mlir_mx.amx_permission import amx_permission
+from mlir_mx.errors import MXUnsupportedHostError, MXValueError
+from mlir_mx.kernels.amx.matmul import matmul_module
+from mlir_mx.linear import amx_matmul
+from mlir_mx.linear.amx_matmul import AMXMatmul
+from mlir_mx.numerics import MXArray
+
+HAS_AMX = host.has_features("amx_tile", "amx_bf16") and amx_permission().granted
+needs_amx = pytest.mark.skipif(not HAS_AMX, reason="no AMX-BF16 on this CPU")
+
+
+def bf16(x) -> np.ndarray:
+    return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def weight(element, n, k, seed=0, scales=None) -> MXArray:
+    """B (K, N) blocked along K; ``scales``: {(block, column): E8M0 code}."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((n, k)) * np.exp2(rng.integers(-8, 8, (n, 1)))
+    w = oracle.quantize(w.astype(np.float32), element, 32)
+    s = w.scales.view(np.uint8).T.copy()
+    for (j, col), code in (scales or {}).items():
+        s[j, col] = code
+    return MXArray(w.codes.T.copy(), s, element, 32, 0)
+
+
+def activations(m, k, seed=1, spread=True) -> np.ndarray:
+    """N(0,1); with ``spread`` every third row's elements each in its own
+    binade over 40 (those (row, block)s fail the guard and fall back)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, k))
+    if spread:
+        x[::3] *= np.exp2(rng.integers(-20, 20, (m, k)))[::3]
+    return bf16(x)
+
+
+def exact(a, b) -> np.ndarray:
+    return oracle.blocked_order(a, b, np.zeros((a.shape[0], b.shape[1]), np.float32))
+
+
+def assert_same_bits(got, want):
+    assert got.shape == want.shape and got.dtype == np.float32
+    differ = got.view(np.uint32) != want.view(np.uint32)
+    assert not differ.any(), f"{int(differ.sum())} of {differ.size} outputs differ"
+
+
+def test_the_module_accumulates_in_tiles_carried_by_the_k_loop():
+    with ir.Context(), ir.Location.unknown():
+        text = str(matmul_module("amx_matmul", (2, 2)))
+    assert text.count("amx.tile_zero") == 4 + 2 + 1  # 2x2, then 2x1 and 1x1 edges
+    assert "iter_args" in text and "-> (!amx.tile<16x16xf32>, !amx.tile<16x16xf32>" in text
+    for op in ("amx.tile_mulf", "amx.tile_store", "amx.tile_load", "vector.load"):
+        assert op in text
+    with ir.Context(), ir.Location.unknown(), pytest.raises(ValueError, match="2 x 2"):
+        matmul_module("x", (3, 1))
+
+
+@needs_amx
+@pytest.mark.parametrize("element", INTEGRAL)
+@pytest.mark.parametrize("m, n", [(16, 48), (40, 37), (256, 20)])
+def test_the_kernel_gives_the_exact_paths_bits(element, m, n):
+    """Fallback rows in every row tile, ragged M and N, 2 x 2 tile groups
+    with their 2 x 1 and 1 x 1 edges."""
+    b = weight(element, n, 128, seed=2)
+    a = activations(m, 128, seed=3)
+    mm = AMXMatmul(b)
+    ok = oracle.amx_pass(a, mm.weight)
+    assert ok.any() and (~ok).sum() >= m // 3
+    got = mm(a)
+    assert mm.last_path == "amx"
+    assert_same_bits(got, exact(a, b))
+    assert_same_bits(got, oracle.amx_guarded_matmul(a, mm.weight))
+
+
+@needs_amx
+@pytest.mark.parametrize("element", ["f4E2M1FN", "i8"])
+@pytest.mark.parametrize("group", [(1, 1), (2, 1), (1, 2)])
+def test_other_tile_groups_give_the_same_bits(element, group):
+    b = weight(element, 45, 96, seed=4)
+    a = activations(50, 96, seed=5)
+    assert_same_bits(AMXMatmul(b, group=group)(a), exact(a, b))
+
+
+@needs_amx
+@pytest.mark.parametrize("element", ["f4E2M1FN", "i8"])
+def test_the_kernel_equals_linear_with_bf16_activations(element):
+    b = weight(element, 40, 128, seed=6)
+    a = activations(33, 128, seed=7)
+    lin = mlir_mx.Linear(MXArray(b.codes.T.copy(), b.scales.T.copy(), element, 32, 1),
+                         activations="bf16", threads=1)  # fmt: skip
+    assert_same_bits(AMXMatmul(b)(a), lin(a))
+
+
+@needs_amx
+def test_without_the_fallback_the_bits_differ():
+    """The same kernel with every (row, block) passed as it is (nothing
+    zeroed, no ``t``): the guard's fallback is what gives the exact bits."""
+    b = weight("f4E2M1FN", 32, 128, seed=8)
+    a = activations(48, 128, seed=9)
+    mm = AMXMatmul(b)
+    everything = np.ones((48, 4), bool)
+    prepared = (amx_matmul.pack_activations(a, everything),
+                *amx_matmul.fallback_rows(a, everything, mm.weight))  # fmt: skip
+    assert prepared[1][-1] == 0  # no fallback rows at all
+    ignored = mm.run(prepared, 48)
+    assert (ignored.view(np.uint32) != exact(a, b).view(np.uint32)).any()
+
+
+@needs_amx
+def test_flagged_weight_blocks_take_the_exact_path():
+    b = weight("f4E2M1FN", 24, 128, seed=10, scales={(1, 3): 0, (2, 5): 254})
+    a = activations(20, 128, seed=11) * np.float32(2.0**40)  # passes the per-call condition
+    mm = AMXMatmul(b)
+    assert mm.weight.flagged.any() and oracle.amx_guard_call(a, mm.weight)
+    got = mm(a)
+    assert mm.last_path == "exact"
+    assert_same_bits(got, exact(a, b))
+
+
+@needs_amx
+def test_a_call_that_fails_the_per_call_condition_takes_the_exact_path():
+    b = weight("i8", 16, 64, seed=12)
+    a = bf16(np.random.default_rng(13).standard_normal((8, 64)) * 2.0**-128)
+    mm = AMXMatmul(b)
+    assert not mm.weight.flagged.any() and not oracle.amx_guard_call(a, mm.weight)
+    got = mm(a)
+    assert mm.last_path == "exact"
+    assert_same_bits(got, exact(a, b))
+    assert mm.prepare(activations(8, 64)) is not None  # the same weight on normal inputs
+
+
+@needs_amx
+def test_bad_activations_are_refused_by_name():
+    mm = AMXMatmul(weight("f4E2M1FN", 4, 64))
+    good = activations(2, 64)
+    for bad, says in [(good + np.float32(2.0**-20), "not bf16"), (good[:, :32], "K = 32"),
+                      (good.astype(np.float64), "f32 (M, K)")]:  # fmt: skip
+        with pytest.raises(MXValueError, match="a: .*" + re.escape(says)):
+            mm(bad)
+
+
+def test_refused_where_amx_bf16_is_not_usable(monkeypatch):
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-amx_bf16")
+    b = weight("f4E2M1FN", 4, 64)
+    with pytest.raises(MXUnsupportedHostError, match="AMX-BF16 matmul refused here: no AMX"):
+        AMXMatmul(b)
+    with pytest.raises(MXUnsupportedHostError, match="AMX-BF16 matmul refused here"):
+        amx_matmul.amx_matmul_runner()
