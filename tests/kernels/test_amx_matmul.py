@@ -27,6 +27,8 @@ from mlir_mx.numerics import MXArray
 
 HAS_AMX = host.has_features("amx_tile", "amx_bf16") and amx_permission().granted
 needs_amx = pytest.mark.skipif(not HAS_AMX, reason="no AMX-BF16 on this CPU")
+E2M1 = "f4E2M1FN"
+INT8 = "i8"
 
 
 def bf16(x) -> np.ndarray:
@@ -93,7 +95,7 @@ def test_the_kernel_gives_the_exact_paths_bits(element, m, n):
 
 
 @needs_amx
-@pytest.mark.parametrize("element", ["f4E2M1FN", "i8"])
+@pytest.mark.parametrize("element", [E2M1, INT8])
 @pytest.mark.parametrize("group", [(1, 1), (2, 1), (1, 2)])
 def test_other_tile_groups_give_the_same_bits(element, group):
     b = weight(element, 45, 96, seed=4)
@@ -102,7 +104,7 @@ def test_other_tile_groups_give_the_same_bits(element, group):
 
 
 @needs_amx
-@pytest.mark.parametrize("element", ["f4E2M1FN", "i8"])
+@pytest.mark.parametrize("element", [E2M1, INT8])
 def test_the_kernel_equals_linear_with_bf16_activations(element):
     b = weight(element, 40, 128, seed=6)
     a = activations(33, 128, seed=7)
