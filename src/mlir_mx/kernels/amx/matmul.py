@@ -163,10 +163,12 @@ def _groups(ix: _Ix, args, mtiles, ntiles, nb, tm: int, tn: int) -> None:
     if tm > 1:
         regions.append(((mfull, mtiles, 1), (ix.c(0), ntiles, 1)))
     for (m_lo, m_hi, m_n), (n_lo, n_hi, n_n) in regions:
-        mloop = scf.ForOp(m_lo, m_hi, ix.c(m_n))
-        with ir.InsertionPoint(mloop.body):
-            nloop = scf.ForOp(n_lo, n_hi, ix.c(n_n))
-            with ir.InsertionPoint(nloop.body):
+        # N outer: a column group's B panel (K/32 KiB per tile) stays in
+        # cache while every row group passes over it.
+        nloop = scf.ForOp(n_lo, n_hi, ix.c(n_n))
+        with ir.InsertionPoint(nloop.body):
+            mloop = scf.ForOp(m_lo, m_hi, ix.c(m_n))
+            with ir.InsertionPoint(mloop.body):
                 _k_loop(ix, args, nb, mloop.induction_variable, nloop.induction_variable, m_n, n_n)
                 scf.YieldOp([])
             scf.YieldOp([])
