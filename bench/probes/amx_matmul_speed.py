@@ -4,10 +4,10 @@
 interleaved rounds in one process (issue 51; the C prototype is
 ``bench/probes/amx-bf16-speed.c``).
 
-Rows: the kernel alone (A packed and the fallback ``t`` computed once, outside
-the timing), the kernel's parts (``pack_activations``, the guard,
-``fallback_rows``), and the whole call (``AMXMatmul(b)(a)``: guard, packing,
-``t`` in numpy, kernel).  Thread CPU time and wall time, median of the rounds.
+Rows: the kernel alone (A packed and the failing rows listed once, outside
+the timing; the fallback chains run in the kernel), the preparation's parts
+(the guard ``amx_pass``, ``pack_activations``, ``failing_rows``), and the
+whole call (``AMXMatmul(b)(a)``: guard, packing, kernel).  Thread CPU time and wall time, median of the rounds.
 Checks the kernel's bits against ``Linear(w, activations="bf16")`` first.
 
     python bench/probes/amx_matmul_speed.py [M K N] [--rounds 7]
@@ -58,11 +58,11 @@ def main() -> None:
     differ = int((got.view(np.uint32) != want.view(np.uint32)).sum())
     print(f"kernel vs Linear(activations='bf16'): {differ} of {got.size} outputs differ")
     rows = {
-        "AMX kernel alone (prepared A, t)": lambda: mm.run(prepared, m),
-        "AMX whole call (guard + pack + t + kernel)": lambda: mm(a),
+        "AMX kernel alone (prepared A)": lambda: mm.run(prepared, m),
+        "AMX whole call (guard + pack + kernel)": lambda: mm(a),
         "  part: amx_pass (guard)": lambda: oracle.amx_pass(a, mm.weight),
         "  part: pack_activations": lambda: amx_matmul.pack_activations(a, ok),
-        "  part: fallback_rows (t in numpy)": lambda: amx_matmul.fallback_rows(a, ok, mm.weight),
+        "  part: failing_rows": lambda: amx_matmul.failing_rows(ok),
         "Linear(w, activations='bf16')": lambda: lin_bf16(a),
         "Linear(w) exact, f32 activations": lambda: lin_exact(a),
     }

@@ -12,11 +12,10 @@ numpy model :func:`mlir_mx.oracle.amx_guarded_matmul` computes it
    where :func:`~mlir_mx.oracle.amx_guard_call` fails or the weight has a
    block that ``amx_prepare`` flagged;
 2. otherwise the (row, block)s that fail :func:`~mlir_mx.oracle.amx_pass`
-   are zeroed in A (:func:`pack_activations`, tile layout), their ``t`` (the
-   in-order f32 chain of that block, from +0) is computed in numpy
-   (:func:`fallback_rows`), and the kernel
-   (:mod:`mlir_mx.kernels.amx.matmul`) accumulates C in the tiles and adds
-   each ``t`` at its block.
+   are zeroed in A (:func:`pack_activations`, tile layout) and listed
+   (:func:`failing_rows`), and the kernel (:mod:`mlir_mx.kernels.amx.matmul`)
+   accumulates C in the tiles and adds each one's ``t`` (the in-order f32
+   FMA chain of its block, from +0, computed in the kernel) at its block.
 
 Refused (:class:`~mlir_mx.errors.MXUnsupportedHostError`, before any tile
 instruction runs) where :func:`mlir_mx.linear.amx.amx_bf16_usable` is false.
@@ -34,7 +33,14 @@ from mlir_mx.host import host_features
 from mlir_mx.linear.amx import amx_bf16_status
 from mlir_mx.numerics import MXArray
 
-__all__ = ["AMXMatmul", "amx_matmul_runner", "fallback_rows", "pack_activations", "pack_weight"]
+__all__ = [
+    "AMXMatmul",
+    "amx_matmul_runner",
+    "failing_rows",
+    "pack_activations",
+    "pack_scales",
+    "pack_weight",
+]
 
 #: C tile groups of the kernel: 2 x 2 tiles of 16 x 16 (4 accumulators).
 GROUP = (2, 2)
@@ -67,29 +73,27 @@ def pack_activations(a: np.ndarray, ok: np.ndarray, block_size: int = 32) -> np.
     return np.ascontiguousarray(out.reshape(-1, 16, nb, block_size).transpose(0, 2, 1, 3))
 
 
-def fallback_rows(a: np.ndarray, ok: np.ndarray, w) -> tuple[np.ndarray, ...]:
-    """The failing (row, block)s for the kernel: ``ptr`` (i32, (M/16) K/32 +
-    1) and ``rows`` (i32: row within its tile), CSR by ``s = row_tile K/32 +
-    block``, and ``t`` (f32 (len(rows), N padded)): each one's ``t = p sb``,
-    the in-order f32 chain of its block from +0 (the oracle's blocked order
-    on that block alone).  Never empty arrays: a dummy row where none fails."""
+def failing_rows(ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (row, block)s where ``ok`` (M, K/32) is false, for the kernel:
+    ``ptr`` (i32, (M/16) K/32 + 1) and ``rows`` (i32: the row within its
+    tile), CSR by ``s = row_tile K/32 + block``; ``rows`` is never empty (a
+    dummy entry where nothing fails)."""
     m, nb = ok.shape
-    bs, src = w.block_size, w.source
-    n = src.shape[1]
     fail = np.zeros((_pad(m), nb), bool)
     fail[:m] = ~ok
     per = fail.reshape(-1, 16, nb).transpose(0, 2, 1)  # (row tile, block, row)
-    tile, block, row = np.nonzero(per)
-    counts = per.sum(axis=2).reshape(-1)
-    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    t = np.zeros((max(len(row), 1), _pad(n)), np.float32)
-    for j in np.unique(block):
-        at = np.flatnonzero(block == j)
-        blk = MXArray(src.codes[j * bs : (j + 1) * bs], src.scales[j : j + 1], src.element, bs, 0)
-        rows_a = a[tile[at] * 16 + row[at], j * bs : (j + 1) * bs]
-        t[at, :n] = oracle.blocked_order(rows_a, blk, np.zeros((len(at), n), np.float32))
-    rows = row.astype(np.int32) if len(row) else np.zeros(1, np.int32)
-    return ptr, rows, t
+    row = np.nonzero(per)[2].astype(np.int32)
+    ptr = np.concatenate([[0], np.cumsum(per.sum(axis=2).reshape(-1))]).astype(np.int32)
+    return ptr, row if len(row) else np.zeros(1, np.int32)
+
+
+def pack_scales(w) -> np.ndarray:
+    """The weight's block scales ``sb`` as the kernel's f32 (K/32, N padded)
+    (1 in the padding; exact: powers of two in f32's range where not flagged)."""
+    nb, n = w.scales.shape
+    sb = np.ones((nb, _pad(n)), np.float32)
+    sb[:, :n] = np.where(w.flagged, 1.0, w.scales)
+    return sb
 
 
 @functools.lru_cache(maxsize=4)
@@ -133,6 +137,7 @@ class AMXMatmul:
         _refuse_unless_usable()
         self.weight = oracle.amx_prepare(b)
         self.b_tiles = pack_weight(self.weight)
+        self.b_scales = pack_scales(self.weight)
         self.threads = threads
         self.group = tuple(group)
         self.last_path: str | None = None
@@ -148,20 +153,23 @@ class AMXMatmul:
         return self._exact(a)
 
     def prepare(self, a: np.ndarray):
-        """The kernel's arguments but C for ``a`` (A packed, the fallback
-        rows and their ``t``), or None where the call runs on the exact path."""
+        """The kernel's per-call arguments for ``a`` (A packed, the failing
+        rows, ``a`` itself for their chains), or None where the call runs
+        on the exact path."""
         w = self.weight
         if w.flagged.any() or not oracle.amx_guard_call(a, w):
             return None
         ok = oracle.amx_pass(a, w)
-        return (pack_activations(a, ok, w.block_size), *fallback_rows(a, ok, w))
+        a_tiles = pack_activations(a, ok, w.block_size)
+        return (a_tiles, *failing_rows(ok), np.ascontiguousarray(a))
 
     def run(self, prepared, m: int) -> np.ndarray:
         """The kernel on :meth:`prepare`'s arguments: C (f32 (m, N))."""
-        a_tiles, ptr, rows, t = prepared
+        a_tiles, ptr, rows, af = prepared
         n = self.weight.source.shape[1]
         c = np.empty((a_tiles.shape[0] * 16, self.b_tiles.shape[0] * 16), np.float32)
-        amx_matmul_runner(self.group).amx_matmul(a_tiles, self.b_tiles, c, ptr, rows, t)
+        runner = amx_matmul_runner(self.group)
+        runner.amx_matmul(a_tiles, self.b_tiles, c, ptr, rows, af, self.b_scales)
         self.last_path = "amx"
         return np.ascontiguousarray(c[:m, :n])
 

@@ -2,7 +2,7 @@
 "AMX-BF16", the design): C accumulated in the tiles across the K blocks,
 with the per-(row, block) fallback's ``t`` added at its block.
 
-``func @name(a, b, c, ptr, rows, t)``:
+``func @name(a, b, c, ptr, rows, af, sb)``:
 
 - ``a``: ``memref<?x?x16x32xbf16>`` (M/16, K/32, 16, 32): the bf16
   activations in tile layout (M padded to 16 with zero rows), the (row,
@@ -16,15 +16,17 @@ with the per-(row, block) fallback's ``t`` added at its block.
 - ``ptr``: ``memref<?xi32>`` ((M/16) K/32 + 1) and ``rows``: ``memref<?xi32>``:
   the failing rows of each (row tile, block), CSR: ``rows[ptr[s]:ptr[s+1]]``
   (row within the tile) for ``s = row_tile * (K/32) + block``;
-- ``t``: ``memref<?x?xf32>`` (len(rows), N padded): each failing row's ``t``
-  at its block (the in-order f32 chain, computed beforehand).
+- ``af``: ``memref<?x?xf32>`` (M, K): A as given (the failing rows' chains
+  read it); ``sb``: ``memref<?x?xf32>`` (K/32, N padded): B's block scales.
 
 Per C tile group (``TM`` x ``TN`` tiles of 16 x 16: 2 x 2 where M and N
 allow, four accumulators and two A and two B tiles: the 8 tile registers),
 ``amx.tile_zero``, then per block one ``amx.tile_mulf`` per accumulator; at a
 block where a row of the row tile fails, the accumulators are stored to C,
 each failing row gets ``c + t`` (f32 vector add, one rounding: the exact
-path's step), and the tiles are reloaded; at the end ``amx.tile_store``.
+path's step) with ``t = p sb`` from the in-order f32 FMA chain ``p`` over
+the block (B read back from its tile as ``(b sb) / sb``, exact), and the
+tiles are reloaded; at the end ``amx.tile_store``.
 Weight blocks flagged by ``amx_prepare`` and calls that fail
 ``amx_guard_call`` never reach this kernel (the driver runs them on the
 exact path).  Lowered by :func:`mlir_mx.pipelines.amx.amx_library_pipeline`.
@@ -88,26 +90,55 @@ class _Ix:
         return arith.IndexCastOp(self.index, v).result
 
 
-def _fallback(ix: _Ix, args, accs, s, m0, n0s) -> list[ir.Value]:
+def _chain_t(ix: _Ix, args, j, grow, nt, inv, sbv) -> ir.Value:
+    """One failing row's ``t`` over one column tile: the in-order f32 FMA
+    chain over block ``j`` from +0 (``p = fma(a_k, b_k, p)``, k = 0..31),
+    ``b_k`` read back from the pair-layout tile as ``(b sb) / sb`` (exact:
+    a power of two, the block not flagged), then ``t = p sb`` (one rounding:
+    the exact path's)."""
+    a, b, c, ptr, rows, af, sb = args
+    f32 = ir.F32Type.get()
+    v16, v32 = ir.VectorType.get([TILE_N], f32), ir.VectorType.get([2 * TILE_N], f32)
+    v32bf = ir.VectorType.get([2 * TILE_N], ir.BF16Type.get())
+    zero = ix.c(0)
+    k0 = ix.mul(j, ix.c(TILE_K))
+    p = arith.ConstantOp(v16, ir.DenseElementsAttr.get_splat(v16, ir.FloatAttr.get(f32, 0.0)))
+    p = p.result
+    for r in range(TILE_K // 2):
+        pair = arith.ExtFOp(v32, vector.LoadOp(v32bf, b, [nt, j, ix.c(r), zero]).result).result
+        for parity in range(2):
+            mask = list(range(parity, 2 * TILE_N, 2))
+            bk = arith.MulFOp(vector.ShuffleOp(pair, pair, mask).result, inv).result
+            ak = memref.LoadOp(af, [grow, ix.add(k0, ix.c(2 * r + parity))]).result
+            p = vector.FMAOp(vector.BroadcastOp(v16, ak).result, bk, p).result
+    return arith.MulFOp(p, sbv).result
+
+
+def _fallback(ix: _Ix, args, accs, j, s, m0, nts) -> list[ir.Value]:
     """At a block where rows of the row tile(s) fail: store the
-    accumulators, ``c += t`` on each failing row, reload (the new values)."""
-    a, b, c, ptr, rows, t = args
+    accumulators, ``c += t`` on each failing row (:func:`_chain_t`), reload
+    (the new values)."""
+    a, b, c, ptr, rows, af, sb = args
     tm, tn = len(accs), len(accs[0])
+    n0s = [ix.mul(v, ix.c(TILE_N)) for v in nts]
     for i in range(tm):
         for jn in range(tn):
             _store(c, [m0[i], n0s[jn]], accs[i][jn])
-    f32x16 = ir.VectorType.get([TILE_N], ir.F32Type.get())
+    f32 = ir.F32Type.get()
+    v16 = ir.VectorType.get([TILE_N], f32)
+    one = arith.ConstantOp(v16, ir.DenseElementsAttr.get_splat(v16, ir.FloatAttr.get(f32, 1.0)))
+    sbv = [vector.LoadOp(v16, sb, [j, n0]).result for n0 in n0s]
+    inv = [arith.DivFOp(one.result, v).result for v in sbv]
     for i in range(tm):
         lo = ix.cast(memref.LoadOp(ptr, [s[i]]).result)
         hi = ix.cast(memref.LoadOp(ptr, [ix.add(s[i], ix.c(1))]).result)
         loop = scf.ForOp(lo, hi, ix.c(1))
         with ir.InsertionPoint(loop.body):
-            f = loop.induction_variable
-            row = ix.add(m0[i], ix.cast(memref.LoadOp(rows, [f]).result))
+            row = ix.add(m0[i], ix.cast(memref.LoadOp(rows, [loop.induction_variable]).result))
             for jn in range(tn):
-                cv = vector.LoadOp(f32x16, c, [row, n0s[jn]]).result
-                tv = vector.LoadOp(f32x16, t, [f, n0s[jn]]).result
-                vector.StoreOp(arith.AddFOp(cv, tv).result, c, [row, n0s[jn]])
+                t = _chain_t(ix, args, j, row, nts[jn], inv[jn], sbv[jn])
+                cv = vector.LoadOp(v16, c, [row, n0s[jn]]).result
+                vector.StoreOp(arith.AddFOp(cv, t).result, c, [row, n0s[jn]])
             scf.YieldOp([])
     tile_c = _tile("f32", TILE_N)
     return [_load(c, [m0[i], n0s[jn]], tile_c) for i in range(tm) for jn in range(tn)]
@@ -116,7 +147,7 @@ def _fallback(ix: _Ix, args, accs, s, m0, n0s) -> list[ir.Value]:
 def _k_loop(ix: _Ix, args, nb, mt0, nt0, tm: int, tn: int) -> None:
     """One group of ``tm`` x ``tn`` C tiles at row tile ``mt0``, column tile
     ``nt0``: zero, the K loop, store."""
-    a, b, c, ptr, rows, t = args
+    a, b, c, ptr, rows, _af, _sb = args
     tile_a, tile_b = _tile("bf16", TILE_K), _tile("bf16", TILE_K)
     tile_c = _tile("f32", TILE_N)
     zero = ix.c(0)
@@ -142,7 +173,7 @@ def _k_loop(ix: _Ix, args, nb, mt0, nt0, tm: int, tn: int) -> None:
         flat = [v for row in accs for v in row]
         branch = scf.IfOp(any_fail, [tile_c] * len(flat), has_else=True)
         with ir.InsertionPoint(branch.then_block):
-            scf.YieldOp(_fallback(ix, args, accs, s, m0, n0s))
+            scf.YieldOp(_fallback(ix, args, accs, j, s, m0, nts))
         with ir.InsertionPoint(branch.else_block):
             scf.YieldOp(flat)
         scf.YieldOp(list(branch.results))
@@ -175,7 +206,7 @@ def _groups(ix: _Ix, args, mtiles, ntiles, nb, tm: int, tn: int) -> None:
 
 
 def matmul_module(name: str = "amx_matmul", group: tuple[int, int] = (2, 2)) -> ir.Module:
-    """A module with ``func @name(a, b, c, ptr, rows, t)`` (the module
+    """A module with ``func @name(a, b, c, ptr, rows, af, sb)`` (the module
     docstring); C tile groups of ``group`` = (row tiles, column tiles), at
     most 2 x 2 (the tile registers); in the current context and location."""
     tm, tn = group
@@ -188,7 +219,7 @@ def matmul_module(name: str = "amx_matmul", group: tuple[int, int] = (2, 2)) -> 
     vec = ir.MemRefType.get([dyn], i32)
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):
-        ftype = ir.FunctionType.get([tiles, tiles, mat, vec, vec, mat], [])
+        ftype = ir.FunctionType.get([tiles, tiles, mat, vec, vec, mat, mat], [])
         fn = func.FuncOp(name, ftype)
         entry = fn.add_entry_block()
         with ir.InsertionPoint(entry):
