@@ -73,18 +73,32 @@ def pack_activations(a: np.ndarray, ok: np.ndarray, block_size: int = 32) -> np.
     return np.ascontiguousarray(out.reshape(-1, 16, nb, block_size).transpose(0, 2, 1, 3))
 
 
-def failing_rows(ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def failing_rows(ok: np.ndarray) -> tuple[np.ndarray, ...]:
     """The (row, block)s where ``ok`` (M, K/32) is false, for the kernel:
     ``ptr`` (i32, (M/16) K/32 + 1) and ``rows`` (i32: the row within its
-    tile), CSR by ``s = row_tile K/32 + block``; ``rows`` is never empty (a
-    dummy entry where nothing fails)."""
+    tile), CSR by ``s = row_tile K/32 + block``; ``bptr`` (K/32 + 1) and
+    ``bidx`` (indices into ``rows``), the same by block, each block's list
+    padded to a multiple of four by repeating its first; ``grow`` (each
+    one's row in A).  No array is empty (a dummy entry where nothing fails)."""
     m, nb = ok.shape
     fail = np.zeros((_pad(m), nb), bool)
     fail[:m] = ~ok
     per = fail.reshape(-1, 16, nb).transpose(0, 2, 1)  # (row tile, block, row)
-    row = np.nonzero(per)[2].astype(np.int32)
+    tile, block, row = np.nonzero(per)
     ptr = np.concatenate([[0], np.cumsum(per.sum(axis=2).reshape(-1))]).astype(np.int32)
-    return ptr, row if len(row) else np.zeros(1, np.int32)
+    order = np.argsort(block, kind="stable")
+    counts = np.bincount(block, minlength=nb)
+    padded = -(-counts // 4) * 4
+    bptr = np.concatenate([[0], np.cumsum(padded)]).astype(np.int32)
+    bidx = np.zeros(max(int(bptr[-1]), 4), np.int32)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    for j in np.flatnonzero(counts):
+        mine = order[starts[j] : starts[j + 1]]
+        bidx[bptr[j] : bptr[j + 1]] = np.resize(mine, padded[j])  # repeats: same t twice
+    grow = (tile * 16 + row).astype(np.int32)
+    if not len(row):
+        row = grow = np.zeros(1, np.int32)
+    return ptr, row.astype(np.int32), bptr, bidx, grow
 
 
 def pack_scales(w) -> np.ndarray:
@@ -160,16 +174,17 @@ class AMXMatmul:
         if w.flagged.any() or not oracle.amx_guard_call(a, w):
             return None
         ok = oracle.amx_pass(a, w)
-        a_tiles = pack_activations(a, ok, w.block_size)
-        return (a_tiles, *failing_rows(ok), np.ascontiguousarray(a))
+        return pack_activations(a, ok, w.block_size), np.ascontiguousarray(a), *failing_rows(ok)
 
     def run(self, prepared, m: int) -> np.ndarray:
         """The kernel on :meth:`prepare`'s arguments: C (f32 (m, N))."""
-        a_tiles, ptr, rows, af = prepared
+        a_tiles, af, ptr, rows, bptr, bidx, grow = prepared
         n = self.weight.source.shape[1]
         c = np.empty((a_tiles.shape[0] * 16, self.b_tiles.shape[0] * 16), np.float32)
+        tbuf = np.empty((len(rows), 32), np.float32)
         runner = amx_matmul_runner(self.group)
-        runner.amx_matmul(a_tiles, self.b_tiles, c, ptr, rows, af, self.b_scales)
+        runner.amx_matmul(a_tiles, self.b_tiles, c, ptr, rows, af, self.b_scales,
+                          bptr, bidx, grow, tbuf)  # fmt: skip
         self.last_path = "amx"
         return np.ascontiguousarray(c[:m, :n])
 

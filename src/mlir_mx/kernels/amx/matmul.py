@@ -2,7 +2,7 @@
 "AMX-BF16", the design): C accumulated in the tiles across the K blocks,
 with the per-(row, block) fallback's ``t`` added at its block.
 
-``func @name(a, b, c, ptr, rows, af, sb)``:
+``func @name(a, b, c, ptr, rows, af, sb, bptr, bidx, grow, tbuf)``:
 
 - ``a``: ``memref<?x?x16x32xbf16>`` (M/16, K/32, 16, 32): the bf16
   activations in tile layout (M padded to 16 with zero rows), the (row,
@@ -17,15 +17,24 @@ with the per-(row, block) fallback's ``t`` added at its block.
   the failing rows of each (row tile, block), CSR: ``rows[ptr[s]:ptr[s+1]]``
   (row within the tile) for ``s = row_tile * (K/32) + block``;
 - ``af``: ``memref<?x?xf32>`` (M, K): A as given (the failing rows' chains
-  read it); ``sb``: ``memref<?x?xf32>`` (K/32, N padded): B's block scales.
+  read it); ``sb``: ``memref<?x?xf32>`` (K/32, N padded): B's block scales;
+- ``bptr`` (K/32 + 1), ``bidx``: the same failing rows by block, as indices
+  ``f`` into ``rows``, each block's list padded to a multiple of four by
+  repeating one; ``grow``: each ``f``'s row in A;
+- ``tbuf``: ``memref<?x?xf32>`` (len(rows), 32): scratch, each ``f``'s ``t``
+  over the current column group.
 
-Per C tile group (``TM`` x ``TN`` tiles of 16 x 16: 2 x 2 where M and N
-allow, four accumulators and two A and two B tiles: the 8 tile registers),
-``amx.tile_zero``, then per block one ``amx.tile_mulf`` per accumulator; at a
-block where a row of the row tile fails, the accumulators are stored to C,
-each failing row gets ``c + t`` (f32 vector add, one rounding: the exact
-path's step) with ``t = p sb`` from the in-order f32 FMA chain ``p`` over
-the block (B read back from its tile as ``(b sb) / sb``, exact), and the
+Per column group (``TN`` tiles of 16 columns; column groups outer, so
+their B panel stays in cache while every row group passes over it), first
+every failing (row, block)'s ``t = p sb`` into ``tbuf``: per block, B is
+read back from its tile as ``(b sb) / sb`` (exact) once, then the in-order
+f32 FMA chains ``p`` of four failing rows at a time (the exact path's).
+Then per C tile group (``TM`` x ``TN`` tiles of 16 x 16: 2 x 2 where M and
+N allow, four accumulators and two A and two B tiles: the 8 tile
+registers), ``amx.tile_zero``, then per block one ``amx.tile_mulf`` per
+accumulator, the tiles carried by the K loop; at a block where a row of the
+row tile fails, the accumulators are stored to C, each failing row gets
+``c + t`` (f32 vector add, one rounding: the exact path's step), and the
 tiles are reloaded; at the end ``amx.tile_store``.
 Weight blocks flagged by ``amx_prepare`` and calls that fail
 ``amx_guard_call`` never reach this kernel (the driver runs them on the
@@ -90,64 +99,129 @@ class _Ix:
         return arith.IndexCastOp(self.index, v).result
 
 
-def _chain_t(ix: _Ix, args, j, grow, nt, inv, sbv) -> ir.Value:
-    """One failing row's ``t`` over one column tile: the in-order f32 FMA
-    chain over block ``j`` from +0 (``p = fma(a_k, b_k, p)``, k = 0..31),
-    ``b_k`` read back from the pair-layout tile as ``(b sb) / sb`` (exact:
-    a power of two, the block not flagged), then ``t = p sb`` (one rounding:
-    the exact path's)."""
-    a, b, c, ptr, rows, af, sb = args
+class _Args:
+    """The function's arguments by name, and the scratch buffers: ``bdec``
+    (a block's B decoded, 2 x 32 x 16 f32) and ``cbuf`` (the C tiles, 4 x
+    16 x 16 f32)."""
+
+    NAMES = ("a", "b", "c", "ptr", "rows", "af", "sb", "bptr", "bidx", "grow", "tbuf")
+
+    def __init__(self, values, bdec: ir.Value, cbuf: ir.Value):
+        for name, value in zip(self.NAMES, values, strict=True):
+            setattr(self, name, value)
+        self.bdec, self.cbuf = bdec, cbuf
+
+
+def _splat(value: float) -> ir.Value:
+    v16 = ir.VectorType.get([TILE_N], ir.F32Type.get())
+    attr = ir.DenseElementsAttr.get_splat(v16, ir.FloatAttr.get(ir.F32Type.get(), value))
+    return arith.ConstantOp(v16, attr).result
+
+
+def _decode(ix: _Ix, args: _Args, j, nts) -> list[ir.Value]:
+    """Block ``j``'s B for column tiles ``nts``, unscaled, into ``bdec[jn, k]``
+    (16 f32 each): the pair-layout rows widened, split by parity and divided
+    by ``sb`` (exact: a power of two, the block not flagged).  Returns the
+    ``sb`` vectors."""
     f32 = ir.F32Type.get()
     v16, v32 = ir.VectorType.get([TILE_N], f32), ir.VectorType.get([2 * TILE_N], f32)
     v32bf = ir.VectorType.get([2 * TILE_N], ir.BF16Type.get())
-    zero = ix.c(0)
-    k0 = ix.mul(j, ix.c(TILE_K))
-    p = arith.ConstantOp(v16, ir.DenseElementsAttr.get_splat(v16, ir.FloatAttr.get(f32, 0.0)))
-    p = p.result
-    for r in range(TILE_K // 2):
-        pair = arith.ExtFOp(v32, vector.LoadOp(v32bf, b, [nt, j, ix.c(r), zero]).result).result
-        for parity in range(2):
-            mask = list(range(parity, 2 * TILE_N, 2))
-            bk = arith.MulFOp(vector.ShuffleOp(pair, pair, mask).result, inv).result
-            ak = memref.LoadOp(af, [grow, ix.add(k0, ix.c(2 * r + parity))]).result
-            p = vector.FMAOp(vector.BroadcastOp(v16, ak).result, bk, p).result
-    return arith.MulFOp(p, sbv).result
+    zero, one = ix.c(0), _splat(1.0)
+    sbv = []
+    for jn, nt in enumerate(nts):
+        sbv.append(vector.LoadOp(v16, args.sb, [j, ix.mul(nt, ix.c(TILE_N))]).result)
+        inv = arith.DivFOp(one, sbv[-1]).result
+        for r in range(TILE_K // 2):
+            row = vector.LoadOp(v32bf, args.b, [nt, j, ix.c(r), zero]).result
+            pair = arith.ExtFOp(v32, row).result
+            for parity in range(2):
+                mask = list(range(parity, 2 * TILE_N, 2))
+                bk = arith.MulFOp(vector.ShuffleOp(pair, pair, mask).result, inv).result
+                vector.StoreOp(bk, args.bdec, [ix.c(jn), ix.c(2 * r + parity), zero])
+    return sbv
 
 
-def _fallback(ix: _Ix, args, accs, j, s, m0, nts) -> list[ir.Value]:
+def _chains(ix: _Ix, args: _Args, j, e, sbv, tn: int) -> None:
+    """``t`` of the four failing rows ``bidx[e:e+4]`` of block ``j`` over
+    ``tn`` column tiles: the in-order f32 FMA chains ``p = fma(a_k, b_k,
+    p)`` from +0 (k = 0..31), then ``t = p sb`` (one rounding: the exact
+    path's), into ``tbuf[f, 16 jn:]``.  Eight chains in flight."""
+    v16 = ir.VectorType.get([TILE_N], ir.F32Type.get())
+    zero, k0 = ix.c(0), ix.mul(j, ix.c(TILE_K))
+    fs = [ix.cast(memref.LoadOp(args.bidx, [ix.add(e, ix.c(i))]).result) for i in range(4)]
+    rows = [ix.cast(memref.LoadOp(args.grow, [f]).result) for f in fs]
+    p = [[_splat(0.0) for _ in range(tn)] for _ in range(4)]
+    for k in range(TILE_K):
+        bk = [vector.LoadOp(v16, args.bdec, [ix.c(jn), ix.c(k), zero]).result for jn in range(tn)]
+        for i in range(4):
+            ak = memref.LoadOp(args.af, [rows[i], ix.add(k0, ix.c(k))]).result
+            av = vector.BroadcastOp(v16, ak).result
+            for jn in range(tn):
+                p[i][jn] = vector.FMAOp(av, bk[jn], p[i][jn]).result
+    for i in range(4):
+        for jn in range(tn):
+            t = arith.MulFOp(p[i][jn], sbv[jn]).result
+            vector.StoreOp(t, args.tbuf, [fs[i], ix.c(jn * TILE_N)])
+
+
+def _precompute(ix: _Ix, args: _Args, nb, nt0, tn: int) -> None:
+    """For column group ``nt0``: every failing (row, block)'s ``t`` into
+    ``tbuf``, block by block (B decoded once per block), before the row
+    groups run (``bptr``/``bidx``: the failing rows of each block, in
+    fours)."""
+    nts = [ix.add(nt0, ix.c(jn)) for jn in range(tn)]
+    loop = scf.ForOp(ix.c(0), nb, ix.c(1))
+    with ir.InsertionPoint(loop.body):
+        j = loop.induction_variable
+        lo = memref.LoadOp(args.bptr, [j]).result
+        hi = memref.LoadOp(args.bptr, [ix.add(j, ix.c(1))]).result
+        branch = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.slt, lo, hi).result)
+        with ir.InsertionPoint(branch.then_block):
+            sbv = _decode(ix, args, j, nts)
+            rows = scf.ForOp(ix.cast(lo), ix.cast(hi), ix.c(4))
+            with ir.InsertionPoint(rows.body):
+                _chains(ix, args, j, rows.induction_variable, sbv, tn)
+                scf.YieldOp([])
+            scf.YieldOp([])
+        scf.YieldOp([])
+
+
+def _fallback(ix: _Ix, args: _Args, accs, s, nts) -> list[ir.Value]:
     """At a block where rows of the row tile(s) fail: store the
-    accumulators, ``c += t`` on each failing row (:func:`_chain_t`), reload
-    (the new values)."""
-    a, b, c, ptr, rows, af, sb = args
+    accumulators to the scratch ``cbuf`` (4 KiB, contiguous: C's own rows,
+    4 row strides apart, would share L1 sets), ``c += t`` on each failing
+    row (``t`` from ``tbuf``, f32 add: the exact path's step), reload."""
     tm, tn = len(accs), len(accs[0])
-    n0s = [ix.mul(v, ix.c(TILE_N)) for v in nts]
+    zero = ix.c(0)
     for i in range(tm):
         for jn in range(tn):
-            _store(c, [m0[i], n0s[jn]], accs[i][jn])
-    f32 = ir.F32Type.get()
-    v16 = ir.VectorType.get([TILE_N], f32)
-    one = arith.ConstantOp(v16, ir.DenseElementsAttr.get_splat(v16, ir.FloatAttr.get(f32, 1.0)))
-    sbv = [vector.LoadOp(v16, sb, [j, n0]).result for n0 in n0s]
-    inv = [arith.DivFOp(one.result, v).result for v in sbv]
+            _store(args.cbuf, [ix.c(i * tn + jn), zero, zero], accs[i][jn])
+    v16 = ir.VectorType.get([TILE_N], ir.F32Type.get())
     for i in range(tm):
-        lo = ix.cast(memref.LoadOp(ptr, [s[i]]).result)
-        hi = ix.cast(memref.LoadOp(ptr, [ix.add(s[i], ix.c(1))]).result)
+        lo = ix.cast(memref.LoadOp(args.ptr, [s[i]]).result)
+        hi = ix.cast(memref.LoadOp(args.ptr, [ix.add(s[i], ix.c(1))]).result)
         loop = scf.ForOp(lo, hi, ix.c(1))
         with ir.InsertionPoint(loop.body):
-            row = ix.add(m0[i], ix.cast(memref.LoadOp(rows, [loop.induction_variable]).result))
+            f = loop.induction_variable
+            row = ix.cast(memref.LoadOp(args.rows, [f]).result)
             for jn in range(tn):
-                t = _chain_t(ix, args, j, row, nts[jn], inv[jn], sbv[jn])
-                cv = vector.LoadOp(v16, c, [row, n0s[jn]]).result
-                vector.StoreOp(arith.AddFOp(cv, t).result, c, [row, n0s[jn]])
+                at = [ix.c(i * tn + jn), row, zero]
+                cv = vector.LoadOp(v16, args.cbuf, at).result
+                tv = vector.LoadOp(v16, args.tbuf, [f, ix.c(jn * TILE_N)]).result
+                vector.StoreOp(arith.AddFOp(cv, tv).result, args.cbuf, at)
             scf.YieldOp([])
     tile_c = _tile("f32", TILE_N)
-    return [_load(c, [m0[i], n0s[jn]], tile_c) for i in range(tm) for jn in range(tn)]
+    return [
+        _load(args.cbuf, [ix.c(i * tn + jn), zero, zero], tile_c)
+        for i in range(tm)
+        for jn in range(tn)
+    ]
 
 
 def _k_loop(ix: _Ix, args, nb, mt0, nt0, tm: int, tn: int) -> None:
     """One group of ``tm`` x ``tn`` C tiles at row tile ``mt0``, column tile
     ``nt0``: zero, the K loop, store."""
-    a, b, c, ptr, rows, _af, _sb = args
+    a, b, c, ptr = args.a, args.b, args.c, args.ptr
     tile_a, tile_b = _tile("bf16", TILE_K), _tile("bf16", TILE_K)
     tile_c = _tile("f32", TILE_N)
     zero = ix.c(0)
@@ -173,7 +247,7 @@ def _k_loop(ix: _Ix, args, nb, mt0, nt0, tm: int, tn: int) -> None:
         flat = [v for row in accs for v in row]
         branch = scf.IfOp(any_fail, [tile_c] * len(flat), has_else=True)
         with ir.InsertionPoint(branch.then_block):
-            scf.YieldOp(_fallback(ix, args, accs, j, s, m0, nts))
+            scf.YieldOp(_fallback(ix, args, accs, s, nts))
         with ir.InsertionPoint(branch.else_block):
             scf.YieldOp(flat)
         scf.YieldOp(list(branch.results))
@@ -198,6 +272,7 @@ def _groups(ix: _Ix, args, mtiles, ntiles, nb, tm: int, tn: int) -> None:
         # cache while every row group passes over it.
         nloop = scf.ForOp(n_lo, n_hi, ix.c(n_n))
         with ir.InsertionPoint(nloop.body):
+            _precompute(ix, args, nb, nloop.induction_variable, n_n)
             mloop = scf.ForOp(m_lo, m_hi, ix.c(m_n))
             with ir.InsertionPoint(mloop.body):
                 _k_loop(ix, args, nb, mloop.induction_variable, nloop.induction_variable, m_n, n_n)
@@ -206,7 +281,8 @@ def _groups(ix: _Ix, args, mtiles, ntiles, nb, tm: int, tn: int) -> None:
 
 
 def matmul_module(name: str = "amx_matmul", group: tuple[int, int] = (2, 2)) -> ir.Module:
-    """A module with ``func @name(a, b, c, ptr, rows, af, sb)`` (the module
+    """A module with ``func @name(a, b, c, ptr, rows, af, sb, bptr, bidx,
+    grow, tbuf)`` (the module
     docstring); C tile groups of ``group`` = (row tiles, column tiles), at
     most 2 x 2 (the tile registers); in the current context and location."""
     tm, tn = group
@@ -219,15 +295,17 @@ def matmul_module(name: str = "amx_matmul", group: tuple[int, int] = (2, 2)) -> 
     vec = ir.MemRefType.get([dyn], i32)
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):
-        ftype = ir.FunctionType.get([tiles, tiles, mat, vec, vec, mat, mat], [])
+        ftype = ir.FunctionType.get([tiles, tiles, mat, vec, vec, mat, mat, vec, vec, vec, mat], [])
         fn = func.FuncOp(name, ftype)
         entry = fn.add_entry_block()
         with ir.InsertionPoint(entry):
             ix = _Ix()
-            args = list(entry.arguments)
-            mtiles = memref.DimOp(args[0], ix.c(0)).result
-            nb = memref.DimOp(args[0], ix.c(1)).result
-            ntiles = memref.DimOp(args[1], ix.c(0)).result
+            bdec = memref.AllocaOp(ir.MemRefType.get([2, TILE_K, TILE_N], f32), [], []).result
+            cbuf = memref.AllocaOp(ir.MemRefType.get([4, TILE_M, TILE_N], f32), [], []).result
+            args = _Args(entry.arguments, bdec, cbuf)
+            mtiles = memref.DimOp(args.a, ix.c(0)).result
+            nb = memref.DimOp(args.a, ix.c(1)).result
+            ntiles = memref.DimOp(args.b, ix.c(0)).result
             _groups(ix, args, mtiles, ntiles, nb, tm, tn)
             func.ReturnOp([])
     return module
