@@ -121,9 +121,10 @@ def test_without_the_fallback_the_bits_differ():
     a = activations(48, 128, seed=9)
     mm = AMXMatmul(b)
     everything = np.ones((48, 4), bool)
-    prepared = (amx_matmul.pack_activations(a, everything), a,
-                *amx_matmul.failing_rows(everything))  # fmt: skip
-    assert prepared[2][-1] == 0 and prepared[4][-1] == 0  # no fallback rows at all
+    ptr, rows, bptr, bidx, grow = amx_matmul.failing_rows(everything)
+    assert ptr[-1] == 0 and bptr[-1] == 0  # no fallback rows at all
+    fa = amx_matmul.failing_blocks(a, bptr, bidx, grow)
+    prepared = (amx_matmul.pack_activations(a, everything), ptr, rows, bptr, bidx, fa)
     ignored = mm.run(prepared, 48)
     assert (ignored.view(np.uint32) != exact(a, b).view(np.uint32)).any()
 

@@ -36,6 +36,7 @@ from mlir_mx.numerics import MXArray
 __all__ = [
     "AMXMatmul",
     "amx_matmul_runner",
+    "failing_blocks",
     "failing_rows",
     "pack_activations",
     "pack_scales",
@@ -99,6 +100,18 @@ def failing_rows(ok: np.ndarray) -> tuple[np.ndarray, ...]:
     if not len(row):
         row = grow = np.zeros(1, np.int32)
     return ptr, row.astype(np.int32), bptr, bidx, grow
+
+
+def failing_blocks(a, bptr, bidx, grow, block_size: int = 32) -> np.ndarray:
+    """The A blocks (f32, as given) of :func:`failing_rows`'s by-block list,
+    packed in its order: (len(bidx), 32), the fallback chains' input."""
+    nb = len(bptr) - 1
+    block = np.repeat(np.arange(nb), np.diff(bptr))
+    out = np.zeros((len(bidx), block_size), np.float32)
+    if len(block):
+        cols = block[:, None] * block_size + np.arange(block_size)
+        out[: len(block)] = a[grow[bidx[: len(block)]][:, None], cols]
+    return out
 
 
 def pack_scales(w) -> np.ndarray:
@@ -168,23 +181,25 @@ class AMXMatmul:
 
     def prepare(self, a: np.ndarray):
         """The kernel's per-call arguments for ``a`` (A packed, the failing
-        rows, ``a`` itself for their chains), or None where the call runs
-        on the exact path."""
+        rows and their A blocks), or None where the call runs on the exact
+        path."""
         w = self.weight
         if w.flagged.any() or not oracle.amx_guard_call(a, w):
             return None
         ok = oracle.amx_pass(a, w)
-        return pack_activations(a, ok, w.block_size), np.ascontiguousarray(a), *failing_rows(ok)
+        ptr, rows, bptr, bidx, grow = failing_rows(ok)
+        fa = failing_blocks(a, bptr, bidx, grow, w.block_size)
+        return pack_activations(a, ok, w.block_size), ptr, rows, bptr, bidx, fa
 
     def run(self, prepared, m: int) -> np.ndarray:
         """The kernel on :meth:`prepare`'s arguments: C (f32 (m, N))."""
-        a_tiles, af, ptr, rows, bptr, bidx, grow = prepared
+        a_tiles, ptr, rows, bptr, bidx, fa = prepared
         n = self.weight.source.shape[1]
         c = np.empty((a_tiles.shape[0] * 16, self.b_tiles.shape[0] * 16), np.float32)
         tbuf = np.empty((len(rows), 32), np.float32)
         runner = amx_matmul_runner(self.group)
-        runner.amx_matmul(a_tiles, self.b_tiles, c, ptr, rows, af, self.b_scales,
-                          bptr, bidx, grow, tbuf)  # fmt: skip
+        runner.amx_matmul(a_tiles, self.b_tiles, c, ptr, rows, self.b_scales,
+                          bptr, bidx, fa, tbuf)  # fmt: skip
         self.last_path = "amx"
         return np.ascontiguousarray(c[:m, :n])
 

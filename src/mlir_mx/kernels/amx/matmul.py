@@ -2,7 +2,7 @@
 "AMX-BF16", the design): C accumulated in the tiles across the K blocks,
 with the per-(row, block) fallback's ``t`` added at its block.
 
-``func @name(a, b, c, ptr, rows, af, sb, bptr, bidx, grow, tbuf)``:
+``func @name(a, b, c, ptr, rows, sb, bptr, bidx, fa, tbuf)``:
 
 - ``a``: ``memref<?x?x16x32xbf16>`` (M/16, K/32, 16, 32): the bf16
   activations in tile layout (M padded to 16 with zero rows), the (row,
@@ -16,11 +16,11 @@ with the per-(row, block) fallback's ``t`` added at its block.
 - ``ptr``: ``memref<?xi32>`` ((M/16) K/32 + 1) and ``rows``: ``memref<?xi32>``:
   the failing rows of each (row tile, block), CSR: ``rows[ptr[s]:ptr[s+1]]``
   (row within the tile) for ``s = row_tile * (K/32) + block``;
-- ``af``: ``memref<?x?xf32>`` (M, K): A as given (the failing rows' chains
-  read it); ``sb``: ``memref<?x?xf32>`` (K/32, N padded): B's block scales;
+- ``sb``: ``memref<?x?xf32>`` (K/32, N padded): B's block scales;
 - ``bptr`` (K/32 + 1), ``bidx``: the same failing rows by block, as indices
   ``f`` into ``rows``, each block's list padded to a multiple of four by
-  repeating one; ``grow``: each ``f``'s row in A;
+  repeating one; ``fa``: ``memref<?x?xf32>`` (len(bidx), 32): each entry's
+  block of A (as given, f32), packed in that order;
 - ``tbuf``: ``memref<?x?xf32>`` (len(rows), 32): scratch, each ``f``'s ``t``
   over the current column group.
 
@@ -104,7 +104,7 @@ class _Args:
     (a block's B decoded, 2 x 32 x 16 f32) and ``cbuf`` (the C tiles, 4 x
     16 x 16 f32)."""
 
-    NAMES = ("a", "b", "c", "ptr", "rows", "af", "sb", "bptr", "bidx", "grow", "tbuf")
+    NAMES = ("a", "b", "c", "ptr", "rows", "sb", "bptr", "bidx", "fa", "tbuf")
 
     def __init__(self, values, bdec: ir.Value, cbuf: ir.Value):
         for name, value in zip(self.NAMES, values, strict=True):
@@ -142,19 +142,20 @@ def _decode(ix: _Ix, args: _Args, j, nts) -> list[ir.Value]:
 
 
 def _chains(ix: _Ix, args: _Args, j, e, sbv, tn: int) -> None:
-    """``t`` of the four failing rows ``bidx[e:e+4]`` of block ``j`` over
+    """``t`` of the four failing rows ``bidx[e:e+4]`` of block ``j`` (their A
+    blocks ``fa[e:e+4]``) over
     ``tn`` column tiles: the in-order f32 FMA chains ``p = fma(a_k, b_k,
     p)`` from +0 (k = 0..31), then ``t = p sb`` (one rounding: the exact
     path's), into ``tbuf[f, 16 jn:]``.  Eight chains in flight."""
     v16 = ir.VectorType.get([TILE_N], ir.F32Type.get())
-    zero, k0 = ix.c(0), ix.mul(j, ix.c(TILE_K))
+    zero = ix.c(0)
     fs = [ix.cast(memref.LoadOp(args.bidx, [ix.add(e, ix.c(i))]).result) for i in range(4)]
-    rows = [ix.cast(memref.LoadOp(args.grow, [f]).result) for f in fs]
+    es = [ix.add(e, ix.c(i)) for i in range(4)]
     p = [[_splat(0.0) for _ in range(tn)] for _ in range(4)]
     for k in range(TILE_K):
         bk = [vector.LoadOp(v16, args.bdec, [ix.c(jn), ix.c(k), zero]).result for jn in range(tn)]
         for i in range(4):
-            ak = memref.LoadOp(args.af, [rows[i], ix.add(k0, ix.c(k))]).result
+            ak = memref.LoadOp(args.fa, [es[i], ix.c(k)]).result
             av = vector.BroadcastOp(v16, ak).result
             for jn in range(tn):
                 p[i][jn] = vector.FMAOp(av, bk[jn], p[i][jn]).result
@@ -281,8 +282,8 @@ def _groups(ix: _Ix, args, mtiles, ntiles, nb, tm: int, tn: int) -> None:
 
 
 def matmul_module(name: str = "amx_matmul", group: tuple[int, int] = (2, 2)) -> ir.Module:
-    """A module with ``func @name(a, b, c, ptr, rows, af, sb, bptr, bidx,
-    grow, tbuf)`` (the module
+    """A module with ``func @name(a, b, c, ptr, rows, sb, bptr, bidx, fa,
+    tbuf)`` (the module
     docstring); C tile groups of ``group`` = (row tiles, column tiles), at
     most 2 x 2 (the tile registers); in the current context and location."""
     tm, tn = group
@@ -295,7 +296,7 @@ def matmul_module(name: str = "amx_matmul", group: tuple[int, int] = (2, 2)) -> 
     vec = ir.MemRefType.get([dyn], i32)
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):
-        ftype = ir.FunctionType.get([tiles, tiles, mat, vec, vec, mat, mat, vec, vec, vec, mat], [])
+        ftype = ir.FunctionType.get([tiles, tiles, mat, vec, vec, mat, vec, vec, mat, mat], [])
         fn = func.FuncOp(name, ftype)
         entry = fn.add_entry_block()
         with ir.InsertionPoint(entry):
