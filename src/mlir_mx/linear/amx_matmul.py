@@ -184,9 +184,11 @@ class AMXMatmul:
         rows and their A blocks), or None where the call runs on the exact
         path."""
         w = self.weight
-        if w.flagged.any() or not oracle.amx_guard_call(a, w):
+        if w.flagged.any():
             return None
-        ok = oracle.amx_pass(a, w)
+        ok = oracle.amx_plan(a, w)
+        if ok is None:
+            return None
         ptr, rows, bptr, bidx, grow = failing_rows(ok)
         fa = failing_blocks(a, bptr, bidx, grow, w.block_size)
         return pack_activations(a, ok, w.block_size), ptr, rows, bptr, bidx, fa
