@@ -6,7 +6,8 @@ interleaved rounds in one process (issue 51; the C prototype is
 
 Rows: the kernel alone (A packed and the failing rows listed once, outside
 the timing; the fallback chains run in the kernel), the preparation's parts
-(the guard ``amx_pass``, ``pack_activations``, ``failing_rows``), and the
+(the guard ``amx_plan``, ``pack_activations``, ``failing_rows`` with
+``failing_blocks``), and the
 whole call (``AMXMatmul(b)(a)``: guard, packing, kernel).  Thread CPU time and wall time, median of the rounds.
 Checks the kernel's bits against ``Linear(w, activations="bf16")`` first.
 
@@ -35,6 +36,11 @@ def timed(fn):
     return (time.thread_time() - c0) * 1e3, (time.perf_counter() - w0) * 1e3
 
 
+def fails_and_blocks(a, ok):
+    ptr, rows, bptr, bidx, grow = amx_matmul.failing_rows(ok)
+    return amx_matmul.failing_blocks(a, bptr, bidx, grow)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("shape", nargs="*", type=int, default=[256, 4096, 4096])
@@ -50,7 +56,7 @@ def main() -> None:
     lin_bf16 = mlir_mx.Linear(w, activations="bf16", threads=1)
     lin_exact = mlir_mx.Linear(w, threads=1)
     prepared = mm.prepare(a)
-    ok = mlir_mx.oracle.amx_pass(a, mm.weight)
+    ok = oracle.amx_plan(a, mm.weight)
     fails = int((~ok).sum())
     print(f"{m}x{k}x{n} {args.element}: guard fails on {fails} of {ok.size} (row, block)s "
           f"({100 * fails / ok.size:.2f} %); weight flagged blocks: {int(mm.weight.flagged.sum())}")  # fmt: skip
@@ -60,9 +66,9 @@ def main() -> None:
     rows = {
         "AMX kernel alone (prepared A)": lambda: mm.run(prepared, m),
         "AMX whole call (guard + pack + kernel)": lambda: mm(a),
-        "  part: amx_pass (guard)": lambda: oracle.amx_pass(a, mm.weight),
+        "  part: amx_plan (guard)": lambda: oracle.amx_plan(a, mm.weight),
         "  part: pack_activations": lambda: amx_matmul.pack_activations(a, ok),
-        "  part: failing_rows": lambda: amx_matmul.failing_rows(ok),
+        "  part: failing_rows + failing_blocks": lambda: fails_and_blocks(a, ok),
         "Linear(w, activations='bf16')": lambda: lin_bf16(a),
         "Linear(w) exact, f32 activations": lambda: lin_exact(a),
     }
