@@ -169,3 +169,60 @@ def test_refused_where_amx_bf16_is_not_usable(monkeypatch):
         AMXMatmul(b)
     with pytest.raises(MXUnsupportedHostError, match="AMX-BF16 matmul refused here"):
         amx_matmul.amx_matmul_runner()
+
+
+def same_or_both_nan(x, y) -> np.ndarray:
+    return (x.view(np.uint32) == y.view(np.uint32)) | (np.isnan(x) & np.isnan(y))
+
+
+@needs_amx
+def test_non_finite_activations_and_overflowing_chains_fall_back():
+    """Inf and NaN activations fail the guard (their rows' ``t`` from the f32
+    chain: NaN and Inf as the exact path's, payloads as ``Linear``'s); a
+    block with a 2^125 scale, which folds into bf16 (not flagged) but whose
+    chains could overflow, fails ``amx_pass`` on every row and falls back."""
+    b = weight(E2M1, 20, 128, seed=14, scales={(2, 3): 127 + 125})
+    a = activations(18, 128, seed=15, spread=False)
+    a[1, 3], a[2, 40], a[4, 7], a[4, 100] = np.inf, np.nan, -np.inf, np.inf
+    a[5, 64:66] = 4, -4
+    mm = AMXMatmul(b)
+    ok = oracle.amx_pass(a, mm.weight)
+    assert not mm.weight.flagged.any() and not ok[:, 2].any() and ok[:, 1].sum() > 10
+    got = mm(a)
+    assert mm.last_path == "amx" and np.isnan(got).any() and np.isinf(got).any()
+    assert same_or_both_nan(got, exact(a, b)).all()
+    lin = mlir_mx.Linear(MXArray(b.codes.T.copy(), b.scales.T.copy(), E2M1, 32, 1),
+                         activations="bf16", threads=1)  # fmt: skip
+    assert_same_bits(got, lin(a))
+
+
+@needs_amx
+@pytest.mark.slow
+@pytest.mark.parametrize("element", INTEGRAL)
+def test_many_random_calls_give_the_exact_paths_bits(element):
+    """A campaign: 40 seeds x 3 activation kinds (times 2^40 on every other
+    seed), random M, N, K, extreme scales on a third of the weights, every
+    tile group.  Counts printed: outputs, fallbacks, calls on each path."""
+    counts = dict.fromkeys(["outputs", "fallbacks", "amx_calls", "exact_calls"], 0)
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        m, n, k = int(rng.integers(1, 90)), int(rng.integers(1, 90)), 32 * int(rng.integers(1, 9))
+        scales = {}
+        if seed % 3 == 0:
+            at = [(int(rng.integers(k // 32)), int(rng.integers(n))) for _ in range(3)]
+            scales = {p: int(rng.choice([0, 1, 253, 254])) for p in at}
+        b = weight(element, n, k, seed=seed, scales=scales)
+        mm = AMXMatmul(b, group=[(2, 2), (1, 1), (2, 1), (1, 2)][seed % 4])
+        for kind in range(3):
+            a = activations(m, k, seed=1000 + seed + kind, spread=kind > 0)
+            if kind == 2:
+                a = a * np.exp2(rng.integers(-40, 40, (m, 1))).astype(np.float32)
+            a = a * np.float32(2.0 ** (40 * (seed % 2)))
+            got = mm(a)
+            assert same_or_both_nan(got, exact(a, b)).all(), (seed, kind)
+            counts["outputs"] += got.size
+            counts[f"{mm.last_path}_calls"] += 1
+            if mm.last_path == "amx":
+                counts["fallbacks"] += int((~oracle.amx_pass(a, mm.weight)).sum())
+    print(element, counts)
+    assert counts["amx_calls"] > 0 and counts["exact_calls"] > 0 and counts["fallbacks"] > 0
