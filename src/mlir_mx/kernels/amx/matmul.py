@@ -32,10 +32,11 @@ f32 FMA chains ``p`` of four failing rows at a time (the exact path's).
 Then per C tile group (``TM`` x ``TN`` tiles of 16 x 16: 2 x 2 where M and
 N allow, four accumulators and two A and two B tiles: the 8 tile
 registers), ``amx.tile_zero``, then per block one ``amx.tile_mulf`` per
-accumulator, the tiles carried by the K loop; at a block where a row of the
-row tile fails, the accumulators are stored to C, each failing row gets
-``c + t`` (f32 vector add, one rounding: the exact path's step), and the
-tiles are reloaded; at the end ``amx.tile_store``.
+accumulator, the tiles carried by the K loop; at a block where a row of
+one of the group's row tiles fails, that row tile's accumulators are stored
+to a scratch, each failing row gets ``c + t`` (f32 vector add, one
+rounding: the exact path's step), and they are reloaded; at the end
+``amx.tile_store`` to C.
 Weight blocks flagged by ``amx_prepare`` and calls that fail
 ``amx_guard_call`` never reach this kernel (the driver runs them on the
 exact path).  Lowered by :func:`mlir_mx.pipelines.amx.amx_library_pipeline`.
@@ -187,36 +188,31 @@ def _precompute(ix: _Ix, args: _Args, nb, nt0, tn: int) -> None:
         scf.YieldOp([])
 
 
-def _fallback(ix: _Ix, args: _Args, accs, s, nts) -> list[ir.Value]:
-    """At a block where rows of the row tile(s) fail: store the
-    accumulators to the scratch ``cbuf`` (4 KiB, contiguous: C's own rows,
-    4 row strides apart, would share L1 sets), ``c += t`` on each failing
-    row (``t`` from ``tbuf``, f32 add: the exact path's step), reload."""
-    tm, tn = len(accs), len(accs[0])
-    zero = ix.c(0)
-    for i in range(tm):
-        for jn in range(tn):
-            _store(args.cbuf, [ix.c(i * tn + jn), zero, zero], accs[i][jn])
+def _fallback(ix: _Ix, args: _Args, accs, s, i: int, nts) -> list[ir.Value]:
+    """At a block where rows of row tile ``i`` of the group fail: store its
+    accumulators (``accs``, one per column tile) to the scratch ``cbuf``
+    (4 KiB, contiguous: C's own rows, 16 KiB apart, would share L1 sets),
+    ``c += t`` on each failing row (``t`` from ``tbuf``, f32 add: the exact
+    path's step), reload."""
+    tn, zero = len(accs), ix.c(0)
+    slots = [ix.c(i * tn + jn) for jn in range(tn)]
+    for jn in range(tn):
+        _store(args.cbuf, [slots[jn], zero, zero], accs[jn])
     v16 = ir.VectorType.get([TILE_N], ir.F32Type.get())
-    for i in range(tm):
-        lo = ix.cast(memref.LoadOp(args.ptr, [s[i]]).result)
-        hi = ix.cast(memref.LoadOp(args.ptr, [ix.add(s[i], ix.c(1))]).result)
-        loop = scf.ForOp(lo, hi, ix.c(1))
-        with ir.InsertionPoint(loop.body):
-            f = loop.induction_variable
-            row = ix.cast(memref.LoadOp(args.rows, [f]).result)
-            for jn in range(tn):
-                at = [ix.c(i * tn + jn), row, zero]
-                cv = vector.LoadOp(v16, args.cbuf, at).result
-                tv = vector.LoadOp(v16, args.tbuf, [f, ix.c(jn * TILE_N)]).result
-                vector.StoreOp(arith.AddFOp(cv, tv).result, args.cbuf, at)
-            scf.YieldOp([])
+    lo = ix.cast(memref.LoadOp(args.ptr, [s]).result)
+    hi = ix.cast(memref.LoadOp(args.ptr, [ix.add(s, ix.c(1))]).result)
+    loop = scf.ForOp(lo, hi, ix.c(1))
+    with ir.InsertionPoint(loop.body):
+        f = loop.induction_variable
+        row = ix.cast(memref.LoadOp(args.rows, [f]).result)
+        for jn in range(tn):
+            at = [slots[jn], row, zero]
+            cv = vector.LoadOp(v16, args.cbuf, at).result
+            tv = vector.LoadOp(v16, args.tbuf, [f, ix.c(jn * TILE_N)]).result
+            vector.StoreOp(arith.AddFOp(cv, tv).result, args.cbuf, at)
+        scf.YieldOp([])
     tile_c = _tile("f32", TILE_N)
-    return [
-        _load(args.cbuf, [ix.c(i * tn + jn), zero, zero], tile_c)
-        for i in range(tm)
-        for jn in range(tn)
-    ]
+    return [_load(args.cbuf, [slots[jn], zero, zero], tile_c) for jn in range(tn)]
 
 
 def _k_loop(ix: _Ix, args, nb, mt0, nt0, tm: int, tn: int) -> None:
@@ -239,19 +235,18 @@ def _k_loop(ix: _Ix, args, nb, mt0, nt0, tm: int, tn: int) -> None:
         tb = [_load(b, [nts[jn], j, zero, zero], tile_b) for jn in range(tn)]
         accs = [[_mulf(ta[i], tb[jn], carried[i * tn + jn]) for jn in range(tn)] for i in range(tm)]
         s = [ix.add(ix.mul(mts[i], nb), j) for i in range(tm)]
-        any_fail = None
-        for i in range(tm):
+        out = []
+        for i in range(tm):  # only the row tile(s) with a failing row leave the tiles
             lo = memref.LoadOp(ptr, [s[i]]).result
             hi = memref.LoadOp(ptr, [ix.add(s[i], ix.c(1))]).result
             fails = arith.CmpIOp(arith.CmpIPredicate.slt, lo, hi).result
-            any_fail = fails if any_fail is None else arith.OrIOp(any_fail, fails).result
-        flat = [v for row in accs for v in row]
-        branch = scf.IfOp(any_fail, [tile_c] * len(flat), has_else=True)
-        with ir.InsertionPoint(branch.then_block):
-            scf.YieldOp(_fallback(ix, args, accs, s, nts))
-        with ir.InsertionPoint(branch.else_block):
-            scf.YieldOp(flat)
-        scf.YieldOp(list(branch.results))
+            branch = scf.IfOp(fails, [tile_c] * tn, has_else=True)
+            with ir.InsertionPoint(branch.then_block):
+                scf.YieldOp(_fallback(ix, args, accs[i], s[i], i, nts))
+            with ir.InsertionPoint(branch.else_block):
+                scf.YieldOp(accs[i])
+            out += list(branch.results)
+        scf.YieldOp(out)
     for i in range(tm):
         for jn in range(tn):
             _store(c, [m0[i], n0s[jn]], loop.results[i * tn + jn])
