@@ -26,6 +26,7 @@ where this was checked).
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,15 +83,16 @@ def _stats(a: np.ndarray, block_size: int):
     """Per (row, block) of A (M x K, f32 of bf16 values): ``(finite, g, S)``;
     ``g`` over the finite nonzero elements (``inf`` where there is none),
     from the bits (a table over the bf16 patterns); ``S`` summed in f64
-    (exact wherever the guard can pass, whatever the order)."""
+    (exact wherever the guard can pass, whatever the order; Inf or NaN
+    where the block is not finite, which fails the guard anyway)."""
     m, k = a.shape
-    hi = (a.view(np.uint32) >> np.uint32(16)).astype(np.uint16).reshape(m, k // block_size, -1)
-    finite = (hi & np.uint16(0x7F80)) != np.uint16(0x7F80)
-    lsb = np.take(_lsb_table(), hi).min(axis=2).astype(np.int32)
-    g = np.where(lsb < _NO_LSB, np.ldexp(1.0, np.minimum(lsb, 200)), np.inf)
-    x = np.where(finite, np.abs(a.reshape(m, k // block_size, -1)), np.float32(0))
-    s = x.reshape(-1, block_size).astype(np.float64) @ np.ones(block_size)
-    return finite.all(axis=2), g, s.reshape(m, -1)
+    half = 1 if sys.byteorder == "little" else 0
+    hi = a.view(np.uint16).reshape(m, k // block_size, block_size, 2)[..., half]
+    finite = (hi & np.uint16(0x7F80)).max(axis=2) != np.uint16(0x7F80)
+    lsb = np.take(_lsb_table(), hi).min(axis=2)
+    g = np.where(lsb < _NO_LSB, np.ldexp(1.0, np.minimum(lsb, 200).astype(np.int32)), np.inf)
+    s = np.abs(a).reshape(-1, block_size).sum(axis=1, dtype=np.float64)
+    return finite, g, s.reshape(m, -1)
 
 
 def _check_a(a, k: int | None = None, block_size: int = 32) -> np.ndarray:
