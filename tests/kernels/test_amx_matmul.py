@@ -13,7 +13,7 @@ import re
 import ml_dtypes
 import numpy as np
 import pytest
-from format_cases import INTEGRAL
+from format_cases import INTEGRAL, NON_INTEGRAL
 from mlir import ir
 
 import mlir_mx
@@ -29,6 +29,11 @@ HAS_AMX = host.has_features("amx_tile", "amx_bf16") and amx_permission().granted
 needs_amx = pytest.mark.skipif(not HAS_AMX, reason="no AMX-BF16 on this CPU")
 E2M1 = "f4E2M1FN"
 INT8 = "i8"
+
+
+def on_tiles(b, **kw) -> AMXMatmul:
+    """AMXMatmul with every share of fallbacks on the tiles (the kernel under test)."""
+    return AMXMatmul(b, max_fallback_share=1.0, **kw)
 
 
 def bf16(x) -> np.ndarray:
@@ -85,7 +90,7 @@ def test_the_kernel_gives_the_exact_paths_bits(element, m, n):
     with their 2 x 1 and 1 x 1 edges."""
     b = weight(element, n, 128, seed=2)
     a = activations(m, 128, seed=3)
-    mm = AMXMatmul(b)
+    mm = on_tiles(b)
     ok = oracle.amx_pass(a, mm.weight)
     assert ok.any() and (~ok).sum() >= m // 3
     got = mm(a)
@@ -100,7 +105,7 @@ def test_the_kernel_gives_the_exact_paths_bits(element, m, n):
 def test_other_tile_groups_give_the_same_bits(element, group):
     b = weight(element, 45, 96, seed=4)
     a = activations(50, 96, seed=5)
-    assert_same_bits(AMXMatmul(b, group=group)(a), exact(a, b))
+    assert_same_bits(on_tiles(b, group=group)(a), exact(a, b))
 
 
 @needs_amx
@@ -110,7 +115,7 @@ def test_the_kernel_equals_linear_with_bf16_activations(element):
     a = activations(33, 128, seed=7)
     lin = mlir_mx.Linear(MXArray(b.codes.T.copy(), b.scales.T.copy(), element, 32, 1),
                          activations="bf16", threads=1)  # fmt: skip
-    assert_same_bits(AMXMatmul(b)(a), lin(a))
+    assert_same_bits(on_tiles(b)(a), lin(a))
 
 
 @needs_amx
@@ -119,7 +124,7 @@ def test_without_the_fallback_the_bits_differ():
     zeroed, no ``t``): the guard's fallback is what gives the exact bits."""
     b = weight("f4E2M1FN", 32, 128, seed=8)
     a = activations(48, 128, seed=9)
-    mm = AMXMatmul(b)
+    mm = on_tiles(b)
     everything = np.ones((48, 4), bool)
     ptr, rows, bptr, bidx, grow = amx_matmul.failing_rows(everything)
     assert ptr[-1] == 0 and bptr[-1] == 0  # no fallback rows at all
@@ -133,7 +138,7 @@ def test_without_the_fallback_the_bits_differ():
 def test_flagged_weight_blocks_take_the_exact_path():
     b = weight("f4E2M1FN", 24, 128, seed=10, scales={(1, 3): 0, (2, 5): 254})
     a = activations(20, 128, seed=11) * np.float32(2.0**40)  # passes the per-call condition
-    mm = AMXMatmul(b)
+    mm = on_tiles(b)
     assert mm.weight.flagged.any() and oracle.amx_guard_call(a, mm.weight)
     got = mm(a)
     assert mm.last_path == "exact"
@@ -144,7 +149,7 @@ def test_flagged_weight_blocks_take_the_exact_path():
 def test_a_call_that_fails_the_per_call_condition_takes_the_exact_path():
     b = weight("i8", 16, 64, seed=12)
     a = bf16(np.random.default_rng(13).standard_normal((8, 64)) * 2.0**-128)
-    mm = AMXMatmul(b)
+    mm = on_tiles(b)
     assert not mm.weight.flagged.any() and not oracle.amx_guard_call(a, mm.weight)
     got = mm(a)
     assert mm.last_path == "exact"
@@ -154,7 +159,7 @@ def test_a_call_that_fails_the_per_call_condition_takes_the_exact_path():
 
 @needs_amx
 def test_bad_activations_are_refused_by_name():
-    mm = AMXMatmul(weight("f4E2M1FN", 4, 64))
+    mm = on_tiles(weight("f4E2M1FN", 4, 64))
     good = activations(2, 64)
     for bad, says in [(good + np.float32(2.0**-20), "not bf16"), (good[:, :32], "K = 32"),
                       (good.astype(np.float64), "f32 (M, K)")]:  # fmt: skip
@@ -185,7 +190,7 @@ def test_non_finite_activations_and_overflowing_chains_fall_back():
     a = activations(18, 128, seed=15, spread=False)
     a[1, 3], a[2, 40], a[4, 7], a[4, 100] = np.inf, np.nan, -np.inf, np.inf
     a[5, 64:66] = 4, -4
-    mm = AMXMatmul(b)
+    mm = on_tiles(b)
     ok = oracle.amx_pass(a, mm.weight)
     assert not mm.weight.flagged.any() and not ok[:, 2].any() and ok[:, 1].sum() > 10
     got = mm(a)
@@ -212,7 +217,7 @@ def test_many_random_calls_give_the_exact_paths_bits(element):
             at = [(int(rng.integers(k // 32)), int(rng.integers(n))) for _ in range(3)]
             scales = {p: int(rng.choice([0, 1, 253, 254])) for p in at}
         b = weight(element, n, k, seed=seed, scales=scales)
-        mm = AMXMatmul(b, group=[(2, 2), (1, 1), (2, 1), (1, 2)][seed % 4])
+        mm = on_tiles(b, group=[(2, 2), (1, 1), (2, 1), (1, 2)][seed % 4])
         for kind in range(3):
             a = activations(m, k, seed=1000 + seed + kind, spread=kind > 0)
             if kind == 2:
@@ -226,3 +231,25 @@ def test_many_random_calls_give_the_exact_paths_bits(element):
                 counts["fallbacks"] += int((~oracle.amx_pass(a, mm.weight)).sum())
     print(element, counts)
     assert counts["amx_calls"] > 0 and counts["exact_calls"] > 0 and counts["fallbacks"] > 0
+
+
+@needs_amx
+def test_calls_with_many_fallbacks_take_the_exact_path():
+    """FP8 weights fail every nonzero block: by default such a call runs on
+    the exact path; forced onto the tiles (every (row, block) an f32 chain)
+    it still gives the exact path's bits."""
+    e4m3 = next(f for f in NON_INTEGRAL if "E4M3" in f)
+    b = weight(e4m3, 24, 64, seed=20)
+    a = activations(20, 64, seed=21, spread=False)
+    mm = AMXMatmul(b)
+    assert mm.max_fallback_share == amx_matmul.MAX_FALLBACK_SHARE
+    assert not oracle.amx_pass(a, mm.weight).any()
+    got = mm(a)
+    assert mm.last_path == "exact"
+    assert_same_bits(got, exact(a, b))
+    forced = on_tiles(b)
+    assert_same_bits(forced(a), exact(a, b))
+    assert forced.last_path == "amx"
+    normal = AMXMatmul(weight(E2M1, 24, 64, seed=22))
+    normal(a)
+    assert normal.last_path == "amx"  # N(0,1) rows: a few % fail

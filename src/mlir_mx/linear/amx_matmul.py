@@ -9,8 +9,9 @@ numpy model :func:`mlir_mx.oracle.amx_guarded_matmul` computes it
 (``docs/numerics.md``, "AMX-BF16"):
 
 1. the call runs on the exact path (``Linear(b, activations="bf16")``)
-   where :func:`~mlir_mx.oracle.amx_guard_call` fails or the weight has a
-   block that ``amx_prepare`` flagged;
+   where :func:`~mlir_mx.oracle.amx_guard_call` fails, the weight has a
+   block that ``amx_prepare`` flagged, or too many (row, block)s fail the
+   guard (``max_fallback_share``);
 2. otherwise the (row, block)s that fail :func:`~mlir_mx.oracle.amx_pass`
    are zeroed in A (:func:`pack_activations`, tile layout) and listed
    (:func:`failing_rows`), and the kernel (:mod:`mlir_mx.kernels.amx.matmul`)
@@ -34,6 +35,8 @@ from mlir_mx.linear.amx import amx_bf16_status
 from mlir_mx.numerics import MXArray
 
 __all__ = [
+    "GROUP",
+    "MAX_FALLBACK_SHARE",
     "AMXMatmul",
     "amx_matmul_runner",
     "failing_blocks",
@@ -45,6 +48,12 @@ __all__ = [
 
 #: C tile groups of the kernel: 2 x 2 tiles of 16 x 16 (4 accumulators).
 GROUP = (2, 2)
+
+#: The largest share of failing (row, block)s a call runs on the tiles with.
+#: At 256 x 4096 x 4096 E2M1 (docs/numerics.md, "AMX-BF16") 6 % of them cost
+#: about 16 of the kernel's 28 ms, against 50 ms on the exact path; the
+#: prototype at 92 % took 3x the exact path.  A rough break-even, not tuned.
+MAX_FALLBACK_SHARE = 0.15
 
 
 def _pad(n: int) -> int:
@@ -158,15 +167,26 @@ class AMXMatmul:
     ``threads`` is for the exact path's calls (the kernel runs on one
     thread).  Calling it with ``a`` (f32 (M, K), bf16 values) returns C
     (f32 (M, N)); ``last_path`` says which path the last call took
-    (``"amx"`` or ``"exact"``)."""
+    (``"amx"`` or ``"exact"``).  A call whose share of failing (row,
+    block)s is above ``max_fallback_share`` runs on the exact path (every
+    failing one costs an f32 FMA chain and a store and reload of its row
+    tile: FP8 weights fail every nonzero block)."""
 
-    def __init__(self, b: MXArray, *, threads: int = 1, group: tuple[int, int] = GROUP):
+    def __init__(
+        self,
+        b: MXArray,
+        *,
+        threads: int = 1,
+        group: tuple[int, int] = GROUP,
+        max_fallback_share: float = MAX_FALLBACK_SHARE,
+    ):
         _refuse_unless_usable()
         self.weight = oracle.amx_prepare(b)
         self.b_tiles = pack_weight(self.weight)
         self.b_scales = pack_scales(self.weight)
         self.threads = threads
         self.group = tuple(group)
+        self.max_fallback_share = max_fallback_share
         self.last_path: str | None = None
         self._exact = None
 
@@ -187,7 +207,7 @@ class AMXMatmul:
         if w.flagged.any():
             return None
         ok = oracle.amx_plan(a, w)
-        if ok is None:
+        if ok is None or 1.0 - ok.mean() > self.max_fallback_share:
             return None
         ptr, rows, bptr, bidx, grow = failing_rows(ok)
         fa = failing_blocks(a, bptr, bidx, grow, w.block_size)
