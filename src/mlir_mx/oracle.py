@@ -31,6 +31,7 @@ from mlir_mx.numerics.amx_guard import (
     amx_guard_call,
     amx_guarded_matmul,
     amx_pass,
+    amx_plan,
     amx_prepare,
 )
 from mlir_mx.numerics.matmul import (
@@ -51,6 +52,7 @@ __all__ = [
     "amx_nan_open",
     "amx_pair_layout",
     "amx_pass",
+    "amx_plan",
     "amx_prepare",
     "amx_tdpbf16ps",
     "blocked_order",

@@ -288,3 +288,16 @@ def test_many_random_cases_give_the_exact_paths_bits(element):
             counts["flagged_calls"] += tiles and bool(w.flagged.any())
     print(element, counts)
     assert counts["flagged_calls"] > 0 and counts["fallbacks"] > 0
+
+
+@pytest.mark.parametrize("element", INTEGRAL)
+def test_the_plan_is_the_pass_mask_or_none_where_the_call_fails(element):
+    """``amx_plan`` (one scan of A): ``amx_pass``'s mask where
+    ``amx_guard_call`` holds, None where it fails (activations near 2^-128)."""
+    w = oracle.amx_prepare(weight(element, 16, 128, seed=17))
+    a = activations("spread", 21, 128, seed=18)
+    assert oracle.amx_guard_call(a, w)
+    plan = oracle.amx_plan(a, w)
+    assert plan is not None and (plan == oracle.amx_pass(a, w)).all() and not plan.all()
+    tiny = bf16(np.random.default_rng(19).standard_normal((4, 128)) * 2.0**-128)
+    assert not oracle.amx_guard_call(tiny, w) and oracle.amx_plan(tiny, w) is None

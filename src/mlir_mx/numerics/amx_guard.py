@@ -25,6 +25,8 @@ where this was checked).
 
 from __future__ import annotations
 
+import functools
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +44,7 @@ __all__ = [
     "amx_guard_call",
     "amx_guarded_matmul",
     "amx_pass",
+    "amx_plan",
     "amx_prepare",
 ]
 
@@ -59,19 +62,37 @@ def amx_bounds(element) -> tuple[float, float]:
     return float(v[v > 0].min()), float(v.max())
 
 
+@functools.cache
+def _lsb_table() -> np.ndarray:
+    """log2 of the lowest set significand bit's value of every bf16 bit
+    pattern (int16); ``_NO_LSB`` for ±0, Inf and NaN."""
+    bits = np.arange(1 << 16, dtype=np.uint32)
+    exp = ((bits >> 7) & 0xFF).astype(np.int32)
+    sig = np.where(exp > 0, (bits & 0x7F) | 0x80, bits & 0x7F)
+    tz = np.zeros(len(bits), np.int32)
+    for i in range(7, -1, -1):
+        tz = np.where(sig & (1 << i), i, tz)
+    lsb = np.maximum(exp, 1) - 134 + tz  # a bf16 value is sig 2^(max(exp, 1) - 134)
+    return np.where((sig == 0) | (exp == 255), _NO_LSB, lsb).astype(np.int16)
+
+
+_NO_LSB = 1 << 14
+
+
 def _stats(a: np.ndarray, block_size: int):
-    """Per (row, block) of A (M x K, f32): ``(finite, g, S)``; ``g`` over the
-    finite nonzero elements (``inf`` where there is none)."""
+    """Per (row, block) of A (M x K, f32 of bf16 values): ``(finite, g, S)``;
+    ``g`` over the finite nonzero elements (``inf`` where there is none),
+    from the bits (a table over the bf16 patterns); ``S`` summed in f64
+    (exact wherever the guard can pass, whatever the order; Inf or NaN
+    where the block is not finite, which fails the guard anyway)."""
     m, k = a.shape
-    x = a.astype(np.float64).reshape(m, k // block_size, block_size)
-    finite = np.isfinite(x)
-    nonzero = finite & (x != 0)
-    f, e = np.frexp(np.where(nonzero, x, 1.0))
-    n = np.abs(f * 2.0**53).astype(np.int64)  # |x| = n 2^(e-53), n an integer
-    lsb = np.ldexp((n & -n).astype(np.float64), e - 53)
-    g = np.where(nonzero, lsb, np.inf).min(axis=2)
-    s = np.where(finite, np.abs(x), 0.0).sum(axis=2)
-    return finite.all(axis=2), g, s
+    half = 1 if sys.byteorder == "little" else 0
+    hi = a.view(np.uint16).reshape(m, k // block_size, block_size, 2)[..., half]
+    finite = (hi & np.uint16(0x7F80)).max(axis=2) != np.uint16(0x7F80)
+    lsb = np.take(_lsb_table(), hi).min(axis=2)
+    g = np.where(lsb < _NO_LSB, np.ldexp(1.0, np.minimum(lsb, 200).astype(np.int32)), np.inf)
+    s = np.abs(a).reshape(-1, block_size).sum(axis=1, dtype=np.float64)
+    return finite, g, s.reshape(m, -1)
 
 
 def _check_a(a, k: int | None = None, block_size: int = 32) -> np.ndarray:
@@ -101,8 +122,11 @@ def amx_guard(a, element, block_size: int = 32) -> np.ndarray:
     multiples of ``g`` below ``2^24 g``); where it does not, ``S/g`` rounds
     (above 2^53) too little to pass."""
     a = _check_a(a, block_size=block_size)
+    return _guard(*_stats(a, block_size), element)
+
+
+def _guard(finite, g, s, element) -> np.ndarray:
     q, bmax = amx_bounds(element)
-    finite, g, s = _stats(a, block_size)
     with np.errstate(all="ignore"):
         ratio = np.where(np.isinf(g), 0.0, s / g)
         return finite & (g * q >= _TINY) & (ratio * bmax <= 2.0**24 * q) & (s * bmax < 2.0**127)
@@ -168,8 +192,11 @@ def amx_guard_call(a, w: AMXWeight) -> bool:
     partial of C a multiple of 2^-126, so the tiles' DAZ/FTZ never fires;
     where it fails the call runs on the exact path."""
     a = _check_a(a, w.source.shape[0], w.block_size)
+    return _call_ok(_stats(a, w.block_size)[1], w)
+
+
+def _call_ok(g, w: AMXWeight) -> bool:
     q, _ = amx_bounds(w.element)
-    _, g, _ = _stats(a, w.block_size)
     with np.errstate(invalid="ignore"):
         sb_min = np.where(np.isnan(w.scales), np.inf, w.scales).min(axis=1)
         return bool((g * q * sb_min[None, :] >= _TINY).all())
@@ -182,12 +209,24 @@ def amx_pass(a, w: AMXWeight) -> np.ndarray:
     ``S bmax sb`` and, under the guard, has at most 24 bits, so it is then
     an f32 value)."""
     a = _check_a(a, w.source.shape[0], w.block_size)
-    q, bmax = amx_bounds(w.element)
-    _, _, s = _stats(a, w.block_size)
+    return _pass(_stats(a, w.block_size), w)
+
+
+def _pass(stats, w: AMXWeight) -> np.ndarray:
+    _, bmax = amx_bounds(w.element)
+    s = stats[2]
     sb_max = np.where(np.isnan(w.scales), np.inf, w.scales).max(axis=1)
     with np.errstate(all="ignore"):
         fits = s * bmax * np.maximum(1.0, sb_max)[None, :] < 2.0**128
-    return amx_guard(a, w.element, w.block_size) & fits
+    return _guard(*stats, w.element) & fits
+
+
+def amx_plan(a, w: AMXWeight) -> np.ndarray | None:
+    """:func:`amx_pass`'s mask, or None where :func:`amx_guard_call` fails
+    (the call then runs on the exact path): both from one scan of A."""
+    a = _check_a(a, w.source.shape[0], w.block_size)
+    stats = _stats(a, w.block_size)
+    return _pass(stats, w) if _call_ok(stats[1], w) else None
 
 
 def _fallback_t(a_rows: np.ndarray, w: AMXWeight, j: int) -> np.ndarray:

@@ -1,0 +1,89 @@
+"""The guarded AMX-BF16 matmul kernel (``mlir_mx.linear.amx_matmul``) against
+``Linear(w, activations="bf16")`` and ``Linear(w)`` (exact, f32 activations),
+256 x 4096 x 4096 E2M1 (MXFP4) weights, N(0,1) bf16 activations, 1 thread,
+interleaved rounds in one process (issue 51; the C prototype is
+``bench/probes/amx-bf16-speed.c``).
+
+Rows: the kernel alone (A packed and the failing rows listed once, outside
+the timing; the fallback chains run in the kernel), the preparation's parts
+(the guard ``amx_plan``, ``pack_activations``, ``failing_rows`` with
+``failing_blocks``), and the
+whole call (``AMXMatmul(b)(a)``: guard, packing, kernel).  Thread CPU time and wall time, median of the rounds.
+Checks the kernel's bits against ``Linear(w, activations="bf16")`` first.
+
+    python bench/probes/amx_matmul_speed.py [M K N] [--rounds 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import ml_dtypes
+import numpy as np
+
+import mlir_mx
+from mlir_mx import oracle
+from mlir_mx.linear import amx_matmul
+from mlir_mx.linear.amx_matmul import AMXMatmul
+from mlir_mx.numerics import MXArray
+
+
+def timed(fn):
+    w0, c0 = time.perf_counter(), time.thread_time()
+    fn()
+    return (time.thread_time() - c0) * 1e3, (time.perf_counter() - w0) * 1e3
+
+
+def fails_and_blocks(a, ok):
+    ptr, rows, bptr, bidx, grow = amx_matmul.failing_rows(ok)
+    return amx_matmul.failing_blocks(a, bptr, bidx, grow)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("shape", nargs="*", type=int, default=[256, 4096, 4096])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--element", default="f4E2M1FN")
+    args = ap.parse_args()
+    m, k, n = args.shape
+    rng = np.random.default_rng(0)
+    w = oracle.quantize(rng.standard_normal((n, k)).astype(np.float32), args.element, 32)
+    b = MXArray(w.codes.T.copy(), w.scales.T.copy(), args.element, 32, 0)
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16).astype(np.float32)
+    mm = AMXMatmul(b)
+    lin_bf16 = mlir_mx.Linear(w, activations="bf16", threads=1)
+    lin_exact = mlir_mx.Linear(w, threads=1)
+    prepared = mm.prepare(a)
+    ok = oracle.amx_plan(a, mm.weight)
+    fails = int((~ok).sum())
+    print(f"{m}x{k}x{n} {args.element}: guard fails on {fails} of {ok.size} (row, block)s "
+          f"({100 * fails / ok.size:.2f} %); weight flagged blocks: {int(mm.weight.flagged.sum())}")  # fmt: skip
+    got, want = mm.run(prepared, m), lin_bf16(a)
+    differ = int((got.view(np.uint32) != want.view(np.uint32)).sum())
+    print(f"kernel vs Linear(activations='bf16'): {differ} of {got.size} outputs differ")
+    rows = {
+        "AMX kernel alone (prepared A)": lambda: mm.run(prepared, m),
+        "AMX whole call (guard + pack + kernel)": lambda: mm(a),
+        "  part: amx_plan (guard)": lambda: oracle.amx_plan(a, mm.weight),
+        "  part: pack_activations": lambda: amx_matmul.pack_activations(a, ok),
+        "  part: failing_rows + failing_blocks": lambda: fails_and_blocks(a, ok),
+        "Linear(w, activations='bf16')": lambda: lin_bf16(a),
+        "Linear(w) exact, f32 activations": lambda: lin_exact(a),
+    }
+    for fn in rows.values():  # warm up
+        fn()
+    times = {name: [] for name in rows}
+    for _ in range(args.rounds):
+        for name, fn in rows.items():
+            times[name].append(timed(fn))
+    print(f"median of {args.rounds} interleaved rounds, 1 thread (ms: thread CPU / wall)")
+    for name, ts in times.items():
+        cpu = statistics.median(t[0] for t in ts)
+        wall = statistics.median(t[1] for t in ts)
+        print(f"  {name:45s} {cpu:8.1f} / {wall:8.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,307 @@
+"""The guarded AMX-BF16 matmul kernel (issue 51; ``docs/numerics.md``,
+"AMX-BF16", the design): C accumulated in the tiles across the K blocks,
+with the per-(row, block) fallback's ``t`` added at its block.
+
+``func @name(a, b, c, ptr, rows, sb, bptr, bidx, fa, tbuf)``:
+
+- ``a``: ``memref<?x?x16x32xbf16>`` (M/16, K/32, 16, 32): the bf16
+  activations in tile layout (M padded to 16 with zero rows), the (row,
+  block)s that fail the guard already zeroed
+  (:func:`mlir_mx.linear.amx_matmul.pack_activations`);
+- ``b``: ``memref<?x?x16x32xbf16>`` (N/16, K/32, 16, 32): each block's
+  ``b * sb`` in AMX's pair layout (:class:`mlir_mx.oracle.AMXWeight`'s
+  ``tiles``), cut into 16-column tiles (N padded to 16 with zero columns);
+- ``c``: ``memref<?x?xf32>`` (M, N padded to 16): written, never read
+  before written;
+- ``ptr``: ``memref<?xi32>`` ((M/16) K/32 + 1) and ``rows``: ``memref<?xi32>``:
+  the failing rows of each (row tile, block), CSR: ``rows[ptr[s]:ptr[s+1]]``
+  (row within the tile) for ``s = row_tile * (K/32) + block``;
+- ``sb``: ``memref<?x?xf32>`` (K/32, N padded): B's block scales;
+- ``bptr`` (K/32 + 1), ``bidx``: the same failing rows by block, as indices
+  ``f`` into ``rows``, each block's list padded to a multiple of four by
+  repeating one; ``fa``: ``memref<?x?xf32>`` (len(bidx), 32): each entry's
+  block of A (as given, f32), packed in that order;
+- ``tbuf``: ``memref<?x?xf32>`` (len(rows), 32): scratch, each ``f``'s ``t``
+  over the current column group.
+
+Per column group (``TN`` tiles of 16 columns; column groups outer, so
+their B panel stays in cache while every row group passes over it), first
+every failing (row, block)'s ``t = p sb`` into ``tbuf``: per block, B is
+read back from its tile as ``(b sb) / sb`` (exact) once, then the in-order
+f32 FMA chains ``p`` of four failing rows at a time (the exact path's).
+Then per C tile group (``TM`` x ``TN`` tiles of 16 x 16: 2 x 2 where M and
+N allow, four accumulators and two A and two B tiles: the 8 tile
+registers), ``amx.tile_zero``, then per block one ``amx.tile_mulf`` per
+accumulator, the tiles carried by the K loop; at a block where a row of
+one of the group's row tiles fails, that row tile's accumulators are stored
+to a scratch, each failing row gets ``c + t`` (f32 vector add, one
+rounding: the exact path's step), and they are reloaded; at the end
+``amx.tile_store`` to C.
+Weight blocks flagged by ``amx_prepare`` and calls that fail
+``amx_guard_call`` never reach this kernel (the driver runs them on the
+exact path).  Lowered by :func:`mlir_mx.pipelines.amx.amx_library_pipeline`.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith, func, memref, scf, vector
+
+from mlir_mx.kernels.amx.tile import TILE_K, TILE_M, TILE_N
+
+__all__ = ["matmul_module"]
+
+
+def _tile(elem: str, cols: int) -> ir.Type:
+    return ir.Type.parse(f"!amx.tile<16x{cols}x{elem}>")
+
+
+def _load(base: ir.Value, idx: list[ir.Value], tile: ir.Type) -> ir.Value:
+    return ir.Operation.create(
+        "amx.tile_load",
+        results=[tile],
+        operands=[base, *idx],
+        attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, len(idx), 0])},
+    ).result
+
+
+def _store(base: ir.Value, idx: list[ir.Value], value: ir.Value) -> None:
+    ir.Operation.create(
+        "amx.tile_store",
+        operands=[base, *idx, value],
+        attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, len(idx), 1, 0])},
+    )
+
+
+def _zero(tile: ir.Type) -> ir.Value:
+    return ir.Operation.create("amx.tile_zero", results=[tile]).result
+
+
+def _mulf(a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+    return ir.Operation.create("amx.tile_mulf", results=[c.type], operands=[a, b, c]).result
+
+
+class _Ix:
+    """Index constants and arithmetic in the current insertion point."""
+
+    def __init__(self):
+        self.index = ir.IndexType.get()
+
+    def c(self, v: int) -> ir.Value:
+        return arith.ConstantOp(self.index, v).result
+
+    def add(self, x, y):
+        return arith.AddIOp(x, y).result
+
+    def mul(self, x, y):
+        return arith.MulIOp(x, y).result
+
+    def cast(self, v: ir.Value) -> ir.Value:
+        return arith.IndexCastOp(self.index, v).result
+
+
+class _Args:
+    """The function's arguments by name, and the scratch buffers: ``bdec``
+    (a block's B decoded, 2 x 32 x 16 f32) and ``cbuf`` (the C tiles, 4 x
+    16 x 16 f32)."""
+
+    NAMES = ("a", "b", "c", "ptr", "rows", "sb", "bptr", "bidx", "fa", "tbuf")
+
+    def __init__(self, values, bdec: ir.Value, cbuf: ir.Value):
+        for name, value in zip(self.NAMES, values, strict=True):
+            setattr(self, name, value)
+        self.bdec, self.cbuf = bdec, cbuf
+
+
+def _splat(value: float) -> ir.Value:
+    v16 = ir.VectorType.get([TILE_N], ir.F32Type.get())
+    attr = ir.DenseElementsAttr.get_splat(v16, ir.FloatAttr.get(ir.F32Type.get(), value))
+    return arith.ConstantOp(v16, attr).result
+
+
+def _decode(ix: _Ix, args: _Args, j, nts) -> list[ir.Value]:
+    """Block ``j``'s B for column tiles ``nts``, unscaled, into ``bdec[jn, k]``
+    (16 f32 each): the pair-layout rows widened, split by parity and divided
+    by ``sb`` (exact: a power of two, the block not flagged).  Returns the
+    ``sb`` vectors."""
+    f32 = ir.F32Type.get()
+    v16, v32 = ir.VectorType.get([TILE_N], f32), ir.VectorType.get([2 * TILE_N], f32)
+    v32bf = ir.VectorType.get([2 * TILE_N], ir.BF16Type.get())
+    zero, one = ix.c(0), _splat(1.0)
+    sbv = []
+    for jn, nt in enumerate(nts):
+        sbv.append(vector.LoadOp(v16, args.sb, [j, ix.mul(nt, ix.c(TILE_N))]).result)
+        inv = arith.DivFOp(one, sbv[-1]).result
+        for r in range(TILE_K // 2):
+            row = vector.LoadOp(v32bf, args.b, [nt, j, ix.c(r), zero]).result
+            pair = arith.ExtFOp(v32, row).result
+            for parity in range(2):
+                mask = list(range(parity, 2 * TILE_N, 2))
+                bk = arith.MulFOp(vector.ShuffleOp(pair, pair, mask).result, inv).result
+                vector.StoreOp(bk, args.bdec, [ix.c(jn), ix.c(2 * r + parity), zero])
+    return sbv
+
+
+def _chains(ix: _Ix, args: _Args, j, e, sbv, tn: int) -> None:
+    """``t`` of the four failing rows ``bidx[e:e+4]`` of block ``j`` (their A
+    blocks ``fa[e:e+4]``) over
+    ``tn`` column tiles: the in-order f32 FMA chains ``p = fma(a_k, b_k,
+    p)`` from +0 (k = 0..31), then ``t = p sb`` (one rounding: the exact
+    path's), into ``tbuf[f, 16 jn:]``.  Eight chains in flight."""
+    v16 = ir.VectorType.get([TILE_N], ir.F32Type.get())
+    zero = ix.c(0)
+    fs = [ix.cast(memref.LoadOp(args.bidx, [ix.add(e, ix.c(i))]).result) for i in range(4)]
+    es = [ix.add(e, ix.c(i)) for i in range(4)]
+    p = [[_splat(0.0) for _ in range(tn)] for _ in range(4)]
+    for k in range(TILE_K):
+        bk = [vector.LoadOp(v16, args.bdec, [ix.c(jn), ix.c(k), zero]).result for jn in range(tn)]
+        for i in range(4):
+            ak = memref.LoadOp(args.fa, [es[i], ix.c(k)]).result
+            av = vector.BroadcastOp(v16, ak).result
+            for jn in range(tn):
+                p[i][jn] = vector.FMAOp(av, bk[jn], p[i][jn]).result
+    for i in range(4):
+        for jn in range(tn):
+            t = arith.MulFOp(p[i][jn], sbv[jn]).result
+            vector.StoreOp(t, args.tbuf, [fs[i], ix.c(jn * TILE_N)])
+
+
+def _precompute(ix: _Ix, args: _Args, nb, nt0, tn: int) -> None:
+    """For column group ``nt0``: every failing (row, block)'s ``t`` into
+    ``tbuf``, block by block (B decoded once per block), before the row
+    groups run (``bptr``/``bidx``: the failing rows of each block, in
+    fours)."""
+    nts = [ix.add(nt0, ix.c(jn)) for jn in range(tn)]
+    loop = scf.ForOp(ix.c(0), nb, ix.c(1))
+    with ir.InsertionPoint(loop.body):
+        j = loop.induction_variable
+        lo = memref.LoadOp(args.bptr, [j]).result
+        hi = memref.LoadOp(args.bptr, [ix.add(j, ix.c(1))]).result
+        branch = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.slt, lo, hi).result)
+        with ir.InsertionPoint(branch.then_block):
+            sbv = _decode(ix, args, j, nts)
+            rows = scf.ForOp(ix.cast(lo), ix.cast(hi), ix.c(4))
+            with ir.InsertionPoint(rows.body):
+                _chains(ix, args, j, rows.induction_variable, sbv, tn)
+                scf.YieldOp([])
+            scf.YieldOp([])
+        scf.YieldOp([])
+
+
+def _fallback(ix: _Ix, args: _Args, accs, s, i: int, nts) -> list[ir.Value]:
+    """At a block where rows of row tile ``i`` of the group fail: store its
+    accumulators (``accs``, one per column tile) to the scratch ``cbuf``
+    (4 KiB, contiguous: C's own rows, 16 KiB apart, would share L1 sets),
+    ``c += t`` on each failing row (``t`` from ``tbuf``, f32 add: the exact
+    path's step), reload."""
+    tn, zero = len(accs), ix.c(0)
+    slots = [ix.c(i * tn + jn) for jn in range(tn)]
+    for jn in range(tn):
+        _store(args.cbuf, [slots[jn], zero, zero], accs[jn])
+    v16 = ir.VectorType.get([TILE_N], ir.F32Type.get())
+    lo = ix.cast(memref.LoadOp(args.ptr, [s]).result)
+    hi = ix.cast(memref.LoadOp(args.ptr, [ix.add(s, ix.c(1))]).result)
+    loop = scf.ForOp(lo, hi, ix.c(1))
+    with ir.InsertionPoint(loop.body):
+        f = loop.induction_variable
+        row = ix.cast(memref.LoadOp(args.rows, [f]).result)
+        for jn in range(tn):
+            at = [slots[jn], row, zero]
+            cv = vector.LoadOp(v16, args.cbuf, at).result
+            tv = vector.LoadOp(v16, args.tbuf, [f, ix.c(jn * TILE_N)]).result
+            vector.StoreOp(arith.AddFOp(cv, tv).result, args.cbuf, at)
+        scf.YieldOp([])
+    tile_c = _tile("f32", TILE_N)
+    return [_load(args.cbuf, [slots[jn], zero, zero], tile_c) for jn in range(tn)]
+
+
+def _k_loop(ix: _Ix, args, nb, mt0, nt0, tm: int, tn: int) -> None:
+    """One group of ``tm`` x ``tn`` C tiles at row tile ``mt0``, column tile
+    ``nt0``: zero, the K loop, store."""
+    a, b, c, ptr = args.a, args.b, args.c, args.ptr
+    tile_a, tile_b = _tile("bf16", TILE_K), _tile("bf16", TILE_K)
+    tile_c = _tile("f32", TILE_N)
+    zero = ix.c(0)
+    mts = [ix.add(mt0, ix.c(i)) for i in range(tm)]
+    nts = [ix.add(nt0, ix.c(j)) for j in range(tn)]
+    m0 = [ix.mul(v, ix.c(TILE_M)) for v in mts]
+    n0s = [ix.mul(v, ix.c(TILE_N)) for v in nts]
+    init = [_zero(tile_c) for _ in range(tm * tn)]
+    loop = scf.ForOp(zero, nb, ix.c(1), init)
+    with ir.InsertionPoint(loop.body):
+        j = loop.induction_variable
+        carried = list(loop.inner_iter_args)
+        ta = [_load(a, [mts[i], j, zero, zero], tile_a) for i in range(tm)]
+        tb = [_load(b, [nts[jn], j, zero, zero], tile_b) for jn in range(tn)]
+        accs = [[_mulf(ta[i], tb[jn], carried[i * tn + jn]) for jn in range(tn)] for i in range(tm)]
+        s = [ix.add(ix.mul(mts[i], nb), j) for i in range(tm)]
+        out = []
+        for i in range(tm):  # only the row tile(s) with a failing row leave the tiles
+            lo = memref.LoadOp(ptr, [s[i]]).result
+            hi = memref.LoadOp(ptr, [ix.add(s[i], ix.c(1))]).result
+            fails = arith.CmpIOp(arith.CmpIPredicate.slt, lo, hi).result
+            branch = scf.IfOp(fails, [tile_c] * tn, has_else=True)
+            with ir.InsertionPoint(branch.then_block):
+                scf.YieldOp(_fallback(ix, args, accs[i], s[i], i, nts))
+            with ir.InsertionPoint(branch.else_block):
+                scf.YieldOp(accs[i])
+            out += list(branch.results)
+        scf.YieldOp(out)
+    for i in range(tm):
+        for jn in range(tn):
+            _store(c, [m0[i], n0s[jn]], loop.results[i * tn + jn])
+
+
+def _groups(ix: _Ix, args, mtiles, ntiles, nb, tm: int, tn: int) -> None:
+    """The loops over C tile groups: ``tm`` x ``tn`` tiles over the full
+    groups, then ``tm`` x 1 over the last column tile where ``tn`` does not
+    divide, then 1 x 1 over the last row tile where ``tm`` does not."""
+    mfull = ix.mul(arith.DivUIOp(mtiles, ix.c(tm)).result, ix.c(tm))
+    nfull = ix.mul(arith.DivUIOp(ntiles, ix.c(tn)).result, ix.c(tn))
+    regions = [((ix.c(0), mfull, tm), (ix.c(0), nfull, tn))]
+    if tn > 1:
+        regions.append(((ix.c(0), mfull, tm), (nfull, ntiles, 1)))
+    if tm > 1:
+        regions.append(((mfull, mtiles, 1), (ix.c(0), ntiles, 1)))
+    for (m_lo, m_hi, m_n), (n_lo, n_hi, n_n) in regions:
+        # N outer: a column group's B panel (K/32 KiB per tile) stays in
+        # cache while every row group passes over it.
+        nloop = scf.ForOp(n_lo, n_hi, ix.c(n_n))
+        with ir.InsertionPoint(nloop.body):
+            _precompute(ix, args, nb, nloop.induction_variable, n_n)
+            mloop = scf.ForOp(m_lo, m_hi, ix.c(m_n))
+            with ir.InsertionPoint(mloop.body):
+                _k_loop(ix, args, nb, mloop.induction_variable, nloop.induction_variable, m_n, n_n)
+                scf.YieldOp([])
+            scf.YieldOp([])
+
+
+def matmul_module(name: str = "amx_matmul", group: tuple[int, int] = (2, 2)) -> ir.Module:
+    """A module with ``func @name(a, b, c, ptr, rows, sb, bptr, bidx, fa,
+    tbuf)`` (the module
+    docstring); C tile groups of ``group`` = (row tiles, column tiles), at
+    most 2 x 2 (the tile registers); in the current context and location."""
+    tm, tn = group
+    if not (1 <= tm <= 2 and 1 <= tn <= 2):
+        raise ValueError(f"group {group}: at most 2 x 2 C tiles (8 tile registers)")
+    bf16, f32, i32 = ir.BF16Type.get(), ir.F32Type.get(), ir.IntegerType.get_signless(32)
+    dyn = ir.ShapedType.get_dynamic_size()
+    tiles = ir.MemRefType.get([dyn, dyn, TILE_M, TILE_K], bf16)
+    mat = ir.MemRefType.get([dyn, dyn], f32)
+    vec = ir.MemRefType.get([dyn], i32)
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        ftype = ir.FunctionType.get([tiles, tiles, mat, vec, vec, mat, vec, vec, mat, mat], [])
+        fn = func.FuncOp(name, ftype)
+        entry = fn.add_entry_block()
+        with ir.InsertionPoint(entry):
+            ix = _Ix()
+            bdec = memref.AllocaOp(ir.MemRefType.get([2, TILE_K, TILE_N], f32), [], []).result
+            cbuf = memref.AllocaOp(ir.MemRefType.get([4, TILE_M, TILE_N], f32), [], []).result
+            args = _Args(entry.arguments, bdec, cbuf)
+            mtiles = memref.DimOp(args.a, ix.c(0)).result
+            nb = memref.DimOp(args.a, ix.c(1)).result
+            ntiles = memref.DimOp(args.b, ix.c(0)).result
+            _groups(ix, args, mtiles, ntiles, nb, tm, tn)
+            func.ReturnOp([])
+    return module

@@ -1,0 +1,232 @@
+"""The guarded AMX-BF16 matmul, driven from Python (issue 51; standalone:
+not in ``Linear`` or the schedule registry yet).
+
+``AMXMatmul(b)(a)`` gives ``A x B`` (f32 (M, N)) for bf16 activations ``a``
+(an f32 (M, K) array of bf16 values) and an MX weight ``b`` (an E8M0-scaled
+``MXArray`` (K, N) blocked along K), bit for bit the exact path's
+(``Linear(b, activations="bf16")``, the oracle's blocked order), as the
+numpy model :func:`mlir_mx.oracle.amx_guarded_matmul` computes it
+(``docs/numerics.md``, "AMX-BF16"):
+
+1. the call runs on the exact path (``Linear(b, activations="bf16")``)
+   where :func:`~mlir_mx.oracle.amx_guard_call` fails, the weight has a
+   block that ``amx_prepare`` flagged, or too many (row, block)s fail the
+   guard (``max_fallback_share``);
+2. otherwise the (row, block)s that fail :func:`~mlir_mx.oracle.amx_pass`
+   are zeroed in A (:func:`pack_activations`, tile layout) and listed
+   (:func:`failing_rows`), and the kernel (:mod:`mlir_mx.kernels.amx.matmul`)
+   accumulates C in the tiles and adds each one's ``t`` (the in-order f32
+   FMA chain of its block, from +0, computed in the kernel) at its block.
+
+Refused (:class:`~mlir_mx.errors.MXUnsupportedHostError`, before any tile
+instruction runs) where :func:`mlir_mx.linear.amx.amx_bf16_usable` is false.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from mlir_mx import oracle
+from mlir_mx.errors import MXUnsupportedHostError
+from mlir_mx.host import host_features
+from mlir_mx.linear.amx import amx_bf16_status
+from mlir_mx.numerics import MXArray
+
+__all__ = [
+    "GROUP",
+    "MAX_FALLBACK_SHARE",
+    "AMXMatmul",
+    "amx_matmul_runner",
+    "failing_blocks",
+    "failing_rows",
+    "pack_activations",
+    "pack_scales",
+    "pack_weight",
+]
+
+#: C tile groups of the kernel: 2 x 2 tiles of 16 x 16 (4 accumulators).
+GROUP = (2, 2)
+
+#: The largest share of failing (row, block)s a call runs on the tiles with.
+#: At 256 x 4096 x 4096 E2M1 (docs/numerics.md, "AMX-BF16") 6 % of them cost
+#: about 16 of the kernel's 28 ms, against 50 ms on the exact path; the
+#: prototype at 92 % took 3x the exact path.  A rough break-even, not tuned.
+MAX_FALLBACK_SHARE = 0.15
+
+
+def _pad(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+def pack_weight(w) -> np.ndarray:
+    """An :class:`~mlir_mx.oracle.AMXWeight`'s tiles (K/32, 16, 2N) as the
+    kernel's B: (N/16, K/32, 16, 32) bf16, N padded to 16 with zeros."""
+    nb, half, n2 = w.tiles.shape
+    np2 = 2 * _pad(n2 // 2)
+    tiles = np.zeros((nb, half, np2), w.tiles.dtype)
+    tiles[:, :, :n2] = w.tiles
+    return np.ascontiguousarray(tiles.reshape(nb, half, np2 // 32, 32).transpose(2, 0, 1, 3))
+
+
+def pack_activations(a: np.ndarray, ok: np.ndarray, block_size: int = 32) -> np.ndarray:
+    """A (f32 (M, K), bf16 values) with the (row, block)s where ``ok`` (M,
+    K/32) is false zeroed, as the kernel's A: (M/16, K/32, 16, 32) bf16, M
+    padded to 16 with zero rows."""
+    import ml_dtypes
+
+    m, k = a.shape
+    nb = k // block_size
+    out = np.zeros((_pad(m), nb, block_size), ml_dtypes.bfloat16)
+    out[:m] = np.where(ok[:, :, None], a.reshape(m, nb, block_size), np.float32(0))
+    return np.ascontiguousarray(out.reshape(-1, 16, nb, block_size).transpose(0, 2, 1, 3))
+
+
+def failing_rows(ok: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The (row, block)s where ``ok`` (M, K/32) is false, for the kernel:
+    ``ptr`` (i32, (M/16) K/32 + 1) and ``rows`` (i32: the row within its
+    tile), CSR by ``s = row_tile K/32 + block``; ``bptr`` (K/32 + 1) and
+    ``bidx`` (indices into ``rows``), the same by block, each block's list
+    padded to a multiple of four by repeating its first; ``grow`` (each
+    one's row in A).  No array is empty (a dummy entry where nothing fails)."""
+    m, nb = ok.shape
+    fail = np.zeros((_pad(m), nb), bool)
+    fail[:m] = ~ok
+    per = fail.reshape(-1, 16, nb).transpose(0, 2, 1)  # (row tile, block, row)
+    tile, block, row = np.nonzero(per)
+    ptr = np.concatenate([[0], np.cumsum(per.sum(axis=2).reshape(-1))]).astype(np.int32)
+    order = np.argsort(block, kind="stable")
+    counts = np.bincount(block, minlength=nb)
+    padded = -(-counts // 4) * 4
+    bptr = np.concatenate([[0], np.cumsum(padded)]).astype(np.int32)
+    bidx = np.zeros(max(int(bptr[-1]), 4), np.int32)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    for j in np.flatnonzero(counts):
+        mine = order[starts[j] : starts[j + 1]]
+        bidx[bptr[j] : bptr[j + 1]] = np.resize(mine, padded[j])  # repeats: same t twice
+    grow = (tile * 16 + row).astype(np.int32)
+    if not len(row):
+        row = grow = np.zeros(1, np.int32)
+    return ptr, row.astype(np.int32), bptr, bidx, grow
+
+
+def failing_blocks(a, bptr, bidx, grow, block_size: int = 32) -> np.ndarray:
+    """The A blocks (f32, as given) of :func:`failing_rows`'s by-block list,
+    packed in its order: (len(bidx), 32), the fallback chains' input."""
+    nb = len(bptr) - 1
+    block = np.repeat(np.arange(nb), np.diff(bptr))
+    out = np.zeros((len(bidx), block_size), np.float32)
+    if len(block):
+        cols = block[:, None] * block_size + np.arange(block_size)
+        out[: len(block)] = a[grow[bidx[: len(block)]][:, None], cols]
+    return out
+
+
+def pack_scales(w) -> np.ndarray:
+    """The weight's block scales ``sb`` as the kernel's f32 (K/32, N padded)
+    (1 in the padding; exact: powers of two in f32's range where not flagged)."""
+    nb, n = w.scales.shape
+    sb = np.ones((nb, _pad(n)), np.float32)
+    sb[:, :n] = np.where(w.flagged, 1.0, w.scales)
+    return sb
+
+
+@functools.lru_cache(maxsize=4)
+def _runner(_features: frozenset[str], group: tuple[int, int]):
+    from mlir import ir
+
+    from mlir_mx.execution import CompileOptions, Runner
+    from mlir_mx.kernels.amx.matmul import matmul_module
+    from mlir_mx.pipelines.amx import amx_library_pipeline
+
+    with ir.Context(), ir.Location.unknown():
+        text = str(matmul_module("amx_matmul", group))
+    return Runner(text, options=CompileOptions(amx_library_pipeline()))
+
+
+def _refuse_unless_usable() -> None:
+    status = amx_bf16_status()
+    if not status:
+        raise MXUnsupportedHostError(f"AMX-BF16 matmul refused here: {status.reason}")
+
+
+def amx_matmul_runner(group: tuple[int, int] = GROUP):
+    """The Runner of the kernel (``@amx_matmul``), compiled once per CPU
+    feature set; refused (``MXUnsupportedHostError``) unless AMX-BF16 is
+    usable here."""
+    _refuse_unless_usable()
+    return _runner(host_features(), tuple(group))
+
+
+class AMXMatmul:
+    """``A x B`` on AMX-BF16 with the exact path's bits (the module doc).
+
+    ``AMXMatmul(b, threads=1)``: ``b`` an E8M0-scaled ``MXArray`` (K, N)
+    blocked along K (prepared once: ``amx_prepare``, :func:`pack_weight`);
+    ``threads`` is for the exact path's calls (the kernel runs on one
+    thread).  Calling it with ``a`` (f32 (M, K), bf16 values) returns C
+    (f32 (M, N)); ``last_path`` says which path the last call took
+    (``"amx"`` or ``"exact"``).  A call whose share of failing (row,
+    block)s is above ``max_fallback_share`` runs on the exact path (every
+    failing one costs an f32 FMA chain and a store and reload of its row
+    tile: FP8 weights fail every nonzero block)."""
+
+    def __init__(
+        self,
+        b: MXArray,
+        *,
+        threads: int = 1,
+        group: tuple[int, int] = GROUP,
+        max_fallback_share: float = MAX_FALLBACK_SHARE,
+    ):
+        _refuse_unless_usable()
+        self.weight = oracle.amx_prepare(b)
+        self.b_tiles = pack_weight(self.weight)
+        self.b_scales = pack_scales(self.weight)
+        self.threads = threads
+        self.group = tuple(group)
+        self.max_fallback_share = max_fallback_share
+        self.last_path: str | None = None
+        self._exact = None
+
+    def exact(self, a: np.ndarray) -> np.ndarray:
+        """The exact path: ``Linear(b, activations="bf16")`` (built once)."""
+        if self._exact is None:
+            from mlir_mx.linear.layer import Linear
+
+            self._exact = Linear(self.weight.source, activations="bf16", threads=self.threads)
+        self.last_path = "exact"
+        return self._exact(a)
+
+    def prepare(self, a: np.ndarray):
+        """The kernel's per-call arguments for ``a`` (A packed, the failing
+        rows and their A blocks), or None where the call runs on the exact
+        path."""
+        w = self.weight
+        if w.flagged.any():
+            return None
+        ok = oracle.amx_plan(a, w)
+        if ok is None or 1.0 - ok.mean() > self.max_fallback_share:
+            return None
+        ptr, rows, bptr, bidx, grow = failing_rows(ok)
+        fa = failing_blocks(a, bptr, bidx, grow, w.block_size)
+        return pack_activations(a, ok, w.block_size), ptr, rows, bptr, bidx, fa
+
+    def run(self, prepared, m: int) -> np.ndarray:
+        """The kernel on :meth:`prepare`'s arguments: C (f32 (m, N))."""
+        a_tiles, ptr, rows, bptr, bidx, fa = prepared
+        n = self.weight.source.shape[1]
+        c = np.empty((a_tiles.shape[0] * 16, self.b_tiles.shape[0] * 16), np.float32)
+        tbuf = np.empty((len(rows), 32), np.float32)
+        runner = amx_matmul_runner(self.group)
+        runner.amx_matmul(a_tiles, self.b_tiles, c, ptr, rows, self.b_scales,
+                          bptr, bidx, fa, tbuf)  # fmt: skip
+        self.last_path = "amx"
+        return np.ascontiguousarray(c[:m, :n])
+
+    def __call__(self, a) -> np.ndarray:
+        prepared = self.prepare(a)
+        if prepared is None:
+            return self.exact(a)
+        return self.run(prepared, a.shape[0])

@@ -1,0 +1,255 @@
+"""The guarded AMX-BF16 matmul kernel (``mlir_mx.kernels.amx.matmul``) and its
+driver (``mlir_mx.linear.amx_matmul.AMXMatmul``; issue 51, docs/numerics.md,
+"AMX-BF16"): the exact path's bits (the oracle's blocked order and
+``Linear(b, activations="bf16")``) and the numpy model's
+(``oracle.amx_guarded_matmul``), with fallback rows, flagged weight blocks,
+the call-level fallback and ragged M and N; without the fallback the bits
+differ."""
+
+from __future__ import annotations
+
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+from format_cases import INTEGRAL, NON_INTEGRAL
+from mlir import ir
+
+import mlir_mx
+from mlir_mx import host, oracle
+from mlir_mx.amx_permission import amx_permission
+from mlir_mx.errors import MXUnsupportedHostError, MXValueError
+from mlir_mx.kernels.amx.matmul import matmul_module
+from mlir_mx.linear import amx_matmul
+from mlir_mx.linear.amx_matmul import AMXMatmul
+from mlir_mx.numerics import MXArray
+
+HAS_AMX = host.has_features("amx_tile", "amx_bf16") and amx_permission().granted
+needs_amx = pytest.mark.skipif(not HAS_AMX, reason="no AMX-BF16 on this CPU")
+E2M1 = "f4E2M1FN"
+INT8 = "i8"
+
+
+def on_tiles(b, **kw) -> AMXMatmul:
+    """AMXMatmul with every share of fallbacks on the tiles (the kernel under test)."""
+    return AMXMatmul(b, max_fallback_share=1.0, **kw)
+
+
+def bf16(x) -> np.ndarray:
+    return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def weight(element, n, k, seed=0, scales=None) -> MXArray:
+    """B (K, N) blocked along K; ``scales``: {(block, column): E8M0 code}."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((n, k)) * np.exp2(rng.integers(-8, 8, (n, 1)))
+    w = oracle.quantize(w.astype(np.float32), element, 32)
+    s = w.scales.view(np.uint8).T.copy()
+    for (j, col), code in (scales or {}).items():
+        s[j, col] = code
+    return MXArray(w.codes.T.copy(), s, element, 32, 0)
+
+
+def activations(m, k, seed=1, spread=True) -> np.ndarray:
+    """N(0,1); with ``spread`` every third row's elements each in its own
+    binade over 40 (those (row, block)s fail the guard and fall back)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, k))
+    if spread:
+        x[::3] *= np.exp2(rng.integers(-20, 20, (m, k)))[::3]
+    return bf16(x)
+
+
+def exact(a, b) -> np.ndarray:
+    return oracle.blocked_order(a, b, np.zeros((a.shape[0], b.shape[1]), np.float32))
+
+
+def assert_same_bits(got, want):
+    assert got.shape == want.shape and got.dtype == np.float32
+    differ = got.view(np.uint32) != want.view(np.uint32)
+    assert not differ.any(), f"{int(differ.sum())} of {differ.size} outputs differ"
+
+
+def test_the_module_accumulates_in_tiles_carried_by_the_k_loop():
+    with ir.Context(), ir.Location.unknown():
+        text = str(matmul_module("amx_matmul", (2, 2)))
+    assert text.count("amx.tile_zero") == 4 + 2 + 1  # 2x2, then 2x1 and 1x1 edges
+    assert "iter_args" in text and "-> (!amx.tile<16x16xf32>, !amx.tile<16x16xf32>" in text
+    for op in ("amx.tile_mulf", "amx.tile_store", "amx.tile_load", "vector.load"):
+        assert op in text
+    with ir.Context(), ir.Location.unknown(), pytest.raises(ValueError, match="2 x 2"):
+        matmul_module("x", (3, 1))
+
+
+@needs_amx
+@pytest.mark.parametrize("element", INTEGRAL)
+@pytest.mark.parametrize("m, n", [(16, 48), (40, 37), (256, 20)])
+def test_the_kernel_gives_the_exact_paths_bits(element, m, n):
+    """Fallback rows in every row tile, ragged M and N, 2 x 2 tile groups
+    with their 2 x 1 and 1 x 1 edges."""
+    b = weight(element, n, 128, seed=2)
+    a = activations(m, 128, seed=3)
+    mm = on_tiles(b)
+    ok = oracle.amx_pass(a, mm.weight)
+    assert ok.any() and (~ok).sum() >= m // 3
+    got = mm(a)
+    assert mm.last_path == "amx"
+    assert_same_bits(got, exact(a, b))
+    assert_same_bits(got, oracle.amx_guarded_matmul(a, mm.weight))
+
+
+@needs_amx
+@pytest.mark.parametrize("element", [E2M1, INT8])
+@pytest.mark.parametrize("group", [(1, 1), (2, 1), (1, 2)])
+def test_other_tile_groups_give_the_same_bits(element, group):
+    b = weight(element, 45, 96, seed=4)
+    a = activations(50, 96, seed=5)
+    assert_same_bits(on_tiles(b, group=group)(a), exact(a, b))
+
+
+@needs_amx
+@pytest.mark.parametrize("element", [E2M1, INT8])
+def test_the_kernel_equals_linear_with_bf16_activations(element):
+    b = weight(element, 40, 128, seed=6)
+    a = activations(33, 128, seed=7)
+    lin = mlir_mx.Linear(MXArray(b.codes.T.copy(), b.scales.T.copy(), element, 32, 1),
+                         activations="bf16", threads=1)  # fmt: skip
+    assert_same_bits(on_tiles(b)(a), lin(a))
+
+
+@needs_amx
+def test_without_the_fallback_the_bits_differ():
+    """The same kernel with every (row, block) passed as it is (nothing
+    zeroed, no ``t``): the guard's fallback is what gives the exact bits."""
+    b = weight("f4E2M1FN", 32, 128, seed=8)
+    a = activations(48, 128, seed=9)
+    mm = on_tiles(b)
+    everything = np.ones((48, 4), bool)
+    ptr, rows, bptr, bidx, grow = amx_matmul.failing_rows(everything)
+    assert ptr[-1] == 0 and bptr[-1] == 0  # no fallback rows at all
+    fa = amx_matmul.failing_blocks(a, bptr, bidx, grow)
+    prepared = (amx_matmul.pack_activations(a, everything), ptr, rows, bptr, bidx, fa)
+    ignored = mm.run(prepared, 48)
+    assert (ignored.view(np.uint32) != exact(a, b).view(np.uint32)).any()
+
+
+@needs_amx
+def test_flagged_weight_blocks_take_the_exact_path():
+    b = weight("f4E2M1FN", 24, 128, seed=10, scales={(1, 3): 0, (2, 5): 254})
+    a = activations(20, 128, seed=11) * np.float32(2.0**40)  # passes the per-call condition
+    mm = on_tiles(b)
+    assert mm.weight.flagged.any() and oracle.amx_guard_call(a, mm.weight)
+    got = mm(a)
+    assert mm.last_path == "exact"
+    assert_same_bits(got, exact(a, b))
+
+
+@needs_amx
+def test_a_call_that_fails_the_per_call_condition_takes_the_exact_path():
+    b = weight("i8", 16, 64, seed=12)
+    a = bf16(np.random.default_rng(13).standard_normal((8, 64)) * 2.0**-128)
+    mm = on_tiles(b)
+    assert not mm.weight.flagged.any() and not oracle.amx_guard_call(a, mm.weight)
+    got = mm(a)
+    assert mm.last_path == "exact"
+    assert_same_bits(got, exact(a, b))
+    assert mm.prepare(activations(8, 64)) is not None  # the same weight on normal inputs
+
+
+@needs_amx
+def test_bad_activations_are_refused_by_name():
+    mm = on_tiles(weight("f4E2M1FN", 4, 64))
+    good = activations(2, 64)
+    for bad, says in [(good + np.float32(2.0**-20), "not bf16"), (good[:, :32], "K = 32"),
+                      (good.astype(np.float64), "f32 (M, K)")]:  # fmt: skip
+        with pytest.raises(MXValueError, match="a: .*" + re.escape(says)):
+            mm(bad)
+
+
+def test_refused_where_amx_bf16_is_not_usable(monkeypatch):
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-amx_bf16")
+    b = weight("f4E2M1FN", 4, 64)
+    with pytest.raises(MXUnsupportedHostError, match="AMX-BF16 matmul refused here: no AMX"):
+        AMXMatmul(b)
+    with pytest.raises(MXUnsupportedHostError, match="AMX-BF16 matmul refused here"):
+        amx_matmul.amx_matmul_runner()
+
+
+def same_or_both_nan(x, y) -> np.ndarray:
+    return (x.view(np.uint32) == y.view(np.uint32)) | (np.isnan(x) & np.isnan(y))
+
+
+@needs_amx
+def test_non_finite_activations_and_overflowing_chains_fall_back():
+    """Inf and NaN activations fail the guard (their rows' ``t`` from the f32
+    chain: NaN and Inf as the exact path's, payloads as ``Linear``'s); a
+    block with a 2^125 scale, which folds into bf16 (not flagged) but whose
+    chains could overflow, fails ``amx_pass`` on every row and falls back."""
+    b = weight(E2M1, 20, 128, seed=14, scales={(2, 3): 127 + 125})
+    a = activations(18, 128, seed=15, spread=False)
+    a[1, 3], a[2, 40], a[4, 7], a[4, 100] = np.inf, np.nan, -np.inf, np.inf
+    a[5, 64:66] = 4, -4
+    mm = on_tiles(b)
+    ok = oracle.amx_pass(a, mm.weight)
+    assert not mm.weight.flagged.any() and not ok[:, 2].any() and ok[:, 1].sum() > 10
+    got = mm(a)
+    assert mm.last_path == "amx" and np.isnan(got).any() and np.isinf(got).any()
+    assert same_or_both_nan(got, exact(a, b)).all()
+    lin = mlir_mx.Linear(MXArray(b.codes.T.copy(), b.scales.T.copy(), E2M1, 32, 1),
+                         activations="bf16", threads=1)  # fmt: skip
+    assert_same_bits(got, lin(a))
+
+
+@needs_amx
+@pytest.mark.slow
+@pytest.mark.parametrize("element", INTEGRAL)
+def test_many_random_calls_give_the_exact_paths_bits(element):
+    """A campaign: 40 seeds x 3 activation kinds (times 2^40 on every other
+    seed), random M, N, K, extreme scales on a third of the weights, every
+    tile group.  Counts printed: outputs, fallbacks, calls on each path."""
+    counts = dict.fromkeys(["outputs", "fallbacks", "amx_calls", "exact_calls"], 0)
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        m, n, k = int(rng.integers(1, 90)), int(rng.integers(1, 90)), 32 * int(rng.integers(1, 9))
+        scales = {}
+        if seed % 3 == 0:
+            at = [(int(rng.integers(k // 32)), int(rng.integers(n))) for _ in range(3)]
+            scales = {p: int(rng.choice([0, 1, 253, 254])) for p in at}
+        b = weight(element, n, k, seed=seed, scales=scales)
+        mm = on_tiles(b, group=[(2, 2), (1, 1), (2, 1), (1, 2)][seed % 4])
+        for kind in range(3):
+            a = activations(m, k, seed=1000 + seed + kind, spread=kind > 0)
+            if kind == 2:
+                a = a * np.exp2(rng.integers(-40, 40, (m, 1))).astype(np.float32)
+            a = a * np.float32(2.0 ** (40 * (seed % 2)))
+            got = mm(a)
+            assert same_or_both_nan(got, exact(a, b)).all(), (seed, kind)
+            counts["outputs"] += got.size
+            counts[f"{mm.last_path}_calls"] += 1
+            if mm.last_path == "amx":
+                counts["fallbacks"] += int((~oracle.amx_pass(a, mm.weight)).sum())
+    print(element, counts)
+    assert counts["amx_calls"] > 0 and counts["exact_calls"] > 0 and counts["fallbacks"] > 0
+
+
+@needs_amx
+def test_calls_with_many_fallbacks_take_the_exact_path():
+    """FP8 weights fail every nonzero block: by default such a call runs on
+    the exact path; forced onto the tiles (every (row, block) an f32 chain)
+    it still gives the exact path's bits."""
+    e4m3 = next(f for f in NON_INTEGRAL if "E4M3" in f)
+    b = weight(e4m3, 24, 64, seed=20)
+    a = activations(20, 64, seed=21, spread=False)
+    mm = AMXMatmul(b)
+    assert mm.max_fallback_share == amx_matmul.MAX_FALLBACK_SHARE
+    assert not oracle.amx_pass(a, mm.weight).any()
+    got = mm(a)
+    assert mm.last_path == "exact"
+    assert_same_bits(got, exact(a, b))
+    forced = on_tiles(b)
+    assert_same_bits(forced(a), exact(a, b))
+    assert forced.last_path == "amx"
+    normal = AMXMatmul(weight(E2M1, 24, 64, seed=22))
+    normal(a)
+    assert normal.last_path == "amx"  # N(0,1) rows: a few % fail
