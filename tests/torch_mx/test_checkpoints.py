@@ -148,6 +148,24 @@ def _spy_copies_and_releases(monkeypatch) -> list:
     monkeypatch.setattr(ckpt_files, "release_file_pages", release_spy)
     return events
 
+def _check_page_releases(events, page) -> tuple[list, set]:
+    """Walk :func:`_spy_copies_and_releases`' events: each release frees whole
+    pages only, each page once, and by then every whole page copied so far.
+    The spans copied and the pages released."""
+    seen, done = [], set()
+    for event in events:
+        if event[0] == "copy":
+            seen.append(event[2])
+            continue
+        _, spans, _paths, released = event
+        assert all(a % page == 0 and n % page == 0 for a, n in spans)
+        now = _pages(spans, page)
+        assert sum(n for _, n in spans) == len(now) * page == released
+        assert not now & done  # each page released once
+        done |= now
+        assert done == _pages(seen, page)  # every whole page copied so far
+    return seen, done
+
 
 @pytest.mark.skipif(sys.platform != "linux", reason="pages are released on Linux only")
 def test_the_mx_bytes_pages_leave_the_rss_after_loading(checkpoint, monkeypatch):
@@ -179,22 +197,11 @@ def test_the_mx_bytes_pages_leave_the_rss_after_loading(checkpoint, monkeypatch)
     # from_pretrained's own with only the partial pages at the tensors' ends
     groups = -(-4 // torch.get_num_threads())
     assert len(releases) == 2 * groups + 1
-    seen, done = [], set()
-    for event in events:
-        if event[0] == "copy":
-            seen.append(event[2])
-            continue
-        _, spans, paths, released = event
-        assert paths == [folder / "model.safetensors"]
-        if event is releases[-1]:  # from_pretrained's: the last edges, no whole page
-            assert released == 0 and _pages(spans, page) == set()
-            continue
-        assert all(a % page == 0 and n % page == 0 for a, n in spans)
-        now = _pages(spans, page)
-        assert sum(n for _, n in spans) == len(now) * page == released
-        assert not now & done  # each page released once
-        done |= now
-        assert done == _pages(seen, page)  # every whole page copied so far
+    assert events[-1] is releases[-1]
+    assert all(e[2] == [folder / "model.safetensors"] for e in releases)
+    _, spans, _, released = releases[-1]  # from_pretrained's: the last edges, no whole page
+    assert released == 0 and _pages(spans, page) == set()
+    seen, done = _check_page_releases(events[:-1], page)
     total = sum(t.numel() for t in mx.values())
     assert total - 2 * page * len(mx) <= len(done) * page <= total and len(done) > 0
     # the layers hold the file's bytes
@@ -317,18 +324,7 @@ def test_a_whole_dense_load_drops_each_linears_pages_after_it(tmp_path, monkeypa
     # per linear: its codes and scales copied, then one release; from_pretrained's last
     kinds = [e[0] for e in events]
     assert kinds == ["copy", "copy", "release"] * len(linears) + ["release"]
-    seen, done = [], set()
-    for event in events[:-1]:
-        if event[0] == "copy":
-            seen.append(event[2])
-            continue
-        _, spans, _paths, released = event
-        assert all(a % page == 0 and n % page == 0 for a, n in spans)
-        now = _pages(spans, page)
-        assert sum(n for _, n in spans) == len(now) * page == released
-        assert not now & done  # each page released once
-        done |= now
-        assert done == _pages(seen, page)  # every whole page copied so far
+    seen, done = _check_page_releases(events[:-1], page)
     assert len(done) * page > sum(n for _, n in seen) // 2  # most of the bytes: whole pages
     ids = llama_prompt(8)
     with torch.inference_mode():
