@@ -136,16 +136,16 @@ def _guard(finite, g, s, element) -> np.ndarray:
 class AMXWeight:
     """A weight prepared for the guarded AMX matmul (:func:`amx_prepare`).
 
-    ``tiles``: (K/bs, bs/2, 2N) ``bfloat16``, each block's B in the pair
-    layout (:func:`~mlir_mx.numerics.matmul.amx_pair_layout`), ``b * sb``
-    (exact) or ``b`` in a ``flagged`` column; ``scales``: (K/bs, N) ``sb``
-    (f64); ``flagged``: (K/bs, N) the weight blocks whose ``sb`` breaks
-    ``q sb >= 2^-126`` or ``bmax sb < 2^128`` (or is NaN): they keep the
-    unscaled form and the per-block store; ``source``: the MXArray (the
-    fallback chain reads its codes)."""
+    ``scales``: (K/bs, N) ``sb`` (f64); ``flagged``: (K/bs, N) the weight
+    blocks whose ``sb`` breaks ``q sb >= 2^-126`` or ``bmax sb < 2^128`` (or
+    is NaN): they keep the unscaled form and the per-block store; ``source``:
+    the MXArray (the fallback chain reads its codes).  ``tiles`` (computed on
+    first use, then kept: 4x an FP4 weight's codes): (K/bs, bs/2, 2N)
+    ``bfloat16``, each block's B in the pair layout
+    (:func:`~mlir_mx.numerics.matmul.amx_pair_layout`), ``b * sb`` (exact) or
+    ``b`` in a ``flagged`` column."""
 
     source: MXArray
-    tiles: np.ndarray
     scales: np.ndarray
     flagged: np.ndarray
 
@@ -157,6 +157,16 @@ class AMXWeight:
     def block_size(self) -> int:
         return self.source.block_size
 
+    @functools.cached_property
+    def tiles(self) -> np.ndarray:
+        import ml_dtypes
+
+        bs, e = self.block_size, self.source.element_values()
+        scaled = e * np.repeat(np.where(self.flagged, 1.0, self.scales), bs, axis=0)  # exact
+        nb = e.shape[0] // bs
+        tiles = np.stack([amx_pair_layout(scaled[j * bs : (j + 1) * bs]) for j in range(nb)])
+        return tiles.astype(ml_dtypes.bfloat16)
+
     def values(self, j: int) -> np.ndarray:
         """Block ``j``'s tile as the logical (bs x N) f32 values."""
         t = self.tiles[j].astype(np.float32)
@@ -166,22 +176,17 @@ class AMXWeight:
 
 def amx_prepare(b: MXArray) -> AMXWeight:
     """B (an MXArray (K, N) blocked along axis 0, E8M0 scales, as
-    ``blocked_order``'s ``b``) as :class:`AMXWeight`."""
-    import ml_dtypes
-
+    ``blocked_order``'s ``b``) as :class:`AMXWeight` (its scales and flags;
+    the bf16 tiles on first use)."""
     if not isinstance(b, MXArray) or b.axis != 0 or b.ndim != 2 or b.global_scale is not None:
         raise MXValueError("b: an E8M0-scaled MXArray (K, N) blocked along axis 0")
-    bs = b.block_size
-    if bs % 2:
-        raise MXValueError(f"b: block_size {bs} is odd (AMX reads K in pairs)")
+    if b.block_size % 2:
+        raise MXValueError(f"b: block_size {b.block_size} is odd (AMX reads K in pairs)")
     q, bmax = amx_bounds(b.format_name)
-    e, sb = b.element_values(), b.scale_values()
+    sb = b.scale_values()
     with np.errstate(invalid="ignore"):
         flagged = ~((q * sb >= _TINY) & (bmax * sb < 2.0**128))
-    scaled = e * np.repeat(np.where(flagged, 1.0, sb), bs, axis=0)  # exact, bf16-exact
-    nb = e.shape[0] // bs
-    tiles = np.stack([amx_pair_layout(scaled[j * bs : (j + 1) * bs]) for j in range(nb)])
-    return AMXWeight(b, tiles.astype(ml_dtypes.bfloat16), sb, flagged)
+    return AMXWeight(b, sb, flagged)
 
 
 def amx_guard_call(a, w: AMXWeight) -> bool:

@@ -47,7 +47,10 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, func, memref, scf, vector
 
+from mlir_mx.kernels.amx.panel import code_bytes, widen_panel
 from mlir_mx.kernels.amx.tile import TILE_K, TILE_M, TILE_N
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.codec import e8m0_to_f32
 
 __all__ = ["matmul_module"]
 
@@ -101,16 +104,20 @@ class _Ix:
 
 
 class _Args:
-    """The function's arguments by name, and the scratch buffers: ``bdec``
-    (a block's B decoded, 2 x 32 x 16 f32) and ``cbuf`` (the C tiles, 4 x
-    16 x 16 f32)."""
+    """The function's arguments by name, and each thread's scratch buffers:
+    ``bdec`` (a block's B decoded, 2 x 32 x 16 f32), ``cbuf`` (the C tiles,
+    4 x 16 x 16 f32), ``panel`` (the column group's B, nb x TN x 16 x 32
+    bf16) and ``tbuf`` (each failing (row, block)'s ``t``, len(rows) x 32
+    f32)."""
 
-    NAMES = ("a", "b", "c", "ptr", "rows", "sb", "bptr", "bidx", "fa", "tbuf")
+    NAMES = ("a", "codes", "c", "ptr", "rows", "scales", "bptr", "bidx", "fa")
 
-    def __init__(self, values, bdec: ir.Value, cbuf: ir.Value):
+    def __init__(self, values, kb: KernelBuilder, element: str, **scratch):
         for name, value in zip(self.NAMES, values, strict=True):
             setattr(self, name, value)
-        self.bdec, self.cbuf = bdec, cbuf
+        self.kb, self.element = kb, element
+        for name, value in scratch.items():
+            setattr(self, name, value)
 
 
 def _splat(value: float) -> ir.Value:
@@ -121,19 +128,20 @@ def _splat(value: float) -> ir.Value:
 
 def _decode(ix: _Ix, args: _Args, j, nts) -> list[ir.Value]:
     """Block ``j``'s B for column tiles ``nts``, unscaled, into ``bdec[jn, k]``
-    (16 f32 each): the pair-layout rows widened, split by parity and divided
-    by ``sb`` (exact: a power of two, the block not flagged).  Returns the
-    ``sb`` vectors."""
-    f32 = ir.F32Type.get()
-    v16, v32 = ir.VectorType.get([TILE_N], f32), ir.VectorType.get([2 * TILE_N], f32)
+    (16 f32 each): the panel's pair-layout rows widened, split by parity and
+    divided by ``sb`` (exact: a power of two, the block not flagged).
+    Returns the ``sb`` vectors."""
+    f32, kb = ir.F32Type.get(), args.kb
+    v32 = ir.VectorType.get([2 * TILE_N], f32)
     v32bf = ir.VectorType.get([2 * TILE_N], ir.BF16Type.get())
     zero, one = ix.c(0), _splat(1.0)
     sbv = []
     for jn, nt in enumerate(nts):
-        sbv.append(vector.LoadOp(v16, args.sb, [j, ix.mul(nt, ix.c(TILE_N))]).result)
+        codes = kb.vload(args.scales, [j, ix.mul(nt, ix.c(TILE_N))], TILE_N)
+        sbv.append(e8m0_to_f32(kb, codes))
         inv = arith.DivFOp(one, sbv[-1]).result
         for r in range(TILE_K // 2):
-            row = vector.LoadOp(v32bf, args.b, [nt, j, ix.c(r), zero]).result
+            row = vector.LoadOp(v32bf, args.panel, [j, ix.c(jn), ix.c(r), zero]).result
             pair = arith.ExtFOp(v32, row).result
             for parity in range(2):
                 mask = list(range(parity, 2 * TILE_N, 2))
@@ -188,7 +196,7 @@ def _precompute(ix: _Ix, args: _Args, nb, nt0, tn: int) -> None:
         scf.YieldOp([])
 
 
-def _fallback(ix: _Ix, args: _Args, accs, s, i: int, nts) -> list[ir.Value]:
+def _fallback(ix: _Ix, args: _Args, accs, s, i: int) -> list[ir.Value]:
     """At a block where rows of row tile ``i`` of the group fail: store its
     accumulators (``accs``, one per column tile) to the scratch ``cbuf``
     (4 KiB, contiguous: C's own rows, 16 KiB apart, would share L1 sets),
@@ -217,22 +225,21 @@ def _fallback(ix: _Ix, args: _Args, accs, s, i: int, nts) -> list[ir.Value]:
 
 def _k_loop(ix: _Ix, args, nb, mt0, nt0, tm: int, tn: int) -> None:
     """One group of ``tm`` x ``tn`` C tiles at row tile ``mt0``, column tile
-    ``nt0``: zero, the K loop, store."""
-    a, b, c, ptr = args.a, args.b, args.c, args.ptr
+    ``nt0`` (B from the panel): zero, the K loop, store."""
+    a, c, ptr = args.a, args.c, args.ptr
     tile_a, tile_b = _tile("bf16", TILE_K), _tile("bf16", TILE_K)
     tile_c = _tile("f32", TILE_N)
     zero = ix.c(0)
     mts = [ix.add(mt0, ix.c(i)) for i in range(tm)]
-    nts = [ix.add(nt0, ix.c(j)) for j in range(tn)]
     m0 = [ix.mul(v, ix.c(TILE_M)) for v in mts]
-    n0s = [ix.mul(v, ix.c(TILE_N)) for v in nts]
+    n0s = [ix.mul(ix.add(nt0, ix.c(jn)), ix.c(TILE_N)) for jn in range(tn)]
     init = [_zero(tile_c) for _ in range(tm * tn)]
     loop = scf.ForOp(zero, nb, ix.c(1), init)
     with ir.InsertionPoint(loop.body):
         j = loop.induction_variable
         carried = list(loop.inner_iter_args)
         ta = [_load(a, [mts[i], j, zero, zero], tile_a) for i in range(tm)]
-        tb = [_load(b, [nts[jn], j, zero, zero], tile_b) for jn in range(tn)]
+        tb = [_load(args.panel, [j, ix.c(jn), zero, zero], tile_b) for jn in range(tn)]
         accs = [[_mulf(ta[i], tb[jn], carried[i * tn + jn]) for jn in range(tn)] for i in range(tm)]
         s = [ix.add(ix.mul(mts[i], nb), j) for i in range(tm)]
         out = []
@@ -242,7 +249,7 @@ def _k_loop(ix: _Ix, args, nb, mt0, nt0, tm: int, tn: int) -> None:
             fails = arith.CmpIOp(arith.CmpIPredicate.slt, lo, hi).result
             branch = scf.IfOp(fails, [tile_c] * tn, has_else=True)
             with ir.InsertionPoint(branch.then_block):
-                scf.YieldOp(_fallback(ix, args, accs[i], s[i], i, nts))
+                scf.YieldOp(_fallback(ix, args, accs[i], s[i], i))
             with ir.InsertionPoint(branch.else_block):
                 scf.YieldOp(accs[i])
             out += list(branch.results)
@@ -252,56 +259,80 @@ def _k_loop(ix: _Ix, args, nb, mt0, nt0, tm: int, tn: int) -> None:
             _store(c, [m0[i], n0s[jn]], loop.results[i * tn + jn])
 
 
-def _groups(ix: _Ix, args, mtiles, ntiles, nb, tm: int, tn: int) -> None:
-    """The loops over C tile groups: ``tm`` x ``tn`` tiles over the full
-    groups, then ``tm`` x 1 over the last column tile where ``tn`` does not
-    divide, then 1 x 1 over the last row tile where ``tm`` does not."""
+def _column_group(ix: _Ix, args, mtiles, nb, nt0, tm: int, tn: int) -> None:
+    """Column tiles ``nt0 .. nt0 + tn``: B's panel widened from the codes,
+    the fallback's ``t`` precomputed, then every row group over the panel
+    (``tm`` row tiles, then 1 where ``tm`` does not divide)."""
+    widen_panel(args.kb, args.element, args.codes, args.scales, args.panel, nb, nt0, tn)
+    _precompute(ix, args, nb, nt0, tn)
     mfull = ix.mul(arith.DivUIOp(mtiles, ix.c(tm)).result, ix.c(tm))
-    nfull = ix.mul(arith.DivUIOp(ntiles, ix.c(tn)).result, ix.c(tn))
-    regions = [((ix.c(0), mfull, tm), (ix.c(0), nfull, tn))]
-    if tn > 1:
-        regions.append(((ix.c(0), mfull, tm), (nfull, ntiles, 1)))
-    if tm > 1:
-        regions.append(((mfull, mtiles, 1), (ix.c(0), ntiles, 1)))
-    for (m_lo, m_hi, m_n), (n_lo, n_hi, n_n) in regions:
-        # N outer: a column group's B panel (K/32 KiB per tile) stays in
-        # cache while every row group passes over it.
-        nloop = scf.ForOp(n_lo, n_hi, ix.c(n_n))
-        with ir.InsertionPoint(nloop.body):
-            _precompute(ix, args, nb, nloop.induction_variable, n_n)
-            mloop = scf.ForOp(m_lo, m_hi, ix.c(m_n))
-            with ir.InsertionPoint(mloop.body):
-                _k_loop(ix, args, nb, mloop.induction_variable, nloop.induction_variable, m_n, n_n)
-                scf.YieldOp([])
+    spans = [(ix.c(0), mfull, tm)] + ([(mfull, mtiles, 1)] if tm > 1 else [])
+    for lo, hi, step in spans:
+        mloop = scf.ForOp(lo, hi, ix.c(step))
+        with ir.InsertionPoint(mloop.body):
+            _k_loop(ix, args, nb, mloop.induction_variable, nt0, step, tn)
             scf.YieldOp([])
 
 
-def matmul_module(name: str = "amx_matmul", group: tuple[int, int] = (2, 2)) -> ir.Module:
-    """A module with ``func @name(a, b, c, ptr, rows, sb, bptr, bidx, fa,
-    tbuf)`` (the module
-    docstring); C tile groups of ``group`` = (row tiles, column tiles), at
-    most 2 x 2 (the tile registers); in the current context and location."""
+def _groups(ix: _Ix, args, mtiles, ntiles, nb, tm: int, tn: int) -> None:
+    """The column groups of ``tn`` tiles as one ``scf.parallel`` (column
+    groups outer: a group's panel stays in cache while every row group
+    passes over it; ``mx-parallel-tasks`` lets each thread claim groups),
+    the last one of 1 tile where ``tn`` does not divide."""
+    kb = args.kb
+    groups = kb.ceildivu(ntiles, tn)
+    with kb.parallel(0, groups, 1) as g:
+        nt0 = kb.mul(g, tn)
+        if tn == 1:
+            _column_group(ix, args, mtiles, nb, nt0, tm, 1)
+        else:
+            whole = kb.icmp("sle", kb.add(nt0, tn), ntiles)
+            branch = scf.IfOp(whole, [], has_else=True)
+            with ir.InsertionPoint(branch.then_block):
+                _column_group(ix, args, mtiles, nb, nt0, tm, tn)
+                scf.YieldOp([])
+            with ir.InsertionPoint(branch.else_block):
+                _column_group(ix, args, mtiles, nb, nt0, tm, 1)
+                scf.YieldOp([])
+
+
+def matmul_module(
+    name: str = "amx_matmul", group: tuple[int, int] = (2, 2), element: str = "f4E2M1FN"
+) -> ir.Module:
+    """A module with ``func @name(a, codes, c, ptr, rows, scales, bptr, bidx,
+    fa)`` (the module docstring) for weights in ``element``; C tile groups of
+    ``group`` = (row tiles, column tiles), at most 2 x 2 (the tile
+    registers); in the current context and location."""
     tm, tn = group
     if not (1 <= tm <= 2 and 1 <= tn <= 2):
         raise ValueError(f"group {group}: at most 2 x 2 C tiles (8 tile registers)")
     bf16, f32, i32 = ir.BF16Type.get(), ir.F32Type.get(), ir.IntegerType.get_signless(32)
+    i8 = ir.IntegerType.get_signless(8)
     dyn = ir.ShapedType.get_dynamic_size()
     tiles = ir.MemRefType.get([dyn, dyn, TILE_M, TILE_K], bf16)
-    mat = ir.MemRefType.get([dyn, dyn], f32)
+    codes = ir.MemRefType.get([dyn, dyn, TILE_K // 2, code_bytes(element)], i8)
+    mat, bytes2 = ir.MemRefType.get([dyn, dyn], f32), ir.MemRefType.get([dyn, dyn], i8)
     vec = ir.MemRefType.get([dyn], i32)
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):
-        ftype = ir.FunctionType.get([tiles, tiles, mat, vec, vec, mat, vec, vec, mat, mat], [])
+        ftype = ir.FunctionType.get([tiles, codes, mat, vec, vec, bytes2, vec, vec, mat], [])
         fn = func.FuncOp(name, ftype)
         entry = fn.add_entry_block()
         with ir.InsertionPoint(entry):
             ix = _Ix()
-            bdec = memref.AllocaOp(ir.MemRefType.get([2, TILE_K, TILE_N], f32), [], []).result
-            cbuf = memref.AllocaOp(ir.MemRefType.get([4, TILE_M, TILE_N], f32), [], []).result
-            args = _Args(entry.arguments, bdec, cbuf)
-            mtiles = memref.DimOp(args.a, ix.c(0)).result
-            nb = memref.DimOp(args.a, ix.c(1)).result
-            ntiles = memref.DimOp(args.b, ix.c(0)).result
+            kb = KernelBuilder(ir.InsertionPoint(ix.c(0).owner))  # constants: first
+            a, nrows = entry.arguments[0], memref.DimOp(entry.arguments[4], ix.c(0)).result
+            mtiles, nb = memref.DimOp(a, ix.c(0)).result, memref.DimOp(a, ix.c(1)).result
+            ntiles = memref.DimOp(entry.arguments[1], ix.c(0)).result
+            scratch = {  # each thread's own (mx-parallel-tasks: the prologue is per thread)
+                "bdec": memref.AllocaOp(ir.MemRefType.get([2, TILE_K, TILE_N], f32), [], []).result,
+                "cbuf": memref.AllocaOp(ir.MemRefType.get([4, TILE_M, TILE_N], f32), [], []).result,
+                "panel": kb.alloc([-1, tn, TILE_K // 2, TILE_K], bf16, [nb]),
+                "tbuf": kb.alloc([-1, TILE_K], f32, [nrows]),
+            }
+            args = _Args(entry.arguments, kb, element, **scratch)
             _groups(ix, args, mtiles, ntiles, nb, tm, tn)
+            kb.dealloc(args.panel)
+            kb.dealloc(args.tbuf)
             func.ReturnOp([])
     return module
