@@ -214,10 +214,14 @@ class AMXMatmul:
     @property
     def held_bytes(self) -> int:
         """Bytes of the arrays this object keeps for the kernel: the codes
-        (the packed codes' size, N padded to 16), the scale codes and the
-        per-block flags; the MXArray ``b`` is the caller's."""
+        (the packed codes' size, N padded to 16), the scale codes, the
+        per-block flags and scale bounds; the MXArray ``b`` is the caller's."""
         w = self.weight
-        return self.b_codes.nbytes + self.b_scales.nbytes + w.scales.nbytes + w.flagged.nbytes
+        extra = w.flagged.nbytes + w.sb_min.nbytes + w.sb_max.nbytes
+        held = vars(w)  # what the prepared weight has computed and kept (cached properties)
+        return self.b_codes.nbytes + self.b_scales.nbytes + extra + sum(
+            held[k].nbytes for k in ("scales", "tiles") if k in held
+        )
 
     def exact(self, a: np.ndarray) -> np.ndarray:
         """The exact path: ``Linear(b, activations="bf16")`` (built once)."""

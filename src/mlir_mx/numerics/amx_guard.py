@@ -136,18 +136,21 @@ def _guard(finite, g, s, element) -> np.ndarray:
 class AMXWeight:
     """A weight prepared for the guarded AMX matmul (:func:`amx_prepare`).
 
-    ``scales``: (K/bs, N) ``sb`` (f64); ``flagged``: (K/bs, N) the weight
-    blocks whose ``sb`` breaks ``q sb >= 2^-126`` or ``bmax sb < 2^128`` (or
-    is NaN): they keep the unscaled form and the per-block store; ``source``:
-    the MXArray (the fallback chain reads its codes).  ``tiles`` (computed on
-    first use, then kept: 4x an FP4 weight's codes): (K/bs, bs/2, 2N)
+    ``flagged``: (K/bs, N) the weight blocks whose ``sb`` breaks ``q sb >=
+    2^-126`` or ``bmax sb < 2^128`` (or is NaN): they keep the unscaled form
+    and the per-block store; ``sb_min``, ``sb_max``: (K/bs,) each block's
+    smallest and largest scale (a NaN scale as +Inf: what the guard reads);
+    ``source``: the MXArray (the fallback chain reads its codes).  Computed
+    on first use, then kept: ``scales``, (K/bs, N) ``sb`` (f64), and
+    ``tiles`` (4x an FP4 weight's codes): (K/bs, bs/2, 2N)
     ``bfloat16``, each block's B in the pair layout
     (:func:`~mlir_mx.numerics.matmul.amx_pair_layout`), ``b * sb`` (exact) or
     ``b`` in a ``flagged`` column."""
 
     source: MXArray
-    scales: np.ndarray
     flagged: np.ndarray
+    sb_min: np.ndarray
+    sb_max: np.ndarray
 
     @property
     def element(self) -> str:
@@ -156,6 +159,10 @@ class AMXWeight:
     @property
     def block_size(self) -> int:
         return self.source.block_size
+
+    @functools.cached_property
+    def scales(self) -> np.ndarray:
+        return self.source.scale_values()
 
     @functools.cached_property
     def tiles(self) -> np.ndarray:
@@ -186,7 +193,8 @@ def amx_prepare(b: MXArray) -> AMXWeight:
     sb = b.scale_values()
     with np.errstate(invalid="ignore"):
         flagged = ~((q * sb >= _TINY) & (bmax * sb < 2.0**128))
-    return AMXWeight(b, sb, flagged)
+    guarded = np.where(np.isnan(sb), np.inf, sb)
+    return AMXWeight(b, flagged, guarded.min(axis=1), guarded.max(axis=1))
 
 
 def amx_guard_call(a, w: AMXWeight) -> bool:
@@ -203,8 +211,7 @@ def amx_guard_call(a, w: AMXWeight) -> bool:
 def _call_ok(g, w: AMXWeight) -> bool:
     q, _ = amx_bounds(w.element)
     with np.errstate(invalid="ignore"):
-        sb_min = np.where(np.isnan(w.scales), np.inf, w.scales).min(axis=1)
-        return bool((g * q * sb_min[None, :] >= _TINY).all())
+        return bool((g * q * w.sb_min[None, :] >= _TINY).all())
 
 
 def amx_pass(a, w: AMXWeight) -> np.ndarray:
@@ -220,9 +227,8 @@ def amx_pass(a, w: AMXWeight) -> np.ndarray:
 def _pass(stats, w: AMXWeight) -> np.ndarray:
     _, bmax = amx_bounds(w.element)
     s = stats[2]
-    sb_max = np.where(np.isnan(w.scales), np.inf, w.scales).max(axis=1)
     with np.errstate(all="ignore"):
-        fits = s * bmax * np.maximum(1.0, sb_max)[None, :] < 2.0**128
+        fits = s * bmax * np.maximum(1.0, w.sb_max)[None, :] < 2.0**128
     return _guard(*stats, w.element) & fits
 
 
