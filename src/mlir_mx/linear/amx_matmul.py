@@ -219,8 +219,11 @@ class AMXMatmul:
         w = self.weight
         extra = w.flagged.nbytes + w.sb_min.nbytes + w.sb_max.nbytes
         held = vars(w)  # what the prepared weight has computed and kept (cached properties)
-        return self.b_codes.nbytes + self.b_scales.nbytes + extra + sum(
-            held[k].nbytes for k in ("scales", "tiles") if k in held
+        return (
+            self.b_codes.nbytes
+            + self.b_scales.nbytes
+            + extra
+            + sum(held[k].nbytes for k in ("scales", "tiles") if k in held)
         )
 
     def exact(self, a: np.ndarray) -> np.ndarray:

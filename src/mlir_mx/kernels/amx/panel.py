@@ -79,7 +79,9 @@ def _row_fp4(kb: KernelBuilder, table: ir.Value, raw: ir.Value, shift: ir.Value)
     x = kb.extui(raw, v16i)
     both = kb.ori(kb.andi(x, kb.const(0x0F, v16i)), kb.andi(kb.shli(x, kb.const(12, v16i)),
                                                            kb.const(0xF0000, v16i)))  # fmt: skip
-    words = kb.intrinsic("llvm.x86.avx512.permvar.hi.512", v32w, [table, kb.vbitcast(both, 32, kb.i16)])
+    words = kb.intrinsic(
+        "llvm.x86.avx512.permvar.hi.512", v32w, [table, kb.vbitcast(both, 32, kb.i16)]
+    )
     nonzero = kb.cmpi("ne", kb.andi(words, kb.const(0x7FFF, v32w)), kb.const(0, v32w))
     out = kb.select(nonzero, kb.addi(words, shift), words)
     return kb.vbitcast(out, 32, ir.BF16Type.get())
