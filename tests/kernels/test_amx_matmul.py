@@ -209,7 +209,18 @@ def test_non_finite_activations_and_overflowing_chains_fall_back():
 def test_many_random_calls_give_the_exact_paths_bits(element):
     """A campaign: 40 seeds x 3 activation kinds (times 2^40 on every other
     seed), random M, N, K, extreme scales on a third of the weights, every
-    tile group.  Counts printed: outputs, fallbacks, calls on each path."""
+    tile group, 2 threads (our pool) on half the seeds of each.  Counts printed:
+    outputs, fallbacks, calls on each path."""
+    from mlir_mx.execution import threads as threads_
+
+    team = threads_.set_team("pool")
+    try:
+        _campaign(element)
+    finally:
+        threads_.set_team(team)
+
+
+def _campaign(element):
     counts = dict.fromkeys(["outputs", "fallbacks", "amx_calls", "exact_calls"], 0)
     for seed in range(40):
         rng = np.random.default_rng(seed)
@@ -219,7 +230,9 @@ def test_many_random_calls_give_the_exact_paths_bits(element):
             at = [(int(rng.integers(k // 32)), int(rng.integers(n))) for _ in range(3)]
             scales = {p: int(rng.choice([0, 1, 253, 254])) for p in at}
         b = weight(element, n, k, seed=seed, scales=scales)
-        mm = on_tiles(b, group=[(2, 2), (1, 1), (2, 1), (1, 2)][seed % 4])
+        mm = on_tiles(
+            b, group=[(2, 2), (1, 1), (2, 1), (1, 2)][seed % 4], threads=1 + (seed // 4) % 2
+        )
         for kind in range(3):
             a = activations(m, k, seed=1000 + seed + kind, spread=kind > 0)
             if kind == 2:

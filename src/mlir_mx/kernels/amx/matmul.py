@@ -1,45 +1,63 @@
 """The guarded AMX-BF16 matmul kernel (issue 51; ``docs/numerics.md``,
 "AMX-BF16", the design): C accumulated in the tiles across the K blocks,
-with the per-(row, block) fallback's ``t`` added at its block.
+with the per-(row, block) fallback's ``t`` added at its block, B widened in
+the kernel from the MX codes.
 
-``func @name(a, b, c, ptr, rows, sb, bptr, bidx, fa, tbuf)``:
+``func @name(a, codes, c, ptr, rows, scales, bptr, bidx, fa)`` (and
+``claims``, appended by ``mx-parallel-tasks``):
 
 - ``a``: ``memref<?x?x16x32xbf16>`` (M/16, K/32, 16, 32): the bf16
   activations in tile layout (M padded to 16 with zero rows), the (row,
   block)s that fail the guard already zeroed
   (:func:`mlir_mx.linear.amx_matmul.pack_activations`);
-- ``b``: ``memref<?x?x16x32xbf16>`` (N/16, K/32, 16, 32): each block's
-  ``b * sb`` in AMX's pair layout (:class:`mlir_mx.oracle.AMXWeight`'s
-  ``tiles``), cut into 16-column tiles (N padded to 16 with zero columns);
+- ``codes``: ``memref<?x?x16xRxi8>`` (N/16, K/32, 16, R): the weight's codes
+  in the pair order of each tile row, packed as the format packs (FP4 R =
+  16, FP6 24, 8-bit formats 32; :mod:`mlir_mx.kernels.amx.panel`,
+  :func:`mlir_mx.linear.amx_matmul.pack_weight`), N padded to 16 with code 0;
 - ``c``: ``memref<?x?xf32>`` (M, N padded to 16): written, never read
   before written;
 - ``ptr``: ``memref<?xi32>`` ((M/16) K/32 + 1) and ``rows``: ``memref<?xi32>``:
   the failing rows of each (row tile, block), CSR: ``rows[ptr[s]:ptr[s+1]]``
   (row within the tile) for ``s = row_tile * (K/32) + block``;
-- ``sb``: ``memref<?x?xf32>`` (K/32, N padded): B's block scales;
+- ``scales``: ``memref<?x?xi8>`` (K/32, N padded): B's E8M0 scale codes;
 - ``bptr`` (K/32 + 1), ``bidx``: the same failing rows by block, as indices
   ``f`` into ``rows``, each block's list padded to a multiple of four by
   repeating one; ``fa``: ``memref<?x?xf32>`` (len(bidx), 32): each entry's
-  block of A (as given, f32), packed in that order;
-- ``tbuf``: ``memref<?x?xf32>`` (len(rows), 32): scratch, each ``f``'s ``t``
-  over the current column group.
+  block of A (as given, f32), packed in that order.
 
-Per column group (``TN`` tiles of 16 columns; column groups outer, so
-their B panel stays in cache while every row group passes over it), first
-every failing (row, block)'s ``t = p sb`` into ``tbuf``: per block, B is
-read back from its tile as ``(b sb) / sb`` (exact) once, then the in-order
-f32 FMA chains ``p`` of four failing rows at a time (the exact path's).
-Then per C tile group (``TM`` x ``TN`` tiles of 16 x 16: 2 x 2 where M and
-N allow, four accumulators and two A and two B tiles: the 8 tile
-registers), ``amx.tile_zero``, then per block one ``amx.tile_mulf`` per
-accumulator, the tiles carried by the K loop; at a block where a row of
-one of the group's row tiles fails, that row tile's accumulators are stored
-to a scratch, each failing row gets ``c + t`` (f32 vector add, one
-rounding: the exact path's step), and they are reloaded; at the end
-``amx.tile_store`` to C.
+Each thread allocates its own scratch in the prologue (``mx-parallel-tasks``
+runs the code around the loop on every thread): the column group's B
+``panel`` (K/32 x TN x 16 x 32 bf16, 4 KiB a block for 2 tiles), ``tbuf``
+(len(rows) x 32 f32: each ``f``'s ``t`` over the current column group), and
+on the stack, aligned to 64 bytes, ``bdec`` and ``cbuf``.
+
+The column groups (``TN`` tiles of 16 columns, the last one 1 tile where
+``TN`` does not divide) are one ``scf.parallel``: the threads of a team
+claim them one at a time, each group computed whole by one thread, so the
+bits do not depend on the thread count or on who ran what.  Per column
+group (column groups outer, so the panel stays in cache while every row
+group passes over it):
+
+1. the panel: every block's ``b * sb`` widened from the codes
+   (:func:`~mlir_mx.kernels.amx.panel.widen_panel`);
+2. every failing (row, block)'s ``t = p sb`` into ``tbuf``: per block, B
+   read back from the panel as ``(b sb) / sb`` (exact) once, then the
+   in-order f32 FMA chains ``p`` of four failing rows at a time (the exact
+   path's);
+3. per C tile group (``TM`` x ``TN`` tiles of 16 x 16: 2 x 2 where M and N
+   allow, four accumulators and two A and two B tiles: the 8 tile
+   registers), ``amx.tile_zero``, then per block one ``amx.tile_mulf`` per
+   accumulator, the tiles carried by the K loop; at a block where a row of
+   one of the group's row tiles fails, that row tile's accumulators are
+   stored to ``cbuf``, each failing row gets ``c + t`` (f32 vector add, one
+   rounding: the exact path's step), and they are reloaded; at the end
+   ``amx.tile_store`` to C.
+
 Weight blocks flagged by ``amx_prepare`` and calls that fail
 ``amx_guard_call`` never reach this kernel (the driver runs them on the
-exact path).  Lowered by :func:`mlir_mx.pipelines.amx.amx_library_pipeline`.
+exact path).  Lowered by ``mx-parallel-tasks`` and
+:func:`mlir_mx.pipelines.amx.amx_library_pipeline`
+(:func:`mlir_mx.linear.amx_matmul.amx_matmul_runner`).
 """
 
 from __future__ import annotations
