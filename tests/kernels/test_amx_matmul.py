@@ -169,6 +169,14 @@ def test_bad_activations_are_refused_by_name():
             mm(bad)
 
 
+@needs_amx
+def test_a_weight_in_blocks_other_than_32_is_refused_by_name():
+    w = oracle.quantize(np.ones((8, 64), np.float32), E2M1, 16)
+    b = MXArray(w.codes.T.copy(), w.scales.T.copy(), E2M1, 16, 0)
+    with pytest.raises(MXValueError, match="b: block_size 16"):
+        AMXMatmul(b)
+
+
 def test_refused_where_amx_bf16_is_not_usable(monkeypatch):
     monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-amx_bf16")
     b = weight("f4E2M1FN", 4, 64)

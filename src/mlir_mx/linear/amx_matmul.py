@@ -29,7 +29,7 @@ import functools
 import numpy as np
 
 from mlir_mx import oracle
-from mlir_mx.errors import MXUnsupportedHostError
+from mlir_mx.errors import MXUnsupportedHostError, MXValueError
 from mlir_mx.execution.threads import call_threads
 from mlir_mx.host import check_threads, host_features
 from mlir_mx.linear.amx import amx_bf16_status
@@ -186,8 +186,9 @@ class AMXMatmul:
     inside the kernel) and E8M0 scales (:func:`pack_scales`; ``held_bytes``);
     ``threads``: the kernel's team (column groups claimed dynamically; on an
     oversubscribed machine the 1-thread kernel, ``threads.call_threads``;
-    the same bits on any count) and the exact path's.  Calling it with ``a`` (f32 (M, K), bf16 values) returns C
-    (f32 (M, N)); ``last_path`` says which path the last call took
+    the same bits on any count) and the exact path's.  Blocks of 32 only
+    (one tile's K).  Calling it with ``a`` (f32 (M, K), bf16 values)
+    returns C (f32 (M, N)); ``last_path`` says which path the last call took
     (``"amx"`` or ``"exact"``).  A call whose share of failing (row,
     block)s is above ``max_fallback_share`` runs on the exact path (every
     failing one costs an f32 FMA chain and a store and reload of its row
@@ -203,6 +204,8 @@ class AMXMatmul:
     ):
         _refuse_unless_usable()
         self.weight = oracle.amx_prepare(b)  # scales and flags (no bf16 tiles)
+        if b.block_size != 32:
+            raise MXValueError(f"b: block_size {b.block_size}; the AMX kernel takes blocks of 32")
         self.b_codes = pack_weight(b)
         self.b_scales = pack_scales(self.weight)
         self.threads = check_threads(threads)
