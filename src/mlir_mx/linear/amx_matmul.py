@@ -184,9 +184,11 @@ class AMXMatmul:
     ``AMXMatmul(b, threads=1)``: ``b`` an E8M0-scaled ``MXArray`` (K, N)
     blocked along K, held as its codes (:func:`pack_weight`, widened to bf16
     inside the kernel) and E8M0 scales (:func:`pack_scales`; ``held_bytes``);
-    ``threads``: the kernel's team (column groups claimed dynamically; on an
-    oversubscribed machine the 1-thread kernel, ``threads.call_threads``;
-    the same bits on any count) and the exact path's.  Blocks of 32 only
+    ``threads``: the kernel's team (column groups claimed dynamically, on
+    ``threads.set_team``'s team: torch's OpenMP runtime where one is loaded,
+    else the caller alone, or our pool; on an oversubscribed machine the
+    1-thread kernel, ``threads.call_threads``; the same bits on any count)
+    and the exact path's.  Blocks of 32 only
     (one tile's K).  Calling it with ``a`` (f32 (M, K), bf16 values)
     returns C (f32 (M, N)); ``last_path`` says which path the last call took
     (``"amx"`` or ``"exact"``).  A call whose share of failing (row,
