@@ -1,7 +1,7 @@
 """The guarded AMX-BF16 matmul kernel (``mlir_mx.linear.amx_matmul``) against
 ``Linear(w, activations="bf16")`` and ``Linear(w)`` (exact, f32 activations),
 256 x 4096 x 4096 E2M1 (MXFP4) weights, N(0,1) bf16 activations, 1 thread,
-interleaved rounds in one process (issue 51; the C prototype is
+interleaved rounds in one process (``--threads``: 1 by default; issue 51; the C prototype is
 ``bench/probes/amx-bf16-speed.c``).
 
 Rows: the kernel alone (A packed and the failing rows listed once, outside
@@ -11,7 +11,7 @@ the timing; the fallback chains run in the kernel), the preparation's parts
 whole call (``AMXMatmul(b)(a)``: guard, packing, kernel).  Thread CPU time and wall time, median of the rounds.
 Checks the kernel's bits against ``Linear(w, activations="bf16")`` first.
 
-    python bench/probes/amx_matmul_speed.py [M K N] [--rounds 7]
+    python bench/probes/amx_matmul_speed.py [M K N] [--rounds 7] [--threads 2]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import ml_dtypes
 import numpy as np
 
 import mlir_mx
+import mlir_mx.execution.threads
 from mlir_mx import oracle
 from mlir_mx.linear import amx_matmul
 from mlir_mx.linear.amx_matmul import AMXMatmul
@@ -46,15 +47,22 @@ def main() -> None:
     ap.add_argument("shape", nargs="*", type=int, default=[256, 4096, 4096])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--element", default="f4E2M1FN")
+    ap.add_argument("--threads", type=int, default=1, help="the kernel's and Linear's team")
+    ap.add_argument("--team", choices=["openmp", "pool"], default="openmp",
+                    help="openmp: torch's (imported here for its libgomp); pool: ours")  # fmt: skip
     args = ap.parse_args()
+    if args.threads > 1 and args.team == "openmp":
+        import torch  # noqa: F401  (its OpenMP runtime runs the teams, as in a torch process)
+    mlir_mx.execution.threads.set_team(args.team)
     m, k, n = args.shape
     rng = np.random.default_rng(0)
     w = oracle.quantize(rng.standard_normal((n, k)).astype(np.float32), args.element, 32)
     b = MXArray(w.codes.T.copy(), w.scales.T.copy(), args.element, 32, 0)
     a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16).astype(np.float32)
-    mm = AMXMatmul(b)
-    lin_bf16 = mlir_mx.Linear(w, activations="bf16", threads=1)
-    lin_exact = mlir_mx.Linear(w, threads=1)
+    t = args.threads
+    mm = AMXMatmul(b, threads=t)
+    lin_bf16 = mlir_mx.Linear(w, activations="bf16", threads=t)
+    lin_exact = mlir_mx.Linear(w, threads=t)
     prepared = mm.prepare(a)
     ok = oracle.amx_plan(a, mm.weight)
     fails = int((~ok).sum())
@@ -78,7 +86,9 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, fn in rows.items():
             times[name].append(timed(fn))
-    print(f"median of {args.rounds} interleaved rounds, 1 thread (ms: thread CPU / wall)")
+    print(f"AMXMatmul holds {mm.held_bytes} bytes; the packed codes {b.packed_codes().nbytes}")
+    print(f"median of {args.rounds} interleaved rounds, {t} thread(s) "
+          "(ms: calling thread's CPU / wall)")  # fmt: skip
     for name, ts in times.items():
         cpu = statistics.median(t[0] for t in ts)
         wall = statistics.median(t[1] for t in ts)

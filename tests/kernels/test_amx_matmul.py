@@ -74,7 +74,9 @@ def assert_same_bits(got, want):
 def test_the_module_accumulates_in_tiles_carried_by_the_k_loop():
     with ir.Context(), ir.Location.unknown():
         text = str(matmul_module("amx_matmul", (2, 2)))
-    assert text.count("amx.tile_zero") == 4 + 2 + 1  # 2x2, then 2x1 and 1x1 edges
+    # whole column groups: 2x2 and the 1x2 row edge; the last odd column tile: 2x1 and 1x1
+    assert text.count("amx.tile_zero") == 4 + 2 + 2 + 1
+    assert text.count("scf.parallel") == 1  # column groups, claimed by the threads
     assert "iter_args" in text and "-> (!amx.tile<16x16xf32>, !amx.tile<16x16xf32>" in text
     for op in ("amx.tile_mulf", "amx.tile_store", "amx.tile_load", "vector.load"):
         assert op in text
@@ -167,6 +169,14 @@ def test_bad_activations_are_refused_by_name():
             mm(bad)
 
 
+@needs_amx
+def test_a_weight_in_blocks_other_than_32_is_refused_by_name():
+    w = oracle.quantize(np.ones((8, 64), np.float32), E2M1, 16)
+    b = MXArray(w.codes.T.copy(), w.scales.T.copy(), E2M1, 16, 0)
+    with pytest.raises(MXValueError, match="b: block_size 16"):
+        AMXMatmul(b)
+
+
 def test_refused_where_amx_bf16_is_not_usable(monkeypatch):
     monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-amx_bf16")
     b = weight("f4E2M1FN", 4, 64)
@@ -207,7 +217,18 @@ def test_non_finite_activations_and_overflowing_chains_fall_back():
 def test_many_random_calls_give_the_exact_paths_bits(element):
     """A campaign: 40 seeds x 3 activation kinds (times 2^40 on every other
     seed), random M, N, K, extreme scales on a third of the weights, every
-    tile group.  Counts printed: outputs, fallbacks, calls on each path."""
+    tile group, 2 threads (our pool) on half the seeds of each.  Counts printed:
+    outputs, fallbacks, calls on each path."""
+    from mlir_mx.execution import threads as threads_
+
+    team = threads_.set_team("pool")
+    try:
+        _campaign(element)
+    finally:
+        threads_.set_team(team)
+
+
+def _campaign(element):
     counts = dict.fromkeys(["outputs", "fallbacks", "amx_calls", "exact_calls"], 0)
     for seed in range(40):
         rng = np.random.default_rng(seed)
@@ -217,7 +238,9 @@ def test_many_random_calls_give_the_exact_paths_bits(element):
             at = [(int(rng.integers(k // 32)), int(rng.integers(n))) for _ in range(3)]
             scales = {p: int(rng.choice([0, 1, 253, 254])) for p in at}
         b = weight(element, n, k, seed=seed, scales=scales)
-        mm = on_tiles(b, group=[(2, 2), (1, 1), (2, 1), (1, 2)][seed % 4])
+        mm = on_tiles(
+            b, group=[(2, 2), (1, 1), (2, 1), (1, 2)][seed % 4], threads=1 + (seed // 4) % 2
+        )
         for kind in range(3):
             a = activations(m, k, seed=1000 + seed + kind, spread=kind > 0)
             if kind == 2:
@@ -253,3 +276,83 @@ def test_calls_with_many_fallbacks_take_the_exact_path():
     normal = AMXMatmul(weight(E2M1, 24, 64, seed=22))
     normal(a)
     assert normal.last_path == "amx"  # N(0,1) rows: a few % fail
+
+
+@needs_amx
+@pytest.mark.parametrize("element", INTEGRAL)
+def test_the_weight_is_held_as_its_codes(element):
+    """B is kept as its codes (the packed codes' bytes, in the kernel's order)
+    and one byte per block for the scale codes and one for the flags (plus a
+    scale bound pair per block): never the bf16 ``b * sb`` (4x an FP4
+    weight); measured by ``tracemalloc`` too."""
+    import tracemalloc
+
+    b = weight(element, 256, 512, seed=30)
+    codes = b.packed_codes().nbytes if b.is_packed else b.codes.nbytes
+    small = 2 * (512 // 32) * 256 + 16 * (512 // 32)  # scale codes, flags, bounds
+    AMXMatmul(b)  # the first: anything cached per process
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        mm = AMXMatmul(b)
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert mm.held_bytes == codes + small
+    assert kept < codes + small + 8192, (kept, codes)
+    a = activations(40, 512, seed=31, spread=False)
+    mm.max_fallback_share = 1.0
+    assert_same_bits(mm(a), exact(a, b))
+    assert mm.last_path == "amx" and mm.held_bytes == codes + small  # nothing kept by a call
+
+
+@needs_amx
+@pytest.mark.parametrize("element", [E2M1, INT8])
+def test_extreme_scales_that_fold_are_widened_exactly(element):
+    """The smallest and largest E8M0 scales that ``amx_prepare`` does not
+    flag (E2M1: 2^-125 and 2^125; INT8: 2^-120 and 2^126), on whole weight
+    blocks and single columns: the kernel's widened panel (``b sb`` by an
+    f32 multiply, its top 16 bits) and its fallback (``(b sb) / sb``) give
+    the exact path's bits."""
+    lo, hi = (127 - 125, 127 + 125) if element == E2M1 else (127 - 120, 127 + 126)
+    b = weight(element, 40, 128, seed=32,
+               scales={(0, c): lo for c in range(40)} | {(1, 3): hi, (2, 7): lo, (3, 0): hi})  # fmt: skip
+    a = activations(33, 128, seed=33) * np.float32(2.0**60)  # the per-call condition
+    mm = on_tiles(b)
+    assert not mm.weight.flagged.any() and oracle.amx_guard_call(a, mm.weight)
+    got = mm(a)
+    assert mm.last_path == "amx"
+    assert same_or_both_nan(got, exact(a, b)).all()
+    assert same_or_both_nan(got, oracle.amx_guarded_matmul(a, mm.weight)).all()
+
+
+@needs_amx
+@pytest.mark.parametrize("element", INTEGRAL)
+def test_two_threads_give_the_same_bits_with_a_late_worker(element):
+    """Column groups claimed by a team of 2 (our pool; 5 column tiles: two
+    whole groups and an odd one), a worker sleeping inside or the caller
+    late: the bits of 1 thread and of the exact path."""
+    from mlir_mx.execution import pool as pool_
+    from mlir_mx.execution import threads as threads_
+
+    if pool_.pool() is None:
+        pytest.skip("the pool needs Linux on x86-64 or AArch64 (futex)")
+    b = weight(element, 80, 128, seed=34)
+    a = activations(70, 128, seed=35)
+    want = exact(a, b)
+    assert_same_bits(on_tiles(b)(a), want)
+    team = threads_.set_team("pool")
+    pool = pool_.pool()
+    try:
+        two = on_tiles(b, threads=2)
+        regions = threads_.regions()
+        for hook in ({}, {"inside": 100_000}, {"caller": 100_000}):
+            pool.hooks(**hook, load_check=0, backoff=False)
+            assert_same_bits(two(a), want)
+        assert threads_.regions() == regions + 3  # each call a team's region
+        assert amx_matmul.amx_matmul_runner(element=element, threads=2).compiled.tasks == {
+            "amx_matmul": 2
+        }
+    finally:
+        pool.hooks()
+        threads_.set_team(team)

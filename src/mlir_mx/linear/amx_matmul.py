@@ -29,8 +29,9 @@ import functools
 import numpy as np
 
 from mlir_mx import oracle
-from mlir_mx.errors import MXUnsupportedHostError
-from mlir_mx.host import host_features
+from mlir_mx.errors import MXUnsupportedHostError, MXValueError
+from mlir_mx.execution.threads import call_threads
+from mlir_mx.host import check_threads, host_features
 from mlir_mx.linear.amx import amx_bf16_status
 from mlir_mx.numerics import MXArray
 
@@ -60,14 +61,27 @@ def _pad(n: int) -> int:
     return -(-n // 16) * 16
 
 
-def pack_weight(w) -> np.ndarray:
-    """An :class:`~mlir_mx.oracle.AMXWeight`'s tiles (K/32, 16, 2N) as the
-    kernel's B: (N/16, K/32, 16, 32) bf16, N padded to 16 with zeros."""
-    nb, half, n2 = w.tiles.shape
-    np2 = 2 * _pad(n2 // 2)
-    tiles = np.zeros((nb, half, np2), w.tiles.dtype)
-    tiles[:, :, :n2] = w.tiles
-    return np.ascontiguousarray(tiles.reshape(nb, half, np2 // 32, 32).transpose(2, 0, 1, 3))
+def pack_weight(b: MXArray) -> np.ndarray:
+    """The kernel's B: the weight's codes (an MXArray (K, N) blocked along K)
+    as (N/16, K/32, 16, R) bytes (``int8``), N padded to 16 with code 0: tile row
+    ``r`` of column tile ``t`` and block ``j`` holds the codes of rows ``32 j
+    + 2 r + p`` and columns ``16 t + n`` in the pair order ``2 n + p``,
+    packed as the format packs a row (FP4 16 bytes, FP6 24, 8-bit formats
+    32: :mod:`mlir_mx.kernels.amx.panel`).  The same bytes as the packed
+    codes (N padded), widened to bf16 inside the kernel."""
+    from mlir_mx.numerics.packing import is_packed_storage, pack_codes
+
+    k, n = b.shape
+    fmt = b.format
+    raw = np.asarray(b.codes).view(np.uint8)
+    codes = np.zeros((k, _pad(n)), np.uint8)
+    codes[:, :n] = raw
+    # (K/32, 16 r, 2 p, N/16 t, 16 n) -> (t, K/32, r, n, p)
+    pair = codes.reshape(k // 32, 16, 2, -1, 16).transpose(3, 0, 1, 4, 2)
+    pair = np.ascontiguousarray(pair.reshape(-1, k // 32, 16, 32))
+    if is_packed_storage(pair.shape, fmt):
+        pair = pack_codes(pair, fmt)
+    return pair.view(np.int8)  # the kernel's i8 memref
 
 
 def pack_activations(a: np.ndarray, ok: np.ndarray, block_size: int = 32) -> np.ndarray:
@@ -124,25 +138,29 @@ def failing_blocks(a, bptr, bidx, grow, block_size: int = 32) -> np.ndarray:
 
 
 def pack_scales(w) -> np.ndarray:
-    """The weight's block scales ``sb`` as the kernel's f32 (K/32, N padded)
-    (1 in the padding; exact: powers of two in f32's range where not flagged)."""
-    nb, n = w.scales.shape
-    sb = np.ones((nb, _pad(n)), np.float32)
-    sb[:, :n] = np.where(w.flagged, 1.0, w.scales)
-    return sb
+    """The weight's E8M0 scale codes as the kernel's bytes (K/32, N
+    padded to 16), code 127 (1) in the padding and in the blocks that
+    ``amx_prepare`` flagged (a weight with any runs on the exact path)."""
+    nb, n = w.flagged.shape
+    codes = np.full((nb, _pad(n)), 127, np.uint8)
+    codes[:, :n] = np.where(w.flagged, 127, np.asarray(w.source.scales).view(np.uint8))
+    return codes.view(np.int8)  # the kernel's i8 memref
 
 
-@functools.lru_cache(maxsize=4)
-def _runner(_features: frozenset[str], group: tuple[int, int]):
+@functools.lru_cache(maxsize=16)
+def _runner(_features: frozenset[str], group: tuple[int, int], element: str, threads: int):
     from mlir import ir
 
     from mlir_mx.execution import CompileOptions, Runner
     from mlir_mx.kernels.amx.matmul import matmul_module
+    from mlir_mx.passes.pipeline import Pipeline, PipelineElement
     from mlir_mx.pipelines.amx import amx_library_pipeline
 
     with ir.Context(), ir.Location.unknown():
-        text = str(matmul_module("amx_matmul", group))
-    return Runner(text, options=CompileOptions(amx_library_pipeline()))
+        text = str(matmul_module("amx_matmul", group, element))
+    tasks = PipelineElement.of("mx-parallel-tasks", threads=threads)
+    pipeline = Pipeline((tasks, *amx_library_pipeline()))
+    return Runner(text, options=CompileOptions(pipeline))
 
 
 def _refuse_unless_usable() -> None:
@@ -151,22 +169,28 @@ def _refuse_unless_usable() -> None:
         raise MXUnsupportedHostError(f"AMX-BF16 matmul refused here: {status.reason}")
 
 
-def amx_matmul_runner(group: tuple[int, int] = GROUP):
-    """The Runner of the kernel (``@amx_matmul``), compiled once per CPU
-    feature set; refused (``MXUnsupportedHostError``) unless AMX-BF16 is
-    usable here."""
+def amx_matmul_runner(group: tuple[int, int] = GROUP, element: str = "f4E2M1FN", threads: int = 1):
+    """The Runner of the kernel (``@amx_matmul``) for weights in ``element``
+    on a team of ``threads`` (its column groups claimed one at a time:
+    ``mx-parallel-tasks``), compiled once per CPU feature set; refused
+    (``MXUnsupportedHostError``) unless AMX-BF16 is usable here."""
     _refuse_unless_usable()
-    return _runner(host_features(), tuple(group))
+    return _runner(host_features(), tuple(group), element, int(threads))
 
 
 class AMXMatmul:
     """``A x B`` on AMX-BF16 with the exact path's bits (the module doc).
 
     ``AMXMatmul(b, threads=1)``: ``b`` an E8M0-scaled ``MXArray`` (K, N)
-    blocked along K (prepared once: ``amx_prepare``, :func:`pack_weight`);
-    ``threads`` is for the exact path's calls (the kernel runs on one
-    thread).  Calling it with ``a`` (f32 (M, K), bf16 values) returns C
-    (f32 (M, N)); ``last_path`` says which path the last call took
+    blocked along K, held as its codes (:func:`pack_weight`, widened to bf16
+    inside the kernel) and E8M0 scales (:func:`pack_scales`; ``held_bytes``);
+    ``threads``: the kernel's team (column groups claimed dynamically, on
+    ``threads.set_team``'s team: torch's OpenMP runtime where one is loaded,
+    else the caller alone, or our pool; on an oversubscribed machine the
+    1-thread kernel, ``threads.call_threads``; the same bits on any count)
+    and the exact path's.  Blocks of 32 only
+    (one tile's K).  Calling it with ``a`` (f32 (M, K), bf16 values)
+    returns C (f32 (M, N)); ``last_path`` says which path the last call took
     (``"amx"`` or ``"exact"``).  A call whose share of failing (row,
     block)s is above ``max_fallback_share`` runs on the exact path (every
     failing one costs an f32 FMA chain and a store and reload of its row
@@ -181,14 +205,31 @@ class AMXMatmul:
         max_fallback_share: float = MAX_FALLBACK_SHARE,
     ):
         _refuse_unless_usable()
-        self.weight = oracle.amx_prepare(b)
-        self.b_tiles = pack_weight(self.weight)
+        self.weight = oracle.amx_prepare(b)  # scales and flags (no bf16 tiles)
+        if b.block_size != 32:
+            raise MXValueError(f"b: block_size {b.block_size}; the AMX kernel takes blocks of 32")
+        self.b_codes = pack_weight(b)
         self.b_scales = pack_scales(self.weight)
-        self.threads = threads
+        self.threads = check_threads(threads)
         self.group = tuple(group)
         self.max_fallback_share = max_fallback_share
         self.last_path: str | None = None
         self._exact = None
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the arrays this object keeps for the kernel: the codes
+        (the packed codes' size, N padded to 16), the scale codes, the
+        per-block flags and scale bounds; the MXArray ``b`` is the caller's."""
+        w = self.weight
+        extra = w.flagged.nbytes + w.sb_min.nbytes + w.sb_max.nbytes
+        held = vars(w)  # what the prepared weight has computed and kept (cached properties)
+        return (
+            self.b_codes.nbytes
+            + self.b_scales.nbytes
+            + extra
+            + sum(held[k].nbytes for k in ("scales", "tiles") if k in held)
+        )
 
     def exact(self, a: np.ndarray) -> np.ndarray:
         """The exact path: ``Linear(b, activations="bf16")`` (built once)."""
@@ -217,11 +258,10 @@ class AMXMatmul:
         """The kernel on :meth:`prepare`'s arguments: C (f32 (m, N))."""
         a_tiles, ptr, rows, bptr, bidx, fa = prepared
         n = self.weight.source.shape[1]
-        c = np.empty((a_tiles.shape[0] * 16, self.b_tiles.shape[0] * 16), np.float32)
-        tbuf = np.empty((len(rows), 32), np.float32)
-        runner = amx_matmul_runner(self.group)
-        runner.amx_matmul(a_tiles, self.b_tiles, c, ptr, rows, self.b_scales,
-                          bptr, bidx, fa, tbuf)  # fmt: skip
+        c = np.empty((a_tiles.shape[0] * 16, self.b_codes.shape[0] * 16), np.float32)
+        team = call_threads(self.threads)
+        runner = amx_matmul_runner(self.group, self.weight.element, team)
+        runner.amx_matmul(a_tiles, self.b_codes, c, ptr, rows, self.b_scales, bptr, bidx, fa)
         self.last_path = "amx"
         return np.ascontiguousarray(c[:m, :n])
 

@@ -136,18 +136,21 @@ def _guard(finite, g, s, element) -> np.ndarray:
 class AMXWeight:
     """A weight prepared for the guarded AMX matmul (:func:`amx_prepare`).
 
-    ``tiles``: (K/bs, bs/2, 2N) ``bfloat16``, each block's B in the pair
-    layout (:func:`~mlir_mx.numerics.matmul.amx_pair_layout`), ``b * sb``
-    (exact) or ``b`` in a ``flagged`` column; ``scales``: (K/bs, N) ``sb``
-    (f64); ``flagged``: (K/bs, N) the weight blocks whose ``sb`` breaks
-    ``q sb >= 2^-126`` or ``bmax sb < 2^128`` (or is NaN): they keep the
-    unscaled form and the per-block store; ``source``: the MXArray (the
-    fallback chain reads its codes)."""
+    ``flagged``: (K/bs, N) the weight blocks whose ``sb`` breaks ``q sb >=
+    2^-126`` or ``bmax sb < 2^128`` (or is NaN): they keep the unscaled form
+    and the per-block store; ``sb_min``, ``sb_max``: (K/bs,) each block's
+    smallest and largest scale (a NaN scale as +Inf: what the guard reads);
+    ``source``: the MXArray (the fallback chain reads its codes).  Computed
+    on first use, then kept: ``scales``, (K/bs, N) ``sb`` (f64), and
+    ``tiles`` (4x an FP4 weight's codes): (K/bs, bs/2, 2N)
+    ``bfloat16``, each block's B in the pair layout
+    (:func:`~mlir_mx.numerics.matmul.amx_pair_layout`), ``b * sb`` (exact) or
+    ``b`` in a ``flagged`` column."""
 
     source: MXArray
-    tiles: np.ndarray
-    scales: np.ndarray
     flagged: np.ndarray
+    sb_min: np.ndarray
+    sb_max: np.ndarray
 
     @property
     def element(self) -> str:
@@ -156,6 +159,20 @@ class AMXWeight:
     @property
     def block_size(self) -> int:
         return self.source.block_size
+
+    @functools.cached_property
+    def scales(self) -> np.ndarray:
+        return self.source.scale_values()
+
+    @functools.cached_property
+    def tiles(self) -> np.ndarray:
+        import ml_dtypes
+
+        bs, e = self.block_size, self.source.element_values()
+        scaled = e * np.repeat(np.where(self.flagged, 1.0, self.scales), bs, axis=0)  # exact
+        nb = e.shape[0] // bs
+        tiles = np.stack([amx_pair_layout(scaled[j * bs : (j + 1) * bs]) for j in range(nb)])
+        return tiles.astype(ml_dtypes.bfloat16)
 
     def values(self, j: int) -> np.ndarray:
         """Block ``j``'s tile as the logical (bs x N) f32 values."""
@@ -166,22 +183,18 @@ class AMXWeight:
 
 def amx_prepare(b: MXArray) -> AMXWeight:
     """B (an MXArray (K, N) blocked along axis 0, E8M0 scales, as
-    ``blocked_order``'s ``b``) as :class:`AMXWeight`."""
-    import ml_dtypes
-
+    ``blocked_order``'s ``b``) as :class:`AMXWeight` (its scales and flags;
+    the bf16 tiles on first use)."""
     if not isinstance(b, MXArray) or b.axis != 0 or b.ndim != 2 or b.global_scale is not None:
         raise MXValueError("b: an E8M0-scaled MXArray (K, N) blocked along axis 0")
-    bs = b.block_size
-    if bs % 2:
-        raise MXValueError(f"b: block_size {bs} is odd (AMX reads K in pairs)")
+    if b.block_size % 2:
+        raise MXValueError(f"b: block_size {b.block_size} is odd (AMX reads K in pairs)")
     q, bmax = amx_bounds(b.format_name)
-    e, sb = b.element_values(), b.scale_values()
+    sb = b.scale_values()
     with np.errstate(invalid="ignore"):
         flagged = ~((q * sb >= _TINY) & (bmax * sb < 2.0**128))
-    scaled = e * np.repeat(np.where(flagged, 1.0, sb), bs, axis=0)  # exact, bf16-exact
-    nb = e.shape[0] // bs
-    tiles = np.stack([amx_pair_layout(scaled[j * bs : (j + 1) * bs]) for j in range(nb)])
-    return AMXWeight(b, tiles.astype(ml_dtypes.bfloat16), sb, flagged)
+    guarded = np.where(np.isnan(sb), np.inf, sb)
+    return AMXWeight(b, flagged, guarded.min(axis=1), guarded.max(axis=1))
 
 
 def amx_guard_call(a, w: AMXWeight) -> bool:
@@ -198,8 +211,7 @@ def amx_guard_call(a, w: AMXWeight) -> bool:
 def _call_ok(g, w: AMXWeight) -> bool:
     q, _ = amx_bounds(w.element)
     with np.errstate(invalid="ignore"):
-        sb_min = np.where(np.isnan(w.scales), np.inf, w.scales).min(axis=1)
-        return bool((g * q * sb_min[None, :] >= _TINY).all())
+        return bool((g * q * w.sb_min[None, :] >= _TINY).all())
 
 
 def amx_pass(a, w: AMXWeight) -> np.ndarray:
@@ -215,9 +227,8 @@ def amx_pass(a, w: AMXWeight) -> np.ndarray:
 def _pass(stats, w: AMXWeight) -> np.ndarray:
     _, bmax = amx_bounds(w.element)
     s = stats[2]
-    sb_max = np.where(np.isnan(w.scales), np.inf, w.scales).max(axis=1)
     with np.errstate(all="ignore"):
-        fits = s * bmax * np.maximum(1.0, sb_max)[None, :] < 2.0**128
+        fits = s * bmax * np.maximum(1.0, w.sb_max)[None, :] < 2.0**128
     return _guard(*stats, w.element) & fits
 
 

@@ -1,0 +1,115 @@
+"""B's K panel for one column group of the guarded AMX matmul, widened in the
+kernel from the MX codes (issue 51; :mod:`mlir_mx.kernels.amx.matmul`).
+
+The weight stays as its codes and E8M0 scales (:func:`mlir_mx.linear.
+amx_matmul.pack_weight`: the same bytes as the MXArray's packed codes, in
+another order).  Per column group, every block's ``b * sb`` in bf16, in AMX's
+pair layout, is written to a scratch panel (``nb x tn x 16 x 32`` bf16: 4 KiB
+per block for 2 column tiles), which every row group then reads:
+
+- ``codes``: ``memref<?x?x16xRxi8>`` (N/16, K/32, tile row, R bytes): tile
+  row ``r`` of column tile ``t`` and block ``j`` holds the 32 codes of rows
+  ``k = 32 j + 2 r + p`` and columns ``16 t + n`` in the pair order
+  ``2 n + p``, packed as the format packs a row (``numerics.packing``: FP4 16
+  bytes, FP6 24, 8-bit formats 32);
+- ``scales``: ``memref<?x?xi8>`` (K/32, N padded to 16): E8M0 codes.
+
+Per tile row: the bytes unpacked and widened to their exact f32 values by
+the project's decoders (:func:`mlir_mx.kernels.common.widen.decoder`: FP4 by
+``vpermps``, FP6/FP8 by the f16 path, INT8 by ``sitofp``), times ``sb`` (each
+column's scale twice: the pair layout), and the bf16 bits taken as the top
+16 bits of the f32.  Exact where ``amx_prepare`` does not flag the block:
+``b sb`` is then zero or a normal number with the format's few significand
+bits, so the product is exact and its low 16 bits are zero (the driver
+never runs a weight with a flagged block here, and writes scale 1 in their
+place).  The bits equal ``AMXWeight.tiles``' (``tests/kernels/test_amx_matmul.py``).
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+
+from mlir_mx.host import has_features
+from mlir_mx.kernels.common.builder import KernelBuilder
+from mlir_mx.kernels.common.codec import e8m0_to_f32
+from mlir_mx.kernels.common.widen import Decoder, decoder
+from mlir_mx.numerics.formats import element_format
+
+__all__ = ["code_bytes", "widen_panel"]
+
+#: Tile rows of a B tile (K pairs) and columns of a C tile.
+_ROWS, _COLS = 16, 16
+
+
+def code_bytes(element: str) -> int:
+    """Bytes of one tile row's 32 codes (FP4 16, FP6 24, 8-bit formats 32)."""
+    codes, nbytes = element_format(element).group
+    return 32 // codes * nbytes
+
+
+def _row(kb: KernelBuilder, dec: Decoder, raw: ir.Value, halves: list[ir.Value]) -> ir.Value:
+    """One tile row: ``R`` code bytes -> 32 bf16 ``b sb`` in the pair order."""
+    v16i, v16w = kb.vec(16, kb.i32), kb.vec(16, kb.i16)
+    vals = dec.decode(kb, dec.unpack(kb, raw))
+    words = [
+        kb.trunci(kb.shrui(kb.bitcast(kb.fmul(v, s), v16i), kb.const(16, v16i)), v16w)
+        for v, s in zip(vals, halves, strict=True)
+    ]
+    row = kb.shuffle(words[0], words[1], list(range(32)))
+    return kb.vbitcast(row, 32, ir.BF16Type.get())
+
+
+def _words(kb: KernelBuilder, dec: Decoder) -> ir.Value:
+    """FP4: the bf16 bits of the 16 values (``vector<32xi16>``, repeated)."""
+    import numpy as np
+
+    bits = np.array(dec.table_values(), np.float32).view(np.uint32) >> 16
+    return kb.const_array([int(b) - (1 << 16 if b >> 15 else 0) for b in bits] * 2,
+                          kb.vec(32, kb.i16))  # fmt: skip
+
+
+def _row_fp4(kb: KernelBuilder, table: ir.Value, raw: ir.Value, shift: ir.Value) -> ir.Value:
+    """FP4 on the integer pipes: 16 bytes -> 32 words (dword ``i`` holds byte
+    ``i``'s low nibble in its low word, the high one in its high word: the
+    pair order), ``vpermw`` from the table of bf16 bits, then ``sb``'s
+    exponent added to every nonzero word (``shift``: ``(e - 127) << 7`` per
+    lane; exact: ``b sb`` is normal where ``b`` is not zero, the block not
+    flagged; ±0 stay)."""
+    v16i, v32w = kb.vec(16, kb.i32), kb.vec(32, kb.i16)
+    x = kb.extui(raw, v16i)
+    both = kb.ori(kb.andi(x, kb.const(0x0F, v16i)), kb.andi(kb.shli(x, kb.const(12, v16i)),
+                                                           kb.const(0xF0000, v16i)))  # fmt: skip
+    words = kb.intrinsic(
+        "llvm.x86.avx512.permvar.hi.512", v32w, [table, kb.vbitcast(both, 32, kb.i16)]
+    )
+    nonzero = kb.cmpi("ne", kb.andi(words, kb.const(0x7FFF, v32w)), kb.const(0, v32w))
+    out = kb.select(nonzero, kb.addi(words, shift), words)
+    return kb.vbitcast(out, 32, ir.BF16Type.get())
+
+
+def widen_panel(kb: KernelBuilder, element: str, codes, scales, panel, nb, nt0, tn: int) -> None:
+    """``panel[j, jn]`` = block ``j`` of column tile ``nt0 + jn`` as bf16
+    ``b sb`` in the pair layout, for every block ``j < nb`` and ``jn < tn``
+    (FP4 with AVX-512: :func:`_row_fp4`, 10 instructions a tile row against
+    16 for the f32 route)."""
+    dec = decoder(element)
+    nbytes = code_bytes(element)
+    words = dec.values16 and has_features("avx512bw")
+    table = _words(kb, dec) if words else None
+    with kb.loop(0, nb, 1) as blocks:
+        j = blocks.iv
+        for jn in range(tn):
+            nt = kb.add(nt0, jn)
+            raw_sb = kb.vload(scales, [j, kb.mul(nt, _COLS)], _COLS)
+            pairs = [[c for c in range(8 * h, 8 * h + 8) for _ in range(2)] for h in range(2)]
+            if words:
+                v16w = kb.vec(16, kb.i16)
+                e = kb.shli(kb.subi(kb.extui(raw_sb, v16w), kb.const(127, v16w)), kb.const(7, v16w))
+                shift = kb.shuffle(e, e, pairs[0] + pairs[1])
+            else:
+                sb = e8m0_to_f32(kb, raw_sb)
+                halves = [kb.shuffle(sb, sb, pairs[h]) for h in range(2)]
+            with kb.loop(0, _ROWS, 1) as rows:
+                raw = kb.vload(codes, [nt, j, rows.iv, 0], nbytes)
+                row = _row_fp4(kb, table, raw, shift) if words else _row(kb, dec, raw, halves)
+                kb.vstore(row, panel, [j, jn, rows.iv, 0])
