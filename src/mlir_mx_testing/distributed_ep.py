@@ -93,12 +93,20 @@ def ep_ranks(
 
 @contextmanager
 def counted_collectives():
-    """The calls of ``torch.distributed.all_to_all_single`` / ``all_reduce``
-    made inside (the real collectives, counted), by name."""
+    """The all-to-alls and all-reduces made inside (the real collectives,
+    counted), by name: ``all_to_all_single`` counts every
+    ``ProcessGroup.alltoall_base`` called from Python (the decode exchange
+    calls it directly, ``decode_collectives``), ``all_reduce`` every
+    ``torch.distributed.all_reduce``."""
     import torch.distributed as dist
 
     calls = {"all_to_all_single": 0, "all_reduce": 0}
-    real = {name: getattr(dist, name) for name in calls}
+    owners = {"all_to_all_single": (dist.ProcessGroup, "alltoall_base"),
+              "all_reduce": (dist, "all_reduce")}  # fmt: skip
+    real = {name: getattr(*owner) for name, owner in owners.items()}
+    # restored from the owner's own dict: a pybind class's method read by
+    # getattr is its bare function, which would no longer bind to the group
+    saved = {name: vars(owner)[attr] for name, (owner, attr) in owners.items()}
 
     def counting(name):
         def call(*args, **kwargs):
@@ -107,13 +115,13 @@ def counted_collectives():
 
         return call
 
-    for name in calls:
-        setattr(dist, name, counting(name))
+    for name, owner in owners.items():
+        setattr(*owner, counting(name))
     try:
         yield calls
     finally:
-        for name, fn in real.items():
-            setattr(dist, name, fn)
+        for name, owner in owners.items():
+            setattr(*owner, saved[name])
 
 
 def _torch_collectives(model, ids, new_tokens: int) -> dict:

@@ -75,7 +75,7 @@ def replicated(y: torch.Tensor, made, mesh) -> torch.Tensor:
     if _collective[0] == "exchange" and small:
         send = y.unsqueeze(0).expand(world, *y.shape).contiguous()
         parts = torch.empty_like(send)
-        _polled(dist.all_to_all_single, parts, send, group=group)
+        _polled(_all_to_all, parts, send, group=group)
         if not gather:
             out = parts[0]
             for part in parts[1:]:
@@ -88,6 +88,21 @@ def replicated(y: torch.Tensor, made, mesh) -> torch.Tensor:
     parts = [torch.empty_like(y) for _ in range(world)]
     _polled(dist.all_gather, parts, y, group=group)
     return torch.cat(parts, dim=-1)
+
+
+def _all_to_all(parts, send, group, async_op: bool = False):
+    """``dist.all_to_all_single(parts, send, group=group)`` of equal splits,
+    called on the group itself (``ProcessGroup.alltoall_base``, the call that
+    wrapper makes after its checks, which these tensors pass by construction:
+    ``send`` and ``parts`` contiguous, of one dtype, the group this rank's).
+    The wrapper costs about 10 us a call more back to back (25 against 14 us
+    from the call to its return, 2 ranks); a token makes 18
+    (``docs/distributed.md``, "Where the time goes (session 54)")."""
+    work = group.alltoall_base(parts, send, [], [], dist.AllToAllOptions())
+    if async_op:
+        return work
+    work.wait()
+    return None
 
 
 #: A decode collective is waited for by polling its ``Work`` (yielding the core
