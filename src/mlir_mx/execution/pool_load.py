@@ -9,7 +9,10 @@ then (:class:`LoadCheck`, :func:`oversubscribed`) and run on the caller alone
 while the machine is oversubscribed (``Linear``'s calls on their 1-thread
 kernels, ``threads.call_threads``); with the decode policy
 (``mlir_mx.torch.thread_policy``) a step then runs on one thread throughout
-(``docs/library.md``, "Threads").
+(``docs/library.md``, "Threads").  The verdict turns busy at the first look
+that finds the machine oversubscribed and back only after :data:`LOAD_CALM`
+looks in a row that do not, so two copies of us that each see the other stay
+on one thread each through a moment when one of them has nothing runnable.
 """
 
 from __future__ import annotations
@@ -58,8 +61,10 @@ LOAD_SLACK = _env_int("MLIR_MX_LOAD_SLACK", 0)
 #: Back to the team only after this many looks in a row find the machine not
 #: oversubscribed (``MLIR_MX_LOAD_CALM``; 1: at the first, as before session
 #: 54): a runnable count that dips for a moment (another copy of us between
-#: two calls, a worker of ours going to sleep between the two reads of a look)
-#: does not put a team on a machine that is full.
+#: two calls, a worker of ours that wakes between the two reads of a look)
+#: does not put a team on a machine that is full.  Going busy takes one look:
+#: a wrong busy verdict costs a few ms on 1 thread, a wrong quiet one can
+#: cost a time slice in every region until the next look.
 LOAD_CALM = _env_int("MLIR_MX_LOAD_CALM", 3)
 #: ``MLIR_MX_LOAD_TRACE=1``: the process's check keeps every look
 #: (:func:`looks`), for probes that lay its verdicts along a decode.
