@@ -104,11 +104,14 @@ if ns.trace:
 
     seen = looks()
     print(f"{who} phases (ms): " + ", ".join(f"{k} {t / 1e6:.1f}" for k, t in phases))
-    first = [(t, r, o, v) for t, r, o, _team, v in seen if t < spans[0][0]]
+    first = [(t, r, o, v) for t, r, o, _team, v, _ns in seen if t < spans[0][0]]
+    cost = sorted(ns_ for *_, ns_ in seen)
+    print(f"{who} looks: {len(seen)}, each {cost[len(cost) // 2] / 1e3:.1f} us median, "
+          f"{cost[-1] / 1e3:.1f} us at most")
     print(f"{who} looks before the steps: {len(first)}, busy {sum(v for *_, v in first)}; "
           f"first busy at ms {next((t / 1e6 for t, *_, v in first if v), None)}")
     for i, (a, b, n) in enumerate(spans):
-        inside = [(r, o, v) for t, r, o, _team, v in seen if a <= t < b]
+        inside = [(r, o, v) for t, r, o, _team, v, _ns in seen if a <= t < b]
         marks = " ".join(f"{'B' if v else 'q'}{r}-{o}" for r, o, v in inside)
         print(f"{who} step {i} at {a / 1e6:.1f}: {(b - a) / 1e6:.2f} ms, regions {n}, {marks}")
 print(
