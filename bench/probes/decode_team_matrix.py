@@ -6,12 +6,16 @@ second copy of itself, the rows alternated round by round
 
     python bench/probes/decode_team_matrix.py [--layers 8] [--rounds 3]
         [--busy none,spin,self] [--settings 1t,2t,2t-s51,2t-before,...]
+        [--before-src DIR]
 
 Prints each setting's median over the rounds (every round's figure in
 brackets; for ``self`` the row's and its copy's), the load average at the
 start and end, and the targets: 2 threads (the default) beside a spinning
 process at least 1 thread's speed there, each of two copies at least their
-speed at 1 thread, quiet within 5 % of ``before``."""
+speed at 1 thread, quiet within 5 % of ``before``.  ``--before-src DIR``: a
+setting named ``KEY@before`` runs KEY with ``PYTHONPATH=DIR`` (an older
+tree's ``src``, e.g. ``git archive`` of the base), so a change and its base
+are measured in the same rounds."""
 
 import argparse
 import os
@@ -46,6 +50,11 @@ SETTINGS = {
         {"MLIR_MX_LOAD_SLACK": "1"},
     ),
     "2t-pool": ("2 threads on our pool", ["pool", "2", "--policy", "auto"], {}),
+    "2t-calm1": (
+        "2 threads, back to the team at the first quiet look (session 53's check)",
+        ["openmp", "2", "--policy", "auto"],
+        {"MLIR_MX_LOAD_CALM": "1"},
+    ),
 }
 
 
@@ -72,6 +81,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--busy", default="none,spin,self")
     ap.add_argument("--settings", help="comma-separated keys of SETTINGS (default: all)")
+    ap.add_argument("--before-src", help="PYTHONPATH of the KEY@before settings")
     ns = ap.parse_args()
     names = ns.settings.split(",") if ns.settings else list(SETTINGS)
     kinds = ns.busy.split(",")
@@ -80,7 +90,10 @@ def main() -> None:
     for r in range(ns.rounds):
         for k in kinds:
             for n in names:
-                _, args, env = SETTINGS[n]
+                key, _, tree = n.partition("@")
+                _, args, env = SETTINGS[key]
+                if tree == "before":
+                    env = {**env, "PYTHONPATH": ns.before_src}
                 figures = run(args, env, k, ns.layers)
                 got[n, k].append(figures)
                 print(f"round {r} [{k}] {n}: {figures} (load {load()})", flush=True)
@@ -96,18 +109,24 @@ def main() -> None:
             med[n, k] = statistics.median(firsts) if firsts else None
             each = ", ".join("/".join(f"{v:.1f}" for v in f) for f in rows)
             cells.append(f"{med[n, k]:.2f} ({each})" if firsts else "-")
-        print(f"| {n}: {SETTINGS[n][0]} | " + " | ".join(cells) + " |")
+        what = SETTINGS[n.partition("@")[0]][0] + (" (before)" if "@" in n else "")
+        print(f"| {n}: {what} | " + " | ".join(cells) + " |")
     _targets(med, kinds)
 
 
 def _targets(med: dict, kinds: list[str]) -> None:
-    one, two, before = "1t", "2t", "2t-before"
+    one, before = "1t", "2t-before"
+    for two in ("2t", "2t@before"):
+        for k in kinds:
+            a, b = med.get((two, k)), med.get((one, k))
+            if a and b:
+                print(f"[{k}] {two} / 1t: {b / a:.2f}x speed (target >= 1.0"
+                      + (f"; quiet: within 5 % of before: {med.get((before, k), 0) / a:.2f}x)"
+                         if k == "none" and med.get((before, k)) else ")"))  # fmt: skip
     for k in kinds:
-        a, b = med.get((two, k)), med.get((one, k))
+        a, b = med.get(("2t", k)), med.get(("2t@before", k))
         if a and b:
-            print(f"[{k}] default 2 threads / 1 thread: {b / a:.2f}x speed (target >= 1.0"
-                  + (f"; quiet: within 5 % of before: {med.get((before, k), 0) / a:.2f}x)"
-                     if k == "none" and med.get((before, k)) else ")"))  # fmt: skip
+            print(f"[{k}] 2t after / before: {b / a:.3f}x speed")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ then (:class:`LoadCheck`, :func:`oversubscribed`) and run on the caller alone
 while the machine is oversubscribed (``Linear``'s calls on their 1-thread
 kernels, ``threads.call_threads``); with the decode policy
 (``mlir_mx.torch.thread_policy``) a step then runs on one thread throughout
-(``docs/library.md``, "Threads").
+(``docs/library.md``, "Threads").  The verdict turns busy at the first look
+that finds the machine oversubscribed and back only after :data:`LOAD_CALM`
+looks in a row that do not, so two copies of us that each see the other stay
+on one thread each through a moment when one of them has nothing runnable.
 """
 
 from __future__ import annotations
@@ -18,7 +21,18 @@ import os
 import threading
 import time
 
-__all__ = ["LOAD_CHECK", "LOAD_SLACK", "LoadCheck", "configure", "oversubscribed", "shared_reads"]
+__all__ = [
+    "LOAD_CALM",
+    "LOAD_CHECK",
+    "LOAD_SLACK",
+    "LOAD_TRACE",
+    "LoadCheck",
+    "configure",
+    "deciding_ours",
+    "looks",
+    "oversubscribed",
+    "shared_reads",
+]
 
 def _env_int(name: str, default: int) -> int:
     text = os.environ.get(name, "").strip()
@@ -44,6 +58,30 @@ def _env_int(name: str, default: int) -> int:
 #: (``mx-bench --env-row``).
 LOAD_CHECK = _env_int("MLIR_MX_LOAD_CHECK", 5000)
 LOAD_SLACK = _env_int("MLIR_MX_LOAD_SLACK", 0)
+#: Back to the team only after this many looks in a row find the machine not
+#: oversubscribed (``MLIR_MX_LOAD_CALM``; 1: at the first, as before session
+#: 54): a runnable count that dips for a moment (another copy of us between
+#: two calls, a worker of ours that wakes between the two reads of a look)
+#: does not put a team on a machine that is full.  Going busy takes one look:
+#: a wrong busy verdict costs a few ms on 1 thread, a wrong quiet one can
+#: cost a time slice in every region until the next look.
+LOAD_CALM = _env_int("MLIR_MX_LOAD_CALM", 3)
+#: ``MLIR_MX_LOAD_TRACE=1``: the process's check keeps every look
+#: (:func:`looks`), for probes that lay its verdicts along a decode.
+LOAD_TRACE = _env_int("MLIR_MX_LOAD_TRACE", 0) > 0
+
+
+def deciding_ours(running: int, room: int, threads: int | None = None) -> int | None:
+    """A count of this process's runnable threads that gives the verdict
+    ``running - ours > room`` without reading them thread by thread, or None.
+    The looking thread is one of ``running`` and of ours (it runs), so 1 where
+    even then the others fit in ``room``; ``threads`` (how many the process
+    has, None: not read yet) where even all of them running leave too many."""
+    if running - 1 <= room:
+        return 1
+    if threads is not None and running - threads > room:
+        return threads
+    return None
 
 
 class LoadCheck:
@@ -54,8 +92,21 @@ class LoadCheck:
     open; the list read again when ``/proc/self/stat`` counts other threads).
     About 2 + 3.5 us a thread, at most once in :data:`LOAD_CHECK` microseconds."""
 
-    def __init__(self, every: int = LOAD_CHECK, slack: int = LOAD_SLACK):
+    def __init__(
+        self, every: int = LOAD_CHECK, slack: int = LOAD_SLACK, trace: bool = LOAD_TRACE,
+        calm: int = LOAD_CALM, read=None, clock=time.monotonic_ns,
+    ):  # fmt: skip
         self.every, self.slack, self.next, self.over, self.calls = every, slack, 0, False, 0
+        #: looks in a row that must find the machine not oversubscribed before
+        #: the calls go back to their team (:data:`LOAD_CALM`); ``quiet``: so far
+        self.calm, self.quiet = max(1, calm), 0
+        #: ``read(team, ours) -> (runnable threads of the machine, of this
+        #: process)`` and ``clock() -> ns``: ``/proc`` and the monotonic clock,
+        #: or a test's readings
+        self.read = self.read_proc if read is None else read
+        self.clock = clock
+        #: with ``trace``: ``(monotonic ns, runnable, ours, team, verdict, look's ns)`` a look
+        self.trace: list[tuple[int, int, int, int, bool, int]] | None = [] if trace else None
         #: how many times it looked at ``/proc``
         self.reads = 0
         self.cpus = os.cpu_count() or 1
@@ -66,27 +117,61 @@ class LoadCheck:
         """Looked at on the first call and then at most once in ``every``
         microseconds: the runnable threads not this process's (``ours``: how
         many of its threads are runnable, None: read) and the ``team`` exceed
-        the CPUs by more than ``slack``; between looks, the last verdict."""
+        the CPUs by more than ``slack``.  Busy from the first look that finds
+        so; not busy again only after ``calm`` looks in a row that do not
+        (:data:`LOAD_CALM`); between looks, the last verdict."""
         if self.every <= 0:
             return False
         self.calls += 1
         if self.calls & 7 and self.next:  # the clock itself costs 0.5 us in a VM: every 8th call
             return self.over
-        now = time.monotonic_ns()
+        now = self.clock()
         if now >= self.next and self.lock.acquire(blocking=False):
             self.next = now + 1000 * self.every  # one thread looks; the others take the last
             self.reads += 1
             try:
-                if self.pid != os.getpid():  # first use, or a forked child
-                    self._open()
-                running = int(os.pread(self.fds["load"], 128, 0).split()[3].split(b"/")[0])
-                mine = self._runnable() if ours is None else ours
+                running, mine = self.read(team, ours)
             except (OSError, ValueError, IndexError, KeyError):  # no /proc: never busy
                 self.every, running, mine = 0, 0, 0
             finally:
                 self.lock.release()
-            self.over = running - mine + team > self.cpus + self.slack
+            self.judge(running - mine + team > self.cpus + self.slack)
+            if self.trace is not None:
+                self.trace.append((now, running, mine, team, self.over, self.clock() - now))
         return self.over
+
+    def judge(self, over: bool) -> bool:
+        """One look's finding into the verdict: busy at once (a wrong busy
+        verdict costs a look's period on 1 thread); back to the team after
+        ``calm`` quiet looks in a row (a wrong quiet one can cost a time slice
+        per region, a joined thread descheduled).  Returns the verdict."""
+        if over:
+            self.over, self.quiet = True, 0
+        elif self.over:
+            self.quiet += 1
+            if self.quiet >= self.calm:
+                self.over, self.quiet = False, 0
+        return self.over
+
+    def read_proc(self, team: int, ours: int | None) -> tuple[int, int]:
+        """``(runnable threads of the machine, of this process)`` from ``/proc``.
+        This process's are read thread by thread only where the machine's
+        count does not decide alone: the looking thread is one of them (it
+        runs), and there are at most as many as the process has threads; where
+        a bound decides, it is the count returned."""
+        if self.pid != os.getpid():  # first use, or a forked child
+            self._open()
+        running = int(os.pread(self.fds["load"], 128, 0).split()[3].split(b"/")[0])
+        if ours is not None:
+            return running, ours
+        room = self.cpus + self.slack - team
+        mine = deciding_ours(running, room)
+        if mine is None:
+            threads = self._threads()
+            mine = deciding_ours(running, room, threads)
+            if mine is None:
+                mine = self._runnable(threads)
+        return running, mine
 
     def _open(self) -> None:
         self.close()
@@ -95,10 +180,13 @@ class LoadCheck:
                     "self": os.open("/proc/self/stat", os.O_RDONLY)}  # fmt: skip
         self.tasks = {}
 
-    def _runnable(self) -> int:
-        """This process's threads in state R now."""
+    def _threads(self) -> int:
+        """How many threads this process has (``/proc/self/stat``)."""
         stat = os.pread(self.fds["self"], 1024, 0)
-        threads = int(stat[stat.rindex(b")") + 2 :].split()[17])
+        return int(stat[stat.rindex(b")") + 2 :].split()[17])
+
+    def _runnable(self, threads: int) -> int:
+        """This process's threads in state R now (``threads``: how many it has)."""
         if threads != len(self.tasks):
             for fd in self.tasks.values():
                 if fd >= 0:
@@ -140,10 +228,16 @@ class LoadCheck:
 _shared: list[LoadCheck] = []
 
 
-def configure(every: int = LOAD_CHECK, slack: int = LOAD_SLACK) -> None:
+def configure(
+    every: int = LOAD_CHECK, slack: int = LOAD_SLACK, trace: bool = LOAD_TRACE,
+    calm: int = LOAD_CALM, read=None, clock=time.monotonic_ns,
+) -> LoadCheck:  # fmt: skip
     """How the process looks at the load from now on (``every`` 0: never;
-    ``Pool.hooks``' ``load_check`` and ``load_slack``, for tests and probes)."""
-    _shared[:] = [LoadCheck(every, slack)]
+    ``Pool.hooks``' ``load_check`` and ``load_slack``, for tests and probes;
+    ``trace``: keep every look, :func:`looks`; ``calm``, ``read``, ``clock``:
+    :class:`LoadCheck`'s, a test's readings).  Returns the new check."""
+    _shared[:] = [LoadCheck(every, slack, trace, calm, read, clock)]
+    return _shared[0]
 
 
 def oversubscribed(team: int) -> bool:
@@ -152,6 +246,14 @@ def oversubscribed(team: int) -> bool:
     if not _shared:
         configure()
     return _shared[0].busy(team)
+
+
+def looks() -> list[tuple[int, int, int, int, bool, int]]:
+    """The process's check's looks so far, ``(monotonic ns, runnable threads
+    of the machine, of this process, team, verdict, the look's ns)`` each
+    (this process's count a bound where the machine's decided), when made with
+    ``trace`` (``MLIR_MX_LOAD_TRACE=1``); else empty."""
+    return list(_shared[0].trace or ()) if _shared else []
 
 
 def shared_reads() -> int:
