@@ -63,6 +63,7 @@ __all__ = [
     "b_starts",
     "biased",
     "block_partial",
+    "chunk_blocks",
     "offsets",
     "signed_b",
     "start_value",
@@ -95,6 +96,23 @@ def signed_b(prob: Problem, kind: DotKind, isa, expand: bool) -> bool:
         return False
     bound = prob.block * (int_max(prob.a_element or prob.a_quant) + 127) * int_max(prob.b_element)
     return value_table(prob.b_element) and bound < P_LIMIT
+
+
+#: Blocks per K chunk of the L2-chunk kernels (``int-prefill``) count blocks
+#: of this size: NVFP4's 16 takes twice the blocks, one chunk for K = 4096
+#: as MXFP4's 128 blocks of 32 (one tile pass per row group and panel, not two).
+CHUNK_BLOCK = 32
+#: Chunks at least this many blocks are L2 chunks (``int-small``'s 8 stay).
+L2_CHUNK = 64
+
+
+def chunk_blocks(prob: Problem, kind: DotKind, kcb: int, expand: bool) -> int:
+    """``kcb`` blocks of :data:`CHUNK_BLOCK` K values as blocks of
+    ``prob.block``, for the expanding L2-chunk kernels with the biased step;
+    else ``kcb``."""
+    if not (expand and kcb >= L2_CHUNK and biased(prob, kind)) or prob.block >= CHUNK_BLOCK:
+        return kcb
+    return kcb * CHUNK_BLOCK // prob.block
 
 
 def b_starts(kb: KernelBuilder, units, groups: list) -> list:

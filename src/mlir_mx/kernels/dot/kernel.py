@@ -46,7 +46,14 @@ from mlir_mx.host import software_prefetch
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import BF16, Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scales
-from mlir_mx.kernels.dot.biased import biased, block_partial, offsets, signed_b, start_value
+from mlir_mx.kernels.dot.biased import (
+    biased,
+    block_partial,
+    chunk_blocks,
+    offsets,
+    signed_b,
+    start_value,
+)
 from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
 from mlir_mx.kernels.dot.expand import expand_records
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa, mmla_block, neon_tile, routed
@@ -94,7 +101,9 @@ class DotConfig:
         if self.expand and not isa.wide and not isa.vnni:
             if kind.name == "i16" or _a_offset(prob, self, isa):
                 return replace(self, mr=1, nv=2, kcb=ONE_ROW_KCB)
-        return self if isa.wide or self.mr <= rows else replace(self, mr=rows)
+        if isa.wide:  # NVFP4's biased step: chunks of as many K values as MXFP4's
+            return replace(self, kcb=chunk_blocks(prob, kind, self.kcb, self.expand))
+        return self if self.mr <= rows else replace(self, mr=rows)
 
 
 #: Rows of a register tile on 256-bit halves without VNNI (``vpmaddubsw`` /
