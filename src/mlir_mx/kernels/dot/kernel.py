@@ -13,7 +13,7 @@ chunks expanded per call by :mod:`.codes`, decode swept 8 rows at a time by
           for each group of mr rows:
             c = C[rows, cols]                          # mr x nv registers
             for kb in the chunk:
-              acc = A's compensation (i8) | 0         # mr x nv registers
+              acc = A's compensation (i8) | 0 | BIAS  # mr x nv registers (.biased)
               for each K group g of the block:          # 8 quads / 16 pairs
                 acc = dot(acc, broadcast(A word), B vector)
               t = float(acc) * (sb * 2^-(fa+fb))       # bf16: acc * sb
