@@ -13,7 +13,7 @@ chunks expanded per call by :mod:`.codes`, decode swept 8 rows at a time by
           for each group of mr rows:
             c = C[rows, cols]                          # mr x nv registers
             for kb in the chunk:
-              acc = A's compensation (i8) | 0         # mr x nv registers
+              acc = A's compensation (i8) | 0 | BIAS  # mr x nv registers (.biased)
               for each K group g of the block:          # 8 quads / 16 pairs
                 acc = dot(acc, broadcast(A word), B vector)
               t = float(acc) * (sb * 2^-(fa+fb))       # bf16: acc * sb
@@ -46,8 +46,16 @@ from mlir_mx.host import software_prefetch
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import BF16, Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scales
-from mlir_mx.kernels.dot.biased import biased, block_partial, offsets, start_value, store_scale
+from mlir_mx.kernels.dot.biased import (
+    biased,
+    block_partial,
+    chunk_blocks,
+    offsets,
+    signed_b,
+    start_value,
+)
 from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
+from mlir_mx.kernels.dot.expand import expand_records
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa, mmla_block, neon_tile, routed
 from mlir_mx.kernels.dot.prep import prepare_dot_a
 from mlir_mx.kernels.dot.sweep import sweep_decode
@@ -93,7 +101,9 @@ class DotConfig:
         if self.expand and not isa.wide and not isa.vnni:
             if kind.name == "i16" or _a_offset(prob, self, isa):
                 return replace(self, mr=1, nv=2, kcb=ONE_ROW_KCB)
-        return self if isa.wide or self.mr <= rows else replace(self, mr=rows)
+        if isa.wide:  # NVFP4's biased step: chunks of as many K values as MXFP4's
+            return replace(self, kcb=chunk_blocks(prob, kind, self.kcb, self.expand))
+        return self if self.mr <= rows else replace(self, mr=rows)
 
 
 #: Rows of a register tile on 256-bit halves without VNNI (``vpmaddubsw`` /
@@ -166,11 +176,9 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
     if cfg.nv not in (1, 2, 4) or kind is None:
         raise ValueError("dot kernel: needs a pair with a dot unit here and nv in (1, 2, 4)")
     isa = dot_isa(kind, prob.a_element or prob.a_quant, prob.b_element, cfg.expand)
-    offset = _a_offset(prob, cfg, isa)
+    offset = _a_offset(prob, cfg, isa) > 0 or signed_b(prob, kind, isa, cfg.expand)  # a + 128
     bias = biased(prob, kind)  # the accumulators' start: 0 or .biased.BIAS
-    pa = prepare_dot_a(
-        kb, prob, ops, kind, cfg.mr, not (isa.sign or offset), offset=offset > 0, bias=bias
-    )
+    pa = prepare_dot_a(kb, prob, ops, kind, cfg.mr, not (isa.sign or offset), offset, bias=bias)
     k = _Dot(kb, prob, ops, cfg, pa)
     run = k.panels
     if k.codes is not None and prob.m == 1 and cfg.mr == 1 and not cfg.expand:
@@ -210,7 +218,9 @@ class _Dot:
         isa = dot_isa(self.kind, prob.a_element or prob.a_quant, prob.b_element, cfg.expand)
         self.a_offset = _a_offset(prob, cfg, isa)
         a_fmt = prob.a_element or prob.a_quant
-        self.units = DotOps(self.kind, isa, a_fmt, prob.b_element, kb, self.a_offset, cfg.expand)
+        plus = signed_b(prob, self.kind, isa, cfg.expand)  # A offset, B signed (.biased)
+        args = (self.a_offset, cfg.expand, plus)
+        self.units = DotOps(self.kind, isa, a_fmt, prob.b_element, kb, *args)
         self.stored = RecordLayout(self.kind, prob.b_element, prob.block)
         self.full = RecordLayout(self.kind, prob.b_element, prob.block, full=True)
         fa, fb = int_factor(a_fmt), int_factor(prob.b_element)
@@ -296,24 +306,12 @@ class _Dot:
         if self.hs is not None and self.codes is not None:
             self.codes.expand(self.hs, self.ds, j, c0, nblk)
         elif self.hs is not None:
-            self.expand(j, c0, nblk)
+            expand_records(self, j, c0, nblk)
         if self.cs is not None:
             self.column_sums(nblk)
         for sub in range(PANEL // (LANES * cfg.nv)):
             with kb.loop(0, self.pa.mp, cfg.mr) as g:
                 self.micro(j, sub, c0, nblk, g.iv)
-
-    def expand(self, j, c0, nblk: int) -> None:
-        """Scales (and FP4 data as bytes) of the chunk's records into the scratch."""
-        kb = self.kb
-        with kb.loop(0, nblk, 1) as b:
-            row = self.record_row(j, kb.add(c0, b.iv))
-            for v in range(4):
-                scale = self.scale(row, v, stored=True)
-                store_scale(kb, self.hs, [b.iv, 64 * v], scale, self.bias and self.full.data_offset)
-            if self.ds is not None:  # as the dot unit reads them (isa.DotOps.store_block)
-                vecs = [self.data(row, None, g, range(4), True) for g in range(self.stored.groups)]
-                self.units.store_block(self.ds, b.iv, 0, vecs)
 
     def column_sums(self, nblk: int) -> None:
         """``cs[b, (q, v, l)] = -128 * sum`` over run ``q`` of block ``b`` of
