@@ -26,6 +26,7 @@ instruction runs) where :func:`mlir_mx.linear.amx.amx_bf16_usable` is false.
 from __future__ import annotations
 
 import functools
+import weakref
 
 import numpy as np
 
@@ -36,6 +37,7 @@ from mlir_mx.linear.amx import amx_bf16_status
 from mlir_mx.numerics import MXArray
 
 __all__ = [
+    "EXACT_LINEARS",
     "GROUP",
     "MAX_FALLBACK_SHARE",
     "AMXMatmul",
@@ -48,6 +50,10 @@ __all__ = [
     "pack_weight",
     "prepare_model",
 ]
+
+#: The Linears :meth:`AMXMatmul.exact` runs: ``Linear``'s AMX hook
+#: (:mod:`mlir_mx.linear.amx_linear`) keeps them on the exact path.
+EXACT_LINEARS: weakref.WeakSet = weakref.WeakSet()
 
 #: C tile groups of the kernel: 2 x 2 tiles of 16 x 16 (4 accumulators).
 GROUP = (2, 2)
@@ -224,9 +230,11 @@ class AMXMatmul:
     def exact(self, a: np.ndarray) -> np.ndarray:
         """The exact path: ``Linear(b, activations="bf16")`` (built once)."""
         if self._exact is None:
-            from mlir_mx.linear.layer import Linear
+            import mlir_mx  # its lazy Linear: linear.layer's AMX hook imports this module
 
-            self._exact = Linear(self.weight.source, activations="bf16", threads=self.threads)
+            self._exact = mlir_mx.Linear(self.weight.source, activations="bf16",
+                                         threads=self.threads)  # fmt: skip
+            EXACT_LINEARS.add(self._exact)
         self.last_path = "exact"
         return self._exact(a)
 
