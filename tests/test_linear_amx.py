@@ -1,0 +1,123 @@
+"""``Linear(w, activations="bf16")`` on AMX-BF16 (``mlir_mx.linear.amx_linear``;
+issue 51): where the hook takes the AMX path the bits are the exact path's
+(the same Linear with ``MLIR_MX_AMX=0``) for E2M1, E2M3, E3M2 and INT8
+weights, M 16 / 40 / 130, ragged N, Inf/NaN rows, f32 inputs that are not
+bf16, 1 and 2 threads; FP8 weights, fewer than 16 rows, f32 activations,
+``MLIR_MX_AMX=0`` and CPUs without AMX-BF16 (``MLIR_MX_CPU_FEATURES=-amx_bf16``)
+never take it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from format_cases import INTEGRAL, NON_INTEGRAL
+
+import mlir_mx
+from mlir_mx import host, oracle
+from mlir_mx.amx_permission import amx_permission
+from mlir_mx.linear import amx_linear
+
+HAS_AMX = host.has_features("amx_tile", "amx_bf16") and amx_permission().granted
+needs_amx = pytest.mark.skipif(not HAS_AMX, reason="no AMX-BF16 on this CPU")
+K = 128
+
+
+def weight(element, n=72, k=K, seed=0):
+    """W (out, in) blocked along in; N = 72: four and a half column tiles."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((n, k)) * np.exp2(rng.integers(-6, 6, (n, 1)))
+    return oracle.quantize(w.astype(np.float32), element, 32)
+
+
+def passing(m, k=K, seed=1) -> np.ndarray:
+    """f32 activations whose bf16 roundings mostly pass the guard for every
+    format with one (multiples of 1/16 below 64), with every tenth row
+    spread over 40 binades (its blocks fall back)."""
+    rng = np.random.default_rng(seed)
+    x = np.round(rng.standard_normal((m, k)) * 16) / 16
+    x[::10] = rng.standard_normal((len(x[::10]), k)) * np.exp2(rng.integers(-20, 20, (len(x[::10]), k)))
+    return x.astype(np.float32)
+
+
+def exact(w, x, threads, monkeypatch) -> np.ndarray:
+    with monkeypatch.context() as mp:
+        mp.setenv(amx_linear.ENV, "0")
+        lin = mlir_mx.Linear(w, activations="bf16", threads=threads)
+        out = lin(x)
+        assert amx_linear.last_path(lin) is None
+    return out
+
+
+def assert_same_bits(got, want):
+    assert got.shape == want.shape and got.dtype == np.float32
+    differ = got.view(np.uint32) != want.view(np.uint32)
+    assert not differ.any(), f"{int(differ.sum())} of {differ.size} outputs differ"
+
+
+@needs_amx
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("m", [16, 40, 130])
+@pytest.mark.parametrize("element", INTEGRAL)
+def test_the_amx_path_gives_the_exact_paths_bits(element, m, threads, monkeypatch):
+    w = weight(element, seed=m)
+    x = passing(m, seed=m + 1)
+    lin = mlir_mx.Linear(w, activations="bf16", threads=threads)
+    got = lin(x)
+    assert amx_linear.last_path(lin) == "amx"
+    assert_same_bits(got, exact(w, x, threads, monkeypatch))
+
+
+@needs_amx
+def test_non_finite_rows_and_inputs_that_are_not_bf16(monkeypatch):
+    """Inf and NaN fall back per (row, block) (NaN payloads as the exact
+    path's); f32 values are rounded to bf16 as the exact path rounds them
+    (a value past bf16's largest becomes Inf)."""
+    w = weight("f4E2M1FN", seed=3)
+    x = np.random.default_rng(4).standard_normal((33, K)).astype(np.float32)
+    x[1, 3], x[2, 40], x[4, 7], x[6, 100] = np.inf, np.nan, -np.inf, 3.4e38
+    lin = mlir_mx.Linear(w, activations="bf16", threads=1)
+    got = lin(x)
+    assert amx_linear.last_path(lin) == "amx"
+    assert np.isnan(got).any() and np.isinf(got).any()
+    assert_same_bits(got, exact(w, x, 1, monkeypatch))
+
+
+@needs_amx
+def test_a_call_with_many_fallbacks_runs_the_exact_kernels(monkeypatch):
+    w = weight("f4E2M1FN", seed=5)
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((32, K)) * np.exp2(rng.integers(-30, 30, (32, K)))).astype(np.float32)
+    lin = mlir_mx.Linear(w, activations="bf16", threads=1)
+    got = lin(x)
+    assert amx_linear.last_path(lin) == "exact"
+    assert_same_bits(got, exact(w, x, 1, monkeypatch))
+    got = lin(passing(32))  # the same Linear takes the tiles again
+    assert amx_linear.last_path(lin) == "amx"
+
+
+def never_on_amx(w, x, monkeypatch, **kw):
+    lin = mlir_mx.Linear(w, threads=1, **kw)
+    got = lin(x)
+    assert amx_linear.last_path(lin) is None
+    if kw.get("activations") == "bf16":
+        assert_same_bits(got, exact(w, x, 1, monkeypatch))
+
+
+@pytest.mark.parametrize("element", NON_INTEGRAL)
+def test_fp8_weights_never_take_the_amx_path(element, monkeypatch):
+    never_on_amx(weight(element), passing(32), monkeypatch, activations="bf16")
+
+
+def test_few_rows_f32_activations_and_the_switch_stay_exact(monkeypatch):
+    w = weight("f4E2M1FN", seed=7)
+    never_on_amx(w, passing(amx_linear.MIN_ROWS - 1), monkeypatch, activations="bf16")
+    never_on_amx(w, passing(40), monkeypatch)  # f32 activations: the exact f32 path
+    monkeypatch.setenv(amx_linear.ENV, "0")
+    never_on_amx(w, passing(40), monkeypatch, activations="bf16")
+
+
+def test_without_amx_bf16_the_calls_are_unchanged(monkeypatch):
+    """``-amx_bf16`` masks the feature: nothing AMX is compiled or run, and
+    the bits are the exact path's."""
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-amx_bf16")
+    never_on_amx(weight("f4E2M1FN", seed=8), passing(40), monkeypatch, activations="bf16")
