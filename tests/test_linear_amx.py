@@ -56,9 +56,13 @@ def assert_same_bits(got, want):
 
 @needs_amx
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("m", [16, 40, 130])
+@pytest.mark.parametrize("m", [16, 40, 130])  # 130: 8 full row tiles and 2 rows
 @pytest.mark.parametrize("element", INTEGRAL)
 def test_the_amx_path_gives_the_exact_paths_bits(element, m, threads, monkeypatch):
+    """M 16 and 40 with the row minimum lowered to one tile (the default,
+    64, is a speed choice); 130 with the default."""
+    if m < amx_linear.MIN_ROWS:
+        monkeypatch.setattr(amx_linear, "MIN_ROWS", 16)
     w = weight(element, seed=m)
     x = passing(m, seed=m + 1)
     lin = mlir_mx.Linear(w, activations="bf16", threads=threads)
@@ -72,6 +76,7 @@ def test_non_finite_rows_and_inputs_that_are_not_bf16(monkeypatch):
     """Inf and NaN fall back per (row, block) (NaN payloads as the exact
     path's); f32 values are rounded to bf16 as the exact path rounds them
     (a value past bf16's largest becomes Inf)."""
+    monkeypatch.setattr(amx_linear, "MIN_ROWS", 16)
     w = weight("f4E2M1FN", seed=3)
     x = np.random.default_rng(4).standard_normal((33, K)).astype(np.float32)
     x[1, 3], x[2, 40], x[4, 7], x[6, 100] = np.inf, np.nan, -np.inf, 3.4e38
@@ -84,6 +89,7 @@ def test_non_finite_rows_and_inputs_that_are_not_bf16(monkeypatch):
 
 @needs_amx
 def test_a_call_with_many_fallbacks_runs_the_exact_kernels(monkeypatch):
+    monkeypatch.setattr(amx_linear, "MIN_ROWS", 16)
     w = weight("f4E2M1FN", seed=5)
     rng = np.random.default_rng(6)
     x = (rng.standard_normal((32, K)) * np.exp2(rng.integers(-30, 30, (32, K)))).astype(np.float32)
