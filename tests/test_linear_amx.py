@@ -8,6 +8,7 @@ never take it."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from format_cases import INTEGRAL, NON_INTEGRAL
@@ -127,3 +128,28 @@ def test_without_amx_bf16_the_calls_are_unchanged(monkeypatch):
     the bits are the exact path's."""
     monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-amx_bf16")
     never_on_amx(weight("f4E2M1FN", seed=8), passing(40), monkeypatch, activations="bf16")
+
+
+@needs_amx
+@pytest.mark.parametrize("activations", ["bf16", None])
+def test_the_call_by_address_takes_the_amx_path_for_bf16_values(activations, monkeypatch):
+    """``Linear.call_into`` (the torch layers' call): ``activations="bf16"``,
+    or bf16 values flagged ``bf16=True`` with no ``activations=`` (a bf16
+    model's input), take the AMX path with the exact path's bits; f32
+    values without the flag do not."""
+    w = weight("f4E2M1FN", seed=9)
+    x = passing(amx_linear.MIN_ROWS, seed=10)
+    x = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    lin = mlir_mx.Linear(w, activations=activations, threads=1)
+    out = np.zeros((len(x), 72), np.float32)
+    assert lin.call_into(x.ctypes.data, len(x), out.ctypes.data, 1, True)
+    assert amx_linear.last_path(lin) == "amx"
+    with monkeypatch.context() as mp:
+        mp.setenv(amx_linear.ENV, "0")
+        assert_same_bits(out, mlir_mx.Linear(w, activations=activations, threads=1)(x))
+    plain = mlir_mx.Linear(w, threads=1)
+    if activations is None:
+        out2 = np.zeros_like(out)
+        assert plain.call_into(x.ctypes.data, len(x), out2.ctypes.data, 1, False)
+        assert amx_linear.last_path(plain) is None
+        assert_same_bits(out2, out)

@@ -28,6 +28,7 @@ the FP4 codes' memory while the kernel does not widen B from the codes).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import weakref
@@ -37,7 +38,16 @@ import numpy as np
 from mlir_mx.linear.activations import BF16
 from mlir_mx.numerics import MXArray
 
-__all__ = ["ENV", "MIN_ROWS", "MIN_T", "amx_enabled", "amx_matmul_of", "last_path", "with_amx"]
+__all__ = [
+    "ENV",
+    "MIN_ROWS",
+    "MIN_T",
+    "amx_enabled",
+    "amx_matmul_of",
+    "last_path",
+    "with_amx",
+    "with_amx_raw",
+]
 
 #: The environment switch: ``MLIR_MX_AMX=0`` keeps every call on the exact path.
 ENV = "MLIR_MX_AMX"
@@ -119,17 +129,52 @@ def with_amx(lin, kind, m: int, threads: int, call):
     found = amx_matmul_of(lin)
     if found is None:
         return call
-    mm, params = found
 
     def amx_call(x: np.ndarray, out: np.ndarray) -> None:
-        from mlir_mx.linear.amx_prepare import prepare_activations
-
-        prepared = prepare_activations(x, params, mm.max_fallback_share)
-        if prepared.args is None:
+        if not _on_amx(lin, found, x, out):
             call(x, out)
-            _LAST[lin] = "exact"
-            return
-        out[...] = mm.run(prepared.args, m)
-        _LAST[lin] = "amx"
 
     return amx_call
+
+
+def _on_amx(lin, found, x: np.ndarray, out: np.ndarray) -> bool:
+    """``out = x @ W.T`` on AMX (True), or nothing done (False: the caller
+    makes the exact call) where the preparation declines."""
+    from mlir_mx.linear.amx_prepare import prepare_activations
+
+    mm, params = found
+    prepared = prepare_activations(x, params, mm.max_fallback_share)
+    if prepared.args is None:
+        _LAST[lin] = "exact"
+        return False
+    out[...] = mm.run(prepared.args, x.shape[0])
+    _LAST[lin] = "amx"
+    return True
+
+
+def _view(addr: int, m: int, n: int) -> np.ndarray:
+    return np.ctypeslib.as_array((ctypes.c_float * (m * n)).from_address(addr)).reshape(m, n)
+
+
+def with_amx_raw(lin, kind, m: int, bf16: bool, call):
+    """For :meth:`mlir_mx.Linear.call_into`: ``call`` (``call(x_addr,
+    out_addr)``, the exact path's bound call on ``m`` rows of activations of
+    ``kind``; ``bf16``: ``x`` holds bf16 values), or a call with the same
+    arguments that runs on AMX where the guard lets it.  It applies where
+    the activations are rounded to bf16 (``activations="bf16"``) or already
+    are bf16 with no quantization (a bf16 model's input): the AMX path's
+    bits are the exact path's on those values.  :data:`ENV` is read at each
+    call (the bound call is cached per row count)."""
+    rounded = kind.quantize_to == BF16 or (bf16 and kind.quantize_to is None)
+    if not rounded or kind.element is not None or m < MIN_ROWS or not amx_enabled():
+        return call
+    found = amx_matmul_of(lin)
+    if found is None:
+        return call
+    k, n = lin.in_features, lin.out_features
+
+    def amx_raw_call(x_addr: int, out_addr: int) -> None:
+        if not amx_enabled() or not _on_amx(lin, found, _view(x_addr, m, k), _view(out_addr, m, n)):
+            call(x_addr, out_addr)
+
+    return amx_raw_call
