@@ -70,6 +70,8 @@ MIN_T = 2.0**12
 _LOCK = threading.Lock()
 #: Linear -> (AMXMatmul, GuardParams) or None (not eligible), per Linear.
 _MATMULS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: Per thread: the prepare kernel's output arrays, reused from call to call.
+_BUFFERS = threading.local()
 #: Linear -> the path its last call through :func:`with_amx`'s call took.
 _LAST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -143,7 +145,8 @@ def _on_amx(lin, found, x: np.ndarray, out: np.ndarray) -> bool:
     from mlir_mx.linear.amx_prepare import prepare_activations
 
     mm, params = found
-    prepared = prepare_activations(x, params, mm.max_fallback_share)
+    buffers = _BUFFERS.__dict__.setdefault("by_shape", {})  # this thread's, reused
+    prepared = prepare_activations(x, params, mm.max_fallback_share, buffers)
     if prepared.args is None:
         _LAST[lin] = "exact"
         return False

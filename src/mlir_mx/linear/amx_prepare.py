@@ -107,19 +107,39 @@ def by_block(ptr: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
     return bptr, bidx
 
 
-def prepare_activations(a: np.ndarray, params: GuardParams, max_share: float) -> Prepared:
+def _outputs(m: int, nb: int, buffers: dict | None):
+    """The prepare kernel's output arrays for ``m`` rows and ``nb`` blocks:
+    new, or the ones kept in ``buffers`` for that shape (made there once)."""
+    key = (m, nb)
+    if buffers is not None and key in buffers:
+        return buffers[key]
+    mt = -(-m // TILE_M)
+    out = (
+        np.empty((mt, nb, TILE_M, TILE_K), np.int16),
+        np.empty(mt * nb + 1, np.int32),
+        np.empty(max(m * nb, 1), np.int32),
+        np.empty((max(m * nb, 1), TILE_K), np.float32),
+        np.zeros(4, np.int32),
+    )
+    if buffers is not None:
+        buffers.clear()  # one shape kept: a prompt's calls share it
+        buffers[key] = out
+    return out
+
+
+def prepare_activations(
+    a: np.ndarray, params: GuardParams, max_share: float, buffers: dict | None = None
+) -> Prepared:
     """The prepare kernel on ``a`` (f32 (M, K), C-contiguous; rounded to bf16
     in the kernel), then the by-block lists: :class:`Prepared`, whose
     ``args`` is None where the per-call condition fails or more than
-    ``max_share`` of the (row, block)s fail."""
+    ``max_share`` of the (row, block)s fail.  ``buffers``: a dict the
+    caller keeps to reuse the kernel's output arrays from call to call (the
+    returned ``args`` then hold them until the next call with the same
+    dict: for a caller that runs them at once, one thread per dict)."""
     m, k = a.shape
     nb = k // TILE_K
-    mt = -(-m // TILE_M)
-    tiles = np.empty((mt, nb, TILE_M, TILE_K), np.int16)
-    ptr = np.empty(mt * nb + 1, np.int32)
-    rows = np.empty(max(m * nb, 1), np.int32)
-    fblk = np.empty((max(m * nb, 1), TILE_K), np.float32)
-    cnt = np.zeros(4, np.int32)
+    tiles, ptr, rows, fblk, cnt = _outputs(m, nb, buffers)
     prepare_runner().amx_prepare(a, params.lim, params.cap, params.par, tiles, ptr, rows,
                                  fblk, cnt)  # fmt: skip
     failing, breaks, nonbf16 = (int(v) for v in cnt[:3])
