@@ -153,3 +153,31 @@ def test_the_call_by_address_takes_the_amx_path_for_bf16_values(activations, mon
         assert plain.call_into(x.ctypes.data, len(x), out2.ctypes.data, 1, False)
         assert amx_linear.last_path(plain) is None
         assert_same_bits(out2, out)
+
+
+@needs_amx
+@pytest.mark.slow
+@pytest.mark.parametrize("element", INTEGRAL)
+def test_many_random_linear_calls_give_the_exact_paths_bits(element, monkeypatch):
+    """A campaign: 24 seeds, random M (16-200), N, K, 1 or 2 threads, three
+    activation kinds; every call's bits against the same Linear's with the
+    hook off.  Counts printed."""
+    monkeypatch.setattr(amx_linear, "MIN_ROWS", 16)
+    counts = {"outputs": 0, "amx": 0, "exact": 0}
+    for seed in range(24):
+        rng = np.random.default_rng(500 + seed)
+        m, n, k = int(rng.integers(16, 200)), int(rng.integers(1, 100)), 32 * int(rng.integers(1, 9))
+        w = weight(element, n, k, seed)
+        lin = mlir_mx.Linear(w, activations="bf16", threads=1 + seed % 2)
+        for kind in range(3):
+            x = passing(m, k, seed + kind) if kind < 2 else rng.standard_normal((m, k))
+            x = (x * 2.0 ** (30 * (kind - 1))).astype(np.float32)
+            got = lin(x)
+            with monkeypatch.context() as mp:
+                mp.setenv(amx_linear.ENV, "0")
+                want = lin(x)
+            assert_same_bits(got, want)
+            counts["outputs"] += got.size
+            counts[amx_linear.last_path(lin)] += 1
+    print(element, counts)
+    assert counts["amx"] > 0
