@@ -5,11 +5,17 @@ interleaved rounds in one process (``--threads``: 1 by default; issue 51; the C 
 ``bench/probes/amx-bf16-speed.c``).
 
 Rows: the kernel alone (A packed and the failing rows listed once, outside
-the timing; the fallback chains run in the kernel), the preparation's parts
-(the guard ``amx_plan``, ``pack_activations``, ``failing_rows`` with
-``failing_blocks``), and the
-whole call (``AMXMatmul(b)(a)``: guard, packing, kernel).  Thread CPU time and wall time, median of the rounds.
-Checks the kernel's bits against ``Linear(w, activations="bf16")`` first.
+the timing; the fallback chains run in the kernel), the compiled
+preparation (``AMXMatmul.prepare``: ``mlir_mx.linear.amx_prepare``, the
+guard, the packing and the lists in one kernel pass, then the by-block
+lists in numpy) and its kernel alone, the numpy model's parts (the guard
+``amx_plan``, ``pack_activations``, ``failing_rows`` with
+``failing_blocks``), the whole call (``AMXMatmul(b)(a)``: compiled
+preparation and kernel), and ``Linear(w, activations="bf16")`` with its AMX
+hook (``mlir_mx.linear.amx_linear``) and without it (``MLIR_MX_AMX=0``: the
+exact path's kernels).  Thread CPU time and wall time, median of the rounds.
+Checks the kernel's bits against ``Linear(w, activations="bf16")`` (AMX off)
+first.
 
     python bench/probes/amx_matmul_speed.py [M K N] [--rounds 7] [--threads 2]
 """
@@ -17,6 +23,7 @@ Checks the kernel's bits against ``Linear(w, activations="bf16")`` first.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -26,8 +33,9 @@ import numpy as np
 import mlir_mx
 import mlir_mx.execution.threads
 from mlir_mx import oracle
-from mlir_mx.linear import amx_matmul
+from mlir_mx.linear import amx_linear, amx_matmul
 from mlir_mx.linear.amx_matmul import AMXMatmul
+from mlir_mx.linear.amx_prepare import guard_params, prepare_runner
 from mlir_mx.numerics import MXArray
 
 
@@ -40,6 +48,24 @@ def timed(fn):
 def fails_and_blocks(a, ok):
     ptr, rows, bptr, bidx, grow = amx_matmul.failing_rows(ok)
     return amx_matmul.failing_blocks(a, bptr, bidx, grow)
+
+
+def exact_path(lin, a):
+    os.environ[amx_linear.ENV] = "0"
+    try:
+        return lin(a)
+    finally:
+        del os.environ[amx_linear.ENV]
+
+
+def prepare_kernel(a, params, nb):
+    """The compiled prepare kernel alone, on fresh outputs (as a call makes them)."""
+    m = a.shape[0]
+    mt = -(-m // 16)
+    prepare_runner().amx_prepare(
+        a, params.lim, params.cap, params.par, np.empty((mt, nb, 16, 32), np.int16),
+        np.empty(mt * nb + 1, np.int32), np.empty(m * nb, np.int32),
+        np.empty((m * nb, 32), np.float32), np.zeros(4, np.int32))
 
 
 def main() -> None:
@@ -68,16 +94,24 @@ def main() -> None:
     fails = int((~ok).sum())
     print(f"{m}x{k}x{n} {args.element}: guard fails on {fails} of {ok.size} (row, block)s "
           f"({100 * fails / ok.size:.2f} %); weight flagged blocks: {int(mm.weight.flagged.sum())}")  # fmt: skip
-    got, want = mm.run(prepared, m), lin_bf16(a)
+    got, want = mm.run(prepared, m), exact_path(lin_bf16, a)
     differ = int((got.view(np.uint32) != want.view(np.uint32)).sum())
-    print(f"kernel vs Linear(activations='bf16'): {differ} of {got.size} outputs differ")
+    print(f"kernel vs Linear(activations='bf16') exact: {differ} of {got.size} outputs differ")
+    hooked = lin_bf16(a)
+    differ = int((hooked.view(np.uint32) != want.view(np.uint32)).sum())
+    print(f"Linear(activations='bf16') took {amx_linear.last_path(lin_bf16)!r}: "
+          f"{differ} of {got.size} outputs differ from its exact path")  # fmt: skip
+    params, nb = guard_params(mm.weight), k // 32
     rows = {
         "AMX kernel alone (prepared A)": lambda: mm.run(prepared, m),
-        "AMX whole call (guard + pack + kernel)": lambda: mm(a),
-        "  part: amx_plan (guard)": lambda: oracle.amx_plan(a, mm.weight),
-        "  part: pack_activations": lambda: amx_matmul.pack_activations(a, ok),
-        "  part: failing_rows + failing_blocks": lambda: fails_and_blocks(a, ok),
-        "Linear(w, activations='bf16')": lambda: lin_bf16(a),
+        "AMX whole call (prepare + kernel)": lambda: mm(a),
+        "  part: prepare (compiled; AMXMatmul.prepare)": lambda: mm.prepare(a),
+        "    its kernel alone": lambda: prepare_kernel(a, params, nb),
+        "  numpy model: amx_plan (guard)": lambda: oracle.amx_plan(a, mm.weight),
+        "  numpy model: pack_activations": lambda: amx_matmul.pack_activations(a, ok),
+        "  numpy model: failing_rows + blocks": lambda: fails_and_blocks(a, ok),
+        "Linear(w, activations='bf16'), AMX hook": lambda: lin_bf16(a),
+        "Linear(w, activations='bf16'), MLIR_MX_AMX=0": lambda: exact_path(lin_bf16, a),
         "Linear(w) exact, f32 activations": lambda: lin_exact(a),
     }
     for fn in rows.values():  # warm up

@@ -112,7 +112,8 @@ def test_other_tile_groups_give_the_same_bits(element, group):
 
 @needs_amx
 @pytest.mark.parametrize("element", [E2M1, INT8])
-def test_the_kernel_equals_linear_with_bf16_activations(element):
+def test_the_kernel_equals_linear_with_bf16_activations(element, monkeypatch):
+    monkeypatch.setenv("MLIR_MX_AMX", "0")  # Linear's exact path, not its AMX hook
     b = weight(element, 40, 128, seed=6)
     a = activations(33, 128, seed=7)
     lin = mlir_mx.Linear(MXArray(b.codes.T.copy(), b.scales.T.copy(), element, 32, 1),
@@ -191,11 +192,12 @@ def same_or_both_nan(x, y) -> np.ndarray:
 
 
 @needs_amx
-def test_non_finite_activations_and_overflowing_chains_fall_back():
+def test_non_finite_activations_and_overflowing_chains_fall_back(monkeypatch):
     """Inf and NaN activations fail the guard (their rows' ``t`` from the f32
     chain: NaN and Inf as the exact path's, payloads as ``Linear``'s); a
     block with a 2^125 scale, which folds into bf16 (not flagged) but whose
     chains could overflow, fails ``amx_pass`` on every row and falls back."""
+    monkeypatch.setenv("MLIR_MX_AMX", "0")  # Linear's exact path, not its AMX hook
     b = weight(E2M1, 20, 128, seed=14, scales={(2, 3): 127 + 125})
     a = activations(18, 128, seed=15, spread=False)
     a[1, 3], a[2, 40], a[4, 7], a[4, 100] = np.inf, np.nan, -np.inf, np.inf

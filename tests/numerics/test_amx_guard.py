@@ -138,9 +138,10 @@ def test_the_guarded_model_gives_the_exact_paths_bits(element, kind, m, n):
 
 
 @pytest.mark.parametrize("element", INTEGRAL)
-def test_the_model_equals_linear_with_bf16_activations(element):
+def test_the_model_equals_linear_with_bf16_activations(element, monkeypatch):
     """The product's exact path: ``Linear(w, activations="bf16")`` on the
-    same (bf16-exact) inputs."""
+    same (bf16-exact) inputs (its AMX path off: ``MLIR_MX_AMX=0``)."""
+    monkeypatch.setenv("MLIR_MX_AMX", "0")
     b = weight(element, 40, 96, seed=4)
     a = np.concatenate([activations("normal", 9, 96, 5), activations("spread", 8, 96, 6)])
     w_lin = MXArray(b.codes.T.copy(), b.scales.T.copy(), element, 32, 1)

@@ -13,8 +13,9 @@ numpy model :func:`mlir_mx.oracle.amx_guarded_matmul` computes it
    block that ``amx_prepare`` flagged, or too many (row, block)s fail the
    guard (``max_fallback_share``);
 2. otherwise the (row, block)s that fail :func:`~mlir_mx.oracle.amx_pass`
-   are zeroed in A (:func:`pack_activations`, tile layout) and listed
-   (:func:`failing_rows`), and the kernel (:mod:`mlir_mx.kernels.amx.matmul`)
+   are zeroed in A (tile layout) and listed, by the compiled prepare kernel
+   (:mod:`mlir_mx.linear.amx_prepare`; :func:`prepare_model` is its numpy
+   model: :func:`pack_activations`, :func:`failing_rows`), and the kernel (:mod:`mlir_mx.kernels.amx.matmul`)
    accumulates C in the tiles and adds each one's ``t`` (the in-order f32
    FMA chain of its block, from +0, computed in the kernel) at its block.
 
@@ -25,6 +26,7 @@ instruction runs) where :func:`mlir_mx.linear.amx.amx_bf16_usable` is false.
 from __future__ import annotations
 
 import functools
+import weakref
 
 import numpy as np
 
@@ -36,16 +38,23 @@ from mlir_mx.linear.amx import amx_bf16_status
 from mlir_mx.numerics import MXArray
 
 __all__ = [
+    "EXACT_LINEARS",
     "GROUP",
     "MAX_FALLBACK_SHARE",
     "AMXMatmul",
     "amx_matmul_runner",
+    "check_activations",
     "failing_blocks",
     "failing_rows",
     "pack_activations",
     "pack_scales",
     "pack_weight",
+    "prepare_model",
 ]
+
+#: The Linears :meth:`AMXMatmul.exact` runs: ``Linear``'s AMX hook
+#: (:mod:`mlir_mx.linear.amx_linear`) keeps them on the exact path.
+EXACT_LINEARS: weakref.WeakSet = weakref.WeakSet()
 
 #: C tile groups of the kernel: 2 x 2 tiles of 16 x 16 (4 accumulators).
 GROUP = (2, 2)
@@ -147,6 +156,33 @@ def pack_scales(w) -> np.ndarray:
     return codes.view(np.int8)  # the kernel's i8 memref
 
 
+def check_activations(a, k: int, block_size: int = 32) -> np.ndarray:
+    """``a`` as the kernels take it (f32 (M, K), C-contiguous), or
+    :class:`~mlir_mx.errors.MXValueError` naming it (its bf16-ness is checked
+    by the prepare kernel)."""
+    a = np.asarray(a)
+    if a.dtype != np.float32 or a.ndim != 2:
+        raise MXValueError(f"a: an f32 (M, K) array of bf16 values, not {a.dtype} {a.shape}")
+    if a.shape[1] != k:
+        raise MXValueError(f"a: K = {a.shape[1]}, the weight's K is {k}")
+    return np.require(a, np.float32, ["C_CONTIGUOUS", "ALIGNED"])
+
+
+def prepare_model(a: np.ndarray, w, max_share: float = MAX_FALLBACK_SHARE):
+    """The numpy model of :meth:`AMXMatmul.prepare` (the reference its
+    compiled kernel is tested against): ``(a_tiles, ptr, rows, bptr, bidx,
+    fa)`` for ``a`` (bf16 values) and an :class:`~mlir_mx.oracle.AMXWeight`,
+    or None where the call runs on the exact path."""
+    if w.flagged.any():
+        return None
+    ok = oracle.amx_plan(a, w)
+    if ok is None or 1.0 - ok.mean() > max_share:
+        return None
+    ptr, rows, bptr, bidx, grow = failing_rows(ok)
+    fa = failing_blocks(a, bptr, bidx, grow, w.block_size)
+    return pack_activations(a, ok, w.block_size), ptr, rows, bptr, bidx, fa
+
+
 @functools.lru_cache(maxsize=16)
 def _runner(_features: frozenset[str], group: tuple[int, int], element: str, threads: int):
     from mlir import ir
@@ -215,6 +251,7 @@ class AMXMatmul:
         self.max_fallback_share = max_fallback_share
         self.last_path: str | None = None
         self._exact = None
+        self._guard = None  # (GuardParams or None,), made by the first prepare()
 
     @property
     def held_bytes(self) -> int:
@@ -234,25 +271,31 @@ class AMXMatmul:
     def exact(self, a: np.ndarray) -> np.ndarray:
         """The exact path: ``Linear(b, activations="bf16")`` (built once)."""
         if self._exact is None:
-            from mlir_mx.linear.layer import Linear
+            import mlir_mx  # its lazy Linear: linear.layer's AMX hook imports this module
 
-            self._exact = Linear(self.weight.source, activations="bf16", threads=self.threads)
+            self._exact = mlir_mx.Linear(self.weight.source, activations="bf16",
+                                         threads=self.threads)  # fmt: skip
+            EXACT_LINEARS.add(self._exact)
         self.last_path = "exact"
         return self._exact(a)
 
     def prepare(self, a: np.ndarray):
         """The kernel's per-call arguments for ``a`` (A packed, the failing
         rows and their A blocks), or None where the call runs on the exact
-        path."""
-        w = self.weight
-        if w.flagged.any():
+        path: from the compiled prepare kernel
+        (:func:`mlir_mx.linear.amx_prepare.prepare_activations`; the same
+        arrays as :func:`prepare_model`).  ``a`` must hold bf16 values."""
+        from mlir_mx.linear.amx_prepare import guard_params, prepare_activations
+
+        a = check_activations(a, self.weight.source.shape[0], self.weight.block_size)
+        if self._guard is None:
+            self._guard = (guard_params(self.weight),)
+        if self._guard[0] is None:
             return None
-        ok = oracle.amx_plan(a, w)
-        if ok is None or 1.0 - ok.mean() > self.max_fallback_share:
-            return None
-        ptr, rows, bptr, bidx, grow = failing_rows(ok)
-        fa = failing_blocks(a, bptr, bidx, grow, w.block_size)
-        return pack_activations(a, ok, w.block_size), ptr, rows, bptr, bidx, fa
+        done = prepare_activations(a, self._guard[0], self.max_fallback_share)
+        if done.nonbf16:
+            raise MXValueError("a: holds values that are not bf16 (round to bf16 first)")
+        return done.args
 
     def run(self, prepared, m: int) -> np.ndarray:
         """The kernel on :meth:`prepare`'s arguments: C (f32 (m, N))."""

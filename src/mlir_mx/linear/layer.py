@@ -34,6 +34,7 @@ from mlir_mx.kernels.dot.units import KINDS, dot_kind
 from mlir_mx.kernels.registry import SMALL_MAX_M
 from mlir_mx.linear import weight_form
 from mlir_mx.linear.activations import HALF_DTYPES, Activations, activations_format, host_view
+from mlir_mx.linear.amx_linear import with_amx, with_amx_raw
 from mlir_mx.linear.kernels import kernel_runner
 from mlir_mx.numerics import SCALE_DTYPE, ElementFormat, MXArray, element_format, is_packed_storage
 
@@ -304,7 +305,7 @@ class Linear:
         # An empty weight (out or in = 0) gives the empty (or zero) product at
         # every M without a kernel: no kernel schedule divides by 0 columns.
         if m and self.out_features and self.in_features:
-            call = self._bound(kind, m, t)
+            call = with_amx(self, kind, m, t, self._bound(kind, m, t))  # AMX-BF16 where exact
             if call is None:  # no dot kernel: quantize (compiled), then the MX path
                 args, kind = self._quantized_args(args[0], self._activations_format, t)
                 call = self._bound(kind, m, t)
@@ -344,7 +345,7 @@ class Linear:
                 bound = self._bound(kind, m, check_threads(threads))
                 if isinstance(bound, BoundFunction):
                     call = bound.on_shapes((m, self.in_features), (m, self.out_features))
-                    call = weight_form.divide_at(call, self._geometry, m)
+                    call = with_amx_raw(self, kind, m, bf16, weight_form.divide_at(call, self._geometry, m))
             if len(self._raw_calls) >= _RAW_CALLS:  # prompts of many lengths: keep the latest
                 self._raw_calls.clear()
             self._raw_calls[key] = call

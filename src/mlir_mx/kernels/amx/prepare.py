@@ -1,0 +1,215 @@
+"""The per-call preparation of A for the guarded AMX-BF16 matmul (issue 51;
+``docs/numerics.md``, "AMX-BF16"): the guard per (row, block), A packed in
+tile layout with the failing (row, block)s zeroed, and the failing ones
+listed, in one pass over A (vector dialect; no tile instruction).
+
+``func @name(x, lim, cap, par, tiles, ptr, rows, fblk, cnt)``:
+
+- ``x``: ``memref<?x?xf32>`` (M, K): the activations (any f32; each is
+  rounded to bf16, nearest even, as ``Linear(activations="bf16")`` does:
+  :func:`mlir_mx.kernels.common.codec.round_bf16`);
+- ``lim``: ``memref<?xi32>`` (K/32): per weight block ``j``, the per-call
+  condition's bound ``-126 - log2 q - log2 sb_min[j]`` on ``log2 g``;
+- ``cap``: ``memref<?xf64>`` (K/32): ``2^128 / max(1, sb_max[j])``;
+- ``par``: ``memref<4xf64>``: ``bmax``, ``2^24 q``, ``-126 - log2 q``, 0;
+- ``tiles``: ``memref<?x?x16x32xi16>`` (M/16 rounded up, K/32, 16, 32),
+  written: the rounded A's bf16 bits in tile layout, zero in every failing
+  (row, block) and in the padding rows (the matmul kernel's ``a``);
+- ``ptr``: ``memref<?xi32>`` ((M/16) K/32 + 1), ``rows``: ``memref<?xi32>``
+  (at least M K/32), written: the failing (row, block)s, CSR by ``s =
+  row_tile K/32 + block``, each the row within its tile (the matmul
+  kernel's ``ptr`` and ``rows``);
+- ``fblk``: ``memref<?x?xf32>`` (like ``rows``, 32), written: each failing
+  one's block of the rounded A, in ``rows``' order;
+- ``cnt``: ``memref<4xi32>``, written: the failing (row, block)s, those
+  breaking the per-call condition, the blocks holding a value that is not
+  bf16 (before rounding), 0.
+
+Per (row, block), from the rounded bits with integer vector ops: every
+element finite (no exponent field 255); ``L = log2 g``, the smallest
+``log2`` of the lowest set significand bit over the finite nonzero
+elements (the lowest set bit isolated as ``sig & -sig``, its ``log2`` read
+from its f32 conversion's exponent); ``S = sum |a|`` in f64.  Then in f64,
+as :func:`mlir_mx.oracle.amx_plan` evaluates it: it passes where finite,
+``L >= -126 - log2 q``, ``(S / g) bmax <= 2^24 q``, ``S bmax < 2^127`` and
+``S bmax < cap[j]``; it breaks the per-call condition where it has a
+finite nonzero element and ``L < lim[j]``.  ``S`` is summed in another
+order than the oracle's, which decides nothing: where ``S / g <= T <
+2^24`` every partial sum is a multiple of ``g`` below ``2^53 g``, exact in
+any order, and then every product above is exact; where ``S / g`` is
+larger both sums exceed ``T g`` (``docs/numerics.md``).
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith, func, memref, scf, vector
+
+from mlir_mx.kernels.amx.tile import TILE_K, TILE_M
+from mlir_mx.kernels.common.builder import ArithBuilder
+from mlir_mx.kernels.common.codec import round_bf16
+
+__all__ = ["NO_LSB", "prepare_module"]
+
+#: ``L`` of a block with no finite nonzero element (passes the bounds on ``L``).
+NO_LSB = 1 << 14
+
+
+class _Ops:
+    """The builder, its types and the function's arguments by name."""
+
+    NAMES = ("x", "lim", "cap", "par", "tiles", "ptr", "rows", "fblk", "cnt")
+
+    def __init__(self, values):
+        for name, value in zip(self.NAMES, values, strict=True):
+            setattr(self, name, value)
+        self.b = ArithBuilder()
+        self.f64 = ir.F64Type.get()
+        self.i64 = ir.IntegerType.get_signless(64)
+        self.index = ir.IndexType.get()
+
+    def c(self, v: int) -> ir.Value:
+        return arith.ConstantOp(self.index, v).result
+
+    def ci(self, v: int, t=None) -> ir.Value:
+        return self.b.const(v, t or self.b.i32)
+
+
+def _reduce(kind, v: ir.Value, reassoc: bool = False) -> ir.Value:
+    fm = ir.Attribute.parse("#arith.fastmath<reassoc>") if reassoc else None
+    return vector.ReductionOp(v.type.element_type, kind, v, fastmath=fm).result
+
+
+def _block_stats(o: _Ops, v: ir.Value):
+    """``(rounded, rbits, L, finite, S, nonbf16)`` of one row's block ``v``
+    (vector<32xf32>)."""
+    b, K = o.b, vector.CombiningKind
+    vi = ir.VectorType.get([TILE_K], b.i32)
+    c = lambda x: b.const(x, vi)  # noqa: E731
+    raw = b.bitcast(v, vi)
+    nonbf16 = b.cmpi("ne", _reduce(K.OR, b.andi(raw, c(0xFFFF))), o.ci(0))
+    rv = round_bf16(b, v)
+    bits = b.bitcast(rv, vi)
+    e = b.andi(b.shrui(bits, c(23)), c(0xFF))
+    mant = b.andi(b.shrui(bits, c(16)), c(0x7F))
+    sig = b.select(b.cmpi("ugt", e, c(0)), b.ori(mant, c(0x80)), mant)
+    low = b.andi(sig, b.subi(c(0), sig))  # the lowest set bit: 2^t (0 for 0)
+    t127 = b.shrui(b.bitcast(b.uitofp(low, ir.VectorType.get([TILE_K], b.f32)), vi), c(23))
+    lk = b.addi(b.subi(t127, c(127)), b.subi(b.maxsi(e, c(1)), c(134)))
+    valid = b.andi(b.cmpi("ne", sig, c(0)), b.cmpi("ne", e, c(255)))
+    L = _reduce(K.MINSI, b.select(valid, lk, c(NO_LSB)))
+    finite = b.cmpi("ne", _reduce(K.MAXUI, e), o.ci(255))
+    wide = b.extf(b.absf(rv), ir.VectorType.get([TILE_K], o.f64))
+    s = _reduce(K.ADD, wide, reassoc=True)
+    return rv, bits, L, finite, s, nonbf16
+
+
+def _decide(o: _Ops, j: ir.Value, L, finite, s):
+    """``(passes, breaks the per-call condition)`` of one (row, block), i1 each."""
+    b, f64 = o.b, o.f64
+    par = [memref.LoadOp(o.par, [o.c(i)]).result for i in range(3)]
+    bmax, t24q, lq = par[0], par[1], b.fptosi(par[2], b.i32)
+    has_g = b.cmpi("ne", L, o.ci(NO_LSB))
+    g = b.bitcast(b.shli(b.extsi(b.addi(L, o.ci(1023)), o.i64), b.const(52, o.i64)), f64)
+    ratio = b.select(has_g, b.fdiv(s, g), b.const(0.0, f64))
+    sb = b.fmul(s, bmax)
+    conds = [
+        finite,
+        b.cmpi("sge", L, lq),
+        b.cmpf("ole", b.fmul(ratio, bmax), t24q),
+        b.cmpf("olt", sb, b.const(2.0**127, f64)),
+        b.cmpf("olt", sb, memref.LoadOp(o.cap, [j]).result),
+    ]
+    passes = conds[0]
+    for cond in conds[1:]:
+        passes = b.andi(passes, cond)
+    breaks = b.andi(has_g, b.cmpi("slt", L, memref.LoadOp(o.lim, [j]).result))
+    return passes, breaks
+
+
+def _row_block(o: _Ops, m, mt, j, r, f, nc, nn):
+    """One row ``m``'s block ``j``: tile row written, listed if it fails;
+    returns the counters ``(f, nc, nn)`` after it."""
+    b = o.b
+    v32 = ir.VectorType.get([TILE_K], b.f32)
+    col = arith.MulIOp(j, o.c(TILE_K)).result
+    v = vector.LoadOp(v32, o.x, [m, col]).result
+    rv, bits, L, finite, s, nonbf16 = _block_stats(o, v)
+    passes, breaks = _decide(o, j, L, finite, s)
+    vi16 = ir.VectorType.get([TILE_K], b.i16)
+    word = b.trunci(b.shrui(bits, b.const(16, bits.type)), vi16)
+    keep = vector.BroadcastOp(ir.VectorType.get([TILE_K], b.i1), passes).result
+    vector.StoreOp(b.select(keep, word, b.const(0, vi16)), o.tiles, [mt, j, r, o.c(0)])
+    branch = scf.IfOp(passes, [b.i32], has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        scf.YieldOp([f])
+    with ir.InsertionPoint(branch.else_block):
+        fi = arith.IndexCastOp(o.index, f).result
+        memref.StoreOp(arith.IndexCastOp(b.i32, r).result, o.rows, [fi])
+        vector.StoreOp(rv, o.fblk, [fi, o.c(0)])
+        scf.YieldOp([b.addi(f, o.ci(1))])
+    nc = b.addi(nc, b.extui(breaks, b.i32))
+    return branch.result, nc, b.addi(nn, b.extui(nonbf16, b.i32))
+
+
+def _rows(o: _Ops, mt, j, m_rows, carried):
+    """The 16 rows of row tile ``mt`` at block ``j`` (padding rows zeroed)."""
+    b = o.b
+    loop = scf.ForOp(o.c(0), o.c(TILE_M), o.c(1), carried)
+    with ir.InsertionPoint(loop.body):
+        r = loop.induction_variable
+        f, nc, nn = loop.inner_iter_args
+        m = arith.AddIOp(arith.MulIOp(mt, o.c(TILE_M)).result, r).result
+        inside = arith.CmpIOp(arith.CmpIPredicate.ult, m, m_rows).result
+        branch = scf.IfOp(inside, [b.i32] * 3, has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.YieldOp(list(_row_block(o, m, mt, j, r, f, nc, nn)))
+        with ir.InsertionPoint(branch.else_block):
+            zero = b.const(0, ir.VectorType.get([TILE_K], b.i16))
+            vector.StoreOp(zero, o.tiles, [mt, j, r, o.c(0)])
+            scf.YieldOp([f, nc, nn])
+        scf.YieldOp(list(branch.results))
+    return list(loop.results)
+
+
+def _body(o: _Ops) -> None:
+    m_rows = memref.DimOp(o.x, o.c(0)).result
+    mtiles = memref.DimOp(o.tiles, o.c(0)).result
+    nb = memref.DimOp(o.tiles, o.c(1)).result
+    memref.StoreOp(o.ci(0), o.ptr, [o.c(0)])
+    outer = scf.ForOp(o.c(0), mtiles, o.c(1), [o.ci(0)] * 3)
+    with ir.InsertionPoint(outer.body):
+        mt = outer.induction_variable
+        inner = scf.ForOp(o.c(0), nb, o.c(1), list(outer.inner_iter_args))
+        with ir.InsertionPoint(inner.body):
+            j = inner.induction_variable
+            out = _rows(o, mt, j, m_rows, list(inner.inner_iter_args))
+            s = arith.AddIOp(arith.MulIOp(mt, nb).result, j).result
+            memref.StoreOp(out[0], o.ptr, [arith.AddIOp(s, o.c(1)).result])
+            scf.YieldOp(out)
+        scf.YieldOp(list(inner.results))
+    for i, value in enumerate([*outer.results, o.ci(0)]):
+        memref.StoreOp(value, o.cnt, [o.c(i)])
+
+
+def prepare_module(name: str = "amx_prepare") -> ir.Module:
+    """A module with ``func @name(x, lim, cap, par, tiles, ptr, rows, fblk,
+    cnt)`` (the module docstring); in the current context and location."""
+    f32, f64 = ir.F32Type.get(), ir.F64Type.get()
+    i16, i32 = ir.IntegerType.get_signless(16), ir.IntegerType.get_signless(32)
+    dyn = ir.ShapedType.get_dynamic_size()
+    mat = ir.MemRefType.get([dyn, dyn], f32)
+    ivec = ir.MemRefType.get([dyn], i32)
+    types = [
+        mat, ivec, ir.MemRefType.get([dyn], f64), ir.MemRefType.get([4], f64),
+        ir.MemRefType.get([dyn, dyn, TILE_M, TILE_K], i16), ivec, ivec, mat,
+        ir.MemRefType.get([4], i32),
+    ]  # fmt: skip
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        fn = func.FuncOp(name, ir.FunctionType.get(types, []))
+        entry = fn.add_entry_block()
+        with ir.InsertionPoint(entry):
+            _body(_Ops(entry.arguments))
+            func.ReturnOp([])
+    return module

@@ -1,0 +1,183 @@
+"""``Linear(w, activations="bf16")`` on AMX-BF16 where it gives the exact
+path's bits (issue 51; ``docs/numerics.md``, "AMX-BF16"; ``docs/library.md``,
+"bf16 activations on AMX").
+
+:func:`with_amx` is the one hook in :meth:`mlir_mx.Linear.__call__`: given the
+call the exact path would make, it returns it unchanged, or a call that
+first tries the guarded AMX matmul (:class:`~mlir_mx.linear.amx_matmul.AMXMatmul`)
+and makes the exact call where the AMX path declines.  The AMX path is
+taken when all of these hold:
+
+- :data:`ENV` (``MLIR_MX_AMX``) is not ``0``;
+- the call's activations are f32 rounded to bf16 (``activations="bf16"``);
+- it has at least :data:`MIN_ROWS` rows (64);
+- the weight is E8M0-scaled with block size 32 and its format's guard bound
+  ``T = 2^24 q / bmax`` is at least :data:`MIN_T` (E2M1, E2M3, E3M2, INT8;
+  FP8's ``T`` is 73 or below 1, and FP8 blocks nearly never pass);
+- :func:`mlir_mx.linear.amx.amx_bf16_usable` (the features, the OS
+  permission and the self-test; ``MLIR_MX_CPU_FEATURES=-amx_bf16`` masks it).
+
+Per call, the compiled prepare kernel (:mod:`mlir_mx.linear.amx_prepare`)
+rounds A to bf16 and decides the guard; the call runs on the exact path
+where the per-call condition fails, a weight block is flagged, or more than
+:data:`~mlir_mx.linear.amx_matmul.MAX_FALLBACK_SHARE` of the (row, block)s
+fail.  The bits are the exact path's in every case.  The weight is prepared
+for the tiles once per Linear, at its first AMX call (``b sb`` in bf16: 4x
+the FP4 codes' memory while the kernel does not widen B from the codes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import weakref
+
+import numpy as np
+
+from mlir_mx.linear.activations import BF16
+from mlir_mx.numerics import MXArray
+
+__all__ = [
+    "ENV",
+    "MIN_ROWS",
+    "MIN_T",
+    "amx_enabled",
+    "amx_matmul_of",
+    "last_path",
+    "with_amx",
+    "with_amx_raw",
+]
+
+#: The environment switch: ``MLIR_MX_AMX=0`` keeps every call on the exact path.
+ENV = "MLIR_MX_AMX"
+
+#: The fewest rows a call takes the AMX path with.  Measured
+#: (``bench/probes/amx_linear_rows.py``, E2M1, 1 thread, loaded machine,
+#: thread CPU time; B stored as ``b sb`` in bf16): the hook against the
+#: exact path at 4096 x 4096 was 0.39x at M = 16, 0.70x at 48, 1.10x at 64,
+#: 1.22x at 96, 1.54x at 128; at 2048 x 2048 0.42x at 16, 1.00x at 64, 1.20x
+#: at 128.  Below 64 rows streaming the bf16 B (4x the codes) costs more than
+#: the tiles save; re-measure once B is widened from the codes per tile.
+MIN_ROWS = 64
+
+#: The smallest guard bound ``T`` a weight format takes the AMX path with.
+#: A block of 32 bf16 values over even one binade has ``S/g`` of a few
+#: hundred to thousands: E3M2 (37,449) passes most N(0,1) blocks, E4M3 (73)
+#: almost none.
+MIN_T = 2.0**12
+
+_LOCK = threading.Lock()
+#: Linear -> (AMXMatmul, GuardParams) or None (not eligible), per Linear.
+_MATMULS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: Per thread: the prepare kernel's output arrays, reused from call to call.
+_BUFFERS = threading.local()
+#: Linear -> the path its last call through :func:`with_amx`'s call took.
+_LAST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def amx_enabled() -> bool:
+    """Whether :data:`ENV` allows the AMX path (anything but ``0``)."""
+    return os.environ.get(ENV, "1").strip() != "0"
+
+
+def _eligible(lin) -> bool:
+    from mlir_mx.linear.amx import amx_bf16_usable
+    from mlir_mx.numerics.amx_guard import amx_bounds
+
+    if lin.block_size != 32 or lin.global_scale is not None:
+        return False
+    q, bmax = amx_bounds(lin.element)
+    return 2.0**24 * q / bmax >= MIN_T and amx_bf16_usable()
+
+
+def amx_matmul_of(lin):
+    """``(AMXMatmul, GuardParams)`` of ``lin``'s weight, made once per Linear
+    (None where the weight or this CPU cannot take the AMX path)."""
+    with _LOCK:
+        if lin in _MATMULS:
+            return _MATMULS[lin]
+    from mlir_mx.linear.amx_matmul import EXACT_LINEARS, AMXMatmul
+    from mlir_mx.linear.amx_prepare import guard_params
+
+    found = None
+    if lin not in EXACT_LINEARS and _eligible(lin):
+        w = lin.weight()  # (out, in) blocked along in: B = W^T blocked along K
+        b = MXArray(np.ascontiguousarray(w.codes.T), np.ascontiguousarray(w.scales.T),
+                    lin.element, lin.block_size, 0)  # fmt: skip
+        mm = AMXMatmul(b, threads=lin.threads)
+        params = guard_params(mm.weight)
+        found = (mm, params) if params is not None else None
+    with _LOCK:
+        _MATMULS[lin] = found
+    return found
+
+
+def last_path(lin) -> str | None:
+    """``"amx"`` or ``"exact"``: the path ``lin``'s last call that could take
+    the AMX path took (None: no call could)."""
+    return _LAST.get(lin)
+
+
+def with_amx(lin, kind, m: int, threads: int, call):
+    """``call`` (the exact path's ``call(x, out)`` for ``m`` rows of
+    activations of ``kind`` on ``threads`` threads), or a call with the same
+    arguments that runs on AMX where the guard lets it (the module doc)."""
+    del threads  # AMXMatmul runs on lin.threads' team (call_threads: the load check decides)
+    if call is None or kind.element is not None or kind.quantize_to != BF16 or m < MIN_ROWS:
+        return call
+    if not amx_enabled():
+        return call
+    found = amx_matmul_of(lin)
+    if found is None:
+        return call
+
+    def amx_call(x: np.ndarray, out: np.ndarray) -> None:
+        if not _on_amx(lin, found, x, out):
+            call(x, out)
+
+    return amx_call
+
+
+def _on_amx(lin, found, x: np.ndarray, out: np.ndarray) -> bool:
+    """``out = x @ W.T`` on AMX (True), or nothing done (False: the caller
+    makes the exact call) where the preparation declines."""
+    from mlir_mx.linear.amx_prepare import prepare_activations
+
+    mm, params = found
+    buffers = _BUFFERS.__dict__.setdefault("by_shape", {})  # this thread's, reused
+    prepared = prepare_activations(x, params, mm.max_fallback_share, buffers)
+    if prepared.args is None:
+        _LAST[lin] = "exact"
+        return False
+    out[...] = mm.run(prepared.args, x.shape[0])
+    _LAST[lin] = "amx"
+    return True
+
+
+def _view(addr: int, m: int, n: int) -> np.ndarray:
+    return np.ctypeslib.as_array((ctypes.c_float * (m * n)).from_address(addr)).reshape(m, n)
+
+
+def with_amx_raw(lin, kind, m: int, bf16: bool, call):
+    """For :meth:`mlir_mx.Linear.call_into`: ``call`` (``call(x_addr,
+    out_addr)``, the exact path's bound call on ``m`` rows of activations of
+    ``kind``; ``bf16``: ``x`` holds bf16 values), or a call with the same
+    arguments that runs on AMX where the guard lets it.  It applies where
+    the activations are rounded to bf16 (``activations="bf16"``) or already
+    are bf16 with no quantization (a bf16 model's input): the AMX path's
+    bits are the exact path's on those values.  :data:`ENV` is read at each
+    call (the bound call is cached per row count)."""
+    rounded = kind.quantize_to == BF16 or (bf16 and kind.quantize_to is None)
+    if not rounded or kind.element is not None or m < MIN_ROWS or not amx_enabled():
+        return call
+    found = amx_matmul_of(lin)
+    if found is None:
+        return call
+    k, n = lin.in_features, lin.out_features
+
+    def amx_raw_call(x_addr: int, out_addr: int) -> None:
+        if not amx_enabled() or not _on_amx(lin, found, _view(x_addr, m, k), _view(out_addr, m, n)):
+            call(x_addr, out_addr)
+
+    return amx_raw_call

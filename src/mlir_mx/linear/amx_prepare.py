@@ -1,0 +1,154 @@
+"""A's per-call preparation for the guarded AMX-BF16 matmul, compiled
+(issue 51): the kernel :mod:`mlir_mx.kernels.amx.prepare` decides the guard
+per (row, block) (exactly :func:`mlir_mx.oracle.amx_plan`'s booleans), packs
+A in tile layout with the failing (row, block)s zeroed and lists them; the
+by-block lists the matmul kernel also takes are made here in numpy from that
+list (vectorized; a few thousand entries at 256 x 4096).
+
+:func:`prepare_activations` gives the matmul kernel's per-call arguments
+``(a_tiles, ptr, rows, bptr, bidx, fa)`` (the order of
+:meth:`mlir_mx.linear.amx_matmul.AMXMatmul.run`), the same arrays as the
+numpy model in :mod:`mlir_mx.linear.amx_matmul` (:func:`prepare_model`)
+gives, or None where the call runs on the exact path.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mlir_mx.errors import MXValueError
+from mlir_mx.host import host_features
+from mlir_mx.kernels.amx.prepare import prepare_module
+from mlir_mx.kernels.amx.tile import TILE_K, TILE_M
+from mlir_mx.numerics.amx_guard import AMXWeight, amx_bounds
+
+__all__ = ["GuardParams", "Prepared", "by_block", "guard_params", "prepare_activations",
+           "prepare_runner"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GuardParams:
+    """The prepare kernel's per-weight arguments (:func:`guard_params`)."""
+
+    lim: np.ndarray  # i32 (K/32): -126 - log2 q - log2 sb_min[j]
+    cap: np.ndarray  # f64 (K/32): 2^128 / max(1, sb_max[j])
+    par: np.ndarray  # f64 (4): bmax, 2^24 q, -126 - log2 q, 0
+
+
+def guard_params(w: AMXWeight) -> GuardParams | None:
+    """The per-weight arguments of the prepare kernel, or None where the
+    weight has a flagged block (the call runs on the exact path; the scales
+    are then not all powers of two in f32's range)."""
+    if w.flagged.any() or w.block_size != TILE_K:
+        return None
+    q, bmax = amx_bounds(w.element)
+    lq = -126 - math.log2(q)
+    if lq != int(lq):
+        raise MXValueError(f"{w.element}: q = {q} is not a power of two")
+    lim = lq - np.log2(w.sb_min)  # exact: powers of two
+    cap = 2.0**128 / np.maximum(1.0, w.sb_max)
+    par = np.array([bmax, 2.0**24 * q, lq, 0.0])
+    return GuardParams(lim.astype(np.int32), cap.astype(np.float64), par)
+
+
+@functools.lru_cache(maxsize=2)
+def _runner(_features: frozenset[str]):
+    from mlir import ir
+
+    from mlir_mx.execution import CompileOptions, Runner
+    from mlir_mx.pipelines.amx import amx_library_pipeline
+
+    with ir.Context(), ir.Location.unknown():
+        text = str(prepare_module("amx_prepare"))
+    return Runner(text, options=CompileOptions(amx_library_pipeline()))
+
+
+def prepare_runner():
+    """The Runner of the prepare kernel (``@amx_prepare``), compiled once per
+    CPU feature set (no tile instruction: it runs on any AVX-512 or AVX2 CPU)."""
+    return _runner(host_features())
+
+
+@dataclass
+class Prepared:
+    """One call's prepared A: ``args`` the matmul kernel's ``(a_tiles, ptr,
+    rows, bptr, bidx, fa)`` (None where the call runs on the exact path),
+    ``failing`` the failing (row, block)s, ``breaks`` those breaking the
+    per-call condition, ``nonbf16`` blocks holding a value that is not bf16
+    (it was rounded)."""
+
+    args: tuple | None
+    failing: int
+    breaks: int
+    nonbf16: int
+
+
+def by_block(ptr: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(bptr, bidx)`` of the CSR list ``ptr`` (by ``s = row_tile nb +
+    block``): the entries by block, as indices into ``rows``, each block's
+    list padded to a multiple of four by repeating its entries in turn
+    (``np.resize``'s order), at least four entries."""
+    counts_s = np.diff(ptr)
+    block = np.repeat(np.arange(len(counts_s)) % nb, counts_s)  # of each entry f
+    order = np.argsort(block, kind="stable")
+    counts = np.bincount(block, minlength=nb)
+    padded = -(-counts // 4) * 4
+    bptr = np.concatenate([[0], np.cumsum(padded)]).astype(np.int32)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    bidx = np.zeros(max(int(bptr[-1]), 4), np.int32)
+    if len(order):
+        owner = np.repeat(np.arange(nb), padded)  # the block of each output slot
+        within = np.arange(int(bptr[-1])) - bptr[owner]
+        bidx[: int(bptr[-1])] = order[starts[owner] + within % counts[owner]]
+    return bptr, bidx
+
+
+def _outputs(m: int, nb: int, buffers: dict | None):
+    """The prepare kernel's output arrays for ``m`` rows and ``nb`` blocks:
+    new, or the ones kept in ``buffers`` for that shape (made there once)."""
+    key = (m, nb)
+    if buffers is not None and key in buffers:
+        return buffers[key]
+    mt = -(-m // TILE_M)
+    out = (
+        np.empty((mt, nb, TILE_M, TILE_K), np.int16),
+        np.empty(mt * nb + 1, np.int32),
+        np.empty(max(m * nb, 1), np.int32),
+        np.empty((max(m * nb, 1), TILE_K), np.float32),
+        np.zeros(4, np.int32),
+    )
+    if buffers is not None:
+        buffers.clear()  # one shape kept: a prompt's calls share it
+        buffers[key] = out
+    return out
+
+
+def prepare_activations(
+    a: np.ndarray, params: GuardParams, max_share: float, buffers: dict | None = None
+) -> Prepared:
+    """The prepare kernel on ``a`` (f32 (M, K), C-contiguous; rounded to bf16
+    in the kernel), then the by-block lists: :class:`Prepared`, whose
+    ``args`` is None where the per-call condition fails or more than
+    ``max_share`` of the (row, block)s fail.  ``buffers``: a dict the
+    caller keeps to reuse the kernel's output arrays from call to call (the
+    returned ``args`` then hold them until the next call with the same
+    dict: for a caller that runs them at once, one thread per dict)."""
+    m, k = a.shape
+    nb = k // TILE_K
+    tiles, ptr, rows, fblk, cnt = _outputs(m, nb, buffers)
+    prepare_runner().amx_prepare(a, params.lim, params.cap, params.par, tiles, ptr, rows,
+                                 fblk, cnt)  # fmt: skip
+    failing, breaks, nonbf16 = (int(v) for v in cnt[:3])
+    if breaks or failing > max_share * m * nb:
+        return Prepared(None, failing, breaks, nonbf16)
+    import ml_dtypes
+
+    bptr, bidx = by_block(ptr, nb)
+    fa = fblk[bidx] if failing else np.zeros((len(bidx), TILE_K), np.float32)
+    rows = rows[:failing] if failing else np.zeros(1, np.int32)
+    args = (tiles.view(ml_dtypes.bfloat16), ptr, rows, bptr, bidx, fa)
+    return Prepared(args, failing, breaks, nonbf16)

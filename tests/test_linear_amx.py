@@ -1,0 +1,183 @@
+"""``Linear(w, activations="bf16")`` on AMX-BF16 (``mlir_mx.linear.amx_linear``;
+issue 51): where the hook takes the AMX path the bits are the exact path's
+(the same Linear with ``MLIR_MX_AMX=0``) for E2M1, E2M3, E3M2 and INT8
+weights, M 16 / 40 / 130, ragged N, Inf/NaN rows, f32 inputs that are not
+bf16, 1 and 2 threads; FP8 weights, fewer than 16 rows, f32 activations,
+``MLIR_MX_AMX=0`` and CPUs without AMX-BF16 (``MLIR_MX_CPU_FEATURES=-amx_bf16``)
+never take it."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from format_cases import INTEGRAL, NON_INTEGRAL
+
+import mlir_mx
+from mlir_mx import host, oracle
+from mlir_mx.amx_permission import amx_permission
+from mlir_mx.linear import amx_linear
+
+HAS_AMX = host.has_features("amx_tile", "amx_bf16") and amx_permission().granted
+needs_amx = pytest.mark.skipif(not HAS_AMX, reason="no AMX-BF16 on this CPU")
+K = 128
+
+
+def weight(element, n=72, k=K, seed=0):
+    """W (out, in) blocked along in; N = 72: four and a half column tiles."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((n, k)) * np.exp2(rng.integers(-6, 6, (n, 1)))
+    return oracle.quantize(w.astype(np.float32), element, 32)
+
+
+def passing(m, k=K, seed=1) -> np.ndarray:
+    """f32 activations whose bf16 roundings mostly pass the guard for every
+    format with one (multiples of 1/16 below 64), with every tenth row
+    spread over 40 binades (its blocks fall back)."""
+    rng = np.random.default_rng(seed)
+    x = np.round(rng.standard_normal((m, k)) * 16) / 16
+    x[::10] = rng.standard_normal((len(x[::10]), k)) * np.exp2(rng.integers(-20, 20, (len(x[::10]), k)))
+    return x.astype(np.float32)
+
+
+def exact(w, x, threads, monkeypatch) -> np.ndarray:
+    with monkeypatch.context() as mp:
+        mp.setenv(amx_linear.ENV, "0")
+        lin = mlir_mx.Linear(w, activations="bf16", threads=threads)
+        out = lin(x)
+        assert amx_linear.last_path(lin) is None
+    return out
+
+
+def assert_same_bits(got, want):
+    assert got.shape == want.shape and got.dtype == np.float32
+    differ = got.view(np.uint32) != want.view(np.uint32)
+    assert not differ.any(), f"{int(differ.sum())} of {differ.size} outputs differ"
+
+
+@needs_amx
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("m", [16, 40, 130])  # 130: 8 full row tiles and 2 rows
+@pytest.mark.parametrize("element", INTEGRAL)
+def test_the_amx_path_gives_the_exact_paths_bits(element, m, threads, monkeypatch):
+    """M 16 and 40 with the row minimum lowered to one tile (the default,
+    64, is a speed choice); 130 with the default."""
+    if m < amx_linear.MIN_ROWS:
+        monkeypatch.setattr(amx_linear, "MIN_ROWS", 16)
+    w = weight(element, seed=m)
+    x = passing(m, seed=m + 1)
+    lin = mlir_mx.Linear(w, activations="bf16", threads=threads)
+    got = lin(x)
+    assert amx_linear.last_path(lin) == "amx"
+    assert_same_bits(got, exact(w, x, threads, monkeypatch))
+
+
+@needs_amx
+def test_non_finite_rows_and_inputs_that_are_not_bf16(monkeypatch):
+    """Inf and NaN fall back per (row, block) (NaN payloads as the exact
+    path's); f32 values are rounded to bf16 as the exact path rounds them
+    (a value past bf16's largest becomes Inf)."""
+    monkeypatch.setattr(amx_linear, "MIN_ROWS", 16)
+    w = weight("f4E2M1FN", seed=3)
+    x = np.random.default_rng(4).standard_normal((33, K)).astype(np.float32)
+    x[1, 3], x[2, 40], x[4, 7], x[6, 100] = np.inf, np.nan, -np.inf, 3.4e38
+    lin = mlir_mx.Linear(w, activations="bf16", threads=1)
+    got = lin(x)
+    assert amx_linear.last_path(lin) == "amx"
+    assert np.isnan(got).any() and np.isinf(got).any()
+    assert_same_bits(got, exact(w, x, 1, monkeypatch))
+
+
+@needs_amx
+def test_a_call_with_many_fallbacks_runs_the_exact_kernels(monkeypatch):
+    monkeypatch.setattr(amx_linear, "MIN_ROWS", 16)
+    w = weight("f4E2M1FN", seed=5)
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((32, K)) * np.exp2(rng.integers(-30, 30, (32, K)))).astype(np.float32)
+    lin = mlir_mx.Linear(w, activations="bf16", threads=1)
+    got = lin(x)
+    assert amx_linear.last_path(lin) == "exact"
+    assert_same_bits(got, exact(w, x, 1, monkeypatch))
+    got = lin(passing(32))  # the same Linear takes the tiles again
+    assert amx_linear.last_path(lin) == "amx"
+
+
+def never_on_amx(w, x, monkeypatch, **kw):
+    lin = mlir_mx.Linear(w, threads=1, **kw)
+    got = lin(x)
+    assert amx_linear.last_path(lin) is None
+    if kw.get("activations") == "bf16":
+        assert_same_bits(got, exact(w, x, 1, monkeypatch))
+
+
+@pytest.mark.parametrize("element", NON_INTEGRAL)
+def test_fp8_weights_never_take_the_amx_path(element, monkeypatch):
+    never_on_amx(weight(element), passing(32), monkeypatch, activations="bf16")
+
+
+def test_few_rows_f32_activations_and_the_switch_stay_exact(monkeypatch):
+    w = weight("f4E2M1FN", seed=7)
+    never_on_amx(w, passing(amx_linear.MIN_ROWS - 1), monkeypatch, activations="bf16")
+    never_on_amx(w, passing(40), monkeypatch)  # f32 activations: the exact f32 path
+    monkeypatch.setenv(amx_linear.ENV, "0")
+    never_on_amx(w, passing(40), monkeypatch, activations="bf16")
+
+
+def test_without_amx_bf16_the_calls_are_unchanged(monkeypatch):
+    """``-amx_bf16`` masks the feature: nothing AMX is compiled or run, and
+    the bits are the exact path's."""
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-amx_bf16")
+    never_on_amx(weight("f4E2M1FN", seed=8), passing(40), monkeypatch, activations="bf16")
+
+
+@needs_amx
+@pytest.mark.parametrize("activations", ["bf16", None])
+def test_the_call_by_address_takes_the_amx_path_for_bf16_values(activations, monkeypatch):
+    """``Linear.call_into`` (the torch layers' call): ``activations="bf16"``,
+    or bf16 values flagged ``bf16=True`` with no ``activations=`` (a bf16
+    model's input), take the AMX path with the exact path's bits; f32
+    values without the flag do not."""
+    w = weight("f4E2M1FN", seed=9)
+    x = passing(amx_linear.MIN_ROWS, seed=10)
+    x = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    lin = mlir_mx.Linear(w, activations=activations, threads=1)
+    out = np.zeros((len(x), 72), np.float32)
+    assert lin.call_into(x.ctypes.data, len(x), out.ctypes.data, 1, True)
+    assert amx_linear.last_path(lin) == "amx"
+    with monkeypatch.context() as mp:
+        mp.setenv(amx_linear.ENV, "0")
+        assert_same_bits(out, mlir_mx.Linear(w, activations=activations, threads=1)(x))
+    plain = mlir_mx.Linear(w, threads=1)
+    if activations is None:
+        out2 = np.zeros_like(out)
+        assert plain.call_into(x.ctypes.data, len(x), out2.ctypes.data, 1, False)
+        assert amx_linear.last_path(plain) is None
+        assert_same_bits(out2, out)
+
+
+@needs_amx
+@pytest.mark.slow
+@pytest.mark.parametrize("element", INTEGRAL)
+def test_many_random_linear_calls_give_the_exact_paths_bits(element, monkeypatch):
+    """A campaign: 24 seeds, random M (16-200), N, K, 1 or 2 threads, three
+    activation kinds; every call's bits against the same Linear's with the
+    hook off.  Counts printed."""
+    monkeypatch.setattr(amx_linear, "MIN_ROWS", 16)
+    counts = {"outputs": 0, "amx": 0, "exact": 0}
+    for seed in range(24):
+        rng = np.random.default_rng(500 + seed)
+        m, n, k = int(rng.integers(16, 200)), int(rng.integers(1, 100)), 32 * int(rng.integers(1, 9))
+        w = weight(element, n, k, seed)
+        lin = mlir_mx.Linear(w, activations="bf16", threads=1 + seed % 2)
+        for kind in range(3):
+            x = passing(m, k, seed + kind) if kind < 2 else rng.standard_normal((m, k))
+            x = (x * 2.0 ** (30 * (kind - 1))).astype(np.float32)
+            got = lin(x)
+            with monkeypatch.context() as mp:
+                mp.setenv(amx_linear.ENV, "0")
+                want = lin(x)
+            assert_same_bits(got, want)
+            counts["outputs"] += got.size
+            counts[amx_linear.last_path(lin)] += 1
+    print(element, counts)
+    assert counts["amx"] > 0
