@@ -17,7 +17,7 @@ import os
 
 from mlir_mx.errors import MXValueError
 
-__all__ = ["pin_rank", "pinned_cpus", "rank_cpus"]
+__all__ = ["IDLE_GLOO_IO", "idle_gloo_io", "pin_rank", "pinned_cpus", "rank_cpus"]
 
 _pinned: list = [None]  # the CPUs pin_rank pinned this process to, in this process
 
@@ -62,3 +62,40 @@ def pinned_cpus() -> frozenset[int] | None:
     if pid_cpus is None or pid_cpus[0] != os.getpid():
         return None
     return pid_cpus[1]
+
+
+#: A pinned rank's gloo TCP I/O thread (``gloo_tcp_loop``) runs
+#: ``SCHED_IDLE`` (:func:`idle_gloo_io`); ``MLIR_MX_TP_IDLE_IO=0``: not.
+IDLE_GLOO_IO = os.environ.get("MLIR_MX_TP_IDLE_IO", "1").strip() != "0"
+_idled: list = [None]  # the pid whose gloo I/O threads idle_gloo_io set
+
+
+def idle_gloo_io() -> int:
+    """In a pinned rank (:func:`pinned_cpus`), gloo's TCP I/O threads
+    (``gloo_tcp_loop``) ``SCHED_IDLE``, once a process (at its first decode
+    collective, ``decode_collectives``: made with the process group); the
+    number set.  On one CPU with the rank's own thread and gloo's worker, the
+    I/O thread woken while the worker sends would otherwise preempt it and spin
+    on the pair's lock the worker holds until the kernel's next tick (2-5 ms);
+    ``SCHED_IDLE``, it neither preempts the worker nor runs before it
+    (``docs/distributed.md``, "The tails removed (session 54)").  A rank's own
+    thread polls a collective for at most ``decode_collectives.POLL_S``, then
+    sleeps, so the I/O thread is not starved.  0 when not pinned,
+    :data:`IDLE_GLOO_IO` off, or done already in this process."""
+    pid = os.getpid()
+    if not IDLE_GLOO_IO or _idled[0] == pid or pinned_cpus() is None:
+        return 0
+    _idled[0] = pid
+    if not hasattr(os, "SCHED_IDLE"):
+        return 0
+    done = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != "gloo_tcp_loop":
+                    continue
+            os.sched_setscheduler(int(tid), os.SCHED_IDLE, os.sched_param(0))
+            done += 1
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return done

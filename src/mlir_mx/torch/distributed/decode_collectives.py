@@ -25,7 +25,7 @@ from torch.distributed.tensor import Partial
 from mlir_mx.errors import MXValueError
 from mlir_mx.execution import pool_load
 
-from .affinity import pinned_cpus
+from .affinity import idle_gloo_io, pinned_cpus
 
 __all__ = ["COLLECTIVES", "EXCHANGE_BYTES", "POLL_S", "replicated", "set_decode_collective"]
 
@@ -122,6 +122,7 @@ def _polled(collective, *args, group) -> None:
     between the collectives of a decode step a rank computes for about a
     millisecond, and a sleeping waiter pays a thread wake-up for each of gloo's
     message rounds (``docs/distributed.md``, "Where the time goes")."""
+    idle_gloo_io()  # a pinned rank's gloo I/O thread SCHED_IDLE (once a process)
     if POLL_S <= 0 or (pinned_cpus() is None and pool_load.oversubscribed(1)):
         collective(*args, group=group)
         return
