@@ -122,22 +122,29 @@ def measure(rank, world, folder, tokens, flags):
         if (TRACE / "trace_marker").exists()
         else None
     )
-    recs = []
+    recs, backoffs = [], []
 
     def traced(collective, *args, group):
-        affinity.idle_gloo_io()  # as decode_collectives._polled does
         if marker:
             marker.write(f"r{rank} c{len(recs)} enter\n")
         t0 = time.perf_counter()
+        idle = affinity.idle_gloo_io(t0)  # as decode_collectives._polled does
         ticker.on()
         if "wrapper" in flags and collective is dc._all_to_all:
             work = dist.all_to_all_single(args[0], args[1], group=group, async_op=True)
         else:
             work = collective(*args, group=group, async_op=True)
-        t1, looks, end = time.perf_counter(), 0, time.perf_counter() + dc.POLL_S
-        while not work.is_completed() and time.perf_counter() < end:
+        t1, looks, end = time.perf_counter(), 0, t0 + dc.POLL_S
+        while not work.is_completed() and (now := time.perf_counter()) < end:
+            if idle and now > t0 + dc.IDLE_LATE_S:
+                affinity.normal_gloo_io(now)
+                idle = False
+                backoffs.append(len(recs))
             os.sched_yield()
             looks += 1
+        if idle and not work.is_completed():
+            affinity.normal_gloo_io(time.perf_counter())
+            backoffs.append(len(recs))
         t2 = time.perf_counter()
         if marker:
             marker.write(f"r{rank} c{len(recs)} done\n")
@@ -167,7 +174,7 @@ def measure(rank, world, folder, tokens, flags):
     sched = {
         t: (v[0], v[2] - before[t][2], v[3] - before[t][3]) for t, v in after.items() if t in before
     }
-    return dict(steps=steps, toks=toks, sched=sched, ticks=ticker.ticks())
+    return dict(steps=steps, toks=toks, sched=sched, ticks=ticker.ticks(), backoffs=len(backoffs))
 
 
 def _f(xs) -> str:
@@ -179,7 +186,8 @@ def report(name: str, res: list) -> None:
     cols = len(res[0]["steps"][0][2])
     step = statistics.median(1e3 * (s[1] - s[0]) for s in res[0]["steps"])
     print(f"{name}: {n} tokens, {cols} collectives a token, step median {step:.2f} ms; "
-          f"ticker ticks {res[0]['ticks']}, {res[1]['ticks']}; tokens equal on both ranks: {res[0]['toks'] == res[1]['toks']}")  # fmt: skip
+          f"ticker ticks {res[0]['ticks']}, {res[1]['ticks']}; idle I/O backed off "
+          f"{res[0]['backoffs']}, {res[1]['backoffs']} times; tokens equal on both ranks: {res[0]['toks'] == res[1]['toks']}")  # fmt: skip
     print("  #   bytes  skew r0-r1 us  inside us r0 med/mean/max      r1 med/mean/max   looks")
     every = []
     for j in range(cols):
