@@ -91,17 +91,15 @@ def _apply(flags: set, rank: int) -> None:
 
 def measure(rank, world, folder, tokens, flags):
     import torch.distributed as dist
+    import tp_ticker as ticker  # bench/probes/tp_ticker.py
     from torch.distributed.device_mesh import init_device_mesh
 
     from mlir_mx.torch import from_pretrained, precompile
+    from mlir_mx.torch.distributed import affinity
     from mlir_mx.torch.distributed import decode_collectives as dc
     from mlir_mx.torch.distributed.affinity import pin_rank
 
     flags = set(flags.split("+"))
-    import tp_ticker as ticker  # bench/probes/tp_ticker.py
-
-    from mlir_mx.torch.distributed import affinity
-
     if "noidle" in flags:  # gloo's I/O thread left SCHED_OTHER
         affinity.IDLE_GLOO_IO = False
     if "pin" in flags:
