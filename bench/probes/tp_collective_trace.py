@@ -26,7 +26,12 @@ runs of over 500 us (``docs/distributed.md``, "Where the time goes (session
 CPU share (``affinity.pin_rank``); ``wrapper`` the exchange through
 ``dist.all_to_all_single`` instead of ``ProcessGroup.alltoall_base``;
 ``batch`` gloo's threads ``SCHED_BATCH``; ``ioswap`` / ``iofree`` gloo's I/O
-thread on the other rank's CPU / on both.
+thread on the other rank's CPU / on both; ``tick`` / ``tickN`` a
+thread waking every N us (default 100) while a collective is in flight
+(``tp_ticker.py``), ``fifo`` it ``SCHED_FIFO`` (root); ``noidle`` gloo's I/O
+thread left ``SCHED_OTHER`` (a pinned rank makes it ``SCHED_IDLE``:
+``affinity.idle_gloo_io``); ``ioidle`` it ``SCHED_IDLE`` at start-up; ``sleep`` the collectives waited for as torch
+waits (not polled).
 
     python bench/probes/tp_collective_trace.py [--layers 8] [--tokens 16]
         [--flags pin,pin+wrapper] [--rounds 1] [--ftrace]
@@ -78,23 +83,36 @@ def _apply(flags: set, rank: int) -> None:
             continue
         if "batch" in flags:
             os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
+        if name == "gloo_tcp_loop" and "ioidle" in flags:
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
         if name == "gloo_tcp_loop" and flags & {"ioswap", "iofree"}:
             os.sched_setaffinity(tid, {1 - rank} if "ioswap" in flags else {0, 1})
 
 
 def measure(rank, world, folder, tokens, flags):
     import torch.distributed as dist
+    import tp_ticker as ticker  # bench/probes/tp_ticker.py
     from torch.distributed.device_mesh import init_device_mesh
 
     from mlir_mx.torch import from_pretrained, precompile
+    from mlir_mx.torch.distributed import affinity
     from mlir_mx.torch.distributed import decode_collectives as dc
     from mlir_mx.torch.distributed.affinity import pin_rank
 
     flags = set(flags.split("+"))
+    if "noidle" in flags:  # gloo's I/O thread left SCHED_OTHER
+        affinity.IDLE_GLOO_IO = False
     if "pin" in flags:
         pin_rank(rank, world)
     mesh = init_device_mesh("cpu", (world,))
     _apply(flags, rank)
+    for f in flags:  # tick / tickN: a ticker (period N us) on this rank's CPU
+        if f.startswith("tick"):
+            ticker.start(int(f[4:] or 100))
+    if "fifo" in flags and ticker.thread_id():  # the ticker SCHED_FIFO (root): its wake-ups preempt
+        os.sched_setscheduler(ticker.thread_id(), os.SCHED_FIFO, os.sched_param(1))
+    if "sleep" in flags:  # never polled: waited for as torch waits
+        dc.POLL_S = 0.0
     model = from_pretrained(folder, device_mesh=mesh, tp_plan="auto")
     precompile(model)
     marker = (
@@ -102,24 +120,34 @@ def measure(rank, world, folder, tokens, flags):
         if (TRACE / "trace_marker").exists()
         else None
     )
-    recs = []
+    recs, backoffs = [], []
 
     def traced(collective, *args, group):
         if marker:
             marker.write(f"r{rank} c{len(recs)} enter\n")
         t0 = time.perf_counter()
+        idle = affinity.idle_gloo_io(t0)  # as decode_collectives._polled does
+        ticker.on()
         if "wrapper" in flags and collective is dc._all_to_all:
             work = dist.all_to_all_single(args[0], args[1], group=group, async_op=True)
         else:
             work = collective(*args, group=group, async_op=True)
-        t1, looks, end = time.perf_counter(), 0, time.perf_counter() + dc.POLL_S
-        while not work.is_completed() and time.perf_counter() < end:
+        t1, looks, end = time.perf_counter(), 0, t0 + dc.POLL_S
+        while not work.is_completed() and (now := time.perf_counter()) < end:
+            if idle and now > t0 + dc.IDLE_LATE_S:
+                affinity.normal_gloo_io(now)
+                idle = False
+                backoffs.append(len(recs))
             os.sched_yield()
             looks += 1
+        if idle and not work.is_completed():
+            affinity.normal_gloo_io(time.perf_counter())
+            backoffs.append(len(recs))
         t2 = time.perf_counter()
         if marker:
             marker.write(f"r{rank} c{len(recs)} done\n")
         work.wait()
+        ticker.off()
         recs.append(
             (t0, t1, t2, time.perf_counter(), looks, args[0].numel() * args[0].element_size())
         )
@@ -144,7 +172,7 @@ def measure(rank, world, folder, tokens, flags):
     sched = {
         t: (v[0], v[2] - before[t][2], v[3] - before[t][3]) for t, v in after.items() if t in before
     }
-    return dict(steps=steps, toks=toks, sched=sched)
+    return dict(steps=steps, toks=toks, sched=sched, ticks=ticker.ticks(), backoffs=len(backoffs))
 
 
 def _f(xs) -> str:
@@ -156,7 +184,8 @@ def report(name: str, res: list) -> None:
     cols = len(res[0]["steps"][0][2])
     step = statistics.median(1e3 * (s[1] - s[0]) for s in res[0]["steps"])
     print(f"{name}: {n} tokens, {cols} collectives a token, step median {step:.2f} ms; "
-          f"tokens equal on both ranks: {res[0]['toks'] == res[1]['toks']}")  # fmt: skip
+          f"ticker ticks {res[0]['ticks']}, {res[1]['ticks']}; idle I/O backed off "
+          f"{res[0]['backoffs']}, {res[1]['backoffs']} times; tokens equal on both ranks: {res[0]['toks'] == res[1]['toks']}")  # fmt: skip
     print("  #   bytes  skew r0-r1 us  inside us r0 med/mean/max      r1 med/mean/max   looks")
     every = []
     for j in range(cols):
@@ -238,6 +267,7 @@ def main() -> None:
     p.add_argument("--flags", default="pin")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--ftrace", action="store_true")
+    p.add_argument("--keep", help="with --ftrace: a folder to write each run's raw trace to")
     a = p.parse_args()
     folder = f"/tmp/mx-tp-probe/llama-{a.layers}"
     if not Path(folder, "config.json").exists():
@@ -259,7 +289,10 @@ def main() -> None:
                     (TRACE / "tracing_on").write_text("0")
                 report(flags, res)
                 if a.ftrace:
-                    ftrace_report((TRACE / "trace").read_text())
+                    text = (TRACE / "trace").read_text()
+                    ftrace_report(text)
+                    if a.keep:  # the raw trace, for one's own reading
+                        Path(a.keep, f"{flags}-{time.time():.0f}.trace").write_text(text)
     finally:
         if a.ftrace:
             (TRACE / "tracing_on").write_text("0")

@@ -29,7 +29,9 @@ per configuration (rank 0's; the ranks' RSS both):
 collective (``set_decode_collective``; ``exchange+sleep``: the exchange
 waited for as torch waits, not polled: ``decode_collectives.POLL_S = 0``;
 ``K+pin``: every thread of rank r on its half of the CPUs, as ``mx-generate
---tp`` / ``torchrun -m mlir_mx.torch.generate`` do: ``affinity.pin_rank``;
+--tp`` / ``torchrun -m mlir_mx.torch.generate`` do: ``affinity.pin_rank``,
+gloo's I/O thread then ``SCHED_IDLE``; ``K+pin+noidle``: not:
+``affinity.IDLE_GLOO_IO``;
 ``K+poll``: every wait polled whatever the load: ``pool_load.configure(0)``);
 ``--rounds R`` repeats every row R times, interleaved (A B A B ...), and prints each row's median of the rounds
 with its spread, since a loaded machine's timings move between runs.
@@ -182,6 +184,10 @@ def measure(rank, world, folder, tokens, collective="exchange"):
         from mlir_mx.execution import pool_load
 
         pool_load.configure(0)
+    if "noidle" in flags:  # gloo's I/O thread left SCHED_OTHER when pinned
+        from mlir_mx.torch.distributed import affinity
+
+        affinity.IDLE_GLOO_IO = False
     if "pin" in flags:  # every thread of rank r on CPU share r
         from mlir_mx.torch.distributed.affinity import pin_rank
 

@@ -56,6 +56,15 @@ def _waits(group) -> list[bool]:
     return seen
 
 
+def _policies() -> dict[str, set[int]]:
+    """Each thread name's scheduling policies (``os.SCHED_*``)."""
+    out: dict[str, set[int]] = {}
+    for t in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{t}/comm") as f:
+            out.setdefault(f.read().strip(), set()).add(os.sched_getscheduler(int(t)))
+    return out
+
+
 def _pinned(rank: int, world: int) -> dict:
     """torchrun's variables set as it sets them, then ``pin_local_rank``: each
     thread's CPUs (gloo's, made at ``init_process_group``, and one made after),
@@ -64,6 +73,7 @@ def _pinned(rank: int, world: int) -> dict:
     import torch.distributed as dist
 
     from mlir_mx.execution import pool_load
+    from mlir_mx.torch.distributed import affinity
     from mlir_mx.torch.distributed.affinity import pinned_cpus
     from mlir_mx.torch.distributed.launch import pin_local_rank
 
@@ -73,19 +83,31 @@ def _pinned(rank: int, world: int) -> dict:
     off = pin_local_rank()
     unchanged = os.sched_getaffinity(0) == everyone
     before = (pinned_cpus(), _waits(dist.group.WORLD))
+    unpinned = _policies()  # not pinned: gloo's I/O thread left as it is
     os.environ["MLIR_MX_PIN_RANKS"] = "1"
     torch.set_num_threads(len(everyone) // world + 1)  # more threads than the share: not pinned
     crowded = pin_local_rank(), os.sched_getaffinity(0) == everyone
     torch.set_num_threads(1)
     pinned = pin_local_rank()
     after = (pinned_cpus(), _waits(dist.group.WORLD))
+    affinity.IDLE_GLOO_IO = False  # MLIR_MX_TP_IDLE_IO=0: gloo's I/O thread left as it is
+    affinity.normal_gloo_io(0.0)  # whatever the collective above left
+    switched_off = affinity.idle_gloo_io(100.0), _policies()
+    affinity.IDLE_GLOO_IO = True
+    idle = affinity.idle_gloo_io(100.0), _policies()
+    affinity.normal_gloo_io(100.0)  # a late collective: SCHED_OTHER for a back-off
+    backed_off = _policies()
+    within = affinity.idle_gloo_io(100.0 + affinity.IDLE_BACKOFF_S / 2), _policies()  # at least
+    past = affinity.idle_gloo_io(100.0 + affinity.IDLE_BACKOFF_MAX_S), _policies()
     seen = {}
     later = threading.Thread(target=lambda: seen.update(later=os.sched_getaffinity(0)))
     later.start()
     later.join()
     tasks = {int(t): os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")}
     return dict(everyone=everyone, off=off, unchanged=unchanged, pinned=pinned, tasks=tasks,
-                later=seen["later"], before=before, after=after, crowded=crowded)  # fmt: skip
+                later=seen["later"], before=before, after=after, crowded=crowded,
+                unpinned_policies=unpinned, switched_off=switched_off, idle=idle,
+                backed_off=backed_off, within=within, past=past)  # fmt: skip
 
 
 def test_two_ranks_pin_every_thread_to_their_share():
@@ -94,7 +116,10 @@ def test_two_ranks_pin_every_thread_to_their_share():
     it; ``MLIR_MX_PIN_RANKS=0``, or more torch threads than the share, leave
     the process as it was.  On a machine
     the load check finds busy, a decode collective is waited for as torch
-    waits, except in a pinned rank, which polls it (same bits either way)."""
+    waits, except in a pinned rank, which polls it (same bits either way)
+    and makes gloo's I/O thread ``SCHED_IDLE`` (``affinity.idle_gloo_io``;
+    ``IDLE_GLOO_IO`` off: not; ``SCHED_OTHER`` for a while after a late
+    collective: ``normal_gloo_io``)."""
     results = run_ranks(_pinned, 2, timeout=120)
     for rank, r in enumerate(results):
         assert r["off"] is None and r["unchanged"]
@@ -109,5 +134,31 @@ def test_two_ranks_pin_every_thread_to_their_share():
         assert len(r["tasks"]) >= 3  # the rank's own thread and gloo's
         assert all(cpus == want for cpus in r["tasks"].values()), r["tasks"]
         assert r["later"] == want
+        # pinned: gloo's I/O thread SCHED_IDLE, every other thread as it was;
+        # SCHED_OTHER again for a back-off after a late collective; not
+        # pinned, or switched off: unchanged
+        other, idle = {os.SCHED_OTHER}, {os.SCHED_IDLE}
+        assert r["unpinned_policies"]["gloo_tcp_loop"] == other
+        assert r["switched_off"][0] is False and r["switched_off"][1]["gloo_tcp_loop"] == other
+        made, policies = r["idle"]
+        assert made is True and policies.pop("gloo_tcp_loop") == idle
+        assert all(p == other for p in policies.values()), policies
+        assert r["backed_off"]["gloo_tcp_loop"] == other
+        assert r["within"][0] is False and r["within"][1]["gloo_tcp_loop"] == other
+        assert r["past"][0] is True and r["past"][1]["gloo_tcp_loop"] == idle
     if results[0]["pinned"] is not None:
         assert not results[0]["pinned"] & results[1]["pinned"]
+
+
+def test_the_idle_io_switch_reads_its_variable():
+    """``MLIR_MX_TP_IDLE_IO=0`` turns ``affinity.IDLE_GLOO_IO`` off (read at import)."""
+    import subprocess
+    import sys
+
+    code = "from mlir_mx.torch.distributed import affinity; print(affinity.IDLE_GLOO_IO)"
+    got = [
+        subprocess.run([sys.executable, "-c", code], env={**os.environ, "MLIR_MX_TP_IDLE_IO": v},
+                       capture_output=True, text=True, timeout=60).stdout.strip()  # fmt: skip
+        for v in ("0", "1")
+    ]
+    assert got == ["False", "True"]

@@ -17,7 +17,16 @@ import os
 
 from mlir_mx.errors import MXValueError
 
-__all__ = ["pin_rank", "pinned_cpus", "rank_cpus"]
+__all__ = [
+    "IDLE_BACKOFF_MAX_S",
+    "IDLE_BACKOFF_S",
+    "IDLE_GLOO_IO",
+    "idle_gloo_io",
+    "normal_gloo_io",
+    "pin_rank",
+    "pinned_cpus",
+    "rank_cpus",
+]
 
 _pinned: list = [None]  # the CPUs pin_rank pinned this process to, in this process
 
@@ -62,3 +71,73 @@ def pinned_cpus() -> frozenset[int] | None:
     if pid_cpus is None or pid_cpus[0] != os.getpid():
         return None
     return pid_cpus[1]
+
+
+#: A pinned rank's gloo TCP I/O threads (``gloo_tcp_loop``) run ``SCHED_IDLE``
+#: while its decode collectives are polled (:func:`idle_gloo_io`);
+#: ``MLIR_MX_TP_IDLE_IO=0``: never.
+IDLE_GLOO_IO = os.environ.get("MLIR_MX_TP_IDLE_IO", "1").strip() != "0"
+#: After a collective the I/O thread did not finish within
+#: ``decode_collectives.IDLE_LATE_S`` (another process on the CPU starves a
+#: ``SCHED_IDLE`` thread), it runs ``SCHED_OTHER`` for this many seconds,
+#: twice as long after each late collective in a row, at most
+#: :data:`IDLE_BACKOFF_MAX_S`; a collective done in time resets it.
+IDLE_BACKOFF_S = 0.005
+IDLE_BACKOFF_MAX_S = 0.5
+_io: dict = {"pid": None, "tids": [], "idle": False, "until": 0.0, "backoff": IDLE_BACKOFF_S}
+
+
+def _gloo_io_tids() -> list[int]:
+    tids = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() == "gloo_tcp_loop":
+                    tids.append(int(tid))
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return tids
+
+
+def _set_io(idle: bool) -> None:
+    policy = os.SCHED_IDLE if idle else os.SCHED_OTHER
+    for tid in _io["tids"]:
+        try:
+            os.sched_setscheduler(tid, policy, os.sched_param(0))
+        except OSError:  # a thread that ended meanwhile
+            pass
+    _io["idle"] = idle
+
+
+def idle_gloo_io(now: float) -> bool:
+    """Before a pinned rank's (:func:`pinned_cpus`) decode collective: gloo's
+    TCP I/O threads ``SCHED_IDLE`` (found once a process), unless
+    :func:`normal_gloo_io` backed off less than :data:`IDLE_BACKOFF_S` before
+    ``now`` (``time.perf_counter()``); whether they are idle.  On one CPU with
+    the rank's own thread and gloo's worker, an I/O thread woken while the
+    worker sends would otherwise preempt it and spin on the pair's lock the
+    worker holds until the kernel's next tick (2-5 ms); ``SCHED_IDLE``, it
+    neither preempts the worker nor runs before it (``docs/distributed.md``,
+    "The tails removed (session 54)").  False when not pinned, or
+    :data:`IDLE_GLOO_IO` off."""
+    if not IDLE_GLOO_IO or pinned_cpus() is None or not hasattr(os, "SCHED_IDLE"):
+        return False
+    if _io["pid"] != os.getpid():
+        _io.update(pid=os.getpid(), tids=_gloo_io_tids(), idle=False, until=0.0)
+    if _io["idle"]:  # the last collective was done in time
+        _io["backoff"] = IDLE_BACKOFF_S
+    want = now >= _io["until"]
+    if want != _io["idle"]:
+        _set_io(want)
+    return want
+
+
+def normal_gloo_io(now: float) -> None:
+    """A collective the idle I/O thread was late for: it runs ``SCHED_OTHER``
+    from ``now`` for the back-off (:data:`IDLE_BACKOFF_S`, doubled for each
+    late one in a row; a ``SCHED_IDLE`` thread gets the CPU only when nothing
+    else wants it: another process on the rank's CPU starves it)."""
+    _io["until"] = now + _io["backoff"]
+    _io["backoff"] = min(2 * _io["backoff"], IDLE_BACKOFF_MAX_S)
+    if _io["idle"]:
+        _set_io(False)

@@ -25,9 +25,16 @@ from torch.distributed.tensor import Partial
 from mlir_mx.errors import MXValueError
 from mlir_mx.execution import pool_load
 
-from .affinity import pinned_cpus
+from .affinity import idle_gloo_io, normal_gloo_io, pinned_cpus
 
-__all__ = ["COLLECTIVES", "EXCHANGE_BYTES", "POLL_S", "replicated", "set_decode_collective"]
+__all__ = [
+    "COLLECTIVES",
+    "EXCHANGE_BYTES",
+    "IDLE_LATE_S",
+    "POLL_S",
+    "replicated",
+    "set_decode_collective",
+]
 
 
 #: How the decode step's collectives are made (:func:`set_decode_collective`).
@@ -117,6 +124,14 @@ def _all_to_all(parts, send, group, async_op: bool = False):
 POLL_S = 0.002
 
 
+#: A polled collective not done this many seconds after its start, with the
+#: rank's gloo I/O thread ``SCHED_IDLE`` (``affinity.idle_gloo_io``): the
+#: thread runs ``SCHED_OTHER`` again (``affinity.normal_gloo_io``; another
+#: process on the CPU starves an idle thread).  A decode collective takes
+#: 150-350 us (``docs/distributed.md``).
+IDLE_LATE_S = 0.001
+
+
 def _polled(collective, *args, group) -> None:
     """``collective(*args, group=group)``, waited for by polling (:data:`POLL_S`):
     between the collectives of a decode step a rank computes for about a
@@ -125,8 +140,15 @@ def _polled(collective, *args, group) -> None:
     if POLL_S <= 0 or (pinned_cpus() is None and pool_load.oversubscribed(1)):
         collective(*args, group=group)
         return
+    start = time.perf_counter()
+    idle = idle_gloo_io(start)  # a pinned rank's gloo I/O thread SCHED_IDLE while polled
     work = collective(*args, group=group, async_op=True)
-    end = time.perf_counter() + POLL_S
-    while not work.is_completed() and time.perf_counter() < end:
+    end, late = start + POLL_S, start + IDLE_LATE_S
+    while not work.is_completed() and (now := time.perf_counter()) < end:
+        if idle and now > late:  # starved by another process on the CPU?
+            normal_gloo_io(now)
+            idle = False
         os.sched_yield()
+    if idle and not work.is_completed():
+        normal_gloo_io(time.perf_counter())
     work.wait()
