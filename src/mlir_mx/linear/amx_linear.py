@@ -10,7 +10,7 @@ taken when all of these hold:
 
 - :data:`ENV` (``MLIR_MX_AMX``) is not ``0``;
 - the call's activations are f32 rounded to bf16 (``activations="bf16"``);
-- it has at least :data:`MIN_ROWS` rows (64);
+- it has at least :data:`MIN_ROWS` rows (32);
 - the weight is E8M0-scaled with block size 32 and its format's guard bound
   ``T = 2^24 q / bmax`` is at least :data:`MIN_T` (E2M1, E2M3, E3M2, INT8;
   FP8's ``T`` is 73 or below 1, and FP8 blocks nearly never pass);
@@ -53,13 +53,13 @@ __all__ = [
 ENV = "MLIR_MX_AMX"
 
 #: The fewest rows a call takes the AMX path with.  Measured
-#: (``bench/probes/amx_linear_rows.py``, E2M1, 1 thread, loaded machine,
-#: thread CPU time; B stored as ``b sb`` in bf16): the hook against the
-#: exact path at 4096 x 4096 was 0.39x at M = 16, 0.70x at 48, 1.10x at 64,
-#: 1.22x at 96, 1.54x at 128; at 2048 x 2048 0.42x at 16, 1.00x at 64, 1.20x
-#: at 128.  Below 64 rows streaming the bf16 B (4x the codes) costs more than
-#: the tiles save; re-measure once B is widened from the codes per tile.
-MIN_ROWS = 64
+#: (``bench/probes/amx_linear_rows.py``, E2M1, 1 thread, thread CPU time,
+#: B widened from the codes per tile; bench/results/amx-linear-rows-2026-12-05-s54.txt):
+#: the hook against the exact path at 4096 x 4096 (quiet) was 1.07x at M =
+#: 16, 1.36x at 32, 2.20x at 64, 2.46x at 256; at 2048 x 2048 0.72x at 16,
+#: 1.01x at 24, 1.32x at 32, 1.78x at 64.  (With B stored as bf16, session 54's
+#: first version, it paid only from 64 rows.)
+MIN_ROWS = 32
 
 #: The smallest guard bound ``T`` a weight format takes the AMX path with.
 #: A block of 32 bf16 values over even one binade has ``S/g`` of a few

@@ -60,10 +60,14 @@ EXACT_LINEARS: weakref.WeakSet = weakref.WeakSet()
 GROUP = (2, 2)
 
 #: The largest share of failing (row, block)s a call runs on the tiles with.
-#: At 256 x 4096 x 4096 E2M1 (docs/numerics.md, "AMX-BF16") 6 % of them cost
-#: about 16 of the kernel's 28 ms, against 50 ms on the exact path; the
-#: prototype at 92 % took 3x the exact path.  A rough break-even, not tuned.
-MAX_FALLBACK_SHARE = 0.15
+#: Measured with B widened from the codes (``bench/probes/amx_linear_rows.py
+#: --fail``, E2M1 4096 x 4096, 1 thread, thread CPU time;
+#: bench/results/amx-linear-rows-2026-12-05-s54.txt, quiet): against the
+#: exact path 2.46x with N(0,1)'s own ~6 %, then, with a share forced to
+#: fail, 1.81x at 10 %, 1.51x at 20 %, 1.20x at 30 %, 1.07x at 40 %, 0.84x at
+#: 60 % (M = 256); at M = 32 1.12x at 30 % and 0.90x at 40 %.  So 30 %: at
+#: or below the break-even at every row count the hook takes.
+MAX_FALLBACK_SHARE = 0.3
 
 
 def _pad(n: int) -> int:
