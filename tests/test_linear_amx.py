@@ -156,6 +156,32 @@ def test_the_call_by_address_takes_the_amx_path_for_bf16_values(activations, mon
 
 
 @needs_amx
+@pytest.mark.parametrize("by_address", [False, True])
+def test_the_amx_kernel_runs_on_the_calls_team(by_address):
+    """The AMX kernel's column groups run on the call's thread count (a torch
+    layer's Linear is made with one thread and called with torch's count),
+    not the Linear's: a parallel region per 2-thread call, none per
+    1-thread call, the same bits."""
+    from mlir_mx.execution import threads as team
+
+    w = weight("f4E2M1FN", seed=11)
+    x = passing(amx_linear.MIN_ROWS, seed=12).astype(ml_dtypes.bfloat16).astype(np.float32)
+    lin = mlir_mx.Linear(w, activations="bf16", threads=1)
+    outs = []
+    for t in (1, 2):
+        before = team.regions()
+        if by_address:
+            out = np.zeros((len(x), 72), np.float32)
+            assert lin.call_into(x.ctypes.data, len(x), out.ctypes.data, t, True)
+        else:
+            out = lin(x, threads=t)
+        assert amx_linear.last_path(lin) == "amx"
+        assert team.regions() - before == (t > 1)
+        outs.append(out)
+    assert_same_bits(outs[1], outs[0])
+
+
+@needs_amx
 @pytest.mark.slow
 @pytest.mark.parametrize("element", INTEGRAL)
 def test_many_random_linear_calls_give_the_exact_paths_bits(element, monkeypatch):

@@ -123,7 +123,6 @@ def with_amx(lin, kind, m: int, threads: int, call):
     """``call`` (the exact path's ``call(x, out)`` for ``m`` rows of
     activations of ``kind`` on ``threads`` threads), or a call with the same
     arguments that runs on AMX where the guard lets it (the module doc)."""
-    del threads  # AMXMatmul runs on lin.threads' team (call_threads: the load check decides)
     if call is None or kind.element is not None or kind.quantize_to != BF16 or m < MIN_ROWS:
         return call
     if not amx_enabled():
@@ -133,13 +132,13 @@ def with_amx(lin, kind, m: int, threads: int, call):
         return call
 
     def amx_call(x: np.ndarray, out: np.ndarray) -> None:
-        if not _on_amx(lin, found, x, out):
+        if not _on_amx(lin, found, x, out, threads):
             call(x, out)
 
     return amx_call
 
 
-def _on_amx(lin, found, x: np.ndarray, out: np.ndarray) -> bool:
+def _on_amx(lin, found, x: np.ndarray, out: np.ndarray, threads: int) -> bool:
     """``out = x @ W.T`` on AMX (True), or nothing done (False: the caller
     makes the exact call) where the preparation declines."""
     from mlir_mx.linear.amx_prepare import prepare_activations
@@ -150,7 +149,7 @@ def _on_amx(lin, found, x: np.ndarray, out: np.ndarray) -> bool:
     if prepared.args is None:
         _LAST[lin] = "exact"
         return False
-    out[...] = mm.run(prepared.args, x.shape[0])
+    out[...] = mm.run(prepared.args, x.shape[0], threads)  # the call's team
     _LAST[lin] = "amx"
     return True
 
@@ -159,7 +158,7 @@ def _view(addr: int, m: int, n: int) -> np.ndarray:
     return np.ctypeslib.as_array((ctypes.c_float * (m * n)).from_address(addr)).reshape(m, n)
 
 
-def with_amx_raw(lin, kind, m: int, bf16: bool, call):
+def with_amx_raw(lin, kind, m: int, bf16: bool, call, threads: int = 1):
     """For :meth:`mlir_mx.Linear.call_into`: ``call`` (``call(x_addr,
     out_addr)``, the exact path's bound call on ``m`` rows of activations of
     ``kind``; ``bf16``: ``x`` holds bf16 values), or a call with the same
@@ -177,7 +176,8 @@ def with_amx_raw(lin, kind, m: int, bf16: bool, call):
     k, n = lin.in_features, lin.out_features
 
     def amx_raw_call(x_addr: int, out_addr: int) -> None:
-        if not amx_enabled() or not _on_amx(lin, found, _view(x_addr, m, k), _view(out_addr, m, n)):
+        x, out = _view(x_addr, m, k), _view(out_addr, m, n)
+        if not amx_enabled() or not _on_amx(lin, found, x, out, threads):
             call(x_addr, out_addr)
 
     return amx_raw_call

@@ -301,12 +301,14 @@ class AMXMatmul:
             raise MXValueError("a: holds values that are not bf16 (round to bf16 first)")
         return done.args
 
-    def run(self, prepared, m: int) -> np.ndarray:
-        """The kernel on :meth:`prepare`'s arguments: C (f32 (m, N))."""
+    def run(self, prepared, m: int, team: int | None = None) -> np.ndarray:
+        """The kernel on :meth:`prepare`'s arguments: C (f32 (m, N)), on a
+        team of ``team`` threads (a caller's thread count, the load check
+        already applied), by default ``call_threads(self.threads)``."""
         a_tiles, ptr, rows, bptr, bidx, fa = prepared
         n = self.weight.source.shape[1]
         c = np.empty((a_tiles.shape[0] * 16, self.b_codes.shape[0] * 16), np.float32)
-        team = call_threads(self.threads)
+        team = call_threads(self.threads) if team is None else check_threads(team)
         runner = amx_matmul_runner(self.group, self.weight.element, team)
         runner.amx_matmul(a_tiles, self.b_codes, c, ptr, rows, self.b_scales, bptr, bidx, fa)
         self.last_path = "amx"

@@ -345,7 +345,7 @@ class Linear:
                 bound = self._bound(kind, m, check_threads(threads))
                 if isinstance(bound, BoundFunction):
                     call = bound.on_shapes((m, self.in_features), (m, self.out_features))
-                    call = with_amx_raw(self, kind, m, bf16, weight_form.divide_at(call, self._geometry, m))
+                    call = with_amx_raw(self, kind, m, bf16, weight_form.divide_at(call, self._geometry, m), threads)
             if len(self._raw_calls) >= _RAW_CALLS:  # prompts of many lengths: keep the latest
                 self._raw_calls.clear()
             self._raw_calls[key] = call
