@@ -41,6 +41,15 @@ _NO_AVX512 = "-avx512f -avx512bw -avx512vl -avx512vbmi -avx512_vnni -avx512_bf16
 AVX2_MASKS = {"avx-vnni": (_NO_AVX512, "avx_vnni"), "avx2": (_NO_AVX512 + " -avx_vnni", "avx2")}
 
 
+def nvfp4_i8_oracle(w: MXArray, x: np.ndarray) -> np.ndarray:
+    """The oracle's ``x @ W.T`` for an NVFP4 weight ``w`` (out, in) and f32
+    ``x`` quantized to MXINT8 in blocks of 16 (``activations="i8"``): the
+    blocked order from a zero C."""
+    a = oracle.quantize(x, "i8", 16, axis=1)
+    b = MXArray(w.codes.T.copy(), w.scales.T.copy(), "nvfp4", 16, axis=0, global_scale=w.global_scale)
+    return oracle.blocked_order(a, b, np.zeros((x.shape[0], w.shape[0]), np.float32))
+
+
 def mask_avx2(monkeypatch, name: str) -> None:
     """Mask this CPU to :data:`AVX2_MASKS` ``name`` (skip where it lacks the feature)."""
     mask, needed = AVX2_MASKS[name]

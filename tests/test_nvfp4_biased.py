@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dot_cases import AVX2_MASKS, mask_avx2, same_bits
+from dot_cases import AVX2_MASKS, mask_avx2, nvfp4_i8_oracle, same_bits
 
 import mlir_mx
 from mlir_mx import oracle
@@ -83,18 +83,12 @@ def _activations(m=70, k=64) -> np.ndarray:
     return x
 
 
-def _want(w: MXArray, x: np.ndarray) -> np.ndarray:
-    a = oracle.quantize(x, "i8", 16, axis=1)
-    b = MXArray(w.codes.T.copy(), w.scales.T.copy(), "nvfp4", 16, axis=0, global_scale=w.global_scale)
-    return oracle.blocked_order(a, b, np.zeros((x.shape[0], w.shape[0]), np.float32))
-
-
 @pytest.mark.parametrize("cpu", ["host", "avx2", "avx-vnni"])
 def test_edges_equal_the_oracle(monkeypatch, cpu):
     if cpu in AVX2_MASKS:
         mask_avx2(monkeypatch, cpu)
     w, x = _weight(), _activations()
-    want = _want(w, x)
+    want = nvfp4_i8_oracle(w, x)
     lin = mlir_mx.Linear(w, activations="i8", threads=2)
     for m in (70, 5, 1):  # prefill, small, decode
         for threads in (1, 2):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dot_cases import AVX2_MASKS, mask_avx2, same_bits
+from dot_cases import AVX2_MASKS, mask_avx2, nvfp4_i8_oracle, same_bits
 
 import mlir_mx
 from mlir_mx import oracle
@@ -78,12 +78,6 @@ def _x(m: int, k: int) -> np.ndarray:
     return x
 
 
-def _want(w: MXArray, x: np.ndarray) -> np.ndarray:
-    a = oracle.quantize(x, "i8", 16, axis=1)
-    b = MXArray(w.codes.T.copy(), w.scales.T.copy(), "nvfp4", 16, axis=0, global_scale=w.global_scale)
-    return oracle.blocked_order(a, b, np.zeros((x.shape[0], w.shape[0]), np.float32))
-
-
 @pytest.mark.parametrize("cpu", ["host", "avx2", "avx-vnni"])
 def test_one_chunk_and_a_tail_equal_the_oracle(monkeypatch, cpu):
     """K = 4096 + 48: one chunk of 256 blocks of 16 and a tail of 3 blocks
@@ -93,7 +87,7 @@ def test_one_chunk_and_a_tail_equal_the_oracle(monkeypatch, cpu):
         mask_avx2(monkeypatch, cpu)
     k = 4096 + 48
     w, x = _weight(64, k), _x(53, k)
-    want = _want(w, x)
+    want = nvfp4_i8_oracle(w, x)
     lin = mlir_mx.Linear(w, activations="i8", threads=2)
     for m, schedule in ((53, "int-prefill"), (5, "int-small"), (1, None)):
         if cpu == "host" and schedule is not None:
