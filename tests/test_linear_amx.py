@@ -131,6 +131,43 @@ def test_without_amx_bf16_the_calls_are_unchanged(monkeypatch):
 
 
 @needs_amx
+def test_a_mask_set_after_the_first_amx_call_steps_aside(monkeypatch):
+    """``-amx_bf16`` set after a Linear's first AMX call: its later calls run
+    the exact path (no refusal from the prepared AMX matmul), same bits."""
+    w, x = weight("f4E2M1FN", seed=13), passing(amx_linear.MIN_ROWS, seed=14)
+    lin = mlir_mx.Linear(w, activations="bf16", threads=1)
+    first = lin(x)
+    assert amx_linear.last_path(lin) == "amx"
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-amx_bf16")
+    masked = lin(x)
+    assert amx_linear.last_path(lin) == "exact"
+    assert_same_bits(masked, first)
+
+
+@needs_amx
+def test_the_prepared_weight_is_not_a_second_mxarray():
+    """What the hook keeps per Linear (``amx_matmul_of``; traced with nothing
+    kept by the test) is the kernel's codes and scale bytes, about 1.13x the
+    packed codes, not also the transposed MXArray it is made from."""
+    import gc
+    import tracemalloc
+
+    w = weight("f4E2M1FN", n=512, k=1024, seed=15)
+    lin = mlir_mx.Linear(w, activations="bf16", threads=1)
+    packed = 512 * 1024 // 2
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        assert amx_linear.amx_matmul_of(lin) is not None
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held <= 1.25 * packed, (held, packed)
+
+
+@needs_amx
 @pytest.mark.parametrize("activations", ["bf16", None])
 def test_the_call_by_address_takes_the_amx_path_for_bf16_values(activations, monkeypatch):
     """``Linear.call_into`` (the torch layers' call): ``activations="bf16"``,

@@ -302,3 +302,12 @@ def test_the_plan_is_the_pass_mask_or_none_where_the_call_fails(element):
     assert plan is not None and (plan == oracle.amx_pass(a, w)).all() and not plan.all()
     tiny = bf16(np.random.default_rng(19).standard_normal((4, 128)) * 2.0**-128)
     assert not oracle.amx_guard_call(tiny, w) and oracle.amx_plan(tiny, w) is None
+
+
+def test_an_empty_weight_prepares_without_a_reduction_error():
+    """N = 0: ``amx_prepare`` gives the empty flags and +-inf bounds (no
+    numpy "zero-size array" error from the per-block reductions)."""
+    b = oracle.quantize(np.zeros((64, 0), np.float32), "f4E2M1FN", 32, axis=0)
+    w = oracle.amx_prepare(b)
+    assert w.flagged.shape == (2, 0)
+    assert np.all(w.sb_min == np.inf) and np.all(w.sb_max == -np.inf)

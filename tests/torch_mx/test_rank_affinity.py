@@ -90,6 +90,7 @@ def _pinned(rank: int, world: int) -> dict:
     torch.set_num_threads(1)
     pinned = pin_local_rank()
     after = (pinned_cpus(), _waits(dist.group.WORLD))
+    after_polled = _policies()  # the polled collective done: SCHED_OTHER again
     affinity.IDLE_GLOO_IO = False  # MLIR_MX_TP_IDLE_IO=0: gloo's I/O thread left as it is
     affinity.normal_gloo_io(0.0)  # whatever the collective above left
     switched_off = affinity.idle_gloo_io(100.0), _policies()
@@ -99,6 +100,10 @@ def _pinned(rank: int, world: int) -> dict:
     backed_off = _policies()
     within = affinity.idle_gloo_io(100.0 + affinity.IDLE_BACKOFF_S / 2), _policies()  # at least
     past = affinity.idle_gloo_io(100.0 + affinity.IDLE_BACKOFF_MAX_S), _policies()
+    affinity.done_gloo_io()  # done in time: back to SCHED_OTHER, the back-off reset
+    done = _policies(), affinity.IDLE_BACKOFF_S
+    affinity.normal_gloo_io(200.0)
+    reset = affinity.idle_gloo_io(200.0 + 1.5 * affinity.IDLE_BACKOFF_S)  # not doubled: idle again
     seen = {}
     later = threading.Thread(target=lambda: seen.update(later=os.sched_getaffinity(0)))
     later.start()
@@ -107,7 +112,8 @@ def _pinned(rank: int, world: int) -> dict:
     return dict(everyone=everyone, off=off, unchanged=unchanged, pinned=pinned, tasks=tasks,
                 later=seen["later"], before=before, after=after, crowded=crowded,
                 unpinned_policies=unpinned, switched_off=switched_off, idle=idle,
-                backed_off=backed_off, within=within, past=past)  # fmt: skip
+                backed_off=backed_off, within=within, past=past, after_polled=after_polled,
+                done=done, reset=reset)  # fmt: skip
 
 
 def test_two_ranks_pin_every_thread_to_their_share():
@@ -146,6 +152,11 @@ def test_two_ranks_pin_every_thread_to_their_share():
         assert r["backed_off"]["gloo_tcp_loop"] == other
         assert r["within"][0] is False and r["within"][1]["gloo_tcp_loop"] == other
         assert r["past"][0] is True and r["past"][1]["gloo_tcp_loop"] == idle
+        # only while a polled collective is in flight: after it, and after
+        # done_gloo_io, SCHED_OTHER (other collectives run as torch made them)
+        assert r["after_polled"]["gloo_tcp_loop"] == other
+        assert r["done"][0]["gloo_tcp_loop"] == other
+        assert r["reset"] is True
     if results[0]["pinned"] is not None:
         assert not results[0]["pinned"] & results[1]["pinned"]
 

@@ -22,8 +22,12 @@ rounds A to bf16 and decides the guard; the call runs on the exact path
 where the per-call condition fails, a weight block is flagged, or more than
 :data:`~mlir_mx.linear.amx_matmul.MAX_FALLBACK_SHARE` of the (row, block)s
 fail.  The bits are the exact path's in every case.  The weight is prepared
-for the tiles once per Linear, at its first AMX call (``b sb`` in bf16: 4x
-the FP4 codes' memory while the kernel does not widen B from the codes).
+for the tiles once per Linear, at its first AMX call: its codes in the
+kernel's pair order (the packed codes' size, N padded to 16) and its scale
+bytes, flags and bounds, about 1.13x the packed codes beside the Linear's
+own weight; the transposed copy it is made from is not kept.  The kernel
+runs on the call's team.  :data:`ENV` and the CPU features (a mask set
+later) are read at each call.
 """
 
 from __future__ import annotations
@@ -105,7 +109,7 @@ def amx_matmul_of(lin):
         w = lin.weight()  # (out, in) blocked along in: B = W^T blocked along K
         b = MXArray(np.ascontiguousarray(w.codes.T), np.ascontiguousarray(w.scales.T),
                     lin.element, lin.block_size, 0)  # fmt: skip
-        mm = AMXMatmul(b, threads=lin.threads)
+        mm = AMXMatmul(b, threads=lin.threads, keep_source=False)  # lin holds the weight
         params = guard_params(mm.weight)
         found = (mm, params) if params is not None else None
     with _LOCK:
@@ -141,8 +145,12 @@ def with_amx(lin, kind, m: int, threads: int, call):
 def _on_amx(lin, found, x: np.ndarray, out: np.ndarray, threads: int) -> bool:
     """``out = x @ W.T`` on AMX (True), or nothing done (False: the caller
     makes the exact call) where the preparation declines."""
+    from mlir_mx.linear.amx import amx_bf16_usable
     from mlir_mx.linear.amx_prepare import prepare_activations
 
+    if not amx_bf16_usable():  # masked since this Linear's first AMX call
+        _LAST[lin] = "exact"
+        return False
     mm, params = found
     buffers = _BUFFERS.__dict__.setdefault("by_shape", {})  # this thread's, reused
     prepared = prepare_activations(x, params, mm.max_fallback_share, buffers)
@@ -165,8 +173,10 @@ def with_amx_raw(lin, kind, m: int, bf16: bool, call, threads: int = 1):
     arguments that runs on AMX where the guard lets it.  It applies where
     the activations are rounded to bf16 (``activations="bf16"``) or already
     are bf16 with no quantization (a bf16 model's input): the AMX path's
-    bits are the exact path's on those values.  :data:`ENV` is read at each
-    call (the bound call is cached per row count)."""
+    bits are the exact path's on those values.  ``threads``: the call's team
+    (the AMX kernel's too).  :data:`ENV` is read when the call is bound (once
+    per row count and team: ``0`` then keeps the exact call for them) and at
+    each call."""
     rounded = kind.quantize_to == BF16 or (bf16 and kind.quantize_to is None)
     if not rounded or kind.element is not None or m < MIN_ROWS or not amx_enabled():
         return call

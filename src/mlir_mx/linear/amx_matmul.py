@@ -25,8 +25,10 @@ instruction runs) where :func:`mlir_mx.linear.amx.amx_bf16_usable` is false.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import weakref
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,6 +44,7 @@ __all__ = [
     "GROUP",
     "MAX_FALLBACK_SHARE",
     "AMXMatmul",
+    "WeightShape",
     "amx_matmul_runner",
     "check_activations",
     "failing_blocks",
@@ -187,6 +190,15 @@ def prepare_model(a: np.ndarray, w, max_share: float = MAX_FALLBACK_SHARE):
     return pack_activations(a, ok, w.block_size), ptr, rows, bptr, bidx, fa
 
 
+class WeightShape(NamedTuple):
+    """What an :class:`AMXMatmul` made with ``keep_source=False`` keeps of its
+    weight besides the kernel's codes: the AMXWeight's ``source`` stand-in."""
+
+    shape: tuple[int, int]
+    format_name: str
+    block_size: int
+
+
 @functools.lru_cache(maxsize=16)
 def _runner(_features: frozenset[str], group: tuple[int, int], element: str, threads: int):
     from mlir import ir
@@ -243,6 +255,7 @@ class AMXMatmul:
         threads: int = 1,
         group: tuple[int, int] = GROUP,
         max_fallback_share: float = MAX_FALLBACK_SHARE,
+        keep_source: bool = True,
     ):
         _refuse_unless_usable()
         self.weight = oracle.amx_prepare(b)  # scales and flags (no bf16 tiles)
@@ -250,6 +263,9 @@ class AMXMatmul:
             raise MXValueError(f"b: block_size {b.block_size}; the AMX kernel takes blocks of 32")
         self.b_codes = pack_weight(b)
         self.b_scales = pack_scales(self.weight)
+        if not keep_source:  # the caller holds the weight (Linear's hook): not a second copy
+            shape = WeightShape(tuple(b.shape), b.format_name, b.block_size)
+            self.weight = dataclasses.replace(self.weight, source=shape)
         self.threads = check_threads(threads)
         self.group = tuple(group)
         self.max_fallback_share = max_fallback_share
@@ -274,6 +290,8 @@ class AMXMatmul:
 
     def exact(self, a: np.ndarray) -> np.ndarray:
         """The exact path: ``Linear(b, activations="bf16")`` (built once)."""
+        if not isinstance(self.weight.source, MXArray):
+            raise MXValueError("AMXMatmul(keep_source=False) keeps no weight for an exact path")
         if self._exact is None:
             import mlir_mx  # its lazy Linear: linear.layer's AMX hook imports this module
 

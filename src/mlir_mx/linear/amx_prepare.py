@@ -122,7 +122,8 @@ def _outputs(m: int, nb: int, buffers: dict | None):
         np.zeros(4, np.int32),
     )
     if buffers is not None:
-        buffers.clear()  # one shape kept: a prompt's calls share it
+        if len(buffers) >= 4:  # a layer's shapes (hidden and intermediate K) alternate
+            del buffers[next(iter(buffers))]  # the oldest
         buffers[key] = out
     return out
 

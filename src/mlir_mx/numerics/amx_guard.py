@@ -194,7 +194,7 @@ def amx_prepare(b: MXArray) -> AMXWeight:
     with np.errstate(invalid="ignore"):
         flagged = ~((q * sb >= _TINY) & (bmax * sb < 2.0**128))
     guarded = np.where(np.isnan(sb), np.inf, sb)
-    return AMXWeight(b, flagged, guarded.min(axis=1), guarded.max(axis=1))
+    return AMXWeight(b, flagged, guarded.min(axis=1, initial=np.inf), guarded.max(axis=1, initial=-np.inf))
 
 
 def amx_guard_call(a, w: AMXWeight) -> bool:

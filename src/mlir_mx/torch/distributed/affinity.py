@@ -21,6 +21,7 @@ __all__ = [
     "IDLE_BACKOFF_MAX_S",
     "IDLE_BACKOFF_S",
     "IDLE_GLOO_IO",
+    "done_gloo_io",
     "idle_gloo_io",
     "normal_gloo_io",
     "pin_rank",
@@ -124,12 +125,20 @@ def idle_gloo_io(now: float) -> bool:
         return False
     if _io["pid"] != os.getpid():
         _io.update(pid=os.getpid(), tids=_gloo_io_tids(), idle=False, until=0.0)
-    if _io["idle"]:  # the last collective was done in time
-        _io["backoff"] = IDLE_BACKOFF_S
     want = now >= _io["until"]
     if want != _io["idle"]:
         _set_io(want)
     return want
+
+
+def done_gloo_io() -> None:
+    """A polled collective done in time: the I/O threads back to
+    ``SCHED_OTHER`` (collectives outside the polled decode path, DTensor's
+    redistributions, barriers, a large all-reduce, run with them as torch
+    made them) and the back-off reset to :data:`IDLE_BACKOFF_S`."""
+    _io["backoff"] = IDLE_BACKOFF_S
+    if _io.get("idle"):
+        _set_io(False)
 
 
 def normal_gloo_io(now: float) -> None:

@@ -25,7 +25,7 @@ from torch.distributed.tensor import Partial
 from mlir_mx.errors import MXValueError
 from mlir_mx.execution import pool_load
 
-from .affinity import idle_gloo_io, normal_gloo_io, pinned_cpus
+from .affinity import done_gloo_io, idle_gloo_io, normal_gloo_io, pinned_cpus
 
 __all__ = [
     "COLLECTIVES",
@@ -151,4 +151,7 @@ def _polled(collective, *args, group) -> None:
         os.sched_yield()
     if idle and not work.is_completed():
         normal_gloo_io(time.perf_counter())
+        idle = False
     work.wait()
+    if idle:  # done in time: SCHED_OTHER again until the next polled collective
+        done_gloo_io()
