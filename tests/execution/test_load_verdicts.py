@@ -109,6 +109,20 @@ def test_the_bounds_never_change_a_verdict(room):
     assert deciding_ours(2, 1) == 1 and deciding_ours(9, 0, 3) == 3 and deciding_ours(3, 0, 3) is None
 
 
+def test_a_busy_verdict_is_looked_at_again_on_the_next_call_after_a_period():
+    """Quiet, the check looks on every 8th call (the clock costs); busy, on
+    any call once a period has passed, so a false busy verdict costs one
+    period on 1 thread, not eight calls (a 20 ms prefill call each)."""
+    clock, found = _Clock(), iter([B, Q, Q])
+    check = LoadCheck(1000, 0, calm=1, read=lambda team, ours: next(found), clock=clock)
+    check.cpus = 2
+    assert check.busy(2) is True and check.reads == 1
+    clock.ns = 2_000_000
+    assert check.busy(2) is False and check.reads == 2  # the very next call looked
+    clock.ns = 4_000_000
+    assert check.busy(2) is False and check.reads == 2  # quiet: the last verdict, no look
+
+
 def test_a_look_at_proc_returns_counts_in_range():
     check = LoadCheck(1, 0)
     running, mine = check.read_proc(team=2, ours=None)
@@ -119,7 +133,7 @@ def test_a_look_at_proc_returns_counts_in_range():
 
 def test_the_trace_keeps_every_look():
     clock, found = _Clock(), iter([B, Q])
-    check = LoadCheck(1000, 0, trace=True, read=lambda team, ours: next(found), clock=clock)
+    check = LoadCheck(1000, 0, trace=True, calm=3, read=lambda team, ours: next(found), clock=clock)
     check.cpus = 2
     check.busy(2)
     clock.ns = 2_000_000

@@ -10,9 +10,11 @@ while the machine is oversubscribed (``Linear``'s calls on their 1-thread
 kernels, ``threads.call_threads``); with the decode policy
 (``mlir_mx.torch.thread_policy``) a step then runs on one thread throughout
 (``docs/library.md``, "Threads").  The verdict turns busy at the first look
-that finds the machine oversubscribed and back only after :data:`LOAD_CALM`
-looks in a row that do not, so two copies of us that each see the other stay
-on one thread each through a moment when one of them has nothing runnable.
+that finds the machine oversubscribed and back after :data:`LOAD_CALM` looks
+in a row that do not (1 by default; more keeps two copies of us that each see
+the other on one thread each through a moment when one has nothing runnable).
+While busy, every call may look (at most once a period), so a false busy
+verdict lasts one period, not eight calls.
 """
 
 from __future__ import annotations
@@ -59,13 +61,15 @@ def _env_int(name: str, default: int) -> int:
 LOAD_CHECK = _env_int("MLIR_MX_LOAD_CHECK", 5000)
 LOAD_SLACK = _env_int("MLIR_MX_LOAD_SLACK", 0)
 #: Back to the team only after this many looks in a row find the machine not
-#: oversubscribed (``MLIR_MX_LOAD_CALM``; 1: at the first, as before session
-#: 54): a runnable count that dips for a moment (another copy of us between
-#: two calls, a worker of ours that wakes between the two reads of a look)
-#: does not put a team on a machine that is full.  Going busy takes one look:
-#: a wrong busy verdict costs a few ms on 1 thread, a wrong quiet one can
-#: cost a time slice in every region until the next look.
-LOAD_CALM = _env_int("MLIR_MX_LOAD_CALM", 3)
+#: oversubscribed (``MLIR_MX_LOAD_CALM``): with more than 1, a runnable count
+#: that dips for a moment (another copy of us between two calls) does not put
+#: a team on a machine that is full.  Default 1 (each look's own finding):
+#: 3 measured the same in the quiet decode matrix (session 54: 20.93 / 29.25 /
+#: 29.46 ms a token against 20.85 / 29.28 / 29.38 quiet / beside a spinner /
+#: two copies) and cost a quiet 256-row AMX call its second thread in most
+#: calls (a false busy look held for 3 looks: 2t/1t 1.00x against 1.82x;
+#: ``docs/library.md``, "Threads").
+LOAD_CALM = _env_int("MLIR_MX_LOAD_CALM", 1)
 #: ``MLIR_MX_LOAD_TRACE=1``: the process's check keeps every look
 #: (:func:`looks`), for probes that lay its verdicts along a decode.
 LOAD_TRACE = _env_int("MLIR_MX_LOAD_TRACE", 0) > 0
@@ -123,8 +127,8 @@ class LoadCheck:
         if self.every <= 0:
             return False
         self.calls += 1
-        if self.calls & 7 and self.next:  # the clock itself costs 0.5 us in a VM: every 8th call
-            return self.over
+        if self.calls & 7 and self.next and not self.over:  # the clock costs 0.5 us in a VM:
+            return self.over  # every 8th call; busy (the calls on 1 thread), every call
         now = self.clock()
         if now >= self.next and self.lock.acquire(blocking=False):
             self.next = now + 1000 * self.every  # one thread looks; the others take the last
