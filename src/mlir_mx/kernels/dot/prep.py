@@ -18,7 +18,8 @@ below :func:`~.units.bf16_floor` (the kernel then takes its FMA form,
 and its scales become f32 (E8M0 decoded by :mod:`.codec`; rows past M are zero).
 
 An MX A is decoded exactly (:mod:`.widen`).  An f32 A with
-``Problem.a_quant`` is quantized here, block by block, exactly as
+``Problem.a_quant`` is quantized here, 16 blocks at a time
+(:mod:`.prep_groups`, then block by block), exactly as
 :func:`mlir_mx.oracle.quantize` does (the FLOOR scale rule, RNE rounding
 with saturation, NaN/Inf blocks to scale NaN and zero elements), so the
 kernel's result equals the one for the oracle-quantized MX A bit for bit:
@@ -42,6 +43,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.codec import abs_bits, e8m0_code, e8m0_to_f32, round_bf16
 from mlir_mx.kernels.common.problem import BF16, CodeRows, Operands, Problem, vector_loop
 from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder
+from mlir_mx.kernels.dot.prep_groups import GROUP, quantize_groups
 from mlir_mx.kernels.dot.units import DotKind, bf16_floor, int_factor
 from mlir_mx.numerics import ELEMENT_FORMATS
 from mlir_mx.numerics.formats import SCALE_BIAS, SCALE_NAN_CODE
@@ -202,8 +204,13 @@ def _round_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, tiny, r) 
 
 
 def _quantize_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, r) -> None:
-    bs = prob.block
-    with kb.loop(0, prob.kblocks, 1) as blk:
+    bs, nb = prob.block, prob.kblocks
+    grouped = nb - nb % GROUP  # 16 blocks at a time (.prep_groups), then one by one
+    if grouped:
+        quantize_groups(kb, ops.a, prob.a_quant, bs, conv, scales, r, grouped, _round)
+    if grouped == nb:
+        return
+    with kb.loop(grouped, nb, 1) as blk:
         k0 = kb.mul(blk.iv, bs)
         xs = [kb.vload(ops.a, [r, kb.add(k0, i)], LANES) for i in range(0, bs, LANES)]
         qs, s = quantize_block(kb, xs, prob.a_quant)
