@@ -116,21 +116,11 @@ def test_quantized_activations_equal_the_oracle_quantized_mx(element, weights, u
     assert np.isnan(got[0]).all() and not np.isnan(got[1:]).any()
 
 
-class _Values:
-    """``quantize_groups``' sink: each 16 element values into ``vals``."""
-
-    def __init__(self, kb: KernelBuilder, vals):
-        self.kb, self.vals = kb, vals
-
-    def store(self, values, row, col) -> None:
-        self.kb.vstore(values, self.vals, [row, col])
-
-
 def _groups_module(element: str, rows: int, block: int) -> str:
     """``@q(x, vals: rows x 16 blocks f32, scales: rows x 16 f32)`` through
     ``prep_groups.quantize_groups`` (16 blocks per row, one group)."""
     from mlir_mx.kernels.dot.prep import _round
-    from mlir_mx.kernels.dot.prep_groups import GROUP, quantize_groups
+    from mlir_mx.kernels.dot.prep_groups import GROUP, Targets, factors_buffer, quantize_groups
 
     k = GROUP * block
     with ir.Context(), ir.Location.unknown():
@@ -144,10 +134,11 @@ def _groups_module(element: str, rows: int, block: int) -> str:
             with ir.InsertionPoint(entry):
                 anchor = arith.ConstantOp(ir.IndexType.get(), 0)
                 kb = KernelBuilder(ir.InsertionPoint(anchor))
+                store = lambda v, row, col: kb.vstore(v, vals, [row, col])  # noqa: E731
+                out = Targets(store, scales, factors_buffer(kb), _round)
                 with kb.loop(0, rows, 1) as r:
-                    quantize_groups(
-                        kb, x, element, block, _Values(kb, vals), scales, r.iv, GROUP, _round
-                    )
+                    quantize_groups(kb, x, element, block, out, r.iv, GROUP)
+                kb.dealloc(out.factors)
                 func.ReturnOp([])
         return str(module)
 

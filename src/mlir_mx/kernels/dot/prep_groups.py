@@ -15,12 +15,17 @@ one thread before the parallel part).  Here 16 blocks share that work:
   computed once for the 16 lanes (the same functions, on vectors), and the
   16 scales stored as one vector;
 * each block's values are loaded again (from L1) and quantized with its
-  lane of the factors broadcast: the same operations as ``quantize_block``,
+  lane of the factors broadcast (stored to a small scratch, read back as
+  broadcasts in a loop over the 16 blocks: an unrolled form took 50 % longer
+  to compile): the same operations as ``quantize_block``,
   so the same bits (``x`` of a NaN/Inf block is zeroed by an ``and`` with
   its flag instead of a select: ``+0`` either way).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from mlir import ir
 
@@ -30,10 +35,21 @@ from mlir_mx.kernels.common.widen import LANES
 from mlir_mx.numerics import ELEMENT_FORMATS
 from mlir_mx.numerics.formats import SCALE_BIAS, SCALE_NAN_CODE
 
-__all__ = ["GROUP", "quantize_groups", "transposed_max"]
+__all__ = [
+    "GROUP",
+    "MAX_GROUPED_BLOCK",
+    "Targets",
+    "factors_buffer",
+    "quantize_groups",
+    "transposed_max",
+]
 
 #: Blocks quantized together: one lane of a vector each.
 GROUP = LANES
+#: The largest block quantized in groups (a group's 16 blocks are unrolled:
+#: 32 vectors at blocks of 32); larger blocks go one by one, where one
+#: horizontal reduction per block costs little per value.
+MAX_GROUPED_BLOCK = 32
 
 
 def transposed_max(kb: KernelBuilder, tops: list[ir.Value]) -> ir.Value:
@@ -59,15 +75,22 @@ def transposed_max(kb: KernelBuilder, tops: list[ir.Value]) -> ir.Value:
     return vs[0]
 
 
-def quantize_groups(kb: KernelBuilder, a, element: str, block: int, out, scales, r, blocks, round_):
+@dataclass(frozen=True)
+class Targets:
+    """Where :func:`quantize_groups` puts a row's blocks."""
+
+    store: Callable  # (16 element values, row, col): .prep's dot words
+    scales: ir.Value  # (rows, K / block) f32
+    factors: ir.Value  # (3, 16) i32 scratch: a group's factors and flags (factors_buffer)
+    round: Callable  # (kb, p, fmt) -> element values: .prep._round
+
+
+def quantize_groups(kb: KernelBuilder, a, element: str, block: int, out: Targets, r, blocks):
     """Blocks ``0 .. blocks`` (a multiple of :data:`GROUP`) of row ``r`` of
-    the f32 buffer ``a`` quantized to ``element`` in blocks of ``block``:
-    ``out.store(values, r, col)`` takes each 16 element values (``.prep``'s
-    dot words), ``scales`` (``(rows, K / block)`` f32) the scales;
-    ``round_(kb, p, fmt)`` is :func:`~.prep._round`."""
+    the f32 buffer ``a`` quantized to ``element`` in blocks of ``block``
+    into ``out``."""
     fmt = ELEMENT_FORMATS[element]
-    bs, i32 = block, kb.i32
-    v16i = kb.vec(LANES, i32)
+    bs, v16i = block, kb.vec(LANES, kb.i32)
     with kb.loop(0, blocks, GROUP) as grp:
         k0 = kb.mul(grp.iv, bs)
         tops = []
@@ -82,24 +105,33 @@ def quantize_groups(kb: KernelBuilder, a, element: str, block: int, out, scales,
             tops.append(top)
         code = e8m0_code(kb, transposed_max(kb, tops), fmt.emax)
         finite = kb.cmpi("ne", code, kb.const(SCALE_NAN_CODE, v16i))
-        kb.vstore(e8m0_to_f32(kb, code), scales, [r, grp.iv])
+        kb.vstore(e8m0_to_f32(kb, code), out.scales, [r, grp.iv])
         shared = kb.sub(code, kb.const(SCALE_BIAS, v16i))
         e = kb.sub(kb.const(0, v16i), kb.select(finite, shared, kb.const(0, v16i)))
         e1 = kb.shrsi(e, kb.const(1, v16i))
-        f1, f2 = (_pow2(kb, x) for x in (e1, kb.sub(e, e1)))
+        f1, f2 = (_pow2(kb, x) for x in (e1, kb.sub(e, e1)))  # f32 bits
         keep = kb.extsi(finite, v16i)  # -1: finite, 0: the block is zeroed
-        for j in range(GROUP):
-            lane = [j] * LANES
-            g1, g2, kj = (kb.shuffle(v, v, lane) for v in (f1, f2, keep))
+        for i, v in enumerate((f1, f2, keep)):  # lane j: block j's, broadcast below
+            kb.vstore(v, out.factors, [i, 0])
+        with kb.loop(0, GROUP, 1) as blk:  # a loop, not unrolled: the kernel stays small
+            g1, g2, kj = (kb.broadcast(kb.load(out.factors, [i, blk.iv]), LANES) for i in range(3))
+            g1, g2 = (kb.bitcast(g, kb.vec(LANES, kb.f32)) for g in (g1, g2))
+            j0 = kb.add(k0, kb.mul(blk.iv, bs))
             for i in range(0, bs, LANES):
-                col = kb.add(k0, j * bs + i)
+                col = kb.add(j0, i)
                 x = kb.vload(a, [r, col], LANES)
                 x = kb.bitcast(kb.andi(kb.bitcast(x, v16i), kj), x.type)
-                out.store(round_(kb, kb.fmul(kb.fmul(x, g1), g2), fmt), r, col)
+                out.store(out.round(kb, kb.fmul(kb.fmul(x, g1), g2), fmt), r, col)
+
+
+def factors_buffer(kb: KernelBuilder) -> ir.Value:
+    """The scratch of :func:`quantize_groups` (``3 x 16`` i32: each group's
+    two power-of-two factors' bits and its finite flags, one lane a block),
+    allocated once per kernel call by the caller (who frees it)."""
+    return kb.alloc([3, LANES], kb.i32)
 
 
 def _pow2(kb: KernelBuilder, e: ir.Value) -> ir.Value:
-    """2^e (f32 x 16) for i32 lanes ``e`` in the normal range."""
+    """The f32 bits (i32 x 16) of 2^e for i32 lanes ``e`` in the normal range."""
     t = e.type
-    bits = kb.shli(kb.add(e, kb.const(127, t)), kb.const(23, t))
-    return kb.bitcast(bits, kb.vec(LANES, kb.f32))
+    return kb.shli(kb.add(e, kb.const(127, t)), kb.const(23, t))
