@@ -61,6 +61,7 @@ from mlir_mx.numerics.mxarray import check_global_scale
 __all__ = [
     "CHUNK_ELEMENTS",
     "Geometry",
+    "applies_global",
     "array_chunks",
     "check_held",
     "check_mx_activations",
@@ -68,7 +69,6 @@ __all__ = [
     "divide_by_global",
     "global_operand",
     "kernel_names",
-    "applies_global",
     "records_chunks",
     "records_unit",
     "side_records_unit",
