@@ -44,6 +44,21 @@ def test_the_case_tells_a_division_from_none_two_or_a_reciprocal():
     assert same_bits(plain / G, want).all()  # the oracle is f32(c / g)
 
 
+def test_the_last_chunk_found_per_pass_divides_once():
+    """int-small at K = 512: 4 chunks of 8 blocks, the last one found by a
+    compare per tile pass (the other cases are known when emitted, and
+    ``test_nvfp4_signed_b.py`` runs them under every mask)."""
+    w, x = _case(64, 512, 5)
+    want = nvfp4_i8_oracle(w, x)
+    lin = mlir_mx.Linear(w, activations="i8", threads=2)
+    assert lin.schedule(x) == "int-small"
+    kind = lin._activations(x)[1]
+    for threads in (1, 2):
+        assert same_bits(lin(x, threads=threads), want).all(), threads
+        assert weight_form.applies_global(lin._bound(kind, 5, threads))
+
+
+@pytest.mark.slow  # 6 kernels each, ~3-4 s
 @pytest.mark.parametrize("k", [512, 4096 + 48])
 def test_the_integer_kernels_divide_once_at_the_last_store(k):
     """K = 512: int-small's 4 chunks of 8 blocks (the last found per pass),
