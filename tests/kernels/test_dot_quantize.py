@@ -114,3 +114,51 @@ def test_quantized_activations_equal_the_oracle_quantized_mx(element, weights, u
     want = run_dot(oracle.quantize(x, element, 32), qb, acc, schedule, 2)
     assert same_bits(got, want).all()
     assert np.isnan(got[0]).all() and not np.isnan(got[1:]).any()
+
+
+def _groups_module(element: str, rows: int, block: int) -> str:
+    """``@q(x, vals: rows x 16 blocks f32, scales: rows x 16 f32)`` through
+    ``prep_groups.quantize_groups`` (16 blocks per row, one group)."""
+    from mlir_mx.kernels.dot.prep import _round
+    from mlir_mx.kernels.dot.prep_groups import GROUP, Targets, factors_buffer, quantize_groups
+
+    k = GROUP * block
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.create()
+        f32 = ir.F32Type.get()
+        types = [ir.MemRefType.get(s, f32) for s in ([rows, k], [rows, k], [rows, GROUP])]
+        with ir.InsertionPoint(module.body):
+            fn = func.FuncOp("q", ir.FunctionType.get(types, []))
+            entry = fn.add_entry_block()
+            x, vals, scales = entry.arguments
+            with ir.InsertionPoint(entry):
+                anchor = arith.ConstantOp(ir.IndexType.get(), 0)
+                kb = KernelBuilder(ir.InsertionPoint(anchor))
+                store = lambda v, row, col: kb.vstore(v, vals, [row, col])  # noqa: E731
+                out = Targets(store, scales, factors_buffer(kb), _round)
+                with kb.loop(0, rows, 1) as r:
+                    quantize_groups(kb, x, element, block, out, r.iv, GROUP)
+                kb.dealloc(out.factors)
+                func.ReturnOp([])
+        return str(module)
+
+
+@pytest.mark.parametrize("block", [16, 32])
+@pytest.mark.parametrize("element", list(ELEMENT_FORMATS))
+def test_sixteen_blocks_at_once_match_the_oracle(element, block):
+    """The transposed maxima (``prep_groups``): each block's lane, its NaN /
+    Inf, zero, subnormal, saturating and tie cases, in shuffled lanes."""
+    from mlir_mx.execution import Runner
+    from mlir_mx.pipelines import load_pipeline
+
+    rng = np.random.default_rng(7)
+    blocks = _blocks(element, rng).reshape(-1, block)
+    blocks = np.concatenate([blocks, rng.permutation(blocks)])  # every case in two lanes
+    x = np.ascontiguousarray(blocks.reshape(-1, 16 * block))
+    vals, scales = np.zeros_like(x), np.zeros((x.shape[0], 16), np.float32)
+    Runner(_groups_module(element, x.shape[0], block), load_pipeline("memref-to-llvm")).invoke(
+        "q", x, vals, scales
+    )
+    q = oracle.quantize(x, element, block)
+    assert same_bits(scales, q.scale_values().astype(np.float32)).all()
+    assert same_bits(vals, q.element_values().astype(np.float32)).all()

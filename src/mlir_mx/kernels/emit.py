@@ -34,7 +34,7 @@ def _memref(shape, elem: str) -> ir.Type:
 def kernel_module(
     prob: Problem, plan: KernelPlan, name: str = "matmul", *, bench: bool = False
 ) -> ir.Module:
-    """A module with ``func @name(a, sa, b, [sb,] c)`` on memrefs running one kernel.
+    """A module with ``func @name(a, sa, b, [sb,] [g,] c)`` on memrefs running one kernel.
 
     ``a``/``sa``: A's codes (M x K) and E8M0 scales (M x K/B), or an f32
     ``a`` alone when ``prob.a_element`` is None; ``b``: B's
@@ -43,7 +43,9 @@ def kernel_module(
     in place.  M may be dynamic (``prob.m is None``).  With ``prob.a_packed``
     / ``prob.b_packed``, that operand's FP4/FP6 codes are ``ui8`` memrefs of
     packed bytes (``numerics.pack_codes``).  With ``prob.b_dot``, B is one
-    ``ui8`` buffer of dot records (scales inside, no ``sb``).
+    ``ui8`` buffer of dot records (scales inside, no ``sb``); with
+    ``prob.b_global`` (NVFP4) a ``(1,)`` f32 ``g`` follows B, and C's last
+    store is ``c / g``.
     ``bench=True`` adds ``func @bench(..., n: index)`` calling ``@name`` ``n``
     times (timing without Python's call overhead).
     """
@@ -71,6 +73,8 @@ def kernel_module(
         types += [b_codes, _memref([prob.kblocks, prob.n], prob.b_scale_type)]
     else:
         types.append(_memref([prob.k, prob.n], "f32"))
+    if prob.b_global:  # NVFP4's global scale, divided by at the last store
+        types.append(_memref([1], "f32"))
     types.append(_memref([m, prob.n], "f32"))
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):
@@ -81,7 +85,8 @@ def kernel_module(
             a, sa = (args.pop(0), args.pop(0)) if prob.a_is_mx else (args.pop(0), None)
             two = prob.b_is_mx and prob.b_dot is None
             b, sb = (args.pop(0), args.pop(0)) if two else (args.pop(0), None)
-            ops = Operands(a, sa, b, sb, args[0])
+            g = args.pop(0) if prob.b_global else None
+            ops = Operands(a, sa, b, sb, args[0], g)
             emit_matmul(prob, ops, plan)
             func.ReturnOp([])
         if bench:

@@ -309,8 +309,8 @@ class Linear:
             if call is None:  # no dot kernel: quantize (compiled), then the MX path
                 args, kind = self._quantized_args(args[0], self._activations_format, t)
                 call = self._bound(kind, m, t)
-            call(*args, out)  # its messages name x, the weight, the output (_X_NAMES)
-            weight_form.divide_by_global(out, self._geometry)  # NVFP4: once per output
+            call(*args, out)  # its messages name x, the weight, the output (kernel_names)
+            weight_form.divide_by_global(out, self._geometry, call)  # NVFP4: here or in it
         return out[0] if vector else out
 
     def call_into(self, x_addr: int, m: int, out_addr: int, threads: int, bf16=False) -> bool:
@@ -345,7 +345,7 @@ class Linear:
                 bound = self._bound(kind, m, check_threads(threads))
                 if isinstance(bound, BoundFunction):
                     call = bound.on_shapes((m, self.in_features), (m, self.out_features))
-                    call = with_amx_raw(self, kind, m, bf16, weight_form.divide_at(call, self._geometry, m), threads)
+                    call = with_amx_raw(self, kind, m, bf16, weight_form.divide_at(call, self._geometry, m, bound), threads)
             if len(self._raw_calls) >= _RAW_CALLS:  # prompts of many lengths: keep the latest
                 self._raw_calls.clear()
             self._raw_calls[key] = call
@@ -443,10 +443,11 @@ class Linear:
         common = (m, self.out_features, self.in_features, self.block_size, a_element, self.element)
         sb = self._geometry.scale_type
         if dot is not None and dot.name == self.records_unit:
-            prob = Problem(*common, a_packed=a_packed, a_quant=a_quant, b_dot=dot.name, b_scale_type=sb)
+            gs = weight_form.global_operand(self._geometry)  # NVFP4: divided in the kernel
+            prob = Problem(*common, a_packed=a_packed, a_quant=a_quant, b_dot=dot.name, b_scale_type=sb, b_global=bool(gs))
             chosen = choose(prob, cls=cls, required=False)
             if chosen is not None:
-                return prob, chosen.name, [self._held[-1]]
+                return prob, chosen.name, [self._held[-1], *gs]
         if a_quant not in (None, BF16):  # bf16: the stored codes (bf16-* or f32 kernels)
             return None
         prob = Problem(*common, a_packed, self.packed, self.tiled, a_quant, b_scale_type=sb)
@@ -474,7 +475,7 @@ class Linear:
             if weights is None:  # the held records do not serve it: the stored form, per call
                 bound = functools.partial(self._call_derived, runner)
             else:
-                names = [*_X_NAMES[n_act], *_W_NAMES[len(weights)], "the output"]
+                names = weight_form.kernel_names(n_act, weights, prob.b_global)
                 bound = runner.bind("matmul", *[FREE] * n_act, *weights, FREE, names=names)
             self._calls[key] = bound
         return bound
@@ -496,5 +497,3 @@ class Linear:
 
 #: How many ``(m, threads)`` calls ``Linear.call_into`` keeps before it starts over.
 _RAW_CALLS = 64
-_X_NAMES = {1: ("x",), 2: ("x (codes)", "x (scales)")}
-_W_NAMES = {2: ("the weight (codes)", "the weight (scales)"), 1: ("the weight (dot records)",)}

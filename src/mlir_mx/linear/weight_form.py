@@ -61,11 +61,14 @@ from mlir_mx.numerics.mxarray import check_global_scale
 __all__ = [
     "CHUNK_ELEMENTS",
     "Geometry",
+    "applies_global",
     "array_chunks",
     "check_held",
     "check_mx_activations",
     "divide_at",
     "divide_by_global",
+    "global_operand",
+    "kernel_names",
     "records_chunks",
     "records_unit",
     "side_records_unit",
@@ -394,19 +397,46 @@ def check_held(name: str, a, shape: tuple, dtype: np.dtype) -> None:
         raise MXValueError(f"{name}: expected a C-contiguous array")
 
 
-def divide_by_global(out: np.ndarray, g: Geometry) -> None:
+def global_operand(g: Geometry) -> list[np.ndarray]:
+    """The dot kernel's operand after the records (``Problem.b_global``): an
+    NVFP4 weight's global scale as a ``(1,)`` f32 array; none for E8M0."""
+    return [] if g.global_scale is None else [np.array([g.global_scale], np.float32)]
+
+
+#: The names of a Linear kernel's arguments in its messages, by their count.
+_X_NAMES = {1: ("x",), 2: ("x (codes)", "x (scales)")}
+_W_NAMES = {2: ("the weight (codes)", "the weight (scales)"), 1: ("the weight (dot records)",)}
+
+
+def kernel_names(n_act: int, weights: list, b_global: bool) -> list[str]:
+    """Names of the arguments of ``@matmul`` (``Linear._bound``): ``x``, the
+    weight's (the last the global scale where ``b_global``), the output."""
+    w = _W_NAMES[len(weights) - b_global] + ("the weight's global scale",) * b_global
+    return [*_X_NAMES[n_act], *w, "the output"]
+
+
+def applies_global(call) -> bool:
+    """Whether ``call``, a bound kernel, divides by the global scale itself:
+    a kernel with ``Problem.b_global``, whose argument before the output is
+    the ``(1,)`` f32 global scale (:func:`global_operand`)."""
+    sig = getattr(call, "sig", None)
+    return sig is not None and len(sig.args) > 1 and sig.args[-2].type == "memref<1xf32>"
+
+
+def divide_by_global(out: np.ndarray, g: Geometry, call=None) -> None:
     """An NVFP4 weight's last step (``docs/numerics.md``, "NVFP4 in the
     matmul"): ``out = f32(out / global_scale)`` in place, one f32 division per
-    output, after the kernel (which applied the E4M3 block scales only)."""
-    if g.global_scale is not None:
+    output, after ``call`` (whose kernel applied the E4M3 block scales only),
+    unless the kernel did it at its last store (:func:`applies_global`)."""
+    if g.global_scale is not None and not applies_global(call):
         np.divide(out, g.global_scale, out=out)
 
 
-def divide_at(call, g: Geometry, m: int):
+def divide_at(call, g: Geometry, m: int, bound=None):
     """``call(x_addr, out_addr)`` followed by :func:`divide_by_global` on the
-    ``(m, g.n)`` f32 output at ``out_addr`` (``Linear.call_into``); ``call`` as
-    it is for an E8M0 weight."""
-    if g.global_scale is None:
+    ``(m, g.n)`` f32 output at ``out_addr`` (``Linear.call_into``), unless
+    ``bound``'s kernel divides itself; ``call`` as it is for an E8M0 weight."""
+    if g.global_scale is None or applies_global(bound):
         return call
     size = m * g.n
 

@@ -105,9 +105,13 @@ class Problem:
     #: "i16", "bf16"; :mod:`mlir_mx.kernels.dot.units`), scales included.
     b_dot: str | None = None
     #: The type of B's block scales: E8M0 (OCP MX), or E4M3 (NVFP4: the
-    #: kernels decode them exactly and never see the global scale, which
-    #: ``mlir_mx.Linear`` divides by once per output, ``docs/numerics.md``).
+    #: kernels decode them exactly; the global scale is ``b_global``'s, or
+    #: ``mlir_mx.Linear`` divides by it once per output, ``docs/numerics.md``).
     b_scale_type: str = SCALE_TYPE
+    #: NVFP4 on the dot records: the kernel takes B's global scale ``g`` as an
+    #: operand (a ``(1,)`` f32 buffer before C) and stores ``f32(c / g)`` at
+    #: each output's last store (``kernels.dot.store``): the same division.
+    b_global: bool = False
 
     def __post_init__(self) -> None:
         if self.b_tiled and (not self.b_is_mx or self.n % TILE_COLUMNS):
@@ -120,6 +124,8 @@ class Problem:
             raise ValueError("b_dot needs an MX B that is not b_tiled")
         if self.b_scale_type != SCALE_TYPE and not self.b_is_mx:
             raise ValueError("b_scale_type is B's scale type: it needs an MX B")
+        if self.b_global and (self.b_dot is None or self.b_scale_type == SCALE_TYPE):
+            raise ValueError("b_global needs B as dot records with E4M3 scales (NVFP4)")
 
     @property
     def kblocks(self) -> int:
@@ -164,6 +170,7 @@ class Operands:
     b: ir.Value
     sb: ir.Value | None
     c: ir.Value
+    g: ir.Value | None = None  # B's global scale, (1,) f32 (Problem.b_global)
 
 
 class CodeRows:

@@ -18,7 +18,7 @@ chunks expanded per call by :mod:`.codes`, decode swept 8 rows at a time by
                 acc = dot(acc, broadcast(A word), B vector)
               t = float(acc) * (sb * 2^-(fa+fb))       # bf16: acc * sb
               c = fma(t, sa, c)
-            C[rows, cols] = c
+            C[rows, cols] = c                          # NVFP4's last: c / g (.store)
 
 Per output element this is the blocked order of ``docs/numerics.md`` with
 the block step ``t = p * sb; c = fma(t, sa, c)``: the integer partial is
@@ -58,6 +58,7 @@ from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
 from mlir_mx.kernels.dot.expand import expand_records
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa, mmla_block, neon_tile, routed
 from mlir_mx.kernels.dot.prep import prepare_dot_a
+from mlir_mx.kernels.dot.store import store_tile
 from mlir_mx.kernels.dot.sweep import sweep_decode
 from mlir_mx.kernels.dot.units import PANEL, RecordLayout, a_offset_run, dot_kind, int_factor
 
@@ -416,19 +417,7 @@ class _Dot:
         c = b.results
         if permuted:
             c = [w for r in range(mr) for w in in_order(kb, c[r * nv : (r + 1) * nv])]
-        for p, (col0, val) in enumerate(zip(col0s, valids, strict=True)):
-            for r in range(mr):
-
-                def store(r=r, p=p, col0=col0, val=val):
-                    for v in range(nv):
-                        idx = [rows[r], kb.add(col0, LANES * v)]
-                        kb.store_lanes(c[p * n + r * nv + v], self.ops.c, idx, val[v])
-
-                if self.row_tail:
-                    with kb.if_(kb.icmp("ult", rows[r], pa.m)):
-                        store()
-                else:
-                    store()
+        store_tile(self, c, rows, col0s, valids, c0, nblk)  # NVFP4: c / g at the last
 
     def block(self, j, blk, local, rows, vs, c) -> list[ir.Value]:
         """One block of the register tile: partials on the dot unit, then into C."""

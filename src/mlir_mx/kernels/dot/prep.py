@@ -18,7 +18,8 @@ below :func:`~.units.bf16_floor` (the kernel then takes its FMA form,
 and its scales become f32 (E8M0 decoded by :mod:`.codec`; rows past M are zero).
 
 An MX A is decoded exactly (:mod:`.widen`).  An f32 A with
-``Problem.a_quant`` is quantized here, block by block, exactly as
+``Problem.a_quant`` is quantized here, 16 blocks at a time
+(:mod:`.prep_groups`, then block by block), exactly as
 :func:`mlir_mx.oracle.quantize` does (the FLOOR scale rule, RNE rounding
 with saturation, NaN/Inf blocks to scale NaN and zero elements), so the
 kernel's result equals the one for the oracle-quantized MX A bit for bit:
@@ -42,6 +43,13 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.codec import abs_bits, e8m0_code, e8m0_to_f32, round_bf16
 from mlir_mx.kernels.common.problem import BF16, CodeRows, Operands, Problem, vector_loop
 from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder
+from mlir_mx.kernels.dot.prep_groups import (
+    GROUP,
+    MAX_GROUPED_BLOCK,
+    Targets,
+    factors_buffer,
+    quantize_groups,
+)
 from mlir_mx.kernels.dot.units import DotKind, bf16_floor, int_factor
 from mlir_mx.numerics import ELEMENT_FORMATS
 from mlir_mx.numerics.formats import SCALE_BIAS, SCALE_NAN_CODE
@@ -93,15 +101,20 @@ def prepare_dot_a(
     tiny = kb.alloc([LANES], kb.i32) if prob.a_quant == BF16 else None
     if tiny is not None:
         kb.vstore(kb.const(0, kb.vec(LANES, kb.i32)), tiny, [0])
+    groups = None  # A quantized 16 blocks at a time (.prep_groups)
+    if not prob.a_is_mx and tiny is None and prob.block <= MAX_GROUPED_BLOCK:
+        groups = Targets(conv.store, scales, factors_buffer(kb), _round)
     with kb.loop(0, m, 1) as row:
         if prob.a_is_mx:
             _decode_row(kb, prob, ops, conv, scales, row.iv)
         elif tiny is not None:
             _round_row(kb, prob, ops, conv, scales, tiny, row.iv)
         else:
-            _quantize_row(kb, prob, ops, conv, scales, row.iv)
+            _quantize_row(kb, prob, ops, conv, scales, row.iv, groups)
         if comp is not None:
             _compensation(kb, prob, words, comp, row.iv, bias)
+    if groups is not None:
+        kb.dealloc(groups.factors)
     zero_word = kb.const(0, kb.vec(LANES, kb.i32))
     zero = kb.const(0.0, kb.vec(LANES, kb.f32))
     with kb.loop(m, mp, 1) as row:  # padding rows: value 0, scale 0
@@ -201,9 +214,16 @@ def _round_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, tiny, r) 
     vector_loop(kb, prob.kblocks, LANES, lambda o, v: kb.store_lanes(ones, scales, [r, o], v))
 
 
-def _quantize_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, r) -> None:
-    bs = prob.block
-    with kb.loop(0, prob.kblocks, 1) as blk:
+def _quantize_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, r, groups) -> None:
+    bs, nb = prob.block, prob.kblocks
+    # 16 blocks at a time (.prep_groups), then one by one; larger blocks
+    # amortize their reduction (and would unroll 16 x bs / 16 vectors).
+    grouped = nb - nb % GROUP if groups is not None else 0
+    if grouped:
+        quantize_groups(kb, ops.a, prob.a_quant, bs, groups, r, grouped)
+    if grouped == nb:
+        return
+    with kb.loop(grouped, nb, 1) as blk:
         k0 = kb.mul(blk.iv, bs)
         xs = [kb.vload(ops.a, [r, kb.add(k0, i)], LANES) for i in range(0, bs, LANES)]
         qs, s = quantize_block(kb, xs, prob.a_quant)
