@@ -244,3 +244,136 @@ def test_many_random_linear_calls_give_the_exact_paths_bits(element, monkeypatch
             counts[amx_linear.last_path(lin)] += 1
     print(element, counts)
     assert counts["amx"] > 0
+
+
+@needs_amx
+@pytest.mark.parametrize("by_address", [False, True])
+def test_the_prepared_weight_goes_with_its_linear(by_address):
+    """With the garbage collector off, dropping a Linear after its AMX calls
+    frees its prepared weight at once: the calls bound for it (``call_into``
+    keeps them in the Linear) hold it weakly, no reference cycle (a replaced
+    layer's weight was kept until a full collection)."""
+    import gc
+    import weakref
+
+    w = weight("f4E2M1FN", seed=16)
+    x = passing(amx_linear.MIN_ROWS, seed=17).astype(ml_dtypes.bfloat16).astype(np.float32)
+    lin = mlir_mx.Linear(w, activations="bf16", threads=1)
+    if by_address:
+        out = np.zeros((len(x), 72), np.float32)
+        assert lin.call_into(x.ctypes.data, len(x), out.ctypes.data, 1, True)
+    else:
+        lin(x)
+    assert amx_linear.last_path(lin) == "amx"
+    prepared = weakref.ref(amx_linear.amx_matmul_of(lin)[0])
+    linear = weakref.ref(lin)
+    gc.disable()
+    try:
+        del lin
+        assert linear() is None and prepared() is None
+    finally:
+        gc.enable()
+
+
+@needs_amx
+def test_threads_racing_on_a_fresh_linear_prepare_its_weight_once(monkeypatch):
+    """Two threads asking for a fresh Linear's AMX weight at once (its first
+    two calls, on two threads) build it once and get the same one; each
+    build is made slow here (50 ms) so that both ask while it runs."""
+    import threading
+    import time
+
+    from mlir_mx.linear import amx_matmul
+
+    builds = []
+
+    class Counted(amx_matmul.AMXMatmul):
+        def __init__(self, *args, **kwargs):
+            builds.append(threading.get_ident())
+            time.sleep(0.05)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(amx_matmul, "AMXMatmul", Counted)
+    lin = mlir_mx.Linear(weight("f4E2M1FN", seed=18), activations="bf16", threads=1)
+    start, got = threading.Barrier(2), [None, None]
+
+    def ask(i):
+        start.wait()
+        got[i] = amx_linear.amx_matmul_of(lin)
+
+    workers = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert len(builds) == 1, builds
+    assert got[0] is not None and got[0] is got[1]
+    assert isinstance(got[0][0], Counted)
+
+
+@needs_amx
+@pytest.mark.parametrize("by_address", [False, True])
+def test_precompile_leaves_the_amx_path_nothing_to_compile(by_address, monkeypatch):
+    """After ``Linear.precompile(m)`` (``activations="bf16"``), or
+    ``precompile(m, bf16=True)`` for bf16 values by address (a bf16 model's
+    layer), the first call with ``m`` rows on either team takes the AMX
+    path and neither compiles a kernel nor prepares the weight (both made
+    to fail), with the exact path's bits.  The compile cache and the AMX
+    Runners are cleared first, so nothing is left from another test."""
+    from mlir_mx.execution import clear_cache, compiled
+    from mlir_mx.linear import amx_matmul, amx_prepare
+
+    w = weight("f4E2M1FN", seed=19)
+    x = passing(40, seed=20).astype(ml_dtypes.bfloat16).astype(np.float32)
+    want = exact(w, x, 1, monkeypatch)
+    clear_cache()
+    amx_matmul._runner.cache_clear()
+    amx_prepare._runner.cache_clear()
+    lin = mlir_mx.Linear(w, activations=None if by_address else "bf16", threads=2)
+    if by_address:
+        lin.precompile(len(x), bf16=True)
+    else:
+        lin.precompile(len(x))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("compiled or prepared after precompile")
+
+    monkeypatch.setattr(compiled, "Compiled", refuse)
+    monkeypatch.setattr(amx_matmul, "AMXMatmul", refuse)
+    for team in (2, 1):
+        if by_address:
+            got = np.zeros((len(x), 72), np.float32)
+            assert lin.call_into(x.ctypes.data, len(x), got.ctypes.data, team, True)
+        else:
+            got = lin(x, threads=team)
+        assert amx_linear.last_path(lin) == "amx"
+        assert_same_bits(got, want)
+
+
+def test_precompile_without_the_amx_path_prepares_nothing(monkeypatch):
+    """Where no call with those rows would take the AMX path (fewer rows
+    than ``MIN_ROWS``, f32 activations, bf16 values not flagged,
+    ``MLIR_MX_AMX=0``, AMX-BF16 masked), ``precompile`` neither prepares an
+    AMX weight nor compiles an AMX kernel (each made to fail)."""
+    from mlir_mx.linear import amx_matmul, amx_prepare
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the AMX path made ready where no call takes it")
+
+    for name in ("AMXMatmul", "amx_matmul_runner"):
+        monkeypatch.setattr(amx_matmul, name, refuse)
+    monkeypatch.setattr(amx_prepare, "prepare_runner", refuse)
+    w = weight("f4E2M1FN", seed=21)
+    cases = [  # activations, rows, bf16, environment
+        ("bf16", amx_linear.MIN_ROWS - 1, False, {}),
+        (None, 40, False, {}),
+        ("bf16", 40, False, {amx_linear.ENV: "0"}),
+        (None, 40, True, {"MLIR_MX_CPU_FEATURES": "-amx_bf16"}),
+    ]
+    for activations, m, bf16, env in cases:
+        with monkeypatch.context() as mp:
+            for key, value in env.items():
+                mp.setenv(key, value)
+            lin = mlir_mx.Linear(w, activations=activations, threads=1)
+            lin.precompile(m, **({"bf16": True} if bf16 else {}))
+            assert amx_linear.last_path(lin) is None
