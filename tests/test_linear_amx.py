@@ -49,6 +49,16 @@ def exact(w, x, threads, monkeypatch) -> np.ndarray:
     return out
 
 
+def call(lin, x, threads, by_address=False) -> np.ndarray:
+    """``lin(x, threads=threads)``, or the call by address with ``x`` flagged
+    as bf16 values (``Linear.call_into``, the torch layers' call)."""
+    if not by_address:
+        return lin(x, threads=threads)
+    out = np.zeros((len(x), lin.out_features), np.float32)
+    assert lin.call_into(x.ctypes.data, len(x), out.ctypes.data, threads, True)
+    return out
+
+
 def assert_same_bits(got, want):
     assert got.shape == want.shape and got.dtype == np.float32
     differ = got.view(np.uint32) != want.view(np.uint32)
@@ -207,11 +217,7 @@ def test_the_amx_kernel_runs_on_the_calls_team(by_address):
     outs = []
     for t in (1, 2):
         before = team.regions()
-        if by_address:
-            out = np.zeros((len(x), 72), np.float32)
-            assert lin.call_into(x.ctypes.data, len(x), out.ctypes.data, t, True)
-        else:
-            out = lin(x, threads=t)
+        out = call(lin, x, t, by_address)
         assert amx_linear.last_path(lin) == "amx"
         assert team.regions() - before == (t > 1)
         outs.append(out)
@@ -259,11 +265,7 @@ def test_the_prepared_weight_goes_with_its_linear(by_address):
     w = weight("f4E2M1FN", seed=16)
     x = passing(amx_linear.MIN_ROWS, seed=17).astype(ml_dtypes.bfloat16).astype(np.float32)
     lin = mlir_mx.Linear(w, activations="bf16", threads=1)
-    if by_address:
-        out = np.zeros((len(x), 72), np.float32)
-        assert lin.call_into(x.ctypes.data, len(x), out.ctypes.data, 1, True)
-    else:
-        lin(x)
+    call(lin, x, 1, by_address)
     assert amx_linear.last_path(lin) == "amx"
     prepared = weakref.ref(amx_linear.amx_matmul_of(lin)[0])
     linear = weakref.ref(lin)
@@ -341,11 +343,7 @@ def test_precompile_leaves_the_amx_path_nothing_to_compile(by_address, monkeypat
     monkeypatch.setattr(compiled, "Compiled", refuse)
     monkeypatch.setattr(amx_matmul, "AMXMatmul", refuse)
     for team in (2, 1):
-        if by_address:
-            got = np.zeros((len(x), 72), np.float32)
-            assert lin.call_into(x.ctypes.data, len(x), got.ctypes.data, team, True)
-        else:
-            got = lin(x, threads=team)
+        got = call(lin, x, team, by_address)
         assert amx_linear.last_path(lin) == "amx"
         assert_same_bits(got, want)
 

@@ -150,13 +150,16 @@ def _applies(kind, m: int, bf16: bool = False) -> bool:
     return rounded and kind.element is None and m >= MIN_ROWS and amx_enabled()
 
 
+def _hooked(lin, kind, m: int, bf16: bool = False):
+    """:func:`amx_matmul_of` ``lin`` where such a call takes the hook, else None."""
+    return amx_matmul_of(lin) if _applies(kind, m, bf16) else None
+
+
 def with_amx(lin, kind, m: int, threads: int, call):
     """``call`` (the exact path's ``call(x, out)`` for ``m`` rows of
     activations of ``kind`` on ``threads`` threads), or a call with the same
     arguments that runs on AMX where the guard lets it (the module doc)."""
-    if call is None or not _applies(kind, m):
-        return call
-    found = amx_matmul_of(lin)
+    found = None if call is None else _hooked(lin, kind, m)
     if found is None:
         return call
     ref = weakref.ref(lin)
@@ -206,9 +209,7 @@ def with_amx_raw(lin, kind, m: int, bf16: bool, call, threads: int = 1):
     (the AMX kernel's too).  :data:`ENV` is read when the call is bound (once
     per row count and team: ``0`` then keeps the exact call for them) and at
     each call.  The call, which the Linear keeps, holds it weakly."""
-    if not _applies(kind, m, bf16):
-        return call
-    found = amx_matmul_of(lin)
+    found = _hooked(lin, kind, m, bf16)
     if found is None:
         return call
     k, n, ref = lin.in_features, lin.out_features, weakref.ref(lin)
@@ -234,9 +235,7 @@ def precompile_amx(lin, kind, m: int, threads: int, bf16: bool = False) -> None:
     from mlir_mx.linear.amx_matmul import amx_matmul_runner
     from mlir_mx.linear.amx_prepare import prepare_runner
 
-    if not (lin.out_features and lin.in_features and _applies(kind, m, bf16)):
-        return
-    found = amx_matmul_of(lin)
+    found = _hooked(lin, kind, m, bf16) if lin.out_features and lin.in_features else None
     if found is None or not amx_bf16_usable():
         return
     mm = found[0]
