@@ -105,8 +105,9 @@ def amx_matmul_of(lin):
     """``(AMXMatmul, GuardParams)`` of ``lin``'s weight, made once per Linear
     (None where the weight or this CPU cannot take the AMX path).  Threads
     that ask for a fresh Linear's at once wait for the first one's build
-    (a lock per Linear, held while the weight is packed: no kernel runs
-    under it, so no team waits on it)."""
+    (a lock per Linear, held while the weight is packed in numpy: no team's
+    region runs under it, so no team waits on it; a build that raises
+    leaves the next call to try again)."""
     with _LOCK:
         if lin in _MATMULS:
             return _MATMULS[lin]
