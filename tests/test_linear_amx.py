@@ -314,14 +314,15 @@ def test_threads_racing_on_a_fresh_linear_prepare_its_weight_once(monkeypatch):
 
 
 @needs_amx
-@pytest.mark.parametrize("by_address", [False, True])
-def test_precompile_leaves_the_amx_path_nothing_to_compile(by_address, monkeypatch):
-    """After ``Linear.precompile(m)`` (``activations="bf16"``), or
+def test_precompile_leaves_the_amx_path_nothing_to_compile(monkeypatch):
+    """After ``Linear.precompile(m)`` (``activations="bf16"``), and
     ``precompile(m, bf16=True)`` for bf16 values by address (a bf16 model's
-    layer), the first call with ``m`` rows on either team takes the AMX
-    path and neither compiles a kernel nor prepares the weight (both made
-    to fail), with the exact path's bits.  The compile cache and the AMX
-    Runners are cleared first, so nothing is left from another test."""
+    layer), the first calls with ``m`` rows take the AMX path and neither
+    compiles a kernel nor prepares the weight (both made to fail), with the
+    exact path's bits.  The compile cache and the AMX Runners are cleared
+    first, so nothing is left from another test (one thread: the AMX
+    kernels are not in the disk cache, and each team's takes ~1 s to
+    compile; ``Linear.precompile`` covers the teams as for every kernel)."""
     from mlir_mx.execution import clear_cache, compiled
     from mlir_mx.linear import amx_matmul, amx_prepare
 
@@ -331,19 +332,18 @@ def test_precompile_leaves_the_amx_path_nothing_to_compile(by_address, monkeypat
     clear_cache()
     amx_matmul._runner.cache_clear()
     amx_prepare._runner.cache_clear()
-    lin = mlir_mx.Linear(w, activations=None if by_address else "bf16", threads=2)
-    if by_address:
-        lin.precompile(len(x), bf16=True)
-    else:
-        lin.precompile(len(x))
+    rounding = mlir_mx.Linear(w, activations="bf16", threads=1)
+    rounding.precompile(len(x))
+    by_address = mlir_mx.Linear(w, threads=1)
+    by_address.precompile(len(x), bf16=True)
 
     def refuse(*args, **kwargs):
         raise AssertionError("compiled or prepared after precompile")
 
     monkeypatch.setattr(compiled, "Compiled", refuse)
     monkeypatch.setattr(amx_matmul, "AMXMatmul", refuse)
-    for team in (2, 1):
-        got = call(lin, x, team, by_address)
+    for lin in (rounding, by_address):
+        got = call(lin, x, 1, lin is by_address)
         assert amx_linear.last_path(lin) == "amx"
         assert_same_bits(got, want)
 

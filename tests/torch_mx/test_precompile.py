@@ -63,11 +63,12 @@ def test_a_bf16_models_prefill_compiles_nothing_after_precompile(monkeypatch):
     AMX kernels and prepares each weight for the tiles, so a 60-token
     prefill (on the AMX path) compiles and prepares nothing (both made to
     fail).  An f32 model's ``precompile`` prepares no AMX weight.  The
-    compile cache and the AMX Runners are cleared first."""
+    compile cache is cleared first (the AMX Runners are not: each takes ~1 s
+    to compile; ``test_linear_amx.py`` checks that ``precompile`` makes them)."""
     from mlir_mx import host
     from mlir_mx.amx_permission import amx_permission
     from mlir_mx.execution import clear_cache
-    from mlir_mx.linear import amx_linear, amx_matmul, amx_prepare
+    from mlir_mx.linear import amx_linear, amx_matmul
     from mlir_mx.torch import MXLinear
 
     def refuse(*args, **kwargs):
@@ -75,8 +76,6 @@ def test_a_bf16_models_prefill_compiles_nothing_after_precompile(monkeypatch):
 
     has_amx = host.has_features("amx_tile", "amx_bf16") and amx_permission().granted
     clear_cache()
-    amx_matmul._runner.cache_clear()
-    amx_prepare._runner.cache_clear()
     model = tiny_llama().to(torch.bfloat16)
     quantize_(model, "f4E2M1FN", precompile=True)
     f32_model = tiny_llama()
