@@ -348,6 +348,22 @@ def test_precompile_leaves_the_amx_path_nothing_to_compile(monkeypatch):
         assert_same_bits(got, want)
 
 
+@needs_amx
+def test_the_prepare_kernel_is_kept_in_the_persistent_cache():
+    """The prepare kernel's machine code is kept on disk (``MLIR_MX_CACHE_DIR``,
+    the run's directory here): a process that has compiled it once loads it
+    (``precompile`` of a later process then compiles nothing for it)."""
+    from mlir_mx.execution import clear_cache
+    from mlir_mx.execution.objects import machine_code_supported
+    from mlir_mx.linear import amx_prepare
+
+    amx_prepare.prepare_runner()  # compiled, or loaded, once
+    clear_cache()
+    amx_prepare._runner.cache_clear()
+    assert amx_prepare.prepare_runner().compiled.from_disk
+    assert amx_prepare.prepare_runner().compiled.machine_code == machine_code_supported()
+
+
 def test_precompile_without_the_amx_path_prepares_nothing(monkeypatch):
     """Where no call with those rows would take the AMX path (fewer rows
     than ``MIN_ROWS``, f32 activations, bf16 values not flagged,
