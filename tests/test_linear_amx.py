@@ -49,6 +49,16 @@ def exact(w, x, threads, monkeypatch) -> np.ndarray:
     return out
 
 
+def call(lin, x, threads, by_address=False) -> np.ndarray:
+    """``lin(x, threads=threads)``, or the call by address with ``x`` flagged
+    as bf16 values (``Linear.call_into``, the torch layers' call)."""
+    if not by_address:
+        return lin(x, threads=threads)
+    out = np.zeros((len(x), lin.out_features), np.float32)
+    assert lin.call_into(x.ctypes.data, len(x), out.ctypes.data, threads, True)
+    return out
+
+
 def assert_same_bits(got, want):
     assert got.shape == want.shape and got.dtype == np.float32
     differ = got.view(np.uint32) != want.view(np.uint32)
@@ -207,11 +217,7 @@ def test_the_amx_kernel_runs_on_the_calls_team(by_address):
     outs = []
     for t in (1, 2):
         before = team.regions()
-        if by_address:
-            out = np.zeros((len(x), 72), np.float32)
-            assert lin.call_into(x.ctypes.data, len(x), out.ctypes.data, t, True)
-        else:
-            out = lin(x, threads=t)
+        out = call(lin, x, t, by_address)
         assert amx_linear.last_path(lin) == "amx"
         assert team.regions() - before == (t > 1)
         outs.append(out)
@@ -244,3 +250,144 @@ def test_many_random_linear_calls_give_the_exact_paths_bits(element, monkeypatch
             counts[amx_linear.last_path(lin)] += 1
     print(element, counts)
     assert counts["amx"] > 0
+
+
+@needs_amx
+@pytest.mark.parametrize("by_address", [False, True])
+def test_the_prepared_weight_goes_with_its_linear(by_address):
+    """With the garbage collector off, dropping a Linear after its AMX calls
+    frees its prepared weight at once: the calls bound for it (``call_into``
+    keeps them in the Linear) hold it weakly, no reference cycle (a replaced
+    layer's weight was kept until a full collection)."""
+    import gc
+    import weakref
+
+    w = weight("f4E2M1FN", seed=16)
+    x = passing(amx_linear.MIN_ROWS, seed=17).astype(ml_dtypes.bfloat16).astype(np.float32)
+    lin = mlir_mx.Linear(w, activations="bf16", threads=1)
+    call(lin, x, 1, by_address)
+    assert amx_linear.last_path(lin) == "amx"
+    prepared = weakref.ref(amx_linear.amx_matmul_of(lin)[0])
+    linear = weakref.ref(lin)
+    gc.disable()
+    try:
+        del lin
+        assert linear() is None and prepared() is None
+    finally:
+        gc.enable()
+
+
+@needs_amx
+def test_threads_racing_on_a_fresh_linear_prepare_its_weight_once(monkeypatch):
+    """Two threads asking for a fresh Linear's AMX weight at once (its first
+    two calls, on two threads) build it once and get the same one; each
+    build is made slow here (50 ms) so that both ask while it runs."""
+    import threading
+    import time
+
+    from mlir_mx.linear import amx_matmul
+
+    builds = []
+
+    class Counted(amx_matmul.AMXMatmul):
+        def __init__(self, *args, **kwargs):
+            builds.append(threading.get_ident())
+            time.sleep(0.05)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(amx_matmul, "AMXMatmul", Counted)
+    lin = mlir_mx.Linear(weight("f4E2M1FN", seed=18), activations="bf16", threads=1)
+    start, got = threading.Barrier(2), [None, None]
+
+    def ask(i):
+        start.wait()
+        got[i] = amx_linear.amx_matmul_of(lin)
+
+    workers = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert len(builds) == 1, builds
+    assert got[0] is not None and got[0] is got[1]
+    assert isinstance(got[0][0], Counted)
+
+
+@needs_amx
+def test_precompile_leaves_the_amx_path_nothing_to_compile(monkeypatch):
+    """After ``Linear.precompile(m)`` (``activations="bf16"``), and
+    ``precompile(m, bf16=True)`` for bf16 values by address (a bf16 model's
+    layer), the first calls with ``m`` rows take the AMX path and neither
+    compiles a kernel nor prepares the weight (both made to fail), with the
+    exact path's bits.  The compile cache and the AMX Runners are cleared
+    first, so nothing is left from another test (one thread: the AMX
+    kernels are not in the disk cache, and each team's takes ~1 s to
+    compile; ``Linear.precompile`` covers the teams as for every kernel)."""
+    from mlir_mx.execution import clear_cache, compiled
+    from mlir_mx.linear import amx_matmul, amx_prepare
+
+    w = weight("f4E2M1FN", seed=19)
+    x = passing(40, seed=20).astype(ml_dtypes.bfloat16).astype(np.float32)
+    want = exact(w, x, 1, monkeypatch)
+    clear_cache()
+    amx_matmul._runner.cache_clear()
+    amx_prepare._runner.cache_clear()
+    rounding = mlir_mx.Linear(w, activations="bf16", threads=1)
+    rounding.precompile(len(x))
+    by_address = mlir_mx.Linear(w, threads=1)
+    by_address.precompile(len(x), bf16=True)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("compiled or prepared after precompile")
+
+    monkeypatch.setattr(compiled, "Compiled", refuse)
+    monkeypatch.setattr(amx_matmul, "AMXMatmul", refuse)
+    for lin in (rounding, by_address):
+        got = call(lin, x, 1, lin is by_address)
+        assert amx_linear.last_path(lin) == "amx"
+        assert_same_bits(got, want)
+
+
+@needs_amx
+def test_the_prepare_kernel_is_kept_in_the_persistent_cache():
+    """The prepare kernel's machine code is kept on disk (``MLIR_MX_CACHE_DIR``,
+    the run's directory here): a process that has compiled it once loads it
+    (``precompile`` of a later process then compiles nothing for it)."""
+    from mlir_mx.execution import clear_cache
+    from mlir_mx.execution.objects import machine_code_supported
+    from mlir_mx.linear import amx_prepare
+
+    amx_prepare.prepare_runner()  # compiled, or loaded, once
+    clear_cache()
+    amx_prepare._runner.cache_clear()
+    assert amx_prepare.prepare_runner().compiled.from_disk
+    assert amx_prepare.prepare_runner().compiled.machine_code == machine_code_supported()
+
+
+def test_precompile_without_the_amx_path_prepares_nothing(monkeypatch):
+    """Where no call with those rows would take the AMX path (fewer rows
+    than ``MIN_ROWS``, f32 activations, bf16 values not flagged,
+    ``MLIR_MX_AMX=0``, AMX-BF16 masked), ``precompile`` neither prepares an
+    AMX weight nor compiles an AMX kernel (each made to fail)."""
+    from mlir_mx.linear import amx_matmul, amx_prepare
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the AMX path made ready where no call takes it")
+
+    for name in ("AMXMatmul", "amx_matmul_runner"):
+        monkeypatch.setattr(amx_matmul, name, refuse)
+    monkeypatch.setattr(amx_prepare, "prepare_runner", refuse)
+    w = weight("f4E2M1FN", seed=21)
+    cases = [  # activations, rows, bf16, environment
+        ("bf16", amx_linear.MIN_ROWS - 1, False, {}),
+        (None, 40, False, {}),
+        ("bf16", 40, False, {amx_linear.ENV: "0"}),
+        (None, 40, True, {"MLIR_MX_CPU_FEATURES": "-amx_bf16"}),
+    ]
+    for activations, m, bf16, env in cases:
+        with monkeypatch.context() as mp:
+            for key, value in env.items():
+                mp.setenv(key, value)
+            lin = mlir_mx.Linear(w, activations=activations, threads=1)
+            lin.precompile(m, **({"bf16": True} if bf16 else {}))
+            assert amx_linear.last_path(lin) is None

@@ -55,3 +55,36 @@ def test_precompile_refuses_bad_arguments():
     for bad in (0, -1, [1, 0], 1.5, True):
         with pytest.raises((MXValueError, MXArgTypeError), match="m:"):
             precompile(model, m=bad)
+
+
+def test_a_bf16_models_prefill_compiles_nothing_after_precompile(monkeypatch):
+    """A bf16 model's layers take bf16 inputs, which ``precompile`` infers
+    from the model's bf16 parameters: on a CPU with AMX-BF16 it compiles the
+    AMX kernels and prepares each weight for the tiles, so a 60-token
+    prefill (on the AMX path) compiles and prepares nothing (both made to
+    fail).  An f32 model's ``precompile`` prepares no AMX weight.  The
+    compile cache is cleared first (the AMX Runners are not: each takes ~1 s
+    to compile; ``test_linear_amx.py`` checks that ``precompile`` makes them)."""
+    from mlir_mx import host
+    from mlir_mx.amx_permission import amx_permission
+    from mlir_mx.execution import clear_cache
+    from mlir_mx.linear import amx_linear, amx_matmul
+    from mlir_mx.torch import MXLinear
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an AMX weight was prepared")
+
+    has_amx = host.has_features("amx_tile", "amx_bf16") and amx_permission().granted
+    clear_cache()
+    model = tiny_llama().to(torch.bfloat16)
+    quantize_(model, "f4E2M1FN", precompile=True)
+    f32_model = tiny_llama()
+    quantize_(f32_model, "f4E2M1FN")
+    with monkeypatch.context() as mp:
+        mp.setattr(amx_matmul, "AMXMatmul", refuse)
+        precompile(f32_model)
+        _refuse_compiling(mp)
+        with torch.inference_mode():
+            model(prompt(60))
+    paths = {amx_linear.last_path(mod.linear) for mod in model.modules() if isinstance(mod, MXLinear)}
+    assert "amx" in paths if has_amx else paths == {None}

@@ -4,6 +4,7 @@ viewed as host memory."""
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -14,7 +15,8 @@ from mlir_mx.errors import MXArgTypeError, user_error
 from mlir_mx.kernels.common.problem import BF16
 from mlir_mx.numerics import ElementFormat, element_format
 
-__all__ = ["BF16", "BF16_ACTIVATIONS", "HALF_DTYPES", "Activations", "activations_format", "host_view"]
+__all__ = ["BF16", "BF16_ACTIVATIONS", "HALF_DTYPES", "Activations", "activations_format", "f32_at",
+           "host_view"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -83,3 +85,9 @@ def host_view(x) -> np.ndarray:
         raise MXArgTypeError(
             f"x: cannot view this {type(x).__name__} as host memory: {err}"
         ) from None
+
+
+def f32_at(addr: int, m: int, n: int) -> np.ndarray:
+    """The f32 ``(m, n)`` C-contiguous buffer at ``addr`` as a numpy view (no
+    copy; the caller keeps the memory alive): ``Linear.call_into``'s buffers."""
+    return np.ctypeslib.as_array((ctypes.c_float * (m * n)).from_address(addr)).reshape(m, n)

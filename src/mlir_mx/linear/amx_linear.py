@@ -25,21 +25,24 @@ fail.  The bits are the exact path's in every case.  The weight is prepared
 for the tiles once per Linear, at its first AMX call: its codes in the
 kernel's pair order (the packed codes' size, N padded to 16) and its scale
 bytes, flags and bounds, about 1.13x the packed codes beside the Linear's
-own weight; the transposed copy it is made from is not kept.  The kernel
-runs on the call's team.  :data:`ENV` and the CPU features (a mask set
-later) are read at each call.
+own weight; the transposed copy it is made from is not kept.  It is made
+once even when threads race on a fresh Linear, and it lives as long as the
+Linear (the calls bound here hold the Linear weakly: no reference cycle).
+The kernel runs on the call's team.  :data:`ENV` and the CPU features (a
+mask set later) are read at each call.  :func:`precompile_amx` (from
+:meth:`mlir_mx.Linear.precompile`) compiles the AMX kernels and prepares the
+weight ahead of the first call that takes them.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import weakref
 
 import numpy as np
 
-from mlir_mx.linear.activations import BF16
+from mlir_mx.linear.activations import BF16, f32_at
 from mlir_mx.numerics import MXArray
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "amx_enabled",
     "amx_matmul_of",
     "last_path",
+    "precompile_amx",
     "with_amx",
     "with_amx_raw",
 ]
@@ -74,6 +78,8 @@ MIN_T = 2.0**12
 _LOCK = threading.Lock()
 #: Linear -> (AMXMatmul, GuardParams) or None (not eligible), per Linear.
 _MATMULS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: Linear -> the lock its first :func:`amx_matmul_of` holds while it builds.
+_BUILDING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: Per thread: the prepare kernel's output arrays, reused from call to call.
 _BUFFERS = threading.local()
 #: Linear -> the path its last call through :func:`with_amx`'s call took.
@@ -97,24 +103,38 @@ def _eligible(lin) -> bool:
 
 def amx_matmul_of(lin):
     """``(AMXMatmul, GuardParams)`` of ``lin``'s weight, made once per Linear
-    (None where the weight or this CPU cannot take the AMX path)."""
+    (None where the weight or this CPU cannot take the AMX path).  Threads
+    that ask for a fresh Linear's at once wait for the first one's build
+    (a lock per Linear, held while the weight is packed in numpy: no team's
+    region runs under it, so no team waits on it; a build that raises
+    leaves the next call to try again)."""
     with _LOCK:
         if lin in _MATMULS:
             return _MATMULS[lin]
+        building = _BUILDING.setdefault(lin, threading.Lock())
+    with building:
+        with _LOCK:
+            if lin in _MATMULS:  # built while this thread waited
+                return _MATMULS[lin]
+        found = _build(lin)
+        with _LOCK:
+            _MATMULS[lin] = found
+            _BUILDING.pop(lin, None)
+    return found
+
+
+def _build(lin):
     from mlir_mx.linear.amx_matmul import EXACT_LINEARS, AMXMatmul
     from mlir_mx.linear.amx_prepare import guard_params
 
-    found = None
-    if lin not in EXACT_LINEARS and _eligible(lin):
-        w = lin.weight()  # (out, in) blocked along in: B = W^T blocked along K
-        b = MXArray(np.ascontiguousarray(w.codes.T), np.ascontiguousarray(w.scales.T),
-                    lin.element, lin.block_size, 0)  # fmt: skip
-        mm = AMXMatmul(b, threads=lin.threads, keep_source=False)  # lin holds the weight
-        params = guard_params(mm.weight)
-        found = (mm, params) if params is not None else None
-    with _LOCK:
-        _MATMULS[lin] = found
-    return found
+    if lin in EXACT_LINEARS or not _eligible(lin):
+        return None
+    w = lin.weight()  # (out, in) blocked along in: B = W^T blocked along K
+    b = MXArray(np.ascontiguousarray(w.codes.T), np.ascontiguousarray(w.scales.T),
+                lin.element, lin.block_size, 0)  # fmt: skip
+    mm = AMXMatmul(b, threads=lin.threads, keep_source=False)  # lin holds the weight
+    params = guard_params(mm.weight)
+    return (mm, params) if params is not None else None
 
 
 def last_path(lin) -> str | None:
@@ -123,47 +143,60 @@ def last_path(lin) -> str | None:
     return _LAST.get(lin)
 
 
+def _applies(kind, m: int, bf16: bool = False) -> bool:
+    """Whether a call with ``m`` rows of activations of ``kind`` can take the
+    hook (``bf16``: ``x`` holds bf16 values, :meth:`mlir_mx.Linear.call_into`'s):
+    activations rounded to bf16, or bf16 values with no quantization."""
+    rounded = kind.quantize_to == BF16 or (bf16 and kind.quantize_to is None)
+    return rounded and kind.element is None and m >= MIN_ROWS and amx_enabled()
+
+
+def _hooked(lin, kind, m: int, bf16: bool = False):
+    """:func:`amx_matmul_of` ``lin`` where such a call takes the hook, else None."""
+    return amx_matmul_of(lin) if _applies(kind, m, bf16) else None
+
+
 def with_amx(lin, kind, m: int, threads: int, call):
     """``call`` (the exact path's ``call(x, out)`` for ``m`` rows of
     activations of ``kind`` on ``threads`` threads), or a call with the same
     arguments that runs on AMX where the guard lets it (the module doc)."""
-    if call is None or kind.element is not None or kind.quantize_to != BF16 or m < MIN_ROWS:
-        return call
-    if not amx_enabled():
-        return call
-    found = amx_matmul_of(lin)
+    found = None if call is None else _hooked(lin, kind, m)
     if found is None:
         return call
+    ref = weakref.ref(lin)
 
     def amx_call(x: np.ndarray, out: np.ndarray) -> None:
-        if not _on_amx(lin, found, x, out, threads):
+        if not _on_amx(ref, found, x, out, threads):
             call(x, out)
 
     return amx_call
 
 
-def _on_amx(lin, found, x: np.ndarray, out: np.ndarray, threads: int) -> bool:
+def _on_amx(ref, found, x: np.ndarray, out: np.ndarray, threads: int) -> bool:
     """``out = x @ W.T`` on AMX (True), or nothing done (False: the caller
-    makes the exact call) where the preparation declines."""
+    makes the exact call) where the preparation declines.  ``ref``: a weak
+    reference to the Linear (its :func:`last_path`)."""
     from mlir_mx.linear.amx import amx_bf16_usable
     from mlir_mx.linear.amx_prepare import prepare_activations
 
     if not amx_bf16_usable():  # masked since this Linear's first AMX call
-        _LAST[lin] = "exact"
+        _record(ref, "exact")
         return False
     mm, params = found
     buffers = _BUFFERS.__dict__.setdefault("by_shape", {})  # this thread's, reused
     prepared = prepare_activations(x, params, mm.max_fallback_share, buffers)
     if prepared.args is None:
-        _LAST[lin] = "exact"
+        _record(ref, "exact")
         return False
     out[...] = mm.run(prepared.args, x.shape[0], threads)  # the call's team
-    _LAST[lin] = "amx"
+    _record(ref, "amx")
     return True
 
 
-def _view(addr: int, m: int, n: int) -> np.ndarray:
-    return np.ctypeslib.as_array((ctypes.c_float * (m * n)).from_address(addr)).reshape(m, n)
+def _record(ref, path: str) -> None:
+    lin = ref()
+    if lin is not None:
+        _LAST[lin] = path
 
 
 def with_amx_raw(lin, kind, m: int, bf16: bool, call, threads: int = 1):
@@ -176,18 +209,36 @@ def with_amx_raw(lin, kind, m: int, bf16: bool, call, threads: int = 1):
     bits are the exact path's on those values.  ``threads``: the call's team
     (the AMX kernel's too).  :data:`ENV` is read when the call is bound (once
     per row count and team: ``0`` then keeps the exact call for them) and at
-    each call."""
-    rounded = kind.quantize_to == BF16 or (bf16 and kind.quantize_to is None)
-    if not rounded or kind.element is not None or m < MIN_ROWS or not amx_enabled():
-        return call
-    found = amx_matmul_of(lin)
+    each call.  The call, which the Linear keeps, holds it weakly."""
+    found = _hooked(lin, kind, m, bf16)
     if found is None:
         return call
-    k, n = lin.in_features, lin.out_features
+    k, n, ref = lin.in_features, lin.out_features, weakref.ref(lin)
 
     def amx_raw_call(x_addr: int, out_addr: int) -> None:
-        x, out = _view(x_addr, m, k), _view(out_addr, m, n)
-        if not amx_enabled() or not _on_amx(lin, found, x, out, threads):
+        x, out = f32_at(x_addr, m, k), f32_at(out_addr, m, n)
+        if not amx_enabled() or not _on_amx(ref, found, x, out, threads):
             call(x_addr, out_addr)
 
     return amx_raw_call
+
+
+def precompile_amx(lin, kind, m: int, threads: int, bf16: bool = False) -> None:
+    """For :meth:`mlir_mx.Linear.precompile`: where a call with ``m`` rows of
+    activations of ``kind`` on ``threads`` threads (``bf16``: ``x`` holding
+    bf16 values, as :meth:`~mlir_mx.Linear.call_into` takes them) would take
+    the hook, prepare the weight for the tiles (:func:`amx_matmul_of`) and
+    compile (or load from the compile cache) the prepare kernel and the
+    matmul kernel for that team, so that the call compiles nothing.
+    Elsewhere (no AMX-BF16, ``MLIR_MX_AMX=0``, too few rows, another
+    weight or activation kind) it does nothing."""
+    from mlir_mx.linear.amx import amx_bf16_usable
+    from mlir_mx.linear.amx_matmul import amx_matmul_runner
+    from mlir_mx.linear.amx_prepare import prepare_runner
+
+    found = _hooked(lin, kind, m, bf16) if lin.out_features and lin.in_features else None
+    if found is None or not amx_bf16_usable():
+        return
+    mm = found[0]
+    prepare_runner()
+    amx_matmul_runner(mm.group, mm.weight.element, threads)

@@ -60,16 +60,19 @@ def _runner(_features: frozenset[str]):
     from mlir import ir
 
     from mlir_mx.execution import CompileOptions, Runner
+    from mlir_mx.execution.options import default_cache_dir
     from mlir_mx.pipelines.amx import amx_library_pipeline
 
     with ir.Context(), ir.Location.unknown():
         text = str(prepare_module("amx_prepare"))
-    return Runner(text, options=CompileOptions(amx_library_pipeline()))
+    options = CompileOptions(amx_library_pipeline(), cache_dir=default_cache_dir())
+    return Runner(text, options=options)
 
 
 def prepare_runner():
     """The Runner of the prepare kernel (``@amx_prepare``), compiled once per
-    CPU feature set (no tile instruction: it runs on any AVX-512 or AVX2 CPU)."""
+    CPU feature set (no tile instruction: it runs on any AVX-512 or AVX2 CPU),
+    or loaded from the persistent compile cache (``MLIR_MX_CACHE_DIR``)."""
     return _runner(host_features())
 
 

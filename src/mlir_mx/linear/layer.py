@@ -34,7 +34,7 @@ from mlir_mx.kernels.dot.units import KINDS, dot_kind
 from mlir_mx.kernels.registry import SMALL_MAX_M
 from mlir_mx.linear import weight_form
 from mlir_mx.linear.activations import HALF_DTYPES, Activations, activations_format, host_view
-from mlir_mx.linear.amx_linear import with_amx, with_amx_raw
+from mlir_mx.linear.amx_linear import precompile_amx, with_amx, with_amx_raw
 from mlir_mx.linear.kernels import kernel_runner
 from mlir_mx.numerics import SCALE_DTYPE, ElementFormat, MXArray, element_format, is_packed_storage
 
@@ -368,10 +368,10 @@ class Linear:
             found = self._kernel(Activations(kind.quantize_to, packed, None), cls)
         return found[1]
 
-    def precompile(self, m=None, *, threads: int | None = None) -> None:
-        """Compile now (or load from the compile cache) the kernels of calls with
-        ``m`` rows of f32 activations (an int or a sequence; None: one per shape
-        class, every kernel a call may need) on ``threads`` (default :attr:`threads`) and 1."""
+    def precompile(self, m=None, *, threads: int | None = None, bf16: bool = False) -> None:
+        """Compile now (or load from the compile cache) the kernels of calls with ``m`` rows
+        (an int or a sequence; None: one per shape class, every kernel a call may need) on
+        ``threads`` (default :attr:`threads`) and 1; ``bf16``: the AMX path of bf16 rows too."""
         t = self.threads if threads is None else check_threads(threads)
         rows = [1, 2, SMALL_MAX_M + 1] if m is None else list(m) if hasattr(m, "__iter__") else [m]
         kind = Activations(None, False, self.activations)
@@ -380,6 +380,7 @@ class Linear:
                 raise MXValueError(f"m: expected positive row counts, got {m!r}")
             if self.out_features and self.in_features and self._bound(kind, r, u) is None:
                 self(np.zeros((r, self.in_features), np.float32), threads=u)  # quantizes too
+            precompile_amx(self, kind, r, u, bf16)  # its kernels and the weight, where AMX is taken
 
     def _activations(self, x):
         """``(arguments, kind, M, vector)``: the activations as the kernel takes
@@ -483,8 +484,7 @@ class Linear:
     def _call_derived(self, runner: Runner, *args) -> None:
         """The f32 kernels on the stored form derived from the records for this call
         only (e.g. MX activations of another format): slow, and nothing is kept."""
-        *acts, out = args
-        runner.invoke("matmul", *acts, *self.stored, out)
+        runner.invoke("matmul", *args[:-1], *self.stored, args[-1])  # args: x, ..., out
 
     def _runner(self, prob: Problem, schedule: str, threads: int) -> Runner:
         key = (prob, schedule, threads, parallel_mode(threads))  # "tasks": docs/library.md

@@ -31,7 +31,6 @@ a conversion holds a few chunks (a few MiB), whatever the weight's size.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import warnings
 from collections.abc import Iterator
@@ -44,6 +43,7 @@ from mlir_mx.kernels import Problem
 from mlir_mx.kernels.common.problem import BF16, TILE_COLUMNS, tile_b_codes
 from mlir_mx.kernels.dot.units import KINDS, PANEL, RecordLayout, dot_kind
 from mlir_mx.kernels.registry import SCHEDULES, SHAPE_CLASSES, choose
+from mlir_mx.linear.activations import f32_at
 from mlir_mx.numerics import (
     ELEMENT_FORMATS,
     SCALE_DTYPE,
@@ -438,11 +438,10 @@ def divide_at(call, g: Geometry, m: int, bound=None):
     ``bound``'s kernel divides itself; ``call`` as it is for an E8M0 weight."""
     if g.global_scale is None or applies_global(bound):
         return call
-    size = m * g.n
 
     def scaled(x_addr: int, out_addr: int) -> None:
         call(x_addr, out_addr)
-        out = np.frombuffer((ctypes.c_float * size).from_address(out_addr), np.float32)
+        out = f32_at(out_addr, m, g.n)
         np.divide(out, g.global_scale, out=out)
 
     return scaled

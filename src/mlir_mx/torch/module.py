@@ -235,10 +235,11 @@ class MXLinear(torch.nn.Module):
         memo[id(self)] = new
         return new
 
-    def precompile(self, m=None) -> None:
+    def precompile(self, m=None, *, bf16: bool = False) -> None:
         """Compile now the kernels of calls with ``m`` rows (``Linear.precompile``),
-        on this layer's thread count (None: ``torch.get_num_threads()``)."""
-        self._linear.precompile(m, threads=self._threads or layer_threads())
+        on this layer's thread count (None: ``torch.get_num_threads()``); ``bf16``:
+        of bf16 inputs too (a bf16 model's: the AMX path's where it is taken)."""
+        self._linear.precompile(m, threads=self._threads or layer_threads(), bf16=bf16)
 
     # -- the call ----------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 
@@ -14,12 +15,19 @@ from .module import MXLinear
 __all__ = ["precompile"]
 
 
-def precompile(model: torch.nn.Module, m=None, *, progress: bool | None = None) -> int:
+def precompile(
+    model: torch.nn.Module, m=None, *, progress: bool | None = None, bf16: bool | None = None
+) -> int:
     """Compile (or load from the compile cache) the kernels of every
     :class:`MXLinear` of ``model`` (those of ``MXExperts`` included) for
     calls with ``m`` rows of activations (``batch x tokens``; an int or a
     sequence; None: one of each shape class, so every kernel a forward may
     need), on each layer's thread count (None: ``torch.get_num_threads()``).
+    ``bf16``: the layers' inputs will be bf16 (None: where the model holds
+    a bfloat16 parameter or buffer, a bf16 model's), so the AMX path those
+    take on a CPU with AMX-BF16 is made ready too (its kernels compiled and
+    each weight prepared for the tiles, for row counts from
+    ``amx_linear.MIN_ROWS``), as it is for ``activations="bf16"`` layers.
 
     With the persistent compile cache (``MLIR_MX_CACHE_DIR``) warm, this loads
     machine code and takes well under a second; cold, it compiles each
@@ -30,10 +38,13 @@ def precompile(model: torch.nn.Module, m=None, *, progress: bool | None = None) 
     if not isinstance(model, torch.nn.Module):
         raise MXArgTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     layers = [mod for mod in model.modules() if isinstance(mod, MXLinear)]
+    if bf16 is None:
+        held = itertools.chain(model.parameters(), model.buffers())
+        bf16 = any(t.dtype == torch.bfloat16 for t in held)
     show = sys.stderr.isatty() if progress is None else bool(progress)
     t0 = time.perf_counter()
     for i, layer in enumerate(layers, 1):
-        layer.precompile(m)
+        layer.precompile(m, bf16=bool(bf16))
         if show:
             elapsed = time.perf_counter() - t0
             bar = "#" * (30 * i // len(layers))
