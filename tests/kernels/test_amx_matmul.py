@@ -121,6 +121,40 @@ def test_the_kernel_equals_linear_with_bf16_activations(element, monkeypatch):
     assert_same_bits(on_tiles(b)(a), lin(a))
 
 
+def chunked_runner(element, threads):
+    """The kernel with K in chunks of 2 blocks whatever A's size (the
+    default chunks only an A over 1 MiB, too slow for the oracle here)."""
+    from mlir_mx.execution import CompileOptions, Runner
+    from mlir_mx.passes.pipeline import Pipeline, PipelineElement
+    from mlir_mx.pipelines.amx import amx_library_pipeline
+
+    with ir.Context(), ir.Location.unknown():
+        text = str(matmul_module("amx_matmul", (2, 2), element, chunk=2, whole_k_tiles=0))
+    tasks = PipelineElement.of("mx-parallel-tasks", threads=threads)
+    return Runner(text, options=CompileOptions(Pipeline((tasks, *amx_library_pipeline()))))
+
+
+@needs_amx
+@pytest.mark.parametrize(
+    "element, threads", [(E2M1, 2), pytest.param(INT8, 1, marks=pytest.mark.slow)]
+)
+def test_k_in_chunks_over_items_of_column_groups_gives_the_same_bits(element, threads):
+    """K in chunks (7 blocks: 2, 2, 2, 1; C held in the item's ``cacc``
+    between them) over items of 2 column groups (33 column tiles: 17 groups,
+    the last of 1 tile and 8 columns), fallback rows, ragged M."""
+    b = weight(element, 520, 224, seed=40)
+    a = activations(40, 224, seed=41)
+    mm = on_tiles(b)
+    a_tiles, ptr, rows, bptr, bidx, fa = mm.prepare(a)
+    assert ptr[-1] > 40  # fallback rows in several blocks
+    c = np.full((48, 33 * 16), np.nan, np.float32)
+    chunked_runner(element, threads).amx_matmul(
+        a_tiles, mm.b_codes, c, ptr, rows, mm.b_scales, bptr, bidx, fa
+    )
+    assert_same_bits(c[:40, :520], exact(a, b))
+    assert_same_bits(c[:40, :520], mm(a))
+
+
 @needs_amx
 def test_without_the_fallback_the_bits_differ():
     """The same kernel with every (row, block) passed as it is (nothing
