@@ -156,6 +156,28 @@ def test_k_in_chunks_over_items_of_column_groups_gives_the_same_bits(element, th
 
 
 @needs_amx
+@pytest.mark.parametrize("m, n", [(32, 48), (40, 37)])
+def test_run_writes_into_out(m, n):
+    """``run(..., out=)``: C written into ``out`` (by the kernel where M and
+    N are multiples of 16, else copied once from the padded C) and
+    returned; a wrong ``out`` refused by name before the kernel runs."""
+    b = weight(E2M1, n, 96, seed=42)
+    a = activations(m, 96, seed=43)
+    mm = on_tiles(b)
+    prepared = mm.prepare(a)
+    out = np.full((m, n), np.nan, np.float32)
+    assert mm.run(prepared, m, out=out) is out
+    assert_same_bits(out, exact(a, b))
+    assert_same_bits(mm.run(prepared, m), out)
+    frozen = np.zeros((m, n), np.float32)
+    frozen.flags.writeable = False
+    wrong = [np.zeros((m, n + 1), np.float32), np.zeros((m, n)), np.zeros((n, m), np.float32).T]
+    for bad in [*wrong, frozen]:
+        with pytest.raises(MXValueError, match=r"out: a writeable C-contiguous f32"):
+            mm.run(prepared, m, out=bad)
+
+
+@needs_amx
 def test_without_the_fallback_the_bits_differ():
     """The same kernel with every (row, block) passed as it is (nothing
     zeroed, no ``t``): the guard's fallback is what gives the exact bits."""
