@@ -338,24 +338,39 @@ class _Span(NamedTuple):
 ITEM_GROUPS, MIN_ITEMS = 8, 8
 
 #: K blocks per chunk (``matmul_module``'s default ``chunk``), where A has
-#: more than ``WHOLE_K_TILES`` tiles (1 KiB each: half of L2); at or below,
-#: one chunk (K whole: C stays in the tiles, A is read from L2 anyway).
-CHUNK, WHOLE_K_TILES = 8, 1024
+#: more than ``WHOLE_K_TILES`` tiles (1 KiB each: half of L2) and a chunk of
+#: A with an item's ``cacc`` (``FIT_TILES``: M/16 x (``CHUNK`` + 2
+#: ``ITEM_GROUPS``) tiles) stay in L2 together: M from 1,024 rows up runs K
+#: whole (items narrowed to fit took longer: at 2048 x 2048 x 2048, items
+#: of 2 groups 1.10x the whole-K nest's time; 1536 x 2048 x 4096 with 4
+#: groups 1.09x; loaded).  With K whole, C stays in the tiles.
+CHUNK, WHOLE_K_TILES, FIT_TILES = 8, 1024, 1536
+
+
+def _chunk(kb: KernelBuilder, mtiles, nb, tn: int, chunk: int, whole_k_tiles: int):
+    """The K chunk's blocks (``nb``: K whole) for A of ``mtiles`` x ``nb``
+    tiles (``_groups``)."""
+    fits = kb.icmp("sle", kb.mul(mtiles, chunk + ITEM_GROUPS * tn), FIT_TILES)
+    chunked = arith.AndIOp(kb.icmp("sgt", kb.mul(mtiles, nb), whole_k_tiles), fits).result
+    return arith.SelectOp(chunked, kb.min(chunk, nb), nb).result
 
 
 def _groups(ix: _Ix, args, mtiles, ntiles, tm: int, tn: int) -> None:
     """The column groups of ``tn`` tiles (the last one of 1 tile where ``tn``
     does not divide) in items of ``ITEM_GROUPS`` (fewer where that would
-    leave under ``MIN_ITEMS`` items), the items one ``scf.parallel``
+    leave under ``MIN_ITEMS`` items; 1 where K is whole), the items one
+    ``scf.parallel``
     (``mx-parallel-tasks`` lets each thread claim them).  Per item, K in
     chunks of ``chunk`` blocks (outer), each chunk over every column group
     of the item: the chunk's A (M x 32 chunk bf16) is read from L2 by all of
     them, where the whole K loop per column group read all of A (2 MiB at
-    256 x 4096) from L3 for each group of 32 columns (``args.chunk``: K
-    whole where A is small)."""
+    256 x 4096) from L3 for each group of 32 columns (``args.chunk``:
+    :func:`_chunk`)."""
     kb = args.kb
     groups = kb.ceildivu(ntiles, tn)
     width = kb.max(1, kb.min(ITEM_GROUPS, kb.divu(groups, MIN_ITEMS)))
+    # K whole: one group an item (8 took 1.05-1.14x the time at 2048 x 2048 x 2048)
+    width = arith.SelectOp(kb.icmp("slt", args.chunk, args.nb), width, kb.idx(1)).result
     with kb.parallel(0, kb.ceildivu(groups, width), 1) as item:
         g0 = kb.mul(item, width)
         g1 = kb.min(kb.add(g0, width), groups)
@@ -421,17 +436,17 @@ def matmul_module(
             a, nrows = entry.arguments[0], memref.DimOp(entry.arguments[4], ix.c(0)).result
             mtiles, nb = memref.DimOp(a, ix.c(0)).result, memref.DimOp(a, ix.c(1)).result
             ntiles = memref.DimOp(entry.arguments[1], ix.c(0)).result
-            tiles_a = kb.mul(mtiles, nb)
-            kc = arith.SelectOp(kb.icmp("sgt", tiles_a, whole_k_tiles), kb.min(chunk, nb), nb)
+            kc = _chunk(kb, mtiles, nb, tn, chunk, whole_k_tiles)
             scratch = {  # each thread's own (mx-parallel-tasks: the prologue is per thread)
                 "bdec": _alloca([2, TILE_K, TILE_N], f32),
                 "cbuf": _alloca([4, TILE_M, TILE_N], f32),
-                "panel": kb.alloc([-1, tn, TILE_K // 2, TILE_K], bf16, [kc.result]),
+                "panel": kb.alloc([-1, tn, TILE_K // 2, TILE_K], bf16, [kc]),
                 "tbuf": kb.alloc([-1, TILE_K], f32, [nrows]),
             }
             held = [-1, ITEM_GROUPS * tn, TILE_M, TILE_N]  # an item's C between chunks
-            scratch["cacc"] = kb.alloc(held, f32, [mtiles])
-            args = _Args(entry.arguments, kb, element, nb=nb, chunk=kc.result, **scratch)
+            used = arith.SelectOp(kb.icmp("slt", kc, nb), mtiles, kb.idx(1)).result  # K whole: none
+            scratch["cacc"] = kb.alloc(held, f32, [used])
+            args = _Args(entry.arguments, kb, element, nb=nb, chunk=kc, **scratch)
             _groups(ix, args, mtiles, ntiles, tm, tn)
             kb.dealloc(args.panel)
             kb.dealloc(args.tbuf)
