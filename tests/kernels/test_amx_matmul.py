@@ -121,15 +121,15 @@ def test_the_kernel_equals_linear_with_bf16_activations(element, monkeypatch):
     assert_same_bits(on_tiles(b)(a), lin(a))
 
 
-def chunked_runner(element, threads):
-    """The kernel with K in chunks of 2 blocks whatever A's size (the
+def chunked_runner(element, threads, chunk=2):
+    """The kernel with K in chunks of ``chunk`` blocks whatever A's size (the
     default chunks only an A over 1 MiB, too slow for the oracle here)."""
     from mlir_mx.execution import CompileOptions, Runner
     from mlir_mx.passes.pipeline import Pipeline, PipelineElement
     from mlir_mx.pipelines.amx import amx_library_pipeline
 
     with ir.Context(), ir.Location.unknown():
-        text = str(matmul_module("amx_matmul", (2, 2), element, chunk=2, whole_k_tiles=0))
+        text = str(matmul_module("amx_matmul", (2, 2), element, chunk=chunk, whole_k_tiles=0))
     tasks = PipelineElement.of("mx-parallel-tasks", threads=threads)
     return Runner(text, options=CompileOptions(Pipeline((tasks, *amx_library_pipeline()))))
 
@@ -153,6 +153,42 @@ def test_k_in_chunks_over_items_of_column_groups_gives_the_same_bits(element, th
     )
     assert_same_bits(c[:40, :520], exact(a, b))
     assert_same_bits(c[:40, :520], mm(a))
+
+
+@needs_amx
+@pytest.mark.slow
+@pytest.mark.parametrize("element", INTEGRAL)
+def test_many_random_chunked_calls_give_the_exact_paths_bits(element):
+    """A campaign for the K chunks: 24 seeds, random M, N (up to 600: items
+    of several column groups) and K (up to 12 blocks), chunks of 1 to 3
+    blocks, 1 and 2 threads (our pool), fallback rows; counts printed."""
+    from mlir_mx.execution import threads as threads_
+
+    team = threads_.set_team("pool")
+    runners, outputs = {}, 0
+    try:
+        for seed in range(24):
+            rng = np.random.default_rng(500 + seed)
+            m, n = int(rng.integers(1, 70)), int(rng.integers(1, 600))
+            k = 32 * int(rng.integers(2, 13))
+            key = (1 + seed % 3, 1 + (seed // 3) % 2)
+            if key not in runners:
+                runners[key] = chunked_runner(element, key[1], chunk=key[0])
+            b = weight(element, n, k, seed=seed)
+            a = activations(m, k, seed=600 + seed, spread=seed % 2 == 0)
+            mm = on_tiles(b)
+            prepared = mm.prepare(a)
+            if prepared is None:  # the per-call condition (none expected here)
+                continue
+            c = np.full((prepared[0].shape[0] * 16, mm.b_codes.shape[0] * 16), np.nan, np.float32)
+            runners[key].amx_matmul(prepared[0], mm.b_codes, c, *prepared[1:3], mm.b_scales,
+                                    *prepared[3:])  # fmt: skip
+            assert same_or_both_nan(c[:m, :n], exact(a, b)).all(), seed
+            outputs += m * n
+    finally:
+        threads_.set_team(team)
+    print(element, {"outputs": outputs, "runners": len(runners)})
+    assert outputs > 0
 
 
 @needs_amx
