@@ -37,12 +37,13 @@ The column groups (``TN`` tiles of 16 columns, the last one 1 tile where
 where that would leave under 8 items), the items one ``scf.parallel``: the
 threads of a team claim them one at a time, each item computed whole by
 one thread, so the bits do not depend on the thread count or on who ran
-what.  Per item, K in chunks of 8 blocks (``CHUNK``; K whole where A has
-at most 1,024 tiles, 1 MiB), chunks outer, so the chunk's A (M x 256 bf16)
-is read from L2 by every column group of the item (before session 55 the
-whole K loop ran per column group, reading all of A, 2 MiB at M = 256,
-K = 4096, from L3 for every 32 columns: docs/numerics.md, "Where the
-tiles' time goes").  Per chunk and column group:
+what.  Per item, K in chunks of 8 blocks (``CHUNK``), chunks outer, so the
+chunk's A (M x 256 bf16) is read from L2 by every column group of the item
+(K whole, one group an item, where A has at most 1,024 tiles, 1 MiB, or M
+is over 1,024 rows: ``_chunk``).  Before session 55 the whole K loop ran
+per column group, reading all of A (2 MiB at M = 256, K = 4096) from L3
+for every 32 columns (docs/numerics.md, "Where the tiles' time goes").
+Per chunk and column group:
 
 1. the panel: the chunk's blocks' ``b * sb`` widened from the codes
    (:func:`~mlir_mx.kernels.amx.panel.widen_panel`);
