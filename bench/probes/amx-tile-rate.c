@@ -20,7 +20,9 @@
  *               item, K in chunks of B blocks (chunk outer), each chunk over every
  *               column group of the item and every row group, C stored and
  *               reloaded between chunks (in C itself, or with "cs" in a scratch of
- *               the item's C tiles, 1 KiB each, contiguous: the kernel's cacc)
+ *               the item's C tiles, 1 KiB each, contiguous: the kernel's cacc;
+ *               "next": each group first prefetches (prefetcht1) its share of the
+ *               next chunk's A)
  *
  *   gcc -O2 -march=sapphirerapids bench/probes/amx-tile-rate.c -o /tmp/amx-tile-rate
  *   /tmp/amx-tile-rate [M K N] [reps]     (default 256 4096 4096, 5)
@@ -52,7 +54,7 @@ typedef struct {
   uint8_t rows[16];
 } __attribute__((packed)) tilecfg;
 
-static int PF = 0, HOT = 1, CS = 0, KC = 32, W = 8;
+static int NEXT = 0, PF = 0, HOT = 1, CS = 0, KC = 32, W = 8;
 static float *CSB; /* C scratch: (MT, W*2, 16, 16) */
 static int M = 256, K = 4096, N = 4096, MT, NB, NG;
 static uint16_t *A, *B; /* A (MT, NB, 16, 32); B (NG, NB, 2, 16, 32) */
@@ -179,8 +181,16 @@ static long chunked(long unused) {
   for (int g0 = 0; g0 < NG; g0 += W)
     for (int j0 = 0; j0 < NB; j0 += KC) {
       int j1 = j0 + KC < NB ? j0 + KC : NB;
-      for (int g = g0; g < g0 + W && g < NG; g++)
+      for (int g = g0; g < g0 + W && g < NG; g++) {
+        if (NEXT && j1 < NB) { /* this group's share of the next chunk's A, into L2 */
+          int kc = j1 + KC < NB ? KC : NB - j1, gi = g - g0;
+          for (int mt = MT * gi / W; mt < MT * (gi + 1) / W; mt++) {
+            const char *p = (const char *)AT(mt, j1);
+            for (int l = 0; l < 16 * kc; l++) _mm_prefetch(p + 64 * l, _MM_HINT_T1);
+          }
+        }
         for (int mt = 0; mt < MT; mt += 2) group(mt, g, j0, j1, j0 == 0, j1 == NB);
+      }
     }
   return (long)(MT / 2) * NG * NB * 4;
 }
@@ -251,7 +261,12 @@ int main(int argc, char **argv) {
         snprintf(name, sizeof name, "kc=%d,w=%d%s", KC, W, cs ? " cs" : "");
         run(name, chunked, 0, reps);
       }
-  CS = 0;
+  KC = 8; W = 8; CS = 1;
+  for (int r = 0; r < 2; r++) {
+    NEXT = 0; run("kc=8,w=8 cs", chunked, 0, reps);
+    NEXT = 1; run("kc=8,w=8 cs next", chunked, 0, reps);
+  }
+  NEXT = 0; CS = 0;
   run("kernel", kernel, 0, reps);
   HOT = 0;
   run("kernel cold B", kernel, 0, reps);
