@@ -82,6 +82,8 @@ def test_the_module_accumulates_in_tiles_carried_by_the_k_loop():
         assert op in text
     with ir.Context(), ir.Location.unknown(), pytest.raises(ValueError, match="2 x 2"):
         matmul_module("x", (3, 1))
+    with ir.Context(), ir.Location.unknown(), pytest.raises(ValueError, match="even number"):
+        matmul_module("x", (2, 2), chunk=3)
 
 
 @needs_amx
@@ -160,8 +162,9 @@ def test_k_in_chunks_over_items_of_column_groups_gives_the_same_bits(element, th
 @pytest.mark.parametrize("element", INTEGRAL)
 def test_many_random_chunked_calls_give_the_exact_paths_bits(element):
     """A campaign for the K chunks: 24 seeds, random M, N (up to 600: items
-    of several column groups) and K (up to 12 blocks), chunks of 1 to 3
-    blocks, 1 and 2 threads (our pool), fallback rows; counts printed."""
+    of several column groups) and K (up to 12 blocks, odd counts included),
+    chunks of 2, 4 and 6 blocks, 1 and 2 threads (our pool), fallback rows;
+    counts printed."""
     from mlir_mx.execution import threads as threads_
 
     team = threads_.set_team("pool")
@@ -171,7 +174,7 @@ def test_many_random_chunked_calls_give_the_exact_paths_bits(element):
             rng = np.random.default_rng(500 + seed)
             m, n = int(rng.integers(1, 70)), int(rng.integers(1, 600))
             k = 32 * int(rng.integers(2, 13))
-            key = (1 + seed % 3, 1 + (seed // 3) % 2)
+            key = (2 + 2 * (seed % 3), 1 + (seed // 3) % 2)
             if key not in runners:
                 runners[key] = chunked_runner(element, key[1], chunk=key[0])
             b = weight(element, n, k, seed=seed)

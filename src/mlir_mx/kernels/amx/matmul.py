@@ -55,11 +55,14 @@ Per chunk and column group:
    allow, four accumulators and two A and two B tiles: the 8 tile
    registers), ``amx.tile_zero`` in the first chunk, else ``amx.tile_load``
    from ``cacc`` (exact: the bits move), then per block one
-   ``amx.tile_mulf`` per accumulator, the tiles carried by the K loop; at
-   a block where a row of one of the group's row tiles fails, that row
-   tile's accumulators are stored to ``cbuf``, each failing row gets ``c +
-   t`` (f32 vector add, one rounding: the exact path's step), and they are
-   reloaded; at the chunk's end ``amx.tile_store`` to ``cacc``, or to C
+   ``amx.tile_mulf`` per accumulator, the tiles carried by the K loop;
+   after each even block ``j`` where a row of one of the group's row tiles
+   fails at ``j`` or ``j + 1``, that row tile's accumulators are stored to
+   ``cbuf``, each such row gets ``c + t`` (f32 vector add, one rounding: the
+   exact path's step; block ``j``'s rows first), and they are reloaded (a
+   block's product leaves a row whose A block is zeroed as it is, so ``t``
+   may go in just before or just after it: docs/numerics.md, "One stop for
+   two blocks"); at the chunk's end ``amx.tile_store`` to ``cacc``, or to C
    after the last chunk.
 
 Weight blocks flagged by ``amx_prepare`` and calls that fail
@@ -226,20 +229,18 @@ def _precompute(ix: _Ix, args: _Args, span, nt0, tn: int) -> None:
         scf.YieldOp([])
 
 
-def _fallback(ix: _Ix, args: _Args, accs, s, i: int) -> list[ir.Value]:
-    """At a block where rows of row tile ``i`` of the group fail: store its
-    accumulators (``accs``, one per column tile) to the scratch ``cbuf``
-    (4 KiB, contiguous: C's own rows, 16 KiB apart, would share L1 sets),
-    ``c += t`` on each failing row (``t`` from ``tbuf``, f32 add: the exact
-    path's step), reload."""
+def _fallback(ix: _Ix, args: _Args, accs, lo, hi, i: int) -> list[ir.Value]:
+    """Where rows of row tile ``i`` of the group fail (``rows[lo:hi]``, in
+    block order): store its accumulators (``accs``, one per column tile) to
+    the scratch ``cbuf`` (4 KiB, contiguous: C's own rows, 16 KiB apart,
+    would share L1 sets), ``c += t`` on each failing row in turn (``t`` from
+    ``tbuf``, f32 add: the exact path's step), reload."""
     tn, zero = len(accs), ix.c(0)
     slots = [ix.c(i * tn + jn) for jn in range(tn)]
     for jn in range(tn):
         _store(args.cbuf, [slots[jn], zero, zero], accs[jn])
     v16 = ir.VectorType.get([TILE_N], ir.F32Type.get())
-    lo = ix.cast(memref.LoadOp(args.ptr, [s]).result)
-    hi = ix.cast(memref.LoadOp(args.ptr, [ix.add(s, ix.c(1))]).result)
-    loop = scf.ForOp(lo, hi, ix.c(1))
+    loop = scf.ForOp(ix.cast(lo), ix.cast(hi), ix.c(1))
     with ir.InsertionPoint(loop.body):
         f = loop.induction_variable
         row = ix.cast(memref.LoadOp(args.rows, [f]).result)
@@ -284,13 +285,18 @@ def _k_loop(ix: _Ix, args, span, mt0, nt0, tm: int, tn: int) -> None:
         accs = [[_mulf(ta[i], tb[jn], carried[i * tn + jn]) for jn in range(tn)] for i in range(tm)]
         s = [ix.add(ix.mul(mts[i], nb), j) for i in range(tm)]
         out = []
+        # one stop after each even block j for the failing rows of j and j + 1
+        # (the product of a block leaves a row whose A block is zeroed as it is)
+        even = arith.CmpIOp(arith.CmpIPredicate.eq, arith.AndIOp(j, ix.c(1)).result, zero)
+        pair = arith.MinSIOp(ix.c(2), arith.SubIOp(nb, j).result).result
         for i in range(tm):  # only the row tile(s) with a failing row leave the tiles
             lo = memref.LoadOp(ptr, [s[i]]).result
-            hi = memref.LoadOp(ptr, [ix.add(s[i], ix.c(1))]).result
+            hi = memref.LoadOp(ptr, [ix.add(s[i], pair)]).result
             fails = arith.CmpIOp(arith.CmpIPredicate.slt, lo, hi).result
-            branch = scf.IfOp(fails, [tile_c] * tn, has_else=True)
+            branch = scf.IfOp(arith.AndIOp(even.result, fails).result, [tile_c] * tn,
+                              has_else=True)  # fmt: skip
             with ir.InsertionPoint(branch.then_block):
-                scf.YieldOp(_fallback(ix, args, accs[i], s[i], i))
+                scf.YieldOp(_fallback(ix, args, accs[i], lo, hi, i))
             with ir.InsertionPoint(branch.else_block):
                 scf.YieldOp(accs[i])
             out += list(branch.results)
@@ -411,14 +417,16 @@ def matmul_module(
     """A module with ``func @name(a, codes, c, ptr, rows, scales, bptr, bidx,
     fa)`` (the module docstring) for weights in ``element``; C tile groups of
     ``group`` = (row tiles, column tiles), at most 2 x 2 (the tile
-    registers); K in chunks of ``chunk`` blocks where A has more than
+    registers); K in chunks of ``chunk`` blocks (even: the stop after an
+    even block adds the next block's ``t``, computed with its chunk's panel,
+    so no chunk may end on an even block but the last) where A has more than
     ``whole_k_tiles`` tiles, else whole (the bits depend on neither); in the
     current context and location."""
     tm, tn = group
     if not (1 <= tm <= 2 and 1 <= tn <= 2):
         raise ValueError(f"group {group}: at most 2 x 2 C tiles (8 tile registers)")
-    if chunk < 1:
-        raise ValueError(f"chunk {chunk}: at least one K block")
+    if chunk < 2 or chunk % 2:
+        raise ValueError(f"chunk {chunk}: an even number of K blocks (a stop serves two)")
     bf16, f32, i32 = ir.BF16Type.get(), ir.F32Type.get(), ir.IntegerType.get_signless(32)
     i8 = ir.IntegerType.get_signless(8)
     dyn = ir.ShapedType.get_dynamic_size()
