@@ -320,7 +320,9 @@ def _column_group(ix: _Ix, args, mtiles, span, nt0, tm: int, tn: int) -> None:
     group over the panel (``tm`` row tiles, then 1 where ``tm`` does not
     divide)."""
     kb = args.kb
-    widen_panel(kb, args.element, args.codes, args.scales, args.panel, span.j1, nt0, tn, span.j0)
+    ahead = kb.min(kb.add(span.j1, args.chunk), args.nb)  # the next chunk's codes
+    codes, scales = args.codes, args.scales
+    widen_panel(kb, args.element, codes, scales, args.panel, span.j1, nt0, tn, span.j0, ahead)
     _precompute(ix, args, span, nt0, tn)
     mfull = ix.mul(arith.DivUIOp(mtiles, ix.c(tm)).result, ix.c(tm))
     spans = [(ix.c(0), mfull, tm)] + ([(mfull, mtiles, 1)] if tm > 1 else [])

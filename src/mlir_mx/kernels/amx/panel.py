@@ -88,13 +88,15 @@ def _row_fp4(kb: KernelBuilder, table: ir.Value, raw: ir.Value, shift: ir.Value)
 
 
 def widen_panel(
-    kb: KernelBuilder, element: str, codes, scales, panel, nb, nt0, tn: int, lo=0
+    kb: KernelBuilder, element: str, codes, scales, panel, nb, nt0, tn: int, lo=0, ahead=None
 ) -> None:
     """``panel[j - lo, jn]`` = block ``j`` of column tile ``nt0 + jn`` as bf16
     ``b sb`` in the pair layout, for every block ``lo <= j < nb`` and ``jn <
     tn`` (the kernel widens one K chunk at a time; FP4 with AVX-512:
     :func:`_row_fp4`, 10 instructions a tile row against 16 for the f32
-    route)."""
+    route).  ``ahead``: then the codes of blocks ``nb <= j < ahead`` (the
+    next chunk's) prefetched into L2: a chunk's codes are a short run (2 KiB
+    a column tile for FP4), too short for the hardware's stream prefetch."""
     dec = decoder(element)
     nbytes = code_bytes(element)
     words = dec.values16 and has_features("avx512bw")
@@ -117,3 +119,8 @@ def widen_panel(
                 raw = kb.vload(codes, [nt, j, rows.iv, 0], nbytes)
                 row = _row_fp4(kb, table, raw, shift) if words else _row(kb, dec, raw, halves)
                 kb.vstore(row, panel, [jp, jn, rows.iv, 0])
+    if ahead is not None:
+        with kb.loop(nb, ahead, 1) as blocks:
+            for jn in range(tn):
+                for r in range(0, _ROWS, max(1, 64 // nbytes)):  # each 64-byte line
+                    kb.prefetch(codes, [kb.add(nt0, jn), blocks.iv, r, 0], locality=2)
