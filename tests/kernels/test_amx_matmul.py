@@ -82,6 +82,8 @@ def test_the_module_accumulates_in_tiles_carried_by_the_k_loop():
         assert op in text
     with ir.Context(), ir.Location.unknown(), pytest.raises(ValueError, match="2 x 2"):
         matmul_module("x", (3, 1))
+    with ir.Context(), ir.Location.unknown(), pytest.raises(ValueError, match="even number"):
+        matmul_module("x", (2, 2), chunk=3)
 
 
 @needs_amx
@@ -119,6 +121,99 @@ def test_the_kernel_equals_linear_with_bf16_activations(element, monkeypatch):
     lin = mlir_mx.Linear(MXArray(b.codes.T.copy(), b.scales.T.copy(), element, 32, 1),
                          activations="bf16", threads=1)  # fmt: skip
     assert_same_bits(on_tiles(b)(a), lin(a))
+
+
+def chunked_runner(element, threads, chunk=2):
+    """The kernel with K in chunks of ``chunk`` blocks whatever A's size (the
+    default chunks only an A over 1 MiB, too slow for the oracle here)."""
+    from mlir_mx.execution import CompileOptions, Runner
+    from mlir_mx.passes.pipeline import Pipeline, PipelineElement
+    from mlir_mx.pipelines.amx import amx_library_pipeline
+
+    with ir.Context(), ir.Location.unknown():
+        text = str(matmul_module("amx_matmul", (2, 2), element, chunk=chunk, whole_k_tiles=0))
+    tasks = PipelineElement.of("mx-parallel-tasks", threads=threads)
+    return Runner(text, options=CompileOptions(Pipeline((tasks, *amx_library_pipeline()))))
+
+
+@needs_amx
+@pytest.mark.parametrize(
+    "element, threads", [(E2M1, 2), pytest.param(INT8, 1, marks=pytest.mark.slow)]
+)
+def test_k_in_chunks_over_items_of_column_groups_gives_the_same_bits(element, threads):
+    """K in chunks (7 blocks: 2, 2, 2, 1; C held in the item's ``cacc``
+    between them) over items of 2 column groups (33 column tiles: 17 groups,
+    the last of 1 tile and 8 columns), fallback rows, ragged M."""
+    b = weight(element, 520, 224, seed=40)
+    a = activations(40, 224, seed=41)
+    mm = on_tiles(b)
+    a_tiles, ptr, rows, bptr, bidx, fa = mm.prepare(a)
+    assert ptr[-1] > 40  # fallback rows in several blocks
+    c = np.full((48, 33 * 16), np.nan, np.float32)
+    chunked_runner(element, threads).amx_matmul(
+        a_tiles, mm.b_codes, c, ptr, rows, mm.b_scales, bptr, bidx, fa
+    )
+    assert_same_bits(c[:40, :520], exact(a, b))
+    assert_same_bits(c[:40, :520], mm(a))
+
+
+@needs_amx
+@pytest.mark.slow
+@pytest.mark.parametrize("element", INTEGRAL)
+def test_many_random_chunked_calls_give_the_exact_paths_bits(element):
+    """A campaign for the K chunks: 24 seeds, random M, N (up to 600: items
+    of several column groups) and K (up to 12 blocks, odd counts included),
+    chunks of 2, 4 and 6 blocks, 1 and 2 threads (our pool), fallback rows;
+    counts printed."""
+    from mlir_mx.execution import threads as threads_
+
+    team = threads_.set_team("pool")
+    runners, outputs = {}, 0
+    try:
+        for seed in range(24):
+            rng = np.random.default_rng(500 + seed)
+            m, n = int(rng.integers(1, 70)), int(rng.integers(1, 600))
+            k = 32 * int(rng.integers(2, 13))
+            key = (2 + 2 * (seed % 3), 1 + (seed // 3) % 2)
+            if key not in runners:
+                runners[key] = chunked_runner(element, key[1], chunk=key[0])
+            b = weight(element, n, k, seed=seed)
+            a = activations(m, k, seed=600 + seed, spread=seed % 2 == 0)
+            mm = on_tiles(b)
+            prepared = mm.prepare(a)
+            if prepared is None:  # the per-call condition (none expected here)
+                continue
+            c = np.full((prepared[0].shape[0] * 16, mm.b_codes.shape[0] * 16), np.nan, np.float32)
+            runners[key].amx_matmul(prepared[0], mm.b_codes, c, *prepared[1:3], mm.b_scales,
+                                    *prepared[3:])  # fmt: skip
+            assert same_or_both_nan(c[:m, :n], exact(a, b)).all(), seed
+            outputs += m * n
+    finally:
+        threads_.set_team(team)
+    print(element, {"outputs": outputs, "runners": len(runners)})
+    assert outputs > 0
+
+
+@needs_amx
+@pytest.mark.parametrize("m, n", [(32, 48), (40, 37)])
+def test_run_writes_into_out(m, n):
+    """``run(..., out=)``: C written into ``out`` (by the kernel where M and
+    N are multiples of 16, else copied once from the padded C) and
+    returned; a wrong ``out`` refused by name before the kernel runs."""
+    b = weight(E2M1, n, 96, seed=42)
+    a = activations(m, 96, seed=43)
+    mm = on_tiles(b)
+    prepared = mm.prepare(a)
+    out = np.full((m, n), np.nan, np.float32)
+    assert mm.run(prepared, m, out=out) is out
+    assert_same_bits(out, exact(a, b))
+    assert_same_bits(mm.run(prepared, m), out)
+    frozen = np.zeros((m, n), np.float32)
+    frozen.flags.writeable = False
+    wrong = [np.zeros((m, n + 1), np.float32), np.zeros((m, n)), np.zeros((n, m), np.float32).T]
+    for bad in [*wrong, frozen]:
+        with pytest.raises(MXValueError, match=r"out: a writeable C-contiguous f32"):
+            mm.run(prepared, m, out=bad)
 
 
 @needs_amx

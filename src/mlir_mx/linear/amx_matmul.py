@@ -175,6 +175,15 @@ def check_activations(a, k: int, block_size: int = 32) -> np.ndarray:
     return np.require(a, np.float32, ["C_CONTIGUOUS", "ALIGNED"])
 
 
+def _check_out(out, shape: tuple[int, int]) -> None:
+    """``out`` as :meth:`AMXMatmul.run` writes it, or
+    :class:`~mlir_mx.errors.MXValueError` naming it."""
+    ok = isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == shape
+    if not (ok and out.flags.c_contiguous and out.flags.writeable):
+        what = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
+        raise MXValueError(f"out: a writeable C-contiguous f32 {shape} array, not {what}")
+
+
 def prepare_model(a: np.ndarray, w, max_share: float = MAX_FALLBACK_SHARE):
     """The numpy model of :meth:`AMXMatmul.prepare` (the reference its
     compiled kernel is tested against): ``(a_tiles, ptr, rows, bptr, bidx,
@@ -319,17 +328,30 @@ class AMXMatmul:
             raise MXValueError("a: holds values that are not bf16 (round to bf16 first)")
         return done.args
 
-    def run(self, prepared, m: int, team: int | None = None) -> np.ndarray:
+    def run(
+        self, prepared, m: int, team: int | None = None, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """The kernel on :meth:`prepare`'s arguments: C (f32 (m, N)), on a
         team of ``team`` threads (a caller's thread count, the load check
-        already applied), by default ``call_threads(self.threads)``."""
+        already applied), by default ``call_threads(self.threads)``.
+        ``out`` (f32 (m, N), C-contiguous): C is written there and returned,
+        by the kernel itself where ``m`` and N are multiples of 16 (no copy),
+        else copied once from the kernel's padded C."""
         a_tiles, ptr, rows, bptr, bidx, fa = prepared
         n = self.weight.source.shape[1]
-        c = np.empty((a_tiles.shape[0] * 16, self.b_codes.shape[0] * 16), np.float32)
+        shape = (a_tiles.shape[0] * 16, self.b_codes.shape[0] * 16)
+        if out is not None:
+            _check_out(out, (m, n))
+        c = out if out is not None and out.shape == shape else np.empty(shape, np.float32)
         team = call_threads(self.threads) if team is None else check_threads(team)
         runner = amx_matmul_runner(self.group, self.weight.element, team)
         runner.amx_matmul(a_tiles, self.b_codes, c, ptr, rows, self.b_scales, bptr, bidx, fa)
         self.last_path = "amx"
+        if c is out:
+            return out
+        if out is not None:
+            out[...] = c[:m, :n]
+            return out
         return np.ascontiguousarray(c[:m, :n])
 
     def __call__(self, a) -> np.ndarray:

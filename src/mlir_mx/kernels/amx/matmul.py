@@ -26,32 +26,44 @@ the kernel from the MX codes.
   block of A (as given, f32), packed in that order.
 
 Each thread allocates its own scratch in the prologue (``mx-parallel-tasks``
-runs the code around the loop on every thread): the column group's B
-``panel`` (K/32 x TN x 16 x 32 bf16, 4 KiB a block for 2 tiles), ``tbuf``
-(len(rows) x 32 f32: each ``f``'s ``t`` over the current column group), and
-on the stack, aligned to 64 bytes, ``bdec`` and ``cbuf``.
+runs the code around the loop on every thread): the chunk's B ``panel``
+(chunk x TN x 16 x 32 bf16, 2 KiB a block for 2 tiles), ``tbuf``
+(len(rows) x 32 f32: each ``f``'s ``t`` over the current column group),
+``cacc`` (an item's C tiles between K chunks: M/16 x 8 TN x 16 x 16 f32),
+and on the stack, aligned to 64 bytes, ``bdec`` and ``cbuf``.
 
 The column groups (``TN`` tiles of 16 columns, the last one 1 tile where
-``TN`` does not divide) are one ``scf.parallel``: the threads of a team
-claim them one at a time, each group computed whole by one thread, so the
-bits do not depend on the thread count or on who ran what.  Per column
-group (column groups outer, so the panel stays in cache while every row
-group passes over it):
+``TN`` does not divide) come in items of up to 8 (``ITEM_GROUPS``; fewer
+where that would leave under 8 items), the items one ``scf.parallel``: the
+threads of a team claim them one at a time, each item computed whole by
+one thread, so the bits do not depend on the thread count or on who ran
+what.  Per item, K in chunks of 8 blocks (``CHUNK``), chunks outer, so the
+chunk's A (M x 256 bf16) is read from L2 by every column group of the item
+(K whole, one group an item, where A has at most 1,024 tiles, 1 MiB, or M
+is over 1,024 rows: ``_chunk``).  Before session 55 the whole K loop ran
+per column group, reading all of A (2 MiB at M = 256, K = 4096) from L3
+for every 32 columns (docs/numerics.md, "Where the tiles' time goes").
+Per chunk and column group:
 
-1. the panel: every block's ``b * sb`` widened from the codes
+1. the panel: the chunk's blocks' ``b * sb`` widened from the codes
    (:func:`~mlir_mx.kernels.amx.panel.widen_panel`);
-2. every failing (row, block)'s ``t = p sb`` into ``tbuf``: per block, B
-   read back from the panel as ``(b sb) / sb`` (exact) once, then the
-   in-order f32 FMA chains ``p`` of four failing rows at a time (the exact
-   path's);
+2. every failing (row, block)'s ``t = p sb`` of the chunk into ``tbuf``:
+   per block, B read back from the panel as ``(b sb) / sb`` (exact) once,
+   then the in-order f32 FMA chains ``p`` of four failing rows at a time
+   (the exact path's);
 3. per C tile group (``TM`` x ``TN`` tiles of 16 x 16: 2 x 2 where M and N
    allow, four accumulators and two A and two B tiles: the 8 tile
-   registers), ``amx.tile_zero``, then per block one ``amx.tile_mulf`` per
-   accumulator, the tiles carried by the K loop; at a block where a row of
-   one of the group's row tiles fails, that row tile's accumulators are
-   stored to ``cbuf``, each failing row gets ``c + t`` (f32 vector add, one
-   rounding: the exact path's step), and they are reloaded; at the end
-   ``amx.tile_store`` to C.
+   registers), ``amx.tile_zero`` in the first chunk, else ``amx.tile_load``
+   from ``cacc`` (exact: the bits move), then per block one
+   ``amx.tile_mulf`` per accumulator, the tiles carried by the K loop;
+   after each even block ``j`` where a row of one of the group's row tiles
+   fails at ``j`` or ``j + 1``, that row tile's accumulators are stored to
+   ``cbuf``, each such row gets ``c + t`` (f32 vector add, one rounding: the
+   exact path's step; block ``j``'s rows first), and they are reloaded (a
+   block's product leaves a row whose A block is zeroed as it is, so ``t``
+   may go in just before or just after it: docs/numerics.md, "One stop for
+   two blocks"); at the chunk's end ``amx.tile_store`` to ``cacc``, or to C
+   after the last chunk.
 
 Weight blocks flagged by ``amx_prepare`` and calls that fail
 ``amx_guard_call`` never reach this kernel (the driver runs them on the
@@ -61,6 +73,8 @@ exact path).  Lowered by ``mx-parallel-tasks`` and
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from mlir import ir
 from mlir.dialects import arith, func, memref, scf, vector
@@ -144,9 +158,10 @@ def _splat(value: float) -> ir.Value:
     return arith.ConstantOp(v16, attr).result
 
 
-def _decode(ix: _Ix, args: _Args, j, nts) -> list[ir.Value]:
+def _decode(ix: _Ix, args: _Args, j, jp, nts) -> list[ir.Value]:
     """Block ``j``'s B for column tiles ``nts``, unscaled, into ``bdec[jn, k]``
-    (16 f32 each): the panel's pair-layout rows widened, split by parity and
+    (16 f32 each): the panel's pair-layout rows (at ``jp``, the block's place
+    in the chunk's panel) widened, split by parity and
     divided by ``sb`` (exact: a power of two, the block not flagged).
     Returns the ``sb`` vectors."""
     f32, kb = ir.F32Type.get(), args.kb
@@ -159,7 +174,7 @@ def _decode(ix: _Ix, args: _Args, j, nts) -> list[ir.Value]:
         sbv.append(e8m0_to_f32(kb, codes))
         inv = arith.DivFOp(one, sbv[-1]).result
         for r in range(TILE_K // 2):
-            row = vector.LoadOp(v32bf, args.panel, [j, ix.c(jn), ix.c(r), zero]).result
+            row = vector.LoadOp(v32bf, args.panel, [jp, ix.c(jn), ix.c(r), zero]).result
             pair = arith.ExtFOp(v32, row).result
             for parity in range(2):
                 mask = list(range(parity, 2 * TILE_N, 2))
@@ -192,20 +207,20 @@ def _chains(ix: _Ix, args: _Args, j, e, sbv, tn: int) -> None:
             vector.StoreOp(t, args.tbuf, [fs[i], ix.c(jn * TILE_N)])
 
 
-def _precompute(ix: _Ix, args: _Args, nb, nt0, tn: int) -> None:
-    """For column group ``nt0``: every failing (row, block)'s ``t`` into
-    ``tbuf``, block by block (B decoded once per block), before the row
-    groups run (``bptr``/``bidx``: the failing rows of each block, in
-    fours)."""
+def _precompute(ix: _Ix, args: _Args, span, nt0, tn: int) -> None:
+    """For column group ``nt0`` and the K chunk ``span`` (blocks ``j0 <= j <
+    j1``): every failing (row, block)'s ``t`` into ``tbuf``, block by block
+    (B decoded once per block), before the row groups run (``bptr``/``bidx``:
+    the failing rows of each block, in fours)."""
     nts = [ix.add(nt0, ix.c(jn)) for jn in range(tn)]
-    loop = scf.ForOp(ix.c(0), nb, ix.c(1))
+    loop = scf.ForOp(span.j0, span.j1, ix.c(1))
     with ir.InsertionPoint(loop.body):
         j = loop.induction_variable
         lo = memref.LoadOp(args.bptr, [j]).result
         hi = memref.LoadOp(args.bptr, [ix.add(j, ix.c(1))]).result
         branch = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.slt, lo, hi).result)
         with ir.InsertionPoint(branch.then_block):
-            sbv = _decode(ix, args, j, nts)
+            sbv = _decode(ix, args, j, arith.SubIOp(j, span.j0).result, nts)
             rows = scf.ForOp(ix.cast(lo), ix.cast(hi), ix.c(4))
             with ir.InsertionPoint(rows.body):
                 _chains(ix, args, j, rows.induction_variable, sbv, tn)
@@ -214,20 +229,18 @@ def _precompute(ix: _Ix, args: _Args, nb, nt0, tn: int) -> None:
         scf.YieldOp([])
 
 
-def _fallback(ix: _Ix, args: _Args, accs, s, i: int) -> list[ir.Value]:
-    """At a block where rows of row tile ``i`` of the group fail: store its
-    accumulators (``accs``, one per column tile) to the scratch ``cbuf``
-    (4 KiB, contiguous: C's own rows, 16 KiB apart, would share L1 sets),
-    ``c += t`` on each failing row (``t`` from ``tbuf``, f32 add: the exact
-    path's step), reload."""
+def _fallback(ix: _Ix, args: _Args, accs, lo, hi, i: int) -> list[ir.Value]:
+    """Where rows of row tile ``i`` of the group fail (``rows[lo:hi]``, in
+    block order): store its accumulators (``accs``, one per column tile) to
+    the scratch ``cbuf`` (4 KiB, contiguous: C's own rows, 16 KiB apart,
+    would share L1 sets), ``c += t`` on each failing row in turn (``t`` from
+    ``tbuf``, f32 add: the exact path's step), reload."""
     tn, zero = len(accs), ix.c(0)
     slots = [ix.c(i * tn + jn) for jn in range(tn)]
     for jn in range(tn):
         _store(args.cbuf, [slots[jn], zero, zero], accs[jn])
     v16 = ir.VectorType.get([TILE_N], ir.F32Type.get())
-    lo = ix.cast(memref.LoadOp(args.ptr, [s]).result)
-    hi = ix.cast(memref.LoadOp(args.ptr, [ix.add(s, ix.c(1))]).result)
-    loop = scf.ForOp(lo, hi, ix.c(1))
+    loop = scf.ForOp(ix.cast(lo), ix.cast(hi), ix.c(1))
     with ir.InsertionPoint(loop.body):
         f = loop.induction_variable
         row = ix.cast(memref.LoadOp(args.rows, [f]).result)
@@ -241,77 +254,149 @@ def _fallback(ix: _Ix, args: _Args, accs, s, i: int) -> list[ir.Value]:
     return [_load(args.cbuf, [slots[jn], zero, zero], tile_c) for jn in range(tn)]
 
 
-def _k_loop(ix: _Ix, args, nb, mt0, nt0, tm: int, tn: int) -> None:
+def _k_loop(ix: _Ix, args, span, mt0, nt0, tm: int, tn: int) -> None:
     """One group of ``tm`` x ``tn`` C tiles at row tile ``mt0``, column tile
-    ``nt0`` (B from the panel): zero, the K loop, store."""
-    a, c, ptr = args.a, args.c, args.ptr
+    ``nt0`` over the K chunk ``span`` (B from the chunk's panel): the tiles
+    zeroed in the first chunk, else loaded from ``cacc`` (where the chunk
+    before stored them: exact, a tile store and load move the bits), the K
+    loop, then stored to ``cacc``, or to C after the last chunk."""
+    a, c, ptr, nb = args.a, args.c, args.ptr, args.nb
+    j0, j1, slot = span
     tile_a, tile_b = _tile("bf16", TILE_K), _tile("bf16", TILE_K)
     tile_c = _tile("f32", TILE_N)
     zero = ix.c(0)
     mts = [ix.add(mt0, ix.c(i)) for i in range(tm)]
     m0 = [ix.mul(v, ix.c(TILE_M)) for v in mts]
     n0s = [ix.mul(ix.add(nt0, ix.c(jn)), ix.c(TILE_N)) for jn in range(tn)]
-    init = [_zero(tile_c) for _ in range(tm * tn)]
-    loop = scf.ForOp(zero, nb, ix.c(1), init)
+    held = [[mts[i], ix.add(slot, ix.c(jn)), zero, zero] for i in range(tm) for jn in range(tn)]
+    first = arith.CmpIOp(arith.CmpIPredicate.eq, j0, zero).result
+    init = scf.IfOp(first, [tile_c] * (tm * tn), has_else=True)
+    with ir.InsertionPoint(init.then_block):
+        scf.YieldOp([_zero(tile_c) for _ in range(tm * tn)])
+    with ir.InsertionPoint(init.else_block):
+        scf.YieldOp([_load(args.cacc, at, tile_c) for at in held])
+    loop = scf.ForOp(j0, j1, ix.c(1), list(init.results))
     with ir.InsertionPoint(loop.body):
         j = loop.induction_variable
         carried = list(loop.inner_iter_args)
+        jp = arith.SubIOp(j, j0).result
         ta = [_load(a, [mts[i], j, zero, zero], tile_a) for i in range(tm)]
-        tb = [_load(args.panel, [j, ix.c(jn), zero, zero], tile_b) for jn in range(tn)]
+        tb = [_load(args.panel, [jp, ix.c(jn), zero, zero], tile_b) for jn in range(tn)]
         accs = [[_mulf(ta[i], tb[jn], carried[i * tn + jn]) for jn in range(tn)] for i in range(tm)]
         s = [ix.add(ix.mul(mts[i], nb), j) for i in range(tm)]
         out = []
+        # one stop after each even block j for the failing rows of j and j + 1
+        # (the product of a block leaves a row whose A block is zeroed as it is)
+        even = arith.CmpIOp(arith.CmpIPredicate.eq, arith.AndIOp(j, ix.c(1)).result, zero)
+        pair = arith.MinSIOp(ix.c(2), arith.SubIOp(nb, j).result).result
         for i in range(tm):  # only the row tile(s) with a failing row leave the tiles
             lo = memref.LoadOp(ptr, [s[i]]).result
-            hi = memref.LoadOp(ptr, [ix.add(s[i], ix.c(1))]).result
+            hi = memref.LoadOp(ptr, [ix.add(s[i], pair)]).result
             fails = arith.CmpIOp(arith.CmpIPredicate.slt, lo, hi).result
-            branch = scf.IfOp(fails, [tile_c] * tn, has_else=True)
+            branch = scf.IfOp(arith.AndIOp(even.result, fails).result, [tile_c] * tn,
+                              has_else=True)  # fmt: skip
             with ir.InsertionPoint(branch.then_block):
-                scf.YieldOp(_fallback(ix, args, accs[i], s[i], i))
+                scf.YieldOp(_fallback(ix, args, accs[i], lo, hi, i))
             with ir.InsertionPoint(branch.else_block):
                 scf.YieldOp(accs[i])
             out += list(branch.results)
         scf.YieldOp(out)
-    for i in range(tm):
-        for jn in range(tn):
-            _store(c, [m0[i], n0s[jn]], loop.results[i * tn + jn])
+    last = arith.CmpIOp(arith.CmpIPredicate.eq, j1, nb).result
+    branch = scf.IfOp(last, [], has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        for i in range(tm):
+            for jn in range(tn):
+                _store(c, [m0[i], n0s[jn]], loop.results[i * tn + jn])
+        scf.YieldOp([])
+    with ir.InsertionPoint(branch.else_block):
+        for at, tile in zip(held, loop.results, strict=True):
+            _store(args.cacc, at, tile)
+        scf.YieldOp([])
 
 
-def _column_group(ix: _Ix, args, mtiles, nb, nt0, tm: int, tn: int) -> None:
-    """Column tiles ``nt0 .. nt0 + tn``: B's panel widened from the codes,
-    the fallback's ``t`` precomputed, then every row group over the panel
-    (``tm`` row tiles, then 1 where ``tm`` does not divide)."""
-    widen_panel(args.kb, args.element, args.codes, args.scales, args.panel, nb, nt0, tn)
-    _precompute(ix, args, nb, nt0, tn)
+def _column_group(ix: _Ix, args, mtiles, span, nt0, tm: int, tn: int) -> None:
+    """Column tiles ``nt0 .. nt0 + tn`` over the K chunk ``span``: B's panel
+    widened from the codes, the fallback's ``t`` precomputed, then every row
+    group over the panel (``tm`` row tiles, then 1 where ``tm`` does not
+    divide)."""
+    kb = args.kb
+    ahead = kb.min(kb.add(span.j1, args.chunk), args.nb)  # the next chunk's codes
+    codes, scales = args.codes, args.scales
+    widen_panel(kb, args.element, codes, scales, args.panel, span.j1, nt0, tn, span.j0, ahead)
+    _precompute(ix, args, span, nt0, tn)
     mfull = ix.mul(arith.DivUIOp(mtiles, ix.c(tm)).result, ix.c(tm))
     spans = [(ix.c(0), mfull, tm)] + ([(mfull, mtiles, 1)] if tm > 1 else [])
     for lo, hi, step in spans:
         mloop = scf.ForOp(lo, hi, ix.c(step))
         with ir.InsertionPoint(mloop.body):
-            _k_loop(ix, args, nb, mloop.induction_variable, nt0, step, tn)
+            _k_loop(ix, args, span, mloop.induction_variable, nt0, step, tn)
             scf.YieldOp([])
 
 
-def _groups(ix: _Ix, args, mtiles, ntiles, nb, tm: int, tn: int) -> None:
-    """The column groups of ``tn`` tiles as one ``scf.parallel`` (column
-    groups outer: a group's panel stays in cache while every row group
-    passes over it; ``mx-parallel-tasks`` lets each thread claim groups),
-    the last one of 1 tile where ``tn`` does not divide."""
+class _Span(NamedTuple):
+    """A K chunk (blocks ``j0 <= j < j1``) of one column group, and the
+    group's first column tile in its item's ``cacc``."""
+
+    j0: ir.Value
+    j1: ir.Value
+    slot: ir.Value
+
+
+#: Column groups per parallel item, at most, and at least this many items
+#: where there are enough groups (``_groups``).
+ITEM_GROUPS, MIN_ITEMS = 8, 8
+
+#: K blocks per chunk (``matmul_module``'s default ``chunk``), where A has
+#: more than ``WHOLE_K_TILES`` tiles (1 KiB each: half of L2) and a chunk of
+#: A with an item's ``cacc`` (``FIT_TILES``: M/16 x (``CHUNK`` + 2
+#: ``ITEM_GROUPS``) tiles) stay in L2 together: M from 1,024 rows up runs K
+#: whole (items narrowed to fit took longer: at 2048 x 2048 x 2048, items
+#: of 2 groups 1.10x the whole-K nest's time; 1536 x 2048 x 4096 with 4
+#: groups 1.09x; loaded).  With K whole, C stays in the tiles.
+CHUNK, WHOLE_K_TILES, FIT_TILES = 8, 1024, 1536
+
+
+def _chunk(kb: KernelBuilder, mtiles, nb, tn: int, chunk: int, whole_k_tiles: int):
+    """The K chunk's blocks (``nb``: K whole) for A of ``mtiles`` x ``nb``
+    tiles (``_groups``)."""
+    fits = kb.icmp("sle", kb.mul(mtiles, chunk + ITEM_GROUPS * tn), FIT_TILES)
+    chunked = arith.AndIOp(kb.icmp("sgt", kb.mul(mtiles, nb), whole_k_tiles), fits).result
+    return arith.SelectOp(chunked, kb.min(chunk, nb), nb).result
+
+
+def _groups(ix: _Ix, args, mtiles, ntiles, tm: int, tn: int) -> None:
+    """The column groups of ``tn`` tiles (the last one of 1 tile where ``tn``
+    does not divide) in items of ``ITEM_GROUPS`` (fewer where that would
+    leave under ``MIN_ITEMS`` items; 1 where K is whole), the items one
+    ``scf.parallel``
+    (``mx-parallel-tasks`` lets each thread claim them).  Per item, K in
+    chunks of ``chunk`` blocks (outer), each chunk over every column group
+    of the item: the chunk's A (M x 32 chunk bf16) is read from L2 by all of
+    them, where the whole K loop per column group read all of A (2 MiB at
+    256 x 4096) from L3 for each group of 32 columns (``args.chunk``:
+    :func:`_chunk`)."""
     kb = args.kb
     groups = kb.ceildivu(ntiles, tn)
-    with kb.parallel(0, groups, 1) as g:
-        nt0 = kb.mul(g, tn)
-        if tn == 1:
-            _column_group(ix, args, mtiles, nb, nt0, tm, 1)
-        else:
-            whole = kb.icmp("sle", kb.add(nt0, tn), ntiles)
-            branch = scf.IfOp(whole, [], has_else=True)
-            with ir.InsertionPoint(branch.then_block):
-                _column_group(ix, args, mtiles, nb, nt0, tm, tn)
-                scf.YieldOp([])
-            with ir.InsertionPoint(branch.else_block):
-                _column_group(ix, args, mtiles, nb, nt0, tm, 1)
-                scf.YieldOp([])
+    width = kb.max(1, kb.min(ITEM_GROUPS, kb.divu(groups, MIN_ITEMS)))
+    # K whole: one group an item (8 took 1.05-1.14x the time at 2048 x 2048 x 2048)
+    width = arith.SelectOp(kb.icmp("slt", args.chunk, args.nb), width, kb.idx(1)).result
+    with kb.parallel(0, kb.ceildivu(groups, width), 1) as item:
+        g0 = kb.mul(item, width)
+        g1 = kb.min(kb.add(g0, width), groups)
+        with kb.loop(0, args.nb, args.chunk) as chunks:
+            j1 = kb.min(kb.add(chunks.iv, args.chunk), args.nb)
+            with kb.loop(g0, g1, 1) as g:
+                nt0 = kb.mul(g.iv, tn)
+                span = _Span(chunks.iv, j1, kb.mul(kb.sub(g.iv, g0), tn))
+                whole = kb.icmp("sle", kb.add(nt0, tn), ntiles)
+                branch = scf.IfOp(whole, [], has_else=tn > 1)
+                with ir.InsertionPoint(branch.then_block):
+                    _column_group(ix, args, mtiles, span, nt0, tm, tn)
+                    scf.YieldOp([])
+                if tn > 1:  # the last group: 1 tile where tn does not divide
+                    with ir.InsertionPoint(branch.else_block):
+                        _column_group(ix, args, mtiles, span, nt0, tm, 1)
+                        scf.YieldOp([])
 
 
 def _alloca(shape: list[int], elem: ir.Type) -> ir.Value:
@@ -325,15 +410,25 @@ def _alloca(shape: list[int], elem: ir.Type) -> ir.Value:
 
 
 def matmul_module(
-    name: str = "amx_matmul", group: tuple[int, int] = (2, 2), element: str = "f4E2M1FN"
+    name: str = "amx_matmul",
+    group: tuple[int, int] = (2, 2),
+    element: str = "f4E2M1FN",
+    chunk: int = CHUNK,
+    whole_k_tiles: int = WHOLE_K_TILES,
 ) -> ir.Module:
     """A module with ``func @name(a, codes, c, ptr, rows, scales, bptr, bidx,
     fa)`` (the module docstring) for weights in ``element``; C tile groups of
     ``group`` = (row tiles, column tiles), at most 2 x 2 (the tile
-    registers); in the current context and location."""
+    registers); K in chunks of ``chunk`` blocks (even: the stop after an
+    even block adds the next block's ``t``, computed with its chunk's panel,
+    so no chunk may end on an even block but the last) where A has more than
+    ``whole_k_tiles`` tiles, else whole (the bits depend on neither); in the
+    current context and location."""
     tm, tn = group
     if not (1 <= tm <= 2 and 1 <= tn <= 2):
         raise ValueError(f"group {group}: at most 2 x 2 C tiles (8 tile registers)")
+    if chunk < 2 or chunk % 2:
+        raise ValueError(f"chunk {chunk}: an even number of K blocks (a stop serves two)")
     bf16, f32, i32 = ir.BF16Type.get(), ir.F32Type.get(), ir.IntegerType.get_signless(32)
     i8 = ir.IntegerType.get_signless(8)
     dyn = ir.ShapedType.get_dynamic_size()
@@ -352,15 +447,20 @@ def matmul_module(
             a, nrows = entry.arguments[0], memref.DimOp(entry.arguments[4], ix.c(0)).result
             mtiles, nb = memref.DimOp(a, ix.c(0)).result, memref.DimOp(a, ix.c(1)).result
             ntiles = memref.DimOp(entry.arguments[1], ix.c(0)).result
+            kc = _chunk(kb, mtiles, nb, tn, chunk, whole_k_tiles)
             scratch = {  # each thread's own (mx-parallel-tasks: the prologue is per thread)
                 "bdec": _alloca([2, TILE_K, TILE_N], f32),
                 "cbuf": _alloca([4, TILE_M, TILE_N], f32),
-                "panel": kb.alloc([-1, tn, TILE_K // 2, TILE_K], bf16, [nb]),
+                "panel": kb.alloc([-1, tn, TILE_K // 2, TILE_K], bf16, [kc]),
                 "tbuf": kb.alloc([-1, TILE_K], f32, [nrows]),
             }
-            args = _Args(entry.arguments, kb, element, **scratch)
-            _groups(ix, args, mtiles, ntiles, nb, tm, tn)
+            held = [-1, ITEM_GROUPS * tn, TILE_M, TILE_N]  # an item's C between chunks
+            used = arith.SelectOp(kb.icmp("slt", kc, nb), mtiles, kb.idx(1)).result  # K whole: none
+            scratch["cacc"] = kb.alloc(held, f32, [used])
+            args = _Args(entry.arguments, kb, element, nb=nb, chunk=kc, **scratch)
+            _groups(ix, args, mtiles, ntiles, tm, tn)
             kb.dealloc(args.panel)
             kb.dealloc(args.tbuf)
+            kb.dealloc(args.cacc)
             func.ReturnOp([])
     return module

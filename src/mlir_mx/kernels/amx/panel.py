@@ -87,17 +87,23 @@ def _row_fp4(kb: KernelBuilder, table: ir.Value, raw: ir.Value, shift: ir.Value)
     return kb.vbitcast(out, 32, ir.BF16Type.get())
 
 
-def widen_panel(kb: KernelBuilder, element: str, codes, scales, panel, nb, nt0, tn: int) -> None:
-    """``panel[j, jn]`` = block ``j`` of column tile ``nt0 + jn`` as bf16
-    ``b sb`` in the pair layout, for every block ``j < nb`` and ``jn < tn``
-    (FP4 with AVX-512: :func:`_row_fp4`, 10 instructions a tile row against
-    16 for the f32 route)."""
+def widen_panel(
+    kb: KernelBuilder, element: str, codes, scales, panel, nb, nt0, tn: int, lo=0, ahead=None
+) -> None:
+    """``panel[j - lo, jn]`` = block ``j`` of column tile ``nt0 + jn`` as bf16
+    ``b sb`` in the pair layout, for every block ``lo <= j < nb`` and ``jn <
+    tn`` (the kernel widens one K chunk at a time; FP4 with AVX-512:
+    :func:`_row_fp4`, 10 instructions a tile row against 16 for the f32
+    route).  ``ahead``: then the codes of blocks ``nb <= j < ahead`` (the
+    next chunk's) prefetched into L2: a chunk's codes are a short run (2 KiB
+    a column tile for FP4), too short for the hardware's stream prefetch."""
     dec = decoder(element)
     nbytes = code_bytes(element)
     words = dec.values16 and has_features("avx512bw")
     table = _words(kb, dec) if words else None
-    with kb.loop(0, nb, 1) as blocks:
+    with kb.loop(lo, nb, 1) as blocks:
         j = blocks.iv
+        jp = kb.sub(j, lo)
         for jn in range(tn):
             nt = kb.add(nt0, jn)
             raw_sb = kb.vload(scales, [j, kb.mul(nt, _COLS)], _COLS)
@@ -112,4 +118,9 @@ def widen_panel(kb: KernelBuilder, element: str, codes, scales, panel, nb, nt0, 
             with kb.loop(0, _ROWS, 1) as rows:
                 raw = kb.vload(codes, [nt, j, rows.iv, 0], nbytes)
                 row = _row_fp4(kb, table, raw, shift) if words else _row(kb, dec, raw, halves)
-                kb.vstore(row, panel, [j, jn, rows.iv, 0])
+                kb.vstore(row, panel, [jp, jn, rows.iv, 0])
+    if ahead is not None:
+        with kb.loop(nb, ahead, 1) as blocks:
+            for jn in range(tn):
+                for r in range(0, _ROWS, max(1, 64 // nbytes)):  # each 64-byte line
+                    kb.prefetch(codes, [kb.add(nt0, jn), blocks.iv, r, 0], locality=2)
