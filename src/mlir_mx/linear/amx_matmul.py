@@ -213,6 +213,7 @@ def _runner(_features: frozenset[str], group: tuple[int, int], element: str, thr
     from mlir import ir
 
     from mlir_mx.execution import CompileOptions, Runner
+    from mlir_mx.execution.options import default_cache_dir
     from mlir_mx.kernels.amx.matmul import matmul_module
     from mlir_mx.passes.pipeline import Pipeline, PipelineElement
     from mlir_mx.pipelines.amx import amx_library_pipeline
@@ -221,7 +222,7 @@ def _runner(_features: frozenset[str], group: tuple[int, int], element: str, thr
         text = str(matmul_module("amx_matmul", group, element))
     tasks = PipelineElement.of("mx-parallel-tasks", threads=threads)
     pipeline = Pipeline((tasks, *amx_library_pipeline()))
-    return Runner(text, options=CompileOptions(pipeline))
+    return Runner(text, options=CompileOptions(pipeline, cache_dir=default_cache_dir()))
 
 
 def _refuse_unless_usable() -> None:
