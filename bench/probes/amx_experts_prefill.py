@@ -99,11 +99,15 @@ def main() -> None:
     x = x.to(torch.bfloat16)
     idx, w = route(ns, rng, x)
     counts = torch.bincount(idx.reshape(-1), minlength=ns.experts)
-    print(f"load {os.getloadavg()[0]:.2f}; {ns.tokens} tokens, top-{ns.k} of {ns.experts}, "
-          f"H = I = {ns.hidden}, {ns.threads} thread(s), acts={ns.acts}, min rows {ns.min_rows}")
+    print(
+        f"load {os.getloadavg()[0]:.2f}; {ns.tokens} tokens, top-{ns.k} of {ns.experts}, "
+        f"H = I = {ns.hidden}, {ns.threads} thread(s), acts={ns.acts}, min rows {ns.min_rows}"
+    )
     print(f"rows per expert (sorted): {sorted(counts.tolist())}")
-    print(f"experts with >= {ns.min_rows} rows: {int((counts >= ns.min_rows).sum())}, "
-          f">= 32: {int((counts >= 32).sum())}")
+    print(
+        f"experts with >= {ns.min_rows} rows: {int((counts >= ns.min_rows).sum())}, "
+        f">= 32: {int((counts >= 32).sum())}"
+    )
     times: dict[str, list[float]] = {"exact": [], "amx": [], "hf": []}
     with torch.inference_mode():
         for r in range(ns.rounds + 1):  # round 0: warm-up (compiles, prepares)
@@ -121,14 +125,18 @@ def main() -> None:
                     times["hf"].append(t_hf)
     paths = experts_amx.last_paths(ex.gate_up), experts_amx.last_paths(ex.down)
     for name, p in zip(("gate_up", "down"), paths, strict=True):
-        print(f"{name}: amx {p.count('amx')}, declined {p.count('exact')}, below/none {p.count(None)}")
+        print(
+            f"{name}: amx {p.count('amx')}, declined {p.count('exact')}, below/none {p.count(None)}"
+        )
     med = {k: statistics.median(v) for k, v in times.items() if v}
     print(f"MoE block ms (median of {ns.rounds}, wall): exact {med['exact']:.1f}, "
           f"AMX {med['amx']:.1f} ({med['exact'] / med['amx']:.2f}x)"
           + (f", transformers bf16 {med['hf']:.1f} (AMX {med['hf'] / med['amx']:.2f}x)"
              if "hf" in med else ""))  # fmt: skip
-    print(f"AMX-prepared weights held: {experts_amx.prepared_bytes(ex) / 2**20:.1f} MiB "
-          f"(the experts' own: {ex.nbytes / 2**20:.1f} MiB); load {os.getloadavg()[0]:.2f}")
+    print(
+        f"AMX-prepared weights held: {experts_amx.prepared_bytes(ex) / 2**20:.1f} MiB "
+        f"(the experts' own: {ex.nbytes / 2**20:.1f} MiB); load {os.getloadavg()[0]:.2f}"
+    )
 
 
 if __name__ == "__main__":
