@@ -234,7 +234,9 @@ class MXExperts(torch.nn.Module):
     def expert(self, e: int, x: torch.Tensor, bf16: bool = False) -> torch.Tensor:
         """Expert ``e`` on ``x`` ``(T, H)`` f32: ``(T, H)`` f32, its bias included.
         ``bf16``: ``x`` holds bf16 values (a bf16 model's hidden states, C-contiguous):
-        ``gate_up`` runs the bf16 kernels on them, the same bits."""
+        ``gate_up`` runs the bf16 kernels on them, the same bits.  A projection
+        of enough rows of bf16 inputs runs on AMX-BF16 where the guard lets it
+        (:mod:`mlir_mx.torch.experts_amx`), the same bits."""
         up = self.gate_up[e]
         h = amx_projection(up, x, bf16)  # AMX-BF16 where it gives the same bits
         if h is None and bf16 and up.fused is None and eager(x):

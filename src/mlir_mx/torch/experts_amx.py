@@ -119,6 +119,8 @@ def amx_projection(layer, x: torch.Tensor, bf16: bool = False) -> torch.Tensor |
     layer's own call: the same bits).  ``layer``: an expert's ``MXLinear``;
     ``x``: f32 ``(m, in)``, C-contiguous; ``bf16``: ``x`` holds bf16 values
     (a bf16 model's hidden states)."""
+    if x.dtype != torch.float32 or x.dim() != 2 or x.device.type != "cpu":
+        return None
     m = x.shape[0]
     if m < EXPERT_MIN_ROWS or layer.fused is not None or not _rounded(layer, x, bf16):
         return None
@@ -190,7 +192,7 @@ def _run(found, x: torch.Tensor, layer) -> torch.Tensor | None:
         return None
     mm, params = found
     buffers = _BUFFERS.__dict__.setdefault("by_shape", {})  # this thread's, reused
-    a = x.detach().numpy()
+    a = np.ascontiguousarray(x.detach().numpy())  # a view where x is C-contiguous
     prepared = prepare_activations(a, params, mm.max_fallback_share, buffers)
     if prepared.args is None:
         return None
