@@ -10,7 +10,7 @@ outputs are checked bit for bit (AMX on against off) in every round.
 
     python bench/probes/amx_experts_prefill.py [--tokens 128] [--experts 32]
         [--hidden 2880] [--k 4] [--threads 1] [--rounds 7] [--acts none|bf16] [--hf]
-        [--min-rows 16]
+        [--min-rows 32]
 
 ``--acts none``: a bf16 model as ``quantize_`` converts it (``gate_up`` takes
 the bf16 hidden states as they are; ``down``'s input is the gate's f32

@@ -11,8 +11,8 @@ or returns None and the caller makes the projection's own call.  It applies
 when all of these hold:
 
 - :data:`~mlir_mx.linear.amx_linear.ENV` (``MLIR_MX_AMX``) is not ``0``;
-- the rows are at least :data:`EXPERT_MIN_ROWS` (16, below ``Linear``'s 32:
-  the kernel pads the rows to one tile of 16, measured below);
+- the rows are at least :data:`EXPERT_MIN_ROWS` (32, as ``Linear``'s hook;
+  measured below);
 - the projection's input is bf16 values the exact path takes as they are:
   ``activations="bf16"`` (f32 rounded to bf16 in the prepare kernel, as the
   exact path rounds them), or a bf16 model's hidden states into ``gate_up``
@@ -61,15 +61,20 @@ from .fused import eager
 
 __all__ = ["EXPERT_MIN_ROWS", "RETRY_EVERY", "amx_projection", "last_paths", "prepared_bytes"]
 
-#: The fewest rows an expert projection takes the AMX path with.  Measured
-#: (``bench/probes/amx_linear_rows.py 2880 5760`` and ``2880 2880``, E2M1,
-#: 1 thread, thread CPU time, N(0,1) activations, load 0.2): AMX against the
-#: exact path 0.76x / 0.68x at 8 rows (the kernel pads to a tile of 16 rows:
-#: 8 rows cost what 16 do), 1.00x / 0.94x at 12, 1.24x / 1.09x at 16, 1.20x /
-#: 1.15x at 20, 1.26x / 1.30x at 24, 1.46x / 1.62x at 32 (gate_up / down of
-#: gpt-oss-20b).  A 128-token prefill with top-4 of 32 experts routes about
-#: 16 rows to each expert.
-EXPERT_MIN_ROWS = 16
+#: The fewest rows an expert projection takes the AMX path with: ``Linear``'s
+#: (32).  In a MoE call each expert's weight is read once, from memory, and
+#: the AMX kernel then pays later than on one weight called again and again.
+#: Measured (``bench/results/amx-experts-prefill-2026-12-06-s55-loaded.txt``;
+#: gpt-oss-20b's shapes, E2M1, 1 thread, thread CPU time, loaded: load 5.5):
+#: with 8 experts called in turn, ``gate_up`` plus ``down`` on AMX against the
+#: exact path 0.78x at 16 rows, 0.82x at 20, 0.95x at 24, 1.03x at 28, 1.12x at
+#: 32 (``gate_up`` alone 0.85x at 16, 1.06x at 24, 1.25x at 32); one weight
+#: called again (``bench/probes/amx_linear_rows.py 2880 5760``, load 0.2)
+#: 1.24x at 16.  A 128-token prefill with top-4 of 32 experts routes about
+#: 16 rows to each expert (7-25 on ``mx-bench --model gpt-oss``'s router), so
+#: it mostly stays on the exact path; longer prefills (512 tokens: 45-81
+#: rows) take it.
+EXPERT_MIN_ROWS = 32
 
 #: After a call of a projection that did not take the AMX path (its inputs
 #: failed the guard), its next ``RETRY_EVERY - 1`` calls make the exact call
