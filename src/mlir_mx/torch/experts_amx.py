@@ -1,6 +1,6 @@
 """``MXExperts``' prefill on AMX-BF16 where it gives the exact path's bits
-(issue 51; ``docs/numerics.md``, "AMX-BF16"; ``docs/torch.md``, "Mixture of
-experts").
+(issue 51; ``docs/numerics.md``, "AMX-BF16"; ``docs/torch.md``, "``MXExperts`` on
+AMX-BF16").
 
 :func:`amx_projection` runs one expert projection (an ``MXLinear`` of an
 :class:`~mlir_mx.torch.experts.MXExperts`) on the rows routed to that expert
