@@ -41,6 +41,7 @@ from mlir_mx.interop.orientation import check_linear_weight
 from mlir_mx.linear import Linear, activations_format
 from mlir_mx.numerics import ElementFormat, MXArray, element_format
 
+from .experts_amx import amx_projection
 from .fused import eager
 from .module import MXLinear
 from .quantizer import quantize_weight
@@ -233,16 +234,21 @@ class MXExperts(torch.nn.Module):
     def expert(self, e: int, x: torch.Tensor, bf16: bool = False) -> torch.Tensor:
         """Expert ``e`` on ``x`` ``(T, H)`` f32: ``(T, H)`` f32, its bias included.
         ``bf16``: ``x`` holds bf16 values (a bf16 model's hidden states, C-contiguous):
-        ``gate_up`` runs the bf16 kernels on them, the same bits."""
-        up, h = self.gate_up[e], None
-        if bf16 and up.fused is None and eager(x):
+        ``gate_up`` runs the bf16 kernels on them, the same bits.  A projection
+        of enough rows of bf16 inputs runs on AMX-BF16 where the guard lets it
+        (:mod:`mlir_mx.torch.experts_amx`), the same bits."""
+        up = self.gate_up[e]
+        h = amx_projection(up, x, bf16)  # AMX-BF16 where it gives the same bits
+        if h is None and bf16 and up.fused is None and eager(x):
             h = torch.zeros(x.shape[0], up.out_features, dtype=torch.float32)
             n = up.threads or layer_threads()
             if not up.linear.call_into(x.data_ptr(), x.shape[0], h.data_ptr(), n, True):
                 h = None
             elif up.bias is not None:
                 h = h + up.bias.to(torch.float32)
-        return self.down[e](self.gate.rows(up(x) if h is None else h))
+        g = self.gate.rows(up(x) if h is None else h)
+        y = amx_projection(self.down[e], g)
+        return self.down[e](g) if y is None else y
 
     def forward(self, hidden_states, router_indices=None, routing_weights=None):
         """``sum_j routing_weights[t, j] * expert(router_indices[t, j])(x_t)`` per token."""

@@ -1,0 +1,205 @@
+"""``MXExperts``' prefill on AMX-BF16 where it gives the exact path's bits
+(issue 51; ``docs/numerics.md``, "AMX-BF16"; ``docs/torch.md``, "``MXExperts`` on
+AMX-BF16").
+
+:func:`amx_projection` runs one expert projection (an ``MXLinear`` of an
+:class:`~mlir_mx.torch.experts.MXExperts`) on the rows routed to that expert
+through the guarded AMX matmul that ``Linear``'s hook uses
+(:func:`mlir_mx.linear.amx_linear.amx_matmul_of`: the same prepared weight,
+made once per expert projection at its first AMX call, shared with the hook),
+or returns None and the caller makes the projection's own call.  It applies
+when all of these hold:
+
+- :data:`~mlir_mx.linear.amx_linear.ENV` (``MLIR_MX_AMX``) is not ``0``;
+- the rows are at least :data:`EXPERT_MIN_ROWS` (32, as ``Linear``'s hook;
+  measured below);
+- the projection's input is bf16 values the exact path takes as they are:
+  ``activations="bf16"`` (f32 rounded to bf16 in the prepare kernel, as the
+  exact path rounds them), or a bf16 model's hidden states into ``gate_up``
+  (no ``activations=``; ``down``'s input is the gate's f32 output, which stays on
+  the exact path unless ``activations="bf16"``);
+- the layer is not fused, the call is eager (no tracer), no grad is asked for;
+- the weight can take the AMX path (E8M0 scales, blocks of 32, a format whose
+  guard bound passes: FP4/FP6/INT8) and this CPU has usable AMX-BF16;
+- the per-call guard passes (the compiled prepare kernel: no (row, block)
+  breaks the per-call condition, at most ``MAX_FALLBACK_SHARE`` of them fail);
+- before the projection's weight is prepared for the tiles, the guard on the
+  activations alone (:func:`mlir_mx.numerics.amx_guard.amx_guard`) says the call
+  would pass: a projection whose inputs fail (the gate's output into ``down``
+  often does: 88 % of its (row, block)s on ``mx-bench --model gpt-oss``'s
+  random weights) prepares nothing;
+- the projection's last ``RETRY_EVERY - 1`` calls (7) did not follow one
+  that declined: after a declined call the next 7 go to the exact path
+  without the guard's work, then one tries again.
+
+The bits are the exact path's in every case (the guard; the bias is added in
+f32 after the product, as the layer does).  The kernel runs on the layer's
+team (``threads`` or :func:`~mlir_mx.torch.thread_policy.layer_threads`, one
+thread on an oversubscribed machine, as every layer call).
+
+Memory: each expert projection that takes the AMX path holds its prepared
+weight beside its own (:attr:`mlir_mx.linear.amx_matmul.AMXMatmul.held_bytes`:
+the codes in the kernel's pair order, N padded to 16, scale bytes, flags and
+bounds); about 1.06x the projection's MX bytes (gpt-oss-20b's expert: about
+14 MB beside its 13.2 MB, 9.3 MB of it ``gate_up``'s).  It is made lazily,
+only for the projections that receive at least :data:`EXPERT_MIN_ROWS` rows
+in a call whose activations pass the guard, and freed with the layer.
+:func:`prepared_bytes` says how much an ``MXExperts`` holds.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+import torch
+
+from mlir_mx.linear.activations import BF16
+
+from .fused import eager
+
+__all__ = ["EXPERT_MIN_ROWS", "RETRY_EVERY", "amx_projection", "last_paths", "prepared_bytes"]
+
+#: The fewest rows an expert projection takes the AMX path with: ``Linear``'s
+#: (32).  In a MoE call each expert's weight is read once, from memory, and
+#: the AMX kernel then pays later than on one weight called again and again.
+#: Measured (``bench/results/amx-experts-prefill-2026-12-06-s55-loaded.txt``;
+#: gpt-oss-20b's shapes, E2M1, 1 thread, thread CPU time, loaded: load 5.5):
+#: with 8 experts called in turn, ``gate_up`` plus ``down`` on AMX against the
+#: exact path 0.78x at 16 rows, 0.82x at 20, 0.95x at 24, 1.03x at 28, 1.12x at
+#: 32 (``gate_up`` alone 0.85x at 16, 1.06x at 24, 1.25x at 32); one weight
+#: called again (``bench/probes/amx_linear_rows.py 2880 5760``, load 0.2)
+#: 1.24x at 16.  A 128-token prefill with top-4 of 32 experts routes about
+#: 16 rows to each expert (7-25 on ``mx-bench --model gpt-oss``'s router), so
+#: it mostly stays on the exact path; longer prefills (512 tokens: 45-81
+#: rows) take it.
+EXPERT_MIN_ROWS = 32
+
+#: After a call of a projection that did not take the AMX path (its inputs
+#: failed the guard), its next ``RETRY_EVERY - 1`` calls make the exact call
+#: without trying (the guard's work is not repeated on inputs like those:
+#: the gate's output into ``down``); the bits do not depend on it.
+RETRY_EVERY = 8
+
+#: Linear -> [prepared, calls left to skip] (:data:`RETRY_EVERY`).
+_STATE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: Per thread: the prepare kernel's output arrays, reused from call to call.
+_BUFFERS = threading.local()
+#: Linear -> ``"amx"`` / ``"exact"``: the path its last call here took.
+_LAST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def last_paths(layers) -> list[str | None]:
+    """The path (``"amx"``, ``"exact"`` or None: no call came here) each of
+    ``layers`` (``MXLinear``) took at its last call through :func:`amx_projection`."""
+    return [_LAST.get(layer.linear) for layer in layers]
+
+
+def prepared_bytes(experts) -> int:
+    """Bytes of the AMX-prepared weights an ``MXExperts`` holds now (its
+    projections that have taken the AMX path; 0 before any)."""
+    from mlir_mx.linear.amx_linear import amx_matmul_of
+
+    total = 0
+    for layer in (*experts.gate_up, *experts.down):
+        lin = layer.linear
+        if _STATE.get(lin, [False])[0]:
+            found = amx_matmul_of(lin)
+            total += found[0].held_bytes if found is not None else 0
+    return total
+
+
+def _rounded(layer, x: torch.Tensor, bf16: bool) -> bool:
+    """Whether the exact path multiplies bf16 values of ``x`` as they are:
+    ``activations="bf16"`` (rounded per call), or a bf16 input (``bf16``) with no
+    ``activations=``."""
+    acts = layer.linear.activations
+    return acts == BF16 or (bf16 and acts is None)
+
+
+def amx_projection(layer, x: torch.Tensor, bf16: bool = False) -> torch.Tensor | None:
+    """``layer(x)`` (f32 ``(m, out)``, its bias added in f32) on AMX-BF16, or
+    None where the module doc's conditions do not hold (the caller makes the
+    layer's own call: the same bits).  ``layer``: an expert's ``MXLinear``;
+    ``x``: f32 ``(m, in)``, C-contiguous; ``bf16``: ``x`` holds bf16 values
+    (a bf16 model's hidden states)."""
+    if x.dtype != torch.float32 or x.dim() != 2 or x.device.type != "cpu":
+        return None
+    m = x.shape[0]
+    if m < EXPERT_MIN_ROWS or layer.fused is not None or not _rounded(layer, x, bf16):
+        return None
+    if not eager(x) or (x.requires_grad and torch.is_grad_enabled()):
+        return None  # the layer's own call: the custom op, or InferenceOnlyError
+    from mlir_mx.linear.amx_linear import amx_enabled, amx_matmul_of
+
+    if not amx_enabled():
+        return None
+    lin = layer.linear
+    if not _format_can(lin):
+        return None
+    state = _STATE.setdefault(lin, [False, 0])  # [prepared, calls left to skip]
+    if state[1]:
+        state[1] -= 1
+        _LAST[lin] = "exact"
+        return None
+    if not state[0] and not _would_pass(x, lin):  # not prepared: no weight made for nothing
+        state[1] = RETRY_EVERY - 1
+        _LAST[lin] = "exact"
+        return None
+    found = amx_matmul_of(lin)
+    state[0] = True
+    y = None if found is None else _run(found, x, layer)
+    _LAST[lin] = "exact" if y is None else "amx"
+    if y is None:
+        state[1] = 0 if found is None else RETRY_EVERY - 1
+        return None
+    return y if layer.bias is None else y + layer.bias.to(torch.float32)
+
+
+def _format_can(lin) -> bool:
+    """The weight's side of ``Linear``'s hook (E8M0 scales, blocks of 32, a guard
+    bound of at least ``MIN_T``), without preparing anything."""
+    from mlir_mx.linear.amx_linear import MIN_T
+    from mlir_mx.numerics.amx_guard import amx_bounds
+
+    if lin.block_size != 32 or lin.global_scale is not None:
+        return False
+    q, bmax = amx_bounds(lin.element)
+    return 2.0**24 * q / bmax >= MIN_T
+
+
+def _would_pass(x: torch.Tensor, lin) -> bool:
+    """Whether a call on ``x`` would pass the guard (at most the fallback share
+    of its (row, block)s failing): :func:`mlir_mx.numerics.amx_guard.amx_guard`
+    on ``x`` rounded to bf16, weight-free (about 0.35 ms at 16 x 2880).  Asked
+    before a projection's weight is prepared, so that one whose inputs fail
+    (the gate's output into ``down`` often does) holds no prepared weight."""
+    import ml_dtypes
+
+    from mlir_mx.linear.amx_matmul import MAX_FALLBACK_SHARE
+    from mlir_mx.numerics.amx_guard import amx_guard
+
+    a = x.detach().numpy().astype(ml_dtypes.bfloat16).astype(np.float32)
+    with np.errstate(all="ignore"):
+        return float(amx_guard(a, lin.element).mean()) >= 1.0 - MAX_FALLBACK_SHARE
+
+
+def _run(found, x: torch.Tensor, layer) -> torch.Tensor | None:
+    """The prepared call on ``x``'s rows, or None where the guard declines."""
+    from mlir_mx.execution.threads import call_threads
+    from mlir_mx.linear.amx import amx_bf16_usable
+    from mlir_mx.linear.amx_prepare import prepare_activations
+
+    from .thread_policy import layer_threads
+
+    if not amx_bf16_usable():  # masked since the weight was prepared
+        return None
+    mm, params = found
+    buffers = _BUFFERS.__dict__.setdefault("by_shape", {})  # this thread's, reused
+    a = np.ascontiguousarray(x.detach().numpy())  # a view where x is C-contiguous
+    prepared = prepare_activations(a, params, mm.max_fallback_share, buffers)
+    if prepared.args is None:
+        return None
+    team = call_threads(layer.threads or layer_threads())
+    return torch.from_numpy(np.asarray(mm.run(prepared.args, a.shape[0], team)))
