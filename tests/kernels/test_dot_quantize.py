@@ -46,28 +46,36 @@ def _blocks(element: str, rng) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def _module(element: str) -> str:
-    """``@q(x: ROWS x 32 f32, vals: ROWS x 32 f32, scales: ROWS f32)``."""
+def _q_module(shapes, body) -> str:
+    """``@q(x, vals, scales)`` (f32 memrefs of ``shapes``), its body made by
+    ``body(kb, x, vals, scales)`` with constants before an anchor that
+    precedes the loop."""
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.create()
         f32 = ir.F32Type.get()
-        types = [ir.MemRefType.get(s, f32) for s in ([ROWS, 32], [ROWS, 32], [ROWS])]
+        types = [ir.MemRefType.get(s, f32) for s in shapes]
         with ir.InsertionPoint(module.body):
             fn = func.FuncOp("q", ir.FunctionType.get(types, []))
             entry = fn.add_entry_block()
-            x, vals, scales = entry.arguments
             with ir.InsertionPoint(entry):
-                # Constants go before an anchor that precedes the loop.
                 anchor = arith.ConstantOp(ir.IndexType.get(), 0)
-                kb = KernelBuilder(ir.InsertionPoint(anchor))
-                with kb.loop(0, ROWS, 1) as r:
-                    xs = [kb.vload(x, [r.iv, i], 16) for i in (0, 16)]
-                    qs, s = quantize_block(kb, xs, element)
-                    for i, q in enumerate(qs):
-                        kb.vstore(q, vals, [r.iv, 16 * i])
-                    kb.store(s, scales, [r.iv])
+                body(KernelBuilder(ir.InsertionPoint(anchor)), *entry.arguments)
                 func.ReturnOp([])
         return str(module)
+
+
+def _module(element: str) -> str:
+    """``@q(x: ROWS x 32 f32, vals: ROWS x 32 f32, scales: ROWS f32)``."""
+
+    def body(kb, x, vals, scales):
+        with kb.loop(0, ROWS, 1) as r:
+            xs = [kb.vload(x, [r.iv, i], 16) for i in (0, 16)]
+            qs, s = quantize_block(kb, xs, element)
+            for i, q in enumerate(qs):
+                kb.vstore(q, vals, [r.iv, 16 * i])
+            kb.store(s, scales, [r.iv])
+
+    return _q_module(([ROWS, 32], [ROWS, 32], [ROWS]), body)
 
 
 @pytest.mark.parametrize("element", list(ELEMENT_FORMATS))
@@ -122,25 +130,15 @@ def _groups_module(element: str, rows: int, block: int) -> str:
     from mlir_mx.kernels.dot.prep import _round
     from mlir_mx.kernels.dot.prep_groups import GROUP, Targets, factors_buffer, quantize_groups
 
+    def body(kb, x, vals, scales):
+        store = lambda v, row, col: kb.vstore(v, vals, [row, col])  # noqa: E731
+        out = Targets(store, scales, factors_buffer(kb), _round)
+        with kb.loop(0, rows, 1) as r:
+            quantize_groups(kb, x, element, block, out, r.iv, GROUP)
+        kb.dealloc(out.factors)
+
     k = GROUP * block
-    with ir.Context(), ir.Location.unknown():
-        module = ir.Module.create()
-        f32 = ir.F32Type.get()
-        types = [ir.MemRefType.get(s, f32) for s in ([rows, k], [rows, k], [rows, GROUP])]
-        with ir.InsertionPoint(module.body):
-            fn = func.FuncOp("q", ir.FunctionType.get(types, []))
-            entry = fn.add_entry_block()
-            x, vals, scales = entry.arguments
-            with ir.InsertionPoint(entry):
-                anchor = arith.ConstantOp(ir.IndexType.get(), 0)
-                kb = KernelBuilder(ir.InsertionPoint(anchor))
-                store = lambda v, row, col: kb.vstore(v, vals, [row, col])  # noqa: E731
-                out = Targets(store, scales, factors_buffer(kb), _round)
-                with kb.loop(0, rows, 1) as r:
-                    quantize_groups(kb, x, element, block, out, r.iv, GROUP)
-                kb.dealloc(out.factors)
-                func.ReturnOp([])
-        return str(module)
+    return _q_module(([rows, k], [rows, k], [rows, GROUP]), body)
 
 
 @pytest.mark.parametrize("block", [16, 32])
