@@ -117,11 +117,9 @@ def _set_io(idle: bool) -> None:
     policy = os.SCHED_IDLE if idle else os.SCHED_OTHER
     for tid in _io["tids"]:
         try:
-            if not os.path.exists(f"/proc/self/task/{tid}"):  # ended: its id may be reused
-                raise ProcessLookupError(tid)
             os.sched_setscheduler(tid, policy, os.sched_param(0))
         except OSError:  # a thread that ended meanwhile: look again next time
-            _io["stale"] = True
+            _io["stale"] = True  # (its id reused meanwhile: not checked, 5 us a look)
     _io["idle"] = idle
 
 
