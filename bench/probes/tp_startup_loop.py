@@ -1,4 +1,4 @@
-"""Launch the 2-rank start-up path again and again, to catch a rare abort (issue 56).
+"""Launch 2 ranks (start-up, a few tokens, exit) again and again, to catch a rare abort (issue 56).
 
 Sessions 53-54 saw 4 times a rank die with ``terminate called without an
 active exception`` (SIGABRT, about 1.6 s after the ranks started) in 2-rank
@@ -8,8 +8,10 @@ ranks, ``--launches`` times, each rank doing what ``mx-generate --tp 2`` does
 at start-up: ``init_process_group("gloo")``, pinning (``pin_local_rank``),
 ``init_device_mesh``, ``from_pretrained(device_mesh=, tp_plan="auto")``,
 ``precompile``, a few greedy tokens on the KV cache (the polled decode
-collectives, gloo's I/O thread ``SCHED_IDLE`` when pinned), then exit
-(``--destroy``: ``destroy_process_group`` first, as the test harness does).
+collectives, gloo's I/O thread ``SCHED_IDLE`` when pinned), ``--end-allreduces``
+all-reduces waited for as torch waits (as ``tp_decode.py``'s timing of one
+ends its ranks), then exit (``--destroy``: ``destroy_process_group`` first, as
+the test harness does).
 
 Each launch runs in its own folder under ``--out`` (the ranks' working
 directory, so a core file lands there with ``ulimit -c unlimited`` and
@@ -31,8 +33,14 @@ environment; rank 0 hosts the store).  ``--spin N``: N busy loops
         [--launcher spawn|torchrun|direct] [--spin 1] [--no-pin] [--idle-io 0] \\
         [--destroy] [--tokens 4] [--out /tmp/mx-abort]
 
-Not a test: a campaign of minutes to hours (session 55: see
-``docs/distributed.md``, "The start-up abort").
+``--no-guard``: ``exit_guard.guard_exit`` not registered (the exit as before
+session 55, when nothing waited for gloo's workers).  ``--stage pg``: the
+process group, a barrier and ``--tokens`` all-reduces only (no model).
+
+Not a test: a campaign of minutes to hours.  What it found (session 55,
+``docs/distributed.md``, "The abort at exit"): the abort is at the rank's
+exit, a gloo worker taking the GIL while the interpreter finalizes; with
+``--stage pg --no-guard`` most launches abort, guarded none.
 """
 
 from __future__ import annotations
@@ -123,6 +131,8 @@ def rank_main(folder: str, tokens: int, destroy: bool, stage: str = "full") -> N
             nxt = out.logits[:, -1].argmax(-1, keepdim=True)
             out = model(nxt, cache=out.cache, use_cache=True)
     _stamp(f"decoded {tokens}")
+    for _ in range(int(os.environ.get("MX_PROBE_END_ALLREDUCES", "0"))):
+        dist.all_reduce(torch.ones(256))  # as tp_decode.py's timing ends: torch's sleeping wait
     _end(dist, destroy)
 
 
@@ -176,12 +186,13 @@ def launch(ns, where: Path) -> list:
     env["MLIR_MX_PIN_RANKS"] = "0" if ns.no_pin else "1"
     env["MLIR_MX_TP_IDLE_IO"] = ns.idle_io
     env["MX_PROBE_GUARD"] = "0" if ns.no_guard else "1"
+    env["MX_PROBE_END_ALLREDUCES"] = str(ns.end_allreduces)
     if ns.launcher == "spawn":
         import torch.multiprocessing as mp
 
         os.environ.update({k: env[k] for k in ("GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS",
                                                 "MLIR_MX_PIN_RANKS", "MLIR_MX_TP_IDLE_IO",
-                                                "MX_PROBE_GUARD")})  # fmt: skip
+                                                "MX_PROBE_GUARD", "MX_PROBE_END_ALLREDUCES")})  # fmt: skip
         here = os.getcwd()
         os.chdir(where)
         try:
@@ -238,6 +249,8 @@ def main() -> None:
     ap.add_argument("--idle-io", default="1", help="MLIR_MX_TP_IDLE_IO (1)")
     ap.add_argument("--no-guard", action="store_true",
                     help="exit_guard not registered (the exit as before session 55)")
+    ap.add_argument("--end-allreduces", type=int, default=0,
+                    help="full stage: this many all-reduces after the decode (torch's wait)")
     ap.add_argument("--destroy", action="store_true", help="destroy_process_group before exit")
     ap.add_argument("--tokens", type=int, default=4)
     ap.add_argument("--stage", choices=("full", "pg"), default="full",
@@ -256,7 +269,7 @@ def main() -> None:
     spin = _spinners(ns.spin)
     tag = (f"{ns.launcher} spin={ns.spin} pin={0 if ns.no_pin else 1} idle_io={ns.idle_io} "
            f"destroy={int(ns.destroy)} tokens={ns.tokens} stage={ns.stage} "
-           f"guard={0 if ns.no_guard else 1}")  # fmt: skip
+           f"guard={0 if ns.no_guard else 1} end_allreduces={ns.end_allreduces}")  # fmt: skip
     bad = 0
     try:
         for i in range(ns.launches):
