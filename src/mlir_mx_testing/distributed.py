@@ -47,6 +47,8 @@ def _rank_main(rank, fn, world, args, port, folder, threads, timeout):
     import torch
     import torch.distributed as dist
 
+    from mlir_mx.torch.distributed.exit_guard import guard_exit
+
     out = Path(folder) / f"rank{rank}.pkl"
     try:
         torch.set_num_threads(threads)
@@ -55,6 +57,7 @@ def _rank_main(rank, fn, world, args, port, folder, threads, timeout):
             "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
             timeout=timedelta(seconds=timeout),
         )  # fmt: skip
+        guard_exit()  # gloo's workers done before the rank's interpreter finalizes
         try:
             result = ("ok", fn(rank, world, *args))
         finally:

@@ -104,6 +104,7 @@ def _pinned(rank: int, world: int) -> dict:
     done = _policies(), affinity.IDLE_BACKOFF_S
     affinity.normal_gloo_io(200.0)
     reset = affinity.idle_gloo_io(200.0 + 1.5 * affinity.IDLE_BACKOFF_S)  # not doubled: idle again
+    regrouped = _regrouped(affinity)
     seen = {}
     later = threading.Thread(target=lambda: seen.update(later=os.sched_getaffinity(0)))
     later.start()
@@ -113,7 +114,41 @@ def _pinned(rank: int, world: int) -> dict:
                 later=seen["later"], before=before, after=after, crowded=crowded,
                 unpinned_policies=unpinned, switched_off=switched_off, idle=idle,
                 backed_off=backed_off, within=within, past=past, after_polled=after_polled,
-                done=done, reset=reset)  # fmt: skip
+                done=done, reset=reset, regrouped=regrouped)  # fmt: skip
+
+
+def _regrouped(affinity) -> dict:
+    """The I/O threads looked up again for a group made after the last lookup,
+    and after a thread found ended (``affinity.idle_gloo_io(now, group)``):
+    whether each new group's own I/O thread was made ``SCHED_IDLE``."""
+    import gc
+
+    import torch.distributed as dist
+
+    world = dist.group.WORLD
+
+    def new_group() -> tuple:
+        before = set(affinity.threads_named(affinity.GLOO_IO))
+        group = dist.new_group([0, 1])
+        dist.barrier(group=group)
+        return group, set(affinity.threads_named(affinity.GLOO_IO)) - before
+
+    affinity.idle_gloo_io(300.0, world)  # looked up with the world's group
+    affinity.done_gloo_io()
+    g2, g2_io = new_group()
+    found = affinity.idle_gloo_io(301.0, g2), {os.sched_getscheduler(t) for t in g2_io}
+    affinity.done_gloo_io()
+    affinity.idle_gloo_io(302.0, world)  # the world's again: g2's thread among those found
+    dist.destroy_process_group(g2)
+    del g2
+    gc.collect()  # the group gone: its I/O thread ends
+    ended = not set(affinity.threads_named(affinity.GLOO_IO)) & g2_io
+    affinity.done_gloo_io()  # meets the ended thread
+    g3, g3_io = new_group()
+    again = affinity.idle_gloo_io(303.0, world), {os.sched_getscheduler(t) for t in g3_io}
+    affinity.done_gloo_io()
+    dist.destroy_process_group(g3)
+    return dict(g2_io=len(g2_io), found=found, ended=ended, g3_io=len(g3_io), again=again)
 
 
 def test_two_ranks_pin_every_thread_to_their_share():
@@ -157,6 +192,12 @@ def test_two_ranks_pin_every_thread_to_their_share():
         assert r["after_polled"]["gloo_tcp_loop"] == other
         assert r["done"][0]["gloo_tcp_loop"] == other
         assert r["reset"] is True
+        # a group made since the last lookup: its own I/O thread found (issue 56's review)
+        g = r["regrouped"]
+        assert g["g2_io"] == 1 and g["found"] == (True, idle)
+        # a thread found has ended: the same group's next call looks again
+        # and finds the thread of a group made since
+        assert g["ended"] and g["g3_io"] == 1 and g["again"] == (True, idle)
     if results[0]["pinned"] is not None:
         assert not results[0]["pinned"] & results[1]["pinned"]
 

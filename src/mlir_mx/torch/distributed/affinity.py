@@ -14,6 +14,7 @@ on this rank's share of the CPUs; threads made later inherit it.
 from __future__ import annotations
 
 import os
+import weakref
 
 from mlir_mx.errors import MXValueError
 
@@ -27,6 +28,7 @@ __all__ = [
     "pin_rank",
     "pinned_cpus",
     "rank_cpus",
+    "threads_named",
 ]
 
 _pinned: list = [None]  # the CPUs pin_rank pinned this process to, in this process
@@ -85,15 +87,26 @@ IDLE_GLOO_IO = os.environ.get("MLIR_MX_TP_IDLE_IO", "1").strip() != "0"
 #: :data:`IDLE_BACKOFF_MAX_S`; a collective done in time resets it.
 IDLE_BACKOFF_S = 0.005
 IDLE_BACKOFF_MAX_S = 0.5
-_io: dict = {"pid": None, "tids": [], "idle": False, "until": 0.0, "backoff": IDLE_BACKOFF_S}
+#: The name (``comm``) torch's gloo transport gives its TCP I/O threads.
+GLOO_IO = "gloo_tcp_loop"
+#: The I/O threads found (``tids``) in process ``pid`` for the group ``group``
+#: (a weak reference); ``stale``: one of them has ended since.
+_io: dict = {"pid": None, "group": None, "tids": [], "stale": False, "idle": False,
+             "until": 0.0, "backoff": IDLE_BACKOFF_S}  # fmt: skip
 
 
-def _gloo_io_tids() -> list[int]:
+def threads_named(name: str) -> list[int]:
+    """The ids of this process's threads named ``name`` (``/proc/self/task/*/comm``;
+    none where there is no ``/proc``)."""
     tids = []
-    for tid in os.listdir("/proc/self/task"):
+    try:
+        listed = os.listdir("/proc/self/task")
+    except OSError:
+        return tids
+    for tid in listed:
         try:
             with open(f"/proc/self/task/{tid}/comm") as f:
-                if f.read().strip() == "gloo_tcp_loop":
+                if f.read().strip() == name:
                     tids.append(int(tid))
         except OSError:  # a thread that ended meanwhile
             pass
@@ -105,14 +118,33 @@ def _set_io(idle: bool) -> None:
     for tid in _io["tids"]:
         try:
             os.sched_setscheduler(tid, policy, os.sched_param(0))
-        except OSError:  # a thread that ended meanwhile
-            pass
+        except OSError:  # a thread that ended meanwhile: look again next time
+            _io["stale"] = True  # (its id reused meanwhile: not checked, 5 us a look)
     _io["idle"] = idle
 
 
-def idle_gloo_io(now: float) -> bool:
-    """Before a pinned rank's (:func:`pinned_cpus`) decode collective: gloo's
-    TCP I/O threads ``SCHED_IDLE`` (found once a process), unless
+def _same_group(group) -> bool:
+    ref = _io["group"]
+    return (ref() if ref is not None else None) is group
+
+
+def _found(group) -> None:
+    """The I/O threads looked up again: in a new process, for another group
+    (a group made or rebuilt since has threads of its own), or after one of
+    those found ended."""
+    try:
+        ref = weakref.ref(group) if group is not None else None
+    except TypeError:  # not weakly referable: looked up every time
+        ref = None
+    _io.update(pid=os.getpid(), group=ref, tids=threads_named(GLOO_IO), stale=False)
+
+
+def idle_gloo_io(now: float, group=None) -> bool:
+    """Before a pinned rank's (:func:`pinned_cpus`) decode collective on
+    ``group`` (its ``ProcessGroup``): gloo's TCP I/O threads ``SCHED_IDLE``
+    (looked up again for another group than the last call's, in a new
+    process, or after one of them ended; every I/O thread of the process, since
+    none names its group), unless
     :func:`normal_gloo_io` backed off less than :data:`IDLE_BACKOFF_S` before
     ``now`` (``time.perf_counter()``); whether they are idle.  On one CPU with
     the rank's own thread and gloo's worker, an I/O thread woken while the
@@ -124,7 +156,11 @@ def idle_gloo_io(now: float) -> bool:
     if not IDLE_GLOO_IO or pinned_cpus() is None or not hasattr(os, "SCHED_IDLE"):
         return False
     if _io["pid"] != os.getpid():
-        _io.update(pid=os.getpid(), tids=_gloo_io_tids(), idle=False, until=0.0)
+        _io.update(idle=False, until=0.0, backoff=IDLE_BACKOFF_S)
+        _found(group)
+    elif _io["stale"] or not _same_group(group):
+        _found(group)
+        _io["idle"] = None  # the new ones set whatever the old ones were
     want = now >= _io["until"]
     if want != _io["idle"]:
         _set_io(want)

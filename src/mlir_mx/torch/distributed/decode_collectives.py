@@ -141,7 +141,7 @@ def _polled(collective, *args, group) -> None:
         collective(*args, group=group)
         return
     start = time.perf_counter()
-    idle = idle_gloo_io(start)  # a pinned rank's gloo I/O thread SCHED_IDLE while polled
+    idle = idle_gloo_io(start, group)  # a pinned rank's gloo I/O thread SCHED_IDLE while polled
     work = collective(*args, group=group, async_op=True)
     end, late = start + POLL_S, start + IDLE_LATE_S
     while not work.is_completed() and (now := time.perf_counter()) < end:

@@ -57,6 +57,7 @@ from mlir_mx.errors import MXArgTypeError, MXValueError
 from ..experts import MXExperts
 from ..fused import eager
 from .decode_collectives import EXCHANGE_BYTES, replicated
+from .exit_guard import guard_exit
 
 __all__ = ["COMBINES", "ExpertParallel", "ExpertShard", "expert_range", "shard_experts"]
 
@@ -227,6 +228,7 @@ def shard_experts(model: torch.nn.Module, device_mesh=None, *, combine: str = "e
         if isinstance(block, ExpertShard):
             raise MXValueError(f"{name or 'model'}: already sharded ({block.extra_repr()})")
         plans.append(_plan(name or "model", block, rank, ranks))
+    guard_exit()  # gloo's workers done before the interpreter finalizes (exit_guard)
     for (_, block), (first, count, total) in zip(blocks, plans, strict=True):
         _shard(block, group, first, count, total, combine)
     return [name for name, _ in blocks]

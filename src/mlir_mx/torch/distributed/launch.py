@@ -46,8 +46,11 @@ def tensor_mesh():
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
+    from .exit_guard import guard_exit
+
     if not dist.is_initialized():
         dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
+    guard_exit()  # gloo's workers done before the interpreter finalizes (exit_guard)
     pin_local_rank()
     return init_device_mesh("cpu", (world,))
 

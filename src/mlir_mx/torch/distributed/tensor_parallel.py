@@ -66,6 +66,7 @@ from mlir_mx.numerics import MXArray
 
 from ..module import MXLinear
 from . import decode_collectives as dc
+from .exit_guard import guard_exit
 
 __all__ = [
     "MXColwiseParallel",
@@ -404,6 +405,7 @@ def parallelize(model: torch.nn.Module, device_mesh, plan: dict) -> torch.nn.Mod
         raise MXValueError(f"device_mesh: expected a 1-D mesh, got {device_mesh.ndim} dimensions")
     full = expand_plan(model, plan)
     check_plan(model, device_mesh.size(), full)
+    guard_exit()  # gloo's workers done before the interpreter finalizes (exit_guard)
     parallelize_module(model, device_mesh, full)
     model.mx_tp_mesh = device_mesh
     return model
