@@ -85,6 +85,28 @@ def test_tasks_give_the_async_bits(mode, team, monkeypatch, m, activations, wher
             assert runner.compiled.writes("matmul") == {len(runner.signature("matmul").args) - 1}
 
 
+def test_the_openmp_team_without_a_runtime_runs_on_our_pool(mode, team, monkeypatch):
+    """A process with no OpenMP runtime (numpy, no torch) and the default
+    team: a tasks kernel on 2 threads runs on our pool, not on the caller
+    alone (the AMX matmul is tasks-only: it ran on one thread there)."""
+    p = threads_.pool_.pool()
+    if p is None:
+        pytest.skip("no pool on this platform (the serial fallback is tested above)")
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((200, 256)).astype(np.float32)
+    x = rng.standard_normal((40, 256)).astype(np.float32)
+    wq = mlir_mx.quantize(w, "f4E2M1FN", 32)
+    mode("async")
+    ref = mlir_mx.Linear(wq, threads=1)(x)
+    team("openmp")
+    monkeypatch.setattr(threads_, "openmp_runtime", lambda: None)
+    runs, run = [], p.run
+    monkeypatch.setattr(p, "run", lambda *a: runs.append(a[2]) or run(*a))
+    mode("tasks")
+    np.testing.assert_array_equal(_bits(mlir_mx.Linear(wq, threads=2)(x)), _bits(ref))
+    assert runs and set(runs) == {2}
+
+
 def test_runner_tasks_mode_gives_the_async_bits():
     prob, text = _kernel_text(None, 300, 128, 2, "small")
     rng = np.random.default_rng(1)

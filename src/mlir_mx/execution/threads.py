@@ -18,12 +18,15 @@ on a team:
   through ctypes (which releases the GIL), ``fn`` the kernel's packed C
   interface and ``array`` its arguments, so every team thread calls the
   kernel; the region ends at OpenMP's barrier, which waits for every thread.
+  Where no OpenMP runtime is loaded (a numpy user without torch), our pool
+  runs the team instead: tasks-only kernels (the AMX matmul) would otherwise
+  run on the caller alone whatever ``threads`` says.
 * either team, on a machine with more runnable threads than CPUs
   (:func:`oversubscribed`, looked at every few calls): the calling thread
   alone; a ``Linear`` call then runs the **1-thread kernels** (:func:`call_threads`),
   what a 1-thread process runs, not the team's kernels on one thread.
-* neither (no pool on this platform, no OpenMP runtime, or the pool busy with
-  another Python thread's call): the calling thread alone, which claims every
+* neither (no pool on this platform and no OpenMP runtime, or the pool busy
+  with another Python thread's call): the calling thread alone, which claims every
   iteration (correct, not parallel).
 
 :func:`regions` counts the team calls (parallel regions) made so far;
@@ -253,7 +256,11 @@ def _launch(fn: int, array: ctypes.Array, counter: ctypes.c_int64, threads: int,
                 return
         else:
             omp = openmp_runtime()
-            if omp is not None and not pool_load.oversubscribed(threads):
+            if omp is None:  # no OpenMP runtime in the process (no torch): our pool
+                p = pool_.pool()
+                if p is not None and p.run(fn, ctypes.addressof(array), threads):
+                    return
+            elif not pool_load.oversubscribed(threads):
                 omp.parallel(fn, ctypes.addressof(array), threads, 0)
                 return
     (alone or _PACKED(fn))(array)  # the caller claims every task
