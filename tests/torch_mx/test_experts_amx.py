@@ -123,6 +123,38 @@ def test_without_amx_bf16_the_calls_are_unchanged(monkeypatch):
     assert experts_amx.prepared_bytes(ex) == 0
 
 
+def test_without_amx_bf16_no_guard_is_looked_at(monkeypatch):
+    """Where AMX cannot run, a projection never rounds its input to bf16 for
+    the weight-free guard (it would, every ``RETRY_EVERY`` calls, for nothing)."""
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", "-amx_bf16")
+
+    def guard(*_):
+        raise AssertionError("the guard was looked at without AMX-BF16")
+
+    monkeypatch.setattr(experts_amx, "_would_pass", guard)
+    ex = experts("bf16", seed=5)
+    idx, w = routing(seed=5)
+    with torch.inference_mode():
+        ex(hidden(len(idx), torch.float32), idx, w)
+
+
+def test_precompile_of_a_bf16_model_prepares_no_experts_weight(monkeypatch):
+    """``precompile`` of a bf16 model makes the AMX path of its plain ``MXLinear``
+    ready, but an ``MXExperts``' projections prepare theirs only at a call
+    whose inputs pass the guard (a gpt-oss-20b would hold ~10 GiB more)."""
+    from mlir_mx.torch import MXLinear, precompile
+
+    model = torch.nn.Module()
+    model.experts = experts()
+    w = oracle.quantize(np.ones((H, 64), np.float32), "f4E2M1FN", 32, axis=1)
+    model.proj = MXLinear(w)
+    model.register_buffer("held", torch.zeros(1, dtype=torch.bfloat16))  # a bf16 model
+    asked, real = [], amx_linear.amx_matmul_of
+    monkeypatch.setattr(amx_linear, "amx_matmul_of", lambda lin: asked.append(lin) or real(lin))
+    precompile(model, m=[64], progress=False)
+    assert asked and {id(lin) for lin in asked} == {id(model.proj.linear)}  # the plain one's only
+
+
 @needs_amx
 def test_only_the_experts_that_take_it_hold_a_prepared_weight():
     ex = experts("bf16")

@@ -159,12 +159,14 @@ def amx_projection(layer, x: torch.Tensor, bf16: bool = False) -> torch.Tensor |
 
 def _format_can(lin) -> bool:
     """The weight's side of ``Linear``'s hook (E8M0 scales, blocks of 32, a guard
-    bound of at least ``MIN_T``), without preparing anything."""
+    bound of at least ``MIN_T``) and AMX-BF16 usable here, without preparing
+    anything."""
+    from mlir_mx.linear.amx import amx_bf16_usable
     from mlir_mx.linear.amx_linear import MIN_T
     from mlir_mx.numerics.amx_guard import amx_bounds
 
-    if lin.block_size != 32 or lin.global_scale is not None:
-        return False
+    if lin.block_size != 32 or lin.global_scale is not None or not amx_bf16_usable():
+        return False  # no guard looked at where AMX cannot run
     q, bmax = amx_bounds(lin.element)
     return 2.0**24 * q / bmax >= MIN_T
 

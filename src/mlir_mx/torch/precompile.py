@@ -10,6 +10,7 @@ import torch
 
 from mlir_mx.errors import MXArgTypeError
 
+from .experts import MXExperts
 from .module import MXLinear
 
 __all__ = ["precompile"]
@@ -27,7 +28,9 @@ def precompile(
     a bfloat16 parameter or buffer, a bf16 model's), so the AMX path those
     take on a CPU with AMX-BF16 is made ready too (its kernels compiled and
     each weight prepared for the tiles, for row counts from
-    ``amx_linear.MIN_ROWS``), as it is for ``activations="bf16"`` layers.
+    ``amx_linear.MIN_ROWS``), as it is for ``activations="bf16"`` layers;
+    not an ``MXExperts``' projections, which prepare theirs at their first
+    call whose inputs pass the guard (``torch/experts_amx.py``).
 
     With the persistent compile cache (``MLIR_MX_CACHE_DIR``) warm, this loads
     machine code and takes well under a second; cold, it compiles each
@@ -38,13 +41,17 @@ def precompile(
     if not isinstance(model, torch.nn.Module):
         raise MXArgTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     layers = [mod for mod in model.modules() if isinstance(mod, MXLinear)]
+    # An MXExperts' projections prepare their AMX weight lazily, at their first
+    # call whose inputs pass the guard (torch/experts_amx.py): not here.
+    experts = {id(lay) for mod in model.modules() if isinstance(mod, MXExperts)
+               for lay in (*mod.gate_up, *mod.down)}  # fmt: skip
     if bf16 is None:
         held = itertools.chain(model.parameters(), model.buffers())
         bf16 = any(t.dtype == torch.bfloat16 for t in held)
     show = sys.stderr.isatty() if progress is None else bool(progress)
     t0 = time.perf_counter()
     for i, layer in enumerate(layers, 1):
-        layer.precompile(m, bf16=bool(bf16))
+        layer.precompile(m, bf16=bool(bf16) and id(layer) not in experts)
         if show:
             elapsed = time.perf_counter() - t0
             bar = "#" * (30 * i // len(layers))
