@@ -214,3 +214,28 @@ def test_the_idle_io_switch_reads_its_variable():
         for v in ("0", "1")
     ]
     assert got == ["False", "True"]
+
+
+def test_a_destroyed_groups_lookup_is_not_the_default_groups():
+    """The last lookup's group gone (its reference dead) matches no group, not
+    even ``None`` (the default group): its I/O threads are looked up again."""
+    import gc
+
+    from mlir_mx.torch.distributed import affinity
+
+    class Group:  # weakly referable, as a ProcessGroup is
+        pass
+
+    saved = dict(affinity._io)
+    try:
+        group = Group()
+        affinity._found(group)
+        assert affinity._same_group(group) and not affinity._same_group(None)
+        del group
+        gc.collect()
+        assert not affinity._same_group(None)
+        affinity._found(None)
+        assert affinity._same_group(None) and not affinity._same_group(Group())
+    finally:
+        affinity._io.clear()
+        affinity._io.update(saved)

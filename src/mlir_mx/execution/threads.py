@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
+import time
 from contextlib import contextmanager
 
 from mlir_mx.execution import pool as pool_
@@ -86,16 +88,22 @@ class OpenMP:
 
 _lock = threading.Lock()
 _found: dict[str, OpenMP] = {}
+#: The last scan that found none: ``[len(sys.modules), time.monotonic()]`` then.
+_missed: list = [-1, 0.0]
 
 
 def openmp_runtime() -> OpenMP | None:
     """The OpenMP runtime loaded in this process (torch's ``libgomp``), or None.
 
     Found in ``/proc/self/maps`` (Linux) by name, opened without loading
-    anything new (``RTLD_NOLOAD``), and kept when it exports ``GOMP_parallel``.  Asked again on each
-    call until one is found (torch may be imported later)."""
+    anything new (``RTLD_NOLOAD``), and kept when it exports ``GOMP_parallel``.  Until one is
+    found (torch may be imported later), looked for again once a module has
+    been imported since the last look or a second has passed (the scan costs
+    about 0.3 ms: not on every parallel call of a process without one)."""
     if _found:  # found once, kept: no lock on a call's path
         return next(iter(_found.values()))
+    if _missed[0] == len(sys.modules) and time.monotonic() - _missed[1] < 1.0:
+        return None
     with _lock:
         if _found:
             return next(iter(_found.values()))
@@ -107,6 +115,7 @@ def openmp_runtime() -> OpenMP | None:
                 continue
             _found[path] = OpenMP(path, lib)
             return _found[path]
+        _missed[:] = [len(sys.modules), time.monotonic()]
     return None
 
 

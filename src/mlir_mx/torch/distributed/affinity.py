@@ -124,8 +124,14 @@ def _set_io(idle: bool) -> None:
 
 
 def _same_group(group) -> bool:
+    """Whether ``group`` is the last look's (``None``: the default group, kept
+    as ``None``; a dead reference matches nothing, so a destroyed group's
+    threads are looked up again)."""
     ref = _io["group"]
-    return (ref() if ref is not None else None) is group
+    if ref is None:
+        return group is None and _io.get("default", False)
+    target = ref()
+    return target is not None and target is group
 
 
 def _found(group) -> None:
@@ -136,7 +142,8 @@ def _found(group) -> None:
         ref = weakref.ref(group) if group is not None else None
     except TypeError:  # not weakly referable: looked up every time
         ref = None
-    _io.update(pid=os.getpid(), group=ref, tids=threads_named(GLOO_IO), stale=False)
+    _io.update(pid=os.getpid(), group=ref, default=group is None, tids=threads_named(GLOO_IO),
+               stale=False)  # fmt: skip
 
 
 def idle_gloo_io(now: float, group=None) -> bool:
