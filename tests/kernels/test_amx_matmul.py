@@ -212,8 +212,11 @@ def test_run_writes_into_out(m, n):
     frozen.flags.writeable = False
     wrong = [np.zeros((m, n + 1), np.float32), np.zeros((m, n)), np.zeros((n, m), np.float32).T]
     for bad in [*wrong, frozen]:
-        with pytest.raises(MXValueError, match=r"out: a writeable C-contiguous f32"):
+        with pytest.raises(MXValueError, match=r"out: a writeable, aligned, C-contiguous f32"):
             mm.run(prepared, m, out=bad)
+    for rows in (m + 16, m - 16, 0):  # not the prepared rows: refused, not numpy's error
+        with pytest.raises(MXValueError, match=r"^m: the prepared activations hold"):
+            mm.run(prepared, rows, out=np.zeros((max(rows, 1), n), np.float32))
 
 
 @needs_amx

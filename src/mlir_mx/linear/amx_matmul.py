@@ -179,9 +179,9 @@ def _check_out(out, shape: tuple[int, int]) -> None:
     """``out`` as :meth:`AMXMatmul.run` writes it, or
     :class:`~mlir_mx.errors.MXValueError` naming it."""
     ok = isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == shape
-    if not (ok and out.flags.c_contiguous and out.flags.writeable):
+    if not (ok and out.flags.c_contiguous and out.flags.writeable and out.flags.aligned):
         what = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
-        raise MXValueError(f"out: a writeable C-contiguous f32 {shape} array, not {what}")
+        raise MXValueError(f"out: a writeable, aligned, C-contiguous f32 {shape} array, not {what}")
 
 
 def prepare_model(a: np.ndarray, w, max_share: float = MAX_FALLBACK_SHARE):
@@ -341,6 +341,8 @@ class AMXMatmul:
         a_tiles, ptr, rows, bptr, bidx, fa = prepared
         n = self.weight.source.shape[1]
         shape = (a_tiles.shape[0] * 16, self.b_codes.shape[0] * 16)
+        if not shape[0] - 16 < m <= shape[0]:
+            raise MXValueError(f"m: the prepared activations hold {shape[0]} rows padded to 16, not {m}")
         if out is not None:
             _check_out(out, (m, n))
         c = out if out is not None and out.shape == shape else np.empty(shape, np.float32)
