@@ -109,7 +109,10 @@ def settle_gloo_workers(timeout: float = SETTLE_S, sample: float = SAMPLE_S) -> 
 
 def _at_exit() -> None:
     if _guarded[0] == os.getpid():  # not in a forked child that never joined a group
-        settle_gloo_workers()
+        try:
+            settle_gloo_workers()
+        except (Exception, KeyboardInterrupt):  # noqa: BLE001 (Ctrl-C in the wait: exit as it was)
+            pass
 
 
 def guard_exit() -> None:
