@@ -24,7 +24,7 @@ import numpy as np
 from mlir_mx.convert import quantize as compiled_quantize
 from mlir_mx.convert import quantize_stored
 from mlir_mx.errors import MXArgTypeError, MXValueError
-from mlir_mx.execution import FREE, BoundFunction, Runner
+from mlir_mx.execution import BoundFunction, Runner
 from mlir_mx.execution.options import default_cache_dir
 from mlir_mx.execution.threads import call_threads, parallel_mode
 from mlir_mx.host import check_threads
@@ -476,8 +476,7 @@ class Linear:
             if weights is None:  # the held records do not serve it: the stored form, per call
                 bound = functools.partial(self._call_derived, runner)
             else:
-                names = weight_form.kernel_names(n_act, weights, prob.b_global)
-                bound = runner.bind("matmul", *[FREE] * n_act, *weights, FREE, names=names)
+                bound = weight_form.bind_matmul(runner, n_act, weights, prob.b_global)
             self._calls[key] = bound
         return bound
 

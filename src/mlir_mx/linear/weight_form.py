@@ -63,6 +63,7 @@ __all__ = [
     "Geometry",
     "applies_global",
     "array_chunks",
+    "bind_matmul",
     "check_held",
     "check_mx_activations",
     "divide_at",
@@ -415,12 +416,24 @@ def kernel_names(n_act: int, weights: list, b_global: bool) -> list[str]:
     return [*_X_NAMES[n_act], *w, "the output"]
 
 
+def bind_matmul(runner, n_act: int, weights: list, b_global: bool):
+    """``runner``'s ``@matmul`` with the held ``weights`` bound (``x`` and the
+    output free), its arguments named (:func:`kernel_names`); marked
+    ``divides_global`` where its kernel divides by the global scale itself
+    (``Problem.b_global``: :func:`applies_global`)."""
+    from mlir_mx.execution import FREE
+
+    names = kernel_names(n_act, weights, b_global)
+    bound = runner.bind("matmul", *[FREE] * n_act, *weights, FREE, names=names)
+    bound.divides_global = bool(b_global)
+    return bound
+
+
 def applies_global(call) -> bool:
-    """Whether ``call``, a bound kernel, divides by the global scale itself:
-    a kernel with ``Problem.b_global``, whose argument before the output is
-    the ``(1,)`` f32 global scale (:func:`global_operand`)."""
-    sig = getattr(call, "sig", None)
-    return sig is not None and len(sig.args) > 1 and sig.args[-2].type == "memref<1xf32>"
+    """Whether ``call``, a bound kernel (:func:`bind_matmul`), divides by the
+    global scale itself: a kernel with ``Problem.b_global``, whose argument
+    before the output is the ``(1,)`` f32 global scale (:func:`global_operand`)."""
+    return bool(getattr(call, "divides_global", False))
 
 
 def divide_by_global(out: np.ndarray, g: Geometry, call=None) -> None:
