@@ -46,6 +46,8 @@ def _run(body: str) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow  # 16-17 s; the default suite's test_compile_and_generate_give_the_eager_tokens
+# runs inductor after our kernels too (on a whole model, tokens compared)
 def test_torch_compile_inductor_after_our_kernels():
     """Inductor (CPU: C++ code built with the host's compiler) on a converted
     model gives eager's output.  Outside our opaque layers the model has only
