@@ -3,7 +3,9 @@ not in ``Linear`` or the schedule registry yet).
 
 ``AMXMatmul(b)(a)`` gives ``A x B`` (f32 (M, N)) for bf16 activations ``a``
 (an f32 (M, K) array of bf16 values) and an MX weight ``b`` (an E8M0-scaled
-``MXArray`` (K, N) blocked along K), bit for bit the exact path's
+``MXArray`` (K, N) blocked along K in blocks of 32, or an NVFP4 one in blocks
+of 16: one tile K step per block, the global scale divided after the
+kernel), bit for bit the exact path's
 (``Linear(b, activations="bf16")``, the oracle's blocked order), as the
 numpy model :func:`mlir_mx.oracle.amx_guarded_matmul` computes it
 (``docs/numerics.md``, "AMX-BF16"):
@@ -261,8 +263,8 @@ class AMXMatmul:
     ``threads.set_team``'s team: torch's OpenMP runtime where one is loaded,
     else the caller alone, or our pool; on an oversubscribed machine the
     1-thread kernel, ``threads.call_threads``; the same bits on any count)
-    and the exact path's.  Blocks of 32 only
-    (one tile's K).  Calling it with ``a`` (f32 (M, K), bf16 values)
+    and the exact path's.  E8M0 scales in blocks of 32, NVFP4 in blocks of
+    16 (one tile K step per block).  Calling it with ``a`` (f32 (M, K), bf16 values)
     returns C (f32 (M, N)); ``last_path`` says which path the last call took
     (``"amx"`` or ``"exact"``).  A call whose share of failing (row,
     block)s is above ``max_fallback_share`` runs on the exact path (every

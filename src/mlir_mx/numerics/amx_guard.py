@@ -18,7 +18,12 @@ chain both give the exact sum.
 ``b * sb`` in bf16 in the pair layout (:func:`amx_prepare`), C accumulated in
 the tiles across blocks, failing (row, block)s zeroed in A and their ``t``
 added by the in-order f32 chain at their block, and the whole call on the
-exact path where :func:`amx_guard_call` fails.  Its result equals
+exact path where :func:`amx_guard_call` fails.  An NVFP4 weight (E4M3
+scales ``s = m 2^e``, ``m`` odd, in blocks of 16; ``docs/numerics.md``,
+"NVFP4 on AMX") is prepared the same way: its guard bound is ``S/g <= T /
+m_max`` per block, its per-call condition reads the scales' units ``2^e``,
+its zero and NaN scales are flagged, and the model divides by its global
+scale once at the end, as ``blocked_order``.  Its result equals
 :func:`~mlir_mx.numerics.matmul.blocked_order`'s bit for bit (the tests say
 where this was checked).
 """

@@ -1,7 +1,10 @@
 """The guarded AMX-BF16 matmul kernel (issue 51; ``docs/numerics.md``,
 "AMX-BF16", the design): C accumulated in the tiles across the K blocks,
 with the per-(row, block) fallback's ``t`` added at its block, B widened in
-the kernel from the MX codes.
+the kernel from the MX codes.  Below, blocks of 32 with E8M0 scales; with
+``block=16`` and E4M3 scales (NVFP4; issue 54, docs/numerics.md, "NVFP4 on
+AMX") every 32 along K reads 16: A tiles of 16 x 16 bf16, B tiles of 8 pair
+rows, one ``amx.tile_mulf`` per block, the scales decoded from E4M3.
 
 ``func @name(a, codes, c, ptr, rows, scales, bptr, bidx, fa)`` (and
 ``claims``, appended by ``mx-parallel-tasks``):

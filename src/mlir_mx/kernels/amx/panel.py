@@ -12,7 +12,9 @@ per block for 2 column tiles), which every row group then reads:
   ``k = 32 j + 2 r + p`` and columns ``16 t + n`` in the pair order
   ``2 n + p``, packed as the format packs a row (``numerics.packing``: FP4 16
   bytes, FP6 24, 8-bit formats 32);
-- ``scales``: ``memref<?x?xi8>`` (K/32, N padded to 16): E8M0 codes.
+- ``scales``: ``memref<?x?xi8>`` (K/32, N padded to 16): E8M0 codes (or, for
+  NVFP4, K/16 blocks of 8 tile rows and E4M3 codes: ``widen_panel``'s
+  ``block`` and ``scale_type``).
 
 Per tile row: the bytes unpacked and widened to their exact f32 values by
 the project's decoders (:func:`mlir_mx.kernels.common.widen.decoder`: FP4 by
