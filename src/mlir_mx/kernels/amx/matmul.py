@@ -82,7 +82,7 @@ from typing import NamedTuple
 from mlir import ir
 from mlir.dialects import arith, func, memref, scf, vector
 
-from mlir_mx.kernels.amx.panel import code_bytes, widen_panel
+from mlir_mx.kernels.amx.panel import code_bytes, unscaled_row, widen_panel
 from mlir_mx.kernels.amx.tile import TILE_M, TILE_N
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.codec import e8m0_to_f32
@@ -166,10 +166,12 @@ def _splat(value: float) -> ir.Value:
 
 def _decode(ix: _Ix, args: _Args, j, jp, nts) -> list[ir.Value]:
     """Block ``j``'s B for column tiles ``nts``, unscaled, into ``bdec[jn, k]``
-    (16 f32 each): the panel's pair-layout rows (at ``jp``, the block's place
-    in the chunk's panel) widened, split by parity and
-    divided by ``sb`` (exact: ``b sb`` is exact, the block not flagged; E8M0
-    as a product by ``1 / sb``, a power of two).  Returns the ``sb`` vectors."""
+    (16 f32 each): E8M0, the panel's pair-layout rows (at ``jp``, the
+    block's place in the chunk's panel) widened, split by parity and times
+    ``1 / sb`` (exact: a power of two, the block not flagged); E4M3 (not a
+    power of two), the codes widened again (``unscaled_row``: a division
+    ``(b sb) / sb``, exact too, took 32 ``vdivps`` a block and column group).
+    Returns the ``sb`` vectors."""
     f32, kb = ir.F32Type.get(), args.kb
     v32 = ir.VectorType.get([2 * TILE_N], f32)
     v32bf = ir.VectorType.get([2 * TILE_N], ir.BF16Type.get())
@@ -181,12 +183,15 @@ def _decode(ix: _Ix, args: _Args, j, jp, nts) -> list[ir.Value]:
         sbv.append(e8m0_to_f32(kb, codes) if e8m0 else decode_scales(kb, codes, args.scale_type))
         inv = arith.DivFOp(one, sbv[-1]).result if e8m0 else None
         for r in range(args.block // 2):
-            row = vector.LoadOp(v32bf, args.panel, [jp, ix.c(jn), ix.c(r), zero]).result
-            pair = arith.ExtFOp(v32, row).result
+            if e8m0:
+                row = vector.LoadOp(v32bf, args.panel, [jp, ix.c(jn), ix.c(r), zero]).result
+                pair = arith.ExtFOp(v32, row).result
+            else:
+                pair = unscaled_row(kb, args.element, args.codes, nt, j, ix.c(r))
             for parity in range(2):
                 mask = list(range(parity, 2 * TILE_N, 2))
                 bk = vector.ShuffleOp(pair, pair, mask).result
-                bk = arith.MulFOp(bk, inv).result if e8m0 else arith.DivFOp(bk, sbv[-1]).result
+                bk = arith.MulFOp(bk, inv).result if e8m0 else bk
                 vector.StoreOp(bk, args.bdec, [ix.c(jn), ix.c(2 * r + parity), zero])
     return sbv
 

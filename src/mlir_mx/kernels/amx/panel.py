@@ -36,7 +36,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.widen import Decoder, decode_scales, decoder
 from mlir_mx.numerics.formats import SCALE_TYPE, element_format
 
-__all__ = ["code_bytes", "widen_panel"]
+__all__ = ["code_bytes", "unscaled_row", "widen_panel"]
 
 #: Columns of a C tile (a B tile has block_size / 2 rows: K pairs).
 _COLS = 16
@@ -86,6 +86,17 @@ def _row_fp4(kb: KernelBuilder, table: ir.Value, raw: ir.Value, shift: ir.Value)
     nonzero = kb.cmpi("ne", kb.andi(words, kb.const(0x7FFF, v32w)), kb.const(0, v32w))
     out = kb.select(nonzero, kb.addi(words, shift), words)
     return kb.vbitcast(out, 32, ir.BF16Type.get())
+
+
+def unscaled_row(kb: KernelBuilder, element: str, codes, nt, j, r) -> ir.Value:
+    """Tile row ``r`` of column tile ``nt`` and block ``j``: the 32 codes'
+    exact f32 values (``vector<32xf32>``, the pair order), unscaled (the
+    fallback chains' B where the scale is not a power of two: NVFP4's
+    ``(b s) / s`` from the panel would cost a division per value)."""
+    dec = decoder(element)
+    raw = kb.vload(codes, [nt, j, r, 0], code_bytes(element))
+    vals = dec.decode(kb, dec.unpack(kb, raw))
+    return kb.shuffle(vals[0], vals[1], list(range(32)))
 
 
 def widen_panel(
