@@ -51,6 +51,7 @@ __all__ = [
     "amx_pass",
     "amx_plan",
     "amx_prepare",
+    "scale_units",
 ]
 
 _TINY = 2.0**-126
