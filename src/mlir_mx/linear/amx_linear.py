@@ -13,7 +13,10 @@ taken when all of these hold:
 - it has at least :data:`MIN_ROWS` rows (32);
 - the weight is E8M0-scaled with block size 32 and its format's guard bound
   ``T = 2^24 q / bmax`` is at least :data:`MIN_T` (E2M1, E2M3, E3M2, INT8;
-  FP8's ``T`` is 73 or below 1, and FP8 blocks nearly never pass);
+  FP8's ``T`` is 73 or below 1, and FP8 blocks nearly never pass), or it is
+  NVFP4 (E2M1, E4M3 scales in blocks of 16, a global scale: the kernel runs
+  one tile K step per block of 16, and the global scale is divided once per
+  output after it, as on the exact path: :func:`_nvfp4`);
 - :func:`mlir_mx.linear.amx.amx_bf16_usable` (the features, the OS
   permission and the self-test; ``MLIR_MX_CPU_FEATURES=-amx_bf16`` masks it).
 
@@ -91,10 +94,21 @@ def amx_enabled() -> bool:
     return os.environ.get(ENV, "1").strip() != "0"
 
 
+def _nvfp4(lin) -> bool:
+    """Whether ``lin``'s weight is NVFP4 (E2M1 codes, E4M3 scales in blocks
+    of 16, a global scale), which the AMX kernel takes in blocks of 16."""
+    from mlir_mx.numerics.formats import element_format
+
+    e2m1 = element_format("mxfp4").name
+    return lin.global_scale is not None and lin.block_size == 16 and lin.element == e2m1
+
+
 def _eligible(lin) -> bool:
     from mlir_mx.linear.amx import amx_bf16_usable
     from mlir_mx.numerics.amx_guard import amx_bounds
 
+    if _nvfp4(lin):
+        return amx_bf16_usable()
     if lin.block_size != 32 or lin.global_scale is not None:
         return False
     q, bmax = amx_bounds(lin.element)
@@ -131,7 +145,7 @@ def _build(lin):
         return None
     w = lin.weight()  # (out, in) blocked along in: B = W^T blocked along K
     b = MXArray(np.ascontiguousarray(w.codes.T), np.ascontiguousarray(w.scales.T),
-                lin.element, lin.block_size, 0)  # fmt: skip
+                w.format_name, lin.block_size, 0, global_scale=w.global_scale)  # fmt: skip
     mm = AMXMatmul(b, threads=lin.threads, keep_source=False)  # lin holds the weight
     params = guard_params(mm.weight)
     return (mm, params) if params is not None else None
@@ -164,18 +178,31 @@ def with_amx(lin, kind, m: int, threads: int, call):
     if found is None:
         return call
     ref = weakref.ref(lin)
+    g = _divisor(lin, call)
 
     def amx_call(x: np.ndarray, out: np.ndarray) -> None:
-        if not _on_amx(ref, found, x, out, threads):
+        if not _on_amx(ref, found, x, out, threads, g):
             call(x, out)
 
+    amx_call.divides_global = g is not None  # as ``call``: weight_form.divide_by_global reads it
     return amx_call
 
 
-def _on_amx(ref, found, x: np.ndarray, out: np.ndarray, threads: int) -> bool:
+def _divisor(lin, call):
+    """NVFP4's global scale where ``call`` (an exact call) divides by it
+    itself (``weight_form.applies_global``; so must the AMX path then),
+    else None (``Linear`` divides after either path)."""
+    from mlir_mx.linear.weight_form import applies_global
+
+    return lin.global_scale if lin.global_scale is not None and applies_global(call) else None
+
+
+def _on_amx(ref, found, x: np.ndarray, out: np.ndarray, threads: int, g=None) -> bool:
     """``out = x @ W.T`` on AMX (True), or nothing done (False: the caller
     makes the exact call) where the preparation declines.  ``ref``: a weak
-    reference to the Linear (its :func:`last_path`)."""
+    reference to the Linear (its :func:`last_path`); ``g``: NVFP4's global
+    scale where this call divides by it (in place, after the kernel: the
+    exact path's ``np.divide``), else None."""
     from mlir_mx.linear.amx import amx_bf16_usable
     from mlir_mx.linear.amx_prepare import prepare_activations
 
@@ -192,6 +219,8 @@ def _on_amx(ref, found, x: np.ndarray, out: np.ndarray, threads: int) -> bool:
         mm.run(prepared.args, x.shape[0], threads, out=out)  # written in place
     else:
         out[...] = mm.run(prepared.args, x.shape[0], threads)  # the call's team
+    if g is not None:
+        np.divide(out, g, out=out)
     _record(ref, "amx")
     return True
 
@@ -217,10 +246,11 @@ def with_amx_raw(lin, kind, m: int, bf16: bool, call, threads: int = 1):
     if found is None:
         return call
     k, n, ref = lin.in_features, lin.out_features, weakref.ref(lin)
+    g = lin.global_scale  # ``call`` divides by it (weight_form.divide_at): so does the AMX path
 
     def amx_raw_call(x_addr: int, out_addr: int) -> None:
         x, out = f32_at(x_addr, m, k), f32_at(out_addr, m, n)
-        if not amx_enabled() or not _on_amx(ref, found, x, out, threads):
+        if not amx_enabled() or not _on_amx(ref, found, x, out, threads, g):
             call(x_addr, out_addr)
 
     return amx_raw_call
@@ -243,5 +273,5 @@ def precompile_amx(lin, kind, m: int, threads: int, bf16: bool = False) -> None:
     if found is None or not amx_bf16_usable():
         return
     mm = found[0]
-    prepare_runner()
-    amx_matmul_runner(mm.group, mm.weight.element, threads)
+    prepare_runner(mm.weight.block_size)
+    amx_matmul_runner(mm.group, mm.weight.element, threads, mm.weight.block_size)

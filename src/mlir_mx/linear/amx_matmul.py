@@ -3,7 +3,9 @@ not in ``Linear`` or the schedule registry yet).
 
 ``AMXMatmul(b)(a)`` gives ``A x B`` (f32 (M, N)) for bf16 activations ``a``
 (an f32 (M, K) array of bf16 values) and an MX weight ``b`` (an E8M0-scaled
-``MXArray`` (K, N) blocked along K), bit for bit the exact path's
+``MXArray`` (K, N) blocked along K in blocks of 32, or an NVFP4 one in blocks
+of 16: one tile K step per block, the global scale divided after the
+kernel), bit for bit the exact path's
 (``Linear(b, activations="bf16")``, the oracle's blocked order), as the
 numpy model :func:`mlir_mx.oracle.amx_guarded_matmul` computes it
 (``docs/numerics.md``, "AMX-BF16"):
@@ -78,9 +80,10 @@ def _pad(n: int) -> int:
 
 
 def pack_weight(b: MXArray) -> np.ndarray:
-    """The kernel's B: the weight's codes (an MXArray (K, N) blocked along K)
-    as (N/16, K/32, 16, R) bytes (``int8``), N padded to 16 with code 0: tile row
-    ``r`` of column tile ``t`` and block ``j`` holds the codes of rows ``32 j
+    """The kernel's B: the weight's codes (an MXArray (K, N) blocked along K
+    in blocks of ``bs`` = 32, or NVFP4's 16) as (N/16, K/bs, bs/2, R) bytes
+    (``int8``), N padded to 16 with code 0: tile row
+    ``r`` of column tile ``t`` and block ``j`` holds the codes of rows ``bs j
     + 2 r + p`` and columns ``16 t + n`` in the pair order ``2 n + p``,
     packed as the format packs a row (FP4 16 bytes, FP6 24, 8-bit formats
     32: :mod:`mlir_mx.kernels.amx.panel`).  The same bytes as the packed
@@ -88,13 +91,13 @@ def pack_weight(b: MXArray) -> np.ndarray:
     from mlir_mx.numerics.packing import is_packed_storage, pack_codes
 
     k, n = b.shape
-    fmt = b.format
+    fmt, bs = b.format, b.block_size
     raw = np.asarray(b.codes).view(np.uint8)
     codes = np.zeros((k, _pad(n)), np.uint8)
     codes[:, :n] = raw
-    # (K/32, 16 r, 2 p, N/16 t, 16 n) -> (t, K/32, r, n, p)
-    pair = codes.reshape(k // 32, 16, 2, -1, 16).transpose(3, 0, 1, 4, 2)
-    pair = np.ascontiguousarray(pair.reshape(-1, k // 32, 16, 32))
+    # (K/bs, bs/2 r, 2 p, N/16 t, 16 n) -> (t, K/bs, r, n, p)
+    pair = codes.reshape(k // bs, bs // 2, 2, -1, 16).transpose(3, 0, 1, 4, 2)
+    pair = np.ascontiguousarray(pair.reshape(-1, k // bs, bs // 2, 32))
     if is_packed_storage(pair.shape, fmt):
         pair = pack_codes(pair, fmt)
     return pair.view(np.int8)  # the kernel's i8 memref
@@ -153,13 +156,17 @@ def failing_blocks(a, bptr, bidx, grow, block_size: int = 32) -> np.ndarray:
     return out
 
 
-def pack_scales(w) -> np.ndarray:
-    """The weight's E8M0 scale codes as the kernel's bytes (K/32, N
-    padded to 16), code 127 (1) in the padding and in the blocks that
-    ``amx_prepare`` flagged (a weight with any runs on the exact path)."""
+def pack_scales(w, scales=None) -> np.ndarray:
+    """The weight's scale codes (E8M0, or NVFP4's E4M3) as the kernel's
+    bytes (K/bs, N padded to 16), the code of 1 (E8M0 127, E4M3 0x38) in
+    the padding and in the blocks that ``amx_prepare`` flagged (a weight
+    with any runs on the exact path).  ``scales``: the codes, by default
+    ``w.source.scales``."""
     nb, n = w.flagged.shape
-    codes = np.full((nb, _pad(n)), 127, np.uint8)
-    codes[:, :n] = np.where(w.flagged, 127, np.asarray(w.source.scales).view(np.uint8))
+    one = 0x38 if w.e4m3 else 127
+    raw = np.asarray(w.source.scales if scales is None else scales).view(np.uint8)
+    codes = np.full((nb, _pad(n)), one, np.uint8)
+    codes[:, :n] = np.where(w.flagged, one, raw)
     return codes.view(np.int8)  # the kernel's i8 memref
 
 
@@ -209,17 +216,20 @@ class WeightShape(NamedTuple):
 
 
 @functools.lru_cache(maxsize=16)
-def _runner(_features: frozenset[str], group: tuple[int, int], element: str, threads: int):
+def _runner(_features: frozenset[str], group: tuple[int, int], element: str, threads: int,
+            block: int = 32):  # fmt: skip
     from mlir import ir
 
     from mlir_mx.execution import CompileOptions, Runner
     from mlir_mx.execution.options import default_cache_dir
     from mlir_mx.kernels.amx.matmul import matmul_module
+    from mlir_mx.numerics.formats import E4M3_SCALE_TYPE, SCALE_TYPE
     from mlir_mx.passes.pipeline import Pipeline, PipelineElement
     from mlir_mx.pipelines.amx import amx_library_pipeline
 
     with ir.Context(), ir.Location.unknown():
-        text = str(matmul_module("amx_matmul", group, element))
+        scale_type = E4M3_SCALE_TYPE if block == 16 else SCALE_TYPE  # NVFP4: blocks of 16
+        text = str(matmul_module("amx_matmul", group, element, block=block, scale_type=scale_type))
     tasks = PipelineElement.of("mx-parallel-tasks", threads=threads)
     pipeline = Pipeline((tasks, *amx_library_pipeline()))
     return Runner(text, options=CompileOptions(pipeline, cache_dir=default_cache_dir()))
@@ -231,13 +241,16 @@ def _refuse_unless_usable() -> None:
         raise MXUnsupportedHostError(f"AMX-BF16 matmul refused here: {status.reason}")
 
 
-def amx_matmul_runner(group: tuple[int, int] = GROUP, element: str = "f4E2M1FN", threads: int = 1):
+def amx_matmul_runner(
+    group: tuple[int, int] = GROUP, element: str = "f4E2M1FN", threads: int = 1, block: int = 32
+):
     """The Runner of the kernel (``@amx_matmul``) for weights in ``element``
+    (``block`` 32: E8M0 scales; 16: NVFP4's E4M3 scales)
     on a team of ``threads`` (its column groups claimed one at a time:
     ``mx-parallel-tasks``), compiled once per CPU feature set; refused
     (``MXUnsupportedHostError``) unless AMX-BF16 is usable here."""
     _refuse_unless_usable()
-    return _runner(host_features(), tuple(group), element, int(threads))
+    return _runner(host_features(), tuple(group), element, int(threads), int(block))
 
 
 class AMXMatmul:
@@ -250,8 +263,8 @@ class AMXMatmul:
     ``threads.set_team``'s team: torch's OpenMP runtime where one is loaded,
     else the caller alone, or our pool; on an oversubscribed machine the
     1-thread kernel, ``threads.call_threads``; the same bits on any count)
-    and the exact path's.  Blocks of 32 only
-    (one tile's K).  Calling it with ``a`` (f32 (M, K), bf16 values)
+    and the exact path's.  E8M0 scales in blocks of 32, NVFP4 in blocks of
+    16 (one tile K step per block).  Calling it with ``a`` (f32 (M, K), bf16 values)
     returns C (f32 (M, N)); ``last_path`` says which path the last call took
     (``"amx"`` or ``"exact"``).  A call whose share of failing (row,
     block)s is above ``max_fallback_share`` runs on the exact path (every
@@ -269,8 +282,9 @@ class AMXMatmul:
     ):
         _refuse_unless_usable()
         self.weight = oracle.amx_prepare(b)  # scales and flags (no bf16 tiles)
-        if b.block_size != 32:
-            raise MXValueError(f"b: block_size {b.block_size}; the AMX kernel takes blocks of 32")
+        if b.block_size != (16 if self.weight.e4m3 else 32):
+            raise MXValueError(f"b: block_size {b.block_size}; the AMX kernel takes E8M0 scales "
+                               "in blocks of 32 and NVFP4 in blocks of 16")  # fmt: skip
         self.b_codes = pack_weight(b)
         self.b_scales = pack_scales(self.weight)
         if not keep_source:  # the caller holds the weight (Linear's hook): not a second copy
@@ -347,7 +361,7 @@ class AMXMatmul:
             _check_out(out, (m, n))
         c = out if out is not None and out.shape == shape else np.empty(shape, np.float32)
         team = call_threads(self.threads) if team is None else check_threads(team)
-        runner = amx_matmul_runner(self.group, self.weight.element, team)
+        runner = amx_matmul_runner(self.group, self.weight.element, team, self.weight.block_size)
         runner.amx_matmul(a_tiles, self.b_codes, c, ptr, rows, self.b_scales, bptr, bidx, fa)
         self.last_path = "amx"
         if c is out:
@@ -358,7 +372,13 @@ class AMXMatmul:
         return np.ascontiguousarray(c[:m, :n])
 
     def __call__(self, a) -> np.ndarray:
+        """C for ``a``; an NVFP4 weight's global scale applied last, as
+        ``Linear`` does (one f32 division per output, in place:
+        :meth:`run` gives C before it)."""
         prepared = self.prepare(a)
         if prepared is None:
             return self.exact(a)
-        return self.run(prepared, a.shape[0])
+        c = self.run(prepared, a.shape[0])
+        if self.weight.global_scale is not None:
+            np.divide(c, np.float32(self.weight.global_scale), out=c)
+        return c

@@ -23,7 +23,7 @@ import numpy as np
 from mlir_mx.errors import MXValueError
 from mlir_mx.host import host_features
 from mlir_mx.kernels.amx.prepare import prepare_module
-from mlir_mx.kernels.amx.tile import TILE_K, TILE_M
+from mlir_mx.kernels.amx.tile import TILE_M
 from mlir_mx.numerics.amx_guard import AMXWeight, amx_bounds
 
 __all__ = ["GuardParams", "Prepared", "by_block", "guard_params", "prepare_activations",
@@ -34,16 +34,23 @@ __all__ = ["GuardParams", "Prepared", "by_block", "guard_params", "prepare_activ
 class GuardParams:
     """The prepare kernel's per-weight arguments (:func:`guard_params`)."""
 
-    lim: np.ndarray  # i32 (K/32): -126 - log2 q - log2 sb_min[j]
-    cap: np.ndarray  # f64 (K/32): 2^128 / max(1, sb_max[j])
+    lim: np.ndarray  # i32 (K/bs): -126 - log2 q - log2 sb_min[j] (sb_min: the scale unit)
+    cap: np.ndarray  # f64 (K/bs): 2^128 / max(1, sb_max[j])
     par: np.ndarray  # f64 (4): bmax, 2^24 q, -126 - log2 q, 0
+    tq: np.ndarray | None = None  # f64 (K/bs): 2^24 q / m_max[j] (NVFP4); None: 2^24 q
+    block: int = 32  # the weight's block size (32, or NVFP4's 16)
+
+    def bounds(self) -> np.ndarray:
+        """``tq``, or ``2^24 q`` per block where it is None."""
+        return self.tq if self.tq is not None else np.full(len(self.lim), self.par[1])
 
 
 def guard_params(w: AMXWeight) -> GuardParams | None:
     """The per-weight arguments of the prepare kernel, or None where the
-    weight has a flagged block (the call runs on the exact path; the scales
-    are then not all powers of two in f32's range)."""
-    if w.flagged.any() or w.block_size != TILE_K:
+    weight has a flagged block (the call runs on the exact path: an E8M0
+    scale out of f32's range, an NVFP4 zero or NaN scale) or is not E8M0
+    in blocks of 32 or NVFP4 in blocks of 16."""
+    if w.flagged.any() or w.block_size != (16 if w.e4m3 else 32):
         return None
     q, bmax = amx_bounds(w.element)
     lq = -126 - math.log2(q)
@@ -52,11 +59,12 @@ def guard_params(w: AMXWeight) -> GuardParams | None:
     lim = lq - np.log2(w.sb_min)  # exact: powers of two
     cap = 2.0**128 / np.maximum(1.0, w.sb_max)
     par = np.array([bmax, 2.0**24 * q, lq, 0.0])
-    return GuardParams(lim.astype(np.int32), cap.astype(np.float64), par)
+    tq = None if w.m_max is None else 2.0**24 * q / w.m_max
+    return GuardParams(lim.astype(np.int32), cap.astype(np.float64), par, tq, w.block_size)
 
 
-@functools.lru_cache(maxsize=2)
-def _runner(_features: frozenset[str]):
+@functools.lru_cache(maxsize=4)
+def _runner(_features: frozenset[str], block: int = 32):
     from mlir import ir
 
     from mlir_mx.execution import CompileOptions, Runner
@@ -64,16 +72,17 @@ def _runner(_features: frozenset[str]):
     from mlir_mx.pipelines.amx import amx_library_pipeline
 
     with ir.Context(), ir.Location.unknown():
-        text = str(prepare_module("amx_prepare"))
+        text = str(prepare_module("amx_prepare", block))
     options = CompileOptions(amx_library_pipeline(), cache_dir=default_cache_dir())
     return Runner(text, options=options)
 
 
-def prepare_runner():
-    """The Runner of the prepare kernel (``@amx_prepare``), compiled once per
-    CPU feature set (no tile instruction: it runs on any AVX-512 or AVX2 CPU),
-    or loaded from the persistent compile cache (``MLIR_MX_CACHE_DIR``)."""
-    return _runner(host_features())
+def prepare_runner(block: int = 32):
+    """The Runner of the prepare kernel (``@amx_prepare``) for weight blocks
+    of ``block`` (32, or NVFP4's 16), compiled once per CPU feature set (no
+    tile instruction: it runs on any AVX-512 or AVX2 CPU), or loaded from
+    the persistent compile cache (``MLIR_MX_CACHE_DIR``)."""
+    return _runner(host_features(), block)
 
 
 @dataclass
@@ -110,18 +119,19 @@ def by_block(ptr: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
     return bptr, bidx
 
 
-def _outputs(m: int, nb: int, buffers: dict | None):
-    """The prepare kernel's output arrays for ``m`` rows and ``nb`` blocks:
-    new, or the ones kept in ``buffers`` for that shape (made there once)."""
-    key = (m, nb)
+def _outputs(m: int, nb: int, buffers: dict | None, bs: int = 32):
+    """The prepare kernel's output arrays for ``m`` rows and ``nb`` blocks
+    of ``bs``: new, or the ones kept in ``buffers`` for that shape (made
+    there once)."""
+    key = (m, nb, bs)
     if buffers is not None and key in buffers:
         return buffers[key]
     mt = -(-m // TILE_M)
     out = (
-        np.empty((mt, nb, TILE_M, TILE_K), np.int16),
+        np.empty((mt, nb, TILE_M, bs), np.int16),
         np.empty(mt * nb + 1, np.int32),
         np.empty(max(m * nb, 1), np.int32),
-        np.empty((max(m * nb, 1), TILE_K), np.float32),
+        np.empty((max(m * nb, 1), bs), np.float32),
         np.zeros(4, np.int32),
     )
     if buffers is not None:
@@ -142,17 +152,18 @@ def prepare_activations(
     returned ``args`` then hold them until the next call with the same
     dict: for a caller that runs them at once, one thread per dict)."""
     m, k = a.shape
-    nb = k // TILE_K
-    tiles, ptr, rows, fblk, cnt = _outputs(m, nb, buffers)
-    prepare_runner().amx_prepare(a, params.lim, params.cap, params.par, tiles, ptr, rows,
-                                 fblk, cnt)  # fmt: skip
+    bs = params.block
+    nb = k // bs
+    tiles, ptr, rows, fblk, cnt = _outputs(m, nb, buffers, bs)
+    prepare_runner(bs).amx_prepare(a, params.lim, params.cap, params.bounds(), params.par, tiles,
+                                   ptr, rows, fblk, cnt)  # fmt: skip
     failing, breaks, nonbf16 = (int(v) for v in cnt[:3])
     if breaks or failing > max_share * m * nb:
         return Prepared(None, failing, breaks, nonbf16)
     import ml_dtypes
 
     bptr, bidx = by_block(ptr, nb)
-    fa = fblk[bidx] if failing else np.zeros((len(bidx), TILE_K), np.float32)
+    fa = fblk[bidx] if failing else np.zeros((len(bidx), bs), np.float32)
     rows = rows[:failing] if failing else np.zeros(1, np.int32)
     args = (tiles.view(ml_dtypes.bfloat16), ptr, rows, bptr, bidx, fa)
     return Prepared(args, failing, breaks, nonbf16)

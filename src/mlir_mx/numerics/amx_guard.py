@@ -18,7 +18,12 @@ chain both give the exact sum.
 ``b * sb`` in bf16 in the pair layout (:func:`amx_prepare`), C accumulated in
 the tiles across blocks, failing (row, block)s zeroed in A and their ``t``
 added by the in-order f32 chain at their block, and the whole call on the
-exact path where :func:`amx_guard_call` fails.  Its result equals
+exact path where :func:`amx_guard_call` fails.  An NVFP4 weight (E4M3
+scales ``s = m 2^e``, ``m`` odd, in blocks of 16; ``docs/numerics.md``,
+"NVFP4 on AMX") is prepared the same way: its guard bound is ``S/g <= T /
+m_max`` per block, its per-call condition reads the scales' units ``2^e``,
+its zero and NaN scales are flagged, and the model divides by its global
+scale once at the end, as ``blocked_order``.  Its result equals
 :func:`~mlir_mx.numerics.matmul.blocked_order`'s bit for bit (the tests say
 where this was checked).
 """
@@ -33,7 +38,7 @@ import numpy as np
 
 from mlir_mx.errors import MXValueError
 
-from .formats import decode_elements, element_format
+from .formats import E4M3_SCALE_TYPE, block_scaling, decode_elements, element_format
 from .matmul import amx_pair_layout, amx_tdpbf16ps, blocked_order
 from .mxarray import MXArray
 
@@ -46,6 +51,7 @@ __all__ = [
     "amx_pass",
     "amx_plan",
     "amx_prepare",
+    "scale_units",
 ]
 
 _TINY = 2.0**-126
@@ -125,11 +131,14 @@ def amx_guard(a, element, block_size: int = 32) -> np.ndarray:
     return _guard(*_stats(a, block_size), element)
 
 
-def _guard(finite, g, s, element) -> np.ndarray:
+def _guard(finite, g, s, element, m_max=1.0) -> np.ndarray:
+    """The guard's mask; ``m_max`` (per block, or 1): the largest odd part of
+    the block's scale significands (NVFP4: ``S/g <= T / m_max``)."""
     q, bmax = amx_bounds(element)
     with np.errstate(all="ignore"):
         ratio = np.where(np.isinf(g), 0.0, s / g)
-        return finite & (g * q >= _TINY) & (ratio * bmax <= 2.0**24 * q) & (s * bmax < 2.0**127)
+        bound = ratio * bmax * m_max <= 2.0**24 * q  # exact: m_max an integer below 16
+        return finite & (g * q >= _TINY) & bound & (s * bmax < 2.0**127)
 
 
 @dataclass(frozen=True)
@@ -137,9 +146,14 @@ class AMXWeight:
     """A weight prepared for the guarded AMX matmul (:func:`amx_prepare`).
 
     ``flagged``: (K/bs, N) the weight blocks whose ``sb`` breaks ``q sb >=
-    2^-126`` or ``bmax sb < 2^128`` (or is NaN): they keep the unscaled form
+    2^-126`` or ``bmax sb < 2^128`` (or is NaN; an NVFP4 zero scale breaks
+    the first): they keep the unscaled form
     and the per-block store; ``sb_min``, ``sb_max``: (K/bs,) each block's
-    smallest and largest scale (a NaN scale as +Inf: what the guard reads);
+    smallest scale unit and largest scale (a NaN scale as +Inf: what the
+    guard reads), the unit of a scale ``s = m 2^e`` (``m`` odd) being
+    ``2^e``: the scale itself for E8M0; ``m_max``: (K/bs,) each block's
+    largest ``m`` (1 for E8M0, 1 to 15 for E4M3; a flagged scale as 1);
+    ``global_scale``: NVFP4's (None for E8M0);
     ``source``: the MXArray (the fallback chain reads its codes).  Computed
     on first use, then kept: ``scales``, (K/bs, N) ``sb`` (f64), and
     ``tiles`` (4x an FP4 weight's codes): (K/bs, bs/2, 2N)
@@ -151,10 +165,18 @@ class AMXWeight:
     flagged: np.ndarray
     sb_min: np.ndarray
     sb_max: np.ndarray
+    m_max: np.ndarray | None = None
+    global_scale: float | None = None
 
     @property
     def element(self) -> str:
-        return self.source.format_name
+        """The element format's name (``f4E2M1FN`` for NVFP4 too)."""
+        return block_scaling(self.source.format_name)[0].name
+
+    @property
+    def e4m3(self) -> bool:
+        """Whether the scales are E4M3 (NVFP4), not E8M0."""
+        return block_scaling(self.source.format_name)[1] == E4M3_SCALE_TYPE
 
     @property
     def block_size(self) -> int:
@@ -181,20 +203,39 @@ class AMXWeight:
         return t.reshape(half, n2 // 2, 2).transpose(0, 2, 1).reshape(2 * half, n2 // 2)
 
 
+def scale_units(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(2^e, m)`` of positive finite scales ``s = m 2^e``, ``m`` odd (f64
+    each, exact); ``(s, 1)`` for a power of two.  Elsewhere (0, NaN, Inf)
+    ``(s, 1)``: those are flagged."""
+    ok = np.isfinite(s) & (s > 0)
+    f, e = np.frexp(np.where(ok, s, 1.0))
+    sig = (f * 2.0**53).astype(np.int64)  # the significand, exact
+    low = (sig & -sig).astype(np.float64)  # its lowest set bit
+    unit = np.ldexp(low, e - 53)
+    return np.where(ok, unit, s), np.where(ok, s / unit, 1.0)
+
+
 def amx_prepare(b: MXArray) -> AMXWeight:
-    """B (an MXArray (K, N) blocked along axis 0, E8M0 scales, as
-    ``blocked_order``'s ``b``) as :class:`AMXWeight` (its scales and flags;
-    the bf16 tiles on first use)."""
-    if not isinstance(b, MXArray) or b.axis != 0 or b.ndim != 2 or b.global_scale is not None:
-        raise MXValueError("b: an E8M0-scaled MXArray (K, N) blocked along axis 0")
+    """B (an MXArray (K, N) blocked along axis 0, as ``blocked_order``'s
+    ``b``: E8M0 scales, or NVFP4's E4M3 scales in blocks of 16 with its
+    global scale) as :class:`AMXWeight` (its scales and flags; the bf16
+    tiles on first use)."""
+    if not isinstance(b, MXArray) or b.axis != 0 or b.ndim != 2:
+        raise MXValueError("b: an MXArray (K, N) blocked along axis 0 (E8M0 or NVFP4)")
     if b.block_size % 2:
         raise MXValueError(f"b: block_size {b.block_size} is odd (AMX reads K in pairs)")
-    q, bmax = amx_bounds(b.format_name)
+    q, bmax = amx_bounds(b.element)
     sb = b.scale_values()
     with np.errstate(invalid="ignore"):
         flagged = ~((q * sb >= _TINY) & (bmax * sb < 2.0**128))
-    guarded = np.where(np.isnan(sb), np.inf, sb)
-    return AMXWeight(b, flagged, guarded.min(axis=1, initial=np.inf), guarded.max(axis=1, initial=-np.inf))
+    unit, m = scale_units(np.where(flagged, 1.0, sb))
+    guarded = np.where(np.isnan(sb), np.inf, np.where(flagged, sb, unit))
+    g = None if b.global_scale is None else float(b.global_scale)
+    return AMXWeight(
+        b, flagged, guarded.min(axis=1, initial=np.inf),
+        np.where(np.isnan(sb), np.inf, sb).max(axis=1, initial=-np.inf),
+        m.max(axis=1, initial=1.0), g,
+    )  # fmt: skip
 
 
 def amx_guard_call(a, w: AMXWeight) -> bool:
@@ -229,7 +270,8 @@ def _pass(stats, w: AMXWeight) -> np.ndarray:
     s = stats[2]
     with np.errstate(all="ignore"):
         fits = s * bmax * np.maximum(1.0, w.sb_max)[None, :] < 2.0**128
-    return _guard(*stats, w.element) & fits
+    m_max = 1.0 if w.m_max is None else w.m_max[None, :]
+    return _guard(*stats, w.element, m_max) & fits
 
 
 def amx_plan(a, w: AMXWeight) -> np.ndarray | None:
@@ -244,7 +286,9 @@ def _fallback_t(a_rows: np.ndarray, w: AMXWeight, j: int) -> np.ndarray:
     """``t = p sb`` of block ``j`` for some rows, by the in-order f32 chain
     (the exact path's, ``blocked_order`` on that block from +0)."""
     bs, src = w.block_size, w.source
-    block = MXArray(src.codes[j * bs : (j + 1) * bs], src.scales[j : j + 1], src.element, bs, 0)
+    one = 1.0 if w.e4m3 else None  # t before the global scale
+    block = MXArray(src.codes[j * bs : (j + 1) * bs], src.scales[j : j + 1], src.format_name, bs,
+                    0, global_scale=one)  # fmt: skip
     zero = np.zeros((a_rows.shape[0], src.shape[1]), np.float32)
     return blocked_order(a_rows, block, zero)
 
@@ -283,4 +327,6 @@ def amx_guarded_matmul(a, w: AMXWeight, product=amx_tdpbf16ps) -> np.ndarray:
             rows = ~ok[:, j]
             if rows.any():
                 c[rows] += _fallback_t(a[rows, j * bs : (j + 1) * bs], w, j)
+        if w.global_scale is not None:  # NVFP4: once per output, as blocked_order
+            c = np.zeros(c.shape, np.float32) + c / np.float32(w.global_scale)
     return c

@@ -1,7 +1,10 @@
 """The guarded AMX-BF16 matmul kernel (issue 51; ``docs/numerics.md``,
 "AMX-BF16", the design): C accumulated in the tiles across the K blocks,
 with the per-(row, block) fallback's ``t`` added at its block, B widened in
-the kernel from the MX codes.
+the kernel from the MX codes.  Below, blocks of 32 with E8M0 scales; with
+``block=16`` and E4M3 scales (NVFP4; issue 54, docs/numerics.md, "NVFP4 on
+AMX") every 32 along K reads 16: A tiles of 16 x 16 bf16, B tiles of 8 pair
+rows, one ``amx.tile_mulf`` per block, the scales decoded from E4M3.
 
 ``func @name(a, codes, c, ptr, rows, scales, bptr, bidx, fa)`` (and
 ``claims``, appended by ``mx-parallel-tasks``):
@@ -79,16 +82,18 @@ from typing import NamedTuple
 from mlir import ir
 from mlir.dialects import arith, func, memref, scf, vector
 
-from mlir_mx.kernels.amx.panel import code_bytes, widen_panel
-from mlir_mx.kernels.amx.tile import TILE_K, TILE_M, TILE_N
+from mlir_mx.kernels.amx.panel import code_bytes, unscaled_row, widen_panel
+from mlir_mx.kernels.amx.tile import TILE_M, TILE_N
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.codec import e8m0_to_f32
+from mlir_mx.kernels.common.widen import decode_scales
+from mlir_mx.numerics.formats import SCALE_TYPE
 
 __all__ = ["matmul_module"]
 
 
-def _tile(elem: str, cols: int) -> ir.Type:
-    return ir.Type.parse(f"!amx.tile<16x{cols}x{elem}>")
+def _tile(elem: str, cols: int, rows: int = 16) -> ir.Type:
+    return ir.Type.parse(f"!amx.tile<{rows}x{cols}x{elem}>")
 
 
 def _load(base: ir.Value, idx: list[ir.Value], tile: ir.Type) -> ir.Value:
@@ -144,10 +149,11 @@ class _Args:
 
     NAMES = ("a", "codes", "c", "ptr", "rows", "scales", "bptr", "bidx", "fa")
 
-    def __init__(self, values, kb: KernelBuilder, element: str, **scratch):
+    def __init__(self, values, kb: KernelBuilder, element: str, block: int, scale_type: str,
+                 **scratch):  # fmt: skip
         for name, value in zip(self.NAMES, values, strict=True):
             setattr(self, name, value)
-        self.kb, self.element = kb, element
+        self.kb, self.element, self.block, self.scale_type = kb, element, block, scale_type
         for name, value in scratch.items():
             setattr(self, name, value)
 
@@ -160,9 +166,11 @@ def _splat(value: float) -> ir.Value:
 
 def _decode(ix: _Ix, args: _Args, j, jp, nts) -> list[ir.Value]:
     """Block ``j``'s B for column tiles ``nts``, unscaled, into ``bdec[jn, k]``
-    (16 f32 each): the panel's pair-layout rows (at ``jp``, the block's place
-    in the chunk's panel) widened, split by parity and
-    divided by ``sb`` (exact: a power of two, the block not flagged).
+    (16 f32 each): E8M0, the panel's pair-layout rows (at ``jp``, the
+    block's place in the chunk's panel) widened, split by parity and times
+    ``1 / sb`` (exact: a power of two, the block not flagged); E4M3 (not a
+    power of two), the codes widened again (``unscaled_row``: a division
+    ``(b sb) / sb``, exact too, took 32 ``vdivps`` a block and column group).
     Returns the ``sb`` vectors."""
     f32, kb = ir.F32Type.get(), args.kb
     v32 = ir.VectorType.get([2 * TILE_N], f32)
@@ -171,14 +179,19 @@ def _decode(ix: _Ix, args: _Args, j, jp, nts) -> list[ir.Value]:
     sbv = []
     for jn, nt in enumerate(nts):
         codes = kb.vload(args.scales, [j, ix.mul(nt, ix.c(TILE_N))], TILE_N)
-        sbv.append(e8m0_to_f32(kb, codes))
-        inv = arith.DivFOp(one, sbv[-1]).result
-        for r in range(TILE_K // 2):
-            row = vector.LoadOp(v32bf, args.panel, [jp, ix.c(jn), ix.c(r), zero]).result
-            pair = arith.ExtFOp(v32, row).result
+        e8m0 = args.scale_type == SCALE_TYPE
+        sbv.append(e8m0_to_f32(kb, codes) if e8m0 else decode_scales(kb, codes, args.scale_type))
+        inv = arith.DivFOp(one, sbv[-1]).result if e8m0 else None
+        for r in range(args.block // 2):
+            if e8m0:
+                row = vector.LoadOp(v32bf, args.panel, [jp, ix.c(jn), ix.c(r), zero]).result
+                pair = arith.ExtFOp(v32, row).result
+            else:
+                pair = unscaled_row(kb, args.element, args.codes, nt, j, ix.c(r))
             for parity in range(2):
                 mask = list(range(parity, 2 * TILE_N, 2))
-                bk = arith.MulFOp(vector.ShuffleOp(pair, pair, mask).result, inv).result
+                bk = vector.ShuffleOp(pair, pair, mask).result
+                bk = arith.MulFOp(bk, inv).result if e8m0 else bk
                 vector.StoreOp(bk, args.bdec, [ix.c(jn), ix.c(2 * r + parity), zero])
     return sbv
 
@@ -194,7 +207,7 @@ def _chains(ix: _Ix, args: _Args, j, e, sbv, tn: int) -> None:
     fs = [ix.cast(memref.LoadOp(args.bidx, [ix.add(e, ix.c(i))]).result) for i in range(4)]
     es = [ix.add(e, ix.c(i)) for i in range(4)]
     p = [[_splat(0.0) for _ in range(tn)] for _ in range(4)]
-    for k in range(TILE_K):
+    for k in range(args.block):
         bk = [vector.LoadOp(v16, args.bdec, [ix.c(jn), ix.c(k), zero]).result for jn in range(tn)]
         for i in range(4):
             ak = memref.LoadOp(args.fa, [es[i], ix.c(k)]).result
@@ -262,7 +275,7 @@ def _k_loop(ix: _Ix, args, span, mt0, nt0, tm: int, tn: int) -> None:
     loop, then stored to ``cacc``, or to C after the last chunk."""
     a, c, ptr, nb = args.a, args.c, args.ptr, args.nb
     j0, j1, slot = span
-    tile_a, tile_b = _tile("bf16", TILE_K), _tile("bf16", TILE_K)
+    tile_a, tile_b = _tile("bf16", args.block), _tile("bf16", 2 * TILE_N, args.block // 2)
     tile_c = _tile("f32", TILE_N)
     zero = ix.c(0)
     mts = [ix.add(mt0, ix.c(i)) for i in range(tm)]
@@ -322,7 +335,8 @@ def _column_group(ix: _Ix, args, mtiles, span, nt0, tm: int, tn: int) -> None:
     kb = args.kb
     ahead = kb.min(kb.add(span.j1, args.chunk), args.nb)  # the next chunk's codes
     codes, scales = args.codes, args.scales
-    widen_panel(kb, args.element, codes, scales, args.panel, span.j1, nt0, tn, span.j0, ahead)
+    widen_panel(kb, args.element, codes, scales, args.panel, span.j1, nt0, tn, span.j0, ahead,
+                args.block, args.scale_type)  # fmt: skip
     _precompute(ix, args, span, nt0, tn)
     mfull = ix.mul(arith.DivUIOp(mtiles, ix.c(tm)).result, ix.c(tm))
     spans = [(ix.c(0), mfull, tm)] + ([(mfull, mtiles, 1)] if tm > 1 else [])
@@ -356,10 +370,11 @@ ITEM_GROUPS, MIN_ITEMS = 8, 8
 CHUNK, WHOLE_K_TILES, FIT_TILES = 8, 1024, 1536
 
 
-def _chunk(kb: KernelBuilder, mtiles, nb, tn: int, chunk: int, whole_k_tiles: int):
+def _chunk(kb: KernelBuilder, mtiles, nb, tn: int, chunk: int, whole_k_tiles: int, block: int):
     """The K chunk's blocks (``nb``: K whole) for A of ``mtiles`` x ``nb``
-    tiles (``_groups``)."""
-    fits = kb.icmp("sle", kb.mul(mtiles, chunk + ITEM_GROUPS * tn), FIT_TILES)
+    tiles of ``block`` columns (``_groups``; the 1 KiB tiles' bounds, in
+    blocks of 32: a chunk of ``chunk`` blocks of 16 is ``chunk / 2`` of them)."""
+    fits = kb.icmp("sle", kb.mul(mtiles, chunk * block // 32 + ITEM_GROUPS * tn), FIT_TILES)
     chunked = arith.AndIOp(kb.icmp("sgt", kb.mul(mtiles, nb), whole_k_tiles), fits).result
     return arith.SelectOp(chunked, kb.min(chunk, nb), nb).result
 
@@ -413,17 +428,29 @@ def matmul_module(
     name: str = "amx_matmul",
     group: tuple[int, int] = (2, 2),
     element: str = "f4E2M1FN",
-    chunk: int = CHUNK,
-    whole_k_tiles: int = WHOLE_K_TILES,
+    chunk: int | None = None,
+    whole_k_tiles: int | None = None,
+    block: int = 32,
+    scale_type: str = SCALE_TYPE,
 ) -> ir.Module:
     """A module with ``func @name(a, codes, c, ptr, rows, scales, bptr, bidx,
     fa)`` (the module docstring) for weights in ``element``; C tile groups of
     ``group`` = (row tiles, column tiles), at most 2 x 2 (the tile
     registers); K in chunks of ``chunk`` blocks (even: the stop after an
     even block adds the next block's ``t``, computed with its chunk's panel,
-    so no chunk may end on an even block but the last) where A has more than
-    ``whole_k_tiles`` tiles, else whole (the bits depend on neither); in the
-    current context and location."""
+    so no chunk may end on an even block but the last; default ``CHUNK`` K
+    blocks of 32, the same K in blocks of 16) where A has more than
+    ``whole_k_tiles`` tiles (default ``WHOLE_K_TILES`` in 1 KiB tiles), else
+    whole (the bits depend on neither); ``block``: the weight's block size,
+    one tile K step per block (32, or NVFP4's 16: A tiles of 16 x 16 bf16, B
+    tiles of 8 pair rows, so that ``c + t`` rounds once per block);
+    ``scale_type``: E8M0, or E4M3 (NVFP4); in the current context and
+    location."""
+    if block not in (16, 32):
+        raise ValueError(f"block {block}: 16 or 32 (one tile K step per block)")
+    chunk = CHUNK * 32 // block if chunk is None else chunk
+    if whole_k_tiles is None:
+        whole_k_tiles = WHOLE_K_TILES * 32 // block
     tm, tn = group
     if not (1 <= tm <= 2 and 1 <= tn <= 2):
         raise ValueError(f"group {group}: at most 2 x 2 C tiles (8 tile registers)")
@@ -432,8 +459,8 @@ def matmul_module(
     bf16, f32, i32 = ir.BF16Type.get(), ir.F32Type.get(), ir.IntegerType.get_signless(32)
     i8 = ir.IntegerType.get_signless(8)
     dyn = ir.ShapedType.get_dynamic_size()
-    tiles = ir.MemRefType.get([dyn, dyn, TILE_M, TILE_K], bf16)
-    codes = ir.MemRefType.get([dyn, dyn, TILE_K // 2, code_bytes(element)], i8)
+    tiles = ir.MemRefType.get([dyn, dyn, TILE_M, block], bf16)
+    codes = ir.MemRefType.get([dyn, dyn, block // 2, code_bytes(element)], i8)
     mat, bytes2 = ir.MemRefType.get([dyn, dyn], f32), ir.MemRefType.get([dyn, dyn], i8)
     vec = ir.MemRefType.get([dyn], i32)
     module = ir.Module.create()
@@ -447,17 +474,18 @@ def matmul_module(
             a, nrows = entry.arguments[0], memref.DimOp(entry.arguments[4], ix.c(0)).result
             mtiles, nb = memref.DimOp(a, ix.c(0)).result, memref.DimOp(a, ix.c(1)).result
             ntiles = memref.DimOp(entry.arguments[1], ix.c(0)).result
-            kc = _chunk(kb, mtiles, nb, tn, chunk, whole_k_tiles)
+            kc = _chunk(kb, mtiles, nb, tn, chunk, whole_k_tiles, block)
             scratch = {  # each thread's own (mx-parallel-tasks: the prologue is per thread)
-                "bdec": _alloca([2, TILE_K, TILE_N], f32),
+                "bdec": _alloca([2, block, TILE_N], f32),
                 "cbuf": _alloca([4, TILE_M, TILE_N], f32),
-                "panel": kb.alloc([-1, tn, TILE_K // 2, TILE_K], bf16, [kc]),
-                "tbuf": kb.alloc([-1, TILE_K], f32, [nrows]),
+                "panel": kb.alloc([-1, tn, block // 2, 2 * TILE_N], bf16, [kc]),
+                "tbuf": kb.alloc([-1, 2 * TILE_N], f32, [nrows]),
             }
             held = [-1, ITEM_GROUPS * tn, TILE_M, TILE_N]  # an item's C between chunks
             used = arith.SelectOp(kb.icmp("slt", kc, nb), mtiles, kb.idx(1)).result  # K whole: none
             scratch["cacc"] = kb.alloc(held, f32, [used])
-            args = _Args(entry.arguments, kb, element, nb=nb, chunk=kc, **scratch)
+            args = _Args(entry.arguments, kb, element, block, scale_type, nb=nb, chunk=kc,
+                         **scratch)  # fmt: skip
             _groups(ix, args, mtiles, ntiles, tm, tn)
             kb.dealloc(args.panel)
             kb.dealloc(args.tbuf)

@@ -12,7 +12,9 @@ per block for 2 column tiles), which every row group then reads:
   ``k = 32 j + 2 r + p`` and columns ``16 t + n`` in the pair order
   ``2 n + p``, packed as the format packs a row (``numerics.packing``: FP4 16
   bytes, FP6 24, 8-bit formats 32);
-- ``scales``: ``memref<?x?xi8>`` (K/32, N padded to 16): E8M0 codes.
+- ``scales``: ``memref<?x?xi8>`` (K/32, N padded to 16): E8M0 codes (or, for
+  NVFP4, K/16 blocks of 8 tile rows and E4M3 codes: ``widen_panel``'s
+  ``block`` and ``scale_type``).
 
 Per tile row: the bytes unpacked and widened to their exact f32 values by
 the project's decoders (:func:`mlir_mx.kernels.common.widen.decoder`: FP4 by
@@ -31,14 +33,13 @@ from mlir import ir
 
 from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
-from mlir_mx.kernels.common.codec import e8m0_to_f32
-from mlir_mx.kernels.common.widen import Decoder, decoder
-from mlir_mx.numerics.formats import element_format
+from mlir_mx.kernels.common.widen import Decoder, decode_scales, decoder
+from mlir_mx.numerics.formats import SCALE_TYPE, element_format
 
-__all__ = ["code_bytes", "widen_panel"]
+__all__ = ["code_bytes", "unscaled_row", "widen_panel"]
 
-#: Tile rows of a B tile (K pairs) and columns of a C tile.
-_ROWS, _COLS = 16, 16
+#: Columns of a C tile (a B tile has block_size / 2 rows: K pairs).
+_COLS = 16
 
 
 def code_bytes(element: str) -> int:
@@ -87,19 +88,35 @@ def _row_fp4(kb: KernelBuilder, table: ir.Value, raw: ir.Value, shift: ir.Value)
     return kb.vbitcast(out, 32, ir.BF16Type.get())
 
 
+def unscaled_row(kb: KernelBuilder, element: str, codes, nt, j, r) -> ir.Value:
+    """Tile row ``r`` of column tile ``nt`` and block ``j``: the 32 codes'
+    exact f32 values (``vector<32xf32>``, the pair order), unscaled (the
+    fallback chains' B where the scale is not a power of two: NVFP4's
+    ``(b s) / s`` from the panel would cost a division per value)."""
+    dec = decoder(element)
+    raw = kb.vload(codes, [nt, j, r, 0], code_bytes(element))
+    vals = dec.decode(kb, dec.unpack(kb, raw))
+    return kb.shuffle(vals[0], vals[1], list(range(32)))
+
+
 def widen_panel(
-    kb: KernelBuilder, element: str, codes, scales, panel, nb, nt0, tn: int, lo=0, ahead=None
+    kb: KernelBuilder, element: str, codes, scales, panel, nb, nt0, tn: int, lo=0, ahead=None,
+    block: int = 32, scale_type: str = SCALE_TYPE,
 ) -> None:
     """``panel[j - lo, jn]`` = block ``j`` of column tile ``nt0 + jn`` as bf16
     ``b sb`` in the pair layout, for every block ``lo <= j < nb`` and ``jn <
-    tn`` (the kernel widens one K chunk at a time; FP4 with AVX-512:
-    :func:`_row_fp4`, 10 instructions a tile row against 16 for the f32
-    route).  ``ahead``: then the codes of blocks ``nb <= j < ahead`` (the
+    tn`` (the kernel widens one K chunk at a time; FP4 with AVX-512 and E8M0
+    scales: :func:`_row_fp4`, 10 instructions a tile row against 16 for the
+    f32 route).  ``ahead``: then the codes of blocks ``nb <= j < ahead`` (the
     next chunk's) prefetched into L2: a chunk's codes are a short run (2 KiB
-    a column tile for FP4), too short for the hardware's stream prefetch."""
+    a column tile for FP4), too short for the hardware's stream prefetch.
+    ``block``: the blocks' K (32, or NVFP4's 16: ``block / 2`` tile rows);
+    ``scale_type``: E8M0, or E4M3 (NVFP4: ``sb = m 2^e`` is not a power of
+    two, so the f32 route: ``b sb`` has at most 6 significant bits for E2M1,
+    an exact f32 product and an exact bf16)."""
     dec = decoder(element)
     nbytes = code_bytes(element)
-    words = dec.values16 and has_features("avx512bw")
+    words = dec.values16 and has_features("avx512bw") and scale_type == SCALE_TYPE
     table = _words(kb, dec) if words else None
     with kb.loop(lo, nb, 1) as blocks:
         j = blocks.iv
@@ -113,14 +130,14 @@ def widen_panel(
                 e = kb.shli(kb.subi(kb.extui(raw_sb, v16w), kb.const(127, v16w)), kb.const(7, v16w))
                 shift = kb.shuffle(e, e, pairs[0] + pairs[1])
             else:
-                sb = e8m0_to_f32(kb, raw_sb)
+                sb = decode_scales(kb, raw_sb, scale_type)
                 halves = [kb.shuffle(sb, sb, pairs[h]) for h in range(2)]
-            with kb.loop(0, _ROWS, 1) as rows:
+            with kb.loop(0, block // 2, 1) as rows:
                 raw = kb.vload(codes, [nt, j, rows.iv, 0], nbytes)
                 row = _row_fp4(kb, table, raw, shift) if words else _row(kb, dec, raw, halves)
                 kb.vstore(row, panel, [jp, jn, rows.iv, 0])
     if ahead is not None:
         with kb.loop(nb, ahead, 1) as blocks:
             for jn in range(tn):
-                for r in range(0, _ROWS, max(1, 64 // nbytes)):  # each 64-byte line
+                for r in range(0, block // 2, max(1, 64 // nbytes)):  # each 64-byte line
                     kb.prefetch(codes, [kb.add(nt0, jn), blocks.iv, r, 0], locality=2)

@@ -3,23 +3,29 @@
 tile layout with the failing (row, block)s zeroed, and the failing ones
 listed, in one pass over A (vector dialect; no tile instruction).
 
-``func @name(x, lim, cap, par, tiles, ptr, rows, fblk, cnt)``:
+``func @name(x, lim, cap, tq, par, tiles, ptr, rows, fblk, cnt)``, for weight
+blocks of ``B`` = 32 or 16 (NVFP4) along K (``prepare_module``'s ``block``):
 
 - ``x``: ``memref<?x?xf32>`` (M, K): the activations (any f32; each is
   rounded to bf16, nearest even, as ``Linear(activations="bf16")`` does:
   :func:`mlir_mx.kernels.common.codec.round_bf16`);
-- ``lim``: ``memref<?xi32>`` (K/32): per weight block ``j``, the per-call
+- ``lim``: ``memref<?xi32>`` (K/B): per weight block ``j``, the per-call
   condition's bound ``-126 - log2 q - log2 sb_min[j]`` on ``log2 g``;
-- ``cap``: ``memref<?xf64>`` (K/32): ``2^128 / max(1, sb_max[j])``;
+- ``cap``: ``memref<?xf64>`` (K/B): ``2^128 / max(1, sb_max[j])``;
+- ``tq``: ``memref<?xf64>`` (K/B): ``2^24 q / m_max[j]`` (``m_max`` the
+  largest odd part of the block's scale significands: 1 for E8M0; the
+  bound ``(S / g) bmax <= tq[j]`` decides as the oracle's ``(S / g) bmax
+  m_max <= 2^24 q``: ``(S / g) bmax`` is an integer, and ``f64(Y / m)``
+  lies strictly between the integers around ``Y / m`` where that is not one);
 - ``par``: ``memref<4xf64>``: ``bmax``, ``2^24 q``, ``-126 - log2 q``, 0;
-- ``tiles``: ``memref<?x?x16x32xi16>`` (M/16 rounded up, K/32, 16, 32),
+- ``tiles``: ``memref<?x?x16xBxi16>`` (M/16 rounded up, K/B, 16, B),
   written: the rounded A's bf16 bits in tile layout, zero in every failing
   (row, block) and in the padding rows (the matmul kernel's ``a``);
 - ``ptr``: ``memref<?xi32>`` ((M/16) K/32 + 1), ``rows``: ``memref<?xi32>``
   (at least M K/32), written: the failing (row, block)s, CSR by ``s =
   row_tile K/32 + block``, each the row within its tile (the matmul
   kernel's ``ptr`` and ``rows``);
-- ``fblk``: ``memref<?x?xf32>`` (like ``rows``, 32), written: each failing
+- ``fblk``: ``memref<?x?xf32>`` (like ``rows``, B), written: each failing
   one's block of the rounded A, in ``rows``' order;
 - ``cnt``: ``memref<4xi32>``, written: the failing (row, block)s, those
   breaking the per-call condition, the blocks holding a value that is not
@@ -31,7 +37,7 @@ element finite (no exponent field 255); ``L = log2 g``, the smallest
 elements (the lowest set bit isolated as ``sig & -sig``, its ``log2`` read
 from its f32 conversion's exponent); ``S = sum |a|`` in f64.  Then in f64,
 as :func:`mlir_mx.oracle.amx_plan` evaluates it: it passes where finite,
-``L >= -126 - log2 q``, ``(S / g) bmax <= 2^24 q``, ``S bmax < 2^127`` and
+``L >= -126 - log2 q``, ``(S / g) bmax <= tq[j]``, ``S bmax < 2^127`` and
 ``S bmax < cap[j]``; it breaks the per-call condition where it has a
 finite nonzero element and ``L < lim[j]``.  ``S`` is summed in another
 order than the oracle's, which decides nothing: where ``S / g <= T <
@@ -45,7 +51,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, func, memref, scf, vector
 
-from mlir_mx.kernels.amx.tile import TILE_K, TILE_M
+from mlir_mx.kernels.amx.tile import TILE_M
 from mlir_mx.kernels.common.builder import ArithBuilder
 from mlir_mx.kernels.common.codec import round_bf16
 
@@ -58,11 +64,12 @@ NO_LSB = 1 << 14
 class _Ops:
     """The builder, its types and the function's arguments by name."""
 
-    NAMES = ("x", "lim", "cap", "par", "tiles", "ptr", "rows", "fblk", "cnt")
+    NAMES = ("x", "lim", "cap", "tq", "par", "tiles", "ptr", "rows", "fblk", "cnt")
 
-    def __init__(self, values):
+    def __init__(self, values, block: int):
         for name, value in zip(self.NAMES, values, strict=True):
             setattr(self, name, value)
+        self.block = block
         self.b = ArithBuilder()
         self.f64 = ir.F64Type.get()
         self.i64 = ir.IntegerType.get_signless(64)
@@ -82,9 +89,9 @@ def _reduce(kind, v: ir.Value, reassoc: bool = False) -> ir.Value:
 
 def _block_stats(o: _Ops, v: ir.Value):
     """``(rounded, rbits, L, finite, S, nonbf16)`` of one row's block ``v``
-    (vector<32xf32>)."""
+    (vector<B x f32>)."""
     b, K = o.b, vector.CombiningKind
-    vi = ir.VectorType.get([TILE_K], b.i32)
+    vi = ir.VectorType.get([o.block], b.i32)
     c = lambda x: b.const(x, vi)  # noqa: E731
     raw = b.bitcast(v, vi)
     nonbf16 = b.cmpi("ne", _reduce(K.OR, b.andi(raw, c(0xFFFF))), o.ci(0))
@@ -94,12 +101,12 @@ def _block_stats(o: _Ops, v: ir.Value):
     mant = b.andi(b.shrui(bits, c(16)), c(0x7F))
     sig = b.select(b.cmpi("ugt", e, c(0)), b.ori(mant, c(0x80)), mant)
     low = b.andi(sig, b.subi(c(0), sig))  # the lowest set bit: 2^t (0 for 0)
-    t127 = b.shrui(b.bitcast(b.uitofp(low, ir.VectorType.get([TILE_K], b.f32)), vi), c(23))
+    t127 = b.shrui(b.bitcast(b.uitofp(low, ir.VectorType.get([o.block], b.f32)), vi), c(23))
     lk = b.addi(b.subi(t127, c(127)), b.subi(b.maxsi(e, c(1)), c(134)))
     valid = b.andi(b.cmpi("ne", sig, c(0)), b.cmpi("ne", e, c(255)))
     L = _reduce(K.MINSI, b.select(valid, lk, c(NO_LSB)))
     finite = b.cmpi("ne", _reduce(K.MAXUI, e), o.ci(255))
-    wide = b.extf(b.absf(rv), ir.VectorType.get([TILE_K], o.f64))
+    wide = b.extf(b.absf(rv), ir.VectorType.get([o.block], o.f64))
     s = _reduce(K.ADD, wide, reassoc=True)
     return rv, bits, L, finite, s, nonbf16
 
@@ -108,7 +115,7 @@ def _decide(o: _Ops, j: ir.Value, L, finite, s):
     """``(passes, breaks the per-call condition)`` of one (row, block), i1 each."""
     b, f64 = o.b, o.f64
     par = [memref.LoadOp(o.par, [o.c(i)]).result for i in range(3)]
-    bmax, t24q, lq = par[0], par[1], b.fptosi(par[2], b.i32)
+    bmax, t24q, lq = par[0], memref.LoadOp(o.tq, [j]).result, b.fptosi(par[2], b.i32)
     has_g = b.cmpi("ne", L, o.ci(NO_LSB))
     g = b.bitcast(b.shli(b.extsi(b.addi(L, o.ci(1023)), o.i64), b.const(52, o.i64)), f64)
     ratio = b.select(has_g, b.fdiv(s, g), b.const(0.0, f64))
@@ -131,14 +138,14 @@ def _row_block(o: _Ops, m, mt, j, r, f, nc, nn):
     """One row ``m``'s block ``j``: tile row written, listed if it fails;
     returns the counters ``(f, nc, nn)`` after it."""
     b = o.b
-    v32 = ir.VectorType.get([TILE_K], b.f32)
-    col = arith.MulIOp(j, o.c(TILE_K)).result
+    v32 = ir.VectorType.get([o.block], b.f32)
+    col = arith.MulIOp(j, o.c(o.block)).result
     v = vector.LoadOp(v32, o.x, [m, col]).result
     rv, bits, L, finite, s, nonbf16 = _block_stats(o, v)
     passes, breaks = _decide(o, j, L, finite, s)
-    vi16 = ir.VectorType.get([TILE_K], b.i16)
+    vi16 = ir.VectorType.get([o.block], b.i16)
     word = b.trunci(b.shrui(bits, b.const(16, bits.type)), vi16)
-    keep = vector.BroadcastOp(ir.VectorType.get([TILE_K], b.i1), passes).result
+    keep = vector.BroadcastOp(ir.VectorType.get([o.block], b.i1), passes).result
     vector.StoreOp(b.select(keep, word, b.const(0, vi16)), o.tiles, [mt, j, r, o.c(0)])
     branch = scf.IfOp(passes, [b.i32], has_else=True)
     with ir.InsertionPoint(branch.then_block):
@@ -165,7 +172,7 @@ def _rows(o: _Ops, mt, j, m_rows, carried):
         with ir.InsertionPoint(branch.then_block):
             scf.YieldOp(list(_row_block(o, m, mt, j, r, f, nc, nn)))
         with ir.InsertionPoint(branch.else_block):
-            zero = b.const(0, ir.VectorType.get([TILE_K], b.i16))
+            zero = b.const(0, ir.VectorType.get([o.block], b.i16))
             vector.StoreOp(zero, o.tiles, [mt, j, r, o.c(0)])
             scf.YieldOp([f, nc, nn])
         scf.YieldOp(list(branch.results))
@@ -192,17 +199,19 @@ def _body(o: _Ops) -> None:
         memref.StoreOp(value, o.cnt, [o.c(i)])
 
 
-def prepare_module(name: str = "amx_prepare") -> ir.Module:
-    """A module with ``func @name(x, lim, cap, par, tiles, ptr, rows, fblk,
-    cnt)`` (the module docstring); in the current context and location."""
+def prepare_module(name: str = "amx_prepare", block: int = 32) -> ir.Module:
+    """A module with ``func @name(x, lim, cap, tq, par, tiles, ptr, rows,
+    fblk, cnt)`` (the module docstring) for weight blocks of ``block`` (32,
+    or NVFP4's 16); in the current context and location."""
     f32, f64 = ir.F32Type.get(), ir.F64Type.get()
     i16, i32 = ir.IntegerType.get_signless(16), ir.IntegerType.get_signless(32)
     dyn = ir.ShapedType.get_dynamic_size()
     mat = ir.MemRefType.get([dyn, dyn], f32)
     ivec = ir.MemRefType.get([dyn], i32)
+    fvec = ir.MemRefType.get([dyn], f64)
     types = [
-        mat, ivec, ir.MemRefType.get([dyn], f64), ir.MemRefType.get([4], f64),
-        ir.MemRefType.get([dyn, dyn, TILE_M, TILE_K], i16), ivec, ivec, mat,
+        mat, ivec, fvec, fvec, ir.MemRefType.get([4], f64),
+        ir.MemRefType.get([dyn, dyn, TILE_M, block], i16), ivec, ivec, mat,
         ir.MemRefType.get([4], i32),
     ]  # fmt: skip
     module = ir.Module.create()
@@ -210,6 +219,6 @@ def prepare_module(name: str = "amx_prepare") -> ir.Module:
         fn = func.FuncOp(name, ir.FunctionType.get(types, []))
         entry = fn.add_entry_block()
         with ir.InsertionPoint(entry):
-            _body(_Ops(entry.arguments))
+            _body(_Ops(entry.arguments, block))
             func.ReturnOp([])
     return module

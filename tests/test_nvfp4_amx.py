@@ -1,0 +1,220 @@
+"""NVFP4 weights with bf16 activations on the guarded AMX-BF16 path (issue 54;
+docs/numerics.md, "AMX-BF16", "NVFP4 on AMX"): the numpy model
+(``oracle.amx_guarded_matmul`` on an NVFP4 ``amx_prepare``), the kernel in
+blocks of 16 with E4M3 scales (``AMXMatmul``) and ``Linear``'s hook all give
+the exact path's bits (``oracle.blocked_order``; ``Linear`` with
+``MLIR_MX_AMX=0``): fallback rows, E4M3 subnormal scales, global scales 3 and
+1/3, ragged M and N, 1 and 2 threads; zero and NaN scales are flagged (the
+call runs exact); the guard's bound is divided by the scales' odd part."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mlir_mx
+from mlir_mx import host, oracle
+from mlir_mx.amx_permission import amx_permission
+from mlir_mx.linear import amx_linear
+from mlir_mx.linear.amx_matmul import AMXMatmul, prepare_model
+from mlir_mx.numerics import MXArray
+from mlir_mx.numerics.amx_guard import scale_units
+
+HAS_AMX = host.has_features("amx_tile", "amx_bf16") and amx_permission().granted
+needs_amx = pytest.mark.skipif(not HAS_AMX, reason="no AMX-BF16 on this CPU")
+
+
+def bf16(x) -> np.ndarray:
+    return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def nvfp4(k, n, seed=0, g=None, subnormal=0.0, codes=None) -> MXArray:
+    """B (K, N) NVFP4 blocked along K (blocks of 16); ``g``: the global scale
+    (default the quantizer's); ``subnormal``: the share of scales replaced
+    by E4M3 subnormal codes 1..7; ``codes``: {(block, column): scale code}."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((k, n)) * np.exp2(rng.integers(-6, 6, (1, n)))
+    b = oracle.quantize(w.astype(np.float32), "nvfp4", 16, axis=0)
+    s = np.asarray(b.scales).view(np.uint8).copy()
+    sub = rng.random(s.shape) < subnormal
+    s[sub] = rng.integers(1, 8, int(sub.sum()))
+    for (j, col), code in (codes or {}).items():
+        s[j, col] = code
+    return MXArray(b.codes, s, "nvfp4", 16, 0, global_scale=b.global_scale if g is None else g)
+
+
+def activations(m, k, seed=1, spread=3) -> np.ndarray:
+    """bf16 N(0,1) values; every ``spread``-th row's elements each in its own
+    binade over 40 (those (row, block)s fail the guard and fall back)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, k))
+    if spread:
+        x[::spread] *= np.exp2(rng.integers(-20, 20, (m, k)))[::spread]
+    return bf16(x)
+
+
+def exact(a, b) -> np.ndarray:
+    return oracle.blocked_order(a, b, np.zeros((a.shape[0], b.shape[1]), np.float32))
+
+
+def assert_same_bits(got, want):
+    assert got.shape == want.shape and got.dtype == np.float32
+    differ = got.view(np.uint32) != want.view(np.uint32)
+    assert not differ.any(), f"{int(differ.sum())} of {differ.size} outputs differ"
+
+
+def test_scale_units_split_e4m3_scales_into_an_odd_part_and_a_power_of_two():
+    codes = np.array([0x01, 0x03, 0x07, 0x08, 0x38, 0x39, 0x3F, 0x7E], np.uint8)
+    s = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    unit, m = scale_units(s)
+    assert list(m) == [1, 3, 7, 1, 1, 9, 15, 7]  # 0x7e = 448 = 7 * 64
+    assert list(np.log2(unit)) == [-9, -9, -9, -6, 0, -3, -3, 6]
+    np.testing.assert_array_equal(unit * m, s)
+
+
+def test_the_prepared_nvfp4_weight_flags_zero_and_nan_scales():
+    b = nvfp4(64, 24, codes={(0, 3): 0x00, (2, 5): 0x7F, (3, 0): 0x01})
+    w = oracle.amx_prepare(b)
+    assert w.e4m3 and w.element == "f4E2M1FN" and w.global_scale == float(b.global_scale)
+    assert np.argwhere(w.flagged).tolist() == [[0, 3], [2, 5]]
+    assert w.sb_min[0] == 0.0 and w.sb_min[3] == 2.0**-9  # the zero scale breaks every call
+    assert w.sb_max[2] == np.inf and w.m_max.max() <= 15 and w.m_max.min() >= 1
+    assert oracle.amx_plan(activations(16, 64), w) is None  # the per-call condition fails
+
+
+@pytest.mark.parametrize("g", [None, 3.0, 1 / 3])
+def test_the_model_gives_the_exact_paths_bits(g):
+    """The numpy model, with fallback rows and subnormal scales, equals the
+    blocked order (global scale divided once at the end)."""
+    b = nvfp4(64, 40, seed=2, g=g, subnormal=0.1)
+    a = activations(24, 64, seed=3)
+    w = oracle.amx_prepare(b)
+    ok = oracle.amx_plan(a, w)
+    assert ok is not None and 0 < ok.mean() < 1  # both kinds of (row, block) occur
+    assert_same_bits(oracle.amx_guarded_matmul(a, w), exact(a, b))
+
+
+def test_the_guard_divides_its_bound_by_the_scales_odd_part():
+    """Row blocks that pass against scales 1 (``S/g <= T``) and fail against
+    scales 15/8 (odd part 15: ``S/g > T/15``); on some of them the tile
+    product without that bound rounds where the exact path does not."""
+    rng = np.random.default_rng(5)
+    a = bf16(rng.integers(1, 256, (400, 16)) * np.exp2(rng.integers(0, 10, (400, 16))))
+    codes = rng.integers(0, 16, (16, 16)).astype(np.uint8)
+    one, odd = (MXArray(codes, np.full((1, 16), c, np.uint8), "nvfp4", 16, 0, global_scale=1.0)
+                for c in (0x38, 0x3F))  # fmt: skip
+    w = oracle.amx_prepare(odd)
+    assert w.m_max.tolist() == [15]
+    between = oracle.amx_plan(a, oracle.amx_prepare(one))[:, 0] & ~oracle.amx_plan(a, w)[:, 0]
+    assert between.sum() > 100
+    rows = a[between]
+    unguarded = oracle.amx_tdpbf16ps(rows, w.values(0), np.zeros((len(rows), 16), np.float32))
+    differ = (unguarded.view(np.uint32) != exact(rows, odd).view(np.uint32)).any(axis=1)
+    assert 0 < differ.sum() < len(rows)
+
+
+@needs_amx
+@pytest.mark.parametrize(("g", "threads"), [(3.0, 2), (1 / 3, 2)])  # 1 thread: the slow campaign
+def test_the_kernel_gives_the_exact_paths_bits(g, threads):
+    """M = 40 and N = 72 (ragged tiles), fallback rows, subnormal scales."""
+    b = nvfp4(128, 72, seed=7, g=g, subnormal=0.05)
+    a = activations(40, 128, seed=8)
+    mm = AMXMatmul(b, threads=threads, max_fallback_share=1.0)
+    got = mm(a)
+    assert mm.last_path == "amx"
+    assert_same_bits(got, exact(a, b))
+    for want, have in zip(prepare_model(a, mm.weight, 1.0), mm.prepare(a), strict=True):
+        np.testing.assert_array_equal(np.asarray(have).view(np.uint8), np.asarray(want).view(np.uint8))
+
+
+@needs_amx
+def test_a_flagged_nvfp4_scale_runs_the_exact_path():
+    b = nvfp4(64, 32, seed=9, codes={(1, 2): 0x7F})
+    a = activations(32, 64, seed=10, spread=0)
+    mm = AMXMatmul(b)
+    assert mm.prepare(a) is None
+    got = mm(a)
+    assert mm.last_path == "exact" and np.isnan(got[:, 2]).all() and not np.isnan(got[:, 3]).any()
+
+
+def _linear(b: MXArray, **kw):
+    """``Linear`` of B (K, N): its weight W = B^T (out, in) blocked along in."""
+    w = MXArray(b.codes.T.copy(), np.asarray(b.scales).T.copy(), "nvfp4", 16, 1,
+                global_scale=b.global_scale)  # fmt: skip
+    return mlir_mx.Linear(w, **kw)
+
+
+@needs_amx
+@pytest.mark.parametrize("threads", [2])  # 1 thread: the slow campaign
+def test_linear_takes_the_amx_path_with_the_exact_paths_bits(threads, monkeypatch):
+    """``activations="bf16"`` and bf16 values by address (a bf16 model's
+    call) take the AMX path; ``MLIR_MX_AMX=0`` does not."""
+    b = nvfp4(128, 72, seed=11, g=3.0)
+    x = np.random.default_rng(12).standard_normal((40, 128)).astype(np.float32)
+    with monkeypatch.context() as mp:
+        mp.setenv(amx_linear.ENV, "0")
+        off = _linear(b, activations="bf16", threads=threads)
+        want = off(x)
+        assert amx_linear.last_path(off) is None
+    lin = _linear(b, activations="bf16", threads=threads)
+    assert_same_bits(lin(x), want)
+    assert amx_linear.last_path(lin) == "amx"
+    xb = bf16(x)
+    raw = _linear(b, threads=threads)
+    out = np.zeros((40, 72), np.float32)
+    assert raw.call_into(xb.ctypes.data, 40, out.ctypes.data, threads, True)
+    assert amx_linear.last_path(raw) == "amx"
+    assert_same_bits(out, want)
+
+
+@needs_amx
+@pytest.mark.slow
+def test_precompile_warms_the_nvfp4_amx_path(monkeypatch):
+    """After ``precompile`` the first NVFP4 call compiles and prepares nothing."""
+    from mlir_mx.execution import clear_cache, compiled
+    from mlir_mx.linear import amx_matmul, amx_prepare
+
+    b = nvfp4(128, 40, seed=13)
+    x = activations(32, 128, seed=14, spread=0)
+    clear_cache()
+    amx_matmul._runner.cache_clear()
+    amx_prepare._runner.cache_clear()
+    lin = _linear(b, activations="bf16", threads=1)
+    lin.precompile(32)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("compiled or prepared after precompile")
+
+    monkeypatch.setattr(compiled, "Compiled", refuse)
+    monkeypatch.setattr(amx_matmul, "AMXMatmul", refuse)
+    got = lin(x)
+    assert amx_linear.last_path(lin) == "amx"
+    assert_same_bits(got, exact(x, b))
+
+
+@needs_amx
+@pytest.mark.slow
+@pytest.mark.parametrize("threads", [1, 2])
+def test_many_random_nvfp4_calls_give_the_exact_paths_bits(threads, monkeypatch):
+    """A campaign: seeds x shapes (ragged M and N, K up to 1024), global
+    scales, subnormal scales, fallback-heavy rows; the kernel (every share
+    of fallbacks on the tiles) and the hook against the exact path."""
+    rng = np.random.default_rng(100 + threads)
+    counts = {"outputs": 0, "failing": 0, "amx": 0}
+    for seed in range(24):
+        m, k, n = int(rng.integers(16, 300)), 16 * int(rng.integers(2, 65)), int(rng.integers(1, 200))
+        g = [None, 3.0, 1 / 3, 2.0**-20, 1e6][seed % 5]
+        b = nvfp4(k, n, seed=seed, g=g, subnormal=[0.0, 0.05, 0.5][seed % 3])
+        a = activations(m, k, seed=seed + 1000, spread=[0, 2, 3, 1][seed % 4])
+        want = exact(a, b)
+        mm = AMXMatmul(b, threads=threads, max_fallback_share=1.0)
+        assert_same_bits(mm(a), want)
+        counts["amx"] += mm.last_path == "amx"
+        counts["failing"] += int((~oracle.amx_plan(a, mm.weight)).sum())
+        lin = _linear(b, activations="bf16", threads=threads)
+        if m >= amx_linear.MIN_ROWS:
+            assert_same_bits(lin(a), want)
+        counts["outputs"] += want.size
+    assert counts["amx"] == 24 and counts["failing"] > 1000, counts
+    print(counts)
