@@ -35,7 +35,7 @@ import time
 import numpy as np
 import torch
 
-from mlir_mx.linear.amx_linear import amx_matmul_of
+from mlir_mx.linear.amx_linear import ENV, amx_matmul_of
 from mlir_mx.linear.amx_prepare import prepare_activations
 from mlir_mx.torch import Gate, MXLinear
 
@@ -50,9 +50,10 @@ def layers(rng, e: int, h: int, proj: str):
 
 
 def inputs(rng, ups, m: int, h: int, proj: str, share: float | None = None):
-    """Per expert: its ``m`` input rows (f32 holding bf16 values).  ``share``
-    (``gate_up`` only): no block fails but a random ``share`` of the (row,
-    block)s, made to fail by one element of 2^-20 (the others at least 1/16)."""
+    """Per expert: its ``m`` input rows (f32 holding bf16 values).  ``share``:
+    no block fails but a random ``share`` of the (row, block)s, made to fail
+    by one element of 2^-20 (the others at least 1/16; ``down`` too: not the
+    gate's output then)."""
     xs = []
     for up in ups:
         x = torch.from_numpy(rng.standard_normal((m, h)).astype(np.float32))
@@ -61,18 +62,24 @@ def inputs(rng, ups, m: int, h: int, proj: str, share: float | None = None):
             hit = np.nonzero(rng.random((m, h // 32)) < share)
             x[hit[0], hit[1] * 32] = 2.0**-20
         x = x.bfloat16().float()
-        if proj == "down":
+        if proj == "down" and share is None:
             x = Gate().rows(exact(up, x, "gate_up")).bfloat16().float()
         xs.append(x.contiguous())
     return xs
 
 
 def exact(layer, x, proj):
-    if proj == "down":
-        return layer(x)
-    y = torch.zeros(x.shape[0], layer.out_features, dtype=torch.float32)
-    assert layer.linear.call_into(x.data_ptr(), x.shape[0], y.data_ptr(), 1, True)
-    return y
+    """The exact path (``MLIR_MX_AMX=0``: from 32 rows ``Linear``'s own hook
+    would take AMX)."""
+    os.environ[ENV] = "0"
+    try:
+        if proj == "down":
+            return layer(x)
+        y = torch.zeros(x.shape[0], layer.out_features, dtype=torch.float32)
+        assert layer.linear.call_into(x.data_ptr(), x.shape[0], y.data_ptr(), 1, True)
+        return y
+    finally:
+        os.environ[ENV] = "1"
 
 
 def amx(layer, x, proj, buffers):
@@ -137,7 +144,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=2880)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--proj", default="gate_up,down")
-    ap.add_argument("--shares", default="", help="gate_up: failing shares to make, e.g. 0,0.1,0.3")
+    ap.add_argument("--shares", default="", help="failing shares to make, e.g. 0,0.1,0.3")
     ns = ap.parse_args()
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
@@ -151,7 +158,7 @@ def main() -> None:
             lays = ups if proj == "gate_up" else layers(rng, ns.experts, ns.hidden, proj)
             shares = [float(v) for v in ns.shares.split(",")] if ns.shares else [None]
             for m in (int(v) for v in ns.rows.split(",")):
-                for share in shares if proj == "gate_up" else [None]:
+                for share in shares:
                     print(measure(ns, rng, proj, ups, lays, m, share), flush=True)
     print(f"load {os.getloadavg()[0]:.2f}")
 
