@@ -245,7 +245,7 @@ class MXExperts(torch.nn.Module):
             if not up.linear.call_into(x.data_ptr(), x.shape[0], h.data_ptr(), n, True):
                 h = None
             elif up.bias is not None:
-                h += up.bias.to(torch.float32)  # in place: no new (rows, 2I) array
+                h = h + up.bias.to(torch.float32)
         g = self.gate.rows(up(x) if h is None else h)
         y = amx_projection(self.down[e], g)
         return self.down[e](g) if y is None else y
@@ -271,7 +271,7 @@ class MXExperts(torch.nn.Module):
             pairs = order[start : start + count]
             start += count
             tokens = pairs // k
-            y = self.expert(e, xf.index_select(0, tokens), bf16)
+            y = self.expert(e, xf[tokens], bf16)
             scale = w.reshape(-1)[pairs].to(torch.float32)
             out.index_add_(0, tokens, y * scale[:, None])
         return out.to(x.dtype)
