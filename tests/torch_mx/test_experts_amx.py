@@ -306,7 +306,8 @@ def test_a_call_takes_amx_only_where_its_rows_and_failing_share_pay(monkeypatch)
     with no failing block take AMX; 16 rows with ~15 % failing (the guard's 30 %
     would let them run) take the exact path, as ``amx_pays`` says; 8 rows
     never look; after the decline a call of more rows (24) tries again.  The
-    bits equal the exact path's every time."""
+    bits equal the exact path's every time.  At the shipped costs a narrow
+    projection (N = 192) does not pay even with no failing block: no guard."""
     layer = experts("bf16").gate_up[2]
     cases = [(16, 0.0, "amx"), (16, 0.15, "exact"), (8, 0.0, None), (24, 0.0, "amx")]
     for m, share, path in cases:
@@ -326,3 +327,8 @@ def test_a_call_takes_amx_only_where_its_rows_and_failing_share_pay(monkeypatch)
             continue
         assert experts_amx.last_paths([layer]) == [path], (m, share)
         assert_same_bits(want if y is None else y, want)
+    narrow = experts("bf16", seed=2).gate_up[4]  # N = 192 at the shipped costs: never pays
+    monkeypatch.setitem(experts_amx.AMX_COST, "narrow", 0.1)
+    with torch.inference_mode():
+        assert experts_amx.amx_projection(narrow, _rows_failing(64, 0.0)) is None
+    assert experts_amx.last_paths([narrow]) == [None]  # declined before any guard

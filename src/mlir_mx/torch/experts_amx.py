@@ -11,7 +11,8 @@ or returns None and the caller makes the projection's own call.  It applies
 when all of these hold:
 
 - :data:`~mlir_mx.linear.amx_linear.ENV` (``MLIR_MX_AMX``) is not ``0``;
-- the rows are at least :data:`EXPERT_MIN_ROWS` (12), and the call's share
+- the rows are at least :data:`EXPERT_MIN_ROWS` (12), AMX would pay on them
+  with no failing block (else no guard is looked at), and the call's share
   of failing (row, block)s is low enough for AMX to pay at that many rows
   (:func:`amx_pays`, a cost model fitted per (row count, failing share): at
   16 rows up to about 6 %, at 24 about 10 %, from 32 rows up to the guard's
@@ -191,8 +192,8 @@ def amx_projection(layer, x: torch.Tensor, bf16: bool = False) -> torch.Tensor |
     if not amx_enabled():
         return None
     lin = layer.linear
-    if not _format_can(lin):
-        return None
+    if not _format_can(lin) or not amx_pays(m, 0, x.shape[1] // 32, layer.out_features):
+        return None  # not even with no failing block: no guard looked at
     state = _STATE.setdefault(lin, [False, 0, 0])  # [prepared, calls left to skip, their rows]
     if state[1] and m <= state[2]:  # a call of as many rows declined: skip the guard
         state[1] -= 1
