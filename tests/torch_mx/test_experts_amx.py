@@ -29,6 +29,14 @@ H, INTER = 160, 96  # down's N = 160: five column tiles, two and a half groups
 COUNTS = (0, 3, 20, 37, 64)
 
 
+@pytest.fixture(autouse=True)
+def as_wide(monkeypatch):
+    """The policy's costs without its narrow-N term (``amx_pays``: at these
+    small N AMX would never pay, and these tests check its bits): the
+    decisions then follow the rows and the failing share alone."""
+    monkeypatch.setitem(experts_amx.AMX_COST, "narrow", 0.0)
+
+
 def experts(acts=None, element="f4E2M1FN", threads=1, seed=0, spread=1.0):
     """Weights scaled by 1/sqrt(in) so that the gate's outputs mostly pass the
     guard (``spread`` > 1: gate inputs far from 0, whose outputs fail)."""
@@ -76,7 +84,42 @@ def assert_same_bits(got, want):
 
 
 def used(counts=COUNTS):
+    """None below the row minimum, else a path (the policy's: :func:`paths`)."""
     return ["amx" if c >= experts_amx.EXPERT_MIN_ROWS else None for c in counts]
+
+
+def predicted(layer, a):
+    """The path the policy takes for ``layer`` on ``a`` (f32 rows): the guard's
+    failing (row, block)s (``amx_guard`` on ``a`` rounded to bf16), then
+    ``amx_pays``."""
+    import ml_dtypes
+
+    from mlir_mx.linear.amx_matmul import MAX_FALLBACK_SHARE
+    from mlir_mx.numerics.amx_guard import amx_guard
+
+    b = a.numpy().astype(ml_dtypes.bfloat16).astype(np.float32)
+    with np.errstate(all="ignore"):
+        ok = amx_guard(b, layer.element)
+    failing = int(ok.size - np.count_nonzero(ok))
+    pays = experts_amx.amx_pays(len(a), failing, ok.shape[1], layer.out_features)
+    return "amx" if pays and failing <= MAX_FALLBACK_SHARE * ok.size else "exact"
+
+
+def paths(ex, x, idx, acts, monkeypatch):
+    """Per expert, the paths of ``(gate_up, down)`` the policy takes on this
+    call's real inputs (None: below the minimum, or ``down``'s f32 input)."""
+    out = ([], [])
+    with monkeypatch.context() as mp:
+        mp.setenv(amx_linear.ENV, "0")
+        for e in range(ex.num_experts):
+            rows = x.float()[(idx == e).nonzero()[:, 0]]
+            if len(rows) < experts_amx.EXPERT_MIN_ROWS:
+                out[0].append(None), out[1].append(None)
+                continue
+            out[0].append(predicted(ex.gate_up[e], rows))
+            g = ex.gate.rows(ex.gate_up[e](rows))
+            out[1].append(predicted(ex.down[e], g) if acts else None)
+    return out
 
 
 @needs_amx
@@ -89,9 +132,11 @@ def test_the_experts_amx_path_gives_the_exact_paths_bits(acts, threads, monkeypa
     idx, w = routing()
     x = hidden(len(idx), torch.bfloat16 if acts is None else torch.float32)
     with torch.inference_mode():
+        want_gu, want_dn = paths(ex, x, idx, acts, monkeypatch)
         got = ex(x, idx, w)
-        assert experts_amx.last_paths(ex.gate_up) == used()
-        assert experts_amx.last_paths(ex.down) == (used() if acts else [None] * len(COUNTS))
+        assert experts_amx.last_paths(ex.gate_up) == want_gu
+        assert experts_amx.last_paths(ex.down) == want_dn
+        assert "amx" in want_gu + want_dn  # the path is exercised
         assert_same_bits(got, exact_call(ex, x, idx, w, monkeypatch))
 
 
@@ -165,6 +210,8 @@ def test_only_the_experts_that_take_it_hold_a_prepared_weight():
     taken = [layer for pair in zip(ex.gate_up, ex.down, strict=True) for layer in pair]
     taken = [layer for layer, c in zip(taken, np.repeat(COUNTS, 2), strict=True)
              if c >= experts_amx.EXPERT_MIN_ROWS]  # fmt: skip
+    taken = [layer for layer, p in zip(taken, experts_amx.last_paths(taken), strict=True)
+             if p == "amx"]  # fmt: skip
     held = [amx_matmul_of(layer.linear)[0].held_bytes for layer in taken]
     assert experts_amx.prepared_bytes(ex) == sum(held) > 0
     assert sum(held) <= 1.25 * sum(layer.linear.nbytes for layer in taken)
@@ -189,7 +236,8 @@ def test_a_projection_whose_inputs_fail_prepares_nothing_and_retries_later(monke
             assert_same_bits(ex(x, idx, w), want)
             assert experts_amx.last_paths(ex.down) == [p and "exact" for p in used()]
     assert looks.count(down) == 2  # the first call and the 9th
-    taken = [layer for layer, p in zip(ex.gate_up, used(), strict=True) if p]
+    gu_paths = experts_amx.last_paths(ex.gate_up)
+    taken = [layer for layer, p in zip(ex.gate_up, gu_paths, strict=True) if p == "amx"]
     gate_up = [amx_matmul_of(layer.linear)[0].held_bytes for layer in taken]
     assert experts_amx.prepared_bytes(ex) == sum(gate_up) > 0  # no down prepared
 
@@ -221,3 +269,66 @@ def test_many_random_expert_calls_give_the_exact_paths_bits(element, monkeypatch
         counts["outputs"] += got.numel()
     print(element, counts)
     assert (counts["amx"] > 0) == (element in INTEGRAL)  # FP8 weights: never (their T)
+
+
+def test_the_cost_model_takes_the_measured_faster_side():
+    """``amx_pays`` at points measured on gpt-oss-20b's projections (the
+    module's table; ``gate_up`` N = 5760, ``down`` N = 2880, K = 2880: 90
+    blocks): AMX where it measured at least 1.13x, the exact path where slower."""
+    pays = experts_amx.amx_pays
+    cost = dict(experts_amx.AMX_COST, narrow=0.1)  # the shipped value, not the fixture's
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(experts_amx, "AMX_COST", cost)
+        for m, share, n, faster in [(8, 0.0, 5760, False), (12, 0.0, 5760, True),
+                                    (12, 0.03, 5760, False), (16, 0.03, 5760, True),
+                                    (16, 0.10, 5760, False), (24, 0.06, 5760, True),
+                                    (24, 0.15, 5760, False), (32, 0.15, 5760, True),
+                                    (16, 0.06, 2880, False), (24, 0.03, 2880, True),
+                                    (48, 0.15, 2880, True)]:  # fmt: skip
+            assert pays(m, round(share * m * 90), 90, n) is faster, (m, share, n)
+        assert not pays(11, 0, 90, 5760) and not pays(64, 0, 90, 160)  # few rows; narrow N
+
+
+def _rows_failing(m: int, share: float, seed: int = 3) -> torch.Tensor:
+    """``m`` f32 rows of bf16 values on a 1/16 grid (every block passes), but a
+    random ``share`` of the (row, block)s holding one element 2^-20 (fails)."""
+    rng = np.random.default_rng(seed)
+    x = np.round(rng.standard_normal((m, H)) * 16) / 16
+    x = np.where(np.abs(x) < 1 / 16, 1 / 16, x)
+    hit = np.nonzero(rng.random((m, H // 32)) < share)
+    x[hit[0], hit[1] * 32] = 2.0**-20
+    return torch.from_numpy(x.astype(np.float32))
+
+
+@needs_amx
+def test_a_call_takes_amx_only_where_its_rows_and_failing_share_pay(monkeypatch):
+    """Real calls of one expert projection (``activations="bf16"``): 16 rows
+    with no failing block take AMX; 16 rows with ~15 % failing (the guard's 30 %
+    would let them run) take the exact path, as ``amx_pays`` says; 8 rows
+    never look; after the decline a call of more rows (24) tries again.  The
+    bits equal the exact path's every time.  At the shipped costs a narrow
+    projection (N = 192) does not pay even with no failing block: no guard."""
+    layer = experts("bf16").gate_up[2]
+    cases = [(16, 0.0, "amx"), (16, 0.15, "exact"), (8, 0.0, None), (24, 0.0, "amx")]
+    for m, share, path in cases:
+        x = _rows_failing(m, share)
+        with torch.inference_mode():
+            y = experts_amx.amx_projection(layer, x)
+            with monkeypatch.context() as mp:
+                mp.setenv(amx_linear.ENV, "0")
+                want = layer(x)
+        if path == "exact":  # declined by the cost, not by the guard's 30 %
+            from mlir_mx.numerics.amx_guard import amx_guard
+
+            assert 0.05 < 1.0 - amx_guard(x.numpy(), layer.element).mean() <= 0.3
+            assert y is None and predicted(layer, x) == "exact"
+        if path is None:
+            assert y is None
+            continue
+        assert experts_amx.last_paths([layer]) == [path], (m, share)
+        assert_same_bits(want if y is None else y, want)
+    narrow = experts("bf16", seed=2).gate_up[4]  # N = 192 at the shipped costs: never pays
+    monkeypatch.setitem(experts_amx.AMX_COST, "narrow", 0.1)
+    with torch.inference_mode():
+        assert experts_amx.amx_projection(narrow, _rows_failing(64, 0.0)) is None
+    assert experts_amx.last_paths([narrow]) == [None]  # declined before any guard

@@ -11,8 +11,12 @@ or returns None and the caller makes the projection's own call.  It applies
 when all of these hold:
 
 - :data:`~mlir_mx.linear.amx_linear.ENV` (``MLIR_MX_AMX``) is not ``0``;
-- the rows are at least :data:`EXPERT_MIN_ROWS` (32, as ``Linear``'s hook;
-  measured below);
+- the rows are at least :data:`EXPERT_MIN_ROWS` (12), AMX would pay on them
+  with no failing block (else no guard is looked at), and the call's share
+  of failing (row, block)s is low enough for AMX to pay at that many rows
+  (:func:`amx_pays`, a cost model fitted per (row count, failing share): at
+  16 rows up to about 6 %, at 24 about 10 %, from 32 rows up to the guard's
+  30 %);
 - the projection's input is bf16 values the exact path takes as they are:
   ``activations="bf16"`` (f32 rounded to bf16 in the prepare kernel, as the
   exact path rounds them), or a bf16 model's hidden states into ``gate_up``
@@ -22,15 +26,17 @@ when all of these hold:
 - the weight can take the AMX path (E8M0 scales, blocks of 32, a format whose
   guard bound passes: FP4/FP6/INT8) and this CPU has usable AMX-BF16;
 - the per-call guard passes (the compiled prepare kernel: no (row, block)
-  breaks the per-call condition, at most ``MAX_FALLBACK_SHARE`` of them fail);
+  breaks the per-call condition, at most ``MAX_FALLBACK_SHARE`` of them fail)
+  and :func:`amx_pays` on its count of failing (row, block)s;
 - before the projection's weight is prepared for the tiles, the guard on the
   activations alone (:func:`mlir_mx.numerics.amx_guard.amx_guard`) says the call
-  would pass: a projection whose inputs fail (the gate's output into ``down``
+  would pass and pay (:func:`amx_pays`): a projection whose inputs fail (the gate's output into ``down``
   often does: 88 % of its (row, block)s on ``mx-bench --model gpt-oss``'s
   random weights) prepares nothing;
 - the projection's last ``RETRY_EVERY - 1`` calls (7) did not follow one
-  that declined: after a declined call the next 7 go to the exact path
-  without the guard's work, then one tries again.
+  that declined with at least as many rows: after a declined call of ``m``
+  rows the next 7 of at most ``m`` rows go to the exact path without the
+  guard's work (a call of more rows tries: AMX pays more there).
 
 The bits are the exact path's in every case (the guard; the bias is added in
 f32 after the product, as the layer does).  The kernel runs on the layer's
@@ -42,8 +48,8 @@ weight beside its own (:attr:`mlir_mx.linear.amx_matmul.AMXMatmul.held_bytes`:
 the codes in the kernel's pair order, N padded to 16, scale bytes, flags and
 bounds); about 1.06x the projection's MX bytes (gpt-oss-20b's expert: about
 14 MB beside its 13.2 MB, 9.3 MB of it ``gate_up``'s).  It is made lazily,
-only for the projections that receive at least :data:`EXPERT_MIN_ROWS` rows
-in a call whose activations pass the guard, and freed with the layer.
+only for the projections that receive a call whose activations pass the
+guard and :func:`amx_pays`, and freed with the layer.
 :func:`prepared_bytes` says how much an ``MXExperts`` holds.
 """
 
@@ -59,30 +65,80 @@ from mlir_mx.linear.activations import BF16
 
 from .fused import eager
 
-__all__ = ["EXPERT_MIN_ROWS", "RETRY_EVERY", "amx_projection", "last_paths", "prepared_bytes"]
+__all__ = [
+    "AMX_COST",
+    "EXPERT_MIN_ROWS",
+    "RETRY_EVERY",
+    "amx_pays",
+    "amx_projection",
+    "last_paths",
+    "prepared_bytes",
+]
 
-#: The fewest rows an expert projection takes the AMX path with: ``Linear``'s
-#: (32).  In a MoE call each expert's weight is read once, from memory, and
-#: the AMX kernel then pays later than on one weight called again and again.
-#: Measured (``bench/results/amx-experts-prefill-2026-12-06-s55-loaded.txt``;
-#: gpt-oss-20b's shapes, E2M1, 1 thread, thread CPU time, loaded: load 5.5):
-#: with 8 experts called in turn, ``gate_up`` plus ``down`` on AMX against the
-#: exact path 0.78x at 16 rows, 0.82x at 20, 0.95x at 24, 1.03x at 28, 1.12x at
-#: 32 (``gate_up`` alone 0.85x at 16, 1.06x at 24, 1.25x at 32); one weight
-#: called again (``bench/probes/amx_linear_rows.py 2880 5760``, load 0.2)
-#: 1.24x at 16.  A 128-token prefill with top-4 of 32 experts routes about
-#: 16 rows to each expert (7-25 on ``mx-bench --model gpt-oss``'s router), so
-#: it mostly stays on the exact path; longer prefills (512 tokens: 45-81
-#: rows) take it.
-EXPERT_MIN_ROWS = 32
+#: The fewest rows an expert projection tries the AMX path with: below 12 it
+#: never pays (8 rows, no failing block: 0.79x the exact path), from 12 the
+#: call's failing share decides (:func:`amx_pays`).
+EXPERT_MIN_ROWS = 12
 
-#: After a call of a projection that did not take the AMX path (its inputs
-#: failed the guard), its next ``RETRY_EVERY - 1`` calls make the exact call
-#: without trying (the guard's work is not repeated on inputs like those:
+#: :func:`amx_pays`' cost model, per block of 32 along K, in units of the
+#: exact path's cost of one (row, block) at N = ``"n"`` outputs (about 2.6 us,
+#: 1 thread): a call's fixed part (B widened once per call, the prepare
+#: kernel), each tile of 16 rows, each (tile, block) with a failing row (the C
+#: tile stored, the block's in-order fallback, C reloaded) and each failing
+#: (row, block).  A narrower projection pays more per output (the A side's
+#: work does not shrink with N): the costs grow by ``"narrow"`` x (n / N - 1).
+#: AMX is taken where it is expected ``"margin"`` (1.1) times as fast: a gain
+#: below that is within the loaded measurements' noise and not worth the
+#: prepared weight (1.06x the projection's bytes) it makes the layer hold.
+#: Fitted to ``bench/probes/amx_experts_rows.py`` (gpt-oss-20b's ``gate_up``,
+#: 2880 -> 5760, and ``down``, 2880 -> 2880; E2M1, 16 experts in turn, 1
+#: thread, loaded: load 4.6-5.3; ``bench/results/amx-experts-rows-2026-12-06-s56-loaded.txt``),
+#: where without the margin it takes the faster side at each of the 39
+#: measured points (8-48 rows, 0-15 % failing; loaded figures); with it, it
+#: takes AMX at none measured slower than 1.13x the exact path.
+AMX_COST = {
+    "call": 7.0, "tile": 3.5, "failing_tile": 6.5, "failing_row": 0.4, "n": 5760, "narrow": 0.1,
+    "margin": 1.1,
+}  # fmt: skip
+
+
+def amx_pays(m: int, failing: int, blocks: int, n: int) -> bool:
+    """Whether the AMX path is expected to beat the exact path on a call of
+    ``m`` rows, ``blocks`` blocks (K / 32) and ``n`` outputs, ``failing`` of
+    whose (row, block)s fail the guard (each takes the in-order fallback
+    inside the kernel): :data:`AMX_COST`'s cost per block, times its margin,
+    below ``m`` (the exact path's), the failing (row, block)s taken as spread at random over
+    the rows (where they cluster in fewer tiles, AMX costs less than
+    modelled).  Never below :data:`EXPERT_MIN_ROWS`.  Measured (the probe
+    above; ``gate_up`` / ``down`` at 16 rows, 24, 32):
+
+    ========  =====================  =====================
+    failing   ``gate_up`` 16/24/32   ``down`` 16/24/32
+    ========  =====================  =====================
+    0 %       1.45x / 1.61x / 2.22x  1.35x / 1.48x / 1.94x
+    3 %       1.21x / 1.31x / 1.57x  1.06x / 1.23x / 1.41x
+    6 %       1.05x / 1.13x / 1.34x  0.93x / 1.03x / 1.29x
+    10 %      0.94x / 1.01x / 1.34x  0.86x / 0.97x / 1.19x
+    ========  =====================  =====================
+    """
+    if m < EXPERT_MIN_ROWS or blocks <= 0 or n <= 0:
+        return False
+    c = AMX_COST
+    share = failing / (m * blocks)
+    tiles = [16] * (m // 16) + ([m % 16] if m % 16 else [])
+    hit = sum(1.0 - (1.0 - share) ** rows for rows in tiles)  # tiles with a failing row
+    cost = c["call"] + c["tile"] * len(tiles) + c["failing_tile"] * hit
+    cost += c["failing_row"] * failing / blocks
+    return c["margin"] * cost * (1.0 + c["narrow"] * (c["n"] / n - 1.0)) < m
+
+
+#: After a call of ``m`` rows of a projection that did not take the AMX path
+#: (its inputs failed the guard or :func:`amx_pays`), its next ``RETRY_EVERY -
+#: 1`` calls of at most ``m`` rows make the exact call without trying (the guard's work is not repeated on inputs like those:
 #: the gate's output into ``down``); the bits do not depend on it.
 RETRY_EVERY = 8
 
-#: Linear -> [prepared, calls left to skip] (:data:`RETRY_EVERY`).
+#: Linear -> [prepared, calls left to skip, the declined call's rows] (:data:`RETRY_EVERY`).
 _STATE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: Per thread: the prepare kernel's output arrays, reused from call to call.
 _BUFFERS = threading.local()
@@ -136,15 +192,15 @@ def amx_projection(layer, x: torch.Tensor, bf16: bool = False) -> torch.Tensor |
     if not amx_enabled():
         return None
     lin = layer.linear
-    if not _format_can(lin):
-        return None
-    state = _STATE.setdefault(lin, [False, 0])  # [prepared, calls left to skip]
-    if state[1]:
+    if not _format_can(lin) or not amx_pays(m, 0, x.shape[1] // 32, layer.out_features):
+        return None  # not even with no failing block: no guard looked at
+    state = _STATE.setdefault(lin, [False, 0, 0])  # [prepared, calls left to skip, their rows]
+    if state[1] and m <= state[2]:  # a call of as many rows declined: skip the guard
         state[1] -= 1
         _LAST[lin] = "exact"
         return None
     if not state[0] and not _would_pass(x, lin):  # not prepared: no weight made for nothing
-        state[1] = RETRY_EVERY - 1
+        state[1:] = [RETRY_EVERY - 1, m]
         _LAST[lin] = "exact"
         return None
     found = amx_matmul_of(lin)
@@ -152,8 +208,9 @@ def amx_projection(layer, x: torch.Tensor, bf16: bool = False) -> torch.Tensor |
     y = None if found is None else _run(found, x, layer)
     _LAST[lin] = "exact" if y is None else "amx"
     if y is None:
-        state[1] = 0 if found is None else RETRY_EVERY - 1
+        state[1:] = [0, 0] if found is None else [RETRY_EVERY - 1, m]
         return None
+    state[1] = 0
     return y if layer.bias is None else y + layer.bias.to(torch.float32)
 
 
@@ -173,8 +230,9 @@ def _format_can(lin) -> bool:
 
 def _would_pass(x: torch.Tensor, lin) -> bool:
     """Whether a call on ``x`` would pass the guard (at most the fallback share
-    of its (row, block)s failing): :func:`mlir_mx.numerics.amx_guard.amx_guard`
-    on ``x`` rounded to bf16, weight-free (about 0.35 ms at 16 x 2880).  Asked
+    of its (row, block)s failing) and pay (:func:`amx_pays` on that count):
+    :func:`mlir_mx.numerics.amx_guard.amx_guard` on ``x`` rounded to bf16,
+    weight-free (about 0.35 ms at 16 x 2880).  Asked
     before a projection's weight is prepared, so that one whose inputs fail
     (the gate's output into ``down`` often does) holds no prepared weight."""
     import ml_dtypes
@@ -184,7 +242,11 @@ def _would_pass(x: torch.Tensor, lin) -> bool:
 
     a = x.detach().numpy().astype(ml_dtypes.bfloat16).astype(np.float32)
     with np.errstate(all="ignore"):
-        return float(amx_guard(a, lin.element).mean()) >= 1.0 - MAX_FALLBACK_SHARE
+        ok = amx_guard(a, lin.element)
+    failing = int(ok.size - np.count_nonzero(ok))
+    m, blocks = ok.shape
+    n = lin.out_features
+    return failing <= MAX_FALLBACK_SHARE * ok.size and amx_pays(m, failing, blocks, n)
 
 
 def _run(found, x: torch.Tensor, layer) -> torch.Tensor | None:
@@ -201,7 +263,8 @@ def _run(found, x: torch.Tensor, layer) -> torch.Tensor | None:
     buffers = _BUFFERS.__dict__.setdefault("by_shape", {})  # this thread's, reused
     a = np.ascontiguousarray(x.detach().numpy())  # a view where x is C-contiguous
     prepared = prepare_activations(a, params, mm.max_fallback_share, buffers)
-    if prepared.args is None:
+    m, blocks = a.shape[0], a.shape[1] // layer.linear.block_size
+    if prepared.args is None or not amx_pays(m, prepared.failing, blocks, layer.out_features):
         return None
     team = call_threads(layer.threads or layer_threads())
     return torch.from_numpy(np.asarray(mm.run(prepared.args, a.shape[0], team)))
