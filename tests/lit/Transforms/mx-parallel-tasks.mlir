@@ -85,37 +85,3 @@ func.func @two_loops(%out: memref<8xf32>) {
   }
   return
 }
-
-// -----
-
-// A loop marked mx.prologue (a kernel's preparation split over the threads
-// on the async runtime, KernelBuilder.parallel(prologue=True)) runs
-// sequentially here: every thread runs it whole, then claims the main
-// loop's iterations.
-// CHECK-LABEL: func.func @prologue
-// CHECK-SAME: attributes {mx.tasks = 8 : i64}
-// CHECK: %[[BUF:.*]] = memref.alloc
-// CHECK: scf.for %[[R:.*]] = %c0 to %c4 step %c1 {
-// CHECK:   memref.store %{{.*}}, %[[BUF]][%[[R]]]
-// CHECK: }
-// CHECK: scf.while
-// CHECK-NOT: scf.parallel
-func.func @prologue(%out: memref<8xf32>) {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c4 = arith.constant 4 : index
-  %c8 = arith.constant 8 : index
-  %z = arith.constant 1.0 : f32
-  %buf = memref.alloc() : memref<8xf32>
-  scf.parallel (%r) = (%c0) to (%c4) step (%c1) {
-    memref.store %z, %buf[%r] : memref<8xf32>
-    scf.reduce
-  } {mx.prologue}
-  scf.parallel (%i) = (%c0) to (%c8) step (%c1) {
-    %v = memref.load %buf[%c0] : memref<8xf32>
-    memref.store %v, %out[%i] : memref<8xf32>
-    scf.reduce
-  }
-  memref.dealloc %buf : memref<8xf32>
-  return
-}

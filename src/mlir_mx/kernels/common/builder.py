@@ -306,14 +306,9 @@ class KernelBuilder(ArithBuilder):
             scf.YieldOp([])
 
     @contextmanager
-    def parallel(self, lb, ub, step, prologue: bool = False):
-        """One-dimensional ``scf.parallel`` without reductions; yields the iv.
-        ``prologue``: a loop before the kernel's main parallel loop, marked
-        ``mx.prologue`` (``mx-parallel-tasks`` runs it sequentially: under
-        that lowering every thread runs the code around the main loop)."""
+    def parallel(self, lb, ub, step):
+        """One-dimensional ``scf.parallel`` without reductions; yields the iv."""
         op = scf.ParallelOp([], [self._i(lb)], [self._i(ub)], [self._i(step)], [])
-        if prologue:
-            op.attributes["mx.prologue"] = ir.UnitAttr.get()
         block = op.regions[0].blocks.append(self.index)
         with ir.InsertionPoint(block):
             yield block.arguments[0]

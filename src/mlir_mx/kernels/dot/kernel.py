@@ -179,8 +179,7 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
     isa = dot_isa(kind, prob.a_element or prob.a_quant, prob.b_element, cfg.expand)
     offset = _a_offset(prob, cfg, isa) > 0 or signed_b(prob, kind, isa, cfg.expand)  # a + 128
     bias = biased(prob, kind)  # the accumulators' start: 0 or .biased.BIAS
-    comp = not (isa.sign or offset)
-    pa = prepare_dot_a(kb, prob, ops, kind, cfg.mr, comp, offset, bias=bias, threads=cfg.threads)
+    pa = prepare_dot_a(kb, prob, ops, kind, cfg.mr, not (isa.sign or offset), offset, bias=bias)
     k = _Dot(kb, prob, ops, cfg, pa)
     run = k.panels
     if k.codes is not None and prob.m == 1 and cfg.mr == 1 and not cfg.expand:

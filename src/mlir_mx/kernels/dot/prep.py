@@ -76,15 +76,13 @@ def prepare_dot_a(
     compensate: bool = True,
     offset: bool = False,
     bias: int = 0,
-    threads: int = 1,
 ) -> DotA:
     """Fill A's words and scales (rows padded to a multiple of ``group``), and
     the compensation where ``compensate`` and the unit offsets B (not with the
     sign trick of :mod:`.isa`, which needs none).  ``offset``: each int8 of
     the words is stored as ``a + 128`` (``a ^ 0x80``, the unsigned operand
     of the A-offset mode of :mod:`.isa`).  ``bias``: added to the
-    compensation (the biased accumulator's start, :mod:`.biased`).
-    ``threads``: rows split over that many tasks (:func:`_split_rows`)."""
+    compensation (the biased accumulator's start, :mod:`.biased`)."""
     if prob.m is None:
         m = kb.dim(ops.a, 0)
         mp = kb.mul(kb.ceildivu(m, group), group)
@@ -103,27 +101,23 @@ def prepare_dot_a(
     tiny = kb.alloc([LANES], kb.i32) if prob.a_quant == BF16 else None
     if tiny is not None:
         kb.vstore(kb.const(0, kb.vec(LANES, kb.i32)), tiny, [0])
-    grouped = not prob.a_is_mx and tiny is None and prob.block <= MAX_GROUPED_BLOCK
-
-    def rows(lo, hi) -> None:
-        groups = None  # A quantized 16 blocks at a time (.prep_groups)
-        if grouped:
-            steps = conv.takes_steps(prob.a_quant)  # INT8: the rounded steps, not the values
-            store, rnd = (conv.store_steps, _round_steps) if steps else (conv.store, _round)
-            groups = Targets(store, scales, factors_buffer(kb), rnd)
-        with kb.loop(lo, hi, 1) as row:
-            if prob.a_is_mx:
-                _decode_row(kb, prob, ops, conv, scales, row.iv)
-            elif tiny is not None:
-                _round_row(kb, prob, ops, conv, scales, tiny, row.iv)
-            else:
-                _quantize_row(kb, prob, ops, conv, scales, row.iv, groups)
-            if comp is not None:
-                _compensation(kb, prob, words, comp, row.iv, bias)
-        if groups is not None:
-            kb.dealloc(groups.factors)
-
-    _split_rows(kb, prob, m, threads if tiny is None else 1, rows)
+    groups = None  # A quantized 16 blocks at a time (.prep_groups)
+    if not prob.a_is_mx and tiny is None and prob.block <= MAX_GROUPED_BLOCK:
+        if conv.takes_steps(prob.a_quant):  # INT8: the rounded steps, not the values
+            groups = Targets(conv.store_steps, scales, factors_buffer(kb), _round_steps)
+        else:
+            groups = Targets(conv.store, scales, factors_buffer(kb), _round)
+    with kb.loop(0, m, 1) as row:
+        if prob.a_is_mx:
+            _decode_row(kb, prob, ops, conv, scales, row.iv)
+        elif tiny is not None:
+            _round_row(kb, prob, ops, conv, scales, tiny, row.iv)
+        else:
+            _quantize_row(kb, prob, ops, conv, scales, row.iv, groups)
+        if comp is not None:
+            _compensation(kb, prob, words, comp, row.iv, bias)
+    if groups is not None:
+        kb.dealloc(groups.factors)
     zero_word = kb.const(0, kb.vec(LANES, kb.i32))
     zero = kb.const(0.0, kb.vec(LANES, kb.f32))
     with kb.loop(m, mp, 1) as row:  # padding rows: value 0, scale 0
@@ -140,26 +134,6 @@ def prepare_dot_a(
                 kb, prob.kblocks, LANES, lambda o, v: kb.store_lanes(zero_word, comp, [r, o], v)
             )
     return DotA(words, scales, comp, tiny, m, mp)
-
-
-#: The fewest rows of A a thread prepares when the preparation is split.
-SPLIT_ROWS = 32
-
-
-def _split_rows(kb: KernelBuilder, prob: Problem, m, threads: int, rows) -> None:
-    """``rows(lo, hi)`` over rows ``0 .. m``: in one loop, or on ``threads``
-    tasks of at least :data:`SPLIT_ROWS` rows each (a ``prologue`` parallel
-    loop before the kernel's own: on upstream's async runtime the threads
-    share it, under ``mx-parallel-tasks`` each thread runs it whole, as
-    before).  Each row is prepared alone into its own words, scales and
-    compensation, so the split changes no bits."""
-    if threads <= 1 or (prob.m is not None and prob.m <= SPLIT_ROWS):
-        rows(kb.idx(0), m)
-        return
-    per = kb.max(kb.ceildivu(m, threads), SPLIT_ROWS)
-    with kb.parallel(0, kb.ceildivu(m, per), 1, prologue=True) as t:
-        lo = kb.mul(t, per)
-        rows(lo, kb.min(kb.add(lo, per), m))
 
 
 def _compensation(kb: KernelBuilder, prob: Problem, words, comp, r, bias: int = 0) -> None:

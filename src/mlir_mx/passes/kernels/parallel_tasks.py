@@ -35,16 +35,12 @@ from mlir.dialects import arith, llvm, scf
 from mlir_mx.ir_utils import collect
 from mlir_mx.passes.registry import Option, PassError, register_pass
 
-__all__ = ["PROLOGUE_ATTR", "TASKS_ATTR", "TASK_ARGS", "mx_parallel_tasks"]
+__all__ = ["TASKS_ATTR", "TASK_ARGS", "mx_parallel_tasks"]
 
 #: The attribute of a function lowered by this pass: the most threads with work.
 TASKS_ATTR = "mx.tasks"
 #: The arguments the pass appends (``claims``: the shared counter's address).
 TASK_ARGS = 1
-#: A parallel loop before the main one (``KernelBuilder.parallel(prologue=True)``,
-#: e.g. the dot kernels' A preparation split by rows): run sequentially here,
-#: since every thread runs the code around the main loop itself.
-PROLOGUE_ATTR = "mx.prologue"
 
 #: Ops that may write memory they are given; outside the loop their target
 #: must be an allocation of the function itself.
@@ -88,10 +84,6 @@ def mx_parallel_tasks(op: ir.Operation, *, threads: int = 1) -> None:
         )
     with op.context:
         for fn in collect(op, lambda o: o.name == "func.func"):
-            for p in collect(
-                fn, lambda o: o.name == "scf.parallel" and PROLOGUE_ATTR in o.attributes
-            ):
-                _serialize(p)
             loops = collect(fn, lambda o: o.name == "scf.parallel")
             if not loops:
                 continue
@@ -195,20 +187,6 @@ def _rewrite(fn: ir.Operation, loop: ir.Operation, threads: int) -> None:
     for o in ops[:-1]:  # all but scf.reduce
         o.operation.move_before(end)
     body.arguments[0].replace_all_uses_with(after.arguments[0])
-    loop.erase()
-
-
-def _serialize(loop: ir.Operation) -> None:
-    """A one-dimensional ``scf.parallel`` without reductions as an ``scf.for``."""
-    lb, ub, step = (loop.operands[i] for i in range(3))
-    with ir.InsertionPoint(loop), loop.location:
-        new = scf.ForOp(lb, ub, step)
-    with ir.InsertionPoint(new.body), loop.location:
-        end = scf.YieldOp([])
-    body = loop.regions[0].blocks[0]
-    for o in list(body.operations)[:-1]:  # all but scf.reduce
-        o.operation.move_before(end)
-    body.arguments[0].replace_all_uses_with(new.induction_variable)
     loop.erase()
 
 
