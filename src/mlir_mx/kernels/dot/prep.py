@@ -103,7 +103,10 @@ def prepare_dot_a(
         kb.vstore(kb.const(0, kb.vec(LANES, kb.i32)), tiny, [0])
     groups = None  # A quantized 16 blocks at a time (.prep_groups)
     if not prob.a_is_mx and tiny is None and prob.block <= MAX_GROUPED_BLOCK:
-        groups = Targets(conv.store, scales, factors_buffer(kb), _round)
+        if conv.takes_steps(prob.a_quant):  # INT8: the rounded steps, not the values
+            groups = Targets(conv.store_steps, scales, factors_buffer(kb), _round_steps)
+        else:
+            groups = Targets(conv.store, scales, factors_buffer(kb), _round)
     with kb.loop(0, m, 1) as row:
         if prob.a_is_mx:
             _decode_row(kb, prob, ops, conv, scales, row.iv)
@@ -168,7 +171,21 @@ class _Words:
             h = kb.shuffle(h, h, [i ^ 1 for i in range(LANES)])  # swapped pairs
             kb.vstore(kb.vbitcast(h, LANES // 2, kb.i32), self.words, [row, kb.divu(col, 2)])
             return
-        ints = kb.fptosi(kb.fmul(values, self.factor), v16i)
+        self.store_steps(kb.fmul(values, self.factor), row, col)
+
+    def takes_steps(self, element: str | None) -> bool:
+        """Whether :meth:`store_steps` serves ``element``'s quantized values:
+        an integer format (``value * 2^int_exp2`` is the integer that
+        :func:`_round_steps` rounds to) on an integer unit."""
+        fmt = ELEMENT_FORMATS.get(element) if element else None
+        return self.factor is not None and fmt is not None and fmt.is_int
+
+    def store_steps(self, steps: ir.Value, row, col) -> None:
+        """Store 16 values given as ``value * 2^int_exp2`` (integers in f32,
+        exact: what :meth:`store` computes from the element values)."""
+        kb, kind = self.kb, self.kind
+        v16i = kb.vec(LANES, kb.i32)
+        ints = kb.fptosi(steps, v16i)
         if kind.name == "i16":
             h = kb.trunci(ints, kb.vec(LANES, kb.i16))
             kb.vstore(kb.vbitcast(h, LANES // 2, kb.i32), self.words, [row, kb.divu(col, 2)])
@@ -271,12 +288,24 @@ def _pow2(kb: KernelBuilder, e: ir.Value) -> ir.Value:
     )
 
 
+def _round_steps(kb: KernelBuilder, p: ir.Value, fmt) -> ir.Value:
+    """Scaled values -> INT8's steps ``q = clamp(rne(p * 64), -127, 127)``:
+    the element value ``q / 64`` times ``2^int_exp2`` (``64``), exactly what
+    :meth:`_Words.store` makes of :func:`_round`'s value (``fptosi`` gives
+    ``-0`` and ``+0`` the same ``0``), without the two multiplies and the
+    ``+ 0`` (issue 54: INT8 activations went through the element value)."""
+    if not fmt.is_int or fmt.int_exp2 != 6:
+        raise ValueError(f"_round_steps: INT8 activations only, not {fmt.name}")
+    v16f = kb.vec(LANES, kb.f32)
+    q = math.RoundEvenOp(kb.fmul(p, kb.const(64.0, v16f))).result
+    return kb.minimumf(kb.maximumf(q, kb.const(-127.0, v16f)), kb.const(127.0, v16f))
+
+
 def _round(kb: KernelBuilder, p: ir.Value, fmt) -> ir.Value:
     """Scaled values -> the element values they round to (RNE, saturating)."""
     v16f, v16i = kb.vec(LANES, kb.f32), kb.vec(LANES, kb.i32)
     if fmt.is_int:
-        q = math.RoundEvenOp(kb.fmul(p, kb.const(64.0, v16f))).result
-        q = kb.minimumf(kb.maximumf(q, kb.const(-127.0, v16f)), kb.const(127.0, v16f))
+        q = _round_steps(kb, p, fmt)
         # + 0.0 turns -0 into +0 (an integer code has no -0).
         return kb.fmul(kb.fadd(q, kb.const(0.0, v16f)), kb.const(2.0**-6, v16f))
     top = kb.const(fmt.max_normal, v16f)
