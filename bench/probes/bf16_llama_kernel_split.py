@@ -13,14 +13,21 @@ thread CPU time, median of ROUNDS, 1 thread:
 - ``torch``: ``torch.nn.functional.linear`` of the bf16 input and the
   dequantized weight in bf16 (oneDNN, the torch bf16 row's call).
 
+``--fit``: per shape also the all-pass kernel at M = 32, 64, 128 and 256
+rows (inputs of ±1 of the model's K), and the least-squares line through
+them: its intercept is the per-call cost that does not grow with M (B's
+widening, once per call, and the call itself), its slope the per-row cost
+(the tiles and A's tile loads).
+
     PYTHONPATH=src python bench/probes/bf16_llama_kernel_split.py [--layers 8] \
-        [--rounds 5] [--no-fuse]
+        [--rounds 5] [--no-fuse] [--fit]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import statistics
 import time
 
@@ -56,11 +63,41 @@ def cpu(fn) -> float:
     return time.thread_time() - t0
 
 
+def fit(mm, params, k: int, rounds: int) -> tuple[float, float, list]:
+    """``(intercept, slope per row)`` ms of the all-pass kernel over M = 32..256."""
+    rng = np.random.default_rng(0)
+    ms, ts = (32, 64, 128, 256), []
+    for m in ms:
+        x = np.where(rng.random((m, k)) < 0.5, -1.0, 1.0).astype(np.float32)
+        p = prepare_activations(x, params, mm.max_fallback_share)
+        out = np.empty((m, mm.weight.source.shape[1]), np.float32)
+        mm.run(p.args, m, 1, out=out)
+        call = functools.partial(mm.run, p.args, m, 1, out=out)
+        ts.append(statistics.median(cpu(call) for _ in range(rounds)))
+    slope, intercept = np.polyfit(ms, ts, 1)
+    return 1e3 * intercept, 1e3 * slope, [1e3 * t for t in ts]
+
+
+def fallback_work(args, n: int) -> tuple[int, int]:
+    """``(chains, stops)`` of one call: groups of four in-order FMA chains
+    (four failing rows, 32 columns, 32 steps; each block's list padded to
+    fours) and tile stops (a row tile's accumulators stored, ``c + t``,
+    reloaded: once per (row tile, even block pair) with a failing row),
+    each counted per column group of 32 columns."""
+    _tiles, ptr, _rows, _bptr, bidx, _fa = args
+    groups = -(-n // 32)
+    nb = (len(ptr) - 1) // _tiles.shape[0]
+    counts = np.diff(ptr).reshape(-1, nb)
+    pairs = counts[:, 0::2] + np.pad(counts[:, 1::2], ((0, 0), (0, nb % 2)))
+    return len(bidx) // 4 * groups, int((pairs > 0).sum()) * groups
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-fuse", action="store_true")
+    ap.add_argument("--fit", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -82,6 +119,10 @@ def main() -> None:
         p_pass = prepare_activations(x_pass, params, mm.max_fallback_share)
         assert p_pass.failing == 0 and p_real.args is not None
         fails[key].append(p_real.failing / (m * (k // 32)))
+        if p_real.failing:
+            chains, stops = fallback_work(p_real.args, n)
+            sums[key]["chains"] += chains
+            sums[key]["stops"] += stops
         out = np.empty((m, n), np.float32)
         xt = torch.from_numpy(x).to(torch.bfloat16)
         wt = torch.from_numpy(oracle.dequantize(w)).to(torch.bfloat16)
@@ -114,6 +155,28 @@ def main() -> None:
               + f" {1e3 * (s['kernel'] - s['all pass']):9.1f}")  # fmt: skip
     print(f"  {'all':18s} {len(calls):5d} {'':7s} " + " ".join(f"{1e3 * total[c]:9.1f}" for c in cols)
           + f" {1e3 * (total['kernel'] - total['all pass']):9.1f}")  # fmt: skip
+    keys = [kk for kk in sums if sums[kk]["chains"]]
+    work = np.array([[sums[kk]["chains"], sums[kk]["stops"]] for kk in keys], float)
+    cost = np.array([sums[kk]["kernel"] - sums[kk]["all pass"] for kk in keys])
+    (per_chain, per_stop), *_ = np.linalg.lstsq(work, cost, rcond=None)
+    print("the fallback (kernel - all pass) against its work, least squares over the shapes:")
+    for kk, (c, st), f in zip(keys, work, cost, strict=True):
+        print(f"  {kk:18s} {c / 1e3:8.1f} k chain groups {st / 1e3:8.1f} k stops: {1e3 * f:6.1f} ms"
+              f" = {1e3 * per_chain * c:5.1f} chains + {1e3 * per_stop * st:5.1f} stops")  # fmt: skip
+    print(f"  {1e9 * per_chain:.0f} ns a chain group (4 rows x 32 columns x 32 steps, "
+          f"{1e9 * per_chain / 32:.1f} ns a step of 8 FMAs), {1e9 * per_stop:.0f} ns a stop")  # fmt: skip
+    if args.fit:
+        print("all-pass kernel, ms at M = 32 / 64 / 128 / 256, and the line through them")
+        done = set()
+        for found, x, _w in calls:
+            key = (x.shape[1], found[0].weight.source.shape[1])
+            if key in done:
+                continue
+            done.add(key)
+            b0, b1, ts = fit(found[0], found[1], x.shape[1], args.rounds)
+            print(f"  K {key[0]:5d} N {key[1]:5d}: " + " / ".join(f"{t:.2f}" for t in ts)
+                  + f"; intercept {b0:.2f} ms, {b1 * 128:.2f} ms per 128 rows "
+                  f"(at M = 128 the intercept is {100 * b0 / (b0 + 128 * b1):.0f} %)")  # fmt: skip
 
 
 if __name__ == "__main__":
