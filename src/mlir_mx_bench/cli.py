@@ -98,7 +98,7 @@ def _parser() -> ArgParser:
     p.add_argument(
         "--rows",
         help="--model: comma-separated rows to run, of f32,bf16,torchao,mxfp8,mxfp4,mxfp4-i8,"
-        "mxfp4-fused,mxfp4-i8-fused,mxfp4-bf16 (all)",
+        "mxfp4-fused,mxfp4-i8-fused,mxfp4-bf16,mxfp4-bf16-fused (all)",
     )
     p.add_argument(
         "--profile",
@@ -192,6 +192,7 @@ def _model_options(ns, argv: list[str]):
         "mxfp4-fused": "ours MXFP4, fused",
         "mxfp4-i8-fused": "ours MXFP4, activations=i8, fused",
         "mxfp4-bf16": "ours MXFP4, bf16 model",
+        "mxfp4-bf16-fused": "ours MXFP4, bf16 model, fused",
     }
     rows = None
     if ns.rows is not None:

@@ -284,6 +284,30 @@ class FusedWeight:
         cols = y.narrow(-1, self.offsets[part], self.sizes[part])
         return cols if y.dim() == 1 or math.prod(y.shape[:-1]) == 1 else cols.contiguous()
 
+    def output_narrow(self, layer, x: torch.Tensor) -> torch.Tensor | None:
+        """For a bf16 or f16, C-contiguous ``x`` of shape ``(..., in)`` in eager
+        mode (checked by the caller, ``MXLinear.forward``): ``layer``'s f32
+        columns of the fused result, a ``narrow`` (strided, not copied: the
+        caller's conversion to ``x``'s dtype is then the one copy of them).
+        The fused kernel runs once per input: ``x`` converted to f32 once (not
+        once per part), and sameness is checked on ``x``'s own bytes (half an
+        f32 copy's, where ``x`` has no version counter).  None where the kernel
+        cannot take the f32 input's address (``Linear.call_into``)."""
+        part = layer.fused_part
+        key = (*_identity(x), "narrow")  # never a key of output()'s (f32 bytes kept there)
+        y = self._take(x, key, part, x)
+        if y is None:
+            x2 = x.reshape(-1, x.shape[-1]).float()  # exact: bf16 / f16 values are f32 values
+            y = torch.zeros(*x.shape[:-1], self.offsets[-1], dtype=torch.float32)
+            n = layer.threads or layer_threads()
+            if not self.linear.call_into(x2.data_ptr(), x2.shape[0], y.data_ptr(), n,
+                                         x.dtype == torch.bfloat16):  # fmt: skip
+                return None
+            nbytes = x.numel() * x.element_size() if key[-2] is None else 0
+            with self._lock:
+                self._kept.keep(x, key, y, part, x.data_ptr(), nbytes)
+        return y.narrow(-1, self.offsets[part], self.sizes[part])
+
     def _take(self, x, key, part: int, x2: torch.Tensor) -> torch.Tensor | None:
         """The kept result if ``x`` is its input and ``part`` has not taken it (marked taken)."""
         with self._lock:

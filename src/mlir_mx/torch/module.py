@@ -265,6 +265,10 @@ class MXLinear(torch.nn.Module):
             y = self._call_in_place(x) if fused is None else fused.output_in_place(self, x)
             if y is not None:
                 return y if self.bias is None else y + self.bias.to(torch.float32)
+        if self._fused is not None and x.dtype != torch.float32 and x.is_contiguous() and eager(x):
+            y = self._fused.output_narrow(self, x)  # the siblings' one f32 copy and kernel call
+            if y is not None:
+                return (y if self.bias is None else y + self.bias.to(torch.float32)).to(x.dtype)
         x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
         if x2.dtype != torch.float32:
             x2 = x2.float()  # exact: every bf16 / f16 value is an f32 value

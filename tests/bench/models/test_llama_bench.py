@@ -46,7 +46,7 @@ def test_linear_weight_bytes_from_the_memory_referenced(activations):
     assert linear_weight_bytes(model) == (mx_bytes, params)
 
 
-@pytest.mark.parametrize("kind", ["mx", "mx-fused", "mx-w4a8-fused"])
+@pytest.mark.parametrize("kind", ["mx", "mx-fused", "mx-w4a8-fused", "mx-bf16-fused"])
 def test_one_row_in_process(tmp_path, kind):
     spec = dict(name="r", row="ours MXFP4", kind=kind, format="f4E2M1FN", threads=1, layers=1,
                 prompt=8, new_tokens=4, seed=0, out=str(tmp_path), prefill_samples=1, probes=1,

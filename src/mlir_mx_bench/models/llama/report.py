@@ -85,7 +85,7 @@ def _row_line(r: dict, base: dict | None) -> str:
     ok = "-"
     if s["kind"] in ("torchao", "mx-w4a8", "mx-w4a8-fused"):  # activations quantized: no bound
         ok = "n/a (activations quantized)"
-    elif s["kind"] == "mx-bf16":
+    elif s["kind"] in ("mx-bf16", "mx-bf16-fused"):
         ok = "n/a (bf16 model)"
     elif "diff_over_bound" in r:
         ok = f"{r['diff_over_bound']:.2g}"

@@ -150,10 +150,10 @@ def _convert(model, spec: dict) -> dict:
                 activation_dtype=dt, weight_dtype=dt, kernel_preference=KernelPreference.EMULATED
             ),
         )
-    elif kind in ("mx", "mx-w4a8", "mx-fused", "mx-w4a8-fused", "mx-bf16"):
+    elif kind in ("mx", "mx-w4a8", "mx-fused", "mx-w4a8-fused", "mx-bf16", "mx-bf16-fused"):
         from mlir_mx.torch import quantize_
 
-        if kind == "mx-bf16":  # a bf16 model: its linear layers get bf16 inputs
+        if kind.startswith("mx-bf16"):  # a bf16 model: its linear layers get bf16 inputs
             model.to(torch.bfloat16)
 
         acts = "i8" if kind.startswith("mx-w4a8") else None
