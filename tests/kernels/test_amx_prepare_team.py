@@ -11,8 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlir_mx import oracle
-from mlir_mx.linear import amx_prepare
+import mlir_mx
+from mlir_mx import host, oracle
+from mlir_mx.amx_permission import amx_permission
+from mlir_mx.execution import threads
+from mlir_mx.linear import amx_linear, amx_prepare
 from mlir_mx.linear.amx_prepare import guard_params, prepare_activations, split_threads
 from mlir_mx.numerics import MXArray
 
@@ -43,9 +46,11 @@ def test_team_preparation_is_the_serial_one(m, monkeypatch):
     params = guard_params(weight())
     a = activations(m, K, seed=m)
     one = prepare_activations(a, params, 1.0)
-    monkeypatch.setattr(amx_prepare, "SPLIT_MIN", 0)  # every size on the team
+    monkeypatch.setenv(amx_prepare.SPLIT_ENV, "0")  # every size on the team
     assert split_threads(m, K, 2) == 2
+    before = threads.regions()
     two = prepare_activations(a, params, 1.0, threads=2)
+    assert threads.regions() == before + 1  # a parallel region on a team of 2
     assert one.failing > 0 and one.args is not None
     assert (one.failing, one.breaks, one.nonbf16) == (two.failing, two.breaks, two.nonbf16)
     for x, y in zip(one.args, two.args, strict=True):
@@ -53,8 +58,39 @@ def test_team_preparation_is_the_serial_one(m, monkeypatch):
         assert np.array_equal(x.view(np.uint8), y.view(np.uint8))
 
 
-def test_split_threads_rule():
+def test_split_threads_rule(monkeypatch):
+    monkeypatch.delenv(amx_prepare.SPLIT_ENV, raising=False)
+    assert split_threads(256, 4096, 2) == 1  # unset: one thread
+    monkeypatch.setenv(amx_prepare.SPLIT_ENV, str(128 * 2048))
+    assert split_threads(128, 2048, 2) == 2
+    assert split_threads(128, 2048 - 32, 2) == 1
     assert split_threads(256, 4096, 1) == 1
     assert split_threads(16, 1 << 20, 2) == 1  # one row tile
-    assert split_threads(128, amx_prepare.SPLIT_MIN // 128, 2) == 2
-    assert split_threads(128, amx_prepare.SPLIT_MIN // 128 - 32, 2) == 1
+    monkeypatch.setenv(amx_prepare.SPLIT_ENV, "no")
+    assert split_threads(256, 4096, 2) == 1
+
+
+HAS_AMX = host.has_features("amx_tile", "amx_bf16") and amx_permission().granted
+
+
+@pytest.mark.skipif(not HAS_AMX, reason="no AMX-BF16 on this CPU")
+def test_linear_on_two_threads_with_the_team_preparation_is_exact(monkeypatch):
+    """130 rows (8 tiles and 2 rows), every tenth row spread over 40 binades
+    (its blocks fall back): the AMX path with A prepared on the team gives
+    the exact path's bits."""
+    rng = np.random.default_rng(7)
+    w = oracle.quantize((rng.standard_normal((72, 128)) * 4).astype(np.float32), "f4E2M1FN", 32)
+    x = np.round(rng.standard_normal((130, 128)) * 16) / 16
+    x[::10] = rng.standard_normal((13, 128)) * np.exp2(rng.integers(-20, 20, (13, 128)))
+    x = x.astype(np.float32)
+    with monkeypatch.context() as mp:
+        mp.setenv(amx_linear.ENV, "0")
+        want = mlir_mx.Linear(w, activations="bf16", threads=2)(x)
+    monkeypatch.setenv(amx_prepare.SPLIT_ENV, "0")
+    lin = mlir_mx.Linear(w, activations="bf16", threads=2)
+    lin(x)  # the weight prepared, the kernels compiled
+    before = threads.regions()
+    got = lin(x)
+    assert amx_linear.last_path(lin) == "amx"
+    assert threads.regions() == before + 2  # the preparation's region, then the matmul's
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

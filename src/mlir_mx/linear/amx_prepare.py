@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,8 +27,8 @@ from mlir_mx.kernels.amx.prepare import prepare_module
 from mlir_mx.kernels.amx.tile import TILE_M
 from mlir_mx.numerics.amx_guard import AMXWeight, amx_bounds
 
-__all__ = ["SPLIT_MIN", "GuardParams", "Prepared", "by_block", "guard_params",
-           "prepare_activations", "prepare_runner", "split_threads"]  # fmt: skip
+__all__ = ["SPLIT_ENV", "GuardParams", "Prepared", "by_block", "guard_params",
+           "prepare_activations", "prepare_runner", "split_min", "split_threads"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -91,16 +92,27 @@ def prepare_runner(block: int = 32, threads: int = 1):
     return _runner(host_features(), block, int(threads))
 
 
-#: The least ``M K`` whose preparation runs on the call's team (below it,
-#: on one thread: the team's fork/join costs more than it saves).
-SPLIT_MIN = 128 * 2048
+#: The environment variable that turns the team's preparation on: the least
+#: ``M K`` whose A a team prepares (``0``: every A of two row tiles or more).
+#: Unset (the default): A is prepared on one thread at every size, as the
+#: team measured slower on the loaded development host (issue 51;
+#: ``docs/library.md``, "Threads"); ``bench/probes/amx_prepare_team_ab.py``
+#: measures the two.
+SPLIT_ENV = "MLIR_MX_AMX_PREPARE_SPLIT"
+
+
+def split_min() -> int | None:
+    """:data:`SPLIT_ENV`'s least ``M K`` (None: unset, or not an integer)."""
+    value = os.environ.get(SPLIT_ENV, "").strip()
+    return int(value) if value.isdigit() else None
 
 
 def split_threads(m: int, k: int, threads: int) -> int:
     """The team that prepares an (``m``, ``k``) A for a call on ``threads``:
-    ``threads`` where A has two row tiles or more and ``m k >=``
-    :data:`SPLIT_MIN`, else 1."""
-    return threads if threads > 1 and m > TILE_M and m * k >= SPLIT_MIN else 1
+    ``threads`` where :func:`split_min` is set, A has two row tiles or more
+    and ``m k`` reaches it, else 1."""
+    least = split_min() if threads > 1 and m > TILE_M else None
+    return threads if least is not None and m * k >= least else 1
 
 
 @dataclass
@@ -175,7 +187,10 @@ def _pack_tiles(ptr, cnt, nb: int):
 
 
 def prepare_activations(
-    a: np.ndarray, params: GuardParams, max_share: float, buffers: dict | None = None,
+    a: np.ndarray,
+    params: GuardParams,
+    max_share: float,
+    buffers: dict | None = None,
     threads: int = 1,
 ) -> Prepared:
     """The prepare kernel on ``a`` (f32 (M, K), C-contiguous; rounded to bf16
