@@ -8,8 +8,11 @@ threads gives the exact path's bits."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
+from format_cases import INTEGRAL, NON_INTEGRAL
 
 import mlir_mx
 from mlir_mx import host, oracle
@@ -20,13 +23,39 @@ from mlir_mx.linear.amx_prepare import guard_params, prepare_activations, split_
 from mlir_mx.numerics import MXArray
 
 K = 256
+FORMATS = INTEGRAL + NON_INTEGRAL
 
 
 def weight(element="f4E2M1FN", n=20, k=K, seed=0):
+    """B (K, N) prepared for the tiles: blocks of 32, or NVFP4's 16."""
     rng = np.random.default_rng(seed)
-    w = oracle.quantize(rng.standard_normal((n, k)).astype(np.float32), element, 32)
-    return oracle.amx_prepare(MXArray(w.codes.T.copy(), w.scales.view(np.uint8).T.copy(),
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    if element == "nvfp4":
+        return oracle.amx_prepare(oracle.quantize(w, "nvfp4", 16, axis=0))
+    q = oracle.quantize(w.T.copy(), element, 32)
+    return oracle.amx_prepare(MXArray(q.codes.T.copy(), q.scales.view(np.uint8).T.copy(),
                                       element, 32, 0))  # fmt: skip
+
+
+def same_preparation(element: str, m: int, k: int, seed: int) -> int:
+    """Asserts the team's preparation (2 threads) is the 1-thread one, byte
+    for byte; returns the failing (row, block)s."""
+    params = guard_params(weight(element, k=k, seed=seed))
+    a = activations(m, k, seed)
+    one = prepare_activations(a, params, 1.0)
+    os.environ[amx_prepare.SPLIT_ENV] = "0"  # every size on the team
+    try:
+        before = threads.regions()
+        two = prepare_activations(a, params, 1.0, threads=2)
+        assert threads.regions() == before + 1  # a parallel region on a team of 2
+    finally:
+        del os.environ[amx_prepare.SPLIT_ENV]
+    assert (one.failing, one.breaks, one.nonbf16) == (two.failing, two.breaks, two.nonbf16)
+    assert (one.args is None) == (two.args is None)
+    for x, y in zip(one.args or (), two.args or (), strict=True):
+        assert x.shape == y.shape and x.dtype == y.dtype
+        assert np.array_equal(x.view(np.uint8), y.view(np.uint8))
+    return one.failing
 
 
 def activations(m: int, k: int, seed: int) -> np.ndarray:
@@ -41,21 +70,25 @@ def activations(m: int, k: int, seed: int) -> np.ndarray:
     return a
 
 
-@pytest.mark.parametrize("m", [17, 37, 48, 61])
-def test_team_preparation_is_the_serial_one(m, monkeypatch):
-    params = guard_params(weight())
-    a = activations(m, K, seed=m)
-    one = prepare_activations(a, params, 1.0)
-    monkeypatch.setenv(amx_prepare.SPLIT_ENV, "0")  # every size on the team
-    assert split_threads(m, K, 2) == 2
-    before = threads.regions()
-    two = prepare_activations(a, params, 1.0, threads=2)
-    assert threads.regions() == before + 1  # a parallel region on a team of 2
-    assert one.failing > 0 and one.args is not None
-    assert (one.failing, one.breaks, one.nonbf16) == (two.failing, two.breaks, two.nonbf16)
-    for x, y in zip(one.args, two.args, strict=True):
-        assert x.shape == y.shape and x.dtype == y.dtype
-        assert np.array_equal(x.view(np.uint8), y.view(np.uint8))
+@pytest.mark.parametrize(("element", "m"), [("f4E2M1FN", 17), ("f4E2M1FN", 37),
+                                            ("i8", 48), ("nvfp4", 61)])  # fmt: skip
+def test_team_preparation_is_the_serial_one(element, m):
+    assert same_preparation(element, m, K, seed=m) > 0
+
+
+@pytest.mark.slow
+def test_team_preparation_campaign():
+    """Seeded random shapes (M 17-300, K 64-2048), every format with a
+    guard and NVFP4; about a fifth of the (row, block)s failing."""
+    rng = np.random.default_rng(51)
+    elements = [*FORMATS, "nvfp4"]
+    cases = failing = 0
+    for i in range(240):
+        m, k = int(rng.integers(17, 301)), 32 * int(rng.integers(2, 65))
+        failing += same_preparation(elements[i % len(elements)], m, k, seed=i)
+        cases += 1
+    assert cases == 240 and failing > 0
+    print(f"{cases} calls, {failing} failing (row, block)s, all byte-equal")
 
 
 def test_split_threads_rule(monkeypatch):
