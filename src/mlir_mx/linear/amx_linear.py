@@ -211,7 +211,7 @@ def _on_amx(ref, found, x: np.ndarray, out: np.ndarray, threads: int, g=None) ->
         return False
     mm, params = found
     buffers = _BUFFERS.__dict__.setdefault("by_shape", {})  # this thread's, reused
-    prepared = prepare_activations(x, params, mm.max_fallback_share, buffers)
+    prepared = prepare_activations(x, params, mm.max_fallback_share, buffers, threads)
     if prepared.args is None:
         _record(ref, "exact")
         return False

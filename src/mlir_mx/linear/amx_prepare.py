@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,8 +27,8 @@ from mlir_mx.kernels.amx.prepare import prepare_module
 from mlir_mx.kernels.amx.tile import TILE_M
 from mlir_mx.numerics.amx_guard import AMXWeight, amx_bounds
 
-__all__ = ["GuardParams", "Prepared", "by_block", "guard_params", "prepare_activations",
-           "prepare_runner"]  # fmt: skip
+__all__ = ["SPLIT_ENV", "GuardParams", "Prepared", "by_block", "guard_params",
+           "prepare_activations", "prepare_runner", "split_min", "split_threads"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -63,26 +64,55 @@ def guard_params(w: AMXWeight) -> GuardParams | None:
     return GuardParams(lim.astype(np.int32), cap.astype(np.float64), par, tq, w.block_size)
 
 
-@functools.lru_cache(maxsize=4)
-def _runner(_features: frozenset[str], block: int = 32):
+@functools.lru_cache(maxsize=8)
+def _runner(_features: frozenset[str], block: int = 32, threads: int = 1):
     from mlir import ir
 
     from mlir_mx.execution import CompileOptions, Runner
     from mlir_mx.execution.options import default_cache_dir
+    from mlir_mx.passes.pipeline import Pipeline, PipelineElement
     from mlir_mx.pipelines.amx import amx_library_pipeline
 
     with ir.Context(), ir.Location.unknown():
-        text = str(prepare_module("amx_prepare", block))
-    options = CompileOptions(amx_library_pipeline(), cache_dir=default_cache_dir())
-    return Runner(text, options=options)
+        text = str(prepare_module("amx_prepare", block, tiles=threads > 1))
+    pipeline = amx_library_pipeline()
+    if threads > 1:
+        tasks = PipelineElement.of("mx-parallel-tasks", threads=threads)
+        pipeline = Pipeline((tasks, *pipeline))
+    return Runner(text, options=CompileOptions(pipeline, cache_dir=default_cache_dir()))
 
 
-def prepare_runner(block: int = 32):
+def prepare_runner(block: int = 32, threads: int = 1):
     """The Runner of the prepare kernel (``@amx_prepare``) for weight blocks
     of ``block`` (32, or NVFP4's 16), compiled once per CPU feature set (no
     tile instruction: it runs on any AVX-512 or AVX2 CPU), or loaded from
-    the persistent compile cache (``MLIR_MX_CACHE_DIR``)."""
-    return _runner(host_features(), block)
+    the persistent compile cache (``MLIR_MX_CACHE_DIR``).  ``threads > 1``:
+    the row tiles on a team of ``threads`` (``prepare_module(tiles=True)``,
+    ``mx-parallel-tasks``)."""
+    return _runner(host_features(), block, int(threads))
+
+
+#: The environment variable that turns the team's preparation on: the least
+#: ``M K`` whose A a team prepares (``0``: every A of two row tiles or more).
+#: Unset (the default): A is prepared on one thread at every size, as the
+#: team measured slower on the loaded development host (issue 51;
+#: ``docs/library.md``, "Threads"); ``bench/probes/amx_prepare_team_ab.py``
+#: measures the two.
+SPLIT_ENV = "MLIR_MX_AMX_PREPARE_SPLIT"
+
+
+def split_min() -> int | None:
+    """:data:`SPLIT_ENV`'s least ``M K`` (None: unset, or not an integer)."""
+    value = os.environ.get(SPLIT_ENV, "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def split_threads(m: int, k: int, threads: int) -> int:
+    """The team that prepares an (``m``, ``k``) A for a call on ``threads``:
+    ``threads`` where :func:`split_min` is set, A has two row tiles or more
+    and ``m k`` reaches it, else 1."""
+    least = split_min() if threads > 1 and m > TILE_M else None
+    return threads if least is not None and m * k >= least else 1
 
 
 @dataclass
@@ -132,7 +162,7 @@ def _outputs(m: int, nb: int, buffers: dict | None, bs: int = 32):
         np.empty(mt * nb + 1, np.int32),
         np.empty(max(m * nb, 1), np.int32),
         np.empty((max(m * nb, 1), bs), np.float32),
-        np.zeros(4, np.int32),
+        np.zeros(4 * max(mt, 1), np.int32),
     )
     if buffers is not None:
         if len(buffers) >= 4:  # a layer's shapes (hidden and intermediate K) alternate
@@ -141,8 +171,27 @@ def _outputs(m: int, nb: int, buffers: dict | None, bs: int = 32):
     return out
 
 
+def _pack_tiles(ptr, cnt, nb: int):
+    """The parallel kernel's per-tile output (:func:`prepare_runner` with
+    threads) made the serial kernel's: ``ptr`` rebased in place, the
+    counters summed; returns ``(slot, counters)``, ``slot[i]`` the slot of
+    ``rows``/``fblk`` holding the serial kernel's entry ``i``."""
+    per = cnt.reshape(-1, 4)
+    counts = per[:, 0].astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    ptr[0] = 0
+    ptr[1:] += np.repeat(starts[:-1], nb).astype(np.int32)
+    tile_slot = np.arange(len(counts), dtype=np.int64) * (TILE_M * nb)
+    slot = np.arange(int(starts[-1]), dtype=np.int64) + np.repeat(tile_slot - starts[:-1], counts)
+    return slot, per[:, :3].sum(axis=0)
+
+
 def prepare_activations(
-    a: np.ndarray, params: GuardParams, max_share: float, buffers: dict | None = None
+    a: np.ndarray,
+    params: GuardParams,
+    max_share: float,
+    buffers: dict | None = None,
+    threads: int = 1,
 ) -> Prepared:
     """The prepare kernel on ``a`` (f32 (M, K), C-contiguous; rounded to bf16
     in the kernel), then the by-block lists: :class:`Prepared`, whose
@@ -150,20 +199,32 @@ def prepare_activations(
     ``max_share`` of the (row, block)s fail.  ``buffers``: a dict the
     caller keeps to reuse the kernel's output arrays from call to call (the
     returned ``args`` then hold them until the next call with the same
-    dict: for a caller that runs them at once, one thread per dict)."""
+    dict: for a caller that runs them at once, one thread per dict).
+    ``threads``: the call's team (the load check applied), which prepares A
+    by row tiles where :func:`split_threads` says so; the same arrays."""
     m, k = a.shape
     bs = params.block
     nb = k // bs
     tiles, ptr, rows, fblk, cnt = _outputs(m, nb, buffers, bs)
-    prepare_runner(bs).amx_prepare(a, params.lim, params.cap, params.bounds(), params.par, tiles,
-                                   ptr, rows, fblk, cnt)  # fmt: skip
-    failing, breaks, nonbf16 = (int(v) for v in cnt[:3])
+    team = split_threads(m, k, threads)
+    run = prepare_runner(bs, team).amx_prepare
+    run(a, params.lim, params.cap, params.bounds(), params.par, tiles, ptr, rows, fblk,
+        cnt if team > 1 else cnt[:4])  # fmt: skip
+    slot = None
+    if team > 1:
+        slot, sums = _pack_tiles(ptr, cnt, nb)
+        failing, breaks, nonbf16 = (int(v) for v in sums)
+    else:
+        failing, breaks, nonbf16 = (int(v) for v in cnt[:3])
     if breaks or failing > max_share * m * nb:
         return Prepared(None, failing, breaks, nonbf16)
     import ml_dtypes
 
     bptr, bidx = by_block(ptr, nb)
-    fa = fblk[bidx] if failing else np.zeros((len(bidx), bs), np.float32)
-    rows = rows[:failing] if failing else np.zeros(1, np.int32)
+    if slot is not None and failing:
+        fa, rows = fblk[slot[bidx]], rows[slot]
+    else:
+        fa = fblk[bidx] if failing else np.zeros((len(bidx), bs), np.float32)
+        rows = rows[:failing] if failing else np.zeros(1, np.int32)
     args = (tiles.view(ml_dtypes.bfloat16), ptr, rows, bptr, bidx, fa)
     return Prepared(args, failing, breaks, nonbf16)

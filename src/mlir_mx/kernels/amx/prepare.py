@@ -134,9 +134,10 @@ def _decide(o: _Ops, j: ir.Value, L, finite, s):
     return passes, breaks
 
 
-def _row_block(o: _Ops, m, mt, j, r, f, nc, nn):
-    """One row ``m``'s block ``j``: tile row written, listed if it fails;
-    returns the counters ``(f, nc, nn)`` after it."""
+def _row_block(o: _Ops, m, mt, j, r, f, nc, nn, base=None):
+    """One row ``m``'s block ``j``: tile row written, listed if it fails (at
+    slot ``base + f``; ``base`` None: 0); returns the counters ``(f, nc, nn)``
+    after it."""
     b = o.b
     v32 = ir.VectorType.get([o.block], b.f32)
     col = arith.MulIOp(j, o.c(o.block)).result
@@ -152,6 +153,7 @@ def _row_block(o: _Ops, m, mt, j, r, f, nc, nn):
         scf.YieldOp([f])
     with ir.InsertionPoint(branch.else_block):
         fi = arith.IndexCastOp(o.index, f).result
+        fi = fi if base is None else arith.AddIOp(base, fi).result
         memref.StoreOp(arith.IndexCastOp(b.i32, r).result, o.rows, [fi])
         vector.StoreOp(rv, o.fblk, [fi, o.c(0)])
         scf.YieldOp([b.addi(f, o.ci(1))])
@@ -159,8 +161,9 @@ def _row_block(o: _Ops, m, mt, j, r, f, nc, nn):
     return branch.result, nc, b.addi(nn, b.extui(nonbf16, b.i32))
 
 
-def _rows(o: _Ops, mt, j, m_rows, carried):
-    """The 16 rows of row tile ``mt`` at block ``j`` (padding rows zeroed)."""
+def _rows(o: _Ops, mt, j, m_rows, carried, base=None):
+    """The 16 rows of row tile ``mt`` at block ``j`` (padding rows zeroed;
+    failing ones listed from slot ``base``, :func:`_row_block`)."""
     b = o.b
     loop = scf.ForOp(o.c(0), o.c(TILE_M), o.c(1), carried)
     with ir.InsertionPoint(loop.body):
@@ -170,7 +173,7 @@ def _rows(o: _Ops, mt, j, m_rows, carried):
         inside = arith.CmpIOp(arith.CmpIPredicate.ult, m, m_rows).result
         branch = scf.IfOp(inside, [b.i32] * 3, has_else=True)
         with ir.InsertionPoint(branch.then_block):
-            scf.YieldOp(list(_row_block(o, m, mt, j, r, f, nc, nn)))
+            scf.YieldOp(list(_row_block(o, m, mt, j, r, f, nc, nn, base)))
         with ir.InsertionPoint(branch.else_block):
             zero = b.const(0, ir.VectorType.get([o.block], b.i16))
             vector.StoreOp(zero, o.tiles, [mt, j, r, o.c(0)])
@@ -199,10 +202,41 @@ def _body(o: _Ops) -> None:
         memref.StoreOp(value, o.cnt, [o.c(i)])
 
 
-def prepare_module(name: str = "amx_prepare", block: int = 32) -> ir.Module:
+def _body_tiles(o: _Ops) -> None:
+    """The row tiles as one ``scf.parallel`` (``mx-parallel-tasks``: a team
+    claims them one at a time), each tile writing only its own slots: its
+    entries of ``ptr`` counted from 0 within the tile, its failing ones in
+    ``rows``/``fblk`` from slot ``16 mt K/B`` (a tile has at most 16 K/B),
+    its counters at ``cnt[4 mt : 4 mt + 4]``; ``ptr[0]`` not written.  The
+    caller adds the tiles' bases and packs the slots (the serial kernel's
+    arrays, bit for bit: :func:`mlir_mx.linear.amx_prepare.prepare_activations`)."""
+    m_rows = memref.DimOp(o.x, o.c(0)).result
+    mtiles = memref.DimOp(o.tiles, o.c(0)).result
+    nb = memref.DimOp(o.tiles, o.c(1)).result
+    loop = scf.ParallelOp([], [o.c(0)], [mtiles], [o.c(1)], [])
+    body = loop.regions[0].blocks.append(o.index)
+    with ir.InsertionPoint(body):
+        mt = body.arguments[0]
+        base = arith.MulIOp(arith.MulIOp(mt, nb).result, o.c(TILE_M)).result
+        inner = scf.ForOp(o.c(0), nb, o.c(1), [o.ci(0)] * 3)
+        with ir.InsertionPoint(inner.body):
+            j = inner.induction_variable
+            out = _rows(o, mt, j, m_rows, list(inner.inner_iter_args), base)
+            s = arith.AddIOp(arith.MulIOp(mt, nb).result, j).result
+            memref.StoreOp(out[0], o.ptr, [arith.AddIOp(s, o.c(1)).result])
+            scf.YieldOp(out)
+        at = arith.MulIOp(mt, o.c(4)).result
+        for i, value in enumerate([*inner.results, o.ci(0)]):
+            memref.StoreOp(value, o.cnt, [arith.AddIOp(at, o.c(i)).result])
+        scf.ReduceOp([], 0)
+
+
+def prepare_module(name: str = "amx_prepare", block: int = 32, tiles: bool = False) -> ir.Module:
     """A module with ``func @name(x, lim, cap, tq, par, tiles, ptr, rows,
     fblk, cnt)`` (the module docstring) for weight blocks of ``block`` (32,
-    or NVFP4's 16); in the current context and location."""
+    or NVFP4's 16); in the current context and location.  ``tiles``: the
+    row tiles in parallel (:func:`_body_tiles`; ``cnt`` then holds 4 per
+    row tile)."""
     f32, f64 = ir.F32Type.get(), ir.F64Type.get()
     i16, i32 = ir.IntegerType.get_signless(16), ir.IntegerType.get_signless(32)
     dyn = ir.ShapedType.get_dynamic_size()
@@ -212,13 +246,13 @@ def prepare_module(name: str = "amx_prepare", block: int = 32) -> ir.Module:
     types = [
         mat, ivec, fvec, fvec, ir.MemRefType.get([4], f64),
         ir.MemRefType.get([dyn, dyn, TILE_M, block], i16), ivec, ivec, mat,
-        ir.MemRefType.get([4], i32),
+        ivec if tiles else ir.MemRefType.get([4], i32),
     ]  # fmt: skip
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):
         fn = func.FuncOp(name, ir.FunctionType.get(types, []))
         entry = fn.add_entry_block()
         with ir.InsertionPoint(entry):
-            _body(_Ops(entry.arguments, block))
+            (_body_tiles if tiles else _body)(_Ops(entry.arguments, block))
             func.ReturnOp([])
     return module
