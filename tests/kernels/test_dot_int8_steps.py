@@ -109,6 +109,19 @@ def test_linear_i8_equals_the_oracle_under_the_avx2_mask(monkeypatch):
     _check("nvfp4", threads=(2,), m=5, n=64)
 
 
+@pytest.mark.parametrize("fmt", ["f8E4M3FN", "f8E5M2"])
+def test_linear_i8_on_fp8_weights_equals_the_oracle(fmt):
+    """FP8 weights with INT8 activations run on the ``bf16`` unit, which takes
+    A's values, not its integer steps (session 56's review: the steps were
+    stored into the bf16 words and every output was NaN)."""
+    rng = np.random.default_rng(0)
+    w = mlir_mx.quantize(rng.standard_normal((128, 512), dtype=np.float32), fmt, axis=1)
+    x = rng.standard_normal((7, 512)).astype(np.float32)
+    lin = mlir_mx.Linear(w, threads=1, activations="i8")
+    got = lin(x)
+    assert same_bits(got, _want(w, x)).all(), lin.schedule(x)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mask", [None, *AVX2_MASKS])
 def test_linear_i8_campaign(monkeypatch, mask):

@@ -176,9 +176,12 @@ class _Words:
     def takes_steps(self, element: str | None) -> bool:
         """Whether :meth:`store_steps` serves ``element``'s quantized values:
         an integer format (``value * 2^int_exp2`` is the integer that
-        :func:`_round_steps` rounds to) on an integer unit."""
+        :func:`_round_steps` rounds to) on an integer unit. Never on the
+        ``bf16`` unit (FP8 weights): it takes the values' bf16 bits
+        (:meth:`store`), whatever the activations' format."""
         fmt = ELEMENT_FORMATS.get(element) if element else None
-        return self.factor is not None and fmt is not None and fmt.is_int
+        integer_unit = self.kind.name != "bf16"
+        return integer_unit and self.factor is not None and fmt is not None and fmt.is_int
 
     def store_steps(self, steps: ir.Value, row, col) -> None:
         """Store 16 values given as ``value * 2^int_exp2`` (integers in f32,
