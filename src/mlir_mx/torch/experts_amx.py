@@ -14,9 +14,10 @@ when all of these hold:
 - the rows are at least :data:`EXPERT_MIN_ROWS` (12), AMX would pay on them
   with no failing block (else no guard is looked at), and the call's share
   of failing (row, block)s is low enough for AMX to pay at that many rows
-  (:func:`amx_pays`, a cost model fitted per (row count, failing share): at
-  16 rows up to about 6 %, at 24 about 10 %, from 32 rows up to the guard's
-  30 %);
+  (:func:`amx_pays`, a cost model fitted per (row count, failing share, N):
+  with K/32 = 90 blocks it takes up to 5.1 % at 16 rows, 6.8 % at 24, 19.5 %
+  at 32 and 43.7 % (the guard's 30 % then decides) at 64 for N = 5760, and
+  3.0 %, 4.5 %, 11.1 %, 24.2 % for N = 2880);
 - the projection's input is bf16 values the exact path takes as they are:
   ``activations="bf16"`` (f32 rounded to bf16 in the prepare kernel, as the
   exact path rounds them), or a bf16 model's hidden states into ``gate_up``
@@ -95,7 +96,8 @@ EXPERT_MIN_ROWS = 12
 #: thread, loaded: load 4.6-5.3; ``bench/results/amx-experts-rows-2026-12-06-s56-loaded.txt``),
 #: where without the margin it takes the faster side at each of the 39
 #: measured points (8-48 rows, 0-15 % failing; loaded figures); with it, it
-#: takes AMX at none measured slower than 1.13x the exact path.
+#: declines two points measured at 1.13x and 1.15x, and still takes one
+#: measured at 1.06x (``down``, 16 rows, 3 % failing).
 AMX_COST = {
     "call": 7.0, "tile": 3.5, "failing_tile": 6.5, "failing_row": 0.4, "n": 5760, "narrow": 0.1,
     "margin": 1.1,

@@ -17,13 +17,14 @@ blocks of ``B`` = 32 or 16 (NVFP4) along K (``prepare_module``'s ``block``):
   bound ``(S / g) bmax <= tq[j]`` decides as the oracle's ``(S / g) bmax
   m_max <= 2^24 q``: ``(S / g) bmax`` is an integer, and ``f64(Y / m)``
   lies strictly between the integers around ``Y / m`` where that is not one);
-- ``par``: ``memref<4xf64>``: ``bmax``, ``2^24 q``, ``-126 - log2 q``, 0;
+- ``par``: ``memref<4xf64>``: ``bmax``, ``2^24 q`` (not read: ``tq`` holds
+  the bound per block), ``-126 - log2 q``, 0;
 - ``tiles``: ``memref<?x?x16xBxi16>`` (M/16 rounded up, K/B, 16, B),
   written: the rounded A's bf16 bits in tile layout, zero in every failing
   (row, block) and in the padding rows (the matmul kernel's ``a``);
-- ``ptr``: ``memref<?xi32>`` ((M/16) K/32 + 1), ``rows``: ``memref<?xi32>``
-  (at least M K/32), written: the failing (row, block)s, CSR by ``s =
-  row_tile K/32 + block``, each the row within its tile (the matmul
+- ``ptr``: ``memref<?xi32>`` ((M/16) K/B + 1), ``rows``: ``memref<?xi32>``
+  (at least M K/B), written: the failing (row, block)s, CSR by ``s =
+  row_tile K/B + block``, each the row within its tile (the matmul
   kernel's ``ptr`` and ``rows``);
 - ``fblk``: ``memref<?x?xf32>`` (like ``rows``, B), written: each failing
   one's block of the rounded A, in ``rows``' order;
@@ -114,8 +115,8 @@ def _block_stats(o: _Ops, v: ir.Value):
 def _decide(o: _Ops, j: ir.Value, L, finite, s):
     """``(passes, breaks the per-call condition)`` of one (row, block), i1 each."""
     b, f64 = o.b, o.f64
-    par = [memref.LoadOp(o.par, [o.c(i)]).result for i in range(3)]
-    bmax, t24q, lq = par[0], memref.LoadOp(o.tq, [j]).result, b.fptosi(par[2], b.i32)
+    bmax, lq = (memref.LoadOp(o.par, [o.c(i)]).result for i in (0, 2))
+    t24q, lq = memref.LoadOp(o.tq, [j]).result, b.fptosi(lq, b.i32)
     has_g = b.cmpi("ne", L, o.ci(NO_LSB))
     g = b.bitcast(b.shli(b.extsi(b.addi(L, o.ci(1023)), o.i64), b.const(52, o.i64)), f64)
     ratio = b.select(has_g, b.fdiv(s, g), b.const(0.0, f64))
