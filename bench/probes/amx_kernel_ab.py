@@ -5,17 +5,23 @@ arguments and each its own output array, allocated once (issue 51, session
 
     python bench/probes/amx_kernel_ab.py [M K N] [--old FILE.py] [--rounds 15]
         [--acts normal|pass] [--element f4E2M1FN] [--threads 1]
+        [--chunk C] [--whole-k-tiles T] [--old-chunk C] [--old-whole-k-tiles T]
 
 ``--old``: a Python file holding an older ``matmul_module`` (e.g. ``git show
 REV:src/mlir_mx/kernels/amx/matmul.py > /tmp/old_matmul.py``; its imports
 are this tree's); without it, the tree's kernel against itself.  ``--acts
 pass``: activations of ±1 (every (row, block) passes the guard: no fallback
 chains, the tiles and the widening alone); ``normal``: N(0,1) (~6 % fail).
+``--chunk``/``--whole-k-tiles`` (and ``--old-``): ``matmul_module``'s K
+chunk and chunking threshold for the new (old) side, by default its own
+(session 56: the order's rule measured on one kernel, e.g. ``--whole-k-tiles
+0`` against the default).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import statistics
 import time
@@ -49,6 +55,9 @@ def main() -> None:
     ap.add_argument("--acts", choices=["normal", "pass"], default="normal")
     ap.add_argument("--element", default="f4E2M1FN")
     ap.add_argument("--threads", type=int, default=1)
+    for side in ("", "old-"):
+        ap.add_argument(f"--{side}chunk", type=int, default=None)
+        ap.add_argument(f"--{side}whole-k-tiles", type=int, default=None)
     args = ap.parse_args()
     m, k, n = args.shape
     rng = np.random.default_rng(0)
@@ -67,8 +76,10 @@ def main() -> None:
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         old_fn = mod.matmul_module
+    old_fn = functools.partial(old_fn, chunk=args.old_chunk, whole_k_tiles=args.old_whole_k_tiles)
+    new_fn = functools.partial(matmul_module, chunk=args.chunk, whole_k_tiles=args.whole_k_tiles)
     kernels = {"old": runner(old_fn, args.element, args.threads),
-               "new": runner(matmul_module, args.element, args.threads)}  # fmt: skip
+               "new": runner(new_fn, args.element, args.threads)}  # fmt: skip
     a_tiles, ptr, rows, bptr, bidx, fa = prepared
     shape = (a_tiles.shape[0] * 16, mm.b_codes.shape[0] * 16)
     outs = {name: np.zeros(shape, np.float32) for name in kernels}  # faulted in, reused
