@@ -219,6 +219,37 @@ def test_run_writes_into_out(m, n):
             mm.run(prepared, rows, out=np.zeros((max(rows, 1), n), np.float32))
 
 
+def test_prepared_arguments_that_do_not_fit_the_weight_are_refused():
+    """``run`` checks what the kernel indexes by before it runs: another
+    weight's (larger K) or edited arrays are refused by name (they read out
+    of bounds: session 56's review). Pure numpy, on any CPU."""
+    b = weight(E2M1, 48, 128, seed=5)
+    a = activations(40, 128, seed=6, spread=False)
+    w = oracle.amx_prepare(b)
+    good = amx_matmul.prepare_model(a, w)
+    assert amx_matmul.check_prepared(good, 4, 32) is good
+    other = amx_matmul.prepare_model(activations(40, 256, seed=7, spread=False), oracle.amx_prepare(
+        weight(E2M1, 48, 256, seed=8)))  # fmt: skip
+    assert good is not None and other is not None and len(good[2]) > 1  # rows fail
+    edited = []
+    for i, change in ((2, lambda r: r + 16), (4, lambda x: x + len(good[2])), (1, lambda p: p[:-1])):
+        args = list(good)
+        args[i] = change(args[i]).astype(np.int32)
+        edited.append(tuple(args))
+    for bad in (other, good[:5], (good[0].view(np.int16), *good[1:]), *edited):
+        with pytest.raises(MXValueError, match=r"^prepared: "):
+            amx_matmul.check_prepared(bad, 4, 32)
+
+
+@needs_amx
+def test_run_refuses_another_weights_prepared_arguments():
+    small = on_tiles(weight(E2M1, 48, 64, seed=9))
+    big = on_tiles(weight(E2M1, 48, 256, seed=10))
+    prepared = big.prepare(activations(32, 256, seed=11, spread=False))
+    with pytest.raises(MXValueError, match=r"^prepared: a_tiles is not"):
+        small.run(prepared, 32)
+
+
 @needs_amx
 def test_without_the_fallback_the_bits_differ():
     """The same kernel with every (row, block) passed as it is (nothing

@@ -191,6 +191,41 @@ def _check_out(out, shape: tuple[int, int]) -> None:
         raise MXValueError(f"out: a writeable, aligned, C-contiguous f32 {shape} array, not {what}")
 
 
+def check_prepared(prepared, nb: int, bs: int) -> tuple:
+    """:meth:`AMXMatmul.prepare`'s ``(a_tiles, ptr, rows, bptr, bidx, fa)``
+    for a weight of ``nb`` blocks of ``bs``, every index the kernel follows
+    in bounds, or :class:`~mlir_mx.errors.MXValueError` naming ``prepared``
+    (another weight's, or edited, arguments would read out of bounds)."""
+    import ml_dtypes
+
+    def bad(why: str):
+        return MXValueError(f"prepared: {why} (pass AMXMatmul.prepare's result for this weight)")
+
+    if not isinstance(prepared, tuple) or len(prepared) != 6:
+        raise bad("not the 6 arrays of AMXMatmul.prepare")
+    a_tiles, ptr, rows, bptr, bidx, fa = prepared
+    arrays = dict(ptr=ptr, rows=rows, bptr=bptr, bidx=bidx)
+    for name, x in arrays.items():
+        if not (isinstance(x, np.ndarray) and x.dtype == np.int32 and x.ndim == 1 and len(x)):
+            raise bad(f"{name} is not a non-empty 1-D int32 array")
+    t = a_tiles
+    if not (isinstance(t, np.ndarray) and t.dtype == ml_dtypes.bfloat16 and t.ndim == 4
+            and t.shape[1:] == (nb, 16, bs) and t.flags.c_contiguous):  # fmt: skip
+        raise bad(f"a_tiles is not a C-contiguous bf16 (M/16, {nb}, 16, {bs}) array")
+    if not (isinstance(fa, np.ndarray) and fa.dtype == np.float32 and fa.ndim == 2
+            and fa.shape[1] == bs and fa.flags.c_contiguous):  # fmt: skip
+        raise bad(f"fa is not a C-contiguous f32 (entries, {bs}) array")
+    for p, x, n in ((ptr, rows, t.shape[0] * nb + 1), (bptr, bidx, nb + 1)):
+        if len(p) != n or p[0] != 0 or (np.diff(p) < 0).any() or p[-1] > len(x):
+            raise bad("ptr/bptr do not index rows/bidx")
+    used_rows, used_bidx = rows[: ptr[-1]], bidx[: bptr[-1]]  # what the kernel reads
+    if len(fa) < bptr[-1] or ((used_rows < 0) | (used_rows > 15)).any():
+        raise bad("fa is shorter than bidx's entries, or a row is outside its tile")
+    if ((used_bidx < 0) | (used_bidx >= len(rows))).any():
+        raise bad("bidx indexes outside rows")
+    return prepared
+
+
 def prepare_model(a: np.ndarray, w, max_share: float = MAX_FALLBACK_SHARE):
     """The numpy model of :meth:`AMXMatmul.prepare` (the reference its
     compiled kernel is tested against): ``(a_tiles, ptr, rows, bptr, bidx,
@@ -352,7 +387,9 @@ class AMXMatmul:
         ``out`` (f32 (m, N), C-contiguous): C is written there and returned,
         by the kernel itself where ``m`` and N are multiples of 16 (no copy),
         else copied once from the kernel's padded C."""
-        a_tiles, ptr, rows, bptr, bidx, fa = prepared
+        bs = self.weight.block_size
+        nb = self.weight.source.shape[0] // bs
+        a_tiles, ptr, rows, bptr, bidx, fa = check_prepared(prepared, nb, bs)
         n = self.weight.source.shape[1]
         shape = (a_tiles.shape[0] * 16, self.b_codes.shape[0] * 16)
         if not shape[0] - 16 < m <= shape[0]:
