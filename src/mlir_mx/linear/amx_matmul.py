@@ -156,15 +156,14 @@ def failing_blocks(a, bptr, bidx, grow, block_size: int = 32) -> np.ndarray:
     return out
 
 
-def pack_scales(w, scales=None) -> np.ndarray:
+def pack_scales(w) -> np.ndarray:
     """The weight's scale codes (E8M0, or NVFP4's E4M3) as the kernel's
     bytes (K/bs, N padded to 16), the code of 1 (E8M0 127, E4M3 0x38) in
     the padding and in the blocks that ``amx_prepare`` flagged (a weight
-    with any runs on the exact path).  ``scales``: the codes, by default
-    ``w.source.scales``."""
+    with any runs on the exact path)."""
     nb, n = w.flagged.shape
     one = 0x38 if w.e4m3 else 127
-    raw = np.asarray(w.source.scales if scales is None else scales).view(np.uint8)
+    raw = np.asarray(w.source.scales).view(np.uint8)
     codes = np.full((nb, _pad(n)), one, np.uint8)
     codes[:, :n] = np.where(w.flagged, one, raw)
     return codes.view(np.int8)  # the kernel's i8 memref
@@ -336,9 +335,11 @@ class AMXMatmul:
     def held_bytes(self) -> int:
         """Bytes of the arrays this object keeps for the kernel: the codes
         (the packed codes' size, N padded to 16), the scale codes, the
-        per-block flags and scale bounds; the MXArray ``b`` is the caller's."""
+        per-block flags and scale bounds (and NVFP4's ``m_max``); the MXArray
+        ``b`` is the caller's."""
         w = self.weight
         extra = w.flagged.nbytes + w.sb_min.nbytes + w.sb_max.nbytes
+        extra += 0 if w.m_max is None else w.m_max.nbytes
         held = vars(w)  # what the prepared weight has computed and kept (cached properties)
         return (
             self.b_codes.nbytes
