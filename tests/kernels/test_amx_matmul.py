@@ -420,7 +420,7 @@ def test_the_weight_is_held_as_its_codes(element):
 
     b = weight(element, 256, 512, seed=30)
     codes = b.packed_codes().nbytes if b.is_packed else b.codes.nbytes
-    small = 2 * (512 // 32) * 256 + 16 * (512 // 32)  # scale codes, flags, bounds
+    small = 2 * (512 // 32) * 256 + 24 * (512 // 32)  # scale codes, flags, bounds, m_max
     AMXMatmul(b)  # the first: anything cached per process
     tracemalloc.start()
     try:

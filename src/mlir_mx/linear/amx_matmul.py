@@ -335,7 +335,7 @@ class AMXMatmul:
     def held_bytes(self) -> int:
         """Bytes of the arrays this object keeps for the kernel: the codes
         (the packed codes' size, N padded to 16), the scale codes, the
-        per-block flags and scale bounds (and NVFP4's ``m_max``); the MXArray
+        per-block flags, scale bounds and ``m_max``; the MXArray
         ``b`` is the caller's."""
         w = self.weight
         extra = w.flagged.nbytes + w.sb_min.nbytes + w.sb_max.nbytes
