@@ -191,7 +191,11 @@ def with_amx(lin, kind, m: int, threads: int, call):
 def _divisor(lin, call):
     """NVFP4's global scale where ``call`` (an exact call) divides by it
     itself (``weight_form.applies_global``; so must the AMX path then),
-    else None (``Linear`` divides after either path)."""
+    else None (``Linear`` divides after either path).  Defensive: only a
+    dot kernel on records divides itself, and bf16 values reach one only
+    where the Linear holds ``bf16``-unit records, which no E2M1 weight does
+    today (not even with ``MLIR_MX_BF16_DOT=on``: session 56 checked), so
+    no test reaches the branch; it keeps the AMX path right if one does."""
     from mlir_mx.linear.weight_form import applies_global
 
     return lin.global_scale if lin.global_scale is not None and applies_global(call) else None
