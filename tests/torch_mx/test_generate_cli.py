@@ -252,11 +252,40 @@ def one_error_line(proc, *words) -> str:
     return lines[0]
 
 
-def test_missing_path_is_one_line(tmp_path):
+def one_error_line_in_process(capsys, argv, *words) -> str:
+    """``main(argv)`` in this process: what :func:`one_error_line` checks of a
+    process (status 2, one ``mx-generate: error:`` line naming ``words``, no
+    output). A process of its own costs an import of torch and transformers
+    (3-4 s of the default suite each); ``test_bad_option_in_a_process`` keeps
+    one in the default suite, the two below run in a process too (``slow``)."""
+    assert main([str(a) for a in argv]) == 2
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err
+    lines = [ln for ln in out.err.splitlines() if ln.startswith("mx-generate:")]
+    assert len(lines) == 1 and lines[0].startswith("mx-generate: error: "), out.err
+    for w in words:
+        assert w in lines[0]
+    assert out.out == ""
+    return lines[0]
+
+
+def test_missing_path_is_one_line(tmp_path, capsys):
+    one_error_line_in_process(capsys, [tmp_path / "nowhere", "--prompt", "hi"], "no such file",
+                              "nowhere")  # fmt: skip
+
+
+def test_folder_without_tokenizer_says_what_is_missing(folders, capsys):
+    one_error_line_in_process(capsys, [folders["no-tokenizer"], "--prompt", "hi"], "no tokenizer",
+                              "tokenizer.json", str(folders["no-tokenizer"]))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_missing_path_is_one_line_in_a_process(tmp_path):
     one_error_line(mx_generate(tmp_path / "nowhere", "--prompt", "hi"), "no such file", "nowhere")
 
 
-def test_folder_without_tokenizer_says_what_is_missing(folders):
+@pytest.mark.slow
+def test_folder_without_tokenizer_in_a_process(folders):
     proc = mx_generate(folders["no-tokenizer"], "--prompt", "hi")
     one_error_line(proc, "no tokenizer", "tokenizer.json", str(folders["no-tokenizer"]))
 
