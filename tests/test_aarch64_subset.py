@@ -5,6 +5,7 @@ without ``-m aarch64`` those tests stay in the default selection."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -24,13 +25,20 @@ def _collect(*args: str) -> set[str]:
     return {line for line in out.stdout.splitlines() if "::" in line}
 
 
+@functools.cache
+def _marked() -> frozenset[str]:
+    """``-m aarch64``'s collection, once per process (a whole pytest collection
+    in a subprocess; both tests below read it)."""
+    return frozenset(_collect("-m", "aarch64"))
+
+
 def test_the_marker_selects_exactly_the_subset():
-    marked = _collect("-m", "aarch64")
+    marked = _marked()
     assert aarch64_subset.missing(marked) == []
     assert marked and all(aarch64_subset.named(n) for n in marked)
 
 
 def test_the_default_selection_keeps_the_subset():
     default = _collect()
-    assert _collect("-m", "aarch64") <= default
+    assert _marked() <= default
     assert any(not aarch64_subset.named(n) for n in default)  # and the rest of those files

@@ -263,15 +263,21 @@ def test_results_that_cannot_be_written_are_an_error_not_half_a_file(tmp_path, m
     assert files.write_text is not full
 
 
-def test_quick_quantize_run(tmp_path):
+@pytest.mark.parametrize("where", [pytest.param("process", marks=pytest.mark.slow), "in-process"])
+def test_quick_quantize_run(tmp_path, capsys, where):
     """``--quantize``: ours (checked against the oracle first) and the oracle
-    per format and thread count, written to the JSON and markdown results."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "mlir_mx_bench.cli", "--quantize", "--quick", "--threads",
-         "1,2", "--formats", "f4E2M1FN,i8", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    per format and thread count, written to the JSON and markdown results.
+    By default through ``main`` in this process (a process of its own imports
+    torch again for the machine record; ``test_quick_run_writes_json_and_markdown``
+    runs the command in one), with ``-m slow`` in a process too."""
+    args = ["--quantize", "--quick", "--threads", "1,2", "--formats", "f4E2M1FN,i8",
+            "--out", str(tmp_path)]  # fmt: skip
+    if where == "process":
+        proc = subprocess.run([sys.executable, "-m", "mlir_mx_bench.cli", *args],
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert main(args) == 0, capsys.readouterr().err
     [js] = tmp_path.glob("mx-bench-*-quick-quantize.json")
     rec = json.loads(js.read_text())["quantize"]
     assert (rec["rows_"], rec["cols"]) == (128, 256)

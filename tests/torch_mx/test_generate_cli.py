@@ -85,6 +85,33 @@ def mx_generate(*args) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
+def mx_generate_in_process(capsys, *args) -> subprocess.CompletedProcess:
+    """``mx-generate ARGS`` as :func:`main` in this process, its status and
+    output as :func:`mx_generate` gives them (torch's thread count restored
+    after it: ``--threads`` sets it).  A process of its own costs an import of
+    torch and transformers and the model's kernels loaded again: the
+    converted Llama's run and ``test_bad_option_in_a_process`` keep one in
+    the default suite, the in-process runs have a process twin (``slow``)."""
+    threads = torch.get_num_threads()
+    capsys.readouterr()
+    try:
+        rc = main([str(a) for a in args])
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["mx-generate", *map(str, args)], rc, out.out, out.err)
+
+
+#: Where a run goes: in this process by default, in a process of its own with
+#: ``-m slow`` (the process itself is tested in the default suite by the runs
+#: that take ``mx_generate`` alone).
+WHERE = [pytest.param("process", marks=pytest.mark.slow), "in-process"]
+
+
+def run_generate(where, capsys, *args) -> subprocess.CompletedProcess:
+    return mx_generate(*args) if where == "process" else mx_generate_in_process(capsys, *args)
+
+
 def figures(stderr: str) -> dict:
     found = {}
     for name, pattern in FIGURES.items():
@@ -115,7 +142,11 @@ def check_run(proc, text: str, prompt_tokens: int) -> None:
     assert text.strip(), "the model generated no text to compare"
     assert proc.stdout == text + "\n"  # streamed, then the streamer's closing newline
     f = figures(proc.stderr)
-    assert f["load"][0] > 0 and f["compile"][0] >= 0 and f["compile"][1] > 0
+    assert f["load"][0] > 0 and f["compile"][0] >= 0 and f["compile"][1] >= 0
+    # a process of its own compiles its kernels in the warm-up; in this process
+    # (mx_generate_in_process) an earlier test may have left them in memory,
+    # and the warm-up prints 0.0 s
+    assert f["compile"][1] > 0 or proc.args[0] == "mx-generate", proc.stderr
     n, seconds, rate = f["prefill"]
     assert n == prompt_tokens and seconds > 0 and rate > 0
     steps, seconds, rate = f["decode"]
@@ -154,11 +185,12 @@ def test_llama_converted_on_load_streams_generates_text(folders):
     assert "converted on load: quantize_: 15 nn.Linear layers" in proc.stderr
 
 
-def test_gpt_oss_checkpoint_with_chat_template(folders):
+@pytest.mark.parametrize("where", WHERE)
+def test_gpt_oss_checkpoint_with_chat_template(folders, capsys, where):
     from transformers import AutoTokenizer
 
-    proc = mx_generate(folders["gpt-oss"], "--prompt", PROMPT, "--max-new-tokens", 10,
-                       "--threads", 1)  # fmt: skip
+    proc = run_generate(where, capsys, folders["gpt-oss"], "--prompt", PROMPT, "--max-new-tokens",
+                        10, "--threads", 1)  # fmt: skip
     model = from_pretrained(folders["gpt-oss"])
     tok = AutoTokenizer.from_pretrained(folders["gpt-oss"])
     text, n = expected_text(model, tok, new_tokens=10, chat_template=True)
@@ -167,7 +199,8 @@ def test_gpt_oss_checkpoint_with_chat_template(folders):
     assert "MX weights as stored" in proc.stderr
 
 
-def test_gguf_file_runs_with_its_own_tokenizer(tmp_path):
+@pytest.mark.parametrize("where", WHERE)
+def test_gguf_file_runs_with_its_own_tokenizer(tmp_path, capsys, where):
     """A ``.gguf`` file (MXFP4 experts beside Q8_0/F16/F32 tensors) runs as
     ``from_pretrained`` loads it, with the tokenizer its metadata describes."""
     import warnings
@@ -179,9 +212,10 @@ def test_gguf_file_runs_with_its_own_tokenizer(tmp_path):
 
     path = tmp_path / "gpt-oss.gguf"
     write_model_gguf(tiny_gpt_oss(vocab_size=264, rope_parameters=YARN), path, mixed_types)
-    proc = mx_generate(path, "--prompt", PROMPT, "--max-new-tokens", 6, "--threads", 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the Q8_0 tensors' dequantization warning
+        proc = run_generate(where, capsys, path, "--prompt", PROMPT, "--max-new-tokens", 6,
+                            "--threads", 1)  # fmt: skip
         model = from_pretrained(path)
     tok = gguf_tokenizer(path)
     text, n = expected_text(model, tok, new_tokens=6, chat_template=True)
@@ -189,11 +223,12 @@ def test_gguf_file_runs_with_its_own_tokenizer(tmp_path):
     assert "MX weights as stored" in proc.stderr
 
 
-def test_gpt_oss_w4a8_without_chat_template(folders):
+@pytest.mark.parametrize("where", WHERE)
+def test_gpt_oss_w4a8_without_chat_template(folders, capsys, where):
     from transformers import AutoTokenizer
 
-    proc = mx_generate(folders["gpt-oss"], "--prompt", PROMPT, "--max-new-tokens", 8,
-                       "--threads", 1, "--activations", "i8", "--no-chat-template")  # fmt: skip
+    proc = run_generate(where, capsys, folders["gpt-oss"], "--prompt", PROMPT, "--max-new-tokens",
+                        8, "--threads", 1, "--activations", "i8", "--no-chat-template")  # fmt: skip
     model = from_pretrained(folders["gpt-oss"], activations="i8")
     tok = AutoTokenizer.from_pretrained(folders["gpt-oss"])
     text, n = expected_text(model, tok, new_tokens=8, chat_template=False)
@@ -201,13 +236,14 @@ def test_gpt_oss_w4a8_without_chat_template(folders):
     check_run(proc, text, n)
 
 
-def test_sampling_follows_the_seed(folders):
+@pytest.mark.parametrize("where", WHERE)
+def test_sampling_follows_the_seed(folders, capsys, where):
     """--temperature: sampled, from torch's seed --seed (set after the warm-up),
     as model.generate(do_sample=True) after torch.manual_seed."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    proc = mx_generate(folders["llama"], "--prompt", PROMPT, "--max-new-tokens", 8, "--threads", 1,
-                       "--temperature", 0.8, "--seed", 3)  # fmt: skip
+    proc = run_generate(where, capsys, folders["llama"], "--prompt", PROMPT, "--max-new-tokens", 8,
+                        "--threads", 1, "--temperature", 0.8, "--seed", 3)  # fmt: skip
     model = AutoModelForCausalLM.from_pretrained(folders["llama"]).eval()
     quantize_(model, element="mxfp4")
     tok = AutoTokenizer.from_pretrained(folders["llama"])
@@ -252,11 +288,40 @@ def one_error_line(proc, *words) -> str:
     return lines[0]
 
 
-def test_missing_path_is_one_line(tmp_path):
+def one_error_line_in_process(capsys, argv, *words) -> str:
+    """``main(argv)`` in this process: what :func:`one_error_line` checks of a
+    process (status 2, one ``mx-generate: error:`` line naming ``words``, no
+    output). A process of its own costs an import of torch and transformers
+    (3-4 s of the default suite each); ``test_bad_option_in_a_process`` keeps
+    one in the default suite, the two below run in a process too (``slow``)."""
+    assert main([str(a) for a in argv]) == 2
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err
+    lines = [ln for ln in out.err.splitlines() if ln.startswith("mx-generate:")]
+    assert len(lines) == 1 and lines[0].startswith("mx-generate: error: "), out.err
+    for w in words:
+        assert w in lines[0]
+    assert out.out == ""
+    return lines[0]
+
+
+def test_missing_path_is_one_line(tmp_path, capsys):
+    one_error_line_in_process(capsys, [tmp_path / "nowhere", "--prompt", "hi"], "no such file",
+                              "nowhere")  # fmt: skip
+
+
+def test_folder_without_tokenizer_says_what_is_missing(folders, capsys):
+    one_error_line_in_process(capsys, [folders["no-tokenizer"], "--prompt", "hi"], "no tokenizer",
+                              "tokenizer.json", str(folders["no-tokenizer"]))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_missing_path_is_one_line_in_a_process(tmp_path):
     one_error_line(mx_generate(tmp_path / "nowhere", "--prompt", "hi"), "no such file", "nowhere")
 
 
-def test_folder_without_tokenizer_says_what_is_missing(folders):
+@pytest.mark.slow
+def test_folder_without_tokenizer_in_a_process(folders):
     proc = mx_generate(folders["no-tokenizer"], "--prompt", "hi")
     one_error_line(proc, "no tokenizer", "tokenizer.json", str(folders["no-tokenizer"]))
 
