@@ -349,6 +349,35 @@ def test_precompile_leaves_the_amx_path_nothing_to_compile(monkeypatch):
 
 
 @needs_amx
+@pytest.mark.slow
+def test_precompile_on_two_threads_leaves_the_team_preparation_nothing_to_compile(monkeypatch):
+    """On 2 threads at M K >= ``SPLIT_MIN`` A is prepared on the team:
+    ``precompile`` compiles that prepare kernel too (slow: each team's AMX
+    kernels take ~1 s to compile)."""
+    from mlir_mx.execution import clear_cache, compiled
+    from mlir_mx.linear import amx_matmul, amx_prepare
+
+    monkeypatch.setenv("MLIR_MX_LOAD_CHECK", "0")
+    w = weight("f4E2M1FN", seed=23, k=4096)
+    x = passing(160, 4096, seed=24)
+    assert amx_prepare.split_threads(len(x), 4096, 2) == 2
+    want = exact(w, x, 2, monkeypatch)
+    clear_cache()
+    amx_matmul._runner.cache_clear()
+    amx_prepare._runner.cache_clear()
+    lin = mlir_mx.Linear(w, activations="bf16", threads=2)
+    lin.precompile(len(x))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("compiled after precompile")
+
+    monkeypatch.setattr(compiled, "Compiled", refuse)
+    got = lin(x)
+    assert amx_linear.last_path(lin) == "amx"
+    assert_same_bits(got, want)
+
+
+@needs_amx
 def test_the_prepare_kernel_is_kept_in_the_persistent_cache():
     """The prepare kernel's machine code is kept on disk (``MLIR_MX_CACHE_DIR``,
     the run's directory here): a process that has compiled it once loads it

@@ -93,7 +93,10 @@ def test_team_preparation_campaign():
 
 def test_split_threads_rule(monkeypatch):
     monkeypatch.delenv(amx_prepare.SPLIT_ENV, raising=False)
-    assert split_threads(256, 4096, 2) == 1  # unset: one thread
+    assert amx_prepare.split_min() == amx_prepare.SPLIT_MIN == 1 << 19  # unset: the default
+    assert split_threads(128, 4096, 2) == 2 and split_threads(128, 4096 - 32, 2) == 1
+    monkeypatch.setenv(amx_prepare.SPLIT_ENV, "off")
+    assert split_threads(256, 4096, 2) == 1
     monkeypatch.setenv(amx_prepare.SPLIT_ENV, str(128 * 2048))
     assert split_threads(128, 2048, 2) == 2
     assert split_threads(128, 2048 - 32, 2) == 1

@@ -271,11 +271,13 @@ def precompile_amx(lin, kind, m: int, threads: int, bf16: bool = False) -> None:
     weight or activation kind) it does nothing."""
     from mlir_mx.linear.amx import amx_bf16_usable
     from mlir_mx.linear.amx_matmul import amx_matmul_runner
-    from mlir_mx.linear.amx_prepare import prepare_runner
+    from mlir_mx.linear.amx_prepare import prepare_runner, split_min
 
     found = _hooked(lin, kind, m, bf16) if lin.out_features and lin.in_features else None
     if found is None or not amx_bf16_usable():
         return
     mm = found[0]
     prepare_runner(mm.weight.block_size)
+    if threads > 1 and split_min() is not None:  # a call's team may prepare A (any m)
+        prepare_runner(mm.weight.block_size, threads)
     amx_matmul_runner(mm.group, mm.weight.element, threads, mm.weight.block_size)

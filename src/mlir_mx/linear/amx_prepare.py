@@ -27,7 +27,7 @@ from mlir_mx.kernels.amx.prepare import prepare_module
 from mlir_mx.kernels.amx.tile import TILE_M
 from mlir_mx.numerics.amx_guard import AMXWeight, amx_bounds
 
-__all__ = ["SPLIT_ENV", "GuardParams", "Prepared", "by_block", "guard_params",
+__all__ = ["SPLIT_ENV", "SPLIT_MIN", "GuardParams", "Prepared", "by_block", "guard_params",
            "prepare_activations", "prepare_runner", "split_min", "split_threads"]  # fmt: skip
 
 
@@ -92,25 +92,33 @@ def prepare_runner(block: int = 32, threads: int = 1):
     return _runner(host_features(), block, int(threads))
 
 
-#: The environment variable that turns the team's preparation on: the least
-#: ``M K`` whose A a team prepares (``0``: every A of two row tiles or more).
-#: Unset (the default): A is prepared on one thread at every size, as the
-#: team measured slower on the loaded development host (issue 51;
-#: ``docs/library.md``, "Threads"); ``bench/probes/amx_prepare_team_ab.py``
-#: measures the two.
+#: The environment variable that sets the least ``M K`` whose A the call's
+#: team prepares (``0``: every A of two row tiles or more; ``off``: A on one
+#: thread at every size).  Unset: :data:`SPLIT_MIN`.  Quiet, 2 threads
+#: (session 56, ``bench/probes/amx_prepare_team_ab.py``, the development
+#: Xeon): the team took 0.77-0.92x the one thread's time from M K = 2^19 up
+#: (our pool; 0.70-0.77x on torch's team) and 1.00x at 128 x 2048 (0.81x on
+#: torch's); loaded, it measured slower (issue 51; ``docs/library.md``,
+#: "Threads").  A busy machine's calls run on one thread anyway (the load
+#: check).
 SPLIT_ENV = "MLIR_MX_AMX_PREPARE_SPLIT"
+#: The default least ``M K`` for the team's preparation (:data:`SPLIT_ENV`).
+SPLIT_MIN = 1 << 19
 
 
 def split_min() -> int | None:
-    """:data:`SPLIT_ENV`'s least ``M K`` (None: unset, or not an integer)."""
+    """:data:`SPLIT_ENV`'s least ``M K``: :data:`SPLIT_MIN` where unset,
+    None (one thread) where it is not an integer (``off``)."""
     value = os.environ.get(SPLIT_ENV, "").strip()
+    if not value:
+        return SPLIT_MIN
     return int(value) if value.isdigit() else None
 
 
 def split_threads(m: int, k: int, threads: int) -> int:
     """The team that prepares an (``m``, ``k``) A for a call on ``threads``:
-    ``threads`` where :func:`split_min` is set, A has two row tiles or more
-    and ``m k`` reaches it, else 1."""
+    ``threads`` where A has two row tiles or more and ``m k`` reaches
+    :func:`split_min` (not None), else 1."""
     least = split_min() if threads > 1 and m > TILE_M else None
     return threads if least is not None and m * k >= least else 1
 
