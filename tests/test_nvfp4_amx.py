@@ -12,6 +12,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from amx_cases import assert_same_bits, bf16, exact
 
 import mlir_mx
 from mlir_mx import host, oracle
@@ -23,10 +24,6 @@ from mlir_mx.numerics.amx_guard import scale_units
 
 HAS_AMX = host.has_features("amx_tile", "amx_bf16") and amx_permission().granted
 needs_amx = pytest.mark.skipif(not HAS_AMX, reason="no AMX-BF16 on this CPU")
-
-
-def bf16(x) -> np.ndarray:
-    return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
 
 
 def nvfp4(k, n, seed=0, g=None, subnormal=0.0, codes=None) -> MXArray:
@@ -52,16 +49,6 @@ def activations(m, k, seed=1, spread=3) -> np.ndarray:
     if spread:
         x[::spread] *= np.exp2(rng.integers(-20, 20, (m, k)))[::spread]
     return bf16(x)
-
-
-def exact(a, b) -> np.ndarray:
-    return oracle.blocked_order(a, b, np.zeros((a.shape[0], b.shape[1]), np.float32))
-
-
-def assert_same_bits(got, want):
-    assert got.shape == want.shape and got.dtype == np.float32
-    differ = got.view(np.uint32) != want.view(np.uint32)
-    assert not differ.any(), f"{int(differ.sum())} of {differ.size} outputs differ"
 
 
 def test_scale_units_split_e4m3_scales_into_an_odd_part_and_a_power_of_two():

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 
-import ml_dtypes
 import numpy as np
 import pytest
+from amx_cases import assert_same_bits, bf16, exact
 from format_cases import INTEGRAL, NON_INTEGRAL
 from mlir import ir
 
@@ -36,10 +36,6 @@ def on_tiles(b, **kw) -> AMXMatmul:
     return AMXMatmul(b, max_fallback_share=1.0, **kw)
 
 
-def bf16(x) -> np.ndarray:
-    return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
-
-
 def weight(element, n, k, seed=0, scales=None) -> MXArray:
     """B (K, N) blocked along K; ``scales``: {(block, column): E8M0 code}."""
     rng = np.random.default_rng(seed)
@@ -59,16 +55,6 @@ def activations(m, k, seed=1, spread=True) -> np.ndarray:
     if spread:
         x[::3] *= np.exp2(rng.integers(-20, 20, (m, k)))[::3]
     return bf16(x)
-
-
-def exact(a, b) -> np.ndarray:
-    return oracle.blocked_order(a, b, np.zeros((a.shape[0], b.shape[1]), np.float32))
-
-
-def assert_same_bits(got, want):
-    assert got.shape == want.shape and got.dtype == np.float32
-    differ = got.view(np.uint32) != want.view(np.uint32)
-    assert not differ.any(), f"{int(differ.sum())} of {differ.size} outputs differ"
 
 
 def test_the_module_accumulates_in_tiles_carried_by_the_k_loop():
