@@ -70,8 +70,11 @@ def activations(m: int, k: int, seed: int) -> np.ndarray:
     return a
 
 
-@pytest.mark.parametrize(("element", "m"), [("f4E2M1FN", 17), ("f4E2M1FN", 37),
-                                            ("i8", 48), ("nvfp4", 61)])  # fmt: skip
+E2M1 = "f4E2M1FN"
+INT8 = "i8"
+
+
+@pytest.mark.parametrize(("element", "m"), [(E2M1, 17), (E2M1, 37), (INT8, 48), ("nvfp4", 61)])
 def test_team_preparation_is_the_serial_one(element, m):
     assert same_preparation(element, m, K, seed=m) > 0
 

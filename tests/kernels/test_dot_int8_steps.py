@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from dot_cases import AVX2_MASKS, mask_avx2, same_bits
+from format_cases import NON_INTEGRAL
 from test_dot_quantize import _blocks, _q_module
 
 import mlir_mx
@@ -109,7 +110,7 @@ def test_linear_i8_equals_the_oracle_under_the_avx2_mask(monkeypatch):
     _check("nvfp4", threads=(2,), m=5, n=64)
 
 
-@pytest.mark.parametrize("fmt", ["f8E4M3FN", "f8E5M2"])
+@pytest.mark.parametrize("fmt", NON_INTEGRAL)  # FP8: the bf16 unit
 def test_linear_i8_on_fp8_weights_equals_the_oracle(fmt):
     """FP8 weights with INT8 activations run on the ``bf16`` unit, which takes
     A's values, not its integer steps (session 56's review: the steps were
