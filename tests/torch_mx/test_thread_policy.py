@@ -85,6 +85,27 @@ def test_on_a_busy_machine_a_decode_step_runs_alone(two_threads, monkeypatch, ke
     assert torch.equal(quiet.view(torch.int32), busy.view(torch.int32))
 
 
+def test_on_a_busy_machine_a_prefill_runs_torch_on_one_thread(two_threads):
+    """A prefill (more than ``DECODE_TOKENS`` tokens) runs torch's ops on its
+    own count when quiet, on 1 thread when the load check finds the machine
+    oversubscribed (torch's 2-thread ops collapse beside a busy process);
+    the same bits, torch's count restored after."""
+    model = tiny_llama(**WIDE)
+    quantize_(model, "f4E2M1FN")
+    seen = _seen(model)
+    ids = prompt(12, vocab=256)
+    with torch.inference_mode():
+        quiet = model(ids).logits
+        assert seen.pop() == (2, 2)
+        pool_load.configure(1, -1000)  # every look finds more runnable threads than CPUs
+        busy = model(ids).logits
+        assert seen.pop() == (1, 2) and torch.get_num_threads() == 2
+        policy.set_decode_policy("torch")  # off: torch's count, busy or not
+        model(ids)
+        assert seen.pop() == (2, 2)
+    assert torch.equal(quiet.view(torch.int32), busy.view(torch.int32))
+
+
 def test_bad_arguments_name_themselves():
     with pytest.raises(MXValueError, match="policy"):
         policy.set_decode_policy("spin")

@@ -22,7 +22,13 @@ thread where the old default ran at 0.18x (with the load check,
 * The policy by default: ``quantize_`` puts a forward pre-hook and hook on
   the model it converts (:func:`install`), which run each forward call of at
   most :data:`DECODE_TOKENS` tokens inside :func:`decode_threads`; a longer
-  call (a prefill) runs as before. :func:`set_decode_policy` turns it off
+  call (a prefill) runs as before, unless the load check finds the machine
+  oversubscribed for torch's thread count when it starts: then it too runs
+  inside :func:`decode_threads` (torch's ops on 1 thread; our layers run
+  alone anyway on a busy machine). Beside one CPU-bound process on 2 cores
+  an 8-layer bf16 Llama's 2-thread prefill took 974-1546 ms against 309-327
+  on 1 thread, most of it torch's own ops on its OpenMP team (session 56,
+  ``bench/results/bf16-llama-busy-2026-12-06-s56.txt``). :func:`set_decode_policy` turns it off
   (``"torch"``: torch's thread count for everything) or on (``"layers"``);
   ``MLIR_MX_DECODE_POLICY=torch|layers`` sets it for a process.
   Nothing changes outside the model's forward call; under a tracer
@@ -141,11 +147,19 @@ def _tokens(args: tuple, kwargs: dict) -> int | None:
     return x.numel()
 
 
+def _busy() -> bool:
+    """Whether torch's team would oversubscribe the machine now (the load
+    check's verdict, :func:`mlir_mx.execution.threads.oversubscribed`)."""
+    from mlir_mx.execution.threads import oversubscribed
+
+    return oversubscribed(torch.get_num_threads())
+
+
 def _pre_hook(module, args, kwargs):
     entered = False
     if _policy[0] == "layers" and not torch.compiler.is_compiling():
         tokens = _tokens(args, kwargs)
-        if tokens is not None and tokens <= DECODE_TOKENS:
+        if tokens is not None and (tokens <= DECODE_TOKENS or _busy()):
             _enter(None)
             entered = True
     _scope.__dict__.setdefault("marks", []).append(entered)
