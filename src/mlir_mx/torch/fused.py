@@ -272,16 +272,10 @@ class FusedWeight:
         ``narrow`` of it, with no reshape on either side (each torch call costs
         4-11 us inside a model: ``docs/torch.md``).  None where the kernel
         cannot take ``x``'s address (``Linear.call_into``)."""
-        part, key = layer.fused_part, _identity_f32(x)
-        y = self._take(x, key, part, x)
+        y = self._in_shape(layer, x, _identity_f32(x))
         if y is None:
-            y = torch.zeros(*x.shape[:-1], self.offsets[-1], dtype=torch.float32)
-            m = math.prod(x.shape[:-1])
-            n = layer.threads or layer_threads()
-            if not self.linear.call_into(x.data_ptr(), m, y.data_ptr(), n):
-                return None
-            self._keep(x, key, y, part, x)
-        cols = y.narrow(-1, self.offsets[part], self.sizes[part])
+            return None
+        cols = y.narrow(-1, self.offsets[layer.fused_part], self.sizes[layer.fused_part])
         return cols if y.dim() == 1 or math.prod(y.shape[:-1]) == 1 else cols.contiguous()
 
     def output_narrow(self, layer, x: torch.Tensor) -> torch.Tensor | None:
@@ -293,20 +287,26 @@ class FusedWeight:
         once per part), and sameness is checked on ``x``'s own bytes (half an
         f32 copy's, where ``x`` has no version counter).  None where the kernel
         cannot take the f32 input's address (``Linear.call_into``)."""
+        key = ("narrow", *_identity(x))  # never a key of output()'s (f32 bytes kept there)
+        y = self._in_shape(layer, x, key)
+        return None if y is None else y.narrow(-1, self.offsets[layer.fused_part],
+                                                 self.sizes[layer.fused_part])  # fmt: skip
+
+    def _in_shape(self, layer, x: torch.Tensor, key: tuple) -> torch.Tensor | None:
+        """The fused f32 result in ``x``'s leading shape (kept for the other
+        parts, or taken if kept), ``x`` C-contiguous f32 or bf16/f16 (converted
+        to f32 once, exactly); None where ``call_into`` declines."""
         part = layer.fused_part
-        key = (*_identity(x), "narrow")  # never a key of output()'s (f32 bytes kept there)
         y = self._take(x, key, part, x)
-        if y is None:
-            x2 = x.reshape(-1, x.shape[-1]).float()  # exact: bf16 / f16 values are f32 values
-            y = torch.zeros(*x.shape[:-1], self.offsets[-1], dtype=torch.float32)
-            n = layer.threads or layer_threads()
-            if not self.linear.call_into(x2.data_ptr(), x2.shape[0], y.data_ptr(), n,
-                                         x.dtype == torch.bfloat16):  # fmt: skip
-                return None
-            nbytes = x.numel() * x.element_size() if key[-2] is None else 0
-            with self._lock:
-                self._kept.keep(x, key, y, part, x.data_ptr(), nbytes)
-        return y.narrow(-1, self.offsets[part], self.sizes[part])
+        if y is not None:
+            return y
+        xf = x if x.dtype == torch.float32 else x.reshape(-1, x.shape[-1]).float()
+        y = torch.zeros(*x.shape[:-1], self.offsets[-1], dtype=torch.float32)
+        m, n = math.prod(x.shape[:-1]), layer.threads or layer_threads()
+        if not self.linear.call_into(xf.data_ptr(), m, y.data_ptr(), n, x.dtype == torch.bfloat16):
+            return None
+        self._keep(x, key, y, part, x)
+        return y
 
     def _take(self, x, key, part: int, x2: torch.Tensor) -> torch.Tensor | None:
         """The kept result if ``x`` is its input and ``part`` has not taken it (marked taken)."""
@@ -316,7 +316,7 @@ class FusedWeight:
     def _keep(self, x, key, y: torch.Tensor, part: int, x2: torch.Tensor) -> None:
         """Keep ``y``, the fused result of ``x``, for the other parts (with a
         copy of ``x2``'s bytes when ``x`` has no version counter)."""
-        nbytes = x2.numel() * 4 if key[-1] is None else 0
+        nbytes = x2.numel() * x2.element_size() if key[-1] is None else 0
         with self._lock:
             self._kept.keep(x, key, y, part, x2.data_ptr(), nbytes)
 
