@@ -205,8 +205,9 @@ def check_prepared(prepared, nb: int, bs: int) -> tuple:
     a_tiles, ptr, rows, bptr, bidx, fa = prepared
     arrays = dict(ptr=ptr, rows=rows, bptr=bptr, bidx=bidx)
     for name, x in arrays.items():
-        if not (isinstance(x, np.ndarray) and x.dtype == np.int32 and x.ndim == 1 and len(x)):
-            raise bad(f"{name} is not a non-empty 1-D int32 array")
+        if not (isinstance(x, np.ndarray) and x.dtype == np.int32 and x.ndim == 1 and len(x)
+                and x.flags.c_contiguous):  # fmt: skip
+            raise bad(f"{name} is not a non-empty, contiguous 1-D int32 array")
     t = a_tiles
     if not (isinstance(t, np.ndarray) and t.dtype == ml_dtypes.bfloat16 and t.ndim == 4
             and t.shape[1:] == (nb, 16, bs) and t.flags.c_contiguous):  # fmt: skip
@@ -330,6 +331,7 @@ class AMXMatmul:
         self.last_path: str | None = None
         self._exact = None
         self._guard = None  # (GuardParams or None,), made by the first prepare()
+        self._bound_fns: dict = {}  # Runner -> its BoundFunction (:meth:`_bound`)
 
     @property
     def held_bytes(self) -> int:
@@ -399,8 +401,8 @@ class AMXMatmul:
             _check_out(out, (m, n))
         c = out if out is not None and out.shape == shape else np.empty(shape, np.float32)
         team = call_threads(self.threads) if team is None else check_threads(team)
-        runner = amx_matmul_runner(self.group, self.weight.element, team, self.weight.block_size)
-        runner.amx_matmul(a_tiles, self.b_codes, c, ptr, rows, self.b_scales, bptr, bidx, fa)
+        free = (a_tiles, c, ptr, rows, bptr, bidx, fa)  # checked above: C-contiguous, typed
+        self._bound(team).call_unchecked(*((x.ctypes.data, x.shape) for x in free))
         self.last_path = "amx"
         if c is out:
             return out
@@ -408,6 +410,21 @@ class AMXMatmul:
             out[...] = c[:m, :n]
             return out
         return np.ascontiguousarray(c[:m, :n])
+
+    def _bound(self, team: int):
+        """The kernel on ``team`` threads with this weight's codes and scales
+        bound (``Runner.bind``, made once per runner): a call then passes its
+        own 7 arrays unchecked, by address (about 12 us a call against 68
+        through ``Runner.invoke``'s checks; session 57).  Calls of one
+        object on one team are serialized."""
+        runner = amx_matmul_runner(self.group, self.weight.element, team, self.weight.block_size)
+        bound = self._bound_fns.get(runner)
+        if bound is None:
+            from mlir_mx.execution import FREE
+
+            fixed = (FREE, self.b_codes, FREE, FREE, FREE, self.b_scales, FREE, FREE, FREE)
+            bound = self._bound_fns[runner] = runner.bind("amx_matmul", *fixed)
+        return bound
 
     def __call__(self, a) -> np.ndarray:
         """C for ``a``; an NVFP4 weight's global scale applied last, as
