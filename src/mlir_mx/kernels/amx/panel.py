@@ -131,10 +131,14 @@ def widen_panel(
             else:
                 sb = decode_scales(kb, raw_sb, scale_type)
                 halves = [kb.shuffle(sb, sb, pairs[h]) for h in range(2)]
-            for r in range(block // 2):  # unrolled: constant offsets
-                raw = kb.vload(codes, [nt, j, r, 0], nbytes)
-                row = _row_fp4(kb, table, raw, shift) if words else _row(kb, dec, raw, halves)
-                kb.vstore(row, panel, [jp, jn, r, 0])
+            if words:  # unrolled: constant offsets (10 instructions a row)
+                for r in range(block // 2):
+                    raw = kb.vload(codes, [nt, j, r, 0], nbytes)
+                    kb.vstore(_row_fp4(kb, table, raw, shift), panel, [jp, jn, r, 0])
+                continue
+            with kb.loop(0, block // 2, 1) as rows:
+                raw = kb.vload(codes, [nt, j, rows.iv, 0], nbytes)
+                kb.vstore(_row(kb, dec, raw, halves), panel, [jp, jn, rows.iv, 0])
     if ahead is not None:
         with kb.loop(nb, ahead, 1) as blocks:
             for jn in range(tn):
