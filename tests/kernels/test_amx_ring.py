@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from amx_cases import assert_same_bits, bf16, exact
+from format_cases import INTEGRAL
 from mlir import ir
 
 from mlir_mx import host, oracle
@@ -122,3 +123,29 @@ def test_prepared_arrays_must_be_contiguous():
     assert np.array_equal(strided, rows) and not strided.flags.c_contiguous
     with pytest.raises(MXValueError, match="prepared: rows is not a non-empty, contiguous"):
         check_prepared((a_tiles, ptr, strided, bptr, bidx, fa), 2, 32)
+
+
+@needs_amx
+@pytest.mark.slow
+@pytest.mark.parametrize("element", INTEGRAL)
+def test_many_random_small_calls_give_the_exact_paths_bits(element):
+    """A campaign on the ring: 48 seeds, M of 1 to 32 rows, N of 1 to 120, K
+    of 1 to 20 blocks, failing rows on half the seeds, every tile group (the
+    ring takes the row tiles of 1 x N and 2 x N groups), 1 or 2 threads;
+    every output against the exact path.  Counts printed."""
+    counts = dict.fromkeys(["outputs", "failing", "calls"], 0)
+    for seed in range(48):
+        rng = np.random.default_rng(700 + seed)
+        m, n, k = int(rng.integers(1, 33)), int(rng.integers(1, 121)), 32 * int(rng.integers(1, 21))
+        b = weight(element, n, k, seed=seed)
+        group = [(2, 2), (1, 2), (2, 1), (1, 1)][seed % 4]
+        mm = AMXMatmul(b, group=group, max_fallback_share=1.0)
+        a = activations(m, k, seed=seed) if seed % 2 else bf16(rng.standard_normal((m, k)))
+        prepared = mm.prepare(a)
+        got = mm.run(prepared, m, team=1 + (seed // 4) % 2)
+        assert_same_bits(got, exact(a, b))
+        counts["outputs"] += got.size
+        counts["failing"] += int(prepared[1][-1])
+        counts["calls"] += 1
+    print(element, counts)
+    assert counts["failing"] > 0
