@@ -43,10 +43,10 @@ one thread, so the bits do not depend on the thread count or on who ran
 what.  Per item, K in chunks of 8 blocks (``CHUNK``), chunks outer, so the
 chunk's A (M x 256 bf16) is read from L2 by every column group of the item
 (K whole, one group an item, where A has at most 1,024 tiles, 1 MiB, or M
-is over 1,024 rows: ``_chunk``).  Before session 55 the whole K loop ran
+is over 1,024 rows: ``order.k_chunk``).  Before session 55 the whole K loop ran
 per column group, reading all of A (2 MiB at M = 256, K = 4096) from L3
 for every 32 columns (docs/numerics.md, "Where the tiles' time goes").
-Per chunk and column group:
+Per chunk and column group (M of one row group: 1 and 2 block by block in a ring, ``order``):
 
 1. the panel: the chunk's blocks' ``b * sb`` widened from the codes
    (:func:`~mlir_mx.kernels.amx.panel.widen_panel`);
