@@ -19,7 +19,11 @@ numpy model :func:`mlir_mx.oracle.amx_guarded_matmul` computes it
    (:mod:`mlir_mx.linear.amx_prepare`; :func:`prepare_model` is its numpy
    model: :func:`pack_activations`, :func:`failing_rows`), and the kernel (:mod:`mlir_mx.kernels.amx.matmul`)
    accumulates C in the tiles and adds each one's ``t`` (the in-order f32
-   FMA chain of its block, from +0, computed in the kernel) at its block.
+   FMA chain of its block, from +0, computed in the kernel; for NVFP4's
+   (row, block)s that fail only because of the scales' odd part,
+   :func:`mlir_mx.oracle.amx_tile_route`, ``TDPBF16PS`` against B's
+   unscaled codes from a zero tile, times ``s``: the same ``t``) at its
+   block.
 
 Refused (:class:`~mlir_mx.errors.MXUnsupportedHostError`, before any tile
 instruction runs) where :func:`mlir_mx.linear.amx.amx_bf16_usable` is false.

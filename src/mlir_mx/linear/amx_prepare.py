@@ -6,7 +6,10 @@ by-block lists the matmul kernel also takes are made here in numpy from that
 list (vectorized; a few thousand entries at 256 x 4096).
 
 :func:`prepare_activations` gives the matmul kernel's per-call arguments
-``(a_tiles, ptr, rows, bptr, bidx, fa)`` (the order of
+``(a_tiles, ptr, rows, bptr, bidx, fa)``, for NVFP4 then the tile route's
+``(tptr, tidx, ta)`` (the failing (row, block)s that fail only because of
+the scales' odd part, taken out of ``bptr``/``bidx``; their A blocks in
+bf16; :mod:`mlir_mx.kernels.amx.fallback`) (the order of
 :meth:`mlir_mx.linear.amx_matmul.AMXMatmul.run`), the same arrays as the
 numpy model in :mod:`mlir_mx.linear.amx_matmul` (:func:`prepare_model`)
 gives, or None where the call runs on the exact path.
@@ -127,7 +130,8 @@ def split_threads(m: int, k: int, threads: int) -> int:
 @dataclass
 class Prepared:
     """One call's prepared A: ``args`` the matmul kernel's ``(a_tiles, ptr,
-    rows, bptr, bidx, fa)`` (None where the call runs on the exact path),
+    rows, bptr, bidx, fa)`` (NVFP4: and ``(tptr, tidx, ta)``; None where
+    the call runs on the exact path),
     ``failing`` the failing (row, block)s, ``breaks`` those breaking the
     per-call condition, ``nonbf16`` blocks holding a value that is not bf16
     (it was rounded)."""

@@ -23,7 +23,9 @@ scales ``s = m 2^e``, ``m`` odd, in blocks of 16; ``docs/numerics.md``,
 "NVFP4 on AMX") is prepared the same way: its guard bound is ``S/g <= T /
 m_max`` per block, its per-call condition reads the scales' units ``2^e``,
 its zero and NaN scales are flagged, and the model divides by its global
-scale once at the end, as ``blocked_order``.  Its result equals
+scale once at the end, as ``blocked_order``; its (row, block)s that fail
+only because of ``m_max`` (:func:`amx_tile_route`) get ``t`` from
+``TDPBF16PS`` against B unscaled, times ``s``.  Its result equals
 :func:`~mlir_mx.numerics.matmul.blocked_order`'s bit for bit (the tests say
 where this was checked).
 """

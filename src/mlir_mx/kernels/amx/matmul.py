@@ -6,8 +6,8 @@ the kernel from the MX codes.  Below, blocks of 32 with E8M0 scales; with
 AMX") every 32 along K reads 16: A tiles of 16 x 16 bf16, B tiles of 8 pair
 rows, one ``amx.tile_mulf`` per block, the scales decoded from E4M3.
 
-``func @name(a, codes, c, ptr, rows, scales, bptr, bidx, fa)`` (and
-``claims``, appended by ``mx-parallel-tasks``):
+``func @name(a, codes, c, ptr, rows, scales, bptr, bidx, fa)`` (NVFP4:
+then ``tptr, tidx, ta``; and ``claims``, appended by ``mx-parallel-tasks``):
 
 - ``a``: ``memref<?x?x16x32xbf16>`` (M/16, K/32, 16, 32): the bf16
   activations in tile layout (M padded to 16 with zero rows), the (row,
@@ -26,14 +26,21 @@ rows, one ``amx.tile_mulf`` per block, the scales decoded from E4M3.
 - ``bptr`` (K/32 + 1), ``bidx``: the same failing rows by block, as indices
   ``f`` into ``rows``, each block's list padded to a multiple of four by
   repeating one; ``fa``: ``memref<?x?xf32>`` (len(bidx), 32): each entry's
-  block of A (as given, f32), packed in that order.
+  block of A (as given, f32), packed in that order;
+- NVFP4 only (E4M3 scales: the tile route, issue 54, session 57;
+  :mod:`mlir_mx.kernels.amx.fallback`): ``tptr`` (K/16 + 1), ``tidx``: the
+  failing rows of each block that fail only because of the scales' odd
+  part, taken out of ``bptr``/``bidx``, padded to a multiple of 16;
+  ``ta``: ``memref<?x16xbf16>`` (len(tidx), 16): their A blocks, 16 to an
+  A tile.
 
 Each thread allocates its own scratch in the prologue (``mx-parallel-tasks``
 runs the code around the loop on every thread): the chunk's B ``panel``
 (chunk x TN x 16 x 32 bf16, 2 KiB a block for 2 tiles), ``tbuf``
 (len(rows) x 32 f32: each ``f``'s ``t`` over the current column group),
 ``cacc`` (an item's C tiles between K chunks: M/16 x 8 TN x 16 x 16 f32),
-and on the stack, aligned to 64 bytes, ``bdec`` and ``cbuf``.
+and on the stack, aligned to 64 bytes, ``bdec`` and ``cbuf`` (and NVFP4's
+``braw``).
 
 The column groups (``TN`` tiles of 16 columns, the last one 1 tile where
 ``TN`` does not divide) come in items of up to 8 (``ITEM_GROUPS``; fewer
@@ -51,9 +58,12 @@ Per chunk and column group:
 1. the panel: the chunk's blocks' ``b * sb`` widened from the codes
    (:func:`~mlir_mx.kernels.amx.panel.widen_panel`);
 2. every failing (row, block)'s ``t = p sb`` of the chunk into ``tbuf``:
-   per block, B read back from the panel as ``(b sb) / sb`` (exact) once,
-   then the in-order f32 FMA chains ``p`` of four failing rows at a time
-   (the exact path's);
+   per block, B decoded unscaled once (E8M0: read back from the panel as
+   ``(b sb) / sb``, exact; E4M3: widened again from the codes), then the
+   in-order f32 FMA chains ``p`` of four failing rows at a time (the exact
+   path's), and for NVFP4 the tile route: ``p`` of 16 entries at a time by
+   one ``TDPBF16PS`` from a zero tile against B's unscaled codes (exact
+   where ``S/g <= T``), ``t = f32(p s)`` (:mod:`~mlir_mx.kernels.amx.fallback`);
 3. per C tile group (``TM`` x ``TN`` tiles of 16 x 16: 2 x 2 where M and N
    allow, four accumulators and two A and two B tiles: the 8 tile
    registers), ``amx.tile_zero`` in the first chunk, else ``amx.tile_load``
@@ -395,7 +405,8 @@ def matmul_module(
     whole (the bits depend on neither); ``block``: the weight's block size,
     one tile K step per block (32, or NVFP4's 16: A tiles of 16 x 16 bf16, B
     tiles of 8 pair rows, so that ``c + t`` rounds once per block);
-    ``scale_type``: E8M0, or E4M3 (NVFP4); in the current context and
+    ``scale_type``: E8M0, or E4M3 (NVFP4, whose function also takes the
+    tile route's ``tptr``, ``tidx``, ``ta``); in the current context and
     location."""
     if block not in (16, 32):
         raise ValueError(f"block {block}: 16 or 32 (one tile K step per block)")

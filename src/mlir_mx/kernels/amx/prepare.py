@@ -17,15 +17,20 @@ blocks of ``B`` = 32 or 16 (NVFP4) along K (``prepare_module``'s ``block``):
   bound ``(S / g) bmax <= tq[j]`` decides as the oracle's ``(S / g) bmax
   m_max <= 2^24 q``: ``(S / g) bmax`` is an integer, and ``f64(Y / m)``
   lies strictly between the integers around ``Y / m`` where that is not one);
-- ``par``: ``memref<4xf64>``: ``bmax``, ``2^24 q`` (not read: ``tq`` holds
-  the bound per block), ``-126 - log2 q``, 0;
+- ``par``: ``memref<4xf64>``: ``bmax``, ``2^24 q`` (read by NVFP4's
+  kernel only: the bound with ``m_max`` 1, which decides the tile route;
+  ``tq`` holds the guard's bound per block), ``-126 - log2 q``, 0;
 - ``tiles``: ``memref<?x?x16xBxi16>`` (M/16 rounded up, K/B, 16, B),
   written: the rounded A's bf16 bits in tile layout, zero in every failing
   (row, block) and in the padding rows (the matmul kernel's ``a``);
 - ``ptr``: ``memref<?xi32>`` ((M/16) K/B + 1), ``rows``: ``memref<?xi32>``
   (at least M K/B), written: the failing (row, block)s, CSR by ``s =
   row_tile K/B + block``, each the row within its tile (the matmul
-  kernel's ``ptr`` and ``rows``);
+  kernel's ``ptr`` and ``rows``), plus 16 in NVFP4's kernel (``split``)
+  where the entry passes with ``(S / g) bmax <= 2^24 q`` and every other
+  condition: it fails only because of ``m_max`` and takes the matmul
+  kernel's tile route (:func:`mlir_mx.linear.amx_prepare.tile_route` takes
+  the 16 off);
 - ``fblk``: ``memref<?x?xf32>`` (like ``rows``, B), written: each failing
   one's block of the rounded A, in ``rows``' order;
 - ``cnt``: ``memref<4xi32>``, written: the failing (row, block)s, those
