@@ -122,27 +122,34 @@ def tile_ts(ix, args, lo, hi, sbv, tn: int) -> None:
     repeating entries, which writes the same ``t`` twice) over ``tn``
     column tiles: per 16 of them one A tile, per column tile ``TDPBF16PS``
     from a zero tile against ``braw[jn]`` (B's code values, unscaled:
-    :func:`decode_block`) stored to ``cbuf[jn]`` (free here: C's tiles live
-    only in the row groups' K loops), then ``t = p s`` (``vmulps``, the
-    chain's rounding) into ``tbuf[f, 16 jn:]``."""
+    :func:`decode_block`) stored to ``pbuf[g, jn]`` (every product of the
+    block first: a vector load just after a tile store waits for it), then
+    ``t = p s`` (``vmulps``, the chain's rounding) into ``tbuf[f, 16 jn:]``."""
     tile_a = tile_type(TILE_M, args.block, "bf16")
     tile_b = tile_type(args.block // 2, 2 * TILE_N, "bf16")
     tile_c = tile_type(TILE_M, TILE_N, "f32")
     v16 = ir.VectorType.get([TILE_N], ir.F32Type.get())
-    zero = ix.c(0)
-    groups = scf.ForOp(ix.cast(lo), ix.cast(hi), ix.c(TILE_M))
+    zero, sixteen = ix.c(0), ix.c(TILE_M)
+    lo, hi = ix.cast(lo), ix.cast(hi)
+    count = arith.DivUIOp(arith.SubIOp(hi, lo).result, sixteen).result
+    bs = [tile_load(args.braw, [ix.c(jn), zero, zero], tile_b) for jn in range(tn)]
+    groups = scf.ForOp(zero, count, ix.c(1))
     with ir.InsertionPoint(groups.body):
-        e = groups.induction_variable
-        a = tile_load(args.ta, [e, zero], tile_a)
+        g = groups.induction_variable
+        a = tile_load(args.ta, [ix.add(lo, ix.mul(g, sixteen)), zero], tile_a)
         for jn in range(tn):
-            b = tile_load(args.braw, [ix.c(jn), zero, zero], tile_b)
-            tile_store(args.cbuf, [ix.c(jn), zero, zero], tile_mulf(a, b, tile_zero(tile_c)))
-        rows = scf.ForOp(zero, ix.c(TILE_M), ix.c(1))
+            tile_store(args.pbuf, [g, ix.c(jn), zero, zero], tile_mulf(a, bs[jn], tile_zero(tile_c)))
+        scf.YieldOp([])
+    groups = scf.ForOp(zero, count, ix.c(1))
+    with ir.InsertionPoint(groups.body):
+        g = groups.induction_variable
+        rows = scf.ForOp(zero, sixteen, ix.c(1))
         with ir.InsertionPoint(rows.body):
             r = rows.induction_variable
-            f = ix.cast(memref.LoadOp(args.tidx, [ix.add(e, r)]).result)
+            at = ix.add(ix.add(lo, ix.mul(g, sixteen)), r)
+            f = ix.cast(memref.LoadOp(args.tidx, [at]).result)
             for jn in range(tn):
-                p = vector.LoadOp(v16, args.cbuf, [ix.c(jn), r, zero]).result
+                p = vector.LoadOp(v16, args.pbuf, [g, ix.c(jn), r, zero]).result
                 vector.StoreOp(arith.MulFOp(p, sbv[jn]).result, args.tbuf, [f, ix.c(jn * TILE_N)])
             scf.YieldOp([])
         scf.YieldOp([])

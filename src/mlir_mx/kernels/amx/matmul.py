@@ -155,7 +155,8 @@ class _Args:
     4 x 16 x 16 f32), ``panel`` (the column group's B, nb x TN x bs/2 x 32
     bf16), ``tbuf`` (each failing (row, block)'s ``t``, len(rows) x 32
     f32) and, with the tile route (``tiles``: NVFP4), ``braw`` (a block's B
-    unscaled, 2 x 8 x 32 bf16)."""
+    unscaled, 2 x 8 x 32 bf16) and ``pbuf`` (a block's tile-route products,
+    M/16 x TN x 16 x 16 f32)."""
 
     NAMES = ("a", "codes", "c", "ptr", "rows", "scales", "bptr", "bidx", "fa")
     #: The tile route's arguments (NVFP4's kernel only).
@@ -446,8 +447,9 @@ def matmul_module(
                 "panel": kb.alloc([-1, tn, block // 2, 2 * TILE_N], bf16, [kc]),
                 "tbuf": kb.alloc([-1, 2 * TILE_N], f32, [nrows]),
             }
-            if route:
+            if route:  # a block's raw B, and its tile-route products (at most M/16 A tiles)
                 scratch["braw"] = _alloca([2, block // 2, 2 * TILE_N], bf16)
+                scratch["pbuf"] = kb.alloc([-1, tn, TILE_M, TILE_N], f32, [mtiles])
             held = [-1, ITEM_GROUPS * tn, TILE_M, TILE_N]  # an item's C between chunks
             used = arith.SelectOp(kb.icmp("slt", kc, nb), mtiles, kb.idx(1)).result  # K whole: none
             scratch["cacc"] = kb.alloc(held, f32, [used])
@@ -457,5 +459,7 @@ def matmul_module(
             kb.dealloc(args.panel)
             kb.dealloc(args.tbuf)
             kb.dealloc(args.cacc)
+            if route:
+                kb.dealloc(args.pbuf)
             func.ReturnOp([])
     return module
