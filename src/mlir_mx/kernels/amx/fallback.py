@@ -137,8 +137,9 @@ def tile_ts(ix, args, lo, hi, sbv, tn: int) -> None:
     with ir.InsertionPoint(groups.body):
         g = groups.induction_variable
         a = tile_load(args.ta, [ix.add(lo, ix.mul(g, sixteen)), zero], tile_a)
-        for jn in range(tn):
-            tile_store(args.pbuf, [g, ix.c(jn), zero, zero], tile_mulf(a, bs[jn], tile_zero(tile_c)))
+        cs = [tile_mulf(a, b, tile_zero(tile_c)) for b in bs]  # live together: two C registers
+        for jn, c in enumerate(cs):
+            tile_store(args.pbuf, [g, ix.c(jn), zero, zero], c)
         scf.YieldOp([])
     groups = scf.ForOp(zero, count, ix.c(1))
     with ir.InsertionPoint(groups.body):
