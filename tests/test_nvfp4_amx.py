@@ -24,7 +24,13 @@ from mlir_mx import host, oracle
 from mlir_mx.amx_permission import amx_permission
 from mlir_mx.errors import MXValueError
 from mlir_mx.linear import amx_linear, amx_prepare
-from mlir_mx.linear.amx_matmul import AMXMatmul, check_prepared, prepare_model
+from mlir_mx.linear.amx_matmul import (
+    AMXMatmul,
+    check_prepared,
+    failing_blocks,
+    failing_rows,
+    prepare_model,
+)
 from mlir_mx.numerics import MXArray
 from mlir_mx.numerics.amx_guard import scale_units
 
@@ -192,6 +198,11 @@ def test_the_kernel_takes_the_tile_route_with_the_exact_paths_bits(threads, monk
     monkeypatch.setenv(amx_prepare.TILES_ENV, "0")
     off = mm.prepare(a)
     assert route_counts(off) == (0, tiles + chains)
+    ptr, rows, bptr, bidx, grow = failing_rows(oracle.amx_plan(a, mm.weight))  # no route
+    chains_only = (ptr, rows, bptr, bidx, failing_blocks(a, bptr, bidx, grow, 16))
+    for have, model in zip(off[1:6], chains_only, strict=True):
+        np.testing.assert_array_equal(have, model)
+    assert not off[6].any() and not np.asarray(off[8]).view(np.uint16).any()  # nothing routed
     assert_same_bits(mm(a), want)
 
 

@@ -197,14 +197,14 @@ def _split_lists(ptr, rows, fblk, nb: int, bs: int, slot=None):
     chain = None if route is None else ~route
     bptr, bidx = by_block(ptr, nb, chain)
     at = (lambda idx: idx) if slot is None else (lambda idx: slot[idx])  # noqa: E731
-    fa = fblk[at(bidx)] if failing else np.zeros((len(bidx), bs), np.float32)
+    fa = fblk[at(bidx)] if bptr[-1] else np.zeros((len(bidx), bs), np.float32)  # as the model
     if not failing:
         rows = np.zeros(1, np.int32)
     if bs != 16:
         return rows, bptr, bidx, fa
     tptr, tidx = by_block(ptr, nb, route if route is not None else np.zeros(failing, bool), 16)
     bf16 = ml_dtypes.bfloat16
-    ta = fblk[at(tidx)].astype(bf16) if failing else np.zeros((len(tidx), bs), bf16)
+    ta = fblk[at(tidx)].astype(bf16) if tptr[-1] else np.zeros((len(tidx), bs), bf16)
     return rows, bptr, bidx, fa, tptr, tidx, ta
 
 
