@@ -6,7 +6,10 @@ by-block lists the matmul kernel also takes are made here in numpy from that
 list (vectorized; a few thousand entries at 256 x 4096).
 
 :func:`prepare_activations` gives the matmul kernel's per-call arguments
-``(a_tiles, ptr, rows, bptr, bidx, fa)`` (the order of
+``(a_tiles, ptr, rows, bptr, bidx, fa)``, for NVFP4 then the tile route's
+``(tptr, tidx, ta)`` (the failing (row, block)s that fail only because of
+the scales' odd part, taken out of ``bptr``/``bidx``; their A blocks in
+bf16; :mod:`mlir_mx.kernels.amx.fallback`) (the order of
 :meth:`mlir_mx.linear.amx_matmul.AMXMatmul.run`), the same arrays as the
 numpy model in :mod:`mlir_mx.linear.amx_matmul` (:func:`prepare_model`)
 gives, or None where the call runs on the exact path.
@@ -27,8 +30,9 @@ from mlir_mx.kernels.amx.prepare import prepare_module
 from mlir_mx.kernels.amx.tile import TILE_M
 from mlir_mx.numerics.amx_guard import AMXWeight, amx_bounds
 
-__all__ = ["SPLIT_ENV", "SPLIT_MIN", "GuardParams", "Prepared", "by_block", "guard_params",
-           "prepare_activations", "prepare_runner", "split_min", "split_threads"]  # fmt: skip
+__all__ = ["SPLIT_ENV", "SPLIT_MIN", "TILES_ENV", "GuardParams", "Prepared", "by_block",
+           "guard_params", "prepare_activations", "prepare_runner", "split_min", "split_threads",
+           "tile_route"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,8 @@ def split_threads(m: int, k: int, threads: int) -> int:
 @dataclass
 class Prepared:
     """One call's prepared A: ``args`` the matmul kernel's ``(a_tiles, ptr,
-    rows, bptr, bidx, fa)`` (None where the call runs on the exact path),
+    rows, bptr, bidx, fa)`` (NVFP4: and ``(tptr, tidx, ta)``; None where
+    the call runs on the exact path),
     ``failing`` the failing (row, block)s, ``breaks`` those breaking the
     per-call condition, ``nonbf16`` blocks holding a value that is not bf16
     (it was rounded)."""
@@ -137,24 +142,70 @@ class Prepared:
     nonbf16: int
 
 
-def by_block(ptr: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
+def by_block(ptr: np.ndarray, nb: int, keep: np.ndarray | None = None,
+             pad: int = 4) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """``(bptr, bidx)`` of the CSR list ``ptr`` (by ``s = row_tile nb +
-    block``): the entries by block, as indices into ``rows``, each block's
-    list padded to a multiple of four by repeating its entries in turn
-    (``np.resize``'s order), at least four entries."""
+    block``): the entries (those where ``keep``, a bool per entry, where
+    given) by block, as indices into ``rows``, each block's list padded to
+    a multiple of ``pad`` (4: the chains; 16: the tile route's A tiles) by
+    repeating its entries in turn (``np.resize``'s order), at least ``pad``
+    entries."""
     counts_s = np.diff(ptr)
     block = np.repeat(np.arange(len(counts_s)) % nb, counts_s)  # of each entry f
     order = np.argsort(block, kind="stable")
+    if keep is not None:
+        order = order[keep[order]]
+        block = block[keep]
     counts = np.bincount(block, minlength=nb)
-    padded = -(-counts // 4) * 4
+    padded = -(-counts // pad) * pad
     bptr = np.concatenate([[0], np.cumsum(padded)]).astype(np.int32)
     starts = np.concatenate([[0], np.cumsum(counts)])
-    bidx = np.zeros(max(int(bptr[-1]), 4), np.int32)
+    bidx = np.zeros(max(int(bptr[-1]), pad), np.int32)
     if len(order):
         owner = np.repeat(np.arange(nb), padded)  # the block of each output slot
         within = np.arange(int(bptr[-1])) - bptr[owner]
         bidx[: int(bptr[-1])] = order[starts[owner] + within % counts[owner]]
     return bptr, bidx
+
+
+#: The environment variable that turns NVFP4's tile route off (``0``: every
+#: failing (row, block) on the FMA chains, as before session 57; for A/B
+#: measurements: the same bits either way).  Read per call.
+TILES_ENV = "MLIR_MX_AMX_NVFP4_TILES"
+
+
+def tile_route(rows: np.ndarray) -> np.ndarray | None:
+    """The prepare kernel's NVFP4 ``rows`` (the failing entries; row + 16
+    where the entry takes the tile route) made the matmul kernel's, in
+    place: returns the tile route's mask, or None where :data:`TILES_ENV`
+    is ``0`` (every entry then on the chains)."""
+    route = rows >= 16
+    rows &= 15
+    return None if os.environ.get(TILES_ENV, "").strip() == "0" else route
+
+
+def _split_lists(ptr, rows, fblk, nb: int, bs: int, slot=None):
+    """The by-block lists and A blocks of the failing entries (``rows`` the
+    kernel's, made the matmul kernel's here; ``slot``: the team kernel's
+    slots): ``(rows, bptr, bidx, fa)`` and, for NVFP4 (``bs`` 16), the tile
+    route's ``(tptr, tidx, ta)``."""
+    import ml_dtypes
+
+    failing = int(ptr[-1])
+    rows = rows[slot] if slot is not None else rows[:failing]
+    route = tile_route(rows) if bs == 16 else None
+    chain = None if route is None else ~route
+    bptr, bidx = by_block(ptr, nb, chain)
+    at = (lambda idx: idx) if slot is None else (lambda idx: slot[idx])  # noqa: E731
+    fa = fblk[at(bidx)] if bptr[-1] else np.zeros((len(bidx), bs), np.float32)  # as the model
+    if not failing:
+        rows = np.zeros(1, np.int32)
+    if bs != 16:
+        return rows, bptr, bidx, fa
+    tptr, tidx = by_block(ptr, nb, route if route is not None else np.zeros(failing, bool), 16)
+    bf16 = ml_dtypes.bfloat16
+    ta = fblk[at(tidx)].astype(bf16) if tptr[-1] else np.zeros((len(tidx), bs), bf16)
+    return rows, bptr, bidx, fa, tptr, tidx, ta
 
 
 def _outputs(m: int, nb: int, buffers: dict | None, bs: int = 32):
@@ -228,11 +279,6 @@ def prepare_activations(
         return Prepared(None, failing, breaks, nonbf16)
     import ml_dtypes
 
-    bptr, bidx = by_block(ptr, nb)
-    if slot is not None and failing:
-        fa, rows = fblk[slot[bidx]], rows[slot]
-    else:
-        fa = fblk[bidx] if failing else np.zeros((len(bidx), bs), np.float32)
-        rows = rows[:failing] if failing else np.zeros(1, np.int32)
-    args = (tiles.view(ml_dtypes.bfloat16), ptr, rows, bptr, bidx, fa)
+    rows, *lists = _split_lists(ptr, rows, fblk, nb, bs, slot if failing else None)
+    args = (tiles.view(ml_dtypes.bfloat16), ptr, rows, *lists)
     return Prepared(args, failing, breaks, nonbf16)
