@@ -247,8 +247,10 @@ def check_prepared(prepared, nb: int, bs: int, tiles: bool = False) -> tuple:
         raise bad("fa is shorter than bidx's entries, or a row is outside its tile")
     if ((used_bidx < 0) | (used_bidx >= len(rows))).any():
         raise bad("bidx indexes outside rows")
+    if (np.diff(bptr) % 4).any():  # the chains read four entries at a time
+        raise bad("bptr is not in steps of 4")
     if tiles:
-        _check_route(prepared[6:], nb, bs, len(rows), bad)
+        _check_route(prepared[6:], nb, bs, len(rows), t.shape[0], bad)
     return prepared
 
 
@@ -258,17 +260,18 @@ def _check_blocks(name: str, x, dtype, bs: int, bad) -> None:
         raise bad(f"{name} is not a C-contiguous {np.dtype(dtype).name} (entries, {bs}) array")
 
 
-def _check_route(route: tuple, nb: int, bs: int, nrows: int, bad) -> None:
+def _check_route(route: tuple, nb: int, bs: int, nrows: int, mtiles: int, bad) -> None:
     """The tile route's ``(tptr, tidx, ta)``: each block's entries a run of
-    whole A tiles (16) within ``tidx`` and ``ta``, each an index into
-    ``rows`` (``nrows``)."""
+    whole A tiles (16), at most ``mtiles`` of them (the kernel's ``pbuf``),
+    within ``tidx`` and ``ta``, each an index into ``rows`` (``nrows``)."""
     import ml_dtypes
 
     tptr, tidx, ta = route
     _check_blocks("ta", ta, ml_dtypes.bfloat16, bs, bad)
     steps = np.diff(tptr)
-    if len(tptr) != nb + 1 or tptr[0] != 0 or (steps < 0).any() or (steps % 16).any():
-        raise bad("tptr is not (blocks + 1) offsets in steps of 16")
+    if (len(tptr) != nb + 1 or tptr[0] != 0 or (steps < 0).any() or (steps % 16).any()
+            or (steps > 16 * mtiles).any()):  # fmt: skip
+        raise bad("tptr is not (blocks + 1) offsets in steps of 16, at most one per A row")
     used = tidx[: tptr[-1]]
     if tptr[-1] > min(len(tidx), len(ta)) or ((used < 0) | (used >= nrows)).any():
         raise bad("tptr/tidx do not index tidx/ta/rows")

@@ -13,7 +13,7 @@ kernel's ``tbuf`` (:func:`mlir_mx.kernels.amx.matmul.matmul_module`'s
   <= T``, every other condition of the guard met) are packed by the
   driver 16 to an A tile (bf16); one ``TDPBF16PS`` from a zero tile against
   B's raw code values (unscaled, exact in bf16) gives ``p`` exactly (under
-  ``S/g <= T`` every partial is a multiple of ``g q`` below ``2^24 g q``:
+  ``S/g <= T`` every partial is a multiple of ``g q`` of magnitude at most ``2^24 g q``:
   the guard's argument with ``m = 1``), then ``t = f32(p s)``, one
   ``vmulps`` by the column's decoded E4M3 scale: the chain's ``p`` (exact
   too) times the same ``s``, so the same bits.
@@ -125,13 +125,22 @@ def tile_ts(ix, args, lo, hi, sbv, tn: int) -> None:
     :func:`decode_block`) stored to ``pbuf[g, jn]`` (every product of the
     block first: a vector load just after a tile store waits for it), then
     ``t = p s`` (``vmulps``, the chain's rounding) into ``tbuf[f, 16 jn:]``."""
+    zero, sixteen = ix.c(0), ix.c(TILE_M)
+    lo, hi = ix.cast(lo), ix.cast(hi)
+    count = arith.DivUIOp(arith.SubIOp(hi, lo).result, sixteen).result
+    some = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.ult, zero, count).result)
+    with ir.InsertionPoint(some.then_block):  # no route entry: no B tile loads
+        _tile_products(ix, args, lo, count, sbv, tn)
+        scf.YieldOp([])
+
+
+def _tile_products(ix, args, lo, count, sbv, tn: int) -> None:
+    """:func:`tile_ts`'s body for its ``count`` (> 0) A tiles from ``lo``."""
     tile_a = tile_type(TILE_M, args.block, "bf16")
     tile_b = tile_type(args.block // 2, 2 * TILE_N, "bf16")
     tile_c = tile_type(TILE_M, TILE_N, "f32")
     v16 = ir.VectorType.get([TILE_N], ir.F32Type.get())
     zero, sixteen = ix.c(0), ix.c(TILE_M)
-    lo, hi = ix.cast(lo), ix.cast(hi)
-    count = arith.DivUIOp(arith.SubIOp(hi, lo).result, sixteen).result
     bs = [tile_load(args.braw, [ix.c(jn), zero, zero], tile_b) for jn in range(tn)]
     groups = scf.ForOp(zero, count, ix.c(1))
     with ir.InsertionPoint(groups.body):
