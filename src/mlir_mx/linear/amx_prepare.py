@@ -30,9 +30,9 @@ from mlir_mx.kernels.amx.prepare import prepare_module
 from mlir_mx.kernels.amx.tile import TILE_M
 from mlir_mx.numerics.amx_guard import AMXWeight, amx_bounds
 
-__all__ = ["SPLIT_ENV", "SPLIT_MIN", "TILES_ENV", "GuardParams", "Prepared", "by_block",
-           "guard_params", "prepare_activations", "prepare_runner", "split_min", "split_threads",
-           "tile_route"]  # fmt: skip
+__all__ = ["SPLIT_ENV", "SPLIT_MIN", "TILES_ENV", "GuardParams", "Prepared", "block_major",
+           "by_block", "guard_params", "prepare_activations", "prepare_runner", "split_min",
+           "split_threads", "tile_route"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -142,29 +142,51 @@ class Prepared:
     nonbf16: int
 
 
-def by_block(ptr: np.ndarray, nb: int, keep: np.ndarray | None = None,
-             pad: int = 4) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def block_major(ptr: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, last)`` of the CSR list ``ptr`` (by ``s = row_tile nb +
+    block``): its entries by block (row tiles in turn within a block: a
+    stable sort by block), and each block's end in ``order``."""
+    p = ptr.astype(np.intp)
+    seg = np.diff(p).reshape(-1, nb).T.ravel()  # each (block, row tile)'s count, by block
+    ends = seg.cumsum()
+    order = np.arange(int(p[-1]))
+    if len(order):
+        order += np.repeat(p[:-1].reshape(-1, nb).T.ravel() - (ends - seg), seg)
+    mt = len(seg) // nb
+    return order, ends[mt - 1 :: mt] if mt else np.zeros(nb, np.intp)
+
+
+def by_block(ptr: np.ndarray, nb: int, keep: np.ndarray | None = None, pad: int = 4,
+             major: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """``(bptr, bidx)`` of the CSR list ``ptr`` (by ``s = row_tile nb +
     block``): the entries (those where ``keep``, a bool per entry, where
     given) by block, as indices into ``rows``, each block's list padded to
     a multiple of ``pad`` (4: the chains; 16: the tile route's A tiles) by
     repeating its entries in turn (``np.resize``'s order), at least ``pad``
-    entries."""
-    counts_s = np.diff(ptr)
-    block = np.repeat(np.arange(len(counts_s)) % nb, counts_s)  # of each entry f
-    order = np.argsort(block, kind="stable")
+    entries; :func:`mlir_mx.linear.amx_matmul.failing_rows`' lists (its
+    numpy model).  ``major``: :func:`block_major` of ``ptr``, where the
+    caller has it."""
+    order, last = major if major is not None else block_major(ptr, nb)
     if keep is not None:
-        order = order[keep[order]]
-        block = block[keep]
-    counts = np.bincount(block, minlength=nb)
+        kept = keep[order]
+        order = order[kept]
+        upto = np.zeros(len(kept) + 1, np.intp)
+        kept.cumsum(out=upto[1:])
+        last = upto[last]
+    counts = last.copy()
+    counts[1:] -= last[:-1]
     padded = -(-counts // pad) * pad
-    bptr = np.concatenate([[0], np.cumsum(padded)]).astype(np.int32)
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    bidx = np.zeros(max(int(bptr[-1]), pad), np.int32)
-    if len(order):
-        owner = np.repeat(np.arange(nb), padded)  # the block of each output slot
-        within = np.arange(int(bptr[-1])) - bptr[owner]
-        bidx[: int(bptr[-1])] = order[starts[owner] + within % counts[owner]]
+    ends = padded.cumsum()
+    size = int(ends[-1])
+    bptr = np.zeros(nb + 1, np.int32)
+    bptr[1:] = ends
+    bidx = np.zeros(max(size, pad), np.int32)
+    if size:
+        owner = np.repeat(np.arange(nb), padded)  # the block of each slot
+        within = np.arange(size) - (ends - padded)[owner]
+        within %= counts[owner]  # repeats in turn
+        within += (last - counts)[owner]
+        bidx[:size] = order[within]
     return bptr, bidx
 
 
@@ -194,18 +216,28 @@ def _split_lists(ptr, rows, fblk, nb: int, bs: int, slot=None):
     failing = int(ptr[-1])
     rows = rows[slot] if slot is not None else rows[:failing]
     route = tile_route(rows) if bs == 16 else None
-    chain = None if route is None else ~route
-    bptr, bidx = by_block(ptr, nb, chain)
+    major = block_major(ptr, nb)
+    bptr, bidx = by_block(ptr, nb, None if route is None else ~route, major=major)
     at = (lambda idx: idx) if slot is None else (lambda idx: slot[idx])  # noqa: E731
-    fa = fblk[at(bidx)] if bptr[-1] else np.zeros((len(bidx), bs), np.float32)  # as the model
+    fa = fblk.take(at(bidx), axis=0) if bptr[-1] else np.zeros((len(bidx), bs), np.float32)
     if not failing:
         rows = np.zeros(1, np.int32)
     if bs != 16:
         return rows, bptr, bidx, fa
-    tptr, tidx = by_block(ptr, nb, route if route is not None else np.zeros(failing, bool), 16)
+    keep = route if route is not None else np.zeros(failing, bool)
+    tptr, tidx = by_block(ptr, nb, keep, 16, major)
     bf16 = ml_dtypes.bfloat16
-    ta = fblk[at(tidx)].astype(bf16) if tptr[-1] else np.zeros((len(tidx), bs), bf16)
+    ta = _high_halves(fblk.take(at(tidx), axis=0)) if tptr[-1] else np.zeros((len(tidx), bs), bf16)
     return rows, bptr, bidx, fa, tptr, tidx, ta
+
+
+def _high_halves(blocks: np.ndarray) -> np.ndarray:
+    """f32 ``blocks`` of bf16 values (the kernel's rounded A; the tile
+    route's are finite) in bf16: their high 16 bits, as ``astype`` gives."""
+    import ml_dtypes
+
+    high = (blocks.view(np.uint32) >> 16).astype(np.uint16)
+    return high.view(ml_dtypes.bfloat16)
 
 
 def _outputs(m: int, nb: int, buffers: dict | None, bs: int = 32):
