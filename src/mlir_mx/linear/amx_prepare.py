@@ -78,12 +78,19 @@ def _runner(_features: frozenset[str], block: int = 32, threads: int = 1):
     from mlir_mx.pipelines.amx import amx_library_pipeline
 
     with ir.Context(), ir.Location.unknown():
-        text = str(prepare_module("amx_prepare", block, tiles=threads > 1))
+        text = str(prepare_module("amx_prepare", block, threads > 1, lists=_lists(block, threads)))
     pipeline = amx_library_pipeline()
     if threads > 1:
         tasks = PipelineElement.of("mx-parallel-tasks", threads=threads)
         pipeline = Pipeline((tasks, *pipeline))
     return Runner(text, options=CompileOptions(pipeline, cache_dir=default_cache_dir()))
+
+
+def _lists(block: int, threads: int) -> bool:
+    """Whether the kernel builds the by-block lists itself: the serial E8M0
+    one (``prepare_module(lists=True)``); NVFP4's two lists and the team's
+    slots are built in numpy (:func:`_split_lists`)."""
+    return block == 32 and threads == 1
 
 
 def prepare_runner(block: int = 32, threads: int = 1):
@@ -92,7 +99,9 @@ def prepare_runner(block: int = 32, threads: int = 1):
     tile instruction: it runs on any AVX-512 or AVX2 CPU), or loaded from
     the persistent compile cache (``MLIR_MX_CACHE_DIR``).  ``threads > 1``:
     the row tiles on a team of ``threads`` (``prepare_module(tiles=True)``,
-    ``mx-parallel-tasks``)."""
+    ``mx-parallel-tasks``).  The serial kernel for blocks of 32 also takes
+    ``bptr``, ``bidx`` and ``fa`` (:func:`_outputs`) and writes the by-block
+    lists (``prepare_module(lists=True)``)."""
     return _runner(host_features(), block, int(threads))
 
 
@@ -231,6 +240,20 @@ def _split_lists(ptr, rows, fblk, nb: int, bs: int, slot=None):
     return rows, bptr, bidx, fa, tptr, tidx, ta
 
 
+def _kernel_lists(rows, size: int, bptr, bidx, fa):
+    """``(rows, bptr, bidx, fa)`` from the serial kernel's lists
+    (``prepare_module(lists=True)``, ``size`` entries written); where
+    nothing fails, the dummies :func:`_split_lists` gives."""
+    if not size:
+        return (
+            np.zeros(1, np.int32),
+            bptr,
+            np.zeros(4, np.int32),
+            np.zeros((4, fa.shape[1]), fa.dtype),
+        )
+    return rows, bptr, bidx[:size], fa[:size]
+
+
 def _high_halves(blocks: np.ndarray) -> np.ndarray:
     """f32 ``blocks`` of bf16 values (the kernel's rounded A; the tile
     route's are finite) in bf16: their high 16 bits, as ``astype`` gives."""
@@ -242,8 +265,9 @@ def _high_halves(blocks: np.ndarray) -> np.ndarray:
 
 def _outputs(m: int, nb: int, buffers: dict | None, bs: int = 32):
     """The prepare kernel's output arrays for ``m`` rows and ``nb`` blocks
-    of ``bs``: new, or the ones kept in ``buffers`` for that shape (made
-    there once)."""
+    of ``bs`` (``tiles, ptr, rows, fblk, cnt``, for ``bs`` 32 then the
+    serial kernel's ``bptr, bidx, fa``): new, or the ones kept in
+    ``buffers`` for that shape (made there once)."""
     key = (m, nb, bs)
     if buffers is not None and key in buffers:
         return buffers[key]
@@ -255,6 +279,13 @@ def _outputs(m: int, nb: int, buffers: dict | None, bs: int = 32):
         np.empty((max(m * nb, 1), bs), np.float32),
         np.zeros(4 * max(mt, 1), np.int32),
     )
+    if bs == 32:  # the serial kernel's by-block lists: at most 3 padding entries a block
+        cap = max(m * nb, 1) + 3 * nb + 4
+        out += (
+            np.empty(nb + 1, np.int32),
+            np.empty(cap, np.int32),
+            np.empty((cap, bs), np.float32),
+        )
     if buffers is not None:
         if len(buffers) >= 4:  # a layer's shapes (hidden and intermediate K) alternate
             del buffers[next(iter(buffers))]  # the oldest
@@ -296,11 +327,12 @@ def prepare_activations(
     m, k = a.shape
     bs = params.block
     nb = k // bs
-    tiles, ptr, rows, fblk, cnt = _outputs(m, nb, buffers, bs)
+    tiles, ptr, rows, fblk, cnt, *made = _outputs(m, nb, buffers, bs)
     team = split_threads(m, k, threads)
+    made = made if _lists(bs, team) else []
     run = prepare_runner(bs, team).amx_prepare
     run(a, params.lim, params.cap, params.bounds(), params.par, tiles, ptr, rows, fblk,
-        cnt if team > 1 else cnt[:4])  # fmt: skip
+        cnt if team > 1 else cnt[:4], *made)  # fmt: skip
     slot = None
     if team > 1:
         slot, sums = _pack_tiles(ptr, cnt, nb)
@@ -311,6 +343,9 @@ def prepare_activations(
         return Prepared(None, failing, breaks, nonbf16)
     import ml_dtypes
 
-    rows, *lists = _split_lists(ptr, rows, fblk, nb, bs, slot if failing else None)
+    if made:
+        rows, *lists = _kernel_lists(rows[:failing], int(cnt[3]), *made)
+    else:
+        rows, *lists = _split_lists(ptr, rows, fblk, nb, bs, slot if failing else None)
     args = (tiles.view(ml_dtypes.bfloat16), ptr, rows, *lists)
     return Prepared(args, failing, breaks, nonbf16)
