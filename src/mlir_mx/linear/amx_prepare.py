@@ -2,8 +2,9 @@
 (issue 51): the kernel :mod:`mlir_mx.kernels.amx.prepare` decides the guard
 per (row, block) (exactly :func:`mlir_mx.oracle.amx_plan`'s booleans), packs
 A in tile layout with the failing (row, block)s zeroed and lists them; the
-by-block lists the matmul kernel also takes are made here in numpy from that
-list (vectorized; a few thousand entries at 256 x 4096).
+by-block lists the matmul kernel also takes are made by the serial E8M0
+kernel itself (``prepare_module(lists=True)``), and here in numpy from its
+list for NVFP4 and the team's kernel (:func:`by_block`, without a sort).
 
 :func:`prepare_activations` gives the matmul kernel's per-call arguments
 ``(a_tiles, ptr, rows, bptr, bidx, fa)``, for NVFP4 then the tile route's

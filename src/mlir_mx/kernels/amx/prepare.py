@@ -3,7 +3,9 @@
 tile layout with the failing (row, block)s zeroed, and the failing ones
 listed, in one pass over A (vector dialect; no tile instruction).
 
-``func @name(x, lim, cap, tq, par, tiles, ptr, rows, fblk, cnt)``, for weight
+``func @name(x, lim, cap, tq, par, tiles, ptr, rows, fblk, cnt)`` (with
+``lists``, the serial E8M0 kernel: ``..., cnt, bptr, bidx, fa``, the
+by-block lists, :func:`prepare_module`), for weight
 blocks of ``B`` = 32 or 16 (NVFP4) along K (``prepare_module``'s ``block``):
 
 - ``x``: ``memref<?x?xf32>`` (M, K): the activations (any f32; each is
