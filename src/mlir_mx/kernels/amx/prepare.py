@@ -3,7 +3,9 @@
 tile layout with the failing (row, block)s zeroed, and the failing ones
 listed, in one pass over A (vector dialect; no tile instruction).
 
-``func @name(x, lim, cap, tq, par, tiles, ptr, rows, fblk, cnt)``, for weight
+``func @name(x, lim, cap, tq, par, tiles, ptr, rows, fblk, cnt)`` (with
+``lists``, the serial E8M0 kernel: ``..., cnt, bptr, bidx, fa``, the
+by-block lists, :func:`prepare_module`), for weight
 blocks of ``B`` = 32 or 16 (NVFP4) along K (``prepare_module``'s ``block``):
 
 - ``x``: ``memref<?x?xf32>`` (M, K): the activations (any f32; each is
@@ -35,7 +37,7 @@ blocks of ``B`` = 32 or 16 (NVFP4) along K (``prepare_module``'s ``block``):
   one's block of the rounded A, in ``rows``' order;
 - ``cnt``: ``memref<4xi32>``, written: the failing (row, block)s, those
   breaking the per-call condition, the blocks holding a value that is not
-  bf16 (before rounding), 0.
+  bf16 (before rounding), 0 (``lists``: the by-block entries written).
 
 Per (row, block), from the rounded bits with integer vector ops: every
 element finite (no exponent field 255); ``L = log2 g``, the smallest
@@ -71,9 +73,11 @@ class _Ops:
     """The builder, its types and the function's arguments by name."""
 
     NAMES = ("x", "lim", "cap", "tq", "par", "tiles", "ptr", "rows", "fblk", "cnt")
+    LISTS = ("bptr", "bidx", "fa")  # ``prepare_module(lists=True)``'s
 
     def __init__(self, values, block: int, split: bool = False):
-        for name, value in zip(self.NAMES, values, strict=True):
+        names = self.NAMES + (self.LISTS if len(values) > len(self.NAMES) else ())
+        for name, value in zip(names, values, strict=True):
             setattr(self, name, value)
         self.block, self.split = block, split
         self.b = ArithBuilder()
@@ -216,8 +220,59 @@ def _body(o: _Ops) -> None:
             memref.StoreOp(out[0], o.ptr, [arith.AddIOp(s, o.c(1)).result])
             scf.YieldOp(out)
         scf.YieldOp(list(inner.results))
-    for i, value in enumerate([*outer.results, o.ci(0)]):
+    if not hasattr(o, "bidx"):
+        for i, value in enumerate([*outer.results, o.ci(0)]):
+            memref.StoreOp(value, o.cnt, [o.c(i)])
+        return
+    size = _lists(o, mtiles, nb)
+    for i, value in enumerate([*outer.results, arith.IndexCastOp(o.b.i32, size).result]):
         memref.StoreOp(value, o.cnt, [o.c(i)])
+
+
+def _copy_entry(o: _Ops, src: ir.Value, at: ir.Value, fblk: ir.Value) -> None:
+    """``bidx[at] = src`` and ``fa[at] = fblk[src]`` (one block)."""
+    memref.StoreOp(arith.IndexCastOp(o.b.i32, src).result, o.bidx, [at])
+    v32 = ir.VectorType.get([o.block], o.b.f32)
+    vector.StoreOp(vector.LoadOp(v32, fblk, [src, o.c(0)]).result, o.fa, [at, o.c(0)])
+
+
+def _lists(o: _Ops, mtiles: ir.Value, nb: ir.Value) -> ir.Value:
+    """The by-block lists after the pass (``lists``): per block ``j``, the
+    failing entries of its row tiles in turn (``ptr``'s runs ``s = mt nb +
+    j``), then repeated in turn up to a multiple of four, into ``bidx``
+    (indices into ``rows``) and their A blocks into ``fa``; ``bptr[j + 1]``
+    the end.  Returns the entries written (index)."""
+    memref.StoreOp(o.ci(0), o.bptr, [o.c(0)])
+    blocks = scf.ForOp(o.c(0), nb, o.c(1), [o.c(0)])
+    with ir.InsertionPoint(blocks.body):
+        j, start = blocks.induction_variable, blocks.inner_iter_args[0]
+        tiles = scf.ForOp(o.c(0), mtiles, o.c(1), [start])
+        with ir.InsertionPoint(tiles.body):
+            s = arith.AddIOp(arith.MulIOp(tiles.induction_variable, nb).result, j).result
+            lo, hi = (arith.IndexCastOp(o.index, memref.LoadOp(o.ptr, [i]).result).result
+                      for i in (s, arith.AddIOp(s, o.c(1)).result))  # fmt: skip
+            run = scf.ForOp(lo, hi, o.c(1), [tiles.inner_iter_args[0]])
+            with ir.InsertionPoint(run.body):
+                at = run.inner_iter_args[0]
+                _copy_entry(o, run.induction_variable, at, o.fblk)
+                scf.YieldOp([arith.AddIOp(at, o.c(1)).result])
+            scf.YieldOp(list(run.results))
+        end = tiles.results[0]
+        count = arith.SubIOp(end, start).result
+        fours = arith.MulIOp(arith.DivUIOp(arith.AddIOp(count, o.c(3)).result, o.c(4)).result,
+                             o.c(4)).result  # fmt: skip
+        stop = arith.AddIOp(start, fours).result
+        pad = scf.ForOp(end, stop, o.c(1))  # runs only where count > 0
+        with ir.InsertionPoint(pad.body):
+            q = pad.induction_variable
+            src = arith.AddIOp(start, arith.RemUIOp(arith.SubIOp(q, start).result, count).result)
+            entry = arith.IndexCastOp(o.index, memref.LoadOp(o.bidx, [src.result]).result).result
+            _copy_entry(o, entry, q, o.fblk)
+            scf.YieldOp([])
+        memref.StoreOp(arith.IndexCastOp(o.b.i32, stop).result, o.bptr,
+                       [arith.AddIOp(j, o.c(1)).result])  # fmt: skip
+        scf.YieldOp([stop])
+    return blocks.results[0]
 
 
 def _body_tiles(o: _Ops) -> None:
@@ -250,7 +305,11 @@ def _body_tiles(o: _Ops) -> None:
 
 
 def prepare_module(
-    name: str = "amx_prepare", block: int = 32, tiles: bool = False, split: bool | None = None
+    name: str = "amx_prepare",
+    block: int = 32,
+    tiles: bool = False,
+    split: bool | None = None,
+    lists: bool = False,
 ) -> ir.Module:
     """A module with ``func @name(x, lim, cap, tq, par, tiles, ptr, rows,
     fblk, cnt)`` (the module docstring) for weight blocks of ``block`` (32,
@@ -259,8 +318,15 @@ def prepare_module(
     row tile).  ``split`` (default: ``block == 16``, NVFP4): a failing
     entry that passes the guard with ``2^24 q`` for ``tq[j]`` (it fails only
     because of ``m_max``: the matmul kernel's tile route) is listed as its
-    row + 16."""
+    row + 16.  ``lists`` (the serial kernel without ``split``): three more
+    arguments ``bptr`` (``memref<?xi32>``, K/B + 1), ``bidx``
+    (``memref<?xi32>``) and ``fa`` (``memref<?x?xf32>``, B), each at least
+    (M K/B + 3 K/B) long, written with the by-block lists and their A
+    blocks (:func:`_lists`; ``cnt[3]`` the entries written): the arrays of
+    :func:`mlir_mx.linear.amx_prepare.by_block` and its ``fa``."""
     split = block == 16 if split is None else split
+    if lists and (tiles or split):
+        raise ValueError("lists: the serial kernel without split only")
     f32, f64 = ir.F32Type.get(), ir.F64Type.get()
     i16, i32 = ir.IntegerType.get_signless(16), ir.IntegerType.get_signless(32)
     dyn = ir.ShapedType.get_dynamic_size()
@@ -271,7 +337,7 @@ def prepare_module(
         mat, ivec, fvec, fvec, ir.MemRefType.get([4], f64),
         ir.MemRefType.get([dyn, dyn, TILE_M, block], i16), ivec, ivec, mat,
         ivec if tiles else ir.MemRefType.get([4], i32),
-    ]  # fmt: skip
+    ] + ([ivec, ivec, mat] if lists else [])  # fmt: skip
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):
         fn = func.FuncOp(name, ir.FunctionType.get(types, []))
