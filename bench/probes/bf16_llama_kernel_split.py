@@ -46,9 +46,9 @@ def capture(model, ids) -> list:
     """(found, x, weight) of each AMX call of one prefill, in call order."""
     seen, real = [], amx_linear._on_amx
 
-    def spy(ref, found, x, out, threads):
+    def spy(ref, found, x, out, threads, g=None):
         seen.append((found, x.copy(), ref().weight()))
-        return real(ref, found, x, out, threads)
+        return real(ref, found, x, out, threads, g)
 
     amx_linear._on_amx = spy
     with torch.inference_mode():

@@ -33,6 +33,7 @@ from mlir_mx.numerics.amx_guard import (
     amx_pass,
     amx_plan,
     amx_prepare,
+    amx_tile_route,
 )
 from mlir_mx.numerics.matmul import (
     amx_nan_open,
@@ -55,6 +56,7 @@ __all__ = [
     "amx_plan",
     "amx_prepare",
     "amx_tdpbf16ps",
+    "amx_tile_route",
     "blocked_order",
     "dequantize",
     "fold_scale",

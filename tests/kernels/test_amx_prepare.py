@@ -225,3 +225,23 @@ def test_many_random_calls_decide_as_the_oracle(element):
             failing += int((~ok).sum())
     print(element, {"decisions": decisions, "failing": failing})
     assert decisions and failing
+
+
+@pytest.mark.parametrize("m", [1, 16, 17, 33])
+@pytest.mark.parametrize("k", [32, 96])
+def test_the_kernels_own_lists_are_the_models_on_edge_inputs(m, k):
+    """The serial E8M0 kernel's by-block lists (``prepare_module(lists=True)``)
+    where nothing fails, where every (row, block) fails, and on a mix, one
+    after the other with the same buffers (no earlier call's entries kept)."""
+    rng = np.random.default_rng(m + k)
+    w = weight(INTEGRAL[0], 17, k, seed=m)
+    params = guard_params(w)
+    signs = np.where(rng.random((m, k)) < 0.5, -1.0, 1.0).astype(np.float32)
+    every = signs.copy()
+    every[:, ::32] *= np.float32(2.0**40)  # one element a block: S/g past the bound
+    mixed = np.where(rng.random((m, k)) < 0.3, every, signs)
+    buffers: dict = {}
+    for a, failing in ((every, m * k // 32), (signs, 0), (mixed, None), (every, m * k // 32)):
+        done = prepare_activations(a, params, 1.0, buffers)
+        assert failing is None or done.failing == failing
+        assert_same_args(done.args, prepare_model(a, w, 1.0))

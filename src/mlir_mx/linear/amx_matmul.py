@@ -19,7 +19,11 @@ numpy model :func:`mlir_mx.oracle.amx_guarded_matmul` computes it
    (:mod:`mlir_mx.linear.amx_prepare`; :func:`prepare_model` is its numpy
    model: :func:`pack_activations`, :func:`failing_rows`), and the kernel (:mod:`mlir_mx.kernels.amx.matmul`)
    accumulates C in the tiles and adds each one's ``t`` (the in-order f32
-   FMA chain of its block, from +0, computed in the kernel) at its block.
+   FMA chain of its block, from +0, computed in the kernel; for NVFP4's
+   (row, block)s that fail only because of the scales' odd part,
+   :func:`mlir_mx.oracle.amx_tile_route`, ``TDPBF16PS`` against B's
+   unscaled codes from a zero tile, times ``s``: the same ``t``) at its
+   block.
 
 Refused (:class:`~mlir_mx.errors.MXUnsupportedHostError`, before any tile
 instruction runs) where :func:`mlir_mx.linear.amx.amx_bf16_usable` is false.
@@ -116,37 +120,56 @@ def pack_activations(a: np.ndarray, ok: np.ndarray, block_size: int = 32) -> np.
     return np.ascontiguousarray(out.reshape(-1, 16, nb, block_size).transpose(0, 2, 1, 3))
 
 
-def failing_rows(ok: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The (row, block)s where ``ok`` (M, K/32) is false, for the kernel:
-    ``ptr`` (i32, (M/16) K/32 + 1) and ``rows`` (i32: the row within its
-    tile), CSR by ``s = row_tile K/32 + block``; ``bptr`` (K/32 + 1) and
+def failing_rows(ok: np.ndarray, route: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """The (row, block)s where ``ok`` (M, K/bs) is false, for the kernel:
+    ``ptr`` (i32, (M/16) K/bs + 1) and ``rows`` (i32: the row within its
+    tile), CSR by ``s = row_tile K/bs + block``; ``bptr`` (K/bs + 1) and
     ``bidx`` (indices into ``rows``), the same by block, each block's list
-    padded to a multiple of four by repeating its first; ``grow`` (each
-    one's row in A).  No array is empty (a dummy entry where nothing fails)."""
+    padded to a multiple of four by repeating its entries in turn; ``grow``
+    (each one's row in A).  ``route`` (NVFP4, :func:`mlir_mx.oracle.
+    amx_tile_route`): those (row, block)s go to the tile route's ``tptr``,
+    ``tidx`` instead (padded to a multiple of 16; returned after ``grow``).
+    No array is empty (a dummy entry where nothing fails)."""
     m, nb = ok.shape
     fail = np.zeros((_pad(m), nb), bool)
     fail[:m] = ~ok
+    tiled = np.zeros((_pad(m), nb), bool)
+    tiled[:m] = False if route is None else route
     per = fail.reshape(-1, 16, nb).transpose(0, 2, 1)  # (row tile, block, row)
     tile, block, row = np.nonzero(per)
+    on_tiles = tiled.reshape(-1, 16, nb).transpose(0, 2, 1)[tile, block, row]
     ptr = np.concatenate([[0], np.cumsum(per.sum(axis=2).reshape(-1))]).astype(np.int32)
+    bptr, bidx = _by_block(block, ~on_tiles, nb, 4)
+    grow = (tile * 16 + row).astype(np.int32)
+    if not len(row):
+        row = grow = np.zeros(1, np.int32)
+    if route is None:
+        return ptr, row.astype(np.int32), bptr, bidx, grow
+    return (ptr, row.astype(np.int32), bptr, bidx, grow, *_by_block(block, on_tiles, nb, 16))
+
+
+def _by_block(block: np.ndarray, keep: np.ndarray, nb: int, pad: int):
+    """``(bptr, bidx)``: the entries ``f`` where ``keep`` grouped by
+    ``block[f]`` (in ``f`` order), each block's list padded to a multiple of
+    ``pad`` by repeating its entries in turn (``np.resize``; the same ``t``
+    twice), at least ``pad`` entries."""
     order = np.argsort(block, kind="stable")
-    counts = np.bincount(block, minlength=nb)
-    padded = -(-counts // 4) * 4
+    order = order[keep[order]]
+    counts = np.bincount(block[keep], minlength=nb)
+    padded = -(-counts // pad) * pad
     bptr = np.concatenate([[0], np.cumsum(padded)]).astype(np.int32)
-    bidx = np.zeros(max(int(bptr[-1]), 4), np.int32)
+    bidx = np.zeros(max(int(bptr[-1]), pad), np.int32)
     starts = np.concatenate([[0], np.cumsum(counts)])
     for j in np.flatnonzero(counts):
         mine = order[starts[j] : starts[j + 1]]
         bidx[bptr[j] : bptr[j + 1]] = np.resize(mine, padded[j])  # repeats: same t twice
-    grow = (tile * 16 + row).astype(np.int32)
-    if not len(row):
-        row = grow = np.zeros(1, np.int32)
-    return ptr, row.astype(np.int32), bptr, bidx, grow
+    return bptr, bidx
 
 
 def failing_blocks(a, bptr, bidx, grow, block_size: int = 32) -> np.ndarray:
-    """The A blocks (f32, as given) of :func:`failing_rows`'s by-block list,
-    packed in its order: (len(bidx), 32), the fallback chains' input."""
+    """The A blocks (f32, as given) of :func:`failing_rows`'s by-block list
+    (the chains', or the tile route's with its ``tptr``, ``tidx``), packed
+    in its order: (len(bidx), bs), the fallback's input."""
     nb = len(bptr) - 1
     block = np.repeat(np.arange(nb), np.diff(bptr))
     out = np.zeros((len(bidx), block_size), np.float32)
@@ -190,20 +213,24 @@ def _check_out(out, shape: tuple[int, int]) -> None:
         raise MXValueError(f"out: a writeable, aligned, C-contiguous f32 {shape} array, not {what}")
 
 
-def check_prepared(prepared, nb: int, bs: int) -> tuple:
+def check_prepared(prepared, nb: int, bs: int, tiles: bool = False) -> tuple:
     """:meth:`AMXMatmul.prepare`'s ``(a_tiles, ptr, rows, bptr, bidx, fa)``
-    for a weight of ``nb`` blocks of ``bs``, every index the kernel follows
-    in bounds, or :class:`~mlir_mx.errors.MXValueError` naming ``prepared``
-    (another weight's, or edited, arguments would read out of bounds)."""
+    (``tiles``, NVFP4: and ``(tptr, tidx, ta)``) for a weight of ``nb``
+    blocks of ``bs``, every index the kernel follows in bounds, or
+    :class:`~mlir_mx.errors.MXValueError` naming ``prepared`` (another
+    weight's, or edited, arguments would read out of bounds)."""
     import ml_dtypes
 
     def bad(why: str):
         return MXValueError(f"prepared: {why} (pass AMXMatmul.prepare's result for this weight)")
 
-    if not isinstance(prepared, tuple) or len(prepared) != 6:
-        raise bad("not the 6 arrays of AMXMatmul.prepare")
-    a_tiles, ptr, rows, bptr, bidx, fa = prepared
+    count = 9 if tiles else 6
+    if not isinstance(prepared, tuple) or len(prepared) != count:
+        raise bad(f"not the {count} arrays of AMXMatmul.prepare")
+    a_tiles, ptr, rows, bptr, bidx, fa = prepared[:6]
     arrays = dict(ptr=ptr, rows=rows, bptr=bptr, bidx=bidx)
+    if tiles:
+        arrays.update(tptr=prepared[6], tidx=prepared[7])
     for name, x in arrays.items():
         if not (isinstance(x, np.ndarray) and x.dtype == np.int32 and x.ndim == 1 and len(x)
                 and x.flags.c_contiguous):  # fmt: skip
@@ -212,9 +239,7 @@ def check_prepared(prepared, nb: int, bs: int) -> tuple:
     if not (isinstance(t, np.ndarray) and t.dtype == ml_dtypes.bfloat16 and t.ndim == 4
             and t.shape[1:] == (nb, 16, bs) and t.flags.c_contiguous):  # fmt: skip
         raise bad(f"a_tiles is not a C-contiguous bf16 (M/16, {nb}, 16, {bs}) array")
-    if not (isinstance(fa, np.ndarray) and fa.dtype == np.float32 and fa.ndim == 2
-            and fa.shape[1] == bs and fa.flags.c_contiguous):  # fmt: skip
-        raise bad(f"fa is not a C-contiguous f32 (entries, {bs}) array")
+    _check_blocks("fa", fa, np.float32, bs, bad)
     for p, x, n in ((ptr, rows, t.shape[0] * nb + 1), (bptr, bidx, nb + 1)):
         if len(p) != n or p[0] != 0 or (np.diff(p) < 0).any() or p[-1] > len(x):
             raise bad("ptr/bptr do not index rows/bidx")
@@ -223,22 +248,58 @@ def check_prepared(prepared, nb: int, bs: int) -> tuple:
         raise bad("fa is shorter than bidx's entries, or a row is outside its tile")
     if ((used_bidx < 0) | (used_bidx >= len(rows))).any():
         raise bad("bidx indexes outside rows")
+    if (np.diff(bptr) % 4).any():  # the chains read four entries at a time
+        raise bad("bptr is not in steps of 4")
+    if tiles:
+        _check_route(prepared[6:], nb, bs, len(rows), t.shape[0], bad)
     return prepared
+
+
+def _check_blocks(name: str, x, dtype, bs: int, bad) -> None:
+    if not (isinstance(x, np.ndarray) and x.dtype == dtype and x.ndim == 2
+            and x.shape[1] == bs and x.flags.c_contiguous):  # fmt: skip
+        raise bad(f"{name} is not a C-contiguous {np.dtype(dtype).name} (entries, {bs}) array")
+
+
+def _check_route(route: tuple, nb: int, bs: int, nrows: int, mtiles: int, bad) -> None:
+    """The tile route's ``(tptr, tidx, ta)``: each block's entries a run of
+    whole A tiles (16), at most ``mtiles`` of them (the kernel's ``pbuf``),
+    within ``tidx`` and ``ta``, each an index into ``rows`` (``nrows``)."""
+    import ml_dtypes
+
+    tptr, tidx, ta = route
+    _check_blocks("ta", ta, ml_dtypes.bfloat16, bs, bad)
+    steps = np.diff(tptr)
+    if (len(tptr) != nb + 1 or tptr[0] != 0 or (steps < 0).any() or (steps % 16).any()
+            or (steps > 16 * mtiles).any()):  # fmt: skip
+        raise bad("tptr is not (blocks + 1) offsets in steps of 16, at most one per A row")
+    used = tidx[: tptr[-1]]
+    if tptr[-1] > min(len(tidx), len(ta)) or ((used < 0) | (used >= nrows)).any():
+        raise bad("tptr/tidx do not index tidx/ta/rows")
 
 
 def prepare_model(a: np.ndarray, w, max_share: float = MAX_FALLBACK_SHARE):
     """The numpy model of :meth:`AMXMatmul.prepare` (the reference its
     compiled kernel is tested against): ``(a_tiles, ptr, rows, bptr, bidx,
     fa)`` for ``a`` (bf16 values) and an :class:`~mlir_mx.oracle.AMXWeight`,
-    or None where the call runs on the exact path."""
+    and for NVFP4 the tile route's ``(tptr, tidx, ta)`` after them (``ta``:
+    its entries' A blocks in bf16, (len(tidx), 16)); or None where the call
+    runs on the exact path."""
+    import ml_dtypes
+
     if w.flagged.any():
         return None
     ok = oracle.amx_plan(a, w)
     if ok is None or 1.0 - ok.mean() > max_share:
         return None
-    ptr, rows, bptr, bidx, grow = failing_rows(ok)
+    route = oracle.amx_tile_route(a, w) if w.e4m3 else None
+    ptr, rows, bptr, bidx, grow, *tiled = failing_rows(ok, route)
     fa = failing_blocks(a, bptr, bidx, grow, w.block_size)
-    return pack_activations(a, ok, w.block_size), ptr, rows, bptr, bidx, fa
+    out = (pack_activations(a, ok, w.block_size), ptr, rows, bptr, bidx, fa)
+    if not tiled:
+        return out
+    ta = failing_blocks(a, *tiled, grow, w.block_size).astype(ml_dtypes.bfloat16)
+    return (*out, *tiled, ta)
 
 
 class WeightShape(NamedTuple):
@@ -392,7 +453,9 @@ class AMXMatmul:
         else copied once from the kernel's padded C."""
         bs = self.weight.block_size
         nb = self.weight.source.shape[0] // bs
-        a_tiles, ptr, rows, bptr, bidx, fa = check_prepared(prepared, nb, bs)
+        a_tiles, ptr, rows, bptr, bidx, fa, *route = check_prepared(
+            prepared, nb, bs, self.weight.e4m3
+        )
         n = self.weight.source.shape[1]
         shape = (a_tiles.shape[0] * 16, self.b_codes.shape[0] * 16)
         if not shape[0] - 16 < m <= shape[0]:
@@ -401,7 +464,7 @@ class AMXMatmul:
             _check_out(out, (m, n))
         c = out if out is not None and out.shape == shape else np.empty(shape, np.float32)
         team = call_threads(self.threads) if team is None else check_threads(team)
-        free = (a_tiles, c, ptr, rows, bptr, bidx, fa)  # checked above: C-contiguous, typed
+        free = (a_tiles, c, ptr, rows, bptr, bidx, fa, *route)  # checked above: C-contiguous, typed
         self._bound(team).call_unchecked(*((x.ctypes.data, x.shape) for x in free))
         self.last_path = "amx"
         if c is out:
@@ -414,7 +477,7 @@ class AMXMatmul:
     def _bound(self, team: int):
         """The kernel on ``team`` threads with this weight's codes and scales
         bound (``Runner.bind``, made once per runner): a call then passes its
-        own 7 arrays unchecked, by address (about 12 us a call against 68
+        own 7 arrays (10 for NVFP4: the tile route's too) unchecked, by address (about 12 us a call against 68
         through ``Runner.invoke``'s checks; session 57).  Calls of one
         object on one team are serialized."""
         runner = amx_matmul_runner(self.group, self.weight.element, team, self.weight.block_size)
@@ -423,6 +486,7 @@ class AMXMatmul:
             from mlir_mx.execution import FREE
 
             fixed = (FREE, self.b_codes, FREE, FREE, FREE, self.b_scales, FREE, FREE, FREE)
+            fixed += (FREE,) * (3 if self.weight.e4m3 else 0)  # NVFP4: tptr, tidx, ta
             bound = self._bound_fns[runner] = runner.bind("amx_matmul", *fixed)
         return bound
 

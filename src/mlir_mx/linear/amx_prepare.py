@@ -2,11 +2,15 @@
 (issue 51): the kernel :mod:`mlir_mx.kernels.amx.prepare` decides the guard
 per (row, block) (exactly :func:`mlir_mx.oracle.amx_plan`'s booleans), packs
 A in tile layout with the failing (row, block)s zeroed and lists them; the
-by-block lists the matmul kernel also takes are made here in numpy from that
-list (vectorized; a few thousand entries at 256 x 4096).
+by-block lists the matmul kernel also takes are made by the serial E8M0
+kernel itself (``prepare_module(lists=True)``), and here in numpy from its
+list for NVFP4 and the team's kernel (:func:`by_block`, without a sort).
 
 :func:`prepare_activations` gives the matmul kernel's per-call arguments
-``(a_tiles, ptr, rows, bptr, bidx, fa)`` (the order of
+``(a_tiles, ptr, rows, bptr, bidx, fa)``, for NVFP4 then the tile route's
+``(tptr, tidx, ta)`` (the failing (row, block)s that fail only because of
+the scales' odd part, taken out of ``bptr``/``bidx``; their A blocks in
+bf16; :mod:`mlir_mx.kernels.amx.fallback`) (the order of
 :meth:`mlir_mx.linear.amx_matmul.AMXMatmul.run`), the same arrays as the
 numpy model in :mod:`mlir_mx.linear.amx_matmul` (:func:`prepare_model`)
 gives, or None where the call runs on the exact path.
@@ -27,8 +31,9 @@ from mlir_mx.kernels.amx.prepare import prepare_module
 from mlir_mx.kernels.amx.tile import TILE_M
 from mlir_mx.numerics.amx_guard import AMXWeight, amx_bounds
 
-__all__ = ["SPLIT_ENV", "SPLIT_MIN", "GuardParams", "Prepared", "by_block", "guard_params",
-           "prepare_activations", "prepare_runner", "split_min", "split_threads"]  # fmt: skip
+__all__ = ["SPLIT_ENV", "SPLIT_MIN", "TILES_ENV", "GuardParams", "Prepared", "block_major",
+           "by_block", "guard_params", "prepare_activations", "prepare_runner", "split_min",
+           "split_threads", "tile_route"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -74,12 +79,19 @@ def _runner(_features: frozenset[str], block: int = 32, threads: int = 1):
     from mlir_mx.pipelines.amx import amx_library_pipeline
 
     with ir.Context(), ir.Location.unknown():
-        text = str(prepare_module("amx_prepare", block, tiles=threads > 1))
+        text = str(prepare_module("amx_prepare", block, threads > 1, lists=_lists(block, threads)))
     pipeline = amx_library_pipeline()
     if threads > 1:
         tasks = PipelineElement.of("mx-parallel-tasks", threads=threads)
         pipeline = Pipeline((tasks, *pipeline))
     return Runner(text, options=CompileOptions(pipeline, cache_dir=default_cache_dir()))
+
+
+def _lists(block: int, threads: int) -> bool:
+    """Whether the kernel builds the by-block lists itself: the serial E8M0
+    one (``prepare_module(lists=True)``); NVFP4's two lists and the team's
+    slots are built in numpy (:func:`_split_lists`)."""
+    return block == 32 and threads == 1
 
 
 def prepare_runner(block: int = 32, threads: int = 1):
@@ -88,7 +100,9 @@ def prepare_runner(block: int = 32, threads: int = 1):
     tile instruction: it runs on any AVX-512 or AVX2 CPU), or loaded from
     the persistent compile cache (``MLIR_MX_CACHE_DIR``).  ``threads > 1``:
     the row tiles on a team of ``threads`` (``prepare_module(tiles=True)``,
-    ``mx-parallel-tasks``)."""
+    ``mx-parallel-tasks``).  The serial kernel for blocks of 32 also takes
+    ``bptr``, ``bidx`` and ``fa`` (:func:`_outputs`) and writes the by-block
+    lists (``prepare_module(lists=True)``)."""
     return _runner(host_features(), block, int(threads))
 
 
@@ -126,7 +140,8 @@ def split_threads(m: int, k: int, threads: int) -> int:
 @dataclass
 class Prepared:
     """One call's prepared A: ``args`` the matmul kernel's ``(a_tiles, ptr,
-    rows, bptr, bidx, fa)`` (None where the call runs on the exact path),
+    rows, bptr, bidx, fa)`` (NVFP4: and ``(tptr, tidx, ta)``; None where
+    the call runs on the exact path),
     ``failing`` the failing (row, block)s, ``breaks`` those breaking the
     per-call condition, ``nonbf16`` blocks holding a value that is not bf16
     (it was rounded)."""
@@ -137,30 +152,123 @@ class Prepared:
     nonbf16: int
 
 
-def by_block(ptr: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(bptr, bidx)`` of the CSR list ``ptr`` (by ``s = row_tile nb +
-    block``): the entries by block, as indices into ``rows``, each block's
-    list padded to a multiple of four by repeating its entries in turn
-    (``np.resize``'s order), at least four entries."""
-    counts_s = np.diff(ptr)
-    block = np.repeat(np.arange(len(counts_s)) % nb, counts_s)  # of each entry f
-    order = np.argsort(block, kind="stable")
-    counts = np.bincount(block, minlength=nb)
-    padded = -(-counts // 4) * 4
-    bptr = np.concatenate([[0], np.cumsum(padded)]).astype(np.int32)
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    bidx = np.zeros(max(int(bptr[-1]), 4), np.int32)
+def block_major(ptr: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, last)`` of the CSR list ``ptr`` (by ``s = row_tile nb +
+    block``): its entries by block (row tiles in turn within a block: a
+    stable sort by block), and each block's end in ``order``."""
+    p = ptr.astype(np.intp)
+    seg = np.diff(p).reshape(-1, nb).T.ravel()  # each (block, row tile)'s count, by block
+    ends = seg.cumsum()
+    order = np.arange(int(p[-1]))
     if len(order):
-        owner = np.repeat(np.arange(nb), padded)  # the block of each output slot
-        within = np.arange(int(bptr[-1])) - bptr[owner]
-        bidx[: int(bptr[-1])] = order[starts[owner] + within % counts[owner]]
+        order += np.repeat(p[:-1].reshape(-1, nb).T.ravel() - (ends - seg), seg)
+    mt = len(seg) // nb
+    return order, ends[mt - 1 :: mt] if mt else np.zeros(nb, np.intp)
+
+
+def by_block(ptr: np.ndarray, nb: int, keep: np.ndarray | None = None, pad: int = 4,
+             major: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """``(bptr, bidx)`` of the CSR list ``ptr`` (by ``s = row_tile nb +
+    block``): the entries (those where ``keep``, a bool per entry, where
+    given) by block, as indices into ``rows``, each block's list padded to
+    a multiple of ``pad`` (4: the chains; 16: the tile route's A tiles) by
+    repeating its entries in turn (``np.resize``'s order), at least ``pad``
+    entries; :func:`mlir_mx.linear.amx_matmul.failing_rows`' lists (its
+    numpy model).  ``major``: :func:`block_major` of ``ptr``, where the
+    caller has it."""
+    order, last = major if major is not None else block_major(ptr, nb)
+    if keep is not None:
+        kept = keep[order]
+        order = order[kept]
+        upto = np.zeros(len(kept) + 1, np.intp)
+        kept.cumsum(out=upto[1:])
+        last = upto[last]
+    counts = last.copy()
+    counts[1:] -= last[:-1]
+    padded = -(-counts // pad) * pad
+    ends = padded.cumsum()
+    size = int(ends[-1])
+    bptr = np.zeros(nb + 1, np.int32)
+    bptr[1:] = ends
+    bidx = np.zeros(max(size, pad), np.int32)
+    if size:
+        owner = np.repeat(np.arange(nb), padded)  # the block of each slot
+        within = np.arange(size) - (ends - padded)[owner]
+        within %= counts[owner]  # repeats in turn
+        within += (last - counts)[owner]
+        bidx[:size] = order[within]
     return bptr, bidx
+
+
+#: The environment variable that turns NVFP4's tile route off (``0``: every
+#: failing (row, block) on the FMA chains, as before session 57; for A/B
+#: measurements: the same bits either way).  Read per call.
+TILES_ENV = "MLIR_MX_AMX_NVFP4_TILES"
+
+
+def tile_route(rows: np.ndarray) -> np.ndarray | None:
+    """The prepare kernel's NVFP4 ``rows`` (the failing entries; row + 16
+    where the entry takes the tile route) made the matmul kernel's, in
+    place: returns the tile route's mask, or None where :data:`TILES_ENV`
+    is ``0`` (every entry then on the chains)."""
+    route = rows >= 16
+    rows &= 15
+    return None if os.environ.get(TILES_ENV, "").strip() == "0" else route
+
+
+def _split_lists(ptr, rows, fblk, nb: int, bs: int, slot=None):
+    """The by-block lists and A blocks of the failing entries (``rows`` the
+    kernel's, made the matmul kernel's here; ``slot``: the team kernel's
+    slots): ``(rows, bptr, bidx, fa)`` and, for NVFP4 (``bs`` 16), the tile
+    route's ``(tptr, tidx, ta)``."""
+    import ml_dtypes
+
+    failing = int(ptr[-1])
+    rows = rows[slot] if slot is not None else rows[:failing]
+    route = tile_route(rows) if bs == 16 else None
+    major = block_major(ptr, nb)
+    bptr, bidx = by_block(ptr, nb, None if route is None else ~route, major=major)
+    at = (lambda idx: idx) if slot is None else (lambda idx: slot[idx])  # noqa: E731
+    fa = fblk.take(at(bidx), axis=0) if bptr[-1] else np.zeros((len(bidx), bs), np.float32)
+    if not failing:
+        rows = np.zeros(1, np.int32)
+    if bs != 16:
+        return rows, bptr, bidx, fa
+    keep = route if route is not None else np.zeros(failing, bool)
+    tptr, tidx = by_block(ptr, nb, keep, 16, major)
+    bf16 = ml_dtypes.bfloat16
+    ta = _high_halves(fblk.take(at(tidx), axis=0)) if tptr[-1] else np.zeros((len(tidx), bs), bf16)
+    return rows, bptr, bidx, fa, tptr, tidx, ta
+
+
+def _kernel_lists(rows, size: int, bptr, bidx, fa):
+    """``(rows, bptr, bidx, fa)`` from the serial kernel's lists
+    (``prepare_module(lists=True)``, ``size`` entries written); where
+    nothing fails, the dummies :func:`_split_lists` gives."""
+    if not size:
+        return (
+            np.zeros(1, np.int32),
+            bptr,
+            np.zeros(4, np.int32),
+            np.zeros((4, fa.shape[1]), fa.dtype),
+        )
+    return rows, bptr, bidx[:size], fa[:size]
+
+
+def _high_halves(blocks: np.ndarray) -> np.ndarray:
+    """f32 ``blocks`` of bf16 values (the kernel's rounded A; the tile
+    route's are finite) in bf16: their high 16 bits, as ``astype`` gives."""
+    import ml_dtypes
+
+    high = (blocks.view(np.uint32) >> 16).astype(np.uint16)
+    return high.view(ml_dtypes.bfloat16)
 
 
 def _outputs(m: int, nb: int, buffers: dict | None, bs: int = 32):
     """The prepare kernel's output arrays for ``m`` rows and ``nb`` blocks
-    of ``bs``: new, or the ones kept in ``buffers`` for that shape (made
-    there once)."""
+    of ``bs`` (``tiles, ptr, rows, fblk, cnt``, for ``bs`` 32 then the
+    serial kernel's ``bptr, bidx, fa``): new, or the ones kept in
+    ``buffers`` for that shape (made there once)."""
     key = (m, nb, bs)
     if buffers is not None and key in buffers:
         return buffers[key]
@@ -172,6 +280,13 @@ def _outputs(m: int, nb: int, buffers: dict | None, bs: int = 32):
         np.empty((max(m * nb, 1), bs), np.float32),
         np.zeros(4 * max(mt, 1), np.int32),
     )
+    if bs == 32:  # the serial kernel's by-block lists: at most 3 padding entries a block
+        cap = max(m * nb, 1) + 3 * nb + 4
+        out += (
+            np.empty(nb + 1, np.int32),
+            np.empty(cap, np.int32),
+            np.empty((cap, bs), np.float32),
+        )
     if buffers is not None:
         if len(buffers) >= 4:  # a layer's shapes (hidden and intermediate K) alternate
             del buffers[next(iter(buffers))]  # the oldest
@@ -213,11 +328,12 @@ def prepare_activations(
     m, k = a.shape
     bs = params.block
     nb = k // bs
-    tiles, ptr, rows, fblk, cnt = _outputs(m, nb, buffers, bs)
+    tiles, ptr, rows, fblk, cnt, *made = _outputs(m, nb, buffers, bs)
     team = split_threads(m, k, threads)
+    made = made if _lists(bs, team) else []
     run = prepare_runner(bs, team).amx_prepare
     run(a, params.lim, params.cap, params.bounds(), params.par, tiles, ptr, rows, fblk,
-        cnt if team > 1 else cnt[:4])  # fmt: skip
+        cnt if team > 1 else cnt[:4], *made)  # fmt: skip
     slot = None
     if team > 1:
         slot, sums = _pack_tiles(ptr, cnt, nb)
@@ -228,11 +344,9 @@ def prepare_activations(
         return Prepared(None, failing, breaks, nonbf16)
     import ml_dtypes
 
-    bptr, bidx = by_block(ptr, nb)
-    if slot is not None and failing:
-        fa, rows = fblk[slot[bidx]], rows[slot]
+    if made:
+        rows, *lists = _kernel_lists(rows[:failing], int(cnt[3]), *made)
     else:
-        fa = fblk[bidx] if failing else np.zeros((len(bidx), bs), np.float32)
-        rows = rows[:failing] if failing else np.zeros(1, np.int32)
-    args = (tiles.view(ml_dtypes.bfloat16), ptr, rows, bptr, bidx, fa)
+        rows, *lists = _split_lists(ptr, rows, fblk, nb, bs, slot if failing else None)
+    args = (tiles.view(ml_dtypes.bfloat16), ptr, rows, *lists)
     return Prepared(args, failing, breaks, nonbf16)

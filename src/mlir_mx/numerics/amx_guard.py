@@ -23,7 +23,9 @@ scales ``s = m 2^e``, ``m`` odd, in blocks of 16; ``docs/numerics.md``,
 "NVFP4 on AMX") is prepared the same way: its guard bound is ``S/g <= T /
 m_max`` per block, its per-call condition reads the scales' units ``2^e``,
 its zero and NaN scales are flagged, and the model divides by its global
-scale once at the end, as ``blocked_order``.  Its result equals
+scale once at the end, as ``blocked_order``; its (row, block)s that fail
+only because of ``m_max`` (:func:`amx_tile_route`) get ``t`` from
+``TDPBF16PS`` against B unscaled, times ``s``.  Its result equals
 :func:`~mlir_mx.numerics.matmul.blocked_order`'s bit for bit (the tests say
 where this was checked).
 """
@@ -51,6 +53,7 @@ __all__ = [
     "amx_pass",
     "amx_plan",
     "amx_prepare",
+    "amx_tile_route",
     "scale_units",
 ]
 
@@ -265,13 +268,26 @@ def amx_pass(a, w: AMXWeight) -> np.ndarray:
     return _pass(_stats(a, w.block_size), w)
 
 
-def _pass(stats, w: AMXWeight) -> np.ndarray:
+def _pass(stats, w: AMXWeight, unscaled: bool = False) -> np.ndarray:
     _, bmax = amx_bounds(w.element)
     s = stats[2]
     with np.errstate(all="ignore"):
         fits = s * bmax * np.maximum(1.0, w.sb_max)[None, :] < 2.0**128
-    m_max = 1.0 if w.m_max is None else w.m_max[None, :]
+    m_max = 1.0 if w.m_max is None or unscaled else w.m_max[None, :]
     return _guard(*stats, w.element, m_max) & fits
+
+
+def amx_tile_route(a, w: AMXWeight) -> np.ndarray:
+    """The (row, block)s (bool, M x K/bs) that fail :func:`amx_pass` only
+    because of the scales' odd part: they pass it with ``m_max`` taken as 1
+    (``T / m_max < S/g <= T``, every other condition met; none for E8M0,
+    whose ``m`` is 1).  Their ``p`` (the block's sum of ``a_k b_k`` against
+    B's unscaled values) is exact on the tiles from a zero tile, so ``t =
+    f32(p s)`` is one multiply (NVFP4's tile route; ``docs/numerics.md``,
+    "NVFP4 on AMX")."""
+    a = _check_a(a, w.source.shape[0], w.block_size)
+    stats = _stats(a, w.block_size)
+    return _pass(stats, w, unscaled=True) & ~_pass(stats, w)
 
 
 def amx_plan(a, w: AMXWeight) -> np.ndarray | None:
@@ -308,13 +324,17 @@ def amx_guarded_matmul(a, w: AMXWeight, product=amx_tdpbf16ps) -> np.ndarray:
        columns zero) into the running C;
     2. flagged columns: ``TDPBF16PS`` against the unscaled tile from a zero
        tile, stored, ``t = p sb`` and ``c + t`` in f32, reloaded;
-    3. each failing row's ``t`` from the in-order f32 chain, ``c + t`` in f32.
+    3. each failing row's ``t``, ``c + t`` in f32: from the in-order f32
+       chain, or, where it fails only because of ``m`` (NVFP4,
+       :func:`amx_tile_route`), ``TDPBF16PS`` of its A block against B's
+       unscaled values from a zero tile, times ``s`` in f32.
     """
     bs = w.block_size
     a = _check_a(a, w.source.shape[0], bs)
     if not amx_guard_call(a, w):
         return blocked_order(a, w.source, np.zeros((a.shape[0], w.source.shape[1]), np.float32))
-    ok = amx_pass(a, w)
+    ok, route = amx_pass(a, w), amx_tile_route(a, w)
+    values = w.source.element_values() if route.any() else None  # B unscaled
     c = np.zeros((a.shape[0], w.source.shape[1]), np.float32)
     with np.errstate(all="ignore"):
         for j in range(ok.shape[1]):
@@ -324,7 +344,13 @@ def amx_guarded_matmul(a, w: AMXWeight, product=amx_tdpbf16ps) -> np.ndarray:
             if fl.any():
                 p = product(blk, bj[:, fl], np.zeros((a.shape[0], int(fl.sum())), np.float32))
                 c[:, fl] += (p.astype(np.float64) * w.scales[j, fl]).astype(np.float32)
-            rows = ~ok[:, j]
+            rows, tiled = ~ok[:, j], route[:, j]
+            if tiled.any():  # NVFP4's tile route: p on the tiles against b, then t = p s
+                raw = np.asarray(values[j * bs : (j + 1) * bs], np.float32)
+                p = product(a[tiled, j * bs : (j + 1) * bs], raw,
+                            np.zeros((int(tiled.sum()), raw.shape[1]), np.float32))  # fmt: skip
+                c[tiled] += p * w.scales[j].astype(np.float32)[None, :]
+            rows &= ~tiled
             if rows.any():
                 c[rows] += _fallback_t(a[rows, j * bs : (j + 1) * bs], w, j)
         if w.global_scale is not None:  # NVFP4: once per output, as blocked_order

@@ -260,15 +260,10 @@ class MXLinear(torch.nn.Module):
             raise MXArgTypeError(f"x: expected a dense (strided) tensor, got layout {x.layout}")
         if x.dim() == 0 or x.shape[-1] != self.in_features:
             raise MXValueError(f"x: expected shape (..., {self.in_features}), got {tuple(x.shape)}")
-        if x.dtype == torch.float32 and x.is_contiguous() and eager(x):
-            fused = self._fused
-            y = self._call_in_place(x) if fused is None else fused.output_in_place(self, x)
+        if x.is_contiguous() and eager(x):
+            y = self._by_address(x)
             if y is not None:
-                return y if self.bias is None else y + self.bias.to(torch.float32)
-        if self._fused is not None and x.dtype != torch.float32 and x.is_contiguous() and eager(x):
-            y = self._fused.output_narrow(self, x)  # the siblings' one f32 copy and kernel call
-            if y is not None:
-                return (y if self.bias is None else y + self.bias.to(torch.float32)).to(x.dtype)
+                return y
         x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
         if x2.dtype != torch.float32:
             x2 = x2.float()  # exact: every bf16 / f16 value is an f32 value
@@ -291,6 +286,25 @@ class MXLinear(torch.nn.Module):
         if x.dtype != torch.float32:
             y = y.to(x.dtype)
         return y if x.dim() == 2 else y.reshape(*x.shape[:-1], self.out_features)
+
+    def _by_address(self, x: torch.Tensor) -> torch.Tensor | None:
+        """``forward`` for a C-contiguous ``x`` in eager mode (checked by the
+        caller): the kernel by address, the result made in ``x``'s leading
+        shape (no reshape on either side); a bf16 / f16 ``x`` converted to f32
+        once (exact), the result rounded once to its dtype after the bias (a
+        fused part: its columns of the fused result, converted straight from a
+        ``narrow``).  None where ``Linear.call_into`` declines."""
+        fused, half = self._fused, x.dtype != torch.float32
+        if not half:
+            y = self._call_in_place(x) if fused is None else fused.output_in_place(self, x)
+        elif fused is not None:
+            y = fused.output_narrow(self, x)  # the siblings' one f32 copy and kernel call
+        else:
+            y = self._call_in_place(x.float(), bf16=x.dtype == torch.bfloat16)
+        if y is None:
+            return None
+        y = y if self.bias is None else y + self.bias.to(torch.float32)
+        return y.to(x.dtype) if half else y
 
     def _call_in_place(self, x: torch.Tensor, bf16: bool = False) -> torch.Tensor | None:
         """The kernel on ``x`` itself (checked: f32, C-contiguous, ``(..., in)``)

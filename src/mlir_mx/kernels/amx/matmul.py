@@ -6,8 +6,8 @@ the kernel from the MX codes.  Below, blocks of 32 with E8M0 scales; with
 AMX") every 32 along K reads 16: A tiles of 16 x 16 bf16, B tiles of 8 pair
 rows, one ``amx.tile_mulf`` per block, the scales decoded from E4M3.
 
-``func @name(a, codes, c, ptr, rows, scales, bptr, bidx, fa)`` (and
-``claims``, appended by ``mx-parallel-tasks``):
+``func @name(a, codes, c, ptr, rows, scales, bptr, bidx, fa)`` (NVFP4:
+then ``tptr, tidx, ta``; and ``claims``, appended by ``mx-parallel-tasks``):
 
 - ``a``: ``memref<?x?x16x32xbf16>`` (M/16, K/32, 16, 32): the bf16
   activations in tile layout (M padded to 16 with zero rows), the (row,
@@ -26,14 +26,21 @@ rows, one ``amx.tile_mulf`` per block, the scales decoded from E4M3.
 - ``bptr`` (K/32 + 1), ``bidx``: the same failing rows by block, as indices
   ``f`` into ``rows``, each block's list padded to a multiple of four by
   repeating one; ``fa``: ``memref<?x?xf32>`` (len(bidx), 32): each entry's
-  block of A (as given, f32), packed in that order.
+  block of A (as given, f32), packed in that order;
+- NVFP4 only (E4M3 scales: the tile route, issue 54, session 57;
+  :mod:`mlir_mx.kernels.amx.fallback`): ``tptr`` (K/16 + 1), ``tidx``: the
+  failing rows of each block that fail only because of the scales' odd
+  part, taken out of ``bptr``/``bidx``, padded to a multiple of 16;
+  ``ta``: ``memref<?x16xbf16>`` (len(tidx), 16): their A blocks, 16 to an
+  A tile.
 
 Each thread allocates its own scratch in the prologue (``mx-parallel-tasks``
 runs the code around the loop on every thread): the chunk's B ``panel``
 (chunk x TN x 16 x 32 bf16, 2 KiB a block for 2 tiles), ``tbuf``
 (len(rows) x 32 f32: each ``f``'s ``t`` over the current column group),
 ``cacc`` (an item's C tiles between K chunks: M/16 x 8 TN x 16 x 16 f32),
-and on the stack, aligned to 64 bytes, ``bdec`` and ``cbuf``.
+and on the stack, aligned to 64 bytes, ``bdec`` and ``cbuf`` (and NVFP4's
+``braw``).
 
 The column groups (``TN`` tiles of 16 columns, the last one 1 tile where
 ``TN`` does not divide) come in items of up to 8 (``ITEM_GROUPS``; fewer
@@ -51,9 +58,12 @@ Per chunk and column group (M of one row group: 1 and 2 block by block in a ring
 1. the panel: the chunk's blocks' ``b * sb`` widened from the codes
    (:func:`~mlir_mx.kernels.amx.panel.widen_panel`);
 2. every failing (row, block)'s ``t = p sb`` of the chunk into ``tbuf``:
-   per block, B read back from the panel as ``(b sb) / sb`` (exact) once,
-   then the in-order f32 FMA chains ``p`` of four failing rows at a time
-   (the exact path's);
+   per block, B decoded unscaled once (E8M0: read back from the panel as
+   ``(b sb) / sb``, exact; E4M3: widened again from the codes), then the
+   in-order f32 FMA chains ``p`` of four failing rows at a time (the exact
+   path's), and for NVFP4 the tile route: ``p`` of 16 entries at a time by
+   one ``TDPBF16PS`` from a zero tile against B's unscaled codes (exact
+   where ``S/g <= T``), ``t = f32(p s)`` (:mod:`~mlir_mx.kernels.amx.fallback`);
 3. per C tile group (``TM`` x ``TN`` tiles of 16 x 16: 2 x 2 where M and N
    allow, four accumulators and two A and two B tiles: the 8 tile
    registers), ``amx.tile_zero`` in the first chunk, else ``amx.tile_load``
@@ -81,11 +91,10 @@ from mlir import ir
 from mlir.dialects import arith, func, memref, scf, vector
 
 from mlir_mx.kernels.amx import order
-from mlir_mx.kernels.amx.panel import code_bytes, unscaled_row, widen_panel
+from mlir_mx.kernels.amx.fallback import chains, decode_block, tile_ts
+from mlir_mx.kernels.amx.panel import code_bytes, widen_panel
 from mlir_mx.kernels.amx.tile import TILE_M, TILE_N
 from mlir_mx.kernels.common.builder import KernelBuilder
-from mlir_mx.kernels.common.codec import e8m0_to_f32
-from mlir_mx.kernels.common.widen import decode_scales
 from mlir_mx.numerics.formats import SCALE_TYPE
 
 __all__ = ["matmul_module"]
@@ -141,102 +150,55 @@ class _Ix:
 
 class _Args:
     """The function's arguments by name, and each thread's scratch buffers:
-    ``bdec`` (a block's B decoded, 2 x 32 x 16 f32), ``cbuf`` (the C tiles,
-    4 x 16 x 16 f32), ``panel`` (the column group's B, nb x TN x 16 x 32
-    bf16) and ``tbuf`` (each failing (row, block)'s ``t``, len(rows) x 32
-    f32)."""
+    ``bdec`` (a block's B decoded, 2 x bs x 16 f32), ``cbuf`` (the C tiles,
+    4 x 16 x 16 f32), ``panel`` (the column group's B, nb x TN x bs/2 x 32
+    bf16), ``tbuf`` (each failing (row, block)'s ``t``, len(rows) x 32
+    f32) and, with the tile route (``tiles``: NVFP4), ``braw`` (a block's B
+    unscaled, 2 x 8 x 32 bf16) and ``pbuf`` (a block's tile-route products,
+    M/16 x TN x 16 x 16 f32)."""
 
     NAMES = ("a", "codes", "c", "ptr", "rows", "scales", "bptr", "bidx", "fa")
+    #: The tile route's arguments (NVFP4's kernel only).
+    TILE_NAMES = ("tptr", "tidx", "ta")
 
     def __init__(self, values, kb: KernelBuilder, element: str, block: int, scale_type: str,
                  **scratch):  # fmt: skip
-        for name, value in zip(self.NAMES, values, strict=True):
+        self.tiles = len(values) > len(self.NAMES)
+        names = self.NAMES + (self.TILE_NAMES if self.tiles else ())
+        for name, value in zip(names, values, strict=True):
             setattr(self, name, value)
         self.kb, self.element, self.block, self.scale_type = kb, element, block, scale_type
         for name, value in scratch.items():
             setattr(self, name, value)
 
 
-def _splat(value: float) -> ir.Value:
-    v16 = ir.VectorType.get([TILE_N], ir.F32Type.get())
-    attr = ir.DenseElementsAttr.get_splat(v16, ir.FloatAttr.get(ir.F32Type.get(), value))
-    return arith.ConstantOp(v16, attr).result
-
-
-def _decode(ix: _Ix, args: _Args, j, jp, nts) -> list[ir.Value]:
-    """Block ``j``'s B for column tiles ``nts``, unscaled, into ``bdec[jn, k]``
-    (16 f32 each): E8M0, the panel's pair-layout rows (at ``jp``, the
-    block's place in the chunk's panel) widened, split by parity and times
-    ``1 / sb`` (exact: a power of two, the block not flagged); E4M3 (not a
-    power of two), the codes widened again (``unscaled_row``: a division
-    ``(b sb) / sb``, exact too, took 32 ``vdivps`` a block and column group).
-    Returns the ``sb`` vectors."""
-    f32, kb = ir.F32Type.get(), args.kb
-    v32 = ir.VectorType.get([2 * TILE_N], f32)
-    v32bf = ir.VectorType.get([2 * TILE_N], ir.BF16Type.get())
-    zero, one = ix.c(0), _splat(1.0)
-    sbv = []
-    for jn, nt in enumerate(nts):
-        codes = kb.vload(args.scales, [j, ix.mul(nt, ix.c(TILE_N))], TILE_N)
-        e8m0 = args.scale_type == SCALE_TYPE
-        sbv.append(e8m0_to_f32(kb, codes) if e8m0 else decode_scales(kb, codes, args.scale_type))
-        inv = arith.DivFOp(one, sbv[-1]).result if e8m0 else None
-        for r in range(args.block // 2):
-            if e8m0:
-                row = vector.LoadOp(v32bf, args.panel, [jp, ix.c(jn), ix.c(r), zero]).result
-                pair = arith.ExtFOp(v32, row).result
-            else:
-                pair = unscaled_row(kb, args.element, args.codes, nt, j, ix.c(r))
-            for parity in range(2):
-                mask = list(range(parity, 2 * TILE_N, 2))
-                bk = vector.ShuffleOp(pair, pair, mask).result
-                bk = arith.MulFOp(bk, inv).result if e8m0 else bk
-                vector.StoreOp(bk, args.bdec, [ix.c(jn), ix.c(2 * r + parity), zero])
-    return sbv
-
-
-def _chains(ix: _Ix, args: _Args, j, e, sbv, tn: int) -> None:
-    """``t`` of the four failing rows ``bidx[e:e+4]`` of block ``j`` (their A
-    blocks ``fa[e:e+4]``) over
-    ``tn`` column tiles: the in-order f32 FMA chains ``p = fma(a_k, b_k,
-    p)`` from +0 (k = 0..31), then ``t = p sb`` (one rounding: the exact
-    path's), into ``tbuf[f, 16 jn:]``.  Eight chains in flight."""
-    v16 = ir.VectorType.get([TILE_N], ir.F32Type.get())
-    zero = ix.c(0)
-    fs = [ix.cast(memref.LoadOp(args.bidx, [ix.add(e, ix.c(i))]).result) for i in range(4)]
-    es = [ix.add(e, ix.c(i)) for i in range(4)]
-    p = [[_splat(0.0) for _ in range(tn)] for _ in range(4)]
-    for k in range(args.block):
-        bk = [vector.LoadOp(v16, args.bdec, [ix.c(jn), ix.c(k), zero]).result for jn in range(tn)]
-        for i in range(4):
-            ak = memref.LoadOp(args.fa, [es[i], ix.c(k)]).result
-            av = vector.BroadcastOp(v16, ak).result
-            for jn in range(tn):
-                p[i][jn] = vector.FMAOp(av, bk[jn], p[i][jn]).result
-    for i in range(4):
-        for jn in range(tn):
-            t = arith.MulFOp(p[i][jn], sbv[jn]).result
-            vector.StoreOp(t, args.tbuf, [fs[i], ix.c(jn * TILE_N)])
-
-
 def _precompute(ix: _Ix, args: _Args, span, nt0, tn: int) -> None:
     """For column group ``nt0`` and the K chunk ``span`` (blocks ``j0 <= j <
     j1``): every failing (row, block)'s ``t`` into ``tbuf``, block by block
     (B decoded once per block), before the row groups run (``bptr``/``bidx``:
-    the failing rows of each block, in fours)."""
+    the chains' failing rows of each block, in fours; NVFP4's
+    ``tptr``/``tidx``: the tile route's, in sixteens:
+    :mod:`mlir_mx.kernels.amx.fallback`)."""
     nts = [ix.add(nt0, ix.c(jn)) for jn in range(tn)]
     loop = scf.ForOp(span.j0, span.j1, ix.c(1))
     with ir.InsertionPoint(loop.body):
         j = loop.induction_variable
         lo = memref.LoadOp(args.bptr, [j]).result
         hi = memref.LoadOp(args.bptr, [ix.add(j, ix.c(1))]).result
-        branch = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.slt, lo, hi).result)
+        any_ = arith.CmpIOp(arith.CmpIPredicate.slt, lo, hi).result
+        if args.tiles:  # NVFP4: or tile-route entries
+            tlo = memref.LoadOp(args.tptr, [j]).result
+            thi = memref.LoadOp(args.tptr, [ix.add(j, ix.c(1))]).result
+            any_ = arith.OrIOp(any_, arith.CmpIOp(arith.CmpIPredicate.slt, tlo, thi)).result
+        branch = scf.IfOp(any_)
         with ir.InsertionPoint(branch.then_block):
-            sbv = _decode(ix, args, j, arith.SubIOp(j, span.j0).result, nts)
+            sbv = decode_block(ix, args, j, arith.SubIOp(j, span.j0).result, nts)
             rows = scf.ForOp(ix.cast(lo), ix.cast(hi), ix.c(4))
             with ir.InsertionPoint(rows.body):
-                _chains(ix, args, j, rows.induction_variable, sbv, tn)
+                chains(ix, args, rows.induction_variable, sbv, tn)
                 scf.YieldOp([])
+            if args.tiles:
+                tile_ts(ix, args, tlo, thi, sbv, tn)
             scf.YieldOp([])
         scf.YieldOp([])
 
@@ -450,7 +412,8 @@ def matmul_module(
     whole (the bits depend on neither); ``block``: the weight's block size,
     one tile K step per block (32, or NVFP4's 16: A tiles of 16 x 16 bf16, B
     tiles of 8 pair rows, so that ``c + t`` rounds once per block);
-    ``scale_type``: E8M0, or E4M3 (NVFP4); in the current context and
+    ``scale_type``: E8M0, or E4M3 (NVFP4, whose function also takes the
+    tile route's ``tptr``, ``tidx``, ``ta``); in the current context and
     location."""
     if block not in (16, 32):
         raise ValueError(f"block {block}: 16 or 32 (one tile K step per block)")
@@ -469,9 +432,12 @@ def matmul_module(
     codes = ir.MemRefType.get([dyn, dyn, block // 2, code_bytes(element)], i8)
     mat, bytes2 = ir.MemRefType.get([dyn, dyn], f32), ir.MemRefType.get([dyn, dyn], i8)
     vec = ir.MemRefType.get([dyn], i32)
+    inputs = [tiles, codes, mat, vec, vec, bytes2, vec, vec, mat]
+    route = scale_type != SCALE_TYPE  # NVFP4: the tile route's tptr, tidx, ta
+    inputs += [vec, vec, ir.MemRefType.get([dyn, block], bf16)] if route else []
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):
-        ftype = ir.FunctionType.get([tiles, codes, mat, vec, vec, bytes2, vec, vec, mat], [])
+        ftype = ir.FunctionType.get(inputs, [])
         fn = func.FuncOp(name, ftype)
         entry = fn.add_entry_block()
         with ir.InsertionPoint(entry):
@@ -487,6 +453,9 @@ def matmul_module(
                 "panel": order.alloc_panel(kb, mtiles, (tm, tn), kc, block),
                 "tbuf": kb.alloc([-1, 2 * TILE_N], f32, [nrows]),
             }
+            if route:  # a block's raw B, and its tile-route products (at most M/16 A tiles)
+                scratch["braw"] = _alloca([2, block // 2, 2 * TILE_N], bf16)
+                scratch["pbuf"] = kb.alloc([-1, tn, TILE_M, TILE_N], f32, [mtiles])
             held = [-1, order.ITEM_GROUPS * tn, TILE_M, TILE_N]  # an item's C between chunks
             used = arith.SelectOp(kb.icmp("slt", kc, nb), mtiles, kb.idx(1)).result  # K whole: none
             scratch["cacc"] = kb.alloc(held, f32, [used])
@@ -496,5 +465,7 @@ def matmul_module(
             kb.dealloc(args.panel)
             kb.dealloc(args.tbuf)
             kb.dealloc(args.cacc)
+            if route:
+                kb.dealloc(args.pbuf)
             func.ReturnOp([])
     return module

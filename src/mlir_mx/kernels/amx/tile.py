@@ -22,34 +22,46 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, func
 
-__all__ = ["TILE_K", "TILE_M", "TILE_N", "tile_product_module"]
+__all__ = ["TILE_K", "TILE_M", "TILE_N", "tile_load", "tile_mulf", "tile_product_module",
+           "tile_store", "tile_type", "tile_zero"]  # fmt: skip
 
 #: One tile product's shape: M rows of A and C, K bf16 per row of A (64
 #: bytes, a full tile row), N f32 columns of C.
 TILE_M, TILE_K, TILE_N = 16, 32, 16
 
 
-def _tile(shape: tuple[int, int], elem: str) -> ir.Type:
-    return ir.Type.parse(f"!amx.tile<{shape[0]}x{shape[1]}x{elem}>")
+def tile_type(rows: int, cols: int, elem: str) -> ir.Type:
+    """``!amx.tile<rows x cols x elem>``."""
+    return ir.Type.parse(f"!amx.tile<{rows}x{cols}x{elem}>")
 
 
-def _load(memref: ir.Value, zero: ir.Value, tile: ir.Type) -> ir.Value:
-    """``amx.tile_load %memref[0, 0]`` (the row stride is the memref's)."""
-    op = ir.Operation.create(
+def tile_load(base: ir.Value, idx: list[ir.Value], tile: ir.Type) -> ir.Value:
+    """``amx.tile_load %base[idx]`` (the row stride is the memref's)."""
+    return ir.Operation.create(
         "amx.tile_load",
         results=[tile],
-        operands=[memref, zero, zero],
-        attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 2, 0])},
-    )
-    return op.result
+        operands=[base, *idx],
+        attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, len(idx), 0])},
+    ).result
 
 
-def _store(memref: ir.Value, zero: ir.Value, value: ir.Value) -> None:
+def tile_store(base: ir.Value, idx: list[ir.Value], value: ir.Value) -> None:
+    """``amx.tile_store %base[idx], %value``."""
     ir.Operation.create(
         "amx.tile_store",
-        operands=[memref, zero, zero, value],
-        attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 2, 1, 0])},
+        operands=[base, *idx, value],
+        attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, len(idx), 1, 0])},
     )
+
+
+def tile_zero(tile: ir.Type) -> ir.Value:
+    """``amx.tile_zero``."""
+    return ir.Operation.create("amx.tile_zero", results=[tile]).result
+
+
+def tile_mulf(a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+    """``amx.tile_mulf`` (``TDPBF16PS``): ``c`` plus A's rows times B's pairs."""
+    return ir.Operation.create("amx.tile_mulf", results=[c.type], operands=[a, b, c]).result
 
 
 def tile_product_module(name: str = "tdpbf16ps") -> ir.Module:
@@ -65,12 +77,9 @@ def tile_product_module(name: str = "tdpbf16ps") -> ir.Module:
         with ir.InsertionPoint(entry):
             a, b, c = entry.arguments
             zero = arith.ConstantOp(ir.IndexType.get(), 0).result
-            ta = _load(a, zero, _tile((TILE_M, TILE_K), "bf16"))
-            tb = _load(b, zero, _tile((TILE_K // 2, 2 * TILE_N), "bf16"))
-            tc = _load(c, zero, _tile((TILE_M, TILE_N), "f32"))
-            product = ir.Operation.create(
-                "amx.tile_mulf", results=[tc.type], operands=[ta, tb, tc]
-            ).result
-            _store(c, zero, product)
+            ta = tile_load(a, [zero, zero], tile_type(TILE_M, TILE_K, "bf16"))
+            tb = tile_load(b, [zero, zero], tile_type(TILE_K // 2, 2 * TILE_N, "bf16"))
+            tc = tile_load(c, [zero, zero], tile_type(TILE_M, TILE_N, "f32"))
+            tile_store(c, [zero, zero], tile_mulf(ta, tb, tc))
             func.ReturnOp([])
     return module
