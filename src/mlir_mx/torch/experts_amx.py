@@ -15,9 +15,10 @@ when all of these hold:
   with no failing block (else no guard is looked at), and the call's share
   of failing (row, block)s is low enough for AMX to pay at that many rows
   (:func:`amx_pays`, a cost model fitted per (row count, failing share, N):
-  with K/32 = 90 blocks it takes up to 5.1 % at 16 rows, 6.8 % at 24, 19.5 %
-  at 32 and 43.7 % (the guard's 30 % then decides) at 64 for N = 5760, and
-  3.0 %, 4.5 %, 11.1 %, 24.2 % for N = 2880);
+  with K/32 = 90 blocks it takes up to 6.4 % at 12 rows and, from 16 rows,
+  any share (the guard's 30 % then decides) for N = 5760; 3.4 % at 12 rows,
+  15.0 % at 16, 12.3 % at 24 (two row tiles, one of 8 rows) and any share from
+  32 for N = 2880);
 - the projection's input is bf16 values the exact path takes as they are:
   ``activations="bf16"`` (f32 rounded to bf16 in the prepare kernel, as the
   exact path rounds them), or a bf16 model's hidden states into ``gate_up``
@@ -77,8 +78,9 @@ __all__ = [
 ]
 
 #: The fewest rows an expert projection tries the AMX path with: below 12 it
-#: never pays (8 rows, no failing block: 0.79x the exact path), from 12 the
-#: call's failing share decides (:func:`amx_pays`).
+#: does not pay on N(0, 1) hidden states (8 rows, about 6 % failing: 0.85x
+#: the exact path; with no failing block 1.25x, inside the margin's noise),
+#: from 12 the call's failing share decides (:func:`amx_pays`).
 EXPERT_MIN_ROWS = 12
 
 #: :func:`amx_pays`' cost model, per block of 32 along K, in units of the
@@ -91,15 +93,18 @@ EXPERT_MIN_ROWS = 12
 #: AMX is taken where it is expected ``"margin"`` (1.1) times as fast: a gain
 #: below that is within the loaded measurements' noise and not worth the
 #: prepared weight (1.06x the projection's bytes) it makes the layer hold.
-#: Fitted to ``bench/probes/amx_experts_rows.py`` (gpt-oss-20b's ``gate_up``,
-#: 2880 -> 5760, and ``down``, 2880 -> 2880; E2M1, 16 experts in turn, 1
-#: thread, loaded: load 4.6-5.3; ``bench/results/amx-experts-rows-2026-12-06-s56-loaded.txt``),
-#: where without the margin it takes the faster side at each of the 39
-#: measured points (8-48 rows, 0-15 % failing; loaded figures); with it, it
-#: declines two points measured at 1.13x and 1.15x, and still takes one
-#: measured at 1.06x (``down``, 16 rows, 3 % failing).
+#: Refitted (least squares) to session 57's kernel (B widened into a ring
+#: inside the K loop at M of one row group: ``kernels/amx/order.py``) with
+#: ``bench/probes/amx_experts_rows.py`` (gpt-oss-20b's ``gate_up``, 2880 ->
+#: 5760, and ``down``, 2880 -> 2880; E2M1, 16 experts in turn, 1 thread,
+#: loaded: load 2.0-2.5; ``bench/results/amx-experts-rows-2026-12-06-s57-loaded.txt``):
+#: 67 points (8-48 rows, 0-15 % failing); the fitted per-row term was -0.03
+#: (nothing beyond the failing tiles: a block's chains run four rows at a
+#: time), so 0.  Without the margin it takes the slower side at 4 points,
+#: each within 12 % of even (8 rows 1.02x, 1.12x; 12 rows 0.90x; 16 rows
+#: 0.97x); with it, it also declines 8 rows at 1.25x and 24 at 1.09x.
 AMX_COST = {
-    "call": 7.0, "tile": 3.5, "failing_tile": 6.5, "failing_row": 0.4, "n": 5760, "narrow": 0.1,
+    "call": 4.7, "tile": 3.2, "failing_tile": 5.5, "failing_row": 0.0, "n": 5760, "narrow": 0.12,
     "margin": 1.1,
 }  # fmt: skip
 
@@ -117,11 +122,15 @@ def amx_pays(m: int, failing: int, blocks: int, n: int) -> bool:
     ========  =====================  =====================
     failing   ``gate_up`` 16/24/32   ``down`` 16/24/32
     ========  =====================  =====================
-    0 %       1.45x / 1.61x / 2.22x  1.35x / 1.48x / 1.94x
-    3 %       1.21x / 1.31x / 1.57x  1.06x / 1.23x / 1.41x
-    6 %       1.05x / 1.13x / 1.34x  0.93x / 1.03x / 1.29x
-    10 %      0.94x / 1.01x / 1.34x  0.86x / 0.97x / 1.19x
+    0 %       2.37x / 2.39x / 3.16x  1.87x / 2.20x / 2.65x
+    3 %       1.48x / 1.64x / 1.98x  1.33x / 1.52x / 1.87x
+    6 %       1.23x / 1.41x / 1.79x  1.10x / 1.37x / 1.65x
+    10 %      1.12x / 1.31x / 1.63x  1.04x / 1.22x / 1.51x
     ========  =====================  =====================
+
+    (Session 56's kernel, which widened a column group's whole K panel
+    first: ``gate_up`` at 0 % 1.45x / 1.61x / 2.22x, at 6 % 1.05x / 1.13x /
+    1.34x.)
     """
     if m < EXPERT_MIN_ROWS or blocks <= 0 or n <= 0:
         return False

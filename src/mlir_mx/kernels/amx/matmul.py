@@ -50,10 +50,10 @@ one thread, so the bits do not depend on the thread count or on who ran
 what.  Per item, K in chunks of 8 blocks (``CHUNK``), chunks outer, so the
 chunk's A (M x 256 bf16) is read from L2 by every column group of the item
 (K whole, one group an item, where A has at most 1,024 tiles, 1 MiB, or M
-is over 1,024 rows: ``_chunk``).  Before session 55 the whole K loop ran
+is over 1,024 rows: ``order.k_chunk``).  Before session 55 the whole K loop ran
 per column group, reading all of A (2 MiB at M = 256, K = 4096) from L3
 for every 32 columns (docs/numerics.md, "Where the tiles' time goes").
-Per chunk and column group:
+Per chunk and column group (M of one row group: 1 and 2 block by block in a ring, ``order``):
 
 1. the panel: the chunk's blocks' ``b * sb`` widened from the codes
    (:func:`~mlir_mx.kernels.amx.panel.widen_panel`);
@@ -87,11 +87,10 @@ exact path).  Lowered by ``mx-parallel-tasks`` and
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from mlir import ir
 from mlir.dialects import arith, func, memref, scf, vector
 
+from mlir_mx.kernels.amx import order
 from mlir_mx.kernels.amx.fallback import chains, decode_block, tile_ts
 from mlir_mx.kernels.amx.panel import code_bytes, widen_panel
 from mlir_mx.kernels.amx.tile import TILE_M, TILE_N
@@ -229,59 +228,88 @@ def _fallback(ix: _Ix, args: _Args, accs, lo, hi, i: int) -> list[ir.Value]:
     return [_load(args.cbuf, [slots[jn], zero, zero], tile_c) for jn in range(tn)]
 
 
-def _k_loop(ix: _Ix, args, span, mt0, nt0, tm: int, tn: int) -> None:
+def _ring_fill(ix: _Ix, args, span, nt0, tn: int, b) -> None:
+    """Block ``b``, if in the chunk, widened into its ring slot (:mod:`.order`),
+    then its failing rows' ``t`` (``_precompute``, B read back from the slot)."""
+    kb = args.kb
+    with kb.if_(kb.icmp("slt", b, span.j1)):
+        s = order.ring_slot(kb, b, span.j0)
+        widen_panel(kb, args.element, args.codes, args.scales, args.panel, kb.add(b, 1), nt0,
+                    tn, b, None, args.block, args.scale_type, at=s)  # fmt: skip
+        panel, shape = args.panel, [1, tn, args.block // 2, 2 * TILE_N]
+        args.panel = memref.subview(panel, [s, 0, 0, 0], shape, [1, 1, 1, 1])  # one block
+        _precompute(ix, args, order.Span(b, kb.add(b, 1), span.slot), nt0, tn)
+        args.panel = panel
+
+
+def _k_step(ix: _Ix, args, j, jp, mts, carried, tn: int) -> list[ir.Value]:
+    """Block ``j`` (B at panel slot ``jp``) on the carried C tiles of row
+    tiles ``mts``: one ``amx.tile_mulf`` per tile, then, after an even block,
+    the stop of the row tiles with a failing row at ``j`` or ``j + 1``."""
+    a, ptr, nb, zero, tm = args.a, args.ptr, args.nb, ix.c(0), len(mts)
+    tile_a, tile_b = _tile("bf16", args.block), _tile("bf16", 2 * TILE_N, args.block // 2)
+    ta = [_load(a, [mts[i], j, zero, zero], tile_a) for i in range(tm)]
+    tb = [_load(args.panel, [jp, ix.c(jn), zero, zero], tile_b) for jn in range(tn)]
+    accs = [[_mulf(ta[i], tb[jn], carried[i * tn + jn]) for jn in range(tn)] for i in range(tm)]
+    s = [ix.add(ix.mul(mts[i], nb), j) for i in range(tm)]
+    out = []
+    # one stop after each even block j for the failing rows of j and j + 1
+    # (the product of a block leaves a row whose A block is zeroed as it is)
+    even = arith.CmpIOp(arith.CmpIPredicate.eq, arith.AndIOp(j, ix.c(1)).result, zero)
+    pair = arith.MinSIOp(ix.c(2), arith.SubIOp(nb, j).result).result
+    for i in range(tm):  # only the row tile(s) with a failing row leave the tiles
+        lo = memref.LoadOp(ptr, [s[i]]).result
+        hi = memref.LoadOp(ptr, [ix.add(s[i], pair)]).result
+        fails = arith.CmpIOp(arith.CmpIPredicate.slt, lo, hi).result
+        branch = scf.IfOp(arith.AndIOp(even.result, fails).result, [accs[i][0].type] * tn,
+                          has_else=True)  # fmt: skip
+        with ir.InsertionPoint(branch.then_block):
+            scf.YieldOp(_fallback(ix, args, accs[i], lo, hi, i))
+        with ir.InsertionPoint(branch.else_block):
+            scf.YieldOp(accs[i])
+        out += list(branch.results)
+    return out
+
+
+def _k_loop(ix: _Ix, args, span, mt0, nt0, tm: int, tn: int, ring: bool = False) -> None:
     """One group of ``tm`` x ``tn`` C tiles at row tile ``mt0``, column tile
     ``nt0`` over the K chunk ``span`` (B from the chunk's panel): the tiles
     zeroed in the first chunk, else loaded from ``cacc`` (where the chunk
     before stored them: exact, a tile store and load move the bits), the K
-    loop, then stored to ``cacc``, or to C after the last chunk."""
-    a, c, ptr, nb = args.a, args.c, args.ptr, args.nb
-    j0, j1, slot = span
-    tile_a, tile_b = _tile("bf16", args.block), _tile("bf16", 2 * TILE_N, args.block // 2)
-    tile_c = _tile("f32", TILE_N)
-    zero = ix.c(0)
-    mts = [ix.add(mt0, ix.c(i)) for i in range(tm)]
+    loop (:func:`_k_step`), then stored to ``cacc``, or to C after the last
+    chunk.  ``ring``: B from the ring, the loop from ``j0 - AHEAD``: each step
+    widens block ``j + AHEAD`` and computes its ``t`` (before block ``j``'s
+    stop, which adds the ``t`` of ``j + 1``), then runs block ``j >= j0``."""
+    (j0, j1, slot), tile_c = span, _tile("f32", TILE_N)
+    zero, mts = ix.c(0), [ix.add(mt0, ix.c(i)) for i in range(tm)]
     m0 = [ix.mul(v, ix.c(TILE_M)) for v in mts]
     n0s = [ix.mul(ix.add(nt0, ix.c(jn)), ix.c(TILE_N)) for jn in range(tn)]
     held = [[mts[i], ix.add(slot, ix.c(jn)), zero, zero] for i in range(tm) for jn in range(tn)]
-    first = arith.CmpIOp(arith.CmpIPredicate.eq, j0, zero).result
-    init = scf.IfOp(first, [tile_c] * (tm * tn), has_else=True)
+    init = scf.IfOp(args.kb.icmp("eq", j0, zero), [tile_c] * (tm * tn), has_else=True)
     with ir.InsertionPoint(init.then_block):
         scf.YieldOp([_zero(tile_c) for _ in range(tm * tn)])
     with ir.InsertionPoint(init.else_block):
         scf.YieldOp([_load(args.cacc, at, tile_c) for at in held])
-    loop = scf.ForOp(j0, j1, ix.c(1), list(init.results))
+    lo = arith.SubIOp(j0, ix.c(order.AHEAD)).result if ring else j0
+    loop = scf.ForOp(lo, j1, ix.c(1), list(init.results))
     with ir.InsertionPoint(loop.body):
-        j = loop.induction_variable
-        carried = list(loop.inner_iter_args)
-        jp = arith.SubIOp(j, j0).result
-        ta = [_load(a, [mts[i], j, zero, zero], tile_a) for i in range(tm)]
-        tb = [_load(args.panel, [jp, ix.c(jn), zero, zero], tile_b) for jn in range(tn)]
-        accs = [[_mulf(ta[i], tb[jn], carried[i * tn + jn]) for jn in range(tn)] for i in range(tm)]
-        s = [ix.add(ix.mul(mts[i], nb), j) for i in range(tm)]
-        out = []
-        # one stop after each even block j for the failing rows of j and j + 1
-        # (the product of a block leaves a row whose A block is zeroed as it is)
-        even = arith.CmpIOp(arith.CmpIPredicate.eq, arith.AndIOp(j, ix.c(1)).result, zero)
-        pair = arith.MinSIOp(ix.c(2), arith.SubIOp(nb, j).result).result
-        for i in range(tm):  # only the row tile(s) with a failing row leave the tiles
-            lo = memref.LoadOp(ptr, [s[i]]).result
-            hi = memref.LoadOp(ptr, [ix.add(s[i], pair)]).result
-            fails = arith.CmpIOp(arith.CmpIPredicate.slt, lo, hi).result
-            branch = scf.IfOp(arith.AndIOp(even.result, fails).result, [tile_c] * tn,
-                              has_else=True)  # fmt: skip
-            with ir.InsertionPoint(branch.then_block):
-                scf.YieldOp(_fallback(ix, args, accs[i], lo, hi, i))
-            with ir.InsertionPoint(branch.else_block):
-                scf.YieldOp(accs[i])
-            out += list(branch.results)
-        scf.YieldOp(out)
-    last = arith.CmpIOp(arith.CmpIPredicate.eq, j1, nb).result
-    branch = scf.IfOp(last, [], has_else=True)
+        j, carried = loop.induction_variable, list(loop.inner_iter_args)
+        if not ring:
+            scf.YieldOp(_k_step(ix, args, j, arith.SubIOp(j, j0).result, mts, carried, tn))
+        else:
+            _ring_fill(ix, args, span, nt0, tn, ix.add(j, ix.c(order.AHEAD)))
+            step = scf.IfOp(args.kb.icmp("sge", j, j0), [tile_c] * (tm * tn), has_else=True)
+            with ir.InsertionPoint(step.then_block):
+                jp = order.ring_slot(args.kb, j, j0)
+                scf.YieldOp(_k_step(ix, args, j, jp, mts, carried, tn))
+            with ir.InsertionPoint(step.else_block):
+                scf.YieldOp(carried)
+            scf.YieldOp(list(step.results))
+    branch = scf.IfOp(args.kb.icmp("eq", j1, args.nb), [], has_else=True)
     with ir.InsertionPoint(branch.then_block):
         for i in range(tm):
             for jn in range(tn):
-                _store(c, [m0[i], n0s[jn]], loop.results[i * tn + jn])
+                _store(args.c, [m0[i], n0s[jn]], loop.results[i * tn + jn])
         scf.YieldOp([])
     with ir.InsertionPoint(branch.else_block):
         for at, tile in zip(held, loop.results, strict=True):
@@ -289,12 +317,23 @@ def _k_loop(ix: _Ix, args, span, mt0, nt0, tm: int, tn: int) -> None:
         scf.YieldOp([])
 
 
-def _column_group(ix: _Ix, args, mtiles, span, nt0, tm: int, tn: int) -> None:
-    """Column tiles ``nt0 .. nt0 + tn`` over the K chunk ``span``: B's panel
+def _column_group(ix: _Ix, args, mtiles, span, nt0, tm: int, tn: int, ring: int = -1) -> None:
+    """Column tiles ``nt0 .. nt0 + tn`` over the K chunk ``span``: where M is
+    one row group (``mtiles`` of ``ring`` = ``tm`` .. 1; ``ring=0``: the
+    last group's odd tile), its ``_k_loop`` on B's ring; else B's panel
     widened from the codes, the fallback's ``t`` precomputed, then every row
     group over the panel (``tm`` row tiles, then 1 where ``tm`` does not
     divide)."""
-    kb = args.kb
+    kb, ring = args.kb, tm if ring < 0 else ring
+    if ring:
+        branch = scf.IfOp(kb.icmp("eq", mtiles, ring), [], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            _k_loop(ix, args, span, ix.c(0), nt0, ring, tn, ring=True)
+            scf.YieldOp([])
+        with ir.InsertionPoint(branch.else_block):
+            _column_group(ix, args, mtiles, span, nt0, tm, tn, ring - 1)
+            scf.YieldOp([])
+        return
     ahead = kb.min(kb.add(span.j1, args.chunk), args.nb)  # the next chunk's codes
     codes, scales = args.codes, args.scales
     widen_panel(kb, args.element, codes, scales, args.panel, span.j1, nt0, tn, span.j0, ahead,
@@ -309,52 +348,19 @@ def _column_group(ix: _Ix, args, mtiles, span, nt0, tm: int, tn: int) -> None:
             scf.YieldOp([])
 
 
-class _Span(NamedTuple):
-    """A K chunk (blocks ``j0 <= j < j1``) of one column group, and the
-    group's first column tile in its item's ``cacc``."""
-
-    j0: ir.Value
-    j1: ir.Value
-    slot: ir.Value
-
-
-#: Column groups per parallel item, at most, and at least this many items
-#: where there are enough groups (``_groups``).
-ITEM_GROUPS, MIN_ITEMS = 8, 8
-
-#: K blocks per chunk (``matmul_module``'s default ``chunk``), where A has
-#: more than ``WHOLE_K_TILES`` tiles (1 KiB each: half of L2) and a chunk of
-#: A with an item's ``cacc`` (``FIT_TILES``: M/16 x (``CHUNK`` + 2
-#: ``ITEM_GROUPS``) tiles) stay in L2 together: M from 1,024 rows up runs K
-#: whole (items narrowed to fit took longer: at 2048 x 2048 x 2048, items
-#: of 2 groups 1.10x the whole-K nest's time; 1536 x 2048 x 4096 with 4
-#: groups 1.09x; loaded).  With K whole, C stays in the tiles.
-CHUNK, WHOLE_K_TILES, FIT_TILES = 8, 1024, 1536
-
-
-def _chunk(kb: KernelBuilder, mtiles, nb, tn: int, chunk: int, whole_k_tiles: int, block: int):
-    """The K chunk's blocks (``nb``: K whole) for A of ``mtiles`` x ``nb``
-    tiles of ``block`` columns (``_groups``; the 1 KiB tiles' bounds, in
-    blocks of 32: a chunk of ``chunk`` blocks of 16 is ``chunk / 2`` of them)."""
-    fits = kb.icmp("sle", kb.mul(mtiles, chunk * block // 32 + ITEM_GROUPS * tn), FIT_TILES)
-    chunked = arith.AndIOp(kb.icmp("sgt", kb.mul(mtiles, nb), whole_k_tiles), fits).result
-    return arith.SelectOp(chunked, kb.min(chunk, nb), nb).result
-
-
 def _groups(ix: _Ix, args, mtiles, ntiles, tm: int, tn: int) -> None:
     """The column groups of ``tn`` tiles (the last one of 1 tile where ``tn``
     does not divide) in items of ``ITEM_GROUPS`` (fewer where that would
     leave under ``MIN_ITEMS`` items; 1 where K is whole), the items one
-    ``scf.parallel``
-    (``mx-parallel-tasks`` lets each thread claim them).  Per item, K in
+    ``scf.parallel`` (``mx-parallel-tasks`` lets each thread claim them).  Per item, K in
     chunks of ``chunk`` blocks (outer), each chunk over every column group
     of the item: the chunk's A (M x 32 chunk bf16) is read from L2 by all of
     them, where the whole K loop per column group read all of A (2 MiB at
     256 x 4096) from L3 for each group of 32 columns (``args.chunk``:
-    :func:`_chunk`)."""
+    :func:`~mlir_mx.kernels.amx.order.k_chunk`)."""
     kb = args.kb
     groups = kb.ceildivu(ntiles, tn)
-    width = kb.max(1, kb.min(ITEM_GROUPS, kb.divu(groups, MIN_ITEMS)))
+    width = kb.max(1, kb.min(order.ITEM_GROUPS, kb.divu(groups, order.MIN_ITEMS)))
     # K whole: one group an item (8 took 1.05-1.14x the time at 2048 x 2048 x 2048)
     width = arith.SelectOp(kb.icmp("slt", args.chunk, args.nb), width, kb.idx(1)).result
     with kb.parallel(0, kb.ceildivu(groups, width), 1) as item:
@@ -364,7 +370,7 @@ def _groups(ix: _Ix, args, mtiles, ntiles, tm: int, tn: int) -> None:
             j1 = kb.min(kb.add(chunks.iv, args.chunk), args.nb)
             with kb.loop(g0, g1, 1) as g:
                 nt0 = kb.mul(g.iv, tn)
-                span = _Span(chunks.iv, j1, kb.mul(kb.sub(g.iv, g0), tn))
+                span = order.Span(chunks.iv, j1, kb.mul(kb.sub(g.iv, g0), tn))
                 whole = kb.icmp("sle", kb.add(nt0, tn), ntiles)
                 branch = scf.IfOp(whole, [], has_else=tn > 1)
                 with ir.InsertionPoint(branch.then_block):
@@ -372,7 +378,7 @@ def _groups(ix: _Ix, args, mtiles, ntiles, tm: int, tn: int) -> None:
                     scf.YieldOp([])
                 if tn > 1:  # the last group: 1 tile where tn does not divide
                     with ir.InsertionPoint(branch.else_block):
-                        _column_group(ix, args, mtiles, span, nt0, tm, 1)
+                        _column_group(ix, args, mtiles, span, nt0, tm, 1, ring=0)
                         scf.YieldOp([])
 
 
@@ -411,9 +417,9 @@ def matmul_module(
     location."""
     if block not in (16, 32):
         raise ValueError(f"block {block}: 16 or 32 (one tile K step per block)")
-    chunk = CHUNK * 32 // block if chunk is None else chunk
+    chunk = order.CHUNK * 32 // block if chunk is None else chunk
     if whole_k_tiles is None:
-        whole_k_tiles = WHOLE_K_TILES * 32 // block
+        whole_k_tiles = order.WHOLE_K_TILES * 32 // block
     tm, tn = group
     if not (1 <= tm <= 2 and 1 <= tn <= 2):
         raise ValueError(f"group {group}: at most 2 x 2 C tiles (8 tile registers)")
@@ -440,17 +446,17 @@ def matmul_module(
             a, nrows = entry.arguments[0], memref.DimOp(entry.arguments[4], ix.c(0)).result
             mtiles, nb = memref.DimOp(a, ix.c(0)).result, memref.DimOp(a, ix.c(1)).result
             ntiles = memref.DimOp(entry.arguments[1], ix.c(0)).result
-            kc = _chunk(kb, mtiles, nb, tn, chunk, whole_k_tiles, block)
+            kc = order.k_chunk(kb, mtiles, nb, tn, chunk, whole_k_tiles, block)
             scratch = {  # each thread's own (mx-parallel-tasks: the prologue is per thread)
                 "bdec": _alloca([2, block, TILE_N], f32),
                 "cbuf": _alloca([4, TILE_M, TILE_N], f32),
-                "panel": kb.alloc([-1, tn, block // 2, 2 * TILE_N], bf16, [kc]),
+                "panel": order.alloc_panel(kb, mtiles, (tm, tn), kc, block),
                 "tbuf": kb.alloc([-1, 2 * TILE_N], f32, [nrows]),
             }
             if route:  # a block's raw B, and its tile-route products (at most M/16 A tiles)
                 scratch["braw"] = _alloca([2, block // 2, 2 * TILE_N], bf16)
                 scratch["pbuf"] = kb.alloc([-1, tn, TILE_M, TILE_N], f32, [mtiles])
-            held = [-1, ITEM_GROUPS * tn, TILE_M, TILE_N]  # an item's C between chunks
+            held = [-1, order.ITEM_GROUPS * tn, TILE_M, TILE_N]  # an item's C between chunks
             used = arith.SelectOp(kb.icmp("slt", kc, nb), mtiles, kb.idx(1)).result  # K whole: none
             scratch["cacc"] = kb.alloc(held, f32, [used])
             args = _Args(entry.arguments, kb, element, block, scale_type, nb=nb, chunk=kc,

@@ -78,8 +78,7 @@ def _row_fp4(kb: KernelBuilder, table: ir.Value, raw: ir.Value, shift: ir.Value)
     flagged; ±0 stay)."""
     v16i, v32w = kb.vec(16, kb.i32), kb.vec(32, kb.i16)
     x = kb.extui(raw, v16i)
-    both = kb.ori(kb.andi(x, kb.const(0x0F, v16i)), kb.andi(kb.shli(x, kb.const(12, v16i)),
-                                                           kb.const(0xF0000, v16i)))  # fmt: skip
+    both = kb.ori(x, kb.shli(x, kb.const(12, v16i)))  # vpermw reads a word's low 5 bits
     words = kb.intrinsic(
         "llvm.x86.avx512.permvar.hi.512", v32w, [table, kb.vbitcast(both, 32, kb.i16)]
     )
@@ -101,7 +100,7 @@ def unscaled_row(kb: KernelBuilder, element: str, codes, nt, j, r) -> ir.Value:
 
 def widen_panel(
     kb: KernelBuilder, element: str, codes, scales, panel, nb, nt0, tn: int, lo=0, ahead=None,
-    block: int = 32, scale_type: str = SCALE_TYPE,
+    block: int = 32, scale_type: str = SCALE_TYPE, at=None,
 ) -> None:
     """``panel[j - lo, jn]`` = block ``j`` of column tile ``nt0 + jn`` as bf16
     ``b sb`` in the pair layout, for every block ``lo <= j < nb`` and ``jn <
@@ -120,7 +119,7 @@ def widen_panel(
     table = _words(kb, dec) if words else None
     with kb.loop(lo, nb, 1) as blocks:
         j = blocks.iv
-        jp = kb.sub(j, lo)
+        jp = kb.sub(j, lo) if at is None else kb.add(kb.sub(j, lo), at)
         for jn in range(tn):
             nt = kb.add(nt0, jn)
             raw_sb = kb.vload(scales, [j, kb.mul(nt, _COLS)], _COLS)
@@ -132,10 +131,14 @@ def widen_panel(
             else:
                 sb = decode_scales(kb, raw_sb, scale_type)
                 halves = [kb.shuffle(sb, sb, pairs[h]) for h in range(2)]
+            if words:  # unrolled: constant offsets (10 instructions a row)
+                for r in range(block // 2):
+                    raw = kb.vload(codes, [nt, j, r, 0], nbytes)
+                    kb.vstore(_row_fp4(kb, table, raw, shift), panel, [jp, jn, r, 0])
+                continue
             with kb.loop(0, block // 2, 1) as rows:
                 raw = kb.vload(codes, [nt, j, rows.iv, 0], nbytes)
-                row = _row_fp4(kb, table, raw, shift) if words else _row(kb, dec, raw, halves)
-                kb.vstore(row, panel, [jp, jn, rows.iv, 0])
+                kb.vstore(_row(kb, dec, raw, halves), panel, [jp, jn, rows.iv, 0])
     if ahead is not None:
         with kb.loop(nb, ahead, 1) as blocks:
             for jn in range(tn):
