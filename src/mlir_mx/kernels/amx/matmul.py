@@ -93,40 +93,19 @@ from mlir.dialects import arith, func, memref, scf, vector
 from mlir_mx.kernels.amx import order
 from mlir_mx.kernels.amx.fallback import chains, decode_block, tile_ts
 from mlir_mx.kernels.amx.panel import code_bytes, widen_panel
-from mlir_mx.kernels.amx.tile import TILE_M, TILE_N
+from mlir_mx.kernels.amx.tile import (
+    TILE_M,
+    TILE_N,
+    tile_load,
+    tile_mulf,
+    tile_store,
+    tile_type,
+    tile_zero,
+)
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.numerics.formats import SCALE_TYPE
 
 __all__ = ["matmul_module"]
-
-
-def _tile(elem: str, cols: int, rows: int = 16) -> ir.Type:
-    return ir.Type.parse(f"!amx.tile<{rows}x{cols}x{elem}>")
-
-
-def _load(base: ir.Value, idx: list[ir.Value], tile: ir.Type) -> ir.Value:
-    return ir.Operation.create(
-        "amx.tile_load",
-        results=[tile],
-        operands=[base, *idx],
-        attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, len(idx), 0])},
-    ).result
-
-
-def _store(base: ir.Value, idx: list[ir.Value], value: ir.Value) -> None:
-    ir.Operation.create(
-        "amx.tile_store",
-        operands=[base, *idx, value],
-        attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, len(idx), 1, 0])},
-    )
-
-
-def _zero(tile: ir.Type) -> ir.Value:
-    return ir.Operation.create("amx.tile_zero", results=[tile]).result
-
-
-def _mulf(a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
-    return ir.Operation.create("amx.tile_mulf", results=[c.type], operands=[a, b, c]).result
 
 
 class _Ix:
@@ -212,7 +191,7 @@ def _fallback(ix: _Ix, args: _Args, accs, lo, hi, i: int) -> list[ir.Value]:
     tn, zero = len(accs), ix.c(0)
     slots = [ix.c(i * tn + jn) for jn in range(tn)]
     for jn in range(tn):
-        _store(args.cbuf, [slots[jn], zero, zero], accs[jn])
+        tile_store(args.cbuf, [slots[jn], zero, zero], accs[jn])
     v16 = ir.VectorType.get([TILE_N], ir.F32Type.get())
     loop = scf.ForOp(ix.cast(lo), ix.cast(hi), ix.c(1))
     with ir.InsertionPoint(loop.body):
@@ -224,8 +203,8 @@ def _fallback(ix: _Ix, args: _Args, accs, lo, hi, i: int) -> list[ir.Value]:
             tv = vector.LoadOp(v16, args.tbuf, [f, ix.c(jn * TILE_N)]).result
             vector.StoreOp(arith.AddFOp(cv, tv).result, args.cbuf, at)
         scf.YieldOp([])
-    tile_c = _tile("f32", TILE_N)
-    return [_load(args.cbuf, [slots[jn], zero, zero], tile_c) for jn in range(tn)]
+    tile_c = tile_type(TILE_M, TILE_N, "f32")
+    return [tile_load(args.cbuf, [slots[jn], zero, zero], tile_c) for jn in range(tn)]
 
 
 def _ring_fill(ix: _Ix, args, span, nt0, tn: int, b) -> None:
@@ -247,10 +226,10 @@ def _k_step(ix: _Ix, args, j, jp, mts, carried, tn: int) -> list[ir.Value]:
     tiles ``mts``: one ``amx.tile_mulf`` per tile, then, after an even block,
     the stop of the row tiles with a failing row at ``j`` or ``j + 1``."""
     a, ptr, nb, zero, tm = args.a, args.ptr, args.nb, ix.c(0), len(mts)
-    tile_a, tile_b = _tile("bf16", args.block), _tile("bf16", 2 * TILE_N, args.block // 2)
-    ta = [_load(a, [mts[i], j, zero, zero], tile_a) for i in range(tm)]
-    tb = [_load(args.panel, [jp, ix.c(jn), zero, zero], tile_b) for jn in range(tn)]
-    accs = [[_mulf(ta[i], tb[jn], carried[i * tn + jn]) for jn in range(tn)] for i in range(tm)]
+    tile_a, tile_b = tile_type(TILE_M, args.block, "bf16"), tile_type(args.block // 2, 2 * TILE_N, "bf16")
+    ta = [tile_load(a, [mts[i], j, zero, zero], tile_a) for i in range(tm)]
+    tb = [tile_load(args.panel, [jp, ix.c(jn), zero, zero], tile_b) for jn in range(tn)]
+    accs = [[tile_mulf(ta[i], tb[jn], carried[i * tn + jn]) for jn in range(tn)] for i in range(tm)]
     s = [ix.add(ix.mul(mts[i], nb), j) for i in range(tm)]
     out = []
     # one stop after each even block j for the failing rows of j and j + 1
@@ -280,16 +259,16 @@ def _k_loop(ix: _Ix, args, span, mt0, nt0, tm: int, tn: int, ring: bool = False)
     chunk.  ``ring``: B from the ring, the loop from ``j0 - AHEAD``: each step
     widens block ``j + AHEAD`` and computes its ``t`` (before block ``j``'s
     stop, which adds the ``t`` of ``j + 1``), then runs block ``j >= j0``."""
-    (j0, j1, slot), tile_c = span, _tile("f32", TILE_N)
+    (j0, j1, slot), tile_c = span, tile_type(TILE_M, TILE_N, "f32")
     zero, mts = ix.c(0), [ix.add(mt0, ix.c(i)) for i in range(tm)]
     m0 = [ix.mul(v, ix.c(TILE_M)) for v in mts]
     n0s = [ix.mul(ix.add(nt0, ix.c(jn)), ix.c(TILE_N)) for jn in range(tn)]
     held = [[mts[i], ix.add(slot, ix.c(jn)), zero, zero] for i in range(tm) for jn in range(tn)]
     init = scf.IfOp(args.kb.icmp("eq", j0, zero), [tile_c] * (tm * tn), has_else=True)
     with ir.InsertionPoint(init.then_block):
-        scf.YieldOp([_zero(tile_c) for _ in range(tm * tn)])
+        scf.YieldOp([tile_zero(tile_c) for _ in range(tm * tn)])
     with ir.InsertionPoint(init.else_block):
-        scf.YieldOp([_load(args.cacc, at, tile_c) for at in held])
+        scf.YieldOp([tile_load(args.cacc, at, tile_c) for at in held])
     lo = arith.SubIOp(j0, ix.c(order.AHEAD)).result if ring else j0
     loop = scf.ForOp(lo, j1, ix.c(1), list(init.results))
     with ir.InsertionPoint(loop.body):
@@ -309,11 +288,11 @@ def _k_loop(ix: _Ix, args, span, mt0, nt0, tm: int, tn: int, ring: bool = False)
     with ir.InsertionPoint(branch.then_block):
         for i in range(tm):
             for jn in range(tn):
-                _store(args.c, [m0[i], n0s[jn]], loop.results[i * tn + jn])
+                tile_store(args.c, [m0[i], n0s[jn]], loop.results[i * tn + jn])
         scf.YieldOp([])
     with ir.InsertionPoint(branch.else_block):
         for at, tile in zip(held, loop.results, strict=True):
-            _store(args.cacc, at, tile)
+            tile_store(args.cacc, at, tile)
         scf.YieldOp([])
 
 
