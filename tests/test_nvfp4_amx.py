@@ -29,6 +29,7 @@ from mlir_mx.linear.amx_matmul import (
     check_prepared,
     failing_blocks,
     failing_rows,
+    pack_activations,
     prepare_model,
 )
 from mlir_mx.numerics import MXArray
@@ -153,7 +154,7 @@ def test_prepared_tile_route_arrays_that_do_not_fit_are_refused():
     (numpy only, any CPU): an E8M0-sized tuple, steps not of 16, an index
     outside ``rows``, ``ta`` short or not bf16 are refused by name."""
     b = nvfp4(64, 40, seed=23)
-    a = route_activations(32, 64, seed=24)
+    a = route_activations(48, 64, seed=24)
     good = prepare_model(a, oracle.amx_prepare(b), 1.0)
     assert len(good) == 9 and good[6][-1] >= 16
     assert check_prepared(good, 4, 16, tiles=True) is good
@@ -168,9 +169,9 @@ def test_prepared_tile_route_arrays_that_do_not_fit_are_refused():
         edit(8, lambda t: t[:-16]),
         edit(8, lambda t: t.astype(np.float32)),
         # one block with more route entries than A has rows (the kernel's pbuf)
-        (*good[:6], good[6] + np.int32(48) * (np.arange(len(good[6])) > 0),
-         np.concatenate([good[7], np.zeros(48, np.int32)]),
-         np.concatenate([good[8], np.zeros((48, 16), good[8].dtype)])),  # fmt: skip
+        (*good[:6], good[6] + np.int32(64) * (np.arange(len(good[6])) > 0),
+         np.concatenate([good[7], np.zeros(64, np.int32)]),
+         np.concatenate([good[8], np.zeros((64, 16), good[8].dtype)])),  # fmt: skip
         # the chains read four entries at a time: a step of 1 in bptr
         (*good[:3], good[3] + np.int32(1) * (np.arange(len(good[3])) > 0),
          np.concatenate([good[4], np.zeros(1, np.int32)]),
@@ -179,6 +180,38 @@ def test_prepared_tile_route_arrays_that_do_not_fit_are_refused():
     for args in bad:
         with pytest.raises(MXValueError, match=r"^prepared: "):
             check_prepared(args, 4, 16, tiles=True)
+    # A of two row tiles runs the kernel's ring, which has no tile route: the
+    # lists made as for A of more rows are refused
+    a2 = route_activations(32, 64, seed=24)
+    w = oracle.amx_prepare(b)
+    ok, route = oracle.amx_plan(a2, w), oracle.amx_tile_route(a2, w)
+    ptr, rows, bptr, bidx, grow, tptr, tidx = failing_rows(ok, route)
+    assert tptr[-1] >= 16
+    ta = failing_blocks(a2, tptr, tidx, grow, 16).astype(ml_dtypes.bfloat16)
+    fa = failing_blocks(a2, bptr, bidx, grow, 16)
+    two = (pack_activations(a2, ok, 16), ptr, rows, bptr, bidx, fa, tptr, tidx, ta)
+    with pytest.raises(MXValueError, match=r"^prepared: tile-route entries for A of at most 2"):
+        check_prepared(two, 4, 16, tiles=True)
+
+
+@pytest.mark.parametrize(("m", "routed"), [(17, False), (32, False), (33, True)])
+def test_the_tile_route_stays_off_for_a_of_the_rings_size(m, routed):
+    """At most 32 rows (two row tiles: the kernel's ring) every failing entry
+    goes to the chains (the route's tile products inside the ring's K loop
+    made LLVM spill tile registers: session 57's review); from 33 rows the
+    route runs.  The numpy model's lists (numpy only, any CPU)."""
+    b = nvfp4(64, 40, seed=27)
+    a = route_activations(m, 64, seed=28)
+    w = oracle.amx_prepare(b)
+    prepared = prepare_model(a, w, 1.0)
+    tiles, chains = route_counts(prepared)
+    failing = int((~oracle.amx_plan(a, w)).sum())
+    assert failing > 10 and oracle.amx_tile_route(a, w).any()
+    assert (tiles > 0) == routed and tiles + chains == failing
+    if HAS_AMX:  # the prepare kernel's lists too, and the exact path's bits
+        mm = AMXMatmul(b, max_fallback_share=1.0)
+        assert route_counts(mm.prepare(a)) == (tiles, chains)
+        assert_same_bits(mm(a), exact(a, b))
 
 
 @needs_amx

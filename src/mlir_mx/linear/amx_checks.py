@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from mlir_mx.errors import MXValueError
+from mlir_mx.kernels.amx.order import RING_TILES
 
 __all__ = ["check_activations", "check_out", "check_prepared"]
 
@@ -95,6 +96,8 @@ def _check_route(route: tuple, nb: int, bs: int, nrows: int, mtiles: int, bad) -
     if (len(tptr) != nb + 1 or tptr[0] != 0 or (steps < 0).any() or (steps % 16).any()
             or (steps > 16 * mtiles).any()):  # fmt: skip
         raise bad("tptr is not (blocks + 1) offsets in steps of 16, at most one per A row")
+    if mtiles <= RING_TILES and tptr[-1]:  # the kernel's ring has no tile route
+        raise bad(f"tile-route entries for A of at most {RING_TILES} row tiles")
     used = tidx[: tptr[-1]]
     if tptr[-1] > min(len(tidx), len(ta)) or ((used < 0) | (used >= nrows)).any():
         raise bad("tptr/tidx do not index tidx/ta/rows")

@@ -208,7 +208,12 @@ def prepare_model(a: np.ndarray, w, max_share: float = MAX_FALLBACK_SHARE):
     ok = oracle.amx_plan(a, w)
     if ok is None or 1.0 - ok.mean() > max_share:
         return None
-    route = oracle.amx_tile_route(a, w) if w.e4m3 else None
+    from mlir_mx.linear.amx_prepare import route_on
+
+    route = None
+    if w.e4m3:  # NVFP4: the route's lists, empty where it is off (the ring's sizes)
+        route = oracle.amx_tile_route(a, w)
+        route &= route_on(-(-a.shape[0] // 16))
     ptr, rows, bptr, bidx, grow, *tiled = failing_rows(ok, route)
     fa = failing_blocks(a, bptr, bidx, grow, w.block_size)
     out = (pack_activations(a, ok, w.block_size), ptr, rows, bptr, bidx, fa)

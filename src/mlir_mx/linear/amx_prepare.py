@@ -27,13 +27,14 @@ import numpy as np
 
 from mlir_mx.errors import MXValueError
 from mlir_mx.host import host_features
+from mlir_mx.kernels.amx.order import RING_TILES
 from mlir_mx.kernels.amx.prepare import prepare_module
 from mlir_mx.kernels.amx.tile import TILE_M
 from mlir_mx.numerics.amx_guard import AMXWeight, amx_bounds
 
 __all__ = ["SPLIT_ENV", "SPLIT_MIN", "TILES_ENV", "GuardParams", "Prepared", "block_major",
-           "by_block", "guard_params", "prepare_activations", "prepare_runner", "split_min",
-           "split_threads", "tile_route"]  # fmt: skip
+           "by_block", "guard_params", "prepare_activations", "prepare_runner", "route_on",
+           "split_min", "split_threads", "tile_route"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -206,14 +207,24 @@ def by_block(ptr: np.ndarray, nb: int, keep: np.ndarray | None = None, pad: int 
 TILES_ENV = "MLIR_MX_AMX_NVFP4_TILES"
 
 
-def tile_route(rows: np.ndarray) -> np.ndarray | None:
+def tile_route(rows: np.ndarray, mtiles: int | None = None) -> np.ndarray | None:
     """The prepare kernel's NVFP4 ``rows`` (the failing entries; row + 16
     where the entry takes the tile route) made the matmul kernel's, in
     place: returns the tile route's mask, or None where :data:`TILES_ENV`
-    is ``0`` (every entry then on the chains)."""
+    is ``0`` or A has at most :data:`~mlir_mx.kernels.amx.order.RING_TILES`
+    row tiles (``mtiles``: the kernel's ring, which has no tile route;
+    every entry then on the chains)."""
     route = rows >= 16
     rows &= 15
-    return None if os.environ.get(TILES_ENV, "").strip() == "0" else route
+    return None if not route_on(mtiles) else route
+
+
+def route_on(mtiles: int | None) -> bool:
+    """Whether NVFP4's tile route runs for A of ``mtiles`` row tiles: not
+    with :data:`TILES_ENV` ``0``, nor in the kernel's ring (at most
+    :data:`~mlir_mx.kernels.amx.order.RING_TILES` row tiles)."""
+    small = mtiles is not None and mtiles <= RING_TILES
+    return not small and os.environ.get(TILES_ENV, "").strip() != "0"
 
 
 def _split_lists(ptr, rows, fblk, nb: int, bs: int, slot=None):
@@ -225,7 +236,7 @@ def _split_lists(ptr, rows, fblk, nb: int, bs: int, slot=None):
 
     failing = int(ptr[-1])
     rows = rows[slot] if slot is not None else rows[:failing]
-    route = tile_route(rows) if bs == 16 else None
+    route = tile_route(rows, (len(ptr) - 1) // nb) if bs == 16 else None
     major = block_major(ptr, nb)
     bptr, bidx = by_block(ptr, nb, None if route is None else ~route, major=major)
     at = (lambda idx: idx) if slot is None else (lambda idx: slot[idx])  # noqa: E731

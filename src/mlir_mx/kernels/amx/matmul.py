@@ -151,7 +151,7 @@ class _Args:
             setattr(self, name, value)
 
 
-def _precompute(ix: _Ix, args: _Args, span, nt0, tn: int) -> None:
+def _precompute(ix: _Ix, args: _Args, span, nt0, tn: int, route: bool = True) -> None:
     """For column group ``nt0`` and the K chunk ``span`` (blocks ``j0 <= j <
     j1``): every failing (row, block)'s ``t`` into ``tbuf``, block by block
     (B decoded once per block), before the row groups run (``bptr``/``bidx``:
@@ -165,7 +165,8 @@ def _precompute(ix: _Ix, args: _Args, span, nt0, tn: int) -> None:
         lo = memref.LoadOp(args.bptr, [j]).result
         hi = memref.LoadOp(args.bptr, [ix.add(j, ix.c(1))]).result
         any_ = arith.CmpIOp(arith.CmpIPredicate.slt, lo, hi).result
-        if args.tiles:  # NVFP4: or tile-route entries
+        route = route and args.tiles  # NVFP4's tile route: never in the ring (order.RING_TILES)
+        if route:  # or tile-route entries
             tlo = memref.LoadOp(args.tptr, [j]).result
             thi = memref.LoadOp(args.tptr, [ix.add(j, ix.c(1))]).result
             any_ = arith.OrIOp(any_, arith.CmpIOp(arith.CmpIPredicate.slt, tlo, thi)).result
@@ -176,7 +177,7 @@ def _precompute(ix: _Ix, args: _Args, span, nt0, tn: int) -> None:
             with ir.InsertionPoint(rows.body):
                 chains(ix, args, rows.induction_variable, sbv, tn)
                 scf.YieldOp([])
-            if args.tiles:
+            if route:
                 tile_ts(ix, args, tlo, thi, sbv, tn)
             scf.YieldOp([])
         scf.YieldOp([])
@@ -217,7 +218,7 @@ def _ring_fill(ix: _Ix, args, span, nt0, tn: int, b) -> None:
                     tn, b, None, args.block, args.scale_type, at=s)  # fmt: skip
         panel, shape = args.panel, [1, tn, args.block // 2, 2 * TILE_N]
         args.panel = memref.subview(panel, [s, 0, 0, 0], shape, [1, 1, 1, 1])  # one block
-        _precompute(ix, args, order.Span(b, kb.add(b, 1), span.slot), nt0, tn)
+        _precompute(ix, args, order.Span(b, kb.add(b, 1), span.slot), nt0, tn, route=False)
         args.panel = panel
 
 

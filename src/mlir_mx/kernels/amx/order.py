@@ -30,6 +30,7 @@ __all__ = [
     "ITEM_GROUPS",
     "MIN_ITEMS",
     "RING",
+    "RING_TILES",
     "WHOLE_K_TILES",
     "Span",
     "alloc_panel",
@@ -65,6 +66,14 @@ CHUNK, WHOLE_K_TILES, FIT_TILES = 8, 1024, 1536
 #: is never the one the tiles read; at 16 x 2880 x 5760, 1, 2 and 4 ahead
 #: (rings of 2, 4, 8) and a software prefetch of the codes 6 blocks ahead
 #: measured within 3 % of each other, loaded).
+#: The ring runs where A has at most this many row tiles (the largest C
+#: tile group's rows: 32 rows).  NVFP4's tile route stays off there (the
+#: preparation puts every failing entry on the chains): its tile products
+#: inside the K loop, beside the 4 carried C tiles, made LLVM spill tile
+#: registers, 1.2-1.35x the chains' time at 17-32 rows (session 57's review,
+#: loaded).
+RING_TILES = 2
+
 RING, AHEAD = 4, 2
 
 
