@@ -204,6 +204,9 @@ def test_run_writes_into_out(m, n):
     for rows in (m + 16, m - 16, 0):  # not the prepared rows: refused, not numpy's error
         with pytest.raises(MXValueError, match=r"^m: the prepared activations hold"):
             mm.run(prepared, rows, out=np.zeros((max(rows, 1), n), np.float32))
+    for rows in (m - 0.5, float(m), True, "17"):  # not an int: refused before the kernel
+        with pytest.raises(MXValueError, match=r"^m: an int, not"):
+            mm.run(prepared, rows)
 
 
 def test_prepared_arguments_that_do_not_fit_the_weight_are_refused():

@@ -379,6 +379,8 @@ class AMXMatmul:
         )
         n = self.weight.source.shape[1]
         shape = (a_tiles.shape[0] * 16, self.b_codes.shape[0] * 16)
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)):
+            raise MXValueError(f"m: an int, not {type(m).__name__}")
         if not shape[0] - 16 < m <= shape[0]:
             raise MXValueError(f"m: the prepared activations hold {shape[0]} rows padded to 16, not {m}")
         if out is not None:
