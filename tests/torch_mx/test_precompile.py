@@ -88,3 +88,29 @@ def test_a_bf16_models_prefill_compiles_nothing_after_precompile(monkeypatch):
             model(prompt(60))
     paths = {amx_linear.last_path(mod.linear) for mod in model.modules() if isinstance(mod, MXLinear)}
     assert "amx" in paths if has_amx else paths == {None}
+
+
+@pytest.mark.parametrize("dot", ["on", "off"])
+def test_a_bf16_models_prefill_on_the_bf16_dot_kernels_compiles_nothing(monkeypatch, dot):
+    """Without AMX (``MLIR_MX_AMX=0``), a bf16 model's prefill rows run the
+    ``bf16-*`` dot kernels where the CPU has AVX512-BF16 and they pay
+    (``MLIR_MX_BF16_DOT=on`` forces them on an Intel CPU, ``off`` keeps the
+    exact path's): ``precompile`` compiles whichever the calls take, so a
+    60-token prefill and a decode step compile nothing (session 58: on a Zen 4
+    the prefill compiled ``bf16-prefill`` after ``precompile``)."""
+    from mlir_mx import host
+    from mlir_mx.torch import MXLinear
+
+    monkeypatch.setenv("MLIR_MX_AMX", "0")
+    monkeypatch.setenv("MLIR_MX_BF16_DOT", dot)
+    model = tiny_llama().to(torch.bfloat16)
+    quantize_(model, "f4E2M1FN", precompile=True)
+    with monkeypatch.context() as mp:
+        _refuse_compiling(mp)
+        with torch.inference_mode():
+            out = model(prompt(60), use_cache=True)
+            model(out.logits[:, -1:].argmax(-1), cache=out.cache)
+    layers = [mod.linear for mod in model.modules() if isinstance(mod, MXLinear)]
+    quant = {kind.quantize_to for lin in layers for (kind, _cls, _t) in lin._calls}
+    on_dots = dot == "on" and host.has_features("avx512_bf16", "avx512bw")
+    assert quant == ({None, "bf16"} if on_dots else {None})
