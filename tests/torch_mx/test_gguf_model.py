@@ -360,7 +360,8 @@ def test_gpt_oss_shaped_file_of_a_gigabyte(tmp_path, monkeypatch):
     its experts in memory-mapped scratch files)."""
     path = tmp_path / "gpt-oss-shaped.gguf"
     here = os.path.dirname(__file__)
-    code = (f"import sys; sys.path.insert(0, {here!r}); from gguf_cases import *; "
+    tests = os.path.dirname(here)  # llama_cases, which gguf_cases imports
+    code = (f"import sys; sys.path[:0] = [{here!r}, {tests!r}]; from gguf_cases import *; "
             f"write_gpt_oss_shaped({str(path)!r}, gpt_oss_shaped_config())")  # fmt: skip
     try:
         subprocess.run([sys.executable, "-c", code], check=True)  # the writer's memory apart
