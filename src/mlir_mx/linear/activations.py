@@ -13,10 +13,11 @@ import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, user_error
 from mlir_mx.kernels.common.problem import BF16
+from mlir_mx.kernels.dot.units import dot_kind
 from mlir_mx.numerics import ElementFormat, element_format
 
 __all__ = ["BF16", "BF16_ACTIVATIONS", "HALF_DTYPES", "Activations", "activations_format", "f32_at",
-           "host_view"]  # fmt: skip
+           "host_view", "input_kind"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,17 @@ class Activations(NamedTuple):
     element: str | None
     packed: bool
     quantize_to: str | None
+
+
+def input_kind(activations, element: str, block: int, m: int, bf16: bool) -> Activations:
+    """The kind of a call by address (``Linear.call_into``) with ``m`` f32 rows
+    for a weight of ``element`` in blocks of ``block`` made with
+    ``activations``: bf16 values (``bf16``) with no ``activations=`` take the
+    bf16 dot kernels where they are chosen (not at M = 1: decode runs the f32
+    kernel), else the exact path's kind.  ``Linear.precompile(bf16=True)``
+    compiles the same."""
+    dot = bf16 and m > 1 and dot_kind(BF16, element, block)
+    return Activations(None, False, activations or (BF16 if dot else None))
 
 
 def activations_format(activations) -> ElementFormat | RoundedActivations | None:

@@ -220,8 +220,9 @@ class AMXStatus:
 
 def amx_bf16_status() -> AMXStatus:
     """The answer of :func:`amx_bf16_usable`, with its reason (cached per
-    CPU feature set: ``MLIR_MX_CPU_FEATURES`` may change between calls)."""
-    return _status(host_features())
+    CPU feature set and ``MLIR_MX_CPU_FEATURES``, which the reason names and
+    which may change between calls)."""
+    return _status(host_features(), os.environ.get("MLIR_MX_CPU_FEATURES"))
 
 
 def amx_bf16_usable() -> bool:
@@ -231,13 +232,12 @@ def amx_bf16_usable() -> bool:
     docstring).  Asked once per process and feature set; raises nothing of
     its own (a malformed ``MLIR_MX_CPU_FEATURES`` is refused as everywhere:
     ``MXValueError``)."""
-    return _status(host_features()).usable
+    return amx_bf16_status().usable
 
 
 @functools.lru_cache(maxsize=8)
-def _status(_features: frozenset[str]) -> AMXStatus:
+def _status(_features: frozenset[str], mask: str | None) -> AMXStatus:
     if not has_features("amx_tile", "amx_bf16"):
-        mask = os.environ.get("MLIR_MX_CPU_FEATURES")
         masked = f" (MLIR_MX_CPU_FEATURES={mask!r})" if mask else ""
         return AMXStatus(False, f"no AMX-BF16 on this CPU{masked}: amx_tile and amx_bf16 needed")
     permission = amx_permission()

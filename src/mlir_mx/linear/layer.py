@@ -32,6 +32,7 @@ from mlir_mx.kernels import Problem, choose, shape_class
 from mlir_mx.kernels.common.problem import BF16
 from mlir_mx.kernels.dot.units import KINDS, dot_kind
 from mlir_mx.kernels.registry import SMALL_MAX_M
+from mlir_mx.linear import activations as kinds
 from mlir_mx.linear import weight_form
 from mlir_mx.linear.activations import HALF_DTYPES, Activations, activations_format, host_view
 from mlir_mx.linear.amx_linear import precompile_amx, with_amx, with_amx_raw
@@ -340,7 +341,7 @@ class Linear:
         if call is None:  # first call at (m, threads): bind it, or mark it declined
             call = False
             if m and self.out_features and self.in_features:  # bf16: where the dot kernels run
-                kind = self._input_kind(m, bf16)
+                kind = kinds.input_kind(self.activations, self.element, self.block_size, m, bf16)
                 bound = self._bound(kind, m, check_threads(threads))
                 if isinstance(bound, BoundFunction):
                     call = bound.on_shapes((m, self.in_features), (m, self.out_features))
@@ -352,14 +353,6 @@ class Linear:
             return False
         call(x_addr, out_addr)
         return True
-
-    def _input_kind(self, m: int, bf16: bool) -> Activations:
-        """The activations' kind of a call by address (:meth:`call_into`) with
-        ``m`` rows: bf16 inputs with no ``activations=`` take the bf16 dot
-        kernels where they are chosen for this weight (not at M = 1: decode
-        runs the f32 kernel), else the exact path's kind."""
-        dot = bf16 and m > 1 and dot_kind(BF16, self.element, self.block_size)
-        return Activations(None, False, self.activations or (BF16 if dot else None))
 
     def schedule(self, x) -> str:
         """The kernel schedule a call with ``x`` (as :meth:`__call__` takes it) runs.
@@ -378,8 +371,7 @@ class Linear:
     def precompile(self, m=None, *, threads: int | None = None, bf16: bool = False) -> None:
         """Compile now (or load from the compile cache) the kernels of calls with ``m`` rows
         (an int or a sequence; None: one per shape class, every kernel a call may need) on
-        ``threads`` (default :attr:`threads`) and 1; ``bf16``: those of bf16 rows too (the bf16
-        dot kernels :meth:`call_into` takes where they pay, and the AMX path)."""
+        ``threads`` (default :attr:`threads`) and 1; ``bf16``: bf16 rows' too (dot kernels, AMX)."""
         t = self.threads if threads is None else check_threads(threads)
         rows = [1, 2, SMALL_MAX_M + 1] if m is None else list(m) if hasattr(m, "__iter__") else [m]
         kind = Activations(None, False, self.activations)
@@ -389,7 +381,7 @@ class Linear:
             if self.out_features and self.in_features and self._bound(kind, r, u) is None:
                 self(np.zeros((r, self.in_features), np.float32), threads=u)  # quantizes too
             if bf16 and self.out_features and self.in_features:  # call_into's bf16 kernels
-                self._bound(self._input_kind(r, True), r, u)
+                self._bound(kinds.input_kind(self.activations, self.element, self.block_size, r, True), r, u)
             precompile_amx(self, kind, r, u, bf16)  # its kernels and the weight, where AMX is taken
 
     def _activations(self, x):
