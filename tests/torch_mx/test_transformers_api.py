@@ -128,23 +128,29 @@ import ctypes, sys, threading, time
 import torch, transformers
 import mlir_mx.torch as mt
 
-def anon():
-    for line in open("/proc/self/status"):
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) * 1024
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_size_t) for f in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+_mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+_mallinfo2.restype = _Mallinfo2
+
+def in_use():
+    # bytes malloc has handed out and not had back: the heap's in-use chunks
+    # plus the mmapped ones (torch's and numpy's buffers are malloc'd)
+    info = _mallinfo2()
+    return info.uordblks + info.hblkhd
 
 def peak_growth(load):
-    ctypes.CDLL("libc.so.6").malloc_trim(0)  # no free heap left to absorb the load unseen
-    base, peak, run = anon(), [0], [True]
+    base, peak, run = in_use(), [0], [True]
     def sample():
         while run[0]:
-            peak[0] = max(peak[0], anon()); time.sleep(0.0005)
+            peak[0] = max(peak[0], in_use()); time.sleep(0.0005)
     t = threading.Thread(target=sample); t.start()
     try:
         model = load()
     finally:
         run[0] = False; t.join()
-    return max(peak[0], anon()) - base, model
+    return max(peak[0], in_use()) - base, model
 
 sys.setswitchinterval(0.0002)
 folder, load = sys.argv[1], transformers.AutoModelForCausalLM.from_pretrained
@@ -174,22 +180,23 @@ def _bf16_llama(folder: Path, layers: int) -> None:
 def test_quantize_on_load_never_holds_the_model_in_f32(tmp_path):
     """The measurement: a bf16 checkpoint (4 Llama layers, 54 MiB in f32)
     loaded in f32.  transformers memory-maps the file, so a tensor read as
-    stored costs no anonymous memory, while each tensor cast to f32 does: the
-    peak of the process's RssAnon during the load (sampled every 0.5 ms in a
-    fresh process, after one unmeasured load that warms the imports and the
-    compiled kernels, and malloc_trim) bounds the f32 bytes held at once.
-    glibc's malloc is run with a fixed mmap threshold (MALLOC_MMAP_THRESHOLD_):
-    with its default, rising one, freed multi-MiB tensors stay in the heap for
-    reuse, and RssAnon would count them as held (about 20 MiB here, bounded:
-    docs/torch.md).  The plain load's growth shows the meter sees a whole model
-    held in f32 (>= 90 % of it); the load that quantizes each weight as it is
-    read grows by what the quantized model holds plus at most two f32 weights
-    and 4 MiB (< 40 % of the f32 model)."""
+    stored costs no allocation, while each tensor cast to f32 does: the peak
+    of the bytes glibc's malloc has handed out (mallinfo2: in-use heap chunks
+    plus mmapped ones; sampled every 0.5 ms in a fresh process, after one
+    unmeasured load that warms the imports and the compiled kernels) bounds
+    the f32 bytes held at once.  The process's RssAnon is not the meter: what
+    malloc frees inside its heap stays resident until trimmed, and how much
+    of a load's freed memory is reused depends on where small long-lived
+    objects land (the same load grew RssAnon by 10 to 32 MiB from one process
+    to the next, with 1 to 25 MiB of it free heap: docs/torch.md).  The plain
+    load's growth shows the meter sees a whole model held in f32 (>= 90 % of
+    it); the load that quantizes each weight as it is read grows by what the
+    quantized model holds plus at most two f32 weights and 4 MiB (< 40 % of
+    the f32 model)."""
     _bf16_llama(tmp_path / "llama-bf16", layers=4)
     out = subprocess.run(
         [sys.executable, "-c", _MEASURE, str(tmp_path / "llama-bf16")],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
-        env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     f32, held, biggest, mx, plain = map(int, out.stdout.split()[-5:])
