@@ -97,6 +97,38 @@ def test_every_path_equals_the_oracle(monkeypatch, act, m, n, k):
     assert lin.weight().bitwise_equal(w)
 
 
+#: E4M3 scale codes a file may hold beside the quantizer's: zero (both
+#: signs), the smallest and largest subnormals, NaN (both signs), negative.
+ODD_SCALES = [0x00, 0x80, 0x01, 0x07, 0x7F, 0xFF, 0xB8, 0x08]
+
+
+@pytest.mark.parametrize("act", ACTIVATIONS)
+@pytest.mark.filterwarnings("ignore:Linear.*f32 kernels")
+def test_every_path_takes_zero_subnormal_negative_and_nan_scales(monkeypatch, act):
+    """Block scales of every class, in the tiles' first and second blocks
+    (a decode visits the two blocks of 16 of a tile at once,
+    ``kernels/matmul/stream.py``) and across a tile's 64 columns: every
+    shape class and both thread counts give the oracle's bits (NaN where a
+    block's scale is NaN)."""
+    if act == "bf16":
+        _vendor(monkeypatch, "AuthenticAMD")
+    w = _w(128, 96, seed=11)
+    scales = np.array(w.scales).view(np.uint8).copy()
+    for i, code in enumerate(ODD_SCALES):
+        scales[(17 * i + 3) % 128, i % scales.shape[1]] = code
+        scales[(29 * i + 64) % 128, (i + 1) % scales.shape[1]] = code
+    w = MXArray(
+        w.codes, scales.view(w.scales.dtype), "nvfp4", 16, axis=1, global_scale=w.global_scale
+    )
+    lin = mlir_mx.Linear(w, activations=act, threads=2)
+    for m in (1, 5, 70):
+        x = _x(m, 96, seed=12)
+        want = _want(w, x, act)
+        assert np.isnan(want).any() and not np.isnan(want).all()
+        for threads in (1, 2):
+            assert same_bits(lin(x, threads=threads), want).all(), (lin.schedule(x), threads)
+
+
 @pytest.mark.parametrize("cpu", ["baseline", "avx2", "avx-vnni", "-avx512_bf16"])
 @pytest.mark.filterwarnings("ignore:Linear.*f32 kernels")
 def test_every_isa_gives_the_same_bits(monkeypatch, cpu):
