@@ -66,7 +66,7 @@ def run_bf16(x, qb, acc, schedule: str, threads: int, tiled: bool = False, **cfg
     codes = np.ascontiguousarray(qb.codes)
     raw = pack_codes(codes, qb.element) if packed else codes.view(np.uint8)
     if tiled:
-        raw = tile_b_codes(raw, bs * prob.tile_blocks, qb.element, packed)
+        raw = tile_b_codes(raw, bs, qb.element, packed)
     elif not packed:
         raw = codes  # one code per byte, the element dtype
     c = acc.copy()

@@ -13,7 +13,7 @@ from matmul_cases import kernel_runner, schedule_cases
 
 from mlir_mx import oracle
 from mlir_mx.kernels import Problem
-from mlir_mx.kernels.common.problem import TILE_COLUMNS, TILE_ROWS, tile_b_codes, tile_blocks
+from mlir_mx.kernels.common.problem import TILE_COLUMNS, tile_b_codes
 from mlir_mx.numerics import ELEMENT_FORMATS, pack_codes
 
 K, N = 128, 192
@@ -30,51 +30,6 @@ def test_tile_layout():
         assert t[row, (k % 32) * TILE_COLUMNS + n % TILE_COLUMNS] == codes[k, n]
     packed = tile_b_codes(codes[:, : N // 2], 32, "f4E2M1FN", packed=True)
     assert packed.shape == (K // 32 * tiles, 32 * 32)
-
-
-def test_blocks_of_16_are_two_to_a_tile_where_k_allows():
-    """A tile holds 32 rows: two blocks of 16 (NVFP4), one block of 32; blocks
-    of 16 in a K that is not a multiple of 32 keep one block per tile."""
-    assert TILE_ROWS == 32
-    assert [tile_blocks(16, k) for k in (32, 64, 8192, 48, 16)] == [2, 2, 2, 1, 1]
-    assert [tile_blocks(32, k) for k in (32, 96)] == [1, 1]
-    prob = Problem(1, N, K, 16, None, "f4E2M1FN", b_packed=True, b_tiled=True)
-    assert prob.tile_blocks == 2 and prob.b_tiling == (16, N // TILE_COLUMNS, 2)
-    assert prob.b_codes_shape() == (K // 32 * (N // TILE_COLUMNS), 32 * 32)
-    untiled = Problem(1, N, K, 16, None, "f4E2M1FN", b_packed=True)
-    assert untiled.tile_blocks == 1 and untiled.b_tiling is None
-    odd = Problem(1, N, 48, 16, None, "f4E2M1FN", b_packed=True, b_tiled=True)
-    assert odd.tile_blocks == 1 and odd.b_codes_shape() == (3 * (N // TILE_COLUMNS), 16 * 32)
-
-
-@pytest.mark.parametrize("k", [48, 64, 96])
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("fmt, block", [("nvfp4", None), ("mxfp4", 16), ("mxfp8", 16)])
-def test_a_linear_with_blocks_of_16_gives_the_oracles_bits(fmt, block, threads, k):
-    """``mlir_mx.Linear`` stores blocks of 16 two to a tile where K allows
-    (K = 64, 96), and its decode visits each tile once with C's vectors in
-    registers across the two blocks (``kernels/matmul/stream.py``,
-    ``_Kernel.visit``); K = 48 keeps a block per tile.  Every batch size's
-    kernel (decode, small, prefill) gives the oracle's blocked order bit for
-    bit, at 1 and 2 threads, ragged columns included (N = 192 + 64 tiles, and
-    N = 200: not tiled)."""
-    import mlir_mx
-
-    rng = np.random.default_rng(k)
-    for n in (256, 200):
-        w = (rng.standard_normal((n, k)) * np.exp2(rng.integers(-6, 6, (n, 1)))).astype(np.float32)
-        q = oracle.quantize(w, fmt, block, axis=1)
-        lin = mlir_mx.Linear(q, threads=threads)
-        assert lin.tiled == (n % TILE_COLUMNS == 0)
-        b = oracle.MXArray(
-            q.codes.T.copy(), q.scales.T.copy(), q.format_name, q.block_size, axis=0,
-            global_scale=q.global_scale,
-        )  # fmt: skip
-        for m in (1, 3, 40):
-            x = rng.standard_normal((m, k)).astype(np.float32)
-            want = oracle.blocked_order(x, b, np.zeros((m, n), np.float32))  # NVFP4: / global
-            got = lin(x)
-            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=f"{n} {m}")
 
 
 def test_b_tiled_needs_whole_tiles():

@@ -40,7 +40,7 @@ import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.kernels import Problem
-from mlir_mx.kernels.common.problem import BF16, TILE_COLUMNS, tile_b_codes, tile_blocks
+from mlir_mx.kernels.common.problem import BF16, TILE_COLUMNS, tile_b_codes
 from mlir_mx.kernels.dot.units import KINDS, PANEL, RecordLayout, dot_kind
 from mlir_mx.kernels.registry import SCHEDULES, SHAPE_CLASSES, choose
 from mlir_mx.linear.activations import f32_at
@@ -140,19 +140,12 @@ class Geometry:
     def tiles(self) -> int:
         return self.n // TILE_COLUMNS
 
-    @property
-    def tile_rows(self) -> int:
-        """K rows of one tile of the tiled codes: the block times
-        ``kernels.common.problem.tile_blocks`` (32 for NVFP4's blocks of 16)."""
-        return self.block * tile_blocks(self.block, self.k)
-
     def layout(self, unit: str) -> RecordLayout:
         return RecordLayout(KINDS[unit], self.element, self.block)
 
     def ranges(self) -> Iterator[tuple[int, int]]:
-        """Chunks ``(k0, k1)`` of whole tiles of the tiled codes (so whole
-        blocks) and whole packing groups along K."""
-        step = math.lcm(self.tile_rows, self.format.group[0])
+        """Chunks ``(k0, k1)`` of whole blocks (and whole packing groups along K)."""
+        step = math.lcm(self.block, self.format.group[0])
         rows = max(1, CHUNK_ELEMENTS // max(self.n, 1) // step) * step
         for k0 in range(0, self.k, rows):
             yield k0, min(k0 + rows, self.k)
@@ -189,7 +182,7 @@ def stored_shape(g: Geometry) -> tuple[tuple[int, int], np.dtype]:
     if not g.tiled:
         return (g.k, width), dtype
     tile_bytes = packed_shape((1, TILE_COLUMNS), fmt)[1] if g.packed else TILE_COLUMNS
-    return (g.k // g.tile_rows * g.tiles, g.tile_rows * tile_bytes), dtype
+    return (g.k // g.block * g.tiles, g.block * tile_bytes), dtype
 
 
 def records_unit(g: Geometry, activations: ElementFormat | None) -> str | None:
@@ -289,9 +282,8 @@ def stored_chunks(codes: np.ndarray, scales: np.ndarray, g: Geometry) -> Iterato
     raw = codes.view(np.uint8)
     for k0, k1 in g.ranges():
         b0, b1 = k0 // g.block, k1 // g.block
-        if g.tiled:  # the inverse of tile_b_codes, for these tiles
-            t0, t1, rows = k0 // g.tile_rows, k1 // g.tile_rows, g.tile_rows
-            t = raw[t0 * g.tiles : t1 * g.tiles].reshape(t1 - t0, g.tiles, rows, -1)
+        if g.tiled:  # the inverse of tile_b_codes, for these blocks
+            t = raw[b0 * g.tiles : b1 * g.tiles].reshape(b1 - b0, g.tiles, g.block, -1)
             part = np.ascontiguousarray(t.transpose(0, 2, 1, 3)).reshape(k1 - k0, -1)
         else:
             part = raw[k0:k1]
@@ -356,8 +348,7 @@ def to_stored(chunks: Iterator[Chunk], g: Geometry) -> tuple[np.ndarray, np.ndar
         scales[b0:b1] = s
         part = pack_codes(c, fmt) if g.packed else c.view(np.uint8)
         if g.tiled:
-            t0, t1 = k0 // g.tile_rows, k1 // g.tile_rows
-            raw[t0 * g.tiles : t1 * g.tiles] = tile_b_codes(part, g.tile_rows, fmt, g.packed)
+            raw[b0 * g.tiles : b1 * g.tiles] = tile_b_codes(part, g.block, fmt, g.packed)
         else:
             raw[k0:k1] = part
     return codes, scales

@@ -47,8 +47,6 @@ __all__ = [
     "Operands",
     "CodeRows",
     "TILE_COLUMNS",
-    "TILE_ROWS",
-    "tile_blocks",
     "tile_b_codes",
     "KernelState",
     "MIN_TASK_MACS",
@@ -66,36 +64,18 @@ __all__ = [
 TILE_COLUMNS = 64
 
 
-#: K rows of one tile of a tiled B at least: a tile of blocks shorter than
-#: this holds the same 64 columns of ``TILE_ROWS // block`` consecutive blocks
-#: (:func:`tile_blocks`).
-TILE_ROWS = 32
-
-
-def tile_blocks(block: int, k: int) -> int:
-    """Blocks of B one tile of a tiled B holds (:attr:`Problem.b_tiled`):
-    ``TILE_ROWS // block`` for blocks shorter than :data:`TILE_ROWS` (NVFP4's
-    16) where K is a multiple of :data:`TILE_ROWS`, else 1.  The decode
-    kernel then visits a tile once for all of its blocks, C of the tile's
-    columns in registers between them (``kernels/matmul/stream.py``)."""
-    if block < TILE_ROWS and TILE_ROWS % block == 0 and k % TILE_ROWS == 0:
-        return TILE_ROWS // block
-    return 1
-
-
 def tile_b_codes(
-    codes: np.ndarray, rows: int, element: str | ElementFormat, packed: bool
+    codes: np.ndarray, block: int, element: str | ElementFormat, packed: bool
 ) -> np.ndarray:
     """B's code bytes (K, N) (packed rows when ``packed``) in the tiled layout
-    of :attr:`Problem.b_tiled`, ``rows`` K rows per tile (the block times
-    :func:`tile_blocks`): row ``(k // rows) * (N / 64) + n // 64`` holds rows
-    ``k`` of the tile, 64 columns each, one after the other."""
+    of :attr:`Problem.b_tiled`: row ``(k // block) * (N / 64) + n // 64`` holds
+    rows ``k`` of the block, 64 columns each, one after the other."""
     k, width = codes.shape
     codes_per, nbytes = packing_group(element) if packed else (1, 1)
     tile_bytes = TILE_COLUMNS // codes_per * nbytes
     tiles = width // tile_bytes
-    t = np.ascontiguousarray(codes).reshape(k // rows, rows, tiles, tile_bytes)
-    return np.ascontiguousarray(t.transpose(0, 2, 1, 3)).reshape(k // rows * tiles, rows * tile_bytes)
+    t = np.ascontiguousarray(codes).reshape(k // block, block, tiles, tile_bytes)
+    return np.ascontiguousarray(t.transpose(0, 2, 1, 3)).reshape(k // block * tiles, block * tile_bytes)
 
 
 @dataclass(frozen=True)
@@ -152,19 +132,6 @@ class Problem:
         return self.k // self.block
 
     @property
-    def tile_blocks(self) -> int:
-        """Blocks per tile of a tiled B (:func:`tile_blocks`; 1 when not tiled)."""
-        return tile_blocks(self.block, self.k) if self.b_tiled else 1
-
-    @property
-    def b_tiling(self) -> tuple[int, int, int] | None:
-        """A tiled B's :class:`CodeRows` geometry: (rows per block, tiles per
-        tile row, blocks per tile); None when B is not tiled."""
-        if not self.b_tiled:
-            return None
-        return (self.block, self.n // TILE_COLUMNS, self.tile_blocks)
-
-    @property
     def a_is_mx(self) -> bool:
         return self.a_element is not None
 
@@ -182,8 +149,7 @@ class Problem:
         if not self.b_tiled:
             return (self.k, cols)
         tile_bytes = code_columns(self.b_element, TILE_COLUMNS, self.b_packed)
-        rows = self.block * self.tile_blocks
-        return (self.k // rows * (self.n // TILE_COLUMNS), rows * tile_bytes)
+        return (self.kblocks * (self.n // TILE_COLUMNS), self.block * tile_bytes)
 
 
 def code_columns(elem: str, columns: int, packed: bool) -> int:
@@ -211,8 +177,8 @@ class CodeRows:
     """Reads runs of codes from a codes buffer, one code per byte out (packed
     FP4/FP6 rows are unpacked in registers).  The buffer is row-major, or
     tiled (B's layout under :attr:`Problem.b_tiled`: ``tiled = (rows per
-    block, tiles per tile row, blocks per tile)``, :attr:`Problem.b_tiling`);
-    a run never crosses a tile of :data:`TILE_COLUMNS` columns."""
+    block, tiles per row)``); a run never crosses a tile of
+    :data:`TILE_COLUMNS` columns."""
 
     def __init__(
         self,
@@ -220,7 +186,7 @@ class CodeRows:
         mem: ir.Value,
         element: str,
         packed: bool,
-        tiled: tuple[int, int, int] | None = None,
+        tiled: tuple[int, int] | None = None,
     ):
         self.kb = kb
         self.mem = kb.as_bytes(mem)
@@ -238,23 +204,17 @@ class CodeRows:
     def address(self, row, col, split=None) -> list[ir.Value]:
         """Indices into the buffer of code ``(row, col)`` (a group boundary).
 
-        ``split``: ``(blk, kk)`` with ``row = blk * bs + kk`` (``kk < bs``,
-        or ``kk`` below the tile's rows where ``blk`` is a tile's first
-        block), which a tiled buffer's address then takes as they are instead
-        of dividing ``row`` by the block size: in a loop over ``kk`` the
-        address becomes one increment (the same address).
+        ``split``: ``(blk, kk)`` with ``row = blk * bs + kk`` (``kk < bs``),
+        which a tiled buffer's address then takes as they are instead of
+        dividing ``row`` by the block size: in a loop over ``kk`` the address
+        becomes one increment (the same address).
         """
         if self.tiled is None:
             return [row, self.byte_column(col)]
-        kb, (bs, tiles, per) = self.kb, self.tiled
+        kb, (bs, tiles) = self.kb, self.tiled
         codes, nbytes = self.group
         tile_bytes = TILE_COLUMNS // codes * nbytes
-        if split is None:
-            blk, kk = kb.divu(row, bs * per), kb.remu(row, bs * per)
-        elif per == 1:
-            blk, kk = split
-        else:  # block blk is number blk % per of its tile
-            blk, kk = kb.divu(split[0], per), kb.add(kb.mul(kb.remu(split[0], per), bs), split[1])
+        blk, kk = split if split is not None else (kb.divu(row, bs), kb.remu(row, bs))
         tiles_row = kb.add(kb.mul(blk, tiles), kb.divu(col, TILE_COLUMNS))
         in_tile = self.byte_column(kb.remu(col, TILE_COLUMNS))
         return [tiles_row, kb.add(kb.mul(kk, tile_bytes), in_tile)]
@@ -386,7 +346,8 @@ class KernelState:
         self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
         self.b = ops.b
         if prob.b_is_mx:
-            self.b = CodeRows(kb, ops.b, prob.b_element, prob.b_packed, prob.b_tiling)
+            tiled = (prob.block, prob.n // TILE_COLUMNS) if prob.b_tiled else None
+            self.b = CodeRows(kb, ops.b, prob.b_element, prob.b_packed, tiled)
         self.sb = kb.as_bytes(ops.sb) if prob.b_is_mx else None
         self.dec = decoder(prob.b_element) if prob.b_is_mx else None
 

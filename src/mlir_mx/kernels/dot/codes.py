@@ -53,8 +53,8 @@ class CodesSource:
         self.dots = dots  # the ISA's instructions (the vpshufb table)
         kind = dots.kind
         self.unscale = unscale  # 2^-(fa+fb) for integer kinds (None: bf16)
-        # a tiled B: bf16 activations (PANEL is TILE_COLUMNS)
-        self.rows = CodeRows(kb, ops.b, prob.b_element, prob.b_packed, prob.b_tiling)
+        tiled = (prob.block, prob.n // PANEL) if prob.b_tiled else None  # bf16 activations
+        self.rows = CodeRows(kb, ops.b, prob.b_element, prob.b_packed, tiled)
         self.sb = kb.as_bytes(ops.sb)
         self.dec = decoder(prob.b_element)
         fmt = ELEMENT_FORMATS[prob.b_element]

@@ -102,8 +102,7 @@ class StreamConfig:
         wanted = prob.b_tiled and has_features("avx512f") and software_prefetch()
         cfg = replace(self, prefetch=TILED_PREFETCH if wanted else 0)
         byte = prob.b_is_mx and not ELEMENT_FORMATS[prob.b_element].is_sub_byte
-        one_block = prob.tile_blocks == 1  # tiles of several blocks: one visit each already
-        if wanted and prob.m == 1 and byte and one_block and prob.kblocks % TILED_STREAMS == 0:
+        if wanted and prob.m == 1 and byte and prob.kblocks % TILED_STREAMS == 0:
             cfg = replace(cfg, prefetch=0, blocks=TILED_STREAMS)  # one-byte codes
         if not has_features("avx512f"):
             if self.mr > 1:
@@ -217,14 +216,11 @@ class _Kernel(KernelState):
         if self._sweeps():
             self._sweep(lo, hi, full_tiles, full_vecs)
             return
-        step = cfg.blocks * self.prob.tile_blocks
-        with kb.loop(0, self.prob.kblocks, step) as blks:
+        with kb.loop(0, self.prob.kblocks, cfg.blocks) as blks:
             with kb.loop(lo, full_tiles, tile) as t:  # C per column in block order
-                if self.prob.tile_blocks > 1:
-                    self.visit(blks.iv, t.iv, cfg.nv)
-                for j in range(cfg.blocks if self.prob.tile_blocks == 1 else 0):
+                for j in range(cfg.blocks):
                     self.tile(kb.add(blks.iv, j), t.iv, cfg.nv, None)
-            for blk in [kb.add(blks.iv, j) for j in range(step)]:
+            for blk in [kb.add(blks.iv, j) for j in range(cfg.blocks)]:
                 with kb.loop(full_tiles, full_vecs, LANES) as t:
                     self.tile(blk, t.iv, 1, None)
                 rest = kb.sub(hi, full_vecs)
@@ -335,53 +331,6 @@ class _Kernel(KernelState):
         with kb.loop(0, self.pa.mp, cfg.mr) as g:
             self.group(blk, k0, n0, nv, valid, g.iv, cfg.mr, sbv, scratch=scratch)
 
-    def visit(self, blk0, n0, nv: int) -> None:
-        """Columns ``n0 .. n0 + 16 nv`` of all blocks of the tile whose first
-        block is ``blk0`` (a tile of :attr:`Problem.tile_blocks` > 1 blocks,
-        NVFP4's 16-row blocks two to a tile).  With one row group, C's
-        vectors of the tile are loaded once, each block's scaled partial is
-        added to them in registers in block order, and they are stored once:
-        the same operations on the same values as a load and a store per
-        block (f32 in memory is exact), so the same bits, for half of C's
-        loads and stores and one pass of the chunk's C through L1 per tile
-        row instead of one per block.  A decode's C (N f32: 32 KiB at N =
-        8192) does not stay in L1 beside B's stream, so each pass came from
-        L2 (``bench/results/zen4-s59-2026-12-06.md``)."""
-        kb, prob, cfg = self.kb, self.prob, self.cfg
-        per = prob.tile_blocks
-        if not self.single_group:
-            for j in range(per):
-                self.tile(kb.add(blk0, j), n0, nv, None)
-            return
-        if cfg.prefetch and prob.b_is_mx:
-            self._prefetch_tiled(blk0, n0)
-
-        def run(moved: bool) -> None:
-            c = self.ops.c
-            cols = [kb.add(n0, LANES * v) for v in range(nv)]
-            regs = [kb.vload(c, [kb.idx(m), col], LANES) for m in range(prob.m) for col in cols]
-            for j in range(per):
-                blk = kb.add(blk0, j)
-                sbv = [
-                    decode_scales(kb, kb.vload(self.sb, [blk, col], LANES), prob.b_scale_type)
-                    for col in cols
-                ]
-                k0 = kb.mul(blk, prob.block)
-                args = (blk, k0, n0, nv, None, kb.idx(0), prob.m, sbv, None)
-                regs = self.group(*args, moved=moved, carry=regs)
-            for i, w in enumerate(regs):
-                kb.vstore(w, c, [kb.idx(i // nv), cols[i % nv]])
-
-        if self.afs is None or self.dec.factor(LANES * nv) is None:
-            run(False)
-        elif self.fast is True:
-            run(True)
-        else:  # the factor moves onto A where A's range lets it (per call)
-            with kb.if_(self.fast):
-                run(True)
-            with kb.if_(kb.xori(self.fast, kb.const(1, kb.i1))):
-                run(False)
-
     def _prefetch_tiled(self, blk, n0) -> None:
         """A tiled B read by a thread is one stream over its columns [lo, hi)
         of each block's row: prefetch the tile `prefetch` tiles ahead in that
@@ -397,12 +346,11 @@ class _Kernel(KernelState):
         nxt = kb.add(n0, cfg.prefetch * tile)
         wrap = kb.icmp("sge", nxt, hi)
         col = kb.select(wrap, kb.min(kb.add(lo, kb.sub(nxt, hi)), kb.sub(hi, tile)), nxt)
-        last = kb.icmp("sge", blk, prob.kblocks - prob.tile_blocks)
+        last = kb.icmp("sge", blk, prob.kblocks - 1)
         col = kb.select(kb.andi(wrap, last), kb.sub(hi, tile), col)
-        per = prob.tile_blocks  # blk: a tile's first block; its rows: per blocks'
-        ahead = kb.select(wrap, kb.min(kb.add(blk, per), prob.kblocks - per), blk)
+        ahead = kb.select(wrap, kb.min(kb.add(blk, 1), prob.kblocks - 1), blk)
         row_bytes = code_columns(prob.b_element, tile, prob.b_packed)
-        for r in range(0, prob.block * per, max(1, 64 // row_bytes)):  # (block, row in tile)
+        for r in range(0, prob.block, max(1, 64 // row_bytes)):  # (block, row in block)
             kb.prefetch(self.b.mem, self.b.address(None, col, (ahead, kb.idx(r))))
 
     def move_factor(self) -> None:
@@ -485,15 +433,12 @@ class _Kernel(KernelState):
         return self.pairs and valid is None and nv == self.cfg.nv
 
     def group(
-        self, blk, k0, n0, nv: int, valid, m0, mr: int, sbv, scratch, moved=False, part=None,
-        carry=None,
-    ) -> list[ir.Value] | None:  # fmt: skip
+        self, blk, k0, n0, nv: int, valid, m0, mr: int, sbv, scratch, moved=False, part=None
+    ) -> None:
         """Rows ``m0 .. m0 + mr`` of one (block, tile): partials, then scale into C
         (``moved``: A times B's widening factor, B without it, :meth:`move_factor`;
         ``part``: only the block's rows ``part.rows``, the partials carried
-        in ``part``'s buffers between them, :meth:`_sweep`; ``carry``: C's
-        vectors of these rows and columns in registers, updated and returned
-        instead of C loaded and stored, :meth:`visit`)."""
+        in ``part``'s buffers between them, :meth:`_sweep`)."""
         kb, prob, cfg = self.kb, self.prob, self.cfg
         af = self.afs if moved else self.pa.af
         zero = kb.const(0.0, kb.vec(LANES, kb.f32))
@@ -532,18 +477,10 @@ class _Kernel(KernelState):
             p = [or_nan(kb, x, kb.slice(keys, LANES * (i % nv), LANES)) for i, x in enumerate(p)]
         if self._paired(nv, valid):
             p = [w for r in range(mr) for w in self.dec.in_order(kb, p[r * nv : (r + 1) * nv])]
-        out = []
         for r in range(mr):
             m = kb.add(m0, r)
             sa = kb.broadcast(kb.load(self.pa.saf, [m, blk]), LANES)
-            pr = p[r * nv : (r + 1) * nv]
-            if carry is None:
-                self._scale_row(m, n0, nv, valid, pr, sa, sbv)
-                continue
-            for v in range(nv):
-                t = kb.fmul(pr[v], sbv[v]) if sbv is not None else pr[v]
-                out.append(kb.fma(t, sa, carry[r * nv + v]))
-        return out if carry is not None else None
+            self._scale_row(m, n0, nv, valid, p[r * nv : (r + 1) * nv], sa, sbv)
 
     def _scale_row(self, m, n0, nv, valid, p, sa, sbv) -> None:
         if self.single_group:
