@@ -32,6 +32,33 @@ def test_tile_layout():
     assert packed.shape == (K // 32 * tiles, 32 * 32)
 
 
+@pytest.mark.parametrize("k", [48, 64, 96])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("fmt, block", [("nvfp4", None), ("mxfp4", 16), ("mxfp8", 16)])
+def test_a_linear_with_blocks_of_16_gives_the_oracles_bits(fmt, block, threads, k):
+    """``mlir_mx.Linear`` with blocks of 16 (NVFP4, and MX formats given
+    block 16), tiled (N = 256) and not (N = 200): every batch size's kernel
+    (decode, small, prefill) gives the oracle's blocked order bit for bit,
+    at 1 and 2 threads, K an odd and an even number of blocks."""
+    import mlir_mx
+
+    rng = np.random.default_rng(k)
+    for n in (256, 200):
+        w = (rng.standard_normal((n, k)) * np.exp2(rng.integers(-6, 6, (n, 1)))).astype(np.float32)
+        q = oracle.quantize(w, fmt, block, axis=1)
+        lin = mlir_mx.Linear(q, threads=threads)
+        assert lin.tiled == (n % TILE_COLUMNS == 0)
+        b = oracle.MXArray(
+            q.codes.T.copy(), q.scales.T.copy(), q.format_name, q.block_size, axis=0,
+            global_scale=q.global_scale,
+        )  # fmt: skip
+        for m in (1, 3, 40):
+            x = rng.standard_normal((m, k)).astype(np.float32)
+            want = oracle.blocked_order(x, b, np.zeros((m, n), np.float32))  # NVFP4: / global
+            got = lin(x)
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=f"{n} {m}")
+
+
 def test_b_tiled_needs_whole_tiles():
     with pytest.raises(ValueError, match="multiple of 64"):
         Problem(None, 100, K, 32, None, "f4E2M1FN", b_packed=True, b_tiled=True)

@@ -7,7 +7,6 @@ writes what ``mlir_mx.torch.save_pretrained`` writes.  Small random models
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
