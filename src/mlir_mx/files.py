@@ -12,6 +12,10 @@ killed outright (``kill -9``) cannot remove its temporary file; the next
 write to the same path does (:func:`remove_stale_temporaries`: each writer
 holds a lock on its temporary file, which dies with it).
 
+Arguments: :func:`path_argument` turns a public function's path argument (a
+``str`` or an ``os.PathLike``) into a ``Path``, or raises ``MXArgTypeError``
+naming the argument, before any file is touched.
+
 Reading: :func:`release_file_pages` drops from this process the pages of a
 memory-mapped file that were read once and copied (a checkpoint's MX bytes,
 which the layers re-lay out into arrays of their own).
@@ -32,7 +36,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from mlir_mx.errors import MXArgTypeError
+
 __all__ = [
+    "path_argument",
     "atomic_path",
     "atomic_write",
     "release_file_pages",
@@ -41,6 +48,18 @@ __all__ = [
     "write_bytes",
     "write_text",
 ]
+
+
+def path_argument(path, name: str = "path") -> Path:
+    """``path`` (a ``str`` or an ``os.PathLike`` giving one) as a ``Path``; else
+    ``MXArgTypeError`` naming the argument ``name`` (bytes paths included:
+    ``Path`` takes none)."""
+    where = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if not isinstance(where, str):
+        raise MXArgTypeError(
+            f"{name}: expected a str or os.PathLike path, got {type(path).__name__}"
+        )
+    return Path(where)
 
 
 def _umask() -> int:

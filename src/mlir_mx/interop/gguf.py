@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, MXValueError, user_error
-from mlir_mx.files import atomic_path, release_file_pages
+from mlir_mx.files import atomic_path, path_argument, release_file_pages
 from mlir_mx.interop.gguf_format import TensorInfo, check_tensor, parse_gguf
 from mlir_mx.numerics import SCALE_DTYPE, SCALE_NAN_CODE, MXArray, element_format
 
@@ -61,9 +61,32 @@ def ggml_e8m0_half(e) -> np.ndarray:
     subnormals ``2**-128`` and ``2**-127``), ``(e - 1) << 23`` otherwise.  Byte 255
     gives ``2**127``, not NaN.
     """
-    e = np.asarray(e, dtype=np.uint8).astype(np.uint32)
+    e = np.asarray(e)
+    if e.dtype.kind not in "iu" or (e.size and (e.min() < 0 or e.max() > 255)):
+        raise MXValueError(f"e: expected E8M0 bytes (integers 0..255), got {_describe(e)}")
+    e = e.astype(np.uint32)
     bits = np.where(e < 2, np.uint32(0x00200000) << e, (e - np.uint32(1)) << np.uint32(23))
     return bits.astype(np.uint32).view(np.float32)
+
+
+def _describe(a: np.ndarray) -> str:
+    """A short account of an array argument for an error message."""
+    if a.dtype.kind in "iu" and a.size:
+        return f"values {int(a.min())}..{int(a.max())}"
+    return f"dtype {a.dtype}"
+
+
+def _sizes(value, name: str) -> tuple[int, ...]:
+    """``value`` (a sequence of non-negative ints) as a tuple; ``MXArgTypeError`` /
+    ``MXValueError`` naming the argument ``name`` otherwise."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise MXArgTypeError(f"{name}: expected a sequence of ints, got {type(value).__name__}")
+    out = tuple(value)
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in out):
+        raise MXArgTypeError(f"{name}: expected a sequence of ints, got {value!r}")
+    if any(v < 0 for v in out):
+        raise MXValueError(f"{name}: expected sizes of 0 or more, got {value!r}")
+    return tuple(int(v) for v in out)
 
 
 def _gguf():
@@ -109,7 +132,7 @@ def mxfp4_from_ggml(data, shape) -> MXArray:
     (shape[:-1] + (shape[-1] // 32,)), "f4E2M1FN", 32, axis=-1)`` in new
     C-contiguous arrays.
     """
-    shape = tuple(int(s) for s in shape)
+    shape = _sizes(shape, "shape")
     if len(shape) == 0 or shape[-1] % MXFP4_BLOCK:
         raise MXValueError(
             f"shape: ggml MXFP4 needs rank >= 1 and a last axis that is a multiple of 32, "
@@ -154,9 +177,30 @@ def mxfp4_packed_from_ggml(data, rows: int, n: int, out=None) -> tuple[np.ndarra
     no value is decoded.  ``out``: a ``(packed, scales)`` pair of ``uint8`` arrays
     of those shapes to write into (views, e.g. every other row); else new
     arrays.  Scale byte 255 is refused as in :func:`mxfp4_from_ggml`."""
-    blocks = np.asarray(data, dtype=np.uint8).reshape(rows, n // MXFP4_BLOCK, MXFP4_BLOCK_BYTES)
+    rows, n = _sizes((rows, n), "rows, n")
+    if n % MXFP4_BLOCK:
+        raise MXValueError(f"n: ggml MXFP4 needs a multiple of {MXFP4_BLOCK}, got {n}")
+    data = np.asarray(data)
+    if data.dtype != np.uint8:
+        raise MXArgTypeError(f"data: expected the raw uint8 bytes of the matrix, got dtype {data.dtype}")
+    want = rows * (n // MXFP4_BLOCK) * MXFP4_BLOCK_BYTES
+    if data.size != want:
+        raise MXValueError(
+            f"data: {data.size} bytes do not hold a ({rows}, {n}) MXFP4 matrix ({want} bytes)"
+        )
+    blocks = data.reshape(rows, n // MXFP4_BLOCK, MXFP4_BLOCK_BYTES)
+    shapes = ((rows, n // 2), (rows, n // MXFP4_BLOCK))
     if out is None:
-        out = (np.empty((rows, n // 2), np.uint8), np.empty((rows, n // MXFP4_BLOCK), np.uint8))
+        out = tuple(np.empty(sh, np.uint8) for sh in shapes)
+    elif not (
+        isinstance(out, (tuple, list)) and len(out) == 2
+        and all(isinstance(o, np.ndarray) and o.dtype == np.uint8 and o.shape == sh
+                for o, sh in zip(out, shapes, strict=True))
+    ):  # fmt: skip
+        raise MXValueError(
+            f"out: expected a (packed, scales) pair of uint8 arrays of shapes {shapes[0]} and "
+            f"{shapes[1]}"
+        )
     packed, scales = out
     scales[...] = blocks[:, :, 0]
     _reject_nan_scales(scales, "data", "read as MXFP4")
@@ -207,8 +251,8 @@ def read_gguf(path: str | os.PathLike, names=None) -> dict[str, MXArray]:
     (:mod:`~mlir_mx.interop.gguf_format`).  A missing file raises
     ``FileNotFoundError``.
     """
+    where = str(path_argument(path))
     gguf = _gguf()
-    where = os.fspath(path)
     if names is not None:
         wanted = [names] if isinstance(names, str) else list(names)
     with _mapped(where) as buf:
@@ -277,8 +321,8 @@ def open_gguf(path: str | os.PathLike) -> Iterator[GGUFFile]:
     does not read raises ``MXValueError`` naming ``path``; a missing one
     ``FileNotFoundError``.  Views from :meth:`GGUFFile.data` must not outlive
     the ``with`` block (the map is closed there once no view holds it)."""
+    where = str(path_argument(path))
     gguf = _gguf()
-    where = os.fspath(path)
     with _mapped(where) as buf:
         metadata: dict = {}
         try:

@@ -36,7 +36,6 @@ metadata, so a loaded checkpoint saved again is byte-identical.
 from __future__ import annotations
 
 import json
-import os
 from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
@@ -44,6 +43,7 @@ from pathlib import Path
 import torch
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
+from mlir_mx.files import path_argument
 from mlir_mx.numerics import MXArray
 
 from .checkpoint_config import COMPRESSED, GPT_OSS, saved_config
@@ -150,7 +150,7 @@ def from_pretrained(
             gives (named); ``dtype`` not bf16, f16 or f32.
         MXArgTypeError: ``dtype`` not a ``torch.dtype``.
     """
-    folder, tp, kw = Path(os.fspath(path)), None, dict(threads=threads, activations=activations)
+    folder, tp, kw = path_argument(path), None, dict(threads=threads, activations=activations)
     if device_mesh is not None or tp_plan is not None:  # torch.distributed: imported now
         from .distributed.shard_load import ShardedLoad
 
@@ -191,7 +191,7 @@ def mx_weights(path) -> dict[str, MXArray]:
     it (the same checks, the same bytes: copied out of the files, nothing
     decoded), without building the layers: to inspect a checkpoint of a
     compressed-tensors, ModelOpt, Quark or MLX family (not gpt-oss's experts)."""
-    folder = Path(os.fspath(path))
+    folder = path_argument(path)
     if folder.suffix == ".gguf" or not folder.is_dir():
         raise not_a_folder(path)
     config, layout = read_config(folder)
@@ -463,9 +463,11 @@ def save_pretrained(model, path) -> None:
     after the previous checkpoint's index and the safetensors files this save
     does not rewrite were removed (``checkpoint_files.write_checkpoint``).  A
     failed write raises its ``OSError`` and leaves the folder as it was."""
+    if not isinstance(model, torch.nn.Module):
+        raise MXArgTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    folder = path_argument(path)
     safetensors_module()
     tensors, layout = checkpoint_tensors(model)
-    folder = Path(os.fspath(path))
     source = getattr(model, "mx_source", None) or {}
     where = source.get("files") if source.get("layout") == layout else None
     if where is None or set(where) != set(tensors):

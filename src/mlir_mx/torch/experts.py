@@ -73,6 +73,15 @@ class Gate:
     act: str = "silu"
 
     def __post_init__(self):
+        for name in ("kind", "act"):
+            if not isinstance(getattr(self, name), str):
+                raise MXArgTypeError(
+                    f"gate: {name} must be a str, got {type(getattr(self, name)).__name__}"
+                )
+        for name in ("alpha", "limit"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise MXArgTypeError(f"gate: {name} must be a number, got {type(value).__name__}")
         if self.kind not in ("interleaved", "concatenated"):
             raise MXValueError(f"gate: kind must be 'interleaved' or 'concatenated', got {self.kind!r}")
         if self.kind == "concatenated" and self.act not in _ACTS:
@@ -130,6 +139,12 @@ class MXExperts(torch.nn.Module):
         activations=None,
     ):  # fmt: skip
         super().__init__()
+        for name, value in (("gate_up", gate_up), ("down", down)):
+            if isinstance(value, (str, bytes, MXArray)) or not hasattr(value, "__iter__"):
+                raise MXArgTypeError(
+                    f"{name}: expected a sequence of MXArrays (one per expert), got "
+                    f"{type(value).__name__}"
+                )
         gate_up, down = list(gate_up), list(down)
         if not gate_up or len(gate_up) != len(down):
             raise MXValueError(

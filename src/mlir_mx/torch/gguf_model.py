@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
-from mlir_mx.files import release_free_heap
+from mlir_mx.files import path_argument, release_free_heap
 from mlir_mx.interop.gguf import GGUFFile, gguf_package, mxfp4_packed_from_ggml, open_gguf
 from mlir_mx.interop.gguf_nvfp4 import NVFP4_TYPE, nvfp4_packed_from_ggml
 from mlir_mx.numerics import MXArray
@@ -79,7 +79,7 @@ def from_gguf(path, *, dtype=None, threads: int | None = None, activations=None,
             cannot decode (named); ``dtype`` not bf16, f16 or f32.
         MXArgTypeError: ``dtype`` not a ``torch.dtype``.
     """
-    where = os.fspath(path)
+    where = str(path_argument(path))
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise MXArgTypeError(f"dtype: expected a torch.dtype or None, got {dtype!r}")
     if dtype is not None and dtype not in _DTYPES:
@@ -117,7 +117,7 @@ def gguf_tokenizer(path):
     config first, which fails on gpt-oss files in transformers 5.24.)  Raises
     ``MXValueError`` naming the file where the file does not read or
     transformers builds no tokenizer from it (its reason given)."""
-    where = os.fspath(path)
+    where = str(path_argument(path))
     if not os.path.isfile(where):
         raise MXValueError(f"path: no GGUF file at {where!r}")
     with open_gguf(where) as f:

@@ -18,7 +18,7 @@ from .module import MXLinear, is_conv1d
 from .thread_policy import install as install_decode_policy
 
 __all__ = [
-    "AFTER_QUANTIZE", "FUSE_GROUPS", "QuantizeSummary", "is_conv1d", "linear_weight", "quantize_", "selected_experts",
+    "AFTER_QUANTIZE", "FUSE_GROUPS", "QuantizeSummary", "check_root", "is_conv1d", "linear_weight", "quantize_", "selected_experts",
     "selected_linears",
 ]  # fmt: skip
 
@@ -134,6 +134,7 @@ def quantize_(
     if not isinstance(model, torch.nn.Module):
         raise MXArgTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     config = _config(element, activations, block_size)  # names the argument when wrong
+    check_root(model)
     fmt, activations, block_size = config.format, config.activations_format, config.block_size
     groups = _fuse_groups(fuse)
     summary = QuantizeSummary(fmt.name, block_size)
@@ -257,6 +258,30 @@ def selected_experts(model, block_size: int, filter_fn, summary: QuantizeSummary
         yield name, owner, attr
 
 
+def check_root(model: torch.nn.Module) -> None:
+    """Refuse a ``model`` that is itself a layer ``quantize_`` would replace.
+
+    ``quantize_`` swaps each converted layer for a new module on its parent
+    (``setattr``); the object the caller holds cannot be swapped that way, so
+    a bare ``nn.Linear`` (or ``Conv1D``, or a stacked-experts module) would be
+    left as it is (torchao's ``quantize_`` converts one, by replacing its
+    weight tensor).  The error names the one-layer constructors instead."""
+    if is_conv1d(model):
+        build = "MXLinear.from_conv1d"
+    elif isinstance(model, torch.nn.Linear):
+        build = "MXLinear.from_linear"
+    elif is_stacked_experts(model):
+        build = "MXExperts.from_experts"
+    else:
+        return
+    raise MXValueError(
+        f"model: is itself a {type(model).__name__}; quantize_ replaces the layers inside "
+        "a model on their parent module, and cannot replace the object you hold: convert "
+        f"one layer with mlir_mx.torch.{build}(layer, element) (it returns the new "
+        "module), or quantize_ a module that contains it (e.g. nn.Sequential(layer))"
+    )
+
+
 def _check_filter(filter_fn) -> None:
     if filter_fn is not None and not callable(filter_fn):
         raise MXArgTypeError(
@@ -299,8 +324,8 @@ def selected_linears(model, block_size: int, filter_fn, summary: QuantizeSummary
     # Names only: holding the modules would keep every original weight alive
     # until the end (the peak would be both models).
     names = [
-        n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) or is_conv1d(m)
-    ]
+        n for n, m in model.named_modules() if n and (isinstance(m, torch.nn.Linear) or is_conv1d(m))
+    ]  # not the root: check_root refused it
     for name in names:
         owner, attr, layer = _lookup(model, name, filter_fn)
         if layer is None:

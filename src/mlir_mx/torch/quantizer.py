@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from mlir_mx.errors import MXValueError
+from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.numerics import ElementFormat, MXArray, element_format
 
 __all__ = ["quantize_weight"]
@@ -23,6 +23,8 @@ def quantize_weight(
     """MX ``weight`` ``(out, in)`` (any float dtype, on the CPU), blocked along ``in``:
     the bits of ``quantize(weight.float().numpy(), element, block_size, axis=1)``,
     computed on ``threads`` threads (None: ``torch.get_num_threads()``)."""
+    if not isinstance(weight, torch.Tensor):
+        raise MXArgTypeError(f"weight: expected a torch.Tensor, got {type(weight).__name__}")
     fmt = element_format(element)
     w = weight.detach()
     if w.dim() != 2:

@@ -47,6 +47,7 @@ from mlir_mx.numerics import ElementFormat, element_format
 from .experts import experts_gate, is_stacked_experts
 from .quantize_model import (
     QuantizeSummary,
+    check_root,
     is_conv1d,
     linear_weight,
     selected_experts,
@@ -75,8 +76,12 @@ def dequantize_(
     values elsewhere, as ``quantize_`` leaves the embedding of a tied model.
     A stacked-experts module (gpt-oss's ``GptOssExperts``) that ``quantize_``
     makes an ``MXExperts`` keeps its class and gets each expert's dequantized
-    weights, in its own layout (transposed for gpt-oss)."""
+    weights, in its own layout (transposed for gpt-oss).  A ``model`` that is
+    itself such a layer is refused, as ``quantize_`` refuses it."""
+    if not isinstance(model, torch.nn.Module):
+        raise MXArgTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     fmt = element_format(element)  # names the argument when unknown
+    check_root(model)
     summary = QuantizeSummary(fmt.name, block_size)
     with torch.no_grad():
         for name, owner, attr in selected_experts(model, block_size, filter_fn, summary):
@@ -172,6 +177,25 @@ class LogitBound:
         return float((diff / self.bound).max())
 
 
+def _check_lm(model, input_ids, model_name: str) -> None:
+    """``model`` a module and ``input_ids`` a 2-D integer tensor (batch, tokens) of
+    at least one token; ``MXArgTypeError`` / ``MXValueError`` naming the argument."""
+    if not isinstance(model, torch.nn.Module):
+        raise MXArgTypeError(
+            f"{model_name}: expected a transformers causal LM (a torch.nn.Module), got "
+            f"{type(model).__name__}"
+        )
+    if not isinstance(input_ids, torch.Tensor):
+        raise MXArgTypeError(f"input_ids: expected a torch.Tensor, got {type(input_ids).__name__}")
+    if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+        raise MXArgTypeError(f"input_ids: expected integer token ids, got dtype {input_ids.dtype}")
+    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+        raise MXValueError(
+            f"input_ids: expected shape (batch, tokens) with a token or more, got "
+            f"{tuple(input_ids.shape)}"
+        )
+
+
 def _logits(model, input_ids) -> torch.Tensor:
     return model(input_ids).logits.to(torch.float32)
 
@@ -187,6 +211,7 @@ def logit_bound(
     """The reference's logits for ``input_ids`` and the bound on a converted
     model's (the module docstring): ``1 + probes`` forward passes of
     ``reference`` (an f32 causal LM whose output has ``.logits``)."""
+    _check_lm(reference, input_ids, "reference")
     gen = torch.Generator().manual_seed(seed)
 
     def perturb(module, inputs, out):
@@ -219,6 +244,9 @@ def greedy(model: torch.nn.Module, input_ids: torch.Tensor, new_tokens: int) -> 
     """``new_tokens`` greedy tokens after ``input_ids`` (batch 1), with the KV cache
     (a ``transformers`` causal LM: ``cache=`` in, ``.cache`` out, as in 5.24).
     ``new_tokens`` 0: an empty array, without running the model."""
+    _check_lm(model, input_ids, "model")
+    if input_ids.shape[0] != 1:
+        raise MXValueError(f"input_ids: expected batch 1, got shape {tuple(input_ids.shape)}")
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, (int, np.integer)):
         raise MXArgTypeError(f"new_tokens: expected an int, got {type(new_tokens).__name__}")
     if new_tokens < 0:

@@ -84,7 +84,7 @@ def set_decode_policy(policy: str) -> str:
     ops on 1 thread and the MX layers on torch's thread count
     (:func:`decode_threads`); ``"torch"``: everything on torch's thread count.
     Returns the previous setting."""
-    if policy not in _POLICIES:
+    if not isinstance(policy, str) or policy not in _POLICIES:
         raise MXValueError(f"policy: expected one of {', '.join(_POLICIES)}, got {policy!r}")
     previous, _policy[0] = _policy[0], policy
     return previous
