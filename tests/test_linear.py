@@ -223,3 +223,33 @@ def test_every_weight_by_activation_format_pair(weight, act, out):
     exact, bound, inside = oracle.matmul_reference(x, b, np.zeros((3, out), np.float32))
     y = lin(x)
     assert inside.all() and np.all(np.abs(y - exact) <= bound)
+
+
+@pytest.mark.parametrize(
+    "element, block, activations",
+    [("f4E2M1FN", 32, None), ("nvfp4", 16, None), ("f8E4M3FN", 32, "i8"), ("f4E2M1FN", 32, "bf16"),
+     ("f6E2M3FN", 32, None)],  # fmt: skip
+)
+@pytest.mark.parametrize("threads", [None, 2])
+def test_a_linear_pickles_and_deep_copies(element, block, activations, threads):
+    """``pickle`` / ``copy.deepcopy`` of a ``Linear`` (session 60: ``cannot pickle
+    '_thread.lock' object``): the copy holds the same weight bit for bit (an
+    NVFP4 one with its global scale), threads and activations, and its calls
+    give the same bits; the original keeps working."""
+    import copy
+    import pickle
+
+    rng = np.random.default_rng(5)
+    wf = rng.standard_normal((64, 128)).astype(np.float32)
+    w = mlir_mx.quantize(wf, element) if element == "nvfp4" else mlir_mx.quantize(wf, element, block)
+    lin = mlir_mx.Linear(w, threads=threads, activations=activations)
+    x = rng.standard_normal((3, 128)).astype(np.float32)
+    y = lin(x)
+    for other in (pickle.loads(pickle.dumps(lin)), copy.deepcopy(lin)):
+        assert repr(other) == repr(lin) and other.nbytes == lin.nbytes
+        a, b = other.weight(), lin.weight()
+        assert a.global_scale == b.global_scale and a.block_size == b.block_size
+        assert np.array_equal(np.asarray(a.codes).view(np.uint8), np.asarray(b.codes).view(np.uint8))
+        assert np.array_equal(np.asarray(a.scales).view(np.uint8), np.asarray(b.scales).view(np.uint8))
+        assert np.array_equal(other(x).view(np.uint32), y.view(np.uint32))
+    assert np.array_equal(lin(x).view(np.uint32), y.view(np.uint32))

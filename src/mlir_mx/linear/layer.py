@@ -273,6 +273,14 @@ class Linear:
         both where both are held."""
         return sum(a.nbytes for a in self._held)
 
+    def __reduce__(self):
+        """Pickle (``pickle``, ``copy.deepcopy``, ``multiprocessing``) as the
+        weight (:meth:`weight`: the MXArray given, bit for bit, an NVFP4 one with
+        its global scale), :attr:`threads` and :attr:`activations`; the copy
+        builds its held form, kernels and locks anew (the kernels from the
+        persistent compile cache where it is warm)."""
+        return (_unpickled, (self.weight(), self._threads, self.activations))
+
     def __repr__(self) -> str:
         act = f", activations={self.activations!r}" if self.activations else ""
         return (
@@ -498,3 +506,8 @@ class Linear:
 
 #: How many ``(m, threads)`` calls ``Linear.call_into`` keeps before it starts over.
 _RAW_CALLS = 64
+
+
+def _unpickled(weight: MXArray, threads: int | None, activations: str | None) -> Linear:
+    """A :class:`Linear` from :meth:`Linear.__reduce__`'s state."""
+    return Linear(weight, threads=threads, activations=activations)
