@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from format_cases import BY_BEHAVIOUR
+from format_cases import BY_BEHAVIOUR, INTEGRAL, SUB_BYTE
 from matmul_cases import U
 
 import mlir_mx
@@ -225,11 +225,15 @@ def test_every_weight_by_activation_format_pair(weight, act, out):
     assert inside.all() and np.all(np.abs(y - exact) <= bound)
 
 
-@pytest.mark.parametrize(
-    "element, block, activations",
-    [("f4E2M1FN", 32, None), ("nvfp4", 16, None), ("f8E4M3FN", 32, "i8"), ("f4E2M1FN", 32, "bf16"),
-     ("f6E2M3FN", 32, None)],  # fmt: skip
+#: Each behaviour of the format table, NVFP4, and the two activation kinds that
+#: hold other forms (the dot records for "i8", the bf16 kernels).
+_PICKLE_CASES = (
+    [(el, 32, None) for el in BY_BEHAVIOUR]
+    + [("nvfp4", 16, None), (INTEGRAL[0], 32, "i8"), (SUB_BYTE[0], 32, "bf16")]
 )
+
+
+@pytest.mark.parametrize("element, block, activations", _PICKLE_CASES)
 @pytest.mark.parametrize("threads", [None, 2])
 def test_a_linear_pickles_and_deep_copies(element, block, activations, threads):
     """``pickle`` / ``copy.deepcopy`` of a ``Linear`` (session 60: ``cannot pickle

@@ -11,7 +11,8 @@ object has no attribute ''`` (the root module looked up by its empty name),
 ``Gate(kind=array)`` / ``set_decode_policy(array)`` numpy's truth-value
 ``ValueError``, ``greedy`` / ``logit_bound`` torch's errors from deep inside
 the model, and ``ggml_e8m0_half(-1)`` / ``mxfp4_from_ggml(data, None)`` numpy's
-or int()'s.  The sweep itself is :func:`test_every_public_function_refuses_junk_with_an_mx_error`.
+or int()'s; the oracle's ``matmul_reference`` / ``blocked_order`` / ``amx_*``
+and the numerics' shape helpers the same.  The sweep itself is :func:`test_every_public_function_refuses_junk_with_an_mx_error`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import mlir_mx  # noqa: E402
+import mlir_mx.convert  # noqa: E402
 import mlir_mx.interop.gguf as gguf_interop  # noqa: E402
+import mlir_mx.interop.gguf_nvfp4 as gguf_nvfp4  # noqa: E402
+import mlir_mx.interop.torchao  # noqa: E402
+import mlir_mx.numerics  # noqa: E402
+import mlir_mx.oracle  # noqa: E402
 import mlir_mx.torch as mt  # noqa: E402
 from mlir_mx.errors import MXArgTypeError, MXError, MXValueError  # noqa: E402
 
@@ -34,7 +40,9 @@ JUNK = [None, 3, -1, 2.5, "x", "", [], {}, b"ab", np.zeros(3, np.float32), torch
 
 def _public_functions():
     """Each public callable with a positional parameter (``gguf_package`` has none)."""
-    for module in (mlir_mx, mt, gguf_interop):
+    modules = (mlir_mx, mt, gguf_interop, gguf_nvfp4, mlir_mx.interop.torchao, mlir_mx.oracle,
+               mlir_mx.numerics, mlir_mx.convert)  # fmt: skip
+    for module in modules:
         for name in module.__all__:
             f = getattr(module, name)
             if callable(f) and not (inspect.isclass(f) and issubclass(f, BaseException)):
@@ -144,6 +152,10 @@ def test_the_one_layer_constructor_the_message_names_converts_it():
         assert torch.equal(new(x), net(x))
 
 
+#: A (K, N) = (32, 4) MX B for the oracle's checks.
+_W = mlir_mx.quantize(np.ones((32, 4), np.float32), "f4E2M1FN", 32, axis=0)
+
+
 @pytest.mark.parametrize(
     "call, arg",
     [
@@ -160,6 +172,21 @@ def test_the_one_layer_constructor_the_message_names_converts_it():
         (lambda: mt.set_decode_policy(np.zeros(2)), "policy"),
         (lambda: mt.MXExperts(None, None), "gate_up"),
         (lambda: gguf_interop.read_gguf(3), "path"),
+        (lambda: gguf_nvfp4.nvfp4_packed_from_ggml(np.zeros(36, np.uint8), 1, "64"), "rows, n"),
+        (lambda: gguf_nvfp4.nvfp4_packed_from_ggml(np.zeros(35, np.uint8), 1, 64), "data"),
+        (lambda: mlir_mx.numerics.packed_shape(None, "f4E2M1FN"), "shape"),
+        (lambda: mlir_mx.numerics.packed_shape((2, "x"), "f4E2M1FN"), "shape"),
+        (lambda: mlir_mx.numerics.scale_shape((2, -32), 32, 1), "shape"),
+        (lambda: mlir_mx.oracle.matmul_reference("a", _W, np.zeros((1, 4), np.float32)), "a"),
+        (lambda: mlir_mx.oracle.blocked_order(np.zeros((1, 32), np.float32), None, None), "b"),
+        (lambda: mlir_mx.oracle.blocked_order(np.zeros((1, 32), np.float32), _W, None), "acc"),
+        (lambda: mlir_mx.oracle.blocked_order(np.zeros((1, 32), np.float32), _W,
+                                              np.zeros((2, 4), np.float32)), "acc"),  # fmt: skip
+        (lambda: mlir_mx.oracle.blocked_order(np.zeros((1, 16), np.float32), _W,
+                                              np.zeros((1, 4), np.float32)), "a, b"),  # fmt: skip
+        (lambda: mlir_mx.oracle.amx_tdpbf16ps("a", np.zeros((2, 2)), np.zeros((1, 2))), "a"),
+        (lambda: mlir_mx.oracle.amx_pair_layout([[1.0]]), "b"),
+        (lambda: mlir_mx.oracle.amx_pass(np.zeros((1, 32), np.float32), "w"), "w"),
         (lambda: gguf_interop.ggml_e8m0_half(-1), "e"),
         (lambda: gguf_interop.ggml_e8m0_half([1.5]), "e"),
         (lambda: gguf_interop.mxfp4_from_ggml(np.zeros(17, np.uint8), None), "shape"),

@@ -31,6 +31,7 @@ from mlir_mx.errors import MXArgTypeError, MXValueError, user_error
 from mlir_mx.files import atomic_path, path_argument, release_file_pages
 from mlir_mx.interop.gguf_format import TensorInfo, check_tensor, parse_gguf
 from mlir_mx.numerics import SCALE_DTYPE, SCALE_NAN_CODE, MXArray, element_format
+from mlir_mx.numerics.blocks import check_shape
 
 __all__ = [
     "GGML_KVALUES",
@@ -76,19 +77,6 @@ def _describe(a: np.ndarray) -> str:
     return f"dtype {a.dtype}"
 
 
-def _sizes(value, name: str) -> tuple[int, ...]:
-    """``value`` (a sequence of non-negative ints) as a tuple; ``MXArgTypeError`` /
-    ``MXValueError`` naming the argument ``name`` otherwise."""
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise MXArgTypeError(f"{name}: expected a sequence of ints, got {type(value).__name__}")
-    out = tuple(value)
-    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in out):
-        raise MXArgTypeError(f"{name}: expected a sequence of ints, got {value!r}")
-    if any(v < 0 for v in out):
-        raise MXValueError(f"{name}: expected sizes of 0 or more, got {value!r}")
-    return tuple(int(v) for v in out)
-
-
 def _gguf():
     try:
         import gguf
@@ -132,7 +120,7 @@ def mxfp4_from_ggml(data, shape) -> MXArray:
     (shape[:-1] + (shape[-1] // 32,)), "f4E2M1FN", 32, axis=-1)`` in new
     C-contiguous arrays.
     """
-    shape = _sizes(shape, "shape")
+    shape = check_shape(shape, "shape")
     if len(shape) == 0 or shape[-1] % MXFP4_BLOCK:
         raise MXValueError(
             f"shape: ggml MXFP4 needs rank >= 1 and a last axis that is a multiple of 32, "
@@ -177,7 +165,7 @@ def mxfp4_packed_from_ggml(data, rows: int, n: int, out=None) -> tuple[np.ndarra
     no value is decoded.  ``out``: a ``(packed, scales)`` pair of ``uint8`` arrays
     of those shapes to write into (views, e.g. every other row); else new
     arrays.  Scale byte 255 is refused as in :func:`mxfp4_from_ggml`."""
-    rows, n = _sizes((rows, n), "rows, n")
+    rows, n = check_shape((rows, n), "rows, n")
     if n % MXFP4_BLOCK:
         raise MXValueError(f"n: ggml MXFP4 needs a multiple of {MXFP4_BLOCK}, got {n}")
     data = np.asarray(data)

@@ -1,16 +1,11 @@
 """The library API for MX weights: ``mlir_mx.matmul(x, w)`` and ``mlir_mx.Linear(w)``.
 
-No IR to write: an MX weight (from the compiled :func:`mlir_mx.quantize`; the
-oracle's :func:`mlir_mx.oracle.quantize` gives the same bits; or read from a
-GGUF file, :mod:`mlir_mx.interop.gguf`) multiplies f32 (or MX) activations
-with the generated kernels of :mod:`mlir_mx.kernels`::
-
-    w = mlir_mx.quantize(weight, "f4E2M1FN", 32)   # (out, in), blocked along "in"
-    lin = Linear(w, threads=2)
-    y = lin(x)                                      # x: (M, in) f32 -> (M, out) f32
-
-How the weight is held, which kernel serves a call, the bits of the results
-and the compile cache: ``docs/library.md``, "How Linear works".
+No IR to write: an MX weight (:func:`mlir_mx.quantize`; the oracle's gives the
+same bits; or a GGUF file's, :mod:`mlir_mx.interop.gguf`) multiplies f32 (or MX)
+activations with the kernels of :mod:`mlir_mx.kernels`: ``Linear(mlir_mx.quantize(w,
+"f4E2M1FN", 32), threads=2)(x)``, ``(M, in)`` f32 to ``(M, out)``. How the weight
+is held, which kernel serves a call, the bits of the results and the compile
+cache: ``docs/library.md``, "How Linear works".
 """
 
 from __future__ import annotations
@@ -274,12 +269,8 @@ class Linear:
         return sum(a.nbytes for a in self._held)
 
     def __reduce__(self):
-        """Pickle (``pickle``, ``copy.deepcopy``, ``multiprocessing``) as the
-        weight (:meth:`weight`: the MXArray given, bit for bit, an NVFP4 one with
-        its global scale), :attr:`threads` and :attr:`activations`; the copy
-        builds its held form, kernels and locks anew (the kernels from the
-        persistent compile cache where it is warm)."""
-        return (_unpickled, (self.weight(), self._threads, self.activations))
+        """Pickled as :meth:`weight`, threads and activations; the copy builds its own."""
+        return functools.partial(Linear, threads=self._threads, activations=self.activations), (self.weight(),)
 
     def __repr__(self) -> str:
         act = f", activations={self.activations!r}" if self.activations else ""
@@ -507,7 +498,3 @@ class Linear:
 #: How many ``(m, threads)`` calls ``Linear.call_into`` keeps before it starts over.
 _RAW_CALLS = 64
 
-
-def _unpickled(weight: MXArray, threads: int | None, activations: str | None) -> Linear:
-    """A :class:`Linear` from :meth:`Linear.__reduce__`'s state."""
-    return Linear(weight, threads=threads, activations=activations)

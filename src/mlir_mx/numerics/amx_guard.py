@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlir_mx.errors import MXValueError
+from mlir_mx.errors import MXArgTypeError, MXValueError
 
 from .formats import E4M3_SCALE_TYPE, block_scaling, decode_elements, element_format
 from .matmul import amx_pair_layout, amx_tdpbf16ps, blocked_order
@@ -102,6 +102,13 @@ def _stats(a: np.ndarray, block_size: int):
     g = np.where(lsb < _NO_LSB, np.ldexp(1.0, np.minimum(lsb, 200).astype(np.int32)), np.inf)
     s = np.abs(a).reshape(-1, block_size).sum(axis=1, dtype=np.float64)
     return finite, g, s.reshape(m, -1)
+
+
+def _check_w(w) -> AMXWeight:
+    """``w``, checked an :class:`AMXWeight` (``amx_prepare``'s result)."""
+    if not isinstance(w, AMXWeight):
+        raise MXArgTypeError(f"w: expected an AMXWeight (oracle.amx_prepare), got {type(w).__name__}")
+    return w
 
 
 def _check_a(a, k: int | None = None, block_size: int = 32) -> np.ndarray:
@@ -248,7 +255,7 @@ def amx_guard_call(a, w: AMXWeight) -> bool:
     never larger, so this is as sound).  It keeps every ``t`` and every
     partial of C a multiple of 2^-126, so the tiles' DAZ/FTZ never fires;
     where it fails the call runs on the exact path."""
-    a = _check_a(a, w.source.shape[0], w.block_size)
+    a = _check_a(a, _check_w(w).source.shape[0], w.block_size)
     return _call_ok(_stats(a, w.block_size)[1], w)
 
 
@@ -264,7 +271,7 @@ def amx_pass(a, w: AMXWeight) -> np.ndarray:
     block's largest scale (every partial of ``b sb`` products is at most
     ``S bmax sb`` and, under the guard, has at most 24 bits, so it is then
     an f32 value)."""
-    a = _check_a(a, w.source.shape[0], w.block_size)
+    a = _check_a(a, _check_w(w).source.shape[0], w.block_size)
     return _pass(_stats(a, w.block_size), w)
 
 
@@ -285,7 +292,7 @@ def amx_tile_route(a, w: AMXWeight) -> np.ndarray:
     B's unscaled values) is exact on the tiles from a zero tile, so ``t =
     f32(p s)`` is one multiply (NVFP4's tile route; ``docs/numerics.md``,
     "NVFP4 on AMX")."""
-    a = _check_a(a, w.source.shape[0], w.block_size)
+    a = _check_a(a, _check_w(w).source.shape[0], w.block_size)
     stats = _stats(a, w.block_size)
     return _pass(stats, w, unscaled=True) & ~_pass(stats, w)
 
@@ -293,7 +300,7 @@ def amx_tile_route(a, w: AMXWeight) -> np.ndarray:
 def amx_plan(a, w: AMXWeight) -> np.ndarray | None:
     """:func:`amx_pass`'s mask, or None where :func:`amx_guard_call` fails
     (the call then runs on the exact path): both from one scan of A."""
-    a = _check_a(a, w.source.shape[0], w.block_size)
+    a = _check_a(a, _check_w(w).source.shape[0], w.block_size)
     stats = _stats(a, w.block_size)
     return _pass(stats, w) if _call_ok(stats[1], w) else None
 
@@ -329,7 +336,7 @@ def amx_guarded_matmul(a, w: AMXWeight, product=amx_tdpbf16ps) -> np.ndarray:
        :func:`amx_tile_route`), ``TDPBF16PS`` of its A block against B's
        unscaled values from a zero tile, times ``s`` in f32.
     """
-    bs = w.block_size
+    bs = _check_w(w).block_size
     a = _check_a(a, w.source.shape[0], bs)
     if not amx_guard_call(a, w):
         return blocked_order(a, w.source, np.zeros((a.shape[0], w.source.shape[1]), np.float32))

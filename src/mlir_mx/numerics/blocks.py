@@ -7,7 +7,20 @@ import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
 
-__all__ = ["check_block_size", "check_blocked_shape", "normalize_axis"]
+__all__ = ["check_block_size", "check_blocked_shape", "check_shape", "normalize_axis"]
+
+
+def check_shape(shape, arg: str = "shape") -> tuple[int, ...]:
+    """``shape`` (a sequence of non-negative ints, numpy's included) as a tuple;
+    ``MXArgTypeError`` / ``MXValueError`` naming the argument ``arg`` otherwise."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise MXArgTypeError(f"{arg}: expected a sequence of ints, got {type(shape).__name__}")
+    out = tuple(shape)
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in out):
+        raise MXArgTypeError(f"{arg}: expected a sequence of ints, got {shape!r}")
+    if any(v < 0 for v in out):
+        raise MXValueError(f"{arg}: expected sizes of 0 or more, got {tuple(int(v) for v in out)}")
+    return tuple(int(v) for v in out)
 
 
 def check_block_size(block_size) -> int:

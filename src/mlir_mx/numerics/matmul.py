@@ -75,7 +75,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlir_mx.errors import MXValueError
+from mlir_mx.errors import MXArgTypeError, MXValueError
 
 from .mx import MXArray
 
@@ -144,6 +144,37 @@ def _underflow(ea, eb, sa, sb, bs: int) -> np.ndarray:
     return e.sum(axis=1)
 
 
+def _check_operands(a, b, acc) -> None:
+    """The oracle matmul's operands: ``a`` (M, K) and ``b`` (K, N), each an
+    MXArray or a float array, one at least MX (``a`` blocked along 1, ``b``
+    along 0), ``acc`` a float (M, N) array; ``MXArgTypeError`` / ``MXValueError``
+    naming the argument otherwise."""
+    for name, x in (("a", a), ("b", b)):
+        if not isinstance(x, (MXArray, np.ndarray)):
+            raise MXArgTypeError(
+                f"{name}: expected an MXArray or a float numpy array, got {type(x).__name__}"
+            )
+        if isinstance(x, np.ndarray) and x.dtype.kind != "f":
+            raise MXArgTypeError(f"{name}: expected a float array, got dtype {x.dtype}")
+        if x.ndim != 2:
+            raise MXValueError(f"{name}: expected a 2-D operand, got shape {tuple(x.shape)}")
+    if not isinstance(a, MXArray) and not isinstance(b, MXArray):
+        raise MXArgTypeError("a, b: expected at least one MXArray, got two float arrays")
+    for name, x, axis in (("a", a, 1), ("b", b, 0)):
+        if isinstance(x, MXArray) and x.axis != axis:
+            raise MXValueError(f"{name}: expected an MXArray blocked along axis {axis}, got {x.axis}")
+    if isinstance(a, MXArray) and isinstance(b, MXArray) and a.block_size != b.block_size:
+        raise MXValueError(f"a, b: block sizes differ ({a.block_size} and {b.block_size})")
+    if a.shape[1] != b.shape[0]:
+        raise MXValueError(f"a, b: inner sizes differ, {tuple(a.shape)} x {tuple(b.shape)}")
+    if not isinstance(acc, np.ndarray) or acc.dtype.kind != "f":
+        raise MXArgTypeError(f"acc: expected a float numpy array, got {type(acc).__name__}")
+    if acc.shape != (a.shape[0], b.shape[1]):
+        raise MXValueError(
+            f"acc: expected shape {(a.shape[0], b.shape[1])}, got {tuple(acc.shape)}"
+        )
+
+
 def _global(b) -> np.float32 | None:
     """B's global scale (an NVFP4 B), else None."""
     return b.global_scale if isinstance(b, MXArray) else None
@@ -157,6 +188,7 @@ def matmul_reference(a, b, acc: np.ndarray):
     NVFP4 one included: module doc) or an f32 (K, N) array (at least one of
     them MX); ``acc``: f32 (M, N).
     """
+    _check_operands(a, b, acc)
     g = _global(b)
     if g is not None:
         return _nvfp4_claim(a, b, acc, float(g))
@@ -231,6 +263,7 @@ def blocked_order(a, b, acc: np.ndarray) -> np.ndarray:
     f32, not both).  Per block: ``p = fma(a_k, b_k, p)`` over the block in
     order, ``t = p * sb`` (f32), ``c = fma(t, sa, c)``.  An NVFP4 B: ``c``
     from zero with ``sb`` its E4M3 scales, then ``acc + f32(c / g)``."""
+    _check_operands(a, b, acc)
     g = _global(b)
     if g is None:
         return _blocked(a, b, acc)
@@ -269,6 +302,11 @@ def _ftz(x: np.ndarray) -> np.ndarray:
 def amx_pair_layout(b: np.ndarray) -> np.ndarray:
     """B (K x N) in AMX's pair layout (K/2 x 2N): ``b[k][n]`` at row ``k // 2``,
     column ``2 n + k % 2`` (what ``TDPBF16PS`` reads as its B tile)."""
+    if not isinstance(b, np.ndarray) or b.ndim != 2 or b.shape[0] % 2:
+        raise MXValueError(
+            f"b: expected a 2-D numpy array with an even row count, got "
+            f"{tuple(b.shape) if isinstance(b, np.ndarray) else type(b).__name__}"
+        )
     k, n = b.shape
     return np.ascontiguousarray(b.reshape(k // 2, 2, n).transpose(0, 2, 1).reshape(k // 2, 2 * n))
 
@@ -319,7 +357,17 @@ def amx_nan_open(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 
 def _amx_operands(a, b, c):
-    """DAZ ``a`` and ``b`` (f32 copies), ``c`` as f32."""
+    """DAZ ``a`` and ``b`` (f32 copies), ``c`` as f32: ``a`` (M, K), ``b``
+    (K, N) and ``c`` (M, N) real arrays, else ``MXArgTypeError`` / ``MXValueError``."""
+    arrays = {}
+    for name, x in (("a", a), ("b", b), ("c", c)):
+        x = np.asarray(x)
+        if x.dtype.kind not in "fiu" or x.ndim != 2:
+            raise MXArgTypeError(f"{name}: expected a 2-D real array, got {x.dtype} {x.shape}")
+        arrays[name] = x
+    a, b, c = arrays["a"], arrays["b"], arrays["c"]
+    if a.shape[1] != b.shape[0] or c.shape != (a.shape[0], b.shape[1]):
+        raise MXValueError(f"a, b, c: shapes {a.shape} x {b.shape} + {c.shape} do not match")
     return (
         _ftz(np.asarray(a, np.float32)),
         _ftz(np.asarray(b, np.float32)),

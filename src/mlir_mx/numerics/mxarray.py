@@ -12,14 +12,12 @@ per-weight cache, a ``Linear``) can never go stale (``docs/numerics.md``,
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
 
 from . import formats
-from .blocks import check_block_size, check_blocked_shape, normalize_axis
+from .blocks import check_block_size, check_blocked_shape, check_shape, normalize_axis
 from .formats import (
     E4M3_SCALE_TYPE,
     SCALE_TYPE,
@@ -40,7 +38,7 @@ def scale_shape(shape, block_size: int, axis: int) -> tuple[int, ...]:
 
     Raises ``ValueError`` when ``shape[axis]`` is not a multiple of ``block_size``.
     """
-    shape = tuple(operator.index(s) for s in shape)
+    shape = check_shape(shape)
     if len(shape) == 0:
         raise MXValueError("shape: MX arrays need rank >= 1, got a rank-0 shape")
     block_size = check_block_size(block_size)

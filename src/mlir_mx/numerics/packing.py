@@ -27,6 +27,7 @@ import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
 
+from .blocks import check_shape
 from .formats import ElementFormat, element_format
 
 __all__ = [
@@ -54,7 +55,7 @@ def is_packed_storage(shape, element: str | ElementFormat) -> bool:
     per byte.
     """
     fmt = element_format(element)
-    shape = tuple(int(s) for s in shape)
+    shape = check_shape(shape)
     codes, _nbytes = fmt.group
     return fmt.is_sub_byte and len(shape) > 0 and shape[-1] > 0 and shape[-1] % codes == 0
 
@@ -65,7 +66,7 @@ def packed_shape(shape, element: str | ElementFormat) -> tuple[int, ...]:
     Raises ``ValueError`` when the last axis is not a multiple of the group size.
     """
     fmt = element_format(element)
-    shape = tuple(int(s) for s in shape)
+    shape = check_shape(shape)
     _check_axis(shape, fmt, "codes")
     codes, nbytes = fmt.group
     return shape[:-1] + (shape[-1] // codes * nbytes,)
@@ -74,7 +75,7 @@ def packed_shape(shape, element: str | ElementFormat) -> tuple[int, ...]:
 def unpacked_shape(shape, element: str | ElementFormat) -> tuple[int, ...]:
     """Logical codes shape for a packed ``uint8`` array of ``shape`` (inverse of packed_shape)."""
     fmt = element_format(element)
-    shape = tuple(int(s) for s in shape)
+    shape = check_shape(shape)
     if len(shape) == 0:
         raise MXValueError("packed: packed codes need rank >= 1, got a rank-0 array")
     codes, nbytes = fmt.group

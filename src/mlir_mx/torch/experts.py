@@ -4,9 +4,8 @@ It replaces a ``transformers`` stacked-experts module (gpt-oss's
 ``GptOssExperts``: ``gate_up_proj`` ``(E, H, 2I)``, ``down_proj`` ``(E, I, H)``,
 stored transposed, with biases) in place, so the model's router stays: the
 model calls ``experts(hidden_states, router_indices, routing_weights)`` as it
-called the original (transformers 5.24's signature), with ``hidden_states``
-``(T, H)``, ``router_indices`` ``(T, k)`` (int) and ``routing_weights``
-``(T, k)``.  Each expert's two projections are ``MXLinear`` layers (one
+called the original (transformers 5.24's signature: ``hidden_states`` ``(T, H)``,
+``router_indices`` ``(T, k)`` int, ``routing_weights`` ``(T, k)``).  Each expert's two projections are ``MXLinear`` layers (one
 ``mlir_mx.Linear`` each: 4.25 bits per weight for MXFP4), so ``state_dict``
 (with each layer's ``weight_format`` / ``weight_block_size`` / ``weight_shape``
 checks), pickling and ``copy.deepcopy`` are ``MXLinear``'s.
@@ -17,12 +16,8 @@ token, a prefill each expert once on all the tokens routed to it), applies the
 gate (:class:`Gate`) in f32 and adds each expert's output times its routing
 weight, in f32, rounded once to the input's dtype.
 
-Another stacked-experts MoE plugs in through :class:`Gate`: ``interleaved``
-(gpt-oss: gate rows ``0::2``, up rows ``1::2``, ``gate = clamp(gate,
-max=limit)``, ``up = clamp(up, -limit, limit)``, ``gate * sigmoid(alpha *
-gate) * (up + 1)``) or ``concatenated`` (Mixtral / Qwen-MoE in transformers 5:
-``act(gate) * up`` with gate the first half of the rows); see
-:func:`experts_gate`.
+Another stacked-experts MoE plugs in through :class:`Gate` (``interleaved``:
+gpt-oss; ``concatenated``: Mixtral / Qwen-MoE in transformers 5): :func:`experts_gate`.
 """
 
 from __future__ import annotations
@@ -73,15 +68,11 @@ class Gate:
     act: str = "silu"
 
     def __post_init__(self):
-        for name in ("kind", "act"):
-            if not isinstance(getattr(self, name), str):
-                raise MXArgTypeError(
-                    f"gate: {name} must be a str, got {type(getattr(self, name)).__name__}"
-                )
-        for name in ("alpha", "limit"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise MXArgTypeError(f"gate: {name} must be a number, got {type(value).__name__}")
+        for name, want in (("kind", str), ("act", str), ("alpha", float), ("limit", float)):
+            value, kinds = getattr(self, name), (int, float) if want is float else str
+            if isinstance(value, bool) or not isinstance(value, kinds):
+                what = "a number" if want is float else "a str"
+                raise MXArgTypeError(f"gate: {name} must be {what}, got {type(value).__name__}")
         if self.kind not in ("interleaved", "concatenated"):
             raise MXValueError(f"gate: kind must be 'interleaved' or 'concatenated', got {self.kind!r}")
         if self.kind == "concatenated" and self.act not in _ACTS:
@@ -141,10 +132,8 @@ class MXExperts(torch.nn.Module):
         super().__init__()
         for name, value in (("gate_up", gate_up), ("down", down)):
             if isinstance(value, (str, bytes, MXArray)) or not hasattr(value, "__iter__"):
-                raise MXArgTypeError(
-                    f"{name}: expected a sequence of MXArrays (one per expert), got "
-                    f"{type(value).__name__}"
-                )
+                what = type(value).__name__
+                raise MXArgTypeError(f"{name}: expected a sequence of MXArrays, got {what}")
         gate_up, down = list(gate_up), list(down)
         if not gate_up or len(gate_up) != len(down):
             raise MXValueError(
