@@ -83,3 +83,14 @@ def test_every_error_class_of_mlir_mx_is_defined_in_errors():
     code = "import sys\nfrom mlir_mx.errors import ObjectError\nprint('mlir' in sys.modules)\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_expect_type_names_the_argument_and_never_takes_a_bool_for_an_int():
+    from mlir_mx.errors import MXArgTypeError, expect_type
+
+    assert expect_type(3, int, "n", "an int") == 3
+    assert expect_type(True, (int, bool), "flag", "a bool") is True
+    with pytest.raises(MXArgTypeError, match=r"^n: expected an int, got bool$"):
+        expect_type(True, int, "n", "an int")
+    with pytest.raises(MXArgTypeError, match=r"^text: expected a str, got bytes$"):
+        expect_type(b"x", str, "text", "a str")

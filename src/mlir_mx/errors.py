@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from mlir import ir
 
 __all__ = [
-    "Diagnostic", "MXError", "MXValueError", "MXArgTypeError", "user_error", "location_parts",
+    "Diagnostic", "MXError", "MXValueError", "MXArgTypeError", "expect_type", "user_error",
+    "location_parts",
     "DiagnosticError", "TextError", "MXTypeError", "PassError", "OptionError", "PipelineError",
     "UnknownPassError", "ModelError", "ToolError", "UsageError", "InferenceOnlyError", "UnknownFunctionError",
     "MXUnsupportedHostError", "ObjectError", "ObjectDumpError",
@@ -121,6 +122,19 @@ class MXValueError(MXError, ValueError):
 
 class MXArgTypeError(MXError, TypeError):
     """An argument of the wrong type or dtype from the user."""
+
+
+def expect_type(value, types, name: str, what: str):
+    """``value`` when it is an instance of ``types`` (``bool`` is never an ``int``
+    here); else an :class:`MXArgTypeError` naming the argument ``name``:
+    ``"<name>: expected <what>, got <type>"``."""
+    if isinstance(value, types) and not (isinstance(value, bool) and bool not in _tuple(types)):
+        return value
+    raise MXArgTypeError(f"{name}: expected {what}, got {type(value).__name__}")
+
+
+def _tuple(types) -> tuple:
+    return types if isinstance(types, tuple) else (types,)
 
 
 def user_error(err: Exception, message: str) -> MXError:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import irdl
 
+from mlir_mx.errors import MXValueError, expect_type
+
 __all__ = ["MX_IRDL", "OPS", "OP_NAMES", "OP_OPTIONAL", "OpDef", "load_dialect"]
 
 
@@ -116,7 +118,11 @@ def load_dialect(context: ir.Context | None = None) -> ir.Context:
     Idempotent per context: loading twice is a no-op, and every context
     (fresh, repeated, interleaved) gets its own copy.
     """
+    if context is not None:
+        expect_type(context, ir.Context, "context", "an ir.Context or None")
     ctx = context or ir.Context.current
+    if ctx is None:
+        raise MXValueError("context: None given and no ir.Context is current (use `with ir.Context():`)")
     if ctx in _loaded or ctx.is_registered_operation(OPS[0].name):
         _loaded.add(ctx)
         return ctx

@@ -28,7 +28,7 @@ from mlir import ir
 
 from mlir_mx.dialect.irdl import OP_NAMES, OPS
 from mlir_mx.dialect.types import MXTensorType, is_mx_type
-from mlir_mx.errors import MXValueError
+from mlir_mx.errors import MXArgTypeError, MXValueError, expect_type
 
 __all__ = [
     "quantize_block",
@@ -45,6 +45,14 @@ def _ty(t: MXTensorType | ir.Type, ctx=None) -> ir.Type:
     return t.to_mlir(ctx) if isinstance(t, MXTensorType) else t
 
 
+def _values(**operands) -> None:
+    """Each operand an ``ir.Value`` (None allowed for ``global_scale``), else
+    ``MXArgTypeError`` naming it."""
+    for name, v in operands.items():
+        if v is not None or name != "global_scale":
+            expect_type(v, ir.Value, name, "an ir.Value")
+
+
 def _create(name, operands, result, loc, ip) -> ir.Value:
     op = ir.Operation.create(name, results=[result], operands=list(operands), loc=loc, ip=ip)
     return op.result
@@ -57,6 +65,8 @@ def quantize_block(
     """``%r = mx.quantize_block %input : tensor<...xf32> -> !mx.tensor<...>``;
     with ``global_scale`` (an f32, for ``f8E4M3FN`` scales: NVFP4)
     ``mx.quantize_block %input, %g : tensor<...xf32>, f32 -> !mx.tensor<...>``."""
+    _values(input=input, global_scale=global_scale)
+    expect_type(result_type, (MXTensorType, ir.Type), "result_type", "an MXTensorType or ir.Type")
     operands = [input] + ([global_scale] if global_scale is not None else [])
     return _create("mx.quantize_block", operands, _ty(result_type, input.context), loc, ip)
 
@@ -70,6 +80,7 @@ def dequantize_block(
 
     The result type defaults to an f32 tensor of the input's shape.
     """
+    _values(input=input, global_scale=global_scale)
     if result_type is None:
         shape = mx_type(input).shape
         result_type = ir.RankedTensorType.get(list(shape), ir.F32Type.get(input.context))
@@ -87,12 +98,14 @@ def block_matmul(
 
     The result type is the accumulator's (destination-passing style).
     """
+    _values(lhs=lhs, rhs=rhs, acc=acc, global_scale=global_scale)
     operands = [lhs, rhs, acc] + ([global_scale] if global_scale is not None else [])
     return _create("mx.block_matmul", operands, acc.type, loc, ip)
 
 
 def fold_scale(input: ir.Value, alpha: ir.Value, *, loc=None, ip=None) -> ir.Value:
     """``%r = mx.fold_scale %t, %alpha : !mx.tensor<..>, f32 -> !mx.tensor<..>``"""
+    _values(input=input, alpha=alpha)
     return _create("mx.fold_scale", [input, alpha], input.type, loc, ip)
 
 
@@ -104,7 +117,16 @@ def mx_type(value_or_type: ir.Value | ir.Type) -> MXTensorType:
 
 def is_mx_op(op) -> bool:
     """True for the ops of the mx dialect (:data:`~mlir_mx.dialect.irdl.OPS`)."""
-    return getattr(op, "operation", op).name in OP_NAMES
+    name = getattr(getattr(op, "operation", op), "name", None)
+    if not isinstance(name, str):
+        raise MXArgTypeError(f"op: expected an MLIR operation, got {type(op).__name__}")
+    return name in OP_NAMES
+
+
+def _operation(op) -> ir.Operation:
+    """``op``'s ``ir.Operation`` (an op view or the operation), else ``MXArgTypeError``."""
+    operation = getattr(op, "operation", op)
+    return expect_type(operation, ir.Operation, "op", "an MLIR operation")
 
 
 class OpView:
@@ -118,7 +140,7 @@ class OpView:
     _OPTIONAL = {op.name: op.optional for op in OPS}
 
     def __init__(self, op):
-        self.operation = getattr(op, "operation", op)
+        self.operation = _operation(op)
         if self.operation.name not in self._NAMES:
             raise MXValueError(f"not an mx op: {self.operation.name}")
 

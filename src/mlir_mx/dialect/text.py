@@ -11,6 +11,7 @@ from mlir_mx.diagnostics import Diagnostic, DiagnosticError, capture_diagnostics
 from mlir_mx.dialect.irdl import load_dialect
 from mlir_mx.dialect.syntax import SourceMap, remap_locations, silent_failure, to_custom, to_generic
 from mlir_mx.dialect.verifier import verify_module
+from mlir_mx.errors import expect_type
 
 __all__ = ["parse_module", "print_module", "remap_diagnostics"]
 
@@ -20,7 +21,9 @@ def remap_diagnostics(
 ) -> list[Diagnostic]:
     """Point diagnostics at the user's file and original columns, and spell
     the mx types in their messages in the custom syntax (in place; returned)."""
+    diags = expect_type(diags, list, "diags", "a list of Diagnostics")
     for d in diags:
+        expect_type(d, Diagnostic, "diags", "a list of Diagnostics")
         if d.file in ("-", "<stdin>", filename) and d.line is not None:
             d.file = filename
             if smap is not None:
@@ -54,8 +57,9 @@ def parse_module(
     ``mx.`` holds no mx op and no ``!mx.tensor``, so the mx verifier (a
     Python walk of every op) is skipped for it too.
     """
-    ctx = context or ir.Context.current
-    load_dialect(ctx)
+    expect_type(text, str, "text", "MLIR text (a str)")
+    expect_type(filename, str, "filename", "a str")
+    ctx = load_dialect(context)
     generic, smap = to_generic(text, filename, guard=not generated)
     if smap.suspect is not None and _parse_aborts(generic, ctx.allow_unregistered_dialects):
         line, col = _line_col(text, smap.suspect)
@@ -129,7 +133,7 @@ def print_module(
     ``filename`` replaces the ``"-"`` buffer name upstream's parser gives
     locations (``Module.parse`` takes no source name) in debug info.
     """
-    op = getattr(module, "operation", module)
+    op = expect_type(getattr(module, "operation", module), ir.Operation, "module", "an ir.Module")
     text = op.get_asm(
         print_generic_op_form=generic,
         enable_debug_info=debug_info,

@@ -12,6 +12,7 @@ from mlir import ir
 
 from mlir_mx.dialect.irdl import OP_NAMES
 from mlir_mx.dialect.types import MXTensorType, MXTypeError, is_mx_type
+from mlir_mx.errors import expect_type
 from mlir_mx.ir_utils import collect, declared_types
 from mlir_mx.numerics.formats import E4M3_SCALE_TYPE
 
@@ -169,6 +170,7 @@ RULES = {
 
 def op_errors(op: ir.Operation) -> list[str]:
     """The rules ``op`` breaks (first one first); empty when it verifies."""
+    op = expect_type(getattr(op, "operation", op), ir.Operation, "op", "an MLIR operation")
     rule = RULES.get(op.name)
     err = rule(list(op.operands), op.results[0].type) if rule is not None else None
     return [err] if err else []
@@ -207,6 +209,7 @@ def _nesting_errors(op: ir.Operation, cache: dict) -> list[tuple[ir.Location, st
 def verify_module(module_op) -> bool:
     """Verify every mx op under ``module_op``, and that no other type nests an
     ``!mx.tensor``; emit located errors; True if all pass."""
+    expect_type(getattr(module_op, "operation", module_op), ir.Operation, "module_op", "an ir.Module")
     bad: list[tuple[ir.Location, str]] = []
     cache: dict = {}
     for op in collect(module_op, lambda o: True):

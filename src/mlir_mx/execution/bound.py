@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mlir_mx.errors import MXArgTypeError, MXValueError
+from mlir_mx.errors import MXArgTypeError, MXValueError, expect_type
 from mlir_mx.execution import arguments as args_
 from mlir_mx.execution.c_interface import packed_function, pointer_array
 from mlir_mx.execution.signature import MXParam, Param, Signature
@@ -61,6 +61,11 @@ class BoundFunction:
     """
 
     def __init__(self, runner, name: str, args: tuple, names=None):  # runner: its Runner
+        if not callable(getattr(runner, "callable_signature", None)):  # a Runner (no import circle)
+            what = type(runner).__name__
+            raise MXArgTypeError(f"runner: expected a Runner (Runner.bind makes one), got {what}")
+        expect_type(name, str, "name", "a function name (a str)")
+        args = tuple(expect_type(args, (tuple, list), "args", "a tuple of arguments"))
         sig = runner.callable_signature(name, len(args), " to bind")
         self.runner, self.name, self.sig = runner, name, sig
         names = _check_names(sig, names)

@@ -5,6 +5,9 @@ their parallel loops' lowering, :func:`threads_pipeline`."""
 
 from __future__ import annotations
 
+import operator
+
+from mlir_mx.errors import MXArgTypeError
 from mlir_mx.host import check_threads
 from mlir_mx.passes.pipeline import Pipeline, PipelineElement, PipelineError
 from mlir_mx.pipelines.shipped import load_pipeline
@@ -26,11 +29,23 @@ PARALLEL_MODES = ("async", "tasks")
 
 def check_parallel(parallel: str) -> str:
     """``parallel`` when it is one of :data:`PARALLEL_MODES`, else PipelineError."""
-    if parallel not in PARALLEL_MODES:
+    if not isinstance(parallel, str) or parallel not in PARALLEL_MODES:
         raise PipelineError(
             f"parallel: expected one of {', '.join(PARALLEL_MODES)}, got {parallel!r}"
         )
     return parallel
+
+
+def _count(threads) -> int | None:
+    """``threads`` as an int (None kept: this machine's cores), else ``MXArgTypeError``."""
+    if threads is None:
+        return None
+    try:
+        if not isinstance(threads, bool):
+            return operator.index(threads)
+    except TypeError:
+        pass
+    raise MXArgTypeError(f"threads: expected 0 or a positive integer, got {type(threads).__name__}")
 
 
 def threads_pipeline(threads: int, parallel: str = "async") -> Pipeline:
@@ -46,6 +61,7 @@ def threads_pipeline(threads: int, parallel: str = "async") -> Pipeline:
     ``parallel="tasks"``: ``mx-parallel-tasks`` instead, the loop run by the
     caller's threads (``docs/library.md``, "Threads").
     """
+    threads = _count(threads)
     if check_parallel(parallel) == "tasks":
         return Pipeline.of(
             PipelineElement.of("mx-parallel-tasks", threads=max(1, check_threads(threads or None)))

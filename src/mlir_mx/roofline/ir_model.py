@@ -31,6 +31,7 @@ from mlir import ir
 
 from mlir_mx.diagnostics import DiagnosticError
 from mlir_mx.dialect import parse_module
+from mlir_mx.errors import expect_type
 from mlir_mx.ir_utils import collect, find_first, public_functions
 from mlir_mx.passes.pipeline import Pipeline, PipelineElement, PipelineError, run_pipeline
 from mlir_mx.passes.registry import OptionError
@@ -87,9 +88,16 @@ def _run(step: PipelineElement, module: ir.Module, filename: str = "-") -> None:
         raise ModelError(err.diagnostics) from None
 
 
+def _module_text(module_or_text) -> str:
+    """The text of an ``ir.Module`` or MLIR text, else ``MXArgTypeError``."""
+    if isinstance(module_or_text, ir.Module):
+        return str(module_or_text)
+    return expect_type(module_or_text, str, "module_or_text", "an ir.Module or MLIR text")
+
+
 def lower_to_linalg(module_or_text: ir.Module | str, matmul_lowering: str | None = None) -> str:
     """The module after ``mx-to-linalg`` (unchanged text when it has no mx ops)."""
-    text = str(module_or_text) if isinstance(module_or_text, ir.Module) else module_or_text
+    text = _module_text(module_or_text)
     ctx = ir.Context()
     with ctx, ir.Location.unknown():
         module = parse_module(text, ctx)
@@ -131,7 +139,7 @@ def analyze_all(
     module holds mx ops or types, then :data:`BUFFERIZE`, then
     ``linalg-generalize-named-ops``; all in a fresh context.
     """
-    text = str(module_or_text) if isinstance(module_or_text, ir.Module) else module_or_text
+    text = _module_text(module_or_text)
     ctx = ir.Context()
     with ctx, ir.Location.unknown():
         module = parse_module(text, ctx, filename=filename)

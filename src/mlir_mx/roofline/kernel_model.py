@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from mlir import ir
 
-from mlir_mx.errors import ModelError
+from mlir_mx.errors import ModelError, expect_type
 from mlir_mx.ir_utils import static_shape
 
 __all__ = [
@@ -182,6 +182,8 @@ class Shift:
 
 def shift(base: KernelModel, variant: KernelModel) -> Shift:
     """Decompose the intensity shift of ``variant`` against ``base``."""
+    expect_type(base, KernelModel, "base", "a KernelModel")
+    expect_type(variant, KernelModel, "variant", "a KernelModel")
     br = base.bytes / variant.bytes
     fr = variant.flops / base.flops
     return Shift(variant.intensity / base.intensity, br, fr)

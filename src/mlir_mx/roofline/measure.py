@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlir_mx.errors import MXValueError
+from mlir_mx.errors import MXValueError, expect_type
 from mlir_mx.execution import Runner
 from mlir_mx.host import has_features, host_arch, machine_description
 from mlir_mx.roofline.machines import MACHINES, Machine
@@ -351,6 +351,7 @@ def get_machine(name: str, *, threads: int = 1, progress=None) -> Machine:
     """A preset of :data:`~mlir_mx.roofline.machines.MACHINES` by name, or
     ``"measure"``: this machine's measured ceilings.  Any other name is an
     :class:`~mlir_mx.errors.MXValueError` listing the valid ones."""
+    expect_type(name, str, "name", "a machine name (a str)")
     if name == "measure":
         return measure_machine(threads=threads, progress=progress)
     m = MACHINES.get(name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mlir_mx.errors import expect_type
 from mlir_mx.roofline.ir_model import KernelModel, Shift, analyze, shift
 from mlir_mx.roofline.machines import Machine
 from mlir_mx.roofline.measure import Timing
@@ -41,6 +42,8 @@ def model_rows(
     shapes: list[Shape], variants: list[str], element: str = "f8E4M3FN", block_size: int = 32
 ) -> list[Row]:
     """Analyze each variant at each shape."""
+    expect_type(shapes, (list, tuple), "shapes", "a list of Shapes")
+    expect_type(variants, (list, tuple), "variants", "a list of variant names")
     rows = []
     for s in shapes:
         for v in variants:
@@ -69,6 +72,9 @@ def _ns(t: float | None) -> str:
 
 def roofline_table(rows: list[Row], machine: Machine) -> str:
     """The text table: bytes, FLOPs (useful/dequant), intensity, times, ratio."""
+    for r in expect_type(rows, (list, tuple), "rows", "a list of Rows"):
+        expect_type(r, Row, "rows", "a list of Rows")
+    expect_type(machine, Machine, "machine", "a Machine (roofline.get_machine)")
     head = (
         "variant",
         "shape",
