@@ -29,7 +29,7 @@ import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, MXValueError, user_error
 from mlir_mx.files import atomic_path, path_argument, release_file_pages
-from mlir_mx.interop.gguf_format import TensorInfo, check_tensor, parse_gguf
+from mlir_mx.interop.gguf_format import TensorInfo, check_tensor, matrix_blocks, parse_gguf
 from mlir_mx.numerics import SCALE_DTYPE, SCALE_NAN_CODE, MXArray, element_format
 from mlir_mx.numerics.blocks import check_shape
 
@@ -165,18 +165,7 @@ def mxfp4_packed_from_ggml(data, rows: int, n: int, out=None) -> tuple[np.ndarra
     no value is decoded.  ``out``: a ``(packed, scales)`` pair of ``uint8`` arrays
     of those shapes to write into (views, e.g. every other row); else new
     arrays.  Scale byte 255 is refused as in :func:`mxfp4_from_ggml`."""
-    rows, n = check_shape((rows, n), "rows, n")
-    if n % MXFP4_BLOCK:
-        raise MXValueError(f"n: ggml MXFP4 needs a multiple of {MXFP4_BLOCK}, got {n}")
-    data = np.asarray(data)
-    if data.dtype != np.uint8:
-        raise MXArgTypeError(f"data: expected the raw uint8 bytes of the matrix, got dtype {data.dtype}")
-    want = rows * (n // MXFP4_BLOCK) * MXFP4_BLOCK_BYTES
-    if data.size != want:
-        raise MXValueError(
-            f"data: {data.size} bytes do not hold a ({rows}, {n}) MXFP4 matrix ({want} bytes)"
-        )
-    blocks = data.reshape(rows, n // MXFP4_BLOCK, MXFP4_BLOCK_BYTES)
+    blocks, rows, n = matrix_blocks(data, rows, n, "MXFP4", MXFP4_BLOCK, MXFP4_BLOCK_BYTES)
     shapes = ((rows, n // 2), (rows, n // MXFP4_BLOCK))
     if out is None:
         out = tuple(np.empty(sh, np.uint8) for sh in shapes)

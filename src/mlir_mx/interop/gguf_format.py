@@ -23,9 +23,9 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mlir_mx.errors import MXValueError
+from mlir_mx.errors import MXArgTypeError, MXValueError
 
-__all__ = ["GGUF_MAGIC", "TensorInfo", "check_tensor", "parse_gguf"]
+__all__ = ["GGUF_MAGIC", "TensorInfo", "check_tensor", "matrix_blocks", "parse_gguf"]
 
 GGUF_MAGIC = b"GGUF"
 _VERSIONS = (2, 3)
@@ -241,3 +241,28 @@ def parse_gguf(
             )
         out.append(TensorInfo(name, ne, ttype, start, nbytes))
     return out
+
+
+def matrix_blocks(data, rows, n, kind: str, block: int, block_bytes: int):
+    """The raw bytes ``data`` of a ggml ``kind`` matrix ``(rows, n)`` (blocks of
+    ``block`` elements in ``block_bytes`` bytes) as a ``(rows, n / block,
+    block_bytes)`` ``uint8`` view, checked: ``rows`` / ``n`` non-negative ints,
+    ``n`` a multiple of ``block``, ``data`` ``uint8`` of exactly that size;
+    else ``MXArgTypeError`` / ``MXValueError`` naming the argument.  Returns
+    ``(blocks, rows, n)``."""
+    import numpy as np
+
+    from mlir_mx.numerics.blocks import check_shape
+
+    rows, n = check_shape((rows, n), "rows, n")
+    if n % block:
+        raise MXValueError(f"n: ggml {kind} needs a multiple of {block}, got {n}")
+    data = np.asarray(data)
+    if data.dtype != np.uint8:
+        raise MXArgTypeError(f"data: expected the raw uint8 bytes of the matrix, got dtype {data.dtype}")
+    want = rows * (n // block) * block_bytes
+    if data.size != want:
+        raise MXValueError(
+            f"data: {data.size} bytes do not hold a ({rows}, {n}) {kind} matrix ({want} bytes)"
+        )
+    return data.reshape(rows, n // block, block_bytes), rows, n

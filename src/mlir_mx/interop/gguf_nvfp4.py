@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from mlir_mx.errors import MXArgTypeError, MXValueError
+from mlir_mx.interop.gguf_format import matrix_blocks
 from mlir_mx.numerics import MXArray
-from mlir_mx.numerics.blocks import check_shape
 
 __all__ = ["NVFP4_BLOCK", "NVFP4_BLOCK_BYTES", "NVFP4_TYPE", "nvfp4_packed_from_ggml", "nvfp4_to_ggml"]
 
@@ -50,18 +50,7 @@ def nvfp4_packed_from_ggml(data, rows: int, n: int) -> tuple[np.ndarray, np.ndar
     blocks of 36 bytes) as the stored form of an NVFP4 MXArray blocked along
     ``n`` (:meth:`MXArray.from_packed`, global scale 1): ``(packed (rows, n / 2),
     scales (rows, n / 16))``, new arrays."""
-    rows, n = check_shape((rows, n), "rows, n")
-    if n % NVFP4_BLOCK:
-        raise MXValueError(f"n: {n} is not a multiple of ggml's NVFP4 block of {NVFP4_BLOCK}")
-    data = np.asarray(data)
-    if data.dtype != np.uint8:
-        raise MXArgTypeError(f"data: expected the raw uint8 bytes of the matrix, got dtype {data.dtype}")
-    want = rows * (n // NVFP4_BLOCK) * NVFP4_BLOCK_BYTES
-    if data.size != want:
-        raise MXValueError(
-            f"data: {data.size} bytes do not hold a ({rows}, {n}) NVFP4 matrix ({want} bytes)"
-        )
-    blocks = data.reshape(rows, n // NVFP4_BLOCK, NVFP4_BLOCK_BYTES)
+    blocks, rows, n = matrix_blocks(data, rows, n, "NVFP4", NVFP4_BLOCK, NVFP4_BLOCK_BYTES)
     scales = np.ascontiguousarray(blocks[:, :, :4]).reshape(rows, n // _SUB)
     _check_scales(scales, "data")
     qs = blocks[:, :, 4:].reshape(rows, n // _SUB, _SUB // 2)
