@@ -263,9 +263,10 @@ def check_root(model: torch.nn.Module) -> None:
 
     ``quantize_`` swaps each converted layer for a new module on its parent
     (``setattr``); the object the caller holds cannot be swapped that way, so
-    a bare ``nn.Linear`` (or ``Conv1D``, or a stacked-experts module) would be
-    left as it is (torchao's ``quantize_`` converts one, by replacing its
-    weight tensor).  The error names the one-layer constructors instead."""
+    a bare ``nn.Linear`` (or ``Conv1D``, or a stacked-experts module) cannot be
+    converted in place (torchao's ``quantize_`` converts one by replacing its
+    weight tensor).  The error names the one-layer constructors instead (until
+    session 60 the root's empty name raised ``AttributeError``)."""
     if is_conv1d(model):
         build = "MXLinear.from_conv1d"
     elif isinstance(model, torch.nn.Linear):
