@@ -256,7 +256,7 @@ def matrix_blocks(data, rows, n, kind: str, block: int, block_bytes: int):
 
     rows, n = check_shape((rows, n), "rows, n")
     if n % block:
-        raise MXValueError(f"n: ggml {kind} needs a multiple of {block}, got {n}")
+        raise MXValueError(f"n: {n} is not a multiple of ggml's {kind} block of {block}")
     data = np.asarray(data)
     if data.dtype != np.uint8:
         raise MXArgTypeError(f"data: expected the raw uint8 bytes of the matrix, got dtype {data.dtype}")
