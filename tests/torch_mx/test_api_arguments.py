@@ -24,7 +24,7 @@ import warnings
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="torch not installed (pip install 'mlir-mx[test]')")
 
 import mlir_mx  # noqa: E402
 import mlir_mx.convert  # noqa: E402
@@ -101,10 +101,9 @@ def test_every_public_function_refuses_junk_with_an_mx_error(name, f):
 
 
 def _gpt2_conv1d():
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers", reason="transformers not installed (pip install 'mlir-mx[test]')")
     from transformers.pytorch_utils import Conv1D
 
-    del transformers
     torch.manual_seed(0)
     return Conv1D(64, 32)
 
