@@ -104,6 +104,11 @@ def _stats(a: np.ndarray, block_size: int):
     return finite, g, s.reshape(m, -1)
 
 
+def _check_aw(a, w) -> np.ndarray:
+    """``a`` checked against the :class:`AMXWeight` ``w`` (itself checked first)."""
+    return _check_a(a, _check_w(w).source.shape[0], w.block_size)
+
+
 def _check_w(w) -> AMXWeight:
     """``w``, checked an :class:`AMXWeight` (``amx_prepare``'s result)."""
     if not isinstance(w, AMXWeight):
@@ -255,7 +260,7 @@ def amx_guard_call(a, w: AMXWeight) -> bool:
     never larger, so this is as sound).  It keeps every ``t`` and every
     partial of C a multiple of 2^-126, so the tiles' DAZ/FTZ never fires;
     where it fails the call runs on the exact path."""
-    a = _check_a(a, _check_w(w).source.shape[0], w.block_size)
+    a = _check_aw(a, w)
     return _call_ok(_stats(a, w.block_size)[1], w)
 
 
@@ -271,7 +276,7 @@ def amx_pass(a, w: AMXWeight) -> np.ndarray:
     block's largest scale (every partial of ``b sb`` products is at most
     ``S bmax sb`` and, under the guard, has at most 24 bits, so it is then
     an f32 value)."""
-    a = _check_a(a, _check_w(w).source.shape[0], w.block_size)
+    a = _check_aw(a, w)
     return _pass(_stats(a, w.block_size), w)
 
 
@@ -292,7 +297,7 @@ def amx_tile_route(a, w: AMXWeight) -> np.ndarray:
     B's unscaled values) is exact on the tiles from a zero tile, so ``t =
     f32(p s)`` is one multiply (NVFP4's tile route; ``docs/numerics.md``,
     "NVFP4 on AMX")."""
-    a = _check_a(a, _check_w(w).source.shape[0], w.block_size)
+    a = _check_aw(a, w)
     stats = _stats(a, w.block_size)
     return _pass(stats, w, unscaled=True) & ~_pass(stats, w)
 
@@ -300,7 +305,7 @@ def amx_tile_route(a, w: AMXWeight) -> np.ndarray:
 def amx_plan(a, w: AMXWeight) -> np.ndarray | None:
     """:func:`amx_pass`'s mask, or None where :func:`amx_guard_call` fails
     (the call then runs on the exact path): both from one scan of A."""
-    a = _check_a(a, _check_w(w).source.shape[0], w.block_size)
+    a = _check_aw(a, w)
     stats = _stats(a, w.block_size)
     return _pass(stats, w) if _call_ok(stats[1], w) else None
 
@@ -336,8 +341,8 @@ def amx_guarded_matmul(a, w: AMXWeight, product=amx_tdpbf16ps) -> np.ndarray:
        :func:`amx_tile_route`), ``TDPBF16PS`` of its A block against B's
        unscaled values from a zero tile, times ``s`` in f32.
     """
-    bs = _check_w(w).block_size
-    a = _check_a(a, w.source.shape[0], bs)
+    a = _check_aw(a, w)
+    bs = w.block_size
     if not amx_guard_call(a, w):
         return blocked_order(a, w.source, np.zeros((a.shape[0], w.source.shape[1]), np.float32))
     ok, route = amx_pass(a, w), amx_tile_route(a, w)

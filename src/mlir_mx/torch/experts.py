@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mlir_mx.errors import MXArgTypeError, MXValueError
+from mlir_mx.errors import MXArgTypeError, MXValueError, expect_type
 from mlir_mx.execution.threads import one_region
 from mlir_mx.host import check_threads
 from mlir_mx.interop.orientation import check_linear_weight
@@ -68,11 +68,9 @@ class Gate:
     act: str = "silu"
 
     def __post_init__(self):
-        for name, want in (("kind", str), ("act", str), ("alpha", float), ("limit", float)):
-            value, kinds = getattr(self, name), (int, float) if want is float else str
-            if isinstance(value, bool) or not isinstance(value, kinds):
-                what = "a number" if want is float else "a str"
-                raise MXArgTypeError(f"gate: {name} must be {what}, got {type(value).__name__}")
+        for name, kinds, what in (("kind", str, "a str"), ("act", str, "a str"),
+                                  ("alpha", (int, float), "a number"), ("limit", (int, float), "a number")):
+            expect_type(getattr(self, name), kinds, f"gate: {name}", what)  # fmt: skip
         if self.kind not in ("interleaved", "concatenated"):
             raise MXValueError(f"gate: kind must be 'interleaved' or 'concatenated', got {self.kind!r}")
         if self.kind == "concatenated" and self.act not in _ACTS:
