@@ -49,6 +49,17 @@ QUICK_SHAPES = "1x64x128,5x40x96"
 BLOCK_SIZE = 32
 
 
+def _add_min_host(p: ArgParser) -> None:
+    p.add_argument(
+        "--min-host",
+        type=float,
+        metavar="SHARE",
+        help="time again (up to 3 times) a timing around which the cores gave less than SHARE "
+        "of their FMA peak: a 5 ms probe before and after each timing catches a busy neighbour "
+        "on the host, which /proc/stat does not show (default 0.85; 0: no probes)",
+    )
+
+
 def _parser() -> ArgParser:
     p = ArgParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -68,6 +79,7 @@ def _parser() -> ArgParser:
                    "else ~/.local/share/mlir-mx/bench-results; the repository's: --out bench/results)")
     p.add_argument("--tag", help="results file tag (default: 'default', or 'quick')")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    _add_min_host(p)
     _sized(
         p,
         "mlp",
@@ -268,7 +280,7 @@ def _model_bytes(layers: int, config: dict) -> int:
 #: The benchmarks, one a run, and the options each one uses (beside --threads,
 #: --quick, --out, --tag and --quiet, which all do).
 _MODES = {
-    "--shapes": ("the matmul benchmark", ("--formats", "--samples")),
+    "--shapes": ("the matmul benchmark", ("--formats", "--samples", "--min-host")),
     "--mlp": ("the MLP benchmark", ("--samples", "--mlp-tokens")),
     "--quantize": ("the conversion benchmark", ("--formats", "--samples")),
     "--model": ("the model benchmark", ("--layers", "--rows", "--profile", "--env-row", "--busy")),
@@ -356,6 +368,9 @@ def _parse_options(argv: list[str]):
     if samples < 3:
         raise UsageError(f"--samples: at least 3, got {samples}")
     threads = thread_counts(ns.threads)
+    min_host = 0.85 if ns.min_host is None else ns.min_host
+    if not 0.0 <= min_host <= 1.0:
+        raise UsageError(f"--min-host: a share from 0 to 1, got {ns.min_host:g}")
     _check_memory(ns, shapes, mlp, quantize, tokens)
     opts = Options(
         shapes=shapes,
@@ -370,6 +385,7 @@ def _parse_options(argv: list[str]):
         mlp=mlp,
         mlp_tokens=tokens,
         quantize=quantize,
+        min_host=min_host,
     )
     if ns.quick:
         opts.target_s, opts.budget_s, opts.settle_s, opts.retries = 0.002, 0.2, 0.0, 0

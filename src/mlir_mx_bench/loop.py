@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mlir_mx.roofline.measure import Timing, time_repeated
+from mlir_mx.roofline.measure import FmaProbe, Timing, host_share, time_repeated
 from mlir_mx.roofline.variants import Shape
 
 from .baselines import numpy_methods, torch_methods
@@ -62,6 +62,10 @@ class Options:
     max_others: float = 0.1
     retries: int = 3
     retry_wait_s: float = 5.0
+    #: a timing around which the cores gave less than this share of their FMA
+    #: peak (a probe before and after it: contention the guest cannot see) is
+    #: repeated the same way; 0 turns the probes off
+    min_host: float = 0.85
     #: the MLP benchmark (``mlir_mx_bench.mlp``): (d, f) and token counts
     mlp: tuple[int, int] | None = None
     mlp_tokens: tuple[int, ...] = (1, 128)
@@ -127,35 +131,58 @@ def _ratios(rows: list[dict]) -> list[dict]:
 NAME_WIDTH = 26
 
 
+def _disturbed(cpu: dict | None, host: dict | None, opts: Options) -> str | None:
+    """Why a timing cannot be trusted, or None: other processes on the cores
+    (``/proc/stat``), or the cores giving less FMA rate than the probe's
+    threshold (contention beside the guest)."""
+    if cpu is not None and cpu["others"] > opts.max_others:
+        return f"other processes used {cpu['others']:.0%} of the cores while it was timed"
+    if host is not None and host["share"] < opts.min_host:
+        return (
+            f"the cores gave {host['share']:.0%} of their FMA peak around the timing "
+            f"(before {host['before']:.0%}, after {host['after']:.0%}; no other process "
+            "here: the host's other tenants)"
+        )
+    return None
+
+
+def _probe(probe: FmaProbe | None, roof: Roof) -> float | None:
+    return None if probe is None else host_share(probe, roof.peak)
+
+
 def _measure(p: Problem, m: Method, threads: int, roof: Roof, opts: Options, say,
-             width: int = NAME_WIDTH) -> dict:  # fmt: skip
+             width: int = NAME_WIDTH, probe: FmaProbe | None = None) -> dict:  # fmt: skip
     err = m.oracle.check(m.name, f"{p.where}, {threads} thread(s)", m.result(), m.out_unit)
     for attempt in range(1, opts.retries + 2):
+        before = _probe(probe, roof)
         time.sleep(opts.settle_s)
         cpu0 = cpu_sample()
         timing = time_repeated(
             m.run, samples=opts.samples, target_s=opts.target_s, budget_s=opts.budget_s
         )
         cpu = other_load(cpu0, cpu_sample())
-        if cpu is None or cpu["others"] <= opts.max_others or attempt > opts.retries:
+        after = _probe(probe, roof)
+        host = None if before is None else {
+            "before": before, "after": after, "share": min(before, after)
+        }  # fmt: skip
+        why = _disturbed(cpu, host, opts)
+        if why is None or attempt > opts.retries:
             break
-        say(
-            f"    {m.name}: other processes used {cpu['others']:.0%} of the cores while it "
-            f"was timed; timing again in {opts.retry_wait_s:g} s"
-        )
+        say(f"    {m.name}: {why}; timing again in {opts.retry_wait_s:g} s")
         time.sleep(opts.retry_wait_s)
     row = _row(p, m, timing, roof, threads, err)
-    row["cpu"], row["attempts"] = cpu, attempt
+    row["cpu"], row["host"], row["attempts"] = cpu, host, attempt
     say(
         f"    {m.name:<{width}} {timing.median * 1e3:10.3f} ms (spread {timing.spread:7.1%}) "
         f"{row['gb_per_s']:7.1f} GB/s {row['gflop_per_s']:8.1f} GFLOP/s "
         f"{row['roof_fraction']:6.1%} of {row['roof']} roof; err/bound {err:.2g}"
         + (f"; others used {row['cpu']['others']:.0%} of the cores" if row["cpu"] else "")
+        + (f"; cores gave {host['share']:.0%} of their FMA peak" if host else "")
     )
     return row
 
 
-def _group(p, threads, roof, opts, compiled, skipped, say) -> list[dict]:
+def _group(p, threads, roof, opts, compiled, skipped, say, probe=None) -> list[dict]:
     rows = []
 
     def ours(p, t, s):
@@ -175,7 +202,7 @@ def _group(p, threads, roof, opts, compiled, skipped, say) -> list[dict]:
         width = max([NAME_WIDTH, *(len(m.name) for m in methods)])
         try:
             for m in methods:
-                rows.append(_measure(p, m, threads, roof, opts, say, width))
+                rows.append(_measure(p, m, threads, roof, opts, say, width, probe))
         finally:
             for m in methods:
                 if m.close:
@@ -200,6 +227,7 @@ def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
     roofs = {t: measure_roof(t, opts.quick, say) for t in sorted(set(opts.threads) | {1})}
     for warning in roof_warnings(roofs):
         say(f"  warning: {warning}")
+    probes = {t: FmaProbe(t) for t in opts.threads} if opts.min_host > 0 else {}
     rows: list[dict] = []
     compiled: dict[int, float] = {}
     skipped: dict[str, str] = {}
@@ -212,7 +240,7 @@ def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
             for t in opts.threads:
                 say(f"  {shape} {element} at {t} thread(s):")
                 with thread_limits(t):
-                    rows += _group(p, t, roofs[t], opts, compiled, skipped, say)
+                    rows += _group(p, t, roofs[t], opts, compiled, skipped, say, probes.get(t))
             del p
     if opts.mlp:
         from .mlp import run_mlp

@@ -61,6 +61,28 @@ def _pct(cpu: dict | None, key: str) -> str:
     return "unknown" if not cpu else f"{cpu[key]:.0%}"
 
 
+def _host(row: dict) -> str:
+    """The 'host' column: the lower of the two probes' shares of the FMA peak."""
+    h = row.get("host")
+    return "-" if not h else f"{h['share']:.0%}"
+
+
+def _host_line(r: dict) -> list[str]:
+    shares = [x["host"]["share"] for x in r["rows"] if x.get("host")]
+    if not shares:
+        return []
+    low = min(shares)
+    below = sum(s < r["options"].get("min_host", 0) for s in shares)
+    return [
+        "- Host contention (per row in the 'host' column): the share of the cores' f32 FMA "
+        "peak a 5 ms probe at the row's thread count got before and after each timing, the "
+        f"lower of the two; lowest {low:.0%}. A timing with a probe under "
+        f"{r['options'].get('min_host', 0):.0%} was repeated like a disturbed one; "
+        f"{below} row(s) still below it. It sees what /proc/stat cannot: a busy neighbour "
+        "of the vCPUs on the host, with no steal reported, as well as other processes here"
+    ]
+
+
 def _tries(row: dict) -> str:
     n = row.get("attempts", 1)
     return f" (timed {n}x)" if n > 1 else ""
@@ -101,6 +123,7 @@ def _header(r: dict) -> list[str]:
         "per row in the 'others' column: a timing during which others used more than "
         f"{r['options']['max_others']:.0%} was repeated up to {r['options']['retries']} times "
         "('timed Nx'); one still above that was disturbed",
+        *_host_line(r),
         f"- Total run time {r['total_s']:.0f} s; samples per timing up to "
         f"{r['options']['samples']} (budget {r['options']['budget_s']} s), median reported, "
         "spread = (max - min) / median",
@@ -169,6 +192,7 @@ def _rows_table(r: dict) -> list[str]:
             "err/bound",
             "compile s",
             "others",
+            "host",
         ],
     )
     numpy = {
@@ -185,7 +209,7 @@ def _rows_table(r: dict) -> list[str]:
             f"| {row_isa(x['kind'], r['machine'], x['method'])} | {x['method_threads']} | {x['median_s'] * 1e3:.3f} | {x['min_s'] * 1e3:.3f} "
             f"| {x['spread']:.1%} | {x['gb_per_s']:.1f} | {x['gflop_per_s']:.1f} | {x['roof']} "
             f"| {x['roof_fraction']:.1%} | {vs} | {x['max_err_over_bound']:.2g} | {comp} "
-            f"| {_pct(x.get('cpu'), 'others')}{_tries(x)} |"
+            f"| {_pct(x.get('cpu'), 'others')}{_tries(x)} | {_host(x)} |"
         )
     return lines
 

@@ -104,6 +104,67 @@ def test_a_disturbed_timing_is_repeated(monkeypatch):
     assert row["attempts"] == 2 and row["cpu"]["others"] == 0.9  # kept, and says so
 
 
+class _Probe:
+    """A stand-in for ``FmaProbe`` whose rates are given (FLOP/s)."""
+
+    def __init__(self, rates):
+        self.rates, self.best = iter(rates), 0.0
+
+    def rate(self):
+        got = next(self.rates)
+        self.best = max(self.best, got)
+        return got
+
+
+def test_a_timing_beside_a_busy_host_neighbour_is_repeated(monkeypatch):
+    """No other process on the cores (``others`` 0), but the FMA probe around
+    the timing got under ``min_host`` of the peak: timed again, and the row
+    records the probes; a probe at the peak passes at once."""
+    from pathlib import Path
+
+    from mlir_mx_bench import loop as harness
+    from mlir_mx_bench.machine import Roof
+    from mlir_mx_bench.method import Method
+
+    p = make_problem(Shape(2, 8, 32), "f8E4M3FN")
+    m = Method("numpy", "baseline", 1, 100, lambda n: None, lambda: p.da @ p.db, p.oracle)
+    monkeypatch.setattr(harness, "other_load", lambda a, b: {"others": 0.0, "steal": 0})
+    opts = harness.Options(
+        [p.shape], ["f8E4M3FN"], [1], "mx-bench", "t", Path("."),
+        samples=3, target_s=1e-4, budget_s=0.01, settle_s=0, retry_wait_s=0,
+    )  # fmt: skip
+    roof = Roof(1, 1e10, 1e10, 100e9, 100e9, "test")
+    said = []
+    # before/after pairs: (95, 40) disturbed, (50, 96) disturbed, (97, 99) clean
+    probe = _Probe([95e9, 40e9, 50e9, 96e9, 97e9, 99e9])
+    row = harness._measure(p, m, 1, roof, opts, said.append, probe=probe)
+    assert row["attempts"] == 3
+    assert row["host"] == {"before": 0.97, "after": 0.99, "share": 0.97}
+    assert sum("40% of their FMA peak" in s for s in said) == 1
+    assert sum("50% of their FMA peak" in s for s in said) == 1
+    # a probe above the recorded peak raises the reference, never a share above 1
+    row = harness._measure(p, m, 1, roof, opts, said.append, probe=_Probe([120e9, 108e9]))
+    assert row["attempts"] == 1 and row["host"]["share"] == 0.9
+    opts.retries = 0
+    row = harness._measure(p, m, 1, roof, opts, said.append, probe=_Probe([30e9, 30e9]))
+    assert row["attempts"] == 1 and row["host"]["share"] == 0.3  # kept, and the table says so
+    from mlir_mx_bench.results import _host
+
+    assert _host(row) == "30%" and _host({"host": None}) == "-"
+
+
+def test_the_fma_probe_measures_the_cores():
+    """The real probe: a positive rate no higher than a few times the cores'
+    plausible peak, its best kept, and a share within (0, 1]."""
+    from mlir_mx.roofline.measure import FmaProbe, host_share
+
+    probe = FmaProbe(1, seconds=0.001)
+    rates = [probe.rate() for _ in range(3)]
+    assert min(rates) > 1e8 and probe.best == max(rates)
+    assert 0 < host_share(probe, max(rates)) <= 1.0
+    assert host_share(probe, 1.0) <= 1.0  # a peak below the probe's own best is not used
+
+
 def test_a_multi_thread_roof_below_its_share_is_reported(monkeypatch):
     """A 2-thread FMA peak under 1.5x the 1-thread one (the cores were busy)
     is never reported without a warning; a plausible one is."""

@@ -180,6 +180,9 @@ def test_kernel_that_does_not_compile_fails_the_run(tmp_path, monkeypatch, capsy
         (["--mlp", "100,200"], "--mlp: expected D,F, multiples of 32, got '100,200'"),
         (["--tag", "a/b"], "--tag: use letters"),
         (["--samples", "1"], "--samples: at least 3"),
+        (["--min-host", "1.5"], "--min-host: a share from 0 to 1, got 1.5"),
+        (["--min-host", "-0.1"], "--min-host: a share from 0 to 1, got -0.1"),
+        (["--mlp", "--min-host", "0.5"], "--min-host is not used by the MLP benchmark"),
         (["--bogus"], "unrecognized arguments: --bogus"),
         (["--quantize", "64x30"], "--quantize: expected RxC with C a multiple of 32"),
     ],
@@ -415,3 +418,11 @@ def test_the_rows_table_is_aligned_with_long_method_names():
     ends = {len(line) for line in lines}  # the last column is right-aligned
     assert ends == {len(lines[0])}
     assert lines[2].split()[-1] == "0.25x" and lines[3].endswith(" -")
+
+
+def test_min_host_default_and_off():
+    """The host probe's threshold: 0.85 unless given; 0 is accepted (no probes)."""
+    from mlir_mx_bench.cli import _parse
+
+    assert _parse(["--shapes", "1x8x32"])[0].min_host == 0.85
+    assert _parse(["--shapes", "1x8x32", "--min-host", "0"])[0].min_host == 0.0

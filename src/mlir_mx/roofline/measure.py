@@ -43,6 +43,8 @@ from mlir_mx.roofline.variants import VARIANTS, Shape, variant_module_text
 __all__ = [
     "FMA_ACCUMULATORS",
     "fma_lanes",
+    "FmaProbe",
+    "host_share",
     "KernelTiming",
     "Timing",
     "get_machine",
@@ -299,25 +301,52 @@ def measure_bandwidth(
     return best
 
 
+class FmaProbe:
+    """The FMA peak loop (``@fma_peak``) compiled once for ``threads`` tasks
+    of the kernels' own threading, sized to run about ``seconds``.
+
+    :meth:`rate` is the FLOP/s the cores deliver to this process now. Over a
+    run it is the check for contention the guest cannot see: a host that
+    places the vCPUs beside another tenant's busy threads slows a loop of
+    registers only, while ``/proc/stat`` shows no other process and no steal
+    (``bench/results/zen4-s60-2026-12-06.md``: a 12-chain FMA loop 0.90-1.81x
+    slower as a pair than alone). ``mx-bench`` runs a probe before and after
+    each timing (:func:`host_share`)."""
+
+    def __init__(self, threads: int = 1, seconds: float = 0.005):
+        lanes = fma_lanes()
+        self.threads = threads
+        self._runner = _ceiling_runner(_fma_text(lanes=lanes), threads)
+        self._flops_per_iteration = FMA_ACCUMULATORS * lanes * 2 * threads
+        self._out = np.zeros(threads, np.float32)
+        t0 = time.perf_counter()
+        self._runner.invoke("fma_peak", 0.5, 100_000, self._out)
+        one = max(time.perf_counter() - t0, 1e-6) / 100_000
+        self.iterations = max(1000, int(seconds / one))
+        self._call = self._runner.bind("fma_peak", 0.5, self.iterations, self._out)
+        #: the highest rate :meth:`rate` has returned
+        self.best = 0.0
+
+    def rate(self) -> float:
+        """One run's FLOP/s (every task's FMAs over the wall time)."""
+        t0 = time.perf_counter()
+        self._call()
+        got = self._flops_per_iteration * self.iterations / (time.perf_counter() - t0)
+        self.best = max(self.best, got)
+        return got
+
+
+def host_share(probe: FmaProbe, peak: float) -> float:
+    """One probe run's rate over the best known (``peak``, or the probe's own
+    best if higher), at most 1: the share of the FMA rate the cores give now."""
+    got = probe.rate()
+    return min(1.0, got / max(peak, probe.best))
+
+
 def measure_peak(threads: int = 1, seconds: float = 0.3, reps: int = 5) -> tuple[float, float]:
     """Peak f32 FMA rate (FLOP/s): (best, median) over ``reps`` runs of
     ``threads`` parallel tasks of the kernels' own threading."""
-    lanes = fma_lanes()
-    runner = _ceiling_runner(_fma_text(lanes=lanes), threads)
-    per_iter = FMA_ACCUMULATORS * lanes * 2
-    out = np.zeros(threads, np.float32)
-    t0 = time.perf_counter()
-    runner.invoke("fma_peak", 0.5, 100_000, out)
-    one = max(time.perf_counter() - t0, 1e-6) / 100_000
-    n = max(1000, int(seconds / one))
-    call = runner.bind("fma_peak", 0.5, n, out)
-
-    def rate() -> float:
-        t0 = time.perf_counter()
-        call()
-        return per_iter * n * threads / (time.perf_counter() - t0)
-
-    return _best_of(reps, rate)
+    return _best_of(reps, FmaProbe(threads, seconds).rate)
 
 
 def numpy_bandwidth(mib: int = 256, reps: int = 5) -> float:

@@ -24,6 +24,8 @@ from pathlib import Path
 __all__ = [
     "ENV_PREFIXES",
     "greedy_decode",
+    "host_gflops",
+    "host_share",
     "parse_env_setting",
     "prefill_seconds",
     "prompt_ids",
@@ -112,6 +114,32 @@ def greedy_decode(model, ids, new_tokens: int) -> tuple[list[int], list[float]]:
             t0 = time.perf_counter()
             out = model(nxt, cache=out.cache, use_cache=True, logits_to_keep=1)
             steps.append(time.perf_counter() - t0)
+
+
+def host_gflops(threads: int) -> Callable[[], float]:
+    """mx-bench's host probe (:class:`~mlir_mx.roofline.measure.FmaProbe`, about
+    5 ms of FMAs on ``threads`` tasks) for a row process: a function giving
+    the GFLOP/s the cores deliver now. A row runs it before and after its
+    timings (``host_gflops``: [before, after]); the report divides the lower
+    by the best of the run at that thread count (the 'host' column)."""
+    from mlir_mx.roofline.measure import FmaProbe
+
+    probe = FmaProbe(threads)
+    return lambda: probe.rate() / 1e9
+
+
+def host_share(row: dict, rows: list[dict]) -> str:
+    """A model row's 'host' column: the lower of its two probes
+    (:func:`host_gflops`) over the best probe of ``rows`` at its thread count
+    (each row is a fresh process, so the best is the quietest moment of the
+    run); '-' for a row without probes (a reference, or an older record)."""
+    got = row.get("host_gflops")
+    if not got:
+        return "-"
+    t = row["spec"]["threads"]
+    best = max(max(x["host_gflops"]) for x in rows
+               if x.get("host_gflops") and x["spec"]["threads"] == t)  # fmt: skip
+    return f"{min(got) / best:.0%}"
 
 
 def prompt_ids(model, spec: dict):

@@ -46,13 +46,15 @@ def test_markdown_reports_bits_and_the_check():
             {**row, "spec": {"row": "transformers bf16", "kind": "hf-bf16", "threads": 1},
              "decode_tokens_per_s": 1.0, "expert_bytes": 64},
             {**row, "spec": {"row": "ours MXFP4, f32 rest", "kind": "mx-f32", "threads": 1},
-             "max_logit_diff": 1e-6, "diff_over_bound": 0.01, "same_tokens": 4, "tokens_compared": 4},
+             "max_logit_diff": 1e-6, "diff_over_bound": 0.01, "same_tokens": 4, "tokens_compared": 4,
+             "host_gflops": [80.0, 100.0]},
             {"spec": {"row": "ours MXFP4", "kind": "mx-bf16", "threads": 1}, "error": "exit 1: boom"},
         ],
     }  # fmt: skip
     text = gpt_oss_markdown(rec)
     assert ("(4.25) | 2 | 5 | 2.00 | 2.00x | 2.5 | 0.2 | max diff 1.00e-06 = 0.010 of the bound; "
-            "4/4 tokens |") in text
+            "4/4 tokens | 80% |") in text  # host: 80 of the run's best 100 GFLOP/s
+    assert "2.5 | 0.2 | - | - |" in text  # no probes in the record: no host share
     assert "(16.00)" in text and "| ours MXFP4 | failed: exit 1: boom |" in text
     assert "## Published, not measured here" in text and "PR #19738" in text and "ik_llama.cpp" in text
     # ours failed at this thread count: the targets say so instead of a ratio

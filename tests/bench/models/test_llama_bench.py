@@ -88,6 +88,10 @@ def test_one_row_in_process(tmp_path, kind):
     assert "## Per-token breakdown (--profile)" in md and "Method (2 decode steps" in md
     assert "| 1 | ours MXFP4 | lm_head | 1 |" in md  # the per-projection table
     assert "## Environment" in md and "variables none set" in md
+    # the host probes around the timings: two rates, the row's share of its own best
+    assert len(rec["host_gflops"]) == 2 and min(rec["host_gflops"]) > 0
+    low = min(rec["host_gflops"]) / max(rec["host_gflops"])
+    assert md.count(f"| {low:.0%} |") >= 1 and "- host: the share" in md
 
 
 def test_targets_from_rows():
@@ -215,3 +219,6 @@ def test_quick_model_run_writes_results(tmp_path):
     md = next(tmp_path.glob("*.md")).read_text()
     assert "| ours MXFP4 |" in md and "| ours MXFP4, activations=i8 |" in md
     assert "n/a (activations quantized)" in md and "Shared machine" in md
+    timed = [r for r in rec["rows"] if r["spec"]["kind"] != "reference"]
+    assert all(len(r["host_gflops"]) == 2 for r in timed)
+    assert md.count(" | host |") == 1  # the one thread count's table

@@ -37,7 +37,7 @@ from mlir_mx.host import default_thread_counts
 from mlir_mx_bench.console import default_out_dir
 from mlir_mx_bench.emulate import summary
 from mlir_mx_bench.machine import loadavg
-from mlir_mx_bench.models.workers import run_record, run_worker
+from mlir_mx_bench.models.workers import host_share, run_record, run_worker
 
 __all__ = ["GPT_OSS_ROWS", "GptOssOptions", "gpt_oss_markdown", "run_gpt_oss"]
 
@@ -269,8 +269,8 @@ def gpt_oss_markdown(r: dict) -> str:
             "",
             "| row | load s | expert bytes (bits/weight) | RSS over baseline MiB | "
             "prefill ms | decode tok/s | decode vs transformers bf16 | MoE prefill ms | "
-            "MoE decode ms/token | check |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "MoE decode ms/token | check | host |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for x in rows:
             if "error" in x:
@@ -288,7 +288,8 @@ def gpt_oss_markdown(r: dict) -> str:
                 f"| {x['spec']['row']} | {x['load_s']:.1f} | {x['expert_bytes'] / 2**20:.0f} MiB "
                 f"({bits:.2f}) | {(x['rss_model_kib'] - x['rss_start_kib']) / 1024:.0f} | "
                 f"{x['prefill_ms']:.0f} | {x['decode_tokens_per_s']:.2f} | {speed} | "
-                f"{_ms(x, 'moe_prefill_ms')} | {_ms(x, 'moe_decode_ms')} | {check} |"
+                f"{_ms(x, 'moe_prefill_ms')} | {_ms(x, 'moe_decode_ms')} | {check} "
+                f"| {host_share(x, rows)} |"
             )
         lines += _targets(rows) + [""]
     lines += ["## Published, not measured here (whole gpt-oss-20b, their machines)", ""]

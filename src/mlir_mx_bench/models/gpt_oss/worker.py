@@ -32,6 +32,7 @@ import torch
 from mlir_mx_bench.models.llama.worker import release_free_memory, rss_kib
 from mlir_mx_bench.models.workers import (
     greedy_decode,
+    host_gflops,
     prefill_seconds,
     prompt_ids,
     worker_main,
@@ -180,11 +181,14 @@ def run_row(spec: dict) -> dict:
     greedy_decode(model, ids, 2)  # warm-up: our kernels compile here
     rec["warmup_s"] = time.perf_counter() - t0
     clock = MoEClock(model)
+    probe = host_gflops(spec["threads"])
+    rec["host_gflops"] = [probe()]
     times = prefill_seconds(model, ids, spec["prefill_samples"])
     rec["prefill_ms"] = 1e3 * statistics.median(times)
     rec["moe_prefill_ms"] = 1e3 * statistics.median(clock.calls)
     clock.reset()
     rec["tokens"], steps = greedy_decode(model, ids, spec["new_tokens"])
+    rec["host_gflops"].append(probe())
     rec["decode_tokens_per_s"] = 1.0 / statistics.median(steps)
     # calls[0]: greedy_decode's prefill; then one call per timed step.
     rec["moe_decode_ms"] = 1e3 * statistics.median(clock.calls[1:])

@@ -8,6 +8,7 @@ from pathlib import Path
 from mlir_mx.files import write_text
 from mlir_mx_bench.emulate import summary
 from mlir_mx_bench.models.llama.run import ROWS, same_env_key
+from mlir_mx_bench.models.workers import host_share
 
 __all__ = ["model_markdown", "write_model_results"]
 
@@ -74,10 +75,10 @@ def _header(r: dict) -> list[str]:
     ]
 
 
-def _row_line(r: dict, base: dict | None) -> str:
+def _row_line(r: dict, base: dict | None, rows: list[dict]) -> str:
     s = r["spec"]
     if "error" in r:
-        return f"| {s['row']} | failed: {r['error'].splitlines()[-1][:120]} |" + " |" * 9
+        return f"| {s['row']} | failed: {r['error'].splitlines()[-1][:120]} |" + " |" * 10
     vs = f"{r['decode_tokens_per_s'] / base['decode_tokens_per_s']:.2f}x" if base else "-"
     pre = f"{base['prefill_ms'] / r['prefill_ms']:.2f}x" if base else "-"
     bits = 8 * r["linear_bytes"] / r["linear_params"]
@@ -96,7 +97,7 @@ def _row_line(r: dict, base: dict | None) -> str:
         f"| {s['row']} | {r['prefill_ms']:.0f} | {pre} | {r['decode_tokens_per_s']:.2f} | {vs} "
         f"| {r['linear_bytes'] / 2**20:.1f} MiB ({bits:.2f} b/param) "
         f"| {r['rss_model_kib'] / MIB:.0f} ({(r['rss_model_kib'] - r['rss_start_kib']) / MIB:.0f}) "
-        f"| {r['rss_peak_kib'] / MIB:.0f} | {diff} | {ok} | {same} |"
+        f"| {r['rss_peak_kib'] / MIB:.0f} | {diff} | {ok} | {same} | {host_share(r, rows)} |"
     )
 
 
@@ -115,12 +116,12 @@ def _tables(r: dict) -> list[str]:
             "",
             "| row | prefill ms | prefill vs f32 | decode tok/s | decode vs f32 | linear weights "
             "| RSS MiB (over baseline) | peak RSS MiB | max abs logit diff | diff / bound "
-            "| same tokens |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "| same tokens | host |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
-        lines += [_row_line(x, f32.get(same_env_key(x["spec"]))) for x in rows]
+        lines += [_row_line(x, f32.get(same_env_key(x["spec"])), rows) for x in rows]
         for name, why in r["not_run"].items():
-            lines.append(f"| {name} | not run: {why} |" + " |" * 9)
+            lines.append(f"| {name} | not run: {why} |" + " |" * 10)
     return lines
 
 
@@ -171,6 +172,12 @@ def _notes(r: dict) -> list[str]:
         f"its decode is timed over {ao['spec']['new_tokens']} tokens only (it is slow)"
         if ao
         else "its row was not run here"
+    )
+    lines.append(
+        "- host: the share of the cores' FMA rate the row's process got, the lower of a 5 ms "
+        "probe before its prefill timing and one after its decode, over the run's best probe "
+        "at that thread count (a busy neighbour on the host slows it with no other process "
+        "or steal shown here; docs/bench.md). `--busy` rows are low by design"
     )
     lines.append(
         "- torchao 0.18.0's MX inference path (`MXDynamicActivationMXWeightConfig`) has no "

@@ -26,6 +26,7 @@ import torch
 
 from mlir_mx_bench.models.workers import (
     greedy_decode,
+    host_gflops,
     prefill_seconds,
     prompt_ids,
     worker_main,
@@ -193,8 +194,11 @@ def run_row(spec: dict) -> dict:
         if spec["kind"] != "torchao":  # (torchao: nothing to compile, and it is slow)
             greedy_decode(model, ids, 3)  # warm-up: compiles our kernels (prefill and decode)
         rec["warmup_s"] = time.perf_counter() - t0
+        probe = host_gflops(spec["threads"])
+        rec["host_gflops"] = [probe()]
         rec["prefill_s"] = prefill_seconds(model, ids, spec["prefill_samples"])
         rec["tokens"], rec["decode_step_s"] = greedy_decode(model, ids, spec["new_tokens"])
+        rec["host_gflops"].append(probe())
         with torch.inference_mode():
             logits = model(ids).logits[0].to(torch.float32)
         np.save(out_dir / f"{name}-logits.npy", logits.numpy())
