@@ -140,8 +140,8 @@ def _disturbed(cpu: dict | None, host: dict | None, opts: Options) -> str | None
     if host is not None and host["share"] < opts.min_host:
         return (
             f"the cores gave {host['share']:.0%} of their FMA peak around the timing "
-            f"(before {host['before']:.0%}, after {host['after']:.0%}; no other process "
-            "here: the host's other tenants)"
+            f"(before {host['before']:.0%}, after {host['after']:.0%}; not other processes "
+            "here: the host's other tenants, or threads of this process that still spin)"
         )
     return None
 
@@ -154,13 +154,15 @@ def _measure(p: Problem, m: Method, threads: int, roof: Roof, opts: Options, say
              width: int = NAME_WIDTH, probe: FmaProbe | None = None) -> dict:  # fmt: skip
     err = m.oracle.check(m.name, f"{p.where}, {threads} thread(s)", m.result(), m.out_unit)
     for attempt in range(1, opts.retries + 2):
+        time.sleep(opts.settle_s)  # the previous call's spinning workers sleep (the oracle's too)
         before = _probe(probe, roof)
-        time.sleep(opts.settle_s)
         cpu0 = cpu_sample()
         timing = time_repeated(
             m.run, samples=opts.samples, target_s=opts.target_s, budget_s=opts.budget_s
         )
         cpu = other_load(cpu0, cpu_sample())
+        if probe is not None:  # our own workers (and torch's, OpenBLAS's) stop spinning first
+            time.sleep(opts.settle_s)
         after = _probe(probe, roof)
         host = None if before is None else {
             "before": before, "after": after, "share": min(before, after)
@@ -210,6 +212,23 @@ def _group(p, threads, roof, opts, compiled, skipped, say, probe=None) -> list[d
     return rows
 
 
+def _shape_rows(opts, roofs, compiled, skipped, probes, say) -> list[dict]:
+    """Every (shape, format, thread count) group's rows, in that order."""
+    rows: list[dict] = []
+    for shape in opts.shapes:
+        for element in opts.formats:
+            say(f"{shape} {element}: quantizing the inputs, computing the f64 oracle...")
+            a_element, b_element = split_format(element)
+            p = make_problem(shape, b_element, opts.block_size, a_element=a_element)
+            _ = p.oracle
+            for t in opts.threads:
+                say(f"  {shape} {element} at {t} thread(s):")
+                with thread_limits(t):
+                    rows += _group(p, t, roofs[t], opts, compiled, skipped, say, probes.get(t))
+            del p
+    return rows
+
+
 def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
     """Run the whole benchmark; returns the record written by :mod:`.results`."""
     t_start, cpu0 = time.perf_counter(), cpu_sample()
@@ -228,20 +247,13 @@ def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
     for warning in roof_warnings(roofs):
         say(f"  warning: {warning}")
     probes = {t: FmaProbe(t) for t in opts.threads} if opts.min_host > 0 else {}
-    rows: list[dict] = []
     compiled: dict[int, float] = {}
     skipped: dict[str, str] = {}
-    for shape in opts.shapes:
-        for element in opts.formats:
-            say(f"{shape} {element}: quantizing the inputs, computing the f64 oracle...")
-            a_element, b_element = split_format(element)
-            p = make_problem(shape, b_element, opts.block_size, a_element=a_element)
-            _ = p.oracle
-            for t in opts.threads:
-                say(f"  {shape} {element} at {t} thread(s):")
-                with thread_limits(t):
-                    rows += _group(p, t, roofs[t], opts, compiled, skipped, say, probes.get(t))
-            del p
+    try:
+        rows = _shape_rows(opts, roofs, compiled, skipped, probes, say)
+    finally:
+        for probe in probes.values():
+            probe.close()
     if opts.mlp:
         from .mlp import run_mlp
 

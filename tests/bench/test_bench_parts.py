@@ -2,6 +2,8 @@
 tolerance accepts any f32 summation order and rejects real errors, and the
 ggml baseline checks against its own operands."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -154,15 +156,39 @@ def test_a_timing_beside_a_busy_host_neighbour_is_repeated(monkeypatch):
 
 
 def test_the_fma_probe_measures_the_cores():
-    """The real probe: a positive rate no higher than a few times the cores'
-    plausible peak, its best kept, and a share within (0, 1]."""
+    """The real probe: a positive rate, its best kept, and a share within (0, 1]."""
     from mlir_mx.roofline.measure import FmaProbe, host_share
 
     probe = FmaProbe(1, seconds=0.001)
     rates = [probe.rate() for _ in range(3)]
-    assert min(rates) > 1e8 and probe.best == max(rates)
+    assert min(rates) > 1e8 and probe.best == max(rates) and probe.cpus is None
     assert 0 < host_share(probe, max(rates)) <= 1.0
     assert host_share(probe, 1.0) <= 1.0  # a peak below the probe's own best is not used
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
+                    reason="pinning 2 probe threads needs 2 CPUs and sched_setaffinity (Linux)")  # fmt: skip
+def test_the_two_thread_probe_runs_one_pinned_thread_per_cpu():
+    """At 2 threads the probe pins one thread to each of the first two CPUs
+    (unpinned, a woken worker shared the waker's vCPU: docs/bench.md); each
+    runs the 1-thread loop, so a 2-thread rate counts both threads' FMAs."""
+    import threading
+
+    from mlir_mx.roofline.measure import FmaProbe
+
+    before = threading.active_count()
+    probe = FmaProbe(2, seconds=0.001)
+    try:
+        assert probe.cpus == sorted(os.sched_getaffinity(0))[:2]
+        assert threading.active_count() == before + 2
+        assert min(probe.rate() for _ in range(3)) > 1e8
+        assert all(out[0] != 0 for out in probe._outs)  # both threads ran their loop
+    finally:
+        probe.close()
+    probe.close()  # a second close is a no-op
+    assert threading.active_count() == before  # close joined them
+    unpinned = FmaProbe(2, seconds=0.001, pinned=False)
+    assert unpinned.cpus is None and unpinned.rate() > 1e8
 
 
 def test_a_multi_thread_roof_below_its_share_is_reported(monkeypatch):

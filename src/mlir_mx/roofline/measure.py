@@ -28,6 +28,8 @@ median, min, max and spread over several samples after a warm-up.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -302,8 +304,8 @@ def measure_bandwidth(
 
 
 class FmaProbe:
-    """The FMA peak loop (``@fma_peak``) compiled once for ``threads`` tasks
-    of the kernels' own threading, sized to run about ``seconds``.
+    """The FMA peak loop (``@fma_peak``) at ``threads`` threads, sized to run
+    about ``seconds``.
 
     :meth:`rate` is the FLOP/s the cores deliver to this process now. Over a
     run it is the check for contention the guest cannot see: a host that
@@ -311,29 +313,105 @@ class FmaProbe:
     registers only, while ``/proc/stat`` shows no other process and no steal
     (``bench/results/zen4-s60-2026-12-06.md``: a 12-chain FMA loop 0.90-1.81x
     slower as a pair than alone). ``mx-bench`` runs a probe before and after
-    each timing (:func:`host_share`)."""
+    each timing (:func:`host_share`).
 
-    def __init__(self, threads: int = 1, seconds: float = 0.005):
+    ``pinned`` (default: where ``threads > 1`` and the OS can pin): one
+    thread per CPU of the first ``threads`` of the process's affinity mask,
+    each running the 1-thread loop at once; the rate is ``threads`` loops
+    over the slowest thread's time. Unpinned (the kernels' own threading,
+    :func:`measure_peak`'s) a probe after an idle gap measured the scheduler,
+    not the host: the woken worker was placed on the waking thread's vCPU
+    (in 25 of 40 gaps of 50 ms on the developers' 2-vCPU Zen 4, a pthread
+    pair in C alike) and the pair ran at 50 % until the load balancer moved
+    it; back to back, or pinned, it ran at the peak."""
+
+    def __init__(self, threads: int = 1, seconds: float = 0.005, pinned: bool | None = None):
         lanes = fma_lanes()
+        cpus = _probe_cpus(threads) if pinned is not False else None
+        if pinned and cpus is None:
+            raise MXValueError(f"pinned: cannot pin {threads} thread(s) on this host")
         self.threads = threads
-        self._runner = _ceiling_runner(_fma_text(lanes=lanes), threads)
+        self.cpus = cpus if threads > 1 else None
+        team = 1 if self.cpus else threads
+        self._runner = _ceiling_runner(_fma_text(lanes=lanes), team)
         self._flops_per_iteration = FMA_ACCUMULATORS * lanes * 2 * threads
-        self._out = np.zeros(threads, np.float32)
+        self._outs = [np.zeros(team, np.float32) for _ in range(len(self.cpus or [0]))]
         t0 = time.perf_counter()
-        self._runner.invoke("fma_peak", 0.5, 100_000, self._out)
+        self._runner.invoke("fma_peak", 0.5, 100_000, self._outs[0])
         one = max(time.perf_counter() - t0, 1e-6) / 100_000
         self.iterations = max(1000, int(seconds / one))
-        self._call = self._runner.bind("fma_peak", 0.5, self.iterations, self._out)
+        calls = [self._runner.bind("fma_peak", 0.5, self.iterations, out) for out in self._outs]
+        self._team = _PinnedTeam(calls, self.cpus) if self.cpus else None
+        self._call = calls[0]
         #: the highest rate :meth:`rate` has returned
         self.best = 0.0
 
     def rate(self) -> float:
-        """One run's FLOP/s (every task's FMAs over the wall time)."""
-        t0 = time.perf_counter()
-        self._call()
-        got = self._flops_per_iteration * self.iterations / (time.perf_counter() - t0)
+        """One run's FLOP/s (every thread's FMAs over the slowest one's time)."""
+        if self._team is not None:
+            seconds = self._team.run()
+        else:
+            t0 = time.perf_counter()
+            self._call()
+            seconds = time.perf_counter() - t0
+        got = self._flops_per_iteration * self.iterations / seconds
         self.best = max(self.best, got)
         return got
+
+    def close(self) -> None:
+        """Stop the pinned threads (a no-op unpinned, or when closed already)."""
+        if self._team is not None:
+            self._team.close()
+            self._team = None
+
+
+def _probe_cpus(threads: int) -> list[int] | None:
+    """The first ``threads`` CPUs of this process's affinity mask, where
+    ``threads > 1`` and the OS lets a thread pin itself; else None."""
+    if threads < 2 or not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    return cpus[:threads] if len(cpus) >= threads else None
+
+
+class _PinnedTeam:
+    """One daemon thread per CPU, pinned there, each running its call when
+    :meth:`run` releases them (native code: the GIL is released)."""
+
+    def __init__(self, calls: list, cpus: list[int]):
+        self._start = threading.Barrier(len(cpus) + 1)
+        self._end = threading.Barrier(len(cpus) + 1)
+        self._seconds = [0.0] * len(cpus)
+        self._stop = False
+        self._threads = [
+            threading.Thread(target=self._loop, args=(i, call, cpu), daemon=True)
+            for i, (call, cpu) in enumerate(zip(calls, cpus, strict=True))
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _loop(self, i: int, call, cpu: int) -> None:
+        os.sched_setaffinity(0, {cpu})  # this thread only
+        while True:
+            self._start.wait()
+            if self._stop:
+                return
+            t0 = time.perf_counter()
+            call()
+            self._seconds[i] = time.perf_counter() - t0
+            self._end.wait()
+
+    def run(self) -> float:
+        """Every thread's call at once; the slowest one's seconds."""
+        self._start.wait()
+        self._end.wait()
+        return max(self._seconds)
+
+    def close(self) -> None:
+        self._stop = True
+        self._start.wait()
+        for t in self._threads:
+            t.join()
 
 
 def host_share(probe: FmaProbe, peak: float) -> float:
@@ -346,7 +424,7 @@ def host_share(probe: FmaProbe, peak: float) -> float:
 def measure_peak(threads: int = 1, seconds: float = 0.3, reps: int = 5) -> tuple[float, float]:
     """Peak f32 FMA rate (FLOP/s): (best, median) over ``reps`` runs of
     ``threads`` parallel tasks of the kernels' own threading."""
-    return _best_of(reps, FmaProbe(threads, seconds).rate)
+    return _best_of(reps, FmaProbe(threads, seconds, pinned=False).rate)
 
 
 def numpy_bandwidth(mib: int = 256, reps: int = 5) -> float:
