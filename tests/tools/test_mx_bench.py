@@ -74,6 +74,10 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     assert all(0 <= r["max_err_over_bound"] <= 1 for r in rows)
     # quick timings are too short to attribute CPU time: None, or a share
     assert all(r["cpu"] is None or 0 <= r["cpu"]["others"] <= 1 for r in rows)
+    # the host probes around each timing: two shares in (0, 1], the row's the lower
+    assert all(0 < r["host"]["share"] == min(r["host"]["before"], r["host"]["after"]) <= 1
+               for r in rows)  # fmt: skip
+    assert "- Host contention (per row in the 'host' column)" in md.read_text()
     methods = {(r["shape"], r["threads"], r["method"]) for r in rows}
     for shape in ("1x64x128", "5x40x96"):
         for t in counts:
