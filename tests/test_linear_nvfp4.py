@@ -237,3 +237,54 @@ def test_matmul_caches_an_nvfp4_weight():
     w = _w(64, 32, seed=9)
     x = _x(4, 32)
     assert same_bits(mlir_mx.matmul(x, w), _want(w, x, None)).all()
+
+
+@pytest.mark.parametrize("vendor", ["AuthenticAMD", "GenuineIntel"])
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4-16"])
+def test_the_short_block_prefetch_keeps_the_bits(monkeypatch, vendor, fmt):
+    """A decode of packed FP4 in blocks of 16 prefetches B's tiles on AMD too
+    (``SHORT_BLOCK_PREFETCH`` tiles ahead; ``TILED_PREFETCH`` on Intel): the
+    oracle's bits at 1 and 2 threads, with the prefetch running past the last
+    tile of a thread's columns (4 tiles, 8 ahead) and of the last block."""
+    from mlir_mx import host
+    from mlir_mx.kernels.matmul.stream import SHORT_BLOCK_PREFETCH, TILED_PREFETCH
+
+    if not host.has_features("avx512f"):
+        pytest.skip("the tiled prefetch is an AVX-512 kernel's (none without AVX-512)")
+    _vendor(monkeypatch, vendor)
+    n, k = 256, 160
+    if fmt == "nvfp4":
+        w = _w(n, k)
+    else:
+        rng = np.random.default_rng(3)
+        w = oracle.quantize(rng.standard_normal((n, k)).astype(np.float32), "f4E2M1FN", 16, axis=1)
+    lin = mlir_mx.Linear(w, threads=2)
+    x = _x(1, k)
+    scale = {"b_scale_type": E4M3_SCALE_TYPE} if fmt == "nvfp4" else {}
+    prob = Problem(1, n, k, 16, None, "f4E2M1FN", b_packed=True, b_tiled=True, **scale)
+    cfg = plan_kernel(prob, "decode", 1).config
+    assert cfg.prefetch == (TILED_PREFETCH if vendor == "GenuineIntel" else SHORT_BLOCK_PREFETCH)
+    if fmt == "nvfp4":
+        want = _want(w, x, None)
+    else:
+        b = MXArray(w.codes.T.copy(), w.scales.T.copy(), "f4E2M1FN", 16, axis=0)
+        want = oracle.blocked_order(x, b, np.zeros((1, n), np.float32))
+    for threads in (1, 2):
+        assert same_bits(lin(x, threads=threads), want).all(), (fmt, vendor, threads)
+
+
+def test_only_a_short_block_fp4_decode_prefetches_on_amd(monkeypatch):
+    """Where the measurements said no (``stream._short_fp4_decode``): blocks of
+    32, one-byte codes in blocks of 16, FP6, and M > 1 keep no prefetch on AMD."""
+    from mlir_mx import host
+
+    if not host.has_features("avx512f"):
+        pytest.skip("the tiled prefetch is an AVX-512 kernel's (none without AVX-512)")
+    _vendor(monkeypatch, "AuthenticAMD")
+    for prob, schedule in [
+        (Problem(1, 256, 160, 32, None, "f4E2M1FN", b_packed=True, b_tiled=True), "decode"),
+        (Problem(1, 256, 160, 16, None, "f8E4M3FN", b_tiled=True), "decode"),
+        (Problem(1, 256, 160, 16, None, "f6E2M3FN", b_packed=True, b_tiled=True), "decode"),
+        (Problem(4, 256, 160, 16, None, "f4E2M1FN", b_packed=True, b_tiled=True), "small"),
+    ]:
+        assert plan_kernel(prob, schedule, 1).config.prefetch == 0, prob

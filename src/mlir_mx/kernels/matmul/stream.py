@@ -31,7 +31,6 @@ from dataclasses import dataclass, replace
 
 from mlir import ir
 
-from mlir_mx.host import has_features, software_prefetch
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.codec import F32_INF, abs_bits, f32_bits, nan_key, or_nan
 from mlir_mx.kernels.common.lane_table import lane_order
@@ -47,72 +46,21 @@ from mlir_mx.kernels.common.problem import (
     vector_loop,
 )
 from mlir_mx.kernels.common.widen import LANES, decode_scales
-from mlir_mx.numerics.formats import ELEMENT_FORMATS
+from mlir_mx.kernels.matmul.stream_config import (
+    SHORT_BLOCK_PREFETCH,
+    TILED_PREFETCH,
+    TILED_STREAMS,
+    StreamConfig,
+)
 
-__all__ = ["StreamConfig", "emit_stream", "prefetch_sweep", "TILED_PREFETCH", "TILED_STREAMS"]
-
-#: Software prefetch distance, in column tiles, for a tiled B.
-TILED_PREFETCH = 4
-#: Blocks side by side in a decode of one-byte codes from a tiled B on Intel, no
-#: software prefetch (docs/passes/mx-matmul-kernels.md, the MXFP8 decode time).
-TILED_STREAMS = 4
-
-
-@dataclass(frozen=True)
-class StreamConfig:
-    """Tile parameters of the streaming schedule."""
-
-    mr: int = 1  # rows of A per register group
-    nv: int = 4  # f32 vectors (x16 columns) per column tile
-    ku: int = 8  # unroll of the in-block loop
-    threads: int = 1
-    prefetch: int = 0  # software prefetch distance in blocks (0: none)
-    #: Decode from a row-major B: prefetch the rows this many sweeps ahead
-    #: (:func:`prefetch_sweep`; 0: none).  The registry's ``decode-ahead``.
-    ahead: int = 0
-    lanes: bool = True  # 8-bit table codes in lane order (kernels/common/lane_table.py)
-    #: A tiled B at M = 1: each tile of this many blocks in turn (as many streams).
-    blocks: int = 1
-
-    def adapt(self, prob: Problem) -> StreamConfig:
-        """Prefetch for a tiled B with AVX-512; one vector per row of a row group without.
-
-        A tiled B is one sequential stream: prefetching 4 tiles (4 KiB of
-        FP4) ahead measured 1.4x (1 thread) / 1.3x (2) on the MXFP4 MLP's
-        three layers (bench/results/kernels-findings-2026-11-30.md);
-        row-major B reads 32 rows at once and was slower with prefetching,
-        so it has none.
-
-        Without AVX-512 a ``vector<16xf32>`` is two of the 16 ymm registers,
-        so ``mr = 4, nv = 4`` partials (32 ymm) spill: ``nv = 1`` for row
-        groups measured about 2x faster on an AMD EPYC with AVX2 only
-        (4096 x 4096 MXFP4, M = 8 and 32, 1 and 2 threads; docs/passes/
-        mx-matmul-kernels.md).  The order per output element is unchanged.
-        A single row (decode) keeps ``nv = 2`` there (``nv = 4`` spilled 5
-        registers per B row; the counts are in the docs); packed FP6 (groups
-        of 3 bytes) keeps ``nv = 4`` (its 24-byte rows legalize worse).
-
-        Without AVX-512 a tiled B gets no software prefetch: on an AMD EPYC
-        (Zen 3, AVX2) the prefetching loop spilled and ran 1 x 8192 x 8192 at
-        11.98 / 6.12 ms (MXFP4, 1 / 2 threads) and 23.0 / 13.4 ms (MXFP8)
-        against 6.14 / 3.63 and 13.5 / 7.6 ms without
-        (bench/results/avx2-zen3-2026-12-02.md); the hardware prefetchers
-        follow the one stream alone there.
-        """
-        wanted = prob.b_tiled and has_features("avx512f") and software_prefetch()
-        cfg = replace(self, prefetch=TILED_PREFETCH if wanted else 0)
-        byte = prob.b_is_mx and not ELEMENT_FORMATS[prob.b_element].is_sub_byte
-        if wanted and prob.m == 1 and byte and prob.kblocks % TILED_STREAMS == 0:
-            cfg = replace(cfg, prefetch=0, blocks=TILED_STREAMS)  # one-byte codes
-        if not has_features("avx512f"):
-            if self.mr > 1:
-                cfg = replace(cfg, nv=1)
-            elif not (
-                prob.b_is_mx and prob.b_packed and ELEMENT_FORMATS[prob.b_element].group[1] > 1
-            ):
-                cfg = replace(cfg, nv=min(cfg.nv, 2))
-        return cfg
-
+__all__ = [
+    "SHORT_BLOCK_PREFETCH",
+    "StreamConfig",
+    "emit_stream",
+    "prefetch_sweep",
+    "TILED_PREFETCH",
+    "TILED_STREAMS",
+]
 
 def emit_stream(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: StreamConfig) -> None:
     """Emit the streaming kernel at the current insertion point."""

@@ -1,0 +1,106 @@
+"""The streaming schedule's tile parameters (:class:`StreamConfig`) and how a
+problem on this CPU adapts them (:meth:`StreamConfig.adapt`): software
+prefetch, blocks read side by side, vectors per tile. The kernel itself:
+:mod:`mlir_mx.kernels.matmul.stream`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from mlir_mx.host import has_features, software_prefetch
+from mlir_mx.kernels.common.problem import Problem
+from mlir_mx.numerics.formats import ELEMENT_FORMATS
+
+__all__ = ["SHORT_BLOCK_PREFETCH", "StreamConfig", "TILED_PREFETCH", "TILED_STREAMS"]
+
+#: Software prefetch distance, in column tiles, for a tiled B.
+TILED_PREFETCH = 4
+#: The same for a decode of packed FP4 in blocks of 16 (NVFP4, MXFP4 with
+#: block_size=16) where :func:`~mlir_mx.host.software_prefetch` says no (AMD):
+#: there it pays, where it costs every other format (:meth:`StreamConfig.adapt`).
+SHORT_BLOCK_PREFETCH = 8
+#: Blocks side by side in a decode of one-byte codes from a tiled B on Intel, no
+#: software prefetch (docs/passes/mx-matmul-kernels.md, the MXFP8 decode time).
+TILED_STREAMS = 4
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Tile parameters of the streaming schedule."""
+
+    mr: int = 1  # rows of A per register group
+    nv: int = 4  # f32 vectors (x16 columns) per column tile
+    ku: int = 8  # unroll of the in-block loop
+    threads: int = 1
+    prefetch: int = 0  # software prefetch distance in blocks (0: none)
+    #: Decode from a row-major B: prefetch the rows this many sweeps ahead
+    #: (:func:`prefetch_sweep`; 0: none).  The registry's ``decode-ahead``.
+    ahead: int = 0
+    lanes: bool = True  # 8-bit table codes in lane order (kernels/common/lane_table.py)
+    #: A tiled B at M = 1: each tile of this many blocks in turn (as many streams).
+    blocks: int = 1
+
+    def adapt(self, prob: Problem) -> StreamConfig:
+        """Prefetch for a tiled B with AVX-512; one vector per row of a row group without.
+
+        A tiled B is one sequential stream: prefetching 4 tiles (4 KiB of
+        FP4) ahead measured 1.4x (1 thread) / 1.3x (2) on the MXFP4 MLP's
+        three layers (bench/results/kernels-findings-2026-11-30.md);
+        row-major B reads 32 rows at once and was slower with prefetching,
+        so it has none.
+
+        Without AVX-512 a ``vector<16xf32>`` is two of the 16 ymm registers,
+        so ``mr = 4, nv = 4`` partials (32 ymm) spill: ``nv = 1`` for row
+        groups measured about 2x faster on an AMD EPYC with AVX2 only
+        (4096 x 4096 MXFP4, M = 8 and 32, 1 and 2 threads; docs/passes/
+        mx-matmul-kernels.md).  The order per output element is unchanged.
+        A single row (decode) keeps ``nv = 2`` there (``nv = 4`` spilled 5
+        registers per B row; the counts are in the docs); packed FP6 (groups
+        of 3 bytes) keeps ``nv = 4`` (its 24-byte rows legalize worse).
+
+        Without AVX-512 a tiled B gets no software prefetch: on an AMD EPYC
+        (Zen 3, AVX2) the prefetching loop spilled and ran 1 x 8192 x 8192 at
+        11.98 / 6.12 ms (MXFP4, 1 / 2 threads) and 23.0 / 13.4 ms (MXFP8)
+        against 6.14 / 3.63 and 13.5 / 7.6 ms without
+        (bench/results/avx2-zen3-2026-12-02.md); the hardware prefetchers
+        follow the one stream alone there.
+        """
+        wanted = prob.b_tiled and has_features("avx512f") and software_prefetch()
+        cfg = replace(self, prefetch=TILED_PREFETCH if wanted else 0)
+        if not wanted and _short_fp4_decode(prob):
+            cfg = replace(cfg, prefetch=SHORT_BLOCK_PREFETCH)
+        byte = prob.b_is_mx and not ELEMENT_FORMATS[prob.b_element].is_sub_byte
+        if wanted and prob.m == 1 and byte and prob.kblocks % TILED_STREAMS == 0:
+            cfg = replace(cfg, prefetch=0, blocks=TILED_STREAMS)  # one-byte codes
+        if not has_features("avx512f"):
+            if self.mr > 1:
+                cfg = replace(cfg, nv=1)
+            elif not (
+                prob.b_is_mx and prob.b_packed and ELEMENT_FORMATS[prob.b_element].group[1] > 1
+            ):
+                cfg = replace(cfg, nv=min(cfg.nv, 2))
+        return cfg
+
+
+def _short_fp4_decode(prob: Problem) -> bool:
+    """A decode (M = 1) of a tiled, packed FP4 B in blocks of 16 with AVX-512:
+    the one case where the tiled software prefetch pays on AMD.
+
+    Session 61, AMD EPYC Zen 4, ``Linear`` 1 x 8192 x 8192 with f32
+    activations, variants compiled side by side in one process and called in
+    turn (100 rounds, medians over the time without prefetch; 2, 4, 8, 16
+    tiles ahead; ``bench/results/zen4-s61-2026-12-06.md``):
+
+    - NVFP4: 1 thread 0.90 / 0.88 / 0.89 (4 / 8 / 16 tiles), 2 threads 0.79 /
+      0.78 / 0.78; MXFP4 with blocks of 16 the same (0.89 / 0.86 / 0.87,
+      0.80 / 0.78 / 0.79); 4096 and 16384 square at 8 tiles: 0.90, 0.89;
+    - MXFP4 in blocks of 32: 1.00 / 1.05 / 1.11 at 1 thread (16384 square:
+      1.04 at 8), 0.94 / 0.96 / 1.00 at 2;
+    - MXFP8: 1.28-1.41 (blocks of 32), 1.09-1.26 (16); MXFP6 1.01-1.12.
+
+    A block of 16 is half the codes per (block, tile) of 32, for the same C
+    and scale traffic: the prefetch keeps B's stream ahead of it. A prefetch
+    changes no value, so no bit."""
+    if prob.m != 1 or not (prob.b_tiled and prob.b_packed and prob.block == 16):
+        return False
+    return ELEMENT_FORMATS[prob.b_element].group == (2, 1) and has_features("avx512f")
