@@ -240,12 +240,14 @@ def test_matmul_caches_an_nvfp4_weight():
 
 
 @pytest.mark.parametrize("vendor", ["AuthenticAMD", "GenuineIntel"])
-@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4-16"])
-def test_the_short_block_prefetch_keeps_the_bits(monkeypatch, vendor, fmt):
-    """A decode of packed FP4 in blocks of 16 prefetches B's tiles on AMD too
-    (``SHORT_BLOCK_PREFETCH`` tiles ahead; ``TILED_PREFETCH`` on Intel): the
-    oracle's bits at 1 and 2 threads, with the prefetch running past the last
-    tile of a thread's columns (4 tiles, 8 ahead) and of the last block."""
+@pytest.mark.parametrize("fmt, block, m", [("nvfp4", 16, 1), ("mxfp4", 16, 1), ("mxfp4", 32, 4),
+                                           ("nvfp4", 16, 5)])  # fmt: skip
+def test_the_amd_fp4_prefetch_keeps_the_bits(monkeypatch, vendor, fmt, block, m):
+    """Packed FP4 prefetches B's tiles on AMD too where it pays (decode in
+    blocks of 16, small batches: ``SHORT_BLOCK_PREFETCH`` tiles ahead;
+    ``TILED_PREFETCH`` on Intel): the oracle's bits at 1 and 2 threads, with
+    the prefetch running past the last tile of a thread's columns (4 tiles,
+    8 ahead) and of the last block."""
     from mlir_mx import host
     from mlir_mx.kernels.matmul.stream import SHORT_BLOCK_PREFETCH, TILED_PREFETCH
 
@@ -257,25 +259,27 @@ def test_the_short_block_prefetch_keeps_the_bits(monkeypatch, vendor, fmt):
         w = _w(n, k)
     else:
         rng = np.random.default_rng(3)
-        w = oracle.quantize(rng.standard_normal((n, k)).astype(np.float32), "f4E2M1FN", 16, axis=1)
+        w = oracle.quantize(rng.standard_normal((n, k)).astype(np.float32), "f4E2M1FN", block, axis=1)
     lin = mlir_mx.Linear(w, threads=2)
-    x = _x(1, k)
+    x = _x(m, k)
     scale = {"b_scale_type": E4M3_SCALE_TYPE} if fmt == "nvfp4" else {}
-    prob = Problem(1, n, k, 16, None, "f4E2M1FN", b_packed=True, b_tiled=True, **scale)
-    cfg = plan_kernel(prob, "decode", 1).config
+    prob = Problem(m, n, k, block, None, "f4E2M1FN", b_packed=True, b_tiled=True, **scale)
+    assert lin.schedule(x) == ("decode" if m == 1 else "small")
+    cfg = plan_kernel(prob, lin.schedule(x), 1).config
     assert cfg.prefetch == (TILED_PREFETCH if vendor == "GenuineIntel" else SHORT_BLOCK_PREFETCH)
     if fmt == "nvfp4":
         want = _want(w, x, None)
     else:
-        b = MXArray(w.codes.T.copy(), w.scales.T.copy(), "f4E2M1FN", 16, axis=0)
-        want = oracle.blocked_order(x, b, np.zeros((1, n), np.float32))
+        b = MXArray(w.codes.T.copy(), w.scales.T.copy(), "f4E2M1FN", block, axis=0)
+        want = oracle.blocked_order(x, b, np.zeros((m, n), np.float32))
     for threads in (1, 2):
         assert same_bits(lin(x, threads=threads), want).all(), (fmt, vendor, threads)
 
 
-def test_only_a_short_block_fp4_decode_prefetches_on_amd(monkeypatch):
-    """Where the measurements said no (``stream._short_fp4_decode``): blocks of
-    32, one-byte codes in blocks of 16, FP6, and M > 1 keep no prefetch on AMD."""
+def test_only_fp4_prefetches_on_amd_and_at_decode_only_in_blocks_of_16(monkeypatch):
+    """Where the measurements said no (``stream_config._amd_fp4_prefetch``):
+    FP4 decode in blocks of 32, one-byte codes and FP6 (decode and small
+    batches) keep no prefetch on AMD."""
     from mlir_mx import host
 
     if not host.has_features("avx512f"):
@@ -284,7 +288,8 @@ def test_only_a_short_block_fp4_decode_prefetches_on_amd(monkeypatch):
     for prob, schedule in [
         (Problem(1, 256, 160, 32, None, "f4E2M1FN", b_packed=True, b_tiled=True), "decode"),
         (Problem(1, 256, 160, 16, None, "f8E4M3FN", b_tiled=True), "decode"),
+        (Problem(4, 256, 160, 32, None, "f8E4M3FN", b_tiled=True), "small"),
         (Problem(1, 256, 160, 16, None, "f6E2M3FN", b_packed=True, b_tiled=True), "decode"),
-        (Problem(4, 256, 160, 16, None, "f4E2M1FN", b_packed=True, b_tiled=True), "small"),
+        (Problem(4, 256, 160, 32, None, "f6E2M3FN", b_packed=True, b_tiled=True), "small"),
     ]:
         assert plan_kernel(prob, schedule, 1).config.prefetch == 0, prob

@@ -15,9 +15,10 @@ __all__ = ["SHORT_BLOCK_PREFETCH", "StreamConfig", "TILED_PREFETCH", "TILED_STRE
 
 #: Software prefetch distance, in column tiles, for a tiled B.
 TILED_PREFETCH = 4
-#: The same for a decode of packed FP4 in blocks of 16 (NVFP4, MXFP4 with
-#: block_size=16) where :func:`~mlir_mx.host.software_prefetch` says no (AMD):
-#: there it pays, where it costs every other format (:meth:`StreamConfig.adapt`).
+#: The same for packed FP4 where :func:`~mlir_mx.host.software_prefetch`
+#: says no (AMD): small batches, and decode in blocks of 16 (NVFP4, MXFP4
+#: with block_size=16): there it pays, where it costs the other formats
+#: (:func:`_amd_fp4_prefetch`).
 SHORT_BLOCK_PREFETCH = 8
 #: Blocks side by side in a decode of one-byte codes from a tiled B on Intel, no
 #: software prefetch (docs/passes/mx-matmul-kernels.md, the MXFP8 decode time).
@@ -67,7 +68,7 @@ class StreamConfig:
         """
         wanted = prob.b_tiled and has_features("avx512f") and software_prefetch()
         cfg = replace(self, prefetch=TILED_PREFETCH if wanted else 0)
-        if not wanted and _short_fp4_decode(prob):
+        if not wanted and _amd_fp4_prefetch(prob):
             cfg = replace(cfg, prefetch=SHORT_BLOCK_PREFETCH)
         byte = prob.b_is_mx and not ELEMENT_FORMATS[prob.b_element].is_sub_byte
         if wanted and prob.m == 1 and byte and prob.kblocks % TILED_STREAMS == 0:
@@ -82,25 +83,29 @@ class StreamConfig:
         return cfg
 
 
-def _short_fp4_decode(prob: Problem) -> bool:
-    """A decode (M = 1) of a tiled, packed FP4 B in blocks of 16 with AVX-512:
-    the one case where the tiled software prefetch pays on AMD.
+def _amd_fp4_prefetch(prob: Problem) -> bool:
+    """Where the tiled software prefetch pays on AMD too: a tiled, packed FP4
+    B with AVX-512, read by the ``small`` schedule (M > 1), or at decode (M = 1)
+    in blocks of 16 (NVFP4, MXFP4 with ``block_size=16``).
 
     Session 61, AMD EPYC Zen 4, ``Linear`` 1 x 8192 x 8192 with f32
     activations, variants compiled side by side in one process and called in
-    turn (100 rounds, medians over the time without prefetch; 2, 4, 8, 16
+    turn (100 rounds, medians over the time without prefetch; 4, 8, 16
     tiles ahead; ``bench/results/zen4-s61-2026-12-06.md``):
 
-    - NVFP4: 1 thread 0.90 / 0.88 / 0.89 (4 / 8 / 16 tiles), 2 threads 0.79 /
-      0.78 / 0.78; MXFP4 with blocks of 16 the same (0.89 / 0.86 / 0.87,
-      0.80 / 0.78 / 0.79); 4096 and 16384 square at 8 tiles: 0.90, 0.89;
-    - MXFP4 in blocks of 32: 1.00 / 1.05 / 1.11 at 1 thread (16384 square:
-      1.04 at 8), 0.94 / 0.96 / 1.00 at 2;
-    - MXFP8: 1.28-1.41 (blocks of 32), 1.09-1.26 (16); MXFP6 1.01-1.12.
+    - decode, NVFP4: 1 thread 0.90 / 0.88 / 0.89, 2 threads 0.79 / 0.78 /
+      0.78; MXFP4 with blocks of 16 the same; 4096 and 16384 square at 8
+      tiles: 0.90, 0.89;
+    - decode, MXFP4 in blocks of 32: 1.00 / 1.05 / 1.11 at 1 thread (16384
+      square: 1.04 at 8), 0.94-1.02 at 2: left without;
+    - ``small``, 8 tiles ahead, M = 2, 4, 8, 16, 32: NVFP4 0.94, 0.94-0.97,
+      0.96, 0.92, 0.95; MXFP4 (32) 0.95, 0.88-0.89, 0.93, 1.00, 1.01; M = 4
+      at 2 threads 0.93 and 0.89;
+    - MXFP8 slower with it: decode 1.28-1.41 (blocks of 32), 1.09-1.26 (16),
+      ``small`` M = 4 1.09-1.12; MXFP6's decode 1.01-1.12.
 
-    A block of 16 is half the codes per (block, tile) of 32, for the same C
-    and scale traffic: the prefetch keeps B's stream ahead of it. A prefetch
-    changes no value, so no bit."""
-    if prob.m != 1 or not (prob.b_tiled and prob.b_packed and prob.block == 16):
+    A prefetch changes no value, so no bit."""
+    fp4 = prob.b_is_mx and ELEMENT_FORMATS[prob.b_element].group == (2, 1)
+    if prob.m is None or not (fp4 and prob.b_tiled and prob.b_packed):
         return False
-    return ELEMENT_FORMATS[prob.b_element].group == (2, 1) and has_features("avx512f")
+    return (prob.m > 1 or prob.block == 16) and has_features("avx512f")
