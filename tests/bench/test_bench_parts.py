@@ -191,6 +191,27 @@ def test_the_two_thread_probe_runs_one_pinned_thread_per_cpu():
     assert unpinned.cpus is None and unpinned.rate() > 1e8
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
+                    reason="pinning 2 probe threads needs 2 CPUs and sched_setaffinity (Linux)")  # fmt: skip
+def test_a_pinned_thread_whose_call_fails_raises_in_the_caller_and_never_hangs():
+    from mlir_mx.roofline.measure import _PinnedTeam
+
+    calls = []
+
+    def fails():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+
+    team = _PinnedTeam([fails, lambda: None], sorted(os.sched_getaffinity(0))[:2])
+    try:
+        with pytest.raises(RuntimeError, match="boom"):
+            team.run()
+        assert team.run() >= 0  # the next run goes on
+    finally:
+        team.close()
+
+
 def test_a_multi_thread_roof_below_its_share_is_reported(monkeypatch):
     """A 2-thread FMA peak under 1.5x the 1-thread one (the cores were busy)
     is never reported without a warning; a plausible one is."""

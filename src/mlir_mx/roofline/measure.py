@@ -382,6 +382,7 @@ class _PinnedTeam:
         self._start = threading.Barrier(len(cpus) + 1)
         self._end = threading.Barrier(len(cpus) + 1)
         self._seconds = [0.0] * len(cpus)
+        self._error: BaseException | None = None
         self._stop = False
         self._threads = [
             threading.Thread(target=self._loop, args=(i, call, cpu), daemon=True)
@@ -391,13 +392,19 @@ class _PinnedTeam:
             t.start()
 
     def _loop(self, i: int, call, cpu: int) -> None:
-        os.sched_setaffinity(0, {cpu})  # this thread only
+        try:
+            os.sched_setaffinity(0, {cpu})  # this thread only
+        except OSError:  # a cpuset that changed under us: the probe runs unpinned
+            pass
         while True:
             self._start.wait()
             if self._stop:
                 return
             t0 = time.perf_counter()
-            call()
+            try:
+                call()
+            except BaseException as e:  # noqa: BLE001 - handed to run(), never a hang
+                self._error = e
             self._seconds[i] = time.perf_counter() - t0
             self._end.wait()
 
@@ -405,6 +412,9 @@ class _PinnedTeam:
         """Every thread's call at once; the slowest one's seconds."""
         self._start.wait()
         self._end.wait()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
         return max(self._seconds)
 
     def close(self) -> None:
