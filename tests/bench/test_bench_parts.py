@@ -194,7 +194,7 @@ def test_the_two_thread_probe_runs_one_pinned_thread_per_cpu():
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
                     reason="pinning 2 probe threads needs 2 CPUs and sched_setaffinity (Linux)")  # fmt: skip
 def test_a_pinned_thread_whose_call_fails_raises_in_the_caller_and_never_hangs():
-    from mlir_mx.roofline.measure import _PinnedTeam
+    from mlir_mx.roofline.pinned import PinnedTeam
 
     calls = []
 
@@ -203,7 +203,7 @@ def test_a_pinned_thread_whose_call_fails_raises_in_the_caller_and_never_hangs()
         if len(calls) == 1:
             raise RuntimeError("boom")
 
-    team = _PinnedTeam([fails, lambda: None], sorted(os.sched_getaffinity(0))[:2])
+    team = PinnedTeam([fails, lambda: None], sorted(os.sched_getaffinity(0))[:2])
     try:
         with pytest.raises(RuntimeError, match="boom"):
             team.run()

@@ -28,8 +28,6 @@ median, min, max and spread over several samples after a warm-up.
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +38,7 @@ from mlir_mx.errors import MXValueError, expect_type
 from mlir_mx.execution import Runner
 from mlir_mx.host import has_features, host_arch, machine_description
 from mlir_mx.roofline.machines import MACHINES, Machine
+from mlir_mx.roofline.pinned import PinnedTeam, probe_cpus
 from mlir_mx.roofline.variants import VARIANTS, Shape, variant_module_text
 
 __all__ = [
@@ -327,7 +326,7 @@ class FmaProbe:
 
     def __init__(self, threads: int = 1, seconds: float = 0.005, pinned: bool | None = None):
         lanes = fma_lanes()
-        cpus = _probe_cpus(threads) if pinned is not False else None
+        cpus = probe_cpus(threads) if pinned is not False else None
         if pinned and cpus is None:
             raise MXValueError(f"pinned: cannot pin {threads} thread(s) on this host")
         self.threads = threads
@@ -341,7 +340,7 @@ class FmaProbe:
         one = max(time.perf_counter() - t0, 1e-6) / 100_000
         self.iterations = max(1000, int(seconds / one))
         calls = [self._runner.bind("fma_peak", 0.5, self.iterations, out) for out in self._outs]
-        self._team = _PinnedTeam(calls, self.cpus) if self.cpus else None
+        self._team = PinnedTeam(calls, self.cpus) if self.cpus else None
         self._call = calls[0]
         #: the highest rate :meth:`rate` has returned
         self.best = 0.0
@@ -363,65 +362,6 @@ class FmaProbe:
         if self._team is not None:
             self._team.close()
             self._team = None
-
-
-def _probe_cpus(threads: int) -> list[int] | None:
-    """The first ``threads`` CPUs of this process's affinity mask, where
-    ``threads > 1`` and the OS lets a thread pin itself; else None."""
-    if threads < 2 or not hasattr(os, "sched_getaffinity"):
-        return None
-    cpus = sorted(os.sched_getaffinity(0))
-    return cpus[:threads] if len(cpus) >= threads else None
-
-
-class _PinnedTeam:
-    """One daemon thread per CPU, pinned there, each running its call when
-    :meth:`run` releases them (native code: the GIL is released)."""
-
-    def __init__(self, calls: list, cpus: list[int]):
-        self._start = threading.Barrier(len(cpus) + 1)
-        self._end = threading.Barrier(len(cpus) + 1)
-        self._seconds = [0.0] * len(cpus)
-        self._error: BaseException | None = None
-        self._stop = False
-        self._threads = [
-            threading.Thread(target=self._loop, args=(i, call, cpu), daemon=True)
-            for i, (call, cpu) in enumerate(zip(calls, cpus, strict=True))
-        ]
-        for t in self._threads:
-            t.start()
-
-    def _loop(self, i: int, call, cpu: int) -> None:
-        try:
-            os.sched_setaffinity(0, {cpu})  # this thread only
-        except OSError:  # a cpuset that changed under us: the probe runs unpinned
-            pass
-        while True:
-            self._start.wait()
-            if self._stop:
-                return
-            t0 = time.perf_counter()
-            try:
-                call()
-            except BaseException as e:  # noqa: BLE001 - handed to run(), never a hang
-                self._error = e
-            self._seconds[i] = time.perf_counter() - t0
-            self._end.wait()
-
-    def run(self) -> float:
-        """Every thread's call at once; the slowest one's seconds."""
-        self._start.wait()
-        self._end.wait()
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-        return max(self._seconds)
-
-    def close(self) -> None:
-        self._stop = True
-        self._start.wait()
-        for t in self._threads:
-            t.join()
 
 
 def host_share(probe: FmaProbe, peak: float) -> float:
