@@ -246,7 +246,7 @@ def run_bench(opts: Options, say: Callable[[str], None]) -> dict:
     roofs = {t: measure_roof(t, opts.quick, say) for t in sorted(set(opts.threads) | {1})}
     for warning in roof_warnings(roofs):
         say(f"  warning: {warning}")
-    probes = {t: FmaProbe(t) for t in opts.threads} if opts.min_host > 0 else {}
+    probes = {t: FmaProbe(t) for t in opts.threads} if opts.min_host > 0 and opts.shapes else {}
     compiled: dict[int, float] = {}
     skipped: dict[str, str] = {}
     try:

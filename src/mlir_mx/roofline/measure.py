@@ -327,7 +327,7 @@ class FmaProbe:
     def __init__(self, threads: int = 1, seconds: float = 0.005, pinned: bool | None = None):
         lanes = fma_lanes()
         cpus = probe_cpus(threads) if pinned is not False else None
-        if pinned and cpus is None:
+        if pinned and threads > 1 and cpus is None:
             raise MXValueError(f"pinned: cannot pin {threads} thread(s) on this host")
         self.threads = threads
         self.cpus = cpus if threads > 1 else None
