@@ -25,7 +25,7 @@ __all__ = [
     "ENV_PREFIXES",
     "greedy_decode",
     "host_gflops",
-    "host_share",
+    "host_column",
     "parse_env_setting",
     "prefill_seconds",
     "prompt_ids",
@@ -121,14 +121,21 @@ def host_gflops(threads: int) -> Callable[[], float]:
     5 ms of FMAs on ``threads`` tasks) for a row process: a function giving
     the GFLOP/s the cores deliver now. A row runs it before and after its
     timings (``host_gflops``: [before, after]); the report divides the lower
-    by the best of the run at that thread count (the 'host' column)."""
+    by the best of the run at that thread count (the 'host' column). Each
+    probe waits 0.3 s first: right after a parallel call the process's own
+    OpenMP workers still spin (``docs/bench.md``, the host probe)."""
     from mlir_mx.roofline.measure import FmaProbe
 
     probe = FmaProbe(threads)
-    return lambda: probe.rate() / 1e9
+
+    def gflops() -> float:
+        time.sleep(0.3)
+        return probe.rate() / 1e9
+
+    return gflops
 
 
-def host_share(row: dict, rows: list[dict]) -> str:
+def host_column(row: dict, rows: list[dict]) -> str:
     """A model row's 'host' column: the lower of its two probes
     (:func:`host_gflops`) over the best probe of ``rows`` at its thread count
     (each row is a fresh process, so the best is the quietest moment of the

@@ -37,7 +37,7 @@ from mlir_mx.host import default_thread_counts
 from mlir_mx_bench.console import default_out_dir
 from mlir_mx_bench.emulate import summary
 from mlir_mx_bench.machine import loadavg
-from mlir_mx_bench.models.workers import host_share, run_record, run_worker
+from mlir_mx_bench.models.workers import host_column, run_record, run_worker
 
 __all__ = ["GPT_OSS_ROWS", "GptOssOptions", "gpt_oss_markdown", "run_gpt_oss"]
 
@@ -289,7 +289,7 @@ def gpt_oss_markdown(r: dict) -> str:
                 f"({bits:.2f}) | {(x['rss_model_kib'] - x['rss_start_kib']) / 1024:.0f} | "
                 f"{x['prefill_ms']:.0f} | {x['decode_tokens_per_s']:.2f} | {speed} | "
                 f"{_ms(x, 'moe_prefill_ms')} | {_ms(x, 'moe_decode_ms')} | {check} "
-                f"| {host_share(x, rows)} |"
+                f"| {host_column(x, rows)} |"
             )
         lines += _targets(rows) + [""]
     lines += ["## Published, not measured here (whole gpt-oss-20b, their machines)", ""]

@@ -8,7 +8,7 @@ from pathlib import Path
 from mlir_mx.files import write_text
 from mlir_mx_bench.emulate import summary
 from mlir_mx_bench.models.llama.run import ROWS, same_env_key
-from mlir_mx_bench.models.workers import host_share
+from mlir_mx_bench.models.workers import host_column
 
 __all__ = ["model_markdown", "write_model_results"]
 
@@ -97,7 +97,7 @@ def _row_line(r: dict, base: dict | None, rows: list[dict]) -> str:
         f"| {s['row']} | {r['prefill_ms']:.0f} | {pre} | {r['decode_tokens_per_s']:.2f} | {vs} "
         f"| {r['linear_bytes'] / 2**20:.1f} MiB ({bits:.2f} b/param) "
         f"| {r['rss_model_kib'] / MIB:.0f} ({(r['rss_model_kib'] - r['rss_start_kib']) / MIB:.0f}) "
-        f"| {r['rss_peak_kib'] / MIB:.0f} | {diff} | {ok} | {same} | {host_share(r, rows)} |"
+        f"| {r['rss_peak_kib'] / MIB:.0f} | {diff} | {ok} | {same} | {host_column(r, rows)} |"
     )
 
 
