@@ -2,13 +2,12 @@
 tolerance accepts any f32 summation order and rejects real errors, and the
 ggml baseline checks against its own operands."""
 
-import os
-
 import numpy as np
 import pytest
 
 from mlir_mx import numerics as N
 from mlir_mx import oracle
+from mlir_mx.roofline.pinned import probe_cpus
 from mlir_mx.roofline.variants import Shape
 from mlir_mx_bench.baselines import emulate_dequantize
 from mlir_mx_bench.cases import BenchFailure, Oracle, make_problem
@@ -106,6 +105,12 @@ def test_a_disturbed_timing_is_repeated(monkeypatch):
     assert row["attempts"] == 2 and row["cpu"]["others"] == 0.9  # kept, and says so
 
 
+#: The host probe's pinned pair needs 2 CPUs it may pin to (``probe_cpus``).
+TWO_PINNED = pytest.mark.skipif(
+    probe_cpus(2) is None, reason="pinning 2 probe threads needs 2 CPUs and sched_setaffinity (Linux)"
+)
+
+
 class _Probe:
     """A stand-in for ``FmaProbe`` whose rates are given (FLOP/s)."""
 
@@ -166,8 +171,7 @@ def test_the_fma_probe_measures_the_cores():
     assert host_share(probe, 1.0) <= 1.0  # a peak below the probe's own best is not used
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
-                    reason="pinning 2 probe threads needs 2 CPUs and sched_setaffinity (Linux)")  # fmt: skip
+@TWO_PINNED
 def test_the_two_thread_probe_runs_one_pinned_thread_per_cpu():
     """At 2 threads the probe pins one thread to each of the first two CPUs
     (unpinned, a woken worker shared the waker's vCPU: docs/bench.md); each
@@ -179,7 +183,7 @@ def test_the_two_thread_probe_runs_one_pinned_thread_per_cpu():
     before = threading.active_count()
     probe = FmaProbe(2, seconds=0.001)
     try:
-        assert probe.cpus == sorted(os.sched_getaffinity(0))[:2]
+        assert probe.cpus == probe_cpus(2)
         assert threading.active_count() == before + 2
         assert min(probe.rate() for _ in range(3)) > 1e8
         assert all(out[0] != 0 for out in probe._outs)  # both threads ran their loop
@@ -191,8 +195,7 @@ def test_the_two_thread_probe_runs_one_pinned_thread_per_cpu():
     assert unpinned.cpus is None and unpinned.rate() > 1e8
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
-                    reason="pinning 2 probe threads needs 2 CPUs and sched_setaffinity (Linux)")  # fmt: skip
+@TWO_PINNED
 def test_a_pinned_thread_whose_call_fails_raises_in_the_caller_and_never_hangs():
     from mlir_mx.roofline.pinned import PinnedTeam
 
@@ -203,7 +206,7 @@ def test_a_pinned_thread_whose_call_fails_raises_in_the_caller_and_never_hangs()
         if len(calls) == 1:
             raise RuntimeError("boom")
 
-    team = PinnedTeam([fails, lambda: None], sorted(os.sched_getaffinity(0))[:2])
+    team = PinnedTeam([fails, lambda: None], probe_cpus(2))
     try:
         with pytest.raises(RuntimeError, match="boom"):
             team.run()
