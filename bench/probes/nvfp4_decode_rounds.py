@@ -10,7 +10,8 @@ percentile, ``o`` within 50 %, ``X`` beyond): the clusters of slow calls of
 alternating processes with ``MLIR_MX_CACHE_DIR=off`` (the disk cache keys by
 source, not by environment variables a variant may read).
 
-    python bench/probes/nvfp4_decode_rounds.py [--threads 1] [--rounds 100] [--series nv]
+    python bench/probes/nvfp4_decode_rounds.py [--threads 1] [--rounds 100] [--series nv] \
+        [--activations i8]
 """
 
 from __future__ import annotations
@@ -31,13 +32,18 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=100)
     p.add_argument("--size", type=int, default=8192, help="N = K")
     p.add_argument("--series", choices=list(WEIGHTS), help="one weight's per-call series")
+    p.add_argument("--activations", default=None, help="Linear's activations= (default: f32)")
     args = p.parse_args()
     rng = np.random.default_rng(0)
     k = n = args.size
     w = rng.standard_normal((n, k), dtype=np.float32)
     labels = [args.series] if args.series else list(WEIGHTS)
     lins = {
-        label: mlir_mx.Linear(mlir_mx.quantize(w, *WEIGHTS[label], axis=1), threads=args.threads)
+        label: mlir_mx.Linear(
+            mlir_mx.quantize(w, *WEIGHTS[label], axis=1),
+            threads=args.threads,
+            activations=args.activations,
+        )
         for label in labels
     }
     del w

@@ -21,7 +21,7 @@ from mlir.dialects import func
 from mlir_mx.execution import Runner
 from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
-from mlir_mx.kernels.common.widen import PAIR_ORDER, Decoder, decode_scales
+from mlir_mx.kernels.common.widen import PAIR_ORDER, Decoder, decode_scale_tile, decode_scales
 from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements, pack_codes, unpack_codes
 from mlir_mx.numerics import decode_scales as oracle_scales
 from mlir_mx.pipelines import load_pipeline
@@ -166,6 +166,36 @@ def test_every_scale_code_decodes_exactly():
         got = _run(text, raw, np.float32)
         want = oracle_scales(raw.view(ml_dtypes_e8m0())).astype(np.float32)
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("features", ["", "-avx512vbmi"], ids=["host", "no-vbmi"])
+def test_a_tile_of_e4m3_scales_widens_as_each_16_do(features, monkeypatch):
+    """NVFP4's block scales, 64 at once (``decode_scale_tile``: the VBMI table
+    path where the CPU has it) and 16 at a time (``decode_scales``: the f16
+    path): the exact value of every E4M3 code, NaN for the NaN codes (their
+    payloads differ, 0x7FC00000 from the table: no result's meaning includes
+    a payload, docs/numerics.md)."""
+    monkeypatch.setenv("MLIR_MX_CPU_FEATURES", features)
+    e4m3 = ELEMENT_FORMATS["f8E4M3FN"]
+
+    class _Tile(_Decode):
+        def __call__(self, kb, v):
+            return decode_scale_tile(kb, v, e4m3.name)
+
+    class _Each16(_Decode):
+        def __call__(self, kb, v):
+            return [decode_scales(kb, kb.slice(v, i, 16), e4m3.name) for i in range(0, 64, 16)]
+
+    tile, each = _module(64, _Tile(None)), _module(64, _Each16(None))
+    assert ("vpermi2var" in tile) == (not features and bool(PATHS[1:]))
+    for start in range(0, 256, 64):
+        raw = (np.arange(64) + start).astype(np.uint8)
+        want = decode_elements(raw.view(e4m3.dtype), e4m3).astype(np.float32)
+        nan = np.isnan(want)
+        assert nan.sum() == (start % 128 == 64)  # 0x7F and 0xFF
+        for got in (_run(tile, raw, np.float32), _run(each, raw, np.float32)):
+            np.testing.assert_array_equal(np.isnan(got), nan)
+            np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
 
 
 def ml_dtypes_e8m0():

@@ -65,7 +65,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.codec import e8m0_to_f32, f16_factor, widen
 from mlir_mx.numerics.formats import ELEMENT_FORMATS, SCALE_TYPE, ElementFormat, decode_elements
 
-__all__ = ["Decoder", "decoder", "decode_scales", "interleave_pairs", "LANES", "PAIR_ORDER"]
+__all__ = ["Decoder", "decoder", "decode_scales", "decode_scale_tile", "interleave_pairs", "LANES", "PAIR_ORDER"]
 
 #: f32 lanes per vector register (AVX-512).
 LANES = 16
@@ -410,6 +410,25 @@ def decode_scales(kb: KernelBuilder, codes: ir.Value, scale_type: str = SCALE_TY
     if scale_type == SCALE_TYPE:
         return e8m0_to_f32(kb, codes)
     return widen(kb, codes, ELEMENT_FORMATS[scale_type])
+
+
+def decode_scale_tile(kb: KernelBuilder, codes: ir.Value, scale_type: str) -> list[ir.Value]:
+    """``n`` scale codes (``vector<n x i8>``, n a multiple of 16) -> ``n / 16``
+    vectors of 16 f32, columns in order, exactly as :func:`decode_scales`.
+
+    E4M3 scales with AVX512-VBMI take the element table path 64 at a time
+    (:meth:`Decoder._table_decode`: about 14 instructions per 64 codes, NaN
+    codes to NaN from the table, no ``2^8`` multiply) instead of the f16 path
+    (8-9 instructions per 16: the NaN test and the multiply among them).  A
+    decode kernel's block of 16 widens 64 of them per tile and block, which
+    made NVFP4's block step 18 instructions longer than MXFP4's with blocks
+    of 16 (``bench/probes/kernel_asm.py``)."""
+    n = ir.VectorType(codes.type).shape[0]
+    if scale_type != SCALE_TYPE and n % 64 == 0:
+        dec = decoder(scale_type)
+        if dec.table:
+            return [w for i in range(0, n, 64) for w in dec.decode(kb, kb.slice(codes, i, 64))]
+    return [decode_scales(kb, kb.slice(codes, i, LANES), scale_type) for i in range(0, n, LANES)]
 
 
 def interleave_pairs(kb: KernelBuilder, vecs: list[ir.Value]) -> list[ir.Value]:

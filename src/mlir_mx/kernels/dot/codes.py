@@ -32,7 +32,7 @@ from mlir import ir
 from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import CodeRows
-from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder, interleave_pairs
+from mlir_mx.kernels.common.widen import LANES, decode_scale_tile, decoder, interleave_pairs
 from mlir_mx.kernels.dot.isa import DotOps
 from mlir_mx.kernels.dot.units import PANEL, int_factor, offset_bytes, value_table
 from mlir_mx.numerics import ELEMENT_FORMATS
@@ -108,8 +108,9 @@ class CodesSource:
         if permuted:
             raw = kb.shuffle(raw, raw, EVEN_ODD)
         scales = []
+        tile = decode_scale_tile(kb, raw, self.prob.b_scale_type)  # E4M3: 64 at once
         for v in vs:
-            scale = decode_scales(kb, kb.slice(raw, LANES * v, LANES), self.prob.b_scale_type)
+            scale = tile[v]
             if self.unscale is not None:  # exact: sb * 2^-(fa+fb) >= 2^-139
                 scale = kb.fmul(scale, self.unscale)
             scales.append(scale)

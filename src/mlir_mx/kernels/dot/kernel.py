@@ -45,7 +45,7 @@ from mlir import ir
 from mlir_mx.host import software_prefetch
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import BF16, Operands, Problem
-from mlir_mx.kernels.common.widen import LANES, decode_scales
+from mlir_mx.kernels.common.widen import LANES, decode_scale_tile, decode_scales
 from mlir_mx.kernels.dot.biased import (
     biased,
     block_partial,
@@ -61,6 +61,7 @@ from mlir_mx.kernels.dot.prep import prepare_dot_a
 from mlir_mx.kernels.dot.store import store_tile
 from mlir_mx.kernels.dot.sweep import sweep_decode
 from mlir_mx.kernels.dot.units import PANEL, RecordLayout, a_offset_run, dot_kind, int_factor
+from mlir_mx.numerics.formats import SCALE_TYPE
 
 __all__ = ["DotConfig", "emit_dot", "supports_int", "supports_bf16"]
 
@@ -356,6 +357,15 @@ class _Dot:
         scale = decode_scales(kb, kb.vload(self.rec, [row, LANES * v], LANES), self.prob.b_scale_type)
         return scale if self.unscale is None else kb.fmul(scale, self.unscale)
 
+    def scales(self, row, vs, stored: bool, local) -> list[ir.Value]:
+        """:meth:`scale` of each of ``vs``; a record's four vectors of E4M3
+        scales widen at once (``decode_scale_tile``: the table path)."""
+        if not stored or list(vs) != list(range(4)) or self.prob.b_scale_type == SCALE_TYPE:
+            return [self.scale(row, v, stored, local) for v in vs]
+        kb = self.kb
+        tile = decode_scale_tile(kb, kb.vload(self.rec, [row, 0], 4 * LANES), self.prob.b_scale_type)
+        return tile if self.unscale is None else [kb.fmul(s, self.unscale) for s in tile]
+
     def data(self, row, local, g: int, vs, stored: bool) -> list[ir.Value]:
         """The B vectors ``vs`` (64 bytes each) of K group ``g`` of a record."""
         kb = self.kb
@@ -432,7 +442,7 @@ class _Dot:
         else:
             if self.cfg.prefetch and vs[0] == 0:
                 self.prefetch(row)
-            scales = [self.scale(row, v, stored, local) for v in vs]
+            scales = self.scales(row, vs, stored, local)
         if self.pa.comp is not None:  # the accumulators start at A's compensation of B's offset
             acc = []
             for m in rows:

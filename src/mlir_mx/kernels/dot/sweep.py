@@ -25,7 +25,7 @@ written in that order through two shuffles per 32 columns.
 
 from __future__ import annotations
 
-from mlir_mx.kernels.common.widen import LANES, decode_scales
+from mlir_mx.kernels.common.widen import LANES, decode_scale_tile
 from mlir_mx.kernels.dot.codes import EVEN_ODD, even_odd, in_order
 from mlir_mx.kernels.dot.units import PANEL
 from mlir_mx.kernels.matmul.stream import prefetch_sweep
@@ -101,8 +101,9 @@ def _scale_into_c(k, blk, acc, lo, hi, permuted: bool) -> None:
         if permuted:
             c = even_odd(kb, c)
         out = []
+        tile = decode_scale_tile(kb, raw, prob.b_scale_type)  # E4M3: 64 at once
         for v in range(4):
-            scale = decode_scales(kb, kb.slice(raw, LANES * v, LANES), prob.b_scale_type)
+            scale = tile[v]
             if k.unscale is not None:
                 scale = kb.fmul(scale, k.unscale)
             p = kb.vload(acc, [kb.sub(j.iv, lo), LANES * v], LANES)

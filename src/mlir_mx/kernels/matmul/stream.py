@@ -45,13 +45,14 @@ from mlir_mx.kernels.common.problem import (
     task_count,
     vector_loop,
 )
-from mlir_mx.kernels.common.widen import LANES, decode_scales
+from mlir_mx.kernels.common.widen import LANES, decode_scale_tile, decode_scales
 from mlir_mx.kernels.matmul.stream_config import (
     SHORT_BLOCK_PREFETCH,
     TILED_PREFETCH,
     TILED_STREAMS,
     StreamConfig,
 )
+from mlir_mx.numerics.formats import SCALE_TYPE
 
 __all__ = [
     "SHORT_BLOCK_PREFETCH",
@@ -243,7 +244,9 @@ class _Kernel(KernelState):
         kb, prob, cfg = self.kb, self.prob, self.cfg
         bs = prob.block
         sbv = None
-        if prob.b_is_mx and (part is None or part.rows[1] == bs):  # used when scaling
+        if prob.b_is_mx and (part is None or part.rows[1] == bs) and self._scale_tile(valid):
+            sbv = decode_scale_tile(kb, kb.vload(self.sb, [blk, n0], LANES * nv), prob.b_scale_type)
+        elif prob.b_is_mx and (part is None or part.rows[1] == bs):  # used when scaling
             sbv = [
                 decode_scales(
                     kb,
@@ -278,6 +281,12 @@ class _Kernel(KernelState):
                 kb.vstore(w, scratch, [kk.iv, LANES * v])
         with kb.loop(0, self.pa.mp, cfg.mr) as g:
             self.group(blk, k0, n0, nv, valid, g.iv, cfg.mr, sbv, scratch=scratch)
+
+    def _scale_tile(self, valid) -> bool:
+        """Whether a whole tile's E4M3 scales widen at once
+        (:func:`~mlir_mx.kernels.common.widen.decode_scale_tile`); E8M0's are
+        one shift per 16 either way."""
+        return valid is None and self.prob.b_scale_type != SCALE_TYPE
 
     def _prefetch_tiled(self, blk, n0) -> None:
         """A tiled B read by a thread is one stream over its columns [lo, hi)
