@@ -189,8 +189,8 @@ SCHEDULES: dict[str, Schedule] = {
         _dot(
             "bf16",
             "prefill",
-            "large M, pairs with FP8 or bf16 activations: vdpbf16ps in the f32 order, 6x32 tiles",
-            mr=6,
+            "large M, pairs with FP8 or bf16 activations: vdpbf16ps in the f32 order, 7x32 tiles",
+            mr=7,
             nv=2,
             kcb=64,
             expand=True,

@@ -17,7 +17,7 @@ chunks expanded per call by :mod:`.codes`, decode swept 8 rows at a time by
               for each K group g of the block:          # 8 quads / 16 pairs
                 acc = dot(acc, broadcast(A word), B vector)
               t = float(acc) * (sb * 2^-(fa+fb))       # bf16: acc * sb
-              c = fma(t, sa, c)
+              c = fma(t, sa, c)                        # bf16 activations: c + t
             C[rows, cols] = c                          # NVFP4's last: c / g (.store)
 
 Per output element this is the blocked order of ``docs/numerics.md`` with
@@ -26,7 +26,8 @@ exact, and the bf16 one is the in-order FMA chain (swapped pairs), so the
 results are the f32 kernels' bit for bit at every shape, tile and thread
 count.  decode (M = 1): mr = 1, nv = 4, the whole K in one chunk (B streams
 once, panel after panel); small: a few rows, chunks that stay in L1;
-prefill: a register tile of 6 x 2 vectors over chunks that stay in L2.
+prefill: a register tile of 6 x 2 vectors (bf16: 7 x 2) over chunks that
+stay in L2.
 Instructions come from :mod:`mlir_mx.host` at emission (:mod:`.isa`):
 ``vpdpbusd``/``vpdpwssd`` with AVX512-VNNI, else ``vpmaddubsw``+``vpmaddwd`` /
 ``vpmaddwd`` (AVX512BW, :func:`~.units.dot_kind` only picks ``i8`` then
@@ -474,11 +475,13 @@ class _Dot:
                         acc[i] = self.units.add_pairs(acc[i], sums[i])
         at = None if stored else (self.hs, local, [self.full.data_offset + 64 * v for v in vs])
         out, offs = [], offsets(kb, scales, self.bias, at)
+        unit = self.prob.a_quant == BF16  # sa = 1 (rows past M: 0, never stored)
         for r, m in enumerate(rows):
-            sa = kb.broadcast(kb.load(self.pa.scales, [m, blk]), LANES)
+            sa = None if unit else kb.broadcast(kb.load(self.pa.scales, [m, blk]), LANES)
             for v in range(nv):  # t = p * sb: one rounding
                 t = block_partial(kb, kind, acc[r * nv + v], scales[v], offs[v])
-                out.append(kb.fma(t, sa, c[r * nv + v]))
+                cv = c[r * nv + v]  # fma(t, 1, c) = c + t: Zen's adders, not its FMA units
+                out.append(kb.fadd(cv, t) if unit else kb.fma(t, sa, cv))
         return out
 
     def prefetch(self, row) -> None:
