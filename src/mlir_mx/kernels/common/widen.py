@@ -298,7 +298,7 @@ class Decoder:
 
     # -- the VBMI table path ---------------------------------------------------
 
-    def _tables(self) -> tuple[list[int], list[int]]:
+    def bf16_tables(self) -> tuple[list[int], list[int]]:
         """High and low bytes of bf16(value) for codes 0..127 (sign excluded)."""
         f = self.fmt
         codes = np.arange(128, dtype=np.uint8)
@@ -323,7 +323,7 @@ class Decoder:
         a mask, come out as columns 0-15, 16-31, 32-47, 48-63
         (``ordered=False``: no reorder, the lanes of ``lane_table.LaneTable``).
         """
-        hi_t, lo_t = self._tables()
+        hi_t, lo_t = self.bf16_tables()
         v64 = kb.vec(64, kb.i8)
         b = kb.shuffle(codes, codes, _TABLE_PERM) if ordered else codes
         if self.fmt.num_codes <= 64:  # FP6/FP4: one 64-entry table each (vpermb)
