@@ -317,7 +317,8 @@ def bf16_dot_pays() -> bool:
     """Whether bf16 activations run on ``vdpbf16ps`` (where the CPU has
     AVX512-BF16) rather than on the f32 kernels (the same bits either way):
     not on Intel CPUs.  On AMD Zen 4 ``vdpbf16ps`` zmm issues like a zmm FMA
-    and adds 32 products to its 16; on an Intel Xeon (Sapphire Rapids class,
+    and adds 32 products to its 16; on Zen 5 both issue 2 per cycle
+    (``bench/probes/vector_pipes.py``); on an Intel Xeon (Sapphire Rapids class,
     KVM, 2026-12-05, loaded) it issued at about a third of the FMA rate, and
     ``Linear`` 256 x 4096 x 4096 MXFP4 took 84-86 ms of CPU time on it
     (``bf16-prefill``, every tile tried) against 58-61 ms on the f32 kernels.

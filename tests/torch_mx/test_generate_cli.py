@@ -143,10 +143,12 @@ def check_run(proc, text: str, prompt_tokens: int) -> None:
     assert proc.stdout == text + "\n"  # streamed, then the streamer's closing newline
     f = figures(proc.stderr)
     assert f["load"][0] > 0 and f["compile"][0] >= 0 and f["compile"][1] >= 0
-    # a process of its own compiles its kernels in the warm-up; in this process
-    # (mx_generate_in_process) an earlier test may have left them in memory,
-    # and the warm-up prints 0.0 s
-    assert f["compile"][1] > 0 or proc.args[0] == "mx-generate", proc.stderr
+    # a process of its own compiles (or loads from the run's disk cache) its
+    # layers' kernels before the prompt: 0.24 s on a Zen 5 with them cached;
+    # in this process (mx_generate_in_process) an earlier test may have left
+    # them in memory.  (The warm-up's two tokens of a tiny model can print
+    # 0.00 s even in a process of its own: session 63's Zen 5, kernels cached.)
+    assert f["compile"][0] > 0 or proc.args[0] == "mx-generate", proc.stderr
     n, seconds, rate = f["prefill"]
     assert n == prompt_tokens and seconds > 0 and rate > 0
     steps, seconds, rate = f["decode"]
