@@ -284,6 +284,20 @@ def has_features(*names: str) -> bool:
 
 
 @functools.cache
+def cpu_family() -> int:
+    """The x86 CPU family ``/proc/cpuinfo`` gives (AMD: 25 Zen 3/4, 26 Zen 5;
+    0 where there is none).  Not masked by ``MLIR_MX_CPU_FEATURES``."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("cpu family"):
+                    return int(line.split(":")[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+@functools.cache
 def cpu_vendor() -> str:
     """The CPU's vendor as ``/proc/cpuinfo`` names it (``GenuineIntel``,
     ``AuthenticAMD``, ``HygonGenuine``...; ``""`` where there is none, e.g.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from mlir_mx.host import has_features, software_prefetch
+from mlir_mx.host import cpu_family, cpu_vendor, has_features, software_prefetch
 from mlir_mx.kernels.common.problem import Problem
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 
@@ -73,6 +73,8 @@ class StreamConfig:
         byte = prob.b_is_mx and not ELEMENT_FORMATS[prob.b_element].is_sub_byte
         if wanted and prob.m == 1 and byte and prob.kblocks % TILED_STREAMS == 0:
             cfg = replace(cfg, prefetch=0, blocks=TILED_STREAMS)  # one-byte codes
+        if not wanted and not cfg.prefetch and _zen5_streams(prob, self.threads):
+            cfg = replace(cfg, blocks=TILED_STREAMS)
         if not has_features("avx512f"):
             if self.mr > 1:
                 cfg = replace(cfg, nv=1)
@@ -81,6 +83,27 @@ class StreamConfig:
             ):
                 cfg = replace(cfg, nv=min(cfg.nv, 2))
         return cfg
+
+
+def _zen5_streams(prob: Problem, threads: int) -> bool:
+    """Where a decode on AMD Zen 5 (family 26 and later) reads
+    :data:`TILED_STREAMS` blocks of a tiled B side by side: 2 threads or
+    more, FP8 or packed FP4 codes (the formats measured).
+
+    Session 63, Zen 5, ``Linear`` 1 x 8192 x 8192 with f32 activations, the
+    load check off, both settings compiled in one process and called in
+    turn (median of 15; ``bench/results/zen5-s63-2026-12-06.md``): at 2
+    threads MXFP8 2.31 / 2.37 / 2.00 -> 2.00 / 2.07 / 1.82 ms, MXFP4 1.40 ->
+    1.24; at 1 thread slower (MXFP8 2.44 -> 2.65, MXFP4 1.40 -> 1.59), so a
+    1-thread kernel (a busy machine's too) keeps one run.  Not measured on
+    Zen 4, which keeps one run.  The same bits."""
+    if threads < 2 or prob.m != 1 or not prob.b_tiled or not prob.b_is_mx:
+        return False
+    if cpu_vendor() != "AuthenticAMD" or cpu_family() < 26 or not has_features("avx512f"):
+        return False
+    fmt = ELEMENT_FORMATS[prob.b_element]
+    fp4 = fmt.name == "f4E2M1FN" and prob.b_packed and prob.block == 32
+    return (fp4 or fmt.name.startswith("f8")) and prob.kblocks % TILED_STREAMS == 0
 
 
 def _amd_fp4_prefetch(prob: Problem) -> bool:
