@@ -2,7 +2,8 @@
 
 ``decode`` of one-byte codes from a tiled B (``mlir_mx.Linear``'s stored
 form) on Intel AVX-512 reads each column tile of ``TILED_STREAMS`` blocks in
-turn, without software prefetch.  Each block's partials start from zero and
+turn, without software prefetch; on AMD Zen 5 (family 26 on) so does a
+decode of FP8 or packed MXFP4 at 2 threads or more (``_zen5_streams``).  Each block's partials start from zero and
 every column's C update stays in block order, so the bits are the blocked
 order's: checked against the oracle for 2 and 4 blocks side by side,
 f32 and MX activations, NaN codes, 1 and 2 threads, block counts that the
@@ -19,13 +20,14 @@ from matmul_cases import case
 from mlir import ir
 
 import mlir_mx.kernels.common.problem as kernel_problem
+import mlir_mx.kernels.matmul.stream_config as stream_config
 from mlir_mx import host, oracle
 from mlir_mx.dialect import load_dialect
 from mlir_mx.execution import Runner
 from mlir_mx.kernels import Problem, kernel_module, plan_kernel
 from mlir_mx.kernels.common.problem import tile_b_codes
 from mlir_mx.kernels.matmul.stream import TILED_PREFETCH, TILED_STREAMS
-from mlir_mx.numerics import ELEMENT_FORMATS, MXArray
+from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, pack_codes
 from mlir_mx.pipelines import kernel_library_pipeline
 
 #: One-byte element formats (E4M3, E5M2, INT8): the ones ``adapt`` streams.
@@ -99,3 +101,55 @@ def test_blocks_side_by_side_give_the_blocked_order_bits(element):
             np.testing.assert_array_equal(
                 c[ok].view(np.uint32), ref[ok].view(np.uint32), err_msg=where
             )
+
+
+def test_adapt_streams_a_two_thread_decode_on_amd_zen5(monkeypatch):
+    """``adapt`` on an AMD AVX-512 host (vendor and family stood in): a tiled
+    FP8 or packed MXFP4 (block 32) decode at 2 threads reads ``TILED_STREAMS``
+    blocks side by side on family 26 (Zen 5), one at 1 thread, on family 25
+    (Zen 4), for FP6, NVFP4's block of 16 (its prefetch) and a block count
+    the streams do not divide."""
+    if not host.has_features("avx512f"):
+        pytest.skip("the decode streams are chosen on AVX-512 hosts only")
+    monkeypatch.setattr(stream_config, "software_prefetch", lambda: False)
+    monkeypatch.setattr(stream_config, "cpu_vendor", lambda: "AuthenticAMD")
+    k = 32 * TILED_STREAMS
+    fp8 = Problem(1, 128, k, 32, None, "f8E4M3FN", b_tiled=True)
+    fp4 = Problem(1, 128, k, 32, None, "f4E2M1FN", b_packed=True, b_tiled=True)
+    nvfp4 = Problem(1, 128, k, 16, None, "f4E2M1FN", b_packed=True, b_tiled=True,
+                    b_scale_type="f8E4M3FN")  # fmt: skip
+    fp6 = Problem(1, 128, k, 32, None, "f6E2M3FN", b_tiled=True)
+    odd = Problem(1, 128, k + 32, 32, None, "f8E4M3FN", b_tiled=True)
+    for family, threads, prob, blocks in [
+        (26, 2, fp8, TILED_STREAMS),
+        (26, 2, fp4, TILED_STREAMS),
+        (27, 2, fp8, TILED_STREAMS),
+        (26, 1, fp8, 1),
+        (26, 1, fp4, 1),
+        (25, 2, fp8, 1),
+        (25, 2, fp4, 1),
+        (26, 2, nvfp4, 1),
+        (26, 2, fp6, 1),
+        (26, 2, odd, 1),
+    ]:
+        monkeypatch.setattr(stream_config, "cpu_family", lambda f=family: f)
+        cfg = plan_kernel(prob, "decode", threads).config
+        assert cfg.blocks == blocks, (family, threads, prob)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_fp4_blocks_side_by_side_give_the_blocked_order_bits(threads):
+    """Packed MXFP4 read 4 blocks in turn (Zen 5's 2-thread decode): the
+    oracle's blocked order bit for bit, f32 and MX activations."""
+    n = 192
+    for k, ea in [(128, None), (256, "f8E4M3FN")]:
+        args, acc, _exact, _bound = case(1, k, n, ea or "f8E4M3FN", "f4E2M1FN", seed=3)
+        qa, qb = args
+        ref = oracle.blocked_order(qa if ea else oracle.dequantize(qa), qb, acc)
+        codes = pack_codes(np.array(qb.codes).view(np.uint8), "f4E2M1FN")  # along N
+        b = tile_b_codes(codes, 32, "f4E2M1FN", True)
+        a = (np.array(qa.codes), np.array(qa.scales)) if ea else (oracle.dequantize(qa),)
+        prob = Problem(1, n, k, 32, ea, "f4E2M1FN", b_packed=True, b_tiled=True)
+        c = acc.copy()
+        _runner(prob, threads, TILED_STREAMS).matmul(*a, b, np.array(qb.scales), c)
+        np.testing.assert_array_equal(c.view(np.uint32), ref.view(np.uint32), err_msg=str((k, ea)))
