@@ -3,11 +3,12 @@
 ``decode`` of one-byte codes from a tiled B (``mlir_mx.Linear``'s stored
 form) on Intel AVX-512 reads each column tile of ``TILED_STREAMS`` blocks in
 turn, without software prefetch; on AMD Zen 5 (family 26 on) so does a
-decode of FP8 or packed MXFP4 at 2 threads or more (``_zen5_streams``).  Each block's partials start from zero and
-every column's C update stays in block order, so the bits are the blocked
-order's: checked against the oracle for 2 and 4 blocks side by side,
-f32 and MX activations, NaN codes, 1 and 2 threads, block counts that the
-stream count divides and ones it does not (``adapt`` then keeps 1).
+decode of FP8 or packed MXFP4 at 2 threads or more (``_zen5_streams``). Each
+block's partials start from zero and every column's C update stays in block
+order, so the bits are the blocked order's: checked against the oracle for 2
+and 4 blocks side by side, f32 and MX activations, NaN codes, 1 and 2
+threads, block counts that the stream count divides and ones it does not
+(``adapt`` then keeps 1).
 """
 
 from __future__ import annotations
