@@ -262,15 +262,27 @@ def parse_cpuinfo(text: str) -> frozenset[str]:
     return frozenset()
 
 
+def _cpuinfo_field(text: str, name: str) -> str:
+    """The first value of field ``name`` in ``/proc/cpuinfo`` text, else ``""``."""
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == name:
+            return value.strip()
+    return ""
+
+
 def parse_vendor(text: str) -> str:
     """The CPU vendor of ``/proc/cpuinfo`` text: its first ``vendor_id``
     (x86: ``GenuineIntel``, ``AuthenticAMD``, ``HygonGenuine``...), else
     ``""`` (aarch64's cpuinfo has none)."""
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip() == "vendor_id":
-            return value.strip()
-    return ""
+    return _cpuinfo_field(text, "vendor_id")
+
+
+def parse_family(text: str) -> int:
+    """The x86 CPU family of ``/proc/cpuinfo`` text (AMD: 25 Zen 3/4, 26
+    Zen 5), else 0 (aarch64's cpuinfo has none)."""
+    value = _cpuinfo_field(text, "cpu family")
+    return int(value) if value.isdigit() else 0
 
 
 def parse_sysctl(text: str) -> frozenset[str]:

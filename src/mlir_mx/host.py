@@ -289,12 +289,9 @@ def cpu_family() -> int:
     0 where there is none).  Not masked by ``MLIR_MX_CPU_FEATURES``."""
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("cpu family"):
-                    return int(line.split(":")[1])
-    except (OSError, ValueError):
-        pass
-    return 0
+            return cpu_features.parse_family(f.read())
+    except OSError:
+        return 0
 
 
 @functools.cache

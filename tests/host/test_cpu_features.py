@@ -162,3 +162,12 @@ def test_the_vendor_is_read_from_cpuinfo():
     intel = (SAMPLES / "cpuinfo-x86-emeraldrapids-kvm.txt").read_text()
     assert cf.parse_vendor(intel) == "GenuineIntel"
     assert cf.parse_vendor((SAMPLES / "cpuinfo-aarch64-graviton3.txt").read_text()) == ""
+
+
+def test_the_family_is_read_from_cpuinfo():
+    """``parse_family`` (Zen 5's decode streams, ``stream_config._zen5_streams``):
+    x86 samples give theirs, aarch64 and a text without the field 0."""
+    assert cf.parse_family((SAMPLES / "cpuinfo-x86-epyc-zen3.txt").read_text()) == 25
+    assert cf.parse_family((SAMPLES / "cpuinfo-x86-emeraldrapids-kvm.txt").read_text()) == 6
+    assert cf.parse_family((SAMPLES / "cpuinfo-aarch64-graviton3.txt").read_text()) == 0
+    assert cf.parse_family("cpu family\t: 26\nmodel\t\t: 2\n") == 26
