@@ -25,13 +25,16 @@ from pathlib import Path
 DP, FMA = "vdpbf16ps %zmm30, %zmm31, %zmm{i}", "vfmadd231ps %zmm30, %zmm31, %zmm{i}"
 MUL, ADD = "vmulps %zmm30, %zmm{i}, %zmm{i}", "vaddps %zmm30, %zmm{i}, %zmm{i}"
 VNNI = "vpdpbusd %zmm30, %zmm31, %zmm{i}"
+CVT, PADD = "vcvtdq2ps %zmm{i}, %zmm{i}", "vpaddd %zmm30, %zmm{i}, %zmm{i}"
 
 
 def _cases() -> dict[str, tuple[int, list[str]]]:
-    one = {"dp": DP, "fma": FMA, "mul": MUL, "add": ADD, "vpdpbusd": VNNI}
+    one = {"dp": DP, "fma": FMA, "mul": MUL, "add": ADD, "vpdpbusd": VNNI, "cvt": CVT, "paddd": PADD}
     cases = {f"alone {k}": (24, [v.format(i=i) for i in range(24)]) for k, v in one.items()}
     for k in ("fma", "mul", "add"):
         cases[f"mixed dp+{k}"] = (24, [(DP if i % 2 else one[k]).format(i=i) for i in range(24)])
+    for k in ("fma", "add", "cvt", "paddd"):  # the integer block step's neighbours
+        cases[f"mixed vnni+{k}"] = (24, [(VNNI if i % 2 else one[k]).format(i=i) for i in range(24)])
     for k in ("dp", "fma", "add"):
         cases[f"latency {k}"] = (24, [one[k].format(i=0)] * 24)
     for n in (8, 10, 12, 14, 16):

@@ -129,6 +129,9 @@ class ArithBuilder:
     def fadd(self, a, b):
         return arith.AddFOp(a, b, loc=self.loc).result
 
+    def fsub(self, a, b):
+        return arith.SubFOp(a, b, loc=self.loc).result
+
     def fmul(self, a, b):
         return arith.MulFOp(a, b, loc=self.loc).result
 

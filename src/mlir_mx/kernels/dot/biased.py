@@ -64,6 +64,9 @@ __all__ = [
     "biased",
     "block_partial",
     "chunk_blocks",
+    "lifted",
+    "lifted_start",
+    "lifted_step",
     "offsets",
     "signed_b",
     "start_value",
@@ -76,6 +79,14 @@ BIAS = 0x4B400000
 BIAS_F32 = 1.5 * 2**23
 #: Largest |P| the biased accumulator reads exactly.
 P_LIMIT = 2**22
+#: The lifted step: A's scale ``sa = 2^ea`` times ``LIFT = 1.5 * 2^(23 -
+#: LIFT_SHIFT)`` is the accumulator's start (its bits) and what the step
+#: subtracts; B's scales carry ``2^LIFT_SHIFT``.  22 keeps ``LIFT * sa``
+#: a normal f32 for every E8M0 ``sa`` but ``2^127`` (the route's other form).
+LIFT_SHIFT = 22
+LIFT = 1.5 * 2.0 ** (23 - LIFT_SHIFT)
+#: Largest ``|P|`` for which ``P * sb`` is exact (E4M3: 4-bit significands).
+LIFT_LIMIT = 2**20
 
 
 def biased(prob: Problem, kind: DotKind) -> int:
@@ -88,11 +99,25 @@ def biased(prob: Problem, kind: DotKind) -> int:
     return BIAS if bound < P_LIMIT else 0
 
 
+def lifted(prob: Problem, kind: DotKind, isa, expand: bool) -> bool:
+    """Whether the kernel takes the lifted step (module docstring): the
+    biased step's problems in the kernels that expand B's chunks (the
+    compute-bound ``int-small`` / ``int-prefill``) on x86, where ``t = P *
+    sb`` is exact (``block * max|a| * max|b| < 2^20``: E4M3's 4-bit
+    significands leave ``P * sb`` within f32's 24 bits)."""
+    if not (expand and biased(prob, kind)) or isa.neon:
+        return False
+    return prob.block * int_max(prob.a_element or prob.a_quant) * int_max(prob.b_element) < LIFT_LIMIT
+
+
 def signed_b(prob: Problem, kind: DotKind, isa, expand: bool) -> bool:
     """Whether the kernel takes the biased step with A offset and B signed
     (module docstring): the biased step, B's FP4 records expanded per chunk
-    (several row groups share the column sums), ``vpdpbusd`` on 512 bits."""
+    (several row groups share the column sums), ``vpdpbusd`` on 512 bits,
+    where the lifted step (which needs A's compensation) is not taken."""
     if not (expand and biased(prob, kind) and kind.name == "i8" and isa.wide and isa.vnni):
+        return False
+    if lifted(prob, kind, isa, expand):
         return False
     bound = prob.block * (int_max(prob.a_element or prob.a_quant) + 127) * int_max(prob.b_element)
     return value_table(prob.b_element) and bound < P_LIMIT
@@ -147,6 +172,30 @@ def block_partial(kb: KernelBuilder, kind: DotKind, acc, scale, offset) -> ir.Va
     if offset is not None:
         return kb.fma(kb.bitcast(acc, kb.vec(LANES, kb.f32)), scale, offset)
     return kb.fmul(kb.sitofp(acc, kb.vec(LANES, kb.f32)), scale)
+
+
+def lifted_start(kb: KernelBuilder, pa, m, blk, on: bool) -> ir.Value:
+    """A lifted kernel's accumulator start for row ``m``, block ``blk`` (an
+    i32 scalar): the bits of ``LIFT * sa`` plus A's compensation if any
+    (``on``: the lifted step; :mod:`.prep` stored that sum as the
+    compensation), or :data:`BIAS` plus A's compensation (the route's biased
+    form: the lift's bits taken off again)."""
+    i32 = kb.i32
+    bits = kb.bitcast(kb.load(pa.lift, [m, blk]), i32)
+    if pa.comp is None:
+        return bits if on else kb.const(BIAS, i32)
+    comp = kb.load(pa.comp, [m, blk])
+    return comp if on else kb.addi(kb.subi(comp, bits), kb.const(BIAS, i32))
+
+
+def lifted_step(kb: KernelBuilder, acc, lift, scale, c) -> ir.Value:
+    """The lifted step: ``c = fma(bits(acc) - lift, sb * 2^22, c)``.  ``acc``
+    started at the bits of ``lift = LIFT * sa`` (plus A's compensation) and
+    holds ``bits(lift) + P``: read as an f32 it is ``lift + P * sa * 2^-22``
+    (the ulp of ``lift``'s binade), so the subtraction is exact and the FMA's
+    product is ``P * sb * sa`` exactly."""
+    u = kb.fsub(kb.bitcast(acc, kb.vec(LANES, kb.f32)), lift)
+    return kb.fma(u, scale, c)
 
 
 def offsets(kb: KernelBuilder, scales: list, bias: bool, at=None) -> list:

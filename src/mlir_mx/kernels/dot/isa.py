@@ -161,6 +161,10 @@ class DotOps:
             lo, hi = units.pair_sum_bounds(a_element, b_element, "sign" if isa.sign else "offset")
             self.run = max(r for r in (1, 2, 4, 8) if r * lo >= -(2**15) and r * hi < 2**15)
 
+    def take_fma_form(self, on: bool) -> None:
+        """:attr:`fma_form` on or off (:func:`routed`)."""
+        self.fma_form = on
+
     def a_words(self, words, rows, blk, groups: int):
         """``(r, g) ->`` A's word of K group ``g`` of block ``blk`` for row
         ``rows[r]`` (``words``: :mod:`.prep`'s i32 words), as 16 lanes: loaded
@@ -412,22 +416,25 @@ def _concat(kb: KernelBuilder, parts: list[ir.Value]) -> ir.Value:
     return kb.shuffle(lo, hi, list(range(4 * n)))
 
 
-def routed(kb: KernelBuilder, ops: DotOps, tiny, run):
-    """``run(lo, hi)`` emitted twice where ``tiny`` (bf16 activations,
-    :mod:`.prep`) is given: with ``vdpbf16ps``, taken unless some lane of
-    ``tiny`` is set, and in the FMA form (:attr:`DotOps.fma_form`), taken
-    where one is: the calls whose products or partial sums could reach the
-    instruction's flush of denormals get the f32 kernels' operations."""
-    if tiny is None:
+def routed(kb: KernelBuilder, flag, run, form):
+    """``run(lo, hi)`` emitted twice where the ``flag`` buffer (16 i32) is
+    given: as it is, taken unless some lane of ``flag`` is set, and after
+    ``form(True)``, taken where one is (``form(False)`` restores it).  bf16
+    activations (:mod:`.prep`'s ``tiny``): ``vdpbf16ps``, else the FMA form
+    (:attr:`DotOps.fma_form`): the calls whose products or partial sums
+    could reach the instruction's flush of denormals get the f32 kernels'
+    operations.  The lifted step (:mod:`.biased`, ``huge``): the biased step
+    where some A scale is ``2^127``."""
+    if flag is None:
         return run
 
     def both(lo, hi):
-        flag = kb.cmpi("ne", kb.reduce("or", kb.vload(tiny, [0], 16)), kb.const(0, kb.i32))
-        with kb.if_(kb.cmpi("eq", flag, kb.const(0, kb.i1))):
+        on = kb.cmpi("ne", kb.reduce("or", kb.vload(flag, [0], 16)), kb.const(0, kb.i32))
+        with kb.if_(kb.cmpi("eq", on, kb.const(0, kb.i1))):
             run(lo, hi)
-        ops.fma_form = True
-        with kb.if_(flag):
+        form(True)
+        with kb.if_(on):
             run(lo, hi)
-        ops.fma_form = False
+        form(False)
 
     return both

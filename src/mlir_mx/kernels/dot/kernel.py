@@ -48,9 +48,13 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import BF16, Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scale_tile, decode_scales
 from mlir_mx.kernels.dot.biased import (
+    LIFT_SHIFT,
     biased,
     block_partial,
     chunk_blocks,
+    lifted,
+    lifted_start,
+    lifted_step,
     offsets,
     signed_b,
     start_value,
@@ -180,13 +184,16 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
         raise ValueError("dot kernel: needs a pair with a dot unit here and nv in (1, 2, 4)")
     isa = dot_isa(kind, prob.a_element or prob.a_quant, prob.b_element, cfg.expand)
     offset = _a_offset(prob, cfg, isa) > 0 or signed_b(prob, kind, isa, cfg.expand)  # a + 128
-    bias = biased(prob, kind)  # the accumulators' start: 0 or .biased.BIAS
-    pa = prepare_dot_a(kb, prob, ops, kind, cfg.mr, not (isa.sign or offset), offset, bias=bias)
+    lift = lifted(prob, kind, isa, cfg.expand)  # .biased: A's scale in the start
+    bias = 0 if lift else biased(prob, kind)  # the accumulators' start: 0 or .biased.BIAS
+    compensate = not (isa.sign or offset)
+    pa = prepare_dot_a(kb, prob, ops, kind, cfg.mr, compensate, offset, bias=bias, lift=lift)
     k = _Dot(kb, prob, ops, cfg, pa)
     run = k.panels
     if k.codes is not None and prob.m == 1 and cfg.mr == 1 and not cfg.expand:
         run = lambda lo, hi: sweep_decode(k, lo, hi)  # noqa: E731 - decode from codes
-    run = routed(kb, k.units, pa.tiny, run)  # bf16 activations below bf16_floor: FMA form
+    run = routed(kb, pa.tiny, run, k.units.take_fma_form)  # bf16 below bf16_floor: FMA form
+    run = routed(kb, pa.huge, run, k.take_biased_form)  # lifted, an A scale 2^127: biased
     panels = -(-prob.n // PANEL)
     per = -(-panels // max(1, cfg.threads))
     tasks = -(-panels // per)
@@ -226,10 +233,10 @@ class _Dot:
         self.units = DotOps(self.kind, isa, a_fmt, prob.b_element, kb, *args)
         self.stored = RecordLayout(self.kind, prob.b_element, prob.block)
         self.full = RecordLayout(self.kind, prob.b_element, prob.block, full=True)
-        fa, fb = int_factor(a_fmt), int_factor(prob.b_element)
-        self.unscale = None  # 2^-(fa+fb), int kinds: the scales carry it
+        self.unscale, self.lift = None, False  # 2^-(fa+fb), int kinds (lifted: .biased)
         if self.kind.name != "bf16":
-            self.unscale = kb.const(2.0 ** -(fa + fb), kb.vec(LANES, kb.f32))
+            self.fab = int_factor(a_fmt) + int_factor(prob.b_element)
+            self.take_biased_form(False)
         self.codes = None  # B as codes: chunks expanded per call into full records
         if prob.b_dot is None:
             self.codes = CodesSource(kb, prob, ops, self.units, self.full, self.unscale)
@@ -241,6 +248,15 @@ class _Dot:
             self.table = kb.const_array(self.units.table_bytes(prob.b_element), kb.vec(64, kb.i8))
         self.row_tail = cfg.mr > 1 and (prob.m is None or prob.m % cfg.mr != 0)
         self.col_tail = prob.n % PANEL != 0
+
+    def take_biased_form(self, on: bool) -> None:
+        """A lifted kernel's form (:func:`~.isa.routed`): the lifted step, or
+        (``on``) the biased one; ``unscale`` and ``bias`` follow."""
+        lifting = self.pa.lift is not None
+        self.lift = lifting and not on
+        self.bias = on if lifting else self.bias
+        shift = LIFT_SHIFT if self.lift else 0
+        self.unscale = self.kb.const(2.0 ** (shift - self.fab), self.kb.vec(LANES, self.kb.f32))
 
     # -- panels and chunks -----------------------------------------------------------
 
@@ -444,7 +460,11 @@ class _Dot:
             if self.cfg.prefetch and vs[0] == 0:
                 self.prefetch(row)
             scales = self.scales(row, vs, stored, local)
-        if self.pa.comp is not None:  # the accumulators start at A's compensation of B's offset
+        if self.pa.lift is not None:
+            acc = []  # bits(LIFT * sa) or BIAS, + A's compensation (.biased)
+            for m in rows:
+                acc += [kb.broadcast(lifted_start(kb, self.pa, m, blk, self.lift), LANES)] * nv
+        elif self.pa.comp is not None:  # the accumulators start at A's compensation of B's offset
             acc = []
             for m in rows:
                 comp = kb.broadcast(kb.load(self.pa.comp, [m, blk]), LANES)
@@ -477,6 +497,10 @@ class _Dot:
         out, offs = [], offsets(kb, scales, self.bias, at)
         unit = self.prob.a_quant == BF16  # sa = 1 (rows past M: 0, never stored)
         for r, m in enumerate(rows):
+            if self.lift:  # c = fma(bits(acc) - LIFT * sa, sb * 2^22, c) (.biased)
+                lift = kb.broadcast(kb.load(self.pa.lift, [m, blk]), LANES)
+                out += [lifted_step(kb, acc[r * nv + v], lift, scales[v], c[r * nv + v]) for v in range(nv)]
+                continue
             sa = None if unit else kb.broadcast(kb.load(self.pa.scales, [m, blk]), LANES)
             for v in range(nv):  # t = p * sb: one rounding
                 t = block_partial(kb, kind, acc[r * nv + v], scales[v], offs[v])

@@ -43,6 +43,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.codec import abs_bits, e8m0_code, e8m0_to_f32, round_bf16
 from mlir_mx.kernels.common.problem import BF16, CodeRows, Operands, Problem, vector_loop
 from mlir_mx.kernels.common.widen import LANES, decode_scales, decoder
+from mlir_mx.kernels.dot.biased import LIFT
 from mlir_mx.kernels.dot.prep_groups import (
     GROUP,
     MAX_GROUPED_BLOCK,
@@ -65,6 +66,8 @@ class DotA:
     tiny: ir.Value | None  # (16,) i32, bf16 activations: nonzero where some |a| < 2^floor
     m: ir.Value  # M (index)
     mp: ir.Value  # M rounded up to the row group
+    lift: ir.Value | None = None  # (Mp, K/B) f32: LIFT * scale (the lifted step, .biased)
+    huge: ir.Value | None = None  # (16,) i32: nonzero where some LIFT * scale is +Inf
 
 
 def prepare_dot_a(
@@ -76,13 +79,17 @@ def prepare_dot_a(
     compensate: bool = True,
     offset: bool = False,
     bias: int = 0,
+    lift: bool = False,
 ) -> DotA:
     """Fill A's words and scales (rows padded to a multiple of ``group``), and
     the compensation where ``compensate`` and the unit offsets B (not with the
     sign trick of :mod:`.isa`, which needs none).  ``offset``: each int8 of
     the words is stored as ``a + 128`` (``a ^ 0x80``, the unsigned operand
     of the A-offset mode of :mod:`.isa`).  ``bias``: added to the
-    compensation (the biased accumulator's start, :mod:`.biased`)."""
+    compensation (the biased accumulator's start, :mod:`.biased`).
+    ``lift``: also ``LIFT * scale`` per block (the lifted step's start and
+    subtrahend, :mod:`.biased`) and the flag of a scale ``2^127``, whose
+    lift overflows (the kernel's other form then, :func:`~.isa.routed`)."""
     if prob.m is None:
         m = kb.dim(ops.a, 0)
         mp = kb.mul(kb.ceildivu(m, group), group)
@@ -133,7 +140,35 @@ def prepare_dot_a(
             vector_loop(
                 kb, prob.kblocks, LANES, lambda o, v: kb.store_lanes(zero_word, comp, [r, o], v)
             )
-    return DotA(words, scales, comp, tiny, m, mp)
+    lifts, huge = _lifts(kb, prob, scales, comp, rows, dyn, mp) if lift else (None, None)
+    return DotA(words, scales, comp, tiny, m, mp, lifts, huge)
+
+
+def _lifts(kb: KernelBuilder, prob: Problem, scales, comp, rows: int, dyn, mp):
+    """``LIFT * scale`` of every (row, block) (exact: E8M0 scales; padding
+    rows 0), its bits added to the compensation ``comp`` if any (the lifted
+    accumulators' start), and a flag whose lanes are set where one is +Inf
+    (``2^127``)."""
+    lifts = kb.alloc([rows, prob.kblocks], kb.f32, dyn)
+    huge = kb.alloc([LANES], kb.i32)
+    v16i = kb.vec(LANES, kb.i32)
+    kb.vstore(kb.const(0, v16i), huge, [0])
+    factor = kb.const(LIFT, kb.vec(LANES, kb.f32))
+    inf = kb.const(float("inf"), kb.vec(LANES, kb.f32))
+    with kb.loop(0, mp, 1) as row:
+        r = row.iv
+
+        def put(o, v):
+            x = kb.fmul(kb.load_lanes(scales, [r, o], LANES, v), factor)
+            kb.store_lanes(x, lifts, [r, o], v)
+            if comp is not None:
+                start = kb.addi(kb.load_lanes(comp, [r, o], LANES, v), kb.bitcast(x, v16i))
+                kb.store_lanes(start, comp, [r, o], v)
+            over = kb.extui(kb.cmpf("oeq", x, inf), v16i)
+            kb.vstore(kb.ori(kb.vload(huge, [0], LANES), over), huge, [0])
+
+        vector_loop(kb, prob.kblocks, LANES, put)
+    return lifts, huge
 
 
 def _compensation(kb: KernelBuilder, prob: Problem, words, comp, r, bias: int = 0) -> None:
