@@ -95,3 +95,66 @@ def test_edges_equal_the_oracle(monkeypatch, cpu):
             got = lin(x[:m], threads=threads)
             assert same_bits(got, want[:m]).all(), (cpu, lin.schedule(x[:m]), m, threads)
     assert np.signbit(want[:70, 2:4]).sum() == 0  # the -0 partials never reach C
+
+
+def test_lifted_where_the_product_is_exact_in_the_expanding_x86_kernels():
+    """The lifted step (``biased`` docstring): the biased step's problems,
+    in the kernels that expand B's chunks, off NEON, while ``block * max|a|
+    * max|b| < 2^20`` keeps ``P * sb`` exact; the A offset with B signed
+    (which has no compensation to carry the lift) is then not taken."""
+    from mlir_mx.kernels.dot.biased import lifted, signed_b
+    from mlir_mx.kernels.dot.isa import DotISA
+
+    wide = DotISA("avx512-vnni", True, True, False)
+    neon = DotISA("neon-sdot", False, True, True, True)
+    i8 = KINDS["i8"]
+    assert lifted(_prob(), i8, wide, expand=True)
+    assert not signed_b(_prob(), i8, wide, expand=True)
+    assert not lifted(_prob(), i8, wide, expand=False)  # decode keeps the biased step
+    assert not lifted(_prob(), i8, neon, expand=True)
+    assert not lifted(_prob(scale_type="f8E8M0FNU"), i8, wide, expand=True)
+    assert lifted(_prob(block=512), i8, wide, expand=True)  # 512 * 127 * 12 < 2^20
+    assert not lifted(_prob(block=1024), i8, wide, expand=True)  # above 2^20, below 2^22
+    assert biased(_prob(block=1024), i8) == BIAS and signed_b(_prob(block=1024), i8, wide, True)
+
+
+def _small_scale_weight(n=128, k=64) -> MXArray:
+    """NVFP4 weight whose E4M3 block scales are all small (codes 0x01-0x04:
+    2^-9 .. 2^-7, subnormal), so that activations near the top of the f32
+    range still give finite outputs."""
+    rng = np.random.default_rng(8)
+    codes = rng.integers(0, 16, (n, k), dtype=np.uint8)
+    scales = rng.integers(1, 5, (n, k // 16), dtype=np.uint8)
+    w = oracle.quantize(np.ones((n, k), np.float32), "nvfp4", axis=1)
+    return MXArray(
+        codes.view(w.codes.dtype), scales.view(w.scales.dtype), "nvfp4", 16, axis=1,
+        global_scale=w.global_scale,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("cpu", ["host", "avx2", "avx-vnni"])
+def test_an_a_scale_of_2_to_the_127_takes_the_biased_form(monkeypatch, cpu):
+    """An activation block whose E8M0 scale is ``2^127`` (values from
+    ``2^127`` to f32's max) makes the lift ``1.5 * 2^128`` overflow: the call
+    takes the kernel's biased form and still gives the oracle's bits, as
+    the calls without such a block (the lifted form) do; NaN and Inf rows
+    give NaN either way."""
+    if cpu in AVX2_MASKS:
+        mask_avx2(monkeypatch, cpu)
+    w = _small_scale_weight()
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((70, 64)).astype(np.float32)
+    x[3, :16] = np.float32(1.5 * 2.0**127)  # E8M0 scale 2^127 in block 0 of row 3
+    x[4] = 0.0
+    x[4, 16:32] = np.float32(3.0e38) * np.sign(rng.standard_normal(16)).astype(np.float32)
+    x[5, 20], x[6, 40] = np.nan, np.inf
+    x[7] = np.float32(2.0**-140)  # the lift's bottom: scale 2^-127
+    want = nvfp4_i8_oracle(w, x)
+    assert np.isfinite(want[3:5]).all() and (np.abs(want[3:5]) > 2.0**100).any()
+    assert np.isnan(want[5:7]).all()
+    lin = mlir_mx.Linear(w, activations="i8", threads=2)
+    for m in (70, 5):  # int-prefill, int-small: the expanding kernels
+        for rows in (slice(0, m), slice(5, 5 + m)):  # with the 2^127 rows, and without
+            for threads in (1, 2):
+                got = lin(x[rows], threads=threads)
+                assert same_bits(got, want[rows]).all(), (cpu, lin.schedule(x[rows]), m, threads)

@@ -1,4 +1,4 @@
-"""The integer block partial to f32 in one FMA: a biased accumulator (NVFP4).
+"""The integer block partial to f32 in one FMA: a biased or lifted accumulator (NVFP4).
 
 The dot kernels' block step (:mod:`.kernel`) turns the exact int32 partial
 ``P`` into ``t = f32(P) * sb`` (``vcvtdq2ps`` + ``vmulps``), then
@@ -46,6 +46,34 @@ offsets, once per chunk (:func:`b_starts`)::
 ``1.5 * 2^23 + 128 k = 2^7 (3 * 2^16 + k)`` with ``|k| <= block * max|b|``
 has at most 18 significant bits, times E4M3's 4: the offset is exact, and
 so is ``t`` as above while ``block * 255 * max|b| < 2^22``.
+
+**The lifted step** (:func:`lifted`: the kernels that expand B's chunks,
+``int-small`` and ``int-prefill``, on x86).  The biased step's two FMAs
+share the two FMA pipes with the dots; on AMD Zen 5 ``vsubps`` and
+``vcvtdq2ps`` issue on two other pipes (``bench/probes/vector_pipes.py``),
+and the block step can be one FMA and one subtraction.  A's scale ``sa =
+2^ea`` (E8M0, or NaN) goes into the accumulator's start instead of a
+constant: ``lift = LIFT * sa = 1.5 * 2^(ea + 1)`` (:data:`LIFT` ``= 3``,
+exact), whose binade's ulp is ``2^(ea - 22)``.  The start is the bits of
+``lift`` plus A's compensation (:mod:`.prep` stores that sum), so after the
+block's dots ``bits(acc) = bits(lift) + P``, read as an f32 ``lift + P *
+2^(ea - 22)`` (``|P| < 2^22`` keeps it in the binade), and::
+
+    u = bits(acc) - lift  = P * sa * 2^-22         (exact: same binade)
+    c = fma(u, sb * 2^22, c) = RN(c + P * sb * sa)
+
+B's scales carry the ``2^22`` (the chunk's header holds ``sb * 2^(22 -
+fa - fb)``, no offsets).  The blocked order's step is ``RN(c + RN(P * sb)
+* sa)``: the same bits where ``P * sb`` is exact, which the
+``block * max|a| * max|b| < 2^20`` bound gives (E4M3's significands have 4
+bits; 16 x 127 x 12 for NVFP4 against INT8).  ``u`` is exact down to
+E8M0's ``2^-127`` (``lift`` is the normal ``1.5 * 2^-126`` there, ``u`` a
+multiple of ``2^-149``, a denormal: under the default MXCSR, as the f32
+kernels assume), zero blocks give ``u = +0``, a NaN ``sa`` a NaN ``lift``
+and ``u``.  ``sa = 2^127`` is the one scale whose lift overflows (``1.5 *
+2^128``): :mod:`.prep` flags it (``huge``) and the call takes the biased
+step instead (:func:`~.isa.routed`: the kernel holds both forms).  NEON
+and the decode kernels keep the biased step.
 """
 
 from __future__ import annotations
@@ -107,7 +135,8 @@ def lifted(prob: Problem, kind: DotKind, isa, expand: bool) -> bool:
     significands leave ``P * sb`` within f32's 24 bits)."""
     if not (expand and biased(prob, kind)) or isa.neon:
         return False
-    return prob.block * int_max(prob.a_element or prob.a_quant) * int_max(prob.b_element) < LIFT_LIMIT
+    bound = prob.block * int_max(prob.a_element or prob.a_quant) * int_max(prob.b_element)
+    return bound < LIFT_LIMIT
 
 
 def signed_b(prob: Problem, kind: DotKind, isa, expand: bool) -> bool:

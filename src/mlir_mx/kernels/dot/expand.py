@@ -7,14 +7,16 @@ scales as f32 (E8M0 or E4M3 decoded, times ``2^-(fa+fb)``) in the header
 it; FP4 nibbles through the ``vpshufb`` table into bytes in ``ds``.  With A
 offset and B signed (:func:`~.biased.signed_b`) the offsets carry B's column
 sums of the block (:func:`~.biased.b_starts`), computed here from the bytes
-the table gives, once per chunk and panel.
+the table gives, once per chunk and panel.  The A-offset mode's column sums
+of a chunk (:func:`column_sums`) come from the expanded bytes.
 """
 
 from __future__ import annotations
 
+from mlir_mx.kernels.common.widen import LANES
 from mlir_mx.kernels.dot.biased import b_starts, store_scale
 
-__all__ = ["expand_records"]
+__all__ = ["column_sums", "expand_records"]
 
 
 def expand_records(k, j, c0, nblk: int) -> None:
@@ -32,3 +34,32 @@ def expand_records(k, j, c0, nblk: int) -> None:
             store_scale(kb, k.hs, [b.iv, 64 * v], scale, k.bias and k.full.data_offset, starts[v])
         if vecs is not None:
             k.units.store_block(k.ds, b.iv, 0, vecs)
+
+
+def column_sums(k, nblk: int) -> None:
+    """``cs[b, (q, v, l)] = -128 * sum`` over run ``q`` of block ``b`` of
+    the chunk of the B values that int16 lane ``l`` of vector ``v``
+    multiplies (lane ``2n``: column ``n``'s rows ``4g, 4g + 1`` of each K
+    group ``g`` of the run; ``2n + 1``: rows ``4g + 2, 4g + 3``):
+    ``vpmaddubsw`` of 128 against them, summed in int16 (wrapping is
+    harmless: :func:`~.units.a_offset_run`).  Where the A-offset mode's
+    lanes start, since they add ``(a + 128) * b``.  B's expanded bytes
+    hold ``b + 128`` unless a signed table made them (FP4): those are
+    turned into ``b`` here, once per chunk."""
+    kb, run = k.kb, k.a_offset
+    v32h = kb.vec(2 * LANES, kb.i16)
+    offset = kb.const(0x80808080 - 2**32, kb.vec(LANES, kb.i32))  # 128 in every byte
+    signed = k.units.signed_table
+    with kb.loop(0, nblk, 1) as b:
+        for v in range(4):
+            total = None
+            for g in range(k.stored.groups):
+                (bv,) = k.data(None, b.iv, g, [v], stored=False)
+                if not signed:
+                    bv = kb.xori(bv, kb.const(0x80, bv.type))
+                    kb.vstore(bv, k.ds, [b.iv, 256 * g + 64 * v])
+                p = k.units.pairs(offset, bv)
+                total = p if g % run == 0 else kb.add(total, p)
+                if g % run == run - 1:
+                    at = 2 * LANES * (4 * (g // run) + v)
+                    kb.vstore(kb.sub(kb.const(0, v32h), total), k.cs, [b.iv, at])

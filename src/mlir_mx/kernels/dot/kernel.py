@@ -60,7 +60,7 @@ from mlir_mx.kernels.dot.biased import (
     start_value,
 )
 from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
-from mlir_mx.kernels.dot.expand import expand_records
+from mlir_mx.kernels.dot.expand import column_sums, expand_records
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa, mmla_block, neon_tile, routed
 from mlir_mx.kernels.dot.prep import prepare_dot_a
 from mlir_mx.kernels.dot.store import store_tile
@@ -327,38 +327,10 @@ class _Dot:
         elif self.hs is not None:
             expand_records(self, j, c0, nblk)
         if self.cs is not None:
-            self.column_sums(nblk)
+            column_sums(self, nblk)
         for sub in range(PANEL // (LANES * cfg.nv)):
             with kb.loop(0, self.pa.mp, cfg.mr) as g:
                 self.micro(j, sub, c0, nblk, g.iv)
-
-    def column_sums(self, nblk: int) -> None:
-        """``cs[b, (q, v, l)] = -128 * sum`` over run ``q`` of block ``b`` of
-        the chunk of the B values that int16 lane ``l`` of vector ``v``
-        multiplies (lane ``2n``: column ``n``'s rows ``4g, 4g + 1`` of each K
-        group ``g`` of the run; ``2n + 1``: rows ``4g + 2, 4g + 3``):
-        ``vpmaddubsw`` of 128 against them, summed in int16 (wrapping is
-        harmless: :func:`~.units.a_offset_run`).  Where the A-offset mode's
-        lanes start, since they add ``(a + 128) * b``.  B's expanded bytes
-        hold ``b + 128`` unless a signed table made them (FP4): those are
-        turned into ``b`` here, once per chunk."""
-        kb, run = self.kb, self.a_offset
-        v32h = kb.vec(2 * LANES, kb.i16)
-        offset = kb.const(0x80808080 - 2**32, kb.vec(LANES, kb.i32))  # 128 in every byte
-        signed = self.units.signed_table
-        with kb.loop(0, nblk, 1) as b:
-            for v in range(4):
-                total = None
-                for g in range(self.stored.groups):
-                    (bv,) = self.data(None, b.iv, g, [v], stored=False)
-                    if not signed:
-                        bv = kb.xori(bv, kb.const(0x80, bv.type))
-                        kb.vstore(bv, self.ds, [b.iv, 256 * g + 64 * v])
-                    p = self.units.pairs(offset, bv)
-                    total = p if g % run == 0 else kb.add(total, p)
-                    if g % run == run - 1:
-                        at = 2 * LANES * (4 * (g // run) + v)
-                        kb.vstore(kb.sub(kb.const(0, v32h), total), self.cs, [b.iv, at])
 
     def record_row(self, j, blk) -> ir.Value:
         return self.kb.add(self.kb.mul(j, self.prob.kblocks), blk)
@@ -499,7 +471,8 @@ class _Dot:
         for r, m in enumerate(rows):
             if self.lift:  # c = fma(bits(acc) - LIFT * sa, sb * 2^22, c) (.biased)
                 lift = kb.broadcast(kb.load(self.pa.lift, [m, blk]), LANES)
-                out += [lifted_step(kb, acc[r * nv + v], lift, scales[v], c[r * nv + v]) for v in range(nv)]
+                for i in range(r * nv, (r + 1) * nv):
+                    out.append(lifted_step(kb, acc[i], lift, scales[i - r * nv], c[i]))
                 continue
             sa = None if unit else kb.broadcast(kb.load(self.pa.scales, [m, blk]), LANES)
             for v in range(nv):  # t = p * sb: one rounding
