@@ -100,22 +100,23 @@ def test_edges_equal_the_oracle(monkeypatch, cpu):
 def test_lifted_where_the_product_is_exact_in_the_expanding_x86_kernels():
     """The lifted step (``biased`` docstring): the biased step's problems,
     in the kernels that expand B's chunks, off NEON, while ``block * max|a|
-    * max|b| < 2^20`` keeps ``P * sb`` exact; the A offset with B signed
-    (which has no compensation to carry the lift) is then not taken."""
-    from mlir_mx.kernels.dot.biased import lifted, signed_b
+    * max|b| < 2^20`` keeps ``P * sb`` exact."""
+    from mlir_mx.kernels.dot.biased import lifted
     from mlir_mx.kernels.dot.isa import DotISA
 
     wide = DotISA("avx512-vnni", True, True, False)
+    half = DotISA("avx2", False, False, True)
     neon = DotISA("neon-sdot", False, True, True, True)
     i8 = KINDS["i8"]
     assert lifted(_prob(), i8, wide, expand=True)
-    assert not signed_b(_prob(), i8, wide, expand=True)
+    assert lifted(_prob(), i8, half, expand=True)
     assert not lifted(_prob(), i8, wide, expand=False)  # decode keeps the biased step
     assert not lifted(_prob(), i8, neon, expand=True)
     assert not lifted(_prob(scale_type="f8E8M0FNU"), i8, wide, expand=True)
-    assert lifted(_prob(block=512), i8, wide, expand=True)  # 512 * 127 * 12 < 2^20
+    assert not lifted(_prob(b_dot=None), i8, wide, expand=True)
+    assert lifted(_prob(block=512), i8, wide, expand=True)  # 512 * 128 * 12 < 2^20
     assert not lifted(_prob(block=1024), i8, wide, expand=True)  # above 2^20, below 2^22
-    assert biased(_prob(block=1024), i8) == BIAS and signed_b(_prob(block=1024), i8, wide, True)
+    assert biased(_prob(block=1024), i8) == BIAS
 
 
 def _small_scale_weight(n=128, k=64) -> MXArray:

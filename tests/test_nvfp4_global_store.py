@@ -47,7 +47,7 @@ def test_the_case_tells_a_division_from_none_two_or_a_reciprocal():
 def test_the_last_chunk_found_per_pass_divides_once():
     """int-small at K = 512: 4 chunks of 8 blocks, the last one found by a
     compare per tile pass (the other cases are known when emitted, and
-    ``test_nvfp4_signed_b.py`` runs them under every mask)."""
+    ``test_nvfp4_chunks.py`` runs them under every mask)."""
     w, x = _case(64, 512, 5)
     want = nvfp4_i8_oracle(w, x)
     lin = mlir_mx.Linear(w, activations="i8", threads=2)

@@ -174,7 +174,7 @@ def test_without_the_route_vdpbf16ps_flushes(amd, monkeypatch):
     outputs leave the exact path's bits; the ordinary rows keep them."""
     x, qb, acc = _tiny_case("f8E4M3FN")
     want = oracle.blocked_order(bf16(x), qb, acc)
-    monkeypatch.setattr(dot_kernel, "routed", lambda kb, ops, tiny, run: run)
+    monkeypatch.setattr(dot_kernel, "routed", lambda kb, flag, run, form: run)
     got = run_bf16(x, qb, acc, "bf16-small", 1)
     assert not same_bits(got[1], want[1]).all()
     assert same_bits(got[[0, 4, 5]], want[[0, 4, 5]]).all()

@@ -33,20 +33,6 @@ Taken only where all of this holds (:func:`biased`): E4M3 block scales
 bound ``block * max|a| * max|b|`` below ``2^22``.  E8M0 scales up to
 ``2^127`` would overflow ``1.5 * 2^23 * sb`` (MXFP4 keeps the plain step).
 
-**A offset, B signed** (:func:`signed_b`, the expanding AVX-512 VNNI
-kernels over FP4 records): ``vpdpbusd`` takes A's words as ``a + 128``
-(unsigned) and B's bytes signed (FP4's table without the +128), so the
-accumulators start at the constant ``BIAS`` (no compensation of A: no
-per-row sums when A is prepared, no per-row broadcast per block) and hold
-``1.5 * 2^23 + P + 128 * sum b``.  B's column sums go into the chunk's
-offsets, once per chunk (:func:`b_starts`)::
-
-    t = fma(bits(acc), sb, -(1.5 * 2^23 + 128 * sum b) * sb) = RN(P * sb)
-
-``1.5 * 2^23 + 128 k = 2^7 (3 * 2^16 + k)`` with ``|k| <= block * max|b|``
-has at most 18 significant bits, times E4M3's 4: the offset is exact, and
-so is ``t`` as above while ``block * 255 * max|b| < 2^22``.
-
 **The lifted step** (:func:`lifted`: the kernels that expand B's chunks,
 ``int-small`` and ``int-prefill``, on x86).  The biased step's two FMAs
 share the two FMA pipes with the dots; on AMD Zen 5 ``vsubps`` and
@@ -83,12 +69,11 @@ from mlir import ir
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import Problem
 from mlir_mx.kernels.common.widen import LANES
-from mlir_mx.kernels.dot.units import DotKind, int_max, value_table
+from mlir_mx.kernels.dot.units import DotKind, int_max
 from mlir_mx.numerics.formats import E4M3_SCALE_TYPE
 
 __all__ = [
     "BIAS",
-    "b_starts",
     "biased",
     "block_partial",
     "chunk_blocks",
@@ -96,7 +81,6 @@ __all__ = [
     "lifted_start",
     "lifted_step",
     "offsets",
-    "signed_b",
     "start_value",
     "store_scale",
 ]
@@ -139,19 +123,6 @@ def lifted(prob: Problem, kind: DotKind, isa, expand: bool) -> bool:
     return bound < LIFT_LIMIT
 
 
-def signed_b(prob: Problem, kind: DotKind, isa, expand: bool) -> bool:
-    """Whether the kernel takes the biased step with A offset and B signed
-    (module docstring): the biased step, B's FP4 records expanded per chunk
-    (several row groups share the column sums), ``vpdpbusd`` on 512 bits,
-    where the lifted step (which needs A's compensation) is not taken."""
-    if not (expand and biased(prob, kind) and kind.name == "i8" and isa.wide and isa.vnni):
-        return False
-    if lifted(prob, kind, isa, expand):
-        return False
-    bound = prob.block * (int_max(prob.a_element or prob.a_quant) + 127) * int_max(prob.b_element)
-    return value_table(prob.b_element) and bound < P_LIMIT
-
-
 #: Blocks per K chunk of the L2-chunk kernels (``int-prefill``) count blocks
 #: of this size: NVFP4's 16 takes twice the blocks, one chunk for K = 4096
 #: as MXFP4's 128 blocks of 32 (one tile pass per row group and panel, not two).
@@ -167,22 +138,6 @@ def chunk_blocks(prob: Problem, kind: DotKind, kcb: int, expand: bool) -> int:
     if not (expand and kcb >= L2_CHUNK and biased(prob, kind)) or prob.block >= CHUNK_BLOCK:
         return kcb
     return kcb * CHUNK_BLOCK // prob.block
-
-
-def b_starts(kb: KernelBuilder, units, groups: list) -> list:
-    """``-(1.5 * 2^23 + 128 * sum b)`` (f32 x 16, exact) of each column vector
-    ``v`` of one block of signed B bytes (``groups[g][v]``), the sums by
-    ``vpdpbusd`` of ones (``units.dot``: a + 128 = 1)."""
-    v16i = kb.vec(LANES, kb.i32)
-    ones = kb.const(0x01010101, v16i)
-    out = []
-    for v in range(len(groups[0])):
-        s = kb.const(0, v16i)
-        for vecs in groups:
-            s = units.dot(s, ones, vecs[v])
-        s = kb.sub(kb.mul(s, kb.const(-128, v16i)), kb.const(int(BIAS_F32), v16i))
-        out.append(kb.sitofp(s, kb.vec(LANES, kb.f32)))
-    return out
 
 
 def start_value(kb: KernelBuilder, kind: DotKind, bias: bool) -> ir.Value:
@@ -240,12 +195,11 @@ def offsets(kb: KernelBuilder, scales: list, bias: bool, at=None) -> list:
     return [kb.fmul(s, minus) for s in scales]
 
 
-def store_scale(kb: KernelBuilder, hs, at: list, scale, offset_bytes: int, start=None) -> None:
+def store_scale(kb: KernelBuilder, hs, at: list, scale, offset_bytes: int) -> None:
     """A chunk's header: ``scale`` (f32 x 16) at ``at`` in the scratch ``hs``
     and, where ``offset_bytes`` (the biased step), its offset that many
-    bytes further (once per chunk, not per row group): ``-BIAS_F32 * scale``,
-    or ``start * scale`` (:func:`b_starts`, A offset and B signed)."""
+    bytes further (once per chunk, not per row group): ``-BIAS_F32 * scale``."""
     kb.vstore(kb.vbitcast(scale, 64, kb.i8), hs, at)
     if offset_bytes:
-        (off,) = offsets(kb, [scale], True) if start is None else (kb.fmul(start, scale),)
+        (off,) = offsets(kb, [scale], True)
         kb.vstore(kb.vbitcast(off, 64, kb.i8), hs, [at[0], kb.add(at[1], offset_bytes)])

@@ -4,17 +4,15 @@ Several row groups share each K chunk of a panel (``DotConfig.expand``), so
 the kernel expands it once into a scratch (:mod:`.kernel`): per block, B's
 scales as f32 (E8M0 or E4M3 decoded, times ``2^-(fa+fb)``) in the header
 ``hs`` and, for the biased step (:mod:`.biased`), each scale's offset beside
-it; FP4 nibbles through the ``vpshufb`` table into bytes in ``ds``.  With A
-offset and B signed (:func:`~.biased.signed_b`) the offsets carry B's column
-sums of the block (:func:`~.biased.b_starts`), computed here from the bytes
-the table gives, once per chunk and panel.  The A-offset mode's column sums
+it; FP4 nibbles through the ``vpshufb`` table into bytes in ``ds``.  The
+A-offset mode's column sums
 of a chunk (:func:`column_sums`) come from the expanded bytes.
 """
 
 from __future__ import annotations
 
 from mlir_mx.kernels.common.widen import LANES
-from mlir_mx.kernels.dot.biased import b_starts, store_scale
+from mlir_mx.kernels.dot.biased import store_scale
 
 __all__ = ["column_sums", "expand_records"]
 
@@ -28,10 +26,9 @@ def expand_records(k, j, c0, nblk: int) -> None:
         vecs = None
         if k.ds is not None:  # as the dot unit reads them (isa.DotOps.store_block)
             vecs = [k.data(row, None, g, range(4), True) for g in range(k.stored.groups)]
-        starts = b_starts(kb, k.units, vecs) if k.units.a_plus else [None] * 4
         for v in range(4):
             scale = k.scale(row, v, stored=True)
-            store_scale(kb, k.hs, [b.iv, 64 * v], scale, k.bias and k.full.data_offset, starts[v])
+            store_scale(kb, k.hs, [b.iv, 64 * v], scale, k.bias and k.full.data_offset)
         if vecs is not None:
             k.units.store_block(k.ds, b.iv, 0, vecs)
 

@@ -133,19 +133,16 @@ class DotOps:
 
     def __init__(
         self, kind: DotKind, isa: DotISA, a_element: str, b_element: str, kb: KernelBuilder,
-        a_offset: int = 0, expand: bool = False, a_plus: bool = False,
+        a_offset: int = 0, expand: bool = False,
     ):  # fmt: skip
         self.kb, self.kind, self.isa = kb, kind, isa
         self.a_offset = a_offset
-        #: ``vpdpbusd`` of A's words as ``a + 128`` and B's signed bytes (the
-        #: biased step with A offset, :func:`~.biased.signed_b`): no compensation.
-        self.a_plus = a_plus
         self.kcb = 0  # blocks per chunk of the expanding kernels' scratch (scratch_shape)
         #: bf16: the pairs as two f32 FMAs each (:func:`routed`), not ``vdpbf16ps``.
         self.fma_form = False
         #: B's FP4 table gives ``b`` itself, not ``b + 128``: the sign trick's
         #: operand without an xor (every FP4 B vector comes through the table).
-        self.signed_table = (isa.sign or a_offset or a_plus) and units.value_table(b_element)
+        self.signed_table = (isa.sign or a_offset) and units.value_table(b_element)
         #: The expanded chunks hold B's signed values ``b`` (NEON: the records'
         #: bytes turned, or FP4's table; smmla: in its layout, every B).
         self.signed_scratch = bool(
@@ -335,8 +332,6 @@ class DotOps:
                 return kb.intrinsic("llvm.x86.avx512.vpdpwssd.512", v16i, [acc, a, b])
             return kb.add(acc, kb.intrinsic("llvm.x86.avx512.pmaddw.d.512", v16i, [a, b]))
         a = kb.vbitcast(a_words, 64, kb.i8)
-        if vnni and self.a_plus:  # A (a + 128) the unsigned operand, B signed
-            return kb.intrinsic("llvm.x86.avx512.vpdpbusd.512", v16i, [acc, a, b_bytes])
         # B (b + 128) is the unsigned operand, A the signed one.
         if vnni:
             return kb.intrinsic("llvm.x86.avx512.vpdpbusd.512", v16i, [acc, b_bytes, a])

@@ -56,7 +56,6 @@ from mlir_mx.kernels.dot.biased import (
     lifted_start,
     lifted_step,
     offsets,
-    signed_b,
     start_value,
 )
 from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
@@ -183,7 +182,7 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
     if cfg.nv not in (1, 2, 4) or kind is None:
         raise ValueError("dot kernel: needs a pair with a dot unit here and nv in (1, 2, 4)")
     isa = dot_isa(kind, prob.a_element or prob.a_quant, prob.b_element, cfg.expand)
-    offset = _a_offset(prob, cfg, isa) > 0 or signed_b(prob, kind, isa, cfg.expand)  # a + 128
+    offset = _a_offset(prob, cfg, isa) > 0  # A's words a + 128
     lift = lifted(prob, kind, isa, cfg.expand)  # .biased: A's scale in the start
     bias = 0 if lift else biased(prob, kind)  # the accumulators' start: 0 or .biased.BIAS
     compensate = not (isa.sign or offset)
@@ -228,8 +227,7 @@ class _Dot:
         isa = dot_isa(self.kind, prob.a_element or prob.a_quant, prob.b_element, cfg.expand)
         self.a_offset = _a_offset(prob, cfg, isa)
         a_fmt = prob.a_element or prob.a_quant
-        plus = signed_b(prob, self.kind, isa, cfg.expand)  # A offset, B signed (.biased)
-        args = (self.a_offset, cfg.expand, plus)
+        args = (self.a_offset, cfg.expand)
         self.units = DotOps(self.kind, isa, a_fmt, prob.b_element, kb, *args)
         self.stored = RecordLayout(self.kind, prob.b_element, prob.block)
         self.full = RecordLayout(self.kind, prob.b_element, prob.block, full=True)

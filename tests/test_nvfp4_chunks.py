@@ -1,9 +1,9 @@
-"""NVFP4's biased block step with A offset and B signed (issue 54,
-``mlir_mx.kernels.dot.biased.signed_b``): where it is taken, its K chunks
-(``chunk_blocks``: as many K values per chunk as MXFP4's), and the oracle's
-bits (``oracle.blocked_order``) where it runs: ``int-prefill`` over one full
-K chunk and a tail chunk, ``int-small``, decode, 1 and 2 threads, and the
-same bits under the AVX2 and AVX-VNNI masks (where the mode is not taken).
+"""NVFP4's integer prefill over its K chunks (issue 54): ``chunk_blocks``
+gives as many K values per chunk as MXFP4's, and the oracle's bits
+(``oracle.blocked_order``) hold over one full K chunk and a tail chunk
+(``int-prefill``) and in ``int-small`` (the lifted step,
+``mlir_mx.kernels.dot.biased``) and at decode (the biased step), 1 and 2
+threads, on this CPU's kernels and under the AVX2 and AVX-VNNI masks.
 """
 
 from __future__ import annotations
@@ -14,16 +14,13 @@ from dot_cases import AVX2_MASKS, mask_avx2, nvfp4_i8_oracle, same_bits
 
 import mlir_mx
 from mlir_mx import oracle
-from mlir_mx.host import has_features
 from mlir_mx.kernels import Problem
-from mlir_mx.kernels.dot.biased import BIAS, chunk_blocks, signed_b
-from mlir_mx.kernels.dot.isa import dot_isa
+from mlir_mx.kernels.dot.biased import BIAS, chunk_blocks
 from mlir_mx.kernels.dot.units import KINDS
 from mlir_mx.numerics import MXArray
 from mlir_mx.numerics.formats import E4M3_SCALE_TYPE
 
 FP4 = "f4E2M1FN"
-VNNI512 = has_features("avx512_vnni")
 
 
 def _prob(block=16, scale_type=E4M3_SCALE_TYPE, b_dot="i8", b_element=FP4):
@@ -31,18 +28,6 @@ def _prob(block=16, scale_type=E4M3_SCALE_TYPE, b_dot="i8", b_element=FP4):
         None, 128, 4096, block, None, b_element, a_quant="i8", b_dot=b_dot,
         b_scale_type=scale_type,
     )  # fmt: skip
-
-
-@pytest.mark.skipif(not VNNI512, reason="the mode is AVX-512 VNNI's; this CPU has no avx512_vnni")
-def test_signed_b_only_in_the_expanding_vnni_kernels_over_fp4_records():
-    kind = KINDS["i8"]
-    isa = dot_isa(kind, "i8", FP4, True)
-    assert signed_b(_prob(), kind, isa, True)
-    assert not signed_b(_prob(), kind, isa, False)  # decode: no chunk to share B's sums
-    assert not signed_b(_prob(scale_type="f8E8M0FNU"), kind, isa, True)  # no biased step
-    assert not signed_b(_prob(b_dot=None), kind, isa, True)  # B as codes
-    assert not signed_b(_prob(b_element="f6E2M3FN"), kind, isa, True)  # no FP4 table
-    assert not signed_b(_prob(block=2048), kind, isa, True)  # 2048 * 255 * 12 > 2^22
 
 
 def test_nvfp4_l2_chunks_hold_as_many_k_values_as_mxfp4s():
@@ -72,8 +57,8 @@ def _weight(n: int, k: int) -> MXArray:
 def _x(m: int, k: int) -> np.ndarray:
     rng = np.random.default_rng(12)
     x = rng.standard_normal((m, k)).astype(np.float32)
-    x[0] = 1.984375  # every int8 code 127: a + 128 = 255
-    x[1] = -1.984375  # -127: a + 128 = 1
+    x[0] = 1.984375  # every int8 code 127
+    x[1] = -1.984375  # -127
     x[2] = 0.0
     return x
 
