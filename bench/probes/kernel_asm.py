@@ -110,8 +110,11 @@ def main() -> None:
     packed = ELEMENT_FORMATS[a.element].is_sub_byte
     a_packed = a.a is not None and ELEMENT_FORMATS[a.a].is_sub_byte
     if a.records:
+        # b_lift: E8M0 records whose scales allow the lifted step, as Linear
+        # finds for every weight of ordinary magnitude (weight_form.lifts).
         prob = Problem(a.m, a.size, a.size, a.block, a.a, a.element, a_packed=a_packed,
-                       b_dot=a.records, b_scale_type=a.scale_type, a_quant=a.a_quant)  # fmt: skip
+                       b_dot=a.records, b_scale_type=a.scale_type, a_quant=a.a_quant,
+                       b_lift=a.scale_type == SCALE_TYPE)  # fmt: skip
     else:
         tiled = (a.m == 1 and not a.row_major) or a.tiled
         prob = Problem(a.m, a.size, a.size, a.block, a.a, a.element, a_packed=a_packed,

@@ -442,11 +442,11 @@ class Linear:
         a_element, a_packed, a_quant = kind
         dot = dot_kind(a_element or a_quant, self.element, self.block_size)
         m = 1 if cls == shape_class(1) else None  # decode: M = 1 (the kernel keeps B in registers)
-        common = (m, self.out_features, self.in_features, self.block_size, a_element, self.element)
-        sb = self._geometry.scale_type
+        common, sb = (m, self.out_features, self.in_features, self.block_size, a_element, self.element), self._geometry.scale_type
         if dot is not None and dot.name == self.records_unit:
             gs = weight_form.global_operand(self._geometry)  # NVFP4: divided in the kernel
-            prob = Problem(*common, a_packed=a_packed, a_quant=a_quant, b_dot=dot.name, b_scale_type=sb, b_global=bool(gs))
+            lift = weight_form.lifts(self._held[-1], self._geometry)  # its scales, once per kernel
+            prob = Problem(*common, a_packed=a_packed, a_quant=a_quant, b_dot=dot.name, b_scale_type=sb, b_global=bool(gs), b_lift=lift)
             chosen = choose(prob, cls=cls, required=False)
             if chosen is not None:
                 return prob, chosen.name, [self._held[-1], *gs]

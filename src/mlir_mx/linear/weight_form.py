@@ -41,6 +41,7 @@ import numpy as np
 from mlir_mx.errors import MXArgTypeError, MXValueError
 from mlir_mx.kernels import Problem
 from mlir_mx.kernels.common.problem import BF16, TILE_COLUMNS, tile_b_codes
+from mlir_mx.kernels.dot.biased import LIFT_E8M0_MAX
 from mlir_mx.kernels.dot.units import KINDS, PANEL, RecordLayout, dot_kind
 from mlir_mx.kernels.registry import SCHEDULES, SHAPE_CLASSES, choose
 from mlir_mx.linear.activations import f32_at
@@ -55,7 +56,7 @@ from mlir_mx.numerics import (
     packed_shape,
     unpack_codes,
 )
-from mlir_mx.numerics.formats import E4M3_SCALE_TYPE, scale_rule
+from mlir_mx.numerics.formats import E4M3_SCALE_TYPE, SCALE_NAN_CODE, scale_rule
 from mlir_mx.numerics.mxarray import check_global_scale
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "divide_by_global",
     "global_operand",
     "kernel_names",
+    "lifts",
     "records_chunks",
     "records_unit",
     "side_records_unit",
@@ -402,6 +404,18 @@ def global_operand(g: Geometry) -> list[np.ndarray]:
     """The dot kernel's operand after the records (``Problem.b_global``): an
     NVFP4 weight's global scale as a ``(1,)`` f32 array; none for E8M0."""
     return [] if g.global_scale is None else [np.array([g.global_scale], np.float32)]
+
+
+def lifts(records: np.ndarray, g: Geometry) -> bool:
+    """``Problem.b_lift`` of dot ``records`` (uint8, :class:`RecordLayout`:
+    each record opens with its 64 columns' scale codes): every E8M0 code at
+    most ``LIFT_E8M0_MAX`` (``2^105``) or NaN, so the expanding dot kernels
+    may take the lifted step (``mlir_mx.kernels.dot.biased``); E4M3 scales
+    need no flag (False)."""
+    if g.scale_type != SCALE_TYPE:
+        return False
+    codes = records.reshape(records.shape[0], -1)[:, :PANEL]
+    return not bool(((codes > LIFT_E8M0_MAX) & (codes != SCALE_NAN_CODE)).any())
 
 
 #: The names of a Linear kernel's arguments in its messages, by their count.

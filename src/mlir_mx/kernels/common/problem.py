@@ -112,6 +112,11 @@ class Problem:
     #: operand (a ``(1,)`` f32 buffer before C) and stores ``f32(c / g)`` at
     #: each output's last store (``kernels.dot.store``): the same division.
     b_global: bool = False
+    #: B's E8M0 scales (records, ``b_dot``) are all at most ``2^105`` or NaN,
+    #: so the expanding dot kernels may take the lifted block step
+    #: (``kernels.dot.biased``; E4M3 scales always may): ``mlir_mx.Linear``
+    #: reads its records' scales once.
+    b_lift: bool = False
 
     def __post_init__(self) -> None:
         if self.b_tiled and (not self.b_is_mx or self.n % TILE_COLUMNS):
@@ -126,6 +131,8 @@ class Problem:
             raise ValueError("b_scale_type is B's scale type: it needs an MX B")
         if self.b_global and (self.b_dot is None or self.b_scale_type == SCALE_TYPE):
             raise ValueError("b_global needs B as dot records with E4M3 scales (NVFP4)")
+        if self.b_lift and self.b_dot is None:
+            raise ValueError("b_lift is about B's dot records: it needs b_dot")
 
     @property
     def kblocks(self) -> int:

@@ -1,4 +1,4 @@
-"""The integer block partial to f32 in one FMA: a biased or lifted accumulator (NVFP4).
+"""The integer block partial to f32 in one FMA: a biased or lifted accumulator.
 
 The dot kernels' block step (:mod:`.kernel`) turns the exact int32 partial
 ``P`` into ``t = f32(P) * sb`` (``vcvtdq2ps`` + ``vmulps``), then
@@ -60,6 +60,14 @@ and ``u``.  ``sa = 2^127`` is the one scale whose lift overflows (``1.5 *
 2^128``): :mod:`.prep` flags it (``huge``) and the call takes the biased
 step instead (:func:`~.isa.routed`: the kernel holds both forms).  NEON
 and the decode kernels keep the biased step.
+
+E8M0 block scales (MXFP4, MXFP6, MXINT8 against INT8 activations) take
+the lifted step too where ``Problem.b_lift`` says every scale of B is at
+most ``2^105`` (``mlir_mx.Linear`` reads its records' scale codes once per
+kernel), so that ``sb * 2^(22 - fa - fb)`` is finite; ``P * sb`` is then
+exact (a power of two times ``|P| < 2^22``, down to ``2^-149``), and the
+step replaces the plain ``vcvtdq2ps`` + ``vmulps`` + FMA by a subtraction
+and an FMA.  Their route's other form is the plain step.
 """
 
 from __future__ import annotations
@@ -99,6 +107,9 @@ LIFT_SHIFT = 22
 LIFT = 1.5 * 2.0 ** (23 - LIFT_SHIFT)
 #: Largest ``|P|`` for which ``P * sb`` is exact (E4M3: 4-bit significands).
 LIFT_LIMIT = 2**20
+#: The largest E8M0 code (``2^105``) the lifted step takes for B: ``sb *
+#: 2^(22 - fa - fb)`` stays finite (``Problem.b_lift``).
+LIFT_E8M0_MAX = 127 + 105
 
 
 def biased(prob: Problem, kind: DotKind) -> int:
@@ -112,15 +123,19 @@ def biased(prob: Problem, kind: DotKind) -> int:
 
 
 def lifted(prob: Problem, kind: DotKind, isa, expand: bool) -> bool:
-    """Whether the kernel takes the lifted step (module docstring): the
-    biased step's problems in the kernels that expand B's chunks (the
+    """Whether the kernel takes the lifted step (module docstring): an
+    integer unit, B as records, in the kernels that expand B's chunks (the
     compute-bound ``int-small`` / ``int-prefill``) on x86, where ``t = P *
-    sb`` is exact (``block * max|a| * max|b| < 2^20``: E4M3's 4-bit
-    significands leave ``P * sb`` within f32's 24 bits)."""
-    if not (expand and biased(prob, kind)) or isa.neon:
+    sb`` is exact and ``sb * 2^22`` finite: E4M3 scales with ``block *
+    max|a| * max|b| < 2^20`` (4-bit significands keep ``P * sb`` within
+    f32's 24 bits), or E8M0 scales (powers of two) up to ``2^105``
+    (``Problem.b_lift``) with the partial below ``2^22``."""
+    if not expand or isa.neon or kind.name == "bf16" or prob.b_dot is None:
         return False
     bound = prob.block * int_max(prob.a_element or prob.a_quant) * int_max(prob.b_element)
-    return bound < LIFT_LIMIT
+    if prob.b_scale_type == E4M3_SCALE_TYPE:
+        return bound < LIFT_LIMIT
+    return prob.b_lift and bound < P_LIMIT
 
 
 #: Blocks per K chunk of the L2-chunk kernels (``int-prefill``) count blocks
@@ -158,18 +173,19 @@ def block_partial(kb: KernelBuilder, kind: DotKind, acc, scale, offset) -> ir.Va
     return kb.fmul(kb.sitofp(acc, kb.vec(LANES, kb.f32)), scale)
 
 
-def lifted_start(kb: KernelBuilder, pa, m, blk, on: bool) -> ir.Value:
+def lifted_start(kb: KernelBuilder, pa, m, blk, on: bool, bias: int) -> ir.Value:
     """A lifted kernel's accumulator start for row ``m``, block ``blk`` (an
     i32 scalar): the bits of ``LIFT * sa`` plus A's compensation if any
     (``on``: the lifted step; :mod:`.prep` stored that sum as the
-    compensation), or :data:`BIAS` plus A's compensation (the route's biased
-    form: the lift's bits taken off again)."""
+    compensation), or ``bias`` (:data:`BIAS`, or 0 for E8M0's plain step)
+    plus A's compensation (the route's other form: the lift's bits taken
+    off again)."""
     i32 = kb.i32
     bits = kb.bitcast(kb.load(pa.lift, [m, blk]), i32)
     if pa.comp is None:
-        return bits if on else kb.const(BIAS, i32)
+        return bits if on else kb.const(bias, i32)
     comp = kb.load(pa.comp, [m, blk])
-    return comp if on else kb.addi(kb.subi(comp, bits), kb.const(BIAS, i32))
+    return comp if on else kb.addi(kb.subi(comp, bits), kb.const(bias, i32))
 
 
 def lifted_step(kb: KernelBuilder, acc, lift, scale, c) -> ir.Value:

@@ -48,6 +48,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import BF16, Operands, Problem
 from mlir_mx.kernels.common.widen import LANES, decode_scale_tile, decode_scales
 from mlir_mx.kernels.dot.biased import (
+    BIAS,
     LIFT_SHIFT,
     biased,
     block_partial,
@@ -223,7 +224,7 @@ class _Dot:
     def __init__(self, kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig, pa):
         self.kb, self.prob, self.ops, self.cfg, self.pa = kb, prob, ops, cfg, pa
         self.kind = _kind(prob)
-        self.bias = biased(prob, self.kind) != 0  # the block step in one FMA (.biased)
+        self.biased = self.bias = biased(prob, self.kind) != 0  # t in one FMA (.biased)
         isa = dot_isa(self.kind, prob.a_element or prob.a_quant, prob.b_element, cfg.expand)
         self.a_offset = _a_offset(prob, cfg, isa)
         a_fmt = prob.a_element or prob.a_quant
@@ -249,10 +250,11 @@ class _Dot:
 
     def take_biased_form(self, on: bool) -> None:
         """A lifted kernel's form (:func:`~.isa.routed`): the lifted step, or
-        (``on``) the biased one; ``unscale`` and ``bias`` follow."""
+        (``on``) the biased one (E4M3 scales; E8M0: the plain step);
+        ``unscale`` and ``bias`` follow."""
         lifting = self.pa.lift is not None
         self.lift = lifting and not on
-        self.bias = on if lifting else self.bias
+        self.bias = on and self.biased if lifting else self.biased
         shift = LIFT_SHIFT if self.lift else 0
         self.unscale = self.kb.const(2.0 ** (shift - self.fab), self.kb.vec(LANES, self.kb.f32))
 
@@ -433,7 +435,7 @@ class _Dot:
         if self.pa.lift is not None:
             acc = []  # bits(LIFT * sa) or BIAS, + A's compensation (.biased)
             for m in rows:
-                acc += [kb.broadcast(lifted_start(kb, self.pa, m, blk, self.lift), LANES)] * nv
+                acc += [kb.broadcast(lifted_start(kb, self.pa, m, blk, self.lift, self.biased and BIAS), LANES)] * nv
         elif self.pa.comp is not None:  # the accumulators start at A's compensation of B's offset
             acc = []
             for m in rows:
