@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from dot_cases import AVX2_MASKS, mask_avx2, same_bits
+from format_cases import INTEGRAL
 
 import mlir_mx
 from mlir_mx import oracle
@@ -79,10 +80,10 @@ def _activations(m=70, k=96) -> np.ndarray:
 
 @pytest.mark.parametrize("cpu", ["host", "avx2", "avx-vnni"])
 @pytest.mark.parametrize("top", [LIFT_E8M0_MAX, 254])
-@pytest.mark.parametrize("fmt", ["f4E2M1FN", "f6E2M3FN", "i8"])
+@pytest.mark.parametrize("fmt", INTEGRAL)
 def test_lifted_and_plain_steps_equal_the_oracle(monkeypatch, cpu, top, fmt):
-    """Scales up to ``2^105``: the lifted step; one of ``2^127``: the plain step;
-    both the oracle's bits, with and without an activation block at
+    """Every format of the integer dot units; scales up to ``2^105``: the
+    lifted step; one of ``2^127``: the plain step; both the oracle's bits, with and without an activation block at
     ``2^127`` (the route's plain form), 1 and 2 threads."""
     if cpu in AVX2_MASKS:
         mask_avx2(monkeypatch, cpu)

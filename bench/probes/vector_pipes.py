@@ -7,6 +7,8 @@ instructions on registers only, in assembly that this script writes and
 
 * ``alone``: 24 independent accumulators of one instruction (its throughput);
 * ``mixed``: ``vdpbf16ps`` alternating with another (do they share pipes?);
+  ``mixed vnni+...``: ``vpdpbusd`` alternating with an FMA, ``vaddps``,
+  ``vcvtdq2ps`` or ``vpaddd`` (the integer block step's neighbours, session 64);
 * ``latency``: one chain (the instruction's latency);
 * ``chains N``: ``vdpbf16ps`` round-robin over N accumulators (how many the
   latency needs for the full rate: the register tile's accumulators).
