@@ -52,7 +52,7 @@ B's scales carry the ``2^22`` (the chunk's header holds ``sb * 2^(22 -
 fa - fb)``, no offsets).  The blocked order's step is ``RN(c + RN(P * sb)
 * sa)``: the same bits where ``P * sb`` is exact, which the
 ``block * max|a| * max|b| < 2^20`` bound gives (E4M3's significands have 4
-bits; 16 x 127 x 12 for NVFP4 against INT8).  ``u`` is exact down to
+bits; 16 x 128 x 12 for NVFP4 against INT8).  ``u`` is exact down to
 E8M0's ``2^-127`` (``lift`` is the normal ``1.5 * 2^-126`` there, ``u`` a
 multiple of ``2^-149``, a denormal: under the default MXCSR, as the f32
 kernels assume), zero blocks give ``u = +0``, a NaN ``sa`` a NaN ``lift``

@@ -4,9 +4,10 @@ Several row groups share each K chunk of a panel (``DotConfig.expand``), so
 the kernel expands it once into a scratch (:mod:`.kernel`): per block, B's
 scales as f32 (E8M0 or E4M3 decoded, times ``2^-(fa+fb)``) in the header
 ``hs`` and, for the biased step (:mod:`.biased`), each scale's offset beside
-it; FP4 nibbles through the ``vpshufb`` table into bytes in ``ds``.  The
-A-offset mode's column sums
-of a chunk (:func:`column_sums`) come from the expanded bytes.
+it (the lifted step's scales carry ``2^22`` instead, no offsets); FP4
+nibbles through the ``vpshufb`` table into bytes in ``ds``.  The A-offset
+mode's column sums of a chunk (:func:`column_sums`) come from the expanded
+bytes.
 """
 
 from __future__ import annotations

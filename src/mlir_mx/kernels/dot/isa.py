@@ -418,8 +418,8 @@ def routed(kb: KernelBuilder, flag, run, form):
     activations (:mod:`.prep`'s ``tiny``): ``vdpbf16ps``, else the FMA form
     (:attr:`DotOps.fma_form`): the calls whose products or partial sums
     could reach the instruction's flush of denormals get the f32 kernels'
-    operations.  The lifted step (:mod:`.biased`, ``huge``): the biased step
-    where some A scale is ``2^127``."""
+    operations.  The lifted step (:mod:`.biased`, ``huge``): the biased
+    (E4M3) or plain (E8M0) step where some A scale is ``2^127``."""
     if flag is None:
         return run
 

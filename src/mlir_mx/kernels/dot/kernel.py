@@ -18,6 +18,7 @@ chunks expanded per call by :mod:`.codes`, decode swept 8 rows at a time by
                 acc = dot(acc, broadcast(A word), B vector)
               t = float(acc) * (sb * 2^-(fa+fb))       # bf16: acc * sb
               c = fma(t, sa, c)                        # bf16 activations: c + t
+              # lifted (.biased): c = fma(f32(bits(acc)) - 3 sa, sb 2^(22-fa-fb), c)
             C[rows, cols] = c                          # NVFP4's last: c / g (.store)
 
 Per output element this is the blocked order of ``docs/numerics.md`` with
