@@ -11,6 +11,9 @@ oracle's bits at its edges (issue 54):
 
 at 1 and 2 threads, on this CPU's kernels and under the AVX2 and AVX-VNNI
 masks (the 256-bit dot kernels), tiled prefill and decode/small shapes.
+The expanding kernels (``int-small``, ``int-prefill``) take the lifted step
+on x86 (session 64): where, and an activation block scaled by ``2^127``,
+which routes the call back to the biased step.
 """
 
 from __future__ import annotations
