@@ -194,7 +194,7 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
     if k.codes is not None and prob.m == 1 and cfg.mr == 1 and not cfg.expand:
         run = lambda lo, hi: sweep_decode(k, lo, hi)  # noqa: E731 - decode from codes
     run = routed(kb, pa.tiny, run, k.units.take_fma_form)  # bf16 below bf16_floor: FMA form
-    run = routed(kb, pa.huge, run, k.take_biased_form)  # lifted, an A scale 2^127: biased
+    run = routed(kb, pa.huge, run, k.take_unlifted_form)  # an A scale 2^127: not lifted
     panels = -(-prob.n // PANEL)
     per = -(-panels // max(1, cfg.threads))
     tasks = -(-panels // per)
@@ -236,7 +236,7 @@ class _Dot:
         self.unscale, self.lift = None, False  # 2^-(fa+fb), int kinds (lifted: .biased)
         if self.kind.name != "bf16":
             self.fab = int_factor(a_fmt) + int_factor(prob.b_element)
-            self.take_biased_form(False)
+            self.take_unlifted_form(False)
         self.codes = None  # B as codes: chunks expanded per call into full records
         if prob.b_dot is None:
             self.codes = CodesSource(kb, prob, ops, self.units, self.full, self.unscale)
@@ -249,7 +249,7 @@ class _Dot:
         self.row_tail = cfg.mr > 1 and (prob.m is None or prob.m % cfg.mr != 0)
         self.col_tail = prob.n % PANEL != 0
 
-    def take_biased_form(self, on: bool) -> None:
+    def take_unlifted_form(self, on: bool) -> None:
         """A lifted kernel's form (:func:`~.isa.routed`): the lifted step, or
         (``on``) the biased one (E4M3 scales; E8M0: the plain step);
         ``unscale`` and ``bias`` follow."""
