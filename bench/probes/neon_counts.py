@@ -132,18 +132,26 @@ DOTS = re.compile(r"^\s+(sdot|usdot|smmla|vpdpbusd|vpdpwssd)\b")
 
 
 def hot_loop(asm: str) -> list[str]:
-    """The instructions of the innermost loop (label .. backward branch, the
-    fewest instructions) that has dot instructions."""
+    """The instructions of the innermost loop (label .. backward branch, no
+    loop inside) with the most dot instructions (the kernel's full row tile:
+    the tiles of fewer rows after it have fewer), the fewest instructions
+    among equals."""
     lines = asm.splitlines()
     labels = {m.group(1): i for i, x in enumerate(lines) if (m := re.match(r"^(\.LBB\S+):", x))}
-    best: list[str] = []
+    loops = []
     for i, line in enumerate(lines):
         m = BRANCH.match(line)
         if m and labels.get(m.group(1), i) < i:
-            body = [x for x in lines[labels[m.group(1)] : i + 1]
-                    if x.startswith("\t") and not x.startswith("\t.")]  # fmt: skip
-            if any(DOTS.match(x) for x in body) and (not best or len(body) < len(best)):
-                best = body
+            loops.append((labels[m.group(1)], i))
+    best: list[str] = []
+    for lo, hi in loops:
+        if any(lo <= a and b <= hi and (a, b) != (lo, hi) for a, b in loops):
+            continue  # an outer loop
+        body = [x for x in lines[lo : hi + 1] if x.startswith("\t") and not x.startswith("\t.")]
+        dots = sum(bool(DOTS.match(x)) for x in body)
+        key = (dots, -len(body))
+        if dots and (not best or key > (sum(bool(DOTS.match(x)) for x in best), -len(best))):
+            best = body
     return best
 
 

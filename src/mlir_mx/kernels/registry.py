@@ -181,7 +181,7 @@ SCHEDULES: dict[str, Schedule] = {
             "bf16",
             "small",
             "small M, pairs with FP8 or bf16 activations: vdpbf16ps in the f32 kernels' order",
-            mr=4,
+            mr=7,
             nv=2,
             kcb=8,
             expand=True,

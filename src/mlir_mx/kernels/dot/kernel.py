@@ -10,7 +10,7 @@ chunks expanded per call by :mod:`.codes`, decode swept 8 rows at a time by
       for each K chunk of kcb blocks:        (codes: chunks outer, panels inner)
         [expand the chunk's scales (and FP4 data, or all from codes) into a scratch]
         for each column sub-tile (16 nv columns) of the panel:
-          for each group of mr rows:
+          for each group of mr rows, then the rest in 3, 2, 1:   # (row_tiles)
             c = C[rows, cols]                          # mr x nv registers
             for kb in the chunk:
               acc = A's compensation (i8) | 0 | BIAS  # mr x nv registers (.biased)
@@ -26,9 +26,10 @@ the block step ``t = p * sb; c = fma(t, sa, c)``: the integer partial is
 exact, and the bf16 one is the in-order FMA chain (swapped pairs), so the
 results are the f32 kernels' bit for bit at every shape, tile and thread
 count.  decode (M = 1): mr = 1, nv = 4, the whole K in one chunk (B streams
-once, panel after panel); small: a few rows, chunks that stay in L1;
-prefill: a register tile of 6 x 2 vectors (bf16: 7 x 2) over chunks that
-stay in L2.
+once, panel after panel); small: a few rows (4; bf16: 7), chunks that
+stay in L1; prefill: a register tile of 6 x 2 vectors (bf16: 7 x 2) over
+chunks that stay in L2.  The rows of M past the last full tile take tiles
+of fewer rows (:data:`TAIL_ROWS`), so no tile computes a row past M.
 Instructions come from :mod:`mlir_mx.host` at emission (:mod:`.isa`):
 ``vpdpbusd``/``vpdpwssd`` with AVX512-VNNI, else ``vpmaddubsw``+``vpmaddwd`` /
 ``vpmaddwd`` (AVX512BW, :func:`~.units.dot_kind` only picks ``i8`` then
@@ -128,6 +129,16 @@ HALF_ROWS = 3
 #: against 52 for 3 x 2 (llc -mcpu=alderlake, where no add is reassociated).
 #: Not measured on such a CPU.
 HALF_ROWS_VNNI = 2
+
+#: The heights of the tiles after a schedule's full tiles of ``mr`` rows (those
+#: below ``mr``; :meth:`_Dot.row_tiles`): M = 16 on the 7-row tile runs 7 + 7
+#: + 2 rows, where one more 7-row tile computed 5 rows past M.  A tile's cost
+#: grows with its rows (``vdpbf16ps``, FP4 2880 x 2880, chunks of 8 blocks, on
+#: Zen 5: 7.6, 10.8, 14.3, 20.5, 25.1, 29.3 and 31.0 ps a weight for 1 .. 7
+#: rows), so the rest of up to 6 rows in tiles of 3, 2 and 1 costs what its
+#: rows do, within a tile; tiles of every height would save little and
+#: compile 6 microkernels.
+TAIL_ROWS = (3, 2, 1)
 
 #: The expanding kernels' tile on 256-bit halves without VNNI where B can be
 #: the multiply's memory operand (the A-offset mode, :func:`_a_offset`, and
@@ -246,6 +257,7 @@ class _Dot:
         self.kcb = min(cfg.kcb or (1 if self.codes else prob.kblocks), prob.kblocks)
         if self.stored.nibbles:  # FP4 code -> doubled value (+ 128), per 128-bit lane
             self.table = kb.const_array(self.units.table_bytes(prob.b_element), kb.vec(64, kb.i8))
+        # M not a multiple of mr: tiles of fewer rows after the full ones (row_tiles)
         self.row_tail = cfg.mr > 1 and (prob.m is None or prob.m % cfg.mr != 0)
         self.col_tail = prob.n % PANEL != 0
 
@@ -330,8 +342,27 @@ class _Dot:
         if self.cs is not None:
             column_sums(self, nblk)
         for sub in range(PANEL // (LANES * cfg.nv)):
-            with kb.loop(0, self.pa.mp, cfg.mr) as g:
-                self.micro(j, sub, c0, nblk, g.iv)
+            self.row_tiles(lambda m0, mr, sub=sub: self.micro(j, sub, c0, nblk, m0, mr))
+
+    def row_tiles(self, body) -> None:
+        """``body(m0, mr)`` for each register tile of rows ``m0 .. m0 + mr``:
+        tiles of ``cfg.mr`` rows, then (M not known to be a multiple of it) the
+        rest in tiles of :data:`TAIL_ROWS` heights, so that every tile's rows
+        are rows of A (none computed past M, no row guarded)."""
+        kb, mr = self.kb, self.cfg.mr
+        if not self.row_tail:
+            with kb.loop(0, self.pa.mp, mr) as g:
+                body(g.iv, mr)
+            return
+        m = self.pa.m
+        start = kb.mul(kb.divu(m, mr), mr)
+        with kb.loop(0, start, mr) as g:
+            body(g.iv, mr)
+        for h in [h for h in TAIL_ROWS if h < mr]:
+            end = kb.add(start, kb.mul(kb.divu(kb.sub(m, start), h), h)) if h > 1 else m
+            with kb.loop(start, end, h) as g:
+                body(g.iv, h)
+            start = end
 
     def record_row(self, j, blk) -> ir.Value:
         return self.kb.add(self.kb.mul(j, self.prob.kblocks), blk)
@@ -380,11 +411,12 @@ class _Dot:
 
     # -- the microkernel ---------------------------------------------------------------
 
-    def micro(self, j, sub: int, c0, nblk: int, m0) -> None:
-        """The register tile of sub-tile ``sub`` over ``nblk`` blocks, of panel
+    def micro(self, j, sub: int, c0, nblk: int, m0, mr: int) -> None:
+        """The register tile of rows ``m0 .. m0 + mr`` (rows of A:
+        :meth:`row_tiles`) and sub-tile ``sub`` over ``nblk`` blocks, of panel
         ``j`` or of each panel of the list ``j`` (:meth:`_side_by_side`)."""
-        kb, cfg, prob, pa = self.kb, self.cfg, self.prob, self.pa
-        mr, nv = cfg.mr, cfg.nv
+        kb, cfg, prob = self.kb, self.cfg, self.prob
+        nv = cfg.nv
         js = j if isinstance(j, list) else [j]
         vs = [sub * nv + v for v in range(nv)]
         col0s = [kb.add(kb.mul(jj, PANEL), sub * LANES * nv) for jj in js]
@@ -395,9 +427,8 @@ class _Dot:
                 for c0_ in col0s
             ]
         rows = [kb.add(m0, r) for r in range(mr)]
-        load_rows = [kb.min(r, kb.sub(pa.m, 1)) for r in rows] if self.row_tail else rows
         c = [
-            kb.load_lanes(self.ops.c, [load_rows[r], kb.add(col0, LANES * v)], LANES, val[v])
+            kb.load_lanes(self.ops.c, [rows[r], kb.add(col0, LANES * v)], LANES, val[v])
             for col0, val in zip(col0s, valids, strict=True)
             for r in range(mr)
             for v in range(nv)

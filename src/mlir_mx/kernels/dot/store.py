@@ -43,7 +43,8 @@ def last_chunk(k, c0, nblk: int) -> bool | ir.Value:
 
 def store_tile(k, c: list, rows: list, col0s: list, valids: list, c0, nblk: int) -> None:
     """Store the tile's registers ``c`` (per panel of ``col0s``, row, vector)
-    into C: rows past M skipped, columns past N masked (``valids``); divided
+    into C (every row one of A's: ``kernel._Dot.row_tiles``), columns past N
+    masked (``valids``); divided
     by the global scale where the kernel takes it and this is K's last chunk."""
     kb = k.kb
     last = False if k.ops.g is None else last_chunk(k, c0, nblk)
@@ -68,14 +69,6 @@ def _store(k, c: list, rows: list, col0s: list, valids: list) -> None:
     n = len(rows) * nv
     for p, (col0, val) in enumerate(zip(col0s, valids, strict=True)):
         for r, row in enumerate(rows):
-
-            def put(r=r, p=p, col0=col0, val=val, row=row):
-                for v in range(nv):
-                    idx = [row, kb.add(col0, LANES * v)]
-                    kb.store_lanes(c[p * n + r * nv + v], k.ops.c, idx, val[v])
-
-            if k.row_tail:
-                with kb.if_(kb.icmp("ult", row, k.pa.m)):
-                    put()
-            else:
-                put()
+            for v in range(nv):
+                idx = [row, kb.add(col0, LANES * v)]
+                kb.store_lanes(c[p * n + r * nv + v], k.ops.c, idx, val[v])

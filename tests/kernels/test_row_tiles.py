@@ -1,0 +1,109 @@
+"""The dot kernels' row tiles (``kernels/dot/kernel.py``, ``_Dot.row_tiles``):
+tiles of the schedule's ``mr`` rows, then the rest of M in tiles of
+``TAIL_ROWS`` heights, so that no tile computes rows past M.
+
+One kernel per schedule with a dynamic M (``Problem.m = None``, as
+``mlir_mx.Linear`` compiles them), called at every M from 1 to past twice its
+``mr`` (every rest of M, every tail tile and every mix of them): the bits
+are the oracle's blocked order, and C's rows past M (sentinels after the
+output's rows in the same buffer) are never written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from dot_cases import a_args, compile_module, same_bits
+
+from mlir_mx import oracle
+from mlir_mx.host import has_features
+from mlir_mx.kernels import SCHEDULES, Problem
+from mlir_mx.kernels.common.plan import KernelPlan
+from mlir_mx.kernels.common.problem import BF16
+from mlir_mx.kernels.dot import kernel as dot_kernel
+from mlir_mx.kernels.dot.units import RecordLayout, dot_kind, pack_records
+from mlir_mx.numerics import is_packed_storage
+
+#: (schedule, A's format (None: bf16 activations), B's format).
+CASES = [
+    ("int-small", "f4E2M1FN", "f4E2M1FN"),
+    ("int-prefill", "i8", "f6E2M3FN"),
+    ("bf16-small", None, "f4E2M1FN"),
+    ("bf16-prefill", None, "f8E4M3FN"),
+]
+
+K, N = 128, 80  # N: a partial last panel
+
+
+def _operands(ea, eb, m, seed):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((K, N)) * np.exp2(rng.integers(-4, 4, (1, N)))
+    qb = oracle.quantize(w.astype(np.float32), eb, 32, axis=0)
+    x = (rng.standard_normal((m, K)) * np.exp2(rng.integers(-8, 8, (m, 1)))).astype(np.float32)
+    qa = x if ea is None else oracle.quantize(x, ea, 32, axis=1)
+    return qa, qb, rng.standard_normal((m, N)).astype(np.float32)
+
+
+def _kernel(schedule, ea, eb):
+    """The schedule's kernel for any M, and how its B and A are passed."""
+    bf16 = ea is None
+    kind = dot_kind(BF16 if bf16 else ea, eb, 32)
+    prob = Problem(
+        None, N, K, 32, ea, eb, a_packed=not bf16 and is_packed_storage((1, K), ea),
+        a_quant=BF16 if bf16 else None, b_dot=None if bf16 else kind.name,
+    )  # fmt: skip
+    entry = SCHEDULES[schedule]
+    if not entry.supports(prob):
+        pytest.skip(f"{schedule} does not run {ea} x {eb} on this CPU")
+    cfg = entry.configure(prob, 2)
+    return compile_module(prob, KernelPlan(entry, cfg)), cfg, kind
+
+
+def _b_args(qb, kind, bf16):
+    if bf16:  # one code per byte (FP8: not packed), row-major
+        return [np.array(qb.codes), np.array(qb.scales)]
+    return [pack_records(qb.codes, qb.scales, RecordLayout(kind, qb.element, 32))]
+
+
+@pytest.mark.parametrize("schedule, ea, eb", CASES, ids=[c[0] for c in CASES])
+def test_every_row_count_gives_the_oracle_bits_and_writes_no_row_past_m(schedule, ea, eb):
+    if ea is None and not has_features("avx512_bf16", "avx512bw"):
+        pytest.skip("the CPU has no AVX512-BF16 (no bf16 dot schedule)")
+    runner, cfg, kind = _kernel(schedule, ea, eb)
+    assert cfg.mr > 1, cfg
+    for m in range(1, 2 * cfg.mr + 4):
+        qa, qb, acc = _operands(ea, eb, m, seed=m)
+        # Rows past M: -0.0, which a write of a computed row would turn into
+        # +0.0 at least (such a row's A is 0: c + 0 = +0.0 for c = -0.0).
+        buf = np.full((m + 8, N), -0.0, np.float32)
+        buf[:m] = acc
+        a = [qa] if ea is None else a_args(qa)
+        runner.invoke("matmul", *a, *_b_args(qb, kind, ea is None), buf[:m])
+        want = oracle.blocked_order(
+            qa.astype("bfloat16").astype(np.float32) if ea is None else qa, qb, acc
+        )
+        assert same_bits(buf[:m], want).all(), (m, np.argwhere(~same_bits(buf[:m], want))[:5])
+        assert (buf[m:].view(np.uint32) == 0x80000000).all(), f"M = {m}: a row past M written"
+
+
+def test_tail_heights_cover_every_rest():
+    """Each rest of M below a tile's rows splits into ``TAIL_ROWS`` tiles
+    (largest first, as ``row_tiles`` runs them), none above the rest."""
+    for mr in range(2, 9):
+        heights = [h for h in dot_kernel.TAIL_ROWS if h < mr]
+        for rest in range(1, mr):
+            left, used = rest, []
+            for h in heights:
+                used += [h] * (left // h)
+                left %= h
+            assert left == 0 and sum(used) == rest, (mr, rest, used)
+
+
+def test_small_bf16_tile_is_the_prefill_tile():
+    """``bf16-small`` takes ``bf16-prefill``'s 7 rows (its chunks stay of 8
+    blocks): with the tail tiles a few rows no longer pay for 7."""
+    small, prefill = (replace(SCHEDULES[s].config(), **SCHEDULES[s].settings) for s in
+                      ("bf16-small", "bf16-prefill"))  # fmt: skip
+    assert small.mr == prefill.mr == 7 and small.kcb == 8
