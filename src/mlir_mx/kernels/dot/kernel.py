@@ -334,7 +334,7 @@ class _Dot:
                 self.chunk(j.iv, c.iv, nblk)
 
     def chunk(self, j, c0, nblk: int) -> None:
-        kb, cfg = self.kb, self.cfg
+        cfg = self.cfg
         if self.hs is not None and self.codes is not None:
             self.codes.expand(self.hs, self.ds, j, c0, nblk)
         elif self.hs is not None:
