@@ -38,7 +38,7 @@ from matmul_cases import case
 from mlir_mx.host import has_features
 from mlir_mx.kernels import SCHEDULES, Problem, shape_class
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa
-from mlir_mx.kernels.dot.kernel import DECODE_PREFETCH, DECODE_STREAMS
+from mlir_mx.kernels.dot.tiles import DECODE_PREFETCH, DECODE_STREAMS
 from mlir_mx.kernels.dot.units import a_offset_run, dot_kind, int_max, value_table
 from mlir_mx.kernels.matmul.stream import TILED_PREFETCH
 from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, decode_elements, finite_codes

@@ -1,4 +1,4 @@
-"""The dot kernels' row tiles (``kernels/dot/kernel.py``, ``_Dot.row_tiles``):
+"""The dot kernels' row tiles (``kernels/dot/tiles.py``, ``row_tiles``):
 tiles of the schedule's ``mr`` rows, then the rest of M in tiles of
 ``TAIL_ROWS`` heights, so that no tile computes rows past M.
 
@@ -19,20 +19,28 @@ from dot_cases import a_args, compile_module, same_bits
 
 from mlir_mx import oracle
 from mlir_mx.host import has_features
-from mlir_mx.kernels import SCHEDULES, Problem
+from mlir_mx.kernels import SCHEDULES, Problem, find
 from mlir_mx.kernels.common.plan import KernelPlan
 from mlir_mx.kernels.common.problem import BF16
-from mlir_mx.kernels.dot import kernel as dot_kernel
+from mlir_mx.kernels.dot import tiles
 from mlir_mx.kernels.dot.units import RecordLayout, dot_kind, pack_records
+from mlir_mx.kernels.registry import SHAPE_CLASSES
 from mlir_mx.numerics import is_packed_storage
+
+FP4 = "f4E2M1FN"
+FP6 = "f6E2M3FN"
+FP8 = "f8E4M3FN"
+INT8 = "i8"
 
 #: (schedule, A's format (None: bf16 activations), B's format).
 CASES = [
-    ("int-small", "f4E2M1FN", "f4E2M1FN"),
-    ("int-prefill", "i8", "f6E2M3FN"),
-    ("bf16-small", None, "f4E2M1FN"),
-    ("bf16-prefill", None, "f8E4M3FN"),
+    ("int-small", FP4, FP4),
+    ("int-prefill", INT8, FP6),
+    ("bf16-small", None, FP4),
+    ("bf16-prefill", None, FP8),
 ]
+
+SMALL_PREFILL = SHAPE_CLASSES[1:]
 
 K, N = 128, 80  # N: a partial last panel
 
@@ -92,7 +100,7 @@ def test_tail_heights_cover_every_rest():
     """Each rest of M below a tile's rows splits into ``TAIL_ROWS`` tiles
     (largest first, as ``row_tiles`` runs them), none above the rest."""
     for mr in range(2, 9):
-        heights = [h for h in dot_kernel.TAIL_ROWS if h < mr]
+        heights = [h for h in tiles.TAIL_ROWS if h < mr]
         for rest in range(1, mr):
             left, used = rest, []
             for h in heights:
@@ -104,6 +112,7 @@ def test_tail_heights_cover_every_rest():
 def test_small_bf16_tile_is_the_prefill_tile():
     """``bf16-small`` takes ``bf16-prefill``'s 7 rows (its chunks stay of 8
     blocks): with the tail tiles a few rows no longer pay for 7."""
-    small, prefill = (replace(SCHEDULES[s].config(), **SCHEDULES[s].settings) for s in
-                      ("bf16-small", "bf16-prefill"))  # fmt: skip
+    small, prefill = (
+        replace(s.config(), **s.settings) for s in (find(c, "bf16") for c in SMALL_PREFILL)
+    )
     assert small.mr == prefill.mr == 7 and small.kcb == 8

@@ -300,3 +300,55 @@ def test_the_gate_of_rows_is_each_rows_own(pair):
         assert got.is_contiguous() and got.shape == (k, ex.intermediate_size)
         for r in (0, k // 2, k - 1):
             assert torch.equal(got[r : r + 1], ex.gate(mid[r : r + 1]))
+
+
+def _per_expert_loop(ex, x, idx, w):
+    """Several tokens through each expert alone (``MXExperts.expert`` on the
+    expert's tokens, its output times the weights ``index_add_``-ed into the
+    sum per expert): the grouped call's products and sums, one expert at a
+    time."""
+    t, k = idx.shape
+    out = torch.zeros(t, ex.hidden_size)
+    flat = idx.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    start = 0
+    for e, count in enumerate(torch.bincount(flat, minlength=ex.num_experts).tolist()):
+        pairs = order[start : start + count]
+        start += count
+        if count:
+            y = ex.expert(e, x.float()[pairs // k], x.dtype == torch.bfloat16)
+            out.index_add_(0, pairs // k, y * w.reshape(-1)[pairs].float()[:, None])
+    return out.to(x.dtype)
+
+
+@pytest.mark.parametrize(
+    "acts, mask", [(None, None), ("i8", None), ("i8", "baseline"), ("bf16", None)]
+)
+@pytest.mark.parametrize("gate", ["interleaved", "concatenated"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tokens_run_each_step_once_for_all_experts(pair, monkeypatch, acts, mask, gate, dtype):
+    """A call of several tokens (``MXExperts._grouped``) runs each step once
+    for all the experts' rows (one gather, each projection's kernels into one
+    output, one gate, one scaling and ``index_add_``) with the bits of the
+    per-expert loop: with and without biases, an expert with no token, where
+    a layer's own call computes a segment (``i8`` under the mask
+    ``baseline``), and for f32 and bf16 hidden states."""
+    if mask is not None:
+        monkeypatch.setenv("MLIR_MX_CPU_FEATURES", mask)
+    src = pair[0].model.layers[0].mlp.experts
+    biases = {}
+    if gate == "interleaved":
+        biases = dict(gate_up_bias=torch.stack([m.bias for m in src.gate_up]),
+                      down_bias=torch.stack([m.bias for m in src.down]))  # fmt: skip
+    ex = MXExperts([m.weight() for m in src.gate_up], [m.weight() for m in src.down],
+                   gate=Gate(gate), activations=acts, **biases)  # fmt: skip
+    gen = torch.Generator().manual_seed(9)
+    x = (torch.randn(11, 64, generator=gen) * 2).to(dtype)
+    idx = torch.stack([torch.randperm(3, generator=gen)[:2] for _ in range(11)])  # expert 3: none
+    idx[4] = torch.tensor([2, 0])  # slots out of expert order
+    w = torch.rand(11, 2, generator=gen).to(dtype)
+    with torch.inference_mode():
+        got = ex(x, idx, w)
+        want = _per_expert_loop(ex, x, idx, w)
+    assert got.dtype == dtype and torch.equal(got, want)
+    assert got.abs().max() > 0

@@ -77,3 +77,21 @@ def test_regions_of_a_llama_decode_step(two_threads, fuse):
     assert regions == kernels
     assert kernels == (len(layers) - 3 * 2 if fuse else len(layers))  # 2 layers: q/k/v, gate/up
     assert torch.equal(one.view(torch.int32), two.view(torch.int32))
+
+
+def test_a_moe_prefill_call_runs_two_regions(two_threads):
+    """Several tokens: every expert's gate/up kernels in one region, its down
+    kernels in another (each expert's own calls made 2 a routed expert)."""
+    model = tiny_gpt_oss(hidden_size=256, intermediate_size=256)  # 2 tasks in each kernel
+    quantize_(model, filter_fn=lambda m, name: "experts" in name)
+    ex = model.model.layers[0].mlp.experts
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(9, ex.hidden_size, generator=gen)
+    idx = torch.stack([torch.randperm(ex.num_experts, generator=gen)[:2] for _ in range(9)])
+    w = torch.rand(9, 2, generator=gen)
+    routed = len(set(idx.reshape(-1).tolist()))
+    with torch.inference_mode():
+        one, _ = _run(lambda: ex(x, idx, w), 1)
+        two, regions = _run(lambda: ex(x, idx, w), 2)
+    assert routed > 2 and regions == 2
+    assert torch.equal(one.view(torch.int32), two.view(torch.int32))

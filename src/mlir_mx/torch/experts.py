@@ -24,19 +24,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 
 from mlir_mx.errors import MXArgTypeError, MXValueError, expect_type
-from mlir_mx.execution.threads import one_region
 from mlir_mx.host import check_threads
 from mlir_mx.interop.orientation import check_linear_weight
 from mlir_mx.linear import Linear, activations_format
 from mlir_mx.numerics import ElementFormat, MXArray, element_format
 
 from .experts_amx import amx_projection
+from .experts_rows import project_rows
 from .fused import eager
 from .module import MXLinear
 from .quantizer import quantize_weight
@@ -266,6 +265,8 @@ class MXExperts(torch.nn.Module):
         flat = idx.reshape(-1)
         order = torch.argsort(flat, stable=True)  # (token, slot) pairs grouped per expert
         counts = torch.bincount(flat, minlength=self.num_experts).tolist()
+        if eager(xf) and not (xf.requires_grad and torch.is_grad_enabled()):
+            return self._grouped(xf, order // k, counts, w.reshape(-1)[order], out, bf16).to(x.dtype)
         start = 0
         for e, count in enumerate(counts):
             if not count:
@@ -278,13 +279,31 @@ class MXExperts(torch.nn.Module):
             out.index_add_(0, tokens, y * scale[:, None])
         return out.to(x.dtype)
 
+    def _grouped(self, xf, tokens, counts, scales, out, bf16=False):
+        """Several tokens, eager: the per-expert loop's products and sums
+        (ascending expert, then the pairs' order; :meth:`expert`'s operations
+        on every element), each step once for all the experts' rows: one
+        gather of the rows, each projection's kernels into one output in one
+        parallel region (:func:`~.experts_rows.project_rows`), one gate (:meth:`Gate.rows`: bit for
+        bit as per expert), one scaling and one ``index_add_`` (rows in the
+        loop's order: per element the same additions in the same order).  A
+        128-token gpt-oss prefill (32 experts) made about 15 torch calls and
+        two joins per expert; here about 8 calls in all and two joins."""
+        experts = [e for e, c in enumerate(counts) if c]
+        rows = [c for c in counts if c]
+        xs = xf[tokens]  # (pairs, H), C-contiguous
+        mid = project_rows(self.gate_up, experts, xs, bf16=bf16, counts=rows)
+        y = project_rows(self.down, experts, self.gate.rows(mid), counts=rows)
+        out.index_add_(0, tokens, y * scales.to(torch.float32)[:, None])
+        return out
+
     def _decode(self, xf, idx, w, out, bf16=False):
         """One token: the same experts, products and sums in the same order as
         the grouped path (ascending expert, then slot; ``index_add_`` of one
         row is ``out += y * scale``), without its sort, count and gathers.
 
         Eager, the ``k`` experts' rows go through each step together
-        (:meth:`_rows`: the kernels write the rows of one output, in one
+        (:func:`~.experts_rows.project_rows`: the kernels write the rows of one output, in one
         parallel region per projection; one bias add, one gate, one scaling
         for all): about 25 torch ops a token where
         the per-expert loop made about 80, each 5-15 us in a model (its data and code
@@ -313,8 +332,8 @@ class MXExperts(torch.nn.Module):
         for :meth:`expert`.  Expert parallel's one-token call runs its rank's
         experts through it (:mod:`mlir_mx.torch.distributed`)."""
         self._bind_decode()
-        mid = self._rows(self.gate_up, experts, x, shared=True, bf16=bf16)
-        return self._rows(self.down, experts, self.gate.rows(mid))
+        mid = project_rows(self.gate_up, experts, x, shared=True, bf16=bf16)
+        return project_rows(self.down, experts, self.gate.rows(mid))
 
     def select(self, first: int, count: int) -> MXExperts:
         """Experts ``first .. first + count - 1`` as a new ``MXExperts`` over the
@@ -352,42 +371,6 @@ class MXExperts(torch.nn.Module):
             for layer in (*self.gate_up, *self.down):
                 layer.precompile(1)
             self.__dict__["_decode_bound"] = ready
-
-    @staticmethod
-    def _rows(layers, experts: list[int], x: torch.Tensor, shared=False, bf16=False) -> torch.Tensor:
-        """``(k, out)`` f32: row ``r`` is ``layers[experts[r]]`` on ``x``'s row
-        ``r`` (its only row when ``shared``), bias included, as the layer's
-        own call computes it: the kernel into the row (``Linear.call_into``),
-        then the bias in f32; the layer's own call where that does not apply
-        (a fused layer, activations quantized by a separate kernel).  ``bf16``: as
-        for :meth:`expert`."""
-        k, n_in = len(experts), x.shape[-1]
-        y = torch.zeros(k, layers[experts[0]].out_features, dtype=torch.float32)
-        x_row, y_row = (0 if shared else 4 * n_in), 4 * y.shape[1]
-        x_addr, y_addr = x.data_ptr(), y.data_ptr()
-        biased = []  # rows with their bias in: the layer's own call made them
-        # the k kernels: one parallel region (execution.threads), each layer's
-        # bound call at most once in it (an expert routed twice: one region each)
-        distinct = len(set(experts)) == len(experts)
-        with one_region() if distinct else nullcontext():
-            for r, e in enumerate(experts):
-                lin = layers[e]
-                threads = lin.threads or layer_threads()
-                if lin.fused is not None or not lin.linear.call_into(
-                    x_addr + r * x_row, 1, y_addr + r * y_row, threads, bf16
-                ):
-                    biased.append(r)
-        for r in biased:
-            lin = layers[experts[r]]
-            y[r] = lin(x[:1] if shared else x[r : r + 1])[0]
-        biases = [layers[e].bias for e in experts]
-        if not biased and all(b is not None for b in biases):
-            y += torch.stack(biases).to(torch.float32)
-        else:
-            for r, b in enumerate(biases):
-                if b is not None and r not in biased:
-                    y[r] += b.to(torch.float32)
-        return y
 
     def _check_call(self, hidden_states, router_indices, routing_weights, experts=None):
         """The call's checks; ``experts``: the routed experts' range (None: this block's)."""

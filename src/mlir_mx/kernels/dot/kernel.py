@@ -29,17 +29,18 @@ count.  decode (M = 1): mr = 1, nv = 4, the whole K in one chunk (B streams
 once, panel after panel); small: a few rows (4; bf16: 7), chunks that
 stay in L1; prefill: a register tile of 6 x 2 vectors (bf16: 7 x 2) over
 chunks that stay in L2.  The rows of M past the last full tile take tiles
-of fewer rows (:data:`TAIL_ROWS`), so no tile computes a row past M.
+of fewer rows (:data:`~.tiles.TAIL_ROWS`), so no tile computes a row past M.
 Instructions come from :mod:`mlir_mx.host` at emission (:mod:`.isa`):
 ``vpdpbusd``/``vpdpwssd`` with AVX512-VNNI, else ``vpmaddubsw``+``vpmaddwd`` /
 ``vpmaddwd`` (AVX512BW, :func:`~.units.dot_kind` only picks ``i8`` then
 when no pair sum can saturate), ``vdpbf16ps`` with AVX512_BF16; without
 AVX-512 the same steps on two 256-bit halves (AVX-VNNI or AVX2, at most
-:data:`HALF_ROWS` rows per tile, :meth:`DotConfig.adapt`).
+:data:`~.tiles.HALF_ROWS` rows per tile, :meth:`DotConfig.adapt`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -67,6 +68,14 @@ from mlir_mx.kernels.dot.isa import DotOps, dot_isa, mmla_block, neon_tile, rout
 from mlir_mx.kernels.dot.prep import prepare_dot_a
 from mlir_mx.kernels.dot.store import store_tile
 from mlir_mx.kernels.dot.sweep import sweep_decode
+from mlir_mx.kernels.dot.tiles import (
+    DECODE_PREFETCH,
+    DECODE_STREAMS,
+    HALF_ROWS,
+    HALF_ROWS_VNNI,
+    ONE_ROW_KCB,
+    row_tiles,
+)
 from mlir_mx.kernels.dot.units import PANEL, RecordLayout, a_offset_run, dot_kind, int_factor
 from mlir_mx.numerics.formats import SCALE_TYPE
 
@@ -113,55 +122,6 @@ class DotConfig:
         if isa.wide:  # NVFP4's biased step: chunks of as many K values as MXFP4's
             return replace(self, kcb=chunk_blocks(prob, kind, self.kcb, self.expand))
         return self if self.mr <= rows else replace(self, mr=rows)
-
-
-#: Rows of a register tile on 256-bit halves without VNNI (``vpmaddubsw`` /
-#: ``vpmaddwd``).  llc -mcpu=haswell counts 240 stack accesses per block step
-#: for the 6 x 2 int-prefill tile, 123 for 3 x 2 and 80 for 2 x 2; measured on
-#: an AMD EPYC (Zen 3), 256 x 4096 x 4096 through ``Linear``, one new process
-#: per run, 1 thread, the runs interleaved (``bench/results/avx2-zen3-targets-
-#: 2026-12-02-afternoon.md``), 3 rows were faster than 2 all the same: FP4 x
-#: FP4 in 6 of 6 pairs of runs (1.09-1.43x, median 1.17x), INT8 x INT8 (the
-#: i16 unit) in 3 of 3 (1.22-1.48x), INT8 x FP4 and FP6 x FP6 even within the
-#: noise, M = 8 unchanged (3.2 against 3.3 ms at best); the same bits.
-HALF_ROWS = 3
-#: With AVX-VNNI (``vpdpbusd`` ymm): 2 x 2 has 10 stack accesses per block step
-#: against 52 for 3 x 2 (llc -mcpu=alderlake, where no add is reassociated).
-#: Not measured on such a CPU.
-HALF_ROWS_VNNI = 2
-
-#: The heights of the tiles after a schedule's full tiles of ``mr`` rows (those
-#: below ``mr``; :meth:`_Dot.row_tiles`): M = 16 on the 7-row tile runs 7 + 7
-#: + 2 rows, where one more 7-row tile computed 5 rows past M.  A tile's cost
-#: grows with its rows (``vdpbf16ps``, FP4 2880 x 2880, chunks of 8 blocks, on
-#: Zen 5: 7.6, 10.8, 14.3, 20.5, 25.1, 29.3 and 31.0 ps a weight for 1 .. 7
-#: rows), so the rest of up to 6 rows in tiles of 3, 2 and 1 costs what its
-#: rows do, within a tile; tiles of every height would save little and
-#: compile 6 microkernels.
-TAIL_ROWS = (3, 2, 1)
-
-#: The expanding kernels' tile on 256-bit halves without VNNI where B can be
-#: the multiply's memory operand (the A-offset mode, :func:`_a_offset`, and
-#: the ``i16`` unit): one row of 32 columns over chunks of 8 blocks of B (16
-#: KiB of i8 expanded, in L1).  Each ``vpmaddubsw`` / ``vpmaddwd`` then reads
-#: B straight from the chunk and the tile needs 8 of the 16 ymm registers:
-#: ``llc -mcpu=znver4`` counts 96 instructions per block step of 32
-#: ``vpmaddubsw``, no stack access, where 3 rows x 16 columns (B loaded once
-#: for 3 rows) spilled 52 times per 48 (i16: 186 per 64 ``vpmaddwd``, none,
-#: against 634 with 220 stack accesses per 192 at 3 x 32).  Measured on an
-#: AMD EPYC (Zen 4), AVX-512 masked: bench/results/avx2-a-offset-2026-12-03.md.
-ONE_ROW_KCB = 8
-
-#: Decode from records with AVX-512 on Intel CPUs (:func:`~mlir_mx.host.
-#: software_prefetch`; elsewhere one run, no prefetch): each thread reads
-#: ``DECODE_STREAMS`` panels side by side (a panel's records are one run down
-#: K), each prefetched ``DECODE_PREFETCH`` records (8.5 KiB of FP4) ahead.  On
-#: an Intel Xeon one run alone was bound by its L1 misses in flight; ``Linear``
-#: 1 x 8192 x 8192 W4A8 went 4.93 -> 3.51 ms at 1 thread, 2.61 -> 1.86 at 2
-#: (bench/results/decode-streams-2026-12-03.md).  On an AMD EPYC (Zen 4) the
-#: prefetch made it 1.6-2.6x slower (bench/results/decode-prefetch-amd-2026-12-03.md).
-DECODE_STREAMS = 2
-DECODE_PREFETCH = 8
 
 
 def _kind(prob: Problem):
@@ -257,7 +217,7 @@ class _Dot:
         self.kcb = min(cfg.kcb or (1 if self.codes else prob.kblocks), prob.kblocks)
         if self.stored.nibbles:  # FP4 code -> doubled value (+ 128), per 128-bit lane
             self.table = kb.const_array(self.units.table_bytes(prob.b_element), kb.vec(64, kb.i8))
-        # M not a multiple of mr: tiles of fewer rows after the full ones (row_tiles)
+        # M not a multiple of mr: tiles of fewer rows after the full ones (tiles.py)
         self.row_tail = cfg.mr > 1 and (prob.m is None or prob.m % cfg.mr != 0)
         self.col_tail = prob.n % PANEL != 0
 
@@ -342,27 +302,8 @@ class _Dot:
         if self.cs is not None:
             column_sums(self, nblk)
         for sub in range(PANEL // (LANES * cfg.nv)):
-            self.row_tiles(lambda m0, mr, sub=sub: self.micro(j, sub, c0, nblk, m0, mr))
-
-    def row_tiles(self, body) -> None:
-        """``body(m0, mr)`` for each register tile of rows ``m0 .. m0 + mr``:
-        tiles of ``cfg.mr`` rows, then (M not known to be a multiple of it) the
-        rest in tiles of :data:`TAIL_ROWS` heights, so that every tile's rows
-        are rows of A (none computed past M, no row guarded)."""
-        kb, mr = self.kb, self.cfg.mr
-        if not self.row_tail:
-            with kb.loop(0, self.pa.mp, mr) as g:
-                body(g.iv, mr)
-            return
-        m = self.pa.m
-        start = kb.mul(kb.divu(m, mr), mr)
-        with kb.loop(0, start, mr) as g:
-            body(g.iv, mr)
-        for h in [h for h in TAIL_ROWS if h < mr]:
-            end = kb.add(start, kb.mul(kb.divu(kb.sub(m, start), h), h)) if h > 1 else m
-            with kb.loop(start, end, h) as g:
-                body(g.iv, h)
-            start = end
+            body = functools.partial(self.micro, j, sub, c0, nblk)  # (m0, mr)
+            row_tiles(self.kb, self.pa, cfg.mr, self.row_tail, body)
 
     def record_row(self, j, blk) -> ir.Value:
         return self.kb.add(self.kb.mul(j, self.prob.kblocks), blk)
@@ -413,7 +354,7 @@ class _Dot:
 
     def micro(self, j, sub: int, c0, nblk: int, m0, mr: int) -> None:
         """The register tile of rows ``m0 .. m0 + mr`` (rows of A:
-        :meth:`row_tiles`) and sub-tile ``sub`` over ``nblk`` blocks, of panel
+        :func:`~.tiles.row_tiles`) and sub-tile ``sub`` over ``nblk`` blocks, of panel
         ``j`` or of each panel of the list ``j`` (:meth:`_side_by_side`)."""
         kb, cfg, prob = self.kb, self.cfg, self.prob
         nv = cfg.nv
