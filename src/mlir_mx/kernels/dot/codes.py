@@ -91,8 +91,9 @@ class CodesSource:
             with kb.loop(0, self.prob.block // (g * step), 1) as grp:
                 vecs = []
                 for h in range(step):
-                    k = kb.add(k0, kb.mul(kb.add(kb.mul(grp.iv, step), h), g))
-                    vecs.append(self._group(k, col, valid, range(4)))
+                    kk = kb.mul(kb.add(kb.mul(grp.iv, step), h), g)  # the row in the block
+                    # (blk, kk): a tiled B's address without dividing k by the block
+                    vecs.append(self._group(kb.add(k0, kk), col, valid, range(4), (blk, kk)))
                 self.dots.store_block(ds, b.iv, kb.mul(grp.iv, 256 * step), vecs)
             for v, sv in enumerate(self._scales(blk, col, valid, range(4), permuted=False)):
                 kb.vstore(kb.vbitcast(sv, 64, kb.i8), hs, [b.iv, 64 * v])
@@ -151,14 +152,22 @@ class CodesSource:
             return self._fp4_quads(k, col, valid)
         return self._group(k, col, valid, range(4))
 
-    def _group(self, k, col, valid, vs) -> list[ir.Value]:
-        """The vectors ``vs`` of the K group at row ``k`` (columns from ``col``)."""
+    def _group(self, k, col, valid, vs, split=None) -> list[ir.Value]:
+        """The vectors ``vs`` of the K group at row ``k`` (columns from
+        ``col``); ``split``: ``(blk, kk)``, row ``k`` as block and row in it
+        (:meth:`CodeRows.address`)."""
+        kb = self.kb
+        at = (
+            [None] * self.kind.group
+            if split is None
+            else [(split[0], kb.add(split[1], i)) for i in range(self.kind.group)]
+        )
         if self.bf16_bytes is not None:
-            return self._bf16_pairs(k, col, valid, vs)
-        rows = [self.values(self.kb.add(k, i), col, valid) for i in range(self.kind.group)]
+            return self._bf16_pairs(k, col, valid, vs, at)
+        rows = [self.values(kb.add(k, i), col, valid, at[i]) for i in range(self.kind.group)]
         return [self.interleave(rows, v) for v in vs]
 
-    def _bf16_pairs(self, k, col, valid, vs) -> list[ir.Value]:
+    def _bf16_pairs(self, k, col, valid, vs, at) -> list[ir.Value]:
         """Rows ``k``, ``k + 1`` of FP4/FP6 codes -> :meth:`interleave`'s
         swapped bf16 pairs, one table lookup per vector (AVX512-VBMI): per
         column the bytes ``(c[k+1], c[k+1], c[k], c[k])`` (one ``vpermt2b``),
@@ -168,7 +177,7 @@ class CodesSource:
         and narrowing back took about 20."""
         kb = self.kb
         v64 = kb.vec(64, kb.i8)
-        nxt, cur = (self.rows.load(kb.add(k, i), col, 64, valid) for i in (1, 0))
+        nxt, cur = (self.rows.load(kb.add(k, i), col, 64, valid, at[i]) for i in (1, 0))
         high = kb.const_array([0, 64] * 32, v64)
         out = []
         for v in vs:
@@ -208,11 +217,11 @@ class CodesSource:
             return self.dots.lookup(table, codes)
         return self.kb.intrinsic(name, codes.type, [table, codes])
 
-    def values(self, k, col, valid) -> ir.Value:
+    def values(self, k, col, valid, split=None) -> ir.Value:
         """Row ``k``'s 64 codes from column ``col`` as dot-unit values:
         ``vector<64xi8>`` (i8) or ``vector<64xi16>`` (i16: integers, bf16: bits)."""
         kb = self.kb
-        codes = self.rows.load(k, col, 64, valid)
+        codes = self.rows.load(k, col, 64, valid, split)
         if self.kind.name == "i8" and ELEMENT_FORMATS[self.prob.b_element].is_int:
             return kb.xori(codes, kb.const(0x80, codes.type))  # b + 128
         if self.table is not None:
