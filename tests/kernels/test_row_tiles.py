@@ -21,45 +21,56 @@ from mlir_mx import oracle
 from mlir_mx.host import has_features
 from mlir_mx.kernels import SCHEDULES, Problem, find
 from mlir_mx.kernels.common.plan import KernelPlan
-from mlir_mx.kernels.common.problem import BF16
+from mlir_mx.kernels.common.problem import BF16, tile_b_codes
 from mlir_mx.kernels.dot import tiles
 from mlir_mx.kernels.dot.units import RecordLayout, dot_kind, pack_records
 from mlir_mx.kernels.registry import SHAPE_CLASSES
-from mlir_mx.numerics import is_packed_storage
+from mlir_mx.numerics import is_packed_storage, pack_codes
 
 FP4 = "f4E2M1FN"
 FP6 = "f6E2M3FN"
 FP8 = "f8E4M3FN"
 INT8 = "i8"
 
-#: (schedule, A's format (None: bf16 activations), B's format).
+#: (schedule, A's format (None: bf16 activations), B's format, B tiled): B
+#: as ``Linear`` holds it (records; bf16: codes, tiled where N is whole
+#: tiles: the in-lane FP4 expansion, ``CodesSource._bf16_fp4_pairs``) or
+#: as the Runner passes it (row-major codes).
 CASES = [
-    ("int-small", FP4, FP4),
-    ("int-prefill", INT8, FP6),
-    ("bf16-small", None, FP4),
-    ("bf16-prefill", None, FP8),
+    ("int-small", FP4, FP4, False),
+    ("int-prefill", INT8, FP6, False),
+    ("bf16-small", None, FP4, False),
+    ("bf16-small", None, FP4, True),
+    ("bf16-prefill", None, FP8, False),
 ]
 
 SMALL_PREFILL = SHAPE_CLASSES[1:]
 
-K, N = 128, 80  # N: a partial last panel
+K = 128
 
 
-def _operands(ea, eb, m, seed):
+def _width(tiled: bool) -> int:
+    """N: a partial last panel, or whole 64-column tiles."""
+    return 128 if tiled else 80
+
+
+def _operands(ea, eb, m, seed, n):
     rng = np.random.default_rng(seed)
-    w = rng.standard_normal((K, N)) * np.exp2(rng.integers(-4, 4, (1, N)))
+    w = rng.standard_normal((K, n)) * np.exp2(rng.integers(-4, 4, (1, n)))
     qb = oracle.quantize(w.astype(np.float32), eb, 32, axis=0)
     x = (rng.standard_normal((m, K)) * np.exp2(rng.integers(-8, 8, (m, 1)))).astype(np.float32)
     qa = x if ea is None else oracle.quantize(x, ea, 32, axis=1)
-    return qa, qb, rng.standard_normal((m, N)).astype(np.float32)
+    return qa, qb, rng.standard_normal((m, n)).astype(np.float32)
 
 
-def _kernel(schedule, ea, eb):
+def _kernel(schedule, ea, eb, tiled):
     """The schedule's kernel for any M, and how its B and A are passed."""
     bf16 = ea is None
     kind = dot_kind(BF16 if bf16 else ea, eb, 32)
+    n = _width(tiled)
     prob = Problem(
-        None, N, K, 32, ea, eb, a_packed=not bf16 and is_packed_storage((1, K), ea),
+        None, n, K, 32, ea, eb, a_packed=not bf16 and is_packed_storage((1, K), ea),
+        b_packed=tiled and is_packed_storage((K, n), eb), b_tiled=tiled,
         a_quant=BF16 if bf16 else None, b_dot=None if bf16 else kind.name,
     )  # fmt: skip
     entry = SCHEDULES[schedule]
@@ -69,26 +80,37 @@ def _kernel(schedule, ea, eb):
     return compile_module(prob, KernelPlan(entry, cfg)), cfg, kind
 
 
-def _b_args(qb, kind, bf16):
+def _b_args(qb, kind, bf16, tiled):
+    if tiled:  # packed, tiled: Linear's stored form
+        packed = is_packed_storage(qb.codes.shape, qb.element)
+        raw = (
+            pack_codes(np.ascontiguousarray(qb.codes), qb.element)
+            if packed
+            else qb.codes.view(np.uint8)
+        )
+        return [np.array(tile_b_codes(raw, 32, qb.element, packed)), np.array(qb.scales)]
     if bf16:  # one code per byte (FP8: not packed), row-major
         return [np.array(qb.codes), np.array(qb.scales)]
     return [pack_records(qb.codes, qb.scales, RecordLayout(kind, qb.element, 32))]
 
 
-@pytest.mark.parametrize("schedule, ea, eb", CASES, ids=[c[0] for c in CASES])
-def test_every_row_count_gives_the_oracle_bits_and_writes_no_row_past_m(schedule, ea, eb):
+@pytest.mark.parametrize(
+    "schedule, ea, eb, tiled", CASES, ids=[c[0] + "-tiled" * c[3] for c in CASES]
+)
+def test_every_row_count_gives_the_oracle_bits_and_writes_no_row_past_m(schedule, ea, eb, tiled):
     if ea is None and not has_features("avx512_bf16", "avx512bw"):
         pytest.skip("the CPU has no AVX512-BF16 (no bf16 dot schedule)")
-    runner, cfg, kind = _kernel(schedule, ea, eb)
+    runner, cfg, kind = _kernel(schedule, ea, eb, tiled)
+    n = _width(tiled)
     assert cfg.mr > 1, cfg
     for m in range(1, 2 * cfg.mr + 4):
-        qa, qb, acc = _operands(ea, eb, m, seed=m)
+        qa, qb, acc = _operands(ea, eb, m, m, n)
         # Rows past M: -0.0, which a write of a computed row would turn into
         # +0.0 at least (such a row's A is 0: c + 0 = +0.0 for c = -0.0).
-        buf = np.full((m + 8, N), -0.0, np.float32)
+        buf = np.full((m + 8, n), -0.0, np.float32)
         buf[:m] = acc
         a = [qa] if ea is None else a_args(qa)
-        runner.invoke("matmul", *a, *_b_args(qb, kind, ea is None), buf[:m])
+        runner.invoke("matmul", *a, *_b_args(qb, kind, ea is None, tiled), buf[:m])
         want = oracle.blocked_order(
             qa.astype("bfloat16").astype(np.float32) if ea is None else qa, qb, acc
         )

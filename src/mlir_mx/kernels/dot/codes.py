@@ -19,7 +19,8 @@ Values (i8: the bytes ``b + 128``): FP4 by a ``vpshufb`` table of doubled
 values, INT8 codes with their top bit flipped,
 E2M3 by a 64-entry ``vpermb`` table (AVX512-VBMI); bf16 pairs of FP4/FP6
 by one ``vpermi2b`` over their bf16 bytes (AVX512-VBMI,
-:meth:`CodesSource._bf16_pairs`); everything else by the
+:meth:`CodesSource._bf16_pairs`), of a tiled FP4 B by ``vpshufb`` tables
+and in-lane interleaves (:meth:`CodesSource._bf16_fp4_pairs`); everything else by the
 exact f32 widening of :mod:`.widen` and a conversion (integers
 ``value * 2^f``, or the bf16 half of the f32).  The interleaves are static
 ``vector.shuffle`` ops (LLVM picks ``vpermt2b``/``vpunpck``).  Every step is
@@ -70,9 +71,12 @@ class CodesSource:
             table = offset_bytes(fmt.name, 64)
             self.table = ("llvm.x86.avx512.permvar.qi.512", kb.const_array(table, v64))
         self.bf16_bytes = None  # FP4/FP6 -> bf16 pairs by one byte table (_bf16_pairs)
+        self.bf16_nibbles = None  # a tiled FP4 B: by vpshufb (_bf16_fp4_pairs)
         if kind.name == "bf16" and fmt.num_codes <= 64 and has_features("avx512vbmi"):
             hi, lo = self.dec.bf16_tables()
             self.bf16_bytes = [kb.const_array(t[:64], v64) for t in (lo, hi)]
+            if fmt.num_codes == 16 and prob.b_packed and tiled is not None:
+                self.bf16_nibbles = [kb.const_array(t[:16] * 4, v64) for t in (lo, hi)]
 
     def expand(self, hs, ds, j, c0, nblk: int) -> None:
         """Full records of blocks ``c0 .. c0 + nblk`` of panel ``j`` into
@@ -162,6 +166,8 @@ class CodesSource:
             if split is None
             else [(split[0], kb.add(split[1], i)) for i in range(self.kind.group)]
         )
+        if self.bf16_nibbles is not None and split is not None and list(vs) == [0, 1, 2, 3]:
+            return self._bf16_fp4_pairs(col, split)
         if self.bf16_bytes is not None:
             return self._bf16_pairs(k, col, valid, vs, at)
         rows = [self.values(kb.add(k, i), col, valid, at[i]) for i in range(self.kind.group)]
@@ -185,6 +191,38 @@ class CodesSource:
             pairs = kb.ori(kb.shuffle(nxt, cur, idx), high)
             name = "llvm.x86.avx512.vpermi2var.qi.512"
             out.append(kb.intrinsic(name, v64, [self.bf16_bytes[0], pairs, self.bf16_bytes[1]]))
+        return out
+
+    def _bf16_fp4_pairs(self, col, split) -> list[ir.Value]:
+        """Rows ``kk``, ``kk + 1`` (``split``, ``kk`` even) of a tiled FP4 B
+        -> :meth:`_bf16_pairs`' 4 vectors with in-lane steps: the two rows are
+        one 64-byte line of the tile (32 bytes each); its low and high
+        nibbles (even and odd columns) through two ``vpshufb`` tables each
+        (the bf16 value's low and high byte), ``vpunpck{l,h}bw`` of each
+        pair into bf16 words, then per vector one ``vpermt2w`` placing
+        ``(bf16(b[kk+1][c]), bf16(b[kk][c]))`` in dword ``c``: 4 cross-lane
+        permutes per 128 weights where :meth:`_bf16_pairs` has 10."""
+        kb = self.kb
+        v64 = kb.vec(64, kb.i8)
+        z = self.rows.raw(None, col, 64, split)  # row kk: bytes 0..31, kk + 1: 32..63
+        nibbles = (kb.andi(z, kb.const(0x0F, v64)), kb.shrui(z, kb.const(4, v64)))
+        words = []  # [even columns (lo nibbles), odd] x [bytes 0..7 of each lane, 8..15]
+        for nib in nibbles:
+            low, high = (self.dots.lookup(t, nib) for t in self.bf16_nibbles)
+            for h in (0, 8):
+                mask = [
+                    x
+                    for ln in range(4)
+                    for j in range(h, h + 8)
+                    for x in (16 * ln + j, 64 + 16 * ln + j)
+                ]
+                words.append(kb.vbitcast(kb.shuffle(low, high, mask), 32, kb.i16))
+        out = []
+        for v in range(4):  # columns 16v ..: bytes 8v .. 8v + 7 of each row
+            even, odd = words[v % 2], words[2 + v % 2]
+            lane = 8 * (v // 2)  # row kk's words in lane v // 2, row kk + 1's two lanes on
+            mask = [32 * p + w + t for t in range(8) for p in (0, 1) for w in (16 + lane, lane)]
+            out.append(kb.vbitcast(kb.shuffle(even, odd, mask), 64, kb.i8))
         return out
 
     def _fp4_quads(self, k, col, valid) -> list[ir.Value]:
