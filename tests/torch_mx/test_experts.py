@@ -227,6 +227,20 @@ def _expert_loop(ex, x, idx, w):
     return out
 
 
+def _experts_of(pair, monkeypatch, acts, mask, gate):
+    """Layer 0's experts as a new ``MXExperts`` with ``activations=acts`` and
+    ``gate`` (biases with the interleaved gate only), under the CPU ``mask``."""
+    if mask is not None:
+        monkeypatch.setenv("MLIR_MX_CPU_FEATURES", mask)
+    src = pair[0].model.layers[0].mlp.experts
+    biases = {}
+    if gate == "interleaved":
+        biases = dict(gate_up_bias=torch.stack([m.bias for m in src.gate_up]),
+                      down_bias=torch.stack([m.bias for m in src.down]))  # fmt: skip
+    return MXExperts([m.weight() for m in src.gate_up], [m.weight() for m in src.down],
+                     gate=Gate(gate), activations=acts, **biases)  # fmt: skip
+
+
 @pytest.mark.parametrize("acts, mask", [(None, None), ("i8", None), ("i8", "baseline")])
 @pytest.mark.parametrize("gate", ["interleaved", "concatenated"])
 def test_one_token_runs_its_experts_rows_together(pair, monkeypatch, acts, mask, gate):
@@ -239,15 +253,7 @@ def test_one_token_runs_its_experts_rows_together(pair, monkeypatch, acts, mask,
     one-row kernel."""
     from mlir_mx.kernels import shape_class
 
-    if mask is not None:
-        monkeypatch.setenv("MLIR_MX_CPU_FEATURES", mask)
-    src = pair[0].model.layers[0].mlp.experts
-    biases = {}
-    if gate == "interleaved":
-        biases = dict(gate_up_bias=torch.stack([m.bias for m in src.gate_up]),
-                      down_bias=torch.stack([m.bias for m in src.down]))  # fmt: skip
-    ex = MXExperts([m.weight() for m in src.gate_up], [m.weight() for m in src.down],
-                   gate=Gate(gate), activations=acts, **biases)  # fmt: skip
+    ex = _experts_of(pair, monkeypatch, acts, mask, gate)
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(1, 64, generator=gen) * 2
     with torch.inference_mode():
@@ -333,15 +339,7 @@ def test_tokens_run_each_step_once_for_all_experts(pair, monkeypatch, acts, mask
     per-expert loop: with and without biases, an expert with no token, where
     a layer's own call computes a segment (``i8`` under the mask
     ``baseline``), and for f32 and bf16 hidden states."""
-    if mask is not None:
-        monkeypatch.setenv("MLIR_MX_CPU_FEATURES", mask)
-    src = pair[0].model.layers[0].mlp.experts
-    biases = {}
-    if gate == "interleaved":
-        biases = dict(gate_up_bias=torch.stack([m.bias for m in src.gate_up]),
-                      down_bias=torch.stack([m.bias for m in src.down]))  # fmt: skip
-    ex = MXExperts([m.weight() for m in src.gate_up], [m.weight() for m in src.down],
-                   gate=Gate(gate), activations=acts, **biases)  # fmt: skip
+    ex = _experts_of(pair, monkeypatch, acts, mask, gate)
     gen = torch.Generator().manual_seed(9)
     x = (torch.randn(11, 64, generator=gen) * 2).to(dtype)
     idx = torch.stack([torch.randperm(3, generator=gen)[:2] for _ in range(11)])  # expert 3: none
