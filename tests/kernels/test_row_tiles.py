@@ -32,16 +32,19 @@ FP6 = "f6E2M3FN"
 FP8 = "f8E4M3FN"
 INT8 = "i8"
 
-#: (schedule, A's format (None: bf16 activations), B's format, B tiled): B
-#: as ``Linear`` holds it (records; bf16: codes, tiled where N is whole
-#: tiles: the in-lane FP4 expansion, ``CodesSource._bf16_fp4_pairs``) or
-#: as the Runner passes it (row-major codes).
+#: (schedule, A's format (None: bf16 activations), B's format, B tiled, A
+#: tiny): B as ``Linear`` holds it (records; bf16: codes, tiled where N is
+#: whole tiles: the in-lane FP4 expansion, ``CodesSource._bf16_fp4_pairs``)
+#: or as the Runner passes it (row-major codes); a tiny row of A (below
+#: ``units.bf16_floor``) sends the call to the FMA form's copy of the kernel,
+#: whose tails are 1-row tiles (``_Dot.rare``).
 CASES = [
-    ("int-small", FP4, FP4, False),
-    ("int-prefill", INT8, FP6, False),
-    ("bf16-small", None, FP4, False),
-    ("bf16-small", None, FP4, True),
-    ("bf16-prefill", None, FP8, False),
+    ("int-small", FP4, FP4, False, False),
+    ("int-prefill", INT8, FP6, False, False),
+    ("bf16-small", None, FP4, False, False),
+    ("bf16-small", None, FP4, True, False),
+    ("bf16-small", None, FP4, False, True),
+    ("bf16-prefill", None, FP8, False, False),
 ]
 
 SMALL_PREFILL = SHAPE_CLASSES[1:]
@@ -95,9 +98,13 @@ def _b_args(qb, kind, bf16, tiled):
 
 
 @pytest.mark.parametrize(
-    "schedule, ea, eb, tiled", CASES, ids=[c[0] + "-tiled" * c[3] for c in CASES]
+    "schedule, ea, eb, tiled, tiny",
+    CASES,
+    ids=[c[0] + "-tiled" * c[3] + "-tiny" * c[4] for c in CASES],
 )
-def test_every_row_count_gives_the_oracle_bits_and_writes_no_row_past_m(schedule, ea, eb, tiled):
+def test_every_row_count_gives_the_oracle_bits_and_writes_no_row_past_m(
+    schedule, ea, eb, tiled, tiny
+):
     if ea is None and not has_features("avx512_bf16", "avx512bw"):
         pytest.skip("the CPU has no AVX512-BF16 (no bf16 dot schedule)")
     runner, cfg, kind = _kernel(schedule, ea, eb, tiled)
@@ -105,6 +112,8 @@ def test_every_row_count_gives_the_oracle_bits_and_writes_no_row_past_m(schedule
     assert cfg.mr > 1, cfg
     for m in range(1, 2 * cfg.mr + 4):
         qa, qb, acc = _operands(ea, eb, m, m, n)
+        if tiny:  # the last row: a bf16 A below the floor (FP4: 2^-118)
+            qa[-1] *= np.float32(2.0**-124)
         # Rows past M: -0.0, which a write of a computed row would turn into
         # +0.0 at least (such a row's A is 0: c + 0 = +0.0 for c = -0.0).
         buf = np.full((m + 8, n), -0.0, np.float32)

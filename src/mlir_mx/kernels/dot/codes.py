@@ -161,13 +161,13 @@ class CodesSource:
         ``col``); ``split``: ``(blk, kk)``, row ``k`` as block and row in it
         (:meth:`CodeRows.address`)."""
         kb = self.kb
+        if self.bf16_nibbles is not None and split is not None and list(vs) == [0, 1, 2, 3]:
+            return self._bf16_fp4_pairs(col, split)
         at = (
             [None] * self.kind.group
             if split is None
             else [(split[0], kb.add(split[1], i)) for i in range(self.kind.group)]
         )
-        if self.bf16_nibbles is not None and split is not None and list(vs) == [0, 1, 2, 3]:
-            return self._bf16_fp4_pairs(col, split)
         if self.bf16_bytes is not None:
             return self._bf16_pairs(k, col, valid, vs, at)
         rows = [self.values(kb.add(k, i), col, valid, at[i]) for i in range(self.kind.group)]

@@ -74,6 +74,7 @@ from mlir_mx.kernels.dot.tiles import (
     HALF_ROWS,
     HALF_ROWS_VNNI,
     ONE_ROW_KCB,
+    TAIL_ROWS,
     row_tiles,
 )
 from mlir_mx.kernels.dot.units import PANEL, RecordLayout, a_offset_run, dot_kind, int_factor
@@ -164,8 +165,8 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
     run = k.panels
     if k.codes is not None and prob.m == 1 and cfg.mr == 1 and not cfg.expand:
         run = lambda lo, hi: sweep_decode(k, lo, hi)  # noqa: E731 - decode from codes
-    run = routed(kb, pa.tiny, run, k.units.take_fma_form)  # bf16 below bf16_floor: FMA form
-    run = routed(kb, pa.huge, run, k.take_unlifted_form)  # an A scale 2^127: not lifted
+    run = routed(kb, pa.tiny, run, k.rare(k.units.take_fma_form))  # bf16 near 0: FMA form
+    run = routed(kb, pa.huge, run, k.rare(k.take_unlifted_form))  # an A scale 2^127: not lifted
     panels = -(-prob.n // PANEL)
     per = -(-panels // max(1, cfg.threads))
     tasks = -(-panels // per)
@@ -219,7 +220,21 @@ class _Dot:
             self.table = kb.const_array(self.units.table_bytes(prob.b_element), kb.vec(64, kb.i8))
         # M not a multiple of mr: tiles of fewer rows after the full ones (tiles.py)
         self.row_tail = cfg.mr > 1 and (prob.m is None or prob.m % cfg.mr != 0)
+        self.tails = TAIL_ROWS  # (rare: 1-row tails in a routed form's copy)
         self.col_tail = prob.n % PANEL != 0
+
+    def rare(self, form):
+        """``form`` (a routed form's switch, :func:`~.isa.routed`) that also
+        gives the form's copy of the kernel 1-row tail tiles: those calls are
+        rare (a bf16 A near the denormals, an A scale of 2^127), and the 3-
+        and 2-row tails' microkernels in both copies took a fifth of a bf16
+        kernel's compile time."""
+
+        def switch(on: bool) -> None:
+            form(on)
+            self.tails = (1,) if on else TAIL_ROWS
+
+        return switch
 
     def take_unlifted_form(self, on: bool) -> None:
         """A lifted kernel's form (:func:`~.isa.routed`): the lifted step, or
@@ -303,7 +318,7 @@ class _Dot:
             column_sums(self, nblk)
         for sub in range(PANEL // (LANES * cfg.nv)):
             body = functools.partial(self.micro, j, sub, c0, nblk)  # (m0, mr)
-            row_tiles(self.kb, self.pa, cfg.mr, self.row_tail, body)
+            row_tiles(self.kb, self.pa, cfg.mr, self.tails if self.row_tail else (), body)
 
     def record_row(self, j, blk) -> ir.Value:
         return self.kb.add(self.kb.mul(j, self.prob.kblocks), blk)

@@ -43,7 +43,7 @@ def last_chunk(k, c0, nblk: int) -> bool | ir.Value:
 
 def store_tile(k, c: list, rows: list, col0s: list, valids: list, c0, nblk: int) -> None:
     """Store the tile's registers ``c`` (per panel of ``col0s``, row, vector)
-    into C (every row one of A's: ``kernel._Dot.row_tiles``), columns past N
+    into C (every row one of A's: :func:`~.tiles.row_tiles`), columns past N
     masked (``valids``); divided
     by the global scale where the kernel takes it and this is K's last chunk."""
     kb = k.kb

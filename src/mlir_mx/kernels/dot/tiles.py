@@ -39,7 +39,7 @@ HALF_ROWS_VNNI = 2
 #: Zen 5: 7.6, 10.8, 14.3, 20.5, 25.1, 29.3 and 31.0 ps a weight for 1 .. 7
 #: rows), so the rest of up to 6 rows in tiles of 3, 2 and 1 costs what its
 #: rows do, within a tile; tiles of every height would save little and
-#: compile 6 microkernels.
+#: compile 6 tail microkernels instead of 3.
 TAIL_ROWS = (3, 2, 1)
 
 #: The expanding kernels' tile on 256-bit halves without VNNI where B can be
@@ -66,14 +66,15 @@ DECODE_STREAMS = 2
 DECODE_PREFETCH = 8
 
 
-def row_tiles(kb: KernelBuilder, pa, mr: int, tail: bool, body: Callable) -> None:
+def row_tiles(kb: KernelBuilder, pa, mr: int, tails: tuple, body: Callable) -> None:
     """``body(m0, rows)`` for each register tile of rows ``m0 .. m0 + rows``
     of A (``pa``: :mod:`.prep`'s prepared A): tiles of ``mr`` rows; where M
-    may not be a multiple of ``mr`` (``tail``), those up to the last full one,
-    then the rest in tiles of the :data:`TAIL_ROWS` heights below ``mr``,
-    largest first, so that every tile's rows are rows of A (none computed
-    past M, no row guarded).  Without ``tail``: ``pa.mp / mr`` full tiles."""
-    if not tail:
+    may not be a multiple of ``mr`` (``tails``, descending and ending in 1:
+    :data:`TAIL_ROWS`), those up to the last full one, then the rest in
+    tiles of the ``tails`` heights below ``mr``, largest first, so that
+    every tile's rows are rows of A (none computed past M, no row guarded).
+    Without ``tails`` (empty): ``pa.mp / mr`` full tiles."""
+    if not tails:
         with kb.loop(0, pa.mp, mr) as g:
             body(g.iv, mr)
         return
@@ -81,7 +82,7 @@ def row_tiles(kb: KernelBuilder, pa, mr: int, tail: bool, body: Callable) -> Non
     start = kb.mul(kb.divu(m, mr), mr)
     with kb.loop(0, start, mr) as g:
         body(g.iv, mr)
-    for h in [h for h in TAIL_ROWS if h < mr]:
+    for h in [h for h in tails if h < mr]:
         end = kb.add(start, kb.mul(kb.divu(kb.sub(m, start), h), h)) if h > 1 else m
         with kb.loop(start, end, h) as g:
             body(g.iv, h)
