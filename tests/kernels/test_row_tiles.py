@@ -66,13 +66,14 @@ def _operands(ea, eb, m, seed, n):
     return qa, qb, rng.standard_normal((m, n)).astype(np.float32)
 
 
-def _kernel(schedule, ea, eb, tiled):
-    """The schedule's kernel for any M, and how its B and A are passed."""
+def _kernel(schedule, ea, eb, tiled, m=None):
+    """The schedule's kernel for any M (or for ``m`` rows), and how its B and
+    A are passed."""
     bf16 = ea is None
     kind = dot_kind(BF16 if bf16 else ea, eb, 32)
     n = _width(tiled)
     prob = Problem(
-        None, n, K, 32, ea, eb, a_packed=not bf16 and is_packed_storage((1, K), ea),
+        m, n, K, 32, ea, eb, a_packed=not bf16 and is_packed_storage((1, K), ea),
         b_packed=tiled and is_packed_storage((K, n), eb), b_tiled=tiled,
         a_quant=BF16 if bf16 else None, b_dot=None if bf16 else kind.name,
     )  # fmt: skip
@@ -108,23 +109,44 @@ def test_every_row_count_gives_the_oracle_bits_and_writes_no_row_past_m(
     if ea is None and not has_features("avx512_bf16", "avx512bw"):
         pytest.skip("the CPU has no AVX512-BF16 (no bf16 dot schedule)")
     runner, cfg, kind = _kernel(schedule, ea, eb, tiled)
-    n = _width(tiled)
     assert cfg.mr > 1, cfg
     for m in range(1, 2 * cfg.mr + 4):
-        qa, qb, acc = _operands(ea, eb, m, m, n)
-        if tiny:  # the last row: a bf16 A below the floor (FP4: 2^-118)
-            qa[-1] *= np.float32(2.0**-124)
-        # Rows past M: -0.0, which a write of a computed row would turn into
-        # +0.0 at least (such a row's A is 0: c + 0 = +0.0 for c = -0.0).
-        buf = np.full((m + 8, n), -0.0, np.float32)
-        buf[:m] = acc
-        a = [qa] if ea is None else a_args(qa)
-        runner.invoke("matmul", *a, *_b_args(qb, kind, ea is None, tiled), buf[:m])
-        want = oracle.blocked_order(
-            qa.astype("bfloat16").astype(np.float32) if ea is None else qa, qb, acc
-        )
-        assert same_bits(buf[:m], want).all(), (m, np.argwhere(~same_bits(buf[:m], want))[:5])
-        assert (buf[m:].view(np.uint32) == 0x80000000).all(), f"M = {m}: a row past M written"
+        _check(runner, kind, ea, eb, tiled, tiny, m)
+
+
+def _check(runner, kind, ea, eb, tiled, tiny, m):
+    """One call of ``m`` rows: the oracle's bits, no row of C past M written."""
+    n = _width(tiled)
+    qa, qb, acc = _operands(ea, eb, m, m, n)
+    if tiny:  # the last row: a bf16 A below the floor (FP4: 2^-118)
+        qa[-1] *= np.float32(2.0**-124)
+    # Rows past M: -0.0, which a write of a computed row would turn into
+    # +0.0 at least (such a row's A is 0: c + 0 = +0.0 for c = -0.0).
+    buf = np.full((m + 8, n), -0.0, np.float32)
+    buf[:m] = acc
+    a = [qa] if ea is None else a_args(qa)
+    runner.invoke("matmul", *a, *_b_args(qb, kind, ea is None, tiled), buf[:m])
+    want = oracle.blocked_order(
+        qa.astype("bfloat16").astype(np.float32) if ea is None else qa, qb, acc
+    )
+    assert same_bits(buf[:m], want).all(), (m, np.argwhere(~same_bits(buf[:m], want))[:5])
+    assert (buf[m:].view(np.uint32) == 0x80000000).all(), f"M = {m}: a row past M written"
+
+
+#: (case of :data:`CASES`, M known to the kernel): the tiles it emits are
+#: those it runs (``row_tiles``' ``m``): 13 on 6 rows is 6 + 6 + 1, 5 is 3 +
+#: 2, 12 on 7 rows is 7 + 3 + 2.
+STATIC = [(CASES[1], 13), (CASES[1], 5), (CASES[2], 12)]
+
+
+@pytest.mark.parametrize("case, m", STATIC, ids=[f"{c[0]}-{m}" for c, m in STATIC])
+def test_a_known_m_runs_its_tiles_only(case, m):
+    schedule, ea, eb, tiled, tiny = case
+    if ea is None and not has_features("avx512_bf16", "avx512bw"):
+        pytest.skip("the CPU has no AVX512-BF16 (no bf16 dot schedule)")
+    runner, cfg, kind = _kernel(schedule, ea, eb, tiled, m)
+    assert m % cfg.mr
+    _check(runner, kind, ea, eb, tiled, tiny, m)
 
 
 def test_tail_heights_cover_every_rest():

@@ -318,7 +318,8 @@ class _Dot:
             column_sums(self, nblk)
         for sub in range(PANEL // (LANES * cfg.nv)):
             body = functools.partial(self.micro, j, sub, c0, nblk)  # (m0, mr)
-            row_tiles(self.kb, self.pa, cfg.mr, self.tails if self.row_tail else (), body)
+            tails = self.tails if self.row_tail else ()
+            row_tiles(self.kb, self.pa, cfg.mr, tails, body, self.prob.m)
 
     def record_row(self, j, blk) -> ir.Value:
         return self.kb.add(self.kb.mul(j, self.prob.kblocks), blk)

@@ -66,17 +66,29 @@ DECODE_STREAMS = 2
 DECODE_PREFETCH = 8
 
 
-def row_tiles(kb: KernelBuilder, pa, mr: int, tails: tuple, body: Callable) -> None:
+def row_tiles(kb: KernelBuilder, pa, mr: int, tails: tuple, body: Callable, m=None) -> None:
     """``body(m0, rows)`` for each register tile of rows ``m0 .. m0 + rows``
     of A (``pa``: :mod:`.prep`'s prepared A): tiles of ``mr`` rows; where M
     may not be a multiple of ``mr`` (``tails``, descending and ending in 1:
     :data:`TAIL_ROWS`), those up to the last full one, then the rest in
     tiles of the ``tails`` heights below ``mr``, largest first, so that
     every tile's rows are rows of A (none computed past M, no row guarded).
-    Without ``tails`` (empty): ``pa.mp / mr`` full tiles."""
+    Without ``tails`` (empty): ``pa.mp / mr`` full tiles.  ``m``: M where
+    the kernel knows it (``Problem.m``): only the tiles it runs are
+    emitted (M = 61 on 7 rows: the 7-row loop, one 3-row and one 2-row
+    tile), not every tail height's microkernel."""
     if not tails:
         with kb.loop(0, pa.mp, mr) as g:
             body(g.iv, mr)
+        return
+    if m is not None:
+        start = 0
+        for h in (mr, *[h for h in tails if h < mr]):
+            end = start + (m - start) // h * h
+            if end > start:
+                with kb.loop(start, end, h) as g:
+                    body(g.iv, h)
+            start = end
         return
     m = pa.m
     start = kb.mul(kb.divu(m, mr), mr)
