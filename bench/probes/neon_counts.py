@@ -144,14 +144,14 @@ def hot_loop(asm: str) -> list[str]:
         if m and labels.get(m.group(1), i) < i:
             loops.append((labels[m.group(1)], i))
     best: list[str] = []
+    best_key = (0, 0)
     for lo, hi in loops:
         if any(lo <= a and b <= hi and (a, b) != (lo, hi) for a, b in loops):
             continue  # an outer loop
         body = [x for x in lines[lo : hi + 1] if x.startswith("\t") and not x.startswith("\t.")]
-        dots = sum(bool(DOTS.match(x)) for x in body)
-        key = (dots, -len(body))
-        if dots and (not best or key > (sum(bool(DOTS.match(x)) for x in best), -len(best))):
-            best = body
+        key = (sum(bool(DOTS.match(x)) for x in body), -len(body))
+        if key[0] and (not best or key > best_key):
+            best, best_key = body, key
     return best
 
 

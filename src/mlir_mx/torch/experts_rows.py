@@ -5,6 +5,7 @@ parallel region (:func:`mlir_mx.execution.threads.one_region`)."""
 
 from __future__ import annotations
 
+import itertools
 from contextlib import nullcontext
 
 import torch
@@ -31,7 +32,7 @@ def project_rows(
     activations quantized by a separate kernel).  ``x``: f32,
     C-contiguous.  ``bf16``: ``x`` holds bf16 values (:meth:`MXExperts.expert`)."""
     counts = counts or [1] * len(experts)
-    starts = [sum(counts[:i]) for i in range(len(counts))]
+    starts = [0, *itertools.accumulate(counts[:-1])]
     n_in = x.shape[-1]
     y = torch.zeros(sum(counts), layers[experts[0]].out_features, dtype=torch.float32)
     x_row, y_row = (0 if shared else 4 * n_in), 4 * y.shape[1]
