@@ -262,6 +262,7 @@ def _gpt_oss_options(ns, argv: list[str]):
         tag=tag,
         out=check_out_dir(ns.out),
         command=" ".join([PROG, *(shlex.quote(a) for a in argv)]),
+        busy=busy.parse_busy(ns.busy),
         **quick,
     )
 

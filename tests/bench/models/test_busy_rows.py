@@ -59,6 +59,24 @@ def test_a_busy_row_at_two_threads_is_held_to_its_one_thread_speed():
     assert any(t["figure"] == got[1]["figure"] for t in targets(rows))  # in the run's targets
 
 
+def test_busy_times_are_held_as_speeds():
+    """A gpt-oss run's busy rows are held on the MoE blocks' times: the ratio is
+    the 1-thread time over the 2-thread one; a figure the row lacks is left out."""
+    rows = [_row(1, 10.0), _row(2, 8.0)]
+    rows[0].update(moe_prefill_ms=100.0, moe_decode_ms=4.0)
+    rows[1].update(moe_prefill_ms=80.0)
+    by = {(r["spec"]["row"], r["spec"]["threads"]): r for r in rows}
+    figures = (("moe_prefill_ms", "MoE prefill speed", False), ("moe_decode_ms", "MoE decode", False))
+    got = busy_targets(rows, 2, by, figures)
+    assert [(t["figure"], t["value"], t["met"]) for t in got] == [
+        ("MoE prefill speed, ours MXFP4 [busy spin]: 2 threads / 1 thread", 1.25, True)
+    ]
+    rows[1]["moe_decode_ms"] = 5.0
+    assert [t["value"] for t in busy_targets(rows, 2, by, figures)] == [1.25, 0.8]
+    del by[("ours MXFP4 [busy spin]", 1)]  # the 1-thread row failed: no ratio, not dropped
+    assert [(t["value"], t["met"]) for t in busy_targets(rows, 2, by, figures)] == [(None, None)] * 2
+
+
 def _spinners() -> list[int]:
     """Our child processes running :data:`SPIN_COMMAND`."""
     found = []

@@ -25,6 +25,48 @@ def test_gpt_oss_arguments_are_checked(capsys):
     assert "--profile is not used by --model gpt-oss" in capsys.readouterr().err
     assert main(["--model", "mixtral"]) == 2
     assert "invalid choice" in capsys.readouterr().err
+    assert main(["--model", "gpt-oss", "--busy", "idle"]) == 2
+    assert "--busy: expected some of spin,self, got 'idle'" in capsys.readouterr().err
+
+
+def test_busy_rows_are_planned_and_kept_apart(tmp_path, monkeypatch):
+    """``--busy``: the anchor and our target rows run again with the load
+    beside them, at each thread count, labelled; the plain rows' targets (issue
+    28) read the plain rows only, and each busy row at 2 threads is held to its
+    1-thread MoE speed under the same load (issue 51)."""
+    import mlir_mx_bench.models.gpt_oss.run as run
+    import mlir_mx_bench.models.gpt_oss.worker as worker
+
+    ran = []
+
+    def fake(spec, tmp, say):
+        ran.append(spec)
+        if spec["kind"].endswith("f32"):  # no reference logits to check against here
+            return {"spec": spec, "error": "exit 1: not run"}
+        fast = 0.5 if spec["kind"].startswith("mx") else 1.0
+        slow = 2.0 if spec.get("busy") and spec["threads"] == 2 and fast < 1 else 1.0  # ours, busy
+        return dict(spec=spec, load_s=1.0, expert_bytes=17, expert_weights=32, rss_model_kib=2048,
+                    rss_start_kib=1024, prefill_ms=10.0, decode_tokens_per_s=1.0,
+                    moe_prefill_ms=40.0 * slow * fast, moe_decode_ms=4.0 * fast)  # fmt: skip
+
+    monkeypatch.setattr(run, "_run_worker", fake)
+    monkeypatch.setattr(worker, "write_checkpoint", lambda *a: 1)
+    opts = run.GptOssOptions(layers=1, threads=[1, 2], busy=["spin"], out=tmp_path)
+    rec = run.run_gpt_oss(opts, lambda s: None)
+    busy = [s for s in ran if s.get("busy")]
+    assert [(s["kind"], s["threads"]) for s in busy] == [(k, t) for t in (1, 2) for k in run.BUSY_ROWS]
+    assert all(s["row"].endswith(" [busy spin]") and not s["bound"] and not s["logits"] for s in busy)
+    rec.update(_HEADER)
+    text = gpt_oss_markdown(rec)
+    one, two = text.split("## 2 thread(s)")
+    # the plain rows' targets: ours at half transformers' MoE time, busy rows apart
+    assert "- MoE prefill speed vs transformers bf16: 2.00x (target >= 1.5x): met" in two
+    assert "Targets (issue 51)" not in one
+    assert "- MoE prefill speed, ours MXFP4 [busy spin]: 2 threads / 1 thread: 0.500x " \
+        "(target >= 1.0): NOT met" in two
+    assert "- MoE decode speed, ours MXFP4 W4A8 [busy spin]: 2 threads / 1 thread: 1.000x " \
+        "(target >= 1.0): met" in two
+    assert "| transformers bf16 [busy spin] |" in two and "transformers bf16 [busy spin]: 2" not in two
 
 
 #: A run record's fields other than its rows (gpt_oss_markdown's input).

@@ -22,6 +22,11 @@ and a greedy decode:
 
 Per row: load time, expert-weight bytes, RSS over the import baseline, prefill
 ms, decode tokens/s.  No environment variable is set for any row.
+
+``--busy spin,self`` (:mod:`mlir_mx_bench.models.busy`) runs the rows of
+:data:`BUSY_ROWS` again at each thread count with that load beside them,
+labelled ``[busy KIND]``; at more than 1 thread each of our busy rows is held
+to its own 1-thread MoE prefill and decode speed under the same load (issue 51).
 """
 
 from __future__ import annotations
@@ -37,9 +42,10 @@ from mlir_mx.host import default_thread_counts
 from mlir_mx_bench.console import default_out_dir
 from mlir_mx_bench.emulate import summary
 from mlir_mx_bench.machine import loadavg
+from mlir_mx_bench.models.busy import busy_spec, busy_targets, run_busy_row
 from mlir_mx_bench.models.workers import host_column, run_record, run_worker
 
-__all__ = ["GPT_OSS_ROWS", "GptOssOptions", "gpt_oss_markdown", "run_gpt_oss"]
+__all__ = ["BUSY_ROWS", "GPT_OSS_ROWS", "GptOssOptions", "gpt_oss_markdown", "run_gpt_oss"]
 
 #: (row name, worker kind)
 GPT_OSS_ROWS = (
@@ -56,6 +62,15 @@ GPT_OSS_ROWS = (
     ("ours MXFP4, activations=bf16", "mx-abf16"),
 )
 SAME_TOKENS = 16
+#: The rows ``--busy`` runs again with a load beside them: the anchor and our
+#: rows held to targets (not the f32 checks: a second f32 copy holds 8 GiB more).
+BUSY_ROWS = ("hf-bf16", "mx-bf16", "mx-i8", "mx-abf16")
+#: What a busy row at more than 1 thread is held to (``busy_targets``): the MoE
+#: blocks' prefill and decode times against its 1-thread row's under the same load.
+BUSY_FIGURES = (
+    ("moe_prefill_ms", "MoE prefill speed", False),
+    ("moe_decode_ms", "MoE decode speed", False),
+)
 
 #: Published gpt-oss-20b CPU figures of other runtimes, quoted beside our rows
 #: (not measured here; their machines, whole model; ../shared/guide sources).
@@ -84,8 +99,11 @@ class GptOssOptions:
         tag="gpt-oss",
         out=None,
         config=None,
+        busy=(),
     ):
         self.layers, self.prompt, self.new_tokens = layers, prompt, new_tokens
+        #: loads each run as separate, labelled rows (--busy; models.busy)
+        self.busy = list(busy)
         self.threads = list(default_thread_counts() if threads is None else threads)
         self.seed, self.prefill_samples, self.probes = seed, prefill_samples, probes
         self.command, self.tag, self.out = command, tag, Path(out or default_out_dir())
@@ -96,16 +114,38 @@ class GptOssOptions:
 
 
 def _run_worker(spec: dict, tmp: Path, say) -> dict:
-    rec = run_worker("mlir_mx_bench.models.gpt_oss.worker", spec, tmp)
+    module = "mlir_mx_bench.models.gpt_oss.worker"
+    rec = run_busy_row(module, spec, tmp) if spec.get("busy") else run_worker(module, spec, tmp)
     if "error" in rec:
         say(f"    {spec['row']:<24} failed: {rec['error']}")
         return rec
+    twin = rec.get("twin") or {}
+    more = f" (second copy prefill {twin['prefill_ms']:.0f} ms)" if twin.get("prefill_ms") else ""
     say(
         f"    {spec['row']:<24} load {rec['load_s']:.1f} s, prefill {rec['prefill_ms']:.0f} ms, "
         f"decode {rec['decode_tokens_per_s']:.2f} tok/s, "
-        f"RSS +{(rec['rss_model_kib'] - rec['rss_start_kib']) / 1024:.0f} MiB"
+        f"RSS +{(rec['rss_model_kib'] - rec['rss_start_kib']) / 1024:.0f} MiB{more}"
     )
     return rec
+
+
+def _spec(opts: GptOssOptions, tmp: Path, row: str, kind: str, threads: int, first: bool) -> dict:
+    """One row's spec (``first``: the run's first f32 transformers row, the reference)."""
+    return dict(
+        name=f"{kind}-{threads}t",
+        row=row,
+        kind=kind,
+        threads=threads,
+        checkpoint=str(tmp / "ckpt"),
+        out=str(tmp),
+        prompt=opts.prompt,
+        new_tokens=opts.new_tokens,
+        seed=opts.seed,
+        probes=opts.probes,
+        prefill_samples=opts.prefill_samples,
+        bound=kind == "hf-f32" and first,
+        logits=kind == "mx-f32",
+    )
 
 
 def _check(rec: dict, ref: dict | None, tmp: Path) -> None:
@@ -146,25 +186,14 @@ def run_gpt_oss(opts: GptOssOptions, say: Callable[[str], None]) -> dict:
         for t in opts.threads:
             say(f"  {t} thread(s):")
             for row, kind in GPT_OSS_ROWS:
-                spec = dict(
-                    name=f"{kind}-{t}t",
-                    row=row,
-                    kind=kind,
-                    threads=t,
-                    checkpoint=str(tmp / "ckpt"),
-                    out=str(tmp),
-                    prompt=opts.prompt,
-                    new_tokens=opts.new_tokens,
-                    seed=opts.seed,
-                    probes=opts.probes,
-                    prefill_samples=opts.prefill_samples,
-                    bound=kind == "hf-f32" and ref is None,
-                    logits=kind == "mx-f32",
-                )
+                spec = _spec(opts, tmp, row, kind, t, ref is None)
                 rows.append(_run_worker(spec, tmp, say))
                 if spec["bound"] and "error" not in rows[-1]:
                     ref = rows[-1]
                 _check(rows[-1], ref, tmp)
+            for load in opts.busy:  # the same rows with a load beside them (--busy)
+                for row, kind in (r for r in GPT_OSS_ROWS if r[1] in BUSY_ROWS):
+                    rows.append(_run_worker(busy_spec(_spec(opts, tmp, row, kind, t, False), load), tmp, say))
     record.update(rows=rows, loadavg_end=loadavg(), total_s=time.perf_counter() - t_start)
     return record
 
@@ -201,7 +230,7 @@ def _figure(x: dict, what: str) -> float | None:
 
 def _targets(rows: list[dict]) -> list[str]:
     """Issue 28's targets on the rows of one thread count: measured ratio, met or not."""
-    ok = {x["spec"]["kind"]: x for x in rows if "error" not in x}
+    ok = {x["spec"]["kind"]: x for x in rows if "error" not in x and not x["spec"].get("busy")}
     out = []
     for ours, name in TARGET_ROWS:
         out += [f"Targets (issue 28) at this thread count, ours = {name}:", ""]
@@ -221,6 +250,22 @@ def _targets(rows: list[dict]) -> list[str]:
     if bits:
         out.append(f"- expert weights in memory: {max(bits):.2f} bits/weight (target 4.25)")
     return out
+
+
+def _busy_lines(rows: list[dict], threads: int) -> list[str]:
+    """Issue 51's busy targets at ``threads`` (``--busy``): each of our busy rows'
+    MoE prefill and decode speed over its own 1-thread row's, same load."""
+    by = {(x["spec"]["row"], x["spec"]["threads"]): x for x in rows if "error" not in x}
+    got = busy_targets(rows, threads, by, BUSY_FIGURES)
+    if not got:
+        return []
+    out = ["Targets (issue 51) on a busy machine: 2 threads (the default) at least 1 thread's "
+           "speed with the same load beside it:", ""]  # fmt: skip
+    for x in got:
+        value = "not measured (the 1-thread row failed)" if x["value"] is None else (
+            f"{x['value']:.3f}x (target {x['target']}): {'met' if x['met'] else 'NOT met'}")
+        out.append(f"- {x['figure']}: {value}")
+    return out + [""]
 
 
 def _ms(x: dict, key: str) -> str:
@@ -291,7 +336,7 @@ def gpt_oss_markdown(r: dict) -> str:
                 f"{_ms(x, 'moe_prefill_ms')} | {_ms(x, 'moe_decode_ms')} | {check} "
                 f"| {host_column(x, rows)} |"
             )
-        lines += _targets(rows) + [""]
+        lines += _targets(rows) + _busy_lines(r["rows"], t) + [""]
     lines += ["## Published, not measured here (whole gpt-oss-20b, their machines)", ""]
     lines += [f"- {p}" for p in PUBLISHED] + [""]
     return "\n".join(lines)
