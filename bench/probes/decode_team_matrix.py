@@ -50,6 +50,11 @@ SETTINGS = {
         {"MLIR_MX_LOAD_SLACK": "1"},
     ),
     "2t-pool": ("2 threads on our pool", ["pool", "2", "--policy", "auto"], {}),
+    "2t-hold0": (
+        "2 threads, a look every period however long the load lasts (before session 66)",
+        ["openmp", "2", "--policy", "auto"],
+        {"MLIR_MX_LOAD_HOLD": "0"},
+    ),
     "2t-calm1": (
         "2 threads, back to the team at the first quiet look (session 53's check)",
         ["openmp", "2", "--policy", "auto"],

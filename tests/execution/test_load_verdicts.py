@@ -11,6 +11,8 @@ deterministic whatever this machine's load:
   busy and stay there through one copy's momentary dip;
 * the bounds that spare a look reading this process's threads one by one
   never change a verdict;
+* after ``hold`` busy looks in a row the looks come ``HOLD_PERIODS`` periods
+  apart, and every period again from the first quiet one;
 * a ``Linear`` on 2 threads whose verdict flips from look to look gives the
   1-thread bits on every call, and runs both its team's and its 1-thread kernels.
 """
@@ -70,6 +72,36 @@ def test_between_looks_the_verdict_stands():
     assert all(check.busy(2) for _ in range(100))  # 100 calls inside 5 ms: the first look's
     clock.ns = 5_000_000
     assert [check.busy(2) for _ in range(8)][-1] is False and check.reads == 2
+
+
+def _looks_at(times_ms, readings, hold):
+    """The verdict and the looks so far at each time (ms; 8 calls each, as in
+    a decode), ``every`` 1 ms, ``calm`` 1."""
+    clock, found = _Clock(), iter(readings)
+    check = LoadCheck(1000, 0, calm=1, read=lambda team, ours: next(found), clock=clock, hold=hold)
+    check.cpus = 2
+    out = []
+    for t in times_ms:
+        clock.ns = t * 1_000_000
+        out.append(([check.busy(2) for _ in range(8)][-1], check.reads))
+    return out
+
+
+def test_a_lasting_load_is_looked_at_less_often():
+    """After ``hold`` busy looks in a row the next look comes ``HOLD_PERIODS``
+    periods later (a look costs 23-80 us beside a spinner); a quiet look puts
+    the calls back on their team at once and the looks back to every period."""
+    assert pool_load.HOLD_PERIODS == 4
+    times = [0, 1, 2, 3, 4, 5, 6, 9, 10, 11, 12]
+    got = _looks_at(times, [B, B, B, B, Q, Q, B], hold=3)
+    assert got == [(True, 1), (True, 2), (True, 3),  # the third busy look in a row: held
+                   (True, 3), (True, 3), (True, 3),  # no look for 4 periods
+                   (True, 4), (True, 4),  # busy again: held again
+                   (False, 5), (False, 6), (True, 7)]  # fmt: skip
+    # hold 0: a look every period, as before
+    assert [r for _, r in _looks_at(times[:6], [B] * 6, hold=0)] == [1, 2, 3, 4, 5, 6]
+    # a false busy look on a quiet machine still lasts one period
+    assert _looks_at([0, 1, 2], [B, Q, Q], hold=8) == [(True, 1), (False, 2), (False, 3)]
 
 
 def _copies(calm, dip_at):

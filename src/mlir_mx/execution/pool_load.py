@@ -14,7 +14,8 @@ that finds the machine oversubscribed and back after :data:`LOAD_CALM` looks
 in a row that do not (1 by default; more keeps two copies of us that each see
 the other on one thread each through a moment when one has nothing runnable).
 While busy, every call may look (at most once a period), so a false busy
-verdict lasts one period, not eight calls.
+verdict lasts one period, not eight calls; once :data:`LOAD_HOLD` looks in a
+row were busy (a lasting load), it looks once in :data:`HOLD_PERIODS` periods.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ import threading
 import time
 
 __all__ = [
+    "HOLD_PERIODS",
     "LOAD_CALM",
     "LOAD_CHECK",
+    "LOAD_HOLD",
     "LOAD_SLACK",
     "LOAD_TRACE",
     "LoadCheck",
@@ -70,6 +73,16 @@ LOAD_SLACK = _env_int("MLIR_MX_LOAD_SLACK", 0)
 #: calls (a false busy look held for 3 looks: 2t/1t 1.00x against 1.82x;
 #: ``docs/library.md``, "Threads").
 LOAD_CALM = _env_int("MLIR_MX_LOAD_CALM", 1)
+#: Once this many looks in a row found the machine oversubscribed, look once
+#: in :data:`HOLD_PERIODS` periods until a look does not (``MLIR_MX_LOAD_HOLD``;
+#: 0: every period).  Beside a CPU-bound process a look reads ``/proc/loadavg``,
+#: ``/proc/self/stat`` and every thread's ``stat``: 23-80 us on the 2-vCPU Zen 5
+#: (session 66), once a 5 ms period, 1-2 % of a one-token MoE call that runs
+#: on the caller anyway.  Eight looks first, so a false busy look on a quiet
+#: machine (frequent on session 54's Xeon) still lasts one period; a load that
+#: ends is seen at most ``HOLD_PERIODS`` periods late (20 ms by default).
+LOAD_HOLD = _env_int("MLIR_MX_LOAD_HOLD", 8)
+HOLD_PERIODS = 4
 #: ``MLIR_MX_LOAD_TRACE=1``: the process's check keeps every look
 #: (:func:`looks`), for probes that lay its verdicts along a decode.
 LOAD_TRACE = _env_int("MLIR_MX_LOAD_TRACE", 0) > 0
@@ -98,12 +111,15 @@ class LoadCheck:
 
     def __init__(
         self, every: int = LOAD_CHECK, slack: int = LOAD_SLACK, trace: bool = LOAD_TRACE,
-        calm: int = LOAD_CALM, read=None, clock=time.monotonic_ns,
+        calm: int = LOAD_CALM, read=None, clock=time.monotonic_ns, hold: int = LOAD_HOLD,
     ):  # fmt: skip
         self.every, self.slack, self.next, self.over, self.calls = every, slack, 0, False, 0
         #: looks in a row that must find the machine not oversubscribed before
         #: the calls go back to their team (:data:`LOAD_CALM`); ``quiet``: so far
         self.calm, self.quiet = max(1, calm), 0
+        #: busy looks in a row after which it looks once in :data:`HOLD_PERIODS`
+        #: periods (:data:`LOAD_HOLD`; 0: never); ``streak``: so far
+        self.hold, self.streak = max(0, hold), 0
         #: ``read(team, ours) -> (runnable threads of the machine, of this
         #: process)`` and ``clock() -> ns``: ``/proc`` and the monotonic clock,
         #: or a test's readings
@@ -119,11 +135,12 @@ class LoadCheck:
 
     def busy(self, team: int, ours: int | None = None) -> bool:
         """Looked at on the first call and then at most once in ``every``
-        microseconds: the runnable threads not this process's (``ours``: how
-        many of its threads are runnable, None: read) and the ``team`` exceed
-        the CPUs by more than ``slack``.  Busy from the first look that finds
-        so; not busy again only after ``calm`` looks in a row that do not
-        (:data:`LOAD_CALM`); between looks, the last verdict."""
+        microseconds (once in ``HOLD_PERIODS`` times that after ``hold`` busy
+        looks in a row, :data:`LOAD_HOLD`): the runnable threads not this
+        process's (``ours``: how many of its threads are runnable, None: read)
+        and the ``team`` exceed the CPUs by more than ``slack``.  Busy from the
+        first look that finds so; not busy again only after ``calm`` looks in
+        a row that do not (:data:`LOAD_CALM`); between looks, the last verdict."""
         if self.every <= 0:
             return False
         self.calls += 1
@@ -140,6 +157,9 @@ class LoadCheck:
             finally:
                 self.lock.release()
             self.judge(running - mine + team > self.cpus + self.slack)
+            self.streak = self.streak + 1 if self.over else 0
+            if self.hold and self.streak >= self.hold:  # a lasting load: look less often
+                self.next = now + 1000 * self.every * HOLD_PERIODS
             if self.trace is not None:
                 self.trace.append((now, running, mine, team, self.over, self.clock() - now))
         return self.over
@@ -234,13 +254,13 @@ _shared: list[LoadCheck] = []
 
 def configure(
     every: int = LOAD_CHECK, slack: int = LOAD_SLACK, trace: bool = LOAD_TRACE,
-    calm: int = LOAD_CALM, read=None, clock=time.monotonic_ns,
+    calm: int = LOAD_CALM, read=None, clock=time.monotonic_ns, hold: int = LOAD_HOLD,
 ) -> LoadCheck:  # fmt: skip
     """How the process looks at the load from now on (``every`` 0: never;
     ``Pool.hooks``' ``load_check`` and ``load_slack``, for tests and probes;
-    ``trace``: keep every look, :func:`looks`; ``calm``, ``read``, ``clock``:
-    :class:`LoadCheck`'s, a test's readings).  Returns the new check."""
-    _shared[:] = [LoadCheck(every, slack, trace, calm, read, clock)]
+    ``trace``: keep every look, :func:`looks`; ``calm``, ``read``, ``clock``,
+    ``hold``: :class:`LoadCheck`'s, a test's readings).  Returns the new check."""
+    _shared[:] = [LoadCheck(every, slack, trace, calm, read, clock, hold)]
     return _shared[0]
 
 
