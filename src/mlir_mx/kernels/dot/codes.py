@@ -37,6 +37,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import CodeRows
 from mlir_mx.kernels.common.widen import LANES, decode_scale_tile, decoder, interleave_pairs
 from mlir_mx.kernels.dot.isa import DotOps
+from mlir_mx.kernels.dot.prescale import exponent_adds, prescale
 from mlir_mx.kernels.dot.units import PANEL, int_factor, offset_bytes, value_table
 from mlir_mx.numerics import ELEMENT_FORMATS
 
@@ -78,14 +79,18 @@ class CodesSource:
             if fmt.num_codes == 16 and prob.b_packed and tiled is not None:
                 self.bf16_nibbles = [kb.const_array(t[:16] * 4, v64) for t in (lo, hi)]
 
-    def expand(self, hs, ds, j, c0, nblk: int) -> None:
+    def expand(self, hs, ds, j, c0, nblk: int, prescaled=None) -> None:
         """Full records of blocks ``c0 .. c0 + nblk`` of panel ``j`` into
-        the header scratch ``hs`` and the data scratch ``ds``."""
+        the header scratch ``hs`` and the data scratch ``ds``; where
+        ``prescaled`` (an ``i1``, bf16 pairs) holds, each value times its
+        scale (:mod:`.prescale`)."""
         kb, g = self.kb, self.kind.group
         col, valid = self._panel(j)
         with kb.loop(0, nblk, 1) as b:
             blk = kb.add(c0, b.iv)
             k0 = kb.mul(blk, self.prob.block)
+            scales = self._scales(blk, col, valid, range(4), permuted=False)
+            adds = None if prescaled is None else exponent_adds(kb, scales, prescaled)
             # One K group per iteration, not the block unrolled: the same
             # records, and LLVM's register coalescing and sinking (superlinear
             # in a block's size) see g rows, not the block's 32 (FP6 without
@@ -98,9 +103,26 @@ class CodesSource:
                     kk = kb.mul(kb.add(kb.mul(grp.iv, step), h), g)  # the row in the block
                     # (blk, kk): a tiled B's address without dividing k by the block
                     vecs.append(self._group(kb.add(k0, kk), col, valid, range(4), (blk, kk)))
+                if adds is not None:
+                    vecs = [[prescale(kb, w, adds[v]) for v, w in enumerate(ws)] for ws in vecs]
                 self.dots.store_block(ds, b.iv, kb.mul(grp.iv, 256 * step), vecs)
-            for v, sv in enumerate(self._scales(blk, col, valid, range(4), permuted=False)):
+            for v, sv in enumerate(scales):
                 kb.vstore(kb.vbitcast(sv, 64, kb.i8), hs, [b.iv, 64 * v])
+
+    def scale_span(self, j, c0, nblk: int, lo) -> tuple[ir.Value, ir.Value]:
+        """The smallest and largest scale code of blocks ``c0 .. c0 + nblk``
+        of panel ``j`` (``i8`` scalars; columns past N count as ``lo``)."""
+        kb = self.kb
+        col, valid = self._panel(j)
+        v64 = kb.vec(PANEL, kb.i8)
+        pad = None if valid is None else (kb.mask(PANEL, valid), kb.broadcast(lo, PANEL))
+        start = [kb.const(255, v64), kb.const(0, v64)]
+        with kb.loop(0, nblk, 1, start) as b:
+            raw = kb.load_lanes(self.sb, [kb.add(c0, b.iv), col], PANEL, valid)
+            if pad is not None:
+                raw = kb.select(pad[0], raw, pad[1])
+            b.yield_([kb.minui(b.args[0], raw), kb.maxui(b.args[1], raw)])
+        return kb.reduce("minui", b.results[0]), kb.reduce("maxui", b.results[1])
 
     def _panel(self, j):
         """Panel ``j``'s first column and its valid columns (None: all 64)."""

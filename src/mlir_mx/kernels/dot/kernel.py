@@ -66,6 +66,7 @@ from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
 from mlir_mx.kernels.dot.expand import column_sums, expand_records
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa, mmla_block, neon_tile, routed
 from mlir_mx.kernels.dot.prep import prepare_dot_a
+from mlir_mx.kernels.dot.prescale import scale_bounds
 from mlir_mx.kernels.dot.store import store_tile
 from mlir_mx.kernels.dot.sweep import sweep_decode
 from mlir_mx.kernels.dot.tiles import (
@@ -176,7 +177,7 @@ def emit_dot(kb: KernelBuilder, prob: Problem, ops: Operands, cfg: DotConfig) ->
             run(lo, kb.min(kb.add(lo, per), panels))
     else:
         run(kb.idx(0), kb.idx(panels))
-    for buf in (pa.words, pa.scales, pa.comp, pa.tiny):
+    for buf in (pa.words, pa.scales, pa.comp, pa.tiny, pa.span):
         if buf is not None:
             kb.dealloc(buf)
 
@@ -222,6 +223,18 @@ class _Dot:
         self.row_tail = cfg.mr > 1 and (prob.m is None or prob.m % cfg.mr != 0)
         self.tails = TAIL_ROWS  # (rare: 1-row tails in a routed form's copy)
         self.col_tail = prob.n % PANEL != 0
+        # bf16 activations on codes with E8M0 scales: chunks whose scales the
+        # call's A allows are expanded times their scales (.prescale).
+        self.prescaled = False  # the block step being emitted: c + acc
+        self.bounds = None
+        if (
+            pa.span is not None
+            and self.codes is not None
+            and cfg.expand
+            and isa.wide
+            and prob.b_scale_type == SCALE_TYPE
+        ):
+            self.bounds = scale_bounds(kb, prob.b_element, pa.span)
 
     def rare(self, form):
         """``form`` (a routed form's switch, :func:`~.isa.routed`) that also
@@ -309,17 +322,34 @@ class _Dot:
                 self.chunk(j.iv, c.iv, nblk)
 
     def chunk(self, j, c0, nblk: int) -> None:
-        cfg = self.cfg
+        kb, cfg = self.kb, self.cfg
+        safe = None  # i1: the chunk expanded prescaled (.prescale)
+        if self.bounds is not None and self.hs is not None and not self.units.fma_form:
+            lo, hi = self.bounds
+            least, most = self.codes.scale_span(j, c0, nblk, lo)
+            safe = kb.andi(kb.cmpi("uge", least, lo), kb.cmpi("ule", most, hi))
         if self.hs is not None and self.codes is not None:
-            self.codes.expand(self.hs, self.ds, j, c0, nblk)
+            self.codes.expand(self.hs, self.ds, j, c0, nblk, safe)
         elif self.hs is not None:
             expand_records(self, j, c0, nblk)
         if self.cs is not None:
             column_sums(self, nblk)
-        for sub in range(PANEL // (LANES * cfg.nv)):
-            body = functools.partial(self.micro, j, sub, c0, nblk)  # (m0, mr)
-            tails = self.tails if self.row_tail else ()
-            row_tiles(self.kb, self.pa, cfg.mr, tails, body, self.prob.m)
+
+        def tiles():
+            for sub in range(PANEL // (LANES * cfg.nv)):
+                body = functools.partial(self.micro, j, sub, c0, nblk)  # (m0, mr)
+                tails = self.tails if self.row_tail else ()
+                row_tiles(kb, self.pa, cfg.mr, tails, body, self.prob.m)
+
+        if safe is None:
+            tiles()
+            return
+        with kb.if_(safe):
+            self.prescaled = True
+            tiles()
+        self.prescaled = False
+        with kb.if_(kb.cmpi("eq", safe, kb.const(0, kb.i1))):
+            tiles()
 
     def record_row(self, j, blk) -> ir.Value:
         return self.kb.add(self.kb.mul(j, self.prob.kblocks), blk)
@@ -417,6 +447,8 @@ class _Dot:
         row = None if direct else self.record_row(j, blk)
         if direct:
             scales, vecs = self.codes.block(j, blk, vs)
+        elif self.prescaled:  # the chunk's values carry their scales (.prescale)
+            scales = None
         else:
             if self.cfg.prefetch and vs[0] == 0:
                 self.prefetch(row)
@@ -454,6 +486,8 @@ class _Dot:
                         sums[i] = kb.add(sums[i], p)
                     if g % run == run - 1:
                         acc[i] = self.units.add_pairs(acc[i], sums[i])
+        if self.prescaled:  # t = p * sb is the partial itself
+            return [kb.fadd(cv, t) for cv, t in zip(c, acc, strict=True)]
         at = None if stored else (self.hs, local, [self.full.data_offset + 64 * v for v in vs])
         out, offs = [], offsets(kb, scales, self.bias, at)
         unit = self.prob.a_quant == BF16  # sa = 1 (rows past M: 0, never stored)

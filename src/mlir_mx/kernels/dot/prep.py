@@ -68,6 +68,10 @@ class DotA:
     mp: ir.Value  # M rounded up to the row group
     lift: ir.Value | None = None  # (Mp, K/B) f32: LIFT * scale (the lifted step, .biased)
     huge: ir.Value | None = None  # (16,) i32: nonzero where some LIFT * scale is +Inf
+    #: (32,) i32, bf16 activations: lanes 0..15 the largest ``|a|``'s bits,
+    #: 16..31 the smallest ``|a| - 1`` (unsigned: a zero's is the largest);
+    #: what :mod:`.prescale` bounds B's scales by.
+    span: ir.Value | None = None
 
 
 def prepare_dot_a(
@@ -106,8 +110,11 @@ def prepare_dot_a(
     comp = kb.alloc([rows, prob.kblocks], kb.i32, dyn) if kind.comp and compensate else None
     conv = _Words(kb, kind, prob.a_element or prob.a_quant, words, offset)
     tiny = kb.alloc([LANES], kb.i32) if prob.a_quant == BF16 else None
+    span = kb.alloc([2 * LANES], kb.i32) if prob.a_quant == BF16 else None
     if tiny is not None:
         kb.vstore(kb.const(0, kb.vec(LANES, kb.i32)), tiny, [0])
+        kb.vstore(kb.const(0, kb.vec(LANES, kb.i32)), span, [0])
+        kb.vstore(kb.const(-1, kb.vec(LANES, kb.i32)), span, [LANES])
     groups = None  # A quantized 16 blocks at a time (.prep_groups)
     if not prob.a_is_mx and tiny is None and prob.block <= MAX_GROUPED_BLOCK:
         if conv.takes_steps(prob.a_quant):  # INT8: the rounded steps, not the values
@@ -118,7 +125,7 @@ def prepare_dot_a(
         if prob.a_is_mx:
             _decode_row(kb, prob, ops, conv, scales, row.iv)
         elif tiny is not None:
-            _round_row(kb, prob, ops, conv, scales, tiny, row.iv)
+            _round_row(kb, prob, ops, conv, scales, tiny, span, row.iv)
         else:
             _quantize_row(kb, prob, ops, conv, scales, row.iv, groups)
         if comp is not None:
@@ -141,7 +148,7 @@ def prepare_dot_a(
                 kb, prob.kblocks, LANES, lambda o, v: kb.store_lanes(zero_word, comp, [r, o], v)
             )
     lifts, huge = _lifts(kb, prob, scales, comp, rows, dyn, mp) if lift else (None, None)
-    return DotA(words, scales, comp, tiny, m, mp, lifts, huge)
+    return DotA(words, scales, comp, tiny, m, mp, lifts, huge, span)
 
 
 def _lifts(kb: KernelBuilder, prob: Problem, scales, comp, rows: int, dyn, mp):
@@ -251,17 +258,22 @@ def _decode_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, r) -> No
     vector_loop(kb, prob.kblocks, LANES, scale)
 
 
-def _round_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, tiny, r) -> None:
-    """Row ``r`` of an f32 A rounded to bf16 into words, scales 1, and the
-    lanes of ``tiny`` or-ed with ``|a| < 2^floor`` for nonzero ``a``."""
+def _round_row(kb, prob: Problem, ops: Operands, conv: _Words, scales, tiny, span, r) -> None:
+    """Row ``r`` of an f32 A rounded to bf16 into words, scales 1, the
+    lanes of ``tiny`` or-ed with ``|a| < 2^floor`` for nonzero ``a``, and
+    ``span``'s lanes with the largest ``|a|`` and smallest ``|a| - 1`` (bits)."""
     v16i = kb.vec(LANES, kb.i32)
     floor = kb.const(((bf16_floor(prob.b_element) + 127) << 23) - 1, v16i)
     one = kb.const(1, v16i)
 
     def widen(off, valid):
         v = round_bf16(kb, kb.load_lanes(ops.a, [r, off], LANES, valid))
-        small = kb.cmpi("ult", kb.subi(abs_bits(kb, v), one), floor)  # 0 < |a| < 2^floor
+        mag = abs_bits(kb, v)
+        below = kb.subi(mag, one)  # a zero's wraps to the largest
+        small = kb.cmpi("ult", below, floor)  # 0 < |a| < 2^floor
         kb.vstore(kb.ori(kb.vload(tiny, [0], LANES), kb.extui(small, v16i)), tiny, [0])
+        kb.vstore(kb.maxui(kb.vload(span, [0], LANES), mag), span, [0])
+        kb.vstore(kb.minui(kb.vload(span, [LANES], LANES), below), span, [LANES])
         conv.store(v, r, off)
 
     vector_loop(kb, prob.k, LANES, widen)
