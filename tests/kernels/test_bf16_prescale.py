@@ -5,7 +5,8 @@ bf16 value times its scale, and its block step is ``c + acc`` (no multiply);
 every other chunk runs the plain step.  Checked here:
 
 * ordinary calls take the prescaled chunks (an exponent add made wrong on
-  purpose changes their bits) and keep the exact path's bits;
+  purpose changes their bits) and keep the exact path's bits; calls of
+  fewer than ``MIN_ROWS`` rows do not;
 * scales at the edges (code 0 over nonzero values, 1, 2, 254, the NaN code
   255, all-zero blocks) and activations near the denormals and near the top
   of the range keep the exact path's bits;
@@ -26,7 +27,7 @@ from test_bf16_activations import amd, bf16, needs_bf16, run_bf16  # noqa: F401 
 from mlir_mx import oracle
 from mlir_mx.kernels.dot import codes as dot_codes
 from mlir_mx.kernels.dot import kernel as dot_kernel
-from mlir_mx.kernels.dot.prescale import scale_limits
+from mlir_mx.kernels.dot.prescale import MIN_ROWS, has_specials, scale_limits
 from mlir_mx.kernels.dot.units import bf16_floor
 from mlir_mx.numerics import ELEMENT_FORMATS, MXArray
 
@@ -68,16 +69,18 @@ def test_ordinary_calls_run_prescaled(amd, monkeypatch, element):
     (so the prescaled chunks ran)."""
     rng = np.random.default_rng(1)
     qb = _weights(element, 128, 130)
-    x = rng.standard_normal((9, 128)).astype(np.float32)
-    acc = np.zeros((9, 130), np.float32)
+    x = rng.standard_normal((MIN_ROWS + 1, 128)).astype(np.float32)
+    acc = np.zeros((MIN_ROWS + 1, 130), np.float32)
     assert _check(x, qb, acc, "bf16-prefill", 2).all()
     real = dot_codes.exponent_adds
 
-    def one_more(kb, scales, on):
-        return real(kb, [kb.fmul(s, kb.const(2.0, s.type)) for s in scales], on)
+    def one_more(kb, scales):
+        return real(kb, [kb.fmul(s, kb.const(2.0, s.type)) for s in scales])
 
     monkeypatch.setattr(dot_codes, "exponent_adds", one_more)
     assert not _check(x, qb, acc, "bf16-prefill", 2).any()
+    # Fewer than MIN_ROWS rows keep the plain chunks: the wrong add is not run.
+    assert _check(x[: MIN_ROWS - 1], qb, acc[: MIN_ROWS - 1], "bf16-small", 2).all()
 
 
 def _edge_weights(element, seed=2):
@@ -103,11 +106,11 @@ def test_scale_edges_keep_the_bits(amd, element, schedule):
     with an edge scale plain; A ordinary, near the floor, or large."""
     qb = _edge_weights(element)
     rng = np.random.default_rng(3)
-    acc = rng.standard_normal((5, 130)).astype(np.float32)
+    acc = rng.standard_normal((MIN_ROWS + 1, 130)).astype(np.float32)
     floor = bf16_floor(element)
     for lo_exp, hi_exp in [(-8, 8), (floor + 2, floor + 10), (90, 100), (floor + 2, 100)]:
-        mags = np.exp2(rng.uniform(lo_exp, hi_exp, (5, 128)))
-        x = (rng.choice([-1.0, 1.0], (5, 128)) * mags).astype(np.float32)
+        mags = np.exp2(rng.uniform(lo_exp, hi_exp, (MIN_ROWS + 1, 128)))
+        x = (rng.choice([-1.0, 1.0], mags.shape) * mags).astype(np.float32)
         ok = _check(x, qb, acc, schedule, 1, kcb=1)
         assert ok.all(), (lo_exp, hi_exp, np.argwhere(~ok)[:5])
 
@@ -118,9 +121,9 @@ def _flush_case(element):
     qb = _weights(element, 64, 64, 4)
     scales = np.full(qb.scales.shape, 127 - 30, np.uint8)
     qb = _with_scales(qb, scales)
-    x = np.full((3, 64), 2.0 ** (bf16_floor(element) + 12), np.float32)
+    x = np.full((MIN_ROWS, 64), 2.0 ** (bf16_floor(element) + 12), np.float32)
     x[1] *= -1
-    return x, qb, np.zeros((3, 64), np.float32)
+    return x, qb, np.zeros((MIN_ROWS, 64), np.float32)
 
 
 def _overflow_case(element):
@@ -133,9 +136,9 @@ def _overflow_case(element):
     qb2 = oracle.quantize(codes, element, 32, axis=0)
     scales = np.full(qb.scales.shape, 127 + 28, np.uint8)
     qb2 = _with_scales(qb2, scales)
-    x = np.zeros((2, 64), np.float32)
+    x = np.zeros((MIN_ROWS, 64), np.float32)
     x[:, 0], x[:, 1] = 2.0**100, -(2.0**100)
-    return x, qb2, np.zeros((2, 64), np.float32)
+    return x, qb2, np.zeros((MIN_ROWS, 64), np.float32)
 
 
 @needs_bf16
@@ -162,3 +165,4 @@ def test_scale_limits_of_every_format():
         "i8": (-6, 1),
     }
     assert {e: scale_limits(e) for e in ELEMENT_FORMATS} == want
+    assert [e for e in ELEMENT_FORMATS if has_specials(e)] == ["f8E4M3FN", "f8E5M2"]

@@ -37,7 +37,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import CodeRows
 from mlir_mx.kernels.common.widen import LANES, decode_scale_tile, decoder, interleave_pairs
 from mlir_mx.kernels.dot.isa import DotOps
-from mlir_mx.kernels.dot.prescale import exponent_adds, prescale
+from mlir_mx.kernels.dot.prescale import exponent_adds, has_specials, prescale
 from mlir_mx.kernels.dot.units import PANEL, int_factor, offset_bytes, value_table
 from mlir_mx.numerics import ELEMENT_FORMATS
 
@@ -83,14 +83,26 @@ class CodesSource:
         """Full records of blocks ``c0 .. c0 + nblk`` of panel ``j`` into
         the header scratch ``hs`` and the data scratch ``ds``; where
         ``prescaled`` (an ``i1``, bf16 pairs) holds, each value times its
-        scale (:mod:`.prescale`)."""
+        scale (:mod:`.prescale`: a second copy of the loop, so that the
+        other chunks pay nothing for it)."""
+        if prescaled is None:
+            self._expand(hs, ds, j, c0, nblk, False)
+            return
+        kb = self.kb
+        with kb.if_(prescaled):
+            self._expand(hs, ds, j, c0, nblk, True)
+        with kb.if_(kb.cmpi("eq", prescaled, kb.const(0, kb.i1))):
+            self._expand(hs, ds, j, c0, nblk, False)
+
+    def _expand(self, hs, ds, j, c0, nblk: int, scaled: bool) -> None:
         kb, g = self.kb, self.kind.group
         col, valid = self._panel(j)
+        specials = has_specials(self.prob.b_element)
         with kb.loop(0, nblk, 1) as b:
             blk = kb.add(c0, b.iv)
             k0 = kb.mul(blk, self.prob.block)
             scales = self._scales(blk, col, valid, range(4), permuted=False)
-            adds = None if prescaled is None else exponent_adds(kb, scales, prescaled)
+            adds = exponent_adds(kb, scales) if scaled else None
             # One K group per iteration, not the block unrolled: the same
             # records, and LLVM's register coalescing and sinking (superlinear
             # in a block's size) see g rows, not the block's 32 (FP6 without
@@ -104,7 +116,7 @@ class CodesSource:
                     # (blk, kk): a tiled B's address without dividing k by the block
                     vecs.append(self._group(kb.add(k0, kk), col, valid, range(4), (blk, kk)))
                 if adds is not None:
-                    vecs = [[prescale(kb, w, adds[v]) for v, w in enumerate(ws)] for ws in vecs]
+                    vecs = [[prescale(kb, w, adds[v], specials) for v, w in enumerate(ws)] for ws in vecs]
                 self.dots.store_block(ds, b.iv, kb.mul(grp.iv, 256 * step), vecs)
             for v, sv in enumerate(scales):
                 kb.vstore(kb.vbitcast(sv, 64, kb.i8), hs, [b.iv, 64 * v])

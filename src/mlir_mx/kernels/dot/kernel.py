@@ -66,7 +66,7 @@ from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
 from mlir_mx.kernels.dot.expand import column_sums, expand_records
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa, mmla_block, neon_tile, routed
 from mlir_mx.kernels.dot.prep import prepare_dot_a
-from mlir_mx.kernels.dot.prescale import scale_bounds
+from mlir_mx.kernels.dot.prescale import MIN_ROWS, scale_bounds
 from mlir_mx.kernels.dot.store import store_tile
 from mlir_mx.kernels.dot.sweep import sweep_decode
 from mlir_mx.kernels.dot.tiles import (
@@ -328,6 +328,7 @@ class _Dot:
             lo, hi = self.bounds
             least, most = self.codes.scale_span(j, c0, nblk, lo)
             safe = kb.andi(kb.cmpi("uge", least, lo), kb.cmpi("ule", most, hi))
+            safe = kb.andi(safe, kb.icmp("uge", self.pa.m, MIN_ROWS))
         if self.hs is not None and self.codes is not None:
             self.codes.expand(self.hs, self.ds, j, c0, nblk, safe)
         elif self.hs is not None:
