@@ -56,11 +56,14 @@ from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements
 
 __all__ = ["MIN_ROWS", "exponent_adds", "has_specials", "prescale", "scale_bounds", "scale_limits"]
 
-#: Fewer rows than this keep the plain chunks: the prescaling costs the
-#: expansion more than the rows gain from the step without its multiply
-#: (``Linear`` 2880 -> 5760 MXFP4, Zen 5, 1 thread, in one process: M = 2
-#: 0.92x, 4 0.95x, 8 1.01x, 16 1.04x, 128 1.05x, 256 1.08x).
-MIN_ROWS = 8
+#: Fewer rows than this keep the plain chunks.  The prescaling adds 2
+#: instructions per 64 bytes of pairs to the expansion (4 with FP8's
+#: Inf/NaN codes): about 1/64 cycle a weight at 4 a cycle, once per call;
+#: it saves one multiply per 16 ``vdpbf16ps`` (2 a cycle), M/1024 cycle a
+#: weight: even at M = 16.  Measured (``Linear`` 2880 -> 5760 MXFP4, Zen 5,
+#: 1 thread, one process, prescaling at every M): M = 2 0.92x, 4 0.95x, 8
+#: 1.01x, 16 1.02-1.04x, 24 1.04x, 128 1.05x, 256 1.07-1.08x.
+MIN_ROWS = 16
 
 #: A bf16 whose magnitude bits less one lie below this is finite and nonzero.
 FINITE_NONZERO = 0x7F7F
