@@ -32,6 +32,8 @@ from mlir_mx.kernels.dot.units import bf16_floor
 from mlir_mx.numerics import ELEMENT_FORMATS, MXArray
 
 E8M0 = ml_dtypes.float8_e8m0fnu
+#: The bf16 dot kernels chosen as on AMD (``amd``, test_bf16_activations.py).
+pytestmark = pytest.mark.usefixtures("amd")
 
 
 def _weights(element, k, n, seed=0):
@@ -64,7 +66,7 @@ def _open_bounds(monkeypatch):
 
 @needs_bf16
 @pytest.mark.parametrize("element", ["f4E2M1FN", "f8E4M3FN"])
-def test_ordinary_calls_run_prescaled(amd, monkeypatch, element):
+def test_ordinary_calls_run_prescaled(monkeypatch, element):
     """The exact path's bits; with the exponent add one too large, other bits
     (so the prescaled chunks ran)."""
     rng = np.random.default_rng(1)
@@ -101,7 +103,7 @@ def _edge_weights(element, seed=2):
 @needs_bf16
 @pytest.mark.parametrize("element", ["f4E2M1FN", "f8E5M2", "f8E4M3FN", "f6E2M3FN"])
 @pytest.mark.parametrize("schedule", ["bf16-small", "bf16-prefill"])
-def test_scale_edges_keep_the_bits(amd, element, schedule):
+def test_scale_edges_keep_the_bits(element, schedule):
     """Chunks of one block (``kcb=1``): the ordinary ones prescaled, those
     with an edge scale plain; A ordinary, near the floor, or large."""
     qb = _edge_weights(element)
@@ -144,7 +146,7 @@ def _overflow_case(element):
 @needs_bf16
 @pytest.mark.parametrize("element", ["f4E2M1FN", "f8E4M3FN"])
 @pytest.mark.parametrize("case", [_flush_case, _overflow_case])
-def test_the_bounds_are_needed(amd, monkeypatch, element, case):
+def test_the_bounds_are_needed(monkeypatch, element, case):
     """With the bounds: the exact path's bits.  Forced prescaled: other bits
     (``vdpbf16ps`` flushes the scaled products, or the scaled chain overflows)."""
     x, qb, acc = case(element)
