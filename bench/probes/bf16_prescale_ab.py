@@ -1,7 +1,7 @@
 """Prescaled bf16 chunks on and off in one process, beside OpenVINO (issue 51).
 
 Two ``Linear(w, activations="bf16")`` of the same weight: one built while
-``kernels.dot.kernel.scale_bounds`` is patched to an empty range (every
+``kernels.dot.prescale.scale_bounds`` is patched to an empty range (every
 chunk runs the plain block step ``t = acc * sb; c = c + t``), then the
 compiled-kernel cache cleared and one built as shipped (chunks whose scales
 the call's A allows run prescaled, ``c = c + acc``; ``kernels.dot.prescale``).
@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 
 import mlir_mx  # noqa: E402
 from mlir_mx.execution.compiled import clear_cache  # noqa: E402
-from mlir_mx.kernels.dot import kernel as dot_kernel  # noqa: E402
+from mlir_mx.kernels.dot import prescale as dot_prescale  # noqa: E402
 
 
 def main() -> None:
@@ -42,11 +42,11 @@ def main() -> None:
     rng = np.random.default_rng(0)
     w = mlir_mx.quantize(rng.standard_normal((args.n, args.k)).astype(np.float32), args.format, 32)
     x = rng.standard_normal((args.m, args.k)).astype(np.float32)
-    shipped = dot_kernel.scale_bounds
-    dot_kernel.scale_bounds = lambda kb, e, span: (kb.const(1, kb.i8), kb.const(0, kb.i8))
+    shipped = dot_prescale.scale_bounds
+    dot_prescale.scale_bounds = lambda kb, e, span: (kb.const(1, kb.i8), kb.const(0, kb.i8))
     plain = mlir_mx.Linear(w, threads=args.threads, activations="bf16")
     y0 = plain(x)
-    dot_kernel.scale_bounds = shipped
+    dot_prescale.scale_bounds = shipped
     clear_cache()
     pre = mlir_mx.Linear(w, threads=args.threads, activations="bf16")
     y1 = pre(x)

@@ -22,16 +22,22 @@ import ml_dtypes
 import numpy as np
 import pytest
 from dot_cases import same_bits
+from format_cases import ALL, BY_BEHAVIOUR, NON_INTEGRAL, SUB_BYTE
 from test_bf16_activations import amd, bf16, needs_bf16, run_bf16  # noqa: F401 (fixture)
 
 from mlir_mx import oracle
+from mlir_mx.kernels import SCHEDULES
 from mlir_mx.kernels.dot import codes as dot_codes
-from mlir_mx.kernels.dot import kernel as dot_kernel
+from mlir_mx.kernels.dot import prescale as dot_prescale
 from mlir_mx.kernels.dot.prescale import MIN_ROWS, has_specials, scale_limits
 from mlir_mx.kernels.dot.units import bf16_floor
-from mlir_mx.numerics import ELEMENT_FORMATS, MXArray
+from mlir_mx.numerics import ELEMENT_FORMATS, MXArray, decode_elements
 
 E8M0 = ml_dtypes.float8_e8m0fnu
+#: The bf16 dot schedules (small, prefill).
+BF16_SCHEDULES = [s.name for s in SCHEDULES.values() if s.unit == "bf16"]
+#: A packed FP4/FP6 format and an FP8 one.
+TWO = (SUB_BYTE[0], NON_INTEGRAL[0])
 #: The bf16 dot kernels chosen as on AMD (``amd``, test_bf16_activations.py).
 pytestmark = pytest.mark.usefixtures("amd")
 
@@ -60,12 +66,12 @@ def _check(x, qb, acc, schedule, threads=1, **cfg):
 def _open_bounds(monkeypatch):
     """Every chunk prescaled, whatever its scales and the call's A."""
     monkeypatch.setattr(
-        dot_kernel, "scale_bounds", lambda kb, e, span: (kb.const(0, kb.i8), kb.const(255, kb.i8))
+        dot_prescale, "scale_bounds", lambda kb, e, span: (kb.const(0, kb.i8), kb.const(255, kb.i8))
     )
 
 
 @needs_bf16
-@pytest.mark.parametrize("element", ["f4E2M1FN", "f8E4M3FN"])
+@pytest.mark.parametrize("element", TWO)
 def test_ordinary_calls_run_prescaled(monkeypatch, element):
     """The exact path's bits; with the exponent add one too large, other bits
     (so the prescaled chunks ran)."""
@@ -101,8 +107,8 @@ def _edge_weights(element, seed=2):
 
 
 @needs_bf16
-@pytest.mark.parametrize("element", ["f4E2M1FN", "f8E5M2", "f8E4M3FN", "f6E2M3FN"])
-@pytest.mark.parametrize("schedule", ["bf16-small", "bf16-prefill"])
+@pytest.mark.parametrize("element", BY_BEHAVIOUR)
+@pytest.mark.parametrize("schedule", BF16_SCHEDULES)
 def test_scale_edges_keep_the_bits(element, schedule):
     """Chunks of one block (``kcb=1``): the ordinary ones prescaled, those
     with an edge scale plain; A ordinary, near the floor, or large."""
@@ -144,7 +150,7 @@ def _overflow_case(element):
 
 
 @needs_bf16
-@pytest.mark.parametrize("element", ["f4E2M1FN", "f8E4M3FN"])
+@pytest.mark.parametrize("element", TWO)
 @pytest.mark.parametrize("case", [_flush_case, _overflow_case])
 def test_the_bounds_are_needed(monkeypatch, element, case):
     """With the bounds: the exact path's bits.  Forced prescaled: other bits
@@ -156,15 +162,15 @@ def test_the_bounds_are_needed(monkeypatch, element, case):
 
 
 def test_scale_limits_of_every_format():
-    """``(log2 q, eb)``: the smallest positive value and the largest finite
-    magnitude's exponent."""
-    want = {
-        "f4E2M1FN": (-1, 2),
-        "f6E2M3FN": (-3, 2),
-        "f6E3M2FN": (-4, 4),
-        "f8E4M3FN": (-9, 8),
-        "f8E5M2": (-16, 15),
-        "i8": (-6, 1),
-    }
-    assert {e: scale_limits(e) for e in ELEMENT_FORMATS} == want
-    assert [e for e in ELEMENT_FORMATS if has_specials(e)] == ["f8E4M3FN", "f8E5M2"]
+    """``(log2 q, eb)``: ``2^log2q`` is the format's smallest positive value
+    and every finite magnitude lies below ``2^(eb + 1)``, the largest at
+    least ``2^eb``; the formats with Inf or NaN codes are the FP8 ones."""
+    for element in ALL:
+        fmt = ELEMENT_FORMATS[element]
+        log2q, eb = scale_limits(element)
+        codes = np.arange(fmt.num_codes, dtype=np.uint8).view(fmt.dtype)
+        values = np.abs(decode_elements(codes, element).astype(np.float64))
+        finite = values[np.isfinite(values)]
+        assert 2.0**log2q == finite[finite > 0].min() == fmt.min_subnormal, element
+        assert 2.0**eb <= finite.max() < 2.0 ** (eb + 1), element
+    assert tuple(e for e in ALL if has_specials(e)) == NON_INTEGRAL

@@ -37,7 +37,7 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import CodeRows
 from mlir_mx.kernels.common.widen import LANES, decode_scale_tile, decoder, interleave_pairs
 from mlir_mx.kernels.dot.isa import DotOps
-from mlir_mx.kernels.dot.prescale import exponent_adds, has_specials, prescale
+from mlir_mx.kernels.dot.prescale import both_ways, exponent_adds, has_specials, prescale
 from mlir_mx.kernels.dot.units import PANEL, int_factor, offset_bytes, value_table
 from mlir_mx.numerics import ELEMENT_FORMATS
 
@@ -85,14 +85,7 @@ class CodesSource:
         ``prescaled`` (an ``i1``, bf16 pairs) holds, each value times its
         scale (:mod:`.prescale`: a second copy of the loop, so that the
         other chunks pay nothing for it)."""
-        if prescaled is None:
-            self._expand(hs, ds, j, c0, nblk, False)
-            return
-        kb = self.kb
-        with kb.if_(prescaled):
-            self._expand(hs, ds, j, c0, nblk, True)
-        with kb.if_(kb.cmpi("eq", prescaled, kb.const(0, kb.i1))):
-            self._expand(hs, ds, j, c0, nblk, False)
+        both_ways(self.kb, prescaled, lambda on: self._expand(hs, ds, j, c0, nblk, on))
 
     def _expand(self, hs, ds, j, c0, nblk: int, scaled: bool) -> None:
         kb, g = self.kb, self.kind.group

@@ -66,7 +66,7 @@ from mlir_mx.kernels.dot.codes import CodesSource, even_odd, in_order
 from mlir_mx.kernels.dot.expand import column_sums, expand_records
 from mlir_mx.kernels.dot.isa import DotOps, dot_isa, mmla_block, neon_tile, routed
 from mlir_mx.kernels.dot.prep import prepare_dot_a
-from mlir_mx.kernels.dot.prescale import MIN_ROWS, scale_bounds
+from mlir_mx.kernels.dot.prescale import both_ways, call_bounds, chunk_prescaled
 from mlir_mx.kernels.dot.store import store_tile
 from mlir_mx.kernels.dot.sweep import sweep_decode
 from mlir_mx.kernels.dot.tiles import (
@@ -223,18 +223,9 @@ class _Dot:
         self.row_tail = cfg.mr > 1 and (prob.m is None or prob.m % cfg.mr != 0)
         self.tails = TAIL_ROWS  # (rare: 1-row tails in a routed form's copy)
         self.col_tail = prob.n % PANEL != 0
-        # bf16 activations on codes with E8M0 scales: chunks whose scales the
-        # call's A allows are expanded times their scales (.prescale).
+        # bf16 A, E8M0 B from codes: chunks prescaled where A allows (.prescale)
         self.prescaled = False  # the block step being emitted: c + acc
-        self.bounds = None
-        if (
-            pa.span is not None
-            and self.codes is not None
-            and cfg.expand
-            and isa.wide
-            and prob.b_scale_type == SCALE_TYPE
-        ):
-            self.bounds = scale_bounds(kb, prob.b_element, pa.span)
+        self.bounds = call_bounds(kb, prob, pa, self.codes is not None and cfg.expand, isa)
 
     def rare(self, form):
         """``form`` (a routed form's switch, :func:`~.isa.routed`) that also
@@ -324,33 +315,22 @@ class _Dot:
     def chunk(self, j, c0, nblk: int) -> None:
         kb, cfg = self.kb, self.cfg
         safe = None  # i1: the chunk expanded prescaled (.prescale)
-        if self.bounds is not None and self.hs is not None and not self.units.fma_form:
-            lo, hi = self.bounds
-            least, most = self.codes.scale_span(j, c0, nblk, lo)
-            safe = kb.andi(kb.cmpi("uge", least, lo), kb.cmpi("ule", most, hi))
-            safe = kb.andi(safe, kb.icmp("uge", self.pa.m, MIN_ROWS))
+        if self.bounds is not None and not self.units.fma_form:
+            safe = chunk_prescaled(kb, self.bounds, self.codes, self.pa.m, j, c0, nblk)
         if self.hs is not None and self.codes is not None:
             self.codes.expand(self.hs, self.ds, j, c0, nblk, safe)
         elif self.hs is not None:
             expand_records(self, j, c0, nblk)
         if self.cs is not None:
             column_sums(self, nblk)
-
-        def tiles():
+        def tiles(prescaled: bool):
+            self.prescaled = prescaled
             for sub in range(PANEL // (LANES * cfg.nv)):
                 body = functools.partial(self.micro, j, sub, c0, nblk)  # (m0, mr)
                 tails = self.tails if self.row_tail else ()
                 row_tiles(kb, self.pa, cfg.mr, tails, body, self.prob.m)
 
-        if safe is None:
-            tiles()
-            return
-        with kb.if_(safe):
-            self.prescaled = True
-            tiles()
-        self.prescaled = False
-        with kb.if_(kb.cmpi("eq", safe, kb.const(0, kb.i1))):
-            tiles()
+        both_ways(kb, safe, tiles)  # the plain tiles last: self.prescaled is False after
 
     def record_row(self, j, blk) -> ir.Value:
         return self.kb.add(self.kb.mul(j, self.prob.kblocks), blk)

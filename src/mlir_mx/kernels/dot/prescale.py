@@ -53,8 +53,9 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.widen import LANES
 from mlir_mx.kernels.dot.units import bf16_floor
 from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements
+from mlir_mx.numerics.formats import SCALE_TYPE
 
-__all__ = ["MIN_ROWS", "exponent_adds", "has_specials", "prescale", "scale_bounds", "scale_limits"]
+__all__ = ["MIN_ROWS", "both_ways", "call_bounds", "chunk_prescaled", "exponent_adds", "has_specials", "prescale", "scale_bounds", "scale_limits"]
 
 #: Fewer rows than this keep the plain chunks.  The prescaling adds 2
 #: instructions per 64 bytes of pairs to the expansion (4 with FP8's
@@ -92,6 +93,38 @@ def scale_bounds(kb: KernelBuilder, b_element: str, span) -> tuple[ir.Value, ir.
     hi = kb.minsi(kb.subi(c(373 - eb), kb.maxui(x, c(134))), c(254))
     hi = kb.select(kb.cmpi("eq", x, c(255)), c(0), kb.maxsi(hi, c(0)))
     return kb.trunci(lo, kb.i8), kb.trunci(hi, kb.i8)
+
+
+def both_ways(kb: KernelBuilder, on, emit) -> None:
+    """``emit(True)`` under ``scf.if on`` and ``emit(False)`` under its
+    negation (``on`` an ``i1``); ``on`` None: ``emit(False)`` alone."""
+    if on is None:
+        emit(False)
+        return
+    with kb.if_(on):
+        emit(True)
+    with kb.if_(kb.cmpi("eq", on, kb.const(0, kb.i1))):
+        emit(False)
+
+
+def call_bounds(kb: KernelBuilder, prob, pa, expands_codes: bool, isa):
+    """The call's :func:`scale_bounds` where a kernel can prescale: bf16
+    activations (:mod:`.prep`'s ``span``), B from codes expanded per chunk,
+    E8M0 scales, AVX-512; else None."""
+    if pa.span is None or not expands_codes or not isa.wide or prob.b_scale_type != SCALE_TYPE:
+        return None
+    return scale_bounds(kb, prob.b_element, pa.span)
+
+
+def chunk_prescaled(kb: KernelBuilder, bounds, codes, m, j, c0, nblk: int) -> ir.Value:
+    """Whether chunk ``c0 .. c0 + nblk`` of panel ``j`` runs prescaled (an
+    ``i1``): its scale codes (``codes``: the kernel's
+    :class:`~.codes.CodesSource`) inside ``bounds``, and M (an index) at
+    least :data:`MIN_ROWS`."""
+    lo, hi = bounds
+    least, most = codes.scale_span(j, c0, nblk, lo)
+    inside = kb.andi(kb.cmpi("uge", least, lo), kb.cmpi("ule", most, hi))
+    return kb.andi(inside, kb.icmp("uge", m, MIN_ROWS))
 
 
 def exponent_adds(kb: KernelBuilder, scales: list[ir.Value]) -> list[ir.Value]:
