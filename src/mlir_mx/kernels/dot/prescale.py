@@ -55,7 +55,17 @@ from mlir_mx.kernels.dot.units import bf16_floor
 from mlir_mx.numerics import ELEMENT_FORMATS, decode_elements
 from mlir_mx.numerics.formats import SCALE_TYPE
 
-__all__ = ["MIN_ROWS", "both_ways", "call_bounds", "chunk_prescaled", "exponent_adds", "has_specials", "prescale", "scale_bounds", "scale_limits"]
+__all__ = [
+    "MIN_ROWS",
+    "both_ways",
+    "call_bounds",
+    "chunk_prescaled",
+    "exponent_adds",
+    "has_specials",
+    "prescale",
+    "scale_bounds",
+    "scale_limits",
+]
 
 #: Fewer rows than this keep the plain chunks.  The prescaling adds 2
 #: instructions per 64 bytes of pairs to the expansion (4 with FP8's
@@ -71,12 +81,17 @@ FINITE_NONZERO = 0x7F7F
 
 
 @functools.cache
+def _magnitudes(b_element: str) -> np.ndarray:
+    """``|value|`` of every code of ``b_element`` (float64)."""
+    fmt = ELEMENT_FORMATS[b_element]
+    codes = np.arange(fmt.num_codes, dtype=np.uint8).view(fmt.dtype)
+    return np.abs(decode_elements(codes, fmt.name).astype(np.float64))
+
+
 def scale_limits(b_element: str) -> tuple[int, int]:
     """``(log2 q, eb)`` of ``b_element``: its smallest positive value ``2^log2q``
     and the exponent ``eb`` of its largest finite magnitude (``|b| < 2^(eb+1)``)."""
-    fmt = ELEMENT_FORMATS[b_element]
-    codes = np.arange(fmt.num_codes, dtype=np.uint8).view(fmt.dtype)
-    values = np.abs(decode_elements(codes, fmt.name).astype(np.float64))
+    values = _magnitudes(b_element)
     bmax = values[np.isfinite(values)].max()
     return -119 - bf16_floor(b_element), int(np.floor(np.log2(bmax)))
 
@@ -140,12 +155,9 @@ def exponent_adds(kb: KernelBuilder, scales: list[ir.Value]) -> list[ir.Value]:
     return out
 
 
-@functools.cache
 def has_specials(b_element: str) -> bool:
     """Whether some code of ``b_element`` is Inf or NaN (the FP8 formats)."""
-    fmt = ELEMENT_FORMATS[b_element]
-    codes = np.arange(fmt.num_codes, dtype=np.uint8).view(fmt.dtype)
-    return not np.isfinite(decode_elements(codes, fmt.name).astype(np.float64)).all()
+    return not np.isfinite(_magnitudes(b_element)).all()
 
 
 def prescale(kb: KernelBuilder, b_bytes: ir.Value, add: ir.Value, specials: bool) -> ir.Value:
