@@ -226,6 +226,19 @@ class CodeRows:
         in_tile = self.byte_column(kb.remu(col, TILE_COLUMNS))
         return [tiles_row, kb.add(kb.mul(kk, tile_bytes), in_tile)]
 
+    def prefetch_ahead(self, col, split, rows: int, ahead: int) -> None:
+        """Prefetch ``rows`` rows of a tiled buffer from ``split`` (``(blk,
+        kk)``) in the tile ``ahead`` tiles on: the same block's rows of the
+        panel ``ahead`` panels to the right, or past the last panel the next
+        block's first ones (past the buffer's end: its last tile row)."""
+        kb = self.kb
+        codes, nbytes = self.group
+        tile_row, at = self.address(None, col, split)
+        last = kb.sub(kb.dim(self.mem, 0), 1)
+        ahead_row = kb.min(kb.add(tile_row, ahead), last)
+        for off in range(0, rows * (TILE_COLUMNS // codes * nbytes), 64):
+            kb.prefetch(self.mem, [ahead_row, kb.add(at, off)])
+
     def raw(self, row, col, nbytes: int, split=None) -> ir.Value:
         """``nbytes`` bytes of the buffer from code ``(row, col)`` on (no mask)."""
         return self.kb.vload(self.mem, self.address(row, col, split), nbytes)

@@ -36,6 +36,7 @@ from mlir_mx.host import has_features
 from mlir_mx.kernels.common.builder import KernelBuilder
 from mlir_mx.kernels.common.problem import CodeRows
 from mlir_mx.kernels.common.widen import LANES, decode_scale_tile, decoder, interleave_pairs
+from mlir_mx.kernels.dot import tiles
 from mlir_mx.kernels.dot.isa import DotOps
 from mlir_mx.kernels.dot.prescale import both_ways, exponent_adds, has_specials, prescale
 from mlir_mx.kernels.dot.units import PANEL, int_factor, offset_bytes, value_table
@@ -91,11 +92,17 @@ class CodesSource:
         kb, g = self.kb, self.kind.group
         col, valid = self._panel(j)
         specials = has_specials(self.prob.b_element)
+        # A tiled B (Linear's): the same rows of the panel EXPAND_AHEAD on, as
+        # they are expanded here (tiles.py: the hardware's prefetchers alone
+        # left a chunk's streams waiting on memory)
+        ahead = tiles.EXPAND_AHEAD if self.rows.tiled is not None else 0
         with kb.loop(0, nblk, 1) as b:
             blk = kb.add(c0, b.iv)
             k0 = kb.mul(blk, self.prob.block)
             scales = self._scales(blk, col, valid, range(4), permuted=False)
             adds = exponent_adds(kb, scales) if scaled else None
+            if ahead and tiles.SCALES_AHEAD:  # and the scales' line of that panel
+                kb.prefetch(self.sb, [blk, kb.min(kb.add(col, PANEL * ahead), self.prob.n - 1)])
             # One K group per iteration, not the block unrolled: the same
             # records, and LLVM's register coalescing and sinking (superlinear
             # in a block's size) see g rows, not the block's 32 (FP6 without
@@ -106,6 +113,8 @@ class CodesSource:
                 vecs = []
                 for h in range(step):
                     kk = kb.mul(kb.add(kb.mul(grp.iv, step), h), g)  # the row in the block
+                    if ahead:
+                        self.rows.prefetch_ahead(col, (blk, kk), g, ahead)
                     # (blk, kk): a tiled B's address without dividing k by the block
                     vecs.append(self._group(kb.add(k0, kk), col, valid, range(4), (blk, kk)))
                 if adds is not None:

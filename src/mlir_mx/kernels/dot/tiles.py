@@ -10,9 +10,11 @@ from mlir_mx.kernels.common.builder import KernelBuilder
 __all__ = [
     "DECODE_PREFETCH",
     "DECODE_STREAMS",
+    "EXPAND_AHEAD",
     "HALF_ROWS",
     "HALF_ROWS_VNNI",
     "ONE_ROW_KCB",
+    "SCALES_AHEAD",
     "TAIL_ROWS",
     "row_tiles",
 ]
@@ -41,6 +43,13 @@ HALF_ROWS_VNNI = 2
 #: rows do, within a tile; tiles of every height would save little and
 #: compile 6 tail microkernels instead of 3.
 TAIL_ROWS = (3, 2, 1)
+
+#: A chunk expanded from a tiled B (``Linear``'s codes, :attr:`~mlir_mx.kernels.
+#: common.problem.Problem.b_tiled`) prefetches, as it expands each K group of
+#: panel ``j``, the same rows of panel ``j + EXPAND_AHEAD`` (and the block's
+#: scale line of that panel, :data:`SCALES_AHEAD`); 0: none.  Measured below.
+EXPAND_AHEAD = 2
+SCALES_AHEAD = True
 
 #: The expanding kernels' tile on 256-bit halves without VNNI where B can be
 #: the multiply's memory operand (the A-offset mode, :func:`.kernel._a_offset`, and
