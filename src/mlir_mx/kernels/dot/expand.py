@@ -13,6 +13,7 @@ bytes.
 from __future__ import annotations
 
 from mlir_mx.kernels.common.widen import LANES
+from mlir_mx.kernels.dot import tiles
 from mlir_mx.kernels.dot.biased import store_scale
 
 __all__ = ["column_sums", "expand_records"]
@@ -24,6 +25,8 @@ def expand_records(k, j, c0, nblk: int) -> None:
     kb = k.kb
     with kb.loop(0, nblk, 1) as b:
         row = k.record_row(j, kb.add(c0, b.iv))
+        if tiles.RECORDS_AHEAD:  # the panel's run (tiles.py)
+            k.prefetch(row, tiles.RECORDS_AHEAD)
         vecs = None
         if k.ds is not None:  # as the dot unit reads them (isa.DotOps.store_block)
             vecs = [k.data(row, None, g, range(4), True) for g in range(k.stored.groups)]

@@ -485,13 +485,13 @@ class _Dot:
                 out.append(kb.fadd(cv, t) if unit else kb.fma(t, sa, cv))
         return out
 
-    def prefetch(self, row) -> None:
-        """Prefetch the record ``prefetch`` records past ``row``, every 64-byte
+    def prefetch(self, row, records=None) -> None:
+        """Prefetch the record ``records`` (default ``prefetch``) records past ``row``, every 64-byte
         line (the last record's past the end): the same panel's run, or the
         next panel's, which is the same thread's next in its run."""
         kb = self.kb
         last = self.stored.shape(self.prob.k, self.prob.n)[0] - 1
-        ahead = kb.min(kb.add(row, self.cfg.prefetch), last)
+        ahead = kb.min(kb.add(row, records or self.cfg.prefetch), last)
         for off in range(0, self.stored.nbytes, 64):
             kb.prefetch(self.rec, [ahead, off])
 

@@ -14,6 +14,7 @@ __all__ = [
     "HALF_ROWS",
     "HALF_ROWS_VNNI",
     "ONE_ROW_KCB",
+    "RECORDS_AHEAD",
     "SCALES_AHEAD",
     "TAIL_ROWS",
     "row_tiles",
@@ -44,12 +45,31 @@ HALF_ROWS_VNNI = 2
 #: compile 6 tail microkernels instead of 3.
 TAIL_ROWS = (3, 2, 1)
 
-#: A chunk expanded from a tiled B (``Linear``'s codes, :attr:`~mlir_mx.kernels.
-#: common.problem.Problem.b_tiled`) prefetches, as it expands each K group of
-#: panel ``j``, the same rows of panel ``j + EXPAND_AHEAD`` (and the block's
-#: scale line of that panel, :data:`SCALES_AHEAD`); 0: none.  Measured below.
+#: The expanding kernels prefetch ``Linear``'s B ahead of the chunk they
+#: expand (the same bits; every CPU):
+#:
+#: * ``EXPAND_AHEAD``: B as tiled codes (bf16 activations, :mod:`.codes`;
+#:   chunks outermost, panels inner): each K group of panel ``j`` prefetches
+#:   the same rows of panel ``j + 2``, and each block (``SCALES_AHEAD``) its
+#:   scale line of that panel.  A chunk reads ``kcb`` runs side by side, each
+#:   crossing a 4 KiB page every 4 panels, and the hardware's prefetchers alone
+#:   left it waiting on memory wherever B was not in cache: 32 MXFP4 weights
+#:   5760 x 2880 called in turn (a MoE's experts), Zen 5, 1 thread, M = 4 /
+#:   16 / 24: 0.97 -> 0.68, 1.87 -> 1.48, 2.45 -> 2.02 ms (1.21-1.43x; the
+#:   scale line is 0.1x of it; 1 panel ahead 1.17x, 3 the same as 2).  MXFP8
+#:   1.50x, MXFP6 1.25x at M = 16; B in L3 (one 4096 x 4096 weight): M = 16
+#:   1.14x, 64 1.09x, 256 1.02-1.03x; 2 threads alike.
+#: * ``RECORDS_AHEAD``: B as VNNI records (integer and FP8 activations,
+#:   :mod:`.expand`; one panel's records are one run down K): each record
+#:   prefetches the record 6 on.  W4A8, the same 32 weights: M = 8 / 16 / 32
+#:   1.06 -> 0.60, 1.35 -> 0.91, 1.95 -> 1.60 ms (1.2-1.8x; 2 records
+#:   ahead 1.2-1.5x, 4-8 the same, 16 and 32 less); MXFP8 x i8 and x E4M3
+#:   1.12-1.2x; in L3 1.01-1.06x.
+#:
+#: ``bench/results/zen5-s68-2026-12-07.md``; 0 turns either off.
 EXPAND_AHEAD = 2
 SCALES_AHEAD = True
+RECORDS_AHEAD = 6
 
 #: The expanding kernels' tile on 256-bit halves without VNNI where B can be
 #: the multiply's memory operand (the A-offset mode, :func:`.kernel._a_offset`, and
