@@ -25,7 +25,7 @@ def expand_records(k, j, c0, nblk: int) -> None:
     kb = k.kb
     with kb.loop(0, nblk, 1) as b:
         row = k.record_row(j, kb.add(c0, b.iv))
-        if tiles.RECORDS_AHEAD:  # the panel's run (tiles.py)
+        if tiles.RECORDS_AHEAD and not k.units.isa.neon:  # the run ahead (tiles.py; x86: measured)
             k.prefetch(row, tiles.RECORDS_AHEAD)
         vecs = None
         if k.ds is not None:  # as the dot unit reads them (isa.DotOps.store_block)

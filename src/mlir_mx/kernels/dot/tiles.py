@@ -64,7 +64,9 @@ TAIL_ROWS = (3, 2, 1)
 #:   prefetches the record 6 on.  W4A8, the same 32 weights: M = 8 / 16 / 32
 #:   1.06 -> 0.60, 1.35 -> 0.91, 1.95 -> 1.60 ms (1.2-1.8x; 2 records
 #:   ahead 1.2-1.5x, 4-8 the same, 16 and 32 less); MXFP8 x i8 and x E4M3
-#:   1.12-1.2x; in L3 1.01-1.06x.
+#:   1.12-1.2x; in L3 1.01-1.06x.  x86 only: not measured on an aarch64
+#:   core (``neon_scratch.py``: Apple's hardware prefetchers run ahead of
+#:   LLVM's own ``prfm``), which keeps the records' expansion as it was.
 #:
 #: ``bench/results/zen5-s68-2026-12-07.md``; 0 turns either off.
 EXPAND_AHEAD = 2
