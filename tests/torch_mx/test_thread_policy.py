@@ -222,3 +222,54 @@ def test_a_decode_step_on_the_pool_with_a_late_worker_keeps_the_bits(two_threads
             pool_.pool().hooks()
             pool_load.configure(0)  # as the fixture left it
             threads_.set_team(team)
+
+
+def _wide_model(monkeypatch, wide_bytes: int):
+    """The tiny Llama converted but for its ``lm_head`` (a torch ``nn.Linear``
+    of 256 x 512 f32: 512 KiB), installed with ``WIDE_LINEAR_BYTES`` patched;
+    returns it and the (torch threads, layer threads) its ``lm_head`` saw."""
+    monkeypatch.setattr(policy, "WIDE_LINEAR_BYTES", wide_bytes)
+    model = tiny_llama(**WIDE)
+    quantize_(model, "f4E2M1FN", filter_fn=lambda m, name: name != "lm_head")
+    assert type(model.lm_head) is torch.nn.Linear
+    seen = []
+    model.lm_head.register_forward_pre_hook(
+        lambda m, a: seen.append((torch.get_num_threads(), policy.layer_threads()))
+    )
+    return model, seen
+
+
+def test_a_wide_torch_layer_runs_on_the_blocks_threads(two_threads, monkeypatch):
+    """In a decode step a torch layer of at least ``WIDE_LINEAR_BYTES`` runs on
+    the block's 2 threads (torch's other ops on 1), then torch is back on 1;
+    a narrower one stays on 1; a prefill leaves torch's count alone; beside
+    a busy machine (the load check) the wide one stays on 1; the bits and
+    tokens are the same either way."""
+    ids = prompt(12, vocab=256)
+    logits = {}
+    for wide_bytes, want in ((512 << 10, 2), ((512 << 10) + 1, 1)):
+        model, seen = _wide_model(monkeypatch, wide_bytes)
+        assert len(policy.wide_linears(model)) == (want == 2)
+        with torch.inference_mode():
+            out = model(ids, use_cache=True)
+            assert seen.pop() == (2, 2)  # a prefill: as it was
+            step = model(ids[:, -1:], past_key_values=copy.deepcopy(out.past_key_values), use_cache=True)
+            assert seen.pop() == (want, 2) and torch.get_num_threads() == 2
+            logits[want] = step.logits
+            if want == 2:  # busy: every look finds more runnable threads than CPUs
+                pool_load.configure(1, -1000)
+                try:
+                    model(ids[:, -1:], past_key_values=copy.deepcopy(out.past_key_values), use_cache=True)
+                finally:
+                    pool_load.configure(0)
+                assert seen.pop() == (1, 2) and torch.get_num_threads() == 2
+    assert torch.equal(logits[1], logits[2])
+
+
+def test_no_wide_layers_when_the_bound_is_zero(monkeypatch):
+    """``WIDE_LINEAR_BYTES = 0`` (``MLIR_MX_WIDE_LINEAR_BYTES=0``): none, the
+    policy as before."""
+    monkeypatch.setattr(policy, "WIDE_LINEAR_BYTES", 0)
+    assert policy.wide_linears(tiny_llama(**WIDE)) == []
+    monkeypatch.setattr(policy, "WIDE_LINEAR_BYTES", 1)
+    assert len(policy.wide_linears(tiny_llama(**WIDE))) > 0

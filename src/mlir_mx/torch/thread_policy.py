@@ -33,6 +33,13 @@ thread where the old default ran at 0.18x (with the load check,
   ``MLIR_MX_DECODE_POLICY=torch|layers`` sets it for a process.
   Nothing changes outside the model's forward call; under a tracer
   (``torch.compile``, ``torch.export``) the hooks do nothing.
+* One exception inside a decode step: a torch ``nn.Linear`` the conversion
+  left as it was whose weight holds at least :data:`WIDE_LINEAR_BYTES` (a
+  bf16 ``lm_head`` the checkpoint keeps: gpt-oss's reads 1.16 GB a token)
+  runs on the block's thread count, as the MX layers do, unless the load
+  check finds the machine oversubscribed for it.  On 1 thread it held a
+  2-thread gpt-oss decode to its 1-thread speed (12.0 against 12.3 tokens/s,
+  transformers bf16 17.6; ``bench/results/zen5-s68-2026-12-07.md``).
 
 ``torch.set_num_threads`` is process-wide: another Python thread running
 torch ops while a decode step runs here gets 1 thread for that while.
@@ -50,16 +57,34 @@ from mlir_mx.errors import MXValueError
 
 __all__ = [
     "DECODE_TOKENS",
+    "WIDE_LINEAR_BYTES",
     "decode_policy",
     "decode_threads",
     "install",
     "layer_threads",
     "set_decode_policy",
+    "wide_linears",
 ]
 
 #: A forward call of at most this many tokens (batch x sequence) is a decode
 #: step for the default policy.
 DECODE_TOKENS = 8
+
+
+def _wide_bytes() -> int:
+    text = os.environ.get("MLIR_MX_WIDE_LINEAR_BYTES", "").strip()
+    try:
+        return int(text) if text else 64 << 20
+    except ValueError:
+        raise MXValueError(f"MLIR_MX_WIDE_LINEAR_BYTES: expected an integer, got {text!r}") from None
+
+
+#: A torch ``nn.Linear`` of a converted model whose weight holds at least this
+#: many bytes runs on the decode block's thread count (:func:`install`);
+#: ``MLIR_MX_WIDE_LINEAR_BYTES`` sets it for a process (0: every one on 1
+#: thread, as before; ``mx-bench --env-row``).  64 MiB: a step's memory time
+#: of milliseconds, against the 10-50 us a parallel region costs.
+WIDE_LINEAR_BYTES = _wide_bytes()
 
 _POLICIES = ("layers", "torch")
 
@@ -171,9 +196,46 @@ def _post_hook(module, args, kwargs, output):
         _leave()
 
 
+def _wide_pre_hook(module, args):
+    """A wide torch layer inside a decode step: torch on the block's count."""
+    stack = getattr(_scope, "stack", None)
+    n = stack[-1][0] if stack else 1
+    wide = n > 1 and torch.get_num_threads() == 1 and not torch.compiler.is_compiling()
+    if wide:
+        from mlir_mx.execution.threads import oversubscribed
+
+        wide = not oversubscribed(n)
+    if wide:
+        torch.set_num_threads(n)
+    _scope.__dict__.setdefault("wide", []).append(wide)
+
+
+def _wide_post_hook(module, args, output):
+    marks = getattr(_scope, "wide", None)
+    if marks and marks.pop():
+        torch.set_num_threads(1)
+
+
+def wide_linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    """The torch ``nn.Linear`` modules of ``model`` whose weight holds at least
+    :data:`WIDE_LINEAR_BYTES` (none when it is 0)."""
+    if WIDE_LINEAR_BYTES <= 0:
+        return []
+    return [
+        m
+        for m in model.modules()
+        if isinstance(m, torch.nn.Linear)
+        and m.weight.numel() * m.weight.element_size() >= WIDE_LINEAR_BYTES
+    ]
+
+
 def install(model: torch.nn.Module) -> None:
-    """Put the default policy's hooks on ``model`` (once; ``quantize_`` calls it)."""
+    """Put the default policy's hooks on ``model`` (once; ``quantize_`` calls it),
+    and on its :func:`wide_linears`."""
     if _pre_hook in model._forward_pre_hooks.values():
         return
     model.register_forward_pre_hook(_pre_hook, with_kwargs=True)
     model.register_forward_hook(_post_hook, with_kwargs=True, always_call=True)
+    for m in wide_linears(model):
+        m.register_forward_pre_hook(_wide_pre_hook)
+        m.register_forward_hook(_wide_post_hook, always_call=True)
