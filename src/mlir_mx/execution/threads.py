@@ -7,12 +7,12 @@ runs it claims the iterations of its parallel loop (an atomic add each).
 :func:`run_tasks` and :class:`TaskCall` zero the counter and run the function
 on a team:
 
-* ``"pool"`` (the default, :func:`set_team`): our own small team
+* ``"pool"`` (:func:`set_team`): our own small team
   (:mod:`mlir_mx.execution.pool`): the caller and up to ``threads - 1``
   workers; the call returns when every worker that joined has left, so a
   descheduled worker never holds it (it finds the work taken and the job
   closed when it wakes); waiting spins a bounded while, then sleeps.
-* ``"openmp"``: the OpenMP runtime already in the process (torch's
+* ``"openmp"`` (the default, :func:`_initial_team`): the OpenMP runtime already in the process (torch's
   ``libgomp``; also LLVM's ``libomp`` and Intel's ``libiomp5``, which export
   the same ``GOMP_parallel``): ``GOMP_parallel(fn, array, threads, 0)``
   through ctypes (which releases the GIL), ``fn`` the kernel's packed C
