@@ -46,7 +46,7 @@ HALF_ROWS_VNNI = 2
 TAIL_ROWS = (3, 2, 1)
 
 #: The expanding kernels prefetch ``Linear``'s B ahead of the chunk they
-#: expand (the same bits; every CPU):
+#: expand (the same bits):
 #:
 #: * ``EXPAND_AHEAD``: B as tiled codes (bf16 activations, :mod:`.codes`;
 #:   chunks outermost, panels inner): each K group of panel ``j`` prefetches
