@@ -277,14 +277,18 @@ def test_the_amd_fp4_prefetch_keeps_the_bits(monkeypatch, vendor, fmt, block, m)
 
 
 def test_only_fp4_prefetches_on_amd_and_at_decode_only_in_blocks_of_16(monkeypatch):
-    """Where the measurements said no (``stream_config._amd_fp4_prefetch``):
+    """Where the measurements said no on Zen 4 (``stream_config._amd_fp4_prefetch``):
     FP4 decode in blocks of 32, one-byte codes and FP6 (decode and small
-    batches) keep no prefetch on AMD."""
+    batches) keep no prefetch on AMD family 25 (Zen 5's 1-thread decode:
+    ``tests/passes/kernels/test_tiled_streams.py``)."""
     from mlir_mx import host
+    from mlir_mx.kernels.matmul import stream_config
 
     if not host.has_features("avx512f"):
         pytest.skip("the tiled prefetch is an AVX-512 kernel's (none without AVX-512)")
     _vendor(monkeypatch, "AuthenticAMD")
+    monkeypatch.setattr(stream_config, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(stream_config, "cpu_family", lambda: 25)
     for prob, schedule in [
         (Problem(1, 256, 160, 32, None, "f4E2M1FN", b_packed=True, b_tiled=True), "decode"),
         (Problem(1, 256, 160, 16, None, "f8E4M3FN", b_tiled=True), "decode"),

@@ -3,7 +3,8 @@
 ``decode`` of one-byte codes from a tiled B (``mlir_mx.Linear``'s stored
 form) on Intel AVX-512 reads each column tile of ``TILED_STREAMS`` blocks in
 turn, without software prefetch; on AMD Zen 5 (family 26 on) so does a
-decode of FP8 or packed MXFP4 at 2 threads or more (``_zen5_streams``). Each
+decode of FP8 or packed MXFP4 at 2 threads or more (``_zen5_streams``; at
+1 thread one run, prefetched: ``_zen5_one_thread_prefetch``). Each
 block's partials start from zero and every column's C update stays in block
 order, so the bits are the blocked order's: checked against the oracle for 2
 and 4 blocks side by side, f32 and MX activations, NaN codes, 1 and 2
@@ -41,11 +42,11 @@ def _split_small_work(monkeypatch):
     monkeypatch.setattr(kernel_problem, "MIN_TASK_MACS", 1)
 
 
-def _runner(prob: Problem, threads: int, blocks: int) -> Runner:
+def _runner(prob: Problem, threads: int, blocks: int, prefetch: int = 0) -> Runner:
     with ir.Context() as ctx, ir.Location.unknown():
         load_dialect(ctx)
         plan = plan_kernel(prob, "decode", threads)
-        cfg = dataclasses.replace(plan.config, blocks=blocks)
+        cfg = dataclasses.replace(plan.config, blocks=blocks, prefetch=prefetch)
         text = str(kernel_module(prob, dataclasses.replace(plan, config=cfg)))
     return Runner(text, kernel_library_pipeline(threads))
 
@@ -107,35 +108,75 @@ def test_blocks_side_by_side_give_the_blocked_order_bits(element):
 def test_adapt_streams_a_two_thread_decode_on_amd_zen5(monkeypatch):
     """``adapt`` on an AMD AVX-512 host (vendor and family stood in): a tiled
     FP8 or packed MXFP4 (block 32) decode at 2 threads reads ``TILED_STREAMS``
-    blocks side by side on family 26 (Zen 5), one at 1 thread, on family 25
-    (Zen 4), for FP6, NVFP4's block of 16 (its prefetch) and a block count
-    the streams do not divide."""
+    blocks side by side on family 26 (Zen 5); at 1 thread one run,
+    prefetched 8 KiB ahead there (``_zen5_one_thread_prefetch``: 4 FP8 tiles,
+    8 FP4 tiles); on family 25 (Zen 4) one run, no prefetch; FP6, NVFP4's
+    block of 16 (its own prefetch) and a block count the streams do not
+    divide keep one run."""
     if not host.has_features("avx512f"):
         pytest.skip("the decode streams are chosen on AVX-512 hosts only")
     monkeypatch.setattr(stream_config, "software_prefetch", lambda: False)
     monkeypatch.setattr(stream_config, "cpu_vendor", lambda: "AuthenticAMD")
     k = 32 * TILED_STREAMS
     fp8 = Problem(1, 128, k, 32, None, "f8E4M3FN", b_tiled=True)
+    e5m2 = Problem(1, 128, k, 32, None, "f8E5M2", b_tiled=True)
     fp4 = Problem(1, 128, k, 32, None, "f4E2M1FN", b_packed=True, b_tiled=True)
     nvfp4 = Problem(1, 128, k, 16, None, "f4E2M1FN", b_packed=True, b_tiled=True,
                     b_scale_type="f8E4M3FN")  # fmt: skip
     fp6 = Problem(1, 128, k, 32, None, "f6E2M3FN", b_tiled=True)
+    fp8_16 = Problem(1, 128, k, 16, None, "f8E4M3FN", b_tiled=True)
     odd = Problem(1, 128, k + 32, 32, None, "f8E4M3FN", b_tiled=True)
-    for family, threads, prob, blocks in [
-        (26, 2, fp8, TILED_STREAMS),
-        (26, 2, fp4, TILED_STREAMS),
-        (27, 2, fp8, TILED_STREAMS),
-        (26, 1, fp8, 1),
-        (26, 1, fp4, 1),
-        (25, 2, fp8, 1),
-        (25, 2, fp4, 1),
-        (26, 2, nvfp4, 1),
-        (26, 2, fp6, 1),
-        (26, 2, odd, 1),
+    short = stream_config.SHORT_BLOCK_PREFETCH
+    for family, threads, prob, want in [
+        (26, 2, fp8, (TILED_STREAMS, 0)),
+        (26, 2, fp4, (TILED_STREAMS, 0)),
+        (27, 2, fp8, (TILED_STREAMS, 0)),
+        (26, 1, fp8, (1, TILED_PREFETCH)),
+        (26, 1, e5m2, (1, TILED_PREFETCH)),
+        (27, 1, fp8, (1, TILED_PREFETCH)),
+        (26, 1, fp4, (1, short)),
+        (26, 1, fp6, (1, 0)),
+        (26, 1, fp8_16, (1, 0)),
+        (26, 1, nvfp4, (1, short)),
+        (25, 1, fp8, (1, 0)),
+        (25, 1, fp4, (1, 0)),
+        (25, 2, fp8, (1, 0)),
+        (25, 2, fp4, (1, 0)),
+        (26, 2, nvfp4, (1, short)),
+        (26, 2, fp6, (1, 0)),
+        (26, 2, odd, (1, 0)),
     ]:
         monkeypatch.setattr(stream_config, "cpu_family", lambda f=family: f)
         cfg = plan_kernel(prob, "decode", threads).config
-        assert cfg.blocks == blocks, (family, threads, prob)
+        assert (cfg.blocks, cfg.prefetch) == want, (family, threads, prob)
+
+
+@pytest.mark.parametrize("element", ["f8E4M3FN", "f8E5M2", "f4E2M1FN"])
+def test_a_one_thread_prefetched_decode_gives_the_blocked_order_bits(element):
+    """Zen 5's 1-thread decode prefetching a tiled B 4 and 8 tiles ahead (the
+    prefetch runs past the last tile and the last block): the oracle's
+    blocked order bit for bit, f32 and MX activations, E4M3 NaN codes."""
+    rng = np.random.default_rng(7)
+    n, packed = 192, element == "f4E2M1FN"
+    for k, ea in [(128, None), (96, "f8E4M3FN")]:
+        args, acc, _exact, _bound = case(1, k, n, ea or "f8E4M3FN", element, seed=4)
+        qa, qb = args[0], _with_nan_codes(args[1], rng)
+        ref = oracle.blocked_order(qa if ea else oracle.dequantize(qa), qb, acc)
+        codes = np.array(qb.codes).view(np.uint8)
+        codes = pack_codes(codes, element) if packed else codes
+        b = tile_b_codes(codes, 32, element, packed)
+        a = (np.array(qa.codes), np.array(qa.scales)) if ea else (oracle.dequantize(qa),)
+        prob = Problem(1, n, k, 32, ea, element, b_packed=packed, b_tiled=True)
+        ok = ~np.isnan(ref)
+        assert ok.sum() > n // 2
+        for ahead in (TILED_PREFETCH, stream_config.SHORT_BLOCK_PREFETCH):
+            c = acc.copy()
+            _runner(prob, 1, 1, prefetch=ahead).matmul(*a, b, np.array(qb.scales), c)
+            where = str((element, k, ea, ahead))
+            np.testing.assert_array_equal(np.isnan(c), np.isnan(ref), err_msg=where)
+            np.testing.assert_array_equal(
+                c[ok].view(np.uint32), ref[ok].view(np.uint32), err_msg=where
+            )
 
 
 @pytest.mark.parametrize("threads", [1, 2])

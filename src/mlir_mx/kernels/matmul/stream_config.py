@@ -75,6 +75,8 @@ class StreamConfig:
             cfg = replace(cfg, prefetch=0, blocks=TILED_STREAMS)  # one-byte codes
         if not wanted and not cfg.prefetch and _zen5_streams(prob, self.threads):
             cfg = replace(cfg, blocks=TILED_STREAMS)
+        if not wanted and not cfg.prefetch and cfg.blocks == 1:
+            cfg = replace(cfg, prefetch=_zen5_one_thread_prefetch(prob, self.threads))
         if not has_features("avx512f"):
             if self.mr > 1:
                 cfg = replace(cfg, nv=1)
@@ -104,6 +106,32 @@ def _zen5_streams(prob: Problem, threads: int) -> bool:
     fmt = ELEMENT_FORMATS[prob.b_element]
     fp4 = fmt.name == "f4E2M1FN" and prob.b_packed and prob.block == 32
     return (fp4 or fmt.name.startswith("f8")) and prob.kblocks % TILED_STREAMS == 0
+
+
+def _zen5_one_thread_prefetch(prob: Problem, threads: int) -> int:
+    """The software prefetch distance, in column tiles, of a 1-thread decode
+    on AMD Zen 5 (family 26 and later) from a tiled B in blocks of 32, of FP8
+    codes (:data:`TILED_PREFETCH`) or packed MXFP4
+    (:data:`SHORT_BLOCK_PREFETCH`): 8 KiB ahead in the one run either way;
+    0 elsewhere.  2 threads read :data:`TILED_STREAMS` blocks side by side
+    instead (:func:`_zen5_streams`).
+
+    Session 69, Zen 5, ``Linear`` 1 x 8192 x 8192, f32 activations, the
+    settings compiled in one process and called in turn (60-80 rounds,
+    medians over the time without prefetch;
+    ``bench/results/zen5-s69-2026-12-07.md``): E4M3 4 tiles ahead 1.05-1.07x
+    (12 ahead 0.97x), E5M2 1.09x, packed MXFP4 8 ahead 1.05-1.12x (4 ahead
+    1.01-1.08x), MXFP6 1.02x (left without).  Zen 4 measured the opposite
+    (MXFP8 1.3-1.7x slower with it, :func:`_amd_fp4_prefetch`) and keeps
+    none.  A prefetch changes no value, so no bit."""
+    if threads != 1 or prob.m != 1 or not prob.b_tiled or not prob.b_is_mx or prob.block != 32:
+        return 0
+    if cpu_vendor() != "AuthenticAMD" or cpu_family() < 26 or not has_features("avx512f"):
+        return 0
+    fmt = ELEMENT_FORMATS[prob.b_element]
+    if fmt.name == "f4E2M1FN" and prob.b_packed:
+        return SHORT_BLOCK_PREFETCH
+    return TILED_PREFETCH if fmt.name.startswith("f8") else 0
 
 
 def _amd_fp4_prefetch(prob: Problem) -> bool:
