@@ -28,6 +28,7 @@ __all__ = [
     "REQUIRED",
     "INTRINSICS",
     "close_features",
+    "parse_cache_size",
     "parse_vendor",
     "intrinsic_arch",
     "intrinsic_features",
@@ -283,6 +284,15 @@ def parse_family(text: str) -> int:
     Zen 5), else 0 (aarch64's cpuinfo has none)."""
     value = _cpuinfo_field(text, "cpu family")
     return int(value) if value.isdigit() else 0
+
+
+def parse_cache_size(text: str) -> int | None:
+    """Bytes of a cache size as Linux's sysfs writes it (``32768K``, ``2M``,
+    ``512``); None for anything else."""
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    digits = text[:-1] if scale != 1 else text
+    return int(digits) * scale if digits.isdigit() else None
 
 
 def parse_sysctl(text: str) -> frozenset[str]:

@@ -53,6 +53,7 @@ __all__ = [
     "cpu_model",
     "cpu_vendor",
     "bf16_dot_pays",
+    "cache_bytes",
     "default_thread_counts",
     "default_threads",
     "feature_table",
@@ -63,6 +64,7 @@ __all__ = [
     "interesting",
     "isa_level",
     "isa_summary",
+    "l3_bytes",
     "lscpu",
     "platform_problem",
     "reported_features",
@@ -292,6 +294,35 @@ def cpu_family() -> int:
             return cpu_features.parse_family(f.read())
     except OSError:
         return 0
+
+
+@functools.cache
+def l3_bytes() -> int | None:
+    """The size in bytes of the L3 cache that CPU 0 uses, as Linux's
+    ``/sys/devices/system/cpu/cpu0/cache`` gives it (None where it gives
+    none: no L3, another OS).  Not masked by ``MLIR_MX_CPU_FEATURES``; read
+    once per process."""
+    return cache_bytes("/sys/devices/system/cpu/cpu0/cache", 3)
+
+
+def cache_bytes(root: str, level: int) -> int | None:
+    """The size in bytes of the first cache of ``level`` in a sysfs cache
+    folder (``index*/level`` and ``index*/size``), None where there is none."""
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            with open(os.path.join(root, entry, "level")) as f:
+                found = f.read().strip()
+            with open(os.path.join(root, entry, "size")) as f:
+                size = f.read()
+        except OSError:
+            continue
+        if found == str(level):
+            return cpu_features.parse_cache_size(size)
+    return None
 
 
 @functools.cache

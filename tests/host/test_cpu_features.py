@@ -171,3 +171,25 @@ def test_the_family_is_read_from_cpuinfo():
     assert cf.parse_family((SAMPLES / "cpuinfo-x86-emeraldrapids-kvm.txt").read_text()) == 6
     assert cf.parse_family((SAMPLES / "cpuinfo-aarch64-graviton3.txt").read_text()) == 0
     assert cf.parse_family("cpu family\t: 26\nmodel\t\t: 2\n") == 26
+
+
+def test_cache_sizes_are_read_from_sysfs(tmp_path):
+    """``parse_cache_size`` reads sysfs's sizes; ``host.cache_bytes`` finds a
+    level's cache in a sysfs cache folder (``memory_ahead``'s L3), None where
+    the folder, the level or a readable size is missing."""
+    from mlir_mx import host
+
+    assert cf.parse_cache_size("32768K\n") == 32 << 20
+    assert cf.parse_cache_size("2M") == 2 << 20
+    assert cf.parse_cache_size("512") == 512
+    assert cf.parse_cache_size("") is None
+    assert cf.parse_cache_size("lots") is None
+    for index, (level, size) in enumerate([("1", "48K"), ("2", "1024K"), ("3", "32768K")]):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "level").write_text(level + "\n")
+        (tmp_path / f"index{index}" / "size").write_text(size + "\n")
+    (tmp_path / "uevent").write_text("")
+    assert host.cache_bytes(str(tmp_path), 3) == 32 << 20
+    assert host.cache_bytes(str(tmp_path), 2) == 1 << 20
+    assert host.cache_bytes(str(tmp_path), 4) is None
+    assert host.cache_bytes(str(tmp_path / "missing"), 3) is None

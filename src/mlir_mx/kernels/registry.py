@@ -27,6 +27,7 @@ from mlir_mx.kernels.common.problem import BF16, Problem
 from mlir_mx.kernels.dot.kernel import DotConfig, emit_dot, supports_bf16, supports_int
 from mlir_mx.kernels.matmul.prefill import PrefillConfig, emit_prefill
 from mlir_mx.kernels.matmul.stream import StreamConfig, emit_stream
+from mlir_mx.kernels.matmul.stream_config import SWEEP_AHEAD
 
 __all__ = [
     "SCHEDULES",
@@ -113,12 +114,15 @@ def _dot(unit: str, cls: str, help: str, suffix: str = "", priority=10, **settin
 
 
 #: The ``-ahead`` variants of the decode schedules (issue 51): the same kernel,
-#: which on a row-major B (the Runner's ABI) also prefetches the rows of the
+#: which on a row-major B (the Runner's ABI) always prefetches the rows of the
 #: next sweep (``ahead``, :func:`mlir_mx.kernels.matmul.stream.prefetch_sweep`);
 #: the same bits.  Below the plain schedule in the automatic choice (opt-in:
-#: ``schedule=decode-ahead`` / ``int-decode-ahead``) until a quiet machine
-#: confirms a gain (docs/passes/mx-matmul-kernels.md, "Prefetching the next sweep").
-AHEAD = 1
+#: ``schedule=decode-ahead`` / ``int-decode-ahead``): the plain schedules
+#: prefetch so themselves where B is larger than the L3
+#: (:func:`~mlir_mx.kernels.matmul.stream_config.memory_ahead`), and with B
+#: in cache the prefetch measured 0.91-1.02x (docs/passes/mx-matmul-kernels.md,
+#: "Prefetching the next sweep").
+AHEAD = SWEEP_AHEAD
 
 
 SCHEDULES: dict[str, Schedule] = {

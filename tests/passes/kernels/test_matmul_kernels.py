@@ -369,8 +369,44 @@ def test_decode_ahead_gives_the_same_bits(ea, eb, k, n, threads):
 
 
 def test_the_ahead_schedules_are_opt_in():
-    """``auto`` never picks an ``-ahead`` schedule (until a quiet machine confirms it)."""
+    """``auto`` never picks an ``-ahead`` schedule: the plain ones prefetch
+    the next sweep themselves where B is larger than the L3 (``memory_ahead``)."""
     assert _AHEAD and all(SCHEDULES[a].priority < SCHEDULES[p].priority for a, p in _AHEAD.items())
+
+
+def test_a_decode_from_memory_prefetches_the_next_sweep(monkeypatch):
+    """``memory_ahead``: the plain ``decode`` and ``int-decode`` of a
+    row-major B larger than the L3 (its size stood in) prefetch the next
+    sweep, as the ``-ahead`` schedules do; B within the L3, an unknown L3, a
+    tiled B, M > 1 and a host without AVX-512 do not; the bits are the
+    blocked order's either way."""
+    import mlir_mx.kernels.matmul.stream_config as stream_config
+
+    if not has_features("avx512f"):
+        pytest.skip("memory_ahead is an AVX-512 host's rule (none without AVX-512)")
+    fp8 = Problem(1, 200, 64, 32, NON_INTEGRAL[0], NON_INTEGRAL[0])
+    fp4 = Problem(1, 300, 96, 32, _FP4, _FP4, b_packed=True)
+    tiled = Problem(1, 256, 64, 32, None, NON_INTEGRAL[0], b_tiled=True)
+    rows = Problem(4, 200, 64, 32, NON_INTEGRAL[0], NON_INTEGRAL[0])
+    fp8_bytes = 64 * 200 + 2 * 200  # codes and scales
+    for l3, prob, schedule, want in [
+        (fp8_bytes - 1, fp8, "decode", 1),
+        (fp8_bytes, fp8, "decode", 0),
+        (1024, fp4, "int-decode", 1),
+        (1 << 20, fp4, "int-decode", 0),
+        (None, fp8, "decode", 0),
+        (1024, tiled, "decode", 0),
+        (1024, rows, "small", 0),
+    ]:
+        monkeypatch.setattr(stream_config, "l3_bytes", lambda l3=l3: l3)
+        assert plan_kernel(prob, schedule, 1).config.ahead == want, (l3, prob)
+    monkeypatch.setattr(stream_config, "has_features", lambda *f: False)
+    monkeypatch.setattr(stream_config, "l3_bytes", lambda: 1024)
+    assert stream_config.memory_ahead(fp8) == 0
+    monkeypatch.undo()
+    monkeypatch.setattr(stream_config, "l3_bytes", lambda: 1024)
+    for ea, eb, k, n in _AHEAD_CASES[:3]:
+        _check(1, k, n, ea, eb, [dict(threads=t, schedule="auto") for t in (1, 2)], reference=False)
 
 
 def test_the_block_nan_test_is_where_it_pays():

@@ -7,11 +7,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from mlir_mx.host import cpu_family, cpu_vendor, has_features, software_prefetch
+from mlir_mx.host import cpu_family, cpu_vendor, has_features, l3_bytes, software_prefetch
 from mlir_mx.kernels.common.problem import Problem
 from mlir_mx.numerics.formats import ELEMENT_FORMATS
 
-__all__ = ["SHORT_BLOCK_PREFETCH", "StreamConfig", "TILED_PREFETCH", "TILED_STREAMS"]
+__all__ = [
+    "SHORT_BLOCK_PREFETCH",
+    "SWEEP_AHEAD",
+    "StreamConfig",
+    "TILED_PREFETCH",
+    "TILED_STREAMS",
+    "memory_ahead",
+]
 
 #: Software prefetch distance, in column tiles, for a tiled B.
 TILED_PREFETCH = 4
@@ -23,6 +30,10 @@ SHORT_BLOCK_PREFETCH = 8
 #: Blocks side by side in a decode of one-byte codes from a tiled B on Intel, no
 #: software prefetch (docs/passes/mx-matmul-kernels.md, the MXFP8 decode time).
 TILED_STREAMS = 4
+#: Sweeps ahead that a decode from a row-major B prefetches (``StreamConfig.ahead``,
+#: ``DotConfig.ahead``) where :func:`memory_ahead` says so, and in the
+#: registry's opt-in ``-ahead`` schedules.
+SWEEP_AHEAD = 1
 
 
 @dataclass(frozen=True)
@@ -77,6 +88,8 @@ class StreamConfig:
             cfg = replace(cfg, blocks=TILED_STREAMS)
         if not wanted and not cfg.prefetch and cfg.blocks == 1:
             cfg = replace(cfg, prefetch=_zen5_one_thread_prefetch(prob, self.threads))
+        if not cfg.ahead and self.mr == 1:
+            cfg = replace(cfg, ahead=memory_ahead(prob))
         if not has_features("avx512f"):
             if self.mr > 1:
                 cfg = replace(cfg, nv=1)
@@ -106,6 +119,33 @@ def _zen5_streams(prob: Problem, threads: int) -> bool:
     fmt = ELEMENT_FORMATS[prob.b_element]
     fp4 = fmt.name == "f4E2M1FN" and prob.b_packed and prob.block == 32
     return (fp4 or fmt.name.startswith("f8")) and prob.kblocks % TILED_STREAMS == 0
+
+
+def memory_ahead(prob: Problem) -> int:
+    """:data:`SWEEP_AHEAD` for a decode (M = 1) from a row-major MX B (the
+    Runner's ABI, codes not tiled, not dot records) larger than the L3 cache
+    (:func:`~mlir_mx.host.l3_bytes`), with AVX-512; 0 otherwise.  Each
+    8-row sweep then prefetches the next sweep's rows
+    (:func:`~mlir_mx.kernels.matmul.stream.prefetch_sweep`), for the f32
+    ``decode`` and the dot ``int-decode`` schedules alike.
+
+    Session 69, AMD Zen 5 (32 MiB L3), the Runner's ``mx.block_matmul`` mx x
+    mx, the kernels built in one process and called in turn
+    (``bench/probes/decode_ahead_ab.py``, medians of 12-20 rounds of 10):
+    1 x 8192 x 8192 (B from memory) MXFP8 ``decode`` 1.30x at 1 thread,
+    1.20x at 2; MXFP4 ``int-decode`` 1.23x / 1.26x.  B in the L3 instead,
+    4096 x 4096: MXFP8 0.91x, MXFP4 0.98x; 2048 x 2048 level.  The Intel Xeon
+    of session 51 (105 MB L3, so 8192 x 8192 in it) measured 0.92-1.02x
+    quiet.  So the rule is B's size against the L3.  Not taken without
+    AVX-512 (the AVX2 prefetching loops spilled on Zen 3) or where the L3's
+    size is unknown.  A prefetch changes no value, so no bit."""
+    if prob.m != 1 or prob.b_tiled or prob.b_dot is not None or not prob.b_is_mx:
+        return 0
+    l3 = l3_bytes()
+    if l3 is None or not has_features("avx512f"):
+        return 0
+    rows, cols = prob.b_codes_shape()
+    return SWEEP_AHEAD if rows * cols + prob.kblocks * prob.n > l3 else 0
 
 
 def _zen5_one_thread_prefetch(prob: Problem, threads: int) -> int:
