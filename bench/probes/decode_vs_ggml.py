@@ -17,6 +17,7 @@ both.
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import numpy as np
@@ -59,12 +60,14 @@ def main() -> None:
             lin = mlir_mx.Linear(w, threads=threads)
             lin(p.a)
             gg.run(1)
+            ours_call = functools.partial(lin, p.a)
+            theirs_call = functools.partial(gg.run, 1)
             ours, theirs = [], []
             for _ in range(args.rounds):
-                ours.append(_block(lambda: lin(p.a), args.block))
-                theirs.append(_block(lambda: gg.run(1), args.block))
+                ours.append(_block(ours_call, args.block))
+                theirs.append(_block(theirs_call, args.block))
             o, g = np.median(np.concatenate(ours)), np.median(np.concatenate(theirs))
-            per = np.median([np.median(t) / np.median(u) for u, t in zip(ours, theirs)])
+            per = np.median([np.median(t) / np.median(u) for u, t in zip(ours, theirs, strict=True)])
             print(
                 f"{element} 1x{args.k}x{args.n} {threads} thread(s) {lin.schedule(p.a)}: ours"
                 f" {1e3 * o:.3f} ms, {want} {1e3 * g:.3f} ms: {g / o:.2f}x (per round {per:.2f}x)",
