@@ -27,7 +27,7 @@ from mlir_mx.kernels.common.problem import BF16, Problem
 from mlir_mx.kernels.dot.kernel import DotConfig, emit_dot, supports_bf16, supports_int
 from mlir_mx.kernels.matmul.prefill import PrefillConfig, emit_prefill
 from mlir_mx.kernels.matmul.stream import StreamConfig, emit_stream
-from mlir_mx.kernels.matmul.stream_config import SWEEP_AHEAD
+from mlir_mx.kernels.matmul.stream_config import SWEEP_AHEAD, memory_ahead
 
 __all__ = [
     "SCHEDULES",
@@ -94,10 +94,15 @@ class Schedule:
     unit: str | None = None
 
     def configure(self, prob: Problem, threads: int) -> Any:
-        """The config for ``prob`` on ``threads`` threads."""
+        """The config for ``prob`` on ``threads`` threads: the config's own
+        ``adapt``, then, for a config with an ``ahead`` (the decode sweeps of
+        a row-major B), :func:`~mlir_mx.kernels.matmul.stream_config.memory_ahead`."""
         cfg = self.config(**{**self.settings, "threads": threads})
         adapt = getattr(cfg, "adapt", None)
-        return adapt(prob) if adapt is not None else cfg
+        cfg = adapt(prob) if adapt is not None else cfg
+        if getattr(cfg, "ahead", None) == 0 and cfg.mr == 1:  # a decode sweep from memory
+            cfg = dataclasses.replace(cfg, ahead=memory_ahead(prob))
+        return cfg
 
     def describe(self, cfg) -> str:
         """``name (field=value, ...)`` of a config of this schedule."""

@@ -151,13 +151,19 @@ def test_adapt_streams_a_two_thread_decode_on_amd_zen5(monkeypatch):
         assert (cfg.blocks, cfg.prefetch) == want, (family, threads, prob)
 
 
-@pytest.mark.parametrize("element", ["f8E4M3FN", "f8E5M2", "f4E2M1FN"])
+#: The formats Zen 5's 1-thread decode prefetches: FP8 and packed FP4.
+PREFETCHED = [n for n in ONE_BYTE if not ELEMENT_FORMATS[n].is_int] + [
+    n for n, f in ELEMENT_FORMATS.items() if f.group == (2, 1) and not f.is_int
+]
+
+
+@pytest.mark.parametrize("element", PREFETCHED)
 def test_a_one_thread_prefetched_decode_gives_the_blocked_order_bits(element):
     """Zen 5's 1-thread decode prefetching a tiled B 4 and 8 tiles ahead (the
     prefetch runs past the last tile and the last block): the oracle's
     blocked order bit for bit, f32 and MX activations, E4M3 NaN codes."""
     rng = np.random.default_rng(7)
-    n, packed = 192, element == "f4E2M1FN"
+    n, packed = 192, ELEMENT_FORMATS[element].is_sub_byte
     for k, ea in [(128, None), (96, "f8E4M3FN")]:
         args, acc, _exact, _bound = case(1, k, n, ea or "f8E4M3FN", element, seed=4)
         qa, qb = args[0], _with_nan_codes(args[1], rng)

@@ -79,7 +79,6 @@ from mlir_mx.kernels.dot.tiles import (
     row_tiles,
 )
 from mlir_mx.kernels.dot.units import PANEL, RecordLayout, a_offset_run, dot_kind, int_factor
-from mlir_mx.kernels.matmul.stream_config import memory_ahead
 from mlir_mx.numerics.formats import SCALE_TYPE
 
 __all__ = ["DotConfig", "emit_dot", "supports_int", "supports_bf16"]
@@ -99,7 +98,7 @@ class DotConfig:
     #: records of each panel's run (0: none).  :meth:`adapt` sets both.
     streams: int = 1
     prefetch: int = 0
-    ahead: int = 0  # decode from codes: prefetch the rows this many sweeps ahead (sweep.py)
+    ahead: int = 0  # decode from codes: prefetch rows this many sweeps ahead (sweep.py; registry)
 
     def adapt(self, prob: Problem) -> DotConfig:
         """This config for ``prob`` on this CPU: on 256-bit halves (no AVX-512,
@@ -123,9 +122,7 @@ class DotConfig:
             if kind.name == "i16" or _a_offset(prob, self, isa):
                 return replace(self, mr=1, nv=2, kcb=ONE_ROW_KCB)
         if isa.wide:  # NVFP4's biased step: chunks of as many K values as MXFP4's
-            ahead = self.ahead or (memory_ahead(prob) if self.mr == 1 else 0)
-            kcb = chunk_blocks(prob, kind, self.kcb, self.expand)
-            return replace(self, kcb=kcb, ahead=ahead)
+            return replace(self, kcb=chunk_blocks(prob, kind, self.kcb, self.expand))
         return self if self.mr <= rows else replace(self, mr=rows)
 
 

@@ -88,8 +88,6 @@ class StreamConfig:
             cfg = replace(cfg, blocks=TILED_STREAMS)
         if not wanted and not cfg.prefetch and cfg.blocks == 1:
             cfg = replace(cfg, prefetch=_zen5_one_thread_prefetch(prob, self.threads))
-        if not cfg.ahead and self.mr == 1:
-            cfg = replace(cfg, ahead=memory_ahead(prob))
         if not has_features("avx512f"):
             if self.mr > 1:
                 cfg = replace(cfg, nv=1)
@@ -127,7 +125,9 @@ def memory_ahead(prob: Problem) -> int:
     (:func:`~mlir_mx.host.l3_bytes`), with AVX-512; 0 otherwise.  Each
     8-row sweep then prefetches the next sweep's rows
     (:func:`~mlir_mx.kernels.matmul.stream.prefetch_sweep`), for the f32
-    ``decode`` and the dot ``int-decode`` schedules alike.
+    ``decode`` and the dot ``int-decode`` schedules alike
+    (:meth:`mlir_mx.kernels.registry.Schedule.configure` sets their
+    ``ahead``).
 
     Session 69, AMD Zen 5 (32 MiB L3), the Runner's ``mx.block_matmul`` mx x
     mx, the kernels built in one process and called in turn
