@@ -110,13 +110,23 @@ def _zen5_streams(prob: Problem, threads: int) -> bool:
     1.24; at 1 thread slower (MXFP8 2.44 -> 2.65, MXFP4 1.40 -> 1.59), so a
     1-thread kernel (a busy machine's too) keeps one run.  Not measured on
     Zen 4, which keeps one run.  The same bits."""
-    if threads < 2 or prob.m != 1 or not prob.b_tiled or not prob.b_is_mx:
-        return False
+    return threads >= 2 and _zen5_tiled_decode(prob) is not None and (
+        prob.kblocks % TILED_STREAMS == 0
+    )
+
+
+def _zen5_tiled_decode(prob: Problem) -> str | None:
+    """``"fp8"`` or ``"fp4"`` for a decode (M = 1) of a tiled B of FP8 codes
+    or packed MXFP4 in blocks of 32 on AMD Zen 5 (family 26 and later) with
+    AVX-512, the formats its decode rules were measured on; None otherwise."""
+    if prob.m != 1 or not prob.b_tiled or not prob.b_is_mx:
+        return None
     if cpu_vendor() != "AuthenticAMD" or cpu_family() < 26 or not has_features("avx512f"):
-        return False
-    fmt = ELEMENT_FORMATS[prob.b_element]
-    fp4 = fmt.name == "f4E2M1FN" and prob.b_packed and prob.block == 32
-    return (fp4 or fmt.name.startswith("f8")) and prob.kblocks % TILED_STREAMS == 0
+        return None
+    name = ELEMENT_FORMATS[prob.b_element].name
+    if name == "f4E2M1FN" and prob.b_packed and prob.block == 32:
+        return "fp4"
+    return "fp8" if name.startswith("f8") else None
 
 
 def memory_ahead(prob: Problem) -> int:
@@ -164,14 +174,8 @@ def _zen5_one_thread_prefetch(prob: Problem, threads: int) -> int:
     1.01-1.08x), MXFP6 1.02x (left without).  Zen 4 measured the opposite
     (MXFP8 1.3-1.7x slower with it, :func:`_amd_fp4_prefetch`) and keeps
     none.  A prefetch changes no value, so no bit."""
-    if threads != 1 or prob.m != 1 or not prob.b_tiled or not prob.b_is_mx or prob.block != 32:
-        return 0
-    if cpu_vendor() != "AuthenticAMD" or cpu_family() < 26 or not has_features("avx512f"):
-        return 0
-    fmt = ELEMENT_FORMATS[prob.b_element]
-    if fmt.name == "f4E2M1FN" and prob.b_packed:
-        return SHORT_BLOCK_PREFETCH
-    return TILED_PREFETCH if fmt.name.startswith("f8") else 0
+    kind = _zen5_tiled_decode(prob) if threads == 1 and prob.block == 32 else None
+    return {"fp8": TILED_PREFETCH, "fp4": SHORT_BLOCK_PREFETCH}.get(kind, 0)
 
 
 def _amd_fp4_prefetch(prob: Problem) -> bool:
